@@ -1,0 +1,61 @@
+#include "checkpoint/atomic_file.h"
+
+#include <fcntl.h>   // open
+#include <unistd.h>  // write, fsync, close, getpid
+
+#include <cerrno>   // errno
+#include <cstdio>   // std::rename, std::remove
+#include <cstring>  // std::strerror
+
+namespace trainbench {
+
+namespace {
+std::string directory_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+[[noreturn]] void fail(const std::string& what, const std::string& path) {
+  throw AtomicWriteError(what + " " + path + ": " + std::strerror(errno));
+}
+}  // namespace
+
+void write_file_atomically(const std::string& path, const std::string& contents) {
+  const std::string temp = path + ".tmp." + std::to_string(getpid());
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("cannot create", temp);
+  // Any failure after the temporary exists removes it, keeping errno for the message.
+  auto abandon = [&](const std::string& what, const std::string& subject) {
+    const int saved = errno;
+    if (fd >= 0) ::close(fd);
+    std::remove(temp.c_str());
+    errno = saved;
+    fail(what, subject);
+  };
+  size_t written = 0;
+  while (written < contents.size()) {
+    const ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) abandon("cannot write", temp);
+    written += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) abandon("cannot fsync", temp);
+  const int close_status = ::close(fd);
+  fd = -1;
+  if (close_status != 0) abandon("cannot close", temp);
+  if (std::rename(temp.c_str(), path.c_str()) != 0) abandon("cannot rename " + temp + " to", path);
+
+  // The rename is durable only once the directory entry is on disk.
+  const std::string dir = directory_of(path);
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) fail("cannot open directory", dir);
+  const int sync_status = ::fsync(dir_fd);
+  const int saved = errno;
+  ::close(dir_fd);
+  errno = saved;
+  if (sync_status != 0) fail("cannot fsync directory", dir);
+}
+
+}  // namespace trainbench

@@ -1,0 +1,21 @@
+// STORAGE WRITE. Crash-safe replacement of a file: write a temporary file next
+// to it, fsync it, rename it over the target, fsync the directory. A crash at
+// any moment leaves either the old complete file or the new complete file.
+// The checkpoint manifest and `latest` pointer use this; so do the result JSONs.
+#pragma once
+
+#include <stdexcept>  // AtomicWriteError
+#include <string>
+
+namespace trainbench {
+
+class AtomicWriteError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Throws AtomicWriteError naming the path and the failing call (errno text).
+// On failure the target is untouched and the temporary file is removed.
+void write_file_atomically(const std::string& path, const std::string& contents);
+
+}  // namespace trainbench

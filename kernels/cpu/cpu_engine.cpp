@@ -1,0 +1,392 @@
+#include "kernels/cpu/cpu_engine.h"
+
+#include <cblas.h>  // openblas_set_num_threads, cblas_sgemm for the calibration
+#include <omp.h>    // omp_set_num_threads
+
+#include <algorithm>  // std::min, std::sort
+#include <cmath>      // std::sqrt
+#include <cstring>    // std::memcpy, std::memset
+#include <stdexcept>  // std::invalid_argument for a malformed batch
+#include <string>
+#include <thread>     // hardware_concurrency
+
+#include "kernels/cpu/cpu_ops.h"        // the ops
+#include "kernels/parameter_init.h"     // init_parameters_host
+
+namespace trainbench::cpu {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+int resolve_threads(int requested) {
+  if (requested > 0) return requested;
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw > 0 ? static_cast<int>(hw) : 1;
+}
+
+// Adds the wall time of one engine call to the compute total.
+class ComputeTimer {
+ public:
+  explicit ComputeTimer(double& total) : total_(total), start_(Clock::now()) {}
+  ~ComputeTimer() { total_ += std::chrono::duration<double>(Clock::now() - start_).count(); }
+ private:
+  double& total_;
+  Clock::time_point start_;
+};
+
+// Hands out consecutive slices of one allocation.
+class Carver {
+ public:
+  explicit Carver(float* base) : next_(base) {}
+  float* take(int64_t count) {
+    float* slice = next_;
+    next_ += count;
+    return slice;
+  }
+ private:
+  float* next_;
+};
+}  // namespace
+
+void AlignedFloats::allocate(int64_t n) {
+  count = n;
+  // Round up to the alignment, and never ask for zero bytes.
+  const size_t bytes = ((static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float) + 63) / 64) * 64;
+  void* p = std::aligned_alloc(64, bytes);
+  if (p == nullptr) throw std::bad_alloc();
+  data.reset(static_cast<float*>(p));
+}
+
+ActivationSizes activation_sizes(const ModelShape& s, int64_t micro_batch, int threads) {
+  const int64_t n = micro_batch * s.seq_len;
+  const int64_t d = s.d_model, f = s.ffn_hidden;
+  ActivationSizes sizes;
+  sizes.per_layer = n * d                      // residual_in
+                    + n * d + n                // attn norm out, rstd
+                    + n * s.q_dim() + 2 * n * s.kv_dim()
+                    + micro_batch * s.n_heads * s.seq_len * s.seq_len  // probs
+                    + n * s.q_dim()            // attn_out
+                    + n * d                    // residual_mid
+                    + n * d + n                // mlp norm out, rstd
+                    + 3 * n * f;               // gate, up, swiglu_out
+  sizes.final = n * d + n * d + n + n * s.vocab + n + n;
+  const AttentionShape attn{micro_batch, s.seq_len, s.n_heads, s.n_kv_heads, s.head_dim()};
+  sizes.scratch = 2 * n * d + 2 * n * s.q_dim() + 2 * n * s.kv_dim() + 3 * n * f +
+                  attention_scratch_floats(attn, threads);
+  return sizes;
+}
+
+MemoryPlan plan_cpu_memory(const EngineOptions& options) {
+  const ParameterLayout layout(options.shape);
+  const ActivationSizes acts =
+      activation_sizes(options.shape, options.micro_batch, resolve_threads(options.threads));
+  MemoryPlan plan;
+  plan.parameter_bytes = layout.total_params() * 4;
+  plan.gradient_bytes = layout.trainable_params() * 4;
+  plan.optimizer_bytes = 2 * layout.trainable_params() * 4;
+  plan.activation_bytes = (acts.per_layer * options.shape.n_layers + acts.final) * 4;
+  plan.workspace_bytes = acts.scratch * 4;
+  return plan;
+}
+
+CpuEngine::CpuEngine(const EngineOptions& options)
+    : options_(options),
+      shape_(options.shape),
+      layout_(options.shape),
+      micro_batch_(options.micro_batch),
+      threads_(resolve_threads(options.threads)) {
+  omp_set_num_threads(threads_);
+  openblas_set_num_threads(threads_);
+
+  params_.allocate(layout_.total_params());
+  grads_.allocate(layout_.trainable_params());
+  adam_m_.allocate(layout_.trainable_params());
+  adam_v_.allocate(layout_.trainable_params());
+  const ActivationSizes sizes = activation_sizes(shape_, micro_batch_, threads_);
+  activations_.allocate(sizes.total(shape_.n_layers));
+  assign_activation_views();
+
+  std::memset(params_.get(), 0, sizeof(float) * params_.count);
+  std::memset(adam_m_.get(), 0, sizeof(float) * adam_m_.count);
+  std::memset(adam_v_.get(), 0, sizeof(float) * adam_v_.count);
+  zero_gradients();
+
+  // Readiness of the gradient buffer as backward walks down the layers: the
+  // smallest grad offset of any trainable tensor at or after each point.
+  const int64_t end = layout_.trainable_params();
+  auto first_trainable_from = [&](auto&& in_range) {
+    int64_t first = end;
+    for (const ParamTensor& t : layout_.tensors())
+      if (t.trainable && in_range(t)) first = std::min(first, t.grad_offset);
+    return first;
+  };
+  grad_ready_from_head_ = first_trainable_from([](const ParamTensor& t) {
+    return t.kind == ParamKind::kFinalNorm || t.kind == ParamKind::kLmHead;
+  });
+  grad_ready_from_layer_.resize(shape_.n_layers);
+  for (int64_t l = 0; l < shape_.n_layers; ++l) {
+    grad_ready_from_layer_[l] = std::min(
+        grad_ready_from_head_,
+        first_trainable_from([l](const ParamTensor& t) { return t.layer >= l; }));
+  }
+}
+
+void CpuEngine::assign_activation_views() {
+  const int64_t n = micro_batch_ * shape_.seq_len;
+  const int64_t d = shape_.d_model, f = shape_.ffn_hidden;
+  Carver carve(activations_.get());
+  layer_acts_.resize(shape_.n_layers);
+  for (LayerActivations& a : layer_acts_) {
+    a.residual_in = carve.take(n * d);
+    a.attn_norm_out = carve.take(n * d);
+    a.attn_rstd = carve.take(n);
+    a.q = carve.take(n * shape_.q_dim());
+    a.k = carve.take(n * shape_.kv_dim());
+    a.v = carve.take(n * shape_.kv_dim());
+    a.probs = carve.take(micro_batch_ * shape_.n_heads * shape_.seq_len * shape_.seq_len);
+    a.attn_out = carve.take(n * shape_.q_dim());
+    a.residual_mid = carve.take(n * d);
+    a.mlp_norm_out = carve.take(n * d);
+    a.mlp_rstd = carve.take(n);
+    a.gate = carve.take(n * f);
+    a.up = carve.take(n * f);
+    a.swiglu_out = carve.take(n * f);
+  }
+  final_acts_.residual_out = carve.take(n * d);
+  final_acts_.norm_out = carve.take(n * d);
+  final_acts_.rstd = carve.take(n);
+  final_acts_.logits = carve.take(n * shape_.vocab);
+  final_acts_.losses = carve.take(n);
+  final_acts_.logsumexp = carve.take(n);
+  scratch_.d_residual = carve.take(n * d);
+  scratch_.d_norm_out = carve.take(n * d);
+  scratch_.d_q = carve.take(n * shape_.q_dim());
+  scratch_.d_k = carve.take(n * shape_.kv_dim());
+  scratch_.d_v = carve.take(n * shape_.kv_dim());
+  scratch_.d_attn_out = carve.take(n * shape_.q_dim());
+  scratch_.d_swiglu = carve.take(n * f);
+  scratch_.d_gate = carve.take(n * f);
+  scratch_.d_up = carve.take(n * f);
+  const AttentionShape attn{micro_batch_, shape_.seq_len, shape_.n_heads, shape_.n_kv_heads,
+                            shape_.head_dim()};
+  scratch_.attention = carve.take(attention_scratch_floats(attn, threads_));
+}
+
+float* CpuEngine::tensor_view(float* base, bool gradients, ParamKind kind, int64_t layer) const {
+  const ParamTensor& t = layout_.get(kind, layer);
+  if (!gradients) return base + t.offset;
+  return t.trainable ? base + t.grad_offset : nullptr;
+}
+
+CpuEngine::LayerWeights CpuEngine::layer_view(float* base, bool gradients, int64_t l) const {
+  return LayerWeights{
+      tensor_view(base, gradients, ParamKind::kAttnNorm, l),
+      tensor_view(base, gradients, ParamKind::kWq, l),
+      tensor_view(base, gradients, ParamKind::kWk, l),
+      tensor_view(base, gradients, ParamKind::kWv, l),
+      tensor_view(base, gradients, ParamKind::kWo, l),
+      tensor_view(base, gradients, ParamKind::kMlpNorm, l),
+      tensor_view(base, gradients, ParamKind::kWGate, l),
+      tensor_view(base, gradients, ParamKind::kWUp, l),
+      tensor_view(base, gradients, ParamKind::kWDown, l),
+  };
+}
+
+void CpuEngine::init_parameters(uint64_t seed) {
+  init_parameters_host(layout_, shape_.n_layers, seed, params_.get());
+}
+
+void CpuEngine::set_parameters(const float* host) {
+  std::memcpy(params_.get(), host, sizeof(float) * params_.count);
+}
+
+void CpuEngine::get_parameters(float* host) const {
+  std::memcpy(host, params_.get(), sizeof(float) * params_.count);
+}
+
+void CpuEngine::get_gradients(float* host) const {
+  std::memcpy(host, grads_.get(), sizeof(float) * grads_.count);
+}
+
+void CpuEngine::zero_gradients() { std::memset(grads_.get(), 0, sizeof(float) * grads_.count); }
+
+void CpuEngine::get_logits(float* host) const {
+  if (!logits_valid_) throw std::logic_error("get_logits: no forward since the last backward");
+  std::memcpy(host, final_acts_.logits,
+              sizeof(float) * micro_batch_ * shape_.seq_len * shape_.vocab);
+}
+
+void CpuEngine::check_batch(const TokenBatch& batch) const {
+  if (batch.batch != micro_batch_ || batch.seq_len != shape_.seq_len)
+    throw std::invalid_argument("batch is [" + std::to_string(batch.batch) + ", " +
+                                std::to_string(batch.seq_len) + "], engine expects [" +
+                                std::to_string(micro_batch_) + ", " +
+                                std::to_string(shape_.seq_len) + "]");
+}
+
+void CpuEngine::forward(const TokenBatch& batch) {
+  check_batch(batch);
+  ComputeTimer timer(compute_seconds_);
+  const ModelShape& s = shape_;
+  const int64_t n = micro_batch_ * s.seq_len;
+  const int64_t d = s.d_model, f = s.ffn_hidden;
+  const float eps = static_cast<float>(s.norm_eps);
+  const AttentionShape attn{micro_batch_, s.seq_len, s.n_heads, s.n_kv_heads, s.head_dim()};
+  float* params = params_.get();
+
+  float* x = s.n_layers > 0 ? layer_acts_[0].residual_in : final_acts_.residual_out;
+  embedding_forward(x, batch.inputs, tensor_view(params, false, ParamKind::kTokenEmbedding), n, d);
+
+  for (int64_t l = 0; l < s.n_layers; ++l) {
+    const LayerWeights w = layer_view(params, false, l);
+    LayerActivations& a = layer_acts_[l];
+    float* x_next = l + 1 < s.n_layers ? layer_acts_[l + 1].residual_in : final_acts_.residual_out;
+
+    // Attention block: x_mid = x + Wo · attention(rope(Wq·n), rope(Wk·n), Wv·n), n = rmsnorm(x)
+    rmsnorm_forward(a.attn_norm_out, a.attn_rstd, a.residual_in, w.attn_norm, n, d, eps);
+    matmul_forward(a.q, a.attn_norm_out, w.wq, n, d, s.q_dim());
+    matmul_forward(a.k, a.attn_norm_out, w.wk, n, d, s.kv_dim());
+    matmul_forward(a.v, a.attn_norm_out, w.wv, n, d, s.kv_dim());
+    rope_forward(a.q, micro_batch_, s.seq_len, s.n_heads, s.head_dim(), s.rope_theta);
+    rope_forward(a.k, micro_batch_, s.seq_len, s.n_kv_heads, s.head_dim(), s.rope_theta);
+    attention_forward(a.attn_out, a.probs, a.q, a.k, a.v, attn);
+    matmul_forward(a.residual_mid, a.attn_out, w.wo, n, s.q_dim(), d);
+    add_inplace(a.residual_mid, a.residual_in, n * d);
+
+    // MLP block: x_next = x_mid + Wdown · (silu(Wgate·m) ⊙ Wup·m), m = rmsnorm(x_mid)
+    rmsnorm_forward(a.mlp_norm_out, a.mlp_rstd, a.residual_mid, w.mlp_norm, n, d, eps);
+    matmul_forward(a.gate, a.mlp_norm_out, w.w_gate, n, d, f);
+    matmul_forward(a.up, a.mlp_norm_out, w.w_up, n, d, f);
+    swiglu_forward(a.swiglu_out, a.gate, a.up, n * f);
+    matmul_forward(x_next, a.swiglu_out, w.w_down, n, f, d);
+    add_inplace(x_next, a.residual_mid, n * d);
+  }
+
+  FinalActivations& fa = final_acts_;
+  rmsnorm_forward(fa.norm_out, fa.rstd, fa.residual_out,
+                  tensor_view(params, false, ParamKind::kFinalNorm), n, d, eps);
+  matmul_forward(fa.logits, fa.norm_out, tensor_view(params, false, ParamKind::kLmHead), n, d,
+                 s.vocab);
+  cross_entropy_forward(fa.losses, fa.logsumexp, fa.logits, batch.targets, n, s.vocab);
+  double loss_sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) loss_sum += fa.losses[i];
+  last_loss_ = static_cast<float>(loss_sum / static_cast<double>(n));
+  logits_valid_ = true;
+}
+
+void CpuEngine::backward(const TokenBatch& batch, float loss_scale,
+                         const GradientsReadyFn& on_gradients_ready) {
+  check_batch(batch);
+  if (!logits_valid_) throw std::logic_error("backward without a preceding forward");
+  ComputeTimer timer(compute_seconds_);
+  const ModelShape& s = shape_;
+  const int64_t n = micro_batch_ * s.seq_len;
+  const int64_t d = s.d_model, f = s.ffn_hidden;
+  const AttentionShape attn{micro_batch_, s.seq_len, s.n_heads, s.n_kv_heads, s.head_dim()};
+  float* params = params_.get();
+  float* grads = grads_.get();
+  BackwardScratch& g = scratch_;
+  FinalActivations& fa = final_acts_;
+
+  // Head: loss → dlogits (in place) → final norm → residual stream.
+  cross_entropy_backward(fa.logits, fa.logsumexp, batch.targets, n, s.vocab,
+                         loss_scale / static_cast<float>(n));
+  logits_valid_ = false;
+  matmul_backward(g.d_norm_out, tensor_view(grads, true, ParamKind::kLmHead), fa.logits,
+                  fa.norm_out, tensor_view(params, false, ParamKind::kLmHead), n, d, s.vocab,
+                  false);
+  std::memset(g.d_residual, 0, sizeof(float) * n * d);
+  rmsnorm_backward(g.d_residual, tensor_view(grads, true, ParamKind::kFinalNorm), g.d_norm_out,
+                   fa.residual_out, tensor_view(params, false, ParamKind::kFinalNorm), fa.rstd, n,
+                   d);
+  if (on_gradients_ready) on_gradients_ready(grad_ready_from_head_);
+
+  for (int64_t l = s.n_layers - 1; l >= 0; --l) {
+    const LayerWeights w = layer_view(params, false, l);
+    const LayerWeights dw = layer_view(grads, true, l);
+    const LayerActivations& a = layer_acts_[l];
+    // d_residual holds dL/dx_next, which is also the direct gradient of x_mid.
+
+    // MLP block.
+    matmul_backward(g.d_swiglu, dw.w_down, g.d_residual, a.swiglu_out, w.w_down, n, f, d, false);
+    swiglu_backward(g.d_gate, g.d_up, g.d_swiglu, a.gate, a.up, n * f);
+    matmul_backward(g.d_norm_out, dw.w_gate, g.d_gate, a.mlp_norm_out, w.w_gate, n, d, f, false);
+    matmul_backward(g.d_norm_out, dw.w_up, g.d_up, a.mlp_norm_out, w.w_up, n, d, f, true);
+    rmsnorm_backward(g.d_residual, dw.mlp_norm, g.d_norm_out, a.residual_mid, w.mlp_norm,
+                     a.mlp_rstd, n, d);
+
+    // Attention block; d_residual now holds dL/dx_mid.
+    matmul_backward(g.d_attn_out, dw.wo, g.d_residual, a.attn_out, w.wo, n, s.q_dim(), d, false);
+    attention_backward(g.d_q, g.d_k, g.d_v, g.d_attn_out, a.probs, a.q, a.k, a.v, g.attention,
+                       attn);
+    rope_backward(g.d_q, micro_batch_, s.seq_len, s.n_heads, s.head_dim(), s.rope_theta);
+    rope_backward(g.d_k, micro_batch_, s.seq_len, s.n_kv_heads, s.head_dim(), s.rope_theta);
+    matmul_backward(g.d_norm_out, dw.wq, g.d_q, a.attn_norm_out, w.wq, n, d, s.q_dim(), false);
+    matmul_backward(g.d_norm_out, dw.wk, g.d_k, a.attn_norm_out, w.wk, n, d, s.kv_dim(), true);
+    matmul_backward(g.d_norm_out, dw.wv, g.d_v, a.attn_norm_out, w.wv, n, d, s.kv_dim(), true);
+    rmsnorm_backward(g.d_residual, dw.attn_norm, g.d_norm_out, a.residual_in, w.attn_norm,
+                     a.attn_rstd, n, d);
+    if (on_gradients_ready) on_gradients_ready(grad_ready_from_layer_[l]);
+  }
+
+  float* d_embedding = tensor_view(grads, true, ParamKind::kTokenEmbedding);
+  if (d_embedding != nullptr) embedding_backward(d_embedding, g.d_residual, batch.inputs, n, d);
+  if (on_gradients_ready) on_gradients_ready(0);
+}
+
+float CpuEngine::optimizer_step(const AdamWSettings& settings, int64_t step) {
+  ComputeTimer timer(compute_seconds_);
+  const double norm = std::sqrt(sum_of_squares(grads_.get(), grads_.count));
+  // As torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when above.
+  float grad_scale = 1.0f;
+  if (settings.grad_clip > 0.0 && norm > settings.grad_clip)
+    grad_scale = static_cast<float>(settings.grad_clip / (norm + 1e-6));
+  AdamWStep adam{static_cast<float>(settings.lr),
+                 static_cast<float>(settings.beta1),
+                 static_cast<float>(settings.beta2),
+                 static_cast<float>(settings.eps),
+                 0.0f,
+                 grad_scale,
+                 step};
+  // Decoupled weight decay on matrices only (embeddings, projections, LM head),
+  // not on norm gains — the usual practice (GPT-2, llm.c, Llama recipes).
+  for (const ParamTensor& t : layout_.tensors()) {
+    if (!t.trainable) continue;
+    adam.weight_decay = t.is_matrix() ? static_cast<float>(settings.weight_decay) : 0.0f;
+    adamw_update(params_.get() + t.offset, grads_.get() + t.grad_offset,
+                 adam_m_.get() + t.grad_offset, adam_v_.get() + t.grad_offset, t.numel, adam);
+  }
+  return static_cast<float>(norm);
+}
+
+double CpuEngine::take_compute_seconds() {
+  const double seconds = compute_seconds_;
+  compute_seconds_ = 0.0;
+  return seconds;
+}
+
+double CpuEngine::measure_gemm_flops(int64_t m, int64_t n, int64_t k, double seconds) {
+  AlignedFloats a, b, c;
+  a.allocate(m * k);
+  b.allocate(k * n);
+  c.allocate(m * n);
+  for (int64_t i = 0; i < m * k; ++i) a.get()[i] = 0.001f * static_cast<float>(i % 997);
+  for (int64_t i = 0; i < k * n; ++i) b.get()[i] = 0.001f * static_cast<float>(i % 991);
+  auto one_gemm = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.get(), k, b.get(), n,
+                0.0f, c.get(), n);
+  };
+  one_gemm();  // warm-up: page faults, OpenBLAS thread start
+  std::vector<double> rates;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  do {
+    const auto start = Clock::now();
+    one_gemm();
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    rates.push_back(2.0 * static_cast<double>(m) * n * k / elapsed);
+  } while (Clock::now() < deadline || rates.size() < 3);
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
+
+}  // namespace trainbench::cpu

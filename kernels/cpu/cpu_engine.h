@@ -1,0 +1,129 @@
+// The fp32 CPU backend of TrainingEngine: OpenBLAS GEMMs, OpenMP loops, one
+// allocation per kind of state (parameters, gradients, AdamW m and v,
+// activations) with named views into each. It is the reference every CUDA
+// kernel is tested against and the engine CPU-only machines train with.
+#pragma once
+
+#include <chrono>   // compute-time accounting
+#include <cstdint>  // int64_t
+#include <cstdlib>  // std::free for the aligned buffers
+#include <memory>   // std::unique_ptr
+#include <vector>   // per-layer views
+
+#include "kernels/engine.h"  // TrainingEngine, EngineOptions
+
+namespace trainbench::cpu {
+
+// A 64-byte aligned float array: one per kind of state.
+struct AlignedFloats {
+  std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
+  int64_t count = 0;
+  void allocate(int64_t n);
+  float* get() const { return data.get(); }
+};
+
+// Floats of activation memory per kind, for the memory plan and the views.
+struct ActivationSizes {
+  int64_t per_layer = 0;   // saved for backward, per layer
+  int64_t final = 0;       // final norm, logits, losses
+  int64_t scratch = 0;     // backward temporaries, shared by all layers
+  int64_t total(int64_t n_layers) const { return per_layer * n_layers + final + scratch; }
+};
+ActivationSizes activation_sizes(const ModelShape& shape, int64_t micro_batch, int threads);
+MemoryPlan plan_cpu_memory(const EngineOptions& options);
+
+class CpuEngine final : public TrainingEngine {
+ public:
+  explicit CpuEngine(const EngineOptions& options);
+
+  const char* backend_name() const override { return "cpu"; }
+  const ModelShape& shape() const override { return shape_; }
+  const ParameterLayout& layout() const override { return layout_; }
+  int64_t micro_batch() const override { return micro_batch_; }
+  MemoryPlan memory_plan() const override { return plan_cpu_memory(options_); }
+
+  void init_parameters(uint64_t seed) override;
+  void set_parameters(const float* host) override;
+  void get_parameters(float* host) const override;
+  void get_gradients(float* host) const override;
+
+  void zero_gradients() override;
+  void forward(const TokenBatch& batch) override;
+  float last_loss() override { return last_loss_; }
+  void get_logits(float* host) const override;
+  void backward(const TokenBatch& batch, float loss_scale,
+                const GradientsReadyFn& on_gradients_ready) override;
+  float optimizer_step(const AdamWSettings& settings, int64_t step) override;
+
+  double take_compute_seconds() override;
+  void synchronize() override {}
+  double measure_gemm_flops(int64_t m, int64_t n, int64_t k, double seconds) override;
+
+ private:
+  // Pointers of one layer's parameters (or their gradients; null when frozen).
+  struct LayerWeights {
+    float *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *w_gate, *w_up, *w_down;
+  };
+  // Activations one layer saves for its backward pass.
+  struct LayerActivations {
+    float* residual_in;     // [N, D] the layer's input x
+    float* attn_norm_out;   // [N, D]
+    float* attn_rstd;       // [N]
+    float* q;               // [N, q_dim] after RoPE
+    float* k;               // [N, kv_dim] after RoPE
+    float* v;               // [N, kv_dim]
+    float* probs;           // [B, H, T, T]
+    float* attn_out;        // [N, q_dim] before the output projection
+    float* residual_mid;    // [N, D] x + attention
+    float* mlp_norm_out;    // [N, D]
+    float* mlp_rstd;        // [N]
+    float* gate;            // [N, F]
+    float* up;              // [N, F]
+    float* swiglu_out;      // [N, F]
+  };
+  struct FinalActivations {
+    float* residual_out;    // [N, D] the last layer's output
+    float* norm_out;        // [N, D]
+    float* rstd;            // [N]
+    float* logits;          // [N, V]; dlogits after backward
+    float* losses;          // [N]
+    float* logsumexp;       // [N]
+  };
+  struct BackwardScratch {
+    float* d_residual;      // [N, D] gradient flowing down the residual stream
+    float* d_norm_out;      // [N, D]
+    float* d_q;             // [N, q_dim]
+    float* d_k;             // [N, kv_dim]
+    float* d_v;             // [N, kv_dim]
+    float* d_attn_out;      // [N, q_dim]
+    float* d_swiglu;        // [N, F]
+    float* d_gate;          // [N, F]
+    float* d_up;            // [N, F]
+    float* attention;       // attention_scratch_floats
+  };
+
+  LayerWeights layer_view(float* base, bool gradients, int64_t layer) const;
+  float* tensor_view(float* base, bool gradients, ParamKind kind, int64_t layer = -1) const;
+  void assign_activation_views();
+  void check_batch(const TokenBatch& batch) const;
+
+  EngineOptions options_;
+  ModelShape shape_;
+  ParameterLayout layout_;
+  int64_t micro_batch_;
+  int threads_;
+
+  AlignedFloats params_, grads_, adam_m_, adam_v_, activations_;
+  std::vector<LayerActivations> layer_acts_;
+  FinalActivations final_acts_{};
+  BackwardScratch scratch_{};
+  // grad_ready_from_[l]: first gradient element of layer l and everything after it.
+  std::vector<int64_t> grad_ready_from_layer_;
+  int64_t grad_ready_from_head_ = 0;  // final norm + LM head
+
+  float last_loss_ = 0.0f;
+  bool logits_valid_ = false;
+  double compute_seconds_ = 0.0;
+};
+
+}  // namespace trainbench::cpu

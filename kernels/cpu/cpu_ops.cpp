@@ -1,0 +1,336 @@
+#include "kernels/cpu/cpu_ops.h"
+
+#include <cblas.h>  // cblas_sgemm (OpenBLAS)
+#include <omp.h>    // omp_get_max_threads for scratch sizing
+
+#include <algorithm>  // std::max
+#include <cmath>      // std::exp, std::sqrt, std::pow, std::cos, std::sin
+#include <vector>     // per-thread partial sums in rmsnorm_backward
+
+namespace trainbench::cpu {
+
+void matmul_forward(float* out, const float* in, const float* weight, int64_t n, int64_t in_dim,
+                    int64_t out_dim) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out_dim, in_dim, 1.0f, in, in_dim,
+              weight, in_dim, 0.0f, out, out_dim);
+}
+
+void matmul_backward(float* d_in, float* d_weight, const float* d_out, const float* in,
+                     const float* weight, int64_t n, int64_t in_dim, int64_t out_dim,
+                     bool accumulate_d_in) {
+  if (d_in != nullptr) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in_dim, out_dim, 1.0f, d_out,
+                out_dim, weight, in_dim, accumulate_d_in ? 1.0f : 0.0f, d_in, in_dim);
+  }
+  if (d_weight != nullptr) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_dim, in_dim, n, 1.0f, d_out, out_dim,
+                in, in_dim, 1.0f, d_weight, in_dim);
+  }
+}
+
+void embedding_forward(float* out, const int32_t* tokens, const float* embedding, int64_t n,
+                       int64_t d) {
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < n; ++row) {
+    const float* src = embedding + static_cast<int64_t>(tokens[row]) * d;
+    float* dst = out + row * d;
+    for (int64_t i = 0; i < d; ++i) dst[i] = src[i];
+  }
+}
+
+void embedding_backward(float* d_embedding, const float* d_out, const int32_t* tokens, int64_t n,
+                        int64_t d) {
+  // Rows may repeat a token, so threads split the columns, not the rows: no
+  // two threads ever add into the same element.
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads();
+    const int64_t chunk = (d + threads - 1) / threads;
+    const int64_t begin = std::min<int64_t>(d, omp_get_thread_num() * chunk);
+    const int64_t end = std::min<int64_t>(d, begin + chunk);
+    for (int64_t row = 0; row < n; ++row) {
+      float* dst = d_embedding + static_cast<int64_t>(tokens[row]) * d;
+      const float* src = d_out + row * d;
+      for (int64_t i = begin; i < end; ++i) dst[i] += src[i];
+    }
+  }
+}
+
+void rmsnorm_forward(float* out, float* rstd, const float* in, const float* weight, int64_t n,
+                     int64_t d, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < n; ++row) {
+    const float* x = in + row * d;
+    float sum_sq = 0.0f;
+#pragma omp simd reduction(+ : sum_sq)
+    for (int64_t i = 0; i < d; ++i) sum_sq += x[i] * x[i];
+    const float r = 1.0f / std::sqrt(sum_sq / static_cast<float>(d) + eps);
+    rstd[row] = r;
+    float* y = out + row * d;
+    for (int64_t i = 0; i < d; ++i) y[i] = x[i] * r * weight[i];
+  }
+}
+
+void rmsnorm_backward(float* d_in, float* d_weight, const float* d_out, const float* in,
+                      const float* weight, const float* rstd, int64_t n, int64_t d) {
+  // y_i = x_i·r·w_i with r = (mean(x²)+eps)^-1/2:
+  //   dx_i = r·w_i·dy_i − x_i·r³/d · Σ_j dy_j·w_j·x_j,   dw_i = Σ_rows dy_i·x_i·r.
+  // Weight gradients are summed per thread, then reduced in thread order, so
+  // the result is bit-identical from run to run (exact resume depends on it).
+  const int max_threads = omp_get_max_threads();
+  std::vector<float> partials(d_weight != nullptr ? static_cast<size_t>(max_threads * d) : 0, 0.0f);
+  int used_threads = 1;
+#pragma omp parallel
+  {
+#pragma omp single
+    used_threads = omp_get_num_threads();
+    float* my_partial =
+        d_weight != nullptr ? partials.data() + static_cast<int64_t>(omp_get_thread_num()) * d : nullptr;
+#pragma omp for schedule(static)
+    for (int64_t row = 0; row < n; ++row) {
+      const float* x = in + row * d;
+      const float* dy = d_out + row * d;
+      const float r = rstd[row];
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t i = 0; i < d; ++i) dot += dy[i] * weight[i] * x[i];
+      const float coef = dot * r * r * r / static_cast<float>(d);
+      float* dx = d_in + row * d;
+      for (int64_t i = 0; i < d; ++i) dx[i] += r * weight[i] * dy[i] - x[i] * coef;
+      if (my_partial != nullptr)
+        for (int64_t i = 0; i < d; ++i) my_partial[i] += dy[i] * x[i] * r;
+    }
+  }
+  if (d_weight != nullptr) {
+    for (int t = 0; t < used_threads; ++t)
+      for (int64_t i = 0; i < d; ++i) d_weight[i] += partials[t * d + i];
+  }
+}
+
+namespace {
+// Rotates every (i, i + half) pair of every head by ±angle(t, i).
+void rope_rotate(float* x, int64_t batch, int64_t seq_len, int64_t n_heads, int64_t head_dim,
+                 double theta, float direction) {
+  const int64_t half = head_dim / 2;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t t = 0; t < seq_len; ++t) {
+      float* row = x + (b * seq_len + t) * n_heads * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        // inv_freq in float, as PyTorch reference implementations compute it.
+        const float inv_freq =
+            1.0f / static_cast<float>(std::pow(theta, static_cast<double>(2 * i) / head_dim));
+        const float angle = static_cast<float>(t) * inv_freq;
+        const float c = std::cos(angle);
+        const float s = direction * std::sin(angle);
+        for (int64_t h = 0; h < n_heads; ++h) {
+          float* v = row + h * head_dim;
+          const float x1 = v[i];
+          const float x2 = v[i + half];
+          v[i] = x1 * c - x2 * s;
+          v[i + half] = x2 * c + x1 * s;
+        }
+      }
+    }
+  }
+}
+}  // namespace
+
+void rope_forward(float* x, int64_t batch, int64_t seq_len, int64_t n_heads, int64_t head_dim,
+                  double theta) {
+  rope_rotate(x, batch, seq_len, n_heads, head_dim, theta, 1.0f);
+}
+
+void rope_backward(float* d_x, int64_t batch, int64_t seq_len, int64_t n_heads, int64_t head_dim,
+                   double theta) {
+  rope_rotate(d_x, batch, seq_len, n_heads, head_dim, theta, -1.0f);
+}
+
+// Attention is written as direct loops rather than per-head GEMMs: the causal
+// mask halves the work, every (batch, head, row) is independent so all
+// threads stay busy, and there is no interplay with OpenBLAS's own threads.
+void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
+                       const AttentionShape& s) {
+  const int64_t T = s.seq_len, hd = s.head_dim;
+  const int64_t q_stride = s.n_heads * hd, kv_stride = s.n_kv_heads * hd;
+  const int64_t group = s.n_heads / s.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+#pragma omp parallel for collapse(3) schedule(dynamic, 4)
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t h = 0; h < s.n_heads; ++h) {
+      for (int64_t i = 0; i < T; ++i) {
+        const int64_t kvh = h / group;
+        const float* q_row = q + (b * T + i) * q_stride + h * hd;
+        float* p = probs + ((b * s.n_heads + h) * T + i) * T;
+        float max_score = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) {
+          const float* k_row = k + (b * T + j) * kv_stride + kvh * hd;
+          float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+          for (int64_t c = 0; c < hd; ++c) dot += q_row[c] * k_row[c];
+          p[j] = dot * scale;
+          max_score = std::max(max_score, p[j]);
+        }
+        float sum = 0.0f;
+        for (int64_t j = 0; j <= i; ++j) {
+          p[j] = std::exp(p[j] - max_score);
+          sum += p[j];
+        }
+        const float inv_sum = 1.0f / sum;
+        for (int64_t j = 0; j <= i; ++j) p[j] *= inv_sum;
+        for (int64_t j = i + 1; j < T; ++j) p[j] = 0.0f;
+        float* o = out + (b * T + i) * q_stride + h * hd;
+        for (int64_t c = 0; c < hd; ++c) o[c] = 0.0f;
+        for (int64_t j = 0; j <= i; ++j) {
+          const float* v_row = v + (b * T + j) * kv_stride + kvh * hd;
+          const float pj = p[j];
+          for (int64_t c = 0; c < hd; ++c) o[c] += pj * v_row[c];
+        }
+      }
+    }
+  }
+}
+
+int64_t attention_scratch_floats(const AttentionShape& s, int threads) {
+  return s.seq_len * std::max(threads, 1);
+}
+
+void attention_backward(float* d_q, float* d_k, float* d_v, const float* d_out, const float* probs,
+                        const float* q, const float* k, const float* v, float* scratch,
+                        const AttentionShape& s) {
+  const int64_t T = s.seq_len, hd = s.head_dim;
+  const int64_t q_stride = s.n_heads * hd, kv_stride = s.n_kv_heads * hd;
+  const int64_t group = s.n_heads / s.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // One thread owns one (batch, kv head): it is the only writer of that slice
+  // of d_k and d_v, even though several query heads feed it.
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t kvh = 0; kvh < s.n_kv_heads; ++kvh) {
+      float* d_score = scratch + static_cast<int64_t>(omp_get_thread_num()) * T;
+      for (int64_t j = 0; j < T; ++j) {
+        float* dk_row = d_k + (b * T + j) * kv_stride + kvh * hd;
+        float* dv_row = d_v + (b * T + j) * kv_stride + kvh * hd;
+        for (int64_t c = 0; c < hd; ++c) dk_row[c] = dv_row[c] = 0.0f;
+      }
+      for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+        for (int64_t i = 0; i < T; ++i) {
+          const float* p = probs + ((b * s.n_heads + h) * T + i) * T;
+          const float* do_row = d_out + (b * T + i) * q_stride + h * hd;
+          const float* q_row = q + (b * T + i) * q_stride + h * hd;
+          // d_prob_j = dO_i · V_j;  d_score_j = P_ij (d_prob_j − Σ_k P_ik d_prob_k)
+          float weighted = 0.0f;
+          for (int64_t j = 0; j <= i; ++j) {
+            const float* v_row = v + (b * T + j) * kv_stride + kvh * hd;
+            float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+            for (int64_t c = 0; c < hd; ++c) dot += do_row[c] * v_row[c];
+            d_score[j] = dot;
+            weighted += p[j] * dot;
+          }
+          float* dq_row = d_q + (b * T + i) * q_stride + h * hd;
+          for (int64_t c = 0; c < hd; ++c) dq_row[c] = 0.0f;
+          for (int64_t j = 0; j <= i; ++j) {
+            const float ds = p[j] * (d_score[j] - weighted) * scale;
+            const float* k_row = k + (b * T + j) * kv_stride + kvh * hd;
+            float* dk_row = d_k + (b * T + j) * kv_stride + kvh * hd;
+            float* dv_row = d_v + (b * T + j) * kv_stride + kvh * hd;
+            const float pj = p[j];
+            for (int64_t c = 0; c < hd; ++c) {
+              dq_row[c] += ds * k_row[c];
+              dk_row[c] += ds * q_row[c];
+              dv_row[c] += pj * do_row[c];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void swiglu_forward(float* out, const float* gate, const float* up, int64_t count) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void swiglu_backward(float* d_gate, float* d_up, const float* d_out, const float* gate,
+                     const float* up, int64_t count) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    const float g = gate[i];
+    const float sig = 1.0f / (1.0f + std::exp(-g));
+    const float silu = g * sig;
+    d_up[i] = d_out[i] * silu;
+    d_gate[i] = d_out[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
+  }
+}
+
+void add_inplace(float* out, const float* in, int64_t count) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) out[i] += in[i];
+}
+
+void cross_entropy_forward(float* losses, float* logsumexp, const float* logits,
+                           const int32_t* targets, int64_t n, int64_t vocab) {
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < n; ++row) {
+    const float* x = logits + row * vocab;
+    float max_logit = -INFINITY;
+    for (int64_t j = 0; j < vocab; ++j) max_logit = std::max(max_logit, x[j]);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < vocab; ++j) sum += std::exp(x[j] - max_logit);
+    const float lse = max_logit + std::log(sum);
+    logsumexp[row] = lse;
+    losses[row] = lse - x[targets[row]];
+  }
+}
+
+void cross_entropy_backward(float* logits_to_dlogits, const float* logsumexp,
+                            const int32_t* targets, int64_t n, int64_t vocab, float d_loss) {
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < n; ++row) {
+    float* x = logits_to_dlogits + row * vocab;
+    const float lse = logsumexp[row];
+    for (int64_t j = 0; j < vocab; ++j) x[j] = std::exp(x[j] - lse) * d_loss;
+    x[targets[row]] -= d_loss;
+  }
+}
+
+double sum_of_squares(const float* x, int64_t count) {
+  // Fixed chunks summed in order: the same total on every run and thread count.
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t chunks = (count + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double total = 0.0;
+    const int64_t end = std::min(count, (c + 1) * kChunk);
+    for (int64_t i = c * kChunk; i < end; ++i) total += static_cast<double>(x[i]) * x[i];
+    partial[c] = total;
+  }
+  double total = 0.0;
+  for (double p : partial) total += p;
+  return total;
+}
+
+void adamw_update(float* params, const float* grads, float* m, float* v, int64_t count,
+                  const AdamWStep& s) {
+  const double bias_correction1 = 1.0 - std::pow(static_cast<double>(s.beta1), s.step);
+  const double bias_correction2 = 1.0 - std::pow(static_cast<double>(s.beta2), s.step);
+  const float step_size = static_cast<float>(s.lr / bias_correction1);
+  const float bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  const float decay = 1.0f - s.lr * s.weight_decay;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    const float g = grads[i] * s.grad_scale;
+    m[i] = s.beta1 * m[i] + (1.0f - s.beta1) * g;
+    v[i] = s.beta2 * v[i] + (1.0f - s.beta2) * g * g;
+    const float denom = std::sqrt(v[i]) / bias_correction2_sqrt + s.eps;
+    params[i] = params[i] * decay - step_size * m[i] / denom;
+  }
+}
+
+}  // namespace trainbench::cpu

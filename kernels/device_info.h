@@ -1,0 +1,30 @@
+// The GPUs this process can see, for the environment section of the results
+// and for `train.device: auto`. Built from the CUDA runtime when the CUDA
+// sources are compiled; otherwise it reports that CUDA was not built.
+#pragma once
+
+#include <cstdint>  // int64_t
+#include <string>
+#include <vector>
+
+namespace trainbench {
+
+struct GpuInfo {
+  int index = 0;
+  std::string name;
+  int64_t memory_bytes = 0;
+  int compute_major = 0, compute_minor = 0;
+};
+
+struct GpuInventory {
+  std::vector<GpuInfo> gpus;
+  std::string driver_version;   // e.g. "13.0"; empty when no driver
+  std::string runtime_version;  // CUDA runtime the binary was built with; empty without CUDA
+  std::string why_none;         // when gpus is empty: "built without CUDA", "no driver: ..."
+};
+
+// Never throws and never aborts: a machine with no driver or no GPU is a
+// normal answer (an empty list with the reason).
+GpuInventory query_gpus();
+
+}  // namespace trainbench

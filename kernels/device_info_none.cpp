@@ -1,0 +1,12 @@
+// query_gpus for builds without the CUDA sources.
+#include "kernels/device_info.h"
+
+namespace trainbench {
+
+GpuInventory query_gpus() {
+  GpuInventory inventory;
+  inventory.why_none = "built without CUDA (TRAINBENCH_CUDA=OFF or no nvcc at build time)";
+  return inventory;
+}
+
+}  // namespace trainbench

@@ -1,0 +1,124 @@
+// The one interface the trainer drives, whatever the backend: a model whose
+// parameters, gradients and optimizer state live in flat buffers laid out by
+// ParameterLayout, trained by forward / backward / optimizer_step calls.
+//
+// kernels/cpu implements it in fp32 with OpenBLAS; kernels/cuda (bf16 weights,
+// fp32 master weights) implements the same calls, so trainer/ never branches on
+// the backend. Parameter and gradient exchange with the host is always fp32 in
+// the ParameterLayout order.
+#pragma once
+
+#include <cstdint>     // int64_t
+#include <functional>  // GradientsReadyFn
+#include <memory>      // std::unique_ptr from make_engine
+#include <string>      // EngineOptions::device
+
+#include "kernels/model_shape.h"  // ModelShape, ParameterLayout
+
+namespace trainbench {
+
+// One micro-batch of token ids, row-major [batch, seq_len], in host memory.
+// targets[i] is the token that follows inputs[i].
+struct TokenBatch {
+  const int32_t* inputs = nullptr;
+  const int32_t* targets = nullptr;
+  int64_t batch = 0;
+  int64_t seq_len = 0;
+};
+
+// AdamW exactly as torch.optim.AdamW (decoupled decay, bias correction), with
+// weight decay applied to matrices only and global-norm clipping first.
+struct AdamWSettings {
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // max global L2 norm; <= 0 disables clipping
+};
+
+// Bytes each kind of state takes, computed before anything is allocated.
+struct MemoryPlan {
+  int64_t parameter_bytes = 0;
+  int64_t gradient_bytes = 0;
+  int64_t optimizer_bytes = 0;
+  int64_t activation_bytes = 0;
+  int64_t workspace_bytes = 0;
+  int64_t total_bytes() const {
+    return parameter_bytes + gradient_bytes + optimizer_bytes + activation_bytes +
+           workspace_bytes;
+  }
+};
+
+// Called during backward each time a suffix of the gradient buffer is final
+// for this micro-batch: gradient elements [ready_from, trainable_params) will
+// not be written again. Backward runs from the LM head down to the embedding,
+// and the gradient buffer is ordered embedding-first, so readiness always
+// grows as a suffix — exactly what DDP-style reverse-order buckets need.
+using GradientsReadyFn = std::function<void(int64_t ready_from)>;
+
+class TrainingEngine {
+ public:
+  virtual ~TrainingEngine() = default;
+
+  virtual const char* backend_name() const = 0;  // "cpu", "cuda"
+  virtual const ModelShape& shape() const = 0;
+  virtual const ParameterLayout& layout() const = 0;
+  virtual int64_t micro_batch() const = 0;
+  virtual MemoryPlan memory_plan() const = 0;
+
+  // Parameters: deterministic init from a seed (normal(0, 0.02) matrices,
+  // output projections scaled by 1/sqrt(2·n_layers), norm weights 1), or an
+  // fp32 copy in layout order (layout().total_params() elements).
+  virtual void init_parameters(uint64_t seed) = 0;
+  virtual void set_parameters(const float* host) = 0;
+  virtual void get_parameters(float* host) const = 0;
+  // Gradients of the trainable tensors (layout().trainable_params() elements).
+  virtual void get_gradients(float* host) const = 0;
+
+  // One training step is: zero_gradients, then per micro-batch forward +
+  // backward (gradients accumulate), then optimizer_step.
+  virtual void zero_gradients() = 0;
+  virtual void forward(const TokenBatch& batch) = 0;
+  // Mean cross-entropy of the last forward (synchronises a device backend).
+  virtual float last_loss() = 0;
+  // Logits of the last forward, [batch·seq_len, vocab]; valid only between a
+  // forward and the following backward (backward turns them into dlogits).
+  virtual void get_logits(float* host) const = 0;
+  // Gradients of (loss_scale × mean loss of this micro-batch) are added.
+  virtual void backward(const TokenBatch& batch, float loss_scale,
+                        const GradientsReadyFn& on_gradients_ready) = 0;
+  // Clips, updates, and returns the global gradient norm before clipping.
+  // step counts from 1 (AdamW bias correction).
+  virtual float optimizer_step(const AdamWSettings& settings, int64_t step) = 0;
+
+  // Compute time (forward + backward + optimizer) accumulated since the
+  // previous call, in seconds; device time on a device backend.
+  virtual double take_compute_seconds() = 0;
+  // Blocks until all work issued so far has finished.
+  virtual void synchronize() = 0;
+
+  // Sustained GEMM throughput in FLOP/s of this backend's training precision
+  // for [m, k] × [k, n], measured for about `seconds` (median of repeats): the
+  // measured compute ceiling that MFU is also reported against.
+  virtual double measure_gemm_flops(int64_t m, int64_t n, int64_t k, double seconds) = 0;
+};
+
+struct EngineOptions {
+  ModelShape shape;
+  int64_t micro_batch = 1;
+  std::string device = "cpu";  // "cpu" or "cuda" (resolved by the trainer from "auto")
+  int threads = 0;             // CPU threads; 0 = all hardware threads
+};
+
+// Memory a backend would need for these options, without allocating.
+MemoryPlan plan_engine_memory(const EngineOptions& options);
+
+// Creates the backend named by options.device. Throws std::runtime_error with
+// a message naming what is missing when that backend was not built.
+std::unique_ptr<TrainingEngine> make_engine(const EngineOptions& options);
+
+// Backends compiled into this binary, e.g. "cpu" or "cpu,cuda".
+std::string built_backends();
+
+}  // namespace trainbench

@@ -1,0 +1,99 @@
+#include "kernels/model_shape.h"
+
+#include <stdexcept>  // std::out_of_range for a layout lookup that cannot succeed
+
+namespace trainbench {
+
+const char* param_kind_name(ParamKind kind) {
+  switch (kind) {
+    case ParamKind::kTokenEmbedding: return "tok_embedding";
+    case ParamKind::kAttnNorm: return "attn_norm";
+    case ParamKind::kWq: return "wq";
+    case ParamKind::kWk: return "wk";
+    case ParamKind::kWv: return "wv";
+    case ParamKind::kWo: return "wo";
+    case ParamKind::kMlpNorm: return "mlp_norm";
+    case ParamKind::kWGate: return "w_gate";
+    case ParamKind::kWUp: return "w_up";
+    case ParamKind::kWDown: return "w_down";
+    case ParamKind::kFinalNorm: return "final_norm";
+    case ParamKind::kLmHead: return "lm_head";
+  }
+  return "?";
+}
+
+namespace {
+ParamTensor make_tensor(ParamKind kind, int64_t layer, std::vector<int64_t> shape) {
+  ParamTensor t;
+  t.kind = kind;
+  t.layer = layer;
+  t.name = layer >= 0 ? "layers." + std::to_string(layer) + "." + param_kind_name(kind)
+                      : param_kind_name(kind);
+  t.numel = 1;
+  for (int64_t d : shape) t.numel *= d;
+  t.shape = std::move(shape);
+  return t;
+}
+}  // namespace
+
+ParameterLayout::ParameterLayout(const ModelShape& s) {
+  const int64_t d = s.d_model;
+  tensors_.push_back(make_tensor(ParamKind::kTokenEmbedding, -1, {s.vocab, d}));
+  layer_begin_ = static_cast<int64_t>(tensors_.size());
+  for (int64_t l = 0; l < s.n_layers; ++l) {
+    tensors_.push_back(make_tensor(ParamKind::kAttnNorm, l, {d}));
+    tensors_.push_back(make_tensor(ParamKind::kWq, l, {s.q_dim(), d}));
+    tensors_.push_back(make_tensor(ParamKind::kWk, l, {s.kv_dim(), d}));
+    tensors_.push_back(make_tensor(ParamKind::kWv, l, {s.kv_dim(), d}));
+    tensors_.push_back(make_tensor(ParamKind::kWo, l, {d, s.q_dim()}));
+    tensors_.push_back(make_tensor(ParamKind::kMlpNorm, l, {d}));
+    tensors_.push_back(make_tensor(ParamKind::kWGate, l, {s.ffn_hidden, d}));
+    tensors_.push_back(make_tensor(ParamKind::kWUp, l, {s.ffn_hidden, d}));
+    tensors_.push_back(make_tensor(ParamKind::kWDown, l, {d, s.ffn_hidden}));
+    if (l == 0) tensors_per_layer_ = static_cast<int64_t>(tensors_.size()) - layer_begin_;
+  }
+  tensors_.push_back(make_tensor(ParamKind::kFinalNorm, -1, {d}));
+  tensors_.push_back(make_tensor(ParamKind::kLmHead, -1, {s.vocab, d}));
+  assign_offsets();
+}
+
+void ParameterLayout::assign_offsets() {
+  total_params_ = 0;
+  trainable_params_ = 0;
+  for (ParamTensor& t : tensors_) {
+    t.offset = total_params_;
+    total_params_ += t.numel;
+    t.grad_offset = t.trainable ? trainable_params_ : -1;
+    if (t.trainable) trainable_params_ += t.numel;
+  }
+}
+
+void ParameterLayout::set_trainable(ParamKind kind, bool trainable) {
+  for (ParamTensor& t : tensors_)
+    if (t.kind == kind) t.trainable = trainable;
+  assign_offsets();
+}
+
+const ParamTensor& ParameterLayout::get(ParamKind kind, int64_t layer) const {
+  const bool per_layer = kind != ParamKind::kTokenEmbedding && kind != ParamKind::kFinalNorm &&
+                         kind != ParamKind::kLmHead;
+  if (per_layer) {
+    // Layer tensors are stored in blocks of tensors_per_layer_, in enum order.
+    const int64_t index_in_layer =
+        static_cast<int64_t>(kind) - static_cast<int64_t>(ParamKind::kAttnNorm);
+    const int64_t i = layer_begin_ + layer * tensors_per_layer_ + index_in_layer;
+    if (layer < 0 || i >= static_cast<int64_t>(tensors_.size()) || tensors_[i].layer != layer)
+      throw std::out_of_range(std::string("no parameter ") + param_kind_name(kind) +
+                              " in layer " + std::to_string(layer));
+    return tensors_[i];
+  }
+  for (const ParamTensor& t : tensors_)
+    if (t.kind == kind) return t;
+  throw std::out_of_range(std::string("no parameter ") + param_kind_name(kind));
+}
+
+int64_t ParameterLayout::non_embedding_params() const {
+  return total_params_ - get(ParamKind::kTokenEmbedding).numel;
+}
+
+}  // namespace trainbench

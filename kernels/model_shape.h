@@ -1,0 +1,86 @@
+// The shape of the Llama-style decoder every backend trains, and the layout of
+// its parameters in one flat buffer. Shared by kernels/cpu and kernels/cuda so
+// that a parameter lives at the same offset in every backend, in checkpoints and
+// in the gradient buckets.
+#pragma once
+
+#include <cstdint>  // int64_t
+#include <string>   // ParamTensor::name
+#include <vector>   // the tensor list
+
+namespace trainbench {
+
+struct ModelShape {
+  int64_t vocab = 0;
+  int64_t d_model = 0;
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;   // grouped-query attention: n_heads % n_kv_heads == 0
+  int64_t ffn_hidden = 0;   // SwiGLU hidden width (gate and up projections)
+  int64_t seq_len = 0;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+
+  int64_t head_dim() const { return d_model / n_heads; }
+  int64_t q_dim() const { return n_heads * head_dim(); }
+  int64_t kv_dim() const { return n_kv_heads * head_dim(); }
+  int64_t heads_per_kv() const { return n_heads / n_kv_heads; }
+};
+
+// Which parameter a tensor is. Per-layer kinds repeat once per layer.
+enum class ParamKind {
+  kTokenEmbedding,  // [vocab, d_model]
+  kAttnNorm,        // [d_model]
+  kWq,              // [q_dim, d_model]      (PyTorch Linear layout: [out, in])
+  kWk,              // [kv_dim, d_model]
+  kWv,              // [kv_dim, d_model]
+  kWo,              // [d_model, q_dim]
+  kMlpNorm,         // [d_model]
+  kWGate,           // [ffn_hidden, d_model]
+  kWUp,             // [ffn_hidden, d_model]
+  kWDown,           // [d_model, ffn_hidden]
+  kFinalNorm,       // [d_model]
+  kLmHead,          // [vocab, d_model]      (untied from the embedding)
+};
+
+const char* param_kind_name(ParamKind kind);
+
+struct ParamTensor {
+  std::string name;              // "layers.3.wq", "tok_embedding", ...
+  ParamKind kind;
+  int64_t layer = -1;            // -1 for tensors outside the layer stack
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  int64_t offset = 0;            // into the parameter buffer
+  bool trainable = true;         // frozen tensors have no gradient or optimizer slot
+  int64_t grad_offset = -1;      // into gradient / optimizer buffers; -1 when frozen
+  bool is_matrix() const { return shape.size() == 2; }
+};
+
+// Parameters in a fixed order: embedding, layer 0 .. n_layers-1, final norm,
+// LM head. Gradients and optimizer state hold the trainable subset in the same
+// order, so the gradient buffer can be cut into DDP buckets by offset.
+class ParameterLayout {
+ public:
+  explicit ParameterLayout(const ModelShape& shape);
+
+  // Frozen tensors lose their gradient slot; offsets are recomputed.
+  void set_trainable(ParamKind kind, bool trainable);
+
+  const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  const ParamTensor& get(ParamKind kind, int64_t layer = -1) const;
+  int64_t total_params() const { return total_params_; }
+  int64_t trainable_params() const { return trainable_params_; }
+  // Parameters that are not the token embedding (the N of the 6N rule).
+  int64_t non_embedding_params() const;
+
+ private:
+  void assign_offsets();
+  std::vector<ParamTensor> tensors_;
+  int64_t layer_begin_ = 0;        // index of the first per-layer tensor
+  int64_t tensors_per_layer_ = 0;
+  int64_t total_params_ = 0;
+  int64_t trainable_params_ = 0;
+};
+
+}  // namespace trainbench

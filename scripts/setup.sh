@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of trainbench, idempotently.
+# Debian packages for the C++ side, pinned PyPI packages (scripts/requirements.txt)
+# for the Python tools. Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEBIAN_PACKAGES=(
+  cmake ninja-build g++ pkg-config git
+  libopenblas-dev               # cblas_sgemm for the CPU engine
+  libopenmpi-dev openmpi-bin    # MPI launcher and host-buffer communicator
+  libarchive-dev                # tar shards
+  libyaml-cpp-dev               # configs
+  nlohmann-json3-dev            # result JSON
+  libcli11-dev                  # command line
+  libgtest-dev libgmock-dev     # unit tests
+  libtorch-dev                  # the reference model in the kernel tests
+  python3
+)
+
+missing=()
+for pkg in "${DEBIAN_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "setup: Debian packages present"
+fi
+
+# Python tools (webdataset interop tests, report plots). python3 on PATH may be
+# a non-Debian interpreter, so these come from PyPI, pinned in one file.
+if ! python3 -c "import importlib.metadata as m, sys
+req = [l.split('==') for l in open('scripts/requirements.txt') if '==' in l]
+sys.exit(0 if all(m.version(n.strip()) == v.strip() for n, v in req) else 1)" 2>/dev/null; then
+  echo "setup: installing Python requirements"
+  python3 -m pip install -q --disable-pip-version-check -r scripts/requirements.txt
+else
+  echo "setup: Python requirements present"
+fi

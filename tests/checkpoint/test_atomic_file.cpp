@@ -1,0 +1,74 @@
+// write_file_atomically: replaces whole files, and a failure leaves the old
+// file and no temporary behind.
+#include <gtest/gtest.h>
+#include <sys/stat.h>  // mkdir
+
+#include <dirent.h>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "checkpoint/atomic_file.h"
+
+namespace trainbench {
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int count_entries(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  int n = 0;
+  while (dirent* e = readdir(d))
+    if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") ++n;
+  closedir(d);
+  return n;
+}
+
+class AtomicFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/trainbench_atomic_XXXXXX";
+    dir_ = mkdtemp(pattern);
+  }
+  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+  std::string dir_;
+};
+
+TEST_F(AtomicFile, WritesAndReplacesTheWholeFile) {
+  const std::string path = dir_ + "/result.json";
+  write_file_atomically(path, "first version, longer than the second");
+  EXPECT_EQ(read_file(path), "first version, longer than the second");
+  write_file_atomically(path, "second");
+  EXPECT_EQ(read_file(path), "second");
+  EXPECT_EQ(count_entries(dir_), 1) << "no temporary file left behind";
+}
+
+TEST_F(AtomicFile, FailureNamesThePathAndLeavesNothingBehind) {
+  const std::string path = dir_ + "/keep.json";
+  write_file_atomically(path, "precious");
+  // A missing directory fails at creation even for root (who ignores permissions).
+  const std::string unreachable = dir_ + "/missing/sub.json";
+  try {
+    write_file_atomically(unreachable, "x");
+    FAIL() << "expected an AtomicWriteError";
+  } catch (const AtomicWriteError& e) {
+    EXPECT_NE(std::string(e.what()).find(unreachable), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_file(path), "precious");
+  EXPECT_EQ(count_entries(dir_), 1);
+}
+
+TEST_F(AtomicFile, RenameOntoADirectoryFailsAndRemovesTheTemporary) {
+  const std::string target = dir_ + "/is_a_dir";
+  mkdir(target.c_str(), 0755);
+  EXPECT_THROW(write_file_atomically(target, "data"), AtomicWriteError);
+  EXPECT_EQ(count_entries(dir_), 1) << "only the directory itself remains";
+}
+
+}  // namespace
+}  // namespace trainbench

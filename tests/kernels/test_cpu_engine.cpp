@@ -1,0 +1,143 @@
+// CpuEngine invariants that need no reference framework (libtorch comparisons
+// are in tests/reference): initial loss, determinism, gradient readiness,
+// accumulation, and that training reduces the loss.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/cpu_engine.h"
+
+namespace trainbench {
+namespace {
+
+EngineOptions tiny_options() {
+  EngineOptions o;
+  o.shape.vocab = 97;
+  o.shape.d_model = 32;
+  o.shape.n_layers = 2;
+  o.shape.n_heads = 4;
+  o.shape.n_kv_heads = 2;
+  o.shape.ffn_hidden = 48;
+  o.shape.seq_len = 12;
+  o.micro_batch = 3;
+  o.threads = 2;
+  return o;
+}
+
+struct Tokens {
+  std::vector<int32_t> inputs, targets;
+  TokenBatch batch(const EngineOptions& o) const {
+    return TokenBatch{inputs.data(), targets.data(), o.micro_batch, o.shape.seq_len};
+  }
+};
+
+Tokens random_tokens(const EngineOptions& o, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(o.shape.vocab - 1));
+  Tokens t;
+  for (int64_t i = 0; i < o.micro_batch * o.shape.seq_len; ++i) {
+    t.inputs.push_back(token(rng));
+    t.targets.push_back(token(rng));
+  }
+  return t;
+}
+
+TEST(CpuEngine, InitialLossIsNearLogVocab) {
+  const EngineOptions o = tiny_options();
+  cpu::CpuEngine engine(o);
+  engine.init_parameters(1);
+  const Tokens t = random_tokens(o, 11);
+  engine.forward(t.batch(o));
+  // Small initial weights give near-uniform predictions.
+  EXPECT_NEAR(engine.last_loss(), std::log(static_cast<double>(o.shape.vocab)), 0.05);
+}
+
+TEST(CpuEngine, SameSeedAndBatchGiveBitIdenticalGradients) {
+  const EngineOptions o = tiny_options();
+  const Tokens t = random_tokens(o, 5);
+  std::vector<std::vector<float>> grads;
+  for (int run = 0; run < 2; ++run) {
+    cpu::CpuEngine engine(o);
+    engine.init_parameters(9);
+    engine.zero_gradients();
+    engine.forward(t.batch(o));
+    engine.backward(t.batch(o), 1.0f, nullptr);
+    grads.emplace_back(engine.layout().trainable_params());
+    engine.get_gradients(grads.back().data());
+  }
+  EXPECT_EQ(grads[0], grads[1]);
+}
+
+TEST(CpuEngine, GradientReadinessGrowsAsASuffixAndEndsAtZero) {
+  const EngineOptions o = tiny_options();
+  cpu::CpuEngine engine(o);
+  engine.init_parameters(2);
+  const Tokens t = random_tokens(o, 3);
+  engine.zero_gradients();
+  engine.forward(t.batch(o));
+  std::vector<int64_t> ready;
+  engine.backward(t.batch(o), 1.0f, [&](int64_t from) { ready.push_back(from); });
+  // Head, one call per layer, embedding.
+  ASSERT_EQ(ready.size(), static_cast<size_t>(o.shape.n_layers + 2));
+  for (size_t i = 1; i < ready.size(); ++i) EXPECT_LT(ready[i], ready[i - 1]);
+  EXPECT_EQ(ready.back(), 0);
+  EXPECT_EQ(ready.front(), engine.layout().get(ParamKind::kFinalNorm).grad_offset);
+  EXPECT_EQ(ready[1], engine.layout().get(ParamKind::kAttnNorm, o.shape.n_layers - 1).grad_offset);
+}
+
+TEST(CpuEngine, AccumulatedHalfBatchesEqualOneCall) {
+  const EngineOptions o = tiny_options();
+  const Tokens t = random_tokens(o, 21);
+  cpu::CpuEngine engine(o);
+  engine.init_parameters(4);
+  const int64_t n = engine.layout().trainable_params();
+  engine.zero_gradients();
+  engine.forward(t.batch(o));
+  engine.backward(t.batch(o), 1.0f, nullptr);
+  std::vector<float> once(n), twice(n);
+  engine.get_gradients(once.data());
+  engine.zero_gradients();
+  for (int i = 0; i < 2; ++i) {
+    engine.forward(t.batch(o));
+    engine.backward(t.batch(o), 0.5f, nullptr);
+  }
+  engine.get_gradients(twice.data());
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    diff += (once[i] - twice[i]) * (once[i] - twice[i]);
+    norm += once[i] * once[i];
+  }
+  EXPECT_LT(std::sqrt(diff / norm), 1e-6);
+}
+
+TEST(CpuEngine, RejectsABatchOfTheWrongShape) {
+  const EngineOptions o = tiny_options();
+  cpu::CpuEngine engine(o);
+  const Tokens t = random_tokens(o, 1);
+  TokenBatch wrong = t.batch(o);
+  wrong.seq_len -= 1;
+  EXPECT_THROW(engine.forward(wrong), std::invalid_argument);
+}
+
+TEST(CpuEngine, MemoryPlanMatchesTheAllocation) {
+  const EngineOptions o = tiny_options();
+  const MemoryPlan plan = cpu::plan_cpu_memory(o);
+  const ParameterLayout layout(o.shape);
+  EXPECT_EQ(plan.parameter_bytes, 4 * layout.total_params());
+  EXPECT_EQ(plan.gradient_bytes, 4 * layout.trainable_params());
+  EXPECT_EQ(plan.optimizer_bytes, 8 * layout.trainable_params());
+  // probs alone: batch · heads · T² floats per layer.
+  EXPECT_GE(plan.activation_bytes, 4 * o.micro_batch * o.shape.n_heads * o.shape.seq_len *
+                                       o.shape.seq_len * o.shape.n_layers);
+}
+
+TEST(CpuEngine, GemmCalibrationReportsAPositiveRate) {
+  cpu::CpuEngine engine(tiny_options());
+  const double flops = engine.measure_gemm_flops(64, 64, 64, 0.01);
+  EXPECT_GT(flops, 1e6);  // any working CPU does a 64³ sgemm faster than 1 MFLOP/s
+}
+
+}  // namespace
+}  // namespace trainbench

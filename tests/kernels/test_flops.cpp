@@ -1,0 +1,67 @@
+// model_flops_per_token against a hand count and against 6N + 12·L·H·Q·T.
+#include <gtest/gtest.h>
+
+#include "kernels/flops.h"
+
+namespace trainbench {
+namespace {
+
+TEST(Flops, MatchesAHandCountForOneConfig) {
+  ModelShape s;
+  s.vocab = 1000;
+  s.d_model = 64;
+  s.n_layers = 2;
+  s.n_heads = 4;
+  s.n_kv_heads = 2;  // head_dim 16, kv_dim 32
+  s.ffn_hidden = 128;
+  s.seq_len = 32;
+  const ParameterLayout layout(s);
+  // Forward GEMM FLOPs per token, per layer: 2·(wq 64·64 + wk 32·64 + wv 32·64 + wo 64·64
+  //   + gate 128·64 + up 128·64 + down 64·128) = 2·(4096+2048+2048+4096+8192·3) = 2·36864;
+  // LM head 2·1000·64.  Attention forward per layer: QKᵀ 2·T·q_dim + P·V 2·T·q_dim = 4·32·64.
+  const double gemm_forward = 2 * (2.0 * 36864) + 2.0 * 1000 * 64;
+  const double attention_forward = 2 * (4.0 * 32 * 64);
+  const FlopsPerToken flops = model_flops_per_token(s, layout);
+  EXPECT_DOUBLE_EQ(flops.gemm_forward, gemm_forward);
+  EXPECT_DOUBLE_EQ(flops.gemm_backward, 2 * gemm_forward);
+  EXPECT_DOUBLE_EQ(flops.attention_forward, attention_forward);
+  EXPECT_DOUBLE_EQ(flops.attention_backward, 2 * attention_forward);
+  EXPECT_DOUBLE_EQ(flops.total(), 3 * (gemm_forward + attention_forward));
+}
+
+TEST(Flops, WithinFivePercentOfTheRuleOfThumbForAMultiHeadConfig) {
+  // GPT-2-small-like shapes: the rule counts norm gains in N, we do not.
+  ModelShape s;
+  s.vocab = 50257;
+  s.d_model = 768;
+  s.n_layers = 12;
+  s.n_heads = 12;
+  s.n_kv_heads = 12;
+  s.ffn_hidden = 3072;
+  s.seq_len = 1024;
+  const ParameterLayout layout(s);
+  const double ours = model_flops_per_token(s, layout).total();
+  const double rule = rule_of_thumb_flops_per_token(s, layout);
+  EXPECT_NEAR(ours / rule, 1.0, 0.05);
+  EXPECT_NE(ours, rule);  // not the same formula: norms are in N, not in our GEMMs
+}
+
+TEST(Flops, FrozenWeightsSkipTheirWeightGradientGemm) {
+  ModelShape s;
+  s.vocab = 256;
+  s.d_model = 32;
+  s.n_layers = 1;
+  s.n_heads = 2;
+  s.n_kv_heads = 2;
+  s.ffn_hidden = 64;
+  s.seq_len = 16;
+  ParameterLayout layout(s);
+  const FlopsPerToken full = model_flops_per_token(s, layout);
+  layout.set_trainable(ParamKind::kWq, false);
+  const FlopsPerToken frozen = model_flops_per_token(s, layout);
+  EXPECT_DOUBLE_EQ(full.gemm_backward - frozen.gemm_backward, 2.0 * 32 * 32);
+  EXPECT_DOUBLE_EQ(full.gemm_forward, frozen.gemm_forward);
+}
+
+}  // namespace
+}  // namespace trainbench

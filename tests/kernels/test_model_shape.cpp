@@ -1,0 +1,71 @@
+// ParameterLayout: counts, offsets and frozen tensors, checked by hand.
+#include <gtest/gtest.h>
+
+#include "kernels/model_shape.h"
+
+namespace trainbench {
+namespace {
+
+ModelShape small_gqa_shape() {
+  ModelShape s;
+  s.vocab = 100;
+  s.d_model = 16;
+  s.n_layers = 3;
+  s.n_heads = 4;
+  s.n_kv_heads = 2;
+  s.ffn_hidden = 40;
+  s.seq_len = 8;
+  return s;
+}
+
+TEST(ParameterLayout, CountsMatchAHandCount) {
+  const ModelShape s = small_gqa_shape();
+  const ParameterLayout layout(s);
+  // head_dim 4, q_dim 16, kv_dim 8.
+  const int64_t per_layer = 16            // attn norm
+                            + 16 * 16     // wq
+                            + 2 * 8 * 16  // wk, wv
+                            + 16 * 16     // wo
+                            + 16          // mlp norm
+                            + 3 * 40 * 16;  // gate, up, down
+  const int64_t expected = 100 * 16 + 3 * per_layer + 16 + 100 * 16;
+  EXPECT_EQ(layout.total_params(), expected);
+  EXPECT_EQ(layout.trainable_params(), expected);
+  EXPECT_EQ(layout.non_embedding_params(), expected - 100 * 16);
+  EXPECT_EQ(layout.tensors().size(), 1u + 3u * 9u + 2u);
+}
+
+TEST(ParameterLayout, TensorsAreContiguousInOrder) {
+  const ParameterLayout layout(small_gqa_shape());
+  int64_t offset = 0;
+  for (const ParamTensor& t : layout.tensors()) {
+    EXPECT_EQ(t.offset, offset) << t.name;
+    EXPECT_EQ(t.grad_offset, offset) << t.name;
+    offset += t.numel;
+  }
+  EXPECT_EQ(layout.get(ParamKind::kWk, 2).name, "layers.2.wk");
+  EXPECT_EQ(layout.get(ParamKind::kWk, 2).shape, (std::vector<int64_t>{8, 16}));
+  EXPECT_EQ(layout.get(ParamKind::kLmHead).name, "lm_head");
+  EXPECT_THROW(layout.get(ParamKind::kWq, 3), std::out_of_range);
+}
+
+TEST(ParameterLayout, FrozenTensorsLoseTheirGradientSlot) {
+  ParameterLayout layout(small_gqa_shape());
+  const int64_t total = layout.total_params();
+  layout.set_trainable(ParamKind::kWq, false);
+  layout.set_trainable(ParamKind::kTokenEmbedding, false);
+  EXPECT_EQ(layout.total_params(), total);
+  EXPECT_EQ(layout.trainable_params(), total - 3 * 16 * 16 - 100 * 16);
+  int64_t grad_offset = 0;
+  for (const ParamTensor& t : layout.tensors()) {
+    if (!t.trainable) {
+      EXPECT_EQ(t.grad_offset, -1) << t.name;
+      continue;
+    }
+    EXPECT_EQ(t.grad_offset, grad_offset) << t.name;
+    grad_offset += t.numel;
+  }
+}
+
+}  // namespace
+}  // namespace trainbench

@@ -1,0 +1,65 @@
+// Initialisation is deterministic, thread-count independent and has the
+// documented statistics.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/parameter_init.h"
+
+namespace trainbench {
+namespace {
+
+ModelShape init_shape() {
+  ModelShape s;
+  s.vocab = 512;
+  s.d_model = 128;
+  s.n_layers = 8;
+  s.n_heads = 4;
+  s.n_kv_heads = 4;
+  s.ffn_hidden = 256;
+  s.seq_len = 16;
+  return s;
+}
+
+TEST(ParameterInit, SameSeedSameWeightsOnAnyThreadCount) {
+  const ModelShape s = init_shape();
+  const ParameterLayout layout(s);
+  std::vector<float> one(layout.total_params()), many(layout.total_params());
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  init_parameters_host(layout, s.n_layers, 7, one.data());
+  omp_set_num_threads(4);
+  init_parameters_host(layout, s.n_layers, 7, many.data());
+  omp_set_num_threads(saved);
+  EXPECT_EQ(one, many);
+  std::vector<float> other(layout.total_params());
+  init_parameters_host(layout, s.n_layers, 8, other.data());
+  EXPECT_NE(one, other);
+}
+
+TEST(ParameterInit, StatisticsPerKind) {
+  const ModelShape s = init_shape();
+  const ParameterLayout layout(s);
+  std::vector<float> p(layout.total_params());
+  init_parameters_host(layout, s.n_layers, 3, p.data());
+  auto stddev_of = [&](const ParamTensor& t) {
+    double sum = 0, sum_sq = 0;
+    for (int64_t i = 0; i < t.numel; ++i) {
+      sum += p[t.offset + i];
+      sum_sq += static_cast<double>(p[t.offset + i]) * p[t.offset + i];
+    }
+    const double mean = sum / t.numel;
+    EXPECT_NEAR(mean, 0.0, 0.002) << t.name;
+    return std::sqrt(sum_sq / t.numel - mean * mean);
+  };
+  EXPECT_NEAR(stddev_of(layout.get(ParamKind::kTokenEmbedding)), 0.02, 0.001);
+  EXPECT_NEAR(stddev_of(layout.get(ParamKind::kWGate, 0)), 0.02, 0.001);
+  EXPECT_NEAR(stddev_of(layout.get(ParamKind::kWDown, 0)), 0.02 / std::sqrt(16.0), 0.0005);
+  const ParamTensor& norm = layout.get(ParamKind::kMlpNorm, 5);
+  for (int64_t i = 0; i < norm.numel; ++i) ASSERT_EQ(p[norm.offset + i], 1.0f);
+}
+
+}  // namespace
+}  // namespace trainbench

@@ -1,0 +1,142 @@
+// Bad configurations, shared by test_config (through load_config) and
+// test_cli_errors (through the trainbench binary): each must be refused with
+// one line that contains every string in `expected`.
+#pragma once
+
+#include <string>
+#include <utility>  // std::pair
+#include <vector>
+
+namespace trainbench::config_cases {
+
+struct BadConfigCase {
+  std::string name;                    // GoogleTest parameter name
+  std::string yaml;                    // the config file's text
+  std::vector<std::string> overrides;  // --set arguments, applied after the file
+  std::vector<std::string> expected;   // substrings of the error message
+  // When not empty: the message names "FILE:N" where N is the first line of
+  // `yaml` containing this text.
+  std::string at_line_with = {};
+};
+
+// A valid config (the tiny shape) with `changes` ("section.key", raw YAML
+// value) replacing keys in place or appended to their section.
+inline std::string valid_yaml_with(const std::vector<std::pair<std::string, std::string>>& changes) {
+  std::vector<std::pair<std::string, std::string>> keys = {
+      {"model.vocab", "512"},     {"model.d_model", "64"},    {"model.n_layers", "2"},
+      {"model.n_heads", "4"},     {"model.n_kv_heads", "2"},  {"model.ffn_hidden", "192"},
+      {"model.seq_len", "64"},    {"train.micro_batch", "8"}, {"train.steps", "40"},
+      {"train.warmup_steps", "5"}, {"train.lr", "1e-3"},
+  };
+  for (const auto& [key, value] : changes) {
+    bool replaced = false;
+    for (auto& entry : keys) {
+      if (entry.first == key) {
+        entry.second = value;
+        replaced = true;
+      }
+    }
+    if (!replaced) keys.emplace_back(key, value);
+  }
+  // Group by section, sections in order of first appearance.
+  std::vector<std::string> sections;
+  for (const auto& entry : keys) {
+    const std::string section = entry.first.substr(0, entry.first.find('.'));
+    bool known = false;
+    for (const auto& s : sections) known = known || s == section;
+    if (!known) sections.push_back(section);
+  }
+  std::string yaml;
+  for (const auto& section : sections) {
+    yaml += section + ":\n";
+    for (const auto& [key, value] : keys)
+      if (key.substr(0, key.find('.')) == section)
+        yaml += "  " + key.substr(key.find('.') + 1) + ": " + value + "\n";
+  }
+  return yaml;
+}
+
+inline std::vector<BadConfigCase> bad_config_cases() {
+  const std::string valid = valid_yaml_with({});
+  auto with = [](const std::string& key, const std::string& value) {
+    return valid_yaml_with({{key, value}});
+  };
+  return {
+      // Structure.
+      {"UnknownSection", with("modle.vocab", "512"), {}, {"unknown section 'modle'"}, "modle:"},
+      {"UnknownKey", with("model.d_modle", "64"), {},
+       {"unknown key 'model.d_modle'", "did you mean 'model.d_model'"}, "d_modle:"},
+      {"KeyInWrongSection", with("train.seq_len", "64"), {},
+       {"unknown key 'train.seq_len'", "model.seq_len"}},
+      {"DuplicateSection", valid + "model:\n  vocab: 100\n", {}, {"duplicate section 'model'"}},
+      {"DuplicateKey", "model:\n  vocab: 512\n  vocab: 100\n", {}, {"duplicate key 'model.vocab'"},
+       "vocab: 100"},
+      {"SectionNotAMap", "model: 64\n", {}, {"model", "a map"}},
+      {"TopLevelList", "- model\n- train\n", {}, {"top level must be a map"}},
+      {"MalformedYaml", "model:\n  vocab: 512\n  d_model: 64: 3\n  n_layers: 2\n", {},
+       {"malformed YAML", ":3:"}},
+      {"TabIndentation", "model:\n  vocab: 512\n\td_model: 64\n", {}, {"malformed YAML", ":3:"}},
+      // Types.
+      {"IntNotANumber", with("model.d_model", "abc"), {}, {"model.d_model", "'abc' is not an integer"},
+       "d_model:"},
+      {"IntWithFraction", with("model.d_model", "12.5"), {}, {"model.d_model", "'12.5' is not an integer"}},
+      {"IntWithSuffix", with("train.steps", "1k"), {}, {"train.steps", "'1k' is not an integer"}},
+      {"IntHex", with("train.steps", "0x10"), {}, {"train.steps", "'0x10' is not an integer"}},
+      {"IntDoubleSign", with("train.steps", "+-5"), {}, {"train.steps", "'+-5' is not an integer"}},
+      {"IntAsList", with("model.n_layers", "[2, 4]"), {}, {"model.n_layers", "a list is not an integer"}},
+      {"IntAsMap", with("model.n_layers", "{a: 1}"), {}, {"model.n_layers", "a map is not an integer"}},
+      {"IntEmpty", with("model.n_layers", ""), {}, {"model.n_layers", "not an integer"}},
+      {"IntOverflow", with("model.vocab", "99999999999999999999"), {}, {"model.vocab", "out of range"}},
+      {"DoubleNotANumber", with("train.lr", "fast"), {}, {"train.lr", "'fast' is not a number"}},
+      {"DoubleInfinite", with("train.lr", ".inf"), {}, {"train.lr", "not a number"}},
+      {"StringAsList", with("train.device", "[cpu]"), {}, {"train.device", "a list is not a string"}},
+      // Sizes.
+      {"ZeroLayers", with("model.n_layers", "0"), {}, {"model.n_layers: must be > 0 (got 0)"}, "n_layers:"},
+      {"NegativeMicroBatch", with("train.micro_batch", "-1"), {}, {"train.micro_batch: must be > 0 (got -1)"}},
+      {"ZeroSeqLen", with("model.seq_len", "0"), {}, {"model.seq_len: must be > 0"}},
+      {"ZeroGradAccum", with("train.grad_accum", "0"), {}, {"train.grad_accum: must be > 0"}},
+      {"ZeroSyntheticBatches", with("data.synthetic_batches", "0"), {}, {"data.synthetic_batches: must be > 0"}},
+      {"VocabBeyondInt32", with("model.vocab", "2147483648"), {}, {"model.vocab", "int32"}},
+      // Shapes.
+      {"HeadsDoNotDivideDModel", with("model.n_heads", "6"), {},
+       {"model.n_heads: 6 does not divide model.d_model (64)"}, "n_heads:"},
+      {"KvHeadsDoNotDivideHeads", with("model.n_kv_heads", "3"), {},
+       {"model.n_kv_heads: 3 does not divide model.n_heads (4)"}},
+      {"MoreKvHeadsThanHeads", with("model.n_kv_heads", "8"), {}, {"model.n_kv_heads"}},
+      {"OddHeadDim", valid_yaml_with({{"model.d_model", "60"}}), {}, {"model.d_model", "odd"}},
+      // Training.
+      {"WarmupEqualsSteps", with("train.warmup_steps", "40"), {}, {"train.warmup_steps", "train.steps (40)"}},
+      {"NegativeWarmup", with("train.warmup_steps", "-1"), {}, {"train.warmup_steps: must be >= 0"}},
+      {"ZeroLr", with("train.lr", "0"), {}, {"train.lr: must be > 0 (got 0)"}},
+      {"Beta1One", with("train.beta1", "1"), {}, {"train.beta1: must be in [0, 1)"}},
+      {"NegativeBeta2", with("train.beta2", "-0.1"), {}, {"train.beta2"}},
+      {"ZeroEps", with("train.eps", "0"), {}, {"train.eps"}},
+      {"NegativeWeightDecay", with("train.weight_decay", "-0.1"), {}, {"train.weight_decay"}},
+      {"NegativeGradClip", with("train.grad_clip", "-1"), {}, {"train.grad_clip"}},
+      {"ZeroRopeTheta", with("model.rope_theta", "0"), {}, {"model.rope_theta"}},
+      {"ZeroNormEps", with("model.norm_eps", "0"), {}, {"model.norm_eps"}},
+      {"NegativeThreads", with("train.threads", "-2"), {}, {"train.threads"}},
+      {"NegativeTrainSeed", with("train.seed", "-1"), {}, {"train.seed"}},
+      {"NegativeDataSeed", with("data.seed", "-1"), {}, {"data.seed"}},
+      {"NegativeProgressEvery", with("report.progress_every", "-1"), {}, {"report.progress_every"}},
+      // Choices.
+      {"BadPrecision", with("train.precision", "fp16"), {}, {"train.precision", "'fp16' is not one of"}},
+      {"LoraNotYet", with("train.mode", "lora"), {}, {"train.mode", "lora is not implemented yet"}},
+      {"BadMode", with("train.mode", "partial"), {}, {"train.mode", "'partial'"}},
+      {"BadDevice", with("train.device", "tpu"), {}, {"train.device", "'tpu'"}},
+      {"BadDataSource", with("data.source", "shards"), {}, {"data.source", "'shards'"}},
+      {"Bf16OnCpu", valid_yaml_with({{"train.precision", "bf16"}, {"train.device", "cpu"}}), {},
+       {"train.precision", "bf16"}},
+      // Overrides: the file is valid, the override is not.
+      {"OverrideWithoutEquals", valid, {"model.n_layers"}, {"--set model.n_layers", "section.key=value"}},
+      {"OverrideEmptyKey", valid, {"=4"}, {"--set =4", "key is empty"}},
+      {"OverrideUnknownKey", valid, {"model.layers=4"}, {"unknown key 'model.layers'", "model.n_layers"}},
+      {"OverrideWrongType", valid, {"model.n_layers=two"}, {"--set model.n_layers=two", "not an integer"}},
+      {"OverrideBreaksShape", valid, {"model.d_model=66"},
+       {"--set model.d_model=66: model.n_heads: 4 does not divide model.d_model (66)"}},
+      {"LaterOverrideWins", valid, {"model.n_layers=4", "model.n_layers=0"},
+       {"--set model.n_layers=0: model.n_layers: must be > 0 (got 0)"}},
+  };
+}
+
+}  // namespace trainbench::config_cases

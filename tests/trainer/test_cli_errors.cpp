@@ -1,0 +1,155 @@
+// The user-error contract of the real binary: every bad configuration, bad
+// override and bad command line exits 2 with exactly one line on stderr that
+// names what is wrong ("trainbench: <message>").
+#include <fcntl.h>     // open
+#include <signal.h>    // kill
+#include <sys/wait.h>  // waitpid
+#include <unistd.h>    // fork, execv, dup2, chdir, mkdtemp
+
+#include <algorithm>   // std::count
+#include <chrono>      // the deadline for a child that does not exit
+#include <filesystem>  // the temporary working directory
+#include <fstream>     // writing configs, reading stderr
+#include <iterator>    // std::istreambuf_iterator
+#include <string>
+#include <thread>      // sleeping between waitpid polls
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/trainer/bad_config_cases.h"  // the table shared with test_config
+
+namespace trainbench {
+namespace {
+
+namespace fs = std::filesystem;
+using config_cases::BadConfigCase;
+using config_cases::bad_config_cases;
+
+struct RunResult {
+  int exit_code = -1;  // 128 + signal when killed
+  std::string stderr_text;
+};
+
+// Runs `trainbench args...` in `workdir`, stdout discarded, stderr captured.
+// A child still running after the deadline (a CLI that accepted a bad config
+// and started training) is killed and reported as a failure, not a hang.
+RunResult run_trainbench(const std::vector<std::string>& args, const fs::path& workdir) {
+  const fs::path stderr_path = workdir / "stderr.txt";
+  std::vector<std::string> argv_storage = {TRAINBENCH_BINARY};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& arg : argv_storage) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // Child: only async-signal-safe calls until exec.
+    const int null_fd = open("/dev/null", O_RDWR);
+    const int err_fd = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (null_fd < 0 || err_fd < 0 || chdir(workdir.c_str()) != 0) _exit(126);
+    dup2(null_fd, STDIN_FILENO);
+    dup2(null_fd, STDOUT_FILENO);
+    dup2(err_fd, STDERR_FILENO);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  RunResult result;
+  if (pid < 0) {
+    ADD_FAILURE() << "fork failed";
+    return result;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      ADD_FAILURE() << "trainbench did not exit within 120 s";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream stderr_file(stderr_path);
+  result.stderr_text.assign(std::istreambuf_iterator<char>(stderr_file), std::istreambuf_iterator<char>());
+  return result;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "trainbench-cli-XXXXXX").string();
+    path_ = mkdtemp(pattern.data()) != nullptr ? fs::path(pattern) : fs::path();
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// Exit 2 and exactly one line, "trainbench: ..." containing each of `expected`.
+void expect_user_error(const RunResult& result, const std::vector<std::string>& expected) {
+  EXPECT_EQ(result.exit_code, 2) << result.stderr_text;
+  const std::string& text = result.stderr_text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << "not one line:\n" << text;
+  EXPECT_EQ(text.rfind("trainbench: ", 0), 0) << text;
+  for (const std::string& item : expected)
+    EXPECT_NE(text.find(item), std::string::npos) << "missing '" << item << "' in: " << text;
+}
+
+class CliBadConfig : public ::testing::TestWithParam<BadConfigCase> {};
+
+TEST_P(CliBadConfig, ExitsTwoWithOneLine) {
+  const BadConfigCase& bad = GetParam();
+  const TempDir dir;
+  const fs::path config_path = dir.path() / "bad.yaml";
+  std::ofstream(config_path) << bad.yaml;
+  std::vector<std::string> args = {"run", config_path.string()};
+  for (const std::string& override_text : bad.overrides) {
+    args.push_back("--set");
+    args.push_back(override_text);
+  }
+  std::vector<std::string> expected = bad.expected;
+  // An error in the file names the file; one from --set names the override.
+  expected.push_back(bad.overrides.empty() ? config_path.string() : "--set ");
+  expect_user_error(run_trainbench(args, dir.path()), expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CliBadConfig, ::testing::ValuesIn(bad_config_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(CliErrors, MissingConfigFileNamesThePath) {
+  const TempDir dir;
+  const std::string missing = (dir.path() / "no-such.yaml").string();
+  expect_user_error(run_trainbench({"run", missing}, dir.path()),
+                    {"config file not found: " + missing, "tiny"});
+}
+
+TEST(CliErrors, BadOverrideOnAPreset) {
+  const TempDir dir;
+  expect_user_error(run_trainbench({"run", "tiny", "--set", "model.n_heads=6"}, dir.path()),
+                    {"--set model.n_heads=6", "model.n_heads"});
+}
+
+TEST(CliErrors, StepsNotANumber) {
+  const TempDir dir;
+  expect_user_error(run_trainbench({"run", "tiny", "--steps", "abc"}, dir.path()), {"--steps"});
+}
+
+TEST(CliErrors, UnknownSubcommand) {
+  const TempDir dir;
+  expect_user_error(run_trainbench({"frobnicate"}, dir.path()), {"frobnicate"});
+}
+
+TEST(CliErrors, UnknownOption) {
+  const TempDir dir;
+  expect_user_error(run_trainbench({"run", "tiny", "--frobnicate"}, dir.path()), {"--frobnicate"});
+}
+
+}  // namespace
+}  // namespace trainbench

@@ -1,0 +1,320 @@
+// trainer/config: presets, YAML files, --set overrides, validation and the
+// one-line errors that name the key.
+#include "trainer/config.h"
+
+#include <unistd.h>  // mkdtemp, chdir
+
+#include <algorithm>   // std::count, std::find
+#include <filesystem>  // temporary config files, configs/ in the source tree
+#include <fstream>     // writing them
+#include <set>         // comparing name sets
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/trainer/bad_config_cases.h"  // the table shared with test_cli_errors
+
+namespace trainbench {
+namespace {
+
+namespace fs = std::filesystem;
+using config_cases::BadConfigCase;
+using config_cases::bad_config_cases;
+using config_cases::valid_yaml_with;
+
+const fs::path kConfigsDir = fs::path(TRAINBENCH_SOURCE_DIR) / "configs";
+
+// A fresh directory under the system temp dir, removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "trainbench-config-XXXXXX").string();
+    path_ = mkdtemp(pattern.data()) != nullptr ? fs::path(pattern) : fs::path();
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  const fs::path& path() const { return path_; }
+  fs::path write(const std::string& name, const std::string& text) const {
+    std::ofstream(path_ / name) << text;
+    return path_ / name;
+  }
+
+ private:
+  fs::path path_;
+};
+
+// The message of the ConfigError `load` throws; a failure when it throws none.
+template <typename Load>
+std::string config_error(Load load) {
+  try {
+    load();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no ConfigError thrown";
+  return "";
+}
+
+TEST(Presets, TheDocumentedPresetsAreEmbedded) {
+  const std::vector<std::string> names = preset_names();
+  for (const char* name : {"tiny", "cpu-small", "gpt2-124m", "llama3-8b", "llama3-70b"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
+    EXPECT_TRUE(is_preset(name)) << name;
+  }
+  EXPECT_FALSE(is_preset("tiny.yaml"));
+  EXPECT_FALSE(is_preset("huge"));
+}
+
+TEST(Presets, EveryPresetLoadsAndValidates) {
+  for (const std::string& name : preset_names()) {
+    SCOPED_TRACE(name);
+    const Config config = load_config(name);
+    EXPECT_EQ(config.origin, "preset:" + name);
+    EXPECT_NO_THROW(validate_config(config));
+  }
+}
+
+// The embedded text must be the checked-in text: a stale build would
+// otherwise benchmark a shape nobody can read.
+TEST(Presets, EmbeddedPresetsEqualTheSourceTree) {
+  std::set<std::string> file_names;
+  for (const auto& entry : fs::directory_iterator(kConfigsDir)) {
+    if (entry.path().extension() != ".yaml") continue;
+    const std::string name = entry.path().stem().string();
+    file_names.insert(name);
+    SCOPED_TRACE(name);
+    const Config from_file = load_config(entry.path().string());
+    EXPECT_EQ(from_file.origin, entry.path().string());
+    EXPECT_EQ(config_to_json(from_file), config_to_json(load_config(name)));
+  }
+  const std::vector<std::string> names = preset_names();
+  EXPECT_EQ(file_names, std::set<std::string>(names.begin(), names.end()));
+}
+
+TEST(Presets, TinyHasTheDocumentedShape) {
+  const Config tiny = load_config((kConfigsDir / "tiny.yaml").string());
+  EXPECT_EQ(tiny.model.vocab, 512);
+  EXPECT_EQ(tiny.model.d_model, 64);
+  EXPECT_EQ(tiny.model.n_layers, 2);
+  EXPECT_EQ(tiny.model.n_heads, 4);
+  EXPECT_EQ(tiny.model.n_kv_heads, 2);
+  EXPECT_EQ(tiny.model.ffn_hidden, 192);
+  EXPECT_EQ(tiny.model.seq_len, 64);
+  EXPECT_EQ(tiny.train.micro_batch, 8);
+  EXPECT_EQ(tiny.train.grad_accum, 1);
+  EXPECT_EQ(tiny.train.steps, 40);
+  EXPECT_EQ(tiny.train.warmup_steps, 5);
+  EXPECT_DOUBLE_EQ(tiny.train.lr, 1e-3);
+}
+
+TEST(Presets, Llama3ShapesMatchParamsJson) {
+  const Config llama8b = load_config("llama3-8b");
+  EXPECT_EQ(llama8b.model.d_model, 4096);
+  EXPECT_EQ(llama8b.model.n_layers, 32);
+  EXPECT_EQ(llama8b.model.heads_per_kv(), 4);
+  EXPECT_EQ(llama8b.model.head_dim(), 128);
+  EXPECT_EQ(llama8b.model.ffn_hidden, 14336);
+  EXPECT_EQ(llama8b.model.vocab, 128256);
+  EXPECT_DOUBLE_EQ(llama8b.model.rope_theta, 500000.0);
+  EXPECT_DOUBLE_EQ(llama8b.model.norm_eps, 1e-5);
+  const Config llama70b = load_config("llama3-70b");
+  EXPECT_EQ(llama70b.model.n_layers, 80);
+  EXPECT_EQ(llama70b.model.heads_per_kv(), 8);
+  EXPECT_EQ(llama70b.model.ffn_hidden, 28672);
+  EXPECT_EQ(llama70b.train.micro_batch, 1);
+}
+
+TEST(LoadConfig, PresetNamesInEveryForm) {
+  // In a directory without configs/, "configs/tiny.yaml" falls back to the
+  // embedded preset, as when trainbench runs outside the source tree.
+  const TempDir dir;
+  const fs::path previous = fs::current_path();
+  fs::current_path(dir.path());
+  EXPECT_EQ(load_config("tiny").origin, "preset:tiny");
+  EXPECT_EQ(load_config("tiny.yaml").origin, "preset:tiny");
+  EXPECT_EQ(load_config("configs/tiny.yaml").origin, "preset:tiny");
+  EXPECT_EQ(load_config("./configs/tiny.yaml").origin, "preset:tiny");
+  // A file that exists wins over the preset of the same name.
+  dir.write("tiny.yaml", valid_yaml_with({{"model.n_layers", "3"}}));
+  EXPECT_EQ(load_config("tiny.yaml").origin, "tiny.yaml");
+  EXPECT_EQ(load_config("tiny.yaml").model.n_layers, 3);
+  // Elsewhere a path is only a path.
+  EXPECT_NE(config_error([] { load_config("other/tiny.yaml"); }), "");
+  fs::current_path(previous);
+}
+
+TEST(LoadConfig, MissingFileNamesThePathAndThePresets) {
+  const std::string message = config_error([] { load_config("/nonexistent/run.yaml"); });
+  EXPECT_EQ(message.rfind("config file not found: /nonexistent/run.yaml (embedded presets: ", 0), 0)
+      << message;
+  EXPECT_NE(message.find("tiny"), std::string::npos) << message;
+}
+
+TEST(LoadConfig, DirectoryIsRefused) {
+  const TempDir dir;
+  const std::string message = config_error([&] { load_config(dir.path().string()); });
+  EXPECT_NE(message.find(dir.path().string()), std::string::npos) << message;
+  EXPECT_NE(message.find("directory"), std::string::npos) << message;
+}
+
+TEST(ParseConfig, EmptyFileKeepsEveryDefault) {
+  // The model has no default shape, so an empty file is only valid once the
+  // model keys arrive by --set.
+  const std::vector<std::string> model = {"model.vocab=512",   "model.d_model=64",
+                                          "model.n_layers=2",  "model.n_heads=4",
+                                          "model.n_kv_heads=2", "model.ffn_hidden=192",
+                                          "model.seq_len=64"};
+  for (const std::string text : {"", "# only a comment\n", "---\n"}) {
+    const Config config = parse_config(text, "empty.yaml", model);
+    const Config defaults;
+    EXPECT_EQ(config.train.steps, defaults.train.steps);
+    EXPECT_EQ(config.train.precision, defaults.train.precision);
+    EXPECT_EQ(config.data.seed, defaults.data.seed);
+    EXPECT_EQ(config.report.progress_every, defaults.report.progress_every);
+    EXPECT_EQ(config.model.n_kv_heads, 2);
+  }
+  EXPECT_NE(config_error([] { parse_config("", "empty.yaml"); }).find("model.vocab: must be > 0"),
+            std::string::npos);
+}
+
+TEST(ParseConfig, EmptySectionsAreAllowed) {
+  const Config config = parse_config(valid_yaml_with({}) + "data:\nreport:\n", "x.yaml");
+  EXPECT_EQ(config.data.source, "synthetic");
+}
+
+TEST(ParseConfig, NumbersAsPeopleWriteThem) {
+  struct Case {
+    std::string value;
+    double expected;
+  };
+  for (const Case& c : std::vector<Case>{{"1e-3", 1e-3}, {"3e-4", 3e-4}, {"3E-4", 3e-4},
+                                         {"0.0005", 5e-4}, {".5", 0.5}, {"2", 2.0}, {"+1e-2", 1e-2}}) {
+    SCOPED_TRACE(c.value);
+    EXPECT_DOUBLE_EQ(parse_config(valid_yaml_with({{"train.lr", c.value}}), "x.yaml").train.lr,
+                     c.expected);
+  }
+  EXPECT_EQ(parse_config(valid_yaml_with({{"train.steps", "1000"}}), "x.yaml").train.steps, 1000);
+  EXPECT_EQ(parse_config(valid_yaml_with({{"train.steps", "+7"}}), "x.yaml").train.steps, 7);
+  // Quoted scalars are the same text to a person.
+  EXPECT_EQ(parse_config(valid_yaml_with({{"train.steps", "\"9\""}}), "x.yaml").train.steps, 9);
+  EXPECT_EQ(parse_config(valid_yaml_with({{"report.out", "'r.json'"}}), "x.yaml").report.out, "r.json");
+}
+
+TEST(Overrides, ChangeValuesInOrder) {
+  const Config tiny = load_config("tiny");
+  const Config config = load_config(
+      "tiny", {"model.n_layers=3", "train.lr=3e-4", "model.n_layers=5", "report.out=out/r.json",
+               "train.device=cpu", "train.precision=fp32"});
+  EXPECT_EQ(config.model.n_layers, 5);  // the later override wins
+  EXPECT_DOUBLE_EQ(config.train.lr, 3e-4);
+  EXPECT_EQ(config.report.out, "out/r.json");
+  EXPECT_EQ(config.train.device, "cpu");
+  EXPECT_EQ(config.train.precision, "fp32");
+  EXPECT_EQ(config.model.d_model, tiny.model.d_model);  // untouched keys keep the file's value
+  EXPECT_EQ(config.train.steps, tiny.train.steps);
+}
+
+TEST(Overrides, RepairAFileBecauseValidationComesLast) {
+  const std::string broken = valid_yaml_with({{"model.n_heads", "6"}});
+  EXPECT_NE(config_error([&] { parse_config(broken, "x.yaml"); }), "");
+  EXPECT_EQ(parse_config(broken, "x.yaml", {"model.n_heads=8"}).model.n_heads, 8);
+}
+
+TEST(Overrides, ValueMayContainEquals) {
+  EXPECT_EQ(load_config("tiny", {"report.out=a=b.json"}).report.out, "a=b.json");
+}
+
+TEST(Output, JsonIsNestedAndTyped) {
+  const nlohmann::json json = config_to_json(load_config("tiny"));
+  ASSERT_EQ(json.size(), 4u);
+  for (const char* section : {"model", "train", "data", "report"})
+    EXPECT_TRUE(json.contains(section)) << section;
+  EXPECT_TRUE(json["model"]["vocab"].is_number_integer());
+  EXPECT_EQ(json["model"]["vocab"], 512);
+  EXPECT_TRUE(json["train"]["lr"].is_number_float());
+  EXPECT_DOUBLE_EQ(json["train"]["lr"].get<double>(), 1e-3);
+  EXPECT_EQ(json["train"]["precision"], "auto");
+  EXPECT_EQ(json["data"]["source"], "synthetic");
+  EXPECT_EQ(json["report"]["out"], "");
+}
+
+TEST(Output, LinesFollowTheTableAndRoundTripThroughOverrides) {
+  const Config tiny = load_config("tiny");
+  const std::vector<std::string> lines = config_to_lines(tiny);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.front(), "model.vocab: 512");
+  EXPECT_NE(std::find(lines.begin(), lines.end(), "train.lr: 0.001"), lines.end());
+  EXPECT_NE(std::find(lines.begin(), lines.end(), "report.out: \"\""), lines.end());
+  // Every printed key is a valid --set key, and feeding the lines back
+  // reproduces the config: the table really drives all four paths.
+  std::vector<std::string> overrides;
+  size_t json_keys = 0;
+  const nlohmann::json json = config_to_json(tiny);
+  for (const auto& [section, keys] : json.items()) json_keys += keys.size();
+  EXPECT_EQ(lines.size(), json_keys);
+  for (const std::string& line : lines) {
+    const size_t colon = line.find(": ");
+    ASSERT_NE(colon, std::string::npos) << line;
+    overrides.push_back(line.substr(0, colon) + "=" + line.substr(colon + 2));
+  }
+  const Config rebuilt = parse_config("", "lines", overrides);
+  EXPECT_EQ(config_to_json(rebuilt), config_to_json(tiny));
+}
+
+TEST(Validate, AcceptsProgrammaticConfigAndNamesOrigin) {
+  Config config = load_config("tiny");
+  EXPECT_NO_THROW(validate_config(config));
+  config.model.n_heads = 6;
+  EXPECT_EQ(config_error([&] { validate_config(config); }),
+            "preset:tiny: model.n_heads: 6 does not divide model.d_model (64)");
+}
+
+// Each bad input, written to a file and loaded like a user's config.
+class BadConfig : public ::testing::TestWithParam<BadConfigCase> {};
+
+TEST_P(BadConfig, IsRefusedWithOneLineNamingTheKey) {
+  const BadConfigCase& bad = GetParam();
+  const TempDir dir;
+  const fs::path path = dir.write("x.yaml", bad.yaml);
+  const std::string message = config_error([&] { load_config(path.string(), bad.overrides); });
+  EXPECT_EQ(std::count(message.begin(), message.end(), '\n'), 0) << message;
+  for (const std::string& expected : bad.expected)
+    EXPECT_NE(message.find(expected), std::string::npos) << "missing '" << expected << "' in: " << message;
+  // An error in the file names the file; one from --set names the override.
+  if (bad.overrides.empty())
+    EXPECT_EQ(message.rfind(path.string() + ":", 0), 0) << message;
+  else
+    EXPECT_EQ(message.rfind("--set ", 0), 0) << message;
+  if (!bad.at_line_with.empty()) {
+    const size_t at = bad.yaml.find(bad.at_line_with);
+    ASSERT_NE(at, std::string::npos);
+    const auto line = 1 + std::count(bad.yaml.begin(), bad.yaml.begin() + at, '\n');
+    EXPECT_EQ(message.rfind(path.string() + ":" + std::to_string(line) + ":", 0), 0) << message;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, BadConfig, ::testing::ValuesIn(bad_config_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(ConfigErrors, MalformedYamlNamesLineAndColumn) {
+  const std::string message =
+      config_error([] { parse_config("model:\n  vocab: 512\n  d_model: 64: 3\n", "configs/x.yaml"); });
+  EXPECT_EQ(message.rfind("configs/x.yaml:3:", 0), 0) << message;
+  EXPECT_NE(message.find(": malformed YAML: "), std::string::npos) << message;
+}
+
+TEST(ConfigErrors, UnknownKeySuggestsTheClosest) {
+  EXPECT_EQ(config_error([] { load_config("tiny", {"train.warmup=3"}); }),
+            "--set train.warmup=3: unknown key 'train.warmup' (did you mean 'train.warmup_steps'?)");
+  EXPECT_EQ(config_error([] { load_config("tiny", {"lr=3e-4"}); }),
+            "--set lr=3e-4: unknown key 'lr' (did you mean 'train.lr'?)");
+  EXPECT_EQ(config_error([] { load_config("tiny", {"zzz.qqq=3"}); }),
+            "--set zzz.qqq=3: unknown key 'zzz.qqq'");
+  EXPECT_EQ(config_error([] { load_config("tiny", {"model=3"}); }), "--set model=3: unknown key 'model'");
+}
+
+}  // namespace
+}  // namespace trainbench

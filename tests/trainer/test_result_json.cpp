@@ -1,0 +1,143 @@
+// The real binary on the tiny preset: exit code, console report, and a result
+// JSON with every required field of schema trainbench.result/v1 and its type.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/support/run_command.h"
+
+namespace trainbench {
+namespace {
+
+using nlohmann::json;
+using testing::run_command;
+
+class ResultJson : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    path_ = "/tmp/trainbench_result_test_" + std::to_string(getpid()) + ".json";
+    run_ = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 12 --set train.warmup_steps=2 --out " + path_);
+    result_ = json::parse(testing::read_whole_file(path_), nullptr, /*allow_exceptions=*/false);
+    std::remove(path_.c_str());
+  }
+  static inline std::string path_;
+  static inline testing::CommandResult run_;
+  static inline json result_;
+};
+
+TEST_F(ResultJson, RunSucceedsAndPrintsTheReport) {
+  ASSERT_EQ(run_.exit_code, 0) << run_.err;
+  EXPECT_NE(run_.out.find("trainbench "), std::string::npos);
+  EXPECT_NE(run_.out.find("model.d_model: 64"), std::string::npos) << "resolved config printed";
+  EXPECT_NE(run_.out.find("step    10/12"), std::string::npos) << "progress line";
+  EXPECT_NE(run_.out.find("summary: 10 measured steps after 2 warm-up"), std::string::npos);
+  EXPECT_TRUE(run_.err.empty()) << run_.err;
+}
+
+TEST_F(ResultJson, HasEveryTopLevelFieldWithItsType) {
+  ASSERT_FALSE(result_.is_discarded()) << "result file is not valid JSON";
+  EXPECT_EQ(result_.at("schema"), "trainbench.result/v1");
+  EXPECT_TRUE(result_.at("version").is_string());
+  EXPECT_NE(result_.at("command").get<std::string>().find("run tiny"), std::string::npos);
+  EXPECT_TRUE(result_.at("config").is_object());
+  EXPECT_TRUE(result_.at("environment").is_object());
+  EXPECT_TRUE(result_.at("summary").is_object());
+  EXPECT_TRUE(result_.at("steps").is_array());
+  EXPECT_TRUE(result_.at("ceilings").is_object());
+  EXPECT_TRUE(result_.at("checks").is_array());
+  EXPECT_TRUE(result_.at("warnings").is_array());
+}
+
+TEST_F(ResultJson, ConfigIsTheResolvedOne) {
+  const json& config = result_.at("config");
+  EXPECT_EQ(config.at("model").at("d_model"), 64);
+  EXPECT_EQ(config.at("train").at("steps"), 12);
+  EXPECT_EQ(config.at("train").at("warmup_steps"), 2);
+  EXPECT_TRUE(config.at("train").at("lr").is_number_float());
+}
+
+TEST_F(ResultJson, EnvironmentDescribesTheMachine) {
+  const json& env = result_.at("environment");
+  EXPECT_TRUE(env.at("hosts").is_array());
+  EXPECT_EQ(env.at("ranks"), 1);
+  EXPECT_EQ(env.at("compute_backend"), "cpu");
+  EXPECT_TRUE(env.at("cpu").at("model").is_string());
+  EXPECT_GT(env.at("cpu").at("threads_used").get<int>(), 0);
+  EXPECT_GT(env.at("memory").at("total_bytes").get<int64_t>(), 0);
+  EXPECT_TRUE(env.at("gpus").is_array());
+  EXPECT_TRUE(env.at("openblas").is_string());
+  ASSERT_TRUE(env.at("filesystems").is_array());
+  EXPECT_EQ(env.at("filesystems").at(0).at("role"), "results");
+}
+
+TEST_F(ResultJson, SummaryHasTheDesignMetrics) {
+  const json& s = result_.at("summary");
+  EXPECT_GT(s.at("tokens_per_s").get<double>(), 0.0);
+  EXPECT_EQ(s.at("global_tokens_per_step"), 8 * 64);
+  EXPECT_EQ(s.at("measured_steps"), 10);
+  for (const char* key : {"step_s", "compute_s", "comm_exposed_s", "data_stall_s", "ckpt_stall_s", "other_s"}) {
+    for (const char* stat : {"median", "p10", "p90"})
+      EXPECT_TRUE(s.at(key).at(stat).is_number()) << key << "." << stat;
+    EXPECT_LE(s.at(key).at("p10").get<double>(), s.at(key).at("p90").get<double>()) << key;
+  }
+  double share_sum = 0;
+  for (const auto& [name, share] : s.at("stall_shares").items()) share_sum += share.get<double>();
+  EXPECT_NEAR(share_sum, 1.0, 1e-9);
+  EXPECT_GT(s.at("model_flops_per_token").get<double>(), 0.0);
+  EXPECT_GT(s.at("gemm_ceiling_flops_per_s").get<double>(), 0.0);
+  EXPECT_GT(s.at("mfu_vs_gemm_ceiling").get<double>(), 0.0);
+  EXPECT_TRUE(s.at("mfu").is_null()) << "a CPU has no datasheet peak: null, not 0";
+  EXPECT_TRUE(s.at("loss_first").is_number());
+  EXPECT_TRUE(s.at("loss_last").is_number());
+  // tokens/s = global tokens per step / median step time.
+  EXPECT_NEAR(s.at("tokens_per_s").get<double>() * s.at("step_s").at("median").get<double>(),
+              s.at("global_tokens_per_step").get<double>(), 1e-6);
+}
+
+TEST_F(ResultJson, KeepsEveryStepWithEveryCategory) {
+  const json& steps = result_.at("steps");
+  ASSERT_EQ(steps.size(), 12u);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const json& s = steps[i];
+    EXPECT_EQ(s.at("step"), static_cast<int>(i + 1));
+    EXPECT_EQ(s.at("warmup").get<bool>(), i < 2);
+    const double sum = s.at("compute_s").get<double>() + s.at("comm_exposed_s").get<double>() +
+                       s.at("data_stall_s").get<double>() + s.at("ckpt_stall_s").get<double>() +
+                       s.at("other_s").get<double>();
+    EXPECT_NEAR(sum, s.at("step_s").get<double>(), 1e-9);
+    EXPECT_TRUE(s.at("loss").is_number());
+    EXPECT_TRUE(s.at("grad_norm").is_number());
+  }
+}
+
+TEST_F(ResultJson, ChecksPassed) {
+  ASSERT_FALSE(result_.at("checks").empty());
+  for (const json& c : result_.at("checks")) {
+    EXPECT_TRUE(c.at("name").is_string());
+    EXPECT_TRUE(c.at("passed").get<bool>()) << c.dump();
+  }
+}
+
+TEST(Cli, VersionNamesTheBuiltEngines) {
+  const auto r = run_command(std::string(TRAINBENCH_BINARY) + " --version");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("trainbench "), std::string::npos);
+  EXPECT_NE(r.out.find("compute engines: cpu"), std::string::npos) << r.out;
+}
+
+TEST(Cli, UnwritableOutputFailsBeforeTraining) {
+  const auto r = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --out /nonexistent-dir/r.json");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("/nonexistent-dir"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("step "), std::string::npos) << "must fail before any step";
+}
+
+TEST(Cli, ModelTooLargeForMemoryIsAnEnvironmentError) {
+  const auto r = run_command(std::string(TRAINBENCH_BINARY) + " run llama3-70b --set train.device=cpu");
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("host memory"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace trainbench

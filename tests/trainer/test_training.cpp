@@ -1,0 +1,85 @@
+// The training loop on the real CPU engine: the loss must fall on a repeated
+// batch, and every step's time must be fully accounted for.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "comm/communicator.h"
+#include "dataloader/batch_source.h"
+#include "kernels/engine.h"
+#include "trainer/config.h"
+#include "trainer/train_loop.h"
+
+namespace trainbench {
+namespace {
+
+RunOutcome train(const Config& config) {
+  EngineOptions options;
+  options.shape = config.model;
+  options.micro_batch = config.train.micro_batch;
+  options.device = "cpu";
+  options.threads = static_cast<int>(config.train.threads);
+  auto engine = make_engine(options);
+  engine->init_parameters(static_cast<uint64_t>(config.train.seed));
+  auto source = make_synthetic_source(config.train.micro_batch, config.model.seq_len,
+                                      config.model.vocab, config.data.synthetic_batches,
+                                      static_cast<uint64_t>(config.data.seed));
+  auto comm = make_local_communicator();
+  return run_training(config, *engine, *source, *comm, nullptr);
+}
+
+TEST(Training, TinyOnOneRepeatedBatchHalvesTheLossIn100Steps) {
+  const Config config = load_config(
+      "tiny", {"data.synthetic_batches=1", "train.steps=100", "train.warmup_steps=0"});
+  const RunOutcome outcome = train(config);
+  ASSERT_EQ(outcome.steps.size(), 100u);
+  const double first = outcome.steps.front().loss;
+  const double last = outcome.steps.back().loss;
+  EXPECT_NEAR(first, std::log(static_cast<double>(config.model.vocab)), 0.1);
+  EXPECT_LT(last, 0.5 * first) << "loss " << first << " -> " << last;
+  EXPECT_TRUE(outcome.all_checks_passed());
+}
+
+TEST(Training, GradientAccumulationTrainsToo) {
+  const Config config = load_config(
+      "tiny", {"data.synthetic_batches=2", "train.grad_accum=2", "train.steps=30",
+               "train.warmup_steps=0"});
+  const RunOutcome outcome = train(config);
+  EXPECT_LT(outcome.steps.back().loss, outcome.steps.front().loss - 0.5);
+  EXPECT_EQ(outcome.summary.global_tokens_per_step,
+            2 * config.train.micro_batch * config.model.seq_len);
+}
+
+TEST(Training, StepTimeIsTheSumOfItsCategories) {
+  const Config config = load_config("tiny", {"train.steps=8", "train.warmup_steps=2"});
+  const RunOutcome outcome = train(config);
+  ASSERT_EQ(outcome.steps.size(), 8u);
+  for (const StepRecord& s : outcome.steps) {
+    const double sum = s.compute_s + s.comm_exposed_s + s.data_stall_s + s.ckpt_stall_s + s.other_s;
+    EXPECT_NEAR(sum, s.step_s, 1e-9) << "step " << s.step;
+    EXPECT_GT(s.compute_s, 0.0);
+    EXPECT_GE(s.other_s, -1e-3) << "step " << s.step;
+  }
+  EXPECT_EQ(outcome.summary.measured_steps, 6);
+  EXPECT_EQ(outcome.summary.warmup_steps, 2);
+  EXPECT_GT(outcome.summary.tokens_per_s, 0.0);
+  EXPECT_NEAR(outcome.summary.tokens_per_s * outcome.summary.step_s.median,
+              static_cast<double>(outcome.summary.global_tokens_per_step), 1e-6);
+  const RunSummary& s = outcome.summary;
+  EXPECT_NEAR(s.compute_share + s.comm_exposed_share + s.data_stall_share + s.ckpt_stall_share +
+                  s.other_share,
+              1.0, 1e-9);
+}
+
+TEST(Training, ANonFiniteLossStopsTheRunWithAFailedCheck) {
+  // A learning rate this large blows the weights up within a few steps.
+  const Config config = load_config(
+      "tiny", {"train.lr=1e30", "train.grad_clip=0", "train.steps=40", "train.warmup_steps=0"});
+  const RunOutcome outcome = train(config);
+  EXPECT_FALSE(outcome.all_checks_passed());
+  EXPECT_LT(outcome.steps.size(), 40u);
+  EXPECT_FALSE(std::isfinite(outcome.steps.back().loss));
+}
+
+}  // namespace
+}  // namespace trainbench

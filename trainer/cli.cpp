@@ -1,0 +1,201 @@
+#include "trainer/cli.h"
+
+#include <unistd.h>  // access
+
+#include <CLI/CLI.hpp>  // the command line parser
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <thread>  // hardware_concurrency
+#include <vector>
+
+#include "comm/communicator.h"        // make_local_communicator
+#include "dataloader/batch_source.h"  // make_synthetic_source
+#include "kernels/device_info.h"      // query_gpus for device auto
+#include "kernels/engine.h"           // make_engine, plan_engine_memory
+#include "trainer/config.h"
+#include "trainer/environment.h"
+#include "trainer/report.h"
+#include "trainer/results.h"
+#include "trainer/train_loop.h"
+
+namespace trainbench {
+
+namespace {
+
+// An error that ends the run with a given exit code and one line of text.
+struct ExitError {
+  int code;
+  std::string message;
+};
+
+struct RunOptions {
+  std::string config = "tiny";  // the CPU default preset
+  std::vector<std::string> overrides;
+  int64_t steps = 0;            // 0 = as configured
+  std::string out;
+};
+
+std::string quoted_command_line(int argc, char** argv) {
+  std::string line;
+  for (int i = 0; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.find_first_of(" \t\"'") != std::string::npos) arg = "'" + arg + "'";
+    line += (i ? " " : "") + arg;
+  }
+  return line;
+}
+
+// auto → cuda when a CUDA engine is built and a GPU is visible, else cpu.
+std::string resolve_device(const std::string& requested) {
+  if (requested != "auto") return requested;
+  const bool cuda_built = built_backends().find("cuda") != std::string::npos;
+  return cuda_built && !query_gpus().gpus.empty() ? "cuda" : "cpu";
+}
+
+void check_output_writable(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  if (access(dir.c_str(), W_OK) != 0)
+    throw ExitError{kExitUserError,
+                    "--out " + path + ": directory '" + dir + "' does not exist or is not writable"};
+}
+
+int run_command(const RunOptions& options, const std::string& command_line) {
+  std::vector<std::string> overrides = options.overrides;
+  if (options.steps > 0) overrides.push_back("train.steps=" + std::to_string(options.steps));
+  if (!options.out.empty()) overrides.push_back("report.out=" + options.out);
+  Config config = load_config(options.config, overrides);  // ConfigError → exit 2
+  const std::string result_path =
+      config.report.out.empty() ? "trainbench-result.json" : config.report.out;
+  check_output_writable(result_path);
+
+  EngineOptions engine_options;
+  engine_options.shape = config.model;
+  engine_options.micro_batch = config.train.micro_batch;
+  engine_options.device = resolve_device(config.train.device);
+  engine_options.threads = static_cast<int>(config.train.threads);
+  if (engine_options.device == "cpu" && config.train.precision == "bf16")
+    throw ExitError{kExitUserError, "train.precision: bf16 needs the cuda engine; the cpu engine is fp32"};
+
+  // Everything is sized before anything is allocated.
+  MemoryPlan plan;
+  try {
+    plan = plan_engine_memory(engine_options);
+  } catch (const std::runtime_error& e) {
+    throw ExitError{kExitEnvironmentError, std::string("train.device=") + engine_options.device +
+                                               ": " + e.what()};
+  }
+  const int64_t available = available_memory_bytes();
+  if (engine_options.device == "cpu" && available > 0 && plan.total_bytes() > available) {
+    throw ExitError{kExitEnvironmentError,
+                    "model needs " + human_bytes(static_cast<double>(plan.total_bytes())) +
+                        " of host memory (activations " +
+                        human_bytes(static_cast<double>(plan.activation_bytes)) + ") but " +
+                        human_bytes(static_cast<double>(available)) +
+                        " is available: lower train.micro_batch, model.seq_len or model.n_layers"};
+  }
+
+  std::unique_ptr<Communicator> comm = make_local_communicator();
+  std::unique_ptr<TrainingEngine> engine;
+  try {
+    engine = make_engine(engine_options);
+  } catch (const std::bad_alloc&) {
+    throw ExitError{kExitEnvironmentError,
+                    "out of memory allocating " + human_bytes(static_cast<double>(plan.total_bytes()))};
+  } catch (const std::runtime_error& e) {
+    throw ExitError{kExitEnvironmentError, e.what()};
+  }
+  engine->init_parameters(static_cast<uint64_t>(config.train.seed));
+  std::unique_ptr<BatchSource> source = make_synthetic_source(
+      config.train.micro_batch, config.model.seq_len, config.model.vocab,
+      config.data.synthetic_batches, static_cast<uint64_t>(config.data.seed));
+
+  const int threads = engine_options.threads > 0
+                          ? engine_options.threads
+                          : static_cast<int>(std::thread::hardware_concurrency());
+  Environment env = collect_environment(*comm, engine->backend_name(), threads);
+  env.filesystems.push_back(describe_filesystem("results", result_path));
+  print_header(stdout, config, env, plan, engine->layout().total_params(),
+               engine->layout().trainable_params());
+
+  const RunOutcome outcome = run_training(
+      config, *engine, *source, *comm,
+      [&](const StepRecord& step, const RunSummary& so_far) {
+        print_progress(stdout, config, step, so_far);
+      });
+  try {
+    write_result_json(result_path, build_result_json(command_line, config, env, outcome));
+  } catch (const std::exception& e) {
+    throw ExitError{kExitEnvironmentError, std::string("cannot write the result: ") + e.what()};
+  }
+  print_summary(stdout, outcome, result_path);
+  if (!outcome.all_checks_passed()) {
+    for (const Check& c : outcome.checks)
+      if (!c.passed)
+        std::fprintf(stderr, "trainbench: check failed: %s: %s\n", c.name.c_str(), c.detail.c_str());
+    return kExitCheckFailed;
+  }
+  return kExitOk;
+}
+
+std::string version_text() {
+  const GpuInventory gpus = query_gpus();
+  std::string text = "trainbench " + trainbench_version() + "\n";
+  text += "compute engines: " + built_backends() + "\n";
+  text += "CUDA runtime: " + (gpus.runtime_version.empty() ? std::string("not built") : gpus.runtime_version) + "\n";
+  return text;
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  CLI::App app{"trainbench: end-to-end training throughput of a GPU cluster, and where the time goes"};
+  app.set_version_flag("--version", [] { return version_text(); });
+  app.require_subcommand(1);
+
+  RunOptions run_options;
+  CLI::App* run = app.add_subcommand("run", "train a model and report tokens/s, MFU and stalls");
+  run->add_option("config", run_options.config,
+                  "YAML config file or embedded preset name (default: tiny)");
+  run->add_option("--set", run_options.overrides, "override a key: section.key=value (repeatable)")
+      ->type_name("KEY=VALUE");
+  run->add_option("--steps", run_options.steps, "optimizer steps (overrides train.steps)")
+      ->check(CLI::PositiveNumber);
+  run->add_option("--out", run_options.out, "result JSON path (overrides report.out)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return kExitOk;
+  } catch (const CLI::CallForAllHelp&) {
+    std::fputs(app.help("", CLI::AppFormatMode::All).c_str(), stdout);
+    return kExitOk;
+  } catch (const CLI::CallForVersion&) {
+    std::fputs(version_text().c_str(), stdout);
+    return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "trainbench: %s (see trainbench --help)\n", e.what());
+    return kExitUserError;
+  }
+
+  try {
+    if (run->parsed()) return run_command(run_options, quoted_command_line(argc, argv));
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "trainbench: %s\n", e.what());
+    return kExitUserError;
+  } catch (const ExitError& e) {
+    std::fprintf(stderr, "trainbench: %s\n", e.message.c_str());
+    return e.code;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "trainbench: out of memory\n");
+    return kExitEnvironmentError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "trainbench: internal error: %s\n", e.what());
+    return 1;
+  }
+  return kExitUserError;
+}
+
+}  // namespace trainbench

@@ -1,0 +1,18 @@
+// The command line of DESIGN.md. main.cpp only calls run_cli.
+//   trainbench run [CONFIG] [--set section.key=value]... [--steps N] [--out FILE]
+//   trainbench --version | --help | <cmd> --help
+// Exit codes: 0 ok; 2 user error (bad option, config, path); 3 environment
+// failure (not enough memory, backend or device missing); 4 a failed check
+// (non-finite loss, ranks diverged).
+#pragma once
+
+namespace trainbench {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitUserError = 2;
+inline constexpr int kExitEnvironmentError = 3;
+inline constexpr int kExitCheckFailed = 4;
+
+int run_cli(int argc, char** argv);
+
+}  // namespace trainbench

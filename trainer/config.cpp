@@ -1,0 +1,489 @@
+#include "trainer/config.h"
+
+#include <algorithm>    // std::min for the edit distance
+#include <cerrno>       // errno after a failed read
+#include <charconv>     // std::from_chars / to_chars: strict number parsing, shortest printing
+#include <climits>      // INT32_MAX for token ids
+#include <cmath>        // std::isfinite
+#include <cstring>      // std::strerror
+#include <filesystem>   // does CONFIG name a file?
+#include <fstream>      // reading the config file
+#include <iterator>     // std::istreambuf_iterator
+#include <map>          // where each value came from
+#include <optional>     // parse results and errors
+#include <set>          // duplicate-key detection
+#include <string_view>
+#include <type_traits>  // dispatch on a key's value type
+#include <variant>      // a key's typed storage
+
+#include <yaml-cpp/yaml.h>  // YAML::Load, YAML::Node, YAML::Exception
+
+#include "trainer/presets.h"  // embedded_presets(): configs/*.yaml compiled in
+
+namespace trainbench {
+namespace {
+
+// Where a key's value lives in Config, typed. bool has no key yet; it is here
+// so a flag is one table line like any other key.
+using FieldPtr = std::variant<int64_t*, double*, std::string*, bool*>;
+
+// Per-key range checks, applied by validate_config.
+enum class Bound {
+  kAny,
+  kPositive,     // > 0
+  kNonNegative,  // >= 0
+  kUnit,         // in [0, 1)
+};
+
+struct KeySpec {
+  std::string_view name;  // "section.key"
+  FieldPtr (*field)(Config&);
+  Bound bound = Bound::kAny;
+  std::vector<std::string_view> choices = {};  // allowed strings; empty = any
+};
+
+// The name is spelled from the member path, so a key and the field it sets
+// cannot drift apart.
+#define TRAINBENCH_KEY(section, member, ...)                                       \
+  KeySpec {                                                                       \
+    #section "." #member, [](Config& c) -> FieldPtr { return &c.section.member; }, \
+        __VA_ARGS__                                                               \
+  }
+
+// Every configuration key, in the order they are printed. Parsing, --set,
+// validation of single values, config_to_json and config_to_lines all read
+// this table: a new key is one line here.
+const std::vector<KeySpec>& key_table() {
+  static const std::vector<KeySpec> keys = {
+      TRAINBENCH_KEY(model, vocab, Bound::kPositive),
+      TRAINBENCH_KEY(model, d_model, Bound::kPositive),
+      TRAINBENCH_KEY(model, n_layers, Bound::kPositive),
+      TRAINBENCH_KEY(model, n_heads, Bound::kPositive),
+      TRAINBENCH_KEY(model, n_kv_heads, Bound::kPositive),
+      TRAINBENCH_KEY(model, ffn_hidden, Bound::kPositive),
+      TRAINBENCH_KEY(model, seq_len, Bound::kPositive),
+      TRAINBENCH_KEY(model, rope_theta, Bound::kPositive),
+      TRAINBENCH_KEY(model, norm_eps, Bound::kPositive),
+      TRAINBENCH_KEY(train, micro_batch, Bound::kPositive),
+      TRAINBENCH_KEY(train, grad_accum, Bound::kPositive),
+      TRAINBENCH_KEY(train, steps, Bound::kPositive),
+      TRAINBENCH_KEY(train, warmup_steps, Bound::kNonNegative),
+      TRAINBENCH_KEY(train, lr, Bound::kPositive),
+      TRAINBENCH_KEY(train, beta1, Bound::kUnit),
+      TRAINBENCH_KEY(train, beta2, Bound::kUnit),
+      TRAINBENCH_KEY(train, eps, Bound::kPositive),
+      TRAINBENCH_KEY(train, weight_decay, Bound::kNonNegative),
+      TRAINBENCH_KEY(train, grad_clip, Bound::kNonNegative),
+      TRAINBENCH_KEY(train, precision, Bound::kAny, {"auto", "fp32", "bf16"}),
+      TRAINBENCH_KEY(train, mode, Bound::kAny, {"full"}),
+      TRAINBENCH_KEY(train, device, Bound::kAny, {"auto", "cpu", "cuda"}),
+      TRAINBENCH_KEY(train, threads, Bound::kNonNegative),
+      TRAINBENCH_KEY(train, seed, Bound::kNonNegative),
+      TRAINBENCH_KEY(data, source, Bound::kAny, {"synthetic"}),
+      TRAINBENCH_KEY(data, synthetic_batches, Bound::kPositive),
+      TRAINBENCH_KEY(data, seed, Bound::kNonNegative),
+      TRAINBENCH_KEY(report, out),
+      TRAINBENCH_KEY(report, progress_every, Bound::kNonNegative),
+  };
+  return keys;
+}
+#undef TRAINBENCH_KEY
+
+// Every message is one line (the CLI prints it after "trainbench: ").
+[[noreturn]] void fail(std::string message) {
+  for (char& ch : message)
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  throw ConfigError(message);
+}
+
+std::string_view section_of(std::string_view key) { return key.substr(0, key.find('.')); }
+
+std::vector<std::string_view> section_names() {
+  std::vector<std::string_view> sections;
+  for (const KeySpec& spec : key_table())
+    if (sections.empty() || sections.back() != section_of(spec.name))
+      sections.push_back(section_of(spec.name));
+  return sections;
+}
+
+const KeySpec* find_key(std::string_view name) {
+  for (const KeySpec& spec : key_table())
+    if (spec.name == name) return &spec;
+  return nullptr;
+}
+
+// Reads through a non-const binding; callers of this overload only read.
+FieldPtr field_of(const Config& config, const KeySpec& spec) {
+  return spec.field(const_cast<Config&>(config));
+}
+
+std::string join(const std::vector<std::string_view>& items, std::string_view separator) {
+  std::string out;
+  for (std::string_view item : items) {
+    if (!out.empty()) out += separator;
+    out += item;
+  }
+  return out;
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t substitute = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
+      diagonal = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean 'model.d_model'?)" for a near miss, else "".
+std::string suggestion(std::string_view unknown, const std::vector<std::string_view>& known) {
+  // A known key under another section ("train.seq_len" -> "model.seq_len").
+  const std::string_view leaf = unknown.substr(unknown.find('.') + 1);
+  for (std::string_view name : known)
+    if (name.find('.') != std::string_view::npos && name.substr(name.find('.') + 1) == leaf)
+      return " (did you mean '" + std::string(name) + "'?)";
+  // A truncated key ("train.warmup" -> "train.warmup_steps"); not a bare
+  // section ("model"), which starts every key of it.
+  if (unknown.find('.') != std::string_view::npos && leaf.size() >= 3)
+    for (std::string_view name : known)
+      if (name.starts_with(unknown)) return " (did you mean '" + std::string(name) + "'?)";
+  std::string_view best;
+  size_t best_distance = std::max<size_t>(2, unknown.size() / 4) + 1;
+  for (std::string_view name : known) {
+    const size_t distance = edit_distance(unknown, name);
+    if (distance < best_distance) {
+      best = name;
+      best_distance = distance;
+    }
+  }
+  return best.empty() ? "" : " (did you mean '" + std::string(best) + "'?)";
+}
+
+std::vector<std::string_view> key_names() {
+  std::vector<std::string_view> names;
+  for (const KeySpec& spec : key_table()) names.push_back(spec.name);
+  return names;
+}
+
+// Shortest text that reads back as the same double, in the form a person
+// would write: 500000 and 0.001 rather than 5e+05 and 1e-03, but 1e-05.
+std::string format_double(double value) {
+  char buffer[64];  // fixed notation is used only below 1e15: under 40 characters
+  const double magnitude = std::fabs(value);
+  const bool fixed = magnitude == 0 || (magnitude >= 1e-4 && magnitude < 1e15);
+  const auto result = fixed ? std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed)
+                            : std::to_chars(buffer, buffer + sizeof buffer, value);
+  return std::string(buffer, result.ptr);
+}
+
+std::string format_value(const FieldPtr& field) {
+  struct Formatter {
+    std::string operator()(const int64_t* v) const { return std::to_string(*v); }
+    std::string operator()(const double* v) const { return format_double(*v); }
+    std::string operator()(const std::string* v) const { return v->empty() ? "\"\"" : *v; }
+    std::string operator()(const bool* v) const { return *v ? "true" : "false"; }
+  };
+  return std::visit(Formatter{}, field);
+}
+
+// How a rejected value is shown: the scalar quoted and shortened, or its kind.
+std::string describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar: {
+      std::string text = node.Scalar();
+      if (text.size() > 40) text = text.substr(0, 37) + "...";
+      return "'" + text + "'";
+    }
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a map";
+    default: return "an empty value";
+  }
+}
+
+// The whole of `text` as a T, or nothing. from_chars is locale-independent and
+// strict: "1k" and "12.5" are not integers, "0x10" is not a number. Doubles
+// take what a person writes for a rate (0.001, 1e-3, 3E-4, 500000) but not
+// inf or nan, which no key means anything by.
+template <typename T>
+std::optional<T> parse_number(std::string_view text, bool* out_of_range) {
+  if (text.starts_with('+') && !text.starts_with("+-")) text.remove_prefix(1);  // from_chars takes only '-'
+  T value{};
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  *out_of_range = error == std::errc::result_out_of_range;
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(value)) return std::nullopt;
+  }
+  return value;
+}
+
+// Stores `node` into `field`; on a type mismatch returns what is wrong.
+std::optional<std::string> assign(const FieldPtr& field, const YAML::Node& node) {
+  const auto store = [&node](auto* target) -> std::optional<std::string> {
+    using T = std::remove_pointer_t<decltype(target)>;
+    if constexpr (std::is_same_v<T, std::string>) {
+      if (node.IsNull()) {  // `out:` with nothing after it: the empty string
+        target->clear();
+        return std::nullopt;
+      }
+      if (!node.IsScalar()) return describe(node) + " is not a string";
+      *target = node.Scalar();
+    } else if constexpr (std::is_same_v<T, bool>) {
+      const std::string text = node.IsScalar() ? node.Scalar() : "";
+      if (text != "true" && text != "false") return describe(node) + " is not true or false";
+      *target = text == "true";
+    } else {  // int64_t or double
+      bool out_of_range = false;
+      const std::optional<T> value =
+          node.IsScalar() ? parse_number<T>(node.Scalar(), &out_of_range) : std::nullopt;
+      if (out_of_range) return describe(node) + " is out of range";
+      if (!value) return describe(node) + (std::is_integral_v<T> ? " is not an integer" : " is not a number");
+      *target = *value;
+    }
+    return std::nullopt;
+  };
+  return std::visit(store, field);
+}
+
+// Where each value came from, for messages about it: "configs/x.yaml:7" or
+// "--set model.d_model=66". Keys left at their default are absent.
+struct ValueSource {
+  std::string where;
+  int override_order = -1;  // position among the --set arguments; -1 for the file
+};
+using Sources = std::map<std::string, ValueSource, std::less<>>;
+
+std::string at(const std::string& origin, const YAML::Mark& mark, bool with_column = false) {
+  if (mark.is_null()) return origin;
+  // Appended piecewise: `":" + std::to_string(...)` trips GCC 12's false -Wrestrict at -O3.
+  std::string where = origin;
+  where += ':';
+  where += std::to_string(mark.line + 1);
+  if (with_column) {
+    where += ':';
+    where += std::to_string(mark.column + 1);
+  }
+  return where;
+}
+
+void apply_yaml(Config& config, Sources& sources, const std::string& text,
+                const std::string& origin) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    fail(at(origin, e.mark, /*with_column=*/true) + ": malformed YAML: " + e.msg);
+  }
+  if (root.IsNull()) return;  // an empty file: every default
+  const std::vector<std::string_view> sections = section_names();
+  const std::string sections_list = join(sections, ", ");
+  if (!root.IsMap())
+    fail(at(origin, root.Mark()) + ": the top level must be a map of sections (" + sections_list +
+         "), not " + describe(root));
+
+  std::set<std::string, std::less<>> seen;
+  for (const auto& section : root) {
+    const std::string name = section.first.Scalar();
+    const std::string section_where = at(origin, section.first.Mark());
+    if (std::find(sections.begin(), sections.end(), name) == sections.end())
+      fail(section_where + ": unknown section '" + name + "'" + suggestion(name, sections) +
+           "; sections are " + sections_list);
+    // yaml-cpp keeps repeated map keys; the later one would silently win.
+    if (!seen.insert(name).second) fail(section_where + ": duplicate section '" + name + "'");
+    if (section.second.IsNull()) continue;  // `train:` with nothing under it
+    if (!section.second.IsMap())
+      fail(section_where + ": " + name + ": expected a map of keys, not " + describe(section.second));
+
+    for (const auto& entry : section.second) {
+      const std::string key = name + "." + entry.first.Scalar();
+      const std::string where = at(origin, entry.first.Mark());
+      const KeySpec* spec = find_key(key);
+      if (spec == nullptr)
+        fail(where + ": unknown key '" + key + "'" + suggestion(key, key_names()));
+      if (!seen.insert(key).second) fail(where + ": duplicate key '" + key + "'");
+      if (auto error = assign(spec->field(config), entry.second)) fail(where + ": " + key + ": " + *error);
+      sources[key] = {where};
+    }
+  }
+}
+
+void apply_override(Config& config, Sources& sources, const std::string& override_text,
+                    int override_order) {
+  const std::string where = "--set " + override_text;
+  const size_t equals = override_text.find('=');
+  if (equals == std::string::npos)
+    fail(where + ": expected section.key=value, e.g. model.n_layers=4");
+  const std::string key = override_text.substr(0, equals);
+  if (key.empty()) fail(where + ": expected section.key=value, the key is empty");
+  const KeySpec* spec = find_key(key);
+  if (spec == nullptr) fail(where + ": unknown key '" + key + "'" + suggestion(key, key_names()));
+  // Parsed as YAML so that a value means the same on the command line as in a file.
+  YAML::Node value;
+  try {
+    value = YAML::Load(override_text.substr(equals + 1));
+  } catch (const YAML::Exception& e) {
+    fail(where + ": " + key + ": malformed value: " + e.msg);
+  }
+  if (auto error = assign(spec->field(config), value)) fail(where + ": " + key + ": " + *error);
+  sources[key] = {where, override_order};
+}
+
+// Throws "<where>: <key>: <problem>" about the first of `keys`. `where` is
+// what the user should edit: the last --set among `keys`, else the file line
+// of the first key that the file sets, else the origin.
+class Checker {
+ public:
+  Checker(const Config& config, const Sources& sources) : config_(config), sources_(sources) {}
+
+  void require(bool ok, std::initializer_list<std::string_view> keys,
+               const std::string& problem) const {
+    if (ok) return;
+    const ValueSource* chosen = nullptr;
+    for (std::string_view key : keys) {
+      const auto found = sources_.find(key);
+      if (found == sources_.end()) continue;
+      const ValueSource& source = found->second;
+      if (chosen == nullptr || source.override_order > chosen->override_order) chosen = &source;
+    }
+    const std::string& where = chosen != nullptr ? chosen->where : config_.origin;
+    fail((where.empty() ? "" : where + ": ") + std::string(*keys.begin()) + ": " + problem);
+  }
+
+ private:
+  const Config& config_;
+  const Sources& sources_;
+};
+
+void check_bound(const Checker& checker, const KeySpec& spec, const FieldPtr& field) {
+  double value = 0;
+  if (const auto* v = std::get_if<int64_t*>(&field)) value = static_cast<double>(**v);
+  else if (const auto* v = std::get_if<double*>(&field)) value = **v;
+  else return;
+  const std::string got = " (got " + format_value(field) + ")";
+  // Written so that NaN (possible only from code, not from parsing) fails.
+  switch (spec.bound) {
+    case Bound::kAny: break;
+    case Bound::kPositive: checker.require(value > 0, {spec.name}, "must be > 0" + got); break;
+    case Bound::kNonNegative: checker.require(value >= 0, {spec.name}, "must be >= 0" + got); break;
+    case Bound::kUnit:
+      checker.require(value >= 0 && value < 1, {spec.name}, "must be in [0, 1)" + got);
+      break;
+  }
+}
+
+void validate(const Config& config, const Sources& sources) {
+  const Checker checker(config, sources);
+  const ModelShape& m = config.model;
+  const TrainSection& t = config.train;
+
+  checker.require(t.mode != "lora", {"train.mode"}, "lora is not implemented yet (use full)");
+  for (const KeySpec& spec : key_table()) {
+    const FieldPtr field = field_of(config, spec);
+    check_bound(checker, spec, field);
+    if (!spec.choices.empty()) {
+      const std::string& value = *std::get<std::string*>(field);
+      checker.require(std::find(spec.choices.begin(), spec.choices.end(), value) != spec.choices.end(),
+                      {spec.name}, "'" + value + "' is not one of " + join(spec.choices, ", "));
+    }
+  }
+
+  // Sizes are positive from here on, so the divisions below are safe.
+  checker.require(m.vocab <= INT32_MAX, {"model.vocab"},
+                  std::to_string(m.vocab) + " exceeds 2147483647 (token ids are int32)");
+  checker.require(m.d_model % m.n_heads == 0, {"model.n_heads", "model.d_model"},
+                  std::to_string(m.n_heads) + " does not divide model.d_model (" +
+                      std::to_string(m.d_model) + ")");
+  checker.require(m.n_heads % m.n_kv_heads == 0, {"model.n_kv_heads", "model.n_heads"},
+                  std::to_string(m.n_kv_heads) + " does not divide model.n_heads (" +
+                      std::to_string(m.n_heads) + ")");
+  checker.require(m.head_dim() % 2 == 0, {"model.d_model", "model.n_heads"},
+                  "head dimension d_model / n_heads = " + std::to_string(m.head_dim()) +
+                      " is odd; RoPE rotates pairs of dimensions");
+  checker.require(t.warmup_steps < t.steps, {"train.warmup_steps", "train.steps"},
+                  std::to_string(t.warmup_steps) + " must be < train.steps (" +
+                      std::to_string(t.steps) + ") so that some steps are measured");
+  checker.require(!(t.precision == "bf16" && t.device == "cpu"), {"train.precision", "train.device"},
+                  "bf16 needs train.device cuda or auto; the CPU backend computes in fp32");
+}
+
+// An embedded preset named by CONFIG: "tiny", "tiny.yaml" or "configs/tiny.yaml".
+const EmbeddedPreset* find_preset(const std::string& path_or_preset) {
+  const std::filesystem::path path = std::filesystem::path(path_or_preset).lexically_normal();
+  if (!path.parent_path().empty() && path.parent_path() != "configs") return nullptr;
+  std::string name = path.filename().string();
+  if (name.ends_with(".yaml")) name.resize(name.size() - 5);
+  for (const EmbeddedPreset& preset : embedded_presets())
+    if (preset.name == name) return &preset;
+  return nullptr;
+}
+
+}  // namespace
+
+Config parse_config(const std::string& yaml_text, const std::string& origin,
+                    const std::vector<std::string>& overrides) {
+  Config config;
+  config.origin = origin;
+  Sources sources;
+  apply_yaml(config, sources, yaml_text, origin);
+  for (size_t i = 0; i < overrides.size(); ++i)
+    apply_override(config, sources, overrides[i], static_cast<int>(i));
+  validate(config, sources);
+  return config;
+}
+
+Config load_config(const std::string& path_or_preset, const std::vector<std::string>& overrides) {
+  std::error_code error;
+  if (std::filesystem::exists(path_or_preset, error)) {
+    if (std::filesystem::is_directory(path_or_preset, error))
+      fail("config file " + path_or_preset + " is a directory");
+    std::ifstream file(path_or_preset, std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    if (!file && !file.eof())
+      fail("cannot read config file " + path_or_preset + ": " + std::strerror(errno));
+    return parse_config(text, path_or_preset, overrides);
+  }
+  if (const EmbeddedPreset* preset = find_preset(path_or_preset))
+    return parse_config(std::string(preset->yaml), "preset:" + std::string(preset->name), overrides);
+  std::vector<std::string_view> names;
+  for (const EmbeddedPreset& preset : embedded_presets()) names.push_back(preset.name);
+  fail("config file not found: " + path_or_preset + " (embedded presets: " + join(names, ", ") + ")");
+}
+
+void validate_config(const Config& config) { validate(config, Sources{}); }
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const EmbeddedPreset& preset : embedded_presets()) names.emplace_back(preset.name);
+  return names;
+}
+
+bool is_preset(const std::string& name) {
+  for (const EmbeddedPreset& preset : embedded_presets())
+    if (preset.name == name) return true;
+  return false;
+}
+
+nlohmann::json config_to_json(const Config& config) {
+  nlohmann::json json = nlohmann::json::object();
+  for (const KeySpec& spec : key_table()) {
+    const std::string section(section_of(spec.name));
+    const std::string key(spec.name.substr(section.size() + 1));
+    std::visit([&](const auto* value) { json[section][key] = *value; }, field_of(config, spec));
+  }
+  return json;
+}
+
+std::vector<std::string> config_to_lines(const Config& config) {
+  std::vector<std::string> lines;
+  for (const KeySpec& spec : key_table())
+    lines.push_back(std::string(spec.name) + ": " + format_value(field_of(config, spec)));
+  return lines;
+}
+
+}  // namespace trainbench

@@ -1,0 +1,80 @@
+// The run configuration: YAML presets and files, `--set section.key=value`
+// overrides, and validation that names the offending key before anything is
+// allocated. Every key has a default; a file only states what it changes.
+#pragma once
+
+#include <cstdint>    // int64_t
+#include <stdexcept>  // ConfigError
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>  // the resolved config in the result JSON
+
+#include "kernels/model_shape.h"  // ModelShape is the `model` section
+
+namespace trainbench {
+
+struct TrainSection {
+  int64_t micro_batch = 4;     // sequences per rank per micro-step
+  int64_t grad_accum = 1;      // micro-steps per optimizer step
+  int64_t steps = 30;          // optimizer steps, warm-up included
+  int64_t warmup_steps = 5;    // excluded from the statistics
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;      // 0 disables clipping
+  std::string precision = "auto";  // auto | fp32 | bf16  (auto: fp32 on cpu, bf16 on cuda)
+  std::string mode = "full";       // full (lora comes with its issue)
+  std::string device = "auto";     // auto | cpu | cuda
+  int64_t threads = 0;             // CPU threads; 0 = all hardware threads
+  int64_t seed = 1234;             // parameter initialisation
+};
+
+struct DataSection {
+  std::string source = "synthetic";  // synthetic: seeded random tokens held in memory
+  int64_t synthetic_batches = 8;     // distinct micro-batches, cycled
+  int64_t seed = 1;
+};
+
+struct ReportSection {
+  std::string out;              // result JSON path; empty = trainbench-result.json
+  int64_t progress_every = 10;  // progress line every N steps; 0 = none
+};
+
+struct Config {
+  ModelShape model;
+  TrainSection train;
+  DataSection data;
+  ReportSection report;
+  std::string origin;  // the file path or "preset:<name>" the config came from
+};
+
+// A user error in the configuration. what() is one line that names the file
+// or key and what is wrong; the CLI prints it and exits 2.
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Loads CONFIG (a YAML file path, or the name of an embedded preset such as
+// "tiny"), applies `section.key=value` overrides in order, and validates.
+// Throws ConfigError.
+Config load_config(const std::string& path_or_preset,
+                   const std::vector<std::string>& overrides = {});
+// Same, from YAML text; `origin` names it in error messages.
+Config parse_config(const std::string& yaml_text, const std::string& origin,
+                    const std::vector<std::string>& overrides = {});
+// Cross-key checks (n_heads divides d_model, ...). Throws ConfigError.
+void validate_config(const Config& config);
+
+// Embedded presets (configs/*.yaml compiled into the binary).
+std::vector<std::string> preset_names();
+bool is_preset(const std::string& name);
+
+nlohmann::json config_to_json(const Config& config);
+// Flat "section.key: value" lines, in declaration order, for the console.
+std::vector<std::string> config_to_lines(const Config& config);
+
+}  // namespace trainbench

@@ -1,0 +1,147 @@
+#include "trainer/environment.h"
+
+#include <cblas.h>         // openblas_get_config
+#include <sys/statfs.h>    // statfs: filesystem type and free space
+#include <sys/utsname.h>   // uname
+
+#include <fstream>  // /proc/cpuinfo, /proc/meminfo
+#include <sstream>
+#include <thread>   // hardware_concurrency
+
+#include "kernels/engine.h"  // built_backends
+
+namespace trainbench {
+
+std::string trainbench_version() { return TRAINBENCH_VERSION; }
+
+namespace {
+std::string cpu_model_name() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown";
+}
+
+int64_t meminfo_bytes(const std::string& key) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string name;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> name >> kib >> unit) {
+    if (name == key + ":") return kib * 1024;
+  }
+  return 0;
+}
+
+// statfs f_type magic numbers of the filesystems clusters use (linux/magic.h
+// and the vendors' headers).
+std::string filesystem_type_name(int64_t magic) {
+  switch (static_cast<uint64_t>(magic) & 0xFFFFFFFFull) {
+    case 0xEF53: return "ext4";
+    case 0x58465342: return "xfs";
+    case 0x01021994: return "tmpfs";
+    case 0x6969: return "nfs";
+    case 0x0BD00BD0: return "lustre";
+    case 0x47504653: return "gpfs";
+    case 0x19830326: return "beegfs";
+    case 0x9123683E: return "btrfs";
+    case 0x794C7630: return "overlayfs";
+    case 0x65735546: return "fuse";
+    case 0x5346414F: return "afs";
+    case 0xFF534D42: return "cifs";
+    case 0x00C36400: return "ceph";
+    default: break;
+  }
+  std::ostringstream hex;
+  hex << "0x" << std::hex << (static_cast<uint64_t>(magic) & 0xFFFFFFFFull);
+  return hex.str();
+}
+}  // namespace
+
+int64_t available_memory_bytes() { return meminfo_bytes("MemAvailable"); }
+
+FilesystemInfo describe_filesystem(const std::string& role, const std::string& path) {
+  FilesystemInfo fs;
+  fs.role = role;
+  fs.path = path;
+  // The file may not exist yet: ask about its directory.
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  struct statfs info {};
+  if (statfs(dir.c_str(), &info) == 0) {
+    fs.type = filesystem_type_name(static_cast<int64_t>(info.f_type));
+    fs.free_bytes = static_cast<int64_t>(info.f_bavail) * static_cast<int64_t>(info.f_bsize);
+  } else {
+    fs.type = "unknown";
+  }
+  return fs;
+}
+
+Environment collect_environment(Communicator& comm, const std::string& compute_backend,
+                                int threads_used) {
+  Environment env;
+  env.trainbench_version = trainbench_version();
+  env.hosts = {comm.host_name()};
+  env.world_size = comm.world_size();
+  env.comm_backend = comm.backend_name();
+  env.cpu_model = cpu_model_name();
+  env.hardware_threads = static_cast<int>(std::thread::hardware_concurrency());
+  env.threads_used = threads_used;
+  env.memory_total_bytes = meminfo_bytes("MemTotal");
+  env.memory_available_bytes = available_memory_bytes();
+  env.gpus = query_gpus();
+  env.compute_backend = compute_backend;
+  env.built_backends = built_backends();
+  env.openblas = openblas_get_config();
+  env.compiler = std::string("g++ ") + __VERSION__;
+  struct utsname uts {};
+  if (uname(&uts) == 0)
+    env.os = std::string(uts.sysname) + " " + uts.release + " " + uts.machine;
+  return env;
+}
+
+nlohmann::json environment_to_json(const Environment& env) {
+  nlohmann::json gpus = nlohmann::json::array();
+  for (const GpuInfo& g : env.gpus.gpus) {
+    gpus.push_back({{"index", g.index},
+                    {"name", g.name},
+                    {"memory_bytes", g.memory_bytes},
+                    {"compute_capability", std::to_string(g.compute_major) + "." +
+                                               std::to_string(g.compute_minor)}});
+  }
+  nlohmann::json filesystems = nlohmann::json::array();
+  for (const FilesystemInfo& fs : env.filesystems) {
+    filesystems.push_back(
+        {{"role", fs.role}, {"path", fs.path}, {"type", fs.type}, {"free_bytes", fs.free_bytes}});
+  }
+  auto or_null = [](const std::string& s) { return s.empty() ? nlohmann::json() : nlohmann::json(s); };
+  return {
+      {"hosts", env.hosts},
+      {"ranks", env.world_size},
+      {"comm_backend", env.comm_backend},
+      {"compute_backend", env.compute_backend},
+      {"built_backends", env.built_backends},
+      {"cpu", {{"model", env.cpu_model},
+               {"hardware_threads", env.hardware_threads},
+               {"threads_used", env.threads_used}}},
+      {"memory", {{"total_bytes", env.memory_total_bytes},
+                  {"available_bytes", env.memory_available_bytes}}},
+      {"gpus", gpus},
+      {"gpus_unavailable_reason", or_null(env.gpus.gpus.empty() ? env.gpus.why_none : "")},
+      {"cuda_runtime", or_null(env.gpus.runtime_version)},
+      {"cuda_driver", or_null(env.gpus.driver_version)},
+      {"nccl", nullptr},
+      {"mpi", nullptr},
+      {"openblas", env.openblas},
+      {"compiler", env.compiler},
+      {"os", env.os},
+      {"filesystems", filesystems},
+  };
+}
+
+}  // namespace trainbench

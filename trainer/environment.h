@@ -1,0 +1,51 @@
+// What the run ran on: hosts, ranks, CPU, memory, GPUs, library versions and
+// the filesystem of every path the run reads or writes. Stored in the result
+// JSON and summarised in the console header.
+#pragma once
+
+#include <cstdint>  // int64_t
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>  // to_json
+
+#include "comm/communicator.h"   // rank / world size / host
+#include "kernels/device_info.h" // GpuInventory
+
+namespace trainbench {
+
+struct FilesystemInfo {
+  std::string role;   // "results", later "data", "checkpoint"
+  std::string path;
+  std::string type;   // "ext4", "xfs", "lustre", "nfs", ... or "0x..." when unknown
+  int64_t free_bytes = 0;
+};
+
+struct Environment {
+  std::string trainbench_version;
+  std::vector<std::string> hosts;
+  int world_size = 1;
+  std::string comm_backend;
+  std::string cpu_model;
+  int hardware_threads = 0;
+  int threads_used = 0;
+  int64_t memory_total_bytes = 0;
+  int64_t memory_available_bytes = 0;
+  GpuInventory gpus;
+  std::string compute_backend;
+  std::string built_backends;
+  std::string openblas;   // openblas_get_config()
+  std::string compiler;
+  std::string os;
+  std::vector<FilesystemInfo> filesystems;
+};
+
+Environment collect_environment(Communicator& comm, const std::string& compute_backend,
+                                int threads_used);
+FilesystemInfo describe_filesystem(const std::string& role, const std::string& path);
+// MemAvailable from /proc/meminfo (0 when unknown).
+int64_t available_memory_bytes();
+nlohmann::json environment_to_json(const Environment& env);
+std::string trainbench_version();
+
+}  // namespace trainbench

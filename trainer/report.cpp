@@ -1,0 +1,126 @@
+#include "trainer/report.h"
+
+#include <cmath>  // std::fabs
+
+namespace trainbench {
+
+std::string human_count(double value) {
+  const char* units[] = {"", " k", " M", " G", " T", " P"};
+  int unit = 0;
+  while (std::fabs(value) >= 1000.0 && unit < 5) {
+    value /= 1000.0;
+    ++unit;
+  }
+  char text[64];
+  std::snprintf(text, sizeof(text), unit == 0 ? "%.0f%s" : "%.2f%s", value, units[unit]);
+  return text;
+}
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024.0 && unit < 4) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.2f %s", bytes, units[unit]);
+  return text;
+}
+
+void print_header(FILE* out, const Config& config, const Environment& env, const MemoryPlan& plan,
+                  int64_t total_params, int64_t trainable_params) {
+  std::fprintf(out, "trainbench %s  (%s)\n", env.trainbench_version.c_str(), config.origin.c_str());
+  std::fprintf(out, "  host      %s, %d rank(s), comm %s\n", env.hosts.front().c_str(),
+               env.world_size, env.comm_backend.c_str());
+  std::fprintf(out, "  cpu       %s, %d of %d threads, %s RAM\n", env.cpu_model.c_str(),
+               env.threads_used, env.hardware_threads,
+               human_bytes(static_cast<double>(env.memory_total_bytes)).c_str());
+  if (env.gpus.gpus.empty()) {
+    std::fprintf(out, "  gpu       none (%s)\n", env.gpus.why_none.c_str());
+  } else {
+    for (const GpuInfo& g : env.gpus.gpus)
+      std::fprintf(out, "  gpu %d     %s, %s\n", g.index, g.name.c_str(),
+                   human_bytes(static_cast<double>(g.memory_bytes)).c_str());
+  }
+  std::fprintf(out, "  engine    %s (built: %s), OpenBLAS %s\n", env.compute_backend.c_str(),
+               env.built_backends.c_str(), env.openblas.c_str());
+  const ModelShape& m = config.model;
+  std::fprintf(out,
+               "  model     %s params (%s trainable): d_model %ld, %ld layers, %ld heads "
+               "(%ld kv), ffn %ld, vocab %ld, seq %ld\n",
+               human_count(static_cast<double>(total_params)).c_str(),
+               human_count(static_cast<double>(trainable_params)).c_str(), m.d_model, m.n_layers,
+               m.n_heads, m.n_kv_heads, m.ffn_hidden, m.vocab, m.seq_len);
+  const TrainSection& t = config.train;
+  std::fprintf(out, "  batch     micro %ld x accum %ld x %d rank(s) x seq %ld = %s tokens/step\n",
+               t.micro_batch, t.grad_accum, env.world_size, m.seq_len,
+               human_count(static_cast<double>(t.micro_batch * t.grad_accum * env.world_size *
+                                               m.seq_len))
+                   .c_str());
+  std::fprintf(out,
+               "  memory    %s = params %s + grads %s + optimizer %s + activations %s + "
+               "workspace %s\n",
+               human_bytes(static_cast<double>(plan.total_bytes())).c_str(),
+               human_bytes(static_cast<double>(plan.parameter_bytes)).c_str(),
+               human_bytes(static_cast<double>(plan.gradient_bytes)).c_str(),
+               human_bytes(static_cast<double>(plan.optimizer_bytes)).c_str(),
+               human_bytes(static_cast<double>(plan.activation_bytes)).c_str(),
+               human_bytes(static_cast<double>(plan.workspace_bytes)).c_str());
+  std::fprintf(out, "  config\n");
+  for (const std::string& line : config_to_lines(config))
+    std::fprintf(out, "    %s\n", line.c_str());
+  std::fflush(out);
+}
+
+void print_progress(FILE* out, const Config& config, const StepRecord& step,
+                    const RunSummary& so_far) {
+  const int64_t every = config.report.progress_every;
+  const bool last = step.step == config.train.steps;
+  if (every <= 0 || (step.step % every != 0 && step.step != 1 && !last)) return;
+  const double tokens_per_s =
+      step.step_s > 0 ? static_cast<double>(so_far.global_tokens_per_step) / step.step_s : 0.0;
+  const double flops = so_far.model_flops_per_token * tokens_per_s;
+  const double mfu = so_far.gemm_ceiling_flops_per_s > 0 ? flops / so_far.gemm_ceiling_flops_per_s
+                                                         : 0.0;
+  std::fprintf(out,
+               "step %5ld/%-5ld loss %8.4f  tokens/s %10s  mfu(ceiling) %5.1f%%  step %9.2f ms%s\n",
+               step.step, config.train.steps, step.loss, human_count(tokens_per_s).c_str(),
+               100.0 * mfu, 1e3 * step.step_s, step.warmup ? "  (warm-up)" : "");
+  std::fflush(out);
+}
+
+void print_summary(FILE* out, const RunOutcome& outcome, const std::string& result_path) {
+  const RunSummary& s = outcome.summary;
+  std::fprintf(out, "\nsummary: %ld measured steps after %ld warm-up\n", s.measured_steps,
+               s.warmup_steps);
+  std::fprintf(out, "  tokens/s            %s  (%ld tokens/step)\n",
+               human_count(s.tokens_per_s).c_str(), s.global_tokens_per_step);
+  std::fprintf(out, "  step time           median %.2f ms  p10 %.2f  p90 %.2f\n",
+               1e3 * s.step_s.median, 1e3 * s.step_s.p10, 1e3 * s.step_s.p90);
+  std::fprintf(out, "  model FLOPs/token   %s\n", human_count(s.model_flops_per_token).c_str());
+  std::fprintf(out, "  achieved            %sFLOP/s per device\n",
+               human_count(s.achieved_flops_per_s).c_str());
+  std::fprintf(out, "  gemm ceiling        %sFLOP/s  (measured, [%ld x %ld] x [%ld x %ld])\n",
+               human_count(s.gemm_ceiling_flops_per_s).c_str(), s.gemm_m, s.gemm_k, s.gemm_k,
+               s.gemm_n);
+  std::fprintf(out, "  MFU                 %.1f%% of the gemm ceiling", 100.0 * s.mfu_vs_gemm_ceiling);
+  if (s.datasheet_peak_flops_per_s > 0)
+    std::fprintf(out, ", %.1f%% of the datasheet peak\n", 100.0 * s.mfu);
+  else
+    std::fprintf(out, "; no datasheet peak for this device\n");
+  std::fprintf(out, "  loss                %.4f -> %.4f\n", s.loss_first, s.loss_last);
+  std::fprintf(out,
+               "  time shares         compute %.1f%%  comm exposed %.1f%%  data stall %.1f%%  "
+               "ckpt stall %.1f%%  other %.1f%%\n",
+               100.0 * s.compute_share, 100.0 * s.comm_exposed_share, 100.0 * s.data_stall_share,
+               100.0 * s.ckpt_stall_share, 100.0 * s.other_share);
+  for (const Check& c : outcome.checks)
+    std::fprintf(out, "  check %-20s%s  %s\n", c.name.c_str(), c.passed ? "ok" : "FAILED",
+                 c.detail.c_str());
+  for (const std::string& w : outcome.warnings) std::fprintf(out, "  warning: %s\n", w.c_str());
+  std::fprintf(out, "  result              %s\n", result_path.c_str());
+  std::fflush(out);
+}
+
+}  // namespace trainbench

@@ -1,0 +1,25 @@
+// What a person reads: a header before the run, a progress line every N
+// steps, a summary table at the end. Machines read the result JSON instead.
+#pragma once
+
+#include <cstdio>  // FILE*
+#include <string>
+
+#include "kernels/engine.h"       // MemoryPlan
+#include "trainer/config.h"
+#include "trainer/environment.h"
+#include "trainer/train_loop.h"
+
+namespace trainbench {
+
+void print_header(FILE* out, const Config& config, const Environment& env, const MemoryPlan& plan,
+                  int64_t total_params, int64_t trainable_params);
+void print_progress(FILE* out, const Config& config, const StepRecord& step,
+                    const RunSummary& so_far);
+void print_summary(FILE* out, const RunOutcome& outcome, const std::string& result_path);
+
+// 1234567 → "1.23 M"; used for counts and rates.
+std::string human_count(double value);
+std::string human_bytes(double bytes);
+
+}  // namespace trainbench

@@ -1,0 +1,86 @@
+#include "trainer/results.h"
+
+#include "checkpoint/atomic_file.h"  // write_file_atomically
+
+namespace trainbench {
+
+namespace {
+nlohmann::json spread_json(const Spread& s) {
+  return {{"median", s.median}, {"p10", s.p10}, {"p90", s.p90}};
+}
+
+// A figure that could not be measured is null, never a misleading 0.
+nlohmann::json positive_or_null(double value) {
+  return value > 0 ? nlohmann::json(value) : nlohmann::json();
+}
+
+nlohmann::json step_json(const StepRecord& s) {
+  return {{"step", s.step},          {"warmup", s.warmup},
+          {"step_s", s.step_s},      {"compute_s", s.compute_s},
+          {"comm_s", s.comm_s},      {"comm_exposed_s", s.comm_exposed_s},
+          {"data_stall_s", s.data_stall_s}, {"ckpt_stall_s", s.ckpt_stall_s},
+          {"other_s", s.other_s},    {"loss", s.loss},
+          {"grad_norm", s.grad_norm}, {"lr", s.lr}};
+}
+}  // namespace
+
+nlohmann::json build_result_json(const std::string& command_line, const Config& config,
+                                 const Environment& env, const RunOutcome& outcome) {
+  const RunSummary& s = outcome.summary;
+  nlohmann::json summary = {
+      {"tokens_per_s", positive_or_null(s.tokens_per_s)},
+      {"global_tokens_per_step", s.global_tokens_per_step},
+      {"measured_steps", s.measured_steps},
+      {"warmup_steps", s.warmup_steps},
+      {"step_s", spread_json(s.step_s)},
+      {"compute_s", spread_json(s.compute_s)},
+      {"comm_exposed_s", spread_json(s.comm_exposed_s)},
+      {"data_stall_s", spread_json(s.data_stall_s)},
+      {"ckpt_stall_s", spread_json(s.ckpt_stall_s)},
+      {"other_s", spread_json(s.other_s)},
+      {"stall_shares",
+       {{"compute", s.compute_share},
+        {"comm_exposed", s.comm_exposed_share},
+        {"data_stall", s.data_stall_share},
+        {"ckpt_stall", s.ckpt_stall_share},
+        {"other", s.other_share}}},
+      {"model_flops_per_token", s.model_flops_per_token},
+      {"achieved_flops_per_s_per_device", positive_or_null(s.achieved_flops_per_s)},
+      {"gemm_ceiling_flops_per_s", positive_or_null(s.gemm_ceiling_flops_per_s)},
+      {"gemm_ceiling_shape", {{"m", s.gemm_m}, {"n", s.gemm_n}, {"k", s.gemm_k}}},
+      {"mfu_vs_gemm_ceiling", positive_or_null(s.mfu_vs_gemm_ceiling)},
+      {"datasheet_peak_flops_per_s", positive_or_null(s.datasheet_peak_flops_per_s)},
+      {"mfu", positive_or_null(s.mfu)},
+      {"loss_first", s.loss_first},
+      {"loss_last", s.loss_last},
+      {"bytes_read", s.bytes_read},
+      {"bytes_written", s.bytes_written},
+      {"slowest_rank", s.slowest_rank},
+  };
+  nlohmann::json steps = nlohmann::json::array();
+  for (const StepRecord& record : outcome.steps) steps.push_back(step_json(record));
+  nlohmann::json checks = nlohmann::json::array();
+  for (const Check& c : outcome.checks)
+    checks.push_back({{"name", c.name}, {"passed", c.passed}, {"detail", c.detail}});
+
+  return {
+      {"schema", kResultSchema},
+      {"version", env.trainbench_version},
+      {"command", command_line},
+      {"config", config_to_json(config)},
+      {"environment", environment_to_json(env)},
+      {"summary", summary},
+      {"steps", steps},
+      // Isolation ceilings (bench compute|comm|io) land here with their issue;
+      // the GEMM calibration of every run is already in the summary.
+      {"ceilings", nlohmann::json::object()},
+      {"checks", checks},
+      {"warnings", outcome.warnings},
+  };
+}
+
+void write_result_json(const std::string& path, const nlohmann::json& result) {
+  write_file_atomically(path, result.dump(2) + "\n");
+}
+
+}  // namespace trainbench

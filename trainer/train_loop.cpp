@@ -1,0 +1,182 @@
+#include "trainer/train_loop.h"
+
+#include <algorithm>  // std::max_element
+#include <chrono>     // step timing
+#include <cmath>      // std::isfinite
+
+#include "kernels/flops.h"      // model_flops_per_token
+#include "trainer/statistics.h" // median, quantile
+
+namespace trainbench {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+Spread spread_of(const std::vector<StepRecord>& steps, double StepRecord::*field) {
+  std::vector<double> values;
+  for (const StepRecord& s : steps)
+    if (!s.warmup) values.push_back(s.*field);
+  return Spread{median(values), quantile(values, 0.1), quantile(values, 0.9)};
+}
+
+double share_of(const std::vector<StepRecord>& steps, double StepRecord::*field) {
+  double part = 0, whole = 0;
+  for (const StepRecord& s : steps) {
+    if (s.warmup) continue;
+    part += s.*field;
+    whole += s.step_s;
+  }
+  return whole > 0 ? part / whole : 0.0;
+}
+}  // namespace
+
+bool RunOutcome::all_checks_passed() const {
+  for (const Check& c : checks)
+    if (!c.passed) return false;
+  return true;
+}
+
+void largest_gemm_shape(const ModelShape& s, int64_t micro_batch, int64_t* m, int64_t* n,
+                        int64_t* k) {
+  // Candidates: (out, in) of every projection; the one with the most work wins.
+  const int64_t candidates[][2] = {{s.vocab, s.d_model},  {s.ffn_hidden, s.d_model},
+                                   {s.d_model, s.ffn_hidden}, {s.q_dim(), s.d_model},
+                                   {s.d_model, s.q_dim()}};
+  *m = micro_batch * s.seq_len;
+  *n = candidates[0][0];
+  *k = candidates[0][1];
+  for (const auto& c : candidates) {
+    if (c[0] * c[1] > *n * *k) {
+      *n = c[0];
+      *k = c[1];
+    }
+  }
+}
+
+RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSource& source,
+                        Communicator& comm, const ProgressFn& on_progress) {
+  const TrainSection& train = config.train;
+  const ModelShape& shape = config.model;
+  RunOutcome outcome;
+  RunSummary& summary = outcome.summary;
+
+  summary.global_tokens_per_step =
+      train.micro_batch * train.grad_accum * shape.seq_len * comm.world_size();
+  summary.model_flops_per_token = model_flops_per_token(shape, engine.layout()).total();
+  largest_gemm_shape(shape, train.micro_batch, &summary.gemm_m, &summary.gemm_n, &summary.gemm_k);
+  summary.gemm_ceiling_flops_per_s =
+      engine.measure_gemm_flops(summary.gemm_m, summary.gemm_n, summary.gemm_k, 0.5);
+
+  AdamWSettings adam;
+  adam.lr = train.lr;
+  adam.beta1 = train.beta1;
+  adam.beta2 = train.beta2;
+  adam.eps = train.eps;
+  adam.weight_decay = train.weight_decay;
+  adam.grad_clip = train.grad_clip;
+  // Each micro-batch's loss is scaled so the accumulated gradient is that of
+  // the mean over the whole step's tokens.
+  const float loss_scale = 1.0f / static_cast<float>(train.grad_accum);
+
+  engine.synchronize();
+  engine.take_compute_seconds();  // discard the calibration
+  Clock::time_point previous_end = Clock::now();
+  bool loss_finite = true;
+  for (int64_t step = 1; step <= train.steps; ++step) {
+    StepRecord record;
+    record.step = step;
+    record.warmup = step <= train.warmup_steps;
+    record.lr = train.lr;
+
+    engine.zero_gradients();
+    double loss_sum = 0.0;
+    for (int64_t micro = 0; micro < train.grad_accum; ++micro) {
+      double wait_s = 0.0;
+      const HostBatch& host = source.next(&wait_s);
+      record.data_stall_s += wait_s;
+      const TokenBatch batch{host.inputs.data(), host.targets.data(), host.batch, host.seq_len};
+      engine.forward(batch);
+      loss_sum += engine.last_loss();
+      engine.backward(batch, loss_scale, nullptr);
+    }
+    record.grad_norm = engine.optimizer_step(adam, step);
+    engine.synchronize();
+    const Clock::time_point end = Clock::now();
+
+    record.loss = loss_sum / static_cast<double>(train.grad_accum);
+    record.step_s = seconds_between(previous_end, end);
+    record.compute_s = engine.take_compute_seconds();
+    record.other_s = record.step_s - record.compute_s - record.comm_exposed_s -
+                     record.data_stall_s - record.ckpt_stall_s;
+    previous_end = end;
+    outcome.steps.push_back(record);
+
+    if (!std::isfinite(record.loss)) {
+      loss_finite = false;
+      outcome.checks.push_back({"loss_finite", false,
+                                "loss is " + std::to_string(record.loss) + " at step " +
+                                    std::to_string(step)});
+      break;
+    }
+    if (on_progress) {
+      RunSummary so_far;
+      so_far.global_tokens_per_step = summary.global_tokens_per_step;
+      so_far.model_flops_per_token = summary.model_flops_per_token;
+      so_far.gemm_ceiling_flops_per_s = summary.gemm_ceiling_flops_per_s;
+      on_progress(record, so_far);
+    }
+  }
+
+  // Statistics over the measured (post-warm-up) steps.
+  const std::vector<StepRecord>& steps = outcome.steps;
+  for (const StepRecord& s : steps) (s.warmup ? summary.warmup_steps : summary.measured_steps)++;
+  summary.step_s = spread_of(steps, &StepRecord::step_s);
+  summary.compute_s = spread_of(steps, &StepRecord::compute_s);
+  summary.comm_exposed_s = spread_of(steps, &StepRecord::comm_exposed_s);
+  summary.data_stall_s = spread_of(steps, &StepRecord::data_stall_s);
+  summary.ckpt_stall_s = spread_of(steps, &StepRecord::ckpt_stall_s);
+  summary.other_s = spread_of(steps, &StepRecord::other_s);
+  summary.compute_share = share_of(steps, &StepRecord::compute_s);
+  summary.comm_exposed_share = share_of(steps, &StepRecord::comm_exposed_s);
+  summary.data_stall_share = share_of(steps, &StepRecord::data_stall_s);
+  summary.ckpt_stall_share = share_of(steps, &StepRecord::ckpt_stall_s);
+  summary.other_share = share_of(steps, &StepRecord::other_s);
+  if (!steps.empty()) {
+    summary.loss_first = steps.front().loss;
+    summary.loss_last = steps.back().loss;
+  }
+
+  // tokens/s is set by the slowest rank's median step.
+  std::vector<double> rank_medians(static_cast<size_t>(comm.world_size()));
+  comm.all_gather(summary.step_s.median, rank_medians.data());
+  const auto slowest = std::max_element(rank_medians.begin(), rank_medians.end());
+  summary.slowest_rank = slowest - rank_medians.begin();
+  if (*slowest > 0)
+    summary.tokens_per_s = static_cast<double>(summary.global_tokens_per_step) / *slowest;
+  summary.achieved_flops_per_s =
+      summary.model_flops_per_token * summary.tokens_per_s / comm.world_size();
+  if (summary.gemm_ceiling_flops_per_s > 0)
+    summary.mfu_vs_gemm_ceiling = summary.achieved_flops_per_s / summary.gemm_ceiling_flops_per_s;
+  summary.bytes_read = source.bytes_read();
+
+  if (loss_finite)
+    outcome.checks.push_back({"loss_finite", true, "every step's loss is finite"});
+  double worst_other = 0.0;
+  for (const StepRecord& s : steps) worst_other = std::min(worst_other, s.other_s);
+  // Timer noise may make other_s a hair negative; more than 1 ms means a
+  // category was double counted.
+  outcome.checks.push_back({"step_time_accounted", worst_other > -1e-3,
+                            "min other_s = " + std::to_string(worst_other) + " s"});
+  if (summary.measured_steps < 10)
+    outcome.warnings.push_back("only " + std::to_string(summary.measured_steps) +
+                               " measured steps: step-time statistics are rough");
+  if (summary.measured_steps == 0)
+    outcome.warnings.push_back("no step after warm-up: tokens/s is not measured");
+  return outcome;
+}
+
+}  // namespace trainbench

@@ -1,0 +1,87 @@
+// The step loop: batches from a BatchSource, forward/backward/optimizer on a
+// TrainingEngine, gradients through a Communicator; every step timed and its
+// wall time split into the DESIGN.md categories.
+#pragma once
+
+#include <cstdint>     // int64_t
+#include <functional>  // ProgressFn
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"        // Communicator
+#include "dataloader/batch_source.h"  // BatchSource
+#include "kernels/engine.h"           // TrainingEngine
+#include "trainer/config.h"           // Config
+
+namespace trainbench {
+
+// One step on this rank. step_s = compute_s + comm_exposed_s + data_stall_s
+// + ckpt_stall_s + other_s by construction; other_s is what no category
+// explains (launch gaps, host overhead) and is shown, never hidden.
+struct StepRecord {
+  int64_t step = 0;      // from 1
+  bool warmup = false;   // excluded from the statistics
+  double step_s = 0;
+  double compute_s = 0;
+  double comm_s = 0;
+  double comm_exposed_s = 0;
+  double data_stall_s = 0;
+  double ckpt_stall_s = 0;
+  double other_s = 0;
+  double loss = 0;       // mean over the step's micro-batches (this rank)
+  double grad_norm = 0;  // before clipping
+  double lr = 0;
+};
+
+// Median, p10 and p90 of one quantity over the measured steps.
+struct Spread {
+  double median = 0, p10 = 0, p90 = 0;
+};
+
+struct RunSummary {
+  int64_t measured_steps = 0;
+  int64_t warmup_steps = 0;
+  int64_t global_tokens_per_step = 0;
+  double tokens_per_s = 0;          // global tokens / median step_s of the slowest rank
+  Spread step_s, compute_s, comm_exposed_s, data_stall_s, ckpt_stall_s, other_s;
+  // Each category's share of step_s (sums of the measured steps).
+  double compute_share = 0, comm_exposed_share = 0, data_stall_share = 0, ckpt_stall_share = 0,
+         other_share = 0;
+  double model_flops_per_token = 0;
+  double achieved_flops_per_s = 0;  // per device
+  double gemm_ceiling_flops_per_s = 0;
+  int64_t gemm_m = 0, gemm_n = 0, gemm_k = 0;
+  double mfu_vs_gemm_ceiling = 0;
+  double datasheet_peak_flops_per_s = 0;  // 0 when the device has no datasheet figure (CPUs)
+  double mfu = 0;                         // against the datasheet peak; 0 when unknown
+  double loss_first = 0, loss_last = 0;
+  int64_t bytes_read = 0, bytes_written = 0;
+  int64_t slowest_rank = 0;
+};
+
+struct Check {
+  std::string name;
+  bool passed = false;
+  std::string detail;
+};
+
+struct RunOutcome {
+  std::vector<StepRecord> steps;
+  RunSummary summary;
+  std::vector<Check> checks;
+  std::vector<std::string> warnings;
+  bool all_checks_passed() const;
+};
+
+using ProgressFn = std::function<void(const StepRecord&, const RunSummary& so_far)>;
+
+// Runs config.train.steps steps. Stops early (with a failed check) when the
+// loss stops being finite. gemm ceiling and FLOP counts are filled in.
+RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSource& source,
+                        Communicator& comm, const ProgressFn& on_progress);
+
+// The largest GEMM of one micro-batch ([m, k] × [k, n]), for the ceiling.
+void largest_gemm_shape(const ModelShape& shape, int64_t micro_batch, int64_t* m, int64_t* n,
+                        int64_t* k);
+
+}  // namespace trainbench
