@@ -32,7 +32,8 @@ struct ExitError {
 struct RunOptions {
   std::string config = "tiny";  // the CPU default preset
   std::vector<std::string> overrides;
-  int64_t steps = 0;            // 0 = as configured
+  int64_t steps = 0;
+  bool steps_given = false;     // --steps N overrides train.steps (validated like it)
   std::string out;
 };
 
@@ -63,7 +64,7 @@ void check_output_writable(const std::string& path) {
 
 int run_command(const RunOptions& options, const std::string& command_line) {
   std::vector<std::string> overrides = options.overrides;
-  if (options.steps > 0) overrides.push_back("train.steps=" + std::to_string(options.steps));
+  if (options.steps_given) overrides.push_back("train.steps=" + std::to_string(options.steps));
   if (!options.out.empty()) overrides.push_back("report.out=" + options.out);
   Config config = load_config(options.config, overrides);  // ConfigError → exit 2
   const std::string result_path =
@@ -160,12 +161,27 @@ int run_cli(int argc, char** argv) {
                   "YAML config file or embedded preset name (default: tiny)");
   run->add_option("--set", run_options.overrides, "override a key: section.key=value (repeatable)")
       ->type_name("KEY=VALUE");
-  run->add_option("--steps", run_options.steps, "optimizer steps (overrides train.steps)")
-      ->check(CLI::PositiveNumber);
+  CLI::Option* steps_option =
+      run->add_option("--steps", run_options.steps, "optimizer steps (overrides train.steps)");
   run->add_option("--out", run_options.out, "result JSON path (overrides report.out)");
 
+  // CLI11 would only say "a subcommand is required"; name the word instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string commands;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      commands += (commands.empty() ? "" : ", ") + sub->get_name();
+      known = known || sub->get_name() == argv[1];
+    }
+    if (!known) {
+      std::fprintf(stderr, "trainbench: unknown command '%s' (commands: %s; see trainbench --help)\n",
+                   argv[1], commands.c_str());
+      return kExitUserError;
+    }
+  }
   try {
     app.parse(argc, argv);
+    run_options.steps_given = steps_option->count() > 0;
   } catch (const CLI::CallForHelp&) {
     std::fputs(app.help().c_str(), stdout);
     return kExitOk;

@@ -3,7 +3,7 @@
 #include <algorithm>    // std::min for the edit distance
 #include <cerrno>       // errno after a failed read
 #include <charconv>     // std::from_chars / to_chars: strict number parsing, shortest printing
-#include <climits>      // INT32_MAX for token ids
+#include <cstdint>      // INT32_MAX for token ids
 #include <cmath>        // std::isfinite
 #include <cstring>      // std::strerror
 #include <filesystem>   // does CONFIG name a file?

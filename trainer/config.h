@@ -43,8 +43,21 @@ struct ReportSection {
   int64_t progress_every = 10;  // progress line every N steps; 0 = none
 };
 
+// The model a file gets for keys it does not state: the shape of configs/tiny.yaml.
+inline ModelShape default_model_shape() {
+  ModelShape s;
+  s.vocab = 512;
+  s.d_model = 64;
+  s.n_layers = 2;
+  s.n_heads = 4;
+  s.n_kv_heads = 2;
+  s.ffn_hidden = 192;
+  s.seq_len = 64;
+  return s;
+}
+
 struct Config {
-  ModelShape model;
+  ModelShape model = default_model_shape();
   TrainSection train;
   DataSection data;
   ReportSection report;
