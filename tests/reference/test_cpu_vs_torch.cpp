@@ -3,7 +3,7 @@
 // against torch::optim::AdamW (with and without clipping), gradient
 // accumulation over micro-batches, and the gradients-ready contract of
 // backward. fp32 on both sides, relative error <= 1e-4 per tensor.
-#include <algorithm>  // std::equal
+#include <algorithm>  // std::equal, std::all_of
 #include <cmath>      // std::abs
 #include <cstdint>    // int64_t, int32_t
 #include <memory>     // std::unique_ptr
@@ -85,7 +85,7 @@ std::vector<ModelCase> model_cases() {
 }
 
 // Token ids for one micro-batch, with the TokenBatch view the engine takes.
-struct HostBatch {
+struct SampledBatch {
   std::vector<int32_t> inputs, targets;
   int64_t batch = 0, seq_len = 0;
   TokenBatch view() const { return {inputs.data(), targets.data(), batch, seq_len}; }
@@ -97,9 +97,9 @@ struct HostBatch {
   }
 };
 
-HostBatch random_batch(std::mt19937_64& rng, int64_t batch, int64_t seq_len, int64_t vocab) {
+SampledBatch random_batch(std::mt19937_64& rng, int64_t batch, int64_t seq_len, int64_t vocab) {
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab - 1));
-  HostBatch b;
+  SampledBatch b;
   b.batch = batch;
   b.seq_len = seq_len;
   // A stream of seq_len + 1 tokens per row: each target is the next input.
@@ -112,8 +112,8 @@ HostBatch random_batch(std::mt19937_64& rng, int64_t batch, int64_t seq_len, int
   return b;
 }
 
-HostBatch concatenate(const HostBatch& a, const HostBatch& b) {
-  HostBatch both = a;
+SampledBatch concatenate(const SampledBatch& a, const SampledBatch& b) {
+  SampledBatch both = a;
   both.batch += b.batch;
   both.inputs.insert(both.inputs.end(), b.inputs.begin(), b.inputs.end());
   both.targets.insert(both.targets.end(), b.targets.begin(), b.targets.end());
@@ -134,7 +134,8 @@ void expect_every_tensor_close(const ParameterLayout& layout, const std::vector<
   for (const ParamTensor& t : layout.tensors()) {
     if (gradients && !t.trainable) continue;
     const int64_t offset = gradients ? t.grad_offset : t.offset;
-    const double error = relative_error(ours.data() + offset, torch_values.data() + offset, t.numel);
+    const double error =
+        relative_error(ours.data() + offset, torch_values.data() + offset, t.numel);
     EXPECT_LE(error, kTolerance) << what << " of " << t.name << ": relative error " << error;
   }
 }
@@ -201,12 +202,20 @@ class CpuEngineVsTorch : public ::testing::TestWithParam<ModelCase> {
     engine_->init_parameters(kParameterSeed);
     std::vector<float> parameters(engine_->layout().total_params());
     engine_->get_parameters(parameters.data());
+    // Every comparison below is only meaningful for a model with real weights.
+    for (const ParamTensor& t : engine_->layout().tensors()) {
+      if (!t.is_matrix()) continue;
+      const bool all_zero = std::all_of(parameters.begin() + t.offset,
+                                        parameters.begin() + t.offset + t.numel,
+                                        [](float x) { return x == 0.0f; });
+      ASSERT_FALSE(all_zero) << "init_parameters left " << t.name << " all zero";
+    }
     spread_parameters(parameters);
     engine_->set_parameters(parameters.data());
 
     std::vector<float> round_trip(parameters.size());
     engine_->get_parameters(round_trip.data());
-    ASSERT_EQ(round_trip, parameters) << "set_parameters / get_parameters must round-trip";
+    ASSERT_TRUE(round_trip == parameters) << "set_parameters / get_parameters must round-trip";
 
     model_ = std::make_unique<TorchLlama>(c.shape, parameters);
   }
@@ -223,7 +232,7 @@ class CpuEngineVsTorch : public ::testing::TestWithParam<ModelCase> {
         parameters[i] = t.is_matrix() ? parameters[i] * 5.0f : norm_weight(rng);
   }
 
-  HostBatch next_batch() {
+  SampledBatch next_batch() {
     const ModelCase& c = GetParam();
     return random_batch(token_rng_, c.micro_batch, c.shape.seq_len, c.shape.vocab);
   }
@@ -246,7 +255,7 @@ class CpuEngineVsTorch : public ::testing::TestWithParam<ModelCase> {
 
 TEST_P(CpuEngineVsTorch, ForwardAndBackwardMatchTorch) {
   const ModelShape& shape = GetParam().shape;
-  const HostBatch batch = next_batch();
+  const SampledBatch batch = next_batch();
 
   engine_->zero_gradients();
   engine_->forward(batch.view());
@@ -278,7 +287,7 @@ TEST_P(CpuEngineVsTorch, ThreeAdamWStepsMatchTorchAdamW) {
 
   for (int64_t step = 1; step <= 3; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
-    const HostBatch batch = next_batch();
+    const SampledBatch batch = next_batch();
 
     engine_->zero_gradients();
     engine_->forward(batch.view());
@@ -306,12 +315,12 @@ TEST_P(CpuEngineVsTorch, ThreeAdamWStepsMatchTorchAdamW) {
 }
 
 TEST_P(CpuEngineVsTorch, TwoHalfScaledMicroBatchesEqualTheMeanOverBoth) {
-  const HostBatch first = next_batch();
-  const HostBatch second = next_batch();
+  const SampledBatch first = next_batch();
+  const SampledBatch second = next_batch();
 
   engine_->zero_gradients();
   float micro_batch_losses = 0.0f;
-  for (const HostBatch* micro : {&first, &second}) {
+  for (const SampledBatch* micro : {&first, &second}) {
     engine_->forward(micro->view());
     micro_batch_losses += 0.5f * engine_->last_loss();
     ReadinessRecorder readiness(*engine_);
@@ -321,7 +330,7 @@ TEST_P(CpuEngineVsTorch, TwoHalfScaledMicroBatchesEqualTheMeanOverBoth) {
   const std::vector<float> accumulated = engine_gradients();
 
   // One batch holding both micro-batches: its mean loss is the mean over both.
-  const HostBatch both = concatenate(first, second);
+  const SampledBatch both = concatenate(first, second);
   const TorchLlama::ForwardResult expected =
       model_->forward(both.input_tensor(), both.target_tensor());
   expected.loss.backward();

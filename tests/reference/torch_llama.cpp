@@ -208,7 +208,8 @@ double TorchLlama::clip_gradients(double max_norm) {
   // Clipping disabled: the norm is still reported, as the engines do.
   double sum_of_squares = 0.0;
   for (const torch::Tensor& t : trainable)
-    if (t.grad().defined()) sum_of_squares += t.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+    if (t.grad().defined())
+      sum_of_squares += t.grad().to(torch::kFloat64).pow(2).sum().item<double>();
   return std::sqrt(sum_of_squares);
 }
 

@@ -124,12 +124,6 @@ int main(int argc, char** argv) {
     if (steps > 0) overrides.push_back("train.steps=" + std::to_string(steps));
     if (threads >= 0) overrides.push_back("train.threads=" + std::to_string(threads));
     const trainbench::Config config = trainbench::load_config(config_arg, overrides);
-    if (config.train.steps <= config.train.warmup_steps)
-      throw trainbench::ConfigError("train.steps (" + std::to_string(config.train.steps) +
-                                    ") must exceed train.warmup_steps (" +
-                                    std::to_string(config.train.warmup_steps) +
-                                    "): no step would be measured");
-
     const int resolved_threads =
         config.train.threads > 0 ? static_cast<int>(config.train.threads)
                                  : static_cast<int>(std::thread::hardware_concurrency());
@@ -138,7 +132,8 @@ int main(int argc, char** argv) {
     // does not reach (it only sets MKL's); hold both to the same count so the
     // baseline runs on exactly the cores the CPU engine gets.
     openblas_set_num_threads(resolved_threads);
-    std::fprintf(stderr, "torch_train_bench: %s, %lld steps (%lld warm-up), %d threads, libtorch %s\n",
+    std::fprintf(stderr,
+                 "torch_train_bench: %s, %lld steps (%lld warm-up), %d threads, libtorch %s\n",
                  config.origin.c_str(), static_cast<long long>(config.train.steps),
                  static_cast<long long>(config.train.warmup_steps), resolved_threads,
                  TORCH_VERSION);
