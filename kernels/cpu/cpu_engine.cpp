@@ -1,6 +1,6 @@
 #include "kernels/cpu/cpu_engine.h"
 
-#include <cblas.h>  // openblas_set_num_threads, cblas_sgemm for the calibration
+#include <cblas.h>  // openblas_set_num_threads
 #include <omp.h>    // omp_set_num_threads
 
 #include <algorithm>  // std::min, std::sort
@@ -95,8 +95,9 @@ CpuEngine::CpuEngine(const EngineOptions& options)
       layout_(options.shape),
       micro_batch_(options.micro_batch),
       threads_(resolve_threads(options.threads)) {
+  // OpenMP owns the threads; OpenBLAS runs inside them (see sgemm_rows_parallel).
   omp_set_num_threads(threads_);
-  openblas_set_num_threads(threads_);
+  openblas_set_num_threads(1);
 
   params_.allocate(layout_.total_params());
   grads_.allocate(layout_.trainable_params());
@@ -372,9 +373,9 @@ double CpuEngine::measure_gemm_flops(int64_t m, int64_t n, int64_t k, double sec
   c.allocate(m * n);
   for (int64_t i = 0; i < m * k; ++i) a.get()[i] = 0.001f * static_cast<float>(i % 997);
   for (int64_t i = 0; i < k * n; ++i) b.get()[i] = 0.001f * static_cast<float>(i % 991);
+  // The same GEMM path training uses.
   auto one_gemm = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.get(), k, b.get(), n,
-                0.0f, c.get(), n);
+    sgemm_rows_parallel(false, false, m, n, k, a.get(), k, b.get(), n, 0.0f, c.get(), n);
   };
   one_gemm();  // warm-up: page faults, OpenBLAS thread start
   std::vector<double> rates;

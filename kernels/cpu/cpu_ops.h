@@ -4,12 +4,18 @@
 // activations), and its tests compare against these. Backward functions ADD
 // into weight gradients (gradient accumulation across micro-batches) and, where
 // noted, into input gradients (the residual stream). Loops are threaded with
-// OpenMP; GEMMs go to OpenBLAS.
+// OpenMP; GEMMs go to OpenBLAS, one single-threaded call per OpenMP thread.
 #pragma once
 
 #include <cstdint>  // int64_t
 
 namespace trainbench::cpu {
+
+// C[m, n] = op(A)[m, k] · op(B)[k, n] + beta·C (row-major, op = transpose or not),
+// split by rows of C across the OpenMP threads, OpenBLAS single-threaded in each.
+void sgemm_rows_parallel(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
+                         const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                         float* c, int64_t ldc);
 
 // out[n, out_dim] = in[n, in_dim] · weight[out_dim, in_dim]ᵀ   (PyTorch Linear, no bias)
 void matmul_forward(float* out, const float* in, const float* weight, int64_t n, int64_t in_dim,
