@@ -98,9 +98,9 @@ class TrainingEngine {
   // Blocks until all work issued so far has finished.
   virtual void synchronize() = 0;
 
-  // Sustained GEMM throughput in FLOP/s of this backend's training precision
-  // for [m, k] × [k, n], measured for about `seconds` (median of repeats): the
-  // measured compute ceiling that MFU is also reported against.
+  // GEMM throughput in FLOP/s of this backend's training precision for
+  // [m, k] × [k, n] through the engine's own GEMM path, the best of repeats
+  // over about `seconds`: the measured compute ceiling MFU is also reported against.
   virtual double measure_gemm_flops(int64_t m, int64_t n, int64_t k, double seconds) = 0;
 };
 

@@ -69,7 +69,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   summary.model_flops_per_token = model_flops_per_token(shape, engine.layout()).total();
   largest_gemm_shape(shape, train.micro_batch, &summary.gemm_m, &summary.gemm_n, &summary.gemm_k);
   summary.gemm_ceiling_flops_per_s =
-      engine.measure_gemm_flops(summary.gemm_m, summary.gemm_n, summary.gemm_k, 0.5);
+      engine.measure_gemm_flops(summary.gemm_m, summary.gemm_n, summary.gemm_k, 1.0);
 
   AdamWSettings adam;
   adam.lr = train.lr;
@@ -171,6 +171,11 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   // category was double counted.
   outcome.checks.push_back({"step_time_accounted", worst_other > -1e-3,
                             "min other_s = " + std::to_string(worst_other) + " s"});
+  if (summary.mfu_vs_gemm_ceiling > 1.0)
+    outcome.warnings.push_back(
+        "training ran faster than the GEMM calibration (" +
+        std::to_string(static_cast<int>(100 * summary.mfu_vs_gemm_ceiling)) +
+        "% of the ceiling): the host's speed varied during the run; treat MFU as approximate");
   if (summary.measured_steps < 10)
     outcome.warnings.push_back("only " + std::to_string(summary.measured_steps) +
                                " measured steps: step-time statistics are rough");

@@ -10,18 +10,22 @@
 namespace trainbench::cpu {
 
 // All CPU parallelism is OpenMP's: OpenBLAS runs single-threaded inside each
-// OpenMP thread and every GEMM is split by rows of its output. With OpenBLAS's
-// own thread pool in play as well, its spinning threads and OpenMP's fought for
-// the same cores between every GEMM and every elementwise loop (measured: 2
-// threads slower than 1 on the tiny preset). Row blocks are a multiple of 16
-// rows so the micro-kernels stay on full tiles.
-void sgemm_rows_parallel(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
+// OpenMP thread and every GEMM is split into blocks of its output. With
+// OpenBLAS's own thread pool in play as well, its spinning threads and
+// OpenMP's fought for the same cores between every GEMM and every elementwise
+// loop (measured: 2 threads slower than 1 on the tiny preset). The longer
+// output dimension is split, so each thread streams only its share of the
+// larger operand (the LM head's weight, for one). Blocks are a multiple of 16
+// so the micro-kernels stay on full tiles.
+void sgemm_parallel(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
                          const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
                          float* c, int64_t ldc) {
   const CBLAS_TRANSPOSE op_a = transpose_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE op_b = transpose_b ? CblasTrans : CblasNoTrans;
-  constexpr int64_t kRowQuantum = 16;
-  const int64_t max_blocks = (m + kRowQuantum - 1) / kRowQuantum;
+  constexpr int64_t kQuantum = 16;
+  const bool split_rows = m >= n;
+  const int64_t extent = split_rows ? m : n;
+  const int64_t max_blocks = (extent + kQuantum - 1) / kQuantum;
   const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), max_blocks));
   if (threads <= 1) {
     cblas_sgemm(CblasRowMajor, op_a, op_b, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
@@ -30,20 +34,25 @@ void sgemm_rows_parallel(bool transpose_a, bool transpose_b, int64_t m, int64_t 
 #pragma omp parallel num_threads(threads)
   {
     const int64_t blocks_per_thread = (max_blocks + threads - 1) / threads;
-    const int64_t begin = std::min<int64_t>(m, omp_get_thread_num() * blocks_per_thread * kRowQuantum);
-    const int64_t end = std::min<int64_t>(m, begin + blocks_per_thread * kRowQuantum);
-    if (begin < end) {
+    const int64_t begin = std::min<int64_t>(extent, omp_get_thread_num() * blocks_per_thread * kQuantum);
+    const int64_t end = std::min<int64_t>(extent, begin + blocks_per_thread * kQuantum);
+    if (begin < end && split_rows) {
       // Row r of op(A) is row r of A, or column r of A when A is transposed.
       const float* a_rows = transpose_a ? a + begin : a + begin * lda;
       cblas_sgemm(CblasRowMajor, op_a, op_b, end - begin, n, k, 1.0f, a_rows, lda, b, ldb, beta,
                   c + begin * ldc, ldc);
+    } else if (begin < end) {
+      // Column j of op(B) is column j of B, or row j of B when B is transposed.
+      const float* b_cols = transpose_b ? b + begin * ldb : b + begin;
+      cblas_sgemm(CblasRowMajor, op_a, op_b, m, end - begin, k, 1.0f, a, lda, b_cols, ldb, beta,
+                  c + begin, ldc);
     }
   }
 }
 
 void matmul_forward(float* out, const float* in, const float* weight, int64_t n, int64_t in_dim,
                     int64_t out_dim) {
-  sgemm_rows_parallel(false, true, n, out_dim, in_dim, in, in_dim, weight, in_dim, 0.0f, out,
+  sgemm_parallel(false, true, n, out_dim, in_dim, in, in_dim, weight, in_dim, 0.0f, out,
                       out_dim);
 }
 
@@ -51,11 +60,11 @@ void matmul_backward(float* d_in, float* d_weight, const float* d_out, const flo
                      const float* weight, int64_t n, int64_t in_dim, int64_t out_dim,
                      bool accumulate_d_in) {
   if (d_in != nullptr) {
-    sgemm_rows_parallel(false, false, n, in_dim, out_dim, d_out, out_dim, weight, in_dim,
+    sgemm_parallel(false, false, n, in_dim, out_dim, d_out, out_dim, weight, in_dim,
                         accumulate_d_in ? 1.0f : 0.0f, d_in, in_dim);
   }
   if (d_weight != nullptr) {
-    sgemm_rows_parallel(true, false, out_dim, in_dim, n, d_out, out_dim, in, in_dim, 1.0f,
+    sgemm_parallel(true, false, out_dim, in_dim, n, d_out, out_dim, in, in_dim, 1.0f,
                         d_weight, in_dim);
   }
 }

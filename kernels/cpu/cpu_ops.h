@@ -12,8 +12,9 @@
 namespace trainbench::cpu {
 
 // C[m, n] = op(A)[m, k] · op(B)[k, n] + beta·C (row-major, op = transpose or not),
-// split by rows of C across the OpenMP threads, OpenBLAS single-threaded in each.
-void sgemm_rows_parallel(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
+// split into row or column blocks of C (the longer side) across the OpenMP
+// threads, OpenBLAS single-threaded in each.
+void sgemm_parallel(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
                          const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
                          float* c, int64_t ldc);
 
