@@ -12,6 +12,7 @@
 #include <functional>  // GradientsReadyFn
 #include <memory>      // std::unique_ptr from make_engine
 #include <string>      // EngineOptions::device
+#include <vector>      // EngineOptions::frozen
 
 #include "kernels/model_shape.h"  // ModelShape, ParameterLayout
 
@@ -109,7 +110,13 @@ struct EngineOptions {
   int64_t micro_batch = 1;
   std::string device = "cpu";  // "cpu" or "cuda" (resolved by the trainer from "auto")
   int threads = 0;             // CPU threads; 0 = all hardware threads
+  // Parameters that are not trained (LoRA base weights): no gradient, no
+  // optimizer state, no weight-gradient GEMM; input gradients still flow.
+  std::vector<ParamKind> frozen;
 };
+
+// The parameter layout an engine with these options uses (frozen tensors applied).
+ParameterLayout make_layout(const EngineOptions& options);
 
 // Memory a backend would need for these options, without allocating.
 MemoryPlan plan_engine_memory(const EngineOptions& options);

@@ -8,6 +8,12 @@ namespace trainbench {
 
 std::string built_backends() { return "cpu"; }
 
+ParameterLayout make_layout(const EngineOptions& options) {
+  ParameterLayout layout(options.shape);
+  for (ParamKind kind : options.frozen) layout.set_trainable(kind, false);
+  return layout;
+}
+
 MemoryPlan plan_engine_memory(const EngineOptions& options) {
   if (options.device == "cpu") return cpu::plan_cpu_memory(options);
   throw std::runtime_error("no '" + options.device + "' engine in this build (backends: " +

@@ -1,6 +1,8 @@
 #include "trainer/environment.h"
 
+#include <CLI/Version.hpp>  // CLI11_VERSION
 #include <cblas.h>         // openblas_get_config
+#include <omp.h>           // _OPENMP
 #include <sys/statfs.h>    // statfs: filesystem type and free space
 #include <sys/utsname.h>   // uname
 
@@ -138,6 +140,14 @@ nlohmann::json environment_to_json(const Environment& env) {
       {"nccl", nullptr},
       {"mpi", nullptr},
       {"openblas", env.openblas},
+      {"libraries",
+       {{"openblas", env.openblas},
+        {"openmp", std::to_string(_OPENMP)},
+        {"nlohmann_json", std::to_string(NLOHMANN_JSON_VERSION_MAJOR) + "." +
+                              std::to_string(NLOHMANN_JSON_VERSION_MINOR) + "." +
+                              std::to_string(NLOHMANN_JSON_VERSION_PATCH)},
+        {"cli11", CLI11_VERSION},
+        {"cuda_runtime", or_null(env.gpus.runtime_version)}}},
       {"compiler", env.compiler},
       {"os", env.os},
       {"filesystems", filesystems},

@@ -43,8 +43,11 @@ void print_header(FILE* out, const Config& config, const Environment& env, const
       std::fprintf(out, "  gpu %d     %s, %s\n", g.index, g.name.c_str(),
                    human_bytes(static_cast<double>(g.memory_bytes)).c_str());
   }
-  std::fprintf(out, "  engine    %s (built: %s), OpenBLAS %s\n", env.compute_backend.c_str(),
-               env.built_backends.c_str(), env.openblas.c_str());
+  std::fprintf(out, "  engine    %s (built: %s)\n", env.compute_backend.c_str(),
+               env.built_backends.c_str());
+  std::fprintf(out, "  libraries %s; %s; CUDA runtime %s\n", env.openblas.c_str(),
+               env.compiler.c_str(),
+               env.gpus.runtime_version.empty() ? "not built" : env.gpus.runtime_version.c_str());
   const ModelShape& m = config.model;
   std::fprintf(out,
                "  model     %s params (%s trainable): d_model %ld, %ld layers, %ld heads "

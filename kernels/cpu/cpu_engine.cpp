@@ -77,7 +77,7 @@ ActivationSizes activation_sizes(const ModelShape& s, int64_t micro_batch, int t
 }
 
 MemoryPlan plan_cpu_memory(const EngineOptions& options) {
-  const ParameterLayout layout(options.shape);
+  const ParameterLayout layout = make_layout(options);
   const ActivationSizes acts =
       activation_sizes(options.shape, options.micro_batch, resolve_threads(options.threads));
   MemoryPlan plan;
@@ -92,7 +92,7 @@ MemoryPlan plan_cpu_memory(const EngineOptions& options) {
 CpuEngine::CpuEngine(const EngineOptions& options)
     : options_(options),
       shape_(options.shape),
-      layout_(options.shape),
+      layout_(make_layout(options)),
       micro_batch_(options.micro_batch),
       threads_(resolve_threads(options.threads)) {
   // OpenMP owns the threads; OpenBLAS runs inside them (see sgemm_parallel).

@@ -141,3 +141,53 @@ TEST(CpuEngine, GemmCalibrationReportsAPositiveRate) {
 
 }  // namespace
 }  // namespace trainbench
+
+namespace trainbench {
+namespace {
+
+TEST(CpuEngineFrozen, FrozenTensorsGetNoGradientAndStayBitIdentical) {
+  EngineOptions full = tiny_options();
+  EngineOptions frozen = full;
+  frozen.frozen = {ParamKind::kWq, ParamKind::kTokenEmbedding};
+  const Tokens t = random_tokens(full, 17);
+
+  cpu::CpuEngine full_engine(full), frozen_engine(frozen);
+  full_engine.init_parameters(6);
+  frozen_engine.init_parameters(6);
+  const ParameterLayout& layout = frozen_engine.layout();
+  EXPECT_EQ(layout.trainable_params(),
+            full_engine.layout().trainable_params() - full.shape.n_layers * 32 * 32 - 97 * 32);
+  EXPECT_LT(frozen_engine.memory_plan().optimizer_bytes, full_engine.memory_plan().optimizer_bytes);
+
+  std::vector<float> full_grads(full_engine.layout().trainable_params());
+  std::vector<float> frozen_grads(layout.trainable_params());
+  for (TrainingEngine* e : {static_cast<TrainingEngine*>(&full_engine),
+                            static_cast<TrainingEngine*>(&frozen_engine)}) {
+    e->zero_gradients();
+    e->forward(t.batch(full));
+    e->backward(t.batch(full), 1.0f, nullptr);
+  }
+  full_engine.get_gradients(full_grads.data());
+  frozen_engine.get_gradients(frozen_grads.data());
+  // Freezing removes weight gradients only: every trainable tensor's gradient
+  // is exactly what the fully trainable model computes.
+  for (const ParamTensor& p : layout.tensors()) {
+    if (!p.trainable) continue;
+    const ParamTensor& same = full_engine.layout().get(p.kind, p.layer);
+    for (int64_t i = 0; i < p.numel; ++i)
+      ASSERT_EQ(frozen_grads[p.grad_offset + i], full_grads[same.grad_offset + i]) << p.name;
+  }
+
+  std::vector<float> before(layout.total_params()), after(layout.total_params());
+  frozen_engine.get_parameters(before.data());
+  frozen_engine.optimizer_step(AdamWSettings{}, 1);
+  frozen_engine.get_parameters(after.data());
+  for (const ParamTensor& p : layout.tensors()) {
+    bool changed = false;
+    for (int64_t i = 0; i < p.numel; ++i) changed |= before[p.offset + i] != after[p.offset + i];
+    EXPECT_EQ(changed, p.trainable) << p.name;
+  }
+}
+
+}  // namespace
+}  // namespace trainbench
