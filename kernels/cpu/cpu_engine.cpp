@@ -227,6 +227,9 @@ void CpuEngine::check_batch(const TokenBatch& batch) const {
 
 void CpuEngine::forward(const TokenBatch& batch) {
   check_batch(batch);
+  // The thread count is process-wide OpenMP state; the per-thread scratch
+  // was sized for threads_, so re-assert it on entry.
+  omp_set_num_threads(threads_);
   ComputeTimer timer(compute_seconds_);
   const ModelShape& s = shape_;
   const int64_t n = micro_batch_ * s.seq_len;
@@ -279,6 +282,7 @@ void CpuEngine::backward(const TokenBatch& batch, float loss_scale,
                          const GradientsReadyFn& on_gradients_ready) {
   check_batch(batch);
   if (!logits_valid_) throw std::logic_error("backward without a preceding forward");
+  omp_set_num_threads(threads_);
   ComputeTimer timer(compute_seconds_);
   const ModelShape& s = shape_;
   const int64_t n = micro_batch_ * s.seq_len;

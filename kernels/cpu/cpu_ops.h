@@ -60,8 +60,8 @@ struct AttentionShape {
 };
 void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
                        const AttentionShape& s);
-// d_q, d_k, d_v are overwritten. scratch: seq_len·seq_len floats per thread
-// (attention_scratch_floats).
+// d_q, d_k, d_v are overwritten. scratch: attention_scratch_floats(s,
+// omp_get_max_threads()) floats (one seq_len² score matrix per thread).
 void attention_backward(float* d_q, float* d_k, float* d_v, const float* d_out, const float* probs,
                         const float* q, const float* k, const float* v, float* scratch,
                         const AttentionShape& s);
