@@ -45,15 +45,8 @@ struct ReportSection {
 
 // The model a file gets for keys it does not state: the shape of configs/tiny.yaml.
 inline ModelShape default_model_shape() {
-  ModelShape s;
-  s.vocab = 512;
-  s.d_model = 64;
-  s.n_layers = 2;
-  s.n_heads = 4;
-  s.n_kv_heads = 2;
-  s.ffn_hidden = 192;
-  s.seq_len = 64;
-  return s;
+  return ModelShape{.vocab = 512, .d_model = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+                    .ffn_hidden = 192, .seq_len = 64};
 }
 
 struct Config {

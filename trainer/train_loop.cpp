@@ -40,6 +40,17 @@ bool RunOutcome::all_checks_passed() const {
   return true;
 }
 
+AdamWSettings adamw_settings(const TrainSection& train) {
+  AdamWSettings adam;
+  adam.lr = train.lr;
+  adam.beta1 = train.beta1;
+  adam.beta2 = train.beta2;
+  adam.eps = train.eps;
+  adam.weight_decay = train.weight_decay;
+  adam.grad_clip = train.grad_clip;
+  return adam;
+}
+
 void largest_gemm_shape(const ModelShape& s, int64_t micro_batch, int64_t* m, int64_t* n,
                         int64_t* k) {
   // Candidates: (out, in) of every projection; the one with the most work wins.
@@ -71,13 +82,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   summary.gemm_ceiling_flops_per_s =
       engine.measure_gemm_flops(summary.gemm_m, summary.gemm_n, summary.gemm_k, 1.0);
 
-  AdamWSettings adam;
-  adam.lr = train.lr;
-  adam.beta1 = train.beta1;
-  adam.beta2 = train.beta2;
-  adam.eps = train.eps;
-  adam.weight_decay = train.weight_decay;
-  adam.grad_clip = train.grad_clip;
+  const AdamWSettings adam = adamw_settings(train);
   // Each micro-batch's loss is scaled so the accumulated gradient is that of
   // the mean over the whole step's tokens.
   const float loss_scale = 1.0f / static_cast<float>(train.grad_accum);

@@ -80,6 +80,9 @@ using ProgressFn = std::function<void(const StepRecord&, const RunSummary& so_fa
 RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSource& source,
                         Communicator& comm, const ProgressFn& on_progress);
 
+// The optimizer settings of the `train` section.
+AdamWSettings adamw_settings(const TrainSection& train);
+
 // The largest GEMM of one micro-batch ([m, k] × [k, n]), for the ceiling.
 void largest_gemm_shape(const ModelShape& shape, int64_t micro_batch, int64_t* m, int64_t* n,
                         int64_t* k);

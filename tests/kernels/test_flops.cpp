@@ -7,14 +7,9 @@ namespace trainbench {
 namespace {
 
 TEST(Flops, MatchesAHandCountForOneConfig) {
-  ModelShape s;
-  s.vocab = 1000;
-  s.d_model = 64;
-  s.n_layers = 2;
-  s.n_heads = 4;
-  s.n_kv_heads = 2;  // head_dim 16, kv_dim 32
-  s.ffn_hidden = 128;
-  s.seq_len = 32;
+  // head_dim 16, kv_dim 32
+  const ModelShape s{.vocab = 1000, .d_model = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+                     .ffn_hidden = 128, .seq_len = 32};
   const ParameterLayout layout(s);
   // Forward GEMM FLOPs per token, per layer: 2·(wq 64·64 + wk 32·64 + wv 32·64 + wo 64·64
   //   + gate 128·64 + up 128·64 + down 64·128) = 2·(4096+2048+2048+4096+8192·3) = 2·36864;
@@ -31,14 +26,8 @@ TEST(Flops, MatchesAHandCountForOneConfig) {
 
 TEST(Flops, WithinFivePercentOfTheRuleOfThumbForAMultiHeadConfig) {
   // GPT-2-small-like shapes: the rule counts norm gains in N, we do not.
-  ModelShape s;
-  s.vocab = 50257;
-  s.d_model = 768;
-  s.n_layers = 12;
-  s.n_heads = 12;
-  s.n_kv_heads = 12;
-  s.ffn_hidden = 3072;
-  s.seq_len = 1024;
+  ModelShape s{.vocab = 50257, .d_model = 768, .n_layers = 12, .n_heads = 12, .n_kv_heads = 12,
+               .ffn_hidden = 3072, .seq_len = 1024};
   const ParameterLayout layout(s);
   const double ours = model_flops_per_token(s, layout).total();
   const double rule = rule_of_thumb_flops_per_token(s, layout);
@@ -47,14 +36,8 @@ TEST(Flops, WithinFivePercentOfTheRuleOfThumbForAMultiHeadConfig) {
 }
 
 TEST(Flops, FrozenWeightsSkipTheirWeightGradientGemm) {
-  ModelShape s;
-  s.vocab = 256;
-  s.d_model = 32;
-  s.n_layers = 1;
-  s.n_heads = 2;
-  s.n_kv_heads = 2;
-  s.ffn_hidden = 64;
-  s.seq_len = 16;
+  ModelShape s{.vocab = 256, .d_model = 32, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2,
+               .ffn_hidden = 64, .seq_len = 16};
   ParameterLayout layout(s);
   const FlopsPerToken full = model_flops_per_token(s, layout);
   layout.set_trainable(ParamKind::kWq, false);

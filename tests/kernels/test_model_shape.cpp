@@ -7,14 +7,8 @@ namespace trainbench {
 namespace {
 
 ModelShape small_gqa_shape() {
-  ModelShape s;
-  s.vocab = 100;
-  s.d_model = 16;
-  s.n_layers = 3;
-  s.n_heads = 4;
-  s.n_kv_heads = 2;
-  s.ffn_hidden = 40;
-  s.seq_len = 8;
+  ModelShape s{.vocab = 100, .d_model = 16, .n_layers = 3, .n_heads = 4, .n_kv_heads = 2,
+               .ffn_hidden = 40, .seq_len = 8};
   return s;
 }
 

@@ -12,14 +12,8 @@ namespace trainbench {
 namespace {
 
 ModelShape init_shape() {
-  ModelShape s;
-  s.vocab = 512;
-  s.d_model = 128;
-  s.n_layers = 8;
-  s.n_heads = 4;
-  s.n_kv_heads = 4;
-  s.ffn_hidden = 256;
-  s.seq_len = 16;
+  ModelShape s{.vocab = 512, .d_model = 128, .n_layers = 8, .n_heads = 4, .n_kv_heads = 4,
+               .ffn_hidden = 256, .seq_len = 16};
   return s;
 }
 

@@ -28,6 +28,7 @@
 #include "tests/reference/torch_llama.h"  // TorchLlama
 #include "trainer/config.h"               // load_config, ConfigError
 #include "trainer/statistics.h"           // median, as the trainer computes it
+#include "trainer/train_loop.h"           // adamw_settings: the trainer's optimizer settings
 
 namespace {
 
@@ -40,17 +41,6 @@ struct BenchResult {
   double loss_first = 0.0;
   double loss_last = 0.0;
 };
-
-trainbench::AdamWSettings adamw_settings(const trainbench::TrainSection& train) {
-  trainbench::AdamWSettings adam;
-  adam.lr = train.lr;
-  adam.beta1 = train.beta1;
-  adam.beta2 = train.beta2;
-  adam.eps = train.eps;
-  adam.weight_decay = train.weight_decay;
-  adam.grad_clip = train.grad_clip;
-  return adam;
-}
 
 BenchResult train(const trainbench::Config& config) {
   const trainbench::ModelShape& shape = config.model;
