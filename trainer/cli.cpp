@@ -159,8 +159,10 @@ int run_cli(int argc, char** argv) {
   CLI::App* run = app.add_subcommand("run", "train a model and report tokens/s, MFU and stalls");
   run->add_option("config", run_options.config,
                   "YAML config file or embedded preset name (default: tiny)");
+  // One value per --set, so `--set k=v CONFIG` leaves CONFIG to the positional.
   run->add_option("--set", run_options.overrides, "override a key: section.key=value (repeatable)")
-      ->type_name("KEY=VALUE");
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
   CLI::Option* steps_option =
       run->add_option("--steps", run_options.steps, "optimizer steps (overrides train.steps)");
   run->add_option("--out", run_options.out, "result JSON path (overrides report.out)");

@@ -126,6 +126,19 @@ TEST(Cli, VersionNamesTheBuiltEngines) {
   EXPECT_NE(r.out.find("compute engines: cpu"), std::string::npos) << r.out;
 }
 
+TEST(Cli, SetTakesOneValueSoTheConfigMayFollowIt) {
+  const std::string path = "/tmp/trainbench_set_order_" + std::to_string(getpid()) + ".json";
+  const auto r = run_command(std::string(TRAINBENCH_BINARY) +
+                             " run --set train.steps=3 --set train.warmup_steps=1 tiny"
+                             " --set model.n_layers=1 --out " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json result = json::parse(testing::read_whole_file(path));
+  std::remove(path.c_str());
+  EXPECT_EQ(result.at("config").at("train").at("steps"), 3);
+  EXPECT_EQ(result.at("config").at("model").at("n_layers"), 1);
+  EXPECT_EQ(result.at("steps").size(), 3u);
+}
+
 TEST(Cli, UnwritableOutputFailsBeforeTraining) {
   const auto r = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --out /nonexistent-dir/r.json");
   EXPECT_EQ(r.exit_code, 2);
