@@ -23,6 +23,10 @@ struct GpuInventory {
   std::string why_none;         // when gpus is empty: "built without CUDA", "no driver: ..."
 };
 
+// "CUDA 13.0, sm_80 sm_90" when the CUDA sources were compiled into this
+// binary, "" otherwise.
+std::string cuda_build_info();
+
 // Never throws and never aborts: a machine with no driver or no GPU is a
 // normal answer (an empty list with the reason).
 GpuInventory query_gpus();

@@ -3,6 +3,8 @@
 
 namespace trainbench {
 
+std::string cuda_build_info() { return ""; }
+
 GpuInventory query_gpus() {
   GpuInventory inventory;
   inventory.why_none = "built without CUDA (TRAINBENCH_CUDA=OFF or no nvcc at build time)";

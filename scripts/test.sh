@@ -8,3 +8,8 @@ cd "${TRAINBENCH_BUILD_DIR:-build}"
 # Multi-rank tests run real MPI ranks as root inside CI containers.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ctest --output-on-failure --timeout 900 "$@"
+# GPU tests skip where no GPU is visible; CTest lists them as skipped, this says why.
+if [ -x tests/cuda/test_lt_gemm ]; then
+  reason=$(tests/cuda/test_lt_gemm --gtest_filter='LtGemm.*' 2>&1 | grep -m1 '^no GPU:' || true)
+  if [ -n "$reason" ]; then echo "GPU tests skipped: $reason"; fi
+fi

@@ -141,10 +141,10 @@ int run_command(const RunOptions& options, const std::string& command_line) {
 }
 
 std::string version_text() {
-  const GpuInventory gpus = query_gpus();
   std::string text = "trainbench " + trainbench_version() + "\n";
   text += "compute engines: " + built_backends() + "\n";
-  text += "CUDA runtime: " + (gpus.runtime_version.empty() ? std::string("not built") : gpus.runtime_version) + "\n";
+  const std::string cuda = cuda_build_info();
+  text += "CUDA kernels: " + (cuda.empty() ? std::string("not built") : cuda) + "\n";
   return text;
 }
 

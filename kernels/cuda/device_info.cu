@@ -14,6 +14,11 @@ std::string cuda_version_string(int version) {
 }
 }  // namespace
 
+std::string cuda_build_info() {
+  return "CUDA " + std::to_string(CUDART_VERSION / 1000) + "." +
+         std::to_string((CUDART_VERSION % 1000) / 10) + ", " + TRAINBENCH_CUDA_ARCHITECTURES;
+}
+
 GpuInventory query_gpus() {
   GpuInventory inventory;
   int runtime = 0;

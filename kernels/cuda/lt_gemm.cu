@@ -1,0 +1,134 @@
+#include "kernels/cuda/lt_gemm.h"
+
+#include <cuda_bf16.h>  // __nv_bfloat16 for the calibration buffers
+
+#include <algorithm>  // std::max
+#include <chrono>     // the calibration's time budget
+#include <string>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace trainbench::cuda {
+
+LtGemm::LtGemm(size_t workspace_bytes) : workspace_(workspace_bytes) {
+  TRAINBENCH_CUBLAS_CHECK(cublasLtCreate(&handle_));
+}
+
+LtGemm::~LtGemm() {
+  // Destroy failures cannot be reported from a destructor; they only occur
+  // when the context is already broken.
+  for (auto& [key, plan] : plans_) {
+    cublasLtMatrixLayoutDestroy(plan.a);
+    cublasLtMatrixLayoutDestroy(plan.b);
+    cublasLtMatrixLayoutDestroy(plan.c);
+    cublasLtMatmulDescDestroy(plan.matmul);
+  }
+  if (handle_ != nullptr) cublasLtDestroy(handle_);
+}
+
+// Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ, and a row-major
+// [r, c] matrix with leading dimension L is the column-major [c, r] matrix with
+// the same L. So cuBLASLt's first operand is our B and its second our A, each
+// with its own transpose flag, and its output is [n, m] column-major.
+const LtGemm::Plan& LtGemm::plan_for(const Key& key) {
+  auto found = plans_.find(key);
+  if (found != plans_.end()) return found->second;
+
+  const auto [transpose_a, transpose_b, m, n, k, lda, ldb, ldc, output] = key;
+  Plan plan;
+  TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.matmul, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_first = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_second = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+      plan.matmul, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
+  TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+      plan.matmul, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
+  // Stored (column-major) shapes: our B is [n, k] when not transposed, [k, n]
+  // when transposed; our A is [k, m], or [m, k] when transposed.
+  TRAINBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
+      &plan.b, CUDA_R_16BF, transpose_b ? k : n, transpose_b ? n : k, ldb));
+  TRAINBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
+      &plan.a, CUDA_R_16BF, transpose_a ? m : k, transpose_a ? k : m, lda));
+  const cudaDataType_t c_type =
+      static_cast<GemmOutput>(output) == GemmOutput::kFp32 ? CUDA_R_32F : CUDA_R_16BF;
+  TRAINBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, c_type, n, m, ldc));
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  const size_t workspace_bytes = workspace_.bytes();
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int returned = 0;
+  try {
+    TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+        sizeof(workspace_bytes)));
+    TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan.matmul, plan.b, plan.a,
+                                                           plan.c, plan.c, preference, 1,
+                                                           &heuristic, &returned));
+  } catch (...) {
+    cublasLtMatmulPreferenceDestroy(preference);
+    throw;
+  }
+  cublasLtMatmulPreferenceDestroy(preference);
+  if (returned == 0) {
+    throw CudaError("cuBLASLt has no algorithm for a bf16 GEMM m=" + std::to_string(m) +
+                    " n=" + std::to_string(n) + " k=" + std::to_string(k));
+  }
+  plan.algo = heuristic.algo;
+  return plans_.emplace(key, plan).first->second;
+}
+
+void LtGemm::gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
+                  float alpha, const void* a, int64_t lda, const void* b, int64_t ldb, float beta,
+                  void* c, int64_t ldc, GemmOutput output, cudaStream_t stream) {
+  const Plan& plan =
+      plan_for(Key{transpose_a, transpose_b, m, n, k, lda, ldb, ldc, static_cast<int>(output)});
+  TRAINBENCH_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.matmul, &alpha, b, plan.b, a, plan.a, &beta,
+                                         c, plan.c, c, plan.c, &plan.algo, workspace_.get(),
+                                         workspace_.bytes(), stream));
+}
+
+double measure_lt_gemm_flops(LtGemm& gemm, int64_t m, int64_t n, int64_t k, double seconds,
+                             cudaStream_t stream) {
+  DeviceBuffer<__nv_bfloat16> input(static_cast<size_t>(m * k));
+  DeviceBuffer<__nv_bfloat16> weight(static_cast<size_t>(n * k));
+  DeviceBuffer<__nv_bfloat16> out(static_cast<size_t>(m * n));
+  // Zeros are fine for timing: tensor cores do not shortcut them.
+  TRAINBENCH_CUDA_CHECK(cudaMemsetAsync(input.get(), 0, input.bytes(), stream));
+  TRAINBENCH_CUDA_CHECK(cudaMemsetAsync(weight.get(), 0, weight.bytes(), stream));
+  auto one_gemm = [&] {
+    gemm.gemm(false, true, m, n, k, 1.0f, input.get(), k, weight.get(), k, 0.0f, out.get(), n,
+              GemmOutput::kBf16, stream);
+  };
+  cudaEvent_t start = nullptr, stop = nullptr;
+  TRAINBENCH_CUDA_CHECK(cudaEventCreate(&start));
+  TRAINBENCH_CUDA_CHECK(cudaEventCreate(&stop));
+  double best = 0.0;
+  try {
+    one_gemm();  // warm-up: algorithm selection, clocks
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    int repeats = 0;
+    do {
+      // Ten GEMMs per timing so launch gaps do not count against the GPU.
+      constexpr int kBatch = 10;
+      TRAINBENCH_CUDA_CHECK(cudaEventRecord(start, stream));
+      for (int i = 0; i < kBatch; ++i) one_gemm();
+      TRAINBENCH_CUDA_CHECK(cudaEventRecord(stop, stream));
+      TRAINBENCH_CUDA_CHECK(cudaEventSynchronize(stop));
+      float milliseconds = 0.0f;
+      TRAINBENCH_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, start, stop));
+      best = std::max(best, kBatch * 2.0 * static_cast<double>(m) * n * k / (1e-3 * milliseconds));
+      ++repeats;
+    } while (std::chrono::steady_clock::now() < deadline || repeats < 3);
+  } catch (...) {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    throw;
+  }
+  TRAINBENCH_CUDA_CHECK(cudaEventDestroy(start));
+  TRAINBENCH_CUDA_CHECK(cudaEventDestroy(stop));
+  return best;
+}
+
+}  // namespace trainbench::cuda

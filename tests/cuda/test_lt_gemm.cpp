@@ -1,0 +1,159 @@
+// LtGemm (bf16 in, fp32 compute, bf16 or fp32 out) against the CPU engine's
+// sgemm on the same bf16-rounded inputs, for every transpose combination,
+// odd sizes, strided leading dimensions and accumulation (beta = 1).
+// Without a GPU every test skips with the reason.
+#include <gtest/gtest.h>
+
+#include <cuda_bf16.h>     // __nv_bfloat16 and its host conversions
+#include <cuda_runtime.h>  // cudaMemcpy
+
+#include <cmath>
+#include <ostream>  // PrintTo
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"      // sgemm_parallel: the reference
+#include "kernels/cuda/cuda_check.h"  // TRAINBENCH_CUDA_CHECK
+#include "kernels/cuda/lt_gemm.h"
+#include "kernels/device_info.h"      // query_gpus: skip without a GPU
+
+namespace trainbench::cuda {
+namespace {
+
+struct GemmCase {
+  std::string name;
+  bool transpose_a, transpose_b;
+  int64_t m, n, k;
+  int64_t pad;  // extra columns in every leading dimension
+  float beta;
+  GemmOutput output;
+};
+
+// gtest prints the case by name instead of its bytes.
+void PrintTo(const GemmCase& c, std::ostream* os) { *os << c.name; }
+
+std::vector<float> random_bf16_values(size_t count, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> values(count);
+  // Rounded to bf16 so the GPU and the CPU multiply exactly the same numbers.
+  for (float& v : values) v = __bfloat162float(__float2bfloat16(normal(rng)));
+  return values;
+}
+
+std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& values) {
+  std::vector<__nv_bfloat16> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = __float2bfloat16(values[i]);
+  return out;
+}
+
+double relative_error(const std::vector<float>& ours, const std::vector<float>& reference) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < ours.size(); ++i) {
+    diff += (static_cast<double>(ours[i]) - reference[i]) * (static_cast<double>(ours[i]) - reference[i]);
+    norm += static_cast<double>(reference[i]) * reference[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+class LtGemmVsCpu : public ::testing::TestWithParam<GemmCase> {
+ protected:
+  void SetUp() override {
+    const GpuInventory inventory = query_gpus();
+    if (inventory.gpus.empty()) GTEST_SKIP() << "no GPU: " << inventory.why_none;
+  }
+};
+
+TEST_P(LtGemmVsCpu, MatchesSgemmOnTheSameInputs) {
+  const GemmCase& c = GetParam();
+  std::mt19937 rng(42);
+  const int64_t a_rows = c.transpose_a ? c.k : c.m, a_cols = c.transpose_a ? c.m : c.k;
+  const int64_t b_rows = c.transpose_b ? c.n : c.k, b_cols = c.transpose_b ? c.k : c.n;
+  const int64_t lda = a_cols + c.pad, ldb = b_cols + c.pad, ldc = c.n + c.pad;
+  const std::vector<float> a = random_bf16_values(a_rows * lda, rng);
+  const std::vector<float> b = random_bf16_values(b_rows * ldb, rng);
+  const std::vector<float> c_initial = random_bf16_values(c.m * ldc, rng);
+
+  std::vector<float> expected = c_initial;
+  cpu::sgemm_parallel(c.transpose_a, c.transpose_b, c.m, c.n, c.k, a.data(), lda, b.data(), ldb,
+                      c.beta, expected.data(), ldc);
+
+  const std::vector<__nv_bfloat16> a16 = to_bf16(a), b16 = to_bf16(b);
+  DeviceBuffer<__nv_bfloat16> a_dev(a16.size()), b_dev(b16.size());
+  TRAINBENCH_CUDA_CHECK(cudaMemcpy(a_dev.get(), a16.data(), a_dev.bytes(), cudaMemcpyHostToDevice));
+  TRAINBENCH_CUDA_CHECK(cudaMemcpy(b_dev.get(), b16.data(), b_dev.bytes(), cudaMemcpyHostToDevice));
+  std::vector<float> got(c_initial.size());
+  LtGemm gemm;
+  if (c.output == GemmOutput::kFp32) {
+    DeviceBuffer<float> c_dev(c_initial.size());
+    TRAINBENCH_CUDA_CHECK(cudaMemcpy(c_dev.get(), c_initial.data(), c_dev.bytes(), cudaMemcpyHostToDevice));
+    gemm.gemm(c.transpose_a, c.transpose_b, c.m, c.n, c.k, 1.0f, a_dev.get(), lda, b_dev.get(),
+              ldb, c.beta, c_dev.get(), ldc, c.output, nullptr);
+    TRAINBENCH_CUDA_CHECK(cudaMemcpy(got.data(), c_dev.get(), c_dev.bytes(), cudaMemcpyDeviceToHost));
+  } else {
+    const std::vector<__nv_bfloat16> c16 = to_bf16(c_initial);
+    DeviceBuffer<__nv_bfloat16> c_dev(c16.size());
+    TRAINBENCH_CUDA_CHECK(cudaMemcpy(c_dev.get(), c16.data(), c_dev.bytes(), cudaMemcpyHostToDevice));
+    gemm.gemm(c.transpose_a, c.transpose_b, c.m, c.n, c.k, 1.0f, a_dev.get(), lda, b_dev.get(),
+              ldb, c.beta, c_dev.get(), ldc, c.output, nullptr);
+    std::vector<__nv_bfloat16> out16(c16.size());
+    TRAINBENCH_CUDA_CHECK(cudaMemcpy(out16.data(), c_dev.get(), c_dev.bytes(), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < got.size(); ++i) got[i] = __bfloat162float(out16[i]);
+  }
+  // Only the valid columns of each row: the padding is not part of C.
+  std::vector<float> got_valid, expected_valid;
+  for (int64_t row = 0; row < c.m; ++row)
+    for (int64_t col = 0; col < c.n; ++col) {
+      got_valid.push_back(got[row * ldc + col]);
+      expected_valid.push_back(expected[row * ldc + col]);
+    }
+  // fp32 output differs only in summation order; bf16 output adds one
+  // rounding of ≤ 2^-9 relative per element.
+  const double tolerance = c.output == GemmOutput::kFp32 ? 1e-5 : 4e-3;
+  EXPECT_LT(relative_error(got_valid, expected_valid), tolerance);
+  // The padding columns are never written.
+  for (int64_t row = 0; row < c.m; ++row)
+    for (int64_t col = c.n; col < ldc; ++col)
+      ASSERT_EQ(got[row * ldc + col], c.output == GemmOutput::kFp32
+                                          ? c_initial[row * ldc + col]
+                                          : __bfloat162float(__float2bfloat16(c_initial[row * ldc + col])));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, LtGemmVsCpu,
+    ::testing::Values(
+        GemmCase{"forward_NT_bf16", false, true, 256, 512, 384, 0, 0.0f, GemmOutput::kBf16},
+        GemmCase{"input_grad_NN_bf16", false, false, 256, 384, 512, 0, 0.0f, GemmOutput::kBf16},
+        GemmCase{"weight_grad_TN_fp32_accumulate", true, false, 512, 384, 256, 0, 1.0f,
+                 GemmOutput::kFp32},
+        GemmCase{"TT_odd_sizes_strided", true, true, 40, 56, 72, 8, 0.0f, GemmOutput::kBf16},
+        GemmCase{"NT_strided_fp32", false, true, 64, 128, 96, 8, 0.5f, GemmOutput::kFp32}),
+    [](const ::testing::TestParamInfo<GemmCase>& info) { return info.param.name; });
+
+TEST(LtGemm, ReusesThePlanOfAShapeItHasSeen) {
+  const GpuInventory inventory = query_gpus();
+  if (inventory.gpus.empty()) GTEST_SKIP() << "no GPU: " << inventory.why_none;
+  DeviceBuffer<__nv_bfloat16> a(64 * 64), b(64 * 64), c(64 * 64);
+  TRAINBENCH_CUDA_CHECK(cudaMemset(a.get(), 0, a.bytes()));
+  TRAINBENCH_CUDA_CHECK(cudaMemset(b.get(), 0, b.bytes()));
+  LtGemm gemm;
+  for (int i = 0; i < 3; ++i)
+    gemm.gemm(false, true, 64, 64, 64, 1.0f, a.get(), 64, b.get(), 64, 0.0f, c.get(), 64,
+              GemmOutput::kBf16, nullptr);
+  EXPECT_EQ(gemm.cached_shapes(), 1u);
+  gemm.gemm(false, false, 64, 64, 64, 1.0f, a.get(), 64, b.get(), 64, 0.0f, c.get(), 64,
+            GemmOutput::kBf16, nullptr);
+  EXPECT_EQ(gemm.cached_shapes(), 2u);
+  TRAINBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+TEST(LtGemm, CeilingMeasurementIsPositive) {
+  const GpuInventory inventory = query_gpus();
+  if (inventory.gpus.empty()) GTEST_SKIP() << "no GPU: " << inventory.why_none;
+  LtGemm gemm;
+  EXPECT_GT(measure_lt_gemm_flops(gemm, 1024, 1024, 1024, 0.1, nullptr), 1e12)
+      << "a data-centre GPU does a 1024³ bf16 GEMM faster than 1 TFLOP/s";
+}
+
+}  // namespace
+}  // namespace trainbench::cuda
