@@ -37,8 +37,9 @@ import math
 import platform
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, NoReturn
 
 # torch is imported here but only required once a run starts, so --help, the
 # argument and config checks (and their tests) work on a machine without it.
@@ -456,7 +457,7 @@ def require_torch() -> None:
                                  " (pip install torch)")
 
 
-def rms_norm(x: "torch.Tensor", weight: "torch.Tensor", eps: float) -> "torch.Tensor":
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """y = x / sqrt(mean(x^2) + eps) * w. F.rms_norm (torch >= 2.4) where it
     exists -- what a user reaches for -- else the same formula spelled out."""
     if hasattr(F, "rms_norm"):
@@ -465,7 +466,7 @@ def rms_norm(x: "torch.Tensor", weight: "torch.Tensor", eps: float) -> "torch.Te
 
 
 def rope_tables(seq_len: int, head_dim: int, theta: float,
-                device: "torch.device", dtype: "torch.dtype") -> tuple["torch.Tensor", "torch.Tensor"]:
+                device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin [seq_len, head_dim] for the half-split (HF rotate_half)
     pairing: element i turns with i + head_dim/2 by t * theta^(-2i/head_dim).
     Angles in float64 and rounded once; held in the compute dtype, as HF
@@ -478,7 +479,7 @@ def rope_tables(seq_len: int, head_dim: int, theta: float,
     return both_halves.cos().to(dtype), both_halves.sin().to(dtype)
 
 
-def apply_rope(x: "torch.Tensor", cos: "torch.Tensor", sin: "torch.Tensor") -> "torch.Tensor":
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x [batch, heads, seq, head_dim]; cos/sin [seq, head_dim] broadcast."""
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -509,7 +510,7 @@ class DecoderLayer(_ModuleBase):
         self.w_up = nn.Linear(shape.d_model, shape.ffn_hidden, bias=False)
         self.w_down = nn.Linear(shape.ffn_hidden, shape.d_model, bias=False)
 
-    def forward(self, x: "torch.Tensor", cos: "torch.Tensor", sin: "torch.Tensor") -> "torch.Tensor":
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         batch, seq_len, _ = x.shape
         h = rms_norm(x, self.attn_norm, self.norm_eps)
         q = self.wq(h).view(batch, seq_len, self.n_heads, self.head_dim).transpose(1, 2)
@@ -547,7 +548,7 @@ class Llama(_ModuleBase):
         self.register_buffer("rope_cos", torch.empty(shape.seq_len, shape.head_dim), persistent=False)
         self.register_buffer("rope_sin", torch.empty(shape.seq_len, shape.head_dim), persistent=False)
 
-    def initialize(self, seed: int, rope_dtype: "torch.dtype") -> None:
+    def initialize(self, seed: int, rope_dtype: torch.dtype) -> None:
         """docs/metrics.md's initialisation: matrices normal(0, 0.02), the
         residual output projections (wo, w_down) scaled by 1/sqrt(2 n_layers),
         norm gains 1. Drawn on the device from a seeded generator (not
@@ -569,7 +570,7 @@ class Llama(_ModuleBase):
         self.rope_cos = cos
         self.rope_sin = sin
 
-    def forward(self, inputs: "torch.Tensor", targets: "torch.Tensor") -> "torch.Tensor":
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         seq_len = inputs.shape[1]
         cos, sin = self.rope_cos[:seq_len], self.rope_sin[:seq_len]
         x = self.tok_embedding(inputs)  # fp32: the residual stream stays fp32 under autocast
@@ -580,7 +581,7 @@ class Llama(_ModuleBase):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
 
-def build_model(shape: ModelShape, seed: int, device: "torch.device", compute_dtype: "torch.dtype",
+def build_model(shape: ModelShape, seed: int, device: torch.device, compute_dtype: torch.dtype,
                 gqa_native: bool) -> Llama:
     """Built on the meta device and materialised once on the target device,
     so a multi-GB model is not first initialised on the host."""
@@ -591,7 +592,7 @@ def build_model(shape: ModelShape, seed: int, device: "torch.device", compute_dt
     return model
 
 
-def build_optimizer(model: Llama, train: TrainSettings, device: "torch.device") -> "torch.optim.AdamW":
+def build_optimizer(model: Llama, train: TrainSettings, device: torch.device) -> torch.optim.AdamW:
     """AdamW with decay on matrices only (embedding, projections, LM head),
     as trainbench. Fused on CUDA: one kernel for the whole update."""
     matrices = [p for p in model.parameters() if p.ndim >= 2]
@@ -602,8 +603,8 @@ def build_optimizer(model: Llama, train: TrainSettings, device: "torch.device") 
                              fused=True if device.type == "cuda" else None)
 
 
-def choose_gqa_native(run: RunSettings, shape: ModelShape, device: "torch.device",
-                      compute_dtype: "torch.dtype") -> bool:
+def choose_gqa_native(run: RunSettings, shape: ModelShape, device: torch.device,
+                      compute_dtype: torch.dtype) -> bool:
     """SDPA's enable_gqa (torch >= 2.5) avoids materialising repeated k/v, but
     only pays if a fused kernel (flash, cuDNN, mem-efficient) takes it; when
     only the math kernel does, repeating kv heads keeps flash attention. So
@@ -653,13 +654,13 @@ class Context:
     shape: ModelShape
     train: TrainSettings
     run: RunSettings
-    device: "torch.device"
-    compute_dtype: "torch.dtype"
+    device: torch.device
+    compute_dtype: torch.dtype
     dtype_name: str
     gqa_native: bool
 
 
-def synthetic_batches(ctx: Context) -> tuple["torch.Tensor", "torch.Tensor"]:
+def synthetic_batches(ctx: Context) -> tuple[torch.Tensor, torch.Tensor]:
     """Uniform random token windows of seq_len + 1, targets shifted by one,
     made once on the device from a seeded generator: trainbench's synthetic
     source, with nothing between the loop and the GPU."""
@@ -670,7 +671,7 @@ def synthetic_batches(ctx: Context) -> tuple["torch.Tensor", "torch.Tensor"]:
     return windows[..., :-1].contiguous(), windows[..., 1:].contiguous()
 
 
-def synchronize(device: "torch.device") -> None:
+def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -681,7 +682,7 @@ class StepClock:
     any real training loop); perf_counter on the CPU, where ops are
     synchronous. Intervals are end of previous mark to end of this one."""
 
-    def __init__(self, device: "torch.device") -> None:
+    def __init__(self, device: torch.device) -> None:
         self.device = device
         self.marks: list[Any] = []
 
@@ -695,9 +696,10 @@ class StepClock:
 
     def step_seconds(self) -> list[float]:
         synchronize(self.device)
+        intervals = range(1, len(self.marks))
         if self.device.type == "cuda":
-            return [start.elapsed_time(end) / 1e3 for start, end in zip(self.marks, self.marks[1:])]
-        return [end - start for start, end in zip(self.marks, self.marks[1:])]
+            return [self.marks[i - 1].elapsed_time(self.marks[i]) / 1e3 for i in intervals]
+        return [self.marks[i] - self.marks[i - 1] for i in intervals]
 
 
 def run_mode(ctx: Context, mode: str) -> dict[str, Any]:
@@ -720,7 +722,8 @@ def run_mode(ctx: Context, mode: str) -> dict[str, Any]:
     n_params = sum(p.numel() for p in parameters)
     loss_fn: Callable[..., Any] = model
     if mode == "compile":
-        loss_fn = torch.compile(model, mode=None if ctx.run.compile_mode == "default" else ctx.run.compile_mode)
+        compile_mode = None if ctx.run.compile_mode == "default" else ctx.run.compile_mode
+        loss_fn = torch.compile(model, mode=compile_mode)
     use_autocast = ctx.compute_dtype != torch.float32
 
     step_losses: list[Any] = []  # device scalars, read once after the loop (no per-step sync)
@@ -781,19 +784,21 @@ def run_mode(ctx: Context, mode: str) -> dict[str, Any]:
         "losses": losses,
     }
     del loss_fn, model, optimizer, inputs, targets, parameters, step_losses
-    release_memory(ctx.device)
+    release_memory(ctx.device, compiled=mode == "compile")
     return result
 
 
-def release_memory(device: "torch.device") -> None:
+def release_memory(device: torch.device, compiled: bool = False) -> None:
     """Frees one mode's model, optimizer state and compiled graphs before the
     next mode builds its own, so each mode's peak memory is its own."""
+    if compiled and hasattr(torch, "compiler"):
+        torch.compiler.reset()  # drops dynamo's caches and the graphs they hold
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
 
 
-def device_name(device: "torch.device") -> str:
+def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     try:
@@ -872,7 +877,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 result = {"mode": mode, "error": describe_exception(error),
                           "torch_version": torch.__version__, "device_name": device_name(ctx.device),
                           "dtype": ctx.dtype_name}
-                release_memory(ctx.device)
+            if "error" in result:
+                # Outside the except block: the traceback no longer pins the
+                # failed run's tensors, so this frees them.
+                release_memory(ctx.device, compiled=True)
             emit(result, run)
             all_finite = all_finite and result.get("loss_finite", True)
         if not all_finite:

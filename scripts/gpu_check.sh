@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The one command for a GPU machine (DESIGN.md "GPU checks"): build for sm_90,
+# run the CUDA tests, measure the cuBLASLt bf16 GEMM ceiling, train the GPU
+# presets, run the PyTorch baseline on the same shapes, print one table.
+# Every step is logged under $OUT (the device tool's output folder) or
+# out/gpu_check; a failing step is reported in the table and the rest go on.
+#
+#   scripts/gpu_check.sh            # all steps
+#   GPU_CHECK_SKIP_TORCH=1 ...      # without the PyTorch baseline
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-out/gpu_check}
+mkdir -p "$out"
+build=${GPU_CHECK_BUILD_DIR:-build-gpu}
+presets=(h200-llama8b-4l h200-gpt2-124m)
+started=$(date +%s)
+declare -a table
+
+row() { table+=("$(printf '%-34s %s' "$1" "$2")"); }
+elapsed() { echo "$(( $(date +%s) - started ))s"; }
+
+echo "== gpu_check: $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)" | tee "$out/summary.txt"
+if command -v nvidia-smi > /dev/null; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
+  row "gpu" "$(head -1 "$out/gpu.txt")"
+else
+  row "gpu" "nvidia-smi not found"
+fi
+
+# Dependencies the device image may lack (scripts/device_deps.sh, if carried).
+if [ -f .device/env.sh ]; then
+  # shellcheck disable=SC1091
+  source .device/env.sh
+fi
+
+# 1. Build for Hopper only: half the compile time of the default 80;90.
+if cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINBENCH_CUDA=ON \
+     -DCMAKE_CUDA_ARCHITECTURES=90 > "$out/configure.log" 2>&1 &&
+   cmake --build "$build" -j "$(nproc)" > "$out/build.log" 2>&1; then
+  row "build (sm_90)" "ok ($(elapsed))"
+else
+  row "build (sm_90)" "FAILED: see configure.log / build.log"
+  tail -20 "$out/build.log" "$out/configure.log" 2>/dev/null
+  printf '%s\n' "${table[@]}" | tee -a "$out/summary.txt"
+  exit 1
+fi
+"$build/trainbench" --version > "$out/version.txt" 2>&1
+
+# 2. CUDA tests (label gpu): they must run here, not skip.
+(cd "$build" && ctest -L gpu --output-on-failure --timeout 300) > "$out/ctest_gpu.log" 2>&1
+gpu_tests=$(grep -E "tests passed|tests failed" "$out/ctest_gpu.log" | tail -1)
+skipped=$(grep -c "(Skipped)" "$out/ctest_gpu.log" || true)
+# On a GPU machine a skipped CUDA test means the GPU was not visible to it.
+row "CUDA tests" "${gpu_tests:-no result} (skipped: $skipped, must be 0 on a GPU)"
+# PyTorch baseline's own training tests (PyTorch exists on GPU machines).
+(cd "$build" && ctest -R torch_baseline --output-on-failure) > "$out/ctest_torch_baseline.log" 2>&1
+row "torch_baseline.py tests" "$(grep -E 'tests passed|tests failed' "$out/ctest_torch_baseline.log" | tail -1)"
+
+# 3. bf16 GEMM ceiling: a square GEMM and the Llama-3-8B MLP projection.
+ceiling_tool="$build/tests/cuda/cuda_gemm_ceiling"
+if "$ceiling_tool" 8192 8192 8192 16384 14336 4096 > "$out/gemm_ceiling.jsonl" 2> "$out/gemm_ceiling.err"; then
+  while read -r line; do
+    row "bf16 GEMM ceiling $(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(f"{d[\"m\"]}x{d[\"n\"]}x{d[\"k\"]}")' "$line")" \
+        "$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(f"{d[\"flops_per_s\"]/1e12:.0f} TFLOP/s ({100*d[\"flops_per_s\"]/989e12:.0f}% of 989)")' "$line")"
+  done < "$out/gemm_ceiling.jsonl"
+else
+  row "bf16 GEMM ceiling" "FAILED: $(head -1 "$out/gemm_ceiling.err")"
+fi
+
+# 4. The GPU presets on trainbench's CUDA engine.
+for preset in "${presets[@]}"; do
+  if ! grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
+    row "trainbench $preset" "pending: this build has no CUDA engine ($(grep 'compute engines' "$out/version.txt"))"
+    continue
+  fi
+  if timeout 300 "$build/trainbench" run "$preset" --out "$out/$preset.json" > "$out/$preset.log" 2>&1; then
+    row "trainbench $preset" "$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print(f"{s[\"tokens_per_s\"]:,.0f} tokens/s, MFU {100*(s[\"mfu\"] or 0):.1f}% of 989, {100*(s[\"mfu_vs_gemm_ceiling\"] or 0):.1f}% of ceiling")' "$out/$preset.json")"
+  else
+    row "trainbench $preset" "FAILED (exit $?): $(tail -1 "$out/$preset.log")"
+  fi
+done
+
+# 5. PyTorch on the same shapes: eager and torch.compile.
+if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
+  for preset in "${presets[@]}"; do
+    if timeout 600 python3 scripts/torch_baseline.py --config "configs/$preset.yaml" --mode both --json \
+         > "$out/torch_$preset.jsonl" 2> "$out/torch_$preset.err"; then
+      while read -r line; do
+        row "pytorch $preset $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["mode"])' "$line")" \
+            "$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["error"] if "error" in d else f"{d[\"tokens_per_s\"]:,.0f} tokens/s")' "$line")"
+      done < <(grep '^{' "$out/torch_$preset.jsonl")
+    else
+      row "pytorch $preset" "FAILED: $(tail -1 "$out/torch_$preset.err")"
+    fi
+  done
+fi
+
+row "total time" "$(elapsed)"
+echo
+printf '%s\n' "${table[@]}" | tee -a "$out/summary.txt"
