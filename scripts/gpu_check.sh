@@ -27,10 +27,16 @@ else
   row "gpu" "nvidia-smi not found"
 fi
 
-# Dependencies the device image may lack (scripts/device_deps.sh, if carried).
-if [ -f .device/env.sh ]; then
-  # shellcheck disable=SC1091
-  source .device/env.sh
+# Dependencies the device image may lack: carried as .device/debs (see
+# scripts/device_deps.sh), unpacked here for this machine's paths.
+if [ -d .device/debs ]; then
+  if bash scripts/device_deps.sh install > "$out/device_deps.log" 2>&1; then
+    # shellcheck disable=SC1091
+    source .device/env.sh
+    row "dependencies" "unpacked from .device/debs"
+  else
+    row "dependencies" "FAILED: $(tail -1 "$out/device_deps.log")"
+  fi
 fi
 
 # 1. Build for Hopper only: half the compile time of the default 80;90.

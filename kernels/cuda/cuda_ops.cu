@@ -1,0 +1,573 @@
+// The CUDA ops of one training step (declared in cuda_ops.h), each the same
+// maths as its twin in kernels/cpu/cpu_ops.cpp on bf16 activations with fp32
+// accumulation. Every reduction sums fixed partials in a fixed order and no
+// kernel uses floating-point atomics, so every op repeats bit for bit.
+#include "kernels/cuda/cuda_ops.h"
+
+#include <cuda_bf16.h>     // __nv_bfloat16 conversions
+#include <cuda_runtime.h>  // kernel launches
+
+#include <algorithm>  // std::min
+#include <cmath>      // std::pow, std::sqrt (host-side constants)
+#include <cstdint>    // int64_t, int32_t
+#include <stdexcept>  // std::invalid_argument
+#include <string>     // std::to_string
+
+#include "kernels/cuda/cuda_check.h"  // TRAINBENCH_CUDA_CHECK
+
+namespace trainbench::cuda {
+namespace {
+
+// 256 threads: 8 warps, enough to hide memory latency per block while letting
+// several blocks share an SM on H100/H200. The block reductions below assume a
+// multiple of 32.
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+// Grid-stride loops cap their grid here: ~15 blocks of 256 per SM on 132 SMs
+// already fills the machine; more blocks only add scheduling.
+constexpr int64_t kMaxGridStrideBlocks = 2048;
+// Blocks in rmsnorm_backward's and sum_of_squares's first pass. A fixed number
+// (not derived from the device) so the partials, and therefore the bits of the
+// result, are the same on every GPU.
+constexpr int64_t kRmsnormBackwardMaxBlocks = 512;
+constexpr int64_t kSumOfSquaresMaxBlocks = 1024;
+// rope's inverse frequencies travel by value in the kernel's parameters
+// (computed on the host exactly as the CPU does), which bounds head_dim.
+constexpr int kRopeMaxHalf = 256;
+
+int grid_stride_blocks(int64_t count) {
+  return static_cast<int>(std::min((count + kThreads - 1) / kThreads, kMaxGridStrideBlocks));
+}
+
+__device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ bf16 to_bf16(float x) { return __float2bfloat16(x); }  // nearest even
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T value) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+// Sum over the block, returned to every thread. Each thread adds the warp
+// totals in warp order, so the result is fixed for a given input. The leading
+// __syncthreads lets a kernel call this repeatedly (one row after another).
+template <typename T>
+__device__ T block_sum(T value) {
+  __shared__ T warp_totals[kWarps];
+  value = warp_sum(value);
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) warp_totals[threadIdx.x / 32] = value;
+  __syncthreads();
+  T total = 0;
+  for (int w = 0; w < kWarps; ++w) total += warp_totals[w];
+  return total;
+}
+
+__device__ float block_max(float value) {
+  __shared__ float warp_maxima[kWarps];
+  for (int offset = 16; offset > 0; offset /= 2)
+    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) warp_maxima[threadIdx.x / 32] = value;
+  __syncthreads();
+  float result = warp_maxima[0];
+  for (int w = 1; w < kWarps; ++w) result = fmaxf(result, warp_maxima[w]);
+  return result;
+}
+
+// A running softmax denominator: sum = Σ exp(x − max) over the values seen.
+struct OnlineSum {
+  float max, sum;
+};
+
+// Merges two running sums. A side that saw nothing (max = −inf) contributes 0
+// rather than exp(−inf − −inf) = NaN.
+__device__ __forceinline__ OnlineSum merge(OnlineSum a, OnlineSum b) {
+  const float max = fmaxf(a.max, b.max);
+  const float sum_a = a.max == -INFINITY ? 0.0f : a.sum * expf(a.max - max);
+  const float sum_b = b.max == -INFINITY ? 0.0f : b.sum * expf(b.max - max);
+  return {max, sum_a + sum_b};
+}
+
+__device__ OnlineSum block_online_sum(OnlineSum value) {
+  __shared__ OnlineSum warp_values[kWarps];
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const OnlineSum other{__shfl_xor_sync(0xffffffffu, value.max, offset),
+                          __shfl_xor_sync(0xffffffffu, value.sum, offset)};
+    value = merge(value, other);
+  }
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) warp_values[threadIdx.x / 32] = value;
+  __syncthreads();
+  OnlineSum total = warp_values[0];
+  for (int w = 1; w < kWarps; ++w) total = merge(total, warp_values[w]);
+  return total;
+}
+
+// ---- embedding ----
+
+__global__ void embedding_forward_kernel(bf16* out, const int32_t* tokens, const bf16* embedding,
+                                         int64_t n, int64_t d) {
+  const int64_t total = n * d;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / d, col = i % d;
+    out[i] = embedding[static_cast<int64_t>(tokens[row]) * d + col];
+  }
+}
+
+// One thread per column, walking the rows in order: repeated tokens add into
+// the same element in row order, with no atomics and no race.
+__global__ void embedding_backward_kernel(float* d_embedding, const bf16* d_out,
+                                          const int32_t* tokens, int64_t n, int64_t d) {
+  const int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (col >= d) return;
+  for (int64_t row = 0; row < n; ++row)
+    d_embedding[static_cast<int64_t>(tokens[row]) * d + col] += to_float(d_out[row * d + col]);
+}
+
+// ---- rmsnorm ----
+
+// One block per row.
+__global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* in, const bf16* weight,
+                                       int64_t d, float eps) {
+  const int64_t row = blockIdx.x;
+  const bf16* x = in + row * d;
+  float sum_sq = 0.0f;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float value = to_float(x[i]);
+    sum_sq += value * value;
+  }
+  sum_sq = block_sum(sum_sq);
+  const float r = 1.0f / sqrtf(sum_sq / static_cast<float>(d) + eps);
+  if (threadIdx.x == 0) rstd[row] = r;
+  bf16* y = out + row * d;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+    y[i] = to_bf16(to_float(x[i]) * r * to_float(weight[i]));
+}
+
+// Block b handles rows b, b + gridDim.x, …. dx_i = r·w_i·dy_i − x_i·r³/d · Σ_j dy_j·w_j·x_j
+// is added to d_in; when weight_partials is set, the block's own row of it
+// (one float per column, owned by the thread that owns the column) collects
+// Σ dy_i·x_i·r over the block's rows, for rmsnorm_weight_grad_kernel.
+__global__ void rmsnorm_backward_kernel(bf16* d_in, float* weight_partials, const bf16* d_out,
+                                        const bf16* in, const bf16* weight, const float* rstd,
+                                        int64_t n, int64_t d) {
+  float* partial = weight_partials != nullptr ? weight_partials + blockIdx.x * d : nullptr;
+  if (partial != nullptr)
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) partial[i] = 0.0f;
+  for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
+    const bf16* x = in + row * d;
+    const bf16* dy = d_out + row * d;
+    const float r = rstd[row];
+    float dot = 0.0f;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+      dot += to_float(dy[i]) * to_float(weight[i]) * to_float(x[i]);
+    dot = block_sum(dot);
+    const float coef = dot * r * r * r / static_cast<float>(d);
+    bf16* dx = d_in + row * d;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+      const float x_i = to_float(x[i]), dy_i = to_float(dy[i]);
+      dx[i] = to_bf16(to_float(dx[i]) + r * to_float(weight[i]) * dy_i - x_i * coef);
+      if (partial != nullptr) partial[i] += dy_i * x_i * r;
+    }
+  }
+}
+
+// d_weight[i] += Σ_b partials[b, i], b in order: one thread per column.
+__global__ void rmsnorm_weight_grad_kernel(float* d_weight, const float* partials, int64_t blocks,
+                                           int64_t d) {
+  const int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (col >= d) return;
+  float total = 0.0f;
+  for (int64_t b = 0; b < blocks; ++b) total += partials[b * d + col];
+  d_weight[col] += total;
+}
+
+int64_t rmsnorm_backward_blocks(int64_t n) { return std::min(n, kRmsnormBackwardMaxBlocks); }
+
+// ---- rope ----
+
+struct RopeInverseFrequencies {
+  float value[kRopeMaxHalf];
+};
+
+// One thread per rotated pair (b, t, h, i), i < head_dim/2, over
+// x[batch, seq_len, n_heads, head_dim]. direction −1 rotates back (backward).
+__global__ void rope_kernel(bf16* x, int64_t batch, int64_t seq_len, int64_t n_heads,
+                            int64_t head_dim, RopeInverseFrequencies inv_freq, float direction) {
+  const int64_t half = head_dim / 2;
+  const int64_t pairs = batch * seq_len * n_heads * half;
+  for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < pairs;
+       p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = p % half;
+    const int64_t head = p / half;  // index of (b, t, h) in row-major order
+    const int64_t t = (head / n_heads) % seq_len;
+    // sincosf, not __sincosf: positions reach thousands of radians, where the
+    // fast intrinsic's argument reduction loses digits.
+    float s, c;
+    sincosf(static_cast<float>(t) * inv_freq.value[i], &s, &c);
+    s *= direction;
+    bf16* v = x + head * head_dim;
+    const float x1 = to_float(v[i]), x2 = to_float(v[i + half]);
+    v[i] = to_bf16(x1 * c - x2 * s);
+    v[i + half] = to_bf16(x2 * c + x1 * s);
+  }
+}
+
+void rope_rotate(bf16* x, int64_t batch, int64_t seq_len, int64_t n_heads, int64_t head_dim,
+                 double theta, float direction, cudaStream_t stream) {
+  if (head_dim % 2 != 0 || head_dim / 2 > kRopeMaxHalf)
+    throw std::invalid_argument("rope: head_dim must be even and at most " +
+                                std::to_string(2 * kRopeMaxHalf) + ", got " +
+                                std::to_string(head_dim));
+  const int64_t pairs = batch * seq_len * n_heads * (head_dim / 2);
+  if (pairs == 0) return;
+  RopeInverseFrequencies inv_freq{};
+  for (int64_t i = 0; i < head_dim / 2; ++i)
+    // As cpu::rope_forward: the float of the double pow, as PyTorch computes it.
+    inv_freq.value[i] =
+        1.0f / static_cast<float>(std::pow(theta, static_cast<double>(2 * i) / head_dim));
+  rope_kernel<<<grid_stride_blocks(pairs), kThreads, 0, stream>>>(x, batch, seq_len, n_heads,
+                                                                  head_dim, inv_freq, direction);
+  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- causal softmax ----
+
+// One block per row of scores[heads_times_batch · seq_len, seq_len]; row r is
+// query position i = r % seq_len and keeps entries j ≤ i.
+__global__ void causal_softmax_forward_kernel(bf16* scores_to_probs, int64_t seq_len, float scale) {
+  const int64_t row = blockIdx.x;
+  const int64_t i = row % seq_len;
+  bf16* x = scores_to_probs + row * seq_len;
+  float max_score = -INFINITY;
+  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x)
+    max_score = fmaxf(max_score, to_float(x[j]) * scale);
+  max_score = block_max(max_score);
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x)
+    sum += expf(to_float(x[j]) * scale - max_score);
+  sum = block_sum(sum);  // its leading barrier also orders the reads above before the writes below
+  const float inv_sum = 1.0f / sum;
+  for (int64_t j = threadIdx.x; j < seq_len; j += blockDim.x)
+    x[j] = to_bf16(j <= i ? expf(to_float(x[j]) * scale - max_score) * inv_sum : 0.0f);
+}
+
+__global__ void causal_softmax_backward_kernel(bf16* d_probs_to_d_scores, const bf16* probs,
+                                               int64_t seq_len, float scale) {
+  const int64_t row = blockIdx.x;
+  const int64_t i = row % seq_len;
+  bf16* d = d_probs_to_d_scores + row * seq_len;
+  const bf16* p = probs + row * seq_len;
+  float weighted = 0.0f;
+  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) weighted += to_float(p[j]) * to_float(d[j]);
+  weighted = block_sum(weighted);
+  // Above the diagonal P is 0, so is the gradient; written explicitly so
+  // whatever the GEMM left there (even a non-finite value) does not leak.
+  for (int64_t j = threadIdx.x; j < seq_len; j += blockDim.x)
+    d[j] = to_bf16(j <= i ? to_float(p[j]) * (to_float(d[j]) - weighted) * scale : 0.0f);
+}
+
+// ---- elementwise ----
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+__global__ void swiglu_forward_kernel(bf16* out, const bf16* gate, const bf16* up, int64_t count) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float g = to_float(gate[i]);
+    out[i] = to_bf16(g * sigmoid(g) * to_float(up[i]));
+  }
+}
+
+__global__ void swiglu_backward_kernel(bf16* d_gate, bf16* d_up, const bf16* d_out,
+                                       const bf16* gate, const bf16* up, int64_t count) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float g = to_float(gate[i]), dy = to_float(d_out[i]);
+    // Every input is read before either output is written, so the gradients
+    // may overwrite gate and up in place.
+    const float sig = sigmoid(g);
+    const float u = to_float(up[i]);
+    d_up[i] = to_bf16(dy * g * sig);
+    d_gate[i] = to_bf16(dy * u * sig * (1.0f + g * (1.0f - sig)));
+  }
+}
+
+__global__ void add_inplace_kernel(bf16* out, const bf16* in, int64_t count) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = to_bf16(to_float(out[i]) + to_float(in[i]));
+}
+
+__global__ void copy_fp32_to_bf16_kernel(bf16* dst, const float* src, int64_t count) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = to_bf16(src[i]);
+}
+
+// ---- cross-entropy ----
+
+// One block per row; one pass over the vocabulary with a running max and sum
+// (online softmax), so a 128256-wide row is read once.
+__global__ void cross_entropy_forward_kernel(float* losses, float* logsumexp, const bf16* logits,
+                                             const int32_t* targets, int64_t vocab) {
+  const int64_t row = blockIdx.x;
+  const bf16* x = logits + row * vocab;
+  OnlineSum running{-INFINITY, 0.0f};
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+    const float value = to_float(x[j]);
+    if (value > running.max) {
+      running.sum = running.sum * expf(running.max - value) + 1.0f;
+      running.max = value;
+    } else {
+      running.sum += expf(value - running.max);
+    }
+  }
+  const OnlineSum total = block_online_sum(running);
+  if (threadIdx.x == 0) {
+    const float lse = total.max + logf(total.sum);
+    logsumexp[row] = lse;
+    losses[row] = lse - to_float(x[targets[row]]);
+  }
+}
+
+__global__ void cross_entropy_backward_kernel(bf16* logits_to_dlogits, const float* logsumexp,
+                                              const int32_t* targets, int64_t vocab,
+                                              float d_loss) {
+  const int64_t row = blockIdx.x;
+  bf16* x = logits_to_dlogits + row * vocab;
+  const float lse = logsumexp[row];
+  const int64_t target = targets[row];
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+    const float grad = expf(to_float(x[j]) - lse) * d_loss;
+    x[j] = to_bf16(j == target ? grad - d_loss : grad);
+  }
+}
+
+// ---- gradient norm ----
+
+// Pass 1: block b sums the squares of its grid-stride share in double and
+// writes partials[b].
+__global__ void sum_of_squares_partials_kernel(double* partials, const float* x, int64_t count) {
+  double total = 0.0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const double value = x[i];
+    total += value * value;
+  }
+  total = block_sum(total);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+// Pass 2: one block sums the partials.
+__global__ void sum_of_squares_final_kernel(double* result, const double* partials,
+                                            int64_t blocks) {
+  double total = 0.0;
+  for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) total += partials[b];
+  total = block_sum(total);
+  if (threadIdx.x == 0) *result = total;
+}
+
+int64_t sum_of_squares_blocks(int64_t count) {
+  return std::min((count + kThreads - 1) / kThreads, kSumOfSquaresMaxBlocks);
+}
+
+// Mirrors CpuEngine::optimizer_step's clipping, in double like it.
+__global__ void clip_scale_kernel(float* grad_scale, float* grad_norm, const double* sum_sq,
+                                  float max_norm) {
+  const double norm = sqrt(*sum_sq);
+  *grad_norm = static_cast<float>(norm);
+  *grad_scale = max_norm > 0.0f && norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6))
+                                                   : 1.0f;
+}
+
+// ---- AdamW ----
+
+// The constants cpu::adamw_update derives from the step, derived the same way
+// on the host.
+struct AdamWConstants {
+  float beta1, beta2, eps;
+  float step_size;              // lr / (1 − β1^t)
+  float bias_correction2_sqrt;  // sqrt(1 − β2^t)
+  float decay;                  // 1 − lr·wd
+};
+
+__global__ void adamw_kernel(float* master, bf16* params, const float* grads, float* m, float* v,
+                             int64_t count, AdamWConstants k, const float* grad_scale) {
+  const float scale = *grad_scale;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float g = grads[i] * scale;
+    const float m_i = k.beta1 * m[i] + (1.0f - k.beta1) * g;
+    const float v_i = k.beta2 * v[i] + (1.0f - k.beta2) * g * g;
+    m[i] = m_i;
+    v[i] = v_i;
+    const float denom = sqrtf(v_i) / k.bias_correction2_sqrt + k.eps;
+    const float p = master[i] * k.decay - k.step_size * m_i / denom;
+    master[i] = p;
+    params[i] = to_bf16(p);
+  }
+}
+
+}  // namespace
+
+void embedding_forward(bf16* out, const int32_t* tokens, const bf16* embedding, int64_t n,
+                       int64_t d, cudaStream_t stream) {
+  if (n * d == 0) return;
+  embedding_forward_kernel<<<grid_stride_blocks(n * d), kThreads, 0, stream>>>(out, tokens,
+                                                                              embedding, n, d);
+  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+void embedding_backward(float* d_embedding, const bf16* d_out, const int32_t* tokens, int64_t n,
+                        int64_t d, cudaStream_t stream) {
+  if (n * d == 0) return;
+  const int blocks = static_cast<int>((d + kThreads - 1) / kThreads);
+  embedding_backward_kernel<<<blocks, kThreads, 0, stream>>>(d_embedding, d_out, tokens, n, d);
+  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+void rmsnorm_forward(bf16* out, float* rstd, const bf16* in, const bf16* weight, int64_t n,
+                     int64_t d, float eps, cudaStream_t stream) {
+  if (n == 0) return;
+  rmsnorm_forward_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(out, rstd, in, weight,
+                                                                           d, eps);
+  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+void rmsnorm_backward(bf16* d_in, float* d_weight, const bf16* d_out, const bf16* in,
+                      const bf16* weight, const float* rstd, int64_t n, int64_t d, float* scratch,
+                      cudaStream_t stream) {
+  if (n == 0 || d == 0) return;
+  const int64_t blocks = rmsnorm_backward_blocks(n);
+  float* partials = d_weight != nullptr ? scratch : nullptr;
+  rmsnorm_backward_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      d_in, partials, d_out, in, weight, rstd, n, d);
+  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+  if (d_weight == nullptr) return;
+  const int column_blocks = static_cast<int>((d + kThreads - 1) / kThreads);
+  rmsnorm_weight_grad_kernel<<<column_blocks, kThreads, 0, stream>>>(d_weight, partials, blocks,
+                                                                     d);
+  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+int64_t rmsnorm_backward_scratch_floats(int64_t n, int64_t d) {
+  return rmsnorm_backward_blocks(n) * d;
+}
+
+void rope_forward(bf16* x, int64_t batch, int64_t seq_len, int64_t n_heads, int64_t head_dim,
+                  double theta, cudaStream_t stream) {
+  rope_rotate(x, batch, seq_len, n_heads, head_dim, theta, 1.0f, stream);
+}
+
+void rope_backward(bf16* d_x, int64_t batch, int64_t seq_len, int64_t n_heads, int64_t head_dim,
+                   double theta, cudaStream_t stream) {
+  rope_rotate(d_x, batch, seq_len, n_heads, head_dim, theta, -1.0f, stream);
+}
+
+void causal_softmax_forward(bf16* scores_to_probs, int64_t heads_times_batch, int64_t seq_len,
+                            float scale, cudaStream_t stream) {
+  const int64_t rows = heads_times_batch * seq_len;
+  if (rows == 0) return;
+  causal_softmax_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+      scores_to_probs, seq_len, scale);
+  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+void causal_softmax_backward(bf16* d_probs_to_d_scores, const bf16* probs,
+                             int64_t heads_times_batch, int64_t seq_len, float scale,
+                             cudaStream_t stream) {
+  const int64_t rows = heads_times_batch * seq_len;
+  if (rows == 0) return;
+  causal_softmax_backward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+      d_probs_to_d_scores, probs, seq_len, scale);
+  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+void swiglu_forward(bf16* out, const bf16* gate, const bf16* up, int64_t count,
+                    cudaStream_t stream) {
+  if (count == 0) return;
+  swiglu_forward_kernel<<<grid_stride_blocks(count), kThreads, 0, stream>>>(out, gate, up, count);
+  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+void swiglu_backward(bf16* d_gate, bf16* d_up, const bf16* d_out, const bf16* gate,
+                     const bf16* up, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  swiglu_backward_kernel<<<grid_stride_blocks(count), kThreads, 0, stream>>>(d_gate, d_up, d_out,
+                                                                            gate, up, count);
+  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+void add_inplace(bf16* out, const bf16* in, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  add_inplace_kernel<<<grid_stride_blocks(count), kThreads, 0, stream>>>(out, in, count);
+  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+void cross_entropy_forward(float* losses, float* logsumexp, const bf16* logits,
+                           const int32_t* targets, int64_t n, int64_t vocab, cudaStream_t stream) {
+  if (n == 0) return;
+  cross_entropy_forward_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
+      losses, logsumexp, logits, targets, vocab);
+  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+void cross_entropy_backward(bf16* logits_to_dlogits, const float* logsumexp,
+                            const int32_t* targets, int64_t n, int64_t vocab, float d_loss,
+                            cudaStream_t stream) {
+  if (n == 0) return;
+  cross_entropy_backward_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
+      logits_to_dlogits, logsumexp, targets, vocab, d_loss);
+  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+void sum_of_squares(double* result, const float* x, int64_t count, double* scratch,
+                    cudaStream_t stream) {
+  const int64_t blocks = sum_of_squares_blocks(count);
+  if (blocks > 0) {
+    sum_of_squares_partials_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        scratch, x, count);
+    TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+  }
+  // Runs even for count 0 (blocks 0), so *result is always written.
+  sum_of_squares_final_kernel<<<1, kThreads, 0, stream>>>(result, scratch, blocks);
+  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+int64_t sum_of_squares_scratch_doubles(int64_t count) { return sum_of_squares_blocks(count); }
+
+void clip_scale_from_sum_of_squares(float* grad_scale, float* grad_norm, const double* sum_sq,
+                                    float max_norm, cudaStream_t stream) {
+  clip_scale_kernel<<<1, 1, 0, stream>>>(grad_scale, grad_norm, sum_sq, max_norm);
+  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+void adamw_update(float* master, bf16* params, const float* grads, float* m, float* v,
+                  int64_t count, const AdamWStep& step, const float* grad_scale,
+                  cudaStream_t stream) {
+  if (count == 0) return;
+  // As cpu::adamw_update: bias corrections in double, then the float constants.
+  const double bias_correction1 = 1.0 - std::pow(static_cast<double>(step.beta1), step.step);
+  const double bias_correction2 = 1.0 - std::pow(static_cast<double>(step.beta2), step.step);
+  const AdamWConstants constants{step.beta1,
+                                 step.beta2,
+                                 step.eps,
+                                 static_cast<float>(step.lr / bias_correction1),
+                                 static_cast<float>(std::sqrt(bias_correction2)),
+                                 1.0f - step.lr * step.weight_decay};
+  adamw_kernel<<<grid_stride_blocks(count), kThreads, 0, stream>>>(master, params, grads, m, v,
+                                                                  count, constants, grad_scale);
+  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+void copy_fp32_to_bf16(bf16* dst, const float* src, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  copy_fp32_to_bf16_kernel<<<grid_stride_blocks(count), kThreads, 0, stream>>>(dst, src, count);
+  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace trainbench::cuda

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Build dependencies for a GPU machine that has nvcc, CMake, ninja and PyTorch
+# but no internet and none of the Debian -dev packages trainbench builds with.
+#
+#   scripts/device_deps.sh download   # here (has apt): the .deb files → .device/debs/
+#   scripts/device_deps.sh install    # there: unpack into .device/prefix, write .device/env.sh
+#
+# The device tool carries .device/ (git-ignored) with `carry: [".device"]`;
+# scripts/gpu_check.sh runs `install` when it finds .device/debs and sources
+# .device/env.sh. The packages are Debian 12's: the target's glibc must be
+# 2.36 or newer (checked by `install`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+debs=.device/debs
+prefix=$PWD/.device/prefix
+arch_dir=usr/lib/x86_64-linux-gnu
+
+# What the build needs beyond a compiler, CMake and CUDA: -dev packages and the
+# runtime libraries they link against. No libtorch (the GPU check uses
+# PyTorch's Python package for its baseline; the libtorch tests are CPU-side).
+PACKAGES=(
+  libopenblas-dev libopenblas-pthread-dev libopenblas0-pthread libopenblas0 libgfortran5
+  libyaml-cpp-dev libyaml-cpp0.7
+  nlohmann-json3-dev libcli11-dev
+  libgtest-dev libgmock-dev
+)
+
+case "${1:-}" in
+  download)
+    mkdir -p "$debs"
+    (cd "$debs" && apt-get download "${PACKAGES[@]}")
+    du -sh "$debs"
+    ;;
+  install)
+    [ -d "$debs" ] || { echo "device_deps: no $debs: run 'scripts/device_deps.sh download' where apt works" >&2; exit 2; }
+    glibc=$(ldd --version | head -1 | grep -oE '[0-9]+\.[0-9]+$')
+    if [ "$(printf '%s\n2.36\n' "$glibc" | sort -V | head -1)" != "2.36" ]; then
+      echo "device_deps: glibc $glibc is older than Debian 12's 2.36: these packages will not load" >&2
+      exit 3
+    fi
+    rm -rf "$prefix"
+    mkdir -p "$prefix"
+    for deb in "$debs"/*.deb; do dpkg-deb -x "$deb" "$prefix"; done
+    # Debian's package configs name /usr/... absolutely: point them at the prefix.
+    grep -rlE '(^|[^A-Za-z0-9_])/usr/' "$prefix" --include='*.cmake' --include='*.pc' |
+      while read -r file; do sed -i "s#\([^A-Za-z0-9_]\)/usr/#\1$prefix/usr/#g" "$file"; done
+    # What update-alternatives would have linked on a real install: the
+    # package ships cmake/openblas/ empty and the pthread variant's files.
+    mkdir -p "$prefix/$arch_dir/cmake/openblas"
+    for file in "$prefix/$arch_dir"/openblas-pthread/cmake/openblas/*.cmake; do
+      ln -sf "../../openblas-pthread/cmake/openblas/$(basename "$file")" "$prefix/$arch_dir/cmake/openblas/"
+    done
+    cat > .device/env.sh <<ENV
+# Written by scripts/device_deps.sh install: the unpacked packages for CMake,
+# the compiler and the loader.
+export CMAKE_PREFIX_PATH="$prefix/usr\${CMAKE_PREFIX_PATH:+:\$CMAKE_PREFIX_PATH}"
+export CPATH="$prefix/usr/include:$prefix/usr/include/x86_64-linux-gnu\${CPATH:+:\$CPATH}"
+export LIBRARY_PATH="$prefix/$arch_dir:$prefix/$arch_dir/openblas-pthread\${LIBRARY_PATH:+:\$LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$prefix/$arch_dir:$prefix/$arch_dir/openblas-pthread\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+ENV
+    echo "device_deps: unpacked $(ls "$debs" | wc -l) packages into $prefix; source .device/env.sh"
+    ;;
+  *)
+    echo "usage: scripts/device_deps.sh download|install" >&2
+    exit 2
+    ;;
+esac
