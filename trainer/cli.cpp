@@ -167,19 +167,23 @@ int run_cli(int argc, char** argv) {
       run->add_option("--steps", run_options.steps, "optimizer steps (overrides train.steps)");
   run->add_option("--out", run_options.out, "result JSON path (overrides report.out)");
 
-  // CLI11 would only say "a subcommand is required"; name the word instead.
-  if (argc > 1 && argv[1][0] != '-') {
-    std::string commands;
-    bool known = false;
-    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
-      commands += (commands.empty() ? "" : ", ") + sub->get_name();
-      known = known || sub->get_name() == argv[1];
-    }
-    if (!known) {
-      std::fprintf(stderr, "trainbench: unknown command '%s' (commands: %s; see trainbench --help)\n",
-                   argv[1], commands.c_str());
-      return kExitUserError;
-    }
+  // CLI11 would only say "a subcommand is required"; name the commands, and
+  // the word that is not one of them.
+  std::string commands;
+  bool known = false;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    commands += (commands.empty() ? "" : ", ") + sub->get_name();
+    known = known || (argc > 1 && sub->get_name() == argv[1]);
+  }
+  if (argc == 1) {
+    std::fprintf(stderr, "trainbench: a command is required (commands: %s; see trainbench --help)\n",
+                 commands.c_str());
+    return kExitUserError;
+  }
+  if (argv[1][0] != '-' && !known) {
+    std::fprintf(stderr, "trainbench: unknown command '%s' (commands: %s; see trainbench --help)\n",
+                 argv[1], commands.c_str());
+    return kExitUserError;
   }
   try {
     app.parse(argc, argv);

@@ -126,6 +126,12 @@ TEST(Cli, VersionNamesTheBuiltEngines) {
   EXPECT_NE(r.out.find("compute engines: cpu"), std::string::npos) << r.out;
 }
 
+TEST(Cli, NoCommandIsAUsageErrorThatListsTheCommands) {
+  const auto r = run_command(std::string(TRAINBENCH_BINARY));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("commands: run"), std::string::npos) << r.err;
+}
+
 TEST(Cli, SetTakesOneValueSoTheConfigMayFollowIt) {
   const std::string path = "/tmp/trainbench_set_order_" + std::to_string(getpid()) + ".json";
   const auto r = run_command(std::string(TRAINBENCH_BINARY) +

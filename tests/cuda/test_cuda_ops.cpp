@@ -1,0 +1,532 @@
+// Every op of kernels/cuda/cuda_ops.h against its fp32 CPU twin in
+// kernels/cpu/cpu_ops.h, on fresh random inputs rounded to bf16 first (so both
+// sides see the same numbers), with outputs poisoned (NaN where overwritten,
+// random where accumulated into), odd sizes (not multiples of the block or of
+// 8), seq_len 37, GQA head counts and a GPT-2 vocabulary. Plus: the
+// deterministic ops repeat bit for bit. Without a GPU every test skips with
+// the reason.
+//
+// Tolerances, as ‖gpu − cpu‖ / ‖cpu‖ in double:
+//   kBf16Output     8e-3   a bf16 output carries one rounding (≤ 2^-9 relative) per element
+//                          on top of fp32 arithmetic that only differs in order.
+//   kFp32FromBf16   1e-5   fp32 outputs of the same bf16 inputs: only summation order and
+//                          expf/std::exp last bits differ.
+//   kAdamW          1e-6   the same fp32 formula element by element: only FMA contraction and
+//                          the last bit of sqrt/divide differ.
+//   kSumOfSquares   1e-12  squares of floats are exact in double; only the order of the sum differs.
+//   exact (0)              embedding forward (a copy), embedding backward (the same fp32 adds in
+//                          the same row order), copy_fp32_to_bf16 (round to nearest even).
+//   rope, per element: |gpu − cpu| ≤ 2^-8·|cpu| + 1e-5  (one bf16 rounding; fast sine
+//                          intrinsics at positions in the thousands would miss it).
+#include <gtest/gtest.h>
+
+#include <cuda_bf16.h>     // __nv_bfloat16 and its host conversions
+#include <cuda_runtime.h>  // cudaMemcpy, cudaDeviceSynchronize
+
+#include <cmath>    // std::sqrt, std::exp, std::fabs, NAN
+#include <cstdint>  // int32_t, int64_t
+#include <cstring>  // std::memcmp
+#include <random>   // std::mt19937 and distributions
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"          // the fp32 reference ops
+#include "kernels/cuda/cuda_check.h"      // TRAINBENCH_CUDA_CHECK
+#include "kernels/cuda/cuda_ops.h"        // the ops under test
+#include "kernels/cuda/device_buffer.h"   // DeviceBuffer
+#include "kernels/device_info.h"          // query_gpus: skip without a GPU
+
+namespace trainbench::cuda {
+namespace {
+
+constexpr double kBf16Output = 8e-3;
+constexpr double kFp32FromBf16 = 1e-5;
+constexpr double kAdamW = 1e-6;
+constexpr double kSumOfSquares = 1e-12;
+
+// ---- host helpers ----
+
+// Normal values rounded to bf16, so the GPU's bf16 input and the CPU's fp32
+// input are the same numbers.
+std::vector<float> random_bf16_values(size_t count, std::mt19937& rng, float stddev = 1.0f) {
+  std::normal_distribution<float> normal(0.0f, stddev);
+  std::vector<float> values(count);
+  for (float& v : values) v = __bfloat162float(__float2bfloat16(normal(rng)));
+  return values;
+}
+
+std::vector<float> random_fp32_values(size_t count, std::mt19937& rng, float stddev = 1.0f) {
+  std::normal_distribution<float> normal(0.0f, stddev);
+  std::vector<float> values(count);
+  for (float& v : values) v = normal(rng);
+  return values;
+}
+
+std::vector<int32_t> random_tokens(size_t count, int32_t vocab, std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> uniform(0, vocab - 1);
+  std::vector<int32_t> tokens(count);
+  for (int32_t& t : tokens) t = uniform(rng);
+  return tokens;
+}
+
+std::vector<bf16> to_bf16(const std::vector<float>& values) {
+  std::vector<bf16> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = __float2bfloat16(values[i]);
+  return out;
+}
+
+std::vector<float> to_float(const std::vector<bf16>& values) {
+  std::vector<float> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = __bfloat162float(values[i]);
+  return out;
+}
+
+std::vector<bf16> nan_bf16(size_t count) { return std::vector<bf16>(count, __float2bfloat16(NAN)); }
+std::vector<float> nan_fp32(size_t count) { return std::vector<float>(count, NAN); }
+
+template <typename T>
+DeviceBuffer<T> upload(const std::vector<T>& host) {
+  DeviceBuffer<T> device(host.size());
+  if (!host.empty())
+    TRAINBENCH_CUDA_CHECK(cudaMemcpy(device.get(), host.data(), device.bytes(), cudaMemcpyHostToDevice));
+  return device;
+}
+
+// Synchronises first, so an error of an earlier kernel surfaces here.
+template <typename T>
+std::vector<T> download(const DeviceBuffer<T>& device) {
+  TRAINBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<T> host(device.count());
+  if (!host.empty())
+    TRAINBENCH_CUDA_CHECK(cudaMemcpy(host.data(), device.get(), device.bytes(), cudaMemcpyDeviceToHost));
+  return host;
+}
+
+std::vector<float> download_as_float(const DeviceBuffer<bf16>& device) {
+  return to_float(download(device));
+}
+
+// ‖ours − reference‖ / ‖reference‖ in double; a NaN anywhere makes it NaN,
+// which fails every EXPECT_LT.
+double relative_error(const std::vector<float>& ours, const std::vector<float>& reference) {
+  EXPECT_EQ(ours.size(), reference.size());
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < ours.size(); ++i) {
+    const double delta = static_cast<double>(ours[i]) - reference[i];
+    diff += delta * delta;
+    norm += static_cast<double>(reference[i]) * reference[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+class CudaOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const GpuInventory inventory = query_gpus();
+    if (inventory.gpus.empty()) GTEST_SKIP() << "no GPU: " << inventory.why_none;
+  }
+};
+
+// ---- embedding ----
+
+TEST_F(CudaOps, EmbeddingForwardCopiesTheRows) {
+  std::mt19937 rng(1);
+  const int64_t vocab = 300, n = 1000, d = 77;
+  const std::vector<float> table = random_bf16_values(vocab * d, rng);
+  const std::vector<int32_t> tokens = random_tokens(n, vocab, rng);
+  std::vector<float> expected(n * d);
+  cpu::embedding_forward(expected.data(), tokens.data(), table.data(), n, d);
+
+  DeviceBuffer<bf16> table_dev = upload(to_bf16(table)), out_dev = upload(nan_bf16(n * d));
+  DeviceBuffer<int32_t> tokens_dev = upload(tokens);
+  embedding_forward(out_dev.get(), tokens_dev.get(), table_dev.get(), n, d, nullptr);
+  EXPECT_EQ(relative_error(download_as_float(out_dev), expected), 0.0);
+}
+
+TEST_F(CudaOps, EmbeddingBackwardAddsRepeatedTokensInRowOrder) {
+  std::mt19937 rng(2);
+  const int64_t vocab = 50, n = 1000, d = 333;  // 1000 rows over 50 tokens: many repeats
+  const std::vector<float> d_out = random_bf16_values(n * d, rng);
+  const std::vector<int32_t> tokens = random_tokens(n, vocab, rng);
+  const std::vector<float> d_table_initial = random_fp32_values(vocab * d, rng);
+  std::vector<float> expected = d_table_initial;
+  cpu::embedding_backward(expected.data(), d_out.data(), tokens.data(), n, d);
+
+  DeviceBuffer<bf16> d_out_dev = upload(to_bf16(d_out));
+  DeviceBuffer<int32_t> tokens_dev = upload(tokens);
+  DeviceBuffer<float> d_table_dev = upload(d_table_initial);
+  embedding_backward(d_table_dev.get(), d_out_dev.get(), tokens_dev.get(), n, d, nullptr);
+  EXPECT_EQ(relative_error(download(d_table_dev), expected), 0.0);
+}
+
+// ---- rmsnorm ----
+
+TEST_F(CudaOps, RmsnormForward) {
+  std::mt19937 rng(3);
+  const int64_t n = 301, d = 333;
+  const float eps = 1e-5f;
+  const std::vector<float> in = random_bf16_values(n * d, rng, 2.0f);
+  const std::vector<float> weight = random_bf16_values(d, rng);
+  std::vector<float> expected_out(n * d), expected_rstd(n);
+  cpu::rmsnorm_forward(expected_out.data(), expected_rstd.data(), in.data(), weight.data(), n, d, eps);
+
+  DeviceBuffer<bf16> in_dev = upload(to_bf16(in)), weight_dev = upload(to_bf16(weight));
+  DeviceBuffer<bf16> out_dev = upload(nan_bf16(n * d));
+  DeviceBuffer<float> rstd_dev = upload(nan_fp32(n));
+  rmsnorm_forward(out_dev.get(), rstd_dev.get(), in_dev.get(), weight_dev.get(), n, d, eps, nullptr);
+  EXPECT_LT(relative_error(download_as_float(out_dev), expected_out), kBf16Output);
+  EXPECT_LT(relative_error(download(rstd_dev), expected_rstd), kFp32FromBf16);
+}
+
+TEST_F(CudaOps, RmsnormBackwardAccumulatesIntoBothGradients) {
+  std::mt19937 rng(4);
+  // More rows than rmsnorm_backward's 512 blocks, so blocks take several rows.
+  const int64_t n = 1100, d = 333;
+  const std::vector<float> in = random_bf16_values(n * d, rng, 2.0f);
+  const std::vector<float> weight = random_bf16_values(d, rng);
+  const std::vector<float> d_out = random_bf16_values(n * d, rng);
+  const std::vector<float> d_in_initial = random_bf16_values(n * d, rng);
+  const std::vector<float> d_weight_initial = random_fp32_values(d, rng);
+  std::vector<float> unused_out(n * d), rstd(n);
+  cpu::rmsnorm_forward(unused_out.data(), rstd.data(), in.data(), weight.data(), n, d, 1e-5f);
+  std::vector<float> expected_d_in = d_in_initial, expected_d_weight = d_weight_initial;
+  cpu::rmsnorm_backward(expected_d_in.data(), expected_d_weight.data(), d_out.data(), in.data(),
+                        weight.data(), rstd.data(), n, d);
+
+  DeviceBuffer<bf16> in_dev = upload(to_bf16(in)), weight_dev = upload(to_bf16(weight));
+  DeviceBuffer<bf16> d_out_dev = upload(to_bf16(d_out)), d_in_dev = upload(to_bf16(d_in_initial));
+  DeviceBuffer<float> rstd_dev = upload(rstd), d_weight_dev = upload(d_weight_initial);
+  DeviceBuffer<float> scratch(rmsnorm_backward_scratch_floats(n, d));
+  rmsnorm_backward(d_in_dev.get(), d_weight_dev.get(), d_out_dev.get(), in_dev.get(),
+                   weight_dev.get(), rstd_dev.get(), n, d, scratch.get(), nullptr);
+  EXPECT_LT(relative_error(download_as_float(d_in_dev), expected_d_in), kBf16Output);
+  EXPECT_LT(relative_error(download(d_weight_dev), expected_d_weight), kFp32FromBf16);
+
+  // Without a weight gradient (frozen gain) only d_in moves, and no scratch is needed.
+  DeviceBuffer<bf16> d_in_again = upload(to_bf16(d_in_initial));
+  rmsnorm_backward(d_in_again.get(), nullptr, d_out_dev.get(), in_dev.get(), weight_dev.get(),
+                   rstd_dev.get(), n, d, nullptr, nullptr);
+  EXPECT_LT(relative_error(download_as_float(d_in_again), expected_d_in), kBf16Output);
+}
+
+// ---- rope ----
+
+struct RopeShape {
+  int64_t batch, seq_len, n_heads, head_dim;
+};
+
+void expect_rope_matches_cpu(const RopeShape& s, bool forward, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const double theta = 500000.0;
+  const int64_t count = s.batch * s.seq_len * s.n_heads * s.head_dim;
+  const std::vector<float> x = random_bf16_values(count, rng);
+  std::vector<float> expected = x;
+  if (forward)
+    cpu::rope_forward(expected.data(), s.batch, s.seq_len, s.n_heads, s.head_dim, theta);
+  else
+    cpu::rope_backward(expected.data(), s.batch, s.seq_len, s.n_heads, s.head_dim, theta);
+
+  DeviceBuffer<bf16> x_dev = upload(to_bf16(x));
+  if (forward)
+    rope_forward(x_dev.get(), s.batch, s.seq_len, s.n_heads, s.head_dim, theta, nullptr);
+  else
+    rope_backward(x_dev.get(), s.batch, s.seq_len, s.n_heads, s.head_dim, theta, nullptr);
+  const std::vector<float> got = download_as_float(x_dev);
+  int64_t mismatches = 0;
+  for (int64_t i = 0; i < count; ++i)
+    if (!(std::fabs(got[i] - expected[i]) <= std::ldexp(std::fabs(expected[i]), -8) + 1e-5))
+      ++mismatches;
+  EXPECT_EQ(mismatches, 0) << "of " << count << " elements, seq_len " << s.seq_len;
+  EXPECT_LT(relative_error(got, expected), kBf16Output);
+}
+
+TEST_F(CudaOps, RopeForwardQueryAndKeyHeads) {
+  // GQA: 8 query heads, 2 key heads; seq_len 37.
+  expect_rope_matches_cpu({2, 37, 8, 64}, true, 5);
+  expect_rope_matches_cpu({2, 37, 2, 64}, true, 6);
+}
+
+TEST_F(CudaOps, RopeBackwardRotatesBack) {
+  expect_rope_matches_cpu({2, 37, 8, 64}, false, 7);
+  expect_rope_matches_cpu({2, 37, 2, 128}, false, 8);
+}
+
+TEST_F(CudaOps, RopeAtLongPositions) {
+  // Positions up to 8191: angles of thousands of radians need sinf's full
+  // argument reduction.
+  expect_rope_matches_cpu({1, 8192, 1, 128}, true, 9);
+}
+
+// ---- causal softmax ----
+
+// The CPU reference, as cpu::attention_forward's softmax: scale, then a
+// softmax over j ≤ i, 0 above the diagonal.
+std::vector<float> causal_softmax_reference(const std::vector<float>& scores, int64_t rows_of_heads,
+                                            int64_t seq_len, float scale) {
+  std::vector<float> probs(scores.size(), 0.0f);
+  for (int64_t r = 0; r < rows_of_heads * seq_len; ++r) {
+    const int64_t i = r % seq_len;
+    const float* x = scores.data() + r * seq_len;
+    float* p = probs.data() + r * seq_len;
+    float max_score = -INFINITY;
+    for (int64_t j = 0; j <= i; ++j) max_score = std::max(max_score, x[j] * scale);
+    float sum = 0.0f;
+    for (int64_t j = 0; j <= i; ++j) sum += std::exp(x[j] * scale - max_score);
+    for (int64_t j = 0; j <= i; ++j) p[j] = std::exp(x[j] * scale - max_score) / sum;
+  }
+  return probs;
+}
+
+int64_t nonzero_above_diagonal(const std::vector<float>& matrices, int64_t seq_len) {
+  int64_t count = 0;
+  for (size_t r = 0; r < matrices.size() / seq_len; ++r)
+    for (int64_t j = static_cast<int64_t>(r % seq_len) + 1; j < seq_len; ++j)
+      if (matrices[r * seq_len + j] != 0.0f) ++count;
+  return count;
+}
+
+TEST_F(CudaOps, CausalSoftmaxForward) {
+  // seq_len 37 (one block per row, most threads idle) and 300 (rows longer than the block).
+  for (const int64_t seq_len : {int64_t{37}, int64_t{300}}) {
+    std::mt19937 rng(10 + seq_len);
+    const int64_t heads_times_batch = 2 * 3;
+    const float scale = 0.125f;
+    const std::vector<float> scores =
+        random_bf16_values(heads_times_batch * seq_len * seq_len, rng, 8.0f);
+    const std::vector<float> expected =
+        causal_softmax_reference(scores, heads_times_batch, seq_len, scale);
+
+    DeviceBuffer<bf16> scores_dev = upload(to_bf16(scores));
+    causal_softmax_forward(scores_dev.get(), heads_times_batch, seq_len, scale, nullptr);
+    const std::vector<float> got = download_as_float(scores_dev);
+    EXPECT_LT(relative_error(got, expected), kBf16Output) << "seq_len " << seq_len;
+    EXPECT_EQ(nonzero_above_diagonal(got, seq_len), 0) << "seq_len " << seq_len;
+  }
+}
+
+TEST_F(CudaOps, CausalSoftmaxBackward) {
+  for (const int64_t seq_len : {int64_t{37}, int64_t{300}}) {
+    std::mt19937 rng(20 + seq_len);
+    const int64_t heads_times_batch = 2 * 3;
+    const float scale = 0.125f;
+    const std::vector<float> probs = to_float(to_bf16(causal_softmax_reference(
+        random_bf16_values(heads_times_batch * seq_len * seq_len, rng, 8.0f), heads_times_batch,
+        seq_len, scale)));
+    // Random everywhere, above the diagonal too: the op must zero it.
+    const std::vector<float> d_probs = random_bf16_values(probs.size(), rng);
+    std::vector<float> expected(probs.size(), 0.0f);
+    for (int64_t r = 0; r < heads_times_batch * seq_len; ++r) {
+      const int64_t i = r % seq_len;
+      const float* p = probs.data() + r * seq_len;
+      const float* dp = d_probs.data() + r * seq_len;
+      float weighted = 0.0f;
+      for (int64_t j = 0; j <= i; ++j) weighted += p[j] * dp[j];
+      for (int64_t j = 0; j <= i; ++j) expected[r * seq_len + j] = p[j] * (dp[j] - weighted) * scale;
+    }
+
+    DeviceBuffer<bf16> probs_dev = upload(to_bf16(probs)), d_dev = upload(to_bf16(d_probs));
+    causal_softmax_backward(d_dev.get(), probs_dev.get(), heads_times_batch, seq_len, scale, nullptr);
+    const std::vector<float> got = download_as_float(d_dev);
+    EXPECT_LT(relative_error(got, expected), kBf16Output) << "seq_len " << seq_len;
+    EXPECT_EQ(nonzero_above_diagonal(got, seq_len), 0) << "seq_len " << seq_len;
+  }
+}
+
+// ---- elementwise ----
+
+TEST_F(CudaOps, SwigluForwardAndBackward) {
+  std::mt19937 rng(30);
+  const int64_t count = 100003;
+  const std::vector<float> gate = random_bf16_values(count, rng, 2.0f);
+  const std::vector<float> up = random_bf16_values(count, rng);
+  const std::vector<float> d_out = random_bf16_values(count, rng);
+  std::vector<float> expected_out(count), expected_d_gate(count), expected_d_up(count);
+  cpu::swiglu_forward(expected_out.data(), gate.data(), up.data(), count);
+  cpu::swiglu_backward(expected_d_gate.data(), expected_d_up.data(), d_out.data(), gate.data(),
+                       up.data(), count);
+
+  DeviceBuffer<bf16> gate_dev = upload(to_bf16(gate)), up_dev = upload(to_bf16(up));
+  DeviceBuffer<bf16> d_out_dev = upload(to_bf16(d_out));
+  DeviceBuffer<bf16> out_dev = upload(nan_bf16(count));
+  DeviceBuffer<bf16> d_gate_dev = upload(nan_bf16(count)), d_up_dev = upload(nan_bf16(count));
+  swiglu_forward(out_dev.get(), gate_dev.get(), up_dev.get(), count, nullptr);
+  swiglu_backward(d_gate_dev.get(), d_up_dev.get(), d_out_dev.get(), gate_dev.get(), up_dev.get(),
+                  count, nullptr);
+  EXPECT_LT(relative_error(download_as_float(out_dev), expected_out), kBf16Output);
+  EXPECT_LT(relative_error(download_as_float(d_gate_dev), expected_d_gate), kBf16Output);
+  EXPECT_LT(relative_error(download_as_float(d_up_dev), expected_d_up), kBf16Output);
+}
+
+TEST_F(CudaOps, AddInplace) {
+  std::mt19937 rng(31);
+  const int64_t count = 100003;
+  const std::vector<float> out_initial = random_bf16_values(count, rng);
+  const std::vector<float> in = random_bf16_values(count, rng);
+  std::vector<float> expected = out_initial;
+  cpu::add_inplace(expected.data(), in.data(), count);
+
+  DeviceBuffer<bf16> out_dev = upload(to_bf16(out_initial)), in_dev = upload(to_bf16(in));
+  add_inplace(out_dev.get(), in_dev.get(), count, nullptr);
+  EXPECT_LT(relative_error(download_as_float(out_dev), expected), kBf16Output);
+}
+
+TEST_F(CudaOps, CopyFp32ToBf16RoundsToNearest) {
+  std::mt19937 rng(32);
+  const int64_t count = 100003;
+  const std::vector<float> src = random_fp32_values(count, rng);
+  const std::vector<float> expected = to_float(to_bf16(src));
+
+  DeviceBuffer<float> src_dev = upload(src);
+  DeviceBuffer<bf16> dst_dev = upload(nan_bf16(count));
+  copy_fp32_to_bf16(dst_dev.get(), src_dev.get(), count, nullptr);
+  EXPECT_EQ(relative_error(download_as_float(dst_dev), expected), 0.0);
+}
+
+// ---- cross-entropy ----
+
+TEST_F(CudaOps, CrossEntropyForwardAndBackward) {
+  // GPT-2's vocabulary, and one narrower than the block (idle threads join the reduction).
+  for (const int64_t vocab : {int64_t{50257}, int64_t{100}}) {
+    std::mt19937 rng(static_cast<uint32_t>(40 + vocab));
+    const int64_t n = 7;
+    const std::vector<float> logits = random_bf16_values(n * vocab, rng, 3.0f);
+    const std::vector<int32_t> targets = random_tokens(n, static_cast<int32_t>(vocab), rng);
+    std::vector<float> expected_losses(n), expected_lse(n);
+    cpu::cross_entropy_forward(expected_losses.data(), expected_lse.data(), logits.data(),
+                               targets.data(), n, vocab);
+    const float d_loss = 1.0f / static_cast<float>(n);
+    std::vector<float> expected_dlogits = logits;
+    cpu::cross_entropy_backward(expected_dlogits.data(), expected_lse.data(), targets.data(), n,
+                                vocab, d_loss);
+
+    DeviceBuffer<bf16> logits_dev = upload(to_bf16(logits));
+    DeviceBuffer<int32_t> targets_dev = upload(targets);
+    DeviceBuffer<float> losses_dev = upload(nan_fp32(n)), lse_dev = upload(nan_fp32(n));
+    cross_entropy_forward(losses_dev.get(), lse_dev.get(), logits_dev.get(), targets_dev.get(), n,
+                          vocab, nullptr);
+    EXPECT_LT(relative_error(download(losses_dev), expected_losses), kFp32FromBf16) << vocab;
+    EXPECT_LT(relative_error(download(lse_dev), expected_lse), kFp32FromBf16) << vocab;
+
+    // Backward from the CPU's logsumexp, so it is tested on its own.
+    DeviceBuffer<float> cpu_lse_dev = upload(expected_lse);
+    cross_entropy_backward(logits_dev.get(), cpu_lse_dev.get(), targets_dev.get(), n, vocab,
+                           d_loss, nullptr);
+    EXPECT_LT(relative_error(download_as_float(logits_dev), expected_dlogits), kBf16Output)
+        << vocab;
+  }
+}
+
+// ---- gradient norm and optimizer ----
+
+TEST_F(CudaOps, SumOfSquares) {
+  std::mt19937 rng(50);
+  const int64_t count = 1000003;  // more than the first pass's blocks × threads
+  const std::vector<float> x = random_fp32_values(count, rng);
+  const double expected = cpu::sum_of_squares(x.data(), count);
+
+  DeviceBuffer<float> x_dev = upload(x);
+  DeviceBuffer<double> scratch = upload(std::vector<double>(sum_of_squares_scratch_doubles(count), NAN));
+  DeviceBuffer<double> result = upload(std::vector<double>{NAN});
+  sum_of_squares(result.get(), x_dev.get(), count, scratch.get(), nullptr);
+  const double got = download(result)[0];
+  EXPECT_LT(std::fabs(got - expected) / expected, kSumOfSquares) << got << " vs " << expected;
+
+  // An empty buffer still writes its sum, 0.
+  sum_of_squares(result.get(), x_dev.get(), 0, nullptr, nullptr);
+  EXPECT_EQ(download(result)[0], 0.0);
+}
+
+TEST_F(CudaOps, ClipScaleAsTorchClipGradNorm) {
+  struct Case {
+    double sum_sq;
+    float max_norm, expected_scale;
+  };
+  // norm 4: clipped to 1 → 1/(4 + 1e-6); under 10 → 1; max_norm 0 disables.
+  const Case cases[] = {{16.0, 1.0f, static_cast<float>(1.0 / (4.0 + 1e-6))},
+                        {16.0, 10.0f, 1.0f},
+                        {16.0, 0.0f, 1.0f}};
+  for (const Case& c : cases) {
+    DeviceBuffer<double> sum_sq = upload(std::vector<double>{c.sum_sq});
+    DeviceBuffer<float> scale = upload(nan_fp32(1)), norm = upload(nan_fp32(1));
+    clip_scale_from_sum_of_squares(scale.get(), norm.get(), sum_sq.get(), c.max_norm, nullptr);
+    EXPECT_FLOAT_EQ(download(scale)[0], c.expected_scale) << "max_norm " << c.max_norm;
+    EXPECT_FLOAT_EQ(download(norm)[0], 4.0f);
+  }
+}
+
+TEST_F(CudaOps, AdamWUpdateMatchesCpuAndWritesTheBf16Copy) {
+  std::mt19937 rng(60);
+  const int64_t count = 100003;
+  const std::vector<float> master_initial = random_fp32_values(count, rng);
+  const std::vector<float> grads = random_fp32_values(count, rng);
+  const std::vector<float> m_initial = random_fp32_values(count, rng, 0.1f);
+  std::vector<float> v_initial = random_fp32_values(count, rng, 0.1f);
+  for (float& v : v_initial) v = v * v;  // second moments are non-negative
+  const float grad_scale = 0.5f;
+  const AdamWStep step{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7};
+
+  std::vector<float> expected_master = master_initial, expected_m = m_initial,
+                     expected_v = v_initial;
+  cpu::adamw_update(expected_master.data(), grads.data(), expected_m.data(), expected_v.data(),
+                    count,
+                    cpu::AdamWStep{step.lr, step.beta1, step.beta2, step.eps, step.weight_decay,
+                                   grad_scale, step.step});
+
+  DeviceBuffer<float> master_dev = upload(master_initial), grads_dev = upload(grads);
+  DeviceBuffer<float> m_dev = upload(m_initial), v_dev = upload(v_initial);
+  DeviceBuffer<float> grad_scale_dev = upload(std::vector<float>{grad_scale});
+  DeviceBuffer<bf16> params_dev = upload(nan_bf16(count));
+  adamw_update(master_dev.get(), params_dev.get(), grads_dev.get(), m_dev.get(), v_dev.get(), count,
+               step, grad_scale_dev.get(), nullptr);
+  const std::vector<float> master = download(master_dev);
+  EXPECT_LT(relative_error(master, expected_master), kAdamW);
+  EXPECT_LT(relative_error(download(m_dev), expected_m), kAdamW);
+  EXPECT_LT(relative_error(download(v_dev), expected_v), kAdamW);
+  // The bf16 copy is exactly the new master rounded to nearest.
+  EXPECT_EQ(relative_error(download_as_float(params_dev), to_float(to_bf16(master))), 0.0);
+}
+
+// ---- determinism ----
+
+TEST_F(CudaOps, ReductionsRepeatBitForBit) {
+  std::mt19937 rng(70);
+  const int64_t n = 1100, d = 333, vocab = 50;
+  const std::vector<bf16> in = to_bf16(random_bf16_values(n * d, rng));
+  const std::vector<bf16> weight = to_bf16(random_bf16_values(d, rng));
+  const std::vector<bf16> d_out = to_bf16(random_bf16_values(n * d, rng));
+  const std::vector<float> rstd = random_fp32_values(n, rng);
+  const std::vector<int32_t> tokens = random_tokens(n, vocab, rng);
+  const std::vector<float> grads = random_fp32_values(1000003, rng);
+  DeviceBuffer<bf16> in_dev = upload(in), weight_dev = upload(weight), d_out_dev = upload(d_out);
+  DeviceBuffer<float> rstd_dev = upload(rstd), grads_dev = upload(grads);
+  DeviceBuffer<int32_t> tokens_dev = upload(tokens);
+  DeviceBuffer<float> rms_scratch(rmsnorm_backward_scratch_floats(n, d));
+  DeviceBuffer<double> sum_scratch(sum_of_squares_scratch_doubles(grads.size()));
+
+  struct Results {
+    std::vector<bf16> d_in;
+    std::vector<float> d_weight, d_table;
+    double sum_sq;
+  };
+  auto run_once = [&] {
+    DeviceBuffer<bf16> d_in = upload(std::vector<bf16>(n * d, __float2bfloat16(0.0f)));
+    DeviceBuffer<float> d_weight = upload(std::vector<float>(d, 0.0f));
+    DeviceBuffer<float> d_table = upload(std::vector<float>(vocab * d, 0.0f));
+    DeviceBuffer<double> sum_sq(1);
+    rmsnorm_backward(d_in.get(), d_weight.get(), d_out_dev.get(), in_dev.get(), weight_dev.get(),
+                     rstd_dev.get(), n, d, rms_scratch.get(), nullptr);
+    embedding_backward(d_table.get(), d_out_dev.get(), tokens_dev.get(), n, d, nullptr);
+    sum_of_squares(sum_sq.get(), grads_dev.get(), static_cast<int64_t>(grads.size()),
+                   sum_scratch.get(), nullptr);
+    return Results{download(d_in), download(d_weight), download(d_table), download(sum_sq)[0]};
+  };
+  const Results first = run_once(), second = run_once();
+  EXPECT_EQ(std::memcmp(first.d_in.data(), second.d_in.data(), first.d_in.size() * sizeof(bf16)), 0);
+  EXPECT_EQ(std::memcmp(first.d_weight.data(), second.d_weight.data(),
+                        first.d_weight.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(first.d_table.data(), second.d_table.data(),
+                        first.d_table.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(&first.sum_sq, &second.sum_sq, sizeof(double)), 0);
+}
+
+}  // namespace
+}  // namespace trainbench::cuda
