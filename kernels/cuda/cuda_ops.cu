@@ -9,7 +9,7 @@
 
 #include <algorithm>  // std::min
 #include <cmath>      // std::pow, std::sqrt (host-side constants)
-#include <cstdint>    // int64_t, int32_t
+#include <cstdint>    // int64_t, int32_t, uintptr_t
 #include <stdexcept>  // std::invalid_argument
 #include <string>     // std::to_string
 
@@ -270,38 +270,121 @@ __global__ void causal_softmax_backward_kernel(bf16* d_probs_to_d_scores, const 
     d[j] = to_bf16(j <= i ? to_float(p[j]) * (to_float(d[j]) - weighted) * scale : 0.0f);
 }
 
+// ---- 16-byte packs ----
+
+// Eight bf16 values moved by one 16-byte load or store: scalar 2-byte loads
+// keep too few bytes in flight to reach HBM bandwidth. Used where every
+// pointer is 16-byte aligned (checked on the host); the rest goes element by
+// element.
+constexpr int kPack = 8;
+struct alignas(16) Bf16Pack {
+  bf16 value[kPack];
+};
+
+bool aligned_for_packs(const void* pointer) {
+  return reinterpret_cast<uintptr_t>(pointer) % sizeof(Bf16Pack) == 0;
+}
+
+template <int N>
+struct Floats {
+  float value[N];
+};
+
+// N = kPack: one 16-byte load at an aligned address; N = 1: one element.
+template <int N>
+__device__ __forceinline__ Floats<N> load(const bf16* source) {
+  Floats<N> out;
+  if constexpr (N == kPack) {
+    const Bf16Pack pack = *reinterpret_cast<const Bf16Pack*>(source);
+    for (int k = 0; k < N; ++k) out.value[k] = to_float(pack.value[k]);
+  } else {
+    for (int k = 0; k < N; ++k) out.value[k] = to_float(source[k]);
+  }
+  return out;
+}
+
+template <int N>
+__device__ __forceinline__ void store(bf16* destination, const Floats<N>& values) {
+  if constexpr (N == kPack) {
+    Bf16Pack pack;
+    for (int k = 0; k < N; ++k) pack.value[k] = to_bf16(values.value[k]);
+    *reinterpret_cast<Bf16Pack*>(destination) = pack;
+  } else {
+    for (int k = 0; k < N; ++k) destination[k] = to_bf16(values.value[k]);
+  }
+}
+
 // ---- elementwise ----
+
+// Applies op to elements [0, count) with a grid-stride loop: kPack at a time
+// while whole packs remain (when `packed`), then one at a time for the tail,
+// or for everything when some pointer is not 16-byte aligned. Each op reads
+// all its inputs before it writes, so outputs may alias inputs.
+template <typename Op>
+__global__ void elementwise_kernel(Op op, int64_t count, bool packed) {
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t tail_begin = 0;
+  if (packed) {
+    const int64_t packs = count / kPack;
+    for (int64_t p = first; p < packs; p += stride) op.template apply<kPack>(p * kPack);
+    tail_begin = packs * kPack;
+  }
+  for (int64_t i = tail_begin + first; i < count; i += stride) op.template apply<1>(i);
+}
+
+template <typename Op>
+void launch_elementwise(const Op& op, int64_t count, bool packed, cudaStream_t stream) {
+  if (count == 0) return;
+  const int64_t work_items = packed ? (count + kPack - 1) / kPack : count;
+  elementwise_kernel<<<grid_stride_blocks(work_items), kThreads, 0, stream>>>(op, count, packed);
+  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+}
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-__global__ void swiglu_forward_kernel(bf16* out, const bf16* gate, const bf16* up, int64_t count) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = to_float(gate[i]);
-    out[i] = to_bf16(g * sigmoid(g) * to_float(up[i]));
+struct SwigluForward {
+  bf16* out;
+  const bf16 *gate, *up;
+  template <int N>
+  __device__ void apply(int64_t i) const {
+    const Floats<N> g = load<N>(gate + i), u = load<N>(up + i);
+    Floats<N> y;
+    for (int k = 0; k < N; ++k) y.value[k] = g.value[k] * sigmoid(g.value[k]) * u.value[k];
+    store<N>(out + i, y);
   }
-}
+};
 
-__global__ void swiglu_backward_kernel(bf16* d_gate, bf16* d_up, const bf16* d_out,
-                                       const bf16* gate, const bf16* up, int64_t count) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = to_float(gate[i]), dy = to_float(d_out[i]);
-    // Every input is read before either output is written, so the gradients
-    // may overwrite gate and up in place.
-    const float sig = sigmoid(g);
-    const float u = to_float(up[i]);
-    d_up[i] = to_bf16(dy * g * sig);
-    d_gate[i] = to_bf16(dy * u * sig * (1.0f + g * (1.0f - sig)));
+struct SwigluBackward {
+  bf16 *d_gate, *d_up;
+  const bf16 *d_out, *gate, *up;
+  template <int N>
+  __device__ void apply(int64_t i) const {
+    const Floats<N> dy = load<N>(d_out + i), g = load<N>(gate + i), u = load<N>(up + i);
+    Floats<N> dg, du;
+    for (int k = 0; k < N; ++k) {
+      const float sig = sigmoid(g.value[k]);
+      du.value[k] = dy.value[k] * g.value[k] * sig;
+      dg.value[k] = dy.value[k] * u.value[k] * sig * (1.0f + g.value[k] * (1.0f - sig));
+    }
+    store<N>(d_up + i, du);
+    store<N>(d_gate + i, dg);
   }
-}
+};
 
-__global__ void add_inplace_kernel(bf16* out, const bf16* in, int64_t count) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = to_bf16(to_float(out[i]) + to_float(in[i]));
-}
+struct AddInplace {
+  bf16* out;
+  const bf16* in;
+  template <int N>
+  __device__ void apply(int64_t i) const {
+    Floats<N> sum = load<N>(out + i);
+    const Floats<N> addend = load<N>(in + i);
+    for (int k = 0; k < N; ++k) sum.value[k] += addend.value[k];
+    store<N>(out + i, sum);
+  }
+};
 
+// Runs once at start-up, so plain scalar loads are enough.
 __global__ void copy_fp32_to_bf16_kernel(bf16* dst, const float* src, int64_t count) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -310,21 +393,30 @@ __global__ void copy_fp32_to_bf16_kernel(bf16* dst, const float* src, int64_t co
 
 // ---- cross-entropy ----
 
+__device__ __forceinline__ void online_add(OnlineSum& running, float value) {
+  if (value > running.max) {
+    running.sum = running.sum * expf(running.max - value) + 1.0f;
+    running.max = value;
+  } else {
+    running.sum += expf(value - running.max);
+  }
+}
+
 // One block per row; one pass over the vocabulary with a running max and sum
-// (online softmax), so a 128256-wide row is read once.
+// (online softmax), so a 128256-wide row is read once. `packed`: every row
+// starts 16-byte aligned (aligned logits, vocab a multiple of kPack).
 __global__ void cross_entropy_forward_kernel(float* losses, float* logsumexp, const bf16* logits,
-                                             const int32_t* targets, int64_t vocab) {
+                                             const int32_t* targets, int64_t vocab, bool packed) {
   const int64_t row = blockIdx.x;
   const bf16* x = logits + row * vocab;
   OnlineSum running{-INFINITY, 0.0f};
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-    const float value = to_float(x[j]);
-    if (value > running.max) {
-      running.sum = running.sum * expf(running.max - value) + 1.0f;
-      running.max = value;
-    } else {
-      running.sum += expf(value - running.max);
+  if (packed) {
+    for (int64_t p = threadIdx.x; p < vocab / kPack; p += blockDim.x) {
+      const Floats<kPack> values = load<kPack>(x + p * kPack);
+      for (int k = 0; k < kPack; ++k) online_add(running, values.value[k]);
     }
+  } else {
+    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) online_add(running, to_float(x[j]));
   }
   const OnlineSum total = block_online_sum(running);
   if (threadIdx.x == 0) {
@@ -336,15 +428,29 @@ __global__ void cross_entropy_forward_kernel(float* losses, float* logsumexp, co
 
 __global__ void cross_entropy_backward_kernel(bf16* logits_to_dlogits, const float* logsumexp,
                                               const int32_t* targets, int64_t vocab,
-                                              float d_loss) {
+                                              float d_loss, bool packed) {
   const int64_t row = blockIdx.x;
   bf16* x = logits_to_dlogits + row * vocab;
   const float lse = logsumexp[row];
   const int64_t target = targets[row];
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-    const float grad = expf(to_float(x[j]) - lse) * d_loss;
-    x[j] = to_bf16(j == target ? grad - d_loss : grad);
+  // (softmax − onehot) · d_loss in fp32, rounded once.
+  auto dlogit = [&](float logit, int64_t j) {
+    const float grad = expf(logit - lse) * d_loss;
+    return j == target ? grad - d_loss : grad;
+  };
+  if (packed) {
+    for (int64_t p = threadIdx.x; p < vocab / kPack; p += blockDim.x) {
+      Floats<kPack> values = load<kPack>(x + p * kPack);
+      for (int k = 0; k < kPack; ++k) values.value[k] = dlogit(values.value[k], p * kPack + k);
+      store<kPack>(x + p * kPack, values);
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) x[j] = to_bf16(dlogit(to_float(x[j]), j));
   }
+}
+
+bool cross_entropy_packed(const bf16* logits, int64_t vocab) {
+  return aligned_for_packs(logits) && vocab % kPack == 0;
 }
 
 // ---- gradient norm ----
@@ -489,30 +595,27 @@ void causal_softmax_backward(bf16* d_probs_to_d_scores, const bf16* probs,
 
 void swiglu_forward(bf16* out, const bf16* gate, const bf16* up, int64_t count,
                     cudaStream_t stream) {
-  if (count == 0) return;
-  swiglu_forward_kernel<<<grid_stride_blocks(count), kThreads, 0, stream>>>(out, gate, up, count);
-  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+  const bool packed = aligned_for_packs(out) && aligned_for_packs(gate) && aligned_for_packs(up);
+  launch_elementwise(SwigluForward{out, gate, up}, count, packed, stream);
 }
 
 void swiglu_backward(bf16* d_gate, bf16* d_up, const bf16* d_out, const bf16* gate,
                      const bf16* up, int64_t count, cudaStream_t stream) {
-  if (count == 0) return;
-  swiglu_backward_kernel<<<grid_stride_blocks(count), kThreads, 0, stream>>>(d_gate, d_up, d_out,
-                                                                            gate, up, count);
-  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+  const bool packed = aligned_for_packs(d_gate) && aligned_for_packs(d_up) &&
+                      aligned_for_packs(d_out) && aligned_for_packs(gate) && aligned_for_packs(up);
+  launch_elementwise(SwigluBackward{d_gate, d_up, d_out, gate, up}, count, packed, stream);
 }
 
 void add_inplace(bf16* out, const bf16* in, int64_t count, cudaStream_t stream) {
-  if (count == 0) return;
-  add_inplace_kernel<<<grid_stride_blocks(count), kThreads, 0, stream>>>(out, in, count);
-  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+  const bool packed = aligned_for_packs(out) && aligned_for_packs(in);
+  launch_elementwise(AddInplace{out, in}, count, packed, stream);
 }
 
 void cross_entropy_forward(float* losses, float* logsumexp, const bf16* logits,
                            const int32_t* targets, int64_t n, int64_t vocab, cudaStream_t stream) {
   if (n == 0) return;
   cross_entropy_forward_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
-      losses, logsumexp, logits, targets, vocab);
+      losses, logsumexp, logits, targets, vocab, cross_entropy_packed(logits, vocab));
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -521,7 +624,8 @@ void cross_entropy_backward(bf16* logits_to_dlogits, const float* logsumexp,
                             cudaStream_t stream) {
   if (n == 0) return;
   cross_entropy_backward_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
-      logits_to_dlogits, logsumexp, targets, vocab, d_loss);
+      logits_to_dlogits, logsumexp, targets, vocab, d_loss,
+      cross_entropy_packed(logits_to_dlogits, vocab));
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
 }
 

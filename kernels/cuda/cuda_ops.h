@@ -6,7 +6,9 @@
 // and AdamW state. All accumulation inside an op is fp32. Every op is
 // deterministic (no floating-point atomics), so a run repeats bit for bit —
 // exact resume depends on it. GEMMs are not here: they go through LtGemm.
-// Tests: tests/cuda/test_cuda_ops.cpp, each op against its CPU twin.
+// Elementwise ops read all their inputs before writing, so an output may
+// alias an input. Tests: tests/cuda/test_cuda_ops.cpp, each op against its
+// CPU twin.
 #pragma once
 
 #include <cuda_bf16.h>     // __nv_bfloat16
@@ -30,7 +32,8 @@ void embedding_backward(float* d_embedding, const bf16* d_out, const int32_t* to
 void rmsnorm_forward(bf16* out, float* rstd, const bf16* in, const bf16* weight, int64_t n,
                      int64_t d, float eps, cudaStream_t stream);
 // d_in += ∂/∂in;  d_weight += ∂/∂weight (null to skip) through per-block
-// partial sums in `scratch` (rmsnorm_backward_scratch_floats) reduced in order.
+// partial sums in `scratch` (rmsnorm_backward_scratch_floats) reduced in order;
+// scratch is untouched, and may be null, when d_weight is null.
 void rmsnorm_backward(bf16* d_in, float* d_weight, const bf16* d_out, const bf16* in,
                       const bf16* weight, const float* rstd, int64_t n, int64_t d, float* scratch,
                       cudaStream_t stream);
@@ -38,6 +41,7 @@ int64_t rmsnorm_backward_scratch_floats(int64_t n, int64_t d);
 
 // RoPE in place on x[batch, seq_len, n_heads, head_dim], half-split pairing,
 // angle = position · theta^(-2i/head_dim) computed in fp32; backward rotates back.
+// head_dim must be even and ≤ 512 (std::invalid_argument otherwise).
 void rope_forward(bf16* x, int64_t batch, int64_t seq_len, int64_t n_heads, int64_t head_dim,
                   double theta, cudaStream_t stream);
 void rope_backward(bf16* d_x, int64_t batch, int64_t seq_len, int64_t n_heads, int64_t head_dim,
@@ -77,8 +81,8 @@ void sum_of_squares(double* result, const float* x, int64_t count, double* scrat
                     cudaStream_t stream);
 int64_t sum_of_squares_scratch_doubles(int64_t count);
 
-// grad_scale = max_norm / (sqrt(sum_sq) + 1e-6) when that is < 1, else 1
-// (torch.nn.utils.clip_grad_norm_); max_norm <= 0 disables. Stays on the
+// grad_scale = max_norm / (norm + 1e-6) when norm = sqrt(sum_sq) > max_norm,
+// else 1 (torch.nn.utils.clip_grad_norm_, as CpuEngine); max_norm <= 0 disables. Stays on the
 // device so clipping needs no host round trip; the norm is copied out lazily.
 void clip_scale_from_sum_of_squares(float* grad_scale, float* grad_norm, const double* sum_sq,
                                     float max_norm, cudaStream_t stream);

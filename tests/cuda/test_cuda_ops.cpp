@@ -23,7 +23,8 @@
 #include <cuda_bf16.h>     // __nv_bfloat16 and its host conversions
 #include <cuda_runtime.h>  // cudaMemcpy, cudaDeviceSynchronize
 
-#include <cmath>    // std::sqrt, std::exp, std::fabs, NAN
+#include <algorithm>  // std::max
+#include <cmath>    // std::sqrt, std::exp, std::fabs, std::ldexp, NAN
 #include <cstdint>  // int32_t, int64_t
 #include <cstring>  // std::memcmp
 #include <random>   // std::mt19937 and distributions
@@ -364,9 +365,18 @@ TEST_F(CudaOps, AddInplace) {
   std::vector<float> expected = out_initial;
   cpu::add_inplace(expected.data(), in.data(), count);
 
+  // Aligned buffers take 16-byte packs (and a 3-element tail); starting one
+  // element in, the same op goes element by element.
   DeviceBuffer<bf16> out_dev = upload(to_bf16(out_initial)), in_dev = upload(to_bf16(in));
   add_inplace(out_dev.get(), in_dev.get(), count, nullptr);
   EXPECT_LT(relative_error(download_as_float(out_dev), expected), kBf16Output);
+
+  DeviceBuffer<bf16> unaligned_out = upload(to_bf16(out_initial));
+  add_inplace(unaligned_out.get() + 1, in_dev.get() + 1, count - 1, nullptr);
+  std::vector<float> got = download_as_float(unaligned_out);
+  EXPECT_EQ(got[0], out_initial[0]) << "element 0 lies before the range and stays";
+  got[0] = expected[0];
+  EXPECT_LT(relative_error(got, expected), kBf16Output);
 }
 
 TEST_F(CudaOps, CopyFp32ToBf16RoundsToNearest) {
@@ -384,8 +394,9 @@ TEST_F(CudaOps, CopyFp32ToBf16RoundsToNearest) {
 // ---- cross-entropy ----
 
 TEST_F(CudaOps, CrossEntropyForwardAndBackward) {
-  // GPT-2's vocabulary, and one narrower than the block (idle threads join the reduction).
-  for (const int64_t vocab : {int64_t{50257}, int64_t{100}}) {
+  // GPT-2's vocabulary (odd: element by element), Llama-2's (a multiple of 8:
+  // 16-byte packs) and one narrower than the block (idle threads join the reduction).
+  for (const int64_t vocab : {int64_t{50257}, int64_t{32000}, int64_t{100}}) {
     std::mt19937 rng(static_cast<uint32_t>(40 + vocab));
     const int64_t n = 7;
     const std::vector<float> logits = random_bf16_values(n * vocab, rng, 3.0f);
