@@ -39,6 +39,9 @@ struct AdamWSettings {
 };
 
 // Bytes each kind of state takes, computed before anything is allocated.
+// parameter_bytes counts every copy of the parameters (on the CUDA engine the
+// bf16 copy and the fp32 master weights); workspace_bytes the backward
+// temporaries, reduction scratch and library workspaces.
 struct MemoryPlan {
   int64_t parameter_bytes = 0;
   int64_t gradient_bytes = 0;
@@ -53,7 +56,10 @@ struct MemoryPlan {
 
 // Called during backward each time a suffix of the gradient buffer is final
 // for this micro-batch: gradient elements [ready_from, trainable_params) will
-// not be written again. Backward runs from the LM head down to the embedding,
+// not be written again. On a device backend the call comes from the host as
+// soon as the work producing them is enqueued on the compute stream: a
+// consumer on another stream orders itself after it with an event recorded on
+// the compute stream at that moment. Backward runs from the LM head down to the embedding,
 // and the gradient buffer is ordered embedding-first, so readiness always
 // grows as a suffix — exactly what DDP-style reverse-order buckets need.
 using GradientsReadyFn = std::function<void(int64_t ready_from)>;
@@ -68,7 +74,8 @@ class TrainingEngine {
   virtual int64_t micro_batch() const = 0;
   virtual MemoryPlan memory_plan() const = 0;
 
-  // Parameters: deterministic init from a seed (normal(0, 0.02) matrices,
+  // Parameters (the fp32 master weights on a mixed-precision backend):
+  // deterministic init from a seed (normal(0, 0.02) matrices,
   // output projections scaled by 1/sqrt(2·n_layers), norm weights 1), or an
   // fp32 copy in layout order (layout().total_params() elements).
   virtual void init_parameters(uint64_t seed) = 0;
@@ -81,7 +88,8 @@ class TrainingEngine {
   // backward (gradients accumulate), then optimizer_step.
   virtual void zero_gradients() = 0;
   virtual void forward(const TokenBatch& batch) = 0;
-  // Mean cross-entropy of the last forward (synchronises a device backend).
+  // Mean cross-entropy of the last forward, before or after its backward
+  // (waits for that forward on a device backend).
   virtual float last_loss() = 0;
   // Logits of the last forward, [batch·seq_len, vocab]; valid only between a
   // forward and the following backward (backward turns them into dlogits).
@@ -103,6 +111,10 @@ class TrainingEngine {
   // [m, k] × [k, n] through the engine's own GEMM path, the best of repeats
   // over about `seconds`: the measured compute ceiling MFU is also reported against.
   virtual double measure_gemm_flops(int64_t m, int64_t n, int64_t k, double seconds) = 0;
+
+  // The device's datasheet dense peak in the training precision (bf16 on
+  // H100/H200 SXM: 989e12), or 0 where there is none (CPUs, unknown GPUs).
+  virtual double datasheet_peak_flops_per_s() const { return 0.0; }
 };
 
 struct EngineOptions {

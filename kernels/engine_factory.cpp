@@ -3,10 +3,17 @@
 
 #include "kernels/cpu/cpu_engine.h"  // CpuEngine, plan_cpu_memory
 #include "kernels/engine.h"
+#ifdef TRAINBENCH_HAVE_CUDA
+#include "kernels/cuda/cuda_engine.h"  // CudaEngine, plan_cuda_memory
+#endif
 
 namespace trainbench {
 
+#ifdef TRAINBENCH_HAVE_CUDA
+std::string built_backends() { return "cpu,cuda"; }
+#else
 std::string built_backends() { return "cpu"; }
+#endif
 
 ParameterLayout make_layout(const EngineOptions& options) {
   ParameterLayout layout(options.shape);
@@ -16,12 +23,18 @@ ParameterLayout make_layout(const EngineOptions& options) {
 
 MemoryPlan plan_engine_memory(const EngineOptions& options) {
   if (options.device == "cpu") return cpu::plan_cpu_memory(options);
+#ifdef TRAINBENCH_HAVE_CUDA
+  if (options.device == "cuda") return cuda::plan_cuda_memory(options);
+#endif
   throw std::runtime_error("no '" + options.device + "' engine in this build (backends: " +
                            built_backends() + ")");
 }
 
 std::unique_ptr<TrainingEngine> make_engine(const EngineOptions& options) {
   if (options.device == "cpu") return std::make_unique<cpu::CpuEngine>(options);
+#ifdef TRAINBENCH_HAVE_CUDA
+  if (options.device == "cuda") return std::make_unique<cuda::CudaEngine>(options);
+#endif
   throw std::runtime_error("no '" + options.device + "' engine in this build (backends: " +
                            built_backends() + ")");
 }

@@ -87,6 +87,20 @@ int run_command(const RunOptions& options, const std::string& command_line) {
     throw ExitError{kExitEnvironmentError, std::string("train.device=") + engine_options.device +
                                                ": " + e.what()};
   }
+  if (engine_options.device == "cuda") {
+    const GpuInventory inventory = query_gpus();
+    if (inventory.gpus.empty())
+      throw ExitError{kExitEnvironmentError, "train.device=cuda: " + inventory.why_none};
+    const int64_t gpu_memory = inventory.gpus.front().memory_bytes;
+    if (plan.total_bytes() > gpu_memory)
+      throw ExitError{kExitEnvironmentError,
+                      "model needs " + human_bytes(static_cast<double>(plan.total_bytes())) +
+                          " of GPU memory (activations " +
+                          human_bytes(static_cast<double>(plan.activation_bytes)) + ") but " +
+                          inventory.gpus.front().name + " has " +
+                          human_bytes(static_cast<double>(gpu_memory)) +
+                          ": lower train.micro_batch, model.seq_len or model.n_layers"};
+  }
   const int64_t available = available_memory_bytes();
   if (engine_options.device == "cpu" && available > 0 && plan.total_bytes() > available) {
     throw ExitError{kExitEnvironmentError,

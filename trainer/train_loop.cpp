@@ -166,6 +166,9 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       summary.model_flops_per_token * summary.tokens_per_s / comm.world_size();
   if (summary.gemm_ceiling_flops_per_s > 0)
     summary.mfu_vs_gemm_ceiling = summary.achieved_flops_per_s / summary.gemm_ceiling_flops_per_s;
+  summary.datasheet_peak_flops_per_s = engine.datasheet_peak_flops_per_s();
+  if (summary.datasheet_peak_flops_per_s > 0)
+    summary.mfu = summary.achieved_flops_per_s / summary.datasheet_peak_flops_per_s;
   summary.bytes_read = source.bytes_read();
 
   if (loss_finite)

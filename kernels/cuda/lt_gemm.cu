@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>  // __nv_bfloat16 for the calibration buffers
 
 #include <algorithm>  // std::max
+#include <cstdint>    // uintptr_t
 #include <chrono>     // the calibration's time budget
 #include <string>
 
@@ -34,7 +35,7 @@ const LtGemm::Plan& LtGemm::plan_for(const Key& key) {
   auto found = plans_.find(key);
   if (found != plans_.end()) return found->second;
 
-  const auto [transpose_a, transpose_b, m, n, k, lda, ldb, ldc, output] = key;
+  const auto [transpose_a, transpose_b, m, n, k, lda, ldb, ldc, output, alignment] = key;
   Plan plan;
   TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.matmul, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_first = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -62,6 +63,12 @@ const LtGemm::Plan& LtGemm::plan_for(const Key& key) {
     TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
         sizeof(workspace_bytes)));
+    for (const cublasLtMatmulPreferenceAttributes_t attribute :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+      TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+          preference, attribute, &alignment, sizeof(alignment)));
+    }
     TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan.matmul, plan.b, plan.a,
                                                            plan.c, plan.c, preference, 1,
                                                            &heuristic, &returned));
@@ -78,11 +85,20 @@ const LtGemm::Plan& LtGemm::plan_for(const Key& key) {
   return plans_.emplace(key, plan).first->second;
 }
 
+namespace {
+// The largest power of two up to 256 that divides every operand's address.
+uint32_t common_alignment(const void* a, const void* b, const void* c) {
+  const uintptr_t bits = reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b) |
+                         reinterpret_cast<uintptr_t>(c) | 256u;
+  return static_cast<uint32_t>(bits & (~bits + 1));  // lowest set bit
+}
+}  // namespace
+
 void LtGemm::gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
                   float alpha, const void* a, int64_t lda, const void* b, int64_t ldb, float beta,
                   void* c, int64_t ldc, GemmOutput output, cudaStream_t stream) {
-  const Plan& plan =
-      plan_for(Key{transpose_a, transpose_b, m, n, k, lda, ldb, ldc, static_cast<int>(output)});
+  const Plan& plan = plan_for(Key{transpose_a, transpose_b, m, n, k, lda, ldb, ldc,
+                                  static_cast<int>(output), common_alignment(a, b, c)});
   TRAINBENCH_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.matmul, &alpha, b, plan.b, a, plan.a, &beta,
                                          c, plan.c, c, plan.c, &plan.algo, workspace_.get(),
                                          workspace_.bytes(), stream));

@@ -4,7 +4,9 @@
 // accumulate across micro-batches with beta = 1); compute and scale are fp32.
 // The matmul descriptor, the three layouts and the heuristic's algorithm are
 // created once per distinct call shape and cached: creating them costs tens of
-// microseconds, a large share of a small GEMM.
+// microseconds, a large share of a small GEMM. The shape includes the
+// operands' pointer alignment: cuBLASLt's heuristic otherwise assumes 256-byte
+// aligned operands, and attention's per-head views start at head_dim·2 bytes.
 #pragma once
 
 #include <cublasLt.h>      // cublasLtHandle_t, descriptors, cublasLtMatmul
@@ -42,7 +44,9 @@ class LtGemm {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int>;
+  // transpose_a, transpose_b, m, n, k, lda, ldb, ldc, output, pointer alignment.
+  using Key =
+      std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, uint32_t>;
   const Plan& plan_for(const Key& key);
 
   cublasLtHandle_t handle_ = nullptr;

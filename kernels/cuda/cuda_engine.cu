@@ -1,0 +1,546 @@
+#include "kernels/cuda/cuda_engine.h"
+
+#include <algorithm>  // std::min
+#include <cmath>      // std::sqrt, std::pow
+#include <cstring>    // std::memcpy
+#include <stdexcept>  // std::invalid_argument, std::logic_error
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_check.h"  // TRAINBENCH_CUDA_CHECK
+#include "kernels/parameter_init.h"   // init_parameters_host: the same weights as the CPU
+
+namespace trainbench::cuda {
+
+namespace {
+
+// Sizes, in elements, of everything the engine allocates; the memory plan and
+// the constructor both use them, so the plan is what is allocated.
+struct EngineSizes {
+  int64_t params = 0, trainable = 0;
+  int64_t activations_per_layer = 0, activations_final = 0;  // bf16
+  int64_t stats_per_layer = 0, stats_final = 0;              // fp32
+  int64_t scratch_bf16 = 0, scratch_fp32 = 0, scratch_fp64 = 0;
+  int64_t tokens = 0;
+};
+
+EngineSizes engine_sizes(const ModelShape& s, const ParameterLayout& layout, int64_t batch) {
+  const int64_t n = batch * s.seq_len, d = s.d_model, f = s.ffn_hidden;
+  const int64_t probs = batch * s.n_heads * s.seq_len * s.seq_len;
+  EngineSizes z;
+  z.params = layout.total_params();
+  z.trainable = layout.trainable_params();
+  z.activations_per_layer = 4 * n * d + 2 * n * s.q_dim() + 2 * n * s.kv_dim() + probs + 3 * n * f;
+  z.activations_final = 2 * n * d + n * s.vocab;
+  z.stats_per_layer = 2 * n;
+  z.stats_final = 3 * n;
+  z.scratch_bf16 = 2 * n * d + 2 * n * s.q_dim() + 2 * n * s.kv_dim() + probs + 3 * n * f;
+  z.scratch_fp32 = rmsnorm_backward_scratch_floats(n, d) + 2;
+  z.scratch_fp64 = sum_of_squares_scratch_doubles(std::max<int64_t>(z.trainable, 1)) + 1;
+  z.tokens = 2 * n;
+  return z;
+}
+
+// Carves consecutive typed slices out of one allocation.
+template <typename T>
+class Carver {
+ public:
+  explicit Carver(T* base) : next_(base) {}
+  T* take(int64_t count) {
+    T* slice = next_;
+    next_ += count;
+    return slice;
+  }
+ private:
+  T* next_;
+};
+
+// Datasheet dense bf16 peaks (without sparsity) of the GPUs people train on.
+double datasheet_bf16_peak(const std::string& name) {
+  if (name.find("H200") != std::string::npos) return 989e12;
+  if (name.find("H100") != std::string::npos)
+    return name.find("PCIe") != std::string::npos ? 756e12 : 989e12;
+  if (name.find("A100") != std::string::npos) return 312e12;
+  return 0.0;
+}
+
+constexpr size_t kTimingEventPairs = 16;
+
+}  // namespace
+
+MemoryPlan plan_cuda_memory(const EngineOptions& options) {
+  const ParameterLayout layout = make_layout(options);
+  const EngineSizes z = engine_sizes(options.shape, layout, options.micro_batch);
+  MemoryPlan plan;
+  plan.parameter_bytes = z.params * (2 + 4);  // bf16 copy + fp32 master
+  plan.gradient_bytes = z.trainable * 4;
+  plan.optimizer_bytes = z.trainable * 8;
+  plan.activation_bytes = (z.activations_per_layer * options.shape.n_layers + z.activations_final) * 2 +
+                          (z.stats_per_layer * options.shape.n_layers + z.stats_final) * 4;
+  plan.workspace_bytes = z.scratch_bf16 * 2 + z.scratch_fp32 * 4 + z.scratch_fp64 * 8 +
+                         z.tokens * 4 + (32 << 20);  // + cuBLASLt workspace
+  return plan;
+}
+
+CudaEngine::CudaEngine(const EngineOptions& options)
+    : options_(options),
+      shape_(options.shape),
+      layout_(make_layout(options)),
+      micro_batch_(options.micro_batch),
+      gemm_() {
+  TRAINBENCH_CUDA_CHECK(cudaSetDevice(device_));
+  cudaDeviceProp prop{};
+  TRAINBENCH_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+  datasheet_peak_ = datasheet_bf16_peak(prop.name);
+  TRAINBENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_stream_, cudaStreamNonBlocking));
+  TRAINBENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  for (cudaEvent_t* e : {&tokens_ready_, &tokens_free_, &losses_ready_})
+    TRAINBENCH_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  timing_events_.resize(2 * kTimingEventPairs);
+  for (cudaEvent_t& e : timing_events_) TRAINBENCH_CUDA_CHECK(cudaEventCreate(&e));
+
+  const EngineSizes z = engine_sizes(shape_, layout_, micro_batch_);
+  const int64_t n = micro_batch_ * shape_.seq_len;
+  params_ = DeviceBuffer<bf16>(z.params);
+  master_ = DeviceBuffer<float>(z.params);
+  grads_ = DeviceBuffer<float>(std::max<int64_t>(z.trainable, 1));
+  adam_m_ = DeviceBuffer<float>(std::max<int64_t>(z.trainable, 1));
+  adam_v_ = DeviceBuffer<float>(std::max<int64_t>(z.trainable, 1));
+  activations_ = DeviceBuffer<bf16>(z.activations_per_layer * shape_.n_layers + z.activations_final);
+  activation_stats_ = DeviceBuffer<float>(z.stats_per_layer * shape_.n_layers + z.stats_final);
+  scratch_bf16_ = DeviceBuffer<bf16>(z.scratch_bf16);
+  scratch_fp32_ = DeviceBuffer<float>(z.scratch_fp32);
+  scratch_fp64_ = DeviceBuffer<double>(z.scratch_fp64);
+  tokens_ = DeviceBuffer<int32_t>(z.tokens);
+  tokens_staging_ = PinnedBuffer<int32_t>(z.tokens);
+  losses_host_ = PinnedBuffer<float>(n);
+  grad_norm_host_ = PinnedBuffer<float>(1);
+  assign_views();
+
+  TRAINBENCH_CUDA_CHECK(cudaMemsetAsync(adam_m_.get(), 0, adam_m_.bytes(), compute_stream_));
+  TRAINBENCH_CUDA_CHECK(cudaMemsetAsync(adam_v_.get(), 0, adam_v_.bytes(), compute_stream_));
+  zero_gradients();
+
+  // Readiness of the gradient buffer as backward walks down (as CpuEngine).
+  const int64_t end = layout_.trainable_params();
+  auto first_trainable_from = [&](auto&& in_range) {
+    int64_t first = end;
+    for (const ParamTensor& t : layout_.tensors())
+      if (t.trainable && in_range(t)) first = std::min(first, t.grad_offset);
+    return first;
+  };
+  grad_ready_from_head_ = first_trainable_from([](const ParamTensor& t) {
+    return t.kind == ParamKind::kFinalNorm || t.kind == ParamKind::kLmHead;
+  });
+  grad_ready_from_layer_.resize(shape_.n_layers);
+  for (int64_t l = 0; l < shape_.n_layers; ++l)
+    grad_ready_from_layer_[l] = std::min(
+        grad_ready_from_head_, first_trainable_from([l](const ParamTensor& t) { return t.layer >= l; }));
+  TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(compute_stream_));
+}
+
+CudaEngine::~CudaEngine() {
+  // Teardown cannot report errors; a failure here means the context is gone.
+  cudaDeviceSynchronize();
+  for (cudaEvent_t e : timing_events_) cudaEventDestroy(e);
+  for (cudaEvent_t e : {tokens_ready_, tokens_free_, losses_ready_})
+    if (e != nullptr) cudaEventDestroy(e);
+  if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
+  if (compute_stream_ != nullptr) cudaStreamDestroy(compute_stream_);
+}
+
+void CudaEngine::assign_views() {
+  const int64_t n = micro_batch_ * shape_.seq_len;
+  const int64_t d = shape_.d_model, f = shape_.ffn_hidden;
+  const int64_t probs = micro_batch_ * shape_.n_heads * shape_.seq_len * shape_.seq_len;
+  Carver<bf16> act(activations_.get());
+  Carver<float> stats(activation_stats_.get());
+  layer_acts_.resize(shape_.n_layers);
+  for (LayerActivations& a : layer_acts_) {
+    a.residual_in = act.take(n * d);
+    a.attn_norm_out = act.take(n * d);
+    a.attn_rstd = stats.take(n);
+    a.q = act.take(n * shape_.q_dim());
+    a.k = act.take(n * shape_.kv_dim());
+    a.v = act.take(n * shape_.kv_dim());
+    a.probs = act.take(probs);
+    a.attn_out = act.take(n * shape_.q_dim());
+    a.residual_mid = act.take(n * d);
+    a.mlp_norm_out = act.take(n * d);
+    a.mlp_rstd = stats.take(n);
+    a.gate = act.take(n * f);
+    a.up = act.take(n * f);
+    a.swiglu_out = act.take(n * f);
+  }
+  final_acts_.residual_out = act.take(n * d);
+  final_acts_.norm_out = act.take(n * d);
+  final_acts_.logits = act.take(n * shape_.vocab);
+  final_acts_.rstd = stats.take(n);
+  final_acts_.losses = stats.take(n);
+  final_acts_.logsumexp = stats.take(n);
+
+  Carver<bf16> sb(scratch_bf16_.get());
+  scratch_.d_residual = sb.take(n * d);
+  scratch_.d_norm_out = sb.take(n * d);
+  scratch_.d_q = sb.take(n * shape_.q_dim());
+  scratch_.d_attn_out = sb.take(n * shape_.q_dim());
+  scratch_.d_k = sb.take(n * shape_.kv_dim());
+  scratch_.d_v = sb.take(n * shape_.kv_dim());
+  scratch_.d_probs = sb.take(probs);
+  scratch_.d_swiglu = sb.take(n * f);
+  scratch_.d_gate = sb.take(n * f);
+  scratch_.d_up = sb.take(n * f);
+  Carver<float> sf(scratch_fp32_.get());
+  scratch_.rmsnorm = sf.take(rmsnorm_backward_scratch_floats(n, d));
+  scratch_.grad_scale = sf.take(1);
+  scratch_.grad_norm = sf.take(1);
+  Carver<double> sd(scratch_fp64_.get());
+  scratch_.sum_sq_partials =
+      sd.take(sum_of_squares_scratch_doubles(std::max<int64_t>(layout_.trainable_params(), 1)));
+  scratch_.sum_sq = sd.take(1);
+}
+
+template <typename T>
+T* CudaEngine::param_view(T* base, ParamKind kind, int64_t layer) const {
+  return base + layout_.get(kind, layer).offset;
+}
+
+float* CudaEngine::grad_view(ParamKind kind, int64_t layer) const {
+  const ParamTensor& t = layout_.get(kind, layer);
+  return t.trainable ? grads_.get() + t.grad_offset : nullptr;
+}
+
+CudaEngine::LayerWeights CudaEngine::layer_weights(int64_t l) const {
+  bf16* p = params_.get();
+  return LayerWeights{param_view(p, ParamKind::kAttnNorm, l), param_view(p, ParamKind::kWq, l),
+                      param_view(p, ParamKind::kWk, l),       param_view(p, ParamKind::kWv, l),
+                      param_view(p, ParamKind::kWo, l),       param_view(p, ParamKind::kMlpNorm, l),
+                      param_view(p, ParamKind::kWGate, l),    param_view(p, ParamKind::kWUp, l),
+                      param_view(p, ParamKind::kWDown, l)};
+}
+
+CudaEngine::LayerGrads CudaEngine::layer_grads(int64_t l) const {
+  return LayerGrads{grad_view(ParamKind::kAttnNorm, l), grad_view(ParamKind::kWq, l),
+                    grad_view(ParamKind::kWk, l),       grad_view(ParamKind::kWv, l),
+                    grad_view(ParamKind::kWo, l),       grad_view(ParamKind::kMlpNorm, l),
+                    grad_view(ParamKind::kWGate, l),    grad_view(ParamKind::kWUp, l),
+                    grad_view(ParamKind::kWDown, l)};
+}
+
+void CudaEngine::init_parameters(uint64_t seed) {
+  std::vector<float> host(static_cast<size_t>(layout_.total_params()));
+  init_parameters_host(layout_, shape_.n_layers, seed, host.data());
+  set_parameters(host.data());
+}
+
+void CudaEngine::set_parameters(const float* host) {
+  TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(master_.get(), host, master_.bytes(),
+                                        cudaMemcpyHostToDevice, compute_stream_));
+  copy_fp32_to_bf16(params_.get(), master_.get(), layout_.total_params(), compute_stream_);
+  TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(compute_stream_));
+}
+
+void CudaEngine::get_parameters(float* host) const {
+  TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(host, master_.get(), master_.bytes(),
+                                        cudaMemcpyDeviceToHost, compute_stream_));
+  TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(compute_stream_));
+}
+
+void CudaEngine::get_gradients(float* host) const {
+  TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(host, grads_.get(),
+                                        sizeof(float) * layout_.trainable_params(),
+                                        cudaMemcpyDeviceToHost, compute_stream_));
+  TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(compute_stream_));
+}
+
+void CudaEngine::zero_gradients() {
+  TRAINBENCH_CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), compute_stream_));
+}
+
+void CudaEngine::check_batch(const TokenBatch& batch) const {
+  if (batch.batch != micro_batch_ || batch.seq_len != shape_.seq_len)
+    throw std::invalid_argument("batch is [" + std::to_string(batch.batch) + ", " +
+                                std::to_string(batch.seq_len) + "], engine expects [" +
+                                std::to_string(micro_batch_) + ", " +
+                                std::to_string(shape_.seq_len) + "]");
+}
+
+// Host batch → pinned staging → device on the copy stream; the compute
+// stream waits for the copy, and the copy waits until the compute stream is
+// done with the previous batch's tokens (backward reads them).
+void CudaEngine::upload_tokens(const TokenBatch& batch) {
+  const int64_t n = micro_batch_ * shape_.seq_len;
+  TRAINBENCH_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, tokens_free_, 0));
+  // The staging buffer may still feed the previous copy.
+  TRAINBENCH_CUDA_CHECK(cudaEventSynchronize(tokens_ready_));
+  std::memcpy(tokens_staging_.get(), batch.inputs, sizeof(int32_t) * n);
+  std::memcpy(tokens_staging_.get() + n, batch.targets, sizeof(int32_t) * n);
+  TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(tokens_.get(), tokens_staging_.get(),
+                                        sizeof(int32_t) * 2 * n, cudaMemcpyHostToDevice,
+                                        copy_stream_));
+  TRAINBENCH_CUDA_CHECK(cudaEventRecord(tokens_ready_, copy_stream_));
+  TRAINBENCH_CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, tokens_ready_, 0));
+  staged_inputs_ = batch.inputs;
+}
+
+void CudaEngine::begin_compute() {
+  if (timing_used_ + 2 > timing_events_.size()) {
+    // More calls than pairs before take_compute_seconds: grow the pool.
+    const size_t old_size = timing_events_.size();
+    timing_events_.resize(old_size * 2);
+    for (size_t i = old_size; i < timing_events_.size(); ++i)
+      TRAINBENCH_CUDA_CHECK(cudaEventCreate(&timing_events_[i]));
+  }
+  TRAINBENCH_CUDA_CHECK(cudaEventRecord(timing_events_[timing_used_], compute_stream_));
+}
+
+void CudaEngine::end_compute() {
+  TRAINBENCH_CUDA_CHECK(cudaEventRecord(timing_events_[timing_used_ + 1], compute_stream_));
+  timing_used_ += 2;
+}
+
+double CudaEngine::take_compute_seconds() {
+  double seconds = 0.0;
+  for (size_t i = 0; i + 1 < timing_used_; i += 2) {
+    TRAINBENCH_CUDA_CHECK(cudaEventSynchronize(timing_events_[i + 1]));
+    float milliseconds = 0.0f;
+    TRAINBENCH_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, timing_events_[i], timing_events_[i + 1]));
+    seconds += 1e-3 * milliseconds;
+  }
+  timing_used_ = 0;
+  return seconds;
+}
+
+void CudaEngine::synchronize() { TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(compute_stream_)); }
+
+void CudaEngine::matmul_forward(bf16* out, const bf16* in, const bf16* weight, int64_t n,
+                                int64_t in_dim, int64_t out_dim) {
+  gemm_.gemm(false, true, n, out_dim, in_dim, 1.0f, in, in_dim, weight, in_dim, 0.0f, out,
+             out_dim, GemmOutput::kBf16, compute_stream_);
+}
+
+void CudaEngine::matmul_backward(bf16* d_in, float* d_weight, const bf16* d_out, const bf16* in,
+                                 const bf16* weight, int64_t n, int64_t in_dim, int64_t out_dim,
+                                 bool accumulate_d_in) {
+  if (d_in != nullptr)
+    gemm_.gemm(false, false, n, in_dim, out_dim, 1.0f, d_out, out_dim, weight, in_dim,
+               accumulate_d_in ? 1.0f : 0.0f, d_in, in_dim, GemmOutput::kBf16, compute_stream_);
+  if (d_weight != nullptr)  // fp32, accumulated across micro-batches
+    gemm_.gemm(true, false, out_dim, in_dim, n, 1.0f, d_out, out_dim, in, in_dim, 1.0f, d_weight,
+               in_dim, GemmOutput::kFp32, compute_stream_);
+}
+
+// Per (batch, head): scores = Q Kᵀ into P's slot, one causal softmax launch
+// over all heads (scale applied there), then out = P V.
+void CudaEngine::attention_forward(const LayerActivations& a) {
+  const int64_t T = shape_.seq_len, hd = shape_.head_dim();
+  const int64_t q_stride = shape_.q_dim(), kv_stride = shape_.kv_dim();
+  const int64_t group = shape_.heads_per_kv();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (int64_t b = 0; b < micro_batch_; ++b)
+    for (int64_t h = 0; h < shape_.n_heads; ++h)
+      gemm_.gemm(false, true, T, T, hd, 1.0f, a.q + b * T * q_stride + h * hd, q_stride,
+                 a.k + b * T * kv_stride + (h / group) * hd, kv_stride, 0.0f,
+                 a.probs + (b * shape_.n_heads + h) * T * T, T, GemmOutput::kBf16,
+                 compute_stream_);
+  causal_softmax_forward(a.probs, micro_batch_ * shape_.n_heads, T, scale, compute_stream_);
+  for (int64_t b = 0; b < micro_batch_; ++b)
+    for (int64_t h = 0; h < shape_.n_heads; ++h)
+      gemm_.gemm(false, false, T, hd, T, 1.0f, a.probs + (b * shape_.n_heads + h) * T * T, T,
+                 a.v + b * T * kv_stride + (h / group) * hd, kv_stride, 0.0f,
+                 a.attn_out + b * T * q_stride + h * hd, q_stride, GemmOutput::kBf16,
+                 compute_stream_);
+}
+
+// dV (+)= Pᵀ dO and dP = dO Vᵀ per head; one softmax-backward launch turns dP
+// into dS (scaled); then dQ = dS K and dK (+)= dSᵀ Q. The query heads of a kv
+// group accumulate into the same dK/dV (the first one overwrites).
+void CudaEngine::attention_backward(const LayerActivations& a) {
+  const int64_t T = shape_.seq_len, hd = shape_.head_dim();
+  const int64_t q_stride = shape_.q_dim(), kv_stride = shape_.kv_dim();
+  const int64_t group = shape_.heads_per_kv();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const Scratch& g = scratch_;
+  for (int64_t b = 0; b < micro_batch_; ++b) {
+    for (int64_t h = 0; h < shape_.n_heads; ++h) {
+      const int64_t kv_offset = b * T * kv_stride + (h / group) * hd;
+      const int64_t q_offset = b * T * q_stride + h * hd;
+      const int64_t p_offset = (b * shape_.n_heads + h) * T * T;
+      const float accumulate = h % group == 0 ? 0.0f : 1.0f;
+      gemm_.gemm(true, false, T, hd, T, 1.0f, a.probs + p_offset, T, g.d_attn_out + q_offset,
+                 q_stride, accumulate, g.d_v + kv_offset, kv_stride, GemmOutput::kBf16,
+                 compute_stream_);
+      gemm_.gemm(false, true, T, T, hd, 1.0f, g.d_attn_out + q_offset, q_stride,
+                 a.v + kv_offset, kv_stride, 0.0f, g.d_probs + p_offset, T, GemmOutput::kBf16,
+                 compute_stream_);
+    }
+  }
+  causal_softmax_backward(g.d_probs, a.probs, micro_batch_ * shape_.n_heads, T, scale,
+                          compute_stream_);
+  for (int64_t b = 0; b < micro_batch_; ++b) {
+    for (int64_t h = 0; h < shape_.n_heads; ++h) {
+      const int64_t kv_offset = b * T * kv_stride + (h / group) * hd;
+      const int64_t q_offset = b * T * q_stride + h * hd;
+      const int64_t p_offset = (b * shape_.n_heads + h) * T * T;
+      const float accumulate = h % group == 0 ? 0.0f : 1.0f;
+      gemm_.gemm(false, false, T, hd, T, 1.0f, g.d_probs + p_offset, T, a.k + kv_offset,
+                 kv_stride, 0.0f, g.d_q + q_offset, q_stride, GemmOutput::kBf16, compute_stream_);
+      gemm_.gemm(true, false, T, hd, T, 1.0f, g.d_probs + p_offset, T, a.q + q_offset, q_stride,
+                 accumulate, g.d_k + kv_offset, kv_stride, GemmOutput::kBf16, compute_stream_);
+    }
+  }
+}
+
+void CudaEngine::forward(const TokenBatch& batch) {
+  check_batch(batch);
+  upload_tokens(batch);
+  begin_compute();
+  const ModelShape& s = shape_;
+  const int64_t n = micro_batch_ * s.seq_len, d = s.d_model, f = s.ffn_hidden;
+  const float eps = static_cast<float>(s.norm_eps);
+  const int32_t* inputs = tokens_.get();
+  const int32_t* targets = tokens_.get() + n;
+  cudaStream_t stream = compute_stream_;
+  bf16* p = params_.get();
+
+  bf16* x = s.n_layers > 0 ? layer_acts_[0].residual_in : final_acts_.residual_out;
+  embedding_forward(x, inputs, param_view(p, ParamKind::kTokenEmbedding), n, d, stream);
+  for (int64_t l = 0; l < s.n_layers; ++l) {
+    const LayerWeights w = layer_weights(l);
+    const LayerActivations& a = layer_acts_[l];
+    bf16* x_next = l + 1 < s.n_layers ? layer_acts_[l + 1].residual_in : final_acts_.residual_out;
+
+    rmsnorm_forward(a.attn_norm_out, a.attn_rstd, a.residual_in, w.attn_norm, n, d, eps, stream);
+    matmul_forward(a.q, a.attn_norm_out, w.wq, n, d, s.q_dim());
+    matmul_forward(a.k, a.attn_norm_out, w.wk, n, d, s.kv_dim());
+    matmul_forward(a.v, a.attn_norm_out, w.wv, n, d, s.kv_dim());
+    rope_forward(a.q, micro_batch_, s.seq_len, s.n_heads, s.head_dim(), s.rope_theta, stream);
+    rope_forward(a.k, micro_batch_, s.seq_len, s.n_kv_heads, s.head_dim(), s.rope_theta, stream);
+    attention_forward(a);
+    matmul_forward(a.residual_mid, a.attn_out, w.wo, n, s.q_dim(), d);
+    add_inplace(a.residual_mid, a.residual_in, n * d, stream);
+
+    rmsnorm_forward(a.mlp_norm_out, a.mlp_rstd, a.residual_mid, w.mlp_norm, n, d, eps, stream);
+    matmul_forward(a.gate, a.mlp_norm_out, w.w_gate, n, d, f);
+    matmul_forward(a.up, a.mlp_norm_out, w.w_up, n, d, f);
+    swiglu_forward(a.swiglu_out, a.gate, a.up, n * f, stream);
+    matmul_forward(x_next, a.swiglu_out, w.w_down, n, f, d);
+    add_inplace(x_next, a.residual_mid, n * d, stream);
+  }
+  FinalActivations& fa = final_acts_;
+  rmsnorm_forward(fa.norm_out, fa.rstd, fa.residual_out, param_view(p, ParamKind::kFinalNorm), n,
+                  d, eps, stream);
+  matmul_forward(fa.logits, fa.norm_out, param_view(p, ParamKind::kLmHead), n, d, s.vocab);
+  cross_entropy_forward(fa.losses, fa.logsumexp, fa.logits, targets, n, s.vocab, stream);
+  end_compute();
+  // The mean loss is summed on the host, in order, when asked for.
+  TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(losses_host_.get(), fa.losses, sizeof(float) * n,
+                                        cudaMemcpyDeviceToHost, stream));
+  TRAINBENCH_CUDA_CHECK(cudaEventRecord(losses_ready_, stream));
+  logits_valid_ = true;
+}
+
+float CudaEngine::last_loss() {
+  TRAINBENCH_CUDA_CHECK(cudaEventSynchronize(losses_ready_));
+  const int64_t n = micro_batch_ * shape_.seq_len;
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += losses_host_.get()[i];
+  return static_cast<float>(sum / static_cast<double>(n));
+}
+
+void CudaEngine::get_logits(float* host) const {
+  if (!logits_valid_) throw std::logic_error("get_logits: no forward since the last backward");
+  const int64_t count = micro_batch_ * shape_.seq_len * shape_.vocab;
+  std::vector<bf16> logits(static_cast<size_t>(count));
+  TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(logits.data(), final_acts_.logits, sizeof(bf16) * count,
+                                        cudaMemcpyDeviceToHost, compute_stream_));
+  TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(compute_stream_));
+  for (int64_t i = 0; i < count; ++i) host[i] = __bfloat162float(logits[i]);
+}
+
+void CudaEngine::backward(const TokenBatch& batch, float loss_scale,
+                          const GradientsReadyFn& on_gradients_ready) {
+  check_batch(batch);
+  if (!logits_valid_) throw std::logic_error("backward without a preceding forward");
+  if (batch.inputs != staged_inputs_)
+    throw std::logic_error("backward must follow the forward of the same batch");
+  begin_compute();
+  const ModelShape& s = shape_;
+  const int64_t n = micro_batch_ * s.seq_len, d = s.d_model, f = s.ffn_hidden;
+  const int32_t* inputs = tokens_.get();
+  const int32_t* targets = tokens_.get() + n;
+  cudaStream_t stream = compute_stream_;
+  bf16* p = params_.get();
+  const Scratch& g = scratch_;
+  FinalActivations& fa = final_acts_;
+
+  cross_entropy_backward(fa.logits, fa.logsumexp, targets, n, s.vocab,
+                         loss_scale / static_cast<float>(n), stream);
+  logits_valid_ = false;
+  matmul_backward(g.d_norm_out, grad_view(ParamKind::kLmHead), fa.logits, fa.norm_out,
+                  param_view(p, ParamKind::kLmHead), n, d, s.vocab, false);
+  TRAINBENCH_CUDA_CHECK(cudaMemsetAsync(g.d_residual, 0, sizeof(bf16) * n * d, stream));
+  rmsnorm_backward(g.d_residual, grad_view(ParamKind::kFinalNorm), g.d_norm_out, fa.residual_out,
+                   param_view(p, ParamKind::kFinalNorm), fa.rstd, n, d, g.rmsnorm, stream);
+  if (on_gradients_ready) on_gradients_ready(grad_ready_from_head_);
+
+  for (int64_t l = s.n_layers - 1; l >= 0; --l) {
+    const LayerWeights w = layer_weights(l);
+    const LayerGrads dw = layer_grads(l);
+    const LayerActivations& a = layer_acts_[l];
+    // MLP block; d_residual holds dL/dx_next, also the direct gradient of x_mid.
+    matmul_backward(g.d_swiglu, dw.w_down, g.d_residual, a.swiglu_out, w.w_down, n, f, d, false);
+    swiglu_backward(g.d_gate, g.d_up, g.d_swiglu, a.gate, a.up, n * f, stream);
+    matmul_backward(g.d_norm_out, dw.w_gate, g.d_gate, a.mlp_norm_out, w.w_gate, n, d, f, false);
+    matmul_backward(g.d_norm_out, dw.w_up, g.d_up, a.mlp_norm_out, w.w_up, n, d, f, true);
+    rmsnorm_backward(g.d_residual, dw.mlp_norm, g.d_norm_out, a.residual_mid, w.mlp_norm,
+                     a.mlp_rstd, n, d, g.rmsnorm, stream);
+    // Attention block; d_residual now holds dL/dx_mid.
+    matmul_backward(g.d_attn_out, dw.wo, g.d_residual, a.attn_out, w.wo, n, s.q_dim(), d, false);
+    attention_backward(a);
+    rope_backward(g.d_q, micro_batch_, s.seq_len, s.n_heads, s.head_dim(), s.rope_theta, stream);
+    rope_backward(g.d_k, micro_batch_, s.seq_len, s.n_kv_heads, s.head_dim(), s.rope_theta, stream);
+    matmul_backward(g.d_norm_out, dw.wq, g.d_q, a.attn_norm_out, w.wq, n, d, s.q_dim(), false);
+    matmul_backward(g.d_norm_out, dw.wk, g.d_k, a.attn_norm_out, w.wk, n, d, s.kv_dim(), true);
+    matmul_backward(g.d_norm_out, dw.wv, g.d_v, a.attn_norm_out, w.wv, n, d, s.kv_dim(), true);
+    rmsnorm_backward(g.d_residual, dw.attn_norm, g.d_norm_out, a.residual_in, w.attn_norm,
+                     a.attn_rstd, n, d, g.rmsnorm, stream);
+    if (on_gradients_ready) on_gradients_ready(grad_ready_from_layer_[l]);
+  }
+  float* d_embedding = grad_view(ParamKind::kTokenEmbedding);
+  if (d_embedding != nullptr) embedding_backward(d_embedding, g.d_residual, inputs, n, d, stream);
+  end_compute();
+  TRAINBENCH_CUDA_CHECK(cudaEventRecord(tokens_free_, stream));
+  if (on_gradients_ready) on_gradients_ready(0);
+}
+
+float CudaEngine::optimizer_step(const AdamWSettings& settings, int64_t step) {
+  begin_compute();
+  cudaStream_t stream = compute_stream_;
+  sum_of_squares(scratch_.sum_sq, grads_.get(), layout_.trainable_params(),
+                 scratch_.sum_sq_partials, stream);
+  clip_scale_from_sum_of_squares(scratch_.grad_scale, scratch_.grad_norm, scratch_.sum_sq,
+                                 static_cast<float>(settings.grad_clip), stream);
+  AdamWStep adam{static_cast<float>(settings.lr), static_cast<float>(settings.beta1),
+                 static_cast<float>(settings.beta2), static_cast<float>(settings.eps), 0.0f,
+                 step};
+  for (const ParamTensor& t : layout_.tensors()) {
+    if (!t.trainable) continue;
+    // Decay on matrices only, as CpuEngine and the libtorch reference.
+    adam.weight_decay = t.is_matrix() ? static_cast<float>(settings.weight_decay) : 0.0f;
+    adamw_update(master_.get() + t.offset, params_.get() + t.offset, grads_.get() + t.grad_offset,
+                 adam_m_.get() + t.grad_offset, adam_v_.get() + t.grad_offset, t.numel, adam,
+                 scratch_.grad_scale, stream);
+  }
+  end_compute();
+  TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(grad_norm_host_.get(), scratch_.grad_norm, sizeof(float),
+                                        cudaMemcpyDeviceToHost, stream));
+  TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return grad_norm_host_.get()[0];
+}
+
+double CudaEngine::measure_gemm_flops(int64_t m, int64_t n, int64_t k, double seconds) {
+  return measure_lt_gemm_flops(gemm_, m, n, k, seconds, compute_stream_);
+}
+
+}  // namespace trainbench::cuda

@@ -1,0 +1,158 @@
+// The CUDA backend of TrainingEngine: bf16 parameters and activations, fp32
+// master weights, gradients and AdamW state, GEMMs through cuBLASLt and the
+// ops of cuda_ops.h on a compute stream; token batches arrive through pinned
+// staging on a copy stream. Same straight-line forward/backward as CpuEngine,
+// same ParameterLayout, so the trainer does not change per backend.
+//
+// Attention (first version): per (batch, head) cuBLASLt GEMMs for Q·Kᵀ and
+// P·V around one fused causal-softmax launch, keeping P (batch·heads·T² bf16
+// per layer) for backward. A fused flash-style kernel is the next step for
+// long sequences; docs/metrics.md says which runs.
+#pragma once
+
+#include <cuda_runtime.h>  // cudaStream_t, cudaEvent_t
+
+#include <cstdint>  // int64_t
+#include <vector>   // per-layer views, the event pool
+
+#include "kernels/cuda/cuda_ops.h"       // bf16
+#include "kernels/cuda/device_buffer.h"  // DeviceBuffer, PinnedBuffer
+#include "kernels/cuda/lt_gemm.h"        // LtGemm
+#include "kernels/engine.h"              // TrainingEngine
+
+namespace trainbench::cuda {
+
+MemoryPlan plan_cuda_memory(const EngineOptions& options);
+
+class CudaEngine final : public TrainingEngine {
+ public:
+  explicit CudaEngine(const EngineOptions& options);
+  ~CudaEngine() override;
+
+  const char* backend_name() const override { return "cuda"; }
+  const ModelShape& shape() const override { return shape_; }
+  const ParameterLayout& layout() const override { return layout_; }
+  int64_t micro_batch() const override { return micro_batch_; }
+  MemoryPlan memory_plan() const override { return plan_cuda_memory(options_); }
+
+  void init_parameters(uint64_t seed) override;
+  void set_parameters(const float* host) override;
+  void get_parameters(float* host) const override;
+  void get_gradients(float* host) const override;
+
+  void zero_gradients() override;
+  void forward(const TokenBatch& batch) override;
+  float last_loss() override;
+  void get_logits(float* host) const override;
+  void backward(const TokenBatch& batch, float loss_scale,
+                const GradientsReadyFn& on_gradients_ready) override;
+  float optimizer_step(const AdamWSettings& settings, int64_t step) override;
+
+  double take_compute_seconds() override;
+  void synchronize() override;
+  double measure_gemm_flops(int64_t m, int64_t n, int64_t k, double seconds) override;
+  double datasheet_peak_flops_per_s() const override { return datasheet_peak_; }
+
+ private:
+  struct LayerWeights {
+    bf16 *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *w_gate, *w_up, *w_down;
+  };
+  struct LayerGrads {  // null when the tensor is frozen
+    float *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *w_gate, *w_up, *w_down;
+  };
+  struct LayerActivations {
+    bf16* residual_in;    // [N, D]
+    bf16* attn_norm_out;  // [N, D]
+    float* attn_rstd;     // [N]
+    bf16* q;              // [N, q_dim] after RoPE
+    bf16* k;              // [N, kv_dim] after RoPE
+    bf16* v;              // [N, kv_dim]
+    bf16* probs;          // [B, H, T, T]
+    bf16* attn_out;       // [N, q_dim]
+    bf16* residual_mid;   // [N, D]
+    bf16* mlp_norm_out;   // [N, D]
+    float* mlp_rstd;      // [N]
+    bf16* gate;           // [N, F]
+    bf16* up;             // [N, F]
+    bf16* swiglu_out;     // [N, F]
+  };
+  struct FinalActivations {
+    bf16* residual_out;  // [N, D]
+    bf16* norm_out;      // [N, D]
+    float* rstd;         // [N]
+    bf16* logits;        // [N, V]; dlogits after backward
+    float* losses;       // [N]
+    float* logsumexp;    // [N]
+  };
+  struct Scratch {
+    bf16* d_residual;  // [N, D]
+    bf16* d_norm_out;  // [N, D]
+    bf16* d_q;         // [N, q_dim]
+    bf16* d_k;         // [N, kv_dim]
+    bf16* d_v;         // [N, kv_dim]
+    bf16* d_attn_out;  // [N, q_dim]
+    bf16* d_probs;     // [B, H, T, T]
+    bf16* d_swiglu;    // [N, F]
+    bf16* d_gate;      // [N, F]
+    bf16* d_up;        // [N, F]
+    float* rmsnorm;    // rmsnorm_backward_scratch_floats
+    double* sum_sq_partials;
+    double* sum_sq;    // [1]
+    float* grad_scale; // [1]
+    float* grad_norm;  // [1]
+  };
+
+  template <typename T>
+  T* param_view(T* base, ParamKind kind, int64_t layer = -1) const;
+  float* grad_view(ParamKind kind, int64_t layer = -1) const;
+  LayerWeights layer_weights(int64_t layer) const;
+  LayerGrads layer_grads(int64_t layer) const;
+  void assign_views();
+  void upload_tokens(const TokenBatch& batch);
+  void check_batch(const TokenBatch& batch) const;
+  // GEMM helpers in the CPU ops' terms (row-major, [out, in] weights).
+  void matmul_forward(bf16* out, const bf16* in, const bf16* weight, int64_t n, int64_t in_dim,
+                      int64_t out_dim);
+  void matmul_backward(bf16* d_in, float* d_weight, const bf16* d_out, const bf16* in,
+                       const bf16* weight, int64_t n, int64_t in_dim, int64_t out_dim,
+                       bool accumulate_d_in);
+  void attention_forward(const LayerActivations& a);
+  void attention_backward(const LayerActivations& a);
+  // Brackets device work with events for compute_s.
+  void begin_compute();
+  void end_compute();
+
+  EngineOptions options_;
+  ModelShape shape_;
+  ParameterLayout layout_;
+  int64_t micro_batch_;
+  int device_ = 0;
+  double datasheet_peak_ = 0.0;
+
+  cudaStream_t compute_stream_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;
+  cudaEvent_t tokens_ready_ = nullptr;  // copy stream → compute stream
+  cudaEvent_t tokens_free_ = nullptr;   // compute stream done with the device tokens
+  cudaEvent_t losses_ready_ = nullptr;
+  std::vector<cudaEvent_t> timing_events_;  // start/stop pairs of this step
+  size_t timing_used_ = 0;
+
+  LtGemm gemm_;
+  DeviceBuffer<bf16> params_, activations_, scratch_bf16_;
+  DeviceBuffer<float> master_, grads_, adam_m_, adam_v_, activation_stats_, scratch_fp32_;
+  DeviceBuffer<double> scratch_fp64_;
+  DeviceBuffer<int32_t> tokens_;  // inputs then targets, [2, N]
+  PinnedBuffer<int32_t> tokens_staging_;
+  PinnedBuffer<float> losses_host_;
+  PinnedBuffer<float> grad_norm_host_;
+
+  std::vector<LayerActivations> layer_acts_;
+  FinalActivations final_acts_{};
+  Scratch scratch_{};
+  std::vector<int64_t> grad_ready_from_layer_;
+  int64_t grad_ready_from_head_ = 0;
+  const int32_t* staged_inputs_ = nullptr;  // the host batch now on the device
+  bool logits_valid_ = false;
+};
+
+}  // namespace trainbench::cuda

@@ -1,0 +1,475 @@
+// The whole CUDA engine (bf16 weights and activations, fp32 master weights and
+// AdamW state) against the fp32 CPU engine, both built by make_engine from the
+// same EngineOptions and started from the same seed (init_parameters_host makes
+// the weights identical by construction): loss, logits and every gradient of one
+// step; a 20-step AdamW loss trajectory; parameters after optimizer steps;
+// gradient readiness; compute time and the memory plan; frozen tensors; and
+// run-to-run determinism. Without a GPU every test skips with the reason.
+//
+// Tolerances, as ‖cuda − cpu‖ / ‖cpu‖ computed in double, per tensor:
+//   kLoss            2e-2  relative difference of the mean cross-entropy.
+//   kLogits          3e-2  logits come out of L layers of bf16 activations (each
+//                          rounding ≤ 2^-9 relative) and bf16 weight copies;
+//                          the errors add up through the residual stream.
+//   kGradient        5e-2  each trainable tensor's gradient: on top of the forward's
+//                          bf16 activations, the activation gradients are bf16 too
+//                          and flow back through all L layers, attention softmax and
+//                          RMSNorm backward, so early layers see the most rounding.
+//   kTrajectoryStep  5e-2  each of 20 AdamW steps' loss: small gradient differences
+//                          move the two runs apart a little every step.
+//   kParameters      1e-2  parameters after two AdamW steps (eps 1e-3, see the test):
+//                          the fp32 masters start identical and the steps move the
+//                          matrices by 3–15 % of their norm, so a few % error in
+//                          the update stays under 1 % of the weights.
+//   kUpdate          1e-1  the update itself (parameters after − before): with eps
+//                          1e-3 it is a smooth function of the gradients, so its
+//                          error is about the gradients' (≤ kGradient), doubled for
+//                          the second step's drift. A wrong optimizer misses by ~1.
+//   exact                  set_parameters/get_parameters round trip (fp32 masters),
+//                          frozen tensors across optimizer_step, two CUDA runs.
+#include <gtest/gtest.h>
+
+#include <cmath>      // std::sqrt, std::fabs, std::isfinite
+#include <cstdint>    // int32_t, int64_t
+#include <cstring>    // std::memcmp
+#include <memory>     // std::unique_ptr
+#include <random>     // std::mt19937 and distributions
+#include <string>
+#include <vector>
+
+#include "kernels/device_info.h"  // query_gpus: skip without a GPU
+#include "kernels/engine.h"       // make_engine, TrainingEngine, EngineOptions
+
+namespace trainbench {
+namespace {
+
+constexpr double kLoss = 2e-2;
+constexpr double kLogits = 3e-2;
+constexpr double kGradient = 5e-2;
+constexpr double kTrajectoryStep = 5e-2;
+constexpr double kParameters = 1e-2;
+constexpr double kUpdate = 1e-1;
+
+constexpr int kTrajectorySteps = 20;
+constexpr double kMinimumLossFall = 0.30;  // both engines' loss falls by at least 30%
+
+// ---- shapes ----
+
+// Multi-head attention (n_kv_heads == n_heads); seq_len 37 and a vocabulary
+// that are not multiples of 8, so no kernel or GEMM can rely on padding.
+EngineOptions multi_head_options(const std::string& device) {
+  EngineOptions o;
+  o.shape.vocab = 263;
+  o.shape.d_model = 64;
+  o.shape.n_layers = 2;
+  o.shape.n_heads = 4;
+  o.shape.n_kv_heads = 4;
+  o.shape.ffn_hidden = 176;
+  o.shape.seq_len = 37;
+  o.micro_batch = 3;
+  o.device = device;
+  return o;
+}
+
+// Grouped-query attention: 6 query heads share 2 KV heads.
+EngineOptions gqa_options(const std::string& device) {
+  EngineOptions o;
+  o.shape.vocab = 1001;
+  o.shape.d_model = 96;
+  o.shape.n_layers = 3;
+  o.shape.n_heads = 6;
+  o.shape.n_kv_heads = 2;
+  o.shape.ffn_hidden = 256;
+  o.shape.seq_len = 37;
+  o.micro_batch = 2;
+  o.device = device;
+  return o;
+}
+
+EngineOptions on_device(EngineOptions o, const std::string& device) {
+  o.device = device;
+  return o;
+}
+
+// ---- host helpers ----
+
+struct Tokens {
+  std::vector<int32_t> inputs, targets;
+  TokenBatch batch(const EngineOptions& o) const {
+    return TokenBatch{inputs.data(), targets.data(), o.micro_batch, o.shape.seq_len};
+  }
+};
+
+Tokens random_tokens(const EngineOptions& o, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(o.shape.vocab - 1));
+  Tokens t;
+  for (int64_t i = 0; i < o.micro_batch * o.shape.seq_len; ++i) {
+    t.inputs.push_back(token(rng));
+    t.targets.push_back(token(rng));
+  }
+  return t;
+}
+
+// ‖ours − reference‖ / ‖reference‖ over `count` elements, in double.
+double relative_error(const float* ours, const float* reference, int64_t count) {
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const double d = static_cast<double>(ours[i]) - static_cast<double>(reference[i]);
+    diff += d * d;
+    norm += static_cast<double>(reference[i]) * reference[i];
+  }
+  if (norm == 0) return diff == 0 ? 0.0 : INFINITY;
+  return std::sqrt(diff / norm);
+}
+
+bool all_finite(const std::vector<float>& values) {
+  for (float v : values)
+    if (!std::isfinite(v)) return false;
+  return true;
+}
+
+std::vector<float> gradients_of(const TrainingEngine& engine) {
+  std::vector<float> grads(engine.layout().trainable_params());
+  engine.get_gradients(grads.data());
+  return grads;
+}
+
+std::vector<float> parameters_of(const TrainingEngine& engine) {
+  std::vector<float> params(engine.layout().total_params());
+  engine.get_parameters(params.data());
+  return params;
+}
+
+// zero_gradients, forward, backward with loss scale 1; returns the loss.
+float forward_backward(TrainingEngine& engine, const TokenBatch& batch,
+                       const GradientsReadyFn& on_ready = nullptr) {
+  engine.zero_gradients();
+  engine.forward(batch);
+  const float loss = engine.last_loss();
+  engine.backward(batch, 1.0f, on_ready);
+  return loss;
+}
+
+// Every trainable tensor's gradient, by name, within `tolerance`.
+void expect_gradients_close(const TrainingEngine& cuda, const TrainingEngine& cpu,
+                            double tolerance) {
+  const std::vector<float> cuda_grads = gradients_of(cuda);
+  const std::vector<float> cpu_grads = gradients_of(cpu);
+  ASSERT_EQ(cuda_grads.size(), cpu_grads.size());
+  for (const ParamTensor& p : cpu.layout().tensors()) {
+    if (!p.trainable) continue;
+    const double error =
+        relative_error(cuda_grads.data() + p.grad_offset, cpu_grads.data() + p.grad_offset, p.numel);
+    EXPECT_LE(error, tolerance) << "gradient of " << p.name;
+  }
+}
+
+// Every tensor's parameters, by name, within `tolerance`.
+void expect_parameters_close(const TrainingEngine& cuda, const TrainingEngine& cpu,
+                             double tolerance) {
+  const std::vector<float> cuda_params = parameters_of(cuda);
+  const std::vector<float> cpu_params = parameters_of(cpu);
+  ASSERT_EQ(cuda_params.size(), cpu_params.size());
+  for (const ParamTensor& p : cpu.layout().tensors()) {
+    const double error =
+        relative_error(cuda_params.data() + p.offset, cpu_params.data() + p.offset, p.numel);
+    EXPECT_LE(error, tolerance) << "parameters of " << p.name;
+  }
+}
+
+// ---- fixtures ----
+
+class CudaEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const GpuInventory inventory = query_gpus();
+    if (inventory.gpus.empty()) GTEST_SKIP() << "no GPU: " << inventory.why_none;
+    gpu_memory_bytes_ = inventory.gpus.front().memory_bytes;
+  }
+  int64_t gpu_memory_bytes_ = 0;
+};
+
+struct ShapeCase {
+  const char* name;
+  EngineOptions (*options)(const std::string& device);
+};
+
+class CudaEngineVsCpu : public ::testing::TestWithParam<ShapeCase> {
+ protected:
+  void SetUp() override {
+    const GpuInventory inventory = query_gpus();
+    if (inventory.gpus.empty()) GTEST_SKIP() << "no GPU: " << inventory.why_none;
+  }
+};
+
+// ---- the whole model, one step ----
+
+TEST_P(CudaEngineVsCpu, LossLogitsAndEveryGradientMatchTheCpuEngine) {
+  const EngineOptions cuda_options = GetParam().options("cuda");
+  const EngineOptions cpu_options = GetParam().options("cpu");
+  std::unique_ptr<TrainingEngine> cuda = make_engine(cuda_options);
+  std::unique_ptr<TrainingEngine> cpu = make_engine(cpu_options);
+  ASSERT_STREQ(cuda->backend_name(), "cuda");
+  ASSERT_EQ(cuda->layout().total_params(), cpu->layout().total_params());
+  ASSERT_EQ(cuda->layout().trainable_params(), cpu->layout().trainable_params());
+  cuda->init_parameters(7);
+  cpu->init_parameters(7);
+  // Same weights by construction: the fp32 masters are the CPU's parameters bit for bit.
+  ASSERT_EQ(parameters_of(*cuda), parameters_of(*cpu));
+
+  const Tokens t = random_tokens(cpu_options, 13);
+  const int64_t logit_count = cpu_options.micro_batch * cpu_options.shape.seq_len *
+                              cpu_options.shape.vocab;
+  std::vector<float> cuda_logits(logit_count), cpu_logits(logit_count);
+  for (TrainingEngine* e : {cuda.get(), cpu.get()}) {
+    e->zero_gradients();
+    e->forward(t.batch(cpu_options));
+  }
+  cuda->get_logits(cuda_logits.data());
+  cpu->get_logits(cpu_logits.data());
+  const float cuda_loss = cuda->last_loss(), cpu_loss = cpu->last_loss();
+  for (TrainingEngine* e : {cuda.get(), cpu.get()}) e->backward(t.batch(cpu_options), 1.0f, nullptr);
+
+  ASSERT_TRUE(std::isfinite(cuda_loss)) << "cuda loss";
+  EXPECT_LE(std::fabs(static_cast<double>(cuda_loss) - cpu_loss) / std::fabs(cpu_loss), kLoss)
+      << "loss: cuda " << cuda_loss << ", cpu " << cpu_loss;
+  ASSERT_TRUE(all_finite(cuda_logits)) << "logits";
+  EXPECT_LE(relative_error(cuda_logits.data(), cpu_logits.data(), logit_count), kLogits)
+      << "logits";
+  expect_gradients_close(*cuda, *cpu, kGradient);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaEngineVsCpu,
+                         ::testing::Values(ShapeCase{"MultiHead", multi_head_options},
+                                           ShapeCase{"GroupedQuery", gqa_options}),
+                         [](const ::testing::TestParamInfo<ShapeCase>& info) {
+                           return std::string(info.param.name);
+                         });
+
+// ---- training ----
+
+TEST_F(CudaEngineTest, TwentyStepLossTrajectoryFollowsTheCpuEngine) {
+  const EngineOptions options = gqa_options("cuda");
+  std::unique_ptr<TrainingEngine> cuda = make_engine(options);
+  std::unique_ptr<TrainingEngine> cpu = make_engine(on_device(options, "cpu"));
+  cuda->init_parameters(3);
+  cpu->init_parameters(3);
+  const Tokens t = random_tokens(options, 29);  // the same batch every step
+  AdamWSettings adamw;
+  adamw.lr = 1e-3;
+
+  std::vector<float> cuda_losses, cpu_losses;
+  for (int step = 1; step <= kTrajectorySteps; ++step) {
+    cuda_losses.push_back(forward_backward(*cuda, t.batch(options)));
+    cpu_losses.push_back(forward_backward(*cpu, t.batch(options)));
+    const float cuda_norm = cuda->optimizer_step(adamw, step);
+    const float cpu_norm = cpu->optimizer_step(adamw, step);
+    ASSERT_TRUE(std::isfinite(cuda_losses.back())) << "cuda loss at step " << step;
+    ASSERT_TRUE(std::isfinite(cuda_norm)) << "cuda gradient norm at step " << step;
+    // The returned pre-clipping norm, checked where both runs still have the
+    // same weights (later the two trajectories drift apart a little).
+    if (step == 1) {
+      EXPECT_LE(std::fabs(static_cast<double>(cuda_norm) - cpu_norm) / cpu_norm, kGradient)
+          << "gradient norm: cuda " << cuda_norm << ", cpu " << cpu_norm;
+    }
+  }
+  for (int i = 0; i < kTrajectorySteps; ++i)
+    EXPECT_LE(std::fabs(static_cast<double>(cuda_losses[i]) - cpu_losses[i]) / cpu_losses[i],
+              kTrajectoryStep)
+        << "loss at step " << i + 1 << ": cuda " << cuda_losses[i] << ", cpu " << cpu_losses[i];
+  const double cpu_fall = 1.0 - cpu_losses.back() / cpu_losses.front();
+  const double cuda_fall = 1.0 - cuda_losses.back() / cuda_losses.front();
+  EXPECT_GE(cpu_fall, kMinimumLossFall) << "cpu loss " << cpu_losses.front() << " -> "
+                                        << cpu_losses.back();
+  EXPECT_GE(cuda_fall, kMinimumLossFall) << "cuda loss " << cuda_losses.front() << " -> "
+                                         << cuda_losses.back();
+}
+
+TEST_F(CudaEngineTest, ParametersAfterOptimizerStepsFollowTheCpuEngine) {
+  const EngineOptions options = multi_head_options("cuda");
+  std::unique_ptr<TrainingEngine> cuda = make_engine(options);
+  std::unique_ptr<TrainingEngine> cpu = make_engine(on_device(options, "cpu"));
+  cuda->init_parameters(5);
+  cpu->init_parameters(5);
+  const std::vector<float> initial = parameters_of(*cpu);
+  AdamWSettings adamw;
+  adamw.lr = 1e-3;
+  // Adam divides each element by its own gradient magnitude: with eps 1e-8 an
+  // element whose true gradient is ~0 takes a full lr step in whichever
+  // direction bf16 rounding points it, and the comparison would measure the
+  // sign of rounding noise (on the CPU, perturbing the gradients by 0.4 % already
+  // moves w_down's parameters 0.9 % apart). eps 1e-3, about the size of a typical
+  // gradient element here, keeps both the sqrt(v) and the eps term in play while
+  // making the update a smooth function of the gradients.
+  adamw.eps = 1e-3;
+  for (int step = 1; step <= 2; ++step) {
+    const Tokens t = random_tokens(options, 100 + step);
+    forward_backward(*cuda, t.batch(options));
+    forward_backward(*cpu, t.batch(options));
+    cuda->optimizer_step(adamw, step);
+    cpu->optimizer_step(adamw, step);
+  }
+  expect_parameters_close(*cuda, *cpu, kParameters);
+
+  const std::vector<float> cuda_params = parameters_of(*cuda);
+  const std::vector<float> cpu_params = parameters_of(*cpu);
+  std::vector<float> cuda_update(initial.size()), cpu_update(initial.size());
+  for (size_t i = 0; i < initial.size(); ++i) {
+    cuda_update[i] = cuda_params[i] - initial[i];
+    cpu_update[i] = cpu_params[i] - initial[i];
+  }
+  for (const ParamTensor& p : cpu->layout().tensors())
+    EXPECT_LE(relative_error(cuda_update.data() + p.offset, cpu_update.data() + p.offset, p.numel),
+              kUpdate)
+        << "update of " << p.name;
+}
+
+TEST_F(CudaEngineTest, SetAndGetParametersRoundTripExactly) {
+  const EngineOptions options = multi_head_options("cuda");
+  std::unique_ptr<TrainingEngine> cuda = make_engine(options);
+  const int64_t count = cuda->layout().total_params();
+  // fp32 values that bf16 cannot represent: an exact round trip proves the
+  // engine keeps fp32 masters and returns them, not its bf16 copy.
+  std::mt19937 rng(77);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  std::vector<float> written(count);
+  for (float& v : written) v = normal(rng);
+  cuda->set_parameters(written.data());
+  std::vector<float> read(count, NAN);
+  cuda->get_parameters(read.data());
+  for (const ParamTensor& p : cuda->layout().tensors())
+    EXPECT_EQ(std::memcmp(written.data() + p.offset, read.data() + p.offset,
+                          sizeof(float) * p.numel), 0)
+        << "parameters of " << p.name;
+
+  // The bf16 copy follows set_parameters: the next forward uses the new weights,
+  // as the CPU engine given the same weights does.
+  std::unique_ptr<TrainingEngine> cpu = make_engine(on_device(options, "cpu"));
+  cpu->set_parameters(written.data());
+  const Tokens t = random_tokens(options, 31);
+  cuda->forward(t.batch(options));
+  cpu->forward(t.batch(options));
+  EXPECT_LE(std::fabs(static_cast<double>(cuda->last_loss()) - cpu->last_loss()) /
+                std::fabs(cpu->last_loss()),
+            kLoss)
+      << "loss after set_parameters: cuda " << cuda->last_loss() << ", cpu " << cpu->last_loss();
+}
+
+// ---- gradient readiness ----
+
+TEST_F(CudaEngineTest, GradientReadinessIsTheCpuEnginesSequence) {
+  const EngineOptions options = gqa_options("cuda");
+  std::unique_ptr<TrainingEngine> cuda = make_engine(options);
+  std::unique_ptr<TrainingEngine> cpu = make_engine(on_device(options, "cpu"));
+  cuda->init_parameters(2);
+  cpu->init_parameters(2);
+  const Tokens t = random_tokens(options, 3);
+  std::vector<int64_t> cuda_ready, cpu_ready;
+  forward_backward(*cuda, t.batch(options), [&](int64_t from) { cuda_ready.push_back(from); });
+  forward_backward(*cpu, t.batch(options), [&](int64_t from) { cpu_ready.push_back(from); });
+
+  ASSERT_FALSE(cuda_ready.empty()) << "backward never reported gradients ready";
+  for (size_t i = 1; i < cuda_ready.size(); ++i)
+    EXPECT_LE(cuda_ready[i], cuda_ready[i - 1]) << "readiness call " << i << " went up";
+  EXPECT_EQ(cuda_ready.back(), 0) << "the whole gradient buffer is final after backward";
+  EXPECT_EQ(cuda_ready, cpu_ready);
+}
+
+// ---- accounting ----
+
+TEST_F(CudaEngineTest, ComputeTimeIsPositiveAfterAStep) {
+  const EngineOptions options = multi_head_options("cuda");
+  std::unique_ptr<TrainingEngine> cuda = make_engine(options);
+  cuda->init_parameters(1);
+  cuda->take_compute_seconds();  // drop whatever set-up counted
+  const Tokens t = random_tokens(options, 8);
+  forward_backward(*cuda, t.batch(options));
+  cuda->optimizer_step(AdamWSettings{}, 1);
+  cuda->synchronize();
+  const double seconds = cuda->take_compute_seconds();
+  EXPECT_GT(seconds, 0.0);
+  EXPECT_LT(seconds, 60.0) << "one step of a tiny model";
+}
+
+TEST_F(CudaEngineTest, MemoryPlanIsPositiveAndFitsTheGpu) {
+  const EngineOptions options = gqa_options("cuda");
+  std::unique_ptr<TrainingEngine> cuda = make_engine(options);
+  const MemoryPlan plan = cuda->memory_plan();
+  EXPECT_GT(plan.parameter_bytes, 0);
+  EXPECT_GT(plan.gradient_bytes, 0);
+  EXPECT_GT(plan.optimizer_bytes, 0);
+  EXPECT_GT(plan.activation_bytes, 0);
+  EXPECT_GT(plan.workspace_bytes, 0);
+  EXPECT_LE(plan.total_bytes(), gpu_memory_bytes_);
+  // fp32 masters and AdamW m and v at least, whichever kind the masters are counted under.
+  const ParameterLayout& layout = cuda->layout();
+  EXPECT_GE(plan.parameter_bytes + plan.optimizer_bytes,
+            4 * layout.total_params() + 8 * layout.trainable_params());
+  // The plan the trainer prints before allocating is the engine's.
+  EXPECT_EQ(plan_engine_memory(options).total_bytes(), plan.total_bytes());
+}
+
+// ---- frozen tensors ----
+
+TEST_F(CudaEngineTest, FrozenTensorGetsNoGradientAndStaysBitIdentical) {
+  EngineOptions options = multi_head_options("cuda");
+  options.frozen = {ParamKind::kWq};
+  std::unique_ptr<TrainingEngine> cuda = make_engine(options);
+  std::unique_ptr<TrainingEngine> cpu = make_engine(on_device(options, "cpu"));
+  const ParameterLayout& layout = cuda->layout();
+  const ParameterLayout full_layout(options.shape);
+  ASSERT_EQ(layout.trainable_params(),
+            full_layout.trainable_params() -
+                options.shape.n_layers * options.shape.q_dim() * options.shape.d_model);
+  for (int64_t layer = 0; layer < options.shape.n_layers; ++layer) {
+    EXPECT_FALSE(layout.get(ParamKind::kWq, layer).trainable);
+    EXPECT_EQ(layout.get(ParamKind::kWq, layer).grad_offset, -1);
+  }
+
+  cuda->init_parameters(6);
+  cpu->init_parameters(6);
+  const Tokens t = random_tokens(options, 17);
+  forward_backward(*cuda, t.batch(options));
+  forward_backward(*cpu, t.batch(options));
+  // Input gradients still flow through the frozen projection: every trainable
+  // tensor's gradient is what the CPU engine with the same frozen set computes.
+  expect_gradients_close(*cuda, *cpu, kGradient);
+
+  const std::vector<float> before = parameters_of(*cuda);
+  cuda->optimizer_step(AdamWSettings{}, 1);
+  const std::vector<float> after = parameters_of(*cuda);
+  for (const ParamTensor& p : layout.tensors()) {
+    const bool unchanged = std::memcmp(before.data() + p.offset, after.data() + p.offset,
+                                       sizeof(float) * p.numel) == 0;
+    EXPECT_EQ(unchanged, !p.trainable) << "parameters of " << p.name
+                                       << (p.trainable ? " did not move" : " moved");
+  }
+}
+
+// ---- determinism ----
+
+TEST_F(CudaEngineTest, SameSeedAndBatchGiveBitIdenticalGradientsAndLoss) {
+  const EngineOptions options = gqa_options("cuda");
+  const Tokens t = random_tokens(options, 5);
+  std::vector<std::vector<float>> grads;
+  std::vector<float> losses;
+  for (int run = 0; run < 2; ++run) {
+    std::unique_ptr<TrainingEngine> cuda = make_engine(options);
+    cuda->init_parameters(9);
+    losses.push_back(forward_backward(*cuda, t.batch(options)));
+    grads.push_back(gradients_of(*cuda));
+  }
+  EXPECT_EQ(std::memcmp(&losses[0], &losses[1], sizeof(float)), 0)
+      << "loss " << losses[0] << " vs " << losses[1];
+  const ParameterLayout layout = make_layout(options);
+  for (const ParamTensor& p : layout.tensors()) {
+    if (!p.trainable) continue;
+    EXPECT_EQ(std::memcmp(grads[0].data() + p.grad_offset, grads[1].data() + p.grad_offset,
+                          sizeof(float) * p.numel), 0)
+        << "gradient of " << p.name;
+  }
+}
+
+}  // namespace
+}  // namespace trainbench
