@@ -433,6 +433,9 @@ void CudaEngine::forward(const TokenBatch& batch) {
   matmul_forward(fa.logits, fa.norm_out, param_view(p, ParamKind::kLmHead), n, d, s.vocab);
   cross_entropy_forward(fa.losses, fa.logsumexp, fa.logits, targets, n, s.vocab, stream);
   end_compute();
+  // A second forward without backward may overwrite the tokens after this;
+  // a backward re-records the event when it is done with them.
+  TRAINBENCH_CUDA_CHECK(cudaEventRecord(tokens_free_, stream));
   // The mean loss is summed on the host, in order, when asked for.
   TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(losses_host_.get(), fa.losses, sizeof(float) * n,
                                         cudaMemcpyDeviceToHost, stream));
