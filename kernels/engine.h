@@ -11,6 +11,7 @@
 #include <cstdint>     // int64_t
 #include <functional>  // GradientsReadyFn
 #include <memory>      // std::unique_ptr from make_engine
+#include <stdexcept>   // std::invalid_argument from check_batch_shape
 #include <string>      // EngineOptions::device
 #include <vector>      // EngineOptions::frozen
 
@@ -63,6 +64,14 @@ struct MemoryPlan {
 // and the gradient buffer is ordered embedding-first, so readiness always
 // grows as a suffix — exactly what DDP-style reverse-order buckets need.
 using GradientsReadyFn = std::function<void(int64_t ready_from)>;
+
+// Throws std::invalid_argument unless the batch is [micro_batch, seq_len].
+inline void check_batch_shape(const TokenBatch& batch, int64_t micro_batch, int64_t seq_len) {
+  if (batch.batch != micro_batch || batch.seq_len != seq_len)
+    throw std::invalid_argument("batch is [" + std::to_string(batch.batch) + ", " +
+                                std::to_string(batch.seq_len) + "], engine expects [" +
+                                std::to_string(micro_batch) + ", " + std::to_string(seq_len) + "]");
+}
 
 class TrainingEngine {
  public:

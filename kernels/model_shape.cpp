@@ -1,5 +1,6 @@
 #include "kernels/model_shape.h"
 
+#include <algorithm>  // std::min
 #include <stdexcept>  // std::out_of_range for a layout lookup that cannot succeed
 
 namespace trainbench {
@@ -90,6 +91,26 @@ const ParamTensor& ParameterLayout::get(ParamKind kind, int64_t layer) const {
   for (const ParamTensor& t : tensors_)
     if (t.kind == kind) return t;
   throw std::out_of_range(std::string("no parameter ") + param_kind_name(kind));
+}
+
+GradientReadiness gradient_readiness(const ParameterLayout& layout, int64_t n_layers) {
+  const int64_t end = layout.trainable_params();
+  auto first_trainable_where = [&](auto&& selected) {
+    int64_t first = end;
+    for (const ParamTensor& t : layout.tensors())
+      if (t.trainable && selected(t)) first = std::min(first, t.grad_offset);
+    return first;
+  };
+  GradientReadiness readiness;
+  readiness.after_head = first_trainable_where([](const ParamTensor& t) {
+    return t.kind == ParamKind::kFinalNorm || t.kind == ParamKind::kLmHead;
+  });
+  readiness.after_layer.resize(static_cast<size_t>(n_layers));
+  for (int64_t l = 0; l < n_layers; ++l) {
+    readiness.after_layer[l] = std::min(
+        readiness.after_head, first_trainable_where([l](const ParamTensor& t) { return t.layer >= l; }));
+  }
+  return readiness;
 }
 
 int64_t ParameterLayout::non_embedding_params() const {

@@ -83,4 +83,14 @@ class ParameterLayout {
   int64_t trainable_params_ = 0;
 };
 
+// Where the gradient buffer becomes final as backward walks from the LM head
+// down to the embedding: after the head (final norm + LM head) and after each
+// layer l, elements [from, trainable_params) are final. Frozen tensors are
+// skipped; every engine reports these same values to GradientsReadyFn.
+struct GradientReadiness {
+  int64_t after_head = 0;
+  std::vector<int64_t> after_layer;  // indexed by layer
+};
+GradientReadiness gradient_readiness(const ParameterLayout& layout, int64_t n_layers);
+
 }  // namespace trainbench

@@ -112,24 +112,10 @@ CpuEngine::CpuEngine(const EngineOptions& options)
   std::memset(adam_v_.get(), 0, sizeof(float) * adam_v_.count);
   zero_gradients();
 
-  // Readiness of the gradient buffer as backward walks down the layers: the
-  // smallest grad offset of any trainable tensor at or after each point.
-  const int64_t end = layout_.trainable_params();
-  auto first_trainable_from = [&](auto&& in_range) {
-    int64_t first = end;
-    for (const ParamTensor& t : layout_.tensors())
-      if (t.trainable && in_range(t)) first = std::min(first, t.grad_offset);
-    return first;
-  };
-  grad_ready_from_head_ = first_trainable_from([](const ParamTensor& t) {
-    return t.kind == ParamKind::kFinalNorm || t.kind == ParamKind::kLmHead;
-  });
-  grad_ready_from_layer_.resize(shape_.n_layers);
-  for (int64_t l = 0; l < shape_.n_layers; ++l) {
-    grad_ready_from_layer_[l] = std::min(
-        grad_ready_from_head_,
-        first_trainable_from([l](const ParamTensor& t) { return t.layer >= l; }));
-  }
+  // Where the gradient buffer becomes final as backward walks down.
+  const GradientReadiness readiness = gradient_readiness(layout_, shape_.n_layers);
+  grad_ready_from_head_ = readiness.after_head;
+  grad_ready_from_layer_ = readiness.after_layer;
 }
 
 void CpuEngine::assign_activation_views() {
@@ -217,16 +203,8 @@ void CpuEngine::get_logits(float* host) const {
               sizeof(float) * micro_batch_ * shape_.seq_len * shape_.vocab);
 }
 
-void CpuEngine::check_batch(const TokenBatch& batch) const {
-  if (batch.batch != micro_batch_ || batch.seq_len != shape_.seq_len)
-    throw std::invalid_argument("batch is [" + std::to_string(batch.batch) + ", " +
-                                std::to_string(batch.seq_len) + "], engine expects [" +
-                                std::to_string(micro_batch_) + ", " +
-                                std::to_string(shape_.seq_len) + "]");
-}
-
 void CpuEngine::forward(const TokenBatch& batch) {
-  check_batch(batch);
+  check_batch_shape(batch, micro_batch_, shape_.seq_len);
   // The thread count is process-wide OpenMP state; the per-thread scratch
   // was sized for threads_, so re-assert it on entry.
   omp_set_num_threads(threads_);
@@ -280,7 +258,7 @@ void CpuEngine::forward(const TokenBatch& batch) {
 
 void CpuEngine::backward(const TokenBatch& batch, float loss_scale,
                          const GradientsReadyFn& on_gradients_ready) {
-  check_batch(batch);
+  check_batch_shape(batch, micro_batch_, shape_.seq_len);
   if (!logits_valid_) throw std::logic_error("backward without a preceding forward");
   omp_set_num_threads(threads_);
   ComputeTimer timer(compute_seconds_);

@@ -105,7 +105,6 @@ class CpuEngine final : public TrainingEngine {
   LayerWeights layer_view(float* base, bool gradients, int64_t layer) const;
   float* tensor_view(float* base, bool gradients, ParamKind kind, int64_t layer = -1) const;
   void assign_activation_views();
-  void check_batch(const TokenBatch& batch) const;
 
   EngineOptions options_;
   ModelShape shape_;

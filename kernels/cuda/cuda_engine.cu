@@ -121,21 +121,10 @@ CudaEngine::CudaEngine(const EngineOptions& options)
   TRAINBENCH_CUDA_CHECK(cudaMemsetAsync(adam_v_.get(), 0, adam_v_.bytes(), compute_stream_));
   zero_gradients();
 
-  // Readiness of the gradient buffer as backward walks down (as CpuEngine).
-  const int64_t end = layout_.trainable_params();
-  auto first_trainable_from = [&](auto&& in_range) {
-    int64_t first = end;
-    for (const ParamTensor& t : layout_.tensors())
-      if (t.trainable && in_range(t)) first = std::min(first, t.grad_offset);
-    return first;
-  };
-  grad_ready_from_head_ = first_trainable_from([](const ParamTensor& t) {
-    return t.kind == ParamKind::kFinalNorm || t.kind == ParamKind::kLmHead;
-  });
-  grad_ready_from_layer_.resize(shape_.n_layers);
-  for (int64_t l = 0; l < shape_.n_layers; ++l)
-    grad_ready_from_layer_[l] = std::min(
-        grad_ready_from_head_, first_trainable_from([l](const ParamTensor& t) { return t.layer >= l; }));
+  // Where the gradient buffer becomes final as backward walks down.
+  const GradientReadiness readiness = gradient_readiness(layout_, shape_.n_layers);
+  grad_ready_from_head_ = readiness.after_head;
+  grad_ready_from_layer_ = readiness.after_layer;
   TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(compute_stream_));
 }
 
@@ -255,14 +244,6 @@ void CudaEngine::get_gradients(float* host) const {
 
 void CudaEngine::zero_gradients() {
   TRAINBENCH_CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), compute_stream_));
-}
-
-void CudaEngine::check_batch(const TokenBatch& batch) const {
-  if (batch.batch != micro_batch_ || batch.seq_len != shape_.seq_len)
-    throw std::invalid_argument("batch is [" + std::to_string(batch.batch) + ", " +
-                                std::to_string(batch.seq_len) + "], engine expects [" +
-                                std::to_string(micro_batch_) + ", " +
-                                std::to_string(shape_.seq_len) + "]");
 }
 
 // Host batch → pinned staging → device on the copy stream; the compute
@@ -392,7 +373,7 @@ void CudaEngine::attention_backward(const LayerActivations& a) {
 }
 
 void CudaEngine::forward(const TokenBatch& batch) {
-  check_batch(batch);
+  check_batch_shape(batch, micro_batch_, shape_.seq_len);
   upload_tokens(batch);
   begin_compute();
   const ModelShape& s = shape_;
@@ -463,7 +444,7 @@ void CudaEngine::get_logits(float* host) const {
 
 void CudaEngine::backward(const TokenBatch& batch, float loss_scale,
                           const GradientsReadyFn& on_gradients_ready) {
-  check_batch(batch);
+  check_batch_shape(batch, micro_batch_, shape_.seq_len);
   if (!logits_valid_) throw std::logic_error("backward without a preceding forward");
   if (batch.inputs != staged_inputs_)
     throw std::logic_error("backward must follow the forward of the same batch");

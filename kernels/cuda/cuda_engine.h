@@ -109,7 +109,6 @@ class CudaEngine final : public TrainingEngine {
   LayerGrads layer_grads(int64_t layer) const;
   void assign_views();
   void upload_tokens(const TokenBatch& batch);
-  void check_batch(const TokenBatch& batch) const;
   // GEMM helpers in the CPU ops' terms (row-major, [out, in] weights).
   void matmul_forward(bf16* out, const bf16* in, const bf16* weight, int64_t n, int64_t in_dim,
                       int64_t out_dim);

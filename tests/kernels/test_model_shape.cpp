@@ -63,3 +63,27 @@ TEST(ParameterLayout, FrozenTensorsLoseTheirGradientSlot) {
 
 }  // namespace
 }  // namespace trainbench
+
+namespace trainbench {
+namespace {
+
+TEST(GradientReadiness, SuffixStartsAtEachPointSkippingFrozenTensors) {
+  ParameterLayout layout(small_gqa_shape());
+  GradientReadiness r = gradient_readiness(layout, 3);
+  EXPECT_EQ(r.after_head, layout.get(ParamKind::kFinalNorm).grad_offset);
+  ASSERT_EQ(r.after_layer.size(), 3u);
+  for (int64_t l = 0; l < 3; ++l)
+    EXPECT_EQ(r.after_layer[l], layout.get(ParamKind::kAttnNorm, l).grad_offset) << l;
+
+  // Frozen head and attention norms: readiness moves to the next trainable tensor.
+  layout.set_trainable(ParamKind::kFinalNorm, false);
+  layout.set_trainable(ParamKind::kLmHead, false);
+  layout.set_trainable(ParamKind::kAttnNorm, false);
+  r = gradient_readiness(layout, 3);
+  EXPECT_EQ(r.after_head, layout.trainable_params()) << "nothing trainable after the last layer";
+  for (int64_t l = 0; l < 3; ++l)
+    EXPECT_EQ(r.after_layer[l], layout.get(ParamKind::kWq, l).grad_offset) << l;
+}
+
+}  // namespace
+}  // namespace trainbench
