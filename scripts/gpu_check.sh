@@ -79,7 +79,7 @@ for preset in "${presets[@]}"; do
     row "trainbench $preset" "pending: this build has no CUDA engine ($(grep 'compute engines' "$out/version.txt"))"
     continue
   fi
-  if timeout 300 "$build/trainbench" run "$preset" --out "$out/$preset.json" > "$out/$preset.log" 2>&1; then
+  if timeout 180 "$build/trainbench" run "$preset" --out "$out/$preset.json" > "$out/$preset.log" 2>&1; then
     row "trainbench $preset" "$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print(f"{s[\"tokens_per_s\"]:,.0f} tokens/s, MFU {100*(s[\"mfu\"] or 0):.1f}% of 989, {100*(s[\"mfu_vs_gemm_ceiling\"] or 0):.1f}% of ceiling")' "$out/$preset.json")"
   else
     row "trainbench $preset" "FAILED (exit $?): $(tail -1 "$out/$preset.log")"
@@ -89,7 +89,7 @@ done
 # 5. PyTorch on the same shapes: eager and torch.compile.
 if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
   for preset in "${presets[@]}"; do
-    if timeout 600 python3 scripts/torch_baseline.py --config "configs/$preset.yaml" --mode both --json \
+    if timeout 240 python3 scripts/torch_baseline.py --config "configs/$preset.yaml" --mode both --json \
          > "$out/torch_$preset.jsonl" 2> "$out/torch_$preset.err"; then
       while read -r line; do
         row "pytorch $preset $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["mode"])' "$line")" \

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "kernels/device_info.h"  // query_gpus: the CUDA test needs no GPU
 #include "tests/support/run_command.h"
 
 namespace trainbench {
@@ -149,6 +150,14 @@ TEST(Cli, UnwritableOutputFailsBeforeTraining) {
   const auto r = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --out /nonexistent-dir/r.json");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("/nonexistent-dir"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("step "), std::string::npos) << "must fail before any step";
+}
+
+TEST(Cli, CudaWithoutAUsableGpuIsAnEnvironmentError) {
+  if (!query_gpus().gpus.empty()) GTEST_SKIP() << "a GPU is visible: the CUDA engine can run here";
+  const auto r = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --set train.device=cuda");
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("train.device=cuda"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("step "), std::string::npos) << "must fail before any step";
 }
 
