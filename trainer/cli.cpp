@@ -64,9 +64,26 @@ void check_output_writable(const std::string& path) {
 
 int run_command(const RunOptions& options, const std::string& command_line) {
   std::vector<std::string> overrides = options.overrides;
+  if (options.steps_given && options.steps <= 0)
+    throw ExitError{kExitUserError, "--steps: must be > 0 (got " + std::to_string(options.steps) + ")"};
   if (options.steps_given) overrides.push_back("train.steps=" + std::to_string(options.steps));
   if (!options.out.empty()) overrides.push_back("report.out=" + options.out);
-  Config config = load_config(options.config, overrides);  // ConfigError → exit 2
+  Config config;
+  try {
+    config = load_config(options.config, overrides);
+  } catch (const ConfigError& e) {
+    // The config layer names every override "--set key=value"; name the
+    // option the user actually typed.
+    std::string message = e.what();
+    auto rename = [&](const std::string& as_set, const std::string& as_typed) {
+      const size_t at = message.find(as_set);
+      if (at != std::string::npos) message.replace(at, as_set.size(), as_typed);
+    };
+    if (options.steps_given)
+      rename("--set train.steps=" + std::to_string(options.steps), "--steps " + std::to_string(options.steps));
+    if (!options.out.empty()) rename("--set report.out=" + options.out, "--out " + options.out);
+    throw ConfigError(message);
+  }
   const std::string result_path =
       config.report.out.empty() ? "trainbench-result.json" : config.report.out;
   check_output_writable(result_path);

@@ -127,6 +127,16 @@ TEST(Cli, VersionNamesTheBuiltEngines) {
   EXPECT_NE(r.out.find("compute engines: cpu"), std::string::npos) << r.out;
 }
 
+TEST(Cli, StepsErrorsNameTheStepsOption) {
+  auto r = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 0");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--steps: must be > 0"), std::string::npos) << r.err;
+  // tiny has 5 warm-up steps: 3 steps would measure nothing.
+  r = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 3");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--steps 3: train.warmup_steps"), std::string::npos) << r.err;
+}
+
 TEST(Cli, NoCommandIsAUsageErrorThatListsTheCommands) {
   const auto r = run_command(std::string(TRAINBENCH_BINARY));
   EXPECT_EQ(r.exit_code, 2);
