@@ -9,14 +9,14 @@
 
 namespace trainbench {
 
-namespace {
-std::string directory_of(const std::string& path) {
+std::string parent_directory(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";
   if (slash == 0) return "/";
   return path.substr(0, slash);
 }
 
+namespace {
 [[noreturn]] void fail(const std::string& what, const std::string& path) {
   throw AtomicWriteError(what + " " + path + ": " + std::strerror(errno));
 }
@@ -48,7 +48,7 @@ void write_file_atomically(const std::string& path, const std::string& contents)
   if (std::rename(temp.c_str(), path.c_str()) != 0) abandon("cannot rename " + temp + " to", path);
 
   // The rename is durable only once the directory entry is on disk.
-  const std::string dir = directory_of(path);
+  const std::string dir = parent_directory(path);
   const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0) fail("cannot open directory", dir);
   const int sync_status = ::fsync(dir_fd);

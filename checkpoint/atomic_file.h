@@ -14,6 +14,10 @@ class AtomicWriteError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The directory whose entry a write to `path` creates or replaces: "." for a
+// bare file name, "/" for a file in the root.
+std::string parent_directory(const std::string& path);
+
 // Throws AtomicWriteError naming the path and the failing call (errno text).
 // On failure the target is untouched and the temporary file is removed.
 void write_file_atomically(const std::string& path, const std::string& contents);

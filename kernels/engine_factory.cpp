@@ -21,13 +21,19 @@ ParameterLayout make_layout(const EngineOptions& options) {
   return layout;
 }
 
+namespace {
+[[noreturn]] void throw_missing_backend(const std::string& device) {
+  throw std::runtime_error("no '" + device + "' engine in this build (backends: " +
+                           built_backends() + ")");
+}
+}  // namespace
+
 MemoryPlan plan_engine_memory(const EngineOptions& options) {
   if (options.device == "cpu") return cpu::plan_cpu_memory(options);
 #ifdef TRAINBENCH_HAVE_CUDA
   if (options.device == "cuda") return cuda::plan_cuda_memory(options);
 #endif
-  throw std::runtime_error("no '" + options.device + "' engine in this build (backends: " +
-                           built_backends() + ")");
+  throw_missing_backend(options.device);
 }
 
 std::unique_ptr<TrainingEngine> make_engine(const EngineOptions& options) {
@@ -35,8 +41,7 @@ std::unique_ptr<TrainingEngine> make_engine(const EngineOptions& options) {
 #ifdef TRAINBENCH_HAVE_CUDA
   if (options.device == "cuda") return std::make_unique<cuda::CudaEngine>(options);
 #endif
-  throw std::runtime_error("no '" + options.device + "' engine in this build (backends: " +
-                           built_backends() + ")");
+  throw_missing_backend(options.device);
 }
 
 }  // namespace trainbench

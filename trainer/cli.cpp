@@ -11,6 +11,7 @@
 
 #include "comm/communicator.h"        // make_local_communicator
 #include "dataloader/batch_source.h"  // make_synthetic_source
+#include "checkpoint/atomic_file.h"   // parent_directory of --out
 #include "kernels/device_info.h"      // query_gpus for device auto
 #include "kernels/engine.h"           // make_engine, plan_engine_memory
 #include "trainer/config.h"
@@ -48,15 +49,14 @@ std::string quoted_command_line(int argc, char** argv) {
 }
 
 // auto → cuda when a CUDA engine is built and a GPU is visible, else cpu.
-std::string resolve_device(const std::string& requested) {
+std::string resolve_device(const std::string& requested, const GpuInventory& gpus) {
   if (requested != "auto") return requested;
   const bool cuda_built = built_backends().find("cuda") != std::string::npos;
-  return cuda_built && !query_gpus().gpus.empty() ? "cuda" : "cpu";
+  return cuda_built && !gpus.gpus.empty() ? "cuda" : "cpu";
 }
 
 void check_output_writable(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const std::string dir = parent_directory(path);
   if (access(dir.c_str(), W_OK) != 0)
     throw ExitError{kExitUserError,
                     "--out " + path + ": directory '" + dir + "' does not exist or is not writable"};
@@ -91,7 +91,9 @@ int run_command(const RunOptions& options, const std::string& command_line) {
   EngineOptions engine_options;
   engine_options.shape = config.model;
   engine_options.micro_batch = config.train.micro_batch;
-  engine_options.device = resolve_device(config.train.device);
+  // Asked once: device choice, memory check and the environment report share it.
+  const GpuInventory gpus = query_gpus();
+  engine_options.device = resolve_device(config.train.device, gpus);
   engine_options.threads = static_cast<int>(config.train.threads);
   if (engine_options.device == "cpu" && config.train.precision == "bf16")
     throw ExitError{kExitUserError, "train.precision: bf16 needs the cuda engine; the cpu engine is fp32"};
@@ -105,16 +107,15 @@ int run_command(const RunOptions& options, const std::string& command_line) {
                                                ": " + e.what()};
   }
   if (engine_options.device == "cuda") {
-    const GpuInventory inventory = query_gpus();
-    if (inventory.gpus.empty())
-      throw ExitError{kExitEnvironmentError, "train.device=cuda: " + inventory.why_none};
-    const int64_t gpu_memory = inventory.gpus.front().memory_bytes;
+    if (gpus.gpus.empty())
+      throw ExitError{kExitEnvironmentError, "train.device=cuda: " + gpus.why_none};
+    const int64_t gpu_memory = gpus.gpus.front().memory_bytes;
     if (plan.total_bytes() > gpu_memory)
       throw ExitError{kExitEnvironmentError,
                       "model needs " + human_bytes(static_cast<double>(plan.total_bytes())) +
                           " of GPU memory (activations " +
                           human_bytes(static_cast<double>(plan.activation_bytes)) + ") but " +
-                          inventory.gpus.front().name + " has " +
+                          gpus.gpus.front().name + " has " +
                           human_bytes(static_cast<double>(gpu_memory)) +
                           ": lower train.micro_batch, model.seq_len or model.n_layers"};
   }
@@ -146,7 +147,7 @@ int run_command(const RunOptions& options, const std::string& command_line) {
   const int threads = engine_options.threads > 0
                           ? engine_options.threads
                           : static_cast<int>(std::thread::hardware_concurrency());
-  Environment env = collect_environment(*comm, engine->backend_name(), threads);
+  Environment env = collect_environment(*comm, engine->backend_name(), threads, gpus);
   env.filesystems.push_back(describe_filesystem("results", result_path));
   print_header(stdout, config, env, plan, engine->layout().total_params(),
                engine->layout().trainable_params());

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>   // hardware_concurrency
 
+#include "checkpoint/atomic_file.h"  // parent_directory
 #include "kernels/engine.h"  // built_backends
 
 namespace trainbench {
@@ -72,8 +73,7 @@ FilesystemInfo describe_filesystem(const std::string& role, const std::string& p
   fs.role = role;
   fs.path = path;
   // The file may not exist yet: ask about its directory.
-  const size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const std::string dir = parent_directory(path);
   struct statfs info {};
   if (statfs(dir.c_str(), &info) == 0) {
     fs.type = filesystem_type_name(static_cast<int64_t>(info.f_type));
@@ -85,7 +85,7 @@ FilesystemInfo describe_filesystem(const std::string& role, const std::string& p
 }
 
 Environment collect_environment(Communicator& comm, const std::string& compute_backend,
-                                int threads_used) {
+                                int threads_used, const GpuInventory& gpus) {
   Environment env;
   env.trainbench_version = trainbench_version();
   env.hosts = {comm.host_name()};
@@ -96,7 +96,7 @@ Environment collect_environment(Communicator& comm, const std::string& compute_b
   env.threads_used = threads_used;
   env.memory_total_bytes = meminfo_bytes("MemTotal");
   env.memory_available_bytes = available_memory_bytes();
-  env.gpus = query_gpus();
+  env.gpus = gpus;
   env.compute_backend = compute_backend;
   env.built_backends = built_backends();
   env.openblas = openblas_get_config();

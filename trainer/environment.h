@@ -41,7 +41,7 @@ struct Environment {
 };
 
 Environment collect_environment(Communicator& comm, const std::string& compute_backend,
-                                int threads_used);
+                                int threads_used, const GpuInventory& gpus);
 FilesystemInfo describe_filesystem(const std::string& role, const std::string& path);
 // MemAvailable from /proc/meminfo (0 when unknown).
 int64_t available_memory_bytes();

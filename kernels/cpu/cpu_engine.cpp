@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/cpu_ops.h"        // the ops
 #include "kernels/parameter_init.h"     // init_parameters_host
+#include "kernels/slice_carver.h"       // SliceCarver: views into the allocations
 
 namespace trainbench::cpu {
 
@@ -32,19 +33,6 @@ class ComputeTimer {
  private:
   double& total_;
   Clock::time_point start_;
-};
-
-// Hands out consecutive slices of one allocation.
-class Carver {
- public:
-  explicit Carver(float* base) : next_(base) {}
-  float* take(int64_t count) {
-    float* slice = next_;
-    next_ += count;
-    return slice;
-  }
- private:
-  float* next_;
 };
 }  // namespace
 
@@ -121,7 +109,7 @@ CpuEngine::CpuEngine(const EngineOptions& options)
 void CpuEngine::assign_activation_views() {
   const int64_t n = micro_batch_ * shape_.seq_len;
   const int64_t d = shape_.d_model, f = shape_.ffn_hidden;
-  Carver carve(activations_.get());
+  SliceCarver<float> carve(activations_.get());
   layer_acts_.resize(shape_.n_layers);
   for (LayerActivations& a : layer_acts_) {
     a.residual_in = carve.take(n * d);

@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/cuda_check.h"  // TRAINBENCH_CUDA_CHECK
 #include "kernels/parameter_init.h"   // init_parameters_host: the same weights as the CPU
+#include "kernels/slice_carver.h"     // SliceCarver: views into the allocations
 
 namespace trainbench::cuda {
 
@@ -40,20 +41,6 @@ EngineSizes engine_sizes(const ModelShape& s, const ParameterLayout& layout, int
   z.tokens = 2 * n;
   return z;
 }
-
-// Carves consecutive typed slices out of one allocation.
-template <typename T>
-class Carver {
- public:
-  explicit Carver(T* base) : next_(base) {}
-  T* take(int64_t count) {
-    T* slice = next_;
-    next_ += count;
-    return slice;
-  }
- private:
-  T* next_;
-};
 
 // Datasheet dense bf16 peaks (without sparsity) of the GPUs people train on.
 double datasheet_bf16_peak(const std::string& name) {
@@ -142,8 +129,8 @@ void CudaEngine::assign_views() {
   const int64_t n = micro_batch_ * shape_.seq_len;
   const int64_t d = shape_.d_model, f = shape_.ffn_hidden;
   const int64_t probs = micro_batch_ * shape_.n_heads * shape_.seq_len * shape_.seq_len;
-  Carver<bf16> act(activations_.get());
-  Carver<float> stats(activation_stats_.get());
+  SliceCarver<bf16> act(activations_.get());
+  SliceCarver<float> stats(activation_stats_.get());
   layer_acts_.resize(shape_.n_layers);
   for (LayerActivations& a : layer_acts_) {
     a.residual_in = act.take(n * d);
@@ -168,7 +155,7 @@ void CudaEngine::assign_views() {
   final_acts_.losses = stats.take(n);
   final_acts_.logsumexp = stats.take(n);
 
-  Carver<bf16> sb(scratch_bf16_.get());
+  SliceCarver<bf16> sb(scratch_bf16_.get());
   scratch_.d_residual = sb.take(n * d);
   scratch_.d_norm_out = sb.take(n * d);
   scratch_.d_q = sb.take(n * shape_.q_dim());
@@ -179,11 +166,11 @@ void CudaEngine::assign_views() {
   scratch_.d_swiglu = sb.take(n * f);
   scratch_.d_gate = sb.take(n * f);
   scratch_.d_up = sb.take(n * f);
-  Carver<float> sf(scratch_fp32_.get());
+  SliceCarver<float> sf(scratch_fp32_.get());
   scratch_.rmsnorm = sf.take(rmsnorm_backward_scratch_floats(n, d));
   scratch_.grad_scale = sf.take(1);
   scratch_.grad_norm = sf.take(1);
-  Carver<double> sd(scratch_fp64_.get());
+  SliceCarver<double> sd(scratch_fp64_.get());
   scratch_.sum_sq_partials =
       sd.take(sum_of_squares_scratch_doubles(std::max<int64_t>(layout_.trainable_params(), 1)));
   scratch_.sum_sq = sd.take(1);
@@ -311,26 +298,32 @@ void CudaEngine::matmul_backward(bf16* d_in, float* d_weight, const bf16* d_out,
                in_dim, GemmOutput::kFp32, compute_stream_);
 }
 
+CudaEngine::HeadOffsets CudaEngine::head_offsets(int64_t b, int64_t h) const {
+  const int64_t T = shape_.seq_len, hd = shape_.head_dim();
+  return HeadOffsets{b * T * shape_.q_dim() + h * hd,
+                     b * T * shape_.kv_dim() + (h / shape_.heads_per_kv()) * hd,
+                     (b * shape_.n_heads + h) * T * T};
+}
+
 // Per (batch, head): scores = Q Kᵀ into P's slot, one causal softmax launch
 // over all heads (scale applied there), then out = P V.
 void CudaEngine::attention_forward(const LayerActivations& a) {
   const int64_t T = shape_.seq_len, hd = shape_.head_dim();
   const int64_t q_stride = shape_.q_dim(), kv_stride = shape_.kv_dim();
-  const int64_t group = shape_.heads_per_kv();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (int64_t b = 0; b < micro_batch_; ++b)
-    for (int64_t h = 0; h < shape_.n_heads; ++h)
-      gemm_.gemm(false, true, T, T, hd, 1.0f, a.q + b * T * q_stride + h * hd, q_stride,
-                 a.k + b * T * kv_stride + (h / group) * hd, kv_stride, 0.0f,
-                 a.probs + (b * shape_.n_heads + h) * T * T, T, GemmOutput::kBf16,
-                 compute_stream_);
+    for (int64_t h = 0; h < shape_.n_heads; ++h) {
+      const HeadOffsets o = head_offsets(b, h);
+      gemm_.gemm(false, true, T, T, hd, 1.0f, a.q + o.q, q_stride, a.k + o.kv, kv_stride, 0.0f,
+                 a.probs + o.probs, T, GemmOutput::kBf16, compute_stream_);
+    }
   causal_softmax_forward(a.probs, micro_batch_ * shape_.n_heads, T, scale, compute_stream_);
   for (int64_t b = 0; b < micro_batch_; ++b)
-    for (int64_t h = 0; h < shape_.n_heads; ++h)
-      gemm_.gemm(false, false, T, hd, T, 1.0f, a.probs + (b * shape_.n_heads + h) * T * T, T,
-                 a.v + b * T * kv_stride + (h / group) * hd, kv_stride, 0.0f,
-                 a.attn_out + b * T * q_stride + h * hd, q_stride, GemmOutput::kBf16,
-                 compute_stream_);
+    for (int64_t h = 0; h < shape_.n_heads; ++h) {
+      const HeadOffsets o = head_offsets(b, h);
+      gemm_.gemm(false, false, T, hd, T, 1.0f, a.probs + o.probs, T, a.v + o.kv, kv_stride, 0.0f,
+                 a.attn_out + o.q, q_stride, GemmOutput::kBf16, compute_stream_);
+    }
 }
 
 // dV (+)= Pᵀ dO and dP = dO Vᵀ per head; one softmax-backward launch turns dP
@@ -344,30 +337,24 @@ void CudaEngine::attention_backward(const LayerActivations& a) {
   const Scratch& g = scratch_;
   for (int64_t b = 0; b < micro_batch_; ++b) {
     for (int64_t h = 0; h < shape_.n_heads; ++h) {
-      const int64_t kv_offset = b * T * kv_stride + (h / group) * hd;
-      const int64_t q_offset = b * T * q_stride + h * hd;
-      const int64_t p_offset = (b * shape_.n_heads + h) * T * T;
+      const HeadOffsets o = head_offsets(b, h);
       const float accumulate = h % group == 0 ? 0.0f : 1.0f;
-      gemm_.gemm(true, false, T, hd, T, 1.0f, a.probs + p_offset, T, g.d_attn_out + q_offset,
-                 q_stride, accumulate, g.d_v + kv_offset, kv_stride, GemmOutput::kBf16,
-                 compute_stream_);
-      gemm_.gemm(false, true, T, T, hd, 1.0f, g.d_attn_out + q_offset, q_stride,
-                 a.v + kv_offset, kv_stride, 0.0f, g.d_probs + p_offset, T, GemmOutput::kBf16,
-                 compute_stream_);
+      gemm_.gemm(true, false, T, hd, T, 1.0f, a.probs + o.probs, T, g.d_attn_out + o.q, q_stride,
+                 accumulate, g.d_v + o.kv, kv_stride, GemmOutput::kBf16, compute_stream_);
+      gemm_.gemm(false, true, T, T, hd, 1.0f, g.d_attn_out + o.q, q_stride, a.v + o.kv,
+                 kv_stride, 0.0f, g.d_probs + o.probs, T, GemmOutput::kBf16, compute_stream_);
     }
   }
   causal_softmax_backward(g.d_probs, a.probs, micro_batch_ * shape_.n_heads, T, scale,
                           compute_stream_);
   for (int64_t b = 0; b < micro_batch_; ++b) {
     for (int64_t h = 0; h < shape_.n_heads; ++h) {
-      const int64_t kv_offset = b * T * kv_stride + (h / group) * hd;
-      const int64_t q_offset = b * T * q_stride + h * hd;
-      const int64_t p_offset = (b * shape_.n_heads + h) * T * T;
+      const HeadOffsets o = head_offsets(b, h);
       const float accumulate = h % group == 0 ? 0.0f : 1.0f;
-      gemm_.gemm(false, false, T, hd, T, 1.0f, g.d_probs + p_offset, T, a.k + kv_offset,
-                 kv_stride, 0.0f, g.d_q + q_offset, q_stride, GemmOutput::kBf16, compute_stream_);
-      gemm_.gemm(true, false, T, hd, T, 1.0f, g.d_probs + p_offset, T, a.q + q_offset, q_stride,
-                 accumulate, g.d_k + kv_offset, kv_stride, GemmOutput::kBf16, compute_stream_);
+      gemm_.gemm(false, false, T, hd, T, 1.0f, g.d_probs + o.probs, T, a.k + o.kv, kv_stride,
+                 0.0f, g.d_q + o.q, q_stride, GemmOutput::kBf16, compute_stream_);
+      gemm_.gemm(true, false, T, hd, T, 1.0f, g.d_probs + o.probs, T, a.q + o.q, q_stride,
+                 accumulate, g.d_k + o.kv, kv_stride, GemmOutput::kBf16, compute_stream_);
     }
   }
 }

@@ -115,6 +115,12 @@ class CudaEngine final : public TrainingEngine {
   void matmul_backward(bf16* d_in, float* d_weight, const bf16* d_out, const bf16* in,
                        const bf16* weight, int64_t n, int64_t in_dim, int64_t out_dim,
                        bool accumulate_d_in);
+  // Element offsets of one (batch, head)'s views: its rows of q (and d_q, the
+  // attention output), of its kv head's k and v, and its T×T probabilities.
+  struct HeadOffsets {
+    int64_t q, kv, probs;
+  };
+  HeadOffsets head_offsets(int64_t b, int64_t h) const;
   void attention_forward(const LayerActivations& a);
   void attention_backward(const LayerActivations& a);
   // Brackets device work with events for compute_s.

@@ -39,9 +39,15 @@
 
 #include "kernels/device_info.h"  // query_gpus: skip without a GPU
 #include "kernels/engine.h"       // make_engine, TrainingEngine, EngineOptions
+#include "tests/support/relative_error.h"  // relative_error
+#include "tests/support/token_batches.h"   // Tokens, random_tokens
 
 namespace trainbench {
 namespace {
+
+using testing::random_tokens;
+using testing::relative_error;
+using testing::Tokens;
 
 constexpr double kLoss = 2e-2;
 constexpr double kLogits = 3e-2;
@@ -59,13 +65,8 @@ constexpr double kMinimumLossFall = 0.30;  // both engines' loss falls by at lea
 // that are not multiples of 8, so no kernel or GEMM can rely on padding.
 EngineOptions multi_head_options(const std::string& device) {
   EngineOptions o;
-  o.shape.vocab = 263;
-  o.shape.d_model = 64;
-  o.shape.n_layers = 2;
-  o.shape.n_heads = 4;
-  o.shape.n_kv_heads = 4;
-  o.shape.ffn_hidden = 176;
-  o.shape.seq_len = 37;
+  o.shape = ModelShape{.vocab = 263, .d_model = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 4,
+                       .ffn_hidden = 176, .seq_len = 37};
   o.micro_batch = 3;
   o.device = device;
   return o;
@@ -74,13 +75,8 @@ EngineOptions multi_head_options(const std::string& device) {
 // Grouped-query attention: 6 query heads share 2 KV heads.
 EngineOptions gqa_options(const std::string& device) {
   EngineOptions o;
-  o.shape.vocab = 1001;
-  o.shape.d_model = 96;
-  o.shape.n_layers = 3;
-  o.shape.n_heads = 6;
-  o.shape.n_kv_heads = 2;
-  o.shape.ffn_hidden = 256;
-  o.shape.seq_len = 37;
+  o.shape = ModelShape{.vocab = 1001, .d_model = 96, .n_layers = 3, .n_heads = 6, .n_kv_heads = 2,
+                       .ffn_hidden = 256, .seq_len = 37};
   o.micro_batch = 2;
   o.device = device;
   return o;
@@ -92,36 +88,6 @@ EngineOptions on_device(EngineOptions o, const std::string& device) {
 }
 
 // ---- host helpers ----
-
-struct Tokens {
-  std::vector<int32_t> inputs, targets;
-  TokenBatch batch(const EngineOptions& o) const {
-    return TokenBatch{inputs.data(), targets.data(), o.micro_batch, o.shape.seq_len};
-  }
-};
-
-Tokens random_tokens(const EngineOptions& o, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(o.shape.vocab - 1));
-  Tokens t;
-  for (int64_t i = 0; i < o.micro_batch * o.shape.seq_len; ++i) {
-    t.inputs.push_back(token(rng));
-    t.targets.push_back(token(rng));
-  }
-  return t;
-}
-
-// ‖ours − reference‖ / ‖reference‖ over `count` elements, in double.
-double relative_error(const float* ours, const float* reference, int64_t count) {
-  double diff = 0, norm = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    const double d = static_cast<double>(ours[i]) - static_cast<double>(reference[i]);
-    diff += d * d;
-    norm += static_cast<double>(reference[i]) * reference[i];
-  }
-  if (norm == 0) return diff == 0 ? 0.0 : INFINITY;
-  return std::sqrt(diff / norm);
-}
 
 bool all_finite(const std::vector<float>& values) {
   for (float v : values)

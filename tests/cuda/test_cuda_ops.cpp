@@ -35,9 +35,12 @@
 #include "kernels/cuda/cuda_ops.h"        // the ops under test
 #include "kernels/cuda/device_buffer.h"   // DeviceBuffer
 #include "kernels/device_info.h"          // query_gpus: skip without a GPU
+#include "tests/support/relative_error.h"  // relative_error
 
 namespace trainbench::cuda {
 namespace {
+
+using trainbench::testing::relative_error;
 
 constexpr double kBf16Output = 8e-3;
 constexpr double kFp32FromBf16 = 1e-5;
@@ -106,18 +109,6 @@ std::vector<float> download_as_float(const DeviceBuffer<bf16>& device) {
   return to_float(download(device));
 }
 
-// ‖ours − reference‖ / ‖reference‖ in double; a NaN anywhere makes it NaN,
-// which fails every EXPECT_LT.
-double relative_error(const std::vector<float>& ours, const std::vector<float>& reference) {
-  EXPECT_EQ(ours.size(), reference.size());
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < ours.size(); ++i) {
-    const double delta = static_cast<double>(ours[i]) - reference[i];
-    diff += delta * delta;
-    norm += static_cast<double>(reference[i]) * reference[i];
-  }
-  return std::sqrt(diff / norm);
-}
 
 class CudaOps : public ::testing::Test {
  protected:

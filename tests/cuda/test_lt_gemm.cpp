@@ -17,9 +17,12 @@
 #include "kernels/cuda/cuda_check.h"  // TRAINBENCH_CUDA_CHECK
 #include "kernels/cuda/lt_gemm.h"
 #include "kernels/device_info.h"      // query_gpus: skip without a GPU
+#include "tests/support/relative_error.h"
 
 namespace trainbench::cuda {
 namespace {
+
+using trainbench::testing::relative_error;
 
 struct GemmCase {
   std::string name;
@@ -47,14 +50,6 @@ std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& values) {
   return out;
 }
 
-double relative_error(const std::vector<float>& ours, const std::vector<float>& reference) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < ours.size(); ++i) {
-    diff += (static_cast<double>(ours[i]) - reference[i]) * (static_cast<double>(ours[i]) - reference[i]);
-    norm += static_cast<double>(reference[i]) * reference[i];
-  }
-  return std::sqrt(diff / norm);
-}
 
 class LtGemmVsCpu : public ::testing::TestWithParam<GemmCase> {
  protected:

@@ -8,9 +8,13 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_engine.h"
+#include "tests/support/token_batches.h"  // Tokens, random_tokens
 
 namespace trainbench {
 namespace {
+
+using testing::random_tokens;
+using testing::Tokens;
 
 EngineOptions tiny_options() {
   EngineOptions o;
@@ -26,23 +30,7 @@ EngineOptions tiny_options() {
   return o;
 }
 
-struct Tokens {
-  std::vector<int32_t> inputs, targets;
-  TokenBatch batch(const EngineOptions& o) const {
-    return TokenBatch{inputs.data(), targets.data(), o.micro_batch, o.shape.seq_len};
-  }
-};
 
-Tokens random_tokens(const EngineOptions& o, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(o.shape.vocab - 1));
-  Tokens t;
-  for (int64_t i = 0; i < o.micro_batch * o.shape.seq_len; ++i) {
-    t.inputs.push_back(token(rng));
-    t.targets.push_back(token(rng));
-  }
-  return t;
-}
 
 TEST(CpuEngine, InitialLossIsNearLogVocab) {
   const EngineOptions o = tiny_options();

@@ -1,28 +1,13 @@
-// The one error measure the reference tests use: ‖actual − expected‖₂ / ‖expected‖₂,
-// accumulated in double. A NaN anywhere in `actual` (a poisoned element the
-// code under test never wrote) makes the result NaN, which fails every `<=`.
+// tests/support/relative_error.h's measure, plus an overload for torch tensors.
 #pragma once
-
-#include <cmath>    // std::sqrt
-#include <cstdint>  // int64_t
 
 #include <torch/torch.h>  // the tensor overload
 
+#include "tests/support/relative_error.h"  // the float-buffer measure
+
 namespace trainbench::reference {
 
-// When `expected` is all zeros the absolute norm of `actual` is returned, so an
-// exact-zero expectation is still checked.
-inline double relative_error(const float* actual, const float* expected, int64_t count) {
-  double diff_squared = 0.0;
-  double expected_squared = 0.0;
-  for (int64_t i = 0; i < count; ++i) {
-    const double diff = static_cast<double>(actual[i]) - static_cast<double>(expected[i]);
-    diff_squared += diff * diff;
-    expected_squared += static_cast<double>(expected[i]) * static_cast<double>(expected[i]);
-  }
-  if (expected_squared == 0.0) return std::sqrt(diff_squared);
-  return std::sqrt(diff_squared / expected_squared);
-}
+using testing::relative_error;
 
 inline double relative_error(const torch::Tensor& actual, const torch::Tensor& expected) {
   const torch::Tensor a = actual.detach().to(torch::kFloat32).contiguous();
