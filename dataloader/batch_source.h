@@ -1,30 +1,55 @@
-// STORAGE READ. Where the trainer's token batches come from. The synthetic
-// source (seeded random tokens held in memory) is here; the webdataset tar
-// shard reader comes with the data-loader issue behind the same interface.
+// STORAGE READ. Where the trainer's token batches come from: the webdataset
+// shard loader (shard_loader.h) or seeded tokens held in memory (a pure
+// compute workload, for comparisons that must exclude storage).
 #pragma once
 
+#include <cstddef>  // size_t
 #include <cstdint>  // int32_t, int64_t
+#include <functional>
 #include <memory>   // std::unique_ptr
+#include <string>
 #include <vector>
 
 namespace trainbench {
 
-// One micro-batch in host memory: inputs and targets, each [batch, seq_len].
+// One micro-batch in host memory: inputs and targets, each [batch, seq_len],
+// owned by the source.
 struct HostBatch {
-  std::vector<int32_t> inputs;
-  std::vector<int32_t> targets;
+  const int32_t* inputs = nullptr;
+  const int32_t* targets = nullptr;
   int64_t batch = 0;
   int64_t seq_len = 0;
+};
+
+// How a source gets the host memory its batches live in. The trainer hands
+// in the compute backend's allocator (page-locked memory under CUDA, so the
+// device copy needs no bounce buffer); the default is plain aligned memory.
+struct HostAllocator {
+  std::function<void*(size_t bytes)> allocate;  // nullptr on failure
+  std::function<void(void* memory)> release;
+};
+HostAllocator plain_host_allocator();
+
+// What a source read, for the results. Counters since construction.
+struct SourceStats {
+  int64_t storage_bytes = 0;    // bytes read from storage (compressed size for compressed shards)
+  int64_t sample_bytes = 0;     // bytes of all sample members (every member, not only tokens)
+  int64_t samples = 0;          // samples decoded
+  int64_t tokens = 0;           // token ids decoded (separators not counted)
+  int64_t shards_opened = 0;
+  int64_t samples_skipped = 0;  // data.on_corrupt=skip: corrupt samples left out
+  int64_t shards_skipped = 0;   //   and shards abandoned part-way
+  std::vector<std::string> skip_messages;  // the first few, one line each
+  double read_busy_s = 0;       // reader-thread time spent reading and decoding, summed
 };
 
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
-  // The next micro-batch. The reference stays valid until the next call.
+  // The next micro-batch. The batch stays valid until the next call.
   // `wait_seconds` receives how long the caller waited for it (data stall).
   virtual const HostBatch& next(double* wait_seconds) = 0;
-  // Bytes read from storage so far (0 for an in-memory source).
-  virtual int64_t bytes_read() const = 0;
+  virtual SourceStats stats() const = 0;
 };
 
 // `distinct_batches` batches of uniform random tokens in [0, vocab), built up

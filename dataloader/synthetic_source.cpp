@@ -1,5 +1,5 @@
 // Seeded synthetic token batches, all built before training so the source
-// never stalls: a pure compute workload until the shard loader lands.
+// never stalls: a pure compute workload, storage left out.
 #include <random>  // std::mt19937_64
 
 #include "dataloader/batch_source.h"
@@ -13,19 +13,20 @@ class SyntheticSource final : public BatchSource {
     std::mt19937_64 rng(seed);
     std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab - 1));
     batches_.resize(static_cast<size_t>(distinct));
+    tokens_.resize(static_cast<size_t>(distinct));
     std::vector<int32_t> window(static_cast<size_t>(seq_len + 1));
-    for (HostBatch& b : batches_) {
-      b.batch = batch;
-      b.seq_len = seq_len;
-      b.inputs.resize(static_cast<size_t>(batch * seq_len));
-      b.targets.resize(static_cast<size_t>(batch * seq_len));
+    const int64_t n = batch * seq_len;
+    for (size_t index = 0; index < batches_.size(); ++index) {
+      std::vector<int32_t>& tokens = tokens_[index];  // inputs, then targets
+      tokens.resize(static_cast<size_t>(2 * n));
       for (int64_t row = 0; row < batch; ++row) {
         for (int32_t& t : window) t = token(rng);
         for (int64_t i = 0; i < seq_len; ++i) {
-          b.inputs[row * seq_len + i] = window[i];
-          b.targets[row * seq_len + i] = window[i + 1];
+          tokens[row * seq_len + i] = window[i];
+          tokens[n + row * seq_len + i] = window[i + 1];
         }
       }
+      batches_[index] = HostBatch{tokens.data(), tokens.data() + n, batch, seq_len};
     }
   }
   const HostBatch& next(double* wait_seconds) override {
@@ -34,9 +35,10 @@ class SyntheticSource final : public BatchSource {
     next_ = (next_ + 1) % batches_.size();
     return b;
   }
-  int64_t bytes_read() const override { return 0; }
+  SourceStats stats() const override { return {}; }  // nothing is read from storage
 
  private:
+  std::vector<std::vector<int32_t>> tokens_;
   std::vector<HostBatch> batches_;
   size_t next_ = 0;
 };

@@ -8,6 +8,7 @@
 // the ParameterLayout order.
 #pragma once
 
+#include <cstdlib>     // std::aligned_alloc for allocate_host
 #include <cstdint>     // int64_t
 #include <functional>  // GradientsReadyFn
 #include <memory>      // std::unique_ptr from make_engine
@@ -124,6 +125,15 @@ class TrainingEngine {
   // The device's datasheet dense peak in the training precision (bf16 on
   // H100/H200 SXM: 989e12), or 0 where there is none (CPUs, unknown GPUs).
   virtual double datasheet_peak_flops_per_s() const { return 0.0; }
+
+  // Host memory for the data loader's batch ring, which the trainer hands to
+  // the loader. The CUDA engine returns page-locked memory, so host-to-device
+  // copies run at full link speed; the default is plain 64-byte-aligned
+  // memory. nullptr when the allocation fails.
+  virtual void* allocate_host(size_t bytes) {
+    return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  }
+  virtual void release_host(void* memory) { std::free(memory); }
 };
 
 struct EngineOptions {

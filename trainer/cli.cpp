@@ -10,25 +10,23 @@
 #include <vector>
 
 #include "comm/communicator.h"        // make_local_communicator
-#include "dataloader/batch_source.h"  // make_synthetic_source
+#include "dataloader/data_error.h"    // DataError: exit 2
+#include "dataloader/shard_loader.h"  // LoaderTimeout: exit 3
 #include "checkpoint/atomic_file.h"   // parent_directory of --out
 #include "kernels/device_info.h"      // query_gpus for device auto
 #include "kernels/engine.h"           // make_engine, plan_engine_memory
 #include "trainer/config.h"
+#include "trainer/data_source.h"
 #include "trainer/environment.h"
 #include "trainer/report.h"
 #include "trainer/results.h"
+#include "trainer/bench_command.h"
+#include "trainer/shards_command.h"
 #include "trainer/train_loop.h"
 
 namespace trainbench {
 
 namespace {
-
-// An error that ends the run with a given exit code and one line of text.
-struct ExitError {
-  int code;
-  std::string message;
-};
 
 struct RunOptions {
   std::string config = "tiny";  // the CPU default preset
@@ -58,14 +56,14 @@ std::string resolve_device(const std::string& requested, const GpuInventory& gpu
 void check_output_writable(const std::string& path) {
   const std::string dir = parent_directory(path);
   if (access(dir.c_str(), W_OK) != 0)
-    throw ExitError{kExitUserError,
+    throw CommandError{kExitUserError,
                     "--out " + path + ": directory '" + dir + "' does not exist or is not writable"};
 }
 
 int run_command(const RunOptions& options, const std::string& command_line) {
   std::vector<std::string> overrides = options.overrides;
   if (options.steps_given && options.steps <= 0)
-    throw ExitError{kExitUserError, "--steps: must be > 0 (got " + std::to_string(options.steps) + ")"};
+    throw CommandError{kExitUserError, "--steps: must be > 0 (got " + std::to_string(options.steps) + ")"};
   if (options.steps_given) overrides.push_back("train.steps=" + std::to_string(options.steps));
   if (!options.out.empty()) overrides.push_back("report.out=" + options.out);
   Config config;
@@ -96,22 +94,22 @@ int run_command(const RunOptions& options, const std::string& command_line) {
   engine_options.device = resolve_device(config.train.device, gpus);
   engine_options.threads = static_cast<int>(config.train.threads);
   if (engine_options.device == "cpu" && config.train.precision == "bf16")
-    throw ExitError{kExitUserError, "train.precision: bf16 needs the cuda engine; the cpu engine is fp32"};
+    throw CommandError{kExitUserError, "train.precision: bf16 needs the cuda engine; the cpu engine is fp32"};
 
   // Everything is sized before anything is allocated.
   MemoryPlan plan;
   try {
     plan = plan_engine_memory(engine_options);
   } catch (const std::runtime_error& e) {
-    throw ExitError{kExitEnvironmentError, std::string("train.device=") + engine_options.device +
+    throw CommandError{kExitEnvironmentError, std::string("train.device=") + engine_options.device +
                                                ": " + e.what()};
   }
   if (engine_options.device == "cuda") {
     if (gpus.gpus.empty())
-      throw ExitError{kExitEnvironmentError, "train.device=cuda: " + gpus.why_none};
+      throw CommandError{kExitEnvironmentError, "train.device=cuda: " + gpus.why_none};
     const int64_t gpu_memory = gpus.gpus.front().memory_bytes;
     if (plan.total_bytes() > gpu_memory)
-      throw ExitError{kExitEnvironmentError,
+      throw CommandError{kExitEnvironmentError,
                       "model needs " + human_bytes(static_cast<double>(plan.total_bytes())) +
                           " of GPU memory (activations " +
                           human_bytes(static_cast<double>(plan.activation_bytes)) + ") but " +
@@ -121,7 +119,7 @@ int run_command(const RunOptions& options, const std::string& command_line) {
   }
   const int64_t available = available_memory_bytes();
   if (engine_options.device == "cpu" && available > 0 && plan.total_bytes() > available) {
-    throw ExitError{kExitEnvironmentError,
+    throw CommandError{kExitEnvironmentError,
                     "model needs " + human_bytes(static_cast<double>(plan.total_bytes())) +
                         " of host memory (activations " +
                         human_bytes(static_cast<double>(plan.activation_bytes)) + ") but " +
@@ -134,33 +132,44 @@ int run_command(const RunOptions& options, const std::string& command_line) {
   try {
     engine = make_engine(engine_options);
   } catch (const std::bad_alloc&) {
-    throw ExitError{kExitEnvironmentError,
+    throw CommandError{kExitEnvironmentError,
                     "out of memory allocating " + human_bytes(static_cast<double>(plan.total_bytes()))};
   } catch (const std::runtime_error& e) {
-    throw ExitError{kExitEnvironmentError, e.what()};
+    throw CommandError{kExitEnvironmentError, e.what()};
   }
   engine->init_parameters(static_cast<uint64_t>(config.train.seed));
-  std::unique_ptr<BatchSource> source = make_synthetic_source(
-      config.train.micro_batch, config.model.seq_len, config.model.vocab,
-      config.data.synthetic_batches, static_cast<uint64_t>(config.data.seed));
+  // Declared after the engine: the loader's pinned batches go back to it first.
+  DataSetup data;
+  try {
+    data = make_data_source(config, *engine, comm->rank(), comm->world_size());
+  } catch (const DataError&) {
+    throw;  // the shard list or data options: exit 2
+  } catch (const std::bad_alloc&) {
+    throw CommandError{kExitEnvironmentError, "out of host memory for the data loader's batch ring: "
+                                           "lower data.prefetch or data.readers"};
+  } catch (const std::exception& e) {
+    throw CommandError{kExitEnvironmentError, std::string("data: ") + e.what()};
+  }
 
   const int threads = engine_options.threads > 0
                           ? engine_options.threads
                           : static_cast<int>(std::thread::hardware_concurrency());
   Environment env = collect_environment(*comm, engine->backend_name(), threads, gpus);
+  if (!data.data_path.empty()) env.filesystems.push_back(describe_filesystem("data", data.data_path));
   env.filesystems.push_back(describe_filesystem("results", result_path));
   print_header(stdout, config, env, plan, engine->layout().total_params(),
                engine->layout().trainable_params());
+  std::fprintf(stdout, "data: %s\n", data.description.c_str());
 
   const RunOutcome outcome = run_training(
-      config, *engine, *source, *comm,
+      config, *engine, *data.source, *comm,
       [&](const StepRecord& step, const RunSummary& so_far) {
         print_progress(stdout, config, step, so_far);
       });
   try {
     write_result_json(result_path, build_result_json(command_line, config, env, outcome));
   } catch (const std::exception& e) {
-    throw ExitError{kExitEnvironmentError, std::string("cannot write the result: ") + e.what()};
+    throw CommandError{kExitEnvironmentError, std::string("cannot write the result: ") + e.what()};
   }
   print_summary(stdout, outcome, result_path);
   if (!outcome.all_checks_passed()) {
@@ -198,6 +207,8 @@ int run_cli(int argc, char** argv) {
   CLI::Option* steps_option =
       run->add_option("--steps", run_options.steps, "optimizer steps (overrides train.steps)");
   run->add_option("--out", run_options.out, "result JSON path (overrides report.out)");
+  ShardsCommand shards(app);
+  BenchCommand bench(app);
 
   // CLI11 would only say "a subcommand is required"; name the commands, and
   // the word that is not one of them.
@@ -236,12 +247,20 @@ int run_cli(int argc, char** argv) {
 
   try {
     if (run->parsed()) return run_command(run_options, quoted_command_line(argc, argv));
+    if (shards.parsed()) return shards.run();
+    if (bench.parsed()) return bench.run();
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "trainbench: %s\n", e.what());
     return kExitUserError;
-  } catch (const ExitError& e) {
+  } catch (const CommandError& e) {
     std::fprintf(stderr, "trainbench: %s\n", e.message.c_str());
     return e.code;
+  } catch (const DataError& e) {
+    std::fprintf(stderr, "trainbench: %s\n", e.what());
+    return kExitUserError;
+  } catch (const LoaderTimeout& e) {
+    std::fprintf(stderr, "trainbench: %s\n", e.what());
+    return kExitEnvironmentError;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "trainbench: out of memory\n");
     return kExitEnvironmentError;

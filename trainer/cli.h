@@ -6,12 +6,20 @@
 // (non-finite loss, ranks diverged).
 #pragma once
 
+#include <string>
+
 namespace trainbench {
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitUserError = 2;
 inline constexpr int kExitEnvironmentError = 3;
 inline constexpr int kExitCheckFailed = 4;
+
+// An error that ends a command with `code` and one line of text.
+struct CommandError {
+  int code;
+  std::string message;
+};
 
 int run_cli(int argc, char** argv);
 

@@ -18,6 +18,8 @@
 
 #include <yaml-cpp/yaml.h>  // YAML::Load, YAML::Node, YAML::Exception
 
+#include "dataloader/data_error.h"    // DataError from token_format_of_field
+#include "dataloader/token_decode.h"  // token_format_of_field: data.field must name a format
 #include "trainer/presets.h"  // embedded_presets(): configs/*.yaml compiled in
 
 namespace trainbench {
@@ -79,9 +81,23 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(train, device, Bound::kAny, {"auto", "cpu", "cuda"}),
       TRAINBENCH_KEY(train, threads, Bound::kNonNegative),
       TRAINBENCH_KEY(train, seed, Bound::kNonNegative),
-      TRAINBENCH_KEY(data, source, Bound::kAny, {"synthetic"}),
-      TRAINBENCH_KEY(data, synthetic_batches, Bound::kPositive),
+      TRAINBENCH_KEY(data, source, Bound::kAny, {"shards", "synthetic"}),
+      TRAINBENCH_KEY(data, shards),
+      TRAINBENCH_KEY(data, field),
+      TRAINBENCH_KEY(data, readers, Bound::kPositive),
+      TRAINBENCH_KEY(data, prefetch, Bound::kPositive),
+      TRAINBENCH_KEY(data, shuffle_buffer, Bound::kNonNegative),
       TRAINBENCH_KEY(data, seed, Bound::kNonNegative),
+      TRAINBENCH_KEY(data, eos_token),
+      TRAINBENCH_KEY(data, on_corrupt, Bound::kAny, {"fail", "skip"}),
+      TRAINBENCH_KEY(data, max_sample_bytes, Bound::kPositive),
+      TRAINBENCH_KEY(data, block_bytes, Bound::kPositive),
+      TRAINBENCH_KEY(data, timeout_s, Bound::kPositive),
+      TRAINBENCH_KEY(data, synthetic_batches, Bound::kPositive),
+      TRAINBENCH_KEY(data, synth_shards, Bound::kPositive),
+      TRAINBENCH_KEY(data, synth_tokens_per_sample, Bound::kPositive),
+      TRAINBENCH_KEY(data, synth_payload_bytes, Bound::kNonNegative),
+      TRAINBENCH_KEY(data, inject_delay_ms, Bound::kNonNegative),
       TRAINBENCH_KEY(report, out),
       TRAINBENCH_KEY(report, progress_every, Bound::kNonNegative),
   };
@@ -410,6 +426,33 @@ void validate(const Config& config, const Sources& sources) {
                       std::to_string(t.steps) + ") so that some steps are measured");
   checker.require(!(t.precision == "bf16" && t.device == "cpu"), {"train.precision", "train.device"},
                   "bf16 needs train.device cuda or auto; the CPU backend computes in fp32");
+
+  const DataSection& d = config.data;
+  checker.require(d.eos_token == -1 || (d.eos_token >= 0 && d.eos_token < m.vocab),
+                  {"data.eos_token", "model.vocab"},
+                  std::to_string(d.eos_token) + " is not -1 (= model.vocab - 1) or a token id below model.vocab (" +
+                      std::to_string(m.vocab) + ")");
+  checker.require(d.block_bytes >= (1 << 20), {"data.block_bytes"},
+                  "must be at least 1048576 (1 MiB): small reads waste parallel filesystems (got " +
+                      std::to_string(d.block_bytes) + ")");
+  bool field_known = true;
+  try {
+    const TokenFormat format = token_format_of_field(d.field);
+    checker.require(!(format == TokenFormat::kU16 && m.vocab > 65536), {"data.field", "model.vocab"},
+                    d.field + " holds token ids below 65536 but model.vocab is " +
+                        std::to_string(m.vocab) + ": use u32 or npy");
+    checker.require(!(format == TokenFormat::kTxt && m.vocab < 256), {"data.field", "model.vocab"},
+                    "txt gives byte-level token ids up to 255 but model.vocab is " +
+                        std::to_string(m.vocab));
+  } catch (const DataError&) {
+    field_known = false;
+  }
+  checker.require(field_known, {"data.field"},
+                  "'" + d.field + "': the last extension must be a token format: u16, u32, npy or txt");
+  checker.require(d.source != "shards" || !d.shards.empty() || d.field.find('.') == std::string::npos,
+                  {"data.field", "data.shards"},
+                  "'" + d.field + "': the shards made when data.shards is empty have a plain "
+                  "u16, u32, npy or txt member; name one of those or set data.shards");
 }
 
 // An embedded preset named by CONFIG: "tiny", "tiny.yaml" or "configs/tiny.yaml".

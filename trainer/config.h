@@ -33,9 +33,25 @@ struct TrainSection {
 };
 
 struct DataSection {
-  std::string source = "synthetic";  // synthetic: seeded random tokens held in memory
-  int64_t synthetic_batches = 8;     // distinct micro-batches, cycled
-  int64_t seed = 1;
+  std::string source = "shards";     // shards: webdataset tar shards; synthetic: tokens held in memory
+  std::string shards;                // shard list spec (dataloader/shard_list.h); "" = make
+                                     //   synthetic shards in a temporary folder for this run
+  std::string field = "u16";         // extension of the token member: u16 | u32 | npy | txt (or x.u16, ...)
+  int64_t readers = 2;               // reader threads per rank
+  int64_t prefetch = 4;              // ready micro-batches each reader may hold
+  int64_t shuffle_buffer = 256;      // samples; 0 = read order
+  int64_t seed = 1;                  // shard order, sample shuffle, synthetic tokens
+  int64_t eos_token = -1;            // separator between packed samples; -1 = model.vocab - 1
+  std::string on_corrupt = "fail";   // fail | skip (count, report and go on)
+  int64_t max_sample_bytes = 256LL << 20;  // largest member read
+  int64_t block_bytes = 4LL << 20;   // read block size (>= 1 MiB)
+  double timeout_s = 300;            // longest wait for one batch before the run aborts
+  int64_t synthetic_batches = 8;     // source synthetic: distinct micro-batches, cycled
+  // The temporary shards when data.shards is empty.
+  int64_t synth_shards = 8;          // at least data.readers; more when there are more
+  int64_t synth_tokens_per_sample = 1024;
+  int64_t synth_payload_bytes = 0;   // filler member per sample, emulating images/audio
+  double inject_delay_ms = 0;        // fault injection: sleep per sample read (slow storage)
 };
 
 struct ReportSection {

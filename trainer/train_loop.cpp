@@ -32,6 +32,36 @@ double share_of(const std::vector<StepRecord>& steps, double StepRecord::*field)
   }
   return whole > 0 ? part / whole : 0.0;
 }
+// Storage-read figures of the whole run: every rank's loader counters summed.
+void summarize_storage_read(const SourceStats& stats, double run_seconds, Communicator& comm,
+                            RunSummary& summary) {
+  const auto summed = [&comm](double value) {
+    std::vector<double> values(static_cast<size_t>(comm.world_size()));
+    comm.all_gather(value, values.data());
+    double total = 0;
+    for (double v : values) total += v;
+    return total;
+  };
+  summary.bytes_read = static_cast<int64_t>(summed(static_cast<double>(stats.storage_bytes)));
+  summary.samples_read = static_cast<int64_t>(summed(static_cast<double>(stats.samples)));
+  summary.tokens_read = static_cast<int64_t>(summed(static_cast<double>(stats.tokens)));
+  summary.samples_skipped = static_cast<int64_t>(summed(static_cast<double>(stats.samples_skipped)));
+  summary.shards_skipped = static_cast<int64_t>(summed(static_cast<double>(stats.shards_skipped)));
+  if (run_seconds > 0) {
+    summary.read_gbs = static_cast<double>(summary.bytes_read) / run_seconds * 1e-9;
+    summary.samples_per_s = static_cast<double>(summary.samples_read) / run_seconds;
+  }
+  if (summary.tokens_read > 0)
+    summary.bytes_per_token =
+        static_cast<double>(summary.bytes_read) / static_cast<double>(summary.tokens_read);
+  summary.required_read_gbs_measured = summary.bytes_per_token * summary.tokens_per_s * 1e-9;
+  if (summary.model_flops_per_token > 0) {
+    const double ceiling_tokens_per_s = summary.gemm_ceiling_flops_per_s *
+                                        static_cast<double>(comm.world_size()) /
+                                        summary.model_flops_per_token;
+    summary.required_read_gbs = summary.bytes_per_token * ceiling_tokens_per_s * 1e-9;
+  }
+}
 }  // namespace
 
 bool RunOutcome::all_checks_passed() const {
@@ -89,7 +119,8 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
 
   engine.synchronize();
   engine.take_compute_seconds();  // discard the calibration
-  Clock::time_point previous_end = Clock::now();
+  const Clock::time_point run_begin = Clock::now();
+  Clock::time_point previous_end = run_begin;
   bool loss_finite = true;
   for (int64_t step = 1; step <= train.steps; ++step) {
     StepRecord record;
@@ -103,7 +134,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       double wait_s = 0.0;
       const HostBatch& host = source.next(&wait_s);
       record.data_stall_s += wait_s;
-      const TokenBatch batch{host.inputs.data(), host.targets.data(), host.batch, host.seq_len};
+      const TokenBatch batch{host.inputs, host.targets, host.batch, host.seq_len};
       engine.forward(batch);
       loss_sum += engine.last_loss();
       engine.backward(batch, loss_scale, nullptr);
@@ -169,7 +200,14 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   summary.datasheet_peak_flops_per_s = engine.datasheet_peak_flops_per_s();
   if (summary.datasheet_peak_flops_per_s > 0)
     summary.mfu = summary.achieved_flops_per_s / summary.datasheet_peak_flops_per_s;
-  summary.bytes_read = source.bytes_read();
+  summarize_storage_read(source.stats(), seconds_between(run_begin, previous_end), comm, summary);
+  const SourceStats read = source.stats();
+  if (read.samples_skipped + read.shards_skipped > 0) {
+    std::string first = read.skip_messages.empty() ? "" : "; first: " + read.skip_messages.front();
+    outcome.warnings.push_back("data.on_corrupt=skip left out " + std::to_string(read.samples_skipped) +
+                               " corrupt sample(s) and " + std::to_string(read.shards_skipped) +
+                               " shard(s) on this rank" + first);
+  }
 
   if (loss_finite)
     outcome.checks.push_back({"loss_finite", true, "every step's loss is finite"});

@@ -55,7 +55,18 @@ struct RunSummary {
   double datasheet_peak_flops_per_s = 0;  // 0 when the device has no datasheet figure (CPUs)
   double mfu = 0;                         // against the datasheet peak; 0 when unknown
   double loss_first = 0, loss_last = 0;
-  int64_t bytes_read = 0, bytes_written = 0;
+  // Storage read: the loaders' counters over the run, summed over ranks.
+  int64_t bytes_read = 0;         // from storage (compressed size for compressed shards)
+  int64_t samples_read = 0, tokens_read = 0;
+  int64_t samples_skipped = 0, shards_skipped = 0;  // data.on_corrupt: skip
+  double read_gbs = 0;            // bytes_read / run time: what the loaders delivered (1e9 B/s)
+  double samples_per_s = 0;
+  double bytes_per_token = 0;     // whole samples read per token decoded
+  // bytes_per_token × tokens/s: the storage bandwidth the measured rate
+  // needs, and the one the GPUs would need at the GEMM ceiling (DESIGN.md).
+  double required_read_gbs_measured = 0;
+  double required_read_gbs = 0;
+  int64_t bytes_written = 0;
   int64_t slowest_rank = 0;
 };
 

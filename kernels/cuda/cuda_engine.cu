@@ -233,9 +233,26 @@ void CudaEngine::zero_gradients() {
   TRAINBENCH_CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), compute_stream_));
 }
 
-// Host batch → pinned staging → device on the copy stream; the compute
-// stream waits for the copy, and the copy waits until the compute stream is
-// done with the previous batch's tokens (backward reads them).
+void* CudaEngine::allocate_host(size_t bytes) {
+  void* memory = nullptr;
+  // Failure is the caller's to report (out of pinned memory), as with malloc.
+  if (cudaHostAlloc(&memory, bytes, cudaHostAllocDefault) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky-free error state
+    return nullptr;
+  }
+  return memory;
+}
+
+void CudaEngine::release_host(void* memory) {
+  if (memory != nullptr) TRAINBENCH_CUDA_CHECK(cudaFreeHost(memory));
+}
+
+// Host batch → pinned staging → device on the copy stream. The loader's
+// batches are pinned too, but the loader reuses a batch's memory as soon as
+// the next one is taken, possibly before an asynchronous copy from it ends;
+// the staging copy (pinned to pinned, a few hundred KiB) decouples the two.
+// The compute stream waits for the copy, and the copy waits until the
+// compute stream is done with the previous batch's tokens (backward reads them).
 void CudaEngine::upload_tokens(const TokenBatch& batch) {
   const int64_t n = micro_batch_ * shape_.seq_len;
   TRAINBENCH_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, tokens_free_, 0));

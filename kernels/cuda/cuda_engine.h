@@ -52,6 +52,8 @@ class CudaEngine final : public TrainingEngine {
   void synchronize() override;
   double measure_gemm_flops(int64_t m, int64_t n, int64_t k, double seconds) override;
   double datasheet_peak_flops_per_s() const override { return datasheet_peak_; }
+  void* allocate_host(size_t bytes) override;
+  void release_host(void* memory) override;
 
  private:
   struct LayerWeights {

@@ -69,9 +69,9 @@ BenchResult train(const trainbench::Config& config) {
       double wait_s = 0.0;
       const trainbench::HostBatch& batch = source->next(&wait_s);
       const torch::Tensor inputs =
-          trainbench::reference::token_tensor(batch.inputs.data(), batch.batch, batch.seq_len);
+          trainbench::reference::token_tensor(batch.inputs, batch.batch, batch.seq_len);
       const torch::Tensor targets =
-          trainbench::reference::token_tensor(batch.targets.data(), batch.batch, batch.seq_len);
+          trainbench::reference::token_tensor(batch.targets, batch.batch, batch.seq_len);
       const torch::Tensor loss = model.forward(inputs, targets).loss;
       (loss * loss_scale).backward();
       loss_sum += loss.item<double>();

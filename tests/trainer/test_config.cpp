@@ -177,7 +177,7 @@ TEST(ParseConfig, EmptyFileKeepsEveryDefault) {
 
 TEST(ParseConfig, EmptySectionsAreAllowed) {
   const Config config = parse_config(valid_yaml_with({}) + "data:\nreport:\n", "x.yaml");
-  EXPECT_EQ(config.data.source, "synthetic");
+  EXPECT_EQ(config.data.source, "shards");
 }
 
 TEST(ParseConfig, NumbersAsPeopleWriteThem) {
@@ -232,7 +232,7 @@ TEST(Output, JsonIsNestedAndTyped) {
   EXPECT_TRUE(json["train"]["lr"].is_number_float());
   EXPECT_DOUBLE_EQ(json["train"]["lr"].get<double>(), 1e-3);
   EXPECT_EQ(json["train"]["precision"], "auto");
-  EXPECT_EQ(json["data"]["source"], "synthetic");
+  EXPECT_EQ(json["data"]["source"], "shards");
   EXPECT_EQ(json["report"]["out"], "");
 }
 

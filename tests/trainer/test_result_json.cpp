@@ -69,7 +69,10 @@ TEST_F(ResultJson, EnvironmentDescribesTheMachine) {
   EXPECT_TRUE(env.at("gpus").is_array());
   EXPECT_TRUE(env.at("openblas").is_string());
   ASSERT_TRUE(env.at("filesystems").is_array());
-  EXPECT_EQ(env.at("filesystems").at(0).at("role"), "results");
+  // The shards the run read, then where the result went.
+  ASSERT_EQ(env.at("filesystems").size(), 2u);
+  EXPECT_EQ(env.at("filesystems").at(0).at("role"), "data");
+  EXPECT_EQ(env.at("filesystems").at(1).at("role"), "results");
 }
 
 TEST_F(ResultJson, SummaryHasTheDesignMetrics) {
@@ -94,6 +97,22 @@ TEST_F(ResultJson, SummaryHasTheDesignMetrics) {
   // tokens/s = global tokens per step / median step time.
   EXPECT_NEAR(s.at("tokens_per_s").get<double>() * s.at("step_s").at("median").get<double>(),
               s.at("global_tokens_per_step").get<double>(), 1e-6);
+}
+
+TEST_F(ResultJson, StorageReadIsReportedAndConsistent) {
+  const json& read = result_.at("summary").at("storage_read");
+  const double bytes = read.at("bytes_read").get<double>();
+  const double tokens = read.at("tokens").get<double>();
+  ASSERT_GT(bytes, 0.0) << "the default run reads shards";
+  ASSERT_GT(tokens, 0.0);
+  EXPECT_GE(tokens, 12.0 * 8 * 64) << "at least the tokens the 12 steps trained on";
+  EXPECT_NEAR(read.at("bytes_per_token").get<double>(), bytes / tokens, 1e-9 * bytes);
+  const double tokens_per_s = result_.at("summary").at("tokens_per_s").get<double>();
+  EXPECT_NEAR(read.at("required_read_gbs_measured").get<double>(),
+              bytes / tokens * tokens_per_s * 1e-9, 1e-12 + 1e-9 * tokens_per_s);
+  EXPECT_GT(read.at("required_read_gbs").get<double>(), 0.0);
+  EXPECT_EQ(read.at("samples_skipped"), 0);
+  EXPECT_GT(read.at("read_gbs").get<double>(), 0.0);
 }
 
 TEST_F(ResultJson, KeepsEveryStepWithEveryCategory) {

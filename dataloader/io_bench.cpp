@@ -1,0 +1,192 @@
+#include "dataloader/io_bench.h"
+
+#include <fcntl.h>   // open, posix_fadvise
+#include <unistd.h>  // read, close
+
+#include <algorithm>  // std::sort
+#include <atomic>
+#include <cerrno>
+#include <mutex>
+#include <chrono>
+#include <cstring>     // std::strerror
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <thread>
+
+#include "dataloader/data_error.h"
+#include "dataloader/tar_reader.h"
+#include "dataloader/token_decode.h"
+#include "dataloader/webdataset.h"
+
+namespace trainbench {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point begin) {
+  return std::chrono::duration<double>(Clock::now() - begin).count();
+}
+
+// Reads a whole file into `buffer` block by block; returns its size.
+int64_t read_file(const std::string& path, std::vector<char>& buffer, bool sequential_hint) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(path + ": " + std::strerror(errno));
+  if (sequential_hint) (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  int64_t total = 0;
+  for (;;) {
+    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      const int error = errno;
+      ::close(fd);
+      throw std::runtime_error(path + ": " + std::strerror(error));
+    }
+    if (got == 0) break;
+    total += got;
+  }
+  ::close(fd);
+  return total;
+}
+
+// Runs work(i) for i in [0, count) on `threads` threads, items dealt out
+// dynamically; the first exception is rethrown.
+template <typename Work>
+void parallel_for(int64_t count, int64_t threads, Work work) {
+  std::atomic<int64_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  std::vector<std::thread> pool;
+  for (int64_t t = 0; t < std::max<int64_t>(1, threads); ++t)
+    pool.emplace_back([&, t] {
+      try {
+        for (int64_t i = next++; i < count; i = next++) work(t, i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+    });
+  for (std::thread& thread : pool) thread.join();
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
+ReadRate measure_sequential_read(const std::vector<std::string>& paths, int64_t block_bytes,
+                                 int64_t threads) {
+  std::vector<std::vector<char>> buffers(static_cast<size_t>(std::max<int64_t>(1, threads)),
+                                         std::vector<char>(static_cast<size_t>(block_bytes)));
+  std::atomic<int64_t> bytes{0};
+  const Clock::time_point begin = Clock::now();
+  parallel_for(static_cast<int64_t>(paths.size()), threads, [&](int64_t t, int64_t i) {
+    bytes += read_file(paths[static_cast<size_t>(i)], buffers[static_cast<size_t>(t)], true);
+  });
+  ReadRate rate;
+  rate.seconds = seconds_since(begin);
+  rate.bytes = bytes;
+  rate.files = static_cast<int64_t>(paths.size());
+  return rate;
+}
+
+ReadRate measure_loader(const LoaderOptions& options, double max_seconds) {
+  int64_t total_bytes = 0;
+  for (const std::string& path : options.shards) total_bytes += static_cast<int64_t>(fs::file_size(path));
+  const Clock::time_point begin = Clock::now();
+  ShardLoader loader(options);
+  SourceStats stats;
+  do {
+    loader.next(nullptr);
+    stats = loader.stats();
+  } while (stats.storage_bytes < total_bytes && seconds_since(begin) < max_seconds);
+  ReadRate rate;
+  rate.seconds = seconds_since(begin);
+  rate.bytes = stats.storage_bytes;
+  rate.samples = stats.samples;
+  rate.tokens = stats.tokens;
+  rate.files = stats.shards_opened;
+  return rate;
+}
+
+int64_t extract_to_small_files(const std::vector<std::string>& shards, const std::string& dir,
+                               int64_t max_member_bytes) {
+  int64_t files = 0;
+  TarReader tar;
+  Sample sample;
+  for (const std::string& shard : shards) {
+    // "train-000001.tar.gz" -> "train-000001"
+    std::string stem = fs::path(shard).filename().string();
+    stem = stem.substr(0, stem.find('.'));
+    const fs::path shard_dir = fs::path(dir) / stem;
+    tar.open(shard);
+    SampleReader samples(tar, max_member_bytes);
+    while (samples.next(&sample)) {
+      const fs::path base = shard_dir / sample.key;
+      fs::create_directories(base.parent_path());
+      for (size_t m = 0; m < sample.member_count; ++m) {
+        const SampleMember& member = sample.members[m];
+        std::ofstream out(base.string() + "." + member.extension, std::ios::binary);
+        out.write(reinterpret_cast<const char*>(member.data.data()),
+                  static_cast<std::streamsize>(member.data.size()));
+        if (!out) throw std::runtime_error("cannot write " + base.string() + "." + member.extension);
+        ++files;
+      }
+    }
+  }
+  return files;
+}
+
+ReadRate measure_small_files(const std::string& dir, const std::string& field, int64_t vocab,
+                             int64_t threads) {
+  const TokenFormat format = token_format_of_field(field);
+  std::vector<std::string> shard_dirs;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir))
+    if (entry.is_directory()) shard_dirs.push_back(entry.path().string());
+  std::sort(shard_dirs.begin(), shard_dirs.end());
+
+  std::atomic<int64_t> bytes{0}, samples{0}, tokens{0}, files{0};
+  const Clock::time_point begin = Clock::now();
+  parallel_for(static_cast<int64_t>(shard_dirs.size()), threads, [&](int64_t, int64_t i) {
+    // A small-file loader lists its directory, then opens every file.
+    std::vector<std::string> names;
+    for (const fs::directory_entry& entry :
+         fs::recursive_directory_iterator(shard_dirs[static_cast<size_t>(i)]))
+      if (entry.is_regular_file()) names.push_back(entry.path().string());
+    std::sort(names.begin(), names.end());
+    std::vector<char> data(1 << 20);
+    std::vector<int32_t> decoded;
+    std::string error;
+    std::string key, extension, previous_key;
+    for (const std::string& name : names) {
+      const std::string relative = name.substr(dir.size() + 1);
+      if (!split_key_extension(relative, &key, &extension)) continue;
+      // Whole file into one buffer: grow to its size first.
+      const auto size = static_cast<size_t>(fs::file_size(name));
+      if (data.size() < size + 1) data.resize(size + 1);
+      const int64_t got = read_file(name, data, false);
+      bytes += got;
+      ++files;
+      if (key != previous_key) {
+        ++samples;
+        previous_key = key;
+      }
+      if (extension == field) {
+        decoded.clear();
+        if (!decode_tokens(format, reinterpret_cast<const uint8_t*>(data.data()),
+                           static_cast<size_t>(got), vocab, &decoded, &error))
+          throw DataError(CorruptScope::kSample, name + ": " + error);
+        tokens += static_cast<int64_t>(decoded.size());
+      }
+    }
+  });
+  ReadRate rate;
+  rate.seconds = seconds_since(begin);
+  rate.bytes = bytes;
+  rate.samples = samples;
+  rate.tokens = tokens;
+  rate.files = files;
+  return rate;
+}
+
+}  // namespace trainbench

@@ -1,0 +1,47 @@
+// STORAGE READ. `trainbench bench io`: the loader alone at full speed, beside
+// a plain sequential read of the same files (the most the storage gives a
+// reader, as `dd bs=4M of=/dev/null` measures) and the same samples read as a
+// tree of small files (one file per member: the metadata cost of unpacked
+// datasets).
+#pragma once
+
+#include <cstdint>  // int64_t
+#include <string>
+#include <vector>
+
+#include "dataloader/shard_loader.h"  // LoaderOptions
+
+namespace trainbench {
+
+struct ReadRate {
+  int64_t bytes = 0;
+  int64_t samples = 0;
+  int64_t tokens = 0;
+  int64_t files = 0;    // files opened
+  double seconds = 0;
+  double gbs() const { return seconds > 0 ? static_cast<double>(bytes) / seconds * 1e-9 : 0; }
+  double tokens_per_s() const { return seconds > 0 ? static_cast<double>(tokens) / seconds : 0; }
+  double samples_per_s() const { return seconds > 0 ? static_cast<double>(samples) / seconds : 0; }
+};
+
+// Reads every file whole with read(2) in `block_bytes` blocks into one
+// buffer, `threads` files at a time, and throws the bytes away.
+ReadRate measure_sequential_read(const std::vector<std::string>& paths, int64_t block_bytes,
+                                 int64_t threads);
+
+// Runs the loader with no consumer delay until it has read every shard once
+// (its storage bytes reach the shards' total) or `max_seconds` pass.
+ReadRate measure_loader(const LoaderOptions& options, double max_seconds);
+
+// Writes every sample of the shards as files <dir>/<shard stem>/<key>.<ext>
+// (keys with '/' become subdirectories). Returns the files written.
+int64_t extract_to_small_files(const std::vector<std::string>& shards, const std::string& dir,
+                               int64_t max_member_bytes);
+
+// Reads the tree back as a loader of small files would: list each shard's
+// directory, open and read every file, group members by key and decode the
+// token member. `threads` directories at a time.
+ReadRate measure_small_files(const std::string& dir, const std::string& field, int64_t vocab,
+                             int64_t threads);
+
+}  // namespace trainbench

@@ -1,0 +1,288 @@
+#include "dataloader/shard_list.h"
+
+#include <dirent.h>    // opendir, readdir
+#include <glob.h>      // glob, globfree
+#include <sys/stat.h>  // stat
+
+#include <algorithm>  // std::sort, std::max
+#include <charconv>   // std::from_chars for range bounds
+#include <cstring>    // std::memcmp
+#include <fstream>    // list files
+#include <string_view>
+
+#include "dataloader/data_error.h"
+
+namespace trainbench {
+
+namespace {
+
+// A pattern that would expand to more names than this is a typo, not a dataset.
+constexpr size_t kMaxExpandedNames = size_t{1} << 22;
+
+[[noreturn]] void config_error(const std::string& message) {
+  throw DataError(CorruptScope::kConfig, "data.shards: " + message);
+}
+
+std::vector<std::string> expand_pattern(std::string_view pattern, const std::string& whole);
+
+int64_t parse_bound(std::string_view text, const std::string& whole) {
+  int64_t value = 0;
+  const auto [end, status] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || status != std::errc() || end != text.data() + text.size()) {
+    config_error("range bound '" + std::string(text) + "' in '" + whole + "' is not an integer");
+  }
+  return value;
+}
+
+// braceexpand's rule: a bound written with a leading zero pads every number
+// to the width of the wider bound, e.g. {07..10} -> 07 08 09 10.
+std::vector<std::string> expand_range(std::string_view body, const std::string& whole) {
+  const size_t dots = body.find("..");
+  std::string_view first = body.substr(0, dots);
+  std::string_view last = body.substr(dots + 2);
+  int64_t step = 1;
+  if (const size_t step_dots = last.find(".."); step_dots != std::string_view::npos) {
+    std::string_view step_text = last.substr(step_dots + 2);
+    if (step_text.starts_with('-'))
+      step_text.remove_prefix(1);  // the direction comes from the bounds
+    step = std::max<int64_t>(1, parse_bound(step_text, whole));
+    last = last.substr(0, step_dots);
+  }
+  const int64_t begin = parse_bound(first, whole);
+  const int64_t end = parse_bound(last, whole);
+  auto zero_padded = [](std::string_view bound) {
+    const std::string_view digits = bound.starts_with('-') ? bound.substr(1) : bound;
+    return digits.size() > 1 && digits.front() == '0';
+  };
+  const size_t width =
+      zero_padded(first) || zero_padded(last) ? std::max(first.size(), last.size()) : 0;
+  const uint64_t span = begin <= end ? static_cast<uint64_t>(end) - static_cast<uint64_t>(begin)
+                                     : static_cast<uint64_t>(begin) - static_cast<uint64_t>(end);
+  if (span / static_cast<uint64_t>(step) >= kMaxExpandedNames) {
+    config_error("'" + whole + "' expands to more than " + std::to_string(kMaxExpandedNames) +
+                 " names");
+  }
+  // Unsigned arithmetic: the bounds may be anywhere in int64's range.
+  std::vector<std::string> names;
+  for (uint64_t i = 0; i <= span / static_cast<uint64_t>(step); ++i) {
+    const uint64_t distance = i * static_cast<uint64_t>(step);
+    const int64_t value =
+        static_cast<int64_t>(begin <= end ? static_cast<uint64_t>(begin) + distance
+                                          : static_cast<uint64_t>(begin) - distance);
+    const uint64_t magnitude =
+        value < 0 ? uint64_t{0} - static_cast<uint64_t>(value) : static_cast<uint64_t>(value);
+    const std::string sign = value < 0 ? "-" : "";
+    const std::string digits = std::to_string(magnitude);
+    const size_t pad =
+        width > sign.size() + digits.size() ? width - sign.size() - digits.size() : 0;
+    names.push_back(sign + std::string(pad, '0') + digits);
+  }
+  return names;
+}
+
+// The positions of the commas not nested in an inner brace.
+std::vector<size_t> top_level_commas(std::string_view body) {
+  std::vector<size_t> commas;
+  int depth = 0;
+  for (size_t i = 0; i < body.size(); ++i) {
+    if (body[i] == '{') ++depth;
+    if (body[i] == '}') --depth;
+    if (body[i] == ',' && depth == 0) commas.push_back(i);
+  }
+  return commas;
+}
+
+// What one {...} stands for: a list {a,b}, a range {1..9}, or (as in bash and
+// braceexpand) itself when it is neither, e.g. {a}.
+std::vector<std::string> expand_group(std::string_view body, const std::string& whole) {
+  if (body.empty()) config_error("empty braces {} in '" + whole + "'");
+  const std::vector<size_t> commas = top_level_commas(body);
+  if (!commas.empty()) {
+    std::vector<std::string> names;
+    size_t begin = 0;
+    for (size_t i = 0; i <= commas.size(); ++i) {
+      const size_t end = i < commas.size() ? commas[i] : body.size();
+      for (std::string& name : expand_pattern(body.substr(begin, end - begin), whole)) {
+        names.push_back(std::move(name));
+      }
+      begin = end + 1;
+    }
+    return names;
+  }
+  if (body.find("..") != std::string_view::npos && body.find('{') == std::string_view::npos) {
+    return expand_range(body, whole);
+  }
+  std::vector<std::string> names = expand_pattern(body, whole);
+  for (std::string& name : names) name = "{" + name + "}";
+  return names;
+}
+
+std::vector<std::string> expand_pattern(std::string_view pattern, const std::string& whole) {
+  std::vector<std::string> names{""};
+  size_t pos = 0;
+  while (pos < pattern.size()) {
+    if (pattern[pos] == '}') config_error("unbalanced '}' in '" + whole + "'");
+    if (pattern[pos] != '{') {
+      const size_t end = std::min(pattern.find_first_of("{}", pos), pattern.size());
+      for (std::string& name : names) name.append(pattern.substr(pos, end - pos));
+      pos = end;
+      continue;
+    }
+    int depth = 0;
+    size_t close = pos;
+    for (; close < pattern.size(); ++close) {
+      if (pattern[close] == '{') ++depth;
+      if (pattern[close] == '}' && --depth == 0) break;
+    }
+    if (close == pattern.size()) config_error("unbalanced '{' in '" + whole + "'");
+    const std::vector<std::string> alternatives =
+        expand_group(pattern.substr(pos + 1, close - pos - 1), whole);
+    if (names.size() * alternatives.size() > kMaxExpandedNames) {
+      config_error("'" + whole + "' expands to more than " + std::to_string(kMaxExpandedNames) +
+                   " names");
+    }
+    std::vector<std::string> combined;
+    combined.reserve(names.size() * alternatives.size());
+    for (const std::string& prefix : names) {
+      for (const std::string& alternative : alternatives) combined.push_back(prefix + alternative);
+    }
+    names.swap(combined);
+    pos = close + 1;
+  }
+  return names;
+}
+
+bool is_directory(const std::string& path) {
+  struct stat info;
+  return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+
+bool exists(const std::string& path) {
+  struct stat info;
+  return ::stat(path.c_str(), &info) == 0;
+}
+
+// A shard named without a shard extension is still recognised by its first
+// bytes: tar's "ustar" magic or a compressor's signature. Anything else is a list.
+bool looks_like_archive(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[512] = {};
+  in.read(head, sizeof head);
+  const size_t got = static_cast<size_t>(in.gcount());
+  auto starts_with = [&](std::string_view magic) {
+    return got >= magic.size() && std::memcmp(head, magic.data(), magic.size()) == 0;
+  };
+  if (got >= 262 && std::memcmp(head + 257, "ustar", 5) == 0) return true;
+  return starts_with("\x1f\x8b") || starts_with("\x28\xb5\x2f\xfd") || starts_with("BZh") ||
+         starts_with(std::string_view("\xfd"
+                                      "7zXZ\0",
+                                      6));
+}
+
+std::vector<std::string> shards_in_directory(const std::string& directory) {
+  std::vector<std::string> shards;
+  if (DIR* dir = ::opendir(directory.c_str())) {
+    while (const dirent* entry = ::readdir(dir)) {
+      const std::string path = directory + "/" + entry->d_name;
+      if (has_shard_extension(entry->d_name) && !is_directory(path)) shards.push_back(path);
+    }
+    ::closedir(dir);
+  }
+  std::sort(shards.begin(), shards.end());
+  if (shards.empty()) {
+    config_error("directory " + directory + " holds no shards (*.tar, *.tar.gz, *.tgz, *.tar.zst)");
+  }
+  return shards;
+}
+
+// Lines of a list file; relative paths are relative to the file's directory.
+std::vector<std::string> paths_in_list_file(const std::string& file) {
+  const size_t slash = file.rfind('/');
+  const std::string base = slash == std::string::npos ? "" : file.substr(0, slash + 1);
+  std::vector<std::string> paths;
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t begin = line.find_first_not_of(" \t\r");
+    if (begin == std::string::npos || line[begin] == '#') continue;
+    const size_t end = line.find_last_not_of(" \t\r");
+    const std::string path = line.substr(begin, end - begin + 1);
+    paths.push_back(path.front() == '/' ? path : base + path);
+  }
+  return paths;
+}
+
+// The items of a spec: separated by commas or whitespace outside braces.
+std::vector<std::string> split_items(const std::string& spec) {
+  std::vector<std::string> items;
+  std::string item;
+  int depth = 0;
+  for (const char c : spec) {
+    if (c == '{') ++depth;
+    if (c == '}') --depth;
+    const bool separator =
+        depth == 0 && (c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '\r');
+    if (!separator) item.push_back(c);
+    if (separator && !item.empty()) items.push_back(std::move(item)), item.clear();
+  }
+  if (!item.empty()) items.push_back(std::move(item));
+  return items;
+}
+
+}  // namespace
+
+std::vector<std::string> expand_braces(const std::string& pattern) {
+  return expand_pattern(pattern, pattern);
+}
+
+bool has_shard_extension(const std::string& path) {
+  for (const std::string_view suffix : {".tar", ".tar.gz", ".tgz", ".tar.zst", ".tar.zstd"}) {
+    if (path.size() > suffix.size() && std::string_view(path).ends_with(suffix)) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> resolve_shard_list(const std::string& spec) {
+  std::vector<std::string> shards;
+  std::vector<std::string> missing;  // what is wrong with each, e.g. "shard x.tar does not exist"
+  auto add_if_present = [&](const std::string& path) {
+    if (exists(path)) {
+      shards.push_back(path);
+    } else {
+      missing.push_back("shard " + path + " does not exist");
+    }
+  };
+  for (const std::string& item : split_items(spec)) {
+    for (const std::string& name : expand_braces(item)) {
+      if (name.find_first_of("*?[") != std::string::npos) {
+        glob_t matches;
+        const int status = ::glob(name.c_str(), 0, nullptr, &matches);
+        std::vector<std::string> found;
+        for (size_t i = 0; status == 0 && i < matches.gl_pathc; ++i) {
+          if (!is_directory(matches.gl_pathv[i])) found.emplace_back(matches.gl_pathv[i]);
+        }
+        ::globfree(&matches);
+        // glob(3) sorts by the locale's collation; every rank must agree, so bytes decide.
+        std::sort(found.begin(), found.end());
+        if (found.empty()) missing.push_back("no file matches " + name);
+        shards.insert(shards.end(), found.begin(), found.end());
+      } else if (is_directory(name)) {
+        const std::vector<std::string> found = shards_in_directory(name);
+        shards.insert(shards.end(), found.begin(), found.end());
+      } else if (exists(name) && !has_shard_extension(name) && !looks_like_archive(name)) {
+        for (const std::string& path : paths_in_list_file(name)) add_if_present(path);
+      } else {
+        add_if_present(name);
+      }
+    }
+  }
+  if (!missing.empty()) {
+    const size_t listed = shards.size() + missing.size();
+    config_error(missing.front() + " (" + std::to_string(missing.size()) + " of " +
+                 std::to_string(listed) + " listed shards are missing)");
+  }
+  if (shards.empty()) config_error("no shards given ('" + spec + "')");
+  return shards;
+}
+
+}  // namespace trainbench

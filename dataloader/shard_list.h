@@ -1,0 +1,29 @@
+// STORAGE READ. Turns data.shards into the list of shard paths, in a fixed
+// order every rank agrees on. A spec is one or more items separated by
+// commas or whitespace; each item is
+//   - a brace pattern, webdataset style: train-{000000..000127}.tar, several
+//     braces, and {a,b,c} lists (zero padding follows the wider bound);
+//   - a glob (* ? [...]) after brace expansion, matches sorted;
+//   - a directory: every *.tar, *.tar.gz, *.tgz, *.tar.zst in it, sorted;
+//   - a text file that is not a tar (e.g. shards.txt): one path per line,
+//     blank lines and # comments ignored, relative paths relative to the file;
+//   - otherwise a literal shard path.
+// Throws DataError(kConfig) naming the first missing path (and how many are
+// missing) or saying the list is empty.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace trainbench {
+
+// Brace expansion alone (no filesystem access). Throws DataError(kConfig) on
+// an unbalanced or empty brace, or a range whose bounds are not integers.
+std::vector<std::string> expand_braces(const std::string& pattern);
+
+std::vector<std::string> resolve_shard_list(const std::string& spec);
+
+// True for names webdataset treats as shards: .tar, .tar.gz, .tgz, .tar.zst, .tar.zstd.
+bool has_shard_extension(const std::string& path);
+
+}  // namespace trainbench

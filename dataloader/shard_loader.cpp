@@ -1,0 +1,552 @@
+#include "dataloader/shard_loader.h"
+
+#include <algorithm>  // std::copy_n, std::find
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>    // std::memcpy
+#include <deque>
+#include <exception>  // std::exception_ptr
+#include <mutex>
+#include <new>        // std::bad_alloc
+#include <optional>
+#include <thread>
+#include <utility>    // std::move
+
+#include "dataloader/data_error.h"
+#include "dataloader/shard_assignment.h"
+#include "dataloader/tar_reader.h"
+#include "dataloader/token_packer.h"
+#include "dataloader/webdataset.h"
+
+namespace trainbench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kKeptSkipMessages = 20;  // the rest are only counted
+
+// A reader's whole state at one batch boundary. The token vectors are
+// shared, so taking one per batch costs a few hundred reference counts, not
+// a copy of the shuffle buffer.
+struct ReaderSnapshot {
+  int64_t epoch = 0;
+  int64_t shard_cursor = 0;
+  int64_t samples_into_shard = 0;
+  uint64_t shuffle_rng = 0;
+  std::vector<SharedTokens> shuffle_buffer;
+  PackerState packer;
+};
+
+// One ring entry: a micro-batch's inputs then targets in one host allocation.
+struct BatchSlot {
+  int32_t* tokens = nullptr;
+  HostBatch view;
+  ReaderSnapshot after;  // the reader's state once this batch was complete
+};
+
+// What every reader and the consumer share.
+struct SharedState {
+  explicit SharedState(const LoaderOptions& o) : options(o) {}
+  const LoaderOptions& options;
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> storage_bytes{0}, sample_bytes{0}, samples{0}, tokens{0}, shards_opened{0},
+      samples_skipped{0}, shards_skipped{0}, read_busy_ns{0};
+  std::mutex mutex;  // guards the two below
+  std::vector<std::string> skip_messages;
+  std::exception_ptr first_error;
+  std::atomic<bool> failed{false};
+};
+
+class Reader {
+ public:
+  Reader(SharedState& shared, int64_t index, const ReaderPosition* resume)
+      : shared_(shared),
+        options_(shared.options),
+        index_(index),
+        format_(token_format_of_field(options_.field)),
+        packer_(options_.seq_len, options_.eos_token),
+        tar_(options_.block_bytes),
+        window_(static_cast<size_t>(options_.seq_len + 1)) {
+    if (resume != nullptr) {
+      epoch_ = resume->epoch;
+      cursor_ = resume->shard_cursor;
+      samples_into_shard_ = resume->samples_into_shard;
+      rng_ = resume->shuffle_rng;
+      for (const std::vector<int32_t>& tokens : resume->shuffle_buffer)
+        buffer_.push_back(std::make_shared<const std::vector<int32_t>>(tokens));
+      PackerState packer;
+      packer.partial = resume->partial_window;
+      if (!resume->current_rest.empty())
+        packer.current = std::make_shared<const std::vector<int32_t>>(resume->current_rest);
+      packer.eos_pending = resume->eos_pending;
+      packer_.restore(std::move(packer));
+    } else {
+      // Each (seed, rank, reader) gets its own shuffle stream.
+      uint64_t mix = options_.seed;
+      mix = splitmix64_next(&mix) ^ static_cast<uint64_t>(options_.rank * 1000003 + index_);
+      rng_ = splitmix64_next(&mix);
+    }
+    assignment_ = assignment_for(epoch_);
+    initial_ = snapshot();
+  }
+
+  ~Reader() { join(); }
+
+  void allocate_slots(int64_t count, const HostAllocator& allocator) {
+    const int64_t n = options_.micro_batch * options_.seq_len;
+    slots_.resize(static_cast<size_t>(count));
+    for (BatchSlot& slot : slots_) {
+      slot.tokens = static_cast<int32_t*>(allocator.allocate(sizeof(int32_t) * 2 * n));
+      if (slot.tokens == nullptr) throw std::bad_alloc();
+      slot.view = HostBatch{slot.tokens, slot.tokens + n, options_.micro_batch, options_.seq_len};
+      free_.push_back(&slot);
+    }
+  }
+  void release_slots(const HostAllocator& allocator) {
+    for (BatchSlot& slot : slots_) allocator.release(slot.tokens);
+    slots_.clear();
+  }
+
+  void start() { thread_ = std::thread([this] { run(); }); }
+  void join() {
+    if (thread_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+      }  // the stop flag is set; wake a reader waiting for a free slot
+      changed_.notify_all();
+      thread_.join();
+    }
+  }
+  void wake() { changed_.notify_all(); }
+
+  // Consumer side. Waits until a batch is ready, the loader failed, or the
+  // deadline passes (nullptr then).
+  BatchSlot* take_ready(Clock::time_point deadline) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    // Woken by this reader; polled for a failure of any other reader, which
+    // notifies only its own consumers.
+    constexpr auto kPoll = std::chrono::milliseconds(50);
+    while (ready_.empty() && !shared_.failed.load() && Clock::now() < deadline)
+      changed_.wait_until(lock, std::min(deadline, Clock::now() + kPoll));
+    if (ready_.empty()) return nullptr;
+    BatchSlot* slot = ready_.front();
+    ready_.pop_front();
+    return slot;
+  }
+  void give_back(BatchSlot* slot) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      free_.push_back(slot);
+    }
+    changed_.notify_all();
+  }
+
+  const ReaderSnapshot& initial_snapshot() const { return initial_; }
+  // The shard it is on, for a timeout message.
+  std::string current_shard() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return current_path_;
+  }
+
+ private:
+  std::vector<int64_t> assignment_for(int64_t epoch) const {
+    return shards_for_reader(static_cast<int64_t>(options_.shards.size()), options_.seed, epoch,
+                             options_.rank, options_.world, index_, options_.readers);
+  }
+
+  ReaderSnapshot snapshot() const {
+    return ReaderSnapshot{epoch_, cursor_, samples_into_shard_, rng_, buffer_, packer_.state()};
+  }
+
+  void run() {
+    try {
+      for (;;) {
+        BatchSlot* slot = nullptr;
+        {
+          std::unique_lock<std::mutex> lock(mutex_);
+          changed_.wait(lock, [&] { return !free_.empty() || shared_.stop.load(); });
+          if (shared_.stop.load()) return;
+          slot = free_.front();
+          free_.pop_front();
+        }
+        const Clock::time_point begin = Clock::now();
+        fill(slot);
+        slot->after = snapshot();
+        shared_.read_busy_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                    Clock::now() - begin).count();
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          ready_.push_back(slot);
+        }
+        changed_.notify_all();
+      }
+    } catch (...) {
+      {
+        std::lock_guard<std::mutex> lock(shared_.mutex);
+        if (!shared_.first_error) shared_.first_error = std::current_exception();
+      }
+      shared_.failed = true;
+      changed_.notify_all();
+    }
+  }
+
+  void fill(BatchSlot* slot) {
+    const int64_t T = options_.seq_len;
+    const int64_t n = options_.micro_batch * T;
+    for (int64_t row = 0; row < options_.micro_batch; ++row) {
+      while (!packer_.fill_window(window_.data())) {
+        if (shared_.stop.load()) return;
+        packer_.feed(next_shuffled());
+      }
+      std::copy_n(window_.data(), T, slot->tokens + row * T);
+      std::copy_n(window_.data() + 1, T, slot->tokens + n + row * T);
+    }
+  }
+
+  // webdataset's shuffle: keep `shuffle_buffer` samples, hand out a random one.
+  SharedTokens next_shuffled() {
+    const auto capacity = static_cast<size_t>(options_.shuffle_buffer);
+    if (capacity <= 1) return read_sample();
+    while (buffer_.size() < capacity) buffer_.push_back(read_sample());
+    const size_t k = splitmix64_below(&rng_, buffer_.size());
+    SharedTokens out = std::move(buffer_[k]);
+    buffer_[k] = std::move(buffer_.back());
+    buffer_.pop_back();
+    return out;
+  }
+
+  void note_skip(bool whole_shard, const std::string& message) {
+    (whole_shard ? shared_.shards_skipped : shared_.samples_skipped)++;
+    std::lock_guard<std::mutex> lock(shared_.mutex);
+    if (shared_.skip_messages.size() < kKeptSkipMessages) shared_.skip_messages.push_back(message);
+  }
+
+  // With data.on_corrupt: skip, a bad sample or shard is counted and left
+  // out; otherwise (or for a configuration error) it ends the run.
+  void handle(const DataError& error) {
+    if (!options_.skip_corrupt || error.scope() == CorruptScope::kConfig) throw error;
+    if (error.scope() == CorruptScope::kSample) {
+      note_skip(false, error.what());
+    } else {
+      note_skip(true, error.what());
+      close_shard();
+      advance_shard();
+    }
+  }
+
+  void account_storage_bytes() {
+    const int64_t now = tar_.storage_bytes();
+    shared_.storage_bytes += now - storage_bytes_counted_;
+    storage_bytes_counted_ = now;
+  }
+
+  void close_shard() {
+    account_storage_bytes();
+    tar_.close();
+    samples_.reset();
+    shard_open_ = false;
+  }
+
+  void advance_shard() {
+    samples_into_shard_ = 0;
+    // Every shard skipped, pass after pass: with skip, the loop would spin
+    // forever on unreadable data. Twice the list is more than a full pass
+    // for this reader whatever the epochs' split.
+    const auto limit = static_cast<int64_t>(2 * options_.shards.size());
+    if (++shards_without_sample_ > limit)
+      throw DataError(CorruptScope::kConfig,
+                      "data.shards: reader " + std::to_string(index_) + " of rank " +
+                          std::to_string(options_.rank) + " found no readable sample in " +
+                          std::to_string(limit) + " shards in a row (the last: " +
+                          current_path_ + ")");
+    if (++cursor_ < static_cast<int64_t>(assignment_.size())) return;
+    ++epoch_;
+    assignment_ = assignment_for(epoch_);
+    cursor_ = 0;
+  }
+
+  void open_shard() {
+    const std::string& path = options_.shards[static_cast<size_t>(assignment_[cursor_])];
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      current_path_ = path;
+    }
+    storage_bytes_counted_ = 0;
+    tar_.open(path);
+    samples_.emplace(tar_, options_.max_member_bytes);
+    shard_open_ = true;
+    shared_.shards_opened++;
+    // Resuming: step over the samples the position says were already taken.
+    for (int64_t skipped = 0; skipped < samples_into_shard_; ++skipped) {
+      try {
+        if (!samples_->next(&sample_)) break;
+      } catch (const DataError& error) {
+        if (error.scope() != CorruptScope::kSample) throw;
+      }
+    }
+  }
+
+  SharedTokens read_sample() {
+    for (;;) {
+      if (shared_.stop.load()) return std::make_shared<const std::vector<int32_t>>();
+      try {
+        if (!shard_open_) open_shard();
+      } catch (const DataError& error) {
+        handle(error);
+        continue;
+      }
+      bool got = false;
+      try {
+        got = samples_->next(&sample_);
+      } catch (const DataError& error) {
+        // The corrupt sample was consumed; a restore steps over it too.
+        if (error.scope() == CorruptScope::kSample) ++samples_into_shard_;
+        handle(error);
+        continue;
+      }
+      if (!got) {
+        close_shard();
+        advance_shard();
+        continue;
+      }
+      ++samples_into_shard_;
+      SharedTokens tokens;
+      try {
+        tokens = decode_sample();
+      } catch (const DataError& error) {
+        handle(error);
+        continue;
+      }
+      account_storage_bytes();
+      if (options_.inject_delay_s > 0)
+        std::this_thread::sleep_for(std::chrono::duration<double>(options_.inject_delay_s));
+      return tokens;
+    }
+  }
+
+  SharedTokens decode_sample() {
+    const std::string& path = tar_.path();
+    const SampleMember* member = sample_.find(options_.field);
+    if (member == nullptr) {
+      std::string present;
+      for (size_t i = 0; i < sample_.member_count; ++i)
+        present += (i ? ", ." : ".") + sample_.members[i].extension;
+      throw DataError(CorruptScope::kSample,
+                      at_offset(path, sample_.offset, "sample '" + sample_.key + "' has no ." +
+                                                          options_.field + " member (it has " +
+                                                          present + ")"));
+    }
+    auto tokens = std::make_shared<std::vector<int32_t>>();
+    std::string error;
+    if (!decode_tokens(format_, member->data.data(), member->data.size(), options_.vocab,
+                       tokens.get(), &error))
+      throw DataError(CorruptScope::kSample,
+                      at_offset(path, sample_.offset,
+                                "sample '" + sample_.key + "' ." + member->extension + ": " + error));
+    shared_.samples++;
+    shared_.tokens += static_cast<int64_t>(tokens->size());
+    shared_.sample_bytes += sample_.bytes;
+    shards_without_sample_ = 0;
+    return tokens;
+  }
+
+  SharedState& shared_;
+  const LoaderOptions& options_;
+  const int64_t index_;
+  const TokenFormat format_;
+
+  // The stream position (what a snapshot records).
+  int64_t epoch_ = 0;
+  int64_t cursor_ = 0;
+  int64_t samples_into_shard_ = 0;
+  uint64_t rng_ = 0;
+  std::vector<SharedTokens> buffer_;
+  TokenPacker packer_;
+
+  std::vector<int64_t> assignment_;
+  int64_t shards_without_sample_ = 0;  // shards finished since the last good sample
+  TarReader tar_;
+  std::optional<SampleReader> samples_;
+  Sample sample_;  // buffers reused from sample to sample
+  bool shard_open_ = false;
+  int64_t storage_bytes_counted_ = 0;
+  std::vector<int32_t> window_;
+  ReaderSnapshot initial_;
+
+  std::vector<BatchSlot> slots_;
+  mutable std::mutex mutex_;  // guards free_, ready_, current_path_
+  std::condition_variable changed_;
+  std::deque<BatchSlot*> free_, ready_;
+  std::string current_path_;
+  std::thread thread_;
+};
+
+ReaderPosition to_position(const ReaderSnapshot& s) {
+  ReaderPosition p;
+  p.epoch = s.epoch;
+  p.shard_cursor = s.shard_cursor;
+  p.samples_into_shard = s.samples_into_shard;
+  p.shuffle_rng = s.shuffle_rng;
+  for (const SharedTokens& tokens : s.shuffle_buffer) p.shuffle_buffer.push_back(*tokens);
+  p.partial_window = s.packer.partial;
+  if (s.packer.current != nullptr)
+    p.current_rest.assign(s.packer.current->begin() + s.packer.offset, s.packer.current->end());
+  p.eos_pending = s.packer.eos_pending;
+  return p;
+}
+
+std::string readers_text(const LoaderOptions& o) {
+  return std::to_string(o.world) + " rank(s) x " + std::to_string(o.readers) +
+         " reader(s) = " + std::to_string(o.world * o.readers) + " readers";
+}
+
+void check_options(const LoaderOptions& o) {
+  const auto fail = [](const std::string& what) { throw DataError(CorruptScope::kConfig, what); };
+  if (o.shards.empty()) fail("data.shards: the shard list is empty");
+  if (o.readers < 1) fail("data.readers: must be >= 1");
+  if (o.prefetch < 1) fail("data.prefetch: must be >= 1");
+  if (o.world < 1 || o.rank < 0 || o.rank >= o.world)
+    fail("rank " + std::to_string(o.rank) + " is outside a world of " + std::to_string(o.world));
+  if (o.micro_batch < 1 || o.seq_len < 1) fail("micro_batch and seq_len must be >= 1");
+  if (o.eos_token < 0 || o.eos_token >= o.vocab)
+    fail("data.eos_token: " + std::to_string(o.eos_token) + " is not a token id below model.vocab (" +
+         std::to_string(o.vocab) + ")");
+  if (o.block_bytes < (1 << 20)) fail("data.block_bytes: must be at least 1 MiB");
+  if (o.timeout_s <= 0) fail("data.timeout_s: must be > 0");
+  const auto shard_count = static_cast<int64_t>(o.shards.size());
+  if (shard_count < o.world * o.readers)
+    fail("data.shards: " + std::to_string(shard_count) + " shard(s) for " + readers_text(o) +
+         "; every reader needs at least one shard: lower data.readers or give at least " +
+         std::to_string(o.world * o.readers) + " shards (trainbench shards synth --count N)");
+  token_format_of_field(o.field);  // throws for an unknown format
+}
+
+void check_resume(const LoaderOptions& o, const LoaderPosition& p) {
+  const auto same = [](int64_t a, int64_t b) { return a == b; };
+  if (!same(p.shard_count, static_cast<int64_t>(o.shards.size())) || !same(p.rank, o.rank) ||
+      !same(p.world, o.world) || !same(p.readers, o.readers) || p.seed != o.seed ||
+      !same(static_cast<int64_t>(p.reader_positions.size()), o.readers))
+    throw DataError(CorruptScope::kConfig,
+                    "the saved loader position was taken with " +
+                        std::to_string(p.shard_count) + " shards, seed " + std::to_string(p.seed) +
+                        ", rank " + std::to_string(p.rank) + " of " + std::to_string(p.world) +
+                        ", " + std::to_string(p.readers) + " reader(s); this run has " +
+                        std::to_string(o.shards.size()) + " shards, seed " +
+                        std::to_string(o.seed) + ", rank " + std::to_string(o.rank) + " of " +
+                        std::to_string(o.world) + ", " + std::to_string(o.readers) +
+                        " reader(s): resume needs the same data and layout");
+}
+
+}  // namespace
+
+struct ShardLoader::Impl {
+  LoaderOptions options;
+  SharedState shared{options};
+  std::vector<std::unique_ptr<Reader>> readers;
+  std::vector<ReaderSnapshot> consumed;  // per reader: the snapshot of its last consumed batch
+  int64_t batches_consumed = 0;
+  BatchSlot* current = nullptr;  // handed to the trainer, returned on the next call
+  int64_t current_reader = 0;
+
+  ~Impl() {
+    shared.stop = true;
+    for (auto& reader : readers) reader->join();
+    for (auto& reader : readers) reader->release_slots(options.allocator);
+  }
+};
+
+ShardLoader::ShardLoader(LoaderOptions options, const LoaderPosition* resume_from)
+    : impl_(std::make_unique<Impl>()) {
+  check_options(options);
+  if (resume_from != nullptr) check_resume(options, *resume_from);
+  if (!options.allocator.allocate) options.allocator = plain_host_allocator();
+  impl_->options = std::move(options);
+  Impl& impl = *impl_;
+  for (int64_t r = 0; r < impl.options.readers; ++r) {
+    const ReaderPosition* from =
+        resume_from != nullptr ? &resume_from->reader_positions[static_cast<size_t>(r)] : nullptr;
+    impl.readers.push_back(std::make_unique<Reader>(impl.shared, r, from));
+    impl.readers.back()->allocate_slots(impl.options.prefetch, impl.options.allocator);
+    impl.consumed.push_back(impl.readers.back()->initial_snapshot());
+  }
+  if (resume_from != nullptr) impl.batches_consumed = resume_from->batches_consumed;
+  for (auto& reader : impl.readers) reader->start();
+}
+
+ShardLoader::~ShardLoader() = default;
+
+const HostBatch& ShardLoader::next(double* wait_seconds) {
+  Impl& impl = *impl_;
+  if (impl.current != nullptr) {
+    impl.readers[static_cast<size_t>(impl.current_reader)]->give_back(impl.current);
+    impl.current = nullptr;
+  }
+  const Clock::time_point begin = Clock::now();
+  const int64_t r = impl.batches_consumed % impl.options.readers;
+  Reader& reader = *impl.readers[static_cast<size_t>(r)];
+  const auto deadline =
+      begin + std::chrono::duration_cast<Clock::duration>(
+                  std::chrono::duration<double>(impl.options.timeout_s));
+  BatchSlot* slot = reader.take_ready(deadline);
+  if (slot == nullptr) {
+    if (impl.shared.failed.load()) {
+      std::exception_ptr error;
+      {
+        std::lock_guard<std::mutex> lock(impl.shared.mutex);
+        error = impl.shared.first_error;
+      }
+      std::rethrow_exception(error);
+    }
+    const std::string shard = reader.current_shard();
+    throw LoaderTimeout("data: no batch from reader " + std::to_string(r) + " of rank " +
+                        std::to_string(impl.options.rank) + " within data.timeout_s = " +
+                        std::to_string(impl.options.timeout_s) + " s" +
+                        (shard.empty() ? "" : " (reading " + shard + ")") +
+                        ": storage is stalled or far too slow");
+  }
+  if (wait_seconds != nullptr)
+    *wait_seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+  // The slot takes the reader's previous snapshot in exchange, so the
+  // samples only it still holds are freed by the reader when it refills the
+  // slot: frees stay on the thread that allocated, off the trainer's thread
+  // and clear of malloc's cross-thread arena locking.
+  std::swap(impl.consumed[static_cast<size_t>(r)], slot->after);
+  impl.current = slot;
+  impl.current_reader = r;
+  ++impl.batches_consumed;
+  return slot->view;
+}
+
+SourceStats ShardLoader::stats() const {
+  const SharedState& s = impl_->shared;
+  SourceStats out;
+  out.storage_bytes = s.storage_bytes;
+  out.sample_bytes = s.sample_bytes;
+  out.samples = s.samples;
+  out.tokens = s.tokens;
+  out.shards_opened = s.shards_opened;
+  out.samples_skipped = s.samples_skipped;
+  out.shards_skipped = s.shards_skipped;
+  out.read_busy_s = static_cast<double>(s.read_busy_ns.load()) * 1e-9;
+  std::lock_guard<std::mutex> lock(impl_->shared.mutex);
+  out.skip_messages = impl_->shared.skip_messages;
+  return out;
+}
+
+LoaderPosition ShardLoader::position() const {
+  const Impl& impl = *impl_;
+  LoaderPosition position;
+  position.shard_count = static_cast<int64_t>(impl.options.shards.size());
+  position.rank = impl.options.rank;
+  position.world = impl.options.world;
+  position.readers = impl.options.readers;
+  position.seed = impl.options.seed;
+  position.batches_consumed = impl.batches_consumed;
+  for (const ReaderSnapshot& snapshot : impl.consumed)
+    position.reader_positions.push_back(to_position(snapshot));
+  return position;
+}
+
+}  // namespace trainbench

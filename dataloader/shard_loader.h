@@ -1,0 +1,98 @@
+// STORAGE READ. The webdataset shard loader: N reader threads per rank read
+// whole samples from their shards (shard_assignment.h), shuffle them in a
+// bounded buffer, pack their tokens into windows (token_packer.h) and fill
+// micro-batches in a ring of host buffers; the trainer takes ready batches.
+//
+// Determinism: batch i of a rank comes from reader i % readers, and each
+// reader's stream depends only on (seed, epoch, rank, world, reader,
+// readers) — as a PyTorch DataLoader with workers over a webdataset — so a
+// run is reproducible for a given seed, rank count and reader count, however
+// the threads are scheduled.
+#pragma once
+
+#include <cstdint>  // int64_t, uint64_t
+#include <memory>   // std::unique_ptr
+#include <string>
+#include <vector>
+
+#include "dataloader/batch_source.h"  // BatchSource, HostAllocator, SourceStats
+#include "dataloader/token_decode.h"  // TokenFormat
+
+namespace trainbench {
+
+struct LoaderOptions {
+  std::vector<std::string> shards;  // resolved paths (resolve_shard_list)
+  int64_t micro_batch = 1;
+  int64_t seq_len = 1;
+  int64_t vocab = 1;
+  std::string field = "u16";        // the token member's extension
+  int32_t eos_token = 0;            // separator after every sample
+  int64_t readers = 2;              // reader threads on this rank
+  int64_t prefetch = 4;             // ready batches each reader may hold
+  int64_t shuffle_buffer = 256;     // samples; 0 or 1 = read order
+  uint64_t seed = 1;
+  int64_t rank = 0;
+  int64_t world = 1;
+  int64_t max_member_bytes = 256LL << 20;
+  int64_t block_bytes = 4LL << 20;  // libarchive read block
+  bool skip_corrupt = false;        // data.on_corrupt: skip
+  double timeout_s = 300;           // longest wait for one batch before giving up
+  double inject_delay_s = 0;        // fault injection: sleep per sample read (slow storage)
+  HostAllocator allocator;          // empty = plain_host_allocator()
+};
+
+// Where one reader stands after the batches the trainer has consumed.
+struct ReaderPosition {
+  int64_t epoch = 0;
+  int64_t shard_cursor = 0;        // index into this reader's shards of `epoch`
+  int64_t samples_into_shard = 0;  // samples already taken from that shard
+  uint64_t shuffle_rng = 0;        // splitmix64 state
+  std::vector<std::vector<int32_t>> shuffle_buffer;  // samples waiting in it
+  std::vector<int32_t> partial_window;  // packer: window being filled
+  std::vector<int32_t> current_rest;    // packer: tokens of the current sample still to place
+  bool eos_pending = false;             // packer: that sample's separator still to place
+};
+
+// The loader's exact position: restoring it continues the batch stream as
+// if the run had never stopped. Valid only for the same shard list, seed,
+// rank, world and readers, which it records and restore checks.
+struct LoaderPosition {
+  int64_t shard_count = 0, rank = 0, world = 1, readers = 1;
+  uint64_t seed = 0;
+  int64_t batches_consumed = 0;
+  std::vector<ReaderPosition> reader_positions;
+};
+
+std::string serialize_position(const LoaderPosition& position);
+// Throws DataError(kConfig) when the bytes are not a position this version wrote.
+LoaderPosition parse_position(const std::string& bytes);
+
+// Raised when no batch arrives within timeout_s: the CLI exits 3 with it.
+class LoaderTimeout : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class ShardLoader final : public BatchSource {
+ public:
+  // Checks the options (DataError(kConfig): fewer shards than ranks x
+  // readers, unknown field, ...), then starts the reader threads. With
+  // `resume_from`, the readers continue from that position.
+  explicit ShardLoader(LoaderOptions options, const LoaderPosition* resume_from = nullptr);
+  ~ShardLoader() override;
+  ShardLoader(const ShardLoader&) = delete;
+  ShardLoader& operator=(const ShardLoader&) = delete;
+
+  // Throws DataError when a reader met bad data (data.on_corrupt: fail), or
+  // LoaderTimeout.
+  const HostBatch& next(double* wait_seconds) override;
+  SourceStats stats() const override;
+  // The position after the last batch next() returned.
+  LoaderPosition position() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainbench

@@ -1,0 +1,354 @@
+#include "dataloader/shard_tools.h"
+
+#include <algorithm>   // std::sort, std::transform
+#include <cctype>      // std::tolower
+#include <cstdint>     // INT64_MAX
+#include <cstring>     // std::memcpy
+#include <filesystem>  // walking pack's input tree, creating output directories
+#include <fstream>     // reading pack's input files
+#include <optional>
+#include <stdexcept>  // std::invalid_argument, std::runtime_error
+
+#include "dataloader/data_error.h"    // DataError: what verify collects
+#include "dataloader/shard_writer.h"  // ShardSeries
+#include "dataloader/tar_reader.h"    // TarReader
+#include "dataloader/token_decode.h"  // decode_tokens
+#include "dataloader/webdataset.h"    // SampleReader, split_key_extension
+
+namespace trainbench {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// splitmix64: small, fast, and the same sequence with every compiler and
+// standard library (std::uniform_int_distribution is not), so a seed names
+// the same bytes everywhere.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, n) by multiply-shift; its bias (below n / 2^64) is far
+  // under anything a benchmark's data could show.
+  uint64_t below(uint64_t n) {
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(next()) * n) >> 64);
+  }
+  int64_t between(int64_t low, int64_t high) {
+    return low + static_cast<int64_t>(below(static_cast<uint64_t>(high - low) + 1));
+  }
+
+ private:
+  uint64_t state_;
+};
+
+constexpr int64_t kMaxU16Vocab = int64_t{1} << 16;
+constexpr int64_t kMaxVocab = int64_t{1} << 31;  // token ids are int32 once decoded
+// txt tokens are printable ASCII, so the text reads as text.
+constexpr int kFirstPrintable = 0x20, kLastPrintable = 0x7E;
+
+void require(bool condition, const std::string& message) {
+  if (!condition) throw std::invalid_argument(message);
+}
+
+}  // namespace
+
+void check_synth_options(const SynthOptions& o) {
+  require(!o.out_dir.empty(), "--out: an output directory is required");
+  require(!o.prefix.empty() && o.prefix.find_first_of("/%") == std::string::npos,
+          "--prefix '" + o.prefix + "': must be a non-empty file name prefix without '/' or '%'");
+  require(o.count >= 1, "--count: must be >= 1 (got " + std::to_string(o.count) + ")");
+  require(o.samples_per_shard >= 0 && o.shard_bytes >= 0 && (o.samples_per_shard > 0) != (o.shard_bytes > 0),
+          "--samples N or --size BYTES: exactly one, and > 0");
+  require(o.field == "u16" || o.field == "u32" || o.field == "npy" || o.field == "txt",
+          "--field '" + o.field + "': must be u16, u32, npy or txt");
+  require(o.vocab >= 1 && o.vocab <= kMaxVocab,
+          "--vocab: must be in 1.." + std::to_string(kMaxVocab) + " (got " + std::to_string(o.vocab) + ")");
+  require(o.field != "u16" || o.vocab <= kMaxU16Vocab,
+          "--vocab " + std::to_string(o.vocab) +
+              " does not fit --field u16 (ids up to 65535): use --field u32 or npy");
+  require(
+      o.field != "txt" || o.vocab > kLastPrintable,
+      "--vocab " + std::to_string(o.vocab) +
+          " with --field txt: its tokens are printable ASCII bytes (ids 32..126), so --vocab must be >= 127");
+  require(o.tokens_mean >= 1 && o.tokens_spread >= 0 && o.tokens_mean + o.tokens_spread <= (int64_t{1} << 30),
+          "--tokens MEAN[:SPREAD]: needs MEAN >= 1, SPREAD >= 0 and MEAN + SPREAD <= 2^30");
+  require(o.payload_bytes >= 0 && o.payload_spread >= 0 && o.payload_spread <= o.payload_bytes &&
+              o.payload_bytes + o.payload_spread <= (int64_t{1} << 40),
+          "--payload-bytes BYTES[:SPREAD]: needs 0 <= SPREAD <= BYTES and BYTES + SPREAD <= 1 TiB");
+}
+
+namespace {
+
+// A .npy v1.0 header for a 1-D little-endian array of `count` elements.
+// numpy pads the header with spaces and a newline to a multiple of 64 bytes.
+std::string npy_header(const char* descr, int64_t count) {
+  std::string dict = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (" +
+                     std::to_string(count) + ",), }";
+  const size_t preamble = 10;  // magic (6), version (2), header length (2)
+  const size_t total = (preamble + dict.size() + 1 + 63) / 64 * 64;
+  dict.append(total - preamble - dict.size() - 1, ' ');
+  dict += '\n';
+  std::string header = "\x93NUMPY";
+  header += '\x01';
+  header += '\x00';
+  header += static_cast<char>(dict.size() & 0xFF);
+  header += static_cast<char>(dict.size() >> 8);
+  return header + dict;
+}
+
+// One synthetic sample. Its content depends only on the options and its
+// global index, never on how samples fall into shards.
+struct SynthSample {
+  std::string key;
+  int64_t tokens = 0;
+  std::vector<uint8_t> token_bytes;
+  std::vector<uint8_t> payload;
+  std::vector<MemberToWrite> members;
+};
+
+void append_little_endian(std::vector<uint8_t>* out, uint32_t value, int width) {
+  for (int b = 0; b < width; ++b) out->push_back(static_cast<uint8_t>(value >> (8 * b)));
+}
+
+void make_sample(const SynthOptions& o, int64_t index, SynthSample* s) {
+  // Each sample's stream starts at a scrambled point of its own, so samples
+  // of one seed (and the same index under two seeds) share no values.
+  SplitMix64 start(SplitMix64(o.seed).next() + static_cast<uint64_t>(index) * 0xD1B54A32D192ED03ULL);
+  SplitMix64 rng(start.next());
+  std::string key = std::to_string(index);
+  if (key.size() < 9) key.insert(0, 9 - key.size(), '0');
+  s->key = std::move(key);
+  s->tokens =
+      rng.between(std::max<int64_t>(1, o.tokens_mean - o.tokens_spread), o.tokens_mean + o.tokens_spread);
+
+  s->token_bytes.clear();
+  const bool wide = o.field == "u32" || (o.field == "npy" && o.vocab > kMaxU16Vocab);
+  if (o.field == "npy") {
+    const std::string header = npy_header(wide ? "<u4" : "<u2", s->tokens);
+    s->token_bytes.assign(header.begin(), header.end());
+  }
+  if (o.field == "txt") {
+    for (int64_t t = 0; t < s->tokens; ++t)
+      s->token_bytes.push_back(static_cast<uint8_t>(rng.between(kFirstPrintable, kLastPrintable)));
+  } else {
+    const uint64_t vocab = static_cast<uint64_t>(o.vocab);
+    for (int64_t t = 0; t < s->tokens; ++t)
+      append_little_endian(&s->token_bytes, static_cast<uint32_t>(rng.below(vocab)), wide ? 4 : 2);
+  }
+
+  s->payload.clear();
+  if (o.payload_bytes > 0) {
+    s->payload.resize(static_cast<size_t>(
+        rng.between(o.payload_bytes - o.payload_spread, o.payload_bytes + o.payload_spread)));
+    for (size_t at = 0; at < s->payload.size(); at += 8) {
+      const uint64_t word = rng.next();
+      std::memcpy(s->payload.data() + at, &word, std::min<size_t>(8, s->payload.size() - at));
+    }
+  }
+
+  s->members.clear();
+  s->members.push_back({o.field, s->token_bytes.data(), s->token_bytes.size()});
+  if (o.payload_bytes > 0) s->members.push_back({"payload.bin", s->payload.data(), s->payload.size()});
+}
+
+void create_output_directory(const fs::path& dir) {
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error) throw std::runtime_error("cannot create directory " + dir.string() + ": " + error.message());
+}
+
+struct SourceFile {
+  fs::path path;
+  std::string key;              // as webdataset derives it from the relative path
+  std::string extension;        // as written (member name = key + "." + extension)
+  std::string extension_lower;  // as readers compare it
+  int64_t size = 0;
+};
+
+void read_whole_file(const fs::path& path, std::vector<uint8_t>* out) {
+  std::ifstream in(path, std::ios::binary);
+  std::error_code error;
+  const uintmax_t size = fs::file_size(path, error);
+  if (!in || error) throw std::runtime_error("cannot read " + path.string());
+  out->resize(static_cast<size_t>(size));
+  in.read(reinterpret_cast<char*>(out->data()), static_cast<std::streamsize>(size));
+  if (in.gcount() != static_cast<std::streamsize>(size) || in.peek() != std::ifstream::traits_type::eof())
+    throw std::runtime_error("cannot read " + path.string() + ": it changed size while being packed");
+}
+
+}  // namespace
+
+SynthResult synthesize_shards(const SynthOptions& options, const ProgressCallback& progress) {
+  check_synth_options(options);
+  create_output_directory(options.out_dir);
+  ShardSeries series(options.out_dir + "/" + options.prefix + "-%06d.tar", options.shard_bytes,
+                     options.samples_per_shard);
+  const bool by_size = options.shard_bytes > 0;
+  const int64_t per_shard = by_size ? options.shard_bytes : options.samples_per_shard;
+  const int64_t total = options.count > INT64_MAX / per_shard ? INT64_MAX : options.count * per_shard;
+
+  SynthResult result;
+  SynthSample sample;
+  for (int64_t index = 0;; ++index) {
+    make_sample(options, index, &sample);
+    if (series.starts_new_shard(sample.key, sample.members) &&
+        static_cast<int64_t>(series.paths().size()) == options.count)
+      break;
+    series.write_sample(sample.key, sample.members);
+    ++result.samples;
+    result.tokens += sample.tokens;
+    if (progress)
+      progress(by_size ? series.bytes_written() : result.samples, total, by_size ? "bytes" : "samples");
+  }
+  series.close();
+  result.paths = series.paths();
+  result.bytes = series.bytes_written();
+  return result;
+}
+
+PackResult pack_directory(const PackOptions& options, const ProgressCallback& progress) {
+  const fs::path root(options.input_dir);
+  std::error_code error;
+  if (!fs::is_directory(root, error))
+    throw std::invalid_argument("INPUT_DIR " + options.input_dir + ": " +
+                                (fs::exists(root, error) ? "not a directory" : "no such directory"));
+  require(options.max_bytes >= 0 && options.max_count >= 0, "--max-size and --max-count: must be >= 0");
+  ShardSeries series(options.out_pattern, options.max_bytes, options.max_count);
+
+  PackResult result;
+  std::vector<SourceFile> files;
+  int64_t total_bytes = 0;
+  for (const fs::directory_entry& entry : fs::recursive_directory_iterator(root)) {
+    if (entry.is_directory() && !entry.is_symlink()) continue;  // walked into
+    // Regular files and links to them are packed; everything else (links to
+    // directories, broken links, fifos, sockets, devices) is counted.
+    if (!entry.is_regular_file()) {
+      ++result.skipped_non_regular;
+      continue;
+    }
+    SourceFile file;
+    file.path = entry.path();
+    const std::string relative = entry.path().lexically_relative(root).generic_string();
+    if (!split_key_extension(relative, &file.key, &file.extension_lower)) {
+      ++result.skipped_unnamed;  // readers would drop it: no extension, or a "__" name
+      continue;
+    }
+    file.extension = relative.substr(file.key.size() + 1);
+    file.size = static_cast<int64_t>(entry.file_size());
+    total_bytes += file.size;
+    files.push_back(std::move(file));
+  }
+  // By key, not by path: "a.b/c.txt" would otherwise sort between "a.aaa"
+  // and "a.zzz" and split sample "a" in two.
+  std::sort(files.begin(), files.end(), [](const SourceFile& x, const SourceFile& y) {
+    if (x.key != y.key) return x.key < y.key;
+    if (x.extension_lower != y.extension_lower) return x.extension_lower < y.extension_lower;
+    return x.extension < y.extension;
+  });
+  for (size_t i = 1; i < files.size(); ++i)
+    if (files[i].key == files[i - 1].key && files[i].extension_lower == files[i - 1].extension_lower)
+      throw std::invalid_argument(
+          "INPUT_DIR: " + files[i - 1].path.string() + " and " + files[i].path.string() +
+          ": webdataset compares extensions lower-cased, so one sample would hold the same member twice");
+
+  if (files.empty())
+    throw std::invalid_argument("INPUT_DIR " + options.input_dir + ": no files to pack (" +
+                                std::to_string(result.skipped_non_regular + result.skipped_unnamed) +
+                                " skipped: not regular files, or names webdataset readers ignore)");
+  const fs::path out_dir = fs::path(shard_name(options.out_pattern, 0)).parent_path();
+  if (!out_dir.empty()) create_output_directory(out_dir);
+
+  std::vector<std::vector<uint8_t>> buffers;
+  std::vector<MemberToWrite> members;
+  int64_t bytes_read = 0;
+  for (size_t first = 0; first < files.size();) {
+    size_t end = first;
+    while (end < files.size() && files[end].key == files[first].key) ++end;
+    if (buffers.size() < end - first) buffers.resize(end - first);
+    members.clear();
+    for (size_t i = first; i < end; ++i) {
+      std::vector<uint8_t>& buffer = buffers[i - first];
+      read_whole_file(files[i].path, &buffer);
+      members.push_back({files[i].extension, buffer.data(), buffer.size()});
+      bytes_read += static_cast<int64_t>(buffer.size());
+    }
+    series.write_sample(files[first].key, members);
+    ++result.samples;
+    result.files += static_cast<int64_t>(end - first);
+    if (progress) progress(bytes_read, total_bytes, "bytes");
+    first = end;
+  }
+  series.close();
+  result.paths = series.paths();
+  result.bytes = series.bytes_written();
+  return result;
+}
+
+VerifyResult verify_shards(const VerifyOptions& options, const ProgressCallback& progress) {
+  std::optional<TokenFormat> format;
+  std::string field = options.field;
+  std::transform(field.begin(), field.end(), field.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (!field.empty()) format = token_format_of_field(field);
+
+  int64_t total_bytes = 0;
+  for (const std::string& path : options.shards) {
+    std::error_code error;
+    const uintmax_t size = fs::file_size(path, error);
+    if (!error) total_bytes += static_cast<int64_t>(size);
+  }
+
+  VerifyResult result;
+  auto record = [&](const std::string& line) {
+    ++result.errors;
+    result.error_lines.push_back(line);
+  };
+  TarReader tar;
+  Sample sample;
+  std::vector<int32_t> tokens;
+  std::string decode_error;
+  int64_t bytes_before = 0;
+  for (const std::string& path : options.shards) {
+    ++result.shards;
+    try {
+      tar.open(path);
+    } catch (const DataError& e) {
+      record(e.what());
+      continue;
+    }
+    SampleReader samples(tar, options.max_member_bytes);
+    for (;;) {
+      try {
+        if (!samples.next(&sample)) break;
+      } catch (const DataError& e) {
+        record(e.what());
+        if (e.scope() == CorruptScope::kShard) break;  // the rest of this shard is unreadable
+        continue;
+      }
+      ++result.samples;
+      if (format) {
+        const SampleMember* member = sample.find(field);
+        tokens.clear();
+        if (member == nullptr)
+          record(at_offset(path, sample.offset, "sample " + sample.key + " has no '" + field + "' member"));
+        else if (!decode_tokens(*format, member->data.data(), member->data.size(), options.vocab, &tokens,
+                                &decode_error))
+          record(at_offset(path, sample.offset, "sample " + sample.key + ": " + decode_error));
+        else
+          result.tokens += static_cast<int64_t>(tokens.size());
+      }
+      if (progress) progress(bytes_before + tar.storage_bytes(), total_bytes, "bytes");
+    }
+    result.bytes += tar.storage_bytes();
+    bytes_before += tar.storage_bytes();
+    tar.close();
+  }
+  if (progress) progress(bytes_before, total_bytes, "bytes");
+  return result;
+}
+
+}  // namespace trainbench

@@ -1,0 +1,256 @@
+#include "dataloader/shard_writer.h"
+
+#include <archive.h>        // archive_write_*: the tar writer
+#include <archive_entry.h>  // archive_entry_*: one member's header
+#include <fcntl.h>          // open
+#include <locale.h>         // newlocale, uselocale: UTF-8 member names
+#include <unistd.h>         // fsync, close
+
+#include <cerrno>     // errno
+#include <cstdio>     // std::rename, std::remove
+#include <cstring>    // std::strerror
+#include <memory>     // std::unique_ptr for archive_entry
+#include <stdexcept>  // std::runtime_error, std::invalid_argument
+
+namespace trainbench {
+
+namespace {
+
+constexpr int64_t kTarBlock = 512;
+// Every member gets the same mtime so seeded output is byte-identical
+// (2024-01-01T00:00:00Z: a plausible date that `tar tv` shows as deliberate).
+constexpr time_t kMemberMtime = 1704067200;
+
+int64_t round_up_to_block(int64_t bytes) { return (bytes + kTarBlock - 1) / kTarBlock * kTarBlock; }
+
+std::string member_name(std::string_view key, const MemberToWrite& member) {
+  std::string name(key);
+  name += '.';
+  name += member.extension;
+  return name;
+}
+
+// ustar holds names up to 100 bytes (255 when split at a '/'); longer or
+// non-ASCII names get a pax extended header: one header block plus a block
+// holding "NN path=...\n". Counted generously, so a size limit is never passed.
+int64_t pax_overhead(const std::string& name) {
+  bool ascii = true;
+  for (const char c : name) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
+  if (name.size() <= 100 && ascii) return 0;
+  return kTarBlock + round_up_to_block(static_cast<int64_t>(name.size()) + 64);
+}
+
+// libarchive converts member names from the thread's locale to the UTF-8 a
+// pax header holds. A process that never calls setlocale is in the C locale,
+// where no non-ASCII name converts; our names are UTF-8 (as webdataset's keys
+// are), so headers are written under C.UTF-8 where the system has it. A name
+// that is not UTF-8 is stored as its bytes (pax hdrcharset=BINARY), which
+// Python's tarfile reads back byte-exact.
+locale_t utf8_locale() {
+  static const locale_t locale = newlocale(LC_CTYPE_MASK, "C.UTF-8", locale_t{});
+  return locale;
+}
+
+[[noreturn]] void fail_errno(const std::string& what, const std::string& path) {
+  throw std::runtime_error(what + " " + path + ": " + std::strerror(errno));
+}
+
+// The rename of a shard is durable only once its directory entry is on disk.
+void fsync_directory_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) fail_errno("cannot open directory", dir);
+  const int status = ::fsync(dir_fd);
+  const int saved = errno;
+  ::close(dir_fd);
+  errno = saved;
+  if (status != 0) fail_errno("cannot fsync directory", dir);
+}
+
+// The one conversion a shard name pattern holds: "%d" or "%0Nd".
+struct PatternField {
+  size_t begin = 0, end = 0;
+  int width = 0;
+};
+
+PatternField find_pattern_field(const std::string& pattern) {
+  PatternField field;
+  int found = 0;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] != '%') continue;
+    size_t j = i + 1;
+    while (j < pattern.size() && pattern[j] >= '0' && pattern[j] <= '9') ++j;
+    const size_t digits = j - i - 1;
+    if (j == pattern.size() || pattern[j] != 'd' || digits > 2 || (digits > 0 && pattern[i + 1] != '0'))
+      throw std::invalid_argument("shard name pattern '" + pattern +
+                                  "': '%' must start %d or %0Nd (e.g. out/shard-%06d.tar)");
+    field = {i, j + 1, digits > 0 ? std::stoi(pattern.substr(i + 1, digits)) : 0};
+    ++found;
+    i = j;
+  }
+  if (found != 1)
+    throw std::invalid_argument(
+        "shard name pattern '" + pattern +
+        "': needs exactly one %d or %0Nd for the shard number (e.g. out/shard-%06d.tar)");
+  return field;
+}
+
+}  // namespace
+
+TarShardWriter::~TarShardWriter() {
+  // Destroyed while open = abandoned (an exception unwound past it): the
+  // partial file goes, the whole-shard name was never created.
+  if (archive_ == nullptr) return;
+  archive_write_free(archive_);
+  ::close(fd_);
+  std::remove((path_ + ".partial").c_str());
+}
+
+int64_t TarShardWriter::sample_tar_bytes(std::string_view key, const std::vector<MemberToWrite>& members) {
+  int64_t bytes = 0;
+  for (const MemberToWrite& member : members)
+    bytes += pax_overhead(member_name(key, member)) + kTarBlock +
+             round_up_to_block(static_cast<int64_t>(member.size));
+  return bytes;
+}
+
+void TarShardWriter::open(const std::string& path) {
+  if (archive_ != nullptr) close();
+  path_ = path;
+  bytes_ = 0;
+  samples_ = 0;
+  const std::string partial = path + ".partial";
+  fd_ = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail_errno("cannot create", partial);
+  archive_ = archive_write_new();
+  // pax_restricted writes plain ustar headers and adds a pax header only for
+  // what ustar cannot hold (long or non-ASCII names): what Python's tarfile,
+  // GNU tar and webdataset read. The last block is not padded to the 10 KiB
+  // record: readers stop at the two zero blocks that end the archive.
+  if (archive_write_set_format_pax_restricted(archive_) != ARCHIVE_OK ||
+      archive_write_set_bytes_per_block(archive_, 1 << 20) != ARCHIVE_OK ||
+      archive_write_set_bytes_in_last_block(archive_, 1) != ARCHIVE_OK ||
+      archive_write_open_fd(archive_, fd_) != ARCHIVE_OK)
+    fail_archive("cannot start a tar archive in");
+}
+
+void TarShardWriter::write_sample(std::string_view key, const std::vector<MemberToWrite>& members) {
+  if (archive_ == nullptr) throw std::logic_error("TarShardWriter::write_sample before open");
+  const std::unique_ptr<archive_entry, void (*)(archive_entry*)> entry(archive_entry_new(),
+                                                                       archive_entry_free);
+  for (const MemberToWrite& member : members) {
+    const std::string name = member_name(key, member);
+    archive_entry_clear(entry.get());
+    archive_entry_set_pathname(entry.get(), name.c_str());
+    archive_entry_set_filetype(entry.get(), AE_IFREG);
+    archive_entry_set_perm(entry.get(), 0644);
+    archive_entry_set_size(entry.get(), static_cast<la_int64_t>(member.size));
+    archive_entry_set_mtime(entry.get(), kMemberMtime, 0);
+    archive_entry_set_uid(entry.get(), 0);
+    archive_entry_set_gid(entry.get(), 0);
+    const locale_t previous = utf8_locale() != locale_t{} ? uselocale(utf8_locale()) : locale_t{};
+    const int status = archive_write_header(archive_, entry.get());
+    if (previous != locale_t{}) uselocale(previous);
+    // ARCHIVE_WARN: a name that is not UTF-8 went in as bytes; the entry is whole.
+    if (status < ARCHIVE_WARN) fail_archive("cannot write member " + name + " to");
+    const char* data = static_cast<const char*>(member.data);
+    for (size_t written = 0; written < member.size;) {
+      const la_ssize_t n = archive_write_data(archive_, data + written, member.size - written);
+      if (n <= 0) fail_archive("cannot write member " + name + " to");
+      written += static_cast<size_t>(n);
+    }
+  }
+  ++samples_;
+  // Bytes the tar format has produced so far, counted before libarchive's
+  // output buffering; the last member's padding follows with the next header.
+  bytes_ = round_up_to_block(archive_filter_bytes(archive_, -1));
+}
+
+void TarShardWriter::close() {
+  if (archive_ == nullptr) return;
+  const std::string partial = path_ + ".partial";
+  if (archive_write_close(archive_) != ARCHIVE_OK) fail_archive("cannot finish");
+  bytes_ = archive_filter_bytes(archive_, -1);
+  archive_write_free(archive_);
+  archive_ = nullptr;
+  const bool synced = ::fsync(fd_) == 0;
+  const int sync_errno = errno;
+  const bool closed = ::close(fd_) == 0;
+  const int error = !synced ? sync_errno : errno;
+  fd_ = -1;
+  if (!synced || !closed) {
+    std::remove(partial.c_str());
+    errno = error;
+    fail_errno(!synced ? "cannot fsync" : "cannot close", partial);
+  }
+  if (std::rename(partial.c_str(), path_.c_str()) != 0) {
+    const int rename_errno = errno;
+    std::remove(partial.c_str());
+    errno = rename_errno;
+    fail_errno("cannot rename " + partial + " to", path_);
+  }
+  fsync_directory_of(path_);
+}
+
+void TarShardWriter::fail_archive(const std::string& what) {
+  const int code = archive_errno(archive_);
+  const char* detail = code > 0 ? std::strerror(code) : archive_error_string(archive_);
+  const std::string message =
+      what + " " + path_ + ".partial: " + (detail != nullptr ? detail : "unknown libarchive error");
+  // Abandon the shard: nothing more can be written to it.
+  archive_write_free(archive_);
+  archive_ = nullptr;
+  ::close(fd_);
+  fd_ = -1;
+  std::remove((path_ + ".partial").c_str());
+  throw std::runtime_error(message);
+}
+
+std::string shard_name(const std::string& pattern, int64_t index) {
+  const PatternField field = find_pattern_field(pattern);
+  std::string number = std::to_string(index);
+  if (static_cast<int>(number.size()) < field.width)
+    number.insert(0, static_cast<size_t>(field.width) - number.size(), '0');
+  return pattern.substr(0, field.begin) + number + pattern.substr(field.end);
+}
+
+ShardSeries::ShardSeries(std::string pattern, int64_t max_bytes, int64_t max_samples)
+    : pattern_(std::move(pattern)), max_bytes_(max_bytes), max_samples_(max_samples) {
+  find_pattern_field(pattern_);  // a bad pattern fails here, before any shard is written
+  if (max_bytes_ < 0 || max_samples_ < 0)
+    throw std::invalid_argument("shard limits must be >= 0 (0 = no limit)");
+}
+
+bool ShardSeries::starts_new_shard(std::string_view key, const std::vector<MemberToWrite>& members) const {
+  if (!writer_.is_open()) return true;
+  if (writer_.samples_written() == 0) return false;  // a shard holds at least one sample
+  if (max_samples_ > 0 && writer_.samples_written() >= max_samples_) return true;
+  return max_bytes_ > 0 && writer_.bytes_written() + TarShardWriter::sample_tar_bytes(key, members) +
+                                   TarShardWriter::kEndOfArchiveBytes >
+                               max_bytes_;
+}
+
+void ShardSeries::write_sample(std::string_view key, const std::vector<MemberToWrite>& members) {
+  if (starts_new_shard(key, members)) {
+    close_current();
+    const std::string path = shard_name(pattern_, static_cast<int64_t>(paths_.size()));
+    writer_.open(path);
+    paths_.push_back(path);
+  }
+  writer_.write_sample(key, members);
+}
+
+void ShardSeries::close_current() {
+  if (!writer_.is_open()) return;
+  writer_.close();
+  bytes_closed_ += writer_.bytes_written();
+}
+
+void ShardSeries::close() { close_current(); }
+
+int64_t ShardSeries::bytes_written() const {
+  return bytes_closed_ + (writer_.is_open() ? writer_.bytes_written() : 0);
+}
+
+}  // namespace trainbench

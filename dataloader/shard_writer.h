@@ -1,0 +1,92 @@
+// STORAGE READ (its producer side). Writes webdataset tar shards with
+// libarchive in pax format (ustar-compatible headers, long names allowed),
+// as webdataset's TarWriter does: each sample is its members "key.ext" in
+// order. ShardSeries rolls over to a new shard by size or sample count, as
+// webdataset's ShardWriter and tarp split do. Members are regular files, mode
+// 0644, uid/gid 0, one fixed mtime: the same samples give the same bytes.
+#pragma once
+
+#include <cstdint>  // int64_t
+#include <string>
+#include <string_view>
+#include <vector>
+
+struct archive;
+
+namespace trainbench {
+
+struct MemberToWrite {
+  std::string extension;  // "u16", "txt", "payload.bin", ...
+  const void* data = nullptr;
+  size_t size = 0;
+};
+
+class TarShardWriter {
+ public:
+  TarShardWriter() = default;
+  ~TarShardWriter();
+  TarShardWriter(const TarShardWriter&) = delete;
+  TarShardWriter& operator=(const TarShardWriter&) = delete;
+
+  // The two zero blocks that end every archive (the last block is not padded further).
+  static constexpr int64_t kEndOfArchiveBytes = 1024;
+
+  // Creates `path` (write to path + ".partial", renamed on close, so a
+  // killed writer never leaves a shard that looks whole). Throws
+  // std::runtime_error naming the path on failure (errno text: a full disk
+  // reads "No space left on device"); the .partial file is then removed, as
+  // it is when the writer is destroyed while still open.
+  void open(const std::string& path);
+  void write_sample(std::string_view key, const std::vector<MemberToWrite>& members);
+  void close();  // finishes the archive, fsyncs, renames into place, fsyncs the directory
+  bool is_open() const { return archive_ != nullptr; }
+  // Tar bytes so far, headers and padding included; after close(), the file's size.
+  int64_t bytes_written() const { return bytes_; }
+  int64_t samples_written() const { return samples_; }
+
+  // What a sample adds to a shard: a 512-byte header per member, data padded
+  // to 512 bytes, and a pax header where a name needs one (counted
+  // generously, so a size limit planned with it is never passed).
+  static int64_t sample_tar_bytes(std::string_view key, const std::vector<MemberToWrite>& members);
+
+ private:
+  [[noreturn]] void fail_archive(const std::string& what);
+  struct archive* archive_ = nullptr;
+  int fd_ = -1;
+  std::string path_;
+  int64_t bytes_ = 0;
+  int64_t samples_ = 0;
+};
+
+// pattern with its one "%d" / "%0Nd" replaced by index: shard_name("a-%06d.tar", 7)
+// is "a-000007.tar". Throws std::invalid_argument for a pattern without
+// exactly one such field.
+std::string shard_name(const std::string& pattern, int64_t index);
+
+// Numbered shards pattern % index ("out/train-%06d.tar"); a new shard starts
+// when the next sample would pass max_bytes (the whole file, end-of-archive
+// blocks included) or max_samples (0 = no limit). A shard holds at least one
+// sample, so a sample larger than max_bytes gets a shard of its own.
+class ShardSeries {
+ public:
+  // Throws std::invalid_argument for a bad pattern or a negative limit.
+  ShardSeries(std::string pattern, int64_t max_bytes, int64_t max_samples);
+  // True when write_sample would put this sample into a new shard (also
+  // before the first one): lets a caller stop at a number of shards.
+  bool starts_new_shard(std::string_view key, const std::vector<MemberToWrite>& members) const;
+  void write_sample(std::string_view key, const std::vector<MemberToWrite>& members);
+  void close();
+  // Shards opened so far, the one being written last.
+  const std::vector<std::string>& paths() const { return paths_; }
+  int64_t bytes_written() const;  // all shards, as TarShardWriter counts them
+
+ private:
+  void close_current();
+  std::string pattern_;
+  int64_t max_bytes_, max_samples_;
+  TarShardWriter writer_;
+  std::vector<std::string> paths_;
+  int64_t bytes_closed_ = 0;
+};
+
+}  // namespace trainbench

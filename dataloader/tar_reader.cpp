@@ -1,0 +1,192 @@
+#include "dataloader/tar_reader.h"
+
+#include <archive.h>        // archive_read_* (libarchive)
+#include <archive_entry.h>  // archive_entry_pathname, _size, _filetype, _hardlink
+#include <fcntl.h>          // open, posix_fadvise
+#include <unistd.h>         // close
+
+#include <algorithm>  // std::max
+#include <cerrno>     // errno
+#include <cstring>    // std::strerror, std::strstr
+
+#include "dataloader/data_error.h"
+
+namespace trainbench {
+
+namespace {
+// Below this a shard on a parallel file system is read in requests too small
+// to reach its bandwidth; libarchive's own default is 10 KiB.
+constexpr int64_t kMinBlockBytes = int64_t{1} << 20;
+}  // namespace
+
+TarReader::TarReader(int64_t block_bytes) : block_bytes_(std::max(block_bytes, kMinBlockBytes)) {}
+
+TarReader::~TarReader() { close(); }
+
+void TarReader::close() {
+  if (archive_ != nullptr) archive_read_free(archive_);
+  archive_ = nullptr;
+  entry_ = nullptr;
+  // archive_read_open_fd leaves the descriptor to its owner.
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  at_end_ = false;
+  member_offset_ = 0;
+  member_name_.clear();
+}
+
+void TarReader::start_archive(const std::string& path) {
+  close();
+  path_ = path;
+  archive_ = archive_read_new();
+  if (archive_ == nullptr) {
+    throw DataError(CorruptScope::kShard, path + ": cannot allocate a libarchive reader");
+  }
+  // Shards are tar (ustar, pax, GNU) only; any compression is accepted.
+  archive_read_support_format_tar(archive_);
+  archive_read_support_filter_all(archive_);
+}
+
+void TarReader::open(const std::string& path) {
+  start_archive(path);
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) {
+    const std::string why = std::strerror(errno);
+    close();
+    throw DataError(CorruptScope::kShard, path + ": cannot open: " + why);
+  }
+  // Shards are read once, front to back: let the kernel read ahead further.
+  posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
+  if (archive_read_open_fd(archive_, fd_, static_cast<size_t>(block_bytes_)) != ARCHIVE_OK) {
+    fail_open();
+  }
+}
+
+void TarReader::open_memory(const void* data, size_t size, const std::string& name) {
+  start_archive(name);
+  if (archive_read_open_memory(archive_, data, size) != ARCHIVE_OK) fail_open();
+}
+
+// libarchive picks the format while opening, so a file that is not a tar
+// (including an empty one) fails here.
+void TarReader::fail_open() {
+  const char* why = archive_error_string(archive_);
+  std::string message;
+  if (why != nullptr && std::strstr(why, "Unrecognized archive format") != nullptr) {
+    message = path_ + ": not a tar archive";
+  } else if (why != nullptr &&
+             std::strstr(why, "runcated") != nullptr) {  // a cut compressed stream
+    message = at_offset(path_, 0, explain("the file ends before the first member", ""));
+  } else {
+    message = path_ + ": cannot open: " + (why != nullptr ? printable(why) : "unknown error");
+  }
+  close();
+  throw DataError(CorruptScope::kShard, message);
+}
+
+void TarReader::require_member() const {
+  if (archive_ == nullptr || entry_ == nullptr || at_end_) {
+    throw DataError(CorruptScope::kShard,
+                    path_ + ": no current member to read (a caller's mistake)");
+  }
+}
+
+bool TarReader::next_member(TarMember* member) {
+  if (archive_ == nullptr) throw DataError(CorruptScope::kShard, path_ + ": no archive is open");
+  // libarchive treats asking again after the end as a programming error.
+  if (at_end_) return false;
+  const int status = archive_read_next_header(archive_, &entry_);
+  at_end_ = status == ARCHIVE_EOF;
+  if (at_end_) return false;
+  // ARCHIVE_WARN marks a readable entry with a quirk (an odd pax attribute, a
+  // name that does not convert to the locale); the entry itself is good.
+  // ARCHIVE_RETRY is a header whose checksum is wrong: the shard is damaged.
+  if (status != ARCHIVE_OK && status != ARCHIVE_WARN) fail_header();
+
+  member_offset_ = archive_read_header_position(archive_);
+  const char* name = archive_entry_pathname(entry_);
+  member_name_ = name != nullptr ? name : "";
+  // A hard link is stored as a regular-file header without data: like Python's
+  // tarfile (and so webdataset), not a file to read.
+  const bool regular =
+      archive_entry_filetype(entry_) == AE_IFREG && archive_entry_hardlink(entry_) == nullptr;
+  member->name = member_name_;
+  member->regular = regular;
+  member->size = regular ? archive_entry_size(entry_) : 0;
+  member->offset = member_offset_;
+  return true;
+}
+
+void TarReader::read_data(std::vector<uint8_t>* out, int64_t max_bytes) {
+  require_member();
+  const int64_t size = archive_entry_size_is_set(entry_) ? archive_entry_size(entry_) : 0;
+  if (size < 0) fail(member_offset_, printable(member_name_) + " has a negative size");
+  if (size > max_bytes) {
+    skip_data();
+    throw DataError(CorruptScope::kSample,
+                    at_offset(path_, member_offset_,
+                              printable(member_name_) + " is " + std::to_string(size) +
+                                  " bytes, more than the limit of " + std::to_string(max_bytes)));
+  }
+  // resize() keeps the capacity: after the first large member nothing is allocated.
+  out->resize(static_cast<size_t>(size));
+  size_t filled = 0;
+  while (filled < out->size()) {
+    const la_ssize_t n = archive_read_data(archive_, out->data() + filled, out->size() - filled);
+    if (n < 0) fail_data();
+    if (n == 0) {
+      fail(stream_offset(), printable(member_name_) + " (header at byte " +
+                                std::to_string(member_offset_) + ") ends after " +
+                                std::to_string(filled) + " of its " + std::to_string(size) +
+                                " bytes");
+    }
+    filled += static_cast<size_t>(n);
+  }
+}
+
+void TarReader::skip_data() {
+  require_member();
+  if (archive_read_data_skip(archive_) < ARCHIVE_WARN) fail_data();
+}
+
+int64_t TarReader::storage_bytes() const {
+  return archive_ != nullptr ? archive_filter_bytes(archive_, -1) : 0;
+}
+
+int64_t TarReader::stream_offset() const {
+  return archive_ != nullptr ? archive_filter_bytes(archive_, 0) : 0;
+}
+
+void TarReader::fail(int64_t offset, const std::string& what) const {
+  throw DataError(CorruptScope::kShard, at_offset(path_, offset, what));
+}
+
+// libarchive says "Truncated tar archive" (or "truncated gzip input", ...)
+// without saying where; the message adds the offset and what was being read.
+void TarReader::fail_header() const {
+  // Where a damaged header starts, not how far libarchive read into it; after
+  // a fatal error libarchive no longer says, and the read position stands in.
+  const int64_t header_start = archive_read_header_position(archive_);
+  fail(header_start >= 0 ? header_start : stream_offset(),
+       explain("the file ends inside a member header or its padding", "corrupt tar archive"));
+}
+
+void TarReader::fail_data() const {
+  const std::string member =
+      printable(member_name_) + " (header at byte " + std::to_string(member_offset_) + ")";
+  fail(stream_offset(),
+       explain("it ends inside the data of " + member, "cannot read the data of " + member));
+}
+
+std::string TarReader::explain(const std::string& where_truncated,
+                               const std::string& otherwise) const {
+  const std::string why =
+      archive_error_string(archive_) != nullptr ? archive_error_string(archive_) : "";
+  const bool truncated = why.find("runcated") != std::string::npos;  // "Truncated" or "truncated"
+  if (!truncated) return otherwise + ": " + (why.empty() ? "unknown error" : printable(why));
+  const std::string detail =
+      why == "Truncated tar archive" ? "" : " (libarchive: " + printable(why) + ")";
+  return "truncated tar archive: " + where_truncated + detail;
+}
+
+}  // namespace trainbench

@@ -1,0 +1,76 @@
+// STORAGE READ. Streams the members of one tar shard through libarchive:
+// ustar, pax and GNU tar, raw or through any compression filter libarchive
+// has (gzip, zstd, ...). The file is read in large blocks (block_bytes, at
+// least 1 MiB) and member data lands in buffers the caller reuses, so the
+// steady state allocates nothing per member.
+#pragma once
+
+#include <cstdint>  // int64_t, uint8_t
+#include <string>
+#include <vector>
+
+struct archive;        // libarchive's handle; only tar_reader.cpp includes archive.h
+struct archive_entry;  // libarchive's current header
+
+namespace trainbench {
+
+struct TarMember {
+  std::string name;      // path inside the archive, as stored
+  int64_t size = 0;      // data bytes (0 for non-regular entries)
+  int64_t offset = 0;    // byte offset of its header in the (uncompressed) tar stream
+  bool regular = false;  // a regular file (directories, links, devices are not)
+};
+
+class TarReader {
+ public:
+  explicit TarReader(int64_t block_bytes = 4 << 20);
+  ~TarReader();
+  TarReader(const TarReader&) = delete;
+  TarReader& operator=(const TarReader&) = delete;
+
+  // Opens a shard file; closes the previous one. Throws DataError(kShard)
+  // naming the path when it cannot be opened or is not a tar archive.
+  void open(const std::string& path);
+  // Reads a tar held in memory (tests, the fuzz target); `name` stands for
+  // the path in messages. The bytes must outlive the reading.
+  void open_memory(const void* data, size_t size, const std::string& name);
+  void close();
+
+  // Advances to the next member. False at the end of the archive. Throws
+  // DataError(kShard) "path: byte N: ..." on a truncated or corrupt archive.
+  bool next_member(TarMember* member);
+  // The current member's data, whole, into *out (resized; capacity reused).
+  // A member larger than max_bytes throws DataError(kSample) and its data is
+  // skipped, so the archive can go on with the next member.
+  void read_data(std::vector<uint8_t>* out, int64_t max_bytes);
+  // Skips the current member's data without copying it.
+  void skip_data();
+
+  const std::string& path() const { return path_; }
+  // Bytes consumed from storage for this archive so far (compressed bytes
+  // for a compressed shard): what "bytes read" reports.
+  int64_t storage_bytes() const;
+  // Uncompressed tar-stream position: the offset in error messages.
+  int64_t stream_offset() const;
+
+ private:
+  void start_archive(const std::string& path);
+  void require_member() const;
+  [[noreturn]] void fail_open();
+  [[noreturn]] void fail(int64_t offset, const std::string& what) const;
+  [[noreturn]] void fail_header() const;
+  [[noreturn]] void fail_data() const;
+  // libarchive's error in a message: where it is truncated, or what failed.
+  std::string explain(const std::string& where_truncated, const std::string& otherwise) const;
+
+  struct archive* archive_ = nullptr;
+  struct archive_entry* entry_ = nullptr;  // owned by archive_
+  int fd_ = -1;
+  bool at_end_ = false;  // libarchive must not be asked for a header after the end
+  std::string path_;
+  int64_t block_bytes_;
+  int64_t member_offset_ = 0;
+  std::string member_name_;  // for messages about the current member's data
+};
+
+}  // namespace trainbench

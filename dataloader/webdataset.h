@@ -1,0 +1,70 @@
+// STORAGE READ. webdataset's sample semantics over a tar stream, exactly:
+//   - key = member path up to the first dot of its last component, extension
+//     = the rest: "a.b/c.d.u16" -> key "a.b/c", ext "d.u16";
+//   - consecutive members with the same key form one sample;
+//   - names whose last component has no dot, non-regular entries (directories,
+//     links), names whose last component starts with "__" (e.g. __meta__.json)
+//     and, as webdataset's skip_meta, everything under a "__x__/" directory
+//     are skipped; skipped members do not end a sample;
+//   - extensions are compared lower-cased (ASCII letters only, where Python's
+//     str.lower() would also fold non-ASCII ones);
+//   - a sample never spans two shards (the reader works on one shard);
+//   - a repeated extension inside one sample makes the sample corrupt.
+#pragma once
+
+#include <cstdint>  // int64_t
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dataloader/tar_reader.h"
+
+namespace trainbench {
+
+// Splits a member path; false when webdataset would skip the name (no dot in
+// the last component, or a "__" name). `extension` comes back lower-cased.
+bool split_key_extension(std::string_view path, std::string* key, std::string* extension);
+
+struct SampleMember {
+  std::string extension;      // lower-cased
+  std::vector<uint8_t> data;  // capacity reused across samples
+};
+
+struct Sample {
+  std::string key;
+  int64_t offset = 0;  // header offset of its first member in the shard
+  int64_t bytes = 0;   // data bytes of all members
+  // Only the first `member_count` entries are this sample's; the rest are
+  // spare buffers kept for reuse.
+  std::vector<SampleMember> members;
+  size_t member_count = 0;
+
+  // The member with this (lower-case) extension, or nullptr.
+  const SampleMember* find(std::string_view extension) const;
+};
+
+// Groups a TarReader's members into samples. Every member's data is read
+// (whole samples, the customer's real I/O), each at most max_member_bytes.
+class SampleReader {
+ public:
+  SampleReader(TarReader& tar, int64_t max_member_bytes);
+  // The next sample into *sample (buffers reused). False at the end of the
+  // shard. Throws DataError(kSample) for a corrupt sample (repeated
+  // extension, oversized member) after consuming all of its members, so the
+  // next call continues with the following sample; DataError(kShard) when the
+  // archive itself is broken.
+  bool next(Sample* sample);
+
+ private:
+  // Reads headers up to the next member webdataset would keep, into pending_*.
+  bool next_named_member();
+
+  TarReader& tar_;
+  int64_t max_member_bytes_;
+  TarMember pending_;  // first member of the next sample, already read
+  bool has_pending_ = false;
+  std::string pending_key_;
+  std::string pending_extension_;
+};
+
+}  // namespace trainbench

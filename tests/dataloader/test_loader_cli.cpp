@@ -1,0 +1,157 @@
+// Bad data through the real CLI: every case is one line on stderr naming the
+// path (and byte offset where there is one) with exit 2; with
+// data.on_corrupt=skip the run goes on and the result counts what was skipped.
+#include <gtest/gtest.h>
+
+#include <stdlib.h>  // mkdtemp
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dataloader/shard_tools.h"
+#include "dataloader/shard_writer.h"
+#include "tests/support/run_command.h"
+
+namespace trainbench {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::CommandResult;
+using testing::read_whole_file;
+using testing::run_command;
+
+class LoaderCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "test_loader_cli-XXXXXX").string();
+    dir_ = mkdtemp(pattern.data());
+    SynthOptions synth;
+    synth.out_dir = dir_ + "/good";
+    synth.count = 4;
+    synth.samples_per_shard = 10;  // 4 x 10 x ~100 tokens: 12 steps of tiny pass every shard
+    synth.vocab = 512;  // the tiny preset's
+    synth.tokens_mean = 100;
+    synth.tokens_spread = 50;
+    good_ = synthesize_shards(synth).paths;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A shard of `samples` good samples with one bad member in the middle.
+  std::string shard_with(const std::string& name, const std::string& extension,
+                         const std::vector<uint8_t>& bad_payload) {
+    const std::string path = dir_ + "/" + name;
+    TarShardWriter writer;
+    writer.open(path);
+    const std::vector<uint16_t> good(64, 7);
+    for (int i = 0; i < 6; ++i) {
+      const std::string key = "sample" + std::to_string(i);
+      if (i == 3)
+        writer.write_sample(key, {{extension, bad_payload.data(), bad_payload.size()}});
+      else
+        writer.write_sample(key, {{"u16", good.data(), good.size() * sizeof(uint16_t)}});
+    }
+    writer.close();
+    return path;
+  }
+
+  // Runs tiny over the good shards plus `extra`, with `sets` overrides.
+  CommandResult run_with(const std::vector<std::string>& extra, const std::string& sets = "",
+                         int steps = 12) {
+    std::string list = dir_ + "/list.txt";
+    std::ofstream file(list);
+    for (const std::string& path : good_) file << path << "\n";
+    for (const std::string& path : extra) file << path << "\n";
+    file.close();
+    return run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps " + std::to_string(steps) + " --set data.readers=1 " +
+                       "--set data.shards=" + list + " --out " + dir_ + "/result.json " + sets);
+  }
+
+  static void expect_one_line_naming(const CommandResult& r, const std::vector<std::string>& parts) {
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    ASSERT_FALSE(r.err.empty());
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
+    for (const std::string& part : parts) EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
+  }
+
+  std::string dir_;
+  std::vector<std::string> good_;
+};
+
+TEST_F(LoaderCli, MissingShardsNameTheFirstMissingPath) {
+  const CommandResult r = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 6 --set 'data.shards=" +
+                                      dir_ + "/none-{000..003}.tar' --out " + dir_ + "/r.json");
+  expect_one_line_naming(r, {dir_ + "/none-000.tar"});
+}
+
+TEST_F(LoaderCli, FewerShardsThanReadersSaysWhatToChange) {
+  const CommandResult r = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 6 --set data.readers=8 " +
+                                      "--set data.shards=" + dir_ + "/good --out " + dir_ + "/r.json");
+  expect_one_line_naming(r, {"4 shard(s)", "data.readers"});
+}
+
+TEST_F(LoaderCli, ANonTarFileIsNamed) {
+  const std::string junk = dir_ + "/junk.tar";
+  std::ofstream(junk) << std::string(5000, 'x');
+  expect_one_line_naming(run_with({junk}, "--set data.shuffle_buffer=0"), {junk});
+}
+
+TEST_F(LoaderCli, ATruncatedShardIsNamedWithItsByteOffset) {
+  const std::string cut = dir_ + "/cut.tar";
+  fs::copy_file(good_.front(), cut);
+  fs::resize_file(cut, fs::file_size(cut) / 2 + 100);  // mid-member
+  expect_one_line_naming(run_with({cut}, "--set data.shuffle_buffer=0"), {cut, "byte "});
+}
+
+TEST_F(LoaderCli, TokenOutOfVocabularyNamesShardKeyAndValue) {
+  const std::vector<uint8_t> big = {0x00, 0x10};  // 4096 >= 512
+  const std::string shard = shard_with("vocab.tar", "u16", big);
+  expect_one_line_naming(run_with({shard}, "--set data.shuffle_buffer=0"), {shard, "sample3", "4096"});
+}
+
+TEST_F(LoaderCli, PartialTokenIsAnError) {
+  const std::string shard = shard_with("odd.tar", "u16", {1, 2, 3});
+  expect_one_line_naming(run_with({shard}, "--set data.shuffle_buffer=0"), {shard, "sample3", "3 bytes"});
+}
+
+TEST_F(LoaderCli, OversizedMemberIsAnError) {
+  const std::string shard = shard_with("huge.tar", "u16", std::vector<uint8_t>(4096, 0));
+  expect_one_line_naming(run_with({shard}, "--set data.shuffle_buffer=0 --set data.max_sample_bytes=1000"),
+                         {shard, "1000"});
+}
+
+TEST_F(LoaderCli, SkipCountsAndReportsAndTrainingGoesOn) {
+  const std::string odd = shard_with("odd.tar", "u16", {1, 2, 3});
+  const std::string junk = dir_ + "/junk.tar";
+  std::ofstream(junk) << std::string(5000, 'x');
+  const CommandResult r =
+      run_with({odd, junk}, "--set data.on_corrupt=skip --set data.shuffle_buffer=0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir_ + "/result.json"));
+  const nlohmann::json& read = result["summary"]["storage_read"];
+  EXPECT_GE(read["samples_skipped"].get<int64_t>(), 1);
+  EXPECT_GE(read["shards_skipped"].get<int64_t>(), 1);
+  bool warned = false;
+  for (const auto& w : result["warnings"]) warned = warned || w.get<std::string>().find("skip") != std::string::npos;
+  EXPECT_TRUE(warned) << result["warnings"].dump();
+}
+
+TEST_F(LoaderCli, DefaultRunReadsShardsItMadeAndReportsTheBytes) {
+  const CommandResult r =
+      run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 8 --out " + dir_ + "/r.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("synthetic shards"), std::string::npos) << r.out;
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir_ + "/r.json"));
+  const nlohmann::json& read = result["summary"]["storage_read"];
+  EXPECT_GT(read["bytes_read"].get<int64_t>(), 0);
+  EXPECT_GT(read["samples"].get<int64_t>(), 0);
+  EXPECT_GT(read["bytes_per_token"].get<double>(), 2.0);  // u16 tokens plus tar headers
+  EXPECT_GT(read["required_read_gbs"].get<double>(), 0.0);
+}
+
+}  // namespace
+}  // namespace trainbench

@@ -1,0 +1,127 @@
+// Shard lists: brace expansion as webdataset's braceexpand does it, globs,
+// directories, list files, and errors that name what is missing.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "dataloader/data_error.h"
+#include "dataloader/shard_list.h"
+#include "tests/dataloader/read_test_tars.h"
+
+namespace trainbench {
+namespace {
+
+using testing::make_tar;
+using testing::TempDirectory;
+using testing::write_file;
+using Names = std::vector<std::string>;
+
+std::string config_error_of(const std::string& spec, bool expand_only = false) {
+  try {
+    expand_only ? expand_braces(spec) : resolve_shard_list(spec);
+  } catch (const DataError& error) {
+    EXPECT_EQ(error.scope(), CorruptScope::kConfig) << error.what();
+    return error.what();
+  }
+  ADD_FAILURE() << "no error for " << spec;
+  return "";
+}
+
+TEST(ExpandBraces, RangesListsAndPadding) {
+  EXPECT_EQ(expand_braces("plain.tar"), Names{"plain.tar"});
+  EXPECT_EQ(expand_braces("train-{000000..000002}.tar"),
+            (Names{"train-000000.tar", "train-000001.tar", "train-000002.tar"}));
+  EXPECT_EQ(expand_braces("s{8..11}"), (Names{"s8", "s9", "s10", "s11"}));
+  EXPECT_EQ(expand_braces("s{07..10}"), (Names{"s07", "s08", "s09", "s10"}))
+      << "zero padding follows the wider bound";
+  EXPECT_EQ(expand_braces("s{3..1}"), (Names{"s3", "s2", "s1"}));
+  EXPECT_EQ(expand_braces("s{0..6..3}"), (Names{"s0", "s3", "s6"}));
+  EXPECT_EQ(expand_braces("s{-1..1}"), (Names{"s-1", "s0", "s1"}));
+  EXPECT_EQ(expand_braces("{a,b}/{0..1}.tar"), (Names{"a/0.tar", "a/1.tar", "b/0.tar", "b/1.tar"}));
+  EXPECT_EQ(expand_braces("x{,.bak}"), (Names{"x", "x.bak"}));
+  EXPECT_EQ(expand_braces("p{2.{5..6},3}"), (Names{"p2.5", "p2.6", "p3"}));
+  EXPECT_EQ(expand_braces("lone{a}"), Names{"lone{a}"}) << "like bash and braceexpand";
+}
+
+TEST(ExpandBraces, MalformedPatternsAreConfigErrors) {
+  EXPECT_EQ(config_error_of("s{1..3", true), "data.shards: unbalanced '{' in 's{1..3'");
+  EXPECT_EQ(config_error_of("s}", true), "data.shards: unbalanced '}' in 's}'");
+  EXPECT_EQ(config_error_of("s{}.tar", true), "data.shards: empty braces {} in 's{}.tar'");
+  EXPECT_EQ(config_error_of("s{a..c}", true),
+            "data.shards: range bound 'a' in 's{a..c}' is not an integer");
+  EXPECT_NE(config_error_of("{0..9999999}{0..9999999}", true).find("expands to more than"),
+            std::string::npos);
+}
+
+class ShardList : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* name :
+         {"train-000.tar", "train-001.tar", "train-002.tar", "b.tar.gz", "c.tgz", "d.tar.zst"}) {
+      write_file(dir_.file(name), make_tar({{"x.txt", "x"}}));
+    }
+    write_file(dir_.file("notes.md"), "not a shard");
+  }
+  std::string at(const std::string& name) const { return dir_.file(name); }
+  TempDirectory dir_;
+};
+
+TEST_F(ShardList, BracesGlobsDirectoriesAndSeparators) {
+  EXPECT_EQ(resolve_shard_list(at("train-{000..002}.tar")),
+            (Names{at("train-000.tar"), at("train-001.tar"), at("train-002.tar")}));
+  EXPECT_EQ(resolve_shard_list(at("train-00[21].tar")),
+            (Names{at("train-001.tar"), at("train-002.tar")}))
+      << "glob matches come sorted";
+  EXPECT_EQ(resolve_shard_list(dir_.path()),
+            (Names{at("b.tar.gz"), at("c.tgz"), at("d.tar.zst"), at("train-000.tar"),
+                   at("train-001.tar"), at("train-002.tar")}));
+  EXPECT_EQ(
+      resolve_shard_list(at("c.tgz") + ", " + at("b.tar.gz") + "\n" + at("train-{000,002}.tar")),
+      (Names{at("c.tgz"), at("b.tar.gz"), at("train-000.tar"), at("train-002.tar")}));
+}
+
+TEST_F(ShardList, ListFileWithCommentsAndRelativePaths) {
+  write_file(at("shards.txt"), "# training shards\n\ntrain-001.tar\n  " + at("c.tgz") + "  \r\n");
+  EXPECT_EQ(resolve_shard_list(at("shards.txt")), (Names{at("train-001.tar"), at("c.tgz")}));
+  // A tar without a shard extension is a shard, not a list.
+  write_file(at("shard-without-extension"), make_tar({{"x.txt", "x"}}));
+  EXPECT_EQ(resolve_shard_list(at("shard-without-extension")),
+            Names{at("shard-without-extension")});
+}
+
+TEST_F(ShardList, MissingShardsAreNamedAndCounted) {
+  EXPECT_EQ(config_error_of(at("train-{000..004}.tar")),
+            "data.shards: shard " + at("train-003.tar") +
+                " does not exist (2 of 5 listed shards are missing)");
+  EXPECT_EQ(config_error_of(at("none-*.tar")), "data.shards: no file matches " + at("none-*.tar") +
+                                                   " (1 of 1 listed shards are missing)");
+  write_file(at("list.txt"), "train-000.tar\ngone.tar\n");
+  EXPECT_NE(config_error_of(at("list.txt")).find(at("gone.tar") + " does not exist (1 of 2"),
+            std::string::npos);
+}
+
+TEST_F(ShardList, EmptyListsAreConfigErrors) {
+  EXPECT_EQ(config_error_of(""), "data.shards: no shards given ('')");
+  EXPECT_EQ(config_error_of(" , "), "data.shards: no shards given (' , ')");
+  TempDirectory empty;
+  EXPECT_EQ(config_error_of(empty.path()),
+            "data.shards: directory " + empty.path() +
+                " holds no shards (*.tar, *.tar.gz, *.tgz, *.tar.zst)");
+  write_file(at("empty.txt"), "# nothing yet\n");
+  EXPECT_EQ(config_error_of(at("empty.txt")),
+            "data.shards: no shards given ('" + at("empty.txt") + "')");
+}
+
+TEST(ShardExtension, WebdatasetShardNames) {
+  for (const char* name :
+       {"a.tar", "a.tar.gz", "a.tgz", "a.tar.zst", "a.tar.zstd", "dir.x/b.tar"}) {
+    EXPECT_TRUE(has_shard_extension(name)) << name;
+  }
+  for (const char* name : {"a.txt", "tar", ".tar", "a.tar.bak", "a.zip"}) {
+    EXPECT_FALSE(has_shard_extension(name)) << name;
+  }
+}
+
+}  // namespace
+}  // namespace trainbench

@@ -1,0 +1,371 @@
+// The prefetching shard loader: the split of shards over ranks and readers,
+// packing, determinism, exact resume from a saved position, bad data, and
+// stalls showing up as wait time.
+#include <gtest/gtest.h>
+
+#include <stdlib.h>  // mkdtemp
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dataloader/data_error.h"
+#include "dataloader/shard_assignment.h"
+#include "dataloader/shard_loader.h"
+#include "dataloader/shard_tools.h"
+#include "dataloader/tar_reader.h"
+#include "dataloader/token_decode.h"
+#include "dataloader/token_packer.h"
+#include "dataloader/webdataset.h"
+
+namespace trainbench {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "test_shard_loader-XXXXXX").string();
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+SynthResult make_shards(const std::string& dir, int64_t count, int64_t samples, int64_t tokens_mean,
+                        int64_t vocab = 1000, uint64_t seed = 7) {
+  SynthOptions synth;
+  synth.out_dir = dir;
+  synth.count = count;
+  synth.samples_per_shard = samples;
+  synth.vocab = vocab;
+  synth.field = "u16";
+  synth.tokens_mean = tokens_mean;
+  synth.tokens_spread = tokens_mean / 2;
+  synth.seed = seed;
+  return synthesize_shards(synth);
+}
+
+LoaderOptions options_for(const std::vector<std::string>& shards) {
+  LoaderOptions o;
+  o.shards = shards;
+  o.micro_batch = 3;
+  o.seq_len = 16;
+  o.vocab = 1000;
+  o.field = "u16";
+  o.eos_token = 999;
+  o.readers = 2;
+  o.prefetch = 2;
+  o.shuffle_buffer = 8;
+  o.seed = 11;
+  o.timeout_s = 30;
+  return o;
+}
+
+// inputs then targets of each batch, flattened.
+std::vector<std::vector<int32_t>> take_batches(ShardLoader& loader, int count) {
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < count; ++i) {
+    const HostBatch& b = loader.next(nullptr);
+    const int64_t n = b.batch * b.seq_len;
+    std::vector<int32_t> tokens(b.inputs, b.inputs + n);
+    tokens.insert(tokens.end(), b.targets, b.targets + n);
+    out.push_back(std::move(tokens));
+  }
+  return out;
+}
+
+// Every sample's tokens of one shard, in file order, read independently of the loader.
+std::vector<std::vector<int32_t>> shard_samples(const std::string& path) {
+  TarReader tar;
+  tar.open(path);
+  SampleReader reader(tar, 1 << 30);
+  Sample sample;
+  std::vector<std::vector<int32_t>> out;
+  while (reader.next(&sample)) {
+    const SampleMember* member = sample.find("u16");
+    EXPECT_NE(member, nullptr);
+    std::vector<int32_t> tokens;
+    std::string error;
+    EXPECT_TRUE(decode_tokens(TokenFormat::kU16, member->data.data(), member->data.size(), 1 << 16,
+                              &tokens, &error))
+        << error;
+    out.push_back(tokens);
+  }
+  return out;
+}
+
+TEST(ShardAssignment, EveryShardGoesToExactlyOneReaderPerEpoch) {
+  for (int64_t world : {1, 2, 3}) {
+    for (int64_t readers : {1, 2, 4}) {
+      for (int64_t epoch : {0, 1}) {
+        std::multiset<int64_t> seen;
+        for (int64_t rank = 0; rank < world; ++rank)
+          for (int64_t reader = 0; reader < readers; ++reader)
+            for (int64_t shard : shards_for_reader(37, 5, epoch, rank, world, reader, readers))
+              seen.insert(shard);
+        ASSERT_EQ(seen.size(), 37u) << world << "x" << readers;
+        for (int64_t shard = 0; shard < 37; ++shard) EXPECT_EQ(seen.count(shard), 1u);
+      }
+    }
+  }
+}
+
+TEST(ShardAssignment, SplitsLikeWebdatasetSplitByNodeThenByWorker) {
+  const std::vector<int64_t> order = epoch_shard_order(20, 3, 2);
+  // urls[rank::world] then [worker::workers], written out as Python would.
+  const int64_t world = 3, readers = 2, rank = 1, reader = 1;
+  std::vector<int64_t> by_node, expected;
+  for (size_t i = rank; i < order.size(); i += world) by_node.push_back(order[i]);
+  for (size_t i = reader; i < by_node.size(); i += readers) expected.push_back(by_node[i]);
+  EXPECT_EQ(shards_for_reader(20, 3, 2, rank, world, reader, readers), expected);
+}
+
+TEST(ShardAssignment, OrderIsSeededAndChangesEachEpoch) {
+  EXPECT_EQ(epoch_shard_order(50, 9, 0), epoch_shard_order(50, 9, 0));
+  EXPECT_NE(epoch_shard_order(50, 9, 0), epoch_shard_order(50, 9, 1));
+  EXPECT_NE(epoch_shard_order(50, 9, 0), epoch_shard_order(50, 10, 0));
+  std::vector<int64_t> sorted = epoch_shard_order(50, 9, 3);
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 50; ++i) EXPECT_EQ(sorted[i], i);
+}
+
+TEST(TokenPacker, PacksAcrossSamplesWithSeparatorsAndSharesOneTokenBetweenWindows) {
+  TokenPacker packer(/*seq_len=*/4, /*eos_token=*/99);
+  std::vector<int32_t> stream;  // what the windows should tile
+  int32_t next_token = 1;
+  std::vector<std::vector<int32_t>> windows;
+  for (int64_t length : {3, 1, 7, 0, 5}) {
+    auto sample = std::make_shared<std::vector<int32_t>>();
+    for (int64_t i = 0; i < length; ++i) sample->push_back(next_token++);
+    stream.insert(stream.end(), sample->begin(), sample->end());
+    stream.push_back(99);
+    ASSERT_TRUE(packer.needs_sample());
+    packer.feed(sample);
+    std::vector<int32_t> window(5);
+    while (packer.fill_window(window.data())) windows.push_back(window);
+  }
+  // 16 + 5 separators = 21 tokens; windows of 5 advancing by 4: 5 windows.
+  ASSERT_EQ(windows.size(), 5u);
+  for (size_t w = 0; w < windows.size(); ++w)
+    for (size_t i = 0; i < 5; ++i) EXPECT_EQ(windows[w][i], stream[w * 4 + i]) << w << "," << i;
+}
+
+TEST(ShardLoader, OneReaderInReadOrderPacksTheShardsExactly) {
+  TempDir dir;
+  const SynthResult made = make_shards(dir.path(), 2, 6, 10);
+  LoaderOptions o = options_for(made.paths);
+  o.readers = 1;
+  o.shuffle_buffer = 0;
+  ShardLoader loader(o);
+  // Expected stream: the epoch-0 order of the shards, every sample then EOS.
+  std::vector<int32_t> stream;
+  for (int64_t shard : shards_for_reader(2, o.seed, 0, 0, 1, 0, 1))
+    for (const auto& sample : shard_samples(made.paths[static_cast<size_t>(shard)])) {
+      stream.insert(stream.end(), sample.begin(), sample.end());
+      stream.push_back(o.eos_token);
+    }
+  const int64_t T = o.seq_len;
+  const int batches = static_cast<int>((static_cast<int64_t>(stream.size()) - 1) / (T * o.micro_batch));
+  ASSERT_GE(batches, 2);
+  const auto got = take_batches(loader, batches);
+  for (int b = 0; b < batches; ++b) {
+    for (int64_t row = 0; row < o.micro_batch; ++row) {
+      const size_t start = static_cast<size_t>((b * o.micro_batch + row) * T);
+      for (int64_t i = 0; i < T; ++i) {
+        ASSERT_EQ(got[b][row * T + i], stream[start + i]) << "batch " << b << " row " << row;
+        ASSERT_EQ(got[b][o.micro_batch * T + row * T + i], stream[start + i + 1]);
+      }
+    }
+  }
+  const SourceStats stats = loader.stats();
+  EXPECT_GT(stats.storage_bytes, 0);
+  EXPECT_GT(stats.samples, 0);
+  EXPECT_EQ(stats.samples_skipped, 0);
+}
+
+TEST(ShardLoader, SameSeedSameBatchesWhateverTheScheduling) {
+  TempDir dir;
+  const SynthResult made = make_shards(dir.path(), 6, 10, 12);
+  LoaderOptions o = options_for(made.paths);
+  o.readers = 3;
+  ShardLoader first(o);
+  const auto a = take_batches(first, 40);  // several epochs
+  LoaderOptions slow = o;
+  slow.prefetch = 1;  // different timing, same stream
+  ShardLoader second(slow);
+  EXPECT_EQ(a, take_batches(second, 40));
+  LoaderOptions other = o;
+  other.seed = 12;
+  ShardLoader third(other);
+  EXPECT_NE(a, take_batches(third, 40));
+}
+
+TEST(ShardLoader, RanksReadDisjointShards) {
+  TempDir dir;
+  const SynthResult made = make_shards(dir.path(), 4, 5, 12);
+  LoaderOptions o = options_for(made.paths);
+  o.world = 2;
+  o.readers = 1;
+  o.shuffle_buffer = 0;
+  o.rank = 0;
+  ShardLoader rank0(o);
+  o.rank = 1;
+  ShardLoader rank1(o);
+  EXPECT_NE(take_batches(rank0, 3), take_batches(rank1, 3));
+}
+
+TEST(ShardLoader, ResumesExactlyFromASavedPosition) {
+  TempDir dir;
+  const SynthResult made = make_shards(dir.path(), 4, 7, 20);
+  LoaderOptions o = options_for(made.paths);
+  o.readers = 2;
+  o.shuffle_buffer = 5;
+  ShardLoader reference(o);
+  const auto all = take_batches(reference, 60);  // crosses epoch boundaries
+  for (int stop_at : {0, 1, 7, 25}) {
+    std::string saved;
+    {
+      ShardLoader interrupted(o);
+      take_batches(interrupted, stop_at);
+      saved = serialize_position(interrupted.position());
+    }  // the interrupted loader had read ahead; none of that may leak into the resume
+    const LoaderPosition position = parse_position(saved);
+    ShardLoader resumed(o, &position);
+    const auto rest = take_batches(resumed, 60 - stop_at);
+    for (int i = 0; i < 60 - stop_at; ++i)
+      ASSERT_EQ(rest[i], all[stop_at + i]) << "stopped at " << stop_at << ", batch " << i;
+  }
+}
+
+TEST(ShardLoader, PositionFromOtherDataOrLayoutIsRefused) {
+  TempDir dir;
+  const SynthResult made = make_shards(dir.path(), 4, 3, 10);
+  LoaderOptions o = options_for(made.paths);
+  ShardLoader loader(o);
+  take_batches(loader, 2);
+  const LoaderPosition position = loader.position();
+  LoaderOptions other = o;
+  other.readers = 1;
+  try {
+    ShardLoader resumed(other, &position);
+    FAIL() << "a position from 2 readers was accepted by 1";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("same data and layout"), std::string::npos) << e.what();
+  }
+  std::string damaged = serialize_position(position);
+  damaged.resize(damaged.size() - 3);
+  EXPECT_THROW(parse_position(damaged), DataError);
+  EXPECT_THROW(parse_position("not a position at all"), DataError);
+}
+
+TEST(ShardLoader, FewerShardsThanReadersIsAnErrorThatSaysWhatToChange) {
+  TempDir dir;
+  const SynthResult made = make_shards(dir.path(), 3, 2, 10);
+  LoaderOptions o = options_for(made.paths);
+  o.world = 2;
+  o.readers = 2;
+  try {
+    ShardLoader loader(o);
+    FAIL() << "3 shards for 4 readers was accepted";
+  } catch (const DataError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("3 shard(s) for 2 rank(s) x 2 reader(s)"), std::string::npos) << message;
+    EXPECT_NE(message.find("data.readers"), std::string::npos) << message;
+  }
+}
+
+// A shard whose every token is out of range for a smaller vocabulary.
+TEST(ShardLoader, BadTokensFailWithShardAndKeyOrAreSkippedAndCounted) {
+  TempDir dir;
+  const SynthResult good = make_shards(dir.path() + "/good", 2, 4, 10, /*vocab=*/100);
+  const SynthResult bad = make_shards(dir.path() + "/bad", 1, 4, 10, /*vocab=*/60000, 99);
+  std::vector<std::string> shards = good.paths;
+  shards.push_back(bad.paths.front());
+  LoaderOptions o = options_for(shards);
+  o.vocab = 100;
+  o.eos_token = 99;
+  o.readers = 1;
+  {
+    ShardLoader loader(o);
+    try {
+      take_batches(loader, 50);
+      FAIL() << "tokens >= vocab were accepted";
+    } catch (const DataError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(bad.paths.front()), std::string::npos) << message;
+      EXPECT_NE(message.find(">= vocab"), std::string::npos) << message;
+      EXPECT_NE(message.find("byte "), std::string::npos) << message;
+    }
+  }
+  o.skip_corrupt = true;
+  ShardLoader skipping(o);
+  take_batches(skipping, 50);
+  const SourceStats stats = skipping.stats();
+  EXPECT_GE(stats.samples_skipped, 4);
+  ASSERT_FALSE(stats.skip_messages.empty());
+  EXPECT_NE(stats.skip_messages.front().find(bad.paths.front()), std::string::npos);
+}
+
+TEST(ShardLoader, AllShardsUnreadableWithSkipIsAnErrorNotASpin) {
+  TempDir dir;
+  std::vector<std::string> shards;
+  for (int i = 0; i < 2; ++i) {
+    shards.push_back(dir.path() + "/junk" + std::to_string(i) + ".tar");
+    std::ofstream(shards.back()) << "this is not a tar archive, not even close";
+  }
+  LoaderOptions o = options_for(shards);
+  o.skip_corrupt = true;
+  ShardLoader loader(o);
+  try {
+    loader.next(nullptr);
+    FAIL() << "no readable sample, yet a batch";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("no readable sample"), std::string::npos) << e.what();
+  }
+  EXPECT_GE(loader.stats().shards_skipped, 1);
+}
+
+TEST(ShardLoader, AStalledReaderTimesOutWithAMessage) {
+  TempDir dir;
+  const SynthResult made = make_shards(dir.path(), 2, 50, 10);
+  LoaderOptions o = options_for(made.paths);
+  o.inject_delay_s = 1.0;  // per sample: a batch needs several
+  o.timeout_s = 0.2;
+  ShardLoader loader(o);
+  try {
+    loader.next(nullptr);
+    FAIL() << "no timeout";
+  } catch (const LoaderTimeout& e) {
+    EXPECT_NE(std::string(e.what()).find("data.timeout_s"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ShardLoader, ASlowReaderShowsUpAsWaitTime) {
+  TempDir dir;
+  const SynthResult made = make_shards(dir.path(), 2, 200, 8);
+  LoaderOptions o = options_for(made.paths);
+  o.shuffle_buffer = 0;
+  o.readers = 1;
+  o.prefetch = 1;
+  o.inject_delay_s = 0.005;  // per sample; a batch of 3 x 16 tokens needs ~5 samples
+  ShardLoader slow(o);
+  double waited = 0;
+  for (int i = 0; i < 10; ++i) {
+    double wait = 0;
+    slow.next(&wait);
+    waited += wait;
+  }
+  // 10 batches x ~5 samples x 5 ms, with nothing else for the consumer to do.
+  EXPECT_GT(waited, 0.1);
+}
+
+}  // namespace
+}  // namespace trainbench

@@ -1,0 +1,408 @@
+// synth / pack / verify as functions and through the real `trainbench shards`
+// command: seeded shards are byte-identical, limits hold, pack groups files
+// into samples as webdataset does, verify counts what synth wrote and lists
+// every error with its path and offset, and bad options exit 2 naming the
+// option.
+#include <signal.h>    // kill
+#include <sys/stat.h>  // mkfifo
+#include <sys/wait.h>  // waitpid
+#include <unistd.h>    // fork, execv, truncate
+
+#include <algorithm>  // std::count, std::sort
+#include <chrono>     // waiting for the writer to start
+#include <filesystem>
+#include <fstream>
+#include <iterator>  // std::istreambuf_iterator
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "dataloader/shard_tools.h"
+#include "dataloader/tar_reader.h"  // listing what pack wrote
+#include "tests/support/run_command.h"
+
+namespace trainbench {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::CommandResult;
+using testing::run_command;
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_file(const fs::path& path, const std::string& data) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary) << data;
+}
+
+std::vector<std::string> member_names(const std::string& path) {
+  TarReader tar;
+  tar.open(path);
+  std::vector<std::string> names;
+  TarMember member;
+  while (tar.next_member(&member)) {
+    names.push_back(member.name);
+    tar.skip_data();
+  }
+  return names;
+}
+
+int64_t total_file_bytes(const std::vector<std::string>& paths) {
+  int64_t bytes = 0;
+  for (const std::string& p : paths) bytes += static_cast<int64_t>(fs::file_size(p));
+  return bytes;
+}
+
+class ShardTools : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/trainbench_shard_tools_XXXXXX";
+    dir_ = mkdtemp(pattern);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  SynthOptions synth_options(const std::string& sub) const {
+    SynthOptions o;
+    o.out_dir = dir_ + "/" + sub;
+    o.count = 3;
+    o.samples_per_shard = 20;
+    o.tokens_mean = 64;
+    o.tokens_spread = 32;
+    o.payload_bytes = 300;
+    o.payload_spread = 200;
+    return o;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(ShardTools, SynthIsByteIdenticalForTheSameSeedAndDiffersForAnother) {
+  const SynthResult a = synthesize_shards(synth_options("a"));
+  const SynthResult b = synthesize_shards(synth_options("b"));
+  SynthOptions other = synth_options("c");
+  other.seed = 2;
+  const SynthResult c = synthesize_shards(other);
+  ASSERT_EQ(a.paths.size(), 3u);
+  for (size_t i = 0; i < a.paths.size(); ++i) {
+    EXPECT_EQ(fs::path(a.paths[i]).filename(), fs::path(b.paths[i]).filename());
+    EXPECT_EQ(file_bytes(a.paths[i]), file_bytes(b.paths[i])) << a.paths[i];
+    EXPECT_NE(file_bytes(a.paths[i]), file_bytes(c.paths[i])) << c.paths[i];
+  }
+  EXPECT_EQ(a.tokens, b.tokens);
+}
+
+TEST_F(ShardTools, SynthWritesTheAskedShardsSamplesAndNames) {
+  const SynthResult result = synthesize_shards(synth_options("s"));
+  ASSERT_EQ(result.paths.size(), 3u);
+  EXPECT_EQ(result.paths[2], dir_ + "/s/train-000002.tar");
+  EXPECT_EQ(result.samples, 60);
+  EXPECT_EQ(result.bytes, total_file_bytes(result.paths));
+  EXPECT_GE(result.tokens, 60 * 32);
+  EXPECT_LE(result.tokens, 60 * 96);
+  const std::vector<std::string> names = member_names(result.paths[1]);
+  ASSERT_EQ(names.size(), 40u);
+  EXPECT_EQ(names[0], "000000020.u16");
+  EXPECT_EQ(names[1], "000000020.payload.bin");
+  EXPECT_EQ(names[39], "000000039.payload.bin");
+  for (const fs::directory_entry& e : fs::directory_iterator(dir_ + "/s"))
+    EXPECT_EQ(e.path().extension(), ".tar") << "no .partial left: " << e.path();
+}
+
+TEST_F(ShardTools, SynthBySizeFillsEachShardUpToTheSize) {
+  SynthOptions o = synth_options("size");
+  o.samples_per_shard = 0;
+  o.shard_bytes = 64 * 1024;
+  o.count = 4;
+  const SynthResult result = synthesize_shards(o);
+  ASSERT_EQ(result.paths.size(), 4u);
+  // The largest sample: two members (at most 192 token bytes, 500 payload
+  // bytes), each a header block and one data block.
+  const int64_t largest_sample = 2 * (512 + 512);
+  for (const std::string& path : result.paths) {
+    const int64_t size = static_cast<int64_t>(fs::file_size(path));
+    EXPECT_LE(size, o.shard_bytes) << path;
+    EXPECT_GT(size, o.shard_bytes - largest_sample) << path;
+  }
+}
+
+TEST_F(ShardTools, VerifyCountsWhatSynthWroteForEveryField) {
+  for (const std::string field : {"u16", "u32", "npy", "txt"}) {
+    SynthOptions o = synth_options(field);
+    o.field = field;
+    o.vocab = field == "u32" || field == "npy" ? 100000 : 1000;
+    const SynthResult written = synthesize_shards(o);
+    VerifyOptions v;
+    v.shards = written.paths;
+    v.field = field;
+    v.vocab = o.vocab;
+    const VerifyResult read = verify_shards(v);
+    EXPECT_EQ(read.errors, 0) << field << ": " << (read.error_lines.empty() ? "" : read.error_lines[0]);
+    EXPECT_EQ(read.shards, 3) << field;
+    EXPECT_EQ(read.samples, written.samples) << field;
+    EXPECT_EQ(read.tokens, written.tokens) << field;
+    EXPECT_EQ(read.bytes, written.bytes) << field;
+  }
+}
+
+TEST_F(ShardTools, VerifyFindsTokensOutsideTheVocabulary) {
+  const SynthResult written = synthesize_shards(synth_options("v"));  // vocab 50257
+  VerifyOptions v;
+  v.shards = written.paths;
+  v.field = "u16";
+  v.vocab = 100;
+  const VerifyResult read = verify_shards(v);
+  EXPECT_EQ(read.errors, written.samples) << "every sample has an id >= 100";
+  ASSERT_FALSE(read.error_lines.empty());
+  EXPECT_EQ(read.error_lines[0].rfind(written.paths[0] + ": byte 0: sample 000000000", 0), 0u)
+      << read.error_lines[0];
+}
+
+TEST_F(ShardTools, VerifyReportsATruncatedShardWithPathAndOffsetAndGoesOn) {
+  const SynthResult written = synthesize_shards(synth_options("t"));
+  const std::string& broken = written.paths[1];
+  ASSERT_EQ(truncate(broken.c_str(), static_cast<off_t>(fs::file_size(broken) / 2)), 0);
+  VerifyOptions v;
+  v.shards = written.paths;
+  v.shards.insert(v.shards.begin() + 1, dir_ + "/missing.tar");
+  const VerifyResult read = verify_shards(v);
+  ASSERT_EQ(read.errors, 2) << ::testing::PrintToString(read.error_lines);
+  EXPECT_EQ(read.shards, 4);
+  EXPECT_NE(read.error_lines[0].find(dir_ + "/missing.tar"), std::string::npos) << read.error_lines[0];
+  EXPECT_EQ(read.error_lines[1].rfind(broken + ": byte ", 0), 0u) << read.error_lines[1];
+  // The shards before and after the broken one are read whole.
+  EXPECT_GE(read.samples, 40);
+  EXPECT_LT(read.samples, 60);
+}
+
+TEST_F(ShardTools, PackGroupsFilesByKeyAndCountsWhatItSkips) {
+  const fs::path in = dir_ + "/in";
+  write_file(in / "a/x.jpg", "jpg-x");
+  write_file(in / "a/x.json", "{}");
+  write_file(in / "a/x.seg.png", "png");
+  write_file(in / "a/y.jpg", "jpg-y");
+  write_file(in / "a.aaa", "first");  // key "a", around directory "a.d"
+  write_file(in / "a.zzz", "last");
+  write_file(in / "a.d/b.txt", "in a dotted directory");
+  write_file(in / "README", "no extension: readers would drop it");
+  write_file(in / "__meta__.json", "a __ name: readers drop it");
+  ASSERT_EQ(mkfifo((in / "pipe.fifo").c_str(), 0644), 0);
+  fs::create_directory_symlink(in / "a", in / "link.dir");
+  fs::create_symlink(in / "a/y.jpg", in / "z.jpg");
+
+  PackOptions o;
+  o.input_dir = in.string();
+  o.out_pattern = dir_ + "/out/p-%02d.tar";
+  o.max_count = 3;
+  const PackResult result = pack_directory(o);
+  EXPECT_EQ(result.samples, 5);  // a, a.d/b, a/x, a/y, z
+  EXPECT_EQ(result.files, 8);
+  EXPECT_EQ(result.skipped_non_regular, 2);  // the fifo and the link to a directory
+  EXPECT_EQ(result.skipped_unnamed, 2);
+  ASSERT_EQ(result.paths.size(), 2u);
+  EXPECT_EQ(result.paths[1], dir_ + "/out/p-01.tar");
+  EXPECT_EQ(member_names(result.paths[0]),
+            (std::vector<std::string>{"a.aaa", "a.zzz", "a.d/b.txt", "a/x.jpg", "a/x.json", "a/x.seg.png"}));
+  EXPECT_EQ(member_names(result.paths[1]), (std::vector<std::string>{"a/y.jpg", "z.jpg"}));
+
+  VerifyOptions v;
+  v.shards = result.paths;
+  const VerifyResult read = verify_shards(v);
+  EXPECT_EQ(read.errors, 0);
+  EXPECT_EQ(read.samples, result.samples);
+  EXPECT_EQ(read.bytes, result.bytes);
+}
+
+TEST_F(ShardTools, PackRefusesTwoFilesThatReadersWouldSeeAsOneMember) {
+  write_file(dir_ + "/in/x.JPG", "upper");
+  write_file(dir_ + "/in/x.jpg", "lower");
+  PackOptions o;
+  o.input_dir = dir_ + "/in";
+  o.out_pattern = dir_ + "/out/p-%02d.tar";
+  EXPECT_THROW(pack_directory(o), std::invalid_argument);
+  o.input_dir = dir_ + "/nowhere";
+  EXPECT_THROW(pack_directory(o), std::invalid_argument);
+}
+
+struct BadSynth {
+  const char* what;
+  void (*change)(SynthOptions&);
+  std::vector<std::string> named;  // words the message must contain
+};
+
+TEST_F(ShardTools, ImpossibleSynthOptionsNameTheOption) {
+  const std::vector<BadSynth> cases = {
+      {"u16 cannot hold the vocabulary", [](SynthOptions& o) { o.vocab = 70000; }, {"--vocab", "--field"}},
+      {"no shards", [](SynthOptions& o) { o.count = 0; }, {"--count"}},
+      {"both limits", [](SynthOptions& o) { o.shard_bytes = 1000; }, {"--samples", "--size"}},
+      {"no limit", [](SynthOptions& o) { o.samples_per_shard = 0; }, {"--samples", "--size"}},
+      {"unknown field", [](SynthOptions& o) { o.field = "u8"; }, {"--field"}},
+      {"txt and a small vocabulary",
+       [](SynthOptions& o) {
+         o.field = "txt";
+         o.vocab = 100;
+       },
+       {"--vocab", "--field txt"}},
+      {"no tokens", [](SynthOptions& o) { o.tokens_mean = 0; }, {"--tokens"}},
+      {"payload spread", [](SynthOptions& o) { o.payload_spread = 400; }, {"--payload-bytes"}},
+      {"prefix with a slash", [](SynthOptions& o) { o.prefix = "a/b"; }, {"--prefix"}},
+  };
+  for (const BadSynth& c : cases) {
+    SynthOptions o = synth_options("bad");
+    c.change(o);
+    try {
+      synthesize_shards(o);
+      ADD_FAILURE() << c.what << ": expected std::invalid_argument";
+    } catch (const std::invalid_argument& e) {
+      for (const std::string& word : c.named)
+        EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << c.what << ": " << e.what();
+    }
+  }
+  EXPECT_FALSE(fs::exists(dir_ + "/bad")) << "nothing created for impossible options";
+}
+
+// --- through the real binary ---
+
+std::string binary() { return TRAINBENCH_BINARY; }
+
+int count_lines(const std::string& text) {
+  return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+}
+
+// "samples  60" -> 60, from the summary on stdout.
+int64_t summary_value(const std::string& out, const std::string& name) {
+  const std::string text = "\n" + out;
+  const size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stoll(text.substr(text.find_first_not_of(' ', at + 1 + name.size())));
+}
+
+TEST_F(ShardTools, CommandLineSynthThenVerifyAgree) {
+  const CommandResult synth = run_command(binary() + " shards synth --out " + dir_ +
+                                          "/cli --count 2 --size 256K --tokens 300:100 "
+                                          "--payload-bytes 4K:1K --seed 7");
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  EXPECT_EQ(synth.err, "") << "no progress lines when stderr is not a terminal";
+  const CommandResult verify =
+      run_command(binary() + " shards verify " + dir_ + "/cli --field u16 --vocab 50257");
+  ASSERT_EQ(verify.exit_code, 0) << verify.out << verify.err;
+  EXPECT_EQ(summary_value(verify.out, "shards"), 2);
+  EXPECT_EQ(summary_value(verify.out, "samples"), summary_value(synth.out, "samples"));
+  EXPECT_EQ(summary_value(verify.out, "tokens"), summary_value(synth.out, "tokens"));
+  EXPECT_EQ(summary_value(verify.out, "bytes"), summary_value(synth.out, "bytes"));
+  EXPECT_EQ(summary_value(verify.out, "errors"), 0);
+}
+
+TEST_F(ShardTools, CommandLineVerifyListsEveryErrorAndExits2) {
+  ASSERT_EQ(run_command(binary() + " shards synth --out " + dir_ + "/v --count 3 --samples 50").exit_code, 0);
+  const std::string broken = dir_ + "/v/train-000000.tar";
+  ASSERT_EQ(truncate(broken.c_str(), 10000), 0);
+  const CommandResult verify =
+      run_command(binary() + " shards verify '" + dir_ + "/v/train-{000000..000002}.tar'");
+  EXPECT_EQ(verify.exit_code, 2);
+  EXPECT_EQ(verify.out.rfind(broken + ": byte ", 0), 0u) << verify.out;
+  EXPECT_EQ(summary_value(verify.out, "errors"), 1) << verify.out;
+  EXPECT_GE(summary_value(verify.out, "samples"), 100) << "the other shards are read whole";
+  EXPECT_EQ(count_lines(verify.err), 1) << verify.err;
+  EXPECT_NE(verify.err.find("trainbench: shards verify: 1 error"), std::string::npos) << verify.err;
+}
+
+TEST_F(ShardTools, CommandLinePackTakesADirectoryOrAPattern) {
+  write_file(dir_ + "/in/a/1.txt", "one");
+  write_file(dir_ + "/in/a/1.cls", "7");
+  write_file(dir_ + "/in/b/2.txt", "two");
+  const CommandResult to_dir =
+      run_command(binary() + " shards pack " + dir_ + "/in --out " + dir_ + "/packed");
+  ASSERT_EQ(to_dir.exit_code, 0) << to_dir.err;
+  EXPECT_TRUE(fs::exists(dir_ + "/packed/shard-000000.tar"));
+  EXPECT_EQ(summary_value(to_dir.out, "samples"), 2);
+  EXPECT_EQ(summary_value(to_dir.out, "files"), 3);
+  const CommandResult to_pattern = run_command(binary() + " shards pack " + dir_ + "/in --out " + dir_ +
+                                               "/pat/data-%03d.tar --max-count 1");
+  ASSERT_EQ(to_pattern.exit_code, 0) << to_pattern.err;
+  EXPECT_TRUE(fs::exists(dir_ + "/pat/data-001.tar"));
+  EXPECT_EQ(member_names(dir_ + "/pat/data-001.tar"), std::vector<std::string>{"b/2.txt"});
+}
+
+struct BadCommand {
+  std::string args;
+  std::vector<std::string> named;  // words the one stderr line must contain
+};
+
+TEST_F(ShardTools, CommandLineUserErrorsExit2WithOneLineNamingTheOption) {
+  write_file(dir_ + "/file", "not a directory");
+  const std::string out = " --out " + dir_ + "/o";
+  const std::vector<BadCommand> cases = {
+      {"shards", {"synth", "pack", "verify"}},
+      {"shards synth" + out + " --count 2", {"--samples", "--size"}},
+      {"shards synth" + out + " --count 2 --samples 3 --size 1M", {"--samples", "--size"}},
+      {"shards synth" + out + " --count 0 --samples 3", {"--count"}},
+      {"shards synth" + out + " --count 1 --samples 3 --vocab 70000", {"--vocab", "--field"}},
+      {"shards synth" + out + " --count 1 --size 12Q", {"--size", "12Q"}},
+      {"shards synth" + out + " --count 1 --samples 3 --tokens 10:x", {"--tokens"}},
+      {"shards synth" + out + " --count 1 --samples 3 --payload-bytes lots", {"--payload-bytes"}},
+      {"shards synth" + out + " --count 1 --samples 3 --field u8", {"--field", "u8"}},
+      {"shards synth --count 1 --samples 3", {"--out"}},
+      {"shards synth --out " + dir_ + "/file/sub --count 1 --samples 3", {"--out", dir_ + "/file/sub"}},
+      {"shards pack " + dir_ + "/nowhere" + out, {"INPUT_DIR", dir_ + "/nowhere"}},
+      {"shards pack " + dir_ + out + "/x-%d-%d.tar", {"--out"}},
+      {"shards pack " + dir_ + out + " --max-size 1X", {"--max-size"}},
+      {"shards verify " + dir_ + "/missing.tar", {dir_ + "/missing.tar"}},
+      {"shards verify " + dir_ + "/file --vocab 10", {"--vocab", "--field"}},
+  };
+  for (const BadCommand& c : cases) {
+    const CommandResult result = run_command(binary() + " " + c.args);
+    EXPECT_EQ(result.exit_code, 2) << c.args << "\n" << result.err;
+    EXPECT_EQ(count_lines(result.err), 1) << c.args << "\n" << result.err;
+    EXPECT_EQ(result.err.rfind("trainbench: ", 0), 0u) << c.args << "\n" << result.err;
+    for (const std::string& word : c.named)
+      EXPECT_NE(result.err.find(word), std::string::npos) << c.args << ": " << result.err;
+  }
+  EXPECT_FALSE(fs::exists(dir_ + "/o/train-000000.tar"));
+}
+
+TEST_F(ShardTools, AKilledSynthLeavesOnlyWholeShardsAndOnePartial) {
+  const std::string out = dir_ + "/killed";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<std::string> args = {binary(), "shards", "synth", "--out",           out,  "--count",
+                                     "1000",   "--size", "1M",    "--payload-bytes", "64K"};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  // Kill it once a few shards are whole and the next is being written.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(out + "/train-000003.tar.partial") && !fs::exists(out + "/train-000003.tar") &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the writer finished before it could be killed";
+
+  std::vector<std::string> whole;
+  int partial = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(out)) {
+    if (e.path().extension() == ".partial")
+      ++partial;
+    else
+      whole.push_back(e.path().string());
+  }
+  EXPECT_LE(partial, 1) << "at most the shard being written (none if killed between two shards)";
+  ASSERT_GE(whole.size(), 3u);
+  VerifyOptions v;
+  v.shards = whole;
+  const VerifyResult read = verify_shards(v);
+  EXPECT_EQ(read.errors, 0) << ::testing::PrintToString(read.error_lines);
+}
+
+}  // namespace
+}  // namespace trainbench

@@ -1,0 +1,279 @@
+// TarReader: members of ustar, pax and GNU tars, raw and compressed, with
+// names, sizes, header offsets and data as written; broken shards fail with
+// the path, the byte offset and what is wrong.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "dataloader/data_error.h"
+#include "dataloader/tar_reader.h"
+#include "tests/dataloader/read_test_tars.h"
+
+namespace trainbench {
+namespace {
+
+using testing::make_tar;
+using testing::TarFilter;
+using testing::TarFormat;
+using testing::TempDirectory;
+using testing::TestEntry;
+using testing::write_file;
+
+struct ReadMember {
+  TarMember header;
+  std::string data;
+};
+
+std::vector<ReadMember> read_all(TarReader& tar) {
+  std::vector<ReadMember> members;
+  TarMember header;
+  std::vector<uint8_t> data;
+  while (tar.next_member(&header)) {
+    tar.read_data(&data, 1 << 20);
+    members.push_back({header, std::string(data.begin(), data.end())});
+  }
+  return members;
+}
+
+std::string expect_data_error(TarReader& tar, CorruptScope scope) {
+  try {
+    read_all(tar);
+  } catch (const DataError& error) {
+    EXPECT_EQ(error.scope(), scope) << error.what();
+    return error.what();
+  }
+  ADD_FAILURE() << "expected a DataError";
+  return "";
+}
+
+const std::string kLongName = std::string(120, 'd') + "/" + std::string(150, 'n') + ".tokens.u16";
+
+class TarFormats : public ::testing::TestWithParam<TarFormat> {};
+
+TEST_P(TarFormats, ReadsNamesSizesOffsetsAndData) {
+  const std::vector<TestEntry> entries = {
+      {"000.txt", "hello"},
+      {"000.u16", std::string(1000, 'x')},  // spans two 512-byte blocks
+      {"dir.v1/001.empty", ""},
+      {"dir.v1/001.bin", std::string("\0\1\2\3", 4)},
+  };
+  const std::string tar_bytes = make_tar(entries, GetParam());
+  TarReader tar;
+  tar.open_memory(tar_bytes.data(), tar_bytes.size(), "mem.tar");
+  const std::vector<ReadMember> members = read_all(tar);
+  ASSERT_EQ(members.size(), entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    EXPECT_EQ(members[i].header.name, entries[i].name);
+    EXPECT_TRUE(members[i].header.regular);
+    EXPECT_EQ(members[i].header.size, static_cast<int64_t>(entries[i].data.size()));
+    EXPECT_EQ(members[i].data, entries[i].data);
+  }
+  // Each header sits right after the previous member's blocks (ustar and
+  // GNU headers are one block here; pax may add an extended header).
+  EXPECT_EQ(members[0].header.offset, 0);
+  if (GetParam() != TarFormat::kPax) {
+    EXPECT_EQ(members[1].header.offset, 1024);
+    EXPECT_EQ(members[2].header.offset, 1024 + 512 + 1024);
+    EXPECT_EQ(members[3].header.offset, 1024 + 512 + 1024 + 512);
+  }
+  for (size_t i = 1; i < members.size(); ++i) {
+    EXPECT_GT(members[i].header.offset, members[i - 1].header.offset);
+    EXPECT_EQ(members[i].header.offset % 512, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(UstarPaxGnu, TarFormats,
+                         ::testing::Values(TarFormat::kUstar, TarFormat::kPax, TarFormat::kGnu));
+
+TEST(TarReader, LongNamesInPaxAndGnuTars) {
+  for (const TarFormat format : {TarFormat::kPax, TarFormat::kGnu}) {
+    const std::string tar_bytes = make_tar({{kLongName, "long"}, {"short.txt", "s"}}, format);
+    TarReader tar;
+    tar.open_memory(tar_bytes.data(), tar_bytes.size(), "long.tar");
+    const std::vector<ReadMember> members = read_all(tar);
+    ASSERT_EQ(members.size(), 2u);
+    EXPECT_EQ(members[0].header.name, kLongName);
+    EXPECT_EQ(members[0].data, "long");
+    // The long name's extra header comes first: the member's offset is where it starts.
+    EXPECT_EQ(members[0].header.offset, 0);
+    EXPECT_EQ(members[1].header.name, "short.txt");
+  }
+}
+
+TEST(TarReader, DirectoriesAndLinksAreNotRegular) {
+  const std::string tar_bytes = make_tar({{"d", "", TestEntry::kDirectory},
+                                          {"d/a.txt", "a"},
+                                          {"d/b.txt", "", TestEntry::kSymlink, "a.txt"},
+                                          {"d/c.txt", "", TestEntry::kHardlink, "d/a.txt"}});
+  TarReader tar;
+  tar.open_memory(tar_bytes.data(), tar_bytes.size(), "links.tar");
+  const std::vector<ReadMember> members = read_all(tar);
+  ASSERT_EQ(members.size(), 4u);
+  EXPECT_FALSE(members[0].header.regular);
+  EXPECT_TRUE(members[1].header.regular);
+  EXPECT_FALSE(members[2].header.regular);
+  EXPECT_FALSE(members[3].header.regular);
+  EXPECT_EQ(members[2].header.size, 0);
+}
+
+TEST(TarReader, CompressedShardsReadTheSameAndCountStorageBytes) {
+  TempDirectory dir;
+  const std::vector<TestEntry> entries = {{"0.txt", std::string(100000, 'a')}, {"1.txt", "b"}};
+  const std::string plain = make_tar(entries);
+  for (const auto& [filter, name] :
+       {std::pair{TarFilter::kNone, "s.tar"}, std::pair{TarFilter::kGzip, "s.tar.gz"},
+        std::pair{TarFilter::kZstd, "s.tar.zst"}, std::pair{TarFilter::kBzip2, "s.tar.bz2"}}) {
+    const std::string bytes = make_tar(entries, TarFormat::kPax, filter);
+    write_file(dir.file(name), bytes);
+    TarReader tar;
+    tar.open(dir.file(name));
+    const std::vector<ReadMember> members = read_all(tar);
+    ASSERT_EQ(members.size(), 2u) << name;
+    EXPECT_EQ(members[0].data, entries[0].data) << name;
+    EXPECT_EQ(members[1].data, "b") << name;
+    EXPECT_EQ(tar.storage_bytes(), static_cast<int64_t>(bytes.size())) << name;
+    EXPECT_GE(tar.stream_offset(), static_cast<int64_t>(plain.size()) - 1024) << name;
+    if (filter != TarFilter::kNone) {
+      EXPECT_LT(tar.storage_bytes(), tar.stream_offset()) << name;
+    }
+  }
+}
+
+TEST(TarReader, EmptyTarHasNoMembers) {
+  const std::string tar_bytes = make_tar({});
+  TarReader tar;
+  tar.open_memory(tar_bytes.data(), tar_bytes.size(), "empty.tar");
+  TarMember member;
+  EXPECT_FALSE(tar.next_member(&member));
+  EXPECT_FALSE(tar.next_member(&member));
+}
+
+TEST(TarReader, TruncatedInsideDataNamesPathOffsetAndMember) {
+  TempDirectory dir;
+  const std::string whole = make_tar({{"0.txt", "a"}, {"1.bin", std::string(5000, 'z')}});
+  const std::string path = dir.file("cut.tar");
+  write_file(path, whole.substr(0, 1024 + 512 + 2000));
+  TarReader tar;
+  tar.open(path);
+  const std::string message = expect_data_error(tar, CorruptScope::kShard);
+  EXPECT_EQ(message.rfind(path + ": byte ", 0), 0u) << message;
+  EXPECT_NE(message.find("truncated"), std::string::npos) << message;
+  EXPECT_NE(message.find("1.bin"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
+TEST(TarReader, TruncatedInsideAHeader) {
+  const std::string whole = make_tar({{"0.txt", "a"}, {"1.txt", "b"}}, TarFormat::kUstar);
+  const std::string cut = whole.substr(0, 1024 + 300);
+  TarReader tar;
+  tar.open_memory(cut.data(), cut.size(), "cut.tar");
+  const std::string message = expect_data_error(tar, CorruptScope::kShard);
+  EXPECT_NE(message.find("cut.tar: byte "), std::string::npos) << message;
+  EXPECT_NE(message.find("truncated"), std::string::npos) << message;
+}
+
+TEST(TarReader, DamagedHeaderIsAShardError) {
+  std::string bytes = make_tar({{"0.txt", "a"}, {"1.txt", "b"}}, TarFormat::kUstar);
+  bytes[1024 + 10] ^= 0x55;  // inside the second header's name: its checksum no longer matches
+  TarReader tar;
+  tar.open_memory(bytes.data(), bytes.size(), "bad.tar");
+  const std::string message = expect_data_error(tar, CorruptScope::kShard);
+  EXPECT_NE(message.find("bad.tar: byte 1024: corrupt tar archive"), std::string::npos) << message;
+}
+
+TEST(TarReader, NotATarFailsAtOpen) {
+  TempDirectory dir;
+  const std::string zip = dir.file("data.zip");
+  write_file(zip, std::string("PK\x03\x04", 4) + std::string(2000, '\0'));
+  const std::string empty = dir.file("empty.tar");
+  write_file(empty, "");
+  const std::string text = dir.file("notes.tar");
+  write_file(text, std::string(3000, 'x'));
+  for (const std::string& path : {zip, empty, text}) {
+    TarReader tar;
+    try {
+      tar.open(path);
+      FAIL() << path << " opened";
+    } catch (const DataError& error) {
+      EXPECT_EQ(error.scope(), CorruptScope::kShard);
+      EXPECT_EQ(std::string(error.what()).rfind(path + ": not a tar archive", 0), 0u)
+          << error.what();
+    }
+  }
+}
+
+TEST(TarReader, MissingFileNamesThePath) {
+  TarReader tar;
+  try {
+    tar.open("/nonexistent/shard-000.tar");
+    FAIL();
+  } catch (const DataError& error) {
+    EXPECT_EQ(error.scope(), CorruptScope::kShard);
+    EXPECT_EQ(std::string(error.what()),
+              "/nonexistent/shard-000.tar: cannot open: No such file or directory");
+  }
+}
+
+TEST(TarReader, OversizedMemberIsSkippedAndTheNextOneReads) {
+  const std::string bytes = make_tar({{"big.bin", std::string(3000, 'b')}, {"small.txt", "s"}});
+  TarReader tar;
+  tar.open_memory(bytes.data(), bytes.size(), "m.tar");
+  TarMember member;
+  std::vector<uint8_t> data;
+  ASSERT_TRUE(tar.next_member(&member));
+  try {
+    tar.read_data(&data, 2048);
+    FAIL();
+  } catch (const DataError& error) {
+    EXPECT_EQ(error.scope(), CorruptScope::kSample);
+    EXPECT_EQ(std::string(error.what()),
+              "m.tar: byte 0: big.bin is 3000 bytes, more than the limit of 2048");
+  }
+  ASSERT_TRUE(tar.next_member(&member));
+  EXPECT_EQ(member.name, "small.txt");
+  tar.read_data(&data, 2048);
+  EXPECT_EQ(std::string(data.begin(), data.end()), "s");
+}
+
+TEST(TarReader, SkipsAndReusesTheDataBuffer) {
+  const std::string bytes = make_tar({{"a", std::string(9000, 'a')},
+                                      {"b", "skipped"},
+                                      {"c", "cc"},
+                                      {"d", std::string(4000, 'd')}});
+  TarReader tar;
+  tar.open_memory(bytes.data(), bytes.size(), "r.tar");
+  TarMember member;
+  std::vector<uint8_t> data;
+  ASSERT_TRUE(tar.next_member(&member));
+  tar.read_data(&data, 1 << 20);
+  const uint8_t* buffer = data.data();
+  ASSERT_TRUE(tar.next_member(&member));
+  tar.skip_data();
+  ASSERT_TRUE(tar.next_member(&member));
+  tar.read_data(&data, 1 << 20);
+  EXPECT_EQ(std::string(data.begin(), data.end()), "cc");
+  ASSERT_TRUE(tar.next_member(&member));
+  tar.read_data(&data, 1 << 20);
+  EXPECT_EQ(data.size(), 4000u);
+  EXPECT_EQ(data.data(), buffer) << "the first, largest member's buffer is reused";
+  EXPECT_FALSE(tar.next_member(&member));
+}
+
+TEST(TarReader, OpeningAnotherShardClosesThePrevious) {
+  TempDirectory dir;
+  write_file(dir.file("a.tar"), make_tar({{"a.txt", "a"}, {"a2.txt", "a"}}));
+  write_file(dir.file("b.tar"), make_tar({{"b.txt", "b"}}));
+  TarReader tar;
+  tar.open(dir.file("a.tar"));
+  TarMember member;
+  ASSERT_TRUE(tar.next_member(&member));
+  tar.open(dir.file("b.tar"));
+  EXPECT_EQ(tar.path(), dir.file("b.tar"));
+  ASSERT_TRUE(tar.next_member(&member));
+  EXPECT_EQ(member.name, "b.txt");
+  EXPECT_FALSE(tar.next_member(&member));
+}
+
+}  // namespace
+}  // namespace trainbench

@@ -1,0 +1,197 @@
+#include "trainer/bench_command.h"
+
+#include <stdlib.h>  // mkdtemp
+
+#include <CLI/CLI.hpp>  // the command line parser
+#include <algorithm>    // std::max
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/atomic_file.h"  // write_file_atomically for --out
+#include "dataloader/io_bench.h"
+#include "trainer/cli.h"          // CommandError, exit codes
+#include "trainer/config.h"
+#include "trainer/data_source.h"  // shards_for_run, loader_options
+#include "trainer/environment.h"  // describe_filesystem
+#include "trainer/report.h"       // human_bytes, human_count
+
+namespace trainbench {
+
+namespace fs = std::filesystem;
+
+struct BenchCommand::Options {
+  std::string config = "tiny";
+  std::vector<std::string> overrides;
+  std::vector<int64_t> readers = {1, 2, 4};
+  double seconds = 30;
+  bool small_files = false;
+  std::string small_files_dir;
+  std::string against;
+  std::string out;
+};
+
+namespace {
+
+constexpr int64_t kRawReadBlock = 4 << 20;  // as `dd bs=4M`
+
+// tokens/s one rank consumed in a finished run: the result JSON's global rate
+// over its ranks.
+double consumed_tokens_per_s_per_rank(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) throw CommandError{kExitUserError, "--against " + path + ": cannot read it"};
+  try {
+    const nlohmann::json result = nlohmann::json::parse(file);
+    const double tokens_per_s = result.at("summary").at("tokens_per_s").get<double>();
+    const double ranks = result.at("environment").at("ranks").get<double>();
+    return tokens_per_s / std::max(1.0, ranks);
+  } catch (const std::exception& e) {
+    throw CommandError{kExitUserError, "--against " + path +
+                                           ": not a trainbench result with summary.tokens_per_s (" +
+                                           e.what() + ")"};
+  }
+}
+
+std::string temporary_directory_under(const std::string& parent) {
+  std::string pattern = ((parent.empty() ? fs::temp_directory_path() : fs::path(parent)) /
+                         "trainbench-small-files-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr)
+    throw CommandError{kExitUserError, "--small-files-dir: cannot create a folder under " +
+                                           (parent.empty() ? fs::temp_directory_path().string() : parent)};
+  return pattern;
+}
+
+nlohmann::json rate_json(const ReadRate& r) {
+  return {{"bytes", r.bytes},     {"samples", r.samples},     {"tokens", r.tokens},
+          {"files", r.files},     {"seconds", r.seconds},     {"gbs", r.gbs()},
+          {"tokens_per_s", r.tokens_per_s()}, {"samples_per_s", r.samples_per_s()}};
+}
+
+}  // namespace
+
+BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()) {
+  bench_ = app.add_subcommand("bench", "measure one resource alone: the ceilings a run is compared with");
+  io_ = bench_->add_subcommand(
+      "io", "the data loader alone at full speed vs a plain sequential read of the same shards");
+  Options& o = *options_;
+  io_->add_option("config", o.config, "YAML config file or embedded preset (its data and model sections)");
+  io_->add_option("--set", o.overrides, "override a key: section.key=value (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+  io_->add_option("--readers", o.readers, "reader counts to measure (default 1,2,4)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  io_->add_option("--seconds", o.seconds, "longest time per measurement (default 30); "
+                                          "a measurement otherwise reads every shard once")
+      ->check(CLI::PositiveNumber);
+  io_->add_flag("--small-files", o.small_files,
+                "also unpack the samples into one file per member and read that tree");
+  io_->add_option("--small-files-dir", o.small_files_dir,
+                  "where to unpack for --small-files (default: the temporary directory)");
+  io_->add_option("--against", o.against,
+                  "a trainbench result JSON: compare with the tokens/s that run consumed per rank");
+  io_->add_option("--out", o.out, "write the figures as JSON here");
+  bench_->require_subcommand(1);
+}
+
+BenchCommand::~BenchCommand() = default;
+
+bool BenchCommand::parsed() const { return bench_->parsed(); }
+
+int BenchCommand::run() {
+  const Options& o = *options_;
+  const Config config = load_config(o.config, o.overrides);
+  const double consumed = o.against.empty() ? 0.0 : consumed_tokens_per_s_per_rank(o.against);
+  if (!o.out.empty() && !fs::is_directory(fs::absolute(o.out).parent_path()))
+    throw CommandError{kExitUserError, "--out " + o.out + ": its directory does not exist"};
+
+  DataSetup setup;
+  const std::vector<std::string> shards = shards_for_run(config, 1, &setup);
+  int64_t total_bytes = 0;
+  for (const std::string& path : shards) total_bytes += static_cast<int64_t>(fs::file_size(path));
+  const FilesystemInfo fs_info = describe_filesystem("data", setup.data_path);
+  const int64_t max_readers = *std::max_element(o.readers.begin(), o.readers.end());
+  std::printf("bench io: %s\n", setup.description.c_str());
+  std::printf("  %s on %s (%s); field .%s, micro-batch %ld x %ld tokens, shuffle buffer %ld\n",
+              human_bytes(static_cast<double>(total_bytes)).c_str(), setup.data_path.c_str(),
+              fs_info.type.c_str(), config.data.field.c_str(), config.train.micro_batch,
+              config.model.seq_len, config.data.shuffle_buffer);
+  std::fflush(stdout);
+
+  // The raw read before and after the loader; the faster one is the ceiling
+  // (the first may pay for a cold page cache).
+  const ReadRate raw_before = measure_sequential_read(shards, kRawReadBlock, max_readers);
+  std::vector<std::pair<int64_t, ReadRate>> loader_rates;
+  for (int64_t readers : o.readers) {
+    if (static_cast<int64_t>(shards.size()) < readers) {
+      std::printf("  (skipping %ld readers: only %zu shards)\n", readers, shards.size());
+      continue;
+    }
+    LoaderOptions options = loader_options(config, shards, 0, 1);
+    options.readers = readers;
+    loader_rates.emplace_back(readers, measure_loader(options, o.seconds));
+  }
+  const ReadRate raw_after = measure_sequential_read(shards, kRawReadBlock, max_readers);
+  const ReadRate& raw = raw_after.gbs() > raw_before.gbs() ? raw_after : raw_before;
+
+  std::optional<ReadRate> small;
+  int64_t small_files_written = 0;
+  if (o.small_files) {
+    const std::string dir = temporary_directory_under(o.small_files_dir);
+    small_files_written = extract_to_small_files(shards, dir, config.data.max_sample_bytes);
+    small = measure_small_files(dir, config.data.field, config.model.vocab, max_readers);
+    std::error_code ignored;
+    fs::remove_all(dir, ignored);
+  }
+
+  std::printf("\n  %-28s %12s %10s %12s %9s%s\n", "reader", "tokens/s", "GB/s", "samples/s",
+              "% of raw", consumed > 0 ? "  x consumed" : "");
+  std::printf("  %-28s %12s %10.2f %12s %9s\n",
+              ("sequential read, " + std::to_string(max_readers) + " thread(s)").c_str(), "-",
+              raw.gbs(), "-", "100");
+  const auto row = [&](const std::string& name, const ReadRate& r) {
+    std::printf("  %-28s %12s %10.2f %12s %8.0f%%", name.c_str(), human_count(r.tokens_per_s()).c_str(),
+                r.gbs(), human_count(r.samples_per_s()).c_str(), 100.0 * r.gbs() / raw.gbs());
+    if (consumed > 0) std::printf("  %10.1fx", r.tokens_per_s() / consumed);
+    std::printf("\n");
+  };
+  for (const auto& [readers, rate] : loader_rates) row("loader, " + std::to_string(readers) + " reader(s)", rate);
+  if (small) row("small files, " + std::to_string(max_readers) + " thread(s)", *small);
+  if (consumed > 0)
+    std::printf("\n  training consumed %s tokens/s per rank (%s)\n", human_count(consumed).c_str(),
+                o.against.c_str());
+  if (small)
+    std::printf("  small files: %ld files for %ld samples; same bytes, one open+read+close per file\n",
+                small_files_written, small->samples);
+
+  if (!o.out.empty()) {
+    nlohmann::json loaders = nlohmann::json::array();
+    for (const auto& [readers, rate] : loader_rates) {
+      nlohmann::json entry = rate_json(rate);
+      entry["readers"] = readers;
+      entry["fraction_of_raw"] = rate.gbs() / raw.gbs();
+      loaders.push_back(entry);
+    }
+    const nlohmann::json result = {
+        {"schema", "trainbench.bench_io/v1"},
+        {"config", config_to_json(config)},
+        {"shards", static_cast<int64_t>(shards.size())},
+        {"shard_bytes", total_bytes},
+        {"filesystem", fs_info.type},
+        {"sequential_read", rate_json(raw)},
+        {"loader", loaders},
+        {"small_files", small ? rate_json(*small) : nlohmann::json(nullptr)},
+        {"consumed_tokens_per_s_per_rank", consumed > 0 ? nlohmann::json(consumed) : nlohmann::json(nullptr)},
+    };
+    write_file_atomically(o.out, result.dump(2) + "\n");
+    std::printf("  result              %s\n", o.out.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace trainbench

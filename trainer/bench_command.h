@@ -1,0 +1,33 @@
+// `trainbench bench io [CONFIG] [--set k=v]... [--readers 1,2,4] [--seconds S]
+//  [--small-files] [--against RESULT.json] [--out FILE]`: the storage-read
+// ceiling. The loader alone at full speed per reader count, beside a plain
+// sequential read of the same shards and, with --small-files, the same
+// samples read as one file per member.
+#pragma once
+
+#include <memory>  // std::unique_ptr
+
+namespace CLI {
+class App;
+}
+
+namespace trainbench {
+
+class BenchCommand {
+ public:
+  // Adds `bench` and its `io` subcommand to `app`.
+  explicit BenchCommand(CLI::App& app);
+  ~BenchCommand();
+  bool parsed() const;
+  // Runs it; returns the exit code. Throws ConfigError, DataError or
+  // CommandError, which the CLI turns into one line and an exit code.
+  int run();
+
+ private:
+  CLI::App* bench_ = nullptr;
+  CLI::App* io_ = nullptr;
+  struct Options;
+  std::unique_ptr<Options> options_;  // the App's options write into it
+};
+
+}  // namespace trainbench

@@ -1,0 +1,129 @@
+#include "trainer/data_source.h"
+
+#include <stdlib.h>  // mkdtemp
+
+#include <algorithm>   // std::max
+#include <filesystem>  // temp_directory_path, remove_all
+#include <stdexcept>
+
+#include "dataloader/shard_list.h"    // resolve_shard_list
+#include "dataloader/shard_loader.h"  // ShardLoader
+#include "dataloader/shard_tools.h"   // synthesize_shards
+#include "dataloader/token_decode.h"  // token_format_of_field
+
+namespace trainbench {
+
+namespace {
+
+std::string make_temporary_directory() {
+  std::string pattern = (std::filesystem::temp_directory_path() / "trainbench-shards-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr)
+    throw std::runtime_error("cannot create a temporary folder for the synthetic shards under " +
+                             std::filesystem::temp_directory_path().string());
+  return pattern;
+}
+
+// Synthetic shards holding about one run's worth of tokens (every rank's
+// steps plus the shuffle buffers' fill), so the default run reads storage
+// the way a real one does rather than cycling a few cached samples.
+SynthResult write_run_shards(const Config& config, const std::string& dir, int64_t world) {
+  const DataSection& d = config.data;
+  const int64_t step_tokens = config.train.micro_batch * config.train.grad_accum * config.model.seq_len;
+  const int64_t run_tokens = step_tokens * config.train.steps * world;
+  const int64_t buffer_tokens = d.shuffle_buffer * d.synth_tokens_per_sample * d.readers * world;
+  const int64_t total_tokens = std::min<int64_t>(run_tokens + run_tokens / 10 + buffer_tokens, 1LL << 30);
+  SynthOptions synth;
+  synth.out_dir = dir;
+  synth.count = std::max(d.synth_shards, d.readers * world);
+  synth.samples_per_shard = std::max<int64_t>(
+      1, (total_tokens / d.synth_tokens_per_sample + synth.count - 1) / synth.count);
+  synth.vocab = config.model.vocab;
+  synth.field = d.field;
+  synth.tokens_mean = d.synth_tokens_per_sample;
+  synth.tokens_spread = d.synth_tokens_per_sample / 2;
+  synth.payload_bytes = d.synth_payload_bytes;
+  synth.payload_spread = d.synth_payload_bytes / 2;
+  synth.seed = static_cast<uint64_t>(d.seed);
+  return synthesize_shards(synth);
+}
+
+}  // namespace
+
+DataSetup::~DataSetup() {
+  source.reset();  // the readers stop before their files go
+  if (!temporary_dir.empty()) {
+    std::error_code ignored;  // best effort: a leftover temp folder is not worth failing a run
+    std::filesystem::remove_all(temporary_dir, ignored);
+  }
+}
+
+std::vector<std::string> shards_for_run(const Config& config, int64_t world, DataSetup* setup) {
+  const DataSection& d = config.data;
+  if (!d.shards.empty()) {
+    std::vector<std::string> shards = resolve_shard_list(d.shards);
+    setup->data_path = std::filesystem::path(shards.front()).parent_path().string();
+    setup->description = std::to_string(shards.size()) + " shards from " + d.shards;
+    return shards;
+  }
+  setup->temporary_dir = make_temporary_directory();
+  const SynthResult made = write_run_shards(config, setup->temporary_dir, world);
+  setup->data_path = setup->temporary_dir;
+  setup->description = std::to_string(made.paths.size()) + " synthetic shards (" +
+                       std::to_string(made.samples) + " samples, " + std::to_string(made.tokens) +
+                       " tokens) made for this run in " + setup->temporary_dir +
+                       " (set data.shards to read your own)";
+  return made.paths;
+}
+
+LoaderOptions loader_options(const Config& config, std::vector<std::string> shards, int64_t rank,
+                             int64_t world) {
+  const DataSection& d = config.data;
+  LoaderOptions options;
+  options.shards = std::move(shards);
+  options.micro_batch = config.train.micro_batch;
+  options.seq_len = config.model.seq_len;
+  options.vocab = config.model.vocab;
+  options.field = d.field;
+  options.eos_token = eos_token_of(config);
+  options.readers = d.readers;
+  options.prefetch = d.prefetch;
+  options.shuffle_buffer = d.shuffle_buffer;
+  options.seed = static_cast<uint64_t>(d.seed);
+  options.rank = rank;
+  options.world = world;
+  options.max_member_bytes = d.max_sample_bytes;
+  options.block_bytes = d.block_bytes;
+  options.skip_corrupt = d.on_corrupt == "skip";
+  options.timeout_s = d.timeout_s;
+  options.inject_delay_s = d.inject_delay_ms * 1e-3;
+  return options;
+}
+
+int32_t eos_token_of(const Config& config) {
+  return static_cast<int32_t>(config.data.eos_token >= 0 ? config.data.eos_token
+                                                          : config.model.vocab - 1);
+}
+
+DataSetup make_data_source(const Config& config, TrainingEngine& engine, int64_t rank,
+                           int64_t world) {
+  const DataSection& d = config.data;
+  DataSetup setup;
+  if (d.source == "synthetic") {
+    setup.source = make_synthetic_source(config.train.micro_batch, config.model.seq_len,
+                                         config.model.vocab, d.synthetic_batches,
+                                         static_cast<uint64_t>(d.seed));
+    setup.description = std::to_string(d.synthetic_batches) +
+                        " batches of random tokens held in memory (no storage read)";
+    return setup;
+  }
+
+  LoaderOptions options =
+      loader_options(config, shards_for_run(config, world, &setup), rank, world);
+  options.allocator = HostAllocator{[&engine](size_t bytes) { return engine.allocate_host(bytes); },
+                                    [&engine](void* memory) { engine.release_host(memory); }};
+  setup.description += ", field ." + d.field + ", " + std::to_string(d.readers) + " reader(s)";
+  setup.source = std::make_unique<ShardLoader>(std::move(options));
+  return setup;
+}
+
+}  // namespace trainbench

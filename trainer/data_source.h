@@ -1,0 +1,46 @@
+// Builds the run's BatchSource from the `data` section: the webdataset shard
+// loader over data.shards (or over synthetic shards made for this run in a
+// temporary folder when none are given), or tokens held in memory.
+#pragma once
+
+#include <cstdint>  // int64_t
+#include <memory>   // std::unique_ptr
+#include <string>
+#include <vector>
+
+#include "dataloader/batch_source.h"  // BatchSource
+#include "dataloader/shard_loader.h"  // LoaderOptions
+#include "kernels/engine.h"           // TrainingEngine: the host allocator
+#include "trainer/config.h"
+
+namespace trainbench {
+
+struct DataSetup {
+  std::unique_ptr<BatchSource> source;
+  std::string description;  // one line for the console header
+  std::string data_path;    // where the shards are (for the filesystem report); "" in memory
+  std::string temporary_dir;  // made for this run and removed with the DataSetup; "" if none
+  ~DataSetup();
+  DataSetup() = default;
+  DataSetup(DataSetup&&) = default;
+  DataSetup& operator=(DataSetup&&) = default;
+};
+
+// The shards of a run: data.shards resolved, or synthetic shards made for it
+// in a temporary folder (recorded in *setup, which removes it). Fills
+// setup->data_path and setup->description.
+std::vector<std::string> shards_for_run(const Config& config, int64_t world, DataSetup* setup);
+
+// The loader settings of the `data` section for one rank.
+LoaderOptions loader_options(const Config& config, std::vector<std::string> shards, int64_t rank,
+                             int64_t world);
+
+// Throws DataError (exit 2) for a bad shard list or data options, and
+// std::runtime_error when the temporary shards cannot be written (exit 3).
+DataSetup make_data_source(const Config& config, TrainingEngine& engine, int64_t rank,
+                           int64_t world);
+
+// The token id that separates packed samples: data.eos_token, or vocab - 1.
+int32_t eos_token_of(const Config& config);
+
+}  // namespace trainbench

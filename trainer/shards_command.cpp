@@ -1,0 +1,364 @@
+#include "trainer/shards_command.h"
+
+#include <unistd.h>  // isatty, access
+
+#include <CLI/CLI.hpp>  // the command line parser
+#include <algorithm>    // std::min
+#include <cctype>       // std::isdigit, std::toupper
+#include <chrono>       // timing for MB/s and progress redraws
+#include <cstdio>
+#include <filesystem>  // creating output directories
+#include <stdexcept>   // std::invalid_argument, std::runtime_error
+#include <string>
+#include <tuple>    // std::tie
+#include <utility>  // std::pair
+#include <vector>
+
+#include "dataloader/data_error.h"    // DataError: a bad spec or unknown field
+#include "dataloader/shard_list.h"    // resolve_shard_list for verify's SPEC
+#include "dataloader/shard_tools.h"   // synthesize_shards, pack_directory, verify_shards
+#include "dataloader/shard_writer.h"  // shard_name: checking pack's --out pattern
+#include "trainer/cli.h"              // exit codes
+#include "trainer/report.h"           // human_bytes
+
+namespace trainbench {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] void user_error(const std::string& message) { throw CommandError{kExitUserError, message}; }
+
+// "4096", "64K", "64M", "1G", "2T" and "64MiB" count in powers of 1024 (as
+// dd and head -c read them); "64KB", "64MB", "1GB" in powers of 1000.
+int64_t parse_bytes(const std::string& text, const std::string& option) {
+  const std::string wrong = option + " '" + text +
+                            "': expected bytes as an integer with an optional suffix K, M, G, T (powers of "
+                            "1024) or KB, MB, GB, TB (powers of 1000)";
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0 || digits > 15) user_error(wrong);
+  std::string suffix = text.substr(digits);
+  for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  const int64_t number = std::stoll(text.substr(0, digits));
+  if (suffix.empty() || suffix == "B") return number;
+  const std::string units = "KMGT";
+  const size_t power = units.find(suffix[0]);
+  if (power == std::string::npos) user_error(wrong);
+  const std::string rest = suffix.substr(1);
+  const bool binary = rest.empty() || rest == "IB";
+  if (!binary && rest != "B") user_error(wrong);
+  double value = static_cast<double>(number);
+  for (size_t p = 0; p <= power; ++p) value *= binary ? 1024.0 : 1000.0;
+  if (value > 9.0e18) user_error(option + " '" + text + "': too large");
+  return static_cast<int64_t>(value);
+}
+
+int64_t parse_count(const std::string& text, const std::string& option) {
+  size_t used = 0;
+  int64_t value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) user_error(option + " '" + text + "': expected an integer");
+  return value;
+}
+
+// "MEAN" or "MEAN:SPREAD"; a missing SPREAD is 0.
+template <typename Parse>
+std::pair<int64_t, int64_t> parse_mean_spread(const std::string& text, const std::string& option,
+                                              Parse parse) {
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos) return {parse(text, option), 0};
+  return {parse(text.substr(0, colon), option), parse(text.substr(colon + 1), option)};
+}
+
+// Output directories are created up front, so a path the user cannot write
+// is a user error naming the option, not a failure halfway through.
+void prepare_output_directory(const std::string& dir, const std::string& option) {
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error) user_error(option + " " + dir + ": cannot create the directory: " + error.message());
+  if (access(dir.c_str(), W_OK) != 0) user_error(option + " " + dir + ": the directory is not writable");
+}
+
+// Progress on stderr: a bar redrawn in place on a terminal; in a batch log
+// a plain line every 10 s, so short runs leave the log clean.
+class ProgressDisplay {
+ public:
+  explicit ProgressDisplay(std::string label)
+      : label_(std::move(label)), terminal_(isatty(STDERR_FILENO) != 0), last_(Clock::now()) {}
+
+  ProgressCallback callback() {
+    return [this](int64_t done, int64_t total, const char* unit) { update(done, total, unit); };
+  }
+
+  void update(int64_t done, int64_t total, const char* unit) {
+    const Clock::time_point now = Clock::now();
+    if (now - last_ < (terminal_ ? std::chrono::milliseconds(100) : std::chrono::seconds(10))) return;
+    last_ = now;
+    const double fraction =
+        total > 0 ? std::min(1.0, static_cast<double>(done) / static_cast<double>(total)) : 0.0;
+    const std::string amount =
+        std::string(unit) == "bytes"
+            ? human_bytes(static_cast<double>(done)) + " of " + human_bytes(static_cast<double>(total))
+            : std::to_string(done) + " of " + std::to_string(total) + " " + unit;
+    if (terminal_) {
+      constexpr int kWidth = 30;
+      const int filled = static_cast<int>(fraction * kWidth);
+      std::fprintf(stderr, "\r%s [%s%s] %3d%%  %s\033[K", label_.c_str(), std::string(filled, '#').c_str(),
+                   std::string(kWidth - filled, '.').c_str(), static_cast<int>(fraction * 100),
+                   amount.c_str());
+      drawn_ = true;
+    } else {
+      std::fprintf(stderr, "%s: %d%% (%s)\n", label_.c_str(), static_cast<int>(fraction * 100),
+                   amount.c_str());
+    }
+  }
+
+  // Clears the bar so the summary and any error start on a clean line.
+  ~ProgressDisplay() {
+    if (drawn_) std::fputs("\r\033[K", stderr);
+  }
+
+ private:
+  std::string label_;
+  bool terminal_;
+  Clock::time_point last_;
+  bool drawn_ = false;
+};
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void print_summary_line(const char* name, const std::string& value) {
+  std::printf("%-9s%s\n", name, value.c_str());
+}
+
+void print_throughput(int64_t bytes, double seconds) {
+  print_summary_line("bytes", std::to_string(bytes) + " (" + human_bytes(static_cast<double>(bytes)) + ")");
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.2f", seconds);
+  print_summary_line("seconds", text);
+  std::snprintf(text, sizeof(text), "%.1f", seconds > 0 ? static_cast<double>(bytes) / 1e6 / seconds : 0.0);
+  print_summary_line("MB/s", text);
+}
+
+std::string shard_range(const std::vector<std::string>& paths) {
+  if (paths.empty()) return "0";
+  if (paths.size() == 1) return "1 (" + paths.front() + ")";
+  return std::to_string(paths.size()) + " (" + paths.front() + " .. " + paths.back() + ")";
+}
+
+}  // namespace
+
+ShardsCommand::ShardsCommand(CLI::App& app) {
+  shards_ = app.add_subcommand("shards", "make, convert and check webdataset tar shards");
+
+  synth_ = shards_->add_subcommand(
+      "synth", "write seeded synthetic token shards (the same options give byte-identical files)");
+  SynthArguments& s = synth_args_;
+  synth_->add_option("--out", s.out, "output directory (created if missing)")->type_name("DIR")->required();
+  synth_->add_option("--prefix", s.prefix, "shard file prefix: DIR/PREFIX-000000.tar, ... (default: train)")
+      ->type_name("PREFIX");
+  synth_->add_option("--count", s.count, "number of shards")->type_name("N")->required();
+  CLI::Option* samples = synth_->add_option("--samples", s.samples, "samples per shard")->type_name("N");
+  CLI::Option* size = synth_
+                          ->add_option("--size", s.size,
+                                       "target shard size: a shard ends before the sample that would pass it "
+                                       "(64M = 64 MiB, 1GB = 10^9)")
+                          ->type_name("BYTES");
+  samples->excludes(size);
+  synth_
+      ->add_option("--tokens", s.tokens,
+                   "tokens per sample, uniform in [MEAN-SPREAD, MEAN+SPREAD], at least 1; SPREAD defaults to "
+                   "0 (default: 512:256)")
+      ->type_name("MEAN[:SPREAD]");
+  synth_->add_option("--vocab", s.vocab, "token ids are uniform in [0, V) (default: 50257)")->type_name("V");
+  synth_
+      ->add_option(
+          "--field", s.field,
+          "token member: u16, u32 (raw little-endian), npy, txt (printable ASCII bytes) (default: u16)")
+      ->type_name("u16|u32|npy|txt");
+  synth_
+      ->add_option("--payload-bytes", s.payload_bytes,
+                   "a random payload.bin member per sample of this size, uniform in [BYTES-SPREAD, "
+                   "BYTES+SPREAD] (emulates images/audio; default: none)")
+      ->type_name("BYTES[:SPREAD]");
+  synth_->add_option("--seed", s.seed, "random seed (default: 1)")->type_name("S");
+
+  pack_ = shards_->add_subcommand("pack",
+                                  "pack a directory tree into shards: files sharing a path up to the first "
+                                  "dot of their name form one sample");
+  pack_->add_option("INPUT_DIR", pack_args_.input_dir, "the tree to pack")->type_name("DIR")->required();
+  pack_
+      ->add_option("--out", pack_args_.out,
+                   "output directory (shards DIR/shard-000000.tar, ...) or a name pattern with %06d")
+      ->type_name("DIR|PATTERN")
+      ->required();
+  pack_
+      ->add_option("--max-size", pack_args_.max_size,
+                   "start a new shard before a sample would pass this size (default: 1G)")
+      ->type_name("BYTES");
+  pack_
+      ->add_option("--max-count", pack_args_.max_count,
+                   "at most this many samples per shard (default: no limit)")
+      ->type_name("N");
+
+  verify_ = shards_->add_subcommand(
+      "verify", "read every shard whole and list every error (exit 2 when the data has any)");
+  verify_
+      ->add_option("SPEC", verify_args_.spec,
+                   "shards as data.shards takes them: brace pattern, glob, directory, list file or path")
+      ->type_name("SPEC")
+      ->required();
+  CLI::Option* field =
+      verify_
+          ->add_option("--field", verify_args_.field,
+                       "also decode this token member (u16, u32, npy, txt, or e.g. tokens.u16)")
+          ->type_name("EXT");
+  verify_->add_option("--vocab", verify_args_.vocab, "with --field: token ids must be below V")
+      ->type_name("V")
+      ->needs(field);
+}
+
+bool ShardsCommand::parsed() const { return shards_->parsed(); }
+
+int ShardsCommand::run() {
+  try {
+    if (synth_->parsed()) return run_synth();
+    if (pack_->parsed()) return run_pack();
+    if (verify_->parsed()) return run_verify();
+    user_error("shards: a subcommand is required (synth, pack, verify; see trainbench shards --help)");
+  } catch (const CommandError& e) {
+    std::fprintf(stderr, "trainbench: %s\n", e.message.c_str());
+    return e.code;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "trainbench: %s\n", e.what());
+    return kExitUserError;
+  } catch (const DataError& e) {
+    std::fprintf(stderr, "trainbench: %s\n", e.what());
+    return kExitUserError;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "trainbench: out of memory\n");
+    return kExitEnvironmentError;
+  } catch (const std::runtime_error& e) {
+    // Writing or reading failed underneath valid options: disk full, I/O error.
+    std::fprintf(stderr, "trainbench: %s\n", e.what());
+    return kExitEnvironmentError;
+  }
+}
+
+int ShardsCommand::run_synth() {
+  const SynthArguments& a = synth_args_;
+  SynthOptions options;
+  options.out_dir = a.out;
+  options.prefix = a.prefix;
+  options.count = a.count;
+  if (a.samples == 0 && a.size.empty()) user_error("shards synth: give --samples N or --size BYTES");
+  options.samples_per_shard = a.samples;
+  if (!a.size.empty()) options.shard_bytes = parse_bytes(a.size, "--size");
+  std::tie(options.tokens_mean, options.tokens_spread) = parse_mean_spread(a.tokens, "--tokens", parse_count);
+  std::tie(options.payload_bytes, options.payload_spread) =
+      parse_mean_spread(a.payload_bytes, "--payload-bytes", parse_bytes);
+  options.vocab = a.vocab;
+  options.field = a.field;
+  options.seed = a.seed;
+  // Options first (they name what is wrong), then the directory: a bad
+  // option leaves no empty directory behind.
+  check_synth_options(options);
+  prepare_output_directory(a.out, "--out");
+
+  const Clock::time_point start = Clock::now();
+  SynthResult result;
+  {
+    ProgressDisplay display("shards synth");
+    result = synthesize_shards(options, display.callback());
+  }
+  const double seconds = seconds_since(start);
+  print_summary_line("shards", shard_range(result.paths));
+  print_summary_line("samples", std::to_string(result.samples));
+  print_summary_line("tokens", std::to_string(result.tokens));
+  print_throughput(result.bytes, seconds);
+  // A directory spec would read a shard left by an earlier, longer run too.
+  const std::string next = shard_name(a.out + "/" + a.prefix + "-%06d.tar", options.count);
+  if (fs::exists(next))
+    std::fprintf(stderr,
+                 "trainbench: note: %s and later shards are from an earlier run; remove them if a directory "
+                 "spec should not read them\n",
+                 next.c_str());
+  return kExitOk;
+}
+
+int ShardsCommand::run_pack() {
+  PackOptions options;
+  options.input_dir = pack_args_.input_dir;
+  options.max_bytes = parse_bytes(pack_args_.max_size, "--max-size");
+  options.max_count = pack_args_.max_count;
+  if (options.max_count < 0) user_error("--max-count: must be >= 0 (0 = no limit)");
+  const std::string& out = pack_args_.out;
+  if (out.find('%') != std::string::npos) {
+    try {
+      shard_name(out, 0);
+    } catch (const std::invalid_argument& e) {
+      user_error("--out " + std::string(e.what()));
+    }
+    options.out_pattern = out;
+    const std::string dir = fs::path(out).parent_path().string();
+    prepare_output_directory(dir.empty() ? "." : dir, "--out");
+  } else {
+    options.out_pattern = out + "/shard-%06d.tar";
+    prepare_output_directory(out, "--out");
+  }
+
+  const Clock::time_point start = Clock::now();
+  PackResult result;
+  {
+    ProgressDisplay display("shards pack");
+    result = pack_directory(options, display.callback());
+  }
+  const double seconds = seconds_since(start);
+  print_summary_line("shards", shard_range(result.paths));
+  print_summary_line("samples", std::to_string(result.samples));
+  print_summary_line("files", std::to_string(result.files));
+  print_throughput(result.bytes, seconds);
+  print_summary_line("skipped", std::to_string(result.skipped_non_regular) + " not regular files, " +
+                                    std::to_string(result.skipped_unnamed) +
+                                    " without an extension or named __*");
+  return kExitOk;
+}
+
+int ShardsCommand::run_verify() {
+  VerifyOptions options;
+  options.shards = resolve_shard_list(verify_args_.spec);
+  options.field = verify_args_.field;
+  options.vocab = verify_args_.vocab;
+  if (options.vocab < 0) user_error("--vocab: must be > 0");
+
+  const Clock::time_point start = Clock::now();
+  VerifyResult result;
+  {
+    ProgressDisplay display("shards verify");
+    result = verify_shards(options, display.callback());
+  }
+  const double seconds = seconds_since(start);
+  for (const std::string& line : result.error_lines) std::printf("%s\n", line.c_str());
+  print_summary_line("shards", std::to_string(result.shards));
+  print_summary_line("samples", std::to_string(result.samples));
+  print_summary_line("tokens",
+                     options.field.empty() ? std::string("- (no --field)") : std::to_string(result.tokens));
+  print_throughput(result.bytes, seconds);
+  print_summary_line("errors", std::to_string(result.errors));
+  if (result.errors > 0) {
+    std::fflush(stdout);
+    user_error("shards verify: " + std::to_string(result.errors) + " error" +
+               (result.errors == 1 ? "" : "s") + " in " + verify_args_.spec + " (listed on stdout)");
+  }
+  return kExitOk;
+}
+
+}  // namespace trainbench
