@@ -117,7 +117,7 @@ bool TarReader::next_member(TarMember* member) {
   return true;
 }
 
-void TarReader::read_data(std::vector<uint8_t>* out, int64_t max_bytes) {
+int64_t TarReader::checked_member_size(int64_t max_bytes) {
   require_member();
   const int64_t size = archive_entry_size_is_set(entry_) ? archive_entry_size(entry_) : 0;
   if (size < 0) fail(member_offset_, printable(member_name_) + " has a negative size");
@@ -128,20 +128,42 @@ void TarReader::read_data(std::vector<uint8_t>* out, int64_t max_bytes) {
                               printable(member_name_) + " is " + std::to_string(size) +
                                   " bytes, more than the limit of " + std::to_string(max_bytes)));
   }
+  return size;
+}
+
+void TarReader::read_data(std::vector<uint8_t>* out, int64_t max_bytes) {
+  const int64_t size = checked_member_size(max_bytes);
   // resize() keeps the capacity: after the first large member nothing is allocated.
   out->resize(static_cast<size_t>(size));
   size_t filled = 0;
   while (filled < out->size()) {
     const la_ssize_t n = archive_read_data(archive_, out->data() + filled, out->size() - filled);
     if (n < 0) fail_data();
-    if (n == 0) {
-      fail(stream_offset(), printable(member_name_) + " (header at byte " +
-                                std::to_string(member_offset_) + ") ends after " +
-                                std::to_string(filled) + " of its " + std::to_string(size) +
-                                " bytes");
-    }
+    if (n == 0) fail_short_member(static_cast<int64_t>(filled), size);
     filled += static_cast<size_t>(n);
   }
+}
+
+int64_t TarReader::read_through_data(int64_t max_bytes) {
+  const int64_t size = checked_member_size(max_bytes);
+  int64_t passed = 0;
+  for (;;) {
+    const void* block = nullptr;
+    size_t length = 0;
+    la_int64_t offset = 0;
+    const int status = archive_read_data_block(archive_, &block, &length, &offset);
+    if (status == ARCHIVE_EOF) break;
+    if (status < ARCHIVE_WARN) fail_data();
+    passed += static_cast<int64_t>(length);
+  }
+  if (passed < size) fail_short_member(passed, size);
+  return passed;
+}
+
+void TarReader::fail_short_member(int64_t got, int64_t size) const {
+  fail(stream_offset(), printable(member_name_) + " (header at byte " +
+                            std::to_string(member_offset_) + ") ends after " +
+                            std::to_string(got) + " of its " + std::to_string(size) + " bytes");
 }
 
 void TarReader::skip_data() {

@@ -43,7 +43,14 @@ class TarReader {
   // A member larger than max_bytes throws DataError(kSample) and its data is
   // skipped, so the archive can go on with the next member.
   void read_data(std::vector<uint8_t>* out, int64_t max_bytes);
-  // Skips the current member's data without copying it.
+  // Reads the current member's data from storage without keeping it: the
+  // bytes pass through libarchive's read buffer and are not copied (for an
+  // uncompressed shard). For members a consumer does not decode but whose
+  // I/O is the workload (images beside captions). Returns the byte count;
+  // the max_bytes rule is read_data's.
+  int64_t read_through_data(int64_t max_bytes);
+  // Skips the current member's data: libarchive may seek past it, so the
+  // bytes need not be read from storage at all.
   void skip_data();
 
   const std::string& path() const { return path_; }
@@ -57,6 +64,9 @@ class TarReader {
   void start_archive(const std::string& path);
   void require_member() const;
   [[noreturn]] void fail_open();
+  // The current member's size; an oversized one is skipped and reported.
+  int64_t checked_member_size(int64_t max_bytes);
+  [[noreturn]] void fail_short_member(int64_t got, int64_t size) const;
   [[noreturn]] void fail(int64_t offset, const std::string& what) const;
   [[noreturn]] void fail_header() const;
   [[noreturn]] void fail_data() const;

@@ -1,6 +1,7 @@
 #include "dataloader/webdataset.h"
 
 #include <optional>  // the first error of a corrupt sample
+#include <utility>   // std::move
 
 #include "dataloader/data_error.h"
 
@@ -56,8 +57,12 @@ const SampleMember* Sample::find(std::string_view extension) const {
   return nullptr;
 }
 
-SampleReader::SampleReader(TarReader& tar, int64_t max_member_bytes)
-    : tar_(tar), max_member_bytes_(max_member_bytes) {}
+SampleReader::SampleReader(TarReader& tar, int64_t max_member_bytes, std::string keep_extension)
+    : tar_(tar), max_member_bytes_(max_member_bytes), keep_extension_(std::move(keep_extension)) {
+  // Compared with the lower-cased extensions of the members.
+  for (char& c : keep_extension_)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+}
 
 bool SampleReader::next_named_member() {
   while (tar_.next_member(&pending_)) {
@@ -89,14 +94,20 @@ bool SampleReader::next(Sample* sample) {
     if (sample->member_count == sample->members.size()) sample->members.emplace_back();
     SampleMember& member = sample->members[sample->member_count];
     try {
-      tar_.read_data(&member.data, max_member_bytes_);
+      if (keep_extension_.empty() || keep_extension_ == pending_extension_) {
+        tar_.read_data(&member.data, max_member_bytes_);
+        member.size = static_cast<int64_t>(member.data.size());
+      } else {
+        member.data.clear();
+        member.size = tar_.read_through_data(max_member_bytes_);
+      }
     } catch (const DataError& error) {
       if (error.scope() != CorruptScope::kSample) throw;
       if (!corrupt) corrupt = error;
       continue;
     }
     member.extension.swap(pending_extension_);
-    sample->bytes += static_cast<int64_t>(member.data.size());
+    sample->bytes += member.size;
     ++sample->member_count;
   } while ((has_pending_ = next_named_member()) && pending_key_ == sample->key);
 

@@ -27,7 +27,8 @@ bool split_key_extension(std::string_view path, std::string* key, std::string* e
 
 struct SampleMember {
   std::string extension;      // lower-cased
-  std::vector<uint8_t> data;  // capacity reused across samples
+  std::vector<uint8_t> data;  // capacity reused across samples; empty when read through
+  int64_t size = 0;           // data bytes read from the shard
 };
 
 struct Sample {
@@ -47,7 +48,10 @@ struct Sample {
 // (whole samples, the customer's real I/O), each at most max_member_bytes.
 class SampleReader {
  public:
-  SampleReader(TarReader& tar, int64_t max_member_bytes);
+  // With `keep_extension`, only that member's bytes are kept in `data`; the
+  // others are still read from storage, whole, but not copied (the loader
+  // decodes the token member only). Empty = keep every member.
+  SampleReader(TarReader& tar, int64_t max_member_bytes, std::string keep_extension = "");
   // The next sample into *sample (buffers reused). False at the end of the
   // shard. Throws DataError(kSample) for a corrupt sample (repeated
   // extension, oversized member) after consuming all of its members, so the
@@ -61,6 +65,7 @@ class SampleReader {
 
   TarReader& tar_;
   int64_t max_member_bytes_;
+  std::string keep_extension_;
   TarMember pending_;  // first member of the next sample, already read
   bool has_pending_ = false;
   std::string pending_key_;

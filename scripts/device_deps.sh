@@ -23,6 +23,8 @@ PACKAGES=(
   libyaml-cpp-dev libyaml-cpp0.7
   nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev
+  # tar shards: libarchive and the libraries Debian's build of it links
+  libarchive-dev libarchive13 libacl1 libnettle8 libxml2 libicu72 liblz4-1 libzstd1
 )
 
 case "${1:-}" in

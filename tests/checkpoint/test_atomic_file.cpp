@@ -1,6 +1,8 @@
 // write_file_atomically: replaces whole files, and a failure leaves the old
 // file and no temporary behind.
 #include <gtest/gtest.h>
+
+#include "tests/support/temp_dir.h"
 #include <sys/stat.h>  // mkdir
 
 #include <dirent.h>
@@ -31,12 +33,8 @@ int count_entries(const std::string& dir) {
 
 class AtomicFile : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/trainbench_atomic_XXXXXX";
-    dir_ = mkdtemp(pattern);
-  }
-  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
-  std::string dir_;
+  testing::TempDir temp_{"trainbench_atomic"};
+  const std::string dir_ = temp_.path();
 };
 
 TEST_F(AtomicFile, WritesAndReplacesTheWholeFile) {

@@ -8,12 +8,13 @@
 #include <sys/stat.h>       // mkdir
 
 #include <cstdio>
-#include <cstdlib>  // mkdtemp, std::system
 #include <fstream>
 #include <stdexcept>
 #include <string>
 #include <utility>  // std::move
 #include <vector>
+
+#include "tests/support/temp_dir.h"  // TempDir
 
 namespace trainbench::testing {
 
@@ -91,21 +92,6 @@ inline void write_file(const std::string& path, const std::string& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-// A fresh directory under /tmp, removed with everything in it at the end of the test.
-class TempDirectory {
- public:
-  TempDirectory() {
-    char pattern[] = "/tmp/trainbench_read_XXXXXX";
-    path_ = ::mkdtemp(pattern);
-  }
-  ~TempDirectory() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  TempDirectory(const TempDirectory&) = delete;
-  TempDirectory& operator=(const TempDirectory&) = delete;
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using TempDirectory = TempDir;  // tests/support/temp_dir.h
 
 }  // namespace trainbench::testing

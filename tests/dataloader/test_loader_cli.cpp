@@ -3,8 +3,6 @@
 // data.on_corrupt=skip the run goes on and the result counts what was skipped.
 #include <gtest/gtest.h>
 
-#include <stdlib.h>  // mkdtemp
-
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +14,7 @@
 #include "dataloader/shard_tools.h"
 #include "dataloader/shard_writer.h"
 #include "tests/support/run_command.h"
+#include "tests/support/temp_dir.h"
 
 namespace trainbench {
 namespace {
@@ -28,8 +27,6 @@ using testing::run_command;
 class LoaderCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "test_loader_cli-XXXXXX").string();
-    dir_ = mkdtemp(pattern.data());
     SynthOptions synth;
     synth.out_dir = dir_ + "/good";
     synth.count = 4;
@@ -39,8 +36,6 @@ class LoaderCli : public ::testing::Test {
     synth.tokens_spread = 50;
     good_ = synthesize_shards(synth).paths;
   }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // A shard of `samples` good samples with one bad member in the middle.
   std::string shard_with(const std::string& name, const std::string& extension,
                          const std::vector<uint8_t>& bad_payload) {
@@ -78,7 +73,8 @@ class LoaderCli : public ::testing::Test {
     for (const std::string& part : parts) EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
   }
 
-  std::string dir_;
+  testing::TempDir temp_{"test_loader_cli"};
+  const std::string dir_ = temp_.path();
   std::vector<std::string> good_;
 };
 
@@ -151,6 +147,49 @@ TEST_F(LoaderCli, DefaultRunReadsShardsItMadeAndReportsTheBytes) {
   EXPECT_GT(read["samples"].get<int64_t>(), 0);
   EXPECT_GT(read["bytes_per_token"].get<double>(), 2.0);  // u16 tokens plus tar headers
   EXPECT_GT(read["required_read_gbs"].get<double>(), 0.0);
+}
+
+TEST_F(LoaderCli, BenchIoReadsEveryShardOncePerReaderCountAndComparesWithAPlainRead) {
+  // A run to compare against, then bench io over the same shards.
+  ASSERT_EQ(run_with({}).exit_code, 0);
+  const std::string out = dir_ + "/bench-io.json";
+  const CommandResult r = run_command(std::string(TRAINBENCH_BINARY) + " bench io tiny --set data.shards=" +
+                                      dir_ + "/good --readers 1,2 --seconds 30 --small-files --against " +
+                                      dir_ + "/result.json --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("loader, 2 reader(s)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("x consumed"), std::string::npos) << r.out;
+  const nlohmann::json bench = nlohmann::json::parse(read_whole_file(out));
+  int64_t shard_bytes = 0;
+  for (const std::string& path : good_) shard_bytes += static_cast<int64_t>(fs::file_size(path));
+  EXPECT_EQ(bench["shard_bytes"], shard_bytes);
+  ASSERT_EQ(bench["by_threads"].size(), 2u);
+  for (const auto& row : bench["by_threads"]) {
+    EXPECT_EQ(row["plain_read"]["bytes"], shard_bytes) << "the plain read reads every byte";
+    // The loader stops once it has read every shard: all of them, and at
+    // most a few read-ahead batches' worth more.
+    EXPECT_GE(row["loader"]["bytes"].get<int64_t>(), shard_bytes);
+    EXPECT_GT(row["loader"]["tokens"].get<int64_t>(), 0);
+    EXPECT_GT(row["loader_fraction_of_plain_read"].get<double>(), 0.0);
+  }
+  // The small-files tree holds every sample once: its token count is the shards'.
+  int64_t shard_tokens = 0;
+  const CommandResult verify = run_command(std::string(TRAINBENCH_BINARY) + " shards verify " + dir_ +
+                                           "/good --field u16 --vocab 512");
+  ASSERT_EQ(verify.exit_code, 0) << verify.err;
+  const size_t at = verify.out.find("tokens");
+  ASSERT_NE(at, std::string::npos) << verify.out;
+  shard_tokens = std::stoll(verify.out.substr(verify.out.find_first_of("0123456789", at)));
+  EXPECT_EQ(bench["small_files"]["tokens"].get<int64_t>(), shard_tokens);
+  EXPECT_EQ(bench["small_files"]["samples"].get<int64_t>(), 4 * 10);
+  EXPECT_GT(bench["consumed_tokens_per_s_per_rank"].get<double>(), 0.0);
+}
+
+TEST_F(LoaderCli, BenchIoNamesABadAgainstFile) {
+  std::ofstream(dir_ + "/not-a-result.json") << "{\"summary\": {}}";
+  const CommandResult r = run_command(std::string(TRAINBENCH_BINARY) + " bench io tiny --set data.shards=" +
+                                      dir_ + "/good --against " + dir_ + "/not-a-result.json");
+  expect_one_line_naming(r, {"--against", "not-a-result.json"});
 }
 
 }  // namespace

@@ -3,8 +3,6 @@
 // stalls showing up as wait time.
 #include <gtest/gtest.h>
 
-#include <stdlib.h>  // mkdtemp
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -20,24 +18,14 @@
 #include "dataloader/token_decode.h"
 #include "dataloader/token_packer.h"
 #include "dataloader/webdataset.h"
+#include "tests/support/temp_dir.h"
 
 namespace trainbench {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "test_shard_loader-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 SynthResult make_shards(const std::string& dir, int64_t count, int64_t samples, int64_t tokens_mean,
                         int64_t vocab = 1000, uint64_t seed = 7) {

@@ -20,6 +20,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/temp_dir.h"
+
 #include "dataloader/shard_tools.h"
 #include "dataloader/tar_reader.h"  // listing what pack wrote
 #include "tests/support/run_command.h"
@@ -61,11 +63,6 @@ int64_t total_file_bytes(const std::vector<std::string>& paths) {
 
 class ShardTools : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/trainbench_shard_tools_XXXXXX";
-    dir_ = mkdtemp(pattern);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
 
   SynthOptions synth_options(const std::string& sub) const {
     SynthOptions o;
@@ -79,7 +76,8 @@ class ShardTools : public ::testing::Test {
     return o;
   }
 
-  std::string dir_;
+  testing::TempDir temp_{"trainbench_shard_tools"};
+  const std::string dir_ = temp_.path();
 };
 
 TEST_F(ShardTools, SynthIsByteIdenticalForTheSameSeedAndDiffersForAnother) {

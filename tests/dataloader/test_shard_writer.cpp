@@ -18,6 +18,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/temp_dir.h"
+
 #include "dataloader/shard_writer.h"
 
 namespace trainbench {
@@ -68,12 +70,8 @@ MemberToWrite member(const std::string& extension, const std::string& data) {
 
 class ShardWriter : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/trainbench_shard_writer_XXXXXX";
-    dir_ = mkdtemp(pattern);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string dir_;
+  testing::TempDir temp_{"trainbench_shard_writer"};
+  const std::string dir_ = temp_.path();
 };
 
 TEST_F(ShardWriter, WritesEachSampleAsKeyDotExtensionMembersInOrder) {
