@@ -119,12 +119,13 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
                100.0 * s.compute_share, 100.0 * s.comm_exposed_share, 100.0 * s.data_stall_share,
                100.0 * s.ckpt_stall_share, 100.0 * s.other_share);
   if (s.bytes_read > 0) {
-    std::fprintf(out, "  storage read        %s in %s samples, %.1f bytes/token, %.3g GB/s delivered\n",
+    const auto rate = [](double gbs) { return human_bytes(gbs * 1e9) + "/s"; };
+    std::fprintf(out, "  storage read        %s in %s samples, %.1f bytes/token, %s delivered\n",
                  human_bytes(static_cast<double>(s.bytes_read)).c_str(),
                  human_count(static_cast<double>(s.samples_read)).c_str(), s.bytes_per_token,
-                 s.read_gbs);
-    std::fprintf(out, "  read bandwidth need %.3g GB/s at the measured tokens/s, %.3g GB/s at the gemm ceiling\n",
-                 s.required_read_gbs_measured, s.required_read_gbs);
+                 rate(s.read_gbs).c_str());
+    std::fprintf(out, "  read bandwidth need %s at the measured tokens/s, %s at the gemm ceiling\n",
+                 rate(s.required_read_gbs_measured).c_str(), rate(s.required_read_gbs).c_str());
   }
   for (const Check& c : outcome.checks)
     std::fprintf(out, "  check %-20s%s  %s\n", c.name.c_str(), c.passed ? "ok" : "FAILED",
