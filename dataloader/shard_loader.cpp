@@ -128,6 +128,9 @@ class Reader {
   }
 
   void start() { thread_ = std::thread([this] { run(); }); }
+  void detach() {
+    if (thread_.joinable()) thread_.detach();
+  }
   void join() {
     if (thread_.joinable()) {
       {
@@ -137,7 +140,6 @@ class Reader {
       thread_.join();
     }
   }
-  void wake() { changed_.notify_all(); }
 
   // Consumer side. Waits until a batch is ready, the loader failed, or the
   // deadline passes (nullptr then).
@@ -498,6 +500,7 @@ struct ShardLoader::Impl {
   std::vector<ConsumedState> consumed;  // per reader: its state after its last batch taken
   int64_t batches_consumed = 0;
   BatchSlot* current = nullptr;  // handed to the trainer, returned on the next call
+  bool abandoned = false;        // a reader timed out: let the threads go instead of joining
   int64_t current_reader = 0;
 
   ~Impl() {
@@ -525,7 +528,16 @@ ShardLoader::ShardLoader(LoaderOptions options, const LoaderPosition* resume_fro
   for (auto& reader : impl.readers) reader->start();
 }
 
-ShardLoader::~ShardLoader() = default;
+ShardLoader::~ShardLoader() {
+  if (!impl_->abandoned) return;  // ~Impl stops and joins the readers
+  // After a timeout a reader may be stuck in a read() on hung storage that
+  // no join would see the end of. Its thread is let go and its state is left
+  // allocated (it still reads it); the process is on its way out with the
+  // timeout's message, and must not hang on the way.
+  impl_->shared.stop = true;
+  for (auto& reader : impl_->readers) reader->detach();
+  (void)impl_.release();
+}
 
 const HostBatch& ShardLoader::next(double* wait_seconds) {
   Impl& impl = *impl_;
@@ -550,6 +562,7 @@ const HostBatch& ShardLoader::next(double* wait_seconds) {
       std::rethrow_exception(error);
     }
     const std::string shard = reader.current_shard();
+    impl.abandoned = true;
     throw LoaderTimeout("data: no batch from reader " + std::to_string(r) + " of rank " +
                         std::to_string(impl.options.rank) + " within data.timeout_s = " +
                         std::to_string(impl.options.timeout_s) + " s" +

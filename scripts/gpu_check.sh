@@ -66,8 +66,8 @@ row "torch_baseline.py tests" "$(grep -E 'tests passed|tests failed' "$out/ctest
 ceiling_tool="$build/tests/cuda/cuda_gemm_ceiling"
 if "$ceiling_tool" 8192 8192 8192 16384 14336 4096 > "$out/gemm_ceiling.jsonl" 2> "$out/gemm_ceiling.err"; then
   while read -r line; do
-    row "bf16 GEMM ceiling $(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(f"{d[\"m\"]}x{d[\"n\"]}x{d[\"k\"]}")' "$line")" \
-        "$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(f"{d[\"flops_per_s\"]/1e12:.0f} TFLOP/s ({100*d[\"flops_per_s\"]/989e12:.0f}% of 989)")' "$line")"
+    row "bf16 GEMM ceiling $(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("%dx%dx%d" % (d["m"], d["n"], d["k"]))' "$line")" \
+        "$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("%.0f TFLOP/s (%.0f%% of 989)" % (d["flops_per_s"] / 1e12, 100 * d["flops_per_s"] / 989e12))' "$line")"
   done < "$out/gemm_ceiling.jsonl"
 else
   row "bf16 GEMM ceiling" "FAILED: $(head -1 "$out/gemm_ceiling.err")"
@@ -80,7 +80,7 @@ for preset in "${presets[@]}"; do
     continue
   fi
   if timeout 180 "$build/trainbench" run "$preset" --out "$out/$preset.json" > "$out/$preset.log" 2>&1; then
-    row "trainbench $preset" "$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print(f"{s[\"tokens_per_s\"]:,.0f} tokens/s, MFU {100*(s[\"mfu\"] or 0):.1f}% of 989, {100*(s[\"mfu_vs_gemm_ceiling\"] or 0):.1f}% of ceiling")' "$out/$preset.json")"
+    row "trainbench $preset" "$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, {:.1f}% of ceiling, data stall {:.1f}%".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), 100 * (s["mfu_vs_gemm_ceiling"] or 0), 100 * s["stall_shares"]["data_stall"]))' "$out/$preset.json")"
   else
     row "trainbench $preset" "FAILED (exit $?): $(tail -1 "$out/$preset.log")"
   fi
@@ -93,7 +93,7 @@ if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
          > "$out/torch_$preset.jsonl" 2> "$out/torch_$preset.err"; then
       while read -r line; do
         row "pytorch $preset $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["mode"])' "$line")" \
-            "$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["error"] if "error" in d else f"{d[\"tokens_per_s\"]:,.0f} tokens/s")' "$line")"
+            "$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["error"] if "error" in d else "{:,.0f} tokens/s".format(d["tokens_per_s"]))' "$line")"
       done < <(grep '^{' "$out/torch_$preset.jsonl")
     else
       row "pytorch $preset" "FAILED: $(tail -1 "$out/torch_$preset.err")"
