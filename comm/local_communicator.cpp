@@ -2,6 +2,10 @@
 // case for world size 1.
 #include <unistd.h>  // gethostname
 
+#include <cstdio>   // std::fprintf
+#include <cstdlib>  // std::exit
+#include <cstring>  // std::memcpy
+
 #include "comm/communicator.h"
 
 namespace trainbench {
@@ -21,6 +25,26 @@ class LocalCommunicator final : public Communicator {
   void all_reduce_sum(float*, int64_t) override {}
   void all_gather(double value, double* out) override { out[0] = value; }
   void barrier() override {}
+  void broadcast(void*, int64_t, int) override {}
+  void reduce_scatter_sum(const float* send, float* recv, int64_t count) override {
+    if (send != recv) std::memcpy(recv, send, sizeof(float) * static_cast<size_t>(count));
+  }
+  void all_gather_floats(const float* send, float* recv, int64_t count) override {
+    if (send != recv) std::memcpy(recv, send, sizeof(float) * static_cast<size_t>(count));
+  }
+  Ticket start_all_reduce_sum(float*, int64_t) override { return next_ticket_++; }
+  double wait(Ticket) override { return 0.0; }
+  double take_comm_seconds() override { return 0.0; }
+  double last_completion_time() const override { return 0.0; }
+  void set_timeout(double) override {}
+  void set_context(const std::string&) override {}
+  [[noreturn]] void abort(int exit_code, const std::string& message) override {
+    std::fprintf(stderr, "trainbench: %s\n", message.c_str());
+    std::exit(exit_code);
+  }
+
+ private:
+  Ticket next_ticket_ = 0;
 };
 }  // namespace
 

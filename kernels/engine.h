@@ -93,6 +93,10 @@ class TrainingEngine {
   virtual void get_parameters(float* host) const = 0;
   // Gradients of the trainable tensors (layout().trainable_params() elements).
   virtual void get_gradients(float* host) const = 0;
+  // The flat gradient buffer itself when it lives in host memory (the CPU
+  // engine), for a host-buffer communicator to reduce in place between
+  // backward and optimizer_step; nullptr on a device backend.
+  virtual float* host_gradient_buffer() { return nullptr; }
 
   // One training step is: zero_gradients, then per micro-batch forward +
   // backward (gradients accumulate), then optimizer_step.

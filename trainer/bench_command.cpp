@@ -14,12 +14,16 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/atomic_file.h"  // write_file_atomically for --out
+#include "comm/collective_bench.h"   // bench_collectives, bench_gradient_step
+#include "comm/communicator.h"       // make_mpi_communicator, launched_by_mpi
 #include "dataloader/io_bench.h"
-#include "trainer/cli.h"          // CommandError, exit codes
+#include "kernels/engine.h"          // make_layout: the gradient elements
+#include "trainer/cli.h"             // CommandError, exit codes
 #include "trainer/config.h"
-#include "trainer/data_source.h"  // shards_for_run, loader_options
-#include "trainer/environment.h"  // describe_filesystem
-#include "trainer/report.h"       // human_bytes, human_count
+#include "trainer/data_source.h"     // shards_for_run, loader_options
+#include "trainer/environment.h"     // describe_filesystem, trainbench_version
+#include "trainer/gradient_sync.h"   // plan_gradient_buckets: the trainer's buckets
+#include "trainer/report.h"          // human_bytes, human_count
 
 namespace trainbench {
 
@@ -34,6 +38,12 @@ struct BenchCommand::Options {
   std::string small_files_dir;
   std::string against;
   std::string out;
+  // bench comm
+  int64_t min_bytes = 1 << 10;
+  int64_t max_bytes = 256 << 20;
+  double factor = 4;
+  int64_t iters = 20;
+  int64_t warmup_iters = 5;
 };
 
 namespace {
@@ -72,6 +82,51 @@ nlohmann::json rate_json(const ReadRate& r) {
           {"tokens_per_s", r.tokens_per_s()}, {"samples_per_s", r.samples_per_s()}};
 }
 
+// bench comm's communicator, chosen as `run` chooses it: comm.backend auto
+// takes MPI when an MPI launcher started the process.
+std::unique_ptr<Communicator> bench_communicator(const std::string& backend) {
+  if (backend == "local" || (backend == "auto" && !launched_by_mpi())) return make_local_communicator();
+  std::unique_ptr<Communicator> mpi = make_mpi_communicator();
+  if (mpi == nullptr)
+    throw CommandError{kExitEnvironmentError,
+                       "bench comm: this build has no MPI backend, so it can only measure one rank "
+                       "(build with OpenMPI installed: scripts/setup.sh, or set comm.backend=local)"};
+  return mpi;
+}
+
+std::string check_word(bool ok) { return ok ? "ok" : "FAILED"; }
+
+nlohmann::json collective_json(const CollectiveBenchResult& r) {
+  return {{"collective", r.collective}, {"path", r.path},           {"bytes", r.bytes},
+          {"count", r.count},           {"type", "float"},          {"buckets", r.buckets},
+          {"time_s", r.time_s},         {"algbw_gbs", r.algbw_gbs}, {"busbw_gbs", r.busbw_gbs},
+          {"check", check_word(r.check_ok)}};
+}
+
+// What each path of a collective is, under its table.
+const char* paths_meaning(const std::string& collective) {
+  if (collective == "all_reduce")
+    return "bucketed: start_all_reduce_sum + wait, as the trainer all-reduces a bucket; raw: MPI_Allreduce";
+  if (collective == "reduce_scatter") return "comm: the communicator's reduce_scatter_sum; raw: MPI_Reduce_scatter_block";
+  return "comm: the communicator's all_gather_floats; raw: MPI_Allgather";
+}
+
+// The table nccl-tests prints, one row per size and path.
+void print_collective_table(const std::vector<CollectiveBenchResult>& results) {
+  std::string collective;
+  for (const CollectiveBenchResult& r : results) {
+    if (r.collective != collective) {
+      collective = r.collective;
+      std::printf("\n  %s (%s)\n", collective.c_str(), paths_meaning(collective));
+      std::printf("  %12s %12s %6s %6s %-9s %10s %10s %10s %7s\n", "size (B)", "count", "type", "redop",
+                  "path", "time (us)", "algbw GB/s", "busbw GB/s", "check");
+    }
+    std::printf("  %12ld %12ld %6s %6s %-9s %10.1f %10.3f %10.3f %7s\n", r.bytes, r.count, "float",
+                r.collective == "all_gather" ? "none" : "sum", r.path.c_str(), r.time_s * 1e6, r.algbw_gbs,
+                r.busbw_gbs, check_word(r.check_ok).c_str());
+  }
+}
+
 }  // namespace
 
 BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()) {
@@ -96,6 +151,27 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
   io_->add_option("--against", o.against,
                   "a trainbench result JSON: compare with the tokens/s that run consumed per rank");
   io_->add_option("--out", o.out, "write the figures as JSON here");
+
+  comm_ = bench_->add_subcommand(
+      "comm", "the network alone: the model's gradient buckets and a size sweep of all-reduce, "
+              "reduce-scatter and all-gather, as nccl-tests (run it under mpirun or srun)");
+  comm_->add_option("config", o.config, "YAML config file or embedded preset (its model and comm sections)");
+  comm_->add_option("--set", o.overrides, "override a key: section.key=value (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+  comm_->add_option("--min-bytes", o.min_bytes, "smallest size of the sweep (default 1K)")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::PositiveNumber);
+  comm_->add_option("--max-bytes", o.max_bytes, "largest size of the sweep (default 256M)")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::PositiveNumber);
+  comm_->add_option("--factor", o.factor, "each size of the sweep is the previous one times this (default 4)")
+      ->check(CLI::Range(1.01, 1024.0));
+  comm_->add_option("--iters", o.iters, "timed iterations per size; the median is reported (default 20)")
+      ->check(CLI::PositiveNumber);
+  comm_->add_option("--warmup-iters", o.warmup_iters, "untimed iterations before them (default 5)")
+      ->check(CLI::NonNegativeNumber);
+  comm_->add_option("--out", o.out, "write the figures as JSON here (rank 0)");
   bench_->require_subcommand(1);
 }
 
@@ -103,7 +179,9 @@ BenchCommand::~BenchCommand() = default;
 
 bool BenchCommand::parsed() const { return bench_->parsed(); }
 
-int BenchCommand::run() {
+int BenchCommand::run() { return comm_->parsed() ? run_comm() : run_io(); }
+
+int BenchCommand::run_io() {
   const Options& o = *options_;
   const Config config = load_config(o.config, o.overrides);
   const double consumed = o.against.empty() ? 0.0 : consumed_tokens_per_s_per_rank(o.against);
@@ -209,6 +287,100 @@ int BenchCommand::run() {
     write_file_atomically(o.out, result.dump(2) + "\n");
     std::printf("  result: %s\n", o.out.c_str());
   }
+  return kExitOk;
+}
+
+int BenchCommand::run_comm() {
+  const Options& o = *options_;
+  const Config config = load_config(o.config, o.overrides);
+  if (o.max_bytes < o.min_bytes)
+    throw CommandError{kExitUserError, "--max-bytes " + std::to_string(o.max_bytes) +
+                                           " is smaller than --min-bytes " + std::to_string(o.min_bytes)};
+  if (!o.out.empty() && !fs::is_directory(fs::absolute(o.out).parent_path()))
+    throw CommandError{kExitUserError, "--out " + o.out + ": its directory does not exist"};
+
+  // The buckets one training step of this model all-reduces: the trainer's
+  // own cut of its fp32 gradient buffer.
+  EngineOptions engine_options;
+  engine_options.shape = config.model;
+  const int64_t gradient_elements = make_layout(engine_options).trainable_params();
+  const std::vector<GradientBucket> buckets =
+      config.comm.overlap
+          ? plan_gradient_buckets(gradient_elements, static_cast<int64_t>(config.comm.bucket_mb * (1 << 20)))
+          : std::vector<GradientBucket>{{0, gradient_elements}};
+  std::vector<int64_t> bucket_bytes;
+  for (const GradientBucket& b : buckets) bucket_bytes.push_back((b.end - b.begin) * static_cast<int64_t>(sizeof(float)));
+  std::vector<int64_t> sizes = size_sweep(o.min_bytes, o.max_bytes, o.factor);
+  sizes.insert(sizes.end(), bucket_bytes.begin(), bucket_bytes.end());
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+
+  const std::unique_ptr<Communicator> comm = bench_communicator(config.comm.backend);
+  comm->set_timeout(config.comm.timeout_s);
+  comm->set_context("bench comm");
+  const int world = comm->world_size();
+  std::vector<double> first_on_host(static_cast<size_t>(world));
+  comm->all_gather(comm->local_rank() == 0 ? 1.0 : 0.0, first_on_host.data());
+  const int hosts = static_cast<int>(std::count(first_on_host.begin(), first_on_host.end(), 1.0));
+  const bool printer = comm->rank() == 0;
+
+  if (printer) {
+    std::printf("bench comm: %d rank(s) on %d host(s), backend %s; each figure the slowest rank's median of "
+                "%ld iterations after %ld warm-up\n",
+                world, hosts, comm->backend_name(), o.iters, o.warmup_iters);
+    std::printf("  model %s: %s of fp32 gradients in %zu bucket(s), the first %s (comm.bucket_mb %g, "
+                "comm.overlap %s)\n",
+                config.origin.c_str(), human_bytes(static_cast<double>(gradient_elements) * 4).c_str(),
+                buckets.size(), human_bytes(static_cast<double>(bucket_bytes.front())).c_str(),
+                config.comm.bucket_mb, config.comm.overlap ? "on" : "off: one bucket");
+    if (world == 1)
+      std::printf("  one rank: nothing crosses a link, so busbw is 0 by definition; the data check still runs\n");
+    std::fflush(stdout);
+  }
+
+  const CollectiveBenchOptions options{.warmup_iters = o.warmup_iters, .iters = o.iters};
+  const std::vector<CollectiveBenchResult> step = bench_gradient_step(*comm, bucket_bytes, options);
+  const std::vector<CollectiveBenchResult> collectives = bench_collectives(*comm, sizes, options);
+  bool all_ok = true;
+  for (const auto* results : {&step, &collectives})
+    for (const CollectiveBenchResult& r : *results) all_ok = all_ok && r.check_ok;
+
+  if (printer) {
+    std::printf("\n  gradient step: %zu bucket(s), %s, all-reduced back to back\n", buckets.size(),
+                human_bytes(static_cast<double>(gradient_elements) * 4).c_str());
+    std::printf("  %-9s %12s %10s %10s %7s\n", "path", "time (us)", "algbw GB/s", "busbw GB/s", "check");
+    for (const CollectiveBenchResult& r : step)
+      std::printf("  %-9s %12.1f %10.3f %10.3f %7s\n", r.path.c_str(), r.time_s * 1e6, r.algbw_gbs,
+                  r.busbw_gbs, check_word(r.check_ok).c_str());
+    print_collective_table(collectives);
+    if (!all_ok) std::printf("\n  data check FAILED: a collective returned wrong values on some rank\n");
+    std::fflush(stdout);
+  }
+
+  if (printer && !o.out.empty()) {
+    nlohmann::json step_json = nlohmann::json::array();
+    for (const CollectiveBenchResult& r : step) step_json.push_back(collective_json(r));
+    nlohmann::json collectives_json = nlohmann::json::array();
+    for (const CollectiveBenchResult& r : collectives) collectives_json.push_back(collective_json(r));
+    const nlohmann::json result = {
+        {"schema", "trainbench.bench_comm/v1"},
+        {"version", trainbench_version()},
+        {"config", config_to_json(config)},
+        {"backend", comm->backend_name()},
+        {"ranks", world},
+        {"hosts", hosts},
+        {"iters", o.iters},
+        {"warmup_iters", o.warmup_iters},
+        {"gradient_bytes", gradient_elements * static_cast<int64_t>(sizeof(float))},
+        {"bucket_bytes", bucket_bytes},
+        {"gradient_step", step_json},
+        {"collectives", collectives_json},
+        {"check", check_word(all_ok)},
+    };
+    write_file_atomically(o.out, result.dump(2) + "\n");
+    std::printf("  result: %s\n", o.out.c_str());
+  }
+  if (!all_ok) throw CommandError{kExitCheckFailed, "bench comm: data check failed (see the table)"};
   return kExitOk;
 }
 

@@ -3,6 +3,12 @@
 // ceiling. The loader alone at full speed per reader count, beside a plain
 // sequential read of the same shards and, with --small-files, the same
 // samples read as one file per member.
+//
+// `trainbench bench comm [CONFIG] [--set k=v]... [--min-bytes N] [--max-bytes N]
+//  [--factor F] [--iters N] [--out FILE]`, under mpirun/srun: the network
+// ceiling. The configured model's gradient buckets back to back, then
+// all-reduce, reduce-scatter and all-gather over those sizes and a sweep, as
+// nccl-tests prints them: time, algbw, busbw, and an exact data check.
 #pragma once
 
 #include <memory>  // std::unique_ptr
@@ -15,7 +21,7 @@ namespace trainbench {
 
 class BenchCommand {
  public:
-  // Adds `bench` and its `io` subcommand to `app`.
+  // Adds `bench` and its `io` and `comm` subcommands to `app`.
   explicit BenchCommand(CLI::App& app);
   ~BenchCommand();
   bool parsed() const;
@@ -26,6 +32,9 @@ class BenchCommand {
  private:
   CLI::App* bench_ = nullptr;
   CLI::App* io_ = nullptr;
+  CLI::App* comm_ = nullptr;
+  int run_io();
+  int run_comm();
   struct Options;
   std::unique_ptr<Options> options_;  // the App's options write into it
 };

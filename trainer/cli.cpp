@@ -9,7 +9,7 @@
 #include <thread>  // hardware_concurrency
 #include <vector>
 
-#include "comm/communicator.h"        // make_local_communicator
+#include "comm/communicator.h"        // make_local_communicator, make_mpi_communicator
 #include "dataloader/data_error.h"    // DataError: exit 2
 #include "dataloader/shard_loader.h"  // LoaderTimeout: exit 3
 #include "checkpoint/atomic_file.h"   // parent_directory of --out
@@ -44,6 +44,20 @@ std::string quoted_command_line(int argc, char** argv) {
     line += (i ? " " : "") + arg;
   }
   return line;
+}
+
+// comm.backend: auto takes MPI when an MPI launcher started the process.
+std::unique_ptr<Communicator> make_communicator(const std::string& backend) {
+  if (backend == "local" || (backend == "auto" && !launched_by_mpi())) return make_local_communicator();
+  std::unique_ptr<Communicator> mpi = make_mpi_communicator();
+  if (mpi == nullptr)
+    throw CommandError{kExitEnvironmentError,
+                       backend == "mpi" ? "comm.backend=mpi: this build has no MPI backend (build with "
+                                          "OpenMPI's headers installed: scripts/setup.sh)"
+                                        : "started by an MPI launcher, but this build has no MPI backend: "
+                                          "every rank would train alone (build with OpenMPI installed, or "
+                                          "set comm.backend=local)"};
+  return mpi;
 }
 
 // auto → cuda when a CUDA engine is built and a GPU is visible, else cpu.
@@ -84,7 +98,10 @@ int run_command(const RunOptions& options, const std::string& command_line) {
   }
   const std::string result_path =
       config.report.out.empty() ? "trainbench-result.json" : config.report.out;
-  check_output_writable(result_path);
+  const std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend);
+  // Rank 0 speaks for the job: the console report and the result JSON.
+  const bool reporter = comm->rank() == 0;
+  if (reporter) check_output_writable(result_path);
 
   EngineOptions engine_options;
   engine_options.shape = config.model;
@@ -127,7 +144,6 @@ int run_command(const RunOptions& options, const std::string& command_line) {
                         " is available: lower train.micro_batch, model.seq_len or model.n_layers"};
   }
 
-  std::unique_ptr<Communicator> comm = make_local_communicator();
   std::unique_ptr<TrainingEngine> engine;
   try {
     engine = make_engine(engine_options);
@@ -138,6 +154,12 @@ int run_command(const RunOptions& options, const std::string& command_line) {
     throw CommandError{kExitEnvironmentError, e.what()};
   }
   engine->init_parameters(static_cast<uint64_t>(config.train.seed));
+  if (comm->world_size() > 1 && engine->host_gradient_buffer() == nullptr)
+    throw CommandError{kExitEnvironmentError,
+                       std::string("comm.backend ") + comm->backend_name() + " reduces host buffers, but the " +
+                           engine->backend_name() +
+                           " engine keeps its gradients on the device: multi-rank CUDA needs the NCCL "
+                           "backend, which is not built yet"};
   // Declared after the engine: the loader's pinned batches go back to it first.
   DataSetup data;
   try {
@@ -157,24 +179,28 @@ int run_command(const RunOptions& options, const std::string& command_line) {
   Environment env = collect_environment(*comm, engine->backend_name(), threads, gpus);
   if (!data.data_path.empty()) env.filesystems.push_back(describe_filesystem("data", data.data_path));
   env.filesystems.push_back(describe_filesystem("results", result_path));
-  print_header(stdout, config, env, plan, engine->layout().total_params(),
-               engine->layout().trainable_params());
-  std::fprintf(stdout, "data: %s\n", data.description.c_str());
+  if (reporter) {
+    print_header(stdout, config, env, plan, engine->layout().total_params(),
+                 engine->layout().trainable_params());
+    std::fprintf(stdout, "data: %s\n", data.description.c_str());
+  }
 
   const RunOutcome outcome = run_training(
       config, *engine, *data.source, *comm,
       [&](const StepRecord& step, const RunSummary& so_far) {
-        print_progress(stdout, config, step, so_far);
+        if (reporter) print_progress(stdout, config, step, so_far);
       });
-  try {
-    write_result_json(result_path, build_result_json(command_line, config, env, outcome));
-  } catch (const std::exception& e) {
-    throw CommandError{kExitEnvironmentError, std::string("cannot write the result: ") + e.what()};
+  if (reporter) {
+    try {
+      write_result_json(result_path, build_result_json(command_line, config, env, outcome));
+    } catch (const std::exception& e) {
+      comm->abort(kExitEnvironmentError, std::string("cannot write the result: ") + e.what());
+    }
+    print_summary(stdout, outcome, result_path);
   }
-  print_summary(stdout, outcome, result_path);
   if (!outcome.all_checks_passed()) {
     for (const Check& c : outcome.checks)
-      if (!c.passed)
+      if (!c.passed && reporter)
         std::fprintf(stderr, "trainbench: check failed: %s: %s\n", c.name.c_str(), c.detail.c_str());
     return kExitCheckFailed;
   }

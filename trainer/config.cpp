@@ -98,6 +98,12 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(data, synth_tokens_per_sample, Bound::kPositive),
       TRAINBENCH_KEY(data, synth_payload_bytes, Bound::kNonNegative),
       TRAINBENCH_KEY(data, inject_delay_ms, Bound::kNonNegative),
+      TRAINBENCH_KEY(comm, backend, Bound::kAny, {"auto", "local", "mpi"}),
+      TRAINBENCH_KEY(comm, bucket_mb, Bound::kPositive),
+      TRAINBENCH_KEY(comm, overlap),
+      TRAINBENCH_KEY(comm, check_every, Bound::kNonNegative),
+      TRAINBENCH_KEY(comm, timeout_s, Bound::kPositive),
+      TRAINBENCH_KEY(comm, inject_divergence_step, Bound::kNonNegative),
       TRAINBENCH_KEY(report, out),
       TRAINBENCH_KEY(report, progress_every, Bound::kNonNegative),
   };

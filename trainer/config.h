@@ -54,6 +54,15 @@ struct DataSection {
   double inject_delay_ms = 0;        // fault injection: sleep per sample read (slow storage)
 };
 
+struct CommSection {
+  std::string backend = "auto";  // auto | local | mpi  (auto: mpi when started by an MPI launcher)
+  double bucket_mb = 25;         // gradient bucket size (the first is 1 MiB), as DDP's bucket_cap_mb
+  bool overlap = true;           // all-reduce buckets during backward; false: one all-reduce after it
+  int64_t check_every = 10;      // compare a parameter checksum across ranks every N steps (and at the end)
+  double timeout_s = 300;        // a collective that takes longer aborts every rank
+  int64_t inject_divergence_step = 0;  // fault injection: perturb the last rank's parameters before this step
+};
+
 struct ReportSection {
   std::string out;              // result JSON path; empty = trainbench-result.json
   int64_t progress_every = 10;  // progress line every N steps; 0 = none
@@ -69,6 +78,7 @@ struct Config {
   ModelShape model = default_model_shape();
   TrainSection train;
   DataSection data;
+  CommSection comm;
   ReportSection report;
   std::string origin;  // the file path or "preset:<name>" the config came from
 };

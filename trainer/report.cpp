@@ -118,6 +118,9 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
                "ckpt stall %.1f%%  other %.1f%%\n",
                100.0 * s.compute_share, 100.0 * s.comm_exposed_share, 100.0 * s.data_stall_share,
                100.0 * s.ckpt_stall_share, 100.0 * s.other_share);
+  if (s.comm_s.median > 0)
+    std::fprintf(out, "  gradient all-reduce median %.2f ms per step, %.2f ms exposed; overlap hid %.0f%%\n",
+                 1e3 * s.comm_s.median, 1e3 * s.comm_exposed_s.median, 100.0 * s.comm_hidden_share);
   if (s.bytes_read > 0) {
     const auto rate = [](double gbs) { return human_bytes(gbs * 1e9) + "/s"; };
     std::fprintf(out, "  storage read        %s in %s samples, %.1f bytes/token, %s delivered\n",

@@ -4,7 +4,11 @@
 #include <chrono>     // step timing
 #include <cmath>      // std::isfinite
 
+#include <optional>   // the gradient sync of a multi-rank run
+#include <stdexcept>  // a device engine under a host-buffer communicator
+
 #include "kernels/flops.h"      // model_flops_per_token
+#include "trainer/gradient_sync.h"
 #include "trainer/statistics.h" // median, quantile
 
 namespace trainbench {
@@ -32,6 +36,49 @@ double share_of(const std::vector<StepRecord>& steps, double StepRecord::*field)
   }
   return whole > 0 ? part / whole : 0.0;
 }
+double steady_seconds() {
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// FNV-1a over the parameters' bytes: equal on every rank while data
+// parallelism keeps them identical, which it must bit for bit (every rank
+// applies the same averaged gradients with the same optimizer).
+uint64_t parameter_checksum(TrainingEngine& engine, std::vector<float>& parameters) {
+  parameters.resize(static_cast<size_t>(engine.layout().total_params()));
+  engine.get_parameters(parameters.data());
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(parameters.data());
+  for (size_t i = 0; i < parameters.size() * sizeof(float); ++i) hash = (hash ^ bytes[i]) * 0x100000001b3ULL;
+  return hash;
+}
+
+// "" when every rank has rank 0's checksum, else which ranks differ.
+std::string compare_parameter_checksums(TrainingEngine& engine, Communicator& comm,
+                                        std::vector<float>& parameters, int64_t step) {
+  const uint64_t hash = parameter_checksum(engine, parameters);
+  // Two exact 32-bit halves: a double carries 53 bits, not 64.
+  const auto world = static_cast<size_t>(comm.world_size());
+  std::vector<double> low(world), high(world);
+  comm.all_gather(static_cast<double>(hash & 0xffffffffULL), low.data());
+  comm.all_gather(static_cast<double>(hash >> 32), high.data());
+  std::string differing;
+  for (size_t r = 1; r < world; ++r)
+    if (low[r] != low[0] || high[r] != high[0])
+      differing += (differing.empty() ? "" : ", ") + std::to_string(r);
+  if (differing.empty()) return "";
+  return "parameters diverged at step " + std::to_string(step) + ": rank(s) " + differing +
+         " differ from rank 0";
+}
+
+// Fault injection (comm.inject_divergence_step): one parameter nudged on one
+// rank, which the consistency check must catch.
+void perturb_parameters(TrainingEngine& engine, std::vector<float>& parameters) {
+  parameters.resize(static_cast<size_t>(engine.layout().total_params()));
+  engine.get_parameters(parameters.data());
+  parameters[0] += 1e-3f;
+  engine.set_parameters(parameters.data());
+}
+
 // Storage-read figures of the whole run: every rank's loader counters summed.
 void summarize_storage_read(const SourceStats& stats, double run_seconds, Communicator& comm,
                             RunSummary& summary) {
@@ -113,9 +160,24 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       engine.measure_gemm_flops(summary.gemm_m, summary.gemm_n, summary.gemm_k, 1.0);
 
   const AdamWSettings adam = adamw_settings(train);
-  // Each micro-batch's loss is scaled so the accumulated gradient is that of
-  // the mean over the whole step's tokens.
-  const float loss_scale = 1.0f / static_cast<float>(train.grad_accum);
+  // Each micro-batch's loss is scaled so the accumulated gradient, summed
+  // over the ranks by the all-reduce, is that of the mean over the whole
+  // global step's tokens.
+  const int world = comm.world_size();
+  const float loss_scale = 1.0f / static_cast<float>(train.grad_accum * world);
+  std::optional<GradientSync> sync;
+  if (world > 1) {
+    float* gradients = engine.host_gradient_buffer();
+    if (gradients == nullptr)
+      throw std::runtime_error(std::string("comm.backend ") + comm.backend_name() +
+                               " reduces host buffers, but the " + engine.backend_name() +
+                               " engine keeps its gradients on the device (NCCL comes with its issue)");
+    sync.emplace(comm, gradients, engine.layout().trainable_params(),
+                 static_cast<int64_t>(config.comm.bucket_mb * (1 << 20)), config.comm.overlap);
+  }
+  comm.set_timeout(config.comm.timeout_s);
+  std::vector<float> parameters;  // host copy for the consistency checksum
+  std::string inconsistency;      // the first checksum mismatch, if any
 
   engine.synchronize();
   engine.take_compute_seconds();  // discard the calibration
@@ -128,6 +190,9 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     record.warmup = step <= train.warmup_steps;
     record.lr = train.lr;
 
+    comm.set_context("step " + std::to_string(step));
+    if (step == config.comm.inject_divergence_step && comm.rank() == world - 1)
+      perturb_parameters(engine, parameters);
     engine.zero_gradients();
     double loss_sum = 0.0;
     for (int64_t micro = 0; micro < train.grad_accum; ++micro) {
@@ -137,7 +202,19 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       const TokenBatch batch{host.inputs, host.targets, host.batch, host.seq_len};
       engine.forward(batch);
       loss_sum += engine.last_loss();
-      engine.backward(batch, loss_scale, nullptr);
+      // Earlier micro-batches only accumulate locally (DDP's no_sync); the
+      // last one's backward starts the buckets as their gradients complete.
+      const bool last = micro == train.grad_accum - 1;
+      if (sync && last)
+        engine.backward(batch, loss_scale, [&](int64_t ready_from) { sync->on_gradients_ready(ready_from); });
+      else
+        engine.backward(batch, loss_scale, nullptr);
+    }
+    if (sync) {
+      const double backward_end = steady_seconds();
+      sync->finish();
+      record.comm_s = comm.take_comm_seconds();
+      record.comm_exposed_s = std::max(0.0, comm.last_completion_time() - backward_end);
     }
     record.grad_norm = engine.optimizer_step(adam, step);
     engine.synchronize();
@@ -150,6 +227,12 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
                      record.data_stall_s - record.ckpt_stall_s;
     previous_end = end;
     outcome.steps.push_back(record);
+
+    const bool check_now = config.comm.check_every > 0 && step % config.comm.check_every == 0;
+    if (world > 1 && (check_now || step == train.steps) && inconsistency.empty()) {
+      inconsistency = compare_parameter_checksums(engine, comm, parameters, step);
+      if (!inconsistency.empty()) break;
+    }
 
     if (!std::isfinite(record.loss)) {
       loss_finite = false;
@@ -172,7 +255,15 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   for (const StepRecord& s : steps) (s.warmup ? summary.warmup_steps : summary.measured_steps)++;
   summary.step_s = spread_of(steps, &StepRecord::step_s);
   summary.compute_s = spread_of(steps, &StepRecord::compute_s);
+  summary.comm_s = spread_of(steps, &StepRecord::comm_s);
   summary.comm_exposed_s = spread_of(steps, &StepRecord::comm_exposed_s);
+  double comm_total = 0, comm_exposed_total = 0;
+  for (const StepRecord& s : steps) {
+    if (s.warmup) continue;
+    comm_total += s.comm_s;
+    comm_exposed_total += s.comm_exposed_s;
+  }
+  if (comm_total > 0) summary.comm_hidden_share = std::max(0.0, 1.0 - comm_exposed_total / comm_total);
   summary.data_stall_s = spread_of(steps, &StepRecord::data_stall_s);
   summary.ckpt_stall_s = spread_of(steps, &StepRecord::ckpt_stall_s);
   summary.other_s = spread_of(steps, &StepRecord::other_s);
@@ -211,6 +302,13 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
 
   if (loss_finite)
     outcome.checks.push_back({"loss_finite", true, "every step's loss is finite"});
+  if (world > 1)
+    outcome.checks.push_back(
+        {"ranks_consistent", inconsistency.empty(),
+         inconsistency.empty() ? "parameter checksums equal on all " + std::to_string(world) +
+                                     " ranks (every " + std::to_string(config.comm.check_every) +
+                                     " steps and at the end)"
+                               : inconsistency});
   double worst_other = 0.0;
   for (const StepRecord& s : steps) worst_other = std::min(worst_other, s.other_s);
   // Timer noise may make other_s a hair negative; more than 1 ms means a

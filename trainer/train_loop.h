@@ -43,7 +43,10 @@ struct RunSummary {
   int64_t warmup_steps = 0;
   int64_t global_tokens_per_step = 0;
   double tokens_per_s = 0;          // global tokens / median step_s of the slowest rank
-  Spread step_s, compute_s, comm_exposed_s, data_stall_s, ckpt_stall_s, other_s;
+  Spread step_s, compute_s, comm_s, comm_exposed_s, data_stall_s, ckpt_stall_s, other_s;
+  // 1 − Σ comm_exposed_s / Σ comm_s: how much of the communication the
+  // overlap with backward hid (0 with one rank or comm.overlap=false).
+  double comm_hidden_share = 0;
   // Each category's share of step_s (sums of the measured steps).
   double compute_share = 0, comm_exposed_share = 0, data_stall_share = 0, ckpt_stall_share = 0,
          other_share = 0;

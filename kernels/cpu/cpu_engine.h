@@ -46,6 +46,7 @@ class CpuEngine final : public TrainingEngine {
   void set_parameters(const float* host) override;
   void get_parameters(float* host) const override;
   void get_gradients(float* host) const override;
+  float* host_gradient_buffer() override { return grads_.get(); }
 
   void zero_gradients() override;
   void forward(const TokenBatch& batch) override;

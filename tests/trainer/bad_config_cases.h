@@ -133,6 +133,10 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"SmallReadBlock", with("data.block_bytes", "65536"), {}, {"data.block_bytes", "1 MiB"}},
       {"ZeroReaders", with("data.readers", "0"), {}, {"data.readers: must be > 0"}},
       {"ZeroLoaderTimeout", with("data.timeout_s", "0"), {}, {"data.timeout_s: must be > 0"}},
+      {"BadCommBackend", with("comm.backend", "gloo"), {}, {"comm.backend", "'gloo'"}},
+      {"ZeroBucket", with("comm.bucket_mb", "0"), {}, {"comm.bucket_mb: must be > 0"}},
+      {"OverlapNotABool", with("comm.overlap", "sometimes"), {}, {"comm.overlap", "not true or false"}},
+      {"ZeroCommTimeout", with("comm.timeout_s", "0"), {}, {"comm.timeout_s: must be > 0"}},
       {"Bf16OnCpu", valid_yaml_with({{"train.precision", "bf16"}, {"train.device", "cpu"}}), {},
        {"train.precision", "bf16"}},
       // Overrides: the file is valid, the override is not.

@@ -224,12 +224,13 @@ TEST(Overrides, ValueMayContainEquals) {
 
 TEST(Output, JsonIsNestedAndTyped) {
   const nlohmann::json json = config_to_json(load_config("tiny"));
-  ASSERT_EQ(json.size(), 4u);
-  for (const char* section : {"model", "train", "data", "report"})
+  ASSERT_EQ(json.size(), 5u);
+  for (const char* section : {"model", "train", "data", "comm", "report"})
     EXPECT_TRUE(json.contains(section)) << section;
   EXPECT_TRUE(json["model"]["vocab"].is_number_integer());
   EXPECT_EQ(json["model"]["vocab"], 512);
   EXPECT_TRUE(json["train"]["lr"].is_number_float());
+  EXPECT_TRUE(json["comm"]["overlap"].is_boolean());
   EXPECT_DOUBLE_EQ(json["train"]["lr"].get<double>(), 1e-3);
   EXPECT_EQ(json["train"]["precision"], "auto");
   EXPECT_EQ(json["data"]["source"], "shards");

@@ -1,0 +1,288 @@
+// One small harness (fill, check, time, reduce over ranks) and each
+// collective a few lines plugged into it, as in nccl-tests.
+#include "comm/collective_bench.h"
+
+#include <algorithm>   // std::nth_element, std::max_element, std::fill
+#include <chrono>
+#include <cmath>       // std::floor
+#include <functional>  // a path's timed operation
+#include <limits>      // MPI's int counts
+
+#if TRAINBENCH_HAVE_MPI
+#include <mpi.h>  // the raw path: plain blocking MPI calls beside the communicator's
+#endif
+
+namespace trainbench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// What rank `rank` contributes at element i: small integers, so every sum
+// over ranks is exact in fp32 and the check can demand equality.
+float contribution(int rank, int64_t i) { return static_cast<float>(rank + 1 + i % 7); }
+
+// The sum over all ranks of contribution(rank, i).
+float sum_of_contributions(int world, int64_t i) {
+  return static_cast<float>(world * (world + 1) / 2 + world * (i % 7));
+}
+
+struct Buffers {
+  std::vector<float> send;  // an all-reduce works in place here
+  std::vector<float> recv;
+};
+
+struct Path {
+  const char* name;
+  std::function<void(Buffers&)> run;
+};
+
+// One collective at one size: how to fill its input, which paths run it,
+// and what every rank must hold afterwards.
+struct Collective {
+  CollectiveBenchResult shape;  // collective, bytes, count, buckets
+  int64_t send_count = 0;
+  int64_t recv_count = 0;
+  std::function<void(Buffers&)> fill;
+  std::vector<Path> paths;
+  std::function<bool(const Buffers&)> check;
+};
+
+CollectiveBenchResult shape(const char* collective, int64_t count, int64_t buckets = 1) {
+  CollectiveBenchResult result;
+  result.collective = collective;
+  result.bytes = count * static_cast<int64_t>(sizeof(float));
+  result.count = count;
+  result.buckets = buckets;
+  return result;
+}
+
+double median(std::vector<double> values) {
+  const auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
+  std::nth_element(values.begin(), middle, values.end());
+  return *middle;
+}
+
+// Runs one path once on the pattern and checks the result, then times the
+// warm-up and timed iterations on zeroed buffers (an in-place sum repeated on
+// the pattern would grow without bound). Ranks start the timed loop together;
+// the result is the slowest rank's median, and the check holds only when it
+// held on every rank.
+CollectiveBenchResult measure(Communicator& comm, const CollectiveBenchOptions& options,
+                              const Collective& collective, const Path& path) {
+  Buffers buffers{std::vector<float>(static_cast<size_t>(collective.send_count)),
+                  std::vector<float>(static_cast<size_t>(collective.recv_count))};
+  collective.fill(buffers);
+  path.run(buffers);
+  const bool check_ok = collective.check(buffers);
+  std::fill(buffers.send.begin(), buffers.send.end(), 0.0f);
+  std::fill(buffers.recv.begin(), buffers.recv.end(), 0.0f);
+
+  comm.barrier();
+  std::vector<double> times;
+  for (int64_t i = 0; i < options.warmup_iters + options.iters; ++i) {
+    const Clock::time_point start = Clock::now();
+    path.run(buffers);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (i >= options.warmup_iters) times.push_back(seconds);
+  }
+
+  const int world = comm.world_size();
+  std::vector<double> per_rank(static_cast<size_t>(world));
+  comm.all_gather(median(times), per_rank.data());
+  CollectiveBenchResult result = collective.shape;
+  result.path = path.name;
+  result.time_s = *std::max_element(per_rank.begin(), per_rank.end());
+  comm.all_gather(check_ok ? 1.0 : 0.0, per_rank.data());
+  result.check_ok = *std::min_element(per_rank.begin(), per_rank.end()) == 1.0;
+  result.algbw_gbs = result.time_s > 0 ? static_cast<double>(result.bytes) / result.time_s / 1e9 : 0.0;
+  result.busbw_gbs = result.algbw_gbs * bus_bandwidth_factor(result.collective, world);
+  return result;
+}
+
+#if TRAINBENCH_HAVE_MPI
+// The raw path needs MPI initialised, which only the MPI communicator does.
+bool has_raw_path(const Communicator& comm) { return std::string(comm.backend_name()) == "mpi"; }
+
+// The raw path runs on MPI_COMM_WORLD, which the MPI communicator set to
+// return errors; a failure ends the job through the communicator.
+void check_raw(Communicator& comm, int result, const char* call) {
+  if (result == MPI_SUCCESS) return;
+  char reason[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  if (MPI_Error_string(result, reason, &length) != MPI_SUCCESS) length = 0;
+  comm.abort(3, std::string("comm: ") + call + " failed: " +
+                    (length > 0 ? std::string(reason, static_cast<size_t>(length)) : "unknown MPI error"));
+}
+
+int raw_count(Communicator& comm, int64_t count) {
+  if (count > std::numeric_limits<int>::max())
+    comm.abort(3, "comm: raw MPI call of " + std::to_string(count) + " floats: MPI counts are int");
+  return static_cast<int>(count);
+}
+#endif
+
+Collective all_reduce(Communicator& comm, int64_t size_bytes) {
+  const int rank = comm.rank();
+  const int world = comm.world_size();
+  const int64_t count = std::max<int64_t>(1, size_bytes / 4);
+  Collective c;
+  c.shape = shape("all_reduce", count);
+  c.send_count = count;
+  c.fill = [=](Buffers& b) { for (int64_t i = 0; i < count; ++i) b.send[i] = contribution(rank, i); };
+  c.check = [=](const Buffers& b) {
+    for (int64_t i = 0; i < count; ++i)
+      if (b.send[i] != sum_of_contributions(world, i)) return false;
+    return true;
+  };
+  c.paths.push_back({"bucketed", [&comm, count](Buffers& b) {
+                       comm.wait(comm.start_all_reduce_sum(b.send.data(), count));
+                     }});
+#if TRAINBENCH_HAVE_MPI
+  if (has_raw_path(comm))
+    c.paths.push_back({"raw", [&comm, count](Buffers& b) {
+                         check_raw(comm, MPI_Allreduce(MPI_IN_PLACE, b.send.data(), raw_count(comm, count),
+                                                       MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+                                   "MPI_Allreduce");
+                       }});
+#endif
+  return c;
+}
+
+Collective reduce_scatter(Communicator& comm, int64_t size_bytes) {
+  const int rank = comm.rank();
+  const int world = comm.world_size();
+  const int64_t block = std::max<int64_t>(1, size_bytes / 4 / world);
+  Collective c;
+  c.shape = shape("reduce_scatter", block * world);
+  c.send_count = block * world;
+  c.recv_count = block;
+  c.fill = [=](Buffers& b) {
+    for (int64_t i = 0; i < block * world; ++i) b.send[i] = contribution(rank, i);
+  };
+  c.check = [=](const Buffers& b) {
+    for (int64_t i = 0; i < block; ++i)
+      if (b.recv[i] != sum_of_contributions(world, rank * block + i)) return false;
+    return true;
+  };
+  c.paths.push_back({"comm", [&comm, block](Buffers& b) {
+                       comm.reduce_scatter_sum(b.send.data(), b.recv.data(), block);
+                     }});
+#if TRAINBENCH_HAVE_MPI
+  if (has_raw_path(comm))
+    c.paths.push_back({"raw", [&comm, block](Buffers& b) {
+                         check_raw(comm, MPI_Reduce_scatter_block(b.send.data(), b.recv.data(),
+                                                                  raw_count(comm, block), MPI_FLOAT,
+                                                                  MPI_SUM, MPI_COMM_WORLD),
+                                   "MPI_Reduce_scatter_block");
+                       }});
+#endif
+  return c;
+}
+
+Collective all_gather(Communicator& comm, int64_t size_bytes) {
+  const int rank = comm.rank();
+  const int world = comm.world_size();
+  const int64_t block = std::max<int64_t>(1, size_bytes / 4 / world);
+  Collective c;
+  c.shape = shape("all_gather", block * world);
+  c.send_count = block;
+  c.recv_count = block * world;
+  c.fill = [=](Buffers& b) { for (int64_t i = 0; i < block; ++i) b.send[i] = contribution(rank, i); };
+  c.check = [=](const Buffers& b) {
+    for (int r = 0; r < world; ++r)
+      for (int64_t i = 0; i < block; ++i)
+        if (b.recv[r * block + i] != contribution(r, i)) return false;
+    return true;
+  };
+  c.paths.push_back({"comm", [&comm, block](Buffers& b) {
+                       comm.all_gather_floats(b.send.data(), b.recv.data(), block);
+                     }});
+#if TRAINBENCH_HAVE_MPI
+  if (has_raw_path(comm))
+    c.paths.push_back({"raw", [&comm, block](Buffers& b) {
+                         const int count = raw_count(comm, block);
+                         check_raw(comm, MPI_Allgather(b.send.data(), count, MPI_FLOAT, b.recv.data(),
+                                                       count, MPI_FLOAT, MPI_COMM_WORLD),
+                                   "MPI_Allgather");
+                       }});
+#endif
+  return c;
+}
+
+}  // namespace
+
+double bus_bandwidth_factor(const std::string& collective, int world_size) {
+  const double n = world_size;
+  return collective == "all_reduce" ? 2.0 * (n - 1) / n : (n - 1) / n;
+}
+
+std::vector<int64_t> size_sweep(int64_t min_bytes, int64_t max_bytes, double factor) {
+  std::vector<int64_t> sizes;
+  for (double size = static_cast<double>(min_bytes); size <= static_cast<double>(max_bytes);
+       size *= factor) {
+    const int64_t whole_floats = std::max<int64_t>(4, static_cast<int64_t>(std::floor(size / 4)) * 4);
+    if (sizes.empty() || sizes.back() != whole_floats) sizes.push_back(whole_floats);
+  }
+  return sizes;
+}
+
+std::vector<CollectiveBenchResult> bench_collectives(Communicator& comm,
+                                                     const std::vector<int64_t>& sizes_bytes,
+                                                     const CollectiveBenchOptions& options) {
+  std::vector<CollectiveBenchResult> results;
+  for (const auto& make : {all_reduce, reduce_scatter, all_gather}) {
+    for (int64_t size : sizes_bytes) {
+      const Collective collective = make(comm, size);
+      for (const Path& path : collective.paths) results.push_back(measure(comm, options, collective, path));
+    }
+  }
+  return results;
+}
+
+std::vector<CollectiveBenchResult> bench_gradient_step(Communicator& comm,
+                                                       const std::vector<int64_t>& bucket_bytes,
+                                                       const CollectiveBenchOptions& options) {
+  const int rank = comm.rank();
+  const int world = comm.world_size();
+  std::vector<int64_t> offsets;  // in floats, one per bucket, then the total
+  int64_t count = 0;
+  for (int64_t bytes : bucket_bytes) {
+    offsets.push_back(count);
+    count += bytes / 4;
+  }
+  offsets.push_back(count);
+  const int64_t buckets = static_cast<int64_t>(bucket_bytes.size());
+
+  Collective c;
+  c.shape = shape("all_reduce", count, buckets);
+  c.send_count = count;
+  c.fill = [=](Buffers& b) { for (int64_t i = 0; i < count; ++i) b.send[i] = contribution(rank, i); };
+  c.check = [=](const Buffers& b) {
+    for (int64_t i = 0; i < count; ++i)
+      if (b.send[i] != sum_of_contributions(world, i)) return false;
+    return true;
+  };
+  c.paths.push_back({"bucketed", [&comm, offsets, buckets](Buffers& b) {
+                       std::vector<Communicator::Ticket> tickets;
+                       for (int64_t k = 0; k < buckets; ++k)
+                         tickets.push_back(comm.start_all_reduce_sum(b.send.data() + offsets[k],
+                                                                     offsets[k + 1] - offsets[k]));
+                       for (Communicator::Ticket ticket : tickets) comm.wait(ticket);
+                     }});
+#if TRAINBENCH_HAVE_MPI
+  if (has_raw_path(comm))
+    c.paths.push_back({"raw", [&comm, offsets, buckets](Buffers& b) {
+                         for (int64_t k = 0; k < buckets; ++k)
+                           check_raw(comm, MPI_Allreduce(MPI_IN_PLACE, b.send.data() + offsets[k],
+                                                         raw_count(comm, offsets[k + 1] - offsets[k]),
+                                                         MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+                                     "MPI_Allreduce");
+                       }});
+#endif
+  std::vector<CollectiveBenchResult> results;
+  for (const Path& path : c.paths) results.push_back(measure(comm, options, c, path));
+  return results;
+}
+
+}  // namespace trainbench

@@ -1,0 +1,60 @@
+// The network ceiling, measured as nccl-tests measures it: each collective at
+// each size timed over iterations after a warm-up, its algorithm and bus
+// bandwidth, and a check that every rank got the exact expected values.
+// Each collective is measured on the communicator's path (the one the trainer
+// uses) and, on the MPI backend, as the plain blocking MPI call beside it.
+#pragma once
+
+#include <cstdint>  // int64_t
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace trainbench {
+
+struct CollectiveBenchResult {
+  std::string collective;  // "all_reduce", "reduce_scatter", "all_gather"
+  // "bucketed": start_all_reduce_sum + wait, as the trainer all-reduces a
+  // gradient bucket; "comm": the communicator's blocking call; "raw": the
+  // plain blocking MPI call on MPI_COMM_WORLD, what any MPI program gets.
+  std::string path;
+  // nccl-tests' size: the all-reduce buffer; for reduce-scatter and
+  // all-gather the whole buffer across ranks (floats per rank × ranks × 4).
+  int64_t bytes = 0;
+  int64_t count = 0;     // floats in `bytes`
+  int64_t buckets = 1;   // all-reduces per measurement (the gradient step's buckets)
+  double time_s = 0.0;   // the slowest rank's median over the timed iterations
+  double algbw_gbs = 0.0;  // bytes / time_s, in 1e9 bytes/s
+  double busbw_gbs = 0.0;  // algbw × bus_bandwidth_factor
+  bool check_ok = false;   // every rank got exactly the expected values
+};
+
+struct CollectiveBenchOptions {
+  int64_t warmup_iters = 5;
+  int64_t iters = 20;  // timed iterations; the median is reported
+};
+
+// busbw / algbw, as nccl-tests defines it: 2(n−1)/n for all-reduce, (n−1)/n
+// for reduce-scatter and all-gather; 0 on one rank, where nothing moves.
+double bus_bandwidth_factor(const std::string& collective, int world_size);
+
+// min_bytes, min_bytes × factor, ... up to max_bytes (included when reached),
+// each rounded down to whole floats.
+std::vector<int64_t> size_sweep(int64_t min_bytes, int64_t max_bytes, double factor);
+
+// Every collective at every size, on each path this communicator has. All
+// ranks must call it with the same arguments.
+std::vector<CollectiveBenchResult> bench_collectives(Communicator& comm,
+                                                     const std::vector<int64_t>& sizes_bytes,
+                                                     const CollectiveBenchOptions& options);
+
+// One step's gradient buckets (byte sizes, in the order backward produces
+// them) all-reduced back to back: on the bucketed path all started at once
+// and then waited for, as the trainer does; on the raw path one blocking
+// MPI_Allreduce after another. time_s is the time per step.
+std::vector<CollectiveBenchResult> bench_gradient_step(Communicator& comm,
+                                                       const std::vector<int64_t>& bucket_bytes,
+                                                       const CollectiveBenchOptions& options);
+
+}  // namespace trainbench

@@ -1,0 +1,12 @@
+// What the launcher told this process through its environment, read before
+// (and without) MPI: whether it is one rank of a parallel job, and of how many.
+#pragma once
+
+namespace trainbench {
+
+// The number of tasks the launcher started (mpirun -np N, srun -n N), or 0
+// when no launcher variable says. The MPI backend compares it with the world
+// MPI reports: a mismatch means MPI could not reach the launcher.
+int launcher_task_count();
+
+}  // namespace trainbench

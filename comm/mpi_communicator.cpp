@@ -1,0 +1,392 @@
+// The MPI backend: host buffers, any MPI that offers MPI_THREAD_MULTIPLE
+// (OpenMPI, MPICH, Intel MPI). The main thread's collectives are the
+// non-blocking MPI call polled with MPI_Test against a deadline, so a dead or
+// stalled peer ends the job with a message instead of hanging it.
+// Gradient all-reduces run on one progress thread, in the order they were
+// started, as blocking MPI_Allreduce calls: OpenMPI 4.1's non-blocking
+// all-reduce picks a binomial algorithm 2-3x slower than the blocking one
+// (bench comm), and the thread that waits for them (wait()) enforces the
+// timeout instead. They use their own duplicate of MPI_COMM_WORLD:
+// collectives on one communicator must be issued in the same order on every
+// rank, and the main thread's collectives (on a second duplicate) may be
+// issued while background ones are in flight.
+#include <mpi.h>
+
+#include <algorithm>           // std::min
+#include <atomic>              // the timeout, read by the progress thread
+#include <chrono>
+#include <condition_variable>  // queue → progress thread, completions → wait()
+#include <cstdint>             // int64_t
+#include <cstdio>              // std::fprintf
+#include <cstdlib>             // std::exit, std::_Exit
+#include <deque>               // the FIFO of background requests
+#include <limits>              // MPI's int counts
+#include <mutex>
+#include <stdexcept>           // std::invalid_argument, std::logic_error
+#include <string>
+#include <thread>              // the progress thread
+
+#include "comm/communicator.h"
+#include "comm/launch_detect.h"  // launcher_task_count
+
+namespace trainbench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_of(Clock::duration duration) { return std::chrono::duration<double>(duration).count(); }
+
+Clock::duration duration_of(double seconds) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+std::string format_seconds(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", seconds);
+  return text;
+}
+
+// MPI counts are int: longer all-reduces and broadcasts go in pieces this long.
+constexpr int64_t kMaxPieceElements = int64_t{1} << 30;
+
+// A collective is polled back to back for its first moments, where small
+// messages complete, then with a short sleep between polls, so the compute
+// threads keep the CPU while a large transfer is on the wire.
+constexpr auto kSpinPhase = std::chrono::microseconds(200);
+constexpr auto kPollSleep = std::chrono::microseconds(20);
+
+
+std::string thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    default: return "MPI_THREAD_MULTIPLE";
+  }
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator();
+  ~MpiCommunicator() override;
+
+  const char* backend_name() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  int local_rank() const override { return local_rank_; }
+  std::string host_name() const override { return host_name_; }
+
+  void all_reduce_sum(float* data, int64_t count) override {
+    all_reduce_in_pieces(blocking_comm_, data, count, "all_reduce");
+  }
+  void all_gather(double value, double* out) override;
+  void barrier() override;
+  void broadcast(void* data, int64_t bytes, int root) override;
+  void reduce_scatter_sum(const float* send, float* recv, int64_t count) override;
+  void all_gather_floats(const float* send, float* recv, int64_t count) override;
+
+  Ticket start_all_reduce_sum(float* data, int64_t count) override;
+  double wait(Ticket ticket) override;
+  double take_comm_seconds() override;
+  double last_completion_time() const override;
+
+  void set_timeout(double seconds) override { timeout_s_ = seconds; }
+  void set_context(const std::string& context) override {
+    std::lock_guard lock(context_mutex_);
+    context_ = context;
+  }
+  [[noreturn]] void abort(int exit_code, const std::string& message) override;
+
+ private:
+  struct BackgroundRequest {
+    Ticket ticket;
+    float* data;
+    int64_t count;
+  };
+
+  // " at <context> (rank R of W)": where a failure message says it happened.
+  std::string where() const;
+  // Aborts the job when an MPI call failed, with MPI's own reason.
+  void check(int result, const char* call, const char* collective);
+  // Element count for a call MPI takes as an int; larger ones abort.
+  int mpi_count(int64_t count, const char* collective);
+  // Polls `request` until it completes; aborts past the timeout.
+  void complete(MPI_Request& request, const char* collective, int64_t bytes);
+  void all_reduce_in_pieces(MPI_Comm comm, float* data, int64_t count, const char* collective);
+  void progress_loop();
+
+  int rank_ = 0;
+  int world_ = 1;
+  int local_rank_ = 0;
+  std::string host_name_;
+  MPI_Comm blocking_comm_ = MPI_COMM_NULL;    // the main thread's collectives
+  MPI_Comm background_comm_ = MPI_COMM_NULL;  // the progress thread's all-reduces
+  std::atomic<double> timeout_s_{300.0};
+  mutable std::mutex context_mutex_;
+  std::string context_;
+
+  // The progress thread's queue and what it reports back, under `mutex_`.
+  mutable std::mutex mutex_;
+  std::condition_variable request_queued_;
+  std::condition_variable request_completed_;
+  std::deque<BackgroundRequest> queue_;  // front: the one in flight
+  Ticket next_ticket_ = 0;
+  Ticket completed_through_ = -1;  // tickets complete in order
+  double comm_seconds_ = 0.0;      // since the last take_comm_seconds()
+  double last_completion_s_ = 0.0;
+  bool stopping_ = false;
+  std::thread progress_thread_;
+};
+
+MpiCommunicator::MpiCommunicator() {
+  int provided = MPI_THREAD_SINGLE;
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+    // Before MPI is up there is no MPI_Abort; the launcher ends the other ranks.
+    std::fprintf(stderr, "trainbench: comm: MPI_Init_thread failed\n");
+    std::exit(3);
+  }
+  // Errors come back as return codes, which end the job with a message
+  // naming the collective, instead of MPI's own abort.
+  check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", "init");
+  check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank", "init");
+  check(MPI_Comm_size(MPI_COMM_WORLD, &world_), "MPI_Comm_size", "init");
+  if (provided < MPI_THREAD_MULTIPLE)
+    abort(3, "comm: this MPI library offers " + thread_level_name(provided) +
+                 ", trainbench needs MPI_THREAD_MULTIPLE (gradient all-reduces run on a progress "
+                 "thread while the main thread computes): use an MPI built with thread support");
+  const int launched_tasks = launcher_task_count();
+  if (launched_tasks > 1 && world_ != launched_tasks)
+    abort(3, "comm: the launcher started " + std::to_string(launched_tasks) +
+                 " tasks but MPI sees a world of " + std::to_string(world_) +
+                 ": this MPI cannot reach the launcher (under Slurm: srun --mpi=pmix, or mpirun "
+                 "inside the allocation)");
+
+  MPI_Comm host_comm = MPI_COMM_NULL;
+  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host_comm),
+        "MPI_Comm_split_type", "init");
+  check(MPI_Comm_rank(host_comm, &local_rank_), "MPI_Comm_rank", "init");
+  check(MPI_Comm_free(&host_comm), "MPI_Comm_free", "init");
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int name_length = 0;
+  check(MPI_Get_processor_name(name, &name_length), "MPI_Get_processor_name", "init");
+  host_name_.assign(name, static_cast<size_t>(name_length));
+
+  // The duplicates inherit MPI_ERRORS_RETURN.
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &blocking_comm_), "MPI_Comm_dup", "init");
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &background_comm_), "MPI_Comm_dup", "init");
+  progress_thread_ = std::thread([this] { progress_loop(); });
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;  // the thread finishes what is queued first
+  }
+  request_queued_.notify_one();
+  progress_thread_.join();
+  check(MPI_Comm_free(&background_comm_), "MPI_Comm_free", "shutdown");
+  check(MPI_Comm_free(&blocking_comm_), "MPI_Comm_free", "shutdown");
+  // After MPI_Finalize nothing can abort the job any more: a failure here is
+  // only reported.
+  if (MPI_Finalize() != MPI_SUCCESS)
+    std::fprintf(stderr, "trainbench: comm: MPI_Finalize failed (rank %d of %d)\n", rank_, world_);
+}
+
+std::string MpiCommunicator::where() const {
+  std::string context;
+  {
+    std::lock_guard lock(context_mutex_);
+    context = context_;
+  }
+  return (context.empty() ? "" : " at " + context) + " (rank " + std::to_string(rank_) + " of " +
+         std::to_string(world_) + ")";
+}
+
+void MpiCommunicator::check(int result, const char* call, const char* collective) {
+  if (result == MPI_SUCCESS) return;
+  char reason[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  if (MPI_Error_string(result, reason, &length) != MPI_SUCCESS) length = 0;
+  abort(3, std::string("comm: ") + call + " failed in " + collective + ": " +
+               (length > 0 ? std::string(reason, static_cast<size_t>(length)) : "unknown MPI error") +
+               where());
+}
+
+int MpiCommunicator::mpi_count(int64_t count, const char* collective) {
+  if (count < 0 || count > std::numeric_limits<int>::max())
+    abort(3, std::string("comm: ") + collective + " of " + std::to_string(count) +
+                 " elements per rank: MPI counts are int" + where());
+  return static_cast<int>(count);
+}
+
+void MpiCommunicator::complete(MPI_Request& request, const char* collective, int64_t bytes) {
+  const Clock::time_point start = Clock::now();
+  const double timeout_s = timeout_s_;
+  const Clock::time_point deadline = start + duration_of(timeout_s);
+  for (;;) {
+    int done = 0;
+    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test", collective);
+    if (done) return;
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline)
+      abort(3, std::string("comm: ") + collective + " of " + std::to_string(bytes) +
+                   " bytes timed out after " + format_seconds(timeout_s) + " s" + where() +
+                   ": a rank died or stalled");
+    if (now - start < kSpinPhase) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(kPollSleep);
+    }
+  }
+}
+
+void MpiCommunicator::all_reduce_in_pieces(MPI_Comm comm, float* data, int64_t count,
+                                           const char* collective) {
+  const int64_t bytes = count * static_cast<int64_t>(sizeof(float));
+  for (int64_t offset = 0; offset < count; offset += kMaxPieceElements) {
+    const int piece = static_cast<int>(std::min(kMaxPieceElements, count - offset));
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Iallreduce(MPI_IN_PLACE, data + offset, piece, MPI_FLOAT, MPI_SUM, comm, &request),
+          "MPI_Iallreduce", collective);
+    complete(request, collective, bytes);
+  }
+}
+
+void MpiCommunicator::all_gather(double value, double* out) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Iallgather(&value, 1, MPI_DOUBLE, out, 1, MPI_DOUBLE, blocking_comm_, &request),
+        "MPI_Iallgather", "all_gather");
+  complete(request, "all_gather", world_ * static_cast<int64_t>(sizeof(double)));
+}
+
+void MpiCommunicator::barrier() {
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Ibarrier(blocking_comm_, &request), "MPI_Ibarrier", "barrier");
+  complete(request, "barrier", 0);
+}
+
+void MpiCommunicator::broadcast(void* data, int64_t bytes, int root) {
+  char* bytes_data = static_cast<char*>(data);
+  for (int64_t offset = 0; offset < bytes; offset += kMaxPieceElements) {
+    const int piece = static_cast<int>(std::min(kMaxPieceElements, bytes - offset));
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ibcast(bytes_data + offset, piece, MPI_BYTE, root, blocking_comm_, &request),
+          "MPI_Ibcast", "broadcast");
+    complete(request, "broadcast", bytes);
+  }
+}
+
+void MpiCommunicator::reduce_scatter_sum(const float* send, float* recv, int64_t count) {
+  const int block = mpi_count(count, "reduce_scatter");
+  // In place (send == recv): MPI's rule, the result lands in the first block.
+  const void* send_buffer = send == recv ? MPI_IN_PLACE : send;
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Ireduce_scatter_block(send_buffer, recv, block, MPI_FLOAT, MPI_SUM, blocking_comm_,
+                                  &request),
+        "MPI_Ireduce_scatter_block", "reduce_scatter");
+  complete(request, "reduce_scatter", count * world_ * static_cast<int64_t>(sizeof(float)));
+}
+
+void MpiCommunicator::all_gather_floats(const float* send, float* recv, int64_t count) {
+  const int block = mpi_count(count, "all_gather");
+  // In place: this rank's block already sits at its place in `recv`.
+  const void* send_buffer = send == recv + rank_ * count ? MPI_IN_PLACE : send;
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Iallgather(send_buffer, block, MPI_FLOAT, recv, block, MPI_FLOAT, blocking_comm_,
+                       &request),
+        "MPI_Iallgather", "all_gather");
+  complete(request, "all_gather", count * world_ * static_cast<int64_t>(sizeof(float)));
+}
+
+Communicator::Ticket MpiCommunicator::start_all_reduce_sum(float* data, int64_t count) {
+  Ticket ticket;
+  {
+    std::lock_guard lock(mutex_);
+    ticket = next_ticket_++;
+    queue_.push_back(BackgroundRequest{ticket, data, count});
+  }
+  request_queued_.notify_one();
+  return ticket;
+}
+
+double MpiCommunicator::wait(Ticket ticket) {
+  const Clock::time_point start = Clock::now();
+  // The in-flight request is a blocking MPI_Allreduce on the progress thread,
+  // which cannot time out by itself: this deadline is its timeout.
+  const Clock::duration limit = duration_of(timeout_s_);
+  std::unique_lock lock(mutex_);
+  if (ticket < 0 || ticket >= next_ticket_)
+    throw std::invalid_argument("wait: ticket " + std::to_string(ticket) + " was never started");
+  Ticket seen = completed_through_;
+  Clock::time_point deadline = start + limit;
+  while (completed_through_ < ticket) {
+    request_completed_.wait_until(lock, deadline);
+    if (completed_through_ != seen) {
+      seen = completed_through_;
+      deadline = Clock::now() + limit;  // the queue moves: the stall, if any, is further on
+    } else if (Clock::now() >= deadline) {
+      const int64_t bytes = queue_.empty() ? 0 : queue_.front().count * static_cast<int64_t>(sizeof(float));
+      lock.unlock();  // where() and abort() do not need it; the progress thread may
+      abort(3, "comm: background all_reduce of " + std::to_string(bytes) + " bytes timed out after " +
+                   format_seconds(seconds_of(limit)) + " s" + where() + ": a rank died or stalled");
+    }
+  }
+  return seconds_of(Clock::now() - start);
+}
+
+double MpiCommunicator::take_comm_seconds() {
+  std::lock_guard lock(mutex_);
+  const double seconds = comm_seconds_;
+  comm_seconds_ = 0.0;
+  return seconds;
+}
+
+double MpiCommunicator::last_completion_time() const {
+  std::lock_guard lock(mutex_);
+  return last_completion_s_;
+}
+
+void MpiCommunicator::progress_loop() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    // Idle: asleep on the condition variable, no polling.
+    request_queued_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything queued is done
+    const BackgroundRequest request = queue_.front();
+    lock.unlock();
+    const Clock::time_point start = Clock::now();
+    for (int64_t offset = 0; offset < request.count; offset += kMaxPieceElements) {
+      const int piece = static_cast<int>(std::min(kMaxPieceElements, request.count - offset));
+      check(MPI_Allreduce(MPI_IN_PLACE, request.data + offset, piece, MPI_FLOAT, MPI_SUM, background_comm_),
+            "MPI_Allreduce", "background all_reduce");
+    }
+    const Clock::time_point end = Clock::now();
+    lock.lock();
+    queue_.pop_front();
+    completed_through_ = request.ticket;
+    comm_seconds_ += seconds_of(end - start);
+    last_completion_s_ = seconds_of(end.time_since_epoch());
+    request_completed_.notify_all();
+  }
+}
+
+[[noreturn]] void MpiCommunicator::abort(int exit_code, const std::string& message) {
+  std::fflush(stdout);  // what the rank printed so far comes before the message
+  std::fprintf(stderr, "trainbench: %s\n", message.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);  // MPI_Abort does not return; should one, the rank still ends
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator() {
+  // MPI can be initialised once per process (MPI_Finalize is final).
+  static std::atomic<bool> created{false};
+  if (created.exchange(true))
+    throw std::logic_error("make_mpi_communicator: MPI can be initialised only once per process");
+  return std::make_unique<MpiCommunicator>();
+}
+
+}  // namespace trainbench

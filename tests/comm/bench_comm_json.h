@@ -1,0 +1,38 @@
+// Reading the result of `trainbench bench comm --out FILE` in the tests.
+#pragma once
+
+#include <cmath>  // std::isfinite
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace trainbench::testing {
+
+inline nlohmann::json read_json(const std::string& path) {
+  std::ifstream file(path);
+  return nlohmann::json::parse(file);
+}
+
+// Every measurement passed its data check and has a finite, positive time;
+// busbw is positive with more than one rank and 0 on one.
+inline void expect_measured_and_checked(const nlohmann::json& result) {
+  const int ranks = result.at("ranks").get<int>();
+  EXPECT_EQ(result.at("check"), "ok");
+  for (const char* section : {"gradient_step", "collectives"}) {
+    ASSERT_FALSE(result.at(section).empty()) << section;
+    for (const nlohmann::json& r : result.at(section)) {
+      const std::string what = r.dump();
+      EXPECT_EQ(r.at("check"), "ok") << what;
+      const double time_s = r.at("time_s").get<double>();
+      const double busbw = r.at("busbw_gbs").get<double>();
+      EXPECT_TRUE(std::isfinite(time_s) && time_s > 0) << what;
+      EXPECT_TRUE(std::isfinite(busbw)) << what;
+      if (ranks > 1) EXPECT_GT(busbw, 0.0) << what;
+      else EXPECT_EQ(busbw, 0.0) << what;
+    }
+  }
+}
+
+}  // namespace trainbench::testing

@@ -1,0 +1,120 @@
+// The collective harness and launcher detection in one process, on the local
+// communicator: sizes, bus bandwidth factors, and the data check on a rank
+// that is the whole world. The multi-rank figures are tested under mpirun
+// (test_bench_comm_mpi, test_mpi_collectives).
+#include "comm/collective_bench.h"
+
+#include <cstdlib>  // setenv, unsetenv
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "comm/launch_detect.h"
+
+namespace trainbench {
+namespace {
+
+TEST(CollectiveBench, SizeSweepMultipliesAndRoundsToWholeFloats) {
+  EXPECT_EQ(size_sweep(1024, 1 << 20, 4),
+            (std::vector<int64_t>{1024, 4096, 16384, 65536, 262144, 1 << 20}));
+  EXPECT_EQ(size_sweep(1024, 5000, 4), (std::vector<int64_t>{1024, 4096}));
+  // 10, 15, 22.5, 33.75, 50.6, 75.9 bytes: down to whole floats, repeats dropped.
+  EXPECT_EQ(size_sweep(10, 100, 1.5), (std::vector<int64_t>{8, 12, 20, 32, 48, 72}));
+  EXPECT_EQ(size_sweep(1, 4, 2), (std::vector<int64_t>{4}));
+}
+
+TEST(CollectiveBench, BusBandwidthFactorsAreNcclTests) {
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor("all_reduce", 4), 1.5);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor("reduce_scatter", 4), 0.75);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor("all_gather", 8), 0.875);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor("all_reduce", 1), 0.0);
+}
+
+TEST(CollectiveBench, OneRankChecksEveryCollectiveAndMovesNothing) {
+  const std::unique_ptr<Communicator> comm = make_local_communicator();
+  const std::vector<CollectiveBenchResult> results =
+      bench_collectives(*comm, {1024, 4096}, CollectiveBenchOptions{.warmup_iters = 1, .iters = 3});
+  std::map<std::string, std::vector<std::string>> paths;
+  for (const CollectiveBenchResult& r : results) {
+    paths[r.collective].push_back(r.path);
+    EXPECT_TRUE(r.check_ok) << r.collective << " " << r.path << " " << r.bytes;
+    EXPECT_EQ(r.count * 4, r.bytes);
+    EXPECT_EQ(r.busbw_gbs, 0.0);
+  }
+  // The raw path is plain MPI, which only the MPI communicator initialises.
+  EXPECT_EQ(paths["all_reduce"], (std::vector<std::string>{"bucketed", "bucketed"}));
+  EXPECT_EQ(paths["reduce_scatter"], (std::vector<std::string>{"comm", "comm"}));
+  EXPECT_EQ(paths["all_gather"], (std::vector<std::string>{"comm", "comm"}));
+}
+
+TEST(CollectiveBench, GradientStepAllReducesEveryBucket) {
+  const std::unique_ptr<Communicator> comm = make_local_communicator();
+  const std::vector<CollectiveBenchResult> results =
+      bench_gradient_step(*comm, {1 << 20, 400, 1 << 16}, CollectiveBenchOptions{.warmup_iters = 0, .iters = 2});
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].path, "bucketed");
+  EXPECT_EQ(results[0].buckets, 3);
+  EXPECT_EQ(results[0].bytes, (1 << 20) + 400 + (1 << 16));
+  EXPECT_TRUE(results[0].check_ok);
+}
+
+// Sets environment variables for one test and restores them after.
+class ScopedEnvironment {
+ public:
+  ScopedEnvironment() {
+    for (const char* name : kLauncherVariables) {
+      const char* value = std::getenv(name);
+      if (value != nullptr) saved_[name] = value;
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnvironment() {
+    for (const char* name : kLauncherVariables) {
+      unsetenv(name);
+      if (auto it = saved_.find(name); it != saved_.end()) setenv(name, it->second.c_str(), 1);
+    }
+  }
+  void set(const char* name, const char* value) { setenv(name, value, 1); }
+
+ private:
+  static constexpr const char* kLauncherVariables[] = {
+      "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",        "PMI_RANK",     "PMIX_RANK", "PMIX_SIZE",
+      "MV2_COMM_WORLD_SIZE",  "MPI_LOCALNRANKS", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS"};
+  std::map<std::string, std::string> saved_;
+};
+
+TEST(LaunchDetect, NoLauncherVariablesMeansOneRank) {
+  ScopedEnvironment env;
+  EXPECT_FALSE(launched_by_mpi());
+  EXPECT_EQ(launcher_task_count(), 0);
+}
+
+TEST(LaunchDetect, MpiLaunchersAreRecognised) {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"}) {
+    ScopedEnvironment env;
+    env.set(name, "4");
+    EXPECT_TRUE(launched_by_mpi()) << name;
+    EXPECT_EQ(launcher_task_count(), 4) << name;
+  }
+  for (const char* name : {"PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS"}) {
+    ScopedEnvironment env;
+    env.set(name, "0");
+    EXPECT_TRUE(launched_by_mpi()) << name;
+  }
+}
+
+TEST(LaunchDetect, SlurmStepsOfSeveralTasksGoThroughMpi) {
+  ScopedEnvironment env;
+  env.set("SLURM_PROCID", "0");
+  env.set("SLURM_STEP_NUM_TASKS", "1");
+  EXPECT_FALSE(launched_by_mpi());  // a one-task step, or the batch script
+  env.set("SLURM_STEP_NUM_TASKS", "8");
+  EXPECT_TRUE(launched_by_mpi());
+  EXPECT_EQ(launcher_task_count(), 8);
+}
+
+}  // namespace
+}  // namespace trainbench

@@ -1,0 +1,185 @@
+// The MPI communicator on real ranks: CTest runs this binary under
+// `mpirun -n 2` and `-n 4` (tests/comm/CMakeLists.txt). Every collective must
+// give exactly the expected values: each rank contributes small integers,
+// whose sums are exact in fp32.
+#include <algorithm>  // std::copy
+#include <chrono>
+#include <cstdlib>  // std::atoi
+#include <cstring>  // std::strncmp
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>   // sleeping to skew the ranks
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "comm/communicator.h"
+
+namespace trainbench {
+namespace {
+
+// MPI can be initialised once per process: main() makes the communicator
+// every test uses.
+Communicator* comm = nullptr;
+int expected_ranks = 0;
+
+// What rank `rank` contributes at element i, and the sum over `world` ranks.
+float contribution(int rank, int64_t i) { return static_cast<float>(rank + 1 + i % 5); }
+float sum_over_ranks(int world, int64_t i) {
+  return static_cast<float>(world * (world + 1) / 2 + world * (i % 5));
+}
+
+std::vector<float> contributions(int64_t count, int64_t first_index = 0) {
+  std::vector<float> values(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) values[i] = contribution(comm->rank(), first_index + i);
+  return values;
+}
+
+// The index of the first element of `values` that is not the sum over ranks,
+// or -1.
+int64_t first_wrong_sum(const std::vector<float>& values, int64_t first_index = 0) {
+  for (size_t i = 0; i < values.size(); ++i)
+    if (values[i] != sum_over_ranks(comm->world_size(), first_index + static_cast<int64_t>(i)))
+      return static_cast<int64_t>(i);
+  return -1;
+}
+
+TEST(MpiCommunicator, RanksAndHosts) {
+  EXPECT_STREQ(comm->backend_name(), "mpi");
+  EXPECT_EQ(comm->world_size(), expected_ranks);
+  EXPECT_GE(comm->rank(), 0);
+  EXPECT_LT(comm->rank(), comm->world_size());
+  // All ranks run on this one machine: the local rank is the rank.
+  EXPECT_EQ(comm->local_rank(), comm->rank());
+  EXPECT_FALSE(comm->host_name().empty());
+}
+
+TEST(MpiCommunicator, AllReduceSum) {
+  for (int64_t count : {int64_t{1}, int64_t{1000}, int64_t{1} << 20}) {
+    std::vector<float> values = contributions(count);
+    comm->all_reduce_sum(values.data(), count);
+    EXPECT_EQ(first_wrong_sum(values), -1) << count << " floats";
+  }
+}
+
+TEST(MpiCommunicator, AllGatherDouble) {
+  std::vector<double> gathered(static_cast<size_t>(comm->world_size()));
+  comm->all_gather(0.5 + comm->rank(), gathered.data());
+  for (int r = 0; r < comm->world_size(); ++r) EXPECT_EQ(gathered[r], 0.5 + r);
+}
+
+TEST(MpiCommunicator, BarrierWaitsForTheSlowestRank) {
+  const auto start = std::chrono::steady_clock::now();
+  if (comm->rank() == comm->world_size() - 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  comm->barrier();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(190));
+}
+
+TEST(MpiCommunicator, BroadcastFromEveryRoot) {
+  for (int root = 0; root < comm->world_size(); ++root) {
+    std::vector<int32_t> data(3000, comm->rank() == root ? root + 7 : -1);
+    comm->broadcast(data.data(), static_cast<int64_t>(data.size() * sizeof(int32_t)), root);
+    EXPECT_EQ(data, std::vector<int32_t>(3000, root + 7)) << "root " << root;
+  }
+}
+
+TEST(MpiCommunicator, ReduceScatterSum) {
+  const int world = comm->world_size();
+  const int64_t block = 1001;
+  const std::vector<float> send = contributions(block * world);
+  std::vector<float> recv(block);
+  comm->reduce_scatter_sum(send.data(), recv.data(), block);
+  EXPECT_EQ(first_wrong_sum(recv, comm->rank() * block), -1);
+
+  // In place: the rank's sum lands in the first block.
+  std::vector<float> in_place = contributions(block * world);
+  comm->reduce_scatter_sum(in_place.data(), in_place.data(), block);
+  in_place.resize(block);
+  EXPECT_EQ(first_wrong_sum(in_place, comm->rank() * block), -1);
+}
+
+TEST(MpiCommunicator, AllGatherFloats) {
+  const int world = comm->world_size();
+  const int64_t block = 777;
+  const std::vector<float> send = contributions(block);
+  std::vector<float> recv(block * world);
+  comm->all_gather_floats(send.data(), recv.data(), block);
+  for (int r = 0; r < world; ++r)
+    for (int64_t i = 0; i < block; ++i)
+      ASSERT_EQ(recv[r * block + i], contribution(r, i)) << "rank " << r << " element " << i;
+
+  // In place: this rank's block already sits at its place.
+  std::vector<float> in_place(block * world, -1.0f);
+  std::copy(send.begin(), send.end(), in_place.begin() + comm->rank() * block);
+  comm->all_gather_floats(in_place.data() + comm->rank() * block, in_place.data(), block);
+  EXPECT_EQ(in_place, recv);
+}
+
+TEST(MpiCommunicator, BackgroundAllReducesCompleteInOrder) {
+  (void)comm->take_comm_seconds();  // only this test's requests count below
+  // Buckets of different sizes, the first the largest: if requests could
+  // overtake each other, the small ones would finish first.
+  const std::vector<int64_t> counts = {int64_t{1} << 22, 10, 1000, int64_t{1} << 18, 1};
+  std::vector<std::vector<float>> buckets;
+  std::vector<Communicator::Ticket> tickets;
+  int64_t first_index = 0;
+  for (int64_t count : counts) {
+    buckets.push_back(contributions(count, first_index));
+    first_index += count;
+  }
+  for (std::vector<float>& bucket : buckets)
+    tickets.push_back(comm->start_all_reduce_sum(bucket.data(), static_cast<int64_t>(bucket.size())));
+  for (size_t k = 1; k < tickets.size(); ++k) EXPECT_GT(tickets[k], tickets[k - 1]);
+
+  // Waiting for the last one means every earlier one is done too.
+  EXPECT_GE(comm->wait(tickets.back()), 0.0);
+  first_index = 0;
+  for (size_t k = 0; k < buckets.size(); ++k) {
+    EXPECT_EQ(first_wrong_sum(buckets[k], first_index), -1) << "bucket " << k;
+    first_index += counts[k];
+  }
+  // A finished request's wait returns at once.
+  for (Communicator::Ticket ticket : tickets) EXPECT_LT(comm->wait(ticket), 0.01);
+
+  const double comm_seconds = comm->take_comm_seconds();
+  EXPECT_GT(comm_seconds, 0.0);
+  EXPECT_EQ(comm->take_comm_seconds(), 0.0);  // taken
+  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  EXPECT_GT(comm->last_completion_time(), 0.0);
+  EXPECT_LE(comm->last_completion_time(), now);
+}
+
+TEST(MpiCommunicator, BlockingCollectivesWhileBackgroundOnesRun) {
+  // The main thread's collectives and the progress thread's all-reduces are
+  // on different communicators: ranks may interleave them differently.
+  std::vector<float> background = contributions(int64_t{1} << 21);
+  const Communicator::Ticket ticket =
+      comm->start_all_reduce_sum(background.data(), static_cast<int64_t>(background.size()));
+  if (comm->rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::vector<float> blocking = contributions(5000);
+  comm->all_reduce_sum(blocking.data(), static_cast<int64_t>(blocking.size()));
+  comm->wait(ticket);
+  EXPECT_EQ(first_wrong_sum(blocking), -1);
+  EXPECT_EQ(first_wrong_sum(background), -1);
+}
+
+TEST(MpiCommunicator, WaitOnATicketNeverStartedIsAnError) {
+  EXPECT_THROW(comm->wait(1 << 30), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace trainbench
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], "--ranks=", 8) == 0) trainbench::expected_ranks = std::atoi(argv[i] + 8);
+  std::unique_ptr<trainbench::Communicator> comm = trainbench::make_mpi_communicator();
+  comm->set_timeout(60);  // a test that leaves the ranks out of step fails, never hangs
+  comm->set_context("test_mpi_collectives");
+  trainbench::comm = comm.get();
+  const int failed = RUN_ALL_TESTS();
+  comm.reset();  // MPI_Finalize
+  return failed;
+}

@@ -1,0 +1,225 @@
+// Data parallelism on real MPI ranks (run under mpirun -np 2 and 4): every
+// rank trains on its slice of a global batch; the all-reduced gradients, the
+// loss and the parameters must match one rank training on the whole global
+// batch, overlap on must match overlap off, and a rank whose parameters drift
+// must be caught by the consistency check. Only the order of the floating-
+// point sums differs between the sides, so gradients agree to 1e-5 relative
+// (L2) and parameters after 8 AdamW steps to 1e-3 of the distance they moved.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "kernels/engine.h"
+#include "tests/support/token_batches.h"
+#include "trainer/config.h"
+#include "trainer/gradient_sync.h"
+#include "trainer/train_loop.h"
+
+namespace trainbench {
+namespace {
+
+Communicator* g_comm = nullptr;  // one MPI communicator for the whole binary
+
+constexpr int64_t kRowsPerRank = 2;
+
+Config tiny_config(const std::vector<std::string>& overrides = {}) {
+  std::vector<std::string> all = {"train.steps=8", "train.warmup_steps=0", "train.threads=1",
+                                  "comm.check_every=1", "comm.bucket_mb=0.05"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return load_config("tiny", all);
+}
+
+std::unique_ptr<TrainingEngine> make_cpu_engine(const Config& config, int64_t micro_batch) {
+  EngineOptions options;
+  options.shape = config.model;
+  options.micro_batch = micro_batch;
+  options.device = "cpu";
+  options.threads = 1;
+  auto engine = make_engine(options);
+  engine->init_parameters(static_cast<uint64_t>(config.train.seed));
+  return engine;
+}
+
+// Step s's global batch: world × kRowsPerRank rows, the same on every rank.
+// A rank's source hands out its rows; the reference takes them all.
+class GlobalBatchSource final : public BatchSource {
+ public:
+  GlobalBatchSource(const Config& config, int64_t first_row, int64_t rows, int64_t world)
+      : config_(config), first_row_(first_row), rows_(rows), world_(world) {}
+  const HostBatch& next(double* wait_seconds) override {
+    if (wait_seconds != nullptr) *wait_seconds = 0;
+    EngineOptions global;
+    global.shape = config_.model;
+    global.micro_batch = world_ * kRowsPerRank;
+    const testing::Tokens all = testing::random_tokens(global, static_cast<uint32_t>(1000 + step_++));
+    const int64_t T = config_.model.seq_len;
+    tokens_.assign(all.inputs.begin() + first_row_ * T, all.inputs.begin() + (first_row_ + rows_) * T);
+    tokens_.insert(tokens_.end(), all.targets.begin() + first_row_ * T,
+                   all.targets.begin() + (first_row_ + rows_) * T);
+    batch_ = HostBatch{tokens_.data(), tokens_.data() + rows_ * T, rows_, T};
+    return batch_;
+  }
+  SourceStats stats() const override { return {}; }
+
+ private:
+  const Config& config_;
+  int64_t first_row_, rows_, world_;
+  int64_t step_ = 0;
+  std::vector<int32_t> tokens_;
+  HostBatch batch_;
+};
+
+double relative_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff += (got[i] - want[i]) * static_cast<double>(got[i] - want[i]);
+    norm += want[i] * static_cast<double>(want[i]);
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+std::vector<float> parameters_of(TrainingEngine& engine) {
+  std::vector<float> p(static_cast<size_t>(engine.layout().total_params()));
+  engine.get_parameters(p.data());
+  return p;
+}
+
+struct Trained {
+  std::vector<float> parameters;
+  std::vector<double> losses;  // the global batch's mean loss per step
+  RunOutcome outcome;
+};
+
+Trained train_data_parallel(const Config& config) {
+  Communicator& comm = *g_comm;
+  auto engine = make_cpu_engine(config, kRowsPerRank);
+  GlobalBatchSource source(config, comm.rank() * kRowsPerRank, kRowsPerRank, comm.world_size());
+  Trained t;
+  t.outcome = run_training(config, *engine, source, comm, nullptr);
+  for (const StepRecord& s : t.outcome.steps) {
+    std::vector<double> losses(static_cast<size_t>(comm.world_size()));
+    comm.all_gather(s.loss, losses.data());
+    double mean = 0;
+    for (double l : losses) mean += l / static_cast<double>(losses.size());
+    t.losses.push_back(mean);
+  }
+  t.parameters = parameters_of(*engine);
+  return t;
+}
+
+Trained train_alone_on_global_batch(const Config& config) {
+  const int64_t world = g_comm->world_size();
+  auto engine = make_cpu_engine(config, world * kRowsPerRank);
+  GlobalBatchSource source(config, 0, world * kRowsPerRank, world);
+  auto local = make_local_communicator();
+  Trained t;
+  t.outcome = run_training(config, *engine, source, *local, nullptr);
+  for (const StepRecord& s : t.outcome.steps) t.losses.push_back(s.loss);
+  t.parameters = parameters_of(*engine);
+  return t;
+}
+
+TEST(DataParallel, AllReducedGradientsAreTheGlobalBatchGradients) {
+  Communicator& comm = *g_comm;
+  const Config config = tiny_config();
+  const int64_t world = comm.world_size();
+  for (bool overlap : {true, false}) {
+    auto engine = make_cpu_engine(config, kRowsPerRank);
+    GlobalBatchSource mine(config, comm.rank() * kRowsPerRank, kRowsPerRank, world);
+    const HostBatch& b = mine.next(nullptr);
+    const TokenBatch batch{b.inputs, b.targets, b.batch, b.seq_len};
+    GradientSync sync(comm, engine->host_gradient_buffer(), engine->layout().trainable_params(),
+                      /*bucket_bytes=*/64 << 10, overlap);
+    ASSERT_GT(sync.buckets().size(), overlap ? 2u : 0u) << "the test must cross several buckets";
+    engine->zero_gradients();
+    engine->forward(batch);
+    engine->backward(batch, 1.0f / static_cast<float>(world),
+                     [&](int64_t ready_from) { sync.on_gradients_ready(ready_from); });
+    sync.finish();
+    std::vector<float> reduced(static_cast<size_t>(engine->layout().trainable_params()));
+    engine->get_gradients(reduced.data());
+
+    auto alone = make_cpu_engine(config, world * kRowsPerRank);
+    GlobalBatchSource everything(config, 0, world * kRowsPerRank, world);
+    const HostBatch& g = everything.next(nullptr);
+    const TokenBatch global{g.inputs, g.targets, g.batch, g.seq_len};
+    alone->zero_gradients();
+    alone->forward(global);
+    alone->backward(global, 1.0f, nullptr);
+    std::vector<float> want(reduced.size());
+    alone->get_gradients(want.data());
+    EXPECT_LT(relative_l2(reduced, want), 1e-5) << "overlap " << overlap;
+  }
+}
+
+TEST(DataParallel, TrainingMatchesOneRankOnTheGlobalBatchWithAndWithoutOverlap) {
+  const Trained alone = train_alone_on_global_batch(tiny_config());
+  const std::vector<float> initial = parameters_of(*make_cpu_engine(tiny_config(), kRowsPerRank));
+  // How far training moved the parameters: the scale of the tolerance.
+  double moved = 0;
+  for (size_t i = 0; i < initial.size(); ++i)
+    moved += (alone.parameters[i] - initial[i]) * static_cast<double>(alone.parameters[i] - initial[i]);
+  const double distance = std::sqrt(moved);
+  ASSERT_GT(distance, 0.0);
+
+  for (const char* overlap : {"comm.overlap=true", "comm.overlap=false"}) {
+    const Trained dp = train_data_parallel(tiny_config({overlap}));
+    ASSERT_TRUE(dp.outcome.all_checks_passed()) << overlap;
+    ASSERT_EQ(dp.losses.size(), alone.losses.size());
+    for (size_t s = 0; s < dp.losses.size(); ++s)
+      EXPECT_NEAR(dp.losses[s], alone.losses[s], 1e-4 * std::fabs(alone.losses[s])) << overlap << " step " << s;
+    double diff = 0;
+    for (size_t i = 0; i < initial.size(); ++i)
+      diff += (dp.parameters[i] - alone.parameters[i]) * static_cast<double>(dp.parameters[i] - alone.parameters[i]);
+    EXPECT_LT(std::sqrt(diff), 1e-3 * distance) << overlap;
+    // Communication was timed: every step all-reduced something.
+    for (const StepRecord& s : dp.outcome.steps) {
+      EXPECT_GT(s.comm_s, 0.0) << overlap;
+      EXPECT_GE(s.comm_exposed_s, 0.0) << overlap;
+    }
+  }
+}
+
+TEST(DataParallel, ADivergedRankIsNamedByTheConsistencyCheck) {
+  const Trained dp = train_data_parallel(tiny_config({"comm.inject_divergence_step=3"}));
+  const int last = g_comm->world_size() - 1;
+  bool found = false;
+  for (const Check& c : dp.outcome.checks) {
+    if (c.name != "ranks_consistent") continue;
+    found = true;
+    EXPECT_FALSE(c.passed);
+    EXPECT_NE(c.detail.find("step 3"), std::string::npos) << c.detail;
+    EXPECT_NE(c.detail.find("rank(s) " + std::to_string(last)), std::string::npos) << c.detail;
+  }
+  EXPECT_TRUE(found);
+  EXPECT_EQ(dp.outcome.steps.size(), 3u) << "training stops at the step that diverged";
+}
+
+}  // namespace
+}  // namespace trainbench
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  std::unique_ptr<trainbench::Communicator> comm = trainbench::make_mpi_communicator();
+  if (comm == nullptr) {
+    std::printf("MPI backend not built: data-parallel tests skipped\n");
+    return 77;
+  }
+  trainbench::g_comm = comm.get();
+  // Only rank 0 prints the test report; every rank runs every test.
+  if (comm->rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int failed = RUN_ALL_TESTS();
+  // A rank that failed must fail the job even if rank 0 passed.
+  std::vector<double> results(static_cast<size_t>(comm->world_size()));
+  comm->all_gather(static_cast<double>(failed), results.data());
+  for (double r : results)
+    if (r != 0) return 1;
+  return 0;
+}

@@ -1,0 +1,69 @@
+// The real binary under mpirun: `mpirun -np 2 trainbench run tiny` (the
+// README's command) trains data-parallel and rank 0 reports it; a rank
+// killed mid-run takes the job down with a non-zero exit instead of leaving
+// the others waiting.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/run_command.h"
+#include "tests/support/temp_dir.h"
+
+namespace trainbench {
+namespace {
+
+using testing::CommandResult;
+using testing::read_whole_file;
+using testing::run_command;
+
+const std::string kMpirun = std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
+                            TRAINBENCH_MPIEXEC + " --oversubscribe ";
+
+TEST(MpiCli, TwoRanksTrainTinyAndRankZeroReports) {
+  testing::TempDir dir("test_mpi_cli");
+  const CommandResult r = run_command(kMpirun + "-np 2 " + TRAINBENCH_BINARY + " run tiny --steps 12 --out " +
+                                      dir.file("r.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // One report, not one per rank.
+  const size_t first = r.out.find("summary:");
+  ASSERT_NE(first, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("summary:", first + 1), std::string::npos) << r.out;
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("r.json")));
+  EXPECT_EQ(result["environment"]["ranks"], 2);
+  EXPECT_EQ(result["summary"]["global_tokens_per_step"], 2 * 8 * 64);
+  bool consistent = false;
+  for (const auto& c : result["checks"])
+    if (c["name"] == "ranks_consistent") consistent = c["passed"].get<bool>();
+  EXPECT_TRUE(consistent) << result["checks"].dump();
+  double comm_s = 0;
+  for (const auto& s : result["steps"]) comm_s += s["comm_s"].get<double>();
+  EXPECT_GT(comm_s, 0.0) << "gradients were all-reduced";
+  // Each rank read its own shards: twice the samples of one rank at least.
+  EXPECT_GT(result["summary"]["storage_read"]["samples"].get<int64_t>(), 0);
+}
+
+TEST(MpiCli, AKilledRankEndsTheJobWithAnError) {
+  testing::TempDir dir("test_mpi_cli");
+  // Rank 1 is killed (SIGKILL) two seconds into a run far longer than that.
+  const std::string job = kMpirun + "-np 2 " + TRAINBENCH_BINARY +
+                          " run tiny --steps 100000 --set comm.timeout_s=20 --out " + dir.file("r.json");
+  const std::string killer =
+      "sleep 4; for p in $(pgrep -x trainbench); do "
+      "grep -qz '^OMPI_COMM_WORLD_RANK=1$' /proc/$p/environ && kill -9 $p && echo killed rank 1; done";
+  const auto begin = std::chrono::steady_clock::now();
+  // One subshell around it all, so the output redirection covers every part.
+  const CommandResult r =
+      run_command("( ( " + killer + " ) & timeout 120 " + job + "; code=$?; wait; exit $code )");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  ASSERT_NE(r.out.find("step "), std::string::npos) << "the job never trained: " << r.out << r.err;
+  ASSERT_NE(r.out.find("killed rank 1"), std::string::npos) << "rank 1 was not found to kill: " << r.out;
+  EXPECT_NE(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.exit_code, 124) << "the job hung until the test's own timeout";
+  EXPECT_LT(seconds, 20 + 30 + 10) << "within comm.timeout_s + 30 s";
+}
+
+}  // namespace
+}  // namespace trainbench

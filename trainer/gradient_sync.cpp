@@ -1,0 +1,52 @@
+#include "trainer/gradient_sync.h"
+
+#include <algorithm>  // std::max, std::min
+
+namespace trainbench {
+
+std::vector<GradientBucket> plan_gradient_buckets(int64_t elements, int64_t bucket_bytes,
+                                                  int64_t first_bucket_bytes) {
+  // The first is never larger than the others (a bucket_mb under 1 MiB).
+  const int64_t first = std::max<int64_t>(
+      1, std::min(first_bucket_bytes, bucket_bytes) / static_cast<int64_t>(sizeof(float)));
+  const int64_t rest = std::max<int64_t>(1, bucket_bytes / static_cast<int64_t>(sizeof(float)));
+  std::vector<GradientBucket> buckets;
+  for (int64_t end = elements; end > 0;) {
+    const int64_t size = buckets.empty() ? first : rest;
+    const int64_t begin = std::max<int64_t>(0, end - size);
+    buckets.push_back({begin, end});
+    end = begin;
+  }
+  return buckets;
+}
+
+GradientSync::GradientSync(Communicator& comm, float* gradients, int64_t elements,
+                           int64_t bucket_bytes, bool overlap)
+    : comm_(comm),
+      gradients_(gradients),
+      overlap_(overlap),
+      buckets_(overlap ? plan_gradient_buckets(elements, bucket_bytes)
+                       : std::vector<GradientBucket>{{0, elements}}) {}
+
+void GradientSync::on_gradients_ready(int64_t ready_from) {
+  if (!overlap_) return;
+  while (started_ < buckets_.size() && buckets_[started_].begin >= ready_from) {
+    const GradientBucket& b = buckets_[started_++];
+    tickets_.push_back(comm_.start_all_reduce_sum(gradients_ + b.begin, b.end - b.begin));
+  }
+}
+
+double GradientSync::finish() {
+  on_gradients_ready(0);  // whatever backward did not report (and overlap=false)
+  while (started_ < buckets_.size()) {
+    const GradientBucket& b = buckets_[started_++];
+    tickets_.push_back(comm_.start_all_reduce_sum(gradients_ + b.begin, b.end - b.begin));
+  }
+  double waited = 0;
+  for (Communicator::Ticket ticket : tickets_) waited += comm_.wait(ticket);
+  tickets_.clear();
+  started_ = 0;
+  return waited;
+}
+
+}  // namespace trainbench

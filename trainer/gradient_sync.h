@@ -1,0 +1,55 @@
+// Data parallelism's gradient all-reduce, as PyTorch DDP does it: the flat
+// gradient buffer is cut in reverse layer order into buckets (the first
+// small, then comm.bucket_mb each), and a bucket's all-reduce starts as soon
+// as backward has written all of its gradients, overlapping with the rest of
+// backward. The optimizer waits for all of them.
+#pragma once
+
+#include <cstdint>  // int64_t
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace trainbench {
+
+// Elements [begin, end) of the flat gradient buffer.
+struct GradientBucket {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+// Buckets in the order backward finishes them: bucket 0 holds the end of the
+// buffer (the LM head, whose gradients come first), the last one starts at
+// element 0 (the embedding). The first bucket is first_bucket_bytes (DDP: 1
+// MiB) or bucket_bytes if smaller, so communication starts early; the others
+// are bucket_bytes; the last takes what is left. Sizes in fp32 gradient bytes.
+std::vector<GradientBucket> plan_gradient_buckets(int64_t elements, int64_t bucket_bytes,
+                                                  int64_t first_bucket_bytes = 1 << 20);
+
+// One optimizer step's gradient all-reduce over a host gradient buffer.
+class GradientSync {
+ public:
+  // overlap=false: one all-reduce of the whole buffer once backward is done
+  // (what the report compares overlap against).
+  GradientSync(Communicator& comm, float* gradients, int64_t elements, int64_t bucket_bytes,
+               bool overlap);
+
+  // Backward's readiness callback for the step's last micro-batch: starts
+  // every bucket that [ready_from, end) now covers.
+  void on_gradients_ready(int64_t ready_from);
+  // After backward: starts what is left and waits for everything. Returns
+  // the seconds this call waited.
+  double finish();
+
+  const std::vector<GradientBucket>& buckets() const { return buckets_; }
+
+ private:
+  Communicator& comm_;
+  float* gradients_;
+  bool overlap_;
+  std::vector<GradientBucket> buckets_;
+  size_t started_ = 0;  // buckets started this step
+  std::vector<Communicator::Ticket> tickets_;
+};
+
+}  // namespace trainbench
