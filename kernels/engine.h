@@ -97,6 +97,9 @@ class TrainingEngine {
   // engine), for a host-buffer communicator to reduce in place between
   // backward and optimizer_step; nullptr on a device backend.
   virtual float* host_gradient_buffer() { return nullptr; }
+  // The fp32 master parameters (layout().total_params()) when they live in
+  // host memory, for ZeRO-1's all-gather; nullptr on a device backend.
+  virtual float* host_parameter_buffer() { return nullptr; }
 
   // One training step is: zero_gradients, then per micro-batch forward +
   // backward (gradients accumulate), then optimizer_step.
@@ -114,6 +117,14 @@ class TrainingEngine {
   // Clips, updates, and returns the global gradient norm before clipping.
   // step counts from 1 (AdamW bias correction).
   virtual float optimizer_step(const AdamWSettings& settings, int64_t step) = 0;
+
+  // ZeRO-1 (EngineOptions::optimizer_shard): the optimizer state exists for
+  // this rank's shard of the gradient buffer only, and the step updates the
+  // parameters of that shard, clipped by the global gradient norm that the
+  // caller assembled from every rank's gradient_sum_of_squares of its shard.
+  // Engines without it throw std::logic_error.
+  virtual double gradient_sum_of_squares(int64_t begin, int64_t end);
+  virtual void optimizer_step_shard(const AdamWSettings& settings, int64_t step, double global_norm);
 
   // Compute time (forward + backward + optimizer) accumulated since the
   // previous call, in seconds; device time on a device backend.
@@ -148,6 +159,16 @@ struct EngineOptions {
   // Parameters that are not trained (LoRA base weights): no gradient, no
   // optimizer state, no weight-gradient GEMM; input gradients still flow.
   std::vector<ParamKind> frozen;
+  // ZeRO-1: gradient elements [begin, end) whose optimizer state this rank
+  // keeps; end = -1 means all of them (no sharding).
+  struct OptimizerShard {
+    int64_t begin = 0;
+    int64_t end = -1;
+  } optimizer_shard;
+  // The host parameter and gradient buffers are allocated rounded up to a
+  // multiple of this, the padding kept zero: ZeRO-1 reduce-scatters and
+  // all-gathers them in world-size blocks whatever the model's size.
+  int64_t pad_buffers_to = 1;
 };
 
 // The parameter layout an engine with these options uses (frozen tensors applied).

@@ -15,6 +15,14 @@ std::string built_backends() { return "cpu,cuda"; }
 std::string built_backends() { return "cpu"; }
 #endif
 
+// Device engines keep their optimizer whole until ZeRO-1 comes to them.
+double TrainingEngine::gradient_sum_of_squares(int64_t, int64_t) {
+  throw std::logic_error(std::string("the ") + backend_name() + " engine has no sharded optimizer (ZeRO-1)");
+}
+void TrainingEngine::optimizer_step_shard(const AdamWSettings&, int64_t, double) {
+  throw std::logic_error(std::string("the ") + backend_name() + " engine has no sharded optimizer (ZeRO-1)");
+}
+
 ParameterLayout make_layout(const EngineOptions& options) {
   ParameterLayout layout(options.shape);
   for (ParamKind kind : options.frozen) layout.set_trainable(kind, false);

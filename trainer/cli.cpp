@@ -23,6 +23,7 @@
 #include "trainer/bench_command.h"
 #include "trainer/shards_command.h"
 #include "trainer/train_loop.h"
+#include "trainer/zero_optimizer.h"    // zero_shard
 
 namespace trainbench {
 
@@ -110,6 +111,12 @@ int run_command(const RunOptions& options, const std::string& command_line) {
   const GpuInventory gpus = query_gpus();
   engine_options.device = resolve_device(config.train.device, gpus);
   engine_options.threads = static_cast<int>(config.train.threads);
+  if (config.comm.zero == 1 && comm->world_size() > 1) {
+    // ZeRO-1: this rank's optimizer state only, buffers in world-size blocks.
+    engine_options.optimizer_shard =
+        zero_shard(make_layout(engine_options).trainable_params(), comm->rank(), comm->world_size());
+    engine_options.pad_buffers_to = comm->world_size();
+  }
   if (engine_options.device == "cpu" && config.train.precision == "bf16")
     throw CommandError{kExitUserError, "train.precision: bf16 needs the cuda engine; the cpu engine is fp32"};
 

@@ -101,6 +101,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(comm, backend, Bound::kAny, {"auto", "local", "mpi"}),
       TRAINBENCH_KEY(comm, bucket_mb, Bound::kPositive),
       TRAINBENCH_KEY(comm, overlap),
+      TRAINBENCH_KEY(comm, zero, Bound::kNonNegative),
       TRAINBENCH_KEY(comm, check_every, Bound::kNonNegative),
       TRAINBENCH_KEY(comm, timeout_s, Bound::kPositive),
       TRAINBENCH_KEY(comm, inject_divergence_step, Bound::kNonNegative),
@@ -432,6 +433,9 @@ void validate(const Config& config, const Sources& sources) {
                       std::to_string(t.steps) + ") so that some steps are measured");
   checker.require(!(t.precision == "bf16" && t.device == "cpu"), {"train.precision", "train.device"},
                   "bf16 needs train.device cuda or auto; the CPU backend computes in fp32");
+
+  checker.require(config.comm.zero <= 1, {"comm.zero"},
+                  std::to_string(config.comm.zero) + " is not 0 or 1 (ZeRO stage 1 shards the optimizer state)");
 
   const DataSection& d = config.data;
   checker.require(d.eos_token == -1 || (d.eos_token >= 0 && d.eos_token < m.vocab),

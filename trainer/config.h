@@ -58,6 +58,7 @@ struct CommSection {
   std::string backend = "auto";  // auto | local | mpi  (auto: mpi when started by an MPI launcher)
   double bucket_mb = 25;         // gradient bucket size (the first is 1 MiB), as DDP's bucket_cap_mb
   bool overlap = true;           // all-reduce buckets during backward; false: one all-reduce after it
+  int64_t zero = 0;              // 1: ZeRO-1, the optimizer state sharded across ranks
   int64_t check_every = 10;      // compare a parameter checksum across ranks every N steps (and at the end)
   double timeout_s = 300;        // a collective that takes longer aborts every rank
   int64_t inject_divergence_step = 0;  // fault injection: perturb the last rank's parameters before this step

@@ -121,6 +121,10 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
   if (s.comm_s.median > 0)
     std::fprintf(out, "  gradient all-reduce median %.2f ms per step, %.2f ms exposed; overlap hid %.0f%%\n",
                  1e3 * s.comm_s.median, 1e3 * s.comm_exposed_s.median, 100.0 * s.comm_hidden_share);
+  if (s.optimizer_bytes_per_rank < s.optimizer_bytes_unsharded)
+    std::fprintf(out, "  optimizer state     %s per rank (ZeRO-1), %s unsharded\n",
+                 human_bytes(static_cast<double>(s.optimizer_bytes_per_rank)).c_str(),
+                 human_bytes(static_cast<double>(s.optimizer_bytes_unsharded)).c_str());
   if (s.bytes_read > 0) {
     const auto rate = [](double gbs) { return human_bytes(gbs * 1e9) + "/s"; };
     std::fprintf(out, "  storage read        %s in %s samples, %.1f bytes/token, %s delivered\n",

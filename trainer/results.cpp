@@ -68,6 +68,8 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
         {"required_read_gbs", positive_or_null(s.required_read_gbs)},
         {"required_read_gbs_measured", positive_or_null(s.required_read_gbs_measured)}}},
       {"bytes_written", s.bytes_written},
+      {"optimizer_bytes_per_rank", s.optimizer_bytes_per_rank},
+      {"optimizer_bytes_unsharded", s.optimizer_bytes_unsharded},
       {"slowest_rank", s.slowest_rank},
   };
   nlohmann::json steps = nlohmann::json::array();

@@ -9,6 +9,7 @@
 
 #include "kernels/flops.h"      // model_flops_per_token
 #include "trainer/gradient_sync.h"
+#include "trainer/zero_optimizer.h"
 #include "trainer/statistics.h" // median, quantile
 
 namespace trainbench {
@@ -155,6 +156,8 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   summary.global_tokens_per_step =
       train.micro_batch * train.grad_accum * shape.seq_len * comm.world_size();
   summary.model_flops_per_token = model_flops_per_token(shape, engine.layout()).total();
+  summary.optimizer_bytes_per_rank = engine.memory_plan().optimizer_bytes;
+  summary.optimizer_bytes_unsharded = 2 * engine.layout().trainable_params() * 4;
   largest_gemm_shape(shape, train.micro_batch, &summary.gemm_m, &summary.gemm_n, &summary.gemm_k);
   summary.gemm_ceiling_flops_per_s =
       engine.measure_gemm_flops(summary.gemm_m, summary.gemm_n, summary.gemm_k, 1.0);
@@ -166,7 +169,11 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   const int world = comm.world_size();
   const float loss_scale = 1.0f / static_cast<float>(train.grad_accum * world);
   std::optional<GradientSync> sync;
-  if (world > 1) {
+  std::optional<ZeroOneOptimizer> zero;
+  if (world > 1 && config.comm.zero == 1) {
+    const int64_t trainable = engine.layout().trainable_params();
+    zero.emplace(comm, engine, (trainable + world - 1) / world * world);
+  } else if (world > 1) {
     float* gradients = engine.host_gradient_buffer();
     if (gradients == nullptr)
       throw std::runtime_error(std::string("comm.backend ") + comm.backend_name() +
@@ -205,7 +212,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       // Earlier micro-batches only accumulate locally (DDP's no_sync); the
       // last one's backward starts the buckets as their gradients complete.
       const bool last = micro == train.grad_accum - 1;
-      if (sync && last)
+      if (sync && last && !zero)
         engine.backward(batch, loss_scale, [&](int64_t ready_from) { sync->on_gradients_ready(ready_from); });
       else
         engine.backward(batch, loss_scale, nullptr);
@@ -216,7 +223,12 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       record.comm_s = comm.take_comm_seconds();
       record.comm_exposed_s = std::max(0.0, comm.last_completion_time() - backward_end);
     }
-    record.grad_norm = engine.optimizer_step(adam, step);
+    if (zero) {
+      record.grad_norm = zero->step(adam, step, &record.comm_s);
+      record.comm_exposed_s = record.comm_s;  // not overlapped: the step waits for both collectives
+    } else {
+      record.grad_norm = engine.optimizer_step(adam, step);
+    }
     engine.synchronize();
     const Clock::time_point end = Clock::now();
 

@@ -70,6 +70,9 @@ struct RunSummary {
   double required_read_gbs_measured = 0;
   double required_read_gbs = 0;
   int64_t bytes_written = 0;
+  // AdamW state held by each rank, and what it would be unsharded: ZeRO-1
+  // (comm.zero=1) keeps about 1/world of it.
+  int64_t optimizer_bytes_per_rank = 0, optimizer_bytes_unsharded = 0;
   int64_t slowest_rank = 0;
 };
 

@@ -9,6 +9,8 @@
 #include <stdexcept>  // std::invalid_argument for a malformed batch
 #include <string>
 #include <thread>     // hardware_concurrency
+#include <tuple>      // std::tie of the optimizer shard
+#include <utility>    // std::pair
 
 #include "kernels/cpu/cpu_ops.h"        // the ops
 #include "kernels/parameter_init.h"     // init_parameters_host
@@ -64,14 +66,32 @@ ActivationSizes activation_sizes(const ModelShape& s, int64_t micro_batch, int t
   return sizes;
 }
 
+namespace {
+int64_t padded_count(int64_t count, int64_t multiple) {
+  return multiple > 1 ? (count + multiple - 1) / multiple * multiple : count;
+}
+
+// [begin, end) of the gradient buffer whose optimizer state this engine keeps.
+std::pair<int64_t, int64_t> resolve_shard(const EngineOptions& options, int64_t trainable) {
+  const int64_t begin = options.optimizer_shard.begin;
+  const int64_t end = options.optimizer_shard.end < 0 ? trainable : options.optimizer_shard.end;
+  if (begin < 0 || begin > end || end > trainable)
+    throw std::invalid_argument("optimizer shard [" + std::to_string(begin) + ", " +
+                                std::to_string(end) + ") is outside the " +
+                                std::to_string(trainable) + " trainable parameters");
+  return {begin, end};
+}
+}  // namespace
+
 MemoryPlan plan_cpu_memory(const EngineOptions& options) {
   const ParameterLayout layout = make_layout(options);
+  const auto [shard_begin, shard_end] = resolve_shard(options, layout.trainable_params());
   const ActivationSizes acts =
       activation_sizes(options.shape, options.micro_batch, resolve_threads(options.threads));
   MemoryPlan plan;
-  plan.parameter_bytes = layout.total_params() * 4;
-  plan.gradient_bytes = layout.trainable_params() * 4;
-  plan.optimizer_bytes = 2 * layout.trainable_params() * 4;
+  plan.parameter_bytes = padded_count(layout.total_params(), options.pad_buffers_to) * 4;
+  plan.gradient_bytes = padded_count(layout.trainable_params(), options.pad_buffers_to) * 4;
+  plan.optimizer_bytes = 2 * (shard_end - shard_begin) * 4;
   plan.activation_bytes = (acts.per_layer * options.shape.n_layers + acts.final) * 4;
   plan.workspace_bytes = acts.scratch * 4;
   return plan;
@@ -87,10 +107,11 @@ CpuEngine::CpuEngine(const EngineOptions& options)
   omp_set_num_threads(threads_);
   openblas_set_num_threads(1);
 
-  params_.allocate(layout_.total_params());
-  grads_.allocate(layout_.trainable_params());
-  adam_m_.allocate(layout_.trainable_params());
-  adam_v_.allocate(layout_.trainable_params());
+  params_.allocate(padded_count(layout_.total_params(), options.pad_buffers_to));
+  grads_.allocate(padded_count(layout_.trainable_params(), options.pad_buffers_to));
+  std::tie(shard_begin_, shard_end_) = resolve_shard(options, layout_.trainable_params());
+  adam_m_.allocate(shard_end_ - shard_begin_);
+  adam_v_.allocate(shard_end_ - shard_begin_);
   const ActivationSizes sizes = activation_sizes(shape_, micro_batch_, threads_);
   activations_.allocate(sizes.total(shape_.n_layers));
   assign_activation_views();
@@ -171,16 +192,18 @@ void CpuEngine::init_parameters(uint64_t seed) {
   init_parameters_host(layout_, shape_.n_layers, seed, params_.get());
 }
 
+// The buffers may be longer than the layout (EngineOptions::pad_buffers_to);
+// only the layout's elements cross the interface.
 void CpuEngine::set_parameters(const float* host) {
-  std::memcpy(params_.get(), host, sizeof(float) * params_.count);
+  std::memcpy(params_.get(), host, sizeof(float) * layout_.total_params());
 }
 
 void CpuEngine::get_parameters(float* host) const {
-  std::memcpy(host, params_.get(), sizeof(float) * params_.count);
+  std::memcpy(host, params_.get(), sizeof(float) * layout_.total_params());
 }
 
 void CpuEngine::get_gradients(float* host) const {
-  std::memcpy(host, grads_.get(), sizeof(float) * grads_.count);
+  std::memcpy(host, grads_.get(), sizeof(float) * layout_.trainable_params());
 }
 
 void CpuEngine::zero_gradients() { std::memset(grads_.get(), 0, sizeof(float) * grads_.count); }
@@ -306,8 +329,24 @@ void CpuEngine::backward(const TokenBatch& batch, float loss_scale,
 }
 
 float CpuEngine::optimizer_step(const AdamWSettings& settings, int64_t step) {
+  if (shard_begin_ != 0 || shard_end_ != layout_.trainable_params())
+    throw std::logic_error("optimizer_step on a sharded optimizer: use optimizer_step_shard");
+  double norm = 0;
+  {
+    ComputeTimer timer(compute_seconds_);
+    norm = std::sqrt(sum_of_squares(grads_.get(), grads_.count));
+  }
+  optimizer_step_shard(settings, step, norm);
+  return static_cast<float>(norm);
+}
+
+double CpuEngine::gradient_sum_of_squares(int64_t begin, int64_t end) {
   ComputeTimer timer(compute_seconds_);
-  const double norm = std::sqrt(sum_of_squares(grads_.get(), grads_.count));
+  return sum_of_squares(grads_.get() + begin, end - begin);
+}
+
+void CpuEngine::optimizer_step_shard(const AdamWSettings& settings, int64_t step, double norm) {
+  ComputeTimer timer(compute_seconds_);
   // As torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when above.
   float grad_scale = 1.0f;
   if (settings.grad_clip > 0.0 && norm > settings.grad_clip)
@@ -321,13 +360,17 @@ float CpuEngine::optimizer_step(const AdamWSettings& settings, int64_t step) {
                  step};
   // Decoupled weight decay on matrices only (embeddings, projections, LM head),
   // not on norm gains — the usual practice (GPT-2, llm.c, Llama recipes).
+  // Each tensor is updated where it overlaps this engine's optimizer shard.
   for (const ParamTensor& t : layout_.tensors()) {
     if (!t.trainable) continue;
+    const int64_t lo = std::max(t.grad_offset, shard_begin_);
+    const int64_t hi = std::min(t.grad_offset + t.numel, shard_end_);
+    if (lo >= hi) continue;
     adam.weight_decay = t.is_matrix() ? static_cast<float>(settings.weight_decay) : 0.0f;
-    adamw_update(params_.get() + t.offset, grads_.get() + t.grad_offset,
-                 adam_m_.get() + t.grad_offset, adam_v_.get() + t.grad_offset, t.numel, adam);
+    adamw_update(params_.get() + t.offset + (lo - t.grad_offset), grads_.get() + lo,
+                 adam_m_.get() + (lo - shard_begin_), adam_v_.get() + (lo - shard_begin_), hi - lo,
+                 adam);
   }
-  return static_cast<float>(norm);
 }
 
 double CpuEngine::take_compute_seconds() {

@@ -47,6 +47,7 @@ class CpuEngine final : public TrainingEngine {
   void get_parameters(float* host) const override;
   void get_gradients(float* host) const override;
   float* host_gradient_buffer() override { return grads_.get(); }
+  float* host_parameter_buffer() override { return params_.get(); }
 
   void zero_gradients() override;
   void forward(const TokenBatch& batch) override;
@@ -55,6 +56,8 @@ class CpuEngine final : public TrainingEngine {
   void backward(const TokenBatch& batch, float loss_scale,
                 const GradientsReadyFn& on_gradients_ready) override;
   float optimizer_step(const AdamWSettings& settings, int64_t step) override;
+  double gradient_sum_of_squares(int64_t begin, int64_t end) override;
+  void optimizer_step_shard(const AdamWSettings& settings, int64_t step, double global_norm) override;
 
   double take_compute_seconds() override;
   void synchronize() override {}
@@ -114,6 +117,8 @@ class CpuEngine final : public TrainingEngine {
   int threads_;
 
   AlignedFloats params_, grads_, adam_m_, adam_v_, activations_;
+  // ZeRO-1: adam_m_ and adam_v_ cover gradient elements [shard_begin_, shard_end_).
+  int64_t shard_begin_ = 0, shard_end_ = 0;
   std::vector<LayerActivations> layer_acts_;
   FinalActivations final_acts_{};
   BackwardScratch scratch_{};

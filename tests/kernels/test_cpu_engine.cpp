@@ -3,7 +3,9 @@
 // accumulation, and that training reduces the loss.
 #include <gtest/gtest.h>
 
+#include <algorithm>  // std::copy
 #include <cmath>
+#include <stdexcept>
 #include <random>
 #include <vector>
 
@@ -119,6 +121,49 @@ TEST(CpuEngine, MemoryPlanMatchesTheAllocation) {
   // probs alone: batch · heads · T² floats per layer.
   EXPECT_GE(plan.activation_bytes, 4 * o.micro_batch * o.shape.n_heads * o.shape.seq_len *
                                        o.shape.seq_len * o.shape.n_layers);
+}
+
+// ZeRO-1's pieces: two engines each owning half of the optimizer state, given
+// the global norm, update exactly what one unsharded engine updates — split at
+// an element inside a tensor, and with clipping off so the clip scale (the
+// one input computed differently) cannot differ in its last bit.
+TEST(CpuEngine, ShardedOptimizerStepsTogetherEqualTheFullStep) {
+  EngineOptions full_options = tiny_options();
+  const int64_t n = cpu::CpuEngine(full_options).layout().trainable_params();
+  const int64_t split = n / 2 + 3;
+  EngineOptions low = full_options, high = full_options;
+  low.optimizer_shard = {0, split};
+  high.optimizer_shard = {split, n};
+  cpu::CpuEngine full(full_options), first(low), second(high);
+  EXPECT_EQ(first.memory_plan().optimizer_bytes + second.memory_plan().optimizer_bytes,
+            full.memory_plan().optimizer_bytes);
+  AdamWSettings adam;
+  adam.lr = 1e-2;
+  adam.grad_clip = 0;
+  for (cpu::CpuEngine* e : {&full, &first, &second}) e->init_parameters(4);
+  for (int64_t step = 1; step <= 3; ++step) {
+    const Tokens t = random_tokens(full_options, 40 + static_cast<uint32_t>(step));
+    for (cpu::CpuEngine* e : {&full, &first, &second}) {
+      e->zero_gradients();
+      e->forward(t.batch(full_options));
+      e->backward(t.batch(full_options), 1.0f, nullptr);
+    }
+    full.optimizer_step(adam, step);
+    const double norm = std::sqrt(first.gradient_sum_of_squares(0, split) +
+                                  second.gradient_sum_of_squares(split, n));
+    first.optimizer_step_shard(adam, step, norm);
+    second.optimizer_step_shard(adam, step, norm);
+    // The all-gather: each shard's parameters from the engine that owns it.
+    std::copy(second.host_parameter_buffer() + split, second.host_parameter_buffer() + n,
+              first.host_parameter_buffer() + split);
+    std::copy(first.host_parameter_buffer(), first.host_parameter_buffer() + n,
+              second.host_parameter_buffer());
+  }
+  std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+  full.get_parameters(want.data());
+  first.get_parameters(got.data());
+  EXPECT_EQ(got, want);
+  EXPECT_THROW(first.optimizer_step(adam, 4), std::logic_error) << "a sharded engine has no full step";
 }
 
 TEST(CpuEngine, GemmCalibrationReportsAPositiveRate) {

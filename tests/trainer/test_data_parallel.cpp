@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -18,6 +19,7 @@
 #include "trainer/config.h"
 #include "trainer/gradient_sync.h"
 #include "trainer/train_loop.h"
+#include "trainer/zero_optimizer.h"
 
 namespace trainbench {
 namespace {
@@ -33,12 +35,18 @@ Config tiny_config(const std::vector<std::string>& overrides = {}) {
   return load_config("tiny", all);
 }
 
-std::unique_ptr<TrainingEngine> make_cpu_engine(const Config& config, int64_t micro_batch) {
+std::unique_ptr<TrainingEngine> make_cpu_engine(const Config& config, int64_t micro_batch,
+                                                Communicator* zero_over = nullptr) {
   EngineOptions options;
   options.shape = config.model;
   options.micro_batch = micro_batch;
   options.device = "cpu";
   options.threads = 1;
+  if (zero_over != nullptr) {  // as the CLI sets up comm.zero=1
+    options.optimizer_shard = zero_shard(make_layout(options).trainable_params(), zero_over->rank(),
+                                         zero_over->world_size());
+    options.pad_buffers_to = zero_over->world_size();
+  }
   auto engine = make_engine(options);
   engine->init_parameters(static_cast<uint64_t>(config.train.seed));
   return engine;
@@ -96,7 +104,7 @@ struct Trained {
 
 Trained train_data_parallel(const Config& config) {
   Communicator& comm = *g_comm;
-  auto engine = make_cpu_engine(config, kRowsPerRank);
+  auto engine = make_cpu_engine(config, kRowsPerRank, config.comm.zero == 1 ? &comm : nullptr);
   GlobalBatchSource source(config, comm.rank() * kRowsPerRank, kRowsPerRank, comm.world_size());
   Trained t;
   t.outcome = run_training(config, *engine, source, comm, nullptr);
@@ -156,7 +164,7 @@ TEST(DataParallel, AllReducedGradientsAreTheGlobalBatchGradients) {
   }
 }
 
-TEST(DataParallel, TrainingMatchesOneRankOnTheGlobalBatchWithAndWithoutOverlap) {
+TEST(DataParallel, TrainingMatchesOneRankOnTheGlobalBatchWithAndWithoutOverlapAndWithZero1) {
   const Trained alone = train_alone_on_global_batch(tiny_config());
   const std::vector<float> initial = parameters_of(*make_cpu_engine(tiny_config(), kRowsPerRank));
   // How far training moved the parameters: the scale of the tolerance.
@@ -166,7 +174,7 @@ TEST(DataParallel, TrainingMatchesOneRankOnTheGlobalBatchWithAndWithoutOverlap) 
   const double distance = std::sqrt(moved);
   ASSERT_GT(distance, 0.0);
 
-  for (const char* overlap : {"comm.overlap=true", "comm.overlap=false"}) {
+  for (const char* overlap : {"comm.overlap=true", "comm.overlap=false", "comm.zero=1"}) {
     const Trained dp = train_data_parallel(tiny_config({overlap}));
     ASSERT_TRUE(dp.outcome.all_checks_passed()) << overlap;
     ASSERT_EQ(dp.losses.size(), alone.losses.size());
@@ -176,12 +184,38 @@ TEST(DataParallel, TrainingMatchesOneRankOnTheGlobalBatchWithAndWithoutOverlap) 
     for (size_t i = 0; i < initial.size(); ++i)
       diff += (dp.parameters[i] - alone.parameters[i]) * static_cast<double>(dp.parameters[i] - alone.parameters[i]);
     EXPECT_LT(std::sqrt(diff), 1e-3 * distance) << overlap;
+    if (std::string(overlap) == "comm.zero=1") {
+      EXPECT_LT(dp.outcome.summary.optimizer_bytes_per_rank, dp.outcome.summary.optimizer_bytes_unsharded);
+      EXPECT_GE(dp.outcome.summary.optimizer_bytes_per_rank * g_comm->world_size(),
+                dp.outcome.summary.optimizer_bytes_unsharded);
+    }
     // Communication was timed: every step all-reduced something.
     for (const StepRecord& s : dp.outcome.steps) {
       EXPECT_GT(s.comm_s, 0.0) << overlap;
       EXPECT_GE(s.comm_exposed_s, 0.0) << overlap;
     }
   }
+}
+
+// ZeRO-1 pads the buffers to the world size: a model whose 130,218
+// parameters leave a remainder of 2 on 4 ranks must still train exactly.
+TEST(DataParallel, ZeroOneTrainsAModelWhoseSizeDoesNotDivideByTheRanks) {
+  const std::vector<std::string> odd_shape = {"model.vocab=511", "model.d_model=66", "model.n_heads=3",
+                                              "model.n_kv_heads=1", "model.ffn_hidden=99"};
+  const Trained alone = train_alone_on_global_batch(tiny_config(odd_shape));
+  std::vector<std::string> zero = odd_shape;
+  zero.push_back("comm.zero=1");
+  const Trained dp = train_data_parallel(tiny_config(zero));
+  ASSERT_TRUE(dp.outcome.all_checks_passed());
+  EXPECT_EQ(alone.parameters.size(), 130218u);
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < alone.parameters.size(); ++i) {
+    diff += (dp.parameters[i] - alone.parameters[i]) * static_cast<double>(dp.parameters[i] - alone.parameters[i]);
+    norm += alone.parameters[i] * static_cast<double>(alone.parameters[i]);
+  }
+  EXPECT_LT(std::sqrt(diff / norm), 1e-5);
+  for (size_t s = 0; s < dp.losses.size(); ++s)
+    EXPECT_NEAR(dp.losses[s], alone.losses[s], 1e-4 * std::fabs(alone.losses[s])) << "step " << s;
 }
 
 TEST(DataParallel, ADivergedRankIsNamedByTheConsistencyCheck) {

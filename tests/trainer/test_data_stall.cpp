@@ -17,7 +17,7 @@ namespace {
 RunOutcome train_from_shards(double inject_delay_ms) {
   // Samples of ~64 tokens: a micro-batch of 8 x 64 tokens needs ~8 of them.
   const Config config = load_config(
-      "tiny", {"train.steps=14", "train.warmup_steps=4", "train.threads=1", "data.readers=1",
+      "tiny", {"train.steps=10", "train.warmup_steps=3", "train.threads=1", "data.readers=1",
                "data.shuffle_buffer=0",
                "data.synth_tokens_per_sample=64",
                "data.inject_delay_ms=" + std::to_string(inject_delay_ms)});
@@ -34,11 +34,11 @@ RunOutcome train_from_shards(double inject_delay_ms) {
 
 TEST(DataStall, ASlowedReaderIsDataStallAndFastStorageIsNot) {
   const RunOutcome fast = train_from_shards(0.0);
-  // Each sample read takes as long as a whole fast step (at least 10 ms), so
-  // reading a micro-batch (~8 samples) takes ~8 steps of compute: the
-  // margin holds on a loaded machine too, where every step is slower.
+  // Each sample read takes four fast steps (at least 20 ms), so reading a
+  // micro-batch (~8 samples) takes ~32 steps of compute: the margin holds on
+  // a machine whose load changes between the two runs, too.
   const double step_ms = 1e3 * fast.summary.step_s.median;
-  const RunOutcome slow = train_from_shards(std::max(10.0, step_ms));
+  const RunOutcome slow = train_from_shards(std::max(20.0, 4 * step_ms));
   for (const RunOutcome* run : {&fast, &slow}) {
     ASSERT_TRUE(run->all_checks_passed());
     EXPECT_GT(run->summary.bytes_read, 0);

@@ -1,0 +1,70 @@
+#include "trainer/zero_optimizer.h"
+
+#include <algorithm>  // std::min
+#include <chrono>
+#include <cmath>      // std::sqrt
+#include <cstring>    // std::memmove
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace trainbench {
+
+EngineOptions::OptimizerShard zero_shard(int64_t elements, int rank, int world) {
+  const int64_t block = (elements + world - 1) / world;
+  const int64_t begin = std::min<int64_t>(rank * block, elements);
+  return {begin, std::min<int64_t>(begin + block, elements)};
+}
+
+ZeroOneOptimizer::ZeroOneOptimizer(Communicator& comm, TrainingEngine& engine,
+                                   int64_t padded_elements)
+    : comm_(comm),
+      engine_(engine),
+      block_(padded_elements / comm.world_size()),
+      shard_(zero_shard(engine.layout().trainable_params(), comm.rank(), comm.world_size())) {
+  if (engine.host_gradient_buffer() == nullptr || engine.host_parameter_buffer() == nullptr)
+    throw std::runtime_error(std::string("comm.zero=1: the ") + engine.backend_name() +
+                             " engine keeps its buffers on the device; ZeRO-1 runs on the cpu engine");
+  if (engine.layout().trainable_params() != engine.layout().total_params())
+    throw std::runtime_error("comm.zero=1 shards every parameter: it does not combine with frozen ones");
+  if (padded_elements % comm.world_size() != 0 ||
+      padded_elements < engine.layout().trainable_params())
+    throw std::logic_error("ZeRO-1: the buffers are not padded to the world size");
+}
+
+float ZeroOneOptimizer::step(const AdamWSettings& settings, int64_t step, double* comm_seconds) {
+  using Clock = std::chrono::steady_clock;
+  float* gradients = engine_.host_gradient_buffer();
+  float* parameters = engine_.host_parameter_buffer();
+  const int rank = comm_.rank();
+
+  // In place: the sum of this rank's block lands in the first block, then
+  // moves to where the block lives (the rest of the buffer is not read again).
+  const Clock::time_point scatter_begin = Clock::now();
+  comm_.reduce_scatter_sum(gradients, gradients, block_);
+  const Clock::time_point scatter_end = Clock::now();
+  if (rank > 0)
+    std::memmove(gradients + rank * block_, gradients, sizeof(float) * static_cast<size_t>(block_));
+
+  // The global norm from every shard's sum of squares (an empty shard adds 0).
+  const double mine = shard_.end > shard_.begin
+                          ? engine_.gradient_sum_of_squares(shard_.begin, shard_.end)
+                          : 0.0;
+  std::vector<double> sums(static_cast<size_t>(comm_.world_size()));
+  comm_.all_gather(mine, sums.data());
+  double total = 0;
+  for (double s : sums) total += s;  // rank order: the same sum on every rank
+  const double norm = std::sqrt(total);
+
+  engine_.optimizer_step_shard(settings, step, norm);
+
+  const Clock::time_point gather_begin = Clock::now();
+  comm_.all_gather_floats(parameters + rank * block_, parameters, block_);
+  const Clock::time_point gather_end = Clock::now();
+  *comm_seconds = std::chrono::duration<double>((scatter_end - scatter_begin) +
+                                                (gather_end - gather_begin))
+                      .count();
+  return static_cast<float>(norm);
+}
+
+}  // namespace trainbench

@@ -1,0 +1,38 @@
+// ZeRO stage 1 (comm.zero: 1): each rank keeps the AdamW state of one
+// world-size-th of the parameters. After backward the gradients are
+// reduce-scattered (each rank gets the global sum of its shard), the global
+// gradient norm is assembled from every shard's sum of squares, each rank
+// updates its shard, and the parameters are all-gathered back in place.
+// The buffers are padded to a multiple of the world size by the engine
+// (EngineOptions::pad_buffers_to), so any model size works.
+#pragma once
+
+#include <cstdint>  // int64_t
+
+#include "comm/communicator.h"
+#include "kernels/engine.h"
+
+namespace trainbench {
+
+// Rank `rank`'s shard of `elements` gradient elements: blocks of
+// ceil(elements / world), the last ones shorter (or empty).
+EngineOptions::OptimizerShard zero_shard(int64_t elements, int rank, int world);
+
+class ZeroOneOptimizer {
+ public:
+  // Throws std::runtime_error when the engine cannot take part (device
+  // buffers, frozen parameters, buffers not padded to the world size).
+  ZeroOneOptimizer(Communicator& comm, TrainingEngine& engine, int64_t padded_elements);
+
+  // One optimizer step; returns the global gradient norm before clipping.
+  // *comm_seconds receives the time spent in the two collectives.
+  float step(const AdamWSettings& settings, int64_t step, double* comm_seconds);
+
+ private:
+  Communicator& comm_;
+  TrainingEngine& engine_;
+  int64_t block_;  // padded elements / world: every rank's block
+  EngineOptions::OptimizerShard shard_;
+};
+
+}  // namespace trainbench
