@@ -84,16 +84,6 @@ nlohmann::json rate_json(const ReadRate& r) {
 
 // bench comm's communicator, chosen as `run` chooses it: comm.backend auto
 // takes MPI when an MPI launcher started the process.
-std::unique_ptr<Communicator> bench_communicator(const std::string& backend) {
-  if (backend == "local" || (backend == "auto" && !launched_by_mpi())) return make_local_communicator();
-  std::unique_ptr<Communicator> mpi = make_mpi_communicator();
-  if (mpi == nullptr)
-    throw CommandError{kExitEnvironmentError,
-                       "bench comm: this build has no MPI backend, so it can only measure one rank "
-                       "(build with OpenMPI installed: scripts/setup.sh, or set comm.backend=local)"};
-  return mpi;
-}
-
 std::string check_word(bool ok) { return ok ? "ok" : "FAILED"; }
 
 nlohmann::json collective_json(const CollectiveBenchResult& r) {
@@ -315,7 +305,7 @@ int BenchCommand::run_comm() {
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
 
-  const std::unique_ptr<Communicator> comm = bench_communicator(config.comm.backend);
+  const std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend);
   comm->set_timeout(config.comm.timeout_s);
   comm->set_context("bench comm");
   const int world = comm->world_size();

@@ -47,20 +47,6 @@ std::string quoted_command_line(int argc, char** argv) {
   return line;
 }
 
-// comm.backend: auto takes MPI when an MPI launcher started the process.
-std::unique_ptr<Communicator> make_communicator(const std::string& backend) {
-  if (backend == "local" || (backend == "auto" && !launched_by_mpi())) return make_local_communicator();
-  std::unique_ptr<Communicator> mpi = make_mpi_communicator();
-  if (mpi == nullptr)
-    throw CommandError{kExitEnvironmentError,
-                       backend == "mpi" ? "comm.backend=mpi: this build has no MPI backend (build with "
-                                          "OpenMPI's headers installed: scripts/setup.sh)"
-                                        : "started by an MPI launcher, but this build has no MPI backend: "
-                                          "every rank would train alone (build with OpenMPI installed, or "
-                                          "set comm.backend=local)"};
-  return mpi;
-}
-
 // auto → cuda when a CUDA engine is built and a GPU is visible, else cpu.
 std::string resolve_device(const std::string& requested, const GpuInventory& gpus) {
   if (requested != "auto") return requested;
@@ -223,6 +209,19 @@ std::string version_text() {
 }
 
 }  // namespace
+
+std::unique_ptr<Communicator> make_communicator(const std::string& backend) {
+  if (backend == "local" || (backend == "auto" && !launched_by_mpi())) return make_local_communicator();
+  std::unique_ptr<Communicator> mpi = make_mpi_communicator();
+  if (mpi == nullptr)
+    throw CommandError{kExitEnvironmentError,
+                       backend == "mpi" ? "comm.backend=mpi: this build has no MPI backend (build with "
+                                          "OpenMPI's headers installed: scripts/setup.sh)"
+                                        : "started by an MPI launcher, but this build has no MPI backend: "
+                                          "every rank would run alone (build with OpenMPI installed, or "
+                                          "set comm.backend=local)"};
+  return mpi;
+}
 
 int run_cli(int argc, char** argv) {
   CLI::App app{"trainbench: end-to-end training throughput of a GPU cluster, and where the time goes"};

@@ -6,7 +6,10 @@
 // (non-finite loss, ranks diverged).
 #pragma once
 
+#include <memory>  // std::unique_ptr
 #include <string>
+
+#include "comm/communicator.h"
 
 namespace trainbench {
 
@@ -20,6 +23,11 @@ struct CommandError {
   int code;
   std::string message;
 };
+
+// comm.backend → a communicator: auto takes MPI when an MPI launcher started
+// the process. Throws CommandError (exit 3) when MPI is asked for, or
+// launched, but not built.
+std::unique_ptr<Communicator> make_communicator(const std::string& backend);
 
 int run_cli(int argc, char** argv);
 
