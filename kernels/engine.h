@@ -156,6 +156,7 @@ struct EngineOptions {
   int64_t micro_batch = 1;
   std::string device = "cpu";  // "cpu" or "cuda" (resolved by the trainer from "auto")
   int threads = 0;             // CPU threads; 0 = all hardware threads
+  int gpu_index = 0;           // CUDA device (the trainer picks the rank's local rank)
   // Parameters that are not trained (LoRA base weights): no gradient, no
   // optimizer state, no weight-gradient GEMM; input gradients still flow.
   std::vector<ParamKind> frozen;

@@ -117,13 +117,16 @@ int run_command(const RunOptions& options, const std::string& command_line) {
   if (engine_options.device == "cuda") {
     if (gpus.gpus.empty())
       throw CommandError{kExitEnvironmentError, "train.device=cuda: " + gpus.why_none};
-    const int64_t gpu_memory = gpus.gpus.front().memory_bytes;
+    // One process per GPU: the rank's place on its host picks the device.
+    engine_options.gpu_index = comm->local_rank() % static_cast<int>(gpus.gpus.size());
+    const GpuInfo& gpu = gpus.gpus[static_cast<size_t>(engine_options.gpu_index)];
+    const int64_t gpu_memory = gpu.memory_bytes;
     if (plan.total_bytes() > gpu_memory)
       throw CommandError{kExitEnvironmentError,
                       "model needs " + human_bytes(static_cast<double>(plan.total_bytes())) +
                           " of GPU memory (activations " +
                           human_bytes(static_cast<double>(plan.activation_bytes)) + ") but " +
-                          gpus.gpus.front().name + " has " +
+                          gpu.name + " has " +
                           human_bytes(static_cast<double>(gpu_memory)) +
                           ": lower train.micro_batch, model.seq_len or model.n_layers"};
   }

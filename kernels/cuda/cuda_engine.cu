@@ -74,6 +74,7 @@ CudaEngine::CudaEngine(const EngineOptions& options)
       shape_(options.shape),
       layout_(make_layout(options)),
       micro_batch_(options.micro_batch),
+      device_(options.gpu_index),
       gemm_() {
   TRAINBENCH_CUDA_CHECK(cudaSetDevice(device_));
   cudaDeviceProp prop{};
