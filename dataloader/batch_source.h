@@ -33,14 +33,12 @@ HostAllocator plain_host_allocator();
 // What a source read, for the results. Counters since construction.
 struct SourceStats {
   int64_t storage_bytes = 0;    // bytes read from storage (compressed size for compressed shards)
-  int64_t sample_bytes = 0;     // bytes of all sample members (every member, not only tokens)
   int64_t samples = 0;          // samples decoded
   int64_t tokens = 0;           // token ids decoded (separators not counted)
   int64_t shards_opened = 0;
   int64_t samples_skipped = 0;  // data.on_corrupt=skip: corrupt samples left out
   int64_t shards_skipped = 0;   //   and shards abandoned part-way
   std::vector<std::string> skip_messages;  // the first few, one line each
-  double read_busy_s = 0;       // reader-thread time spent reading and decoding, summed
 };
 
 class BatchSource {

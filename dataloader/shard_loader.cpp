@@ -69,8 +69,8 @@ struct SharedState {
   explicit SharedState(const LoaderOptions& o) : options(o) {}
   const LoaderOptions& options;
   std::atomic<bool> stop{false};
-  std::atomic<int64_t> storage_bytes{0}, sample_bytes{0}, samples{0}, tokens{0}, shards_opened{0},
-      samples_skipped{0}, shards_skipped{0}, read_busy_ns{0};
+  std::atomic<int64_t> storage_bytes{0}, samples{0}, tokens{0}, shards_opened{0}, samples_skipped{0},
+      shards_skipped{0};
   std::mutex mutex;  // guards the two below
   std::vector<std::string> skip_messages;
   std::exception_ptr first_error;
@@ -107,7 +107,6 @@ class Reader {
       rng_ = splitmix64_next(&mix);
     }
     assignment_ = assignment_for(epoch_);
-    initial_ = ConsumedState{scalars(), buffer_};
   }
 
   ~Reader() { join(); }
@@ -170,7 +169,8 @@ class Reader {
     changed_.notify_all();
   }
 
-  const ConsumedState& initial_state() const { return initial_; }
+  // Where the reader starts; asked before its thread runs.
+  ConsumedState initial_state() const { return ConsumedState{scalars(), buffer_}; }
   // The shard it is on, for a timeout message.
   std::string current_shard() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -198,13 +198,10 @@ class Reader {
           slot = free_.front();
           free_.pop_front();
         }
-        const Clock::time_point begin = Clock::now();
         slot->released.clear();
         journal_ = &slot->changes;
         fill(slot);
         slot->after = scalars();
-        shared_.read_busy_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                    Clock::now() - begin).count();
         {
           std::lock_guard<std::mutex> lock(mutex_);
           ready_.push_back(slot);
@@ -381,7 +378,6 @@ class Reader {
                                 "sample '" + sample_.key + "' ." + member->extension + ": " + error));
     shared_.samples++;
     shared_.tokens += static_cast<int64_t>(tokens->size());
-    shared_.sample_bytes += sample_.bytes;
     shards_without_sample_ = 0;
     return tokens;
   }
@@ -407,7 +403,6 @@ class Reader {
   bool shard_open_ = false;
   int64_t storage_bytes_counted_ = 0;
   std::vector<int32_t> window_;
-  ConsumedState initial_;
   std::vector<ShuffleChange>* journal_ = nullptr;  // the slot being filled records buffer changes
 
   std::vector<BatchSlot> slots_;
@@ -476,10 +471,9 @@ void check_options(const LoaderOptions& o) {
 }
 
 void check_resume(const LoaderOptions& o, const LoaderPosition& p) {
-  const auto same = [](int64_t a, int64_t b) { return a == b; };
-  if (!same(p.shard_count, static_cast<int64_t>(o.shards.size())) || !same(p.rank, o.rank) ||
-      !same(p.world, o.world) || !same(p.readers, o.readers) || p.seed != o.seed ||
-      !same(static_cast<int64_t>(p.reader_positions.size()), o.readers))
+  if (p.shard_count != static_cast<int64_t>(o.shards.size()) || p.rank != o.rank ||
+      p.world != o.world || p.readers != o.readers || p.seed != o.seed ||
+      static_cast<int64_t>(p.reader_positions.size()) != o.readers)
     throw DataError(CorruptScope::kConfig,
                     "the saved loader position was taken with " +
                         std::to_string(p.shard_count) + " shards, seed " + std::to_string(p.seed) +
@@ -587,13 +581,11 @@ SourceStats ShardLoader::stats() const {
   const SharedState& s = impl_->shared;
   SourceStats out;
   out.storage_bytes = s.storage_bytes;
-  out.sample_bytes = s.sample_bytes;
   out.samples = s.samples;
   out.tokens = s.tokens;
   out.shards_opened = s.shards_opened;
   out.samples_skipped = s.samples_skipped;
   out.shards_skipped = s.shards_skipped;
-  out.read_busy_s = static_cast<double>(s.read_busy_ns.load()) * 1e-9;
   std::lock_guard<std::mutex> lock(impl_->shared.mutex);
   out.skip_messages = impl_->shared.skip_messages;
   return out;

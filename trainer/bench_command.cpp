@@ -1,6 +1,5 @@
 #include "trainer/bench_command.h"
 
-#include <stdlib.h>  // mkdtemp
 
 #include <CLI/CLI.hpp>  // the command line parser
 #include <algorithm>    // std::max
@@ -65,15 +64,6 @@ double consumed_tokens_per_s_per_rank(const std::string& path) {
                                            ": not a trainbench result with summary.tokens_per_s (" +
                                            e.what() + ")"};
   }
-}
-
-std::string temporary_directory_under(const std::string& parent) {
-  std::string pattern = ((parent.empty() ? fs::temp_directory_path() : fs::path(parent)) /
-                         "trainbench-small-files-XXXXXX").string();
-  if (mkdtemp(pattern.data()) == nullptr)
-    throw CommandError{kExitUserError, "--small-files-dir: cannot create a folder under " +
-                                           (parent.empty() ? fs::temp_directory_path().string() : parent)};
-  return pattern;
 }
 
 nlohmann::json rate_json(const ReadRate& r) {
@@ -222,7 +212,12 @@ int BenchCommand::run_io() {
   std::optional<ReadRate> small;
   int64_t small_files_written = 0;
   if (o.small_files) {
-    const std::string dir = temporary_directory_under(o.small_files_dir);
+    std::string dir;
+    try {
+      dir = make_temporary_directory("trainbench-small-files", o.small_files_dir);
+    } catch (const std::runtime_error& e) {
+      throw CommandError{kExitUserError, std::string("--small-files-dir: ") + e.what()};
+    }
     small_files_written = extract_to_small_files(shards, dir, config.data.max_sample_bytes);
     small = measure_small_files(dir, config.data.field, config.model.vocab, max_readers);
     std::error_code ignored;

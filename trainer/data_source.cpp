@@ -15,14 +15,6 @@ namespace trainbench {
 
 namespace {
 
-std::string make_temporary_directory() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "trainbench-shards-XXXXXX").string();
-  if (mkdtemp(pattern.data()) == nullptr)
-    throw std::runtime_error("cannot create a temporary folder for the synthetic shards under " +
-                             std::filesystem::temp_directory_path().string());
-  return pattern;
-}
-
 // Synthetic shards holding about one run's worth of tokens (every rank's
 // steps plus the shuffle buffers' fill), so the default run reads storage
 // the way a real one does rather than cycling a few cached samples.
@@ -49,6 +41,15 @@ SynthResult write_run_shards(const Config& config, const std::string& dir, int64
 
 }  // namespace
 
+std::string make_temporary_directory(const std::string& prefix, const std::string& parent) {
+  const std::filesystem::path under =
+      parent.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path(parent);
+  std::string pattern = (under / (prefix + "-XXXXXX")).string();
+  if (mkdtemp(pattern.data()) == nullptr)
+    throw std::runtime_error("cannot create a folder under " + under.string());
+  return pattern;
+}
+
 DataSetup::~DataSetup() {
   source.reset();  // the readers stop before their files go
   if (!temporary_dir.empty()) {
@@ -65,7 +66,7 @@ std::vector<std::string> shards_for_run(const Config& config, int64_t world, Dat
     setup->description = std::to_string(shards.size()) + " shards from " + d.shards;
     return shards;
   }
-  setup->temporary_dir = make_temporary_directory();
+  setup->temporary_dir = make_temporary_directory("trainbench-shards");
   const SynthResult made = write_run_shards(config, setup->temporary_dir, world);
   setup->data_path = setup->temporary_dir;
   setup->description = std::to_string(made.paths.size()) + " synthetic shards (" +

@@ -29,7 +29,10 @@ GradientSync::GradientSync(Communicator& comm, float* gradients, int64_t element
                        : std::vector<GradientBucket>{{0, elements}}) {}
 
 void GradientSync::on_gradients_ready(int64_t ready_from) {
-  if (!overlap_) return;
+  if (overlap_) start_buckets_ready_from(ready_from);
+}
+
+void GradientSync::start_buckets_ready_from(int64_t ready_from) {
   while (started_ < buckets_.size() && buckets_[started_].begin >= ready_from) {
     const GradientBucket& b = buckets_[started_++];
     tickets_.push_back(comm_.start_all_reduce_sum(gradients_ + b.begin, b.end - b.begin));
@@ -37,11 +40,8 @@ void GradientSync::on_gradients_ready(int64_t ready_from) {
 }
 
 double GradientSync::finish() {
-  on_gradients_ready(0);  // whatever backward did not report (and overlap=false)
-  while (started_ < buckets_.size()) {
-    const GradientBucket& b = buckets_[started_++];
-    tickets_.push_back(comm_.start_all_reduce_sum(gradients_ + b.begin, b.end - b.begin));
-  }
+  // Whatever backward did not report, and everything when overlap is off.
+  start_buckets_ready_from(0);
   double waited = 0;
   for (Communicator::Ticket ticket : tickets_) waited += comm_.wait(ticket);
   tickets_.clear();

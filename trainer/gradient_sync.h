@@ -44,6 +44,9 @@ class GradientSync {
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
 
  private:
+  // Starts every bucket not yet started that lies within [ready_from, end).
+  void start_buckets_ready_from(int64_t ready_from);
+
   Communicator& comm_;
   float* gradients_;
   bool overlap_;

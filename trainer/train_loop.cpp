@@ -303,8 +303,8 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   summary.datasheet_peak_flops_per_s = engine.datasheet_peak_flops_per_s();
   if (summary.datasheet_peak_flops_per_s > 0)
     summary.mfu = summary.achieved_flops_per_s / summary.datasheet_peak_flops_per_s;
-  summarize_storage_read(source.stats(), seconds_between(run_begin, previous_end), comm, summary);
   const SourceStats read = source.stats();
+  summarize_storage_read(read, seconds_between(run_begin, previous_end), comm, summary);
   if (read.samples_skipped + read.shards_skipped > 0) {
     std::string first = read.skip_messages.empty() ? "" : "; first: " + read.skip_messages.front();
     outcome.warnings.push_back("data.on_corrupt=skip left out " + std::to_string(read.samples_skipped) +
