@@ -56,6 +56,12 @@ struct MemoryPlan {
   }
 };
 
+// One piece of an engine's resumable state (TrainingEngine::state_tensors).
+struct StateTensor {
+  std::string name;
+  int64_t bytes = 0;
+};
+
 // Called during backward each time a suffix of the gradient buffer is final
 // for this micro-batch: gradient elements [ready_from, trainable_params) will
 // not be written again. On a device backend the call comes from the host as
@@ -140,6 +146,27 @@ class TrainingEngine {
   // The device's datasheet dense peak in the training precision (bf16 on
   // H100/H200 SXM: 989e12), or 0 where there is none (CPUs, unknown GPUs).
   virtual double datasheet_peak_flops_per_s() const { return 0.0; }
+
+  // --- Checkpoint state ---
+  // The pieces of state a checkpoint must hold for a bit-exact resume, in a
+  // fixed order with unique names: "master_fp32" (layout().total_params()
+  // floats), "params_bf16" on a mixed-precision backend, and "adam_m",
+  // "adam_v" for this rank's optimizer shard. Padding is not included.
+  virtual std::vector<StateTensor> state_tensors() const = 0;
+  // Starts copying every state tensor into host memory (destinations[i]
+  // receives state_tensors()[i].bytes) and returns at once. Forward and
+  // backward may run while it copies: they do not write this state. The
+  // next optimizer_step, optimizer_step_shard, set_parameters,
+  // init_parameters or restore_state waits for the copy first. On a device
+  // backend the copy runs on its own stream into the destinations, which
+  // should come from allocate_host (page-locked) to run at link speed.
+  virtual void begin_state_copy(const std::vector<void*>& destinations) = 0;
+  // Blocks until the copy started last has landed in host memory; returns
+  // the seconds it blocked (0 when no copy is in flight).
+  virtual double wait_state_copy() = 0;
+  // Replaces the state with host copies laid out as state_tensors()
+  // (synchronous). Throws std::invalid_argument on a count mismatch.
+  virtual void restore_state(const std::vector<const void*>& sources) = 0;
 
   // Host memory for the data loader's batch ring, which the trainer hands to
   // the loader. The CUDA engine returns page-locked memory, so host-to-device

@@ -6,7 +6,7 @@
 #include <algorithm>  // std::min, std::sort
 #include <cmath>      // std::sqrt
 #include <cstring>    // std::memcpy, std::memset
-#include <stdexcept>  // std::invalid_argument for a malformed batch
+#include <stdexcept>  // std::invalid_argument for a malformed batch or state list
 #include <string>
 #include <thread>     // hardware_concurrency
 #include <tuple>      // std::tie of the optimizer shard
@@ -127,6 +127,12 @@ CpuEngine::CpuEngine(const EngineOptions& options)
   grad_ready_from_layer_ = readiness.after_layer;
 }
 
+CpuEngine::~CpuEngine() {
+  // The copy thread writes into the caller's buffers from ours: neither may
+  // go away under it.
+  wait_state_copy();
+}
+
 void CpuEngine::assign_activation_views() {
   const int64_t n = micro_batch_ * shape_.seq_len;
   const int64_t d = shape_.d_model, f = shape_.ffn_hidden;
@@ -189,12 +195,14 @@ CpuEngine::LayerWeights CpuEngine::layer_view(float* base, bool gradients, int64
 }
 
 void CpuEngine::init_parameters(uint64_t seed) {
+  wait_state_copy();
   init_parameters_host(layout_, shape_.n_layers, seed, params_.get());
 }
 
 // The buffers may be longer than the layout (EngineOptions::pad_buffers_to);
 // only the layout's elements cross the interface.
 void CpuEngine::set_parameters(const float* host) {
+  wait_state_copy();
   std::memcpy(params_.get(), host, sizeof(float) * layout_.total_params());
 }
 
@@ -346,6 +354,9 @@ double CpuEngine::gradient_sum_of_squares(int64_t begin, int64_t end) {
 }
 
 void CpuEngine::optimizer_step_shard(const AdamWSettings& settings, int64_t step, double norm) {
+  // The state copy begun before this step's forward must see the state as it
+  // was then: join it before the first write (optimizer_step comes through here).
+  wait_state_copy();
   ComputeTimer timer(compute_seconds_);
   // As torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when above.
   float grad_scale = 1.0f;
@@ -371,6 +382,64 @@ void CpuEngine::optimizer_step_shard(const AdamWSettings& settings, int64_t step
                  adam_m_.get() + (lo - shard_begin_), adam_v_.get() + (lo - shard_begin_), hi - lo,
                  adam);
   }
+}
+
+std::vector<StateTensor> CpuEngine::state_tensors() const {
+  const int64_t shard_bytes = static_cast<int64_t>(sizeof(float)) * (shard_end_ - shard_begin_);
+  return {{"master_fp32", static_cast<int64_t>(sizeof(float)) * layout_.total_params()},
+          {"adam_m", shard_bytes},
+          {"adam_v", shard_bytes}};
+}
+
+std::vector<float*> CpuEngine::state_buffers() const {
+  return {params_.get(), adam_m_.get(), adam_v_.get()};
+}
+
+namespace {
+// Throws std::invalid_argument unless there is one pointer per tensor and
+// every tensor with bytes has a non-null one.
+template <typename Pointer>
+void check_state_pointers(const char* call, const std::vector<StateTensor>& tensors,
+                          const std::vector<Pointer>& pointers) {
+  if (pointers.size() != tensors.size())
+    throw std::invalid_argument(std::string(call) + ": " + std::to_string(pointers.size()) +
+                                " buffers for " + std::to_string(tensors.size()) +
+                                " state tensors");
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (pointers[i] == nullptr && tensors[i].bytes > 0)
+      throw std::invalid_argument(std::string(call) + ": no buffer for " + tensors[i].name);
+}
+}  // namespace
+
+void CpuEngine::begin_state_copy(const std::vector<void*>& destinations) {
+  const std::vector<StateTensor> tensors = state_tensors();
+  check_state_pointers("begin_state_copy", tensors, destinations);
+  // One copy at a time: the previous one may be writing the same destinations.
+  wait_state_copy();
+  const std::vector<float*> buffers = state_buffers();
+  std::vector<const void*> sources(buffers.begin(), buffers.end());
+  state_copy_ = std::thread([tensors, destinations, sources = std::move(sources)] {
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (tensors[i].bytes > 0)
+        std::memcpy(destinations[i], sources[i], static_cast<size_t>(tensors[i].bytes));
+  });
+}
+
+double CpuEngine::wait_state_copy() {
+  if (!state_copy_.joinable()) return 0.0;
+  const auto start = Clock::now();
+  state_copy_.join();
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void CpuEngine::restore_state(const std::vector<const void*>& sources) {
+  const std::vector<StateTensor> tensors = state_tensors();
+  check_state_pointers("restore_state", tensors, sources);
+  wait_state_copy();
+  const std::vector<float*> buffers = state_buffers();
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i].bytes > 0)
+      std::memcpy(buffers[i], sources[i], static_cast<size_t>(tensors[i].bytes));
 }
 
 double CpuEngine::take_compute_seconds() {

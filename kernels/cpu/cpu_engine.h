@@ -8,6 +8,7 @@
 #include <cstdint>  // int64_t
 #include <cstdlib>  // std::free for the aligned buffers
 #include <memory>   // std::unique_ptr
+#include <thread>   // the state-copy thread
 #include <vector>   // per-layer views
 
 #include "kernels/engine.h"  // TrainingEngine, EngineOptions
@@ -35,6 +36,7 @@ MemoryPlan plan_cpu_memory(const EngineOptions& options);
 class CpuEngine final : public TrainingEngine {
  public:
   explicit CpuEngine(const EngineOptions& options);
+  ~CpuEngine() override;  // waits for an in-flight state copy
 
   const char* backend_name() const override { return "cpu"; }
   const ModelShape& shape() const override { return shape_; }
@@ -62,6 +64,15 @@ class CpuEngine final : public TrainingEngine {
   double take_compute_seconds() override;
   void synchronize() override {}
   double measure_gemm_flops(int64_t m, int64_t n, int64_t k, double seconds) override;
+
+  // "master_fp32" (the parameters, without the ZeRO padding), "adam_m" and
+  // "adam_v" (this rank's optimizer shard). The copy runs on its own thread
+  // while forward and backward run on the OpenMP threads; whatever writes
+  // the parameters or the optimizer state joins it first.
+  std::vector<StateTensor> state_tensors() const override;
+  void begin_state_copy(const std::vector<void*>& destinations) override;
+  double wait_state_copy() override;
+  void restore_state(const std::vector<const void*>& sources) override;
 
  private:
   // Pointers of one layer's parameters (or their gradients; null when frozen).
@@ -109,6 +120,8 @@ class CpuEngine final : public TrainingEngine {
   LayerWeights layer_view(float* base, bool gradients, int64_t layer) const;
   float* tensor_view(float* base, bool gradients, ParamKind kind, int64_t layer = -1) const;
   void assign_activation_views();
+  // The buffers behind state_tensors(), in its order.
+  std::vector<float*> state_buffers() const;
 
   EngineOptions options_;
   ModelShape shape_;
@@ -129,6 +142,10 @@ class CpuEngine final : public TrainingEngine {
   float last_loss_ = 0.0f;
   bool logits_valid_ = false;
   double compute_seconds_ = 0.0;
+
+  // The state copy begun last, joinable while it may still run. Only the
+  // thread driving the engine starts and joins it.
+  std::thread state_copy_;
 };
 
 }  // namespace trainbench::cpu

@@ -1,6 +1,7 @@
 #include "kernels/cuda/cuda_engine.h"
 
 #include <algorithm>  // std::min
+#include <chrono>     // wait_state_copy's blocked time
 #include <cmath>      // std::sqrt, std::pow
 #include <cstring>    // std::memcpy
 #include <stdexcept>  // std::invalid_argument, std::logic_error
@@ -82,7 +83,10 @@ CudaEngine::CudaEngine(const EngineOptions& options)
   datasheet_peak_ = datasheet_bf16_peak(prop.name);
   TRAINBENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_stream_, cudaStreamNonBlocking));
   TRAINBENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
-  for (cudaEvent_t* e : {&tokens_ready_, &tokens_free_, &losses_ready_})
+  // Its own stream for checkpoint snapshots: see state_copy_stream_ in the header.
+  TRAINBENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&state_copy_stream_, cudaStreamNonBlocking));
+  for (cudaEvent_t* e : {&tokens_ready_, &tokens_free_, &losses_ready_, &state_copy_start_,
+                         &state_copy_done_})
     TRAINBENCH_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   timing_events_.resize(2 * kTimingEventPairs);
   for (cudaEvent_t& e : timing_events_) TRAINBENCH_CUDA_CHECK(cudaEventCreate(&e));
@@ -120,8 +124,10 @@ CudaEngine::~CudaEngine() {
   // Teardown cannot report errors; a failure here means the context is gone.
   cudaDeviceSynchronize();
   for (cudaEvent_t e : timing_events_) cudaEventDestroy(e);
-  for (cudaEvent_t e : {tokens_ready_, tokens_free_, losses_ready_})
+  for (cudaEvent_t e : {tokens_ready_, tokens_free_, losses_ready_, state_copy_start_,
+                        state_copy_done_})
     if (e != nullptr) cudaEventDestroy(e);
+  if (state_copy_stream_ != nullptr) cudaStreamDestroy(state_copy_stream_);
   if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
   if (compute_stream_ != nullptr) cudaStreamDestroy(compute_stream_);
 }
@@ -211,6 +217,7 @@ void CudaEngine::init_parameters(uint64_t seed) {
 }
 
 void CudaEngine::set_parameters(const float* host) {
+  order_after_state_copy();
   TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(master_.get(), host, master_.bytes(),
                                         cudaMemcpyHostToDevice, compute_stream_));
   copy_fp32_to_bf16(params_.get(), master_.get(), layout_.total_params(), compute_stream_);
@@ -504,6 +511,10 @@ void CudaEngine::backward(const TokenBatch& batch, float loss_scale,
 }
 
 float CudaEngine::optimizer_step(const AdamWSettings& settings, int64_t step) {
+  // A device-side wait for a state copy begun earlier, before the timing
+  // event, so the copy does not count as compute; forward and backward
+  // issued before this ran alongside it.
+  order_after_state_copy();
   begin_compute();
   cudaStream_t stream = compute_stream_;
   sum_of_squares(scratch_.sum_sq, grads_.get(), layout_.trainable_params(),
@@ -526,6 +537,85 @@ float CudaEngine::optimizer_step(const AdamWSettings& settings, int64_t step) {
                                         cudaMemcpyDeviceToHost, stream));
   TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(stream));
   return grad_norm_host_.get()[0];
+}
+
+std::vector<StateTensor> CudaEngine::state_tensors() const {
+  const int64_t params = layout_.total_params(), trainable = layout_.trainable_params();
+  return {{"master_fp32", params * static_cast<int64_t>(sizeof(float))},
+          {"params_bf16", params * static_cast<int64_t>(sizeof(bf16))},
+          {"adam_m", trainable * static_cast<int64_t>(sizeof(float))},
+          {"adam_v", trainable * static_cast<int64_t>(sizeof(float))}};
+}
+
+std::vector<void*> CudaEngine::state_buffers() const {
+  return {master_.get(), params_.get(), adam_m_.get(), adam_v_.get()};
+}
+
+namespace {
+// Throws std::invalid_argument unless there is one pointer per tensor and
+// every tensor with bytes has a non-null one.
+template <typename Pointer>
+void check_state_pointers(const char* call, const std::vector<StateTensor>& tensors,
+                          const std::vector<Pointer>& pointers) {
+  if (pointers.size() != tensors.size())
+    throw std::invalid_argument(std::string(call) + ": " + std::to_string(pointers.size()) +
+                                " buffers for " + std::to_string(tensors.size()) +
+                                " state tensors");
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (pointers[i] == nullptr && tensors[i].bytes > 0)
+      throw std::invalid_argument(std::string(call) + ": no buffer for " + tensors[i].name);
+}
+}  // namespace
+
+// The copy starts when the compute work issued so far (the last optimizer
+// step) has finished, on state_copy_stream_. Into page-locked destinations
+// (allocate_host) cudaMemcpyAsync returns at once; into pageable memory the
+// runtime makes it synchronous, which is correct but does not overlap.
+void CudaEngine::begin_state_copy(const std::vector<void*>& destinations) {
+  const std::vector<StateTensor> tensors = state_tensors();
+  check_state_pointers("begin_state_copy", tensors, destinations);
+  // A previous copy still in flight is ahead of this one on the same stream.
+  TRAINBENCH_CUDA_CHECK(cudaEventRecord(state_copy_start_, compute_stream_));
+  TRAINBENCH_CUDA_CHECK(cudaStreamWaitEvent(state_copy_stream_, state_copy_start_, 0));
+  const std::vector<void*> buffers = state_buffers();
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i].bytes > 0)
+      TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(destinations[i], buffers[i],
+                                            static_cast<size_t>(tensors[i].bytes),
+                                            cudaMemcpyDeviceToHost, state_copy_stream_));
+  TRAINBENCH_CUDA_CHECK(cudaEventRecord(state_copy_done_, state_copy_stream_));
+  state_copy_in_flight_ = true;
+  compute_waits_for_state_copy_ = true;
+}
+
+double CudaEngine::wait_state_copy() {
+  if (!state_copy_in_flight_) return 0.0;
+  const auto start = std::chrono::steady_clock::now();
+  TRAINBENCH_CUDA_CHECK(cudaEventSynchronize(state_copy_done_));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  state_copy_in_flight_ = false;
+  compute_waits_for_state_copy_ = false;  // it has landed: nothing left to order after
+  return seconds;
+}
+
+void CudaEngine::order_after_state_copy() {
+  if (!compute_waits_for_state_copy_) return;
+  TRAINBENCH_CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, state_copy_done_, 0));
+  compute_waits_for_state_copy_ = false;
+}
+
+void CudaEngine::restore_state(const std::vector<const void*>& sources) {
+  const std::vector<StateTensor> tensors = state_tensors();
+  check_state_pointers("restore_state", tensors, sources);
+  order_after_state_copy();
+  const std::vector<void*> buffers = state_buffers();
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i].bytes > 0)
+      TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(buffers[i], sources[i],
+                                            static_cast<size_t>(tensors[i].bytes),
+                                            cudaMemcpyHostToDevice, compute_stream_));
+  TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(compute_stream_));
 }
 
 double CudaEngine::measure_gemm_flops(int64_t m, int64_t n, int64_t k, double seconds) {

@@ -55,6 +55,15 @@ class CudaEngine final : public TrainingEngine {
   void* allocate_host(size_t bytes) override;
   void release_host(void* memory) override;
 
+  // "master_fp32", "params_bf16", "adam_m", "adam_v". The copy runs on its
+  // own stream after the compute work issued so far; the next optimizer step
+  // (and set_parameters, init_parameters, restore_state) orders the compute
+  // stream after it on the device, so forward and backward overlap it.
+  std::vector<StateTensor> state_tensors() const override;
+  void begin_state_copy(const std::vector<void*>& destinations) override;
+  double wait_state_copy() override;
+  void restore_state(const std::vector<const void*>& sources) override;
+
  private:
   struct LayerWeights {
     bf16 *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *w_gate, *w_up, *w_down;
@@ -128,6 +137,11 @@ class CudaEngine final : public TrainingEngine {
   // Brackets device work with events for compute_s.
   void begin_compute();
   void end_compute();
+  // Device pointers behind state_tensors(), in its order.
+  std::vector<void*> state_buffers() const;
+  // Makes the compute stream wait for the state copy begun last, once, before
+  // work that writes the parameters or the optimizer state.
+  void order_after_state_copy();
 
   EngineOptions options_;
   ModelShape shape_;
@@ -141,6 +155,14 @@ class CudaEngine final : public TrainingEngine {
   cudaEvent_t tokens_ready_ = nullptr;  // copy stream → compute stream
   cudaEvent_t tokens_free_ = nullptr;   // compute stream done with the device tokens
   cudaEvent_t losses_ready_ = nullptr;
+  // Checkpoint snapshots (begin_state_copy) run on their own stream, not on
+  // copy_stream_: the next step's token upload runs there, and it must not
+  // queue behind a device-to-host copy of several GB.
+  cudaStream_t state_copy_stream_ = nullptr;
+  cudaEvent_t state_copy_start_ = nullptr;  // compute stream → state-copy stream
+  cudaEvent_t state_copy_done_ = nullptr;   // state-copy stream → compute stream, host
+  bool state_copy_in_flight_ = false;       // begun, and the host has not waited for it
+  bool compute_waits_for_state_copy_ = false;  // the compute stream is not yet ordered after it
   std::vector<cudaEvent_t> timing_events_;  // start/stop pairs of this step
   size_t timing_used_ = 0;
 

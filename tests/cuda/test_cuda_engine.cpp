@@ -3,8 +3,9 @@
 // same EngineOptions and started from the same seed (init_parameters_host makes
 // the weights identical by construction): loss, logits and every gradient of one
 // step; a 20-step AdamW loss trajectory; parameters after optimizer steps;
-// gradient readiness; compute time and the memory plan; frozen tensors; and
-// run-to-run determinism. Without a GPU every test skips with the reason.
+// gradient readiness; compute time and the memory plan; frozen tensors;
+// run-to-run determinism; and the checkpoint state (a copy overlapping the next
+// step, a bit-exact resume). Without a GPU every test skips with the reason.
 //
 // Tolerances, as ‖cuda − cpu‖ / ‖cpu‖ computed in double, per tensor:
 //   kLoss            2e-2  relative difference of the mean cross-entropy.
@@ -33,7 +34,9 @@
 #include <cstdint>    // int32_t, int64_t
 #include <cstring>    // std::memcmp
 #include <memory>     // std::unique_ptr
+#include <new>        // std::bad_alloc from PinnedState
 #include <random>     // std::mt19937 and distributions
+#include <stdexcept>  // std::invalid_argument
 #include <string>
 #include <vector>
 
@@ -435,6 +438,132 @@ TEST_F(CudaEngineTest, SameSeedAndBatchGiveBitIdenticalGradientsAndLoss) {
                           sizeof(float) * p.numel), 0)
         << "gradient of " << p.name;
   }
+}
+
+// ---- checkpoint state ----
+
+// Page-locked host buffers from the engine (allocate_host) laid out as its
+// state_tensors(), released through it.
+class PinnedState {
+ public:
+  explicit PinnedState(TrainingEngine& engine) : engine_(engine), tensors_(engine.state_tensors()) {
+    for (const StateTensor& t : tensors_) {
+      buffers_.push_back(t.bytes > 0 ? engine.allocate_host(static_cast<size_t>(t.bytes)) : nullptr);
+      if (t.bytes > 0 && buffers_.back() == nullptr) throw std::bad_alloc();
+      if (t.bytes > 0) std::memset(buffers_.back(), 0xAB, static_cast<size_t>(t.bytes));
+    }
+  }
+  ~PinnedState() {
+    for (void* b : buffers_)
+      if (b != nullptr) engine_.release_host(b);
+  }
+  PinnedState(const PinnedState&) = delete;
+  PinnedState& operator=(const PinnedState&) = delete;
+
+  const std::vector<StateTensor>& tensors() const { return tensors_; }
+  const std::vector<void*>& destinations() const { return buffers_; }
+  std::vector<const void*> sources() const {
+    return std::vector<const void*>(buffers_.begin(), buffers_.end());
+  }
+  // Whether tensor i holds the same bytes as `other`'s tensor i.
+  bool same(size_t i, const void* other) const {
+    return tensors_[i].bytes == 0 ||
+           std::memcmp(buffers_[i], other, static_cast<size_t>(tensors_[i].bytes)) == 0;
+  }
+
+ private:
+  TrainingEngine& engine_;
+  std::vector<StateTensor> tensors_;
+  std::vector<void*> buffers_;
+};
+
+// One AdamW step on batch `seed`; returns the loss.
+float train_step(TrainingEngine& engine, const EngineOptions& options, int step) {
+  AdamWSettings adamw;
+  adamw.lr = 1e-3;
+  const Tokens t = random_tokens(options, 700 + static_cast<uint32_t>(step));
+  const float loss = forward_backward(engine, t.batch(options));
+  engine.optimizer_step(adamw, step);
+  return loss;
+}
+
+// The snapshot split of a checkpoint: the copy begins after a step, on its
+// own stream; the next step's forward and backward are issued while it runs
+// and its optimizer step waits for it on the device. What lands is the state
+// as it was when the copy began.
+TEST_F(CudaEngineTest, StateCopyOverlappingTheNextStepHoldsTheStateWhenItBegan) {
+  const EngineOptions options = gqa_options("cuda");
+  std::unique_ptr<TrainingEngine> cuda = make_engine(options);
+  const ParameterLayout& layout = cuda->layout();
+  const std::vector<StateTensor> tensors = cuda->state_tensors();
+  ASSERT_EQ(tensors.size(), 4u);
+  EXPECT_EQ(tensors[0].name, "master_fp32");
+  EXPECT_EQ(tensors[0].bytes, 4 * layout.total_params());
+  EXPECT_EQ(tensors[1].name, "params_bf16");
+  EXPECT_EQ(tensors[1].bytes, 2 * layout.total_params());
+  EXPECT_EQ(tensors[2].name, "adam_m");
+  EXPECT_EQ(tensors[2].bytes, 4 * layout.trainable_params());
+  EXPECT_EQ(tensors[3].name, "adam_v");
+  EXPECT_EQ(tensors[3].bytes, 4 * layout.trainable_params());
+  EXPECT_EQ(cuda->wait_state_copy(), 0.0) << "nothing in flight";
+  EXPECT_THROW(cuda->begin_state_copy({nullptr}), std::invalid_argument);
+  EXPECT_THROW(cuda->restore_state({nullptr}), std::invalid_argument);
+
+  cuda->init_parameters(12);
+  for (int step = 1; step <= 2; ++step) train_step(*cuda, options, step);
+  for (int step = 3; step <= 5; ++step) {
+    const std::vector<float> before = parameters_of(*cuda);
+    PinnedState reference(*cuda);  // every tensor as it is now, copied synchronously
+    cuda->begin_state_copy(reference.destinations());
+    cuda->wait_state_copy();
+
+    PinnedState async(*cuda);
+    cuda->begin_state_copy(async.destinations());
+    train_step(*cuda, options, step);
+    EXPECT_GE(cuda->wait_state_copy(), 0.0);
+    EXPECT_EQ(cuda->wait_state_copy(), 0.0) << "already waited for";
+
+    const std::vector<float> after = parameters_of(*cuda);
+    ASSERT_NE(after, before) << "the step did not change the parameters: the test would prove nothing";
+    EXPECT_TRUE(async.same(0, before.data())) << "master_fp32 at step " << step;
+    for (size_t i = 0; i < tensors.size(); ++i)
+      EXPECT_TRUE(async.same(i, reference.destinations()[i]))
+          << tensors[i].name << " at step " << step;
+  }
+}
+
+// Engine A trains 3 steps and copies its state; engine B, started from other
+// weights, restores the copy; 3 more identical steps on each give identical
+// losses and bit-identical parameters, bf16 copy and moments.
+TEST_F(CudaEngineTest, RestoredStateResumesBitExactly) {
+  const EngineOptions options = gqa_options("cuda");
+  std::unique_ptr<TrainingEngine> a = make_engine(options);
+  std::unique_ptr<TrainingEngine> b = make_engine(options);
+  a->init_parameters(1);
+  b->init_parameters(2);
+  for (int step = 1; step <= 3; ++step) train_step(*a, options, step);
+  {
+    PinnedState snapshot(*a);
+    a->begin_state_copy(snapshot.destinations());
+    a->wait_state_copy();
+    b->restore_state(snapshot.sources());
+  }
+  for (int step = 4; step <= 6; ++step) {
+    const float loss_a = train_step(*a, options, step);
+    const float loss_b = train_step(*b, options, step);
+    EXPECT_EQ(std::memcmp(&loss_a, &loss_b, sizeof(float)), 0)
+        << "loss at step " << step << ": " << loss_a << " vs " << loss_b;
+  }
+  const std::vector<float> params_a = parameters_of(*a), params_b = parameters_of(*b);
+  EXPECT_EQ(std::memcmp(params_a.data(), params_b.data(), sizeof(float) * params_a.size()), 0)
+      << "parameters";
+  PinnedState state_a(*a), state_b(*b);
+  a->begin_state_copy(state_a.destinations());
+  b->begin_state_copy(state_b.destinations());
+  a->wait_state_copy();
+  b->wait_state_copy();
+  for (size_t i = 0; i < state_a.tensors().size(); ++i)
+    EXPECT_TRUE(state_a.same(i, state_b.destinations()[i])) << state_a.tensors()[i].name;
 }
 
 }  // namespace

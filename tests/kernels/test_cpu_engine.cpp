@@ -1,12 +1,15 @@
 // CpuEngine invariants that need no reference framework (libtorch comparisons
 // are in tests/reference): initial loss, determinism, gradient readiness,
-// accumulation, and that training reduces the loss.
+// accumulation, and that training reduces the loss; the checkpoint state
+// (what it holds, a copy overlapping the next step, a bit-exact resume).
 #include <gtest/gtest.h>
 
 #include <algorithm>  // std::copy
 #include <cmath>
+#include <cstring>  // std::memcmp
 #include <stdexcept>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/cpu_engine.h"
@@ -220,6 +223,230 @@ TEST(CpuEngineFrozen, FrozenTensorsGetNoGradientAndStayBitIdentical) {
     for (int64_t i = 0; i < p.numel; ++i) changed |= before[p.offset + i] != after[p.offset + i];
     EXPECT_EQ(changed, p.trainable) << p.name;
   }
+}
+
+}  // namespace
+}  // namespace trainbench
+
+// ---- checkpoint state ----
+
+namespace trainbench {
+namespace {
+
+// Host buffers laid out as an engine's state_tensors().
+struct HostState {
+  std::vector<StateTensor> tensors;
+  std::vector<std::vector<unsigned char>> bytes;
+  explicit HostState(const TrainingEngine& engine) : tensors(engine.state_tensors()) {
+    for (const StateTensor& t : tensors) bytes.emplace_back(static_cast<size_t>(t.bytes), 0xAB);
+  }
+  std::vector<void*> destinations() {
+    std::vector<void*> out;
+    for (auto& b : bytes) out.push_back(b.empty() ? nullptr : b.data());
+    return out;
+  }
+  std::vector<const void*> sources() const {
+    std::vector<const void*> out;
+    for (const auto& b : bytes) out.push_back(b.empty() ? nullptr : b.data());
+    return out;
+  }
+  const std::vector<unsigned char>& named(const std::string& name) const {
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (tensors[i].name == name) return bytes[i];
+    throw std::out_of_range("no state tensor " + name);
+  }
+};
+
+// The state right now, copied synchronously.
+HostState state_of(TrainingEngine& engine) {
+  HostState image(engine);
+  engine.begin_state_copy(image.destinations());
+  engine.wait_state_copy();
+  return image;
+}
+
+bool same_bytes(const std::vector<unsigned char>& a, const void* b, size_t bytes) {
+  return a.size() == bytes && (bytes == 0 || std::memcmp(a.data(), b, bytes) == 0);
+}
+
+// A model big enough (about 3.4M parameters, 40 MB of state) that copying
+// the state takes about as long as a forward and backward: an optimizer step
+// that did not wait for the copy would overwrite state still being read.
+EngineOptions medium_options() {
+  EngineOptions o = tiny_options();
+  o.shape.vocab = 4096;
+  o.shape.d_model = 256;
+  o.shape.n_heads = 4;
+  o.shape.n_kv_heads = 4;
+  o.shape.ffn_hidden = 512;
+  o.shape.seq_len = 16;
+  o.micro_batch = 2;
+  return o;
+}
+
+// One training step on batch `seed`; a sharded engine steps its shard with
+// the norm of its own gradients (the test needs the same call on both sides,
+// not the global norm). Returns the loss.
+float train_step(cpu::CpuEngine& engine, const EngineOptions& o, int64_t step, bool sharded) {
+  AdamWSettings adam;
+  adam.lr = 1e-2;
+  const Tokens t = random_tokens(o, 500 + static_cast<uint32_t>(step));
+  engine.zero_gradients();
+  engine.forward(t.batch(o));
+  const float loss = engine.last_loss();
+  engine.backward(t.batch(o), 1.0f, nullptr);
+  if (sharded) {
+    const int64_t begin = o.optimizer_shard.begin, end = o.optimizer_shard.end;
+    engine.optimizer_step_shard(adam, step, std::sqrt(engine.gradient_sum_of_squares(begin, end)));
+  } else {
+    engine.optimizer_step(adam, step);
+  }
+  return loss;
+}
+
+TEST(CpuEngineState, TensorsAreTheMasterWeightsAndThisShardsMoments) {
+  const EngineOptions full = tiny_options();
+  cpu::CpuEngine engine(full);
+  const int64_t params = engine.layout().total_params();
+  const int64_t trainable = engine.layout().trainable_params();
+  std::vector<StateTensor> tensors = engine.state_tensors();
+  ASSERT_EQ(tensors.size(), 3u);
+  EXPECT_EQ(tensors[0].name, "master_fp32");
+  EXPECT_EQ(tensors[0].bytes, 4 * params);
+  EXPECT_EQ(tensors[1].name, "adam_m");
+  EXPECT_EQ(tensors[1].bytes, 4 * trainable);
+  EXPECT_EQ(tensors[2].name, "adam_v");
+  EXPECT_EQ(tensors[2].bytes, 4 * trainable);
+
+  // ZeRO-1: the whole (unpadded) parameters, and the moments of this shard only.
+  EngineOptions shard = full;
+  shard.optimizer_shard = {100, 100 + 1234};
+  shard.pad_buffers_to = 4096;
+  cpu::CpuEngine sharded(shard);
+  tensors = sharded.state_tensors();
+  ASSERT_EQ(tensors.size(), 3u);
+  EXPECT_EQ(tensors[0].name, "master_fp32");
+  EXPECT_EQ(tensors[0].bytes, 4 * params) << "the padding is not state";
+  EXPECT_EQ(tensors[1].bytes, 4 * 1234);
+  EXPECT_EQ(tensors[2].bytes, 4 * 1234);
+
+  // An empty shard has no moments; a copy and a restore take null for them.
+  EngineOptions empty = full;
+  empty.optimizer_shard = {7, 7};
+  cpu::CpuEngine nothing(empty);
+  nothing.init_parameters(3);
+  tensors = nothing.state_tensors();
+  EXPECT_EQ(tensors[1].bytes, 0);
+  EXPECT_EQ(tensors[2].bytes, 0);
+  HostState image = state_of(nothing);
+  std::vector<float> params_now(static_cast<size_t>(params));
+  nothing.get_parameters(params_now.data());
+  EXPECT_TRUE(same_bytes(image.named("master_fp32"), params_now.data(), 4 * params));
+  nothing.restore_state(image.sources());
+}
+
+TEST(CpuEngineState, MismatchedBufferListsAreRejected) {
+  cpu::CpuEngine engine(tiny_options());
+  std::vector<float> one(engine.layout().total_params());
+  EXPECT_THROW(engine.begin_state_copy({one.data()}), std::invalid_argument);
+  EXPECT_THROW(engine.restore_state({one.data()}), std::invalid_argument);
+  EXPECT_THROW(engine.begin_state_copy({one.data(), nullptr, nullptr}), std::invalid_argument)
+      << "adam_m has bytes but no buffer";
+  EXPECT_EQ(engine.wait_state_copy(), 0.0) << "a rejected copy never started";
+}
+
+TEST(CpuEngineState, WaitWithNothingInFlightReturnsZero) {
+  cpu::CpuEngine engine(tiny_options());
+  EXPECT_EQ(engine.wait_state_copy(), 0.0);
+  HostState image(engine);
+  engine.begin_state_copy(image.destinations());
+  EXPECT_GE(engine.wait_state_copy(), 0.0);
+  EXPECT_EQ(engine.wait_state_copy(), 0.0) << "the copy was already waited for";
+  HostState target(engine);  // outlives the engine below, as destinations must
+  {
+    // Destroyed with a copy in flight: the destructor joins it.
+    cpu::CpuEngine short_lived(tiny_options());
+    short_lived.init_parameters(5);
+    short_lived.begin_state_copy(target.destinations());
+  }
+  const HostState same_init = [&] {
+    cpu::CpuEngine again(tiny_options());
+    again.init_parameters(5);
+    return state_of(again);
+  }();
+  EXPECT_TRUE(target.bytes == same_init.bytes) << "the copy landed before the engine went away";
+}
+
+// The snapshot split of a checkpoint: the copy begins after a step, the next
+// step's forward and backward run while it copies, and its optimizer step
+// waits for it. What lands is the state as it was when the copy began.
+TEST(CpuEngineState, CopyOverlappingTheNextStepHoldsTheStateWhenItBegan) {
+  const EngineOptions o = medium_options();
+  cpu::CpuEngine engine(o);
+  engine.init_parameters(12);
+  for (int64_t step = 1; step <= 2; ++step) train_step(engine, o, step, false);
+
+  const int64_t params = engine.layout().total_params();
+  for (int64_t step = 3; step <= 5; ++step) {
+    std::vector<float> params_before(static_cast<size_t>(params));
+    engine.get_parameters(params_before.data());
+    const HostState reference = state_of(engine);  // m and v as they are now
+
+    HostState async(engine);
+    engine.begin_state_copy(async.destinations());
+    train_step(engine, o, step, false);  // forward and backward overlap the copy
+    EXPECT_EQ(engine.wait_state_copy(), 0.0) << "optimizer_step already waited for it";
+
+    std::vector<float> params_after(static_cast<size_t>(params));
+    engine.get_parameters(params_after.data());
+    ASSERT_NE(std::memcmp(params_after.data(), params_before.data(), 4 * params), 0)
+        << "the step did not change the parameters: the test would prove nothing";
+    EXPECT_TRUE(same_bytes(async.named("master_fp32"), params_before.data(), 4 * params))
+        << "step " << step;
+    EXPECT_TRUE(async.named("adam_m") == reference.named("adam_m")) << "step " << step;
+    EXPECT_TRUE(async.named("adam_v") == reference.named("adam_v")) << "step " << step;
+  }
+}
+
+// Engine A trains 3 steps and copies its state; engine B, started from other
+// weights, restores the copy; 3 more identical steps on each give identical
+// losses and bit-identical parameters and moments.
+void expect_exact_resume(const EngineOptions& o, bool sharded) {
+  cpu::CpuEngine a(o), b(o);
+  a.init_parameters(1);
+  b.init_parameters(2);
+  for (int64_t step = 1; step <= 3; ++step) train_step(a, o, step, sharded);
+  HostState snapshot(a);
+  a.begin_state_copy(snapshot.destinations());
+  a.wait_state_copy();
+  b.restore_state(snapshot.sources());
+
+  for (int64_t step = 4; step <= 6; ++step) {
+    const float loss_a = train_step(a, o, step, sharded);
+    const float loss_b = train_step(b, o, step, sharded);
+    EXPECT_EQ(std::memcmp(&loss_a, &loss_b, sizeof(float)), 0)
+        << "loss at step " << step << ": " << loss_a << " vs " << loss_b;
+  }
+  const int64_t params = a.layout().total_params();
+  std::vector<float> params_a(static_cast<size_t>(params)), params_b(static_cast<size_t>(params));
+  a.get_parameters(params_a.data());
+  b.get_parameters(params_b.data());
+  EXPECT_EQ(std::memcmp(params_a.data(), params_b.data(), 4 * params), 0) << "parameters";
+  const HostState state_a = state_of(a), state_b = state_of(b);
+  for (size_t i = 0; i < state_a.tensors.size(); ++i)
+    EXPECT_EQ(state_a.bytes[i], state_b.bytes[i]) << state_a.tensors[i].name;
+}
+
+TEST(CpuEngineState, RestoredStateResumesBitExactly) {
+  expect_exact_resume(tiny_options(), false);
+}
+
+TEST(CpuEngineState, RestoredShardStateResumesBitExactly) {
+  EngineOptions o = tiny_options();
+  const int64_t trainable = cpu::CpuEngine(o).layout().trainable_params();
+  o.optimizer_shard = {trainable / 3, trainable / 3 + trainable / 2};
+  o.pad_buffers_to = 64;
+  expect_exact_resume(o, true);
 }
 
 }  // namespace
