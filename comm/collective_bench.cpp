@@ -7,6 +7,8 @@
 #include <cmath>       // std::floor
 #include <functional>  // a path's timed operation
 #include <limits>      // MPI's int counts
+#include <stdexcept>   // std::invalid_argument: device-buffer backends
+#include <string>
 
 #if TRAINBENCH_HAVE_MPI
 #include <mpi.h>  // the raw path: plain blocking MPI calls beside the communicator's
@@ -227,9 +229,20 @@ std::vector<int64_t> size_sweep(int64_t min_bytes, int64_t max_bytes, double fac
   return sizes;
 }
 
+// The harness fills and checks host vectors: a device-buffer backend (nccl)
+// would be handed host pointers.
+namespace {
+void require_host_buffers(const Communicator& comm, const char* what) {
+  if (comm.device_buffers())
+    throw std::invalid_argument(std::string(what) + ": the " + comm.backend_name() +
+                                " backend takes device buffers, which this harness does not allocate yet");
+}
+}  // namespace
+
 std::vector<CollectiveBenchResult> bench_collectives(Communicator& comm,
                                                      const std::vector<int64_t>& sizes_bytes,
                                                      const CollectiveBenchOptions& options) {
+  require_host_buffers(comm, "bench_collectives");
   std::vector<CollectiveBenchResult> results;
   for (const auto& make : {all_reduce, reduce_scatter, all_gather}) {
     for (int64_t size : sizes_bytes) {
@@ -243,6 +256,7 @@ std::vector<CollectiveBenchResult> bench_collectives(Communicator& comm,
 std::vector<CollectiveBenchResult> bench_gradient_step(Communicator& comm,
                                                        const std::vector<int64_t>& bucket_bytes,
                                                        const CollectiveBenchOptions& options) {
+  require_host_buffers(comm, "bench_gradient_step");
   const int rank = comm.rank();
   const int world = comm.world_size();
   std::vector<int64_t> offsets;  // in floats, one per bucket, then the total

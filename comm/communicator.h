@@ -1,22 +1,45 @@
 // NETWORK. The communicator every data-parallel step talks through. One
 // implementation per backend, one file each: local (a single rank), mpi
-// (host buffers, OpenMPI) and nccl (device buffers, with its issue).
+// (host buffers, OpenMPI) and nccl (device buffers, nccl_communicator.cpp).
+//
+// Where the data lives: device_buffers() says. The host backends (local,
+// mpi) take host pointers everywhere. The NCCL backend takes DEVICE pointers
+// (of its device) for the data collectives — all_reduce_sum,
+// reduce_scatter_sum, all_gather_floats, all_reduce, start_all_reduce_sum,
+// start_all_reduce — and host memory for the small control collectives
+// (all_gather of one double, barrier, broadcast), which it hands to the
+// communicator it was bootstrapped with.
 //
 // Collectives never hang a job: each gives up after the timeout
 // (set_timeout, comm.timeout_s) and aborts every rank with a message naming
 // the collective and what the trainer was doing (set_context).
 #pragma once
 
-#include <cstdint>  // int64_t
-#include <memory>   // std::unique_ptr
+#include <cstdint>    // int64_t
+#include <memory>     // std::unique_ptr
+#include <stdexcept>  // std::logic_error: what a host backend cannot do
 #include <string>
 
 namespace trainbench {
+
+// Element types and reductions of the general all-reduce (all_reduce,
+// start_all_reduce). The host backends do kFloat32 + kSum only.
+enum class DataType { kFloat32, kBfloat16 };
+enum class ReduceOp { kSum, kAvg };  // kAvg: the sum divided by world_size()
+
+inline int64_t data_type_bytes(DataType dtype) { return dtype == DataType::kFloat32 ? 4 : 2; }
+inline const char* data_type_name(DataType dtype) {
+  return dtype == DataType::kFloat32 ? "fp32" : "bf16";
+}
+inline const char* reduce_op_name(ReduceOp op) { return op == ReduceOp::kSum ? "sum" : "avg"; }
 
 class Communicator {
  public:
   virtual ~Communicator() = default;
   virtual const char* backend_name() const = 0;
+  // True when the data collectives take device pointers (NCCL), false for
+  // host pointers (local, mpi). See the top of this file.
+  virtual bool device_buffers() const { return false; }
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   virtual int local_rank() const = 0;  // rank among the processes on this host: picks the GPU
@@ -40,7 +63,7 @@ class Communicator {
 
   // --- Overlapped gradient all-reduce ---
   // Starts an in-place sum of `count` floats and returns at once; it runs in
-  // the background (the MPI backend's progress thread), overlapping with
+  // the background (the MPI backend's progress thread, NCCL's comm stream), overlapping with
   // compute. Requests complete in the order they were started. `data` must
   // stay untouched until wait() returns for it.
   using Ticket = int64_t;
@@ -49,11 +72,42 @@ class Communicator {
   virtual double wait(Ticket ticket) = 0;
   // Seconds the background requests spent in the collective (from the
   // transfer's start to its end, summed) since the last call; comm_s.
+  // (NCCL: device time, from CUDA events around each request.)
   virtual double take_comm_seconds() = 0;
   // Steady-clock time (seconds, the clock of std::chrono::steady_clock) at
   // which the last completed background request ended; comm_exposed_s is
-  // measured from it.
+  // measured from it. (NCCL: when the host saw its completion event — in
+  // wait(), or any later call that polls — so at most that late.)
   virtual double last_completion_time() const = 0;
+
+  // --- Other element types and reductions (bf16 gradients, averages) ---
+  // Blocking in-place all-reduce of `count` elements of `dtype`. The host
+  // backends do fp32 sums only (they forward to all_reduce_sum) and throw
+  // std::logic_error for anything else.
+  virtual void all_reduce(void* data, int64_t count, DataType dtype, ReduceOp op) {
+    require_fp32_sum("all_reduce", dtype, op);
+    all_reduce_sum(static_cast<float*>(data), count);
+  }
+  // The background form: a ticket for wait(), counted in take_comm_seconds()
+  // and last_completion_time(), ordered with start_all_reduce_sum's requests.
+  virtual Ticket start_all_reduce(void* data, int64_t count, DataType dtype, ReduceOp op) {
+    require_fp32_sum("start_all_reduce", dtype, op);
+    return start_all_reduce_sum(static_cast<float*>(data), count);
+  }
+
+  // --- Device-side ordering (device_buffers() backends only) ---
+  // The stream the collectives run on (a cudaStream_t), nullptr for host
+  // backends. A caller may record its own events on it.
+  virtual void* device_stream() const { return nullptr; }
+  // The collectives issued after this call start on the device only once
+  // `cuda_event` (a cudaEvent_t recorded on the caller's stream, e.g. "this
+  // bucket's gradients are written") has completed; the host does not block.
+  // Without it, the device data must be complete before a collective is
+  // called (e.g. the caller synchronised its stream).
+  virtual void wait_for_device_event(void* /*cuda_event*/) {
+    throw std::logic_error(std::string("wait_for_device_event: the ") + backend_name() +
+                           " backend has no device stream");
+  }
 
   // --- Failure handling ---
   virtual void set_timeout(double seconds) = 0;
@@ -61,6 +115,14 @@ class Communicator {
   virtual void set_context(const std::string& context) = 0;
   // Ends every rank of the job now with `message` on stderr and `exit_code`.
   [[noreturn]] virtual void abort(int exit_code, const std::string& message) = 0;
+
+ private:
+  void require_fp32_sum(const char* collective, DataType dtype, ReduceOp op) const {
+    if (dtype == DataType::kFloat32 && op == ReduceOp::kSum) return;
+    throw std::logic_error(std::string(collective) + ": the " + backend_name() +
+                           " backend reduces fp32 sums only, not " + data_type_name(dtype) + " " +
+                           reduce_op_name(op));
+  }
 };
 
 // The one-rank communicator: every collective is the identity.
@@ -72,6 +134,26 @@ std::unique_ptr<Communicator> make_local_communicator();
 // has no MPI backend. Call it when launched by mpirun/srun, or always: a
 // singleton MPI run is one rank.
 std::unique_ptr<Communicator> make_mpi_communicator();
+
+// The NCCL communicator for GPU `device` (one process per GPU: pass the
+// local rank). `bootstrap` (mpi, or local for one rank) gives rank, world,
+// local rank and host, broadcasts the ncclUniqueId, and carries the host
+// control collectives (all_gather of a double, barrier, broadcast); the NCCL
+// communicator owns it, and its own CUDA stream (device_stream()).
+// `init_timeout_s` bounds ncclCommInitRankConfig. Any CUDA or NCCL failure,
+// and any collective past the timeout, aborts every rank (exit 3) with a
+// message naming the call or collective. nullptr when this build has no
+// NCCL backend (TRAINBENCH_NCCL=OFF, no CUDA, or no NCCL found) — the
+// bootstrap then goes with it: ask nccl_version() first when it must survive.
+// One thread drives it (the device stream orders the work; the control
+// collectives are as thread-safe as the bootstrap's). Destroy it before main
+// returns: its destructor waits for the stream and finalizes NCCL.
+std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicator> bootstrap,
+                                                     int device, double init_timeout_s = 300.0);
+
+// The NCCL library this binary runs with, "2.28.9"; "" when the NCCL backend
+// is not built. Needs no GPU.
+std::string nccl_version();
 
 // True when the process was started by an MPI launcher (mpirun, srun --mpi).
 bool launched_by_mpi();

@@ -62,6 +62,30 @@ row "CUDA tests" "${gpu_tests:-no result} (skipped: $skipped, must be 0 on a GPU
 (cd "$build" && ctest -R torch_baseline --output-on-failure) > "$out/ctest_torch_baseline.log" 2>&1
 row "torch_baseline.py tests" "$(grep -E 'tests passed|tests failed' "$out/ctest_torch_baseline.log" | tail -1)"
 
+# 2b. The NCCL communicator on one rank (world size 1, the local bootstrap):
+# every collective checked element by element, bf16 and averages, background
+# requests, and the timeouts that abort instead of hanging. Also under ctest -L
+# gpu above; run here on its own so that its log and row say what NCCL did.
+nccl_test="$build/tests/comm/test_nccl_communicator"
+if [ -x "$nccl_test" ]; then
+  timeout 300 "$nccl_test" > "$out/nccl_1rank.log" 2>&1
+  nccl_status=$?
+  nccl_passed=$(grep -oE '^\[  PASSED  \] [0-9]+' "$out/nccl_1rank.log" | grep -oE '[0-9]+$')
+  nccl_skipped=$(grep -oE '^\[  SKIPPED \] [0-9]+' "$out/nccl_1rank.log" | grep -oE '[0-9]+$')
+  nccl_failed=$(grep -oE '^\[  FAILED  \] [0-9]+' "$out/nccl_1rank.log" | grep -oE '[0-9]+$')
+  nccl_lib=$(grep -oE 'NCCL [0-9]+\.[0-9]+\.[0-9]+' "$out/nccl_1rank.log" | head -1)
+  row "NCCL comm (1 rank)" "${nccl_lib:-NCCL ?}: passed ${nccl_passed:-0}, failed ${nccl_failed:-0}, skipped ${nccl_skipped:-0} (exit $nccl_status; skipped must be 0 on a GPU)"
+  # One rank per GPU when the machine has several (optional: needs mpirun).
+  gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
+  if [ "${gpus:-0}" -ge 2 ] && command -v mpirun > /dev/null; then
+    timeout 300 mpirun -np "$gpus" --allow-run-as-root "$nccl_test" --gtest_filter='NcclCommunicatorTest.*' \
+      > "$out/nccl_${gpus}ranks.log" 2>&1
+    row "NCCL comm ($gpus ranks)" "exit $? ($(grep -c '^\[       OK \]' "$out/nccl_${gpus}ranks.log") OK lines over all ranks)"
+  fi
+else
+  row "NCCL comm (1 rank)" "not built: $(grep -o 'NCCL backend.*' "$out/configure.log" | head -1)"
+fi
+
 # 3. bf16 GEMM ceiling: a square GEMM and the Llama-3-8B MLP projection.
 ceiling_tool="$build/tests/cuda/cuda_gemm_ceiling"
 if "$ceiling_tool" 8192 8192 8192 16384 14336 4096 > "$out/gemm_ceiling.jsonl" 2> "$out/gemm_ceiling.err"; then
