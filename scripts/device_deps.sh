@@ -22,6 +22,7 @@ PACKAGES=(
   libopenblas-dev libopenblas-pthread-dev libopenblas0-pthread libopenblas0 libgfortran5
   libyaml-cpp-dev libyaml-cpp0.7
   nlohmann-json3-dev libcli11-dev
+  libxxhash-dev libxxhash0      # XXH64 of checkpoint files
   libgtest-dev libgmock-dev
   # tar shards: libarchive and the libraries Debian's build of it links
   libarchive-dev libarchive13 libacl1 libnettle8 libxml2 libicu72 liblz4-1 libzstd1

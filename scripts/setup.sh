@@ -12,6 +12,8 @@ DEBIAN_PACKAGES=(
   libarchive-dev                # tar shards
   libyaml-cpp-dev               # configs
   nlohmann-json3-dev            # result JSON
+  libxxhash-dev                 # XXH64 of checkpoint files
+  xxhash                        # xxhsum: the tests check our XXH64 against it
   libcli11-dev                  # command line
   libgtest-dev libgmock-dev     # unit tests
   libtorch-dev                  # the reference model in the kernel tests

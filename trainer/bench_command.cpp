@@ -3,7 +3,9 @@
 
 #include <CLI/CLI.hpp>  // the command line parser
 #include <algorithm>    // std::max
+#include <cerrno>   // errno for --dir
 #include <cstdio>
+#include <cstring>  // std::strerror
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -13,6 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/atomic_file.h"  // write_file_atomically for --out
+#include "checkpoint/checkpoint_files.h"  // check_checkpoint_dir, CheckpointWriteError
+#include "checkpoint/write_bench.h"       // run_write_bench: bench io --write
 #include "comm/collective_bench.h"   // bench_collectives, bench_gradient_step
 #include "comm/communicator.h"       // make_mpi_communicator, launched_by_mpi
 #include "dataloader/io_bench.h"
@@ -37,6 +41,14 @@ struct BenchCommand::Options {
   std::string small_files_dir;
   std::string against;
   std::string out;
+  // bench io --write
+  bool write = false;
+  std::string write_dir;
+  int64_t write_bytes = 2LL << 30;
+  int64_t write_files = 2;
+  bool buffered = false;
+  int64_t block_bytes = 64LL << 20;
+  int64_t repeats = 3;
   // bench comm
   int64_t min_bytes = 1 << 10;
   int64_t max_bytes = 256 << 20;
@@ -131,6 +143,23 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
   io_->add_option("--against", o.against,
                   "a trainbench result JSON: compare with the tokens/s that run consumed per rank");
   io_->add_option("--out", o.out, "write the figures as JSON here");
+  io_->add_flag("--write", o.write,
+                "measure the storage-write ceiling instead: a checkpoint persisted alone, as a run writes it, "
+                "beside a plain sequential write of the same size (dd bs=64M oflag=direct conv=fsync)");
+  io_->add_option("--dir", o.write_dir,
+                  "--write: where to write (a fresh folder is made under it and removed; default: the "
+                  "temporary directory). Put it on the checkpoint filesystem");
+  io_->add_option("--bytes", o.write_bytes, "--write: checkpoint size (default 2G)")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 50));
+  io_->add_option("--files", o.write_files, "--write: files per rank, each with its own writer thread (default 2)")
+      ->check(CLI::Range(1, 1024));
+  io_->add_flag("--buffered", o.buffered, "--write: write through the page cache (default: O_DIRECT, both sides)");
+  io_->add_option("--block-bytes", o.block_bytes, "--write: bytes per write call of the checkpoint (default 64M)")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Range(int64_t{4096}, int64_t{1} << 32));
+  io_->add_option("--repeats", o.repeats, "--write: checkpoint + plain write pairs; medians reported (default 3)")
+      ->check(CLI::Range(1, 1000));
 
   comm_ = bench_->add_subcommand(
       "comm", "the network alone: the model's gradient buckets and a size sweep of all-reduce, "
@@ -159,7 +188,10 @@ BenchCommand::~BenchCommand() = default;
 
 bool BenchCommand::parsed() const { return bench_->parsed(); }
 
-int BenchCommand::run() { return comm_->parsed() ? run_comm() : run_io(); }
+int BenchCommand::run() {
+  if (comm_->parsed()) return run_comm();
+  return options_->write ? run_io_write() : run_io();
+}
 
 int BenchCommand::run_io() {
   const Options& o = *options_;
@@ -268,6 +300,104 @@ int BenchCommand::run_io() {
         {"by_threads", measured},
         {"small_files", small ? rate_json(*small) : nlohmann::json(nullptr)},
         {"consumed_tokens_per_s_per_rank", consumed > 0 ? nlohmann::json(consumed) : nlohmann::json(nullptr)},
+    };
+    write_file_atomically(o.out, result.dump(2) + "\n");
+    std::printf("  result: %s\n", o.out.c_str());
+  }
+  return kExitOk;
+}
+
+int BenchCommand::run_io_write() {
+  const Options& o = *options_;
+  if (o.block_bytes % kImageAlignment != 0)
+    throw CommandError{kExitUserError, "--block-bytes " + std::to_string(o.block_bytes) + " is not a multiple of " +
+                                           std::to_string(kImageAlignment)};
+  if (!o.out.empty() && !fs::is_directory(fs::absolute(o.out).parent_path()))
+    throw CommandError{kExitUserError, "--out " + o.out + ": its directory does not exist"};
+  std::string folder;
+  try {
+    folder = make_temporary_directory("trainbench-bench-write", o.write_dir);
+  } catch (const std::runtime_error& e) {
+    throw CommandError{kExitUserError, "--dir: " + std::string(e.what()) + ": " + std::strerror(errno)};
+  }
+  // The folder goes whatever happens; the bench itself leaves nothing in it.
+  struct RemoveFolder {
+    std::string path;
+    ~RemoveFolder() {
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  } remove_folder{folder};
+  try {
+    check_checkpoint_dir(folder);
+  } catch (const CheckpointWriteError& e) {
+    throw CommandError{kExitUserError, std::string("--dir: ") + e.what()};
+  }
+
+  WriteBenchOptions options;
+  options.folder = folder;
+  options.bytes = o.write_bytes;
+  options.files = static_cast<int>(o.write_files);
+  options.direct_io = !o.buffered;
+  options.block_bytes = o.block_bytes;
+  options.repeats = static_cast<int>(o.repeats);
+  const FilesystemInfo fs_info = describe_filesystem("checkpoint", folder);
+  const std::vector<SectionSpec> sections = write_bench_sections(options.bytes);
+  std::printf("bench io --write: a %s checkpoint (%zu sections in %ld file(s), one writer each, %s writes%s) "
+              "vs a plain sequential write of the same size\n",
+              human_bytes(static_cast<double>(options.bytes)).c_str(), sections.size(), o.write_files,
+              human_bytes(static_cast<double>(options.block_bytes)).c_str(),
+              options.direct_io ? ", O_DIRECT" : ", buffered");
+  std::printf("  in %s (%s, %s free); %d repeat(s), the three rotating\n", folder.c_str(), fs_info.type.c_str(),
+              human_bytes(static_cast<double>(fs_info.free_bytes)).c_str(), options.repeats);
+  std::fflush(stdout);
+
+  const WriteBenchResult r = run_write_bench(options);
+  const double gb = static_cast<double>(r.bytes) / 1e9;
+  std::printf("\n  %-8s %22s %22s %22s\n", "repeat", "checkpoint GB/s (s)", "plain write GB/s (s)",
+              "from state GB/s (s)");
+  for (size_t i = 0; i < r.persist_seconds.size(); ++i)
+    std::printf("  %-8zu %13.2f (%6.2f) %13.2f (%6.2f) %13.2f (%6.2f)\n", i + 1, gb / r.persist_seconds[i],
+                r.persist_seconds[i], gb / r.plain_seconds[i], r.plain_seconds[i], gb / r.plain_from_state_seconds[i],
+                r.plain_from_state_seconds[i]);
+  std::printf("  %-8s %13.2f %8s %13.2f %8s %13.2f\n", "median", r.persist_gbs, "", r.plain_gbs, "",
+              r.plain_from_state_gbs);
+  std::printf("\n  checkpoint persist = %.0f%% of a plain sequential write (%s each; checkpoint %s, plain write %s)\n",
+              100.0 * r.ratio, human_bytes(static_cast<double>(r.bytes)).c_str(),
+              r.persist_direct_io ? "O_DIRECT" : "buffered", r.plain_direct_io ? "O_DIRECT" : "buffered");
+  std::printf("  plain write: one 64 MiB buffer written again and again, as dd bs=64M; from state: the same\n"
+              "  single stream from the checkpoint's memory (%.0f%% of dd's way; the checkpoint %.0f%% of it)\n",
+              100.0 * r.plain_from_state_gbs / r.plain_gbs, 100.0 * r.persist_gbs / r.plain_from_state_gbs);
+  for (const std::string& warning : r.warnings) std::printf("  warning: %s\n", warning.c_str());
+
+  if (!o.out.empty()) {
+    nlohmann::json files = nlohmann::json::array();
+    for (const std::vector<SectionPlacement>& file : r.files) {
+      nlohmann::json sections_json = nlohmann::json::array();
+      for (const SectionPlacement& s : file)
+        sections_json.push_back({{"name", s.name}, {"offset", s.offset}, {"bytes", s.bytes}});
+      files.push_back({{"sections", sections_json}});
+    }
+    auto side = [&](const std::vector<double>& seconds, double median_gbs, bool direct) {
+      std::vector<double> gbs;
+      for (double s : seconds) gbs.push_back(gb / s);
+      return nlohmann::json{{"gbs", median_gbs}, {"gbs_each", gbs}, {"seconds_each", seconds}, {"direct_io", direct}};
+    };
+    const nlohmann::json result = {
+        {"schema", "trainbench.bench_io_write/v1"},
+        {"version", trainbench_version()},
+        {"folder", folder},
+        {"filesystem", fs_info.type},
+        {"bytes", r.bytes},
+        {"files", files},
+        {"block_bytes", options.block_bytes},
+        {"repeats", options.repeats},
+        {"checkpoint_persist", side(r.persist_seconds, r.persist_gbs, r.persist_direct_io)},
+        {"plain_write", side(r.plain_seconds, r.plain_gbs, r.plain_direct_io)},
+        {"plain_write_from_state", side(r.plain_from_state_seconds, r.plain_from_state_gbs, r.plain_direct_io)},
+        {"ratio", r.ratio},
+        {"ratio_to_plain_write_from_state", r.plain_from_state_gbs > 0 ? r.persist_gbs / r.plain_from_state_gbs : 0.0},
+        {"warnings", r.warnings},
     };
     write_file_atomically(o.out, result.dump(2) + "\n");
     std::printf("  result: %s\n", o.out.c_str());

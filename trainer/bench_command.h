@@ -4,6 +4,15 @@
 // sequential read of the same shards and, with --small-files, the same
 // samples read as one file per member.
 //
+// `trainbench bench io --write [--dir DIR] [--bytes N] [--files N] [--buffered]
+//  [--block-bytes N] [--repeats N] [--out FILE]`: the storage-write ceiling.
+// A checkpoint of N bytes persisted alone exactly as a run persists it
+// (write_rank_files: parallel writers, XXH64, fsyncs), alternating with a
+// plain sequential write of the same bytes to the same folder (`dd bs=64M
+// oflag=direct conv=fsync`) and the same single stream written from the
+// checkpoint's own memory; medians of each and persist / plain write. The
+// config is not used. An unwritable --dir exits 2.
+//
 // `trainbench bench comm [CONFIG] [--set k=v]... [--min-bytes N] [--max-bytes N]
 //  [--factor F] [--iters N] [--out FILE]`, under mpirun/srun: the network
 // ceiling. The configured model's gradient buckets back to back, then
@@ -34,6 +43,7 @@ class BenchCommand {
   CLI::App* io_ = nullptr;
   CLI::App* comm_ = nullptr;
   int run_io();
+  int run_io_write();
   int run_comm();
   struct Options;
   std::unique_ptr<Options> options_;  // the App's options write into it

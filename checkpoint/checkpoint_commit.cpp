@@ -1,0 +1,244 @@
+// The commit half of a checkpoint (rank 0): manifest, rename, `latest`,
+// retention; and what a crashed or given-up checkpoint leaves to clean.
+#include <stdio.h>     // renameat2, RENAME_EXCHANGE (glibc, _GNU_SOURCE)
+#include <fcntl.h>     // AT_FDCWD
+#include <sys/stat.h>  // stat
+#include <time.h>      // gmtime_r
+
+#include <algorithm>   // std::sort
+#include <cerrno>      // errno
+#include <cstring>     // std::strerror
+#include <filesystem>  // directory_iterator
+#include <system_error>
+
+#include "checkpoint/atomic_file.h"  // write_file_atomically for `latest`
+#include "checkpoint/checkpoint_files.h"
+#include "checkpoint/checkpoint_io.h"  // fail_write, fsync_directory, write_synced_file, ...
+
+namespace trainbench {
+
+namespace io = checkpoint_io;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string utc_now_iso8601() {
+  const time_t now = ::time(nullptr);
+  struct tm utc {};
+  char text[32] = "unknown";
+  if (::gmtime_r(&now, &utc) != nullptr) ::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+bool path_exists(const std::string& path) {
+  struct stat status {};
+  if (::stat(path.c_str(), &status) == 0) return true;
+  if (errno == ENOENT) return false;
+  io::fail_write("cannot stat", path, errno);
+}
+
+// A name in a checkpoint dir: step_N (a committed checkpoint, or a stale
+// one that lost its manifest), step_N.tmp (being written, or left by a
+// crash) or step_N.old (set aside to be removed). Anything else: step -1.
+struct StepName {
+  int64_t step = -1;
+  std::string suffix;  // "", ".tmp", ".old"
+};
+
+StepName parse_step_name(const std::string& name) {
+  for (const char* suffix : {".tmp", ".old"}) {
+    const size_t length = std::strlen(suffix);
+    if (name.size() > length && name.compare(name.size() - length, length, suffix) == 0) {
+      const int64_t step = io::step_of_folder(name.substr(0, name.size() - length));
+      return step < 0 ? StepName{} : StepName{step, suffix};
+    }
+  }
+  return {io::step_of_folder(name), ""};
+}
+
+// The folder `latest` names, or "" when there is none.
+std::string latest_target(const std::string& dir) {
+  const std::string path = dir + "/latest";
+  if (!path_exists(path)) return "";
+  std::string name = io::read_small_file(path, "checkpoint pointer");
+  while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) name.pop_back();
+  return name;
+}
+
+// Renames first, then deletes: a crash halfway through a deletion leaves a
+// step_M.old (cleaned by the next commit), never a step_M that looks
+// committed but has lost files.
+void remove_checkpoint_folder(const std::string& folder, int64_t committed_step) {
+  try {
+    std::string doomed = folder;
+    if (parse_step_name(fs::path(folder).filename().string()).suffix.empty()) {
+      doomed = folder + ".old";
+      if (path_exists(doomed)) io::remove_folder(doomed);
+      if (::rename(folder.c_str(), doomed.c_str()) != 0)
+        io::fail_write("cannot rename " + folder + " to", doomed, errno);
+    }
+    io::remove_folder(doomed);
+  } catch (const CheckpointWriteError& e) {
+    throw CheckpointWriteError("checkpoint step " + std::to_string(committed_step) +
+                                   " is committed, but removing an old one failed: " + e.what(),
+                               e.disk_full);
+  }
+}
+
+// After the commit of `step`: removes leftovers (step_M.tmp, step_M.old,
+// step_M without a manifest, for M <= step — a later step may be in
+// flight) and all but the newest `keep` committed checkpoints up to
+// `step`. Never the one `latest` names.
+void apply_retention(const std::string& dir, int64_t step, int64_t keep) {
+  const std::string latest = latest_target(dir);
+  std::vector<CommittedCheckpoint> committed;
+  std::vector<std::string> stale;
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    const StepName parsed = parse_step_name(name);
+    if (parsed.step < 0 || parsed.step > step) continue;
+    std::error_code ignored;
+    if (!entry.is_directory(ignored)) continue;
+    const std::string folder = dir + "/" + name;
+    if (name == latest) {
+      committed.push_back({parsed.step, folder});  // counts towards `keep`, never removed
+    } else if (!parsed.suffix.empty()) {
+      stale.push_back(folder);
+    } else if (path_exists(folder + "/manifest.json")) {
+      committed.push_back({parsed.step, folder});
+    } else if (parsed.step < step) {
+      stale.push_back(folder);
+    }
+  }
+  if (error) io::fail_write("cannot list checkpoint.dir", dir, error.value());
+  for (const std::string& folder : stale) remove_checkpoint_folder(folder, step);
+  if (keep <= 0) return;
+  std::sort(committed.begin(), committed.end(),
+            [](const CommittedCheckpoint& a, const CommittedCheckpoint& b) { return a.step > b.step; });
+  for (size_t i = static_cast<size_t>(keep); i < committed.size(); ++i)
+    if (fs::path(committed[i].folder).filename() != latest) remove_checkpoint_folder(committed[i].folder, step);
+}
+
+// Puts `pending` in place of an existing `committed` folder (a resumed run
+// checkpointing a step it has checkpointed before). RENAME_EXCHANGE swaps
+// the two in one step, so step_N is complete at every instant; the old
+// one ends up under the pending name and retention removes it. Where the
+// filesystem cannot exchange (NFS, Lustre: EINVAL), the old one is renamed
+// away first — a crash between the two renames leaves no step_N.
+void replace_committed(const std::string& pending, const std::string& committed) {
+  if (::renameat2(AT_FDCWD, pending.c_str(), AT_FDCWD, committed.c_str(), RENAME_EXCHANGE) == 0) return;
+  if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+    io::fail_write("cannot exchange " + pending + " with", committed, errno);
+  const std::string aside = committed + ".old";
+  if (path_exists(aside)) io::remove_folder(aside);
+  if (::rename(committed.c_str(), aside.c_str()) != 0)
+    io::fail_write("cannot rename " + committed + " to", aside, errno);
+  if (::rename(pending.c_str(), committed.c_str()) != 0)
+    io::fail_write("cannot rename " + pending + " to", committed, errno);
+}
+
+}  // namespace
+
+nlohmann::json commit_checkpoint(const CommitRequest& request) {
+  if (request.world_size < 1)
+    throw std::invalid_argument("commit_checkpoint: world_size " + std::to_string(request.world_size));
+  const std::string pending = pending_folder(request.dir, request.step);
+  const std::string committed = committed_folder(request.dir, request.step);
+  const std::string dir = request.dir.empty() ? "." : io::without_trailing_slashes(request.dir);
+  const std::string step_text = "checkpoint step " + std::to_string(request.step);
+
+  // Every rank's record, each file checked to be there at its recorded size:
+  // a manifest must never name a file that is not complete on disk.
+  nlohmann::json ranks = nlohmann::json::array();
+  int64_t total_bytes = 0;
+  for (int rank = 0; rank < request.world_size; ++rank) {
+    const std::string record_path = pending + "/" + rank_record_name(rank);
+    if (!path_exists(record_path))
+      throw CheckpointWriteError(step_text + ": no record from rank " + std::to_string(rank) + " (" +
+                                     record_path + " is missing)",
+                                 false);
+    nlohmann::json files = nlohmann::json::array();
+    try {
+      const nlohmann::json records = nlohmann::json::parse(io::read_small_file(record_path, "checkpoint record"));
+      for (const nlohmann::json& entry : records) {
+        const FileRecord record = io::file_record_from_json(entry);
+        const std::string file = pending + "/" + record.name;
+        struct stat status {};
+        if (::stat(file.c_str(), &status) != 0) io::fail_write("rank " + std::to_string(rank) + " recorded", file, errno);
+        if (status.st_size != record.bytes)
+          throw CheckpointWriteError("checkpoint file " + file + ": " + std::to_string(status.st_size) +
+                                         " bytes on disk, but rank " + std::to_string(rank) + " recorded " +
+                                         std::to_string(record.bytes),
+                                     false);
+        total_bytes += record.bytes;
+        files.push_back(io::file_record_to_json(record));
+      }
+    } catch (const nlohmann::json::exception& e) {
+      throw CheckpointWriteError("checkpoint record " + record_path + ": " + e.what(), false);
+    } catch (const CheckpointError& e) {
+      throw CheckpointWriteError(e.what(), false);
+    }
+    ranks.push_back({{"rank", rank}, {"files", files}});
+  }
+
+  nlohmann::json versions = request.versions.is_object() ? request.versions : nlohmann::json::object();
+  versions["xxhash"] = io::xxhash_version();
+  const nlohmann::json manifest = {
+      {"schema", kCheckpointSchema},
+      {"step", request.step},
+      {"world_size", request.world_size},
+      {"created", utc_now_iso8601()},
+      {"config", request.config},
+      {"versions", versions},
+      {"extra", request.extra},
+      {"ranks", ranks},
+      {"total_bytes", total_bytes},
+  };
+  io::write_synced_file(pending + "/manifest.json", manifest.dump(2) + "\n");
+  io::fsync_directory(pending);
+  crash_point("before_rename", request.step);
+
+  if (path_exists(committed)) {
+    replace_committed(pending, committed);
+  } else if (::rename(pending.c_str(), committed.c_str()) != 0) {
+    io::fail_write("cannot rename " + pending + " to", committed, errno);
+  }
+  io::fsync_directory(dir);
+  crash_point("after_rename", request.step);
+
+  // The commit point: from here `latest` names the new checkpoint.
+  try {
+    write_file_atomically(dir + "/latest", "step_" + std::to_string(request.step) + "\n");
+  } catch (const AtomicWriteError& e) {
+    const std::string message = e.what();
+    const bool disk_full = message.ends_with(std::strerror(ENOSPC)) || message.ends_with(std::strerror(EDQUOT));
+    throw CheckpointWriteError(message, disk_full);
+  }
+  apply_retention(dir, request.step, request.keep);
+  return manifest;
+}
+
+void abandon_pending(const std::string& dir, int64_t step) { io::remove_folder(pending_folder(dir, step)); }
+
+std::vector<CommittedCheckpoint> list_committed(const std::string& dir) {
+  std::vector<CommittedCheckpoint> result;
+  std::error_code error;
+  fs::directory_iterator entries(dir, error);
+  if (error == std::errc::no_such_file_or_directory) return result;
+  if (error) throw CheckpointError("checkpoint.dir " + dir + ": cannot list it: " + error.message());
+  for (const fs::directory_entry& entry : entries) {
+    const std::string name = entry.path().filename().string();
+    const StepName parsed = parse_step_name(name);
+    if (parsed.step < 0 || !parsed.suffix.empty()) continue;
+    const std::string folder = io::without_trailing_slashes(dir) + "/" + name;
+    std::error_code ignored;
+    if (fs::is_directory(folder, ignored) && fs::is_regular_file(folder + "/manifest.json", ignored))
+      result.push_back({parsed.step, folder});
+  }
+  std::sort(result.begin(), result.end(),
+            [](const CommittedCheckpoint& a, const CommittedCheckpoint& b) { return a.step < b.step; });
+  return result;
+}
+
+}  // namespace trainbench

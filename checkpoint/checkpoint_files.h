@@ -1,0 +1,171 @@
+// STORAGE WRITE. The files of one checkpoint and how they are written,
+// committed and read back. A checkpoint of step N under `dir`:
+//
+//   dir/step_N.tmp/           while it is being written (never loaded)
+//     rank_00003_1.bin        rank 3's second file: whole sections, 4096-aligned
+//     rank_00003.json         rank 3's FileRecords, for rank 0 to assemble
+//   dir/step_N/               after the commit's rename
+//     manifest.json           schema, config, world size, every file's size,
+//                             xxh64 and sections, library versions
+//   dir/latest                "step_N\n": the newest committed checkpoint,
+//                             replaced atomically; it is the commit point
+//
+// Every rank writes its own files (writers in parallel, each file fsynced),
+// then rank 0, once every rank has confirmed through the communicator,
+// commits: manifest.json written and fsynced, step_N.tmp renamed to step_N
+// (an older step_N is swapped out atomically), the parent folder fsynced,
+// `latest` replaced atomically, and all but the newest `keep` committed
+// checkpoints removed. A crash at any instant leaves `latest` naming a
+// complete, verified checkpoint (or no `latest` before the first commit).
+// Multi-node runs need `dir` on a filesystem every rank sees.
+#pragma once
+
+#include <cstdint>    // int64_t
+#include <stdexcept>  // CheckpointError
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>  // the manifest
+
+#include "checkpoint/state_image.h"  // StateImage, SectionPlacement
+
+namespace trainbench {
+
+inline constexpr const char* kCheckpointSchema = "trainbench.checkpoint/v1";
+
+// A checkpoint that cannot be used: missing, unreadable, corrupt, from
+// another schema. what() is one line naming the file (and field or offset).
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Writing or committing failed. disk_full is set for ENOSPC/EDQUOT, so the
+// trainer can apply checkpoint.on_full.
+class CheckpointWriteError : public std::runtime_error {
+ public:
+  CheckpointWriteError(const std::string& message, bool disk_full)
+      : std::runtime_error(message), disk_full(disk_full) {}
+  bool disk_full;
+};
+
+// One written file.
+struct FileRecord {
+  std::string name;  // relative to the checkpoint folder
+  int64_t bytes = 0;
+  std::string xxh64;  // 16 lower-case hex digits, as xxhsum -H1 prints
+  std::vector<SectionPlacement> sections;
+  // How it was written: true when O_DIRECT was used. When it was asked for
+  // but the filesystem refused it (tmpfs, some network filesystems: EINVAL),
+  // the file is written through the page cache instead, direct_io is false
+  // and `warning` says so in one line for the run's warnings; otherwise
+  // `warning` is empty. Kept in the rank record and the manifest.
+  bool direct_io = false;
+  std::string warning;
+};
+
+struct WriteOptions {
+  bool direct_io = false;           // O_DIRECT (falls back with a warning where unsupported)
+  int64_t block_bytes = 64LL << 20;  // bytes per write call, a multiple of kImageAlignment
+};
+
+// "dir/step_N.tmp", "dir/step_N", "rank_00003_1.bin", "rank_00003.json".
+// Trailing slashes of dir are dropped; an empty dir is ".".
+std::string pending_folder(const std::string& dir, int64_t step);
+std::string committed_folder(const std::string& dir, int64_t step);
+std::string rank_file_name(int rank, int index);
+std::string rank_record_name(int rank);
+
+// Splits sections over `files` files, whole sections each, balancing bytes
+// (largest first onto the lightest file); empty files are dropped. Returns
+// the sections of each file.
+std::vector<std::vector<SectionSpec>> assign_sections_to_files(const std::vector<SectionSpec>& sections,
+                                                               int files);
+
+// Creates dir/step_N.tmp (and dir) if missing; an existing leftover
+// step_N.tmp from a crashed run is emptied first. Any rank may call it, but
+// with a `dir` every rank shares, one rank must empty it before the others
+// write (rank 0, then a barrier): emptying races with another rank's files.
+void prepare_pending_folder(const std::string& dir, int64_t step);
+
+// Start-up check, before any training: creates dir if missing, then writes,
+// fsyncs and removes a probe file in it (permission bits alone do not tell:
+// root ignores them and a read-only mount does not show in them). Throws
+// CheckpointWriteError "checkpoint.dir <dir> is not writable: ...".
+void check_checkpoint_dir(const std::string& dir);
+
+// Writes the image as `folder/name` in block_bytes writes, fsyncs it and
+// returns its record (xxh64 over exactly the bytes written, computed on a
+// second thread that hashes each block while it is being written, so
+// hashing overlaps the I/O; the image must not change meanwhile). The file
+// is image.bytes() long, padding included. Throws
+// CheckpointWriteError naming the file; the partial file is removed.
+// std::invalid_argument when block_bytes is not a positive multiple of
+// kImageAlignment.
+FileRecord write_image_file(const std::string& folder, const std::string& name,
+                            const StateImage& image, const WriteOptions& options);
+
+// Writes `images` as rank `rank`'s files, one thread per image, then its
+// record file (fsynced), then fsyncs the folder: everything rank 0 needs to
+// commit. On failure it waits for every thread, removes the files it wrote
+// and rethrows the first failure. Crash point `write` fires once the first
+// image is half written (the step is taken from the folder's name step_N.tmp).
+std::vector<FileRecord> write_rank_files(const std::string& folder, int rank,
+                                         const std::vector<const StateImage*>& images,
+                                         const WriteOptions& options);
+
+struct CommitRequest {
+  std::string dir;
+  int64_t step = 0;
+  int world_size = 1;
+  int64_t keep = 2;           // committed checkpoints retained; 0 = all
+  nlohmann::json config;      // the run's resolved config
+  nlohmann::json versions;    // library versions (trainbench, CUDA, NCCL, MPI, ...)
+  nlohmann::json extra;       // anything else the trainer records (model, zero, ...)
+};
+
+// Rank 0, after every rank's write_rank_files returned: the commit sequence
+// described above. Returns the manifest it wrote. Throws CheckpointWriteError.
+nlohmann::json commit_checkpoint(const CommitRequest& request);
+
+// Removes dir/step_N.tmp (a checkpoint given up, e.g. disk full with
+// checkpoint.on_full: skip). No error when it is already gone.
+void abandon_pending(const std::string& dir, int64_t step);
+
+// Committed checkpoints under dir (folders step_N with a manifest.json), by step.
+struct CommittedCheckpoint {
+  int64_t step = 0;
+  std::string folder;
+};
+std::vector<CommittedCheckpoint> list_committed(const std::string& dir);
+
+// `spec` is "latest" (dir/latest), a checkpoint folder (step_N), or a
+// checkpoint dir holding `latest`. Returns the step folder. Throws
+// CheckpointError naming what is missing.
+std::string resolve_checkpoint(const std::string& spec, const std::string& dir);
+
+// Parses and checks folder/manifest.json (schema, fields). Throws CheckpointError.
+nlohmann::json read_manifest(const std::string& folder);
+
+// A rank's files read back and verified against the manifest's sizes and
+// checksums. Throws CheckpointError naming the file, the expected and actual
+// xxh64 and the sections it holds.
+class LoadedRank {
+ public:
+  // The section's bytes, or nullptr when there is none by that name.
+  const unsigned char* section(const std::string& name, int64_t* bytes = nullptr) const;
+  std::vector<StateImage> images;  // one per file, in manifest order
+};
+LoadedRank read_rank_files(const std::string& folder, const nlohmann::json& manifest, int rank);
+// The same, staging the images in memory from `allocator` (pinned memory
+// for a device restore).
+LoadedRank read_rank_files(const std::string& folder, const nlohmann::json& manifest, int rank,
+                           StagingAllocator allocator);
+
+// Test-only fault injection: when TRAINBENCH_TEST_CRASH_AT is `phase` or
+// `phase@step` for this step, the process kills itself with SIGKILL, as a
+// node failure would. Phases: copy, write, before_rename, after_rename.
+// The variable is read once per process.
+void crash_point(const char* phase, int64_t step);
+
+}  // namespace trainbench

@@ -1,0 +1,49 @@
+// STORAGE WRITE, internal to checkpoint/: the small file-system steps the
+// write, commit and read halves share, each one checked and turned into a
+// one-line error naming the path. Not for use outside checkpoint/.
+#pragma once
+
+#include <cstdint>  // int64_t
+#include <string>
+
+#include <nlohmann/json.hpp>  // FileRecord <-> JSON
+
+#include "checkpoint/checkpoint_files.h"  // CheckpointWriteError, FileRecord
+
+namespace trainbench::checkpoint_io {
+
+// "<what> <path>: <strerror(error)>" as a CheckpointWriteError, disk_full
+// set for ENOSPC and EDQUOT.
+[[noreturn]] void fail_write(const std::string& what, const std::string& path, int error);
+
+// Makes a directory entry durable: open the folder, fsync it, close it.
+void fsync_directory(const std::string& folder);
+
+// Writes a small file (a record, the manifest) in place and fsyncs it; a
+// failure removes it. The caller makes the directory entry durable.
+void write_synced_file(const std::string& path, const std::string& contents);
+
+// "dir" for "dir/", "dir//"; "/" stays "/".
+std::string without_trailing_slashes(std::string dir);
+
+// Removes a folder and everything in it; a missing folder is no error.
+void remove_folder(const std::string& folder);
+
+// 16 lower-case hex digits, as `xxhsum -H1` prints an XXH64 digest.
+std::string xxh64_hex(uint64_t digest);
+
+// "0.8.1" for the libxxhash this was linked with.
+std::string xxhash_version();
+
+// The step N of a folder named ".../step_N" or ".../step_N.tmp", or -1.
+int64_t step_of_folder(const std::string& folder);
+
+// A whole file's contents; throws CheckpointError naming it.
+std::string read_small_file(const std::string& path, const std::string& what);
+
+nlohmann::json file_record_to_json(const FileRecord& record);
+// Throws nlohmann::json exceptions on a missing or mistyped field; the
+// caller names the file.
+FileRecord file_record_from_json(const nlohmann::json& json);
+
+}  // namespace trainbench::checkpoint_io

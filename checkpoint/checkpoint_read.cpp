@@ -1,0 +1,269 @@
+// The read half of a checkpoint: which folder to load, its manifest checked
+// field by field, and a rank's files read back and verified byte for byte.
+#include <fcntl.h>     // open, posix_fadvise
+#include <sys/stat.h>  // fstat
+#include <unistd.h>    // pread, close
+
+#include <algorithm>   // std::min
+#include <cerrno>      // errno
+#include <cstring>     // std::strerror
+#include <filesystem>  // exists, is_directory
+#include <memory>      // std::unique_ptr for the XXH64 state
+#include <system_error>
+
+#include <xxhash.h>  // XXH64 streaming
+
+#include "checkpoint/checkpoint_files.h"
+#include "checkpoint/checkpoint_io.h"  // read_small_file, file_record_from_json, xxh64_hex
+
+namespace trainbench {
+
+namespace io = checkpoint_io;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kReadBlock = 64LL << 20;
+
+bool exists_quietly(const std::string& path) {
+  std::error_code ignored;
+  return fs::exists(path, ignored);
+}
+
+// `dir`/latest -> dir/step_N, checked to hold a manifest. `what` names dir
+// for the messages ("checkpoint.dir /x").
+std::string follow_latest(const std::string& dir, const std::string& what) {
+  const std::string latest = dir + "/latest";
+  if (!exists_quietly(latest)) throw CheckpointError(what + " has no committed checkpoint (no " + latest + ")");
+  std::string name = io::read_small_file(latest, "checkpoint pointer");
+  while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) name.pop_back();
+  if (io::step_of_folder(name) < 0 || name.find('/') != std::string::npos || name.ends_with(".tmp"))
+    throw CheckpointError("checkpoint pointer " + latest + ": \"" + name + "\" is not a checkpoint folder name (step_N)");
+  const std::string folder = dir + "/" + name;
+  if (!exists_quietly(folder + "/manifest.json"))
+    throw CheckpointError("checkpoint pointer " + latest + " names " + name + ", but " + folder +
+                          "/manifest.json is missing");
+  return folder;
+}
+
+// Field checks with messages that name the file and the field's path.
+class ManifestFields {
+ public:
+  explicit ManifestFields(std::string path) : path_(std::move(path)) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw CheckpointError("checkpoint manifest " + path_ + ": " + what);
+  }
+  const nlohmann::json& field(const nlohmann::json& object, const std::string& key, const std::string& where) const {
+    const auto found = object.find(key);
+    if (found == object.end()) fail("field " + where + " is missing");
+    return *found;
+  }
+  int64_t integer(const nlohmann::json& object, const std::string& key, const std::string& where,
+                  int64_t minimum) const {
+    const nlohmann::json& value = field(object, key, where);
+    if (!value.is_number_integer()) fail("field " + where + " is not an integer");
+    const int64_t number = value.get<int64_t>();
+    if (number < minimum) fail("field " + where + " is " + std::to_string(number) + ", below " + std::to_string(minimum));
+    return number;
+  }
+  const std::string& string(const nlohmann::json& object, const std::string& key, const std::string& where) const {
+    const nlohmann::json& value = field(object, key, where);
+    if (!value.is_string()) fail("field " + where + " is not a string");
+    return value.get_ref<const std::string&>();
+  }
+  const nlohmann::json& array(const nlohmann::json& object, const std::string& key, const std::string& where) const {
+    const nlohmann::json& value = field(object, key, where);
+    if (!value.is_array()) fail("field " + where + " is not an array");
+    return value;
+  }
+  void object(const nlohmann::json& value, const std::string& where) const {
+    if (!value.is_object()) fail("field " + where + " is not an object");
+  }
+
+ private:
+  std::string path_;
+};
+
+bool is_xxh64_text(const std::string& text) {
+  if (text.size() != 16) return false;
+  for (char c : text)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+std::string section_names(const FileRecord& record) {
+  std::string names;
+  for (const SectionPlacement& s : record.sections) names += (names.empty() ? "" : ", ") + s.name;
+  return names.empty() ? "no sections" : "sections " + names;
+}
+
+// Reads one file into a fresh image laid out as the manifest says and
+// checks its size and checksum.
+StateImage read_and_verify(const std::string& path, const FileRecord& record, const StagingAllocator& allocator) {
+  std::vector<SectionSpec> specs;
+  for (const SectionPlacement& s : record.sections) specs.push_back({s.name, s.bytes});
+  StateImage image = [&] {
+    try {
+      return StateImage(specs, allocator);
+    } catch (const std::invalid_argument& e) {
+      throw CheckpointError("checkpoint file " + path + ": " + e.what());
+    }
+  }();
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (image.sections()[i].offset != record.sections[i].offset)
+      throw CheckpointError("checkpoint file " + path + ": section " + specs[i].name + " at offset " +
+                            std::to_string(record.sections[i].offset) + " in the manifest, but this layout puts it at " +
+                            std::to_string(image.sections()[i].offset));
+  if (image.bytes() != record.bytes)
+    throw CheckpointError("checkpoint file " + path + ": the manifest says " + std::to_string(record.bytes) +
+                          " bytes, but its sections take " + std::to_string(image.bytes()));
+
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw CheckpointError("checkpoint file " + path + ": cannot open it: " + std::strerror(errno));
+  auto fail = [&](const std::string& what) {
+    ::close(fd);  // read-only: nothing its close could lose
+    throw CheckpointError("checkpoint file " + path + ": " + what);
+  };
+  struct stat status {};
+  if (::fstat(fd, &status) != 0) fail(std::string("cannot stat it: ") + std::strerror(errno));
+  if (status.st_size != record.bytes)
+    fail(std::to_string(status.st_size) + " bytes but the manifest says " + std::to_string(record.bytes));
+  // Only a hint for the page cache's read-ahead; its failure changes nothing.
+  (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+
+  std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> state(XXH64_createState(), &XXH64_freeState);
+  if (!state) throw std::bad_alloc();
+  XXH64_reset(state.get(), 0);
+  int64_t offset = 0;
+  while (offset < record.bytes) {
+    const size_t chunk = static_cast<size_t>(std::min(kReadBlock, record.bytes - offset));
+    const ssize_t n = ::pread(fd, image.data() + offset, chunk, offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("read failed at offset " + std::to_string(offset) + ": " + std::strerror(errno));
+    if (n == 0) fail("ends at offset " + std::to_string(offset) + ", the manifest says " + std::to_string(record.bytes) + " bytes");
+    XXH64_update(state.get(), image.data() + offset, static_cast<size_t>(n));
+    offset += n;
+  }
+  if (::close(fd) != 0) throw CheckpointError("checkpoint file " + path + ": cannot close it: " + std::strerror(errno));
+  const std::string actual = io::xxh64_hex(XXH64_digest(state.get()));
+  if (actual != record.xxh64)
+    throw CheckpointError("checkpoint file " + path + ": xxh64 " + actual + " but the manifest says " + record.xxh64 +
+                          " (holds " + section_names(record) + ")");
+  return image;
+}
+
+}  // namespace
+
+std::string resolve_checkpoint(const std::string& spec, const std::string& dir) {
+  if (spec == "latest") {
+    if (dir.empty()) throw CheckpointError("--resume latest: checkpoint.dir is not set");
+    const std::string clean = io::without_trailing_slashes(dir);
+    return follow_latest(clean, "checkpoint.dir " + clean);
+  }
+  const std::string path = io::without_trailing_slashes(spec);
+  if (path.empty()) throw CheckpointError("--resume: an empty checkpoint path");
+  if (exists_quietly(path + "/manifest.json")) return path;
+  if (exists_quietly(path + "/latest")) return follow_latest(path, "checkpoint.dir " + path);
+  std::error_code error;
+  if (!fs::exists(path, error)) throw CheckpointError("checkpoint " + path + " does not exist");
+  if (!fs::is_directory(path, error)) throw CheckpointError("checkpoint " + path + " is not a folder");
+  throw CheckpointError("checkpoint " + path + " is neither a checkpoint (no " + path +
+                        "/manifest.json) nor a checkpoint.dir (no " + path + "/latest)");
+}
+
+nlohmann::json read_manifest(const std::string& folder) {
+  const std::string path = io::without_trailing_slashes(folder) + "/manifest.json";
+  const std::string text = io::read_small_file(path, "checkpoint manifest");
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError("checkpoint manifest " + path + ": not valid JSON (" + e.what() + ")");
+  }
+  const ManifestFields check(path);
+  check.object(manifest, "(top level)");
+  const std::string& schema = check.string(manifest, "schema", "schema");
+  if (schema != kCheckpointSchema)
+    check.fail("schema \"" + schema + "\", expected \"" + kCheckpointSchema + "\"");
+  check.integer(manifest, "step", "step", 0);
+  const int64_t world_size = check.integer(manifest, "world_size", "world_size", 1);
+  check.string(manifest, "created", "created");
+  check.field(manifest, "config", "config");
+  check.object(check.field(manifest, "versions", "versions"), "versions");
+  const int64_t total_bytes = check.integer(manifest, "total_bytes", "total_bytes", 0);
+  const nlohmann::json& ranks = check.array(manifest, "ranks", "ranks");
+  if (static_cast<int64_t>(ranks.size()) != world_size)
+    check.fail("field ranks has " + std::to_string(ranks.size()) + " entries for world_size " + std::to_string(world_size));
+  int64_t sum = 0;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const std::string rank_where = "ranks[" + std::to_string(r) + "]";
+    check.object(ranks[r], rank_where);
+    if (check.integer(ranks[r], "rank", rank_where + ".rank", 0) != static_cast<int64_t>(r))
+      check.fail("field " + rank_where + ".rank is not " + std::to_string(r));
+    const nlohmann::json& files = check.array(ranks[r], "files", rank_where + ".files");
+    for (size_t f = 0; f < files.size(); ++f) {
+      const std::string where = rank_where + ".files[" + std::to_string(f) + "]";
+      check.object(files[f], where);
+      const std::string& name = check.string(files[f], "name", where + ".name");
+      if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+        check.fail("field " + where + ".name \"" + name + "\" is not a file name in the checkpoint folder");
+      const int64_t bytes = check.integer(files[f], "bytes", where + ".bytes", 0);
+      if (bytes % kImageAlignment != 0)
+        check.fail("field " + where + ".bytes " + std::to_string(bytes) + " is not a multiple of " +
+                   std::to_string(kImageAlignment));
+      sum += bytes;
+      if (!is_xxh64_text(check.string(files[f], "xxh64", where + ".xxh64")))
+        check.fail("field " + where + ".xxh64 is not 16 lower-case hex digits");
+      const nlohmann::json& sections = check.array(files[f], "sections", where + ".sections");
+      for (size_t s = 0; s < sections.size(); ++s) {
+        const std::string section_where = where + ".sections[" + std::to_string(s) + "]";
+        check.object(sections[s], section_where);
+        check.string(sections[s], "name", section_where + ".name");
+        check.integer(sections[s], "offset", section_where + ".offset", 0);
+        check.integer(sections[s], "bytes", section_where + ".bytes", 0);
+      }
+    }
+  }
+  if (sum != total_bytes)
+    check.fail("field total_bytes is " + std::to_string(total_bytes) + " but the files add up to " + std::to_string(sum));
+  return manifest;
+}
+
+LoadedRank read_rank_files(const std::string& folder, const nlohmann::json& manifest, int rank) {
+  return read_rank_files(folder, manifest, rank, StagingAllocator{});
+}
+
+LoadedRank read_rank_files(const std::string& folder, const nlohmann::json& manifest, int rank,
+                           StagingAllocator allocator) {
+  const std::string clean = io::without_trailing_slashes(folder);
+  const nlohmann::json& ranks = manifest.at("ranks");
+  if (rank < 0 || rank >= static_cast<int>(ranks.size()))
+    throw CheckpointError("checkpoint " + clean + " has " + std::to_string(ranks.size()) + " rank(s), not rank " +
+                          std::to_string(rank));
+  LoadedRank loaded;
+  for (const nlohmann::json& entry : ranks[static_cast<size_t>(rank)].at("files")) {
+    FileRecord record;
+    try {
+      record = io::file_record_from_json(entry);
+    } catch (const nlohmann::json::exception& e) {
+      throw CheckpointError("checkpoint manifest " + clean + "/manifest.json: rank " + std::to_string(rank) + ": " +
+                            e.what());
+    }
+    loaded.images.push_back(read_and_verify(clean + "/" + record.name, record, allocator));
+  }
+  return loaded;
+}
+
+const unsigned char* LoadedRank::section(const std::string& name, int64_t* bytes) const {
+  for (const StateImage& image : images) {
+    const int64_t index = image.find(name);
+    if (index < 0) continue;
+    if (bytes != nullptr) *bytes = image.sections()[static_cast<size_t>(index)].bytes;
+    return image.section_data(static_cast<size_t>(index));
+  }
+  if (bytes != nullptr) *bytes = 0;
+  return nullptr;
+}
+
+}  // namespace trainbench

@@ -1,0 +1,71 @@
+// STORAGE WRITE. One checkpoint file's bytes in host memory: named sections
+// at 4096-byte aligned offsets of one staging allocation, the padding zeroed.
+// The engine copies its state straight into the sections (page-locked memory
+// under CUDA, from the allocator the trainer hands in) and the writer writes
+// the whole image with large aligned writes, O_DIRECT when asked, with no
+// bounce copy.
+#pragma once
+
+#include <cstddef>     // size_t
+#include <cstdint>     // int64_t
+#include <functional>  // StagingAllocator
+#include <string>
+#include <vector>
+
+namespace trainbench {
+
+// Sections start at multiples of this, and an image's size is one: the
+// alignment O_DIRECT asks of offsets, lengths and buffers.
+inline constexpr int64_t kImageAlignment = 4096;
+
+struct SectionSpec {
+  std::string name;
+  int64_t bytes = 0;
+};
+
+// Where a section lies in its file.
+struct SectionPlacement {
+  std::string name;
+  int64_t offset = 0;  // multiple of kImageAlignment
+  int64_t bytes = 0;   // without the padding
+};
+
+// Host memory for staging; the default is plain memory. Either function may
+// be empty, then the default is used. allocate returns nullptr on failure.
+struct StagingAllocator {
+  std::function<void*(size_t bytes)> allocate;
+  std::function<void(void* memory)> release;
+};
+
+class StateImage {
+ public:
+  // Lays out the sections in order and allocates the image (aligned to
+  // kImageAlignment whatever the allocator's own alignment). Throws
+  // std::bad_alloc when the allocator fails, std::invalid_argument on a
+  // negative size or a repeated name.
+  StateImage(const std::vector<SectionSpec>& sections, StagingAllocator allocator = {});
+  ~StateImage();
+  StateImage(const StateImage&) = delete;
+  StateImage& operator=(const StateImage&) = delete;
+  StateImage(StateImage&& other) noexcept;
+  StateImage& operator=(StateImage&& other) noexcept;
+
+  const std::vector<SectionPlacement>& sections() const { return sections_; }
+  // Index of the section with that name, or -1.
+  int64_t find(const std::string& name) const;
+  unsigned char* section_data(size_t index);
+  const unsigned char* section_data(size_t index) const;
+  unsigned char* data() { return data_; }
+  const unsigned char* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }  // multiple of kImageAlignment
+
+ private:
+  void release_memory();
+  std::vector<SectionPlacement> sections_;
+  StagingAllocator allocator_;
+  void* allocation_ = nullptr;     // what the allocator returned
+  unsigned char* data_ = nullptr;  // allocation_ rounded up to kImageAlignment
+  int64_t bytes_ = 0;
+};
+
+}  // namespace trainbench

@@ -1,0 +1,67 @@
+// `trainbench bench io --write`: the real CLI persists a small checkpoint
+// beside a plain sequential write and reports both; a bad folder is a user
+// error with one line.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/run_command.h"
+#include "tests/support/temp_dir.h"
+
+namespace trainbench {
+namespace {
+
+using testing::run_command;
+
+TEST(BenchIoWrite, ReportsPersistAndPlainWriteAndTheirRatio) {
+  testing::TempDir temp{"trainbench_bench_write"};
+  const std::string json = temp.file("write.json");
+  const testing::CommandResult r = run_command(std::string(TRAINBENCH_BINARY) + " bench io --write --bytes 4M --repeats 2 --dir " +
+                                               temp.path() + " --out " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("checkpoint persist ="), std::string::npos) << r.out;
+  std::ifstream in(json);
+  const nlohmann::json result = nlohmann::json::parse(in);
+  EXPECT_EQ(result["schema"], "trainbench.bench_io_write/v1");
+  EXPECT_GE(result["bytes"].get<int64_t>(), 4 << 20);
+  EXPECT_GT(result["checkpoint_persist"]["gbs"].get<double>(), 0);
+  EXPECT_GT(result["plain_write"]["gbs"].get<double>(), 0);
+  EXPECT_GT(result["plain_write_from_state"]["gbs"].get<double>(), 0);
+  EXPECT_EQ(result["checkpoint_persist"]["gbs_each"].size(), 2u);
+  EXPECT_NEAR(result["ratio"].get<double>(),
+              result["checkpoint_persist"]["gbs"].get<double>() / result["plain_write"]["gbs"].get<double>(), 1e-9);
+  EXPECT_EQ(result["files"].size(), 2u) << "two writers by default";
+  // Nothing left but the JSON: the bench's folder is removed.
+  int entries = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(temp.path())) {
+    ++entries;
+    EXPECT_EQ(entry.path().filename(), "write.json");
+  }
+  EXPECT_EQ(entries, 1);
+}
+
+TEST(BenchIoWrite, AnUnwritableFolderIsAUserErrorInOneLine) {
+  testing::TempDir temp{"trainbench_bench_write"};
+  { std::ofstream(temp.file("a_file")) << "x"; }
+  const testing::CommandResult r =
+      run_command(std::string(TRAINBENCH_BINARY) + " bench io --write --bytes 4M --dir " + temp.file("a_file") + "/sub");
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--dir"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(temp.file("a_file")), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+}
+
+TEST(BenchIoWrite, BadSizesAreUserErrors) {
+  for (const char* option : {"--block-bytes 5000", "--bytes 1K", "--files 0", "--repeats 0"}) {
+    const testing::CommandResult r =
+        run_command(std::string(TRAINBENCH_BINARY) + " bench io --write " + option);
+    EXPECT_EQ(r.exit_code, 2) << option << ": " << r.out << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace trainbench

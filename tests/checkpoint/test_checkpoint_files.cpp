@@ -1,0 +1,387 @@
+// The checkpoint files: written and read back (buffered and O_DIRECT), the
+// checksum against xxhsum, the commit (manifest, rename, latest, retention,
+// re-commit of a step), and every way a checkpoint can be refused.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>  // mkdir
+#include <unistd.h>    // truncate
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/checkpoint_files.h"
+#include "tests/checkpoint/checkpoint_test_state.h"
+#include "tests/support/run_command.h"
+#include "tests/support/temp_dir.h"
+
+namespace trainbench {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::compare_state;
+using testing::make_state;
+using testing::pointers;
+using testing::read_whole_file;
+using testing::write_and_commit;
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+// what() of the CheckpointError `body` throws, or a failure.
+template <typename Body>
+std::string checkpoint_error(Body body) {
+  try {
+    body();
+  } catch (const CheckpointError& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.find('\n'), std::string::npos) << "one line: " << message;
+    return message;
+  }
+  ADD_FAILURE() << "expected a CheckpointError";
+  return "";
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+class CheckpointFiles : public ::testing::Test {
+ protected:
+  testing::TempDir temp_{"trainbench_ckpt"};
+  const std::string dir_ = temp_.path() + "/ckpt";
+};
+
+TEST(CheckpointNames, FoldersAndFiles) {
+  EXPECT_EQ(pending_folder("/x/ckpt/", 7), "/x/ckpt/step_7.tmp");
+  EXPECT_EQ(committed_folder("/x/ckpt", 12), "/x/ckpt/step_12");
+  EXPECT_EQ(rank_file_name(3, 1), "rank_00003_1.bin");
+  EXPECT_EQ(rank_record_name(3), "rank_00003.json");
+}
+
+void round_trip(const std::string& dir, bool direct_io) {
+  WriteOptions options;
+  options.direct_io = direct_io;
+  options.block_bytes = 8192;  // several writes per file, the last one short
+  prepare_pending_folder(dir, 5);
+  const std::vector<StateImage> images = make_state(5, 0, 2, 16);
+  const std::vector<FileRecord> records = write_rank_files(pending_folder(dir, 5), 0, pointers(images), options);
+  ASSERT_EQ(records.size(), 2u);
+  for (size_t i = 0; i < records.size(); ++i) {
+    EXPECT_EQ(records[i].name, rank_file_name(0, static_cast<int>(i)));
+    EXPECT_EQ(records[i].bytes, images[i].bytes());
+    EXPECT_EQ(fs::file_size(pending_folder(dir, 5) + "/" + records[i].name), static_cast<uintmax_t>(images[i].bytes()));
+    EXPECT_EQ(records[i].xxh64.size(), 16u);
+    if (direct_io)
+      std::printf("[   INFO   ] %s: %s\n", records[i].name.c_str(),
+                  records[i].direct_io ? "written with O_DIRECT" : records[i].warning.c_str());
+    else
+      EXPECT_FALSE(records[i].direct_io);
+  }
+  EXPECT_TRUE(fs::exists(pending_folder(dir, 5) + "/" + rank_record_name(0)));
+
+  CommitRequest request;
+  request.dir = dir;
+  request.step = 5;
+  commit_checkpoint(request);
+  const std::string folder = resolve_checkpoint("latest", dir);
+  EXPECT_EQ(folder, committed_folder(dir, 5));
+  const nlohmann::json manifest = read_manifest(folder);
+  const LoadedRank loaded = read_rank_files(folder, manifest, 0);
+  ASSERT_EQ(loaded.images.size(), 2u);
+  EXPECT_EQ(compare_state(loaded, 5, 0, 16), "");
+  EXPECT_EQ(loaded.section("no such section"), nullptr);
+}
+
+TEST_F(CheckpointFiles, RoundTripBuffered) { round_trip(dir_, false); }
+
+TEST_F(CheckpointFiles, RoundTripDirectIo) { round_trip(dir_, true); }
+
+TEST_F(CheckpointFiles, ChecksumIsWhatXxhsumPrints) {
+  ASSERT_EQ(std::system("command -v xxhsum >/dev/null"), 0)
+      << "xxhsum (Debian package xxhash) is missing: run scripts/setup.sh";
+  fs::create_directories(dir_);
+  const std::vector<StateImage> images = make_state(1, 0, 1, 50);
+  for (int64_t block : {int64_t{4096}, int64_t{64} << 20}) {
+    const FileRecord record = write_image_file(dir_, "image.bin", images[0], {.direct_io = false, .block_bytes = block});
+    const testing::CommandResult xxhsum = testing::run_command("xxhsum -H1 " + dir_ + "/image.bin");
+    ASSERT_EQ(xxhsum.exit_code, 0) << xxhsum.err;
+    EXPECT_EQ(xxhsum.out.substr(0, 16), record.xxh64) << "block bytes " << block;
+  }
+  // An empty image and the known XXH64 of no bytes (seed 0).
+  const StateImage empty({});
+  EXPECT_EQ(write_image_file(dir_, "empty.bin", empty, {}).xxh64, "ef46db3751d8e999");
+}
+
+TEST_F(CheckpointFiles, BlockBytesMustBeAlignedAndPositive) {
+  fs::create_directories(dir_);
+  const StateImage image({{"a", 10}});
+  EXPECT_THROW(write_image_file(dir_, "a.bin", image, {.direct_io = false, .block_bytes = 5000}), std::invalid_argument);
+  EXPECT_THROW(write_image_file(dir_, "a.bin", image, {.direct_io = false, .block_bytes = 0}), std::invalid_argument);
+}
+
+TEST_F(CheckpointFiles, AFailedWriteNamesTheFileAndLeavesNothing) {
+  const StateImage image({{"a", 10}});
+  const std::string missing = dir_ + "/not_created";
+  try {
+    write_image_file(missing, "a.bin", image, {});
+    FAIL() << "expected a CheckpointWriteError";
+  } catch (const CheckpointWriteError& e) {
+    EXPECT_TRUE(contains(e.what(), missing + "/a.bin")) << e.what();
+    EXPECT_FALSE(e.disk_full);
+  }
+}
+
+TEST_F(CheckpointFiles, CommitWritesManifestAndLatestAndKeepsTheNewestTwo) {
+  for (int64_t step : {10, 20, 30, 40}) write_and_commit(dir_, step, 2);
+  const std::vector<CommittedCheckpoint> kept = list_committed(dir_);
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept[0].step, 30);
+  EXPECT_EQ(kept[1].step, 40);
+  EXPECT_EQ(kept[1].folder, dir_ + "/step_40");
+  EXPECT_EQ(read_whole_file(dir_ + "/latest"), "step_40\n");
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir_)) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_TRUE(name == "latest" || name == "step_30" || name == "step_40") << "left behind: " << name;
+  }
+
+  const nlohmann::json manifest = read_manifest(dir_ + "/step_40");
+  EXPECT_EQ(manifest["schema"], kCheckpointSchema);
+  EXPECT_EQ(manifest["step"], 40);
+  EXPECT_EQ(manifest["world_size"], 1);
+  EXPECT_TRUE(std::regex_match(manifest["created"].get<std::string>(),
+                               std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")))
+      << manifest["created"];
+  EXPECT_EQ(manifest["config"]["model"]["n_layers"], 2);
+  EXPECT_EQ(manifest["versions"]["trainbench"], "test");
+  EXPECT_TRUE(std::regex_match(manifest["versions"]["xxhash"].get<std::string>(), std::regex(R"(\d+\.\d+\.\d+)")));
+  EXPECT_EQ(manifest["extra"]["note"], "test");
+  ASSERT_EQ(manifest["ranks"].size(), 1u);
+  EXPECT_EQ(manifest["ranks"][0]["rank"], 0);
+  int64_t total = 0;
+  for (const nlohmann::json& file : manifest["ranks"][0]["files"]) {
+    total += file["bytes"].get<int64_t>();
+    EXPECT_EQ(fs::file_size(dir_ + "/step_40/" + file["name"].get<std::string>()), file["bytes"].get<uintmax_t>());
+    EXPECT_FALSE(file["sections"].empty());
+  }
+  EXPECT_EQ(manifest["total_bytes"], total);
+  EXPECT_EQ(compare_state(read_rank_files(dir_ + "/step_40", manifest, 0), 40, 0), "");
+}
+
+TEST_F(CheckpointFiles, KeepZeroKeepsEverything) {
+  for (int64_t step : {1, 2, 3}) write_and_commit(dir_, step, 0);
+  EXPECT_EQ(list_committed(dir_).size(), 3u);
+}
+
+TEST_F(CheckpointFiles, RetentionRemovesStaleLeftoversUpToTheStepOnly) {
+  write_and_commit(dir_, 10);
+  fs::create_directories(dir_ + "/step_5.tmp");      // a crashed write of an older step
+  write_text(dir_ + "/step_5.tmp/rank_00000_0.bin", "junk");
+  fs::create_directories(dir_ + "/step_7.old");      // a removal cut short
+  fs::create_directories(dir_ + "/step_8");          // a folder without a manifest
+  fs::create_directories(dir_ + "/step_50.tmp");     // a later step, maybe being written now
+  write_and_commit(dir_, 20);
+  EXPECT_FALSE(fs::exists(dir_ + "/step_5.tmp"));
+  EXPECT_FALSE(fs::exists(dir_ + "/step_7.old"));
+  EXPECT_FALSE(fs::exists(dir_ + "/step_8"));
+  EXPECT_TRUE(fs::exists(dir_ + "/step_50.tmp")) << "a later step is not the commit's to remove";
+  EXPECT_TRUE(fs::exists(dir_ + "/step_10/manifest.json"));
+}
+
+TEST_F(CheckpointFiles, RecommittingAStepSwapsInTheNewOne) {
+  write_and_commit(dir_, 10);
+  // A resumed run checkpoints step 10 again, with other contents (rank 1's
+  // bytes stand in for them).
+  prepare_pending_folder(dir_, 10);
+  const std::vector<StateImage> images = make_state(10, 1, 2);
+  write_rank_files(pending_folder(dir_, 10), 0, pointers(images), {});
+  CommitRequest request;
+  request.dir = dir_;
+  request.step = 10;
+  commit_checkpoint(request);
+  EXPECT_FALSE(fs::exists(pending_folder(dir_, 10))) << "the swapped-out checkpoint is removed";
+  const std::string folder = resolve_checkpoint("latest", dir_);
+  EXPECT_EQ(folder, dir_ + "/step_10");
+  EXPECT_EQ(compare_state(read_rank_files(folder, read_manifest(folder), 0), 10, 1), "");
+  EXPECT_EQ(list_committed(dir_).size(), 1u);
+}
+
+TEST_F(CheckpointFiles, AFlippedByteIsRefusedNamingTheFileAndItsSections) {
+  write_and_commit(dir_, 3);
+  const std::string folder = dir_ + "/step_3";
+  const nlohmann::json manifest = read_manifest(folder);
+  const nlohmann::json& file = manifest["ranks"][0]["files"][1];
+  const std::string path = folder + "/" + file["name"].get<std::string>();
+  {
+    std::fstream data(path, std::ios::in | std::ios::out | std::ios::binary);
+    const int64_t offset = file["sections"][0]["offset"].get<int64_t>() + 17;
+    data.seekg(offset);
+    const char byte = static_cast<char>(data.get());
+    data.seekp(offset);
+    data.put(static_cast<char>(byte ^ 0x01));
+  }
+  const std::string message = checkpoint_error([&] { read_rank_files(folder, manifest, 0); });
+  EXPECT_TRUE(contains(message, "checkpoint file " + path + ": xxh64 ")) << message;
+  EXPECT_TRUE(contains(message, "but the manifest says " + file["xxh64"].get<std::string>())) << message;
+  std::string sections;
+  for (const nlohmann::json& s : file["sections"]) sections += (sections.empty() ? "" : ", ") + s["name"].get<std::string>();
+  EXPECT_TRUE(contains(message, "(holds sections " + sections + ")")) << message;
+}
+
+TEST_F(CheckpointFiles, ATruncatedFileIsRefused) {
+  write_and_commit(dir_, 3);
+  const std::string folder = dir_ + "/step_3";
+  const nlohmann::json manifest = read_manifest(folder);
+  const std::string path = folder + "/" + manifest["ranks"][0]["files"][0]["name"].get<std::string>();
+  ASSERT_EQ(::truncate(path.c_str(), 4096), 0);
+  const std::string message = checkpoint_error([&] { read_rank_files(folder, manifest, 0); });
+  EXPECT_TRUE(contains(message, path + ": 4096 bytes but the manifest says")) << message;
+  fs::remove(path);
+  EXPECT_TRUE(contains(checkpoint_error([&] { read_rank_files(folder, manifest, 0); }), path)) << "a missing file";
+  EXPECT_TRUE(contains(checkpoint_error([&] { read_rank_files(folder, manifest, 1); }), "not rank 1"));
+}
+
+TEST_F(CheckpointFiles, AMissingRankRecordStopsTheCommit) {
+  write_and_commit(dir_, 1);
+  prepare_pending_folder(dir_, 2);
+  const std::vector<StateImage> images = make_state(2, 0, 1);
+  write_rank_files(pending_folder(dir_, 2), 0, pointers(images), {});
+  CommitRequest request;
+  request.dir = dir_;
+  request.step = 2;
+  request.world_size = 2;  // rank 1 never wrote
+  try {
+    commit_checkpoint(request);
+    FAIL() << "expected a CheckpointWriteError";
+  } catch (const CheckpointWriteError& e) {
+    EXPECT_TRUE(contains(e.what(), pending_folder(dir_, 2) + "/rank_00001.json")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "rank 1")) << e.what();
+    EXPECT_FALSE(e.disk_full);
+  }
+  EXPECT_FALSE(fs::exists(dir_ + "/step_2"));
+  EXPECT_EQ(read_whole_file(dir_ + "/latest"), "step_1\n");
+  abandon_pending(dir_, 2);
+  EXPECT_FALSE(fs::exists(pending_folder(dir_, 2)));
+  abandon_pending(dir_, 2);  // already gone: no error
+}
+
+TEST_F(CheckpointFiles, TwoRanksShareOneCheckpoint) {
+  prepare_pending_folder(dir_, 4);
+  const std::vector<StateImage> rank0 = make_state(4, 0, 2);
+  const std::vector<StateImage> rank1 = make_state(4, 1, 3);
+  write_rank_files(pending_folder(dir_, 4), 0, pointers(rank0), {});
+  write_rank_files(pending_folder(dir_, 4), 1, pointers(rank1), {});
+  CommitRequest request;
+  request.dir = dir_;
+  request.step = 4;
+  request.world_size = 2;
+  const nlohmann::json written = commit_checkpoint(request);
+  const nlohmann::json manifest = read_manifest(dir_ + "/step_4");
+  EXPECT_EQ(manifest, written);
+  EXPECT_EQ(manifest["ranks"][1]["files"].size(), 3u);
+  EXPECT_EQ(compare_state(read_rank_files(dir_ + "/step_4", manifest, 0), 4, 0), "");
+  EXPECT_EQ(compare_state(read_rank_files(dir_ + "/step_4", manifest, 1), 4, 1), "");
+}
+
+TEST_F(CheckpointFiles, ResolveFindsTheCheckpointOrSaysWhatIsMissing) {
+  EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint("latest", dir_); }),
+            "checkpoint.dir " + dir_ + " has no committed checkpoint (no " + dir_ + "/latest)");
+  EXPECT_TRUE(contains(checkpoint_error([&] { resolve_checkpoint("latest", ""); }), "checkpoint.dir is not set"));
+  write_and_commit(dir_, 10);
+  write_and_commit(dir_, 20);
+  EXPECT_EQ(resolve_checkpoint("latest", dir_), dir_ + "/step_20");
+  EXPECT_EQ(resolve_checkpoint("latest", dir_ + "/"), dir_ + "/step_20");
+  EXPECT_EQ(resolve_checkpoint(dir_ + "/step_10", "/elsewhere"), dir_ + "/step_10") << "a checkpoint folder";
+  EXPECT_EQ(resolve_checkpoint(dir_, ""), dir_ + "/step_20") << "a checkpoint dir: follows its latest";
+  EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint(dir_ + "/step_99", ""); }),
+            "checkpoint " + dir_ + "/step_99 does not exist");
+  fs::create_directories(temp_.path() + "/plain");
+  EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint(temp_.path() + "/plain", ""); }),
+            "checkpoint " + temp_.path() + "/plain is neither a checkpoint (no " + temp_.path() +
+                "/plain/manifest.json) nor a checkpoint.dir (no " + temp_.path() + "/plain/latest)");
+  write_text(dir_ + "/latest", "step_77\n");
+  EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint("latest", dir_); }),
+            "checkpoint pointer " + dir_ + "/latest names step_77, but " + dir_ +
+                "/step_77/manifest.json is missing");
+  write_text(dir_ + "/latest", "../../etc\n");
+  EXPECT_TRUE(contains(checkpoint_error([&] { resolve_checkpoint("latest", dir_); }), "is not a checkpoint folder name"));
+}
+
+TEST_F(CheckpointFiles, ReadManifestNamesTheFileAndTheField) {
+  write_and_commit(dir_, 1);
+  const std::string folder = dir_ + "/step_1";
+  const std::string path = folder + "/manifest.json";
+  const nlohmann::json good = read_manifest(folder);
+  auto refused = [&](const nlohmann::json& manifest) {
+    write_text(path, manifest.dump());
+    return checkpoint_error([&] { read_manifest(folder); });
+  };
+  nlohmann::json m = good;
+  m["schema"] = "trainbench.checkpoint/v0";
+  EXPECT_EQ(refused(m), "checkpoint manifest " + path +
+                            ": schema \"trainbench.checkpoint/v0\", expected \"trainbench.checkpoint/v1\"");
+  m = good;
+  m.erase("ranks");
+  EXPECT_EQ(refused(m), "checkpoint manifest " + path + ": field ranks is missing");
+  m = good;
+  m["ranks"][0]["files"][1]["xxh64"] = "XYZ";
+  EXPECT_EQ(refused(m), "checkpoint manifest " + path + ": field ranks[0].files[1].xxh64 is not 16 lower-case hex digits");
+  m = good;
+  m["ranks"][0]["files"][0]["name"] = "../../secret";
+  EXPECT_TRUE(contains(refused(m), "ranks[0].files[0].name")) << "no path outside the folder";
+  m = good;
+  m["world_size"] = 2;
+  EXPECT_TRUE(contains(refused(m), "field ranks has 1 entries for world_size 2"));
+  m = good;
+  m["step"] = "ten";
+  EXPECT_EQ(refused(m), "checkpoint manifest " + path + ": field step is not an integer");
+  m = good;
+  m["total_bytes"] = 1;
+  EXPECT_TRUE(contains(refused(m), "field total_bytes is 1 but the files add up to"));
+  write_text(path, "{ not json");
+  EXPECT_TRUE(contains(checkpoint_error([&] { read_manifest(folder); }), path + ": not valid JSON"));
+  fs::remove(path);
+  EXPECT_TRUE(contains(checkpoint_error([&] { read_manifest(folder); }), path + ": cannot read it"));
+}
+
+TEST_F(CheckpointFiles, ListCommittedTakesOnlyStepFoldersWithAManifest) {
+  EXPECT_TRUE(list_committed(dir_).empty()) << "a missing dir has none";
+  write_and_commit(dir_, 9, 0);
+  write_and_commit(dir_, 100, 0);
+  fs::create_directories(dir_ + "/step_3");  // no manifest
+  fs::create_directories(dir_ + "/step_x/");
+  fs::create_directories(dir_ + "/step_4.tmp");
+  write_text(dir_ + "/step_4.tmp/manifest.json", "{}");
+  write_text(dir_ + "/step_5", "a file");
+  const std::vector<CommittedCheckpoint> committed = list_committed(dir_);
+  ASSERT_EQ(committed.size(), 2u);
+  EXPECT_EQ(committed[0].step, 9);
+  EXPECT_EQ(committed[1].step, 100) << "sorted by step, not by name";
+}
+
+TEST_F(CheckpointFiles, StartUpCheckOfTheCheckpointDir) {
+  check_checkpoint_dir(dir_ + "/new/sub");
+  EXPECT_TRUE(fs::is_directory(dir_ + "/new/sub"));
+  EXPECT_TRUE(fs::is_empty(dir_ + "/new/sub")) << "the probe is removed";
+  write_text(temp_.path() + "/a_file", "x");
+  try {
+    check_checkpoint_dir(temp_.path() + "/a_file/sub");
+    FAIL() << "expected a CheckpointWriteError";
+  } catch (const CheckpointWriteError& e) {
+    EXPECT_TRUE(contains(e.what(), temp_.path() + "/a_file/sub")) << e.what();
+  }
+}
+
+TEST_F(CheckpointFiles, PreparingEmptiesALeftoverPendingFolder) {
+  prepare_pending_folder(dir_, 6);
+  write_text(pending_folder(dir_, 6) + "/rank_00007_0.bin", "from a crashed run");
+  prepare_pending_folder(dir_, 6);
+  EXPECT_TRUE(fs::is_empty(pending_folder(dir_, 6)));
+}
+
+}  // namespace
+}  // namespace trainbench
