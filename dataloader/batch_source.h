@@ -48,12 +48,20 @@ class BatchSource {
   // `wait_seconds` receives how long the caller waited for it (data stall).
   virtual const HostBatch& next(double* wait_seconds) = 0;
   virtual SourceStats stats() const = 0;
+  // Where the stream stands after the last batch next() returned, as bytes
+  // a source built with the same options resumes from (a checkpoint keeps
+  // them; make_synthetic_source and ShardLoader take them back).
+  virtual std::string save_position() const = 0;
 };
 
 // `distinct_batches` batches of uniform random tokens in [0, vocab), built up
 // front from `seed` and returned in a cycle. Each sequence is a window of
 // seq_len + 1 tokens: inputs are the first seq_len, targets the last seq_len.
+// `resume_position` (save_position() of a source with the same options)
+// continues its cycle; empty starts at the first batch. Throws
+// std::invalid_argument when it is not such a position.
 std::unique_ptr<BatchSource> make_synthetic_source(int64_t batch, int64_t seq_len, int64_t vocab,
-                                                   int64_t distinct_batches, uint64_t seed);
+                                                   int64_t distinct_batches, uint64_t seed,
+                                                   const std::string& resume_position = "");
 
 }  // namespace trainbench

@@ -89,6 +89,7 @@ class ShardLoader final : public BatchSource {
   SourceStats stats() const override;
   // The position after the last batch next() returned.
   LoaderPosition position() const;
+  std::string save_position() const override { return serialize_position(position()); }
 
  private:
   struct Impl;

@@ -1,6 +1,7 @@
 // Seeded synthetic token batches, all built before training so the source
 // never stalls: a pure compute workload, storage left out.
-#include <random>  // std::mt19937_64
+#include <random>     // std::mt19937_64
+#include <stdexcept>  // std::invalid_argument for a bad resume position
 
 #include "dataloader/batch_source.h"
 
@@ -36,17 +37,35 @@ class SyntheticSource final : public BatchSource {
     return b;
   }
   SourceStats stats() const override { return {}; }  // nothing is read from storage
+  std::string save_position() const override {
+    return std::string(kPositionTag) + std::to_string(next_) + "/" + std::to_string(batches_.size());
+  }
+  void resume(const std::string& position) {
+    const std::string expected_cycle = "/" + std::to_string(batches_.size());
+    const size_t slash = position.find('/');
+    if (position.rfind(kPositionTag, 0) != 0 || slash == std::string::npos ||
+        position.substr(slash) != expected_cycle)
+      throw std::invalid_argument("not a position of this synthetic source (" +
+                                  std::to_string(batches_.size()) + " batches): '" + position + "'");
+    const std::string index = position.substr(std::string(kPositionTag).size(),
+                                              slash - std::string(kPositionTag).size());
+    next_ = static_cast<size_t>(std::stoull(index)) % batches_.size();
+  }
 
  private:
   std::vector<std::vector<int32_t>> tokens_;
   std::vector<HostBatch> batches_;
   size_t next_ = 0;
+  static constexpr const char* kPositionTag = "synthetic-next:";
 };
 }  // namespace
 
 std::unique_ptr<BatchSource> make_synthetic_source(int64_t batch, int64_t seq_len, int64_t vocab,
-                                                   int64_t distinct_batches, uint64_t seed) {
-  return std::make_unique<SyntheticSource>(batch, seq_len, vocab, distinct_batches, seed);
+                                                   int64_t distinct_batches, uint64_t seed,
+                                                   const std::string& resume_position) {
+  auto source = std::make_unique<SyntheticSource>(batch, seq_len, vocab, distinct_batches, seed);
+  if (!resume_position.empty()) source->resume(resume_position);
+  return source;
 }
 
 }  // namespace trainbench

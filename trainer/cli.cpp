@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>  // the command line parser
 #include <cstdio>
 #include <exception>
+#include <filesystem>  // removing a temporary checkpoint folder
 #include <string>
 #include <thread>  // hardware_concurrency
 #include <vector>
@@ -13,6 +14,7 @@
 #include "dataloader/data_error.h"    // DataError: exit 2
 #include "dataloader/shard_loader.h"  // LoaderTimeout: exit 3
 #include "checkpoint/atomic_file.h"   // parent_directory of --out
+#include "checkpoint/checkpoint_files.h"  // CheckpointError, CheckpointWriteError: exit 2, 3
 #include "kernels/device_info.h"      // query_gpus for device auto
 #include "kernels/engine.h"           // make_engine, plan_engine_memory
 #include "trainer/config.h"
@@ -21,6 +23,7 @@
 #include "trainer/report.h"
 #include "trainer/results.h"
 #include "trainer/bench_command.h"
+#include "trainer/checkpointing.h"
 #include "trainer/shards_command.h"
 #include "trainer/train_loop.h"
 #include "trainer/zero_optimizer.h"    // zero_shard
@@ -35,7 +38,47 @@ struct RunOptions {
   int64_t steps = 0;
   bool steps_given = false;     // --steps N overrides train.steps (validated like it)
   std::string out;
+  std::string resume;           // --resume latest|PATH
 };
+
+// The checkpoint folder of a run: checkpoint.dir, or a temporary folder
+// that rank 0 makes (and removes at exit) and every rank is told, so the
+// default run shows checkpointing without leaving files behind.
+struct CheckpointDir {
+  std::string path;
+  bool temporary = false;
+  bool remover = false;  // rank 0 of a temporary folder
+  CheckpointDir() = default;
+  CheckpointDir(const CheckpointDir&) = delete;
+  CheckpointDir& operator=(const CheckpointDir&) = delete;
+  ~CheckpointDir() { drop(); }
+  // No checkpoints after all: a temporary folder goes now.
+  void drop() {
+    if (remover) {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+    path.clear();
+    temporary = remover = false;
+  }
+};
+
+void setup_checkpoint_dir(const Config& config, Communicator& comm, CheckpointDir* dir) {
+  if (!config.checkpoint.dir.empty()) {
+    dir->path = config.checkpoint.dir;
+  } else {
+    std::string path;
+    if (comm.rank() == 0) path = make_temporary_directory("trainbench-ckpt");
+    int64_t length = static_cast<int64_t>(path.size());
+    comm.broadcast(&length, sizeof(length), 0);
+    path.resize(static_cast<size_t>(length));
+    comm.broadcast(path.data(), length, 0);
+    dir->path = path;
+    dir->temporary = true;
+    dir->remover = comm.rank() == 0;
+  }
+  check_checkpoint_dir(dir->path, comm);
+}
 
 std::string quoted_command_line(int argc, char** argv) {
   std::string line;
@@ -89,6 +132,11 @@ int run_command(const RunOptions& options, const std::string& command_line) {
   // Rank 0 speaks for the job: the console report and the result JSON.
   const bool reporter = comm->rank() == 0;
   if (reporter) check_output_writable(result_path);
+  if (!options.resume.empty() && options.resume == "latest" && config.checkpoint.dir.empty())
+    throw CommandError{kExitUserError, "--resume latest: set checkpoint.dir to the folder the checkpoints are in"};
+  // An unusable checkpoint folder fails here, before anything is allocated.
+  CheckpointDir checkpoint_dir;
+  if (config.checkpoint.every_steps > 0) setup_checkpoint_dir(config, *comm, &checkpoint_dir);
 
   EngineOptions engine_options;
   engine_options.shape = config.model;
@@ -156,10 +204,35 @@ int run_command(const RunOptions& options, const std::string& command_line) {
                            engine->backend_name() +
                            " engine keeps its gradients on the device: multi-rank CUDA needs the NCCL "
                            "backend, which is not built yet"};
+  if (checkpoint_dir.temporary) {
+    // The default run must not fill /tmp: without checkpoint.dir, a model
+    // whose checkpoints (one committed, one being written) do not fit in the
+    // temporary folder's filesystem trains without them, and says so.
+    int64_t state_bytes = 0;
+    for (const StateTensor& t : engine->state_tensors()) state_bytes += t.bytes;
+    int64_t fits = 1;
+    if (reporter) {
+      const int64_t needed = 2 * state_bytes * comm->world_size();
+      const int64_t free_bytes = describe_filesystem("checkpoint", checkpoint_dir.path).free_bytes;
+      fits = free_bytes <= 0 || needed < free_bytes ? 1 : 0;
+      if (!fits)
+        std::fprintf(stdout, "checkpoint: off: checkpoint.dir is not set and two checkpoints (%s) do not fit in "
+                             "%s (%s free); set checkpoint.dir to measure checkpointing\n",
+                     human_bytes(static_cast<double>(needed)).c_str(), checkpoint_dir.path.c_str(),
+                     human_bytes(static_cast<double>(free_bytes)).c_str());
+    }
+    comm->broadcast(&fits, sizeof(fits), 0);
+    if (!fits) checkpoint_dir.drop();
+  }
+  ResumePoint resume;
+  if (!options.resume.empty()) resume = resume_from_checkpoint(options.resume, config, *engine, *comm);
+  // The temporary shards' size is fixed in the config, so checkpoints record it.
+  if (config.data.source == "shards" && config.data.shards.empty() && config.data.synth_samples_per_shard == 0)
+    config.data.synth_samples_per_shard = synth_samples_per_shard_for_run(config, comm->world_size());
   // Declared after the engine: the loader's pinned batches go back to it first.
   DataSetup data;
   try {
-    data = make_data_source(config, *engine, comm->rank(), comm->world_size());
+    data = make_data_source(config, *engine, comm->rank(), comm->world_size(), resume.data_position);
   } catch (const DataError&) {
     throw;  // the shard list or data options: exit 2
   } catch (const std::bad_alloc&) {
@@ -175,17 +248,39 @@ int run_command(const RunOptions& options, const std::string& command_line) {
   Environment env = collect_environment(*comm, engine->backend_name(), threads, gpus);
   if (!data.data_path.empty()) env.filesystems.push_back(describe_filesystem("data", data.data_path));
   env.filesystems.push_back(describe_filesystem("results", result_path));
+  if (!checkpoint_dir.path.empty())
+    env.filesystems.push_back(describe_filesystem("checkpoint", checkpoint_dir.path));
   if (reporter) {
     print_header(stdout, config, env, plan, engine->layout().total_params(),
                  engine->layout().trainable_params());
     std::fprintf(stdout, "data: %s\n", data.description.c_str());
+    if (!checkpoint_dir.path.empty())
+      std::fprintf(stdout, "checkpoint: every %ld steps to %s%s, %s, keep %ld\n",
+                   static_cast<long>(config.checkpoint.every_steps), checkpoint_dir.path.c_str(),
+                   checkpoint_dir.temporary ? " (temporary, removed at exit; set checkpoint.dir to keep them)" : "",
+                   config.checkpoint.async ? "async" : "synchronous", static_cast<long>(config.checkpoint.keep));
+    if (!resume.folder.empty())
+      std::fprintf(stdout, "resume: %s, continuing at step %ld\n", resume.folder.c_str(),
+                   static_cast<long>(resume.step + 1));
   }
 
+  std::unique_ptr<Checkpointer> checkpointer;
+  if (!checkpoint_dir.path.empty())
+    checkpointer = std::make_unique<Checkpointer>(
+        config, checkpoint_dir.path, *engine, *data.source, *comm,
+        nlohmann::json{{"trainbench", env.trainbench_version},
+                       {"engine", env.compute_backend},
+                       {"built_backends", env.built_backends},
+                       {"openblas", env.openblas},
+                       {"compiler", env.compiler},
+                       {"os", env.os},
+                       {"comm", env.comm_backend}});
   const RunOutcome outcome = run_training(
       config, *engine, *data.source, *comm,
       [&](const StepRecord& step, const RunSummary& so_far) {
         if (reporter) print_progress(stdout, config, step, so_far);
-      });
+      },
+      checkpointer.get(), resume.step + 1);
   if (reporter) {
     try {
       write_result_json(result_path, build_result_json(command_line, config, env, outcome));
@@ -242,6 +337,8 @@ int run_cli(int argc, char** argv) {
   CLI::Option* steps_option =
       run->add_option("--steps", run_options.steps, "optimizer steps (overrides train.steps)");
   run->add_option("--out", run_options.out, "result JSON path (overrides report.out)");
+  run->add_option("--resume", run_options.resume,
+                  "continue from a checkpoint: latest (under checkpoint.dir) or a checkpoint folder");
   ShardsCommand shards(app);
   BenchCommand bench(app);
 
@@ -293,6 +390,15 @@ int run_cli(int argc, char** argv) {
   } catch (const DataError& e) {
     std::fprintf(stderr, "trainbench: %s\n", e.what());
     return kExitUserError;
+  } catch (const CheckpointError& e) {
+    std::fprintf(stderr, "trainbench: %s\n", e.what());
+    return kExitUserError;
+  } catch (const CheckpointFailure& e) {
+    std::fprintf(stderr, "trainbench: %s\n", e.what());
+    return kExitEnvironmentError;
+  } catch (const CheckpointWriteError& e) {
+    std::fprintf(stderr, "trainbench: %s\n", e.what());
+    return kExitEnvironmentError;
   } catch (const LoaderTimeout& e) {
     std::fprintf(stderr, "trainbench: %s\n", e.what());
     return kExitEnvironmentError;

@@ -97,6 +97,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(data, synth_shards, Bound::kPositive),
       TRAINBENCH_KEY(data, synth_tokens_per_sample, Bound::kPositive),
       TRAINBENCH_KEY(data, synth_payload_bytes, Bound::kNonNegative),
+      TRAINBENCH_KEY(data, synth_samples_per_shard, Bound::kNonNegative),
       TRAINBENCH_KEY(data, inject_delay_ms, Bound::kNonNegative),
       TRAINBENCH_KEY(comm, backend, Bound::kAny, {"auto", "local", "mpi"}),
       TRAINBENCH_KEY(comm, bucket_mb, Bound::kPositive),
@@ -105,6 +106,15 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(comm, check_every, Bound::kNonNegative),
       TRAINBENCH_KEY(comm, timeout_s, Bound::kPositive),
       TRAINBENCH_KEY(comm, inject_divergence_step, Bound::kNonNegative),
+      TRAINBENCH_KEY(checkpoint, dir),
+      TRAINBENCH_KEY(checkpoint, every_steps, Bound::kNonNegative),
+      TRAINBENCH_KEY(checkpoint, keep, Bound::kNonNegative),
+      TRAINBENCH_KEY(checkpoint, async),
+      TRAINBENCH_KEY(checkpoint, when_busy, Bound::kAny, {"wait", "skip"}),
+      TRAINBENCH_KEY(checkpoint, on_full, Bound::kAny, {"fail", "skip"}),
+      TRAINBENCH_KEY(checkpoint, direct_io),
+      TRAINBENCH_KEY(checkpoint, writers, Bound::kPositive),
+      TRAINBENCH_KEY(checkpoint, block_bytes, Bound::kPositive),
       TRAINBENCH_KEY(report, out),
       TRAINBENCH_KEY(report, progress_every, Bound::kNonNegative),
   };
@@ -436,6 +446,11 @@ void validate(const Config& config, const Sources& sources) {
 
   checker.require(config.comm.zero <= 1, {"comm.zero"},
                   std::to_string(config.comm.zero) + " is not 0 or 1 (ZeRO stage 1 shards the optimizer state)");
+
+  const CheckpointSection& ck = config.checkpoint;
+  checker.require(ck.block_bytes % 4096 == 0 && ck.block_bytes >= (1 << 20), {"checkpoint.block_bytes"},
+                  "must be a multiple of 4096 and at least 1048576 (O_DIRECT alignment, large writes) (got " +
+                      std::to_string(ck.block_bytes) + ")");
 
   const DataSection& d = config.data;
   checker.require(d.eos_token == -1 || (d.eos_token >= 0 && d.eos_token < m.vocab),

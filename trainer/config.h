@@ -51,6 +51,7 @@ struct DataSection {
   int64_t synth_shards = 8;          // at least data.readers; more when there are more
   int64_t synth_tokens_per_sample = 1024;
   int64_t synth_payload_bytes = 0;   // filler member per sample, emulating images/audio
+  int64_t synth_samples_per_shard = 0;  // 0 = sized for the run's steps (a resumed run takes its checkpoint's)
   double inject_delay_ms = 0;        // fault injection: sleep per sample read (slow storage)
 };
 
@@ -62,6 +63,18 @@ struct CommSection {
   int64_t check_every = 10;      // compare a parameter checksum across ranks every N steps (and at the end)
   double timeout_s = 300;        // a collective that takes longer aborts every rank
   int64_t inject_divergence_step = 0;  // fault injection: perturb the last rank's parameters before this step
+};
+
+struct CheckpointSection {
+  std::string dir;               // where checkpoints go; "" = a temporary folder for this run, removed at exit
+  int64_t every_steps = 10;      // a checkpoint after every N-th step; 0 = none
+  int64_t keep = 2;              // committed checkpoints retained; 0 = all
+  bool async = true;             // false: the loop waits for snapshot, write and commit
+  std::string when_busy = "wait";  // wait | skip: a checkpoint due while the previous one still persists
+  std::string on_full = "fail";    // fail | skip: what a full disk does to the run
+  bool direct_io = false;        // O_DIRECT writes (bypass the page cache)
+  int64_t writers = 2;           // files (and writer threads) per rank
+  int64_t block_bytes = 64LL << 20;  // bytes per write call, a multiple of 4096
 };
 
 struct ReportSection {
@@ -80,6 +93,7 @@ struct Config {
   TrainSection train;
   DataSection data;
   CommSection comm;
+  CheckpointSection checkpoint;
   ReportSection report;
   std::string origin;  // the file path or "preset:<name>" the config came from
 };

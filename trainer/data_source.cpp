@@ -6,6 +6,7 @@
 #include <filesystem>  // temp_directory_path, remove_all
 #include <stdexcept>
 
+#include "dataloader/data_error.h"    // DataError: a checkpoint's position from another setup
 #include "dataloader/shard_list.h"    // resolve_shard_list
 #include "dataloader/shard_loader.h"  // ShardLoader
 #include "dataloader/shard_tools.h"   // synthesize_shards
@@ -15,20 +16,13 @@ namespace trainbench {
 
 namespace {
 
-// Synthetic shards holding about one run's worth of tokens (every rank's
-// steps plus the shuffle buffers' fill), so the default run reads storage
-// the way a real one does rather than cycling a few cached samples.
 SynthResult write_run_shards(const Config& config, const std::string& dir, int64_t world) {
   const DataSection& d = config.data;
-  const int64_t step_tokens = config.train.micro_batch * config.train.grad_accum * config.model.seq_len;
-  const int64_t run_tokens = step_tokens * config.train.steps * world;
-  const int64_t buffer_tokens = d.shuffle_buffer * d.synth_tokens_per_sample * d.readers * world;
-  const int64_t total_tokens = std::min<int64_t>(run_tokens + run_tokens / 10 + buffer_tokens, 1LL << 30);
   SynthOptions synth;
   synth.out_dir = dir;
-  synth.count = std::max(d.synth_shards, d.readers * world);
-  synth.samples_per_shard = std::max<int64_t>(
-      1, (total_tokens / d.synth_tokens_per_sample + synth.count - 1) / synth.count);
+  synth.count = synth_shard_count(config, world);
+  synth.samples_per_shard = d.synth_samples_per_shard > 0 ? d.synth_samples_per_shard
+                                                          : synth_samples_per_shard_for_run(config, world);
   synth.vocab = config.model.vocab;
   synth.field = d.field;
   synth.tokens_mean = d.synth_tokens_per_sample;
@@ -40,6 +34,23 @@ SynthResult write_run_shards(const Config& config, const std::string& dir, int64
 }
 
 }  // namespace
+
+int64_t synth_shard_count(const Config& config, int64_t world) {
+  return std::max(config.data.synth_shards, config.data.readers * world);
+}
+
+// About one run's worth of tokens (every rank's steps plus the shuffle
+// buffers' fill), so the default run reads storage the way a real one does
+// rather than cycling a few cached samples.
+int64_t synth_samples_per_shard_for_run(const Config& config, int64_t world) {
+  const DataSection& d = config.data;
+  const int64_t step_tokens = config.train.micro_batch * config.train.grad_accum * config.model.seq_len;
+  const int64_t run_tokens = step_tokens * config.train.steps * world;
+  const int64_t buffer_tokens = d.shuffle_buffer * d.synth_tokens_per_sample * d.readers * world;
+  const int64_t total_tokens = std::min<int64_t>(run_tokens + run_tokens / 10 + buffer_tokens, 1LL << 30);
+  const int64_t count = synth_shard_count(config, world);
+  return std::max<int64_t>(1, (total_tokens / d.synth_tokens_per_sample + count - 1) / count);
+}
 
 std::string make_temporary_directory(const std::string& prefix, const std::string& parent) {
   const std::filesystem::path under =
@@ -106,13 +117,17 @@ int32_t eos_token_of(const Config& config) {
 }
 
 DataSetup make_data_source(const Config& config, TrainingEngine& engine, int64_t rank,
-                           int64_t world) {
+                           int64_t world, const std::string& resume_position) {
   const DataSection& d = config.data;
   DataSetup setup;
   if (d.source == "synthetic") {
-    setup.source = make_synthetic_source(config.train.micro_batch, config.model.seq_len,
-                                         config.model.vocab, d.synthetic_batches,
-                                         static_cast<uint64_t>(d.seed));
+    try {
+      setup.source = make_synthetic_source(config.train.micro_batch, config.model.seq_len,
+                                           config.model.vocab, d.synthetic_batches,
+                                           static_cast<uint64_t>(d.seed), resume_position);
+    } catch (const std::invalid_argument& e) {
+      throw DataError(CorruptScope::kConfig, std::string("data position of the checkpoint: ") + e.what());
+    }
     setup.description = std::to_string(d.synthetic_batches) +
                         " batches of random tokens held in memory (no storage read)";
     return setup;
@@ -123,7 +138,13 @@ DataSetup make_data_source(const Config& config, TrainingEngine& engine, int64_t
   options.allocator = HostAllocator{[&engine](size_t bytes) { return engine.allocate_host(bytes); },
                                     [&engine](void* memory) { engine.release_host(memory); }};
   setup.description += ", field ." + d.field + ", " + std::to_string(d.readers) + " reader(s)";
-  setup.source = std::make_unique<ShardLoader>(std::move(options));
+  if (resume_position.empty()) {
+    setup.source = std::make_unique<ShardLoader>(std::move(options));
+  } else {
+    const LoaderPosition position = parse_position(resume_position);
+    setup.source = std::make_unique<ShardLoader>(std::move(options), &position);
+    setup.description += ", resumed after batch " + std::to_string(position.batches_consumed);
+  }
   return setup;
 }
 

@@ -31,14 +31,24 @@ struct DataSetup {
 // setup->data_path and setup->description.
 std::vector<std::string> shards_for_run(const Config& config, int64_t world, DataSetup* setup);
 
+// The temporary shards of an empty data.shards: how many, and how many
+// samples each holds when data.synth_samples_per_shard is 0 (about the run's
+// tokens). The CLI fixes the latter in the config before the data is made,
+// so a checkpoint records it and a resumed run, whatever its train.steps,
+// makes the same shards.
+int64_t synth_shard_count(const Config& config, int64_t world);
+int64_t synth_samples_per_shard_for_run(const Config& config, int64_t world);
+
 // The loader settings of the `data` section for one rank.
 LoaderOptions loader_options(const Config& config, std::vector<std::string> shards, int64_t rank,
                              int64_t world);
 
 // Throws DataError (exit 2) for a bad shard list or data options, and
 // std::runtime_error when the temporary shards cannot be written (exit 3).
+// `resume_position` (BatchSource::save_position of a checkpoint) continues
+// that stream; DataError(kConfig) when it belongs to another data setup.
 DataSetup make_data_source(const Config& config, TrainingEngine& engine, int64_t rank,
-                           int64_t world);
+                           int64_t world, const std::string& resume_position = "");
 
 // A new folder named prefix-XXXXXX under `parent` (the system temporary
 // directory when empty). Throws std::runtime_error naming where it failed.

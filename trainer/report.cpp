@@ -134,6 +134,19 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
     std::fprintf(out, "  read bandwidth need %s at the measured tokens/s, %s at the gemm ceiling\n",
                  rate(s.required_read_gbs_measured).c_str(), rate(s.required_read_gbs).c_str());
   }
+  if (!outcome.checkpoints.empty()) {
+    const CheckpointRecord* last = nullptr;
+    for (const CheckpointRecord& c : outcome.checkpoints)
+      if (c.status == "committed") last = &c;
+    std::fprintf(out, "  checkpoints         %ld committed, %ld skipped; %s written",
+                 static_cast<long>(s.checkpoints_committed), static_cast<long>(s.checkpoints_skipped),
+                 human_bytes(static_cast<double>(s.bytes_written)).c_str());
+    if (last != nullptr)
+      std::fprintf(out, ", %s/s write, stall %.1f ms per checkpoint (median), last: step %ld",
+                   human_bytes(s.checkpoint_write_gbs * 1e9).c_str(), 1e3 * s.checkpoint_stall_s,
+                   static_cast<long>(last->step));
+    std::fprintf(out, "\n");
+  }
   for (const Check& c : outcome.checks)
     std::fprintf(out, "  check %-20s%s  %s\n", c.name.c_str(), c.passed ? "ok" : "FAILED",
                  c.detail.c_str());

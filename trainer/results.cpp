@@ -68,12 +68,30 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
         {"required_read_gbs", positive_or_null(s.required_read_gbs)},
         {"required_read_gbs_measured", positive_or_null(s.required_read_gbs_measured)}}},
       {"bytes_written", s.bytes_written},
+      {"storage_write",
+       {{"bytes_written", s.bytes_written},
+        {"checkpoints_committed", s.checkpoints_committed},
+        {"checkpoints_skipped", s.checkpoints_skipped},
+        {"write_gbs", positive_or_null(s.checkpoint_write_gbs)},
+        {"stall_s_per_checkpoint", s.checkpoint_stall_s},
+        {"drain_s", s.checkpoint_drain_s}}},
       {"optimizer_bytes_per_rank", s.optimizer_bytes_per_rank},
       {"optimizer_bytes_unsharded", s.optimizer_bytes_unsharded},
       {"slowest_rank", s.slowest_rank},
   };
   nlohmann::json steps = nlohmann::json::array();
   for (const StepRecord& record : outcome.steps) steps.push_back(step_json(record));
+  nlohmann::json checkpoints = nlohmann::json::array();
+  for (const CheckpointRecord& c : outcome.checkpoints)
+    checkpoints.push_back({{"step", c.step},
+                           {"status", c.status},
+                           {"bytes", c.bytes},
+                           {"rank_bytes", c.rank_bytes},
+                           {"snapshot_s", c.snapshot_s},
+                           {"persist_s", c.persist_s},
+                           {"write_gbs", c.write_gbs},
+                           {"commit_s", c.commit_s},
+                           {"stall_s", c.stall_s}});
   nlohmann::json checks = nlohmann::json::array();
   for (const Check& c : outcome.checks)
     checks.push_back({{"name", c.name}, {"passed", c.passed}, {"detail", c.detail}});
@@ -86,6 +104,7 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
       {"environment", environment_to_json(env)},
       {"summary", summary},
       {"steps", steps},
+      {"checkpoints", checkpoints},
       // Isolation ceilings (bench compute|comm|io) land here with their issue;
       // the GEMM calibration of every run is already in the summary.
       {"ceilings", nlohmann::json::object()},

@@ -147,7 +147,8 @@ void largest_gemm_shape(const ModelShape& s, int64_t micro_batch, int64_t* m, in
 }
 
 RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSource& source,
-                        Communicator& comm, const ProgressFn& on_progress) {
+                        Communicator& comm, const ProgressFn& on_progress, Checkpointer* checkpointer,
+                        int64_t first_step) {
   const TrainSection& train = config.train;
   const ModelShape& shape = config.model;
   RunOutcome outcome;
@@ -191,10 +192,10 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   const Clock::time_point run_begin = Clock::now();
   Clock::time_point previous_end = run_begin;
   bool loss_finite = true;
-  for (int64_t step = 1; step <= train.steps; ++step) {
+  for (int64_t step = first_step; step <= train.steps; ++step) {
     StepRecord record;
     record.step = step;
-    record.warmup = step <= train.warmup_steps;
+    record.warmup = step < first_step + train.warmup_steps;
     record.lr = train.lr;
 
     comm.set_context("step " + std::to_string(step));
@@ -223,6 +224,8 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       record.comm_s = comm.take_comm_seconds();
       record.comm_exposed_s = std::max(0.0, comm.last_completion_time() - backward_end);
     }
+    // A checkpoint's state copy must land before the optimizer changes the state.
+    if (checkpointer) record.ckpt_stall_s += checkpointer->before_optimizer_step();
     if (zero) {
       record.grad_norm = zero->step(adam, step, &record.comm_s);
       record.comm_exposed_s = record.comm_s;  // not overlapped: the step waits for both collectives
@@ -230,6 +233,8 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       record.grad_norm = engine.optimizer_step(adam, step);
     }
     engine.synchronize();
+    // Inside the step's window: what a checkpoint blocks is this step's time.
+    if (checkpointer) record.ckpt_stall_s += checkpointer->after_step(step);
     const Clock::time_point end = Clock::now();
 
     record.loss = loss_sum / static_cast<double>(train.grad_accum);
@@ -260,6 +265,25 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       so_far.gemm_ceiling_flops_per_s = summary.gemm_ceiling_flops_per_s;
       on_progress(record, so_far);
     }
+  }
+
+  if (checkpointer) {
+    summary.checkpoint_drain_s = checkpointer->finish();
+    outcome.checkpoints = checkpointer->records();
+    for (const std::string& w : checkpointer->warnings()) outcome.warnings.push_back(w);
+    std::vector<double> write_gbs, stall_s;
+    for (const CheckpointRecord& c : outcome.checkpoints) {
+      if (c.status != "committed") {
+        ++summary.checkpoints_skipped;
+        continue;
+      }
+      ++summary.checkpoints_committed;
+      summary.bytes_written += c.bytes;
+      write_gbs.push_back(c.write_gbs);
+      stall_s.push_back(c.stall_s);
+    }
+    summary.checkpoint_write_gbs = median(write_gbs);
+    summary.checkpoint_stall_s = median(stall_s);
   }
 
   // Statistics over the measured (post-warm-up) steps.

@@ -11,6 +11,7 @@
 #include "comm/communicator.h"        // Communicator
 #include "dataloader/batch_source.h"  // BatchSource
 #include "kernels/engine.h"           // TrainingEngine
+#include "trainer/checkpointing.h"    // Checkpointer, CheckpointRecord
 #include "trainer/config.h"           // Config
 
 namespace trainbench {
@@ -69,7 +70,12 @@ struct RunSummary {
   // needs, and the one the GPUs would need at the GEMM ceiling (DESIGN.md).
   double required_read_gbs_measured = 0;
   double required_read_gbs = 0;
-  int64_t bytes_written = 0;
+  // Storage write: checkpoints of this run (CheckpointRecord each).
+  int64_t bytes_written = 0;             // committed checkpoints' files, all ranks
+  int64_t checkpoints_committed = 0, checkpoints_skipped = 0;
+  double checkpoint_write_gbs = 0;       // median over committed checkpoints
+  double checkpoint_stall_s = 0;         // median loop stall per committed checkpoint (this rank)
+  double checkpoint_drain_s = 0;         // after the last step: persisting what was in flight
   // AdamW state held by each rank, and what it would be unsharded: ZeRO-1
   // (comm.zero=1) keeps about 1/world of it.
   int64_t optimizer_bytes_per_rank = 0, optimizer_bytes_unsharded = 0;
@@ -84,6 +90,7 @@ struct Check {
 
 struct RunOutcome {
   std::vector<StepRecord> steps;
+  std::vector<CheckpointRecord> checkpoints;
   RunSummary summary;
   std::vector<Check> checks;
   std::vector<std::string> warnings;
@@ -92,10 +99,15 @@ struct RunOutcome {
 
 using ProgressFn = std::function<void(const StepRecord&, const RunSummary& so_far)>;
 
-// Runs config.train.steps steps. Stops early (with a failed check) when the
-// loss stops being finite. gemm ceiling and FLOP counts are filled in.
+// Runs steps first_step .. config.train.steps (a resumed run starts after
+// its checkpoint's step; its warm-up counts from first_step). Stops early
+// (with a failed check) when the loss stops being finite. gemm ceiling and
+// FLOP counts are filled in. With a checkpointer, checkpoints are taken as
+// configured and the loop's time blocked by them is ckpt_stall_s. Throws
+// CheckpointFailure when a checkpoint fails and checkpoint.on_full says stop.
 RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSource& source,
-                        Communicator& comm, const ProgressFn& on_progress);
+                        Communicator& comm, const ProgressFn& on_progress,
+                        Checkpointer* checkpointer = nullptr, int64_t first_step = 1);
 
 // The optimizer settings of the `train` section.
 AdamWSettings adamw_settings(const TrainSection& train);

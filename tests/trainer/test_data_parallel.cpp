@@ -72,6 +72,7 @@ class GlobalBatchSource final : public BatchSource {
     return batch_;
   }
   SourceStats stats() const override { return {}; }
+  std::string save_position() const override { return std::to_string(step_); }
 
  private:
   const Config& config_;

@@ -69,10 +69,11 @@ TEST_F(ResultJson, EnvironmentDescribesTheMachine) {
   EXPECT_TRUE(env.at("gpus").is_array());
   EXPECT_TRUE(env.at("openblas").is_string());
   ASSERT_TRUE(env.at("filesystems").is_array());
-  // The shards the run read, then where the result went.
-  ASSERT_EQ(env.at("filesystems").size(), 2u);
+  // The shards the run read, where the result went, where checkpoints went.
+  ASSERT_EQ(env.at("filesystems").size(), 3u);
   EXPECT_EQ(env.at("filesystems").at(0).at("role"), "data");
   EXPECT_EQ(env.at("filesystems").at(1).at("role"), "results");
+  EXPECT_EQ(env.at("filesystems").at(2).at("role"), "checkpoint");
 }
 
 TEST_F(ResultJson, SummaryHasTheDesignMetrics) {
@@ -113,6 +114,26 @@ TEST_F(ResultJson, StorageReadIsReportedAndConsistent) {
   EXPECT_GT(read.at("required_read_gbs").get<double>(), 0.0);
   EXPECT_EQ(read.at("samples_skipped"), 0);
   EXPECT_GT(read.at("read_gbs").get<double>(), 0.0);
+}
+
+TEST_F(ResultJson, StorageWriteHasEveryCheckpoint) {
+  // 12 steps, a checkpoint every 10 (the default): one, committed.
+  const json& checkpoints = result_.at("checkpoints");
+  ASSERT_EQ(checkpoints.size(), 1u);
+  const json& c = checkpoints.at(0);
+  EXPECT_EQ(c.at("step"), 10);
+  EXPECT_EQ(c.at("status"), "committed");
+  for (const char* key : {"snapshot_s", "persist_s", "write_gbs", "commit_s"})
+    EXPECT_GT(c.at(key).get<double>(), 0.0) << key;
+  EXPECT_GE(c.at("stall_s").get<double>(), 0.0);
+  EXPECT_GE(c.at("bytes").get<int64_t>(), c.at("rank_bytes").get<int64_t>());
+  const json& w = result_.at("summary").at("storage_write");
+  EXPECT_EQ(w.at("checkpoints_committed"), 1);
+  EXPECT_EQ(w.at("checkpoints_skipped"), 0);
+  EXPECT_EQ(w.at("bytes_written"), c.at("bytes"));
+  EXPECT_EQ(result_.at("summary").at("bytes_written"), c.at("bytes"));
+  EXPECT_DOUBLE_EQ(w.at("write_gbs").get<double>(), c.at("write_gbs").get<double>());
+  EXPECT_GE(w.at("drain_s").get<double>(), 0.0);
 }
 
 TEST_F(ResultJson, KeepsEveryStepWithEveryCategory) {

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# What asynchronous checkpointing buys, side by side in one run: the same
+# CPU model (gpt2-124m shapes with 5 layers: 124M parameters, a 1.5 GB
+# checkpoint of fp32 weights and AdamW m and v) trained with checkpoint.async
+# true and false, alternating, each checkpoint's loop stall from the result
+# JSON.
+#
+#   scripts/bench_ckpt_stall.sh [--dir DIR] [--repeats N] [--layers L]
+#
+# DIR (default /tmp/trainbench-bench-ckpt) holds the checkpoints and the
+# result JSONs (DIR/results). BUILD_DIR (default: build) selects the build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() {
+  echo "usage: scripts/bench_ckpt_stall.sh [--dir DIR] [--repeats N] [--layers L]" >&2
+  exit 2
+}
+dir=/tmp/trainbench-bench-ckpt
+repeats=2
+layers=5
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dir) [ $# -ge 2 ] || usage; dir=$2; shift 2 ;;
+    --repeats) [ $# -ge 2 ] || usage; repeats=$2; shift 2 ;;
+    --layers) [ $# -ge 2 ] || usage; layers=$2; shift 2 ;;
+    *) usage ;;
+  esac
+done
+bin="${BUILD_DIR:-build}/trainbench"
+[ -x "$bin" ] || { echo "bench_ckpt_stall: $bin not built; run scripts/build.sh" >&2; exit 2; }
+mkdir -p "$dir/results"
+
+# Steps of ~1 s on two cores; a checkpoint every 6 steps leaves the async
+# writer time to finish before the next one is due (when_busy would count it).
+common=(run gpt2-124m --steps 20 --set model.n_layers="$layers" --set model.seq_len=64
+        --set train.micro_batch=1 --set train.warmup_steps=2 --set data.source=synthetic
+        --set checkpoint.every_steps=6 --set checkpoint.keep=1 --set report.progress_every=0)
+for repeat in $(seq 1 "$repeats"); do
+  for mode in true false; do
+    out="$dir/results/async-$mode-$repeat.json"
+    rm -rf "$dir/ckpt-$mode"
+    echo "bench_ckpt_stall: repeat $repeat, checkpoint.async=$mode" >&2
+    "$bin" "${common[@]}" --set checkpoint.async=$mode --set checkpoint.dir="$dir/ckpt-$mode" --out "$out" >/dev/null
+  done
+done
+rm -rf "$dir/ckpt-true" "$dir/ckpt-false"
+
+python3 - "$dir/results" "$repeats" <<'EOF'
+import json, statistics, sys
+results, repeats = sys.argv[1], int(sys.argv[2])
+rows = {}
+for mode in ("true", "false"):
+    stalls, persists, snapshots, bytes_, steps = [], [], [], 0, []
+    for r in range(1, repeats + 1):
+        result = json.load(open(f"{results}/async-{mode}-{r}.json"))
+        for c in result["checkpoints"]:
+            if c["status"] != "committed":
+                continue
+            stalls.append(c["stall_s"]); persists.append(c["persist_s"]); snapshots.append(c["snapshot_s"])
+            bytes_ = c["bytes"]
+        steps.append(result["summary"]["step_s"]["median"])
+    rows[mode] = dict(stall=statistics.median(stalls), persist=statistics.median(persists),
+                      snapshot=statistics.median(snapshots), n=len(stalls), bytes=bytes_,
+                      step=statistics.median(steps))
+print(f"checkpoint {rows['true']['bytes'] / 1e9:.2f} GB, {rows['true']['n']} async and {rows['false']['n']} sync checkpoints")
+print(f"{'mode':<8}{'stall_s':>10}{'persist_s':>11}{'snapshot_s':>12}{'step_s median':>15}")
+for mode, name in (("true", "async"), ("false", "sync")):
+    r = rows[mode]
+    print(f"{name:<8}{r['stall']:>10.3f}{r['persist']:>11.3f}{r['snapshot']:>12.3f}{r['step']:>15.3f}")
+print(f"async stall / sync stall = {rows['true']['stall'] / rows['false']['stall']:.3f}")
+EOF

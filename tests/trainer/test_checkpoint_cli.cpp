@@ -1,0 +1,240 @@
+// Checkpointing through the real binary: the default run writes one; a run
+// killed at every phase of a checkpoint resumes from the newest committed
+// one; a 2-rank run killed and resumed ends bit-identical to one that was
+// not; a full disk, an unwritable folder, a corrupt file and an
+// incompatible config each end with one clear line.
+#include <gtest/gtest.h>
+
+#include <sys/mount.h>  // a small tmpfs for the disk-full test
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/run_command.h"
+#include "tests/support/temp_dir.h"
+#include "tests/trainer/checkpoint_runs.h"
+
+namespace trainbench {
+namespace {
+
+using testing::CommandResult;
+using testing::file_checksums;
+using testing::latest_of;
+using testing::losses_by_step;
+using testing::read_json;
+using testing::run_command;
+namespace fs = std::filesystem;
+
+// A tiny run with checkpoints into `dir`; `extra` adds options.
+std::string tiny_run(const std::string& dir, int steps, int every, const std::string& out,
+                     const std::string& extra = "") {
+  return std::string(TRAINBENCH_BINARY) + " run tiny --steps " + std::to_string(steps) +
+         " --set checkpoint.dir=" + dir + " --set checkpoint.every_steps=" + std::to_string(every) +
+         " --set report.progress_every=0 --out " + out + " " + extra;
+}
+
+TEST(CheckpointCli, DefaultRunWritesAndReportsACheckpointInATemporaryFolder) {
+  testing::TempDir dir("test_ckpt_cli");
+  const CommandResult r = run_command(std::string(TRAINBENCH_BINARY) + " run --steps 12 --out " + dir.file("r.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("checkpoints "), std::string::npos) << r.out;
+  const nlohmann::json result = read_json(dir.file("r.json"));
+  ASSERT_GE(result.at("checkpoints").size(), 1u) << result.dump();
+  const nlohmann::json& first = result["checkpoints"][0];
+  EXPECT_EQ(first["status"], "committed");
+  EXPECT_GT(first["bytes"].get<int64_t>(), 0);
+  EXPECT_GT(first["write_gbs"].get<double>(), 0.0);
+  EXPECT_GT(result["summary"]["storage_write"]["bytes_written"].get<int64_t>(), 0);
+  // The temporary folder named in the header is gone.
+  const std::string marker = "checkpoint: every 10 steps to ";
+  const size_t at = r.out.find(marker);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string folder = r.out.substr(at + marker.size(), r.out.find(' ', at + marker.size()) - at - marker.size());
+  EXPECT_FALSE(fs::exists(folder)) << folder;
+}
+
+TEST(CheckpointCli, KilledAtEveryPhaseResumesFromTheNewestCommittedCheckpoint) {
+  for (const std::string phase : {"copy", "write", "before_rename", "after_rename"}) {
+    SCOPED_TRACE(phase);
+    testing::TempDir dir("test_ckpt_cli");
+    const std::string ckpt = dir.file("ckpt");
+    // Checkpoints at 4 and 8; the process dies inside the second one.
+    const CommandResult killed = run_command("TRAINBENCH_TEST_CRASH_AT=" + phase + "@8 " +
+                                             tiny_run(ckpt, 12, 4, dir.file("killed.json")));
+    ASSERT_NE(killed.exit_code, 0) << killed.out << killed.err;
+    EXPECT_FALSE(fs::exists(dir.file("killed.json"))) << "the run should have died before the end";
+    EXPECT_EQ(latest_of(ckpt), "step_4");
+
+    const CommandResult resumed =
+        run_command(tiny_run(ckpt, 12, 4, dir.file("resumed.json"), "--resume latest"));
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+    const nlohmann::json result = read_json(dir.file("resumed.json"));
+    EXPECT_EQ(result["steps"][0]["step"], 5);
+    EXPECT_EQ(result["steps"].back()["step"], 12);
+    EXPECT_EQ(latest_of(ckpt), "step_12");
+    EXPECT_FALSE(fs::exists(ckpt + "/step_8.tmp"));
+  }
+}
+
+TEST(CheckpointCli, ResumedRunEqualsTheUninterruptedOneBitForBit) {
+  testing::TempDir dir("test_ckpt_cli");
+  // One rank here; the 2-rank version runs under mpirun (test_checkpoint_mpi).
+  const CommandResult straight =
+      run_command(tiny_run(dir.file("a"), 20, 10, dir.file("a.json"), "--set checkpoint.keep=0"));
+  ASSERT_EQ(straight.exit_code, 0) << straight.err;
+  // The same run, killed (SIGKILL) once its step-10 checkpoint is committed.
+  const CommandResult killed = run_command("TRAINBENCH_TEST_CRASH_AT=committed@10 " +
+                                           tiny_run(dir.file("b"), 20, 10, dir.file("b1.json"), "--set checkpoint.keep=0"));
+  ASSERT_NE(killed.exit_code, 0) << killed.out << killed.err;
+  ASSERT_EQ(latest_of(dir.file("b")), "step_10");
+  const CommandResult rest = run_command(
+      tiny_run(dir.file("b"), 20, 10, dir.file("b2.json"), "--set checkpoint.keep=0 --resume latest"));
+  ASSERT_EQ(rest.exit_code, 0) << rest.err;
+
+  const auto a = losses_by_step(dir.file("a.json"));
+  const auto b = losses_by_step(dir.file("b2.json"));
+  ASSERT_EQ(b.size(), 10u);
+  for (const auto& [step, loss] : b) EXPECT_EQ(loss, a.at(step)) << "step " << step;
+  // Parameters, optimizer state and data position: the same bytes.
+  EXPECT_EQ(file_checksums(dir.file("a/step_10")), file_checksums(dir.file("b/step_10")));
+  EXPECT_EQ(file_checksums(dir.file("a/step_20")), file_checksums(dir.file("b/step_20")));
+}
+
+TEST(CheckpointCli, FlippedByteIsRefusedWithTheFileAndThePreviousCheckpoint) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string ckpt = dir.file("ckpt");
+  ASSERT_EQ(run_command(tiny_run(ckpt, 8, 4, dir.file("r.json"), "--set checkpoint.keep=0")).exit_code, 0);
+  const std::string victim = ckpt + "/step_8/rank_00000_0.bin";
+  ASSERT_TRUE(fs::exists(victim));
+  {
+    std::fstream file(victim, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(100);
+    char byte = 0;
+    file.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x10);
+    file.seekp(100);
+    file.write(&byte, 1);
+  }
+  const CommandResult r = run_command(tiny_run(ckpt, 12, 4, dir.file("r2.json"), "--resume latest"));
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("rank_00000_0.bin"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--resume " + ckpt + "/step_4"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  // The offered checkpoint works.
+  const CommandResult previous =
+      run_command(tiny_run(ckpt, 12, 4, dir.file("r3.json"), "--resume " + ckpt + "/step_4"));
+  EXPECT_EQ(previous.exit_code, 0) << previous.err;
+}
+
+TEST(CheckpointCli, UnwritableFolderFailsBeforeTraining) {
+  testing::TempDir dir("test_ckpt_cli");
+  std::ofstream(dir.file("a-file")) << "not a folder";
+  const CommandResult r = run_command(tiny_run(dir.file("a-file/ckpt"), 8, 4, dir.file("r.json")));
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("checkpoint.dir " + dir.file("a-file/ckpt")), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("step "), std::string::npos) << "no step may run: " << r.out;
+}
+
+TEST(CheckpointCli, IncompatibleResumeIsRefused) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string ckpt = dir.file("ckpt");
+  ASSERT_EQ(run_command(tiny_run(ckpt, 8, 4, dir.file("r.json"))).exit_code, 0);
+  const CommandResult shape = run_command(
+      tiny_run(ckpt, 12, 4, dir.file("r2.json"), "--resume latest --set model.d_model=128"));
+  EXPECT_EQ(shape.exit_code, 2) << shape.err;
+  EXPECT_NE(shape.err.find("model"), std::string::npos) << shape.err;
+  const CommandResult data = run_command(
+      tiny_run(ckpt, 12, 4, dir.file("r2.json"), "--resume latest --set data.seed=7"));
+  EXPECT_EQ(data.exit_code, 2) << data.err;
+  EXPECT_NE(data.err.find("data.seed"), std::string::npos) << data.err;
+  const CommandResult done = run_command(tiny_run(ckpt, 8, 4, dir.file("r3.json"), "--resume latest"));
+  EXPECT_EQ(done.exit_code, 2) << done.err;
+  EXPECT_NE(done.err.find("train.steps"), std::string::npos) << done.err;
+  const CommandResult none = run_command(tiny_run(dir.file("empty"), 8, 4, dir.file("r4.json"), "--resume latest"));
+  EXPECT_EQ(none.exit_code, 2) << none.err;
+}
+
+TEST(CheckpointCli, BusyCheckpointIsSkippedOrWaitedForAsConfigured) {
+  testing::TempDir dir("test_ckpt_cli");
+  // Every step: the previous checkpoint is always still in flight one step
+  // later (its commit needs a second agreement round).
+  const CommandResult skip = run_command(tiny_run(dir.file("s"), 10, 1, dir.file("s.json"),
+                                                  "--set checkpoint.when_busy=skip"));
+  ASSERT_EQ(skip.exit_code, 0) << skip.err;
+  const nlohmann::json skipped = read_json(dir.file("s.json"));
+  EXPECT_GT(skipped["summary"]["storage_write"]["checkpoints_skipped"].get<int64_t>(), 0);
+  EXPECT_GT(skipped["summary"]["storage_write"]["checkpoints_committed"].get<int64_t>(), 0);
+
+  const CommandResult wait = run_command(tiny_run(dir.file("w"), 10, 1, dir.file("w.json")));
+  ASSERT_EQ(wait.exit_code, 0) << wait.err;
+  const nlohmann::json waited = read_json(dir.file("w.json"));
+  EXPECT_EQ(waited["summary"]["storage_write"]["checkpoints_committed"], 10);
+  EXPECT_EQ(waited["summary"]["storage_write"]["checkpoints_skipped"], 0);
+  double stall = 0;
+  for (const auto& s : waited["steps"]) stall += s["ckpt_stall_s"].get<double>();
+  EXPECT_GT(stall, 0.0) << "waiting for the previous checkpoint is checkpoint stall";
+
+  const CommandResult sync = run_command(tiny_run(dir.file("y"), 6, 2, dir.file("y.json"),
+                                                  "--set checkpoint.async=false"));
+  ASSERT_EQ(sync.exit_code, 0) << sync.err;
+  const nlohmann::json synchronous = read_json(dir.file("y.json"));
+  for (const auto& c : synchronous["checkpoints"]) {
+    EXPECT_EQ(c["status"], "committed");
+    // Synchronous: the stall is the whole checkpoint.
+    EXPECT_GE(c["stall_s"].get<double>(), c["persist_s"].get<double>());
+  }
+}
+
+// A tmpfs just big enough for one checkpoint of `tiny`.
+class SmallDisk {
+ public:
+  explicit SmallDisk(const std::string& path, const std::string& size) : path_(path) {
+    fs::create_directories(path);
+    mounted_ = ::mount("tmpfs", path.c_str(), "tmpfs", 0, ("size=" + size).c_str()) == 0;
+  }
+  ~SmallDisk() {
+    if (mounted_) ::umount2(path_.c_str(), MNT_DETACH);
+  }
+  bool mounted() const { return mounted_; }
+
+ private:
+  std::string path_;
+  bool mounted_ = false;
+};
+
+TEST(CheckpointCli, FullDiskStopsOrSkipsAndKeepsThePreviousCheckpoint) {
+  testing::TempDir dir("test_ckpt_cli");
+  // tiny's checkpoint is ~4 MB (164k parameters x 12 bytes, and the
+  // loaders' shuffle buffers in the data position): one fits in 6 MiB, a
+  // second does not.
+  for (const std::string on_full : {"fail", "skip"}) {
+    SCOPED_TRACE(on_full);
+    const std::string ckpt = dir.file("disk-" + on_full);
+    SmallDisk disk(ckpt, "6m");
+    if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN)";
+    const CommandResult r = run_command(tiny_run(ckpt, 12, 4, dir.file(on_full + ".json"),
+                                                 "--set checkpoint.keep=0 --set checkpoint.on_full=" + on_full));
+    EXPECT_EQ(latest_of(ckpt), "step_4");
+    if (on_full == "fail") {
+      EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+      EXPECT_NE(r.err.find("No space left on device"), std::string::npos) << r.err;
+      EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+    } else {
+      EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+      const nlohmann::json result = read_json(dir.file(on_full + ".json"));
+      EXPECT_GE(result["summary"]["storage_write"]["checkpoints_skipped"].get<int64_t>(), 1);
+      EXPECT_EQ(result["steps"].size(), 12u) << "training went on";
+      EXPECT_NE(result["warnings"].dump().find("disk full"), std::string::npos);
+    }
+    // The committed checkpoint is intact: a resume from it verifies and trains.
+    const CommandResult resumed = run_command(
+        tiny_run(ckpt, 6, 4, dir.file(on_full + "-resumed.json"), "--resume latest --set checkpoint.every_steps=0"));
+    EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+  }
+}
+
+}  // namespace
+}  // namespace trainbench

@@ -1,0 +1,58 @@
+// The exact-resume test on real MPI ranks: 2 ranks train 20 steps
+// straight; 2 ranks train, rank 0 is killed (SIGKILL) right after it
+// committed the step-10 checkpoint, and a new job resumes from `latest` to
+// step 20. Losses, parameters, AdamW state and data positions are the same
+// bytes.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/run_command.h"
+#include "tests/support/temp_dir.h"
+#include "tests/trainer/checkpoint_runs.h"
+
+namespace trainbench {
+namespace {
+
+using testing::CommandResult;
+using testing::file_checksums;
+using testing::losses_by_step;
+using testing::read_whole_file;
+using testing::run_command;
+
+const std::string kMpirun = std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
+                            "OMPI_MCA_btl=self,vader timeout 300 " + TRAINBENCH_MPIEXEC + " --oversubscribe -np 2 ";
+
+std::string run_2_ranks(const std::string& dir, const std::string& out, const std::string& extra = "") {
+  return kMpirun + TRAINBENCH_BINARY + " run tiny --steps 20 --set checkpoint.dir=" + dir +
+         " --set checkpoint.every_steps=10 --set checkpoint.keep=0 --set report.progress_every=0" +
+         " --set comm.timeout_s=30 --out " + out + " " + extra;
+}
+
+TEST(CheckpointMpi, TwoRanksKilledAndResumedEqualTheUninterruptedRun) {
+  testing::TempDir dir("test_ckpt_mpi");
+  const CommandResult straight = run_command(run_2_ranks(dir.file("a"), dir.file("a.json")));
+  ASSERT_EQ(straight.exit_code, 0) << straight.out << straight.err;
+
+  const CommandResult killed =
+      run_command("TRAINBENCH_TEST_CRASH_AT=committed@10 " + run_2_ranks(dir.file("b"), dir.file("b1.json")));
+  ASSERT_NE(killed.exit_code, 0) << killed.out << killed.err;
+  ASSERT_EQ(read_whole_file(dir.file("b/latest")), "step_10\n");
+
+  const CommandResult resumed = run_command(run_2_ranks(dir.file("b"), dir.file("b2.json"), "--resume latest"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+
+  const auto straight_losses = losses_by_step(dir.file("a.json"));
+  const auto resumed_losses = losses_by_step(dir.file("b2.json"));
+  ASSERT_EQ(resumed_losses.size(), 10u) << resumed.out << resumed.err;
+  for (const auto& [step, loss] : resumed_losses) EXPECT_EQ(loss, straight_losses.at(step)) << "step " << step;
+  const auto a = file_checksums(dir.file("a/step_20"));
+  EXPECT_EQ(a.size(), file_checksums(dir.file("b/step_10")).size());
+  EXPECT_GE(a.size(), 4u) << "two ranks' files";
+  EXPECT_EQ(a, file_checksums(dir.file("b/step_20")));
+}
+
+}  // namespace
+}  // namespace trainbench

@@ -1,0 +1,393 @@
+#include "trainer/checkpointing.h"
+
+#include <algorithm>   // std::max_element
+#include <chrono>      // steady seconds
+#include <cstring>     // std::memcpy
+#include <filesystem>  // the folder of a checkpoint
+#include <utility>
+
+#include "checkpoint/checkpoint_files.h"  // write, commit, read, crash points
+
+namespace trainbench {
+
+namespace {
+
+double steady_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Every rank's value of one double, on every rank.
+std::vector<double> gathered(Communicator& comm, double value) {
+  std::vector<double> values(static_cast<size_t>(comm.world_size()));
+  comm.all_gather(value, values.data());
+  return values;
+}
+
+std::string rank_list(const std::vector<double>& codes, double at_least) {
+  std::string ranks;
+  for (size_t r = 0; r < codes.size(); ++r)
+    if (codes[r] >= at_least) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  return ranks;
+}
+
+constexpr const char* kTrainerStateSection = "trainer_state";
+constexpr const char* kDataPositionSection = "data_position";
+
+}  // namespace
+
+Checkpointer::Checkpointer(const Config& config, std::string dir, TrainingEngine& engine,
+                           BatchSource& source, Communicator& comm, nlohmann::json versions)
+    : config_(config),
+      dir_(std::move(dir)),
+      engine_(engine),
+      source_(source),
+      comm_(comm),
+      versions_(std::move(versions)),
+      tensors_(engine.state_tensors()),
+      writer_(std::make_unique<BackgroundWriter>()) {}
+
+Checkpointer::~Checkpointer() {
+  // A run that ends by an exception still lets the writer finish what it
+  // has (BackgroundWriter's destructor drains), and a copy into staging
+  // must land before the staging is freed.
+  engine_.wait_state_copy();
+  writer_.reset();
+}
+
+void Checkpointer::allocate_staging() {
+  std::vector<SectionSpec> specs;
+  for (const StateTensor& t : tensors_) specs.push_back({t.name, t.bytes});
+  const StagingAllocator pinned{[this](size_t bytes) { return engine_.allocate_host(bytes); },
+                                [this](void* memory) { engine_.release_host(memory); }};
+  for (const std::vector<SectionSpec>& file : assign_sections_to_files(specs, static_cast<int>(config_.checkpoint.writers)))
+    images_.emplace_back(file, pinned);
+  copy_destinations_.assign(tensors_.size(), nullptr);
+  for (size_t t = 0; t < tensors_.size(); ++t)
+    for (StateImage& image : images_) {
+      const int64_t index = image.find(tensors_[t].name);
+      if (index >= 0) copy_destinations_[t] = image.section_data(static_cast<size_t>(index));
+    }
+}
+
+void Checkpointer::start(int64_t step) {
+  if (images_.empty()) allocate_staging();
+  // One rank makes (or empties a crashed run's leftover) step_N.tmp before
+  // any rank writes into it: on a shared folder a later rank would otherwise
+  // empty an earlier rank's files.
+  if (comm_.rank() == 0) prepare_pending_folder(dir_, step);
+  comm_.barrier();
+  InFlight flight;
+  flight.step = step;
+  flight.record.step = step;
+  flight.copy_started = steady_now();
+  engine_.begin_state_copy(copy_destinations_);
+  crash_point("copy", step);
+
+  // What is not engine state is small and captured now, at the step it belongs to.
+  const nlohmann::json trainer_state = {{"step", step},
+                                        {"rank", comm_.rank()},
+                                        {"world_size", comm_.world_size()},
+                                        // No RNG draws in the step itself; the data
+                                        // stream's shuffle state is in the position.
+                                        {"data_seed", config_.data.seed}};
+  const std::string state_text = trainer_state.dump();
+  const std::string position = source_.save_position();
+  trainer_image_ = std::make_unique<StateImage>(
+      std::vector<SectionSpec>{{kTrainerStateSection, static_cast<int64_t>(state_text.size())},
+                               {kDataPositionSection, static_cast<int64_t>(position.size())}});
+  std::memcpy(trainer_image_->section_data(0), state_text.data(), state_text.size());
+  std::memcpy(trainer_image_->section_data(1), position.data(), position.size());
+  for (const StateImage& image : images_) flight.record.rank_bytes += image.bytes();
+  flight.record.rank_bytes += trainer_image_->bytes();
+  in_flight_ = std::move(flight);
+}
+
+void Checkpointer::submit_persist() {
+  InFlight& flight = *in_flight_;
+  flight.phase = Phase::kWriting;
+  const int64_t step = flight.step;
+  writer_->submit([this, step, &flight] {
+    const double begin = steady_now();
+    std::vector<const StateImage*> images;
+    for (const StateImage& image : images_) images.push_back(&image);
+    images.push_back(trainer_image_.get());
+    WriteOptions options;
+    options.direct_io = config_.checkpoint.direct_io;
+    options.block_bytes = config_.checkpoint.block_bytes;
+    write_rank_files(pending_folder(dir_, step), comm_.rank(), images, options);
+    flight.persist_s = steady_now() - begin;
+  });
+}
+
+void Checkpointer::submit_commit() {
+  InFlight& flight = *in_flight_;
+  flight.phase = Phase::kCommitting;
+  if (comm_.rank() != 0) return;  // rank 0 commits for everyone
+  CommitRequest request;
+  request.dir = dir_;
+  request.step = flight.step;
+  request.world_size = comm_.world_size();
+  request.keep = config_.checkpoint.keep;
+  request.config = config_to_json(config_);
+  request.versions = versions_;
+  request.extra = {{"engine", engine_.backend_name()},
+                   {"state_tensors", nlohmann::json::array()},
+                   {"zero", config_.comm.zero}};
+  for (const StateTensor& t : tensors_)
+    request.extra["state_tensors"].push_back({{"name", t.name}, {"bytes", t.bytes}});
+  writer_->submit([request, &flight] {
+    const double begin = steady_now();
+    commit_checkpoint(request);
+    flight.commit_s = steady_now() - begin;
+    crash_point("committed", request.step);  // tests: a rank dies after a commit
+  });
+}
+
+int Checkpointer::local_state() {
+  if (!writer_->idle()) return 0;
+  const std::exception_ptr error = writer_->take_error();
+  if (!error) return 1;
+  try {
+    std::rethrow_exception(error);
+  } catch (const CheckpointWriteError& e) {
+    local_error_ = e.what();
+    return e.disk_full ? 2 : 3;
+  } catch (const std::exception& e) {
+    local_error_ = e.what();
+  }
+  return 3;
+}
+
+bool Checkpointer::agree() {
+  InFlight& flight = *in_flight_;
+  const std::vector<double> states = gathered(comm_, local_state());
+  if (*std::min_element(states.begin(), states.end()) == 0) return false;  // someone still busy
+
+  const double worst = *std::max_element(states.begin(), states.end());
+  if (worst >= 2) {
+    const std::string step = std::to_string(flight.step);
+    const std::string failed = rank_list(states, 2);
+    const std::string detail = local_error_.empty() ? "see the failing rank's message" : local_error_;
+    const bool only_full = worst == 2;
+    if (only_full && config_.checkpoint.on_full == "skip") {
+      if (comm_.rank() == 0) {
+        try {
+          abandon_pending(dir_, flight.step);
+        } catch (const std::exception&) {
+          // Best effort: the folder is .tmp and never loaded.
+        }
+      }
+      flight.record.status = "skipped_disk_full";
+      warnings_.push_back("checkpoint of step " + step + " skipped: disk full on rank(s) " + failed +
+                          " (" + detail + "); checkpoint.on_full=skip, training went on");
+      records_.push_back(flight.record);
+      in_flight_.reset();
+      local_error_.clear();
+      return true;
+    }
+    throw CheckpointFailure("checkpoint of step " + step + " failed on rank(s) " + failed + ": " + detail +
+                            (only_full ? " (checkpoint.on_full=fail; set it to skip to train on without it)"
+                                       : "") +
+                            "; the previous committed checkpoint is intact");
+  }
+
+  if (flight.phase == Phase::kWriting) {
+    // Every rank's files are durable: the checkpoint's write figures, then the commit.
+    const std::vector<double> persist = gathered(comm_, flight.persist_s);
+    const std::vector<double> bytes = gathered(comm_, static_cast<double>(flight.record.rank_bytes));
+    flight.record.persist_s = *std::max_element(persist.begin(), persist.end());
+    for (double b : bytes) flight.record.bytes += static_cast<int64_t>(b);
+    if (flight.record.persist_s > 0)
+      flight.record.write_gbs = static_cast<double>(flight.record.bytes) / flight.record.persist_s * 1e-9;
+    submit_commit();
+    return false;
+  }
+  // kCommitting: rank 0's commit is done.
+  flight.record.commit_s = gathered(comm_, flight.commit_s)[0];
+  flight.record.status = "committed";
+  records_.push_back(flight.record);
+  in_flight_.reset();
+  return true;
+}
+
+double Checkpointer::before_optimizer_step() {
+  if (!in_flight_ || in_flight_->phase != Phase::kCopying) return 0.0;
+  const double blocked = engine_.wait_state_copy();
+  in_flight_->record.snapshot_s = steady_now() - in_flight_->copy_started;
+  in_flight_->record.stall_s += blocked;
+  submit_persist();
+  return blocked;
+}
+
+double Checkpointer::drain() {
+  const double begin = steady_now();
+  if (in_flight_ && in_flight_->phase == Phase::kCopying) before_optimizer_step();
+  while (in_flight_) {
+    writer_->wait_idle();
+    agree();
+  }
+  return steady_now() - begin;
+}
+
+double Checkpointer::after_step(int64_t step) {
+  const double begin = steady_now();
+  const CheckpointSection& ck = config_.checkpoint;
+  // A checkpoint in flight moves along: one agreement round per step.
+  if (in_flight_ && in_flight_->phase != Phase::kCopying) agree();
+
+  const bool due = ck.every_steps > 0 && step % ck.every_steps == 0;
+  if (!due) return steady_now() - begin;
+  double waited_for_previous = 0.0;
+  if (in_flight_) {
+    if (ck.when_busy == "skip") {
+      CheckpointRecord skipped;
+      skipped.step = step;
+      skipped.status = "skipped_busy";
+      records_.push_back(skipped);
+      warnings_.push_back("checkpoint of step " + std::to_string(step) +
+                          " skipped: the previous one was still being written (checkpoint.when_busy=skip)");
+      return steady_now() - begin;
+    }
+    waited_for_previous = drain();  // when_busy: wait
+  }
+  const double start_begin = steady_now();
+  start(step);
+  in_flight_->record.stall_s += waited_for_previous;
+  if (!ck.async) {
+    // The whole checkpoint inside the step: copy, write, agree, commit.
+    before_optimizer_step();
+    drain();
+    records_.back().stall_s = steady_now() - start_begin;
+  } else {
+    in_flight_->record.stall_s += steady_now() - start_begin;
+  }
+  return steady_now() - begin;
+}
+
+double Checkpointer::finish() {
+  const double seconds = drain();
+  return seconds;
+}
+
+void check_checkpoint_dir(const std::string& dir, Communicator& comm) {
+  std::string problem;
+  try {
+    check_checkpoint_dir(dir);
+  } catch (const CheckpointWriteError& e) {
+    problem = e.what();
+  }
+  const std::vector<double> failed = gathered(comm, problem.empty() ? 0.0 : 1.0);
+  if (!problem.empty()) throw CheckpointError(problem + " (rank " + std::to_string(comm.rank()) + ")");
+  const std::string ranks = rank_list(failed, 1);
+  if (!ranks.empty())
+    throw CheckpointError("checkpoint.dir " + dir + " is not writable on rank(s) " + ranks);
+}
+
+namespace {
+
+// The config keys a checkpoint's state depends on: a resumed run must agree.
+const char* const kResumeMustMatch[][2] = {
+    {"model", ""},           {"train", "micro_batch"}, {"train", "mode"},
+    {"comm", "zero"},        {"data", "source"},       {"data", "shards"},
+    {"data", "seed"},        {"data", "readers"},      {"data", "field"},
+    {"data", "shuffle_buffer"}, {"data", "synthetic_batches"}, {"data", "eos_token"},
+    {"data", "synth_shards"}, {"data", "synth_tokens_per_sample"}, {"data", "synth_samples_per_shard"},
+    {"data", "synth_payload_bytes"},
+};
+
+std::string check_compatible(const nlohmann::json& manifest, const Config& config, int world) {
+  const int64_t written_by = manifest.value("world_size", int64_t{-1});
+  if (written_by != world)
+    return "it was written by " + std::to_string(written_by) + " rank(s) and this run has " +
+           std::to_string(world) + ": resharding a checkpoint is not supported (run with " +
+           std::to_string(written_by) + " ranks)";
+  const nlohmann::json now = config_to_json(config);
+  const nlohmann::json& then = manifest.at("config");
+  for (const auto& key : kResumeMustMatch) {
+    const std::string section = key[0], name = key[1];
+    const nlohmann::json a = name.empty() ? then.value(section, nlohmann::json())
+                                          : then.value(section, nlohmann::json()).value(name, nlohmann::json());
+    const nlohmann::json b = name.empty() ? now.value(section, nlohmann::json())
+                                          : now.value(section, nlohmann::json()).value(name, nlohmann::json());
+    if (a != b)
+      return "it has " + section + (name.empty() ? "" : "." + name) + " = " + a.dump() +
+             " but this run has " + b.dump() + " (a resumed run must keep the model, the batch and the data stream)";
+  }
+  const int64_t step = manifest.at("step").get<int64_t>();
+  if (step >= config.train.steps)
+    return "it is at step " + std::to_string(step) + ", and train.steps is " + std::to_string(config.train.steps) +
+           ": nothing is left to train (raise train.steps)";
+  return "";
+}
+
+std::string previous_checkpoint_hint(const std::string& folder, int64_t step) {
+  const std::string dir = std::filesystem::path(folder).parent_path().string();
+  std::string previous;
+  try {
+    for (const CommittedCheckpoint& c : list_committed(dir))
+      if (c.step < step) previous = c.folder;
+  } catch (const std::exception&) {
+  }
+  return previous.empty() ? "; there is no earlier committed checkpoint"
+                          : "; resume from the previous one instead: --resume " + previous;
+}
+
+}  // namespace
+
+ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, TrainingEngine& engine,
+                                   Communicator& comm) {
+  ResumePoint point;
+  std::string problem;
+  nlohmann::json manifest;
+  try {
+    point.folder = resolve_checkpoint(spec, config.checkpoint.dir);
+    manifest = read_manifest(point.folder);
+    point.step = manifest.at("step").get<int64_t>();
+    // Temporary shards sized for the run: a resumed run makes them as the
+    // checkpointed one did, whatever its own train.steps.
+    if (config.data.synth_samples_per_shard == 0)
+      config.data.synth_samples_per_shard =
+          manifest.at("config").at("data").value("synth_samples_per_shard", int64_t{0});
+    const std::string incompatible = check_compatible(manifest, config, comm.world_size());
+    if (!incompatible.empty()) throw CheckpointError("--resume " + point.folder + ": " + incompatible);
+
+    LoadedRank loaded;
+    try {
+      loaded = read_rank_files(point.folder, manifest, comm.rank());
+    } catch (const CheckpointError& e) {
+      throw CheckpointError(std::string(e.what()) + previous_checkpoint_hint(point.folder, point.step));
+    }
+    std::vector<const void*> sources;
+    for (const StateTensor& t : engine.state_tensors()) {
+      int64_t bytes = 0;
+      const unsigned char* data = loaded.section(t.name, &bytes);
+      if (data == nullptr || bytes != t.bytes)
+        throw CheckpointError("--resume " + point.folder + ": rank " + std::to_string(comm.rank()) + "'s files " +
+                              (data == nullptr ? "have no " + t.name
+                                               : "hold " + std::to_string(bytes) + " bytes of " + t.name +
+                                                     ", this engine needs " + std::to_string(t.bytes)) +
+                              " (written by another engine or precision?)");
+      sources.push_back(data);
+    }
+    int64_t position_bytes = 0;
+    const unsigned char* position = loaded.section(kDataPositionSection, &position_bytes);
+    if (position == nullptr)
+      throw CheckpointError("--resume " + point.folder + ": rank " + std::to_string(comm.rank()) +
+                            "'s files have no data position");
+    point.data_position.assign(reinterpret_cast<const char*>(position), static_cast<size_t>(position_bytes));
+    engine.restore_state(sources);
+  } catch (const CheckpointError& e) {
+    problem = e.what();
+  } catch (const nlohmann::json::exception& e) {
+    problem = "--resume " + spec + ": malformed manifest: " + e.what();
+  }
+  // Every rank learns whether every rank could load: none trains alone.
+  const std::vector<double> failed = gathered(comm, problem.empty() ? 0.0 : 1.0);
+  if (!problem.empty()) throw CheckpointError(problem);
+  const std::string ranks = rank_list(failed, 1);
+  if (!ranks.empty())
+    throw CheckpointError("--resume " + point.folder + ": rank(s) " + ranks + " could not load their part");
+  return point;
+}
+
+}  // namespace trainbench

@@ -1,0 +1,148 @@
+// The checkpoint policy of a run: when a checkpoint is taken, how the step
+// loop overlaps it, how the ranks agree that it is complete, what a busy or
+// full disk does, and how a run resumes. The mechanics (staging images,
+// files, manifest, commit, verification) are checkpoint/'s.
+//
+// Asynchronous checkpoint of step N, per rank (checkpoint.async: true):
+//   end of step N         the engine starts copying its state into staging
+//                         (pinned under CUDA) and the loader position and
+//                         trainer state are captured; the loop goes on
+//   step N+1, before its  the loop waits for the copy to have landed (the
+//   optimizer step        only stall a checkpoint must cause), then the
+//                         rank's writer thread persists the staging images
+//   each following step   the ranks compare notes (one small all-gather):
+//                         once every rank's files are durable, rank 0's
+//                         writer commits (manifest, rename, `latest`); once
+//                         that is done too, the checkpoint is complete
+// The all-gather runs at the same steps on every rank, so the ranks always
+// take the same decisions: commit, give up (disk full with on_full: skip),
+// fail (on_full: fail), or skip a checkpoint that is due while the previous
+// one is still in flight (when_busy: skip).
+#pragma once
+
+#include <cstdint>  // int64_t
+#include <memory>   // the writer thread
+#include <optional>
+#include <stdexcept>  // CheckpointFailure
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>  // manifest contents
+
+#include "checkpoint/background_writer.h"  // BackgroundWriter
+#include "checkpoint/state_image.h"        // StateImage
+#include "comm/communicator.h"             // agreement between ranks
+#include "dataloader/batch_source.h"       // BatchSource::save_position
+#include "kernels/engine.h"                // TrainingEngine state copy
+#include "trainer/config.h"
+
+namespace trainbench {
+
+// A checkpoint could not be written and checkpoint.on_full does not allow
+// going on: the CLI prints what() and exits 3. Earlier checkpoints are intact.
+class CheckpointFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One checkpoint of the run, as the results report it.
+struct CheckpointRecord {
+  int64_t step = 0;
+  std::string status;       // committed | skipped_busy | skipped_disk_full
+  int64_t bytes = 0;        // every rank's files
+  int64_t rank_bytes = 0;   // this rank's files
+  double snapshot_s = 0;    // state copy, from its start until the loop saw it landed
+  double persist_s = 0;     // slowest rank's write + fsync of its files
+  double write_gbs = 0;     // bytes / persist_s (1e9 B/s): the checkpoint's aggregate write rate
+  double commit_s = 0;      // rank 0's manifest + rename + latest + retention
+  double stall_s = 0;       // loop time this checkpoint blocked on this rank (in ckpt_stall_s)
+};
+
+class Checkpointer {
+ public:
+  // `dir` exists and is writable (check_checkpoint_dir). `versions` goes
+  // into every manifest. Staging is allocated at the first checkpoint.
+  Checkpointer(const Config& config, std::string dir, TrainingEngine& engine, BatchSource& source,
+               Communicator& comm, nlohmann::json versions);
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Called before every optimizer step: waits for a state copy in flight and
+  // hands the files to the writer thread. Returns the seconds it blocked.
+  double before_optimizer_step();
+  // Called at the end of every step, once the optimizer has finished: moves
+  // a checkpoint in flight along and starts one when due. Returns the
+  // seconds it blocked. Throws CheckpointFailure.
+  double after_step(int64_t step);
+  // After the last step: persists and commits what is in flight. Returns
+  // the seconds it took. Throws CheckpointFailure.
+  double finish();
+
+  const std::vector<CheckpointRecord>& records() const { return records_; }
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  enum class Phase { kCopying, kWriting, kCommitting };
+  struct InFlight {
+    int64_t step = 0;
+    Phase phase = Phase::kCopying;
+    CheckpointRecord record;
+    double copy_started = 0;  // steady seconds
+    double persist_s = 0;     // written by the writer thread, read after it is idle
+    double commit_s = 0;
+  };
+
+  void allocate_staging();
+  void start(int64_t step);
+  void submit_persist();
+  void submit_commit();
+  // One agreement round (a collective): true when the checkpoint in flight
+  // is resolved (complete, or given up).
+  bool agree();
+  // Blocks until nothing is in flight; returns the seconds it took.
+  double drain();
+  int local_state();  // 0 busy, 1 done, 2 failed: disk full, 3 failed: other
+
+  const Config& config_;
+  std::string dir_;
+  TrainingEngine& engine_;
+  BatchSource& source_;
+  Communicator& comm_;
+  nlohmann::json versions_;
+  std::vector<StateTensor> tensors_;
+  std::vector<StateImage> images_;          // the engine's state, one per file
+  std::vector<void*> copy_destinations_;    // tensors_[i] → inside images_
+  std::unique_ptr<StateImage> trainer_image_;  // step, loader position: small, per checkpoint
+  std::optional<InFlight> in_flight_;
+  std::string local_error_;                 // this rank's failure, for the message
+  std::vector<CheckpointRecord> records_;
+  std::vector<std::string> warnings_;
+  std::unique_ptr<BackgroundWriter> writer_;  // last: joined first, while the rest is alive
+};
+
+// Creates `dir` if needed and checks that every rank can create, fsync and
+// remove a file in it. Collective. Throws CheckpointError (exit 2) on every
+// rank, naming the directory and the reason, when any rank cannot.
+void check_checkpoint_dir(const std::string& dir, Communicator& comm);
+
+// Where a resumed run continues.
+struct ResumePoint {
+  std::string folder;        // the checkpoint loaded
+  int64_t step = 0;          // the step it was taken after; the run continues at step + 1
+  std::string data_position; // BatchSource::save_position bytes
+};
+
+// `--resume latest|PATH`: finds the checkpoint (`latest` under
+// checkpoint.dir), checks the manifest against this run (same model shape,
+// world size, ZeRO setting, micro-batch and data stream: resharding is not
+// supported), reads and verifies this rank's files, and restores the engine.
+// An automatic data.synth_samples_per_shard (0) takes the checkpoint's value.
+// Collective. Throws CheckpointError (exit 2) on every rank when any rank
+// cannot; a rank whose file is corrupt names the file and the previous
+// committed checkpoint to resume from instead.
+ResumePoint resume_from_checkpoint(const std::string& spec, Config& config,
+                                   TrainingEngine& engine, Communicator& comm);
+
+}  // namespace trainbench
