@@ -44,7 +44,9 @@ Checkpointer::Checkpointer(const Config& config, std::string dir, TrainingEngine
       comm_(comm),
       versions_(std::move(versions)),
       tensors_(engine.state_tensors()),
-      writer_(std::make_unique<BackgroundWriter>()) {}
+      writer_(std::make_unique<BackgroundWriter>()) {
+  allocate_staging();
+}
 
 Checkpointer::~Checkpointer() {
   // A run that ends by an exception still lets the writer finish what it
@@ -61,6 +63,10 @@ void Checkpointer::allocate_staging() {
                                 [this](void* memory) { engine_.release_host(memory); }};
   for (const std::vector<SectionSpec>& file : assign_sections_to_files(specs, static_cast<int>(config_.checkpoint.writers)))
     images_.emplace_back(file, pinned);
+  // Touch every page now, before the first step: faulting in gigabytes of
+  // fresh memory during the first snapshot would make it seconds slower and
+  // show as checkpoint stall that no later checkpoint has.
+  for (StateImage& image : images_) std::memset(image.data(), 0, static_cast<size_t>(image.bytes()));
   copy_destinations_.assign(tensors_.size(), nullptr);
   for (size_t t = 0; t < tensors_.size(); ++t)
     for (StateImage& image : images_) {
@@ -70,7 +76,6 @@ void Checkpointer::allocate_staging() {
 }
 
 void Checkpointer::start(int64_t step) {
-  if (images_.empty()) allocate_staging();
   // One rank makes (or empties a crashed run's leftover) step_N.tmp before
   // any rank writes into it: on a shared folder a later rank would otherwise
   // empty an earlier rank's files.

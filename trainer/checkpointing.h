@@ -61,7 +61,9 @@ struct CheckpointRecord {
 class Checkpointer {
  public:
   // `dir` exists and is writable (check_checkpoint_dir). `versions` goes
-  // into every manifest. Staging is allocated at the first checkpoint.
+  // into every manifest. The staging for the engine's state (one image per
+  // writer, through the engine's host allocator) is allocated and touched
+  // here, before training.
   Checkpointer(const Config& config, std::string dir, TrainingEngine& engine, BatchSource& source,
                Communicator& comm, nlohmann::json versions);
   ~Checkpointer();
