@@ -103,6 +103,20 @@ class TrainingEngine {
   // engine), for a host-buffer communicator to reduce in place between
   // backward and optimizer_step; nullptr on a device backend.
   virtual float* host_gradient_buffer() { return nullptr; }
+  // The same buffer when it lives in device memory (the CUDA engine), for a
+  // device-buffer communicator (NCCL) to reduce in place on its own stream
+  // between backward and optimizer_step; nullptr on a host backend.
+  virtual float* device_gradient_buffer() { return nullptr; }
+  // How a consumer on another device stream orders itself after the compute
+  // work enqueued so far (GradientsReadyFn's contract): a cudaEventRecord on
+  // the compute stream now, returned as a cudaEvent_t (void* keeps CUDA out of
+  // this header) for cudaStreamWaitEvent, e.g. Communicator::
+  // wait_for_device_event. The event belongs to the engine and comes from a
+  // small ring: it keeps this recording until kComputeEventRing more calls,
+  // so hand it on at once (cudaStreamWaitEvent captures it when called).
+  // nullptr on a host backend, whose work is done when its call returns.
+  static constexpr int kComputeEventRing = 8;
+  virtual void* record_compute_event() { return nullptr; }
   // The fp32 master parameters (layout().total_params()) when they live in
   // host memory, for ZeRO-1's all-gather; nullptr on a device backend.
   virtual float* host_parameter_buffer() { return nullptr; }

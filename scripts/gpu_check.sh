@@ -110,6 +110,21 @@ for preset in "${presets[@]}"; do
   fi
 done
 
+# 4b. comm.backend=nccl through `trainbench run` on one rank: the gradient
+# buckets all-reduced on the GPU by NCCL, each after its compute-stream event
+# (a sum over one rank moves nothing, so comm_s is the events' overhead).
+if grep -q "NCCL backend ON" "$out/configure.log"; then
+  nccl_run=h200-gpt2-124m-nccl
+  if timeout 180 "$build/trainbench" run h200-gpt2-124m --steps 12 --set comm.backend=nccl \
+       --out "$out/$nccl_run.json" > "$out/$nccl_run.log" 2>&1; then
+    row "trainbench h200-gpt2-124m nccl" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, comm_s median {:.3g} ms, exposed {:.3g} ms, NCCL {}, checks {}".format(s["tokens_per_s"], 1e3 * s["comm_s"]["median"], 1e3 * s["comm_exposed_s"]["median"], r["environment"]["nccl"], "pass" if all(c["passed"] for c in r["checks"]) else "FAIL"))' "$out/$nccl_run.json")"
+  else
+    row "trainbench h200-gpt2-124m nccl" "FAILED (exit $?): $(tail -1 "$out/$nccl_run.log")"
+  fi
+else
+  row "trainbench h200-gpt2-124m nccl" "not built: $(grep -o 'NCCL backend.*' "$out/configure.log" | head -1)"
+fi
+
 # 5. PyTorch on the same shapes: eager and torch.compile.
 if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
   for preset in "${presets[@]}"; do

@@ -25,8 +25,10 @@ struct CommandError {
 };
 
 // comm.backend → a communicator: auto takes MPI when an MPI launcher started
-// the process. Throws CommandError (exit 3) when MPI is asked for, or
-// launched, but not built.
+// the process. nccl gives its bootstrap (MPI under a launcher, else local),
+// which `run` wraps with make_nccl_communicator once the local rank has picked
+// the GPU. Throws CommandError (exit 3) when MPI is asked for, or launched, but
+// not built, and when nccl is asked for but not built.
 std::unique_ptr<Communicator> make_communicator(const std::string& backend);
 
 int run_cli(int argc, char** argv);

@@ -100,6 +100,7 @@ Environment collect_environment(Communicator& comm, const std::string& compute_b
   env.compute_backend = compute_backend;
   env.built_backends = built_backends();
   env.openblas = openblas_get_config();
+  env.nccl = nccl_version();
   env.compiler = std::string("g++ ") + __VERSION__;
   struct utsname uts {};
   if (uname(&uts) == 0)
@@ -137,7 +138,7 @@ nlohmann::json environment_to_json(const Environment& env) {
       {"gpus_unavailable_reason", or_null(env.gpus.gpus.empty() ? env.gpus.why_none : "")},
       {"cuda_runtime", or_null(env.gpus.runtime_version)},
       {"cuda_driver", or_null(env.gpus.driver_version)},
-      {"nccl", nullptr},
+      {"nccl", or_null(env.nccl)},
       {"mpi", nullptr},
       {"openblas", env.openblas},
       {"libraries",
@@ -147,7 +148,8 @@ nlohmann::json environment_to_json(const Environment& env) {
                               std::to_string(NLOHMANN_JSON_VERSION_MINOR) + "." +
                               std::to_string(NLOHMANN_JSON_VERSION_PATCH)},
         {"cli11", CLI11_VERSION},
-        {"cuda_runtime", or_null(env.gpus.runtime_version)}}},
+        {"cuda_runtime", or_null(env.gpus.runtime_version)},
+        {"nccl", or_null(env.nccl)}}},
       {"compiler", env.compiler},
       {"os", env.os},
       {"filesystems", filesystems},

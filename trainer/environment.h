@@ -35,6 +35,7 @@ struct Environment {
   std::string compute_backend;
   std::string built_backends;
   std::string openblas;   // openblas_get_config()
+  std::string nccl;       // nccl_version(): "2.28.9", "" when the NCCL backend is not built
   std::string compiler;
   std::string os;
   std::vector<FilesystemInfo> filesystems;

@@ -3,9 +3,15 @@
 // small, then comm.bucket_mb each), and a bucket's all-reduce starts as soon
 // as backward has written all of its gradients, overlapping with the rest of
 // backward. The optimizer waits for all of them.
+//
+// Host buffers (local, mpi) or device buffers (nccl, comm.device_buffers()):
+// on the device, backward's readiness callback comes when the work producing
+// a bucket is enqueued, not done, so before a bucket's all-reduce the comm
+// stream is made to wait for an event recorded on the compute stream then.
 #pragma once
 
-#include <cstdint>  // int64_t
+#include <cstdint>     // int64_t
+#include <functional>  // RecordComputeEventFn
 #include <vector>
 
 #include "comm/communicator.h"
@@ -26,19 +32,28 @@ struct GradientBucket {
 std::vector<GradientBucket> plan_gradient_buckets(int64_t elements, int64_t bucket_bytes,
                                                   int64_t first_bucket_bytes = 1 << 20);
 
-// One optimizer step's gradient all-reduce over a host gradient buffer.
+// Records an event on the compute stream at this moment and returns it (a
+// cudaEvent_t as void*): TrainingEngine::record_compute_event.
+using RecordComputeEventFn = std::function<void*()>;
+
+// One optimizer step's gradient all-reduce (fp32 sums, in place) over the flat
+// gradient buffer: host memory for a host-buffer communicator, device memory
+// for a device-buffer one (comm.device_buffers()).
 class GradientSync {
  public:
   // overlap=false: one all-reduce of the whole buffer once backward is done
-  // (what the report compares overlap against).
+  // (what the report compares overlap against). With device buffers,
+  // record_compute_event is required: the comm stream waits for its event
+  // before the buckets that have become ready (std::invalid_argument without it).
   GradientSync(Communicator& comm, float* gradients, int64_t elements, int64_t bucket_bytes,
-               bool overlap);
+               bool overlap, RecordComputeEventFn record_compute_event = nullptr);
 
   // Backward's readiness callback for the step's last micro-batch: starts
   // every bucket that [ready_from, end) now covers.
   void on_gradients_ready(int64_t ready_from);
-  // After backward: starts what is left and waits for everything. Returns
-  // the seconds this call waited.
+  // After backward: starts what is left and waits for everything (on the
+  // host, so that work enqueued afterwards — the optimizer — is ordered after
+  // the collectives on any stream). Returns the seconds this call waited.
   double finish();
 
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
@@ -50,6 +65,7 @@ class GradientSync {
   Communicator& comm_;
   float* gradients_;
   bool overlap_;
+  RecordComputeEventFn record_compute_event_;  // device buffers only
   std::vector<GradientBucket> buckets_;
   size_t started_ = 0;  // buckets started this step
   std::vector<Communicator::Ticket> tickets_;

@@ -90,6 +90,9 @@ CudaEngine::CudaEngine(const EngineOptions& options)
     TRAINBENCH_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   timing_events_.resize(2 * kTimingEventPairs);
   for (cudaEvent_t& e : timing_events_) TRAINBENCH_CUDA_CHECK(cudaEventCreate(&e));
+  compute_ready_events_.resize(kComputeEventRing);
+  for (cudaEvent_t& e : compute_ready_events_)
+    TRAINBENCH_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 
   const EngineSizes z = engine_sizes(shape_, layout_, micro_batch_);
   const int64_t n = micro_batch_ * shape_.seq_len;
@@ -124,6 +127,8 @@ CudaEngine::~CudaEngine() {
   // Teardown cannot report errors; a failure here means the context is gone.
   cudaDeviceSynchronize();
   for (cudaEvent_t e : timing_events_) cudaEventDestroy(e);
+  for (cudaEvent_t e : compute_ready_events_)
+    if (e != nullptr) cudaEventDestroy(e);
   for (cudaEvent_t e : {tokens_ready_, tokens_free_, losses_ready_, state_copy_start_,
                         state_copy_done_})
     if (e != nullptr) cudaEventDestroy(e);
@@ -305,6 +310,15 @@ double CudaEngine::take_compute_seconds() {
 }
 
 void CudaEngine::synchronize() { TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(compute_stream_)); }
+
+// A ring, not one event: a consumer that holds on to an event for a while
+// (up to kComputeEventRing - 1 further calls) still finds it as recorded.
+void* CudaEngine::record_compute_event() {
+  const cudaEvent_t event = compute_ready_events_[next_compute_ready_event_];
+  next_compute_ready_event_ = (next_compute_ready_event_ + 1) % compute_ready_events_.size();
+  TRAINBENCH_CUDA_CHECK(cudaEventRecord(event, compute_stream_));
+  return event;
+}
 
 void CudaEngine::matmul_forward(bf16* out, const bf16* in, const bf16* weight, int64_t n,
                                 int64_t in_dim, int64_t out_dim) {

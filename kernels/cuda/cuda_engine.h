@@ -39,6 +39,8 @@ class CudaEngine final : public TrainingEngine {
   void set_parameters(const float* host) override;
   void get_parameters(float* host) const override;
   void get_gradients(float* host) const override;
+  float* device_gradient_buffer() override { return grads_.get(); }
+  void* record_compute_event() override;
 
   void zero_gradients() override;
   void forward(const TokenBatch& batch) override;
@@ -165,6 +167,9 @@ class CudaEngine final : public TrainingEngine {
   bool compute_waits_for_state_copy_ = false;  // the compute stream is not yet ordered after it
   std::vector<cudaEvent_t> timing_events_;  // start/stop pairs of this step
   size_t timing_used_ = 0;
+  // record_compute_event's ring (kComputeEventRing events, no timing).
+  std::vector<cudaEvent_t> compute_ready_events_;
+  size_t next_compute_ready_event_ = 0;
 
   LtGemm gemm_;
   DeviceBuffer<bf16> params_, activations_, scratch_bf16_;

@@ -4,8 +4,10 @@
 // the weights identical by construction): loss, logits and every gradient of one
 // step; a 20-step AdamW loss trajectory; parameters after optimizer steps;
 // gradient readiness; compute time and the memory plan; frozen tensors;
-// run-to-run determinism; and the checkpoint state (a copy overlapping the next
-// step, a bit-exact resume). Without a GPU every test skips with the reason.
+// run-to-run determinism; the device gradients read by another stream after a
+// compute event (the NCCL sync's hooks); and the checkpoint state (a copy
+// overlapping the next step, a bit-exact resume). Without a GPU every test
+// skips with the reason.
 //
 // Tolerances, as ‖cuda − cpu‖ / ‖cpu‖ computed in double, per tensor:
 //   kLoss            2e-2  relative difference of the mean cross-entropy.
@@ -39,6 +41,8 @@
 #include <stdexcept>  // std::invalid_argument
 #include <string>
 #include <vector>
+
+#include <cuda_runtime.h>  // a second stream reading the device gradients
 
 #include "kernels/device_info.h"  // query_gpus: skip without a GPU
 #include "kernels/engine.h"       // make_engine, TrainingEngine, EngineOptions
@@ -343,6 +347,45 @@ TEST_F(CudaEngineTest, GradientReadinessIsTheCpuEnginesSequence) {
     EXPECT_LE(cuda_ready[i], cuda_ready[i - 1]) << "readiness call " << i << " went up";
   EXPECT_EQ(cuda_ready.back(), 0) << "the whole gradient buffer is final after backward";
   EXPECT_EQ(cuda_ready, cpu_ready);
+}
+
+// The hooks the NCCL gradient sync uses: device_gradient_buffer is the
+// gradient buffer itself, and a stream that waits for record_compute_event's
+// event, recorded right after backward is enqueued (the host has not waited
+// for it), reads the finished gradients.
+TEST_F(CudaEngineTest, DeviceGradientsAreReadCompleteByAStreamWaitingForAComputeEvent) {
+  const EngineOptions options = gqa_options("cuda");
+  std::unique_ptr<TrainingEngine> cuda = make_engine(options);
+  cuda->init_parameters(4);
+  const Tokens t = random_tokens(options, 5);
+  const int64_t count = cuda->layout().trainable_params();
+  const size_t bytes = static_cast<size_t>(count) * sizeof(float);
+  float* device_gradients = cuda->device_gradient_buffer();
+  ASSERT_NE(device_gradients, nullptr);
+  cudaStream_t consumer = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking), cudaSuccess);
+  void* pinned = nullptr;  // page-locked, so the copy below is asynchronous
+  ASSERT_EQ(cudaMallocHost(&pinned, bytes), cudaSuccess);
+
+  forward_backward(*cuda, t.batch(options));  // backward enqueued, not waited for
+  void* event = cuda->record_compute_event();
+  ASSERT_NE(event, nullptr);
+  ASSERT_EQ(cudaStreamWaitEvent(consumer, static_cast<cudaEvent_t>(event), 0), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(pinned, device_gradients, bytes, cudaMemcpyDeviceToHost, consumer), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(consumer), cudaSuccess);
+  std::vector<float> gradients(static_cast<size_t>(count));
+  cuda->get_gradients(gradients.data());
+  EXPECT_EQ(std::memcmp(pinned, gradients.data(), bytes), 0)
+      << "the other stream read the gradients before backward had written them";
+  // The ring: kComputeEventRing calls hand out distinct events, then repeat.
+  std::vector<void*> ring;
+  for (int i = 0; i < TrainingEngine::kComputeEventRing; ++i) ring.push_back(cuda->record_compute_event());
+  for (int i = 0; i < TrainingEngine::kComputeEventRing; ++i)
+    for (int j = 0; j < i; ++j) EXPECT_NE(ring[i], ring[j]);
+  EXPECT_EQ(cuda->record_compute_event(), ring[0]);
+  cuda->synchronize();
+  EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(consumer), cudaSuccess);
 }
 
 // ---- accounting ----

@@ -151,5 +151,27 @@ TEST(CliErrors, UnknownOption) {
   expect_user_error(run_trainbench({"run", "tiny", "--frobnicate"}, dir.path()), {"--frobnicate"});
 }
 
+// NCCL reduces device buffers: asked for on the cpu engine it is a
+// contradiction in the config (exit 2), named by the override that made it.
+TEST(CliErrors, NcclOnTheCpuEngine) {
+  const TempDir dir;
+  expect_user_error(
+      run_trainbench({"run", "tiny", "--set", "train.device=cpu", "--set", "comm.backend=nccl"}, dir.path()),
+      {"--set comm.backend=nccl", "comm.backend", "needs the cuda engine"});
+}
+
+// With train.device auto, whether nccl can run depends on the machine: no
+// GPU (or no NCCL in the build) is an environment failure, exit 3, one line.
+TEST(CliErrors, NcclWithoutAGpuExitsThreeWithOneLine) {
+  const TempDir dir;
+  const RunResult result = run_trainbench(
+      {"run", "tiny", "--steps", "6", "--set", "comm.backend=nccl", "--set", "checkpoint.every_steps=0"}, dir.path());
+  if (result.exit_code == 0) GTEST_SKIP() << "a GPU and the NCCL backend are here: the run trained";
+  EXPECT_EQ(result.exit_code, 3) << result.stderr_text;
+  const std::string& text = result.stderr_text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << "not one line:\n" << text;
+  EXPECT_EQ(text.rfind("trainbench: comm.backend=nccl", 0), 0) << text;
+}
+
 }  // namespace
 }  // namespace trainbench
