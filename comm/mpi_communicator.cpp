@@ -92,6 +92,7 @@ class MpiCommunicator final : public Communicator {
   double last_completion_time() const override;
 
   void set_timeout(double seconds) override { timeout_s_ = seconds; }
+  void set_injected_delay(double seconds_per_request) override { injected_delay_s_ = seconds_per_request; }
   void set_context(const std::string& context) override {
     std::lock_guard lock(context_mutex_);
     context_ = context;
@@ -123,6 +124,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm blocking_comm_ = MPI_COMM_NULL;    // the main thread's collectives
   MPI_Comm background_comm_ = MPI_COMM_NULL;  // the progress thread's all-reduces
   std::atomic<double> timeout_s_{300.0};
+  std::atomic<double> injected_delay_s_{0.0};  // comm.inject_delay_ms, read by the progress thread
   mutable std::mutex context_mutex_;
   std::string context_;
 
@@ -356,6 +358,7 @@ void MpiCommunicator::progress_loop() {
     const BackgroundRequest request = queue_.front();
     lock.unlock();
     const Clock::time_point start = Clock::now();
+    if (injected_delay_s_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(injected_delay_s_.load()));
     for (int64_t offset = 0; offset < request.count; offset += kMaxPieceElements) {
       const int piece = static_cast<int>(std::min(kMaxPieceElements, request.count - offset));
       check(MPI_Allreduce(MPI_IN_PLACE, request.data + offset, piece, MPI_FLOAT, MPI_SUM, background_comm_),

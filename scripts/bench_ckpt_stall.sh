@@ -51,7 +51,7 @@ import json, statistics, sys
 results, repeats = sys.argv[1], int(sys.argv[2])
 rows = {}
 for mode in ("true", "false"):
-    stalls, persists, snapshots, bytes_, steps = [], [], [], 0, []
+    stalls, persists, snapshots, bytes_, loop_stall, wall = [], [], [], 0, [], []
     for r in range(1, repeats + 1):
         result = json.load(open(f"{results}/async-{mode}-{r}.json"))
         for c in result["checkpoints"]:
@@ -59,14 +59,15 @@ for mode in ("true", "false"):
                 continue
             stalls.append(c["stall_s"]); persists.append(c["persist_s"]); snapshots.append(c["snapshot_s"])
             bytes_ = c["bytes"]
-        steps.append(result["summary"]["step_s"]["median"])
+        loop_stall.append(sum(s["ckpt_stall_s"] for s in result["steps"]))
+        wall.append(sum(s["step_s"] for s in result["steps"]) + result["summary"]["storage_write"]["drain_s"])
     rows[mode] = dict(stall=statistics.median(stalls), persist=statistics.median(persists),
                       snapshot=statistics.median(snapshots), n=len(stalls), bytes=bytes_,
-                      step=statistics.median(steps))
-print(f"checkpoint {rows['true']['bytes'] / 1e9:.2f} GB, {rows['true']['n']} async and {rows['false']['n']} sync checkpoints")
-print(f"{'mode':<8}{'stall_s':>10}{'persist_s':>11}{'snapshot_s':>12}{'step_s median':>15}")
+                      loop_stall=statistics.median(loop_stall), wall=statistics.median(wall))
+print(f"checkpoint {rows['true']['bytes'] / 1e9:.2f} GB; {rows['true']['n']} async and {rows['false']['n']} sync checkpoints over {repeats} repeat(s)")
+print(f"{'mode':<7}{'stall/ckpt ms':>14}{'persist s':>11}{'snapshot s':>12}{'run ckpt_stall s':>18}{'run wall s':>12}")
 for mode, name in (("true", "async"), ("false", "sync")):
     r = rows[mode]
-    print(f"{name:<8}{r['stall']:>10.3f}{r['persist']:>11.3f}{r['snapshot']:>12.3f}{r['step']:>15.3f}")
-print(f"async stall / sync stall = {rows['true']['stall'] / rows['false']['stall']:.3f}")
+    print(f"{name:<7}{1e3 * r['stall']:>14.2f}{r['persist']:>11.3f}{r['snapshot']:>12.3f}{r['loop_stall']:>18.3f}{r['wall']:>12.2f}")
+print(f"async stall per checkpoint / sync = {rows['true']['stall'] / rows['false']['stall']:.4f}")
 EOF

@@ -4,6 +4,7 @@
 #include <chrono>      // steady seconds
 #include <cstring>     // std::memcpy
 #include <filesystem>  // the folder of a checkpoint
+#include <thread>      // sleep_for: checkpoint.inject_delay_ms
 #include <utility>
 
 #include "checkpoint/checkpoint_files.h"  // write, commit, read, crash points
@@ -113,6 +114,8 @@ void Checkpointer::submit_persist() {
   const int64_t step = flight.step;
   writer_->submit([this, step, &flight] {
     const double begin = steady_now();
+    if (config_.checkpoint.inject_delay_ms > 0)  // a slow checkpoint disk, for the attribution tests
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(config_.checkpoint.inject_delay_ms));
     std::vector<const StateImage*> images;
     for (const StateImage& image : images_) images.push_back(&image);
     images.push_back(trainer_image_.get());

@@ -10,7 +10,7 @@
 #include <thread>  // hardware_concurrency
 #include <vector>
 
-#include "comm/communicator.h"        // make_local_communicator, make_mpi_communicator
+#include "comm/communicator.h"        // make_local/mpi/nccl_communicator, nccl_version
 #include "dataloader/data_error.h"    // DataError: exit 2
 #include "dataloader/shard_loader.h"  // LoaderTimeout: exit 3
 #include "checkpoint/atomic_file.h"   // parent_directory of --out
@@ -23,6 +23,7 @@
 #include "trainer/report.h"
 #include "trainer/results.h"
 #include "trainer/bench_command.h"
+#include "trainer/ceilings.h"
 #include "trainer/checkpointing.h"
 #include "trainer/shards_command.h"
 #include "trainer/train_loop.h"
@@ -39,6 +40,7 @@ struct RunOptions {
   bool steps_given = false;     // --steps N overrides train.steps (validated like it)
   std::string out;
   std::string resume;           // --resume latest|PATH
+  bool ceilings = false;        // --ceilings: measure each resource alone first
 };
 
 // The checkpoint folder of a run: checkpoint.dir, or a temporary folder
@@ -128,7 +130,9 @@ int run_command(const RunOptions& options, const std::string& command_line) {
   }
   const std::string result_path =
       config.report.out.empty() ? "trainbench-result.json" : config.report.out;
-  const std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend);
+  // With nccl this is its bootstrap (MPI or local) until the GPU is known:
+  // wrapped below, after the engine.
+  std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend);
   // Rank 0 speaks for the job: the console report and the result JSON.
   const bool reporter = comm->rank() == 0;
   if (reporter) check_output_writable(result_path);
@@ -144,6 +148,23 @@ int run_command(const RunOptions& options, const std::string& command_line) {
   // Asked once: device choice, memory check and the environment report share it.
   const GpuInventory gpus = query_gpus();
   engine_options.device = resolve_device(config.train.device, gpus);
+  // nccl: asked for, or auto on the cuda engine when this build has it. (An
+  // explicit train.device that contradicts these was refused with the config.)
+  // auto takes NCCL for a multi-rank CUDA run; one GPU trains without a
+  // gradient sync (as a single-process PyTorch run would), unless nccl is
+  // asked for, which a 1-GPU run then times on the multi-GPU path.
+  const bool use_nccl = config.comm.backend == "nccl" ||
+                        (config.comm.backend == "auto" && engine_options.device == "cuda" &&
+                         comm->world_size() > 1 && !nccl_version().empty());
+  if (use_nccl && engine_options.device != "cuda")
+    throw CommandError{kExitEnvironmentError,
+                       "comm.backend=nccl needs the cuda engine, but train.device=" + config.train.device +
+                           " resolved to " + engine_options.device + ": " +
+                           (built_backends().find("cuda") == std::string::npos ? "this build has no CUDA engine"
+                                                                               : gpus.why_none)};
+  if (config.comm.zero == 1 && engine_options.device == "cuda")
+    throw CommandError{kExitUserError, "comm.zero=1 is implemented for the cpu engine only, and train.device=" +
+                                           config.train.device + " resolved to cuda (set train.device=cpu)"};
   engine_options.threads = static_cast<int>(config.train.threads);
   if (config.comm.zero == 1 && comm->world_size() > 1) {
     // ZeRO-1: this rank's optimizer state only, buffers in world-size blocks.
@@ -198,12 +219,22 @@ int run_command(const RunOptions& options, const std::string& command_line) {
     throw CommandError{kExitEnvironmentError, e.what()};
   }
   engine->init_parameters(static_cast<uint64_t>(config.train.seed));
-  if (comm->world_size() > 1 && engine->host_gradient_buffer() == nullptr)
-    throw CommandError{kExitEnvironmentError,
+  if (use_nccl) {
+    // NCCL on the engine's GPU (the local rank's, above); the bootstrap keeps
+    // the host control collectives. A failed init aborts every rank (exit 3).
+    comm = make_nccl_communicator(std::move(comm), engine_options.gpu_index, config.comm.timeout_s);
+    if (comm == nullptr)
+      throw CommandError{kExitEnvironmentError, "comm.backend=nccl: this build has no NCCL backend"};
+  } else if (comm->world_size() > 1 && engine->host_gradient_buffer() == nullptr) {
+    const bool nccl_built = !nccl_version().empty();
+    throw CommandError{nccl_built ? kExitUserError : kExitEnvironmentError,
                        std::string("comm.backend ") + comm->backend_name() + " reduces host buffers, but the " +
-                           engine->backend_name() +
-                           " engine keeps its gradients on the device: multi-rank CUDA needs the NCCL "
-                           "backend, which is not built yet"};
+                           engine->backend_name() + " engine keeps its gradients on the device: multi-rank " +
+                           engine->backend_name() + " needs comm.backend nccl" +
+                           (nccl_built ? " (or auto)"
+                                       : ", which this build lacks (build with nccl.h and libnccl: NCCL_HOME or "
+                                         "libnccl-dev)")};
+  }
   if (checkpoint_dir.temporary) {
     // The default run must not fill /tmp: without checkpoint.dir, a model
     // whose checkpoints (one committed, one being written) do not fit in the
@@ -275,12 +306,23 @@ int run_command(const RunOptions& options, const std::string& command_line) {
                        {"compiler", env.compiler},
                        {"os", env.os},
                        {"comm", env.comm_backend}});
-  const RunOutcome outcome = run_training(
+  Ceilings ceilings;
+  if (options.ceilings) {
+    if (reporter) std::fprintf(stdout, "ceilings: measuring compute, network, storage read and storage write alone...\n");
+    std::fflush(stdout);
+    ceilings = measure_ceilings(config, *engine, *comm, data.shards, checkpoint_dir.path);
+  }
+  RunOutcome outcome = run_training(
       config, *engine, *data.source, *comm,
       [&](const StepRecord& step, const RunSummary& so_far) {
         if (reporter) print_progress(stdout, config, step, so_far);
       },
       checkpointer.get(), resume.step + 1);
+  if (options.ceilings) {
+    outcome.ceilings = ceilings_to_json(ceilings, outcome.summary.tokens_per_s);
+    outcome.ceilings_line = ceilings_line(ceilings, outcome.summary.tokens_per_s);
+    outcome.summary.bottleneck = explain_bottleneck(outcome.summary.bottleneck, ceilings, outcome.summary.tokens_per_s);
+  }
   if (reporter) {
     try {
       write_result_json(result_path, build_result_json(command_line, config, env, outcome));
@@ -309,7 +351,13 @@ std::string version_text() {
 }  // namespace
 
 std::unique_ptr<Communicator> make_communicator(const std::string& backend) {
-  if (backend == "local" || (backend == "auto" && !launched_by_mpi())) return make_local_communicator();
+  if (backend == "nccl" && nccl_version().empty())
+    throw CommandError{kExitEnvironmentError,
+                       "comm.backend=nccl: this build has no NCCL backend (it needs the CUDA backend and nccl.h "
+                       "and libnccl: set NCCL_HOME or install libnccl-dev, then rebuild)"};
+  // nccl: its bootstrap, which gives the ranks and carries the ncclUniqueId.
+  const bool bootstrap = backend == "auto" || backend == "nccl";
+  if (backend == "local" || (bootstrap && !launched_by_mpi())) return make_local_communicator();
   std::unique_ptr<Communicator> mpi = make_mpi_communicator();
   if (mpi == nullptr)
     throw CommandError{kExitEnvironmentError,
@@ -337,6 +385,9 @@ int run_cli(int argc, char** argv) {
   CLI::Option* steps_option =
       run->add_option("--steps", run_options.steps, "optimizer steps (overrides train.steps)");
   run->add_option("--out", run_options.out, "result JSON path (overrides report.out)");
+  run->add_flag("--ceilings", run_options.ceilings,
+                "first measure compute, network, storage read and storage write alone on this config "
+                "and these ranks, then the run; the report sets the run against each ceiling");
   run->add_option("--resume", run_options.resume,
                   "continue from a checkpoint: latest (under checkpoint.dir) or a checkpoint folder");
   ShardsCommand shards(app);

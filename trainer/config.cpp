@@ -99,13 +99,14 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(data, synth_payload_bytes, Bound::kNonNegative),
       TRAINBENCH_KEY(data, synth_samples_per_shard, Bound::kNonNegative),
       TRAINBENCH_KEY(data, inject_delay_ms, Bound::kNonNegative),
-      TRAINBENCH_KEY(comm, backend, Bound::kAny, {"auto", "local", "mpi"}),
+      TRAINBENCH_KEY(comm, backend, Bound::kAny, {"auto", "local", "mpi", "nccl"}),
       TRAINBENCH_KEY(comm, bucket_mb, Bound::kPositive),
       TRAINBENCH_KEY(comm, overlap),
       TRAINBENCH_KEY(comm, zero, Bound::kNonNegative),
       TRAINBENCH_KEY(comm, check_every, Bound::kNonNegative),
       TRAINBENCH_KEY(comm, timeout_s, Bound::kPositive),
       TRAINBENCH_KEY(comm, inject_divergence_step, Bound::kNonNegative),
+      TRAINBENCH_KEY(comm, inject_delay_ms, Bound::kNonNegative),
       TRAINBENCH_KEY(checkpoint, dir),
       TRAINBENCH_KEY(checkpoint, every_steps, Bound::kNonNegative),
       TRAINBENCH_KEY(checkpoint, keep, Bound::kNonNegative),
@@ -115,6 +116,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(checkpoint, direct_io),
       TRAINBENCH_KEY(checkpoint, writers, Bound::kPositive),
       TRAINBENCH_KEY(checkpoint, block_bytes, Bound::kPositive),
+      TRAINBENCH_KEY(checkpoint, inject_delay_ms, Bound::kNonNegative),
       TRAINBENCH_KEY(report, out),
       TRAINBENCH_KEY(report, progress_every, Bound::kNonNegative),
   };
@@ -446,6 +448,13 @@ void validate(const Config& config, const Sources& sources) {
 
   checker.require(config.comm.zero <= 1, {"comm.zero"},
                   std::to_string(config.comm.zero) + " is not 0 or 1 (ZeRO stage 1 shards the optimizer state)");
+  // Engine and backend that cannot go together (train.device auto: the CLI
+  // checks the device it resolves to).
+  checker.require(!(config.comm.backend == "nccl" && t.device == "cpu"), {"comm.backend", "train.device"},
+                  "nccl reduces device buffers and needs the cuda engine, but train.device is cpu "
+                  "(use comm.backend auto, local or mpi)");
+  checker.require(!(config.comm.zero == 1 && t.device == "cuda"), {"comm.zero", "train.device"},
+                  "ZeRO-1 is implemented for the cpu engine only, and train.device is cuda");
 
   const CheckpointSection& ck = config.checkpoint;
   checker.require(ck.block_bytes % 4096 == 0 && ck.block_bytes >= (1 << 20), {"checkpoint.block_bytes"},

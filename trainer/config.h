@@ -56,13 +56,15 @@ struct DataSection {
 };
 
 struct CommSection {
-  std::string backend = "auto";  // auto | local | mpi  (auto: mpi when started by an MPI launcher)
+  std::string backend = "auto";  // auto | local | mpi | nccl  (auto: nccl for a multi-rank cuda run when
+                                 // built, else mpi when started by an MPI launcher, else local)
   double bucket_mb = 25;         // gradient bucket size (the first is 1 MiB), as DDP's bucket_cap_mb
   bool overlap = true;           // all-reduce buckets during backward; false: one all-reduce after it
   int64_t zero = 0;              // 1: ZeRO-1, the optimizer state sharded across ranks
   int64_t check_every = 10;      // compare a parameter checksum across ranks every N steps (and at the end)
   double timeout_s = 300;        // a collective that takes longer aborts every rank
   int64_t inject_divergence_step = 0;  // fault injection: perturb the last rank's parameters before this step
+  double inject_delay_ms = 0;    // fault injection: each gradient all-reduce is held this long (a slow network)
 };
 
 struct CheckpointSection {
@@ -75,6 +77,7 @@ struct CheckpointSection {
   bool direct_io = false;        // O_DIRECT writes (bypass the page cache)
   int64_t writers = 2;           // files (and writer threads) per rank
   int64_t block_bytes = 64LL << 20;  // bytes per write call, a multiple of 4096
+  double inject_delay_ms = 0;    // fault injection: each rank's writer sleeps this long per checkpoint (slow disk)
 };
 
 struct ReportSection {

@@ -133,8 +133,8 @@ DataSetup make_data_source(const Config& config, TrainingEngine& engine, int64_t
     return setup;
   }
 
-  LoaderOptions options =
-      loader_options(config, shards_for_run(config, world, &setup), rank, world);
+  setup.shards = shards_for_run(config, world, &setup);
+  LoaderOptions options = loader_options(config, setup.shards, rank, world);
   options.allocator = HostAllocator{[&engine](size_t bytes) { return engine.allocate_host(bytes); },
                                     [&engine](void* memory) { engine.release_host(memory); }};
   setup.description += ", field ." + d.field + ", " + std::to_string(d.readers) + " reader(s)";

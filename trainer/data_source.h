@@ -20,6 +20,7 @@ struct DataSetup {
   std::string description;  // one line for the console header
   std::string data_path;    // where the shards are (for the filesystem report); "" in memory
   std::string temporary_dir;  // made for this run and removed with the DataSetup; "" if none
+  std::vector<std::string> shards;  // the resolved shards; empty for source synthetic
   ~DataSetup();
   DataSetup() = default;
   DataSetup(DataSetup&&) = default;

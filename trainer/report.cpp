@@ -45,9 +45,10 @@ void print_header(FILE* out, const Config& config, const Environment& env, const
   }
   std::fprintf(out, "  engine    %s (built: %s)\n", env.compute_backend.c_str(),
                env.built_backends.c_str());
-  std::fprintf(out, "  libraries %s; %s; CUDA runtime %s\n", env.openblas.c_str(),
+  std::fprintf(out, "  libraries %s; %s; CUDA runtime %s; NCCL %s\n", env.openblas.c_str(),
                env.compiler.c_str(),
-               env.gpus.runtime_version.empty() ? "not built" : env.gpus.runtime_version.c_str());
+               env.gpus.runtime_version.empty() ? "not built" : env.gpus.runtime_version.c_str(),
+               env.nccl.empty() ? "not built" : env.nccl.c_str());
   const ModelShape& m = config.model;
   std::fprintf(out,
                "  model     %s params (%s trainable): d_model %ld, %ld layers, %ld heads "
@@ -134,6 +135,11 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
     std::fprintf(out, "  read bandwidth need %s at the measured tokens/s, %s at the gemm ceiling\n",
                  rate(s.required_read_gbs_measured).c_str(), rate(s.required_read_gbs).c_str());
   }
+  if (s.ranks.size() > 1) {
+    const RankSummary& slow = s.ranks[static_cast<size_t>(s.slowest_rank)];
+    std::fprintf(out, "  slowest rank        %d (%s): step %.2f ms median, %.0f%% above the median rank\n", slow.rank,
+                 slow.host.c_str(), 1e3 * slow.step_s, 100.0 * s.slowest_rank_excess);
+  }
   if (!outcome.checkpoints.empty()) {
     const CheckpointRecord* last = nullptr;
     for (const CheckpointRecord& c : outcome.checkpoints)
@@ -147,6 +153,8 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
                    static_cast<long>(last->step));
     std::fprintf(out, "\n");
   }
+  if (!outcome.ceilings_line.empty()) std::fprintf(out, "  ceilings            %s\n", outcome.ceilings_line.c_str());
+  if (!s.bottleneck.empty()) std::fprintf(out, "  bottleneck          %s\n", s.bottleneck.c_str());
   for (const Check& c : outcome.checks)
     std::fprintf(out, "  check %-20s%s  %s\n", c.name.c_str(), c.passed ? "ok" : "FAILED",
                  c.detail.c_str());

@@ -78,9 +78,21 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
       {"optimizer_bytes_per_rank", s.optimizer_bytes_per_rank},
       {"optimizer_bytes_unsharded", s.optimizer_bytes_unsharded},
       {"slowest_rank", s.slowest_rank},
+      {"slowest_rank_excess", s.slowest_rank_excess},
+      {"bottleneck", s.bottleneck},
   };
   nlohmann::json steps = nlohmann::json::array();
   for (const StepRecord& record : outcome.steps) steps.push_back(step_json(record));
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankSummary& r : s.ranks)
+    ranks.push_back({{"rank", r.rank},
+                     {"host", r.host},
+                     {"step_s", r.step_s},
+                     {"compute_s", r.compute_s},
+                     {"comm_exposed_s", r.comm_exposed_s},
+                     {"data_stall_s", r.data_stall_s},
+                     {"ckpt_stall_s", r.ckpt_stall_s},
+                     {"other_s", r.other_s}});
   nlohmann::json checkpoints = nlohmann::json::array();
   for (const CheckpointRecord& c : outcome.checkpoints)
     checkpoints.push_back({{"step", c.step},
@@ -104,10 +116,11 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
       {"environment", environment_to_json(env)},
       {"summary", summary},
       {"steps", steps},
+      {"ranks", ranks},
       {"checkpoints", checkpoints},
-      // Isolation ceilings (bench compute|comm|io) land here with their issue;
-      // the GEMM calibration of every run is already in the summary.
-      {"ceilings", nlohmann::json::object()},
+      // Isolation ceilings of `run --ceilings` (trainer/ceilings.h); the GEMM
+      // calibration of every run is in the summary.
+      {"ceilings", outcome.ceilings},
       {"checks", checks},
       {"warnings", outcome.warnings},
   };

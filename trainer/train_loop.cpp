@@ -80,6 +80,45 @@ void perturb_parameters(TrainingEngine& engine, std::vector<float>& parameters) 
   engine.set_parameters(parameters.data());
 }
 
+// Every rank's host name, on every rank: one small broadcast per rank (the
+// communicator moves bytes only by broadcast), once per run.
+std::vector<std::string> host_names(Communicator& comm) {
+  constexpr int64_t kNameBytes = 256;
+  std::vector<std::string> names;
+  for (int r = 0; r < comm.world_size(); ++r) {
+    std::string name(kNameBytes, '\0');
+    if (r == comm.rank()) name.replace(0, std::min<size_t>(comm.host_name().size(), kNameBytes - 1), comm.host_name());
+    comm.broadcast(name.data(), kNameBytes, r);
+    names.push_back(name.c_str());
+  }
+  return names;
+}
+
+// Each rank's medians, gathered to every rank; the slowest rank against the
+// typical one.
+void summarize_ranks(Communicator& comm, RunSummary& summary) {
+  const auto gathered = [&comm](double value) {
+    std::vector<double> values(static_cast<size_t>(comm.world_size()));
+    comm.all_gather(value, values.data());
+    return values;
+  };
+  const std::vector<double> step = gathered(summary.step_s.median);
+  const std::vector<double> compute = gathered(summary.compute_s.median);
+  const std::vector<double> comm_exposed = gathered(summary.comm_exposed_s.median);
+  const std::vector<double> data_stall = gathered(summary.data_stall_s.median);
+  const std::vector<double> ckpt_stall = gathered(summary.ckpt_stall_s.median);
+  const std::vector<double> other = gathered(summary.other_s.median);
+  const std::vector<std::string> hosts = host_names(comm);
+  summary.ranks.clear();
+  for (size_t r = 0; r < step.size(); ++r)
+    summary.ranks.push_back({static_cast<int>(r), hosts[r], step[r], compute[r], comm_exposed[r], data_stall[r],
+                             ckpt_stall[r], other[r]});
+  const auto slowest = std::max_element(step.begin(), step.end());
+  summary.slowest_rank = slowest - step.begin();
+  const double typical = median(step);
+  summary.slowest_rank_excess = typical > 0 ? *slowest / typical - 1.0 : 0.0;
+}
+
 // Storage-read figures of the whole run: every rank's loader counters summed.
 void summarize_storage_read(const SourceStats& stats, double run_seconds, Communicator& comm,
                             RunSummary& summary) {
@@ -129,6 +168,26 @@ AdamWSettings adamw_settings(const TrainSection& train) {
   return adam;
 }
 
+std::string bottleneck_line(const RunSummary& s) {
+  struct Category {
+    const char* resource;
+    const char* time;
+    double share;
+  };
+  const Category others[] = {{"network", "exposed communication", s.comm_exposed_share},
+                             {"storage read", "data stall", s.data_stall_share},
+                             {"storage write", "checkpoint stall", s.ckpt_stall_share},
+                             {"host overhead", "other (launch gaps, host work)", s.other_share}};
+  const Category* worst = &others[0];
+  for (const Category& c : others)
+    if (c.share > worst->share) worst = &c;
+  const auto percent = [](double share) { return std::to_string(static_cast<int>(100.0 * share + 0.5)) + "%"; };
+  if (worst->share < 0.10)
+    return std::string("compute — compute ") + percent(s.compute_share) + " of step; no other resource takes 10%";
+  return std::string(worst->resource) + " — " + worst->time + " " + percent(worst->share) + " of step (compute " +
+         percent(s.compute_share) + ")";
+}
+
 void largest_gemm_shape(const ModelShape& s, int64_t micro_batch, int64_t* m, int64_t* n,
                         int64_t* k) {
   // Candidates: (out, in) of every projection; the one with the most work wins.
@@ -174,16 +233,24 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   if (world > 1 && config.comm.zero == 1) {
     const int64_t trainable = engine.layout().trainable_params();
     zero.emplace(comm, engine, (trainable + world - 1) / world * world);
-  } else if (world > 1) {
-    float* gradients = engine.host_gradient_buffer();
+  } else if (world > 1 || comm.device_buffers()) {
+    // A device-buffer backend (nccl) syncs even at world size 1, where the
+    // all-reduce changes nothing: a 1-GPU run then takes, and times, the path
+    // of every multi-GPU run (and scaling from 1 GPU compares like with like).
+    const bool on_device = comm.device_buffers();
+    float* gradients = on_device ? engine.device_gradient_buffer() : engine.host_gradient_buffer();
     if (gradients == nullptr)
-      throw std::runtime_error(std::string("comm.backend ") + comm.backend_name() +
-                               " reduces host buffers, but the " + engine.backend_name() +
-                               " engine keeps its gradients on the device (NCCL comes with its issue)");
+      throw std::runtime_error(std::string("comm.backend ") + comm.backend_name() + " reduces " +
+                               (on_device ? "device" : "host") + " buffers, but the " + engine.backend_name() +
+                               " engine keeps its gradients " + (on_device ? "in host memory" : "on the device"));
+    RecordComputeEventFn record_compute_event;  // device buffers: backward's readiness is "enqueued"
+    if (on_device) record_compute_event = [&engine] { return engine.record_compute_event(); };
     sync.emplace(comm, gradients, engine.layout().trainable_params(),
-                 static_cast<int64_t>(config.comm.bucket_mb * (1 << 20)), config.comm.overlap);
+                 static_cast<int64_t>(config.comm.bucket_mb * (1 << 20)), config.comm.overlap,
+                 record_compute_event);
   }
   comm.set_timeout(config.comm.timeout_s);
+  comm.set_injected_delay(config.comm.inject_delay_ms * 1e-3);
   std::vector<float> parameters;  // host copy for the consistency checksum
   std::string inconsistency;      // the first checksum mismatch, if any
 
@@ -219,6 +286,10 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
         engine.backward(batch, loss_scale, nullptr);
     }
     if (sync) {
+      // A device engine returns from backward once it is enqueued; its end is
+      // when the compute stream drains. Waiting for that delays nothing: every
+      // bucket is started by now, and finish() waits for the last one anyway.
+      if (comm.device_buffers()) engine.synchronize();
       const double backward_end = steady_seconds();
       sync->finish();
       record.comm_s = comm.take_comm_seconds();
@@ -314,12 +385,10 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   }
 
   // tokens/s is set by the slowest rank's median step.
-  std::vector<double> rank_medians(static_cast<size_t>(comm.world_size()));
-  comm.all_gather(summary.step_s.median, rank_medians.data());
-  const auto slowest = std::max_element(rank_medians.begin(), rank_medians.end());
-  summary.slowest_rank = slowest - rank_medians.begin();
-  if (*slowest > 0)
-    summary.tokens_per_s = static_cast<double>(summary.global_tokens_per_step) / *slowest;
+  summarize_ranks(comm, summary);
+  const double slowest_step_s = summary.ranks[static_cast<size_t>(summary.slowest_rank)].step_s;
+  if (slowest_step_s > 0)
+    summary.tokens_per_s = static_cast<double>(summary.global_tokens_per_step) / slowest_step_s;
   summary.achieved_flops_per_s =
       summary.model_flops_per_token * summary.tokens_per_s / comm.world_size();
   if (summary.gemm_ceiling_flops_per_s > 0)
@@ -335,6 +404,13 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
                                " corrupt sample(s) and " + std::to_string(read.shards_skipped) +
                                " shard(s) on this rank" + first);
   }
+
+  summary.bottleneck = bottleneck_line(summary);
+  if (summary.slowest_rank_excess > 0.2 && world > 1)
+    outcome.warnings.push_back("rank " + std::to_string(summary.slowest_rank) + " (" +
+                               summary.ranks[static_cast<size_t>(summary.slowest_rank)].host + ") is " +
+                               std::to_string(static_cast<int>(100 * summary.slowest_rank_excess)) +
+                               "% slower than the median rank: a straggler sets everyone's pace");
 
   if (loss_finite)
     outcome.checks.push_back({"loss_finite", true, "every step's loss is finite"});

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>  // RunOutcome::ceilings
+
 #include "comm/communicator.h"        // Communicator
 #include "dataloader/batch_source.h"  // BatchSource
 #include "kernels/engine.h"           // TrainingEngine
@@ -37,6 +39,14 @@ struct StepRecord {
 // Median, p10 and p90 of one quantity over the measured steps.
 struct Spread {
   double median = 0, p10 = 0, p90 = 0;
+};
+
+// One rank's medians over the measured steps: how the ranks compare (a slow
+// node or GPU shows as one rank whose step or compute time stands out).
+struct RankSummary {
+  int rank = 0;
+  std::string host;
+  double step_s = 0, compute_s = 0, comm_exposed_s = 0, data_stall_s = 0, ckpt_stall_s = 0, other_s = 0;
 };
 
 struct RunSummary {
@@ -80,6 +90,12 @@ struct RunSummary {
   // (comm.zero=1) keeps about 1/world of it.
   int64_t optimizer_bytes_per_rank = 0, optimizer_bytes_unsharded = 0;
   int64_t slowest_rank = 0;
+  // Slowest rank's median step_s over the median of the ranks' medians, − 1:
+  // 0.25 = the slowest rank is 25% slower than the typical one.
+  double slowest_rank_excess = 0;
+  std::vector<RankSummary> ranks;  // every rank, gathered to all
+  // The resource that limits the run, in one line (docs/metrics.md).
+  std::string bottleneck;
 };
 
 struct Check {
@@ -94,6 +110,10 @@ struct RunOutcome {
   RunSummary summary;
   std::vector<Check> checks;
   std::vector<std::string> warnings;
+  // Isolation ceilings measured before the run (run --ceilings): the result
+  // JSON's `ceilings` and the report's line; empty when not measured.
+  nlohmann::json ceilings = nlohmann::json::object();
+  std::string ceilings_line;
   bool all_checks_passed() const;
 };
 
@@ -111,6 +131,11 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
 
 // The optimizer settings of the `train` section.
 AdamWSettings adamw_settings(const TrainSection& train);
+
+// The one-line answer: the category that takes the largest share of the
+// step beside compute, when it takes at least 10% of it ("storage read —
+// data stall 31% of step"), else compute.
+std::string bottleneck_line(const RunSummary& summary);
 
 // The largest GEMM of one micro-batch ([m, k] × [k, n]), for the ceiling.
 void largest_gemm_shape(const ModelShape& shape, int64_t micro_batch, int64_t* m, int64_t* n,

@@ -1,4 +1,4 @@
-// The exact-resume test on real MPI ranks: 2 ranks train 20 steps
+// The exact-resume test on real MPI ranks, with and without ZeRO-1: 2 ranks train 20 steps
 // straight; 2 ranks train, rank 0 is killed (SIGKILL) right after it
 // committed the step-10 checkpoint, and a new job resumes from `latest` to
 // step 20. Losses, parameters, AdamW state and data positions are the same
@@ -31,17 +31,22 @@ std::string run_2_ranks(const std::string& dir, const std::string& out, const st
          " --set comm.timeout_s=30 --out " + out + " " + extra;
 }
 
-TEST(CheckpointMpi, TwoRanksKilledAndResumedEqualTheUninterruptedRun) {
+// comm.zero 0: every rank checkpoints the whole AdamW state; 1: its ZeRO-1 shard.
+class CheckpointMpi : public ::testing::TestWithParam<int> {};
+
+TEST_P(CheckpointMpi, TwoRanksKilledAndResumedEqualTheUninterruptedRun) {
   testing::TempDir dir("test_ckpt_mpi");
-  const CommandResult straight = run_command(run_2_ranks(dir.file("a"), dir.file("a.json")));
+  const std::string zero = "--set comm.zero=" + std::to_string(GetParam()) + " ";
+  const CommandResult straight = run_command(run_2_ranks(dir.file("a"), dir.file("a.json"), zero));
   ASSERT_EQ(straight.exit_code, 0) << straight.out << straight.err;
 
   const CommandResult killed =
-      run_command("TRAINBENCH_TEST_CRASH_AT=committed@10 " + run_2_ranks(dir.file("b"), dir.file("b1.json")));
+      run_command("TRAINBENCH_TEST_CRASH_AT=committed@10 " + run_2_ranks(dir.file("b"), dir.file("b1.json"), zero));
   ASSERT_NE(killed.exit_code, 0) << killed.out << killed.err;
   ASSERT_EQ(read_whole_file(dir.file("b/latest")), "step_10\n");
 
-  const CommandResult resumed = run_command(run_2_ranks(dir.file("b"), dir.file("b2.json"), "--resume latest"));
+  const CommandResult resumed =
+      run_command(run_2_ranks(dir.file("b"), dir.file("b2.json"), zero + "--resume latest"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
 
   const auto straight_losses = losses_by_step(dir.file("a.json"));
@@ -53,6 +58,9 @@ TEST(CheckpointMpi, TwoRanksKilledAndResumedEqualTheUninterruptedRun) {
   EXPECT_GE(a.size(), 4u) << "two ranks' files";
   EXPECT_EQ(a, file_checksums(dir.file("b/step_20")));
 }
+
+INSTANTIATE_TEST_SUITE_P(Zero, CheckpointMpi, ::testing::Values(0, 1),
+                         [](const ::testing::TestParamInfo<int>& info) { return "zero" + std::to_string(info.param); });
 
 }  // namespace
 }  // namespace trainbench

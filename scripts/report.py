@@ -1,0 +1,716 @@
+#!/usr/bin/env python3
+"""The scaling report of a set of trainbench runs.
+
+    scripts/report.py RESULTS... [--out DIR] [--no-plots]
+
+RESULTS are result JSON files (schema trainbench.result/v1, `trainbench run
+--out`) or folders of them (every *.json in the folder). Runs are grouped by
+world size (environment.ranks); several runs of one world size are repeats, and
+the one with the median tokens/s stands for them. DIR (default: the folder of
+the results) receives
+
+    report.md               the tables: tokens/s against the ideal line and the
+                            scaling efficiency, step time, stall shares, the
+                            bottleneck, the slowest rank; the smallest run's
+                            config and environment
+    tokens_per_s.png        tokens/s against ranks, with the ideal line
+    scaling_efficiency.png  scaling efficiency against ranks
+    stall_shares.png        stacked shares of the step per world size
+    step_time_spread.png    per-rank median step times per world size (from
+                            the result's `ranks`; older results: rank 0's steps)
+
+Definitions are DESIGN.md's ("What is measured"): ideal tokens/s at N ranks =
+N/N0 x tokens/s(N0), N0 the smallest world size; scaling efficiency =
+tokens/s(N) / ideal. A bad input (missing file, not JSON, not a trainbench
+result) exits 2 with one line naming it; matplotlib missing exits 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_PREFIX = "trainbench.result/"
+# The categories of the step (DESIGN.md), their labels, and the resource each
+# one names when it is the bottleneck.
+CATEGORIES = [
+    ("compute", "compute", "compute"),
+    ("comm_exposed", "comm exposed", "network"),
+    ("data_stall", "data stall", "storage read"),
+    ("ckpt_stall", "ckpt stall", "storage write"),
+    ("other", "other", "host overhead"),
+]
+COLORS = {"compute": "#4c72b0", "comm_exposed": "#dd8452", "data_stall": "#55a868",
+          "ckpt_stall": "#c44e52", "other": "#8c8c8c"}
+PLOTS = ["tokens_per_s.png", "scaling_efficiency.png", "stall_shares.png", "step_time_spread.png"]
+
+
+class ReportError(Exception):
+    """A user error: one line, exit 2."""
+
+
+# ----------------------------------------------------------------------------- input
+
+@dataclass
+class Run:
+    path: Path
+    data: dict[str, Any]
+
+    @property
+    def ranks(self) -> int:
+        return int(self.data["environment"]["ranks"])
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return self.data["summary"]
+
+    @property
+    def tokens_per_s(self) -> float:
+        return float(self.summary["tokens_per_s"])
+
+    def per_rank(self) -> list[dict[str, Any]]:
+        """The result's per-rank records (newer results), else []."""
+        ranks = self.data.get("ranks")
+        return [r for r in ranks if isinstance(r, dict)] if isinstance(ranks, list) else []
+
+
+def number(value: Any) -> float | None:
+    """A figure that may be a number or a {median, p10, p90} object."""
+    if isinstance(value, dict):
+        value = value.get("median")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def rank_figure(record: dict[str, Any], name: str) -> float | None:
+    """A per-rank median: `name` as a number or {median...}, or `name`_median."""
+    value = number(record.get(name))
+    return value if value is not None else number(record.get(name + "_median"))
+
+
+def require(data: dict[str, Any], path: str, where: str) -> Any:
+    node: Any = data
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            raise ReportError(f"{where}: not a complete trainbench result: {path} is missing")
+        node = node[key]
+    return node
+
+
+def load_run(path: Path) -> Run:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ReportError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise ReportError(f"{path}: cannot read it ({reason})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ReportError(f"{path}: not JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
+    if not isinstance(data, dict):
+        raise ReportError(f"{path}: not a trainbench result (a JSON {type(data).__name__}, not an object)")
+    schema = data.get("schema")
+    if not isinstance(schema, str) or not schema.startswith(SCHEMA_PREFIX):
+        raise ReportError(f"{path}: schema is {json.dumps(schema)}, expected {SCHEMA_PREFIX}v1 "
+                          "(the result JSON of `trainbench run --out`)")
+    ranks = require(data, "environment.ranks", str(path))
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise ReportError(f"{path}: environment.ranks is {json.dumps(ranks)}, expected a positive integer")
+    tokens = require(data, "summary.tokens_per_s", str(path))
+    if number(tokens) is None:
+        raise ReportError(f"{path}: summary.tokens_per_s is {json.dumps(tokens)}, expected a number")
+    require(data, "summary.step_s", str(path))
+    return Run(path, data)
+
+
+def collect(inputs: list[str]) -> list[Run]:
+    paths: list[Path] = []
+    for name in inputs:
+        p = Path(name)
+        if p.is_dir():
+            found = sorted(p.glob("*.json"))
+            if not found:
+                raise ReportError(f"{p}: no *.json result files in this folder")
+            paths.extend(found)
+        else:
+            paths.append(p)
+    seen: set[Path] = set()
+    runs = []
+    for p in paths:
+        key = p.resolve()
+        if key not in seen:
+            seen.add(key)
+            runs.append(load_run(p))
+    return runs
+
+
+# ----------------------------------------------------------------------------- analysis
+
+@dataclass
+class Point:
+    """One world size: its runs and the one that stands for them."""
+    ranks: int
+    runs: list[Run]
+    run: Run = field(init=False)
+    ideal_tokens_per_s: float = 0.0
+    efficiency: float | None = None
+
+    def __post_init__(self) -> None:
+        ordered = sorted(self.runs, key=lambda r: r.tokens_per_s)
+        self.run = ordered[(len(ordered) - 1) // 2]
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.run.tokens_per_s
+
+    @property
+    def hosts(self) -> int | None:
+        hosts = self.run.data["environment"].get("hosts")
+        return len(hosts) if isinstance(hosts, list) and hosts else None
+
+
+def group(runs: list[Run]) -> list[Point]:
+    by_ranks: dict[int, list[Run]] = {}
+    for run in runs:
+        by_ranks.setdefault(run.ranks, []).append(run)
+    points = [Point(n, rs) for n, rs in sorted(by_ranks.items())]
+    base = points[0]
+    for p in points:
+        p.ideal_tokens_per_s = p.ranks / base.ranks * base.tokens_per_s
+        p.efficiency = p.tokens_per_s / p.ideal_tokens_per_s if p.ideal_tokens_per_s > 0 else None
+    return points
+
+
+def shares(run: Run) -> dict[str, float | None]:
+    stall = run.summary.get("stall_shares")
+    stall = stall if isinstance(stall, dict) else {}
+    return {key: number(stall.get(key)) for key, _, _ in CATEGORIES}
+
+
+def bottleneck(run: Run) -> tuple[str, bool]:
+    """The result's own bottleneck line, or (older results) the resource of the
+    largest share of the step, flagged as derived."""
+    own = run.summary.get("bottleneck")
+    if isinstance(own, str) and own.strip():
+        return own.strip(), False
+    if isinstance(own, dict):  # tolerate {"resource": ..., "line": ...}
+        for key in ("line", "text", "resource", "name"):
+            if isinstance(own.get(key), str) and own[key].strip():
+                return own[key].strip(), False
+    known = {k: v for k, v in shares(run).items() if v is not None}
+    if not known:
+        return "—", True
+    key = max(known, key=lambda k: known[k])
+    resource = next(r for k, _, r in CATEGORIES if k == key)
+    return f"{resource} ({known[key]:.0%} of the step)", True
+
+
+@dataclass
+class Straggler:
+    rank: int | None
+    host: str | None
+    slower: float | None  # (slowest − median rank) / median rank
+    step_s: float | None
+
+
+def straggler(run: Run) -> Straggler:
+    """The slowest rank and how much slower its median step is than the median
+    rank's: the result's own figures (summary.slowest_rank, _excess) where it
+    has them, else computed from its per-rank records."""
+    records = [(rec, rank_figure(rec, "step_s")) for rec in run.per_rank()]
+    records = [(rec, s) for rec, s in records if s is not None]
+    own_rank = run.summary.get("slowest_rank")
+    own_rank = own_rank if isinstance(own_rank, int) and not isinstance(own_rank, bool) else None
+    excess = number(run.summary.get("slowest_rank_excess"))
+    if not records:
+        return Straggler(own_rank, None, excess, None)
+    chosen = [(rec, s) for rec, s in records if own_rank is not None and rec.get("rank") == own_rank]
+    rec, slowest = chosen[0] if chosen else max(records, key=lambda item: item[1])
+    if excess is None or not chosen:
+        middle = statistics.median(s for _, s in records)
+        excess = slowest / middle - 1.0 if middle > 0 else None
+    rank = rec.get("rank")
+    host = rec.get("host")
+    return Straggler(rank if isinstance(rank, int) else own_rank, host if isinstance(host, str) else None,
+                     excess, slowest)
+
+
+def step_spread(point: Point) -> tuple[list[float], str]:
+    """The step times (s) shown for a world size in the spread plot, and what they are."""
+    medians = [s for run in point.runs for s in (rank_figure(r, "step_s") for r in run.per_rank()) if s is not None]
+    if medians:
+        return medians, "per-rank median step time"
+    steps = []
+    for run in point.runs:
+        for step in run.data.get("steps") or []:
+            if isinstance(step, dict) and not step.get("warmup") and number(step.get("step_s")) is not None:
+                steps.append(float(step["step_s"]))
+    return steps, "rank 0's measured steps"
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: node}
+
+
+# Keys that differ between the runs of one sweep without making them different
+# jobs: the run length, where files go, and what the run sizes for itself.
+PER_RUN_KEYS = ("train.steps", "train.warmup_steps", "checkpoint.dir", "data.synth_samples_per_shard")
+
+
+def consistency_warnings(points: list[Point]) -> list[str]:
+    """What makes the runs not one sweep: different configs (report.* and the
+    step count aside), different per-rank batches (the ideal line assumes weak
+    scaling: the same tokens per rank and step)."""
+    warnings = []
+    base = points[0].run
+    base_config = flatten(base.data.get("config") or {})
+    for p in points:
+        for run in p.runs:
+            if run is base:
+                continue
+            config = flatten(run.data.get("config") or {})
+            differ = sorted(k for k in set(base_config) | set(config)
+                            if not k.startswith("report.") and k not in PER_RUN_KEYS
+                            and base_config.get(k) != config.get(k))
+            if differ:
+                shown = ", ".join(f"{k} {json.dumps(base_config.get(k))} vs {json.dumps(config.get(k))}"
+                                  for k in differ[:4])
+                more = f" and {len(differ) - 4} more" if len(differ) > 4 else ""
+                warnings.append(f"{run.path.name} is configured differently from {base.path.name}: {shown}{more}")
+    per_rank = {}
+    for p in points:
+        tokens = number(p.run.summary.get("global_tokens_per_step"))
+        if tokens is not None:
+            per_rank[p.ranks] = tokens / p.ranks
+    if len(set(per_rank.values())) > 1:
+        shown = ", ".join(f"{n} ranks: {t:g}" for n, t in per_rank.items())
+        warnings.append(f"tokens per rank and step differ between world sizes ({shown}): "
+                        "the ideal line assumes the same per-rank batch")
+    for p in points:
+        for run in p.runs:
+            for check in run.data.get("checks") or []:
+                if isinstance(check, dict) and check.get("passed") is False:
+                    warnings.append(f"{run.path.name}: check {check.get('name')} FAILED: {check.get('detail', '')}")
+            for w in run.data.get("warnings") or []:
+                warnings.append(f"{run.path.name}: {w}")
+    return warnings
+
+
+# ----------------------------------------------------------------------------- formatting
+
+def si(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "—"
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.2f} {prefix}{unit}".rstrip()
+    return f"{value:.2f} {unit}".rstrip()
+
+
+def ms(value: float | None) -> str:
+    return "—" if value is None else f"{value * 1e3:.2f}"
+
+
+def pct(value: float | None, digits: int = 1) -> str:
+    return "—" if value is None else f"{value * 100:.{digits}f}%"
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table; columns of figures (numbers, percentages, "—") right-aligned."""
+    def figure(cell: str) -> bool:
+        return cell == "—" or re.fullmatch(r"[-+]?[0-9.]+(e[-+]?[0-9]+)?( ?[kMGT])?%?", cell) is not None
+    align = ["---:" if rows and all(figure(row[i]) for row in rows) else "---" for i in range(len(header))]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return lines
+
+
+def step_stats(run: Run) -> tuple[float | None, float | None, float | None]:
+    step = run.summary.get("step_s")
+    step = step if isinstance(step, dict) else {"median": step}
+    return number(step.get("median")), number(step.get("p10")), number(step.get("p90"))
+
+
+def mfu_cells(run: Run) -> tuple[str, str]:
+    s = run.summary
+    return pct(number(s.get("mfu"))), pct(number(s.get("mfu_vs_gemm_ceiling")))
+
+
+def straggler_cell(point: Point) -> str:
+    if point.ranks == 1:
+        return "—"
+    lag = straggler(point.run)
+    if lag.rank is None:
+        return "—"
+    where = f"rank {lag.rank}" + (f" ({lag.host})" if lag.host else "")
+    if lag.slower is None:
+        return where
+    return f"{where}, +{lag.slower * 100:.1f}% vs median rank"
+
+
+def ceilings_of(run: Run) -> dict[str, Any]:
+    """The result's isolation ceilings (`run --ceilings`): {resource: {figure: value}}."""
+    for node in (run.data.get("ceilings"), run.summary.get("ceilings")):
+        if isinstance(node, dict) and node:
+            return {k: v for k, v in node.items() if isinstance(v, dict)}
+    return {}
+
+
+def ceiling_figure(key: str, value: Any) -> str | None:
+    v = number(value)
+    if v is None:
+        return None
+    label = key.replace("_", " ")
+    if key.endswith("gbs"):
+        return f"{label[:-3].strip() or 'bandwidth'} {v:.3g} GB/s".replace("  ", " ")
+    if "bytes" in key:
+        return f"{label} {si(v, 'B')}"
+    if key.endswith("_s") or "_s_per_" in key:
+        return f"{label.replace(' s per ', ' per ').removesuffix(' s')} {v * 1e3:.3g} ms"
+    return f"{label} {v:.4g}"
+
+
+def ceilings_section(points: list[Point]) -> list[str]:
+    """Achieved tokens/s against each isolation ceiling, where the results have them."""
+    rows = []
+    for p in points:
+        for name, figures in ceilings_of(p.run).items():
+            tokens = number(figures.get("tokens_per_s"))
+            achieved = number(figures.get("achieved_share"))
+            if achieved is None and tokens:
+                achieved = p.tokens_per_s / tokens
+            others = [f for k, v in figures.items() if k not in ("tokens_per_s", "achieved_share")
+                      for f in [ceiling_figure(k, v)] if f]
+            rows.append([str(p.ranks), name.replace("_", " "), si(tokens), pct(achieved),
+                         "; ".join(others) or "—"])
+    if not rows:
+        return []
+    return (["## Against the ceilings", "",
+             "Each resource measured alone on the same config and ranks before the run (`trainbench run "
+             "--ceilings`), as the tokens/s it could sustain; achieved = the run's tokens/s over that "
+             "(— where not measured: no network on one rank, storage write is in GB/s).", ""]
+            + table(["ranks", "resource", "ceiling tokens/s", "achieved (%)", "other figures"], rows) + [""])
+
+
+def rank_section(point: Point) -> list[str]:
+    """The slowest ranks of the largest run, category by category."""
+    records = [r for r in point.run.per_rank() if rank_figure(r, "step_s") is not None]
+    if len(records) < 2:
+        return []
+    records.sort(key=lambda r: rank_figure(r, "step_s") or 0.0, reverse=True)
+    shown = records[:10]
+    rows = []
+    for r in shown:
+        row = [str(r.get("rank", "?")), str(r.get("host", "—")), ms(rank_figure(r, "step_s"))]
+        row += [ms(rank_figure(r, key + "_s")) for key, _, _ in CATEGORIES]
+        rows.append(row)
+    middle = statistics.median(rank_figure(r, "step_s") or 0.0 for r in records)
+    lines = [f"## Ranks at {point.ranks} ranks (slowest first)", "",
+             f"Median step time of the median rank: {ms(middle)} ms."
+             + (f" The {len(records) - len(shown)} faster ranks are not listed." if len(records) > len(shown) else ""),
+             ""]
+    header = ["rank", "host", "step (ms)"] + [f"{label} (ms)" for _, label, _ in CATEGORIES]
+    return lines + table(header, rows) + [""]
+
+
+def environment_section(run: Run) -> list[str]:
+    env = run.data.get("environment") or {}
+    config = run.data.get("config") or {}
+    s = run.summary
+    gpus = env.get("gpus") or []
+    names: dict[str, int] = {}
+    for g in gpus:
+        if isinstance(g, dict):
+            names[str(g.get("name", "GPU"))] = names.get(str(g.get("name", "GPU")), 0) + 1
+    gpu_text = ", ".join(f"{n} × {name}" for name, n in names.items()) or (
+        "none" + (f" ({env['gpus_unavailable_reason']})" if env.get("gpus_unavailable_reason") else ""))
+    cpu = env.get("cpu") or {}
+    model = config.get("model") or {}
+    train = config.get("train") or {}
+    data = config.get("data") or {}
+    ckpt = config.get("checkpoint") or {}
+    hosts = env.get("hosts") or []
+    shape = ", ".join(f"{k} {model[k]}" for k in ("d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_hidden",
+                                                  "vocab", "seq_len") if k in model)
+    shards = data.get("shards") or "(synthetic shards made for the run)"
+    if data.get("source") == "synthetic":
+        shards = "(synthetic tokens in memory: no storage read)"
+    items = [
+        ("result", f"{run.path.name} — trainbench {run.data.get('version', '?')}"),
+        ("command", f"`{run.data.get('command', '?')}`"),
+        ("ranks / hosts", f"{env.get('ranks')} on {len(hosts)} host(s): {', '.join(map(str, hosts[:8]))}"
+                          + (" …" if len(hosts) > 8 else "")),
+        ("engine / comm", f"{env.get('compute_backend', '?')} / {env.get('comm_backend', '?')}"),
+        ("GPUs", gpu_text),
+        ("CPU", f"{cpu.get('model', '?')}, {cpu.get('threads_used', '?')} of {cpu.get('hardware_threads', '?')} threads"),
+        ("libraries", ", ".join(f"{k} {env[k]}" for k in ("cuda_runtime", "cuda_driver", "nccl", "mpi")
+                                if env.get(k)) or "—"),
+        ("model", shape or "—"),
+        ("batch", f"micro {train.get('micro_batch', '?')} × accum {train.get('grad_accum', '?')} per rank; "
+                  f"{s.get('global_tokens_per_step', '?')} tokens/step over all ranks; "
+                  f"mode {train.get('mode', '?')}, precision {train.get('precision', '?')}"),
+        ("steps", f"{s.get('measured_steps', '?')} measured after {s.get('warmup_steps', '?')} warm-up"),
+        ("data", f"{shards}, {data.get('readers', '?')} reader(s) per rank"),
+        ("checkpoint", f"every {ckpt.get('every_steps', '?')} steps, async {ckpt.get('async', '?')}, "
+                       f"dir {ckpt.get('dir') or '(temporary)'}"),
+    ]
+    for fs in env.get("filesystems") or []:
+        if isinstance(fs, dict):
+            items.append((f"filesystem ({fs.get('role', '?')})", f"{fs.get('path', '?')}: {fs.get('type', '?')}"))
+    lines = ["## Config and environment (the smallest run)", ""]
+    lines += [f"- **{k}**: {v}" for k, v in items]
+    flat = flatten(config)
+    lines += ["", "<details><summary>resolved config</summary>", "", "```"]
+    lines += [f"{k}: {json.dumps(v)}" for k, v in flat.items()]
+    lines += ["```", "", "</details>", ""]
+    return lines
+
+
+def write_markdown(points: list[Point], out: Path, plots: list[str]) -> Path:
+    base = points[0]
+    lines = ["# trainbench scaling report", ""]
+    lines += [f"{len(points)} world size(s) from {sum(len(p.runs) for p in points)} run(s). "
+              f"Ideal tokens/s = N/{base.ranks} × tokens/s at {base.ranks} rank(s); "
+              "scaling efficiency = tokens/s ÷ ideal. tokens/s is set by the slowest rank's median step; "
+              "the step times and shares are those of rank 0, which reports.", ""]
+
+    rows = []
+    derived = False
+    for p in points:
+        median, p10, p90 = step_stats(p.run)
+        mfu, vs_gemm = mfu_cells(p.run)
+        line, was_derived = bottleneck(p.run)
+        derived |= was_derived
+        rows.append([str(p.ranks), str(p.hosts or "—"), str(len(p.runs)), f"{p.tokens_per_s:.1f}",
+                     f"{p.ideal_tokens_per_s:.1f}", "—" if p.efficiency is None else f"{p.efficiency:.3f}",
+                     ms(median), ms(p10), ms(p90), mfu, vs_gemm, straggler_cell(p)])
+    lines += ["## Throughput and scaling", ""]
+    lines += table(["ranks", "hosts", "runs", "tokens/s", "ideal tokens/s", "scaling efficiency",
+                    "step median (ms)", "step p10 (ms)", "step p90 (ms)", "MFU (datasheet)", "MFU (GEMM ceiling)",
+                    "slowest rank"], rows)
+    lines.append("")
+
+    rows = []
+    for p in points:
+        sh = shares(p.run)
+        line, was_derived = bottleneck(p.run)
+        rows.append([str(p.ranks)] + [pct(sh[key]) for key, _, _ in CATEGORIES]
+                    + [line + (" \\*" if was_derived else "")])
+    lines += ["## Where the step time goes", "",
+              "Shares of the step time on the reporting rank (DESIGN.md: compute, exposed communication, "
+              "data stall, checkpoint stall, other).", ""]
+    lines += table(["ranks"] + [f"{label} (%)" for _, label, _ in CATEGORIES] + ["bottleneck"], rows)
+    if derived:
+        lines += ["", "\\* derived by this report as the resource of the largest share: the result has no "
+                      "`summary.bottleneck`."]
+    lines.append("")
+
+    lines += ceilings_section(points)
+    lines += rank_section(points[-1])
+
+    if plots:
+        lines += ["## Plots", ""]
+        titles = {"tokens_per_s.png": "tokens/s against ranks", "scaling_efficiency.png": "scaling efficiency",
+                  "stall_shares.png": "stall shares", "step_time_spread.png": "step-time spread"}
+        lines += [f"![{titles.get(name, name)}]({name})" for name in plots]
+        lines.append("")
+
+    warnings = consistency_warnings(points)
+    if warnings:
+        lines += ["## Warnings", ""] + [f"- {w}" for w in dict.fromkeys(warnings)] + [""]
+
+    lines += environment_section(base.run)
+    lines += ["## Inputs", ""]
+    lines += [f"- {p.ranks} ranks: " + ", ".join(str(r.path) for r in p.runs) for p in points]
+    lines.append("")
+    path = out / "report.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+# ----------------------------------------------------------------------------- plots
+
+def write_plots(points: list[Point], out: Path) -> list[str]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ranks = [p.ranks for p in points]
+    labels = [str(n) for n in ranks]
+
+    def log2_axis(ax: Any) -> None:
+        if len(ranks) > 1 and ranks[-1] / ranks[0] >= 4:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(ranks)
+        ax.set_xticklabels(labels)
+        ax.minorticks_off()
+        ax.set_xlabel("ranks")
+        ax.grid(True, alpha=0.3)
+
+    written = []
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ax.plot(ranks, [p.ideal_tokens_per_s for p in points], "--", color="#999999", label="ideal (linear from "
+            + f"{ranks[0]} rank{'s' if ranks[0] > 1 else ''})")
+    ax.plot(ranks, [p.tokens_per_s for p in points], "o-", color=COLORS["compute"], label="measured")
+    # The isolation ceilings, where the results have them: what each resource alone allows.
+    for key, resource, marker in (("compute", "compute", "^"), ("network", "comm_exposed", "s"),
+                                  ("storage_read", "data_stall", "D")):
+        at = [(p.ranks, number(ceilings_of(p.run).get(key, {}).get("tokens_per_s"))) for p in points]
+        at = [(n, t) for n, t in at if t is not None]
+        if at:
+            ax.plot([n for n, _ in at], [t for _, t in at], marker + ":", color=COLORS[resource], alpha=0.8,
+                    markersize=5, label=f"{key.replace('_', ' ')} ceiling")
+    for p in points:
+        if len(p.runs) > 1:
+            ax.scatter([p.ranks] * len(p.runs), [r.tokens_per_s for r in p.runs], s=10, color=COLORS["compute"],
+                       alpha=0.4)
+    log2_axis(ax)
+    ax.set_ylabel("tokens/s")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.EngFormatter(sep=""))
+    ax.set_ylim(bottom=0)
+    ax.set_title("Throughput against world size")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "tokens_per_s.png", dpi=110)
+    plt.close(fig)
+    written.append("tokens_per_s.png")
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    eff = [p.efficiency if p.efficiency is not None else float("nan") for p in points]
+    ax.axhline(1.0, linestyle="--", color="#999999", label="ideal")
+    ax.plot(ranks, eff, "o-", color=COLORS["comm_exposed"], label="measured")
+    for n, e in zip(ranks, eff):
+        if not math.isnan(e):
+            ax.annotate(f"{e:.2f}", (n, e), textcoords="offset points", xytext=(0, 7), ha="center", fontsize=8)
+    log2_axis(ax)
+    finite = [e for e in eff if not math.isnan(e)]
+    ax.set_ylim(0, max([1.1] + [e * 1.1 for e in finite]))
+    ax.set_ylabel("scaling efficiency")
+    ax.set_title("Scaling efficiency = tokens/s ÷ ideal")
+    ax.legend(loc="lower left")
+    fig.tight_layout()
+    fig.savefig(out / "scaling_efficiency.png", dpi=110)
+    plt.close(fig)
+    written.append("scaling_efficiency.png")
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    positions = list(range(len(points)))
+    bottom = [0.0] * len(points)
+    for key, label, _ in CATEGORIES:
+        values = [shares(p.run)[key] or 0.0 for p in points]
+        ax.bar(positions, values, bottom=bottom, color=COLORS[key], label=label, width=0.6)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set_xticks(positions)
+    ax.set_xticklabels(labels)
+    ax.set_xlabel("ranks")
+    ax.set_ylabel("share of step time")
+    ax.set_ylim(0, max([1.0] + bottom) * 1.02)
+    ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+    ax.set_title("Where the step time goes")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(out / "stall_shares.png", dpi=110)
+    plt.close(fig)
+    written.append("stall_shares.png")
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    spreads = [step_spread(p) for p in points]
+    data = [[s * 1e3 for s in values] for values, _ in spreads]
+    kinds = sorted({kind for values, kind in spreads if values})
+    filled = [i for i, d in enumerate(data) if d]
+    if filled:
+        ax.boxplot([data[i] for i in filled], positions=[positions[i] for i in filled], widths=0.5,
+                   showfliers=False, medianprops={"color": COLORS["ckpt_stall"]})
+        for i in filled:
+            jitter = [positions[i] + 0.18 * ((k * 0.6180339887) % 1.0 - 0.5) for k in range(len(data[i]))]
+            ax.scatter(jitter, data[i], s=9, alpha=0.6, color=COLORS["compute"], zorder=3)
+    ax.set_xticks(positions)
+    ax.set_xticklabels(labels)
+    ax.set_xlim(-0.6, len(points) - 0.4)
+    ax.set_xlabel("ranks")
+    ax.set_ylabel("step time (ms)")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.set_title("Step-time spread: " + (" / ".join(kinds) if kinds else "no step times"), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "step_time_spread.png", dpi=110)
+    plt.close(fig)
+    written.append("step_time_spread.png")
+    return written
+
+
+# ----------------------------------------------------------------------------- main
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        raise ReportError(message)
+
+
+def default_out(inputs: list[str]) -> Path:
+    folders = [Path(i) if Path(i).is_dir() else Path(i).parent for i in inputs]
+    try:
+        return Path(os.path.commonpath([str(f.resolve()) for f in folders]))
+    except ValueError:
+        return Path.cwd()
+
+
+def main(argv: list[str]) -> int:
+    parser = Parser(prog="report.py", description="Markdown report and PNG plots of trainbench runs "
+                    "at several world sizes (scripts/scale.sh writes such runs).")
+    parser.add_argument("results", nargs="+", metavar="RESULTS",
+                        help="result JSON files (trainbench run --out) or folders of them")
+    parser.add_argument("--out", metavar="DIR", help="where report.md and the PNGs go (default: the results' folder)")
+    parser.add_argument("--no-plots", action="store_true", help="write report.md only (no matplotlib needed)")
+    args = parser.parse_args(argv)
+
+    runs = collect(args.results)
+    points = group(runs)
+    out = Path(args.out) if args.out else default_out(args.results)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ReportError(f"--out {out}: cannot create it ({e.strerror})") from None
+
+    plots: list[str] = []
+    if not args.no_plots:
+        try:
+            import matplotlib  # noqa: F401  (checked before anything is written)
+        except ImportError:
+            print("report.py: matplotlib is not installed (scripts/setup.sh installs it; or pass --no-plots)",
+                  file=sys.stderr)
+            return 3
+        plots = write_plots(points, out)
+    report = write_markdown(points, out, plots)
+
+    width = max(len(str(p.ranks)) for p in points)
+    for p in points:
+        eff = "—" if p.efficiency is None else f"{p.efficiency:.3f}"
+        print(f"  {p.ranks:>{width}} ranks  tokens/s {si(p.tokens_per_s):>9}  ideal {si(p.ideal_tokens_per_s):>9}  "
+              f"efficiency {eff}  bottleneck {bottleneck(p.run)[0]}")
+    print(f"report: {report}" + (f" and {len(plots)} plots in {out}" if plots else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except ReportError as error:
+        print(f"report.py: {error}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# A scaling sweep: the same config at 1, 2, 4 ... ranks, one result JSON per
+# world size, then scripts/report.py over them (tokens/s against the ideal
+# line, scaling efficiency, stall shares, per-rank step-time spread).
+#
+#   scripts/scale.sh [--config CONFIG] [--ranks 1,2,4] [--steps N] [--set key=value]... [--ceilings]
+#                    [--out DIR] [--hostfile FILE] [--mpirun-args "ARGS"] [--ckpt-dir DIR]
+#                    [--binary PATH] [--no-report]
+#   scripts/scale.sh --slurm [--nodes 1,2,4] [--config CONFIG] [--steps N] [--set key=value]... [--ceilings]
+#                    [--out DIR] [--ckpt-dir DIR] [--sbatch-args "ARGS"] [--binary PATH]
+#
+# Locally every world size runs under `mpirun -np N` (the 1-rank point too, so
+# every point goes through the same launcher); --hostfile and --mpirun-args go
+# to mpirun as they are, for a sweep over several hosts. Results land in
+# DIR/ranks-<N>.json with the console output in DIR/ranks-<N>.log; the report
+# in DIR/report.md and DIR/*.png. --ceilings makes every run measure the
+# isolation ceilings first (`trainbench run --ceilings`), which the report sets
+# beside the achieved tokens/s.
+#
+# With --slurm, scripts/slurm/trainbench.sbatch is submitted once per node
+# count (sbatch --nodes N; 8 ranks per node, one per GPU) and the script
+# returns at once: the jobs write DIR/nodes-<N>.json; run scripts/report.py DIR
+# when they have finished.
+#
+# --ckpt-dir DIR (or $CKPT_DIR) keeps each world size's checkpoints in their
+# own folder under DIR (ranks-<N>, or nodes-<N>-<job> under Slurm); without it
+# a run checkpoints to a temporary folder on one host, which serves one machine
+# only. Every rank of the CPU engine uses train.threads threads (0 = all of the
+# machine's): on one machine, --set train.threads=<cores / ranks> keeps the
+# ranks from competing for cores.
+#
+# The binary: --binary, else $TRAINBENCH_BINARY, else
+# ${TRAINBENCH_BUILD_DIR:-${BUILD_DIR:-build}}/trainbench in the source tree.
+# mpirun: $MPIRUN, else mpirun on PATH. Exit codes: 2 bad usage, 3 a missing
+# tool (mpirun, sbatch, python3), else the exit code of the failed run.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+me=scale.sh
+
+usage() {
+  cat >&2 <<'EOF2'
+usage: scripts/scale.sh [--config CONFIG] [--ranks 1,2,4] [--steps N] [--set key=value]... [--ceilings]
+                        [--out DIR] [--hostfile FILE] [--mpirun-args "ARGS"] [--ckpt-dir DIR]
+                        [--binary PATH] [--no-report]
+       scripts/scale.sh --slurm [--nodes 1,2,4] [--config CONFIG] [--steps N] [--set key=value]... [--ceilings]
+                        [--out DIR] [--ckpt-dir DIR] [--sbatch-args "ARGS"] [--binary PATH]
+EOF2
+  exit 2
+}
+die() { echo "$me: $1" >&2; exit "${2:-2}"; }
+
+config=""
+ranks_list="1,2,4"
+nodes_list="1,2,4"
+steps=""
+sets=()
+out=""
+hostfile=""
+mpirun_args=""
+sbatch_args=""
+binary=${TRAINBENCH_BINARY:-}
+ckpt_dir=${CKPT_DIR:-}
+report=1
+slurm=0
+ceilings=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --config) [ $# -ge 2 ] || usage; config=$2; shift 2 ;;
+    --ranks) [ $# -ge 2 ] || usage; ranks_list=$2; shift 2 ;;
+    --nodes) [ $# -ge 2 ] || usage; nodes_list=$2; shift 2 ;;
+    --steps) [ $# -ge 2 ] || usage; steps=$2; shift 2 ;;
+    --set) [ $# -ge 2 ] || usage; sets+=(--set "$2"); shift 2 ;;
+    --out) [ $# -ge 2 ] || usage; out=$2; shift 2 ;;
+    --hostfile) [ $# -ge 2 ] || usage; hostfile=$2; shift 2 ;;
+    --mpirun-args) [ $# -ge 2 ] || usage; mpirun_args=$2; shift 2 ;;
+    --sbatch-args) [ $# -ge 2 ] || usage; sbatch_args=$2; shift 2 ;;
+    --ckpt-dir) [ $# -ge 2 ] || usage; ckpt_dir=$2; shift 2 ;;
+    --binary) [ $# -ge 2 ] || usage; binary=$2; shift 2 ;;
+    --no-report) report=0; shift ;;
+    --ceilings) ceilings=1; shift ;;
+    --slurm) slurm=1; shift ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    *) echo "$me: unknown argument '$1'" >&2; usage ;;
+  esac
+done
+
+# "1,2,4" -> counts=(1 2 4), each a positive integer, ascending and distinct.
+counts=()
+parse_counts() {
+  local flag=$1 list=$2 previous=0 n
+  IFS=, read -r -a counts <<< "$list"
+  [ ${#counts[@]} -gt 0 ] || die "$flag '$list': expected a comma-separated list like 1,2,4"
+  for n in "${counts[@]}"; do
+    [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "$flag '$list': '$n' is not a positive integer"
+    [ "$n" -gt "$previous" ] || die "$flag '$list': counts must be ascending and distinct"
+    previous=$n
+  done
+}
+
+if [ -n "$steps" ] && ! [[ "$steps" =~ ^[1-9][0-9]*$ ]]; then
+  die "--steps '$steps': expected a positive integer"
+fi
+# A config file is made absolute (Slurm jobs and remote ranks start elsewhere);
+# anything else is an embedded preset name and goes as it is.
+if [ -f "$config" ]; then config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config"); fi
+# What every `trainbench run` gets after the config (the sbatch script adds the config itself).
+run_args=()
+if [ -n "$steps" ]; then run_args+=(--steps "$steps"); fi
+if [ "$ceilings" = 1 ]; then run_args+=(--ceilings); fi
+run_args+=(${sets[@]+"${sets[@]}"})
+
+if [ -z "$binary" ]; then binary="$repo/${TRAINBENCH_BUILD_DIR:-${BUILD_DIR:-build}}/trainbench"; fi
+case "$binary" in /*) ;; *) binary="$PWD/$binary" ;; esac
+
+case "$ckpt_dir" in ""|/*) ;; *) ckpt_dir="$PWD/$ckpt_dir" ;; esac
+
+# After every check, so a bad command line leaves nothing behind.
+make_out_dir() {
+  if [ -z "$out" ]; then out="$repo/out/scale-$(date +%Y%m%d-%H%M%S)"; fi
+  mkdir -p "$out" 2>/dev/null || die "--out $out: cannot create the folder"
+  out=$(cd "$out" && pwd)
+}
+
+if [ "$slurm" = 1 ]; then
+  [ -n "$hostfile" ] && die "--hostfile is for mpirun; under --slurm the allocation decides the hosts"
+  [ -n "$mpirun_args" ] && die "--mpirun-args is for mpirun; under --slurm use --sbatch-args"
+  command -v sbatch > /dev/null || die "sbatch not found: --slurm submits scripts/slurm/trainbench.sbatch from a Slurm login node (without --slurm the sweep runs here under mpirun)" 3
+  parse_counts --nodes "$nodes_list"
+  node_counts=("${counts[@]}")
+  # Checkpoints of a multi-node run must be on storage every node sees, and
+  # each job gets its own folder under it (the trainbench.sbatch convention).
+  if [ "${node_counts[-1]}" -gt 1 ] && [ -z "$ckpt_dir" ] &&
+     ! printf '%s\n' "${sets[@]+"${sets[@]}"}" | grep -q '^checkpoint\.dir='; then
+    die "--nodes $nodes_list: multi-node runs need checkpoint folders on storage every node sees: --ckpt-dir /shared/path (a subfolder per job)"
+  fi
+  [ -x "$binary" ] || echo "$me: note: $binary is not executable here; it must be on the compute nodes" >&2
+  read -r -a extra_sbatch <<< "$sbatch_args"
+  make_out_dir
+  for n in "${node_counts[@]}"; do
+    job=$(CONFIG="$config" OUT="$out" CKPT_DIR="$ckpt_dir" TRAINBENCH_BINARY="$binary" \
+          sbatch --parsable --export=ALL --nodes "$n" --job-name "trainbench-$n" \
+                 --output "$out/nodes-$n-%j.log" ${extra_sbatch[@]+"${extra_sbatch[@]}"} \
+                 "$repo/scripts/slurm/trainbench.sbatch" \
+                 ${run_args[@]+"${run_args[@]}"})
+    echo "$me: submitted job ${job%%;*}: $n node(s) -> $out/nodes-$n.json (log $out/nodes-$n-${job%%;*}.log)"
+  done
+  echo "$me: when the jobs have finished: python3 $repo/scripts/report.py $out"
+  exit 0
+fi
+
+mpirun=${MPIRUN:-mpirun}
+command -v "$mpirun" > /dev/null || die "$mpirun not found: install an MPI (scripts/setup.sh installs Open MPI) or set MPIRUN" 3
+[ -x "$binary" ] || die "$binary: not built (scripts/build.sh), or pass --binary PATH"
+[ -z "$hostfile" ] || [ -r "$hostfile" ] || die "--hostfile $hostfile: cannot read it"
+parse_counts --ranks "$ranks_list"
+rank_counts=("${counts[@]}")
+read -r -a extra_mpirun <<< "$mpirun_args"
+if [ "$report" = 1 ] && ! command -v python3 > /dev/null; then
+  die "python3 not found: the report needs Python 3 with matplotlib (scripts/setup.sh), or pass --no-report" 3
+fi
+make_out_dir
+
+launcher=()
+is_openmpi=0
+# Open MPI's mpirun says "(Open MPI)", its mpiexec/orterun "(OpenRTE)".
+if "$mpirun" --version 2>/dev/null | grep -Eq "Open ?MPI|Open ?RTE"; then is_openmpi=1; fi
+if [ "$(id -u)" = 0 ]; then
+  # Open MPI refuses root without both of these (CI containers run as root);
+  # other MPIs ignore them.
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+# Open MPI gives one slot per core (not per hardware thread) without a hostfile.
+cores=$(lscpu -p=Core,Socket 2>/dev/null | grep -v '^#' | sort -u | wc -l || true)
+if ! [ "${cores:-0}" -gt 0 ] 2>/dev/null; then cores=$(nproc); fi
+if [ -n "$hostfile" ]; then launcher+=(--hostfile "$hostfile"); fi
+
+echo "$me: ${#rank_counts[@]} world size(s) (${rank_counts[*]} ranks), $binary, results in $out"
+results=()
+for n in "${rank_counts[@]}"; do
+  cmd=("$mpirun" -np "$n" "${launcher[@]+"${launcher[@]}"}")
+  if [ -z "$hostfile" ] && [ "$n" -gt "$cores" ]; then
+    if [ "$is_openmpi" = 1 ]; then
+      cmd+=(--oversubscribe)
+    else
+      echo "$me: note: $n ranks on $cores cores; add your MPI's oversubscribe flag with --mpirun-args if it refuses" >&2
+    fi
+  fi
+  cmd+=(${extra_mpirun[@]+"${extra_mpirun[@]}"} "$binary" run)
+  if [ -n "$config" ]; then cmd+=("$config"); fi
+  cmd+=(${run_args[@]+"${run_args[@]}"})
+  # --ckpt-dir: one folder per world size under it (a checkpoint is tied to its world size).
+  if [ -n "$ckpt_dir" ]; then cmd+=(--set "checkpoint.dir=$ckpt_dir/ranks-$n"); fi
+  cmd+=(--out "$out/ranks-$n.json")
+  log="$out/ranks-$n.log"
+  rm -f "$out/ranks-$n.json"
+  printf '%q ' "${cmd[@]}" > "$log"
+  printf '\n\n' >> "$log"
+  started=$(date +%s)
+  code=0
+  "${cmd[@]}" >> "$log" 2>&1 < /dev/null || code=$?
+  seconds=$(( $(date +%s) - started ))
+  if [ "$code" != 0 ] || [ ! -s "$out/ranks-$n.json" ]; then
+    echo "$me: $n rank(s) FAILED (exit $code, ${seconds}s); the end of $log:" >&2
+    tail -n 15 "$log" | sed 's/^/  /' >&2
+    exit $(( code == 0 ? 1 : code ))
+  fi
+  tokens=$(grep -m1 '^  tokens/s' "$log" | sed 's/^  tokens\/s *//' || true)
+  echo "$me: $n rank(s): tokens/s ${tokens:-?} (${seconds}s, log $log)"
+  results+=("$out/ranks-$n.json")
+done
+
+if [ "$report" = 1 ]; then
+  python3 "$repo/scripts/report.py" "${results[@]}" --out "$out"
+fi

@@ -1,0 +1,201 @@
+#include "trainer/ceilings.h"
+
+#include <algorithm>  // std::min
+#include <filesystem>  // the write ceiling's folder
+
+#include "checkpoint/write_bench.h"     // run_write_bench: the storage-write ceiling
+#include "comm/collective_bench.h"      // bench_gradient_step: the network ceiling
+#include "dataloader/batch_source.h"    // make_synthetic_source: resident batches
+#include "dataloader/io_bench.h"        // measure_loader: the storage-read ceiling
+#include "trainer/data_source.h"        // loader_options
+#include "trainer/gradient_sync.h"      // plan_gradient_buckets: the step's buckets
+#include "trainer/report.h"             // human_count, human_bytes
+#include "trainer/train_loop.h"         // run_training for the compute ceiling
+
+namespace trainbench {
+
+namespace {
+
+double summed(Communicator& comm, double value) {
+  std::vector<double> values(static_cast<size_t>(comm.world_size()));
+  comm.all_gather(value, values.data());
+  double total = 0;
+  for (double v : values) total += v;
+  return total;
+}
+
+double slowest(Communicator& comm, double value) {
+  std::vector<double> values(static_cast<size_t>(comm.world_size()));
+  comm.all_gather(value, values.data());
+  return *std::max_element(values.begin(), values.end());
+}
+
+// The engine's state, copied out before the compute ceiling trains and put
+// back after it, so the full run starts where it would have without it.
+class SavedState {
+ public:
+  explicit SavedState(TrainingEngine& engine) : engine_(engine) {
+    std::vector<void*> destinations;
+    for (const StateTensor& t : engine.state_tensors()) {
+      buffers_.emplace_back(static_cast<size_t>(t.bytes));
+      destinations.push_back(buffers_.back().data());
+    }
+    engine.begin_state_copy(destinations);
+    engine.wait_state_copy();
+  }
+  ~SavedState() {
+    std::vector<const void*> sources;
+    for (const std::vector<unsigned char>& b : buffers_) sources.push_back(b.data());
+    engine_.restore_state(sources);
+  }
+
+ private:
+  TrainingEngine& engine_;
+  std::vector<std::vector<unsigned char>> buffers_;
+};
+
+// Every rank trains a few steps on resident synthetic batches, alone (a
+// local communicator): the step with nothing to wait for.
+double compute_ceiling(const Config& config, TrainingEngine& engine, Communicator& comm) {
+  Config alone = config;
+  alone.train.steps = 8;
+  alone.train.warmup_steps = 2;
+  alone.checkpoint.every_steps = 0;
+  alone.comm.inject_delay_ms = 0;
+  alone.comm.inject_divergence_step = 0;
+  const SavedState saved(engine);
+  std::unique_ptr<BatchSource> resident =
+      make_synthetic_source(config.train.micro_batch, config.model.seq_len, config.model.vocab, 4,
+                            static_cast<uint64_t>(config.data.seed));
+  std::unique_ptr<Communicator> local = make_local_communicator();
+  const RunOutcome outcome = run_training(alone, engine, *resident, *local, nullptr);
+  const double rank_step_s = slowest(comm, outcome.summary.step_s.median);
+  const double global_tokens = static_cast<double>(config.train.micro_batch * config.train.grad_accum *
+                                                   config.model.seq_len * comm.world_size());
+  return rank_step_s > 0 ? global_tokens / rank_step_s : 0.0;
+}
+
+}  // namespace
+
+Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communicator& comm,
+                          const std::vector<std::string>& shards, const std::string& checkpoint_dir) {
+  Ceilings c;
+  comm.set_timeout(config.comm.timeout_s);
+  comm.set_context("measuring the ceilings");
+  const double global_tokens_per_step = static_cast<double>(
+      config.train.micro_batch * config.train.grad_accum * config.model.seq_len * comm.world_size());
+
+  c.compute_tokens_per_s = compute_ceiling(config, engine, comm);
+
+  if (comm.world_size() > 1 && !comm.device_buffers()) {
+    std::vector<int64_t> bucket_bytes;
+    for (const GradientBucket& b : plan_gradient_buckets(engine.layout().trainable_params(),
+                                                         static_cast<int64_t>(config.comm.bucket_mb * (1 << 20))))
+      bucket_bytes.push_back((b.end - b.begin) * 4);
+    for (const CollectiveBenchResult& r : bench_gradient_step(comm, bucket_bytes, CollectiveBenchOptions{}))
+      if (r.path == "bucketed") c.network_step_s = r.time_s;
+    if (c.network_step_s > 0) c.network_tokens_per_s = global_tokens_per_step / c.network_step_s;
+  }
+
+  if (!shards.empty()) {
+    LoaderOptions options = loader_options(config, shards, comm.rank(), comm.world_size());
+    const ReadRate rate = measure_loader(options, 3.0);
+    c.read_tokens_per_s = summed(comm, rate.tokens_per_s());
+    c.read_gbs = summed(comm, rate.gbs());
+  }
+
+  if (!checkpoint_dir.empty()) {
+    int64_t state_bytes = 0;
+    for (const StateTensor& t : engine.state_tensors()) state_bytes += t.bytes;
+    c.checkpoint_bytes = summed(comm, static_cast<double>(state_bytes));
+    // Each rank in a folder of its own: the bench names its files as rank 0's.
+    const std::string folder = make_temporary_directory(".ceiling-write", checkpoint_dir);
+    struct RemoveFolder {
+      std::string path;
+      ~RemoveFolder() {
+        std::error_code ignored;
+        std::filesystem::remove_all(path, ignored);
+      }
+    } remove_folder{folder};
+    WriteBenchOptions write;
+    write.folder = folder;
+    // A rank's checkpoint, up to 1 GiB: enough to reach the disk's rate
+    // without doubling a large model's memory for long.
+    write.bytes = std::max<int64_t>(std::min<int64_t>(state_bytes, 1LL << 30), 1 << 20);
+    write.files = static_cast<int>(config.checkpoint.writers);
+    write.direct_io = config.checkpoint.direct_io;
+    write.block_bytes = config.checkpoint.block_bytes;
+    write.repeats = 1;
+    const WriteBenchResult result = run_write_bench(write);
+    c.write_bytes = result.bytes;
+    // Every rank writes at once, as a checkpoint does: the slowest sets the pace.
+    const double rank_seconds = result.persist_gbs > 0 ? static_cast<double>(result.bytes) / (result.persist_gbs * 1e9) : 0;
+    const double seconds = slowest(comm, rank_seconds);
+    c.write_gbs = seconds > 0 ? static_cast<double>(result.bytes) * comm.world_size() / seconds * 1e-9 : 0;
+    if (config.checkpoint.every_steps > 0 && c.write_gbs > 0)
+      c.write_s_per_step = c.checkpoint_bytes / (c.write_gbs * 1e9) / static_cast<double>(config.checkpoint.every_steps);
+  }
+  return c;
+}
+
+nlohmann::json ceilings_to_json(const Ceilings& c, double achieved) {
+  const auto share = [achieved](double ceiling) { return ceiling > 0 ? nlohmann::json(achieved / ceiling) : nlohmann::json(); };
+  const auto value = [](double v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(); };
+  return {{"compute", {{"tokens_per_s", value(c.compute_tokens_per_s)}, {"achieved_share", share(c.compute_tokens_per_s)}}},
+          {"network",
+           {{"tokens_per_s", value(c.network_tokens_per_s)},
+            {"step_all_reduce_s", value(c.network_step_s)},
+            {"achieved_share", share(c.network_tokens_per_s)}}},
+          {"storage_read",
+           {{"tokens_per_s", value(c.read_tokens_per_s)}, {"gbs", value(c.read_gbs)},
+            {"achieved_share", share(c.read_tokens_per_s)}}},
+          {"storage_write",
+           {{"gbs", value(c.write_gbs)},
+            {"bytes_per_rank", c.write_bytes},
+            {"checkpoint_bytes", c.checkpoint_bytes},
+            {"sync_checkpoint_s_per_step", c.write_s_per_step}}}};
+}
+
+std::string ceilings_line(const Ceilings& c, double achieved) {
+  std::string line;
+  const char* lowest_name = nullptr;
+  double lowest = 0;
+  const auto add = [&](const char* name, double tokens_per_s) {
+    if (tokens_per_s <= 0) return;
+    line += std::string(line.empty() ? "" : ", ") + name + " " + human_count(tokens_per_s);
+    if (lowest_name == nullptr || tokens_per_s < lowest) {
+      lowest = tokens_per_s;
+      lowest_name = name;
+    }
+  };
+  add("compute", c.compute_tokens_per_s);
+  add("network", c.network_tokens_per_s);
+  add("storage read", c.read_tokens_per_s);
+  line += " tokens/s";
+  if (c.write_gbs > 0) line += "; storage write " + human_bytes(c.write_gbs * 1e9) + "/s";
+  if (lowest_name != nullptr && achieved > 0)
+    line += "; the run reached " + human_count(achieved) + " = " +
+            std::to_string(static_cast<int>(100.0 * achieved / lowest + 0.5)) + "% of the lowest (" + lowest_name + ")";
+  return line;
+}
+
+std::string explain_bottleneck(const std::string& bottleneck, const Ceilings& c, double achieved) {
+  const auto starts = [&bottleneck](const char* resource) { return bottleneck.rfind(resource, 0) == 0; };
+  const std::string compute =
+      c.compute_tokens_per_s > 0 ? ", compute alone " + human_count(c.compute_tokens_per_s) + " tokens/s" : "";
+  if (starts("storage read") && c.read_tokens_per_s > 0)
+    return bottleneck + "; the loader alone feeds " + human_count(c.read_tokens_per_s) + " tokens/s" + compute;
+  if (starts("network") && c.network_tokens_per_s > 0)
+    return bottleneck + "; the step's all-reduces alone allow " + human_count(c.network_tokens_per_s) + " tokens/s" +
+           compute;
+  if (starts("storage write") && c.write_gbs > 0)
+    return bottleneck + "; a checkpoint (" + human_bytes(c.checkpoint_bytes) + ") persists at " +
+           human_bytes(c.write_gbs * 1e9) + "/s";
+  if (starts("compute") && c.compute_tokens_per_s > 0)
+    return bottleneck + "; " + human_count(achieved) + " tokens/s = " +
+           std::to_string(static_cast<int>(100.0 * achieved / c.compute_tokens_per_s + 0.5)) +
+           "% of the compute ceiling";
+  return bottleneck;
+}
+
+}  // namespace trainbench

@@ -1,0 +1,55 @@
+// Isolation ceilings (`trainbench run --ceilings`): before the full run, each
+// resource of DESIGN.md measured alone on the same config and ranks — the
+// compute step with batches resident and nothing else, the step's exact
+// gradient buckets all-reduced back to back, the loader alone over the run's
+// shards, and a checkpoint persisted alone — each expressed as the tokens/s
+// it could sustain, so the report can set the achieved rate beside every one
+// and name what holds it back.
+#pragma once
+
+#include <cstdint>  // int64_t
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>  // the result's `ceilings`
+
+#include "comm/communicator.h"
+#include "kernels/engine.h"
+#include "trainer/config.h"
+
+namespace trainbench {
+
+struct Ceilings {
+  // Global tokens/s each resource alone could sustain (0 = not measured).
+  double compute_tokens_per_s = 0;   // every rank training on resident batches, no comm, no checkpoints
+  double network_tokens_per_s = 0;   // global tokens per step / the buckets' all-reduce time per step
+  double read_tokens_per_s = 0;      // every rank's loader alone, summed
+  double network_step_s = 0;         // the step's all-reduces back to back (0 on one rank)
+  double read_gbs = 0;               // the loaders' storage bytes per second, summed
+  double write_gbs = 0;              // a checkpoint persisted alone, this rank's files (1e9 B/s)
+  int64_t write_bytes = 0;           // what that measurement wrote per rank
+  double checkpoint_bytes = 0;       // one checkpoint, all ranks
+  // Seconds per step a synchronous checkpoint would add at write_gbs,
+  // amortized over checkpoint.every_steps (0 without checkpoints).
+  double write_s_per_step = 0;
+};
+
+// Collective: every rank calls it with the same config, before the run.
+// Leaves the engine's state as it found it (copied out and restored).
+// `shards` are the run's resolved shards ("" source synthetic: no read
+// ceiling); `checkpoint_dir` where the write ceiling writes ("" = none).
+Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communicator& comm,
+                          const std::vector<std::string>& shards, const std::string& checkpoint_dir);
+
+nlohmann::json ceilings_to_json(const Ceilings& ceilings, double achieved_tokens_per_s);
+
+// "compute 61k, network 230k, storage read 41k, storage write 9.2 GB/s
+// tokens/s: the run reached 38k = 93% of the lowest (storage read)".
+std::string ceilings_line(const Ceilings& ceilings, double achieved_tokens_per_s);
+
+// The run's bottleneck line (RunSummary::bottleneck) with the ceiling that
+// explains it: "storage read — data stall 31% of step (compute 66%); the
+// loader alone feeds 41k tokens/s, compute alone 60k".
+std::string explain_bottleneck(const std::string& bottleneck, const Ceilings& ceilings, double achieved_tokens_per_s);
+
+}  // namespace trainbench
