@@ -27,25 +27,17 @@
 #include <thread>              // the progress thread
 
 #include "comm/communicator.h"
+#include "comm/deadline_clock.h"  // seconds ↔ durations for the timeouts
 #include "comm/launch_detect.h"  // launcher_task_count
 
 namespace trainbench {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_of(Clock::duration duration) { return std::chrono::duration<double>(duration).count(); }
-
-Clock::duration duration_of(double seconds) {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
-
-std::string format_seconds(double seconds) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%g", seconds);
-  return text;
-}
+using comm_clock::Clock;
+using comm_clock::duration_of;
+using comm_clock::format_seconds;
+using comm_clock::seconds_of;
 
 // MPI counts are int: longer all-reduces and broadcasts go in pieces this long.
 constexpr int64_t kMaxPieceElements = int64_t{1} << 30;

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/deadline_clock.h"  // seconds ↔ durations for the timeouts
 
 // Every CUDA and NCCL call of this file: a failure aborts every rank with the
 // call, the collective it served and the library's own reason.
@@ -46,19 +47,10 @@ namespace trainbench {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_of(Clock::duration duration) { return std::chrono::duration<double>(duration).count(); }
-
-Clock::duration duration_of(double seconds) {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
-
-std::string format_seconds(double seconds) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%g", seconds);
-  return text;
-}
+using comm_clock::Clock;
+using comm_clock::duration_of;
+using comm_clock::format_seconds;
+using comm_clock::seconds_of;
 
 // Polled back to back for the first moments, where small collectives end,
 // then with a short sleep, so a long transfer leaves the CPU to the loader.

@@ -62,6 +62,20 @@ struct StateTensor {
   int64_t bytes = 0;
 };
 
+// For the engines' state calls: throws std::invalid_argument naming `call`
+// unless there is one buffer per state tensor and every tensor with bytes
+// has a non-null one.
+template <typename Pointer>
+void check_state_pointers(const char* call, const std::vector<StateTensor>& tensors,
+                          const std::vector<Pointer>& pointers) {
+  if (pointers.size() != tensors.size())
+    throw std::invalid_argument(std::string(call) + ": " + std::to_string(pointers.size()) + " buffers for " +
+                                std::to_string(tensors.size()) + " state tensors");
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (pointers[i] == nullptr && tensors[i].bytes > 0)
+      throw std::invalid_argument(std::string(call) + ": no buffer for " + tensors[i].name);
+}
+
 // Called during backward each time a suffix of the gradient buffer is final
 // for this micro-batch: gradient elements [ready_from, trainable_params) will
 // not be written again. On a device backend the call comes from the host as

@@ -565,22 +565,6 @@ std::vector<void*> CudaEngine::state_buffers() const {
   return {master_.get(), params_.get(), adam_m_.get(), adam_v_.get()};
 }
 
-namespace {
-// Throws std::invalid_argument unless there is one pointer per tensor and
-// every tensor with bytes has a non-null one.
-template <typename Pointer>
-void check_state_pointers(const char* call, const std::vector<StateTensor>& tensors,
-                          const std::vector<Pointer>& pointers) {
-  if (pointers.size() != tensors.size())
-    throw std::invalid_argument(std::string(call) + ": " + std::to_string(pointers.size()) +
-                                " buffers for " + std::to_string(tensors.size()) +
-                                " state tensors");
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (pointers[i] == nullptr && tensors[i].bytes > 0)
-      throw std::invalid_argument(std::string(call) + ": no buffer for " + tensors[i].name);
-}
-}  // namespace
-
 // The copy starts when the compute work issued so far (the last optimizer
 // step) has finished, on state_copy_stream_. Into page-locked destinations
 // (allocate_host) cudaMemcpyAsync returns at once; into pageable memory the

@@ -47,9 +47,12 @@ TEST(MpiCli, TwoRanksTrainTinyAndRankZeroReports) {
 
 TEST(MpiCli, AKilledRankEndsTheJobWithAnError) {
   testing::TempDir dir("test_mpi_cli");
-  // Rank 1 is killed (SIGKILL) two seconds into a run far longer than that.
+  // Rank 1 is killed (SIGKILL) four seconds into a run far longer than that.
+  // Small temporary shards (the loader cycles them): a 100000-step run's
+  // worth would take most of those seconds to write before step 1.
   const std::string job = kMpirun + "-np 2 " + TRAINBENCH_BINARY +
-                          " run tiny --steps 100000 --set comm.timeout_s=20 --out " + dir.file("r.json");
+                          " run tiny --steps 100000 --set comm.timeout_s=20 --set data.synth_samples_per_shard=64"
+                          " --set checkpoint.every_steps=0 --out " + dir.file("r.json");
   const std::string killer =
       "sleep 4; for p in $(pgrep -x trainbench); do "
       "grep -qz '^OMPI_COMM_WORLD_RANK=1$' /proc/$p/environ && kill -9 $p && echo killed rank 1; done";
