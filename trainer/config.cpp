@@ -119,6 +119,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(checkpoint, inject_delay_ms, Bound::kNonNegative),
       TRAINBENCH_KEY(report, out),
       TRAINBENCH_KEY(report, progress_every, Bound::kNonNegative),
+      TRAINBENCH_KEY(report, instrument),
   };
   return keys;
 }

@@ -83,6 +83,7 @@ struct CheckpointSection {
 struct ReportSection {
   std::string out;              // result JSON path; empty = trainbench-result.json
   int64_t progress_every = 10;  // progress line every N steps; 0 = none
+  bool instrument = true;       // false: no per-step timing, only the measured steps' wall time (its cost)
 };
 
 // The model a file gets for keys it does not state: the shape of configs/tiny.yaml.

@@ -256,14 +256,19 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
 
   engine.synchronize();
   engine.take_compute_seconds();  // discard the calibration
+  // report.instrument=false leaves out every per-step timer (to measure what
+  // they cost): only the wall time of the measured steps is taken, below.
+  const bool instrument = config.report.instrument;
   const Clock::time_point run_begin = Clock::now();
   Clock::time_point previous_end = run_begin;
+  Clock::time_point measured_begin = run_begin;
   bool loss_finite = true;
   for (int64_t step = first_step; step <= train.steps; ++step) {
     StepRecord record;
     record.step = step;
     record.warmup = step < first_step + train.warmup_steps;
     record.lr = train.lr;
+    if (step == first_step + train.warmup_steps) measured_begin = instrument ? previous_end : Clock::now();
 
     comm.set_context("step " + std::to_string(step));
     if (step == config.comm.inject_divergence_step && comm.rank() == world - 1)
@@ -272,7 +277,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     double loss_sum = 0.0;
     for (int64_t micro = 0; micro < train.grad_accum; ++micro) {
       double wait_s = 0.0;
-      const HostBatch& host = source.next(&wait_s);
+      const HostBatch& host = source.next(instrument ? &wait_s : nullptr);
       record.data_stall_s += wait_s;
       const TokenBatch batch{host.inputs, host.targets, host.batch, host.seq_len};
       engine.forward(batch);
@@ -290,10 +295,12 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       // when the compute stream drains. Waiting for that delays nothing: every
       // bucket is started by now, and finish() waits for the last one anyway.
       if (comm.device_buffers()) engine.synchronize();
-      const double backward_end = steady_seconds();
+      const double backward_end = instrument ? steady_seconds() : 0.0;
       sync->finish();
-      record.comm_s = comm.take_comm_seconds();
-      record.comm_exposed_s = std::max(0.0, comm.last_completion_time() - backward_end);
+      if (instrument) {
+        record.comm_s = comm.take_comm_seconds();
+        record.comm_exposed_s = std::max(0.0, comm.last_completion_time() - backward_end);
+      }
     }
     // A checkpoint's state copy must land before the optimizer changes the state.
     if (checkpointer) record.ckpt_stall_s += checkpointer->before_optimizer_step();
@@ -306,14 +313,15 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     engine.synchronize();
     // Inside the step's window: what a checkpoint blocks is this step's time.
     if (checkpointer) record.ckpt_stall_s += checkpointer->after_step(step);
-    const Clock::time_point end = Clock::now();
-
     record.loss = loss_sum / static_cast<double>(train.grad_accum);
-    record.step_s = seconds_between(previous_end, end);
-    record.compute_s = engine.take_compute_seconds();
-    record.other_s = record.step_s - record.compute_s - record.comm_exposed_s -
-                     record.data_stall_s - record.ckpt_stall_s;
-    previous_end = end;
+    if (instrument) {
+      const Clock::time_point end = Clock::now();
+      record.step_s = seconds_between(previous_end, end);
+      record.compute_s = engine.take_compute_seconds();
+      record.other_s = record.step_s - record.compute_s - record.comm_exposed_s -
+                       record.data_stall_s - record.ckpt_stall_s;
+      previous_end = end;
+    }
     outcome.steps.push_back(record);
 
     const bool check_now = config.comm.check_every > 0 && step % config.comm.check_every == 0;
@@ -329,7 +337,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
                                     std::to_string(step)});
       break;
     }
-    if (on_progress) {
+    if (on_progress && instrument) {
       RunSummary so_far;
       so_far.global_tokens_per_step = summary.global_tokens_per_step;
       so_far.model_flops_per_token = summary.model_flops_per_token;
@@ -337,6 +345,14 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       on_progress(record, so_far);
     }
   }
+
+  const Clock::time_point loop_end = Clock::now();
+  if (!instrument) previous_end = loop_end;
+  int64_t measured = 0;
+  for (const StepRecord& s : outcome.steps) measured += s.warmup ? 0 : 1;
+  summary.measured_wall_s = seconds_between(measured_begin, loop_end);
+  if (measured > 0 && summary.measured_wall_s > 0)
+    summary.wall_tokens_per_s = static_cast<double>(summary.global_tokens_per_step * measured) / summary.measured_wall_s;
 
   if (checkpointer) {
     summary.checkpoint_drain_s = checkpointer->finish();
@@ -389,6 +405,11 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   const double slowest_step_s = summary.ranks[static_cast<size_t>(summary.slowest_rank)].step_s;
   if (slowest_step_s > 0)
     summary.tokens_per_s = static_cast<double>(summary.global_tokens_per_step) / slowest_step_s;
+  if (!instrument) {
+    summary.tokens_per_s = summary.wall_tokens_per_s;
+    outcome.warnings.push_back("report.instrument=false: no per-step timing; tokens/s is the measured steps' wall "
+                               "time, and the categories and the bottleneck are not measured");
+  }
   summary.achieved_flops_per_s =
       summary.model_flops_per_token * summary.tokens_per_s / comm.world_size();
   if (summary.gemm_ceiling_flops_per_s > 0)
@@ -405,7 +426,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
                                " shard(s) on this rank" + first);
   }
 
-  summary.bottleneck = bottleneck_line(summary);
+  summary.bottleneck = instrument ? bottleneck_line(summary) : "";
   if (summary.slowest_rank_excess > 0.2 && world > 1)
     outcome.warnings.push_back("rank " + std::to_string(summary.slowest_rank) + " (" +
                                summary.ranks[static_cast<size_t>(summary.slowest_rank)].host + ") is " +

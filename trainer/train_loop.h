@@ -54,6 +54,10 @@ struct RunSummary {
   int64_t warmup_steps = 0;
   int64_t global_tokens_per_step = 0;
   double tokens_per_s = 0;          // global tokens / median step_s of the slowest rank
+  // The measured steps' wall time on this rank, from the end of warm-up to
+  // the end of the last step, and global tokens / it: tokens/s without
+  // per-step timing (report.instrument=false), and a mean beside the median.
+  double measured_wall_s = 0, wall_tokens_per_s = 0;
   Spread step_s, compute_s, comm_s, comm_exposed_s, data_stall_s, ckpt_stall_s, other_s;
   // 1 − Σ comm_exposed_s / Σ comm_s: how much of the communication the
   // overlap with backward hid (0 with one rank or comm.overlap=false).

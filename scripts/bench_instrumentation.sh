@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# What trainbench's own timing costs: the same run with every per-step timer
+# (report.instrument=true, the default) and without (false: only the wall
+# time of the measured steps), alternating, side by side in one run; the
+# median of each side's wall-time tokens/s and the overhead between them.
+#
+#   scripts/bench_instrumentation.sh [--config tiny] [--steps 200] [--repeats 5] [--set k=v]...
+#
+# Tokens come from memory (data.source=synthetic) and checkpoints are off, so
+# the comparison is the step loop itself. BUILD_DIR (default: build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() {
+  echo "usage: scripts/bench_instrumentation.sh [--config NAME] [--steps N] [--repeats N] [--set KEY=VALUE]..." >&2
+  exit 2
+}
+config=tiny
+steps=200
+repeats=5
+extra=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --config) [ $# -ge 2 ] || usage; config=$2; shift 2 ;;
+    --steps) [ $# -ge 2 ] || usage; steps=$2; shift 2 ;;
+    --repeats) [ $# -ge 2 ] || usage; repeats=$2; shift 2 ;;
+    --set) [ $# -ge 2 ] || usage; extra+=(--set "$2"); shift 2 ;;
+    *) usage ;;
+  esac
+done
+bin="${BUILD_DIR:-build}/trainbench"
+[ -x "$bin" ] || { echo "bench_instrumentation: $bin not built; run scripts/build.sh" >&2; exit 2; }
+out=$(mktemp -d /tmp/trainbench-bench-instrument-XXXXXX)
+trap 'rm -rf "$out"' EXIT
+
+for repeat in $(seq 1 "$repeats"); do
+  for instrument in true false; do
+    "$bin" run "$config" --steps "$steps" --set train.warmup_steps=10 --set data.source=synthetic \
+      --set checkpoint.every_steps=0 --set report.progress_every=0 --set report.instrument=$instrument \
+      ${extra[@]+"${extra[@]}"} --out "$out/$instrument-$repeat.json" >/dev/null
+  done
+done
+
+python3 - "$out" "$repeats" "$config" "$steps" <<'PY'
+import json, statistics, sys
+out, repeats, config, steps = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+rates = {}
+for side in ("true", "false"):
+    rates[side] = [json.load(open(f"{out}/{side}-{r}.json"))["summary"]["wall_tokens_per_s"] for r in range(1, repeats + 1)]
+on, off = statistics.median(rates["true"]), statistics.median(rates["false"])
+print(f"{config}, {steps} steps (10 warm-up), {repeats} alternating repeats; wall-time tokens/s")
+for side, name in (("true", "timed"), ("false", "untimed")):
+    values = " ".join(f"{v:.0f}" for v in rates[side])
+    print(f"  {name:<8} median {statistics.median(rates[side]):>12.0f}   ({values})")
+# Each repeat ran both sides back to back: the pair's ratio cancels the
+# machine's drift between repeats better than two independent medians.
+pairs = [1.0 - t / u for t, u in zip(rates["true"], rates["false"])]
+print(f"  instrumentation overhead = {100.0 * (off - on) / off:+.2f}% (medians), "
+      f"{100.0 * statistics.median(pairs):+.2f}% (median of the {repeats} back-to-back pairs, "
+      f"range {100.0 * min(pairs):+.1f}% .. {100.0 * max(pairs):+.1f}%)")
+PY
