@@ -2,6 +2,8 @@
 // JSON with every required field of schema trainbench.result/v1 and its type.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -114,6 +116,26 @@ TEST_F(ResultJson, StorageReadIsReportedAndConsistent) {
   EXPECT_GT(read.at("required_read_gbs").get<double>(), 0.0);
   EXPECT_EQ(read.at("samples_skipped"), 0);
   EXPECT_GT(read.at("read_gbs").get<double>(), 0.0);
+}
+
+TEST(ResultJsonUninstrumented, WallTimeTokensPerSecondWithoutPerStepTiming) {
+  const std::string path = "/tmp/trainbench_result_uninstrumented_" + std::to_string(getpid()) + ".json";
+  const testing::CommandResult run = run_command(std::string(TRAINBENCH_BINARY) +
+                                                 " run tiny --steps 12 --set train.warmup_steps=2"
+                                                 " --set report.instrument=false --out " + path);
+  const json result = json::parse(testing::read_whole_file(path), nullptr, false);
+  std::remove(path.c_str());
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const json& s = result.at("summary");
+  EXPECT_GT(s.at("wall_tokens_per_s").get<double>(), 0.0);
+  EXPECT_EQ(s.at("tokens_per_s"), s.at("wall_tokens_per_s"));
+  EXPECT_GT(s.at("measured_wall_s").get<double>(), 0.0);
+  ASSERT_EQ(result.at("steps").size(), 12u);
+  for (const json& step : result.at("steps")) {
+    EXPECT_EQ(step.at("step_s"), 0.0) << "no per-step timer ran";
+    EXPECT_TRUE(std::isfinite(step.at("loss").get<double>()));
+  }
+  EXPECT_NE(result.at("warnings").dump().find("report.instrument=false"), std::string::npos);
 }
 
 TEST_F(ResultJson, StorageWriteHasEveryCheckpoint) {
