@@ -15,10 +15,13 @@
 // the collective and what the trainer was doing (set_context).
 #pragma once
 
+#include <algorithm>  // std::max_element for max_over_ranks
 #include <cstdint>    // int64_t
 #include <memory>     // std::unique_ptr
+#include <numeric>    // std::accumulate for sum_over_ranks
 #include <stdexcept>  // std::logic_error: what a host backend cannot do
 #include <string>
+#include <vector>     // gather_from_ranks
 
 namespace trainbench {
 
@@ -128,6 +131,22 @@ class Communicator {
                            reduce_op_name(op));
   }
 };
+
+// One double from every rank, on every rank (rank-major), and the two
+// reductions of it the trainer reports: a collective, called by every rank.
+inline std::vector<double> gather_from_ranks(Communicator& comm, double value) {
+  std::vector<double> values(static_cast<size_t>(comm.world_size()));
+  comm.all_gather(value, values.data());
+  return values;
+}
+inline double sum_over_ranks(Communicator& comm, double value) {
+  const std::vector<double> values = gather_from_ranks(comm, value);
+  return std::accumulate(values.begin(), values.end(), 0.0);
+}
+inline double max_over_ranks(Communicator& comm, double value) {
+  const std::vector<double> values = gather_from_ranks(comm, value);
+  return *std::max_element(values.begin(), values.end());
+}
 
 // The one-rank communicator: every collective is the identity.
 std::unique_ptr<Communicator> make_local_communicator();

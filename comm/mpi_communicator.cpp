@@ -34,10 +34,7 @@ namespace trainbench {
 
 namespace {
 
-using comm_clock::Clock;
-using comm_clock::duration_of;
-using comm_clock::format_seconds;
-using comm_clock::seconds_of;
+using namespace comm_clock;  // Clock, seconds_of, duration_of, format_seconds
 
 // MPI counts are int: longer all-reduces and broadcasts go in pieces this long.
 constexpr int64_t kMaxPieceElements = int64_t{1} << 30;

@@ -47,10 +47,7 @@ namespace trainbench {
 
 namespace {
 
-using comm_clock::Clock;
-using comm_clock::duration_of;
-using comm_clock::format_seconds;
-using comm_clock::seconds_of;
+using namespace comm_clock;  // Clock, seconds_of, duration_of, format_seconds
 
 // Polled back to back for the first moments, where small collectives end,
 // then with a short sleep, so a long transfer leaves the CPU to the loader.

@@ -16,20 +16,6 @@ namespace trainbench {
 
 namespace {
 
-double summed(Communicator& comm, double value) {
-  std::vector<double> values(static_cast<size_t>(comm.world_size()));
-  comm.all_gather(value, values.data());
-  double total = 0;
-  for (double v : values) total += v;
-  return total;
-}
-
-double slowest(Communicator& comm, double value) {
-  std::vector<double> values(static_cast<size_t>(comm.world_size()));
-  comm.all_gather(value, values.data());
-  return *std::max_element(values.begin(), values.end());
-}
-
 // The engine's state, copied out before the compute ceiling trains and put
 // back after it, so the full run starts where it would have without it.
 class SavedState {
@@ -69,7 +55,7 @@ double compute_ceiling(const Config& config, TrainingEngine& engine, Communicato
                             static_cast<uint64_t>(config.data.seed));
   std::unique_ptr<Communicator> local = make_local_communicator();
   const RunOutcome outcome = run_training(alone, engine, *resident, *local, nullptr);
-  const double rank_step_s = slowest(comm, outcome.summary.step_s.median);
+  const double rank_step_s = max_over_ranks(comm, outcome.summary.step_s.median);
   const double global_tokens = static_cast<double>(config.train.micro_batch * config.train.grad_accum *
                                                    config.model.seq_len * comm.world_size());
   return rank_step_s > 0 ? global_tokens / rank_step_s : 0.0;
@@ -100,14 +86,14 @@ Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communic
   if (!shards.empty()) {
     LoaderOptions options = loader_options(config, shards, comm.rank(), comm.world_size());
     const ReadRate rate = measure_loader(options, 3.0);
-    c.read_tokens_per_s = summed(comm, rate.tokens_per_s());
-    c.read_gbs = summed(comm, rate.gbs());
+    c.read_tokens_per_s = sum_over_ranks(comm, rate.tokens_per_s());
+    c.read_gbs = sum_over_ranks(comm, rate.gbs());
   }
 
   if (!checkpoint_dir.empty()) {
     int64_t state_bytes = 0;
     for (const StateTensor& t : engine.state_tensors()) state_bytes += t.bytes;
-    c.checkpoint_bytes = summed(comm, static_cast<double>(state_bytes));
+    c.checkpoint_bytes = sum_over_ranks(comm, static_cast<double>(state_bytes));
     // Each rank in a folder of its own: the bench names its files as rank 0's.
     const std::string folder = make_temporary_directory(".ceiling-write", checkpoint_dir);
     struct RemoveFolder {
@@ -130,7 +116,7 @@ Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communic
     c.write_bytes = result.bytes;
     // Every rank writes at once, as a checkpoint does: the slowest sets the pace.
     const double rank_seconds = result.persist_gbs > 0 ? static_cast<double>(result.bytes) / (result.persist_gbs * 1e9) : 0;
-    const double seconds = slowest(comm, rank_seconds);
+    const double seconds = max_over_ranks(comm, rank_seconds);
     c.write_gbs = seconds > 0 ? static_cast<double>(result.bytes) * comm.world_size() / seconds * 1e-9 : 0;
     if (config.checkpoint.every_steps > 0 && c.write_gbs > 0)
       c.write_s_per_step = c.checkpoint_bytes / (c.write_gbs * 1e9) / static_cast<double>(config.checkpoint.every_steps);

@@ -17,13 +17,6 @@ double steady_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Every rank's value of one double, on every rank.
-std::vector<double> gathered(Communicator& comm, double value) {
-  std::vector<double> values(static_cast<size_t>(comm.world_size()));
-  comm.all_gather(value, values.data());
-  return values;
-}
-
 std::string rank_list(const std::vector<double>& codes, double at_least) {
   std::string ranks;
   for (size_t r = 0; r < codes.size(); ++r)
@@ -168,7 +161,7 @@ int Checkpointer::local_state() {
 
 bool Checkpointer::agree() {
   InFlight& flight = *in_flight_;
-  const std::vector<double> states = gathered(comm_, local_state());
+  const std::vector<double> states = gather_from_ranks(comm_, local_state());
   if (*std::min_element(states.begin(), states.end()) == 0) return false;  // someone still busy
 
   const double worst = *std::max_element(states.begin(), states.end());
@@ -201,8 +194,8 @@ bool Checkpointer::agree() {
 
   if (flight.phase == Phase::kWriting) {
     // Every rank's files are durable: the checkpoint's write figures, then the commit.
-    const std::vector<double> persist = gathered(comm_, flight.persist_s);
-    const std::vector<double> bytes = gathered(comm_, static_cast<double>(flight.record.rank_bytes));
+    const std::vector<double> persist = gather_from_ranks(comm_, flight.persist_s);
+    const std::vector<double> bytes = gather_from_ranks(comm_, static_cast<double>(flight.record.rank_bytes));
     flight.record.persist_s = *std::max_element(persist.begin(), persist.end());
     for (double b : bytes) flight.record.bytes += static_cast<int64_t>(b);
     if (flight.record.persist_s > 0)
@@ -211,7 +204,7 @@ bool Checkpointer::agree() {
     return false;
   }
   // kCommitting: rank 0's commit is done.
-  flight.record.commit_s = gathered(comm_, flight.commit_s)[0];
+  flight.record.commit_s = gather_from_ranks(comm_, flight.commit_s)[0];
   flight.record.status = "committed";
   records_.push_back(flight.record);
   in_flight_.reset();
@@ -284,7 +277,7 @@ void check_checkpoint_dir(const std::string& dir, Communicator& comm) {
   } catch (const CheckpointWriteError& e) {
     problem = e.what();
   }
-  const std::vector<double> failed = gathered(comm, problem.empty() ? 0.0 : 1.0);
+  const std::vector<double> failed = gather_from_ranks(comm, problem.empty() ? 0.0 : 1.0);
   if (!problem.empty()) throw CheckpointError(problem + " (rank " + std::to_string(comm.rank()) + ")");
   const std::string ranks = rank_list(failed, 1);
   if (!ranks.empty())
@@ -313,10 +306,12 @@ std::string check_compatible(const nlohmann::json& manifest, const Config& confi
   const nlohmann::json& then = manifest.at("config");
   for (const auto& key : kResumeMustMatch) {
     const std::string section = key[0], name = key[1];
-    const nlohmann::json a = name.empty() ? then.value(section, nlohmann::json())
-                                          : then.value(section, nlohmann::json()).value(name, nlohmann::json());
-    const nlohmann::json b = name.empty() ? now.value(section, nlohmann::json())
-                                          : now.value(section, nlohmann::json()).value(name, nlohmann::json());
+    // A whole section when no key is named.
+    const auto value_in = [&](const nlohmann::json& config) {
+      const nlohmann::json part = config.value(section, nlohmann::json());
+      return name.empty() ? part : part.value(name, nlohmann::json());
+    };
+    const nlohmann::json a = value_in(then), b = value_in(now);
     if (a != b)
       return "it has " + section + (name.empty() ? "" : "." + name) + " = " + a.dump() +
              " but this run has " + b.dump() + " (a resumed run must keep the model, the batch and the data stream)";
@@ -390,7 +385,7 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
     problem = "--resume " + spec + ": malformed manifest: " + e.what();
   }
   // Every rank learns whether every rank could load: none trains alone.
-  const std::vector<double> failed = gathered(comm, problem.empty() ? 0.0 : 1.0);
+  const std::vector<double> failed = gather_from_ranks(comm, problem.empty() ? 0.0 : 1.0);
   if (!problem.empty()) throw CheckpointError(problem);
   const std::string ranks = rank_list(failed, 1);
   if (!ranks.empty())

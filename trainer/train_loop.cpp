@@ -97,17 +97,12 @@ std::vector<std::string> host_names(Communicator& comm) {
 // Each rank's medians, gathered to every rank; the slowest rank against the
 // typical one.
 void summarize_ranks(Communicator& comm, RunSummary& summary) {
-  const auto gathered = [&comm](double value) {
-    std::vector<double> values(static_cast<size_t>(comm.world_size()));
-    comm.all_gather(value, values.data());
-    return values;
-  };
-  const std::vector<double> step = gathered(summary.step_s.median);
-  const std::vector<double> compute = gathered(summary.compute_s.median);
-  const std::vector<double> comm_exposed = gathered(summary.comm_exposed_s.median);
-  const std::vector<double> data_stall = gathered(summary.data_stall_s.median);
-  const std::vector<double> ckpt_stall = gathered(summary.ckpt_stall_s.median);
-  const std::vector<double> other = gathered(summary.other_s.median);
+  const std::vector<double> step = gather_from_ranks(comm, summary.step_s.median);
+  const std::vector<double> compute = gather_from_ranks(comm, summary.compute_s.median);
+  const std::vector<double> comm_exposed = gather_from_ranks(comm, summary.comm_exposed_s.median);
+  const std::vector<double> data_stall = gather_from_ranks(comm, summary.data_stall_s.median);
+  const std::vector<double> ckpt_stall = gather_from_ranks(comm, summary.ckpt_stall_s.median);
+  const std::vector<double> other = gather_from_ranks(comm, summary.other_s.median);
   const std::vector<std::string> hosts = host_names(comm);
   summary.ranks.clear();
   for (size_t r = 0; r < step.size(); ++r)
@@ -122,13 +117,7 @@ void summarize_ranks(Communicator& comm, RunSummary& summary) {
 // Storage-read figures of the whole run: every rank's loader counters summed.
 void summarize_storage_read(const SourceStats& stats, double run_seconds, Communicator& comm,
                             RunSummary& summary) {
-  const auto summed = [&comm](double value) {
-    std::vector<double> values(static_cast<size_t>(comm.world_size()));
-    comm.all_gather(value, values.data());
-    double total = 0;
-    for (double v : values) total += v;
-    return total;
-  };
+  const auto summed = [&comm](double value) { return sum_over_ranks(comm, value); };
   summary.bytes_read = static_cast<int64_t>(summed(static_cast<double>(stats.storage_bytes)));
   summary.samples_read = static_cast<int64_t>(summed(static_cast<double>(stats.samples)));
   summary.tokens_read = static_cast<int64_t>(summed(static_cast<double>(stats.tokens)));
