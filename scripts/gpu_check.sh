@@ -16,7 +16,12 @@ presets=(h200-llama8b-4l h200-gpt2-124m)
 started=$(date +%s)
 declare -a table
 
-row() { table+=("$(printf '%-34s %s' "$1" "$2")"); }
+# Each row also goes to table.txt at once, so a run cut off by its time limit
+# still brings back every row it reached.
+row() {
+  table+=("$(printf '%-34s %s' "$1" "$2")")
+  printf '%-34s %s  [%s]\n' "$1" "$2" "$(elapsed)" >> "$out/table.txt"
+}
 elapsed() { echo "$(( $(date +%s) - started ))s"; }
 
 echo "== gpu_check: $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)" | tee "$out/summary.txt"
@@ -39,6 +44,22 @@ if [ -d .device/debs ]; then
   fi
 fi
 
+# NCCL: the toolkit's copy, NCCL_HOME, or else the one PyTorch's wheels carry
+# (nvidia-nccl-cu13: include/nccl.h and lib/libnccl.so.2 with no unversioned
+# link, which find_library needs: made here in a folder of our own).
+if [ -z "${NCCL_HOME:-}" ] && [ ! -f /usr/local/cuda/include/nccl.h ]; then
+  wheel_nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null)
+  if [ -n "$wheel_nccl" ] && [ -f "$wheel_nccl/include/nccl.h" ]; then
+    export NCCL_HOME=$PWD/.device/nccl
+    mkdir -p "$NCCL_HOME/lib"
+    ln -sfn "$wheel_nccl/include" "$NCCL_HOME/include"
+    for lib in "$wheel_nccl"/lib/libnccl.so*; do ln -sf "$lib" "$NCCL_HOME/lib/"; done
+    ln -sf "$(ls "$wheel_nccl"/lib/libnccl.so.* | head -1)" "$NCCL_HOME/lib/libnccl.so"
+    export LD_LIBRARY_PATH="$NCCL_HOME/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    row "NCCL source" "PyTorch's wheel: $wheel_nccl"
+  fi
+fi
+
 # 1. Build for Hopper only: half the compile time of the default 80;90.
 if cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINBENCH_CUDA=ON \
      -DCMAKE_CUDA_ARCHITECTURES=90 > "$out/configure.log" 2>&1 &&
@@ -53,7 +74,7 @@ fi
 "$build/trainbench" --version > "$out/version.txt" 2>&1
 
 # 2. CUDA tests (label gpu): they must run here, not skip.
-(cd "$build" && ctest -L gpu --output-on-failure --timeout 300) > "$out/ctest_gpu.log" 2>&1
+(cd "$build" && ctest -L gpu -j 4 --output-on-failure --timeout "${GPU_CHECK_TEST_TIMEOUT:-150}") > "$out/ctest_gpu.log" 2>&1
 gpu_tests=$(grep -E "tests passed|tests failed" "$out/ctest_gpu.log" | tail -1)
 skipped=$(grep -c "(Skipped)" "$out/ctest_gpu.log" || true)
 # On a GPU machine a skipped CUDA test means the GPU was not visible to it.
@@ -68,7 +89,7 @@ row "torch_baseline.py tests" "$(grep -E 'tests passed|tests failed' "$out/ctest
 # gpu above; run here on its own so that its log and row say what NCCL did.
 nccl_test="$build/tests/comm/test_nccl_communicator"
 if [ -x "$nccl_test" ]; then
-  timeout 300 "$nccl_test" > "$out/nccl_1rank.log" 2>&1
+  timeout 120 "$nccl_test" > "$out/nccl_1rank.log" 2>&1
   nccl_status=$?
   nccl_passed=$(grep -oE '^\[  PASSED  \] [0-9]+' "$out/nccl_1rank.log" | grep -oE '[0-9]+$')
   nccl_skipped=$(grep -oE '^\[  SKIPPED \] [0-9]+' "$out/nccl_1rank.log" | grep -oE '[0-9]+$')
@@ -103,7 +124,7 @@ for preset in "${presets[@]}"; do
     row "trainbench $preset" "pending: this build has no CUDA engine ($(grep 'compute engines' "$out/version.txt"))"
     continue
   fi
-  if timeout 180 "$build/trainbench" run "$preset" --out "$out/$preset.json" > "$out/$preset.log" 2>&1; then
+  if timeout "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run "$preset" --out "$out/$preset.json" > "$out/$preset.log" 2>&1; then
     row "trainbench $preset" "$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, {:.1f}% of ceiling, data stall {:.1f}%".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), 100 * (s["mfu_vs_gemm_ceiling"] or 0), 100 * s["stall_shares"]["data_stall"]))' "$out/$preset.json")"
   else
     row "trainbench $preset" "FAILED (exit $?): $(tail -1 "$out/$preset.log")"
@@ -115,7 +136,7 @@ done
 # (a sum over one rank moves nothing, so comm_s is the events' overhead).
 if grep -q "NCCL backend ON" "$out/configure.log"; then
   nccl_run=h200-gpt2-124m-nccl
-  if timeout 180 "$build/trainbench" run h200-gpt2-124m --steps 12 --set comm.backend=nccl \
+  if timeout 120 "$build/trainbench" run h200-gpt2-124m --steps 12 --set comm.backend=nccl \
        --out "$out/$nccl_run.json" > "$out/$nccl_run.log" 2>&1; then
     row "trainbench h200-gpt2-124m nccl" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, comm_s median {:.3g} ms, exposed {:.3g} ms, NCCL {}, checks {}".format(s["tokens_per_s"], 1e3 * s["comm_s"]["median"], 1e3 * s["comm_exposed_s"]["median"], r["environment"]["nccl"], "pass" if all(c["passed"] for c in r["checks"]) else "FAIL"))' "$out/$nccl_run.json")"
   else
@@ -128,7 +149,7 @@ fi
 # 5. PyTorch on the same shapes: eager and torch.compile.
 if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
   for preset in "${presets[@]}"; do
-    if timeout 240 python3 scripts/torch_baseline.py --config "configs/$preset.yaml" --mode both --json \
+    if timeout "${GPU_CHECK_TORCH_TIMEOUT:-180}" python3 scripts/torch_baseline.py --config "configs/$preset.yaml" --mode both --json \
          > "$out/torch_$preset.jsonl" 2> "$out/torch_$preset.err"; then
       while read -r line; do
         row "pytorch $preset $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["mode"])' "$line")" \
