@@ -78,7 +78,8 @@ fi
 gpu_tests=$(grep -E "tests passed|tests failed" "$out/ctest_gpu.log" | tail -1)
 skipped=$(grep -c "(Skipped)" "$out/ctest_gpu.log" || true)
 # On a GPU machine a skipped CUDA test means the GPU was not visible to it.
-row "CUDA tests" "${gpu_tests:-no result} (skipped: $skipped, must be 0 on a GPU)"
+row "CUDA tests" "${gpu_tests:-no result: see ctest_gpu.log} (skipped: $skipped, must be 0 on a GPU)"
+grep -E "^ *[0-9]+/[0-9]+ Test" "$out/ctest_gpu.log" | grep -vE " Passed " | head -20 >> "$out/table.txt"
 # PyTorch baseline's own training tests (PyTorch exists on GPU machines).
 (cd "$build" && ctest -R torch_baseline --output-on-failure) > "$out/ctest_torch_baseline.log" 2>&1
 row "torch_baseline.py tests" "$(grep -E 'tests passed|tests failed' "$out/ctest_torch_baseline.log" | tail -1)"
@@ -105,6 +106,12 @@ if [ -x "$nccl_test" ]; then
   fi
 else
   row "NCCL comm (1 rank)" "not built: $(grep -o 'NCCL backend.*' "$out/configure.log" | head -1)"
+fi
+
+if [ -n "${GPU_CHECK_TESTS_ONLY:-}" ]; then
+  row "total time" "$(elapsed) (tests only)"
+  printf '%s\n' "${table[@]}" | tee -a "$out/summary.txt"
+  exit 0
 fi
 
 # 3. bf16 GEMM ceiling: a square GEMM and the Llama-3-8B MLP projection.
