@@ -6,7 +6,8 @@
 # out/gpu_check; a failing step is reported in the table and the rest go on.
 #
 #   scripts/gpu_check.sh            # all steps
-#   GPU_CHECK_SKIP_TORCH=1 ...      # without the PyTorch baseline
+#   GPU_CHECK_SKIP_TORCH=1 ...      # without the PyTorch baseline and its tests
+#   GPU_CHECK_TESTS_ONLY=1 ...      # build and tests only
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out/gpu_check}
@@ -81,8 +82,10 @@ skipped=$(grep -c "(Skipped)" "$out/ctest_gpu.log" || true)
 row "CUDA tests" "${gpu_tests:-no result: see ctest_gpu.log} (skipped: $skipped, must be 0 on a GPU)"
 grep -E "^ *[0-9]+/[0-9]+ Test" "$out/ctest_gpu.log" | grep -vE " Passed " | head -20 >> "$out/table.txt"
 # PyTorch baseline's own training tests (PyTorch exists on GPU machines).
-(cd "$build" && ctest -R torch_baseline --output-on-failure) > "$out/ctest_torch_baseline.log" 2>&1
-row "torch_baseline.py tests" "$(grep -E 'tests passed|tests failed' "$out/ctest_torch_baseline.log" | tail -1)"
+if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
+  (cd "$build" && ctest -R torch_baseline --output-on-failure) > "$out/ctest_torch_baseline.log" 2>&1
+  row "torch_baseline.py tests" "$(grep -E 'tests passed|tests failed' "$out/ctest_torch_baseline.log" | tail -1)"
+fi
 
 # 2b. The NCCL communicator on one rank (world size 1, the local bootstrap):
 # every collective checked element by element, bf16 and averages, background

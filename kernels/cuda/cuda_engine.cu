@@ -33,7 +33,7 @@ EngineSizes engine_sizes(const ModelShape& s, const ParameterLayout& layout, int
   z.params = layout.total_params();
   z.trainable = layout.trainable_params();
   z.activations_per_layer = 4 * n * d + 2 * n * s.q_dim() + 2 * n * s.kv_dim() + probs + 3 * n * f;
-  z.activations_final = 2 * n * d + n * s.vocab;
+  z.activations_final = 2 * n * d + n * padded_leading_dimension(s.vocab);
   z.stats_per_layer = 2 * n;
   z.stats_final = 3 * n;
   z.scratch_bf16 = 2 * n * d + 2 * n * s.q_dim() + 2 * n * s.kv_dim() + probs + 3 * n * f;
@@ -162,7 +162,7 @@ void CudaEngine::assign_views() {
   }
   final_acts_.residual_out = act.take(n * d);
   final_acts_.norm_out = act.take(n * d);
-  final_acts_.logits = act.take(n * shape_.vocab);
+  final_acts_.logits = act.take(n * logits_stride());
   final_acts_.rstd = stats.take(n);
   final_acts_.losses = stats.take(n);
   final_acts_.logsumexp = stats.take(n);
@@ -320,81 +320,90 @@ void* CudaEngine::record_compute_event() {
   return event;
 }
 
+int64_t CudaEngine::logits_stride() const { return padded_leading_dimension(shape_.vocab); }
+
 void CudaEngine::matmul_forward(bf16* out, const bf16* in, const bf16* weight, int64_t n,
-                                int64_t in_dim, int64_t out_dim) {
+                                int64_t in_dim, int64_t out_dim, int64_t out_stride) {
+  if (out_stride == 0) out_stride = out_dim;
   gemm_.gemm(false, true, n, out_dim, in_dim, 1.0f, in, in_dim, weight, in_dim, 0.0f, out,
-             out_dim, GemmOutput::kBf16, compute_stream_);
+             out_stride, GemmOutput::kBf16, compute_stream_);
 }
 
 void CudaEngine::matmul_backward(bf16* d_in, float* d_weight, const bf16* d_out, const bf16* in,
                                  const bf16* weight, int64_t n, int64_t in_dim, int64_t out_dim,
-                                 bool accumulate_d_in) {
+                                 bool accumulate_d_in, int64_t out_stride) {
+  if (out_stride == 0) out_stride = out_dim;
   if (d_in != nullptr)
-    gemm_.gemm(false, false, n, in_dim, out_dim, 1.0f, d_out, out_dim, weight, in_dim,
+    gemm_.gemm(false, false, n, in_dim, out_dim, 1.0f, d_out, out_stride, weight, in_dim,
                accumulate_d_in ? 1.0f : 0.0f, d_in, in_dim, GemmOutput::kBf16, compute_stream_);
   if (d_weight != nullptr)  // fp32, accumulated across micro-batches
-    gemm_.gemm(true, false, out_dim, in_dim, n, 1.0f, d_out, out_dim, in, in_dim, 1.0f, d_weight,
-               in_dim, GemmOutput::kFp32, compute_stream_);
+    gemm_.gemm(true, false, out_dim, in_dim, n, 1.0f, d_out, out_stride, in, in_dim, 1.0f,
+               d_weight, in_dim, GemmOutput::kFp32, compute_stream_);
 }
 
-CudaEngine::HeadOffsets CudaEngine::head_offsets(int64_t b, int64_t h) const {
-  const int64_t T = shape_.seq_len, hd = shape_.head_dim();
-  return HeadOffsets{b * T * shape_.q_dim() + h * hd,
-                     b * T * shape_.kv_dim() + (h / shape_.heads_per_kv()) * hd,
-                     (b * shape_.n_heads + h) * T * T};
+CudaEngine::HeadOffsets CudaEngine::head_offsets(int64_t h) const {
+  return HeadOffsets{h * shape_.head_dim(), (h / shape_.heads_per_kv()) * shape_.head_dim(),
+                     h * shape_.seq_len * shape_.seq_len};
 }
 
-// Per (batch, head): scores = Q Kᵀ into P's slot, one causal softmax launch
-// over all heads (scale applied there), then out = P V.
+CudaEngine::HeadOffsets CudaEngine::sequence_strides() const {
+  const int64_t T = shape_.seq_len;
+  return HeadOffsets{T * shape_.q_dim(), T * shape_.kv_dim(), shape_.n_heads * T * T};
+}
+
+// Per head, batched over the micro-batch: scores = Q Kᵀ into P's slot; one
+// causal softmax launch over all heads (scale applied there); then out = P V.
 void CudaEngine::attention_forward(const LayerActivations& a) {
-  const int64_t T = shape_.seq_len, hd = shape_.head_dim();
-  const int64_t q_stride = shape_.q_dim(), kv_stride = shape_.kv_dim();
+  const int64_t T = shape_.seq_len, hd = shape_.head_dim(), B = micro_batch_;
+  const int64_t q_ld = shape_.q_dim(), kv_ld = shape_.kv_dim();
+  const HeadOffsets step = sequence_strides();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  for (int64_t b = 0; b < micro_batch_; ++b)
-    for (int64_t h = 0; h < shape_.n_heads; ++h) {
-      const HeadOffsets o = head_offsets(b, h);
-      gemm_.gemm(false, true, T, T, hd, 1.0f, a.q + o.q, q_stride, a.k + o.kv, kv_stride, 0.0f,
-                 a.probs + o.probs, T, GemmOutput::kBf16, compute_stream_);
-    }
-  causal_softmax_forward(a.probs, micro_batch_ * shape_.n_heads, T, scale, compute_stream_);
-  for (int64_t b = 0; b < micro_batch_; ++b)
-    for (int64_t h = 0; h < shape_.n_heads; ++h) {
-      const HeadOffsets o = head_offsets(b, h);
-      gemm_.gemm(false, false, T, hd, T, 1.0f, a.probs + o.probs, T, a.v + o.kv, kv_stride, 0.0f,
-                 a.attn_out + o.q, q_stride, GemmOutput::kBf16, compute_stream_);
-    }
+  for (int64_t h = 0; h < shape_.n_heads; ++h) {
+    const HeadOffsets o = head_offsets(h);
+    gemm_.gemm_strided_batched(false, true, T, T, hd, 1.0f, a.q + o.q, q_ld, step.q, a.k + o.kv,
+                               kv_ld, step.kv, 0.0f, a.probs + o.probs, T, step.probs, B,
+                               GemmOutput::kBf16, compute_stream_);
+  }
+  causal_softmax_forward(a.probs, B * shape_.n_heads, T, scale, compute_stream_);
+  for (int64_t h = 0; h < shape_.n_heads; ++h) {
+    const HeadOffsets o = head_offsets(h);
+    gemm_.gemm_strided_batched(false, false, T, hd, T, 1.0f, a.probs + o.probs, T, step.probs,
+                               a.v + o.kv, kv_ld, step.kv, 0.0f, a.attn_out + o.q, q_ld, step.q, B,
+                               GemmOutput::kBf16, compute_stream_);
+  }
 }
 
 // dV (+)= Pᵀ dO and dP = dO Vᵀ per head; one softmax-backward launch turns dP
 // into dS (scaled); then dQ = dS K and dK (+)= dSᵀ Q. The query heads of a kv
-// group accumulate into the same dK/dV (the first one overwrites).
+// group accumulate into the same dK/dV (the first one overwrites). Each GEMM
+// is one launch per head, batched over the micro-batch.
 void CudaEngine::attention_backward(const LayerActivations& a) {
-  const int64_t T = shape_.seq_len, hd = shape_.head_dim();
-  const int64_t q_stride = shape_.q_dim(), kv_stride = shape_.kv_dim();
+  const int64_t T = shape_.seq_len, hd = shape_.head_dim(), B = micro_batch_;
+  const int64_t q_ld = shape_.q_dim(), kv_ld = shape_.kv_dim();
   const int64_t group = shape_.heads_per_kv();
+  const HeadOffsets step = sequence_strides();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const Scratch& g = scratch_;
-  for (int64_t b = 0; b < micro_batch_; ++b) {
-    for (int64_t h = 0; h < shape_.n_heads; ++h) {
-      const HeadOffsets o = head_offsets(b, h);
-      const float accumulate = h % group == 0 ? 0.0f : 1.0f;
-      gemm_.gemm(true, false, T, hd, T, 1.0f, a.probs + o.probs, T, g.d_attn_out + o.q, q_stride,
-                 accumulate, g.d_v + o.kv, kv_stride, GemmOutput::kBf16, compute_stream_);
-      gemm_.gemm(false, true, T, T, hd, 1.0f, g.d_attn_out + o.q, q_stride, a.v + o.kv,
-                 kv_stride, 0.0f, g.d_probs + o.probs, T, GemmOutput::kBf16, compute_stream_);
-    }
+  for (int64_t h = 0; h < shape_.n_heads; ++h) {
+    const HeadOffsets o = head_offsets(h);
+    const float accumulate = h % group == 0 ? 0.0f : 1.0f;
+    gemm_.gemm_strided_batched(true, false, T, hd, T, 1.0f, a.probs + o.probs, T, step.probs,
+                               g.d_attn_out + o.q, q_ld, step.q, accumulate, g.d_v + o.kv, kv_ld,
+                               step.kv, B, GemmOutput::kBf16, compute_stream_);
+    gemm_.gemm_strided_batched(false, true, T, T, hd, 1.0f, g.d_attn_out + o.q, q_ld, step.q,
+                               a.v + o.kv, kv_ld, step.kv, 0.0f, g.d_probs + o.probs, T,
+                               step.probs, B, GemmOutput::kBf16, compute_stream_);
   }
-  causal_softmax_backward(g.d_probs, a.probs, micro_batch_ * shape_.n_heads, T, scale,
-                          compute_stream_);
-  for (int64_t b = 0; b < micro_batch_; ++b) {
-    for (int64_t h = 0; h < shape_.n_heads; ++h) {
-      const HeadOffsets o = head_offsets(b, h);
-      const float accumulate = h % group == 0 ? 0.0f : 1.0f;
-      gemm_.gemm(false, false, T, hd, T, 1.0f, g.d_probs + o.probs, T, a.k + o.kv, kv_stride,
-                 0.0f, g.d_q + o.q, q_stride, GemmOutput::kBf16, compute_stream_);
-      gemm_.gemm(true, false, T, hd, T, 1.0f, g.d_probs + o.probs, T, a.q + o.q, q_stride,
-                 accumulate, g.d_k + o.kv, kv_stride, GemmOutput::kBf16, compute_stream_);
-    }
+  causal_softmax_backward(g.d_probs, a.probs, B * shape_.n_heads, T, scale, compute_stream_);
+  for (int64_t h = 0; h < shape_.n_heads; ++h) {
+    const HeadOffsets o = head_offsets(h);
+    const float accumulate = h % group == 0 ? 0.0f : 1.0f;
+    gemm_.gemm_strided_batched(false, false, T, hd, T, 1.0f, g.d_probs + o.probs, T, step.probs,
+                               a.k + o.kv, kv_ld, step.kv, 0.0f, g.d_q + o.q, q_ld, step.q, B,
+                               GemmOutput::kBf16, compute_stream_);
+    gemm_.gemm_strided_batched(true, false, T, hd, T, 1.0f, g.d_probs + o.probs, T, step.probs,
+                               a.q + o.q, q_ld, step.q, accumulate, g.d_k + o.kv, kv_ld, step.kv, B,
+                               GemmOutput::kBf16, compute_stream_);
   }
 }
 
@@ -437,8 +446,10 @@ void CudaEngine::forward(const TokenBatch& batch) {
   FinalActivations& fa = final_acts_;
   rmsnorm_forward(fa.norm_out, fa.rstd, fa.residual_out, param_view(p, ParamKind::kFinalNorm), n,
                   d, eps, stream);
-  matmul_forward(fa.logits, fa.norm_out, param_view(p, ParamKind::kLmHead), n, d, s.vocab);
-  cross_entropy_forward(fa.losses, fa.logsumexp, fa.logits, targets, n, s.vocab, stream);
+  matmul_forward(fa.logits, fa.norm_out, param_view(p, ParamKind::kLmHead), n, d, s.vocab,
+                 logits_stride());
+  cross_entropy_forward(fa.losses, fa.logsumexp, fa.logits, targets, n, s.vocab, logits_stride(),
+                        stream);
   end_compute();
   // A second forward without backward may overwrite the tokens after this;
   // a backward re-records the event when it is done with them.
@@ -462,8 +473,11 @@ void CudaEngine::get_logits(float* host) const {
   if (!logits_valid_) throw std::logic_error("get_logits: no forward since the last backward");
   const int64_t count = micro_batch_ * shape_.seq_len * shape_.vocab;
   std::vector<bf16> logits(static_cast<size_t>(count));
-  TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(logits.data(), final_acts_.logits, sizeof(bf16) * count,
-                                        cudaMemcpyDeviceToHost, compute_stream_));
+  // The device rows are padded (logits_stride()); the host's are vocab long.
+  TRAINBENCH_CUDA_CHECK(cudaMemcpy2DAsync(
+      logits.data(), sizeof(bf16) * shape_.vocab, final_acts_.logits,
+      sizeof(bf16) * logits_stride(), sizeof(bf16) * shape_.vocab,
+      static_cast<size_t>(micro_batch_ * shape_.seq_len), cudaMemcpyDeviceToHost, compute_stream_));
   TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(compute_stream_));
   for (int64_t i = 0; i < count; ++i) host[i] = __bfloat162float(logits[i]);
 }
@@ -484,11 +498,11 @@ void CudaEngine::backward(const TokenBatch& batch, float loss_scale,
   const Scratch& g = scratch_;
   FinalActivations& fa = final_acts_;
 
-  cross_entropy_backward(fa.logits, fa.logsumexp, targets, n, s.vocab,
+  cross_entropy_backward(fa.logits, fa.logsumexp, targets, n, s.vocab, logits_stride(),
                          loss_scale / static_cast<float>(n), stream);
   logits_valid_ = false;
   matmul_backward(g.d_norm_out, grad_view(ParamKind::kLmHead), fa.logits, fa.norm_out,
-                  param_view(p, ParamKind::kLmHead), n, d, s.vocab, false);
+                  param_view(p, ParamKind::kLmHead), n, d, s.vocab, false, logits_stride());
   TRAINBENCH_CUDA_CHECK(cudaMemsetAsync(g.d_residual, 0, sizeof(bf16) * n * d, stream));
   rmsnorm_backward(g.d_residual, grad_view(ParamKind::kFinalNorm), g.d_norm_out, fa.residual_out,
                    param_view(p, ParamKind::kFinalNorm), fa.rstd, n, d, g.rmsnorm, stream);

@@ -122,18 +122,25 @@ class CudaEngine final : public TrainingEngine {
   LayerGrads layer_grads(int64_t layer) const;
   void assign_views();
   void upload_tokens(const TokenBatch& batch);
-  // GEMM helpers in the CPU ops' terms (row-major, [out, in] weights).
+  // GEMM helpers in the CPU ops' terms (row-major, [out, in] weights). The
+  // output (and d_out) rows are out_stride elements apart: out_dim when 0,
+  // the padded logits_stride() for the logits.
   void matmul_forward(bf16* out, const bf16* in, const bf16* weight, int64_t n, int64_t in_dim,
-                      int64_t out_dim);
+                      int64_t out_dim, int64_t out_stride = 0);
   void matmul_backward(bf16* d_in, float* d_weight, const bf16* d_out, const bf16* in,
                        const bf16* weight, int64_t n, int64_t in_dim, int64_t out_dim,
-                       bool accumulate_d_in);
-  // Element offsets of one (batch, head)'s views: its rows of q (and d_q, the
-  // attention output), of its kv head's k and v, and its T×T probabilities.
+                       bool accumulate_d_in, int64_t out_stride = 0);
+  // The logits' row length in memory: vocab rounded up to 64 elements.
+  int64_t logits_stride() const;
+  // Element offsets of head h's views in sequence 0 (its rows of q, d_q and
+  // the attention output; of its kv head's k and v; its T×T probabilities),
+  // and how far each moves from one sequence to the next: attention runs as
+  // one strided-batched GEMM per head over the micro-batch.
   struct HeadOffsets {
     int64_t q, kv, probs;
   };
-  HeadOffsets head_offsets(int64_t b, int64_t h) const;
+  HeadOffsets head_offsets(int64_t h) const;
+  HeadOffsets sequence_strides() const;
   void attention_forward(const LayerActivations& a);
   void attention_backward(const LayerActivations& a);
   // Brackets device work with events for compute_s.

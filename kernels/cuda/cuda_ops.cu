@@ -391,6 +391,22 @@ __global__ void copy_fp32_to_bf16_kernel(bf16* dst, const float* src, int64_t co
     dst[i] = to_bf16(src[i]);
 }
 
+// A 32-bit integer hash (Wellons' lowbias32) of seed and index: independent
+// uniform bits per element, no state, the same on every run.
+__global__ void fill_uniform_bf16_kernel(bf16* dst, int64_t count, float scale, uint32_t seed) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) ^ (static_cast<uint32_t>(i >> 32) * 0x9e3779b9u) ^ seed;
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    const float unit = static_cast<float>(x >> 8) * (1.0f / 16777216.0f);  // [0, 1)
+    dst[i] = to_bf16((2.0f * unit - 1.0f) * scale);
+  }
+}
+
 // ---- cross-entropy ----
 
 __device__ __forceinline__ void online_add(OnlineSum& running, float value) {
@@ -405,19 +421,24 @@ __device__ __forceinline__ void online_add(OnlineSum& running, float value) {
 // One block per row; one pass over the vocabulary with a running max and sum
 // (online softmax), so a 128256-wide row is read once. `packed`: every row
 // starts 16-byte aligned (aligned logits, vocab a multiple of kPack).
+// One block per row. Rows are `row_stride` elements apart (the logits buffer
+// pads each row to a multiple of 64 so the LM head's GEMMs stay on cuBLASLt's
+// aligned kernels; the padding is never read). When rows start on 16 bytes,
+// the first vocab/kPack·kPack entries go in 16-byte packs and the rest, fewer
+// than kPack, one by one: GPT-2's odd 50257 no longer falls back entirely.
 __global__ void cross_entropy_forward_kernel(float* losses, float* logsumexp, const bf16* logits,
-                                             const int32_t* targets, int64_t vocab, bool packed) {
+                                             const int32_t* targets, int64_t vocab,
+                                             int64_t row_stride, bool packed) {
   const int64_t row = blockIdx.x;
-  const bf16* x = logits + row * vocab;
+  const bf16* x = logits + row * row_stride;
   OnlineSum running{-INFINITY, 0.0f};
-  if (packed) {
-    for (int64_t p = threadIdx.x; p < vocab / kPack; p += blockDim.x) {
-      const Floats<kPack> values = load<kPack>(x + p * kPack);
-      for (int k = 0; k < kPack; ++k) online_add(running, values.value[k]);
-    }
-  } else {
-    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) online_add(running, to_float(x[j]));
+  const int64_t packs = packed ? vocab / kPack : 0;
+  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+    const Floats<kPack> values = load<kPack>(x + p * kPack);
+    for (int k = 0; k < kPack; ++k) online_add(running, values.value[k]);
   }
+  for (int64_t j = packs * kPack + threadIdx.x; j < vocab; j += blockDim.x)
+    online_add(running, to_float(x[j]));
   const OnlineSum total = block_online_sum(running);
   if (threadIdx.x == 0) {
     const float lse = total.max + logf(total.sum);
@@ -428,9 +449,9 @@ __global__ void cross_entropy_forward_kernel(float* losses, float* logsumexp, co
 
 __global__ void cross_entropy_backward_kernel(bf16* logits_to_dlogits, const float* logsumexp,
                                               const int32_t* targets, int64_t vocab,
-                                              float d_loss, bool packed) {
+                                              int64_t row_stride, float d_loss, bool packed) {
   const int64_t row = blockIdx.x;
-  bf16* x = logits_to_dlogits + row * vocab;
+  bf16* x = logits_to_dlogits + row * row_stride;
   const float lse = logsumexp[row];
   const int64_t target = targets[row];
   // (softmax − onehot) · d_loss in fp32, rounded once.
@@ -438,19 +459,26 @@ __global__ void cross_entropy_backward_kernel(bf16* logits_to_dlogits, const flo
     const float grad = expf(logit - lse) * d_loss;
     return j == target ? grad - d_loss : grad;
   };
-  if (packed) {
-    for (int64_t p = threadIdx.x; p < vocab / kPack; p += blockDim.x) {
-      Floats<kPack> values = load<kPack>(x + p * kPack);
-      for (int k = 0; k < kPack; ++k) values.value[k] = dlogit(values.value[k], p * kPack + k);
-      store<kPack>(x + p * kPack, values);
-    }
-  } else {
-    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) x[j] = to_bf16(dlogit(to_float(x[j]), j));
+  const int64_t packs = packed ? vocab / kPack : 0;
+  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+    Floats<kPack> values = load<kPack>(x + p * kPack);
+    for (int k = 0; k < kPack; ++k) values.value[k] = dlogit(values.value[k], p * kPack + k);
+    store<kPack>(x + p * kPack, values);
   }
+  for (int64_t j = packs * kPack + threadIdx.x; j < vocab; j += blockDim.x)
+    x[j] = to_bf16(dlogit(to_float(x[j]), j));
 }
 
-bool cross_entropy_packed(const bf16* logits, int64_t vocab) {
-  return aligned_for_packs(logits) && vocab % kPack == 0;
+// Packs need every row to start on 16 bytes: an aligned base and a stride
+// that is a whole number of packs.
+bool cross_entropy_packed(const bf16* logits, int64_t row_stride) {
+  return aligned_for_packs(logits) && row_stride % kPack == 0;
+}
+
+void check_row_stride(const char* what, int64_t vocab, int64_t row_stride) {
+  if (row_stride < vocab)
+    throw std::invalid_argument(std::string(what) + ": row_stride " + std::to_string(row_stride) +
+                                " is less than vocab " + std::to_string(vocab));
 }
 
 // ---- gradient norm ----
@@ -612,20 +640,24 @@ void add_inplace(bf16* out, const bf16* in, int64_t count, cudaStream_t stream) 
 }
 
 void cross_entropy_forward(float* losses, float* logsumexp, const bf16* logits,
-                           const int32_t* targets, int64_t n, int64_t vocab, cudaStream_t stream) {
+                           const int32_t* targets, int64_t n, int64_t vocab, int64_t row_stride,
+                           cudaStream_t stream) {
+  check_row_stride("cross_entropy_forward", vocab, row_stride);
   if (n == 0) return;
   cross_entropy_forward_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
-      losses, logsumexp, logits, targets, vocab, cross_entropy_packed(logits, vocab));
+      losses, logsumexp, logits, targets, vocab, row_stride,
+      cross_entropy_packed(logits, row_stride));
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
 void cross_entropy_backward(bf16* logits_to_dlogits, const float* logsumexp,
-                            const int32_t* targets, int64_t n, int64_t vocab, float d_loss,
-                            cudaStream_t stream) {
+                            const int32_t* targets, int64_t n, int64_t vocab, int64_t row_stride,
+                            float d_loss, cudaStream_t stream) {
+  check_row_stride("cross_entropy_backward", vocab, row_stride);
   if (n == 0) return;
   cross_entropy_backward_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
-      logits_to_dlogits, logsumexp, targets, vocab, d_loss,
-      cross_entropy_packed(logits_to_dlogits, vocab));
+      logits_to_dlogits, logsumexp, targets, vocab, row_stride, d_loss,
+      cross_entropy_packed(logits_to_dlogits, row_stride));
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -671,6 +703,13 @@ void adamw_update(float* master, bf16* params, const float* grads, float* m, flo
 void copy_fp32_to_bf16(bf16* dst, const float* src, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
   copy_fp32_to_bf16_kernel<<<grid_stride_blocks(count), kThreads, 0, stream>>>(dst, src, count);
+  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+void fill_uniform_bf16(bf16* dst, int64_t count, float scale, uint32_t seed, cudaStream_t stream) {
+  if (count == 0) return;
+  fill_uniform_bf16_kernel<<<grid_stride_blocks(count), kThreads, 0, stream>>>(dst, count, scale,
+                                                                              seed);
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -66,14 +66,16 @@ void swiglu_backward(bf16* d_gate, bf16* d_up, const bf16* d_out, const bf16* ga
 // out += in, elementwise (the residual stream).
 void add_inplace(bf16* out, const bf16* in, int64_t count, cudaStream_t stream);
 
-// Fused softmax + cross-entropy over logits[n, vocab]: losses[n] and
-// logsumexp[n] forward; backward turns the logits into dlogits in place,
-// (softmax − onehot) · d_loss, so probabilities are never stored.
+// Fused softmax + cross-entropy over logits[n, vocab], rows `row_stride`
+// (>= vocab) elements apart: losses[n] and logsumexp[n] forward; backward
+// turns the logits into dlogits in place, (softmax − onehot) · d_loss, so
+// probabilities are never stored. Entries past vocab are neither read nor written.
 void cross_entropy_forward(float* losses, float* logsumexp, const bf16* logits,
-                           const int32_t* targets, int64_t n, int64_t vocab, cudaStream_t stream);
+                           const int32_t* targets, int64_t n, int64_t vocab, int64_t row_stride,
+                           cudaStream_t stream);
 void cross_entropy_backward(bf16* logits_to_dlogits, const float* logsumexp,
-                            const int32_t* targets, int64_t n, int64_t vocab, float d_loss,
-                            cudaStream_t stream);
+                            const int32_t* targets, int64_t n, int64_t vocab, int64_t row_stride,
+                            float d_loss, cudaStream_t stream);
 
 // *result = Σ x² in double, by fixed per-block partials (`scratch`,
 // sum_of_squares_scratch_doubles) summed in order: the same bits every run.
@@ -99,5 +101,9 @@ void adamw_update(float* master, bf16* params, const float* grads, float* m, flo
 
 // dst[i] = bf16(src[i]), for the initial bf16 copy of the master weights.
 void copy_fp32_to_bf16(bf16* dst, const float* src, int64_t count, cudaStream_t stream);
+
+// dst[i] = bf16 of a value uniform in [−scale, scale), a hash of (seed, i):
+// operands for timing runs (the GEMM ceiling), which must not be zeros.
+void fill_uniform_bf16(bf16* dst, int64_t count, float scale, uint32_t seed, cudaStream_t stream);
 
 }  // namespace trainbench::cuda

@@ -28,6 +28,7 @@
 #include <cstdint>  // int32_t, int64_t
 #include <cstring>  // std::memcmp
 #include <random>   // std::mt19937 and distributions
+#include <stdexcept>  // std::invalid_argument
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"          // the fp32 reference ops
@@ -385,36 +386,81 @@ TEST_F(CudaOps, CopyFp32ToBf16RoundsToNearest) {
 // ---- cross-entropy ----
 
 TEST_F(CudaOps, CrossEntropyForwardAndBackward) {
-  // GPT-2's vocabulary (odd: element by element), Llama-2's (a multiple of 8:
-  // 16-byte packs) and one narrower than the block (idle threads join the reduction).
+  // GPT-2's vocabulary (odd: packs and a scalar tail), Llama-2's (a multiple
+  // of 8: packs only) and one narrower than the block (idle threads join the
+  // reduction); each with rows vocab long and with rows padded to 64 as the
+  // engine stores its logits, the padding poisoned and required untouched.
   for (const int64_t vocab : {int64_t{50257}, int64_t{32000}, int64_t{100}}) {
-    std::mt19937 rng(static_cast<uint32_t>(40 + vocab));
-    const int64_t n = 7;
-    const std::vector<float> logits = random_bf16_values(n * vocab, rng, 3.0f);
-    const std::vector<int32_t> targets = random_tokens(n, static_cast<int32_t>(vocab), rng);
-    std::vector<float> expected_losses(n), expected_lse(n);
-    cpu::cross_entropy_forward(expected_losses.data(), expected_lse.data(), logits.data(),
-                               targets.data(), n, vocab);
-    const float d_loss = 1.0f / static_cast<float>(n);
-    std::vector<float> expected_dlogits = logits;
-    cpu::cross_entropy_backward(expected_dlogits.data(), expected_lse.data(), targets.data(), n,
-                                vocab, d_loss);
+    for (const int64_t stride : {vocab, (vocab + 63) / 64 * 64}) {
+      std::mt19937 rng(static_cast<uint32_t>(40 + vocab + stride));
+      const int64_t n = 7;
+      const std::vector<float> logits = random_bf16_values(n * vocab, rng, 3.0f);
+      const std::vector<int32_t> targets = random_tokens(n, static_cast<int32_t>(vocab), rng);
+      std::vector<float> expected_losses(n), expected_lse(n);
+      cpu::cross_entropy_forward(expected_losses.data(), expected_lse.data(), logits.data(),
+                                 targets.data(), n, vocab);
+      const float d_loss = 1.0f / static_cast<float>(n);
+      std::vector<float> expected_dlogits = logits;
+      cpu::cross_entropy_backward(expected_dlogits.data(), expected_lse.data(), targets.data(), n,
+                                  vocab, d_loss);
 
-    DeviceBuffer<bf16> logits_dev = upload(to_bf16(logits));
-    DeviceBuffer<int32_t> targets_dev = upload(targets);
-    DeviceBuffer<float> losses_dev = upload(nan_fp32(n)), lse_dev = upload(nan_fp32(n));
-    cross_entropy_forward(losses_dev.get(), lse_dev.get(), logits_dev.get(), targets_dev.get(), n,
-                          vocab, nullptr);
-    EXPECT_LT(relative_error(download(losses_dev), expected_losses), kFp32FromBf16) << vocab;
-    EXPECT_LT(relative_error(download(lse_dev), expected_lse), kFp32FromBf16) << vocab;
+      // Rows `stride` apart; the padding holds NaN, which would poison any
+      // reduction that read it.
+      std::vector<bf16> strided = nan_bf16(n * stride);
+      const std::vector<bf16> dense = to_bf16(logits);
+      for (int64_t row = 0; row < n; ++row)
+        std::copy_n(dense.begin() + row * vocab, vocab, strided.begin() + row * stride);
+      DeviceBuffer<bf16> logits_dev = upload(strided);
+      DeviceBuffer<int32_t> targets_dev = upload(targets);
+      DeviceBuffer<float> losses_dev = upload(nan_fp32(n)), lse_dev = upload(nan_fp32(n));
+      cross_entropy_forward(losses_dev.get(), lse_dev.get(), logits_dev.get(), targets_dev.get(),
+                            n, vocab, stride, nullptr);
+      EXPECT_LT(relative_error(download(losses_dev), expected_losses), kFp32FromBf16)
+          << vocab << " stride " << stride;
+      EXPECT_LT(relative_error(download(lse_dev), expected_lse), kFp32FromBf16)
+          << vocab << " stride " << stride;
 
-    // Backward from the CPU's logsumexp, so it is tested on its own.
-    DeviceBuffer<float> cpu_lse_dev = upload(expected_lse);
-    cross_entropy_backward(logits_dev.get(), cpu_lse_dev.get(), targets_dev.get(), n, vocab,
-                           d_loss, nullptr);
-    EXPECT_LT(relative_error(download_as_float(logits_dev), expected_dlogits), kBf16Output)
-        << vocab;
+      // Backward from the CPU's logsumexp, so it is tested on its own.
+      DeviceBuffer<float> cpu_lse_dev = upload(expected_lse);
+      cross_entropy_backward(logits_dev.get(), cpu_lse_dev.get(), targets_dev.get(), n, vocab,
+                             stride, d_loss, nullptr);
+      const std::vector<float> got = download_as_float(logits_dev);
+      std::vector<float> got_dense;
+      for (int64_t row = 0; row < n; ++row) {
+        got_dense.insert(got_dense.end(), got.begin() + row * stride,
+                         got.begin() + row * stride + vocab);
+        for (int64_t col = vocab; col < stride; ++col)
+          ASSERT_TRUE(std::isnan(got[row * stride + col])) << "padding written at row " << row;
+      }
+      EXPECT_LT(relative_error(got_dense, expected_dlogits), kBf16Output)
+          << vocab << " stride " << stride;
+    }
   }
+  EXPECT_THROW(cross_entropy_forward(nullptr, nullptr, nullptr, nullptr, 1, 100, 99, nullptr),
+               std::invalid_argument);
+}
+
+TEST_F(CudaOps, FillUniformIsInRangeSpreadAndRepeatable) {
+  const int64_t count = 1 << 20;
+  DeviceBuffer<bf16> first = upload(nan_bf16(count)), second = upload(nan_bf16(count));
+  fill_uniform_bf16(first.get(), count, 2.0f, 11u, nullptr);
+  fill_uniform_bf16(second.get(), count, 2.0f, 11u, nullptr);
+  const std::vector<float> a = download_as_float(first), b = download_as_float(second);
+  double sum = 0.0, sum_sq = 0.0;
+  for (int64_t i = 0; i < count; ++i) {
+    ASSERT_TRUE(a[i] >= -2.0f && a[i] <= 2.0f) << "element " << i << " = " << a[i];
+    ASSERT_EQ(a[i], b[i]) << "element " << i << " differs between two fills with one seed";
+    sum += a[i];
+    sum_sq += static_cast<double>(a[i]) * a[i];
+  }
+  // Uniform on [-2, 2): mean 0, variance 4/3.
+  EXPECT_NEAR(sum / count, 0.0, 0.01);
+  EXPECT_NEAR(sum_sq / count, 4.0 / 3.0, 0.01);
+  fill_uniform_bf16(second.get(), count, 2.0f, 12u, nullptr);
+  const std::vector<float> c = download_as_float(second);
+  int64_t same = 0;
+  for (int64_t i = 0; i < count; ++i) same += a[i] == c[i];
+  EXPECT_LT(same, count / 50) << "another seed gives other values";
 }
 
 // ---- gradient norm and optimizer ----

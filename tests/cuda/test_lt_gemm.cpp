@@ -125,6 +125,57 @@ INSTANTIATE_TEST_SUITE_P(
         GemmCase{"NT_strided_fp32", false, true, 64, 128, 96, 8, 0.5f, GemmOutput::kFp32}),
     [](const ::testing::TestParamInfo<GemmCase>& info) { return info.param.name; });
 
+// Attention's use: per head, one launch over the micro-batch, the operands of
+// sequence b at b·stride, with leading dimensions wider than the GEMM (the
+// head's columns inside q, k and v) and accumulation into C (beta = 1, as
+// grouped-query heads accumulate dK and dV). Every batch entry against sgemm.
+TEST(LtGemm, StridedBatchMatchesSgemmPerBatchEntry) {
+  const GpuInventory inventory = query_gpus();
+  if (inventory.gpus.empty()) GTEST_SKIP() << "no GPU: " << inventory.why_none;
+  std::mt19937 rng(7);
+  const int64_t batch = 5, m = 96, n = 64, k = 80, lda = 200, ldb = 72, ldc = 64;
+  const int64_t stride_a = m * lda + 8, stride_b = n * ldb, stride_c = m * ldc + 64;
+  for (const bool transpose_b : {true, false}) {
+    const int64_t b_rows = transpose_b ? n : k;
+    const int64_t b_stride = transpose_b ? stride_b : k * ldb;
+    const std::vector<float> a = random_bf16_values(batch * stride_a, rng);
+    const std::vector<float> b = random_bf16_values(batch * b_stride, rng);
+    const std::vector<float> c_initial = random_bf16_values(batch * stride_c, rng);
+    std::vector<float> expected = c_initial;
+    for (int64_t i = 0; i < batch; ++i)
+      cpu::sgemm_parallel(false, transpose_b, m, n, k, a.data() + i * stride_a, lda,
+                          b.data() + i * b_stride, ldb, 1.0f, expected.data() + i * stride_c, ldc);
+    ASSERT_GE(b_rows * ldb, transpose_b ? n * k : k * n);
+
+    const std::vector<__nv_bfloat16> a16 = to_bf16(a), b16 = to_bf16(b), c16 = to_bf16(c_initial);
+    DeviceBuffer<__nv_bfloat16> a_dev(a16.size()), b_dev(b16.size()), c_dev(c16.size());
+    TRAINBENCH_CUDA_CHECK(cudaMemcpy(a_dev.get(), a16.data(), a_dev.bytes(), cudaMemcpyHostToDevice));
+    TRAINBENCH_CUDA_CHECK(cudaMemcpy(b_dev.get(), b16.data(), b_dev.bytes(), cudaMemcpyHostToDevice));
+    TRAINBENCH_CUDA_CHECK(cudaMemcpy(c_dev.get(), c16.data(), c_dev.bytes(), cudaMemcpyHostToDevice));
+    LtGemm gemm;
+    gemm.gemm_strided_batched(false, transpose_b, m, n, k, 1.0f, a_dev.get(), lda, stride_a,
+                              b_dev.get(), ldb, b_stride, 1.0f, c_dev.get(), ldc, stride_c, batch,
+                              GemmOutput::kBf16, nullptr);
+    std::vector<__nv_bfloat16> out16(c16.size());
+    TRAINBENCH_CUDA_CHECK(cudaMemcpy(out16.data(), c_dev.get(), c_dev.bytes(), cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < batch; ++i) {
+      std::vector<float> got_valid, expected_valid;
+      for (int64_t row = 0; row < m; ++row)
+        for (int64_t col = 0; col < n; ++col) {
+          got_valid.push_back(__bfloat162float(out16[i * stride_c + row * ldc + col]));
+          expected_valid.push_back(expected[i * stride_c + row * ldc + col]);
+        }
+      EXPECT_LT(relative_error(got_valid, expected_valid), 4e-3)
+          << "batch entry " << i << (transpose_b ? " (NT)" : " (NN)");
+    }
+    // Between one entry's C and the next nothing is written.
+    for (int64_t i = 0; i < batch; ++i)
+      for (int64_t gap = m * ldc; gap < stride_c; ++gap)
+        ASSERT_EQ(__bfloat162float(out16[i * stride_c + gap]),
+                  __bfloat162float(c16[i * stride_c + gap]));
+  }
+}
+
 TEST(LtGemm, ReusesThePlanOfAShapeItHasSeen) {
   const GpuInventory inventory = query_gpus();
   if (inventory.gpus.empty()) GTEST_SKIP() << "no GPU: " << inventory.why_none;
@@ -138,6 +189,10 @@ TEST(LtGemm, ReusesThePlanOfAShapeItHasSeen) {
   EXPECT_EQ(gemm.cached_shapes(), 1u);
   gemm.gemm(false, false, 64, 64, 64, 1.0f, a.get(), 64, b.get(), 64, 0.0f, c.get(), 64,
             GemmOutput::kBf16, nullptr);
+  EXPECT_EQ(gemm.cached_shapes(), 2u);
+  // A batch of one is the plain GEMM's plan, whatever strides it is given.
+  gemm.gemm_strided_batched(false, false, 64, 64, 64, 1.0f, a.get(), 64, 4096, b.get(), 64, 4096,
+                            0.0f, c.get(), 64, 4096, 1, GemmOutput::kBf16, nullptr);
   EXPECT_EQ(gemm.cached_shapes(), 2u);
   TRAINBENCH_CUDA_CHECK(cudaDeviceSynchronize());
 }
