@@ -141,7 +141,8 @@ AdamWSettings adamw_settings(const TrainSection& train);
 // data stall 31% of step"), else compute.
 std::string bottleneck_line(const RunSummary& summary);
 
-// The largest GEMM of one micro-batch ([m, k] × [k, n]), for the ceiling.
+// The largest GEMM of one micro-batch ([m, k] × [k, n]), each side rounded
+// up to a multiple of 64, for the ceiling.
 void largest_gemm_shape(const ModelShape& shape, int64_t micro_batch, int64_t* m, int64_t* n,
                         int64_t* k);
 

@@ -81,5 +81,24 @@ TEST(Training, ANonFiniteLossStopsTheRunWithAFailedCheck) {
   EXPECT_FALSE(std::isfinite(outcome.steps.back().loss));
 }
 
+// The ceiling's shape: the projection with the most work, each side padded to
+// 64. GPT-2 small: the LM head [B·T, 768] × [768, 50257] → n 50304.
+TEST(Training, TheCeilingGemmIsTheLargestProjectionPaddedTo64) {
+  ModelShape gpt2{.vocab = 50257, .d_model = 768, .n_layers = 12, .n_heads = 12,
+                  .n_kv_heads = 12, .ffn_hidden = 3072, .seq_len = 1024};
+  int64_t m = 0, n = 0, k = 0;
+  largest_gemm_shape(gpt2, 32, &m, &n, &k);
+  EXPECT_EQ(m, 32 * 1024);
+  EXPECT_EQ(n, 50304);
+  EXPECT_EQ(k, 768);
+  // A small vocabulary: the MLP's down projection (k = ffn) has the most work;
+  // odd sides round up.
+  ModelShape small{.vocab = 100, .d_model = 200, .n_layers = 1, .n_heads = 4, .n_kv_heads = 4,
+                   .ffn_hidden = 700, .seq_len = 33};
+  largest_gemm_shape(small, 3, &m, &n, &k);
+  EXPECT_EQ(m, 128);  // 99 → 128
+  EXPECT_EQ(n * k, 256 * 704);
+}
+
 }  // namespace
 }  // namespace trainbench
