@@ -145,6 +145,8 @@ int run_command(const RunOptions& options, const std::string& command_line) {
   EngineOptions engine_options;
   engine_options.shape = config.model;
   engine_options.micro_batch = config.train.micro_batch;
+  engine_options.lora = lora_spec(config);
+  engine_options.lora_state_includes_base = config.checkpoint.include_base;
   // Asked once: device choice, memory check and the environment report share it.
   const GpuInventory gpus = query_gpus();
   engine_options.device = resolve_device(config.train.device, gpus);
