@@ -25,6 +25,7 @@
 #include "trainer/bench_command.h"
 #include "trainer/ceilings.h"
 #include "trainer/checkpointing.h"
+#include "trainer/plan_command.h"
 #include "trainer/shards_command.h"
 #include "trainer/train_loop.h"
 #include "trainer/zero_optimizer.h"    // zero_shard
@@ -394,6 +395,7 @@ int run_cli(int argc, char** argv) {
                   "continue from a checkpoint: latest (under checkpoint.dir) or a checkpoint folder");
   ShardsCommand shards(app);
   BenchCommand bench(app);
+  PlanCommand plan(app);
 
   // CLI11 would only say "a subcommand is required"; name the commands, and
   // the word that is not one of them.
@@ -434,6 +436,7 @@ int run_cli(int argc, char** argv) {
     if (run->parsed()) return run_command(run_options, quoted_command_line(argc, argv));
     if (shards.parsed()) return shards.run();
     if (bench.parsed()) return bench.run();
+    if (plan.parsed()) return plan.run();
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "trainbench: %s\n", e.what());
     return kExitUserError;
