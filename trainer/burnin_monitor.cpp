@@ -134,6 +134,71 @@ class HealthSampler {
   std::thread thread_;
 };
 
+// Bounds a hung rank. A rank whose steps stop while it is not waiting for
+// a peer (Communicator::waiting_since) is stuck in its own work — a hung GPU,
+// a stuck kernel, a frozen loader — and it is the one to blame: its watchdog
+// ends the job with exit 4 and a FAIL line naming it, after half of
+// comm.timeout_s. Its peers, waiting for it in a collective, would time out
+// only after the whole comm.timeout_s (exit 3, naming no one).
+class HangWatchdog {
+ public:
+  HangWatchdog(Communicator& comm, double limit_s, std::string host) : comm_(comm), limit_s_(limit_s), host_(std::move(host)) {
+    progress();
+    thread_ = std::thread([this] { watch(); });
+  }
+  ~HangWatchdog() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  // The rank moved on: `what` it is doing now, for the message.
+  void progress(const std::string& what = "") {
+    std::lock_guard lock(mutex_);
+    last_progress_ = Clock::now();
+    if (!what.empty()) what_ = what;
+  }
+  // Off while the run drains its last checkpoint (bounded by its own waits).
+  void arm(bool armed) {
+    std::lock_guard lock(mutex_);
+    armed_ = armed;
+    last_progress_ = Clock::now();
+  }
+
+ private:
+  void watch() {
+    std::unique_lock lock(mutex_);
+    while (!stop_) {
+      wake_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stop_; });
+      if (stop_ || !armed_) continue;
+      if (comm_.waiting_since() > 0) {  // held up by a peer: not this rank's fault
+        last_progress_ = Clock::now();
+        continue;
+      }
+      const double stuck_s = std::chrono::duration<double>(Clock::now() - last_progress_).count();
+      if (stuck_s < limit_s_) continue;
+      const std::string message = "burn-in: rank " + std::to_string(comm_.rank()) + " (" + host_ +
+                                  "): FAIL: hung: no progress for " + format("%.0f s", stuck_s) +
+                                  " while not waiting for any peer (" + what_ +
+                                  "); its GPU or host is stuck (half of comm.timeout_s)";
+      lock.unlock();
+      comm_.abort(4, message);
+    }
+  }
+
+  Communicator& comm_;
+  const double limit_s_;
+  const std::string host_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  Clock::time_point last_progress_;
+  std::string what_ = "starting";
+  bool armed_ = true, stop_ = false;
+  std::thread thread_;
+};
+
 // One fabric + storage measurement.
 struct HealthPoint {
   double t_s = 0;                     // since the burn-in started
@@ -196,9 +261,12 @@ class BurninMonitor final : public RunExtension {
     start_ = Clock::now();
     measure_health();
     last_health_ = Clock::now();
+    watchdog_ = std::make_unique<HangWatchdog>(*comm_, 0.5 * config_->comm.timeout_s, comm_->host_name());
+    watchdog_->progress("step 1");
   }
 
   bool after_step(const StepRecord& step) override {
+    watchdog_->progress("burn-in checks after step " + std::to_string(step.step));
     ++steps_;
     if (!step.warmup) {
       step_s_.push_back(step.step_s);
@@ -227,14 +295,21 @@ class BurninMonitor final : public RunExtension {
     }
     if (step.step % config_->burnin.golden_every == 0) golden_check(step.step);
     if (!stop && (static_cast<int>(all[0]) & kHealthDue)) {
+      watchdog_->progress("fabric and storage measurement after step " + std::to_string(step.step));
       measure_health();
       last_health_ = Clock::now();
     }
+    watchdog_->progress("step " + std::to_string(step.step + 1));
+    if (stop) watchdog_->arm(false);  // the run drains its checkpoint; finish() re-arms
     return !stop;
   }
 
   int finish(const RunOutcome& outcome, nlohmann::json* result) override {
     elapsed_s_ = seconds_since(start_);
+    if (watchdog_) {
+      watchdog_->arm(true);
+      watchdog_->progress("the verdict");
+    }
     comm_->set_context("burn-in: the verdict");
     HealthSampler::Summary health;
     if (sampler_) health = sampler_->stop(10.0);
@@ -244,6 +319,7 @@ class BurninMonitor final : public RunExtension {
     double passed = verdict_.passed() ? 1.0 : 0.0;
     comm_->broadcast(&passed, sizeof(passed), 0);
     if (result != nullptr) (*result)["burnin"] = to_json(outcome);
+    watchdog_.reset();
     return passed != 0 ? 0 : 4;
   }
 
@@ -576,6 +652,7 @@ class BurninMonitor final : public RunExtension {
   std::vector<double> step_s_, own_step_s_, comm_s_since_health_;
   std::vector<HealthPoint> health_;
   std::unique_ptr<HealthSampler> sampler_;
+  std::unique_ptr<HangWatchdog> watchdog_;
   std::string nvml_why_not_, gpu_name_;
   Verdict verdict_;
   Drift drift_;

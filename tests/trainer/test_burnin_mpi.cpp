@@ -1,11 +1,12 @@
 // `trainbench burnin` end to end on 2 real MPI ranks (the CPU engine, tiny):
 // a clean burn-in passes with the full verdict table; a bit flipped in one
-// rank's golden gradient, a slowed rank and an impossible baseline each fail
-// with exit 4, naming the rank or the figures. Thresholds for stragglers and
+// rank's golden gradient, a slowed rank, a hung rank and an impossible
+// baseline each fail with exit 4, naming the rank or the figures. Thresholds for stragglers and
 // degradation are loosened in the runs that must pass: two oversubscribed
 // ranks on a shared CI machine vary by more than the defaults (10%).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
 #include <string>
 
@@ -30,7 +31,7 @@ class BurninMpi : public ::testing::Test {
         std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader timeout 120 ") +
         TRAINBENCH_MPIEXEC + " --oversubscribe -np 2 " + TRAINBENCH_BINARY + " burnin tiny --duration " + duration +
         " --set train.threads=1 --set report.progress_every=0 --set burnin.golden_every=5"
-        " --set burnin.health_every_s=1.5 --set burnin.straggler_pct=50 --set burnin.degrade_pct=90"
+        " --set burnin.health_every_s=1.5 --set burnin.straggler_pct=300 --set burnin.degrade_pct=90"
         " --set checkpoint.every_steps=20 --set checkpoint.dir=" + dir_.file(name + "-ckpt") + " --out " + out_ + " " +
         extra);
     std::ifstream file(out_);
@@ -79,7 +80,8 @@ TEST_F(BurninMpi, OneFlippedGradientBitIsCaughtAndItsRankNamed) {
 }
 
 TEST_F(BurninMpi, ASlowedRankIsFlaggedAsAStraggler) {
-  const CommandResult r = burnin("slow", "3s", "--set burnin.inject_slow_rank=1 --set burnin.inject_slow_ms=80");
+  const CommandResult r = burnin("slow", "3s",
+                                 "--set burnin.inject_slow_rank=1 --set burnin.inject_slow_ms=200 --set burnin.straggler_pct=100");
   ASSERT_EQ(r.exit_code, 4) << r.out << r.err;
   const nlohmann::json& gpus = result_.at("burnin").at("gpus");
   EXPECT_EQ(gpus[0]["verdict"], "PASS") << gpus[0].dump();
@@ -102,6 +104,22 @@ TEST_F(BurninMpi, AnImpossibleBaselineFailsNamingTheFigures) {
     EXPECT_NE(why.find(named), std::string::npos) << named << " in " << why;
   EXPECT_NE(r.err.find("burn-in: job: FAIL: below the baseline: tokens/s"), std::string::npos) << r.err;
   EXPECT_EQ(result_["burnin"]["baseline"]["known"]["tokens_per_s"], 1e12);
+}
+
+TEST_F(BurninMpi, AHungRankFailsByNameInsteadOfHangingTheJob) {
+  // Rank 1 sleeps ten minutes in its first step (a hung GPU): its watchdog
+  // names it after half of comm.timeout_s, before rank 0's all-reduce would
+  // time out (exit 3, naming no one).
+  const auto begin = std::chrono::steady_clock::now();
+  const CommandResult r = burnin("hung", "1m",
+                                 "--set comm.timeout_s=8 --set burnin.inject_slow_rank=1 --set burnin.inject_slow_ms=600000");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  EXPECT_EQ(r.exit_code, 4) << r.out << r.err;
+  EXPECT_NE(r.err.find("burn-in: rank 1 ("), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("FAIL: hung: no progress for 4 s while not waiting for any peer (step 1)"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("burn-in: rank 0"), std::string::npos) << "the waiting rank is not blamed: " << r.err;
+  EXPECT_LT(seconds, 60.0) << "bounded by comm.timeout_s, not by the hang";
 }
 
 TEST(BurninCli, BadInputExitsTwoWithOneLine) {
