@@ -29,11 +29,12 @@ double parse_duration(const std::string& text) {
   return value * scale;
 }
 
-GoldenValue compute_golden_step(TrainingEngine& engine, uint64_t seed, bool flip_bit) {
+GoldenValue compute_golden_step(TrainingEngine& engine, uint64_t seed, bool flip_bit, const float* golden_weights) {
   const ParameterLayout& layout = engine.layout();
   std::vector<float> saved(static_cast<size_t>(layout.total_params()));
   engine.get_parameters(saved.data());
-  engine.init_parameters(seed);
+  if (golden_weights != nullptr) engine.set_parameters(golden_weights);
+  else engine.init_parameters(seed);
   // A fixed batch: the same tokens on every rank and at every check.
   const int64_t tokens = engine.micro_batch() * engine.shape().seq_len;
   std::vector<int32_t> ids(static_cast<size_t>(tokens + 1));

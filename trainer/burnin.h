@@ -51,9 +51,12 @@ struct GoldenValue {
 // One forward + backward on weights initialised from `seed` and a fixed
 // batch derived from it, and the parameters put back as they were (the
 // optimizer state and the data are not touched; the gradients are left
-// zero). `flip_bit` (test hook burnin.inject_bitflip_*): one bit of the
-// gradient is flipped before it is read, as a silent error would.
-GoldenValue compute_golden_step(TrainingEngine& engine, uint64_t seed, bool flip_bit);
+// zero). `golden_weights`, when given, are those weights already made
+// (layout().total_params() floats): initialising a large model on the host
+// takes seconds. `flip_bit` (test hook burnin.inject_bitflip_*): one bit of
+// the gradient is flipped before it is read, as a silent error would.
+GoldenValue compute_golden_step(TrainingEngine& engine, uint64_t seed, bool flip_bit,
+                                const float* golden_weights = nullptr);
 
 // The value more than half the ranks hold, if any.
 std::optional<GoldenValue> majority_value(const std::vector<GoldenValue>& values);

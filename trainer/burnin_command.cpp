@@ -53,13 +53,18 @@ int BurninCommand::run(const std::string& command_line) {
     throw CommandError{kExitUserError, e.what()};
   }
   const Config config = load_config(o.config, o.overrides);
-  std::vector<std::string> overrides = o.overrides;
+  std::vector<std::string> overrides = o.overrides;  // the user's first: ours below must win
   // The run ends at the duration, not at a step count. The temporary shards
   // are sized for the config's own step count and read again epoch after
   // epoch, rather than for a step count nobody sets.
   if (config.data.synth_samples_per_shard == 0)
     overrides.push_back("data.synth_samples_per_shard=" + std::to_string(synth_samples_per_shard_for_run(config, 1)));
   overrides.push_back("train.steps=" + std::to_string(int64_t{1} << 40));
+  // The burn-in prints its own progress line (elapsed, tokens/s, golden
+  // checks); per-step lines only when asked for on the command line.
+  bool progress_asked = false;
+  for (const std::string& o : overrides) progress_asked = progress_asked || o.rfind("report.progress_every=", 0) == 0;
+  if (!progress_asked) overrides.push_back("report.progress_every=0");
   const std::string out = !o.out.empty() ? o.out : config.report.out.empty() ? "trainbench-burnin.json" : "";
   const std::unique_ptr<RunExtension> monitor = make_burnin_monitor(duration_s, baseline);
   return run_with_extension(o.config, overrides, out, command_line, *monitor);

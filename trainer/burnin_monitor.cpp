@@ -229,10 +229,21 @@ class BurninMonitor final : public RunExtension {
                                          describe_duration().c_str());
     std::fflush(stdout);
 
+    // The golden weights kept on the host up to 1 GiB (made again at every
+    // check above that: host memory is shared by every rank of a node).
+    const int64_t parameters = engine_->layout().total_params();
+    if (parameters * static_cast<int64_t>(sizeof(float)) <= (1LL << 30)) {
+      std::vector<float> saved(static_cast<size_t>(parameters));
+      engine_->get_parameters(saved.data());
+      engine_->init_parameters(golden_seed());
+      golden_weights_.resize(static_cast<size_t>(parameters));
+      engine_->get_parameters(golden_weights_.data());
+      engine_->set_parameters(saved.data());
+    }
     // Twice: a GPU (or an engine) that cannot repeat itself is caught before
-    // anything is compared with it.
+    // anything is compared with it. The first makes its weights itself.
     const GoldenValue first = compute_golden_step(*engine_, golden_seed(), false);
-    const GoldenValue second = compute_golden_step(*engine_, golden_seed(), false);
+    const GoldenValue second = compute_golden_step(*engine_, golden_seed(), false, golden_weights());
     const std::vector<GoldenValue> values = gather_golden(first);
     const std::vector<double> repeatable = gather_from_ranks(*comm_, first == second ? 1.0 : 0.0);
     const std::optional<GoldenValue> majority = majority_value(values);
@@ -299,6 +310,7 @@ class BurninMonitor final : public RunExtension {
       measure_health();
       last_health_ = Clock::now();
     }
+    if (comm_->rank() == 0) print_progress(step);
     watchdog_->progress("step " + std::to_string(step.step + 1));
     if (stop) watchdog_->arm(false);  // the run drains its checkpoint; finish() re-arms
     return !stop;
@@ -338,6 +350,24 @@ class BurninMonitor final : public RunExtension {
 
  private:
   uint64_t golden_seed() const { return static_cast<uint64_t>(config_->train.seed); }
+  const float* golden_weights() const { return golden_weights_.empty() ? nullptr : golden_weights_.data(); }
+
+  // Rank 0, about 20 lines per run (every 5 to 60 s): where the burn-in is.
+  void print_progress(const StepRecord& step) {
+    const double every_s = std::clamp(duration_s_ / 20, 5.0, 60.0);
+    const double elapsed = seconds_since(start_);
+    if (elapsed - last_progress_s_ < every_s) return;
+    last_progress_s_ = elapsed;
+    int64_t mismatches = 0;
+    for (const std::vector<int64_t>& steps : golden_mismatches_) mismatches += static_cast<int64_t>(steps.size());
+    const double tokens_per_step = static_cast<double>(config_->train.micro_batch * config_->train.grad_accum *
+                                                       config_->model.seq_len * comm_->world_size());
+    std::fprintf(stdout, "burn-in %6.0f/%.0f s  step %7ld  tokens/s %10s  golden checks %ld, mismatches %ld\n", elapsed,
+                 duration_s_, static_cast<long>(step.step),
+                 human_count(step.step_s > 0 ? tokens_per_step / step.step_s : 0.0).c_str(),
+                 static_cast<long>(golden_checks_), static_cast<long>(mismatches));
+    std::fflush(stdout);
+  }
 
   std::string describe_duration() const { return "duration " + format("%.0f s", duration_s_); }
 
@@ -369,7 +399,8 @@ class BurninMonitor final : public RunExtension {
     const bool flip = b.inject_bitflip_step > 0 && step >= b.inject_bitflip_step && !bitflip_done_ &&
                       comm_->rank() == b.inject_bitflip_rank;
     if (b.inject_bitflip_step > 0 && step >= b.inject_bitflip_step) bitflip_done_ = true;
-    const std::vector<GoldenValue> values = gather_golden(compute_golden_step(*engine_, golden_seed(), flip));
+    const std::vector<GoldenValue> values =
+        gather_golden(compute_golden_step(*engine_, golden_seed(), flip, golden_weights()));
     ++golden_checks_;
     for (size_t r = 0; r < values.size(); ++r) {
       if (values[r] == golden_reference_[r]) continue;
@@ -638,8 +669,10 @@ class BurninMonitor final : public RunExtension {
   std::string checkpoint_dir_;
   Clock::time_point start_, last_health_;
   double elapsed_s_ = 0;
+  double last_progress_s_ = 0;
   int64_t steps_ = 0;
   // Found collectively, so the same on every rank, indexed by rank.
+  std::vector<float> golden_weights_;  // empty above 1 GiB
   std::vector<GoldenValue> golden_reference_;
   std::vector<std::vector<std::string>> start_failures_;
   std::vector<std::vector<int64_t>> golden_mismatches_;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/engine.h"
+#include "kernels/gpu_health.h"
 #include "tests/support/temp_dir.h"
 #include "trainer/burnin.h"
 #include "trainer/config.h"  // default_model_shape
@@ -61,6 +62,12 @@ TEST(BurninGolden, RepeatsBitForBitAndLeavesTheParametersAlone) {
   std::unique_ptr<TrainingEngine> other = tiny_engine();
   EXPECT_EQ(compute_golden_step(*other, 1234, false), first);
   EXPECT_NE(compute_golden_step(*engine, 99, false), first) << "the seed picks the weights and the batch";
+  // Weights made once and handed in: the same value.
+  std::unique_ptr<TrainingEngine> maker = tiny_engine();
+  maker->init_parameters(1234);
+  std::vector<float> golden(before.size());
+  maker->get_parameters(golden.data());
+  EXPECT_EQ(compute_golden_step(*engine, 1234, false, golden.data()), first);
 }
 
 TEST(BurninGolden, OneFlippedGradientBitChangesTheChecksumOnly) {
@@ -159,6 +166,21 @@ TEST(BurninVerdict, TableAndJsonSayPassOrFailAndWhy) {
   EXPECT_EQ(j["gpus"][1]["verdict"], "FAIL");
   EXPECT_EQ(j["gpus"][1]["failures"][0], "silent data corruption: golden step differs");
   EXPECT_EQ(j["job"]["verdict"], "PASS");
+}
+
+// Without a GPU (CI) the probe is absent and says why; on a GPU machine
+// (gpu_check.sh) it reads the GPU the engine would use.
+TEST(BurninGpuHealth, OpensTheGpuOrSaysWhyNot) {
+  std::string why_not;
+  const std::unique_ptr<GpuHealthProbe> probe = open_gpu_health(0, &why_not);
+  if (probe == nullptr) {
+    EXPECT_FALSE(why_not.empty());
+    return;
+  }
+  const GpuHealthSample sample = probe->sample();
+  EXPECT_GT(sample.temperature_c, 0) << probe->gpu_name();
+  EXPECT_GT(sample.sm_clock_mhz, 0);
+  EXPECT_GE(sample.clock_event_reasons, 0);
 }
 
 }  // namespace
