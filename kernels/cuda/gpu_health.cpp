@@ -3,7 +3,7 @@
 // nvml.h nor the stub library), and a binary linked against it would not
 // start where the driver is missing. The handful of NVML calls used are
 // declared here with their C ABI (nvml.h, stable since NVML 5); with nvml.h
-// present they are checked against it.
+// present its handle type is used and the enum values are checked against it.
 #include <cuda_runtime.h>  // cudaDeviceGetPCIBusId
 #include <dlfcn.h>         // dlopen, dlsym
 
