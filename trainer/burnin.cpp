@@ -127,8 +127,13 @@ Drift measure_drift(const std::vector<double>& step_s, double tokens_per_step) {
   Drift drift;
   if (step_s.size() < 20) return drift;
   const size_t tenth = step_s.size() / 10;
-  const double first = median(std::vector<double>(step_s.begin(), step_s.begin() + static_cast<long>(tenth)));
-  const double last = median(std::vector<double>(step_s.end() - static_cast<long>(tenth), step_s.end()));
+  std::vector<double> first_tenth, last_tenth;
+  for (size_t i = 0; i < tenth; ++i) {
+    first_tenth.push_back(step_s[i]);
+    last_tenth.push_back(step_s[step_s.size() - tenth + i]);
+  }
+  const double first = median(std::move(first_tenth));
+  const double last = median(std::move(last_tenth));
   if (first <= 0 || last <= 0) return drift;
   drift.judged = true;
   drift.first_tokens_per_s = tokens_per_step / first;

@@ -506,8 +506,9 @@ class BurninMonitor final : public RunExtension {
       if (numerics_step_[r] > 0) row.fail("numerics: " + numerics_what_ + " not finite at step " + std::to_string(numerics_step_[r]));
       const std::string straggler = straggler_finding(own, r, b.straggler_pct);
       if (!straggler.empty()) row.fail(straggler);
-      row.notes.push_back("golden step bit-identical in " + std::to_string(golden_checks_ - golden_mismatches_[r].size()) +
-                          " of " + std::to_string(golden_checks_) + " checks (every " + std::to_string(b.golden_every) +
+      row.notes.push_back("golden step: " + std::string(start_failures_[r].empty() ? "agreed at the start, " : "") +
+                          "bit-identical in " + std::to_string(golden_checks_ - golden_mismatches_[r].size()) + " of " +
+                          std::to_string(golden_checks_) + " checks since (every " + std::to_string(b.golden_every) +
                           " steps)");
       row.notes.push_back("own step time " + format("%.2f ms", 1e3 * own[r]) + " (median, waits for peers left out)");
       row.figures = {{"own_step_s", own[r]}, {"golden_checks", golden_checks_},
