@@ -39,6 +39,7 @@ constexpr int kLossNotFinite = 1;
 constexpr int kGradNormNotFinite = 2;
 constexpr int kStop = 4;        // rank 0: the duration is over
 constexpr int kHealthDue = 8;   // rank 0: time for the fabric and storage measurements
+constexpr size_t kStragglerSteps = 5;  // measured steps before stragglers are judged
 
 // Samples one GPU through NVML every `every_s` on its own thread, so a slow
 // NVML call never holds up a step, and sampling goes on during long steps.
@@ -504,7 +505,8 @@ class BurninMonitor final : public RunExtension {
                  " of " + std::to_string(golden_checks_) + " checks; first: " + golden_first_mismatch_[r] + ")");
       }
       if (numerics_step_[r] > 0) row.fail("numerics: " + numerics_what_ + " not finite at step " + std::to_string(numerics_step_[r]));
-      const std::string straggler = straggler_finding(own, r, b.straggler_pct);
+      // A median of a handful of steps says nothing about "consistently slower".
+      const std::string straggler = own_step_s_.size() >= kStragglerSteps ? straggler_finding(own, r, b.straggler_pct) : "";
       if (!straggler.empty()) row.fail(straggler);
       row.notes.push_back("golden step: " + std::string(start_failures_[r].empty() ? "agreed at the start, " : "") +
                           "bit-identical in " + std::to_string(golden_checks_ - golden_mismatches_[r].size()) + " of " +
@@ -621,6 +623,8 @@ class BurninMonitor final : public RunExtension {
     } else {
       job.notes.push_back("drift: not judged (fewer than 20 measured steps)");
     }
+    if (own_step_s_.size() < kStragglerSteps && world > 1)
+      job.notes.push_back("stragglers: not judged (fewer than " + std::to_string(kStragglerSteps) + " measured steps)");
     if (baseline_) {
       now_.tokens_per_s = outcome.summary.tokens_per_s;
       now_.busbw_gbs = median_of([](const HealthPoint& p) { return p.busbw_gbs; });

@@ -30,7 +30,7 @@ class BurninMpi : public ::testing::Test {
     const CommandResult r = run_command(
         std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader timeout 120 ") +
         TRAINBENCH_MPIEXEC + " --oversubscribe -np 2 " + TRAINBENCH_BINARY + " burnin tiny --duration " + duration +
-        " --set train.threads=1 --set report.progress_every=0 --set burnin.golden_every=5"
+        " --set train.threads=1 --set train.warmup_steps=2 --set report.progress_every=0 --set burnin.golden_every=5"
         " --set burnin.health_every_s=1.5 --set burnin.straggler_pct=300 --set burnin.degrade_pct=90"
         " --set checkpoint.every_steps=20 --set checkpoint.dir=" + dir_.file(name + "-ckpt") + " --out " + out_ + " " +
         extra);
@@ -67,21 +67,24 @@ TEST_F(BurninMpi, CleanTwoRankBurnInPassesWithTheFullVerdict) {
 
 TEST_F(BurninMpi, OneFlippedGradientBitIsCaughtAndItsRankNamed) {
   const CommandResult r =
-      burnin("bitflip", "3s", "--set burnin.inject_bitflip_step=10 --set burnin.inject_bitflip_rank=1");
+      burnin("bitflip", "4s", "--set burnin.inject_bitflip_step=5 --set burnin.inject_bitflip_rank=1");
   ASSERT_EQ(r.exit_code, 4) << r.out << r.err;
   const nlohmann::json& gpus = result_.at("burnin").at("gpus");
   EXPECT_EQ(gpus[0]["verdict"], "PASS") << gpus[0].dump();
   EXPECT_EQ(gpus[1]["verdict"], "FAIL");
-  EXPECT_NE(failures(gpus[1]).find("silent data corruption: golden step differs from the reference at step 10 "),
+  EXPECT_NE(failures(gpus[1]).find("silent data corruption: golden step differs from the reference at step 5 "),
             std::string::npos) << failures(gpus[1]);
-  EXPECT_EQ(gpus[1]["figures"]["golden_mismatch_steps"], nlohmann::json::array({10})) << "one step, one bit";
+  EXPECT_EQ(gpus[1]["figures"]["golden_mismatch_steps"], nlohmann::json::array({5})) << "one step, one bit";
   EXPECT_NE(r.err.find("burn-in: rank 1 ("), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("burn-in verdict: FAIL (1/2 GPUs"), std::string::npos) << r.out;
 }
 
 TEST_F(BurninMpi, ASlowedRankIsFlaggedAsAStraggler) {
-  const CommandResult r = burnin("slow", "3s",
-                                 "--set burnin.inject_slow_rank=1 --set burnin.inject_slow_ms=200 --set burnin.straggler_pct=100");
+  // 250 ms more on the slowed rank than its own work (40-130 ms a step on a
+  // loaded 2-core CI machine): a dozen measured steps, 2-7x slower.
+  const CommandResult r = burnin("slow", "5s",
+                                 "--set burnin.inject_slow_rank=1 --set burnin.inject_slow_ms=250 --set burnin.straggler_pct=100"
+                                 " --set burnin.health_every_s=600");
   ASSERT_EQ(r.exit_code, 4) << r.out << r.err;
   const nlohmann::json& gpus = result_.at("burnin").at("gpus");
   EXPECT_EQ(gpus[0]["verdict"], "PASS") << gpus[0].dump();
