@@ -84,7 +84,9 @@ class HealthSampler {
     const bool stopped = state_->wake.wait_for(lock, std::chrono::duration<double>(timeout_s),
                                                [this] { return state_->stopped; });
     lock.unlock();
-    if (stopped) thread_.join(); else thread_.detach();
+    if (thread_.joinable()) {  // a second stop() only summarizes again
+      if (stopped) thread_.join(); else thread_.detach();
+    }
     lock.lock();
     Summary s = summarize(state_->samples);
     s.hung = !stopped;
@@ -332,8 +334,13 @@ class BurninMonitor final : public RunExtension {
     double passed = verdict_.passed() ? 1.0 : 0.0;
     comm_->broadcast(&passed, sizeof(passed), 0);
     if (result != nullptr) (*result)["burnin"] = to_json(outcome);
-    watchdog_.reset();
     return passed != 0 ? 0 : 4;
+  }
+
+  // The threads go before the communicator they watch.
+  void end() override {
+    watchdog_.reset();
+    if (sampler_) sampler_->stop(10.0);
   }
 
   void print(FILE* out) const override {

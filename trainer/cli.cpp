@@ -321,6 +321,13 @@ int run_command(const RunOptions& options, const std::string& command_line) {
                                         engine_options.device == "cuda" ? engine_options.gpu_index : -1});
     after_step = [&options](const StepRecord& step) { return options.extension->after_step(step); };
   }
+  // Declared after the communicator and the engine, so it runs before they go.
+  struct EndExtension {
+    RunExtension* extension;
+    ~EndExtension() {
+      if (extension) extension->end();
+    }
+  } end_extension{options.extension};
   RunOutcome outcome = run_training(
       config, *engine, *data.source, *comm,
       [&](const StepRecord& step, const RunSummary& so_far) {

@@ -38,6 +38,9 @@ class RunExtension {
   virtual int finish(const RunOutcome& outcome, nlohmann::json* result) = 0;
   // Rank 0, after the run's summary: the extension's own report.
   virtual void print(FILE* out) const = 0;
+  // Every rank, when the run's scope ends — also by an exception — before
+  // the communicator and the engine go: stops whatever begin() started.
+  virtual void end() {}
 };
 
 }  // namespace trainbench
