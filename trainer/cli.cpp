@@ -27,6 +27,7 @@
 #include "trainer/checkpointing.h"
 #include "trainer/burnin_command.h"
 #include "trainer/run_extension.h"    // RunExtension: burnin's work inside a run
+#include "trainer/plan_command.h"
 #include "trainer/shards_command.h"
 #include "trainer/train_loop.h"
 #include "trainer/zero_optimizer.h"    // zero_shard
@@ -148,6 +149,8 @@ int run_command(const RunOptions& options, const std::string& command_line) {
   EngineOptions engine_options;
   engine_options.shape = config.model;
   engine_options.micro_batch = config.train.micro_batch;
+  engine_options.lora = lora_spec(config);
+  engine_options.lora_state_includes_base = config.checkpoint.include_base;
   // Asked once: device choice, memory check and the environment report share it.
   const GpuInventory gpus = query_gpus();
   engine_options.device = resolve_device(config.train.device, gpus);
@@ -423,6 +426,7 @@ int run_cli(int argc, char** argv) {
   ShardsCommand shards(app);
   BenchCommand bench(app);
   BurninCommand burnin(app);
+  PlanCommand plan(app);
 
   // CLI11 would only say "a subcommand is required"; name the commands, and
   // the word that is not one of them.
@@ -464,6 +468,7 @@ int run_cli(int argc, char** argv) {
     if (shards.parsed()) return shards.run();
     if (bench.parsed()) return bench.run();
     if (burnin.parsed()) return burnin.run(quoted_command_line(argc, argv));
+    if (plan.parsed()) return plan.run();
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "trainbench: %s\n", e.what());
     return kExitUserError;
