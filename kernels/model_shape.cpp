@@ -119,6 +119,14 @@ void ParameterLayout::assign_offsets() {
   if (lora_begin_ >= static_cast<int64_t>(tensors_.size())) base_params_ = total_params_;
 }
 
+std::vector<ParameterLayout::LoraAdapterTensors> ParameterLayout::lora_adapters() const {
+  // The adapter block holds A then B per (layer, target), in that order.
+  std::vector<LoraAdapterTensors> adapters;
+  for (size_t i = static_cast<size_t>(lora_begin_); i + 1 < tensors_.size(); i += 2)
+    adapters.push_back({tensors_[i].layer, tensors_[i].target, &tensors_[i], &tensors_[i + 1]});
+  return adapters;
+}
+
 ParameterLayout::LoraPair ParameterLayout::lora(ParamKind target, int64_t layer) const {
   // Few tensors per layer: a scan of the adapter block is cheap, and engines
   // resolve their views once.

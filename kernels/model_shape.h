@@ -105,6 +105,14 @@ class ParameterLayout {
     const ParamTensor* b = nullptr;
   };
   LoraPair lora(ParamKind target, int64_t layer) const;
+  // Every adapter pair, layer by layer, targets in kLoraTargetKinds order.
+  struct LoraAdapterTensors {
+    int64_t layer;
+    ParamKind target;
+    const ParamTensor* a;
+    const ParamTensor* b;
+  };
+  std::vector<LoraAdapterTensors> lora_adapters() const;
   const LoraSpec& lora_spec() const { return lora_; }
   // Elements before the adapters: the base model (all of it without LoRA).
   int64_t base_params() const { return base_params_; }

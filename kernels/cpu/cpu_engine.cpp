@@ -181,19 +181,11 @@ void CpuEngine::assign_activation_views() {
   const LoraSpec& spec = layout_.lora_spec();
   lora_.assign(shape_.n_layers, std::vector<LoraAdapter>(kLoraTargetCount));
   scratch_.lora = spec.enabled() ? carve.take(n * spec.rank) : nullptr;
-  for (int64_t l = 0; l < shape_.n_layers && spec.enabled(); ++l)
-    for (ParamKind target : kLoraTargetKinds) {
-      const ParameterLayout::LoraPair pair = layout_.lora(target, l);
-      if (pair.a == nullptr) continue;
-      LoraAdapter& adapter = lora_[l][lora_target_slot(target)];
-      adapter.a = params_.get() + pair.a->offset;
-      adapter.b = params_.get() + pair.b->offset;
-      adapter.d_a = grads_.get() + pair.a->grad_offset;
-      adapter.d_b = grads_.get() + pair.b->grad_offset;
-      adapter.h = carve.take(n * spec.rank);
-      adapter.in = pair.a->shape[1];
-      adapter.out = pair.b->shape[0];
-    }
+  for (const ParameterLayout::LoraAdapterTensors& t : layout_.lora_adapters()) {
+    LoraAdapter& adapter = lora_[t.layer][lora_target_slot(t.target)];
+    adapter = {params_.get() + t.a->offset, params_.get() + t.b->offset, grads_.get() + t.a->grad_offset,
+               grads_.get() + t.b->grad_offset, carve.take(n * spec.rank), t.a->shape[1], t.b->shape[0]};
+  }
 }
 
 namespace {

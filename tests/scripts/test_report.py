@@ -47,6 +47,14 @@ def report(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return run(sys.executable, REPORT, *args)
 
 
+def require_binary_and_mpirun(what: str) -> None:
+    """Skips the class (reason printed) where the binary or mpirun is missing."""
+    if not os.access(BINARY, os.X_OK):
+        raise unittest.SkipTest(f"{BINARY} is not built")
+    if not shutil.which(MPIRUN):
+        raise unittest.SkipTest(f"{MPIRUN} not found: {what} needs an MPI launcher")
+
+
 def markdown_table(text: str, heading: str) -> list[dict[str, str]]:
     """The rows of the first table under `heading`, as {column: cell}."""
     lines = text.splitlines()
@@ -271,10 +279,7 @@ class CompareTests(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls) -> None:
-        if not os.access(BINARY, os.X_OK):
-            raise unittest.SkipTest(f"{BINARY} is not built")
-        if not shutil.which(MPIRUN):
-            raise unittest.SkipTest(f"{MPIRUN} not found: the comparison needs an MPI launcher")
+        require_binary_and_mpirun("the comparison")
         cls.out = Path(tempfile.mkdtemp(prefix="test_compare_"))
         cls.done = run("bash", COMPARE, "--binary", BINARY, "--config", "tiny", "--gpus-per-node", "1",
                        "--nodes", "2", "--steps", "12", "--set", "train.threads=1",
@@ -330,10 +335,7 @@ class SweepTests(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls) -> None:
-        if not os.access(BINARY, os.X_OK):
-            raise unittest.SkipTest(f"{BINARY} is not built")
-        if not shutil.which(MPIRUN):
-            raise unittest.SkipTest(f"{MPIRUN} not found: the sweep needs an MPI launcher")
+        require_binary_and_mpirun("the sweep")
         cls.out = Path(tempfile.mkdtemp(prefix="test_report_sweep_"))
         # One thread per rank: four ranks share two cores in CI.
         cls.sweep = run("bash", SCALE, "--binary", BINARY, "--config", "tiny", "--ranks", "1,2,4", "--steps", "8",

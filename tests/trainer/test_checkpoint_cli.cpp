@@ -143,6 +143,12 @@ TEST(CheckpointCli, LoraCheckpointHoldsTheAdaptersAndTheBaseOnlyWhenAsked) {
   const int64_t base_params = 2 * 512 * 64 + 2 * (2 * 64 + 64 * 64 + 2 * 32 * 64 + 64 * 64 + 3 * 64 * 192) + 64;
   EXPECT_EQ(with_base.at("base_fp32"), 4 * base_params);
   EXPECT_EQ(with_base.at("lora_fp32"), adapters.at("lora_fp32"));
+
+  // Adapters of another rank cannot be resumed: refused by name, before training.
+  const CommandResult other_rank = run_command(tiny_run(
+      dir.file("adapters"), 10, 4, dir.file("r.json"), "--set train.mode=lora --set lora.rank=8 --resume latest"));
+  EXPECT_EQ(other_rank.exit_code, 2) << other_rank.err;
+  EXPECT_NE(other_rank.err.find("it has lora = "), std::string::npos) << other_rank.err;
 }
 
 TEST(CheckpointCli, FlippedByteIsRefusedWithTheFileAndThePreviousCheckpoint) {
