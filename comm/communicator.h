@@ -16,6 +16,8 @@
 #pragma once
 
 #include <algorithm>  // std::max_element for max_over_ranks
+#include <atomic>     // waiting_since, read by a watchdog thread
+#include <chrono>     // PeerWait's clock
 #include <cstdint>    // int64_t
 #include <memory>     // std::unique_ptr
 #include <numeric>    // std::accumulate for sum_over_ranks
@@ -122,8 +124,35 @@ class Communicator {
   virtual void set_context(const std::string& context) = 0;
   // Ends every rank of the job now with `message` on stderr and `exit_code`.
   [[noreturn]] virtual void abort(int exit_code, const std::string& message) = 0;
+  // Steady-clock seconds at which this rank began waiting for its peers in a
+  // blocking call (a collective, wait()), 0 while it is not waiting. Read
+  // from another thread: a watchdog (burnin) tells a rank held up by a peer
+  // from one stuck in its own work, which is the one to blame.
+  virtual double waiting_since() const { return waiting_since_.load(std::memory_order_relaxed); }
+
+ protected:
+  // Marks a blocking wait for peers for its scope (the outermost one counts).
+  class PeerWait {
+   public:
+    explicit PeerWait(Communicator& comm) : comm_(comm), outer_(comm.waiting_since_.load() == 0.0) {
+      if (outer_)
+        comm_.waiting_since_ =
+            std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    }
+    ~PeerWait() {
+      if (outer_) comm_.waiting_since_ = 0.0;
+    }
+    PeerWait(const PeerWait&) = delete;
+    PeerWait& operator=(const PeerWait&) = delete;
+
+   private:
+    Communicator& comm_;
+    const bool outer_;
+  };
 
  private:
+  std::atomic<double> waiting_since_{0.0};
+
   void require_fp32_sum(const char* collective, DataType dtype, ReduceOp op) const {
     if (dtype == DataType::kFloat32 && op == ReduceOp::kSum) return;
     throw std::logic_error(std::string(collective) + ": the " + backend_name() +

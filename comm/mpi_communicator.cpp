@@ -212,6 +212,7 @@ int MpiCommunicator::mpi_count(int64_t count, const char* collective) {
 }
 
 void MpiCommunicator::complete(MPI_Request& request, const char* collective, int64_t bytes) {
+  const PeerWait waiting(*this);
   const Clock::time_point start = Clock::now();
   const double timeout_s = timeout_s_;
   const Clock::time_point deadline = start + duration_of(timeout_s);
@@ -302,6 +303,7 @@ Communicator::Ticket MpiCommunicator::start_all_reduce_sum(float* data, int64_t 
 }
 
 double MpiCommunicator::wait(Ticket ticket) {
+  const PeerWait waiting(*this);
   const Clock::time_point start = Clock::now();
   // The in-flight request is a blocking MPI_Allreduce on the progress thread,
   // which cannot time out by itself: this deadline is its timeout.

@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>  // streams, events, cudaSetDevice
 #include <nccl.h>          // the collectives, ncclConfig_t, ncclCommAbort
 
+#include <algorithm>  // std::max: waiting_since
 #include <atomic>     // the abort latch
 #include <chrono>
 #include <cstdint>    // int64_t
@@ -97,6 +98,10 @@ class NcclCommunicator final : public Communicator {
   double wait(Ticket ticket) override;
   double take_comm_seconds() override;
   double last_completion_time() const override { return last_completion_s_; }
+  // The control collectives wait in the bootstrap.
+  double waiting_since() const override {
+    return std::max(Communicator::waiting_since(), bootstrap_->waiting_since());
+  }
 
   void* device_stream() const override { return stream_; }
   void wait_for_device_event(void* cuda_event) override;
@@ -292,6 +297,7 @@ template <typename Issue, typename After>
 void NcclCommunicator::run_blocking(const char* collective, const char* call, int64_t bytes, Issue issue,
                                     After after) {
   use_device();
+  const PeerWait waiting(*this);
   const double timeout_s = timeout_s_;
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + duration_of(timeout_s);
@@ -400,6 +406,7 @@ void NcclCommunicator::retire_completed() {
 }
 
 double NcclCommunicator::wait(Ticket ticket) {
+  const PeerWait waiting(*this);
   const Clock::time_point start = Clock::now();
   if (ticket < 0 || ticket >= next_ticket_)
     throw std::invalid_argument("wait: ticket " + std::to_string(ticket) + " was never started");

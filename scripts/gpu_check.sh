@@ -168,6 +168,31 @@ else
   row "trainbench h200-gpt2-124m nccl" "not built: $(grep -o 'NCCL backend.*' "$out/configure.log" | head -1)"
 fi
 
+# 4c. A one-minute burn-in on the GPU: golden step, NVML sampling every 5 s
+# (temperature, power, SM clock, clock-event reasons, ECC, PCIe replays),
+# storage at the start and every 20 s. Exit 4 is a FAIL verdict: the row says why.
+if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
+  timeout "${GPU_CHECK_BURNIN_TIMEOUT:-150}" "$build/trainbench" burnin h200-gpt2-124m --duration 1m \
+    --set burnin.nvml_every_s=5 --set burnin.golden_every=50 --set burnin.health_every_s=20 \
+    --set report.progress_every=0 --out "$out/burnin.json" > "$out/burnin.log" 2>&1
+  burnin_status=$?
+  if [ -s "$out/burnin.json" ] && [ "$burnin_status" -le 4 ]; then
+    row "trainbench burnin 1m" "$(python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1])); b = r["burnin"]; g = b["gpus"][0]; h = g["figures"].get("gpu")
+why = (g["failures"] + b["job"]["failures"])[:1]
+nvml = ("NVML {:.0f} samples, max {:.0f} C, max {:.0f} W, SM min {:.0f} MHz, ECC uncorrected +{:.0f}, HW slowdown in {:.0f}".format(
+    h["samples"], h["max_temperature_c"], h["max_power_w"], h["min_sm_clock_mhz"], max(h["ecc_uncorrected_delta"], 0),
+    h["hardware_slowdown_samples"]) if h else "NVML not sampled: " + b["gpu_health"]["why_not"])
+print("{} (exit {}): {} steps, {:,.0f} tokens/s, golden {} checks; {}{}".format(b["verdict"], sys.argv[2], b["steps"],
+    r["summary"]["tokens_per_s"], b["golden"]["checks"], nvml, "; " + why[0] if why else ""))' "$out/burnin.json" "$burnin_status")"
+  else
+    row "trainbench burnin 1m" "FAILED (exit $burnin_status): $(tail -1 "$out/burnin.log")"
+  fi
+else
+  row "trainbench burnin 1m" "pending: this build has no CUDA engine ($(grep 'compute engines' "$out/version.txt"))"
+fi
+
 # 5. PyTorch on the same shapes: eager and torch.compile.
 if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
   for preset in "${presets[@]}"; do

@@ -49,6 +49,7 @@ double compute_ceiling(const Config& config, TrainingEngine& engine, Communicato
   alone.checkpoint.every_steps = 0;
   alone.comm.inject_delay_ms = 0;
   alone.comm.inject_divergence_step = 0;
+  alone.burnin.inject_slow_ms = 0;
   const SavedState saved(engine);
   std::unique_ptr<BatchSource> resident =
       make_synthetic_source(config.train.micro_batch, config.model.seq_len, config.model.vocab, 4,
@@ -62,6 +63,35 @@ double compute_ceiling(const Config& config, TrainingEngine& engine, Communicato
 }
 
 }  // namespace
+
+WriteRate measure_write_rate(const Config& config, Communicator& comm, const std::string& checkpoint_dir,
+                             int64_t bytes) {
+  // Each rank in a folder of its own: the bench names its files as rank 0's.
+  const std::string folder = make_temporary_directory(".ceiling-write", checkpoint_dir);
+  struct RemoveFolder {
+    std::string path;
+    ~RemoveFolder() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  } remove_folder{folder};
+  WriteBenchOptions write;
+  write.folder = folder;
+  write.bytes = std::max<int64_t>(bytes, 1 << 20);  // the bench's smallest
+  write.files = static_cast<int>(config.checkpoint.writers);
+  write.direct_io = config.checkpoint.direct_io;
+  write.block_bytes = config.checkpoint.block_bytes;
+  write.repeats = 1;
+  const WriteBenchResult result = run_write_bench(write);
+  WriteRate rate;
+  rate.bytes = result.bytes;
+  rate.rank_gbs = result.persist_gbs;
+  // Every rank writes at once, as a checkpoint does: the slowest sets the pace.
+  const double rank_seconds = result.persist_gbs > 0 ? static_cast<double>(result.bytes) / (result.persist_gbs * 1e9) : 0;
+  const double seconds = max_over_ranks(comm, rank_seconds);
+  rate.job_gbs = seconds > 0 ? static_cast<double>(result.bytes) * comm.world_size() / seconds * 1e-9 : 0;
+  return rate;
+}
 
 Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communicator& comm,
                           const std::vector<std::string>& shards, const std::string& checkpoint_dir) {
@@ -94,30 +124,11 @@ Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communic
     int64_t state_bytes = 0;
     for (const StateTensor& t : engine.state_tensors()) state_bytes += t.bytes;
     c.checkpoint_bytes = sum_over_ranks(comm, static_cast<double>(state_bytes));
-    // Each rank in a folder of its own: the bench names its files as rank 0's.
-    const std::string folder = make_temporary_directory(".ceiling-write", checkpoint_dir);
-    struct RemoveFolder {
-      std::string path;
-      ~RemoveFolder() {
-        std::error_code ignored;
-        std::filesystem::remove_all(path, ignored);
-      }
-    } remove_folder{folder};
-    WriteBenchOptions write;
-    write.folder = folder;
     // A rank's checkpoint, up to 1 GiB: enough to reach the disk's rate
     // without doubling a large model's memory for long.
-    write.bytes = std::max<int64_t>(std::min<int64_t>(state_bytes, 1LL << 30), 1 << 20);
-    write.files = static_cast<int>(config.checkpoint.writers);
-    write.direct_io = config.checkpoint.direct_io;
-    write.block_bytes = config.checkpoint.block_bytes;
-    write.repeats = 1;
-    const WriteBenchResult result = run_write_bench(write);
-    c.write_bytes = result.bytes;
-    // Every rank writes at once, as a checkpoint does: the slowest sets the pace.
-    const double rank_seconds = result.persist_gbs > 0 ? static_cast<double>(result.bytes) / (result.persist_gbs * 1e9) : 0;
-    const double seconds = max_over_ranks(comm, rank_seconds);
-    c.write_gbs = seconds > 0 ? static_cast<double>(result.bytes) * comm.world_size() / seconds * 1e-9 : 0;
+    const WriteRate rate = measure_write_rate(config, comm, checkpoint_dir, std::min<int64_t>(state_bytes, 1LL << 30));
+    c.write_bytes = rate.bytes;
+    c.write_gbs = rate.job_gbs;
     if (config.checkpoint.every_steps > 0 && c.write_gbs > 0)
       c.write_s_per_step = c.checkpoint_bytes / (c.write_gbs * 1e9) / static_cast<double>(config.checkpoint.every_steps);
   }

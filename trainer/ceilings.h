@@ -41,6 +41,17 @@ struct Ceilings {
 Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communicator& comm,
                           const std::vector<std::string>& shards, const std::string& checkpoint_dir);
 
+// A checkpoint of `bytes` per rank (at least 1 MiB) persisted alone by every
+// rank at once, in a temporary folder under `checkpoint_dir` (removed after),
+// with the run's writer settings. Collective.
+struct WriteRate {
+  int64_t bytes = 0;    // written per rank
+  double rank_gbs = 0;  // this rank's own rate (1e9 B/s)
+  double job_gbs = 0;   // all ranks' bytes / the slowest rank's time
+};
+WriteRate measure_write_rate(const Config& config, Communicator& comm, const std::string& checkpoint_dir,
+                             int64_t bytes);
+
 nlohmann::json ceilings_to_json(const Ceilings& ceilings, double achieved_tokens_per_s);
 
 // "compute 61k, network 230k, storage read 41k, storage write 9.2 GB/s

@@ -25,6 +25,8 @@
 #include "trainer/bench_command.h"
 #include "trainer/ceilings.h"
 #include "trainer/checkpointing.h"
+#include "trainer/burnin_command.h"
+#include "trainer/run_extension.h"    // RunExtension: burnin's work inside a run
 #include "trainer/plan_command.h"
 #include "trainer/shards_command.h"
 #include "trainer/train_loop.h"
@@ -42,6 +44,7 @@ struct RunOptions {
   std::string out;
   std::string resume;           // --resume latest|PATH
   bool ceilings = false;        // --ceilings: measure each resource alone first
+  RunExtension* extension = nullptr;  // a command built on run (burnin): its own work
 };
 
 // The checkpoint folder of a run: checkpoint.dir, or a temporary folder
@@ -315,24 +318,41 @@ int run_command(const RunOptions& options, const std::string& command_line) {
     std::fflush(stdout);
     ceilings = measure_ceilings(config, *engine, *comm, data.shards, checkpoint_dir.path);
   }
+  StepHook after_step;
+  if (options.extension) {
+    options.extension->begin(RunContext{config, *engine, *comm, checkpoint_dir.path,
+                                        engine_options.device == "cuda" ? engine_options.gpu_index : -1});
+    after_step = [&options](const StepRecord& step) { return options.extension->after_step(step); };
+  }
+  // Declared after the communicator and the engine, so it runs before they go.
+  struct EndExtension {
+    RunExtension* extension;
+    ~EndExtension() {
+      if (extension) extension->end();
+    }
+  } end_extension{options.extension};
   RunOutcome outcome = run_training(
       config, *engine, *data.source, *comm,
       [&](const StepRecord& step, const RunSummary& so_far) {
         if (reporter) print_progress(stdout, config, step, so_far);
       },
-      checkpointer.get(), resume.step + 1);
+      checkpointer.get(), resume.step + 1, after_step);
   if (options.ceilings) {
     outcome.ceilings = ceilings_to_json(ceilings, outcome.summary.tokens_per_s);
     outcome.ceilings_line = ceilings_line(ceilings, outcome.summary.tokens_per_s);
     outcome.summary.bottleneck = explain_bottleneck(outcome.summary.bottleneck, ceilings, outcome.summary.tokens_per_s);
   }
+  nlohmann::json result;
+  if (reporter) result = build_result_json(command_line, config, env, outcome);
+  const int extension_code = options.extension ? options.extension->finish(outcome, reporter ? &result : nullptr) : kExitOk;
   if (reporter) {
     try {
-      write_result_json(result_path, build_result_json(command_line, config, env, outcome));
+      write_result_json(result_path, result);
     } catch (const std::exception& e) {
       comm->abort(kExitEnvironmentError, std::string("cannot write the result: ") + e.what());
     }
     print_summary(stdout, outcome, result_path);
+    if (options.extension) options.extension->print(stdout);
   }
   if (!outcome.all_checks_passed()) {
     for (const Check& c : outcome.checks)
@@ -340,7 +360,7 @@ int run_command(const RunOptions& options, const std::string& command_line) {
         std::fprintf(stderr, "trainbench: check failed: %s: %s\n", c.name.c_str(), c.detail.c_str());
     return kExitCheckFailed;
   }
-  return kExitOk;
+  return extension_code;
 }
 
 std::string version_text() {
@@ -352,6 +372,16 @@ std::string version_text() {
 }
 
 }  // namespace
+
+int run_with_extension(const std::string& config, const std::vector<std::string>& overrides, const std::string& out,
+                       const std::string& command_line, RunExtension& extension) {
+  RunOptions options;
+  options.config = config;
+  options.overrides = overrides;
+  options.out = out;
+  options.extension = &extension;
+  return run_command(options, command_line);
+}
 
 std::unique_ptr<Communicator> make_communicator(const std::string& backend) {
   if (backend == "nccl" && nccl_version().empty())
@@ -395,6 +425,7 @@ int run_cli(int argc, char** argv) {
                   "continue from a checkpoint: latest (under checkpoint.dir) or a checkpoint folder");
   ShardsCommand shards(app);
   BenchCommand bench(app);
+  BurninCommand burnin(app);
   PlanCommand plan(app);
 
   // CLI11 would only say "a subcommand is required"; name the commands, and
@@ -436,6 +467,7 @@ int run_cli(int argc, char** argv) {
     if (run->parsed()) return run_command(run_options, quoted_command_line(argc, argv));
     if (shards.parsed()) return shards.run();
     if (bench.parsed()) return bench.run();
+    if (burnin.parsed()) return burnin.run(quoted_command_line(argc, argv));
     if (plan.parsed()) return plan.run();
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "trainbench: %s\n", e.what());

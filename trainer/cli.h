@@ -8,6 +8,7 @@
 
 #include <memory>  // std::unique_ptr
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 
@@ -32,5 +33,12 @@ struct CommandError {
 std::unique_ptr<Communicator> make_communicator(const std::string& backend);
 
 int run_cli(int argc, char** argv);
+
+class RunExtension;  // trainer/run_extension.h
+// `run` CONFIG with these --set overrides and result path ("" = report.out),
+// and `extension`'s work added (trainbench burnin). Returns the exit code;
+// throws what `run` throws (run_cli's handlers turn it into one line).
+int run_with_extension(const std::string& config, const std::vector<std::string>& overrides,
+                       const std::string& out, const std::string& command_line, RunExtension& extension);
 
 }  // namespace trainbench

@@ -35,6 +35,7 @@ enum class Bound {
   kPositive,     // > 0
   kNonNegative,  // >= 0
   kUnit,         // in [0, 1)
+  kPercent,      // in (0, 100)
 };
 
 struct KeySpec {
@@ -124,6 +125,16 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(report, out),
       TRAINBENCH_KEY(report, progress_every, Bound::kNonNegative),
       TRAINBENCH_KEY(report, instrument),
+      TRAINBENCH_KEY(burnin, golden_every, Bound::kPositive),
+      TRAINBENCH_KEY(burnin, straggler_pct, Bound::kPositive),
+      TRAINBENCH_KEY(burnin, degrade_pct, Bound::kPercent),
+      TRAINBENCH_KEY(burnin, health_every_s, Bound::kPositive),
+      TRAINBENCH_KEY(burnin, nvml_every_s, Bound::kPositive),
+      TRAINBENCH_KEY(burnin, baseline_tolerance_pct, Bound::kPercent),
+      TRAINBENCH_KEY(burnin, inject_bitflip_step, Bound::kNonNegative),
+      TRAINBENCH_KEY(burnin, inject_bitflip_rank, Bound::kNonNegative),
+      TRAINBENCH_KEY(burnin, inject_slow_ms, Bound::kNonNegative),
+      TRAINBENCH_KEY(burnin, inject_slow_rank, Bound::kNonNegative),
   };
   return keys;
 }
@@ -413,6 +424,9 @@ void check_bound(const Checker& checker, const KeySpec& spec, const FieldPtr& fi
     case Bound::kNonNegative: checker.require(value >= 0, {spec.name}, "must be >= 0" + got); break;
     case Bound::kUnit:
       checker.require(value >= 0 && value < 1, {spec.name}, "must be in [0, 1)" + got);
+      break;
+    case Bound::kPercent:
+      checker.require(value > 0 && value < 100, {spec.name}, "must be a percentage in (0, 100)" + got);
       break;
   }
 }

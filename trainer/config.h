@@ -88,6 +88,21 @@ struct LoraSection {
   std::string targets = "q,k,v,o";  // any of q, k, v, o, gate, up, down (MLPerf's Llama-2-70B LoRA: q,k,v,o)
 };
 
+// `trainbench burnin` (trainer/burnin.h): its checks' thresholds, and test hooks.
+struct BurninSection {
+  int64_t golden_every = 100;      // recompute the golden step on every rank every N steps
+  double straggler_pct = 10;       // a rank whose median own step time (waits for peers excluded) exceeds the
+                                   //   other ranks' median by more than this fails as a straggler
+  double degrade_pct = 10;         // a drop beyond this (tokens/s first vs last tenth, busbw, write GB/s) fails
+  double health_every_s = 600;     // short fabric (busbw) and storage (write GB/s) measurements this often
+  double nvml_every_s = 5;         // GPU health sample period (CUDA builds with a driver)
+  double baseline_tolerance_pct = 10;  // --baseline: a figure more than this below the known-good one fails
+  int64_t inject_bitflip_step = 0; // test hook: at the first golden check at or after this step, one bit of
+  int64_t inject_bitflip_rank = 0; //   this rank's golden gradient is flipped (a silent data corruption)
+  double inject_slow_ms = 0;       // test hook: this rank sleeps this long in every step (a straggler)
+  int64_t inject_slow_rank = 0;
+};
+
 struct ReportSection {
   std::string out;              // result JSON path; empty = trainbench-result.json
   int64_t progress_every = 10;  // progress line every N steps; 0 = none
@@ -108,6 +123,7 @@ struct Config {
   CommSection comm;
   CheckpointSection checkpoint;
   ReportSection report;
+  BurninSection burnin;
   std::string origin;  // the file path or "preset:<name>" the config came from
 };
 

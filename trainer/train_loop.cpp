@@ -6,6 +6,7 @@
 
 #include <optional>   // the gradient sync of a multi-rank run
 #include <stdexcept>  // a device engine under a host-buffer communicator
+#include <thread>     // sleep_for: burnin.inject_slow_ms
 
 #include "kernels/flops.h"      // model_flops_per_token
 #include "trainer/gradient_sync.h"
@@ -47,10 +48,7 @@ double steady_seconds() {
 uint64_t parameter_checksum(TrainingEngine& engine, std::vector<float>& parameters) {
   parameters.resize(static_cast<size_t>(engine.layout().total_params()));
   engine.get_parameters(parameters.data());
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  const auto* bytes = reinterpret_cast<const unsigned char*>(parameters.data());
-  for (size_t i = 0; i < parameters.size() * sizeof(float); ++i) hash = (hash ^ bytes[i]) * 0x100000001b3ULL;
-  return hash;
+  return checksum_bytes(parameters.data(), parameters.size() * sizeof(float));
 }
 
 // "" when every rank has rank 0's checksum, else which ranks differ.
@@ -140,6 +138,13 @@ void summarize_storage_read(const SourceStats& stats, double run_seconds, Commun
 }
 }  // namespace
 
+uint64_t checksum_bytes(const void* data, size_t bytes) {
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  const auto* byte = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) hash = (hash ^ byte[i]) * 0x100000001b3ULL;
+  return hash;
+}
+
 bool RunOutcome::all_checks_passed() const {
   for (const Check& c : checks)
     if (!c.passed) return false;
@@ -205,7 +210,7 @@ void largest_gemm_shape(const ModelShape& s, int64_t micro_batch, int64_t* m, in
 
 RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSource& source,
                         Communicator& comm, const ProgressFn& on_progress, Checkpointer* checkpointer,
-                        int64_t first_step) {
+                        int64_t first_step, const StepHook& after_step) {
   const TrainSection& train = config.train;
   const ModelShape& shape = config.model;
   RunOutcome outcome;
@@ -272,6 +277,10 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     comm.set_context("step " + std::to_string(step));
     if (step == config.comm.inject_divergence_step && comm.rank() == world - 1)
       perturb_parameters(engine, parameters);
+    // Fault injection (burnin.inject_slow_ms): this rank's own work takes
+    // longer, as a slow GPU's would; its peers wait in the all-reduce.
+    if (config.burnin.inject_slow_ms > 0 && comm.rank() == config.burnin.inject_slow_rank)
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(config.burnin.inject_slow_ms));
     engine.zero_gradients();
     double loss_sum = 0.0;
     for (int64_t micro = 0; micro < train.grad_accum; ++micro) {
@@ -328,6 +337,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       inconsistency = compare_parameter_checksums(engine, comm, parameters, step);
       if (!inconsistency.empty()) break;
     }
+    if (after_step && !after_step(record)) break;
 
     if (!std::isfinite(record.loss)) {
       loss_finite = false;

@@ -123,6 +123,12 @@ struct RunOutcome {
 };
 
 using ProgressFn = std::function<void(const StepRecord&, const RunSummary& so_far)>;
+// Called on every rank after each step's record is complete (after the
+// cross-rank parameter check, before the loss check), for a command's own
+// per-step work (burnin's checks). It may run collectives; returning false
+// ends the run after this step, so it must return the same on every rank.
+// Its time counts in the next step's step_s (as other_s).
+using StepHook = std::function<bool(const StepRecord&)>;
 
 // Runs steps first_step .. config.train.steps (a resumed run starts after
 // its checkpoint's step; its warm-up counts from first_step). Stops early
@@ -132,7 +138,12 @@ using ProgressFn = std::function<void(const StepRecord&, const RunSummary& so_fa
 // CheckpointFailure when a checkpoint fails and checkpoint.on_full says stop.
 RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSource& source,
                         Communicator& comm, const ProgressFn& on_progress,
-                        Checkpointer* checkpointer = nullptr, int64_t first_step = 1);
+                        Checkpointer* checkpointer = nullptr, int64_t first_step = 1,
+                        const StepHook& after_step = nullptr);
+
+// FNV-1a over `bytes` bytes: the parameter consistency check's checksum, and
+// burn-in's golden gradient checksum.
+uint64_t checksum_bytes(const void* data, size_t bytes);
 
 // The optimizer settings of the `train` section.
 AdamWSettings adamw_settings(const TrainSection& train);

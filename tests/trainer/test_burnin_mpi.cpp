@@ -1,0 +1,146 @@
+// `trainbench burnin` end to end on 2 real MPI ranks (the CPU engine, tiny):
+// a clean burn-in passes with the full verdict table; a bit flipped in one
+// rank's golden gradient, a slowed rank, a hung rank and an impossible
+// baseline each fail with exit 4, naming the rank or the figures. Thresholds for stragglers and
+// degradation are loosened in the runs that must pass: two oversubscribed
+// ranks on a shared CI machine vary by more than the defaults (10%).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/run_command.h"
+#include "tests/support/temp_dir.h"
+
+namespace trainbench {
+namespace {
+
+using testing::CommandResult;
+using testing::read_whole_file;
+using testing::run_command;
+
+class BurninMpi : public ::testing::Test {
+ protected:
+  // A burn-in of `duration` on 2 ranks; the result JSON is read into result_.
+  CommandResult burnin(const std::string& name, const std::string& duration, const std::string& extra) {
+    out_ = dir_.file(name + ".json");
+    const CommandResult r = run_command(
+        std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader timeout 120 ") +
+        TRAINBENCH_MPIEXEC + " --oversubscribe -np 2 " + TRAINBENCH_BINARY + " burnin tiny --duration " + duration +
+        " --set train.threads=1 --set train.warmup_steps=2 --set report.progress_every=0 --set burnin.golden_every=5"
+        " --set burnin.health_every_s=1.5 --set burnin.straggler_pct=300 --set burnin.degrade_pct=90"
+        " --set checkpoint.every_steps=20 --set checkpoint.dir=" + dir_.file(name + "-ckpt") + " --out " + out_ + " " +
+        extra);
+    std::ifstream file(out_);
+    result_ = file ? nlohmann::json::parse(file) : nlohmann::json();
+    return r;
+  }
+  static std::string failures(const nlohmann::json& row) { return row["failures"].dump(); }
+
+  testing::TempDir dir_{"test_burnin_mpi"};
+  std::string out_;
+  nlohmann::json result_;
+};
+
+TEST_F(BurninMpi, CleanTwoRankBurnInPassesWithTheFullVerdict) {
+  const CommandResult r = burnin("clean", "5s", "");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("burn-in verdict: PASS (2/2 GPUs, 1/1 nodes, job PASS)"), std::string::npos) << r.out;
+  for (const char* row : {"rank 0", "rank 1", "node", "job"}) EXPECT_NE(r.out.find(std::string("  ") + row), std::string::npos) << row;
+  const nlohmann::json& b = result_.at("burnin");
+  EXPECT_EQ(b["verdict"], "PASS");
+  ASSERT_EQ(b["gpus"].size(), 2u);
+  for (const auto& gpu : b["gpus"]) EXPECT_EQ(gpu["verdict"], "PASS") << gpu.dump();
+  ASSERT_EQ(b["nodes"].size(), 1u);
+  EXPECT_EQ(b["nodes"][0]["figures"]["ranks"].size(), 2u);
+  EXPECT_GE(b["elapsed_s"].get<double>(), 5.0);
+  EXPECT_GT(b["golden"]["checks"].get<int>(), 0);
+  EXPECT_GE(b["health_measurements"].size(), 2u) << "at the start and periodically";
+  EXPECT_GT(b["fabric"]["busbw_gbs"].get<double>(), 0);
+  EXPECT_GT(b["storage"]["write_gbs"].get<double>(), 0);
+  EXPECT_EQ(b["gpu_health"]["sampled"], false);
+  EXPECT_NE(b["gpu_health"]["why_not"].get<std::string>().find("cpu engine"), std::string::npos);
+}
+
+TEST_F(BurninMpi, OneFlippedGradientBitIsCaughtAndItsRankNamed) {
+  const CommandResult r =
+      burnin("bitflip", "4s", "--set burnin.inject_bitflip_step=5 --set burnin.inject_bitflip_rank=1");
+  ASSERT_EQ(r.exit_code, 4) << r.out << r.err;
+  const nlohmann::json& gpus = result_.at("burnin").at("gpus");
+  EXPECT_EQ(gpus[0]["verdict"], "PASS") << gpus[0].dump();
+  EXPECT_EQ(gpus[1]["verdict"], "FAIL");
+  EXPECT_NE(failures(gpus[1]).find("silent data corruption: golden step differs from the reference at step 5 "),
+            std::string::npos) << failures(gpus[1]);
+  EXPECT_EQ(gpus[1]["figures"]["golden_mismatch_steps"], nlohmann::json::array({5})) << "one step, one bit";
+  EXPECT_NE(r.err.find("burn-in: rank 1 ("), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("burn-in verdict: FAIL (1/2 GPUs"), std::string::npos) << r.out;
+}
+
+TEST_F(BurninMpi, ASlowedRankIsFlaggedAsAStraggler) {
+  // 250 ms more on the slowed rank than its own work (40-130 ms a step on a
+  // loaded 2-core CI machine): a dozen measured steps, 2-7x slower.
+  const CommandResult r = burnin("slow", "5s",
+                                 "--set burnin.inject_slow_rank=1 --set burnin.inject_slow_ms=250 --set burnin.straggler_pct=100"
+                                 " --set burnin.health_every_s=600");
+  ASSERT_EQ(r.exit_code, 4) << r.out << r.err;
+  const nlohmann::json& gpus = result_.at("burnin").at("gpus");
+  EXPECT_EQ(gpus[0]["verdict"], "PASS") << gpus[0].dump();
+  EXPECT_EQ(gpus[1]["verdict"], "FAIL");
+  EXPECT_NE(failures(gpus[1]).find("straggler: own step time"), std::string::npos) << failures(gpus[1]);
+  EXPECT_NE(r.err.find("rank 1"), std::string::npos) << r.err;
+}
+
+TEST_F(BurninMpi, AnImpossibleBaselineFailsNamingTheFigures) {
+  const std::string baseline = dir_.file("known_good.json");
+  std::ofstream(baseline) << R"({"summary": {"tokens_per_s": 1e12},
+                                 "burnin": {"fabric": {"busbw_gbs": 1e6}, "storage": {"write_gbs": 1e6}}})";
+  const CommandResult r = burnin("baseline", "3s", "--baseline " + baseline);
+  ASSERT_EQ(r.exit_code, 4) << r.out << r.err;
+  const nlohmann::json& job = result_.at("burnin").at("job");
+  EXPECT_EQ(job["verdict"], "FAIL");
+  const std::string why = failures(job);
+  for (const char* named : {"below the baseline: tokens/s", "is below the baseline's 1e+12", "busbw",
+                            "below the baseline's 1e+06 GB/s", "checkpoint write"})
+    EXPECT_NE(why.find(named), std::string::npos) << named << " in " << why;
+  EXPECT_NE(r.err.find("burn-in: job: FAIL: below the baseline: tokens/s"), std::string::npos) << r.err;
+  EXPECT_EQ(result_["burnin"]["baseline"]["known"]["tokens_per_s"], 1e12);
+}
+
+TEST_F(BurninMpi, AHungRankFailsByNameInsteadOfHangingTheJob) {
+  // Rank 1 sleeps ten minutes in its first step (a hung GPU): its watchdog
+  // names it after half of comm.timeout_s, before rank 0's all-reduce would
+  // time out (exit 3, naming no one).
+  const auto begin = std::chrono::steady_clock::now();
+  const CommandResult r = burnin("hung", "1m",
+                                 "--set comm.timeout_s=8 --set burnin.inject_slow_rank=1 --set burnin.inject_slow_ms=600000");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  EXPECT_EQ(r.exit_code, 4) << r.out << r.err;
+  EXPECT_NE(r.err.find("burn-in: rank 1 ("), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("FAIL: hung: no progress for 4 s while not waiting for any peer (step 1)"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("burn-in: rank 0"), std::string::npos) << "the waiting rank is not blamed: " << r.err;
+  EXPECT_LT(seconds, 60.0) << "bounded by comm.timeout_s, not by the hang";
+}
+
+TEST(BurninCli, BadInputExitsTwoWithOneLine) {
+  testing::TempDir dir("test_burnin_cli");
+  struct Case {
+    std::string args, expected;
+  };
+  for (const Case& c : std::vector<Case>{{"--duration 0", "--duration 0: expected a time > 0"},
+                                         {"--duration 5x", "--duration 5x:"},
+                                         {"--duration 2h --baseline " + dir.file("none.json"), "--baseline"},
+                                         {"", "--duration is required"},
+                                         {"--duration 1s --set burnin.degrade_pct=100", "burnin.degrade_pct"}}) {
+    const CommandResult r = run_command(std::string(TRAINBENCH_BINARY) + " burnin tiny " + c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.args << ": " << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace trainbench

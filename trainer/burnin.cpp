@@ -1,0 +1,243 @@
+#include "trainer/burnin.h"
+
+#include <algorithm>  // std::count
+#include <charconv>   // std::from_chars: strict number parsing
+#include <cmath>      // std::isfinite
+#include <cstring>    // std::memcpy of float bits
+#include <fstream>    // the baseline file
+#include <stdexcept>
+
+#include "trainer/report.h"      // human_count
+#include "trainer/statistics.h"  // median
+#include "trainer/train_loop.h"  // checksum_bytes
+
+namespace trainbench {
+
+double parse_duration(const std::string& text) {
+  double value = 0;
+  const char* begin = text.data();
+  const char* end = begin + text.size();
+  const auto [rest, error] = std::from_chars(begin, end, value);
+  const std::string unit(rest, end);
+  double scale = 0;
+  if (unit.empty() || unit == "s") scale = 1;
+  else if (unit == "m") scale = 60;
+  else if (unit == "h") scale = 3600;
+  if (error != std::errc() || rest == begin || scale == 0 || !std::isfinite(value) || value <= 0)
+    throw std::invalid_argument("--duration " + text + ": expected a time > 0 with an optional unit s, m or h "
+                                "(e.g. 90s, 30m, 2h)");
+  return value * scale;
+}
+
+GoldenValue compute_golden_step(TrainingEngine& engine, uint64_t seed, bool flip_bit, const float* golden_weights) {
+  const ParameterLayout& layout = engine.layout();
+  std::vector<float> saved(static_cast<size_t>(layout.total_params()));
+  engine.get_parameters(saved.data());
+  if (golden_weights != nullptr) engine.set_parameters(golden_weights);
+  else engine.init_parameters(seed);
+  // A fixed batch: the same tokens on every rank and at every check.
+  const int64_t tokens = engine.micro_batch() * engine.shape().seq_len;
+  std::vector<int32_t> ids(static_cast<size_t>(tokens + 1));
+  uint64_t state = seed * 0x9e3779b97f4a7c15ULL + 1;
+  for (int32_t& id : ids) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    id = static_cast<int32_t>((state >> 33) % static_cast<uint64_t>(engine.shape().vocab));
+  }
+  const TokenBatch batch{ids.data(), ids.data() + 1, engine.micro_batch(), engine.shape().seq_len};
+  engine.zero_gradients();
+  engine.forward(batch);
+  const float loss = engine.last_loss();
+  engine.backward(batch, 1.0f, nullptr);
+  engine.synchronize();
+  // The lowest mantissa bit of the first gradient: the smallest error there
+  // is, which only a bit-for-bit comparison sees. In the engine's own buffer
+  // where it is host memory, else in the copy read back.
+  if (flip_bit && engine.host_gradient_buffer() != nullptr) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, engine.host_gradient_buffer(), sizeof(bits));
+    bits ^= 1u;
+    std::memcpy(engine.host_gradient_buffer(), &bits, sizeof(bits));
+  }
+  std::vector<float> gradients(static_cast<size_t>(layout.trainable_params()));
+  engine.get_gradients(gradients.data());
+  if (flip_bit && engine.host_gradient_buffer() == nullptr && !gradients.empty()) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, gradients.data(), sizeof(bits));
+    bits ^= 1u;
+    std::memcpy(gradients.data(), &bits, sizeof(bits));
+  }
+  GoldenValue value;
+  std::memcpy(&value.loss_bits, &loss, sizeof(value.loss_bits));
+  value.gradient_checksum = checksum_bytes(gradients.data(), gradients.size() * sizeof(float));
+  // Training resumes exactly where it was: the next step zeroes the
+  // gradients first anyway, and the optimizer state was never touched.
+  engine.zero_gradients();
+  engine.set_parameters(saved.data());
+  return value;
+}
+
+std::optional<GoldenValue> majority_value(const std::vector<GoldenValue>& values) {
+  for (const GoldenValue& candidate : values)
+    if (2 * static_cast<size_t>(std::count(values.begin(), values.end(), candidate)) > values.size()) return candidate;
+  return std::nullopt;
+}
+
+bool Verdict::passed() const {
+  if (!job.passed) return false;
+  for (const VerdictRow& row : gpus)
+    if (!row.passed) return false;
+  for (const VerdictRow& row : nodes)
+    if (!row.passed) return false;
+  return true;
+}
+
+namespace {
+std::string percent(double fraction) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%+.0f%%", 100.0 * fraction);
+  return text;
+}
+std::string milliseconds(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f ms", 1e3 * seconds);
+  return text;
+}
+std::string figure(double value, const std::string& unit) {
+  char text[48];
+  std::snprintf(text, sizeof(text), "%.3g", value);
+  return text + (unit.empty() ? "" : " " + unit);
+}
+}  // namespace
+
+std::string straggler_finding(const std::vector<double>& own_step_s, size_t rank, double straggler_pct) {
+  if (own_step_s.size() < 2 || rank >= own_step_s.size()) return "";
+  std::vector<double> others;
+  for (size_t r = 0; r < own_step_s.size(); ++r)
+    if (r != rank) others.push_back(own_step_s[r]);
+  const double typical = median(others);
+  if (typical <= 0) return "";
+  const double excess = own_step_s[rank] / typical - 1.0;
+  if (excess <= straggler_pct / 100.0) return "";
+  return "straggler: own step time " + milliseconds(own_step_s[rank]) + " is " + percent(excess) +
+         " against the other ranks' median " + milliseconds(typical) + " (burnin.straggler_pct " +
+         figure(straggler_pct, "") + ")";
+}
+
+Drift measure_drift(const std::vector<double>& step_s, double tokens_per_step) {
+  Drift drift;
+  if (step_s.size() < 20) return drift;
+  const size_t tenth = step_s.size() / 10;
+  std::vector<double> first_tenth, last_tenth;
+  for (size_t i = 0; i < tenth; ++i) {
+    first_tenth.push_back(step_s[i]);
+    last_tenth.push_back(step_s[step_s.size() - tenth + i]);
+  }
+  const double first = median(std::move(first_tenth));
+  const double last = median(std::move(last_tenth));
+  if (first <= 0 || last <= 0) return drift;
+  drift.judged = true;
+  drift.first_tokens_per_s = tokens_per_step / first;
+  drift.last_tokens_per_s = tokens_per_step / last;
+  drift.change = drift.last_tokens_per_s / drift.first_tokens_per_s - 1.0;
+  return drift;
+}
+
+std::string degradation_finding(const std::string& what, double start, double now, double degrade_pct,
+                                const std::string& unit) {
+  if (start <= 0 || now <= 0) return "";
+  const double change = now / start - 1.0;
+  if (-change <= degrade_pct / 100.0) return "";
+  return what + " fell from " + figure(start, unit) + " to " + figure(now, unit) + " (" + percent(change) +
+         ", burnin.degrade_pct " + figure(degrade_pct, "") + ")";
+}
+
+BaselineFigures read_baseline(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) throw std::invalid_argument("--baseline " + path + ": cannot read the file");
+  nlohmann::json j = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    throw std::invalid_argument("--baseline " + path + ": not a JSON result file");
+  const auto number = [&j](const nlohmann::json::json_pointer& pointer) {
+    return j.contains(pointer) && j.at(pointer).is_number() ? j.at(pointer).get<double>() : 0.0;
+  };
+  BaselineFigures known;
+  known.tokens_per_s = number(nlohmann::json::json_pointer("/summary/tokens_per_s"));
+  known.busbw_gbs = number(nlohmann::json::json_pointer("/burnin/fabric/busbw_gbs"));
+  known.write_gbs = number(nlohmann::json::json_pointer("/burnin/storage/write_gbs"));
+  if (known.tokens_per_s <= 0 && known.busbw_gbs <= 0 && known.write_gbs <= 0)
+    throw std::invalid_argument("--baseline " + path +
+                                ": holds none of summary.tokens_per_s, burnin.fabric.busbw_gbs, "
+                                "burnin.storage.write_gbs (a trainbench run or burnin result is expected)");
+  return known;
+}
+
+std::vector<std::string> compare_with_baseline(const BaselineFigures& now, const BaselineFigures& known,
+                                               double tolerance_pct) {
+  std::vector<std::string> below;
+  const auto compare = [&](const char* what, double measured, double baseline, const char* unit) {
+    if (measured <= 0 || baseline <= 0) return;
+    const double change = measured / baseline - 1.0;
+    if (-change <= tolerance_pct / 100.0) return;
+    below.push_back(std::string(what) + " " + figure(measured, unit) + " is below the baseline's " +
+                    figure(baseline, unit) + " (" + percent(change) + ", burnin.baseline_tolerance_pct " +
+                    figure(tolerance_pct, "") + ")");
+  };
+  compare("tokens/s", now.tokens_per_s, known.tokens_per_s, "");
+  compare("busbw", now.busbw_gbs, known.busbw_gbs, "GB/s");
+  compare("checkpoint write", now.write_gbs, known.write_gbs, "GB/s");
+  return below;
+}
+
+nlohmann::json verdict_to_json(const Verdict& verdict) {
+  const auto row_json = [](const VerdictRow& row) {
+    nlohmann::json j = {{"name", row.name},         {"verdict", row.passed ? "PASS" : "FAIL"},
+                        {"failures", row.failures}, {"notes", row.notes},
+                        {"figures", row.figures}};
+    if (!row.host.empty()) j["host"] = row.host;
+    return j;
+  };
+  nlohmann::json gpus = nlohmann::json::array(), nodes = nlohmann::json::array();
+  for (const VerdictRow& row : verdict.gpus) gpus.push_back(row_json(row));
+  for (const VerdictRow& row : verdict.nodes) nodes.push_back(row_json(row));
+  return {{"verdict", verdict.passed() ? "PASS" : "FAIL"}, {"gpus", gpus}, {"nodes", nodes}, {"job", row_json(verdict.job)}};
+}
+
+std::string verdict_table(const Verdict& verdict) {
+  size_t name_width = 4, host_width = 4;
+  const auto widen = [&](const VerdictRow& row) {
+    name_width = std::max(name_width, row.name.size());
+    host_width = std::max(host_width, row.host.size());
+  };
+  for (const VerdictRow& row : verdict.gpus) widen(row);
+  for (const VerdictRow& row : verdict.nodes) widen(row);
+  widen(verdict.job);
+  std::string table;
+  const auto line = [&](const std::string& name, const std::string& host, const std::string& result,
+                        const std::string& why) {
+    char text[64];
+    std::snprintf(text, sizeof(text), "  %-*s  %-*s  %-4s  ", static_cast<int>(name_width), name.c_str(),
+                  static_cast<int>(host_width), host.c_str(), result.c_str());
+    table += text + why + "\n";
+  };
+  int failed_gpus = 0, failed_nodes = 0;
+  for (const VerdictRow& row : verdict.gpus) failed_gpus += row.passed ? 0 : 1;
+  for (const VerdictRow& row : verdict.nodes) failed_nodes += row.passed ? 0 : 1;
+  table += std::string("burn-in verdict: ") + (verdict.passed() ? "PASS" : "FAIL") + " (" +
+           std::to_string(verdict.gpus.size() - failed_gpus) + "/" + std::to_string(verdict.gpus.size()) +
+           " GPUs, " + std::to_string(verdict.nodes.size() - failed_nodes) + "/" +
+           std::to_string(verdict.nodes.size()) + " nodes, job " + (verdict.job.passed ? "PASS" : "FAIL") + ")\n";
+  line("what", "host", "", "why (failures first, then what was measured)");
+  const auto rows = [&](const VerdictRow& row) {
+    std::vector<std::string> lines = row.failures;
+    lines.insert(lines.end(), row.notes.begin(), row.notes.end());
+    if (lines.empty()) lines.push_back("");
+    line(row.name, row.host, row.passed ? "PASS" : "FAIL", lines.front());
+    for (size_t i = 1; i < lines.size(); ++i) line("", "", "", lines[i]);
+  };
+  for (const VerdictRow& row : verdict.gpus) rows(row);
+  for (const VerdictRow& row : verdict.nodes) rows(row);
+  rows(verdict.job);
+  return table;
+}
+
+}  // namespace trainbench

@@ -1,0 +1,142 @@
+// Burn-in (`trainbench burnin`): the training job run for a duration with
+// checks that find the bad GPU, the slow node and the silent error, and a
+// PASS/FAIL verdict per GPU (rank), per node and for the job.
+//
+//   silent data corruption  a golden step (fixed weights, fixed batch, the
+//                           engine's deterministic kernels) recomputed every
+//                           burnin.golden_every steps on every rank; its loss
+//                           and gradient checksum must equal, bit for bit,
+//                           the value the ranks agreed on at the start
+//   numerics                loss and gradient norm finite at every step
+//   stragglers              each rank's own step time (waits for peers left
+//                           out) against the other ranks' median
+//   drift                   tokens/s of the first and last tenth of the steps
+//   GPU health              NVML samples (gpu_health.h): uncorrected ECC
+//                           errors or a hardware slowdown fail the GPU
+//   fabric, storage         a short all-reduce busbw and a checkpoint write
+//                           GB/s at the start and every burnin.health_every_s;
+//                           a drop beyond burnin.degrade_pct fails
+//   baseline                --baseline: tokens/s, busbw and write GB/s
+//                           against a known-good result
+// The cross-rank parameter checksum (comm.check_every) and the run's other
+// checks count too. The pure parts (durations, golden values, verdict rules,
+// baseline) are separate functions so tests reach them without a job.
+#pragma once
+
+#include <cstdint>  // uint32_t, uint64_t
+#include <optional>
+#include <string>
+#include <utility>  // std::move
+#include <vector>
+
+#include <nlohmann/json.hpp>  // verdict and baseline
+
+#include "kernels/engine.h"  // TrainingEngine for the golden step
+
+namespace trainbench {
+
+// "90s", "30m", "2h", "1.5h" or plain seconds ("45") → seconds. Throws
+// std::invalid_argument with one line naming the text for anything else
+// (no number, unknown unit, not > 0).
+double parse_duration(const std::string& text);
+
+// The golden step's outcome: the loss's float bits and an FNV-1a checksum
+// of the gradient bytes.
+struct GoldenValue {
+  uint32_t loss_bits = 0;
+  uint64_t gradient_checksum = 0;
+  bool operator==(const GoldenValue&) const = default;
+};
+
+// One forward + backward on weights initialised from `seed` and a fixed
+// batch derived from it, and the parameters put back as they were (the
+// optimizer state and the data are not touched; the gradients are left
+// zero). `golden_weights`, when given, are those weights already made
+// (layout().total_params() floats): initialising a large model on the host
+// takes seconds. `flip_bit` (test hook burnin.inject_bitflip_*): one bit of
+// the gradient is flipped before it is read, as a silent error would.
+GoldenValue compute_golden_step(TrainingEngine& engine, uint64_t seed, bool flip_bit,
+                                const float* golden_weights = nullptr);
+
+// The value more than half the ranks hold, if any.
+std::optional<GoldenValue> majority_value(const std::vector<GoldenValue>& values);
+
+// One row of the verdict: a GPU (rank), a node or the job.
+struct VerdictRow {
+  VerdictRow() = default;
+  explicit VerdictRow(std::string row_name, std::string row_host = "")
+      : name(std::move(row_name)), host(std::move(row_host)) {}
+  std::string name;                   // "rank 1", "node host-a", "job"
+  std::string host;                   // where it ran ("" for the job)
+  bool passed = true;
+  std::vector<std::string> failures;  // why it failed, one line each
+  std::vector<std::string> notes;     // figures and what was seen but does not fail it
+  nlohmann::json figures = nlohmann::json::object();
+  void fail(const std::string& why) {
+    passed = false;
+    failures.push_back(why);
+  }
+};
+
+struct Verdict {
+  std::vector<VerdictRow> gpus;   // one per rank
+  std::vector<VerdictRow> nodes;  // one per host, in order of first rank
+  VerdictRow job{"job"};  // the run's checks, fabric, drift, baseline
+  bool passed() const;
+};
+
+// A rank's own step time: its median over the measured steps of step_s
+// minus comm_exposed_s (the wait for its peers in the all-reduce), against
+// the median of the other ranks' values. "" when within straggler_pct, else
+// why it is a straggler. One rank: never.
+std::string straggler_finding(const std::vector<double>& own_step_s, size_t rank, double straggler_pct);
+
+// tokens/s over the first and last tenth of `step_s` (measured steps, in
+// order): the global tokens per step over each tenth's median step time.
+struct Drift {
+  bool judged = false;  // false with fewer than 20 steps
+  double first_tokens_per_s = 0, last_tokens_per_s = 0;
+  double change = 0;    // last / first − 1
+};
+Drift measure_drift(const std::vector<double>& step_s, double tokens_per_step);
+
+// "" when `now` fell by no more than degrade_pct from `start`, else a line
+// naming `what`, both figures and the drop. Zero figures are not judged.
+std::string degradation_finding(const std::string& what, double start, double now, double degrade_pct,
+                                const std::string& unit);
+
+// Known-good figures (--baseline): 0 = not in the file / not measured.
+struct BaselineFigures {
+  double tokens_per_s = 0;
+  double busbw_gbs = 0;
+  double write_gbs = 0;
+};
+// From a result JSON of `trainbench run` (summary.tokens_per_s) or of
+// `trainbench burnin` (also burnin.fabric.busbw_gbs and
+// burnin.storage.write_gbs). Throws std::invalid_argument naming the file
+// when it cannot be read or parsed, or holds none of the figures.
+BaselineFigures read_baseline(const std::string& path);
+// One line per figure measured in both that fell more than tolerance_pct
+// below the baseline, naming the figure, both values and the shortfall.
+std::vector<std::string> compare_with_baseline(const BaselineFigures& now, const BaselineFigures& known,
+                                               double tolerance_pct);
+
+nlohmann::json verdict_to_json(const Verdict& verdict);
+// The table people read: one line per GPU, node and the job, PASS/FAIL and why.
+std::string verdict_table(const Verdict& verdict);
+
+}  // namespace trainbench
+
+#include <memory>  // std::unique_ptr
+
+namespace trainbench {
+
+class RunExtension;  // trainer/run_extension.h
+
+// The burn-in's work inside the run (burnin_monitor.cpp): runs until
+// `duration_s` (every rank stops at the same step), checks as above, and
+// the verdict in the result JSON (`burnin`) and on the console; finish()
+// returns 0 when everything passed, 4 otherwise.
+std::unique_ptr<RunExtension> make_burnin_monitor(double duration_s, const std::optional<BaselineFigures>& baseline);
+
+}  // namespace trainbench

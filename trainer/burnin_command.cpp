@@ -1,0 +1,73 @@
+#include "trainer/burnin_command.h"
+
+#include <CLI/CLI.hpp>  // the command line parser
+#include <optional>
+#include <stdexcept>  // std::invalid_argument from parse_duration, read_baseline
+#include <string>
+#include <vector>
+
+#include "trainer/burnin.h"         // parse_duration, read_baseline, make_burnin_monitor
+#include "trainer/cli.h"            // run_with_extension, CommandError
+#include "trainer/config.h"         // load_config: the config is read once here to size the data
+#include "trainer/data_source.h"    // synth_samples_per_shard_for_run
+#include "trainer/run_extension.h"  // RunExtension
+
+namespace trainbench {
+
+struct BurninCommand::Options {
+  std::string config = "tiny";
+  std::vector<std::string> overrides;
+  std::string duration;
+  std::string baseline;
+  std::string out;
+};
+
+BurninCommand::BurninCommand(CLI::App& app) : options_(std::make_unique<Options>()) {
+  Options& o = *options_;
+  burnin_ = app.add_subcommand(
+      "burnin", "run the training job for a duration with burn-in checks; a PASS/FAIL verdict per GPU and node");
+  burnin_->add_option("config", o.config, "YAML config file or embedded preset name (default: tiny)");
+  burnin_->add_option("--set", o.overrides, "override a key: section.key=value (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+  burnin_->add_option("--duration", o.duration, "how long to train, e.g. 90s, 30m, 2h")->required();
+  burnin_->add_option("--baseline", o.baseline,
+                      "a known-good result JSON (run or burnin): tokens/s, busbw and checkpoint write GB/s "
+                      "more than burnin.baseline_tolerance_pct below it fail");
+  burnin_->add_option("--out", o.out, "result JSON path (overrides report.out; default trainbench-burnin.json)");
+}
+
+BurninCommand::~BurninCommand() = default;
+
+bool BurninCommand::parsed() const { return burnin_->parsed(); }
+
+int BurninCommand::run(const std::string& command_line) {
+  const Options& o = *options_;
+  // Bad input ends here, on every rank alike, before any rank starts the job.
+  double duration_s = 0;
+  std::optional<BaselineFigures> baseline;
+  try {
+    duration_s = parse_duration(o.duration);
+    if (!o.baseline.empty()) baseline = read_baseline(o.baseline);
+  } catch (const std::invalid_argument& e) {
+    throw CommandError{kExitUserError, e.what()};
+  }
+  const Config config = load_config(o.config, o.overrides);
+  std::vector<std::string> overrides = o.overrides;  // the user's first: ours below must win
+  // The run ends at the duration, not at a step count. The temporary shards
+  // are sized for the config's own step count and read again epoch after
+  // epoch, rather than for a step count nobody sets.
+  if (config.data.synth_samples_per_shard == 0)
+    overrides.push_back("data.synth_samples_per_shard=" + std::to_string(synth_samples_per_shard_for_run(config, 1)));
+  overrides.push_back("train.steps=" + std::to_string(int64_t{1} << 40));
+  // The burn-in prints its own progress line (elapsed, tokens/s, golden
+  // checks); per-step lines only when asked for on the command line.
+  bool progress_asked = false;
+  for (const std::string& o : overrides) progress_asked = progress_asked || o.rfind("report.progress_every=", 0) == 0;
+  if (!progress_asked) overrides.push_back("report.progress_every=0");
+  const std::string out = !o.out.empty() ? o.out : config.report.out.empty() ? "trainbench-burnin.json" : "";
+  const std::unique_ptr<RunExtension> monitor = make_burnin_monitor(duration_s, baseline);
+  return run_with_extension(o.config, overrides, out, command_line, *monitor);
+}
+
+}  // namespace trainbench

@@ -1,0 +1,713 @@
+// The burn-in's work inside the training job (make_burnin_monitor): every
+// check of trainer/burnin.h wired to the run. Everything a verdict needs is
+// gathered to every rank as it is found (the per-step flags, the golden
+// values, the health figures), so every rank reaches the same verdict and
+// no rank waits on a decision it cannot see.
+#include <algorithm>           // std::min, std::max
+#include <chrono>
+#include <cmath>               // std::isfinite
+#include <condition_variable>  // the NVML sampler's period and stop
+#include <cstdio>
+#include <mutex>
+#include <thread>              // the NVML sampler
+
+#include "comm/collective_bench.h"  // bench_collectives, bus_bandwidth_factor: the fabric check
+#include "kernels/gpu_health.h"     // open_gpu_health: NVML
+#include "trainer/burnin.h"
+#include "trainer/ceilings.h"       // measure_write_rate: the storage check
+#include "trainer/report.h"         // human_count
+#include "trainer/run_extension.h"
+#include "trainer/statistics.h"     // median
+
+namespace trainbench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string format(const char* pattern, double value) {
+  char text[64];
+  std::snprintf(text, sizeof(text), pattern, value);
+  return text;
+}
+
+// What one rank tells the others after every step, in one all_gather.
+constexpr int kLossNotFinite = 1;
+constexpr int kGradNormNotFinite = 2;
+constexpr int kStop = 4;        // rank 0: the duration is over
+constexpr int kHealthDue = 8;   // rank 0: time for the fabric and storage measurements
+constexpr size_t kStragglerSteps = 5;  // measured steps before stragglers are judged
+
+// Samples one GPU through NVML every `every_s` on its own thread, so a slow
+// NVML call never holds up a step, and sampling goes on during long steps.
+// The state is shared with the thread: stop() may give up on a hung thread
+// (detach it) without anything it touches going away.
+class HealthSampler {
+ public:
+  struct Summary {
+    int64_t samples = 0;
+    double max_temperature_c = -1, max_power_w = -1, min_sm_clock_mhz = -1;
+    int64_t reasons_seen = 0;  // OR over the samples
+    int64_t hardware_slowdown_samples = 0, software_cap_samples = 0;
+    int64_t ecc_corrected = -1, ecc_uncorrected = -1, pcie_replays = -1;  // deltas; -1 = not reported
+    bool hung = false;  // the sampler did not stop in time: an NVML call hung
+  };
+
+  HealthSampler(std::unique_ptr<GpuHealthProbe> probe, double every_s) : state_(std::make_shared<State>()) {
+    state_->probe = std::move(probe);
+    state_->every = std::chrono::duration<double>(every_s);
+    thread_ = std::thread([state = state_] {
+      for (;;) {
+        const GpuHealthSample sample = state->probe->sample();
+        std::unique_lock lock(state->mutex);
+        state->samples.push_back(sample);
+        if (state->stop) break;
+        // Then one more sample: the last one, taken when stopping.
+        state->wake.wait_for(lock, state->every, [&state] { return state->stop; });
+      }
+      std::lock_guard lock(state->mutex);
+      state->stopped = true;
+      state->wake.notify_all();
+    });
+  }
+  ~HealthSampler() {
+    if (thread_.joinable()) stop(10.0);
+  }
+
+  Summary stop(double timeout_s) {
+    std::unique_lock lock(state_->mutex);
+    state_->stop = true;
+    state_->wake.notify_all();
+    const bool stopped = state_->wake.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                                               [this] { return state_->stopped; });
+    lock.unlock();
+    if (thread_.joinable()) {  // a second stop() only summarizes again
+      if (stopped) thread_.join(); else thread_.detach();
+    }
+    lock.lock();
+    Summary s = summarize(state_->samples);
+    s.hung = !stopped;
+    return s;
+  }
+
+ private:
+  struct State {
+    std::unique_ptr<GpuHealthProbe> probe;
+    std::chrono::duration<double> every{5.0};
+    std::mutex mutex;
+    std::condition_variable wake;
+    bool stop = false, stopped = false;
+    std::vector<GpuHealthSample> samples;
+  };
+
+  static int64_t delta(const std::vector<GpuHealthSample>& samples, int64_t GpuHealthSample::*counter) {
+    int64_t first = -1, last = -1;
+    for (const GpuHealthSample& s : samples) {
+      if (s.*counter < 0) continue;
+      if (first < 0) first = s.*counter;
+      last = s.*counter;
+    }
+    return first < 0 ? -1 : last - first;
+  }
+
+  static Summary summarize(const std::vector<GpuHealthSample>& samples) {
+    Summary s;
+    s.samples = static_cast<int64_t>(samples.size());
+    for (const GpuHealthSample& g : samples) {
+      s.max_temperature_c = std::max(s.max_temperature_c, g.temperature_c);
+      s.max_power_w = std::max(s.max_power_w, g.power_w);
+      if (g.sm_clock_mhz >= 0)
+        s.min_sm_clock_mhz = s.min_sm_clock_mhz < 0 ? g.sm_clock_mhz : std::min(s.min_sm_clock_mhz, g.sm_clock_mhz);
+      if (g.clock_event_reasons < 0) continue;
+      s.reasons_seen |= g.clock_event_reasons;
+      if (g.clock_event_reasons & static_cast<int64_t>(kClockEventsHardware)) ++s.hardware_slowdown_samples;
+      if (g.clock_event_reasons & static_cast<int64_t>(kClockEventSwPowerCap | kClockEventSwThermalSlowdown))
+        ++s.software_cap_samples;
+    }
+    s.ecc_corrected = delta(samples, &GpuHealthSample::ecc_corrected);
+    s.ecc_uncorrected = delta(samples, &GpuHealthSample::ecc_uncorrected);
+    s.pcie_replays = delta(samples, &GpuHealthSample::pcie_replays);
+    return s;
+  }
+
+  std::shared_ptr<State> state_;
+  std::thread thread_;
+};
+
+// Bounds a hung rank. A rank whose steps stop while it is not waiting for
+// a peer (Communicator::waiting_since) is stuck in its own work — a hung GPU,
+// a stuck kernel, a frozen loader — and it is the one to blame: its watchdog
+// ends the job with exit 4 and a FAIL line naming it, after half of
+// comm.timeout_s. Its peers, waiting for it in a collective, would time out
+// only after the whole comm.timeout_s (exit 3, naming no one).
+class HangWatchdog {
+ public:
+  HangWatchdog(Communicator& comm, double limit_s, std::string host) : comm_(comm), limit_s_(limit_s), host_(std::move(host)) {
+    progress();
+    thread_ = std::thread([this] { watch(); });
+  }
+  ~HangWatchdog() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  // The rank moved on: `what` it is doing now, for the message.
+  void progress(const std::string& what = "") {
+    std::lock_guard lock(mutex_);
+    last_progress_ = Clock::now();
+    if (!what.empty()) what_ = what;
+  }
+  // Off while the run drains its last checkpoint (bounded by its own waits).
+  void arm(bool armed) {
+    std::lock_guard lock(mutex_);
+    armed_ = armed;
+    last_progress_ = Clock::now();
+  }
+
+ private:
+  void watch() {
+    std::unique_lock lock(mutex_);
+    while (!stop_) {
+      wake_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stop_; });
+      if (stop_ || !armed_) continue;
+      if (comm_.waiting_since() > 0) {  // held up by a peer: not this rank's fault
+        last_progress_ = Clock::now();
+        continue;
+      }
+      const double stuck_s = std::chrono::duration<double>(Clock::now() - last_progress_).count();
+      if (stuck_s < limit_s_) continue;
+      const std::string message = "burn-in: rank " + std::to_string(comm_.rank()) + " (" + host_ +
+                                  "): FAIL: hung: no progress for " + format("%.0f s", stuck_s) +
+                                  " while not waiting for any peer (" + what_ +
+                                  "); its GPU or host is stuck (half of comm.timeout_s)";
+      lock.unlock();
+      comm_.abort(4, message);
+    }
+  }
+
+  Communicator& comm_;
+  const double limit_s_;
+  const std::string host_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  Clock::time_point last_progress_;
+  std::string what_ = "starting";
+  bool armed_ = true, stop_ = false;
+  std::thread thread_;
+};
+
+// One fabric + storage measurement.
+struct HealthPoint {
+  double t_s = 0;                     // since the burn-in started
+  double busbw_gbs = 0;               // all-reduce busbw (0 = not measured)
+  bool fabric_exact = true;           // the all-reduce's data check
+  double write_gbs = 0;               // every rank's checkpoint write at once (0 = not measured)
+  std::vector<double> rank_write_gbs; // each rank's own rate
+};
+
+class BurninMonitor final : public RunExtension {
+ public:
+  BurninMonitor(double duration_s, const std::optional<BaselineFigures>& baseline)
+      : duration_s_(duration_s), baseline_(baseline) {}
+
+  void begin(const RunContext& context) override {
+    config_ = &context.config;
+    engine_ = &context.engine;
+    comm_ = &context.comm;
+    checkpoint_dir_ = context.checkpoint_dir;
+    const size_t world = static_cast<size_t>(comm_->world_size());
+    start_failures_.assign(world, {});
+    golden_mismatches_.assign(world, {});
+    golden_first_mismatch_.assign(world, "");
+    numerics_step_.assign(world, 0);
+    comm_->set_timeout(config_->comm.timeout_s);
+    comm_->set_context("burn-in: golden step at the start");
+    if (comm_->rank() == 0) std::fprintf(stdout, "burn-in: %s; golden step, GPU health, fabric and storage at the start...\n",
+                                         describe_duration().c_str());
+    std::fflush(stdout);
+
+    // The golden weights kept on the host up to 1 GiB (made again at every
+    // check above that: host memory is shared by every rank of a node).
+    const int64_t parameters = engine_->layout().total_params();
+    if (parameters * static_cast<int64_t>(sizeof(float)) <= (1LL << 30)) {
+      std::vector<float> saved(static_cast<size_t>(parameters));
+      engine_->get_parameters(saved.data());
+      engine_->init_parameters(golden_seed());
+      golden_weights_.resize(static_cast<size_t>(parameters));
+      engine_->get_parameters(golden_weights_.data());
+      engine_->set_parameters(saved.data());
+    }
+    // Twice: a GPU (or an engine) that cannot repeat itself is caught before
+    // anything is compared with it. The first makes its weights itself.
+    const GoldenValue first = compute_golden_step(*engine_, golden_seed(), false);
+    const GoldenValue second = compute_golden_step(*engine_, golden_seed(), false, golden_weights());
+    const std::vector<GoldenValue> values = gather_golden(first);
+    const std::vector<double> repeatable = gather_from_ranks(*comm_, first == second ? 1.0 : 0.0);
+    const std::optional<GoldenValue> majority = majority_value(values);
+    for (size_t r = 0; r < world; ++r) {
+      golden_reference_.push_back(majority ? *majority : values[r]);
+      if (repeatable[r] == 0)
+        start_failures_[r].push_back("golden step not reproducible: two computations at the start differ "
+                                     "(a faulty GPU, or kernels that are not deterministic)");
+      if (majority && !(values[r] == *majority))
+        start_failures_[r].push_back("golden step at the start differs from the other ranks' (" +
+                                     describe(values[r], *majority) + "): silent data corruption");
+      if (!majority)
+        start_failures_[r].push_back("golden step at the start: the ranks disagree and no value has a majority (" +
+                                     describe(values[r], values[0]) + " against rank 0)");
+    }
+
+    if (context.gpu_index >= 0) {
+      std::unique_ptr<GpuHealthProbe> probe = open_gpu_health(context.gpu_index, &nvml_why_not_);
+      if (probe) {
+        gpu_name_ = probe->gpu_name();
+        sampler_ = std::make_unique<HealthSampler>(std::move(probe), config_->burnin.nvml_every_s);
+      }
+    } else {
+      nvml_why_not_ = "the cpu engine: no GPU to sample";
+    }
+    start_ = Clock::now();
+    measure_health();
+    last_health_ = Clock::now();
+    watchdog_ = std::make_unique<HangWatchdog>(*comm_, 0.5 * config_->comm.timeout_s, comm_->host_name());
+    watchdog_->progress("step 1");
+  }
+
+  bool after_step(const StepRecord& step) override {
+    watchdog_->progress("burn-in checks after step " + std::to_string(step.step));
+    ++steps_;
+    if (!step.warmup) {
+      step_s_.push_back(step.step_s);
+      own_step_s_.push_back(step.step_s - step.comm_exposed_s);
+      comm_s_since_health_.push_back(step.comm_s);
+    }
+    int flags = 0;
+    if (!std::isfinite(step.loss)) flags |= kLossNotFinite;
+    if (!std::isfinite(step.grad_norm)) flags |= kGradNormNotFinite;
+    if (comm_->rank() == 0) {
+      if (seconds_since(start_) >= duration_s_) flags |= kStop;
+      if (std::chrono::duration<double>(Clock::now() - last_health_).count() >= config_->burnin.health_every_s)
+        flags |= kHealthDue;
+    }
+    comm_->set_context("burn-in: after step " + std::to_string(step.step));
+    const std::vector<double> all = gather_from_ranks(*comm_, static_cast<double>(flags));
+    bool stop = (static_cast<int>(all[0]) & kStop) != 0;
+    for (size_t r = 0; r < all.size(); ++r) {
+      const int f = static_cast<int>(all[r]);
+      if ((f & (kLossNotFinite | kGradNormNotFinite)) == 0) continue;
+      if (numerics_step_[r] == 0) {
+        numerics_step_[r] = step.step;
+        numerics_what_ = (f & kLossNotFinite) ? "loss" : "gradient norm";
+      }
+      stop = true;  // nothing after a non-finite step means anything
+    }
+    if (step.step % config_->burnin.golden_every == 0) golden_check(step.step);
+    if (!stop && (static_cast<int>(all[0]) & kHealthDue)) {
+      watchdog_->progress("fabric and storage measurement after step " + std::to_string(step.step));
+      measure_health();
+      last_health_ = Clock::now();
+    }
+    if (comm_->rank() == 0) print_progress(step);
+    watchdog_->progress("step " + std::to_string(step.step + 1));
+    if (stop) watchdog_->arm(false);  // the run drains its checkpoint; finish() re-arms
+    return !stop;
+  }
+
+  int finish(const RunOutcome& outcome, nlohmann::json* result) override {
+    elapsed_s_ = seconds_since(start_);
+    if (watchdog_) {
+      watchdog_->arm(true);
+      watchdog_->progress("the verdict");
+    }
+    comm_->set_context("burn-in: the verdict");
+    HealthSampler::Summary health;
+    if (sampler_) health = sampler_->stop(10.0);
+    build_verdict(outcome, health);
+    // Every rank computed the same verdict from gathered figures but for its
+    // own drift figure: rank 0's word is the job's.
+    double passed = verdict_.passed() ? 1.0 : 0.0;
+    comm_->broadcast(&passed, sizeof(passed), 0);
+    if (result != nullptr) (*result)["burnin"] = to_json(outcome);
+    return passed != 0 ? 0 : 4;
+  }
+
+  // The threads go before the communicator they watch.
+  void end() override {
+    watchdog_.reset();
+    if (sampler_) sampler_->stop(10.0);
+  }
+
+  void print(FILE* out) const override {
+    std::fputs(verdict_table(verdict_).c_str(), out);
+    std::fflush(out);
+    const auto report = [](const VerdictRow& row) {
+      for (const std::string& why : row.failures)
+        std::fprintf(stderr, "trainbench: burn-in: %s%s: FAIL: %s\n", row.name.c_str(),
+                     row.host.empty() ? "" : (" (" + row.host + ")").c_str(), why.c_str());
+    };
+    for (const VerdictRow& row : verdict_.gpus) report(row);
+    for (const VerdictRow& row : verdict_.nodes) report(row);
+    report(verdict_.job);
+  }
+
+ private:
+  uint64_t golden_seed() const { return static_cast<uint64_t>(config_->train.seed); }
+  const float* golden_weights() const { return golden_weights_.empty() ? nullptr : golden_weights_.data(); }
+
+  // Rank 0, about 20 lines per run (every 5 to 60 s): where the burn-in is.
+  void print_progress(const StepRecord& step) {
+    const double every_s = std::clamp(duration_s_ / 20, 5.0, 60.0);
+    const double elapsed = seconds_since(start_);
+    if (elapsed - last_progress_s_ < every_s) return;
+    last_progress_s_ = elapsed;
+    int64_t mismatches = 0;
+    for (const std::vector<int64_t>& steps : golden_mismatches_) mismatches += static_cast<int64_t>(steps.size());
+    const double tokens_per_step = static_cast<double>(config_->train.micro_batch * config_->train.grad_accum *
+                                                       config_->model.seq_len * comm_->world_size());
+    std::fprintf(stdout, "burn-in %6.0f/%.0f s  step %7ld  tokens/s %10s  golden checks %ld, mismatches %ld\n", elapsed,
+                 duration_s_, static_cast<long>(step.step),
+                 human_count(step.step_s > 0 ? tokens_per_step / step.step_s : 0.0).c_str(),
+                 static_cast<long>(golden_checks_), static_cast<long>(mismatches));
+    std::fflush(stdout);
+  }
+
+  std::string describe_duration() const { return "duration " + format("%.0f s", duration_s_); }
+
+  static std::string describe(const GoldenValue& found, const GoldenValue& expected) {
+    char text[160];
+    std::snprintf(text, sizeof(text), "loss bits %08x vs %08x, gradient checksum %016llx vs %016llx",
+                  found.loss_bits, expected.loss_bits, static_cast<unsigned long long>(found.gradient_checksum),
+                  static_cast<unsigned long long>(expected.gradient_checksum));
+    return text;
+  }
+
+  // Every rank's golden value, on every rank: three exact doubles each (a
+  // double carries 53 bits, so the 64-bit checksum goes in two halves).
+  std::vector<GoldenValue> gather_golden(const GoldenValue& mine) {
+    const std::vector<double> loss = gather_from_ranks(*comm_, static_cast<double>(mine.loss_bits));
+    const std::vector<double> low = gather_from_ranks(*comm_, static_cast<double>(mine.gradient_checksum & 0xffffffffULL));
+    const std::vector<double> high = gather_from_ranks(*comm_, static_cast<double>(mine.gradient_checksum >> 32));
+    std::vector<GoldenValue> values(loss.size());
+    for (size_t r = 0; r < values.size(); ++r) {
+      values[r].loss_bits = static_cast<uint32_t>(loss[r]);
+      values[r].gradient_checksum = (static_cast<uint64_t>(high[r]) << 32) | static_cast<uint64_t>(low[r]);
+    }
+    return values;
+  }
+
+  void golden_check(int64_t step) {
+    comm_->set_context("burn-in: golden step at step " + std::to_string(step));
+    const BurninSection& b = config_->burnin;
+    const bool flip = b.inject_bitflip_step > 0 && step >= b.inject_bitflip_step && !bitflip_done_ &&
+                      comm_->rank() == b.inject_bitflip_rank;
+    if (b.inject_bitflip_step > 0 && step >= b.inject_bitflip_step) bitflip_done_ = true;
+    const std::vector<GoldenValue> values =
+        gather_golden(compute_golden_step(*engine_, golden_seed(), flip, golden_weights()));
+    ++golden_checks_;
+    for (size_t r = 0; r < values.size(); ++r) {
+      if (values[r] == golden_reference_[r]) continue;
+      if (golden_mismatches_[r].empty()) golden_first_mismatch_[r] = describe(values[r], golden_reference_[r]);
+      golden_mismatches_[r].push_back(step);
+    }
+  }
+
+  // The fabric and storage measurements (collective).
+  void measure_health() {
+    comm_->set_context("burn-in: fabric and storage measurement");
+    HealthPoint point;
+    point.t_s = seconds_since(start_);
+    const int world = comm_->world_size();
+    const int64_t gradient_bytes = engine_->layout().trainable_params() * 4;
+    if (world > 1 && !comm_->device_buffers()) {
+      // A short bench comm: the all-reduce of one gradient bucket.
+      const int64_t bucket = static_cast<int64_t>(config_->comm.bucket_mb * (1 << 20));
+      const int64_t bytes = std::max<int64_t>(4096, std::min(bucket, gradient_bytes)) / 4 * 4;
+      CollectiveBenchOptions options;
+      options.warmup_iters = 2;
+      options.iters = 5;
+      for (const CollectiveBenchResult& r : bench_collectives(*comm_, {bytes}, options))
+        if (r.collective == "all_reduce" && r.path == "bucketed") {  // the trainer's own path
+          point.busbw_gbs = r.busbw_gbs;
+          point.fabric_exact = r.check_ok;
+        }
+    } else if (world > 1) {
+      // Device buffers (NCCL), which the bench harness does not allocate
+      // yet: the training's own gradient all-reduces since the last
+      // measurement, the slowest rank's median.
+      const double rank_comm_s = median(comm_s_since_health_);
+      const double comm_s = max_over_ranks(*comm_, rank_comm_s);
+      if (comm_s > 0)
+        point.busbw_gbs = static_cast<double>(gradient_bytes) * bus_bandwidth_factor("all_reduce", world) / comm_s * 1e-9;
+    }
+    comm_s_since_health_.clear();
+    if (!checkpoint_dir_.empty()) {
+      int64_t state_bytes = 0;
+      for (const StateTensor& t : engine_->state_tensors()) state_bytes += t.bytes;
+      // Up to 256 MiB per rank: long enough to see the disk, short enough to repeat.
+      const WriteRate rate = measure_write_rate(*config_, *comm_, checkpoint_dir_, std::min<int64_t>(state_bytes, 256LL << 20));
+      point.write_gbs = rate.job_gbs;
+      point.rank_write_gbs = gather_from_ranks(*comm_, rate.rank_gbs);
+    }
+    health_.push_back(point);
+  }
+
+  // The first and the last measurement of a figure that was measured.
+  template <typename Getter>
+  std::pair<double, double> first_and_last(Getter figure) const {
+    double first = 0, last = 0;
+    for (const HealthPoint& p : health_) {
+      const double value = figure(p);
+      if (value <= 0) continue;
+      if (first <= 0) first = value;
+      last = value;
+    }
+    return {first, last};
+  }
+  template <typename Getter>
+  double median_of(Getter figure) const {
+    std::vector<double> values;
+    for (const HealthPoint& p : health_)
+      if (figure(p) > 0) values.push_back(figure(p));
+    return median(values);
+  }
+
+  void build_verdict(const RunOutcome& outcome, const HealthSampler::Summary& health) {
+    const BurninSection& b = config_->burnin;
+    const size_t world = static_cast<size_t>(comm_->world_size());
+    const std::vector<double> own = gather_from_ranks(*comm_, median(own_step_s_));
+    // GPU health, every rank's (-1: not sampled).
+    const bool sampled = sampler_ != nullptr;
+    const auto gathered = [&](double value) { return gather_from_ranks(*comm_, sampled ? value : -1.0); };
+    const std::vector<double> samples = gathered(static_cast<double>(health.samples));
+    const std::vector<double> temperature = gathered(health.max_temperature_c);
+    const std::vector<double> power = gathered(health.max_power_w);
+    const std::vector<double> sm_clock = gathered(health.min_sm_clock_mhz);
+    const std::vector<double> reasons = gathered(static_cast<double>(health.reasons_seen));
+    const std::vector<double> hardware = gathered(static_cast<double>(health.hardware_slowdown_samples));
+    const std::vector<double> software = gathered(static_cast<double>(health.software_cap_samples));
+    const std::vector<double> ecc_corrected = gathered(static_cast<double>(health.ecc_corrected));
+    const std::vector<double> ecc_uncorrected = gathered(static_cast<double>(health.ecc_uncorrected));
+    const std::vector<double> pcie = gathered(static_cast<double>(health.pcie_replays));
+    const std::vector<double> hung = gathered(health.hung ? 1.0 : 0.0);
+
+    verdict_ = Verdict{};
+    const auto host_of = [&outcome](size_t r) {
+      return r < outcome.summary.ranks.size() ? outcome.summary.ranks[r].host : std::string();
+    };
+    for (size_t r = 0; r < world; ++r) {
+      VerdictRow row{"rank " + std::to_string(r), host_of(r)};
+      for (const std::string& why : start_failures_[r]) row.fail(why);
+      if (!golden_mismatches_[r].empty()) {
+        std::string steps;
+        for (size_t i = 0; i < golden_mismatches_[r].size() && i < 5; ++i)
+          steps += (i ? ", " : "") + std::to_string(golden_mismatches_[r][i]);
+        row.fail("silent data corruption: golden step differs from the reference at step " + steps +
+                 (golden_mismatches_[r].size() > 5 ? ", ..." : "") + " (" + std::to_string(golden_mismatches_[r].size()) +
+                 " of " + std::to_string(golden_checks_) + " checks; first: " + golden_first_mismatch_[r] + ")");
+      }
+      if (numerics_step_[r] > 0) row.fail("numerics: " + numerics_what_ + " not finite at step " + std::to_string(numerics_step_[r]));
+      // A median of a handful of steps says nothing about "consistently slower".
+      const std::string straggler = own_step_s_.size() >= kStragglerSteps ? straggler_finding(own, r, b.straggler_pct) : "";
+      if (!straggler.empty()) row.fail(straggler);
+      row.notes.push_back("golden step: " + std::string(start_failures_[r].empty() ? "agreed at the start, " : "") +
+                          "bit-identical in " + std::to_string(golden_checks_ - golden_mismatches_[r].size()) + " of " +
+                          std::to_string(golden_checks_) + " checks since (every " + std::to_string(b.golden_every) +
+                          " steps)");
+      row.notes.push_back("own step time " + format("%.2f ms", 1e3 * own[r]) + " (median, waits for peers left out)");
+      row.figures = {{"own_step_s", own[r]}, {"golden_checks", golden_checks_},
+                     {"golden_mismatch_steps", golden_mismatches_[r]}};
+      if (samples[r] > 0) {
+        if (ecc_uncorrected[r] > 0) row.fail("GPU: " + format("%.0f", ecc_uncorrected[r]) + " uncorrected ECC error(s) during the run");
+        if (hardware[r] > 0) {
+          char bits[32];
+          std::snprintf(bits, sizeof(bits), "0x%llx", static_cast<unsigned long long>(reasons[r]));
+          row.fail("GPU: hardware slowdown (clock-event reasons seen " + std::string(bits) + ") in " +
+                   format("%.0f", hardware[r]) + " of " + format("%.0f", samples[r]) + " samples");
+        }
+        std::string line = "GPU: " + format("%.0f samples", samples[r]) + ", max " + format("%.0f C", temperature[r]) +
+                           ", max " + format("%.0f W", power[r]) + ", SM clock min " + format("%.0f MHz", sm_clock[r]);
+        if (software[r] > 0) line += ", power/thermal cap in " + format("%.0f samples", software[r]);
+        line += ecc_corrected[r] >= 0 ? ", ECC corrected +" + format("%.0f", ecc_corrected[r]) : ", ECC not reported";
+        if (pcie[r] >= 0) line += ", PCIe replays +" + format("%.0f", pcie[r]);
+        row.notes.push_back(line);
+        row.figures["gpu"] = {{"samples", samples[r]},          {"max_temperature_c", temperature[r]},
+                              {"max_power_w", power[r]},        {"min_sm_clock_mhz", sm_clock[r]},
+                              {"clock_event_reasons_seen", static_cast<int64_t>(reasons[r])},
+                              {"hardware_slowdown_samples", hardware[r]}, {"power_or_thermal_cap_samples", software[r]},
+                              {"ecc_corrected_delta", ecc_corrected[r]}, {"ecc_uncorrected_delta", ecc_uncorrected[r]},
+                              {"pcie_replay_delta", pcie[r]}};
+      } else {
+        // Rank 0's reason, which a job of alike nodes shares.
+        row.notes.push_back("GPU health: not sampled (" + nvml_why_not_ + ")");
+      }
+      if (hung[r] > 0) row.fail("GPU: NVML sampling hung (no answer within 10 s at the end)");
+      verdict_.gpus.push_back(row);
+    }
+    // Nodes: their GPUs, and their storage.
+    const auto [first_write, last_write] = first_and_last([](const HealthPoint& p) { return p.write_gbs; });
+    for (size_t r = 0; r < world; ++r) {
+      const std::string host = host_of(r);
+      VerdictRow* node = nullptr;
+      for (VerdictRow& n : verdict_.nodes)
+        if (n.host == host) node = &n;
+      if (node == nullptr) {
+        verdict_.nodes.push_back(VerdictRow{"node", host});
+        node = &verdict_.nodes.back();
+        node->figures["ranks"] = nlohmann::json::array();
+      }
+      node->figures["ranks"].push_back(r);
+      if (!verdict_.gpus[r].passed) node->fail("rank " + std::to_string(r) + " failed");
+    }
+    for (VerdictRow& node : verdict_.nodes) {
+      // The node's write rate: its slowest rank's, at the first and the last measurement.
+      double start = 0, end = 0;
+      bool first_point = true;
+      for (const HealthPoint& p : health_) {
+        if (p.rank_write_gbs.empty()) continue;
+        double slowest = 0;
+        for (const auto& r : node.figures["ranks"]) {
+          const double v = p.rank_write_gbs[r.get<size_t>()];
+          slowest = slowest == 0 ? v : std::min(slowest, v);
+        }
+        if (first_point) start = slowest;
+        first_point = false;
+        end = slowest;
+      }
+      if (start > 0) {
+        const std::string drop = degradation_finding("storage: checkpoint write", start, end, b.degrade_pct, "GB/s");
+        if (!drop.empty()) node.fail(drop);
+        node.notes.push_back("checkpoint write " + format("%.3g GB/s", start) + " at the start, " +
+                             format("%.3g GB/s", end) + " at the last measurement (slowest rank)");
+        node.figures["write_gbs_first"] = start;
+        node.figures["write_gbs_last"] = end;
+      } else {
+        node.notes.push_back("storage: not measured (checkpoints off)");
+      }
+      if (node.passed) node.notes.insert(node.notes.begin(), "all its GPUs passed");
+    }
+
+    // The job: the run's own checks, fabric, drift, baseline.
+    VerdictRow& job = verdict_.job;
+    for (const Check& c : outcome.checks) {
+      if (!c.passed) job.fail(c.name + ": " + c.detail);
+      else if (c.name == "ranks_consistent") job.notes.push_back(c.detail);
+    }
+    job.notes.push_back(std::to_string(steps_) + " steps in " + format("%.1f s", elapsed_s_) + ", tokens/s " +
+                        human_count(outcome.summary.tokens_per_s));
+    if (elapsed_s_ + 1e-9 < duration_s_ && !outcome.steps.empty())
+      job.notes.push_back("ended before the duration (" + format("%.0f s", duration_s_) + "): a check stopped it");
+    const auto [first_busbw, last_busbw] = first_and_last([](const HealthPoint& p) { return p.busbw_gbs; });
+    for (const HealthPoint& p : health_)
+      if (!p.fabric_exact) {
+        job.fail("fabric: the all-reduce returned wrong values (measurement at " + format("%.0f s", p.t_s) + ")");
+        break;
+      }
+    if (first_busbw > 0) {
+      const std::string drop = degradation_finding("fabric: all-reduce busbw", first_busbw, last_busbw, b.degrade_pct, "GB/s");
+      if (!drop.empty()) job.fail(drop);
+      job.notes.push_back("busbw " + format("%.3g GB/s", first_busbw) + " at the start, " + format("%.3g GB/s", last_busbw) +
+                          " at the last measurement");
+    } else {
+      job.notes.push_back(world > 1 ? "fabric: not measured yet (needs a measurement after training steps)"
+                                    : "fabric: one rank, nothing to measure");
+    }
+    if (first_write > 0)
+      job.notes.push_back("checkpoint write " + format("%.3g GB/s", first_write) + " at the start, " +
+                          format("%.3g GB/s", last_write) + " at the last measurement (all ranks at once)");
+    drift_ = measure_drift(step_s_, static_cast<double>(outcome.summary.global_tokens_per_step));
+    if (drift_.judged) {
+      const std::string drop = degradation_finding("drift: tokens/s", drift_.first_tokens_per_s, drift_.last_tokens_per_s,
+                                                   b.degrade_pct, "");
+      if (!drop.empty()) job.fail(drop + " between the first and the last tenth of the run");
+      job.notes.push_back("tokens/s " + human_count(drift_.first_tokens_per_s) + " in the first tenth, " +
+                          human_count(drift_.last_tokens_per_s) + " in the last");
+    } else {
+      job.notes.push_back("drift: not judged (fewer than 20 measured steps)");
+    }
+    if (own_step_s_.size() < kStragglerSteps && world > 1)
+      job.notes.push_back("stragglers: not judged (fewer than " + std::to_string(kStragglerSteps) + " measured steps)");
+    if (baseline_) {
+      now_.tokens_per_s = outcome.summary.tokens_per_s;
+      now_.busbw_gbs = median_of([](const HealthPoint& p) { return p.busbw_gbs; });
+      now_.write_gbs = median_of([](const HealthPoint& p) { return p.write_gbs; });
+      const std::vector<std::string> below = compare_with_baseline(now_, *baseline_, b.baseline_tolerance_pct);
+      for (const std::string& why : below) job.fail("below the baseline: " + why);
+      if (below.empty()) job.notes.push_back("baseline: tokens/s, busbw and write GB/s within the tolerance");
+    }
+  }
+
+  nlohmann::json to_json(const RunOutcome& outcome) const {
+    nlohmann::json measurements = nlohmann::json::array();
+    for (const HealthPoint& p : health_)
+      measurements.push_back({{"t_s", p.t_s},
+                              {"busbw_gbs", p.busbw_gbs},
+                              {"fabric_exact", p.fabric_exact},
+                              {"write_gbs", p.write_gbs},
+                              {"rank_write_gbs", p.rank_write_gbs}});
+    nlohmann::json j = verdict_to_json(verdict_);
+    j["duration_s"] = duration_s_;
+    j["elapsed_s"] = elapsed_s_;
+    j["steps"] = steps_;
+    j["golden"] = {{"every", config_->burnin.golden_every}, {"checks", golden_checks_}};
+    j["fabric"] = {{"busbw_gbs", median_of([](const HealthPoint& p) { return p.busbw_gbs; })}};
+    j["storage"] = {{"write_gbs", median_of([](const HealthPoint& p) { return p.write_gbs; })}};
+    j["health_measurements"] = measurements;
+    j["drift"] = {{"judged", drift_.judged},
+                  {"first_tenth_tokens_per_s", drift_.first_tokens_per_s},
+                  {"last_tenth_tokens_per_s", drift_.last_tokens_per_s},
+                  {"change", drift_.change}};
+    j["gpu_health"] = {{"sampled", sampler_ != nullptr}, {"gpu", gpu_name_}, {"why_not", nvml_why_not_}};
+    if (baseline_)
+      j["baseline"] = {{"tolerance_pct", config_->burnin.baseline_tolerance_pct},
+                       {"known", {{"tokens_per_s", baseline_->tokens_per_s}, {"busbw_gbs", baseline_->busbw_gbs},
+                                  {"write_gbs", baseline_->write_gbs}}},
+                       {"now", {{"tokens_per_s", now_.tokens_per_s}, {"busbw_gbs", now_.busbw_gbs},
+                                {"write_gbs", now_.write_gbs}}}};
+    (void)outcome;
+    return j;
+  }
+
+  const double duration_s_;
+  const std::optional<BaselineFigures> baseline_;
+  const Config* config_ = nullptr;
+  TrainingEngine* engine_ = nullptr;
+  Communicator* comm_ = nullptr;
+  std::string checkpoint_dir_;
+  Clock::time_point start_, last_health_;
+  double elapsed_s_ = 0;
+  double last_progress_s_ = 0;
+  int64_t steps_ = 0;
+  // Found collectively, so the same on every rank, indexed by rank.
+  std::vector<float> golden_weights_;  // empty above 1 GiB
+  std::vector<GoldenValue> golden_reference_;
+  std::vector<std::vector<std::string>> start_failures_;
+  std::vector<std::vector<int64_t>> golden_mismatches_;
+  std::vector<std::string> golden_first_mismatch_;
+  std::vector<int64_t> numerics_step_;
+  std::string numerics_what_;
+  int64_t golden_checks_ = 0;
+  bool bitflip_done_ = false;
+  // This rank's measured steps.
+  std::vector<double> step_s_, own_step_s_, comm_s_since_health_;
+  std::vector<HealthPoint> health_;
+  std::unique_ptr<HealthSampler> sampler_;
+  std::unique_ptr<HangWatchdog> watchdog_;
+  std::string nvml_why_not_, gpu_name_;
+  Verdict verdict_;
+  Drift drift_;
+  BaselineFigures now_;
+};
+
+}  // namespace
+
+std::unique_ptr<RunExtension> make_burnin_monitor(double duration_s, const std::optional<BaselineFigures>& baseline) {
+  return std::make_unique<BurninMonitor>(duration_s, baseline);
+}
+
+}  // namespace trainbench

@@ -1,0 +1,46 @@
+// What a command built on `run` adds to the training job (trainbench burnin):
+// the same setup, loop and result as `run`, plus its own work before the
+// first step, after every step and after the last one. run_cli's `run` path
+// calls it (trainer/cli.h: run_with_extension).
+#pragma once
+
+#include <cstdio>  // FILE*
+#include <string>
+
+#include <nlohmann/json.hpp>  // the result it adds to
+
+#include "comm/communicator.h"
+#include "kernels/engine.h"
+#include "trainer/config.h"
+#include "trainer/train_loop.h"  // StepRecord, RunOutcome
+
+namespace trainbench {
+
+// The job, as set up for step 1.
+struct RunContext {
+  const Config& config;
+  TrainingEngine& engine;
+  Communicator& comm;
+  std::string checkpoint_dir;  // "" when checkpoints are off
+  int gpu_index = -1;          // the rank's CUDA device; -1 on the cpu engine
+};
+
+class RunExtension {
+ public:
+  virtual ~RunExtension() = default;
+  // Every rank, collectively, after setup and before step 1.
+  virtual void begin(const RunContext& context) = 0;
+  // Every rank after every step (a StepHook): false ends the run, and must be
+  // the same on every rank.
+  virtual bool after_step(const StepRecord& step) = 0;
+  // Every rank, collectively, after the run; `result` is the result JSON on
+  // rank 0 (to add to), null elsewhere. Returns the command's exit code.
+  virtual int finish(const RunOutcome& outcome, nlohmann::json* result) = 0;
+  // Rank 0, after the run's summary: the extension's own report.
+  virtual void print(FILE* out) const = 0;
+  // Every rank, when the run's scope ends — also by an exception — before
+  // the communicator and the engine go: stops whatever begin() started.
+  virtual void end() {}
+};
+
+}  // namespace trainbench
