@@ -138,7 +138,7 @@ TEST(BurninBaseline, ReadsRunAndBurninResultsAndNamesWhatFellBelow) {
 
   std::ofstream(dir.file("empty.json")) << R"({"schema": "x"})";
   std::ofstream(dir.file("broken.json")) << "{ not json";
-  for (const std::string bad : {dir.file("missing.json"), dir.file("empty.json"), dir.file("broken.json")}) {
+  for (const std::string& bad : {dir.file("missing.json"), dir.file("empty.json"), dir.file("broken.json")}) {
     try {
       read_baseline(bad);
       ADD_FAILURE() << "accepted " << bad;

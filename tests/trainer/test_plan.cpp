@@ -104,7 +104,7 @@ TEST(Plan, CliPrintsTheTableAndJsonAndRefusesBadArguments) {
   EXPECT_EQ(plan["rows"][0]["trainable_params"], kBase);
   for (const nlohmann::json& row : plan["rows"]) EXPECT_FALSE(row["fits"].get<bool>()) << row.dump();
 
-  for (const std::string bad : {"--nodes 0", "--gpus-per-node -1", "--gpu-memory 0", "--set lora.rank=0"}) {
+  for (const char* bad : {"--nodes 0", "--gpus-per-node -1", "--gpu-memory 0", "--set lora.rank=0"}) {
     const CommandResult r = run_command(binary + " plan tiny " + bad);
     EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
