@@ -25,6 +25,7 @@
 #include "trainer/bench_command.h"
 #include "trainer/ceilings.h"
 #include "trainer/checkpointing.h"
+#include "trainer/project_command.h"
 #include "trainer/shards_command.h"
 #include "trainer/train_loop.h"
 #include "trainer/zero_optimizer.h"    // zero_shard
@@ -128,14 +129,21 @@ int run_command(const RunOptions& options, const std::string& command_line) {
     if (!options.out.empty()) rename("--set report.out=" + options.out, "--out " + options.out);
     throw ConfigError(message);
   }
+  // With nccl this is its bootstrap (MPI or local) until the GPU is known:
+  // wrapped in run_config, after the engine.
+  std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend);
+  return run_config(config, comm, RunSettings{command_line, options.resume, options.ceilings}).exit_code;
+}
+
+}  // namespace
+
+RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const RunSettings& options) {
+  RunReport report;
   const std::string result_path =
       config.report.out.empty() ? "trainbench-result.json" : config.report.out;
-  // With nccl this is its bootstrap (MPI or local) until the GPU is known:
-  // wrapped below, after the engine.
-  std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend);
   // Rank 0 speaks for the job: the console report and the result JSON.
   const bool reporter = comm->rank() == 0;
-  if (reporter) check_output_writable(result_path);
+  if (reporter && options.write_result) check_output_writable(result_path);
   if (!options.resume.empty() && options.resume == "latest" && config.checkpoint.dir.empty())
     throw CommandError{kExitUserError, "--resume latest: set checkpoint.dir to the folder the checkpoints are in"};
   // An unusable checkpoint folder fails here, before anything is allocated.
@@ -219,7 +227,9 @@ int run_command(const RunOptions& options, const std::string& command_line) {
     throw CommandError{kExitEnvironmentError, e.what()};
   }
   engine->init_parameters(static_cast<uint64_t>(config.train.seed));
-  if (use_nccl) {
+  report.engine_options = engine_options;
+  for (const StateTensor& t : engine->state_tensors()) report.state_bytes += t.bytes;
+  if (use_nccl && !comm->device_buffers()) {
     // NCCL on the engine's GPU (the local rank's, above); the bootstrap keeps
     // the host control collectives. A failed init aborts every rank (exit 3).
     comm = make_nccl_communicator(std::move(comm), engine_options.gpu_index, config.comm.timeout_s);
@@ -324,21 +334,26 @@ int run_command(const RunOptions& options, const std::string& command_line) {
     outcome.summary.bottleneck = explain_bottleneck(outcome.summary.bottleneck, ceilings, outcome.summary.tokens_per_s);
   }
   if (reporter) {
+    report.result = build_result_json(options.command_line, config, env, outcome);
     try {
-      write_result_json(result_path, build_result_json(command_line, config, env, outcome));
+      if (options.write_result) write_result_json(result_path, report.result);
     } catch (const std::exception& e) {
       comm->abort(kExitEnvironmentError, std::string("cannot write the result: ") + e.what());
     }
-    print_summary(stdout, outcome, result_path);
+    print_summary(stdout, outcome, options.write_result ? result_path : "(in the projection's result)");
   }
+  report.exit_code = kExitOk;
   if (!outcome.all_checks_passed()) {
     for (const Check& c : outcome.checks)
       if (!c.passed && reporter)
         std::fprintf(stderr, "trainbench: check failed: %s: %s\n", c.name.c_str(), c.detail.c_str());
-    return kExitCheckFailed;
+    report.exit_code = kExitCheckFailed;
   }
-  return kExitOk;
+  report.outcome = std::move(outcome);
+  return report;
 }
+
+namespace {
 
 std::string version_text() {
   std::string text = "trainbench " + trainbench_version() + "\n";
@@ -392,6 +407,7 @@ int run_cli(int argc, char** argv) {
                   "continue from a checkpoint: latest (under checkpoint.dir) or a checkpoint folder");
   ShardsCommand shards(app);
   BenchCommand bench(app);
+  ProjectCommand project(app);
 
   // CLI11 would only say "a subcommand is required"; name the commands, and
   // the word that is not one of them.
@@ -432,6 +448,7 @@ int run_cli(int argc, char** argv) {
     if (run->parsed()) return run_command(run_options, quoted_command_line(argc, argv));
     if (shards.parsed()) return shards.run();
     if (bench.parsed()) return bench.run();
+    if (project.parsed()) return project.run();
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "trainbench: %s\n", e.what());
     return kExitUserError;
