@@ -23,6 +23,7 @@
 #include "trainer/gradient_sync.h"   // gradient_bucket_bytes
 #include "trainer/projection.h"      // the model
 #include "trainer/report.h"          // human_count, human_bytes
+#include "trainer/statistics.h"      // median over --repeats
 #include "trainer/zero_optimizer.h"  // zero_shard: a ZeRO-1 rank's optimizer share at the full depth
 
 namespace trainbench {
@@ -35,6 +36,7 @@ struct ProjectCommand::Options {
   std::string fabric = "ib-ndr400";
   std::vector<int> nodes = {1, 2, 4, 8, 16, 32, 64};
   bool verify = false;
+  int64_t repeats = 1;
   std::string out = "trainbench-projection.json";
 };
 
@@ -90,6 +92,25 @@ MeasuredDepth train_at_depth(const Config& base, int64_t layers, std::unique_ptr
   m.tokens_per_rank_step = s.global_tokens_per_step / comm->world_size();
   m.engine_options = report.engine_options;
   m.result = std::move(report.result);
+  return m;
+}
+
+// The median over repeated runs of one depth, category by category (the
+// rest, e.g. the result JSON, from the last run).
+MeasuredDepth median_of(const std::vector<MeasuredDepth>& repeats) {
+  MeasuredDepth m = repeats.back();
+  for (const StepCategory& c : step_categories()) {
+    std::vector<double> values;
+    for (const MeasuredDepth& r : repeats) values.push_back(r.point.times.*c.member);
+    m.point.times.*c.member = median(values);
+  }
+  std::vector<double> tokens_per_s, hidden;
+  for (const MeasuredDepth& r : repeats) {
+    tokens_per_s.push_back(r.tokens_per_s);
+    hidden.push_back(r.hidden_share);
+  }
+  m.tokens_per_s = median(tokens_per_s);
+  m.hidden_share = median(hidden);
   return m;
 }
 
@@ -168,7 +189,11 @@ ProjectCommand::ProjectCommand(CLI::App& app) : options_(std::make_unique<Option
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 20));
   project_->add_flag("--verify", o.verify,
-                     "also train the full depth and print the depth projection's error (when it fits)");
+                     "also train the full depth (in every --repeats round) and print the depth projection's error");
+  project_->add_option("--repeats", o.repeats,
+                       "train every depth this many times, the depths interleaved, and take the median of each "
+                       "category: cancels a host's drifting speed (default 1)")
+      ->check(CLI::Range(1, 100));
   project_->add_option("--out", o.out, "projection JSON (default trainbench-projection.json)");
 }
 
@@ -215,8 +240,19 @@ int ProjectCommand::run() {
   const int ranks_per_node = std::max(1, comm->world_size() / hosts);
 
   // --- depth ---
+  // Round r trains every depth once (and the full depth for --verify), so a
+  // host whose speed drifts (other jobs, clocks) slows every depth alike.
+  std::vector<int64_t> to_train = layers;
+  const bool verify = o.verify && layers.size() >= 2 &&
+                      std::find(layers.begin(), layers.end(), full_layers) == layers.end();
+  if (verify) to_train.push_back(full_layers);
+  std::vector<std::vector<MeasuredDepth>> rounds(to_train.size());
+  for (int64_t r = 0; r < o.repeats; ++r)
+    for (size_t d = 0; d < to_train.size(); ++d) rounds[d].push_back(train_at_depth(config, to_train[d], comm));
   std::vector<MeasuredDepth> runs;
-  for (const int64_t l : layers) runs.push_back(train_at_depth(config, l, comm));
+  for (size_t d = 0; d < layers.size(); ++d) runs.push_back(median_of(rounds[d]));
+  std::optional<MeasuredDepth> verified;
+  if (verify) verified = median_of(rounds.back());
   std::vector<DepthPoint> points;
   for (const MeasuredDepth& m : runs) points.push_back(m.point);
   const bool fitted = points.size() >= 2;
@@ -264,10 +300,6 @@ int ProjectCommand::run() {
   double modeled_comm_here = 0;
   for (const int64_t b : measured_buckets)
     modeled_comm_here += ring_all_reduce_s(static_cast<double>(b), 1, world, intra, intra);
-
-  // --- verify: the full depth measured, when asked ---
-  std::optional<MeasuredDepth> verified;
-  if (o.verify && fitted) verified = train_at_depth(config, full_layers, comm);
 
   if (!reporter) return kExitOk;
   const char* bar = "----------------------------------------------------------------------------";
