@@ -49,6 +49,7 @@ struct MeasuredDepth {
   double gemm_ceiling_flops_per_s = 0;
   double datasheet_peak_flops_per_s = 0;
   double tokens_per_s = 0;
+  std::vector<double> round_step_s;  // each --repeats round's step_s: the host's noise
   int64_t tokens_per_rank_step = 0;
   EngineOptions engine_options;  // as the engine was built (device resolved)
   nlohmann::json result;
@@ -111,6 +112,7 @@ MeasuredDepth median_of(const std::vector<MeasuredDepth>& repeats) {
   }
   m.tokens_per_s = median(tokens_per_s);
   m.hidden_share = median(hidden);
+  for (const MeasuredDepth& r : repeats) m.round_step_s.push_back(r.point.times.step_s);
   return m;
 }
 
@@ -295,11 +297,14 @@ int ProjectCommand::run() {
   if (world > 1 && intra.busbw_gbs <= 0)
     throw CommandError{kExitEnvironmentError, "project: the all-reduce between the ranks showed no bandwidth "
                                               "(times did not grow with size); rerun on a quieter machine"};
-  const std::vector<ScalePoint> table = project_scale(scale, fabric, nodes);
-  // The model at the measured point: how well it reproduces this run's comm.
+  // The model at the measured point against the run's own comm_s: the
+  // factor by which training (compute beside the collectives) slows them.
   double modeled_comm_here = 0;
   for (const int64_t b : measured_buckets)
     modeled_comm_here += ring_all_reduce_s(static_cast<double>(b), 1, world, intra, intra);
+  if (modeled_comm_here > 0 && deepest.point.times.comm_s > 0)
+    scale.comm_slowdown = deepest.point.times.comm_s / modeled_comm_here;
+  const std::vector<ScalePoint> table = project_scale(scale, fabric, nodes);
 
   if (!reporter) return kExitOk;
   const char* bar = "----------------------------------------------------------------------------";
@@ -342,9 +347,10 @@ int ProjectCommand::run() {
   std::printf("scale      fabric %s: %s\n", fabric.name.c_str(), fabric.assumption.c_str());
   if (world > 1)
     std::printf("  link here       ring busbw %.3f GB/s, %.1f us per ring step (fitted over sizes); the model "
-                "gives %s of all-reduce per step at %ld layers, the run measured %s\n",
+                "gives %s of all-reduce per step at %ld layers, training measured %s: x%.2f kept at every size\n",
                 intra.busbw_gbs, intra.hop_latency_s * 1e6, seconds_text(modeled_comm_here).c_str(),
-                static_cast<long>(layers.back()), seconds_text(deepest.point.times.comm_s).c_str());
+                static_cast<long>(layers.back()), seconds_text(deepest.point.times.comm_s).c_str(),
+                scale.comm_slowdown);
   std::printf("  gradients       %s in %zu bucket(s) at %ld layers; overlap: %.0f%% of the all-reduce hidden "
               "behind backward%s\n",
               human_bytes(static_cast<double>(full_layout.trainable_params()) * 4).c_str(), scale.bucket_bytes.size(),
@@ -360,7 +366,8 @@ int ProjectCommand::run() {
               "  - every layer has the same shapes, so each category grows linearly with depth (a + b * layers)\n"
               "  - the overlap behaves as measured: the same share of the all-reduce hides behind backward,\n"
               "    at most the backward pass (2/3 of compute)\n"
-              "  - all-reduce is NCCL's ring: busbw = algbw * 2(n-1)/n as nccl-tests, one hop latency per ring step\n"
+              "  - all-reduce is NCCL's ring: busbw = algbw * 2(n-1)/n as nccl-tests, one hop latency per ring step;\n"
+              "    training slows the collectives by the factor measured here at every size\n"
               "  - each GPU has its own NIC; compute, data and checkpoint stalls per rank do not change with nodes\n");
 
   nlohmann::json json_table = nlohmann::json::array();
@@ -375,7 +382,8 @@ int ProjectCommand::run() {
   for (const MeasuredDepth& m : runs)
     measured.push_back({{"layers", m.point.layers}, {"step", times_json(m.point.times)},
                         {"tokens_per_s", m.tokens_per_s}, {"checkpoint_bytes", m.point.checkpoint_bytes},
-                        {"comm_hidden_share", m.hidden_share}, {"result", m.result}});
+                        {"comm_hidden_share", m.hidden_share}, {"round_step_s", m.round_step_s},
+                        {"result", m.result}});
   nlohmann::json result = {
       {"schema", "trainbench.projection/v1"},
       {"version", trainbench_version()},
@@ -400,6 +408,7 @@ int ProjectCommand::run() {
                     {"hop_latency_s", fabric.hop_latency_s}, {"assumption", fabric.assumption}}},
         {"link_here", {{"busbw_gbs", intra.busbw_gbs}, {"hop_latency_s", intra.hop_latency_s}}},
         {"modeled_comm_s_here", modeled_comm_here},
+        {"comm_slowdown", scale.comm_slowdown},
         {"bucket_bytes", scale.bucket_bytes},
         {"comm_hidden_share", scale.hidden_share},
         {"table", json_table}}},
@@ -420,6 +429,7 @@ int ProjectCommand::run() {
                         {"tokens_per_s", verified->tokens_per_s},
                         {"tokens_per_s_error", relative_error(tokens_per_s, verified->tokens_per_s)},
                         {"checkpoint_bytes", verified->point.checkpoint_bytes},
+                        {"round_step_s", verified->round_step_s},
                         {"errors", errors},
                         {"result", verified->result}};
   }

