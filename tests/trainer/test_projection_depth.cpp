@@ -6,9 +6,10 @@
 // cost still dominates: at 8 layers the layers are ~80% of the step.
 // --repeats 5 interleaves the depths so a shared host's drifting speed
 // (other builds on the same two cores) hits every depth alike, and shows the
-// noise: when the middle three rounds of one depth differ by more than 10%,
-// the host cannot judge a 10% error and the test skips, saying so (on a
-// quiet CI runner the rounds agree within a few %).
+// noise: an error over 10% while the middle three rounds of one depth
+// differ by more than 10% cannot be told from the host's noise, and the test
+// skips, saying so, rather than fail at random (on a quiet CI runner the
+// rounds agree within a few %); with quiet rounds it fails.
 #include <gtest/gtest.h>
 
 #include <algorithm>  // std::sort for the rounds
@@ -57,7 +58,7 @@ TEST(DepthProjection, EightLayersOfCpuSmallFromTwoAndFourWithinTenPercent) {
   };
   for (const nlohmann::json& m : p.at("measured")) spread(m.at("round_step_s"), std::to_string(m.at("layers").get<int>()));
   spread(verify.at("round_step_s"), "8");
-  if (noise > 0.10)
+  if (error > 0.10 && noise > 0.10)
     GTEST_SKIP() << "host too noisy to judge a 10% error: the middle rounds at " << noise_depth
                  << " layers differ by " << static_cast<int>(100 * noise) << "% (projection error was "
                  << static_cast<int>(100 * error) << "%)";
