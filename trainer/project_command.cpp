@@ -413,6 +413,8 @@ int ProjectCommand::run() {
         {"comm_hidden_share", scale.hidden_share},
         {"table", json_table}}},
   };
+  if (o.verify && !verified)
+    std::printf("verify     nothing to verify: %s\n", fitted ? "the full depth is one of --layers" : "one depth, no fit");
   if (verified) {
     const StepTimes& m = verified->point.times;
     std::printf("verify     %ld layers measured: tokens/s %s (projected %s, error %.1f%%)\n",
