@@ -212,9 +212,14 @@ struct EngineOptions {
   std::string device = "cpu";  // "cpu" or "cuda" (resolved by the trainer from "auto")
   int threads = 0;             // CPU threads; 0 = all hardware threads
   int gpu_index = 0;           // CUDA device (the trainer picks the rank's local rank)
-  // Parameters that are not trained (LoRA base weights): no gradient, no
-  // optimizer state, no weight-gradient GEMM; input gradients still flow.
+  // Parameters that are not trained: no gradient, no optimizer state, no
+  // weight-gradient GEMM; input gradients still flow.
   std::vector<ParamKind> frozen;
+  // LoRA (train.mode lora): every base tensor frozen, adapters trained. The
+  // state a checkpoint takes is then the adapters ("lora_fp32"), plus the
+  // base ("base_fp32") only when lora_state_includes_base.
+  LoraSpec lora;
+  bool lora_state_includes_base = false;
   // ZeRO-1: gradient elements [begin, end) whose optimizer state this rank
   // keeps; end = -1 means all of them (no sharding).
   struct OptimizerShard {

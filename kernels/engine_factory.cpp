@@ -24,7 +24,7 @@ void TrainingEngine::optimizer_step_shard(const AdamWSettings&, int64_t, double)
 }
 
 ParameterLayout make_layout(const EngineOptions& options) {
-  ParameterLayout layout(options.shape);
+  ParameterLayout layout(options.shape, options.lora);
   for (ParamKind kind : options.frozen) layout.set_trainable(kind, false);
   return layout;
 }

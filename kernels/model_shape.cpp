@@ -1,6 +1,6 @@
 #include "kernels/model_shape.h"
 
-#include <algorithm>  // std::min
+#include <algorithm>  // std::min, std::find
 #include <stdexcept>  // std::out_of_range for a layout lookup that cannot succeed
 
 namespace trainbench {
@@ -19,8 +19,34 @@ const char* param_kind_name(ParamKind kind) {
     case ParamKind::kWDown: return "w_down";
     case ParamKind::kFinalNorm: return "final_norm";
     case ParamKind::kLmHead: return "lm_head";
+    case ParamKind::kLoraA: return "lora_A";
+    case ParamKind::kLoraB: return "lora_B";
   }
   return "?";
+}
+
+namespace {
+constexpr const char* kLoraTargetNames[kLoraTargetCount] = {"q", "k", "v", "o", "gate", "up", "down"};
+}  // namespace
+
+int lora_target_slot(ParamKind kind) {
+  for (int i = 0; i < kLoraTargetCount; ++i)
+    if (kLoraTargetKinds[i] == kind) return i;
+  return -1;
+}
+
+const char* lora_target_name(ParamKind kind) {
+  const int slot = lora_target_slot(kind);
+  return slot < 0 ? "?" : kLoraTargetNames[slot];
+}
+
+bool parse_lora_target(const std::string& name, ParamKind* kind) {
+  for (int i = 0; i < kLoraTargetCount; ++i)
+    if (name == kLoraTargetNames[i]) {
+      *kind = kLoraTargetKinds[i];
+      return true;
+    }
+  return false;
 }
 
 namespace {
@@ -37,7 +63,7 @@ ParamTensor make_tensor(ParamKind kind, int64_t layer, std::vector<int64_t> shap
 }
 }  // namespace
 
-ParameterLayout::ParameterLayout(const ModelShape& s) {
+ParameterLayout::ParameterLayout(const ModelShape& s, const LoraSpec& lora) : lora_(lora) {
   const int64_t d = s.d_model;
   tensors_.push_back(make_tensor(ParamKind::kTokenEmbedding, -1, {s.vocab, d}));
   layer_begin_ = static_cast<int64_t>(tensors_.size());
@@ -55,18 +81,62 @@ ParameterLayout::ParameterLayout(const ModelShape& s) {
   }
   tensors_.push_back(make_tensor(ParamKind::kFinalNorm, -1, {d}));
   tensors_.push_back(make_tensor(ParamKind::kLmHead, -1, {s.vocab, d}));
+  lora_begin_ = static_cast<int64_t>(tensors_.size());
+  if (lora_.enabled()) {
+    for (ParamTensor& t : tensors_) t.trainable = false;
+    for (int64_t l = 0; l < s.n_layers; ++l)
+      for (ParamKind target : kLoraTargetKinds) {
+        if (std::find(lora_.targets.begin(), lora_.targets.end(), target) == lora_.targets.end())
+          continue;
+        // Copies: the pushes below may move the tensor list.
+        const ParamTensor& base = get(target, l);
+        const std::string base_name = base.name;
+        const int64_t out = base.shape[0], in = base.shape[1];
+        for (ParamKind kind : {ParamKind::kLoraA, ParamKind::kLoraB}) {
+          ParamTensor t = make_tensor(kind, l, kind == ParamKind::kLoraA
+                                                   ? std::vector<int64_t>{lora_.rank, in}
+                                                   : std::vector<int64_t>{out, lora_.rank});
+          t.name = base_name + "." + param_kind_name(kind);
+          t.target = target;
+          tensors_.push_back(std::move(t));
+        }
+      }
+  }
   assign_offsets();
 }
 
 void ParameterLayout::assign_offsets() {
   total_params_ = 0;
   trainable_params_ = 0;
-  for (ParamTensor& t : tensors_) {
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    ParamTensor& t = tensors_[i];
+    if (static_cast<int64_t>(i) == lora_begin_) base_params_ = total_params_;
     t.offset = total_params_;
     total_params_ += t.numel;
     t.grad_offset = t.trainable ? trainable_params_ : -1;
     if (t.trainable) trainable_params_ += t.numel;
   }
+  if (lora_begin_ >= static_cast<int64_t>(tensors_.size())) base_params_ = total_params_;
+}
+
+std::vector<ParameterLayout::LoraAdapterTensors> ParameterLayout::lora_adapters() const {
+  // The adapter block holds A then B per (layer, target), in that order.
+  std::vector<LoraAdapterTensors> adapters;
+  for (size_t i = static_cast<size_t>(lora_begin_); i + 1 < tensors_.size(); i += 2)
+    adapters.push_back({tensors_[i].layer, tensors_[i].target, &tensors_[i], &tensors_[i + 1]});
+  return adapters;
+}
+
+ParameterLayout::LoraPair ParameterLayout::lora(ParamKind target, int64_t layer) const {
+  // Few tensors per layer: a scan of the adapter block is cheap, and engines
+  // resolve their views once.
+  LoraPair pair;
+  for (size_t i = static_cast<size_t>(lora_begin_); i < tensors_.size(); ++i) {
+    const ParamTensor& t = tensors_[i];
+    if (t.layer != layer || t.target != target) continue;
+    (t.kind == ParamKind::kLoraA ? pair.a : pair.b) = &t;
+  }
+  return pair;
 }
 
 void ParameterLayout::set_trainable(ParamKind kind, bool trainable) {
@@ -76,6 +146,8 @@ void ParameterLayout::set_trainable(ParamKind kind, bool trainable) {
 }
 
 const ParamTensor& ParameterLayout::get(ParamKind kind, int64_t layer) const {
+  if (kind == ParamKind::kLoraA || kind == ParamKind::kLoraB)
+    throw std::invalid_argument("ParameterLayout::get: adapters are found with lora(target, layer)");
   const bool per_layer = kind != ParamKind::kTokenEmbedding && kind != ParamKind::kFinalNorm &&
                          kind != ParamKind::kLmHead;
   if (per_layer) {

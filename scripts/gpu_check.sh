@@ -141,6 +141,18 @@ for preset in "${presets[@]}"; do
   fi
 done
 
+# 4a. LoRA on the Llama-3-8B-shaped preset: the adapters on q,k,v,o with the
+# base frozen in bf16 (what `trainbench plan` calls the LoRA row).
+if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
+  lora_run=h200-llama8b-4l-lora
+  if timeout "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run h200-llama8b-4l --set train.mode=lora \
+       --out "$out/$lora_run.json" > "$out/$lora_run.log" 2>&1; then
+    row "trainbench h200-llama8b-4l lora" "$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, memory/GPU {:.1f} GiB, loss {:.3f} -> {:.3f}".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), s["memory_per_rank"]["total_bytes"] / 2**30, s["loss_first"], s["loss_last"]))' "$out/$lora_run.json")"
+  else
+    row "trainbench h200-llama8b-4l lora" "FAILED (exit $?): $(tail -1 "$out/$lora_run.log")"
+  fi
+fi
+
 # 4b. comm.backend=nccl through `trainbench run` on one rank: the gradient
 # buckets all-reduced on the GPU by NCCL, each after its compute-stream event
 # (a sum over one rank moves nothing, so comm_s is the events' overhead).

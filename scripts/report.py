@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""The scaling report of a set of trainbench runs.
+"""The scaling report of a set of trainbench runs, or the fine-tuning comparison.
 
     scripts/report.py RESULTS... [--out DIR] [--no-plots]
+    scripts/report.py --compare LORA.json FULL.json [--plan PLAN.json]
+                      [--target-tokens N] [--gpus-per-node N] [--out DIR]
 
 RESULTS are result JSON files (schema trainbench.result/v1, `trainbench run
 --out`) or folders of them (every *.json in the folder). Runs are grouped by
@@ -23,6 +25,15 @@ Definitions are DESIGN.md's ("What is measured"): ideal tokens/s at N ranks =
 N/N0 x tokens/s(N0), N0 the smallest world size; scaling efficiency =
 tokens/s(N) / ideal. A bad input (missing file, not JSON, not a trainbench
 result) exits 2 with one line naming it; matplotlib missing exits 3.
+
+--compare sets a LoRA run (train.mode lora, typically one node) beside a full
+fine-tuning run (typically several nodes) of the same model shape and data
+(scripts/compare_finetune.sh makes both) and writes DIR/compare.md: tokens/s,
+the wall time and GPU-hours to process --target-tokens (default 1e9), memory
+per GPU (the run's own plan, and `trainbench plan --json` beside it when
+--plan is given), checkpoint size, stall shares, and a one-line verdict.
+GPUs = the run's ranks (one rank per GPU); nodes = its distinct hosts, or
+ranks / --gpus-per-node when given.
 """
 
 from __future__ import annotations
@@ -658,6 +669,140 @@ def write_plots(points: list[Point], out: Path) -> list[str]:
 
 # ----------------------------------------------------------------------------- main
 
+# ----------------------------------------------------------------------------- fine-tuning comparison
+
+@dataclass
+class FinetuneSide:
+    label: str
+    run: Run
+    gpus: int
+    nodes: int
+    hours: float          # wall time to process the target tokens
+    gpu_hours: float
+    memory_bytes: float | None
+    checkpoint_bytes: float | None
+
+
+def human_bytes(value: float | None) -> str:
+    if value is None:
+        return "—"
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value:.0f} B"
+
+
+def duration(hours: float) -> str:
+    if hours >= 48:
+        return f"{hours / 24:.1f} days"
+    if hours >= 1:
+        return f"{hours:.1f} h"
+    return f"{hours * 60:.1f} min"
+
+
+def finetune_side(label: str, run: Run, target_tokens: float, gpus_per_node: int | None) -> FinetuneSide:
+    tokens_per_s = run.tokens_per_s
+    if tokens_per_s <= 0:
+        raise ReportError(f"{run.path}: summary.tokens_per_s is {tokens_per_s}, expected > 0")
+    hosts = run.data["environment"].get("hosts")
+    if gpus_per_node:
+        nodes = max(1, math.ceil(run.ranks / gpus_per_node))
+    else:
+        nodes = len(set(hosts)) if isinstance(hosts, list) and hosts else 1
+    hours = target_tokens / tokens_per_s / 3600
+    memory = run.summary.get("memory_per_rank")
+    memory_bytes = number(memory.get("total_bytes")) if isinstance(memory, dict) else None
+    sizes = [number(c.get("bytes")) for c in run.data.get("checkpoints", []) if isinstance(c, dict)
+             and c.get("status") == "committed"]
+    sizes = [x for x in sizes if x]
+    return FinetuneSide(label, run, run.ranks, nodes, hours, hours * run.ranks, memory_bytes,
+                        statistics.median(sizes) if sizes else None)
+
+
+def plan_rows(path: str | None) -> dict[str, dict[str, Any]]:
+    if not path:
+        return {}
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return {row["mode"]: row for row in data["rows"]}
+    except FileNotFoundError:
+        raise ReportError(f"--plan {path}: no such file") from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ReportError(f"--plan {path}: not the output of `trainbench plan --json` ({e})") from None
+
+
+def verdict(lora: FinetuneSide, full: FinetuneSide, target_tokens: float, lora_fits: bool | None,
+            full_fits: bool | None) -> str:
+    tokens = si(target_tokens)
+    if lora_fits is False and full_fits is not False:
+        return (f"LoRA does not fit in GPU memory at this shape and batch: full fine-tuning on {full.nodes} "
+                f"node(s) is the option that runs ({duration(full.hours)} for {tokens} tokens).")
+    if full_fits is False and lora_fits is not False:
+        return (f"Full fine-tuning does not fit in GPU memory on {full.gpus} GPUs: LoRA on {lora.nodes} node(s) "
+                f"is the option that runs ({duration(lora.hours)} for {tokens} tokens).")
+    cheaper = full.gpu_hours / lora.gpu_hours
+    if lora.hours <= full.hours:
+        return (f"LoRA on {lora.nodes} node(s) is both faster ({duration(lora.hours)} vs {duration(full.hours)} "
+                f"for {tokens} tokens) and {cheaper:.1f}x cheaper in GPU-hours than full fine-tuning on "
+                f"{full.nodes} node(s): the extra nodes do not pay for this model and data.")
+    return (f"Full fine-tuning on {full.nodes} node(s) finishes {tokens} tokens {lora.hours / full.hours:.1f}x "
+            f"sooner ({duration(full.hours)} vs {duration(lora.hours)}), but LoRA on {lora.nodes} node(s) uses "
+            f"{cheaper:.1f}x fewer GPU-hours ({lora.gpu_hours:.1f} vs {full.gpu_hours:.1f}): buy the nodes for "
+            f"time to result, not for cost.")
+
+
+def write_comparison(lora_run: Run, full_run: Run, plan_path: str | None, target_tokens: float,
+                     gpus_per_node: int | None, out: Path) -> tuple[Path, str]:
+    if lora_run.data.get("config", {}).get("train", {}).get("mode") != "lora":
+        raise ReportError(f"{lora_run.path}: config train.mode is not lora: pass the LoRA run first")
+    if full_run.data.get("config", {}).get("train", {}).get("mode") == "lora":
+        raise ReportError(f"{full_run.path}: config train.mode is lora: the second run must be full fine-tuning")
+    shape = lambda r: r.data.get("config", {}).get("model")  # noqa: E731
+    warnings = []
+    if shape(lora_run) != shape(full_run):
+        warnings.append("the two runs' model shapes differ: the comparison is not like for like")
+    lora = finetune_side("LoRA", lora_run, target_tokens, gpus_per_node)
+    full = finetune_side("full fine-tuning", full_run, target_tokens, gpus_per_node)
+    plan = plan_rows(plan_path)
+    planned_full = plan.get("full (DDP)")
+    planned_zero = plan.get("full (ZeRO-1)")
+    planned_lora = plan.get("lora")
+    zero = full_run.data.get("config", {}).get("comm", {}).get("zero") == 1
+    full_plan = planned_zero if zero else planned_full
+    lora_fits = planned_lora.get("fits") if planned_lora else None
+    full_fits = full_plan.get("fits") if full_plan else None
+    line = verdict(lora, full, target_tokens, lora_fits, full_fits)
+
+    def row(side: FinetuneSide, planned: dict[str, Any] | None) -> list[str]:
+        sh = shares(side.run)
+        mfu, vs_gemm = mfu_cells(side.run)
+        fits = "—" if planned is None else ("yes" if planned.get("fits") else "NO")
+        return [side.label, str(side.nodes), str(side.gpus), si(side.run.tokens_per_s), duration(side.hours),
+                f"{side.gpu_hours:.2f}", human_bytes(side.memory_bytes),
+                human_bytes(number(planned.get("total_bytes")) if planned else None), fits,
+                human_bytes(side.checkpoint_bytes), mfu, vs_gemm] + [pct(sh[key]) for key, _, _ in CATEGORIES]
+
+    lines = ["# LoRA vs full fine-tuning", "", f"**Verdict:** {line}", ""]
+    lines += [f"Processing {si(target_tokens)} tokens at each run's measured tokens/s. GPU-hours = wall time × "
+              "GPUs. Memory per GPU: the run's own engine plan, and `trainbench plan` for the target GPUs "
+              "beside it when given. Checkpoint: the median committed checkpoint of the run.", ""]
+    lines += table(["mode", "nodes", "GPUs", "tokens/s", f"time for {si(target_tokens)} tokens", "GPU-hours",
+                    "memory/GPU (run)", "memory/GPU (plan)", "fits", "checkpoint", "MFU (datasheet)",
+                    "MFU (GEMM ceiling)"] + [f"{label} (%)" for _, label, _ in CATEGORIES],
+                   [row(lora, planned_lora), row(full, full_plan)])
+    lines += ["", "Bottleneck of each run:", "",
+              f"- LoRA: {bottleneck(lora.run)[0]}", f"- full fine-tuning: {bottleneck(full.run)[0]}", ""]
+    if warnings:
+        lines += ["## Warnings", ""] + [f"- {w}" for w in warnings] + [""]
+    lines += ["## Inputs", "", f"- LoRA: {lora_run.path}", f"- full fine-tuning: {full_run.path}"]
+    if plan_path:
+        lines.append(f"- plan: {plan_path}")
+    lines.append("")
+    path = out / "compare.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path, line
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2
         raise ReportError(message)
@@ -678,7 +823,32 @@ def main(argv: list[str]) -> int:
                         help="result JSON files (trainbench run --out) or folders of them")
     parser.add_argument("--out", metavar="DIR", help="where report.md and the PNGs go (default: the results' folder)")
     parser.add_argument("--no-plots", action="store_true", help="write report.md only (no matplotlib needed)")
+    parser.add_argument("--compare", action="store_true",
+                        help="RESULTS are a LoRA run then a full fine-tuning run: write compare.md")
+    parser.add_argument("--plan", metavar="PLAN.json", help="with --compare: `trainbench plan --json` output")
+    parser.add_argument("--target-tokens", type=float, default=1e9, metavar="N",
+                        help="with --compare: tokens to process (default 1e9)")
+    parser.add_argument("--gpus-per-node", type=int, metavar="N",
+                        help="with --compare: nodes = ranks / N (default: the runs' distinct hosts)")
     args = parser.parse_args(argv)
+
+    if args.compare:
+        if len(args.results) != 2:
+            raise ReportError("--compare takes two results: the LoRA run, then the full fine-tuning run")
+        if not args.target_tokens > 0:
+            raise ReportError(f"--target-tokens: must be > 0 (got {args.target_tokens:g})")
+        if args.gpus_per_node is not None and args.gpus_per_node < 1:
+            raise ReportError(f"--gpus-per-node: must be >= 1 (got {args.gpus_per_node})")
+        lora_run, full_run = (load_run(Path(r)) for r in args.results)
+        out = Path(args.out) if args.out else default_out(args.results)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ReportError(f"--out {out}: cannot create it ({e.strerror})") from None
+        path, line = write_comparison(lora_run, full_run, args.plan, args.target_tokens, args.gpus_per_node, out)
+        print(f"verdict: {line}")
+        print(f"report: {path}")
+        return 0
 
     runs = collect(args.results)
     points = group(runs)

@@ -422,6 +422,7 @@ int BenchCommand::run_comm() {
   // own cut of its fp32 gradient buffer.
   EngineOptions engine_options;
   engine_options.shape = config.model;
+  engine_options.lora = lora_spec(config);
   const int64_t gradient_elements = make_layout(engine_options).trainable_params();
   const std::vector<int64_t> bucket_bytes =
       gradient_bucket_bytes(gradient_elements, config.comm.bucket_mb, config.comm.overlap);

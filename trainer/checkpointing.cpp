@@ -1,6 +1,7 @@
 #include "trainer/checkpointing.h"
 
 #include <algorithm>   // std::max_element
+#include <array>       // the config keys a resume compares
 #include <chrono>      // steady seconds
 #include <cstring>     // std::memcpy
 #include <filesystem>  // the folder of a checkpoint
@@ -295,6 +296,9 @@ const char* const kResumeMustMatch[][2] = {
     {"data", "synth_shards"}, {"data", "synth_tokens_per_sample"}, {"data", "synth_samples_per_shard"},
     {"data", "synth_payload_bytes"},
 };
+// Under LoRA also the adapters' shape, and the seed the frozen base is
+// rebuilt from (a checkpoint without checkpoint.include_base does not hold it).
+const char* const kLoraResumeMustMatch[][2] = {{"lora", ""}, {"train", "seed"}};
 
 std::string check_compatible(const nlohmann::json& manifest, const Config& config, int world) {
   const int64_t written_by = manifest.value("world_size", int64_t{-1});
@@ -304,7 +308,11 @@ std::string check_compatible(const nlohmann::json& manifest, const Config& confi
            std::to_string(written_by) + " ranks)";
   const nlohmann::json now = config_to_json(config);
   const nlohmann::json& then = manifest.at("config");
-  for (const auto& key : kResumeMustMatch) {
+  std::vector<std::array<const char*, 2>> keys;
+  for (const auto& key : kResumeMustMatch) keys.push_back({key[0], key[1]});
+  if (config.train.mode == "lora")
+    for (const auto& key : kLoraResumeMustMatch) keys.push_back({key[0], key[1]});
+  for (const auto& key : keys) {
     const std::string section = key[0], name = key[1];
     // A whole section when no key is named.
     const auto value_in = [&](const nlohmann::json& config) {

@@ -25,6 +25,7 @@
 #include "trainer/bench_command.h"
 #include "trainer/ceilings.h"
 #include "trainer/checkpointing.h"
+#include "trainer/plan_command.h"
 #include "trainer/project_command.h"
 #include "trainer/shards_command.h"
 #include "trainer/train_loop.h"
@@ -153,6 +154,8 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   EngineOptions engine_options;
   engine_options.shape = config.model;
   engine_options.micro_batch = config.train.micro_batch;
+  engine_options.lora = lora_spec(config);
+  engine_options.lora_state_includes_base = config.checkpoint.include_base;
   // Asked once: device choice, memory check and the environment report share it.
   const GpuInventory gpus = query_gpus();
   engine_options.device = resolve_device(config.train.device, gpus);
@@ -407,6 +410,7 @@ int run_cli(int argc, char** argv) {
                   "continue from a checkpoint: latest (under checkpoint.dir) or a checkpoint folder");
   ShardsCommand shards(app);
   BenchCommand bench(app);
+  PlanCommand plan(app);
   ProjectCommand project(app);
 
   // CLI11 would only say "a subcommand is required"; name the commands, and
@@ -448,6 +452,7 @@ int run_cli(int argc, char** argv) {
     if (run->parsed()) return run_command(run_options, quoted_command_line(argc, argv));
     if (shards.parsed()) return shards.run();
     if (bench.parsed()) return bench.run();
+    if (plan.parsed()) return plan.run();
     if (project.parsed()) return project.run();
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "trainbench: %s\n", e.what());

@@ -78,10 +78,13 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(train, weight_decay, Bound::kNonNegative),
       TRAINBENCH_KEY(train, grad_clip, Bound::kNonNegative),
       TRAINBENCH_KEY(train, precision, Bound::kAny, {"auto", "fp32", "bf16"}),
-      TRAINBENCH_KEY(train, mode, Bound::kAny, {"full"}),
+      TRAINBENCH_KEY(train, mode, Bound::kAny, {"full", "lora"}),
       TRAINBENCH_KEY(train, device, Bound::kAny, {"auto", "cpu", "cuda"}),
       TRAINBENCH_KEY(train, threads, Bound::kNonNegative),
       TRAINBENCH_KEY(train, seed, Bound::kNonNegative),
+      TRAINBENCH_KEY(lora, rank, Bound::kPositive),
+      TRAINBENCH_KEY(lora, alpha, Bound::kPositive),
+      TRAINBENCH_KEY(lora, targets),
       TRAINBENCH_KEY(data, source, Bound::kAny, {"shards", "synthetic"}),
       TRAINBENCH_KEY(data, shards),
       TRAINBENCH_KEY(data, field),
@@ -118,6 +121,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(checkpoint, writers, Bound::kPositive),
       TRAINBENCH_KEY(checkpoint, block_bytes, Bound::kPositive),
       TRAINBENCH_KEY(checkpoint, inject_delay_ms, Bound::kNonNegative),
+      TRAINBENCH_KEY(checkpoint, include_base),
       TRAINBENCH_KEY(report, out),
       TRAINBENCH_KEY(report, progress_every, Bound::kNonNegative),
       TRAINBENCH_KEY(report, instrument),
@@ -414,12 +418,26 @@ void check_bound(const Checker& checker, const KeySpec& spec, const FieldPtr& fi
   }
 }
 
+// "q, k,v" → {"q", "k", "v"}: commas separate, spaces are ignored.
+std::vector<std::string> split_targets(const std::string& list) {
+  std::vector<std::string> names;
+  std::string current;
+  for (char ch : list + ",") {
+    if (ch == ',') {
+      if (!current.empty()) names.push_back(current);
+      current.clear();
+    } else if (ch != ' ') {
+      current += ch;
+    }
+  }
+  return names;
+}
+
 void validate(const Config& config, const Sources& sources) {
   const Checker checker(config, sources);
   const ModelShape& m = config.model;
   const TrainSection& t = config.train;
 
-  checker.require(t.mode != "lora", {"train.mode"}, "lora is not implemented yet (use full)");
   for (const KeySpec& spec : key_table()) {
     const FieldPtr field = field_of(config, spec);
     check_bound(checker, spec, field);
@@ -457,6 +475,26 @@ void validate(const Config& config, const Sources& sources) {
                   "(use comm.backend auto, local or mpi)");
   checker.require(!(config.comm.zero == 1 && t.device == "cuda"), {"comm.zero", "train.device"},
                   "ZeRO-1 is implemented for the cpu engine only, and train.device is cuda");
+
+  if (t.mode == "lora") {
+    std::vector<std::string> seen;
+    std::string bad;
+    for (const std::string& name : split_targets(config.lora.targets)) {
+      ParamKind kind;
+      if (!parse_lora_target(name, &kind)) bad = "'" + name + "' is not one of q, k, v, o, gate, up, down";
+      else if (std::find(seen.begin(), seen.end(), name) != seen.end()) bad = "'" + name + "' is listed twice";
+      if (!bad.empty()) break;
+      seen.push_back(name);
+    }
+    if (bad.empty() && seen.empty()) bad = "names no projection (any of q, k, v, o, gate, up, down)";
+    checker.require(bad.empty(), {"lora.targets"}, bad);
+    checker.require(config.lora.rank <= m.d_model, {"lora.rank", "model.d_model"},
+                    std::to_string(config.lora.rank) + " exceeds model.d_model (" + std::to_string(m.d_model) +
+                        "): an adapter of full rank is full fine-tuning, use train.mode full");
+    checker.require(config.comm.zero == 0, {"comm.zero", "train.mode"},
+                    "ZeRO-1 shards every parameter's optimizer state, and train.mode lora freezes the base; "
+                    "the adapters' state is small: use comm.zero 0");
+  }
 
   const CheckpointSection& ck = config.checkpoint;
   checker.require(ck.block_bytes % 4096 == 0 && ck.block_bytes >= (1 << 20), {"checkpoint.block_bytes"},
@@ -503,6 +541,20 @@ const EmbeddedPreset* find_preset(const std::string& path_or_preset) {
 }
 
 }  // namespace
+
+LoraSpec lora_spec(const Config& config) {
+  LoraSpec spec;
+  if (config.train.mode != "lora") return spec;
+  spec.rank = config.lora.rank;
+  spec.alpha = config.lora.alpha;
+  // In layer order whatever the order written; validate() has checked the names.
+  for (ParamKind kind : kLoraTargetKinds)
+    for (const std::string& name : split_targets(config.lora.targets)) {
+      ParamKind named;
+      if (parse_lora_target(name, &named) && named == kind) spec.targets.push_back(kind);
+    }
+  return spec;
+}
 
 Config parse_config(const std::string& yaml_text, const std::string& origin,
                     const std::vector<std::string>& overrides) {

@@ -26,7 +26,7 @@ struct TrainSection {
   double weight_decay = 0.1;
   double grad_clip = 1.0;      // 0 disables clipping
   std::string precision = "auto";  // auto | fp32 | bf16  (auto: fp32 on cpu, bf16 on cuda)
-  std::string mode = "full";       // full (lora comes with its issue)
+  std::string mode = "full";       // full | lora (base frozen, adapters trained: the lora section)
   std::string device = "auto";     // auto | cpu | cuda
   int64_t threads = 0;             // CPU threads; 0 = all hardware threads
   int64_t seed = 1234;             // parameter initialisation
@@ -78,6 +78,14 @@ struct CheckpointSection {
   int64_t writers = 2;           // files (and writer threads) per rank
   int64_t block_bytes = 64LL << 20;  // bytes per write call, a multiple of 4096
   double inject_delay_ms = 0;    // fault injection: each rank's writer sleeps this long per checkpoint (slow disk)
+  bool include_base = false;     // train.mode lora: also save the frozen base (else adapters + optimizer only)
+};
+
+// train.mode lora: adapters of this rank on these projections (LoraSpec).
+struct LoraSection {
+  int64_t rank = 16;
+  double alpha = 32;                // the adapters' output is scaled by alpha / rank
+  std::string targets = "q,k,v,o";  // any of q, k, v, o, gate, up, down (MLPerf's Llama-2-70B LoRA: q,k,v,o)
 };
 
 struct ReportSection {
@@ -99,6 +107,7 @@ struct Config {
   // section for the user, but kept out of ModelShape, which the engines build.
   int64_t n_layers_full = 0;
   TrainSection train;
+  LoraSection lora;
   DataSection data;
   CommSection comm;
   CheckpointSection checkpoint;
@@ -127,6 +136,9 @@ void validate_config(const Config& config);
 // Embedded presets (configs/*.yaml compiled into the binary).
 std::vector<std::string> preset_names();
 bool is_preset(const std::string& name);
+
+// The engine's LoraSpec for this config: rank 0 unless train.mode is lora.
+LoraSpec lora_spec(const Config& config);
 
 nlohmann::json config_to_json(const Config& config);
 // Flat "section.key: value" lines, in declaration order, for the console.

@@ -214,7 +214,8 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   summary.global_tokens_per_step =
       train.micro_batch * train.grad_accum * shape.seq_len * comm.world_size();
   summary.model_flops_per_token = model_flops_per_token(shape, engine.layout()).total();
-  summary.optimizer_bytes_per_rank = engine.memory_plan().optimizer_bytes;
+  summary.memory_per_rank = engine.memory_plan();
+  summary.optimizer_bytes_per_rank = summary.memory_per_rank.optimizer_bytes;
   summary.optimizer_bytes_unsharded = 2 * engine.layout().trainable_params() * 4;
   largest_gemm_shape(shape, train.micro_batch, &summary.gemm_m, &summary.gemm_n, &summary.gemm_k);
   summary.gemm_ceiling_flops_per_s =

@@ -93,6 +93,7 @@ struct RunSummary {
   // AdamW state held by each rank, and what it would be unsharded: ZeRO-1
   // (comm.zero=1) keeps about 1/world of it.
   int64_t optimizer_bytes_per_rank = 0, optimizer_bytes_unsharded = 0;
+  MemoryPlan memory_per_rank;  // the engine's plan: what one rank (one GPU) holds
   int64_t slowest_rank = 0;
   // Slowest rank's median step_s over the median of the ranks' medians, − 1:
   // 0.25 = the slowest rank is 25% slower than the typical one.

@@ -47,7 +47,8 @@ void AlignedFloats::allocate(int64_t n) {
   data.reset(static_cast<float*>(p));
 }
 
-ActivationSizes activation_sizes(const ModelShape& s, int64_t micro_batch, int threads) {
+ActivationSizes activation_sizes(const ModelShape& s, int64_t micro_batch, int threads,
+                                 const LoraSpec& lora) {
   const int64_t n = micro_batch * s.seq_len;
   const int64_t d = s.d_model, f = s.ffn_hidden;
   ActivationSizes sizes;
@@ -63,6 +64,10 @@ ActivationSizes activation_sizes(const ModelShape& s, int64_t micro_batch, int t
   const AttentionShape attn{micro_batch, s.seq_len, s.n_heads, s.n_kv_heads, s.head_dim()};
   sizes.scratch = 2 * n * d + 2 * n * s.q_dim() + 2 * n * s.kv_dim() + 3 * n * f +
                   attention_scratch_floats(attn, threads);
+  if (lora.enabled()) {
+    sizes.per_layer += n * lora.rank * static_cast<int64_t>(lora.targets.size());  // h per adapter
+    sizes.scratch += n * lora.rank;
+  }
   return sizes;
 }
 
@@ -86,8 +91,8 @@ std::pair<int64_t, int64_t> resolve_shard(const EngineOptions& options, int64_t 
 MemoryPlan plan_cpu_memory(const EngineOptions& options) {
   const ParameterLayout layout = make_layout(options);
   const auto [shard_begin, shard_end] = resolve_shard(options, layout.trainable_params());
-  const ActivationSizes acts =
-      activation_sizes(options.shape, options.micro_batch, resolve_threads(options.threads));
+  const ActivationSizes acts = activation_sizes(options.shape, options.micro_batch,
+                                                resolve_threads(options.threads), options.lora);
   MemoryPlan plan;
   plan.parameter_bytes = padded_count(layout.total_params(), options.pad_buffers_to) * 4;
   plan.gradient_bytes = padded_count(layout.trainable_params(), options.pad_buffers_to) * 4;
@@ -112,7 +117,7 @@ CpuEngine::CpuEngine(const EngineOptions& options)
   std::tie(shard_begin_, shard_end_) = resolve_shard(options, layout_.trainable_params());
   adam_m_.allocate(shard_end_ - shard_begin_);
   adam_v_.allocate(shard_end_ - shard_begin_);
-  const ActivationSizes sizes = activation_sizes(shape_, micro_batch_, threads_);
+  const ActivationSizes sizes = activation_sizes(shape_, micro_batch_, threads_, options.lora);
   activations_.allocate(sizes.total(shape_.n_layers));
   assign_activation_views();
 
@@ -172,6 +177,42 @@ void CpuEngine::assign_activation_views() {
   const AttentionShape attn{micro_batch_, shape_.seq_len, shape_.n_heads, shape_.n_kv_heads,
                             shape_.head_dim()};
   scratch_.attention = carve.take(attention_scratch_floats(attn, threads_));
+
+  const LoraSpec& spec = layout_.lora_spec();
+  lora_.assign(shape_.n_layers, std::vector<LoraAdapter>(kLoraTargetCount));
+  scratch_.lora = spec.enabled() ? carve.take(n * spec.rank) : nullptr;
+  for (const ParameterLayout::LoraAdapterTensors& t : layout_.lora_adapters()) {
+    LoraAdapter& adapter = lora_[t.layer][lora_target_slot(t.target)];
+    adapter = {params_.get() + t.a->offset, params_.get() + t.b->offset, grads_.get() + t.a->grad_offset,
+               grads_.get() + t.b->grad_offset, carve.take(n * spec.rank), t.a->shape[1], t.b->shape[0]};
+  }
+}
+
+namespace {
+void scale_inplace(float* x, int64_t count, float factor) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) x[i] *= factor;
+}
+}  // namespace
+
+void CpuEngine::lora_forward(int64_t layer, ParamKind target, const float* x, float* y) {
+  const LoraAdapter& ad = lora_[layer][lora_target_slot(target)];
+  if (ad.a == nullptr) return;
+  const int64_t n = micro_batch_ * shape_.seq_len, r = layout_.lora_spec().rank;
+  matmul_forward(ad.h, x, ad.a, n, ad.in, r);
+  scale_inplace(ad.h, n * r, static_cast<float>(layout_.lora_spec().scale()));
+  sgemm_parallel(false, true, n, ad.out, r, ad.h, r, ad.b, r, 1.0f, y, ad.out);
+}
+
+void CpuEngine::lora_backward(int64_t layer, ParamKind target, const float* dy, const float* x,
+                              float* dx) {
+  const LoraAdapter& ad = lora_[layer][lora_target_slot(target)];
+  if (ad.a == nullptr) return;
+  const int64_t n = micro_batch_ * shape_.seq_len, r = layout_.lora_spec().rank;
+  float* t = scratch_.lora;
+  matmul_backward(t, ad.d_b, dy, ad.h, ad.b, n, r, ad.out, false);  // t = dy·B; dB += dyᵀ·h
+  scale_inplace(t, n * r, static_cast<float>(layout_.lora_spec().scale()));
+  matmul_backward(dx, ad.d_a, t, x, ad.a, n, ad.in, r, true);  // dx += t·A; dA += tᵀ·x
 }
 
 float* CpuEngine::tensor_view(float* base, bool gradients, ParamKind kind, int64_t layer) const {
@@ -246,20 +287,27 @@ void CpuEngine::forward(const TokenBatch& batch) {
     // Attention block: x_mid = x + Wo · attention(rope(Wq·n), rope(Wk·n), Wv·n), n = rmsnorm(x)
     rmsnorm_forward(a.attn_norm_out, a.attn_rstd, a.residual_in, w.attn_norm, n, d, eps);
     matmul_forward(a.q, a.attn_norm_out, w.wq, n, d, s.q_dim());
+    lora_forward(l, ParamKind::kWq, a.attn_norm_out, a.q);
     matmul_forward(a.k, a.attn_norm_out, w.wk, n, d, s.kv_dim());
+    lora_forward(l, ParamKind::kWk, a.attn_norm_out, a.k);
     matmul_forward(a.v, a.attn_norm_out, w.wv, n, d, s.kv_dim());
+    lora_forward(l, ParamKind::kWv, a.attn_norm_out, a.v);
     rope_forward(a.q, micro_batch_, s.seq_len, s.n_heads, s.head_dim(), s.rope_theta);
     rope_forward(a.k, micro_batch_, s.seq_len, s.n_kv_heads, s.head_dim(), s.rope_theta);
     attention_forward(a.attn_out, a.probs, a.q, a.k, a.v, attn);
     matmul_forward(a.residual_mid, a.attn_out, w.wo, n, s.q_dim(), d);
+    lora_forward(l, ParamKind::kWo, a.attn_out, a.residual_mid);
     add_inplace(a.residual_mid, a.residual_in, n * d);
 
     // MLP block: x_next = x_mid + Wdown · (silu(Wgate·m) ⊙ Wup·m), m = rmsnorm(x_mid)
     rmsnorm_forward(a.mlp_norm_out, a.mlp_rstd, a.residual_mid, w.mlp_norm, n, d, eps);
     matmul_forward(a.gate, a.mlp_norm_out, w.w_gate, n, d, f);
+    lora_forward(l, ParamKind::kWGate, a.mlp_norm_out, a.gate);
     matmul_forward(a.up, a.mlp_norm_out, w.w_up, n, d, f);
+    lora_forward(l, ParamKind::kWUp, a.mlp_norm_out, a.up);
     swiglu_forward(a.swiglu_out, a.gate, a.up, n * f);
     matmul_forward(x_next, a.swiglu_out, w.w_down, n, f, d);
+    lora_forward(l, ParamKind::kWDown, a.swiglu_out, x_next);
     add_inplace(x_next, a.residual_mid, n * d);
   }
 
@@ -311,21 +359,28 @@ void CpuEngine::backward(const TokenBatch& batch, float loss_scale,
 
     // MLP block.
     matmul_backward(g.d_swiglu, dw.w_down, g.d_residual, a.swiglu_out, w.w_down, n, f, d, false);
+    lora_backward(l, ParamKind::kWDown, g.d_residual, a.swiglu_out, g.d_swiglu);
     swiglu_backward(g.d_gate, g.d_up, g.d_swiglu, a.gate, a.up, n * f);
     matmul_backward(g.d_norm_out, dw.w_gate, g.d_gate, a.mlp_norm_out, w.w_gate, n, d, f, false);
+    lora_backward(l, ParamKind::kWGate, g.d_gate, a.mlp_norm_out, g.d_norm_out);
     matmul_backward(g.d_norm_out, dw.w_up, g.d_up, a.mlp_norm_out, w.w_up, n, d, f, true);
+    lora_backward(l, ParamKind::kWUp, g.d_up, a.mlp_norm_out, g.d_norm_out);
     rmsnorm_backward(g.d_residual, dw.mlp_norm, g.d_norm_out, a.residual_mid, w.mlp_norm,
                      a.mlp_rstd, n, d);
 
     // Attention block; d_residual now holds dL/dx_mid.
     matmul_backward(g.d_attn_out, dw.wo, g.d_residual, a.attn_out, w.wo, n, s.q_dim(), d, false);
+    lora_backward(l, ParamKind::kWo, g.d_residual, a.attn_out, g.d_attn_out);
     attention_backward(g.d_q, g.d_k, g.d_v, g.d_attn_out, a.probs, a.q, a.k, a.v, g.attention,
                        attn);
     rope_backward(g.d_q, micro_batch_, s.seq_len, s.n_heads, s.head_dim(), s.rope_theta);
     rope_backward(g.d_k, micro_batch_, s.seq_len, s.n_kv_heads, s.head_dim(), s.rope_theta);
     matmul_backward(g.d_norm_out, dw.wq, g.d_q, a.attn_norm_out, w.wq, n, d, s.q_dim(), false);
+    lora_backward(l, ParamKind::kWq, g.d_q, a.attn_norm_out, g.d_norm_out);
     matmul_backward(g.d_norm_out, dw.wk, g.d_k, a.attn_norm_out, w.wk, n, d, s.kv_dim(), true);
+    lora_backward(l, ParamKind::kWk, g.d_k, a.attn_norm_out, g.d_norm_out);
     matmul_backward(g.d_norm_out, dw.wv, g.d_v, a.attn_norm_out, w.wv, n, d, s.kv_dim(), true);
+    lora_backward(l, ParamKind::kWv, g.d_v, a.attn_norm_out, g.d_norm_out);
     rmsnorm_backward(g.d_residual, dw.attn_norm, g.d_norm_out, a.residual_in, w.attn_norm,
                      a.attn_rstd, n, d);
     if (on_gradients_ready) on_gradients_ready(grad_ready_from_layer_[l]);
@@ -386,12 +441,31 @@ void CpuEngine::optimizer_step_shard(const AdamWSettings& settings, int64_t step
 
 std::vector<StateTensor> CpuEngine::state_tensors() const {
   const int64_t shard_bytes = static_cast<int64_t>(sizeof(float)) * (shard_end_ - shard_begin_);
+  const int64_t base_bytes = static_cast<int64_t>(sizeof(float)) * layout_.base_params();
+  if (layout_.lora_spec().enabled()) {
+    // The adapters are the last block of the parameters (ParameterLayout).
+    std::vector<StateTensor> tensors;
+    if (options_.lora_state_includes_base) tensors.push_back({"base_fp32", base_bytes});
+    tensors.push_back({"lora_fp32", static_cast<int64_t>(sizeof(float)) *
+                                        (layout_.total_params() - layout_.base_params())});
+    tensors.push_back({"adam_m", shard_bytes});
+    tensors.push_back({"adam_v", shard_bytes});
+    return tensors;
+  }
   return {{"master_fp32", static_cast<int64_t>(sizeof(float)) * layout_.total_params()},
           {"adam_m", shard_bytes},
           {"adam_v", shard_bytes}};
 }
 
 std::vector<float*> CpuEngine::state_buffers() const {
+  if (layout_.lora_spec().enabled()) {
+    std::vector<float*> buffers;
+    if (options_.lora_state_includes_base) buffers.push_back(params_.get());
+    buffers.push_back(params_.get() + layout_.base_params());
+    buffers.push_back(adam_m_.get());
+    buffers.push_back(adam_v_.get());
+    return buffers;
+  }
   return {params_.get(), adam_m_.get(), adam_v_.get()};
 }
 

@@ -30,7 +30,8 @@ struct ActivationSizes {
   int64_t scratch = 0;     // backward temporaries, shared by all layers
   int64_t total(int64_t n_layers) const { return per_layer * n_layers + final + scratch; }
 };
-ActivationSizes activation_sizes(const ModelShape& shape, int64_t micro_batch, int threads);
+ActivationSizes activation_sizes(const ModelShape& shape, int64_t micro_batch, int threads,
+                                 const LoraSpec& lora = {});
 MemoryPlan plan_cpu_memory(const EngineOptions& options);
 
 class CpuEngine final : public TrainingEngine {
@@ -115,7 +116,19 @@ class CpuEngine final : public TrainingEngine {
     float* d_gate;          // [N, F]
     float* d_up;            // [N, F]
     float* attention;       // attention_scratch_floats
+    float* lora;            // [N, rank]: dy·B of one adapter
   };
+
+  // One LoRA adapter of one projection: its A and B, their gradients, and
+  // h = scale · (x·Aᵀ) [N, rank] saved for backward. Null a: not adapted.
+  struct LoraAdapter {
+    float *a = nullptr, *b = nullptr, *d_a = nullptr, *d_b = nullptr, *h = nullptr;
+    int64_t in = 0, out = 0;
+  };
+  // y += scale · (x·Aᵀ)·Bᵀ for the adapter of `target` in `layer`, if any.
+  void lora_forward(int64_t layer, ParamKind target, const float* x, float* y);
+  // dB += dyᵀ·h, dA += scale · (dy·B)ᵀ·x, dx += scale · (dy·B)·A.
+  void lora_backward(int64_t layer, ParamKind target, const float* dy, const float* x, float* dx);
 
   LayerWeights layer_view(float* base, bool gradients, int64_t layer) const;
   float* tensor_view(float* base, bool gradients, ParamKind kind, int64_t layer = -1) const;
@@ -133,6 +146,7 @@ class CpuEngine final : public TrainingEngine {
   // ZeRO-1: adam_m_ and adam_v_ cover gradient elements [shard_begin_, shard_end_).
   int64_t shard_begin_ = 0, shard_end_ = 0;
   std::vector<LayerActivations> layer_acts_;
+  std::vector<std::vector<LoraAdapter>> lora_;  // [layer][lora_target_slot]
   FinalActivations final_acts_{};
   BackwardScratch scratch_{};
   // grad_ready_from_[l]: first gradient element of layer l and everything after it.

@@ -24,6 +24,7 @@ struct EngineSizes {
   int64_t stats_per_layer = 0, stats_final = 0;              // fp32
   int64_t scratch_bf16 = 0, scratch_fp32 = 0, scratch_fp64 = 0;
   int64_t tokens = 0;
+  int64_t master = 0;  // fp32 master weights: all parameters, or the adapters under LoRA
 };
 
 EngineSizes engine_sizes(const ModelShape& s, const ParameterLayout& layout, int64_t batch) {
@@ -32,11 +33,16 @@ EngineSizes engine_sizes(const ModelShape& s, const ParameterLayout& layout, int
   EngineSizes z;
   z.params = layout.total_params();
   z.trainable = layout.trainable_params();
-  z.activations_per_layer = 4 * n * d + 2 * n * s.q_dim() + 2 * n * s.kv_dim() + probs + 3 * n * f;
+  z.master = layout.lora_spec().enabled() ? z.trainable : z.params;
+  const LoraSpec& lora = layout.lora_spec();
+  const int64_t lora_h = lora.enabled() ? n * lora.rank * static_cast<int64_t>(lora.targets.size()) : 0;
+  z.activations_per_layer =
+      4 * n * d + 2 * n * s.q_dim() + 2 * n * s.kv_dim() + probs + 3 * n * f + lora_h;
   z.activations_final = 2 * n * d + n * padded_leading_dimension(s.vocab);
   z.stats_per_layer = 2 * n;
   z.stats_final = 3 * n;
-  z.scratch_bf16 = 2 * n * d + 2 * n * s.q_dim() + 2 * n * s.kv_dim() + probs + 3 * n * f;
+  z.scratch_bf16 = 2 * n * d + 2 * n * s.q_dim() + 2 * n * s.kv_dim() + probs + 3 * n * f +
+                   (lora.enabled() ? n * lora.rank : 0);
   z.scratch_fp32 = rmsnorm_backward_scratch_floats(n, d) + 2;
   z.scratch_fp64 = sum_of_squares_scratch_doubles(std::max<int64_t>(z.trainable, 1)) + 1;
   z.tokens = 2 * n;
@@ -60,7 +66,7 @@ MemoryPlan plan_cuda_memory(const EngineOptions& options) {
   const ParameterLayout layout = make_layout(options);
   const EngineSizes z = engine_sizes(options.shape, layout, options.micro_batch);
   MemoryPlan plan;
-  plan.parameter_bytes = z.params * (2 + 4);  // bf16 copy + fp32 master
+  plan.parameter_bytes = z.params * 2 + z.master * 4;  // bf16 copy + fp32 master
   plan.gradient_bytes = z.trainable * 4;
   plan.optimizer_bytes = z.trainable * 8;
   plan.activation_bytes = (z.activations_per_layer * options.shape.n_layers + z.activations_final) * 2 +
@@ -97,7 +103,8 @@ CudaEngine::CudaEngine(const EngineOptions& options)
   const EngineSizes z = engine_sizes(shape_, layout_, micro_batch_);
   const int64_t n = micro_batch_ * shape_.seq_len;
   params_ = DeviceBuffer<bf16>(z.params);
-  master_ = DeviceBuffer<float>(z.params);
+  master_begin_ = z.params - z.master;
+  master_ = DeviceBuffer<float>(std::max<int64_t>(z.master, 1));
   grads_ = DeviceBuffer<float>(std::max<int64_t>(z.trainable, 1));
   adam_m_ = DeviceBuffer<float>(std::max<int64_t>(z.trainable, 1));
   adam_v_ = DeviceBuffer<float>(std::max<int64_t>(z.trainable, 1));
@@ -186,6 +193,46 @@ void CudaEngine::assign_views() {
   scratch_.sum_sq_partials =
       sd.take(sum_of_squares_scratch_doubles(std::max<int64_t>(layout_.trainable_params(), 1)));
   scratch_.sum_sq = sd.take(1);
+
+  const LoraSpec& spec = layout_.lora_spec();
+  lora_.assign(shape_.n_layers, std::vector<LoraAdapter>(kLoraTargetCount));
+  scratch_.lora = spec.enabled() ? sb.take(n * spec.rank) : nullptr;
+  for (const ParameterLayout::LoraAdapterTensors& t : layout_.lora_adapters()) {
+    LoraAdapter& adapter = lora_[t.layer][lora_target_slot(t.target)];
+    adapter = {params_.get() + t.a->offset, params_.get() + t.b->offset, act.take(n * spec.rank),
+               grads_.get() + t.a->grad_offset, grads_.get() + t.b->grad_offset, t.a->shape[1],
+               t.b->shape[0]};
+  }
+}
+
+// y += s · (x·Aᵀ)·Bᵀ with s = alpha / rank, h = x·Aᵀ kept for backward.
+void CudaEngine::lora_forward(int64_t layer, ParamKind target, const bf16* x, bf16* y) {
+  const LoraAdapter& ad = lora_[layer][lora_target_slot(target)];
+  if (ad.a == nullptr) return;
+  const int64_t n = micro_batch_ * shape_.seq_len, r = layout_.lora_spec().rank;
+  const float scale = static_cast<float>(layout_.lora_spec().scale());
+  gemm_.gemm(false, true, n, r, ad.in, 1.0f, x, ad.in, ad.a, ad.in, 0.0f, ad.h, r,
+             GemmOutput::kBf16, compute_stream_);
+  gemm_.gemm(false, true, n, ad.out, r, scale, ad.h, r, ad.b, r, 1.0f, y, ad.out,
+             GemmOutput::kBf16, compute_stream_);
+}
+
+// t = dy·B; dB += s·dyᵀ·h; dA += s·tᵀ·x; dx += s·t·A (gradients fp32, accumulated).
+void CudaEngine::lora_backward(int64_t layer, ParamKind target, const bf16* dy, const bf16* x,
+                               bf16* dx) {
+  const LoraAdapter& ad = lora_[layer][lora_target_slot(target)];
+  if (ad.a == nullptr) return;
+  const int64_t n = micro_batch_ * shape_.seq_len, r = layout_.lora_spec().rank;
+  const float scale = static_cast<float>(layout_.lora_spec().scale());
+  bf16* t = scratch_.lora;
+  gemm_.gemm(false, false, n, r, ad.out, 1.0f, dy, ad.out, ad.b, r, 0.0f, t, r, GemmOutput::kBf16,
+             compute_stream_);
+  gemm_.gemm(true, false, ad.out, r, n, scale, dy, ad.out, ad.h, r, 1.0f, ad.d_b, r,
+             GemmOutput::kFp32, compute_stream_);
+  gemm_.gemm(true, false, r, ad.in, n, scale, t, r, x, ad.in, 1.0f, ad.d_a, ad.in,
+             GemmOutput::kFp32, compute_stream_);
+  gemm_.gemm(false, false, n, ad.in, r, scale, t, r, ad.a, ad.in, 1.0f, dx, ad.in,
+             GemmOutput::kBf16, compute_stream_);
 }
 
 template <typename T>
@@ -223,14 +270,39 @@ void CudaEngine::init_parameters(uint64_t seed) {
 
 void CudaEngine::set_parameters(const float* host) {
   order_after_state_copy();
-  TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(master_.get(), host, master_.bytes(),
-                                        cudaMemcpyHostToDevice, compute_stream_));
-  copy_fp32_to_bf16(params_.get(), master_.get(), layout_.total_params(), compute_stream_);
+  // Under LoRA the frozen base has no fp32 copy on the device: it goes to
+  // bf16 through a bounded fp32 staging buffer, a chunk at a time.
+  if (master_begin_ > 0) {
+    const int64_t chunk = std::min<int64_t>(master_begin_, int64_t{16} << 20);
+    DeviceBuffer<float> staging(chunk);
+    for (int64_t done = 0; done < master_begin_; done += chunk) {
+      const int64_t count = std::min(chunk, master_begin_ - done);
+      TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(staging.get(), host + done, sizeof(float) * count,
+                                            cudaMemcpyHostToDevice, compute_stream_));
+      copy_fp32_to_bf16(params_.get() + done, staging.get(), count, compute_stream_);
+      // The staging buffer is reused by the next chunk.
+      TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(compute_stream_));
+    }
+  }
+  const int64_t masters = layout_.total_params() - master_begin_;
+  TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(master_.get(), host + master_begin_,
+                                        sizeof(float) * masters, cudaMemcpyHostToDevice,
+                                        compute_stream_));
+  copy_fp32_to_bf16(params_.get() + master_begin_, master_.get(), masters, compute_stream_);
   TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(compute_stream_));
 }
 
+// The base under LoRA comes back as its bf16 values.
 void CudaEngine::get_parameters(float* host) const {
-  TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(host, master_.get(), master_.bytes(),
+  if (master_begin_ > 0) {
+    std::vector<bf16> base(static_cast<size_t>(master_begin_));
+    TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(base.data(), params_.get(), sizeof(bf16) * master_begin_,
+                                          cudaMemcpyDeviceToHost, compute_stream_));
+    TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(compute_stream_));
+    for (int64_t i = 0; i < master_begin_; ++i) host[i] = __bfloat162float(base[i]);
+  }
+  TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(host + master_begin_, master_.get(),
+                                        sizeof(float) * (layout_.total_params() - master_begin_),
                                         cudaMemcpyDeviceToHost, compute_stream_));
   TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(compute_stream_));
 }
@@ -428,19 +500,26 @@ void CudaEngine::forward(const TokenBatch& batch) {
 
     rmsnorm_forward(a.attn_norm_out, a.attn_rstd, a.residual_in, w.attn_norm, n, d, eps, stream);
     matmul_forward(a.q, a.attn_norm_out, w.wq, n, d, s.q_dim());
+    lora_forward(l, ParamKind::kWq, a.attn_norm_out, a.q);
     matmul_forward(a.k, a.attn_norm_out, w.wk, n, d, s.kv_dim());
+    lora_forward(l, ParamKind::kWk, a.attn_norm_out, a.k);
     matmul_forward(a.v, a.attn_norm_out, w.wv, n, d, s.kv_dim());
+    lora_forward(l, ParamKind::kWv, a.attn_norm_out, a.v);
     rope_forward(a.q, micro_batch_, s.seq_len, s.n_heads, s.head_dim(), s.rope_theta, stream);
     rope_forward(a.k, micro_batch_, s.seq_len, s.n_kv_heads, s.head_dim(), s.rope_theta, stream);
     attention_forward(a);
     matmul_forward(a.residual_mid, a.attn_out, w.wo, n, s.q_dim(), d);
+    lora_forward(l, ParamKind::kWo, a.attn_out, a.residual_mid);
     add_inplace(a.residual_mid, a.residual_in, n * d, stream);
 
     rmsnorm_forward(a.mlp_norm_out, a.mlp_rstd, a.residual_mid, w.mlp_norm, n, d, eps, stream);
     matmul_forward(a.gate, a.mlp_norm_out, w.w_gate, n, d, f);
+    lora_forward(l, ParamKind::kWGate, a.mlp_norm_out, a.gate);
     matmul_forward(a.up, a.mlp_norm_out, w.w_up, n, d, f);
+    lora_forward(l, ParamKind::kWUp, a.mlp_norm_out, a.up);
     swiglu_forward(a.swiglu_out, a.gate, a.up, n * f, stream);
     matmul_forward(x_next, a.swiglu_out, w.w_down, n, f, d);
+    lora_forward(l, ParamKind::kWDown, a.swiglu_out, x_next);
     add_inplace(x_next, a.residual_mid, n * d, stream);
   }
   FinalActivations& fa = final_acts_;
@@ -514,19 +593,26 @@ void CudaEngine::backward(const TokenBatch& batch, float loss_scale,
     const LayerActivations& a = layer_acts_[l];
     // MLP block; d_residual holds dL/dx_next, also the direct gradient of x_mid.
     matmul_backward(g.d_swiglu, dw.w_down, g.d_residual, a.swiglu_out, w.w_down, n, f, d, false);
+    lora_backward(l, ParamKind::kWDown, g.d_residual, a.swiglu_out, g.d_swiglu);
     swiglu_backward(g.d_gate, g.d_up, g.d_swiglu, a.gate, a.up, n * f, stream);
     matmul_backward(g.d_norm_out, dw.w_gate, g.d_gate, a.mlp_norm_out, w.w_gate, n, d, f, false);
+    lora_backward(l, ParamKind::kWGate, g.d_gate, a.mlp_norm_out, g.d_norm_out);
     matmul_backward(g.d_norm_out, dw.w_up, g.d_up, a.mlp_norm_out, w.w_up, n, d, f, true);
+    lora_backward(l, ParamKind::kWUp, g.d_up, a.mlp_norm_out, g.d_norm_out);
     rmsnorm_backward(g.d_residual, dw.mlp_norm, g.d_norm_out, a.residual_mid, w.mlp_norm,
                      a.mlp_rstd, n, d, g.rmsnorm, stream);
     // Attention block; d_residual now holds dL/dx_mid.
     matmul_backward(g.d_attn_out, dw.wo, g.d_residual, a.attn_out, w.wo, n, s.q_dim(), d, false);
+    lora_backward(l, ParamKind::kWo, g.d_residual, a.attn_out, g.d_attn_out);
     attention_backward(a);
     rope_backward(g.d_q, micro_batch_, s.seq_len, s.n_heads, s.head_dim(), s.rope_theta, stream);
     rope_backward(g.d_k, micro_batch_, s.seq_len, s.n_kv_heads, s.head_dim(), s.rope_theta, stream);
     matmul_backward(g.d_norm_out, dw.wq, g.d_q, a.attn_norm_out, w.wq, n, d, s.q_dim(), false);
+    lora_backward(l, ParamKind::kWq, g.d_q, a.attn_norm_out, g.d_norm_out);
     matmul_backward(g.d_norm_out, dw.wk, g.d_k, a.attn_norm_out, w.wk, n, d, s.kv_dim(), true);
+    lora_backward(l, ParamKind::kWk, g.d_k, a.attn_norm_out, g.d_norm_out);
     matmul_backward(g.d_norm_out, dw.wv, g.d_v, a.attn_norm_out, w.wv, n, d, s.kv_dim(), true);
+    lora_backward(l, ParamKind::kWv, g.d_v, a.attn_norm_out, g.d_norm_out);
     rmsnorm_backward(g.d_residual, dw.attn_norm, g.d_norm_out, a.residual_in, w.attn_norm,
                      a.attn_rstd, n, d, g.rmsnorm, stream);
     if (on_gradients_ready) on_gradients_ready(grad_ready_from_layer_[l]);
@@ -556,7 +642,8 @@ float CudaEngine::optimizer_step(const AdamWSettings& settings, int64_t step) {
     if (!t.trainable) continue;
     // Decay on matrices only, as CpuEngine and the libtorch reference.
     adam.weight_decay = t.is_matrix() ? static_cast<float>(settings.weight_decay) : 0.0f;
-    adamw_update(master_.get() + t.offset, params_.get() + t.offset, grads_.get() + t.grad_offset,
+    adamw_update(master_.get() + master_offset(t.offset), params_.get() + t.offset,
+                 grads_.get() + t.grad_offset,
                  adam_m_.get() + t.grad_offset, adam_v_.get() + t.grad_offset, t.numel, adam,
                  scratch_.grad_scale, stream);
   }
@@ -569,13 +656,33 @@ float CudaEngine::optimizer_step(const AdamWSettings& settings, int64_t step) {
 
 std::vector<StateTensor> CudaEngine::state_tensors() const {
   const int64_t params = layout_.total_params(), trainable = layout_.trainable_params();
-  return {{"master_fp32", params * static_cast<int64_t>(sizeof(float))},
-          {"params_bf16", params * static_cast<int64_t>(sizeof(bf16))},
-          {"adam_m", trainable * static_cast<int64_t>(sizeof(float))},
-          {"adam_v", trainable * static_cast<int64_t>(sizeof(float))}};
+  const int64_t f32 = sizeof(float), b16 = sizeof(bf16);
+  if (layout_.lora_spec().enabled()) {
+    // The adapters are the last block of the parameters (ParameterLayout).
+    std::vector<StateTensor> tensors;
+    if (options_.lora_state_includes_base) tensors.push_back({"base_bf16", master_begin_ * b16});
+    tensors.push_back({"lora_fp32", (params - master_begin_) * f32});
+    tensors.push_back({"lora_bf16", (params - master_begin_) * b16});
+    tensors.push_back({"adam_m", trainable * f32});
+    tensors.push_back({"adam_v", trainable * f32});
+    return tensors;
+  }
+  return {{"master_fp32", params * f32},
+          {"params_bf16", params * b16},
+          {"adam_m", trainable * f32},
+          {"adam_v", trainable * f32}};
 }
 
 std::vector<void*> CudaEngine::state_buffers() const {
+  if (layout_.lora_spec().enabled()) {
+    std::vector<void*> buffers;
+    if (options_.lora_state_includes_base) buffers.push_back(params_.get());
+    buffers.push_back(master_.get());
+    buffers.push_back(params_.get() + master_begin_);
+    buffers.push_back(adam_m_.get());
+    buffers.push_back(adam_v_.get());
+    return buffers;
+  }
   return {master_.get(), params_.get(), adam_m_.get(), adam_v_.get()};
 }
 

@@ -57,7 +57,9 @@ class CudaEngine final : public TrainingEngine {
   void* allocate_host(size_t bytes) override;
   void release_host(void* memory) override;
 
-  // "master_fp32", "params_bf16", "adam_m", "adam_v". The copy runs on its
+  // "master_fp32", "params_bf16", "adam_m", "adam_v" (under LoRA:
+  // "base_bf16" when asked for, "lora_fp32", "lora_bf16", "adam_m",
+  // "adam_v"). The copy runs on its
   // own stream after the compute work issued so far; the next optimizer step
   // (and set_parameters, init_parameters, restore_state) orders the compute
   // stream after it on the device, so forward and backward overlap it.
@@ -113,7 +115,21 @@ class CudaEngine final : public TrainingEngine {
     double* sum_sq;    // [1]
     float* grad_scale; // [1]
     float* grad_norm;  // [1]
+    bf16* lora;        // [N, rank]: dy·B of one adapter
   };
+
+  // One LoRA adapter (kernels/cpu's twin): bf16 A and B, fp32 gradients, and
+  // h = x·Aᵀ [N, rank] (unscaled; alpha/rank goes into the GEMMs) for backward.
+  struct LoraAdapter {
+    bf16 *a = nullptr, *b = nullptr, *h = nullptr;
+    float *d_a = nullptr, *d_b = nullptr;
+    int64_t in = 0, out = 0;
+  };
+  void lora_forward(int64_t layer, ParamKind target, const bf16* x, bf16* y);
+  void lora_backward(int64_t layer, ParamKind target, const bf16* dy, const bf16* x, bf16* dx);
+  // The fp32 master copy exists for trainable parameters only under LoRA (the
+  // frozen base lives in bf16 alone): master element of parameter offset o.
+  int64_t master_offset(int64_t parameter_offset) const { return parameter_offset - master_begin_; }
 
   template <typename T>
   T* param_view(T* base, ParamKind kind, int64_t layer = -1) const;
@@ -188,6 +204,8 @@ class CudaEngine final : public TrainingEngine {
   PinnedBuffer<float> grad_norm_host_;
 
   std::vector<LayerActivations> layer_acts_;
+  std::vector<std::vector<LoraAdapter>> lora_;  // [layer][lora_target_slot]
+  int64_t master_begin_ = 0;  // LoRA: layout().base_params(); else 0
   FinalActivations final_acts_{};
   Scratch scratch_{};
   std::vector<int64_t> grad_ready_from_layer_;

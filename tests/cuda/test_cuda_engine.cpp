@@ -35,6 +35,7 @@
 #include <cmath>      // std::sqrt, std::fabs, std::isfinite
 #include <cstdint>    // int32_t, int64_t
 #include <cstring>    // std::memcmp
+#include <iterator>   // std::begin, std::end
 #include <memory>     // std::unique_ptr
 #include <new>        // std::bad_alloc from PinnedState
 #include <random>     // std::mt19937 and distributions
@@ -42,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include <cuda_bf16.h>     // bf16-representable weights for the LoRA test
 #include <cuda_runtime.h>  // a second stream reading the device gradients
 
 #include "kernels/device_info.h"  // query_gpus: skip without a GPU
@@ -219,6 +221,57 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaEngineVsCpu,
                          [](const ::testing::TestParamInfo<ShapeCase>& info) {
                            return std::string(info.param.name);
                          });
+
+// ---- LoRA ----
+
+// LoRA on every projection of the grouped-query shape: the CUDA adapters'
+// gradients against the CPU's, then ten AdamW steps after which the bf16 base
+// on the GPU is bit-identical and the adapters follow the CPU's. The weights
+// start bf16-representable (the GPU keeps the frozen base in bf16 only) and B
+// non-zero (B = 0 would leave A's gradient zero and the adapters unchecked).
+TEST_F(CudaEngineTest, LoraAdaptersMatchTheCpuEngineAndTheBaseStaysFrozen) {
+  EngineOptions options = gqa_options("cuda");
+  options.lora = LoraSpec{4, 8.0, {std::begin(kLoraTargetKinds), std::end(kLoraTargetKinds)}};
+  std::unique_ptr<TrainingEngine> cuda = make_engine(options);
+  std::unique_ptr<TrainingEngine> cpu = make_engine(on_device(options, "cpu"));
+  ASSERT_EQ(cuda->layout().trainable_params(), cpu->layout().trainable_params());
+  ASSERT_LT(cuda->memory_plan().parameter_bytes, 3 * cuda->layout().total_params())
+      << "the frozen base must have no fp32 copy on the GPU";
+  cpu->init_parameters(5);
+  std::vector<float> weights = parameters_of(*cpu);
+  std::mt19937 rng(8);
+  std::normal_distribution<float> b_values(0.0f, 0.05f);
+  for (const ParamTensor& t : cpu->layout().tensors())
+    for (int64_t i = t.offset; i < t.offset + t.numel; ++i) {
+      if (t.kind == ParamKind::kLoraB) weights[i] = b_values(rng);
+      weights[i] = __bfloat162float(__float2bfloat16(weights[i]));
+    }
+  cuda->set_parameters(weights.data());
+  cpu->set_parameters(weights.data());
+  ASSERT_EQ(parameters_of(*cuda), weights) << "bf16-representable weights round-trip exactly";
+
+  const Tokens t = random_tokens(options, 17);
+  const float cuda_loss = forward_backward(*cuda, t.batch(options));
+  const float cpu_loss = forward_backward(*cpu, t.batch(options));
+  EXPECT_LE(std::fabs(static_cast<double>(cuda_loss) - cpu_loss) / cpu_loss, kLoss);
+  expect_gradients_close(*cuda, *cpu, kGradient);
+
+  AdamWSettings adamw;
+  adamw.lr = 1e-3;
+  for (int step = 1; step <= 10; ++step) {
+    if (step > 1) {
+      forward_backward(*cuda, t.batch(options));
+      forward_backward(*cpu, t.batch(options));
+    }
+    ASSERT_TRUE(std::isfinite(cuda->optimizer_step(adamw, step))) << "step " << step;
+    cpu->optimizer_step(adamw, step);
+  }
+  const std::vector<float> trained = parameters_of(*cuda);
+  const int64_t base = cuda->layout().base_params();
+  EXPECT_EQ(std::memcmp(trained.data(), weights.data(), sizeof(float) * base), 0)
+      << "the frozen base changed on the GPU";
+  expect_parameters_close(*cuda, *cpu, kParameters);
+}
 
 // ---- training ----
 

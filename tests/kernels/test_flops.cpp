@@ -46,5 +46,24 @@ TEST(Flops, FrozenWeightsSkipTheirWeightGradientGemm) {
   EXPECT_DOUBLE_EQ(full.gemm_forward, frozen.gemm_forward);
 }
 
+TEST(Flops, LoraCountsTheAdaptersAndNoWeightGradientOfTheBase) {
+  // The hand-count shape above with LoRA rank 8 on q and v.
+  const ModelShape s{.vocab = 1000, .d_model = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+                     .ffn_hidden = 128, .seq_len = 32};
+  const ParameterLayout layout(s, LoraSpec{8, 16.0, {ParamKind::kWq, ParamKind::kWv}});
+  const double base_forward = 2 * (2.0 * 36864) + 2.0 * 1000 * 64;
+  // Per layer: q's A 8·64 and B 64·8, v's A 8·64 and B 32·8.
+  const double adapter_elements = 2 * (8 * 64 + 64 * 8 + 8 * 64 + 32 * 8);
+  const FlopsPerToken flops = model_flops_per_token(s, layout);
+  EXPECT_DOUBLE_EQ(flops.gemm_forward, base_forward + 2 * adapter_elements);
+  // Backward: input gradients through every projection (frozen or not);
+  // weight gradients of the adapters only.
+  EXPECT_DOUBLE_EQ(flops.gemm_backward, base_forward + 4 * adapter_elements);
+  EXPECT_DOUBLE_EQ(flops.attention_backward, 2 * flops.attention_forward);
+  // Cheaper than full fine-tuning by about the base's weight-gradient GEMMs.
+  const FlopsPerToken full = model_flops_per_token(s, ParameterLayout(s));
+  EXPECT_DOUBLE_EQ(full.total() - flops.total(), base_forward - 6 * adapter_elements);
+}
+
 }  // namespace
 }  // namespace trainbench

@@ -61,6 +61,59 @@ TEST(ParameterLayout, FrozenTensorsLoseTheirGradientSlot) {
   }
 }
 
+TEST(ParameterLayout, LoraAddsAdaptersAfterTheFrozenBaseInLayerOrder) {
+  const ModelShape s{.vocab = 100, .d_model = 32, .n_layers = 3, .n_heads = 4, .n_kv_heads = 2,
+                     .ffn_hidden = 48, .seq_len = 8};
+  const ParameterLayout full(s);
+  const ParameterLayout layout(s, LoraSpec{4, 8.0, {ParamKind::kWk, ParamKind::kWDown}});
+  // The base keeps its offsets (same weights from the same seed) and is frozen.
+  EXPECT_EQ(layout.base_params(), full.total_params());
+  for (const ParamTensor& t : full.tensors()) {
+    const ParamTensor& same = t.layer >= 0 ? layout.get(t.kind, t.layer) : layout.get(t.kind);
+    EXPECT_EQ(same.offset, t.offset) << t.name;
+    EXPECT_FALSE(same.trainable) << t.name;
+  }
+  // Adapters: k [16 ← 32] and down [32 ← 48] per layer, A [4, in] then B [out, 4].
+  const int64_t per_layer = 4 * 32 + 16 * 4 + 4 * 48 + 32 * 4;
+  EXPECT_EQ(layout.trainable_params(), 3 * per_layer);
+  EXPECT_EQ(layout.total_params(), full.total_params() + 3 * per_layer);
+  int64_t next_offset = layout.base_params(), next_grad = 0;
+  for (int64_t l = 0; l < 3; ++l)
+    for (ParamKind target : {ParamKind::kWk, ParamKind::kWDown}) {
+      const ParameterLayout::LoraPair pair = layout.lora(target, l);
+      ASSERT_NE(pair.a, nullptr);
+      ASSERT_NE(pair.b, nullptr);
+      const ParamTensor& base = layout.get(target, l);
+      EXPECT_EQ(pair.a->shape, (std::vector<int64_t>{4, base.shape[1]}));
+      EXPECT_EQ(pair.b->shape, (std::vector<int64_t>{base.shape[0], 4}));
+      EXPECT_EQ(pair.a->name, base.name + ".lora_A");
+      for (const ParamTensor* t : {pair.a, pair.b}) {
+        EXPECT_EQ(t->offset, next_offset) << t->name;   // one contiguous block
+        EXPECT_EQ(t->grad_offset, next_grad) << t->name;  // layer 0 first
+        EXPECT_TRUE(t->trainable);
+        next_offset += t->numel;
+        next_grad += t->numel;
+      }
+      EXPECT_EQ(layout.lora(ParamKind::kWq, l).a, nullptr);
+    }
+  // Backward's readiness: nothing above the layers trains; layer l's
+  // gradients are final once layer l is done.
+  const GradientReadiness r = gradient_readiness(layout, 3);
+  EXPECT_EQ(r.after_head, layout.trainable_params());
+  for (int64_t l = 0; l < 3; ++l) EXPECT_EQ(r.after_layer[l], l * per_layer) << l;
+}
+
+TEST(ParameterLayout, LoraTargetNamesRoundTrip) {
+  for (ParamKind kind : kLoraTargetKinds) {
+    ParamKind parsed;
+    ASSERT_TRUE(parse_lora_target(lora_target_name(kind), &parsed));
+    EXPECT_EQ(parsed, kind);
+  }
+  ParamKind unused;
+  EXPECT_FALSE(parse_lora_target("wq", &unused));
+  EXPECT_EQ(lora_target_slot(ParamKind::kLmHead), -1);
+}
+
 }  // namespace
 }  // namespace trainbench
 

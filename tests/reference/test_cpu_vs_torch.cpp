@@ -2,7 +2,9 @@
 // every parameter's gradient after one forward + backward, three AdamW steps
 // against torch::optim::AdamW (with and without clipping), gradient
 // accumulation over micro-batches, and the gradients-ready contract of
-// backward. fp32 on both sides, relative error <= 1e-4 per tensor.
+// backward; the same with LoRA adapters (PEFT's formulation in libtorch),
+// whose frozen base must come out of training bit-identical. fp32 on both
+// sides, relative error <= 1e-4 per tensor.
 #include <algorithm>  // std::equal, std::all_of
 #include <cmath>      // std::abs
 #include <cstdint>    // int64_t, int32_t
@@ -35,6 +37,7 @@ struct ModelCase {
   int64_t micro_batch;
   AdamWSettings adamw;
   bool clipping_expected;  // grad_clip is below the gradient norm on every step
+  LoraSpec lora = {};      // rank > 0: LoRA adapters trained, the base frozen
 };
 
 // gtest prints a failing parameter with this instead of its bytes.
@@ -81,6 +84,15 @@ std::vector<ModelCase> model_cases() {
       // changes the update well past the tolerance.
       {"grouped_query_seq37", make_shape(128, 64, 2, 4, 2, 160, 37, 500000.0, 1e-5), 2,
        make_adamw(1e-2, 1e-5, 0.1, 0.05), true},
+      // LoRA on q, k, v, o (MLPerf's Llama-2-70B default), grouped-query:
+      // gradients for the adapters only, input gradients through the frozen base.
+      {"lora_qkvo", make_shape(97, 48, 2, 6, 2, 96, 16, 10000.0, 1e-5), 2,
+       make_adamw(1e-2, 1e-8, 0.1, 0.0), false,
+       LoraSpec{4, 8.0, {ParamKind::kWq, ParamKind::kWk, ParamKind::kWv, ParamKind::kWo}}},
+      // LoRA on every projection, rank 3, alpha/rank not a power of two.
+      {"lora_all_targets", make_shape(64, 32, 2, 4, 4, 80, 12, 10000.0, 1e-5), 2,
+       make_adamw(1e-2, 1e-8, 0.1, 1e3), false,
+       LoraSpec{3, 5.0, {std::begin(kLoraTargetKinds), std::end(kLoraTargetKinds)}}},
   };
 }
 
@@ -197,6 +209,7 @@ class CpuEngineVsTorch : public ::testing::TestWithParam<ModelCase> {
     options.shape = c.shape;
     options.micro_batch = c.micro_batch;
     options.device = "cpu";
+    options.lora = c.lora;
     engine_ = std::make_unique<cpu::CpuEngine>(options);
 
     engine_->init_parameters(kParameterSeed);
@@ -208,7 +221,11 @@ class CpuEngineVsTorch : public ::testing::TestWithParam<ModelCase> {
       const bool all_zero = std::all_of(parameters.begin() + t.offset,
                                         parameters.begin() + t.offset + t.numel,
                                         [](float x) { return x == 0.0f; });
-      ASSERT_FALSE(all_zero) << "init_parameters left " << t.name << " all zero";
+      // LoRA's B starts at zero (the adapted model starts as the base model).
+      if (t.kind == ParamKind::kLoraB)
+        ASSERT_TRUE(all_zero) << "init_parameters must leave " << t.name << " zero";
+      else
+        ASSERT_FALSE(all_zero) << "init_parameters left " << t.name << " all zero";
     }
     spread_parameters(parameters);
     engine_->set_parameters(parameters.data());
@@ -217,19 +234,24 @@ class CpuEngineVsTorch : public ::testing::TestWithParam<ModelCase> {
     engine_->get_parameters(round_trip.data());
     ASSERT_TRUE(round_trip == parameters) << "set_parameters / get_parameters must round-trip";
 
-    model_ = std::make_unique<TorchLlama>(c.shape, parameters);
+    model_ = std::make_unique<TorchLlama>(c.shape, engine_->layout(), parameters);
   }
 
   // The documented init (std 0.02, norm weights 1) leaves attention nearly
   // uniform and every norm weight at 1, which would hide a wrong score scale,
   // rotation or mask, or a norm weight applied nowhere. Widen the matrices and
   // give the norm weights a spread, deterministically.
+  // LoRA's B, zero at init, gets values too: with B = 0 the gradient of A is
+  // zero and the adapters' forward contributes nothing to check.
   void spread_parameters(std::vector<float>& parameters) const {
     std::mt19937_64 rng(kParameterSeed);
     std::normal_distribution<float> norm_weight(1.0f, 0.2f);
+    std::normal_distribution<float> lora_b(0.0f, 0.1f);
     for (const ParamTensor& t : engine_->layout().tensors())
       for (int64_t i = t.offset; i < t.offset + t.numel; ++i)
-        parameters[i] = t.is_matrix() ? parameters[i] * 5.0f : norm_weight(rng);
+        parameters[i] = t.kind == ParamKind::kLoraB ? lora_b(rng)
+                        : t.is_matrix()             ? parameters[i] * 5.0f
+                                                    : norm_weight(rng);
   }
 
   SampledBatch next_batch() {
@@ -284,6 +306,7 @@ TEST_P(CpuEngineVsTorch, ForwardAndBackwardMatchTorch) {
 TEST_P(CpuEngineVsTorch, ThreeAdamWStepsMatchTorchAdamW) {
   const AdamWSettings& settings = GetParam().adamw;
   const std::unique_ptr<torch::optim::AdamW> optimizer = model_->make_optimizer(settings);
+  const std::vector<float> initial = engine_parameters();
 
   for (int64_t step = 1; step <= 3; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
@@ -311,6 +334,17 @@ TEST_P(CpuEngineVsTorch, ThreeAdamWStepsMatchTorchAdamW) {
     }
     expect_every_tensor_close(engine_->layout(), engine_parameters(), model_->flat_parameters(),
                               /*gradients=*/false, "parameter after AdamW");
+  }
+  // Frozen tensors (the whole base model under LoRA) are bit-identical after
+  // training; every trainable one moved.
+  const std::vector<float> trained = engine_parameters();
+  for (const ParamTensor& t : engine_->layout().tensors()) {
+    const bool same = std::equal(trained.begin() + t.offset, trained.begin() + t.offset + t.numel,
+                                 initial.begin() + t.offset);
+    if (t.trainable)
+      EXPECT_FALSE(same) << t.name << " is trainable but did not change";
+    else
+      EXPECT_TRUE(same) << t.name << " is frozen but changed";
   }
 }
 

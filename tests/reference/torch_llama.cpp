@@ -105,8 +105,11 @@ TorchLlama::TorchLlama(const ModelShape& shape, const ParameterLayout& layout,
 }
 
 const torch::Tensor& TorchLlama::tensor(ParamKind kind, int64_t layer) const {
-  const ParamTensor& entry = layout_.get(kind, layer);
-  return tensors_[static_cast<size_t>(&entry - layout_.tensors().data())];
+  return tensor_at(&layout_.get(kind, layer));
+}
+
+const torch::Tensor& TorchLlama::tensor_at(const ParamTensor* entry) const {
+  return tensors_[static_cast<size_t>(entry - layout_.tensors().data())];
 }
 
 TorchLlama::ForwardResult TorchLlama::forward(const torch::Tensor& inputs,
@@ -125,24 +128,31 @@ TorchLlama::ForwardResult TorchLlama::forward(const torch::Tensor& inputs,
   torch::Tensor x = F::embedding(inputs, tensor(ParamKind::kTokenEmbedding));  // [B, T, D]
   for (int64_t layer = 0; layer < shape_.n_layers; ++layer) {
     auto weight = [&](ParamKind kind) -> const torch::Tensor& { return tensor(kind, layer); };
+    // W·x, plus scale · B·(A·x) where the layout adapts this projection (LoRA).
+    auto project = [&](const torch::Tensor& in, ParamKind kind) {
+      torch::Tensor y = F::linear(in, weight(kind));
+      const ParameterLayout::LoraPair pair = layout_.lora(kind, layer);
+      if (pair.a != nullptr)
+        y = y + layout_.lora_spec().scale() *
+                    F::linear(F::linear(in, tensor_at(pair.a)), tensor_at(pair.b));
+      return y;
+    };
 
     const torch::Tensor attn_in = rms_norm(x, weight(ParamKind::kAttnNorm), eps);
     const torch::Tensor q = apply_rope(
-        F::linear(attn_in, weight(ParamKind::kWq)).view({batch, seq_len, n_heads, head_dim}),
-        rope);
+        project(attn_in, ParamKind::kWq).view({batch, seq_len, n_heads, head_dim}), rope);
     const torch::Tensor k = apply_rope(
-        F::linear(attn_in, weight(ParamKind::kWk)).view({batch, seq_len, n_kv_heads, head_dim}),
-        rope);
+        project(attn_in, ParamKind::kWk).view({batch, seq_len, n_kv_heads, head_dim}), rope);
     const torch::Tensor v =
-        F::linear(attn_in, weight(ParamKind::kWv)).view({batch, seq_len, n_kv_heads, head_dim});
+        project(attn_in, ParamKind::kWv).view({batch, seq_len, n_kv_heads, head_dim});
     const torch::Tensor attn =
         causal_attention(q, k, v, mask).out.reshape({batch, seq_len, shape_.q_dim()});
-    x = x + F::linear(attn, weight(ParamKind::kWo));
+    x = x + project(attn, ParamKind::kWo);
 
     const torch::Tensor mlp_in = rms_norm(x, weight(ParamKind::kMlpNorm), eps);
-    const torch::Tensor hidden = swiglu(F::linear(mlp_in, weight(ParamKind::kWGate)),
-                                        F::linear(mlp_in, weight(ParamKind::kWUp)));
-    x = x + F::linear(hidden, weight(ParamKind::kWDown));
+    const torch::Tensor hidden = swiglu(project(mlp_in, ParamKind::kWGate),
+                                        project(mlp_in, ParamKind::kWUp));
+    x = x + project(hidden, ParamKind::kWDown);
   }
   x = rms_norm(x, tensor(ParamKind::kFinalNorm), eps);
   torch::Tensor logits =

@@ -7,7 +7,9 @@
 // Semantics (the contract the engines implement): token embedding; per layer
 //   h  = x + Wo·attn(rope(Wq·rmsnorm(x)), rope(Wk·rmsnorm(x)), Wv·rmsnorm(x))
 //   x' = h + Wdown·(silu(Wgate·rmsnorm2(h)) * Wup·rmsnorm2(h));
-// final rmsnorm; untied LM head; mean cross-entropy over all tokens.
+// final rmsnorm; untied LM head; mean cross-entropy over all tokens. With a
+// LoRA layout every adapted projection W·x becomes W·x + (alpha/rank)·B·(A·x),
+// as PEFT's LoraLayer computes it (dropout 0).
 #pragma once
 
 #include <cstdint>  // int64_t, int32_t token ids
@@ -80,6 +82,8 @@ class TorchLlama : public torch::nn::Module {
   // The tensor of one layout entry (index into layout().tensors()).
   const torch::Tensor& tensor(size_t layout_index) const { return tensors_[layout_index]; }
   const torch::Tensor& tensor(ParamKind kind, int64_t layer = -1) const;
+  // The tensor of a layout entry given by address (e.g. from layout().lora()).
+  const torch::Tensor& tensor_at(const ParamTensor* entry) const;
 
   // Parameters in layout order (total_params floats).
   std::vector<float> flat_parameters() const;

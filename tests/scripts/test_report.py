@@ -30,6 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SCALE = REPO / "scripts" / "scale.sh"
+COMPARE = REPO / "scripts" / "compare_finetune.sh"
 REPORT = REPO / "scripts" / "report.py"
 BINARY = Path(os.environ.get("TRAINBENCH_BINARY") or REPO / "build" / "trainbench")
 MPIRUN = os.environ.get("MPIRUN") or "mpirun"
@@ -44,6 +45,14 @@ def run(*args: str | Path, env: dict[str, str] | None = None, timeout: float = 1
 
 def report(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return run(sys.executable, REPORT, *args)
+
+
+def require_binary_and_mpirun(what: str) -> None:
+    """Skips the class (reason printed) where the binary or mpirun is missing."""
+    if not os.access(BINARY, os.X_OK):
+        raise unittest.SkipTest(f"{BINARY} is not built")
+    if not shutil.which(MPIRUN):
+        raise unittest.SkipTest(f"{MPIRUN} not found: {what} needs an MPI launcher")
 
 
 def markdown_table(text: str, heading: str) -> list[dict[str, str]]:
@@ -212,6 +221,112 @@ class ScaleArgumentTests(unittest.TestCase):
         self.assertIn("sbatch not found", result.stderr)
 
 
+class CompareArgumentTests(unittest.TestCase):
+    """report.py --compare and compare_finetune.sh refuse what they cannot use."""
+
+    def setUp(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="test_compare_args_"))
+        lora, full = fake_result(1, 1000.0), fake_result(2, 1500.0)
+        lora["config"]["train"]["mode"] = "lora"
+        full["config"]["train"]["mode"] = "full"
+        (self.dir / "lora.json").write_text(json.dumps(lora))
+        (self.dir / "full.json").write_text(json.dumps(full))
+
+    def tearDown(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_runs_in_the_wrong_order_or_number(self) -> None:
+        for args, words in ((["full.json", "lora.json"], "train.mode is not lora"),
+                            (["lora.json"], "two results"),
+                            (["lora.json", "full.json", "--target-tokens", "0"], "--target-tokens"),
+                            (["lora.json", "full.json", "--plan", "nope.json"], "--plan nope.json")):
+            with self.subTest(args=args):
+                result = report("--compare", *[a if not a.endswith(".json") or a == "nope.json" else self.dir / a
+                                               for a in args])
+                self.assertEqual(result.returncode, 2, result.stderr)
+                self.assertIn(words, result.stderr)
+                self.assertEqual(result.stderr.count("\n"), 1, result.stderr)
+
+    def test_the_verdict_follows_the_figures(self) -> None:
+        # Full fine-tuning on 2 GPUs at 1.5x the tokens/s: sooner, but 1.33x the GPU-hours.
+        result = report("--compare", self.dir / "lora.json", self.dir / "full.json", "--gpus-per-node", "1",
+                        "--target-tokens", "3.6e6", "--out", self.dir)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        text = (self.dir / "compare.md").read_text()
+        self.assertIn("Full fine-tuning on 2 node(s) finishes", text)
+        self.assertIn("1.3x fewer GPU-hours", text)
+        rows = markdown_table(text, "**Verdict:** " + text.split("**Verdict:** ")[1].splitlines()[0])
+        self.assertEqual([r["mode"] for r in rows], ["LoRA", "full fine-tuning"])
+        self.assertEqual(rows[0]["time for 3.60 M tokens"], "1.0 h")  # 3.6e6 / 1000 tokens/s
+        self.assertEqual(rows[1]["GPU-hours"], "1.33")                    # 2400 s × 2 GPUs
+
+    def test_compare_script_checks_its_arguments_first(self) -> None:
+        for args, words in ((["--nodes", "0"], "--nodes"), (["--gpus-per-node", "x"], "--gpus-per-node"),
+                            (["--target-tokens", "-5"], "--target-tokens"), (["--launcher", "ssh"], "--launcher")):
+            with self.subTest(args=args):
+                result = run("bash", COMPARE, *args, "--out", self.dir / "never")
+                self.assertEqual(result.returncode, 2, result.stderr)
+                self.assertIn(words, result.stderr)
+                self.assertFalse((self.dir / "never").exists())
+
+
+class CompareTests(unittest.TestCase):
+    """compare_finetune.sh end to end: LoRA on one 'node' of one rank against
+    full fine-tuning on two, real CPU runs of `tiny` under mpirun."""
+
+    out: Path
+    done: subprocess.CompletedProcess[str]
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        require_binary_and_mpirun("the comparison")
+        cls.out = Path(tempfile.mkdtemp(prefix="test_compare_"))
+        cls.done = run("bash", COMPARE, "--binary", BINARY, "--config", "tiny", "--gpus-per-node", "1",
+                       "--nodes", "2", "--steps", "12", "--set", "train.threads=1",
+                       "--set", "report.progress_every=0", "--lora-set", "lora.rank=8",
+                       "--mpirun-args", "--oversubscribe", "--out", cls.out,
+                       env={**os.environ, "MPIRUN": MPIRUN}, timeout=400)
+        print(cls.done.stdout, file=sys.stderr)
+        if cls.done.returncode != 0:
+            print(cls.done.stderr, file=sys.stderr)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        shutil.rmtree(cls.out, ignore_errors=True)
+
+    def setUp(self) -> None:
+        self.assertEqual(self.done.returncode, 0, self.done.stderr)
+
+    def test_both_runs_are_real_and_of_their_mode(self) -> None:
+        lora = json.loads((self.out / "lora.json").read_text())
+        full = json.loads((self.out / "full.json").read_text())
+        self.assertEqual(lora["config"]["train"]["mode"], "lora")
+        self.assertEqual(lora["config"]["lora"]["rank"], 8)
+        self.assertEqual(full["config"]["train"]["mode"], "full")
+        self.assertEqual(lora["environment"]["ranks"], 1)
+        self.assertEqual(full["environment"]["ranks"], 2)
+        self.assertEqual(lora["config"]["model"], full["config"]["model"])
+        # LoRA trains and checkpoints far fewer bytes.
+        self.assertLess(lora["summary"]["memory_per_rank"]["optimizer_bytes"] * 10,
+                        full["summary"]["memory_per_rank"]["optimizer_bytes"])
+
+    def test_the_report_has_both_rows_the_plan_and_a_verdict(self) -> None:
+        text = (self.out / "compare.md").read_text()
+        verdict = text.split("**Verdict:** ")[1].splitlines()[0]
+        self.assertRegex(verdict, r"LoRA|Full fine-tuning")
+        self.assertIn(verdict, self.done.stdout)
+        rows = markdown_table(text, "**Verdict:** " + verdict)
+        self.assertEqual([r["mode"] for r in rows], ["LoRA", "full fine-tuning"])
+        self.assertEqual([r["nodes"] for r in rows], ["1", "2"])
+        for r in rows:
+            self.assertNotEqual(r["memory/GPU (plan)"], "—")
+            self.assertEqual(r["fits"], "yes")
+            self.assertNotEqual(r["checkpoint"], "—")
+            self.assertGreater(float(r["GPU-hours"]), 0)
+        plan = json.loads((self.out / "plan.json").read_text())
+        self.assertEqual([r["mode"] for r in plan["rows"]], ["full (DDP)", "full (ZeRO-1)", "lora"])
+
+
 class SweepTests(unittest.TestCase):
     """A real 1/2/4-rank sweep of `tiny`, made once for the class."""
 
@@ -220,10 +335,7 @@ class SweepTests(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls) -> None:
-        if not os.access(BINARY, os.X_OK):
-            raise unittest.SkipTest(f"{BINARY} is not built")
-        if not shutil.which(MPIRUN):
-            raise unittest.SkipTest(f"{MPIRUN} not found: the sweep needs an MPI launcher")
+        require_binary_and_mpirun("the sweep")
         cls.out = Path(tempfile.mkdtemp(prefix="test_report_sweep_"))
         # One thread per rank: four ranks share two cores in CI.
         cls.sweep = run("bash", SCALE, "--binary", BINARY, "--config", "tiny", "--ranks", "1,2,4", "--steps", "8",

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -79,19 +80,19 @@ TEST(CheckpointCli, KilledAtEveryPhaseResumesFromTheNewestCommittedCheckpoint) {
   }
 }
 
-TEST(CheckpointCli, ResumedRunEqualsTheUninterruptedOneBitForBit) {
+// A 20-step run against the same run killed (SIGKILL) once its step-10
+// checkpoint is committed and resumed: the same losses and checkpoint bytes.
+void expect_resume_equals_uninterrupted(const std::string& settings) {
   testing::TempDir dir("test_ckpt_cli");
-  // One rank here; the 2-rank version runs under mpirun (test_checkpoint_mpi).
-  const CommandResult straight =
-      run_command(tiny_run(dir.file("a"), 20, 10, dir.file("a.json"), "--set checkpoint.keep=0"));
+  const std::string extra = "--set checkpoint.keep=0 " + settings;
+  const CommandResult straight = run_command(tiny_run(dir.file("a"), 20, 10, dir.file("a.json"), extra));
   ASSERT_EQ(straight.exit_code, 0) << straight.err;
-  // The same run, killed (SIGKILL) once its step-10 checkpoint is committed.
   const CommandResult killed = run_command("TRAINBENCH_TEST_CRASH_AT=committed@10 " +
-                                           tiny_run(dir.file("b"), 20, 10, dir.file("b1.json"), "--set checkpoint.keep=0"));
+                                           tiny_run(dir.file("b"), 20, 10, dir.file("b1.json"), extra));
   ASSERT_NE(killed.exit_code, 0) << killed.out << killed.err;
   ASSERT_EQ(latest_of(dir.file("b")), "step_10");
-  const CommandResult rest = run_command(
-      tiny_run(dir.file("b"), 20, 10, dir.file("b2.json"), "--set checkpoint.keep=0 --resume latest"));
+  const CommandResult rest =
+      run_command(tiny_run(dir.file("b"), 20, 10, dir.file("b2.json"), extra + " --resume latest"));
   ASSERT_EQ(rest.exit_code, 0) << rest.err;
 
   const auto a = losses_by_step(dir.file("a.json"));
@@ -101,6 +102,53 @@ TEST(CheckpointCli, ResumedRunEqualsTheUninterruptedOneBitForBit) {
   // Parameters, optimizer state and data position: the same bytes.
   EXPECT_EQ(file_checksums(dir.file("a/step_10")), file_checksums(dir.file("b/step_10")));
   EXPECT_EQ(file_checksums(dir.file("a/step_20")), file_checksums(dir.file("b/step_20")));
+}
+
+TEST(CheckpointCli, ResumedRunEqualsTheUninterruptedOneBitForBit) {
+  // One rank here; the 2-rank version runs under mpirun (test_checkpoint_mpi).
+  expect_resume_equals_uninterrupted("");
+}
+
+// LoRA: the checkpoint holds the adapters and their optimizer state; the
+// frozen base is rebuilt from train.seed on resume, so the resumed run must
+// still match bit for bit.
+TEST(CheckpointCli, LoraResumedRunEqualsTheUninterruptedOneBitForBit) {
+  expect_resume_equals_uninterrupted("--set train.mode=lora --set lora.rank=4");
+}
+
+TEST(CheckpointCli, LoraCheckpointHoldsTheAdaptersAndTheBaseOnlyWhenAsked) {
+  testing::TempDir dir("test_ckpt_cli");
+  auto state_bytes = [&](const std::string& name, const std::string& extra) {
+    const CommandResult r = run_command(
+        tiny_run(dir.file(name), 6, 4, dir.file(name + ".json"), "--set train.mode=lora --set lora.rank=4 " + extra));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json manifest = read_json(dir.file(name + "/step_4/manifest.json"));
+    std::map<std::string, int64_t> bytes;
+    for (const nlohmann::json& t : manifest.at("extra").at("state_tensors"))
+      bytes[t.at("name").get<std::string>()] = t.at("bytes").get<int64_t>();
+    return bytes;
+  };
+  const auto adapters = state_bytes("adapters", "");
+  const auto with_base = state_bytes("base", "--set checkpoint.include_base=true");
+  EXPECT_EQ(adapters.count("base_fp32"), 0u);
+  EXPECT_EQ(adapters.count("master_fp32"), 0u);
+  // tiny: 2 layers × (q [64→64], k, v [64→32], o [64→64]) at rank 4:
+  // A = 4·64 each, B = 4·(64 + 32 + 32 + 64); fp32.
+  const int64_t adapter_params = 2 * (4 * 64 * 4 + 4 * (64 + 32 + 32 + 64));
+  EXPECT_EQ(adapters.at("lora_fp32"), 4 * adapter_params);
+  EXPECT_EQ(adapters.at("adam_m"), 4 * adapter_params);
+  ASSERT_EQ(with_base.count("base_fp32"), 1u);
+  // Embedding and LM head 512·64 each, per layer two norms, q, k, v, o and
+  // the MLP's three 64×192 matrices, the final norm.
+  const int64_t base_params = 2 * 512 * 64 + 2 * (2 * 64 + 64 * 64 + 2 * 32 * 64 + 64 * 64 + 3 * 64 * 192) + 64;
+  EXPECT_EQ(with_base.at("base_fp32"), 4 * base_params);
+  EXPECT_EQ(with_base.at("lora_fp32"), adapters.at("lora_fp32"));
+
+  // Adapters of another rank cannot be resumed: refused by name, before training.
+  const CommandResult other_rank = run_command(tiny_run(
+      dir.file("adapters"), 10, 4, dir.file("r.json"), "--set train.mode=lora --set lora.rank=8 --resume latest"));
+  EXPECT_EQ(other_rank.exit_code, 2) << other_rank.err;
+  EXPECT_NE(other_rank.err.find("it has lora = "), std::string::npos) << other_rank.err;
 }
 
 TEST(CheckpointCli, FlippedByteIsRefusedWithTheFileAndThePreviousCheckpoint) {

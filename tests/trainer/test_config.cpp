@@ -224,8 +224,8 @@ TEST(Overrides, ValueMayContainEquals) {
 
 TEST(Output, JsonIsNestedAndTyped) {
   const nlohmann::json json = config_to_json(load_config("tiny"));
-  ASSERT_EQ(json.size(), 6u);
-  for (const char* section : {"model", "train", "data", "comm", "checkpoint", "report"})
+  ASSERT_EQ(json.size(), 7u);
+  for (const char* section : {"model", "train", "lora", "data", "comm", "checkpoint", "report"})
     EXPECT_TRUE(json.contains(section)) << section;
   EXPECT_TRUE(json["model"]["vocab"].is_number_integer());
   EXPECT_EQ(json["model"]["vocab"], 512);

@@ -42,6 +42,7 @@ std::unique_ptr<TrainingEngine> make_cpu_engine(const Config& config, int64_t mi
   options.micro_batch = micro_batch;
   options.device = "cpu";
   options.threads = 1;
+  options.lora = lora_spec(config);
   if (zero_over != nullptr) {  // as the CLI sets up comm.zero=1
     options.optimizer_shard = zero_shard(make_layout(options).trainable_params(), zero_over->rank(),
                                          zero_over->world_size());
@@ -196,6 +197,35 @@ TEST(DataParallel, TrainingMatchesOneRankOnTheGlobalBatchWithAndWithoutOverlapAn
       EXPECT_GE(s.comm_exposed_s, 0.0) << overlap;
     }
   }
+}
+
+// LoRA: only the adapters' gradients are all-reduced (the bucketed buffer is
+// theirs alone); the result equals one rank on the global batch, and the
+// frozen base leaves training bit-identical on every rank.
+TEST(DataParallel, LoraTrainingMatchesOneRankOnTheGlobalBatchAndKeepsTheBase) {
+  const std::vector<std::string> lora = {"train.mode=lora", "lora.rank=4", "lora.targets=q,v,o,down",
+                                         "train.lr=1e-2"};
+  const Trained alone = train_alone_on_global_batch(tiny_config(lora));
+  const Config config = tiny_config(lora);
+  auto fresh = make_cpu_engine(config, kRowsPerRank);
+  const std::vector<float> initial = parameters_of(*fresh);
+  const ParameterLayout& layout = fresh->layout();
+  ASSERT_LT(layout.trainable_params(), layout.total_params() / 10) << "adapters are a small share";
+  double moved = 0;
+  for (size_t i = 0; i < initial.size(); ++i)
+    moved += (alone.parameters[i] - initial[i]) * static_cast<double>(alone.parameters[i] - initial[i]);
+  ASSERT_GT(moved, 0.0);
+
+  const Trained dp = train_data_parallel(config);
+  ASSERT_TRUE(dp.outcome.all_checks_passed());
+  for (size_t s = 0; s < dp.losses.size(); ++s)
+    EXPECT_NEAR(dp.losses[s], alone.losses[s], 1e-4 * std::fabs(alone.losses[s])) << "step " << s;
+  double diff = 0;
+  for (size_t i = 0; i < initial.size(); ++i)
+    diff += (dp.parameters[i] - alone.parameters[i]) * static_cast<double>(dp.parameters[i] - alone.parameters[i]);
+  EXPECT_LT(std::sqrt(diff), 1e-3 * std::sqrt(moved));
+  for (int64_t i = 0; i < layout.base_params(); ++i)
+    ASSERT_EQ(dp.parameters[i], initial[i]) << "base parameter " << i << " changed on rank " << g_comm->rank();
 }
 
 // ZeRO-1 pads the buffers to the world size: a model whose 130,218

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>  // std::sort for the rounds
+#include <cstdint>
 #include <cstdio>
 #include <vector>
 #include <string>
@@ -66,6 +67,9 @@ TEST(DepthProjection, EightLayersOfCpuSmallFromTwoAndFourWithinTenPercent) {
   EXPECT_LE(verify.at("errors").at("compute_s").get<double>(), 0.10);
   // State is affine in depth: the checkpoint size is projected exactly.
   EXPECT_NEAR(p.at("depth").at("checkpoint_bytes").get<double>(), verify.at("checkpoint_bytes").get<double>(), 1.0);
+  // Memory per GPU at 8 layers is the plan the 8-layer engine reported.
+  EXPECT_EQ(p.at("depth").at("memory_per_gpu_bytes").get<int64_t>(),
+            verify.at("result").at("summary").at("memory_per_rank").at("total_bytes").get<int64_t>());
 }
 
 }  // namespace

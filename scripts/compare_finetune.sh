@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# LoRA on one node against full fine-tuning on several, same model shape and
+# data: the question asked before buying a faster fabric. Runs
+#
+#   1. trainbench plan CONFIG --gpus-per-node G --nodes M --json   (memory per GPU, which fits)
+#   2. LoRA:  G ranks     trainbench run CONFIG --set train.mode=lora ...
+#   3. full:  G·M ranks   trainbench run CONFIG --set train.mode=full ...
+#   4. scripts/report.py --compare: DIR/compare.md with tokens/s, time and
+#      GPU-hours for --target-tokens, memory per GPU, checkpoint size, stall
+#      shares and a one-line verdict.
+#
+#   scripts/compare_finetune.sh [--config CONFIG] [--gpus-per-node G] [--nodes M] [--steps N]
+#       [--set key=value]... [--lora-set key=value]... [--full-set key=value]...
+#       [--target-tokens N] [--out DIR] [--launcher mpirun|srun] [--hostfile FILE]
+#       [--mpirun-args "ARGS"] [--binary PATH]
+#
+# --set goes to both runs (their shards: data.shards; their checkpoint folder:
+# checkpoint.dir); --lora-set and --full-set to one each (lora.rank, comm.zero,
+# ...). The launcher starts one rank per GPU: mpirun -np (with --hostfile for
+# several hosts, as scripts/scale.sh) or, inside a Slurm allocation of M nodes,
+# srun --mpi=pmix (LoRA on one node, full on all M). Defaults: --config tiny,
+# --gpus-per-node 8, --nodes 2, --target-tokens 1e9, DIR out/compare-<time>.
+# Exit codes: 2 bad usage, 3 a missing tool, else the failed step's.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+me=compare_finetune.sh
+die() { echo "$me: $1" >&2; exit "${2:-2}"; }
+usage() {
+  sed -n '/^#   scripts\/compare_finetune.sh/,/^#       \[--mpirun-args/p' "$0" | sed 's/^# \{0,3\}//' >&2
+  exit 2
+}
+
+config=tiny
+gpus_per_node=8
+nodes=2
+steps=""
+target_tokens=1e9
+out=""
+launcher=mpirun
+hostfile=""
+mpirun_args=""
+binary=${TRAINBENCH_BINARY:-}
+both=()
+lora_sets=()
+full_sets=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --config) [ $# -ge 2 ] || usage; config=$2; shift 2 ;;
+    --gpus-per-node) [ $# -ge 2 ] || usage; gpus_per_node=$2; shift 2 ;;
+    --nodes) [ $# -ge 2 ] || usage; nodes=$2; shift 2 ;;
+    --steps) [ $# -ge 2 ] || usage; steps=$2; shift 2 ;;
+    --set) [ $# -ge 2 ] || usage; both+=(--set "$2"); shift 2 ;;
+    --lora-set) [ $# -ge 2 ] || usage; lora_sets+=(--set "$2"); shift 2 ;;
+    --full-set) [ $# -ge 2 ] || usage; full_sets+=(--set "$2"); shift 2 ;;
+    --target-tokens) [ $# -ge 2 ] || usage; target_tokens=$2; shift 2 ;;
+    --out) [ $# -ge 2 ] || usage; out=$2; shift 2 ;;
+    --launcher) [ $# -ge 2 ] || usage; launcher=$2; shift 2 ;;
+    --hostfile) [ $# -ge 2 ] || usage; hostfile=$2; shift 2 ;;
+    --mpirun-args) [ $# -ge 2 ] || usage; mpirun_args=$2; shift 2 ;;
+    --binary) [ $# -ge 2 ] || usage; binary=$2; shift 2 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    *) echo "$me: unknown argument '$1'" >&2; usage ;;
+  esac
+done
+
+[[ "$gpus_per_node" =~ ^[1-9][0-9]*$ ]] || die "--gpus-per-node '$gpus_per_node': expected a positive integer"
+[[ "$nodes" =~ ^[1-9][0-9]*$ ]] || die "--nodes '$nodes': expected a positive integer"
+if [ -n "$steps" ] && ! [[ "$steps" =~ ^[1-9][0-9]*$ ]]; then die "--steps '$steps': expected a positive integer"; fi
+python3 -c 'import sys; v = float(sys.argv[1]); sys.exit(0 if v > 0 else 1)' "$target_tokens" 2> /dev/null ||
+  die "--target-tokens '$target_tokens': expected a positive number (e.g. 1e9)"
+case "$launcher" in
+  mpirun) command -v "${MPIRUN:-mpirun}" > /dev/null || die "${MPIRUN:-mpirun} not found (install OpenMPI: scripts/setup.sh)" 3 ;;
+  srun)
+    command -v srun > /dev/null || die "srun not found: --launcher srun runs inside a Slurm allocation" 3
+    [ -z "$hostfile$mpirun_args" ] || die "--hostfile and --mpirun-args are for mpirun; under srun the allocation decides" ;;
+  *) die "--launcher '$launcher': expected mpirun or srun" ;;
+esac
+if [ -f "$config" ]; then config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config"); fi
+if [ -z "$binary" ]; then binary="$repo/${TRAINBENCH_BUILD_DIR:-${BUILD_DIR:-build}}/trainbench"; fi
+[ -x "$binary" ] || die "$binary is not an executable trainbench (build it: scripts/build.sh, or pass --binary)" 3
+if [ -z "$out" ]; then out="$repo/out/compare-$(date +%Y%m%d-%H%M%S)"; fi
+mkdir -p "$out" 2> /dev/null || die "--out $out: cannot create the folder"
+out=$(cd "$out" && pwd)
+
+run_args=()
+if [ -n "$steps" ]; then run_args+=(--steps "$steps"); fi
+run_args+=(${both[@]+"${both[@]}"})
+
+# launch NODES RANKS ARGS...: one rank per GPU on NODES nodes.
+launch() {
+  local n_nodes=$1 n_ranks=$2
+  shift 2
+  if [ "$launcher" = srun ]; then
+    srun --mpi=pmix --nodes "$n_nodes" --ntasks "$n_ranks" --ntasks-per-node "$gpus_per_node" "$@"
+  else
+    local extra=()
+    if [ -n "$hostfile" ]; then extra+=(--hostfile "$hostfile"); fi
+    read -r -a more <<< "$mpirun_args"
+    "${MPIRUN:-mpirun}" -np "$n_ranks" ${extra[@]+"${extra[@]}"} ${more[@]+"${more[@]}"} "$@"
+  fi
+}
+
+# step NAME COMMAND...: runs it with its output in DIR/NAME.log (the command first).
+step() {
+  local name=$1
+  shift
+  echo "$me: $name: $*"
+  { echo "$*"; "$@"; } > "$out/$name.log" 2>&1 || {
+    local code=$?
+    echo "$me: $name failed (exit $code); its last lines ($out/$name.log):" >&2
+    tail -5 "$out/$name.log" >&2
+    exit "$code"
+  }
+}
+
+step plan "$binary" plan "$config" --gpus-per-node "$gpus_per_node" --nodes "$nodes" --json \
+  ${both[@]+"${both[@]}"}
+sed -n '/^{/,$p' "$out/plan.log" > "$out/plan.json"
+step lora launch 1 "$gpus_per_node" "$binary" run "$config" "${run_args[@]}" --set train.mode=lora \
+  ${lora_sets[@]+"${lora_sets[@]}"} --out "$out/lora.json"
+step full launch "$nodes" $((gpus_per_node * nodes)) "$binary" run "$config" "${run_args[@]}" \
+  --set train.mode=full ${full_sets[@]+"${full_sets[@]}"} --out "$out/full.json"
+python3 "$repo/scripts/report.py" --compare "$out/lora.json" "$out/full.json" --plan "$out/plan.json" \
+  --target-tokens "$target_tokens" --gpus-per-node "$gpus_per_node" --out "$out"

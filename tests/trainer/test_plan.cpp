@@ -1,0 +1,115 @@
+// `trainbench plan`: the per-GPU memory of full (DDP, ZeRO-1) and LoRA
+// training against hand counts for the tiny preset, which of them fits, and
+// the CLI's table, JSON and argument errors.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/engine.h"  // built_backends
+#include "tests/support/run_command.h"
+#include "trainer/config.h"
+#include "trainer/plan_command.h"
+
+namespace trainbench {
+namespace {
+
+using testing::CommandResult;
+using testing::run_command;
+
+bool cuda_built() { return built_backends().find("cuda") != std::string::npos; }
+
+// tiny: vocab 512, d_model 64, 2 layers, 4 heads (2 kv: kv_dim 32), ffn 192,
+// seq 64, micro-batch 8 (n = 512 tokens).
+constexpr int64_t kBase = 2 * 512 * 64                                          // embedding, LM head
+                          + 2 * (2 * 64 + 64 * 64 + 2 * 32 * 64 + 64 * 64 + 3 * 64 * 192)  // layers
+                          + 64;                                                 // final norm
+// LoRA rank 16 on q, k, v, o (the defaults): A 16·64 each, B 16·(64+32+32+64), per layer.
+constexpr int64_t kAdapters = 2 * (4 * 16 * 64 + 16 * (64 + 32 + 32 + 64));
+// bf16 activations per layer: residual_in, attn_norm_out, residual_mid,
+// mlp_norm_out (4·n·d), q and attn_out (2·n·q_dim), k and v (2·n·kv_dim), the
+// B·H·T² probabilities, gate, up, swiglu_out (3·n·ffn); then the final
+// residual and norm (2·n·d) and the logits, rows padded to 512; fp32 norm
+// statistics (2·n per layer, 3·n at the end).
+constexpr int64_t kN = 8 * 64;
+constexpr int64_t kActivationsPerLayer =
+    4 * kN * 64 + 2 * kN * 64 + 2 * kN * 32 + 8 * 4 * 64 * 64 + 3 * kN * 192;
+constexpr int64_t kActivationBytes =
+    (2 * kActivationsPerLayer + 2 * kN * 64 + kN * 512) * 2 + (2 * 2 * kN + 3 * kN) * 4;
+
+TEST(Plan, TinyMatchesAHandCount) {
+  if (!cuda_built()) GTEST_SKIP() << "this build has no CUDA engine, whose memory model the plan is";
+  ASSERT_EQ(kBase, 164160);
+  const Config config = load_config("tiny");
+  const std::vector<FinetunePlanRow> rows = plan_finetune(config, 8, 2, int64_t{80} << 30);
+  ASSERT_EQ(rows.size(), 3u);
+  const FinetunePlanRow &ddp = rows[0], &zero = rows[1], &lora = rows[2];
+
+  EXPECT_EQ(ddp.mode, "full (DDP)");
+  EXPECT_EQ(ddp.gpus, 16);
+  EXPECT_EQ(ddp.trainable_params, kBase);
+  EXPECT_EQ(ddp.memory.parameter_bytes, kBase * (2 + 4));  // bf16 copy + fp32 master
+  EXPECT_EQ(ddp.memory.gradient_bytes, kBase * 4);
+  EXPECT_EQ(ddp.memory.optimizer_bytes, kBase * 8);        // AdamW m and v
+  EXPECT_EQ(ddp.memory.activation_bytes, kActivationBytes);
+  EXPECT_EQ(ddp.checkpoint_bytes, kBase * (4 + 2 + 8));
+
+  EXPECT_EQ(zero.mode, "full (ZeRO-1)");
+  EXPECT_EQ(zero.memory.optimizer_bytes, (kBase + 15) / 16 * 8);
+  EXPECT_EQ(zero.memory.parameter_bytes, ddp.memory.parameter_bytes);
+  EXPECT_EQ(zero.memory.total_bytes(), ddp.memory.total_bytes() - kBase * 8 + (kBase + 15) / 16 * 8);
+
+  EXPECT_EQ(lora.mode, "lora");
+  EXPECT_EQ(lora.gpus, 8);  // one node
+  EXPECT_EQ(lora.trainable_params, kAdapters);
+  // The frozen base in bf16 only; the adapters with an fp32 master.
+  EXPECT_EQ(lora.memory.parameter_bytes, (kBase + kAdapters) * 2 + kAdapters * 4);
+  EXPECT_EQ(lora.memory.gradient_bytes, kAdapters * 4);
+  EXPECT_EQ(lora.memory.optimizer_bytes, kAdapters * 8);
+  // h = x·Aᵀ [n, 16] saved per adapter: 4 per layer.
+  EXPECT_EQ(lora.memory.activation_bytes, kActivationBytes + 2 * 4 * kN * 16 * 2);
+  EXPECT_EQ(lora.checkpoint_bytes, kAdapters * (4 + 2 + 8));
+  for (const FinetunePlanRow& r : rows) EXPECT_TRUE(r.fits) << r.mode;
+}
+
+TEST(Plan, SaysWhichFits) {
+  if (!cuda_built()) GTEST_SKIP() << "this build has no CUDA engine, whose memory model the plan is";
+  const Config config = load_config("tiny");
+  const std::vector<FinetunePlanRow> all = plan_finetune(config, 8, 1, int64_t{80} << 30);
+  // Room for LoRA and ZeRO-1 but not for DDP's full optimizer state.
+  const int64_t usable = all[1].memory.total_bytes();
+  const std::vector<FinetunePlanRow> rows = plan_finetune(config, 8, 1, usable);
+  EXPECT_FALSE(rows[0].fits);
+  EXPECT_TRUE(rows[1].fits);
+  EXPECT_TRUE(rows[2].fits);
+  EXPECT_EQ(usable_gpu_bytes(int64_t{80} << 30), (int64_t{80} << 30) - (int64_t{80} << 30) / 20);
+  EXPECT_EQ(usable_gpu_bytes(int64_t{16} << 30), int64_t{14} << 30);  // the 2 GiB floor
+}
+
+TEST(Plan, CliPrintsTheTableAndJsonAndRefusesBadArguments) {
+  if (!cuda_built()) GTEST_SKIP() << "this build has no CUDA engine, whose memory model the plan is";
+  const std::string binary = TRAINBENCH_BINARY;
+  const CommandResult table = run_command(binary + " plan tiny --gpu-memory 80");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  for (const char* word : {"full (DDP)", "full (ZeRO-1)", "lora", "fits", "80.00 GiB"})
+    EXPECT_NE(table.out.find(word), std::string::npos) << word << "\n" << table.out;
+
+  const CommandResult json = run_command(binary + " plan tiny --json --gpus-per-node 4 --nodes 3 --gpu-memory 0.0001");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json plan = nlohmann::json::parse(json.out);
+  ASSERT_EQ(plan.at("rows").size(), 3u);
+  EXPECT_EQ(plan["rows"][0]["gpus"], 12);
+  EXPECT_EQ(plan["rows"][2]["gpus"], 4);
+  EXPECT_EQ(plan["rows"][0]["trainable_params"], kBase);
+  for (const nlohmann::json& row : plan["rows"]) EXPECT_FALSE(row["fits"].get<bool>()) << row.dump();
+
+  for (const std::string bad : {"--nodes 0", "--gpus-per-node -1", "--gpu-memory 0", "--set lora.rank=0"}) {
+    const CommandResult r = run_command(binary + " plan tiny " + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace trainbench

@@ -1,0 +1,178 @@
+#include "trainer/plan_command.h"
+
+#include <CLI/CLI.hpp>  // the command line parser
+
+#include <algorithm>  // std::max
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/device_info.h"  // query_gpus: --gpu-memory defaults to the visible GPU's
+#include "trainer/cli.h"          // CommandError, exit codes
+#include "trainer/report.h"       // human_bytes, human_count
+
+namespace trainbench {
+
+struct PlanCommand::Options {
+  std::string config = "tiny";
+  std::vector<std::string> overrides;
+  int64_t gpus_per_node = 8;
+  double gpu_memory_gib = 0;  // 0: the visible GPU's, else an H200's
+  int64_t nodes = 1;
+  bool json = false;
+};
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// nvidia-smi's 143771 MiB of an H200, when no GPU is visible to ask.
+constexpr double kDefaultGpuGiB = 143771.0 / 1024.0;
+
+EngineOptions cuda_options(const Config& config) {
+  EngineOptions options;
+  options.shape = config.model;
+  options.micro_batch = config.train.micro_batch;
+  options.device = "cuda";
+  return options;
+}
+
+}  // namespace
+
+int64_t usable_gpu_bytes(int64_t gpu_bytes) {
+  const int64_t reserve = std::max<int64_t>(int64_t{2} << 30, gpu_bytes / 20);
+  return std::max<int64_t>(gpu_bytes - reserve, 0);
+}
+
+std::vector<FinetunePlanRow> plan_finetune(const Config& config, int64_t gpus_per_node,
+                                           int64_t nodes, int64_t usable_bytes) {
+  if (built_backends().find("cuda") == std::string::npos)
+    throw ConfigError("plan: this build has no CUDA engine, whose memory model the plan is (build "
+                      "where nvcc is found)");
+  const int64_t world = gpus_per_node * nodes;
+  std::vector<FinetunePlanRow> rows;
+  auto add = [&](const std::string& mode, int64_t gpus, const EngineOptions& options) {
+    FinetunePlanRow row;
+    row.mode = mode;
+    row.gpus = gpus;
+    row.memory = plan_engine_memory(options);
+    const ParameterLayout layout = make_layout(options);
+    row.trainable_params = layout.trainable_params();
+    // The CUDA engine's state tensors: fp32 master and bf16 copy of what it
+    // trains (everything, or the adapters), AdamW m and v over the trainable
+    // parameters once across the job (ZeRO-1 shards them; DDP writes rank 0's).
+    const int64_t masters = options.lora.enabled() ? layout.trainable_params() : layout.total_params();
+    row.checkpoint_bytes = masters * (4 + 2) + layout.trainable_params() * 8;
+    row.fits = row.memory.total_bytes() <= usable_bytes;
+    rows.push_back(row);
+  };
+  const EngineOptions full = cuda_options(config);
+  add("full (DDP)", world, full);
+  // ZeRO-1: this rank's shard of the optimizer state (the CPU engine's cut,
+  // zero_shard, rounded up), everything else as DDP.
+  const int64_t trainable = make_layout(full).trainable_params();
+  add("full (ZeRO-1)", world, full);
+  rows.back().memory.optimizer_bytes = (trainable + world - 1) / world * 8;
+  rows.back().fits = rows.back().memory.total_bytes() <= usable_bytes;
+  EngineOptions lora = full;
+  Config as_lora = config;
+  as_lora.train.mode = "lora";
+  lora.lora = lora_spec(as_lora);
+  add("lora", gpus_per_node, lora);
+  return rows;
+}
+
+PlanCommand::PlanCommand(CLI::App& app) : options_(std::make_unique<Options>()) {
+  plan_ = app.add_subcommand("plan",
+                             "per-GPU memory of full fine-tuning (DDP, ZeRO-1) and LoRA for a config, "
+                             "without allocating; which fits");
+  plan_->add_option("config", options_->config, "YAML config file or embedded preset name (default: tiny)");
+  plan_->add_option("--set", options_->overrides, "override a key: section.key=value (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+  plan_->add_option("--gpus-per-node", options_->gpus_per_node, "GPUs per node (default 8)");
+  plan_->add_option("--gpu-memory", options_->gpu_memory_gib,
+                    "GiB per GPU (default: the visible GPU's, else an H200's 140.4)");
+  plan_->add_option("--nodes", options_->nodes, "nodes for full fine-tuning (default 1)");
+  plan_->add_flag("--json", options_->json, "print the plan as JSON instead of a table");
+}
+
+PlanCommand::~PlanCommand() = default;
+
+bool PlanCommand::parsed() const { return plan_->parsed(); }
+
+int PlanCommand::run() {
+  const Options& o = *options_;
+  if (o.gpus_per_node < 1)
+    throw CommandError{kExitUserError, "--gpus-per-node: must be >= 1 (got " + std::to_string(o.gpus_per_node) + ")"};
+  if (o.nodes < 1)
+    throw CommandError{kExitUserError, "--nodes: must be >= 1 (got " + std::to_string(o.nodes) + ")"};
+  if (o.gpu_memory_gib < 0 || (plan_->count("--gpu-memory") > 0 && o.gpu_memory_gib == 0))
+    throw CommandError{kExitUserError, "--gpu-memory: must be > 0 GiB"};
+  const Config config = load_config(o.config, o.overrides);
+
+  double gib = o.gpu_memory_gib;
+  std::string memory_source = "--gpu-memory";
+  if (gib == 0) {
+    const GpuInventory gpus = query_gpus();
+    if (!gpus.gpus.empty()) {
+      gib = static_cast<double>(gpus.gpus.front().memory_bytes) / kGiB;
+      memory_source = "the visible " + gpus.gpus.front().name;
+    } else {
+      gib = kDefaultGpuGiB;
+      memory_source = "an H200 (no GPU visible)";
+    }
+  }
+  const int64_t gpu_bytes = static_cast<int64_t>(gib * kGiB);
+  const int64_t usable = usable_gpu_bytes(gpu_bytes);
+  const std::vector<FinetunePlanRow> rows = plan_finetune(config, o.gpus_per_node, o.nodes, usable);
+
+  if (o.json) {
+    nlohmann::json out = {{"config", config.origin},
+                          {"gpu_memory_bytes", gpu_bytes},
+                          {"usable_bytes", usable},
+                          {"gpus_per_node", o.gpus_per_node},
+                          {"nodes", o.nodes},
+                          {"rows", nlohmann::json::array()}};
+    for (const FinetunePlanRow& r : rows)
+      out["rows"].push_back({{"mode", r.mode},
+                             {"gpus", r.gpus},
+                             {"trainable_params", r.trainable_params},
+                             {"parameter_bytes", r.memory.parameter_bytes},
+                             {"gradient_bytes", r.memory.gradient_bytes},
+                             {"optimizer_bytes", r.memory.optimizer_bytes},
+                             {"activation_bytes", r.memory.activation_bytes},
+                             {"workspace_bytes", r.memory.workspace_bytes},
+                             {"total_bytes", r.memory.total_bytes()},
+                             {"checkpoint_bytes", r.checkpoint_bytes},
+                             {"fits", r.fits}});
+    std::printf("%s\n", out.dump(2).c_str());
+    return kExitOk;
+  }
+  const ModelShape& m = config.model;
+  std::printf("plan: %s — d_model %ld, %ld layers, vocab %ld, seq %ld, micro-batch %ld; lora rank %ld on %s\n",
+              config.origin.c_str(), static_cast<long>(m.d_model), static_cast<long>(m.n_layers),
+              static_cast<long>(m.vocab), static_cast<long>(m.seq_len),
+              static_cast<long>(config.train.micro_batch), static_cast<long>(config.lora.rank),
+              config.lora.targets.c_str());
+  std::printf("GPU memory %s (%s), usable %s after the reserve for context, NCCL and allocator\n",
+              human_bytes(static_cast<double>(gpu_bytes)).c_str(), memory_source.c_str(),
+              human_bytes(static_cast<double>(usable)).c_str());
+  std::printf("%-14s %5s %10s %10s %10s %10s %11s %10s %10s  %s\n", "mode", "GPUs", "trainable",
+              "params", "grads", "optimizer", "activations", "total", "checkpoint", "fits");
+  for (const FinetunePlanRow& r : rows)
+    std::printf("%-14s %5ld %10s %10s %10s %10s %11s %10s %10s  %s\n", r.mode.c_str(),
+                static_cast<long>(r.gpus), human_count(static_cast<double>(r.trainable_params)).c_str(),
+                human_bytes(static_cast<double>(r.memory.parameter_bytes)).c_str(),
+                human_bytes(static_cast<double>(r.memory.gradient_bytes)).c_str(),
+                human_bytes(static_cast<double>(r.memory.optimizer_bytes)).c_str(),
+                human_bytes(static_cast<double>(r.memory.activation_bytes + r.memory.workspace_bytes)).c_str(),
+                human_bytes(static_cast<double>(r.memory.total_bytes())).c_str(),
+                human_bytes(static_cast<double>(r.checkpoint_bytes)).c_str(), r.fits ? "yes" : "NO");
+  std::printf("per GPU; activations include the backward workspace; ZeRO-1 shards AdamW over %ld GPUs\n",
+              static_cast<long>(o.gpus_per_node * o.nodes));
+  return kExitOk;
+}
+
+}  // namespace trainbench
