@@ -17,6 +17,7 @@ DEBIAN_PACKAGES=(
   libcli11-dev                  # command line
   libgtest-dev libgmock-dev     # unit tests
   libtorch-dev                  # the reference model in the kernel tests
+  iproute2                      # ip netns, tc: scripts/validate_fabric_projection.sh emulates a fabric
   python3
 )
 

@@ -25,7 +25,7 @@
 #include "trainer/config.h"
 #include "trainer/data_source.h"     // shards_for_run, loader_options
 #include "trainer/environment.h"     // describe_filesystem, trainbench_version
-#include "trainer/gradient_sync.h"   // plan_gradient_buckets: the trainer's buckets
+#include "trainer/gradient_sync.h"   // gradient_bucket_bytes: the trainer's buckets
 #include "trainer/report.h"          // human_bytes, human_count
 
 namespace trainbench {
@@ -424,12 +424,8 @@ int BenchCommand::run_comm() {
   engine_options.shape = config.model;
   engine_options.lora = lora_spec(config);
   const int64_t gradient_elements = make_layout(engine_options).trainable_params();
-  const std::vector<GradientBucket> buckets =
-      config.comm.overlap
-          ? plan_gradient_buckets(gradient_elements, static_cast<int64_t>(config.comm.bucket_mb * (1 << 20)))
-          : std::vector<GradientBucket>{{0, gradient_elements}};
-  std::vector<int64_t> bucket_bytes;
-  for (const GradientBucket& b : buckets) bucket_bytes.push_back((b.end - b.begin) * static_cast<int64_t>(sizeof(float)));
+  const std::vector<int64_t> bucket_bytes =
+      gradient_bucket_bytes(gradient_elements, config.comm.bucket_mb, config.comm.overlap);
   std::vector<int64_t> sizes = size_sweep(o.min_bytes, o.max_bytes, o.factor);
   sizes.insert(sizes.end(), bucket_bytes.begin(), bucket_bytes.end());
   std::sort(sizes.begin(), sizes.end());
@@ -451,7 +447,7 @@ int BenchCommand::run_comm() {
     std::printf("  model %s: %s of fp32 gradients in %zu bucket(s), the first %s (comm.bucket_mb %g, "
                 "comm.overlap %s)\n",
                 config.origin.c_str(), human_bytes(static_cast<double>(gradient_elements) * 4).c_str(),
-                buckets.size(), human_bytes(static_cast<double>(bucket_bytes.front())).c_str(),
+                bucket_bytes.size(), human_bytes(static_cast<double>(bucket_bytes.front())).c_str(),
                 config.comm.bucket_mb, config.comm.overlap ? "on" : "off: one bucket");
     if (world == 1)
       std::printf("  one rank: nothing crosses a link, so busbw is 0 by definition; the data check still runs\n");
@@ -466,7 +462,7 @@ int BenchCommand::run_comm() {
     for (const CollectiveBenchResult& r : *results) all_ok = all_ok && r.check_ok;
 
   if (printer) {
-    std::printf("\n  gradient step: %zu bucket(s), %s, all-reduced back to back\n", buckets.size(),
+    std::printf("\n  gradient step: %zu bucket(s), %s, all-reduced back to back\n", bucket_bytes.size(),
                 human_bytes(static_cast<double>(gradient_elements) * 4).c_str());
     std::printf("  %-9s %12s %10s %10s %7s\n", "path", "time (us)", "algbw GB/s", "busbw GB/s", "check");
     for (const CollectiveBenchResult& r : step)

@@ -28,6 +28,7 @@
 #include "trainer/burnin_command.h"
 #include "trainer/run_extension.h"    // RunExtension: burnin's work inside a run
 #include "trainer/plan_command.h"
+#include "trainer/project_command.h"
 #include "trainer/shards_command.h"
 #include "trainer/train_loop.h"
 #include "trainer/zero_optimizer.h"    // zero_shard
@@ -132,14 +133,22 @@ int run_command(const RunOptions& options, const std::string& command_line) {
     if (!options.out.empty()) rename("--set report.out=" + options.out, "--out " + options.out);
     throw ConfigError(message);
   }
+  // With nccl this is its bootstrap (MPI or local) until the GPU is known:
+  // wrapped in run_config, after the engine.
+  std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend);
+  return run_config(config, comm, RunSettings{command_line, options.resume, options.ceilings, true, options.extension})
+      .exit_code;
+}
+
+}  // namespace
+
+RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const RunSettings& options) {
+  RunReport report;
   const std::string result_path =
       config.report.out.empty() ? "trainbench-result.json" : config.report.out;
-  // With nccl this is its bootstrap (MPI or local) until the GPU is known:
-  // wrapped below, after the engine.
-  std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend);
   // Rank 0 speaks for the job: the console report and the result JSON.
   const bool reporter = comm->rank() == 0;
-  if (reporter) check_output_writable(result_path);
+  if (reporter && options.write_result) check_output_writable(result_path);
   if (!options.resume.empty() && options.resume == "latest" && config.checkpoint.dir.empty())
     throw CommandError{kExitUserError, "--resume latest: set checkpoint.dir to the folder the checkpoints are in"};
   // An unusable checkpoint folder fails here, before anything is allocated.
@@ -225,7 +234,9 @@ int run_command(const RunOptions& options, const std::string& command_line) {
     throw CommandError{kExitEnvironmentError, e.what()};
   }
   engine->init_parameters(static_cast<uint64_t>(config.train.seed));
-  if (use_nccl) {
+  report.engine_options = engine_options;
+  for (const StateTensor& t : engine->state_tensors()) report.state_bytes += t.bytes;
+  if (use_nccl && !comm->device_buffers()) {
     // NCCL on the engine's GPU (the local rank's, above); the bootstrap keeps
     // the host control collectives. A failed init aborts every rank (exit 3).
     comm = make_nccl_communicator(std::move(comm), engine_options.gpu_index, config.comm.timeout_s);
@@ -343,25 +354,31 @@ int run_command(const RunOptions& options, const std::string& command_line) {
     outcome.summary.bottleneck = explain_bottleneck(outcome.summary.bottleneck, ceilings, outcome.summary.tokens_per_s);
   }
   nlohmann::json result;
-  if (reporter) result = build_result_json(command_line, config, env, outcome);
+  if (reporter) result = build_result_json(options.command_line, config, env, outcome);
   const int extension_code = options.extension ? options.extension->finish(outcome, reporter ? &result : nullptr) : kExitOk;
   if (reporter) {
     try {
-      write_result_json(result_path, result);
+      if (options.write_result) write_result_json(result_path, result);
     } catch (const std::exception& e) {
       comm->abort(kExitEnvironmentError, std::string("cannot write the result: ") + e.what());
     }
-    print_summary(stdout, outcome, result_path);
+    print_summary(stdout, outcome, options.write_result ? result_path : "(in the projection's result)");
     if (options.extension) options.extension->print(stdout);
   }
+  report.result = std::move(result);
+  // A failed check (exit 4) first; else what the extension decided (burn-in's verdict).
+  report.exit_code = extension_code;
   if (!outcome.all_checks_passed()) {
     for (const Check& c : outcome.checks)
       if (!c.passed && reporter)
         std::fprintf(stderr, "trainbench: check failed: %s: %s\n", c.name.c_str(), c.detail.c_str());
-    return kExitCheckFailed;
+    report.exit_code = kExitCheckFailed;
   }
-  return extension_code;
+  report.outcome = std::move(outcome);
+  return report;
 }
+
+namespace {
 
 std::string version_text() {
   std::string text = "trainbench " + trainbench_version() + "\n";
@@ -427,6 +444,7 @@ int run_cli(int argc, char** argv) {
   BenchCommand bench(app);
   BurninCommand burnin(app);
   PlanCommand plan(app);
+  ProjectCommand project(app);
 
   // CLI11 would only say "a subcommand is required"; name the commands, and
   // the word that is not one of them.
@@ -469,6 +487,7 @@ int run_cli(int argc, char** argv) {
     if (bench.parsed()) return bench.run();
     if (burnin.parsed()) return burnin.run(quoted_command_line(argc, argv));
     if (plan.parsed()) return plan.run();
+    if (project.parsed()) return project.run();
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "trainbench: %s\n", e.what());
     return kExitUserError;

@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "kernels/engine.h"      // EngineOptions in RunReport
+#include "trainer/config.h"
+#include "trainer/train_loop.h"  // RunOutcome in RunReport
 
 namespace trainbench {
 
@@ -32,9 +35,31 @@ struct CommandError {
 // not built, and when nccl is asked for but not built.
 std::unique_ptr<Communicator> make_communicator(const std::string& backend);
 
+// The `run` path on a loaded config, for commands that train more than once
+// in one process (project). MPI initialises once per process, so the caller
+// makes the communicator (make_communicator) and hands it to every run; a
+// nccl bootstrap is wrapped on the first run and kept for the next.
+class RunExtension;  // trainer/run_extension.h
+
+struct RunSettings {
+  std::string command_line;
+  std::string resume;        // run --resume
+  bool ceilings = false;     // run --ceilings
+  bool write_result = true;  // false: the result JSON is only returned
+  RunExtension* extension = nullptr;  // work added to the run (trainbench burnin), or none
+};
+struct RunReport {
+  int exit_code = kExitOk;
+  RunOutcome outcome;
+  nlohmann::json result;         // the result JSON (rank 0; null elsewhere)
+  EngineOptions engine_options;  // as the engine was built: plans memory at other depths
+  int64_t state_bytes = 0;       // this rank's checkpointed state
+};
+// Throws what run_command throws (ConfigError, CommandError, DataError, ...).
+RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const RunSettings& settings);
+
 int run_cli(int argc, char** argv);
 
-class RunExtension;  // trainer/run_extension.h
 // `run` CONFIG with these --set overrides and result path ("" = report.out),
 // and `extension`'s work added (trainbench burnin). Returns the exit code;
 // throws what `run` throws (run_cli's handlers turn it into one line).

@@ -61,6 +61,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(model, vocab, Bound::kPositive),
       TRAINBENCH_KEY(model, d_model, Bound::kPositive),
       TRAINBENCH_KEY(model, n_layers, Bound::kPositive),
+      KeySpec{"model.n_layers_full", [](Config& c) -> FieldPtr { return &c.n_layers_full; }, Bound::kNonNegative},
       TRAINBENCH_KEY(model, n_heads, Bound::kPositive),
       TRAINBENCH_KEY(model, n_kv_heads, Bound::kPositive),
       TRAINBENCH_KEY(model, ffn_hidden, Bound::kPositive),

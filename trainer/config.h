@@ -117,6 +117,10 @@ inline ModelShape default_model_shape() {
 
 struct Config {
   ModelShape model = default_model_shape();
+  // model.n_layers_full: the customer's whole depth, which `trainbench project`
+  // projects a run of fewer layers to (0 = model.n_layers). In the model
+  // section for the user, but kept out of ModelShape, which the engines build.
+  int64_t n_layers_full = 0;
   TrainSection train;
   LoraSection lora;
   DataSection data;

@@ -23,6 +23,15 @@ std::vector<GradientBucket> plan_gradient_buckets(int64_t elements, int64_t buck
   return buckets;
 }
 
+std::vector<int64_t> gradient_bucket_bytes(int64_t elements, double bucket_mb, bool overlap) {
+  const std::vector<GradientBucket> buckets =
+      overlap ? plan_gradient_buckets(elements, static_cast<int64_t>(bucket_mb * (1 << 20)))
+              : std::vector<GradientBucket>{{0, elements}};
+  std::vector<int64_t> bytes;
+  for (const GradientBucket& b : buckets) bytes.push_back((b.end - b.begin) * static_cast<int64_t>(sizeof(float)));
+  return bytes;
+}
+
 GradientSync::GradientSync(Communicator& comm, float* gradients, int64_t elements,
                            int64_t bucket_bytes, bool overlap, RecordComputeEventFn record_compute_event)
     : comm_(comm),

@@ -32,6 +32,10 @@ struct GradientBucket {
 std::vector<GradientBucket> plan_gradient_buckets(int64_t elements, int64_t bucket_bytes,
                                                   int64_t first_bucket_bytes = 1 << 20);
 
+// The fp32 byte size of each bucket one step all-reduces: the buckets above
+// with overlap, one bucket of the whole buffer without (comm.overlap=false).
+std::vector<int64_t> gradient_bucket_bytes(int64_t elements, double bucket_mb, bool overlap);
+
 // Records an event on the compute stream at this moment and returns it (a
 // cudaEvent_t as void*): TrainingEngine::record_compute_event.
 using RecordComputeEventFn = std::function<void*()>;

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Validates the scale projection's network model against a fabric it can
+# measure: two "nodes" = two network namespaces joined by a veth pair,
+# rate-limited with tc (tbf), one rank in each. First the link's latency:
+# a 4-byte all-reduce between the two ranks, no rate limit (2 ring steps).
+# (The plain MPI_Allreduce: the link's latency, not the wake-up of the
+# trainer's progress thread, which the measured comm then shows as error.)
+# Then for each rate:
+#   1. project: `trainbench project` on ONE rank (no link measured) with
+#      --fabric <tc rate in GB/s>,<that latency in us> gives the comm time per
+#      step of 2 nodes (the ring all-reduce model, nccl-tests' busbw);
+#   2. measure: `trainbench run` on 2 ranks across the namespaces (MPI over
+#      TCP through the veth), the median comm_s per step, and `bench comm`'s
+#      gradient step (the same buckets all-reduced back to back, nothing else);
+#   3. print projected vs measured and the relative errors.
+# Needs root (ip netns, tc), iproute2 (scripts/setup.sh) and a build with MPI.
+# Usage: scripts/validate_fabric_projection.sh [RATE_MBIT ...]   (default: 200 800)
+# Env: TRAINBENCH (binary, default build/trainbench), CONFIG (cpu-small),
+#      LAYERS (2), STEPS (8), OUT (folder for the JSON and log files).
+# (netem would add a delay, but this VM's kernel has no sch_netem: tbf only.)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BIN="${TRAINBENCH:-build/trainbench}"
+CONFIG="${CONFIG:-cpu-small}"
+LAYERS="${LAYERS:-2}"
+STEPS="${STEPS:-8}"
+RATES=("$@")
+[ ${#RATES[@]} -gt 0 ] || RATES=(200 800)
+OUT="${OUT:-$(mktemp -d /tmp/trainbench-fabric-XXXXXX)}"
+mkdir -p "$OUT"
+
+[ "$(id -u)" = 0 ] || { echo "validate_fabric_projection: needs root (ip netns, tc)" >&2; exit 2; }
+command -v ip >/dev/null && command -v tc >/dev/null ||
+  { echo "validate_fabric_projection: ip and tc missing: apt-get install iproute2 (scripts/setup.sh)" >&2; exit 2; }
+[ -x "$BIN" ] || { echo "validate_fabric_projection: $BIN not built (scripts/build.sh)" >&2; exit 2; }
+BIN="$(readlink -f "$BIN")"
+MPIRUN="$(command -v mpirun)" || { echo "validate_fabric_projection: mpirun missing" >&2; exit 2; }
+
+NS_A=tbfab-a NS_B=tbfab-b
+IP_A=10.77.0.1 IP_B=10.77.0.2
+cleanup() {
+  ip netns del "$NS_A" 2>/dev/null || true
+  ip netns del "$NS_B" 2>/dev/null || true
+}
+trap cleanup EXIT
+cleanup
+ip netns add "$NS_A"
+ip netns add "$NS_B"
+ip link add tbfab0 type veth peer name tbfab1
+ip link set tbfab0 netns "$NS_A"
+ip link set tbfab1 netns "$NS_B"
+ip -n "$NS_A" addr add "$IP_A/24" dev tbfab0
+ip -n "$NS_B" addr add "$IP_B/24" dev tbfab1
+for ns in "$NS_A" "$NS_B"; do ip -n "$ns" link set lo up; done
+ip -n "$NS_A" link set tbfab0 up
+ip -n "$NS_B" link set tbfab1 up
+
+# mpirun (in namespace A) starts the remote daemon through this "rsh": it
+# enters namespace B under a hostname of its own, so Open MPI sees two nodes.
+AGENT="$OUT/netns-rsh"
+cat >"$AGENT" <<EOF
+#!/bin/sh
+host="\$1"; shift
+[ "\$host" = "$IP_B" ] || { echo "netns-rsh: unknown host \$host" >&2; exit 1; }
+exec ip netns exec $NS_B unshare --uts sh -c "hostname tbfab-node-b; \$*"
+EOF
+chmod +x "$AGENT"
+
+mpi_two_nodes() {
+  ip netns exec "$NS_A" env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    MALLOC_MMAP_THRESHOLD_=1073741824 timeout 900 \
+    "$MPIRUN" -np 2 --host "$IP_A,$IP_B" --map-by node \
+    --mca plm_rsh_agent "$AGENT" --mca btl tcp,self --mca btl_tcp_if_include 10.77.0.0/24 \
+    --mca oob_tcp_if_include 10.77.0.0/24 -x MALLOC_MMAP_THRESHOLD_ "$@"
+}
+
+# micro-batch 1 x 128 tokens: little compute beside cpu-small's 57 MB of gradients at 2 layers.
+COMMON=(--set "model.n_layers=$LAYERS" --set train.micro_batch=1 --set model.seq_len=128 --set train.threads=1 --set data.readers=1 --set checkpoint.every_steps=0
+        --set report.progress_every=0)
+mpi_two_nodes "$BIN" bench comm tiny --set comm.backend=mpi --min-bytes 4 --max-bytes 4 --iters 200 --warmup-iters 20 \
+  --out "$OUT/latency.json" >"$OUT/latency.log" 2>&1
+HOP_US=$(python3 -c "
+import json; b = json.load(open('$OUT/latency.json'))
+t = next(r['time_s'] for r in b['collectives'] if r['collective'] == 'all_reduce' and r['path'] == 'raw')
+print(f'{t / 2 * 1e6:.1f}')")
+echo "validate_fabric_projection: $CONFIG at $LAYERS layers, rates ${RATES[*]} Mbit/s; hop latency ${HOP_US} us" \
+     "(4-byte MPI_Allreduce / 2, no rate limit); files in $OUT"
+for rate in "${RATES[@]}"; do
+  for pair in "$NS_A tbfab0" "$NS_B tbfab1"; do
+    set -- $pair
+    # Both directions limited (an all-reduce sends both ways at once); a
+    # generous queue so TCP is paced, not dropped.
+    ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "${rate}mbit" burst 256kb latency 2s
+  done
+  gbs=$(awk -v r="$rate" 'BEGIN { printf "%.6f", r * 1e6 / 8 / 1e9 }')
+  fabric="$gbs,$HOP_US"
+  # 1. projected on one rank (nothing crosses a link here).
+  "$BIN" project "$CONFIG" --layers "$LAYERS" --steps "$STEPS" --fabric "$fabric" --nodes 1,2 \
+    "${COMMON[@]}" --set comm.backend=local --out "$OUT/project-$rate.json" >"$OUT/project-$rate.log"
+  # 2. measured on two ranks across the emulated link.
+  mpi_two_nodes "$BIN" run "$CONFIG" --steps "$STEPS" "${COMMON[@]}" --set comm.backend=mpi \
+    --out "$OUT/run-$rate.json" >"$OUT/run-$rate.log" 2>&1
+  mpi_two_nodes "$BIN" bench comm "$CONFIG" --set "model.n_layers=$LAYERS" --set comm.backend=mpi \
+    --min-bytes 4K --max-bytes 4K --iters 5 --warmup-iters 1 --out "$OUT/bench-$rate.json" >"$OUT/bench-$rate.log" 2>&1
+done
+# 3. projected vs measured. The second projection scales the first by the
+# share of the line rate MPI achieved at the OTHER rates (bench busbw / tc
+# rate): what a user does with a preset's efficiency, checked on a rate that
+# did not calibrate it.
+python3 - "$OUT" "${RATES[@]}" <<'EOF'
+import json, sys
+out, rates = sys.argv[1], sys.argv[2:]
+rows = {}
+for rate in rates:
+    project = json.load(open(f"{out}/project-{rate}.json"))
+    run = json.load(open(f"{out}/run-{rate}.json"))
+    bench = json.load(open(f"{out}/bench-{rate}.json"))
+    line_gbs = float(rate) * 1e6 / 8 / 1e9
+    step = next(r for r in bench["gradient_step"] if r["path"] == "bucketed")
+    rows[rate] = dict(
+        fabric=project["scale"]["fabric"]["name"],
+        projected=next(p["comm_s"] for p in project["scale"]["table"] if p["nodes"] == 2),
+        run=run["summary"]["comm_s"]["median"], bench=step["time_s"],
+        achieved=step["busbw_gbs"] / line_gbs)
+err = lambda p, m: (p - m) / m * 100
+print(f"{'rate':<9} {'--fabric':<16} {'projected':>10} {'run comm_s':>11} {'error':>7} {'bench step':>11} {'error':>7}"
+      f" {'achieved':>9} {'calibrated':>11} {'err run':>8} {'err bench':>9}")
+for rate, r in rows.items():
+    others = [o["achieved"] for k, o in rows.items() if k != rate] or [r["achieved"]]
+    calibrated = r["projected"] / (sum(others) / len(others))
+    print(f"{rate + ' Mb/s':<9} {r['fabric']:<16} {r['projected']:9.3f}s {r['run']:10.3f}s {err(r['projected'], r['run']):+6.1f}%"
+          f" {r['bench']:10.3f}s {err(r['projected'], r['bench']):+6.1f}% {100 * r['achieved']:8.1f}%"
+          f" {calibrated:10.3f}s {err(calibrated, r['run']):+7.1f}% {err(calibrated, r['bench']):+8.1f}%")
+EOF

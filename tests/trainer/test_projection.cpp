@@ -1,0 +1,214 @@
+// The projection model (trainer/projection.h) on synthetic numbers with
+// hand-computed answers, and `trainbench project`'s refusals of bad input.
+#include "trainer/projection.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "tests/support/run_command.h"
+
+namespace trainbench {
+namespace {
+
+TEST(FitLine, TwoPointsGiveTheLineThroughThem) {
+  // 1.0 s at 2 layers, 1.6 s at 4: 0.3 s per layer on top of 0.4 s.
+  const LinearFit fit = fit_line({2, 4}, {1.0, 1.6});
+  EXPECT_NEAR(fit.slope, 0.3, 1e-12);
+  EXPECT_NEAR(fit.intercept, 0.4, 1e-12);
+  EXPECT_NEAR(fit.at(8), 2.8, 1e-12);
+}
+
+TEST(FitLine, MorePointsAreLeastSquares) {
+  // (1,1) (2,2) (3,2): mean x 2, mean y 5/3, Sxx 2, Sxy 1 -> slope 1/2, intercept 2/3.
+  const LinearFit fit = fit_line({1, 2, 3}, {1, 2, 2});
+  EXPECT_NEAR(fit.slope, 0.5, 1e-12);
+  EXPECT_NEAR(fit.intercept, 2.0 / 3.0, 1e-12);
+}
+
+TEST(FitLine, RefusesWhatCannotBeFitted) {
+  EXPECT_THROW(fit_line({2}, {1.0}), std::invalid_argument);
+  EXPECT_THROW(fit_line({2, 2}, {1.0, 1.1}), std::invalid_argument);
+  EXPECT_THROW(fit_line({2, 4}, {1.0}), std::invalid_argument);
+}
+
+TEST(ProjectDepth, EachCategoryIsFittedAndEvaluatedAtTheFullDepth) {
+  // compute 0.1 + 0.05 L, exposed comm 0.01 L, data stall constant 0.02,
+  // other shrinking 0.03 -> 0.01 (would be negative at 80 layers: clamped),
+  // checkpoint 1000 + 500 L bytes.
+  DepthPoint two{2, {}, 2000}, four{4, {}, 3000};
+  two.times = {.step_s = 0.27, .compute_s = 0.2, .comm_s = 0.04, .comm_exposed_s = 0.02, .data_stall_s = 0.02,
+               .ckpt_stall_s = 0, .other_s = 0.03};
+  four.times = {.step_s = 0.37, .compute_s = 0.3, .comm_s = 0.08, .comm_exposed_s = 0.04, .data_stall_s = 0.02,
+                .ckpt_stall_s = 0, .other_s = 0.01};
+  const DepthProjection p = project_depth({two, four}, 80);
+  EXPECT_NEAR(p.at_full.compute_s, 0.1 + 0.05 * 80, 1e-9);
+  EXPECT_NEAR(p.at_full.comm_exposed_s, 0.01 * 80, 1e-9);
+  EXPECT_NEAR(p.at_full.comm_s, 0.02 * 80, 1e-9);
+  EXPECT_NEAR(p.at_full.data_stall_s, 0.02, 1e-9);
+  EXPECT_EQ(p.at_full.other_s, 0.0);  // 0.05 - 0.01 L < 0
+  EXPECT_NEAR(p.at_full.step_s, 0.17 + 0.05 * 80, 1e-9);
+  EXPECT_NEAR(p.checkpoint_bytes_at_full, 1000 + 500 * 80, 1e-6);
+  ASSERT_EQ(p.fits.size(), step_categories().size());
+  EXPECT_NEAR(p.fits[1].slope, 0.05, 1e-12);  // compute_s
+  EXPECT_THROW(project_depth({two}, 80), std::invalid_argument);
+}
+
+// nccl-tests: algbw = bytes / time, busbw = algbw * 2(n-1)/n. With no
+// latency the model's time must give back exactly the busbw it was given.
+TEST(RingModel, BusBandwidthIsNcclTestsFormula) {
+  for (const int n : {2, 3, 4, 8, 64}) {
+    const double bytes = 256e6;
+    const double t = ring_all_reduce_s(bytes, 1, n, Link{12.5, 0}, Link{});
+    const double algbw = bytes / t;
+    EXPECT_NEAR(algbw * 2.0 * (n - 1) / n / 1e9, 12.5, 1e-9) << n << " ranks";
+  }
+  EXPECT_EQ(ring_all_reduce_s(1e9, 1, 1, Link{12.5, 1e-6}, Link{}), 0.0);  // one rank moves nothing
+}
+
+TEST(RingModel, AcrossNodesTheNicsOrTheNodeLimitAndEveryStepPaysItsHop) {
+  // 4 nodes x 8 GPUs, NVLink ring 370 GB/s 3.4 us, NICs 47 GB/s 9.6 us:
+  // busbw = min(370, 8 * 47 = 376) = 370; 2(32-4) = 56 intra steps, 2(4-1) = 6 inter.
+  const Link nvlink{370, 3.4e-6}, nic{47, 9.6e-6};
+  EXPECT_DOUBLE_EQ(ring_busbw_gbs(4, 8, nvlink, nic), 370);
+  const double expected = 2.0 * 31 / 32 * 1e9 / 370e9 + 56 * 3.4e-6 + 6 * 9.6e-6;
+  EXPECT_NEAR(ring_all_reduce_s(1e9, 4, 8, nvlink, nic), expected, 1e-12);
+  // Slower NICs limit: 8 * 25 = 200 GB/s.
+  EXPECT_DOUBLE_EQ(ring_busbw_gbs(2, 8, nvlink, Link{25, 0}), 200);
+  // One GPU per node: the NIC alone.
+  EXPECT_DOUBLE_EQ(ring_busbw_gbs(2, 1, Link{}, Link{25, 0}), 25);
+  EXPECT_THROW(ring_all_reduce_s(1e6, 1, 2, Link{}, Link{25, 0}), std::invalid_argument);
+}
+
+TEST(RingModel, FitLinkRecoversBandwidthAndLatency) {
+  // 4 ranks, busbw 5 GB/s, 20 us per step: t = 6 * 20 us + 1.5 * bytes / 5e9.
+  std::vector<double> bytes, seconds;
+  for (const double b : {65536.0, 262144.0, 1048576.0, 4194304.0}) {
+    bytes.push_back(b);
+    seconds.push_back(ring_all_reduce_s(b, 1, 4, Link{5, 20e-6}, Link{}));
+  }
+  const Link link = fit_link(bytes, seconds, 4);
+  EXPECT_NEAR(link.busbw_gbs, 5, 1e-9);
+  EXPECT_NEAR(link.hop_latency_s, 20e-6, 1e-12);
+  EXPECT_THROW(fit_link(bytes, seconds, 1), std::invalid_argument);
+}
+
+TEST(Fabric, PresetsAndGivenFigures) {
+  const Fabric ib = parse_fabric("ib-ndr400");
+  EXPECT_DOUBLE_EQ(ib.gbs_per_gpu, 47);
+  EXPECT_DOUBLE_EQ(ib.hop_latency_s, 9.6e-6);
+  EXPECT_FALSE(ib.assumption.empty());
+  const Fabric roce = parse_fabric("roce400");
+  EXPECT_LT(roce.gbs_per_gpu, ib.gbs_per_gpu);
+  EXPECT_TRUE(parse_fabric("measured").measured);
+  const Fabric given = parse_fabric("12.5,20");
+  EXPECT_DOUBLE_EQ(given.gbs_per_gpu, 12.5);
+  EXPECT_DOUBLE_EQ(given.hop_latency_s, 20e-6);
+  EXPECT_DOUBLE_EQ(parse_fabric("0.03125,0").hop_latency_s, 0);
+}
+
+TEST(Fabric, BadTextNamesWhatIsWrong) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"ib-ndr800", "is not ib-ndr400, roce400, measured or <GB/s>,<us>"},
+      {"", "is not ib-ndr400"},
+      {"25", "is not ib-ndr400"},
+      {"fast,1", "the bandwidth 'fast' is not a number"},
+      {"25,", "the latency '' is not a number"},
+      {"25,1us", "the latency '1us' is not a number"},
+      {"0,1", "the bandwidth must be > 0"},
+      {"-3,1", "the bandwidth must be > 0"},
+      {"25,-1", "the latency must be >= 0"},
+      {"inf,1", "is not a number"},
+  };
+  for (const auto& [text, expected] : cases) {
+    try {
+      parse_fabric(text);
+      ADD_FAILURE() << "'" << text << "' was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << text << ": " << e.what();
+    }
+  }
+}
+
+TEST(ProjectScale, ExposedCommAddsToTheStepAndOverlapIsCappedByBackward) {
+  ScaleInputs in;
+  in.step = {.step_s = 1.1, .compute_s = 1.0, .other_s = 0.1};
+  in.bucket_bytes = {1e9};
+  in.ranks_per_node = 1;
+  in.tokens_per_rank_step = 1000;
+  const Fabric fabric = parse_fabric("10,0");
+  // No overlap: 2 nodes add 2*1/2 * 1e9 / 10e9 = 0.1 s.
+  std::vector<ScalePoint> t = project_scale(in, fabric, {1, 2, 4});
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_DOUBLE_EQ(t[0].step_s, 1.1);
+  EXPECT_NEAR(t[0].tokens_per_s, 1000 / 1.1, 1e-9);
+  EXPECT_NEAR(t[1].comm_s, 0.1, 1e-12);
+  EXPECT_NEAR(t[1].step_s, 1.2, 1e-12);
+  EXPECT_NEAR(t[1].tokens_per_s, 2000 / 1.2, 1e-9);
+  EXPECT_NEAR(t[1].scaling_efficiency, 1.1 / 1.2, 1e-12);
+  EXPECT_NEAR(t[2].comm_s, 0.15, 1e-12);  // 2*3/4 * 0.1 s
+  EXPECT_DOUBLE_EQ(t[2].busbw_gbs, 10);
+
+  // Half the all-reduce hidden, but backward (2/3 of 0.3 s compute) hides
+  // at most 0.2 s of the 1 s all-reduce of 1e10 bytes at 2 nodes.
+  in.step = {.step_s = 0.3, .compute_s = 0.3};
+  in.hidden_share = 0.5;
+  in.bucket_bytes = {1e10};
+  t = project_scale(in, fabric, {2});
+  EXPECT_NEAR(t[0].comm_s, 1.0, 1e-12);
+  EXPECT_NEAR(t[0].comm_exposed_s, 0.8, 1e-12);
+  EXPECT_NEAR(t[0].step_s, 1.1, 1e-12);
+  EXPECT_NEAR(t[0].scaling_efficiency, 0.3 / 1.1, 1e-12);  // against 1 node, even when not in the table
+}
+
+TEST(ProjectScale, TrainingsSlowdownOfTheCollectivesIsKept) {
+  // Training measured its all-reduce at 1.5x the model's time alone: 2 nodes
+  // at 10 GB/s take 1.5 * 0.1 s, and 1 node of one rank still none.
+  ScaleInputs in;
+  in.step = {.step_s = 1.0, .compute_s = 1.0};
+  in.bucket_bytes = {1e9};
+  in.tokens_per_rank_step = 1000;
+  in.comm_slowdown = 1.5;
+  const std::vector<ScalePoint> t = project_scale(in, parse_fabric("10,0"), {1, 2});
+  EXPECT_EQ(t[0].comm_s, 0.0);
+  EXPECT_NEAR(t[1].comm_s, 0.15, 1e-12);
+  EXPECT_NEAR(t[1].step_s, 1.15, 1e-12);
+}
+
+TEST(ProjectScale, MeasuredFabricJoinsNodesLikeTheRanksHere) {
+  // 2 ranks measured at 4 GB/s, 50 us per step; 2 "nodes" of them = a ring of 4.
+  ScaleInputs in;
+  in.step = {.step_s = 1.0, .compute_s = 0.9, .comm_exposed_s = 0.0};
+  in.bucket_bytes = {4e8};
+  in.ranks_per_node = 2;
+  in.tokens_per_rank_step = 100;
+  in.intra = Link{4, 50e-6};
+  const std::vector<ScalePoint> t = project_scale(in, parse_fabric("measured"), {2});
+  EXPECT_NEAR(t[0].comm_s, ring_all_reduce_s(4e8, 1, 4, in.intra, in.intra), 1e-12);
+  EXPECT_NEAR(t[0].busbw_gbs, 4, 1e-12);
+}
+
+TEST(ProjectCommand, BadInputIsOneLineAndExitTwo) {
+  using testing::run_command;
+  const std::string bin = TRAINBENCH_BINARY;
+  const std::pair<std::string, std::string> cases[] = {
+      {" project tiny --fabric ib-ndr800", "--fabric 'ib-ndr800' is not ib-ndr400, roce400, measured"},
+      {" project tiny --fabric 10,-2", "--fabric '10,-2': the latency must be >= 0 us"},
+      {" project tiny --layers 2,2", "--layers: each depth once"},
+      {" project tiny --layers 0,2", "--layers"},
+      {" project tiny --fabric measured --layers 2", "--fabric measured: needs at least 2 ranks"},
+      {" project tiny --layers 2 --set model.n_layers_full=8", "one depth cannot be fitted"},
+      {" project tiny --set model.n_layers_full=-1", "model.n_layers_full: must be >= 0"},
+      {" project tiny --out /nonexistent-dir/p.json", "--out /nonexistent-dir/p.json: directory"},
+  };
+  for (const auto& [args, expected] : cases) {
+    const testing::CommandResult r = run_command("timeout 60 " + bin + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << args << ": more than one line: " << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace trainbench

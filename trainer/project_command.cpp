@@ -1,0 +1,443 @@
+#include "trainer/project_command.h"
+
+#include <CLI/CLI.hpp>  // the command line parser
+#include <algorithm>    // std::max, std::sort
+#include <cstdio>
+#include <filesystem>   // --out's folder
+#include <optional>     // the --verify run
+#include <set>          // distinct --layers
+#include <stdexcept>    // std::invalid_argument from the model
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/atomic_file.h"  // write_file_atomically for --out
+#include "comm/collective_bench.h"   // bench_gradient_step, size_sweep: the link at hand
+#include "comm/communicator.h"
+#include "kernels/engine.h"          // make_layout, plan_engine_memory at the full depth
+#include "kernels/flops.h"           // model_flops_per_token at the full depth
+#include "trainer/cli.h"             // run_config, make_communicator, CommandError
+#include "trainer/config.h"
+#include "trainer/environment.h"     // trainbench_version
+#include "trainer/gradient_sync.h"   // gradient_bucket_bytes
+#include "trainer/projection.h"      // the model
+#include "trainer/report.h"          // human_count, human_bytes
+#include "trainer/statistics.h"      // median over --repeats
+#include "trainer/zero_optimizer.h"  // zero_shard: a ZeRO-1 rank's optimizer share at the full depth
+
+namespace trainbench {
+
+struct ProjectCommand::Options {
+  std::string config = "tiny";
+  std::vector<std::string> overrides;
+  std::vector<int64_t> layers = {2, 4};
+  int64_t steps = 0;  // 0: train.steps
+  std::string fabric = "ib-ndr400";
+  std::vector<int> nodes = {1, 2, 4, 8, 16, 32, 64};
+  bool verify = false;
+  int64_t repeats = 1;
+  std::string out = "trainbench-projection.json";
+};
+
+namespace {
+
+// What one depth's run gave the projection.
+struct MeasuredDepth {
+  DepthPoint point;
+  double hidden_share = 0;
+  double gemm_ceiling_flops_per_s = 0;
+  double datasheet_peak_flops_per_s = 0;
+  double tokens_per_s = 0;
+  std::vector<double> round_step_s;  // each --repeats round's step_s: the host's noise
+  int64_t tokens_per_rank_step = 0;
+  EngineOptions engine_options;  // as the engine was built (device resolved)
+  nlohmann::json result;
+};
+
+// The slowest rank's medians (it sets tokens/s); comm_s from rank 0, which
+// the per-rank summary does not keep.
+StepTimes step_times(const RunSummary& s) {
+  const RankSummary& slowest = s.ranks.at(static_cast<size_t>(s.slowest_rank));
+  StepTimes t;
+  t.step_s = slowest.step_s;
+  t.compute_s = slowest.compute_s;
+  t.comm_s = s.comm_s.median;
+  t.comm_exposed_s = slowest.comm_exposed_s;
+  t.data_stall_s = slowest.data_stall_s;
+  t.ckpt_stall_s = slowest.ckpt_stall_s;
+  t.other_s = slowest.other_s;
+  return t;
+}
+
+MeasuredDepth train_at_depth(const Config& base, int64_t layers, std::unique_ptr<Communicator>& comm) {
+  Config config = base;
+  config.model.n_layers = layers;
+  if (comm->rank() == 0) {
+    std::printf("\n=== project: training %ld layer(s) ===\n", static_cast<long>(layers));
+    std::fflush(stdout);
+  }
+  RunReport report = run_config(config, comm, RunSettings{"trainbench project (" + std::to_string(layers) + " layers)",
+                                                          "", false, false});
+  if (report.exit_code != kExitOk)
+    throw CommandError{report.exit_code, "project: the " + std::to_string(layers) + "-layer run failed a check"};
+  MeasuredDepth m;
+  const RunSummary& s = report.outcome.summary;
+  m.point.layers = layers;
+  m.point.times = step_times(s);
+  m.point.checkpoint_bytes = sum_over_ranks(*comm, static_cast<double>(report.state_bytes));
+  m.hidden_share = s.comm_hidden_share;
+  m.gemm_ceiling_flops_per_s = s.gemm_ceiling_flops_per_s;
+  m.datasheet_peak_flops_per_s = s.datasheet_peak_flops_per_s;
+  m.tokens_per_s = s.tokens_per_s;
+  m.tokens_per_rank_step = s.global_tokens_per_step / comm->world_size();
+  m.engine_options = report.engine_options;
+  m.result = std::move(report.result);
+  return m;
+}
+
+// The median over repeated runs of one depth, category by category (the
+// rest, e.g. the result JSON, from the last run).
+MeasuredDepth median_of(const std::vector<MeasuredDepth>& repeats) {
+  MeasuredDepth m = repeats.back();
+  for (const StepCategory& c : step_categories()) {
+    std::vector<double> values;
+    for (const MeasuredDepth& r : repeats) values.push_back(r.point.times.*c.member);
+    m.point.times.*c.member = median(values);
+  }
+  std::vector<double> tokens_per_s, hidden;
+  for (const MeasuredDepth& r : repeats) {
+    tokens_per_s.push_back(r.tokens_per_s);
+    hidden.push_back(r.hidden_share);
+  }
+  m.tokens_per_s = median(tokens_per_s);
+  m.hidden_share = median(hidden);
+  for (const MeasuredDepth& r : repeats) m.round_step_s.push_back(r.point.times.step_s);
+  return m;
+}
+
+EngineOptions at_depth(EngineOptions options, int64_t layers, const Communicator& comm) {
+  options.shape.n_layers = layers;
+  if (options.optimizer_shard.end >= 0)  // ZeRO-1: this rank's share at the new depth
+    options.optimizer_shard = zero_shard(make_layout(options).trainable_params(), comm.rank(), comm.world_size());
+  return options;
+}
+
+// The all-reduce between the ranks at hand, timed on the trainer's path over
+// sizes up to the largest bucket and fitted as latency + bytes / bandwidth.
+// Device buffers (nccl) are not driven by the host harness: their link is
+// read off the run's own comm_s instead (bandwidth only).
+Link measure_link(Communicator& comm, const std::vector<int64_t>& bucket_bytes, const StepTimes& measured) {
+  if (comm.world_size() < 2) return {};
+  int64_t largest = 0, total = 0;
+  for (const int64_t b : bucket_bytes) {
+    largest = std::max(largest, b);
+    total += b;
+  }
+  if (comm.device_buffers()) {
+    Link link;
+    if (measured.comm_s > 0)
+      link.busbw_gbs = bus_bandwidth_factor("all_reduce", comm.world_size()) * static_cast<double>(total) /
+                       measured.comm_s * 1e-9;
+    return link;
+  }
+  std::vector<int64_t> sizes = size_sweep(64 << 10, std::max<int64_t>(largest, 256 << 10), 4);
+  if (sizes.back() != largest && largest > sizes.back()) sizes.push_back(largest);
+  std::vector<double> bytes, seconds;
+  const CollectiveBenchOptions options{.warmup_iters = 3, .iters = 10};
+  for (const int64_t size : sizes)
+    for (const CollectiveBenchResult& r : bench_gradient_step(comm, {size}, options))
+      if (r.path == "bucketed") {
+        bytes.push_back(static_cast<double>(size));
+        seconds.push_back(r.time_s);
+      }
+  return fit_link(bytes, seconds, comm.world_size());
+}
+
+std::string seconds_text(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, s >= 1 ? "%.3f s" : "%.2f ms", s >= 1 ? s : s * 1e3);
+  return text;
+}
+
+nlohmann::json times_json(const StepTimes& t) {
+  nlohmann::json json;
+  for (const StepCategory& c : step_categories()) json[c.name] = t.*c.member;
+  return json;
+}
+
+}  // namespace
+
+ProjectCommand::ProjectCommand(CLI::App& app) : options_(std::make_unique<Options>()) {
+  Options& o = *options_;
+  project_ = app.add_subcommand(
+      "project", "run the config at two depths and project the full model's tokens/s, MFU, checkpoint size and "
+                 "memory, then its tokens/s and scaling efficiency on 1..64 nodes of a fabric");
+  project_->add_option("config", o.config, "YAML config file or embedded preset (default: tiny)");
+  project_->add_option("--set", o.overrides, "override a key: section.key=value (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+  project_->add_option("--layers", o.layers,
+                       "depths to train, comma-separated (default 2,4); one depth: no depth fit, the scale "
+                       "projection at that depth")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  project_->add_option("--steps", o.steps, "optimizer steps per depth (overrides train.steps)")
+      ->check(CLI::PositiveNumber);
+  project_->add_option("--fabric", o.fabric,
+                       "the network between nodes: ib-ndr400, roce400, measured (like the ranks here) or "
+                       "<GB/s>,<us> per GPU (default ib-ndr400)");
+  project_->add_option("--nodes", o.nodes, "node counts of the scale table (default 1,2,4,8,16,32,64)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 20));
+  project_->add_flag("--verify", o.verify,
+                     "also train the full depth (in every --repeats round) and print the depth projection's error");
+  project_->add_option("--repeats", o.repeats,
+                       "train every depth this many times, the depths interleaved, and take the median of each "
+                       "category: cancels a host's drifting speed (default 1)")
+      ->check(CLI::Range(1, 100));
+  project_->add_option("--out", o.out, "projection JSON (default trainbench-projection.json)");
+}
+
+ProjectCommand::~ProjectCommand() = default;
+
+bool ProjectCommand::parsed() const { return project_->parsed(); }
+
+int ProjectCommand::run() {
+  const Options& o = *options_;
+  // Every user error before anything trains.
+  Fabric fabric;
+  try {
+    fabric = parse_fabric(o.fabric);
+  } catch (const std::invalid_argument& e) {
+    throw CommandError{kExitUserError, std::string("--fabric ") + e.what()};
+  }
+  std::vector<int64_t> layers = o.layers;
+  std::sort(layers.begin(), layers.end());
+  if (std::set<int64_t>(layers.begin(), layers.end()).size() != layers.size())
+    throw CommandError{kExitUserError, "--layers: each depth once (got a repeated one)"};
+  std::vector<int> nodes = o.nodes;
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  const std::filesystem::path out_dir = std::filesystem::absolute(o.out).parent_path();
+  if (!std::filesystem::is_directory(out_dir))
+    throw CommandError{kExitUserError, "--out " + o.out + ": directory '" + out_dir.string() + "' does not exist"};
+  std::vector<std::string> overrides = o.overrides;
+  if (o.steps > 0) overrides.push_back("train.steps=" + std::to_string(o.steps));
+  Config config = load_config(o.config, overrides);
+  const int64_t full_layers = config.n_layers_full > 0 ? config.n_layers_full : config.model.n_layers;
+  if (layers.size() == 1 && layers.front() != full_layers && config.n_layers_full > 0)
+    throw CommandError{kExitUserError, "--layers " + std::to_string(layers.front()) +
+                                           ": one depth cannot be fitted; give two (e.g. 2,4) to project to "
+                                           "model.n_layers_full " + std::to_string(full_layers)};
+
+  std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend);
+  if (fabric.measured && comm->world_size() < 2)
+    throw CommandError{kExitUserError, "--fabric measured: needs at least 2 ranks to measure a link (run it under "
+                                       "mpirun -np 2 or more)"};
+  const bool reporter = comm->rank() == 0;
+  std::vector<double> first_on_host(static_cast<size_t>(comm->world_size()));
+  comm->all_gather(comm->local_rank() == 0 ? 1.0 : 0.0, first_on_host.data());
+  const int hosts = std::max(1, static_cast<int>(std::count(first_on_host.begin(), first_on_host.end(), 1.0)));
+  const int ranks_per_node = std::max(1, comm->world_size() / hosts);
+
+  // --- depth ---
+  // Round r trains every depth once (and the full depth for --verify), so a
+  // host whose speed drifts (other jobs, clocks) slows every depth alike.
+  std::vector<int64_t> to_train = layers;
+  const bool verify = o.verify && layers.size() >= 2 &&
+                      std::find(layers.begin(), layers.end(), full_layers) == layers.end();
+  if (verify) to_train.push_back(full_layers);
+  std::vector<std::vector<MeasuredDepth>> rounds(to_train.size());
+  for (int64_t r = 0; r < o.repeats; ++r)
+    for (size_t d = 0; d < to_train.size(); ++d) rounds[d].push_back(train_at_depth(config, to_train[d], comm));
+  std::vector<MeasuredDepth> runs;
+  for (size_t d = 0; d < layers.size(); ++d) runs.push_back(median_of(rounds[d]));
+  std::optional<MeasuredDepth> verified;
+  if (verify) verified = median_of(rounds.back());
+  std::vector<DepthPoint> points;
+  for (const MeasuredDepth& m : runs) points.push_back(m.point);
+  const bool fitted = points.size() >= 2;
+  const int64_t projected_layers = fitted ? full_layers : layers.front();
+  DepthProjection depth;
+  if (fitted) depth = project_depth(points, full_layers);
+  const StepTimes at_full = fitted ? depth.at_full : points.front().times;
+  const double checkpoint_bytes = fitted ? depth.checkpoint_bytes_at_full : points.front().checkpoint_bytes;
+  const MeasuredDepth& deepest = runs.back();
+  const EngineOptions full_options = at_depth(deepest.engine_options, projected_layers, *comm);
+  const ParameterLayout full_layout = make_layout(full_options);
+  const MemoryPlan full_memory = plan_engine_memory(full_options);
+  const double flops_per_token = model_flops_per_token(full_options.shape, full_layout).total();
+  const int world = comm->world_size();
+  const double tokens_per_step = static_cast<double>(deepest.tokens_per_rank_step) * world;
+  const double tokens_per_s = at_full.step_s > 0 ? tokens_per_step / at_full.step_s : 0.0;
+  const double flops_per_device = flops_per_token * tokens_per_s / world;
+  const double mfu = deepest.datasheet_peak_flops_per_s > 0 ? flops_per_device / deepest.datasheet_peak_flops_per_s : 0;
+  const double mfu_gemm =
+      deepest.gemm_ceiling_flops_per_s > 0 ? flops_per_device / deepest.gemm_ceiling_flops_per_s : 0;
+
+  // --- scale ---
+  const std::vector<int64_t> measured_buckets = gradient_bucket_bytes(
+      make_layout(deepest.engine_options).trainable_params(), config.comm.bucket_mb, config.comm.overlap);
+  if (reporter && world > 1) {
+    std::printf("\n=== project: timing the all-reduce between the %d ranks here ===\n", world);
+    std::fflush(stdout);
+  }
+  comm->set_context("project: timing the all-reduce");
+  const Link intra = measure_link(*comm, measured_buckets, deepest.point.times);
+  ScaleInputs scale;
+  scale.step = at_full;
+  // No collective measured on one rank: no overlap assumed (the pessimistic end).
+  scale.hidden_share = world > 1 ? deepest.hidden_share : 0.0;
+  for (const int64_t b : gradient_bucket_bytes(full_layout.trainable_params(), config.comm.bucket_mb, config.comm.overlap))
+    scale.bucket_bytes.push_back(static_cast<double>(b));
+  scale.ranks_per_node = ranks_per_node;
+  scale.tokens_per_rank_step = static_cast<double>(deepest.tokens_per_rank_step);
+  scale.intra = intra;
+  if (world > 1 && intra.busbw_gbs <= 0)
+    throw CommandError{kExitEnvironmentError, "project: the all-reduce between the ranks showed no bandwidth "
+                                              "(times did not grow with size); rerun on a quieter machine"};
+  // The model at the measured point against the run's own comm_s: the
+  // factor by which training (compute beside the collectives) slows them.
+  double modeled_comm_here = 0;
+  for (const int64_t b : measured_buckets)
+    modeled_comm_here += ring_all_reduce_s(static_cast<double>(b), 1, world, intra, intra);
+  if (modeled_comm_here > 0 && deepest.point.times.comm_s > 0)
+    scale.comm_slowdown = deepest.point.times.comm_s / modeled_comm_here;
+  const std::vector<ScalePoint> table = project_scale(scale, fabric, nodes);
+
+  if (!reporter) return kExitOk;
+  const char* bar = "----------------------------------------------------------------------------";
+  std::printf("\n%s\nprojection of %s (trainbench project)\n%s\n", bar, config.origin.c_str(), bar);
+  std::printf("measured   %d rank(s) on %d node(s), %s engine, depths:", world, hosts,
+              deepest.engine_options.device.c_str());
+  for (const int64_t l : layers) std::printf(" %ld", static_cast<long>(l));
+  std::printf(" layers\n");
+  if (fitted) {
+    std::printf("depth fit  each category = a + b * layers, evaluated at %ld layers\n",
+                static_cast<long>(full_layers));
+    std::printf("  %-15s", "category");
+    for (const int64_t l : layers) std::printf(" %10s", ("@" + std::to_string(l)).c_str());
+    std::printf(" %11s %11s %11s\n", "a", "b /layer", ("@" + std::to_string(full_layers)).c_str());
+    for (size_t c = 0; c < step_categories().size(); ++c) {
+      const StepCategory& category = step_categories()[c];
+      std::printf("  %-15s", category.name);
+      for (const DepthPoint& p : points) std::printf(" %10s", seconds_text(p.times.*category.member).c_str());
+      std::printf(" %11s %11s %11s\n", seconds_text(depth.fits[c].intercept).c_str(),
+                  seconds_text(depth.fits[c].slope).c_str(), seconds_text(at_full.*category.member).c_str());
+    }
+  } else {
+    std::printf("depth      one depth measured: no fit; everything below is at %ld layers\n",
+                static_cast<long>(projected_layers));
+  }
+  std::printf("at %ld layers on these %d rank(s):\n", static_cast<long>(projected_layers), world);
+  std::printf("  tokens/s        %s (step %s)\n", human_count(tokens_per_s).c_str(), seconds_text(at_full.step_s).c_str());
+  char mfu_text[64] = "n/a (no datasheet peak for this device)";
+  if (mfu > 0) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%% of the datasheet peak", 100 * mfu);
+  std::printf("  MFU             %s; %.1f%% of the GEMM ceiling (%s FLOP/s), %s FLOPs per token\n", mfu_text,
+              100 * mfu_gemm, human_count(deepest.gemm_ceiling_flops_per_s).c_str(), human_count(flops_per_token).c_str());
+  std::printf("  checkpoint      %s (all ranks)\n", human_bytes(checkpoint_bytes).c_str());
+  std::printf("  memory per GPU  %s (parameters %s, gradients %s, optimizer %s, activations %s, workspace %s)\n",
+              human_bytes(static_cast<double>(full_memory.total_bytes())).c_str(),
+              human_bytes(static_cast<double>(full_memory.parameter_bytes)).c_str(),
+              human_bytes(static_cast<double>(full_memory.gradient_bytes)).c_str(),
+              human_bytes(static_cast<double>(full_memory.optimizer_bytes)).c_str(),
+              human_bytes(static_cast<double>(full_memory.activation_bytes)).c_str(),
+              human_bytes(static_cast<double>(full_memory.workspace_bytes)).c_str());
+  std::printf("scale      fabric %s: %s\n", fabric.name.c_str(), fabric.assumption.c_str());
+  if (world > 1)
+    std::printf("  link here       ring busbw %.3f GB/s, %.1f us per ring step (fitted over sizes); the model "
+                "gives %s of all-reduce per step at %ld layers, training measured %s: x%.2f kept at every size\n",
+                intra.busbw_gbs, intra.hop_latency_s * 1e6, seconds_text(modeled_comm_here).c_str(),
+                static_cast<long>(layers.back()), seconds_text(deepest.point.times.comm_s).c_str(),
+                scale.comm_slowdown);
+  std::printf("  gradients       %s in %zu bucket(s) at %ld layers; overlap: %.0f%% of the all-reduce hidden "
+              "behind backward%s\n",
+              human_bytes(static_cast<double>(full_layout.trainable_params()) * 4).c_str(), scale.bucket_bytes.size(),
+              static_cast<long>(projected_layers), 100 * scale.hidden_share,
+              world > 1 ? " (measured)" : " (one rank: none measured, none assumed)");
+  std::printf("  %6s %6s %11s %11s %11s %11s %12s %10s\n", "nodes", "ranks", "busbw GB/s", "comm", "exposed", "step",
+              "tokens/s", "efficiency");
+  for (const ScalePoint& p : table)
+    std::printf("  %6d %6d %11.3f %11s %11s %11s %12s %9.1f%%\n", p.nodes, p.ranks, p.busbw_gbs,
+                seconds_text(p.comm_s).c_str(), seconds_text(p.comm_exposed_s).c_str(), seconds_text(p.step_s).c_str(),
+                human_count(p.tokens_per_s).c_str(), 100 * p.scaling_efficiency);
+  std::printf("assumptions (docs/projection.md):\n"
+              "  - every layer has the same shapes, so each category grows linearly with depth (a + b * layers)\n"
+              "  - the overlap behaves as measured: the same share of the all-reduce hides behind backward,\n"
+              "    at most the backward pass (2/3 of compute)\n"
+              "  - all-reduce is NCCL's ring: busbw = algbw * 2(n-1)/n as nccl-tests, one hop latency per ring step;\n"
+              "    training slows the collectives by the factor measured here at every size\n"
+              "  - each GPU has its own NIC; compute, data and checkpoint stalls per rank do not change with nodes\n");
+
+  nlohmann::json json_table = nlohmann::json::array();
+  for (const ScalePoint& p : table)
+    json_table.push_back({{"nodes", p.nodes}, {"ranks", p.ranks}, {"busbw_gbs", p.busbw_gbs}, {"comm_s", p.comm_s},
+                          {"comm_exposed_s", p.comm_exposed_s}, {"step_s", p.step_s},
+                          {"tokens_per_s", p.tokens_per_s}, {"scaling_efficiency", p.scaling_efficiency}});
+  nlohmann::json fits = nlohmann::json::object();
+  for (size_t c = 0; fitted && c < step_categories().size(); ++c)
+    fits[step_categories()[c].name] = {{"a", depth.fits[c].intercept}, {"b_per_layer", depth.fits[c].slope}};
+  nlohmann::json measured = nlohmann::json::array();
+  for (const MeasuredDepth& m : runs)
+    measured.push_back({{"layers", m.point.layers}, {"step", times_json(m.point.times)},
+                        {"tokens_per_s", m.tokens_per_s}, {"checkpoint_bytes", m.point.checkpoint_bytes},
+                        {"comm_hidden_share", m.hidden_share}, {"round_step_s", m.round_step_s},
+                        {"result", m.result}});
+  nlohmann::json result = {
+      {"schema", "trainbench.projection/v1"},
+      {"version", trainbench_version()},
+      {"config", config_to_json(config)},
+      {"ranks", world},
+      {"nodes", hosts},
+      {"ranks_per_node", ranks_per_node},
+      {"measured", measured},
+      {"depth",
+       {{"fitted", fitted},
+        {"layers", projected_layers},
+        {"fits", fits},
+        {"step", times_json(at_full)},
+        {"tokens_per_s", tokens_per_s},
+        {"model_flops_per_token", flops_per_token},
+        {"mfu", mfu},
+        {"mfu_vs_gemm_ceiling", mfu_gemm},
+        {"checkpoint_bytes", checkpoint_bytes},
+        {"memory_per_gpu_bytes", full_memory.total_bytes()}}},
+      {"scale",
+       {{"fabric", {{"name", fabric.name}, {"gbs_per_gpu", fabric.gbs_per_gpu},
+                    {"hop_latency_s", fabric.hop_latency_s}, {"assumption", fabric.assumption}}},
+        {"link_here", {{"busbw_gbs", intra.busbw_gbs}, {"hop_latency_s", intra.hop_latency_s}}},
+        {"modeled_comm_s_here", modeled_comm_here},
+        {"comm_slowdown", scale.comm_slowdown},
+        {"bucket_bytes", scale.bucket_bytes},
+        {"comm_hidden_share", scale.hidden_share},
+        {"table", json_table}}},
+  };
+  if (o.verify && !verified)
+    std::printf("verify     nothing to verify: %s\n", fitted ? "the full depth is one of --layers" : "one depth, no fit");
+  if (verified) {
+    const StepTimes& m = verified->point.times;
+    std::printf("verify     %ld layers measured: tokens/s %s (projected %s, error %.1f%%)\n",
+                static_cast<long>(full_layers), human_count(verified->tokens_per_s).c_str(),
+                human_count(tokens_per_s).c_str(), 100 * relative_error(tokens_per_s, verified->tokens_per_s));
+    nlohmann::json errors = nlohmann::json::object();
+    for (const StepCategory& c : step_categories()) {
+      std::printf("  %-15s measured %11s projected %11s\n", c.name, seconds_text(m.*c.member).c_str(),
+                  seconds_text(at_full.*c.member).c_str());
+      errors[c.name] = relative_error(at_full.*c.member, m.*c.member);
+    }
+    result["verify"] = {{"layers", full_layers},
+                        {"step", times_json(m)},
+                        {"tokens_per_s", verified->tokens_per_s},
+                        {"tokens_per_s_error", relative_error(tokens_per_s, verified->tokens_per_s)},
+                        {"checkpoint_bytes", verified->point.checkpoint_bytes},
+                        {"round_step_s", verified->round_step_s},
+                        {"errors", errors},
+                        {"result", verified->result}};
+  }
+  write_file_atomically(o.out, result.dump(2) + "\n");
+  std::printf("result     %s\n", o.out.c_str());
+  return kExitOk;
+}
+
+}  // namespace trainbench

@@ -1,0 +1,168 @@
+#include "trainer/projection.h"
+
+#include <algorithm>  // std::min, std::max
+#include <cmath>      // std::fabs, std::isfinite
+#include <cstdlib>    // std::strtod
+#include <stdexcept>  // std::invalid_argument
+
+#include "comm/collective_bench.h"  // bus_bandwidth_factor: nccl-tests' busbw / algbw
+
+namespace trainbench {
+
+LinearFit fit_line(const std::vector<double>& x, const std::vector<double>& y) {
+  if (x.size() != y.size()) throw std::invalid_argument("fit_line: x and y differ in length");
+  const double n = static_cast<double>(x.size());
+  double mean_x = 0, mean_y = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    mean_x += x[i] / n;
+    mean_y += y[i] / n;
+  }
+  double sxx = 0, sxy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sxx += (x[i] - mean_x) * (x[i] - mean_x);
+    sxy += (x[i] - mean_x) * (y[i] - mean_y);
+  }
+  if (x.size() < 2 || sxx <= 0) throw std::invalid_argument("fit_line: needs at least two distinct x");
+  LinearFit fit;
+  fit.slope = sxy / sxx;
+  fit.intercept = mean_y - fit.slope * mean_x;
+  return fit;
+}
+
+const std::vector<StepCategory>& step_categories() {
+  static const std::vector<StepCategory> categories = {
+      {"step_s", &StepTimes::step_s},
+      {"compute_s", &StepTimes::compute_s},
+      {"comm_s", &StepTimes::comm_s},
+      {"comm_exposed_s", &StepTimes::comm_exposed_s},
+      {"data_stall_s", &StepTimes::data_stall_s},
+      {"ckpt_stall_s", &StepTimes::ckpt_stall_s},
+      {"other_s", &StepTimes::other_s},
+  };
+  return categories;
+}
+
+DepthProjection project_depth(const std::vector<DepthPoint>& points, int64_t full_layers) {
+  std::vector<double> layers, checkpoint;
+  for (const DepthPoint& p : points) {
+    layers.push_back(static_cast<double>(p.layers));
+    checkpoint.push_back(p.checkpoint_bytes);
+  }
+  DepthProjection projection;
+  const double full = static_cast<double>(full_layers);
+  for (const StepCategory& category : step_categories()) {
+    std::vector<double> values;
+    for (const DepthPoint& p : points) values.push_back(p.times.*category.member);
+    projection.fits.push_back(fit_line(layers, values));
+    // A category that shrinks with depth (noise in a near-zero stall) must
+    // not project below zero.
+    projection.at_full.*category.member = std::max(0.0, projection.fits.back().at(full));
+  }
+  projection.checkpoint_bytes = fit_line(layers, checkpoint);
+  projection.checkpoint_bytes_at_full = std::max(0.0, projection.checkpoint_bytes.at(full));
+  return projection;
+}
+
+Fabric parse_fabric(const std::string& text) {
+  // Achieved bandwidth = line rate × an efficiency; latency per ring step.
+  // docs/projection.md states where each figure comes from.
+  if (text == "ib-ndr400")
+    return {text, 47.0, 9.6e-6, false,
+            "400 Gb/s NDR InfiniBand per GPU (50 GB/s line rate) at 94% = 47 GB/s, the 46-48 GB/s per NIC "
+            "nccl-tests reach (REFERENCE.md); 9.6 us per ring step, NCCL's tuning model for a network hop "
+            "(ring, Simple protocol)"};
+  if (text == "roce400")
+    return {text, 45.0, 12.0e-6, false,
+            "400 Gb/s RoCEv2 Ethernet per GPU (50 GB/s line rate) at an assumed 90% = 45 GB/s (no measured "
+            "figure in REFERENCE.md; Ethernet/UDP/IP framing and congestion control cost a little more than "
+            "InfiniBand); 12 us per ring step, NCCL's 9.6 us network hop plus an assumed 2.4 us for the "
+            "Ethernet switches"};
+  if (text == "measured")
+    return {text, 0, 0, true,
+            "the nodes are joined like the ranks measured here: the ring's busbw and hop latency fitted on "
+            "this node are used between nodes too (for validating the model, not for a real cluster)"};
+  const size_t comma = text.find(',');
+  const auto number = [&text](const std::string& part, const char* what) {
+    char* end = nullptr;
+    const double value = std::strtod(part.c_str(), &end);
+    if (part.empty() || end != part.c_str() + part.size() || !std::isfinite(value))
+      throw std::invalid_argument("'" + text + "': " + what + " '" + part + "' is not a number");
+    return value;
+  };
+  if (comma == std::string::npos)
+    throw std::invalid_argument("'" + text + "' is not ib-ndr400, roce400, measured or <GB/s>,<us> (e.g. 25,10)");
+  const double gbs = number(text.substr(0, comma), "the bandwidth");
+  const double us = number(text.substr(comma + 1), "the latency");
+  if (gbs <= 0) throw std::invalid_argument("'" + text + "': the bandwidth must be > 0 GB/s");
+  if (us < 0) throw std::invalid_argument("'" + text + "': the latency must be >= 0 us");
+  return {text, gbs, us * 1e-6, false, "as given: " + text.substr(0, comma) + " GB/s per GPU achieved, " +
+                                           text.substr(comma + 1) + " us per ring step"};
+}
+
+double ring_busbw_gbs(int nodes, int ranks_per_node, const Link& intra, const Link& inter) {
+  if (nodes * ranks_per_node <= 1) return 0.0;
+  if (nodes == 1) return intra.busbw_gbs;
+  const double across = ranks_per_node * inter.busbw_gbs;
+  return ranks_per_node > 1 && intra.busbw_gbs > 0 ? std::min(across, intra.busbw_gbs) : across;
+}
+
+double ring_all_reduce_s(double bytes, int nodes, int ranks_per_node, const Link& intra, const Link& inter) {
+  const int ranks = nodes * ranks_per_node;
+  if (ranks <= 1 || bytes <= 0) return 0.0;
+  const double busbw = ring_busbw_gbs(nodes, ranks_per_node, intra, inter);
+  if (busbw <= 0) throw std::invalid_argument("ring_all_reduce_s: no bandwidth for this ring");
+  const double bus_bytes = bus_bandwidth_factor("all_reduce", ranks) * bytes;
+  const double intra_steps = 2.0 * (ranks - nodes);
+  const double inter_steps = 2.0 * (nodes - 1);
+  return bus_bytes / (busbw * 1e9) + intra_steps * intra.hop_latency_s + inter_steps * inter.hop_latency_s;
+}
+
+Link fit_link(const std::vector<double>& bytes, const std::vector<double>& seconds, int ranks) {
+  if (ranks < 2) throw std::invalid_argument("fit_link: a link needs at least two ranks");
+  const LinearFit fit = fit_line(bytes, seconds);
+  Link link;
+  // A slope of zero or below (noise on sizes too small to see bandwidth)
+  // leaves the bandwidth unknown rather than infinite.
+  if (fit.slope > 0) link.busbw_gbs = bus_bandwidth_factor("all_reduce", ranks) / fit.slope * 1e-9;
+  link.hop_latency_s = std::max(0.0, fit.intercept) / (2.0 * (ranks - 1));
+  return link;
+}
+
+std::vector<ScalePoint> project_scale(const ScaleInputs& in, const Fabric& fabric, const std::vector<int>& nodes) {
+  const int g = std::max(1, in.ranks_per_node);
+  Link inter{fabric.gbs_per_gpu, fabric.hop_latency_s};
+  // `measured`: G ranks per node share the node's measured ring, so each
+  // GPU's share of it is busbw / G (ring_all_reduce_s multiplies back by G).
+  if (fabric.measured) inter = Link{in.intra.busbw_gbs / g, in.intra.hop_latency_s};
+  const double backward_window_s = 2.0 / 3.0 * in.step.compute_s;
+  // Everything but the network stays as measured.
+  const double fixed_s = in.step.step_s - in.step.comm_exposed_s;
+  std::vector<ScalePoint> points;
+  for (const int n : nodes) {
+    ScalePoint p;
+    p.nodes = n;
+    p.ranks = n * g;
+    for (const double bytes : in.bucket_bytes) p.comm_s += ring_all_reduce_s(bytes, n, g, in.intra, inter);
+    p.comm_s *= in.comm_slowdown;
+    p.busbw_gbs = ring_busbw_gbs(n, g, in.intra, inter);
+    const double hidden_s = std::min(in.hidden_share * p.comm_s, backward_window_s);
+    p.comm_exposed_s = std::max(0.0, p.comm_s - hidden_s);
+    p.step_s = fixed_s + p.comm_exposed_s;
+    p.tokens_per_s = p.step_s > 0 ? in.tokens_per_rank_step * p.ranks / p.step_s : 0.0;
+    points.push_back(p);
+  }
+  // Efficiency against one node, N/N0 as DESIGN.md defines it.
+  double one_node = 0;
+  for (const ScalePoint& p : points)
+    if (p.nodes == 1) one_node = p.tokens_per_s;
+  if (one_node <= 0 && !nodes.empty() && nodes.front() != 1)
+    one_node = project_scale(in, fabric, {1}).front().tokens_per_s;
+  for (ScalePoint& p : points) p.scaling_efficiency = one_node > 0 ? p.tokens_per_s / (p.nodes * one_node) : 0.0;
+  return points;
+}
+
+double relative_error(double projected, double measured) {
+  return measured != 0 ? std::fabs(projected - measured) / std::fabs(measured) : 0.0;
+}
+
+}  // namespace trainbench
