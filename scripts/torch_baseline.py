@@ -313,6 +313,8 @@ def load_yaml_config(path: str) -> dict[str, Any]:
             raise UsageError(f"{path}: section '{section}' must be a mapping")
         for key, raw in entries.items():
             name = f"{section}.{key}"
+            if name == "model.n_layers_full":
+                continue  # the depth `trainbench project` projects to; the trained depth is n_layers
             if section == "model":
                 if key not in YAML_MODEL_KEYS:
                     raise UsageError(f"{path}: unknown key {name}")
