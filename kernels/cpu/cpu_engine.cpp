@@ -188,31 +188,28 @@ void CpuEngine::assign_activation_views() {
   }
 }
 
-namespace {
-void scale_inplace(float* x, int64_t count, float factor) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < count; ++i) x[i] *= factor;
-}
-}  // namespace
-
+// y += s · (x·Aᵀ)·Bᵀ with s = alpha / rank (in the GEMM), h = x·Aᵀ kept for backward.
 void CpuEngine::lora_forward(int64_t layer, ParamKind target, const float* x, float* y) {
   const LoraAdapter& ad = lora_[layer][lora_target_slot(target)];
   if (ad.a == nullptr) return;
   const int64_t n = micro_batch_ * shape_.seq_len, r = layout_.lora_spec().rank;
+  const float scale = static_cast<float>(layout_.lora_spec().scale());
   matmul_forward(ad.h, x, ad.a, n, ad.in, r);
-  scale_inplace(ad.h, n * r, static_cast<float>(layout_.lora_spec().scale()));
-  sgemm_parallel(false, true, n, ad.out, r, ad.h, r, ad.b, r, 1.0f, y, ad.out);
+  sgemm_parallel(false, true, n, ad.out, r, ad.h, r, ad.b, r, 1.0f, y, ad.out, scale);
 }
 
+// t = dy·B; dB += s·dyᵀ·h; dA += s·tᵀ·x; dx += s·t·A (as the CUDA engine).
 void CpuEngine::lora_backward(int64_t layer, ParamKind target, const float* dy, const float* x,
                               float* dx) {
   const LoraAdapter& ad = lora_[layer][lora_target_slot(target)];
   if (ad.a == nullptr) return;
   const int64_t n = micro_batch_ * shape_.seq_len, r = layout_.lora_spec().rank;
+  const float scale = static_cast<float>(layout_.lora_spec().scale());
   float* t = scratch_.lora;
-  matmul_backward(t, ad.d_b, dy, ad.h, ad.b, n, r, ad.out, false);  // t = dy·B; dB += dyᵀ·h
-  scale_inplace(t, n * r, static_cast<float>(layout_.lora_spec().scale()));
-  matmul_backward(dx, ad.d_a, t, x, ad.a, n, ad.in, r, true);  // dx += t·A; dA += tᵀ·x
+  sgemm_parallel(false, false, n, r, ad.out, dy, ad.out, ad.b, r, 0.0f, t, r);
+  sgemm_parallel(true, false, ad.out, r, n, dy, ad.out, ad.h, r, 1.0f, ad.d_b, r, scale);
+  sgemm_parallel(true, false, r, ad.in, n, t, r, x, ad.in, 1.0f, ad.d_a, ad.in, scale);
+  sgemm_parallel(false, false, n, ad.in, r, t, r, ad.a, ad.in, 1.0f, dx, ad.in, scale);
 }
 
 float* CpuEngine::tensor_view(float* base, bool gradients, ParamKind kind, int64_t layer) const {

@@ -120,14 +120,14 @@ class CpuEngine final : public TrainingEngine {
   };
 
   // One LoRA adapter of one projection: its A and B, their gradients, and
-  // h = scale · (x·Aᵀ) [N, rank] saved for backward. Null a: not adapted.
+  // h = x·Aᵀ [N, rank] saved for backward. Null a: not adapted.
   struct LoraAdapter {
     float *a = nullptr, *b = nullptr, *d_a = nullptr, *d_b = nullptr, *h = nullptr;
     int64_t in = 0, out = 0;
   };
   // y += scale · (x·Aᵀ)·Bᵀ for the adapter of `target` in `layer`, if any.
   void lora_forward(int64_t layer, ParamKind target, const float* x, float* y);
-  // dB += dyᵀ·h, dA += scale · (dy·B)ᵀ·x, dx += scale · (dy·B)·A.
+  // dB += scale · dyᵀ·h, dA += scale · (dy·B)ᵀ·x, dx += scale · (dy·B)·A.
   void lora_backward(int64_t layer, ParamKind target, const float* dy, const float* x, float* dx);
 
   LayerWeights layer_view(float* base, bool gradients, int64_t layer) const;

@@ -19,7 +19,7 @@ namespace trainbench::cpu {
 // so the micro-kernels stay on full tiles.
 void sgemm_parallel(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
                          const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
-                         float* c, int64_t ldc) {
+                         float* c, int64_t ldc, float alpha) {
   const CBLAS_TRANSPOSE op_a = transpose_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE op_b = transpose_b ? CblasTrans : CblasNoTrans;
   constexpr int64_t kQuantum = 16;
@@ -28,7 +28,7 @@ void sgemm_parallel(bool transpose_a, bool transpose_b, int64_t m, int64_t n, in
   const int64_t max_blocks = (extent + kQuantum - 1) / kQuantum;
   const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), max_blocks));
   if (threads <= 1) {
-    cblas_sgemm(CblasRowMajor, op_a, op_b, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    cblas_sgemm(CblasRowMajor, op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
 #pragma omp parallel num_threads(threads)
@@ -39,12 +39,12 @@ void sgemm_parallel(bool transpose_a, bool transpose_b, int64_t m, int64_t n, in
     if (begin < end && split_rows) {
       // Row r of op(A) is row r of A, or column r of A when A is transposed.
       const float* a_rows = transpose_a ? a + begin : a + begin * lda;
-      cblas_sgemm(CblasRowMajor, op_a, op_b, end - begin, n, k, 1.0f, a_rows, lda, b, ldb, beta,
+      cblas_sgemm(CblasRowMajor, op_a, op_b, end - begin, n, k, alpha, a_rows, lda, b, ldb, beta,
                   c + begin * ldc, ldc);
     } else if (begin < end) {
       // Column j of op(B) is column j of B, or row j of B when B is transposed.
       const float* b_cols = transpose_b ? b + begin * ldb : b + begin;
-      cblas_sgemm(CblasRowMajor, op_a, op_b, m, end - begin, k, 1.0f, a, lda, b_cols, ldb, beta,
+      cblas_sgemm(CblasRowMajor, op_a, op_b, m, end - begin, k, alpha, a, lda, b_cols, ldb, beta,
                   c + begin, ldc);
     }
   }

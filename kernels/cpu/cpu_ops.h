@@ -11,12 +11,12 @@
 
 namespace trainbench::cpu {
 
-// C[m, n] = op(A)[m, k] · op(B)[k, n] + beta·C (row-major, op = transpose or not),
+// C[m, n] = alpha·op(A)[m, k] · op(B)[k, n] + beta·C (row-major, op = transpose or not),
 // split into row or column blocks of C (the longer side) across the OpenMP
 // threads, OpenBLAS single-threaded in each.
 void sgemm_parallel(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
                          const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
-                         float* c, int64_t ldc);
+                         float* c, int64_t ldc, float alpha = 1.0f);
 
 // out[n, out_dim] = in[n, in_dim] · weight[out_dim, in_dim]ᵀ   (PyTorch Linear, no bias)
 void matmul_forward(float* out, const float* in, const float* weight, int64_t n, int64_t in_dim,
