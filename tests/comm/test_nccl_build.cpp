@@ -10,6 +10,7 @@
 #include <string>
 
 #include "comm/communicator.h"  // nccl_version, make_nccl_communicator
+#include "tests/support/one_rank_communicator.h"
 
 namespace trainbench {
 namespace {
@@ -67,32 +68,19 @@ TEST(NcclBuild, NoUsableGpuIsAnEnvironmentErrorWithAMessage) {
 
 // A host backend that keeps the interface's defaults for the general
 // all-reduce: it records what reached its fp32-sum collectives.
-class RecordingHostCommunicator final : public Communicator {
+class RecordingHostCommunicator final : public testing::OneRankCommunicator {
  public:
   const char* backend_name() const override { return "recording"; }
-  int rank() const override { return 0; }
-  int world_size() const override { return 1; }
-  int local_rank() const override { return 0; }
-  std::string host_name() const override { return "here"; }
   void all_reduce_sum(float* data, int64_t count) override {
     last_data = data;
     last_count = count;
   }
-  void all_gather(double value, double* out) override { out[0] = value; }
-  void barrier() override {}
-  void broadcast(void*, int64_t, int) override {}
-  void reduce_scatter_sum(const float*, float*, int64_t) override {}
-  void all_gather_floats(const float*, float*, int64_t) override {}
   Ticket start_all_reduce_sum(float* data, int64_t count) override {
     last_data = data;
     last_count = count;
     return 7;
   }
   double wait(Ticket) override { return 0.0; }
-  double take_comm_seconds() override { return 0.0; }
-  double last_completion_time() const override { return 0.0; }
-  void set_timeout(double) override {}
-  void set_context(const std::string&) override {}
   [[noreturn]] void abort(int exit_code, const std::string&) override { std::exit(exit_code); }
 
   float* last_data = nullptr;

@@ -12,29 +12,21 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "tests/support/one_rank_communicator.h"
 #include "trainer/gradient_sync.h"
 
 namespace trainbench {
 namespace {
 
 // One rank; every call is logged as a line, e.g. "start 900+100", "wait_event E1".
-class LoggingCommunicator final : public Communicator {
+class LoggingCommunicator final : public testing::OneRankCommunicator {
  public:
   explicit LoggingCommunicator(bool device) : device_(device) {}
   std::vector<std::string> log;
 
   const char* backend_name() const override { return device_ ? "fake-device" : "fake-host"; }
   bool device_buffers() const override { return device_; }
-  int rank() const override { return 0; }
-  int world_size() const override { return 1; }
-  int local_rank() const override { return 0; }
-  std::string host_name() const override { return "test"; }
   void all_reduce_sum(float*, int64_t) override { log.push_back("all_reduce_sum"); }
-  void all_gather(double value, double* out) override { out[0] = value; }
-  void barrier() override {}
-  void broadcast(void*, int64_t, int) override {}
-  void reduce_scatter_sum(const float*, float*, int64_t) override {}
-  void all_gather_floats(const float*, float*, int64_t) override {}
   Ticket start_all_reduce_sum(float* data, int64_t count) override {
     log.push_back("start " + std::to_string(data - base) + "+" + std::to_string(count));
     return next_ticket_++;
@@ -43,13 +35,9 @@ class LoggingCommunicator final : public Communicator {
     log.push_back("wait " + std::to_string(ticket));
     return 0.0;
   }
-  double take_comm_seconds() override { return 0.0; }
-  double last_completion_time() const override { return 0.0; }
   void wait_for_device_event(void* event) override {
     log.push_back("wait_event E" + std::to_string(reinterpret_cast<intptr_t>(event)));
   }
-  void set_timeout(double) override {}
-  void set_context(const std::string&) override {}
   [[noreturn]] void abort(int, const std::string& message) override { throw std::runtime_error(message); }
 
   const float* base = nullptr;  // the gradient buffer: offsets in the log
