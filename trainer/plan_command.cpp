@@ -12,6 +12,7 @@
 #include "kernels/device_info.h"  // query_gpus: --gpu-memory defaults to the visible GPU's
 #include "trainer/cli.h"          // CommandError, exit codes
 #include "trainer/report.h"       // human_bytes, human_count
+#include "trainer/zero_optimizer.h"  // zero_shard: ZeRO-1's cut of the optimizer state
 
 namespace trainbench {
 
@@ -69,12 +70,11 @@ std::vector<FinetunePlanRow> plan_finetune(const Config& config, int64_t gpus_pe
   };
   const EngineOptions full = cuda_options(config);
   add("full (DDP)", world, full);
-  // ZeRO-1: this rank's shard of the optimizer state (the CPU engine's cut,
-  // zero_shard, rounded up), everything else as DDP.
-  const int64_t trainable = make_layout(full).trainable_params();
-  add("full (ZeRO-1)", world, full);
-  rows.back().memory.optimizer_bytes = (trainable + world - 1) / world * 8;
-  rows.back().fits = rows.back().memory.total_bytes() <= usable_bytes;
+  // ZeRO-1: one rank's shard of the optimizer state (the trainer's cut,
+  // zero_shard), everything else as DDP.
+  EngineOptions zero = full;  // rank 0's shard: the largest
+  zero.optimizer_shard = zero_shard(make_layout(full).trainable_params(), 0, static_cast<int>(world));
+  add("full (ZeRO-1)", world, zero);
   EngineOptions lora = full;
   Config as_lora = config;
   as_lora.train.mode = "lora";

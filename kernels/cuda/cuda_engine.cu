@@ -68,7 +68,11 @@ MemoryPlan plan_cuda_memory(const EngineOptions& options) {
   MemoryPlan plan;
   plan.parameter_bytes = z.params * 2 + z.master * 4;  // bf16 copy + fp32 master
   plan.gradient_bytes = z.trainable * 4;
-  plan.optimizer_bytes = z.trainable * 8;
+  // AdamW m and v over this rank's optimizer shard, as plan_cpu_memory counts
+  // it: what ZeRO-1 would hold (`trainbench plan`; `run` refuses ZeRO-1 on
+  // this engine, whose own runs keep the whole state).
+  const int64_t shard_end = options.optimizer_shard.end < 0 ? z.trainable : options.optimizer_shard.end;
+  plan.optimizer_bytes = (shard_end - options.optimizer_shard.begin) * 8;
   plan.activation_bytes = (z.activations_per_layer * options.shape.n_layers + z.activations_final) * 2 +
                           (z.stats_per_layer * options.shape.n_layers + z.stats_final) * 4;
   plan.workspace_bytes = z.scratch_bf16 * 2 + z.scratch_fp32 * 4 + z.scratch_fp64 * 8 +
