@@ -55,8 +55,8 @@ struct MeasuredDepth {
   nlohmann::json result;
 };
 
-// The slowest rank's medians (it sets tokens/s); comm_s from rank 0, which
-// the per-rank summary does not keep.
+// The slowest rank's medians (it sets tokens/s); comm_s from the summary,
+// which is that rank's too (the per-rank summary does not keep it).
 StepTimes step_times(const RunSummary& s) {
   const RankSummary& slowest = s.ranks.at(static_cast<size_t>(s.slowest_rank));
   StepTimes t;

@@ -101,7 +101,8 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
                      {"comm_exposed_s", r.comm_exposed_s},
                      {"data_stall_s", r.data_stall_s},
                      {"ckpt_stall_s", r.ckpt_stall_s},
-                     {"other_s", r.other_s}});
+                     {"other_s", r.other_s},
+                     {"own_s", r.own_s}});
   nlohmann::json checkpoints = nlohmann::json::array();
   for (const CheckpointRecord& c : outcome.checkpoints)
     checkpoints.push_back({{"step", c.step},

@@ -92,24 +92,55 @@ std::vector<std::string> host_names(Communicator& comm) {
   return names;
 }
 
-// Each rank's medians, gathered to every rank; the slowest rank against the
-// typical one.
-void summarize_ranks(Communicator& comm, RunSummary& summary) {
+// The median of a rank's own work per step, step_s − comm_exposed_s: what
+// it spent on everything but waiting in the collectives.
+double median_own_seconds(const std::vector<StepRecord>& steps) {
+  std::vector<double> own;
+  for (const StepRecord& s : steps)
+    if (!s.warmup) own.push_back(s.step_s - s.comm_exposed_s);
+  return median(own);
+}
+
+// Each rank's medians, gathered to every rank, and which rank sets the pace.
+// In synchronous data parallelism every rank's step ends with the same
+// all-reduce, so step_s is the same everywhere and cannot tell a straggler:
+// the rank that sets the pace has the most work of its own per step; a
+// faster rank spends the difference waiting in the collective, which its
+// comm_exposed_s counts. That rank's view becomes the run's summary (its
+// spreads and shares, broadcast from it), so the bottleneck names what the
+// pacing rank spent its time on, not another rank's wait for it: on a noisy
+// 2-vCPU host one rank's 40% slower compute read as "network 19%" on rank 0.
+void summarize_ranks(Communicator& comm, RunSummary& summary, double own_s) {
   const std::vector<double> step = gather_from_ranks(comm, summary.step_s.median);
   const std::vector<double> compute = gather_from_ranks(comm, summary.compute_s.median);
   const std::vector<double> comm_exposed = gather_from_ranks(comm, summary.comm_exposed_s.median);
   const std::vector<double> data_stall = gather_from_ranks(comm, summary.data_stall_s.median);
   const std::vector<double> ckpt_stall = gather_from_ranks(comm, summary.ckpt_stall_s.median);
   const std::vector<double> other = gather_from_ranks(comm, summary.other_s.median);
+  const std::vector<double> own = gather_from_ranks(comm, own_s);
   const std::vector<std::string> hosts = host_names(comm);
   summary.ranks.clear();
   for (size_t r = 0; r < step.size(); ++r)
     summary.ranks.push_back({static_cast<int>(r), hosts[r], step[r], compute[r], comm_exposed[r], data_stall[r],
-                             ckpt_stall[r], other[r]});
-  const auto slowest = std::max_element(step.begin(), step.end());
-  summary.slowest_rank = slowest - step.begin();
-  const double typical = median(step);
+                             ckpt_stall[r], other[r], own[r]});
+  const auto slowest = std::max_element(own.begin(), own.end());
+  summary.slowest_rank = slowest - own.begin();
+  const double typical = median(own);
   summary.slowest_rank_excess = typical > 0 ? *slowest / typical - 1.0 : 0.0;
+
+  // The pacing rank's per-category figures, as one block of doubles.
+  Spread* spreads[] = {&summary.step_s,         &summary.compute_s,    &summary.comm_s,  &summary.comm_exposed_s,
+                       &summary.data_stall_s,   &summary.ckpt_stall_s, &summary.other_s};
+  double* shares[] = {&summary.compute_share, &summary.comm_exposed_share, &summary.data_stall_share,
+                      &summary.ckpt_stall_share, &summary.other_share, &summary.comm_hidden_share};
+  std::vector<double> block;
+  for (const Spread* sp : spreads) block.insert(block.end(), {sp->median, sp->p10, sp->p90});
+  for (const double* share : shares) block.push_back(*share);
+  comm.broadcast(block.data(), static_cast<int64_t>(block.size() * sizeof(double)),
+                 static_cast<int>(summary.slowest_rank));
+  size_t i = 0;
+  for (Spread* sp : spreads) *sp = Spread{block[i], block[i + 1], block[i + 2]}, i += 3;
+  for (double* share : shares) *share = block[i++];
 }
 
 // Storage-read figures of the whole run: every rank's loader counters summed.
@@ -410,7 +441,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   }
 
   // tokens/s is set by the slowest rank's median step.
-  summarize_ranks(comm, summary);
+  summarize_ranks(comm, summary, median_own_seconds(steps));
   const double slowest_step_s = summary.ranks[static_cast<size_t>(summary.slowest_rank)].step_s;
   if (slowest_step_s > 0)
     summary.tokens_per_s = static_cast<double>(summary.global_tokens_per_step) / slowest_step_s;
@@ -436,11 +467,16 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   }
 
   summary.bottleneck = instrument ? bottleneck_line(summary) : "";
+  const std::string slowest_rank_name = "rank " + std::to_string(summary.slowest_rank) + " (" +
+                                        summary.ranks[static_cast<size_t>(summary.slowest_rank)].host + ")";
+  const std::string slowest_rank_excess = std::to_string(static_cast<int>(100 * summary.slowest_rank_excess + 0.5)) + "%";
+  if (instrument && world > 1 && summary.slowest_rank_excess >= 0.1)
+    summary.bottleneck += "; seen from " + slowest_rank_name + ", which sets the pace: its own work per step is " +
+                          slowest_rank_excess + " above the median rank's";
   if (summary.slowest_rank_excess > 0.2 && world > 1)
-    outcome.warnings.push_back("rank " + std::to_string(summary.slowest_rank) + " (" +
-                               summary.ranks[static_cast<size_t>(summary.slowest_rank)].host + ") is " +
-                               std::to_string(static_cast<int>(100 * summary.slowest_rank_excess)) +
-                               "% slower than the median rank: a straggler sets everyone's pace");
+    outcome.warnings.push_back(slowest_rank_name + " works " + slowest_rank_excess +
+                               " longer per step than the median rank (step less exposed communication): a "
+                               "straggler sets everyone's pace");
 
   if (loss_finite)
     outcome.checks.push_back({"loss_finite", true, "every step's loss is finite"});

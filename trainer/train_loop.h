@@ -42,11 +42,13 @@ struct Spread {
 };
 
 // One rank's medians over the measured steps: how the ranks compare (a slow
-// node or GPU shows as one rank whose step or compute time stands out).
+// node or GPU shows as one rank whose own work stands out; step_s is the
+// same on every rank, since each step ends in the same all-reduce).
 struct RankSummary {
   int rank = 0;
   std::string host;
   double step_s = 0, compute_s = 0, comm_exposed_s = 0, data_stall_s = 0, ckpt_stall_s = 0, other_s = 0;
+  double own_s = 0;  // median of step_s − comm_exposed_s: the step less its wait in the collectives
 };
 
 struct RunSummary {
@@ -94,9 +96,13 @@ struct RunSummary {
   // (comm.zero=1) keeps about 1/world of it.
   int64_t optimizer_bytes_per_rank = 0, optimizer_bytes_unsharded = 0;
   MemoryPlan memory_per_rank;  // the engine's plan: what one rank (one GPU) holds
+  // The rank that sets the pace: the largest median own_s (RankSummary).
+  // step_s, the spreads and the shares above are its figures, broadcast
+  // from it, so the bottleneck is judged where the time is spent; `steps`
+  // in the result stay rank 0's.
   int64_t slowest_rank = 0;
-  // Slowest rank's median step_s over the median of the ranks' medians, − 1:
-  // 0.25 = the slowest rank is 25% slower than the typical one.
+  // Slowest rank's median own_s over the median of the ranks' own_s, − 1:
+  // 0.25 = the slowest rank works 25% longer per step than the typical one.
   double slowest_rank_excess = 0;
   std::vector<RankSummary> ranks;  // every rank, gathered to all
   // The resource that limits the run, in one line (docs/metrics.md).
