@@ -163,6 +163,11 @@ class TrainingEngine {
   // Compute time (forward + backward + optimizer) accumulated since the
   // previous call, in seconds; device time on a device backend.
   virtual double take_compute_seconds() = 0;
+  // Whether the engine times its compute (on by default). Off
+  // (report.instrument=false) it takes no clock readings and records no
+  // timing events, so that a run without instrumentation pays nothing for
+  // it; take_compute_seconds then returns 0.
+  virtual void set_compute_timing(bool on) = 0;
   // Blocks until all work issued so far has finished.
   virtual void synchronize() = 0;
 

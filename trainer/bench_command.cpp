@@ -26,7 +26,9 @@
 #include "trainer/data_source.h"     // shards_for_run, loader_options
 #include "trainer/environment.h"     // describe_filesystem, trainbench_version
 #include "trainer/gradient_sync.h"   // gradient_bucket_bytes: the trainer's buckets
+#include "trainer/instrument_cost.h"  // bench instrument
 #include "trainer/report.h"          // human_bytes, human_count
+#include "trainer/run_extension.h"   // bench instrument runs inside the job's setup
 
 namespace trainbench {
 
@@ -55,6 +57,9 @@ struct BenchCommand::Options {
   double factor = 4;
   int64_t iters = 20;
   int64_t warmup_iters = 5;
+  // bench instrument
+  int64_t pairs = 40;
+  int64_t block_steps = 10;
 };
 
 namespace {
@@ -181,6 +186,16 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
   comm_->add_option("--warmup-iters", o.warmup_iters, "untimed iterations before them (default 5)")
       ->check(CLI::NonNegativeNumber);
   comm_->add_option("--out", o.out, "write the figures as JSON here (rank 0)");
+
+  instrument_ = bench_->add_subcommand(
+      "instrument", "what the per-step timing costs: timed and untimed blocks of steps alternating in one process");
+  instrument_->add_option("config", o.config, "YAML config file or embedded preset (default: tiny)");
+  instrument_->add_option("--set", o.overrides, "override a key: section.key=value (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+  instrument_->add_option("--pairs", o.pairs, "timed + untimed block pairs (default 40)");
+  instrument_->add_option("--block-steps", o.block_steps, "measured steps per block (default 10)");
+  instrument_->add_option("--out", o.out, "result JSON path (default trainbench-instrument.json)");
   bench_->require_subcommand(1);
 }
 
@@ -188,7 +203,55 @@ BenchCommand::~BenchCommand() = default;
 
 bool BenchCommand::parsed() const { return bench_->parsed(); }
 
-int BenchCommand::run() {
+namespace {
+
+// bench instrument inside `run`'s setup: the measurement before step 1, on
+// the job's engine and communicator; the job itself is two steps.
+class InstrumentCostRun final : public RunExtension {
+ public:
+  InstrumentCostRun(int64_t pairs, int64_t block_steps) : pairs_(pairs), block_steps_(block_steps) {}
+  void begin(const RunContext& context) override {
+    if (context.comm.rank() == 0) {
+      std::printf("instrumentation cost: %ld pairs of %ld-step blocks...\n", static_cast<long>(pairs_),
+                  static_cast<long>(block_steps_));
+      std::fflush(stdout);
+    }
+    cost_ = measure_instrumentation_cost(context.config, context.engine, context.comm, pairs_, block_steps_);
+  }
+  bool after_step(const StepRecord&) override { return true; }
+  int finish(const RunOutcome&, nlohmann::json* result) override {
+    if (result) (*result)["instrumentation_cost"] = instrumentation_cost_json(cost_);
+    return kExitOk;
+  }
+  void print(FILE* out) const override { print_instrumentation_cost(out, cost_); }
+
+ private:
+  int64_t pairs_, block_steps_;
+  InstrumentationCost cost_;
+};
+
+}  // namespace
+
+int BenchCommand::run_instrument(const std::string& command_line) {
+  const Options& o = *options_;
+  // Bad counts end here, on every rank alike, before any rank starts the job.
+  if (o.pairs < 2) throw CommandError{kExitUserError, "--pairs must be at least 2, got " + std::to_string(o.pairs)};
+  if (o.block_steps < 1)
+    throw CommandError{kExitUserError, "--block-steps must be at least 1, got " + std::to_string(o.block_steps)};
+  // Resident tokens and no checkpoints unless the user's --set says
+  // otherwise; the two-step job after the measurement is not what is measured.
+  std::vector<std::string> overrides = {"data.source=synthetic", "checkpoint.every_steps=0",
+                                        "report.progress_every=0"};
+  overrides.insert(overrides.end(), o.overrides.begin(), o.overrides.end());
+  overrides.push_back("train.steps=2");
+  overrides.push_back("train.warmup_steps=1");
+  InstrumentCostRun measurement(o.pairs, o.block_steps);
+  return run_with_extension(o.config, overrides, o.out.empty() ? "trainbench-instrument.json" : o.out, command_line,
+                            measurement);
+}
+
+int BenchCommand::run(const std::string& command_line) {
+  if (instrument_->parsed()) return run_instrument(command_line);
   if (comm_->parsed()) return run_comm();
   return options_->write ? run_io_write() : run_io();
 }

@@ -18,9 +18,18 @@
 // ceiling. The configured model's gradient buckets back to back, then
 // all-reduce, reduce-scatter and all-gather over those sizes and a sweep, as
 // nccl-tests prints them: time, algbw, busbw, and an exact data check.
+//
+// `trainbench bench instrument [CONFIG] [--set k=v]... [--pairs N]
+//  [--block-steps N] [--out FILE]`, alone or under mpirun/srun: what the
+// per-step timing costs. Blocks of steps with report.instrument on and off
+// alternate in one process on the job's engine (trainer/instrument_cost.h);
+// the median overhead of the pairs with its 95% interval, against the ≤ 1%
+// target. A two-step run of the config follows, and its result JSON gains
+// `instrumentation_cost`.
 #pragma once
 
 #include <memory>  // std::unique_ptr
+#include <string>
 
 namespace CLI {
 class App;
@@ -30,21 +39,23 @@ namespace trainbench {
 
 class BenchCommand {
  public:
-  // Adds `bench` and its `io` and `comm` subcommands to `app`.
+  // Adds `bench` and its `io`, `comm` and `instrument` subcommands to `app`.
   explicit BenchCommand(CLI::App& app);
   ~BenchCommand();
   bool parsed() const;
   // Runs it; returns the exit code. Throws ConfigError, DataError or
   // CommandError, which the CLI turns into one line and an exit code.
-  int run();
+  int run(const std::string& command_line);
 
  private:
   CLI::App* bench_ = nullptr;
   CLI::App* io_ = nullptr;
   CLI::App* comm_ = nullptr;
+  CLI::App* instrument_ = nullptr;
   int run_io();
   int run_io_write();
   int run_comm();
+  int run_instrument(const std::string& command_line);
   struct Options;
   std::unique_ptr<Options> options_;  // the App's options write into it
 };

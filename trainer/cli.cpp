@@ -484,7 +484,7 @@ int run_cli(int argc, char** argv) {
   try {
     if (run->parsed()) return run_command(run_options, quoted_command_line(argc, argv));
     if (shards.parsed()) return shards.run();
-    if (bench.parsed()) return bench.run();
+    if (bench.parsed()) return bench.run(quoted_command_line(argc, argv));
     if (burnin.parsed()) return burnin.run(quoted_command_line(argc, argv));
     if (plan.parsed()) return plan.run();
     if (project.parsed()) return project.run();

@@ -289,11 +289,25 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   std::vector<float> parameters;  // host copy for the consistency checksum
   std::string inconsistency;      // the first checksum mismatch, if any
 
-  engine.synchronize();
-  engine.take_compute_seconds();  // discard the calibration
-  // report.instrument=false leaves out every per-step timer (to measure what
-  // they cost): only the wall time of the measured steps is taken, below.
+  // report.instrument=false leaves out every per-step timer, the engine's
+  // included (to measure what they cost): only the wall time of the
+  // measured steps is taken, below.
   const bool instrument = config.report.instrument;
+  engine.synchronize();
+  engine.set_compute_timing(instrument);
+  engine.take_compute_seconds();  // discard the calibration
+  // Back on when the loop is done: other callers expect the default. A
+  // device error here is left to the engine's next call to report (a
+  // destructor must not throw, least of all while another error unwinds).
+  struct RestoreComputeTiming {
+    TrainingEngine& engine;
+    ~RestoreComputeTiming() {
+      try {
+        engine.set_compute_timing(true);
+      } catch (...) {
+      }
+    }
+  } restore_compute_timing{engine};
   const Clock::time_point run_begin = Clock::now();
   Clock::time_point previous_end = run_begin;
   Clock::time_point measured_begin = run_begin;
@@ -303,7 +317,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     record.step = step;
     record.warmup = step < first_step + train.warmup_steps;
     record.lr = train.lr;
-    if (step == first_step + train.warmup_steps) measured_begin = instrument ? previous_end : Clock::now();
+    if (step == first_step + train.warmup_steps) measured_begin = previous_end;
 
     comm.set_context("step " + std::to_string(step));
     if (step == config.comm.inject_divergence_step && comm.rank() == world - 1)
@@ -360,6 +374,10 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       record.other_s = record.step_s - record.compute_s - record.comm_exposed_s -
                        record.data_stall_s - record.ckpt_stall_s;
       previous_end = end;
+    } else if (step + 1 == first_step + train.warmup_steps) {
+      // Untimed, one clock reading all run: the end of warm-up, the same
+      // point the measured window starts from when timed.
+      previous_end = Clock::now();
     }
     outcome.steps.push_back(record);
 

@@ -27,13 +27,17 @@ int resolve_threads(int requested) {
   return hw > 0 ? static_cast<int>(hw) : 1;
 }
 
-// Adds the wall time of one engine call to the compute total.
+// Adds the wall time of one engine call to the compute total; reads no
+// clock when timing is off (set_compute_timing).
 class ComputeTimer {
  public:
-  explicit ComputeTimer(double& total) : total_(total), start_(Clock::now()) {}
-  ~ComputeTimer() { total_ += std::chrono::duration<double>(Clock::now() - start_).count(); }
+  ComputeTimer(double& total, bool on) : total_(total), on_(on), start_(on ? Clock::now() : Clock::time_point{}) {}
+  ~ComputeTimer() {
+    if (on_) total_ += std::chrono::duration<double>(Clock::now() - start_).count();
+  }
  private:
   double& total_;
+  bool on_;
   Clock::time_point start_;
 };
 }  // namespace
@@ -265,7 +269,7 @@ void CpuEngine::forward(const TokenBatch& batch) {
   // The thread count is process-wide OpenMP state; the per-thread scratch
   // was sized for threads_, so re-assert it on entry.
   omp_set_num_threads(threads_);
-  ComputeTimer timer(compute_seconds_);
+  ComputeTimer timer(compute_seconds_, compute_timing_);
   const ModelShape& s = shape_;
   const int64_t n = micro_batch_ * s.seq_len;
   const int64_t d = s.d_model, f = s.ffn_hidden;
@@ -325,7 +329,7 @@ void CpuEngine::backward(const TokenBatch& batch, float loss_scale,
   check_batch_shape(batch, micro_batch_, shape_.seq_len);
   if (!logits_valid_) throw std::logic_error("backward without a preceding forward");
   omp_set_num_threads(threads_);
-  ComputeTimer timer(compute_seconds_);
+  ComputeTimer timer(compute_seconds_, compute_timing_);
   const ModelShape& s = shape_;
   const int64_t n = micro_batch_ * s.seq_len;
   const int64_t d = s.d_model, f = s.ffn_hidden;
@@ -393,7 +397,7 @@ float CpuEngine::optimizer_step(const AdamWSettings& settings, int64_t step) {
     throw std::logic_error("optimizer_step on a sharded optimizer: use optimizer_step_shard");
   double norm = 0;
   {
-    ComputeTimer timer(compute_seconds_);
+    ComputeTimer timer(compute_seconds_, compute_timing_);
     norm = std::sqrt(sum_of_squares(grads_.get(), grads_.count));
   }
   optimizer_step_shard(settings, step, norm);
@@ -401,7 +405,7 @@ float CpuEngine::optimizer_step(const AdamWSettings& settings, int64_t step) {
 }
 
 double CpuEngine::gradient_sum_of_squares(int64_t begin, int64_t end) {
-  ComputeTimer timer(compute_seconds_);
+  ComputeTimer timer(compute_seconds_, compute_timing_);
   return sum_of_squares(grads_.get() + begin, end - begin);
 }
 
@@ -409,7 +413,7 @@ void CpuEngine::optimizer_step_shard(const AdamWSettings& settings, int64_t step
   // The state copy begun before this step's forward must see the state as it
   // was then: join it before the first write (optimizer_step comes through here).
   wait_state_copy();
-  ComputeTimer timer(compute_seconds_);
+  ComputeTimer timer(compute_seconds_, compute_timing_);
   // As torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when above.
   float grad_scale = 1.0f;
   if (settings.grad_clip > 0.0 && norm > settings.grad_clip)
@@ -495,6 +499,11 @@ void CpuEngine::restore_state(const std::vector<const void*>& sources) {
   for (size_t i = 0; i < tensors.size(); ++i)
     if (tensors[i].bytes > 0)
       std::memcpy(buffers[i], sources[i], static_cast<size_t>(tensors[i].bytes));
+}
+
+void CpuEngine::set_compute_timing(bool on) {
+  compute_timing_ = on;
+  compute_seconds_ = 0.0;
 }
 
 double CpuEngine::take_compute_seconds() {

@@ -63,6 +63,7 @@ class CpuEngine final : public TrainingEngine {
   void optimizer_step_shard(const AdamWSettings& settings, int64_t step, double global_norm) override;
 
   double take_compute_seconds() override;
+  void set_compute_timing(bool on) override;
   void synchronize() override {}
   double measure_gemm_flops(int64_t m, int64_t n, int64_t k, double seconds) override;
 
@@ -156,6 +157,7 @@ class CpuEngine final : public TrainingEngine {
   float last_loss_ = 0.0f;
   bool logits_valid_ = false;
   double compute_seconds_ = 0.0;
+  bool compute_timing_ = true;
 
   // The state copy begun last, joinable while it may still run. Only the
   // thread driving the engine starts and joins it.

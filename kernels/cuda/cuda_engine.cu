@@ -358,6 +358,7 @@ void CudaEngine::upload_tokens(const TokenBatch& batch) {
 }
 
 void CudaEngine::begin_compute() {
+  if (!compute_timing_) return;
   if (timing_used_ + 2 > timing_events_.size()) {
     // More calls than pairs before take_compute_seconds: grow the pool.
     const size_t old_size = timing_events_.size();
@@ -369,8 +370,17 @@ void CudaEngine::begin_compute() {
 }
 
 void CudaEngine::end_compute() {
+  if (!compute_timing_) return;
   TRAINBENCH_CUDA_CHECK(cudaEventRecord(timing_events_[timing_used_ + 1], compute_stream_));
   timing_used_ += 2;
+}
+
+void CudaEngine::set_compute_timing(bool on) {
+  // Pairs already recorded are dropped: their stop events may still be
+  // pending, and they would be read as belonging to the next measurement.
+  synchronize();
+  compute_timing_ = on;
+  timing_used_ = 0;
 }
 
 double CudaEngine::take_compute_seconds() {

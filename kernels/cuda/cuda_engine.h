@@ -51,6 +51,7 @@ class CudaEngine final : public TrainingEngine {
   float optimizer_step(const AdamWSettings& settings, int64_t step) override;
 
   double take_compute_seconds() override;
+  void set_compute_timing(bool on) override;
   void synchronize() override;
   double measure_gemm_flops(int64_t m, int64_t n, int64_t k, double seconds) override;
   double datasheet_peak_flops_per_s() const override { return datasheet_peak_; }
@@ -190,6 +191,7 @@ class CudaEngine final : public TrainingEngine {
   bool compute_waits_for_state_copy_ = false;  // the compute stream is not yet ordered after it
   std::vector<cudaEvent_t> timing_events_;  // start/stop pairs of this step
   size_t timing_used_ = 0;
+  bool compute_timing_ = true;  // set_compute_timing
   // record_compute_event's ring (kComputeEventRing events, no timing).
   std::vector<cudaEvent_t> compute_ready_events_;
   size_t next_compute_ready_event_ = 0;

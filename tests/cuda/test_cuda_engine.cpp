@@ -457,6 +457,27 @@ TEST_F(CudaEngineTest, ComputeTimeIsPositiveAfterAStep) {
   EXPECT_LT(seconds, 60.0) << "one step of a tiny model";
 }
 
+// report.instrument=false: no timing events at all (nothing measured, and
+// the pair pool does not grow step after step), then timing on again.
+TEST_F(CudaEngineTest, ComputeTimingOffRecordsNothingAndOnAgainMeasures) {
+  const EngineOptions options = multi_head_options("cuda");
+  std::unique_ptr<TrainingEngine> cuda = make_engine(options);
+  cuda->init_parameters(1);
+  const Tokens t = random_tokens(options, 8);
+  cuda->set_compute_timing(false);
+  for (int step = 1; step <= 3; ++step) {
+    forward_backward(*cuda, t.batch(options));
+    cuda->optimizer_step(AdamWSettings{}, step);
+  }
+  cuda->synchronize();
+  EXPECT_EQ(cuda->take_compute_seconds(), 0.0);
+  cuda->set_compute_timing(true);
+  forward_backward(*cuda, t.batch(options));
+  cuda->optimizer_step(AdamWSettings{}, 4);
+  cuda->synchronize();
+  EXPECT_GT(cuda->take_compute_seconds(), 0.0);
+}
+
 TEST_F(CudaEngineTest, MemoryPlanIsPositiveAndFitsTheGpu) {
   const EngineOptions options = gqa_options("cuda");
   std::unique_ptr<TrainingEngine> cuda = make_engine(options);

@@ -138,6 +138,30 @@ TEST(ResultJsonUninstrumented, WallTimeTokensPerSecondWithoutPerStepTiming) {
   EXPECT_NE(result.at("warnings").dump().find("report.instrument=false"), std::string::npos);
 }
 
+// bench instrument through the binary: the measurement's figures in the
+// result and on the console; bad counts are one line and exit 2.
+TEST(BenchInstrument, ReportsThePairsAndRejectsBadCounts) {
+  const std::string path = "/tmp/trainbench_bench_instrument_" + std::to_string(getpid()) + ".json";
+  const testing::CommandResult run = run_command(std::string(TRAINBENCH_BINARY) +
+                                                 " bench instrument tiny --pairs 4 --block-steps 3 --out " + path);
+  const json result = json::parse(testing::read_whole_file(path), nullptr, false);
+  std::remove(path.c_str());
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  const json& cost = result.at("instrumentation_cost");
+  EXPECT_EQ(cost.at("pairs"), 4);
+  EXPECT_EQ(cost.at("block_steps"), 3);
+  ASSERT_EQ(cost.at("timed_s").size(), 4u);
+  ASSERT_EQ(cost.at("untimed_s").size(), 4u);
+  EXPECT_GT(cost.at("untimed_step_s").get<double>(), 0.0);
+  EXPECT_LE(cost.at("overhead_ci95")[0].get<double>(), cost.at("overhead_median").get<double>());
+  EXPECT_NE(run.out.find("target <= 1%"), std::string::npos) << run.out;
+  EXPECT_EQ(result.at("config").at("data").at("source"), "synthetic");
+
+  const testing::CommandResult bad = run_command(std::string(TRAINBENCH_BINARY) + " bench instrument tiny --pairs 1");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--pairs must be at least 2"), std::string::npos) << bad.err;
+}
+
 TEST_F(ResultJson, StorageWriteHasEveryCheckpoint) {
   // 12 steps, a checkpoint every 10 (the default): one, committed.
   const json& checkpoints = result_.at("checkpoints");

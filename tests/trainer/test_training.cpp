@@ -3,15 +3,30 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
+#include <stdexcept>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "dataloader/batch_source.h"
 #include "kernels/engine.h"
 #include "trainer/config.h"
+#include "trainer/instrument_cost.h"
 #include "trainer/train_loop.h"
 
 namespace trainbench {
 namespace {
+
+std::unique_ptr<TrainingEngine> tiny_engine(const Config& config) {
+  EngineOptions options;
+  options.shape = config.model;
+  options.micro_batch = config.train.micro_batch;
+  options.device = "cpu";
+  options.threads = 1;
+  auto engine = make_engine(options);
+  engine->init_parameters(static_cast<uint64_t>(config.train.seed));
+  return engine;
+}
 
 RunOutcome train(const Config& config) {
   EngineOptions options;
@@ -69,6 +84,55 @@ TEST(Training, StepTimeIsTheSumOfItsCategories) {
   EXPECT_NEAR(s.compute_share + s.comm_exposed_share + s.data_stall_share + s.ckpt_stall_share +
                   s.other_share,
               1.0, 1e-9);
+}
+
+// report.instrument=false reaches the engine: no compute timing during the
+// run (the CPU engine reads no clock), and the default back on after it.
+TEST(Training, AnUntimedRunTurnsTheEnginesTimingOffAndBackOn) {
+  const Config config = load_config("tiny", {"train.steps=4", "train.warmup_steps=1", "report.instrument=false"});
+  auto engine = tiny_engine(config);
+  auto source = make_synthetic_source(config.train.micro_batch, config.model.seq_len, config.model.vocab, 2, 1);
+  auto comm = make_local_communicator();
+  const RunOutcome outcome = run_training(config, *engine, *source, *comm, nullptr);
+  ASSERT_EQ(outcome.steps.size(), 4u);
+  for (const StepRecord& s : outcome.steps) EXPECT_EQ(s.compute_s, 0.0) << "step " << s.step;
+  EXPECT_GT(outcome.summary.measured_wall_s, 0.0);
+
+  double wait = 0;
+  const HostBatch& host = source->next(&wait);
+  const TokenBatch batch{host.inputs, host.targets, host.batch, host.seq_len};
+  engine->set_compute_timing(false);
+  engine->forward(batch);
+  EXPECT_EQ(engine->take_compute_seconds(), 0.0) << "timing off: nothing measured";
+  engine->set_compute_timing(true);
+  engine->forward(batch);
+  EXPECT_GT(engine->take_compute_seconds(), 0.0) << "timing on again";
+}
+
+// bench instrument's measurement: the pairs it was asked for, each side
+// timed, an interval around the median, and the engine's state as before.
+TEST(Training, InstrumentationCostAlternatesBlocksAndRestoresTheEngine) {
+  const Config config = load_config("tiny", {});
+  auto engine = tiny_engine(config);
+  auto comm = make_local_communicator();
+  std::vector<float> before(static_cast<size_t>(engine->layout().total_params()));
+  engine->get_parameters(before.data());
+  const InstrumentationCost cost = measure_instrumentation_cost(config, *engine, *comm, 5, 2);
+  ASSERT_EQ(cost.timed_s.size(), 5u);
+  ASSERT_EQ(cost.untimed_s.size(), 5u);
+  EXPECT_EQ(cost.block_steps, 2);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_GT(cost.timed_s[i], 0.0);
+    EXPECT_GT(cost.untimed_s[i], 0.0);
+  }
+  EXPECT_LE(cost.overhead_low, cost.overhead_median);
+  EXPECT_GE(cost.overhead_high, cost.overhead_median);
+  EXPECT_GT(cost.untimed_step_s, 0.0);
+  std::vector<float> after(before.size());
+  engine->get_parameters(after.data());
+  EXPECT_EQ(before, after) << "the measurement trained, and put the state back";
+  EXPECT_THROW(measure_instrumentation_cost(config, *engine, *comm, 1, 2), std::invalid_argument);
+  EXPECT_THROW(measure_instrumentation_cost(config, *engine, *comm, 4, 0), std::invalid_argument);
 }
 
 TEST(Training, ANonFiniteLossStopsTheRunWithAFailedCheck) {
