@@ -43,7 +43,7 @@ double compute_ceiling(const Config& config, TrainingEngine& engine, Communicato
   std::unique_ptr<Communicator> local = make_local_communicator();
   auto median_step_s = [&](int64_t measured_steps) {
     alone.train.steps = alone.train.warmup_steps + measured_steps;
-    const RunOutcome outcome = run_training(alone, engine, *resident, *local, nullptr);
+    const RunOutcome outcome = run_training(alone, engine, *resident, *local, nullptr, nullptr, 1, nullptr, false);
     // The slowest rank sets a data-parallel step's pace.
     return max_over_ranks(comm, outcome.summary.step_s.p10);
   };

@@ -45,7 +45,7 @@ InstrumentationCost measure_instrumentation_cost(const Config& config, TrainingE
                             static_cast<uint64_t>(config.data.seed));
   const auto wall_seconds = [&](bool instrument) {
     block.report.instrument = instrument;
-    const RunOutcome outcome = run_training(block, engine, *resident, comm, nullptr);
+    const RunOutcome outcome = run_training(block, engine, *resident, comm, nullptr, nullptr, 1, nullptr, false);
     // The slowest rank's window: with several ranks, what the job paid.
     return max_over_ranks(comm, outcome.summary.measured_wall_s);
   };

@@ -241,7 +241,7 @@ void largest_gemm_shape(const ModelShape& s, int64_t micro_batch, int64_t* m, in
 
 RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSource& source,
                         Communicator& comm, const ProgressFn& on_progress, Checkpointer* checkpointer,
-                        int64_t first_step, const StepHook& after_step) {
+                        int64_t first_step, const StepHook& after_step, bool measure_gemm_ceiling) {
   const TrainSection& train = config.train;
   const ModelShape& shape = config.model;
   RunOutcome outcome;
@@ -254,8 +254,9 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   summary.optimizer_bytes_per_rank = summary.memory_per_rank.optimizer_bytes;
   summary.optimizer_bytes_unsharded = 2 * engine.layout().trainable_params() * 4;
   largest_gemm_shape(shape, train.micro_batch, &summary.gemm_m, &summary.gemm_n, &summary.gemm_k);
-  summary.gemm_ceiling_flops_per_s =
-      engine.measure_gemm_flops(summary.gemm_m, summary.gemm_n, summary.gemm_k, 1.0);
+  if (measure_gemm_ceiling)
+    summary.gemm_ceiling_flops_per_s =
+        engine.measure_gemm_flops(summary.gemm_m, summary.gemm_n, summary.gemm_k, 1.0);
 
   const AdamWSettings adam = adamw_settings(train);
   // Each micro-batch's loss is scaled so the accumulated gradient, summed

@@ -142,10 +142,13 @@ using StepHook = std::function<bool(const StepRecord&)>;
 // FLOP counts are filled in. With a checkpointer, checkpoints are taken as
 // configured and the loop's time blocked by them is ckpt_stall_s. Throws
 // CheckpointFailure when a checkpoint fails and checkpoint.on_full says stop.
+// `measure_gemm_ceiling` false leaves out the GEMM ceiling's one-second
+// calibration (and the MFU against it): for the short internal runs of a
+// measurement (the compute ceiling, bench instrument's blocks).
 RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSource& source,
                         Communicator& comm, const ProgressFn& on_progress,
                         Checkpointer* checkpointer = nullptr, int64_t first_step = 1,
-                        const StepHook& after_step = nullptr);
+                        const StepHook& after_step = nullptr, bool measure_gemm_ceiling = true);
 
 // FNV-1a over `bytes` bytes: the parameter consistency check's checksum, and
 // burn-in's golden gradient checksum.
