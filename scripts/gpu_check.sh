@@ -193,6 +193,18 @@ else
   row "trainbench burnin 1m" "pending: this build has no CUDA engine ($(grep 'compute engines' "$out/version.txt"))"
 fi
 
+# 4d. What the per-step timing costs on the GPU (issue 7's <= 1%): timed and
+# untimed blocks of steps alternating in one process, the CUDA engine's
+# timing events included (trainbench bench instrument).
+if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
+  if timeout "${GPU_CHECK_INSTRUMENT_TIMEOUT:-90}" "$build/trainbench" bench instrument h200-gpt2-124m --pairs 20 \
+       --block-steps 5 --out "$out/instrument.json" > "$out/instrument.log" 2>&1; then
+    row "trainbench bench instrument" "$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["instrumentation_cost"]; print("overhead {:+.2f}% median of {} pairs (95% {:+.2f} .. {:+.2f}%), untimed step {:.2f} ms".format(100 * c["overhead_median"], c["pairs"], 100 * c["overhead_ci95"][0], 100 * c["overhead_ci95"][1], 1e3 * c["untimed_step_s"]))' "$out/instrument.json")"
+  else
+    row "trainbench bench instrument" "FAILED (exit $?): $(tail -1 "$out/instrument.log")"
+  fi
+fi
+
 # 5. PyTorch on the same shapes: eager and torch.compile.
 if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
   for preset in "${presets[@]}"; do
