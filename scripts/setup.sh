@@ -18,6 +18,7 @@ DEBIAN_PACKAGES=(
   libgtest-dev libgmock-dev     # unit tests
   libtorch-dev                  # the reference model in the kernel tests
   iproute2                      # ip netns, tc: scripts/validate_fabric_projection.sh emulates a fabric
+  slurmctld slurmd slurm-client munge   # a one-node Slurm (scripts/slurm/local_cluster.sh): the sbatch path's test
   python3
 )
 
