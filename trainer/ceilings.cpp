@@ -30,19 +30,13 @@ constexpr double kComputeCeilingSeconds = 1.0;
 constexpr int64_t kComputeCeilingMaxSteps = 200;
 
 double compute_ceiling(const Config& config, TrainingEngine& engine, Communicator& comm) {
-  Config alone = config;
-  alone.train.warmup_steps = 2;
-  alone.checkpoint.every_steps = 0;
-  alone.comm.inject_delay_ms = 0;
-  alone.comm.inject_divergence_step = 0;
-  alone.burnin.inject_slow_ms = 0;
   const SavedState saved(engine);
   std::unique_ptr<BatchSource> resident =
       make_synthetic_source(config.train.micro_batch, config.model.seq_len, config.model.vocab, 4,
                             static_cast<uint64_t>(config.data.seed));
   std::unique_ptr<Communicator> local = make_local_communicator();
   auto median_step_s = [&](int64_t measured_steps) {
-    alone.train.steps = alone.train.warmup_steps + measured_steps;
+    const Config alone = measurement_run_config(config, 2, measured_steps);
     const RunOutcome outcome = run_training(alone, engine, *resident, *local, nullptr, nullptr, 1, nullptr, false);
     // The slowest rank sets a data-parallel step's pace.
     return max_over_ranks(comm, outcome.summary.step_s.p10);

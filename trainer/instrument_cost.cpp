@@ -31,14 +31,8 @@ InstrumentationCost measure_instrumentation_cost(const Config& config, TrainingE
   if (pairs < 2) throw std::invalid_argument("--pairs must be at least 2, got " + std::to_string(pairs));
   if (block_steps < 1)
     throw std::invalid_argument("--block-steps must be at least 1, got " + std::to_string(block_steps));
-  Config block = config;
-  block.train.warmup_steps = 1;  // the step after a switch settles caches and the comm thread
-  block.train.steps = 1 + block_steps;
-  block.checkpoint.every_steps = 0;
-  block.comm.inject_delay_ms = 0;
-  block.comm.inject_divergence_step = 0;
-  block.burnin.inject_slow_ms = 0;
-  block.data.inject_delay_ms = 0;
+  // One warm-up step per block: the step after a switch settles caches.
+  Config block = measurement_run_config(config, 1, block_steps);
   const SavedState saved(engine);
   std::unique_ptr<BatchSource> resident =
       make_synthetic_source(config.train.micro_batch, config.model.seq_len, config.model.vocab, 4,

@@ -182,6 +182,18 @@ bool RunOutcome::all_checks_passed() const {
   return true;
 }
 
+Config measurement_run_config(const Config& config, int64_t warmup_steps, int64_t measured_steps) {
+  Config run = config;
+  run.train.warmup_steps = warmup_steps;
+  run.train.steps = warmup_steps + measured_steps;
+  run.checkpoint.every_steps = 0;
+  run.comm.inject_delay_ms = 0;
+  run.comm.inject_divergence_step = 0;
+  run.burnin.inject_slow_ms = 0;
+  run.data.inject_delay_ms = 0;
+  return run;
+}
+
 AdamWSettings adamw_settings(const TrainSection& train) {
   AdamWSettings adam;
   adam.lr = train.lr;

@@ -150,6 +150,11 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
                         Checkpointer* checkpointer = nullptr, int64_t first_step = 1,
                         const StepHook& after_step = nullptr, bool measure_gemm_ceiling = true);
 
+// The config of a measurement's own short runs on the job's engine (the
+// compute ceiling, bench instrument's blocks): `warmup_steps` then
+// `measured_steps`, no checkpoints and no fault injection.
+Config measurement_run_config(const Config& config, int64_t warmup_steps, int64_t measured_steps);
+
 // FNV-1a over `bytes` bytes: the parameter consistency check's checksum, and
 // burn-in's golden gradient checksum.
 uint64_t checksum_bytes(const void* data, size_t bytes);

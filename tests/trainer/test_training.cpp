@@ -17,25 +17,19 @@
 namespace trainbench {
 namespace {
 
-std::unique_ptr<TrainingEngine> tiny_engine(const Config& config) {
+std::unique_ptr<TrainingEngine> cpu_engine(const Config& config, int threads) {
   EngineOptions options;
   options.shape = config.model;
   options.micro_batch = config.train.micro_batch;
   options.device = "cpu";
-  options.threads = 1;
+  options.threads = threads;
   auto engine = make_engine(options);
   engine->init_parameters(static_cast<uint64_t>(config.train.seed));
   return engine;
 }
 
 RunOutcome train(const Config& config) {
-  EngineOptions options;
-  options.shape = config.model;
-  options.micro_batch = config.train.micro_batch;
-  options.device = "cpu";
-  options.threads = static_cast<int>(config.train.threads);
-  auto engine = make_engine(options);
-  engine->init_parameters(static_cast<uint64_t>(config.train.seed));
+  auto engine = cpu_engine(config, static_cast<int>(config.train.threads));
   auto source = make_synthetic_source(config.train.micro_batch, config.model.seq_len,
                                       config.model.vocab, config.data.synthetic_batches,
                                       static_cast<uint64_t>(config.data.seed));
@@ -90,7 +84,7 @@ TEST(Training, StepTimeIsTheSumOfItsCategories) {
 // run (the CPU engine reads no clock), and the default back on after it.
 TEST(Training, AnUntimedRunTurnsTheEnginesTimingOffAndBackOn) {
   const Config config = load_config("tiny", {"train.steps=4", "train.warmup_steps=1", "report.instrument=false"});
-  auto engine = tiny_engine(config);
+  auto engine = cpu_engine(config, 1);
   auto source = make_synthetic_source(config.train.micro_batch, config.model.seq_len, config.model.vocab, 2, 1);
   auto comm = make_local_communicator();
   const RunOutcome outcome = run_training(config, *engine, *source, *comm, nullptr);
@@ -113,7 +107,7 @@ TEST(Training, AnUntimedRunTurnsTheEnginesTimingOffAndBackOn) {
 // timed, an interval around the median, and the engine's state as before.
 TEST(Training, InstrumentationCostAlternatesBlocksAndRestoresTheEngine) {
   const Config config = load_config("tiny", {});
-  auto engine = tiny_engine(config);
+  auto engine = cpu_engine(config, 1);
   auto comm = make_local_communicator();
   std::vector<float> before(static_cast<size_t>(engine->layout().total_params()));
   engine->get_parameters(before.data());
