@@ -131,9 +131,20 @@ class TrainingEngine {
   // nullptr on a host backend, whose work is done when its call returns.
   static constexpr int kComputeEventRing = 8;
   virtual void* record_compute_event() { return nullptr; }
-  // The fp32 master parameters (layout().total_params()) when they live in
-  // host memory, for ZeRO-1's all-gather; nullptr on a device backend.
+  // The fp32 master parameters (layout().total_params(), padded as
+  // EngineOptions::pad_buffers_to says) when they live in host memory, for
+  // ZeRO-1's all-gather; nullptr on a device backend.
   virtual float* host_parameter_buffer() { return nullptr; }
+  // The same buffer when it lives in device memory (the CUDA engine's fp32
+  // master weights), for ZeRO-1's all-gather on a device-buffer communicator;
+  // nullptr on a host backend and where the engine keeps no fp32 master of
+  // every parameter (LoRA's frozen base is bf16 only).
+  virtual float* device_parameter_buffer() { return nullptr; }
+  // After the master parameters were rewritten from outside (ZeRO-1's
+  // all-gather into device_parameter_buffer, which completed before the
+  // call), a mixed-precision engine rebuilds the working copy its forward
+  // reads (bf16) from them. A no-op where the master is the working copy.
+  virtual void refresh_working_parameters() {}
 
   // One training step is: zero_gradients, then per micro-batch forward +
   // backward (gradients accumulate), then optimizer_step.
@@ -242,6 +253,15 @@ ParameterLayout make_layout(const EngineOptions& options);
 
 // Memory a backend would need for these options, without allocating.
 MemoryPlan plan_engine_memory(const EngineOptions& options);
+
+// n rounded up to a multiple of `multiple` (n itself when multiple <= 1):
+// the length of the buffers EngineOptions::pad_buffers_to pads.
+int64_t padded_count(int64_t n, int64_t multiple);
+
+// [begin, end) of the gradient buffer whose optimizer state an engine with
+// these options keeps (end = -1 resolved to `trainable`). Throws
+// std::invalid_argument when the shard lies outside the trainable parameters.
+EngineOptions::OptimizerShard resolve_optimizer_shard(const EngineOptions& options, int64_t trainable);
 
 // Creates the backend named by options.device. Throws std::runtime_error with
 // a message naming what is missing when that backend was not built.

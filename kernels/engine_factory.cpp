@@ -1,5 +1,6 @@
 // Chooses the backend named by EngineOptions::device.
 #include <stdexcept>  // std::runtime_error when a backend is absent
+#include <string>     // std::to_string
 
 #include "kernels/cpu/cpu_engine.h"  // CpuEngine, plan_cpu_memory
 #include "kernels/engine.h"
@@ -15,7 +16,7 @@ std::string built_backends() { return "cpu,cuda"; }
 std::string built_backends() { return "cpu"; }
 #endif
 
-// Device engines keep their optimizer whole until ZeRO-1 comes to them.
+// Engines without a sharded optimizer (ZeRO-1) inherit these.
 double TrainingEngine::gradient_sum_of_squares(int64_t, int64_t) {
   throw std::logic_error(std::string("the ") + backend_name() + " engine has no sharded optimizer (ZeRO-1)");
 }
@@ -27,6 +28,19 @@ ParameterLayout make_layout(const EngineOptions& options) {
   ParameterLayout layout(options.shape, options.lora);
   for (ParamKind kind : options.frozen) layout.set_trainable(kind, false);
   return layout;
+}
+
+int64_t padded_count(int64_t n, int64_t multiple) {
+  return multiple > 1 ? (n + multiple - 1) / multiple * multiple : n;
+}
+
+EngineOptions::OptimizerShard resolve_optimizer_shard(const EngineOptions& options, int64_t trainable) {
+  const int64_t begin = options.optimizer_shard.begin;
+  const int64_t end = options.optimizer_shard.end < 0 ? trainable : options.optimizer_shard.end;
+  if (begin < 0 || begin > end || end > trainable)
+    throw std::invalid_argument("optimizer shard [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                ") is outside the " + std::to_string(trainable) + " trainable parameters");
+  return {begin, end};
 }
 
 namespace {

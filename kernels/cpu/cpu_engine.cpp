@@ -9,8 +9,6 @@
 #include <stdexcept>  // std::invalid_argument for a malformed batch or state list
 #include <string>
 #include <thread>     // hardware_concurrency
-#include <tuple>      // std::tie of the optimizer shard
-#include <utility>    // std::pair
 
 #include "kernels/cpu/cpu_ops.h"        // the ops
 #include "kernels/parameter_init.h"     // init_parameters_host
@@ -75,32 +73,16 @@ ActivationSizes activation_sizes(const ModelShape& s, int64_t micro_batch, int t
   return sizes;
 }
 
-namespace {
-int64_t padded_count(int64_t count, int64_t multiple) {
-  return multiple > 1 ? (count + multiple - 1) / multiple * multiple : count;
-}
-
-// [begin, end) of the gradient buffer whose optimizer state this engine keeps.
-std::pair<int64_t, int64_t> resolve_shard(const EngineOptions& options, int64_t trainable) {
-  const int64_t begin = options.optimizer_shard.begin;
-  const int64_t end = options.optimizer_shard.end < 0 ? trainable : options.optimizer_shard.end;
-  if (begin < 0 || begin > end || end > trainable)
-    throw std::invalid_argument("optimizer shard [" + std::to_string(begin) + ", " +
-                                std::to_string(end) + ") is outside the " +
-                                std::to_string(trainable) + " trainable parameters");
-  return {begin, end};
-}
-}  // namespace
 
 MemoryPlan plan_cpu_memory(const EngineOptions& options) {
   const ParameterLayout layout = make_layout(options);
-  const auto [shard_begin, shard_end] = resolve_shard(options, layout.trainable_params());
+  const EngineOptions::OptimizerShard shard = resolve_optimizer_shard(options, layout.trainable_params());
   const ActivationSizes acts = activation_sizes(options.shape, options.micro_batch,
                                                 resolve_threads(options.threads), options.lora);
   MemoryPlan plan;
   plan.parameter_bytes = padded_count(layout.total_params(), options.pad_buffers_to) * 4;
   plan.gradient_bytes = padded_count(layout.trainable_params(), options.pad_buffers_to) * 4;
-  plan.optimizer_bytes = 2 * (shard_end - shard_begin) * 4;
+  plan.optimizer_bytes = 2 * (shard.end - shard.begin) * 4;
   plan.activation_bytes = (acts.per_layer * options.shape.n_layers + acts.final) * 4;
   plan.workspace_bytes = acts.scratch * 4;
   return plan;
@@ -118,7 +100,9 @@ CpuEngine::CpuEngine(const EngineOptions& options)
 
   params_.allocate(padded_count(layout_.total_params(), options.pad_buffers_to));
   grads_.allocate(padded_count(layout_.trainable_params(), options.pad_buffers_to));
-  std::tie(shard_begin_, shard_end_) = resolve_shard(options, layout_.trainable_params());
+  const EngineOptions::OptimizerShard shard = resolve_optimizer_shard(options, layout_.trainable_params());
+  shard_begin_ = shard.begin;
+  shard_end_ = shard.end;
   adam_m_.allocate(shard_end_ - shard_begin_);
   adam_v_.allocate(shard_end_ - shard_begin_);
   const ActivationSizes sizes = activation_sizes(shape_, micro_batch_, threads_, options.lora);
