@@ -60,7 +60,10 @@ class Communicator {
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
   // `send` holds world_size() blocks of `count` floats; rank r receives the
   // sum over ranks of block r in `recv` (`count` floats). (ZeRO-1, bench comm.)
-  // In place when send == recv: the result lands in the first block.
+  // In place when send == recv: the result lands in the first block. The
+  // NCCL backend also takes NCCL's own in-place form, recv == send + rank() ×
+  // count (the result lands in this rank's block); the host backends do not
+  // (MPI forbids overlapping buffers).
   virtual void reduce_scatter_sum(const float* send, float* recv, int64_t count) = 0;
   // Every rank's `count` floats, rank-major, into `recv` (world_size() × count).
   // In place when send == recv + rank() × count.

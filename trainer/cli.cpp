@@ -177,9 +177,6 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                            " resolved to " + engine_options.device + ": " +
                            (built_backends().find("cuda") == std::string::npos ? "this build has no CUDA engine"
                                                                                : gpus.why_none)};
-  if (config.comm.zero == 1 && engine_options.device == "cuda")
-    throw CommandError{kExitUserError, "comm.zero=1 is implemented for the cpu engine only, and train.device=" +
-                                           config.train.device + " resolved to cuda (set train.device=cpu)"};
   engine_options.threads = static_cast<int>(config.train.threads);
   if (config.comm.zero == 1 && comm->world_size() > 1) {
     // ZeRO-1: this rank's optimizer state only, buffers in world-size blocks.

@@ -487,8 +487,6 @@ void validate(const Config& config, const Sources& sources) {
   checker.require(!(config.comm.backend == "nccl" && t.device == "cpu"), {"comm.backend", "train.device"},
                   "nccl reduces device buffers and needs the cuda engine, but train.device is cpu "
                   "(use comm.backend auto, local or mpi)");
-  checker.require(!(config.comm.zero == 1 && t.device == "cuda"), {"comm.zero", "train.device"},
-                  "ZeRO-1 is implemented for the cpu engine only, and train.device is cuda");
 
   if (t.mode == "lora") {
     std::vector<std::string> seen;

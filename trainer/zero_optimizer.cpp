@@ -20,11 +20,15 @@ ZeroOneOptimizer::ZeroOneOptimizer(Communicator& comm, TrainingEngine& engine,
                                    int64_t padded_elements)
     : comm_(comm),
       engine_(engine),
+      on_device_(comm.device_buffers()),
+      gradients_(on_device_ ? engine.device_gradient_buffer() : engine.host_gradient_buffer()),
+      parameters_(on_device_ ? engine.device_parameter_buffer() : engine.host_parameter_buffer()),
       block_(padded_elements / comm.world_size()),
       shard_(zero_shard(engine.layout().trainable_params(), comm.rank(), comm.world_size())) {
-  if (engine.host_gradient_buffer() == nullptr || engine.host_parameter_buffer() == nullptr)
-    throw std::runtime_error(std::string("comm.zero=1: the ") + engine.backend_name() +
-                             " engine keeps its buffers on the device; ZeRO-1 runs on the cpu engine");
+  if (gradients_ == nullptr || parameters_ == nullptr)
+    throw std::runtime_error(std::string("comm.zero=1: comm.backend ") + comm.backend_name() + " works on " +
+                             (on_device_ ? "device" : "host") + " buffers, and the " + engine.backend_name() +
+                             " engine does not keep its parameters and gradients there");
   if (engine.layout().trainable_params() != engine.layout().total_params())
     throw std::runtime_error("comm.zero=1 shards every parameter: it does not combine with frozen ones");
   if (padded_elements % comm.world_size() != 0 ||
@@ -34,17 +38,27 @@ ZeroOneOptimizer::ZeroOneOptimizer(Communicator& comm, TrainingEngine& engine,
 
 float ZeroOneOptimizer::step(const AdamWSettings& settings, int64_t step, double* comm_seconds) {
   using Clock = std::chrono::steady_clock;
-  float* gradients = engine_.host_gradient_buffer();
-  float* parameters = engine_.host_parameter_buffer();
+  float* gradients = gradients_;
+  float* parameters = parameters_;
   const int rank = comm_.rank();
+  float* own_block = gradients + rank * block_;
 
-  // In place: the sum of this rank's block lands in the first block, then
-  // moves to where the block lives (the rest of the buffer is not read again).
-  const Clock::time_point scatter_begin = Clock::now();
-  comm_.reduce_scatter_sum(gradients, gradients, block_);
-  const Clock::time_point scatter_end = Clock::now();
-  if (rank > 0)
-    std::memmove(gradients + rank * block_, gradients, sizeof(float) * static_cast<size_t>(block_));
+  // The sum of this rank's block must end where the block lives (the rest of
+  // the buffer is not read again).
+  Clock::time_point scatter_begin, scatter_end;
+  if (on_device_) {
+    // Backward's kernels finish first, so the time below is the collective's.
+    engine_.synchronize();
+    scatter_begin = Clock::now();
+    comm_.reduce_scatter_sum(gradients, own_block, block_);  // NCCL's in-place form
+    scatter_end = Clock::now();
+  } else {
+    // MPI's in-place form puts the sum in the first block: moved afterwards.
+    scatter_begin = Clock::now();
+    comm_.reduce_scatter_sum(gradients, gradients, block_);
+    scatter_end = Clock::now();
+    if (rank > 0) std::memmove(own_block, gradients, sizeof(float) * static_cast<size_t>(block_));
+  }
 
   // The global norm from every shard's sum of squares (an empty shard adds 0).
   const double mine = shard_.end > shard_.begin
@@ -61,6 +75,7 @@ float ZeroOneOptimizer::step(const AdamWSettings& settings, int64_t step, double
   const Clock::time_point gather_begin = Clock::now();
   comm_.all_gather_floats(parameters + rank * block_, parameters, block_);
   const Clock::time_point gather_end = Clock::now();
+  engine_.refresh_working_parameters();  // the bf16 copy of a mixed-precision engine
   *comm_seconds = std::chrono::duration<double>((scatter_end - scatter_begin) +
                                                 (gather_end - gather_begin))
                       .count();

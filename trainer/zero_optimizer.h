@@ -4,7 +4,10 @@
 // gradient norm is assembled from every shard's sum of squares, each rank
 // updates its shard, and the parameters are all-gathered back in place.
 // The buffers are padded to a multiple of the world size by the engine
-// (EngineOptions::pad_buffers_to), so any model size works.
+// (EngineOptions::pad_buffers_to), so any model size works. With a host
+// communicator (mpi) the engine's host buffers take part (the CPU engine);
+// with a device one (nccl) its device buffers: the CUDA engine's fp32
+// gradients and fp32 master weights, whose bf16 copy it then refreshes.
 #pragma once
 
 #include <cstdint>  // int64_t
@@ -20,8 +23,9 @@ EngineOptions::OptimizerShard zero_shard(int64_t elements, int rank, int world);
 
 class ZeroOneOptimizer {
  public:
-  // Throws std::runtime_error when the engine cannot take part (device
-  // buffers, frozen parameters, buffers not padded to the world size).
+  // Throws std::runtime_error when the engine cannot take part (its buffers
+  // are not where the communicator works, frozen parameters) and
+  // std::logic_error when they are not padded to the world size.
   ZeroOneOptimizer(Communicator& comm, TrainingEngine& engine, int64_t padded_elements);
 
   // One optimizer step; returns the global gradient norm before clipping.
@@ -31,6 +35,9 @@ class ZeroOneOptimizer {
  private:
   Communicator& comm_;
   TrainingEngine& engine_;
+  bool on_device_;      // the communicator takes device pointers (nccl)
+  float* gradients_;    // the engine's flat gradients, where the communicator works
+  float* parameters_;   // its fp32 (master) parameters, likewise
   int64_t block_;  // padded elements / world: every rank's block
   EngineOptions::OptimizerShard shard_;
 };

@@ -34,7 +34,9 @@ ActivationSizes activation_sizes(const ModelShape& shape, int64_t micro_batch, i
                                  const LoraSpec& lora = {});
 MemoryPlan plan_cpu_memory(const EngineOptions& options);
 
-class CpuEngine final : public TrainingEngine {
+// Not final: a test stands it in for a device engine (test_data_parallel's
+// ZeRO-1 on device buffers), reusing its arithmetic.
+class CpuEngine : public TrainingEngine {
  public:
   explicit CpuEngine(const EngineOptions& options);
   ~CpuEngine() override;  // waits for an in-flight state copy

@@ -1,6 +1,6 @@
 #include "kernels/cuda/cuda_engine.h"
 
-#include <algorithm>  // std::min
+#include <algorithm>  // std::min, std::max
 #include <chrono>     // wait_state_copy's blocked time
 #include <cmath>      // std::sqrt, std::pow
 #include <cstring>    // std::memcpy
@@ -66,13 +66,13 @@ MemoryPlan plan_cuda_memory(const EngineOptions& options) {
   const ParameterLayout layout = make_layout(options);
   const EngineSizes z = engine_sizes(options.shape, layout, options.micro_batch);
   MemoryPlan plan;
-  plan.parameter_bytes = z.params * 2 + z.master * 4;  // bf16 copy + fp32 master
-  plan.gradient_bytes = z.trainable * 4;
-  // AdamW m and v over this rank's optimizer shard, as plan_cpu_memory counts
-  // it: what ZeRO-1 would hold (`trainbench plan`; `run` refuses ZeRO-1 on
-  // this engine, whose own runs keep the whole state).
-  const int64_t shard_end = options.optimizer_shard.end < 0 ? z.trainable : options.optimizer_shard.end;
-  plan.optimizer_bytes = (shard_end - options.optimizer_shard.begin) * 8;
+  // bf16 copy + fp32 master; the master and the gradients padded to
+  // pad_buffers_to (ZeRO-1's world-size blocks), as the constructor allocates.
+  plan.parameter_bytes = z.params * 2 + padded_count(z.master, options.pad_buffers_to) * 4;
+  plan.gradient_bytes = padded_count(z.trainable, options.pad_buffers_to) * 4;
+  // AdamW m and v over this rank's optimizer shard (all of it without ZeRO-1).
+  const EngineOptions::OptimizerShard shard = resolve_optimizer_shard(options, z.trainable);
+  plan.optimizer_bytes = (shard.end - shard.begin) * 8;
   plan.activation_bytes = (z.activations_per_layer * options.shape.n_layers + z.activations_final) * 2 +
                           (z.stats_per_layer * options.shape.n_layers + z.stats_final) * 4;
   plan.workspace_bytes = z.scratch_bf16 * 2 + z.scratch_fp32 * 4 + z.scratch_fp64 * 8 +
@@ -108,10 +108,13 @@ CudaEngine::CudaEngine(const EngineOptions& options)
   const int64_t n = micro_batch_ * shape_.seq_len;
   params_ = DeviceBuffer<bf16>(z.params);
   master_begin_ = z.params - z.master;
-  master_ = DeviceBuffer<float>(std::max<int64_t>(z.master, 1));
-  grads_ = DeviceBuffer<float>(std::max<int64_t>(z.trainable, 1));
-  adam_m_ = DeviceBuffer<float>(std::max<int64_t>(z.trainable, 1));
-  adam_v_ = DeviceBuffer<float>(std::max<int64_t>(z.trainable, 1));
+  master_ = DeviceBuffer<float>(std::max<int64_t>(padded_count(z.master, options.pad_buffers_to), 1));
+  grads_ = DeviceBuffer<float>(std::max<int64_t>(padded_count(z.trainable, options.pad_buffers_to), 1));
+  const EngineOptions::OptimizerShard shard = resolve_optimizer_shard(options, z.trainable);
+  shard_begin_ = shard.begin;
+  shard_end_ = shard.end;
+  adam_m_ = DeviceBuffer<float>(std::max<int64_t>(shard_end_ - shard_begin_, 1));
+  adam_v_ = DeviceBuffer<float>(std::max<int64_t>(shard_end_ - shard_begin_, 1));
   activations_ = DeviceBuffer<bf16>(z.activations_per_layer * shape_.n_layers + z.activations_final);
   activation_stats_ = DeviceBuffer<float>(z.stats_per_layer * shape_.n_layers + z.stats_final);
   scratch_bf16_ = DeviceBuffer<bf16>(z.scratch_bf16);
@@ -121,8 +124,12 @@ CudaEngine::CudaEngine(const EngineOptions& options)
   tokens_staging_ = PinnedBuffer<int32_t>(z.tokens);
   losses_host_ = PinnedBuffer<float>(n);
   grad_norm_host_ = PinnedBuffer<float>(1);
+  sum_sq_host_ = PinnedBuffer<double>(1);
   assign_views();
 
+  // The master's padding (ZeRO-1) must read as zero in every all-gather:
+  // set_parameters writes the parameters only, and no update touches it.
+  TRAINBENCH_CUDA_CHECK(cudaMemsetAsync(master_.get(), 0, master_.bytes(), compute_stream_));
   TRAINBENCH_CUDA_CHECK(cudaMemsetAsync(adam_m_.get(), 0, adam_m_.bytes(), compute_stream_));
   TRAINBENCH_CUDA_CHECK(cudaMemsetAsync(adam_v_.get(), 0, adam_v_.bytes(), compute_stream_));
   zero_gradients();
@@ -639,6 +646,8 @@ void CudaEngine::backward(const TokenBatch& batch, float loss_scale,
 }
 
 float CudaEngine::optimizer_step(const AdamWSettings& settings, int64_t step) {
+  if (shard_begin_ != 0 || shard_end_ != layout_.trainable_params())
+    throw std::logic_error("optimizer_step on a sharded optimizer: use optimizer_step_shard");
   // A device-side wait for a state copy begun earlier, before the timing
   // event, so the copy does not count as compute; forward and backward
   // issued before this ran alongside it.
@@ -668,8 +677,61 @@ float CudaEngine::optimizer_step(const AdamWSettings& settings, int64_t step) {
   return grad_norm_host_.get()[0];
 }
 
+double CudaEngine::gradient_sum_of_squares(int64_t begin, int64_t end) {
+  if (begin < 0 || begin > end || end > layout_.trainable_params())
+    throw std::invalid_argument("gradient_sum_of_squares: [" + std::to_string(begin) + ", " +
+                                std::to_string(end) + ") is outside the " +
+                                std::to_string(layout_.trainable_params()) + " gradients");
+  begin_compute();
+  sum_of_squares(scratch_.sum_sq, grads_.get() + begin, end - begin, scratch_.sum_sq_partials,
+                 compute_stream_);
+  end_compute();
+  TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(sum_sq_host_.get(), scratch_.sum_sq, sizeof(double),
+                                        cudaMemcpyDeviceToHost, compute_stream_));
+  TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(compute_stream_));
+  return sum_sq_host_.get()[0];
+}
+
+// optimizer_step's update restricted to [shard_begin_, shard_end_), with the
+// clip scale from the norm the caller assembled over every rank's shard.
+void CudaEngine::optimizer_step_shard(const AdamWSettings& settings, int64_t step,
+                                      double global_norm) {
+  order_after_state_copy();
+  begin_compute();
+  cudaStream_t stream = compute_stream_;
+  // The same device clip-scale kernel as the full step, fed norm².
+  sum_sq_host_.get()[0] = global_norm * global_norm;
+  TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(scratch_.sum_sq, sum_sq_host_.get(), sizeof(double),
+                                        cudaMemcpyHostToDevice, stream));
+  clip_scale_from_sum_of_squares(scratch_.grad_scale, scratch_.grad_norm, scratch_.sum_sq,
+                                 static_cast<float>(settings.grad_clip), stream);
+  AdamWStep adam{static_cast<float>(settings.lr), static_cast<float>(settings.beta1),
+                 static_cast<float>(settings.beta2), static_cast<float>(settings.eps), 0.0f,
+                 step};
+  for (const ParamTensor& t : layout_.tensors()) {
+    if (!t.trainable) continue;
+    const int64_t lo = std::max(t.grad_offset, shard_begin_);
+    const int64_t hi = std::min(t.grad_offset + t.numel, shard_end_);
+    if (lo >= hi) continue;
+    const int64_t parameter = t.offset + (lo - t.grad_offset);
+    adam.weight_decay = t.is_matrix() ? static_cast<float>(settings.weight_decay) : 0.0f;
+    adamw_update(master_.get() + master_offset(parameter), params_.get() + parameter,
+                 grads_.get() + lo, adam_m_.get() + (lo - shard_begin_),
+                 adam_v_.get() + (lo - shard_begin_), hi - lo, adam, scratch_.grad_scale, stream);
+  }
+  end_compute();
+  // The host round trip above (and the caller's all-gather next) need the
+  // update done; the pinned norm² is not overwritten before the copy ran.
+  TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void CudaEngine::refresh_working_parameters() {
+  copy_fp32_to_bf16(params_.get() + master_begin_, master_.get(),
+                    layout_.total_params() - master_begin_, compute_stream_);
+}
+
 std::vector<StateTensor> CudaEngine::state_tensors() const {
-  const int64_t params = layout_.total_params(), trainable = layout_.trainable_params();
+  const int64_t params = layout_.total_params(), shard = shard_end_ - shard_begin_;
   const int64_t f32 = sizeof(float), b16 = sizeof(bf16);
   if (layout_.lora_spec().enabled()) {
     // The adapters are the last block of the parameters (ParameterLayout).
@@ -677,14 +739,14 @@ std::vector<StateTensor> CudaEngine::state_tensors() const {
     if (options_.lora_state_includes_base) tensors.push_back({"base_bf16", master_begin_ * b16});
     tensors.push_back({"lora_fp32", (params - master_begin_) * f32});
     tensors.push_back({"lora_bf16", (params - master_begin_) * b16});
-    tensors.push_back({"adam_m", trainable * f32});
-    tensors.push_back({"adam_v", trainable * f32});
+    tensors.push_back({"adam_m", shard * f32});
+    tensors.push_back({"adam_v", shard * f32});
     return tensors;
   }
   return {{"master_fp32", params * f32},
           {"params_bf16", params * b16},
-          {"adam_m", trainable * f32},
-          {"adam_v", trainable * f32}};
+          {"adam_m", shard * f32},
+          {"adam_v", shard * f32}};
 }
 
 std::vector<void*> CudaEngine::state_buffers() const {

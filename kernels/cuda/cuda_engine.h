@@ -40,6 +40,10 @@ class CudaEngine final : public TrainingEngine {
   void get_parameters(float* host) const override;
   void get_gradients(float* host) const override;
   float* device_gradient_buffer() override { return grads_.get(); }
+  // The fp32 master of every parameter; nullptr under LoRA, whose frozen base
+  // has no fp32 copy.
+  float* device_parameter_buffer() override { return master_begin_ == 0 ? master_.get() : nullptr; }
+  void refresh_working_parameters() override;
   void* record_compute_event() override;
 
   void zero_gradients() override;
@@ -49,6 +53,11 @@ class CudaEngine final : public TrainingEngine {
   void backward(const TokenBatch& batch, float loss_scale,
                 const GradientsReadyFn& on_gradients_ready) override;
   float optimizer_step(const AdamWSettings& settings, int64_t step) override;
+  // ZeRO-1 (EngineOptions::optimizer_shard): AdamW m and v exist for the
+  // shard only; the shard's master and bf16 parameters are updated, and the
+  // caller all-gathers the master and calls refresh_working_parameters.
+  double gradient_sum_of_squares(int64_t begin, int64_t end) override;
+  void optimizer_step_shard(const AdamWSettings& settings, int64_t step, double global_norm) override;
 
   double take_compute_seconds() override;
   void set_compute_timing(bool on) override;
@@ -58,7 +67,8 @@ class CudaEngine final : public TrainingEngine {
   void* allocate_host(size_t bytes) override;
   void release_host(void* memory) override;
 
-  // "master_fp32", "params_bf16", "adam_m", "adam_v" (under LoRA:
+  // "master_fp32", "params_bf16", "adam_m", "adam_v" (m and v of this
+  // rank's optimizer shard; without padding) (under LoRA:
   // "base_bf16" when asked for, "lora_fp32", "lora_bf16", "adam_m",
   // "adam_v"). The copy runs on its
   // own stream after the compute work issued so far; the next optimizer step
@@ -204,6 +214,9 @@ class CudaEngine final : public TrainingEngine {
   PinnedBuffer<int32_t> tokens_staging_;
   PinnedBuffer<float> losses_host_;
   PinnedBuffer<float> grad_norm_host_;
+  PinnedBuffer<double> sum_sq_host_;  // ZeRO-1's sums of squares, each way
+  // ZeRO-1: adam_m_ and adam_v_ cover gradient elements [shard_begin_, shard_end_).
+  int64_t shard_begin_ = 0, shard_end_ = 0;
 
   std::vector<LayerActivations> layer_acts_;
   std::vector<std::vector<LoraAdapter>> lora_;  // [layer][lora_target_slot]

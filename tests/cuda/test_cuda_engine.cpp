@@ -4,6 +4,7 @@
 // the weights identical by construction): loss, logits and every gradient of one
 // step; a 20-step AdamW loss trajectory; parameters after optimizer steps;
 // gradient readiness; compute time and the memory plan; frozen tensors;
+// ZeRO-1's sharded optimizer step against the full one;
 // run-to-run determinism; the device gradients read by another stream after a
 // compute event (the NCCL sync's hooks); and the checkpoint state (a copy
 // overlapping the next step, a bit-exact resume). Without a GPU every test
@@ -39,7 +40,7 @@
 #include <memory>     // std::unique_ptr
 #include <new>        // std::bad_alloc from PinnedState
 #include <random>     // std::mt19937 and distributions
-#include <stdexcept>  // std::invalid_argument
+#include <stdexcept>  // std::invalid_argument, std::logic_error
 #include <string>
 #include <vector>
 
@@ -349,6 +350,68 @@ TEST_F(CudaEngineTest, ParametersAfterOptimizerStepsFollowTheCpuEngine) {
     EXPECT_LE(relative_error(cuda_update.data() + p.offset, cpu_update.data() + p.offset, p.numel),
               kUpdate)
         << "update of " << p.name;
+}
+
+// ZeRO-1's pieces on the device (CpuEngine's twin test): two engines each
+// owning part of the AdamW state — split inside a tensor, buffers padded to
+// two blocks as comm.zero pads them — given the global norm from both
+// shards' sums of squares, then "all-gathered" (each copies the other's
+// block of fp32 master weights and rebuilds its bf16 copy), follow one
+// unsharded engine bit for bit: the same kernels on the same elements, and a
+// stale bf16 copy would change the next loss. Clipping off, so the clip
+// scale (computed from norm² instead of the sum itself) cannot differ.
+TEST_F(CudaEngineTest, ShardedOptimizerStepsTogetherEqualTheFullStep) {
+  const EngineOptions full_options = gqa_options("cuda");
+  const int64_t n = make_layout(full_options).trainable_params();
+  const int64_t split = n / 2 + 3;
+  EngineOptions low = full_options, high = full_options;
+  low.optimizer_shard = {0, split};
+  high.optimizer_shard = {split, n};
+  low.pad_buffers_to = high.pad_buffers_to = 2;
+  std::unique_ptr<TrainingEngine> full = make_engine(full_options);
+  std::unique_ptr<TrainingEngine> first = make_engine(low);
+  std::unique_ptr<TrainingEngine> second = make_engine(high);
+  EXPECT_EQ(first->memory_plan().optimizer_bytes + second->memory_plan().optimizer_bytes,
+            full->memory_plan().optimizer_bytes);
+  ASSERT_NE(first->device_parameter_buffer(), nullptr);
+  AdamWSettings adam;
+  adam.lr = 1e-2;
+  adam.grad_clip = 0;
+  for (TrainingEngine* e : {full.get(), first.get(), second.get()}) e->init_parameters(4);
+  for (int64_t step = 1; step <= 3; ++step) {
+    const Tokens t = random_tokens(full_options, 40 + static_cast<uint32_t>(step));
+    std::vector<float> losses;
+    for (TrainingEngine* e : {full.get(), first.get(), second.get()})
+      losses.push_back(forward_backward(*e, t.batch(full_options)));
+    EXPECT_EQ(std::memcmp(&losses[0], &losses[1], sizeof(float)), 0) << "step " << step;
+    EXPECT_EQ(std::memcmp(&losses[0], &losses[2], sizeof(float)), 0) << "step " << step;
+    const double full_norm = full->optimizer_step(adam, step);
+    const double norm = std::sqrt(first->gradient_sum_of_squares(0, split) +
+                                  second->gradient_sum_of_squares(split, n));
+    EXPECT_NEAR(norm, full_norm, 1e-5 * full_norm) << "step " << step;
+    first->optimizer_step_shard(adam, step, norm);
+    second->optimizer_step_shard(adam, step, norm);
+    // The all-gather: each block of the master weights from the engine that owns it.
+    float* a = first->device_parameter_buffer();
+    float* b = second->device_parameter_buffer();
+    ASSERT_EQ(cudaMemcpy(a + split, b + split, sizeof(float) * (n - split), cudaMemcpyDeviceToDevice),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(b, a, sizeof(float) * split, cudaMemcpyDeviceToDevice), cudaSuccess);
+    first->refresh_working_parameters();
+    second->refresh_working_parameters();
+  }
+  const std::vector<float> want = parameters_of(*full);
+  for (TrainingEngine* e : {first.get(), second.get()}) {
+    const std::vector<float> got = parameters_of(*e);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * want.size()), 0);
+  }
+  // The next forward reads the refreshed bf16 copy.
+  const Tokens t = random_tokens(full_options, 50);
+  const float want_loss = forward_backward(*full, t.batch(full_options));
+  const float got_loss = forward_backward(*first, t.batch(full_options));
+  EXPECT_EQ(std::memcmp(&want_loss, &got_loss, sizeof(float)), 0) << want_loss << " vs " << got_loss;
+  EXPECT_THROW(first->optimizer_step(adam, 4), std::logic_error) << "a sharded engine has no full step";
 }
 
 TEST_F(CudaEngineTest, SetAndGetParametersRoundTripExactly) {

@@ -154,8 +154,6 @@ inline std::vector<BadConfigCase> bad_config_cases() {
        {"train.precision", "bf16"}},
       {"NcclOnCpu", valid_yaml_with({{"comm.backend", "nccl"}, {"train.device", "cpu"}}), {},
        {"comm.backend", "nccl", "needs the cuda engine"}},
-      {"ZeroOneOnCuda", valid_yaml_with({{"comm.zero", "1"}, {"train.device", "cuda"}}), {},
-       {"comm.zero", "cpu engine only"}},
       // Overrides: the file is valid, the override is not.
       {"OverrideWithoutEquals", valid, {"model.n_layers"}, {"--set model.n_layers", "section.key=value"}},
       {"OverrideEmptyKey", valid, {"=4"}, {"--set =4", "key is empty"}},

@@ -9,11 +9,15 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>    // std::exit
+#include <cstring>    // std::memcmp, std::memmove
 #include <memory>
+#include <stdexcept>  // std::logic_error
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "kernels/cpu/cpu_engine.h"  // CpuEngine, stood in for a device engine
 #include "kernels/engine.h"
 #include "tests/support/token_batches.h"
 #include "trainer/config.h"
@@ -247,6 +251,96 @@ TEST(DataParallel, ZeroOneTrainsAModelWhoseSizeDoesNotDivideByTheRanks) {
   EXPECT_LT(std::sqrt(diff / norm), 1e-5);
   for (size_t s = 0; s < dp.losses.size(); ++s)
     EXPECT_NEAR(dp.losses[s], alone.losses[s], 1e-4 * std::fabs(alone.losses[s])) << "step " << s;
+}
+
+// ZeRO-1's device path (what comm.zero=1 does on the CUDA engine with NCCL)
+// with the CPU engine's arithmetic and real MPI ranks standing in: the
+// engine offers its buffers as device buffers only and counts the calls a
+// mixed-precision engine needs, the communicator claims device buffers and
+// takes NCCL's in-place reduce-scatter form only. The result must be the
+// host path's, bit for bit (the same sums in the same order).
+class DeviceStandInEngine final : public cpu::CpuEngine {
+ public:
+  using CpuEngine::CpuEngine;
+  float* host_gradient_buffer() override { return nullptr; }
+  float* host_parameter_buffer() override { return nullptr; }
+  float* device_gradient_buffer() override { return CpuEngine::host_gradient_buffer(); }
+  float* device_parameter_buffer() override { return CpuEngine::host_parameter_buffer(); }
+  void refresh_working_parameters() override { ++refreshes; }
+  void synchronize() override {
+    ++synchronizes;
+    CpuEngine::synchronize();
+  }
+  int refreshes = 0, synchronizes = 0;
+};
+
+class DeviceStandInCommunicator final : public Communicator {
+ public:
+  explicit DeviceStandInCommunicator(Communicator& mpi) : mpi_(mpi) {}
+  const char* backend_name() const override { return "device stand-in"; }
+  bool device_buffers() const override { return true; }
+  int rank() const override { return mpi_.rank(); }
+  int world_size() const override { return mpi_.world_size(); }
+  int local_rank() const override { return mpi_.local_rank(); }
+  std::string host_name() const override { return mpi_.host_name(); }
+  void all_reduce_sum(float* data, int64_t count) override { mpi_.all_reduce_sum(data, count); }
+  void all_gather(double value, double* out) override { mpi_.all_gather(value, out); }
+  void barrier() override { mpi_.barrier(); }
+  void broadcast(void* data, int64_t bytes, int root) override { mpi_.broadcast(data, bytes, root); }
+  // NCCL's in-place form only: the sum lands in this rank's own block.
+  void reduce_scatter_sum(const float* send, float* recv, int64_t count) override {
+    if (recv != send + rank() * count)
+      throw std::logic_error("reduce_scatter_sum: not NCCL's in-place form (recv == send + rank × count)");
+    float* buffer = const_cast<float*>(send);
+    mpi_.reduce_scatter_sum(buffer, buffer, count);  // MPI's in-place form: the first block
+    if (rank() > 0) std::memmove(recv, buffer, sizeof(float) * static_cast<size_t>(count));
+    ++reduce_scatters;
+  }
+  void all_gather_floats(const float* send, float* recv, int64_t count) override {
+    mpi_.all_gather_floats(send, recv, count);
+  }
+  Ticket start_all_reduce_sum(float* data, int64_t count) override { return mpi_.start_all_reduce_sum(data, count); }
+  double wait(Ticket ticket) override { return mpi_.wait(ticket); }
+  double take_comm_seconds() override { return mpi_.take_comm_seconds(); }
+  double last_completion_time() const override { return mpi_.last_completion_time(); }
+  void set_timeout(double seconds) override { mpi_.set_timeout(seconds); }
+  void set_context(const std::string& context) override { mpi_.set_context(context); }
+  [[noreturn]] void abort(int exit_code, const std::string& message) override {
+    mpi_.abort(exit_code, message);
+    std::exit(exit_code);  // not reached: GCC does not see [[noreturn]] through the virtual call
+  }
+  int reduce_scatters = 0;
+
+ private:
+  Communicator& mpi_;
+};
+
+TEST(DataParallel, ZeroOneOnDeviceBuffersEqualsTheHostPath) {
+  const Config config = tiny_config({"comm.zero=1"});
+  const Trained host = train_data_parallel(config);
+  ASSERT_TRUE(host.outcome.all_checks_passed());
+
+  EngineOptions options;
+  options.shape = config.model;
+  options.micro_batch = kRowsPerRank;
+  options.threads = 1;
+  options.optimizer_shard =
+      zero_shard(make_layout(options).trainable_params(), g_comm->rank(), g_comm->world_size());
+  options.pad_buffers_to = g_comm->world_size();
+  DeviceStandInEngine engine(options);
+  engine.init_parameters(static_cast<uint64_t>(config.train.seed));
+  DeviceStandInCommunicator comm(*g_comm);
+  GlobalBatchSource source(config, comm.rank() * kRowsPerRank, kRowsPerRank, comm.world_size());
+  const RunOutcome outcome = run_training(config, engine, source, comm, nullptr);
+  ASSERT_TRUE(outcome.all_checks_passed());
+
+  const int steps = static_cast<int>(config.train.steps);
+  EXPECT_EQ(comm.reduce_scatters, steps);
+  EXPECT_EQ(engine.refreshes, steps) << "the working copy rebuilt after every all-gather";
+  EXPECT_GE(engine.synchronizes, steps) << "backward finished before each reduce-scatter";
+  const std::vector<float> got = parameters_of(engine);
+  ASSERT_EQ(got.size(), host.parameters.size());
+  EXPECT_EQ(std::memcmp(got.data(), host.parameters.data(), sizeof(float) * got.size()), 0);
 }
 
 TEST(DataParallel, ADivergedRankIsNamedByTheConsistencyCheck) {
