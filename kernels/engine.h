@@ -263,6 +263,19 @@ int64_t padded_count(int64_t n, int64_t multiple);
 // std::invalid_argument when the shard lies outside the trainable parameters.
 EngineOptions::OptimizerShard resolve_optimizer_shard(const EngineOptions& options, int64_t trainable);
 
+// One piece of a trainable tensor inside an optimizer shard: gradient (and
+// AdamW state) elements [lo, hi) of the flat gradient buffer, whose parameters
+// start at `parameter`; `decay` says whether weight decay applies (matrices
+// only — embeddings, projections, LM head — not norm gains, as GPT-2, llm.c
+// and the Llama recipes do).
+struct ShardPiece {
+  int64_t lo, hi, parameter;
+  bool decay;
+};
+// Every trainable tensor's part of [begin, end), in layout order: what an
+// engine's optimizer step updates (the whole buffer without ZeRO-1).
+std::vector<ShardPiece> shard_pieces(const ParameterLayout& layout, int64_t begin, int64_t end);
+
 // Creates the backend named by options.device. Throws std::runtime_error with
 // a message naming what is missing when that backend was not built.
 std::unique_ptr<TrainingEngine> make_engine(const EngineOptions& options);

@@ -1,4 +1,5 @@
 // Chooses the backend named by EngineOptions::device.
+#include <algorithm>  // std::max, std::min
 #include <stdexcept>  // std::runtime_error when a backend is absent
 #include <string>     // std::to_string
 
@@ -41,6 +42,17 @@ EngineOptions::OptimizerShard resolve_optimizer_shard(const EngineOptions& optio
     throw std::invalid_argument("optimizer shard [" + std::to_string(begin) + ", " + std::to_string(end) +
                                 ") is outside the " + std::to_string(trainable) + " trainable parameters");
   return {begin, end};
+}
+
+std::vector<ShardPiece> shard_pieces(const ParameterLayout& layout, int64_t begin, int64_t end) {
+  std::vector<ShardPiece> pieces;
+  for (const ParamTensor& t : layout.tensors()) {
+    if (!t.trainable) continue;
+    const int64_t lo = std::max(t.grad_offset, begin);
+    const int64_t hi = std::min(t.grad_offset + t.numel, end);
+    if (lo < hi) pieces.push_back({lo, hi, t.offset + (lo - t.grad_offset), t.is_matrix()});
+  }
+  return pieces;
 }
 
 namespace {

@@ -409,18 +409,13 @@ void CpuEngine::optimizer_step_shard(const AdamWSettings& settings, int64_t step
                  0.0f,
                  grad_scale,
                  step};
-  // Decoupled weight decay on matrices only (embeddings, projections, LM head),
-  // not on norm gains — the usual practice (GPT-2, llm.c, Llama recipes).
-  // Each tensor is updated where it overlaps this engine's optimizer shard.
-  for (const ParamTensor& t : layout_.tensors()) {
-    if (!t.trainable) continue;
-    const int64_t lo = std::max(t.grad_offset, shard_begin_);
-    const int64_t hi = std::min(t.grad_offset + t.numel, shard_end_);
-    if (lo >= hi) continue;
-    adam.weight_decay = t.is_matrix() ? static_cast<float>(settings.weight_decay) : 0.0f;
-    adamw_update(params_.get() + t.offset + (lo - t.grad_offset), grads_.get() + lo,
-                 adam_m_.get() + (lo - shard_begin_), adam_v_.get() + (lo - shard_begin_), hi - lo,
-                 adam);
+  // Decoupled weight decay (on matrices only, ShardPiece::decay); each
+  // tensor is updated where it overlaps this engine's optimizer shard.
+  for (const ShardPiece& piece : shard_pieces(layout_, shard_begin_, shard_end_)) {
+    adam.weight_decay = piece.decay ? static_cast<float>(settings.weight_decay) : 0.0f;
+    adamw_update(params_.get() + piece.parameter, grads_.get() + piece.lo,
+                 adam_m_.get() + (piece.lo - shard_begin_), adam_v_.get() + (piece.lo - shard_begin_),
+                 piece.hi - piece.lo, adam);
   }
 }
 

@@ -658,23 +658,26 @@ float CudaEngine::optimizer_step(const AdamWSettings& settings, int64_t step) {
                  scratch_.sum_sq_partials, stream);
   clip_scale_from_sum_of_squares(scratch_.grad_scale, scratch_.grad_norm, scratch_.sum_sq,
                                  static_cast<float>(settings.grad_clip), stream);
-  AdamWStep adam{static_cast<float>(settings.lr), static_cast<float>(settings.beta1),
-                 static_cast<float>(settings.beta2), static_cast<float>(settings.eps), 0.0f,
-                 step};
-  for (const ParamTensor& t : layout_.tensors()) {
-    if (!t.trainable) continue;
-    // Decay on matrices only, as CpuEngine and the libtorch reference.
-    adam.weight_decay = t.is_matrix() ? static_cast<float>(settings.weight_decay) : 0.0f;
-    adamw_update(master_.get() + master_offset(t.offset), params_.get() + t.offset,
-                 grads_.get() + t.grad_offset,
-                 adam_m_.get() + t.grad_offset, adam_v_.get() + t.grad_offset, t.numel, adam,
-                 scratch_.grad_scale, stream);
-  }
+  adamw_over_shard(settings, step);
   end_compute();
   TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(grad_norm_host_.get(), scratch_.grad_norm, sizeof(float),
                                         cudaMemcpyDeviceToHost, stream));
   TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(stream));
   return grad_norm_host_.get()[0];
+}
+
+void CudaEngine::adamw_over_shard(const AdamWSettings& settings, int64_t step) {
+  AdamWStep adam{static_cast<float>(settings.lr), static_cast<float>(settings.beta1),
+                 static_cast<float>(settings.beta2), static_cast<float>(settings.eps), 0.0f,
+                 step};
+  // Decay on matrices only (ShardPiece::decay), as CpuEngine and the libtorch reference.
+  for (const ShardPiece& piece : shard_pieces(layout_, shard_begin_, shard_end_)) {
+    adam.weight_decay = piece.decay ? static_cast<float>(settings.weight_decay) : 0.0f;
+    adamw_update(master_.get() + master_offset(piece.parameter), params_.get() + piece.parameter,
+                 grads_.get() + piece.lo, adam_m_.get() + (piece.lo - shard_begin_),
+                 adam_v_.get() + (piece.lo - shard_begin_), piece.hi - piece.lo, adam,
+                 scratch_.grad_scale, compute_stream_);
+  }
 }
 
 double CudaEngine::gradient_sum_of_squares(int64_t begin, int64_t end) {
@@ -705,20 +708,7 @@ void CudaEngine::optimizer_step_shard(const AdamWSettings& settings, int64_t ste
                                         cudaMemcpyHostToDevice, stream));
   clip_scale_from_sum_of_squares(scratch_.grad_scale, scratch_.grad_norm, scratch_.sum_sq,
                                  static_cast<float>(settings.grad_clip), stream);
-  AdamWStep adam{static_cast<float>(settings.lr), static_cast<float>(settings.beta1),
-                 static_cast<float>(settings.beta2), static_cast<float>(settings.eps), 0.0f,
-                 step};
-  for (const ParamTensor& t : layout_.tensors()) {
-    if (!t.trainable) continue;
-    const int64_t lo = std::max(t.grad_offset, shard_begin_);
-    const int64_t hi = std::min(t.grad_offset + t.numel, shard_end_);
-    if (lo >= hi) continue;
-    const int64_t parameter = t.offset + (lo - t.grad_offset);
-    adam.weight_decay = t.is_matrix() ? static_cast<float>(settings.weight_decay) : 0.0f;
-    adamw_update(master_.get() + master_offset(parameter), params_.get() + parameter,
-                 grads_.get() + lo, adam_m_.get() + (lo - shard_begin_),
-                 adam_v_.get() + (lo - shard_begin_), hi - lo, adam, scratch_.grad_scale, stream);
-  }
+  adamw_over_shard(settings, step);
   end_compute();
   // The host round trip above (and the caller's all-gather next) need the
   // update done; the pinned norm² is not overwritten before the copy ran.

@@ -170,6 +170,9 @@ class CudaEngine final : public TrainingEngine {
   HeadOffsets sequence_strides() const;
   void attention_forward(const LayerActivations& a);
   void attention_backward(const LayerActivations& a);
+  // AdamW over this engine's optimizer shard (all of the gradients without
+  // ZeRO-1) on the compute stream, the gradients scaled by scratch_.grad_scale.
+  void adamw_over_shard(const AdamWSettings& settings, int64_t step);
   // Brackets device work with events for compute_s.
   void begin_compute();
   void end_compute();
