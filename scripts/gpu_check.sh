@@ -168,6 +168,21 @@ else
   row "trainbench h200-gpt2-124m nccl" "not built: $(grep -o 'NCCL backend.*' "$out/configure.log" | head -1)"
 fi
 
+# 4b, several GPUs (and mpirun): data parallelism over NCCL
+# with ZeRO-1, one rank per GPU (ZeRO-1 needs two ranks at least). The ranks'
+# parameter checksums must agree; the row gives the AdamW state per rank.
+gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
+if [ "${gpus:-0}" -ge 2 ] && command -v mpirun > /dev/null && grep -q "NCCL backend ON" "$out/configure.log" &&
+   grep -q "MPI backend ON" "$out/configure.log"; then
+  zero_run=h200-gpt2-124m-zero1
+  if timeout 180 mpirun -np "$gpus" --allow-run-as-root "$build/trainbench" run h200-gpt2-124m --steps 12 \
+       --set comm.zero=1 --out "$out/$zero_run.json" > "$out/$zero_run.log" 2>&1; then
+    row "trainbench h200-gpt2-124m zero1 ($gpus GPUs)" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, AdamW state {:.0f} of {:.0f} MiB per rank, checks {}".format(s["tokens_per_s"], s["optimizer_bytes_per_rank"] / 2**20, s["optimizer_bytes_unsharded"] / 2**20, "pass" if all(c["passed"] for c in r["checks"]) else "FAIL"))' "$out/$zero_run.json")"
+  else
+    row "trainbench h200-gpt2-124m zero1 ($gpus GPUs)" "FAILED (exit $?): $(tail -1 "$out/$zero_run.log")"
+  fi
+fi
+
 # 4c. A one-minute burn-in on the GPU: golden step, NVML sampling every 5 s
 # (temperature, power, SM clock, clock-event reasons, ECC, PCIe replays),
 # storage at the start and every 20 s. Exit 4 is a FAIL verdict: the row says why.
