@@ -4,6 +4,10 @@
 // staging on a copy stream. Same straight-line forward/backward as CpuEngine,
 // same ParameterLayout, so the trainer does not change per backend.
 //
+// The LM head's GEMMs run on the vocabulary rounded up to 64 rows (a padded
+// bf16 copy of the head; the layout keeps vocab rows): an odd vocabulary
+// keeps cuBLASLt off its fast kernels.
+//
 // Attention (first version): per (batch, head) cuBLASLt GEMMs for Q·Kᵀ and
 // P·V around one fused causal-softmax launch, keeping P (batch·heads·T² bf16
 // per layer) for backward. A fused flash-style kernel is the next step for
@@ -159,6 +163,12 @@ class CudaEngine final : public TrainingEngine {
                        bool accumulate_d_in, int64_t out_stride = 0);
   // The logits' row length in memory: vocab rounded up to 64 elements.
   int64_t logits_stride() const;
+  // The LM head as its GEMMs read it: lm_head_rows_ × d_model bf16, the rows
+  // past vocab zero (the padded copy, which refresh_lm_head_copy fills from
+  // the parameters at each forward); the parameters' own view when vocab is
+  // a multiple of 64.
+  void refresh_lm_head_copy();
+  const bf16* lm_head_weights() const;
   // Element offsets of head h's views in sequence 0 (its rows of q, d_q and
   // the attention output; of its kv head's k and v; its T×T probabilities),
   // and how far each moves from one sequence to the next: attention runs as
@@ -220,6 +230,13 @@ class CudaEngine final : public TrainingEngine {
   PinnedBuffer<double> sum_sq_host_;  // ZeRO-1's sums of squares, each way
   // ZeRO-1: adam_m_ and adam_v_ cover gradient elements [shard_begin_, shard_end_).
   int64_t shard_begin_ = 0, shard_end_ = 0;
+
+  // The padded vocabulary (engine_sizes in the .cu): the head's GEMM rows,
+  // its zero-padded bf16 copy (empty when vocab is a multiple of 64), and
+  // whether the gradient buffer has room for the padded weight gradient.
+  int64_t lm_head_rows_ = 0;
+  DeviceBuffer<bf16> lm_head_padded_;
+  bool lm_head_grad_padded_ = false;
 
   std::vector<LayerActivations> layer_acts_;
   std::vector<std::vector<LoraAdapter>> lora_;  // [layer][lora_target_slot]

@@ -73,6 +73,28 @@ TEST(Plan, TinyMatchesAHandCount) {
   for (const FinetunePlanRow& r : rows) EXPECT_TRUE(r.fits) << r.mode;
 }
 
+// An odd vocabulary (500, padded to 512 for the LM head's GEMMs): the CUDA
+// engine adds a zero-padded bf16 copy of the head (512 × 64) and, when the
+// head is trained, room for the padded rows' weight gradient (12 × 64 fp32).
+TEST(Plan, AnOddVocabularyAddsThePaddedLmHead) {
+  if (!cuda_built()) GTEST_SKIP() << "this build has no CUDA engine, whose memory model the plan is";
+  const Config config = load_config("tiny", {"model.vocab=500"});
+  const std::vector<FinetunePlanRow> rows = plan_finetune(config, 8, 2, int64_t{80} << 30);
+  ASSERT_EQ(rows.size(), 3u);
+  const FinetunePlanRow &ddp = rows[0], &lora = rows[2];
+  constexpr int64_t kBase500 = kBase - 2 * 12 * 64;  // 12 fewer rows of embedding and head
+  constexpr int64_t kPaddedHead = 512 * 64;
+  EXPECT_EQ(ddp.trainable_params, kBase500);
+  EXPECT_EQ(ddp.memory.parameter_bytes, kBase500 * (2 + 4) + kPaddedHead * 2);
+  EXPECT_EQ(ddp.memory.gradient_bytes, (kBase500 + 12 * 64) * 4);
+  EXPECT_EQ(ddp.memory.optimizer_bytes, kBase500 * 8);
+  EXPECT_EQ(ddp.memory.activation_bytes, kActivationBytes);  // the logits' rows were padded to 512 already
+  EXPECT_EQ(ddp.checkpoint_bytes, kBase500 * (4 + 2 + 8));  // the padding is not state
+  // LoRA: the frozen head gets the padded copy, no gradient room.
+  EXPECT_EQ(lora.memory.parameter_bytes, (kBase500 + kAdapters) * 2 + kAdapters * 4 + kPaddedHead * 2);
+  EXPECT_EQ(lora.memory.gradient_bytes, kAdapters * 4);
+}
+
 TEST(Plan, SaysWhichFits) {
   if (!cuda_built()) GTEST_SKIP() << "this build has no CUDA engine, whose memory model the plan is";
   const Config config = load_config("tiny");
