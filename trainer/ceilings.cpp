@@ -6,13 +6,12 @@
 
 #include "checkpoint/write_bench.h"     // run_write_bench: the storage-write ceiling
 #include "comm/collective_bench.h"      // bench_gradient_step: the network ceiling
-#include "dataloader/batch_source.h"    // make_synthetic_source: resident batches
 #include "dataloader/io_bench.h"        // measure_loader: the storage-read ceiling
 #include "trainer/data_source.h"        // loader_options
 #include "trainer/gradient_sync.h"      // plan_gradient_buckets: the step's buckets
 #include "trainer/report.h"             // human_count, human_bytes
 #include "trainer/saved_state.h"        // SavedState: the run starts where it would have
-#include "trainer/train_loop.h"         // run_training for the compute ceiling
+#include "trainer/train_loop.h"         // run_training, measurement_batches for the compute ceiling
 
 namespace trainbench {
 
@@ -31,23 +30,21 @@ constexpr int64_t kComputeCeilingMaxSteps = 200;
 
 double compute_ceiling(const Config& config, TrainingEngine& engine, Communicator& comm) {
   const SavedState saved(engine);
-  std::unique_ptr<BatchSource> resident =
-      make_synthetic_source(config.train.micro_batch, config.model.seq_len, config.model.vocab, 4,
-                            static_cast<uint64_t>(config.data.seed));
+  std::unique_ptr<BatchSource> resident = measurement_batches(config);
   std::unique_ptr<Communicator> local = make_local_communicator();
-  auto median_step_s = [&](int64_t measured_steps) {
+  auto pace_step_s = [&](int64_t measured_steps) {
     const Config alone = measurement_run_config(config, 2, measured_steps);
     const RunOutcome outcome = run_training(alone, engine, *resident, *local, nullptr, nullptr, 1, nullptr, false);
     // The slowest rank sets a data-parallel step's pace.
     return max_over_ranks(comm, outcome.summary.step_s.p10);
   };
   const int64_t probe_steps = 6;
-  double rank_step_s = median_step_s(probe_steps);
+  double rank_step_s = pace_step_s(probe_steps);
   if (rank_step_s > 0 && rank_step_s * probe_steps < kComputeCeilingSeconds) {
     // Every rank agrees on the count (the max is the same everywhere), so
     // the ranks measure side by side, as they train.
     const auto steps = static_cast<int64_t>(std::ceil(kComputeCeilingSeconds / rank_step_s));
-    rank_step_s = median_step_s(std::min(steps, kComputeCeilingMaxSteps));
+    rank_step_s = pace_step_s(std::min(steps, kComputeCeilingMaxSteps));
   }
   const double global_tokens = static_cast<double>(config.train.micro_batch * config.train.grad_accum *
                                                    config.model.seq_len * comm.world_size());

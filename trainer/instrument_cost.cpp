@@ -5,10 +5,9 @@
 #include <memory>
 #include <stdexcept>
 
-#include "dataloader/batch_source.h"  // make_synthetic_source: resident batches
 #include "trainer/saved_state.h"      // the job starts where it would have
 #include "trainer/statistics.h"       // median
-#include "trainer/train_loop.h"       // run_training
+#include "trainer/train_loop.h"       // run_training, measurement_batches
 
 namespace trainbench {
 
@@ -34,9 +33,7 @@ InstrumentationCost measure_instrumentation_cost(const Config& config, TrainingE
   // One warm-up step per block: the step after a switch settles caches.
   Config block = measurement_run_config(config, 1, block_steps);
   const SavedState saved(engine);
-  std::unique_ptr<BatchSource> resident =
-      make_synthetic_source(config.train.micro_batch, config.model.seq_len, config.model.vocab, 4,
-                            static_cast<uint64_t>(config.data.seed));
+  std::unique_ptr<BatchSource> resident = measurement_batches(config);
   const auto wall_seconds = [&](bool instrument) {
     block.report.instrument = instrument;
     const RunOutcome outcome = run_training(block, engine, *resident, comm, nullptr, nullptr, 1, nullptr, false);

@@ -194,6 +194,11 @@ Config measurement_run_config(const Config& config, int64_t warmup_steps, int64_
   return run;
 }
 
+std::unique_ptr<BatchSource> measurement_batches(const Config& config) {
+  return make_synthetic_source(config.train.micro_batch, config.model.seq_len, config.model.vocab, 4,
+                               static_cast<uint64_t>(config.data.seed));
+}
+
 AdamWSettings adamw_settings(const TrainSection& train) {
   AdamWSettings adam;
   adam.lr = train.lr;

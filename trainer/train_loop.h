@@ -5,13 +5,14 @@
 
 #include <cstdint>     // int64_t
 #include <functional>  // ProgressFn
+#include <memory>      // measurement_batches
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>  // RunOutcome::ceilings
 
 #include "comm/communicator.h"        // Communicator
-#include "dataloader/batch_source.h"  // BatchSource
+#include "dataloader/batch_source.h"  // BatchSource, make_synthetic_source
 #include "kernels/engine.h"           // TrainingEngine
 #include "trainer/checkpointing.h"    // Checkpointer, CheckpointRecord
 #include "trainer/config.h"           // Config
@@ -154,6 +155,9 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
 // compute ceiling, bench instrument's blocks): `warmup_steps` then
 // `measured_steps`, no checkpoints and no fault injection.
 Config measurement_run_config(const Config& config, int64_t warmup_steps, int64_t measured_steps);
+// Their batches: a few resident synthetic batches of the config's shape, so
+// that no storage read enters what they measure.
+std::unique_ptr<BatchSource> measurement_batches(const Config& config);
 
 // FNV-1a over `bytes` bytes: the parameter consistency check's checksum, and
 // burn-in's golden gradient checksum.

@@ -38,27 +38,19 @@ ZeroOneOptimizer::ZeroOneOptimizer(Communicator& comm, TrainingEngine& engine,
 
 float ZeroOneOptimizer::step(const AdamWSettings& settings, int64_t step, double* comm_seconds) {
   using Clock = std::chrono::steady_clock;
-  float* gradients = gradients_;
-  float* parameters = parameters_;
   const int rank = comm_.rank();
-  float* own_block = gradients + rank * block_;
+  float* own_block = gradients_ + rank * block_;
 
   // The sum of this rank's block must end where the block lives (the rest of
-  // the buffer is not read again).
-  Clock::time_point scatter_begin, scatter_end;
-  if (on_device_) {
-    // Backward's kernels finish first, so the time below is the collective's.
-    engine_.synchronize();
-    scatter_begin = Clock::now();
-    comm_.reduce_scatter_sum(gradients, own_block, block_);  // NCCL's in-place form
-    scatter_end = Clock::now();
-  } else {
-    // MPI's in-place form puts the sum in the first block: moved afterwards.
-    scatter_begin = Clock::now();
-    comm_.reduce_scatter_sum(gradients, gradients, block_);
-    scatter_end = Clock::now();
-    if (rank > 0) std::memmove(own_block, gradients, sizeof(float) * static_cast<size_t>(block_));
-  }
+  // the buffer is not read again). A device communicator (NCCL) takes NCCL's
+  // in-place form, the result in this rank's block; on the device, backward's
+  // kernels finish first, so the time below is the collective's. MPI's
+  // in-place form puts it in the first block, moved afterwards.
+  if (on_device_) engine_.synchronize();
+  const Clock::time_point scatter_begin = Clock::now();
+  comm_.reduce_scatter_sum(gradients_, on_device_ ? own_block : gradients_, block_);
+  const Clock::time_point scatter_end = Clock::now();
+  if (!on_device_ && rank > 0) std::memmove(own_block, gradients_, sizeof(float) * static_cast<size_t>(block_));
 
   // The global norm from every shard's sum of squares (an empty shard adds 0).
   const double mine = shard_.end > shard_.begin
@@ -73,7 +65,7 @@ float ZeroOneOptimizer::step(const AdamWSettings& settings, int64_t step, double
   engine_.optimizer_step_shard(settings, step, norm);
 
   const Clock::time_point gather_begin = Clock::now();
-  comm_.all_gather_floats(parameters + rank * block_, parameters, block_);
+  comm_.all_gather_floats(parameters_ + rank * block_, parameters_, block_);
   const Clock::time_point gather_end = Clock::now();
   engine_.refresh_working_parameters();  // the bf16 copy of a mixed-precision engine
   *comm_seconds = std::chrono::duration<double>((scatter_end - scatter_begin) +

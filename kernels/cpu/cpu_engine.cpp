@@ -73,7 +73,6 @@ ActivationSizes activation_sizes(const ModelShape& s, int64_t micro_batch, int t
   return sizes;
 }
 
-
 MemoryPlan plan_cpu_memory(const EngineOptions& options) {
   const ParameterLayout layout = make_layout(options);
   const EngineOptions::OptimizerShard shard = resolve_optimizer_shard(options, layout.trainable_params());
@@ -100,11 +99,9 @@ CpuEngine::CpuEngine(const EngineOptions& options)
 
   params_.allocate(padded_count(layout_.total_params(), options.pad_buffers_to));
   grads_.allocate(padded_count(layout_.trainable_params(), options.pad_buffers_to));
-  const EngineOptions::OptimizerShard shard = resolve_optimizer_shard(options, layout_.trainable_params());
-  shard_begin_ = shard.begin;
-  shard_end_ = shard.end;
-  adam_m_.allocate(shard_end_ - shard_begin_);
-  adam_v_.allocate(shard_end_ - shard_begin_);
+  shard_ = resolve_optimizer_shard(options, layout_.trainable_params());
+  adam_m_.allocate(shard_.end - shard_.begin);
+  adam_v_.allocate(shard_.end - shard_.begin);
   const ActivationSizes sizes = activation_sizes(shape_, micro_batch_, threads_, options.lora);
   activations_.allocate(sizes.total(shape_.n_layers));
   assign_activation_views();
@@ -377,7 +374,7 @@ void CpuEngine::backward(const TokenBatch& batch, float loss_scale,
 }
 
 float CpuEngine::optimizer_step(const AdamWSettings& settings, int64_t step) {
-  if (shard_begin_ != 0 || shard_end_ != layout_.trainable_params())
+  if (shard_.begin != 0 || shard_.end != layout_.trainable_params())
     throw std::logic_error("optimizer_step on a sharded optimizer: use optimizer_step_shard");
   double norm = 0;
   {
@@ -411,16 +408,16 @@ void CpuEngine::optimizer_step_shard(const AdamWSettings& settings, int64_t step
                  step};
   // Decoupled weight decay (on matrices only, ShardPiece::decay); each
   // tensor is updated where it overlaps this engine's optimizer shard.
-  for (const ShardPiece& piece : shard_pieces(layout_, shard_begin_, shard_end_)) {
+  for (const ShardPiece& piece : shard_pieces(layout_, shard_.begin, shard_.end)) {
     adam.weight_decay = piece.decay ? static_cast<float>(settings.weight_decay) : 0.0f;
     adamw_update(params_.get() + piece.parameter, grads_.get() + piece.lo,
-                 adam_m_.get() + (piece.lo - shard_begin_), adam_v_.get() + (piece.lo - shard_begin_),
+                 adam_m_.get() + (piece.lo - shard_.begin), adam_v_.get() + (piece.lo - shard_.begin),
                  piece.hi - piece.lo, adam);
   }
 }
 
 std::vector<StateTensor> CpuEngine::state_tensors() const {
-  const int64_t shard_bytes = static_cast<int64_t>(sizeof(float)) * (shard_end_ - shard_begin_);
+  const int64_t shard_bytes = static_cast<int64_t>(sizeof(float)) * (shard_.end - shard_.begin);
   const int64_t base_bytes = static_cast<int64_t>(sizeof(float)) * layout_.base_params();
   if (layout_.lora_spec().enabled()) {
     // The adapters are the last block of the parameters (ParameterLayout).

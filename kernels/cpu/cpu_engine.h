@@ -146,8 +146,8 @@ class CpuEngine : public TrainingEngine {
   int threads_;
 
   AlignedFloats params_, grads_, adam_m_, adam_v_, activations_;
-  // ZeRO-1: adam_m_ and adam_v_ cover gradient elements [shard_begin_, shard_end_).
-  int64_t shard_begin_ = 0, shard_end_ = 0;
+  // ZeRO-1: adam_m_ and adam_v_ cover gradient elements [shard_.begin, shard_.end).
+  EngineOptions::OptimizerShard shard_;
   std::vector<LayerActivations> layer_acts_;
   std::vector<std::vector<LoraAdapter>> lora_;  // [layer][lora_target_slot]
   FinalActivations final_acts_{};

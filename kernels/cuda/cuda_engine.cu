@@ -47,9 +47,13 @@ EngineSizes engine_sizes(const ModelShape& s, const ParameterLayout& layout, int
   if (z.lm_head_rows > s.vocab) {
     z.lm_head_copy = z.lm_head_rows * s.d_model;
     const ParamTensor& head = layout.get(ParamKind::kLmHead);
-    // A trainable head is the last trainable tensor (LoRA freezes it).
-    if (head.trainable && head.grad_offset + head.numel == z.trainable)
+    if (head.trainable) {
+      // The padded rows' gradient runs past the head's: it must be the last
+      // trainable tensor, which the layout makes it (LoRA freezes it).
+      if (head.grad_offset + head.numel != z.trainable)
+        throw std::logic_error("the padded LM head needs its gradient last in the gradient buffer");
       z.lm_head_grad_slack = (z.lm_head_rows - s.vocab) * s.d_model;
+    }
   }
   const LoraSpec& lora = layout.lora_spec();
   const int64_t lora_h = lora.enabled() ? n * lora.rank * static_cast<int64_t>(lora.targets.size()) : 0;
@@ -135,13 +139,10 @@ CudaEngine::CudaEngine(const EngineOptions& options)
   master_ = DeviceBuffer<float>(std::max<int64_t>(padded_count(z.master, options.pad_buffers_to), 1));
   grads_ = DeviceBuffer<float>(gradient_buffer_elements(z, options.pad_buffers_to));
   lm_head_rows_ = z.lm_head_rows;
-  lm_head_grad_padded_ = z.lm_head_grad_slack > 0;
   if (z.lm_head_copy > 0) lm_head_padded_ = DeviceBuffer<bf16>(z.lm_head_copy);
-  const EngineOptions::OptimizerShard shard = resolve_optimizer_shard(options, z.trainable);
-  shard_begin_ = shard.begin;
-  shard_end_ = shard.end;
-  adam_m_ = DeviceBuffer<float>(std::max<int64_t>(shard_end_ - shard_begin_, 1));
-  adam_v_ = DeviceBuffer<float>(std::max<int64_t>(shard_end_ - shard_begin_, 1));
+  shard_ = resolve_optimizer_shard(options, z.trainable);
+  adam_m_ = DeviceBuffer<float>(std::max<int64_t>(shard_.end - shard_.begin, 1));
+  adam_v_ = DeviceBuffer<float>(std::max<int64_t>(shard_.end - shard_.begin, 1));
   activations_ = DeviceBuffer<bf16>(z.activations_per_layer * shape_.n_layers + z.activations_final);
   activation_stats_ = DeviceBuffer<float>(z.stats_per_layer * shape_.n_layers + z.stats_final);
   scratch_bf16_ = DeviceBuffer<bf16>(z.scratch_bf16);
@@ -654,19 +655,9 @@ void CudaEngine::backward(const TokenBatch& batch, float loss_scale,
   // dlogits of the padded columns are the forward's zeros (the loss's
   // backward writes vocab columns only): both GEMMs run on lm_head_rows_,
   // the weight gradient's extra rows (exactly 0) landing in the slack after
-  // the gradient buffer; without slack (a frozen head) only d_in is computed.
-  const bool head_grad = grad_view(ParamKind::kLmHead) != nullptr;
-  if (head_grad && !lm_head_grad_padded_ && lm_head_rows_ > s.vocab) {
-    // Cannot happen with today's layout (a trainable head is last); kept
-    // correct anyway: the weight gradient on vocab rows alone.
-    matmul_backward(nullptr, grad_view(ParamKind::kLmHead), fa.logits, fa.norm_out,
-                    param_view(p, ParamKind::kLmHead), n, d, s.vocab, false, logits_stride());
-    matmul_backward(g.d_norm_out, nullptr, fa.logits, fa.norm_out, lm_head_weights(), n, d,
-                    lm_head_rows_, false, logits_stride());
-  } else {
-    matmul_backward(g.d_norm_out, grad_view(ParamKind::kLmHead), fa.logits, fa.norm_out,
-                    lm_head_weights(), n, d, lm_head_rows_, false, logits_stride());
-  }
+  // the gradient buffer (engine_sizes); a frozen head has no weight gradient.
+  matmul_backward(g.d_norm_out, grad_view(ParamKind::kLmHead), fa.logits, fa.norm_out,
+                  lm_head_weights(), n, d, lm_head_rows_, false, logits_stride());
   TRAINBENCH_CUDA_CHECK(cudaMemsetAsync(g.d_residual, 0, sizeof(bf16) * n * d, stream));
   rmsnorm_backward(g.d_residual, grad_view(ParamKind::kFinalNorm), g.d_norm_out, fa.residual_out,
                    param_view(p, ParamKind::kFinalNorm), fa.rstd, n, d, g.rmsnorm, stream);
@@ -710,7 +701,7 @@ void CudaEngine::backward(const TokenBatch& batch, float loss_scale,
 }
 
 float CudaEngine::optimizer_step(const AdamWSettings& settings, int64_t step) {
-  if (shard_begin_ != 0 || shard_end_ != layout_.trainable_params())
+  if (shard_.begin != 0 || shard_.end != layout_.trainable_params())
     throw std::logic_error("optimizer_step on a sharded optimizer: use optimizer_step_shard");
   // A device-side wait for a state copy begun earlier, before the timing
   // event, so the copy does not count as compute; forward and backward
@@ -735,11 +726,11 @@ void CudaEngine::adamw_over_shard(const AdamWSettings& settings, int64_t step) {
                  static_cast<float>(settings.beta2), static_cast<float>(settings.eps), 0.0f,
                  step};
   // Decay on matrices only (ShardPiece::decay), as CpuEngine and the libtorch reference.
-  for (const ShardPiece& piece : shard_pieces(layout_, shard_begin_, shard_end_)) {
+  for (const ShardPiece& piece : shard_pieces(layout_, shard_.begin, shard_.end)) {
     adam.weight_decay = piece.decay ? static_cast<float>(settings.weight_decay) : 0.0f;
     adamw_update(master_.get() + master_offset(piece.parameter), params_.get() + piece.parameter,
-                 grads_.get() + piece.lo, adam_m_.get() + (piece.lo - shard_begin_),
-                 adam_v_.get() + (piece.lo - shard_begin_), piece.hi - piece.lo, adam,
+                 grads_.get() + piece.lo, adam_m_.get() + (piece.lo - shard_.begin),
+                 adam_v_.get() + (piece.lo - shard_.begin), piece.hi - piece.lo, adam,
                  scratch_.grad_scale, compute_stream_);
   }
 }
@@ -759,7 +750,7 @@ double CudaEngine::gradient_sum_of_squares(int64_t begin, int64_t end) {
   return sum_sq_host_.get()[0];
 }
 
-// optimizer_step's update restricted to [shard_begin_, shard_end_), with the
+// optimizer_step's update restricted to [shard_.begin, shard_.end), with the
 // clip scale from the norm the caller assembled over every rank's shard.
 void CudaEngine::optimizer_step_shard(const AdamWSettings& settings, int64_t step,
                                       double global_norm) {
@@ -785,7 +776,7 @@ void CudaEngine::refresh_working_parameters() {
 }
 
 std::vector<StateTensor> CudaEngine::state_tensors() const {
-  const int64_t params = layout_.total_params(), shard = shard_end_ - shard_begin_;
+  const int64_t params = layout_.total_params(), shard = shard_.end - shard_.begin;
   const int64_t f32 = sizeof(float), b16 = sizeof(bf16);
   if (layout_.lora_spec().enabled()) {
     // The adapters are the last block of the parameters (ParameterLayout).

@@ -228,15 +228,13 @@ class CudaEngine final : public TrainingEngine {
   PinnedBuffer<float> losses_host_;
   PinnedBuffer<float> grad_norm_host_;
   PinnedBuffer<double> sum_sq_host_;  // ZeRO-1's sums of squares, each way
-  // ZeRO-1: adam_m_ and adam_v_ cover gradient elements [shard_begin_, shard_end_).
-  int64_t shard_begin_ = 0, shard_end_ = 0;
+  // ZeRO-1: adam_m_ and adam_v_ cover gradient elements [shard_.begin, shard_.end).
+  EngineOptions::OptimizerShard shard_;
 
-  // The padded vocabulary (engine_sizes in the .cu): the head's GEMM rows,
-  // its zero-padded bf16 copy (empty when vocab is a multiple of 64), and
-  // whether the gradient buffer has room for the padded weight gradient.
+  // The padded vocabulary (engine_sizes in the .cu): the head's GEMM rows and
+  // its zero-padded bf16 copy (empty when vocab is a multiple of 64).
   int64_t lm_head_rows_ = 0;
   DeviceBuffer<bf16> lm_head_padded_;
-  bool lm_head_grad_padded_ = false;
 
   std::vector<LayerActivations> layer_acts_;
   std::vector<std::vector<LoraAdapter>> lora_;  // [layer][lora_target_slot]
