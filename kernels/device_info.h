@@ -26,6 +26,10 @@ struct GpuInventory {
 // "CUDA 13.0, sm_80 sm_90" when the CUDA sources were compiled into this
 // binary, "" otherwise.
 std::string cuda_build_info();
+// The cuDNN and frontend headers the CUDA engine's fused attention was
+// compiled against ("cuDNN 9.19.0 headers, frontend 1.32.0"), "" when it was
+// not built (kernels/cuda/cudnn_attention.h).
+std::string cudnn_attention_build_info();
 
 // Never throws and never aborts: a machine with no driver or no GPU is a
 // normal answer (an empty list with the reason).

@@ -4,6 +4,7 @@
 namespace trainbench {
 
 std::string cuda_build_info() { return ""; }
+std::string cudnn_attention_build_info() { return ""; }
 
 GpuInventory query_gpus() {
   GpuInventory inventory;

@@ -56,6 +56,13 @@ struct MemoryPlan {
   }
 };
 
+// Which attention an engine runs: kernel "gemm" or "cudnn-sdpa", and in
+// detail the library version, or why the fused kernel is not running.
+struct AttentionInfo {
+  std::string kernel = "gemm";
+  std::string detail;
+};
+
 // One piece of an engine's resumable state (TrainingEngine::state_tensors).
 struct StateTensor {
   std::string name;
@@ -103,6 +110,7 @@ class TrainingEngine {
   virtual const ParameterLayout& layout() const = 0;
   virtual int64_t micro_batch() const = 0;
   virtual MemoryPlan memory_plan() const = 0;
+  virtual AttentionInfo attention() const { return AttentionInfo{"gemm", "OpenBLAS GEMMs per head"}; }
 
   // Parameters (the fp32 master weights on a mixed-precision backend):
   // deterministic init from a seed (normal(0, 0.02) matrices,
@@ -246,6 +254,11 @@ struct EngineOptions {
   // multiple of this, the padding kept zero: ZeRO-1 reduce-scatters and
   // all-gathers them in world-size blocks whatever the model's size.
   int64_t pad_buffers_to = 1;
+  // Attention kernels of the cuda engine (train.attention): "auto" runs cuDNN's
+  // fused SDPA where this build has it and cuDNN supports the shape on this
+  // GPU, else cuBLASLt GEMMs around a causal softmax; "cudnn" fails instead of
+  // falling back; "gemm" always takes the GEMMs. The cpu engine runs GEMMs.
+  std::string attention = "auto";
 };
 
 // The parameter layout an engine with these options uses (frozen tensors applied).

@@ -2,7 +2,8 @@
 # Build dependencies for a GPU machine that has nvcc, CMake, ninja and PyTorch
 # but no internet and none of the Debian -dev packages trainbench builds with.
 #
-#   scripts/device_deps.sh download   # here (has apt): the .deb files → .device/debs/
+#   scripts/device_deps.sh download   # here (has apt): the .deb files → .device/debs/,
+#                                     # the cuDNN frontend's headers → .device/cudnn_frontend/
 #   scripts/device_deps.sh install    # there: unpack into .device/prefix, write .device/env.sh
 #
 # The device tool carries .device/ (git-ignored) with `carry: [".device"]`;
@@ -33,6 +34,10 @@ case "${1:-}" in
     mkdir -p "$debs"
     (cd "$debs" && apt-get download "${PACKAGES[@]}")
     du -sh "$debs"
+    # The cuDNN frontend's headers (PyPI only; kernels/cuda/CMakeLists.txt
+    # finds them here). cuDNN itself is the device's: its CUDA toolkit's or
+    # PyTorch's wheel (scripts/gpu_check.sh).
+    bash scripts/cudnn_frontend.sh .device/cudnn_frontend/include
     ;;
   install)
     [ -d "$debs" ] || { echo "device_deps: no $debs: run 'scripts/device_deps.sh download' where apt works" >&2; exit 2; }

@@ -61,6 +61,19 @@ if [ -z "${NCCL_HOME:-}" ] && [ ! -f /usr/local/cuda/include/nccl.h ]; then
   fi
 fi
 
+# cuDNN, for the fused attention (train.attention auto): the toolkit's copy,
+# CUDNN_ROOT, or else PyTorch's wheel (nvidia-cudnn-cu13: include/cudnn*.h,
+# lib/libcudnn.so.9, which kernels/cuda/CMakeLists.txt finds by that name).
+# The cuDNN frontend's headers are carried in .device/cudnn_frontend.
+if [ -z "${CUDNN_ROOT:-}" ] && [ ! -f /usr/local/cuda/include/cudnn.h ]; then
+  wheel_cudnn=$(python3 -c 'import nvidia.cudnn, os; print(os.path.dirname(nvidia.cudnn.__file__) if nvidia.cudnn.__file__ else list(nvidia.cudnn.__path__)[0])' 2>/dev/null)
+  if [ -n "$wheel_cudnn" ] && [ -f "$wheel_cudnn/include/cudnn.h" ]; then
+    export CUDNN_ROOT=$wheel_cudnn
+    export LD_LIBRARY_PATH="$wheel_cudnn/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    row "cuDNN source" "PyTorch's wheel: $wheel_cudnn"
+  fi
+fi
+
 # 1. Build for Hopper only: half the compile time of the default 80;90.
 if cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINBENCH_CUDA=ON \
      -DCMAKE_CUDA_ARCHITECTURES=90 > "$out/configure.log" 2>&1 &&
@@ -73,6 +86,7 @@ else
   exit 1
 fi
 "$build/trainbench" --version > "$out/version.txt" 2>&1
+row "cuDNN attention" "$(grep -o 'cuDNN attention: .*' "$out/version.txt" | cut -d' ' -f3-) ($(grep -o 'cuDNN attention [A-Z]*' "$out/configure.log" | head -1))"
 
 # 2. CUDA tests (label gpu): they must run here, not skip.
 (cd "$build" && ctest -L gpu -j 4 --output-on-failure --timeout "${GPU_CHECK_TEST_TIMEOUT:-150}") > "$out/ctest_gpu.log" 2>&1
@@ -135,11 +149,26 @@ for preset in "${presets[@]}"; do
     continue
   fi
   if timeout "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run "$preset" --out "$out/$preset.json" > "$out/$preset.log" 2>&1; then
-    row "trainbench $preset" "$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, {:.1f}% of ceiling, data stall {:.1f}%".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), 100 * (s["mfu_vs_gemm_ceiling"] or 0), 100 * s["stall_shares"]["data_stall"]))' "$out/$preset.json")"
+    row "trainbench $preset" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, {:.1f}% of ceiling, data stall {:.1f}%, attention {}, memory/GPU {:.1f} GiB".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), 100 * (s["mfu_vs_gemm_ceiling"] or 0), 100 * s["stall_shares"]["data_stall"], r["environment"]["attention"]["kernel"], s["memory_per_rank"]["total_bytes"] / 2**30))' "$out/$preset.json")"
   else
     row "trainbench $preset" "FAILED (exit $?): $(tail -1 "$out/$preset.log")"
   fi
 done
+
+# 4'. What the fused attention buys: the Llama-3-8B-shaped preset with
+# attention as cuBLASLt GEMMs around a causal softmax (train.attention=gemm),
+# side by side with the row above when that one ran cuDNN's SDPA.
+if grep -q "cuda" <(grep "compute engines" "$out/version.txt") &&
+   python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["environment"]["attention"]["kernel"] != "cudnn-sdpa")' \
+     "$out/h200-llama8b-4l.json" 2> /dev/null; then
+  gemm_run=h200-llama8b-4l-gemm-attention
+  if timeout "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run h200-llama8b-4l --set train.attention=gemm \
+       --out "$out/$gemm_run.json" > "$out/$gemm_run.log" 2>&1; then
+    row "trainbench h200-llama8b-4l gemm attn" "$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, memory/GPU {:.1f} GiB".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), s["memory_per_rank"]["total_bytes"] / 2**30))' "$out/$gemm_run.json")"
+  else
+    row "trainbench h200-llama8b-4l gemm attn" "FAILED (exit $?): $(tail -1 "$out/$gemm_run.log")"
+  fi
+fi
 
 # 4a. LoRA on the Llama-3-8B-shaped preset: the adapters on q,k,v,o with the
 # base frozen in bf16 (what `trainbench plan` calls the LoRA row).

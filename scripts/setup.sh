@@ -51,3 +51,9 @@ sys.exit(0 if all(m.version(n.strip()) == v.strip() for n, v in req) else 1)" 2>
 else
   echo "setup: Python requirements present"
 fi
+
+# The cuDNN frontend's headers (PyPI only), for the CUDA engine's fused
+# attention; cuDNN itself comes with the CUDA toolkit. Only where nvcc is.
+if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc > /dev/null; then
+  bash scripts/cudnn_frontend.sh /opt/cudnn-frontend/include
+fi

@@ -186,6 +186,9 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   }
   if (engine_options.device == "cpu" && config.train.precision == "bf16")
     throw CommandError{kExitUserError, "train.precision: bf16 needs the cuda engine; the cpu engine is fp32"};
+  if (engine_options.device == "cpu" && config.train.attention == "cudnn")
+    throw CommandError{kExitUserError, "train.attention: cudnn needs the cuda engine; the cpu engine runs attention as GEMMs"};
+  engine_options.attention = config.train.attention;
 
   // Everything is sized before anything is allocated.
   MemoryPlan plan;
@@ -291,6 +294,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                           ? engine_options.threads
                           : static_cast<int>(std::thread::hardware_concurrency());
   Environment env = collect_environment(*comm, engine->backend_name(), threads, gpus);
+  env.attention = engine->attention();
   if (!data.data_path.empty()) env.filesystems.push_back(describe_filesystem("data", data.data_path));
   env.filesystems.push_back(describe_filesystem("results", result_path));
   if (!checkpoint_dir.path.empty())
@@ -382,6 +386,8 @@ std::string version_text() {
   text += "compute engines: " + built_backends() + "\n";
   const std::string cuda = cuda_build_info();
   text += "CUDA kernels: " + (cuda.empty() ? std::string("not built") : cuda) + "\n";
+  const std::string cudnn = cudnn_attention_build_info();
+  text += "cuDNN attention: " + (cudnn.empty() ? std::string("not built") : cudnn) + "\n";
   return text;
 }
 

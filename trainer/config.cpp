@@ -81,6 +81,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(train, precision, Bound::kAny, {"auto", "fp32", "bf16"}),
       TRAINBENCH_KEY(train, mode, Bound::kAny, {"full", "lora"}),
       TRAINBENCH_KEY(train, device, Bound::kAny, {"auto", "cpu", "cuda"}),
+      TRAINBENCH_KEY(train, attention, Bound::kAny, {"auto", "cudnn", "gemm"}),
       TRAINBENCH_KEY(train, threads, Bound::kNonNegative),
       TRAINBENCH_KEY(train, seed, Bound::kNonNegative),
       TRAINBENCH_KEY(lora, rank, Bound::kPositive),
@@ -479,6 +480,8 @@ void validate(const Config& config, const Sources& sources) {
                       std::to_string(t.steps) + ") so that some steps are measured");
   checker.require(!(t.precision == "bf16" && t.device == "cpu"), {"train.precision", "train.device"},
                   "bf16 needs train.device cuda or auto; the CPU backend computes in fp32");
+  checker.require(!(t.attention == "cudnn" && t.device == "cpu"), {"train.attention", "train.device"},
+                  "cudnn is the cuda engine's fused attention, but train.device is cpu (the cpu engine runs attention as GEMMs)");
 
   checker.require(config.comm.zero <= 1, {"comm.zero"},
                   std::to_string(config.comm.zero) + " is not 0 or 1 (ZeRO stage 1 shards the optimizer state)");

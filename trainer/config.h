@@ -28,6 +28,7 @@ struct TrainSection {
   std::string precision = "auto";  // auto | fp32 | bf16  (auto: fp32 on cpu, bf16 on cuda)
   std::string mode = "full";       // full | lora (base frozen, adapters trained: the lora section)
   std::string device = "auto";     // auto | cpu | cuda
+  std::string attention = "auto";  // auto | cudnn | gemm  (cuda engine; kernels/engine.h EngineOptions)
   int64_t threads = 0;             // CPU threads; 0 = all hardware threads
   int64_t seed = 1234;             // parameter initialisation
 };

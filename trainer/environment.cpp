@@ -128,6 +128,7 @@ nlohmann::json environment_to_json(const Environment& env) {
       {"ranks", env.world_size},
       {"comm_backend", env.comm_backend},
       {"compute_backend", env.compute_backend},
+      {"attention", {{"kernel", env.attention.kernel}, {"detail", env.attention.detail}}},
       {"built_backends", env.built_backends},
       {"cpu", {{"model", env.cpu_model},
                {"hardware_threads", env.hardware_threads},

@@ -11,6 +11,7 @@
 
 #include "comm/communicator.h"   // rank / world size / host
 #include "kernels/device_info.h" // GpuInventory
+#include "kernels/engine.h"      // AttentionInfo
 
 namespace trainbench {
 
@@ -33,6 +34,7 @@ struct Environment {
   int64_t memory_available_bytes = 0;
   GpuInventory gpus;
   std::string compute_backend;
+  AttentionInfo attention;  // the engine's attention kernels (TrainingEngine::attention)
   std::string built_backends;
   std::string openblas;   // openblas_get_config()
   std::string nccl;       // nccl_version(): "2.28.9", "" when the NCCL backend is not built

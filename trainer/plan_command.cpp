@@ -36,6 +36,7 @@ EngineOptions cuda_options(const Config& config) {
   options.shape = config.model;
   options.micro_batch = config.train.micro_batch;
   options.device = "cuda";
+  options.attention = config.train.attention;
   return options;
 }
 

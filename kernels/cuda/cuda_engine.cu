@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"  // TRAINBENCH_CUDA_CHECK
+#include "kernels/device_info.h"      // cudnn_attention_build_info
 #include "kernels/parameter_init.h"   // init_parameters_host: the same weights as the CPU
 #include "kernels/slice_carver.h"     // SliceCarver: views into the allocations
 
@@ -36,9 +37,13 @@ struct EngineSizes {
   int64_t lm_head_grad_slack = 0; // fp32 elements after the gradient buffer for the padded rows
 };
 
-EngineSizes engine_sizes(const ModelShape& s, const ParameterLayout& layout, int64_t batch) {
+// fused_attention: cuDNN's SDPA keeps one fp32 logsumexp per (head, query
+// row) instead of the GEMM path's B·H·T² bf16 probabilities and their
+// gradient (1 GiB each per layer at T = 4096, 32 heads).
+EngineSizes engine_sizes(const ModelShape& s, const ParameterLayout& layout, int64_t batch,
+                         bool fused_attention) {
   const int64_t n = batch * s.seq_len, d = s.d_model, f = s.ffn_hidden;
-  const int64_t probs = batch * s.n_heads * s.seq_len * s.seq_len;
+  const int64_t probs = fused_attention ? 0 : batch * s.n_heads * s.seq_len * s.seq_len;
   EngineSizes z;
   z.params = layout.total_params();
   z.trainable = layout.trainable_params();
@@ -60,7 +65,7 @@ EngineSizes engine_sizes(const ModelShape& s, const ParameterLayout& layout, int
   z.activations_per_layer =
       4 * n * d + 2 * n * s.q_dim() + 2 * n * s.kv_dim() + probs + 3 * n * f + lora_h;
   z.activations_final = 2 * n * d + n * padded_leading_dimension(s.vocab);
-  z.stats_per_layer = 2 * n;
+  z.stats_per_layer = 2 * n + (fused_attention ? n * s.n_heads : 0);
   z.stats_final = 3 * n;
   z.scratch_bf16 = 2 * n * d + 2 * n * s.q_dim() + 2 * n * s.kv_dim() + probs + 3 * n * f +
                    (lora.enabled() ? n * lora.rank : 0);
@@ -87,11 +92,19 @@ double datasheet_bf16_peak(const std::string& name) {
 
 constexpr size_t kTimingEventPairs = 16;
 
-}  // namespace
+// cuDNN's SDPA workspace before its graphs exist (it is known only once they
+// are built on a GPU): an fp32 dQ accumulator and two fp32 values per (head,
+// query row), what flash-attention backward keeps. The engine allocates what
+// cuDNN asks for and its memory_plan() reports that.
+int64_t estimated_cudnn_workspace_bytes(const ModelShape& s, int64_t batch) {
+  const int64_t n = batch * s.seq_len;
+  return 4 * n * s.q_dim() + 8 * n * s.n_heads;
+}
 
-MemoryPlan plan_cuda_memory(const EngineOptions& options) {
+MemoryPlan cuda_memory_plan(const EngineOptions& options, bool fused_attention,
+                            int64_t attention_workspace_bytes) {
   const ParameterLayout layout = make_layout(options);
-  const EngineSizes z = engine_sizes(options.shape, layout, options.micro_batch);
+  const EngineSizes z = engine_sizes(options.shape, layout, options.micro_batch, fused_attention);
   MemoryPlan plan;
   // bf16 copy + fp32 master; the master and the gradients padded to
   // pad_buffers_to (ZeRO-1's world-size blocks), as the constructor allocates.
@@ -104,8 +117,22 @@ MemoryPlan plan_cuda_memory(const EngineOptions& options) {
   plan.activation_bytes = (z.activations_per_layer * options.shape.n_layers + z.activations_final) * 2 +
                           (z.stats_per_layer * options.shape.n_layers + z.stats_final) * 4;
   plan.workspace_bytes = z.scratch_bf16 * 2 + z.scratch_fp32 * 4 + z.scratch_fp64 * 8 +
-                         z.tokens * 4 + (32 << 20);  // + cuBLASLt workspace
+                         z.tokens * 4 + (32 << 20) +  // + cuBLASLt workspace
+                         attention_workspace_bytes;
   return plan;
+}
+
+}  // namespace
+
+MemoryPlan plan_cuda_memory(const EngineOptions& options) {
+  const bool fused = options.attention != "gemm" && !cudnn_attention_build_info().empty();
+  return cuda_memory_plan(options, fused,
+                          fused ? estimated_cudnn_workspace_bytes(options.shape, options.micro_batch) : 0);
+}
+
+MemoryPlan CudaEngine::memory_plan() const {
+  return cuda_memory_plan(options_, fused_attention_ != nullptr,
+                          static_cast<int64_t>(attention_workspace_.bytes()));
 }
 
 CudaEngine::CudaEngine(const EngineOptions& options)
@@ -132,7 +159,10 @@ CudaEngine::CudaEngine(const EngineOptions& options)
   for (cudaEvent_t& e : compute_ready_events_)
     TRAINBENCH_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 
-  const EngineSizes z = engine_sizes(shape_, layout_, micro_batch_);
+  choose_attention();
+  if (fused_attention_ != nullptr && fused_attention_->workspace_bytes() > 0)
+    attention_workspace_ = DeviceBuffer<unsigned char>(fused_attention_->workspace_bytes());
+  const EngineSizes z = engine_sizes(shape_, layout_, micro_batch_, fused_attention_ != nullptr);
   const int64_t n = micro_batch_ * shape_.seq_len;
   params_ = DeviceBuffer<bf16>(z.params);
   master_begin_ = z.params - z.master;
@@ -190,7 +220,8 @@ CudaEngine::~CudaEngine() {
 void CudaEngine::assign_views() {
   const int64_t n = micro_batch_ * shape_.seq_len;
   const int64_t d = shape_.d_model, f = shape_.ffn_hidden;
-  const int64_t probs = micro_batch_ * shape_.n_heads * shape_.seq_len * shape_.seq_len;
+  const bool fused = fused_attention_ != nullptr;
+  const int64_t probs = fused ? 0 : micro_batch_ * shape_.n_heads * shape_.seq_len * shape_.seq_len;
   SliceCarver<bf16> act(activations_.get());
   SliceCarver<float> stats(activation_stats_.get());
   layer_acts_.resize(shape_.n_layers);
@@ -201,7 +232,8 @@ void CudaEngine::assign_views() {
     a.q = act.take(n * shape_.q_dim());
     a.k = act.take(n * shape_.kv_dim());
     a.v = act.take(n * shape_.kv_dim());
-    a.probs = act.take(probs);
+    a.probs = fused ? nullptr : act.take(probs);
+    a.attn_stats = fused ? stats.take(n * shape_.n_heads) : nullptr;
     a.attn_out = act.take(n * shape_.q_dim());
     a.residual_mid = act.take(n * d);
     a.mlp_norm_out = act.take(n * d);
@@ -224,7 +256,7 @@ void CudaEngine::assign_views() {
   scratch_.d_attn_out = sb.take(n * shape_.q_dim());
   scratch_.d_k = sb.take(n * shape_.kv_dim());
   scratch_.d_v = sb.take(n * shape_.kv_dim());
-  scratch_.d_probs = sb.take(probs);
+  scratch_.d_probs = fused ? nullptr : sb.take(probs);
   scratch_.d_swiglu = sb.take(n * f);
   scratch_.d_gate = sb.take(n * f);
   scratch_.d_up = sb.take(n * f);
@@ -494,13 +526,42 @@ CudaEngine::HeadOffsets CudaEngine::sequence_strides() const {
   return HeadOffsets{T * shape_.q_dim(), T * shape_.kv_dim(), shape_.n_heads * T * T};
 }
 
-// Per head, batched over the micro-batch: scores = Q Kᵀ into P's slot; one
-// causal softmax launch over all heads (scale applied there); then out = P V.
+float CudaEngine::attention_scale() const {
+  return 1.0f / std::sqrt(static_cast<float>(shape_.head_dim()));
+}
+
+void CudaEngine::choose_attention() {
+  const std::string& asked = options_.attention;
+  if (asked != "auto" && asked != "cudnn" && asked != "gemm")
+    throw std::invalid_argument("attention must be auto, cudnn or gemm, not '" + asked + "'");
+  if (asked == "gemm") {
+    attention_info_ = AttentionInfo{"gemm", "cuBLASLt GEMMs around a causal softmax (train.attention=gemm)"};
+    return;
+  }
+  const AttentionShape attention_shape{micro_batch_, shape_.n_heads, shape_.n_kv_heads, shape_.seq_len,
+                                       shape_.head_dim()};
+  std::string why_not;
+  fused_attention_ = make_cudnn_attention(attention_shape, attention_scale(), compute_stream_, &why_not);
+  if (fused_attention_ != nullptr) {
+    attention_info_ = AttentionInfo{"cudnn-sdpa", fused_attention_->library_version()};
+    return;
+  }
+  if (asked == "cudnn") throw std::runtime_error("train.attention=cudnn: " + why_not);
+  attention_info_ = AttentionInfo{"gemm", "cuBLASLt GEMMs around a causal softmax; cuDNN SDPA not used: " + why_not};
+}
+
+// cuDNN's fused SDPA when chosen. Otherwise per head, batched over the
+// micro-batch: scores = Q Kᵀ into P's slot; one causal softmax launch over all
+// heads (scale applied there); then out = P V.
 void CudaEngine::attention_forward(const LayerActivations& a) {
+  if (fused_attention_ != nullptr) {
+    fused_attention_->forward(a.q, a.k, a.v, a.attn_out, a.attn_stats, attention_workspace_.get());
+    return;
+  }
   const int64_t T = shape_.seq_len, hd = shape_.head_dim(), B = micro_batch_;
   const int64_t q_ld = shape_.q_dim(), kv_ld = shape_.kv_dim();
   const HeadOffsets step = sequence_strides();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = attention_scale();
   for (int64_t h = 0; h < shape_.n_heads; ++h) {
     const HeadOffsets o = head_offsets(h);
     gemm_.gemm_strided_batched(false, true, T, T, hd, 1.0f, a.q + o.q, q_ld, step.q, a.k + o.kv,
@@ -519,14 +580,20 @@ void CudaEngine::attention_forward(const LayerActivations& a) {
 // dV (+)= Pᵀ dO and dP = dO Vᵀ per head; one softmax-backward launch turns dP
 // into dS (scaled); then dQ = dS K and dK (+)= dSᵀ Q. The query heads of a kv
 // group accumulate into the same dK/dV (the first one overwrites). Each GEMM
-// is one launch per head, batched over the micro-batch.
+// is one launch per head, batched over the micro-batch. cuDNN's backward
+// (when chosen) recomputes the scores from q, k and the logsumexp instead.
 void CudaEngine::attention_backward(const LayerActivations& a) {
+  const Scratch& g = scratch_;
+  if (fused_attention_ != nullptr) {
+    fused_attention_->backward(a.q, a.k, a.v, a.attn_out, g.d_attn_out, a.attn_stats, g.d_q, g.d_k,
+                               g.d_v, attention_workspace_.get());
+    return;
+  }
   const int64_t T = shape_.seq_len, hd = shape_.head_dim(), B = micro_batch_;
   const int64_t q_ld = shape_.q_dim(), kv_ld = shape_.kv_dim();
   const int64_t group = shape_.heads_per_kv();
   const HeadOffsets step = sequence_strides();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const Scratch& g = scratch_;
+  const float scale = attention_scale();
   for (int64_t h = 0; h < shape_.n_heads; ++h) {
     const HeadOffsets o = head_offsets(h);
     const float accumulate = h % group == 0 ? 0.0f : 1.0f;

@@ -8,24 +8,31 @@
 // bf16 copy of the head; the layout keeps vocab rows): an odd vocabulary
 // keeps cuBLASLt off its fast kernels.
 //
-// Attention (first version): per (batch, head) cuBLASLt GEMMs for Q·Kᵀ and
-// P·V around one fused causal-softmax launch, keeping P (batch·heads·T² bf16
-// per layer) for backward. A fused flash-style kernel is the next step for
-// long sequences; docs/metrics.md says which runs.
+// Attention (train.attention): cuDNN's fused SDPA (cudnn_attention.h) where
+// this build has it and cuDNN supports the shape — no T² probabilities kept,
+// one fp32 logsumexp per query row instead; otherwise strided-batched
+// cuBLASLt GEMMs for Q·Kᵀ and P·V around one causal-softmax launch, keeping P
+// (batch·heads·T² bf16 per layer) for backward. docs/metrics.md, "Attention".
 #pragma once
 
 #include <cuda_runtime.h>  // cudaStream_t, cudaEvent_t
 
 #include <cstdint>  // int64_t
+#include <memory>   // the fused attention
 #include <vector>   // per-layer views, the event pool
 
 #include "kernels/cuda/cuda_ops.h"       // bf16
+#include "kernels/cuda/cudnn_attention.h"  // CudnnAttention
 #include "kernels/cuda/device_buffer.h"  // DeviceBuffer, PinnedBuffer
 #include "kernels/cuda/lt_gemm.h"        // LtGemm
 #include "kernels/engine.h"              // TrainingEngine
 
 namespace trainbench::cuda {
 
+// The plan before an engine exists (trainbench plan, the CLI's fit check):
+// it assumes cuDNN attention runs whenever this build has it and
+// options.attention allows it, with an estimated cuDNN workspace. The
+// engine's own memory_plan() counts what it chose and cuDNN's real workspace.
 MemoryPlan plan_cuda_memory(const EngineOptions& options);
 
 class CudaEngine final : public TrainingEngine {
@@ -37,7 +44,8 @@ class CudaEngine final : public TrainingEngine {
   const ModelShape& shape() const override { return shape_; }
   const ParameterLayout& layout() const override { return layout_; }
   int64_t micro_batch() const override { return micro_batch_; }
-  MemoryPlan memory_plan() const override { return plan_cuda_memory(options_); }
+  MemoryPlan memory_plan() const override;
+  AttentionInfo attention() const override { return attention_info_; }
 
   void init_parameters(uint64_t seed) override;
   void set_parameters(const float* host) override;
@@ -97,7 +105,8 @@ class CudaEngine final : public TrainingEngine {
     bf16* q;              // [N, q_dim] after RoPE
     bf16* k;              // [N, kv_dim] after RoPE
     bf16* v;              // [N, kv_dim]
-    bf16* probs;          // [B, H, T, T]
+    bf16* probs;          // [B, H, T, T]; GEMM attention only
+    float* attn_stats;    // [B, H, T] logsumexp; cuDNN attention only
     bf16* attn_out;       // [N, q_dim]
     bf16* residual_mid;   // [N, D]
     bf16* mlp_norm_out;   // [N, D]
@@ -121,7 +130,7 @@ class CudaEngine final : public TrainingEngine {
     bf16* d_k;         // [N, kv_dim]
     bf16* d_v;         // [N, kv_dim]
     bf16* d_attn_out;  // [N, q_dim]
-    bf16* d_probs;     // [B, H, T, T]
+    bf16* d_probs;     // [B, H, T, T]; GEMM attention only
     bf16* d_swiglu;    // [N, F]
     bf16* d_gate;      // [N, F]
     bf16* d_up;        // [N, F]
@@ -178,6 +187,10 @@ class CudaEngine final : public TrainingEngine {
   };
   HeadOffsets head_offsets(int64_t h) const;
   HeadOffsets sequence_strides() const;
+  // Picks the attention kernels (options_.attention) before anything is
+  // sized: builds cuDNN's SDPA graphs, or says in attention_info_ why not.
+  void choose_attention();
+  float attention_scale() const;
   void attention_forward(const LayerActivations& a);
   void attention_backward(const LayerActivations& a);
   // AdamW over this engine's optimizer shard (all of the gradients without
@@ -235,6 +248,11 @@ class CudaEngine final : public TrainingEngine {
   // its zero-padded bf16 copy (empty when vocab is a multiple of 64).
   int64_t lm_head_rows_ = 0;
   DeviceBuffer<bf16> lm_head_padded_;
+
+  // cuDNN's fused SDPA and its workspace; null when attention runs as GEMMs.
+  std::unique_ptr<CudnnAttention> fused_attention_;
+  DeviceBuffer<unsigned char> attention_workspace_;
+  AttentionInfo attention_info_;
 
   std::vector<LayerActivations> layer_acts_;
   std::vector<std::vector<LoraAdapter>> lora_;  // [layer][lora_target_slot]

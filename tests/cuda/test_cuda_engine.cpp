@@ -92,6 +92,21 @@ EngineOptions gqa_options(const std::string& device) {
   return o;
 }
 
+// Llama-like heads (head_dim 64, 4 query heads on 2 KV heads) at a length
+// that is not a multiple of 64, with the attention kernels named: cuDNN's
+// fused SDPA (train.attention=cudnn) and the GEMM path, each against the CPU.
+EngineOptions llama_like_options(const std::string& device, const std::string& attention) {
+  EngineOptions o;
+  o.shape = ModelShape{.vocab = 515, .d_model = 256, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+                       .ffn_hidden = 512, .seq_len = 96};
+  o.micro_batch = 2;
+  o.device = device;
+  o.attention = device == "cuda" ? attention : "auto";
+  return o;
+}
+EngineOptions llama_like_cudnn_options(const std::string& device) { return llama_like_options(device, "cudnn"); }
+EngineOptions llama_like_gemm_options(const std::string& device) { return llama_like_options(device, "gemm"); }
+
 EngineOptions on_device(EngineOptions o, const std::string& device) {
   o.device = device;
   return o;
@@ -184,7 +199,13 @@ class CudaEngineVsCpu : public ::testing::TestWithParam<ShapeCase> {
 TEST_P(CudaEngineVsCpu, LossLogitsAndEveryGradientMatchTheCpuEngine) {
   const EngineOptions cuda_options = GetParam().options("cuda");
   const EngineOptions cpu_options = GetParam().options("cpu");
+  if (cuda_options.attention == "cudnn" && cudnn_attention_build_info().empty())
+    GTEST_SKIP() << "this build has no cuDNN attention (cuDNN or the frontend headers were not found)";
   std::unique_ptr<TrainingEngine> cuda = make_engine(cuda_options);
+  if (cuda_options.attention != "auto") {
+    ASSERT_EQ(cuda->attention().kernel, cuda_options.attention == "cudnn" ? "cudnn-sdpa" : "gemm")
+        << cuda->attention().detail;
+  }
   std::unique_ptr<TrainingEngine> cpu = make_engine(cpu_options);
   ASSERT_STREQ(cuda->backend_name(), "cuda");
   ASSERT_EQ(cuda->layout().total_params(), cpu->layout().total_params());
@@ -218,7 +239,9 @@ TEST_P(CudaEngineVsCpu, LossLogitsAndEveryGradientMatchTheCpuEngine) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaEngineVsCpu,
                          ::testing::Values(ShapeCase{"MultiHead", multi_head_options},
-                                           ShapeCase{"GroupedQuery", gqa_options}),
+                                           ShapeCase{"GroupedQuery", gqa_options},
+                                           ShapeCase{"LlamaLikeCudnnAttention", llama_like_cudnn_options},
+                                           ShapeCase{"LlamaLikeGemmAttention", llama_like_gemm_options}),
                          [](const ::testing::TestParamInfo<ShapeCase>& info) {
                            return std::string(info.param.name);
                          });
@@ -412,6 +435,24 @@ TEST_F(CudaEngineTest, ShardedOptimizerStepsTogetherEqualTheFullStep) {
   const float got_loss = forward_backward(*first, t.batch(full_options));
   EXPECT_EQ(std::memcmp(&want_loss, &got_loss, sizeof(float)), 0) << want_loss << " vs " << got_loss;
   EXPECT_THROW(first->optimizer_step(adam, 4), std::logic_error) << "a sharded engine has no full step";
+}
+
+// train.attention auto takes cuDNN's fused SDPA wherever this build has it
+// and cuDNN supports the shape (Llama-like heads); its memory plan then
+// holds no T² probabilities: less activation memory than the GEMM path's.
+TEST_F(CudaEngineTest, AutoAttentionTakesCudnnWhereBuiltAndKeepsNoProbabilities) {
+  if (cudnn_attention_build_info().empty())
+    GTEST_SKIP() << "this build has no cuDNN attention (cuDNN or the frontend headers were not found)";
+  std::unique_ptr<TrainingEngine> fused = make_engine(llama_like_options("cuda", "auto"));
+  std::unique_ptr<TrainingEngine> gemm = make_engine(llama_like_options("cuda", "gemm"));
+  ASSERT_EQ(fused->attention().kernel, "cudnn-sdpa") << fused->attention().detail;
+  EXPECT_NE(fused->attention().detail.find("cuDNN 9."), std::string::npos) << fused->attention().detail;
+  EXPECT_EQ(gemm->attention().kernel, "gemm");
+  const EngineOptions o = llama_like_options("cuda", "gemm");
+  const int64_t probs_bytes = 2 * o.micro_batch * o.shape.n_heads * o.shape.seq_len * o.shape.seq_len;
+  const int64_t stats_bytes = 4 * o.micro_batch * o.shape.n_heads * o.shape.seq_len;
+  EXPECT_EQ(fused->memory_plan().activation_bytes,
+            gemm->memory_plan().activation_bytes - o.shape.n_layers * (probs_bytes - stats_bytes));
 }
 
 TEST_F(CudaEngineTest, SetAndGetParametersRoundTripExactly) {

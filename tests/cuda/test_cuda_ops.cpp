@@ -18,22 +18,31 @@
 //                          the same row order), copy_fp32_to_bf16 (round to nearest even).
 //   rope, per element: |gpu − cpu| ≤ 2^-8·|cpu| + 1e-5  (one bf16 rounding; fast sine
 //                          intrinsics at positions in the thousands would miss it).
+//   kFusedAttention 2e-2   cuDNN's SDPA forward, and 4e-2 its dQ, dK, dV: the
+//                          probabilities (forward) and dS (backward) are rounded
+//                          to bf16 inside the kernel before their GEMMs, on top of
+//                          the bf16 output; the GQA group's dK, dV sum two heads.
 #include <gtest/gtest.h>
 
 #include <cuda_bf16.h>     // __nv_bfloat16 and its host conversions
 #include <cuda_runtime.h>  // cudaMemcpy, cudaDeviceSynchronize
+
+#include <omp.h>  // omp_get_max_threads: the CPU attention's scratch
 
 #include <algorithm>  // std::max
 #include <cmath>    // std::sqrt, std::exp, std::fabs, std::ldexp, NAN
 #include <cstdint>  // int32_t, int64_t
 #include <cstring>  // std::memcmp
 #include <random>   // std::mt19937 and distributions
+#include <memory>   // the fused attention
 #include <stdexcept>  // std::invalid_argument
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"          // the fp32 reference ops
 #include "kernels/cuda/cuda_check.h"      // TRAINBENCH_CUDA_CHECK
 #include "kernels/cuda/cuda_ops.h"        // the ops under test
+#include "kernels/cuda/cudnn_attention.h" // cuDNN's fused attention, under test too
 #include "kernels/cuda/device_buffer.h"   // DeviceBuffer
 #include "kernels/device_info.h"          // query_gpus: skip without a GPU
 #include "tests/support/relative_error.h"  // relative_error
@@ -47,6 +56,8 @@ constexpr double kBf16Output = 8e-3;
 constexpr double kFp32FromBf16 = 1e-5;
 constexpr double kAdamW = 1e-6;
 constexpr double kSumOfSquares = 1e-12;
+constexpr double kFusedAttention = 2e-2;
+constexpr double kFusedAttentionBackward = 4e-2;
 
 // ---- host helpers ----
 
@@ -321,6 +332,54 @@ TEST_F(CudaOps, CausalSoftmaxBackward) {
     const std::vector<float> got = download_as_float(d_dev);
     EXPECT_LT(relative_error(got, expected), kBf16Output) << "seq_len " << seq_len;
     EXPECT_EQ(nonzero_above_diagonal(got, seq_len), 0) << "seq_len " << seq_len;
+  }
+}
+
+// ---- cuDNN's fused attention ----
+
+// Forward and backward against the CPU's causal GQA attention, in the
+// engine's row layouts, outputs poisoned: Llama-like heads at a length that
+// is not a multiple of 64, and head_dim 128 at a longer one.
+TEST_F(CudaOps, CudnnAttentionForwardAndBackwardMatchTheCpu) {
+  if (cudnn_attention_build_info().empty())
+    GTEST_SKIP() << "this build has no cuDNN attention (cuDNN or the frontend headers were not found)";
+  struct Case {
+    int64_t batch, heads, kv_heads, seq_len, head_dim;
+  };
+  for (const Case c : {Case{2, 4, 2, 80, 64}, Case{1, 2, 2, 300, 128}}) {
+    SCOPED_TRACE("seq_len " + std::to_string(c.seq_len) + ", head_dim " + std::to_string(c.head_dim));
+    std::mt19937 rng(40 + c.seq_len);
+    const int64_t n = c.batch * c.seq_len, q_count = n * c.heads * c.head_dim, kv_count = n * c.kv_heads * c.head_dim;
+    const std::vector<float> q = random_bf16_values(q_count, rng), k = random_bf16_values(kv_count, rng),
+                             v = random_bf16_values(kv_count, rng), d_out = random_bf16_values(q_count, rng);
+    const cpu::AttentionShape cpu_shape{c.batch, c.seq_len, c.heads, c.kv_heads, c.head_dim};
+    std::vector<float> out(q_count), probs(c.batch * c.heads * c.seq_len * c.seq_len);
+    cpu::attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), cpu_shape);
+    std::vector<float> d_q(q_count), d_k(kv_count), d_v(kv_count);
+    std::vector<float> scratch(cpu::attention_scratch_floats(cpu_shape, omp_get_max_threads()));
+    cpu::attention_backward(d_q.data(), d_k.data(), d_v.data(), d_out.data(), probs.data(), q.data(), k.data(),
+                            v.data(), scratch.data(), cpu_shape);
+
+    std::string why_not;
+    std::unique_ptr<CudnnAttention> attention = make_cudnn_attention(
+        AttentionShape{c.batch, c.heads, c.kv_heads, c.seq_len, c.head_dim},
+        1.0f / std::sqrt(static_cast<float>(c.head_dim)), nullptr, &why_not);
+    ASSERT_NE(attention, nullptr) << why_not;
+    DeviceBuffer<bf16> q_dev = upload(to_bf16(q)), k_dev = upload(to_bf16(k)), v_dev = upload(to_bf16(v));
+    DeviceBuffer<bf16> d_out_dev = upload(to_bf16(d_out));
+    DeviceBuffer<bf16> out_dev = upload(nan_bf16(q_count));
+    DeviceBuffer<float> stats_dev = upload(nan_fp32(c.batch * c.heads * c.seq_len));
+    DeviceBuffer<bf16> d_q_dev = upload(nan_bf16(q_count)), d_k_dev = upload(nan_bf16(kv_count)),
+                       d_v_dev = upload(nan_bf16(kv_count));
+    DeviceBuffer<unsigned char> workspace(std::max<int64_t>(attention->workspace_bytes(), 1));
+    attention->forward(q_dev.get(), k_dev.get(), v_dev.get(), out_dev.get(), stats_dev.get(), workspace.get());
+    EXPECT_LT(relative_error(download_as_float(out_dev), out), kFusedAttention) << "output";
+    // Backward from the GPU's own forward, as the engine runs it.
+    attention->backward(q_dev.get(), k_dev.get(), v_dev.get(), out_dev.get(), d_out_dev.get(), stats_dev.get(),
+                        d_q_dev.get(), d_k_dev.get(), d_v_dev.get(), workspace.get());
+    EXPECT_LT(relative_error(download_as_float(d_q_dev), d_q), kFusedAttentionBackward) << "d_q";
+    EXPECT_LT(relative_error(download_as_float(d_k_dev), d_k), kFusedAttentionBackward) << "d_k";
+    EXPECT_LT(relative_error(download_as_float(d_v_dev), d_v), kFusedAttentionBackward) << "d_v";
   }
 }
 

@@ -132,6 +132,7 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"LoraWithZero", with("train.mode", "lora"), {"comm.zero=1"}, {"comm.zero", "ZeRO-1 shards every"}},
       {"BadMode", with("train.mode", "partial"), {}, {"train.mode", "'partial'"}},
       {"BadDevice", with("train.device", "tpu"), {}, {"train.device", "'tpu'"}},
+      {"BadAttention", with("train.attention", "flash"), {}, {"train.attention", "'flash' is not one of"}},
       {"BadDataSource", with("data.source", "tape"), {}, {"data.source", "'tape'"}},
       {"BadOnCorrupt", with("data.on_corrupt", "ignore"), {}, {"data.on_corrupt", "'ignore'"}},
       {"UnknownTokenField", with("data.field", "tokens.u24"), {}, {"data.field", "u16, u32, npy or txt"}},
@@ -152,6 +153,8 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"NegativeSlowRank", with("burnin.inject_slow_rank", "-1"), {}, {"burnin.inject_slow_rank: must be >= 0"}},
       {"Bf16OnCpu", valid_yaml_with({{"train.precision", "bf16"}, {"train.device", "cpu"}}), {},
        {"train.precision", "bf16"}},
+      {"CudnnAttentionOnCpu", valid_yaml_with({{"train.attention", "cudnn"}, {"train.device", "cpu"}}), {},
+       {"train.attention", "cpu"}},
       {"NcclOnCpu", valid_yaml_with({{"comm.backend", "nccl"}, {"train.device", "cpu"}}), {},
        {"comm.backend", "nccl", "needs the cuda engine"}},
       // Overrides: the file is valid, the override is not.

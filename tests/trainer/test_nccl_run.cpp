@@ -49,6 +49,10 @@ TEST(NcclRun, OneGpuTrainsLikeTheLocalBackendAndTimesItsAllReduces) {
   const nlohmann::json& env = result.at("environment");
   EXPECT_EQ(env.at("comm_backend"), "nccl");
   EXPECT_EQ(env.at("compute_backend"), "cuda");
+  // Which attention ran, and why when it is not cuDNN's (auto falls back).
+  const std::string kernel = env.at("attention").at("kernel");
+  EXPECT_TRUE(kernel == "cudnn-sdpa" || kernel == "gemm") << kernel;
+  EXPECT_FALSE(env.at("attention").at("detail").get<std::string>().empty());
   EXPECT_FALSE(env.at("nccl").is_null()) << "the NCCL version is missing from the environment";
   double comm_total = 0;
   for (const auto& step : result.at("steps")) {

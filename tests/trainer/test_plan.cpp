@@ -7,7 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/engine.h"  // built_backends
+#include "kernels/device_info.h"  // cudnn_attention_build_info
+#include "kernels/engine.h"       // built_backends
 #include "tests/support/run_command.h"
 #include "trainer/config.h"
 #include "trainer/plan_command.h"
@@ -41,7 +42,7 @@ constexpr int64_t kActivationBytes =
 TEST(Plan, TinyMatchesAHandCount) {
   if (!cuda_built()) GTEST_SKIP() << "this build has no CUDA engine, whose memory model the plan is";
   ASSERT_EQ(kBase, 164160);
-  const Config config = load_config("tiny");
+  const Config config = load_config("tiny", {"train.attention=gemm"});
   const std::vector<FinetunePlanRow> rows = plan_finetune(config, 8, 2, int64_t{80} << 30);
   ASSERT_EQ(rows.size(), 3u);
   const FinetunePlanRow &ddp = rows[0], &zero = rows[1], &lora = rows[2];
@@ -78,7 +79,7 @@ TEST(Plan, TinyMatchesAHandCount) {
 // head is trained, room for the padded rows' weight gradient (12 × 64 fp32).
 TEST(Plan, AnOddVocabularyAddsThePaddedLmHead) {
   if (!cuda_built()) GTEST_SKIP() << "this build has no CUDA engine, whose memory model the plan is";
-  const Config config = load_config("tiny", {"model.vocab=500"});
+  const Config config = load_config("tiny", {"model.vocab=500", "train.attention=gemm"});
   const std::vector<FinetunePlanRow> rows = plan_finetune(config, 8, 2, int64_t{80} << 30);
   ASSERT_EQ(rows.size(), 3u);
   const FinetunePlanRow &ddp = rows[0], &lora = rows[2];
@@ -93,6 +94,27 @@ TEST(Plan, AnOddVocabularyAddsThePaddedLmHead) {
   // LoRA: the frozen head gets the padded copy, no gradient room.
   EXPECT_EQ(lora.memory.parameter_bytes, (kBase500 + kAdapters) * 2 + kAdapters * 4 + kPaddedHead * 2);
   EXPECT_EQ(lora.memory.gradient_bytes, kAdapters * 4);
+}
+
+// cuDNN's fused attention (train.attention auto or cudnn, where this build has
+// it) keeps a [B, H, T] fp32 logsumexp per layer instead of the B·H·T² bf16
+// probabilities, drops their gradient from the scratch, and adds cuDNN's
+// workspace, estimated before a GPU is asked: an fp32 dQ (n·q_dim) and two
+// fp32 values per head and row.
+TEST(Plan, CudnnAttentionKeepsNoProbabilities) {
+  if (!cuda_built()) GTEST_SKIP() << "this build has no CUDA engine, whose memory model the plan is";
+  if (cudnn_attention_build_info().empty())
+    GTEST_SKIP() << "this build has no cuDNN attention (cuDNN or the frontend headers were not found)";
+  const FinetunePlanRow gemm = plan_finetune(load_config("tiny", {"train.attention=gemm"}), 8, 2, int64_t{80} << 30)[0];
+  for (const char* setting : {"train.attention=auto", "train.attention=cudnn"}) {
+    const FinetunePlanRow fused = plan_finetune(load_config("tiny", {setting}), 8, 2, int64_t{80} << 30)[0];
+    constexpr int64_t kProbs = 8 * 4 * 64 * 64;  // per layer
+    constexpr int64_t kStats = kN * 4;           // per layer: n rows × 4 heads
+    EXPECT_EQ(fused.memory.activation_bytes, kActivationBytes - 2 * kProbs * 2 + 2 * kStats * 4) << setting;
+    EXPECT_EQ(fused.memory.workspace_bytes,
+              gemm.memory.workspace_bytes - kProbs * 2 + 4 * kN * 64 + 8 * kN * 4) << setting;
+    EXPECT_EQ(fused.memory.parameter_bytes, gemm.memory.parameter_bytes) << setting;
+  }
 }
 
 TEST(Plan, SaysWhichFits) {

@@ -65,6 +65,8 @@ TEST_F(ResultJson, EnvironmentDescribesTheMachine) {
   EXPECT_TRUE(env.at("hosts").is_array());
   EXPECT_EQ(env.at("ranks"), 1);
   EXPECT_EQ(env.at("compute_backend"), "cpu");
+  EXPECT_EQ(env.at("attention").at("kernel"), "gemm");  // the cpu engine has no fused attention
+  EXPECT_FALSE(env.at("attention").at("detail").get<std::string>().empty());
   EXPECT_TRUE(env.at("cpu").at("model").is_string());
   EXPECT_GT(env.at("cpu").at("threads_used").get<int>(), 0);
   EXPECT_GT(env.at("memory").at("total_bytes").get<int64_t>(), 0);
@@ -211,6 +213,11 @@ TEST(Cli, VersionNamesTheBuiltEngines) {
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.out.find("trainbench "), std::string::npos);
   EXPECT_NE(r.out.find("compute engines: cpu"), std::string::npos) << r.out;
+  // Built or not, the line says which (the version of cuDNN's headers, or "not built").
+  EXPECT_NE(r.out.find("cuDNN attention: "), std::string::npos) << r.out;
+  if (!cudnn_attention_build_info().empty()) {
+    EXPECT_NE(r.out.find("cuDNN attention: cuDNN 9."), std::string::npos) << r.out;
+  }
 }
 
 TEST(Cli, StepsErrorsNameTheStepsOption) {
