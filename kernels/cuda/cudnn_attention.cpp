@@ -53,11 +53,10 @@ void set_rows_of_heads(const std::shared_ptr<fe::graph::Tensor_attributes>& t, c
       .set_stride({s.seq_len * row, s.head_dim, row, 1});
 }
 
-// One fp32 logsumexp per (sequence, head, query row).
-fe::graph::Tensor_attributes stats_layout(const AttentionShape& s) {
-  return fe::graph::Tensor_attributes()
-      .set_name("stats")
-      .set_uid(kStats)
+// One fp32 logsumexp per (sequence, head, query row): forward's output,
+// backward's input.
+fe::graph::Tensor_attributes& stats_layout(fe::graph::Tensor_attributes& t, const AttentionShape& s) {
+  return t.set_uid(kStats)
       .set_dim({s.batch, s.heads, s.seq_len, 1})
       .set_stride({s.heads * s.seq_len, s.seq_len, 1, 1})
       .set_data_type(fe::DataType_t::FLOAT);
@@ -71,11 +70,19 @@ std::shared_ptr<fe::graph::Graph> new_bf16_graph() {
   return graph;
 }
 
+// q, k and v: the inputs both graphs start from.
+struct QkvTensors {
+  std::shared_ptr<fe::graph::Tensor_attributes> q, k, v;
+};
+QkvTensors add_qkv(fe::graph::Graph& graph, const AttentionShape& s) {
+  return QkvTensors{graph.tensor(rows_of_heads(s, s.heads, "q", kQ)),
+                    graph.tensor(rows_of_heads(s, s.kv_heads, "k", kK)),
+                    graph.tensor(rows_of_heads(s, s.kv_heads, "v", kV))};
+}
+
 std::shared_ptr<fe::graph::Graph> forward_graph(const AttentionShape& s, float scale) {
   auto graph = new_bf16_graph();
-  auto q = graph->tensor(rows_of_heads(s, s.heads, "q", kQ));
-  auto k = graph->tensor(rows_of_heads(s, s.kv_heads, "k", kK));
-  auto v = graph->tensor(rows_of_heads(s, s.kv_heads, "v", kV));
+  const auto [q, k, v] = add_qkv(*graph, s);
   auto options = fe::graph::SDPA_attributes()
                      .set_name("causal_attention")
                      .set_generate_stats(true)
@@ -85,22 +92,17 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const AttentionShape& s, float s
                      .set_diagonal_band_right_bound(0);
   auto [o, stats] = graph->sdpa(q, k, v, options);
   set_rows_of_heads(o, s, s.heads, kO);
-  stats->set_output(true)
-      .set_uid(kStats)
-      .set_dim({s.batch, s.heads, s.seq_len, 1})
-      .set_stride({s.heads * s.seq_len, s.seq_len, 1, 1})
-      .set_data_type(fe::DataType_t::FLOAT);
+  stats_layout(stats->set_output(true), s);
   return graph;
 }
 
 std::shared_ptr<fe::graph::Graph> backward_graph(const AttentionShape& s, float scale) {
   auto graph = new_bf16_graph();
-  auto q = graph->tensor(rows_of_heads(s, s.heads, "q", kQ));
-  auto k = graph->tensor(rows_of_heads(s, s.kv_heads, "k", kK));
-  auto v = graph->tensor(rows_of_heads(s, s.kv_heads, "v", kV));
+  const auto [q, k, v] = add_qkv(*graph, s);
   auto o = graph->tensor(rows_of_heads(s, s.heads, "o", kO));
   auto d_o = graph->tensor(rows_of_heads(s, s.heads, "d_o", kDO));
-  auto stats = graph->tensor(stats_layout(s));
+  fe::graph::Tensor_attributes stats_input;
+  auto stats = graph->tensor(stats_layout(stats_input.set_name("stats"), s));
   auto options = fe::graph::SDPA_backward_attributes()
                      .set_name("causal_attention_backward")
                      .set_attn_scale(scale)
