@@ -8,6 +8,7 @@
 #   scripts/gpu_check.sh            # all steps
 #   GPU_CHECK_SKIP_TORCH=1 ...      # without the PyTorch baseline and its tests
 #   GPU_CHECK_TESTS_ONLY=1 ...      # build and tests only
+#   GPU_CHECK_SKIP_PROFILE=1 ...    # without the nsys kernel profile (run only where nsys is)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out/gpu_check}
@@ -246,6 +247,30 @@ if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
     row "trainbench bench instrument" "$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["instrumentation_cost"]; print("overhead {:+.2f}% median of {} pairs (95% {:+.2f} .. {:+.2f}%), untimed step {:.2f} ms".format(100 * c["overhead_median"], c["pairs"], 100 * c["overhead_ci95"][0], 100 * c["overhead_ci95"][1], 1e3 * c["untimed_step_s"]))' "$out/instrument.json")"
   else
     row "trainbench bench instrument" "FAILED (exit $?): $(tail -1 "$out/instrument.log")"
+  fi
+fi
+
+# 4e. Where the Llama-shaped step's GPU time goes, kernel by kernel (the
+# issue 3 targets' gap): a short run under Nsight Systems when the machine has
+# nsys; the summary's top kernels go to the table file, the whole to $out.
+if command -v nsys > /dev/null && grep -q "cuda" <(grep "compute engines" "$out/version.txt") &&
+   [ -z "${GPU_CHECK_SKIP_PROFILE:-}" ]; then
+  if timeout "${GPU_CHECK_PROFILE_TIMEOUT:-120}" nsys profile --trace=cuda --sample=none --cpuctxsw=none \
+       --force-overwrite=true -o "$out/llama8b-4l-profile" "$build/trainbench" run h200-llama8b-4l --steps 8 \
+       --set train.warmup_steps=3 --set report.progress_every=0 --out "$out/llama8b-4l-profile.json" \
+       > "$out/profile.log" 2>&1 &&
+     nsys stats --report cuda_gpu_kern_sum --format csv --output "$out/llama8b-4l-kernels" \
+       "$out/llama8b-4l-profile.nsys-rep" >> "$out/profile.log" 2>&1; then
+    kernels_csv=$(ls "$out"/llama8b-4l-kernels*.csv 2> /dev/null | head -1)
+    row "profile h200-llama8b-4l" "nsys: top kernels by GPU time in $(basename "${kernels_csv:-none}")"
+    python3 - "$kernels_csv" >> "$out/table.txt" <<'PY' || true
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+for r in rows[:15]:
+    print("    {:>5}%  {:>8.1f} ms  {:>6} x  {}".format(r["Time (%)"], float(r["Total Time (ns)"]) / 1e6, r["Instances"], r["Name"][:110]))
+PY
+  else
+    row "profile h200-llama8b-4l" "FAILED: $(tail -1 "$out/profile.log")"
   fi
 fi
 

@@ -12,6 +12,7 @@
 #include "kernels/device_info.h"      // cudnn_attention_build_info
 #include "kernels/parameter_init.h"   // init_parameters_host: the same weights as the CPU
 #include "kernels/slice_carver.h"     // SliceCarver: views into the allocations
+#include "kernels/token_groups.h"     // group_rows_by_token: the embedding backward's order
 
 namespace trainbench::cuda {
 
@@ -71,7 +72,9 @@ EngineSizes engine_sizes(const ModelShape& s, const ParameterLayout& layout, int
                    (lora.enabled() ? n * lora.rank : 0);
   z.scratch_fp32 = rmsnorm_backward_scratch_floats(n, d) + 2;
   z.scratch_fp64 = sum_of_squares_scratch_doubles(std::max<int64_t>(z.trainable, 1)) + 1;
-  z.tokens = 2 * n;
+  // Inputs and targets, then the inputs' rows grouped by token for the
+  // embedding backward: rows [n], group offsets [n + 1], group tokens [n].
+  z.tokens = 5 * n + 1;
   return z;
 }
 
@@ -418,10 +421,14 @@ void CudaEngine::upload_tokens(const TokenBatch& batch) {
   TRAINBENCH_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, tokens_free_, 0));
   // The staging buffer may still feed the previous copy.
   TRAINBENCH_CUDA_CHECK(cudaEventSynchronize(tokens_ready_));
-  std::memcpy(tokens_staging_.get(), batch.inputs, sizeof(int32_t) * n);
-  std::memcpy(tokens_staging_.get() + n, batch.targets, sizeof(int32_t) * n);
-  TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(tokens_.get(), tokens_staging_.get(),
-                                        sizeof(int32_t) * 2 * n, cudaMemcpyHostToDevice,
+  int32_t* staged = tokens_staging_.get();
+  std::memcpy(staged, batch.inputs, sizeof(int32_t) * n);
+  std::memcpy(staged + n, batch.targets, sizeof(int32_t) * n);
+  token_groups_ = group_rows_by_token(batch.inputs, n, shape_.vocab, staged + 2 * n, staged + 3 * n,
+                                      staged + 4 * n + 1, token_group_scratch_);
+  // Only the groups that exist travel (their tokens sit after n + 1 offsets).
+  TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(tokens_.get(), staged,
+                                        sizeof(int32_t) * (4 * n + 1 + token_groups_), cudaMemcpyHostToDevice,
                                         copy_stream_));
   TRAINBENCH_CUDA_CHECK(cudaEventRecord(tokens_ready_, copy_stream_));
   TRAINBENCH_CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, tokens_ready_, 0));
@@ -761,7 +768,10 @@ void CudaEngine::backward(const TokenBatch& batch, float loss_scale,
     if (on_gradients_ready) on_gradients_ready(grad_ready_from_layer_[l]);
   }
   float* d_embedding = grad_view(ParamKind::kTokenEmbedding);
-  if (d_embedding != nullptr) embedding_backward(d_embedding, g.d_residual, inputs, n, d, stream);
+  if (d_embedding != nullptr) {
+    const TokenGroups groups{inputs + 2 * n, inputs + 3 * n, inputs + 4 * n + 1, token_groups_};
+    embedding_backward(d_embedding, g.d_residual, groups, d, stream);
+  }
   end_compute();
   TRAINBENCH_CUDA_CHECK(cudaEventRecord(tokens_free_, stream));
   if (on_gradients_ready) on_gradients_ready(0);

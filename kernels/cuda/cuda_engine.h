@@ -262,6 +262,8 @@ class CudaEngine final : public TrainingEngine {
   std::vector<int64_t> grad_ready_from_layer_;
   int64_t grad_ready_from_head_ = 0;
   const int32_t* staged_inputs_ = nullptr;  // the host batch now on the device
+  int64_t token_groups_ = 0;                 // groups of the staged inputs (tokens_ after 2·n)
+  std::vector<int32_t> token_group_scratch_;  // vocab entries for group_rows_by_token
   bool logits_valid_ = false;
 };
 

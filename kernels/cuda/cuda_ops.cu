@@ -117,14 +117,18 @@ __global__ void embedding_forward_kernel(bf16* out, const int32_t* tokens, const
   }
 }
 
-// One thread per column, walking the rows in order: repeated tokens add into
-// the same element in row order, with no atomics and no race.
-__global__ void embedding_backward_kernel(float* d_embedding, const bf16* d_out,
-                                          const int32_t* tokens, int64_t n, int64_t d) {
-  const int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+// Block (g, c): group g's token row, columns c·blockDim … ; each thread adds
+// the group's rows in row order into a register, read once and written once.
+__global__ void embedding_backward_kernel(float* d_embedding, const bf16* d_out, const int32_t* rows,
+                                          const int32_t* offsets, const int32_t* group_tokens, int64_t d) {
+  const int64_t group = blockIdx.x;
+  const int64_t col = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (col >= d) return;
-  for (int64_t row = 0; row < n; ++row)
-    d_embedding[static_cast<int64_t>(tokens[row]) * d + col] += to_float(d_out[row * d + col]);
+  float* target = d_embedding + static_cast<int64_t>(group_tokens[group]) * d + col;
+  float sum = *target;
+  for (int32_t i = offsets[group]; i < offsets[group + 1]; ++i)
+    sum += to_float(d_out[static_cast<int64_t>(rows[i]) * d + col]);
+  *target = sum;
 }
 
 // ---- rmsnorm ----
@@ -556,11 +560,12 @@ void embedding_forward(bf16* out, const int32_t* tokens, const bf16* embedding, 
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
-void embedding_backward(float* d_embedding, const bf16* d_out, const int32_t* tokens, int64_t n,
-                        int64_t d, cudaStream_t stream) {
-  if (n * d == 0) return;
-  const int blocks = static_cast<int>((d + kThreads - 1) / kThreads);
-  embedding_backward_kernel<<<blocks, kThreads, 0, stream>>>(d_embedding, d_out, tokens, n, d);
+void embedding_backward(float* d_embedding, const bf16* d_out, const TokenGroups& groups, int64_t d,
+                        cudaStream_t stream) {
+  if (groups.count == 0 || d == 0) return;
+  const dim3 grid(static_cast<unsigned>(groups.count), static_cast<unsigned>((d + kThreads - 1) / kThreads));
+  embedding_backward_kernel<<<grid, kThreads, 0, stream>>>(d_embedding, d_out, groups.rows, groups.offsets,
+                                                           groups.tokens, d);
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
 }
 

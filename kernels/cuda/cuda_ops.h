@@ -23,10 +23,18 @@ using bf16 = __nv_bfloat16;
 // out[n, d] = embedding[tokens[n], :]
 void embedding_forward(bf16* out, const int32_t* tokens, const bf16* embedding, int64_t n,
                        int64_t d, cudaStream_t stream);
-// d_embedding[tokens[n], :] += d_out[n, :]  — threads own columns and walk the
-// rows in order, so repeated tokens add in a fixed order.
-void embedding_backward(float* d_embedding, const bf16* d_out, const int32_t* tokens, int64_t n,
-                        int64_t d, cudaStream_t stream);
+// The micro-batch's rows grouped by token (kernels/token_groups.h), on the device.
+struct TokenGroups {
+  const int32_t* rows = nullptr;     // [n] row indices, each group's in increasing order
+  const int32_t* offsets = nullptr;  // [count + 1]
+  const int32_t* tokens = nullptr;   // [count]
+  int64_t count = 0;
+};
+// d_embedding[tokens[r], :] += d_out[r, :] for every row r: one thread per
+// (group, column) adds its group's rows in row order — the CPU's order, with
+// no atomics — so the bits match the CPU twin's fp32 sums exactly.
+void embedding_backward(float* d_embedding, const bf16* d_out, const TokenGroups& groups, int64_t d,
+                        cudaStream_t stream);
 
 // out = in · rsqrt(mean(in²) + eps) · weight per row; rstd[n] kept for backward.
 void rmsnorm_forward(bf16* out, float* rstd, const bf16* in, const bf16* weight, int64_t n,

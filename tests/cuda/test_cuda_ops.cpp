@@ -45,6 +45,7 @@
 #include "kernels/cuda/cudnn_attention.h" // cuDNN's fused attention, under test too
 #include "kernels/cuda/device_buffer.h"   // DeviceBuffer
 #include "kernels/device_info.h"          // query_gpus: skip without a GPU
+#include "kernels/token_groups.h"         // group_rows_by_token: embedding_backward's input
 #include "tests/support/relative_error.h"  // relative_error
 
 namespace trainbench::cuda {
@@ -121,6 +122,23 @@ std::vector<float> download_as_float(const DeviceBuffer<bf16>& device) {
   return to_float(download(device));
 }
 
+// The rows of `tokens` grouped by token on the host, as the engine stages
+// them, and uploaded for embedding_backward.
+struct DeviceTokenGroups {
+  DeviceBuffer<int32_t> rows, offsets, tokens;
+  int64_t count = 0;
+  TokenGroups view() const { return TokenGroups{rows.get(), offsets.get(), tokens.get(), count}; }
+};
+DeviceTokenGroups group_on_device(const std::vector<int32_t>& tokens, int64_t vocab) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  std::vector<int32_t> rows(n), offsets(n + 1), group_tokens(n), scratch;
+  const int64_t count =
+      group_rows_by_token(tokens.data(), n, vocab, rows.data(), offsets.data(), group_tokens.data(), scratch);
+  offsets.resize(count + 1);
+  group_tokens.resize(count);
+  return DeviceTokenGroups{upload(rows), upload(offsets), upload(group_tokens), count};
+}
+
 
 class CudaOps : public ::testing::Test {
  protected:
@@ -156,9 +174,11 @@ TEST_F(CudaOps, EmbeddingBackwardAddsRepeatedTokensInRowOrder) {
   cpu::embedding_backward(expected.data(), d_out.data(), tokens.data(), n, d);
 
   DeviceBuffer<bf16> d_out_dev = upload(to_bf16(d_out));
-  DeviceBuffer<int32_t> tokens_dev = upload(tokens);
+  const DeviceTokenGroups groups = group_on_device(tokens, vocab);
+  ASSERT_EQ(groups.count, vocab);  // 1000 random rows over 50 tokens: every token appears
   DeviceBuffer<float> d_table_dev = upload(d_table_initial);
-  embedding_backward(d_table_dev.get(), d_out_dev.get(), tokens_dev.get(), n, d, nullptr);
+  embedding_backward(d_table_dev.get(), d_out_dev.get(), groups.view(), d, nullptr);
+  // Bit for bit: each element gets the CPU's fp32 adds in the CPU's row order.
   EXPECT_EQ(relative_error(download(d_table_dev), expected), 0.0);
 }
 
@@ -605,7 +625,7 @@ TEST_F(CudaOps, ReductionsRepeatBitForBit) {
   const std::vector<float> grads = random_fp32_values(1000003, rng);
   DeviceBuffer<bf16> in_dev = upload(in), weight_dev = upload(weight), d_out_dev = upload(d_out);
   DeviceBuffer<float> rstd_dev = upload(rstd), grads_dev = upload(grads);
-  DeviceBuffer<int32_t> tokens_dev = upload(tokens);
+  const DeviceTokenGroups groups = group_on_device(tokens, vocab);
   DeviceBuffer<float> rms_scratch(rmsnorm_backward_scratch_floats(n, d));
   DeviceBuffer<double> sum_scratch(sum_of_squares_scratch_doubles(grads.size()));
 
@@ -621,7 +641,7 @@ TEST_F(CudaOps, ReductionsRepeatBitForBit) {
     DeviceBuffer<double> sum_sq(1);
     rmsnorm_backward(d_in.get(), d_weight.get(), d_out_dev.get(), in_dev.get(), weight_dev.get(),
                      rstd_dev.get(), n, d, rms_scratch.get(), nullptr);
-    embedding_backward(d_table.get(), d_out_dev.get(), tokens_dev.get(), n, d, nullptr);
+    embedding_backward(d_table.get(), d_out_dev.get(), groups.view(), d, nullptr);
     sum_of_squares(sum_sq.get(), grads_dev.get(), static_cast<int64_t>(grads.size()),
                    sum_scratch.get(), nullptr);
     return Results{download(d_in), download(d_weight), download(d_table), download(sum_sq)[0]};
