@@ -209,6 +209,8 @@ CudaEngine::CudaEngine(const EngineOptions& options)
 CudaEngine::~CudaEngine() {
   // Teardown cannot report errors; a failure here means the context is gone.
   cudaDeviceSynchronize();
+  // cuDNN's handle is bound to the compute stream: released before the stream.
+  fused_attention_.reset();
   for (cudaEvent_t e : timing_events_) cudaEventDestroy(e);
   for (cudaEvent_t e : compute_ready_events_)
     if (e != nullptr) cudaEventDestroy(e);
