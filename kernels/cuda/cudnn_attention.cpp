@@ -62,8 +62,11 @@ fe::graph::Tensor_attributes& stats_layout(fe::graph::Tensor_attributes& t, cons
       .set_data_type(fe::DataType_t::FLOAT);
 }
 
-std::shared_ptr<fe::graph::Graph> new_bf16_graph() {
+// sm_version 0: the current device's (the frontend asks the GPU); else the
+// compute capability to check the graph for, without a GPU (sm 90 = Hopper).
+std::shared_ptr<fe::graph::Graph> new_bf16_graph(int sm_version) {
   auto graph = std::make_shared<fe::graph::Graph>();
+  if (sm_version > 0) graph->set_sm_version(sm_version);
   graph->set_io_data_type(fe::DataType_t::BFLOAT16)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
@@ -80,8 +83,8 @@ QkvTensors add_qkv(fe::graph::Graph& graph, const AttentionShape& s) {
                     graph.tensor(rows_of_heads(s, s.kv_heads, "v", kV))};
 }
 
-std::shared_ptr<fe::graph::Graph> forward_graph(const AttentionShape& s, float scale) {
-  auto graph = new_bf16_graph();
+std::shared_ptr<fe::graph::Graph> forward_graph(const AttentionShape& s, float scale, int sm_version = 0) {
+  auto graph = new_bf16_graph(sm_version);
   const auto [q, k, v] = add_qkv(*graph, s);
   auto options = fe::graph::SDPA_attributes()
                      .set_name("causal_attention")
@@ -96,8 +99,8 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const AttentionShape& s, float s
   return graph;
 }
 
-std::shared_ptr<fe::graph::Graph> backward_graph(const AttentionShape& s, float scale) {
-  auto graph = new_bf16_graph();
+std::shared_ptr<fe::graph::Graph> backward_graph(const AttentionShape& s, float scale, int sm_version = 0) {
+  auto graph = new_bf16_graph(sm_version);
   const auto [q, k, v] = add_qkv(*graph, s);
   auto o = graph->tensor(rows_of_heads(s, s.heads, "o", kO));
   auto d_o = graph->tensor(rows_of_heads(s, s.heads, "d_o", kDO));
@@ -208,6 +211,19 @@ std::unique_ptr<CudnnAttention> make_cudnn_attention(const AttentionShape& shape
   }
   return std::make_unique<CudnnSdpa>(handle, std::move(forward), std::move(backward),
                                      std::max(forward_workspace, backward_workspace));
+}
+
+std::string validate_cudnn_attention(const AttentionShape& shape, float scale, int sm_version) {
+  try {
+    for (const auto& [which, graph] : {std::pair{"forward", forward_graph(shape, scale, sm_version)},
+                                       std::pair{"backward", backward_graph(shape, scale, sm_version)}}) {
+      fe::error_t status = graph->validate();
+      if (status.is_bad()) return std::string(which) + " graph: " + status.get_message();
+    }
+  } catch (const std::exception& e) {
+    return std::string("cuDNN frontend: ") + e.what();
+  }
+  return "";
 }
 
 }  // namespace trainbench::cuda

@@ -54,4 +54,10 @@ class CudnnAttention {
 std::unique_ptr<CudnnAttention> make_cudnn_attention(const AttentionShape& shape, float scale,
                                                      cudaStream_t stream, std::string* why_not);
 
+// The frontend's checks of the forward and backward graphs for this shape on
+// a GPU of compute capability sm_version (90: Hopper), without a GPU (CI):
+// "" when they pass, else the frontend's message. Whether cuDNN's engines
+// then run them is known only on the GPU (make_cudnn_attention).
+std::string validate_cudnn_attention(const AttentionShape& shape, float scale, int sm_version);
+
 }  // namespace trainbench::cuda

@@ -12,6 +12,10 @@ std::unique_ptr<CudnnAttention> make_cudnn_attention(const AttentionShape&, floa
   return nullptr;
 }
 
+std::string validate_cudnn_attention(const AttentionShape&, float, int) {
+  return "this build has no cuDNN attention";
+}
+
 }  // namespace trainbench::cuda
 
 namespace trainbench {
