@@ -63,6 +63,12 @@ struct AttentionInfo {
   std::string detail;
 };
 
+// Time per kind of op (report.op_times): "gemm", "attention", "norm", ...
+struct OpTime {
+  std::string op;
+  double seconds = 0;
+};
+
 // One piece of an engine's resumable state (TrainingEngine::state_tensors).
 struct StateTensor {
   std::string name;
@@ -187,6 +193,12 @@ class TrainingEngine {
   // timing events, so that a run without instrumentation pays nothing for
   // it; take_compute_seconds then returns 0.
   virtual void set_compute_timing(bool on) = 0;
+  // A breakdown of compute_s by kind of op (report.op_times): when on, the
+  // engine times the intervals between its ops; take_op_times returns the
+  // sums since the last call, in a fixed order. Off by default. An engine
+  // without it returns false here and nothing there.
+  virtual bool set_op_timing(bool /*on*/) { return false; }
+  virtual std::vector<OpTime> take_op_times() { return {}; }
   // Blocks until all work issued so far has finished.
   virtual void synchronize() = 0;
 

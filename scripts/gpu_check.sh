@@ -8,7 +8,7 @@
 #   scripts/gpu_check.sh            # all steps
 #   GPU_CHECK_SKIP_TORCH=1 ...      # without the PyTorch baseline and its tests
 #   GPU_CHECK_TESTS_ONLY=1 ...      # build and tests only
-#   GPU_CHECK_SKIP_PROFILE=1 ...    # without the nsys kernel profile (run only where nsys is)
+#   GPU_CHECK_SKIP_PROFILE=1 ...    # without the per-op breakdown of the Llama-shaped step
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out/gpu_check}
@@ -250,27 +250,21 @@ if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
   fi
 fi
 
-# 4e. Where the Llama-shaped step's GPU time goes, kernel by kernel (the
-# issue 3 targets' gap): a short run under Nsight Systems when the machine has
-# nsys; the summary's top kernels go to the table file, the whole to $out.
-if command -v nsys > /dev/null && grep -q "cuda" <(grep "compute engines" "$out/version.txt") &&
-   [ -z "${GPU_CHECK_SKIP_PROFILE:-}" ]; then
-  if timeout "${GPU_CHECK_PROFILE_TIMEOUT:-120}" nsys profile --trace=cuda --sample=none --cpuctxsw=none \
-       --force-overwrite=true -o "$out/llama8b-4l-profile" "$build/trainbench" run h200-llama8b-4l --steps 8 \
-       --set train.warmup_steps=3 --set report.progress_every=0 --out "$out/llama8b-4l-profile.json" \
-       > "$out/profile.log" 2>&1 &&
-     nsys stats --report cuda_gpu_kern_sum --format csv --output "$out/llama8b-4l-kernels" \
-       "$out/llama8b-4l-profile.nsys-rep" >> "$out/profile.log" 2>&1; then
-    kernels_csv=$(ls "$out"/llama8b-4l-kernels*.csv 2> /dev/null | head -1)
-    row "profile h200-llama8b-4l" "nsys: top kernels by GPU time in $(basename "${kernels_csv:-none}")"
-    python3 - "$kernels_csv" >> "$out/table.txt" <<'PY' || true
-import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-for r in rows[:15]:
-    print("    {:>5}%  {:>8.1f} ms  {:>6} x  {}".format(r["Time (%)"], float(r["Total Time (ns)"]) / 1e6, r["Instances"], r["Name"][:110]))
-PY
+# 4e. Where the Llama-shaped step's GPU time goes, by kind of op (the issue 3
+# targets' gap): a short run with report.op_times, CUDA events between the
+# engine's ops (no profiler needed: nsys is not on the device image).
+if grep -q "cuda" <(grep "compute engines" "$out/version.txt") && [ -z "${GPU_CHECK_SKIP_PROFILE:-}" ]; then
+  ops_run=h200-llama8b-4l-op-times
+  if timeout "${GPU_CHECK_PROFILE_TIMEOUT:-120}" "$build/trainbench" run h200-llama8b-4l --steps 8 \
+       --set train.warmup_steps=3 --set report.op_times=true --out "$out/$ops_run.json" > "$out/$ops_run.log" 2>&1; then
+    row "h200-llama8b-4l compute by op" "$(python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))["summary"]; ops = s["op_seconds_per_step"] or {}
+total = sum(ops.values())
+print("{:.1f} ms per step: ".format(1e3 * total) + ", ".join(
+    "{} {:.1f} ms ({:.0f}%)".format(k, 1e3 * v, 100 * v / total) for k, v in sorted(ops.items(), key=lambda kv: -kv[1]) if v > 0))' "$out/$ops_run.json")"
   else
-    row "profile h200-llama8b-4l" "FAILED: $(tail -1 "$out/profile.log")"
+    row "h200-llama8b-4l compute by op" "FAILED (exit $?): $(tail -1 "$out/$ops_run.log")"
   fi
 fi
 

@@ -127,6 +127,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(report, out),
       TRAINBENCH_KEY(report, progress_every, Bound::kNonNegative),
       TRAINBENCH_KEY(report, instrument),
+      TRAINBENCH_KEY(report, op_times),
       TRAINBENCH_KEY(burnin, golden_every, Bound::kPositive),
       TRAINBENCH_KEY(burnin, straggler_pct, Bound::kPositive),
       TRAINBENCH_KEY(burnin, degrade_pct, Bound::kPercent),

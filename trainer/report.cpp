@@ -1,6 +1,8 @@
 #include "trainer/report.h"
 
-#include <cmath>  // std::fabs
+#include <algorithm>  // std::stable_sort: the op breakdown, largest first
+#include <cmath>      // std::fabs
+#include <vector>
 
 namespace trainbench {
 
@@ -123,6 +125,20 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
   if (s.comm_s.median > 0)
     std::fprintf(out, "  gradient all-reduce median %.2f ms per step, %.2f ms exposed; overlap hid %.0f%%\n",
                  1e3 * s.comm_s.median, 1e3 * s.comm_exposed_s.median, 100.0 * s.comm_hidden_share);
+  if (s.op_times_requested && !s.op_times_available) {
+    std::fprintf(out, "  compute by op       not available: this engine does not time its ops (report.op_times)\n");
+  } else if (s.op_times_available) {
+    double total = 0;
+    for (const OpTime& op : s.op_seconds_per_step) total += op.seconds;
+    std::fprintf(out, "  compute by op       %.2f ms per step timed (median compute %.2f ms):\n", 1e3 * total,
+                 1e3 * s.compute_s.median);
+    std::vector<OpTime> ops = s.op_seconds_per_step;
+    std::stable_sort(ops.begin(), ops.end(), [](const OpTime& a, const OpTime& b) { return a.seconds > b.seconds; });
+    for (const OpTime& op : ops)
+      if (op.seconds > 0)
+        std::fprintf(out, "    %-10s %9.2f ms  %5.1f%%\n", op.op.c_str(), 1e3 * op.seconds,
+                     total > 0 ? 100.0 * op.seconds / total : 0.0);
+  }
   if (s.optimizer_bytes_per_rank < s.optimizer_bytes_unsharded)
     std::fprintf(out, "  optimizer state     %s per rank (ZeRO-1), %s unsharded\n",
                  human_bytes(static_cast<double>(s.optimizer_bytes_per_rank)).c_str(),

@@ -5,6 +5,16 @@
 namespace trainbench {
 
 namespace {
+
+// report.op_times: {op: mean seconds per measured step}, this rank's; null
+// when not asked for or when the engine cannot time its ops.
+nlohmann::json op_times_json(const RunSummary& s) {
+  if (!s.op_times_available) return nullptr;
+  nlohmann::json ops = nlohmann::json::object();
+  for (const OpTime& op : s.op_seconds_per_step) ops[op.op] = op.seconds;
+  return ops;
+}
+
 nlohmann::json spread_json(const Spread& s) {
   return {{"median", s.median}, {"p10", s.p10}, {"p90", s.p90}};
 }
@@ -86,6 +96,7 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
         {"workspace_bytes", s.memory_per_rank.workspace_bytes},
         {"total_bytes", s.memory_per_rank.total_bytes()}}},
       {"optimizer_bytes_unsharded", s.optimizer_bytes_unsharded},
+      {"op_seconds_per_step", op_times_json(s)},
       {"slowest_rank", s.slowest_rank},
       {"slowest_rank_excess", s.slowest_rank_excess},
       {"bottleneck", s.bottleneck},

@@ -314,6 +314,10 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   engine.synchronize();
   engine.set_compute_timing(instrument);
   engine.take_compute_seconds();  // discard the calibration
+  // report.op_times: each measured step's ops timed by the engine, summed here.
+  summary.op_times_requested = instrument && config.report.op_times;
+  summary.op_times_available = summary.op_times_requested && engine.set_op_timing(true);
+  std::vector<OpTime>& op_sums = summary.op_seconds_per_step;
   // Back on when the loop is done: other callers expect the default. A
   // device error here is left to the engine's next call to report (a
   // destructor must not throw, least of all while another error unwinds).
@@ -322,6 +326,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     ~RestoreComputeTiming() {
       try {
         engine.set_compute_timing(true);
+        engine.set_op_timing(false);
       } catch (...) {
       }
     }
@@ -389,6 +394,16 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       const Clock::time_point end = Clock::now();
       record.step_s = seconds_between(previous_end, end);
       record.compute_s = engine.take_compute_seconds();
+      if (summary.op_times_available) {
+        const std::vector<OpTime> ops = engine.take_op_times();  // warm-up steps': taken and dropped
+        if (op_sums.empty()) {
+          op_sums = ops;
+          for (OpTime& sum : op_sums) sum.seconds = 0;
+        }
+        if (!record.warmup) {
+          for (size_t i = 0; i < ops.size() && i < op_sums.size(); ++i) op_sums[i].seconds += ops[i].seconds;
+        }
+      }
       record.other_s = record.step_s - record.compute_s - record.comm_exposed_s -
                        record.data_stall_s - record.ckpt_stall_s;
       previous_end = end;
@@ -427,6 +442,8 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   int64_t measured = 0;
   for (const StepRecord& s : outcome.steps) measured += s.warmup ? 0 : 1;
   summary.measured_wall_s = seconds_between(measured_begin, loop_end);
+  if (measured > 0)
+    for (OpTime& op : op_sums) op.seconds /= static_cast<double>(measured);
   if (measured > 0 && summary.measured_wall_s > 0)
     summary.wall_tokens_per_s = static_cast<double>(summary.global_tokens_per_step * measured) / summary.measured_wall_s;
 

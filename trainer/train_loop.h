@@ -97,6 +97,11 @@ struct RunSummary {
   // (comm.zero=1) keeps about 1/world of it.
   int64_t optimizer_bytes_per_rank = 0, optimizer_bytes_unsharded = 0;
   MemoryPlan memory_per_rank;  // the engine's plan: what one rank (one GPU) holds
+  // report.op_times: the mean seconds per measured step of each kind of op
+  // (the engine's breakdown of compute_s on this rank); op_times_available is
+  // false when the engine cannot time its ops (the cpu engine).
+  bool op_times_requested = false, op_times_available = false;
+  std::vector<OpTime> op_seconds_per_step;
   // The rank that sets the pace: the largest median own_s (RankSummary).
   // step_s, the spreads and the shares above are its figures, broadcast
   // from it, so the bottleneck is judged where the time is spent; `steps`

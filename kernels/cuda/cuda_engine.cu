@@ -450,6 +450,7 @@ void CudaEngine::begin_compute() {
 }
 
 void CudaEngine::end_compute() {
+  op_timer_.stop(compute_stream_);
   if (!compute_timing_) return;
   TRAINBENCH_CUDA_CHECK(cudaEventRecord(timing_events_[timing_used_ + 1], compute_stream_));
   timing_used_ += 2;
@@ -639,42 +640,57 @@ void CudaEngine::forward(const TokenBatch& batch) {
   bf16* p = params_.get();
 
   bf16* x = s.n_layers > 0 ? layer_acts_[0].residual_in : final_acts_.residual_out;
+  mark(OpKind::kEmbedding);
   embedding_forward(x, inputs, param_view(p, ParamKind::kTokenEmbedding), n, d, stream);
   for (int64_t l = 0; l < s.n_layers; ++l) {
     const LayerWeights w = layer_weights(l);
     const LayerActivations& a = layer_acts_[l];
     bf16* x_next = l + 1 < s.n_layers ? layer_acts_[l + 1].residual_in : final_acts_.residual_out;
 
+    mark(OpKind::kNorm);
     rmsnorm_forward(a.attn_norm_out, a.attn_rstd, a.residual_in, w.attn_norm, n, d, eps, stream);
+    mark(OpKind::kGemm);
     matmul_forward(a.q, a.attn_norm_out, w.wq, n, d, s.q_dim());
     lora_forward(l, ParamKind::kWq, a.attn_norm_out, a.q);
     matmul_forward(a.k, a.attn_norm_out, w.wk, n, d, s.kv_dim());
     lora_forward(l, ParamKind::kWk, a.attn_norm_out, a.k);
     matmul_forward(a.v, a.attn_norm_out, w.wv, n, d, s.kv_dim());
     lora_forward(l, ParamKind::kWv, a.attn_norm_out, a.v);
+    mark(OpKind::kRope);
     rope_forward(a.q, micro_batch_, s.seq_len, s.n_heads, s.head_dim(), s.rope_theta, stream);
     rope_forward(a.k, micro_batch_, s.seq_len, s.n_kv_heads, s.head_dim(), s.rope_theta, stream);
+    mark(OpKind::kAttention);
     attention_forward(a);
+    mark(OpKind::kGemm);
     matmul_forward(a.residual_mid, a.attn_out, w.wo, n, s.q_dim(), d);
     lora_forward(l, ParamKind::kWo, a.attn_out, a.residual_mid);
+    mark(OpKind::kResidual);
     add_inplace(a.residual_mid, a.residual_in, n * d, stream);
 
+    mark(OpKind::kNorm);
     rmsnorm_forward(a.mlp_norm_out, a.mlp_rstd, a.residual_mid, w.mlp_norm, n, d, eps, stream);
+    mark(OpKind::kGemm);
     matmul_forward(a.gate, a.mlp_norm_out, w.w_gate, n, d, f);
     lora_forward(l, ParamKind::kWGate, a.mlp_norm_out, a.gate);
     matmul_forward(a.up, a.mlp_norm_out, w.w_up, n, d, f);
     lora_forward(l, ParamKind::kWUp, a.mlp_norm_out, a.up);
+    mark(OpKind::kSwiglu);
     swiglu_forward(a.swiglu_out, a.gate, a.up, n * f, stream);
+    mark(OpKind::kGemm);
     matmul_forward(x_next, a.swiglu_out, w.w_down, n, f, d);
     lora_forward(l, ParamKind::kWDown, a.swiglu_out, x_next);
+    mark(OpKind::kResidual);
     add_inplace(x_next, a.residual_mid, n * d, stream);
   }
   FinalActivations& fa = final_acts_;
+  mark(OpKind::kNorm);
   rmsnorm_forward(fa.norm_out, fa.rstd, fa.residual_out, param_view(p, ParamKind::kFinalNorm), n,
                   d, eps, stream);
   // All lm_head_rows_ logits: the padded ones come out 0, the loss reads vocab.
+  mark(OpKind::kLmHead);
   refresh_lm_head_copy();
   matmul_forward(fa.logits, fa.norm_out, lm_head_weights(), n, d, lm_head_rows_, logits_stride());
+  mark(OpKind::kLoss);
   cross_entropy_forward(fa.losses, fa.logsumexp, fa.logits, targets, n, s.vocab, logits_stride(),
                         stream);
   end_compute();
@@ -725,6 +741,7 @@ void CudaEngine::backward(const TokenBatch& batch, float loss_scale,
   const Scratch& g = scratch_;
   FinalActivations& fa = final_acts_;
 
+  mark(OpKind::kLoss);
   cross_entropy_backward(fa.logits, fa.logsumexp, targets, n, s.vocab, logits_stride(),
                          loss_scale / static_cast<float>(n), stream);
   logits_valid_ = false;
@@ -732,8 +749,10 @@ void CudaEngine::backward(const TokenBatch& batch, float loss_scale,
   // backward writes vocab columns only): both GEMMs run on lm_head_rows_,
   // the weight gradient's extra rows (exactly 0) landing in the slack after
   // the gradient buffer (engine_sizes); a frozen head has no weight gradient.
+  mark(OpKind::kLmHead);
   matmul_backward(g.d_norm_out, grad_view(ParamKind::kLmHead), fa.logits, fa.norm_out,
                   lm_head_weights(), n, d, lm_head_rows_, false, logits_stride());
+  mark(OpKind::kNorm);
   TRAINBENCH_CUDA_CHECK(cudaMemsetAsync(g.d_residual, 0, sizeof(bf16) * n * d, stream));
   rmsnorm_backward(g.d_residual, grad_view(ParamKind::kFinalNorm), g.d_norm_out, fa.residual_out,
                    param_view(p, ParamKind::kFinalNorm), fa.rstd, n, d, g.rmsnorm, stream);
@@ -744,33 +763,43 @@ void CudaEngine::backward(const TokenBatch& batch, float loss_scale,
     const LayerGrads dw = layer_grads(l);
     const LayerActivations& a = layer_acts_[l];
     // MLP block; d_residual holds dL/dx_next, also the direct gradient of x_mid.
+    mark(OpKind::kGemm);
     matmul_backward(g.d_swiglu, dw.w_down, g.d_residual, a.swiglu_out, w.w_down, n, f, d, false);
     lora_backward(l, ParamKind::kWDown, g.d_residual, a.swiglu_out, g.d_swiglu);
+    mark(OpKind::kSwiglu);
     swiglu_backward(g.d_gate, g.d_up, g.d_swiglu, a.gate, a.up, n * f, stream);
+    mark(OpKind::kGemm);
     matmul_backward(g.d_norm_out, dw.w_gate, g.d_gate, a.mlp_norm_out, w.w_gate, n, d, f, false);
     lora_backward(l, ParamKind::kWGate, g.d_gate, a.mlp_norm_out, g.d_norm_out);
     matmul_backward(g.d_norm_out, dw.w_up, g.d_up, a.mlp_norm_out, w.w_up, n, d, f, true);
     lora_backward(l, ParamKind::kWUp, g.d_up, a.mlp_norm_out, g.d_norm_out);
+    mark(OpKind::kNorm);
     rmsnorm_backward(g.d_residual, dw.mlp_norm, g.d_norm_out, a.residual_mid, w.mlp_norm,
                      a.mlp_rstd, n, d, g.rmsnorm, stream);
     // Attention block; d_residual now holds dL/dx_mid.
+    mark(OpKind::kGemm);
     matmul_backward(g.d_attn_out, dw.wo, g.d_residual, a.attn_out, w.wo, n, s.q_dim(), d, false);
     lora_backward(l, ParamKind::kWo, g.d_residual, a.attn_out, g.d_attn_out);
+    mark(OpKind::kAttention);
     attention_backward(a);
+    mark(OpKind::kRope);
     rope_backward(g.d_q, micro_batch_, s.seq_len, s.n_heads, s.head_dim(), s.rope_theta, stream);
     rope_backward(g.d_k, micro_batch_, s.seq_len, s.n_kv_heads, s.head_dim(), s.rope_theta, stream);
+    mark(OpKind::kGemm);
     matmul_backward(g.d_norm_out, dw.wq, g.d_q, a.attn_norm_out, w.wq, n, d, s.q_dim(), false);
     lora_backward(l, ParamKind::kWq, g.d_q, a.attn_norm_out, g.d_norm_out);
     matmul_backward(g.d_norm_out, dw.wk, g.d_k, a.attn_norm_out, w.wk, n, d, s.kv_dim(), true);
     lora_backward(l, ParamKind::kWk, g.d_k, a.attn_norm_out, g.d_norm_out);
     matmul_backward(g.d_norm_out, dw.wv, g.d_v, a.attn_norm_out, w.wv, n, d, s.kv_dim(), true);
     lora_backward(l, ParamKind::kWv, g.d_v, a.attn_norm_out, g.d_norm_out);
+    mark(OpKind::kNorm);
     rmsnorm_backward(g.d_residual, dw.attn_norm, g.d_norm_out, a.residual_in, w.attn_norm,
                      a.attn_rstd, n, d, g.rmsnorm, stream);
     if (on_gradients_ready) on_gradients_ready(grad_ready_from_layer_[l]);
   }
   float* d_embedding = grad_view(ParamKind::kTokenEmbedding);
   if (d_embedding != nullptr) {
+    mark(OpKind::kEmbedding);
     const TokenGroups groups{inputs + 2 * n, inputs + 3 * n, inputs + 4 * n + 1, token_groups_};
     embedding_backward(d_embedding, g.d_residual, groups, d, stream);
   }
@@ -787,6 +816,7 @@ float CudaEngine::optimizer_step(const AdamWSettings& settings, int64_t step) {
   // issued before this ran alongside it.
   order_after_state_copy();
   begin_compute();
+  mark(OpKind::kOptimizer);
   cudaStream_t stream = compute_stream_;
   sum_of_squares(scratch_.sum_sq, grads_.get(), layout_.trainable_params(),
                  scratch_.sum_sq_partials, stream);
@@ -820,6 +850,7 @@ double CudaEngine::gradient_sum_of_squares(int64_t begin, int64_t end) {
                                 std::to_string(end) + ") is outside the " +
                                 std::to_string(layout_.trainable_params()) + " gradients");
   begin_compute();
+  mark(OpKind::kOptimizer);
   sum_of_squares(scratch_.sum_sq, grads_.get() + begin, end - begin, scratch_.sum_sq_partials,
                  compute_stream_);
   end_compute();
@@ -835,6 +866,7 @@ void CudaEngine::optimizer_step_shard(const AdamWSettings& settings, int64_t ste
                                       double global_norm) {
   order_after_state_copy();
   begin_compute();
+  mark(OpKind::kOptimizer);
   cudaStream_t stream = compute_stream_;
   // The same device clip-scale kernel as the full step, fed norm².
   sum_sq_host_.get()[0] = global_norm * global_norm;

@@ -25,6 +25,7 @@
 #include "kernels/cuda/cudnn_attention.h"  // CudnnAttention
 #include "kernels/cuda/device_buffer.h"  // DeviceBuffer, PinnedBuffer
 #include "kernels/cuda/lt_gemm.h"        // LtGemm
+#include "kernels/cuda/op_timer.h"       // OpTimer: report.op_times
 #include "kernels/engine.h"              // TrainingEngine
 
 namespace trainbench::cuda {
@@ -73,6 +74,11 @@ class CudaEngine final : public TrainingEngine {
 
   double take_compute_seconds() override;
   void set_compute_timing(bool on) override;
+  bool set_op_timing(bool on) override {
+    op_timer_.set_enabled(on);
+    return true;
+  }
+  std::vector<OpTime> take_op_times() override { return op_timer_.take(); }
   void synchronize() override;
   double measure_gemm_flops(int64_t m, int64_t n, int64_t k, double seconds) override;
   double datasheet_peak_flops_per_s() const override { return datasheet_peak_; }
@@ -196,6 +202,8 @@ class CudaEngine final : public TrainingEngine {
   // AdamW over this engine's optimizer shard (all of the gradients without
   // ZeRO-1) on the compute stream, the gradients scaled by scratch_.grad_scale.
   void adamw_over_shard(const AdamWSettings& settings, int64_t step);
+  // Starts the next kind of op for report.op_times (nothing when off).
+  void mark(OpKind op) { op_timer_.mark(op, compute_stream_); }
   // Brackets device work with events for compute_s.
   void begin_compute();
   void end_compute();
@@ -232,6 +240,7 @@ class CudaEngine final : public TrainingEngine {
   std::vector<cudaEvent_t> compute_ready_events_;
   size_t next_compute_ready_event_ = 0;
 
+  OpTimer op_timer_;
   LtGemm gemm_;
   DeviceBuffer<bf16> params_, activations_, scratch_bf16_;
   DeviceBuffer<float> master_, grads_, adam_m_, adam_v_, activation_stats_, scratch_fp32_;

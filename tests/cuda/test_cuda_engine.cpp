@@ -562,6 +562,38 @@ TEST_F(CudaEngineTest, ComputeTimeIsPositiveAfterAStep) {
   EXPECT_LT(seconds, 60.0) << "one step of a tiny model";
 }
 
+// report.op_times: the intervals between the engine's ops tile its compute
+// brackets, so they add up to compute_s; the step's main kinds are all there;
+// off again, nothing is timed.
+TEST_F(CudaEngineTest, OpTimesAddUpToTheComputeTime) {
+  const EngineOptions options = gqa_options("cuda");
+  std::unique_ptr<TrainingEngine> cuda = make_engine(options);
+  cuda->init_parameters(1);
+  ASSERT_TRUE(cuda->set_op_timing(true));
+  cuda->take_compute_seconds();
+  cuda->take_op_times();
+  const Tokens t = random_tokens(options, 8);
+  forward_backward(*cuda, t.batch(options));
+  cuda->optimizer_step(AdamWSettings{}, 1);
+  cuda->synchronize();
+  const double compute = cuda->take_compute_seconds();
+  double sum = 0;
+  for (const OpTime& op : cuda->take_op_times()) {
+    EXPECT_GE(op.seconds, 0.0) << op.op;
+    const bool main_kind = op.op == "gemm" || op.op == "attention" || op.op == "norm" || op.op == "loss" ||
+                           op.op == "optimizer" || op.op == "lm_head" || op.op == "embedding";
+    if (main_kind) {
+      EXPECT_GT(op.seconds, 0.0) << op.op;
+    }
+    sum += op.seconds;
+  }
+  EXPECT_NEAR(sum, compute, 0.05 * compute + 1e-5) << "ops " << sum << " s, compute " << compute << " s";
+  ASSERT_TRUE(cuda->set_op_timing(false));
+  forward_backward(*cuda, t.batch(options));
+  cuda->synchronize();
+  for (const OpTime& op : cuda->take_op_times()) EXPECT_EQ(op.seconds, 0.0) << op.op;
+}
+
 // report.instrument=false: no timing events at all (nothing measured, and
 // the pair pool does not grow step after step), then timing on again.
 TEST_F(CudaEngineTest, ComputeTimingOffRecordsNothingAndOnAgainMeasures) {

@@ -138,6 +138,24 @@ TEST(ResultJsonUninstrumented, WallTimeTokensPerSecondWithoutPerStepTiming) {
     EXPECT_TRUE(std::isfinite(step.at("loss").get<double>()));
   }
   EXPECT_NE(result.at("warnings").dump().find("report.instrument=false"), std::string::npos);
+  EXPECT_TRUE(s.at("op_seconds_per_step").is_null()) << "report.op_times is off by default";
+  EXPECT_EQ(run.out.find("compute by op"), std::string::npos) << run.out;
+}
+
+// report.op_times on the cpu engine, which cannot time its ops: the run goes
+// on, the result's breakdown is null and the report says why; without it the
+// field is null too and the report is silent.
+TEST(ResultJsonOpTimes, TheCpuEngineSaysItHasNoBreakdown) {
+  const std::string path = "/tmp/trainbench_result_op_times_" + std::to_string(getpid()) + ".json";
+  const testing::CommandResult run = run_command(std::string(TRAINBENCH_BINARY) +
+                                                 " run tiny --steps 4 --set train.warmup_steps=1"
+                                                 " --set report.op_times=true --out " + path);
+  const json result = json::parse(testing::read_whole_file(path), nullptr, false);
+  std::remove(path.c_str());
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(result.at("summary").at("op_seconds_per_step").is_null());
+  EXPECT_EQ(result.at("config").at("report").at("op_times"), true);
+  EXPECT_NE(run.out.find("compute by op       not available"), std::string::npos) << run.out;
 }
 
 // bench instrument through the binary: the measurement's figures in the

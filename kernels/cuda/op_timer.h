@@ -1,0 +1,58 @@
+// Where the CUDA engine's compute time goes, by kind of op (report.op_times):
+// the engine marks the start of each op group on its compute stream; one
+// event per mark, and the interval from one mark to the next is the earlier
+// op's. The intervals tile the forward, backward and optimizer brackets, so
+// their sum is compute_s (less the gaps between brackets). Off by default:
+// a mark then records nothing.
+#pragma once
+
+#include <cuda_runtime.h>  // cudaEvent_t, cudaStream_t
+
+#include <array>
+#include <cstddef>  // size_t
+#include <vector>
+
+#include "kernels/engine.h"  // OpTime
+
+namespace trainbench::cuda {
+
+enum class OpKind {
+  kEmbedding,
+  kNorm,       // RMSNorm forward and backward
+  kGemm,       // the layers' projections (and their LoRA adapters)
+  kLmHead,     // the LM head's GEMMs (and its padded copy)
+  kRope,
+  kAttention,  // Q·Kᵀ, softmax, P·V or cuDNN's SDPA, and their backward
+  kSwiglu,
+  kResidual,   // the residual adds
+  kLoss,       // softmax + cross-entropy and dlogits
+  kOptimizer,  // gradient norm, clipping and AdamW
+  kCount
+};
+
+class OpTimer {
+ public:
+  OpTimer() = default;
+  ~OpTimer();
+  OpTimer(const OpTimer&) = delete;
+  OpTimer& operator=(const OpTimer&) = delete;
+
+  void set_enabled(bool on) { enabled_ = on; }
+  bool enabled() const { return enabled_; }
+  // Starts `op` on `stream`, ending the op before it.
+  void mark(OpKind op, cudaStream_t stream);
+  // Ends the current op (the end of a bracket).
+  void stop(cudaStream_t stream);
+  // Seconds per kind since the last take (waits for the last event); every
+  // kind, in OpKind order.
+  std::vector<OpTime> take();
+
+ private:
+  void record(int op, cudaStream_t stream);
+  bool enabled_ = false;
+  std::vector<cudaEvent_t> events_;  // grows; reused after each take
+  std::vector<int> ops_;             // ops_[i]: the op event i starts, −1 for a stop
+  size_t used_ = 0;
+};
+
+}  // namespace trainbench::cuda
