@@ -120,13 +120,19 @@ TEST_F(ResultJson, StorageReadIsReportedAndConsistent) {
   EXPECT_GT(read.at("read_gbs").get<double>(), 0.0);
 }
 
-TEST(ResultJsonUninstrumented, WallTimeTokensPerSecondWithoutPerStepTiming) {
-  const std::string path = "/tmp/trainbench_result_uninstrumented_" + std::to_string(getpid()) + ".json";
-  const testing::CommandResult run = run_command(std::string(TRAINBENCH_BINARY) +
-                                                 " run tiny --steps 12 --set train.warmup_steps=2"
-                                                 " --set report.instrument=false --out " + path);
+// `trainbench run tiny ARGS` writing its result to a temporary file: the
+// command's output, and the result (discarded when it does not parse).
+json run_tiny(const std::string& args, testing::CommandResult* run) {
+  const std::string path = "/tmp/trainbench_result_" + std::to_string(getpid()) + ".json";
+  *run = run_command(std::string(TRAINBENCH_BINARY) + " run tiny " + args + " --out " + path);
   const json result = json::parse(testing::read_whole_file(path), nullptr, false);
   std::remove(path.c_str());
+  return result;
+}
+
+TEST(ResultJsonUninstrumented, WallTimeTokensPerSecondWithoutPerStepTiming) {
+  testing::CommandResult run;
+  const json result = run_tiny("--steps 12 --set train.warmup_steps=2 --set report.instrument=false", &run);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const json& s = result.at("summary");
   EXPECT_GT(s.at("wall_tokens_per_s").get<double>(), 0.0);
@@ -146,12 +152,8 @@ TEST(ResultJsonUninstrumented, WallTimeTokensPerSecondWithoutPerStepTiming) {
 // on, the result's breakdown is null and the report says why; without it the
 // field is null too and the report is silent.
 TEST(ResultJsonOpTimes, TheCpuEngineSaysItHasNoBreakdown) {
-  const std::string path = "/tmp/trainbench_result_op_times_" + std::to_string(getpid()) + ".json";
-  const testing::CommandResult run = run_command(std::string(TRAINBENCH_BINARY) +
-                                                 " run tiny --steps 4 --set train.warmup_steps=1"
-                                                 " --set report.op_times=true --out " + path);
-  const json result = json::parse(testing::read_whole_file(path), nullptr, false);
-  std::remove(path.c_str());
+  testing::CommandResult run;
+  const json result = run_tiny("--steps 4 --set train.warmup_steps=1 --set report.op_times=true", &run);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_TRUE(result.at("summary").at("op_seconds_per_step").is_null());
   EXPECT_EQ(result.at("config").at("report").at("op_times"), true);
