@@ -130,7 +130,7 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
   } else if (s.op_times_available) {
     double total = 0;
     for (const OpTime& op : s.op_seconds_per_step) total += op.seconds;
-    std::fprintf(out, "  compute by op       %.2f ms per step timed (median compute %.2f ms):\n", 1e3 * total,
+    std::fprintf(out, "  compute by op       %.2f ms per step (mean of the measured steps; median compute %.2f ms):\n", 1e3 * total,
                  1e3 * s.compute_s.median);
     std::vector<OpTime> ops = s.op_seconds_per_step;
     std::stable_sort(ops.begin(), ops.end(), [](const OpTime& a, const OpTime& b) { return a.seconds > b.seconds; });

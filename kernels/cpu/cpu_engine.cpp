@@ -26,16 +26,20 @@ int resolve_threads(int requested) {
 }
 
 // Adds the wall time of one engine call to the compute total; reads no
-// clock when timing is off (set_compute_timing).
+// clock when timing is off (set_compute_timing). Its end also ends the op
+// report.op_times is timing.
 class ComputeTimer {
  public:
-  ComputeTimer(double& total, bool on) : total_(total), on_(on), start_(on ? Clock::now() : Clock::time_point{}) {}
+  ComputeTimer(double& total, bool on, HostOpTimer& ops)
+      : total_(total), on_(on), ops_(ops), start_(on ? Clock::now() : Clock::time_point{}) {}
   ~ComputeTimer() {
+    ops_.stop();
     if (on_) total_ += std::chrono::duration<double>(Clock::now() - start_).count();
   }
  private:
   double& total_;
   bool on_;
+  HostOpTimer& ops_;
   Clock::time_point start_;
 };
 }  // namespace
@@ -250,7 +254,7 @@ void CpuEngine::forward(const TokenBatch& batch) {
   // The thread count is process-wide OpenMP state; the per-thread scratch
   // was sized for threads_, so re-assert it on entry.
   omp_set_num_threads(threads_);
-  ComputeTimer timer(compute_seconds_, compute_timing_);
+  ComputeTimer timer(compute_seconds_, compute_timing_, op_timer_);
   const ModelShape& s = shape_;
   const int64_t n = micro_batch_ * s.seq_len;
   const int64_t d = s.d_model, f = s.ffn_hidden;
@@ -259,6 +263,7 @@ void CpuEngine::forward(const TokenBatch& batch) {
   float* params = params_.get();
 
   float* x = s.n_layers > 0 ? layer_acts_[0].residual_in : final_acts_.residual_out;
+  op_timer_.mark(OpKind::kEmbedding);
   embedding_forward(x, batch.inputs, tensor_view(params, false, ParamKind::kTokenEmbedding), n, d);
 
   for (int64_t l = 0; l < s.n_layers; ++l) {
@@ -267,37 +272,51 @@ void CpuEngine::forward(const TokenBatch& batch) {
     float* x_next = l + 1 < s.n_layers ? layer_acts_[l + 1].residual_in : final_acts_.residual_out;
 
     // Attention block: x_mid = x + Wo · attention(rope(Wq·n), rope(Wk·n), Wv·n), n = rmsnorm(x)
+    op_timer_.mark(OpKind::kNorm);
     rmsnorm_forward(a.attn_norm_out, a.attn_rstd, a.residual_in, w.attn_norm, n, d, eps);
+    op_timer_.mark(OpKind::kGemm);
     matmul_forward(a.q, a.attn_norm_out, w.wq, n, d, s.q_dim());
     lora_forward(l, ParamKind::kWq, a.attn_norm_out, a.q);
     matmul_forward(a.k, a.attn_norm_out, w.wk, n, d, s.kv_dim());
     lora_forward(l, ParamKind::kWk, a.attn_norm_out, a.k);
     matmul_forward(a.v, a.attn_norm_out, w.wv, n, d, s.kv_dim());
     lora_forward(l, ParamKind::kWv, a.attn_norm_out, a.v);
+    op_timer_.mark(OpKind::kRope);
     rope_forward(a.q, micro_batch_, s.seq_len, s.n_heads, s.head_dim(), s.rope_theta);
     rope_forward(a.k, micro_batch_, s.seq_len, s.n_kv_heads, s.head_dim(), s.rope_theta);
+    op_timer_.mark(OpKind::kAttention);
     attention_forward(a.attn_out, a.probs, a.q, a.k, a.v, attn);
+    op_timer_.mark(OpKind::kGemm);
     matmul_forward(a.residual_mid, a.attn_out, w.wo, n, s.q_dim(), d);
     lora_forward(l, ParamKind::kWo, a.attn_out, a.residual_mid);
+    op_timer_.mark(OpKind::kResidual);
     add_inplace(a.residual_mid, a.residual_in, n * d);
 
     // MLP block: x_next = x_mid + Wdown · (silu(Wgate·m) ⊙ Wup·m), m = rmsnorm(x_mid)
+    op_timer_.mark(OpKind::kNorm);
     rmsnorm_forward(a.mlp_norm_out, a.mlp_rstd, a.residual_mid, w.mlp_norm, n, d, eps);
+    op_timer_.mark(OpKind::kGemm);
     matmul_forward(a.gate, a.mlp_norm_out, w.w_gate, n, d, f);
     lora_forward(l, ParamKind::kWGate, a.mlp_norm_out, a.gate);
     matmul_forward(a.up, a.mlp_norm_out, w.w_up, n, d, f);
     lora_forward(l, ParamKind::kWUp, a.mlp_norm_out, a.up);
+    op_timer_.mark(OpKind::kSwiglu);
     swiglu_forward(a.swiglu_out, a.gate, a.up, n * f);
+    op_timer_.mark(OpKind::kGemm);
     matmul_forward(x_next, a.swiglu_out, w.w_down, n, f, d);
     lora_forward(l, ParamKind::kWDown, a.swiglu_out, x_next);
+    op_timer_.mark(OpKind::kResidual);
     add_inplace(x_next, a.residual_mid, n * d);
   }
 
   FinalActivations& fa = final_acts_;
+  op_timer_.mark(OpKind::kNorm);
   rmsnorm_forward(fa.norm_out, fa.rstd, fa.residual_out,
                   tensor_view(params, false, ParamKind::kFinalNorm), n, d, eps);
+  op_timer_.mark(OpKind::kLmHead);
   matmul_forward(fa.logits, fa.norm_out, tensor_view(params, false, ParamKind::kLmHead), n, d,
                  s.vocab);
+  op_timer_.mark(OpKind::kLoss);
   cross_entropy_forward(fa.losses, fa.logsumexp, fa.logits, batch.targets, n, s.vocab);
   double loss_sum = 0.0;
   for (int64_t i = 0; i < n; ++i) loss_sum += fa.losses[i];
@@ -310,7 +329,7 @@ void CpuEngine::backward(const TokenBatch& batch, float loss_scale,
   check_batch_shape(batch, micro_batch_, shape_.seq_len);
   if (!logits_valid_) throw std::logic_error("backward without a preceding forward");
   omp_set_num_threads(threads_);
-  ComputeTimer timer(compute_seconds_, compute_timing_);
+  ComputeTimer timer(compute_seconds_, compute_timing_, op_timer_);
   const ModelShape& s = shape_;
   const int64_t n = micro_batch_ * s.seq_len;
   const int64_t d = s.d_model, f = s.ffn_hidden;
@@ -321,12 +340,15 @@ void CpuEngine::backward(const TokenBatch& batch, float loss_scale,
   FinalActivations& fa = final_acts_;
 
   // Head: loss → dlogits (in place) → final norm → residual stream.
+  op_timer_.mark(OpKind::kLoss);
   cross_entropy_backward(fa.logits, fa.logsumexp, batch.targets, n, s.vocab,
                          loss_scale / static_cast<float>(n));
   logits_valid_ = false;
+  op_timer_.mark(OpKind::kLmHead);
   matmul_backward(g.d_norm_out, tensor_view(grads, true, ParamKind::kLmHead), fa.logits,
                   fa.norm_out, tensor_view(params, false, ParamKind::kLmHead), n, d, s.vocab,
                   false);
+  op_timer_.mark(OpKind::kNorm);
   std::memset(g.d_residual, 0, sizeof(float) * n * d);
   rmsnorm_backward(g.d_residual, tensor_view(grads, true, ParamKind::kFinalNorm), g.d_norm_out,
                    fa.residual_out, tensor_view(params, false, ParamKind::kFinalNorm), fa.rstd, n,
@@ -340,35 +362,45 @@ void CpuEngine::backward(const TokenBatch& batch, float loss_scale,
     // d_residual holds dL/dx_next, which is also the direct gradient of x_mid.
 
     // MLP block.
+    op_timer_.mark(OpKind::kGemm);
     matmul_backward(g.d_swiglu, dw.w_down, g.d_residual, a.swiglu_out, w.w_down, n, f, d, false);
     lora_backward(l, ParamKind::kWDown, g.d_residual, a.swiglu_out, g.d_swiglu);
+    op_timer_.mark(OpKind::kSwiglu);
     swiglu_backward(g.d_gate, g.d_up, g.d_swiglu, a.gate, a.up, n * f);
+    op_timer_.mark(OpKind::kGemm);
     matmul_backward(g.d_norm_out, dw.w_gate, g.d_gate, a.mlp_norm_out, w.w_gate, n, d, f, false);
     lora_backward(l, ParamKind::kWGate, g.d_gate, a.mlp_norm_out, g.d_norm_out);
     matmul_backward(g.d_norm_out, dw.w_up, g.d_up, a.mlp_norm_out, w.w_up, n, d, f, true);
     lora_backward(l, ParamKind::kWUp, g.d_up, a.mlp_norm_out, g.d_norm_out);
+    op_timer_.mark(OpKind::kNorm);
     rmsnorm_backward(g.d_residual, dw.mlp_norm, g.d_norm_out, a.residual_mid, w.mlp_norm,
                      a.mlp_rstd, n, d);
 
     // Attention block; d_residual now holds dL/dx_mid.
+    op_timer_.mark(OpKind::kGemm);
     matmul_backward(g.d_attn_out, dw.wo, g.d_residual, a.attn_out, w.wo, n, s.q_dim(), d, false);
     lora_backward(l, ParamKind::kWo, g.d_residual, a.attn_out, g.d_attn_out);
+    op_timer_.mark(OpKind::kAttention);
     attention_backward(g.d_q, g.d_k, g.d_v, g.d_attn_out, a.probs, a.q, a.k, a.v, g.attention,
                        attn);
+    op_timer_.mark(OpKind::kRope);
     rope_backward(g.d_q, micro_batch_, s.seq_len, s.n_heads, s.head_dim(), s.rope_theta);
     rope_backward(g.d_k, micro_batch_, s.seq_len, s.n_kv_heads, s.head_dim(), s.rope_theta);
+    op_timer_.mark(OpKind::kGemm);
     matmul_backward(g.d_norm_out, dw.wq, g.d_q, a.attn_norm_out, w.wq, n, d, s.q_dim(), false);
     lora_backward(l, ParamKind::kWq, g.d_q, a.attn_norm_out, g.d_norm_out);
     matmul_backward(g.d_norm_out, dw.wk, g.d_k, a.attn_norm_out, w.wk, n, d, s.kv_dim(), true);
     lora_backward(l, ParamKind::kWk, g.d_k, a.attn_norm_out, g.d_norm_out);
     matmul_backward(g.d_norm_out, dw.wv, g.d_v, a.attn_norm_out, w.wv, n, d, s.kv_dim(), true);
     lora_backward(l, ParamKind::kWv, g.d_v, a.attn_norm_out, g.d_norm_out);
+    op_timer_.mark(OpKind::kNorm);
     rmsnorm_backward(g.d_residual, dw.attn_norm, g.d_norm_out, a.residual_in, w.attn_norm,
                      a.attn_rstd, n, d);
     if (on_gradients_ready) on_gradients_ready(grad_ready_from_layer_[l]);
   }
 
   float* d_embedding = tensor_view(grads, true, ParamKind::kTokenEmbedding);
+  op_timer_.mark(OpKind::kEmbedding);
   if (d_embedding != nullptr) embedding_backward(d_embedding, g.d_residual, batch.inputs, n, d);
   if (on_gradients_ready) on_gradients_ready(0);
 }
@@ -378,7 +410,8 @@ float CpuEngine::optimizer_step(const AdamWSettings& settings, int64_t step) {
     throw std::logic_error("optimizer_step on a sharded optimizer: use optimizer_step_shard");
   double norm = 0;
   {
-    ComputeTimer timer(compute_seconds_, compute_timing_);
+    ComputeTimer timer(compute_seconds_, compute_timing_, op_timer_);
+    op_timer_.mark(OpKind::kOptimizer);
     norm = std::sqrt(sum_of_squares(grads_.get(), grads_.count));
   }
   optimizer_step_shard(settings, step, norm);
@@ -386,7 +419,8 @@ float CpuEngine::optimizer_step(const AdamWSettings& settings, int64_t step) {
 }
 
 double CpuEngine::gradient_sum_of_squares(int64_t begin, int64_t end) {
-  ComputeTimer timer(compute_seconds_, compute_timing_);
+  ComputeTimer timer(compute_seconds_, compute_timing_, op_timer_);
+  op_timer_.mark(OpKind::kOptimizer);
   return sum_of_squares(grads_.get() + begin, end - begin);
 }
 
@@ -394,7 +428,8 @@ void CpuEngine::optimizer_step_shard(const AdamWSettings& settings, int64_t step
   // The state copy begun before this step's forward must see the state as it
   // was then: join it before the first write (optimizer_step comes through here).
   wait_state_copy();
-  ComputeTimer timer(compute_seconds_, compute_timing_);
+  ComputeTimer timer(compute_seconds_, compute_timing_, op_timer_);
+  op_timer_.mark(OpKind::kOptimizer);
   // As torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when above.
   float grad_scale = 1.0f;
   if (settings.grad_clip > 0.0 && norm > settings.grad_clip)

@@ -11,7 +11,8 @@
 #include <thread>   // the state-copy thread
 #include <vector>   // per-layer views
 
-#include "kernels/engine.h"  // TrainingEngine, EngineOptions
+#include "kernels/engine.h"     // TrainingEngine, EngineOptions
+#include "kernels/op_timing.h"  // HostOpTimer: report.op_times
 
 namespace trainbench::cpu {
 
@@ -66,6 +67,11 @@ class CpuEngine : public TrainingEngine {
 
   double take_compute_seconds() override;
   void set_compute_timing(bool on) override;
+  bool set_op_timing(bool on) override {
+    op_timer_.set_enabled(on);
+    return true;
+  }
+  std::vector<OpTime> take_op_times() override { return op_timer_.take(); }
   void synchronize() override {}
   double measure_gemm_flops(int64_t m, int64_t n, int64_t k, double seconds) override;
 
@@ -160,6 +166,7 @@ class CpuEngine : public TrainingEngine {
   bool logits_valid_ = false;
   double compute_seconds_ = 0.0;
   bool compute_timing_ = true;
+  HostOpTimer op_timer_;  // report.op_times: marks where each kind of op starts
 
   // The state copy begun last, joinable while it may still run. Only the
   // thread driving the engine starts and joins it.

@@ -6,15 +6,6 @@
 
 namespace trainbench::cuda {
 
-namespace {
-const char* op_name(int op) {
-  static constexpr const char* kNames[] = {"embedding", "norm",     "gemm",     "lm_head", "rope",
-                                           "attention", "swiglu",  "residual", "loss",    "optimizer"};
-  static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(OpKind::kCount));
-  return kNames[op];
-}
-}  // namespace
-
 OpTimer::~OpTimer() {
   for (cudaEvent_t e : events_) cudaEventDestroy(e);  // teardown: nothing to report
 }
@@ -41,8 +32,7 @@ void OpTimer::stop(cudaStream_t stream) {
 }
 
 std::vector<OpTime> OpTimer::take() {
-  std::vector<OpTime> times(static_cast<size_t>(OpKind::kCount));
-  for (size_t k = 0; k < times.size(); ++k) times[k].op = op_name(static_cast<int>(k));
+  std::vector<OpTime> times = zero_op_times();
   if (used_ == 0) return times;
   TRAINBENCH_CUDA_CHECK(cudaEventSynchronize(events_[used_ - 1]));
   for (size_t i = 0; i + 1 < used_; ++i) {

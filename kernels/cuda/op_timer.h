@@ -8,27 +8,15 @@
 
 #include <cuda_runtime.h>  // cudaEvent_t, cudaStream_t
 
-#include <array>
 #include <cstddef>  // size_t
 #include <vector>
 
-#include "kernels/engine.h"  // OpTime
+#include "kernels/engine.h"      // OpTime
+#include "kernels/op_timing.h"  // OpKind: the kinds, shared with the cpu engine
 
 namespace trainbench::cuda {
 
-enum class OpKind {
-  kEmbedding,
-  kNorm,       // RMSNorm forward and backward
-  kGemm,       // the layers' projections (and their LoRA adapters)
-  kLmHead,     // the LM head's GEMMs (and its padded copy)
-  kRope,
-  kAttention,  // Q·Kᵀ, softmax, P·V or cuDNN's SDPA, and their backward
-  kSwiglu,
-  kResidual,   // the residual adds
-  kLoss,       // softmax + cross-entropy and dlogits
-  kOptimizer,  // gradient norm, clipping and AdamW
-  kCount
-};
+using trainbench::OpKind;
 
 class OpTimer {
  public:
@@ -37,7 +25,11 @@ class OpTimer {
   OpTimer(const OpTimer&) = delete;
   OpTimer& operator=(const OpTimer&) = delete;
 
-  void set_enabled(bool on) { enabled_ = on; }
+  // Either way, what was recorded and not taken is dropped.
+  void set_enabled(bool on) {
+    enabled_ = on;
+    used_ = 0;
+  }
   bool enabled() const { return enabled_; }
   // Starts `op` on `stream`, ending the op before it.
   void mark(OpKind op, cudaStream_t stream);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_engine.h"
+#include "kernels/op_timing.h"  // OpKind, op_kind_name
 #include "tests/support/token_batches.h"  // Tokens, random_tokens
 
 namespace trainbench {
@@ -45,6 +46,38 @@ TEST(CpuEngine, InitialLossIsNearLogVocab) {
   engine.forward(t.batch(o));
   // Small initial weights give near-uniform predictions.
   EXPECT_NEAR(engine.last_loss(), std::log(static_cast<double>(o.shape.vocab)), 0.05);
+}
+
+// report.op_times on the cpu engine: marks with the host clock tile each
+// engine call, so the kinds add up to compute_s; off, nothing is timed.
+TEST(CpuEngine, OpTimesAddUpToTheComputeTime) {
+  const EngineOptions o = tiny_options();
+  cpu::CpuEngine engine(o);
+  engine.init_parameters(1);
+  ASSERT_TRUE(engine.set_op_timing(true));
+  engine.take_compute_seconds();
+  const Tokens t = random_tokens(o, 3);
+  engine.zero_gradients();
+  engine.forward(t.batch(o));
+  engine.backward(t.batch(o), 1.0f, nullptr);
+  engine.optimizer_step(AdamWSettings{}, 1);
+  const double compute = engine.take_compute_seconds();
+  const std::vector<OpTime> ops = engine.take_op_times();
+  ASSERT_EQ(ops.size(), static_cast<size_t>(OpKind::kCount));
+  double sum = 0;
+  for (const OpTime& op : ops) {
+    EXPECT_GE(op.seconds, 0.0) << op.op;
+    sum += op.seconds;
+  }
+  for (OpKind kind : {OpKind::kGemm, OpKind::kLmHead, OpKind::kAttention, OpKind::kLoss, OpKind::kOptimizer})
+    EXPECT_GT(ops[static_cast<size_t>(kind)].seconds, 0.0) << op_kind_name(kind);
+  EXPECT_EQ(ops[static_cast<size_t>(OpKind::kAttention)].op, "attention");
+  EXPECT_NEAR(sum, compute, 0.05 * compute) << "ops " << sum << " s, compute " << compute << " s";
+  // Taken: the next take starts from zero; off: nothing is timed.
+  for (const OpTime& op : engine.take_op_times()) EXPECT_EQ(op.seconds, 0.0) << op.op;
+  engine.set_op_timing(false);
+  engine.forward(t.batch(o));
+  for (const OpTime& op : engine.take_op_times()) EXPECT_EQ(op.seconds, 0.0) << op.op;
 }
 
 TEST(CpuEngine, SameSeedAndBatchGiveBitIdenticalGradients) {
