@@ -38,6 +38,11 @@ case "${1:-}" in
     # finds them here). cuDNN itself is the device's: its CUDA toolkit's or
     # PyTorch's wheel (scripts/gpu_check.sh).
     bash scripts/cudnn_frontend.sh .device/cudnn_frontend/include
+    # cuDNN's own headers (384 KB), for a device whose cuDNN (PyTorch's
+    # wheel) comes without them: the API is cuDNN 9's either way.
+    mkdir -p .device/cudnn_headers/include
+    cp /usr/local/cuda/include/cudnn*.h .device/cudnn_headers/include/ 2> /dev/null ||
+      echo "device_deps: no cuDNN headers here to carry (/usr/local/cuda/include/cudnn*.h)" >&2
     ;;
   install)
     [ -d "$debs" ] || { echo "device_deps: no $debs: run 'scripts/device_deps.sh download' where apt works" >&2; exit 2; }

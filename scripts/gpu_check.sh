@@ -68,10 +68,21 @@ fi
 # The cuDNN frontend's headers are carried in .device/cudnn_frontend.
 if [ -z "${CUDNN_ROOT:-}" ] && [ ! -f /usr/local/cuda/include/cudnn.h ]; then
   wheel_cudnn=$(python3 -c 'import nvidia.cudnn, os; print(os.path.dirname(nvidia.cudnn.__file__) if nvidia.cudnn.__file__ else list(nvidia.cudnn.__path__)[0])' 2>/dev/null)
-  if [ -n "$wheel_cudnn" ] && [ -f "$wheel_cudnn/include/cudnn.h" ]; then
-    export CUDNN_ROOT=$wheel_cudnn
+  if [ -n "$wheel_cudnn" ] && ls "$wheel_cudnn"/lib/libcudnn.so.9* > /dev/null 2>&1; then
+    # The wheel's library; its headers, or else the cuDNN 9 headers carried
+    # in .device/cudnn_headers (scripts/device_deps.sh download).
+    export CUDNN_ROOT=$PWD/.device/cudnn
+    mkdir -p "$CUDNN_ROOT"
+    ln -sfn "$wheel_cudnn/lib" "$CUDNN_ROOT/lib"
+    if [ -f "$wheel_cudnn/include/cudnn.h" ]; then
+      ln -sfn "$wheel_cudnn/include" "$CUDNN_ROOT/include"
+      headers="its headers"
+    else
+      ln -sfn "$PWD/.device/cudnn_headers/include" "$CUDNN_ROOT/include"
+      headers="carried headers $(grep -m1 -oE 'CUDNN_MINOR [0-9]+' .device/cudnn_headers/include/cudnn_version.h 2> /dev/null)"
+    fi
     export LD_LIBRARY_PATH="$wheel_cudnn/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    row "cuDNN source" "PyTorch's wheel: $wheel_cudnn"
+    row "cuDNN source" "PyTorch's wheel: $wheel_cudnn ($headers)"
   fi
 fi
 
