@@ -116,7 +116,7 @@ class TrainingEngine {
   virtual const ParameterLayout& layout() const = 0;
   virtual int64_t micro_batch() const = 0;
   virtual MemoryPlan memory_plan() const = 0;
-  virtual AttentionInfo attention() const { return AttentionInfo{"gemm", "OpenBLAS GEMMs per head"}; }
+  virtual AttentionInfo attention() const = 0;
 
   // Parameters (the fp32 master weights on a mixed-precision backend):
   // deterministic init from a seed (normal(0, 0.02) matrices,

@@ -46,11 +46,17 @@ if [ -d .device/debs ]; then
   fi
 fi
 
+# The folder of one of PyTorch's nvidia-* wheels (e.g. nvidia.nccl), "" when
+# python3 has none.
+wheel_dir() {
+  python3 -c 'import importlib, os, sys; m = importlib.import_module(sys.argv[1]); print(os.path.dirname(m.__file__) if m.__file__ else list(m.__path__)[0])' "$1" 2>/dev/null
+}
+
 # NCCL: the toolkit's copy, NCCL_HOME, or else the one PyTorch's wheels carry
 # (nvidia-nccl-cu13: include/nccl.h and lib/libnccl.so.2 with no unversioned
 # link, which find_library needs: made here in a folder of our own).
 if [ -z "${NCCL_HOME:-}" ] && [ ! -f /usr/local/cuda/include/nccl.h ]; then
-  wheel_nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null)
+  wheel_nccl=$(wheel_dir nvidia.nccl)
   if [ -n "$wheel_nccl" ] && [ -f "$wheel_nccl/include/nccl.h" ]; then
     export NCCL_HOME=$PWD/.device/nccl
     mkdir -p "$NCCL_HOME/lib"
@@ -67,7 +73,7 @@ fi
 # lib/libcudnn.so.9, which kernels/cuda/CMakeLists.txt finds by that name).
 # The cuDNN frontend's headers are carried in .device/cudnn_frontend.
 if [ -z "${CUDNN_ROOT:-}" ] && [ ! -f /usr/local/cuda/include/cudnn.h ]; then
-  wheel_cudnn=$(python3 -c 'import nvidia.cudnn, os; print(os.path.dirname(nvidia.cudnn.__file__) if nvidia.cudnn.__file__ else list(nvidia.cudnn.__path__)[0])' 2>/dev/null)
+  wheel_cudnn=$(wheel_dir nvidia.cudnn)
   if [ -n "$wheel_cudnn" ] && ls "$wheel_cudnn"/lib/libcudnn.so.9* > /dev/null 2>&1; then
     # The wheel's library; its headers, or else the cuDNN 9 headers carried
     # in .device/cudnn_headers (scripts/device_deps.sh download).

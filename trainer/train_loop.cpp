@@ -9,6 +9,7 @@
 #include <thread>     // sleep_for: burnin.inject_slow_ms
 
 #include "kernels/flops.h"      // model_flops_per_token
+#include "kernels/op_timing.h"  // zero_op_times: report.op_times' sums
 #include "trainer/gradient_sync.h"
 #include "trainer/zero_optimizer.h"
 #include "trainer/statistics.h" // median, quantile
@@ -318,6 +319,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   summary.op_times_requested = instrument && config.report.op_times;
   summary.op_times_available = summary.op_times_requested && engine.set_op_timing(true);
   std::vector<OpTime>& op_sums = summary.op_seconds_per_step;
+  if (summary.op_times_available) op_sums = zero_op_times();
   // Back on when the loop is done: other callers expect the default. A
   // device error here is left to the engine's next call to report (a
   // destructor must not throw, least of all while another error unwinds).
@@ -396,10 +398,6 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       record.compute_s = engine.take_compute_seconds();
       if (summary.op_times_available) {
         const std::vector<OpTime> ops = engine.take_op_times();  // warm-up steps': taken and dropped
-        if (op_sums.empty()) {
-          op_sums = ops;
-          for (OpTime& sum : op_sums) sum.seconds = 0;
-        }
         if (!record.warmup) {
           for (size_t i = 0; i < ops.size() && i < op_sums.size(); ++i) op_sums[i].seconds += ops[i].seconds;
         }

@@ -47,6 +47,7 @@ class CpuEngine : public TrainingEngine {
   const ParameterLayout& layout() const override { return layout_; }
   int64_t micro_batch() const override { return micro_batch_; }
   MemoryPlan memory_plan() const override { return plan_cpu_memory(options_); }
+  AttentionInfo attention() const override { return AttentionInfo{"gemm", "OpenBLAS GEMMs per head"}; }
 
   void init_parameters(uint64_t seed) override;
   void set_parameters(const float* host) override;

@@ -34,23 +34,24 @@ std::string frontend_version() {
 
 // The engine's row layouts seen as cuDNN's [batch, heads, T, head_dim] views:
 // token rows of heads·head_dim elements, each head a head_dim slice of its row.
-fe::graph::Tensor_attributes rows_of_heads(const AttentionShape& s, int64_t heads, const char* name,
-                                           int64_t uid) {
+// Inputs and outputs alike.
+fe::graph::Tensor_attributes& rows_of_heads(fe::graph::Tensor_attributes& t, const AttentionShape& s,
+                                            int64_t heads, int64_t uid) {
   const int64_t row = heads * s.head_dim;
-  return fe::graph::Tensor_attributes()
-      .set_name(name)
-      .set_uid(uid)
+  return t.set_uid(uid)
       .set_dim({s.batch, heads, s.seq_len, s.head_dim})
       .set_stride({s.seq_len * row, s.head_dim, row, 1});
 }
 
-void set_rows_of_heads(const std::shared_ptr<fe::graph::Tensor_attributes>& t, const AttentionShape& s,
-                       int64_t heads, int64_t uid) {
-  const int64_t row = heads * s.head_dim;
-  t->set_output(true)
-      .set_uid(uid)
-      .set_dim({s.batch, heads, s.seq_len, s.head_dim})
-      .set_stride({s.seq_len * row, s.head_dim, row, 1});
+std::shared_ptr<fe::graph::Tensor_attributes> input_rows_of_heads(fe::graph::Graph& graph, const AttentionShape& s,
+                                                                  int64_t heads, const char* name, int64_t uid) {
+  fe::graph::Tensor_attributes t;
+  return graph.tensor(rows_of_heads(t.set_name(name), s, heads, uid));
+}
+
+void output_rows_of_heads(const std::shared_ptr<fe::graph::Tensor_attributes>& t, const AttentionShape& s,
+                          int64_t heads, int64_t uid) {
+  rows_of_heads(t->set_output(true), s, heads, uid);
 }
 
 // One fp32 logsumexp per (sequence, head, query row): forward's output,
@@ -78,9 +79,9 @@ struct QkvTensors {
   std::shared_ptr<fe::graph::Tensor_attributes> q, k, v;
 };
 QkvTensors add_qkv(fe::graph::Graph& graph, const AttentionShape& s) {
-  return QkvTensors{graph.tensor(rows_of_heads(s, s.heads, "q", kQ)),
-                    graph.tensor(rows_of_heads(s, s.kv_heads, "k", kK)),
-                    graph.tensor(rows_of_heads(s, s.kv_heads, "v", kV))};
+  return QkvTensors{input_rows_of_heads(graph, s, s.heads, "q", kQ),
+                    input_rows_of_heads(graph, s, s.kv_heads, "k", kK),
+                    input_rows_of_heads(graph, s, s.kv_heads, "v", kV)};
 }
 
 std::shared_ptr<fe::graph::Graph> forward_graph(const AttentionShape& s, float scale, int sm_version = 0) {
@@ -94,7 +95,7 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const AttentionShape& s, float s
                      .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
                      .set_diagonal_band_right_bound(0);
   auto [o, stats] = graph->sdpa(q, k, v, options);
-  set_rows_of_heads(o, s, s.heads, kO);
+  output_rows_of_heads(o, s, s.heads, kO);
   stats_layout(stats->set_output(true), s);
   return graph;
 }
@@ -102,8 +103,8 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const AttentionShape& s, float s
 std::shared_ptr<fe::graph::Graph> backward_graph(const AttentionShape& s, float scale, int sm_version = 0) {
   auto graph = new_bf16_graph(sm_version);
   const auto [q, k, v] = add_qkv(*graph, s);
-  auto o = graph->tensor(rows_of_heads(s, s.heads, "o", kO));
-  auto d_o = graph->tensor(rows_of_heads(s, s.heads, "d_o", kDO));
+  auto o = input_rows_of_heads(*graph, s, s.heads, "o", kO);
+  auto d_o = input_rows_of_heads(*graph, s, s.heads, "d_o", kDO);
   fe::graph::Tensor_attributes stats_input;
   auto stats = graph->tensor(stats_layout(stats_input.set_name("stats"), s));
   auto options = fe::graph::SDPA_backward_attributes()
@@ -115,9 +116,9 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const AttentionShape& s, float 
                      // would stop repeating bit for bit.
                      .set_deterministic_algorithm(true);
   auto [d_q, d_k, d_v] = graph->sdpa_backward(q, k, v, o, d_o, stats, options);
-  set_rows_of_heads(d_q, s, s.heads, kDQ);
-  set_rows_of_heads(d_k, s, s.kv_heads, kDK);
-  set_rows_of_heads(d_v, s, s.kv_heads, kDV);
+  output_rows_of_heads(d_q, s, s.heads, kDQ);
+  output_rows_of_heads(d_k, s, s.kv_heads, kDK);
+  output_rows_of_heads(d_v, s, s.kv_heads, kDV);
   return graph;
 }
 

@@ -16,8 +16,6 @@
 
 namespace trainbench::cuda {
 
-using trainbench::OpKind;
-
 class OpTimer {
  public:
   OpTimer() = default;
@@ -30,7 +28,6 @@ class OpTimer {
     enabled_ = on;
     used_ = 0;
   }
-  bool enabled() const { return enabled_; }
   // Starts `op` on `stream`, ending the op before it.
   void mark(OpKind op, cudaStream_t stream);
   // Ends the current op (the end of a bracket).
