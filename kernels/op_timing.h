@@ -16,13 +16,13 @@ namespace trainbench {
 
 enum class OpKind {
   kEmbedding,
-  kNorm,       // RMSNorm forward and backward
+  kNorm,       // RMSNorm forward and backward (on CUDA with the residual adds fused in)
   kGemm,       // the layers' projections (and their LoRA adapters)
   kLmHead,     // the LM head's GEMMs (and the CUDA engine's padded copy)
   kRope,
   kAttention,  // Q·Kᵀ, softmax, P·V or cuDNN's SDPA, and their backward
   kSwiglu,
-  kResidual,   // the residual adds
+  kResidual,   // the residual adds where they run on their own (the CPU engine)
   kLoss,       // softmax + cross-entropy and dlogits
   kOptimizer,  // gradient norm, clipping and AdamW
   kCount

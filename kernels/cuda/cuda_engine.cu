@@ -639,16 +639,26 @@ void CudaEngine::forward(const TokenBatch& batch) {
   cudaStream_t stream = compute_stream_;
   bf16* p = params_.get();
 
-  bf16* x = s.n_layers > 0 ? layer_acts_[0].residual_in : final_acts_.residual_out;
+  FinalActivations& fa = final_acts_;
+  const bf16* final_norm = param_view(p, ParamKind::kFinalNorm);
+  bf16* x = s.n_layers > 0 ? layer_acts_[0].residual_in : fa.residual_out;
   mark(OpKind::kEmbedding);
   embedding_forward(x, inputs, param_view(p, ParamKind::kTokenEmbedding), n, d, stream);
+  // The first norm has no residual add before it; every later norm is fused
+  // with the add that precedes it (residual_add_rmsnorm_forward), so the
+  // residual adds count under "norm" in report.op_times.
+  mark(OpKind::kNorm);
+  if (s.n_layers > 0)
+    rmsnorm_forward(layer_acts_[0].attn_norm_out, layer_acts_[0].attn_rstd, x,
+                    layer_weights(0).attn_norm, n, d, eps, stream);
+  else
+    rmsnorm_forward(fa.norm_out, fa.rstd, x, final_norm, n, d, eps, stream);
   for (int64_t l = 0; l < s.n_layers; ++l) {
     const LayerWeights w = layer_weights(l);
     const LayerActivations& a = layer_acts_[l];
-    bf16* x_next = l + 1 < s.n_layers ? layer_acts_[l + 1].residual_in : final_acts_.residual_out;
+    const bool last = l + 1 == s.n_layers;
+    bf16* x_next = last ? fa.residual_out : layer_acts_[l + 1].residual_in;
 
-    mark(OpKind::kNorm);
-    rmsnorm_forward(a.attn_norm_out, a.attn_rstd, a.residual_in, w.attn_norm, n, d, eps, stream);
     mark(OpKind::kGemm);
     matmul_forward(a.q, a.attn_norm_out, w.wq, n, d, s.q_dim());
     lora_forward(l, ParamKind::kWq, a.attn_norm_out, a.q);
@@ -664,11 +674,9 @@ void CudaEngine::forward(const TokenBatch& batch) {
     mark(OpKind::kGemm);
     matmul_forward(a.residual_mid, a.attn_out, w.wo, n, s.q_dim(), d);
     lora_forward(l, ParamKind::kWo, a.attn_out, a.residual_mid);
-    mark(OpKind::kResidual);
-    add_inplace(a.residual_mid, a.residual_in, n * d, stream);
-
     mark(OpKind::kNorm);
-    rmsnorm_forward(a.mlp_norm_out, a.mlp_rstd, a.residual_mid, w.mlp_norm, n, d, eps, stream);
+    residual_add_rmsnorm_forward(a.residual_mid, a.residual_in, a.mlp_norm_out, a.mlp_rstd,
+                                 w.mlp_norm, n, d, eps, stream);
     mark(OpKind::kGemm);
     matmul_forward(a.gate, a.mlp_norm_out, w.w_gate, n, d, f);
     lora_forward(l, ParamKind::kWGate, a.mlp_norm_out, a.gate);
@@ -679,13 +687,16 @@ void CudaEngine::forward(const TokenBatch& batch) {
     mark(OpKind::kGemm);
     matmul_forward(x_next, a.swiglu_out, w.w_down, n, f, d);
     lora_forward(l, ParamKind::kWDown, a.swiglu_out, x_next);
-    mark(OpKind::kResidual);
-    add_inplace(x_next, a.residual_mid, n * d, stream);
+    // x_next = that + x_mid, normed for the next layer's attention or the head.
+    mark(OpKind::kNorm);
+    if (last)
+      residual_add_rmsnorm_forward(x_next, a.residual_mid, fa.norm_out, fa.rstd, final_norm, n, d,
+                                   eps, stream);
+    else
+      residual_add_rmsnorm_forward(x_next, a.residual_mid, layer_acts_[l + 1].attn_norm_out,
+                                   layer_acts_[l + 1].attn_rstd, layer_weights(l + 1).attn_norm, n,
+                                   d, eps, stream);
   }
-  FinalActivations& fa = final_acts_;
-  mark(OpKind::kNorm);
-  rmsnorm_forward(fa.norm_out, fa.rstd, fa.residual_out, param_view(p, ParamKind::kFinalNorm), n,
-                  d, eps, stream);
   // All lm_head_rows_ logits: the padded ones come out 0, the loss reads vocab.
   mark(OpKind::kLmHead);
   refresh_lm_head_copy();

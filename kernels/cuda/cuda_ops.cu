@@ -151,6 +151,30 @@ __global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* in, c
     y[i] = to_bf16(to_float(x[i]) * r * to_float(weight[i]));
 }
 
+// One block per row, each thread on the columns rmsnorm_forward_kernel gives
+// it and with the same block_sum, so rstd and out are bit for bit that
+// kernel's on the summed row. Each thread reads back only the sums it wrote.
+__global__ void residual_add_rmsnorm_forward_kernel(bf16* residual, const bf16* addend, bf16* out,
+                                                    float* rstd, const bf16* weight, int64_t d,
+                                                    float eps) {
+  const int64_t row = blockIdx.x;
+  bf16* x = residual + row * d;
+  const bf16* a = addend + row * d;
+  float sum_sq = 0.0f;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const bf16 sum = to_bf16(to_float(x[i]) + to_float(a[i]));
+    x[i] = sum;
+    const float value = to_float(sum);
+    sum_sq += value * value;
+  }
+  sum_sq = block_sum(sum_sq);
+  const float r = 1.0f / sqrtf(sum_sq / static_cast<float>(d) + eps);
+  if (threadIdx.x == 0) rstd[row] = r;
+  bf16* y = out + row * d;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+    y[i] = to_bf16(to_float(x[i]) * r * to_float(weight[i]));
+}
+
 // Block b handles rows b, b + gridDim.x, …. dx_i = r·w_i·dy_i − x_i·r³/d · Σ_j dy_j·w_j·x_j
 // is added to d_in; when weight_partials is set, the block's own row of it
 // (one float per column, owned by the thread that owns the column) collects
@@ -574,6 +598,15 @@ void rmsnorm_forward(bf16* out, float* rstd, const bf16* in, const bf16* weight,
   if (n == 0) return;
   rmsnorm_forward_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(out, rstd, in, weight,
                                                                            d, eps);
+  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+void residual_add_rmsnorm_forward(bf16* residual, const bf16* addend, bf16* out, float* rstd,
+                                  const bf16* weight, int64_t n, int64_t d, float eps,
+                                  cudaStream_t stream) {
+  if (n == 0) return;
+  residual_add_rmsnorm_forward_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
+      residual, addend, out, rstd, weight, d, eps);
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
 }
 

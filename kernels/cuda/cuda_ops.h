@@ -39,6 +39,15 @@ void embedding_backward(float* d_embedding, const bf16* d_out, const TokenGroups
 // out = in · rsqrt(mean(in²) + eps) · weight per row; rstd[n] kept for backward.
 void rmsnorm_forward(bf16* out, float* rstd, const bf16* in, const bf16* weight, int64_t n,
                      int64_t d, float eps, cudaStream_t stream);
+// The residual add fused with the norm that follows it (forward):
+// residual += addend, rounded to bf16 as add_inplace rounds it, then
+// out = rmsnorm(residual) exactly as rmsnorm_forward computes it — the same
+// bits as the two ops one after the other, in one pass that reads the
+// residual stream once instead of three times. (Backward needs no twin:
+// rmsnorm_backward already adds into the residual stream's gradient.)
+void residual_add_rmsnorm_forward(bf16* residual, const bf16* addend, bf16* out, float* rstd,
+                                  const bf16* weight, int64_t n, int64_t d, float eps,
+                                  cudaStream_t stream);
 // d_in += ∂/∂in;  d_weight += ∂/∂weight (null to skip) through per-block
 // partial sums in `scratch` (rmsnorm_backward_scratch_floats) reduced in order;
 // scratch is untouched, and may be null, when d_weight is null.

@@ -201,6 +201,42 @@ TEST_F(CudaOps, RmsnormForward) {
   EXPECT_LT(relative_error(download(rstd_dev), expected_rstd), kFp32FromBf16);
 }
 
+// The fused op against the CPU's add then norm, and bit for bit against the
+// two CUDA ops it replaces (the engine's bf16 results must not move with it).
+TEST_F(CudaOps, ResidualAddRmsnormIsTheAddThenTheNorm) {
+  std::mt19937 rng(5);
+  for (const int64_t d : {333, 4096}) {  // a ragged row, and Llama's (16 columns a thread)
+    const int64_t n = 67;
+    const float eps = 1e-5f;
+    const std::vector<float> residual = random_bf16_values(n * d, rng, 2.0f);
+    const std::vector<float> addend = random_bf16_values(n * d, rng);
+    const std::vector<float> weight = random_bf16_values(d, rng);
+    std::vector<float> expected_sum = residual, expected_out(n * d), expected_rstd(n);
+    cpu::add_inplace(expected_sum.data(), addend.data(), n * d);
+    cpu::rmsnorm_forward(expected_out.data(), expected_rstd.data(), expected_sum.data(), weight.data(), n, d,
+                         eps);
+
+    DeviceBuffer<bf16> addend_dev = upload(to_bf16(addend)), weight_dev = upload(to_bf16(weight));
+    DeviceBuffer<bf16> fused_sum = upload(to_bf16(residual)), fused_out = upload(nan_bf16(n * d));
+    DeviceBuffer<float> fused_rstd = upload(nan_fp32(n));
+    residual_add_rmsnorm_forward(fused_sum.get(), addend_dev.get(), fused_out.get(), fused_rstd.get(),
+                                 weight_dev.get(), n, d, eps, nullptr);
+    EXPECT_LT(relative_error(download_as_float(fused_sum), expected_sum), kBf16Output) << "d " << d;
+    EXPECT_LT(relative_error(download_as_float(fused_out), expected_out), kBf16Output) << "d " << d;
+    EXPECT_LT(relative_error(download(fused_rstd), expected_rstd), kFp32FromBf16) << "d " << d;
+
+    DeviceBuffer<bf16> pair_sum = upload(to_bf16(residual)), pair_out = upload(nan_bf16(n * d));
+    DeviceBuffer<float> pair_rstd = upload(nan_fp32(n));
+    add_inplace(pair_sum.get(), addend_dev.get(), n * d, nullptr);
+    rmsnorm_forward(pair_out.get(), pair_rstd.get(), pair_sum.get(), weight_dev.get(), n, d, eps, nullptr);
+    const std::vector<bf16> sums[] = {download(fused_sum), download(pair_sum)};
+    const std::vector<bf16> outs[] = {download(fused_out), download(pair_out)};
+    EXPECT_EQ(std::memcmp(sums[0].data(), sums[1].data(), sums[0].size() * sizeof(bf16)), 0) << "d " << d;
+    EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(bf16)), 0) << "d " << d;
+    EXPECT_EQ(download(fused_rstd), download(pair_rstd)) << "d " << d;
+  }
+}
+
 TEST_F(CudaOps, RmsnormBackwardAccumulatesIntoBothGradients) {
   std::mt19937 rng(4);
   // More rows than rmsnorm_backward's 512 blocks, so blocks take several rows.
