@@ -3,6 +3,7 @@
 #include <algorithm>  // std::min, std::max
 #include <chrono>     // wait_state_copy's blocked time
 #include <cmath>      // std::sqrt, std::pow
+#include <cstdio>     // std::snprintf
 #include <cstring>    // std::memcpy
 #include <stdexcept>  // std::invalid_argument, std::logic_error
 #include <string>
@@ -163,6 +164,7 @@ CudaEngine::CudaEngine(const EngineOptions& options)
     TRAINBENCH_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 
   choose_attention();
+  check_plan_fits_free_memory();
   if (fused_attention_ != nullptr && fused_attention_->workspace_bytes() > 0)
     attention_workspace_ = DeviceBuffer<unsigned char>(fused_attention_->workspace_bytes());
   const EngineSizes z = engine_sizes(shape_, layout_, micro_batch_, fused_attention_ != nullptr);
@@ -204,6 +206,38 @@ CudaEngine::CudaEngine(const EngineOptions& options)
   grad_ready_from_head_ = readiness.after_head;
   grad_ready_from_layer_ = readiness.after_layer;
   TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(compute_stream_));
+}
+
+namespace {
+std::string gib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+}  // namespace
+
+// The plan the CLI checked beforehand assumed cuDNN attention wherever it is
+// built and compared it with the GPU's total memory. Here the attention is
+// chosen (a fallback to GEMMs keeps the probabilities), cuDNN's real
+// workspace is known, and other processes' allocations show in the free
+// memory, so the engine checks again before its first allocation: a clear
+// "needs vs free" instead of a cudaMalloc failure halfway through.
+void CudaEngine::check_plan_fits_free_memory() const {
+  const bool fused = fused_attention_ != nullptr;
+  const MemoryPlan plan =
+      cuda_memory_plan(options_, fused, fused ? fused_attention_->workspace_bytes() : 0);
+  size_t free_bytes = 0, total_bytes = 0;
+  TRAINBENCH_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  // Everything but the cuBLASLt workspace, which the GEMM wrapper already holds.
+  const int64_t still_to_allocate = plan.total_bytes() - static_cast<int64_t>(gemm_.workspace_bytes());
+  if (still_to_allocate <= static_cast<int64_t>(free_bytes)) return;
+  throw CudaError("the cuda engine needs " + gib(static_cast<double>(plan.total_bytes())) +
+                  " of GPU memory (activations " + gib(static_cast<double>(plan.activation_bytes)) +
+                  ", attention " + attention_info_.kernel + ") but GPU " + std::to_string(device_) +
+                  " has " + gib(static_cast<double>(free_bytes)) + " free of " +
+                  gib(static_cast<double>(total_bytes)) +
+                  ": lower train.micro_batch, model.seq_len or model.n_layers" +
+                  (fused ? "" : " (" + attention_info_.detail + ")"));
 }
 
 CudaEngine::~CudaEngine() {

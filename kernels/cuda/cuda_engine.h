@@ -196,6 +196,9 @@ class CudaEngine final : public TrainingEngine {
   // Picks the attention kernels (options_.attention) before anything is
   // sized: builds cuDNN's SDPA graphs, or says in attention_info_ why not.
   void choose_attention();
+  // Throws (exit 3 through the CLI) when the plan for the chosen attention
+  // exceeds the GPU's free memory: needed vs free and what to lower.
+  void check_plan_fits_free_memory() const;
   float attention_scale() const;
   void attention_forward(const LayerActivations& a);
   void attention_backward(const LayerActivations& a);

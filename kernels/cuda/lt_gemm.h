@@ -30,6 +30,7 @@ class LtGemm {
   ~LtGemm();
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
+  size_t workspace_bytes() const { return workspace_.bytes(); }
 
   void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
             const void* a, int64_t lda, const void* b, int64_t ldb, float beta, void* c,

@@ -645,6 +645,29 @@ TEST_F(CudaEngineTest, MemoryPlanIsPositiveAndFitsTheGpu) {
   }
 }
 
+// A plan larger than the GPU's free memory is refused before the engine
+// allocates anything, with needed vs free and what to lower (exit 3 through
+// the CLI), not a cudaMalloc failure partway.
+TEST_F(CudaEngineTest, APlanLargerThanTheFreeMemoryIsRefusedBeforeAllocating) {
+  EngineOptions options = gqa_options("cuda");
+  options.attention = "gemm";
+  // Each sequence adds 2 · 37 · 96 bf16 rows per layer and more: enough of
+  // them outgrow any GPU without the plan's arithmetic overflowing.
+  options.micro_batch = int64_t{1} << 26;
+  try {
+    make_engine(options);
+    FAIL() << "an engine planned at " << plan_engine_memory(options).total_bytes() << " bytes was built";
+  } catch (const std::runtime_error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("free of"), std::string::npos) << message;
+    EXPECT_NE(message.find("train.micro_batch"), std::string::npos) << message;
+    EXPECT_NE(message.find("attention gemm"), std::string::npos) << message;
+  }
+  // Nothing leaked: an engine that fits still builds and runs.
+  std::unique_ptr<TrainingEngine> cuda = make_engine(gqa_options("cuda"));
+  cuda->init_parameters(1);
+}
+
 // ---- frozen tensors ----
 
 TEST_F(CudaEngineTest, FrozenTensorGetsNoGradientAndStaysBitIdentical) {
