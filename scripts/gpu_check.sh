@@ -8,7 +8,7 @@
 #   scripts/gpu_check.sh            # all steps
 #   GPU_CHECK_SKIP_TORCH=1 ...      # without the PyTorch baseline and its tests
 #   GPU_CHECK_TESTS_ONLY=1 ...      # build and tests only
-#   GPU_CHECK_SKIP_PROFILE=1 ...    # without the per-op breakdown of the Llama-shaped step
+#   GPU_CHECK_SKIP_PROFILE=1 ...    # without the per-op breakdown of each preset's step
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out/gpu_check}
@@ -267,22 +267,25 @@ if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
   fi
 fi
 
-# 4e. Where the Llama-shaped step's GPU time goes, by kind of op (the issue 3
-# targets' gap): a short run with report.op_times, CUDA events between the
-# engine's ops (no profiler needed: nsys is not on the device image).
+# 4e. Where each preset's GPU time goes, by kind of op (the issue 3 targets'
+# gap: Llama's MFU, GPT-2's distance to torch.compile): a short run with
+# report.op_times, CUDA events between the engine's ops (no profiler needed:
+# nsys is not on the device image).
 if grep -q "cuda" <(grep "compute engines" "$out/version.txt") && [ -z "${GPU_CHECK_SKIP_PROFILE:-}" ]; then
-  ops_run=h200-llama8b-4l-op-times
-  if timeout "${GPU_CHECK_PROFILE_TIMEOUT:-120}" "$build/trainbench" run h200-llama8b-4l --steps 8 \
-       --set train.warmup_steps=3 --set report.op_times=true --out "$out/$ops_run.json" > "$out/$ops_run.log" 2>&1; then
-    row "h200-llama8b-4l compute by op" "$(python3 -c '
+  for preset in "${presets[@]}"; do
+    ops_run=$preset-op-times
+    if timeout "${GPU_CHECK_PROFILE_TIMEOUT:-120}" "$build/trainbench" run "$preset" --steps 8 \
+         --set train.warmup_steps=3 --set report.op_times=true --out "$out/$ops_run.json" > "$out/$ops_run.log" 2>&1; then
+      row "$preset compute by op" "$(python3 -c '
 import json, sys
 s = json.load(open(sys.argv[1]))["summary"]; ops = s["op_seconds_per_step"] or {}
 total = sum(ops.values())
 print("{:.1f} ms per step: ".format(1e3 * total) + ", ".join(
     "{} {:.1f} ms ({:.0f}%)".format(k, 1e3 * v, 100 * v / total) for k, v in sorted(ops.items(), key=lambda kv: -kv[1]) if v > 0))' "$out/$ops_run.json")"
-  else
-    row "h200-llama8b-4l compute by op" "FAILED (exit $?): $(tail -1 "$out/$ops_run.log")"
-  fi
+    else
+      row "$preset compute by op" "FAILED (exit $?): $(tail -1 "$out/$ops_run.log")"
+    fi
+  done
 fi
 
 # 5. PyTorch on the same shapes: eager and torch.compile.
