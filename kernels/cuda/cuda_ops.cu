@@ -133,38 +133,26 @@ __global__ void embedding_backward_kernel(float* d_embedding, const bf16* d_out,
 
 // ---- rmsnorm ----
 
-// One block per row.
-__global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* in, const bf16* weight,
-                                       int64_t d, float eps) {
+// One block per row: out = x · rsqrt(mean(x²) + eps) · weight. With
+// kAddFirst, x is residual + addend, rounded to bf16 and written back to
+// residual on the way (residual_add_rmsnorm_forward); each thread then reads
+// back only the sums it wrote. Either way each thread takes the same columns
+// and the block the same block_sum, so the fused op's bits are those of
+// add_inplace followed by the plain norm.
+template <bool kAddFirst>
+__global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* in, bf16* residual,
+                                       const bf16* addend, const bf16* weight, int64_t d,
+                                       float eps) {
   const int64_t row = blockIdx.x;
-  const bf16* x = in + row * d;
+  const bf16* x = (kAddFirst ? residual : in) + row * d;
   float sum_sq = 0.0f;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    const float value = to_float(x[i]);
-    sum_sq += value * value;
-  }
-  sum_sq = block_sum(sum_sq);
-  const float r = 1.0f / sqrtf(sum_sq / static_cast<float>(d) + eps);
-  if (threadIdx.x == 0) rstd[row] = r;
-  bf16* y = out + row * d;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
-    y[i] = to_bf16(to_float(x[i]) * r * to_float(weight[i]));
-}
-
-// One block per row, each thread on the columns rmsnorm_forward_kernel gives
-// it and with the same block_sum, so rstd and out are bit for bit that
-// kernel's on the summed row. Each thread reads back only the sums it wrote.
-__global__ void residual_add_rmsnorm_forward_kernel(bf16* residual, const bf16* addend, bf16* out,
-                                                    float* rstd, const bf16* weight, int64_t d,
-                                                    float eps) {
-  const int64_t row = blockIdx.x;
-  bf16* x = residual + row * d;
-  const bf16* a = addend + row * d;
-  float sum_sq = 0.0f;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    const bf16 sum = to_bf16(to_float(x[i]) + to_float(a[i]));
-    x[i] = sum;
-    const float value = to_float(sum);
+    float value = to_float(x[i]);
+    if constexpr (kAddFirst) {
+      const bf16 sum = to_bf16(value + to_float(addend[row * d + i]));
+      residual[row * d + i] = sum;
+      value = to_float(sum);
+    }
     sum_sq += value * value;
   }
   sum_sq = block_sum(sum_sq);
@@ -596,8 +584,8 @@ void embedding_backward(float* d_embedding, const bf16* d_out, const TokenGroups
 void rmsnorm_forward(bf16* out, float* rstd, const bf16* in, const bf16* weight, int64_t n,
                      int64_t d, float eps, cudaStream_t stream) {
   if (n == 0) return;
-  rmsnorm_forward_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(out, rstd, in, weight,
-                                                                           d, eps);
+  rmsnorm_forward_kernel<false><<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
+      out, rstd, in, nullptr, nullptr, weight, d, eps);
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -605,8 +593,8 @@ void residual_add_rmsnorm_forward(bf16* residual, const bf16* addend, bf16* out,
                                   const bf16* weight, int64_t n, int64_t d, float eps,
                                   cudaStream_t stream) {
   if (n == 0) return;
-  residual_add_rmsnorm_forward_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
-      residual, addend, out, rstd, weight, d, eps);
+  rmsnorm_forward_kernel<true><<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
+      out, rstd, nullptr, residual, addend, weight, d, eps);
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
