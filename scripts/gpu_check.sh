@@ -9,6 +9,7 @@
 #   GPU_CHECK_SKIP_TORCH=1 ...      # without the PyTorch baseline and its tests
 #   GPU_CHECK_TESTS_ONLY=1 ...      # build and tests only
 #   GPU_CHECK_SKIP_PROFILE=1 ...    # without the per-op breakdown of each preset's step
+#   GPU_CHECK_SKIP_EXTRAS=1 ...     # only build, tests, ceiling, presets, PyTorch and the ratios
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out/gpu_check}
@@ -173,7 +174,54 @@ for preset in "${presets[@]}"; do
   fi
 done
 
-# 4'. What the fused attention buys: the Llama-3-8B-shaped preset with
+# 5. PyTorch on the same shapes, eager and torch.compile, right after the
+# presets so that the issue's comparison is in the table even when a time
+# limit cuts the extra rows below; then the ratios and the targets.
+if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
+  for preset in "${presets[@]}"; do
+    if timeout "${GPU_CHECK_TORCH_TIMEOUT:-180}" python3 scripts/torch_baseline.py --config "configs/$preset.yaml" --mode both --json \
+         > "$out/torch_$preset.jsonl" 2> "$out/torch_$preset.err"; then
+      while read -r line; do
+        row "pytorch $preset $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["mode"])' "$line")" \
+            "$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["error"] if "error" in d else "{:,.0f} tokens/s".format(d["tokens_per_s"]))' "$line")"
+      done < <(grep '^{' "$out/torch_$preset.jsonl")
+    else
+      row "pytorch $preset" "FAILED: $(tail -1 "$out/torch_$preset.err")"
+    fi
+  done
+fi
+
+for preset in "${presets[@]}"; do
+  [ -f "$out/$preset.json" ] || continue
+  if [ -s "$out/torch_$preset.jsonl" ]; then
+    row "ratio $preset" "$(python3 - "$out/$preset.json" "$out/torch_$preset.jsonl" "$preset" <<'PY'
+import json, sys
+ours = json.load(open(sys.argv[1]))["summary"]
+torch = {d["mode"]: d for d in map(json.loads, (l for l in open(sys.argv[2]) if l.startswith("{")))}
+parts = []
+for mode, target in (("eager", 1.2), ("compile", 1.0)):
+    d = torch.get(mode, {})
+    if d.get("tokens_per_s"):
+        ratio = ours["tokens_per_s"] / d["tokens_per_s"]
+        parts.append("{:.2f}x {} (target >= {:.1f}x: {})".format(ratio, mode, target, "met" if ratio >= target else "not met"))
+    else:
+        parts.append("{}: {}".format(mode, d.get("error", "no figure")))
+mfu = ours.get("mfu") or 0
+if sys.argv[3] == "h200-llama8b-4l":  # the issue's MFU target is on this preset
+    parts.append("MFU {:.1f}% (target >= 55%: {})".format(100 * mfu, "met" if mfu >= 0.55 else "not met"))
+print(", ".join(parts))
+PY
+)"
+  else
+    row "ratio $preset" "no PyTorch figures in this run (GPU_CHECK_SKIP_TORCH, or it failed)"
+  fi
+done
+
+# 6. Extra rows (later issues' GPU checks and the diagnostics of issue 3's
+# gap), after the comparison above; GPU_CHECK_SKIP_EXTRAS=1 leaves them out.
+if [ -z "${GPU_CHECK_SKIP_EXTRAS:-}" ]; then
+
+# 6a. What the fused attention buys: the Llama-3-8B-shaped preset with
 # attention as cuBLASLt GEMMs around a causal softmax (train.attention=gemm),
 # side by side with the row above when that one ran cuDNN's SDPA.
 if grep -q "cuda" <(grep "compute engines" "$out/version.txt") &&
@@ -188,7 +236,7 @@ if grep -q "cuda" <(grep "compute engines" "$out/version.txt") &&
   fi
 fi
 
-# 4a. LoRA on the Llama-3-8B-shaped preset: the adapters on q,k,v,o with the
+# 6b. LoRA on the Llama-3-8B-shaped preset: the adapters on q,k,v,o with the
 # base frozen in bf16 (what `trainbench plan` calls the LoRA row).
 if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
   lora_run=h200-llama8b-4l-lora
@@ -200,7 +248,7 @@ if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
   fi
 fi
 
-# 4b. comm.backend=nccl through `trainbench run` on one rank: the gradient
+# 6c. comm.backend=nccl through `trainbench run` on one rank: the gradient
 # buckets all-reduced on the GPU by NCCL, each after its compute-stream event
 # (a sum over one rank moves nothing, so comm_s is the events' overhead).
 if grep -q "NCCL backend ON" "$out/configure.log"; then
@@ -215,7 +263,7 @@ else
   row "trainbench h200-gpt2-124m nccl" "not built: $(grep -o 'NCCL backend.*' "$out/configure.log" | head -1)"
 fi
 
-# 4b, several GPUs (and mpirun): data parallelism over NCCL
+# 6d, several GPUs (and mpirun): data parallelism over NCCL
 # with ZeRO-1, one rank per GPU (ZeRO-1 needs two ranks at least). The ranks'
 # parameter checksums must agree; the row gives the AdamW state per rank.
 gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
@@ -230,7 +278,7 @@ if [ "${gpus:-0}" -ge 2 ] && command -v mpirun > /dev/null && grep -q "NCCL back
   fi
 fi
 
-# 4c. A one-minute burn-in on the GPU: golden step, NVML sampling every 5 s
+# 6e. A one-minute burn-in on the GPU: golden step, NVML sampling every 5 s
 # (temperature, power, SM clock, clock-event reasons, ECC, PCIe replays),
 # storage at the start and every 20 s. Exit 4 is a FAIL verdict: the row says why.
 if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
@@ -255,7 +303,7 @@ else
   row "trainbench burnin 1m" "pending: this build has no CUDA engine ($(grep 'compute engines' "$out/version.txt"))"
 fi
 
-# 4d. What the per-step timing costs on the GPU (issue 7's <= 1%): timed and
+# 6f. What the per-step timing costs on the GPU (issue 7's <= 1%): timed and
 # untimed blocks of steps alternating in one process, the CUDA engine's
 # timing events included (trainbench bench instrument).
 if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
@@ -267,7 +315,7 @@ if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
   fi
 fi
 
-# 4e. Where each preset's GPU time goes, by kind of op (the issue 3 targets'
+# 6g. Where each preset's GPU time goes, by kind of op (the issue 3 targets'
 # gap: Llama's MFU, GPT-2's distance to torch.compile): a short run with
 # report.op_times, CUDA events between the engine's ops (no profiler needed:
 # nsys is not on the device image).
@@ -288,20 +336,7 @@ print("{:.1f} ms per step: ".format(1e3 * total) + ", ".join(
   done
 fi
 
-# 5. PyTorch on the same shapes: eager and torch.compile.
-if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
-  for preset in "${presets[@]}"; do
-    if timeout "${GPU_CHECK_TORCH_TIMEOUT:-180}" python3 scripts/torch_baseline.py --config "configs/$preset.yaml" --mode both --json \
-         > "$out/torch_$preset.jsonl" 2> "$out/torch_$preset.err"; then
-      while read -r line; do
-        row "pytorch $preset $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["mode"])' "$line")" \
-            "$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["error"] if "error" in d else "{:,.0f} tokens/s".format(d["tokens_per_s"]))' "$line")"
-      done < <(grep '^{' "$out/torch_$preset.jsonl")
-    else
-      row "pytorch $preset" "FAILED: $(tail -1 "$out/torch_$preset.err")"
-    fi
-  done
-fi
+fi  # extras
 
 row "total time" "$(elapsed)"
 echo
