@@ -299,6 +299,10 @@ struct ShardPiece {
 };
 // Every trainable tensor's part of [begin, end), in layout order: what an
 // engine's optimizer step updates (the whole buffer without ZeRO-1).
+// Neighbours contiguous in both the gradient and the parameter buffers with
+// the same `decay` are merged into one piece (AdamW is elementwise, so the
+// update is the same): one launch for a layer's q, k, v and o instead of four
+// on the CUDA engine — 51 pieces instead of 111 tensors for GPT-2 small.
 std::vector<ShardPiece> shard_pieces(const ParameterLayout& layout, int64_t begin, int64_t end);
 
 // Creates the backend named by options.device. Throws std::runtime_error with

@@ -50,7 +50,15 @@ std::vector<ShardPiece> shard_pieces(const ParameterLayout& layout, int64_t begi
     if (!t.trainable) continue;
     const int64_t lo = std::max(t.grad_offset, begin);
     const int64_t hi = std::min(t.grad_offset + t.numel, end);
-    if (lo < hi) pieces.push_back({lo, hi, t.offset + (lo - t.grad_offset), t.is_matrix()});
+    if (lo >= hi) continue;
+    const ShardPiece piece{lo, hi, t.offset + (lo - t.grad_offset), t.is_matrix()};
+    ShardPiece* last = pieces.empty() ? nullptr : &pieces.back();
+    if (last != nullptr && last->hi == piece.lo && last->parameter + (last->hi - last->lo) == piece.parameter &&
+        last->decay == piece.decay) {
+      last->hi = piece.hi;  // contiguous in both buffers, same decay: one update
+      continue;
+    }
+    pieces.push_back(piece);
   }
   return pieces;
 }

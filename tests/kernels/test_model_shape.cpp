@@ -1,6 +1,10 @@
 // ParameterLayout: counts, offsets and frozen tensors, checked by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>  // std::max
+#include <vector>
+
+#include "kernels/engine.h"  // shard_pieces
 #include "kernels/model_shape.h"
 
 namespace trainbench {
@@ -136,6 +140,59 @@ TEST(GradientReadiness, SuffixStartsAtEachPointSkippingFrozenTensors) {
   EXPECT_EQ(r.after_head, layout.trainable_params()) << "nothing trainable after the last layer";
   for (int64_t l = 0; l < 3; ++l)
     EXPECT_EQ(r.after_layer[l], layout.get(ParamKind::kWq, l).grad_offset) << l;
+}
+
+// ---- optimizer pieces ----
+
+ModelShape gpt2_small() {
+  return ModelShape{.vocab = 50257, .d_model = 768, .n_layers = 12, .n_heads = 12, .n_kv_heads = 12,
+                    .ffn_hidden = 3072, .seq_len = 1024};
+}
+
+// Every trainable element exactly once, in order, each with its tensor's
+// parameter offset and decay, and no two neighbours left that could be one.
+void expect_pieces_cover(const ParameterLayout& layout, int64_t begin, int64_t end) {
+  const std::vector<ShardPiece> pieces = shard_pieces(layout, begin, end);
+  int64_t next = begin;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const ShardPiece& p = pieces[i];
+    ASSERT_EQ(p.lo, next) << "piece " << i;
+    ASSERT_LT(p.lo, p.hi) << "piece " << i;
+    next = p.hi;
+    for (const ParamTensor& t : layout.tensors()) {  // every tensor the piece touches agrees with it
+      if (!t.trainable || t.grad_offset + t.numel <= p.lo || t.grad_offset >= p.hi) continue;
+      const int64_t from = std::max(p.lo, t.grad_offset);
+      EXPECT_EQ(p.parameter + (from - p.lo), t.offset + (from - t.grad_offset)) << "piece " << i;
+      EXPECT_EQ(p.decay, t.is_matrix()) << "piece " << i;
+    }
+    if (i > 0) {
+      const ShardPiece& q = pieces[i - 1];
+      EXPECT_FALSE(q.decay == p.decay && q.parameter + (q.hi - q.lo) == p.parameter) << "pieces " << i - 1 << ", " << i;
+    }
+  }
+  EXPECT_EQ(next, end);
+}
+
+TEST(ShardPieces, ContiguousTensorsWithTheSameDecayAreOnePiece) {
+  const ParameterLayout layout(gpt2_small());
+  const std::vector<ShardPiece> pieces = shard_pieces(layout, 0, layout.trainable_params());
+  // Embedding; per layer the attention norm, q..o, the MLP norm, gate..down; final norm, head.
+  EXPECT_EQ(pieces.size(), size_t{1 + 4 * 12 + 2});
+  EXPECT_EQ(layout.tensors().size(), size_t{1 + 9 * 12 + 2});
+  expect_pieces_cover(layout, 0, layout.trainable_params());
+  // A ZeRO-1 shard boundary cuts wherever it falls.
+  const int64_t third = layout.trainable_params() / 3;
+  expect_pieces_cover(layout, third, 2 * third + 7);
+}
+
+TEST(ShardPieces, AFrozenTensorKeepsItsNeighboursApart) {
+  // wk frozen: wq and wv are neighbours in the gradient buffer, not in the parameters.
+  ModelShape shape = gpt2_small();
+  shape.n_layers = 2;
+  ParameterLayout layout(shape);
+  layout.set_trainable(ParamKind::kWk, false);
+  expect_pieces_cover(layout, 0, layout.trainable_params());
+  EXPECT_EQ(shard_pieces(layout, 0, layout.trainable_params()).size(), size_t{1 + 5 * 2 + 2});
 }
 
 }  // namespace
