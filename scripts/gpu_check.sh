@@ -217,6 +217,10 @@ PY
   fi
 done
 
+# The issue's "one command under 8 minutes" is this part: build, tests,
+# ceiling, presets, PyTorch and the ratios.
+row "time to the ratios" "$(elapsed)"
+
 # 6. Extra rows (later issues' GPU checks and the diagnostics of issue 3's
 # gap), after the comparison above; GPU_CHECK_SKIP_EXTRAS=1 leaves them out.
 if [ -z "${GPU_CHECK_SKIP_EXTRAS:-}" ]; then
