@@ -154,8 +154,9 @@ CudaEngine::CudaEngine(const EngineOptions& options)
   TRAINBENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   // Its own stream for checkpoint snapshots: see state_copy_stream_ in the header.
   TRAINBENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&state_copy_stream_, cudaStreamNonBlocking));
+  TRAINBENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&gradient_zero_stream_, cudaStreamNonBlocking));
   for (cudaEvent_t* e : {&tokens_ready_, &tokens_free_, &losses_ready_, &state_copy_start_,
-                         &state_copy_done_})
+                         &state_copy_done_, &gradients_released_, &gradients_zeroed_})
     TRAINBENCH_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   timing_events_.resize(2 * kTimingEventPairs);
   for (cudaEvent_t& e : timing_events_) TRAINBENCH_CUDA_CHECK(cudaEventCreate(&e));
@@ -249,8 +250,9 @@ CudaEngine::~CudaEngine() {
   for (cudaEvent_t e : compute_ready_events_)
     if (e != nullptr) cudaEventDestroy(e);
   for (cudaEvent_t e : {tokens_ready_, tokens_free_, losses_ready_, state_copy_start_,
-                        state_copy_done_})
+                        state_copy_done_, gradients_released_, gradients_zeroed_})
     if (e != nullptr) cudaEventDestroy(e);
+  if (gradient_zero_stream_ != nullptr) cudaStreamDestroy(gradient_zero_stream_);
   if (state_copy_stream_ != nullptr) cudaStreamDestroy(state_copy_stream_);
   if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
   if (compute_stream_ != nullptr) cudaStreamDestroy(compute_stream_);
@@ -422,6 +424,7 @@ void CudaEngine::get_parameters(float* host) const {
 }
 
 void CudaEngine::get_gradients(float* host) const {
+  order_after_gradient_zeroing();
   TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(host, grads_.get(),
                                         sizeof(float) * layout_.trainable_params(),
                                         cudaMemcpyDeviceToHost, compute_stream_));
@@ -429,7 +432,17 @@ void CudaEngine::get_gradients(float* host) const {
 }
 
 void CudaEngine::zero_gradients() {
-  TRAINBENCH_CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), compute_stream_));
+  TRAINBENCH_CUDA_CHECK(cudaEventRecord(gradients_released_, compute_stream_));
+  TRAINBENCH_CUDA_CHECK(cudaStreamWaitEvent(gradient_zero_stream_, gradients_released_, 0));
+  TRAINBENCH_CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), gradient_zero_stream_));
+  TRAINBENCH_CUDA_CHECK(cudaEventRecord(gradients_zeroed_, gradient_zero_stream_));
+  gradient_zeroing_pending_ = true;
+}
+
+void CudaEngine::order_after_gradient_zeroing() const {
+  if (!gradient_zeroing_pending_) return;
+  TRAINBENCH_CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, gradients_zeroed_, 0));
+  gradient_zeroing_pending_ = false;
 }
 
 void* CudaEngine::allocate_host(size_t bytes) {
@@ -515,6 +528,9 @@ void CudaEngine::synchronize() { TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(com
 // A ring, not one event: a consumer that holds on to an event for a while
 // (up to kComputeEventRing - 1 further calls) still finds it as recorded.
 void* CudaEngine::record_compute_event() {
+  // The contract is "the engine's work enqueued so far": that includes a
+  // gradient memset still running on its own stream.
+  order_after_gradient_zeroing();
   const cudaEvent_t event = compute_ready_events_[next_compute_ready_event_];
   next_compute_ready_event_ = (next_compute_ready_event_ + 1) % compute_ready_events_.size();
   TRAINBENCH_CUDA_CHECK(cudaEventRecord(event, compute_stream_));
@@ -776,6 +792,9 @@ void CudaEngine::backward(const TokenBatch& batch, float loss_scale,
   if (!logits_valid_) throw std::logic_error("backward without a preceding forward");
   if (batch.inputs != staged_inputs_)
     throw std::logic_error("backward must follow the forward of the same batch");
+  // Before the timing event: a memset still running (it had the whole
+  // forward to finish) is not this call's compute.
+  order_after_gradient_zeroing();
   begin_compute();
   const ModelShape& s = shape_;
   const int64_t n = micro_batch_ * s.seq_len, d = s.d_model, f = s.ffn_hidden;
@@ -860,6 +879,7 @@ float CudaEngine::optimizer_step(const AdamWSettings& settings, int64_t step) {
   // event, so the copy does not count as compute; forward and backward
   // issued before this ran alongside it.
   order_after_state_copy();
+  order_after_gradient_zeroing();  // zeros without a backward since: still the update's input
   begin_compute();
   mark(OpKind::kOptimizer);
   cudaStream_t stream = compute_stream_;
@@ -894,6 +914,7 @@ double CudaEngine::gradient_sum_of_squares(int64_t begin, int64_t end) {
     throw std::invalid_argument("gradient_sum_of_squares: [" + std::to_string(begin) + ", " +
                                 std::to_string(end) + ") is outside the " +
                                 std::to_string(layout_.trainable_params()) + " gradients");
+  order_after_gradient_zeroing();
   begin_compute();
   mark(OpKind::kOptimizer);
   sum_of_squares(scratch_.sum_sq, grads_.get() + begin, end - begin, scratch_.sum_sq_partials,
@@ -910,6 +931,7 @@ double CudaEngine::gradient_sum_of_squares(int64_t begin, int64_t end) {
 void CudaEngine::optimizer_step_shard(const AdamWSettings& settings, int64_t step,
                                       double global_norm) {
   order_after_state_copy();
+  order_after_gradient_zeroing();
   begin_compute();
   mark(OpKind::kOptimizer);
   cudaStream_t stream = compute_stream_;

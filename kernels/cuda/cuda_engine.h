@@ -215,6 +215,9 @@ class CudaEngine final : public TrainingEngine {
   // Makes the compute stream wait for the state copy begun last, once, before
   // work that writes the parameters or the optimizer state.
   void order_after_state_copy();
+  // Makes the compute stream wait for zero_gradients' memset, once, before
+  // work that reads or writes the gradients.
+  void order_after_gradient_zeroing() const;
 
   EngineOptions options_;
   ModelShape shape_;
@@ -236,6 +239,17 @@ class CudaEngine final : public TrainingEngine {
   cudaEvent_t state_copy_done_ = nullptr;   // state-copy stream → compute stream, host
   bool state_copy_in_flight_ = false;       // begun, and the host has not waited for it
   bool compute_waits_for_state_copy_ = false;  // the compute stream is not yet ordered after it
+  // zero_gradients' memset runs on its own stream, alongside the forward that
+  // follows it (which does not touch the gradients): 7.7 GB at Llama-3-8B's
+  // 4 layers, ~2 ms a step off the compute stream. It starts once the compute
+  // stream is done with the gradients (gradients_released_); the first work
+  // that touches them again waits for gradients_zeroed_
+  // (order_after_gradient_zeroing).
+  cudaStream_t gradient_zero_stream_ = nullptr;
+  cudaEvent_t gradients_released_ = nullptr;  // compute stream → zero stream
+  cudaEvent_t gradients_zeroed_ = nullptr;    // zero stream → compute stream
+  // mutable: get_gradients (const) orders itself after the memset too.
+  mutable bool gradient_zeroing_pending_ = false;  // the compute stream is not yet ordered after it
   std::vector<cudaEvent_t> timing_events_;  // start/stop pairs of this step
   size_t timing_used_ = 0;
   bool compute_timing_ = true;  // set_compute_timing

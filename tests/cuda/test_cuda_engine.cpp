@@ -33,6 +33,8 @@
 //                          frozen tensors across optimizer_step, two CUDA runs.
 #include <gtest/gtest.h>
 
+#include <algorithm>  // std::count_if
+
 #include <cmath>      // std::sqrt, std::fabs, std::isfinite
 #include <cstdint>    // int32_t, int64_t
 #include <cstdio>     // std::printf
@@ -505,6 +507,44 @@ TEST_F(CudaEngineTest, GradientReadinessIsTheCpuEnginesSequence) {
     EXPECT_LE(cuda_ready[i], cuda_ready[i - 1]) << "readiness call " << i << " went up";
   EXPECT_EQ(cuda_ready.back(), 0) << "the whole gradient buffer is final after backward";
   EXPECT_EQ(cuda_ready, cpu_ready);
+}
+
+// zero_gradients' memset runs on a stream of its own, alongside the next
+// forward: every reader and writer of the gradients must still come after it
+// (get_gradients, backward's accumulation, a stream waiting for
+// record_compute_event), or the zeros race the old values.
+TEST_F(CudaEngineTest, ZeroGradientsIsOrderedBeforeEveryUseOfTheGradients) {
+  const EngineOptions options = gqa_options("cuda");
+  std::unique_ptr<TrainingEngine> cuda = make_engine(options);
+  cuda->init_parameters(6);
+  const Tokens t = random_tokens(options, 9);
+  const int64_t count = cuda->layout().trainable_params();
+  forward_backward(*cuda, t.batch(options));
+  const std::vector<float> first = gradients_of(*cuda);
+  ASSERT_GT(std::count_if(first.begin(), first.end(), [](float g) { return g != 0.0f; }), count / 2);
+
+  cuda->zero_gradients();  // no synchronize: the reads below must order themselves
+  EXPECT_EQ(gradients_of(*cuda), std::vector<float>(static_cast<size_t>(count), 0.0f));
+
+  // The same batch from zeros again: the same bits (an accumulation into
+  // unfinished zeros would add the old gradients in).
+  cuda->zero_gradients();
+  cuda->forward(t.batch(options));
+  cuda->backward(t.batch(options), 1.0f, nullptr);
+  EXPECT_EQ(gradients_of(*cuda), first);
+
+  // A device consumer ordered by record_compute_event right after the zeroing.
+  cudaStream_t consumer = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking), cudaSuccess);
+  std::vector<float> seen(static_cast<size_t>(count), 1.0f);
+  cuda->zero_gradients();
+  ASSERT_EQ(cudaStreamWaitEvent(consumer, static_cast<cudaEvent_t>(cuda->record_compute_event()), 0), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(seen.data(), cuda->device_gradient_buffer(), seen.size() * sizeof(float),
+                            cudaMemcpyDeviceToHost, consumer),
+            cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(consumer), cudaSuccess);
+  EXPECT_EQ(seen, std::vector<float>(static_cast<size_t>(count), 0.0f));
+  EXPECT_EQ(cudaStreamDestroy(consumer), cudaSuccess);
 }
 
 // The hooks the NCCL gradient sync uses: device_gradient_buffer is the
