@@ -105,6 +105,50 @@ __device__ OnlineSum block_online_sum(OnlineSum value) {
   return total;
 }
 
+// ---- 16-byte packs ----
+
+// Eight bf16 values moved by one 16-byte load or store: scalar 2-byte loads
+// keep too few bytes in flight to reach HBM bandwidth. Used where every
+// pointer is 16-byte aligned (checked on the host); the rest goes element by
+// element.
+constexpr int kPack = 8;
+struct alignas(16) Bf16Pack {
+  bf16 value[kPack];
+};
+
+bool aligned_for_packs(const void* pointer) {
+  return reinterpret_cast<uintptr_t>(pointer) % sizeof(Bf16Pack) == 0;
+}
+
+template <int N>
+struct Floats {
+  float value[N];
+};
+
+// N = kPack: one 16-byte load at an aligned address; N = 1: one element.
+template <int N>
+__device__ __forceinline__ Floats<N> load(const bf16* source) {
+  Floats<N> out;
+  if constexpr (N == kPack) {
+    const Bf16Pack pack = *reinterpret_cast<const Bf16Pack*>(source);
+    for (int k = 0; k < N; ++k) out.value[k] = to_float(pack.value[k]);
+  } else {
+    for (int k = 0; k < N; ++k) out.value[k] = to_float(source[k]);
+  }
+  return out;
+}
+
+template <int N>
+__device__ __forceinline__ void store(bf16* destination, const Floats<N>& values) {
+  if constexpr (N == kPack) {
+    Bf16Pack pack;
+    for (int k = 0; k < N; ++k) pack.value[k] = to_bf16(values.value[k]);
+    *reinterpret_cast<Bf16Pack*>(destination) = pack;
+  } else {
+    for (int k = 0; k < N; ++k) destination[k] = to_bf16(values.value[k]);
+  }
+}
+
 // ---- embedding ----
 
 __global__ void embedding_forward_kernel(bf16* out, const int32_t* tokens, const bf16* embedding,
@@ -133,72 +177,154 @@ __global__ void embedding_backward_kernel(float* d_embedding, const bf16* d_out,
 
 // ---- rmsnorm ----
 
-// One block per row: out = x · rsqrt(mean(x²) + eps) · weight. With
-// kAddFirst, x is residual + addend, rounded to bf16 and written back to
-// residual on the way (residual_add_rmsnorm_forward); each thread then reads
-// back only the sums it wrote. Either way each thread takes the same columns
-// and the block the same block_sum, so the fused op's bits are those of
+// Sums each of R values over the block, returned to every thread: block_sum
+// for R rows at once (one pair of barriers instead of R), each value summed
+// in block_sum's order, so R = 1 gives block_sum's bits.
+template <int R>
+__device__ void block_sum_each(float (&values)[R]) {
+  __shared__ float warp_totals[kWarps][R];
+  for (int k = 0; k < R; ++k) values[k] = warp_sum(values[k]);
+  __syncthreads();
+  if (threadIdx.x % 32 == 0)
+    for (int k = 0; k < R; ++k) warp_totals[threadIdx.x / 32][k] = values[k];
+  __syncthreads();
+  for (int k = 0; k < R; ++k) {
+    float total = 0.0f;
+    for (int w = 0; w < kWarps; ++w) total += warp_totals[w][k];
+    values[k] = total;
+  }
+}
+
+// The row's values at [i, i + N) and the sum of their squares. With
+// kAddFirst the values are residual + addend rounded to bf16, and are stored
+// back into residual (bf16 in a float is exact, so the store does not round
+// again).
+template <bool kAddFirst, int N>
+__device__ __forceinline__ float load_row_squared(const bf16* x, bf16* residual, const bf16* addend,
+                                                  int64_t i) {
+  Floats<N> v = load<N>(x + i);
+  if constexpr (kAddFirst) {
+    const Floats<N> a = load<N>(addend + i);
+    for (int k = 0; k < N; ++k) v.value[k] = to_float(to_bf16(v.value[k] + a.value[k]));
+    store<N>(residual + i, v);
+  }
+  float sum = 0.0f;
+  for (int k = 0; k < N; ++k) sum += v.value[k] * v.value[k];
+  return sum;
+}
+
+template <int N>
+__device__ __forceinline__ void store_normalised(bf16* y, const bf16* x, const bf16* weight, float r,
+                                                 int64_t i) {
+  const Floats<N> v = load<N>(x + i), w = load<N>(weight + i);
+  Floats<N> out;
+  for (int k = 0; k < N; ++k) out.value[k] = v.value[k] * r * w.value[k];
+  store<N>(y + i, out);
+}
+
+// One warp per row, kWarps rows per block: out = x · rsqrt(mean(x²) + eps) ·
+// weight, the sum a warp_sum, so no barrier holds a row back and an SM keeps
+// 64 rows in flight (one 256-thread block per row kept 8, and GPT-2's
+// 768-wide rows waited on memory latency). Lanes take 16-byte packs where
+// every row is 16-byte aligned (`packed`), elements otherwise. With kAddFirst,
+// x is residual + addend, rounded and written back on the way
+// (residual_add_rmsnorm_forward); each lane reads back only what it wrote,
+// and since both variants share this code the fused op's bits are those of
 // add_inplace followed by the plain norm.
 template <bool kAddFirst>
 __global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* in, bf16* residual,
-                                       const bf16* addend, const bf16* weight, int64_t d,
-                                       float eps) {
-  const int64_t row = blockIdx.x;
-  const bf16* x = (kAddFirst ? residual : in) + row * d;
+                                       const bf16* addend, const bf16* weight, int64_t n, int64_t d,
+                                       float eps, bool packed) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (row >= n) return;  // the whole warp: the row is the warp's
+  const int lane = threadIdx.x % 32;
+  const int64_t begin = row * d;
+  const bf16* x = (kAddFirst ? residual : in) + begin;
+  bf16* x_out = kAddFirst ? residual + begin : nullptr;
+  const bf16* a = kAddFirst ? addend + begin : nullptr;
+  const int64_t packs = packed ? d / kPack : 0;
   float sum_sq = 0.0f;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    float value = to_float(x[i]);
-    if constexpr (kAddFirst) {
-      const bf16 sum = to_bf16(value + to_float(addend[row * d + i]));
-      residual[row * d + i] = sum;
-      value = to_float(sum);
-    }
-    sum_sq += value * value;
-  }
-  sum_sq = block_sum(sum_sq);
+  for (int64_t p = lane; p < packs; p += 32)
+    sum_sq += load_row_squared<kAddFirst, kPack>(x, x_out, a, p * kPack);
+  for (int64_t i = packs * kPack + lane; i < d; i += 32)
+    sum_sq += load_row_squared<kAddFirst, 1>(x, x_out, a, i);
+  sum_sq = warp_sum(sum_sq);
   const float r = 1.0f / sqrtf(sum_sq / static_cast<float>(d) + eps);
-  if (threadIdx.x == 0) rstd[row] = r;
-  bf16* y = out + row * d;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
-    y[i] = to_bf16(to_float(x[i]) * r * to_float(weight[i]));
+  if (lane == 0) rstd[row] = r;
+  bf16* y = out + begin;
+  for (int64_t p = lane; p < packs; p += 32) store_normalised<kPack>(y, x, weight, r, p * kPack);
+  for (int64_t i = packs * kPack + lane; i < d; i += 32) store_normalised<1>(y, x, weight, r, i);
 }
 
-// Block b handles rows b, b + gridDim.x, …. dx_i = r·w_i·dy_i − x_i·r³/d · Σ_j dy_j·w_j·x_j
-// is added to d_in; when weight_partials is set, the block's own row of it
-// (one float per column, owned by the thread that owns the column) collects
-// Σ dy_i·x_i·r over the block's rows, for rmsnorm_weight_grad_kernel.
+// Rows a block of rmsnorm_backward_kernel takes at once: their loads are in
+// flight together and their sums share one pair of barriers. At GPT-2's
+// 768-wide rows a block otherwise waited out a memory latency and two
+// barriers per row, 64 rows in a row.
+constexpr int kRmsnormBackwardRowsAtOnce = 4;
+
+// Block b handles rows b, b + gridDim.x, … (kRmsnormBackwardRowsAtOnce at a
+// time, in that order). dx_i = r·w_i·dy_i − x_i·r³/d · Σ_j dy_j·w_j·x_j is
+// added to d_in; when weight_partials is set, the block's own row of it (one
+// float per column, owned by the thread that owns the column) collects
+// Σ dy_i·x_i·r over the block's rows, in row order, for
+// rmsnorm_weight_grad_kernel.
 __global__ void rmsnorm_backward_kernel(bf16* d_in, float* weight_partials, const bf16* d_out,
                                         const bf16* in, const bf16* weight, const float* rstd,
                                         int64_t n, int64_t d) {
+  constexpr int R = kRmsnormBackwardRowsAtOnce;
   float* partial = weight_partials != nullptr ? weight_partials + blockIdx.x * d : nullptr;
   if (partial != nullptr)
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) partial[i] = 0.0f;
-  for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
-    const bf16* x = in + row * d;
-    const bf16* dy = d_out + row * d;
-    const float r = rstd[row];
-    float dot = 0.0f;
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
-      dot += to_float(dy[i]) * to_float(weight[i]) * to_float(x[i]);
-    dot = block_sum(dot);
-    const float coef = dot * r * r * r / static_cast<float>(d);
-    bf16* dx = d_in + row * d;
+  const int64_t stride = gridDim.x;
+  for (int64_t first = blockIdx.x; first < n; first += R * stride) {
+    int64_t rows[R];
+    float r[R], dots[R];
+    for (int k = 0; k < R; ++k) {
+      rows[k] = first + k * stride;  // rows[k] >= n: no row, skipped below
+      r[k] = rows[k] < n ? rstd[rows[k]] : 0.0f;
+      dots[k] = 0.0f;
+    }
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-      const float x_i = to_float(x[i]), dy_i = to_float(dy[i]);
-      dx[i] = to_bf16(to_float(dx[i]) + r * to_float(weight[i]) * dy_i - x_i * coef);
-      if (partial != nullptr) partial[i] += dy_i * x_i * r;
+      const float w = to_float(weight[i]);
+      for (int k = 0; k < R; ++k)
+        if (rows[k] < n)
+          dots[k] += to_float(d_out[rows[k] * d + i]) * w * to_float(in[rows[k] * d + i]);
+    }
+    block_sum_each<R>(dots);
+    float coef[R];
+    for (int k = 0; k < R; ++k) coef[k] = dots[k] * r[k] * r[k] * r[k] / static_cast<float>(d);
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+      const float w = to_float(weight[i]);
+      for (int k = 0; k < R; ++k) {
+        if (rows[k] >= n) continue;
+        const int64_t at = rows[k] * d + i;
+        const float x_i = to_float(in[at]), dy_i = to_float(d_out[at]);
+        d_in[at] = to_bf16(to_float(d_in[at]) + r[k] * w * dy_i - x_i * coef[k]);
+        if (partial != nullptr) partial[i] += dy_i * x_i * r[k];
+      }
     }
   }
 }
 
-// d_weight[i] += Σ_b partials[b, i], b in order: one thread per column.
+// d_weight[c] += Σ_b partials[b, c]: a block takes 32 columns; its warp w
+// sums partial rows w, w + kWarps, … in order (each load a coalesced row of
+// 32 columns), then one thread per column adds the warps' sums in warp
+// order — a fixed order, with kWarps chains per column where one thread per
+// column walked all `blocks` rows.
 __global__ void rmsnorm_weight_grad_kernel(float* d_weight, const float* partials, int64_t blocks,
                                            int64_t d) {
-  const int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (col >= d) return;
+  __shared__ float warp_sums[kWarps][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + lane;
   float total = 0.0f;
-  for (int64_t b = 0; b < blocks; ++b) total += partials[b * d + col];
-  d_weight[col] += total;
+  if (col < d)
+    for (int64_t b = warp; b < blocks; b += kWarps) total += partials[b * d + col];
+  warp_sums[warp][lane] = total;
+  __syncthreads();
+  if (warp != 0 || col >= d) return;
+  float sum = 0.0f;
+  for (int w = 0; w < kWarps; ++w) sum += warp_sums[w][lane];
+  d_weight[col] += sum;
 }
 
 int64_t rmsnorm_backward_blocks(int64_t n) { return std::min(n, kRmsnormBackwardMaxBlocks); }
@@ -284,50 +410,6 @@ __global__ void causal_softmax_backward_kernel(bf16* d_probs_to_d_scores, const 
   // whatever the GEMM left there (even a non-finite value) does not leak.
   for (int64_t j = threadIdx.x; j < seq_len; j += blockDim.x)
     d[j] = to_bf16(j <= i ? to_float(p[j]) * (to_float(d[j]) - weighted) * scale : 0.0f);
-}
-
-// ---- 16-byte packs ----
-
-// Eight bf16 values moved by one 16-byte load or store: scalar 2-byte loads
-// keep too few bytes in flight to reach HBM bandwidth. Used where every
-// pointer is 16-byte aligned (checked on the host); the rest goes element by
-// element.
-constexpr int kPack = 8;
-struct alignas(16) Bf16Pack {
-  bf16 value[kPack];
-};
-
-bool aligned_for_packs(const void* pointer) {
-  return reinterpret_cast<uintptr_t>(pointer) % sizeof(Bf16Pack) == 0;
-}
-
-template <int N>
-struct Floats {
-  float value[N];
-};
-
-// N = kPack: one 16-byte load at an aligned address; N = 1: one element.
-template <int N>
-__device__ __forceinline__ Floats<N> load(const bf16* source) {
-  Floats<N> out;
-  if constexpr (N == kPack) {
-    const Bf16Pack pack = *reinterpret_cast<const Bf16Pack*>(source);
-    for (int k = 0; k < N; ++k) out.value[k] = to_float(pack.value[k]);
-  } else {
-    for (int k = 0; k < N; ++k) out.value[k] = to_float(source[k]);
-  }
-  return out;
-}
-
-template <int N>
-__device__ __forceinline__ void store(bf16* destination, const Floats<N>& values) {
-  if constexpr (N == kPack) {
-    Bf16Pack pack;
-    for (int k = 0; k < N; ++k) pack.value[k] = to_bf16(values.value[k]);
-    *reinterpret_cast<Bf16Pack*>(destination) = pack;
-  } else {
-    for (int k = 0; k < N; ++k) destination[k] = to_bf16(values.value[k]);
-  }
 }
 
 // ---- elementwise ----
@@ -584,8 +666,10 @@ void embedding_backward(float* d_embedding, const bf16* d_out, const TokenGroups
 void rmsnorm_forward(bf16* out, float* rstd, const bf16* in, const bf16* weight, int64_t n,
                      int64_t d, float eps, cudaStream_t stream) {
   if (n == 0) return;
-  rmsnorm_forward_kernel<false><<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
-      out, rstd, in, nullptr, nullptr, weight, d, eps);
+  const bool packed = d % kPack == 0 && aligned_for_packs(out) && aligned_for_packs(in) &&
+                      aligned_for_packs(weight);
+  rmsnorm_forward_kernel<false><<<static_cast<unsigned>((n + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
+      out, rstd, in, nullptr, nullptr, weight, n, d, eps, packed);
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -593,8 +677,10 @@ void residual_add_rmsnorm_forward(bf16* residual, const bf16* addend, bf16* out,
                                   const bf16* weight, int64_t n, int64_t d, float eps,
                                   cudaStream_t stream) {
   if (n == 0) return;
-  rmsnorm_forward_kernel<true><<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
-      out, rstd, nullptr, residual, addend, weight, d, eps);
+  const bool packed = d % kPack == 0 && aligned_for_packs(out) && aligned_for_packs(residual) &&
+                      aligned_for_packs(addend) && aligned_for_packs(weight);
+  rmsnorm_forward_kernel<true><<<static_cast<unsigned>((n + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
+      out, rstd, nullptr, residual, addend, weight, n, d, eps, packed);
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -608,7 +694,7 @@ void rmsnorm_backward(bf16* d_in, float* d_weight, const bf16* d_out, const bf16
       d_in, partials, d_out, in, weight, rstd, n, d);
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
   if (d_weight == nullptr) return;
-  const int column_blocks = static_cast<int>((d + kThreads - 1) / kThreads);
+  const int column_blocks = static_cast<int>((d + 31) / 32);
   rmsnorm_weight_grad_kernel<<<column_blocks, kThreads, 0, stream>>>(d_weight, partials, blocks,
                                                                      d);
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());

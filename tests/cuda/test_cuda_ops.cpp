@@ -37,6 +37,7 @@
 #include <memory>   // the fused attention
 #include <stdexcept>  // std::invalid_argument
 #include <string>
+#include <utility>  // std::pair
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"          // the fp32 reference ops
@@ -184,21 +185,25 @@ TEST_F(CudaOps, EmbeddingBackwardAddsRepeatedTokensInRowOrder) {
 
 // ---- rmsnorm ----
 
+// One warp per row: a ragged width (element by element) and GPT-2's 768
+// (16-byte packs), with a row count that leaves the last block's warps idle.
 TEST_F(CudaOps, RmsnormForward) {
   std::mt19937 rng(3);
-  const int64_t n = 301, d = 333;
-  const float eps = 1e-5f;
-  const std::vector<float> in = random_bf16_values(n * d, rng, 2.0f);
-  const std::vector<float> weight = random_bf16_values(d, rng);
-  std::vector<float> expected_out(n * d), expected_rstd(n);
-  cpu::rmsnorm_forward(expected_out.data(), expected_rstd.data(), in.data(), weight.data(), n, d, eps);
+  for (const int64_t d : {333, 768}) {
+    const int64_t n = 301;
+    const float eps = 1e-5f;
+    const std::vector<float> in = random_bf16_values(n * d, rng, 2.0f);
+    const std::vector<float> weight = random_bf16_values(d, rng);
+    std::vector<float> expected_out(n * d), expected_rstd(n);
+    cpu::rmsnorm_forward(expected_out.data(), expected_rstd.data(), in.data(), weight.data(), n, d, eps);
 
-  DeviceBuffer<bf16> in_dev = upload(to_bf16(in)), weight_dev = upload(to_bf16(weight));
-  DeviceBuffer<bf16> out_dev = upload(nan_bf16(n * d));
-  DeviceBuffer<float> rstd_dev = upload(nan_fp32(n));
-  rmsnorm_forward(out_dev.get(), rstd_dev.get(), in_dev.get(), weight_dev.get(), n, d, eps, nullptr);
-  EXPECT_LT(relative_error(download_as_float(out_dev), expected_out), kBf16Output);
-  EXPECT_LT(relative_error(download(rstd_dev), expected_rstd), kFp32FromBf16);
+    DeviceBuffer<bf16> in_dev = upload(to_bf16(in)), weight_dev = upload(to_bf16(weight));
+    DeviceBuffer<bf16> out_dev = upload(nan_bf16(n * d));
+    DeviceBuffer<float> rstd_dev = upload(nan_fp32(n));
+    rmsnorm_forward(out_dev.get(), rstd_dev.get(), in_dev.get(), weight_dev.get(), n, d, eps, nullptr);
+    EXPECT_LT(relative_error(download_as_float(out_dev), expected_out), kBf16Output) << "d " << d;
+    EXPECT_LT(relative_error(download(rstd_dev), expected_rstd), kFp32FromBf16) << "d " << d;
+  }
 }
 
 // The fused op against the CPU's add then norm, and bit for bit against the
@@ -239,33 +244,37 @@ TEST_F(CudaOps, ResidualAddRmsnormIsTheAddThenTheNorm) {
 
 TEST_F(CudaOps, RmsnormBackwardAccumulatesIntoBothGradients) {
   std::mt19937 rng(4);
-  // More rows than rmsnorm_backward's 512 blocks, so blocks take several rows.
-  const int64_t n = 1100, d = 333;
-  const std::vector<float> in = random_bf16_values(n * d, rng, 2.0f);
-  const std::vector<float> weight = random_bf16_values(d, rng);
-  const std::vector<float> d_out = random_bf16_values(n * d, rng);
-  const std::vector<float> d_in_initial = random_bf16_values(n * d, rng);
-  const std::vector<float> d_weight_initial = random_fp32_values(d, rng);
-  std::vector<float> unused_out(n * d), rstd(n);
-  cpu::rmsnorm_forward(unused_out.data(), rstd.data(), in.data(), weight.data(), n, d, 1e-5f);
-  std::vector<float> expected_d_in = d_in_initial, expected_d_weight = d_weight_initial;
-  cpu::rmsnorm_backward(expected_d_in.data(), expected_d_weight.data(), d_out.data(), in.data(),
-                        weight.data(), rstd.data(), n, d);
+  // More rows than rmsnorm_backward's 512 blocks, so blocks take several rows:
+  // fewer than the 4 it takes at once (1100), and a group of 4 then a short
+  // one (3000 rows of GPT-2's 768).
+  const std::pair<int64_t, int64_t> shapes[] = {{1100, 333}, {3000, 768}};
+  for (const auto& [n, d] : shapes) {
+    const std::vector<float> in = random_bf16_values(n * d, rng, 2.0f);
+    const std::vector<float> weight = random_bf16_values(d, rng);
+    const std::vector<float> d_out = random_bf16_values(n * d, rng);
+    const std::vector<float> d_in_initial = random_bf16_values(n * d, rng);
+    const std::vector<float> d_weight_initial = random_fp32_values(d, rng);
+    std::vector<float> unused_out(n * d), rstd(n);
+    cpu::rmsnorm_forward(unused_out.data(), rstd.data(), in.data(), weight.data(), n, d, 1e-5f);
+    std::vector<float> expected_d_in = d_in_initial, expected_d_weight = d_weight_initial;
+    cpu::rmsnorm_backward(expected_d_in.data(), expected_d_weight.data(), d_out.data(), in.data(),
+                          weight.data(), rstd.data(), n, d);
 
-  DeviceBuffer<bf16> in_dev = upload(to_bf16(in)), weight_dev = upload(to_bf16(weight));
-  DeviceBuffer<bf16> d_out_dev = upload(to_bf16(d_out)), d_in_dev = upload(to_bf16(d_in_initial));
-  DeviceBuffer<float> rstd_dev = upload(rstd), d_weight_dev = upload(d_weight_initial);
-  DeviceBuffer<float> scratch(rmsnorm_backward_scratch_floats(n, d));
-  rmsnorm_backward(d_in_dev.get(), d_weight_dev.get(), d_out_dev.get(), in_dev.get(),
-                   weight_dev.get(), rstd_dev.get(), n, d, scratch.get(), nullptr);
-  EXPECT_LT(relative_error(download_as_float(d_in_dev), expected_d_in), kBf16Output);
-  EXPECT_LT(relative_error(download(d_weight_dev), expected_d_weight), kFp32FromBf16);
+    DeviceBuffer<bf16> in_dev = upload(to_bf16(in)), weight_dev = upload(to_bf16(weight));
+    DeviceBuffer<bf16> d_out_dev = upload(to_bf16(d_out)), d_in_dev = upload(to_bf16(d_in_initial));
+    DeviceBuffer<float> rstd_dev = upload(rstd), d_weight_dev = upload(d_weight_initial);
+    DeviceBuffer<float> scratch(rmsnorm_backward_scratch_floats(n, d));
+    rmsnorm_backward(d_in_dev.get(), d_weight_dev.get(), d_out_dev.get(), in_dev.get(),
+                     weight_dev.get(), rstd_dev.get(), n, d, scratch.get(), nullptr);
+    EXPECT_LT(relative_error(download_as_float(d_in_dev), expected_d_in), kBf16Output) << "n " << n;
+    EXPECT_LT(relative_error(download(d_weight_dev), expected_d_weight), kFp32FromBf16) << "n " << n;
 
-  // Without a weight gradient (frozen gain) only d_in moves, and no scratch is needed.
-  DeviceBuffer<bf16> d_in_again = upload(to_bf16(d_in_initial));
-  rmsnorm_backward(d_in_again.get(), nullptr, d_out_dev.get(), in_dev.get(), weight_dev.get(),
-                   rstd_dev.get(), n, d, nullptr, nullptr);
-  EXPECT_LT(relative_error(download_as_float(d_in_again), expected_d_in), kBf16Output);
+    // Without a weight gradient (frozen gain) only d_in moves, and no scratch is needed.
+    DeviceBuffer<bf16> d_in_again = upload(to_bf16(d_in_initial));
+    rmsnorm_backward(d_in_again.get(), nullptr, d_out_dev.get(), in_dev.get(), weight_dev.get(),
+                     rstd_dev.get(), n, d, nullptr, nullptr);
+    EXPECT_LT(relative_error(download_as_float(d_in_again), expected_d_in), kBf16Output) << "n " << n;
+  }
 }
 
 // ---- rope ----
