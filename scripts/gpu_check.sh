@@ -10,6 +10,7 @@
 #   GPU_CHECK_TESTS_ONLY=1 ...      # build and tests only
 #   GPU_CHECK_SKIP_PROFILE=1 ...    # without the per-op breakdown of each preset's step
 #   GPU_CHECK_SKIP_EXTRAS=1 ...     # only build, tests, ceiling, presets, PyTorch and the ratios
+#   GPU_CHECK_EXTRAS_ONLY=1 ...     # only the build and the extra rows (a second call)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out/gpu_check}
@@ -106,6 +107,10 @@ else
 fi
 "$build/trainbench" --version > "$out/version.txt" 2>&1
 row "cuDNN attention" "$(grep -o 'cuDNN attention: .*' "$out/version.txt" | cut -d' ' -f3-) ($(grep -o 'cuDNN attention [A-Z]*' "$out/configure.log" | head -1))"
+
+# Sections 2-5, the issue's comparison; GPU_CHECK_EXTRAS_ONLY=1 skips them
+# (a second call on a machine that already ran them keeps its build).
+if [ -z "${GPU_CHECK_EXTRAS_ONLY:-}" ]; then
 
 # 2. CUDA tests (label gpu): they must run here, not skip.
 (cd "$build" && ctest -L gpu -j 4 --output-on-failure --timeout "${GPU_CHECK_TEST_TIMEOUT:-150}") > "$out/ctest_gpu.log" 2>&1
@@ -221,6 +226,8 @@ done
 # ceiling, presets, PyTorch and the ratios.
 row "time to the ratios" "$(elapsed)"
 
+fi  # sections 2-5
+
 # 6. Extra rows (later issues' GPU checks and the diagnostics of issue 3's
 # gap), after the comparison above; GPU_CHECK_SKIP_EXTRAS=1 leaves them out.
 if [ -z "${GPU_CHECK_SKIP_EXTRAS:-}" ]; then
@@ -228,9 +235,10 @@ if [ -z "${GPU_CHECK_SKIP_EXTRAS:-}" ]; then
 # 6a. What the fused attention buys: the Llama-3-8B-shaped preset with
 # attention as cuBLASLt GEMMs around a causal softmax (train.attention=gemm),
 # side by side with the row above when that one ran cuDNN's SDPA.
-if grep -q "cuda" <(grep "compute engines" "$out/version.txt") &&
-   python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["environment"]["attention"]["kernel"] != "cudnn-sdpa")' \
-     "$out/h200-llama8b-4l.json" 2> /dev/null; then
+# Skipped only when that row ran the GEMM attention already.
+main_attention=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["environment"]["attention"]["kernel"])' \
+                   "$out/h200-llama8b-4l.json" 2> /dev/null || echo "not run here")
+if grep -q "cuda" <(grep "compute engines" "$out/version.txt") && [ "$main_attention" != gemm ]; then
   gemm_run=h200-llama8b-4l-gemm-attention
   if timeout "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run h200-llama8b-4l --set train.attention=gemm \
        --out "$out/$gemm_run.json" > "$out/$gemm_run.log" 2>&1; then
