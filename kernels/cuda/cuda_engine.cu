@@ -690,7 +690,17 @@ void CudaEngine::forward(const TokenBatch& batch) {
   bf16* p = params_.get();
 
   FinalActivations& fa = final_acts_;
-  const bf16* final_norm = param_view(p, ParamKind::kFinalNorm);
+  // The norm that feeds layer l's attention, or the head when l = n_layers:
+  // its output, rstd and gain.
+  struct NormTarget {
+    bf16* out;
+    float* rstd;
+    const bf16* gain;
+  };
+  auto norm_feeding = [&](int64_t l) {
+    if (l == s.n_layers) return NormTarget{fa.norm_out, fa.rstd, param_view(p, ParamKind::kFinalNorm)};
+    return NormTarget{layer_acts_[l].attn_norm_out, layer_acts_[l].attn_rstd, layer_weights(l).attn_norm};
+  };
   bf16* x = s.n_layers > 0 ? layer_acts_[0].residual_in : fa.residual_out;
   mark(OpKind::kEmbedding);
   embedding_forward(x, inputs, param_view(p, ParamKind::kTokenEmbedding), n, d, stream);
@@ -698,16 +708,12 @@ void CudaEngine::forward(const TokenBatch& batch) {
   // with the add that precedes it (residual_add_rmsnorm_forward), so the
   // residual adds count under "norm" in report.op_times.
   mark(OpKind::kNorm);
-  if (s.n_layers > 0)
-    rmsnorm_forward(layer_acts_[0].attn_norm_out, layer_acts_[0].attn_rstd, x,
-                    layer_weights(0).attn_norm, n, d, eps, stream);
-  else
-    rmsnorm_forward(fa.norm_out, fa.rstd, x, final_norm, n, d, eps, stream);
+  const NormTarget first = norm_feeding(0);
+  rmsnorm_forward(first.out, first.rstd, x, first.gain, n, d, eps, stream);
   for (int64_t l = 0; l < s.n_layers; ++l) {
     const LayerWeights w = layer_weights(l);
     const LayerActivations& a = layer_acts_[l];
-    const bool last = l + 1 == s.n_layers;
-    bf16* x_next = last ? fa.residual_out : layer_acts_[l + 1].residual_in;
+    bf16* x_next = l + 1 < s.n_layers ? layer_acts_[l + 1].residual_in : fa.residual_out;
 
     mark(OpKind::kGemm);
     matmul_forward(a.q, a.attn_norm_out, w.wq, n, d, s.q_dim());
@@ -739,13 +745,8 @@ void CudaEngine::forward(const TokenBatch& batch) {
     lora_forward(l, ParamKind::kWDown, a.swiglu_out, x_next);
     // x_next = that + x_mid, normed for the next layer's attention or the head.
     mark(OpKind::kNorm);
-    if (last)
-      residual_add_rmsnorm_forward(x_next, a.residual_mid, fa.norm_out, fa.rstd, final_norm, n, d,
-                                   eps, stream);
-    else
-      residual_add_rmsnorm_forward(x_next, a.residual_mid, layer_acts_[l + 1].attn_norm_out,
-                                   layer_acts_[l + 1].attn_rstd, layer_weights(l + 1).attn_norm, n,
-                                   d, eps, stream);
+    const NormTarget next = norm_feeding(l + 1);
+    residual_add_rmsnorm_forward(x_next, a.residual_mid, next.out, next.rstd, next.gain, n, d, eps, stream);
   }
   // All lm_head_rows_ logits: the padded ones come out 0, the loss reads vocab.
   mark(OpKind::kLmHead);

@@ -227,10 +227,10 @@ __device__ __forceinline__ void store_normalised(bf16* y, const bf16* x, const b
 // 64 rows in flight (one 256-thread block per row kept 8, and GPT-2's
 // 768-wide rows waited on memory latency). Lanes take 16-byte packs where
 // every row is 16-byte aligned (`packed`), elements otherwise. With kAddFirst,
-// x is residual + addend, rounded and written back on the way
-// (residual_add_rmsnorm_forward); each lane reads back only what it wrote,
-// and since both variants share this code the fused op's bits are those of
-// add_inplace followed by the plain norm.
+// x (`in`, which is `residual` then) is residual + addend, rounded and
+// written back on the way (residual_add_rmsnorm_forward); each lane reads
+// back only what it wrote, and since both variants share this code the fused
+// op's bits are those of add_inplace followed by the plain norm.
 template <bool kAddFirst>
 __global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* in, bf16* residual,
                                        const bf16* addend, const bf16* weight, int64_t n, int64_t d,
@@ -239,7 +239,7 @@ __global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* in, b
   if (row >= n) return;  // the whole warp: the row is the warp's
   const int lane = threadIdx.x % 32;
   const int64_t begin = row * d;
-  const bf16* x = (kAddFirst ? residual : in) + begin;
+  const bf16* x = in + begin;
   bf16* x_out = kAddFirst ? residual + begin : nullptr;
   const bf16* a = kAddFirst ? addend + begin : nullptr;
   const int64_t packs = packed ? d / kPack : 0;
@@ -663,25 +663,30 @@ void embedding_backward(float* d_embedding, const bf16* d_out, const TokenGroups
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
-void rmsnorm_forward(bf16* out, float* rstd, const bf16* in, const bf16* weight, int64_t n,
-                     int64_t d, float eps, cudaStream_t stream) {
+namespace {
+// Both RMSNorm forwards: rows read from `in`; with kAddFirst `in` is
+// `residual`, and `addend` is added into it first.
+template <bool kAddFirst>
+void launch_rmsnorm_forward(bf16* out, float* rstd, const bf16* in, bf16* residual, const bf16* addend,
+                            const bf16* weight, int64_t n, int64_t d, float eps, cudaStream_t stream) {
   if (n == 0) return;
   const bool packed = d % kPack == 0 && aligned_for_packs(out) && aligned_for_packs(in) &&
-                      aligned_for_packs(weight);
-  rmsnorm_forward_kernel<false><<<static_cast<unsigned>((n + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
-      out, rstd, in, nullptr, nullptr, weight, n, d, eps, packed);
+                      aligned_for_packs(weight) && (addend == nullptr || aligned_for_packs(addend));
+  rmsnorm_forward_kernel<kAddFirst><<<static_cast<unsigned>((n + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
+      out, rstd, in, residual, addend, weight, n, d, eps, packed);
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+}
+}  // namespace
+
+void rmsnorm_forward(bf16* out, float* rstd, const bf16* in, const bf16* weight, int64_t n,
+                     int64_t d, float eps, cudaStream_t stream) {
+  launch_rmsnorm_forward<false>(out, rstd, in, nullptr, nullptr, weight, n, d, eps, stream);
 }
 
 void residual_add_rmsnorm_forward(bf16* residual, const bf16* addend, bf16* out, float* rstd,
                                   const bf16* weight, int64_t n, int64_t d, float eps,
                                   cudaStream_t stream) {
-  if (n == 0) return;
-  const bool packed = d % kPack == 0 && aligned_for_packs(out) && aligned_for_packs(residual) &&
-                      aligned_for_packs(addend) && aligned_for_packs(weight);
-  rmsnorm_forward_kernel<true><<<static_cast<unsigned>((n + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
-      out, rstd, nullptr, residual, addend, weight, n, d, eps, packed);
-  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+  launch_rmsnorm_forward<true>(out, rstd, residual, residual, addend, weight, n, d, eps, stream);
 }
 
 void rmsnorm_backward(bf16* d_in, float* d_weight, const bf16* d_out, const bf16* in,
