@@ -10,6 +10,7 @@
 #include <algorithm>  // std::min
 #include <cmath>      // std::pow, std::sqrt (host-side constants)
 #include <cstdint>    // int64_t, int32_t, uintptr_t
+#include <limits>     // std::numeric_limits (rope's launch bounds)
 #include <stdexcept>  // std::invalid_argument
 #include <string>     // std::to_string
 
@@ -149,17 +150,82 @@ __device__ __forceinline__ void store(bf16* destination, const Floats<N>& values
   }
 }
 
-// ---- embedding ----
+// The fp32 flavour for the optimizer's buffers: kPack floats as two 16-byte
+// loads (float4), so a thread keeps 32 bytes of each buffer in flight.
+static_assert(kPack % 4 == 0, "fp32 packs are whole 16-byte quads");
+struct alignas(16) Fp32Quad {
+  float value[4];
+};
 
-__global__ void embedding_forward_kernel(bf16* out, const int32_t* tokens, const bf16* embedding,
-                                         int64_t n, int64_t d) {
-  const int64_t total = n * d;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t row = i / d, col = i % d;
-    out[i] = embedding[static_cast<int64_t>(tokens[row]) * d + col];
+template <int N>
+__device__ __forceinline__ Floats<N> load(const float* source) {
+  Floats<N> out;
+  if constexpr (N == kPack) {
+    for (int q = 0; q < N / 4; ++q) {
+      const Fp32Quad quad = reinterpret_cast<const Fp32Quad*>(source)[q];
+      for (int k = 0; k < 4; ++k) out.value[4 * q + k] = quad.value[k];
+    }
+  } else {
+    for (int k = 0; k < N; ++k) out.value[k] = source[k];
+  }
+  return out;
+}
+
+template <int N>
+__device__ __forceinline__ void store(float* destination, const Floats<N>& values) {
+  if constexpr (N == kPack) {
+    for (int q = 0; q < N / 4; ++q) {
+      Fp32Quad quad;
+      for (int k = 0; k < 4; ++k) quad.value[k] = values.value[4 * q + k];
+      reinterpret_cast<Fp32Quad*>(destination)[q] = quad;
+    }
+  } else {
+    for (int k = 0; k < N; ++k) destination[k] = values.value[k];
   }
 }
+
+// ---- elementwise ----
+
+// Applies op to elements [0, count) with a grid-stride loop: kPack at a time
+// while whole packs remain (when `packed`), then one at a time for the tail,
+// or for everything when some pointer is not 16-byte aligned. Each op reads
+// all its inputs before it writes, so outputs may alias inputs.
+template <typename Op>
+__global__ void elementwise_kernel(Op op, int64_t count, bool packed) {
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t tail_begin = 0;
+  if (packed) {
+    const int64_t packs = count / kPack;
+    for (int64_t p = first; p < packs; p += stride) op.template apply<kPack>(p * kPack);
+    tail_begin = packs * kPack;
+  }
+  for (int64_t i = tail_begin + first; i < count; i += stride) op.template apply<1>(i);
+}
+
+template <typename Op>
+void launch_elementwise(const Op& op, int64_t count, bool packed, cudaStream_t stream) {
+  if (count == 0) return;
+  const int64_t work_items = packed ? (count + kPack - 1) / kPack : count;
+  elementwise_kernel<<<grid_stride_blocks(work_items), kThreads, 0, stream>>>(op, count, packed);
+  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- embedding ----
+
+// out[i] for i = row·d + col is embedding[tokens[row]·d + col]. With packs
+// (d a multiple of kPack), a pack never straddles two rows.
+struct EmbeddingGather {
+  bf16* out;
+  const int32_t* tokens;
+  const bf16* embedding;
+  int64_t d;
+  template <int N>
+  __device__ void apply(int64_t i) const {
+    const int64_t row = i / d, col = i - row * d;
+    store<N>(out + i, load<N>(embedding + static_cast<int64_t>(tokens[row]) * d + col));
+  }
+};
 
 // Block (g, c): group g's token row, columns c·blockDim … ; each thread adds
 // the group's rows in row order into a register, read once and written once.
@@ -335,23 +401,33 @@ struct RopeInverseFrequencies {
   float value[kRopeMaxHalf];
 };
 
-// One thread per rotated pair (b, t, h, i), i < head_dim/2, over
-// x[batch, seq_len, n_heads, head_dim]. direction −1 rotates back (backward).
-__global__ void rope_kernel(bf16* x, int64_t batch, int64_t seq_len, int64_t n_heads,
-                            int64_t head_dim, RopeInverseFrequencies inv_freq, float direction) {
-  const int64_t half = head_dim / 2;
-  const int64_t pairs = batch * seq_len * n_heads * half;
-  for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < pairs;
-       p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t i = p % half;
-    const int64_t head = p / half;  // index of (b, t, h) in row-major order
-    const int64_t t = (head / n_heads) % seq_len;
+// One block per token row (b, t) of x[batch, seq_len, n_heads, head_dim]:
+// the angles t·inv_freq[i], i < head_dim/2, are the same for every head of
+// the row, so the block takes their sines and cosines once into shared
+// memory and then rotates the row's n_heads·head_dim/2 pairs. (One thread per
+// pair evaluated sincosf and three 64-bit divisions for each, n_heads times
+// the sines needed: at GPT-2's 12 heads the kernel spent more on that
+// arithmetic than on its bytes.) direction −1 rotates back (backward).
+__global__ void rope_kernel(bf16* x, int64_t seq_len, int n_heads, int head_dim,
+                            RopeInverseFrequencies inv_freq, float direction) {
+  __shared__ float sines[kRopeMaxHalf], cosines[kRopeMaxHalf];
+  const int half = head_dim / 2;
+  const int64_t row = blockIdx.x;
+  const int64_t t = row % seq_len;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
     // sincosf, not __sincosf: positions reach thousands of radians, where the
     // fast intrinsic's argument reduction loses digits.
     float s, c;
     sincosf(static_cast<float>(t) * inv_freq.value[i], &s, &c);
-    s *= direction;
-    bf16* v = x + head * head_dim;
+    sines[i] = s * direction;
+    cosines[i] = c;
+  }
+  __syncthreads();
+  bf16* row_values = x + row * n_heads * head_dim;
+  for (int p = threadIdx.x; p < n_heads * half; p += blockDim.x) {
+    const int head = p / half, i = p - head * half;
+    bf16* v = row_values + static_cast<int64_t>(head) * head_dim;
+    const float s = sines[i], c = cosines[i];
     const float x1 = to_float(v[i]), x2 = to_float(v[i + half]);
     v[i] = to_bf16(x1 * c - x2 * s);
     v[i + half] = to_bf16(x2 * c + x1 * s);
@@ -371,8 +447,12 @@ void rope_rotate(bf16* x, int64_t batch, int64_t seq_len, int64_t n_heads, int64
     // As cpu::rope_forward: the float of the double pow, as PyTorch computes it.
     inv_freq.value[i] =
         1.0f / static_cast<float>(std::pow(theta, static_cast<double>(2 * i) / head_dim));
-  rope_kernel<<<grid_stride_blocks(pairs), kThreads, 0, stream>>>(x, batch, seq_len, n_heads,
-                                                                  head_dim, inv_freq, direction);
+  const int64_t rows = batch * seq_len;
+  if (rows > std::numeric_limits<int32_t>::max() || n_heads * head_dim > std::numeric_limits<int32_t>::max())
+    throw std::invalid_argument("rope: " + std::to_string(rows) + " rows of " + std::to_string(n_heads) +
+                                " heads are more than one launch covers");
+  rope_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+      x, seq_len, static_cast<int>(n_heads), static_cast<int>(head_dim), inv_freq, direction);
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -412,32 +492,7 @@ __global__ void causal_softmax_backward_kernel(bf16* d_probs_to_d_scores, const 
     d[j] = to_bf16(j <= i ? to_float(p[j]) * (to_float(d[j]) - weighted) * scale : 0.0f);
 }
 
-// ---- elementwise ----
-
-// Applies op to elements [0, count) with a grid-stride loop: kPack at a time
-// while whole packs remain (when `packed`), then one at a time for the tail,
-// or for everything when some pointer is not 16-byte aligned. Each op reads
-// all its inputs before it writes, so outputs may alias inputs.
-template <typename Op>
-__global__ void elementwise_kernel(Op op, int64_t count, bool packed) {
-  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  int64_t tail_begin = 0;
-  if (packed) {
-    const int64_t packs = count / kPack;
-    for (int64_t p = first; p < packs; p += stride) op.template apply<kPack>(p * kPack);
-    tail_begin = packs * kPack;
-  }
-  for (int64_t i = tail_begin + first; i < count; i += stride) op.template apply<1>(i);
-}
-
-template <typename Op>
-void launch_elementwise(const Op& op, int64_t count, bool packed, cudaStream_t stream) {
-  if (count == 0) return;
-  const int64_t work_items = packed ? (count + kPack - 1) / kPack : count;
-  elementwise_kernel<<<grid_stride_blocks(work_items), kThreads, 0, stream>>>(op, count, packed);
-  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
-}
+// ---- SwiGLU and residual adds (launch_elementwise) ----
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -582,11 +637,28 @@ void check_row_stride(const char* what, int64_t vocab, int64_t row_stride) {
 // ---- gradient norm ----
 
 // Pass 1: block b sums the squares of its grid-stride share in double and
-// writes partials[b].
-__global__ void sum_of_squares_partials_kernel(double* partials, const float* x, int64_t count) {
+// writes partials[b]. With `packed` (x 16-byte aligned) each thread reads
+// kPack floats at a time as two 16-byte loads: with the grid fixed at
+// kSumOfSquaresMaxBlocks, one float per thread kept too few bytes in flight
+// to stream Llama-3-8B's 7.7 GB of gradients at HBM speed.
+__global__ void sum_of_squares_partials_kernel(double* partials, const float* x, int64_t count,
+                                               bool packed) {
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   double total = 0.0;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  int64_t tail_begin = 0;
+  if (packed) {
+    const int64_t packs = count / kPack;
+    for (int64_t p = first; p < packs; p += stride) {
+      const Floats<kPack> values = load<kPack>(x + p * kPack);
+      for (int k = 0; k < kPack; ++k) {
+        const double value = values.value[k];
+        total += value * value;
+      }
+    }
+    tail_begin = packs * kPack;
+  }
+  for (int64_t i = tail_begin + first; i < count; i += stride) {
     const double value = x[i];
     total += value * value;
   }
@@ -627,31 +699,43 @@ struct AdamWConstants {
   float decay;                  // 1 − lr·wd
 };
 
-__global__ void adamw_kernel(float* master, bf16* params, const float* grads, float* m, float* v,
-                             int64_t count, AdamWConstants k, const float* grad_scale) {
-  const float scale = *grad_scale;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = grads[i] * scale;
-    const float m_i = k.beta1 * m[i] + (1.0f - k.beta1) * g;
-    const float v_i = k.beta2 * v[i] + (1.0f - k.beta2) * g * g;
-    m[i] = m_i;
-    v[i] = v_i;
-    const float denom = sqrtf(v_i) / k.bias_correction2_sqrt + k.eps;
-    const float p = master[i] * k.decay - k.step_size * m_i / denom;
-    master[i] = p;
-    params[i] = to_bf16(p);
+// One AdamW update per element, the arithmetic of cpu::adamw_update; packs
+// of kPack (16-byte loads and stores of the four fp32 buffers and the bf16
+// copy) where every pointer allows. 30 bytes move per parameter, 57 GB a step
+// at Llama-3-8B's 4 layers: scalar 4-byte accesses left HBM bandwidth unused.
+struct AdamwUpdate {
+  float* master;
+  bf16* params;
+  const float* grads;
+  float *m, *v;
+  AdamWConstants k;
+  const float* grad_scale;  // on the device: clipping needs no host round trip
+  template <int N>
+  __device__ void apply(int64_t i) const {
+    const float scale = *grad_scale;
+    const Floats<N> g = load<N>(grads + i), m_old = load<N>(m + i), v_old = load<N>(v + i),
+                    p_old = load<N>(master + i);
+    Floats<N> m_new, v_new, p_new;
+    for (int j = 0; j < N; ++j) {
+      const float g_j = g.value[j] * scale;
+      m_new.value[j] = k.beta1 * m_old.value[j] + (1.0f - k.beta1) * g_j;
+      v_new.value[j] = k.beta2 * v_old.value[j] + (1.0f - k.beta2) * g_j * g_j;
+      const float denom = sqrtf(v_new.value[j]) / k.bias_correction2_sqrt + k.eps;
+      p_new.value[j] = p_old.value[j] * k.decay - k.step_size * m_new.value[j] / denom;
+    }
+    store<N>(m + i, m_new);
+    store<N>(v + i, v_new);
+    store<N>(master + i, p_new);
+    store<N>(params + i, p_new);
   }
-}
+};
 
 }  // namespace
 
 void embedding_forward(bf16* out, const int32_t* tokens, const bf16* embedding, int64_t n,
                        int64_t d, cudaStream_t stream) {
-  if (n * d == 0) return;
-  embedding_forward_kernel<<<grid_stride_blocks(n * d), kThreads, 0, stream>>>(out, tokens,
-                                                                              embedding, n, d);
-  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+  const bool packed = d % kPack == 0 && aligned_for_packs(out) && aligned_for_packs(embedding);
+  launch_elementwise(EmbeddingGather{out, tokens, embedding, d}, n * d, packed, stream);
 }
 
 void embedding_backward(float* d_embedding, const bf16* d_out, const TokenGroups& groups, int64_t d,
@@ -783,7 +867,7 @@ void sum_of_squares(double* result, const float* x, int64_t count, double* scrat
   const int64_t blocks = sum_of_squares_blocks(count);
   if (blocks > 0) {
     sum_of_squares_partials_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        scratch, x, count);
+        scratch, x, count, aligned_for_packs(x));
     TRAINBENCH_CUDA_CHECK(cudaGetLastError());
   }
   // Runs even for count 0 (blocks 0), so *result is always written.
@@ -812,9 +896,9 @@ void adamw_update(float* master, bf16* params, const float* grads, float* m, flo
                                  static_cast<float>(step.lr / bias_correction1),
                                  static_cast<float>(std::sqrt(bias_correction2)),
                                  1.0f - step.lr * step.weight_decay};
-  adamw_kernel<<<grid_stride_blocks(count), kThreads, 0, stream>>>(master, params, grads, m, v,
-                                                                  count, constants, grad_scale);
-  TRAINBENCH_CUDA_CHECK(cudaGetLastError());
+  const bool packed = aligned_for_packs(master) && aligned_for_packs(params) && aligned_for_packs(grads) &&
+                      aligned_for_packs(m) && aligned_for_packs(v);
+  launch_elementwise(AdamwUpdate{master, params, grads, m, v, constants, grad_scale}, count, packed, stream);
 }
 
 void copy_fp32_to_bf16(bf16* dst, const float* src, int64_t count, cudaStream_t stream) {

@@ -153,16 +153,18 @@ class CudaOps : public ::testing::Test {
 
 TEST_F(CudaOps, EmbeddingForwardCopiesTheRows) {
   std::mt19937 rng(1);
-  const int64_t vocab = 300, n = 1000, d = 77;
-  const std::vector<float> table = random_bf16_values(vocab * d, rng);
-  const std::vector<int32_t> tokens = random_tokens(n, vocab, rng);
-  std::vector<float> expected(n * d);
-  cpu::embedding_forward(expected.data(), tokens.data(), table.data(), n, d);
+  const int64_t vocab = 300, n = 1000;
+  for (const int64_t d : {77, 768}) {  // element by element; 16-byte packs
+    const std::vector<float> table = random_bf16_values(vocab * d, rng);
+    const std::vector<int32_t> tokens = random_tokens(n, vocab, rng);
+    std::vector<float> expected(n * d);
+    cpu::embedding_forward(expected.data(), tokens.data(), table.data(), n, d);
 
-  DeviceBuffer<bf16> table_dev = upload(to_bf16(table)), out_dev = upload(nan_bf16(n * d));
-  DeviceBuffer<int32_t> tokens_dev = upload(tokens);
-  embedding_forward(out_dev.get(), tokens_dev.get(), table_dev.get(), n, d, nullptr);
-  EXPECT_EQ(relative_error(download_as_float(out_dev), expected), 0.0);
+    DeviceBuffer<bf16> table_dev = upload(to_bf16(table)), out_dev = upload(nan_bf16(n * d));
+    DeviceBuffer<int32_t> tokens_dev = upload(tokens);
+    embedding_forward(out_dev.get(), tokens_dev.get(), table_dev.get(), n, d, nullptr);
+    EXPECT_EQ(relative_error(download_as_float(out_dev), expected), 0.0) << "d " << d;
+  }
 }
 
 TEST_F(CudaOps, EmbeddingBackwardAddsRepeatedTokensInRowOrder) {
@@ -312,6 +314,8 @@ TEST_F(CudaOps, RopeForwardQueryAndKeyHeads) {
   // GQA: 8 query heads, 2 key heads; seq_len 37.
   expect_rope_matches_cpu({2, 37, 8, 64}, true, 5);
   expect_rope_matches_cpu({2, 37, 2, 64}, true, 6);
+  // GPT-2's 12 heads of 64: a row's 384 pairs are more than a block's threads.
+  expect_rope_matches_cpu({2, 37, 12, 64}, true, 10);
 }
 
 TEST_F(CudaOps, RopeBackwardRotatesBack) {
@@ -602,6 +606,13 @@ TEST_F(CudaOps, SumOfSquares) {
   const double got = download(result)[0];
   EXPECT_LT(std::fabs(got - expected) / expected, kSumOfSquares) << got << " vs " << expected;
 
+  // From the second element on: not 16-byte aligned, so element by element.
+  const double expected_rest = cpu::sum_of_squares(x.data() + 1, count - 1);
+  sum_of_squares(result.get(), x_dev.get() + 1, count - 1, scratch.get(), nullptr);
+  const double got_rest = download(result)[0];
+  EXPECT_LT(std::fabs(got_rest - expected_rest) / expected_rest, kSumOfSquares)
+      << got_rest << " vs " << expected_rest;
+
   // An empty buffer still writes its sum, 0.
   sum_of_squares(result.get(), x_dev.get(), 0, nullptr, nullptr);
   EXPECT_EQ(download(result)[0], 0.0);
@@ -627,34 +638,48 @@ TEST_F(CudaOps, ClipScaleAsTorchClipGradNorm) {
 
 TEST_F(CudaOps, AdamWUpdateMatchesCpuAndWritesTheBf16Copy) {
   std::mt19937 rng(60);
-  const int64_t count = 100003;
-  const std::vector<float> master_initial = random_fp32_values(count, rng);
-  const std::vector<float> grads = random_fp32_values(count, rng);
-  const std::vector<float> m_initial = random_fp32_values(count, rng, 0.1f);
-  std::vector<float> v_initial = random_fp32_values(count, rng, 0.1f);
-  for (float& v : v_initial) v = v * v;  // second moments are non-negative
+  const int64_t count = 100003;  // packs of 8 and a tail of 3
   const float grad_scale = 0.5f;
   const AdamWStep step{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7};
+  // offset 0: 16-byte packs; offset 1: no buffer 16-byte aligned, so element
+  // by element (a ZeRO-1 shard or a tensor can start anywhere).
+  for (const int64_t offset : {0, 1}) {
+    const std::vector<float> master_initial = random_fp32_values(count, rng);
+    const std::vector<float> grads = random_fp32_values(count, rng);
+    const std::vector<float> m_initial = random_fp32_values(count, rng, 0.1f);
+    std::vector<float> v_initial = random_fp32_values(count, rng, 0.1f);
+    for (float& v : v_initial) v = v * v;  // second moments are non-negative
 
-  std::vector<float> expected_master = master_initial, expected_m = m_initial,
-                     expected_v = v_initial;
-  cpu::adamw_update(expected_master.data(), grads.data(), expected_m.data(), expected_v.data(),
-                    count,
-                    cpu::AdamWStep{step.lr, step.beta1, step.beta2, step.eps, step.weight_decay,
-                                   grad_scale, step.step});
+    std::vector<float> expected_master = master_initial, expected_m = m_initial,
+                       expected_v = v_initial;
+    cpu::adamw_update(expected_master.data(), grads.data(), expected_m.data(), expected_v.data(),
+                      count,
+                      cpu::AdamWStep{step.lr, step.beta1, step.beta2, step.eps, step.weight_decay,
+                                     grad_scale, step.step});
 
-  DeviceBuffer<float> master_dev = upload(master_initial), grads_dev = upload(grads);
-  DeviceBuffer<float> m_dev = upload(m_initial), v_dev = upload(v_initial);
-  DeviceBuffer<float> grad_scale_dev = upload(std::vector<float>{grad_scale});
-  DeviceBuffer<bf16> params_dev = upload(nan_bf16(count));
-  adamw_update(master_dev.get(), params_dev.get(), grads_dev.get(), m_dev.get(), v_dev.get(), count,
-               step, grad_scale_dev.get(), nullptr);
-  const std::vector<float> master = download(master_dev);
-  EXPECT_LT(relative_error(master, expected_master), kAdamW);
-  EXPECT_LT(relative_error(download(m_dev), expected_m), kAdamW);
-  EXPECT_LT(relative_error(download(v_dev), expected_v), kAdamW);
-  // The bf16 copy is exactly the new master rounded to nearest.
-  EXPECT_EQ(relative_error(download_as_float(params_dev), to_float(to_bf16(master))), 0.0);
+    // The same values `offset` elements into each buffer; NaN before them.
+    auto shifted = [offset](const std::vector<float>& values) {
+      std::vector<float> out(offset, NAN);
+      out.insert(out.end(), values.begin(), values.end());
+      return out;
+    };
+    auto unshifted = [offset](const std::vector<float>& values) {
+      return std::vector<float>(values.begin() + offset, values.end());
+    };
+    DeviceBuffer<float> master_dev = upload(shifted(master_initial)), grads_dev = upload(shifted(grads));
+    DeviceBuffer<float> m_dev = upload(shifted(m_initial)), v_dev = upload(shifted(v_initial));
+    DeviceBuffer<float> grad_scale_dev = upload(std::vector<float>{grad_scale});
+    DeviceBuffer<bf16> params_dev = upload(nan_bf16(count + offset));
+    adamw_update(master_dev.get() + offset, params_dev.get() + offset, grads_dev.get() + offset,
+                 m_dev.get() + offset, v_dev.get() + offset, count, step, grad_scale_dev.get(), nullptr);
+    const std::vector<float> master = unshifted(download(master_dev));
+    EXPECT_LT(relative_error(master, expected_master), kAdamW) << "offset " << offset;
+    EXPECT_LT(relative_error(unshifted(download(m_dev)), expected_m), kAdamW) << "offset " << offset;
+    EXPECT_LT(relative_error(unshifted(download(v_dev)), expected_v), kAdamW) << "offset " << offset;
+    // The bf16 copy is exactly the new master rounded to nearest.
+    EXPECT_EQ(relative_error(unshifted(download_as_float(params_dev)), to_float(to_bf16(master))), 0.0)
+        << "offset " << offset;
+  }
 }
 
 // ---- determinism ----
