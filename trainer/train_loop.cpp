@@ -359,7 +359,6 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       record.data_stall_s += wait_s;
       const TokenBatch batch{host.inputs, host.targets, host.batch, host.seq_len};
       engine.forward(batch);
-      loss_sum += engine.last_loss();
       // Earlier micro-batches only accumulate locally (DDP's no_sync); the
       // last one's backward starts the buckets as their gradients complete.
       const bool last = micro == train.grad_accum - 1;
@@ -367,6 +366,10 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
         engine.backward(batch, loss_scale, [&](int64_t ready_from) { sync->on_gradients_ready(ready_from); });
       else
         engine.backward(batch, loss_scale, nullptr);
+      // After backward is enqueued: on a device backend the loss waits for
+      // its forward, and read before backward that wait left the GPU idle
+      // while the host came back and launched backward's first kernels.
+      loss_sum += engine.last_loss();
     }
     if (sync) {
       // A device engine returns from backward once it is enqueued; its end is
