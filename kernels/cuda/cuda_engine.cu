@@ -150,6 +150,18 @@ CudaEngine::CudaEngine(const EngineOptions& options)
   cudaDeviceProp prop{};
   TRAINBENCH_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
   datasheet_peak_ = datasheet_bf16_peak(prop.name);
+  // A constructor that throws runs no destructor: what was created before
+  // the throw (a failed memory check, cuDNN or allocation) is released here,
+  // not leaked into a process that may go on (a test, a burn-in retry).
+  try {
+    create_streams_and_state();
+  } catch (...) {
+    release_cuda_objects();
+    throw;
+  }
+}
+
+void CudaEngine::create_streams_and_state() {
   TRAINBENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_stream_, cudaStreamNonBlocking));
   TRAINBENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   // Its own stream for checkpoint snapshots: see state_copy_stream_ in the header.
@@ -172,11 +184,11 @@ CudaEngine::CudaEngine(const EngineOptions& options)
   const int64_t n = micro_batch_ * shape_.seq_len;
   params_ = DeviceBuffer<bf16>(z.params);
   master_begin_ = z.params - z.master;
-  master_ = DeviceBuffer<float>(std::max<int64_t>(padded_count(z.master, options.pad_buffers_to), 1));
-  grads_ = DeviceBuffer<float>(gradient_buffer_elements(z, options.pad_buffers_to));
+  master_ = DeviceBuffer<float>(std::max<int64_t>(padded_count(z.master, options_.pad_buffers_to), 1));
+  grads_ = DeviceBuffer<float>(gradient_buffer_elements(z, options_.pad_buffers_to));
   lm_head_rows_ = z.lm_head_rows;
   if (z.lm_head_copy > 0) lm_head_padded_ = DeviceBuffer<bf16>(z.lm_head_copy);
-  shard_ = resolve_optimizer_shard(options, z.trainable);
+  shard_ = resolve_optimizer_shard(options_, z.trainable);
   adam_m_ = DeviceBuffer<float>(std::max<int64_t>(shard_.end - shard_.begin, 1));
   adam_v_ = DeviceBuffer<float>(std::max<int64_t>(shard_.end - shard_.begin, 1));
   activations_ = DeviceBuffer<bf16>(z.activations_per_layer * shape_.n_layers + z.activations_final);
@@ -241,12 +253,17 @@ void CudaEngine::check_plan_fits_free_memory() const {
                   (fused ? "" : " (" + attention_info_.detail + ")"));
 }
 
-CudaEngine::~CudaEngine() {
+CudaEngine::~CudaEngine() { release_cuda_objects(); }
+
+// Streams, events and the cuDNN handle (the buffers free themselves). Safe on
+// a partly built engine: what was not created is still null.
+void CudaEngine::release_cuda_objects() noexcept {
   // Teardown cannot report errors; a failure here means the context is gone.
   cudaDeviceSynchronize();
   // cuDNN's handle is bound to the compute stream: released before the stream.
   fused_attention_.reset();
-  for (cudaEvent_t e : timing_events_) cudaEventDestroy(e);
+  for (cudaEvent_t e : timing_events_)
+    if (e != nullptr) cudaEventDestroy(e);
   for (cudaEvent_t e : compute_ready_events_)
     if (e != nullptr) cudaEventDestroy(e);
   for (cudaEvent_t e : {tokens_ready_, tokens_free_, losses_ready_, state_copy_start_,
