@@ -271,6 +271,12 @@ struct EngineOptions {
   // GPU, else cuBLASLt GEMMs around a causal softmax; "cudnn" fails instead of
   // falling back; "gemm" always takes the GEMMs. The cpu engine runs GEMMs.
   std::string attention = "auto";
+  // Whether every kernel must repeat bit for bit (train.deterministic). Only
+  // cuDNN's attention backward has a faster way that is not: false lets it
+  // sum dQ with atomics, as PyTorch's SDPA backward does. Exact resume and
+  // the burn-in's golden step need true; every other kernel is deterministic
+  // either way.
+  bool deterministic = true;
 };
 
 // The parameter layout an engine with these options uses (frozen tensors applied).

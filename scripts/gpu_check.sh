@@ -173,7 +173,7 @@ for preset in "${presets[@]}"; do
     continue
   fi
   if timeout "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run "$preset" --out "$out/$preset.json" > "$out/$preset.log" 2>&1; then
-    row "trainbench $preset" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, {:.1f}% of ceiling, data stall {:.1f}%, attention {}, memory/GPU {:.1f} GiB".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), 100 * (s["mfu_vs_gemm_ceiling"] or 0), 100 * s["stall_shares"]["data_stall"], r["environment"]["attention"]["kernel"], s["memory_per_rank"]["total_bytes"] / 2**30))' "$out/$preset.json")"
+    row "trainbench $preset" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, {:.1f}% of ceiling, data stall {:.1f}%, attention {} ({} backward), memory/GPU {:.1f} GiB".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), 100 * (s["mfu_vs_gemm_ceiling"] or 0), 100 * s["stall_shares"]["data_stall"], r["environment"]["attention"]["kernel"], "deterministic" if r["config"]["train"]["deterministic"] else "fastest", s["memory_per_rank"]["total_bytes"] / 2**30))' "$out/$preset.json")"
   else
     row "trainbench $preset" "FAILED (exit $?): $(tail -1 "$out/$preset.log")"
   fi
@@ -246,6 +246,24 @@ if grep -q "cuda" <(grep "compute engines" "$out/version.txt") && [ "$main_atten
   else
     row "trainbench h200-llama8b-4l gemm attn" "FAILED (exit $?): $(tail -1 "$out/$gemm_run.log")"
   fi
+fi
+
+# 6a'. What bit-exact runs cost: each preset with cuDNN's deterministic
+# attention backward (train.deterministic=true, the default outside these
+# presets, which keeps dP, B·H·T² bf16, in cuDNN's workspace on Hopper),
+# beside the preset's own row (cuDNN's fastest backward, as PyTorch's SDPA).
+# Skipped where the preset's row ran the GEMM attention, which is
+# deterministic either way.
+if grep -q "cuda" <(grep "compute engines" "$out/version.txt") && [ "$main_attention" != gemm ]; then
+  for preset in "${presets[@]}"; do
+    det_run=$preset-deterministic
+    if timeout "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run "$preset" --set train.deterministic=true \
+         --out "$out/$det_run.json" > "$out/$det_run.log" 2>&1; then
+      row "trainbench $preset deterministic" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, memory/GPU {:.1f} GiB, attention {}".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), s["memory_per_rank"]["total_bytes"] / 2**30, r["environment"]["attention"]["detail"]))' "$out/$det_run.json")"
+    else
+      row "trainbench $preset deterministic" "FAILED (exit $?): $(tail -1 "$out/$det_run.log")"
+    fi
+  done
 fi
 
 # 6b. LoRA on the Llama-3-8B-shaped preset: the adapters on q,k,v,o with the

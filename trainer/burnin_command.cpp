@@ -60,6 +60,9 @@ int BurninCommand::run(const std::string& command_line) {
   if (config.data.synth_samples_per_shard == 0)
     overrides.push_back("data.synth_samples_per_shard=" + std::to_string(synth_samples_per_shard_for_run(config, 1)));
   overrides.push_back("train.steps=" + std::to_string(int64_t{1} << 40));
+  // The golden step is compared bit for bit: every kernel must repeat itself,
+  // cuDNN's attention backward included, whatever the config asked.
+  overrides.push_back("train.deterministic=true");
   // The burn-in prints its own progress line (elapsed, tokens/s, golden
   // checks); per-step lines only when asked for on the command line.
   bool progress_asked = false;

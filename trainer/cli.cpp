@@ -189,6 +189,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   if (engine_options.device == "cpu" && config.train.attention == "cudnn")
     throw CommandError{kExitUserError, "train.attention: cudnn needs the cuda engine; the cpu engine runs attention as GEMMs"};
   engine_options.attention = config.train.attention;
+  engine_options.deterministic = config.train.deterministic;
 
   // Everything is sized before anything is allocated.
   MemoryPlan plan;

@@ -82,6 +82,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(train, mode, Bound::kAny, {"full", "lora"}),
       TRAINBENCH_KEY(train, device, Bound::kAny, {"auto", "cpu", "cuda"}),
       TRAINBENCH_KEY(train, attention, Bound::kAny, {"auto", "cudnn", "gemm"}),
+      TRAINBENCH_KEY(train, deterministic),
       TRAINBENCH_KEY(train, threads, Bound::kNonNegative),
       TRAINBENCH_KEY(train, seed, Bound::kNonNegative),
       TRAINBENCH_KEY(lora, rank, Bound::kPositive),

@@ -29,6 +29,7 @@ struct TrainSection {
   std::string mode = "full";       // full | lora (base frozen, adapters trained: the lora section)
   std::string device = "auto";     // auto | cpu | cuda
   std::string attention = "auto";  // auto | cudnn | gemm  (cuda engine; kernels/engine.h EngineOptions)
+  bool deterministic = true;       // false: cuDNN's fastest attention backward, not bitwise repeatable
   int64_t threads = 0;             // CPU threads; 0 = all hardware threads
   int64_t seed = 1234;             // parameter initialisation
 };

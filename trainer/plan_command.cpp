@@ -37,6 +37,7 @@ EngineOptions cuda_options(const Config& config) {
   options.micro_batch = config.train.micro_batch;
   options.device = "cuda";
   options.attention = config.train.attention;
+  options.deterministic = config.train.deterministic;
   return options;
 }
 

@@ -100,9 +100,14 @@ constexpr size_t kTimingEventPairs = 16;
 // are built on a GPU): an fp32 dQ accumulator and two fp32 values per (head,
 // query row), what flash-attention backward keeps. The engine allocates what
 // cuDNN asks for and its memory_plan() reports that.
-int64_t estimated_cudnn_workspace_bytes(const ModelShape& s, int64_t batch) {
+int64_t estimated_cudnn_workspace_bytes(const ModelShape& s, int64_t batch, bool deterministic) {
   const int64_t n = batch * s.seq_len;
-  return 4 * n * s.q_dim() + 8 * n * s.n_heads;
+  const int64_t dq_and_row_stats = 4 * n * s.q_dim() + 8 * n * s.n_heads;
+  if (!deterministic) return dq_and_row_stats;
+  // The deterministic backward on Hopper keeps dP in the workspace: bf16, the
+  // queries padded to 64 and the keys to 128 (the cuDNN frontend's sizing).
+  auto round_up = [](int64_t x, int64_t to) { return (x + to - 1) / to * to; };
+  return dq_and_row_stats + batch * s.n_heads * round_up(s.seq_len, 64) * round_up(s.seq_len, 128) * 2;
 }
 
 MemoryPlan cuda_memory_plan(const EngineOptions& options, bool fused_attention,
@@ -130,8 +135,9 @@ MemoryPlan cuda_memory_plan(const EngineOptions& options, bool fused_attention,
 
 MemoryPlan plan_cuda_memory(const EngineOptions& options) {
   const bool fused = options.attention != "gemm" && !cudnn_attention_build_info().empty();
-  return cuda_memory_plan(options, fused,
-                          fused ? estimated_cudnn_workspace_bytes(options.shape, options.micro_batch) : 0);
+  const int64_t workspace =
+      fused ? estimated_cudnn_workspace_bytes(options.shape, options.micro_batch, options.deterministic) : 0;
+  return cuda_memory_plan(options, fused, workspace);
 }
 
 MemoryPlan CudaEngine::memory_plan() const {
@@ -618,9 +624,14 @@ void CudaEngine::choose_attention() {
   const AttentionShape attention_shape{micro_batch_, shape_.n_heads, shape_.n_kv_heads, shape_.seq_len,
                                        shape_.head_dim()};
   std::string why_not;
-  fused_attention_ = make_cudnn_attention(attention_shape, attention_scale(), compute_stream_, &why_not);
+  fused_attention_ =
+      make_cudnn_attention(attention_shape, attention_scale(), options_.deterministic, compute_stream_, &why_not);
   if (fused_attention_ != nullptr) {
-    attention_info_ = AttentionInfo{"cudnn-sdpa", fused_attention_->library_version()};
+    attention_info_ = AttentionInfo{
+        "cudnn-sdpa", fused_attention_->library_version() +
+                          (options_.deterministic ? ", deterministic backward"
+                                                  : ", fastest backward: dQ summed with atomics, not bitwise "
+                                                    "repeatable (train.deterministic=false)")};
     return;
   }
   if (asked == "cudnn") throw std::runtime_error("train.attention=cudnn: " + why_not);

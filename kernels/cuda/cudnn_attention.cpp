@@ -100,7 +100,8 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const AttentionShape& s, float s
   return graph;
 }
 
-std::shared_ptr<fe::graph::Graph> backward_graph(const AttentionShape& s, float scale, int sm_version = 0) {
+std::shared_ptr<fe::graph::Graph> backward_graph(const AttentionShape& s, float scale, bool deterministic,
+                                                 int sm_version = 0) {
   auto graph = new_bf16_graph(sm_version);
   const auto [q, k, v] = add_qkv(*graph, s);
   auto o = input_rows_of_heads(*graph, s, s.heads, "o", kO);
@@ -113,8 +114,8 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const AttentionShape& s, float 
                      .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
                      .set_diagonal_band_right_bound(0)
                      // Without it dQ is summed with atomics in varying order: runs
-                     // would stop repeating bit for bit.
-                     .set_deterministic_algorithm(true);
+                     // stop repeating bit for bit (cudnn_attention.h says what it costs).
+                     .set_deterministic_algorithm(deterministic);
   auto [d_q, d_k, d_v] = graph->sdpa_backward(q, k, v, o, d_o, stats, options);
   output_rows_of_heads(d_q, s, s.heads, kDQ);
   output_rows_of_heads(d_k, s, s.kv_heads, kDK);
@@ -127,8 +128,12 @@ void* mutable_pointer(const void* p) { return const_cast<void*>(p); }
 class CudnnSdpa final : public CudnnAttention {
  public:
   CudnnSdpa(cudnnHandle_t handle, std::shared_ptr<fe::graph::Graph> forward,
-            std::shared_ptr<fe::graph::Graph> backward, int64_t workspace)
-      : handle_(handle), forward_(std::move(forward)), backward_(std::move(backward)), workspace_(workspace) {}
+            std::shared_ptr<fe::graph::Graph> backward, int64_t workspace, bool deterministic_backward)
+      : handle_(handle),
+        forward_(std::move(forward)),
+        backward_(std::move(backward)),
+        workspace_(workspace),
+        deterministic_backward_(deterministic_backward) {}
   ~CudnnSdpa() override { cudnnDestroy(handle_); }
 
   int64_t workspace_bytes() const override { return workspace_; }
@@ -154,6 +159,8 @@ class CudnnSdpa final : public CudnnAttention {
            frontend_version() + ")";
   }
 
+  bool deterministic_backward() const override { return deterministic_backward_; }
+
  private:
   void run(fe::graph::Graph& graph, std::unordered_map<int64_t, void*>& pack, void* workspace,
            const char* which) {
@@ -165,6 +172,7 @@ class CudnnSdpa final : public CudnnAttention {
   cudnnHandle_t handle_;
   std::shared_ptr<fe::graph::Graph> forward_, backward_;
   int64_t workspace_;
+  bool deterministic_backward_;
 };
 
 // Builds `graph` for the handle's device: validation, cuDNN's heuristics
@@ -179,7 +187,8 @@ bool build(fe::graph::Graph& graph, cudnnHandle_t handle, const char* which, std
 }  // namespace
 
 std::unique_ptr<CudnnAttention> make_cudnn_attention(const AttentionShape& shape, float scale,
-                                                     cudaStream_t stream, std::string* why_not) {
+                                                     bool deterministic_backward, cudaStream_t stream,
+                                                     std::string* why_not) {
   cudnnHandle_t handle = nullptr;
   if (const cudnnStatus_t status = cudnnCreate(&handle); status != CUDNN_STATUS_SUCCESS) {
     *why_not = std::string("cudnnCreate failed: ") + cudnnGetErrorString(status);
@@ -194,7 +203,7 @@ std::unique_ptr<CudnnAttention> make_cudnn_attention(const AttentionShape& shape
   int64_t forward_workspace = 0, backward_workspace = 0;
   try {
     forward = forward_graph(shape, scale);
-    backward = backward_graph(shape, scale);
+    backward = backward_graph(shape, scale, deterministic_backward);
     if (!build(*forward, handle, "forward", why_not) || !build(*backward, handle, "backward", why_not)) {
       cudnnDestroy(handle);
       return nullptr;
@@ -211,13 +220,15 @@ std::unique_ptr<CudnnAttention> make_cudnn_attention(const AttentionShape& shape
     return nullptr;
   }
   return std::make_unique<CudnnSdpa>(handle, std::move(forward), std::move(backward),
-                                     std::max(forward_workspace, backward_workspace));
+                                     std::max(forward_workspace, backward_workspace), deterministic_backward);
 }
 
-std::string validate_cudnn_attention(const AttentionShape& shape, float scale, int sm_version) {
+std::string validate_cudnn_attention(const AttentionShape& shape, float scale, bool deterministic_backward,
+                                     int sm_version) {
   try {
-    for (const auto& [which, graph] : {std::pair{"forward", forward_graph(shape, scale, sm_version)},
-                                       std::pair{"backward", backward_graph(shape, scale, sm_version)}}) {
+    for (const auto& [which, graph] :
+         {std::pair{"forward", forward_graph(shape, scale, sm_version)},
+          std::pair{"backward", backward_graph(shape, scale, deterministic_backward, sm_version)}}) {
       fe::error_t status = graph->validate();
       if (status.is_bad()) return std::string(which) + " graph: " + status.get_message();
     }

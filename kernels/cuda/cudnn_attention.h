@@ -7,8 +7,12 @@
 // Tensors stay in the engine's layout: q and the output are [batch, T, heads,
 // head_dim] rows, k and v [batch, T, kv_heads, head_dim] (grouped-query
 // attention when kv_heads < heads: cuDNN sums the group's dK and dV).
-// Backward runs cuDNN's deterministic algorithm, so a run repeats bit for bit
-// (exact resume depends on it).
+// Backward runs cuDNN's deterministic algorithm when asked
+// (train.deterministic, the default), so a run repeats bit for bit (exact
+// resume and the burn-in's golden step depend on it). On Hopper that
+// algorithm keeps dP, B·H·T² bf16, in cuDNN's workspace and reads it back:
+// without it cuDNN takes its fastest backward, which sums dQ with atomics in
+// varying order, as PyTorch's SDPA backward does.
 //
 // Built only where the cuDNN headers and library and the cuDNN frontend's
 // headers were found (CMake: TRAINBENCH_HAVE_CUDNN_ATTENTION); elsewhere
@@ -44,6 +48,8 @@ class CudnnAttention {
                         void* workspace) = 0;
   // "cuDNN 9.19.0 (frontend 1.32.0)": the library this process runs.
   virtual std::string library_version() const = 0;
+  // Whether backward repeats bit for bit (make_cudnn_attention's choice).
+  virtual bool deterministic_backward() const = 0;
 };
 
 // The forward and backward graphs for this shape, built for the current
@@ -52,12 +58,14 @@ class CudnnAttention {
 // architecture or library version). Graph building takes well under a second
 // and happens once per engine.
 std::unique_ptr<CudnnAttention> make_cudnn_attention(const AttentionShape& shape, float scale,
-                                                     cudaStream_t stream, std::string* why_not);
+                                                     bool deterministic_backward, cudaStream_t stream,
+                                                     std::string* why_not);
 
 // The frontend's checks of the forward and backward graphs for this shape on
 // a GPU of compute capability sm_version (90: Hopper), without a GPU (CI):
 // "" when they pass, else the frontend's message. Whether cuDNN's engines
 // then run them is known only on the GPU (make_cudnn_attention).
-std::string validate_cudnn_attention(const AttentionShape& shape, float scale, int sm_version);
+std::string validate_cudnn_attention(const AttentionShape& shape, float scale, bool deterministic_backward,
+                                     int sm_version);
 
 }  // namespace trainbench::cuda

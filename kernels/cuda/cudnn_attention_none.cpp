@@ -4,7 +4,7 @@
 
 namespace trainbench::cuda {
 
-std::unique_ptr<CudnnAttention> make_cudnn_attention(const AttentionShape&, float, cudaStream_t,
+std::unique_ptr<CudnnAttention> make_cudnn_attention(const AttentionShape&, float, bool, cudaStream_t,
                                                      std::string* why_not) {
   *why_not =
       "this build has no cuDNN attention (cuDNN or the cuDNN frontend headers were not found at "
@@ -12,7 +12,7 @@ std::unique_ptr<CudnnAttention> make_cudnn_attention(const AttentionShape&, floa
   return nullptr;
 }
 
-std::string validate_cudnn_attention(const AttentionShape&, float, int) {
+std::string validate_cudnn_attention(const AttentionShape&, float, bool, int) {
   return "this build has no cuDNN attention";
 }
 

@@ -109,6 +109,12 @@ EngineOptions llama_like_options(const std::string& device, const std::string& a
 }
 EngineOptions llama_like_cudnn_options(const std::string& device) { return llama_like_options(device, "cudnn"); }
 EngineOptions llama_like_gemm_options(const std::string& device) { return llama_like_options(device, "gemm"); }
+// cuDNN's fastest backward (train.deterministic=false), which sums dQ with atomics.
+EngineOptions llama_like_cudnn_fast_options(const std::string& device) {
+  EngineOptions o = llama_like_options(device, "cudnn");
+  o.deterministic = false;
+  return o;
+}
 
 EngineOptions on_device(EngineOptions o, const std::string& device) {
   o.device = device;
@@ -209,6 +215,12 @@ TEST_P(CudaEngineVsCpu, LossLogitsAndEveryGradientMatchTheCpuEngine) {
     ASSERT_EQ(cuda->attention().kernel, cuda_options.attention == "cudnn" ? "cudnn-sdpa" : "gemm")
         << cuda->attention().detail;
   }
+  if (cuda->attention().kernel == "cudnn-sdpa") {
+    // The detail says which backward runs: the report carries it.
+    EXPECT_NE(cuda->attention().detail.find(cuda_options.deterministic ? "deterministic backward" : "fastest backward"),
+              std::string::npos)
+        << cuda->attention().detail;
+  }
   std::unique_ptr<TrainingEngine> cpu = make_engine(cpu_options);
   ASSERT_STREQ(cuda->backend_name(), "cuda");
   ASSERT_EQ(cuda->layout().total_params(), cpu->layout().total_params());
@@ -244,6 +256,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaEngineVsCpu,
                          ::testing::Values(ShapeCase{"MultiHead", multi_head_options},
                                            ShapeCase{"GroupedQuery", gqa_options},
                                            ShapeCase{"LlamaLikeCudnnAttention", llama_like_cudnn_options},
+                                           ShapeCase{"LlamaLikeCudnnFastBackward", llama_like_cudnn_fast_options},
                                            ShapeCase{"LlamaLikeGemmAttention", llama_like_gemm_options}),
                          [](const ::testing::TestParamInfo<ShapeCase>& info) {
                            return std::string(info.param.name);

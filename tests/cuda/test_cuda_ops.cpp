@@ -429,26 +429,32 @@ TEST_F(CudaOps, CudnnAttentionForwardAndBackwardMatchTheCpu) {
     cpu::attention_backward(d_q.data(), d_k.data(), d_v.data(), d_out.data(), probs.data(), q.data(), k.data(),
                             v.data(), scratch.data(), cpu_shape);
 
-    std::string why_not;
-    std::unique_ptr<CudnnAttention> attention = make_cudnn_attention(
-        AttentionShape{c.batch, c.heads, c.kv_heads, c.seq_len, c.head_dim},
-        1.0f / std::sqrt(static_cast<float>(c.head_dim)), nullptr, &why_not);
-    ASSERT_NE(attention, nullptr) << why_not;
-    DeviceBuffer<bf16> q_dev = upload(to_bf16(q)), k_dev = upload(to_bf16(k)), v_dev = upload(to_bf16(v));
-    DeviceBuffer<bf16> d_out_dev = upload(to_bf16(d_out));
-    DeviceBuffer<bf16> out_dev = upload(nan_bf16(q_count));
-    DeviceBuffer<float> stats_dev = upload(nan_fp32(c.batch * c.heads * c.seq_len));
-    DeviceBuffer<bf16> d_q_dev = upload(nan_bf16(q_count)), d_k_dev = upload(nan_bf16(kv_count)),
-                       d_v_dev = upload(nan_bf16(kv_count));
-    DeviceBuffer<unsigned char> workspace(std::max<int64_t>(attention->workspace_bytes(), 1));
-    attention->forward(q_dev.get(), k_dev.get(), v_dev.get(), out_dev.get(), stats_dev.get(), workspace.get());
-    EXPECT_LT(relative_error(download_as_float(out_dev), out), kFusedAttention) << "output";
-    // Backward from the GPU's own forward, as the engine runs it.
-    attention->backward(q_dev.get(), k_dev.get(), v_dev.get(), out_dev.get(), d_out_dev.get(), stats_dev.get(),
-                        d_q_dev.get(), d_k_dev.get(), d_v_dev.get(), workspace.get());
-    EXPECT_LT(relative_error(download_as_float(d_q_dev), d_q), kFusedAttentionBackward) << "d_q";
-    EXPECT_LT(relative_error(download_as_float(d_k_dev), d_k), kFusedAttentionBackward) << "d_k";
-    EXPECT_LT(relative_error(download_as_float(d_v_dev), d_v), kFusedAttentionBackward) << "d_v";
+    // Both backwards: the deterministic one (train.deterministic, default)
+    // and cuDNN's fastest, which sums dQ with atomics.
+    for (const bool deterministic : {true, false}) {
+      SCOPED_TRACE(deterministic ? "deterministic backward" : "fastest backward");
+      std::string why_not;
+      std::unique_ptr<CudnnAttention> attention = make_cudnn_attention(
+          AttentionShape{c.batch, c.heads, c.kv_heads, c.seq_len, c.head_dim},
+          1.0f / std::sqrt(static_cast<float>(c.head_dim)), deterministic, nullptr, &why_not);
+      ASSERT_NE(attention, nullptr) << why_not;
+      EXPECT_EQ(attention->deterministic_backward(), deterministic);
+      DeviceBuffer<bf16> q_dev = upload(to_bf16(q)), k_dev = upload(to_bf16(k)), v_dev = upload(to_bf16(v));
+      DeviceBuffer<bf16> d_out_dev = upload(to_bf16(d_out));
+      DeviceBuffer<bf16> out_dev = upload(nan_bf16(q_count));
+      DeviceBuffer<float> stats_dev = upload(nan_fp32(c.batch * c.heads * c.seq_len));
+      DeviceBuffer<bf16> d_q_dev = upload(nan_bf16(q_count)), d_k_dev = upload(nan_bf16(kv_count)),
+                         d_v_dev = upload(nan_bf16(kv_count));
+      DeviceBuffer<unsigned char> workspace(std::max<int64_t>(attention->workspace_bytes(), 1));
+      attention->forward(q_dev.get(), k_dev.get(), v_dev.get(), out_dev.get(), stats_dev.get(), workspace.get());
+      EXPECT_LT(relative_error(download_as_float(out_dev), out), kFusedAttention) << "output";
+      // Backward from the GPU's own forward, as the engine runs it.
+      attention->backward(q_dev.get(), k_dev.get(), v_dev.get(), out_dev.get(), d_out_dev.get(), stats_dev.get(),
+                          d_q_dev.get(), d_k_dev.get(), d_v_dev.get(), workspace.get());
+      EXPECT_LT(relative_error(download_as_float(d_q_dev), d_q), kFusedAttentionBackward) << "d_q";
+      EXPECT_LT(relative_error(download_as_float(d_k_dev), d_k), kFusedAttentionBackward) << "d_k";
+      EXPECT_LT(relative_error(download_as_float(d_v_dev), d_v), kFusedAttentionBackward) << "d_v";
+    }
   }
 }
 

@@ -39,8 +39,10 @@ TEST_F(CudnnAttentionGraphs, ThePresetsAndTheTestShapesPassTheFrontendsChecks) {
   };
   for (const Case& c : cases) {
     for (const int sm : {90, 80}) {
-      EXPECT_EQ(validate_cudnn_attention(c.shape, scale_of(c.shape.head_dim), sm), "")
-          << c.name << " on sm " << sm;
+      for (const bool deterministic : {true, false}) {
+        EXPECT_EQ(validate_cudnn_attention(c.shape, scale_of(c.shape.head_dim), deterministic, sm), "")
+            << c.name << " on sm " << sm << (deterministic ? ", deterministic" : ", fastest") << " backward";
+      }
     }
   }
 }
@@ -49,9 +51,9 @@ TEST_F(CudnnAttentionGraphs, ThePresetsAndTheTestShapesPassTheFrontendsChecks) {
 // multiple of 8; above 256) are refused with the frontend's message, which
 // is what train.attention auto reports when it falls back to GEMMs.
 TEST_F(CudnnAttentionGraphs, AnUnsupportedHeadDimIsRefusedWithAMessage) {
-  const std::string odd = validate_cudnn_attention(AttentionShape{1, 2, 2, 64, 12}, scale_of(12), 90);
+  const std::string odd = validate_cudnn_attention(AttentionShape{1, 2, 2, 64, 12}, scale_of(12), true, 90);
   EXPECT_NE(odd.find("multiple of 8"), std::string::npos) << odd;
-  const std::string wide = validate_cudnn_attention(AttentionShape{1, 2, 2, 64, 264}, scale_of(264), 90);
+  const std::string wide = validate_cudnn_attention(AttentionShape{1, 2, 2, 64, 264}, scale_of(264), true, 90);
   EXPECT_NE(wide.find("256"), std::string::npos) << wide;
 }
 

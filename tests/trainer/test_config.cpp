@@ -218,6 +218,15 @@ TEST(Overrides, RepairAFileBecauseValidationComesLast) {
   EXPECT_EQ(parse_config(broken, "x.yaml", {"model.n_heads=8"}).model.n_heads, 8);
 }
 
+// train.deterministic: on by default (bit-exact runs); off lets the cuda
+// engine take cuDNN's fastest attention backward; anything else is refused.
+TEST(Overrides, DeterministicIsABooleanOnByDefault) {
+  EXPECT_TRUE(load_config("tiny").train.deterministic);
+  EXPECT_FALSE(load_config("tiny", {"train.deterministic=false"}).train.deterministic);
+  const std::string message = config_error([] { load_config("tiny", {"train.deterministic=sometimes"}); });
+  EXPECT_NE(message.find("train.deterministic"), std::string::npos) << message;
+}
+
 TEST(Overrides, ValueMayContainEquals) {
   EXPECT_EQ(load_config("tiny", {"report.out=a=b.json"}).report.out, "a=b.json");
 }

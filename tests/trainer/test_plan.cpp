@@ -100,20 +100,29 @@ TEST(Plan, AnOddVocabularyAddsThePaddedLmHead) {
 // it) keeps a [B, H, T] fp32 logsumexp per layer instead of the B·H·T² bf16
 // probabilities, drops their gradient from the scratch, and adds cuDNN's
 // workspace, estimated before a GPU is asked: an fp32 dQ (n·q_dim) and two
-// fp32 values per head and row.
+// fp32 values per head and row, plus, for the deterministic backward
+// (train.deterministic, the default), Hopper's bf16 dP with the queries
+// padded to 64 and the keys to 128.
 TEST(Plan, CudnnAttentionKeepsNoProbabilities) {
   if (!cuda_built()) GTEST_SKIP() << "this build has no CUDA engine, whose memory model the plan is";
   if (cudnn_attention_build_info().empty())
     GTEST_SKIP() << "this build has no cuDNN attention (cuDNN or the frontend headers were not found)";
   const FinetunePlanRow gemm = plan_finetune(load_config("tiny", {"train.attention=gemm"}), 8, 2, int64_t{80} << 30)[0];
   for (const char* setting : {"train.attention=auto", "train.attention=cudnn"}) {
-    const FinetunePlanRow fused = plan_finetune(load_config("tiny", {setting}), 8, 2, int64_t{80} << 30)[0];
-    constexpr int64_t kProbs = 8 * 4 * 64 * 64;  // per layer
-    constexpr int64_t kStats = kN * 4;           // per layer: n rows × 4 heads
-    EXPECT_EQ(fused.memory.activation_bytes, kActivationBytes - 2 * kProbs * 2 + 2 * kStats * 4) << setting;
-    EXPECT_EQ(fused.memory.workspace_bytes,
-              gemm.memory.workspace_bytes - kProbs * 2 + 4 * kN * 64 + 8 * kN * 4) << setting;
-    EXPECT_EQ(fused.memory.parameter_bytes, gemm.memory.parameter_bytes) << setting;
+    for (const bool deterministic : {true, false}) {
+      SCOPED_TRACE(std::string(setting) + (deterministic ? ", deterministic" : ", fastest backward"));
+      const FinetunePlanRow fused =
+          plan_finetune(load_config("tiny", {setting, deterministic ? "train.deterministic=true"
+                                                                    : "train.deterministic=false"}),
+                        8, 2, int64_t{80} << 30)[0];
+      constexpr int64_t kProbs = 8 * 4 * 64 * 64;  // per layer
+      constexpr int64_t kStats = kN * 4;           // per layer: n rows × 4 heads
+      constexpr int64_t kDp = 8 * 4 * 64 * 128 * 2;  // T 64 as queries; keys padded to 128
+      EXPECT_EQ(fused.memory.activation_bytes, kActivationBytes - 2 * kProbs * 2 + 2 * kStats * 4);
+      EXPECT_EQ(fused.memory.workspace_bytes,
+                gemm.memory.workspace_bytes - kProbs * 2 + 4 * kN * 64 + 8 * kN * 4 + (deterministic ? kDp : 0));
+      EXPECT_EQ(fused.memory.parameter_bytes, gemm.memory.parameter_bytes);
+    }
   }
 }
 
