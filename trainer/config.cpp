@@ -25,8 +25,7 @@
 namespace trainbench {
 namespace {
 
-// Where a key's value lives in Config, typed. bool has no key yet; it is here
-// so a flag is one table line like any other key.
+// Where a key's value lives in Config, typed.
 using FieldPtr = std::variant<int64_t*, double*, std::string*, bool*>;
 
 // Per-key range checks, applied by validate_config.

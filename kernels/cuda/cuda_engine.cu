@@ -102,12 +102,14 @@ constexpr size_t kTimingEventPairs = 16;
 // cuDNN asks for and its memory_plan() reports that.
 int64_t estimated_cudnn_workspace_bytes(const ModelShape& s, int64_t batch, bool deterministic) {
   const int64_t n = batch * s.seq_len;
-  const int64_t dq_and_row_stats = 4 * n * s.q_dim() + 8 * n * s.n_heads;
-  if (!deterministic) return dq_and_row_stats;
-  // The deterministic backward on Hopper keeps dP in the workspace: bf16, the
-  // queries padded to 64 and the keys to 128 (the cuDNN frontend's sizing).
+  const int64_t row_stats = 8 * n * s.n_heads;
+  // The fastest backward sums dQ in an fp32 accumulator; the deterministic
+  // one on Hopper instead keeps dP in the workspace, bf16, and computes dQ
+  // from it with a GEMM (the cuDNN frontend's graph; its sizing pads the
+  // queries to 64 and the keys to 128, an upper estimate of the backend's).
+  if (!deterministic) return row_stats + 4 * n * s.q_dim();
   auto round_up = [](int64_t x, int64_t to) { return (x + to - 1) / to * to; };
-  return dq_and_row_stats + batch * s.n_heads * round_up(s.seq_len, 64) * round_up(s.seq_len, 128) * 2;
+  return row_stats + batch * s.n_heads * round_up(s.seq_len, 64) * round_up(s.seq_len, 128) * 2;
 }
 
 MemoryPlan cuda_memory_plan(const EngineOptions& options, bool fused_attention,
@@ -145,14 +147,24 @@ MemoryPlan CudaEngine::memory_plan() const {
                           static_cast<int64_t>(attention_workspace_.bytes()));
 }
 
+namespace {
+// Makes `index` the calling thread's device and returns it: run in the
+// initialiser list before gemm_, whose cuBLASLt handle and workspace belong
+// to the device current when it is built (else rank k > 0 of a multi-GPU run
+// would get them on GPU 0).
+int select_device(int index) {
+  TRAINBENCH_CUDA_CHECK(cudaSetDevice(index));
+  return index;
+}
+}  // namespace
+
 CudaEngine::CudaEngine(const EngineOptions& options)
     : options_(options),
       shape_(options.shape),
       layout_(make_layout(options)),
       micro_batch_(options.micro_batch),
-      device_(options.gpu_index),
+      device_(select_device(options.gpu_index)),
       gemm_() {
-  TRAINBENCH_CUDA_CHECK(cudaSetDevice(device_));
   cudaDeviceProp prop{};
   TRAINBENCH_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
   datasheet_peak_ = datasheet_bf16_peak(prop.name);
@@ -163,6 +175,10 @@ CudaEngine::CudaEngine(const EngineOptions& options)
     create_streams_and_state();
   } catch (...) {
     release_cuda_objects();
+    // A failed call (a cudaMalloc out of memory) also left the runtime's
+    // last error set: cleared, so the next engine's first launch check in
+    // this process does not report it as its own.
+    (void)cudaGetLastError();
     throw;
   }
 }

@@ -196,8 +196,9 @@ class CudaEngine final : public TrainingEngine {
   // Picks the attention kernels (options_.attention) before anything is
   // sized: builds cuDNN's SDPA graphs, or says in attention_info_ why not.
   void choose_attention();
-  // The constructor's work once the device is set: streams, events, the
-  // attention choice, the memory check and every allocation.
+  // The constructor's work after the device is selected (select_device, in
+  // the initialiser list): streams, events, the attention choice, the memory
+  // check and every allocation.
   void create_streams_and_state();
   // The destructor's work, also run when the constructor throws.
   void release_cuda_objects() noexcept;

@@ -699,10 +699,25 @@ struct AdamWConstants {
   float decay;                  // 1 − lr·wd
 };
 
-// One AdamW update per element, the arithmetic of cpu::adamw_update; packs
-// of kPack (16-byte loads and stores of the four fp32 buffers and the bf16
-// copy) where every pointer allows. 30 bytes move per parameter, 57 GB a step
-// at Llama-3-8B's 4 layers: scalar 4-byte accesses left HBM bandwidth unused.
+// One element's AdamW update, cpu::adamw_update's formula with every
+// rounding spelled out: __fmul_rn and __fadd_rn are never contracted into an
+// FMA, so the packed and the element-by-element instantiations below give
+// the same bits whatever the compiler does with either. They must: a ZeRO-1
+// shard that starts unaligned updates element by element what the unsharded
+// engine updates in packs, and the two are compared bit for bit.
+__device__ __forceinline__ void adamw_element(float g, float scale, const AdamWConstants& k, float& m, float& v,
+                                              float& p) {
+  const float g_scaled = __fmul_rn(g, scale);
+  m = __fadd_rn(__fmul_rn(k.beta1, m), __fmul_rn(1.0f - k.beta1, g_scaled));
+  v = __fadd_rn(__fmul_rn(k.beta2, v), __fmul_rn(__fmul_rn(1.0f - k.beta2, g_scaled), g_scaled));
+  const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), k.bias_correction2_sqrt), k.eps);
+  p = __fsub_rn(__fmul_rn(p, k.decay), __fdiv_rn(__fmul_rn(k.step_size, m), denom));
+}
+
+// AdamW over a run of elements: packs of kPack (16-byte loads and stores of
+// the four fp32 buffers and the bf16 copy) where every pointer allows. 30
+// bytes move per parameter, 57 GB a step at Llama-3-8B's 4 layers: scalar
+// 4-byte accesses left HBM bandwidth unused.
 struct AdamwUpdate {
   float* master;
   bf16* params;
@@ -713,20 +728,13 @@ struct AdamwUpdate {
   template <int N>
   __device__ void apply(int64_t i) const {
     const float scale = *grad_scale;
-    const Floats<N> g = load<N>(grads + i), m_old = load<N>(m + i), v_old = load<N>(v + i),
-                    p_old = load<N>(master + i);
-    Floats<N> m_new, v_new, p_new;
-    for (int j = 0; j < N; ++j) {
-      const float g_j = g.value[j] * scale;
-      m_new.value[j] = k.beta1 * m_old.value[j] + (1.0f - k.beta1) * g_j;
-      v_new.value[j] = k.beta2 * v_old.value[j] + (1.0f - k.beta2) * g_j * g_j;
-      const float denom = sqrtf(v_new.value[j]) / k.bias_correction2_sqrt + k.eps;
-      p_new.value[j] = p_old.value[j] * k.decay - k.step_size * m_new.value[j] / denom;
-    }
-    store<N>(m + i, m_new);
-    store<N>(v + i, v_new);
-    store<N>(master + i, p_new);
-    store<N>(params + i, p_new);
+    const Floats<N> g = load<N>(grads + i);
+    Floats<N> m_i = load<N>(m + i), v_i = load<N>(v + i), p_i = load<N>(master + i);
+    for (int j = 0; j < N; ++j) adamw_element(g.value[j], scale, k, m_i.value[j], v_i.value[j], p_i.value[j]);
+    store<N>(m + i, m_i);
+    store<N>(v + i, v_i);
+    store<N>(master + i, p_i);
+    store<N>(params + i, p_i);
   }
 };
 

@@ -11,8 +11,8 @@
 //                          on top of fp32 arithmetic that only differs in order.
 //   kFp32FromBf16   1e-5   fp32 outputs of the same bf16 inputs: only summation order and
 //                          expf/std::exp last bits differ.
-//   kAdamW          1e-6   the same fp32 formula element by element: only FMA contraction and
-//                          the last bit of sqrt/divide differ.
+//   kAdamW          1e-6   the same fp32 formula element by element, each rounding spelled out on
+//                          the GPU: only the host compiler's FMA contraction could differ.
 //   kSumOfSquares   1e-12  squares of floats are exact in double; only the order of the sum differs.
 //   exact (0)              embedding forward (a copy), embedding backward (the same fp32 adds in
 //                          the same row order), copy_fp32_to_bf16 (round to nearest even).
@@ -153,8 +153,10 @@ class CudaOps : public ::testing::Test {
 
 TEST_F(CudaOps, EmbeddingForwardCopiesTheRows) {
   std::mt19937 rng(1);
-  const int64_t vocab = 300, n = 1000;
-  for (const int64_t d : {77, 768}) {  // element by element; 16-byte packs
+  // d 77: element by element; d 768: 16-byte packs, 6000 rows so that the
+  // grid-stride loop goes round more than once.
+  const int64_t vocab = 300, n = 6000;
+  for (const int64_t d : {77, 768}) {
     const std::vector<float> table = random_bf16_values(vocab * d, rng);
     const std::vector<int32_t> tokens = random_tokens(n, vocab, rng);
     std::vector<float> expected(n * d);
@@ -438,7 +440,6 @@ TEST_F(CudaOps, CudnnAttentionForwardAndBackwardMatchTheCpu) {
           AttentionShape{c.batch, c.heads, c.kv_heads, c.seq_len, c.head_dim},
           1.0f / std::sqrt(static_cast<float>(c.head_dim)), deterministic, nullptr, &why_not);
       ASSERT_NE(attention, nullptr) << why_not;
-      EXPECT_EQ(attention->deterministic_backward(), deterministic);
       DeviceBuffer<bf16> q_dev = upload(to_bf16(q)), k_dev = upload(to_bf16(k)), v_dev = upload(to_bf16(v));
       DeviceBuffer<bf16> d_out_dev = upload(to_bf16(d_out));
       DeviceBuffer<bf16> out_dev = upload(nan_bf16(q_count));
@@ -601,7 +602,9 @@ TEST_F(CudaOps, FillUniformIsInRangeSpreadAndRepeatable) {
 
 TEST_F(CudaOps, SumOfSquares) {
   std::mt19937 rng(50);
-  const int64_t count = 1000003;  // more than the first pass's blocks × threads
+  // More packs of 8 than the first pass's 1024 × 256 threads: each goes
+  // round the grid-stride loop twice, and a tail of 3 follows.
+  const int64_t count = 3000019;
   const std::vector<float> x = random_fp32_values(count, rng);
   const double expected = cpu::sum_of_squares(x.data(), count);
 
@@ -644,12 +647,15 @@ TEST_F(CudaOps, ClipScaleAsTorchClipGradNorm) {
 
 TEST_F(CudaOps, AdamWUpdateMatchesCpuAndWritesTheBf16Copy) {
   std::mt19937 rng(60);
-  const int64_t count = 100003;  // packs of 8 and a tail of 3
+  // Packs of 8 and a tail of 3; more packs than the largest grid's 2048 × 256
+  // threads, so the grid-stride loop goes round more than once.
+  const int64_t count = 4500003;
   const float grad_scale = 0.5f;
   const AdamWStep step{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7};
-  // offset 0: 16-byte packs; offset 1: no buffer 16-byte aligned, so element
-  // by element (a ZeRO-1 shard or a tensor can start anywhere).
-  for (const int64_t offset : {0, 1}) {
+  // offset 0: 16-byte packs; offset 1: no buffer 16-byte aligned; offset 4:
+  // the fp32 buffers are, the bf16 copy (8 bytes in) is not. Element by
+  // element in both (a ZeRO-1 shard or a tensor can start anywhere).
+  for (const int64_t offset : {0, 1, 4}) {
     const std::vector<float> master_initial = random_fp32_values(count, rng);
     const std::vector<float> grads = random_fp32_values(count, rng);
     const std::vector<float> m_initial = random_fp32_values(count, rng, 0.1f);

@@ -99,10 +99,10 @@ TEST(Plan, AnOddVocabularyAddsThePaddedLmHead) {
 // cuDNN's fused attention (train.attention auto or cudnn, where this build has
 // it) keeps a [B, H, T] fp32 logsumexp per layer instead of the B·H·T² bf16
 // probabilities, drops their gradient from the scratch, and adds cuDNN's
-// workspace, estimated before a GPU is asked: an fp32 dQ (n·q_dim) and two
-// fp32 values per head and row, plus, for the deterministic backward
-// (train.deterministic, the default), Hopper's bf16 dP with the queries
-// padded to 64 and the keys to 128.
+// workspace, estimated before a GPU is asked: two fp32 values per head and
+// row, and an fp32 dQ accumulator (n·q_dim) for the fastest backward or, for
+// the deterministic one (train.deterministic, the default), Hopper's bf16 dP
+// with the queries padded to 64 and the keys to 128 instead.
 TEST(Plan, CudnnAttentionKeepsNoProbabilities) {
   if (!cuda_built()) GTEST_SKIP() << "this build has no CUDA engine, whose memory model the plan is";
   if (cudnn_attention_build_info().empty())
@@ -120,7 +120,7 @@ TEST(Plan, CudnnAttentionKeepsNoProbabilities) {
       constexpr int64_t kDp = 8 * 4 * 64 * 128 * 2;  // T 64 as queries; keys padded to 128
       EXPECT_EQ(fused.memory.activation_bytes, kActivationBytes - 2 * kProbs * 2 + 2 * kStats * 4);
       EXPECT_EQ(fused.memory.workspace_bytes,
-                gemm.memory.workspace_bytes - kProbs * 2 + 4 * kN * 64 + 8 * kN * 4 + (deterministic ? kDp : 0));
+                gemm.memory.workspace_bytes - kProbs * 2 + 8 * kN * 4 + (deterministic ? kDp : 4 * kN * 64));
       EXPECT_EQ(fused.memory.parameter_bytes, gemm.memory.parameter_bytes);
     }
   }
