@@ -234,8 +234,9 @@ if [ -z "${GPU_CHECK_SKIP_EXTRAS:-}" ]; then
 
 # 6a. What the fused attention buys: the Llama-3-8B-shaped preset with
 # attention as cuBLASLt GEMMs around a causal softmax (train.attention=gemm),
-# side by side with the row above when that one ran cuDNN's SDPA.
-# Skipped only when that row ran the GEMM attention already.
+# side by side with the row above when that one ran cuDNN's SDPA; and what
+# its deterministic backward costs. Skipped only when that row ran the GEMM
+# attention already.
 main_attention=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["environment"]["attention"]["kernel"])' \
                    "$out/h200-llama8b-4l.json" 2> /dev/null || echo "not run here")
 if grep -q "cuda" <(grep "compute engines" "$out/version.txt") && [ "$main_attention" != gemm ]; then
@@ -246,15 +247,12 @@ if grep -q "cuda" <(grep "compute engines" "$out/version.txt") && [ "$main_atten
   else
     row "trainbench h200-llama8b-4l gemm attn" "FAILED (exit $?): $(tail -1 "$out/$gemm_run.log")"
   fi
-fi
 
-# 6a'. What bit-exact runs cost: each preset with cuDNN's deterministic
-# attention backward (train.deterministic=true, the default outside these
-# presets, which keeps dP, B·H·T² bf16, in cuDNN's workspace on Hopper),
-# beside the preset's own row (cuDNN's fastest backward, as PyTorch's SDPA).
-# Skipped where the preset's row ran the GEMM attention, which is
-# deterministic either way.
-if grep -q "cuda" <(grep "compute engines" "$out/version.txt") && [ "$main_attention" != gemm ]; then
+  # What bit-exact runs cost: each preset with cuDNN's deterministic
+  # attention backward (train.deterministic=true, the default outside these
+  # presets, which keeps dP, B·H·T² bf16, in cuDNN's workspace on Hopper),
+  # beside the preset's own row (cuDNN's fastest backward, as PyTorch's
+  # SDPA). The GEMM attention is deterministic either way.
   for preset in "${presets[@]}"; do
     det_run=$preset-deterministic
     if timeout "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run "$preset" --set train.deterministic=true \

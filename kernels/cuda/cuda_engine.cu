@@ -97,9 +97,9 @@ double datasheet_bf16_peak(const std::string& name) {
 constexpr size_t kTimingEventPairs = 16;
 
 // cuDNN's SDPA workspace before its graphs exist (it is known only once they
-// are built on a GPU): an fp32 dQ accumulator and two fp32 values per (head,
-// query row), what flash-attention backward keeps. The engine allocates what
-// cuDNN asks for and its memory_plan() reports that.
+// are built on a GPU): two fp32 values per (head, query row), and what the
+// chosen backward keeps besides (below). The engine allocates what cuDNN
+// asks for and its memory_plan() reports that.
 int64_t estimated_cudnn_workspace_bytes(const ModelShape& s, int64_t batch, bool deterministic) {
   const int64_t n = batch * s.seq_len;
   const int64_t row_stats = 8 * n * s.n_heads;

@@ -13,6 +13,7 @@
 #include <limits>     // std::numeric_limits (rope's launch bounds)
 #include <stdexcept>  // std::invalid_argument
 #include <string>     // std::to_string
+#include <type_traits>  // std::integral_constant (visit_grid_stride's pack width)
 
 #include "kernels/cuda/cuda_check.h"  // TRAINBENCH_CUDA_CHECK
 
@@ -186,21 +187,29 @@ __device__ __forceinline__ void store(float* destination, const Floats<N>& value
 
 // ---- elementwise ----
 
-// Applies op to elements [0, count) with a grid-stride loop: kPack at a time
-// while whole packs remain (when `packed`), then one at a time for the tail,
-// or for everything when some pointer is not 16-byte aligned. Each op reads
-// all its inputs before it writes, so outputs may alias inputs.
-template <typename Op>
-__global__ void elementwise_kernel(Op op, int64_t count, bool packed) {
+// This thread's share of elements [0, count) in a grid-stride loop:
+// visit(width, i) for width = kPack elements at i while whole packs remain
+// (when `packed`), then width = 1 for the tail, or for everything when some
+// pointer is not 16-byte aligned. `width` is a std::integral_constant, so
+// the visitor can instantiate load<width>/store<width>.
+template <typename Visit>
+__device__ __forceinline__ void visit_grid_stride(int64_t count, bool packed, Visit&& visit) {
   const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   int64_t tail_begin = 0;
   if (packed) {
     const int64_t packs = count / kPack;
-    for (int64_t p = first; p < packs; p += stride) op.template apply<kPack>(p * kPack);
+    for (int64_t p = first; p < packs; p += stride) visit(std::integral_constant<int, kPack>{}, p * kPack);
     tail_begin = packs * kPack;
   }
-  for (int64_t i = tail_begin + first; i < count; i += stride) op.template apply<1>(i);
+  for (int64_t i = tail_begin + first; i < count; i += stride) visit(std::integral_constant<int, 1>{}, i);
+}
+
+// Applies op to elements [0, count) (visit_grid_stride). Each op reads all
+// its inputs before it writes, so outputs may alias inputs.
+template <typename Op>
+__global__ void elementwise_kernel(Op op, int64_t count, bool packed) {
+  visit_grid_stride(count, packed, [&](auto width, int64_t i) { op.template apply<decltype(width)::value>(i); });
 }
 
 template <typename Op>
@@ -643,25 +652,11 @@ void check_row_stride(const char* what, int64_t vocab, int64_t row_stride) {
 // to stream Llama-3-8B's 7.7 GB of gradients at HBM speed.
 __global__ void sum_of_squares_partials_kernel(double* partials, const float* x, int64_t count,
                                                bool packed) {
-  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   double total = 0.0;
-  int64_t tail_begin = 0;
-  if (packed) {
-    const int64_t packs = count / kPack;
-    for (int64_t p = first; p < packs; p += stride) {
-      const Floats<kPack> values = load<kPack>(x + p * kPack);
-      for (int k = 0; k < kPack; ++k) {
-        const double value = values.value[k];
-        total += value * value;
-      }
-    }
-    tail_begin = packs * kPack;
-  }
-  for (int64_t i = tail_begin + first; i < count; i += stride) {
-    const double value = x[i];
-    total += value * value;
-  }
+  visit_grid_stride(count, packed, [&](auto width, int64_t i) {
+    const Floats<decltype(width)::value> values = load<decltype(width)::value>(x + i);
+    for (const float v : values.value) total += static_cast<double>(v) * v;
+  });
   total = block_sum(total);
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }

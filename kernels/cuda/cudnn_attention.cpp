@@ -128,12 +128,8 @@ void* mutable_pointer(const void* p) { return const_cast<void*>(p); }
 class CudnnSdpa final : public CudnnAttention {
  public:
   CudnnSdpa(cudnnHandle_t handle, std::shared_ptr<fe::graph::Graph> forward,
-            std::shared_ptr<fe::graph::Graph> backward, int64_t workspace, bool deterministic_backward)
-      : handle_(handle),
-        forward_(std::move(forward)),
-        backward_(std::move(backward)),
-        workspace_(workspace),
-        deterministic_backward_(deterministic_backward) {}
+            std::shared_ptr<fe::graph::Graph> backward, int64_t workspace)
+      : handle_(handle), forward_(std::move(forward)), backward_(std::move(backward)), workspace_(workspace) {}
   ~CudnnSdpa() override { cudnnDestroy(handle_); }
 
   int64_t workspace_bytes() const override { return workspace_; }
@@ -159,8 +155,6 @@ class CudnnSdpa final : public CudnnAttention {
            frontend_version() + ")";
   }
 
-  bool deterministic_backward() const override { return deterministic_backward_; }
-
  private:
   void run(fe::graph::Graph& graph, std::unordered_map<int64_t, void*>& pack, void* workspace,
            const char* which) {
@@ -172,7 +166,6 @@ class CudnnSdpa final : public CudnnAttention {
   cudnnHandle_t handle_;
   std::shared_ptr<fe::graph::Graph> forward_, backward_;
   int64_t workspace_;
-  bool deterministic_backward_;
 };
 
 // Builds `graph` for the handle's device: validation, cuDNN's heuristics
@@ -220,7 +213,7 @@ std::unique_ptr<CudnnAttention> make_cudnn_attention(const AttentionShape& shape
     return nullptr;
   }
   return std::make_unique<CudnnSdpa>(handle, std::move(forward), std::move(backward),
-                                     std::max(forward_workspace, backward_workspace), deterministic_backward);
+                                     std::max(forward_workspace, backward_workspace));
 }
 
 std::string validate_cudnn_attention(const AttentionShape& shape, float scale, bool deterministic_backward,

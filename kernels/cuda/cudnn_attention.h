@@ -48,8 +48,6 @@ class CudnnAttention {
                         void* workspace) = 0;
   // "cuDNN 9.19.0 (frontend 1.32.0)": the library this process runs.
   virtual std::string library_version() const = 0;
-  // Whether backward repeats bit for bit (make_cudnn_attention's choice).
-  virtual bool deterministic_backward() const = 0;
 };
 
 // The forward and backward graphs for this shape, built for the current
