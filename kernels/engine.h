@@ -63,6 +63,15 @@ struct AttentionInfo {
   std::string detail;
 };
 
+// How an engine picks its GEMM algorithms: "openblas" (the cpu engine),
+// "heuristic" (cuBLASLt's first choice per shape, the same on every run) or
+// "timed" (the fastest of cuBLASLt's candidates, timed at each shape's first
+// call; train.deterministic=false). detail says what the timing chose.
+struct GemmInfo {
+  std::string algorithms = "heuristic";
+  std::string detail;
+};
+
 // Time per kind of op (report.op_times): "gemm", "attention", "norm", ...
 struct OpTime {
   std::string op;
@@ -117,6 +126,9 @@ class TrainingEngine {
   virtual int64_t micro_batch() const = 0;
   virtual MemoryPlan memory_plan() const = 0;
   virtual AttentionInfo attention() const = 0;
+  // Asked at start-up and again after the run, when a timing engine has
+  // timed the shapes it met.
+  virtual GemmInfo gemm() const = 0;
 
   // Parameters (the fp32 master weights on a mixed-precision backend):
   // deterministic init from a seed (normal(0, 0.02) matrices,
@@ -271,11 +283,12 @@ struct EngineOptions {
   // GPU, else cuBLASLt GEMMs around a causal softmax; "cudnn" fails instead of
   // falling back; "gemm" always takes the GEMMs. The cpu engine runs GEMMs.
   std::string attention = "auto";
-  // Whether every kernel must repeat bit for bit (train.deterministic). Only
-  // cuDNN's attention backward has a faster way that is not: false lets it
-  // sum dQ with atomics, as PyTorch's SDPA backward does. Exact resume and
-  // the burn-in's golden step need true; every other kernel is deterministic
-  // either way.
+  // Whether every kernel must repeat bit for bit (train.deterministic).
+  // false lets cuDNN's attention backward sum dQ with atomics, as PyTorch's
+  // SDPA backward does, and lets the cuda engine time cuBLASLt's candidate
+  // algorithms per GEMM shape (each deterministic, but which one wins the
+  // timing can differ between runs). Exact resume and the burn-in's golden
+  // step need true; every other kernel is deterministic either way.
   bool deterministic = true;
 };
 

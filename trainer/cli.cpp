@@ -296,6 +296,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                           : static_cast<int>(std::thread::hardware_concurrency());
   Environment env = collect_environment(*comm, engine->backend_name(), threads, gpus);
   env.attention = engine->attention();
+  env.gemm = engine->gemm();
   if (!data.data_path.empty()) env.filesystems.push_back(describe_filesystem("data", data.data_path));
   env.filesystems.push_back(describe_filesystem("results", result_path));
   if (!checkpoint_dir.path.empty())
@@ -355,6 +356,8 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
     outcome.ceilings_line = ceilings_line(ceilings, outcome.summary.tokens_per_s);
     outcome.summary.bottleneck = explain_bottleneck(outcome.summary.bottleneck, ceilings, outcome.summary.tokens_per_s);
   }
+  // What the GEMM timing chose is known only now that the run met its shapes.
+  env.gemm = engine->gemm();
   nlohmann::json result;
   if (reporter) result = build_result_json(options.command_line, config, env, outcome);
   const int extension_code = options.extension ? options.extension->finish(outcome, reporter ? &result : nullptr) : kExitOk;
@@ -365,6 +368,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
       comm->abort(kExitEnvironmentError, std::string("cannot write the result: ") + e.what());
     }
     print_summary(stdout, outcome, options.write_result ? result_path : "(in the projection's result)");
+    if (env.gemm.algorithms == "timed") std::fprintf(stdout, "gemm algorithms: %s\n", env.gemm.detail.c_str());
     if (options.extension) options.extension->print(stdout);
   }
   report.result = std::move(result);

@@ -129,6 +129,7 @@ nlohmann::json environment_to_json(const Environment& env) {
       {"comm_backend", env.comm_backend},
       {"compute_backend", env.compute_backend},
       {"attention", {{"kernel", env.attention.kernel}, {"detail", env.attention.detail}}},
+      {"gemm", {{"algorithms", env.gemm.algorithms}, {"detail", env.gemm.detail}}},
       {"built_backends", env.built_backends},
       {"cpu", {{"model", env.cpu_model},
                {"hardware_threads", env.hardware_threads},

@@ -35,6 +35,7 @@ struct Environment {
   GpuInventory gpus;
   std::string compute_backend;
   AttentionInfo attention;  // the engine's attention kernels (TrainingEngine::attention)
+  GemmInfo gemm;            // how it picks GEMM algorithms (TrainingEngine::gemm), after the run
   std::string built_backends;
   std::string openblas;   // openblas_get_config()
   std::string nccl;       // nccl_version(): "2.28.9", "" when the NCCL backend is not built

@@ -48,6 +48,7 @@ void print_header(FILE* out, const Config& config, const Environment& env, const
   std::fprintf(out, "  engine    %s (built: %s)\n", env.compute_backend.c_str(),
                env.built_backends.c_str());
   std::fprintf(out, "  attention %s: %s\n", env.attention.kernel.c_str(), env.attention.detail.c_str());
+  std::fprintf(out, "  gemm      %s: %s\n", env.gemm.algorithms.c_str(), env.gemm.detail.c_str());
   std::fprintf(out, "  libraries %s; %s; CUDA runtime %s; NCCL %s\n", env.openblas.c_str(),
                env.compiler.c_str(),
                env.gpus.runtime_version.empty() ? "not built" : env.gpus.runtime_version.c_str(),

@@ -48,6 +48,7 @@ class CpuEngine : public TrainingEngine {
   int64_t micro_batch() const override { return micro_batch_; }
   MemoryPlan memory_plan() const override { return plan_cpu_memory(options_); }
   AttentionInfo attention() const override { return AttentionInfo{"gemm", "OpenBLAS GEMMs per head"}; }
+  GemmInfo gemm() const override { return GemmInfo{"openblas", "OpenBLAS sgemm, split across the threads"}; }
 
   void init_parameters(uint64_t seed) override;
   void set_parameters(const float* host) override;

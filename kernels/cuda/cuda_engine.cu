@@ -164,7 +164,7 @@ CudaEngine::CudaEngine(const EngineOptions& options)
       layout_(make_layout(options)),
       micro_batch_(options.micro_batch),
       device_(select_device(options.gpu_index)),
-      gemm_() {
+      gemm_(LtGemm::kDefaultWorkspaceBytes, /*time_candidates=*/!options.deterministic) {
   cudaDeviceProp prop{};
   TRAINBENCH_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
   datasheet_peak_ = datasheet_bf16_peak(prop.name);
@@ -652,6 +652,28 @@ void CudaEngine::choose_attention() {
   }
   if (asked == "cudnn") throw std::runtime_error("train.attention=cudnn: " + why_not);
   attention_info_ = AttentionInfo{"gemm", "cuBLASLt GEMMs around a causal softmax; cuDNN SDPA not used: " + why_not};
+}
+
+GemmInfo CudaEngine::gemm() const {
+  if (!gemm_.times_candidates())
+    return GemmInfo{"heuristic", "cuBLASLt bf16, the heuristic's first algorithm per shape: the same on every "
+                                 "run (train.deterministic=true)"};
+  const GemmTuning t = gemm_.tuning();
+  std::string detail = "cuBLASLt bf16, the fastest of up to " + std::to_string(LtGemm::kMaxCandidates) +
+                       " candidate algorithms timed at each shape's first call (train.deterministic=false)";
+  if (t.shapes == 0) {
+    detail += "; no shape timed yet";
+  } else {
+    char saved[160];
+    std::snprintf(saved, sizeof saved,
+                  "; %ld shapes timed, %ld took another algorithm than the heuristic's first: by those "
+                  "timings %.1f%% less GEMM time",
+                  static_cast<long>(t.shapes), static_cast<long>(t.changed),
+                  t.first_choice_seconds > 0 ? 100.0 * (1.0 - t.chosen_seconds / t.first_choice_seconds) : 0.0);
+    detail += saved;
+  }
+  if (!t.untimed.empty()) detail += "; " + t.untimed;
+  return GemmInfo{"timed", detail};
 }
 
 // cuDNN's fused SDPA when chosen. Otherwise per head, batched over the

@@ -47,6 +47,7 @@ class CudaEngine final : public TrainingEngine {
   int64_t micro_batch() const override { return micro_batch_; }
   MemoryPlan memory_plan() const override;
   AttentionInfo attention() const override { return attention_info_; }
+  GemmInfo gemm() const override;
 
   void init_parameters(uint64_t seed) override;
   void set_parameters(const float* host) override;

@@ -13,7 +13,8 @@
 
 namespace trainbench::cuda {
 
-LtGemm::LtGemm(size_t workspace_bytes) : workspace_(workspace_bytes) {
+LtGemm::LtGemm(size_t workspace_bytes, bool time_candidates)
+    : workspace_(workspace_bytes), time_candidates_(time_candidates) {
   TRAINBENCH_CUBLAS_CHECK(cublasLtCreate(&handle_));
 }
 
@@ -33,7 +34,7 @@ LtGemm::~LtGemm() {
 // [r, c] matrix with leading dimension L is the column-major [c, r] matrix with
 // the same L. So cuBLASLt's first operand is our B and its second our A, each
 // with its own transpose flag, and its output is [n, m] column-major.
-const LtGemm::Plan& LtGemm::plan_for(const Key& key) {
+LtGemm::Plan& LtGemm::plan_for(const Key& key) {
   auto found = plans_.find(key);
   if (found != plans_.end()) return found->second;
 
@@ -71,7 +72,8 @@ const LtGemm::Plan& LtGemm::plan_for(const Key& key) {
   cublasLtMatmulPreference_t preference = nullptr;
   TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
   const size_t workspace_bytes = workspace_.bytes();
-  cublasLtMatmulHeuristicResult_t heuristic{};
+  cublasLtMatmulHeuristicResult_t heuristics[kMaxCandidates]{};
+  const int requested = time_candidates_ ? kMaxCandidates : 1;
   int returned = 0;
   try {
     TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
@@ -84,8 +86,8 @@ const LtGemm::Plan& LtGemm::plan_for(const Key& key) {
           preference, attribute, &alignment, sizeof(alignment)));
     }
     TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan.matmul, plan.b, plan.a,
-                                                           plan.c, plan.c, preference, 1,
-                                                           &heuristic, &returned));
+                                                           plan.c, plan.c, preference, requested,
+                                                           heuristics, &returned));
   } catch (...) {
     cublasLtMatmulPreferenceDestroy(preference);
     throw;
@@ -95,7 +97,13 @@ const LtGemm::Plan& LtGemm::plan_for(const Key& key) {
     throw CudaError("cuBLASLt has no algorithm for a bf16 GEMM m=" + std::to_string(m) +
                     " n=" + std::to_string(n) + " k=" + std::to_string(k));
   }
-  plan.algo = heuristic.algo;
+  plan.algo = heuristics[0].algo;
+  for (int i = 0; i < returned; ++i)
+    if (heuristics[i].state == CUBLAS_STATUS_SUCCESS) plan.candidates.push_back(heuristics[i].algo);
+  if (!plan.candidates.empty()) plan.algo = plan.candidates.front();
+  // One candidate leaves nothing to time.
+  plan.timed = plan.candidates.size() < 2;
+  if (plan.timed) plan.candidates.clear();
   return plans_.emplace(key, plan).first->second;
 }
 
@@ -130,12 +138,128 @@ void LtGemm::gemm_strided_batched(bool transpose_a, bool transpose_b, int64_t m,
                 : 0;
   // A batch of one is the plain GEMM: one cache entry whatever the strides.
   if (batch == 1) stride_a = stride_b = stride_c = 0;
-  const Plan& plan = plan_for(Key{transpose_a, transpose_b, m, n, k, lda, ldb, ldc,
-                                  static_cast<int>(output), common_alignment(a, b, c, stride_bytes),
-                                  batch, stride_a, stride_b, stride_c});
+  Plan& plan = plan_for(Key{transpose_a, transpose_b, m, n, k, lda, ldb, ldc,
+                            static_cast<int>(output), common_alignment(a, b, c, stride_bytes),
+                            batch, stride_a, stride_b, stride_c});
+  if (!plan.timed) {
+    const size_t c_span = static_cast<size_t>((batch - 1) * stride_c + (m - 1) * ldc + n) * c_element;
+    time_candidates(plan, Call{a, b, c, alpha, beta, c_span}, stream);
+  }
+  ++plan.calls;
   TRAINBENCH_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.matmul, &alpha, b, plan.b, a, plan.a, &beta,
                                          c, plan.c, c, plan.c, &plan.algo, workspace_.get(),
                                          workspace_.bytes(), stream));
+}
+
+namespace {
+// A device allocation that may fail without throwing: timing borrows an
+// output as large as one GEMM's, which a nearly full GPU may not have.
+// Stream-ordered (cudaMallocAsync / cudaFreeAsync on the GEMM's stream): a
+// plain cudaFree would synchronise the whole device, including a comm stream
+// whose all-reduce waits for another rank.
+class BorrowedDeviceBytes {
+ public:
+  BorrowedDeviceBytes(size_t bytes, cudaStream_t stream) : stream_(stream) {
+    if (bytes > 0 && cudaMallocAsync(&data_, bytes, stream) != cudaSuccess) {
+      (void)cudaGetLastError();  // out of memory is an answer here, not an error to keep
+      data_ = nullptr;
+    }
+  }
+  ~BorrowedDeviceBytes() {
+    if (data_ != nullptr) cudaFreeAsync(data_, stream_);  // after the runs that use it
+  }
+  BorrowedDeviceBytes(const BorrowedDeviceBytes&) = delete;
+  BorrowedDeviceBytes& operator=(const BorrowedDeviceBytes&) = delete;
+  void* get() const { return data_; }
+
+ private:
+  void* data_ = nullptr;
+  cudaStream_t stream_;
+};
+
+// Two events, destroyed however the timing ends.
+struct EventPair {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  EventPair() {
+    TRAINBENCH_CUDA_CHECK(cudaEventCreate(&start));
+    if (const cudaError_t status = cudaEventCreate(&stop); status != cudaSuccess) {
+      cudaEventDestroy(start);
+      TRAINBENCH_CUDA_CHECK(status);
+    }
+  }
+  ~EventPair() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+};
+}  // namespace
+
+// Each candidate runs once untimed (its module loads, the clocks settle),
+// then kTimedRuns times between two events. With beta = 0 the call's own
+// output takes the candidates' results (the chosen one overwrites them next);
+// with beta ≠ 0 the output is also an input (a gradient being accumulated),
+// so the candidates write into a borrowed buffer of the same extent instead.
+// When that cannot be allocated the shape keeps the heuristic's first choice.
+void LtGemm::time_candidates(Plan& plan, const Call& call, cudaStream_t stream) {
+  constexpr int kTimedRuns = 3;
+  plan.timed = true;
+  BorrowedDeviceBytes borrowed(call.beta != 0.0f ? call.c_span_bytes : 0, stream);
+  void* out = call.c;
+  if (call.beta != 0.0f) {
+    if (borrowed.get() == nullptr) {
+      untimed_ = "a shape kept the heuristic's first algorithm untimed: no device memory for a " +
+                 std::to_string(call.c_span_bytes >> 20) + " MiB scratch output to time its candidates on";
+      plan.candidates.clear();
+      return;
+    }
+    out = borrowed.get();
+    TRAINBENCH_CUDA_CHECK(cudaMemsetAsync(out, 0, call.c_span_bytes, stream));
+  }
+  EventPair events;
+  float best_ms = 0;
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    const cublasLtMatmulAlgo_t& algo = plan.candidates[i];
+    auto run = [&] {
+      return cublasLtMatmul(handle_, plan.matmul, &call.alpha, call.b, plan.b, call.a, plan.a,
+                            &call.beta, out, plan.c, out, plan.c, &algo, workspace_.get(),
+                            workspace_.bytes(), stream);
+    };
+    // A candidate the library declines at launch is skipped, not fatal; the
+    // first choice is the one every untimed run uses, so it must run.
+    if (run() != CUBLAS_STATUS_SUCCESS) {
+      if (i == 0) TRAINBENCH_CUBLAS_CHECK(run());
+      continue;
+    }
+    TRAINBENCH_CUDA_CHECK(cudaEventRecord(events.start, stream));
+    for (int r = 0; r < kTimedRuns; ++r) TRAINBENCH_CUBLAS_CHECK(run());
+    TRAINBENCH_CUDA_CHECK(cudaEventRecord(events.stop, stream));
+    TRAINBENCH_CUDA_CHECK(cudaEventSynchronize(events.stop));
+    float ms = 0;
+    TRAINBENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
+    ms /= kTimedRuns;
+    if (i == 0) plan.first_choice_ms = ms;
+    if (i == 0 || ms < best_ms) {
+      best_ms = ms;
+      plan.algo = algo;
+    }
+  }
+  plan.chosen_ms = best_ms;
+  plan.candidates.clear();
+}
+
+GemmTuning LtGemm::tuning() const {
+  GemmTuning t;
+  t.untimed = untimed_;
+  for (const auto& [key, plan] : plans_) {
+    if (!plan.timed || plan.chosen_ms <= 0) continue;
+    ++t.shapes;
+    if (plan.chosen_ms < plan.first_choice_ms) ++t.changed;
+    t.first_choice_seconds += 1e-3 * plan.first_choice_ms * static_cast<double>(plan.calls);
+    t.chosen_seconds += 1e-3 * plan.chosen_ms * static_cast<double>(plan.calls);
+  }
+  return t;
 }
 
 double measure_lt_gemm_flops(LtGemm& gemm, int64_t m, int64_t n, int64_t k, double seconds,

@@ -7,6 +7,13 @@
 // microseconds, a large share of a small GEMM. The shape includes the
 // operands' pointer alignment: cuBLASLt's heuristic otherwise assumes 256-byte
 // aligned operands, and attention's per-head views start at head_dim·2 bytes.
+//
+// The algorithm is cuBLASLt's heuristic's first choice, or, with
+// `time_candidates`, the fastest of its first kMaxCandidates choices timed on
+// the shape's first call (the procedure of cuBLASLt's LtSgemmSimpleAutoTuning
+// sample, and of PyTorch's TunableOp). Timing is what makes the choice
+// differ from run to run, so it is for runs that need not repeat bit for bit
+// (train.deterministic=false); every algorithm is itself deterministic.
 #pragma once
 
 #include <cublasLt.h>      // cublasLtHandle_t, descriptors, cublasLtMatmul
@@ -14,7 +21,9 @@
 
 #include <cstdint>  // int64_t
 #include <map>      // the descriptor cache
+#include <string>   // GemmTuning::untimed
 #include <tuple>    // the cache key
+#include <vector>   // a shape's candidate algorithms
 
 #include "kernels/cuda/device_buffer.h"  // the workspace
 
@@ -22,11 +31,24 @@ namespace trainbench::cuda {
 
 enum class GemmOutput { kBf16, kFp32 };
 
+// What timing the candidates chose, over the shapes seen so far. Times are
+// each algorithm's timed seconds per call times the calls made since, so the
+// ratio weighs a shape by how much of the run's GEMM time it takes.
+struct GemmTuning {
+  int64_t shapes = 0;   // shapes whose candidates were timed
+  int64_t changed = 0;  // of those, where a later candidate beat the first choice
+  double first_choice_seconds = 0;  // Σ calls × the heuristic's first choice's time
+  double chosen_seconds = 0;        // Σ calls × the chosen algorithm's time
+  std::string untimed;              // why a shape kept the first choice untimed, "" when none did
+};
+
 class LtGemm {
  public:
   // workspace_bytes: scratch cuBLASLt may use per call (32 MiB is what NVIDIA
-  // recommends for Hopper).
-  explicit LtGemm(size_t workspace_bytes = 32u << 20);
+  // recommends for Hopper). time_candidates: see the top of this file.
+  static constexpr size_t kDefaultWorkspaceBytes = 32u << 20;
+  static constexpr int kMaxCandidates = 8;
+  explicit LtGemm(size_t workspace_bytes = kDefaultWorkspaceBytes, bool time_candidates = false);
   ~LtGemm();
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
@@ -48,6 +70,8 @@ class LtGemm {
                             cudaStream_t stream);
 
   size_t cached_shapes() const { return plans_.size(); }
+  bool times_candidates() const { return time_candidates_; }
+  GemmTuning tuning() const;
 
  private:
   // Everything cuBLASLt needs for one call shape, created once.
@@ -55,16 +79,31 @@ class LtGemm {
     cublasLtMatmulDesc_t matmul = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    // The heuristic's choices, best first, until the first call times them.
+    std::vector<cublasLtMatmulAlgo_t> candidates;
+    bool timed = false;
+    float first_choice_ms = 0, chosen_ms = 0;  // per call, when timed
+    int64_t calls = 0;
+  };
+  // One call's operands, for timing the candidates on them.
+  struct Call {
+    const void *a, *b;
+    void* c;
+    float alpha, beta;
+    size_t c_span_bytes;  // from C's first element to its last, strided batch included
   };
   // transpose_a, transpose_b, m, n, k, lda, ldb, ldc, output, pointer
   // alignment, batch, stride_a, stride_b, stride_c.
   using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int,
                          uint32_t, int64_t, int64_t, int64_t, int64_t>;
-  const Plan& plan_for(const Key& key);
+  Plan& plan_for(const Key& key);
+  void time_candidates(Plan& plan, const Call& call, cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer<unsigned char> workspace_;
+  bool time_candidates_ = false;
   std::map<Key, Plan> plans_;
+  std::string untimed_;  // the last reason a shape was left untimed
 };
 
 // A row length rounded up to a multiple of 64 elements (128 bytes of bf16):

@@ -1,6 +1,9 @@
 // The cuBLASLt bf16 GEMM ceiling of this GPU, for scripts/gpu_check.sh:
 //   cuda_gemm_ceiling [M N K]...     (default: 8192 8192 8192)
-// prints one JSON line per shape: {"m", "n", "k", "flops_per_s", "gpu"}.
+// prints one JSON line per shape: {"m", "n", "k", "flops_per_s", "timed_flops_per_s", "gpu"}:
+// flops_per_s with cuBLASLt's heuristic's first algorithm (what a
+// train.deterministic run uses), timed_flops_per_s with the fastest of its
+// candidates timed first (train.deterministic=false), side by side.
 // Exit 3 when no GPU is visible (an environment failure, as the CLI's).
 #include <cstdio>
 #include <cstdlib>
@@ -32,12 +35,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    trainbench::cuda::LtGemm gemm;
+    using trainbench::cuda::LtGemm;
+    LtGemm heuristic, timed(LtGemm::kDefaultWorkspaceBytes, /*time_candidates=*/true);
     for (size_t i = 0; i < dims.size(); i += 3) {
       const double flops =
-          trainbench::cuda::measure_lt_gemm_flops(gemm, dims[i], dims[i + 1], dims[i + 2], 2.0, nullptr);
-      std::printf("{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"flops_per_s\": %.6e, \"gpu\": \"%s\"}\n",
-                  dims[i], dims[i + 1], dims[i + 2], flops, inventory.gpus[0].name.c_str());
+          trainbench::cuda::measure_lt_gemm_flops(heuristic, dims[i], dims[i + 1], dims[i + 2], 2.0, nullptr);
+      const double timed_flops =
+          trainbench::cuda::measure_lt_gemm_flops(timed, dims[i], dims[i + 1], dims[i + 2], 2.0, nullptr);
+      std::printf("{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"flops_per_s\": %.6e, "
+                  "\"timed_flops_per_s\": %.6e, \"gpu\": \"%s\"}\n",
+                  dims[i], dims[i + 1], dims[i + 2], flops, timed_flops, inventory.gpus[0].name.c_str());
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_gemm_ceiling: %s\n", e.what());

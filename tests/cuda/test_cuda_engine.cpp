@@ -116,6 +116,15 @@ EngineOptions llama_like_cudnn_fast_options(const std::string& device) {
   return o;
 }
 
+// train.deterministic=false on the GEMM attention: every GEMM (projections,
+// the strided-batched attention GEMMs, the accumulating ones) with its
+// cuBLASLt candidates timed first; runs wherever cuDNN is not built too.
+EngineOptions llama_like_gemm_timed_options(const std::string& device) {
+  EngineOptions o = llama_like_options(device, "gemm");
+  o.deterministic = false;
+  return o;
+}
+
 EngineOptions on_device(EngineOptions o, const std::string& device) {
   o.device = device;
   return o;
@@ -221,6 +230,8 @@ TEST_P(CudaEngineVsCpu, LossLogitsAndEveryGradientMatchTheCpuEngine) {
               std::string::npos)
         << cuda->attention().detail;
   }
+  // train.deterministic=false also times cuBLASLt's candidates per shape.
+  EXPECT_EQ(cuda->gemm().algorithms, cuda_options.deterministic ? "heuristic" : "timed") << cuda->gemm().detail;
   std::unique_ptr<TrainingEngine> cpu = make_engine(cpu_options);
   ASSERT_STREQ(cuda->backend_name(), "cuda");
   ASSERT_EQ(cuda->layout().total_params(), cpu->layout().total_params());
@@ -257,7 +268,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaEngineVsCpu,
                                            ShapeCase{"GroupedQuery", gqa_options},
                                            ShapeCase{"LlamaLikeCudnnAttention", llama_like_cudnn_options},
                                            ShapeCase{"LlamaLikeCudnnFastBackward", llama_like_cudnn_fast_options},
-                                           ShapeCase{"LlamaLikeGemmAttention", llama_like_gemm_options}),
+                                           ShapeCase{"LlamaLikeGemmAttention", llama_like_gemm_options},
+                                           ShapeCase{"LlamaLikeGemmAttentionTimedGemms",
+                                                     llama_like_gemm_timed_options}),
                          [](const ::testing::TestParamInfo<ShapeCase>& info) {
                            return std::string(info.param.name);
                          });

@@ -1,6 +1,8 @@
 // LtGemm (bf16 in, fp32 compute, bf16 or fp32 out) against the CPU engine's
 // sgemm on the same bf16-rounded inputs, for every transpose combination,
-// odd sizes, strided leading dimensions and accumulation (beta = 1).
+// odd sizes, strided leading dimensions and accumulation (beta = 1), with
+// the heuristic's first algorithm and with the candidates timed first (whose
+// timing runs must leave an accumulated output as one call leaves it).
 // Without a GPU every test skips with the reason.
 #include <gtest/gtest.h>
 
@@ -15,6 +17,7 @@
 
 #include "kernels/cpu/cpu_ops.h"      // sgemm_parallel: the reference
 #include "kernels/cuda/cuda_check.h"  // TRAINBENCH_CUDA_CHECK
+#include "kernels/cuda/cuda_ops.h"    // fill_uniform_bf16
 #include "kernels/cuda/lt_gemm.h"
 #include "kernels/device_info.h"      // query_gpus: skip without a GPU
 #include "tests/support/relative_error.h"
@@ -77,41 +80,44 @@ TEST_P(LtGemmVsCpu, MatchesSgemmOnTheSameInputs) {
   DeviceBuffer<__nv_bfloat16> a_dev(a16.size()), b_dev(b16.size());
   TRAINBENCH_CUDA_CHECK(cudaMemcpy(a_dev.get(), a16.data(), a_dev.bytes(), cudaMemcpyHostToDevice));
   TRAINBENCH_CUDA_CHECK(cudaMemcpy(b_dev.get(), b16.data(), b_dev.bytes(), cudaMemcpyHostToDevice));
-  std::vector<float> got(c_initial.size());
-  LtGemm gemm;
-  if (c.output == GemmOutput::kFp32) {
-    DeviceBuffer<float> c_dev(c_initial.size());
-    TRAINBENCH_CUDA_CHECK(cudaMemcpy(c_dev.get(), c_initial.data(), c_dev.bytes(), cudaMemcpyHostToDevice));
-    gemm.gemm(c.transpose_a, c.transpose_b, c.m, c.n, c.k, 1.0f, a_dev.get(), lda, b_dev.get(),
-              ldb, c.beta, c_dev.get(), ldc, c.output, nullptr);
-    TRAINBENCH_CUDA_CHECK(cudaMemcpy(got.data(), c_dev.get(), c_dev.bytes(), cudaMemcpyDeviceToHost));
-  } else {
-    const std::vector<__nv_bfloat16> c16 = to_bf16(c_initial);
-    DeviceBuffer<__nv_bfloat16> c_dev(c16.size());
-    TRAINBENCH_CUDA_CHECK(cudaMemcpy(c_dev.get(), c16.data(), c_dev.bytes(), cudaMemcpyHostToDevice));
-    gemm.gemm(c.transpose_a, c.transpose_b, c.m, c.n, c.k, 1.0f, a_dev.get(), lda, b_dev.get(),
-              ldb, c.beta, c_dev.get(), ldc, c.output, nullptr);
-    std::vector<__nv_bfloat16> out16(c16.size());
-    TRAINBENCH_CUDA_CHECK(cudaMemcpy(out16.data(), c_dev.get(), c_dev.bytes(), cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < got.size(); ++i) got[i] = __bfloat162float(out16[i]);
-  }
-  // Only the valid columns of each row: the padding is not part of C.
-  std::vector<float> got_valid, expected_valid;
-  for (int64_t row = 0; row < c.m; ++row)
-    for (int64_t col = 0; col < c.n; ++col) {
-      got_valid.push_back(got[row * ldc + col]);
-      expected_valid.push_back(expected[row * ldc + col]);
+  for (const bool time_candidates : {false, true}) {
+    SCOPED_TRACE(time_candidates ? "candidates timed" : "heuristic's first choice");
+    std::vector<float> got(c_initial.size());
+    LtGemm gemm(LtGemm::kDefaultWorkspaceBytes, time_candidates);
+    if (c.output == GemmOutput::kFp32) {
+      DeviceBuffer<float> c_dev(c_initial.size());
+      TRAINBENCH_CUDA_CHECK(cudaMemcpy(c_dev.get(), c_initial.data(), c_dev.bytes(), cudaMemcpyHostToDevice));
+      gemm.gemm(c.transpose_a, c.transpose_b, c.m, c.n, c.k, 1.0f, a_dev.get(), lda, b_dev.get(),
+                ldb, c.beta, c_dev.get(), ldc, c.output, nullptr);
+      TRAINBENCH_CUDA_CHECK(cudaMemcpy(got.data(), c_dev.get(), c_dev.bytes(), cudaMemcpyDeviceToHost));
+    } else {
+      const std::vector<__nv_bfloat16> c16 = to_bf16(c_initial);
+      DeviceBuffer<__nv_bfloat16> c_dev(c16.size());
+      TRAINBENCH_CUDA_CHECK(cudaMemcpy(c_dev.get(), c16.data(), c_dev.bytes(), cudaMemcpyHostToDevice));
+      gemm.gemm(c.transpose_a, c.transpose_b, c.m, c.n, c.k, 1.0f, a_dev.get(), lda, b_dev.get(),
+                ldb, c.beta, c_dev.get(), ldc, c.output, nullptr);
+      std::vector<__nv_bfloat16> out16(c16.size());
+      TRAINBENCH_CUDA_CHECK(cudaMemcpy(out16.data(), c_dev.get(), c_dev.bytes(), cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < got.size(); ++i) got[i] = __bfloat162float(out16[i]);
     }
-  // fp32 output differs only in summation order; bf16 output adds one
-  // rounding of ≤ 2^-9 relative per element.
-  const double tolerance = c.output == GemmOutput::kFp32 ? 1e-5 : 4e-3;
-  EXPECT_LT(relative_error(got_valid, expected_valid), tolerance);
-  // The padding columns are never written.
-  for (int64_t row = 0; row < c.m; ++row)
-    for (int64_t col = c.n; col < ldc; ++col)
-      ASSERT_EQ(got[row * ldc + col], c.output == GemmOutput::kFp32
-                                          ? c_initial[row * ldc + col]
-                                          : __bfloat162float(__float2bfloat16(c_initial[row * ldc + col])));
+    // Only the valid columns of each row: the padding is not part of C.
+    std::vector<float> got_valid, expected_valid;
+    for (int64_t row = 0; row < c.m; ++row)
+      for (int64_t col = 0; col < c.n; ++col) {
+        got_valid.push_back(got[row * ldc + col]);
+        expected_valid.push_back(expected[row * ldc + col]);
+      }
+    // fp32 output differs only in summation order; bf16 output adds one
+    // rounding of ≤ 2^-9 relative per element.
+    const double tolerance = c.output == GemmOutput::kFp32 ? 1e-5 : 4e-3;
+    EXPECT_LT(relative_error(got_valid, expected_valid), tolerance);
+    // The padding columns are never written.
+    for (int64_t row = 0; row < c.m; ++row)
+      for (int64_t col = c.n; col < ldc; ++col)
+        ASSERT_EQ(got[row * ldc + col], c.output == GemmOutput::kFp32
+                                            ? c_initial[row * ldc + col]
+                                            : __bfloat162float(__float2bfloat16(c_initial[row * ldc + col])));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -151,7 +157,8 @@ TEST(LtGemm, StridedBatchMatchesSgemmPerBatchEntry) {
     TRAINBENCH_CUDA_CHECK(cudaMemcpy(a_dev.get(), a16.data(), a_dev.bytes(), cudaMemcpyHostToDevice));
     TRAINBENCH_CUDA_CHECK(cudaMemcpy(b_dev.get(), b16.data(), b_dev.bytes(), cudaMemcpyHostToDevice));
     TRAINBENCH_CUDA_CHECK(cudaMemcpy(c_dev.get(), c16.data(), c_dev.bytes(), cudaMemcpyHostToDevice));
-    LtGemm gemm;
+    // Every other round times the candidates (the beta = 1 output borrowed).
+    LtGemm gemm(LtGemm::kDefaultWorkspaceBytes, /*time_candidates=*/!transpose_b);
     gemm.gemm_strided_batched(false, transpose_b, m, n, k, 1.0f, a_dev.get(), lda, stride_a,
                               b_dev.get(), ldb, b_stride, 1.0f, c_dev.get(), ldc, stride_c, batch,
                               GemmOutput::kBf16, nullptr);
@@ -193,6 +200,43 @@ TEST(LtGemm, ReusesThePlanOfAShapeItHasSeen) {
   gemm.gemm_strided_batched(false, false, 64, 64, 64, 1.0f, a.get(), 64, 4096, b.get(), 64, 4096,
                             0.0f, c.get(), 64, 4096, 1, GemmOutput::kBf16, nullptr);
   EXPECT_EQ(gemm.cached_shapes(), 2u);
+  TRAINBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// Timing happens once per shape, and what it reports adds up: the chosen
+// algorithm is never slower than the first choice by the timing that chose
+// it, and each call is counted at its shape's timed cost.
+TEST(LtGemm, TimesEachShapeOnceAndCountsItsCalls) {
+  const GpuInventory inventory = query_gpus();
+  if (inventory.gpus.empty()) GTEST_SKIP() << "no GPU: " << inventory.why_none;
+  constexpr int64_t kSide = 1024;
+  DeviceBuffer<__nv_bfloat16> a(kSide * kSide), b(kSide * kSide), c(kSide * kSide);
+  fill_uniform_bf16(a.get(), kSide * kSide, 1.0f, 1u, nullptr);
+  fill_uniform_bf16(b.get(), kSide * kSide, 1.0f, 2u, nullptr);
+  auto call = [&](LtGemm& gemm) {
+    gemm.gemm(false, true, kSide, kSide, kSide, 1.0f, a.get(), kSide, b.get(), kSide, 0.0f, c.get(),
+              kSide, GemmOutput::kBf16, nullptr);
+  };
+  LtGemm heuristic;
+  call(heuristic);
+  EXPECT_FALSE(heuristic.times_candidates());
+  EXPECT_EQ(heuristic.tuning().shapes, 0) << "the heuristic's choice is never timed";
+
+  LtGemm timed(LtGemm::kDefaultWorkspaceBytes, true);
+  call(timed);
+  const GemmTuning once = timed.tuning();
+  EXPECT_TRUE(once.untimed.empty()) << once.untimed;
+  if (once.shapes == 0) GTEST_SKIP() << "cuBLASLt offered one algorithm for a 1024³ bf16 GEMM: nothing to time";
+  EXPECT_EQ(once.shapes, 1);
+  EXPECT_GT(once.first_choice_seconds, 0.0);
+  EXPECT_LE(once.chosen_seconds, once.first_choice_seconds);
+  EXPECT_EQ(once.changed, once.chosen_seconds < once.first_choice_seconds ? 1 : 0);
+  call(timed);
+  const GemmTuning twice = timed.tuning();
+  EXPECT_EQ(twice.shapes, 1) << "a shape seen before is not timed again";
+  EXPECT_EQ(timed.cached_shapes(), 1u);
+  EXPECT_DOUBLE_EQ(twice.first_choice_seconds, 2 * once.first_choice_seconds);
+  EXPECT_DOUBLE_EQ(twice.chosen_seconds, 2 * once.chosen_seconds);
   TRAINBENCH_CUDA_CHECK(cudaDeviceSynchronize());
 }
 

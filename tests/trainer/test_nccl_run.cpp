@@ -53,6 +53,8 @@ TEST(NcclRun, OneGpuTrainsLikeTheLocalBackendAndTimesItsAllReduces) {
   const std::string kernel = env.at("attention").at("kernel");
   EXPECT_TRUE(kernel == "cudnn-sdpa" || kernel == "gemm") << kernel;
   EXPECT_FALSE(env.at("attention").at("detail").get<std::string>().empty());
+  // train.deterministic (the default): cuBLASLt's first choice, not timed.
+  EXPECT_EQ(env.at("gemm").at("algorithms"), "heuristic") << env.at("gemm").at("detail");
   EXPECT_FALSE(env.at("nccl").is_null()) << "the NCCL version is missing from the environment";
   double comm_total = 0;
   for (const auto& step : result.at("steps")) {

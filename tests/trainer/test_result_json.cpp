@@ -67,6 +67,8 @@ TEST_F(ResultJson, EnvironmentDescribesTheMachine) {
   EXPECT_EQ(env.at("compute_backend"), "cpu");
   EXPECT_EQ(env.at("attention").at("kernel"), "gemm");  // the cpu engine has no fused attention
   EXPECT_FALSE(env.at("attention").at("detail").get<std::string>().empty());
+  EXPECT_EQ(env.at("gemm").at("algorithms"), "openblas");
+  EXPECT_FALSE(env.at("gemm").at("detail").get<std::string>().empty());
   EXPECT_TRUE(env.at("cpu").at("model").is_string());
   EXPECT_GT(env.at("cpu").at("threads_used").get<int>(), 0);
   EXPECT_GT(env.at("memory").at("total_bytes").get<int64_t>(), 0);
