@@ -142,8 +142,9 @@ void LtGemm::gemm_strided_batched(bool transpose_a, bool transpose_b, int64_t m,
                             static_cast<int>(output), common_alignment(a, b, c, stride_bytes),
                             batch, stride_a, stride_b, stride_c});
   if (!plan.timed) {
-    const size_t c_span = static_cast<size_t>((batch - 1) * stride_c + (m - 1) * ldc + n) * c_element;
-    time_candidates(plan, Call{a, b, c, alpha, beta, c_span}, stream);
+    time_candidates(plan,
+                    Call{a, b, c, alpha, beta, output_span_bytes(m, n, ldc, batch, stride_c, c_element)},
+                    stream);
   }
   ++plan.calls;
   TRAINBENCH_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.matmul, &alpha, b, plan.b, a, plan.a, &beta,

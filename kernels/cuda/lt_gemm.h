@@ -106,6 +106,14 @@ class LtGemm {
   std::string untimed_;  // the last reason a shape was left untimed
 };
 
+// Bytes from a row-major output's first element to just past its last:
+// `m` rows of `n` elements, `ldc` apart, and in a strided batch `batch`
+// such outputs `stride_c` elements apart. What a timing run may write.
+inline size_t output_span_bytes(int64_t m, int64_t n, int64_t ldc, int64_t batch, int64_t stride_c,
+                                size_t element_bytes) {
+  return static_cast<size_t>((batch - 1) * stride_c + (m - 1) * ldc + n) * element_bytes;
+}
+
 // A row length rounded up to a multiple of 64 elements (128 bytes of bf16):
 // the leading dimension cuBLASLt's fast kernels need. GPT-2's vocabulary of
 // 50257 as a leading dimension ran the LM head at 95 TFLOP/s on an H200

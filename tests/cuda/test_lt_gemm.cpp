@@ -240,6 +240,16 @@ TEST(LtGemm, TimesEachShapeOnceAndCountsItsCalls) {
   TRAINBENCH_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+// No GPU needed: the extent a timing run borrows for an accumulating output.
+TEST(LtGemm, OutputSpanEndsAtTheLastElementOfTheLastBatchEntry) {
+  // One [3 × 5] fp32 output in rows of 8: rows 0 and 1 whole, row 2's 5 elements.
+  EXPECT_EQ(output_span_bytes(3, 5, 8, 1, 0, 4), size_t{(2 * 8 + 5) * 4});
+  // Four of them 100 elements apart, bf16: the last one starts at 300.
+  EXPECT_EQ(output_span_bytes(3, 5, 8, 4, 100, 2), size_t{(300 + 2 * 8 + 5) * 2});
+  // Llama 3's LM-head weight gradient, fp32: vocab × d_model.
+  EXPECT_EQ(output_span_bytes(128256, 4096, 4096, 1, 0, 4), size_t{128256} * 4096 * 4);
+}
+
 TEST(LtGemm, CeilingMeasurementIsPositive) {
   const GpuInventory inventory = query_gpus();
   if (inventory.gpus.empty()) GTEST_SKIP() << "no GPU: " << inventory.why_none;
