@@ -102,6 +102,7 @@ LtGemm::Plan& LtGemm::plan_for(const Key& key) {
     if (heuristics[i].state == CUBLAS_STATUS_SUCCESS) plan.candidates.push_back(heuristics[i].algo);
   if (!plan.candidates.empty()) plan.algo = plan.candidates.front();
   // One candidate leaves nothing to time.
+  plan.single_candidate = plan.candidates.size() == 1;
   plan.timed = plan.candidates.size() < 2;
   if (plan.timed) plan.candidates.clear();
   return plans_.emplace(key, plan).first->second;
@@ -146,7 +147,7 @@ void LtGemm::gemm_strided_batched(bool transpose_a, bool transpose_b, int64_t m,
                     Call{a, b, c, alpha, beta, output_span_bytes(m, n, ldc, batch, stride_c, c_element)},
                     stream);
   }
-  ++plan.calls;
+  if (counting_calls_) ++plan.calls;
   TRAINBENCH_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.matmul, &alpha, b, plan.b, a, plan.a, &beta,
                                          c, plan.c, c, plan.c, &plan.algo, workspace_.get(),
                                          workspace_.bytes(), stream));
@@ -178,33 +179,61 @@ class BorrowedDeviceBytes {
   cudaStream_t stream_;
 };
 
-// Two events, destroyed however the timing ends.
-struct EventPair {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  EventPair() {
-    TRAINBENCH_CUDA_CHECK(cudaEventCreate(&start));
-    if (const cudaError_t status = cudaEventCreate(&stop); status != cudaSuccess) {
-      cudaEventDestroy(start);
-      TRAINBENCH_CUDA_CHECK(status);
+// The median time of single runs, each between two events on the stream:
+// a median, not a mean, so that one run slowed by other work on the GPU does
+// not decide.
+class RunTimer {
+ public:
+  static constexpr int kRuns = 5;
+  RunTimer() {
+    for (cudaEvent_t& event : events_) {
+      if (const cudaError_t status = cudaEventCreate(&event); status != cudaSuccess) {
+        release();
+        TRAINBENCH_CUDA_CHECK(status);
+      }
     }
   }
-  ~EventPair() {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
+  ~RunTimer() { release(); }
+  RunTimer(const RunTimer&) = delete;
+  RunTimer& operator=(const RunTimer&) = delete;
+
+  template <typename Launch>
+  float median_ms(const Launch& launch, cudaStream_t stream) {
+    TRAINBENCH_CUDA_CHECK(cudaEventRecord(events_[0], stream));
+    for (int r = 1; r <= kRuns; ++r) {
+      TRAINBENCH_CUBLAS_CHECK(launch());
+      TRAINBENCH_CUDA_CHECK(cudaEventRecord(events_[r], stream));
+    }
+    TRAINBENCH_CUDA_CHECK(cudaEventSynchronize(events_[kRuns]));
+    float ms[kRuns];
+    for (int r = 0; r < kRuns; ++r)
+      TRAINBENCH_CUDA_CHECK(cudaEventElapsedTime(&ms[r], events_[r], events_[r + 1]));
+    std::nth_element(ms, ms + kRuns / 2, ms + kRuns);
+    return ms[kRuns / 2];
   }
-  EventPair(const EventPair&) = delete;
-  EventPair& operator=(const EventPair&) = delete;
+
+ private:
+  void release() {
+    for (cudaEvent_t& event : events_) {
+      if (event != nullptr) cudaEventDestroy(event);
+      event = nullptr;
+    }
+  }
+  cudaEvent_t events_[kRuns + 1] = {};
 };
 }  // namespace
 
 // Each candidate runs once untimed (its module loads, the clocks settle),
-// then kTimedRuns times between two events. With beta = 0 the call's own
-// output takes the candidates' results (the chosen one overwrites them next);
-// with beta ≠ 0 the output is also an input (a gradient being accumulated),
-// so the candidates write into a borrowed buffer of the same extent instead.
-// When that cannot be allocated the shape keeps the heuristic's first choice.
+// then RunTimer::kRuns times. With beta = 0 the call's own output takes the
+// candidates' results (the chosen one overwrites them next); with beta ≠ 0
+// the output is also an input (a gradient being accumulated), so the
+// candidates write into a borrowed buffer of the same extent instead. When
+// that cannot be allocated the shape keeps the heuristic's first choice.
+// The fastest later candidate replaces the first choice only if it is
+// kSwitchMargin faster in that round and again when the two are timed
+// alternately (three rounds each, medians), which also gives the times the
+// summary reports.
 void LtGemm::time_candidates(Plan& plan, const Call& call, cudaStream_t stream) {
-  constexpr int kTimedRuns = 3;
   plan.timed = true;
   BorrowedDeviceBytes borrowed(call.beta != 0.0f ? call.c_span_bytes : 0, stream);
   void* out = call.c;
@@ -218,35 +247,49 @@ void LtGemm::time_candidates(Plan& plan, const Call& call, cudaStream_t stream) 
     out = borrowed.get();
     TRAINBENCH_CUDA_CHECK(cudaMemsetAsync(out, 0, call.c_span_bytes, stream));
   }
-  EventPair events;
-  float best_ms = 0;
-  for (size_t i = 0; i < plan.candidates.size(); ++i) {
-    const cublasLtMatmulAlgo_t& algo = plan.candidates[i];
-    auto run = [&] {
+  auto launcher = [&](const cublasLtMatmulAlgo_t& algo) {
+    return [&, algo] {
       return cublasLtMatmul(handle_, plan.matmul, &call.alpha, call.b, plan.b, call.a, plan.a,
                             &call.beta, out, plan.c, out, plan.c, &algo, workspace_.get(),
                             workspace_.bytes(), stream);
     };
-    // A candidate the library declines at launch is skipped, not fatal; the
-    // first choice is the one every untimed run uses, so it must run.
-    if (run() != CUBLAS_STATUS_SUCCESS) {
-      if (i == 0) TRAINBENCH_CUBLAS_CHECK(run());
+  };
+  RunTimer timer;
+  size_t best = 0;
+  float first_ms = 0, best_ms = 0;
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    const auto launch = launcher(plan.candidates[i]);
+    if (const cublasStatus_t status = launch(); status != CUBLAS_STATUS_SUCCESS) {
+      // The first choice is what every untimed run uses: it must run. A later
+      // candidate the library declines at launch is skipped, and any launch
+      // error it left is cleared so the next kernel's check is not blamed.
+      if (i == 0) check_cublas(status, "cublasLtMatmul with the heuristic's first algorithm", __FILE__, __LINE__);
+      (void)cudaGetLastError();
       continue;
     }
-    TRAINBENCH_CUDA_CHECK(cudaEventRecord(events.start, stream));
-    for (int r = 0; r < kTimedRuns; ++r) TRAINBENCH_CUBLAS_CHECK(run());
-    TRAINBENCH_CUDA_CHECK(cudaEventRecord(events.stop, stream));
-    TRAINBENCH_CUDA_CHECK(cudaEventSynchronize(events.stop));
-    float ms = 0;
-    TRAINBENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
-    ms /= kTimedRuns;
-    if (i == 0) plan.first_choice_ms = ms;
-    if (i == 0 || ms < best_ms) {
+    const float ms = timer.median_ms(launch, stream);
+    if (i == 0) first_ms = best_ms = ms;
+    if (ms < best_ms) {
+      best = i;
       best_ms = ms;
-      plan.algo = algo;
     }
   }
-  plan.chosen_ms = best_ms;
+  plan.first_choice_ms = plan.chosen_ms = first_ms;
+  if (best != 0 && best_ms < first_ms * (1.0f - kSwitchMargin)) {
+    const auto first_launch = launcher(plan.candidates[0]), best_launch = launcher(plan.candidates[best]);
+    float first_rounds[3], best_rounds[3];
+    for (int round = 0; round < 3; ++round) {
+      first_rounds[round] = timer.median_ms(first_launch, stream);
+      best_rounds[round] = timer.median_ms(best_launch, stream);
+    }
+    std::nth_element(first_rounds, first_rounds + 1, first_rounds + 3);
+    std::nth_element(best_rounds, best_rounds + 1, best_rounds + 3);
+    plan.first_choice_ms = plan.chosen_ms = first_rounds[1];
+    if (best_rounds[1] < first_rounds[1] * (1.0f - kSwitchMargin)) {
+      plan.algo = plan.candidates[best];
+      plan.chosen_ms = best_rounds[1];
+    }
+  }
   plan.candidates.clear();
 }
 
@@ -254,6 +297,7 @@ GemmTuning LtGemm::tuning() const {
   GemmTuning t;
   t.untimed = untimed_;
   for (const auto& [key, plan] : plans_) {
+    if (plan.single_candidate) ++t.single_candidate;
     if (!plan.timed || plan.chosen_ms <= 0) continue;
     ++t.shapes;
     if (plan.chosen_ms < plan.first_choice_ms) ++t.changed;
@@ -277,6 +321,12 @@ double measure_lt_gemm_flops(LtGemm& gemm, int64_t m, int64_t n, int64_t k, doub
     gemm.gemm(false, true, m, n, k, 1.0f, input.get(), k, weight.get(), k, 0.0f, out.get(), ldc,
               GemmOutput::kBf16, stream);
   };
+  // Its repeats are not the run's calls (LtGemm::tuning weighs shapes by those).
+  struct CallsUncounted {
+    LtGemm& gemm;
+    explicit CallsUncounted(LtGemm& g) : gemm(g) { gemm.count_calls(false); }
+    ~CallsUncounted() { gemm.count_calls(true); }
+  } uncounted{gemm};
   cudaEvent_t start = nullptr, stop = nullptr;
   TRAINBENCH_CUDA_CHECK(cudaEventCreate(&start));
   TRAINBENCH_CUDA_CHECK(cudaEventCreate(&stop));

@@ -10,9 +10,12 @@
 //
 // The algorithm is cuBLASLt's heuristic's first choice, or, with
 // `time_candidates`, the fastest of its first kMaxCandidates choices timed on
-// the shape's first call (the procedure of cuBLASLt's LtSgemmSimpleAutoTuning
-// sample, and of PyTorch's TunableOp). Timing is what makes the choice
-// differ from run to run, so it is for runs that need not repeat bit for bit
+// the shape's first call (as cuBLASLt's LtSgemmSimpleAutoTuning sample and
+// PyTorch's TunableOp do). A later candidate replaces the first choice only
+// when it is kSwitchMargin faster twice: in the first round, and again with
+// the two timed alternately, so that noise among equals does not switch
+// algorithms nor count as a saving. Timing is what makes the choice differ
+// from run to run, so it is for runs that need not repeat bit for bit
 // (train.deterministic=false); every algorithm is itself deterministic.
 #pragma once
 
@@ -35,8 +38,9 @@ enum class GemmOutput { kBf16, kFp32 };
 // each algorithm's timed seconds per call times the calls made since, so the
 // ratio weighs a shape by how much of the run's GEMM time it takes.
 struct GemmTuning {
-  int64_t shapes = 0;   // shapes whose candidates were timed
-  int64_t changed = 0;  // of those, where a later candidate beat the first choice
+  int64_t shapes = 0;            // shapes whose candidates were timed
+  int64_t changed = 0;           // of those, where a later candidate won by the margin, twice
+  int64_t single_candidate = 0;  // shapes the heuristic offered one algorithm for: nothing to time
   double first_choice_seconds = 0;  // Σ calls × the heuristic's first choice's time
   double chosen_seconds = 0;        // Σ calls × the chosen algorithm's time
   std::string untimed;              // why a shape kept the first choice untimed, "" when none did
@@ -48,6 +52,7 @@ class LtGemm {
   // recommends for Hopper). time_candidates: see the top of this file.
   static constexpr size_t kDefaultWorkspaceBytes = 32u << 20;
   static constexpr int kMaxCandidates = 8;
+  static constexpr float kSwitchMargin = 0.03f;
   explicit LtGemm(size_t workspace_bytes = kDefaultWorkspaceBytes, bool time_candidates = false);
   ~LtGemm();
   LtGemm(const LtGemm&) = delete;
@@ -72,6 +77,9 @@ class LtGemm {
   size_t cached_shapes() const { return plans_.size(); }
   bool times_candidates() const { return time_candidates_; }
   GemmTuning tuning() const;
+  // Calls made while off are not counted in tuning()'s weights: a
+  // calibration's hundreds of repeats of one shape are not the run's mix.
+  void count_calls(bool on) { counting_calls_ = on; }
 
  private:
   // Everything cuBLASLt needs for one call shape, created once.
@@ -82,6 +90,7 @@ class LtGemm {
     // The heuristic's choices, best first, until the first call times them.
     std::vector<cublasLtMatmulAlgo_t> candidates;
     bool timed = false;
+    bool single_candidate = false;
     float first_choice_ms = 0, chosen_ms = 0;  // per call, when timed
     int64_t calls = 0;
   };
@@ -102,6 +111,7 @@ class LtGemm {
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer<unsigned char> workspace_;
   bool time_candidates_ = false;
+  bool counting_calls_ = true;
   std::map<Key, Plan> plans_;
   std::string untimed_;  // the last reason a shape was left untimed
 };
