@@ -13,7 +13,7 @@
 // Tolerances, as ‖cuda − cpu‖ / ‖cpu‖ computed in double, per tensor:
 //   kLoss            2e-2  relative difference of the mean cross-entropy.
 //   kLogits          3e-2  logits come out of L layers of bf16 activations (each
-//                          rounding ≤ 2^-9 relative) and bf16 weight copies;
+//                          rounding ≤ 2^-8 relative) and bf16 weight copies;
 //                          the errors add up through the residual stream.
 //   kGradient        5e-2  each trainable tensor's gradient: on top of the forward's
 //                          bf16 activations, the activation gradients are bf16 too

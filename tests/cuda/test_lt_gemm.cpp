@@ -115,7 +115,7 @@ TEST_P(LtGemmVsCpu, MatchesSgemmOnTheSameInputs) {
         expected_valid.push_back(expected[row * ldc + col]);
       }
     // fp32 output differs only in summation order; bf16 output adds one
-    // rounding of ≤ 2^-9 relative per element.
+    // rounding of ≤ 2^-8 relative per element.
     const double tolerance = c.output == GemmOutput::kFp32 ? 1e-5 : 4e-3;
     EXPECT_LT(relative_error(got_valid, expected_valid), tolerance);
     // The padding columns are never written.
