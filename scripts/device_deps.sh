@@ -46,7 +46,10 @@ case "${1:-}" in
     ;;
   install)
     [ -d "$debs" ] || { echo "device_deps: no $debs: run 'scripts/device_deps.sh download' where apt works" >&2; exit 2; }
-    glibc=$(ldd --version | head -1 | grep -oE '[0-9]+\.[0-9]+$')
+    # getconf, not `ldd --version | head -1`: ldd is a script that goes on
+    # writing after head has left, and its SIGPIPE under pipefail ended this
+    # script on a few runs in a hundred.
+    glibc=$(getconf GNU_LIBC_VERSION | awk '{print $2}')
     if [ "$(printf '%s\n2.36\n' "$glibc" | sort -V | head -1)" != "2.36" ]; then
       echo "device_deps: glibc $glibc is older than Debian 12's 2.36: these packages will not load" >&2
       exit 3

@@ -19,6 +19,12 @@ namespace trainbench::cuda {
 
 namespace {
 
+// Every fp32 stats slice (norms' rstd, cuDNN's attention stats, losses) is
+// carved rounded up to 4 floats, so each starts on 16 bytes: cuDNN takes the
+// attention stats as a 16-byte-aligned tensor, and an odd B·T would
+// otherwise leave every slice after the first rstd misaligned.
+int64_t stats_slice(int64_t count) { return padded_count(count, 4); }
+
 // Sizes, in elements, of everything the engine allocates; the memory plan and
 // the constructor both use them, so the plan is what is allocated.
 struct EngineSizes {
@@ -67,8 +73,8 @@ EngineSizes engine_sizes(const ModelShape& s, const ParameterLayout& layout, int
   z.activations_per_layer =
       4 * n * d + 2 * n * s.q_dim() + 2 * n * s.kv_dim() + probs + 3 * n * f + lora_h;
   z.activations_final = 2 * n * d + n * padded_leading_dimension(s.vocab);
-  z.stats_per_layer = 2 * n + (fused_attention ? n * s.n_heads : 0);
-  z.stats_final = 3 * n;
+  z.stats_per_layer = 2 * stats_slice(n) + (fused_attention ? stats_slice(n * s.n_heads) : 0);
+  z.stats_final = 3 * stats_slice(n);
   z.scratch_bf16 = 2 * n * d + 2 * n * s.q_dim() + 2 * n * s.kv_dim() + probs + 3 * n * f +
                    (lora.enabled() ? n * lora.rank : 0);
   z.scratch_fp32 = rmsnorm_backward_scratch_floats(n, d) + 2;
@@ -308,16 +314,16 @@ void CudaEngine::assign_views() {
   for (LayerActivations& a : layer_acts_) {
     a.residual_in = act.take(n * d);
     a.attn_norm_out = act.take(n * d);
-    a.attn_rstd = stats.take(n);
+    a.attn_rstd = stats.take(stats_slice(n));
     a.q = act.take(n * shape_.q_dim());
     a.k = act.take(n * shape_.kv_dim());
     a.v = act.take(n * shape_.kv_dim());
     a.probs = fused ? nullptr : act.take(probs);
-    a.attn_stats = fused ? stats.take(n * shape_.n_heads) : nullptr;
+    a.attn_stats = fused ? stats.take(stats_slice(n * shape_.n_heads)) : nullptr;
     a.attn_out = act.take(n * shape_.q_dim());
     a.residual_mid = act.take(n * d);
     a.mlp_norm_out = act.take(n * d);
-    a.mlp_rstd = stats.take(n);
+    a.mlp_rstd = stats.take(stats_slice(n));
     a.gate = act.take(n * f);
     a.up = act.take(n * f);
     a.swiglu_out = act.take(n * f);
@@ -325,9 +331,9 @@ void CudaEngine::assign_views() {
   final_acts_.residual_out = act.take(n * d);
   final_acts_.norm_out = act.take(n * d);
   final_acts_.logits = act.take(n * logits_stride());
-  final_acts_.rstd = stats.take(n);
-  final_acts_.losses = stats.take(n);
-  final_acts_.logsumexp = stats.take(n);
+  final_acts_.rstd = stats.take(stats_slice(n));
+  final_acts_.losses = stats.take(stats_slice(n));
+  final_acts_.logsumexp = stats.take(stats_slice(n));
 
   SliceCarver<bf16> sb(scratch_bf16_.get());
   scratch_.d_residual = sb.take(n * d);
@@ -562,7 +568,11 @@ double CudaEngine::take_compute_seconds() {
   return seconds;
 }
 
-void CudaEngine::synchronize() { TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(compute_stream_)); }
+// All work issued so far (engine.h), a gradient memset on its own stream included.
+void CudaEngine::synchronize() {
+  order_after_gradient_zeroing();
+  TRAINBENCH_CUDA_CHECK(cudaStreamSynchronize(compute_stream_));
+}
 
 // A ring, not one event: a consumer that holds on to an event for a while
 // (up to kComputeEventRing - 1 further calls) still finds it as recorded.
@@ -1018,6 +1028,7 @@ void CudaEngine::optimizer_step_shard(const AdamWSettings& settings, int64_t ste
 }
 
 void CudaEngine::refresh_working_parameters() {
+  order_after_state_copy();  // a checkpoint's copy may still be reading the bf16 parameters
   copy_fp32_to_bf16(params_.get() + master_begin_, master_.get(),
                     layout_.total_params() - master_begin_, compute_stream_);
 }

@@ -130,7 +130,12 @@ class CudnnSdpa final : public CudnnAttention {
   CudnnSdpa(cudnnHandle_t handle, std::shared_ptr<fe::graph::Graph> forward,
             std::shared_ptr<fe::graph::Graph> backward, int64_t workspace)
       : handle_(handle), forward_(std::move(forward)), backward_(std::move(backward)), workspace_(workspace) {}
-  ~CudnnSdpa() override { cudnnDestroy(handle_); }
+  // The graphs' execution plans were built with the handle: they go first.
+  ~CudnnSdpa() override {
+    forward_.reset();
+    backward_.reset();
+    cudnnDestroy(handle_);
+  }
 
   int64_t workspace_bytes() const override { return workspace_; }
 
@@ -194,23 +199,26 @@ std::unique_ptr<CudnnAttention> make_cudnn_attention(const AttentionShape& shape
   }
   std::shared_ptr<fe::graph::Graph> forward, backward;
   int64_t forward_workspace = 0, backward_workspace = 0;
+  // Plans built with the handle go before it.
+  auto give_up = [&] {
+    forward.reset();
+    backward.reset();
+    cudnnDestroy(handle);
+    return nullptr;
+  };
   try {
     forward = forward_graph(shape, scale);
     backward = backward_graph(shape, scale, deterministic_backward);
-    if (!build(*forward, handle, "forward", why_not) || !build(*backward, handle, "backward", why_not)) {
-      cudnnDestroy(handle);
-      return nullptr;
-    }
+    if (!build(*forward, handle, "forward", why_not) || !build(*backward, handle, "backward", why_not))
+      return give_up();
     if (forward->get_workspace_size(forward_workspace).is_bad() ||
         backward->get_workspace_size(backward_workspace).is_bad()) {
       *why_not = "cuDNN did not report the SDPA workspace size";
-      cudnnDestroy(handle);
-      return nullptr;
+      return give_up();
     }
   } catch (const std::exception& e) {  // the frontend throws on some misuse instead of returning
     *why_not = std::string("cuDNN frontend: ") + e.what();
-    cudnnDestroy(handle);
-    return nullptr;
+    return give_up();
   }
   return std::make_unique<CudnnSdpa>(handle, std::move(forward), std::move(backward),
                                      std::max(forward_workspace, backward_workspace));
