@@ -214,6 +214,11 @@ bool Checkpointer::agree() {
 
 double Checkpointer::before_optimizer_step() {
   if (!in_flight_ || in_flight_->phase != Phase::kCopying) return 0.0;
+  // A device engine returns from backward once it is enqueued: waiting for
+  // the copy from there would count the GPU's remaining backward both as
+  // compute (its events) and as this stall. Backward's end first; what the
+  // copy takes beyond it is the stall.
+  engine_.synchronize();
   const double blocked = engine_.wait_state_copy();
   in_flight_->record.snapshot_s = steady_now() - in_flight_->copy_started;
   in_flight_->record.stall_s += blocked;
