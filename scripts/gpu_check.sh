@@ -233,7 +233,28 @@ fi  # sections 2-5
 # gap), after the comparison above; GPU_CHECK_SKIP_EXTRAS=1 leaves them out.
 if [ -z "${GPU_CHECK_SKIP_EXTRAS:-}" ]; then
 
-# 6a. What the fused attention buys: the Llama-3-8B-shaped preset with
+# 6a. Where each preset's GPU time goes, by kind of op (the issue 3 targets'
+# gap: Llama's MFU, GPT-2's distance to torch.compile): a short run with
+# report.op_times, CUDA events between the engine's ops (no profiler needed:
+# nsys is not on the device image).
+if grep -q "cuda" <(grep "compute engines" "$out/version.txt") && [ -z "${GPU_CHECK_SKIP_PROFILE:-}" ]; then
+  for preset in "${presets[@]}"; do
+    ops_run=$preset-op-times
+    if timeout "${GPU_CHECK_PROFILE_TIMEOUT:-120}" "$build/trainbench" run "$preset" --steps 8 \
+         --set train.warmup_steps=3 --set report.op_times=true --out "$out/$ops_run.json" > "$out/$ops_run.log" 2>&1; then
+      row "$preset compute by op" "$(python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))["summary"]; ops = s["op_seconds_per_step"] or {}
+total = sum(ops.values())
+print("{:.1f} ms per step: ".format(1e3 * total) + ", ".join(
+    "{} {:.1f} ms ({:.0f}%)".format(k, 1e3 * v, 100 * v / total) for k, v in sorted(ops.items(), key=lambda kv: -kv[1]) if v > 0))' "$out/$ops_run.json")"
+    else
+      row "$preset compute by op" "FAILED (exit $?): $(tail -1 "$out/$ops_run.log")"
+    fi
+  done
+fi
+
+# 6b. What the fused attention buys: the Llama-3-8B-shaped preset with
 # attention as cuBLASLt GEMMs around a causal softmax (train.attention=gemm),
 # side by side with the row above when that one ran cuDNN's SDPA; and what
 # its deterministic backward costs. Skipped only when that row ran the GEMM
@@ -265,7 +286,7 @@ if grep -q "cuda" <(grep "compute engines" "$out/version.txt") && [ "$main_atten
   done
 fi
 
-# 6b. LoRA on the Llama-3-8B-shaped preset: the adapters on q,k,v,o with the
+# 6c. LoRA on the Llama-3-8B-shaped preset: the adapters on q,k,v,o with the
 # base frozen in bf16 (what `trainbench plan` calls the LoRA row).
 if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
   lora_run=h200-llama8b-4l-lora
@@ -277,7 +298,7 @@ if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
   fi
 fi
 
-# 6c. comm.backend=nccl through `trainbench run` on one rank: the gradient
+# 6d. comm.backend=nccl through `trainbench run` on one rank: the gradient
 # buckets all-reduced on the GPU by NCCL, each after its compute-stream event
 # (a sum over one rank moves nothing, so comm_s is the events' overhead).
 if grep -q "NCCL backend ON" "$out/configure.log"; then
@@ -292,7 +313,7 @@ else
   row "trainbench h200-gpt2-124m nccl" "not built: $(grep -o 'NCCL backend.*' "$out/configure.log" | head -1)"
 fi
 
-# 6d, several GPUs (and mpirun): data parallelism over NCCL
+# 6e, several GPUs (and mpirun): data parallelism over NCCL
 # with ZeRO-1, one rank per GPU (ZeRO-1 needs two ranks at least). The ranks'
 # parameter checksums must agree; the row gives the AdamW state per rank.
 gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
@@ -307,7 +328,7 @@ if [ "${gpus:-0}" -ge 2 ] && command -v mpirun > /dev/null && grep -q "NCCL back
   fi
 fi
 
-# 6e. A one-minute burn-in on the GPU: golden step, NVML sampling every 5 s
+# 6f. A one-minute burn-in on the GPU: golden step, NVML sampling every 5 s
 # (temperature, power, SM clock, clock-event reasons, ECC, PCIe replays),
 # storage at the start and every 20 s. Exit 4 is a FAIL verdict: the row says why.
 if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
@@ -337,7 +358,7 @@ else
   row "trainbench burnin 1m" "pending: this build has no CUDA engine ($(grep 'compute engines' "$out/version.txt"))"
 fi
 
-# 6f. What the per-step timing costs on the GPU (issue 7's <= 1%): timed and
+# 6g. What the per-step timing costs on the GPU (issue 7's <= 1%): timed and
 # untimed blocks of steps alternating in one process, the CUDA engine's
 # timing events included (trainbench bench instrument).
 if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
@@ -347,27 +368,6 @@ if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
   else
     row "trainbench bench instrument" "FAILED (exit $?): $(tail -1 "$out/instrument.log")"
   fi
-fi
-
-# 6g. Where each preset's GPU time goes, by kind of op (the issue 3 targets'
-# gap: Llama's MFU, GPT-2's distance to torch.compile): a short run with
-# report.op_times, CUDA events between the engine's ops (no profiler needed:
-# nsys is not on the device image).
-if grep -q "cuda" <(grep "compute engines" "$out/version.txt") && [ -z "${GPU_CHECK_SKIP_PROFILE:-}" ]; then
-  for preset in "${presets[@]}"; do
-    ops_run=$preset-op-times
-    if timeout "${GPU_CHECK_PROFILE_TIMEOUT:-120}" "$build/trainbench" run "$preset" --steps 8 \
-         --set train.warmup_steps=3 --set report.op_times=true --out "$out/$ops_run.json" > "$out/$ops_run.log" 2>&1; then
-      row "$preset compute by op" "$(python3 -c '
-import json, sys
-s = json.load(open(sys.argv[1]))["summary"]; ops = s["op_seconds_per_step"] or {}
-total = sum(ops.values())
-print("{:.1f} ms per step: ".format(1e3 * total) + ", ".join(
-    "{} {:.1f} ms ({:.0f}%)".format(k, 1e3 * v, 100 * v / total) for k, v in sorted(ops.items(), key=lambda kv: -kv[1]) if v > 0))' "$out/$ops_run.json")"
-    else
-      row "$preset compute by op" "FAILED (exit $?): $(tail -1 "$out/$ops_run.log")"
-    fi
-  done
 fi
 
 fi  # extras
