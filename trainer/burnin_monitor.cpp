@@ -15,6 +15,7 @@
 #include "kernels/gpu_health.h"     // open_gpu_health: NVML
 #include "trainer/burnin.h"
 #include "trainer/ceilings.h"       // measure_write_rate: the storage check
+#include "trainer/checkpointing.h"  // Checkpointer::wait_until_idle: no checkpoint writing during it
 #include "trainer/report.h"         // human_count
 #include "trainer/run_extension.h"
 #include "trainer/statistics.h"     // median
@@ -209,6 +210,7 @@ struct HealthPoint {
   bool fabric_exact = true;           // the all-reduce's data check
   double write_gbs = 0;               // every rank's checkpoint write at once (0 = not measured)
   std::vector<double> rank_write_gbs; // each rank's own rate
+  double checkpoint_wait_s = 0;       // waited for the run's checkpoint in flight before measuring
 };
 
 class BurninMonitor final : public RunExtension {
@@ -221,6 +223,7 @@ class BurninMonitor final : public RunExtension {
     engine_ = &context.engine;
     comm_ = &context.comm;
     checkpoint_dir_ = context.checkpoint_dir;
+    checkpointer_ = context.checkpointer;
     const size_t world = static_cast<size_t>(comm_->world_size());
     start_failures_.assign(world, {});
     golden_mismatches_.assign(world, {});
@@ -447,6 +450,10 @@ class BurninMonitor final : public RunExtension {
     }
     comm_s_since_health_.clear();
     if (!checkpoint_dir_.empty()) {
+      // A checkpoint still being written would share the disk with the
+      // measurement and read as degraded storage (the first measurement,
+      // before step 1, has the disk to itself): it is finished first.
+      if (checkpointer_ != nullptr) point.checkpoint_wait_s = checkpointer_->wait_until_idle();
       int64_t state_bytes = 0;
       for (const StateTensor& t : engine_->state_tensors()) state_bytes += t.bytes;
       // Up to 256 MiB per rank: long enough to see the disk, short enough to repeat.
@@ -649,7 +656,8 @@ class BurninMonitor final : public RunExtension {
                               {"busbw_gbs", p.busbw_gbs},
                               {"fabric_exact", p.fabric_exact},
                               {"write_gbs", p.write_gbs},
-                              {"rank_write_gbs", p.rank_write_gbs}});
+                              {"rank_write_gbs", p.rank_write_gbs},
+                              {"checkpoint_wait_s", p.checkpoint_wait_s}});
     nlohmann::json j = verdict_to_json(verdict_);
     j["duration_s"] = duration_s_;
     j["elapsed_s"] = elapsed_s_;
@@ -679,6 +687,7 @@ class BurninMonitor final : public RunExtension {
   TrainingEngine* engine_ = nullptr;
   Communicator* comm_ = nullptr;
   std::string checkpoint_dir_;
+  Checkpointer* checkpointer_ = nullptr;
   Clock::time_point start_, last_health_;
   double elapsed_s_ = 0;
   double last_progress_s_ = 0;

@@ -80,6 +80,10 @@ class Checkpointer {
   // After the last step: persists and commits what is in flight. Returns
   // the seconds it took. Throws CheckpointFailure.
   double finish();
+  // Between steps: the same, so that nothing is being written (the
+  // burn-in's storage measurement must not share the disk with a
+  // checkpoint). Collective: every rank calls it after the same step.
+  double wait_until_idle() { return drain(); }
 
   const std::vector<CheckpointRecord>& records() const { return records_; }
   const std::vector<std::string>& warnings() const { return warnings_; }

@@ -335,7 +335,8 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   StepHook after_step;
   if (options.extension) {
     options.extension->begin(RunContext{config, *engine, *comm, checkpoint_dir.path,
-                                        engine_options.device == "cuda" ? engine_options.gpu_index : -1});
+                                        engine_options.device == "cuda" ? engine_options.gpu_index : -1,
+                                        checkpointer.get()});
     after_step = [&options](const StepRecord& step) { return options.extension->after_step(step); };
   }
   // Declared after the communicator and the engine, so it runs before they go.

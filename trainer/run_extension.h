@@ -16,6 +16,8 @@
 
 namespace trainbench {
 
+class Checkpointer;  // trainer/checkpointing.h
+
 // The job, as set up for step 1.
 struct RunContext {
   const Config& config;
@@ -23,6 +25,7 @@ struct RunContext {
   Communicator& comm;
   std::string checkpoint_dir;  // "" when checkpoints are off
   int gpu_index = -1;          // the rank's CUDA device; -1 on the cpu engine
+  Checkpointer* checkpointer = nullptr;  // the run's checkpoints; nullptr when off
 };
 
 class RunExtension {

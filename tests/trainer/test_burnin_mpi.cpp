@@ -68,6 +68,23 @@ TEST_F(BurninMpi, CleanTwoRankBurnInPassesWithTheFullVerdict) {
   EXPECT_NE(b["gpu_health"]["why_not"].get<std::string>().find("cpu engine"), std::string::npos);
 }
 
+// The storage check does not measure while the run's own checkpoint is
+// being written (a busy writer would read as degraded storage): a slow
+// writer (1.2 s per checkpoint, a checkpoint every 2 steps) is always in
+// flight, so every measurement after the first waits for it, collectively.
+TEST_F(BurninMpi, TheStorageCheckWaitsForTheCheckpointInFlight) {
+  const CommandResult r = burnin("ckpt-busy", "5s",
+                                 "--set checkpoint.every_steps=2 --set checkpoint.inject_delay_ms=1200");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const nlohmann::json& measurements = result_.at("burnin").at("health_measurements");
+  ASSERT_GE(measurements.size(), 2u) << measurements.dump();
+  EXPECT_LT(measurements[0].at("checkpoint_wait_s").get<double>(), 0.1) << "before step 1 nothing is in flight";
+  for (size_t i = 1; i < measurements.size(); ++i) {
+    EXPECT_GT(measurements[i].at("checkpoint_wait_s").get<double>(), 0.3) << measurements[i].dump();
+    EXPECT_GT(measurements[i].at("write_gbs").get<double>(), 0.0) << measurements[i].dump();
+  }
+}
+
 TEST_F(BurninMpi, OneFlippedGradientBitIsCaughtAndItsRankNamed) {
   const CommandResult r =
       burnin("bitflip", "4s", "--set burnin.inject_bitflip_step=5 --set burnin.inject_bitflip_rank=1");
