@@ -332,13 +332,13 @@ fi
 # (temperature, power, SM clock, clock-event reasons, ECC, PCIe replays),
 # storage at the start and every 20 s. Exit 4 is a FAIL verdict: the row says why.
 if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
-  # checkpoint.every_steps: the preset has none, and the storage check needs
-  # a checkpoint folder; so many steps that none is written during the
-  # minute, since a checkpoint being written while the check measures would
-  # read as degraded storage.
+  # checkpoint.every_steps: the preset has none; a burn-in checkpoints as a
+  # job does (the storage check needs the folder, and waits for a
+  # checkpoint in flight before it measures): 1.74 GB every 200 steps, a few
+  # in the minute.
   timeout "${GPU_CHECK_BURNIN_TIMEOUT:-150}" "$build/trainbench" burnin h200-gpt2-124m --duration 1m \
     --set burnin.nvml_every_s=5 --set burnin.golden_every=50 --set burnin.health_every_s=20 \
-    --set checkpoint.every_steps=1000000 \
+    --set checkpoint.every_steps=200 \
     --set report.progress_every=0 --out "$out/burnin.json" > "$out/burnin.log" 2>&1
   burnin_status=$?
   if [ -s "$out/burnin.json" ] && [ "$burnin_status" -le 4 ]; then
