@@ -254,7 +254,24 @@ print("{:.1f} ms per step: ".format(1e3 * total) + ", ".join(
   done
 fi
 
-# 6b. What the fused attention buys: the Llama-3-8B-shaped preset with
+# 6b. PyTorch with the vocabulary padded as nanoGPT pads it (GPT-2's 50257
+# as 50304 rows). trainbench pads its LM head's GEMMs internally; the
+# baseline above keeps the model's 50257 rows. This row says how much of a
+# GPT-2 lead over PyTorch is that padding alone.
+if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
+  padded=torch_h200-gpt2-124m-padded
+  if timeout "${GPU_CHECK_TORCH_TIMEOUT:-180}" python3 scripts/torch_baseline.py --config configs/h200-gpt2-124m.yaml \
+       --mode both --pad-vocab 64 --json > "$out/$padded.jsonl" 2> "$out/$padded.err"; then
+    while read -r line; do
+      row "pytorch h200-gpt2-124m $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["mode"])' "$line") vocab padded" \
+          "$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["error"] if "error" in d else "{:,.0f} tokens/s ({} rows)".format(d["tokens_per_s"], d["vocab_rows"]))' "$line")"
+    done < <(grep '^{' "$out/$padded.jsonl")
+  else
+    row "pytorch h200-gpt2-124m vocab padded" "FAILED: $(tail -1 "$out/$padded.err")"
+  fi
+fi
+
+# 6c. What the fused attention buys: the Llama-3-8B-shaped preset with
 # attention as cuBLASLt GEMMs around a causal softmax (train.attention=gemm),
 # side by side with the row above when that one ran cuDNN's SDPA; and what
 # its deterministic backward costs. Skipped only when that row ran the GEMM
@@ -286,7 +303,7 @@ if grep -q "cuda" <(grep "compute engines" "$out/version.txt") && [ "$main_atten
   done
 fi
 
-# 6c. LoRA on the Llama-3-8B-shaped preset: the adapters on q,k,v,o with the
+# 6d. LoRA on the Llama-3-8B-shaped preset: the adapters on q,k,v,o with the
 # base frozen in bf16 (what `trainbench plan` calls the LoRA row).
 if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
   lora_run=h200-llama8b-4l-lora
@@ -298,7 +315,7 @@ if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
   fi
 fi
 
-# 6d. comm.backend=nccl through `trainbench run` on one rank: the gradient
+# 6e. comm.backend=nccl through `trainbench run` on one rank: the gradient
 # buckets all-reduced on the GPU by NCCL, each after its compute-stream event
 # (a sum over one rank moves nothing, so comm_s is the events' overhead).
 if grep -q "NCCL backend ON" "$out/configure.log"; then
@@ -313,7 +330,7 @@ else
   row "trainbench h200-gpt2-124m nccl" "not built: $(grep -o 'NCCL backend.*' "$out/configure.log" | head -1)"
 fi
 
-# 6e, several GPUs (and mpirun): data parallelism over NCCL
+# 6f, several GPUs (and mpirun): data parallelism over NCCL
 # with ZeRO-1, one rank per GPU (ZeRO-1 needs two ranks at least). The ranks'
 # parameter checksums must agree; the row gives the AdamW state per rank.
 gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
@@ -328,7 +345,7 @@ if [ "${gpus:-0}" -ge 2 ] && command -v mpirun > /dev/null && grep -q "NCCL back
   fi
 fi
 
-# 6f. A one-minute burn-in on the GPU: golden step, NVML sampling every 5 s
+# 6g. A one-minute burn-in on the GPU: golden step, NVML sampling every 5 s
 # (temperature, power, SM clock, clock-event reasons, ECC, PCIe replays),
 # storage at the start and every 20 s. Exit 4 is a FAIL verdict: the row says why.
 if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
@@ -358,7 +375,7 @@ else
   row "trainbench burnin 1m" "pending: this build has no CUDA engine ($(grep 'compute engines' "$out/version.txt"))"
 fi
 
-# 6g. What the per-step timing costs on the GPU (issue 7's <= 1%): timed and
+# 6h. What the per-step timing costs on the GPU (issue 7's <= 1%): timed and
 # untimed blocks of steps alternating in one process, the CUDA engine's
 # timing events included (trainbench bench instrument).
 if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then

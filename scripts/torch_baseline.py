@@ -140,6 +140,11 @@ class RunSettings:
     dtype: str = "auto"  # auto | bf16 | fp32
     compile_mode: str = "default"
     gqa: str = "auto"  # auto | native | expand
+    # The embedding's and LM head's rows rounded up to a multiple of this, as
+    # nanoGPT pads GPT-2's 50257 to 50304 for faster GEMMs; the extra rows
+    # are part of the model (tokens stay below model.vocab, the loss runs over
+    # every row). 1: the model's vocab as it is.
+    pad_vocab: int = 1
     json_output: bool = False
 
 
@@ -277,6 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--gqa", choices=("auto", "native", "expand"),
                      help="grouped-query attention: SDPA enable_gqa (native), repeat kv heads "
                      "(expand), or native when a fused SDPA kernel accepts it (auto, default)")
+    run.add_argument("--pad-vocab", type=positive_int, metavar="MULTIPLE",
+                     help="embedding and LM head rows rounded up to a multiple of this (nanoGPT's "
+                     "50304 for GPT-2: --pad-vocab 64); tokens stay below the vocab; default 1 (off)")
     run.add_argument("--json", action="store_true",
                      help="one JSON object per mode on stdout; human lines go to stderr")
     return parser
@@ -388,6 +396,7 @@ def resolve_settings(argv: Sequence[str]) -> tuple[ModelShape, TrainSettings, Ru
         dtype=merged.get("dtype", "auto"),
         compile_mode=merged.get("compile_mode", "default"),
         gqa=merged.get("gqa", "auto"),
+        pad_vocab=merged.get("pad_vocab", 1),
         json_output=bool(args.json),
     )
     validate(shape, train)
@@ -543,13 +552,14 @@ class Llama(_ModuleBase):
     forward returns the mean cross-entropy so torch.compile sees (and can
     fuse) the loss too."""
 
-    def __init__(self, shape: ModelShape, gqa_native: bool) -> None:
+    def __init__(self, shape: ModelShape, gqa_native: bool, vocab_rows: int | None = None) -> None:
         super().__init__()
         self.shape = shape
-        self.tok_embedding = nn.Embedding(shape.vocab, shape.d_model)
+        vocab_rows = vocab_rows or shape.vocab  # more with RunSettings.pad_vocab
+        self.tok_embedding = nn.Embedding(vocab_rows, shape.d_model)
         self.layers = nn.ModuleList(DecoderLayer(shape, gqa_native) for _ in range(shape.n_layers))
         self.final_norm = nn.Parameter(torch.empty(shape.d_model))
-        self.lm_head = nn.Linear(shape.d_model, shape.vocab, bias=False)
+        self.lm_head = nn.Linear(shape.d_model, vocab_rows, bias=False)
         self.register_buffer("rope_cos", torch.empty(shape.seq_len, shape.head_dim), persistent=False)
         self.register_buffer("rope_sin", torch.empty(shape.seq_len, shape.head_dim), persistent=False)
 
@@ -587,11 +597,11 @@ class Llama(_ModuleBase):
 
 
 def build_model(shape: ModelShape, seed: int, device: torch.device, compute_dtype: torch.dtype,
-                gqa_native: bool) -> Llama:
+                gqa_native: bool, vocab_rows: int | None = None) -> Llama:
     """Built on the meta device and materialised once on the target device,
     so a multi-GB model is not first initialised on the host."""
     with torch.device("meta"):
-        model = Llama(shape, gqa_native)
+        model = Llama(shape, gqa_native, vocab_rows)
     model = model.to_empty(device=device)
     model.initialize(seed, rope_dtype=compute_dtype)
     return model
@@ -665,6 +675,11 @@ class Context:
     gqa_native: bool
 
 
+def vocab_rows(shape: ModelShape, run: RunSettings) -> int:
+    """The embedding's and LM head's rows: model.vocab rounded up to --pad-vocab."""
+    return -(-shape.vocab // run.pad_vocab) * run.pad_vocab
+
+
 def synthetic_batches(ctx: Context) -> tuple[torch.Tensor, torch.Tensor]:
     """Uniform random token windows of seq_len + 1, targets shifted by one,
     made once on the device from a seeded generator: trainbench's synthetic
@@ -720,7 +735,8 @@ def run_mode(ctx: Context, mode: str) -> dict[str, Any]:
     torch.manual_seed(train.seed)
     if ctx.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(ctx.device)
-    model = build_model(ctx.shape, train.seed, ctx.device, ctx.compute_dtype, ctx.gqa_native)
+    model = build_model(ctx.shape, train.seed, ctx.device, ctx.compute_dtype, ctx.gqa_native,
+                        vocab_rows(ctx.shape, ctx.run))
     optimizer = build_optimizer(model, train, ctx.device)
     inputs, targets = synthetic_batches(ctx)
     parameters = list(model.parameters())
@@ -781,6 +797,7 @@ def run_mode(ctx: Context, mode: str) -> dict[str, Any]:
         "tokens_per_step": tokens_per_step,
         "n_params": n_params,
         "attention": "sdpa-enable-gqa" if ctx.gqa_native else "sdpa",
+        "vocab_rows": vocab_rows(ctx.shape, ctx.run),
         "fused_adamw": ctx.device.type == "cuda",
         "compile_mode": ctx.run.compile_mode if mode == "compile" else None,
         "config": {"model": dataclasses.asdict(ctx.shape),

@@ -70,7 +70,7 @@ class ArgumentTests(unittest.TestCase):
                 baseline.resolve_settings(TINY_FLAGS + list(extra))
 
     def test_bad_arguments_exit_2_with_one_line(self) -> None:
-        for args in (["--steps", "x"], ["--bogus"], ["--mode", "fast"], ["--n-heads", "3"]):
+        for args in (["--steps", "x"], ["--bogus"], ["--mode", "fast"], ["--n-heads", "3"], ["--pad-vocab", "0"]):
             with self.subTest(args=args):
                 result = run_script(*TINY_FLAGS, *args)
                 self.assertEqual(result.returncode, 2)
@@ -159,6 +159,25 @@ class TrainingTests(unittest.TestCase):
         # twice and its loss is clearly below chance.
         self.assertLess(record["loss_last"], record["loss_first"] - 0.1)
         self.assertAlmostEqual(record["tokens_per_s"], 8 * 64 / record["median_step_s"])
+
+    def test_padded_vocabulary_adds_rows_and_still_trains(self) -> None:
+        # nanoGPT's padding: vocab 500 as 512 rows in the embedding and the
+        # head (2 × 12 × 64 more parameters); tokens stay below 500.
+        flags = list(TINY_FLAGS)
+        flags[flags.index("--vocab") + 1] = "500"
+        common = ["--device", "cpu", "--dtype", "fp32", *flags, "--steps", "12", "--warmup-steps", "2",
+                  "--mode", "eager", "--json"]
+        records = {}
+        for pad in ("1", "64"):
+            result = run_script(*common, "--pad-vocab", pad)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            records[pad] = json.loads(result.stdout.strip().splitlines()[0])
+        self.assertEqual(records["1"]["vocab_rows"], 500)
+        self.assertEqual(records["64"]["vocab_rows"], 512)
+        self.assertEqual(records["64"]["n_params"] - records["1"]["n_params"], 2 * 12 * 64)
+        # The loss starts near chance over the rows the softmax spans.
+        self.assertAlmostEqual(records["64"]["loss_first"], math.log(512), delta=0.1)
+        self.assertLess(records["64"]["loss_last"], records["64"]["loss_first"] - 0.1)
 
     def test_model_matches_a_naive_formulation(self) -> None:
         torch = baseline.torch
