@@ -222,7 +222,6 @@ class BurninMonitor final : public RunExtension {
     config_ = &context.config;
     engine_ = &context.engine;
     comm_ = &context.comm;
-    checkpoint_dir_ = context.checkpoint_dir;
     checkpointer_ = context.checkpointer;
     const size_t world = static_cast<size_t>(comm_->world_size());
     start_failures_.assign(world, {});
@@ -449,15 +448,15 @@ class BurninMonitor final : public RunExtension {
         point.busbw_gbs = static_cast<double>(gradient_bytes) * bus_bandwidth_factor("all_reduce", world) / comm_s * 1e-9;
     }
     comm_s_since_health_.clear();
-    if (!checkpoint_dir_.empty()) {
+    if (checkpointer_ != nullptr) {
       // A checkpoint still being written would share the disk with the
       // measurement and read as degraded storage (the first measurement,
       // before step 1, has the disk to itself): it is finished first.
-      if (checkpointer_ != nullptr) point.checkpoint_wait_s = checkpointer_->wait_until_idle();
+      point.checkpoint_wait_s = checkpointer_->wait_until_idle();
       int64_t state_bytes = 0;
       for (const StateTensor& t : engine_->state_tensors()) state_bytes += t.bytes;
       // Up to 256 MiB per rank: long enough to see the disk, short enough to repeat.
-      const WriteRate rate = measure_write_rate(*config_, *comm_, checkpoint_dir_, std::min<int64_t>(state_bytes, 256LL << 20));
+      const WriteRate rate = measure_write_rate(*config_, *comm_, checkpointer_->dir(), std::min<int64_t>(state_bytes, 256LL << 20));
       point.write_gbs = rate.job_gbs;
       point.rank_write_gbs = gather_from_ranks(*comm_, rate.rank_gbs);
     }
@@ -686,8 +685,7 @@ class BurninMonitor final : public RunExtension {
   const Config* config_ = nullptr;
   TrainingEngine* engine_ = nullptr;
   Communicator* comm_ = nullptr;
-  std::string checkpoint_dir_;
-  Checkpointer* checkpointer_ = nullptr;
+  Checkpointer* checkpointer_ = nullptr;  // nullptr when checkpoints are off
   Clock::time_point start_, last_health_;
   double elapsed_s_ = 0;
   double last_progress_s_ = 0;

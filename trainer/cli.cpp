@@ -334,7 +334,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   }
   StepHook after_step;
   if (options.extension) {
-    options.extension->begin(RunContext{config, *engine, *comm, checkpoint_dir.path,
+    options.extension->begin(RunContext{config, *engine, *comm,
                                         engine_options.device == "cuda" ? engine_options.gpu_index : -1,
                                         checkpointer.get()});
     after_step = [&options](const StepRecord& step) { return options.extension->after_step(step); };

@@ -23,9 +23,8 @@ struct RunContext {
   const Config& config;
   TrainingEngine& engine;
   Communicator& comm;
-  std::string checkpoint_dir;  // "" when checkpoints are off
-  int gpu_index = -1;          // the rank's CUDA device; -1 on the cpu engine
-  Checkpointer* checkpointer = nullptr;  // the run's checkpoints; nullptr when off
+  int gpu_index = -1;                    // the rank's CUDA device; -1 on the cpu engine
+  Checkpointer* checkpointer = nullptr;  // the run's checkpoints (their folder: dir()); nullptr when off
 };
 
 class RunExtension {

@@ -179,13 +179,11 @@ class BorrowedDeviceBytes {
   cudaStream_t stream_;
 };
 
-// The median time of single runs, each between two events on the stream:
-// a median, not a mean, so that one run slowed by other work on the GPU does
-// not decide.
-class RunTimer {
+// CUDA events with timing, destroyed however the measurement ends.
+template <int N>
+class TimingEvents {
  public:
-  static constexpr int kRuns = 5;
-  RunTimer() {
+  TimingEvents() {
     for (cudaEvent_t& event : events_) {
       if (const cudaError_t status = cudaEventCreate(&event); status != cudaSuccess) {
         release();
@@ -193,9 +191,32 @@ class RunTimer {
       }
     }
   }
-  ~RunTimer() { release(); }
-  RunTimer(const RunTimer&) = delete;
-  RunTimer& operator=(const RunTimer&) = delete;
+  ~TimingEvents() { release(); }
+  TimingEvents(const TimingEvents&) = delete;
+  TimingEvents& operator=(const TimingEvents&) = delete;
+  cudaEvent_t operator[](int i) const { return events_[i]; }
+  float elapsed_ms(int from, int to) const {
+    float ms = 0;
+    TRAINBENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[from], events_[to]));
+    return ms;
+  }
+
+ private:
+  void release() {
+    for (cudaEvent_t& event : events_) {
+      if (event != nullptr) cudaEventDestroy(event);
+      event = nullptr;
+    }
+  }
+  cudaEvent_t events_[N] = {};
+};
+
+// The median time of single runs, each between two events on the stream:
+// a median, not a mean, so that one run slowed by other work on the GPU does
+// not decide.
+class RunTimer {
+ public:
+  static constexpr int kRuns = 5;
 
   template <typename Launch>
   float median_ms(const Launch& launch, cudaStream_t stream) {
@@ -206,20 +227,13 @@ class RunTimer {
     }
     TRAINBENCH_CUDA_CHECK(cudaEventSynchronize(events_[kRuns]));
     float ms[kRuns];
-    for (int r = 0; r < kRuns; ++r)
-      TRAINBENCH_CUDA_CHECK(cudaEventElapsedTime(&ms[r], events_[r], events_[r + 1]));
+    for (int r = 0; r < kRuns; ++r) ms[r] = events_.elapsed_ms(r, r + 1);
     std::nth_element(ms, ms + kRuns / 2, ms + kRuns);
     return ms[kRuns / 2];
   }
 
  private:
-  void release() {
-    for (cudaEvent_t& event : events_) {
-      if (event != nullptr) cudaEventDestroy(event);
-      event = nullptr;
-    }
-  }
-  cudaEvent_t events_[kRuns + 1] = {};
+  TimingEvents<kRuns + 1> events_;
 };
 }  // namespace
 
@@ -327,34 +341,21 @@ double measure_lt_gemm_flops(LtGemm& gemm, int64_t m, int64_t n, int64_t k, doub
     explicit CallsUncounted(LtGemm& g) : gemm(g) { gemm.count_calls(false); }
     ~CallsUncounted() { gemm.count_calls(true); }
   } uncounted{gemm};
-  cudaEvent_t start = nullptr, stop = nullptr;
-  TRAINBENCH_CUDA_CHECK(cudaEventCreate(&start));
-  TRAINBENCH_CUDA_CHECK(cudaEventCreate(&stop));
+  TimingEvents<2> events;  // start, stop
   double best = 0.0;
-  try {
-    one_gemm();  // warm-up: algorithm selection, clocks
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-    int repeats = 0;
-    do {
-      // Ten GEMMs per timing so launch gaps do not count against the GPU.
-      constexpr int kBatch = 10;
-      TRAINBENCH_CUDA_CHECK(cudaEventRecord(start, stream));
-      for (int i = 0; i < kBatch; ++i) one_gemm();
-      TRAINBENCH_CUDA_CHECK(cudaEventRecord(stop, stream));
-      TRAINBENCH_CUDA_CHECK(cudaEventSynchronize(stop));
-      float milliseconds = 0.0f;
-      TRAINBENCH_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, start, stop));
-      best = std::max(best, kBatch * 2.0 * static_cast<double>(m) * n * k / (1e-3 * milliseconds));
-      ++repeats;
-    } while (std::chrono::steady_clock::now() < deadline || repeats < 3);
-  } catch (...) {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    throw;
-  }
-  TRAINBENCH_CUDA_CHECK(cudaEventDestroy(start));
-  TRAINBENCH_CUDA_CHECK(cudaEventDestroy(stop));
+  one_gemm();  // warm-up: algorithm selection, clocks
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int repeats = 0;
+  do {
+    // Ten GEMMs per timing so launch gaps do not count against the GPU.
+    constexpr int kBatch = 10;
+    TRAINBENCH_CUDA_CHECK(cudaEventRecord(events[0], stream));
+    for (int i = 0; i < kBatch; ++i) one_gemm();
+    TRAINBENCH_CUDA_CHECK(cudaEventRecord(events[1], stream));
+    TRAINBENCH_CUDA_CHECK(cudaEventSynchronize(events[1]));
+    best = std::max(best, kBatch * 2.0 * static_cast<double>(m) * n * k / (1e-3 * events.elapsed_ms(0, 1)));
+    ++repeats;
+  } while (std::chrono::steady_clock::now() < deadline || repeats < 3);
   return best;
 }
 
