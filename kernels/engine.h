@@ -217,6 +217,7 @@ class TrainingEngine {
   // GEMM throughput in FLOP/s of this backend's training precision for
   // [m, k] × [k, n] through the engine's own GEMM path, the best of repeats
   // over about `seconds`: the measured compute ceiling MFU is also reported against.
+  // 0 when it cannot be measured (a GPU without the free memory for the operands).
   virtual double measure_gemm_flops(int64_t m, int64_t n, int64_t k, double seconds) = 0;
 
   // The device's datasheet dense peak in the training precision (bf16 on

@@ -41,41 +41,45 @@ LtGemm::Plan& LtGemm::plan_for(const Key& key) {
   const auto [transpose_a, transpose_b, m, n, k, lda, ldb, ldc, output, alignment, batch,
               stride_a, stride_b, stride_c] = key;
   Plan plan;
-  TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.matmul, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t op_first = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_second = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-      plan.matmul, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
-  TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-      plan.matmul, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
-  // Stored (column-major) shapes: our B is [n, k] when not transposed, [k, n]
-  // when transposed; our A is [k, m], or [m, k] when transposed.
-  TRAINBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
-      &plan.b, CUDA_R_16BF, transpose_b ? k : n, transpose_b ? n : k, ldb));
-  TRAINBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
-      &plan.a, CUDA_R_16BF, transpose_a ? m : k, transpose_a ? k : m, lda));
-  const cudaDataType_t c_type =
-      static_cast<GemmOutput>(output) == GemmOutput::kFp32 ? CUDA_R_32F : CUDA_R_16BF;
-  TRAINBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, c_type, n, m, ldc));
-  if (batch > 1) {
-    const int32_t count = static_cast<int32_t>(batch);
-    const std::pair<cublasLtMatrixLayout_t, int64_t> strided[] = {
-        {plan.a, stride_a}, {plan.b, stride_b}, {plan.c, stride_c}};
-    for (const auto& [layout, stride] : strided) {
-      TRAINBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
-          layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
-      TRAINBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
-          layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
-    }
-  }
-
+  // Until the plan is cached, a failure releases what was created so far.
+  auto release = [&plan] {
+    if (plan.a != nullptr) cublasLtMatrixLayoutDestroy(plan.a);
+    if (plan.b != nullptr) cublasLtMatrixLayoutDestroy(plan.b);
+    if (plan.c != nullptr) cublasLtMatrixLayoutDestroy(plan.c);
+    if (plan.matmul != nullptr) cublasLtMatmulDescDestroy(plan.matmul);
+  };
   cublasLtMatmulPreference_t preference = nullptr;
-  TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
-  const size_t workspace_bytes = workspace_.bytes();
-  cublasLtMatmulHeuristicResult_t heuristics[kMaxCandidates]{};
-  const int requested = time_candidates_ ? kMaxCandidates : 1;
-  int returned = 0;
   try {
+    TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.matmul, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_first = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_second = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan.matmul, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
+    TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan.matmul, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
+    // Stored (column-major) shapes: our B is [n, k] when not transposed, [k, n]
+    // when transposed; our A is [k, m], or [m, k] when transposed.
+    TRAINBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
+        &plan.b, CUDA_R_16BF, transpose_b ? k : n, transpose_b ? n : k, ldb));
+    TRAINBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
+        &plan.a, CUDA_R_16BF, transpose_a ? m : k, transpose_a ? k : m, lda));
+    const cudaDataType_t c_type =
+        static_cast<GemmOutput>(output) == GemmOutput::kFp32 ? CUDA_R_32F : CUDA_R_16BF;
+    TRAINBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, c_type, n, m, ldc));
+    if (batch > 1) {
+      const int32_t count = static_cast<int32_t>(batch);
+      const std::pair<cublasLtMatrixLayout_t, int64_t> strided[] = {
+          {plan.a, stride_a}, {plan.b, stride_b}, {plan.c, stride_c}};
+      for (const auto& [layout, stride] : strided) {
+        TRAINBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+            layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+        TRAINBENCH_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+            layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+      }
+    }
+
+    TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+    const size_t workspace_bytes = workspace_.bytes();
     TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
         sizeof(workspace_bytes)));
@@ -85,24 +89,35 @@ LtGemm::Plan& LtGemm::plan_for(const Key& key) {
       TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
           preference, attribute, &alignment, sizeof(alignment)));
     }
-    TRAINBENCH_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan.matmul, plan.b, plan.a,
-                                                           plan.c, plan.c, preference, requested,
-                                                           heuristics, &returned));
-  } catch (...) {
+    cublasLtMatmulHeuristicResult_t heuristics[kMaxCandidates]{};
+    const int requested = time_candidates_ ? kMaxCandidates : 1;
+    int returned = 0;
+    // NOT_SUPPORTED is the heuristic's "nothing for this configuration"
+    // (cublasLt.h), the same answer as no result.
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        handle_, plan.matmul, plan.b, plan.a, plan.c, plan.c, preference, requested, heuristics,
+        &returned);
+    if (status != CUBLAS_STATUS_NOT_SUPPORTED)
+      check_cublas(status, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
     cublasLtMatmulPreferenceDestroy(preference);
+    preference = nullptr;
+    // A result's algorithm is valid only where its state is SUCCESS (cublasLt.h).
+    for (int i = 0; status == CUBLAS_STATUS_SUCCESS && i < returned; ++i)
+      if (heuristics[i].state == CUBLAS_STATUS_SUCCESS) plan.candidates.push_back(heuristics[i].algo);
+    if (plan.candidates.empty()) {
+      throw CudaError("cuBLASLt has no algorithm for a bf16 GEMM m=" + std::to_string(m) +
+                      " n=" + std::to_string(n) + " k=" + std::to_string(k) + " (" +
+                      (c_type == CUDA_R_32F ? "fp32" : "bf16") + " output, operands aligned to " +
+                      std::to_string(alignment) + " bytes)");
+    }
+  } catch (...) {
+    if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
+    release();
     throw;
   }
-  cublasLtMatmulPreferenceDestroy(preference);
-  if (returned == 0) {
-    throw CudaError("cuBLASLt has no algorithm for a bf16 GEMM m=" + std::to_string(m) +
-                    " n=" + std::to_string(n) + " k=" + std::to_string(k));
-  }
-  plan.algo = heuristics[0].algo;
-  for (int i = 0; i < returned; ++i)
-    if (heuristics[i].state == CUBLAS_STATUS_SUCCESS) plan.candidates.push_back(heuristics[i].algo);
-  if (!plan.candidates.empty()) plan.algo = plan.candidates.front();
-  // One candidate leaves nothing to time.
-  plan.single_candidate = plan.candidates.size() == 1;
+  plan.algo = plan.candidates.front();
+  // One candidate leaves nothing to time; when not timing, only one is asked for.
+  plan.single_candidate = time_candidates_ && plan.candidates.size() == 1;
   plan.timed = plan.candidates.size() < 2;
   if (plan.timed) plan.candidates.clear();
   return plans_.emplace(key, plan).first->second;
@@ -162,9 +177,13 @@ namespace {
 class BorrowedDeviceBytes {
  public:
   BorrowedDeviceBytes(size_t bytes, cudaStream_t stream) : stream_(stream) {
-    if (bytes > 0 && cudaMallocAsync(&data_, bytes, stream) != cudaSuccess) {
+    if (bytes == 0) return;
+    const cudaError_t status = cudaMallocAsync(&data_, bytes, stream);
+    if (status == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();  // out of memory is an answer here, not an error to keep
       data_ = nullptr;
+    } else {
+      TRAINBENCH_CUDA_CHECK(status);
     }
   }
   ~BorrowedDeviceBytes() {
@@ -211,15 +230,36 @@ class TimingEvents {
   cudaEvent_t events_[N] = {};
 };
 
+// Spins one thread for about `ns` nanoseconds of the GPU's global timer
+// (PTX %globaltimer), keeping the stream busy while the host queues what
+// follows it.
+__global__ void hold_stream_kernel(unsigned long long ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
 // The median time of single runs, each between two events on the stream:
 // a median, not a mean, so that one run slowed by other work on the GPU does
-// not decide.
+// not decide. The runs are queued behind a short hold of the stream, so they
+// run back to back: otherwise a run shorter than the host's launch call
+// (a few microseconds; attention's per-head GEMMs, LoRA) would be timed
+// with the GPU waiting for the host inside it, and a candidate timed after
+// the previous one drained the stream would pay that where the first choice,
+// timed behind the step's queued work, did not.
 class RunTimer {
  public:
   static constexpr int kRuns = 5;
+  // Far longer than queuing kRuns launches and their events takes the host.
+  static constexpr unsigned long long kHoldNs = 500'000;
 
   template <typename Launch>
   float median_ms(const Launch& launch, cudaStream_t stream) {
+    hold_stream_kernel<<<1, 1, 0, stream>>>(kHoldNs);
+    TRAINBENCH_CUDA_CHECK(cudaGetLastError());
     TRAINBENCH_CUDA_CHECK(cudaEventRecord(events_[0], stream));
     for (int r = 1; r <= kRuns; ++r) {
       TRAINBENCH_CUBLAS_CHECK(launch());
@@ -311,6 +351,8 @@ GemmTuning LtGemm::tuning() const {
   GemmTuning t;
   t.untimed = untimed_;
   for (const auto& [key, plan] : plans_) {
+    // A shape met only uncounted (the ceiling's calibration) is not the run's.
+    if (plan.calls == 0) continue;
     if (plan.single_candidate) ++t.single_candidate;
     if (!plan.timed || plan.chosen_ms <= 0) continue;
     ++t.shapes;
@@ -323,9 +365,14 @@ GemmTuning LtGemm::tuning() const {
 
 double measure_lt_gemm_flops(LtGemm& gemm, int64_t m, int64_t n, int64_t k, double seconds,
                              cudaStream_t stream) {
+  const int64_t ldc = padded_leading_dimension(n);
+  // The operands are not in the engine's memory plan (5.4 GB at Llama 3's LM
+  // head): a GPU the run has nearly filled gets no ceiling, not an exit.
+  size_t free_bytes = 0, total_bytes = 0;
+  TRAINBENCH_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (sizeof(__nv_bfloat16) * static_cast<size_t>(m * k + n * k + m * ldc) > free_bytes) return 0.0;
   DeviceBuffer<__nv_bfloat16> input(static_cast<size_t>(m * k));
   DeviceBuffer<__nv_bfloat16> weight(static_cast<size_t>(n * k));
-  const int64_t ldc = padded_leading_dimension(n);
   DeviceBuffer<__nv_bfloat16> out(static_cast<size_t>(m * ldc));
   // Random operands: on zeros an H200 ran the same product about 13% faster
   // than on real data, which would inflate the ceiling MFU is reported against.
@@ -338,8 +385,9 @@ double measure_lt_gemm_flops(LtGemm& gemm, int64_t m, int64_t n, int64_t k, doub
   // Its repeats are not the run's calls (LtGemm::tuning weighs shapes by those).
   struct CallsUncounted {
     LtGemm& gemm;
-    explicit CallsUncounted(LtGemm& g) : gemm(g) { gemm.count_calls(false); }
-    ~CallsUncounted() { gemm.count_calls(true); }
+    const bool was_counting;
+    explicit CallsUncounted(LtGemm& g) : gemm(g), was_counting(g.counting_calls()) { gemm.count_calls(false); }
+    ~CallsUncounted() { gemm.count_calls(was_counting); }
   } uncounted{gemm};
   TimingEvents<2> events;  // start, stop
   double best = 0.0;

@@ -80,6 +80,7 @@ class LtGemm {
   // Calls made while off are not counted in tuning()'s weights: a
   // calibration's hundreds of repeats of one shape are not the run's mix.
   void count_calls(bool on) { counting_calls_ = on; }
+  bool counting_calls() const { return counting_calls_; }
 
  private:
   // Everything cuBLASLt needs for one call shape, created once.
@@ -135,6 +136,7 @@ inline int64_t padded_leading_dimension(int64_t elements) { return (elements + 6
 // logits (padded_leading_dimension), on random operands (zeros run about 13%
 // faster on an H200 than real data), timed with CUDA events over about
 // `seconds`: the best repeat. The measured ceiling MFU is reported against besides the datasheet.
+// 0 when the device has not the free memory for the operands.
 double measure_lt_gemm_flops(LtGemm& gemm, int64_t m, int64_t n, int64_t k, double seconds,
                              cudaStream_t stream);
 

@@ -2,8 +2,8 @@
 //   cuda_gemm_ceiling [M N K]...     (default: 8192 8192 8192)
 // prints one JSON line per shape: {"m", "n", "k", "flops_per_s", "timed_flops_per_s", "gpu"}:
 // flops_per_s with cuBLASLt's heuristic's first algorithm (what a
-// train.deterministic run uses), timed_flops_per_s with the fastest of its
-// candidates timed first (train.deterministic=false), side by side.
+// train.deterministic run uses), timed_flops_per_s with the algorithm that
+// timing its candidates chose (train.deterministic=false), side by side.
 // Exit 3 when no GPU is visible (an environment failure, as the CLI's).
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +42,11 @@ int main(int argc, char** argv) {
           trainbench::cuda::measure_lt_gemm_flops(heuristic, dims[i], dims[i + 1], dims[i + 2], 2.0, nullptr);
       const double timed_flops =
           trainbench::cuda::measure_lt_gemm_flops(timed, dims[i], dims[i + 1], dims[i + 2], 2.0, nullptr);
+      if (flops <= 0 || timed_flops <= 0) {
+        std::fprintf(stderr, "cuda_gemm_ceiling: not enough free device memory for the operands of %lld x %lld x %lld\n",
+                     dims[i], dims[i + 1], dims[i + 2]);
+        return 3;
+      }
       std::printf("{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"flops_per_s\": %.6e, "
                   "\"timed_flops_per_s\": %.6e, \"gpu\": \"%s\"}\n",
                   dims[i], dims[i + 1], dims[i + 2], flops, timed_flops, inventory.gpus[0].name.c_str());

@@ -228,6 +228,7 @@ TEST(LtGemm, TimesEachShapeOnceAndCountsItsCalls) {
   call(heuristic);
   EXPECT_FALSE(heuristic.times_candidates());
   EXPECT_EQ(heuristic.tuning().shapes, 0) << "the heuristic's choice is never timed";
+  EXPECT_EQ(heuristic.tuning().single_candidate, 0) << "untimed, no shape is one offering a single algorithm";
 
   LtGemm timed(LtGemm::kDefaultWorkspaceBytes, true);
   call(timed);
@@ -245,8 +246,17 @@ TEST(LtGemm, TimesEachShapeOnceAndCountsItsCalls) {
   EXPECT_DOUBLE_EQ(twice.first_choice_seconds, 2 * once.first_choice_seconds);
   EXPECT_DOUBLE_EQ(twice.chosen_seconds, 2 * once.chosen_seconds);
   // A calibration's repeats are not counted as the run's calls.
-  measure_lt_gemm_flops(timed, kSide, kSide, kSide, 0.05, nullptr);
+  EXPECT_GT(measure_lt_gemm_flops(timed, kSide, kSide, kSide, 0.05, nullptr), 0.0);
   EXPECT_DOUBLE_EQ(timed.tuning().first_choice_seconds, twice.first_choice_seconds);
+  // Nor is a shape met only in a calibration one of the run's, and counting
+  // goes back to what it was.
+  measure_lt_gemm_flops(timed, kSide / 2, kSide / 2, kSide / 2, 0.05, nullptr);
+  EXPECT_EQ(timed.cached_shapes(), 2u);
+  EXPECT_EQ(timed.tuning().shapes, 1);
+  EXPECT_TRUE(timed.counting_calls());
+  timed.count_calls(false);
+  measure_lt_gemm_flops(timed, kSide, kSide, kSide, 0.05, nullptr);
+  EXPECT_FALSE(timed.counting_calls());
   TRAINBENCH_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
