@@ -178,12 +178,13 @@ class BorrowedDeviceBytes {
  public:
   BorrowedDeviceBytes(size_t bytes, cudaStream_t stream) : stream_(stream) {
     if (bytes == 0) return;
-    const cudaError_t status = cudaMallocAsync(&data_, bytes, stream);
-    if (status == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();  // out of memory is an answer here, not an error to keep
+    status_ = cudaMallocAsync(&data_, bytes, stream);
+    if (status_ != cudaSuccess) {
+      // Out of memory (or no stream-ordered allocator on this device) is an
+      // answer here, not an error to keep: the failed call is the runtime's
+      // last error, which is cleared so the next check is not blamed for it.
+      (void)cudaGetLastError();
       data_ = nullptr;
-    } else {
-      TRAINBENCH_CUDA_CHECK(status);
     }
   }
   ~BorrowedDeviceBytes() {
@@ -192,9 +193,11 @@ class BorrowedDeviceBytes {
   BorrowedDeviceBytes(const BorrowedDeviceBytes&) = delete;
   BorrowedDeviceBytes& operator=(const BorrowedDeviceBytes&) = delete;
   void* get() const { return data_; }
+  cudaError_t status() const { return status_; }
 
  private:
   void* data_ = nullptr;
+  cudaError_t status_ = cudaSuccess;
   cudaStream_t stream_;
 };
 
@@ -293,8 +296,9 @@ void LtGemm::time_candidates(Plan& plan, const Call& call, cudaStream_t stream) 
   void* out = call.c;
   if (call.beta != 0.0f) {
     if (borrowed.get() == nullptr) {
-      untimed_ = "a shape kept the heuristic's first algorithm untimed: no device memory for a " +
-                 std::to_string(call.c_span_bytes >> 20) + " MiB scratch output to time its candidates on";
+      untimed_ = "a shape kept the heuristic's first algorithm untimed: no " +
+                 std::to_string(call.c_span_bytes >> 20) + " MiB scratch output to time its candidates on (" +
+                 cudaGetErrorString(borrowed.status()) + ")";
       plan.candidates.clear();
       return;
     }
