@@ -235,14 +235,17 @@ class TimingEvents {
 
 // Spins one thread for about `ns` nanoseconds of the GPU's global timer
 // (PTX %globaltimer), keeping the stream busy while the host queues what
-// follows it.
+// follows it. At most kMaxSleeps naps of ~1 µs whatever the timer says: the
+// hold only helps the timing, and must never hang a run.
 __global__ void hold_stream_kernel(unsigned long long ns) {
+  constexpr int kMaxSleeps = 2000;
   unsigned long long start, now;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  int sleeps = 0;
   do {
     __nanosleep(1000);
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (now - start < ns);
+  } while (now - start < ns && ++sleeps < kMaxSleeps);
 }
 
 // The median time of single runs, each between two events on the stream:
