@@ -102,6 +102,13 @@ configure() {
 # Only what this script runs (tests/CMakeLists.txt gpu_check_targets: the
 # CLI, the GPU tests, the ceiling tool), not the CPU-only suites.
 compile() { cmake --build "$build" -j "$(nproc)" --target gpu_check_targets > "$out/build.log" 2>&1; }
+# Nothing after the build can run without it: the logs' tails, the table, exit 1.
+stop_after_failed_build() {
+  row "build (sm_90)" "$1"
+  tail -20 "$out/build.log" "$out/configure.log" 2>/dev/null
+  printf '%s\n' "${table[@]}" | tee -a "$out/summary.txt"
+  exit 1
+}
 if configure && compile; then
   row "build (sm_90)" "ok ($(elapsed))"
 elif grep -q 'cuDNN attention ON' "$out/configure.log"; then
@@ -115,18 +122,15 @@ elif grep -q 'cuDNN attention ON' "$out/configure.log"; then
   if configure -DTRAINBENCH_CUDNN=OFF && compile; then
     row "build (sm_90)" "ok WITHOUT cuDNN attention ($(elapsed)); with it: FAILED: ${cudnn_error:-see build-with-cudnn.log}"
   else
-    row "build (sm_90)" "FAILED with and without cuDNN attention: see build-with-cudnn.log / build.log"
-    tail -20 "$out/build.log" "$out/configure.log" 2>/dev/null
-    printf '%s\n' "${table[@]}" | tee -a "$out/summary.txt"
-    exit 1
+    stop_after_failed_build "FAILED with and without cuDNN attention: see build-with-cudnn.log / build.log"
   fi
 else
-  row "build (sm_90)" "FAILED: see configure.log / build.log"
-  tail -20 "$out/build.log" "$out/configure.log" 2>/dev/null
-  printf '%s\n' "${table[@]}" | tee -a "$out/summary.txt"
-  exit 1
+  stop_after_failed_build "FAILED: see configure.log / build.log"
 fi
 "$build/trainbench" --version > "$out/version.txt" 2>&1
+# Whether this build has the CUDA engine: every trainbench row below needs it.
+has_cuda_engine=false
+grep -q "compute engines:.*cuda" "$out/version.txt" && has_cuda_engine=true
 row "cuDNN attention" "$(grep -o 'cuDNN attention: .*' "$out/version.txt" | cut -d' ' -f3-) ($(grep -o 'cuDNN attention [A-Z]*' "$out/configure.log" | head -1))"
 
 # Sections 2-5, the issue's comparison; GPU_CHECK_EXTRAS_ONLY=1 skips them
@@ -189,7 +193,7 @@ fi
 
 # 4. The GPU presets on trainbench's CUDA engine.
 for preset in "${presets[@]}"; do
-  if ! grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
+  if ! $has_cuda_engine; then
     row "trainbench $preset" "pending: this build has no CUDA engine ($(grep 'compute engines' "$out/version.txt"))"
     continue
   fi
@@ -258,7 +262,7 @@ if [ -z "${GPU_CHECK_SKIP_EXTRAS:-}" ]; then
 # gap: Llama's MFU, GPT-2's distance to torch.compile): a short run with
 # report.op_times, CUDA events between the engine's ops (no profiler needed:
 # nsys is not on the device image).
-if grep -q "cuda" <(grep "compute engines" "$out/version.txt") && [ -z "${GPU_CHECK_SKIP_PROFILE:-}" ]; then
+if $has_cuda_engine && [ -z "${GPU_CHECK_SKIP_PROFILE:-}" ]; then
   for preset in "${presets[@]}"; do
     ops_run=$preset-op-times
     if timeout "${GPU_CHECK_PROFILE_TIMEOUT:-120}" "$build/trainbench" run "$preset" --steps 8 \
@@ -299,7 +303,7 @@ fi
 # attention already.
 main_attention=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["environment"]["attention"]["kernel"])' \
                    "$out/h200-llama8b-4l.json" 2> /dev/null || echo "not run here")
-if grep -q "cuda" <(grep "compute engines" "$out/version.txt") && [ "$main_attention" != gemm ]; then
+if $has_cuda_engine && [ "$main_attention" != gemm ]; then
   gemm_run=h200-llama8b-4l-gemm-attention
   if timeout "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run h200-llama8b-4l --set train.attention=gemm \
        --out "$out/$gemm_run.json" > "$out/$gemm_run.log" 2>&1; then
@@ -326,7 +330,7 @@ fi
 
 # 6d. LoRA on the Llama-3-8B-shaped preset: the adapters on q,k,v,o with the
 # base frozen in bf16 (what `trainbench plan` calls the LoRA row).
-if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
+if $has_cuda_engine; then
   lora_run=h200-llama8b-4l-lora
   if timeout "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run h200-llama8b-4l --set train.mode=lora \
        --out "$out/$lora_run.json" > "$out/$lora_run.log" 2>&1; then
@@ -369,7 +373,7 @@ fi
 # 6g. A one-minute burn-in on the GPU: golden step, NVML sampling every 5 s
 # (temperature, power, SM clock, clock-event reasons, ECC, PCIe replays),
 # storage at the start and every 20 s. Exit 4 is a FAIL verdict: the row says why.
-if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
+if $has_cuda_engine; then
   # checkpoint.every_steps: the preset has none; a burn-in checkpoints as a
   # job does (the storage check needs the folder, and waits for a
   # checkpoint in flight before it measures): 1.74 GB every 200 steps, a few
@@ -399,7 +403,7 @@ fi
 # 6h. What the per-step timing costs on the GPU (issue 7's <= 1%): timed and
 # untimed blocks of steps alternating in one process, the CUDA engine's
 # timing events included (trainbench bench instrument).
-if grep -q "cuda" <(grep "compute engines" "$out/version.txt"); then
+if $has_cuda_engine; then
   if timeout "${GPU_CHECK_INSTRUMENT_TIMEOUT:-90}" "$build/trainbench" bench instrument h200-gpt2-124m --pairs 20 \
        --block-steps 5 --out "$out/instrument.json" > "$out/instrument.log" 2>&1; then
     row "trainbench bench instrument" "$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["instrumentation_cost"]; print("overhead {:+.2f}% median of {} pairs (95% {:+.2f} .. {:+.2f}%), untimed step {:.2f} ms".format(100 * c["overhead_median"], c["pairs"], 100 * c["overhead_ci95"][0], 100 * c["overhead_ci95"][1], 1e3 * c["untimed_step_s"]))' "$out/instrument.json")"

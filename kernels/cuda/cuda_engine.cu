@@ -114,8 +114,7 @@ int64_t estimated_cudnn_workspace_bytes(const ModelShape& s, int64_t batch, bool
   // from it with a GEMM (the cuDNN frontend's graph; its sizing pads the
   // queries to 64 and the keys to 128, an upper estimate of the backend's).
   if (!deterministic) return row_stats + 4 * n * s.q_dim();
-  auto round_up = [](int64_t x, int64_t to) { return (x + to - 1) / to * to; };
-  return row_stats + batch * s.n_heads * round_up(s.seq_len, 64) * round_up(s.seq_len, 128) * 2;
+  return row_stats + batch * s.n_heads * padded_count(s.seq_len, 64) * padded_count(s.seq_len, 128) * 2;
 }
 
 MemoryPlan cuda_memory_plan(const EngineOptions& options, bool fused_attention,
