@@ -12,26 +12,17 @@
 #include "kernels/cuda/cuda_check.h"  // TRAINBENCH_CUDA_CHECK
 #include "kernels/device_info.h"      // cudnn_attention_build_info
 #include "kernels/parameter_init.h"   // init_parameters_host: the same weights as the CPU
-#include "kernels/slice_carver.h"     // SliceCarver: views into the allocations
 #include "kernels/token_groups.h"     // group_rows_by_token: the embedding backward's order
 
 namespace trainbench::cuda {
 
 namespace {
 
-// Every fp32 stats slice (norms' rstd, cuDNN's attention stats, losses) is
-// carved rounded up to 4 floats, so each starts on 16 bytes: cuDNN takes the
-// attention stats as a 16-byte-aligned tensor, and an odd B·T would
-// otherwise leave every slice after the first rstd misaligned.
-int64_t stats_slice(int64_t count) { return padded_count(count, 4); }
-
 // Sizes, in elements, of everything the engine allocates; the memory plan and
 // the constructor both use them, so the plan is what is allocated.
 struct EngineSizes {
   int64_t params = 0, trainable = 0;
-  int64_t activations_per_layer = 0, activations_final = 0;  // bf16
-  int64_t stats_per_layer = 0, stats_final = 0;              // fp32
-  int64_t scratch_bf16 = 0, scratch_fp32 = 0, scratch_fp64 = 0;
+  EngineViewSizes views;  // carve_engine_views' allocations
   int64_t tokens = 0;
   int64_t master = 0;  // fp32 master weights: all parameters, or the adapters under LoRA
   // The LM head's GEMMs run on vocab rounded up to 64 rows (llm.c's padded
@@ -45,13 +36,9 @@ struct EngineSizes {
   int64_t lm_head_grad_slack = 0; // fp32 elements after the gradient buffer for the padded rows
 };
 
-// fused_attention: cuDNN's SDPA keeps one fp32 logsumexp per (head, query
-// row) instead of the GEMM path's B·H·T² bf16 probabilities and their
-// gradient (1 GiB each per layer at T = 4096, 32 heads).
 EngineSizes engine_sizes(const ModelShape& s, const ParameterLayout& layout, int64_t batch,
                          bool fused_attention) {
-  const int64_t n = batch * s.seq_len, d = s.d_model, f = s.ffn_hidden;
-  const int64_t probs = fused_attention ? 0 : batch * s.n_heads * s.seq_len * s.seq_len;
+  const int64_t n = batch * s.seq_len;
   EngineSizes z;
   z.params = layout.total_params();
   z.trainable = layout.trainable_params();
@@ -68,17 +55,7 @@ EngineSizes engine_sizes(const ModelShape& s, const ParameterLayout& layout, int
       z.lm_head_grad_slack = (z.lm_head_rows - s.vocab) * s.d_model;
     }
   }
-  const LoraSpec& lora = layout.lora_spec();
-  const int64_t lora_h = lora.enabled() ? n * lora.rank * static_cast<int64_t>(lora.targets.size()) : 0;
-  z.activations_per_layer =
-      4 * n * d + 2 * n * s.q_dim() + 2 * n * s.kv_dim() + probs + 3 * n * f + lora_h;
-  z.activations_final = 2 * n * d + n * padded_leading_dimension(s.vocab);
-  z.stats_per_layer = 2 * stats_slice(n) + (fused_attention ? stats_slice(n * s.n_heads) : 0);
-  z.stats_final = 3 * stats_slice(n);
-  z.scratch_bf16 = 2 * n * d + 2 * n * s.q_dim() + 2 * n * s.kv_dim() + probs + 3 * n * f +
-                   (lora.enabled() ? n * lora.rank : 0);
-  z.scratch_fp32 = rmsnorm_backward_scratch_floats(n, d) + 2;
-  z.scratch_fp64 = sum_of_squares_scratch_doubles(std::max<int64_t>(z.trainable, 1)) + 1;
+  z.views = carve_engine_views(s, layout, batch, fused_attention, EngineViewBases{}).sizes;
   // Inputs and targets, then the inputs' rows grouped by token for the
   // embedding backward: rows [n], group offsets [n + 1], group tokens [n].
   z.tokens = 5 * n + 1;
@@ -130,9 +107,8 @@ MemoryPlan cuda_memory_plan(const EngineOptions& options, bool fused_attention,
   // AdamW m and v over this rank's optimizer shard (all of it without ZeRO-1).
   const EngineOptions::OptimizerShard shard = resolve_optimizer_shard(options, z.trainable);
   plan.optimizer_bytes = (shard.end - shard.begin) * 8;
-  plan.activation_bytes = (z.activations_per_layer * options.shape.n_layers + z.activations_final) * 2 +
-                          (z.stats_per_layer * options.shape.n_layers + z.stats_final) * 4;
-  plan.workspace_bytes = z.scratch_bf16 * 2 + z.scratch_fp32 * 4 + z.scratch_fp64 * 8 +
+  plan.activation_bytes = z.views.activations * 2 + z.views.activation_stats * 4;
+  plan.workspace_bytes = z.views.scratch_bf16 * 2 + z.views.scratch_fp32 * 4 + z.views.scratch_fp64 * 8 +
                          z.tokens * 4 + (32 << 20) +  // + cuBLASLt workspace
                          attention_workspace_bytes;
   return plan;
@@ -218,11 +194,11 @@ void CudaEngine::create_streams_and_state() {
   shard_ = resolve_optimizer_shard(options_, z.trainable);
   adam_m_ = DeviceBuffer<float>(std::max<int64_t>(shard_.end - shard_.begin, 1));
   adam_v_ = DeviceBuffer<float>(std::max<int64_t>(shard_.end - shard_.begin, 1));
-  activations_ = DeviceBuffer<bf16>(z.activations_per_layer * shape_.n_layers + z.activations_final);
-  activation_stats_ = DeviceBuffer<float>(z.stats_per_layer * shape_.n_layers + z.stats_final);
-  scratch_bf16_ = DeviceBuffer<bf16>(z.scratch_bf16);
-  scratch_fp32_ = DeviceBuffer<float>(z.scratch_fp32);
-  scratch_fp64_ = DeviceBuffer<double>(z.scratch_fp64);
+  activations_ = DeviceBuffer<bf16>(z.views.activations);
+  activation_stats_ = DeviceBuffer<float>(z.views.activation_stats);
+  scratch_bf16_ = DeviceBuffer<bf16>(z.views.scratch_bf16);
+  scratch_fp32_ = DeviceBuffer<float>(z.views.scratch_fp32);
+  scratch_fp64_ = DeviceBuffer<double>(z.views.scratch_fp64);
   tokens_ = DeviceBuffer<int32_t>(z.tokens);
   tokens_staging_ = PinnedBuffer<int32_t>(z.tokens);
   losses_host_ = PinnedBuffer<float>(n);
@@ -303,63 +279,19 @@ void CudaEngine::release_cuda_objects() noexcept {
 }
 
 void CudaEngine::assign_views() {
-  const int64_t n = micro_batch_ * shape_.seq_len;
-  const int64_t d = shape_.d_model, f = shape_.ffn_hidden;
-  const bool fused = fused_attention_ != nullptr;
-  const int64_t probs = fused ? 0 : micro_batch_ * shape_.n_heads * shape_.seq_len * shape_.seq_len;
-  SliceCarver<bf16> act(activations_.get());
-  SliceCarver<float> stats(activation_stats_.get());
-  layer_acts_.resize(shape_.n_layers);
-  for (LayerActivations& a : layer_acts_) {
-    a.residual_in = act.take(n * d);
-    a.attn_norm_out = act.take(n * d);
-    a.attn_rstd = stats.take(stats_slice(n));
-    a.q = act.take(n * shape_.q_dim());
-    a.k = act.take(n * shape_.kv_dim());
-    a.v = act.take(n * shape_.kv_dim());
-    a.probs = fused ? nullptr : act.take(probs);
-    a.attn_stats = fused ? stats.take(stats_slice(n * shape_.n_heads)) : nullptr;
-    a.attn_out = act.take(n * shape_.q_dim());
-    a.residual_mid = act.take(n * d);
-    a.mlp_norm_out = act.take(n * d);
-    a.mlp_rstd = stats.take(stats_slice(n));
-    a.gate = act.take(n * f);
-    a.up = act.take(n * f);
-    a.swiglu_out = act.take(n * f);
-  }
-  final_acts_.residual_out = act.take(n * d);
-  final_acts_.norm_out = act.take(n * d);
-  final_acts_.logits = act.take(n * logits_stride());
-  final_acts_.rstd = stats.take(stats_slice(n));
-  final_acts_.losses = stats.take(stats_slice(n));
-  final_acts_.logsumexp = stats.take(stats_slice(n));
-
-  SliceCarver<bf16> sb(scratch_bf16_.get());
-  scratch_.d_residual = sb.take(n * d);
-  scratch_.d_norm_out = sb.take(n * d);
-  scratch_.d_q = sb.take(n * shape_.q_dim());
-  scratch_.d_attn_out = sb.take(n * shape_.q_dim());
-  scratch_.d_k = sb.take(n * shape_.kv_dim());
-  scratch_.d_v = sb.take(n * shape_.kv_dim());
-  scratch_.d_probs = fused ? nullptr : sb.take(probs);
-  scratch_.d_swiglu = sb.take(n * f);
-  scratch_.d_gate = sb.take(n * f);
-  scratch_.d_up = sb.take(n * f);
-  SliceCarver<float> sf(scratch_fp32_.get());
-  scratch_.rmsnorm = sf.take(rmsnorm_backward_scratch_floats(n, d));
-  scratch_.grad_scale = sf.take(1);
-  scratch_.grad_norm = sf.take(1);
-  SliceCarver<double> sd(scratch_fp64_.get());
-  scratch_.sum_sq_partials =
-      sd.take(sum_of_squares_scratch_doubles(std::max<int64_t>(layout_.trainable_params(), 1)));
-  scratch_.sum_sq = sd.take(1);
-
-  const LoraSpec& spec = layout_.lora_spec();
+  const EngineViews views =
+      carve_engine_views(shape_, layout_, micro_batch_, fused_attention_ != nullptr,
+                         {activations_.get(), activation_stats_.get(), scratch_bf16_.get(),
+                          scratch_fp32_.get(), scratch_fp64_.get()});
+  layer_acts_ = views.layers;
+  final_acts_ = views.final_acts;
+  scratch_ = views.scratch;
   lora_.assign(shape_.n_layers, std::vector<LoraAdapter>(kLoraTargetCount));
-  scratch_.lora = spec.enabled() ? sb.take(n * spec.rank) : nullptr;
-  for (const ParameterLayout::LoraAdapterTensors& t : layout_.lora_adapters()) {
+  const std::vector<ParameterLayout::LoraAdapterTensors>& adapters = layout_.lora_adapters();
+  for (size_t i = 0; i < adapters.size(); ++i) {
+    const ParameterLayout::LoraAdapterTensors& t = adapters[i];
     LoraAdapter& adapter = lora_[t.layer][lora_target_slot(t.target)];
-    adapter = {params_.get() + t.a->offset, params_.get() + t.b->offset, act.take(n * spec.rank),
+    adapter = {params_.get() + t.a->offset, params_.get() + t.b->offset, views.lora_h[i],
                grads_.get() + t.a->grad_offset, grads_.get() + t.b->grad_offset, t.a->shape[1],
                t.b->shape[0]};
   }

@@ -24,6 +24,7 @@
 #include "kernels/cuda/cuda_ops.h"       // bf16
 #include "kernels/cuda/cudnn_attention.h"  // CudnnAttention
 #include "kernels/cuda/device_buffer.h"  // DeviceBuffer, PinnedBuffer
+#include "kernels/cuda/engine_views.h"  // LayerActivations, FinalActivations, Scratch
 #include "kernels/cuda/lt_gemm.h"        // LtGemm
 #include "kernels/cuda/op_timer.h"       // OpTimer: report.op_times
 #include "kernels/engine.h"              // TrainingEngine
@@ -105,50 +106,6 @@ class CudaEngine final : public TrainingEngine {
   struct LayerGrads {  // null when the tensor is frozen
     float *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *w_gate, *w_up, *w_down;
   };
-  struct LayerActivations {
-    bf16* residual_in;    // [N, D]
-    bf16* attn_norm_out;  // [N, D]
-    float* attn_rstd;     // [N]
-    bf16* q;              // [N, q_dim] after RoPE
-    bf16* k;              // [N, kv_dim] after RoPE
-    bf16* v;              // [N, kv_dim]
-    bf16* probs;          // [B, H, T, T]; GEMM attention only
-    float* attn_stats;    // [B, H, T] logsumexp; cuDNN attention only
-    bf16* attn_out;       // [N, q_dim]
-    bf16* residual_mid;   // [N, D]
-    bf16* mlp_norm_out;   // [N, D]
-    float* mlp_rstd;      // [N]
-    bf16* gate;           // [N, F]
-    bf16* up;             // [N, F]
-    bf16* swiglu_out;     // [N, F]
-  };
-  struct FinalActivations {
-    bf16* residual_out;  // [N, D]
-    bf16* norm_out;      // [N, D]
-    float* rstd;         // [N]
-    bf16* logits;        // [N, V]; dlogits after backward
-    float* losses;       // [N]
-    float* logsumexp;    // [N]
-  };
-  struct Scratch {
-    bf16* d_residual;  // [N, D]
-    bf16* d_norm_out;  // [N, D]
-    bf16* d_q;         // [N, q_dim]
-    bf16* d_k;         // [N, kv_dim]
-    bf16* d_v;         // [N, kv_dim]
-    bf16* d_attn_out;  // [N, q_dim]
-    bf16* d_probs;     // [B, H, T, T]; GEMM attention only
-    bf16* d_swiglu;    // [N, F]
-    bf16* d_gate;      // [N, F]
-    bf16* d_up;        // [N, F]
-    float* rmsnorm;    // rmsnorm_backward_scratch_floats
-    double* sum_sq_partials;
-    double* sum_sq;    // [1]
-    float* grad_scale; // [1]
-    float* grad_norm;  // [1]
-    bf16* lora;        // [N, rank]: dy·B of one adapter
-  };
-
   // One LoRA adapter (kernels/cpu's twin): bf16 A and B, fp32 gradients, and
   // h = x·Aᵀ [N, rank] (unscaled; alpha/rank goes into the GEMMs) for backward.
   struct LoraAdapter {
