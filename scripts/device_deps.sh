@@ -43,6 +43,11 @@ case "${1:-}" in
     mkdir -p .device/cudnn_headers/include
     cp /usr/local/cuda/include/cudnn*.h .device/cudnn_headers/include/ 2> /dev/null ||
       echo "device_deps: no cuDNN headers here to carry (/usr/local/cuda/include/cudnn*.h)" >&2
+    # An `install` run here (a dry run of gpu_check) leaves a 150 MB prefix
+    # that would take .device over the device tool's 64 MiB carry limit; the
+    # device unpacks its own.
+    rm -rf "$prefix" .device/env.sh
+    du -sh .device
     ;;
   install)
     [ -d "$debs" ] || { echo "device_deps: no $debs: run 'scripts/device_deps.sh download' where apt works" >&2; exit 2; }
