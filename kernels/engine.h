@@ -277,7 +277,8 @@ struct EngineOptions {
   } optimizer_shard;
   // The host parameter and gradient buffers are allocated rounded up to a
   // multiple of this, the padding kept zero: ZeRO-1 reduce-scatters and
-  // all-gathers them in world-size blocks whatever the model's size.
+  // all-gathers them in `world` equal blocks whatever the model's size
+  // (trainer/zero_optimizer.h, zero_padding_multiple).
   int64_t pad_buffers_to = 1;
   // Attention kernels of the cuda engine (train.attention): "auto" runs cuDNN's
   // fused SDPA where this build has it and cuDNN supports the shape on this

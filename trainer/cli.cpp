@@ -179,10 +179,10 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                                                                                : gpus.why_none)};
   engine_options.threads = static_cast<int>(config.train.threads);
   if (config.comm.zero == 1 && comm->world_size() > 1) {
-    // ZeRO-1: this rank's optimizer state only, buffers in world-size blocks.
+    // ZeRO-1: this rank's optimizer state only, buffers in `world` blocks of 256-byte multiples.
     engine_options.optimizer_shard =
         zero_shard(make_layout(engine_options).trainable_params(), comm->rank(), comm->world_size());
-    engine_options.pad_buffers_to = comm->world_size();
+    engine_options.pad_buffers_to = zero_padding_multiple(comm->world_size());
   }
   if (engine_options.device == "cpu" && config.train.precision == "bf16")
     throw CommandError{kExitUserError, "train.precision: bf16 needs the cuda engine; the cpu engine is fp32"};

@@ -73,11 +73,11 @@ std::vector<FinetunePlanRow> plan_finetune(const Config& config, int64_t gpus_pe
   const EngineOptions full = cuda_options(config);
   add("full (DDP)", world, full);
   // ZeRO-1: one rank's shard of the optimizer state (the trainer's cut,
-  // zero_shard), the buffers padded to the world size as `run` pads them,
+  // zero_shard), the buffers padded to whole blocks as `run` pads them,
   // everything else as DDP.
   EngineOptions zero = full;  // rank 0's shard: the largest
   zero.optimizer_shard = zero_shard(make_layout(full).trainable_params(), 0, static_cast<int>(world));
-  zero.pad_buffers_to = world;
+  zero.pad_buffers_to = zero_padding_multiple(static_cast<int>(world));
   add("full (ZeRO-1)", world, zero);
   EngineOptions lora = full;
   Config as_lora = config;

@@ -290,8 +290,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   std::optional<GradientSync> sync;
   std::optional<ZeroOneOptimizer> zero;
   if (world > 1 && config.comm.zero == 1) {
-    const int64_t trainable = engine.layout().trainable_params();
-    zero.emplace(comm, engine, (trainable + world - 1) / world * world);
+    zero.emplace(comm, engine, zero_padded_elements(engine.layout().trainable_params(), world));
   } else if (world > 1 || comm.device_buffers()) {
     // A device-buffer backend (nccl) syncs even at world size 1, where the
     // all-reduce changes nothing: a 1-GPU run then takes, and times, the path

@@ -10,8 +10,12 @@
 
 namespace trainbench {
 
+int64_t zero_padded_elements(int64_t elements, int world) {
+  return padded_count(elements, zero_padding_multiple(world));
+}
+
 EngineOptions::OptimizerShard zero_shard(int64_t elements, int rank, int world) {
-  const int64_t block = (elements + world - 1) / world;
+  const int64_t block = zero_padded_elements(elements, world) / world;
   const int64_t begin = std::min<int64_t>(rank * block, elements);
   return {begin, std::min<int64_t>(begin + block, elements)};
 }
@@ -31,9 +35,8 @@ ZeroOneOptimizer::ZeroOneOptimizer(Communicator& comm, TrainingEngine& engine,
                              " engine does not keep its parameters and gradients there");
   if (engine.layout().trainable_params() != engine.layout().total_params())
     throw std::runtime_error("comm.zero=1 shards every parameter: it does not combine with frozen ones");
-  if (padded_elements % comm.world_size() != 0 ||
-      padded_elements < engine.layout().trainable_params())
-    throw std::logic_error("ZeRO-1: the buffers are not padded to the world size");
+  if (padded_elements != zero_padded_elements(engine.layout().trainable_params(), comm.world_size()))
+    throw std::logic_error("ZeRO-1: the buffers are not padded to whole blocks (zero_padded_elements)");
 }
 
 float ZeroOneOptimizer::step(const AdamWSettings& settings, int64_t step, double* comm_seconds) {

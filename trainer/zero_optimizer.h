@@ -3,8 +3,9 @@
 // reduce-scattered (each rank gets the global sum of its shard), the global
 // gradient norm is assembled from every shard's sum of squares, each rank
 // updates its shard, and the parameters are all-gathered back in place.
-// The buffers are padded to a multiple of the world size by the engine
-// (EngineOptions::pad_buffers_to), so any model size works. With a host
+// The buffers are padded to whole blocks by the engine
+// (EngineOptions::pad_buffers_to = zero_padding_multiple), so any model size
+// works. With a host
 // communicator (mpi) the engine's host buffers take part (the CPU engine);
 // with a device one (nccl) its device buffers: the CUDA engine's fp32
 // gradients and fp32 master weights, whose bf16 copy it then refreshes.
@@ -17,15 +18,31 @@
 
 namespace trainbench {
 
+// Every block is a whole number of kZeroBlockAlignment elements (256 bytes
+// of fp32), so every rank's shard starts on 256 bytes of the buffers: with
+// blocks of plain ceil(elements / world), a model whose size is not a
+// multiple of 4·world left the shards of ranks > 0 unaligned, and their AdamW
+// and gradient-norm kernels off the 16-byte packs: h200-llama8b-4l over 24
+// GPUs (3 nodes of 8) had blocks of 80,130,219 elements.
+inline constexpr int64_t kZeroBlockAlignment = 64;
+
+// What the buffers are padded to (EngineOptions::pad_buffers_to) so that they
+// hold `world` whole blocks.
+inline int64_t zero_padding_multiple(int world) { return kZeroBlockAlignment * world; }
+
+// The padded length of `elements` gradient elements: world · block.
+int64_t zero_padded_elements(int64_t elements, int world);
+
 // Rank `rank`'s shard of `elements` gradient elements: blocks of
-// ceil(elements / world), the last ones shorter (or empty).
+// ceil(elements / world) rounded up to kZeroBlockAlignment, the last ones
+// shorter (or empty).
 EngineOptions::OptimizerShard zero_shard(int64_t elements, int rank, int world);
 
 class ZeroOneOptimizer {
  public:
   // Throws std::runtime_error when the engine cannot take part (its buffers
   // are not where the communicator works, frozen parameters) and
-  // std::logic_error when they are not padded to the world size.
+  // std::logic_error when they are not padded to whole blocks.
   ZeroOneOptimizer(Communicator& comm, TrainingEngine& engine, int64_t padded_elements);
 
   // One optimizer step; returns the global gradient norm before clipping.

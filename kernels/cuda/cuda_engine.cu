@@ -100,7 +100,7 @@ MemoryPlan cuda_memory_plan(const EngineOptions& options, bool fused_attention,
   const EngineSizes z = engine_sizes(options.shape, layout, options.micro_batch, fused_attention);
   MemoryPlan plan;
   // bf16 copy + fp32 master; the master and the gradients padded to
-  // pad_buffers_to (ZeRO-1's world-size blocks), as the constructor allocates.
+  // pad_buffers_to (ZeRO-1's world blocks, zero_padding_multiple), as the constructor allocates.
   plan.parameter_bytes =
       z.params * 2 + padded_count(z.master, options.pad_buffers_to) * 4 + z.lm_head_copy * 2;
   plan.gradient_bytes = gradient_buffer_elements(z, options.pad_buffers_to) * 4;

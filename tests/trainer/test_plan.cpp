@@ -56,10 +56,16 @@ TEST(Plan, TinyMatchesAHandCount) {
   EXPECT_EQ(ddp.memory.activation_bytes, kActivationBytes);
   EXPECT_EQ(ddp.checkpoint_bytes, kBase * (4 + 2 + 8));
 
+  // 16 ranks: blocks of ceil(164160 / 16) = 10260 elements rounded up to 64
+  // (every shard on 256 bytes), 10304; the fp32 master and the gradients
+  // padded to 16 of them.
+  constexpr int64_t kBlock = 10304, kPadding = 16 * kBlock - kBase;
   EXPECT_EQ(zero.mode, "full (ZeRO-1)");
-  EXPECT_EQ(zero.memory.optimizer_bytes, (kBase + 15) / 16 * 8);
-  EXPECT_EQ(zero.memory.parameter_bytes, ddp.memory.parameter_bytes);
-  EXPECT_EQ(zero.memory.total_bytes(), ddp.memory.total_bytes() - kBase * 8 + (kBase + 15) / 16 * 8);
+  EXPECT_EQ(zero.memory.optimizer_bytes, kBlock * 8);
+  EXPECT_EQ(zero.memory.parameter_bytes, ddp.memory.parameter_bytes + kPadding * 4);
+  EXPECT_EQ(zero.memory.gradient_bytes, ddp.memory.gradient_bytes + kPadding * 4);
+  EXPECT_EQ(zero.memory.total_bytes(),
+            ddp.memory.total_bytes() - kBase * 8 + kBlock * 8 + 2 * kPadding * 4);
 
   EXPECT_EQ(lora.mode, "lora");
   EXPECT_EQ(lora.gpus, 8);  // one node
