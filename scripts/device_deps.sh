@@ -43,10 +43,11 @@ case "${1:-}" in
     mkdir -p .device/cudnn_headers/include
     cp /usr/local/cuda/include/cudnn*.h .device/cudnn_headers/include/ 2> /dev/null ||
       echo "device_deps: no cuDNN headers here to carry (/usr/local/cuda/include/cudnn*.h)" >&2
-    # An `install` run here (a dry run of gpu_check) leaves a 150 MB prefix
-    # that would take .device over the device tool's 64 MiB carry limit; the
-    # device unpacks its own.
-    rm -rf "$prefix" .device/env.sh
+    # A dry run of gpu_check here leaves a 150 MB prefix (`install`) that
+    # would take .device over the device tool's 64 MiB carry limit, and links
+    # to this machine's wheels (.device/cudnn, .device/nccl); the device makes
+    # its own.
+    rm -rf "$prefix" .device/env.sh .device/cudnn .device/nccl
     du -sh .device
     ;;
   install)
