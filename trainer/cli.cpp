@@ -1,9 +1,14 @@
 #include "trainer/cli.h"
 
-#include <unistd.h>  // access
+#include <fcntl.h>     // open: --out's probe
+#include <sys/stat.h>  // stat: what --out and its folder are
+#include <unistd.h>    // getpid, close, unlink
 
 #include <CLI/CLI.hpp>  // the command line parser
+#include <nlohmann/json.hpp>  // the ranks' configs compared
+#include <cerrno>
 #include <cstdio>
+#include <cstring>  // strerror
 #include <exception>
 #include <filesystem>  // removing a temporary checkpoint folder
 #include <string>
@@ -40,9 +45,12 @@ namespace {
 struct RunOptions {
   std::string config = "tiny";  // the CPU default preset
   std::vector<std::string> overrides;
-  int64_t steps = 0;
-  bool steps_given = false;     // --steps N overrides train.steps (validated like it)
+  // --steps N overrides train.steps, passed on as typed so the config layer
+  // validates it like the key (an integer CLI11 saturates: 10^20 ran forever).
+  std::string steps;
+  bool steps_given = false;
   std::string out;
+  bool out_given = false;       // --out "" is an error, not the default path
   std::string resume;           // --resume latest|PATH
   bool ceilings = false;        // --ceilings: measure each resource alone first
   RunExtension* extension = nullptr;  // a command built on run (burnin): its own work
@@ -104,18 +112,123 @@ std::string resolve_device(const std::string& requested, const GpuInventory& gpu
   return cuda_built && !gpus.gpus.empty() ? "cuda" : "cpu";
 }
 
+// The exit code and one-line message of the exception being handled: what
+// the CLI prints for each kind of failure (DESIGN: 2 bad input, 3 the
+// environment, 1 a bug).
+struct ErrorReport {
+  int code;
+  std::string message;
+};
+ErrorReport describe_current_exception() {
+  try {
+    throw;
+  } catch (const ConfigError& e) {
+    return {kExitUserError, e.what()};
+  } catch (const CommandError& e) {
+    return {e.code, e.message};
+  } catch (const DataError& e) {
+    return {kExitUserError, e.what()};
+  } catch (const CheckpointError& e) {
+    return {kExitUserError, e.what()};
+  } catch (const CheckpointFailure& e) {
+    return {kExitEnvironmentError, e.what()};
+  } catch (const CheckpointWriteError& e) {
+    return {kExitEnvironmentError, e.what()};
+  } catch (const LoaderTimeout& e) {
+    return {kExitEnvironmentError, e.what()};
+  } catch (const std::bad_alloc&) {
+    return {kExitEnvironmentError, "out of memory"};
+  } catch (const std::exception& e) {
+    return {1, std::string("internal error: ") + e.what()};
+  } catch (...) {
+    return {1, "internal error: an unknown exception"};
+  }
+}
+
+// The result is written once the run is over (write_file_atomically: a
+// temporary file next to it, renamed over it). Every reason that could fail
+// is found here instead, before the run, so no run's figures are lost to a
+// bad --out: it probes by creating and removing that very temporary file
+// (an unwritable folder, a regular file as the folder, a name too long).
+// Only a regular file is replaced: a rename over a device node or a folder's
+// entry would destroy what is there.
 void check_output_writable(const std::string& path) {
+  if (path.empty()) throw CommandError{kExitUserError, "--out: the path is empty"};
+  struct stat target {};
+  if (::stat(path.c_str(), &target) == 0 && !S_ISREG(target.st_mode))
+    throw CommandError{kExitUserError, "--out " + path + ": exists and is not a regular file; name a file"};
   const std::string dir = parent_directory(path);
-  if (access(dir.c_str(), W_OK) != 0)
-    throw CommandError{kExitUserError,
-                    "--out " + path + ": directory '" + dir + "' does not exist or is not writable"};
+  struct stat folder {};
+  if (::stat(dir.c_str(), &folder) != 0)
+    throw CommandError{kExitUserError, "--out " + path + ": directory '" + dir + "' does not exist"};
+  if (!S_ISDIR(folder.st_mode))
+    throw CommandError{kExitUserError, "--out " + path + ": '" + dir + "' is not a directory"};
+  const std::string probe = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw CommandError{kExitUserError, "--out " + path + ": cannot create a file there: " + std::strerror(errno)};
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+// The run's config file, when --out names it too: the result would replace it.
+void check_output_is_not_the_config(const std::string& out, const std::string& config) {
+  std::error_code error;
+  if (!out.empty() && std::filesystem::equivalent(out, config, error))
+    throw CommandError{kExitUserError, "--out " + out + ": is the config file " + config + "; name another file"};
+}
+
+// The first key, in a dotted path, where `mine` differs from `root`'s; "" if
+// none.
+std::string first_difference(const nlohmann::json& root, const nlohmann::json& mine, const std::string& at) {
+  if (root.is_object() && mine.is_object()) {
+    for (const auto& [key, value] : mine.items()) {
+      const std::string path = at.empty() ? key : at + "." + key;
+      const std::string difference =
+          first_difference(root.contains(key) ? root.at(key) : nlohmann::json(), value, path);
+      if (!difference.empty()) return difference;
+    }
+    for (const auto& [key, value] : root.items())
+      if (!mine.contains(key)) return (at.empty() ? key : at + "." + key) + " unset where rank 0 has " + value.dump();
+    return "";
+  }
+  return root == mine ? "" : at + " = " + mine.dump() + " where rank 0 has " + root.dump();
+}
+
+// Every rank must run the same job. A rank started with another config (a
+// --set given to one rank, a --resume missing on one) either stalled its
+// peers in a collective until comm.timeout_s, its own error never shown, or
+// trained on silently (another micro-batch: tokens/s counted wrong). Rank 0's
+// resolved config goes to every rank, each compares, and all exit 2
+// together: a rank that differs names the first key, rank 0 names the ranks.
+// The report section is not compared: only rank 0 reports.
+void check_ranks_run_the_same_config(const Config& config, const std::string& resume, Communicator& comm) {
+  nlohmann::json mine = config_to_json(config);
+  mine.erase("report");
+  mine["--resume"] = resume;
+  std::string root_text = comm.rank() == 0 ? mine.dump() : std::string();
+  int64_t length = static_cast<int64_t>(root_text.size());
+  comm.broadcast(&length, sizeof(length), 0);
+  root_text.resize(static_cast<size_t>(length));
+  comm.broadcast(root_text.data(), length, 0);
+  const std::string difference = first_difference(nlohmann::json::parse(root_text), mine, "");
+  std::vector<double> differs(static_cast<size_t>(comm.world_size()));
+  comm.all_gather(difference.empty() ? 0.0 : 1.0, differs.data());
+  std::string ranks;
+  for (size_t r = 0; r < differs.size(); ++r)
+    if (differs[r] != 0.0) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  if (ranks.empty()) return;
+  const std::string rule = ": every rank must be started with the same config, --set overrides and --resume";
+  if (!difference.empty())
+    throw CommandError{kExitUserError, "rank " + std::to_string(comm.rank()) + " has " + difference + rule};
+  throw CommandError{kExitUserError, "rank(s) " + ranks + " were started with another config than rank 0 (their "
+                                     "messages name the key)" + rule};
 }
 
 int run_command(const RunOptions& options, const std::string& command_line) {
   std::vector<std::string> overrides = options.overrides;
-  if (options.steps_given && options.steps <= 0)
-    throw CommandError{kExitUserError, "--steps: must be > 0 (got " + std::to_string(options.steps) + ")"};
-  if (options.steps_given) overrides.push_back("train.steps=" + std::to_string(options.steps));
+  if (options.steps_given) overrides.push_back("train.steps=" + options.steps);
+  if (options.out_given && options.out.empty()) throw CommandError{kExitUserError, "--out: the path is empty"};
   if (!options.out.empty()) overrides.push_back("report.out=" + options.out);
   Config config;
   try {
@@ -129,15 +242,29 @@ int run_command(const RunOptions& options, const std::string& command_line) {
       if (at != std::string::npos) message.replace(at, as_set.size(), as_typed);
     };
     if (options.steps_given)
-      rename("--set train.steps=" + std::to_string(options.steps), "--steps " + std::to_string(options.steps));
+      rename("--set train.steps=" + options.steps, "--steps " + options.steps);
     if (!options.out.empty()) rename("--set report.out=" + options.out, "--out " + options.out);
     throw ConfigError(message);
   }
+  check_output_is_not_the_config(options.out, options.config);
   // With nccl this is its bootstrap (MPI or local) until the GPU is known:
   // wrapped in run_config, after the engine.
   std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend);
-  return run_config(config, comm, RunSettings{command_line, options.resume, options.ceilings, true, options.extension})
-      .exit_code;
+  if (comm->world_size() > 1) check_ranks_run_the_same_config(config, options.resume, *comm);
+  try {
+    return run_config(config, comm,
+                      RunSettings{command_line, options.resume, options.ceilings, true, options.extension})
+        .exit_code;
+  } catch (...) {
+    // One rank's own failure (a file only its node lacks, rank 0's --out):
+    // its peers would wait for it in their next collective until
+    // comm.timeout_s, and its message would be lost in the timeout's. It
+    // ends the job now, with its message.
+    if (comm->world_size() < 2) throw;
+    const ErrorReport error = describe_current_exception();
+    comm->abort(error.code, "rank " + std::to_string(comm->rank()) + ": " + error.message);
+    return error.code;  // not reached: abort ends the process
+  }
 }
 
 }  // namespace
@@ -443,7 +570,7 @@ int run_cli(int argc, char** argv) {
       ->allow_extra_args(false);
   CLI::Option* steps_option =
       run->add_option("--steps", run_options.steps, "optimizer steps (overrides train.steps)");
-  run->add_option("--out", run_options.out, "result JSON path (overrides report.out)");
+  CLI::Option* out_option = run->add_option("--out", run_options.out, "result JSON path (overrides report.out)");
   run->add_flag("--ceilings", run_options.ceilings,
                 "first measure compute, network, storage read and storage write alone on this config "
                 "and these ranks, then the run; the report sets the run against each ceiling");
@@ -476,6 +603,7 @@ int run_cli(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     run_options.steps_given = steps_option->count() > 0;
+    run_options.out_given = out_option->count() > 0;
   } catch (const CLI::CallForHelp&) {
     std::fputs(app.help().c_str(), stdout);
     return kExitOk;
@@ -497,33 +625,10 @@ int run_cli(int argc, char** argv) {
     if (burnin.parsed()) return burnin.run(quoted_command_line(argc, argv));
     if (plan.parsed()) return plan.run();
     if (project.parsed()) return project.run();
-  } catch (const ConfigError& e) {
-    std::fprintf(stderr, "trainbench: %s\n", e.what());
-    return kExitUserError;
-  } catch (const CommandError& e) {
-    std::fprintf(stderr, "trainbench: %s\n", e.message.c_str());
-    return e.code;
-  } catch (const DataError& e) {
-    std::fprintf(stderr, "trainbench: %s\n", e.what());
-    return kExitUserError;
-  } catch (const CheckpointError& e) {
-    std::fprintf(stderr, "trainbench: %s\n", e.what());
-    return kExitUserError;
-  } catch (const CheckpointFailure& e) {
-    std::fprintf(stderr, "trainbench: %s\n", e.what());
-    return kExitEnvironmentError;
-  } catch (const CheckpointWriteError& e) {
-    std::fprintf(stderr, "trainbench: %s\n", e.what());
-    return kExitEnvironmentError;
-  } catch (const LoaderTimeout& e) {
-    std::fprintf(stderr, "trainbench: %s\n", e.what());
-    return kExitEnvironmentError;
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "trainbench: out of memory\n");
-    return kExitEnvironmentError;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "trainbench: internal error: %s\n", e.what());
-    return 1;
+  } catch (...) {
+    const ErrorReport error = describe_current_exception();
+    std::fprintf(stderr, "trainbench: %s\n", error.message.c_str());
+    return error.code;
   }
   return kExitUserError;
 }

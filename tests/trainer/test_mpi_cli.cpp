@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>  // the wrapper script's mode
+#include <fstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +20,11 @@ namespace {
 using testing::CommandResult;
 using testing::read_whole_file;
 using testing::run_command;
+
+void write_executable(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+}
 
 const std::string kMpirun = std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
                             TRAINBENCH_MPIEXEC + " --oversubscribe ";
@@ -66,6 +73,43 @@ TEST(MpiCli, AKilledRankEndsTheJobWithAnError) {
   EXPECT_NE(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.exit_code, 124) << "the job hung until the test's own timeout";
   EXPECT_LT(seconds, 20 + 30 + 10) << "within comm.timeout_s + 30 s";
+}
+
+// Rank 1 started with another --set: every rank exits 2 within seconds, rank
+// 1 naming the key, instead of the job stalling in a collective until
+// comm.timeout_s (rank 1 with another model) or training on with tokens/s
+// counted wrong (another micro-batch).
+TEST(MpiCli, RanksStartedWithDifferentConfigsExitTwoNamingTheKey) {
+  testing::TempDir dir("test_mpi_cli");
+  const std::string wrapper = dir.file("rank1_differs.sh");
+  write_executable(wrapper,
+                   "#!/bin/sh\n"
+                   "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec \"$@\" --set train.micro_batch=4; fi\n"
+                   "exec \"$@\"\n");
+  const auto begin = std::chrono::steady_clock::now();
+  const CommandResult r = run_command("timeout 120 " + kMpirun + "-np 2 " + wrapper + " " + TRAINBENCH_BINARY +
+                                      " run tiny --steps 12 --out " + dir.file("r.json"));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("rank 1 has train.micro_batch = 4 where rank 0 has 8"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank(s) 1 were started with another config than rank 0"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("step "), std::string::npos) << "no step may run: " << r.out;
+  EXPECT_LT(seconds, 60.0) << "not the collective timeout (300 s)";
+}
+
+// A failure of one rank alone (here rank 0's --out, which only rank 0
+// writes): that rank ends the job at once with its message, where its peers
+// used to wait in their first collective until comm.timeout_s.
+TEST(MpiCli, OneRanksOwnFailureEndsTheJobAtOnceWithItsMessage) {
+  testing::TempDir dir("test_mpi_cli");
+  const auto begin = std::chrono::steady_clock::now();
+  const CommandResult r = run_command("timeout 120 " + kMpirun + "-np 2 " + TRAINBENCH_BINARY +
+                                      " run tiny --steps 12 --out " + dir.file("no_such_dir/r.json"));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("trainbench: rank 0: --out " + dir.file("no_such_dir/r.json") + ": directory"),
+            std::string::npos) << r.err;
+  EXPECT_LT(seconds, 60.0) << "not the collective timeout (300 s)";
 }
 
 }  // namespace

@@ -2,13 +2,18 @@
 // JSON with every required field of schema trainbench.result/v1 and its type.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>  // the FIFO --out must leave alone
+
 #include <cmath>
+#include <cstdlib>  // std::system
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "kernels/device_info.h"  // query_gpus: the CUDA test needs no GPU
 #include "tests/support/run_command.h"
+#include "tests/support/temp_dir.h"
 
 namespace trainbench {
 namespace {
@@ -264,7 +269,13 @@ TEST(Cli, VersionNamesTheBuiltEngines) {
 TEST(Cli, StepsErrorsNameTheStepsOption) {
   auto r = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 0");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("--steps: must be > 0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--steps 0: train.steps: must be > 0"), std::string::npos) << r.err;
+  // Validated as typed: parsed as an integer option first, 10^20 saturated
+  // to INT64_MAX steps and the run went on forever.
+  r = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 99999999999999999999");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--steps 99999999999999999999: train.steps: '99999999999999999999' is out of range"),
+            std::string::npos) << r.err;
   // tiny has 5 warm-up steps: 3 steps would measure nothing.
   r = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 3");
   EXPECT_EQ(r.exit_code, 2);
@@ -295,6 +306,40 @@ TEST(Cli, UnwritableOutputFailsBeforeTraining) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("/nonexistent-dir"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("step "), std::string::npos) << "must fail before any step";
+}
+
+// Every --out the result could not be written to, or whose writing would
+// destroy something, fails before the first step with one line; what is at
+// the path is left as it was.
+TEST(Cli, AnOutputThatCannotBeWrittenOrWouldReplaceSomethingFailsBeforeTraining) {
+  testing::TempDir dir("test_cli_out");
+  const std::string config = dir.file("c.yaml");
+  ASSERT_EQ(std::system(("cp " + std::string(TRAINBENCH_SOURCE_DIR) + "/configs/tiny.yaml " + config +
+                         " && mkdir " + dir.file("a_dir") + " && mkfifo " + dir.file("a_fifo") + " && touch " +
+                         dir.file("a_file")).c_str()),
+            0);
+  const std::string config_text = testing::read_whole_file(config);
+  struct Case {
+    std::string args, expected;
+  };
+  const std::string long_name = dir.file(std::string(300, 'x') + ".json");
+  for (const Case& c : std::vector<Case>{
+           {"tiny --out " + dir.file("a_dir"), "exists and is not a regular file"},
+           {"tiny --out " + dir.file("a_fifo"), "exists and is not a regular file"},
+           {"tiny --out " + dir.file("a_file") + "/r.json", "is not a directory"},
+           {"tiny --out " + long_name, "cannot create a file there: File name too long"},
+           {"tiny --out ''", "--out: the path is empty"},
+           {config + " --out " + config, "is the config file"}}) {
+    const auto r = run_command(std::string(TRAINBENCH_BINARY) + " run " + c.args + " --steps 7");
+    EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.err;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.args << ": " << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+    EXPECT_EQ(r.out.find("step "), std::string::npos) << c.args << ": must fail before any step";
+  }
+  EXPECT_EQ(testing::read_whole_file(config), config_text) << "the config file was replaced";
+  struct stat fifo {};
+  ASSERT_EQ(::stat(dir.file("a_fifo").c_str(), &fifo), 0);
+  EXPECT_TRUE(S_ISFIFO(fifo.st_mode)) << "the FIFO was replaced";
 }
 
 TEST(Cli, CudaWithoutAUsableGpuIsAnEnvironmentError) {
