@@ -38,6 +38,12 @@ std::string xxhash_version();
 // The step N of a folder named ".../step_N" or ".../step_N.tmp", or -1.
 int64_t step_of_folder(const std::string& folder);
 
+// Text read from a checkpoint (a pointer's contents, a manifest string) as
+// it goes into a message: control and non-ASCII bytes become \xNN and more
+// than `limit` bytes are cut ("...", with the whole length), so the message
+// stays one short line.
+std::string printable(const std::string& text, size_t limit = 64);
+
 // A whole file's contents; throws CheckpointError naming it.
 std::string read_small_file(const std::string& path, const std::string& what);
 

@@ -35,10 +35,18 @@ bool exists_quietly(const std::string& path) {
 std::string follow_latest(const std::string& dir, const std::string& what) {
   const std::string latest = dir + "/latest";
   if (!exists_quietly(latest)) throw CheckpointError(what + " has no committed checkpoint (no " + latest + ")");
+  // `latest` is "step_N\n"; anything else (a damaged or hand-edited file)
+  // is quoted escaped and cut short, so the message stays one line.
+  std::error_code size_error;
+  const auto size = fs::file_size(latest, size_error);
+  if (!size_error && size > 4096)
+    throw CheckpointError("checkpoint pointer " + latest + ": " + std::to_string(size) +
+                          " bytes is not a checkpoint folder name (step_N)");
   std::string name = io::read_small_file(latest, "checkpoint pointer");
   while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) name.pop_back();
   if (io::step_of_folder(name) < 0 || name.find('/') != std::string::npos || name.ends_with(".tmp"))
-    throw CheckpointError("checkpoint pointer " + latest + ": \"" + name + "\" is not a checkpoint folder name (step_N)");
+    throw CheckpointError("checkpoint pointer " + latest + ": \"" + io::printable(name) +
+                          "\" is not a checkpoint folder name (step_N)");
   const std::string folder = dir + "/" + name;
   if (!exists_quietly(folder + "/manifest.json"))
     throw CheckpointError("checkpoint pointer " + latest + " names " + name + ", but " + folder +
@@ -94,7 +102,7 @@ bool is_xxh64_text(const std::string& text) {
 
 std::string section_names(const FileRecord& record) {
   std::string names;
-  for (const SectionPlacement& s : record.sections) names += (names.empty() ? "" : ", ") + s.name;
+  for (const SectionPlacement& s : record.sections) names += (names.empty() ? "" : ", ") + io::printable(s.name);
   return names.empty() ? "no sections" : "sections " + names;
 }
 
@@ -103,11 +111,26 @@ std::string section_names(const FileRecord& record) {
 StateImage read_and_verify(const std::string& path, const FileRecord& record, const StagingAllocator& allocator) {
   std::vector<SectionSpec> specs;
   for (const SectionPlacement& s : record.sections) specs.push_back({s.name, s.bytes});
+  // Sizes from the manifest are checked against the file before anything
+  // is allocated for them: a damaged size must not ask for terabytes.
+  int64_t laid_out = 0;
+  for (const SectionSpec& spec : specs) {
+    if (spec.bytes < 0 || spec.bytes > record.bytes - laid_out)
+      throw CheckpointError("checkpoint file " + path + ": section " + io::printable(spec.name) + " of " +
+                            std::to_string(spec.bytes) + " bytes does not fit in the " +
+                            std::to_string(record.bytes) + " bytes the manifest gives the file");
+    laid_out += (spec.bytes + kImageAlignment - 1) / kImageAlignment * kImageAlignment;
+  }
+  std::error_code size_error;
+  const auto on_disk = fs::file_size(path, size_error);
+  if (!size_error && static_cast<int64_t>(on_disk) != record.bytes)
+    throw CheckpointError("checkpoint file " + path + ": " + std::to_string(on_disk) + " bytes but the manifest says " +
+                          std::to_string(record.bytes));
   StateImage image = [&] {
     try {
       return StateImage(specs, allocator);
     } catch (const std::invalid_argument& e) {
-      throw CheckpointError("checkpoint file " + path + ": " + e.what());
+      throw CheckpointError("checkpoint file " + path + ": " + io::printable(e.what(), 200));
     }
   }();
   for (size_t i = 0; i < specs.size(); ++i)
@@ -185,8 +208,13 @@ nlohmann::json read_manifest(const std::string& folder) {
   check.object(manifest, "(top level)");
   const std::string& schema = check.string(manifest, "schema", "schema");
   if (schema != kCheckpointSchema)
-    check.fail("schema \"" + schema + "\", expected \"" + kCheckpointSchema + "\"");
-  check.integer(manifest, "step", "step", 0);
+    check.fail("schema \"" + io::printable(schema) + "\", expected \"" + kCheckpointSchema + "\"");
+  const int64_t step = check.integer(manifest, "step", "step", 0);
+  // The folder's name says which step it is (`latest` and retention go by
+  // it): a manifest of another step in it is not this checkpoint.
+  const int64_t folder_step = io::step_of_folder(io::without_trailing_slashes(folder));
+  if (folder_step >= 0 && step != folder_step)
+    check.fail("field step is " + std::to_string(step) + " but the folder is step_" + std::to_string(folder_step));
   const int64_t world_size = check.integer(manifest, "world_size", "world_size", 1);
   check.string(manifest, "created", "created");
   check.field(manifest, "config", "config");
@@ -207,7 +235,7 @@ nlohmann::json read_manifest(const std::string& folder) {
       check.object(files[f], where);
       const std::string& name = check.string(files[f], "name", where + ".name");
       if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
-        check.fail("field " + where + ".name \"" + name + "\" is not a file name in the checkpoint folder");
+        check.fail("field " + where + ".name \"" + io::printable(name) + "\" is not a file name in the checkpoint folder");
       const int64_t bytes = check.integer(files[f], "bytes", where + ".bytes", 0);
       if (bytes % kImageAlignment != 0)
         check.fail("field " + where + ".bytes " + std::to_string(bytes) + " is not a multiple of " +

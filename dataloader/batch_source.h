@@ -52,6 +52,9 @@ class BatchSource {
   // a source built with the same options resumes from (a checkpoint keeps
   // them; make_synthetic_source and ShardLoader take them back).
   virtual std::string save_position() const = 0;
+  // True when the source was built from such a position: the run resumes
+  // from a checkpoint (and may write its checkpoints next to it).
+  virtual bool resumed() const { return false; }
 };
 
 // `distinct_batches` batches of uniform random tokens in [0, vocab), built up
@@ -60,6 +63,11 @@ class BatchSource {
 // `resume_position` (save_position() of a source with the same options)
 // continues its cycle; empty starts at the first batch. Throws
 // std::invalid_argument when it is not such a position.
+// The batch a synthetic source of `distinct_batches` batches resumes at, from
+// its save_position() bytes. Throws std::invalid_argument (naming the bytes,
+// escaped, on one line) when they are not such a position.
+int64_t synthetic_position_index(const std::string& position, int64_t distinct_batches);
+
 std::unique_ptr<BatchSource> make_synthetic_source(int64_t batch, int64_t seq_len, int64_t vocab,
                                                    int64_t distinct_batches, uint64_t seed,
                                                    const std::string& resume_position = "");

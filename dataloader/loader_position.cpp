@@ -1,6 +1,9 @@
 // The loader position as bytes, for checkpoints: a tag and version, then
 // fixed-width little-endian fields. Read back with bounds checks on every
-// length, so a damaged file is an error, never a wild allocation.
+// length and index (the layout, each reader's shard cursor against the
+// shards the layout gives it), so a damaged file is an error, never a wild
+// allocation or read. What needs the run's options (token ids below vocab,
+// buffer sizes) is checked by check_resume_position (shard_loader.cpp).
 #include <bit>      // std::endian
 #include <cstring>  // std::memcpy
 #include <string>
@@ -65,6 +68,15 @@ class Reader {
   size_t at_ = 0;
 };
 
+// How many shards shards_for_reader deals reader `reader` in every epoch:
+// rank `rank` takes every world-th shard of the epoch's order, its readers
+// every readers-th of those. Counted, not dealt: a damaged shard_count must
+// not make a huge list. Needs 0 <= rank < world and readers >= 1.
+int64_t reader_shard_count(int64_t shard_count, int64_t rank, int64_t world, int64_t reader, int64_t readers) {
+  const int64_t on_rank = shard_count > rank ? (shard_count - rank - 1) / world + 1 : 0;
+  return on_rank > reader ? (on_rank - reader - 1) / readers + 1 : 0;
+}
+
 }  // namespace
 
 std::string serialize_position(const LoaderPosition& p) {
@@ -103,18 +115,40 @@ LoaderPosition parse_position(const std::string& bytes) {
   p.readers = r.i64();
   p.seed = r.u64();
   p.batches_consumed = r.i64();
+  // The layout first: every reader's fields are checked against it below.
+  if (p.world < 1 || p.rank < 0 || p.rank >= p.world)
+    Reader::bad("rank " + std::to_string(p.rank) + " of a world of " + std::to_string(p.world));
+  if (p.readers < 1) Reader::bad("readers is " + std::to_string(p.readers));
+  if (p.shard_count < p.world || p.readers > p.shard_count / p.world)
+    Reader::bad("shard_count " + std::to_string(p.shard_count) + " for " + std::to_string(p.world) +
+                " rank(s) x " + std::to_string(p.readers) + " reader(s)");
+  if (p.batches_consumed < 0) Reader::bad("batches_consumed is " + std::to_string(p.batches_consumed));
   const int64_t readers = r.count(8);
+  if (readers != p.readers)
+    Reader::bad(std::to_string(readers) + " reader positions for readers = " + std::to_string(p.readers));
   for (int64_t i = 0; i < readers; ++i) {
+    const std::string where = "reader " + std::to_string(i) + ": ";
     ReaderPosition reader;
     reader.epoch = r.i64();
     reader.shard_cursor = r.i64();
     reader.samples_into_shard = r.i64();
     reader.shuffle_rng = r.u64();
+    if (reader.epoch < 0) Reader::bad(where + "epoch is " + std::to_string(reader.epoch));
+    // The cursor indexes the reader's shards of its epoch: a wild one read
+    // a path out of bounds.
+    const int64_t shards = reader_shard_count(p.shard_count, p.rank, p.world, i, p.readers);
+    if (reader.shard_cursor < 0 || reader.shard_cursor >= shards)
+      Reader::bad(where + "shard_cursor " + std::to_string(reader.shard_cursor) + " is not an index into its " +
+                  std::to_string(shards) + " shard(s)");
+    if (reader.samples_into_shard < 0)
+      Reader::bad(where + "samples_into_shard is " + std::to_string(reader.samples_into_shard));
     const int64_t buffered = r.count(8);
     for (int64_t s = 0; s < buffered; ++s) reader.shuffle_buffer.push_back(r.tokens());
     reader.partial_window = r.tokens();
     reader.current_rest = r.tokens();
-    reader.eos_pending = r.u64() != 0;
+    const uint64_t eos_pending = r.u64();
+    if (eos_pending > 1) Reader::bad(where + "eos_pending is " + std::to_string(eos_pending));
+    reader.eos_pending = eos_pending != 0;
     p.reader_positions.push_back(std::move(reader));
   }
   if (!r.at_end()) Reader::bad("trailing bytes");

@@ -289,7 +289,7 @@ class Reader {
     if (++shards_without_sample_ > limit)
       throw DataError(CorruptScope::kConfig,
                       "data.shards: reader " + std::to_string(index_) + " of rank " +
-                          std::to_string(options_.rank) + " found no readable sample in " +
+                          std::to_string(options_.rank) + " found no readable sample with tokens in " +
                           std::to_string(limit) + " shards in a row (the last: " +
                           current_path_ + ")");
     if (++cursor_ < static_cast<int64_t>(assignment_.size())) return;
@@ -312,7 +312,13 @@ class Reader {
     // Resuming: step over the samples the position says were already taken.
     for (int64_t skipped = 0; skipped < samples_into_shard_; ++skipped) {
       try {
-        if (!samples_->next(&sample_)) break;
+        if (!samples_->next(&sample_))
+          // A shard cannot have ended before samples it was read past: the
+          // position is damaged or the shard changed since the checkpoint.
+          throw DataError(CorruptScope::kConfig,
+                          path + ": the saved loader position says " + std::to_string(samples_into_shard_) +
+                              " samples of this shard were read, but it has " + std::to_string(skipped) +
+                              ": resume needs the data the checkpoint was taken on");
       } catch (const DataError& error) {
         if (error.scope() != CorruptScope::kSample) throw;
       }
@@ -378,7 +384,9 @@ class Reader {
                                 "sample '" + sample_.key + "' ." + member->extension + ": " + error));
     shared_.samples++;
     shared_.tokens += static_cast<int64_t>(tokens->size());
-    shards_without_sample_ = 0;
+    // Only a sample with tokens counts: shards of empty token members would
+    // otherwise train on nothing but the EOS separators between them.
+    if (!tokens->empty()) shards_without_sample_ = 0;
     return tokens;
   }
 
@@ -470,8 +478,20 @@ void check_options(const LoaderOptions& o) {
   token_format_of_field(o.field);  // throws for an unknown format
 }
 
-void check_resume(const LoaderOptions& o, const LoaderPosition& p) {
-  if (p.shard_count != static_cast<int64_t>(o.shards.size()) || p.rank != o.rank ||
+// The token ids a position carries go to the engine's embedding as they
+// are: one at or above vocab would be read out of bounds there.
+void check_tokens(const std::vector<int32_t>& tokens, int64_t vocab, const std::string& where) {
+  for (const int32_t t : tokens)
+    if (t < 0 || t >= vocab)
+      throw DataError(CorruptScope::kConfig, "the saved loader position's " + where + " holds token id " +
+                                                 std::to_string(t) + ", not below model.vocab (" +
+                                                 std::to_string(vocab) + ")");
+}
+
+}  // namespace
+
+void check_resume_position(const LoaderOptions& o, int64_t shard_count, const LoaderPosition& p) {
+  if (p.shard_count != shard_count || p.rank != o.rank ||
       p.world != o.world || p.readers != o.readers || p.seed != o.seed ||
       static_cast<int64_t>(p.reader_positions.size()) != o.readers)
     throw DataError(CorruptScope::kConfig,
@@ -479,13 +499,31 @@ void check_resume(const LoaderOptions& o, const LoaderPosition& p) {
                         std::to_string(p.shard_count) + " shards, seed " + std::to_string(p.seed) +
                         ", rank " + std::to_string(p.rank) + " of " + std::to_string(p.world) +
                         ", " + std::to_string(p.readers) + " reader(s); this run has " +
-                        std::to_string(o.shards.size()) + " shards, seed " +
+                        std::to_string(shard_count) + " shards, seed " +
                         std::to_string(o.seed) + ", rank " + std::to_string(o.rank) + " of " +
                         std::to_string(o.world) + ", " + std::to_string(o.readers) +
                         " reader(s): resume needs the same data and layout");
+  // parse_position checked each reader against the layout (shard cursor,
+  // counts); what is left needs this run's shapes.
+  const auto fail = [](const std::string& what) {
+    throw DataError(CorruptScope::kConfig, "the saved loader position's " + what);
+  };
+  const auto capacity = static_cast<size_t>(o.shuffle_buffer > 1 ? o.shuffle_buffer : 0);
+  for (size_t i = 0; i < p.reader_positions.size(); ++i) {
+    const ReaderPosition& r = p.reader_positions[i];
+    const std::string reader = "reader " + std::to_string(i);
+    if (r.shuffle_buffer.size() > capacity)
+      fail(reader + " holds " + std::to_string(r.shuffle_buffer.size()) +
+           " samples in its shuffle buffer; data.shuffle_buffer is " + std::to_string(o.shuffle_buffer));
+    if (static_cast<int64_t>(r.partial_window.size()) > o.seq_len)
+      fail(reader + " has a partial window of " + std::to_string(r.partial_window.size()) +
+           " tokens; a window holds " + std::to_string(o.seq_len + 1));
+    for (size_t s = 0; s < r.shuffle_buffer.size(); ++s)
+      check_tokens(r.shuffle_buffer[s], o.vocab, reader + "'s shuffle buffer sample " + std::to_string(s));
+    check_tokens(r.partial_window, o.vocab, reader + "'s partial window");
+    check_tokens(r.current_rest, o.vocab, reader + "'s current sample");
+  }
 }
-
-}  // namespace
 
 struct ShardLoader::Impl {
   LoaderOptions options;
@@ -496,6 +534,7 @@ struct ShardLoader::Impl {
   BatchSlot* current = nullptr;  // handed to the trainer, returned on the next call
   bool abandoned = false;        // a reader timed out: let the threads go instead of joining
   int64_t current_reader = 0;
+  bool resumed = false;  // built from a saved position
 
   ~Impl() {
     shared.stop = true;
@@ -507,7 +546,8 @@ struct ShardLoader::Impl {
 ShardLoader::ShardLoader(LoaderOptions options, const LoaderPosition* resume_from)
     : impl_(std::make_unique<Impl>()) {
   check_options(options);
-  if (resume_from != nullptr) check_resume(options, *resume_from);
+  if (resume_from != nullptr)
+    check_resume_position(options, static_cast<int64_t>(options.shards.size()), *resume_from);
   if (!options.allocator.allocate) options.allocator = plain_host_allocator();
   impl_->options = std::move(options);
   Impl& impl = *impl_;
@@ -518,7 +558,10 @@ ShardLoader::ShardLoader(LoaderOptions options, const LoaderPosition* resume_fro
     impl.readers.back()->allocate_slots(impl.options.prefetch, impl.options.allocator);
     impl.consumed.push_back(impl.readers.back()->initial_state());
   }
-  if (resume_from != nullptr) impl.batches_consumed = resume_from->batches_consumed;
+  if (resume_from != nullptr) {
+    impl.batches_consumed = resume_from->batches_consumed;
+    impl.resumed = true;
+  }
   for (auto& reader : impl.readers) reader->start();
 }
 
@@ -590,6 +633,8 @@ SourceStats ShardLoader::stats() const {
   out.skip_messages = impl_->shared.skip_messages;
   return out;
 }
+
+bool ShardLoader::resumed() const { return impl_->resumed; }
 
 LoaderPosition ShardLoader::position() const {
   const Impl& impl = *impl_;

@@ -64,8 +64,19 @@ struct LoaderPosition {
 };
 
 std::string serialize_position(const LoaderPosition& position);
-// Throws DataError(kConfig) when the bytes are not a position this version wrote.
+// Throws DataError(kConfig) when the bytes are not a position this version
+// wrote: a bad tag or length, a layout that cannot be (rank outside world,
+// fewer shards than readers), or a reader field outside it (negative epoch
+// or count, a shard cursor past the reader's shards).
 LoaderPosition parse_position(const std::string& bytes);
+// Throws DataError(kConfig) unless `position` fits a loader built with
+// `options` over `shard_count` shards (options.shards is not read): the same
+// shard count, seed, rank, world and readers, shuffle buffers within
+// data.shuffle_buffer, partial windows shorter than a window, token ids
+// below vocab. The ShardLoader checks it before it resumes; a resume may
+// call it earlier, before the shards are listed, to name the checkpoint in
+// the message.
+void check_resume_position(const LoaderOptions& options, int64_t shard_count, const LoaderPosition& position);
 
 // Raised when no batch arrives within timeout_s: the CLI exits 3 with it.
 class LoaderTimeout : public std::runtime_error {
@@ -90,6 +101,7 @@ class ShardLoader final : public BatchSource {
   // The position after the last batch next() returned.
   LoaderPosition position() const;
   std::string save_position() const override { return serialize_position(position()); }
+  bool resumed() const override;
 
  private:
   struct Impl;

@@ -14,8 +14,8 @@
 #       [--target-tokens N] [--out DIR] [--launcher mpirun|srun] [--hostfile FILE]
 #       [--mpirun-args "ARGS"] [--binary PATH]
 #
-# --set goes to both runs (their shards: data.shards; their checkpoint folder:
-# checkpoint.dir); --lora-set and --full-set to one each (lora.rank, comm.zero,
+# --set goes to both runs (their shards: data.shards; checkpoint.dir=D: LoRA's
+# checkpoints go to D/lora, full's to D/full); --lora-set and --full-set to one each (lora.rank, comm.zero,
 # ...). The launcher starts one rank per GPU: mpirun -np (with --hostfile for
 # several hosts, as scripts/scale.sh) or, inside a Slurm allocation of M nodes,
 # srun --mpi=pmix (LoRA on one node, full on all M). Defaults: --config tiny,
@@ -42,6 +42,7 @@ hostfile=""
 mpirun_args=""
 binary=${TRAINBENCH_BINARY:-}
 both=()
+ckpt_dir=""
 lora_sets=()
 full_sets=()
 while [ $# -gt 0 ]; do
@@ -50,7 +51,12 @@ while [ $# -gt 0 ]; do
     --gpus-per-node) [ $# -ge 2 ] || usage; gpus_per_node=$2; shift 2 ;;
     --nodes) [ $# -ge 2 ] || usage; nodes=$2; shift 2 ;;
     --steps) [ $# -ge 2 ] || usage; steps=$2; shift 2 ;;
-    --set) [ $# -ge 2 ] || usage; both+=(--set "$2"); shift 2 ;;
+    --set)
+      [ $# -ge 2 ] || usage
+      # checkpoint.dir: each run checkpoints to its own subfolder (a fresh run
+      # refuses a folder that holds another run's checkpoints).
+      case "$2" in checkpoint.dir=*) ckpt_dir=${2#checkpoint.dir=} ;; *) both+=(--set "$2") ;; esac
+      shift 2 ;;
     --lora-set) [ $# -ge 2 ] || usage; lora_sets+=(--set "$2"); shift 2 ;;
     --full-set) [ $# -ge 2 ] || usage; full_sets+=(--set "$2"); shift 2 ;;
     --target-tokens) [ $# -ge 2 ] || usage; target_tokens=$2; shift 2 ;;
@@ -117,9 +123,15 @@ step() {
 step plan "$binary" plan "$config" --gpus-per-node "$gpus_per_node" --nodes "$nodes" --json \
   ${both[@]+"${both[@]}"}
 sed -n '/^{/,$p' "$out/plan.log" > "$out/plan.json"
+lora_ckpt=()
+full_ckpt=()
+if [ -n "$ckpt_dir" ]; then
+  lora_ckpt=(--set "checkpoint.dir=$ckpt_dir/lora")
+  full_ckpt=(--set "checkpoint.dir=$ckpt_dir/full")
+fi
 step lora launch 1 "$gpus_per_node" "$binary" run "$config" "${run_args[@]}" --set train.mode=lora \
-  ${lora_sets[@]+"${lora_sets[@]}"} --out "$out/lora.json"
+  ${lora_ckpt[@]+"${lora_ckpt[@]}"} ${lora_sets[@]+"${lora_sets[@]}"} --out "$out/lora.json"
 step full launch "$nodes" $((gpus_per_node * nodes)) "$binary" run "$config" "${run_args[@]}" \
-  --set train.mode=full ${full_sets[@]+"${full_sets[@]}"} --out "$out/full.json"
+  --set train.mode=full ${full_ckpt[@]+"${full_ckpt[@]}"} ${full_sets[@]+"${full_sets[@]}"} --out "$out/full.json"
 python3 "$repo/scripts/report.py" --compare "$out/lora.json" "$out/full.json" --plan "$out/plan.json" \
   --target-tokens "$target_tokens" --gpus-per-node "$gpus_per_node" --out "$out"

@@ -5,10 +5,14 @@
 #include <chrono>      // steady seconds
 #include <cstring>     // std::memcpy
 #include <filesystem>  // the folder of a checkpoint
+#include <fstream>     // the name in `latest`
+#include <iomanip>     // std::setw: at most a name's length of it
 #include <thread>      // sleep_for: checkpoint.inject_delay_ms
 #include <utility>
 
 #include "checkpoint/checkpoint_files.h"  // write, commit, read, crash points
+#include "dataloader/shard_loader.h"      // parse_position, check_resume_position
+#include "trainer/data_source.h"          // loader_options, synth_shard_count
 
 namespace trainbench {
 
@@ -28,6 +32,46 @@ std::string rank_list(const std::vector<double>& codes, double at_least) {
 constexpr const char* kTrainerStateSection = "trainer_state";
 constexpr const char* kDataPositionSection = "data_position";
 
+// What committed checkpoints `dir` holds, for a message ("latest: step_4",
+// "step_2, step_4"), or "" when none.
+std::string committed_checkpoints_in(const std::string& dir) {
+  const std::vector<CommittedCheckpoint> committed = list_committed(dir);
+  std::error_code ignored;
+  const std::string latest_path = dir + "/latest";
+  if (std::filesystem::exists(latest_path, ignored)) {
+    // Named only when it is one of the folders: its bytes are not echoed.
+    std::string latest;
+    std::ifstream(latest_path) >> std::setw(64) >> latest;
+    for (const CommittedCheckpoint& c : committed)
+      if (std::filesystem::path(c.folder).filename() == latest) return "latest: " + latest;
+    return "a latest pointer";
+  }
+  std::string names;
+  for (const CommittedCheckpoint& c : committed)
+    names += (names.empty() ? "" : ", ") + std::filesystem::path(c.folder).filename().string();
+  return names;
+}
+
+// A run that did not resume must not write where another run's committed
+// checkpoints are: its commits would replace `latest`, overwrite the
+// checkpoints of the steps both runs share and let retention delete the
+// rest. Collective: every rank looks (the folder may be per host), and all
+// refuse when any one finds checkpoints.
+void refuse_other_runs_checkpoints(const std::string& dir, Communicator& comm) {
+  std::string found;
+  try {
+    found = committed_checkpoints_in(dir);
+  } catch (const std::exception& e) {
+    found = e.what();  // cannot list it: do not write into it blind either
+  }
+  const std::vector<double> ranks_found = gather_from_ranks(comm, found.empty() ? 0.0 : 1.0);
+  const std::string ranks = rank_list(ranks_found, 1);
+  if (ranks.empty()) return;
+  throw CheckpointError("checkpoint.dir " + dir + " already holds checkpoints (" +
+                        (found.empty() ? "found by rank(s) " + ranks : found) +
+                        "): continue with --resume latest, or choose an empty checkpoint.dir");
+}
+
 }  // namespace
 
 Checkpointer::Checkpointer(const Config& config, std::string dir, TrainingEngine& engine,
@@ -40,6 +84,7 @@ Checkpointer::Checkpointer(const Config& config, std::string dir, TrainingEngine
       versions_(std::move(versions)),
       tensors_(engine.state_tensors()),
       writer_(std::make_unique<BackgroundWriter>()) {
+  if (!source.resumed()) refuse_other_runs_checkpoints(dir_, comm_);
   allocate_staging();
 }
 
@@ -238,6 +283,7 @@ double Checkpointer::drain() {
 
 double Checkpointer::after_step(int64_t step) {
   const double begin = steady_now();
+  if (diverged_) return 0.0;  // give_up left nothing in flight; nothing more is started
   const CheckpointSection& ck = config_.checkpoint;
   // A checkpoint in flight moves along: one agreement round per step.
   if (in_flight_ && in_flight_->phase != Phase::kCopying) agree();
@@ -268,6 +314,38 @@ double Checkpointer::after_step(int64_t step) {
   } else {
     in_flight_->record.stall_s += steady_now() - start_begin;
   }
+  return steady_now() - begin;
+}
+
+double Checkpointer::give_up(int64_t step) {
+  const double begin = steady_now();
+  if (diverged_) return 0.0;
+  diverged_ = true;
+  const std::string why = "the loss or gradient norm of step " + std::to_string(step) + " is not finite";
+  if (in_flight_ && in_flight_->step == step - 1 && in_flight_->phase != Phase::kCommitting) {
+    // Its weights are the ones this step diverged from. (Its commit cannot
+    // have been asked for yet: the first agreement that could is this
+    // step's after_step, which is not called.)
+    InFlight& flight = *in_flight_;
+    if (flight.phase == Phase::kCopying) engine_.wait_state_copy();
+    writer_->wait_idle();
+    (void)writer_->take_error();  // a failed write of a checkpoint given up anyway
+    comm_.barrier();              // every rank's writer is done with the folder
+    if (comm_.rank() == 0) {
+      try {
+        abandon_pending(dir_, flight.step);
+      } catch (const std::exception&) {
+        // Best effort: the folder is .tmp and never loaded.
+      }
+    }
+    flight.record.status = "skipped_diverged";
+    records_.push_back(flight.record);
+    warnings_.push_back("checkpoint of step " + std::to_string(flight.step) + " given up: " + why +
+                        " (its weights are the ones that step started from)");
+    in_flight_.reset();
+  }
+  drain();  // an older checkpoint in flight holds weights that trained on finitely: it commits
+  warnings_.push_back("no checkpoint from step " + std::to_string(step) + " on: " + why);
   return steady_now() - begin;
 }
 
@@ -336,6 +414,47 @@ std::string check_compatible(const nlohmann::json& manifest, const Config& confi
   return "";
 }
 
+// The trainer's own section, written by Checkpointer::start: a JSON object
+// whose step, rank and world size are this checkpoint's and this rank's.
+// Returns what is wrong, or "". Its checksum only says the bytes are those
+// written; what they say is checked here.
+std::string check_trainer_state(const std::string& text, int64_t step, Communicator& comm, const Config& config) {
+  nlohmann::json state;
+  try {
+    state = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception&) {
+    return "not JSON (" + std::to_string(text.size()) + " bytes)";
+  }
+  if (!state.is_object()) return "not a JSON object";
+  const std::pair<const char*, int64_t> expected[] = {
+      {"step", step}, {"rank", comm.rank()}, {"world_size", comm.world_size()}, {"data_seed", config.data.seed}};
+  for (const auto& [key, value] : expected) {
+    const auto found = state.find(key);
+    if (found == state.end()) return std::string("field ") + key + " is missing";
+    if (!found->is_number_integer()) return std::string("field ") + key + " is not an integer";
+    if (found->get<int64_t>() != value)
+      return std::string("field ") + key + " is " + std::to_string(found->get<int64_t>()) + ", expected " +
+             std::to_string(value);
+  }
+  return "";
+}
+
+// The loader position a rank resumes from, checked before any source is
+// built so that a damaged one is named with its checkpoint: all of it that
+// the run's config decides. Only the count of data.shards, which the loader
+// resolves later, is left to the ShardLoader's own check. Throws DataError
+// or std::invalid_argument.
+void check_data_position(const std::string& bytes, const Config& config, Communicator& comm) {
+  if (config.data.source == "synthetic") {
+    synthetic_position_index(bytes, config.data.synthetic_batches);
+    return;
+  }
+  const LoaderPosition position = parse_position(bytes);
+  const int64_t shards = config.data.shards.empty() ? synth_shard_count(config, comm.world_size())
+                                                    : position.shard_count;
+  check_resume_position(loader_options(config, {}, comm.rank(), comm.world_size()), shards, position);
+}
+
 std::string previous_checkpoint_hint(const std::string& folder, int64_t step) {
   const std::string dir = std::filesystem::path(folder).parent_path().string();
   std::string previous;
@@ -385,12 +504,24 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
                               " (written by another engine or precision?)");
       sources.push_back(data);
     }
+    const std::string rank_files = "--resume " + point.folder + ": rank " + std::to_string(comm.rank()) + "'s ";
+    int64_t state_bytes = 0;
+    const unsigned char* state = loaded.section(kTrainerStateSection, &state_bytes);
+    if (state == nullptr) throw CheckpointError(rank_files + "files have no " + kTrainerStateSection);
+    const std::string state_problem =
+        check_trainer_state(std::string(reinterpret_cast<const char*>(state), static_cast<size_t>(state_bytes)),
+                            point.step, comm, config);
+    if (!state_problem.empty()) throw CheckpointError(rank_files + kTrainerStateSection + ": " + state_problem);
     int64_t position_bytes = 0;
     const unsigned char* position = loaded.section(kDataPositionSection, &position_bytes);
     if (position == nullptr)
-      throw CheckpointError("--resume " + point.folder + ": rank " + std::to_string(comm.rank()) +
-                            "'s files have no data position");
+      throw CheckpointError(rank_files + "files have no data position");
     point.data_position.assign(reinterpret_cast<const char*>(position), static_cast<size_t>(position_bytes));
+    try {
+      check_data_position(point.data_position, config, comm);
+    } catch (const std::exception& e) {  // DataError, std::invalid_argument
+      throw CheckpointError(rank_files + kDataPositionSection + ": " + e.what());
+    }
     engine.restore_state(sources);
   } catch (const CheckpointError& e) {
     problem = e.what();

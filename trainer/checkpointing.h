@@ -48,7 +48,7 @@ class CheckpointFailure : public std::runtime_error {
 // One checkpoint of the run, as the results report it.
 struct CheckpointRecord {
   int64_t step = 0;
-  std::string status;       // committed | skipped_busy | skipped_disk_full
+  std::string status;       // committed | skipped_busy | skipped_disk_full | skipped_diverged
   int64_t bytes = 0;        // every rank's files
   int64_t rank_bytes = 0;   // this rank's files
   double snapshot_s = 0;    // state copy, from its start until the loop saw it landed
@@ -77,6 +77,14 @@ class Checkpointer {
   // a checkpoint in flight along and starts one when due. Returns the
   // seconds it blocked. Throws CheckpointFailure.
   double after_step(int64_t step);
+  // Called instead of after_step when the step's loss or gradient norm is
+  // not finite: the weights it made, and those it started from (a
+  // checkpoint of the step before, still in flight), are never committed,
+  // so `latest` and retention keep the last good checkpoint. An older
+  // checkpoint in flight is finished; none is started from now on.
+  // Collective (the gradient norm, reduced over the ranks, is the same on
+  // every rank). Returns the seconds it blocked.
+  double give_up(int64_t step);
   // After the last step: persists and commits what is in flight. Returns
   // the seconds it took. Throws CheckpointFailure.
   double finish();
@@ -122,6 +130,7 @@ class Checkpointer {
   std::vector<void*> copy_destinations_;    // tensors_[i] → inside images_
   std::unique_ptr<StateImage> trainer_image_;  // step, loader position: small, per checkpoint
   std::optional<InFlight> in_flight_;
+  bool diverged_ = false;                   // give_up was called: no more checkpoints
   std::string local_error_;                 // this rank's failure, for the message
   std::vector<CheckpointRecord> records_;
   std::vector<std::string> warnings_;

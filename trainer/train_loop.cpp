@@ -396,9 +396,15 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       record.grad_norm = engine.optimizer_step(adam, step);
     }
     engine.synchronize();
-    // Inside the step's window: what a checkpoint blocks is this step's time.
-    if (checkpointer) record.ckpt_stall_s += checkpointer->after_step(step);
     record.loss = loss_sum / static_cast<double>(train.grad_accum);
+    // Inside the step's window: what a checkpoint blocks is this step's time.
+    // A step whose loss or gradient norm is not finite made weights no
+    // checkpoint may keep (nor may retention delete a good one for them);
+    // both are on the host already, so telling costs no extra sync.
+    if (checkpointer)
+      record.ckpt_stall_s += std::isfinite(record.loss) && std::isfinite(record.grad_norm)
+                                 ? checkpointer->after_step(step)
+                                 : checkpointer->give_up(step);
     if (instrument) {
       const Clock::time_point end = Clock::now();
       record.step_s = seconds_between(previous_end, end);

@@ -309,6 +309,18 @@ TEST_F(CheckpointFiles, ResolveFindsTheCheckpointOrSaysWhatIsMissing) {
                 "/step_77/manifest.json is missing");
   write_text(dir_ + "/latest", "../../etc\n");
   EXPECT_TRUE(contains(checkpoint_error([&] { resolve_checkpoint("latest", dir_); }), "is not a checkpoint folder name"));
+  // Two names, or garbage bytes: quoted escaped on one line (checkpoint_error checks the line).
+  write_text(dir_ + "/latest", "step_4\nstep_2\n");
+  EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint("latest", dir_); }),
+            "checkpoint pointer " + dir_ + "/latest: \"step_4\\x0astep_2\" is not a checkpoint folder name (step_N)");
+  write_text(dir_ + "/latest", std::string("st\x01\x1b[31m\xff\r\nx", 12));
+  EXPECT_TRUE(contains(checkpoint_error([&] { resolve_checkpoint("latest", dir_); }),
+                       "\"st\\x01\\x1b[31m\\xff\\x0d\\x0ax\""));
+  write_text(dir_ + "/latest", std::string(100, 'z'));
+  const std::string long_one = checkpoint_error([&] { resolve_checkpoint("latest", dir_); });
+  EXPECT_TRUE(contains(long_one, std::string(64, 'z') + "... (100 bytes)")) << long_one;
+  write_text(dir_ + "/latest", std::string(1 << 20, '\n'));
+  EXPECT_TRUE(contains(checkpoint_error([&] { resolve_checkpoint("latest", dir_); }), "1048576 bytes is not"));
 }
 
 TEST_F(CheckpointFiles, ReadManifestNamesTheFileAndTheField) {
@@ -342,6 +354,21 @@ TEST_F(CheckpointFiles, ReadManifestNamesTheFileAndTheField) {
   m = good;
   m["total_bytes"] = 1;
   EXPECT_TRUE(contains(refused(m), "field total_bytes is 1 but the files add up to"));
+  // The folder's name says the step: a manifest of another step in it is refused.
+  for (const int64_t other : {0, 2}) {
+    m = good;
+    m["step"] = other;
+    EXPECT_EQ(refused(m), "checkpoint manifest " + path + ": field step is " + std::to_string(other) +
+                              " but the folder is step_1");
+  }
+  m = good;
+  m["schema"] = "v1\nsecond line\x01";
+  EXPECT_TRUE(contains(refused(m), "schema \"v1\\x0asecond line\\x01\""));  // escaped, one line
+  m = good;
+  m["ranks"][0]["files"][0]["sections"][0]["bytes"] = int64_t{1} << 50;
+  write_text(path, m.dump());
+  EXPECT_TRUE(contains(checkpoint_error([&] { read_rank_files(folder, m, 0); }), "does not fit in the"))
+      << "refused before 1 PiB is allocated for it";
   write_text(path, "{ not json");
   EXPECT_TRUE(contains(checkpoint_error([&] { read_manifest(folder); }), path + ": not valid JSON"));
   fs::remove(path);

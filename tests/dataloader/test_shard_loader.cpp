@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>  // std::memcpy
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -253,6 +255,165 @@ TEST(ShardLoader, PositionFromOtherDataOrLayoutIsRefused) {
   damaged.resize(damaged.size() - 3);
   EXPECT_THROW(parse_position(damaged), DataError);
   EXPECT_THROW(parse_position("not a position at all"), DataError);
+}
+
+// A damaged position (checkpoint bytes whose checksum was fixed up) is a
+// DataError naming the field, never an index or read out of bounds: each
+// field at values that used to crash the loader (SIGSEGV, SIGBUS, reading a
+// wild pointer as a path).
+TEST(ShardLoader, DamagedPositionFieldsAreRefusedNeverUsed) {
+  TempDir dir;
+  const SynthResult made = make_shards(dir.path(), 4, 7, 20);
+  LoaderOptions o = options_for(made.paths);
+  o.shuffle_buffer = 5;
+  LoaderPosition good;
+  {
+    ShardLoader loader(o);
+    take_batches(loader, 5);
+    good = loader.position();
+  }
+  ASSERT_EQ(good.reader_positions.size(), 2u);
+  ASSERT_FALSE(good.reader_positions[0].shuffle_buffer.empty());
+  // What restore says about `damaged`: "" when it is accepted.
+  auto refused = [&](const LoaderPosition& damaged) -> std::string {
+    try {
+      const LoaderPosition parsed = parse_position(serialize_position(damaged));
+      ShardLoader resumed(o, &parsed);
+      take_batches(resumed, 2);
+    } catch (const DataError& e) {
+      EXPECT_EQ(e.scope(), CorruptScope::kConfig) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(refused(good), "");
+  const int64_t wild[] = {-1, 2, 8, 9, int64_t{1} << 32, static_cast<int64_t>(0xffffffff80000000ULL),
+                          std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()};
+  // 4 shards over 1 rank x 2 readers: each reader has 2, so cursor 2 is past them.
+  for (const int64_t value : wild) {
+    SCOPED_TRACE(value);
+    LoaderPosition p = good;
+    p.reader_positions[0].shard_cursor = value;
+    EXPECT_NE(refused(p).find("shard_cursor"), std::string::npos);
+    p = good;
+    p.reader_positions[1].epoch = value < 0 ? value : -value;
+    EXPECT_NE(refused(p).find("epoch"), std::string::npos);
+    p = good;
+    p.rank = value;
+    EXPECT_NE(refused(p), "");
+    p = good;
+    p.world = value;
+    EXPECT_NE(refused(p), "");
+    if (value != 2) {  // 2 is this position's own reader count
+      p = good;
+      p.readers = value;
+      EXPECT_NE(refused(p), "");
+    }
+    p = good;
+    p.shard_count = value;
+    EXPECT_NE(refused(p), "");
+    if (value < 0) {
+      p = good;
+      p.batches_consumed = value;
+      EXPECT_NE(refused(p).find("batches_consumed"), std::string::npos);
+      p = good;
+      p.reader_positions[0].samples_into_shard = value;
+      EXPECT_NE(refused(p).find("samples_into_shard"), std::string::npos);
+    }
+  }
+  // Token ids beyond the vocabulary would index the embedding out of bounds.
+  for (const int32_t token : {-1, 1000, std::numeric_limits<int32_t>::max()}) {
+    LoaderPosition p = good;
+    p.reader_positions[0].shuffle_buffer[0].push_back(token);
+    EXPECT_NE(refused(p).find("token id " + std::to_string(token)), std::string::npos);
+    p = good;
+    p.reader_positions[1].partial_window = {token};
+    EXPECT_NE(refused(p).find("partial window"), std::string::npos);
+    p = good;
+    p.reader_positions[1].current_rest = {1, token};
+    EXPECT_NE(refused(p).find("current sample"), std::string::npos);
+  }
+  LoaderPosition p = good;
+  p.reader_positions[0].shuffle_buffer.resize(6, {1, 2});
+  EXPECT_NE(refused(p).find("shuffle buffer"), std::string::npos);
+  p = good;
+  p.reader_positions[0].partial_window.assign(17, 3);
+  EXPECT_NE(refused(p).find("partial window of 17 tokens"), std::string::npos);
+  p = good;
+  p.reader_positions.pop_back();
+  EXPECT_NE(refused(p).find("1 reader positions for readers = 2"), std::string::npos);
+  // Past the samples its shard holds: found when the shard is opened.
+  p = good;
+  p.reader_positions[0].samples_into_shard = 1000;
+  EXPECT_NE(refused(p).find("says 1000 samples of this shard were read, but it has 7"), std::string::npos);
+  // Every 8-byte field of the header and the first reader, at every wild
+  // value, straight in the bytes: refused or used as a valid position
+  // (a changed shuffle RNG is one), never a crash.
+  const std::string bytes = serialize_position(good);
+  for (size_t at = 8; at < 8 + 8 * 12; at += 8) {
+    for (const int64_t value : wild) {
+      std::string damaged = bytes;
+      std::memcpy(damaged.data() + at, &value, sizeof value);
+      try {
+        const LoaderPosition parsed = parse_position(damaged);
+        ShardLoader resumed(o, &parsed);
+        take_batches(resumed, 2);
+      } catch (const DataError&) {
+      }
+    }
+  }
+}
+
+// The bound parse_position puts on a shard cursor is the number of shards
+// shards_for_reader deals that reader, for every layout.
+TEST(ShardLoader, PositionCursorBoundIsTheReadersShareOfShards) {
+  for (int64_t world = 1; world <= 3; ++world)
+    for (int64_t readers = 1; readers <= 3; ++readers)
+      for (int64_t shards = world * readers; shards <= 11; ++shards)
+        for (int64_t rank = 0; rank < world; ++rank) {
+          LoaderPosition p;
+          p.shard_count = shards;
+          p.rank = rank;
+          p.world = world;
+          p.readers = readers;
+          p.reader_positions.resize(static_cast<size_t>(readers));
+          for (int64_t r = 0; r < readers; ++r) {
+            const auto dealt = static_cast<int64_t>(shards_for_reader(shards, 5, 0, rank, world, r, readers).size());
+            SCOPED_TRACE(std::to_string(shards) + " shards, rank " + std::to_string(rank) + " of " +
+                         std::to_string(world) + ", reader " + std::to_string(r) + " of " + std::to_string(readers));
+            ASSERT_GE(dealt, 1);
+            p.reader_positions[static_cast<size_t>(r)].shard_cursor = dealt - 1;
+            EXPECT_NO_THROW(parse_position(serialize_position(p)));
+            p.reader_positions[static_cast<size_t>(r)].shard_cursor = dealt;
+            EXPECT_THROW(parse_position(serialize_position(p)), DataError);
+            p.reader_positions[static_cast<size_t>(r)].shard_cursor = 0;
+          }
+        }
+}
+
+// The synthetic source's position: only what save_position writes.
+TEST(SyntheticSource, DamagedPositionIsRefusedOnOneLine) {
+  auto source = make_synthetic_source(2, 8, 100, 4, 1);
+  source->next(nullptr);
+  const std::string saved = source->save_position();
+  EXPECT_EQ(synthetic_position_index(saved, 4), 1);
+  auto resumed = make_synthetic_source(2, 8, 100, 4, 1, saved);
+  EXPECT_TRUE(resumed->resumed());
+  EXPECT_FALSE(source->resumed());
+  for (const std::string& bad : std::vector<std::string>{"synthetic-next:4/4", "synthetic-next:-1/4", "synthetic-next:1/5",
+                                "synthetic-next:abc/4", "synthetic-next:/4", "synthetic-next:1/4x",
+                                "synthetic-next:99999999999999999999999/4", "synthetic-next:1\n/4", "",
+                                std::string("\x00\xff\n", 3)}) {
+    SCOPED_TRACE(bad);
+    try {
+      synthetic_position_index(bad, 4);
+      ADD_FAILURE() << "accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(make_synthetic_source(2, 8, 100, 4, 1, bad.empty() ? "x" : bad), std::invalid_argument);
+  }
 }
 
 TEST(ShardLoader, FewerShardsThanReadersIsAnErrorThatSaysWhatToChange) {

@@ -7,10 +7,12 @@
 
 #include <sys/mount.h>  // a small tmpfs for the disk-full test
 
+#include <cstring>  // std::memcpy
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -26,8 +28,18 @@ using testing::file_checksums;
 using testing::latest_of;
 using testing::losses_by_step;
 using testing::read_json;
+using testing::read_whole_file;
 using testing::run_command;
 namespace fs = std::filesystem;
+
+// The step_N and step_N.tmp folders in `dir`.
+std::vector<std::string> list_step_folders(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ignored;
+  for (const auto& entry : fs::directory_iterator(dir, ignored))
+    if (entry.path().filename().string().rfind("step_", 0) == 0) names.push_back(entry.path().filename());
+  return names;
+}
 
 // A tiny run with checkpoints into `dir`; `extra` adds options.
 std::string tiny_run(const std::string& dir, int steps, int every, const std::string& out,
@@ -203,6 +215,149 @@ TEST(CheckpointCli, IncompatibleResumeIsRefused) {
   EXPECT_NE(done.err.find("train.steps"), std::string::npos) << done.err;
   const CommandResult none = run_command(tiny_run(dir.file("empty"), 8, 4, dir.file("r4.json"), "--resume latest"));
   EXPECT_EQ(none.exit_code, 2) << none.err;
+}
+
+// tiny warms up for 5 steps; these runs are shorter.
+const std::string kFew = "--set train.warmup_steps=1 ";
+
+// One line on stderr, exit 2, nothing trained.
+void expect_refused(const CommandResult& r, const std::string& part) {
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  EXPECT_EQ(r.out.find("\nstep "), std::string::npos) << "no step may run: " << r.out;
+}
+
+std::string int64_bytes(int64_t value) {
+  std::string bytes(sizeof value, '\0');
+  std::memcpy(bytes.data(), &value, sizeof value);
+  return bytes;
+}
+
+// A damaged data position or trainer state whose checksums were fixed up
+// (so only what the reader checks beyond them can catch it): one line
+// naming the checkpoint and the field, never a crash (the shard cursor at
+// these values was SIGSEGV/SIGBUS, or a wild path: "cannot open: Bad address").
+TEST(CheckpointCli, DamagedPositionOrTrainerStateIsRefusedNamingTheCheckpoint) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string good = dir.file("good");
+  ASSERT_EQ(run_command(tiny_run(good, 4, 2, dir.file("r.json"), kFew)).exit_code, 0);
+  const auto damaged = [&](const std::string& name, const std::string& section, int64_t offset,
+                           const std::string& bytes) {
+    const std::string ckpt = dir.file(name);
+    fs::copy(good, ckpt, fs::copy_options::recursive);
+    testing::rewrite_section(ckpt + "/step_4", section, offset, bytes);
+    return run_command(tiny_run(ckpt, 6, 2, dir.file(name + ".json"), kFew + "--resume latest"));
+  };
+  // The position: an 8-byte tag, six header fields and the reader count,
+  // then reader 0's epoch and, at 72, its shard cursor.
+  int i = 0;
+  for (const int64_t cursor : {int64_t{8}, int64_t{9}, int64_t{1} << 32, static_cast<int64_t>(0xffffffff80000000ULL),
+                               int64_t{-1}}) {
+    SCOPED_TRACE(cursor);
+    const std::string name = "cursor" + std::to_string(i++);
+    expect_refused(damaged(name, "data_position", 72, int64_bytes(cursor)),
+                   "--resume " + dir.file(name) + "/step_4: rank 0's data_position: loader position: reader 0: "
+                   "shard_cursor " + std::to_string(cursor));
+  }
+  expect_refused(damaged("tag", "data_position", 0, "XXXXXXXX"), "rank 0's data_position: loader position: wrong tag");
+  expect_refused(damaged("state-garbage", "trainer_state", 0, std::string("\x01\xff\n garbage", 11)),
+                 "/step_4: rank 0's trainer_state: not JSON");
+  expect_refused(damaged("state-array", "trainer_state", 0, "[1, 2]" + std::string(42, ' ')), "rank 0's trainer_state: not a JSON object");
+  // Its fields, at fixed offsets: rank's value at 22, step's at 31.
+  const std::string state = read_whole_file(good + "/step_4/rank_00000_2.bin").substr(0, 48);
+  ASSERT_EQ(state, "{\"data_seed\":1,\"rank\":0,\"step\":4,\"world_size\":1}") << state;
+  expect_refused(damaged("state-step", "trainer_state", 31, "2"),
+                 "rank 0's trainer_state: field step is 2, expected 4");
+  expect_refused(damaged("state-rank", "trainer_state", 22, "7"), "rank 0's trainer_state: field rank is 7, expected 0");
+  expect_refused(damaged("state-type", "trainer_state", 28, "X"), "trainer_state: field step is missing");
+}
+
+// The manifest's step is the folder's; `latest` naming two folders or
+// holding garbage is quoted escaped on one line.
+TEST(CheckpointCli, TamperedManifestStepOrLatestIsRefusedOnOneLine) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string ckpt = dir.file("ckpt");
+  ASSERT_EQ(run_command(tiny_run(ckpt, 4, 2, dir.file("r.json"), kFew)).exit_code, 0);
+  const std::string manifest_path = ckpt + "/step_4/manifest.json";
+  const std::string manifest = read_whole_file(manifest_path);
+  for (const int64_t step : {0, 2}) {
+    nlohmann::json m = nlohmann::json::parse(manifest);
+    m["step"] = step;
+    std::ofstream(manifest_path) << m.dump();
+    expect_refused(run_command(tiny_run(ckpt, 6, 2, dir.file("s.json"), kFew + "--resume latest")),
+                   manifest_path + ": field step is " + std::to_string(step) + " but the folder is step_4");
+  }
+  std::ofstream(manifest_path) << manifest;
+  std::ofstream(ckpt + "/latest") << "step_4\nstep_2\n";
+  expect_refused(run_command(tiny_run(ckpt, 6, 2, dir.file("s.json"), kFew + "--resume latest")),
+                 "\"step_4\\x0astep_2\" is not a checkpoint folder name");
+  std::ofstream(ckpt + "/latest") << std::string("\x1b[2J\xff\x01", 6);
+  expect_refused(run_command(tiny_run(ckpt, 6, 2, dir.file("s.json"), kFew + "--resume latest")),
+                 "\"\\x1b[2J\\xff\\x01\" is not a checkpoint folder name");
+  std::ofstream(ckpt + "/latest") << "step_4\n";
+  EXPECT_EQ(run_command(tiny_run(ckpt, 6, 2, dir.file("s.json"), kFew + "--resume latest")).exit_code, 0);
+}
+
+// A run without --resume leaves another run's checkpoints alone: refused
+// before training, whatever its config, and the checkpoints unchanged.
+TEST(CheckpointCli, FreshRunRefusesAFolderHoldingCheckpoints) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string ckpt = dir.file("ckpt");
+  ASSERT_EQ(run_command(tiny_run(ckpt, 4, 2, dir.file("a.json"), kFew)).exit_code, 0);
+  const auto step_2 = file_checksums(ckpt + "/step_2"), step_4 = file_checksums(ckpt + "/step_4");
+  const std::string message = "checkpoint.dir " + ckpt +
+                              " already holds checkpoints (latest: step_4): continue with --resume latest, "
+                              "or choose an empty checkpoint.dir";
+  expect_refused(run_command(tiny_run(ckpt, 6, 3, dir.file("b.json"), kFew + "--set model.d_model=128")), message);
+  expect_refused(run_command(tiny_run(ckpt, 4, 2, dir.file("c.json"), kFew + "--set train.seed=99")), message);
+  EXPECT_FALSE(fs::exists(dir.file("b.json")));
+  EXPECT_EQ(latest_of(ckpt), "step_4");
+  EXPECT_EQ(file_checksums(ckpt + "/step_2"), step_2);
+  EXPECT_EQ(file_checksums(ckpt + "/step_4"), step_4);
+  // Without `latest`, a committed folder is enough.
+  fs::remove(ckpt + "/latest");
+  expect_refused(run_command(tiny_run(ckpt, 4, 2, dir.file("d.json"), kFew)),
+                 "already holds checkpoints (step_2, step_4)");
+  std::ofstream(ckpt + "/latest") << "step_4\n";
+  // Continuing it is what the folder is for.
+  const CommandResult resumed = run_command(tiny_run(ckpt, 6, 2, dir.file("e.json"), kFew + "--resume latest"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(latest_of(ckpt), "step_6");
+  // A leftover step_N.tmp of a crashed run is not a committed checkpoint.
+  fs::create_directories(dir.file("crashed/step_2.tmp"));
+  EXPECT_EQ(run_command(tiny_run(dir.file("crashed"), 4, 2, dir.file("f.json"), kFew)).exit_code, 0);
+}
+
+// A step whose loss is not finite commits nothing: `latest` stays the last
+// good checkpoint and retention deletes nothing for it.
+TEST(CheckpointCli, DivergedRunCommitsNoCheckpointAndKeepsTheGoodOnes) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string ckpt = dir.file("ckpt");
+  ASSERT_EQ(run_command(tiny_run(ckpt, 4, 2, dir.file("a.json"), kFew)).exit_code, 0);
+  // lr 1e300: step 5's update overflows the weights, step 6's loss is NaN.
+  const CommandResult diverged = run_command(
+      tiny_run(ckpt, 10, 2, dir.file("b.json"), kFew + "--resume latest --set train.lr=1e300"));
+  EXPECT_EQ(diverged.exit_code, 4) << diverged.out << diverged.err;
+  EXPECT_NE(diverged.err.find("loss is"), std::string::npos) << diverged.err;
+  EXPECT_EQ(latest_of(ckpt), "step_4");
+  EXPECT_TRUE(fs::exists(ckpt + "/step_2/manifest.json")) << "retention deleted a good checkpoint";
+  EXPECT_FALSE(fs::exists(ckpt + "/step_6"));
+  EXPECT_FALSE(fs::exists(ckpt + "/step_6.tmp"));
+  EXPECT_EQ(run_command(tiny_run(ckpt, 6, 2, dir.file("c.json"), kFew + "--resume latest")).exit_code, 0)
+      << "the good checkpoint resumes";
+
+  // A checkpoint every step: the one of the step before the NaN holds the
+  // overflowed weights, and is given up too.
+  const std::string every = dir.file("every");
+  const CommandResult r = run_command(tiny_run(every, 10, 1, dir.file("d.json"), kFew + "--set train.lr=1e300"));
+  EXPECT_EQ(r.exit_code, 4) << r.out << r.err;
+  EXPECT_FALSE(fs::exists(every + "/latest"));
+  EXPECT_TRUE(list_step_folders(every).empty());
+  const nlohmann::json result = read_json(dir.file("d.json"));
+  ASSERT_EQ(result.at("checkpoints").size(), 1u) << result["checkpoints"].dump();
+  EXPECT_EQ(result["checkpoints"][0]["status"], "skipped_diverged");
+  EXPECT_NE(result["warnings"].dump().find("given up"), std::string::npos) << result["warnings"].dump();
 }
 
 TEST(CheckpointCli, BusyCheckpointIsSkippedOrWaitedForAsConfigured) {
