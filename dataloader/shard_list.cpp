@@ -162,6 +162,15 @@ bool exists(const std::string& path) {
   return ::stat(path.c_str(), &info) == 0;
 }
 
+// Shards and list files are read whole: a FIFO would block the open, and a
+// device (/dev/zero, /dev/urandom, or a link to one) would never end. stat
+// follows links, so a link to a regular file is one.
+void require_regular_file(const std::string& path, const std::string& what) {
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode))
+    config_error(what + " " + path + " is not a regular file");
+}
+
 // A shard named without a shard extension is still recognised by its first
 // bytes: tar's "ustar" magic or a compressor's signature. Anything else is a list.
 bool looks_like_archive(const std::string& path) {
@@ -189,6 +198,7 @@ std::vector<std::string> shards_in_directory(const std::string& directory) {
     ::closedir(dir);
   }
   std::sort(shards.begin(), shards.end());
+  for (const std::string& path : shards) require_regular_file(path, "shard");
   if (shards.empty()) {
     config_error("directory " + directory + " holds no shards (*.tar, *.tar.gz, *.tgz, *.tar.zst)");
   }
@@ -247,6 +257,7 @@ std::vector<std::string> resolve_shard_list(const std::string& spec) {
   std::vector<std::string> missing;  // what is wrong with each, e.g. "shard x.tar does not exist"
   auto add_if_present = [&](const std::string& path) {
     if (exists(path)) {
+      require_regular_file(path, "shard");
       shards.push_back(path);
     } else {
       missing.push_back("shard " + path + " does not exist");
@@ -259,7 +270,9 @@ std::vector<std::string> resolve_shard_list(const std::string& spec) {
         const int status = ::glob(name.c_str(), 0, nullptr, &matches);
         std::vector<std::string> found;
         for (size_t i = 0; status == 0 && i < matches.gl_pathc; ++i) {
-          if (!is_directory(matches.gl_pathv[i])) found.emplace_back(matches.gl_pathv[i]);
+          if (is_directory(matches.gl_pathv[i])) continue;
+          require_regular_file(matches.gl_pathv[i], "shard");
+          found.emplace_back(matches.gl_pathv[i]);
         }
         ::globfree(&matches);
         // glob(3) sorts by the locale's collation; every rank must agree, so bytes decide.
@@ -269,8 +282,13 @@ std::vector<std::string> resolve_shard_list(const std::string& spec) {
       } else if (is_directory(name)) {
         const std::vector<std::string> found = shards_in_directory(name);
         shards.insert(shards.end(), found.begin(), found.end());
-      } else if (exists(name) && !has_shard_extension(name) && !looks_like_archive(name)) {
-        for (const std::string& path : paths_in_list_file(name)) add_if_present(path);
+      } else if (exists(name) && !has_shard_extension(name)) {
+        require_regular_file(name, "shard or list file");  // before looks_like_archive reads it
+        if (looks_like_archive(name)) {
+          shards.push_back(name);
+        } else {
+          for (const std::string& path : paths_in_list_file(name)) add_if_present(path);
+        }
       } else {
         add_if_present(name);
       }

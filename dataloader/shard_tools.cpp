@@ -2,7 +2,9 @@
 
 #include <algorithm>   // std::sort, std::transform
 #include <cctype>      // std::tolower
+#include <cmath>       // std::ceil: tar blocks in the size estimate
 #include <cstdint>     // INT64_MAX
+#include <cstdio>      // std::snprintf
 #include <cstring>     // std::memcpy
 #include <filesystem>  // walking pack's input tree, creating output directories
 #include <fstream>     // reading pack's input files
@@ -61,9 +63,14 @@ void check_synth_options(const SynthOptions& o) {
   require(!o.out_dir.empty(), "--out: an output directory is required");
   require(!o.prefix.empty() && o.prefix.find_first_of("/%") == std::string::npos,
           "--prefix '" + o.prefix + "': must be a non-empty file name prefix without '/' or '%'");
-  require(o.count >= 1, "--count: must be >= 1 (got " + std::to_string(o.count) + ")");
+  require(o.count >= 1 && o.count <= kMaxSynthShards, "--count: must be between 1 and " +
+                                                          std::to_string(kMaxSynthShards) + " (got " +
+                                                          std::to_string(o.count) + ")");
   require(o.samples_per_shard >= 0 && o.shard_bytes >= 0 && (o.samples_per_shard > 0) != (o.shard_bytes > 0),
           "--samples N or --size BYTES: exactly one, and > 0");
+  require(o.samples_per_shard <= kMaxSynthSamplesPerShard,
+          "--samples: must be between 1 and " + std::to_string(kMaxSynthSamplesPerShard) + " (got " +
+              std::to_string(o.samples_per_shard) + ")");
   require(o.field == "u16" || o.field == "u32" || o.field == "npy" || o.field == "txt",
           "--field '" + o.field + "': must be u16, u32, npy or txt");
   require(o.vocab >= 1 && o.vocab <= kMaxVocab,
@@ -75,11 +82,16 @@ void check_synth_options(const SynthOptions& o) {
       o.field != "txt" || o.vocab > kLastPrintable,
       "--vocab " + std::to_string(o.vocab) +
           " with --field txt: its tokens are printable ASCII bytes (ids 32..126), so --vocab must be >= 127");
-  require(o.tokens_mean >= 1 && o.tokens_spread >= 0 && o.tokens_mean + o.tokens_spread <= (int64_t{1} << 30),
-          "--tokens MEAN[:SPREAD]: needs MEAN >= 1, SPREAD >= 0 and MEAN + SPREAD <= 2^30");
+  // Each bound alone first, so that the sums below cannot overflow.
+  require(o.tokens_mean >= 1 && o.tokens_spread >= 0 && o.tokens_mean <= kMaxSynthTokensPerSample &&
+              o.tokens_spread <= kMaxSynthTokensPerSample &&
+              o.tokens_mean + o.tokens_spread <= kMaxSynthTokensPerSample,
+          "--tokens MEAN[:SPREAD]: needs MEAN >= 1, SPREAD >= 0 and MEAN + SPREAD <= " +
+              std::to_string(kMaxSynthTokensPerSample) + " (2^24)");
   require(o.payload_bytes >= 0 && o.payload_spread >= 0 && o.payload_spread <= o.payload_bytes &&
-              o.payload_bytes + o.payload_spread <= (int64_t{1} << 40),
-          "--payload-bytes BYTES[:SPREAD]: needs 0 <= SPREAD <= BYTES and BYTES + SPREAD <= 1 TiB");
+              o.payload_bytes <= kMaxSynthPayloadBytes && o.payload_bytes + o.payload_spread <= kMaxSynthPayloadBytes,
+          "--payload-bytes BYTES[:SPREAD]: needs 0 <= SPREAD <= BYTES and BYTES + SPREAD <= 1 GiB (a sample is "
+          "made in memory)");
 }
 
 namespace {
@@ -183,9 +195,46 @@ void read_whole_file(const fs::path& path, std::vector<uint8_t>* out) {
 
 }  // namespace
 
+namespace {
+
+// "17.2 GB": sizes in the free-space message.
+std::string gigabytes(double bytes) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%.3g GB", bytes / 1e9);
+  return text;
+}
+
+// The shards' size on disk, from the mean sample (tar headers and padding
+// included), in double: count x samples x bytes can pass int64.
+double estimated_synth_bytes(const SynthOptions& o) {
+  if (o.shard_bytes > 0) return static_cast<double>(o.count) * static_cast<double>(o.shard_bytes);
+  const auto member = [](double bytes) { return 512.0 + std::ceil(bytes / 512.0) * 512.0; };
+  const double token_width = o.field == "txt" ? 1 : o.field == "u16" || (o.field == "npy" && o.vocab <= kMaxU16Vocab) ? 2 : 4;
+  double sample = member(static_cast<double>(o.tokens_mean) * token_width + (o.field == "npy" ? 128 : 0));
+  if (o.payload_bytes > 0) sample += member(static_cast<double>(o.payload_bytes));
+  return static_cast<double>(o.count) * (static_cast<double>(o.samples_per_shard) * sample + 1024.0);
+}
+
+// Before the first byte: a run of synthesis that fills the disk leaves a
+// full file system behind for everyone else on it.
+void check_free_space(const SynthOptions& o) {
+  std::error_code error;
+  const fs::space_info space = fs::space(o.out_dir, error);
+  if (error) return;  // no figure to check against; writing will say what fails
+  const double needed = estimated_synth_bytes(o);
+  if (needed > static_cast<double>(space.available))
+    throw std::runtime_error("synthetic shards: " + std::to_string(o.count) + " shards need about " +
+                             gigabytes(needed) + " but " + o.out_dir + " has " +
+                             gigabytes(static_cast<double>(space.available)) +
+                             " available: make fewer or smaller shards");
+}
+
+}  // namespace
+
 SynthResult synthesize_shards(const SynthOptions& options, const ProgressCallback& progress) {
   check_synth_options(options);
   create_output_directory(options.out_dir);
+  check_free_space(options);
   ShardSeries series(options.out_dir + "/" + options.prefix + "-%06d.tar", options.shard_bytes,
                      options.samples_per_shard);
   const bool by_size = options.shard_bytes > 0;
@@ -294,6 +343,8 @@ VerifyResult verify_shards(const VerifyOptions& options, const ProgressCallback&
   std::string field = options.field;
   std::transform(field.begin(), field.end(), field.begin(), [](unsigned char c) { return std::tolower(c); });
   if (!field.empty()) format = token_format_of_field(field);
+  // vocab 0 is no bound: every id an int32 holds (decode_tokens wants a positive bound).
+  const int64_t vocab = options.vocab > 0 ? options.vocab : int64_t{1} << 31;
 
   int64_t total_bytes = 0;
   for (const std::string& path : options.shards) {
@@ -321,6 +372,8 @@ VerifyResult verify_shards(const VerifyOptions& options, const ProgressCallback&
       continue;
     }
     SampleReader samples(tar, options.max_member_bytes);
+    const int64_t samples_before = result.samples, tokens_before = result.tokens, errors_before = result.errors;
+    int64_t member_bytes = 0;
     for (;;) {
       try {
         if (!samples.next(&sample)) break;
@@ -330,18 +383,29 @@ VerifyResult verify_shards(const VerifyOptions& options, const ProgressCallback&
         continue;
       }
       ++result.samples;
+      member_bytes += sample.bytes;
       if (format) {
         const SampleMember* member = sample.find(field);
         tokens.clear();
         if (member == nullptr)
           record(at_offset(path, sample.offset, "sample " + sample.key + " has no '" + field + "' member"));
-        else if (!decode_tokens(*format, member->data.data(), member->data.size(), options.vocab, &tokens,
-                                &decode_error))
+        else if (!decode_tokens(*format, member->data.data(), member->data.size(), vocab, &tokens, &decode_error))
           record(at_offset(path, sample.offset, "sample " + sample.key + ": " + decode_error));
         else
           result.tokens += static_cast<int64_t>(tokens.size());
       }
       if (progress) progress(bytes_before + tar.storage_bytes(), total_bytes, "bytes");
+    }
+    // A readable shard that gives a loader nothing (only directories or
+    // links, or empty token members) is an error: training on it fails.
+    if (result.errors == errors_before) {
+      if (result.samples == samples_before)
+        record(path + ": no samples (no regular file members)");
+      else if (member_bytes == 0)
+        record(path + ": no data (every member of its " + std::to_string(result.samples - samples_before) +
+               " samples is empty)");
+      else if (format && result.tokens == tokens_before)
+        record(path + ": no tokens (every ." + field + " member is empty)");
     }
     result.bytes += tar.storage_bytes();
     bytes_before += tar.storage_bytes();

@@ -12,6 +12,14 @@ namespace trainbench {
 // Progress callback: (done, total, unit) — the CLI draws a bar from it.
 using ProgressCallback = std::function<void(int64_t done, int64_t total, const char* unit)>;
 
+// Limits of synthetic shards, far above any benchmark's need: a sample is
+// built whole in memory, so a typo in a size must be an error, not an
+// allocation of terabytes (the config's data.synth_* keys share them).
+inline constexpr int64_t kMaxSynthShards = int64_t{1} << 20;            // --count
+inline constexpr int64_t kMaxSynthSamplesPerShard = int64_t{1} << 24;   // --samples
+inline constexpr int64_t kMaxSynthTokensPerSample = int64_t{1} << 24;   // --tokens MEAN + SPREAD
+inline constexpr int64_t kMaxSynthPayloadBytes = int64_t{1} << 30;      // --payload-bytes BYTES + SPREAD
+
 struct SynthOptions {
   std::string out_dir;              // created if missing
   std::string prefix = "train";     // shards are <out_dir>/<prefix>-000000.tar, ...
@@ -38,7 +46,9 @@ struct SynthResult {
 // 1-D '<u2' ('<u4' when vocab > 65536) array for npy, printable ASCII bytes
 // for txt. With shard_bytes, samples fill each shard until the next would
 // pass it. Throws std::invalid_argument for impossible options, naming the
-// CLI option (the CLI exits 2); std::runtime_error when writing fails.
+// CLI option (the CLI exits 2); std::runtime_error when writing fails, or
+// before writing anything when the shards would not fit the free space of
+// out_dir (saying how much they need and how much is free).
 SynthResult synthesize_shards(const SynthOptions& options, const ProgressCallback& progress = {});
 // The checks synthesize_shards starts with, alone (the CLI runs them before
 // creating the output directory). Throws std::invalid_argument.

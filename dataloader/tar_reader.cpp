@@ -2,7 +2,8 @@
 
 #include <archive.h>        // archive_read_* (libarchive)
 #include <archive_entry.h>  // archive_entry_pathname, _size, _filetype, _hardlink
-#include <fcntl.h>          // open, posix_fadvise
+#include <fcntl.h>          // open, fcntl, posix_fadvise
+#include <sys/stat.h>       // fstat: only regular files are shards
 #include <unistd.h>         // close
 
 #include <algorithm>  // std::max
@@ -49,12 +50,21 @@ void TarReader::start_archive(const std::string& path) {
 
 void TarReader::open(const std::string& path) {
   start_archive(path);
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK so that a FIFO does not block the open; only a regular file
+  // is read (a device such as /dev/zero would never end), then blocking
+  // reads as usual.
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd_ < 0) {
     const std::string why = std::strerror(errno);
     close();
     throw DataError(CorruptScope::kShard, path + ": cannot open: " + why);
   }
+  struct stat info;
+  if (::fstat(fd_, &info) != 0 || !S_ISREG(info.st_mode)) {
+    close();
+    throw DataError(CorruptScope::kShard, path + ": not a regular file");
+  }
+  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
   // Shards are read once, front to back: let the kernel read ahead further.
   posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
   if (archive_read_open_fd(archive_, fd_, static_cast<size_t>(block_bytes_)) != ARCHIVE_OK) {

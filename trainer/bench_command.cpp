@@ -19,6 +19,7 @@
 #include "checkpoint/write_bench.h"       // run_write_bench: bench io --write
 #include "comm/collective_bench.h"   // bench_collectives, bench_gradient_step
 #include "comm/communicator.h"       // make_mpi_communicator, launched_by_mpi
+#include "dataloader/data_error.h"  // DataError: a shard list that cannot be read, exit 2
 #include "dataloader/io_bench.h"
 #include "kernels/engine.h"          // make_layout: the gradient elements
 #include "trainer/cli.h"             // CommandError, exit codes
@@ -65,6 +66,19 @@ struct BenchCommand::Options {
 namespace {
 
 constexpr int64_t kRawReadBlock = 4 << 20;  // as `dd bs=4M`
+// Each reader holds a read block, a shuffle buffer and a share of the batch
+// ring: thousands of them exhaust memory (data.readers has the same bound).
+constexpr int64_t kMaxReaders = 256;
+
+// Range checks on the typed text: "--readers: must be an integer between 1
+// and 256 (got '0')" instead of CLI11's saturated values and 309-digit bounds.
+CLI::Validator integer_range(int64_t low, int64_t high) {
+  return CLI::Validator([=](std::string& text) { return integer_in_range(text, low, high); },
+                        std::to_string(low) + ".." + std::to_string(high));
+}
+CLI::Validator number_range(double low, double high) {
+  return CLI::Validator([=](std::string& text) { return number_in_range(text, low, high); }, "");
+}
 
 // tokens/s one rank consumed in a finished run: the result JSON's global rate
 // over its ranks.
@@ -135,12 +149,12 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
   io_->add_option("--set", o.overrides, "override a key: section.key=value (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
-  io_->add_option("--readers", o.readers, "reader counts to measure (default 1,2,4)")
+  io_->add_option("--readers", o.readers, "reader counts to measure, 1..256 (default 1,2,4)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(integer_range(1, kMaxReaders));
   io_->add_option("--seconds", o.seconds, "longest time per measurement (default 30); "
                                           "a measurement otherwise reads every shard once")
-      ->check(CLI::PositiveNumber);
+      ->check(number_range(0.001, 86400));
   io_->add_flag("--small-files", o.small_files,
                 "also unpack the samples into one file per member and read that tree");
   io_->add_option("--small-files-dir", o.small_files_dir,
@@ -158,13 +172,13 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
       ->transform(CLI::AsSizeValue(false))
       ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 50));
   io_->add_option("--files", o.write_files, "--write: files per rank, each with its own writer thread (default 2)")
-      ->check(CLI::Range(1, 1024));
+      ->check(integer_range(1, 1024));
   io_->add_flag("--buffered", o.buffered, "--write: write through the page cache (default: O_DIRECT, both sides)");
   io_->add_option("--block-bytes", o.block_bytes, "--write: bytes per write call of the checkpoint (default 64M)")
       ->transform(CLI::AsSizeValue(false))
       ->check(CLI::Range(int64_t{4096}, int64_t{1} << 32));
   io_->add_option("--repeats", o.repeats, "--write: checkpoint + plain write pairs; medians reported (default 3)")
-      ->check(CLI::Range(1, 1000));
+      ->check(integer_range(1, 1000));
 
   comm_ = bench_->add_subcommand(
       "comm", "the network alone: the model's gradient buckets and a size sweep of all-reduce, "
@@ -180,11 +194,11 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
       ->transform(CLI::AsSizeValue(false))
       ->check(CLI::PositiveNumber);
   comm_->add_option("--factor", o.factor, "each size of the sweep is the previous one times this (default 4)")
-      ->check(CLI::Range(1.01, 1024.0));
+      ->check(number_range(1.01, 1024.0));
   comm_->add_option("--iters", o.iters, "timed iterations per size; the median is reported (default 20)")
-      ->check(CLI::PositiveNumber);
+      ->check(integer_range(1, 1000000));
   comm_->add_option("--warmup-iters", o.warmup_iters, "untimed iterations before them (default 5)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_range(0, 1000000));
   comm_->add_option("--out", o.out, "write the figures as JSON here (rank 0)");
 
   instrument_ = bench_->add_subcommand(
@@ -193,8 +207,10 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
   instrument_->add_option("--set", o.overrides, "override a key: section.key=value (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
-  instrument_->add_option("--pairs", o.pairs, "timed + untimed block pairs (default 40)");
-  instrument_->add_option("--block-steps", o.block_steps, "measured steps per block (default 10)");
+  instrument_->add_option("--pairs", o.pairs, "timed + untimed block pairs (default 40)")
+      ->check(integer_range(2, 100000));
+  instrument_->add_option("--block-steps", o.block_steps, "measured steps per block (default 10)")
+      ->check(integer_range(1, 100000));
   instrument_->add_option("--out", o.out, "result JSON path (default trainbench-instrument.json)");
   bench_->require_subcommand(1);
 }
@@ -264,9 +280,23 @@ int BenchCommand::run_io() {
     throw CommandError{kExitUserError, "--out " + o.out + ": its directory does not exist"};
 
   DataSetup setup;
-  const std::vector<std::string> shards = shards_for_run(config, 1, &setup);
+  std::vector<std::string> shards;
+  try {
+    shards = shards_for_run(config, 1, &setup);
+  } catch (const DataError&) {
+    throw;  // the shard list: exit 2
+  } catch (const std::exception& e) {
+    // Making the temporary shards failed (no space, no temporary folder).
+    throw CommandError{kExitEnvironmentError, std::string("data: ") + e.what()};
+  }
   int64_t total_bytes = 0;
-  for (const std::string& path : shards) total_bytes += static_cast<int64_t>(fs::file_size(path));
+  for (const std::string& path : shards) {
+    // resolve_shard_list took regular files only; one replaced since is named, not an internal error.
+    std::error_code error;
+    const uintmax_t size = fs::file_size(path, error);
+    if (error) throw DataError(CorruptScope::kShard, path + ": cannot get its size: " + error.message());
+    total_bytes += static_cast<int64_t>(size);
+  }
   const FilesystemInfo fs_info = describe_filesystem("data", setup.data_path);
   const int64_t max_readers = *std::max_element(o.readers.begin(), o.readers.end());
   std::printf("bench io: %s\n", setup.description.c_str());

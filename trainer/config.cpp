@@ -19,6 +19,7 @@
 #include <yaml-cpp/yaml.h>  // YAML::Load, YAML::Node, YAML::Exception
 
 #include "dataloader/data_error.h"    // DataError from token_format_of_field
+#include "dataloader/shard_tools.h"   // kMaxSynth*: data.synth_* share the limits of shards synth
 #include "dataloader/token_decode.h"  // token_format_of_field: data.field must name a format
 #include "trainer/presets.h"  // embedded_presets(): configs/*.yaml compiled in
 
@@ -42,6 +43,11 @@ struct KeySpec {
   FieldPtr (*field)(Config&);
   Bound bound = Bound::kAny;
   std::vector<std::string_view> choices = {};  // allowed strings; empty = any
+  // > 0: the largest value accepted. Counts and sizes that allocate memory,
+  // threads or files get one that no real setup reaches, so that a typo
+  // (an extra zero, a value in bytes instead of MiB) is an error naming the
+  // key rather than a crash, a hang or a full disk.
+  int64_t max = 0;
 };
 
 // The name is spelled from the member path, so a key and the field it sets
@@ -59,8 +65,9 @@ const std::vector<KeySpec>& key_table() {
   static const std::vector<KeySpec> keys = {
       TRAINBENCH_KEY(model, vocab, Bound::kPositive),
       TRAINBENCH_KEY(model, d_model, Bound::kPositive),
-      TRAINBENCH_KEY(model, n_layers, Bound::kPositive),
-      KeySpec{"model.n_layers_full", [](Config& c) -> FieldPtr { return &c.n_layers_full; }, Bound::kNonNegative},
+      TRAINBENCH_KEY(model, n_layers, Bound::kPositive, {}, kMaxLayers),
+      KeySpec{"model.n_layers_full", [](Config& c) -> FieldPtr { return &c.n_layers_full; }, Bound::kNonNegative, {},
+              kMaxLayers},
       TRAINBENCH_KEY(model, n_heads, Bound::kPositive),
       TRAINBENCH_KEY(model, n_kv_heads, Bound::kPositive),
       TRAINBENCH_KEY(model, ffn_hidden, Bound::kPositive),
@@ -82,7 +89,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(train, device, Bound::kAny, {"auto", "cpu", "cuda"}),
       TRAINBENCH_KEY(train, attention, Bound::kAny, {"auto", "cudnn", "gemm"}),
       TRAINBENCH_KEY(train, deterministic),
-      TRAINBENCH_KEY(train, threads, Bound::kNonNegative),
+      TRAINBENCH_KEY(train, threads, Bound::kNonNegative, {}, kMaxThreads),
       TRAINBENCH_KEY(train, seed, Bound::kNonNegative),
       TRAINBENCH_KEY(lora, rank, Bound::kPositive),
       TRAINBENCH_KEY(lora, alpha, Bound::kPositive),
@@ -90,20 +97,20 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(data, source, Bound::kAny, {"shards", "synthetic"}),
       TRAINBENCH_KEY(data, shards),
       TRAINBENCH_KEY(data, field),
-      TRAINBENCH_KEY(data, readers, Bound::kPositive),
-      TRAINBENCH_KEY(data, prefetch, Bound::kPositive),
-      TRAINBENCH_KEY(data, shuffle_buffer, Bound::kNonNegative),
+      TRAINBENCH_KEY(data, readers, Bound::kPositive, {}, 256),
+      TRAINBENCH_KEY(data, prefetch, Bound::kPositive, {}, 1024),
+      TRAINBENCH_KEY(data, shuffle_buffer, Bound::kNonNegative, {}, int64_t{1} << 20),
       TRAINBENCH_KEY(data, seed, Bound::kNonNegative),
       TRAINBENCH_KEY(data, eos_token),
       TRAINBENCH_KEY(data, on_corrupt, Bound::kAny, {"fail", "skip"}),
       TRAINBENCH_KEY(data, max_sample_bytes, Bound::kPositive),
-      TRAINBENCH_KEY(data, block_bytes, Bound::kPositive),
+      TRAINBENCH_KEY(data, block_bytes, Bound::kPositive, {}, int64_t{256} << 20),
       TRAINBENCH_KEY(data, timeout_s, Bound::kPositive),
       TRAINBENCH_KEY(data, synthetic_batches, Bound::kPositive),
-      TRAINBENCH_KEY(data, synth_shards, Bound::kPositive),
-      TRAINBENCH_KEY(data, synth_tokens_per_sample, Bound::kPositive),
-      TRAINBENCH_KEY(data, synth_payload_bytes, Bound::kNonNegative),
-      TRAINBENCH_KEY(data, synth_samples_per_shard, Bound::kNonNegative),
+      TRAINBENCH_KEY(data, synth_shards, Bound::kPositive, {}, kMaxSynthShards),
+      TRAINBENCH_KEY(data, synth_tokens_per_sample, Bound::kPositive, {}, kMaxSynthTokensPerSample),
+      TRAINBENCH_KEY(data, synth_payload_bytes, Bound::kNonNegative, {}, kMaxSynthPayloadBytes),
+      TRAINBENCH_KEY(data, synth_samples_per_shard, Bound::kNonNegative, {}, kMaxSynthSamplesPerShard),
       TRAINBENCH_KEY(data, inject_delay_ms, Bound::kNonNegative),
       TRAINBENCH_KEY(comm, backend, Bound::kAny, {"auto", "local", "mpi", "nccl"}),
       TRAINBENCH_KEY(comm, bucket_mb, Bound::kPositive),
@@ -287,6 +294,11 @@ std::optional<std::string> assign(const FieldPtr& field, const YAML::Node& node)
         return std::nullopt;
       }
       if (!node.IsScalar()) return describe(node) + " is not a string";
+      // A NUL ("\0" in a quoted YAML string) would silently cut a path short
+      // where it reaches the operating system.
+      if (node.Scalar().find('\0') != std::string::npos)
+        return "the string contains a NUL byte (\\0) at position " + std::to_string(node.Scalar().find('\0')) +
+               ", which would cut it short";
       *target = node.Scalar();
     } else if constexpr (std::is_same_v<T, bool>) {
       const std::string text = node.IsScalar() ? node.Scalar() : "";
@@ -328,12 +340,19 @@ std::string at(const std::string& origin, const YAML::Mark& mark, bool with_colu
 
 void apply_yaml(Config& config, Sources& sources, const std::string& text,
                 const std::string& origin) {
-  YAML::Node root;
+  std::vector<YAML::Node> documents;
   try {
-    root = YAML::Load(text);
+    documents = YAML::LoadAll(text);
   } catch (const YAML::Exception& e) {
     fail(at(origin, e.mark, /*with_column=*/true) + ": malformed YAML: " + e.msg);
   }
+  // YAML::Load would read the first document and drop the rest unread; an
+  // empty document after it (a trailing "---") loses nothing.
+  for (size_t i = 1; i < documents.size(); ++i)
+    if (!documents[i].IsNull())
+      fail(at(origin, documents[i].Mark()) + ": config " + origin + " has " + std::to_string(documents.size()) +
+           " YAML documents; trainbench reads one");
+  const YAML::Node root = documents.empty() ? YAML::Node() : documents.front();
   if (root.IsNull()) return;  // an empty file: every default
   const std::vector<std::string_view> sections = section_names();
   const std::string sections_list = join(sections, ", ");
@@ -432,6 +451,11 @@ void check_bound(const Checker& checker, const KeySpec& spec, const FieldPtr& fi
       checker.require(value > 0 && value < 100, {spec.name}, "must be a percentage in (0, 100)" + got);
       break;
   }
+  if (spec.max > 0) {
+    const int64_t low = spec.bound == Bound::kPositive ? 1 : 0;
+    checker.require(value <= static_cast<double>(spec.max), {spec.name},
+                    "must be between " + std::to_string(low) + " and " + std::to_string(spec.max) + got);
+  }
 }
 
 // "q, k,v" → {"q", "k", "v"}: commas separate, spaces are ignored.
@@ -447,6 +471,77 @@ std::vector<std::string> split_targets(const std::string& list) {
     }
   }
   return names;
+}
+
+// Element counts that saturate at INT64_MAX instead of wrapping: the sizes of
+// a model are checked with these before any code multiplies them unchecked
+// (the parameter layout, the memory plan, the engines' buffers).
+constexpr int64_t kSaturated = INT64_MAX;
+int64_t mul(int64_t a, int64_t b) {
+  int64_t product;
+  return __builtin_mul_overflow(a, b, &product) ? kSaturated : product;
+}
+int64_t add(int64_t a, int64_t b) {
+  int64_t sum;
+  return __builtin_add_overflow(a, b, &sum) ? kSaturated : sum;
+}
+std::string count_text(int64_t count) {
+  return count == kSaturated ? "more than 2^63" : std::to_string(count);
+}
+
+// Parameters, each weight matrix and the activations of one micro-batch must
+// stay under limits no real model reaches (kMaxParameters,
+// kMaxActivationElements), so that every later size computation in int64 —
+// bytes, per-rank shards, the memory plan — is exact. Every size is positive
+// here (check_bound ran first).
+void check_model_sizes(const Checker& checker, const Config& config) {
+  const ModelShape& m = config.model;
+  const int64_t layers = std::max(m.n_layers, config.n_layers_full);
+  const int64_t d = m.d_model, f = m.ffn_hidden, kv = m.kv_dim();
+  const std::string limit = " exceeds the limit of " + std::to_string(kMaxParameters) + " (2^40)";
+  const int64_t attention = mul(d, d);
+  checker.require(attention <= kMaxParameters, {"model.d_model"},
+                  "an attention projection of model.d_model x model.d_model has " + count_text(attention) +
+                      " parameters, which" + limit);
+  const int64_t embedding = mul(m.vocab, d);
+  checker.require(embedding <= kMaxParameters, {"model.vocab", "model.d_model"},
+                  "the embedding of model.vocab x model.d_model has " + count_text(embedding) +
+                      " parameters, which" + limit);
+  const int64_t mlp = mul(f, d);
+  checker.require(mlp <= kMaxParameters, {"model.ffn_hidden", "model.d_model"},
+                  "an MLP projection of model.ffn_hidden x model.d_model has " + count_text(mlp) +
+                      " parameters, which" + limit);
+  // As ParameterLayout lays them out: per layer two norms, wq, wk, wv, wo,
+  // gate, up, down (and LoRA's adapters, rank x (in + out) per target).
+  int64_t per_layer = add(add(mul(2, d), mul(2, attention)), add(mul(2, mul(kv, d)), mul(3, mlp)));
+  if (config.train.mode == "lora")
+    per_layer = add(per_layer, mul(kLoraTargetCount, mul(config.lora.rank, add(d, std::max(d, f)))));
+  const int64_t parameters = add(add(mul(2, embedding), d), mul(layers, per_layer));
+  checker.require(parameters <= kMaxParameters,
+                  {config.n_layers_full > m.n_layers ? "model.n_layers_full" : "model.n_layers"},
+                  std::to_string(layers) + " layers make " + count_text(parameters) + " parameters, which" +
+                      limit);
+
+  // Activations as the engines size them (kernels/cpu activation_sizes,
+  // kernels/cuda carve_engine_views), rounded up: n = micro_batch x seq_len
+  // tokens through every width, the attention probabilities
+  // micro_batch x n_heads x seq_len^2 per layer, and the CPU engine's
+  // seq_len^2 scratch per thread.
+  const int64_t n = mul(config.train.micro_batch, m.seq_len);
+  const int64_t widths = add(add(mul(6, d), mul(4, m.q_dim())), add(mul(4, kv), add(mul(6, f), 8)));
+  const int64_t probs = mul(mul(config.train.micro_batch, m.n_heads), mul(m.seq_len, m.seq_len));
+  int64_t layer_acts = add(mul(n, widths), mul(2, probs));
+  if (config.train.mode == "lora") layer_acts = add(layer_acts, mul(n, mul(config.lora.rank, kLoraTargetCount + 1)));
+  const int64_t final_acts = add(mul(n, add(m.vocab, 64)), mul(n, add(mul(2, d), 8)));
+  const int64_t scratch = mul(mul(m.seq_len, m.seq_len), kMaxThreads);
+  const int64_t activations = add(add(mul(layers, layer_acts), final_acts), scratch);
+  checker.require(activations <= kMaxActivationElements, {"model.seq_len", "train.micro_batch"},
+                  std::to_string(m.seq_len) + " tokens x train.micro_batch " +
+                      std::to_string(config.train.micro_batch) + " need " + count_text(activations) +
+                      " activation elements over " + std::to_string(layers) +
+                      " layers (the attention probabilities micro_batch x n_heads x seq_len^2 alone " +
+                      count_text(probs) + " per layer), more than the limit of " +
+                      std::to_string(kMaxActivationElements) + " (2^56)");
 }
 
 void validate(const Config& config, const Sources& sources) {
@@ -512,6 +607,8 @@ void validate(const Config& config, const Sources& sources) {
                     "the adapters' state is small: use comm.zero 0");
   }
 
+  check_model_sizes(checker, config);
+
   const CheckpointSection& ck = config.checkpoint;
   checker.require(ck.block_bytes % 4096 == 0 && ck.block_bytes >= (1 << 20), {"checkpoint.block_bytes"},
                   "must be a multiple of 4096 and at least 1048576 (O_DIRECT alignment, large writes) (got " +
@@ -544,6 +641,9 @@ void validate(const Config& config, const Sources& sources) {
                   "'" + d.field + "': the shards made when data.shards is empty have a plain "
                   "u16, u32, npy or txt member; name one of those or set data.shards");
 }
+
+// A config states at most a few hundred keys; a larger file is not one.
+constexpr uintmax_t kMaxConfigBytes = uintmax_t{16} << 20;
 
 // An embedded preset named by CONFIG: "tiny", "tiny.yaml" or "configs/tiny.yaml".
 const EmbeddedPreset* find_preset(const std::string& path_or_preset) {
@@ -589,6 +689,14 @@ Config load_config(const std::string& path_or_preset, const std::vector<std::str
   if (std::filesystem::exists(path_or_preset, error)) {
     if (std::filesystem::is_directory(path_or_preset, error))
       fail("config file " + path_or_preset + " is a directory");
+    // Stat before open: a FIFO would block the open, a device (/dev/zero,
+    // /dev/urandom) would be read without end.
+    if (!std::filesystem::is_regular_file(path_or_preset, error))
+      fail("config file " + path_or_preset + " is not a regular file");
+    const uintmax_t size = std::filesystem::file_size(path_or_preset, error);
+    if (!error && size > kMaxConfigBytes)
+      fail("config file " + path_or_preset + " is " + std::to_string(size) + " bytes; a config is at most " +
+           std::to_string(kMaxConfigBytes) + " (16 MiB)");
     std::ifstream file(path_or_preset, std::ios::binary);
     std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
     if (!file && !file.eof())
@@ -614,6 +722,22 @@ bool is_preset(const std::string& name) {
   for (const EmbeddedPreset& preset : embedded_presets())
     if (preset.name == name) return true;
   return false;
+}
+
+std::string integer_in_range(const std::string& text, int64_t low, int64_t high) {
+  bool out_of_range = false;
+  const std::optional<int64_t> value = parse_number<int64_t>(text, &out_of_range);
+  const std::string range = "between " + std::to_string(low) + " and " + std::to_string(high);
+  if (value && *value >= low && *value <= high) return "";
+  return "must be an integer " + range + " (got '" + (text.size() > 40 ? text.substr(0, 37) + "..." : text) + "')";
+}
+
+std::string number_in_range(const std::string& text, double low, double high) {
+  bool out_of_range = false;
+  const std::optional<double> value = parse_number<double>(text, &out_of_range);  // no nan, no inf
+  if (value && *value >= low && *value <= high) return "";
+  return "must be a number between " + format_double(low) + " and " + format_double(high) + " (got '" +
+         (text.size() > 40 ? text.substr(0, 37) + "..." : text) + "')";
 }
 
 nlohmann::json config_to_json(const Config& config) {

@@ -134,6 +134,15 @@ struct Config {
   std::string origin;  // the file path or "preset:<name>" the config came from
 };
 
+// Limits that no real model or machine reaches (the largest Llama 3 has 126
+// layers and 4e11 parameters), checked before anything is allocated so that
+// a typo is exit 2 naming the key, and every size computed later in int64
+// (bytes, shards, the memory plan) is exact.
+inline constexpr int64_t kMaxLayers = 65536;                       // model.n_layers, model.n_layers_full
+inline constexpr int64_t kMaxParameters = int64_t{1} << 40;        // the whole model, and each matrix
+inline constexpr int64_t kMaxActivationElements = int64_t{1} << 56;  // one micro-batch, all layers
+inline constexpr int64_t kMaxThreads = 1024;                       // train.threads
+
 // A user error in the configuration. what() is one line that names the file
 // or key and what is wrong; the CLI prints it and exits 2.
 class ConfigError : public std::runtime_error {
@@ -158,6 +167,14 @@ bool is_preset(const std::string& name);
 
 // The engine's LoraSpec for this config: rank 0 unless train.mode is lora.
 LoraSpec lora_spec(const Config& config);
+
+// Strict checks of a number typed on the command line, for the commands'
+// CLI11 validators: CLI11 alone saturates 99999999999999999999 to INT64_MAX,
+// reads 010 as octal and takes nan and inf. Each returns "" when `text` is
+// an integer (a finite number) in [low, high], else what is wrong, e.g.
+// "must be an integer between 1 and 256 (got 0)".
+std::string integer_in_range(const std::string& text, int64_t low, int64_t high);
+std::string number_in_range(const std::string& text, double low, double high);
 
 nlohmann::json config_to_json(const Config& config);
 // Flat "section.key: value" lines, in declaration order, for the console.

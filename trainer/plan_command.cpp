@@ -11,6 +11,7 @@
 
 #include "kernels/device_info.h"  // query_gpus: --gpu-memory defaults to the visible GPU's
 #include "trainer/cli.h"          // CommandError, exit codes
+#include "trainer/config.h"       // integer_in_range, number_in_range
 #include "trainer/report.h"       // human_bytes, human_count
 #include "trainer/zero_optimizer.h"  // zero_shard: ZeRO-1's cut of the optimizer state
 
@@ -95,10 +96,14 @@ PlanCommand::PlanCommand(CLI::App& app) : options_(std::make_unique<Options>()) 
   plan_->add_option("--set", options_->overrides, "override a key: section.key=value (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
-  plan_->add_option("--gpus-per-node", options_->gpus_per_node, "GPUs per node (default 8)");
+  // Range checks on the typed text: CLI11 alone saturates huge integers and takes nan and inf.
+  plan_->add_option("--gpus-per-node", options_->gpus_per_node, "GPUs per node (default 8)")
+      ->check(CLI::Validator([](std::string& text) { return integer_in_range(text, 1, 1024); }, "1..1024"));
   plan_->add_option("--gpu-memory", options_->gpu_memory_gib,
-                    "GiB per GPU (default: the visible GPU's, else an H200's 140.4)");
-  plan_->add_option("--nodes", options_->nodes, "nodes for full fine-tuning (default 1)");
+                    "GiB per GPU (default: the visible GPU's, else an H200's 140.4)")
+      ->check(CLI::Validator([](std::string& text) { return number_in_range(text, 0.001, 1048576); }, ""));
+  plan_->add_option("--nodes", options_->nodes, "nodes for full fine-tuning (default 1)")
+      ->check(CLI::Validator([](std::string& text) { return integer_in_range(text, 1, 1 << 20); }, "1..1048576"));
   plan_->add_flag("--json", options_->json, "print the plan as JSON instead of a table");
 }
 

@@ -181,9 +181,11 @@ ProjectCommand::ProjectCommand(CLI::App& app) : options_(std::make_unique<Option
                        "depths to train, comma-separated (default 2,4); one depth: no depth fit, the scale "
                        "projection at that depth")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator([](std::string& text) { return integer_in_range(text, 1, kMaxLayers); },
+                             "1.." + std::to_string(kMaxLayers)));
   project_->add_option("--steps", o.steps, "optimizer steps per depth (overrides train.steps)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator([](std::string& text) { return integer_in_range(text, 1, 1000000000); },
+                             "1..1000000000"));
   project_->add_option("--fabric", o.fabric,
                        "the network between nodes: ib-ndr400, roce400, measured (like the ranks here) or "
                        "<GB/s>,<us> per GPU (default ib-ndr400)");

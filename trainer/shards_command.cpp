@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>  // the command line parser
 #include <algorithm>    // std::min
+#include <cstdint>      // INT64_MAX
 #include <cctype>       // std::isdigit, std::toupper
 #include <chrono>       // timing for MB/s and progress redraws
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include "dataloader/shard_tools.h"   // synthesize_shards, pack_directory, verify_shards
 #include "dataloader/shard_writer.h"  // shard_name: checking pack's --out pattern
 #include "trainer/cli.h"              // exit codes
+#include "trainer/config.h"           // integer_in_range: strict numbers on the command line
 #include "trainer/report.h"           // human_bytes
 
 namespace trainbench {
@@ -148,6 +150,13 @@ void print_throughput(int64_t bytes, double seconds) {
   print_summary_line("MB/s", text);
 }
 
+// Range checks on the typed text: CLI11 alone saturates
+// 99999999999999999999 to INT64_MAX and goes on with it.
+CLI::Validator integer_range(int64_t low, int64_t high) {
+  return CLI::Validator([=](std::string& text) { return integer_in_range(text, low, high); },
+                        std::to_string(low) + ".." + std::to_string(high));
+}
+
 std::string shard_range(const std::vector<std::string>& paths) {
   if (paths.empty()) return "0";
   if (paths.size() == 1) return "1 (" + paths.front() + ")";
@@ -165,8 +174,13 @@ ShardsCommand::ShardsCommand(CLI::App& app) {
   synth_->add_option("--out", s.out, "output directory (created if missing)")->type_name("DIR")->required();
   synth_->add_option("--prefix", s.prefix, "shard file prefix: DIR/PREFIX-000000.tar, ... (default: train)")
       ->type_name("PREFIX");
-  synth_->add_option("--count", s.count, "number of shards")->type_name("N")->required();
-  CLI::Option* samples = synth_->add_option("--samples", s.samples, "samples per shard")->type_name("N");
+  synth_->add_option("--count", s.count, "number of shards")
+      ->type_name("N")
+      ->required()
+      ->check(integer_range(1, kMaxSynthShards));
+  CLI::Option* samples = synth_->add_option("--samples", s.samples, "samples per shard")
+                             ->type_name("N")
+                             ->check(integer_range(1, kMaxSynthSamplesPerShard));
   CLI::Option* size = synth_
                           ->add_option("--size", s.size,
                                        "target shard size: a shard ends before the sample that would pass it "
@@ -178,7 +192,9 @@ ShardsCommand::ShardsCommand(CLI::App& app) {
                    "tokens per sample, uniform in [MEAN-SPREAD, MEAN+SPREAD], at least 1; SPREAD defaults to "
                    "0 (default: 512:256)")
       ->type_name("MEAN[:SPREAD]");
-  synth_->add_option("--vocab", s.vocab, "token ids are uniform in [0, V) (default: 50257)")->type_name("V");
+  synth_->add_option("--vocab", s.vocab, "token ids are uniform in [0, V) (default: 50257)")
+      ->type_name("V")
+      ->check(integer_range(1, int64_t{1} << 31));
   synth_
       ->add_option(
           "--field", s.field,
@@ -189,7 +205,9 @@ ShardsCommand::ShardsCommand(CLI::App& app) {
                    "a random payload.bin member per sample of this size, uniform in [BYTES-SPREAD, "
                    "BYTES+SPREAD] (emulates images/audio; default: none)")
       ->type_name("BYTES[:SPREAD]");
-  synth_->add_option("--seed", s.seed, "random seed (default: 1)")->type_name("S");
+  synth_->add_option("--seed", s.seed, "random seed (default: 1)")
+      ->type_name("S")
+      ->check(integer_range(0, INT64_MAX));
 
   pack_ = shards_->add_subcommand("pack",
                                   "pack a directory tree into shards: files sharing a path up to the first "
@@ -207,7 +225,8 @@ ShardsCommand::ShardsCommand(CLI::App& app) {
   pack_
       ->add_option("--max-count", pack_args_.max_count,
                    "at most this many samples per shard (default: no limit)")
-      ->type_name("N");
+      ->type_name("N")
+      ->check(integer_range(0, INT64_MAX));
 
   verify_ = shards_->add_subcommand(
       "verify", "read every shard whole and list every error (exit 2 when the data has any)");
@@ -223,7 +242,8 @@ ShardsCommand::ShardsCommand(CLI::App& app) {
           ->type_name("EXT");
   verify_->add_option("--vocab", verify_args_.vocab, "with --field: token ids must be below V")
       ->type_name("V")
-      ->needs(field);
+      ->needs(field)
+      ->check(integer_range(1, int64_t{1} << 31));
 }
 
 bool ShardsCommand::parsed() const { return shards_->parsed(); }

@@ -2,6 +2,7 @@
 // path (and byte offset where there is one) with exit 2; with
 // data.on_corrupt=skip the run goes on and the result counts what was skipped.
 #include <gtest/gtest.h>
+#include <sys/stat.h>  // mkfifo
 
 #include <cstdint>
 #include <filesystem>
@@ -190,6 +191,37 @@ TEST_F(LoaderCli, BenchIoNamesABadAgainstFile) {
   const CommandResult r = run_command(std::string(TRAINBENCH_BINARY) + " bench io tiny --set data.shards=" +
                                       dir_ + "/good --against " + dir_ + "/not-a-result.json");
   expect_one_line_naming(r, {"--against", "not-a-result.json"});
+}
+
+// A FIFO named like a shard would block the open, a device never ends:
+// run and bench io name the file, exit 2, and do not hang.
+TEST_F(LoaderCli, ShardsThatAreNotRegularFilesAreRefused) {
+  fs::create_directories(dir_ + "/special");
+  ASSERT_EQ(mkfifo((dir_ + "/special/a.tar").c_str(), 0600), 0);
+  const std::string tb = "timeout 60 " + std::string(TRAINBENCH_BINARY);
+  expect_one_line_naming(run_command(tb + " run tiny --steps 6 --set data.shards=" + dir_ + "/special --out " +
+                                     dir_ + "/r.json"),
+                         {dir_ + "/special/a.tar", "is not a regular file"});
+  expect_one_line_naming(run_command(tb + " bench io tiny --set data.shards=" + dir_ +
+                                     "/special --readers 1 --seconds 2"),
+                         {dir_ + "/special/a.tar", "is not a regular file"});
+  expect_one_line_naming(run_command(tb + " run tiny --steps 6 --set data.shards=/dev/urandom --out " + dir_ +
+                                     "/r.json"),
+                         {"/dev/urandom", "is not a regular file"});
+}
+
+// Samples whose token members are all empty would train on nothing but the
+// EOS separators: the run names the shard and exits 2.
+TEST_F(LoaderCli, ADataSetWithoutTokensIsRefused) {
+  const std::string path = dir_ + "/empty-tokens.tar";
+  TarShardWriter writer;
+  writer.open(path);
+  for (const char* key : {"s0", "s1", "s2", "s3", "s4"}) writer.write_sample(key, {{"u16", nullptr, 0}});
+  writer.close();
+  const CommandResult r = run_command("timeout 120 " + std::string(TRAINBENCH_BINARY) +
+                                      " run tiny --steps 6 --set data.readers=1 --set data.shards=" + path +
+                                      " --set checkpoint.every_steps=0 --out " + dir_ + "/r.json");
+  expect_one_line_naming(r, {path, "no readable sample with tokens"});
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include <algorithm>  // std::count, std::sort
 #include <chrono>     // waiting for the writer to start
+#include <cstdint>    // INT64_MAX
 #include <filesystem>
 #include <fstream>
 #include <iterator>  // std::istreambuf_iterator
@@ -23,6 +24,7 @@
 #include "tests/support/temp_dir.h"
 
 #include "dataloader/shard_tools.h"
+#include "dataloader/shard_writer.h"  // TarShardWriter: shards without samples or tokens
 #include "dataloader/tar_reader.h"  // listing what pack wrote
 #include "tests/support/run_command.h"
 
@@ -249,6 +251,17 @@ TEST_F(ShardTools, ImpossibleSynthOptionsNameTheOption) {
       {"no tokens", [](SynthOptions& o) { o.tokens_mean = 0; }, {"--tokens"}},
       {"payload spread", [](SynthOptions& o) { o.payload_spread = 400; }, {"--payload-bytes"}},
       {"prefix with a slash", [](SynthOptions& o) { o.prefix = "a/b"; }, {"--prefix"}},
+      // Sizes beyond the limits: a sample is made whole in memory.
+      {"too many shards", [](SynthOptions& o) { o.count = kMaxSynthShards + 1; }, {"--count", "1048576"}},
+      {"too many samples", [](SynthOptions& o) { o.samples_per_shard = kMaxSynthSamplesPerShard + 1; }, {"--samples"}},
+      {"tokens beyond 2^24", [](SynthOptions& o) { o.tokens_mean = kMaxSynthTokensPerSample; }, {"--tokens", "2^24"}},
+      {"tokens that overflow", [](SynthOptions& o) { o.tokens_spread = INT64_MAX; }, {"--tokens"}},
+      {"a 1 TiB payload",
+       [](SynthOptions& o) {
+         o.payload_bytes = int64_t{1} << 40;
+         o.payload_spread = 0;
+       },
+       {"--payload-bytes", "1 GiB"}},
   };
   for (const BadSynth& c : cases) {
     SynthOptions o = synth_options("bad");
@@ -262,6 +275,71 @@ TEST_F(ShardTools, ImpossibleSynthOptionsNameTheOption) {
     }
   }
   EXPECT_FALSE(fs::exists(dir_ + "/bad")) << "nothing created for impossible options";
+}
+
+// Shards that would not fit the free space are refused before the first
+// byte, saying what they need and what is available.
+TEST_F(ShardTools, SynthThatCannotFitTheDiskWritesNothing) {
+  SynthOptions o = synth_options("full");
+  o.count = kMaxSynthShards;
+  o.samples_per_shard = kMaxSynthSamplesPerShard;  // 2^44 samples: petabytes
+  o.payload_bytes = 0;
+  o.payload_spread = 0;
+  try {
+    synthesize_shards(o);
+    ADD_FAILURE() << "expected std::runtime_error";
+  } catch (const std::runtime_error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("need about"), std::string::npos) << message;
+    EXPECT_NE(message.find("available"), std::string::npos) << message;
+  }
+  EXPECT_FALSE(fs::exists(dir_ + "/full/train-000000.tar"));
+}
+
+// A shard a loader gets nothing from is an error of verify: one with only a
+// directory entry, one whose members are all empty, and with --field one
+// whose token members are empty while another member is not.
+TEST_F(ShardTools, VerifyReportsShardsWithoutSamplesOrTokens) {
+  const std::string dir_only = dir_ + "/dir-only.tar";
+  fs::create_directories(dir_ + "/tree/sub");
+  ASSERT_EQ(run_command("tar -cf " + dir_only + " -C " + dir_ + "/tree sub").exit_code, 0);
+  const std::string empty = dir_ + "/empty.tar";
+  const std::string no_tokens = dir_ + "/no-tokens.tar";
+  {
+    TarShardWriter writer;
+    writer.open(empty);
+    for (int i = 0; i < 3; ++i) writer.write_sample("s" + std::to_string(i), {{"u16", nullptr, 0}});
+    writer.close();
+    const std::string label = "cat";
+    writer.open(no_tokens);
+    for (int i = 0; i < 3; ++i)
+      writer.write_sample("s" + std::to_string(i), {{"u16", nullptr, 0}, {"cls", label.data(), label.size()}});
+    writer.close();
+  }
+  VerifyOptions options;
+  options.shards = {dir_only, empty};
+  VerifyResult result = verify_shards(options);
+  ASSERT_EQ(result.errors, 2) << ::testing::PrintToString(result.error_lines);
+  EXPECT_EQ(result.error_lines[0].rfind(dir_only + ": no samples", 0), 0u) << result.error_lines[0];
+  EXPECT_EQ(result.error_lines[1].rfind(empty + ": no data", 0), 0u) << result.error_lines[1];
+
+  options.shards = {no_tokens};
+  EXPECT_EQ(verify_shards(options).errors, 0) << "without --field the members are just data";
+  options.field = "u16";
+  result = verify_shards(options);
+  ASSERT_EQ(result.errors, 1) << ::testing::PrintToString(result.error_lines);
+  EXPECT_EQ(result.error_lines[0].rfind(no_tokens + ": no tokens", 0), 0u) << result.error_lines[0];
+}
+
+// --field without --vocab checks the format alone (vocab 0: no bound).
+TEST_F(ShardTools, VerifyWithAFieldAndNoVocabularyDecodes) {
+  const SynthResult made = synthesize_shards(synth_options("novocab"));
+  VerifyOptions options;
+  options.shards = made.paths;
+  options.field = "u16";
+  const VerifyResult result = verify_shards(options);
+  EXPECT_EQ(result.errors, 0) << ::testing::PrintToString(result.error_lines);
+  EXPECT_EQ(result.tokens, made.tokens);
 }
 
 // --- through the real binary ---
@@ -352,6 +430,17 @@ TEST_F(ShardTools, CommandLineUserErrorsExit2WithOneLineNamingTheOption) {
       {"shards pack " + dir_ + out + " --max-size 1X", {"--max-size"}},
       {"shards verify " + dir_ + "/missing.tar", {dir_ + "/missing.tar"}},
       {"shards verify " + dir_ + "/file --vocab 10", {"--vocab", "--field"}},
+      // Out-of-range integers are errors, not saturated to 2^63 - 1 (CLI11's way).
+      {"shards synth" + out + " --count 99999999999999999999 --samples 1", {"--count", "between 1 and 1048576"}},
+      {"shards synth" + out + " --count 1 --samples 99999999999999999999", {"--samples", "between 1 and 16777216"}},
+      {"shards synth" + out + " --count 1 --samples 1 --vocab 99999999999999999999", {"--vocab"}},
+      {"shards synth" + out + " --count 1 --samples 1 --seed -1", {"--seed"}},
+      {"shards synth" + out + " --count 1 --samples 1 --payload-bytes 1T", {"--payload-bytes", "1 GiB"}},
+      {"shards synth" + out + " --count 1 --samples 1 --payload-bytes 100G", {"--payload-bytes", "1 GiB"}},
+      {"shards synth" + out + " --count 1 --samples 1 --tokens 10000000000", {"--tokens"}},
+      {"shards pack " + dir_ + out + " --max-count 99999999999999999999", {"--max-count"}},
+      {"shards verify " + dir_ + "/file --field u16 --vocab 0", {"--vocab", "between 1 and"}},
+      {"shards verify " + dir_ + "/file --field u16 --vocab 99999999999999999999", {"--vocab"}},
   };
   for (const BadCommand& c : cases) {
     const CommandResult result = run_command(binary() + " " + c.args);
@@ -362,6 +451,33 @@ TEST_F(ShardTools, CommandLineUserErrorsExit2WithOneLineNamingTheOption) {
       EXPECT_NE(result.err.find(word), std::string::npos) << c.args << ": " << result.err;
   }
   EXPECT_FALSE(fs::exists(dir_ + "/o/train-000000.tar"));
+}
+
+// Special files: verify must not block opening a FIFO nor read a device
+// without end; each is named, exit 2.
+TEST_F(ShardTools, CommandLineVerifyRefusesFilesThatAreNotRegular) {
+  fs::create_directories(dir_ + "/special");
+  ASSERT_EQ(mkfifo((dir_ + "/special/a.tar").c_str(), 0600), 0);
+  fs::create_symlink("/dev/zero", dir_ + "/zero.tar");
+  for (const std::string& spec : {dir_ + "/special", dir_ + "/special/a.tar", std::string("/dev/urandom"),
+                                  dir_ + "/zero.tar"}) {
+    const CommandResult result = run_command("timeout 60 " + binary() + " shards verify " + spec);
+    EXPECT_EQ(result.exit_code, 2) << spec << "\n" << result.err;
+    EXPECT_EQ(count_lines(result.err), 1) << spec << "\n" << result.err;
+    EXPECT_NE(result.err.find("is not a regular file"), std::string::npos) << spec << ": " << result.err;
+  }
+}
+
+// A disk that cannot take the shards: exit 3 with what is needed and what
+// is available, before a shard is written.
+TEST_F(ShardTools, CommandLineSynthBeyondTheFreeSpaceExits3) {
+  const CommandResult result = run_command(binary() + " shards synth --out " + dir_ +
+                                           "/big --count 1048576 --samples 16777216");
+  EXPECT_EQ(result.exit_code, 3) << result.err;
+  EXPECT_EQ(count_lines(result.err), 1) << result.err;
+  EXPECT_NE(result.err.find("need about"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("available"), std::string::npos) << result.err;
+  EXPECT_FALSE(fs::exists(dir_ + "/big/train-000000.tar"));
 }
 
 TEST_F(ShardTools, AKilledSynthLeavesOnlyWholeShardsAndOnePartial) {

@@ -3,6 +3,7 @@
 // names what is wrong ("trainbench: <message>").
 #include <fcntl.h>     // open
 #include <signal.h>    // kill
+#include <sys/stat.h>  // mkfifo
 #include <sys/wait.h>  // waitpid
 #include <unistd.h>    // fork, execv, dup2, chdir, mkdtemp
 
@@ -149,6 +150,46 @@ TEST(CliErrors, UnknownSubcommand) {
 TEST(CliErrors, UnknownOption) {
   const TempDir dir;
   expect_user_error(run_trainbench({"run", "tiny", "--frobnicate"}, dir.path()), {"--frobnicate"});
+}
+
+// A FIFO as CONFIG would block the read, a device would never end.
+TEST(CliErrors, ConfigThatIsNotARegularFile) {
+  const TempDir dir;
+  const std::string fifo = (dir.path() / "fifo.yaml").string();
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  expect_user_error(run_trainbench({"run", fifo}, dir.path()), {"config file " + fifo + " is not a regular file"});
+  expect_user_error(run_trainbench({"run", "/dev/urandom"}, dir.path()),
+                    {"config file /dev/urandom is not a regular file"});
+}
+
+// Numbers on the command line: a range that names the option, not CLI11's
+// saturated values, 309-digit bounds, or nan taken as a number.
+TEST(CliErrors, OptionNumbersOutOfRange) {
+  const TempDir dir;
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> expected;
+  };
+  const std::vector<Case> cases = {
+      {{"bench", "io", "--readers", "0"}, {"--readers: must be an integer between 1 and 256 (got '0')"}},
+      {{"bench", "io", "--readers", "1,100000"}, {"--readers", "between 1 and 256", "100000"}},
+      {{"bench", "io", "--readers", "a"}, {"--readers", "between 1 and 256"}},
+      {{"bench", "io", "--seconds", "0"}, {"--seconds: must be a number between"}},
+      {{"bench", "io", "--seconds", "nan"}, {"--seconds", "'nan'"}},
+      {{"bench", "comm", "--iters", "0"}, {"--iters", "between 1 and"}},
+      {{"bench", "comm", "--factor", "nan"}, {"--factor", "'nan'"}},
+      {{"project", "--layers", "0"}, {"--layers: must be an integer between 1 and 65536 (got '0')"}},
+      {{"project", "--steps", "99999999999999999999"}, {"--steps", "between 1 and"}},
+      {{"plan", "--gpu-memory", "nan"}, {"--gpu-memory", "'nan'"}},
+      {{"plan", "--gpu-memory", "inf"}, {"--gpu-memory", "'inf'"}},
+      {{"plan", "--nodes", "99999999999999999999"}, {"--nodes", "between 1 and"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args[0] + " " + c.args[1] + " " + c.args[2] + " " + c.args.back());
+    const RunResult result = run_trainbench(c.args, dir.path());
+    expect_user_error(result, c.expected);
+    EXPECT_EQ(result.stderr_text.find("179769313486"), std::string::npos) << result.stderr_text;
+  }
 }
 
 // NCCL reduces device buffers: asked for on the cpu engine it is a

@@ -2,9 +2,11 @@
 // one-line errors that name the key.
 #include "trainer/config.h"
 
+#include <sys/stat.h>  // mkfifo
 #include <unistd.h>  // mkdtemp, chdir
 
 #include <algorithm>   // std::count, std::find
+#include <cstdint>     // INT64_MAX
 #include <filesystem>  // temporary config files, configs/ in the source tree
 #include <fstream>     // writing them
 #include <set>         // comparing name sets
@@ -158,6 +160,47 @@ TEST(LoadConfig, DirectoryIsRefused) {
   const std::string message = config_error([&] { load_config(dir.path().string()); });
   EXPECT_NE(message.find(dir.path().string()), std::string::npos) << message;
   EXPECT_NE(message.find("directory"), std::string::npos) << message;
+}
+
+// Stat before open: a FIFO would block reading the config, a device
+// (/dev/urandom) would be read without end.
+TEST(LoadConfig, SpecialFilesAreRefused) {
+  const TempDir dir;
+  const std::string fifo = (dir.path() / "fifo.yaml").string();
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path : {fifo, std::string("/dev/urandom"), std::string("/dev/null")}) {
+    const std::string message = config_error([&] { load_config(path); });
+    EXPECT_EQ(message, "config file " + path + " is not a regular file");
+  }
+}
+
+// A trailing "---" adds an empty document, which loses nothing.
+TEST(ParseConfig, AnEmptyDocumentAfterTheFirstIsAllowed) {
+  EXPECT_EQ(parse_config("model:\n  n_layers: 3\n---\n", "x.yaml").model.n_layers, 3);
+}
+
+// Real shapes stay far below the size limits, long contexts included.
+TEST(Validate, RealModelsAreWithinTheSizeLimits) {
+  EXPECT_NO_THROW(load_config("llama3-70b", {"model.seq_len=131072"}));
+  EXPECT_NO_THROW(load_config("llama3-70b", {"model.n_layers=126", "model.d_model=16384", "model.n_heads=128",
+                                             "model.ffn_hidden=53248", "model.n_layers_full=126"}));
+  EXPECT_NO_THROW(load_config("tiny", {"train.threads=1024", "data.readers=256", "model.n_layers=65536"}));
+}
+
+// The command lines' strict numbers: what CLI11 alone would saturate, read
+// as octal or take as nan.
+TEST(CommandLineNumbers, IntegersAndNumbersInRange) {
+  EXPECT_EQ(integer_in_range("4", 1, 256), "");
+  EXPECT_EQ(integer_in_range("256", 1, 256), "");
+  EXPECT_EQ(integer_in_range("0", 1, 256), "must be an integer between 1 and 256 (got '0')");
+  EXPECT_NE(integer_in_range("99999999999999999999", 1, INT64_MAX), "");
+  EXPECT_NE(integer_in_range("0x10", 1, 256), "");
+  EXPECT_NE(integer_in_range("a", 1, 256), "");
+  EXPECT_NE(integer_in_range("", 1, 256), "");
+  EXPECT_EQ(number_in_range("2.5", 0.001, 86400), "");
+  EXPECT_EQ(number_in_range("nan", 0.001, 86400), "must be a number between 0.001 and 86400 (got 'nan')");
+  EXPECT_NE(number_in_range("inf", 0.001, 86400), "");
+  EXPECT_NE(number_in_range("0", 0.001, 86400), "");
 }
 
 TEST(ParseConfig, EmptyFileKeepsEveryDefault) {

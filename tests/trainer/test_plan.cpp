@@ -154,7 +154,7 @@ TEST(Plan, CliPrintsTheTableAndJsonAndRefusesBadArguments) {
   for (const char* word : {"full (DDP)", "full (ZeRO-1)", "lora", "fits", "80.00 GiB"})
     EXPECT_NE(table.out.find(word), std::string::npos) << word << "\n" << table.out;
 
-  const CommandResult json = run_command(binary + " plan tiny --json --gpus-per-node 4 --nodes 3 --gpu-memory 0.0001");
+  const CommandResult json = run_command(binary + " plan tiny --json --gpus-per-node 4 --nodes 3 --gpu-memory 0.001");
   ASSERT_EQ(json.exit_code, 0) << json.err;
   const nlohmann::json plan = nlohmann::json::parse(json.out);
   ASSERT_EQ(plan.at("rows").size(), 3u);
