@@ -3,6 +3,7 @@
 #include <stdlib.h>  // mkdtemp
 
 #include <algorithm>   // std::max
+#include <cmath>       // std::floor
 #include <filesystem>  // temp_directory_path, remove_all
 #include <stdexcept>
 
@@ -44,10 +45,16 @@ int64_t synth_shard_count(const Config& config, int64_t world) {
 // rather than cycling a few cached samples.
 int64_t synth_samples_per_shard_for_run(const Config& config, int64_t world) {
   const DataSection& d = config.data;
-  const int64_t step_tokens = config.train.micro_batch * config.train.grad_accum * config.model.seq_len;
-  const int64_t run_tokens = step_tokens * config.train.steps * world;
-  const int64_t buffer_tokens = d.shuffle_buffer * d.synth_tokens_per_sample * d.readers * world;
-  const int64_t total_tokens = std::min<int64_t>(run_tokens + run_tokens / 10 + buffer_tokens, 1LL << 30);
+  // In double: the products of the bounded keys (steps unbounded) can pass
+  // int64, and the total is capped at 2^30 tokens anyway.
+  const double step_tokens = static_cast<double>(config.train.micro_batch) *
+                             static_cast<double>(config.train.grad_accum) * static_cast<double>(config.model.seq_len);
+  const double run_tokens = step_tokens * static_cast<double>(config.train.steps) * static_cast<double>(world);
+  const double buffer_tokens = static_cast<double>(d.shuffle_buffer) * static_cast<double>(d.synth_tokens_per_sample) *
+                               static_cast<double>(d.readers) * static_cast<double>(world);
+  const int64_t total_tokens =
+      static_cast<int64_t>(std::min(run_tokens + std::floor(run_tokens / 10) + buffer_tokens,
+                                    static_cast<double>(int64_t{1} << 30)));
   const int64_t count = synth_shard_count(config, world);
   return std::max<int64_t>(1, (total_tokens / d.synth_tokens_per_sample + count - 1) / count);
 }

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/trainer/bad_config_cases.h"  // the table shared with test_cli_errors
+#include "trainer/data_source.h"              // synth_samples_per_shard_for_run
 
 namespace trainbench {
 namespace {
@@ -362,6 +363,23 @@ TEST(ConfigErrors, UnknownKeySuggestsTheClosest) {
   EXPECT_EQ(config_error([] { load_config("tiny", {"zzz.qqq=3"}); }),
             "--set zzz.qqq=3: unknown key 'zzz.qqq'");
   EXPECT_EQ(config_error([] { load_config("tiny", {"model=3"}); }), "--set model=3: unknown key 'model'");
+}
+
+// The default run's synthetic shards hold about the run's tokens, at most
+// 2^30: train.steps has no upper bound, and its product with the batch and
+// the world size once overflowed int64 (a negative count, then 1 sample).
+TEST(SyntheticShards, SizedToTheRunAndCappedWithoutOverflow) {
+  Config config = load_config("tiny");
+  const int64_t count = synth_shard_count(config, 1);
+  const int64_t small = synth_samples_per_shard_for_run(config, 1);
+  config.train.steps *= 2;
+  EXPECT_GT(synth_samples_per_shard_for_run(config, 1), small) << "twice the steps, more samples";
+  config.train.steps = INT64_MAX / 2;
+  const int64_t cap = ((int64_t{1} << 30) / config.data.synth_tokens_per_sample + count - 1) / count;
+  EXPECT_EQ(synth_samples_per_shard_for_run(config, 1), cap);
+  EXPECT_EQ(synth_samples_per_shard_for_run(config, 4096),
+            ((int64_t{1} << 30) / config.data.synth_tokens_per_sample + synth_shard_count(config, 4096) - 1) /
+                synth_shard_count(config, 4096));
 }
 
 }  // namespace
