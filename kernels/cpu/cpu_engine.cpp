@@ -53,28 +53,59 @@ void AlignedFloats::allocate(int64_t n) {
   data.reset(static_cast<float*>(p));
 }
 
-ActivationSizes activation_sizes(const ModelShape& s, int64_t micro_batch, int threads,
-                                 const LoraSpec& lora) {
+CpuEngineViews carve_cpu_engine_views(const ModelShape& s, const ParameterLayout& layout, int64_t micro_batch,
+                                      int threads, float* base) {
   const int64_t n = micro_batch * s.seq_len;
   const int64_t d = s.d_model, f = s.ffn_hidden;
-  ActivationSizes sizes;
-  sizes.per_layer = n * d                      // residual_in
-                    + n * d + n                // attn norm out, rstd
-                    + n * s.q_dim() + 2 * n * s.kv_dim()
-                    + micro_batch * s.n_heads * s.seq_len * s.seq_len  // probs
-                    + n * s.q_dim()            // attn_out
-                    + n * d                    // residual_mid
-                    + n * d + n                // mlp norm out, rstd
-                    + 3 * n * f;               // gate, up, swiglu_out
-  sizes.final = n * d + n * d + n + n * s.vocab + n + n;
-  const AttentionShape attn{micro_batch, s.seq_len, s.n_heads, s.n_kv_heads, s.head_dim()};
-  sizes.scratch = 2 * n * d + 2 * n * s.q_dim() + 2 * n * s.kv_dim() + 3 * n * f +
-                  attention_scratch_floats(attn, threads);
-  if (lora.enabled()) {
-    sizes.per_layer += n * lora.rank * static_cast<int64_t>(lora.targets.size());  // h per adapter
-    sizes.scratch += n * lora.rank;
+  SliceCarver<float> carve(base);
+  CpuEngineViews v;
+  v.layers.resize(s.n_layers);
+  for (LayerActivations& a : v.layers) {
+    a.residual_in = carve.take(n * d);
+    a.attn_norm_out = carve.take(n * d);
+    a.attn_rstd = carve.take(n);
+    a.q = carve.take(n * s.q_dim());
+    a.k = carve.take(n * s.kv_dim());
+    a.v = carve.take(n * s.kv_dim());
+    a.probs = carve.take(micro_batch * s.n_heads * s.seq_len * s.seq_len);
+    a.attn_out = carve.take(n * s.q_dim());
+    a.residual_mid = carve.take(n * d);
+    a.mlp_norm_out = carve.take(n * d);
+    a.mlp_rstd = carve.take(n);
+    a.gate = carve.take(n * f);
+    a.up = carve.take(n * f);
+    a.swiglu_out = carve.take(n * f);
   }
-  return sizes;
+  FinalActivations& fa = v.final_acts;
+  fa.residual_out = carve.take(n * d);
+  fa.norm_out = carve.take(n * d);
+  fa.rstd = carve.take(n);
+  fa.logits = carve.take(n * s.vocab);
+  fa.losses = carve.take(n);
+  fa.logsumexp = carve.take(n);
+  const LoraSpec& spec = layout.lora_spec();
+  for (size_t i = 0; i < layout.lora_adapters().size(); ++i) v.lora_h.push_back(carve.take(n * spec.rank));
+  v.sizes.kept = carve.used();
+
+  BackwardScratch& sc = v.scratch;
+  sc.d_residual = carve.take(n * d);
+  sc.d_norm_out = carve.take(n * d);
+  sc.d_q = carve.take(n * s.q_dim());
+  sc.d_k = carve.take(n * s.kv_dim());
+  sc.d_v = carve.take(n * s.kv_dim());
+  sc.d_attn_out = carve.take(n * s.q_dim());
+  sc.d_swiglu = carve.take(n * f);
+  sc.d_gate = carve.take(n * f);
+  sc.d_up = carve.take(n * f);
+  const AttentionShape attn{micro_batch, s.seq_len, s.n_heads, s.n_kv_heads, s.head_dim()};
+  sc.attention = carve.take(attention_scratch_floats(attn, threads));
+  sc.lora = spec.enabled() ? carve.take(n * spec.rank) : nullptr;
+  v.sizes.scratch = carve.used() - v.sizes.kept;
+  return v;
+}
+
+ActivationSizes activation_sizes(const ModelShape& s, int64_t micro_batch, int threads, const LoraSpec& lora) {
+  return carve_cpu_engine_views(s, ParameterLayout(s, lora), micro_batch, threads, nullptr).sizes;
 }
 
 MemoryPlan plan_cpu_memory(const EngineOptions& options) {
@@ -86,7 +117,7 @@ MemoryPlan plan_cpu_memory(const EngineOptions& options) {
   plan.parameter_bytes = padded_count(layout.total_params(), options.pad_buffers_to) * 4;
   plan.gradient_bytes = padded_count(layout.trainable_params(), options.pad_buffers_to) * 4;
   plan.optimizer_bytes = 2 * (shard.end - shard.begin) * 4;
-  plan.activation_bytes = (acts.per_layer * options.shape.n_layers + acts.final) * 4;
+  plan.activation_bytes = acts.kept * 4;
   plan.workspace_bytes = acts.scratch * 4;
   return plan;
 }
@@ -107,7 +138,7 @@ CpuEngine::CpuEngine(const EngineOptions& options)
   adam_m_.allocate(shard_.end - shard_.begin);
   adam_v_.allocate(shard_.end - shard_.begin);
   const ActivationSizes sizes = activation_sizes(shape_, micro_batch_, threads_, options.lora);
-  activations_.allocate(sizes.total(shape_.n_layers));
+  activations_.allocate(sizes.total());
   assign_activation_views();
 
   std::memset(params_.get(), 0, sizeof(float) * params_.count);
@@ -128,52 +159,17 @@ CpuEngine::~CpuEngine() {
 }
 
 void CpuEngine::assign_activation_views() {
-  const int64_t n = micro_batch_ * shape_.seq_len;
-  const int64_t d = shape_.d_model, f = shape_.ffn_hidden;
-  SliceCarver<float> carve(activations_.get());
-  layer_acts_.resize(shape_.n_layers);
-  for (LayerActivations& a : layer_acts_) {
-    a.residual_in = carve.take(n * d);
-    a.attn_norm_out = carve.take(n * d);
-    a.attn_rstd = carve.take(n);
-    a.q = carve.take(n * shape_.q_dim());
-    a.k = carve.take(n * shape_.kv_dim());
-    a.v = carve.take(n * shape_.kv_dim());
-    a.probs = carve.take(micro_batch_ * shape_.n_heads * shape_.seq_len * shape_.seq_len);
-    a.attn_out = carve.take(n * shape_.q_dim());
-    a.residual_mid = carve.take(n * d);
-    a.mlp_norm_out = carve.take(n * d);
-    a.mlp_rstd = carve.take(n);
-    a.gate = carve.take(n * f);
-    a.up = carve.take(n * f);
-    a.swiglu_out = carve.take(n * f);
-  }
-  final_acts_.residual_out = carve.take(n * d);
-  final_acts_.norm_out = carve.take(n * d);
-  final_acts_.rstd = carve.take(n);
-  final_acts_.logits = carve.take(n * shape_.vocab);
-  final_acts_.losses = carve.take(n);
-  final_acts_.logsumexp = carve.take(n);
-  scratch_.d_residual = carve.take(n * d);
-  scratch_.d_norm_out = carve.take(n * d);
-  scratch_.d_q = carve.take(n * shape_.q_dim());
-  scratch_.d_k = carve.take(n * shape_.kv_dim());
-  scratch_.d_v = carve.take(n * shape_.kv_dim());
-  scratch_.d_attn_out = carve.take(n * shape_.q_dim());
-  scratch_.d_swiglu = carve.take(n * f);
-  scratch_.d_gate = carve.take(n * f);
-  scratch_.d_up = carve.take(n * f);
-  const AttentionShape attn{micro_batch_, shape_.seq_len, shape_.n_heads, shape_.n_kv_heads,
-                            shape_.head_dim()};
-  scratch_.attention = carve.take(attention_scratch_floats(attn, threads_));
-
-  const LoraSpec& spec = layout_.lora_spec();
+  const CpuEngineViews views = carve_cpu_engine_views(shape_, layout_, micro_batch_, threads_, activations_.get());
+  layer_acts_ = views.layers;
+  final_acts_ = views.final_acts;
+  scratch_ = views.scratch;
   lora_.assign(shape_.n_layers, std::vector<LoraAdapter>(kLoraTargetCount));
-  scratch_.lora = spec.enabled() ? carve.take(n * spec.rank) : nullptr;
-  for (const ParameterLayout::LoraAdapterTensors& t : layout_.lora_adapters()) {
+  const std::vector<ParameterLayout::LoraAdapterTensors> adapters = layout_.lora_adapters();
+  for (size_t i = 0; i < adapters.size(); ++i) {
+    const ParameterLayout::LoraAdapterTensors& t = adapters[i];
     LoraAdapter& adapter = lora_[t.layer][lora_target_slot(t.target)];
     adapter = {params_.get() + t.a->offset, params_.get() + t.b->offset, grads_.get() + t.a->grad_offset,
-               grads_.get() + t.b->grad_offset, carve.take(n * spec.rank), t.a->shape[1], t.b->shape[0]};
+               grads_.get() + t.b->grad_offset, views.lora_h[i], t.a->shape[1], t.b->shape[0]};
   }
 }
 

@@ -24,13 +24,66 @@ struct AlignedFloats {
   float* get() const { return data.get(); }
 };
 
-// Floats of activation memory per kind, for the memory plan and the views.
-struct ActivationSizes {
-  int64_t per_layer = 0;   // saved for backward, per layer
-  int64_t final = 0;       // final norm, logits, losses
-  int64_t scratch = 0;     // backward temporaries, shared by all layers
-  int64_t total(int64_t n_layers) const { return per_layer * n_layers + final + scratch; }
+// Activations one layer saves for its backward pass.
+struct LayerActivations {
+  float* residual_in;     // [N, D] the layer's input x
+  float* attn_norm_out;   // [N, D]
+  float* attn_rstd;       // [N]
+  float* q;               // [N, q_dim] after RoPE
+  float* k;               // [N, kv_dim] after RoPE
+  float* v;               // [N, kv_dim]
+  float* probs;           // [B, H, T, T]
+  float* attn_out;        // [N, q_dim] before the output projection
+  float* residual_mid;    // [N, D] x + attention
+  float* mlp_norm_out;    // [N, D]
+  float* mlp_rstd;        // [N]
+  float* gate;            // [N, F]
+  float* up;              // [N, F]
+  float* swiglu_out;      // [N, F]
 };
+struct FinalActivations {
+  float* residual_out;    // [N, D] the last layer's output
+  float* norm_out;        // [N, D]
+  float* rstd;            // [N]
+  float* logits;          // [N, V]; dlogits after backward
+  float* losses;          // [N]
+  float* logsumexp;       // [N]
+};
+struct BackwardScratch {
+  float* d_residual;      // [N, D] gradient flowing down the residual stream
+  float* d_norm_out;      // [N, D]
+  float* d_q;             // [N, q_dim]
+  float* d_k;             // [N, kv_dim]
+  float* d_v;             // [N, kv_dim]
+  float* d_attn_out;      // [N, q_dim]
+  float* d_swiglu;        // [N, F]
+  float* d_gate;          // [N, F]
+  float* d_up;            // [N, F]
+  float* attention;       // attention_scratch_floats
+  float* lora;            // [N, rank]: dy·B of one adapter
+};
+
+// Floats of the one activation buffer, for the memory plan and the allocation.
+struct ActivationSizes {
+  int64_t kept = 0;     // saved for backward: every layer's, the final ones, LoRA's h
+  int64_t scratch = 0;  // backward temporaries, shared by all layers
+  int64_t total() const { return kept + scratch; }
+};
+
+// The engine's views into its activation buffer, in carving order: what
+// backward keeps, then its scratch. With a null base the carving only
+// counts (sizes): the memory plan and the allocation take their sizes from
+// it, and the engine assigns its views from the same carving, so the three
+// cannot disagree.
+struct CpuEngineViews {
+  std::vector<LayerActivations> layers;
+  FinalActivations final_acts{};
+  BackwardScratch scratch{};
+  std::vector<float*> lora_h;  // h = x·Aᵀ [N, rank] per adapter, in layout.lora_adapters() order
+  ActivationSizes sizes;
+};
+CpuEngineViews carve_cpu_engine_views(const ModelShape& shape, const ParameterLayout& layout, int64_t micro_batch,
+                                      int threads, float* base);
 ActivationSizes activation_sizes(const ModelShape& shape, int64_t micro_batch, int threads,
                                  const LoraSpec& lora = {});
 MemoryPlan plan_cpu_memory(const EngineOptions& options);
@@ -91,45 +144,6 @@ class CpuEngine : public TrainingEngine {
   struct LayerWeights {
     float *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *w_gate, *w_up, *w_down;
   };
-  // Activations one layer saves for its backward pass.
-  struct LayerActivations {
-    float* residual_in;     // [N, D] the layer's input x
-    float* attn_norm_out;   // [N, D]
-    float* attn_rstd;       // [N]
-    float* q;               // [N, q_dim] after RoPE
-    float* k;               // [N, kv_dim] after RoPE
-    float* v;               // [N, kv_dim]
-    float* probs;           // [B, H, T, T]
-    float* attn_out;        // [N, q_dim] before the output projection
-    float* residual_mid;    // [N, D] x + attention
-    float* mlp_norm_out;    // [N, D]
-    float* mlp_rstd;        // [N]
-    float* gate;            // [N, F]
-    float* up;              // [N, F]
-    float* swiglu_out;      // [N, F]
-  };
-  struct FinalActivations {
-    float* residual_out;    // [N, D] the last layer's output
-    float* norm_out;        // [N, D]
-    float* rstd;            // [N]
-    float* logits;          // [N, V]; dlogits after backward
-    float* losses;          // [N]
-    float* logsumexp;       // [N]
-  };
-  struct BackwardScratch {
-    float* d_residual;      // [N, D] gradient flowing down the residual stream
-    float* d_norm_out;      // [N, D]
-    float* d_q;             // [N, q_dim]
-    float* d_k;             // [N, kv_dim]
-    float* d_v;             // [N, kv_dim]
-    float* d_attn_out;      // [N, q_dim]
-    float* d_swiglu;        // [N, F]
-    float* d_gate;          // [N, F]
-    float* d_up;            // [N, F]
-    float* attention;       // attention_scratch_floats
-    float* lora;            // [N, rank]: dy·B of one adapter
-  };
-
   // One LoRA adapter of one projection: its A and B, their gradients, and
   // h = x·Aᵀ [N, rank] saved for backward. Null a: not adapted.
   struct LoraAdapter {
