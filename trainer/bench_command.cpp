@@ -23,6 +23,7 @@
 #include "dataloader/io_bench.h"
 #include "kernels/engine.h"          // make_layout: the gradient elements
 #include "trainer/cli.h"             // CommandError, exit codes
+#include "trainer/cli_validators.h"  // integer_range, number_range: numbers checked as typed
 #include "trainer/config.h"
 #include "trainer/data_source.h"     // shards_for_run, loader_options
 #include "trainer/environment.h"     // describe_filesystem, trainbench_version
@@ -69,16 +70,6 @@ constexpr int64_t kRawReadBlock = 4 << 20;  // as `dd bs=4M`
 // Each reader holds a read block, a shuffle buffer and a share of the batch
 // ring: thousands of them exhaust memory (data.readers has the same bound).
 constexpr int64_t kMaxReaders = 256;
-
-// Range checks on the typed text: "--readers: must be an integer between 1
-// and 256 (got '0')" instead of CLI11's saturated values and 309-digit bounds.
-CLI::Validator integer_range(int64_t low, int64_t high) {
-  return CLI::Validator([=](std::string& text) { return integer_in_range(text, low, high); },
-                        std::to_string(low) + ".." + std::to_string(high));
-}
-CLI::Validator number_range(double low, double high) {
-  return CLI::Validator([=](std::string& text) { return number_in_range(text, low, high); }, "");
-}
 
 // tokens/s one rank consumed in a finished run: the result JSON's global rate
 // over its ranks.

@@ -11,7 +11,8 @@
 
 #include "kernels/device_info.h"  // query_gpus: --gpu-memory defaults to the visible GPU's
 #include "trainer/cli.h"          // CommandError, exit codes
-#include "trainer/config.h"       // integer_in_range, number_in_range
+#include "trainer/cli_validators.h"  // integer_range, number_range: numbers checked as typed
+#include "trainer/config.h"
 #include "trainer/report.h"       // human_bytes, human_count
 #include "trainer/zero_optimizer.h"  // zero_shard: ZeRO-1's cut of the optimizer state
 
@@ -98,12 +99,12 @@ PlanCommand::PlanCommand(CLI::App& app) : options_(std::make_unique<Options>()) 
       ->allow_extra_args(false);
   // Range checks on the typed text: CLI11 alone saturates huge integers and takes nan and inf.
   plan_->add_option("--gpus-per-node", options_->gpus_per_node, "GPUs per node (default 8)")
-      ->check(CLI::Validator([](std::string& text) { return integer_in_range(text, 1, 1024); }, "1..1024"));
+      ->check(integer_range(1, 1024));
   plan_->add_option("--gpu-memory", options_->gpu_memory_gib,
                     "GiB per GPU (default: the visible GPU's, else an H200's 140.4)")
-      ->check(CLI::Validator([](std::string& text) { return number_in_range(text, 0.001, 1048576); }, ""));
+      ->check(number_range(0.001, 1048576));
   plan_->add_option("--nodes", options_->nodes, "nodes for full fine-tuning (default 1)")
-      ->check(CLI::Validator([](std::string& text) { return integer_in_range(text, 1, 1 << 20); }, "1..1048576"));
+      ->check(integer_range(1, 1 << 20));
   plan_->add_flag("--json", options_->json, "print the plan as JSON instead of a table");
 }
 

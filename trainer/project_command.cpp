@@ -18,6 +18,7 @@
 #include "kernels/engine.h"          // make_layout, plan_engine_memory at the full depth
 #include "kernels/flops.h"           // model_flops_per_token at the full depth
 #include "trainer/cli.h"             // run_config, make_communicator, CommandError
+#include "trainer/cli_validators.h"  // integer_range: numbers checked as typed
 #include "trainer/config.h"
 #include "trainer/environment.h"     // trainbench_version
 #include "trainer/gradient_sync.h"   // gradient_bucket_bytes
@@ -181,11 +182,9 @@ ProjectCommand::ProjectCommand(CLI::App& app) : options_(std::make_unique<Option
                        "depths to train, comma-separated (default 2,4); one depth: no depth fit, the scale "
                        "projection at that depth")
       ->delimiter(',')
-      ->check(CLI::Validator([](std::string& text) { return integer_in_range(text, 1, kMaxLayers); },
-                             "1.." + std::to_string(kMaxLayers)));
+      ->check(integer_range(1, kMaxLayers));
   project_->add_option("--steps", o.steps, "optimizer steps per depth (overrides train.steps)")
-      ->check(CLI::Validator([](std::string& text) { return integer_in_range(text, 1, 1000000000); },
-                             "1..1000000000"));
+      ->check(integer_range(1, 1000000000));
   project_->add_option("--fabric", o.fabric,
                        "the network between nodes: ib-ndr400, roce400, measured (like the ranks here) or "
                        "<GB/s>,<us> per GPU (default ib-ndr400)");

@@ -20,7 +20,7 @@
 #include "dataloader/shard_tools.h"   // synthesize_shards, pack_directory, verify_shards
 #include "dataloader/shard_writer.h"  // shard_name: checking pack's --out pattern
 #include "trainer/cli.h"              // exit codes
-#include "trainer/config.h"           // integer_in_range: strict numbers on the command line
+#include "trainer/cli_validators.h"  // integer_range: numbers checked as typed
 #include "trainer/report.h"           // human_bytes
 
 namespace trainbench {
@@ -148,13 +148,6 @@ void print_throughput(int64_t bytes, double seconds) {
   print_summary_line("seconds", text);
   std::snprintf(text, sizeof(text), "%.1f", seconds > 0 ? static_cast<double>(bytes) / 1e6 / seconds : 0.0);
   print_summary_line("MB/s", text);
-}
-
-// Range checks on the typed text: CLI11 alone saturates
-// 99999999999999999999 to INT64_MAX and goes on with it.
-CLI::Validator integer_range(int64_t low, int64_t high) {
-  return CLI::Validator([=](std::string& text) { return integer_in_range(text, low, high); },
-                        std::to_string(low) + ".." + std::to_string(high));
 }
 
 std::string shard_range(const std::vector<std::string>& paths) {

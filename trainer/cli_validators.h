@@ -1,0 +1,26 @@
+// CLI11 validators for numbers typed on the command line, checked as text by
+// config.h's integer_in_range and number_in_range: CLI11's own checks take a
+// value already converted, so 99999999999999999999 arrived saturated to
+// INT64_MAX, nan and inf passed, and a failure printed a 309-digit bound.
+// Every command's numeric options use these.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "trainer/config.h"  // integer_in_range, number_in_range
+
+namespace trainbench {
+
+inline CLI::Validator integer_range(int64_t low, int64_t high) {
+  return CLI::Validator([=](std::string& text) { return integer_in_range(text, low, high); },
+                        std::to_string(low) + ".." + std::to_string(high));
+}
+
+inline CLI::Validator number_range(double low, double high) {
+  return CLI::Validator([=](std::string& text) { return number_in_range(text, low, high); }, "");
+}
+
+}  // namespace trainbench
