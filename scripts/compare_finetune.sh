@@ -82,6 +82,11 @@ case "$launcher" in
     [ -z "$hostfile$mpirun_args" ] || die "--hostfile and --mpirun-args are for mpirun; under srun the allocation decides" ;;
   *) die "--launcher '$launcher': expected mpirun or srun" ;;
 esac
+if [ "$launcher" = mpirun ] && [ "$(id -u)" = 0 ]; then
+  # As scripts/scale.sh: Open MPI refuses root without both of these (CI
+  # containers run as root); other MPIs ignore them.
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
 if [ -f "$config" ]; then config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config"); fi
 if [ -z "$binary" ]; then binary="$repo/${TRAINBENCH_BUILD_DIR:-${BUILD_DIR:-build}}/trainbench"; fi
 [ -x "$binary" ] || die "$binary is not an executable trainbench (build it: scripts/build.sh, or pass --binary)" 3

@@ -193,7 +193,9 @@ for n in "${rank_counts[@]}"; do
   if [ -n "$ckpt_dir" ]; then cmd+=(--set "checkpoint.dir=$ckpt_dir/ranks-$n"); fi
   cmd+=(--out "$out/ranks-$n.json")
   log="$out/ranks-$n.log"
-  rm -f "$out/ranks-$n.json"
+  # An earlier sweep's result is kept aside, not deleted, until this run has
+  # replaced it: a failed rerun must not cost the figures it was to repeat.
+  if [ -f "$out/ranks-$n.json" ]; then mv -f "$out/ranks-$n.json" "$out/ranks-$n.json.previous"; fi
   printf '%q ' "${cmd[@]}" > "$log"
   printf '\n\n' >> "$log"
   started=$(date +%s)
@@ -203,8 +205,13 @@ for n in "${rank_counts[@]}"; do
   if [ "$code" != 0 ] || [ ! -s "$out/ranks-$n.json" ]; then
     echo "$me: $n rank(s) FAILED (exit $code, ${seconds}s); the end of $log:" >&2
     tail -n 15 "$log" | sed 's/^/  /' >&2
+    if [ -f "$out/ranks-$n.json.previous" ] && [ ! -s "$out/ranks-$n.json" ]; then
+      mv -f "$out/ranks-$n.json.previous" "$out/ranks-$n.json"
+      echo "$me: the earlier $out/ranks-$n.json is kept" >&2
+    fi
     exit $(( code == 0 ? 1 : code ))
   fi
+  rm -f "$out/ranks-$n.json.previous"
   tokens=$(grep -m1 '^  tokens/s' "$log" | sed 's/^  tokens\/s *//' || true)
   echo "$me: $n rank(s): tokens/s ${tokens:-?} (${seconds}s, log $log)"
   results+=("$out/ranks-$n.json")

@@ -267,8 +267,7 @@ int BenchCommand::run_io() {
   const Options& o = *options_;
   const Config config = load_config(o.config, o.overrides);
   const double consumed = o.against.empty() ? 0.0 : consumed_tokens_per_s_per_rank(o.against);
-  if (!o.out.empty() && !fs::is_directory(fs::absolute(o.out).parent_path()))
-    throw CommandError{kExitUserError, "--out " + o.out + ": its directory does not exist"};
+  if (!o.out.empty()) check_result_path(o.out);
 
   DataSetup setup;
   std::vector<std::string> shards;
@@ -396,8 +395,7 @@ int BenchCommand::run_io_write() {
   if (o.block_bytes % kImageAlignment != 0)
     throw CommandError{kExitUserError, "--block-bytes " + std::to_string(o.block_bytes) + " is not a multiple of " +
                                            std::to_string(kImageAlignment)};
-  if (!o.out.empty() && !fs::is_directory(fs::absolute(o.out).parent_path()))
-    throw CommandError{kExitUserError, "--out " + o.out + ": its directory does not exist"};
+  if (!o.out.empty()) check_result_path(o.out);
   std::string folder;
   try {
     folder = make_temporary_directory("trainbench-bench-write", o.write_dir);
@@ -495,8 +493,7 @@ int BenchCommand::run_comm() {
   if (o.max_bytes < o.min_bytes)
     throw CommandError{kExitUserError, "--max-bytes " + std::to_string(o.max_bytes) +
                                            " is smaller than --min-bytes " + std::to_string(o.min_bytes)};
-  if (!o.out.empty() && !fs::is_directory(fs::absolute(o.out).parent_path()))
-    throw CommandError{kExitUserError, "--out " + o.out + ": its directory does not exist"};
+  if (!o.out.empty()) check_result_path(o.out);
   // make_communicator would hand back nccl's bootstrap, and this would measure MPI under nccl's name.
   if (config.comm.backend == "nccl")
     throw CommandError{kExitUserError, "bench comm: comm.backend nccl is not measured yet (the harness fills host "
@@ -518,6 +515,14 @@ int BenchCommand::run_comm() {
   const std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend);
   comm->set_timeout(config.comm.timeout_s);
   comm->set_context("bench comm");
+  // Each rank sizes its buffers from its own options: one given others
+  // corrupted the heap in the first collective.
+  check_ranks_run_the_same_job(config,
+                               "--min-bytes " + std::to_string(o.min_bytes) + " --max-bytes " +
+                                   std::to_string(o.max_bytes) + " --factor " + std::to_string(o.factor) +
+                                   " --iters " + std::to_string(o.iters) + " --warmup-iters " +
+                                   std::to_string(o.warmup_iters),
+                               *comm);
   const int world = comm->world_size();
   std::vector<double> first_on_host(static_cast<size_t>(world));
   comm->all_gather(comm->local_rank() == 0 ? 1.0 : 0.0, first_on_host.data());

@@ -638,6 +638,11 @@ class BurninMonitor final : public RunExtension {
     }
     if (own_step_s_.size() < kStragglerSteps && world > 1)
       job.notes.push_back("stragglers: not judged (fewer than " + std::to_string(kStragglerSteps) + " measured steps)");
+    // A burn-in that measured nothing has shown nothing: no tokens/s to hold
+    // against a baseline or a drift, whatever else passed.
+    if (outcome.summary.measured_steps == 0 || !(outcome.summary.tokens_per_s > 0))
+      job.fail("no step was measured (the run ended within its " + std::to_string(config_->train.warmup_steps) +
+               " warm-up steps): give --duration time for measured steps");
     if (baseline_) {
       now_.tokens_per_s = outcome.summary.tokens_per_s;
       now_.busbw_gbs = median_of([](const HealthPoint& p) { return p.busbw_gbs; });

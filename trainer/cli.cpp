@@ -1,6 +1,7 @@
 #include "trainer/cli.h"
 
 #include <fcntl.h>     // open: --out's probe
+#include <fstream>     // reading an earlier result at --out
 #include <sys/stat.h>  // stat: what --out and its folder are
 #include <unistd.h>    // getpid, close, unlink
 
@@ -134,6 +135,8 @@ ErrorReport describe_current_exception() {
     return {kExitEnvironmentError, e.what()};
   } catch (const CheckpointWriteError& e) {
     return {kExitEnvironmentError, e.what()};
+  } catch (const AtomicWriteError& e) {  // a result file (disk full, a folder gone since the check)
+    return {kExitEnvironmentError, e.what()};
   } catch (const LoaderTimeout& e) {
     return {kExitEnvironmentError, e.what()};
   } catch (const std::bad_alloc&) {
@@ -145,37 +148,17 @@ ErrorReport describe_current_exception() {
   }
 }
 
-// The result is written once the run is over (write_file_atomically: a
-// temporary file next to it, renamed over it). Every reason that could fail
-// is found here instead, before the run, so no run's figures are lost to a
-// bad --out: it probes by creating and removing that very temporary file
-// (an unwritable folder, a regular file as the folder, a name too long).
-// Only a regular file is replaced: a rename over a device node or a folder's
-// entry would destroy what is there.
-void check_output_writable(const std::string& path) {
-  if (path.empty()) throw CommandError{kExitUserError, "--out: the path is empty"};
-  struct stat target {};
-  if (::stat(path.c_str(), &target) == 0 && !S_ISREG(target.st_mode))
-    throw CommandError{kExitUserError, "--out " + path + ": exists and is not a regular file; name a file"};
-  const std::string dir = parent_directory(path);
-  struct stat folder {};
-  if (::stat(dir.c_str(), &folder) != 0)
-    throw CommandError{kExitUserError, "--out " + path + ": directory '" + dir + "' does not exist"};
-  if (!S_ISDIR(folder.st_mode))
-    throw CommandError{kExitUserError, "--out " + path + ": '" + dir + "' is not a directory"};
-  const std::string probe = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw CommandError{kExitUserError, "--out " + path + ": cannot create a file there: " + std::strerror(errno)};
-  ::close(fd);
-  ::unlink(probe.c_str());
-}
-
-// The run's config file, when --out names it too: the result would replace it.
-void check_output_is_not_the_config(const std::string& out, const std::string& config) {
+// Whether `path` holds a JSON object whose "schema" names a trainbench
+// result (trainbench.result/v1, trainbench.bench_io/v1, ...): what --out may
+// replace. Results are a few MB; anything far larger is not one.
+bool is_trainbench_result(const std::string& path) {
   std::error_code error;
-  if (!out.empty() && std::filesystem::equivalent(out, config, error))
-    throw CommandError{kExitUserError, "--out " + out + ": is the config file " + config + "; name another file"};
+  const uintmax_t size = std::filesystem::file_size(path, error);
+  if (error || size > (uintmax_t{256} << 20)) return false;
+  std::ifstream file(path, std::ios::binary);
+  const nlohmann::json json = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object() || !json.contains("schema") || !json["schema"].is_string()) return false;
+  return json["schema"].get<std::string>().rfind("trainbench.", 0) == 0;
 }
 
 // The first key, in a dotted path, where `mine` differs from `root`'s; "" if
@@ -195,17 +178,19 @@ std::string first_difference(const nlohmann::json& root, const nlohmann::json& m
   return root == mine ? "" : at + " = " + mine.dump() + " where rank 0 has " + root.dump();
 }
 
-// Every rank must run the same job. A rank started with another config (a
-// --set given to one rank, a --resume missing on one) either stalled its
-// peers in a collective until comm.timeout_s, its own error never shown, or
-// trained on silently (another micro-batch: tokens/s counted wrong). Rank 0's
-// resolved config goes to every rank, each compares, and all exit 2
-// together: a rank that differs names the first key, rank 0 names the ranks.
-// The report section is not compared: only rank 0 reports.
-void check_ranks_run_the_same_config(const Config& config, const std::string& resume, Communicator& comm) {
+}  // namespace
+
+// A rank started with another config (a --set given to one rank, a --resume
+// or --ceilings missing on one) stalled its peers in a collective until
+// comm.timeout_s, its own error never shown, trained on silently (another
+// micro-batch: tokens/s counted wrong), or corrupted the heap (bench comm's
+// and project's buffers sized by each rank's own options). The report
+// section is not compared: only rank 0 reports.
+void check_ranks_run_the_same_job(const Config& config, const std::string& command_options, Communicator& comm) {
+  if (comm.world_size() < 2) return;
   nlohmann::json mine = config_to_json(config);
   mine.erase("report");
-  mine["--resume"] = resume;
+  mine["command line"] = command_options;
   std::string root_text = comm.rank() == 0 ? mine.dump() : std::string();
   int64_t length = static_cast<int64_t>(root_text.size());
   comm.broadcast(&length, sizeof(length), 0);
@@ -218,12 +203,44 @@ void check_ranks_run_the_same_config(const Config& config, const std::string& re
   for (size_t r = 0; r < differs.size(); ++r)
     if (differs[r] != 0.0) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
   if (ranks.empty()) return;
-  const std::string rule = ": every rank must be started with the same config, --set overrides and --resume";
+  const std::string rule = ": every rank must be started with the same config, --set overrides and options";
   if (!difference.empty())
     throw CommandError{kExitUserError, "rank " + std::to_string(comm.rank()) + " has " + difference + rule};
   throw CommandError{kExitUserError, "rank(s) " + ranks + " were started with another config than rank 0 (their "
                                      "messages name the key)" + rule};
 }
+
+// The result is written once the work is over (write_file_atomically: a
+// temporary file next to it, renamed over it). Every reason that could fail
+// is found here instead: it probes by creating and removing that very
+// temporary file (an unwritable folder, a regular file as the folder, a name
+// too long). Only an earlier result is replaced: the rename would destroy a
+// device node, a FIFO, or an input given by mistake (the config, a shard).
+void check_result_path(const std::string& path) {
+  if (path.empty()) throw CommandError{kExitUserError, "--out: the path is empty"};
+  struct stat target {};
+  if (::stat(path.c_str(), &target) == 0) {
+    if (!S_ISREG(target.st_mode))
+      throw CommandError{kExitUserError, "--out " + path + ": exists and is not a regular file; name a file"};
+    if (target.st_size > 0 && !is_trainbench_result(path))
+      throw CommandError{kExitUserError, "--out " + path + ": exists and is not a trainbench result (schema "
+                                         "trainbench.*); refusing to replace it: name another file"};
+  }
+  const std::string dir = parent_directory(path);
+  struct stat folder {};
+  if (::stat(dir.c_str(), &folder) != 0)
+    throw CommandError{kExitUserError, "--out " + path + ": directory '" + dir + "' does not exist"};
+  if (!S_ISDIR(folder.st_mode))
+    throw CommandError{kExitUserError, "--out " + path + ": '" + dir + "' is not a directory"};
+  const std::string probe = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw CommandError{kExitUserError, "--out " + path + ": cannot create a file there: " + std::strerror(errno)};
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+namespace {
 
 int run_command(const RunOptions& options, const std::string& command_line) {
   std::vector<std::string> overrides = options.overrides;
@@ -246,11 +263,10 @@ int run_command(const RunOptions& options, const std::string& command_line) {
     if (!options.out.empty()) rename("--set report.out=" + options.out, "--out " + options.out);
     throw ConfigError(message);
   }
-  check_output_is_not_the_config(options.out, options.config);
   // With nccl this is its bootstrap (MPI or local) until the GPU is known:
   // wrapped in run_config, after the engine.
   std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend);
-  if (comm->world_size() > 1) check_ranks_run_the_same_config(config, options.resume, *comm);
+  check_ranks_run_the_same_job(config, "--resume " + options.resume + (options.ceilings ? " --ceilings" : ""), *comm);
   try {
     return run_config(config, comm,
                       RunSettings{command_line, options.resume, options.ceilings, true, options.extension})
@@ -275,7 +291,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
       config.report.out.empty() ? "trainbench-result.json" : config.report.out;
   // Rank 0 speaks for the job: the console report and the result JSON.
   const bool reporter = comm->rank() == 0;
-  if (reporter && options.write_result) check_output_writable(result_path);
+  if (reporter && options.write_result) check_result_path(result_path);
   if (!options.resume.empty() && options.resume == "latest" && config.checkpoint.dir.empty())
     throw CommandError{kExitUserError, "--resume latest: set checkpoint.dir to the folder the checkpoints are in"};
   // An unusable checkpoint folder fails here, before anything is allocated.

@@ -35,6 +35,22 @@ struct CommandError {
 // not built, and when nccl is asked for but not built.
 std::unique_ptr<Communicator> make_communicator(const std::string& backend);
 
+// Every rank of a multi-rank command must run the same job: rank 0's
+// resolved config (report.* aside) and `command_options` (the command's own
+// options as one string: --ceilings, --iters, --layers ...) go to every
+// rank, and all ranks throw CommandError (exit 2) together when any differs,
+// the differing rank naming the first key. A no-op for one rank.
+void check_ranks_run_the_same_job(const Config& config, const std::string& command_options, Communicator& comm);
+
+// Throws CommandError (exit 2) when a command's result could not be written
+// to `path` at the end (write_file_atomically) or writing it would destroy
+// something: checked before the work, so no measurement is lost to a bad
+// --out. Refused: an empty path, a folder that does not exist or is not one,
+// a name the file system refuses, anything that is not a regular file, and a
+// non-empty file that is not an earlier trainbench result (the config, a
+// shard, a checkpoint's `latest`).
+void check_result_path(const std::string& path);
+
 // The `run` path on a loaded config, for commands that train more than once
 // in one process (project). MPI initialises once per process, so the caller
 // makes the communicator (make_communicator) and hands it to every run; a

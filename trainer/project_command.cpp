@@ -3,7 +3,6 @@
 #include <CLI/CLI.hpp>  // the command line parser
 #include <algorithm>    // std::max, std::sort
 #include <cstdio>
-#include <filesystem>   // --out's folder
 #include <optional>     // the --verify run
 #include <set>          // distinct --layers
 #include <stdexcept>    // std::invalid_argument from the model
@@ -220,9 +219,7 @@ int ProjectCommand::run() {
   std::vector<int> nodes = o.nodes;
   std::sort(nodes.begin(), nodes.end());
   nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
-  const std::filesystem::path out_dir = std::filesystem::absolute(o.out).parent_path();
-  if (!std::filesystem::is_directory(out_dir))
-    throw CommandError{kExitUserError, "--out " + o.out + ": directory '" + out_dir.string() + "' does not exist"};
+  check_result_path(o.out);
   std::vector<std::string> overrides = o.overrides;
   if (o.steps > 0) overrides.push_back("train.steps=" + std::to_string(o.steps));
   Config config = load_config(o.config, overrides);
@@ -233,6 +230,14 @@ int ProjectCommand::run() {
                                            "model.n_layers_full " + std::to_string(full_layers)};
 
   std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend);
+  std::string depths;
+  for (const int64_t l : layers) depths += (depths.empty() ? "" : ",") + std::to_string(l);
+  std::string node_counts;
+  for (const int n : nodes) node_counts += (node_counts.empty() ? "" : ",") + std::to_string(n);
+  check_ranks_run_the_same_job(config,
+                               "--layers " + depths + " --fabric " + o.fabric + " --nodes " + node_counts +
+                                   " --repeats " + std::to_string(o.repeats) + (o.verify ? " --verify" : ""),
+                               *comm);
   if (fabric.measured && comm->world_size() < 2)
     throw CommandError{kExitUserError, "--fabric measured: needs at least 2 ranks to measure a link (run it under "
                                        "mpirun -np 2 or more)"};

@@ -145,6 +145,17 @@ TEST_F(BurninMpi, AHungRankFailsByNameInsteadOfHangingTheJob) {
   EXPECT_LT(seconds, 60.0) << "bounded by comm.timeout_s, not by the hang";
 }
 
+// A duration that ends within the warm-up measures nothing: FAIL (exit 4),
+// where a baseline or drift with no figure to compare used to pass it.
+TEST(BurninCli, ABurnInThatMeasuredNoStepFails) {
+  testing::TempDir dir("test_burnin_cli");
+  const CommandResult r = run_command(std::string(TRAINBENCH_BINARY) + " burnin tiny --duration 0.001s --out " +
+                                      dir.file("b.json"));
+  EXPECT_EQ(r.exit_code, 4) << r.out << r.err;
+  EXPECT_NE(r.out.find("burn-in verdict: FAIL"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no step was measured"), std::string::npos) << r.out;
+}
+
 TEST(BurninCli, BadInputExitsTwoWithOneLine) {
   testing::TempDir dir("test_burnin_cli");
   struct Case {

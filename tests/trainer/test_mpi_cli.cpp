@@ -97,6 +97,25 @@ TEST(MpiCli, RanksStartedWithDifferentConfigsExitTwoNamingTheKey) {
   EXPECT_LT(seconds, 60.0) << "not the collective timeout (300 s)";
 }
 
+// bench comm sizes its buffers from each rank's own options: rank 1 with
+// another --warmup-iters (or model) is refused before the first collective, where
+// it used to corrupt the heap or hang until comm.timeout_s.
+TEST(MpiCli, BenchCommRanksWithDifferentOptionsExitTwo) {
+  testing::TempDir dir("test_mpi_cli");
+  const std::string wrapper = dir.file("rank1_differs.sh");
+  write_executable(wrapper,
+                   "#!/bin/sh\n"
+                   "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec \"$@\" --warmup-iters 3; fi\n"
+                   "exec \"$@\"\n");
+  const auto begin = std::chrono::steady_clock::now();
+  const CommandResult r = run_command("timeout 120 " + kMpirun + "-np 2 " + wrapper + " " + TRAINBENCH_BINARY +
+                                      " bench comm tiny --max-bytes 4K --iters 1");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("rank 1 has command line = "), std::string::npos) << r.err;
+  EXPECT_LT(seconds, 60.0) << "not the collective timeout (300 s)";
+}
+
 // A failure of one rank alone (here rank 0's --out, which only rank 0
 // writes): that rank ends the job at once with its message, where its peers
 // used to wait in their first collective until comm.timeout_s.

@@ -329,7 +329,7 @@ TEST(Cli, AnOutputThatCannotBeWrittenOrWouldReplaceSomethingFailsBeforeTraining)
            {"tiny --out " + dir.file("a_file") + "/r.json", "is not a directory"},
            {"tiny --out " + long_name, "cannot create a file there: File name too long"},
            {"tiny --out ''", "--out: the path is empty"},
-           {config + " --out " + config, "is the config file"}}) {
+           {config + " --out " + config, "exists and is not a trainbench result"}}) {
     const auto r = run_command(std::string(TRAINBENCH_BINARY) + " run " + c.args + " --steps 7");
     EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.err;
     EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.args << ": " << r.err;
@@ -340,6 +340,14 @@ TEST(Cli, AnOutputThatCannotBeWrittenOrWouldReplaceSomethingFailsBeforeTraining)
   struct stat fifo {};
   ASSERT_EQ(::stat(dir.file("a_fifo").c_str(), &fifo), 0);
   EXPECT_TRUE(S_ISFIFO(fifo.st_mode)) << "the FIFO was replaced";
+
+  // An earlier result is what --out replaces: a second run into it succeeds.
+  const std::string result = dir.file("r.json");
+  for (int run = 0; run < 2; ++run) {
+    const auto r = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 7 --out " + result);
+    ASSERT_EQ(r.exit_code, 0) << "run " << run << ": " << r.err;
+  }
+  EXPECT_EQ(json::parse(testing::read_whole_file(result)).at("schema"), "trainbench.result/v1");
 }
 
 TEST(Cli, CudaWithoutAUsableGpuIsAnEnvironmentError) {
