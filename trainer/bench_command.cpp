@@ -161,13 +161,13 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
                   "temporary directory). Put it on the checkpoint filesystem");
   io_->add_option("--bytes", o.write_bytes, "--write: checkpoint size (default 2G)")
       ->transform(CLI::AsSizeValue(false))
-      ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 50));
+      ->check(integer_range(int64_t{1} << 20, int64_t{1} << 50));
   io_->add_option("--files", o.write_files, "--write: files per rank, each with its own writer thread (default 2)")
       ->check(integer_range(1, 1024));
   io_->add_flag("--buffered", o.buffered, "--write: write through the page cache (default: O_DIRECT, both sides)");
   io_->add_option("--block-bytes", o.block_bytes, "--write: bytes per write call of the checkpoint (default 64M)")
       ->transform(CLI::AsSizeValue(false))
-      ->check(CLI::Range(int64_t{4096}, int64_t{1} << 32));
+      ->check(integer_range(4096, int64_t{1} << 32));
   io_->add_option("--repeats", o.repeats, "--write: checkpoint + plain write pairs; medians reported (default 3)")
       ->check(integer_range(1, 1000));
 
@@ -178,12 +178,14 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
   comm_->add_option("--set", o.overrides, "override a key: section.key=value (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
+  // Host buffers of --max-bytes each: 16 GiB is far above any sweep's need,
+  // and 1P was an allocation of petabytes ("out of memory", no figures).
   comm_->add_option("--min-bytes", o.min_bytes, "smallest size of the sweep (default 1K)")
       ->transform(CLI::AsSizeValue(false))
-      ->check(CLI::PositiveNumber);
-  comm_->add_option("--max-bytes", o.max_bytes, "largest size of the sweep (default 256M)")
+      ->check(integer_range(1, int64_t{1} << 34));
+  comm_->add_option("--max-bytes", o.max_bytes, "largest size of the sweep, at most 16G (default 256M)")
       ->transform(CLI::AsSizeValue(false))
-      ->check(CLI::PositiveNumber);
+      ->check(integer_range(1, int64_t{1} << 34));
   comm_->add_option("--factor", o.factor, "each size of the sweep is the previous one times this (default 4)")
       ->check(number_range(1.01, 1024.0));
   comm_->add_option("--iters", o.iters, "timed iterations per size; the median is reported (default 20)")

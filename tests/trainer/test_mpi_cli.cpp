@@ -29,6 +29,23 @@ void write_executable(const std::string& path, const std::string& text) {
 const std::string kMpirun = std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
                             TRAINBENCH_MPIEXEC + " --oversubscribe ";
 
+// `trainbench ARGS` on two ranks, rank 1 given `rank1_extra` as well; the
+// result and how long the job took.
+struct TimedResult {
+  CommandResult result;
+  double seconds = 0;
+};
+TimedResult run_with_rank1_extra(const testing::TempDir& dir, const std::string& args, const std::string& rank1_extra) {
+  const std::string wrapper = dir.file("rank1_differs.sh");
+  write_executable(wrapper, "#!/bin/sh\nif [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec \"$@\" " + rank1_extra +
+                                "; fi\nexec \"$@\"\n");
+  const auto begin = std::chrono::steady_clock::now();
+  TimedResult timed;
+  timed.result = run_command("timeout 120 " + kMpirun + "-np 2 " + wrapper + " " + TRAINBENCH_BINARY + " " + args);
+  timed.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  return timed;
+}
+
 TEST(MpiCli, TwoRanksTrainTinyAndRankZeroReports) {
   testing::TempDir dir("test_mpi_cli");
   const CommandResult r = run_command(kMpirun + "-np 2 " + TRAINBENCH_BINARY + " run tiny --steps 12 --out " +
@@ -81,15 +98,8 @@ TEST(MpiCli, AKilledRankEndsTheJobWithAnError) {
 // counted wrong (another micro-batch).
 TEST(MpiCli, RanksStartedWithDifferentConfigsExitTwoNamingTheKey) {
   testing::TempDir dir("test_mpi_cli");
-  const std::string wrapper = dir.file("rank1_differs.sh");
-  write_executable(wrapper,
-                   "#!/bin/sh\n"
-                   "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec \"$@\" --set train.micro_batch=4; fi\n"
-                   "exec \"$@\"\n");
-  const auto begin = std::chrono::steady_clock::now();
-  const CommandResult r = run_command("timeout 120 " + kMpirun + "-np 2 " + wrapper + " " + TRAINBENCH_BINARY +
-                                      " run tiny --steps 12 --out " + dir.file("r.json"));
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  const auto [r, seconds] =
+      run_with_rank1_extra(dir, "run tiny --steps 12 --out " + dir.file("r.json"), "--set train.micro_batch=4");
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_NE(r.err.find("rank 1 has train.micro_batch = 4 where rank 0 has 8"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("rank(s) 1 were started with another config than rank 0"), std::string::npos) << r.err;
@@ -102,15 +112,7 @@ TEST(MpiCli, RanksStartedWithDifferentConfigsExitTwoNamingTheKey) {
 // it used to corrupt the heap or hang until comm.timeout_s.
 TEST(MpiCli, BenchCommRanksWithDifferentOptionsExitTwo) {
   testing::TempDir dir("test_mpi_cli");
-  const std::string wrapper = dir.file("rank1_differs.sh");
-  write_executable(wrapper,
-                   "#!/bin/sh\n"
-                   "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec \"$@\" --warmup-iters 3; fi\n"
-                   "exec \"$@\"\n");
-  const auto begin = std::chrono::steady_clock::now();
-  const CommandResult r = run_command("timeout 120 " + kMpirun + "-np 2 " + wrapper + " " + TRAINBENCH_BINARY +
-                                      " bench comm tiny --max-bytes 4K --iters 1");
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  const auto [r, seconds] = run_with_rank1_extra(dir, "bench comm tiny --max-bytes 4K --iters 1", "--warmup-iters 3");
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_NE(r.err.find("rank 1 has command line = "), std::string::npos) << r.err;
   EXPECT_LT(seconds, 60.0) << "not the collective timeout (300 s)";
