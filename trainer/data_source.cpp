@@ -12,6 +12,7 @@
 #include "dataloader/shard_loader.h"  // ShardLoader
 #include "dataloader/shard_tools.h"   // synthesize_shards
 #include "dataloader/token_decode.h"  // token_format_of_field
+#include "trainer/interrupt_cleanup.h"  // remove_on_interrupt: temporary folders
 
 namespace trainbench {
 
@@ -65,6 +66,8 @@ std::string make_temporary_directory(const std::string& prefix, const std::strin
   std::string pattern = (under / (prefix + "-XXXXXX")).string();
   if (mkdtemp(pattern.data()) == nullptr)
     throw std::runtime_error("cannot create a folder under " + under.string());
+  // Every caller removes its folder at exit; an interrupted process as well.
+  remove_on_interrupt(pattern);
   return pattern;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>  // std::system
+#include <sstream>  // the interrupted run's output, line by line
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -348,6 +349,32 @@ TEST(Cli, AnOutputThatCannotBeWrittenOrWouldReplaceSomethingFailsBeforeTraining)
     ASSERT_EQ(r.exit_code, 0) << "run " << run << ": " << r.err;
   }
   EXPECT_EQ(json::parse(testing::read_whole_file(result)).at("schema"), "trainbench.result/v1");
+}
+
+// SIGTERM mid-run (scancel, a timeout): the temporary folders the run made
+// (its synthetic shards, the default checkpoint folder) go too, where they
+// used to stay in the temporary directory; the process still ends by the
+// signal.
+TEST(Cli, AnInterruptedRunLeavesNoTemporaryFolders) {
+  testing::TempDir dir("test_cli_interrupt");
+  const std::string out = dir.file("out.txt");
+  const std::string count = "ls " + dir.path() + " | grep -c '^trainbench-' || true; ";
+  // One subshell around it all, so the output redirection covers every part.
+  const auto r = run_command(
+      "( export TMPDIR=" + dir.path() + "; " + TRAINBENCH_BINARY +
+      " run tiny --steps 100000 --set checkpoint.every_steps=5 --set data.synth_samples_per_shard=64 --out " +
+      dir.file("r.json") + " > " + out + " 2>&1 & pid=$!; " +
+      "for i in $(seq 600); do grep -q 'step ' " + out + " && break; sleep 0.1; done; " + count +
+      "kill -TERM $pid; wait $pid; echo exit=$?; " + count + ")");
+  ASSERT_NE(testing::read_whole_file(out).find("step "), std::string::npos) << "the run never stepped: " << r.out;
+  std::istringstream lines(r.out);
+  std::string before, exit_line, after;
+  std::getline(lines, before);
+  std::getline(lines, exit_line);
+  std::getline(lines, after);
+  EXPECT_EQ(before, "2") << "shards and checkpoint folders while it ran: " << r.out;
+  EXPECT_EQ(exit_line, "exit=143") << "ended by SIGTERM: " << r.out;
+  EXPECT_EQ(after, "0") << "temporary folders left behind: " << r.out;
 }
 
 TEST(Cli, CudaWithoutAUsableGpuIsAnEnvironmentError) {

@@ -1,0 +1,110 @@
+#include "trainer/interrupt_cleanup.h"
+
+#include <fcntl.h>   // O_CLOEXEC
+#include <signal.h>  // sigaction, raise
+#include <unistd.h>  // pipe2, read, write, _exit
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>      // the pause between removal rounds
+
+#include <csignal>     // std::signal
+#include <filesystem>  // remove_all
+#include <mutex>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+namespace trainbench {
+
+namespace {
+
+std::mutex& folders_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+std::vector<std::string>& folders() {
+  static std::vector<std::string> list;
+  return list;
+}
+
+}  // namespace
+
+void remove_on_interrupt(const std::string& folder) {
+  const std::lock_guard<std::mutex> lock(folders_mutex());
+  folders().push_back(folder);
+}
+
+// The handler only passes the signal's number down a pipe (write is
+// async-signal-safe; removing a tree is not): a thread of our own does the
+// work. A handler rather than a blocked mask, because the mask would not
+// cover threads that libraries start before main (OpenBLAS's pool), and a
+// signal delivered to one of them killed the process at once.
+namespace {
+int interrupt_pipe[2] = {-1, -1};
+std::atomic<bool> interrupted{false};  // the cleanup thread has the signal
+
+extern "C" void pass_on_interrupt(int signal_number) {
+  const int saved = errno;
+  if (::write(interrupt_pipe[1], &signal_number, sizeof(signal_number)) < 0) {
+    // Nothing to do in a handler: the signal is lost and the run goes on.
+  }
+  errno = saved;
+}
+}  // namespace
+
+void wait_if_interrupted() {
+  // Removing the folders can make the run fail on its own (its shards are
+  // gone); it must not exit with that failure's code before the signal.
+  while (interrupted) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+void install_interrupt_cleanup() {
+  if (::pipe2(interrupt_pipe, O_CLOEXEC) != 0) return;  // best effort: the default action stays
+  std::thread([]() {
+    int signal_number = 0;
+    ssize_t got = -1;
+    do {
+      got = ::read(interrupt_pipe[0], &signal_number, sizeof(signal_number));
+    } while (got < 0 && errno == EINTR);
+    if (got != static_cast<ssize_t>(sizeof(signal_number))) return;
+    interrupted = true;
+    {
+      const std::lock_guard<std::mutex> lock(folders_mutex());
+      // The other threads go on meanwhile (a checkpoint may be committing
+      // into the folder), so each folder is first renamed away in one step,
+      // and removed again should a writer have re-created its path since.
+      for (int round = 0; round < 5; ++round) {
+        bool any_left = false;
+        for (const std::string& folder : folders()) {
+          std::error_code renamed, ignored;  // already removed, or being written: what can go, goes
+          if (!std::filesystem::exists(folder, ignored)) continue;
+          any_left = true;
+          const std::string doomed = folder + ".interrupted";
+          std::filesystem::rename(folder, doomed, renamed);
+          std::filesystem::remove_all(renamed ? folder : doomed, ignored);
+        }
+        if (!any_left) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    // Die by the signal itself, as without the handler.
+    std::signal(signal_number, SIG_DFL);
+    ::raise(signal_number);
+    ::_exit(128 + signal_number);  // not reached
+  }).detach();
+  struct sigaction action {};
+  action.sa_handler = pass_on_interrupt;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;  // the other threads' reads and writes go on
+  for (const int signal_number : {SIGINT, SIGTERM}) {
+    // A signal the parent set to be ignored stays ignored (a shell's
+    // background job ignores SIGINT: Ctrl-C is not meant for it).
+    struct sigaction before {};
+    if (::sigaction(signal_number, nullptr, &before) == 0 && before.sa_handler == SIG_IGN) continue;
+    ::sigaction(signal_number, &action, nullptr);
+  }
+}
+
+}  // namespace trainbench

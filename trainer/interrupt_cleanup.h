@@ -1,0 +1,28 @@
+// SIGINT and SIGTERM (Ctrl-C, Slurm's scancel, mpirun passing on a kill) end
+// the process without unwinding, so the temporary folders a command made
+// (the default run's synthetic shards and checkpoint folder, bench's scratch
+// folders) stayed in the temporary directory: hundreds of them, hundreds of
+// MB, on a machine whose test runs get killed by timeouts. These two calls
+// remove them first, then let the signal end the process as it would have.
+#pragma once
+
+#include <string>
+
+namespace trainbench {
+
+// Handles SIGINT and SIGTERM (call it first in main): a thread of its own
+// removes every folder remove_on_interrupt named, then ends the process by
+// the same signal (the parent sees it, as before).
+void install_interrupt_cleanup();
+
+// Returns at once unless an interrupt is being handled; then never (the
+// cleanup thread ends the process by the signal). main calls it before it
+// returns: removing the folders can make the run fail on its own, and that
+// failure's exit code must not win over the signal.
+void wait_if_interrupted();
+
+// `folder` is removed (with what is in it) if the process is interrupted.
+// Folders removed since are skipped; nothing else is kept track of.
+void remove_on_interrupt(const std::string& folder);
+
+}  // namespace trainbench
