@@ -84,6 +84,8 @@ std::vector<FinetunePlanRow> plan_finetune(const Config& config, int64_t gpus_pe
   EngineOptions lora = full;
   Config as_lora = config;
   as_lora.train.mode = "lora";
+  as_lora.comm.zero = 0;      // the LoRA row trains without ZeRO-1
+  validate_config(as_lora);   // lora.* as `run` checks them: no row for a rank it would refuse
   lora.lora = lora_spec(as_lora);
   add("lora", gpus_per_node, lora);
   return rows;

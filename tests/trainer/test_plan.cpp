@@ -163,7 +163,9 @@ TEST(Plan, CliPrintsTheTableAndJsonAndRefusesBadArguments) {
   EXPECT_EQ(plan["rows"][0]["trainable_params"], kBase);
   for (const nlohmann::json& row : plan["rows"]) EXPECT_FALSE(row["fits"].get<bool>()) << row.dump();
 
-  for (const char* bad : {"--nodes 0", "--gpus-per-node -1", "--gpu-memory 0", "--set lora.rank=0"}) {
+  // lora.rank above d_model: run refuses it, so the plan prints no row for it.
+  for (const char* bad : {"--nodes 0", "--gpus-per-node -1", "--gpu-memory 0", "--set lora.rank=0",
+                          "--set lora.rank=100000"}) {
     const CommandResult r = run_command(binary + " plan tiny " + bad);
     EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
