@@ -22,8 +22,12 @@ namespace {
 }
 }  // namespace
 
+std::string atomic_write_temporary_path(const std::string& path) {
+  return path + ".tmp." + std::to_string(getpid());
+}
+
 void write_file_atomically(const std::string& path, const std::string& contents) {
-  const std::string temp = path + ".tmp." + std::to_string(getpid());
+  const std::string temp = atomic_write_temporary_path(path);
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("cannot create", temp);
   // Any failure after the temporary exists removes it, keeping errno for the message.

@@ -18,6 +18,11 @@ class AtomicWriteError : public std::runtime_error {
 // bare file name, "/" for a file in the root.
 std::string parent_directory(const std::string& path);
 
+// The temporary file write_file_atomically writes before renaming it over
+// `path`: next to it, named for this process. A caller that checks a path
+// up front (the CLI's --out) probes with this very name.
+std::string atomic_write_temporary_path(const std::string& path);
+
 // Throws AtomicWriteError naming the path and the failing call (errno text).
 // On failure the target is untouched and the temporary file is removed.
 void write_file_atomically(const std::string& path, const std::string& contents);

@@ -5,8 +5,6 @@
 #include <chrono>      // steady seconds
 #include <cstring>     // std::memcpy
 #include <filesystem>  // the folder of a checkpoint
-#include <fstream>     // the name in `latest`
-#include <iomanip>     // std::setw: at most a name's length of it
 #include <thread>      // sleep_for: checkpoint.inject_delay_ms
 #include <utility>
 
@@ -35,19 +33,18 @@ constexpr const char* kDataPositionSection = "data_position";
 // What committed checkpoints `dir` holds, for a message ("latest: step_4",
 // "step_2, step_4"), or "" when none.
 std::string committed_checkpoints_in(const std::string& dir) {
-  const std::vector<CommittedCheckpoint> committed = list_committed(dir);
   std::error_code ignored;
-  const std::string latest_path = dir + "/latest";
-  if (std::filesystem::exists(latest_path, ignored)) {
-    // Named only when it is one of the folders: its bytes are not echoed.
-    std::string latest;
-    std::ifstream(latest_path) >> std::setw(64) >> latest;
-    for (const CommittedCheckpoint& c : committed)
-      if (std::filesystem::path(c.folder).filename() == latest) return "latest: " + latest;
-    return "a latest pointer";
+  if (std::filesystem::exists(dir + "/latest", ignored)) {
+    // Read as --resume latest reads it (bounded, validated); a damaged one is
+    // named, its bytes not echoed.
+    try {
+      return "latest: " + std::filesystem::path(resolve_checkpoint("latest", dir)).filename().string();
+    } catch (const CheckpointError&) {
+      return "a latest pointer";
+    }
   }
   std::string names;
-  for (const CommittedCheckpoint& c : committed)
+  for (const CommittedCheckpoint& c : list_committed(dir))
     names += (names.empty() ? "" : ", ") + std::filesystem::path(c.folder).filename().string();
   return names;
 }

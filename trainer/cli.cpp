@@ -3,7 +3,7 @@
 #include <fcntl.h>     // open: --out's probe
 #include <fstream>     // reading an earlier result at --out
 #include <sys/stat.h>  // stat: what --out and its folder are
-#include <unistd.h>    // getpid, close, unlink
+#include <unistd.h>    // close, unlink
 
 #include <CLI/CLI.hpp>  // the command line parser
 #include <nlohmann/json.hpp>  // the ranks' configs compared
@@ -19,7 +19,7 @@
 #include "comm/communicator.h"        // make_local/mpi/nccl_communicator, nccl_version
 #include "dataloader/data_error.h"    // DataError: exit 2
 #include "dataloader/shard_loader.h"  // LoaderTimeout: exit 3
-#include "checkpoint/atomic_file.h"   // parent_directory of --out
+#include "checkpoint/atomic_file.h"   // parent_directory, atomic_write_temporary_path of --out
 #include "checkpoint/checkpoint_files.h"  // CheckpointError, CheckpointWriteError: exit 2, 3
 #include "kernels/device_info.h"      // query_gpus for device auto
 #include "kernels/engine.h"           // make_engine, plan_engine_memory
@@ -232,7 +232,7 @@ void check_result_path(const std::string& path) {
     throw CommandError{kExitUserError, "--out " + path + ": directory '" + dir + "' does not exist"};
   if (!S_ISDIR(folder.st_mode))
     throw CommandError{kExitUserError, "--out " + path + ": '" + dir + "' is not a directory"};
-  const std::string probe = path + ".tmp." + std::to_string(::getpid());
+  const std::string probe = atomic_write_temporary_path(path);
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0)
     throw CommandError{kExitUserError, "--out " + path + ": cannot create a file there: " + std::strerror(errno)};

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cuda/engine_views.h"
+#include "kernels/cuda/lt_gemm.h"  // padded_leading_dimension: the logits' rows
 
 namespace trainbench::cuda {
 namespace {
@@ -75,7 +76,7 @@ std::vector<View> all_views(const EngineViews& v, const ModelShape& s, int64_t b
   add("residual_out", fa.residual_out, 2 * n * d);
   add("norm_out", fa.norm_out, 2 * n * d);
   add("final rstd", fa.rstd, 4 * n);
-  add("logits", fa.logits, 2 * n * ((s.vocab + 63) / 64 * 64));
+  add("logits", fa.logits, 2 * n * padded_leading_dimension(s.vocab));
   add("losses", fa.losses, 4 * n);
   add("logsumexp", fa.logsumexp, 4 * n);
   const Scratch& sc = v.scratch;
