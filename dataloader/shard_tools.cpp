@@ -229,14 +229,41 @@ void check_free_space(const SynthOptions& o) {
                              " available: make fewer or smaller shards");
 }
 
+// Shards are data someone made: a second run into the same folder must not
+// replace them unasked (fio and tar would; DLIO's generator refuses too).
+void refuse_existing_shards(const std::string& pattern, int64_t max_shards, bool overwrite) {
+  if (overwrite) return;
+  const std::string taken = first_existing_shard(pattern, max_shards);
+  if (!taken.empty())
+    throw std::invalid_argument("--out: " + taken +
+                                " is already there and would be written over: give --overwrite, or "
+                                "another --out");
+}
+
+// True when `inner` is `outer` or lies under it, links resolved.
+bool is_within(const fs::path& inner, const fs::path& outer) {
+  std::error_code error;
+  const fs::path a = fs::weakly_canonical(fs::absolute(inner), error);
+  if (error) return false;
+  const fs::path b = fs::weakly_canonical(fs::absolute(outer), error);
+  if (error) return false;
+  auto ia = a.begin();
+  for (auto ib = b.begin(); ib != b.end(); ++ib, ++ia) {
+    if (ib->empty()) continue;  // "dir/" ends in an empty element
+    if (ia == a.end() || *ia != *ib) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 SynthResult synthesize_shards(const SynthOptions& options, const ProgressCallback& progress) {
   check_synth_options(options);
+  const std::string pattern = options.out_dir + "/" + options.prefix + "-%06d.tar";
+  refuse_existing_shards(pattern, options.count, options.overwrite);
   create_output_directory(options.out_dir);
   check_free_space(options);
-  ShardSeries series(options.out_dir + "/" + options.prefix + "-%06d.tar", options.shard_bytes,
-                     options.samples_per_shard);
+  ShardSeries series(pattern, options.shard_bytes, options.samples_per_shard);
   const bool by_size = options.shard_bytes > 0;
   const int64_t per_shard = by_size ? options.shard_bytes : options.samples_per_shard;
   const int64_t total = options.count > INT64_MAX / per_shard ? INT64_MAX : options.count * per_shard;
@@ -260,6 +287,14 @@ SynthResult synthesize_shards(const SynthOptions& options, const ProgressCallbac
   return result;
 }
 
+void check_pack_destination(const PackOptions& options) {
+  const fs::path out_dir = fs::path(shard_name(options.out_pattern, 0)).parent_path();
+  if (is_within(out_dir.empty() ? fs::path(".") : out_dir, options.input_dir))
+    throw std::invalid_argument("--out " + options.out_pattern + " is inside INPUT_DIR " + options.input_dir +
+                                ": a later pack of it would pack these shards as samples; write them "
+                                "outside it");
+}
+
 PackResult pack_directory(const PackOptions& options, const ProgressCallback& progress) {
   const fs::path root(options.input_dir);
   std::error_code error;
@@ -268,6 +303,8 @@ PackResult pack_directory(const PackOptions& options, const ProgressCallback& pr
                                 (fs::exists(root, error) ? "not a directory" : "no such directory"));
   require(options.max_bytes >= 0 && options.max_count >= 0, "--max-size and --max-count: must be >= 0");
   ShardSeries series(options.out_pattern, options.max_bytes, options.max_count);
+  check_pack_destination(options);
+  const fs::path out_dir = fs::path(shard_name(options.out_pattern, 0)).parent_path();
 
   PackResult result;
   std::vector<SourceFile> files;
@@ -309,7 +346,8 @@ PackResult pack_directory(const PackOptions& options, const ProgressCallback& pr
     throw std::invalid_argument("INPUT_DIR " + options.input_dir + ": no files to pack (" +
                                 std::to_string(result.skipped_non_regular + result.skipped_unnamed) +
                                 " skipped: not regular files, or names webdataset readers ignore)");
-  const fs::path out_dir = fs::path(shard_name(options.out_pattern, 0)).parent_path();
+  // A shard holds at least one sample: no more shards than samples.
+  refuse_existing_shards(options.out_pattern, static_cast<int64_t>(files.size()), options.overwrite);
   if (!out_dir.empty()) create_output_directory(out_dir);
 
   std::vector<std::vector<uint8_t>> buffers;

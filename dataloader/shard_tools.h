@@ -33,6 +33,7 @@ struct SynthOptions {
   int64_t payload_bytes = 0;        // filler member "payload.bin" per sample (emulates images/audio)
   int64_t payload_spread = 0;       //   its size uniform in [bytes - spread, bytes + spread]
   uint64_t seed = 1;
+  bool overwrite = false;           // false: refuse when a shard to write is already there
 };
 
 struct SynthResult {
@@ -46,7 +47,8 @@ struct SynthResult {
 // 1-D '<u2' ('<u4' when vocab > 65536) array for npy, printable ASCII bytes
 // for txt. With shard_bytes, samples fill each shard until the next would
 // pass it. Throws std::invalid_argument for impossible options, naming the
-// CLI option (the CLI exits 2); std::runtime_error when writing fails, or
+// CLI option (the CLI exits 2), and when a shard to write is already there
+// and overwrite is off; std::runtime_error when writing fails, or
 // before writing anything when the shards would not fit the free space of
 // out_dir (saying how much they need and how much is free).
 SynthResult synthesize_shards(const SynthOptions& options, const ProgressCallback& progress = {});
@@ -59,6 +61,7 @@ struct PackOptions {
   std::string out_pattern;   // e.g. "out/data-%06d.tar"
   int64_t max_bytes = 1LL << 30;
   int64_t max_count = 0;     // samples per shard; 0 = no limit
+  bool overwrite = false;    // false: refuse when a shard to write is already there
 };
 
 struct PackResult {
@@ -72,9 +75,14 @@ struct PackResult {
 // "dir/x.jpg" and "dir/x.json" become sample "dir/x" with members jpg and
 // json (key and extension split as webdataset.h says). Throws
 // std::invalid_argument when input_dir is not a directory, holds nothing to
-// pack, or two files would be one member twice (x.JPG and x.jpg);
+// pack, holds the output folder (a later pack of it would pack the shards),
+// or two files would be one member twice (x.JPG and x.jpg), and when a shard
+// to write is already there and overwrite is off;
 // std::runtime_error when a file cannot be read or a shard written.
 PackResult pack_directory(const PackOptions& options, const ProgressCallback& progress = {});
+// The refusal of an output folder inside input_dir, alone (the CLI runs it
+// before creating the output folder). Throws std::invalid_argument.
+void check_pack_destination(const PackOptions& options);
 
 struct VerifyOptions {
   std::vector<std::string> shards;  // resolved paths

@@ -9,10 +9,13 @@
 #include <cerrno>     // errno
 #include <cstdio>     // std::rename, std::remove
 #include <cstring>    // std::strerror
+#include <filesystem>  // first_existing_shard: listing the shards' folder
 #include <memory>     // std::unique_ptr for archive_entry
 #include <stdexcept>  // std::runtime_error, std::invalid_argument
 
 namespace trainbench {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -213,6 +216,42 @@ std::string shard_name(const std::string& pattern, int64_t index) {
   if (static_cast<int>(number.size()) < field.width)
     number.insert(0, static_cast<size_t>(field.width) - number.size(), '0');
   return pattern.substr(0, field.begin) + number + pattern.substr(field.end);
+}
+
+std::string first_existing_shard(const std::string& pattern, int64_t max_shards) {
+  const PatternField field = find_pattern_field(pattern);
+  const size_t slash = pattern.rfind('/');
+  const bool number_in_file_name = slash == std::string::npos || slash < field.begin;
+  std::error_code error;
+  if (!number_in_file_name) {
+    // "out-%d/shard.tar": each shard has a folder of its own; ask for each name.
+    for (int64_t i = 0; i < max_shards; ++i) {
+      const std::string name = shard_name(pattern, i);
+      if (fs::exists(fs::symlink_status(name, error))) return name;
+    }
+    return "";
+  }
+  const size_t name_begin = slash == std::string::npos ? 0 : slash + 1;
+  const std::string dir = slash == std::string::npos ? "." : pattern.substr(0, slash + 1);
+  const std::string before = pattern.substr(name_begin, field.begin - name_begin);
+  const std::string after = pattern.substr(field.end);
+  int64_t lowest = -1;
+  // A missing or unreadable folder holds nothing to write over (creating
+  // or writing into it reports its own error).
+  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= before.size() + after.size() || name.compare(0, before.size(), before) != 0 ||
+        name.compare(name.size() - after.size(), after.size(), after) != 0)
+      continue;
+    const std::string digits = name.substr(before.size(), name.size() - before.size() - after.size());
+    if (digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const int64_t index = std::stoll(digits);
+    // "shard-7.tar" is not what %06d writes for 7: only the exact name counts.
+    if (index < max_shards && (lowest < 0 || index < lowest) &&
+        shard_name(pattern, index) == pattern.substr(0, name_begin) + name)
+      lowest = index;
+  }
+  return lowest < 0 ? "" : shard_name(pattern, lowest);
 }
 
 ShardSeries::ShardSeries(std::string pattern, int64_t max_bytes, int64_t max_samples)

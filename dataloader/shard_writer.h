@@ -63,6 +63,13 @@ class TarShardWriter {
 // exactly one such field.
 std::string shard_name(const std::string& pattern, int64_t index);
 
+// The first shard a series on `pattern` would write over: of the names
+// shard_name(pattern, i) for i in [0, max_shards), the lowest that is already
+// taken (by a file, a link or a directory), or "" when none is. Cheap for
+// millions of shards: a pattern whose number is in the file name is
+// answered by one listing of its directory.
+std::string first_existing_shard(const std::string& pattern, int64_t max_shards);
+
 // Numbered shards pattern % index ("out/train-%06d.tar"); a new shard starts
 // when the next sample would pass max_bytes (the whole file, end-of-archive
 // blocks included) or max_samples (0 = no limit). A shard holds at least one

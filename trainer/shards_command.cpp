@@ -156,6 +156,17 @@ std::string shard_range(const std::vector<std::string>& paths) {
   return std::to_string(paths.size()) + " (" + paths.front() + " .. " + paths.back() + ")";
 }
 
+// After --overwrite: a directory spec would read a shard left by an
+// earlier, longer run too.
+void note_shards_left_from_earlier_run(const std::string& pattern, size_t written) {
+  const std::string next = shard_name(pattern, static_cast<int64_t>(written));
+  if (fs::exists(next))
+    std::fprintf(stderr,
+                 "trainbench: note: %s and later shards are from an earlier run; remove them if a directory "
+                 "spec should not read them\n",
+                 next.c_str());
+}
+
 }  // namespace
 
 ShardsCommand::ShardsCommand(CLI::App& app) {
@@ -201,6 +212,7 @@ ShardsCommand::ShardsCommand(CLI::App& app) {
   synth_->add_option("--seed", s.seed, "random seed (default: 1)")
       ->type_name("S")
       ->check(integer_range(0, INT64_MAX));
+  synth_->add_flag("--overwrite", s.overwrite, "write over shards of the same names already in DIR");
 
   pack_ = shards_->add_subcommand("pack",
                                   "pack a directory tree into shards: files sharing a path up to the first "
@@ -220,6 +232,7 @@ ShardsCommand::ShardsCommand(CLI::App& app) {
                    "at most this many samples per shard (default: no limit)")
       ->type_name("N")
       ->check(integer_range(0, INT64_MAX));
+  pack_->add_flag("--overwrite", pack_args_.overwrite, "write over shards of the same names already there");
 
   verify_ = shards_->add_subcommand(
       "verify", "read every shard whole and list every error (exit 2 when the data has any)");
@@ -281,6 +294,7 @@ int ShardsCommand::run_synth() {
   options.vocab = a.vocab;
   options.field = a.field;
   options.seed = a.seed;
+  options.overwrite = a.overwrite;
   // Options first (they name what is wrong), then the directory: a bad
   // option leaves no empty directory behind.
   check_synth_options(options);
@@ -297,13 +311,7 @@ int ShardsCommand::run_synth() {
   print_summary_line("samples", std::to_string(result.samples));
   print_summary_line("tokens", std::to_string(result.tokens));
   print_throughput(result.bytes, seconds);
-  // A directory spec would read a shard left by an earlier, longer run too.
-  const std::string next = shard_name(a.out + "/" + a.prefix + "-%06d.tar", options.count);
-  if (fs::exists(next))
-    std::fprintf(stderr,
-                 "trainbench: note: %s and later shards are from an earlier run; remove them if a directory "
-                 "spec should not read them\n",
-                 next.c_str());
+  note_shards_left_from_earlier_run(a.out + "/" + a.prefix + "-%06d.tar", result.paths.size());
   return kExitOk;
 }
 
@@ -312,6 +320,7 @@ int ShardsCommand::run_pack() {
   options.input_dir = pack_args_.input_dir;
   options.max_bytes = parse_bytes(pack_args_.max_size, "--max-size");
   options.max_count = pack_args_.max_count;
+  options.overwrite = pack_args_.overwrite;
   if (options.max_count < 0) user_error("--max-count: must be >= 0 (0 = no limit)");
   const std::string& out = pack_args_.out;
   if (out.find('%') != std::string::npos) {
@@ -321,12 +330,13 @@ int ShardsCommand::run_pack() {
       user_error("--out " + std::string(e.what()));
     }
     options.out_pattern = out;
-    const std::string dir = fs::path(out).parent_path().string();
-    prepare_output_directory(dir.empty() ? "." : dir, "--out");
   } else {
     options.out_pattern = out + "/shard-%06d.tar";
-    prepare_output_directory(out, "--out");
   }
+  // Before the output folder is made: not a folder left inside INPUT_DIR.
+  check_pack_destination(options);
+  const std::string dir = fs::path(options.out_pattern).parent_path().string();
+  prepare_output_directory(dir.empty() ? "." : dir, "--out");
 
   const Clock::time_point start = Clock::now();
   PackResult result;
@@ -342,6 +352,7 @@ int ShardsCommand::run_pack() {
   print_summary_line("skipped", std::to_string(result.skipped_non_regular) + " not regular files, " +
                                     std::to_string(result.skipped_unnamed) +
                                     " without an extension or named __*");
+  note_shards_left_from_earlier_run(options.out_pattern, result.paths.size());
   return kExitOk;
 }
 

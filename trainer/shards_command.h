@@ -42,10 +42,12 @@ class ShardsCommand {
     std::string out, prefix = "train", size, tokens = "512:256", field = "u16", payload_bytes = "0";
     int64_t count = 0, samples = 0, vocab = 50257;
     uint64_t seed = 1;
+    bool overwrite = false;
   } synth_args_;
   struct PackArguments {
     std::string input_dir, out, max_size = "1G";
     int64_t max_count = 0;
+    bool overwrite = false;
   } pack_args_;
   struct VerifyArguments {
     std::string spec, field;

@@ -106,7 +106,9 @@ class SynthTests(unittest.TestCase):
 
     def test_npy_tokens_load_with_numpy(self) -> None:
         for vocab, dtype in (("1000", np.uint16), ("100000", np.uint32)):
-            _, urls = self.synth("--count", "1", "--samples", "8", "--field", "npy", "--vocab", vocab)
+            # The second pass writes over the first's shard: its dtype proves it did.
+            _, urls = self.synth("--count", "1", "--samples", "8", "--field", "npy", "--vocab", vocab,
+                                 "--overwrite")
             for sample in webdataset_samples(urls):
                 ids = np.load(io.BytesIO(sample["npy"]), allow_pickle=False)
                 self.assertEqual(ids.dtype, dtype)

@@ -405,6 +405,58 @@ TEST_F(ShardTools, CommandLinePackTakesADirectoryOrAPattern) {
   EXPECT_EQ(member_names(dir_ + "/pat/data-001.tar"), std::vector<std::string>{"b/2.txt"});
 }
 
+// Shards already there are data someone made: a second run refuses to write
+// over them unless told to, and leaves them as they were.
+TEST_F(ShardTools, CommandLineRefusesToWriteOverShardsWithoutOverwrite) {
+  write_file(dir_ + "/in/a/1.txt", "one");
+  write_file(dir_ + "/in/b/2.txt", "two");
+  ASSERT_EQ(run_command(binary() + " shards pack " + dir_ + "/in --out " + dir_ + "/packed").exit_code, 0);
+  const std::string shard = dir_ + "/packed/shard-000000.tar";
+  const std::string packed = file_bytes(shard);
+  write_file(dir_ + "/in/c/3.txt", "three");
+  const CommandResult again = run_command(binary() + " shards pack " + dir_ + "/in --out " + dir_ + "/packed");
+  EXPECT_EQ(again.exit_code, 2) << again.err;
+  EXPECT_EQ(count_lines(again.err), 1) << again.err;
+  EXPECT_NE(again.err.find(shard), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("--overwrite"), std::string::npos) << again.err;
+  EXPECT_EQ(file_bytes(shard), packed) << "the refused run changed the shard";
+  const CommandResult forced =
+      run_command(binary() + " shards pack " + dir_ + "/in --out " + dir_ + "/packed --overwrite");
+  ASSERT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_EQ(member_names(shard), (std::vector<std::string>{"a/1.txt", "b/2.txt", "c/3.txt"}));
+
+  const std::string synth = binary() + " shards synth --out " + dir_ + "/syn --count 2 --samples 4";
+  ASSERT_EQ(run_command(synth + " --seed 1").exit_code, 0);
+  const std::string first = file_bytes(dir_ + "/syn/train-000001.tar");
+  const CommandResult refused = run_command(synth + " --seed 2");
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find(dir_ + "/syn/train-000000.tar"), std::string::npos) << refused.err;
+  EXPECT_EQ(file_bytes(dir_ + "/syn/train-000001.tar"), first);
+  ASSERT_EQ(run_command(synth + " --seed 2 --overwrite").exit_code, 0);
+  EXPECT_NE(file_bytes(dir_ + "/syn/train-000001.tar"), first) << "--overwrite wrote the new seed's shards";
+  // Other names in the folder are no reason to refuse.
+  const CommandResult other = run_command(synth + " --prefix val");
+  EXPECT_EQ(other.exit_code, 0) << other.err;
+}
+
+// Shards written into the tree they pack would be packed as samples by the
+// next pack of that tree: refused, and no folder is left inside it.
+TEST_F(ShardTools, CommandLinePackRefusesAnOutputInsideItsInput) {
+  write_file(dir_ + "/in/a/1.txt", "one");
+  for (const std::string& out : {dir_ + "/in", dir_ + "/in/shards", dir_ + "/in/../in/sub/s-%03d.tar"}) {
+    const CommandResult result = run_command(binary() + " shards pack " + dir_ + "/in --out '" + out + "'");
+    EXPECT_EQ(result.exit_code, 2) << out << "\n" << result.err;
+    EXPECT_EQ(count_lines(result.err), 1) << result.err;
+    EXPECT_NE(result.err.find("inside INPUT_DIR"), std::string::npos) << result.err;
+  }
+  EXPECT_EQ(fs::directory_iterator(dir_ + "/in")->path().filename(), "a");
+  EXPECT_FALSE(fs::exists(dir_ + "/in/shards"));
+  EXPECT_FALSE(fs::exists(dir_ + "/in/sub"));
+  // A sibling whose name begins the same is outside.
+  const CommandResult sibling = run_command(binary() + " shards pack " + dir_ + "/in --out " + dir_ + "/in2");
+  EXPECT_EQ(sibling.exit_code, 0) << sibling.err;
+}
+
 struct BadCommand {
   std::string args;
   std::vector<std::string> named;  // words the one stderr line must contain

@@ -202,6 +202,31 @@ TEST(ShardName, ReplacesTheOneNumberField) {
     EXPECT_THROW(shard_name(bad, 0), std::invalid_argument) << bad;
 }
 
+void touch(const std::string& path) { std::ofstream(path) << "x"; }
+
+TEST_F(ShardWriter, FirstExistingShardIsTheLowestNameTheSeriesWouldWrite) {
+  const std::string pattern = dir_ + "/train-%06d.tar";
+  EXPECT_EQ(first_existing_shard(pattern, 100), "");
+  EXPECT_EQ(first_existing_shard(dir_ + "/missing/train-%06d.tar", 100), "") << "no folder, nothing taken";
+  // Names %06d never writes, and other files, do not count.
+  for (const char* name : {"train-7.tar", "train-0000007.tar", "train-000007.tar.partial", "train-00000x.tar",
+                           "other-000003.tar", "train-.tar"})
+    touch(dir_ + "/" + name);
+  EXPECT_EQ(first_existing_shard(pattern, 100), "");
+  touch(dir_ + "/train-000042.tar");
+  fs::create_directory(dir_ + "/train-000009.tar");  // a folder would be written over too
+  EXPECT_EQ(first_existing_shard(pattern, 100), dir_ + "/train-000009.tar");
+  EXPECT_EQ(first_existing_shard(pattern, 9), "") << "only names below max_shards";
+  touch(dir_ + "/train-1234567.tar");  // wider than the field, as shard_name writes it
+  EXPECT_EQ(first_existing_shard(pattern, 2000000), dir_ + "/train-000009.tar");
+  EXPECT_EQ(first_existing_shard(dir_ + "/train-%d.tar", 100), dir_ + "/train-7.tar");
+  // The number in a folder's name: each name is asked for.
+  fs::create_directories(dir_ + "/part-3");
+  touch(dir_ + "/part-3/data.tar");
+  EXPECT_EQ(first_existing_shard(dir_ + "/part-%d/data.tar", 10), dir_ + "/part-3/data.tar");
+  EXPECT_EQ(first_existing_shard(dir_ + "/part-%d/data.tar", 3), "");
+}
+
 TEST_F(ShardWriter, SeriesStartsANewShardAtTheSampleCount) {
   ShardSeries series(dir_ + "/s-%03d.tar", 0, 3);
   const std::string data = "tokens";
