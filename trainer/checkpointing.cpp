@@ -213,14 +213,9 @@ bool Checkpointer::agree() {
     const std::string failed = rank_list(states, 2);
     const std::string detail = local_error_.empty() ? "see the failing rank's message" : local_error_;
     const bool only_full = worst == 2;
+    // Every rank's writer is idle (no rank is busy): the folder is nobody's.
+    remove_pending_folder();
     if (only_full && config_.checkpoint.on_full == "skip") {
-      if (comm_.rank() == 0) {
-        try {
-          abandon_pending(dir_, flight.step);
-        } catch (const std::exception&) {
-          // Best effort: the folder is .tmp and never loaded.
-        }
-      }
       flight.record.status = "skipped_disk_full";
       warnings_.push_back("checkpoint of step " + step + " skipped: disk full on rank(s) " + failed +
                           " (" + detail + "); checkpoint.on_full=skip, training went on");
@@ -252,6 +247,16 @@ bool Checkpointer::agree() {
   records_.push_back(flight.record);
   in_flight_.reset();
   return true;
+}
+
+void Checkpointer::remove_pending_folder() {
+  if (comm_.rank() != 0) return;
+  try {
+    abandon_pending(dir_, in_flight_->step);
+  } catch (const std::exception&) {
+    // Best effort: the folder is .tmp, never loaded, and emptied by the next
+    // checkpoint of that step.
+  }
 }
 
 double Checkpointer::before_optimizer_step() {
@@ -328,13 +333,7 @@ double Checkpointer::give_up(int64_t step) {
     writer_->wait_idle();
     (void)writer_->take_error();  // a failed write of a checkpoint given up anyway
     comm_.barrier();              // every rank's writer is done with the folder
-    if (comm_.rank() == 0) {
-      try {
-        abandon_pending(dir_, flight.step);
-      } catch (const std::exception&) {
-        // Best effort: the folder is .tmp and never loaded.
-      }
-    }
+    remove_pending_folder();
     flight.record.status = "skipped_diverged";
     records_.push_back(flight.record);
     warnings_.push_back("checkpoint of step " + std::to_string(flight.step) + " given up: " + why +

@@ -118,6 +118,10 @@ class Checkpointer {
   // Blocks until nothing is in flight; returns the seconds it took.
   double drain();
   int local_state();  // 0 busy, 1 done, 2 failed: disk full, 3 failed: other
+  // Rank 0 removes the in-flight step's step_N.tmp once every rank's writer
+  // is idle: a checkpoint given up leaves no half-written folder (on a full
+  // disk, its bytes are what the next one needs).
+  void remove_pending_folder();
 
   const Config& config_;
   std::string dir_;

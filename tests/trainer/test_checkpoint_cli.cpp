@@ -421,6 +421,9 @@ TEST(CheckpointCli, FullDiskStopsOrSkipsAndKeepsThePreviousCheckpoint) {
     const CommandResult r = run_command(tiny_run(ckpt, 12, 4, dir.file(on_full + ".json"),
                                                  "--set checkpoint.keep=0 --set checkpoint.on_full=" + on_full));
     EXPECT_EQ(latest_of(ckpt), "step_4");
+    // The checkpoint given up leaves no half-written folder taking the space.
+    for (const fs::directory_entry& entry : fs::directory_iterator(ckpt))
+      EXPECT_FALSE(entry.path().filename().string().ends_with(".tmp")) << entry.path();
     if (on_full == "fail") {
       EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
       EXPECT_NE(r.err.find("No space left on device"), std::string::npos) << r.err;
