@@ -458,6 +458,11 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   if (measured > 0 && summary.measured_wall_s > 0)
     summary.wall_tokens_per_s = static_cast<double>(summary.global_tokens_per_step * measured) / summary.measured_wall_s;
 
+  const int64_t every = config.checkpoint.every_steps;
+  if (every > 0 && train.steps / every * every < first_step)
+    outcome.warnings.push_back("checkpoint.every_steps=" + std::to_string(every) + " and this run's steps are " +
+                               std::to_string(first_step) + ".." + std::to_string(train.steps) +
+                               ": no step was due a checkpoint, so storage write is not measured");
   if (checkpointer) {
     summary.checkpoint_drain_s = checkpointer->finish();
     outcome.checkpoints = checkpointer->records();

@@ -49,6 +49,21 @@ std::string tiny_run(const std::string& dir, int steps, int every, const std::st
          " --set report.progress_every=0 --out " + out + " " + extra;
 }
 
+// A run too short for its checkpoint interval measures no storage write: it
+// says so rather than report an empty storage_write silently.
+TEST(CheckpointCli, ARunWithNoStepDueACheckpointWarns) {
+  testing::TempDir dir("test_ckpt_cli");
+  for (const int every : {8, 9}) {
+    const CommandResult r = run_command(tiny_run(dir.file("ck" + std::to_string(every)), 8, every,
+                                                 dir.file("r" + std::to_string(every) + ".json")));
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    const nlohmann::json result = read_json(dir.file("r" + std::to_string(every) + ".json"));
+    const bool warned = result["warnings"].dump().find("no step was due a checkpoint") != std::string::npos;
+    EXPECT_EQ(warned, every == 9) << "every_steps=" << every << ": " << result["warnings"].dump();
+    EXPECT_EQ(result["checkpoints"].size(), every == 9 ? 0u : 1u);
+  }
+}
+
 TEST(CheckpointCli, DefaultRunWritesAndReportsACheckpointInATemporaryFolder) {
   testing::TempDir dir("test_ckpt_cli");
   const CommandResult r = run_command(std::string(TRAINBENCH_BINARY) + " run --steps 12 --out " + dir.file("r.json"));
