@@ -101,6 +101,17 @@ std::vector<SectionSpec> write_bench_sections(int64_t bytes) {
           {"adam_v", 4 * parameters}};
 }
 
+WriteBenchFootprint write_bench_footprint(const WriteBenchOptions& options) {
+  int64_t image_bytes = 0;
+  for (const SectionSpec& section : write_bench_sections(options.bytes))
+    image_bytes += (section.bytes + kImageAlignment - 1) / kImageAlignment * kImageAlignment;
+  WriteBenchFootprint footprint;
+  footprint.memory_bytes =
+      image_bytes + int64_t{options.files} * kImageAlignment + std::min(kPlainBlock, image_bytes);
+  footprint.disk_bytes = (options.repeats > 1 ? 2 : 1) * image_bytes;
+  return footprint;
+}
+
 WriteBenchResult run_write_bench(const WriteBenchOptions& options) {
   if (options.bytes < (1 << 20))
     throw std::invalid_argument("bench bytes " + std::to_string(options.bytes) + " is below 1 MiB");

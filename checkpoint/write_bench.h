@@ -47,6 +47,16 @@ struct WriteBenchResult {
 // master weights, AdamW m and v.
 std::vector<SectionSpec> write_bench_sections(int64_t bytes);
 
+// What the bench holds at its peak, for a check before it starts: host
+// memory (the checkpoint's images, its sections padded to kImageAlignment,
+// and dd's 64 MiB buffer) and disk (from the second repeat on, a persist
+// runs while the plain write's file is still there: twice the bytes).
+struct WriteBenchFootprint {
+  int64_t memory_bytes = 0;
+  int64_t disk_bytes = 0;
+};
+WriteBenchFootprint write_bench_footprint(const WriteBenchOptions& options);
+
 // Throws CheckpointWriteError naming the file when a write fails (disk
 // full: disk_full set), std::invalid_argument for options out of range
 // (bytes < 1 MiB, files < 1, repeats < 1, block_bytes not a positive

@@ -26,7 +26,7 @@
 #include "trainer/cli_validators.h"  // integer_range, number_range: numbers checked as typed
 #include "trainer/config.h"
 #include "trainer/data_source.h"     // shards_for_run, loader_options
-#include "trainer/environment.h"     // describe_filesystem, trainbench_version
+#include "trainer/environment.h"     // describe_filesystem, available_memory_bytes, trainbench_version
 #include "trainer/gradient_sync.h"   // gradient_bucket_bytes: the trainer's buckets
 #include "trainer/instrument_cost.h"  // bench instrument
 #include "trainer/report.h"          // human_bytes, human_count
@@ -426,6 +426,24 @@ int BenchCommand::run_io_write() {
   options.block_bytes = o.block_bytes;
   options.repeats = static_cast<int>(o.repeats);
   const FilesystemInfo fs_info = describe_filesystem("checkpoint", folder);
+  // Before a byte is allocated or written: an image beyond the host's memory
+  // ends in the OOM killer (its pages are filled), and a disk filled by a
+  // benchmark is full for everyone else on it.
+  const WriteBenchFootprint footprint = write_bench_footprint(options);
+  const int64_t memory_available = available_memory_bytes();
+  if (memory_available > 0 && footprint.memory_bytes > memory_available)
+    throw CommandError{kExitEnvironmentError,
+                       "bench io --write: --bytes " + human_bytes(static_cast<double>(o.write_bytes)) +
+                           " needs " + human_bytes(static_cast<double>(footprint.memory_bytes)) +
+                           " of host memory for the checkpoint's image but " +
+                           human_bytes(static_cast<double>(memory_available)) + " is available: give a smaller --bytes"};
+  if (fs_info.free_bytes > 0 && footprint.disk_bytes > fs_info.free_bytes)
+    throw CommandError{kExitEnvironmentError,
+                       "bench io --write: --bytes " + human_bytes(static_cast<double>(o.write_bytes)) + " needs " +
+                           human_bytes(static_cast<double>(footprint.disk_bytes)) + " free in " + fs::path(folder).parent_path().string() +
+                           " (a checkpoint beside the plain write's file) but " +
+                           human_bytes(static_cast<double>(fs_info.free_bytes)) +
+                           " is free: give a smaller --bytes, --repeats 1 (half the space) or another --dir"};
   const std::vector<SectionSpec> sections = write_bench_sections(options.bytes);
   std::printf("bench io --write: a %s checkpoint (%zu sections in %ld file(s), one writer each, %s writes%s) "
               "vs a plain sequential write of the same size\n",

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/write_bench.h"  // write_bench_footprint
+#include "tests/support/mounted_filesystem.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 
@@ -53,6 +55,46 @@ TEST(BenchIoWrite, AnUnwritableFolderIsAUserErrorInOneLine) {
   EXPECT_NE(r.err.find("--dir"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(temp.file("a_file")), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+}
+
+// A checkpoint image and a disk too small for what the bench asks for are
+// refused before anything is allocated or written: exit 3, one line with
+// needed vs available, nothing left in --dir.
+TEST(BenchIoWrite, MoreThanTheMemoryOrTheDiskExits3BeforeStarting) {
+  testing::TempDir temp{"trainbench_bench_write"};
+  const std::string command = std::string(TRAINBENCH_BINARY) + " bench io --write --dir " + temp.path();
+  const testing::CommandResult memory = run_command(command + " --bytes 1024T");
+  EXPECT_EQ(memory.exit_code, 3) << memory.out << memory.err;
+  EXPECT_NE(memory.err.find("host memory"), std::string::npos) << memory.err;
+  EXPECT_NE(memory.err.find("available"), std::string::npos) << memory.err;
+  EXPECT_EQ(memory.err.find('\n'), memory.err.size() - 1) << "one line: " << memory.err;
+  EXPECT_TRUE(std::filesystem::is_empty(temp.path())) << "the bench's folder is removed";
+
+  const testing::MountedFilesystem disk(temp.file("disk"), "tmpfs", "size=24m");
+  if (!disk.mounted()) GTEST_SKIP() << disk.why_not();
+  const std::string on_disk = std::string(TRAINBENCH_BINARY) + " bench io --write --dir " + disk.path() + " --bytes 16M";
+  const testing::CommandResult full = run_command(on_disk + " --repeats 2");
+  EXPECT_EQ(full.exit_code, 3) << full.out << full.err;
+  EXPECT_NE(full.err.find("needs 32.0"), std::string::npos) << full.err;
+  EXPECT_NE(full.err.find("free in " + disk.path() + " ("), std::string::npos) << full.err;
+  EXPECT_NE(full.err.find("--repeats 1"), std::string::npos) << full.err;
+  EXPECT_EQ(full.err.find('\n'), full.err.size() - 1) << "one line: " << full.err;
+  EXPECT_TRUE(std::filesystem::is_empty(disk.path()));
+  // One repeat never holds both files: half the space, and it fits.
+  const testing::CommandResult once = run_command(on_disk + " --repeats 1");
+  EXPECT_EQ(once.exit_code, 0) << once.out << once.err;
+}
+
+TEST(BenchIoWrite, FootprintIsTheImagePlusDdsBufferAndTwoCopiesOnDisk) {
+  WriteBenchOptions options;
+  options.bytes = 256LL << 20;
+  options.repeats = 3;
+  const WriteBenchFootprint three = write_bench_footprint(options);
+  EXPECT_GE(three.memory_bytes, options.bytes + (64LL << 20));
+  EXPECT_LT(three.memory_bytes, options.bytes + (65LL << 20));
+  EXPECT_GE(three.disk_bytes, 2 * options.bytes);
+  options.repeats = 1;
+  EXPECT_EQ(write_bench_footprint(options).disk_bytes * 2, three.disk_bytes);
 }
 
 TEST(BenchIoWrite, BadSizesAreUserErrors) {

@@ -7,18 +7,18 @@
 #include <fcntl.h>      // open
 #include <signal.h>     // SIGKILL
 #include <spawn.h>      // posix_spawn
-#include <sys/mount.h>  // mount, umount2
 #include <sys/wait.h>   // waitpid
 #include <unistd.h>     // write, close
 
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "checkpoint/checkpoint_files.h"
 #include "tests/checkpoint/checkpoint_test_state.h"
+#include "tests/support/mounted_filesystem.h"
 #include "tests/support/run_command.h"  // read_whole_file
 #include "tests/support/temp_dir.h"
 
@@ -50,19 +50,12 @@ void expect_latest_loads(const std::string& dir, int64_t step, int64_t scale = 1
 class MountedFilesystem : public ::testing::Test {
  protected:
   void mount_or_skip(const char* type, const char* options) {
-    fs::create_directories(dir_);
-    if (::mount(type, dir_.c_str(), type, 0, options) != 0)
-      GTEST_SKIP() << "cannot mount a " << type << " on " << dir_ << " (" << std::strerror(errno)
-                   << "; needs root with CAP_SYS_ADMIN): this test did not run";
-    mounted_ = true;
-  }
-  void TearDown() override {
-    if (mounted_ && ::umount2(dir_.c_str(), MNT_DETACH) != 0)
-      ADD_FAILURE() << "cannot unmount " << dir_ << ": " << std::strerror(errno);
+    mount_.emplace(dir_, type, options);
+    if (!mount_->mounted()) GTEST_SKIP() << mount_->why_not();
   }
   testing::TempDir temp_{"trainbench_mounted"};
   const std::string dir_ = temp_.path() + "/mounted";
-  bool mounted_ = false;
+  std::optional<testing::MountedFilesystem> mount_;  // unmounted before temp_ is removed
 };
 
 class DiskFull : public MountedFilesystem {

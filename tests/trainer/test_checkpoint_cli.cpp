@@ -5,8 +5,6 @@
 // incompatible config each end with one clear line.
 #include <gtest/gtest.h>
 
-#include <sys/mount.h>  // a small tmpfs for the disk-full test
-
 #include <cstring>  // std::memcpy
 #include <filesystem>
 #include <fstream>
@@ -16,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/mounted_filesystem.h"  // a small tmpfs for the disk-full test
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 #include "tests/trainer/checkpoint_runs.h"
@@ -407,22 +406,6 @@ TEST(CheckpointCli, BusyCheckpointIsSkippedOrWaitedForAsConfigured) {
 }
 
 // A tmpfs just big enough for one checkpoint of `tiny`.
-class SmallDisk {
- public:
-  explicit SmallDisk(const std::string& path, const std::string& size) : path_(path) {
-    fs::create_directories(path);
-    mounted_ = ::mount("tmpfs", path.c_str(), "tmpfs", 0, ("size=" + size).c_str()) == 0;
-  }
-  ~SmallDisk() {
-    if (mounted_) ::umount2(path_.c_str(), MNT_DETACH);
-  }
-  bool mounted() const { return mounted_; }
-
- private:
-  std::string path_;
-  bool mounted_ = false;
-};
-
 TEST(CheckpointCli, FullDiskStopsOrSkipsAndKeepsThePreviousCheckpoint) {
   testing::TempDir dir("test_ckpt_cli");
   // tiny's checkpoint is ~4 MB (164k parameters x 12 bytes, and the
@@ -431,8 +414,8 @@ TEST(CheckpointCli, FullDiskStopsOrSkipsAndKeepsThePreviousCheckpoint) {
   for (const std::string on_full : {"fail", "skip"}) {
     SCOPED_TRACE(on_full);
     const std::string ckpt = dir.file("disk-" + on_full);
-    SmallDisk disk(ckpt, "6m");
-    if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN)";
+    const testing::MountedFilesystem disk(ckpt, "tmpfs", "size=6m");
+    if (!disk.mounted()) GTEST_SKIP() << disk.why_not();
     const CommandResult r = run_command(tiny_run(ckpt, 12, 4, dir.file(on_full + ".json"),
                                                  "--set checkpoint.keep=0 --set checkpoint.on_full=" + on_full));
     EXPECT_EQ(latest_of(ckpt), "step_4");
