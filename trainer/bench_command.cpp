@@ -31,6 +31,7 @@
 #include "trainer/instrument_cost.h"  // bench instrument
 #include "trainer/report.h"          // human_bytes, human_count
 #include "trainer/run_extension.h"   // bench instrument runs inside the job's setup
+#include "trainer/temporary_folder.h"  // make_temporary_directory: scratch folders
 
 namespace trainbench {
 

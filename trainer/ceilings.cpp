@@ -8,6 +8,7 @@
 #include "comm/collective_bench.h"      // bench_gradient_step: the network ceiling
 #include "dataloader/io_bench.h"        // measure_loader: the storage-read ceiling
 #include "trainer/data_source.h"        // loader_options
+#include "trainer/temporary_folder.h"   // make_temporary_directory: the write ceiling's scratch
 #include "trainer/gradient_sync.h"      // plan_gradient_buckets: the step's buckets
 #include "trainer/report.h"             // human_count, human_bytes
 #include "trainer/saved_state.h"        // SavedState: the run starts where it would have

@@ -25,6 +25,7 @@
 #include "kernels/engine.h"           // make_engine, plan_engine_memory
 #include "trainer/config.h"
 #include "trainer/data_source.h"
+#include "trainer/temporary_folder.h"  // make_temporary_directory: the default checkpoint folder
 #include "trainer/environment.h"
 #include "trainer/report.h"
 #include "trainer/results.h"

@@ -1,7 +1,5 @@
 #include "trainer/data_source.h"
 
-#include <stdlib.h>  // mkdtemp
-
 #include <algorithm>   // std::max
 #include <cmath>       // std::floor
 #include <filesystem>  // temp_directory_path, remove_all
@@ -12,7 +10,7 @@
 #include "dataloader/shard_loader.h"  // ShardLoader
 #include "dataloader/shard_tools.h"   // synthesize_shards
 #include "dataloader/token_decode.h"  // token_format_of_field
-#include "trainer/interrupt_cleanup.h"  // remove_on_interrupt: temporary folders
+#include "trainer/temporary_folder.h"   // make_temporary_directory: the synthetic shards' folder
 
 namespace trainbench {
 
@@ -58,17 +56,6 @@ int64_t synth_samples_per_shard_for_run(const Config& config, int64_t world) {
                                     static_cast<double>(int64_t{1} << 30)));
   const int64_t count = synth_shard_count(config, world);
   return std::max<int64_t>(1, (total_tokens / d.synth_tokens_per_sample + count - 1) / count);
-}
-
-std::string make_temporary_directory(const std::string& prefix, const std::string& parent) {
-  const std::filesystem::path under =
-      parent.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path(parent);
-  std::string pattern = (under / (prefix + "-XXXXXX")).string();
-  if (mkdtemp(pattern.data()) == nullptr)
-    throw std::runtime_error("cannot create a folder under " + under.string());
-  // Every caller removes its folder at exit; an interrupted process as well.
-  remove_on_interrupt(pattern);
-  return pattern;
 }
 
 DataSetup::~DataSetup() {

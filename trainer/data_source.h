@@ -51,12 +51,6 @@ LoaderOptions loader_options(const Config& config, std::vector<std::string> shar
 DataSetup make_data_source(const Config& config, TrainingEngine& engine, int64_t rank,
                            int64_t world, const std::string& resume_position = "");
 
-// A new folder named prefix-XXXXXX under `parent` (the system temporary
-// directory when empty), removed if the process is interrupted (SIGINT,
-// SIGTERM: interrupt_cleanup.h); the caller removes it otherwise. Throws
-// std::runtime_error naming where it failed.
-std::string make_temporary_directory(const std::string& prefix, const std::string& parent = "");
-
 // The token id that separates packed samples: data.eos_token, or vocab - 1.
 int32_t eos_token_of(const Config& config);
 

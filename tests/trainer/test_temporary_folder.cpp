@@ -1,0 +1,128 @@
+// Temporary folders of a process killed outright (SIGKILL: no handler
+// runs) are removed by the next command that makes one of the same kind;
+// a live process's folder, and folders without an owner lock (an older
+// trainbench's), are left alone.
+#include <signal.h>    // kill
+#include <stdlib.h>    // setenv
+#include <sys/wait.h>  // waitpid
+#include <unistd.h>    // fork, pipe, pause
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "tests/support/temp_dir.h"
+#include "trainer/temporary_folder.h"
+
+namespace trainbench {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kPrefix = "trainbench-test-owner";
+
+// A child process makes a folder, tells its path, then either exits at
+// once without removing it (a killed run) or waits to be killed (a live one).
+struct Child {
+  pid_t pid = -1;
+  std::string folder;
+  bool alive = false;
+  void kill_now() {
+    if (!alive) return;
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    alive = false;
+  }
+  // A failed assertion must not leave a paused child holding CTest's pipe.
+  ~Child() { kill_now(); }
+};
+
+void make_folder_in_child(bool stay_alive, Child* out) {
+  int fds[2];
+  if (pipe(fds) != 0) return;
+  Child& child = *out;
+  child.pid = fork();
+  if (child.pid == 0) {
+    close(fds[0]);
+    const std::string folder = make_temporary_directory(kPrefix);
+    (void)!write(fds[1], folder.data(), folder.size());
+    close(fds[1]);
+    if (stay_alive)
+      for (;;) pause();
+    _exit(0);  // no destructors, no cleanup: as SIGKILL would leave it
+  }
+  close(fds[1]);
+  char buffer[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buffer, sizeof buffer)) > 0) child.folder.append(buffer, static_cast<size_t>(n));
+  close(fds[0]);
+  if (stay_alive)
+    child.alive = true;
+  else
+    waitpid(child.pid, nullptr, 0);
+}
+
+class TemporaryFolder : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* old = getenv("TMPDIR");
+    if (old != nullptr) old_tmpdir_ = old;
+    setenv("TMPDIR", temp_.path().c_str(), 1);
+  }
+  void TearDown() override {
+    if (old_tmpdir_.empty())
+      unsetenv("TMPDIR");
+    else
+      setenv("TMPDIR", old_tmpdir_.c_str(), 1);
+  }
+  testing::TempDir temp_{"trainbench_tmpfolder"};
+  std::string old_tmpdir_;
+};
+
+TEST_F(TemporaryFolder, TheFoldersOfADeadOwnerGoThoseOfALiveOneStay) {
+  // The live one first: making a folder sweeps, and would take the dead one's.
+  Child live, dead;
+  make_folder_in_child(true, &live);
+  make_folder_in_child(false, &dead);
+  ASSERT_TRUE(fs::is_directory(dead.folder)) << dead.folder;
+  ASSERT_TRUE(fs::is_directory(live.folder)) << live.folder;
+  EXPECT_TRUE(fs::exists(dead.folder + "/" + kOwnerLockName));
+  // Neither an older trainbench's folder (no lock file) nor other names.
+  const std::string legacy = temp_.file(std::string(kPrefix) + "-abcdef");
+  const std::string other = temp_.file(std::string(kPrefix) + "-abcdefg");
+  for (const std::string& folder : {legacy, other}) {
+    fs::create_directories(folder);
+    std::ofstream(folder + "/" + kOwnerLockName) << "";
+  }
+  fs::remove(legacy + "/" + kOwnerLockName);
+
+  EXPECT_EQ(remove_abandoned_folders(temp_.path(), kPrefix), 1);
+  EXPECT_FALSE(fs::exists(dead.folder));
+  EXPECT_TRUE(fs::exists(live.folder)) << "its owner still runs";
+  EXPECT_TRUE(fs::exists(legacy));
+  EXPECT_TRUE(fs::exists(other));
+  EXPECT_EQ(remove_abandoned_folders(temp_.path(), "trainbench-test"), 0) << "another prefix's folders";
+
+  // Once the live one is killed outright, the next folder made sweeps it.
+  live.kill_now();
+  const std::string next = make_temporary_directory(kPrefix);
+  EXPECT_FALSE(fs::exists(live.folder));
+  EXPECT_TRUE(fs::exists(next + "/" + kOwnerLockName));
+  EXPECT_EQ(remove_abandoned_folders(temp_.path(), kPrefix), 0) << "this process holds its own";
+  EXPECT_TRUE(fs::exists(next));
+}
+
+// With a parent given (checkpoint.dir, --dir: perhaps a shared filesystem
+// whose flock is per node) nothing is swept and no lock file is made.
+TEST_F(TemporaryFolder, AGivenParentIsNotSwept) {
+  const std::string parent = temp_.file("shared");
+  fs::create_directories(parent);
+  const std::string made = make_temporary_directory(kPrefix, parent);
+  EXPECT_FALSE(fs::exists(made + "/" + kOwnerLockName));
+  EXPECT_TRUE(fs::is_empty(made));
+}
+
+}  // namespace
+}  // namespace trainbench

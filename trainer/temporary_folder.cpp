@@ -1,0 +1,89 @@
+#include "trainer/temporary_folder.h"
+
+#include <fcntl.h>     // open
+#include <stdlib.h>    // mkdtemp
+#include <sys/file.h>  // flock
+#include <unistd.h>    // close, getpid
+
+#include <cerrno>
+#include <filesystem>
+#include <stdexcept>
+#include <system_error>
+
+#include "trainer/interrupt_cleanup.h"  // remove_on_interrupt
+
+namespace trainbench {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// mkdtemp's six random characters.
+constexpr size_t kRandomSuffix = 6;
+
+// Creates folder/kOwnerLockName already locked: the file is made and
+// locked under a name of its own, then renamed in, so that a sweeper never
+// meets the lock file before its lock. The descriptor stays open for the
+// life of the process, on purpose: closing it would drop the lock. (A
+// command makes at most a few folders, so the descriptors are a handful.)
+// On a filesystem without flock the folder simply gets no lock file and
+// is never swept.
+void hold_owner_lock(const std::string& folder) {
+  const std::string staging = folder + "/" + kOwnerLockName + "." + std::to_string(getpid());
+  const int fd = ::open(staging.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0 || ::rename(staging.c_str(), (folder + "/" + kOwnerLockName).c_str()) != 0) {
+    ::unlink(staging.c_str());
+    ::close(fd);
+  }
+}
+
+// True when nobody holds folder's lock file: its owner is gone. The lock
+// taken to find out is released as the descriptor closes; a second sweeper
+// racing for the same folder loses the flock or the rename.
+bool owner_is_gone(const fs::path& folder) {
+  const int fd = ::open((folder / kOwnerLockName).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;  // no lock file (an older trainbench), or not ours to read
+  const bool gone = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  ::close(fd);
+  return gone;
+}
+
+}  // namespace
+
+int remove_abandoned_folders(const std::string& parent, const std::string& prefix) {
+  int removed = 0;
+  std::error_code error;
+  for (fs::directory_iterator it(parent, error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() != prefix.size() + 1 + kRandomSuffix || name.compare(0, prefix.size(), prefix) != 0 ||
+        name[prefix.size()] != '-')
+      continue;
+    std::error_code ignored;
+    if (!it->is_directory(ignored) || it->is_symlink(ignored) || !owner_is_gone(it->path())) continue;
+    // Renamed away first: a name no live command uses, and no second
+    // sweeper removes the same folder.
+    const fs::path doomed = it->path().string() + ".abandoned-" + std::to_string(getpid());
+    fs::rename(it->path(), doomed, ignored);
+    if (ignored) continue;
+    fs::remove_all(doomed, ignored);
+    ++removed;
+  }
+  return removed;
+}
+
+std::string make_temporary_directory(const std::string& prefix, const std::string& parent) {
+  std::error_code error;
+  const fs::path under = parent.empty() ? fs::temp_directory_path(error) : fs::path(parent);
+  if (error) throw std::runtime_error("cannot find the temporary directory: " + error.message());
+  if (parent.empty()) remove_abandoned_folders(under.string(), prefix);
+  std::string pattern = (under / (prefix + "-XXXXXX")).string();
+  if (mkdtemp(pattern.data()) == nullptr)
+    throw std::runtime_error("cannot create a folder under " + under.string());
+  // Every caller removes its folder at exit; an interrupted process as well.
+  remove_on_interrupt(pattern);
+  if (parent.empty()) hold_owner_lock(pattern);
+  return pattern;
+}
+
+}  // namespace trainbench

@@ -1,0 +1,35 @@
+// The temporary folders a command makes (the default run's synthetic shards
+// and checkpoint folder, bench's scratch folders). The caller removes its
+// folder when done, and interrupt_cleanup.h removes it on SIGINT/SIGTERM;
+// what neither covers is a process that dies by SIGKILL (the OOM killer,
+// Slurm's kill after its grace period, a test's timeout). Each folder made
+// in the system temporary directory therefore holds a lock file its owner
+// keeps flock()ed for its lifetime; the kernel drops the lock when the
+// owner dies, however it dies, and the next command that makes a folder of
+// the same prefix there removes the folders nobody holds.
+#pragma once
+
+#include <string>
+
+namespace trainbench {
+
+// The file inside each folder its owner holds locked.
+inline constexpr const char* kOwnerLockName = ".trainbench-owner";
+
+// A new folder named prefix-XXXXXX under `parent` (the system temporary
+// directory when empty), removed if the process is interrupted (SIGINT,
+// SIGTERM: interrupt_cleanup.h); the caller removes it otherwise. In the
+// system temporary directory, the folders of this prefix whose owner died
+// are removed first (remove_abandoned_folders). Throws std::runtime_error
+// naming where it failed.
+std::string make_temporary_directory(const std::string& prefix, const std::string& parent = "");
+
+// Removes the folders prefix-XXXXXX under `parent` that hold an owner lock
+// file nobody holds; returns how many. Folders without one (made by an
+// older trainbench, or on a filesystem without flock) and folders it cannot
+// lock or remove (another user's) are left. Only local folders should be
+// swept: a shared filesystem may keep flock per node, so a folder held on
+// another node would look abandoned here. Never throws.
+int remove_abandoned_folders(const std::string& parent, const std::string& prefix);
+
+}  // namespace trainbench
