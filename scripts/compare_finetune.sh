@@ -73,8 +73,9 @@ done
 [[ "$gpus_per_node" =~ ^[1-9][0-9]*$ ]] || die "--gpus-per-node '$gpus_per_node': expected a positive integer"
 [[ "$nodes" =~ ^[1-9][0-9]*$ ]] || die "--nodes '$nodes': expected a positive integer"
 if [ -n "$steps" ] && ! [[ "$steps" =~ ^[1-9][0-9]*$ ]]; then die "--steps '$steps': expected a positive integer"; fi
-python3 -c 'import sys; v = float(sys.argv[1]); sys.exit(0 if v > 0 else 1)' "$target_tokens" 2> /dev/null ||
-  die "--target-tokens '$target_tokens': expected a positive number (e.g. 1e9)"
+# The range report.py takes: checked here, before two training runs, not after.
+python3 -c 'import sys; v = float(sys.argv[1]); sys.exit(0 if 1 <= v <= 1e30 else 1)' "$target_tokens" 2> /dev/null ||
+  die "--target-tokens '$target_tokens': expected a number from 1 to 1e30 (e.g. 1e9)"
 case "$launcher" in
   mpirun) command -v "${MPIRUN:-mpirun}" > /dev/null || die "${MPIRUN:-mpirun} not found (install OpenMPI: scripts/setup.sh)" 3 ;;
   srun)

@@ -23,8 +23,19 @@ the results) receives
 
 Definitions are DESIGN.md's ("What is measured"): ideal tokens/s at N ranks =
 N/N0 x tokens/s(N0), N0 the smallest world size; scaling efficiency =
-tokens/s(N) / ideal. A bad input (missing file, not JSON, not a trainbench
-result) exits 2 with one line naming it; matplotlib missing exits 3.
+tokens/s(N) / ideal.
+
+Every input is read and checked whole before anything is written. A bad one
+exits 2 with one line on stderr naming the file and, where it is a field, the
+field (`r4.json: summary.tokens_per_s is "fast", expected a number ...`): a
+file that is missing, unreadable, empty, not UTF-8 or not JSON; JSON that is
+not a trainbench result (or, for --plan, not `trainbench plan --json` output);
+a field the report reads of the wrong type, or a number no run can have (NaN,
+Infinity, 1e400, a negative time or size, 0 tokens/s, a magnitude past 1e30 or
+below 1e-30); nesting deeper than 64 levels. So does a bad option: a value out
+of range, --plan/--target-tokens/--gpus-per-node without --compare, a DIR that
+is a file or cannot be written. Step times of 0 are read as "not measured"
+(`report.instrument=false` writes them). matplotlib missing exits 3.
 
 --compare sets a LoRA run (train.mode lora, typically one node) beside a full
 fine-tuning run (typically several nodes) of the same model shape and data
@@ -33,16 +44,18 @@ the wall time and GPU-hours to process --target-tokens (default 1e9), memory
 per GPU (the run's own plan, and `trainbench plan --json` beside it when
 --plan is given), checkpoint size, stall shares, and a one-line verdict.
 GPUs = the run's ranks (one rank per GPU); nodes = its distinct hosts, or
-ranks / --gpus-per-node when given.
+ranks / --gpus-per-node when given. --target-tokens is 1 to 1e30.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import math
 import os
 import re
+import stat
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -69,6 +82,351 @@ class ReportError(Exception):
 
 
 # ----------------------------------------------------------------------------- input
+#
+# Every input file is checked whole when it is read, before anything is
+# written: each field the report reads has a type (and a range) below, and
+# a field that breaks it stops the report with one line naming the file and
+# the field. The rest of the script reads fields the check has passed.
+
+# No trainbench file nests deeper than 4; Python's own JSON reader gives up near 1000.
+MAX_DEPTH = 64
+# What a figure of a run can be: bytes, seconds, tokens/s, FLOP/s and their
+# ratios stay well inside these, and their products and quotients stay finite.
+SMALLEST, LARGEST = 1e-30, 1e30
+MAX_RANKS = 2**31 - 1  # MPI counts ranks in an int
+# A result of 100000 steps is some 30 MB; a file past this is not one.
+MAX_BYTES = 1 << 30
+
+
+class BadNumber:
+    """A number JSON text may hold but no figure can be: NaN, ±Infinity, or
+    one beyond a double's range (1e400, 10**400). Python's reader would make
+    it a float nan/inf or an int too large to convert; the check that meets
+    it names the field."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def parse_float(text: str) -> float | BadNumber:
+    value = float(text)
+    return value if math.isfinite(value) else BadNumber(text)
+
+
+def parse_int(text: str) -> int | BadNumber:
+    # Past 310 digits no int fits a double (and past 4300, int() refuses).
+    if len(text) > 320:
+        return BadNumber(text)
+    value = int(text)
+    return value if abs(value) <= sys.float_info.max else BadNumber(text)
+
+
+def key_text(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_]{1,40}", key) else shown(key)
+
+
+def shown(value: Any) -> str:
+    """A value as an error line quotes it: short, one line."""
+    if isinstance(value, BadNumber):
+        text = value.text
+    elif isinstance(value, dict):
+        return "an object"
+    elif isinstance(value, list):
+        return "a list"
+    else:
+        text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class Source:
+    """An input file as its error lines name it, and what it should be."""
+
+    def __init__(self, name: str, kind: str, complete: str) -> None:
+        self.name = name
+        self.kind = kind            # "a trainbench result"
+        self.complete = complete    # "a complete trainbench result"
+
+    def wrong(self, field: str, value: Any, expected: str) -> ReportError:
+        return ReportError(f"{self.name}: {field or 'the top level'} is {shown(value)}, expected {expected}")
+
+    def missing(self, field: str) -> ReportError:
+        return ReportError(f"{self.name}: not {self.complete}: {field} is missing")
+
+
+def join(field: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{field}[{key}]"
+    return f"{field}.{key_text(key)}" if field else key_text(key)
+
+
+class Spec:
+    """The type of a field."""
+    expected = ""
+
+    def accepts(self, value: Any) -> bool:
+        raise NotImplementedError
+
+    def check(self, value: Any, field: str, source: Source) -> None:
+        if not self.accepts(value):
+            raise source.wrong(field, value, self.expected)
+
+
+class Str(Spec):
+    expected = "a string"
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, str)
+
+
+class Bool(Spec):
+    expected = "true or false"
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, bool)
+
+
+class Int(Spec):
+    def __init__(self, low: int = 0, high: int | None = None) -> None:
+        self.low, self.high = low, high
+        self.expected = (f"an integer from {low} to {high}" if high is not None
+                         else "a positive integer" if low == 1 else f"an integer >= {low}")
+
+    def accepts(self, value: Any) -> bool:
+        return (isinstance(value, int) and not isinstance(value, bool) and value >= self.low
+                and (self.high is None or value <= self.high))
+
+
+class Num(Spec):
+    """A finite number (not a boolean), 0 or of a magnitude in [SMALLEST, LARGEST]."""
+
+    def __init__(self, sign: str = "any") -> None:
+        self.sign = sign  # "any", ">=0" or ">0"
+        span = f"{SMALLEST:g} to {LARGEST:g}"
+        self.expected = {"any": f"0 or a number of magnitude {span}", ">=0": f"0 or a number from {span}",
+                         ">0": f"a number from {span}"}[sign]
+
+    def accepts(self, value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if value == 0:
+            return self.sign != ">0"
+        if value < 0 and self.sign != "any":
+            return False
+        return SMALLEST <= abs(value) <= LARGEST
+
+
+class Opt(Spec):
+    """The field may be null (or, in an object, absent)."""
+
+    def __init__(self, spec: Spec) -> None:
+        self.spec = spec
+
+    def check(self, value: Any, field: str, source: Source) -> None:
+        if value is not None:
+            self.spec.check(value, field, source)
+
+
+class Figure(Spec):
+    """A number, or a spread {median, p10, p90} of them (each may be null)."""
+
+    def __init__(self, num: Num) -> None:
+        self.num = num
+        self.expected = f"{num.expected}, or an object {{median, p10, p90}} of such"
+
+    def check(self, value: Any, field: str, source: Source) -> None:
+        if isinstance(value, dict):
+            for key in ("median", "p10", "p90"):
+                Opt(self.num).check(value.get(key), join(field, key), source)
+        elif not self.num.accepts(value):
+            raise source.wrong(field, value, self.expected)
+
+
+class Obj(Spec):
+    """An object; its named fields checked where present (`required` must be),
+    the others by `others` where given, else not read."""
+    expected = "an object"
+
+    def __init__(self, fields: dict[str, Spec], required: tuple[str, ...] = (), others: Spec | None = None) -> None:
+        self.fields, self.required, self.others = fields, required, others
+
+    def check(self, value: Any, field: str, source: Source) -> None:
+        if not isinstance(value, dict):
+            raise source.wrong(field, value, self.expected)
+        for key, spec in self.fields.items():
+            if key in value:
+                spec.check(value[key], join(field, key), source)
+            elif key in self.required:
+                raise source.missing(join(field, key))
+        if self.others is not None:
+            for key, item in value.items():
+                if key not in self.fields:
+                    self.others.check(item, join(field, key), source)
+
+
+class Either(Spec):
+    """A string, or an object of `Obj`'s kind."""
+
+    def __init__(self, obj: Obj) -> None:
+        self.obj = obj
+        self.expected = "a string or an object"
+
+    def check(self, value: Any, field: str, source: Source) -> None:
+        if isinstance(value, dict):
+            self.obj.check(value, field, source)
+        elif not isinstance(value, str):
+            raise source.wrong(field, value, self.expected)
+
+
+class Each(Spec):
+    """A list, every item of `spec`."""
+    expected = "a list"
+
+    def __init__(self, spec: Spec) -> None:
+        self.spec = spec
+
+    def check(self, value: Any, field: str, source: Source) -> None:
+        if not isinstance(value, list):
+            raise source.wrong(field, value, self.expected)
+        for i, item in enumerate(value):
+            self.spec.check(item, join(field, i), source)
+
+
+STR, BOOL, COUNT = Opt(Str()), Opt(Bool()), Opt(Int(0))
+RANK = Int(0, MAX_RANKS - 1)
+SIGNED, NONNEG, POSITIVE = Num("any"), Num(">=0"), Num(">0")
+# Times and shares are 0 where not measured (report.instrument=false); only
+# `other` (the step less the rest) may be a hair below 0, from timer noise.
+STEP_TIME = Opt(Figure(NONNEG))
+SHARE = {key: Opt(Figure(SIGNED if key == "other" else NONNEG)) for key, _, _ in CATEGORIES}
+CEILINGS = Opt(Obj({}, others=Opt(Obj({"tokens_per_s": Opt(Figure(POSITIVE)), "achieved_share": Opt(Figure(NONNEG))},
+                                      others=Opt(Figure(NONNEG))))))
+SHAPE_KEYS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "seq_len")
+
+# The fields of a result (trainbench.result/v1) this script reads.
+RESULT = Obj({
+    "version": STR,
+    "command": STR,
+    "config": Opt(Obj({
+        "model": Opt(Obj({k: COUNT for k in SHAPE_KEYS})),
+        "train": Opt(Obj({"micro_batch": COUNT, "grad_accum": COUNT, "mode": STR, "precision": STR})),
+        "data": Opt(Obj({"shards": STR, "source": STR, "readers": COUNT})),
+        "checkpoint": Opt(Obj({"every_steps": COUNT, "async": BOOL, "dir": STR})),
+        "comm": Opt(Obj({"zero": COUNT})),
+    })),
+    "environment": Obj({
+        "ranks": Int(1, MAX_RANKS),
+        "hosts": Opt(Each(Str())),
+        "gpus": Opt(Each(Obj({"name": STR}))),
+        "gpus_unavailable_reason": STR,
+        "cpu": Opt(Obj({"model": STR, "threads_used": COUNT, "hardware_threads": COUNT})),
+        **{k: STR for k in ("cuda_runtime", "cuda_driver", "nccl", "mpi", "compute_backend", "comm_backend")},
+        "filesystems": Opt(Each(Obj({"role": STR, "path": STR, "type": STR}))),
+    }, required=("ranks",)),
+    "summary": Obj({
+        "tokens_per_s": POSITIVE,
+        "step_s": STEP_TIME,
+        "stall_shares": Opt(Obj(SHARE)),
+        "bottleneck": Opt(Either(Obj({k: STR for k in ("line", "text", "resource", "name")}))),
+        "slowest_rank": Opt(RANK),
+        "slowest_rank_excess": Opt(Figure(NONNEG)),
+        "global_tokens_per_step": Opt(NONNEG),
+        "measured_steps": COUNT,
+        "warmup_steps": COUNT,
+        "mfu": Opt(Figure(NONNEG)),
+        "mfu_vs_gemm_ceiling": Opt(Figure(NONNEG)),
+        "memory_per_rank": Opt(Obj({"total_bytes": Opt(Figure(NONNEG))})),
+        "ceilings": CEILINGS,
+    }, required=("tokens_per_s", "step_s")),
+    "ranks": Opt(Each(Obj({"rank": Opt(RANK), "host": STR, "step_s": STEP_TIME, "step_s_median": STEP_TIME,
+                           **{f"{key}_s{median}": spec for key, spec in SHARE.items()
+                              for median in ("", "_median")}}))),
+    "steps": Opt(Each(Obj({"step_s": Opt(NONNEG), "warmup": BOOL}))),
+    "checks": Opt(Each(Obj({"name": STR, "passed": BOOL, "detail": STR}))),
+    "warnings": Opt(Each(Str())),
+    "checkpoints": Opt(Each(Obj({"status": STR, "bytes": Opt(Figure(NONNEG))}))),
+    "ceilings": CEILINGS,
+}, required=("environment", "summary"))
+
+# The fields of `trainbench plan --json` output this script reads.
+PLAN = Obj({"rows": Each(Obj({"mode": Str(), "fits": Bool(), "total_bytes": Opt(NONNEG)},
+                             required=("mode", "fits")))}, required=("rows",))
+
+
+def deep_at(text: str) -> str:
+    """Where JSON text first nests deeper than MAX_DEPTH: "line L column C"."""
+    depth = 0
+    for match in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', text, re.S):
+        token, at = match.group(), match.start()
+        if token in ("[", "{"):
+            depth += 1
+            if depth > MAX_DEPTH:
+                return f"line {text.count(chr(10), 0, at) + 1} column {at - text.rfind(chr(10), 0, at)}"
+        elif token in ("]", "}"):
+            depth -= 1
+    return "somewhere"
+
+
+def check_values(data: Any, source: Source) -> None:
+    """What no field may hold: a number JSON numbers cannot be (NaN, ±Infinity,
+    beyond a double), a string that is not Unicode (a lone surrogate), nesting
+    deeper than MAX_DEPTH."""
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        node, field, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            shown_field = field if len(field) <= 80 else field[:77] + "..."
+            raise ReportError(f"{source.name}: {shown_field} nests deeper than {MAX_DEPTH} levels")
+        if isinstance(node, BadNumber):
+            raise source.wrong(field, node, "a finite JSON number within a double's range")
+        if isinstance(node, str) and not is_unicode(node):
+            raise source.wrong(field, node, "Unicode text (it has a lone surrogate)")
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if not is_unicode(key):
+                    raise ReportError(f"{source.name}: {join(field, key)}: a key that is not Unicode text "
+                                      "(it has a lone surrogate)")
+                stack.append((value, join(field, key), depth + 1))
+        elif isinstance(node, list):
+            stack.extend((value, join(field, i), depth + 1) for i, value in enumerate(node))
+
+
+def is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def read_json(path: Path, source: Source) -> Any:
+    """The JSON in `path`, or ReportError naming what is wrong with it."""
+    try:
+        with open(path, "rb") as f:
+            kind = os.fstat(f.fileno()).st_mode
+            # A file, or a pipe (`<(...)`); a device such as /dev/zero would never end.
+            if not (stat.S_ISREG(kind) or stat.S_ISFIFO(kind)):
+                raise ReportError(f"{source.name}: not a regular file, not {source.kind}")
+            raw = f.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        raise ReportError(f"{source.name}: no such file") from None
+    except OSError as e:
+        raise ReportError(f"{source.name}: cannot read it ({e.strerror or e})") from None
+    if len(raw) > MAX_BYTES:
+        raise ReportError(f"{source.name}: larger than {MAX_BYTES >> 20} MiB, not {source.kind}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ReportError(f"{source.name}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
+    if not text.strip():
+        raise ReportError(f"{source.name}: an empty file, not {source.kind}")
+    try:
+        data = json.loads(text, parse_float=parse_float, parse_int=parse_int, parse_constant=BadNumber)
+    except json.JSONDecodeError as e:
+        raise ReportError(f"{source.name}: not JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
+    except RecursionError:
+        raise ReportError(f"{source.name}: nests deeper than {MAX_DEPTH} levels ({deep_at(text)})") from None
+    return data
+
 
 @dataclass
 class Run:
@@ -86,6 +444,10 @@ class Run:
     @property
     def tokens_per_s(self) -> float:
         return float(self.summary["tokens_per_s"])
+
+    def config(self, section: str) -> dict[str, Any]:
+        """A section of the resolved config ({} where the result has none)."""
+        return (self.data.get("config") or {}).get(section) or {}
 
     def per_rank(self) -> list[dict[str, Any]]:
         """The result's per-rank records (newer results), else []."""
@@ -108,58 +470,64 @@ def rank_figure(record: dict[str, Any], name: str) -> float | None:
     return value if value is not None else number(record.get(name + "_median"))
 
 
-def require(data: dict[str, Any], path: str, where: str) -> Any:
-    node: Any = data
-    for key in path.split("."):
-        if not isinstance(node, dict) or key not in node:
-            raise ReportError(f"{where}: not a complete trainbench result: {path} is missing")
-        node = node[key]
-    return node
+def read_object(path: Path, source: Source) -> dict[str, Any]:
+    data = read_json(path, source)
+    if not isinstance(data, dict):
+        kind = ("array" if isinstance(data, list) else "string" if isinstance(data, str) else "null" if data is None
+                else "boolean" if isinstance(data, bool) else "number")
+        raise ReportError(f"{source.name}: not {source.kind} (a JSON {kind}, not an object)")
+    return data
 
 
 def load_run(path: Path) -> Run:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ReportError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise ReportError(f"{path}: cannot read it ({reason})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ReportError(f"{path}: not JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
-    if not isinstance(data, dict):
-        raise ReportError(f"{path}: not a trainbench result (a JSON {type(data).__name__}, not an object)")
+    source = Source(str(path), "a trainbench result", "a complete trainbench result")
+    data = read_object(path, source)
     schema = data.get("schema")
     if not isinstance(schema, str) or not schema.startswith(SCHEMA_PREFIX):
-        raise ReportError(f"{path}: schema is {json.dumps(schema)}, expected {SCHEMA_PREFIX}v1 "
+        raise ReportError(f"{path}: schema is {shown(schema)}, expected {SCHEMA_PREFIX}v1 "
                           "(the result JSON of `trainbench run --out`)")
-    ranks = require(data, "environment.ranks", str(path))
-    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
-        raise ReportError(f"{path}: environment.ranks is {json.dumps(ranks)}, expected a positive integer")
-    tokens = require(data, "summary.tokens_per_s", str(path))
-    if number(tokens) is None:
-        raise ReportError(f"{path}: summary.tokens_per_s is {json.dumps(tokens)}, expected a number")
-    require(data, "summary.step_s", str(path))
+    check_values(data, source)
+    RESULT.check(data, "", source)
     return Run(path, data)
+
+
+def load_plan(name: str) -> dict[str, dict[str, Any]]:
+    """`trainbench plan --json` output: its rows by mode."""
+    source = Source(f"--plan {name}", "the output of `trainbench plan --json`",
+                    "the complete output of `trainbench plan --json`")
+    data = read_object(Path(input_name(name, "--plan")), source)
+    check_values(data, source)
+    PLAN.check(data, "", source)
+    return {row["mode"]: row for row in data["rows"]}
+
+
+def input_name(name: str, what: str) -> str:
+    if not name:
+        raise ReportError(f"{what}: an empty name")
+    return name
 
 
 def collect(inputs: list[str]) -> list[Run]:
     paths: list[Path] = []
     for name in inputs:
-        p = Path(name)
-        if p.is_dir():
-            found = sorted(p.glob("*.json"))
+        p = Path(input_name(name, "RESULTS"))
+        if os.path.isdir(p):
+            try:
+                found = sorted(p / entry for entry in os.listdir(p) if fnmatch.fnmatchcase(entry, "*.json"))
+            except OSError as e:
+                raise ReportError(f"{p}: cannot list this folder ({e.strerror or e})") from None
             if not found:
                 raise ReportError(f"{p}: no *.json result files in this folder")
+            for entry in found:  # a folder or a pipe named *.json is no result (and a pipe would never end)
+                if not os.path.isfile(entry):
+                    raise ReportError(f"{entry}: not a regular file (every *.json in {p} is read as a result)")
             paths.extend(found)
         else:
             paths.append(p)
-    seen: set[Path] = set()
+    seen: set[str] = set()
     runs = []
     for p in paths:
-        key = p.resolve()
+        key = os.path.realpath(p)
         if key not in seen:
             seen.add(key)
             runs.append(load_run(p))
@@ -551,7 +919,7 @@ def write_markdown(points: list[Point], out: Path, plots: list[str]) -> Path:
     lines += [f"- {p.ranks} ranks: " + ", ".join(str(r.path) for r in p.runs) for p in points]
     lines.append("")
     path = out / "report.md"
-    path.write_text("\n".join(lines), encoding="utf-8")
+    write_text(path, "\n".join(lines))
     return path
 
 
@@ -576,6 +944,15 @@ def write_plots(points: list[Point], out: Path) -> list[str]:
 
     written = []
 
+    def save(fig: Any, name: str) -> None:
+        try:
+            fig.savefig(out / name, dpi=110)
+        except OSError as e:
+            raise ReportError(f"--out {out}: cannot write {name} ({e.strerror or e})") from None
+        finally:
+            plt.close(fig)
+        written.append(name)
+
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     ax.plot(ranks, [p.ideal_tokens_per_s for p in points], "--", color="#999999", label="ideal (linear from "
             + f"{ranks[0]} rank{'s' if ranks[0] > 1 else ''})")
@@ -599,9 +976,7 @@ def write_plots(points: list[Point], out: Path) -> list[str]:
     ax.set_title("Throughput against world size")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out / "tokens_per_s.png", dpi=110)
-    plt.close(fig)
-    written.append("tokens_per_s.png")
+    save(fig, "tokens_per_s.png")
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     eff = [p.efficiency if p.efficiency is not None else float("nan") for p in points]
@@ -617,9 +992,7 @@ def write_plots(points: list[Point], out: Path) -> list[str]:
     ax.set_title("Scaling efficiency = tokens/s ÷ ideal")
     ax.legend(loc="lower left")
     fig.tight_layout()
-    fig.savefig(out / "scaling_efficiency.png", dpi=110)
-    plt.close(fig)
-    written.append("scaling_efficiency.png")
+    save(fig, "scaling_efficiency.png")
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     positions = list(range(len(points)))
@@ -637,9 +1010,7 @@ def write_plots(points: list[Point], out: Path) -> list[str]:
     ax.set_title("Where the step time goes")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
-    fig.savefig(out / "stall_shares.png", dpi=110)
-    plt.close(fig)
-    written.append("stall_shares.png")
+    save(fig, "stall_shares.png")
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     spreads = [step_spread(p) for p in points]
@@ -661,9 +1032,7 @@ def write_plots(points: list[Point], out: Path) -> list[str]:
     ax.grid(True, axis="y", alpha=0.3)
     ax.set_title("Step-time spread: " + (" / ".join(kinds) if kinds else "no step times"), fontsize=10)
     fig.tight_layout()
-    fig.savefig(out / "step_time_spread.png", dpi=110)
-    plt.close(fig)
-    written.append("step_time_spread.png")
+    save(fig, "step_time_spread.png")
     return written
 
 
@@ -701,9 +1070,7 @@ def duration(hours: float) -> str:
 
 
 def finetune_side(label: str, run: Run, target_tokens: float, gpus_per_node: int | None) -> FinetuneSide:
-    tokens_per_s = run.tokens_per_s
-    if tokens_per_s <= 0:
-        raise ReportError(f"{run.path}: summary.tokens_per_s is {tokens_per_s}, expected > 0")
+    tokens_per_s = run.tokens_per_s  # > 0: load_run checked it
     hosts = run.data["environment"].get("hosts")
     if gpus_per_node:
         nodes = max(1, math.ceil(run.ranks / gpus_per_node))
@@ -712,23 +1079,11 @@ def finetune_side(label: str, run: Run, target_tokens: float, gpus_per_node: int
     hours = target_tokens / tokens_per_s / 3600
     memory = run.summary.get("memory_per_rank")
     memory_bytes = number(memory.get("total_bytes")) if isinstance(memory, dict) else None
-    sizes = [number(c.get("bytes")) for c in run.data.get("checkpoints", []) if isinstance(c, dict)
+    sizes = [number(c.get("bytes")) for c in run.data.get("checkpoints") or [] if isinstance(c, dict)
              and c.get("status") == "committed"]
     sizes = [x for x in sizes if x]
     return FinetuneSide(label, run, run.ranks, nodes, hours, hours * run.ranks, memory_bytes,
                         statistics.median(sizes) if sizes else None)
-
-
-def plan_rows(path: str | None) -> dict[str, dict[str, Any]]:
-    if not path:
-        return {}
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        return {row["mode"]: row for row in data["rows"]}
-    except FileNotFoundError:
-        raise ReportError(f"--plan {path}: no such file") from None
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ReportError(f"--plan {path}: not the output of `trainbench plan --json` ({e})") from None
 
 
 def verdict(lora: FinetuneSide, full: FinetuneSide, target_tokens: float, lora_fits: bool | None,
@@ -753,21 +1108,22 @@ def verdict(lora: FinetuneSide, full: FinetuneSide, target_tokens: float, lora_f
 
 def write_comparison(lora_run: Run, full_run: Run, plan_path: str | None, target_tokens: float,
                      gpus_per_node: int | None, out: Path) -> tuple[Path, str]:
-    if lora_run.data.get("config", {}).get("train", {}).get("mode") != "lora":
+    """compare.md; every input is read and checked before DIR is made or anything written."""
+    if lora_run.config("train").get("mode") != "lora":
         raise ReportError(f"{lora_run.path}: config train.mode is not lora: pass the LoRA run first")
-    if full_run.data.get("config", {}).get("train", {}).get("mode") == "lora":
+    if full_run.config("train").get("mode") == "lora":
         raise ReportError(f"{full_run.path}: config train.mode is lora: the second run must be full fine-tuning")
-    shape = lambda r: r.data.get("config", {}).get("model")  # noqa: E731
+    shape = lambda r: (r.data.get("config") or {}).get("model")  # noqa: E731
     warnings = []
     if shape(lora_run) != shape(full_run):
         warnings.append("the two runs' model shapes differ: the comparison is not like for like")
     lora = finetune_side("LoRA", lora_run, target_tokens, gpus_per_node)
     full = finetune_side("full fine-tuning", full_run, target_tokens, gpus_per_node)
-    plan = plan_rows(plan_path)
+    plan = load_plan(plan_path) if plan_path is not None else {}
     planned_full = plan.get("full (DDP)")
     planned_zero = plan.get("full (ZeRO-1)")
     planned_lora = plan.get("lora")
-    zero = full_run.data.get("config", {}).get("comm", {}).get("zero") == 1
+    zero = full_run.config("comm").get("zero") == 1
     full_plan = planned_zero if zero else planned_full
     lora_fits = planned_lora.get("fits") if planned_lora else None
     full_fits = full_plan.get("fits") if full_plan else None
@@ -798,8 +1154,9 @@ def write_comparison(lora_run: Run, full_run: Run, plan_path: str | None, target
     if plan_path:
         lines.append(f"- plan: {plan_path}")
     lines.append("")
+    prepare_out(out)
     path = out / "compare.md"
-    path.write_text("\n".join(lines), encoding="utf-8")
+    write_text(path, "\n".join(lines))
     return path, line
 
 
@@ -809,11 +1166,34 @@ class Parser(argparse.ArgumentParser):
 
 
 def default_out(inputs: list[str]) -> Path:
-    folders = [Path(i) if Path(i).is_dir() else Path(i).parent for i in inputs]
+    folders = [i if os.path.isdir(i) else os.path.dirname(i) or "." for i in inputs]
     try:
-        return Path(os.path.commonpath([str(f.resolve()) for f in folders]))
+        return Path(os.path.commonpath([os.path.realpath(f) for f in folders]))
     except ValueError:
         return Path.cwd()
+
+
+def prepare_out(out: Path) -> None:
+    """DIR made (with its parents) if need be: only once every input has been read and checked."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ReportError(f"--out {out}: not a folder") from None
+    except OSError as e:
+        raise ReportError(f"--out {out}: cannot create it ({e.strerror or e})") from None
+
+
+def write_text(path: Path, text: str) -> None:
+    try:
+        # surrogateescape: a file name that is not UTF-8 is written back as its bytes
+        path.write_text(text, encoding="utf-8", errors="surrogateescape")
+    except OSError as e:
+        raise ReportError(f"--out {path.parent}: cannot write {path.name} ({e.strerror or e})") from None
+
+
+def one_line(text: str) -> str:
+    """An error line with its control characters (a newline in a file name) escaped."""
+    return re.sub(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]", lambda m: ascii(m.group())[1:-1], text)
 
 
 def main(argv: list[str]) -> int:
@@ -826,39 +1206,36 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--compare", action="store_true",
                         help="RESULTS are a LoRA run then a full fine-tuning run: write compare.md")
     parser.add_argument("--plan", metavar="PLAN.json", help="with --compare: `trainbench plan --json` output")
-    parser.add_argument("--target-tokens", type=float, default=1e9, metavar="N",
+    parser.add_argument("--target-tokens", type=float, metavar="N",
                         help="with --compare: tokens to process (default 1e9)")
     parser.add_argument("--gpus-per-node", type=int, metavar="N",
                         help="with --compare: nodes = ranks / N (default: the runs' distinct hosts)")
     args = parser.parse_args(argv)
+    out = Path(input_name(args.out, "--out")) if args.out is not None else None
 
+    if not args.compare:
+        for option, value in (("--plan", args.plan), ("--target-tokens", args.target_tokens),
+                              ("--gpus-per-node", args.gpus_per_node)):
+            if value is not None:
+                raise ReportError(f"{option}: only with --compare")
     if args.compare:
         if len(args.results) != 2:
             raise ReportError("--compare takes two results: the LoRA run, then the full fine-tuning run")
-        if not args.target_tokens > 0:
-            raise ReportError(f"--target-tokens: must be > 0 (got {args.target_tokens:g})")
-        if args.gpus_per_node is not None and args.gpus_per_node < 1:
-            raise ReportError(f"--gpus-per-node: must be >= 1 (got {args.gpus_per_node})")
-        lora_run, full_run = (load_run(Path(r)) for r in args.results)
-        out = Path(args.out) if args.out else default_out(args.results)
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ReportError(f"--out {out}: cannot create it ({e.strerror})") from None
-        path, line = write_comparison(lora_run, full_run, args.plan, args.target_tokens, args.gpus_per_node, out)
+        target_tokens = 1e9 if args.target_tokens is None else args.target_tokens
+        if not 1 <= target_tokens <= LARGEST:
+            raise ReportError(f"--target-tokens: must be from 1 to {LARGEST:g} (got {target_tokens:g})")
+        if args.gpus_per_node is not None and not 1 <= args.gpus_per_node <= MAX_RANKS:
+            raise ReportError(f"--gpus-per-node: must be from 1 to {MAX_RANKS} (got {args.gpus_per_node})")
+        lora_run, full_run = (load_run(Path(input_name(r, "RESULTS"))) for r in args.results)
+        path, line = write_comparison(lora_run, full_run, args.plan, target_tokens, args.gpus_per_node,
+                                      out or default_out(args.results))
         print(f"verdict: {line}")
         print(f"report: {path}")
         return 0
 
     runs = collect(args.results)
     points = group(runs)
-    out = Path(args.out) if args.out else default_out(args.results)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ReportError(f"--out {out}: cannot create it ({e.strerror})") from None
-
-    plots: list[str] = []
+    out = out or default_out(args.results)
     if not args.no_plots:
         try:
             import matplotlib  # noqa: F401  (checked before anything is written)
@@ -866,7 +1243,8 @@ def main(argv: list[str]) -> int:
             print("report.py: matplotlib is not installed (scripts/setup.sh installs it; or pass --no-plots)",
                   file=sys.stderr)
             return 3
-        plots = write_plots(points, out)
+    prepare_out(out)
+    plots = [] if args.no_plots else write_plots(points, out)
     report = write_markdown(points, out, plots)
 
     width = max(len(str(p.ranks)) for p in points)
@@ -879,8 +1257,10 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    # A path prints as its bytes, whatever the locale: a folder's name need not be UTF-8.
+    sys.stdout.reconfigure(errors="surrogateescape")
     try:
         sys.exit(main(sys.argv[1:]))
     except ReportError as error:
-        print(f"report.py: {error}", file=sys.stderr)
+        print(f"report.py: {one_line(str(error))}", file=sys.stderr)
         sys.exit(2)

@@ -101,10 +101,65 @@ def fake_result(ranks: int, tokens_per_s: float, step_s: float = 0.1) -> dict:
     }
 
 
+# In a file written by damaged(), this string (quoted) is replaced by raw JSON
+# text: NaN, 1e400 and the like, which json.dumps cannot write.
+RAW = "@raw@"
+
+
+def damaged(result: dict, field: str, value: object) -> dict:
+    """A copy of `result` with `field` (dotted, list items by index) set to `value`."""
+    result = copy.deepcopy(result)
+    keys = [int(k) if k.isdigit() else k for k in field.split(".")]
+    node = result
+    for key in keys[:-1]:
+        node = node[key]
+    node[keys[-1]] = value
+    return result
+
+
+def write_json(path: Path, data: object, raw: str | None = None) -> Path:
+    text = json.dumps(data)
+    if raw is not None:
+        text = text.replace(json.dumps(RAW), raw)
+    path.write_text(text)
+    return path
+
+
+def lora_and_full() -> tuple[dict, dict]:
+    lora, full = fake_result(1, 1000.0), fake_result(2, 1500.0)
+    lora["config"]["train"]["mode"] = "lora"
+    full["config"]["train"]["mode"] = "full"
+    full["checkpoints"] = [{"step": 10, "status": "committed", "bytes": 4096}]
+    full["summary"]["memory_per_rank"] = {"total_bytes": 2 ** 30}
+    return lora, full
+
+
+# `trainbench plan --json`, cut to what report.py reads.
+PLAN = {"config": "tiny", "gpus_per_node": 1, "nodes": 2,
+        "rows": [{"mode": mode, "gpus": 2, "total_bytes": 2 ** 30, "fits": True}
+                 for mode in ("full (DDP)", "full (ZeRO-1)", "lora")]}
+
+
 class ReportErrorTests(unittest.TestCase):
     def setUp(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="test_report_"))
         self.addCleanup(shutil.rmtree, self.dir)
+        # A report from before: a refused input must leave it as it is.
+        self.out = self.dir / "out"
+        self.out.mkdir()
+        (self.out / "report.md").write_text("the previous report\n")
+
+    def assert_refused(self, result: subprocess.CompletedProcess[str], *words: str) -> None:
+        """Exit 2, one line naming `words` (the file, the field), nothing written to self.out."""
+        self.assert_one_line_error(result, *words)
+        self.assertEqual((self.out / "report.md").read_text(), "the previous report\n")
+        self.assertEqual(sorted(p.name for p in self.out.iterdir()), ["report.md"])
+
+    def refuse_result(self, result: dict, *words: str, raw: str | None = None) -> None:
+        """`result` beside a good 2-rank result: refused, naming its file and `words`."""
+        good = write_json(self.dir / "good.json", fake_result(2, 1800.0))
+        bad = write_json(self.dir / "bad.json", result, raw)
+        self.assert_refused(report(good, bad, "--out", self.out), str(bad), *words)
 
     def assert_one_line_error(self, result: subprocess.CompletedProcess[str], *words: str) -> None:
         self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
@@ -142,6 +197,160 @@ class ReportErrorTests(unittest.TestCase):
     def test_bad_arguments(self) -> None:
         self.assert_one_line_error(report())
         self.assert_one_line_error(report("--bogus", self.dir))
+
+    def test_fields_of_the_wrong_type(self) -> None:
+        good = fake_result(1, 1000.0)
+        for field, value, named in (
+                ("summary.tokens_per_s", "fast", "summary.tokens_per_s"),
+                ("summary.tokens_per_s", [1000.0], "summary.tokens_per_s"),
+                ("summary.tokens_per_s", {"median": 1000.0}, "summary.tokens_per_s"),
+                ("summary.step_s", "0.1", "summary.step_s"),
+                ("summary.step_s", {"median": [0.1]}, "summary.step_s.median"),
+                ("summary.stall_shares", [0.6, 0.3], "summary.stall_shares"),
+                ("summary.stall_shares.compute", "60%", "summary.stall_shares.compute"),
+                ("summary.bottleneck", 7, "summary.bottleneck"),
+                ("summary.slowest_rank", "3", "summary.slowest_rank"),
+                ("summary.mfu_vs_gemm_ceiling", "high", "summary.mfu_vs_gemm_ceiling"),
+                ("summary", [], "summary"),
+                ("environment", ["a"], "environment"),
+                ("environment.hosts", "a,b", "environment.hosts"),
+                ("environment.hosts", [["a"]], "environment.hosts[0]"),
+                ("environment.gpus", [{"name": 80}], "environment.gpus[0].name"),
+                ("config", [], "config"),
+                ("config", "tiny", "config"),
+                ("config.train", 8, "config.train"),
+                ("config.model.d_model", "64", "config.model.d_model"),
+                ("ranks", {"0": {"step_s": 0.1}}, "ranks"),
+                ("ranks", ["rank 0"], "ranks[0]"),
+                ("ranks", [{"rank": 0, "step_s": 0.1}, {"rank": 1, "step_s": "slow"}], "ranks[1].step_s"),
+                ("ranks", [{"rank": [1], "step_s": 0.1}], "ranks[0].rank"),
+                ("steps", [{"step": 1, "step_s": {"median": 0.1}, "warmup": False}], "steps[0].step_s"),
+                ("steps", [{"step": 1, "step_s": 0.1, "warmup": "no"}], "steps[0].warmup"),
+                ("checks", True, "checks"),
+                ("warnings", "one", "warnings"),
+                ("ceilings", {"compute": 5}, "ceilings.compute"),
+                ("ceilings", {"compute": {"tokens_per_s": "many"}}, "ceilings.compute.tokens_per_s")):
+            with self.subTest(field=field, value=value):
+                self.refuse_result(damaged(good, field, value), named)
+
+    def test_booleans_are_not_numbers(self) -> None:
+        good = fake_result(1, 1000.0)
+        for field in ("summary.tokens_per_s", "summary.step_s", "environment.ranks", "summary.mfu",
+                      "summary.global_tokens_per_step", "ranks"):
+            with self.subTest(field=field):
+                result = damaged(good, field, [{"rank": 0, "step_s": True}] if field == "ranks" else True)
+                self.refuse_result(result, "ranks[0].step_s" if field == "ranks" else field, "true")
+
+    def test_numbers_no_run_has(self) -> None:
+        good = fake_result(1, 1000.0)
+        # Python's json reads NaN and Infinity, makes 1e400 inf and 10**400 an int no float holds
+        # (past 4300 digits it raises): each names its field.
+        for field, raw in (("summary.tokens_per_s", "NaN"), ("summary.tokens_per_s", "Infinity"),
+                           ("summary.step_s.median", "-Infinity"), ("summary.tokens_per_s", "1e400"),
+                           ("summary.tokens_per_s", "1" + "0" * 400), ("summary.mfu", "9" * 5000),
+                           ("config.train.lr", "NaN"), ("ranks", "[{\"rank\": 0, \"step_s\": 1e999}]")):
+            with self.subTest(field=field, raw=raw[:20]):
+                named = "ranks[0].step_s" if field == "ranks" else field
+                self.refuse_result(damaged(good, field, RAW), named, raw=raw)
+        for field, value in (("summary.tokens_per_s", 0), ("summary.tokens_per_s", -1000.0),
+                             ("summary.tokens_per_s", 1e300), ("summary.step_s.median", -0.1),
+                             ("summary.step_s", -0.1), ("summary.stall_shares.compute", -0.5),
+                             ("environment.ranks", 0), ("environment.ranks", 2 ** 31),
+                             ("summary.slowest_rank", -1), ("steps.3.step_s", -0.01),
+                             ("summary.global_tokens_per_step", -512)):
+            with self.subTest(field=field, value=value):
+                self.refuse_result(damaged(good, field, value), field.replace(".3.", "[3]."))
+
+    def test_step_times_of_zero_are_not_measured_not_refused(self) -> None:
+        # report.instrument=false writes 0 for every time: the report reads them as such.
+        result = fake_result(1, 1000.0)
+        result["summary"]["step_s"] = {"median": 0.0, "p10": 0.0, "p90": 0.0}
+        result["ranks"] = [{"rank": 0, "host": "a", "step_s": 0.0, "compute_s": 0.0, "other_s": 0.0}]
+        done = report(write_json(self.dir / "r.json", result), "--out", self.out, "--no-plots")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("| 0.00 | 0.00 | 0.00 |", (self.out / "report.md").read_text())
+
+    def test_nesting_past_what_a_result_has(self) -> None:
+        deep = self.dir / "deep.json"
+        deep.write_text("[" * 100000 + "]" * 100000)  # Python's json: RecursionError
+        self.assert_refused(report(deep, "--out", self.out), str(deep), "nests deeper", "line 1 column 65")
+        result = damaged(fake_result(1, 1000.0), "config.train.extra", RAW)
+        self.refuse_result(result, "config.train.extra[0][0]", "nests deeper", raw="[" * 200 + "]" * 200)
+
+    def test_empty_files_and_text_that_is_not_utf8(self) -> None:
+        for name, data, words in (("empty.json", b"", ("empty file",)), ("blank.json", b" \n\t\n", ("empty file",)),
+                                  ("latin1.json", b'{"schema": "trainbench.r\xe9sult/v1"}', ("not UTF-8", "0xe9")),
+                                  ("utf16.json", "{}".encode("utf-16"), ("not UTF-8", "0xff"))):
+            with self.subTest(name=name):
+                (self.dir / name).write_bytes(data)
+                self.assert_refused(report(self.dir / name, "--out", self.out), str(self.dir / name), *words)
+        # A lone surrogate (\ud800) is valid JSON but no text: it could not be written to report.md.
+        result = damaged(fake_result(1, 1000.0), "environment.hosts", [RAW])
+        self.refuse_result(result, "environment.hosts[0]", "surrogate", raw='"\\ud800"')
+
+    def test_folders_of_what_is_not_a_result(self) -> None:
+        self.assert_refused(report(self.out, "--out", self.out), str(self.out), "no *.json")
+        for name, make in (("sub.json", lambda p: p.mkdir()), ("pipe.json", os.mkfifo),
+                           ("dangling.json", lambda p: p.symlink_to(self.dir / "nothing"))):
+            with self.subTest(name=name):
+                folder = self.dir / name.replace(".json", "")
+                folder.mkdir()
+                write_json(folder / "good.json", fake_result(1, 1000.0))
+                make(folder / name)
+                # A pipe would never end: the old script waited for it.
+                self.assert_refused(run(sys.executable, REPORT, folder, "--out", self.out, timeout=30),
+                                    str(folder / name), "not a regular file")
+        for name in ("/dev/zero", "/dev/null"):
+            if os.path.exists(name):
+                with self.subTest(name=name):
+                    self.assert_refused(report(name, "--out", self.out), name, "not a regular file")
+
+    def test_a_newline_in_a_file_name_stays_on_the_line(self) -> None:
+        folder = self.dir / "odd"
+        folder.mkdir()
+        (folder / "two\nlines.json").write_text("{}")
+        self.assert_refused(report(folder, "--out", self.out), "two\\nlines.json", "schema is null")
+
+    def test_unreadable_files_and_folders(self) -> None:
+        if os.geteuid() == 0:
+            self.skipTest("root reads any file")
+        locked = self.dir / "locked"
+        locked.mkdir()
+        write_json(locked / "r.json", fake_result(1, 1000.0))
+        secret = write_json(self.dir / "secret.json", fake_result(1, 1000.0))
+        secret.chmod(0)
+        self.assert_refused(report(secret, "--out", self.out), str(secret), "cannot read it")
+        locked.chmod(0)
+        self.addCleanup(locked.chmod, 0o755)
+        self.assert_refused(report(locked, "--out", self.out), str(locked), "cannot list")
+
+    def test_bad_command_lines(self) -> None:
+        good = write_json(self.dir / "r.json", fake_result(1, 1000.0))
+        regular = self.dir / "regular"
+        regular.write_text("not a folder\n")
+        for args, words in (([good, "--out", regular, "--no-plots"], ("--out", str(regular), "not a folder")),
+                            ([good, "--out", regular / "sub", "--no-plots"], ("--out", str(regular / "sub"))),
+                            ([good, "--out", "", "--no-plots"], ("--out", "empty")),
+                            (["", "--out", self.out], ("RESULTS", "empty")),
+                            ([good, "--target-tokens", "-5", "--out", self.out], ("--target-tokens", "--compare")),
+                            ([good, "--gpus-per-node", "0", "--out", self.out], ("--gpus-per-node", "--compare")),
+                            ([good, "--plan", good, "--out", self.out], ("--plan", "--compare"))):
+            with self.subTest(args=args):
+                self.assert_refused(report(*args), *words)
+        self.assertEqual(regular.read_text(), "not a folder\n")
+
+    def test_an_out_folder_that_cannot_be_written(self) -> None:
+        good = write_json(self.dir / "r.json", fake_result(1, 1000.0))
+        if os.geteuid() == 0:
+            if not os.path.isdir("/proc/self"):
+                self.skipTest("root writes anywhere, and there is no /proc/self here")
+            unwritable = Path("/proc/self")
+        else:
+            unwritable = self.dir / "read-only"
+            unwritable.mkdir()
+            unwritable.chmod(0o555)
+        self.assert_one_line_error(report(good, "--out", unwritable, "--no-plots"), f"--out {unwritable}",
+                                   "cannot write report.md")
 
 
 class ResultReadingTests(unittest.TestCase):
@@ -264,9 +473,91 @@ class CompareArgumentTests(unittest.TestCase):
         self.assertEqual(rows[0]["time for 3.60 M tokens"], "1.0 h")  # 3.6e6 / 1000 tokens/s
         self.assertEqual(rows[1]["GPU-hours"], "1.33")                    # 2400 s × 2 GPUs
 
+    def refuse(self, lora: object, full: dict, plan: object, *words: str, raw: str | None = None,
+               plan_raw: str | None = None, args: tuple[str, ...] = ()) -> None:
+        """Exit 2 with one line naming `words`; compare.md from before left as it is."""
+        lora_path = write_json(self.dir / "lora.json", lora, raw)
+        full_path = write_json(self.dir / "full.json", full)
+        plan_args = [] if plan is None else ["--plan", write_json(self.dir / "plan.json", plan, plan_raw)]
+        out = self.dir / "out"
+        out.mkdir(exist_ok=True)
+        (out / "compare.md").write_text("the previous comparison\n")
+        result = report("--compare", lora_path, full_path, *plan_args, *args, "--out", out)
+        self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
+        self.assertEqual(result.stdout, "")
+        lines = result.stderr.splitlines()
+        self.assertEqual(len(lines), 1, result.stderr)
+        for word in words:
+            self.assertIn(word, lines[0])
+        self.assertEqual((out / "compare.md").read_text(), "the previous comparison\n")
+        self.assertEqual([p.name for p in out.iterdir()], ["compare.md"])
+
+    def test_damaged_runs_name_the_file_and_the_field(self) -> None:
+        lora, full = lora_and_full()
+        lora_file = str(self.dir / "lora.json")
+        for field, value, named in (("config", [], "config"), ("config", "lora", "config"),
+                                    ("config.comm", 1, "config.comm"), ("checkpoints", 5, "checkpoints"),
+                                    ("checkpoints", [{"status": "committed", "bytes": "4 KiB"}],
+                                     "checkpoints[0].bytes"),
+                                    ("environment.hosts", [["a"]], "environment.hosts[0]"),
+                                    ("summary.memory_per_rank", [1], "summary.memory_per_rank"),
+                                    ("summary.memory_per_rank", {"total_bytes": "1 GiB"},
+                                     "summary.memory_per_rank.total_bytes"),
+                                    ("summary.tokens_per_s", 0, "summary.tokens_per_s")):
+            with self.subTest(field=field, value=value):
+                self.refuse(damaged(lora, field, value), full, None, lora_file, named)
+        for raw in ("NaN", "1e400", "1" + "0" * 5000):
+            with self.subTest(raw=raw[:10]):
+                self.refuse(damaged(lora, "summary.tokens_per_s", RAW), full, None, lora_file,
+                            "summary.tokens_per_s", raw=raw)
+        self.refuse(RAW, full, None, lora_file, "nests deeper", raw="[" * 100000 + "]" * 100000)
+        # null sections are read as absent, as the report reads them
+        lora_ok = damaged(damaged(lora, "checkpoints", None), "config.comm", None)
+        done = report("--compare", write_json(self.dir / "lora.json", lora_ok),
+                      write_json(self.dir / "full.json", full), "--out", self.dir / "ok")
+        self.assertEqual(done.returncode, 0, done.stderr)
+
+    def test_a_damaged_plan_names_the_file_and_the_field(self) -> None:
+        lora, full = lora_and_full()
+        plan_file = f"--plan {self.dir / 'plan.json'}"
+        for plan, raw, words in ((damaged(PLAN, "rows", {"lora": {}}), None, ("rows",)),
+                                 (damaged(PLAN, "rows.0", "full"), None, ("rows[0]",)),
+                                 (damaged(PLAN, "rows.2.fits", "yes"), None, ("rows[2].fits",)),
+                                 (damaged(PLAN, "rows.2.total_bytes", -1), None, ("rows[2].total_bytes",)),
+                                 (damaged(PLAN, "rows.1.mode", None), None, ("rows[1].mode",)),
+                                 (damaged(PLAN, "rows.1.total_bytes", RAW), "NaN", ("rows[1].total_bytes", "NaN")),
+                                 ({"config": "tiny"}, None, ("rows", "missing")),
+                                 ([PLAN], None, ("not the output of `trainbench plan --json`",)),
+                                 (RAW, "[" * 100000 + "]" * 100000, ("nests deeper",)),
+                                 (RAW, "", ("empty file",))):
+            with self.subTest(words=words):
+                self.refuse(lora, full, plan, plan_file, *words, plan_raw=raw)
+        (self.dir / "latin1.json").write_bytes(b"{\"rows\": \"\xe9\"}")
+        self.refuse(lora, full, None, "latin1.json", "not UTF-8", args=("--plan", str(self.dir / "latin1.json")))
+
+    def test_bad_options(self) -> None:
+        lora, full = lora_and_full()
+        regular = self.dir / "regular"
+        regular.write_text("")
+        for args, words in ((("--target-tokens", "-5"), ("--target-tokens", "-5")),
+                            (("--target-tokens", "abc"), ("--target-tokens", "abc")),
+                            (("--target-tokens", "inf"), ("--target-tokens", "inf")),
+                            (("--target-tokens", "1e-300"), ("--target-tokens",)),
+                            (("--gpus-per-node", "0"), ("--gpus-per-node", "0")),
+                            (("--gpus-per-node", "x"), ("--gpus-per-node",)),
+                            (("--plan", ""), ("--plan", "empty"))):
+            with self.subTest(args=args):
+                self.refuse(lora, full, None, *words, args=args)
+        done = report("--compare", write_json(self.dir / "lora.json", lora), write_json(self.dir / "full.json", full),
+                      "--out", regular)
+        self.assertEqual(done.returncode, 2, done.stderr)
+        self.assertEqual(done.stderr.splitlines(), [f"report.py: --out {regular}: not a folder"])
+
     def test_compare_script_checks_its_arguments_first(self) -> None:
         for args, words in ((["--nodes", "0"], "--nodes"), (["--gpus-per-node", "x"], "--gpus-per-node"),
-                            (["--target-tokens", "-5"], "--target-tokens"), (["--launcher", "ssh"], "--launcher")):
+                            (["--target-tokens", "-5"], "--target-tokens"),
+                            (["--target-tokens", "0.5"], "--target-tokens"),
+                            (["--target-tokens", "inf"], "--target-tokens"), (["--launcher", "ssh"], "--launcher")):
             with self.subTest(args=args):
                 result = run("bash", COMPARE, *args, "--out", self.dir / "never")
                 self.assertEqual(result.returncode, 2, result.stderr)
