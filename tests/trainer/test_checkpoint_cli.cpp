@@ -53,10 +53,11 @@ std::string tiny_run(const std::string& dir, int steps, int every, const std::st
 TEST(CheckpointCli, ARunWithNoStepDueACheckpointWarns) {
   testing::TempDir dir("test_ckpt_cli");
   for (const int every : {8, 9}) {
-    const CommandResult r = run_command(tiny_run(dir.file("ck" + std::to_string(every)), 8, every,
-                                                 dir.file("r" + std::to_string(every) + ".json")));
+    const std::string checkpoints = dir.file("ck-" + std::to_string(every));
+    const std::string out = checkpoints + ".json";
+    const CommandResult r = run_command(tiny_run(checkpoints, 8, every, out));
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-    const nlohmann::json result = read_json(dir.file("r" + std::to_string(every) + ".json"));
+    const nlohmann::json result = read_json(out);
     const bool warned = result["warnings"].dump().find("no step was due a checkpoint") != std::string::npos;
     EXPECT_EQ(warned, every == 9) << "every_steps=" << every << ": " << result["warnings"].dump();
     EXPECT_EQ(result["checkpoints"].size(), every == 9 ? 0u : 1u);
