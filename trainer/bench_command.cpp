@@ -3,9 +3,7 @@
 
 #include <CLI/CLI.hpp>  // the command line parser
 #include <algorithm>    // std::max
-#include <cerrno>   // errno for --dir
 #include <cstdio>
-#include <cstring>  // std::strerror
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -403,7 +401,7 @@ int BenchCommand::run_io_write() {
   try {
     folder = make_temporary_directory("trainbench-bench-write", o.write_dir);
   } catch (const std::runtime_error& e) {
-    throw CommandError{kExitUserError, "--dir: " + std::string(e.what()) + ": " + std::strerror(errno)};
+    throw CommandError{kExitUserError, "--dir: " + std::string(e.what())};
   }
   // The folder goes whatever happens; the bench itself leaves nothing in it.
   struct RemoveFolder {

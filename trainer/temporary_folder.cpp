@@ -5,7 +5,8 @@
 #include <sys/file.h>  // flock
 #include <unistd.h>    // close, getpid
 
-#include <cerrno>
+#include <cerrno>      // errno: why mkdtemp failed
+#include <cstring>     // std::strerror
 #include <filesystem>
 #include <stdexcept>
 #include <system_error>
@@ -79,7 +80,7 @@ std::string make_temporary_directory(const std::string& prefix, const std::strin
   if (parent.empty()) remove_abandoned_folders(under.string(), prefix);
   std::string pattern = (under / (prefix + "-XXXXXX")).string();
   if (mkdtemp(pattern.data()) == nullptr)
-    throw std::runtime_error("cannot create a folder under " + under.string());
+    throw std::runtime_error("cannot create a folder under " + under.string() + ": " + std::strerror(errno));
   // Every caller removes its folder at exit; an interrupted process as well.
   remove_on_interrupt(pattern);
   if (parent.empty()) hold_owner_lock(pattern);
