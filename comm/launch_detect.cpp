@@ -19,7 +19,24 @@ int positive_env(const char* name) {
   return *end == '\0' && parsed > 0 && parsed < (1L << 30) ? static_cast<int>(parsed) : 0;
 }
 
+// A non-negative integer from the environment, or -1.
+int index_env(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return -1;
+  char* end = nullptr;
+  const long parsed = std::strtol(value, &end, 10);
+  return *end == '\0' && parsed >= 0 && parsed < (1L << 30) ? static_cast<int>(parsed) : -1;
+}
+
 }  // namespace
+
+int launcher_rank() {
+  // The same launchers, in the same order, as launcher_task_count.
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"}) {
+    if (const int rank = index_env(name); rank >= 0) return rank;
+  }
+  return -1;
+}
 
 int launcher_task_count() {
   // OpenMPI's mpirun/prterun; MPICH and Intel MPI (Hydra, PMI-1/2, and srun

@@ -9,4 +9,9 @@ namespace trainbench {
 // MPI reports: a mismatch means MPI could not reach the launcher.
 int launcher_task_count();
 
+// This process's rank as the launcher numbered it, or -1 when no launcher
+// variable says: what a process can tell of its rank before MPI is up (or
+// when it never comes up, as after a config error).
+int launcher_rank();
+
 }  // namespace trainbench

@@ -8,15 +8,17 @@
 #include <CLI/CLI.hpp>  // the command line parser
 #include <nlohmann/json.hpp>  // the ranks' configs compared
 #include <cerrno>
+#include <chrono>  // let_rank_zero_speak_first's wait
 #include <cstdio>
 #include <cstring>  // strerror
 #include <exception>
 #include <filesystem>  // removing a temporary checkpoint folder
 #include <string>
-#include <thread>  // hardware_concurrency
+#include <thread>  // hardware_concurrency, sleep_for
 #include <vector>
 
 #include "comm/communicator.h"        // make_local/mpi/nccl_communicator, nccl_version
+#include "comm/launch_detect.h"       // launcher_rank: who speaks for a job that failed before MPI
 #include "dataloader/data_error.h"    // DataError: exit 2
 #include "dataloader/shard_loader.h"  // LoaderTimeout: exit 3
 #include "checkpoint/atomic_file.h"   // parent_directory, atomic_write_temporary_path of --out
@@ -179,6 +181,15 @@ std::string first_difference(const nlohmann::json& root, const nlohmann::json& m
   return root == mine ? "" : at + " = " + mine.dump() + " where rank 0 has " + root.dump();
 }
 
+// Most failures are the same on every rank (a bad --set, a checkpoint of
+// another world size): N ranks printed N copies of one line. The ranks other
+// than 0 wait a moment before they speak; when rank 0 fails too, the
+// launcher ends them within it (mpirun on a non-zero exit, MPI_Abort) and one
+// line is left. A rank failing alone still says why, a moment later.
+void let_rank_zero_speak_first(int rank) {
+  if (rank > 0) std::this_thread::sleep_for(std::chrono::seconds(2));
+}
+
 }  // namespace
 
 // A rank started with another config (a --set given to one rank, a --resume
@@ -200,15 +211,27 @@ void check_ranks_run_the_same_job(const Config& config, const std::string& comma
   const std::string difference = first_difference(nlohmann::json::parse(root_text), mine, "");
   std::vector<double> differs(static_cast<size_t>(comm.world_size()));
   comm.all_gather(difference.empty() ? 0.0 : 1.0, differs.data());
-  std::string ranks;
-  for (size_t r = 0; r < differs.size(); ++r)
-    if (differs[r] != 0.0) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-  if (ranks.empty()) return;
-  const std::string rule = ": every rank must be started with the same config, --set overrides and options";
-  if (!difference.empty())
-    throw CommandError{kExitUserError, "rank " + std::to_string(comm.rank()) + " has " + difference + rule};
-  throw CommandError{kExitUserError, "rank(s) " + ranks + " were started with another config than rank 0 (their "
-                                     "messages name the key)" + rule};
+  int first = -1;
+  std::string others;
+  for (size_t r = 0; r < differs.size(); ++r) {
+    if (differs[r] == 0.0) continue;
+    if (first < 0)
+      first = static_cast<int>(r);
+    else
+      others += (others.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (first < 0) return;
+  // The first differing rank's difference goes to all, so every rank fails
+  // with the same line and rank 0's is the one printed (report_failure).
+  std::string first_text = comm.rank() == first ? difference : std::string();
+  int64_t first_length = static_cast<int64_t>(first_text.size());
+  comm.broadcast(&first_length, sizeof(first_length), first);
+  first_text.resize(static_cast<size_t>(first_length));
+  comm.broadcast(first_text.data(), first_length, first);
+  throw CommandError{kExitUserError, "rank " + std::to_string(first) + " has " + first_text +
+                                         (others.empty() ? "" : " (ranks " + others + " differ too)") +
+                                         ": every rank must be started with the same config, --set overrides "
+                                         "and options"};
 }
 
 // The result is written once the work is over (write_file_atomically: a
@@ -279,6 +302,7 @@ int run_command(const RunOptions& options, const std::string& command_line) {
     // ends the job now, with its message.
     if (comm->world_size() < 2) throw;
     const ErrorReport error = describe_current_exception();
+    let_rank_zero_speak_first(comm->rank());
     comm->abort(error.code, "rank " + std::to_string(comm->rank()) + ": " + error.message);
     return error.code;  // not reached: abort ends the process
   }
@@ -644,6 +668,7 @@ int run_cli(int argc, char** argv) {
     if (project.parsed()) return project.run();
   } catch (...) {
     const ErrorReport error = describe_current_exception();
+    let_rank_zero_speak_first(launcher_rank());
     std::fprintf(stderr, "trainbench: %s\n", error.message.c_str());
     return error.code;
   }
