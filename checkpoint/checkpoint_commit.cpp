@@ -212,7 +212,8 @@ nlohmann::json commit_checkpoint(const CommitRequest& request) {
     write_file_atomically(dir + "/latest", "step_" + std::to_string(request.step) + "\n");
   } catch (const AtomicWriteError& e) {
     const std::string message = e.what();
-    const bool disk_full = message.ends_with(std::strerror(ENOSPC)) || message.ends_with(std::strerror(EDQUOT));
+    const bool disk_full = message.ends_with(std::strerror(ENOSPC)) || message.ends_with(std::strerror(EDQUOT)) ||
+                           message.ends_with(std::strerror(EFBIG));
     throw CheckpointWriteError(message, disk_full);
   }
   apply_retention(dir, request.step, request.keep);

@@ -40,7 +40,8 @@ class CheckpointError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Writing or committing failed. disk_full is set for ENOSPC/EDQUOT, so the
+// Writing or committing failed. disk_full is set for ENOSPC/EDQUOT/EFBIG (a
+// file-size limit is a full disk to the writer), so the
 // trainer can apply checkpoint.on_full.
 class CheckpointWriteError : public std::runtime_error {
  public:

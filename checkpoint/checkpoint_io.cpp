@@ -3,7 +3,7 @@
 #include <fcntl.h>   // open
 #include <unistd.h>  // write, fsync, close, unlink
 
-#include <cerrno>      // errno, ENOSPC, EDQUOT
+#include <cerrno>      // errno, ENOSPC, EDQUOT, EFBIG
 #include <cinttypes>   // PRIx64
 #include <cstdio>      // std::snprintf
 #include <cstring>     // std::strerror
@@ -18,7 +18,7 @@ namespace trainbench::checkpoint_io {
 
 void fail_write(const std::string& what, const std::string& path, int error) {
   throw CheckpointWriteError(what + " " + path + ": " + std::strerror(error),
-                             error == ENOSPC || error == EDQUOT);
+                             error == ENOSPC || error == EDQUOT || error == EFBIG);
 }
 
 void fsync_directory(const std::string& folder) {

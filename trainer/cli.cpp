@@ -29,6 +29,7 @@
 #include "trainer/data_source.h"
 #include "trainer/temporary_folder.h"  // make_temporary_directory: the default checkpoint folder
 #include "trainer/environment.h"
+#include "trainer/interrupt_cleanup.h"  // wait_if_interrupted: no error line after a signal
 #include "trainer/report.h"
 #include "trainer/results.h"
 #include "trainer/bench_command.h"
@@ -302,6 +303,7 @@ int run_command(const RunOptions& options, const std::string& command_line) {
     // ends the job now, with its message.
     if (comm->world_size() < 2) throw;
     const ErrorReport error = describe_current_exception();
+    wait_if_interrupted();  // a failure the signal's cleanup caused: the signal speaks
     let_rank_zero_speak_first(comm->rank());
     comm->abort(error.code, "rank " + std::to_string(comm->rank()) + ": " + error.message);
     return error.code;  // not reached: abort ends the process
@@ -668,6 +670,7 @@ int run_cli(int argc, char** argv) {
     if (project.parsed()) return project.run();
   } catch (...) {
     const ErrorReport error = describe_current_exception();
+    wait_if_interrupted();  // a failure the signal's cleanup caused: the signal speaks
     let_rank_zero_speak_first(launcher_rank());
     std::fprintf(stderr, "trainbench: %s\n", error.message.c_str());
     return error.code;

@@ -61,8 +61,13 @@ void wait_if_interrupted() {
 }
 
 void install_interrupt_cleanup() {
+  // A file-size limit (ulimit -f) would kill a writer by SIGXFSZ without a
+  // word; ignored, the write fails with EFBIG, reported like a full disk.
+  std::signal(SIGXFSZ, SIG_IGN);
   if (::pipe2(interrupt_pipe, O_CLOEXEC) != 0) return;  // best effort: the default action stays
-  std::thread([]() {
+  std::thread cleanup;
+  try {
+    cleanup = std::thread([]() {
     int signal_number = 0;
     ssize_t got = -1;
     do {
@@ -93,7 +98,15 @@ void install_interrupt_cleanup() {
     std::signal(signal_number, SIG_DFL);
     ::raise(signal_number);
     ::_exit(128 + signal_number);  // not reached
-  }).detach();
+    });
+  } catch (const std::system_error&) {
+    // No thread to be had (ulimit -v, -u): the signals keep their default
+    // action; the run itself reports what it cannot get.
+    ::close(interrupt_pipe[0]);
+    ::close(interrupt_pipe[1]);
+    return;
+  }
+  cleanup.detach();
   struct sigaction action {};
   action.sa_handler = pass_on_interrupt;
   sigemptyset(&action.sa_mask);

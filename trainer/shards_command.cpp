@@ -21,6 +21,7 @@
 #include "dataloader/shard_writer.h"  // shard_name: checking pack's --out pattern
 #include "trainer/cli.h"              // exit codes
 #include "trainer/cli_validators.h"  // integer_range: numbers checked as typed
+#include "trainer/interrupt_cleanup.h"  // wait_if_interrupted: no error line after a signal
 #include "trainer/report.h"           // human_bytes
 
 namespace trainbench {
@@ -255,27 +256,29 @@ ShardsCommand::ShardsCommand(CLI::App& app) {
 bool ShardsCommand::parsed() const { return shards_->parsed(); }
 
 int ShardsCommand::run() {
+  // What failed once a signal arrived is the cleanup removing the output
+  // from under the writer: no message, the signal ends the process.
+  const auto report = [](const std::string& message, int code) {
+    wait_if_interrupted();
+    std::fprintf(stderr, "trainbench: %s\n", message.c_str());
+    return code;
+  };
   try {
     if (synth_->parsed()) return run_synth();
     if (pack_->parsed()) return run_pack();
     if (verify_->parsed()) return run_verify();
     user_error("shards: a subcommand is required (synth, pack, verify; see trainbench shards --help)");
   } catch (const CommandError& e) {
-    std::fprintf(stderr, "trainbench: %s\n", e.message.c_str());
-    return e.code;
+    return report(e.message, e.code);
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "trainbench: %s\n", e.what());
-    return kExitUserError;
+    return report(e.what(), kExitUserError);
   } catch (const DataError& e) {
-    std::fprintf(stderr, "trainbench: %s\n", e.what());
-    return kExitUserError;
+    return report(e.what(), kExitUserError);
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "trainbench: out of memory\n");
-    return kExitEnvironmentError;
+    return report("out of memory", kExitEnvironmentError);
   } catch (const std::runtime_error& e) {
     // Writing or reading failed underneath valid options: disk full, I/O error.
-    std::fprintf(stderr, "trainbench: %s\n", e.what());
-    return kExitEnvironmentError;
+    return report(e.what(), kExitEnvironmentError);
   }
 }
 

@@ -7,10 +7,12 @@
 
 #include <cerrno>      // errno: why mkdtemp failed
 #include <cstring>     // std::strerror
+#include <cstdlib>     // std::getenv: TMPDIR, named in errors
 #include <filesystem>
 #include <stdexcept>
 #include <system_error>
 
+#include "trainer/cli.h"                // CommandError: exit 3 for an unusable TMPDIR
 #include "trainer/interrupt_cleanup.h"  // remove_on_interrupt
 
 namespace trainbench {
@@ -50,6 +52,20 @@ bool owner_is_gone(const fs::path& folder) {
   return gone;
 }
 
+// "prefix-XXXXXX", or one of the names a removal renames it to first:
+// ".interrupted" (interrupt_cleanup.cpp) or ".abandoned-PID" (below). A
+// process killed again while removing leaves the renamed folder, its lock
+// file inside and unheld.
+bool is_temporary_folder_name(const std::string& name, const std::string& prefix) {
+  const size_t base = prefix.size() + 1 + kRandomSuffix;
+  if (name.size() < base || name.compare(0, prefix.size(), prefix) != 0 || name[prefix.size()] != '-') return false;
+  const std::string suffix = name.substr(base);
+  if (suffix.empty() || suffix == ".interrupted") return true;
+  const std::string abandoned = ".abandoned-";
+  return suffix.size() > abandoned.size() && suffix.compare(0, abandoned.size(), abandoned) == 0 &&
+         suffix.find_first_not_of("0123456789", abandoned.size()) == std::string::npos;
+}
+
 }  // namespace
 
 int remove_abandoned_folders(const std::string& parent, const std::string& prefix) {
@@ -57,14 +73,13 @@ int remove_abandoned_folders(const std::string& parent, const std::string& prefi
   std::error_code error;
   for (fs::directory_iterator it(parent, error), end; !error && it != end; it.increment(error)) {
     const std::string name = it->path().filename().string();
-    if (name.size() != prefix.size() + 1 + kRandomSuffix || name.compare(0, prefix.size(), prefix) != 0 ||
-        name[prefix.size()] != '-')
-      continue;
+    if (!is_temporary_folder_name(name, prefix)) continue;
     std::error_code ignored;
     if (!it->is_directory(ignored) || it->is_symlink(ignored) || !owner_is_gone(it->path())) continue;
     // Renamed away first: a name no live command uses, and no second
     // sweeper removes the same folder.
-    const fs::path doomed = it->path().string() + ".abandoned-" + std::to_string(getpid());
+    const fs::path doomed = it->path().parent_path() / (name.substr(0, prefix.size() + 1 + kRandomSuffix) +
+                                                         ".abandoned-" + std::to_string(getpid()));
     fs::rename(it->path(), doomed, ignored);
     if (ignored) continue;
     fs::remove_all(doomed, ignored);
@@ -74,16 +89,29 @@ int remove_abandoned_folders(const std::string& parent, const std::string& prefi
 }
 
 std::string make_temporary_directory(const std::string& prefix, const std::string& parent) {
+  if (!parent.empty()) {
+    std::string pattern = (fs::path(parent) / (prefix + "-XXXXXX")).string();
+    if (mkdtemp(pattern.data()) == nullptr)
+      throw std::runtime_error("cannot create a folder under " + parent + ": " + std::strerror(errno));
+    remove_on_interrupt(pattern);  // every caller removes its folder at exit; an interrupted process as well
+    return pattern;
+  }
+  // The system's: a broken one is the environment's fault, named as the
+  // user can mend it (exit 3).
+  const char* tmpdir = std::getenv("TMPDIR");
+  const std::string named = tmpdir != nullptr && *tmpdir != '\0' ? "TMPDIR=" + std::string(tmpdir) : "/tmp";
   std::error_code error;
-  const fs::path under = parent.empty() ? fs::temp_directory_path(error) : fs::path(parent);
-  if (error) throw std::runtime_error("cannot find the temporary directory: " + error.message());
-  if (parent.empty()) remove_abandoned_folders(under.string(), prefix);
+  const fs::path under = fs::temp_directory_path(error);
+  if (error)
+    throw CommandError{kExitEnvironmentError, "the temporary directory (" + named + ") is unusable: " +
+                                                  error.message() + "; set TMPDIR to a writable folder"};
+  remove_abandoned_folders(under.string(), prefix);
   std::string pattern = (under / (prefix + "-XXXXXX")).string();
   if (mkdtemp(pattern.data()) == nullptr)
-    throw std::runtime_error("cannot create a folder under " + under.string() + ": " + std::strerror(errno));
-  // Every caller removes its folder at exit; an interrupted process as well.
+    throw CommandError{kExitEnvironmentError, "the temporary directory (" + named + "): cannot create a folder there: " +
+                                                  std::strerror(errno) + "; set TMPDIR to a writable folder"};
   remove_on_interrupt(pattern);
-  if (parent.empty()) hold_owner_lock(pattern);
+  hold_owner_lock(pattern);
   return pattern;
 }
 

@@ -21,7 +21,8 @@ inline constexpr const char* kOwnerLockName = ".trainbench-owner";
 // SIGTERM: interrupt_cleanup.h); the caller removes it otherwise. In the
 // system temporary directory, the folders of this prefix whose owner died
 // are removed first (remove_abandoned_folders). Throws std::runtime_error
-// naming where it failed.
+// naming where it failed under `parent`; CommandError (exit 3, naming
+// TMPDIR) when the system temporary directory is unusable.
 std::string make_temporary_directory(const std::string& prefix, const std::string& parent = "");
 
 // Removes the folders prefix-XXXXXX under `parent` that hold an owner lock

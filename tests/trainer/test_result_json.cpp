@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>  // std::system
+#include <filesystem>
 #include <sstream>  // the interrupted run's output, line by line
 #include <vector>
 
@@ -375,6 +376,27 @@ TEST(Cli, AnInterruptedRunLeavesNoTemporaryFolders) {
   EXPECT_EQ(before, "2") << "shards and checkpoint folders while it ran: " << r.out;
   EXPECT_EQ(exit_line, "exit=143") << "ended by SIGTERM: " << r.out;
   EXPECT_EQ(after, "0") << "temporary folders left behind: " << r.out;
+}
+
+// The environment's limits are errors of the environment, in one line:
+// an unusable TMPDIR (where the default run makes its shards), and a
+// file-size limit (ulimit -f), which used to kill the writer by SIGXFSZ
+// without a word and leave its partial files.
+TEST(Cli, AnUnusableTmpdirOrAFileSizeLimitIsAnEnvironmentError) {
+  testing::TempDir dir("test_cli_limits");
+  for (const std::string& tmpdir : {dir.file("missing"), std::string("/etc/passwd")}) {
+    const auto r = run_command("TMPDIR=" + tmpdir + " " + TRAINBENCH_BINARY + " run tiny --steps 7 --out " +
+                               dir.file("r.json"));
+    EXPECT_EQ(r.exit_code, 3) << tmpdir << ": " << r.err;
+    EXPECT_NE(r.err.find("TMPDIR=" + tmpdir), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  }
+  const auto limited = run_command("TMPDIR=" + dir.path() + " bash -c 'ulimit -f 100; exec " + TRAINBENCH_BINARY +
+                                   " shards synth --out " + dir.file("shards") + " --count 2 --size 1M'");
+  EXPECT_EQ(limited.exit_code, 3) << limited.err;
+  EXPECT_NE(limited.err.find("File too large"), std::string::npos) << limited.err;
+  EXPECT_EQ(limited.err.find('\n'), limited.err.size() - 1) << "one line: " << limited.err;
+  EXPECT_TRUE(std::filesystem::is_empty(dir.file("shards"))) << "no partial shard left";
 }
 
 TEST(Cli, CudaWithoutAUsableGpuIsAnEnvironmentError) {

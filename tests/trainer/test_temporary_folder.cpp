@@ -114,6 +114,27 @@ TEST_F(TemporaryFolder, TheFoldersOfADeadOwnerGoThoseOfALiveOneStay) {
   EXPECT_TRUE(fs::exists(next));
 }
 
+// SIGTERM's cleanup renames a folder to NAME.interrupted before removing
+// it, and a sweeper to NAME.abandoned-PID: a process killed outright in
+// between leaves the renamed folder, its lock file inside and unheld.
+TEST_F(TemporaryFolder, RenamedFoldersOfADeadOwnerGoToo) {
+  Child first, second;
+  make_folder_in_child(false, &first);
+  fs::rename(first.folder, first.folder + ".interrupted");
+  make_folder_in_child(false, &second);  // its own sweep would take the first
+  fs::rename(second.folder, second.folder + ".abandoned-12345");
+  const std::string not_ours = temp_.file(std::string(kPrefix) + "-abcdef.other");
+  fs::create_directories(not_ours);
+  std::ofstream(not_ours + "/" + kOwnerLockName) << "";
+  // The first went with the second's sweep, or goes now.
+  remove_abandoned_folders(temp_.path(), kPrefix);
+  EXPECT_FALSE(fs::exists(first.folder + ".interrupted"));
+  EXPECT_FALSE(fs::exists(second.folder + ".abandoned-12345"));
+  EXPECT_TRUE(fs::exists(not_ours)) << "another suffix is not a name trainbench gives";
+  for (const fs::directory_entry& entry : fs::directory_iterator(temp_.path()))
+    EXPECT_EQ(entry.path(), not_ours) << "left: " << entry.path();
+}
+
 // With a parent given (checkpoint.dir, --dir: perhaps a shared filesystem
 // whose flock is per node) nothing is swept and no lock file is made.
 TEST_F(TemporaryFolder, AGivenParentIsNotSwept) {
