@@ -23,6 +23,7 @@
 #include "dataloader/shard_loader.h"  // LoaderTimeout: exit 3
 #include "checkpoint/atomic_file.h"   // parent_directory, atomic_write_temporary_path of --out
 #include "checkpoint/checkpoint_files.h"  // CheckpointError, CheckpointWriteError: exit 2, 3
+#include "checkpoint/dir_lock.h"  // CheckpointDirLock: one run per checkpoint.dir
 #include "kernels/device_info.h"      // query_gpus for device auto
 #include "kernels/engine.h"           // make_engine, plan_engine_memory
 #include "trainer/config.h"
@@ -68,12 +69,14 @@ struct CheckpointDir {
   std::string path;
   bool temporary = false;
   bool remover = false;  // rank 0 of a temporary folder
+  CheckpointDirLock lock;  // rank 0's: no second run writes into the folder meanwhile
   CheckpointDir() = default;
   CheckpointDir(const CheckpointDir&) = delete;
   CheckpointDir& operator=(const CheckpointDir&) = delete;
   ~CheckpointDir() { drop(); }
   // No checkpoints after all: a temporary folder goes now.
   void drop() {
+    lock.release();
     if (remover) {
       std::error_code ignored;
       std::filesystem::remove_all(path, ignored);
@@ -98,6 +101,9 @@ void setup_checkpoint_dir(const Config& config, Communicator& comm, CheckpointDi
     dir->remover = comm.rank() == 0;
   }
   check_checkpoint_dir(dir->path, comm);
+  // Rank 0 speaks for the job; its peers wait in their next collective and
+  // end with its abort should the folder be taken.
+  if (comm.rank() == 0) dir->lock.acquire(dir->path);
 }
 
 std::string quoted_command_line(int argc, char** argv) {

@@ -5,6 +5,10 @@
 // incompatible config each end with one clear line.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>     // open: the first run's lock, held by the test
+#include <sys/file.h>  // flock
+#include <unistd.h>    // write, close
+
 #include <cstring>  // std::memcpy
 #include <filesystem>
 #include <fstream>
@@ -14,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/dir_lock.h"  // kCheckpointLockName
 #include "tests/support/mounted_filesystem.h"  // a small tmpfs for the disk-full test
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
@@ -62,6 +67,34 @@ TEST(CheckpointCli, ARunWithNoStepDueACheckpointWarns) {
     EXPECT_EQ(warned, every == 9) << "every_steps=" << every << ": " << result["warnings"].dump();
     EXPECT_EQ(result["checkpoints"].size(), every == 9 ? 0u : 1u);
   }
+}
+
+// Two runs given one checkpoint.dir wrote into each other's step_N.tmp (one
+// committed a checkpoint that failed its checksums on resume, exit 0): the
+// second is refused at start, naming the holder; once the first is done, the
+// folder is free again.
+TEST(CheckpointCli, ASecondRunOnATakenCheckpointDirIsRefused) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string checkpoints = dir.file("ck");
+  fs::create_directories(checkpoints);
+  {
+    // The first run, as a lock this test holds the way a run does.
+    const int fd = ::open((checkpoints + "/" + kCheckpointLockName).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+    ASSERT_EQ(::write(fd, "pid 4242 on node07\n", 19), 19);
+    const CommandResult second = run_command(tiny_run(checkpoints, 8, 4, dir.file("second.json")));
+    ::close(fd);
+    EXPECT_EQ(second.exit_code, 2) << second.err;
+    EXPECT_NE(second.err.find("checkpoint.dir " + checkpoints + " is in use by another trainbench run (pid 4242 "
+                              "on node07)"),
+              std::string::npos) << second.err;
+    EXPECT_EQ(second.err.find('\n'), second.err.size() - 1) << "one line: " << second.err;
+    EXPECT_EQ(second.out.find("step "), std::string::npos) << "no step ran: " << second.out;
+  }
+  const CommandResult free_again = run_command(tiny_run(checkpoints, 8, 4, dir.file("third.json")));
+  EXPECT_EQ(free_again.exit_code, 0) << free_again.err;
+  EXPECT_EQ(latest_of(checkpoints), "step_8");
 }
 
 TEST(CheckpointCli, DefaultRunWritesAndReportsACheckpointInATemporaryFolder) {

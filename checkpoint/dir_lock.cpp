@@ -1,0 +1,62 @@
+#include "checkpoint/dir_lock.h"
+
+#include <fcntl.h>     // open
+#include <sys/file.h>  // flock
+#include <unistd.h>    // read, write, ftruncate, close, getpid, gethostname
+
+#include <cerrno>
+#include <string>
+
+#include "checkpoint/checkpoint_files.h"  // CheckpointError
+#include "checkpoint/checkpoint_io.h"     // without_trailing_slashes
+
+namespace trainbench {
+
+namespace io = checkpoint_io;
+
+namespace {
+
+// "pid 1234 on node07": what the holder wrote, for the refusal.
+std::string holder_of(int fd) {
+  char text[256] = {};
+  const ssize_t got = ::pread(fd, text, sizeof(text) - 1, 0);
+  std::string holder = got > 0 ? std::string(text, static_cast<size_t>(got)) : std::string();
+  while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
+  return holder.empty() ? "another process" : holder;
+}
+
+}  // namespace
+
+void CheckpointDirLock::acquire(const std::string& dir) {
+  release();
+  const std::string path = io::without_trailing_slashes(dir) + "/" + kCheckpointLockName;
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return;  // a read-only folder fails the writability check instead
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    if (error == EWOULDBLOCK) {
+      const std::string holder = holder_of(fd);
+      ::close(fd);
+      throw CheckpointError("checkpoint.dir " + dir + " is in use by another trainbench run (" + holder +
+                            "): two runs writing one folder commit each other's files; give each run its "
+                            "own checkpoint.dir");
+    }
+    ::close(fd);  // no flock here (ENOLCK, EOPNOTSUPP): unlocked, as before
+    return;
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  const std::string holder = "pid " + std::to_string(::getpid()) + " on " + host + "\n";
+  if (::ftruncate(fd, 0) == 0 && ::pwrite(fd, holder.data(), holder.size(), 0) < 0) {
+    // The holder's name is a courtesy for the refusal; the lock holds without it.
+  }
+  fd_ = fd;
+}
+
+void CheckpointDirLock::release() {
+  if (fd_ < 0) return;
+  ::close(fd_);  // drops the lock
+  fd_ = -1;
+}
+
+}  // namespace trainbench
