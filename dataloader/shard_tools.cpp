@@ -263,7 +263,7 @@ SynthResult synthesize_shards(const SynthOptions& options, const ProgressCallbac
   refuse_existing_shards(pattern, options.count, options.overwrite);
   create_output_directory(options.out_dir);
   check_free_space(options);
-  ShardSeries series(pattern, options.shard_bytes, options.samples_per_shard);
+  ShardSeries series(pattern, options.shard_bytes, options.samples_per_shard, options.overwrite);
   const bool by_size = options.shard_bytes > 0;
   const int64_t per_shard = by_size ? options.shard_bytes : options.samples_per_shard;
   const int64_t total = options.count > INT64_MAX / per_shard ? INT64_MAX : options.count * per_shard;
@@ -302,7 +302,7 @@ PackResult pack_directory(const PackOptions& options, const ProgressCallback& pr
     throw std::invalid_argument("INPUT_DIR " + options.input_dir + ": " +
                                 (fs::exists(root, error) ? "not a directory" : "no such directory"));
   require(options.max_bytes >= 0 && options.max_count >= 0, "--max-size and --max-count: must be >= 0");
-  ShardSeries series(options.out_pattern, options.max_bytes, options.max_count);
+  ShardSeries series(options.out_pattern, options.max_bytes, options.max_count, options.overwrite);
   check_pack_destination(options);
   const fs::path out_dir = fs::path(shard_name(options.out_pattern, 0)).parent_path();
 

@@ -2,7 +2,8 @@
 
 #include <archive.h>        // archive_write_*: the tar writer
 #include <archive_entry.h>  // archive_entry_*: one member's header
-#include <fcntl.h>          // open
+#include <fcntl.h>          // open, AT_FDCWD
+#include <sys/file.h>       // flock: one writer per shard
 #include <locale.h>         // newlocale, uselocale: UTF-8 member names
 #include <unistd.h>         // fsync, close
 
@@ -99,6 +100,17 @@ PatternField find_pattern_field(const std::string& pattern) {
   return field;
 }
 
+// rename(), or with replace_existing false one that fails with EEXIST when
+// `to` is there (renameat2 RENAME_NOREPLACE; a filesystem without it gets
+// a plain rename: the up-front check in the shard tools still holds).
+bool rename_into_place(const std::string& from, const std::string& to, bool replace_existing) {
+  if (!replace_existing) {
+    if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return true;
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) return false;
+  }
+  return std::rename(from.c_str(), to.c_str()) == 0;
+}
+
 }  // namespace
 
 TarShardWriter::~TarShardWriter() {
@@ -106,8 +118,8 @@ TarShardWriter::~TarShardWriter() {
   // partial file goes, the whole-shard name was never created.
   if (archive_ == nullptr) return;
   archive_write_free(archive_);
+  std::remove((path_ + ".partial").c_str());  // before the close drops the lock
   ::close(fd_);
-  std::remove((path_ + ".partial").c_str());
 }
 
 int64_t TarShardWriter::sample_tar_bytes(std::string_view key, const std::vector<MemberToWrite>& members) {
@@ -118,14 +130,33 @@ int64_t TarShardWriter::sample_tar_bytes(std::string_view key, const std::vector
   return bytes;
 }
 
-void TarShardWriter::open(const std::string& path) {
+void TarShardWriter::open(const std::string& path, bool replace_existing) {
   if (archive_ != nullptr) close();
   path_ = path;
+  replace_existing_ = replace_existing;
   bytes_ = 0;
   samples_ = 0;
   const std::string partial = path + ".partial";
-  fd_ = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Not truncated before it is ours: two writers of one shard (two runs of
+  // shards synth into one folder) interleaved their bytes in one partial
+  // file and renamed a damaged tar into place, exit 0. The writer holds a
+  // flock on its partial file until the shard is renamed; a second writer is
+  // refused. A partial file nobody holds (a killed writer's) is taken over.
+  fd_ = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) fail_errno("cannot create", partial);
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    ::close(fd_);
+    fd_ = -1;
+    throw std::invalid_argument(partial + " is being written by another process: two writers of one shard "
+                                "would damage it; give each its own output folder");
+  }  // no flock on this filesystem (ENOLCK, EOPNOTSUPP): written unguarded, as before
+  if (::ftruncate(fd_, 0) != 0) {
+    const int error = errno;
+    ::close(fd_);
+    fd_ = -1;
+    errno = error;
+    fail_errno("cannot truncate", partial);
+  }
   archive_ = archive_write_new();
   // pax_restricted writes plain ustar headers and adds a pax header only for
   // what ustar cannot hold (long or non-ASCII names): what Python's tarfile,
@@ -177,21 +208,27 @@ void TarShardWriter::close() {
   bytes_ = archive_filter_bytes(archive_, -1);
   archive_write_free(archive_);
   archive_ = nullptr;
+  // Renamed while still open and locked: closed first, another writer could
+  // take the partial file over between the close and the rename.
   const bool synced = ::fsync(fd_) == 0;
-  const int sync_errno = errno;
-  const bool closed = ::close(fd_) == 0;
-  const int error = !synced ? sync_errno : errno;
-  fd_ = -1;
-  if (!synced || !closed) {
-    std::remove(partial.c_str());
-    errno = error;
-    fail_errno(!synced ? "cannot fsync" : "cannot close", partial);
+  int error = errno;
+  bool renamed = false, appeared = false;
+  if (synced) {
+    renamed = rename_into_place(partial, path_, replace_existing_);
+    error = errno;
+    appeared = !renamed && error == EEXIST;
   }
-  if (std::rename(partial.c_str(), path_.c_str()) != 0) {
-    const int rename_errno = errno;
-    std::remove(partial.c_str());
-    errno = rename_errno;
-    fail_errno("cannot rename " + partial + " to", path_);
+  if (!renamed) std::remove(partial.c_str());
+  const bool closed = ::close(fd_) == 0;
+  if (renamed && !closed) error = errno;
+  fd_ = -1;
+  if (appeared)
+    throw std::invalid_argument(path_ + " appeared while it was being written (another writer?): not written "
+                                "over; give --overwrite, or another output folder");
+  if (!synced || !renamed || !closed) {
+    errno = error;
+    fail_errno(!synced ? "cannot fsync" : !renamed ? "cannot rename " + partial + " to" : "cannot close",
+               !synced ? partial : path_);
   }
   fsync_directory_of(path_);
 }
@@ -254,8 +291,9 @@ std::string first_existing_shard(const std::string& pattern, int64_t max_shards)
   return lowest < 0 ? "" : shard_name(pattern, lowest);
 }
 
-ShardSeries::ShardSeries(std::string pattern, int64_t max_bytes, int64_t max_samples)
-    : pattern_(std::move(pattern)), max_bytes_(max_bytes), max_samples_(max_samples) {
+ShardSeries::ShardSeries(std::string pattern, int64_t max_bytes, int64_t max_samples, bool replace_existing)
+    : pattern_(std::move(pattern)), max_bytes_(max_bytes), max_samples_(max_samples),
+      replace_existing_(replace_existing) {
   find_pattern_field(pattern_);  // a bad pattern fails here, before any shard is written
   if (max_bytes_ < 0 || max_samples_ < 0)
     throw std::invalid_argument("shard limits must be >= 0 (0 = no limit)");
@@ -274,7 +312,7 @@ void ShardSeries::write_sample(std::string_view key, const std::vector<MemberToW
   if (starts_new_shard(key, members)) {
     close_current();
     const std::string path = shard_name(pattern_, static_cast<int64_t>(paths_.size()));
-    writer_.open(path);
+    writer_.open(path, replace_existing_);
     paths_.push_back(path);
   }
   writer_.write_sample(key, members);

@@ -35,8 +35,11 @@ class TarShardWriter {
   // killed writer never leaves a shard that looks whole). Throws
   // std::runtime_error naming the path on failure (errno text: a full disk
   // reads "No space left on device"); the .partial file is then removed, as
-  // it is when the writer is destroyed while still open.
-  void open(const std::string& path);
+  // it is when the writer is destroyed while still open. The partial file
+  // is flock()ed while written: a second writer of the same shard gets
+  // std::invalid_argument. With replace_existing false, close() does not
+  // write over a `path` that appeared meanwhile (std::invalid_argument).
+  void open(const std::string& path, bool replace_existing = true);
   void write_sample(std::string_view key, const std::vector<MemberToWrite>& members);
   void close();  // finishes the archive, fsyncs, renames into place, fsyncs the directory
   bool is_open() const { return archive_ != nullptr; }
@@ -54,6 +57,7 @@ class TarShardWriter {
   struct archive* archive_ = nullptr;
   int fd_ = -1;
   std::string path_;
+  bool replace_existing_ = true;
   int64_t bytes_ = 0;
   int64_t samples_ = 0;
 };
@@ -77,7 +81,8 @@ std::string first_existing_shard(const std::string& pattern, int64_t max_shards)
 class ShardSeries {
  public:
   // Throws std::invalid_argument for a bad pattern or a negative limit.
-  ShardSeries(std::string pattern, int64_t max_bytes, int64_t max_samples);
+  // replace_existing: as TarShardWriter::open takes it.
+  ShardSeries(std::string pattern, int64_t max_bytes, int64_t max_samples, bool replace_existing = true);
   // True when write_sample would put this sample into a new shard (also
   // before the first one): lets a caller stop at a number of shards.
   bool starts_new_shard(std::string_view key, const std::vector<MemberToWrite>& members) const;
@@ -91,6 +96,7 @@ class ShardSeries {
   void close_current();
   std::string pattern_;
   int64_t max_bytes_, max_samples_;
+  bool replace_existing_;
   TarShardWriter writer_;
   std::vector<std::string> paths_;
   int64_t bytes_closed_ = 0;

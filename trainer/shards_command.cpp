@@ -19,6 +19,7 @@
 #include "dataloader/shard_list.h"    // resolve_shard_list for verify's SPEC
 #include "dataloader/shard_tools.h"   // synthesize_shards, pack_directory, verify_shards
 #include "dataloader/shard_writer.h"  // shard_name: checking pack's --out pattern
+#include "comm/launch_detect.h"        // launcher_rank, launcher_task_count: one writer under mpirun
 #include "trainer/cli.h"              // exit codes
 #include "trainer/cli_validators.h"  // integer_range: numbers checked as typed
 #include "trainer/interrupt_cleanup.h"  // wait_if_interrupted: no error line after a signal
@@ -263,6 +264,13 @@ int ShardsCommand::run() {
     std::fprintf(stderr, "trainbench: %s\n", message.c_str());
     return code;
   };
+  // Started as several tasks (mpirun -np N, srun -n N, as DLIO's generator
+  // is): every task would write the same shards. Rank 0 does the work, the
+  // others end at once.
+  if (const int tasks = launcher_task_count(); tasks > 1) {
+    if (launcher_rank() > 0) return kExitOk;
+    std::fprintf(stderr, "trainbench: note: started as %d tasks; shards runs in one process, rank 0's\n", tasks);
+  }
   try {
     if (synth_->parsed()) return run_synth();
     if (pack_->parsed()) return run_pack();

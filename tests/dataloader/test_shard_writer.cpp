@@ -204,6 +204,59 @@ TEST(ShardName, ReplacesTheOneNumberField) {
 
 void touch(const std::string& path) { std::ofstream(path) << "x"; }
 
+std::string contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Two writers of one shard (two `shards synth` into one folder) interleaved
+// their bytes in one partial file: the second is refused while the first
+// holds it; a partial file nobody holds (a killed writer's) is taken over.
+TEST_F(ShardWriter, ASecondWriterOfTheSameShardIsRefused) {
+  const std::string path = dir_ + "/s.tar";
+  const std::string data = "tokens";
+  TarShardWriter first, second;
+  first.open(path);
+  EXPECT_THROW(second.open(path), std::invalid_argument);
+  EXPECT_FALSE(second.is_open());
+  first.write_sample("a", {member("txt", data)});
+  first.close();
+  ASSERT_EQ(read_members(path).size(), 1u);
+  EXPECT_FALSE(fs::exists(path + ".partial"));
+
+  std::ofstream(path + ".partial") << std::string(5000, 'j');  // left by a killed writer
+  TarShardWriter taker;
+  taker.open(path);
+  taker.write_sample("b", {member("txt", data)});
+  taker.close();
+  const std::vector<ReadMember> members = read_members(path);
+  ASSERT_EQ(members.size(), 1u);
+  EXPECT_EQ(members[0].name, "b.txt");
+}
+
+// Without replace_existing, a shard that appears while it is being written
+// (another writer finished it first) is left as it is.
+TEST_F(ShardWriter, WithoutReplaceAShardThatAppearedIsNotWrittenOver) {
+  const std::string path = dir_ + "/s.tar";
+  TarShardWriter writer;
+  writer.open(path, false);
+  writer.write_sample("a", {member("txt", std::string("x"))});
+  touch(path);
+  try {
+    writer.close();
+    ADD_FAILURE() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(path + " appeared"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(contents(path), "x");
+  EXPECT_FALSE(fs::exists(path + ".partial"));
+  TarShardWriter replacing;  // the default writes over it
+  replacing.open(path);
+  replacing.write_sample("a", {member("txt", std::string("x"))});
+  replacing.close();
+  EXPECT_EQ(read_members(path).size(), 1u);
+}
+
 TEST_F(ShardWriter, FirstExistingShardIsTheLowestNameTheSeriesWouldWrite) {
   const std::string pattern = dir_ + "/train-%06d.tar";
   EXPECT_EQ(first_existing_shard(pattern, 100), "");

@@ -149,6 +149,22 @@ TEST(MpiCli, AFailureOfEveryRankIsPrintedOnce) {
   EXPECT_EQ(count_trainbench_lines(resumed.err), 1) << resumed.err;
 }
 
+// `mpirun -np N trainbench shards synth` (DLIO's way of generating data):
+// every task wrote the same shards into one folder, and the loser failed
+// renaming a partial file the winner had taken. Rank 0 writes them all.
+TEST(MpiCli, ShardsUnderALauncherAreWrittenOnceByRankZero) {
+  testing::TempDir dir("test_mpi_cli");
+  const std::string out = dir.file("shards");
+  const CommandResult r = run_command("timeout 120 " + kMpirun + "-np 2 " + TRAINBENCH_BINARY +
+                                      " shards synth --out " + out + " --count 4 --samples 50");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("started as 2 tasks"), std::string::npos) << r.err;
+  EXPECT_EQ(count_trainbench_lines(r.err), 1) << r.err;
+  const CommandResult verify = run_command(std::string(TRAINBENCH_BINARY) + " shards verify " + out);
+  EXPECT_EQ(verify.exit_code, 0) << verify.out << verify.err;
+  EXPECT_NE(verify.out.find("samples  200"), std::string::npos) << verify.out;
+}
+
 // A failure of one rank alone (here rank 0's --out, which only rank 0
 // writes): that rank ends the job at once with its message, where its peers
 // used to wait in their first collective until comm.timeout_s.
