@@ -224,10 +224,20 @@ bool Checkpointer::agree() {
       local_error_.clear();
       return true;
     }
+    // What a resume can start from: said only when it is there.
+    std::string previous = "; no checkpoint was committed before it";
+    try {
+      const std::vector<CommittedCheckpoint> committed = list_committed(dir_);
+      if (!committed.empty())
+        previous = "; the previous committed checkpoint (step_" + std::to_string(committed.back().step) +
+                   ") is intact";
+    } catch (const CheckpointError&) {
+      previous.clear();  // the folder cannot be listed: nothing to say of it
+    }
     throw CheckpointFailure("checkpoint of step " + step + " failed on rank(s) " + failed + ": " + detail +
                             (only_full ? " (checkpoint.on_full=fail; set it to skip to train on without it)"
                                        : "") +
-                            "; the previous committed checkpoint is intact");
+                            previous);
   }
 
   if (flight.phase == Phase::kWriting) {

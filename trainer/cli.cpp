@@ -2,11 +2,13 @@
 
 #include <fcntl.h>     // open: --out's probe
 #include <fstream>     // reading an earlier result at --out
+#include <sys/resource.h>  // getrlimit: ulimit -v
 #include <sys/stat.h>  // stat: what --out and its folder are
 #include <unistd.h>    // close, unlink
 
 #include <CLI/CLI.hpp>  // the command line parser
 #include <nlohmann/json.hpp>  // the ranks' configs compared
+#include <algorithm>  // std::max, std::min
 #include <cerrno>
 #include <chrono>  // let_rank_zero_speak_first's wait
 #include <cstdio>
@@ -188,6 +190,29 @@ std::string first_difference(const nlohmann::json& root, const nlohmann::json& m
   return root == mine ? "" : at + " = " + mine.dump() + " where rank 0 has " + root.dump();
 }
 
+// An address-space limit (ulimit -v) below what a run maps: OpenBLAS
+// retried its per-thread buffer allocation forever (a hang at 500 MB for
+// tiny's 10 MiB plan), or a thread failed to start. The figure is a floor:
+// the plan's host bytes on the CPU engine, OpenBLAS's buffer per thread
+// (up to 128 MiB), and the binary with its libraries (256 MiB); a CUDA
+// context maps far more.
+void check_address_space_limit(const EngineOptions& options, const MemoryPlan& plan) {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
+  constexpr int64_t kOpenBlasBufferBytes = int64_t{128} << 20;
+  constexpr int64_t kProgramBytes = int64_t{256} << 20;
+  const int64_t threads = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  const int64_t needed =
+      (options.device == "cpu" ? plan.total_bytes() : 0) + threads * kOpenBlasBufferBytes + kProgramBytes;
+  const int64_t allowed = static_cast<int64_t>(std::min<rlim_t>(limit.rlim_cur, INT64_MAX));
+  if (needed > allowed)
+    throw CommandError{kExitEnvironmentError,
+                       "the address-space limit (ulimit -v) is " + human_bytes(static_cast<double>(allowed)) +
+                           " but this run maps at least " + human_bytes(static_cast<double>(needed)) +
+                           " (the memory plan, OpenBLAS's buffers for " + std::to_string(threads) +
+                           " threads, the program): raise it (ulimit -v unlimited) or set train.threads lower"};
+}
+
 // Most failures are the same on every rank (a bad --set, a checkpoint of
 // another world size): N ranks printed N copies of one line. The ranks other
 // than 0 wait a moment before they speak; when rank 0 fails too, the
@@ -253,6 +278,9 @@ void check_result_path(const std::string& path) {
   if (::stat(path.c_str(), &target) == 0) {
     if (!S_ISREG(target.st_mode))
       throw CommandError{kExitUserError, "--out " + path + ": exists and is not a regular file; name a file"};
+    if (target.st_size > 0 && ::access(path.c_str(), R_OK) != 0)
+      throw CommandError{kExitUserError, "--out " + path + ": exists and cannot be read (" + std::strerror(errno) +
+                                         ") to tell whether it is an earlier result; refusing to replace it"};
     if (target.st_size > 0 && !is_trainbench_result(path))
       throw CommandError{kExitUserError, "--out " + path + ": exists and is not a trainbench result (schema "
                                          "trainbench.*); refusing to replace it: name another file"};
@@ -400,6 +428,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                         human_bytes(static_cast<double>(available)) +
                         " is available: lower train.micro_batch, model.seq_len or model.n_layers"};
   }
+  check_address_space_limit(engine_options, plan);
 
   std::unique_ptr<TrainingEngine> engine;
   try {

@@ -459,6 +459,7 @@ TEST(CheckpointCli, FullDiskStopsOrSkipsAndKeepsThePreviousCheckpoint) {
     if (on_full == "fail") {
       EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
       EXPECT_NE(r.err.find("No space left on device"), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find("the previous committed checkpoint (step_4) is intact"), std::string::npos) << r.err;
       EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
     } else {
       EXPECT_EQ(r.exit_code, 0) << r.out << r.err;

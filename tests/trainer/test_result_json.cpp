@@ -397,6 +397,13 @@ TEST(Cli, AnUnusableTmpdirOrAFileSizeLimitIsAnEnvironmentError) {
   EXPECT_NE(limited.err.find("File too large"), std::string::npos) << limited.err;
   EXPECT_EQ(limited.err.find('\n'), limited.err.size() - 1) << "one line: " << limited.err;
   EXPECT_TRUE(std::filesystem::is_empty(dir.file("shards"))) << "no partial shard left";
+  // An address-space limit below what the run maps hung in OpenBLAS.
+  const auto address_space = run_command("bash -c 'ulimit -v 300000; exec timeout 60 " +
+                                         std::string(TRAINBENCH_BINARY) + " run tiny --steps 7 --out " +
+                                         dir.file("r.json") + "'");
+  EXPECT_EQ(address_space.exit_code, 3) << address_space.err;
+  EXPECT_NE(address_space.err.find("ulimit -v"), std::string::npos) << address_space.err;
+  EXPECT_EQ(address_space.err.find('\n'), address_space.err.size() - 1) << "one line: " << address_space.err;
 }
 
 TEST(Cli, CudaWithoutAUsableGpuIsAnEnvironmentError) {
