@@ -1,6 +1,7 @@
 #include "checkpoint/checkpoint_io.h"
 
 #include <fcntl.h>   // open
+#include <sys/stat.h>  // stat: read_small_file reads regular files only
 #include <unistd.h>  // write, fsync, close, unlink
 
 #include <cerrno>      // errno, ENOSPC, EDQUOT, EFBIG
@@ -102,6 +103,10 @@ std::string printable(const std::string& text, size_t limit) {
 }
 
 std::string read_small_file(const std::string& path, const std::string& what) {
+  // A folder reads as empty ("" is not a step name), a FIFO blocks forever.
+  struct stat status {};
+  if (::stat(path.c_str(), &status) == 0 && !S_ISREG(status.st_mode))
+    throw CheckpointError(what + " " + path + ": not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw CheckpointError(what + " " + path + ": cannot read it: " + std::strerror(errno));
   std::stringstream contents;

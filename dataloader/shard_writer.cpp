@@ -241,9 +241,9 @@ void TarShardWriter::fail_archive(const std::string& what) {
   // Abandon the shard: nothing more can be written to it.
   archive_write_free(archive_);
   archive_ = nullptr;
+  std::remove((path_ + ".partial").c_str());  // before the close drops the lock
   ::close(fd_);
   fd_ = -1;
-  std::remove((path_ + ".partial").c_str());
   throw std::runtime_error(message);
 }
 

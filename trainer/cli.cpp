@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>  // the ranks' configs compared
 #include <algorithm>  // std::max, std::min
 #include <cerrno>
+#include <cstdlib>  // std::atoll: VmSize
 #include <chrono>  // let_rank_zero_speak_first's wait
 #include <cstdio>
 #include <cstring>  // strerror
@@ -190,27 +191,39 @@ std::string first_difference(const nlohmann::json& root, const nlohmann::json& m
   return root == mine ? "" : at + " = " + mine.dump() + " where rank 0 has " + root.dump();
 }
 
+// This process's address space now (VmSize): the binary and the libraries
+// it loaded (cuBLAS alone maps hundreds of MB), its threads' stacks. 0 when
+// /proc does not say.
+int64_t mapped_bytes_now() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmSize:", 0) == 0) return std::atoll(line.c_str() + 7) * 1024;  // "VmSize:  123 kB"
+  return 0;
+}
+
 // An address-space limit (ulimit -v) below what a run maps: OpenBLAS
 // retried its per-thread buffer allocation forever (a hang at 500 MB for
 // tiny's 10 MiB plan), or a thread failed to start. The figure is a floor:
-// the plan's host bytes on the CPU engine, OpenBLAS's buffer per thread
-// (up to 128 MiB), and the binary with its libraries (256 MiB); a CUDA
+// what is mapped already, the plan's host bytes on the CPU engine,
+// OpenBLAS's buffer per thread (up to 128 MiB) and 64 MiB of slack; a CUDA
 // context maps far more.
 void check_address_space_limit(const EngineOptions& options, const MemoryPlan& plan) {
   struct rlimit limit {};
   if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
   constexpr int64_t kOpenBlasBufferBytes = int64_t{128} << 20;
-  constexpr int64_t kProgramBytes = int64_t{256} << 20;
+  constexpr int64_t kSlackBytes = int64_t{64} << 20;
   const int64_t threads = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
-  const int64_t needed =
-      (options.device == "cpu" ? plan.total_bytes() : 0) + threads * kOpenBlasBufferBytes + kProgramBytes;
+  const int64_t needed = mapped_bytes_now() + (options.device == "cpu" ? plan.total_bytes() : 0) +
+                         threads * kOpenBlasBufferBytes + kSlackBytes;
   const int64_t allowed = static_cast<int64_t>(std::min<rlim_t>(limit.rlim_cur, INT64_MAX));
   if (needed > allowed)
     throw CommandError{kExitEnvironmentError,
                        "the address-space limit (ulimit -v) is " + human_bytes(static_cast<double>(allowed)) +
                            " but this run maps at least " + human_bytes(static_cast<double>(needed)) +
-                           " (the memory plan, OpenBLAS's buffers for " + std::to_string(threads) +
-                           " threads, the program): raise it (ulimit -v unlimited) or set train.threads lower"};
+                           " (the program as loaded, the memory plan, OpenBLAS's buffers for " +
+                           std::to_string(threads) +
+                           " threads): raise it (ulimit -v unlimited) or set train.threads lower"};
 }
 
 // Most failures are the same on every rank (a bad --set, a checkpoint of
@@ -254,7 +267,7 @@ void check_ranks_run_the_same_job(const Config& config, const std::string& comma
   }
   if (first < 0) return;
   // The first differing rank's difference goes to all, so every rank fails
-  // with the same line and rank 0's is the one printed (report_failure).
+  // with the same line and rank 0's is the one printed (let_rank_zero_speak_first).
   std::string first_text = comm.rank() == first ? difference : std::string();
   int64_t first_length = static_cast<int64_t>(first_text.size());
   comm.broadcast(&first_length, sizeof(first_length), first);

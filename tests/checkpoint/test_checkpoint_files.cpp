@@ -321,6 +321,15 @@ TEST_F(CheckpointFiles, ResolveFindsTheCheckpointOrSaysWhatIsMissing) {
   EXPECT_TRUE(contains(long_one, std::string(64, 'z') + "... (100 bytes)")) << long_one;
   write_text(dir_ + "/latest", std::string(1 << 20, '\n'));
   EXPECT_TRUE(contains(checkpoint_error([&] { resolve_checkpoint("latest", dir_); }), "1048576 bytes is not"));
+  // A folder read as "" (named as the empty folder name); a FIFO would block.
+  fs::remove(dir_ + "/latest");
+  fs::create_directories(dir_ + "/latest");
+  EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint("latest", dir_); }),
+            "checkpoint pointer " + dir_ + "/latest: not a regular file");
+  fs::remove(dir_ + "/latest");
+  ASSERT_EQ(mkfifo((dir_ + "/latest").c_str(), 0600), 0);
+  EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint("latest", dir_); }),
+            "checkpoint pointer " + dir_ + "/latest: not a regular file");
 }
 
 TEST_F(CheckpointFiles, ReadManifestNamesTheFileAndTheField) {
