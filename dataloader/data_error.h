@@ -1,6 +1,6 @@
 // STORAGE READ. The one error type of the data path: a user's data is wrong
 // (missing shard, truncated tar, token id out of range). The CLI prints what()
-// (one line, naming the path and byte offset) and exits 2. `scope` tells a
+// (one line, naming the path and byte offset) and exits 2 (3 for kEnvironment). `scope` tells a
 // loader running with data.on_corrupt=skip how much to skip.
 #pragma once
 
@@ -15,6 +15,7 @@ enum class CorruptScope {
   kSample,  // this sample is bad; the shard can go on after it
   kShard,   // the rest of this shard cannot be read
   kConfig,  // not the data's fault but its description (no shards, bad field): never skipped
+  kEnvironment,  // the machine's (out of file descriptors or memory): never skipped, exit 3
 };
 
 class DataError : public std::runtime_error {

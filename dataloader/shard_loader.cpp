@@ -257,7 +257,9 @@ class Reader {
   // With data.on_corrupt: skip, a bad sample or shard is counted and left
   // out; otherwise (or for a configuration error) it ends the run.
   void handle(const DataError& error) {
-    if (!options_.skip_corrupt || error.scope() == CorruptScope::kConfig) throw error;
+    if (!options_.skip_corrupt || error.scope() == CorruptScope::kConfig ||
+        error.scope() == CorruptScope::kEnvironment)
+      throw error;
     if (error.scope() == CorruptScope::kSample) {
       note_skip(false, error.what());
     } else {

@@ -406,6 +406,7 @@ VerifyResult verify_shards(const VerifyOptions& options, const ProgressCallback&
     try {
       tar.open(path);
     } catch (const DataError& e) {
+      if (e.scope() == CorruptScope::kEnvironment) throw;  // the machine's, not this shard's
       record(e.what());
       continue;
     }

@@ -55,9 +55,14 @@ void TarReader::open(const std::string& path) {
   // reads as usual.
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd_ < 0) {
-    const std::string why = std::strerror(errno);
+    // Out of descriptors or memory is the machine's limit, not a bad shard:
+    // data.on_corrupt=skip would have skipped every shard as corrupt.
+    const int error = errno;
+    const bool machine = error == EMFILE || error == ENFILE || error == ENOMEM;
     close();
-    throw DataError(CorruptScope::kShard, path + ": cannot open: " + why);
+    throw DataError(machine ? CorruptScope::kEnvironment : CorruptScope::kShard,
+                    path + ": cannot open: " + std::strerror(error) +
+                        (error == EMFILE ? " (ulimit -n; fewer data.readers need fewer)" : ""));
   }
   struct stat info;
   if (::fstat(fd_, &info) != 0 || !S_ISREG(info.st_mode)) {

@@ -141,7 +141,7 @@ ErrorReport describe_current_exception() {
   } catch (const CommandError& e) {
     return {e.code, e.message};
   } catch (const DataError& e) {
-    return {kExitUserError, e.what()};
+    return {e.scope() == CorruptScope::kEnvironment ? kExitEnvironmentError : kExitUserError, e.what()};
   } catch (const CheckpointError& e) {
     return {kExitUserError, e.what()};
   } catch (const CheckpointFailure& e) {

@@ -281,7 +281,7 @@ int ShardsCommand::run() {
   } catch (const std::invalid_argument& e) {
     return report(e.what(), kExitUserError);
   } catch (const DataError& e) {
-    return report(e.what(), kExitUserError);
+    return report(e.what(), e.scope() == CorruptScope::kEnvironment ? kExitEnvironmentError : kExitUserError);
   } catch (const std::bad_alloc&) {
     return report("out of memory", kExitEnvironmentError);
   } catch (const std::runtime_error& e) {
