@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>  // the ranks' configs compared
 #include <algorithm>  // std::max, std::min
 #include <cerrno>
-#include <cstdlib>  // std::atoll: VmSize
 #include <chrono>  // let_rank_zero_speak_first's wait
 #include <cstdio>
 #include <cstring>  // strerror
@@ -191,17 +190,6 @@ std::string first_difference(const nlohmann::json& root, const nlohmann::json& m
   return root == mine ? "" : at + " = " + mine.dump() + " where rank 0 has " + root.dump();
 }
 
-// This process's address space now (VmSize): the binary and the libraries
-// it loaded (cuBLAS alone maps hundreds of MB), its threads' stacks. 0 when
-// /proc does not say.
-int64_t mapped_bytes_now() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line))
-    if (line.rfind("VmSize:", 0) == 0) return std::atoll(line.c_str() + 7) * 1024;  // "VmSize:  123 kB"
-  return 0;
-}
-
 // An address-space limit (ulimit -v) below what a run maps: OpenBLAS
 // retried its per-thread buffer allocation forever (a hang at 500 MB for
 // tiny's 10 MiB plan), or a thread failed to start. The figure is a floor:
@@ -214,7 +202,7 @@ void check_address_space_limit(const EngineOptions& options, const MemoryPlan& p
   constexpr int64_t kOpenBlasBufferBytes = int64_t{128} << 20;
   constexpr int64_t kSlackBytes = int64_t{64} << 20;
   const int64_t threads = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
-  const int64_t needed = mapped_bytes_now() + (options.device == "cpu" ? plan.total_bytes() : 0) +
+  const int64_t needed = mapped_bytes() + (options.device == "cpu" ? plan.total_bytes() : 0) +
                          threads * kOpenBlasBufferBytes + kSlackBytes;
   const int64_t allowed = static_cast<int64_t>(std::min<rlim_t>(limit.rlim_cur, INT64_MAX));
   if (needed > allowed)

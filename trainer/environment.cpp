@@ -6,7 +6,8 @@
 #include <sys/statfs.h>    // statfs: filesystem type and free space
 #include <sys/utsname.h>   // uname
 
-#include <fstream>  // /proc/cpuinfo, /proc/meminfo
+#include <cstdlib>  // std::atoll: /proc fields
+#include <fstream>  // /proc/cpuinfo, /proc/meminfo, /proc/self/status
 #include <sstream>
 #include <thread>   // hardware_concurrency
 
@@ -30,14 +31,14 @@ std::string cpu_model_name() {
   return "unknown";
 }
 
-int64_t meminfo_bytes(const std::string& key) {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string name;
-  int64_t kib = 0;
-  std::string unit;
-  while (meminfo >> name >> kib >> unit) {
-    if (name == key + ":") return kib * 1024;
-  }
+// "Key:   123 kB" from a /proc file (/proc/meminfo, /proc/self/status), in
+// bytes; 0 when the file or the key is not there.
+int64_t proc_kib_field_bytes(const char* path, const std::string& key) {
+  std::ifstream file(path);
+  std::string line;
+  while (std::getline(file, line))
+    if (line.size() > key.size() && line.compare(0, key.size(), key) == 0 && line[key.size()] == ':')
+      return std::atoll(line.c_str() + key.size() + 1) * 1024;
   return 0;
 }
 
@@ -66,7 +67,9 @@ std::string filesystem_type_name(int64_t magic) {
 }
 }  // namespace
 
-int64_t available_memory_bytes() { return meminfo_bytes("MemAvailable"); }
+int64_t available_memory_bytes() { return proc_kib_field_bytes("/proc/meminfo", "MemAvailable"); }
+
+int64_t mapped_bytes() { return proc_kib_field_bytes("/proc/self/status", "VmSize"); }
 
 FilesystemInfo describe_filesystem(const std::string& role, const std::string& path) {
   FilesystemInfo fs;
@@ -94,7 +97,7 @@ Environment collect_environment(Communicator& comm, const std::string& compute_b
   env.cpu_model = cpu_model_name();
   env.hardware_threads = static_cast<int>(std::thread::hardware_concurrency());
   env.threads_used = threads_used;
-  env.memory_total_bytes = meminfo_bytes("MemTotal");
+  env.memory_total_bytes = proc_kib_field_bytes("/proc/meminfo", "MemTotal");
   env.memory_available_bytes = available_memory_bytes();
   env.gpus = gpus;
   env.compute_backend = compute_backend;

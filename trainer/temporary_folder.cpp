@@ -89,29 +89,31 @@ int remove_abandoned_folders(const std::string& parent, const std::string& prefi
 }
 
 std::string make_temporary_directory(const std::string& prefix, const std::string& parent) {
-  if (!parent.empty()) {
-    std::string pattern = (fs::path(parent) / (prefix + "-XXXXXX")).string();
-    if (mkdtemp(pattern.data()) == nullptr)
-      throw std::runtime_error("cannot create a folder under " + parent + ": " + std::strerror(errno));
-    remove_on_interrupt(pattern);  // every caller removes its folder at exit; an interrupted process as well
-    return pattern;
+  const bool system_temporary = parent.empty();
+  fs::path under = parent;
+  std::string named = parent;
+  if (system_temporary) {
+    // The system's: a broken one is the environment's fault, named as the
+    // user can mend it (exit 3).
+    const char* tmpdir = std::getenv("TMPDIR");
+    named = tmpdir != nullptr && *tmpdir != '\0' ? "the temporary directory (TMPDIR=" + std::string(tmpdir) + ")"
+                                                 : "the temporary directory (/tmp)";
+    std::error_code error;
+    under = fs::temp_directory_path(error);
+    if (error)
+      throw CommandError{kExitEnvironmentError,
+                         named + " is unusable: " + error.message() + "; set TMPDIR to a writable folder"};
+    remove_abandoned_folders(under.string(), prefix);
   }
-  // The system's: a broken one is the environment's fault, named as the
-  // user can mend it (exit 3).
-  const char* tmpdir = std::getenv("TMPDIR");
-  const std::string named = tmpdir != nullptr && *tmpdir != '\0' ? "TMPDIR=" + std::string(tmpdir) : "/tmp";
-  std::error_code error;
-  const fs::path under = fs::temp_directory_path(error);
-  if (error)
-    throw CommandError{kExitEnvironmentError, "the temporary directory (" + named + ") is unusable: " +
-                                                  error.message() + "; set TMPDIR to a writable folder"};
-  remove_abandoned_folders(under.string(), prefix);
   std::string pattern = (under / (prefix + "-XXXXXX")).string();
-  if (mkdtemp(pattern.data()) == nullptr)
-    throw CommandError{kExitEnvironmentError, "the temporary directory (" + named + "): cannot create a folder there: " +
-                                                  std::strerror(errno) + "; set TMPDIR to a writable folder"};
-  remove_on_interrupt(pattern);
-  hold_owner_lock(pattern);
+  if (mkdtemp(pattern.data()) == nullptr) {
+    const std::string why = std::strerror(errno);
+    if (!system_temporary) throw std::runtime_error("cannot create a folder under " + parent + ": " + why);
+    throw CommandError{kExitEnvironmentError,
+                       named + ": cannot create a folder there: " + why + "; set TMPDIR to a writable folder"};
+  }
+  remove_on_interrupt(pattern);  // every caller removes its folder at exit; an interrupted process as well
+  if (system_temporary) hold_owner_lock(pattern);
   return pattern;
 }
 
