@@ -227,7 +227,9 @@ std::vector<CommittedCheckpoint> list_committed(const std::string& dir) {
   std::error_code error;
   fs::directory_iterator entries(dir, error);
   if (error == std::errc::no_such_file_or_directory) return result;
-  if (error) throw CheckpointError("checkpoint.dir " + dir + ": cannot list it: " + error.message());
+  if (error)
+    throw CheckpointError("checkpoint.dir " + dir + ": cannot list it: " + error.message(),
+                          is_machine_limit(error.value()));  // errno, in either category
   for (const fs::directory_entry& entry : entries) {
     const std::string name = entry.path().filename().string();
     const StepName parsed = parse_step_name(name);

@@ -20,6 +20,7 @@
 // Multi-node runs need `dir` on a filesystem every rank sees.
 #pragma once
 
+#include <cerrno>     // is_machine_limit
 #include <cstdint>    // int64_t
 #include <stdexcept>  // CheckpointError
 #include <string>
@@ -35,10 +36,22 @@ inline constexpr const char* kCheckpointSchema = "trainbench.checkpoint/v1";
 
 // A checkpoint that cannot be used: missing, unreadable, corrupt, from
 // another schema. what() is one line naming the file (and field or offset).
+// machine_limit() is set when the cause is the machine's, not the
+// checkpoint's (out of file descriptors or memory): the CLI exits 3 for it,
+// 2 otherwise.
 class CheckpointError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit CheckpointError(const std::string& message, bool machine_limit = false)
+      : std::runtime_error(message), machine_limit_(machine_limit) {}
+  bool machine_limit() const { return machine_limit_; }
+
+ private:
+  bool machine_limit_;
 };
+
+// Whether a failed open or listing with this errno is the machine's limit
+// (ulimit -n, the system's file table, memory) rather than the file's.
+inline bool is_machine_limit(int error) { return error == EMFILE || error == ENFILE || error == ENOMEM; }
 
 // Writing or committing failed. disk_full is set for ENOSPC/EDQUOT/EFBIG (a
 // file-size limit is a full disk to the writer), so the

@@ -108,7 +108,10 @@ std::string read_small_file(const std::string& path, const std::string& what) {
   if (::stat(path.c_str(), &status) == 0 && !S_ISREG(status.st_mode))
     throw CheckpointError(what + " " + path + ": not a regular file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError(what + " " + path + ": cannot read it: " + std::strerror(errno));
+  if (!in) {
+    const int error = errno;
+    throw CheckpointError(what + " " + path + ": cannot read it: " + std::strerror(error), is_machine_limit(error));
+  }
   std::stringstream contents;
   contents << in.rdbuf();
   if (in.bad()) throw CheckpointError(what + " " + path + ": read failed: " + std::strerror(errno));

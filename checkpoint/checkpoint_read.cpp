@@ -143,7 +143,11 @@ StateImage read_and_verify(const std::string& path, const FileRecord& record, co
                           " bytes, but its sections take " + std::to_string(image.bytes()));
 
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw CheckpointError("checkpoint file " + path + ": cannot open it: " + std::strerror(errno));
+  if (fd < 0) {
+    const int error = errno;
+    throw CheckpointError("checkpoint file " + path + ": cannot open it: " + std::strerror(error),
+                          is_machine_limit(error));
+  }
   auto fail = [&](const std::string& what) {
     ::close(fd);  // read-only: nothing its close could lose
     throw CheckpointError("checkpoint file " + path + ": " + what);

@@ -5,6 +5,7 @@
 #include <chrono>      // steady seconds
 #include <cstring>     // std::memcpy
 #include <filesystem>  // the folder of a checkpoint
+#include <optional>    // a listing's error, kept past the collective
 #include <thread>      // sleep_for: checkpoint.inject_delay_ms
 #include <utility>
 
@@ -54,15 +55,29 @@ std::string committed_checkpoints_in(const std::string& dir) {
 // checkpoints of the steps both runs share and let retention delete the
 // rest. Collective: every rank looks (the folder may be per host), and all
 // refuse when any one finds checkpoints.
+// A rank that cannot list the folder refuses too (it must not write into
+// it blind), with its own reason: 2 for the folder's (permissions), 3 for the
+// machine's (out of file descriptors).
 void refuse_other_runs_checkpoints(const std::string& dir, Communicator& comm) {
+  constexpr double kFound = 1, kUnlistable = 2, kUnlistableByLimit = 3;
   std::string found;
+  std::optional<CheckpointError> unlistable;
   try {
     found = committed_checkpoints_in(dir);
-  } catch (const std::exception& e) {
-    found = e.what();  // cannot list it: do not write into it blind either
+  } catch (const CheckpointError& e) {
+    unlistable = e;
+  } catch (const std::exception& e) {  // a listing that fails part way (std::filesystem)
+    unlistable = CheckpointError("checkpoint.dir " + dir + ": cannot list it: " + e.what());
   }
-  const std::vector<double> ranks_found = gather_from_ranks(comm, found.empty() ? 0.0 : 1.0);
-  const std::string ranks = rank_list(ranks_found, 1);
+  const double code = unlistable ? (unlistable->machine_limit() ? kUnlistableByLimit : kUnlistable)
+                                 : (found.empty() ? 0.0 : kFound);
+  const std::vector<double> codes = gather_from_ranks(comm, code);
+  if (unlistable) throw *unlistable;
+  const std::string cannot_list = rank_list(codes, kUnlistable);
+  if (!cannot_list.empty())
+    throw CheckpointError("checkpoint.dir " + dir + ": rank(s) " + cannot_list + " cannot list it",
+                          *std::max_element(codes.begin(), codes.end()) == kUnlistableByLimit);
+  const std::string ranks = rank_list(codes, kFound);
   if (ranks.empty()) return;
   throw CheckpointError("checkpoint.dir " + dir + " already holds checkpoints (" +
                         (found.empty() ? "found by rank(s) " + ranks : found) +
@@ -479,6 +494,7 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
                                    Communicator& comm) {
   ResumePoint point;
   std::string problem;
+  bool machine_limit = false;  // the problem is the machine's (exit 3), not the checkpoint's
   nlohmann::json manifest;
   try {
     point.folder = resolve_checkpoint(spec, config.checkpoint.dir);
@@ -496,7 +512,8 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
     try {
       loaded = read_rank_files(point.folder, manifest, comm.rank());
     } catch (const CheckpointError& e) {
-      throw CheckpointError(std::string(e.what()) + previous_checkpoint_hint(point.folder, point.step));
+      throw CheckpointError(std::string(e.what()) + previous_checkpoint_hint(point.folder, point.step),
+                            e.machine_limit());
     }
     std::vector<const void*> sources;
     for (const StateTensor& t : engine.state_tensors()) {
@@ -531,15 +548,18 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
     engine.restore_state(sources);
   } catch (const CheckpointError& e) {
     problem = e.what();
+    machine_limit = e.machine_limit();
   } catch (const nlohmann::json::exception& e) {
     problem = "--resume " + spec + ": malformed manifest: " + e.what();
   }
   // Every rank learns whether every rank could load: none trains alone.
-  const std::vector<double> failed = gather_from_ranks(comm, problem.empty() ? 0.0 : 1.0);
-  if (!problem.empty()) throw CheckpointError(problem);
+  const std::vector<double> failed =
+      gather_from_ranks(comm, problem.empty() ? 0.0 : (machine_limit ? 2.0 : 1.0));
+  if (!problem.empty()) throw CheckpointError(problem, machine_limit);
   const std::string ranks = rank_list(failed, 1);
   if (!ranks.empty())
-    throw CheckpointError("--resume " + point.folder + ": rank(s) " + ranks + " could not load their part");
+    throw CheckpointError("--resume " + point.folder + ": rank(s) " + ranks + " could not load their part",
+                          *std::max_element(failed.begin(), failed.end()) == 2.0);
   return point;
 }
 

@@ -142,7 +142,7 @@ ErrorReport describe_current_exception() {
   } catch (const DataError& e) {
     return {e.scope() == CorruptScope::kEnvironment ? kExitEnvironmentError : kExitUserError, e.what()};
   } catch (const CheckpointError& e) {
-    return {kExitUserError, e.what()};
+    return {e.machine_limit() ? kExitEnvironmentError : kExitUserError, e.what()};
   } catch (const CheckpointFailure& e) {
     return {kExitEnvironmentError, e.what()};
   } catch (const CheckpointWriteError& e) {

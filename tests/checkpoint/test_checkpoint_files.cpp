@@ -11,11 +11,14 @@
 #include <fstream>
 #include <regex>
 #include <string>
+#include <utility>  // std::pair
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_files.h"
 #include "tests/checkpoint/checkpoint_test_state.h"
+#include "tests/support/descriptors_exhausted.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 
@@ -382,6 +385,48 @@ TEST_F(CheckpointFiles, ReadManifestNamesTheFileAndTheField) {
   EXPECT_TRUE(contains(checkpoint_error([&] { read_manifest(folder); }), path + ": not valid JSON"));
   fs::remove(path);
   EXPECT_TRUE(contains(checkpoint_error([&] { read_manifest(folder); }), path + ": cannot read it"));
+}
+
+// Out of file descriptors is the machine's limit, not a bad checkpoint or
+// folder: the CLI exits 3 for it (machine_limit), 2 for the rest. Each of
+// the three opens a resume or a fresh run's check makes: the folder's
+// listing, the manifest, a rank's file.
+TEST_F(CheckpointFiles, OutOfFileDescriptorsIsTheMachinesLimit) {
+  const nlohmann::json manifest = write_and_commit(dir_, 2, 2);
+  const std::string folder = dir_ + "/step_2";
+  std::vector<std::pair<std::string, bool>> refused;  // message, machine_limit
+  auto attempt = [&](auto body) {
+    try {
+      body();
+      refused.emplace_back("no error", false);
+    } catch (const CheckpointError& e) {
+      refused.emplace_back(e.what(), e.machine_limit());
+    }
+  };
+  {
+    testing::DescriptorsExhausted exhausted;
+    ASSERT_TRUE(exhausted.exhausted());
+    attempt([&] { list_committed(dir_); });
+    attempt([&] { read_manifest(folder); });
+    attempt([&] { read_rank_files(folder, manifest, 0); });
+  }
+  ASSERT_EQ(refused.size(), 3u);
+  for (const auto& [message, machine_limit] : refused) {
+    EXPECT_TRUE(machine_limit) << message;
+    EXPECT_TRUE(contains(message, "Too many open files")) << message;
+  }
+  EXPECT_TRUE(contains(refused[0].first, "checkpoint.dir " + dir_ + ": cannot list it"));
+  // With descriptors to spare the same calls succeed; a folder that is a
+  // file is the user's (exit 2), not the machine's.
+  EXPECT_EQ(list_committed(dir_).size(), 1u);
+  write_text(temp_.path() + "/a-file", "x");
+  bool machine_limit = true;
+  try {
+    list_committed(temp_.path() + "/a-file");
+  } catch (const CheckpointError& e) {
+    machine_limit = e.machine_limit();
+  }
+  EXPECT_FALSE(machine_limit);
 }
 
 TEST_F(CheckpointFiles, ListCommittedTakesOnlyStepFoldersWithAManifest) {

@@ -3,19 +3,13 @@
 // the path, the byte offset and what is wrong.
 #include <gtest/gtest.h>
 
-#include <fcntl.h>         // open: filling the descriptor table
-#include <sys/resource.h>  // setrlimit: RLIMIT_NOFILE
-#include <unistd.h>        // close
-
-#include <algorithm>   // std::max
-#include <filesystem>  // /proc/self/fd
-
 #include <string>
 #include <vector>
 
 #include "dataloader/data_error.h"
 #include "dataloader/tar_reader.h"
 #include "tests/dataloader/read_test_tars.h"
+#include "tests/support/descriptors_exhausted.h"
 
 namespace trainbench {
 namespace {
@@ -191,33 +185,25 @@ TEST(TarReader, DamagedHeaderIsAShardError) {
 
 // Out of file descriptors is the machine's limit, not a corrupt shard:
 // scope kEnvironment, which data.on_corrupt=skip never skips and the CLI
-// exits 3 on. The limit is lowered to the descriptors open now and every
-// free number below it filled, so the shard's open is the one refused.
+// exits 3 on. With every descriptor taken the shard's open is the one
+// refused.
 TEST(TarReader, OutOfFileDescriptorsIsTheEnvironmentsNotTheShards) {
   TempDirectory dir;
   const std::string path = dir.file("fine.tar");
   write_file(path, std::string(1024, '\0'));  // an empty tar: opens fine
-  struct rlimit before {};
-  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &before), 0);
-  int highest = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd"))
-    highest = std::max(highest, std::stoi(entry.path().filename().string()));
-  struct rlimit lowered = before;
-  lowered.rlim_cur = static_cast<rlim_t>(highest) + 2;
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
-  std::vector<int> fillers;
-  for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fillers.push_back(fd);
   CorruptScope scope = CorruptScope::kSample;
   std::string message;
-  try {
-    TarReader tar;
-    tar.open(path);
-  } catch (const DataError& error) {
-    scope = error.scope();
-    message = error.what();
+  {
+    testing::DescriptorsExhausted exhausted;
+    ASSERT_TRUE(exhausted.exhausted());
+    try {
+      TarReader tar;
+      tar.open(path);
+    } catch (const DataError& error) {
+      scope = error.scope();
+      message = error.what();
+    }
   }
-  for (const int fd : fillers) ::close(fd);
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &before), 0);
   EXPECT_EQ(scope, CorruptScope::kEnvironment) << message;
   EXPECT_NE(message.find("Too many open files"), std::string::npos) << message;
   EXPECT_NE(message.find("ulimit -n"), std::string::npos) << message;
