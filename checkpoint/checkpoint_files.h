@@ -36,17 +36,18 @@ inline constexpr const char* kCheckpointSchema = "trainbench.checkpoint/v1";
 
 // A checkpoint that cannot be used: missing, unreadable, corrupt, from
 // another schema. what() is one line naming the file (and field or offset).
-// machine_limit() is set when the cause is the machine's, not the
-// checkpoint's (out of file descriptors or memory): the CLI exits 3 for it,
-// 2 otherwise.
+// environment() is set when the cause is the machine's, not the
+// checkpoint's or the user's (out of file descriptors, memory or disk space,
+// a temporary directory the user did not name): the CLI exits 3 for it, 2
+// otherwise.
 class CheckpointError : public std::runtime_error {
  public:
-  explicit CheckpointError(const std::string& message, bool machine_limit = false)
-      : std::runtime_error(message), machine_limit_(machine_limit) {}
-  bool machine_limit() const { return machine_limit_; }
+  explicit CheckpointError(const std::string& message, bool environment = false)
+      : std::runtime_error(message), environment_(environment) {}
+  bool environment() const { return environment_; }
 
  private:
-  bool machine_limit_;
+  bool environment_;
 };
 
 // Whether a failed open or listing with this errno is the machine's limit
@@ -105,8 +106,8 @@ void prepare_pending_folder(const std::string& dir, int64_t step);
 // Start-up check, before any training: creates dir if missing, then writes,
 // fsyncs and removes a probe file in it (permission bits alone do not tell:
 // root ignores them and a read-only mount does not show in them). Throws
-// CheckpointWriteError "checkpoint.dir <dir> is not writable: ...".
-void check_checkpoint_dir(const std::string& dir);
+// CheckpointWriteError "<named> <dir> is not writable: ...".
+void check_checkpoint_dir(const std::string& dir, const std::string& named = "checkpoint.dir");
 
 // Writes the image as `folder/name` in block_bytes writes, fsyncs it and
 // returns its record (xxh64 over exactly the bytes written, computed on a

@@ -227,17 +227,17 @@ void prepare_pending_folder(const std::string& dir, int64_t step) {
   if (error) io::fail_write("cannot create checkpoint folder", folder, error.value());
 }
 
-void check_checkpoint_dir(const std::string& dir) {
+void check_checkpoint_dir(const std::string& dir, const std::string& named) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
-  if (error) io::fail_write("cannot create checkpoint.dir", dir, error.value());
+  if (error) io::fail_write("cannot create " + named, dir, error.value());
   // Permission bits alone do not say it (root ignores them; a read-only
   // mount does not show in them): create, sync and remove a real file.
   const std::string probe = io::without_trailing_slashes(dir) + "/.trainbench-write-probe-" + std::to_string(::getpid());
   try {
     io::write_synced_file(probe, "probe\n");
   } catch (const CheckpointWriteError& e) {
-    throw CheckpointWriteError(std::string("checkpoint.dir ") + dir + " is not writable: " + e.what(), e.disk_full);
+    throw CheckpointWriteError(named + " " + dir + " is not writable: " + e.what(), e.disk_full);
   }
   if (::unlink(probe.c_str()) != 0) io::fail_write("cannot remove", probe, errno);
 }

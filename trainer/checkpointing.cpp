@@ -12,6 +12,7 @@
 #include "checkpoint/checkpoint_files.h"  // write, commit, read, crash points
 #include "dataloader/shard_loader.h"      // parse_position, check_resume_position
 #include "trainer/data_source.h"          // loader_options, synth_shard_count
+#include "trainer/temporary_folder.h"     // temporary_directory_name
 
 namespace trainbench {
 
@@ -69,7 +70,7 @@ void refuse_other_runs_checkpoints(const std::string& dir, Communicator& comm) {
   } catch (const std::exception& e) {  // a listing that fails part way (std::filesystem)
     unlistable = CheckpointError("checkpoint.dir " + dir + ": cannot list it: " + e.what());
   }
-  const double code = unlistable ? (unlistable->machine_limit() ? kUnlistableByLimit : kUnlistable)
+  const double code = unlistable ? (unlistable->environment() ? kUnlistableByLimit : kUnlistable)
                                  : (found.empty() ? 0.0 : kFound);
   const std::vector<double> codes = gather_from_ranks(comm, code);
   if (unlistable) throw *unlistable;
@@ -375,18 +376,25 @@ double Checkpointer::finish() {
   return seconds;
 }
 
-void check_checkpoint_dir(const std::string& dir, Communicator& comm) {
+void check_checkpoint_dir(const std::string& dir, Communicator& comm, bool temporary) {
+  const std::string named = temporary ? temporary_directory_name() + ": the run's checkpoint folder" : "checkpoint.dir";
+  const std::string mend = temporary ? "; set TMPDIR to a folder with room, or checkpoint.dir" : "";
+  constexpr double kFailed = 1, kFailedByEnvironment = 2;
   std::string problem;
+  double code = 0;
   try {
-    check_checkpoint_dir(dir);
+    check_checkpoint_dir(dir, named);
   } catch (const CheckpointWriteError& e) {
     problem = e.what();
+    code = e.disk_full || temporary ? kFailedByEnvironment : kFailed;
   }
-  const std::vector<double> failed = gather_from_ranks(comm, problem.empty() ? 0.0 : 1.0);
-  if (!problem.empty()) throw CheckpointError(problem + " (rank " + std::to_string(comm.rank()) + ")");
-  const std::string ranks = rank_list(failed, 1);
+  const std::vector<double> codes = gather_from_ranks(comm, code);
+  if (!problem.empty())
+    throw CheckpointError(problem + " (rank " + std::to_string(comm.rank()) + ")" + mend, code == kFailedByEnvironment);
+  const std::string ranks = rank_list(codes, kFailed);
   if (!ranks.empty())
-    throw CheckpointError("checkpoint.dir " + dir + " is not writable on rank(s) " + ranks);
+    throw CheckpointError(named + " " + dir + " is not writable on rank(s) " + ranks + mend,
+                          *std::max_element(codes.begin(), codes.end()) == kFailedByEnvironment);
 }
 
 namespace {
@@ -494,7 +502,7 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
                                    Communicator& comm) {
   ResumePoint point;
   std::string problem;
-  bool machine_limit = false;  // the problem is the machine's (exit 3), not the checkpoint's
+  bool environment = false;  // the problem is the machine's (exit 3), not the checkpoint's
   nlohmann::json manifest;
   try {
     point.folder = resolve_checkpoint(spec, config.checkpoint.dir);
@@ -513,7 +521,7 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
       loaded = read_rank_files(point.folder, manifest, comm.rank());
     } catch (const CheckpointError& e) {
       throw CheckpointError(std::string(e.what()) + previous_checkpoint_hint(point.folder, point.step),
-                            e.machine_limit());
+                            e.environment());
     }
     std::vector<const void*> sources;
     for (const StateTensor& t : engine.state_tensors()) {
@@ -548,14 +556,14 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
     engine.restore_state(sources);
   } catch (const CheckpointError& e) {
     problem = e.what();
-    machine_limit = e.machine_limit();
+    environment = e.environment();
   } catch (const nlohmann::json::exception& e) {
     problem = "--resume " + spec + ": malformed manifest: " + e.what();
   }
   // Every rank learns whether every rank could load: none trains alone.
   const std::vector<double> failed =
-      gather_from_ranks(comm, problem.empty() ? 0.0 : (machine_limit ? 2.0 : 1.0));
-  if (!problem.empty()) throw CheckpointError(problem, machine_limit);
+      gather_from_ranks(comm, problem.empty() ? 0.0 : (environment ? 2.0 : 1.0));
+  if (!problem.empty()) throw CheckpointError(problem, environment);
   const std::string ranks = rank_list(failed, 1);
   if (!ranks.empty())
     throw CheckpointError("--resume " + point.folder + ": rank(s) " + ranks + " could not load their part",

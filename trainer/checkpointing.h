@@ -142,9 +142,12 @@ class Checkpointer {
 };
 
 // Creates `dir` if needed and checks that every rank can create, fsync and
-// remove a file in it. Collective. Throws CheckpointError (exit 2) on every
-// rank, naming the directory and the reason, when any rank cannot.
-void check_checkpoint_dir(const std::string& dir, Communicator& comm);
+// remove a file in it. Collective. Throws CheckpointError on every rank,
+// naming the directory and the reason, when any rank cannot: exit 2 for the
+// user's checkpoint.dir, 3 for a full disk or for `temporary`, the run's own
+// folder in the temporary directory (named as TMPDIR, which the user can
+// mend).
+void check_checkpoint_dir(const std::string& dir, Communicator& comm, bool temporary = false);
 
 // Where a resumed run continues.
 struct ResumePoint {

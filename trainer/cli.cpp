@@ -102,7 +102,7 @@ void setup_checkpoint_dir(const Config& config, Communicator& comm, CheckpointDi
     dir->temporary = true;
     dir->remover = comm.rank() == 0;
   }
-  check_checkpoint_dir(dir->path, comm);
+  check_checkpoint_dir(dir->path, comm, dir->temporary);
   // Rank 0 speaks for the job; its peers wait in their next collective and
   // end with its abort should the folder be taken.
   if (comm.rank() == 0) dir->lock.acquire(dir->path);
@@ -142,7 +142,7 @@ ErrorReport describe_current_exception() {
   } catch (const DataError& e) {
     return {e.scope() == CorruptScope::kEnvironment ? kExitEnvironmentError : kExitUserError, e.what()};
   } catch (const CheckpointError& e) {
-    return {e.machine_limit() ? kExitEnvironmentError : kExitUserError, e.what()};
+    return {e.environment() ? kExitEnvironmentError : kExitUserError, e.what()};
   } catch (const CheckpointFailure& e) {
     return {kExitEnvironmentError, e.what()};
   } catch (const CheckpointWriteError& e) {

@@ -88,6 +88,12 @@ int remove_abandoned_folders(const std::string& parent, const std::string& prefi
   return removed;
 }
 
+std::string temporary_directory_name() {
+  const char* tmpdir = std::getenv("TMPDIR");
+  return tmpdir != nullptr && *tmpdir != '\0' ? "the temporary directory (TMPDIR=" + std::string(tmpdir) + ")"
+                                              : "the temporary directory (/tmp)";
+}
+
 std::string make_temporary_directory(const std::string& prefix, const std::string& parent) {
   const bool system_temporary = parent.empty();
   fs::path under = parent;
@@ -95,9 +101,7 @@ std::string make_temporary_directory(const std::string& prefix, const std::strin
   if (system_temporary) {
     // The system's: a broken one is the environment's fault, named as the
     // user can mend it (exit 3).
-    const char* tmpdir = std::getenv("TMPDIR");
-    named = tmpdir != nullptr && *tmpdir != '\0' ? "the temporary directory (TMPDIR=" + std::string(tmpdir) + ")"
-                                                 : "the temporary directory (/tmp)";
+    named = temporary_directory_name();
     std::error_code error;
     under = fs::temp_directory_path(error);
     if (error)

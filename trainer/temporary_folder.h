@@ -13,6 +13,10 @@
 
 namespace trainbench {
 
+// "the temporary directory (TMPDIR=...)", or "(/tmp)" when TMPDIR is not
+// set: how errors name the folder the user did not choose.
+std::string temporary_directory_name();
+
 // The file inside each folder its owner holds locked.
 inline constexpr const char* kOwnerLockName = ".trainbench-owner";
 

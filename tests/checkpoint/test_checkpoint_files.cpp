@@ -388,19 +388,19 @@ TEST_F(CheckpointFiles, ReadManifestNamesTheFileAndTheField) {
 }
 
 // Out of file descriptors is the machine's limit, not a bad checkpoint or
-// folder: the CLI exits 3 for it (machine_limit), 2 for the rest. Each of
+// folder: the CLI exits 3 for it (environment()), 2 for the rest. Each of
 // the three opens a resume or a fresh run's check makes: the folder's
 // listing, the manifest, a rank's file.
 TEST_F(CheckpointFiles, OutOfFileDescriptorsIsTheMachinesLimit) {
   const nlohmann::json manifest = write_and_commit(dir_, 2, 2);
   const std::string folder = dir_ + "/step_2";
-  std::vector<std::pair<std::string, bool>> refused;  // message, machine_limit
+  std::vector<std::pair<std::string, bool>> refused;  // message, environment()
   auto attempt = [&](auto body) {
     try {
       body();
       refused.emplace_back("no error", false);
     } catch (const CheckpointError& e) {
-      refused.emplace_back(e.what(), e.machine_limit());
+      refused.emplace_back(e.what(), e.environment());
     }
   };
   {
@@ -411,8 +411,8 @@ TEST_F(CheckpointFiles, OutOfFileDescriptorsIsTheMachinesLimit) {
     attempt([&] { read_rank_files(folder, manifest, 0); });
   }
   ASSERT_EQ(refused.size(), 3u);
-  for (const auto& [message, machine_limit] : refused) {
-    EXPECT_TRUE(machine_limit) << message;
+  for (const auto& [message, environment] : refused) {
+    EXPECT_TRUE(environment) << message;
     EXPECT_TRUE(contains(message, "Too many open files")) << message;
   }
   EXPECT_TRUE(contains(refused[0].first, "checkpoint.dir " + dir_ + ": cannot list it"));
@@ -420,13 +420,13 @@ TEST_F(CheckpointFiles, OutOfFileDescriptorsIsTheMachinesLimit) {
   // file is the user's (exit 2), not the machine's.
   EXPECT_EQ(list_committed(dir_).size(), 1u);
   write_text(temp_.path() + "/a-file", "x");
-  bool machine_limit = true;
+  bool environment = true;
   try {
     list_committed(temp_.path() + "/a-file");
   } catch (const CheckpointError& e) {
-    machine_limit = e.machine_limit();
+    environment = e.environment();
   }
-  EXPECT_FALSE(machine_limit);
+  EXPECT_FALSE(environment);
 }
 
 TEST_F(CheckpointFiles, ListCommittedTakesOnlyStepFoldersWithAManifest) {

@@ -439,6 +439,43 @@ TEST(CheckpointCli, BusyCheckpointIsSkippedOrWaitedForAsConfigured) {
   }
 }
 
+// A disk already full when the run starts is the environment's (exit 3),
+// refused before training: for the user's checkpoint.dir, and for the
+// default run's own folder in TMPDIR, named as TMPDIR (the user never named
+// the folder; it used to say "checkpoint.dir ... is not writable", exit 2).
+TEST(CheckpointCli, ADiskFullAtStartIsTheEnvironments) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string full = dir.file("full");
+  const testing::MountedFilesystem disk(full, "tmpfs", "size=1m");
+  if (!disk.mounted()) GTEST_SKIP() << disk.why_not();
+  run_command("dd if=/dev/zero of=" + full + "/filler bs=64k 2>/dev/null");
+  ASSERT_EQ(fs::space(full).available, 0u) << "the tmpfs is not full";
+
+  const CommandResult named = run_command(tiny_run(full + "/ckpt", 8, 2, dir.file("a.json")));
+  EXPECT_EQ(named.exit_code, 3) << named.err;
+  EXPECT_NE(named.err.find("checkpoint.dir " + full + "/ckpt is not writable"), std::string::npos) << named.err;
+  EXPECT_NE(named.err.find("No space left on device"), std::string::npos) << named.err;
+  EXPECT_EQ(named.err.find('\n'), named.err.size() - 1) << "one line: " << named.err;
+
+  const CommandResult temporary =
+      run_command("TMPDIR=" + full + " " + TRAINBENCH_BINARY +
+                  " run tiny --steps 8 --set data.source=synthetic --set checkpoint.every_steps=2 --out " +
+                  dir.file("b.json"));
+  EXPECT_EQ(temporary.exit_code, 3) << temporary.err;
+  EXPECT_EQ(temporary.err.find("checkpoint.dir"), temporary.err.find("or checkpoint.dir") + 3)
+      << "checkpoint.dir only as the remedy: " << temporary.err;
+  EXPECT_NE(temporary.err.find("the temporary directory (TMPDIR=" + full + "): the run's checkpoint folder "),
+            std::string::npos)
+      << temporary.err;
+  EXPECT_NE(temporary.err.find("No space left on device"), std::string::npos) << temporary.err;
+  EXPECT_NE(temporary.err.find("set TMPDIR to a folder with room"), std::string::npos) << temporary.err;
+  EXPECT_EQ(temporary.err.find('\n'), temporary.err.size() - 1) << "one line: " << temporary.err;
+  for (const fs::directory_entry& entry : fs::directory_iterator(full))
+    EXPECT_NE(entry.path().filename().string().rfind("trainbench-ckpt-", 0), 0u) << "left behind: " << entry.path();
+  EXPECT_FALSE(fs::exists(dir.file("a.json")));
+  EXPECT_FALSE(fs::exists(dir.file("b.json")));
+}
+
 // A tmpfs just big enough for one checkpoint of `tiny`.
 TEST(CheckpointCli, FullDiskStopsOrSkipsAndKeepsThePreviousCheckpoint) {
   testing::TempDir dir("test_ckpt_cli");
