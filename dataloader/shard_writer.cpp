@@ -5,13 +5,15 @@
 #include <fcntl.h>          // open, AT_FDCWD
 #include <sys/file.h>       // flock: one writer per shard
 #include <locale.h>         // newlocale, uselocale: UTF-8 member names
-#include <unistd.h>         // fsync, close
+#include <unistd.h>         // fsync, close, unlink
 
 #include <cerrno>     // errno
 #include <cstdio>     // std::rename, std::remove
 #include <cstring>    // std::strerror
 #include <filesystem>  // first_existing_shard: listing the shards' folder
 #include <memory>     // std::unique_ptr for archive_entry
+#include <mutex>      // the partial files held
+#include <set>
 #include <stdexcept>  // std::runtime_error, std::invalid_argument
 
 namespace trainbench {
@@ -111,7 +113,36 @@ bool rename_into_place(const std::string& from, const std::string& to, bool repl
   return std::rename(from.c_str(), to.c_str()) == 0;
 }
 
+// The partial files this process's writers hold now, for
+// remove_partial_shards: a signal ends the process without unwinding, so no
+// destructor removes them.
+std::mutex& held_partials_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+std::set<std::string>& held_partials() {
+  static std::set<std::string> paths;
+  return paths;
+}
+bool partials_removed = false;  // under the mutex: the process is ending by a signal
+void hold_partial(const std::string& partial) {
+  const std::lock_guard<std::mutex> lock(held_partials_mutex());
+  // A shard started while the signal's cleanup runs goes as well.
+  if (partials_removed) ::unlink(partial.c_str());
+  held_partials().insert(partial);
+}
+void release_partial(const std::string& partial) {
+  const std::lock_guard<std::mutex> lock(held_partials_mutex());
+  held_partials().erase(partial);
+}
+
 }  // namespace
+
+void remove_partial_shards() {
+  const std::lock_guard<std::mutex> lock(held_partials_mutex());
+  for (const std::string& partial : held_partials()) ::unlink(partial.c_str());
+  partials_removed = true;
+}
 
 TarShardWriter::~TarShardWriter() {
   // Destroyed while open = abandoned (an exception unwound past it): the
@@ -119,6 +150,7 @@ TarShardWriter::~TarShardWriter() {
   if (archive_ == nullptr) return;
   archive_write_free(archive_);
   std::remove((path_ + ".partial").c_str());  // before the close drops the lock
+  release_partial(path_ + ".partial");
   ::close(fd_);
 }
 
@@ -157,6 +189,7 @@ void TarShardWriter::open(const std::string& path, bool replace_existing) {
     errno = error;
     fail_errno("cannot truncate", partial);
   }
+  hold_partial(partial);
   archive_ = archive_write_new();
   // pax_restricted writes plain ustar headers and adds a pax header only for
   // what ustar cannot hold (long or non-ASCII names): what Python's tarfile,
@@ -219,6 +252,7 @@ void TarShardWriter::close() {
     appeared = !renamed && error == EEXIST;
   }
   if (!renamed) std::remove(partial.c_str());
+  release_partial(partial);
   const bool closed = ::close(fd_) == 0;
   if (renamed && !closed) error = errno;
   fd_ = -1;
@@ -242,6 +276,7 @@ void TarShardWriter::fail_archive(const std::string& what) {
   archive_write_free(archive_);
   archive_ = nullptr;
   std::remove((path_ + ".partial").c_str());  // before the close drops the lock
+  release_partial(path_ + ".partial");
   ::close(fd_);
   fd_ = -1;
   throw std::runtime_error(message);

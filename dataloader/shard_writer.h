@@ -62,6 +62,13 @@ class TarShardWriter {
   int64_t samples_ = 0;
 };
 
+// Removes the .partial files this process's TarShardWriters hold open now,
+// and from then on each new one as soon as it is made. For a SIGINT/SIGTERM
+// cleanup (trainer/interrupt_cleanup.h), which ends the process without
+// unwinding the writers; safe from any thread while they write (they go on
+// into unlinked files until the process ends).
+void remove_partial_shards();
+
 // pattern with its one "%d" / "%0Nd" replaced by index: shard_name("a-%06d.tar", 7)
 // is "a-000007.tar". Throws std::invalid_argument for a pattern without
 // exactly one such field.

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <system_error>
 #include <thread>
+#include <utility>     // std::move
 #include <vector>
 
 namespace trainbench {
@@ -29,11 +30,21 @@ std::vector<std::string>& folders() {
   return list;
 }
 
+std::vector<std::function<void()>>& actions() {  // under folders_mutex too
+  static std::vector<std::function<void()>> list;
+  return list;
+}
+
 }  // namespace
 
 void remove_on_interrupt(const std::string& folder) {
   const std::lock_guard<std::mutex> lock(folders_mutex());
   folders().push_back(folder);
+}
+
+void run_on_interrupt(std::function<void()> action) {
+  const std::lock_guard<std::mutex> lock(folders_mutex());
+  actions().push_back(std::move(action));
 }
 
 // The handler only passes the signal's number down a pipe (write is
@@ -93,6 +104,7 @@ void install_interrupt_cleanup() {
         if (!any_left) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
+      for (const std::function<void()>& action : actions()) action();
     }
     // Die by the signal itself, as without the handler.
     std::signal(signal_number, SIG_DFL);

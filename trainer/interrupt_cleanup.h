@@ -6,6 +6,7 @@
 // remove them first, then let the signal end the process as it would have.
 #pragma once
 
+#include <functional>  // run_on_interrupt
 #include <string>
 
 namespace trainbench {
@@ -24,5 +25,10 @@ void wait_if_interrupted();
 // `folder` is removed (with what is in it) if the process is interrupted.
 // Folders removed since are skipped; nothing else is kept track of.
 void remove_on_interrupt(const std::string& folder);
+
+// `action` runs on interrupt, after the folders are removed, on the cleanup
+// thread while the others go on: it must be safe against them (it takes
+// their locks) and must not throw.
+void run_on_interrupt(std::function<void()> action);
 
 }  // namespace trainbench

@@ -11,6 +11,7 @@
 #include <algorithm>  // std::count, std::sort
 #include <chrono>     // waiting for the writer to start
 #include <cstdint>    // INT64_MAX
+#include <cstring>    // strsignal
 #include <filesystem>
 #include <fstream>
 #include <iterator>  // std::istreambuf_iterator
@@ -532,42 +533,68 @@ TEST_F(ShardTools, CommandLineSynthBeyondTheFreeSpaceExits3) {
   EXPECT_FALSE(fs::exists(dir_ + "/big/train-000000.tar"));
 }
 
-TEST_F(ShardTools, AKilledSynthLeavesOnlyWholeShardsAndOnePartial) {
-  const std::string out = dir_ + "/killed";
+// A `shards synth` of 1000 shards into `out`, sent `signal_number` once a
+// few shards are whole and the next is being written. Returns its wait
+// status; the shards it left are listed into `whole` and `partial`.
+int signal_synth_while_writing(const std::string& binary, const std::string& out, int signal_number,
+                               std::vector<std::string>* whole, int* partial) {
   const pid_t pid = fork();
   if (pid == 0) {
-    std::vector<std::string> args = {binary(), "shards", "synth", "--out",           out,  "--count",
-                                     "1000",   "--size", "1M",    "--payload-bytes", "64K"};
+    std::vector<std::string> args = {binary, "shards", "synth", "--out",           out,  "--count",
+                                     "1000", "--size", "1M",    "--payload-bytes", "64K"};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     execv(argv[0], argv.data());
     _exit(127);
   }
-  // Kill it once a few shards are whole and the next is being written.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!fs::exists(out + "/train-000003.tar.partial") && !fs::exists(out + "/train-000003.tar") &&
          std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  kill(pid, SIGKILL);
+  kill(pid, signal_number);
   int status = 0;
   waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFSIGNALED(status)) << "the writer finished before it could be killed";
-
-  std::vector<std::string> whole;
-  int partial = 0;
+  *partial = 0;
   for (const fs::directory_entry& e : fs::directory_iterator(out)) {
     if (e.path().extension() == ".partial")
-      ++partial;
+      ++*partial;
     else
-      whole.push_back(e.path().string());
+      whole->push_back(e.path().string());
   }
+  return status;
+}
+
+TEST_F(ShardTools, AKilledSynthLeavesOnlyWholeShardsAndOnePartial) {
+  std::vector<std::string> whole;
+  int partial = 0;
+  const int status = signal_synth_while_writing(binary(), dir_ + "/killed", SIGKILL, &whole, &partial);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the writer finished before it could be killed";
   EXPECT_LE(partial, 1) << "at most the shard being written (none if killed between two shards)";
   ASSERT_GE(whole.size(), 3u);
   VerifyOptions v;
   v.shards = whole;
   const VerifyResult read = verify_shards(v);
   EXPECT_EQ(read.errors, 0) << ::testing::PrintToString(read.error_lines);
+}
+
+// Ctrl-C or scancel (SIGINT, SIGTERM) lets the process remove the shard it
+// was writing before it ends by the signal: only whole shards are left.
+TEST_F(ShardTools, AnInterruptedSynthLeavesOnlyWholeShards) {
+  for (const int signal_number : {SIGINT, SIGTERM}) {
+    SCOPED_TRACE(strsignal(signal_number));
+    std::vector<std::string> whole;
+    int partial = 0;
+    const int status = signal_synth_while_writing(binary(), dir_ + "/interrupted-" + std::to_string(signal_number),
+                                                  signal_number, &whole, &partial);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the writer finished before it was interrupted";
+    EXPECT_EQ(WTERMSIG(status), signal_number) << "ends by the signal, as without the cleanup";
+    EXPECT_EQ(partial, 0);
+    ASSERT_GE(whole.size(), 3u);
+    VerifyOptions v;
+    v.shards = whole;
+    EXPECT_EQ(verify_shards(v).errors, 0);
+  }
 }
 
 }  // namespace
