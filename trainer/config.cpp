@@ -587,18 +587,29 @@ void validate(const Config& config, const Sources& sources) {
                   "nccl reduces device buffers and needs the cuda engine, but train.device is cpu "
                   "(use comm.backend auto, local or mpi)");
 
+  // A gradient bucket of at least 1 KiB (smaller is all latency: 4-byte
+  // buckets made a 164,160-bucket step) and at most 1 TiB (a larger one is
+  // one bucket anyway; 1e20 MiB overflowed the byte count into 4-byte buckets).
+  checker.require(config.comm.bucket_mb >= 1.0 / 1024 && config.comm.bucket_mb <= 1 << 20, {"comm.bucket_mb"},
+                  "must be between 0.0009765625 (1 KiB) and 1048576 (1 TiB; a bucket larger than the gradients "
+                  "is one bucket) (got " + format_double(config.comm.bucket_mb) + ")");
+
+  // The adapters' targets are checked whatever the mode: a typo in a config
+  // that trains full today is one in the LoRA run it is kept for.
+  std::vector<std::string> lora_targets;
+  std::string bad_target;
+  for (const std::string& name : split_targets(config.lora.targets)) {
+    ParamKind kind;
+    if (!parse_lora_target(name, &kind)) bad_target = "'" + name + "' is not one of q, k, v, o, gate, up, down";
+    else if (std::find(lora_targets.begin(), lora_targets.end(), name) != lora_targets.end())
+      bad_target = "'" + name + "' is listed twice";
+    if (!bad_target.empty()) break;
+    lora_targets.push_back(name);
+  }
+  checker.require(bad_target.empty(), {"lora.targets"}, bad_target);
   if (t.mode == "lora") {
-    std::vector<std::string> seen;
-    std::string bad;
-    for (const std::string& name : split_targets(config.lora.targets)) {
-      ParamKind kind;
-      if (!parse_lora_target(name, &kind)) bad = "'" + name + "' is not one of q, k, v, o, gate, up, down";
-      else if (std::find(seen.begin(), seen.end(), name) != seen.end()) bad = "'" + name + "' is listed twice";
-      if (!bad.empty()) break;
-      seen.push_back(name);
-    }
-    if (bad.empty() && seen.empty()) bad = "names no projection (any of q, k, v, o, gate, up, down)";
-    checker.require(bad.empty(), {"lora.targets"}, bad);
+    checker.require(!bad_target.empty() || !lora_targets.empty(), {"lora.targets"},
+                    "names no projection (any of q, k, v, o, gate, up, down)");
     checker.require(config.lora.rank <= m.d_model, {"lora.rank", "model.d_model"},
                     std::to_string(config.lora.rank) + " exceeds model.d_model (" + std::to_string(m.d_model) +
                         "): an adapter of full rank is full fine-tuning, use train.mode full");

@@ -126,6 +126,7 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"LoraUnknownTarget", with("train.mode", "lora"), {"lora.targets=q,x"}, {"lora.targets", "'x' is not one of"}},
       {"LoraTargetTwice", with("train.mode", "lora"), {"lora.targets=q,v,q"}, {"lora.targets", "'q' is listed twice"}},
       {"LoraNoTargets", with("train.mode", "lora"), {"lora.targets=,"}, {"lora.targets", "names no projection"}},
+      {"LoraUnknownTargetInFullMode", with("lora.targets", "q,zz"), {}, {"lora.targets", "'zz' is not one of"}},
       {"LoraRankZero", with("train.mode", "lora"), {"lora.rank=0"}, {"lora.rank", "must be > 0"}},
       {"LoraRankAboveWidth", with("train.mode", "lora"), {"lora.rank=65"}, {"lora.rank", "exceeds model.d_model"}},
       {"LoraAlphaNegative", with("train.mode", "lora"), {"lora.alpha=-1"}, {"lora.alpha", "must be > 0"}},
@@ -144,6 +145,9 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"ZeroLoaderTimeout", with("data.timeout_s", "0"), {}, {"data.timeout_s: must be > 0"}},
       {"BadCommBackend", with("comm.backend", "gloo"), {}, {"comm.backend", "'gloo'"}},
       {"ZeroBucket", with("comm.bucket_mb", "0"), {}, {"comm.bucket_mb: must be > 0"}},
+      // 1e20 MiB overflowed the byte count into 4-byte buckets, silently.
+      {"HugeBucket", with("comm.bucket_mb", "1e20"), {}, {"comm.bucket_mb", "between", "(got 1e+20)"}},
+      {"TinyBucket", with("comm.bucket_mb", "1e-300"), {}, {"comm.bucket_mb", "1 KiB"}},
       {"OverlapNotABool", with("comm.overlap", "sometimes"), {}, {"comm.overlap", "not true or false"}},
       {"ZeroCommTimeout", with("comm.timeout_s", "0"), {}, {"comm.timeout_s: must be > 0"}},
       {"ZeroGoldenEvery", with("burnin.golden_every", "0"), {}, {"burnin.golden_every: must be > 0"}},
