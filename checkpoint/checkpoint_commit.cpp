@@ -195,7 +195,10 @@ nlohmann::json commit_checkpoint(const CommitRequest& request) {
       {"ranks", ranks},
       {"total_bytes", total_bytes},
   };
-  io::write_synced_file(pending + "/manifest.json", manifest.dump(2) + "\n");
+  // Never throws on a string that is not UTF-8 (the config's are escaped
+  // already; a version string need not be): U+FFFD for its bad bytes.
+  io::write_synced_file(pending + "/manifest.json",
+                        manifest.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   io::fsync_directory(pending);
   crash_point("before_rename", request.step);
 

@@ -294,7 +294,7 @@ std::vector<FileRecord> write_rank_files(const std::string& folder, int rank,
   nlohmann::json record_json = nlohmann::json::array();
   for (const FileRecord& record : records) record_json.push_back(io::file_record_to_json(record));
   try {
-    io::write_synced_file(record_path, record_json.dump(1) + "\n");
+    io::write_synced_file(record_path, record_json.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     io::fsync_directory(folder);
   } catch (...) {
     remove_written();

@@ -12,6 +12,7 @@
 #include "checkpoint/checkpoint_files.h"  // write, commit, read, crash points
 #include "dataloader/shard_loader.h"      // parse_position, check_resume_position
 #include "trainer/data_source.h"          // loader_options, synth_shard_count
+#include "trainer/json_text.h"            // json_text: never throws on bytes that are not UTF-8
 #include "trainer/temporary_folder.h"     // temporary_directory_name
 
 namespace trainbench {
@@ -148,7 +149,7 @@ void Checkpointer::start(int64_t step) {
                                         // No RNG draws in the step itself; the data
                                         // stream's shuffle state is in the position.
                                         {"data_seed", config_.data.seed}};
-  const std::string state_text = trainer_state.dump();
+  const std::string state_text = json_text(trainer_state);
   const std::string position = source_.save_position();
   trainer_image_ = std::make_unique<StateImage>(
       std::vector<SectionSpec>{{kTrainerStateSection, static_cast<int64_t>(state_text.size())},
@@ -433,8 +434,8 @@ std::string check_compatible(const nlohmann::json& manifest, const Config& confi
     };
     const nlohmann::json a = value_in(then), b = value_in(now);
     if (a != b)
-      return "it has " + section + (name.empty() ? "" : "." + name) + " = " + a.dump() +
-             " but this run has " + b.dump() + " (a resumed run must keep the model, the batch and the data stream)";
+      return "it has " + section + (name.empty() ? "" : "." + name) + " = " + json_text(a) +
+             " but this run has " + json_text(b) + " (a resumed run must keep the model, the batch and the data stream)";
   }
   const int64_t step = manifest.at("step").get<int64_t>();
   if (step >= config.train.steps)

@@ -32,6 +32,7 @@
 #include "trainer/data_source.h"
 #include "trainer/temporary_folder.h"  // make_temporary_directory: the default checkpoint folder
 #include "trainer/environment.h"
+#include "trainer/json_text.h"       // json_text: rank configs compared as text
 #include "trainer/interrupt_cleanup.h"  // wait_if_interrupted: no error line after a signal
 #include "trainer/report.h"
 #include "trainer/results.h"
@@ -184,10 +185,10 @@ std::string first_difference(const nlohmann::json& root, const nlohmann::json& m
       if (!difference.empty()) return difference;
     }
     for (const auto& [key, value] : root.items())
-      if (!mine.contains(key)) return (at.empty() ? key : at + "." + key) + " unset where rank 0 has " + value.dump();
+      if (!mine.contains(key)) return (at.empty() ? key : at + "." + key) + " unset where rank 0 has " + json_text(value);
     return "";
   }
-  return root == mine ? "" : at + " = " + mine.dump() + " where rank 0 has " + root.dump();
+  return root == mine ? "" : at + " = " + json_text(mine) + " where rank 0 has " + json_text(root);
 }
 
 // An address-space limit (ulimit -v) below what a run maps: OpenBLAS
@@ -235,8 +236,8 @@ void check_ranks_run_the_same_job(const Config& config, const std::string& comma
   if (comm.world_size() < 2) return;
   nlohmann::json mine = config_to_json(config);
   mine.erase("report");
-  mine["command line"] = command_options;
-  std::string root_text = comm.rank() == 0 ? mine.dump() : std::string();
+  mine["command line"] = utf8_escaped(command_options);
+  std::string root_text = comm.rank() == 0 ? json_text(mine) : std::string();
   int64_t length = static_cast<int64_t>(root_text.size());
   comm.broadcast(&length, sizeof(length), 0);
   root_text.resize(static_cast<size_t>(length));

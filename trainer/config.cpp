@@ -21,6 +21,7 @@
 #include "dataloader/data_error.h"    // DataError from token_format_of_field
 #include "dataloader/shard_tools.h"   // kMaxSynth*: data.synth_* share the limits of shards synth
 #include "dataloader/token_decode.h"  // token_format_of_field: data.field must name a format
+#include "trainer/json_text.h"  // utf8_escaped: config strings into JSON
 #include "trainer/presets.h"  // embedded_presets(): configs/*.yaml compiled in
 
 namespace trainbench {
@@ -756,7 +757,14 @@ nlohmann::json config_to_json(const Config& config) {
   for (const KeySpec& spec : key_table()) {
     const std::string section(section_of(spec.name));
     const std::string key(spec.name.substr(section.size() + 1));
-    std::visit([&](const auto* value) { json[section][key] = *value; }, field_of(config, spec));
+    std::visit(
+        [&](const auto* value) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(*value)>, std::string>)
+            json[section][key] = utf8_escaped(*value);  // a path is bytes; JSON text is UTF-8
+          else
+            json[section][key] = *value;
+        },
+        field_of(config, spec));
   }
   return json;
 }

@@ -1,6 +1,7 @@
 #include "trainer/results.h"
 
 #include "checkpoint/atomic_file.h"  // write_file_atomically
+#include "trainer/json_text.h"       // json_text: the result is written whatever its strings hold
 
 namespace trainbench {
 
@@ -132,7 +133,7 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
   return {
       {"schema", kResultSchema},
       {"version", env.trainbench_version},
-      {"command", command_line},
+      {"command", utf8_escaped(command_line)},  // argv is bytes
       {"config", config_to_json(config)},
       {"environment", environment_to_json(env)},
       {"summary", summary},
@@ -148,7 +149,7 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
 }
 
 void write_result_json(const std::string& path, const nlohmann::json& result) {
-  write_file_atomically(path, result.dump(2) + "\n");
+  write_file_atomically(path, json_text(result, 2) + "\n");
 }
 
 }  // namespace trainbench

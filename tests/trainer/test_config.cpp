@@ -17,6 +17,7 @@
 
 #include "tests/trainer/bad_config_cases.h"  // the table shared with test_cli_errors
 #include "trainer/data_source.h"              // synth_samples_per_shard_for_run
+#include "trainer/json_text.h"                // utf8_escaped: config strings into JSON
 
 namespace trainbench {
 namespace {
@@ -347,6 +348,24 @@ TEST_P(BadConfig, IsRefusedWithOneLineNamingTheKey) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, BadConfig, ::testing::ValuesIn(bad_config_cases()),
                          [](const auto& info) { return info.param.name; });
+
+// Config strings go into JSON (the result, the manifest) with their bytes
+// that are not UTF-8 as \xNN; valid UTF-8 is unchanged, so is plain ASCII.
+TEST(ConfigJson, StringsThatAreNotUtf8AreEscapedByteByByte) {
+  EXPECT_EQ(utf8_escaped("/data/shards-{000..007}.tar"), "/data/shards-{000..007}.tar");
+  EXPECT_EQ(utf8_escaped("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  EXPECT_EQ(utf8_escaped("a\xff"), "a\\xff");
+  EXPECT_EQ(utf8_escaped("\xc3"), "\\xc3") << "a sequence cut short";
+  EXPECT_EQ(utf8_escaped("\xc0\xaf"), "\\xc0\\xaf") << "an overlong '/'";
+  EXPECT_EQ(utf8_escaped("\xed\xa0\x80"), "\\xed\\xa0\\x80") << "a surrogate";
+  EXPECT_EQ(utf8_escaped("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80") << "above U+10FFFF";
+  Config config;
+  config.checkpoint.dir = "/ck\xfd";
+  const nlohmann::json json = config_to_json(config);
+  EXPECT_EQ(json.at("checkpoint").at("dir"), "/ck\\xfd");
+  EXPECT_NO_THROW(json.dump());
+  EXPECT_EQ(json_text(nlohmann::json("x\xff")), "\"x\xef\xbf\xbd\"") << "U+FFFD where nothing escaped it";
+}
 
 TEST(ConfigErrors, MalformedYamlNamesLineAndColumn) {
   const std::string message =

@@ -303,6 +303,29 @@ TEST(Cli, SetTakesOneValueSoTheConfigMayFollowIt) {
   EXPECT_EQ(result.at("steps").size(), 3u);
 }
 
+// Linux paths are bytes. A --out, config or checkpoint.dir name that is not
+// UTF-8 used to lose the finished run's result (nlohmann's dump threw at the
+// end, exit 3) or fail every checkpoint; the result is written with the
+// name's bad bytes as \xNN, and a resume from such a folder works.
+TEST(Cli, PathsThatAreNotUtf8AreWrittenEscaped) {
+  testing::TempDir dir("test_cli_utf8");
+  const std::string out = dir.file("r\xff\xc3\xa9.json");  // a bad byte, then a valid é
+  const std::string checkpoints = dir.file("ck\xfd");
+  const std::string run = std::string(TRAINBENCH_BINARY) + " run tiny --steps 6 --set train.warmup_steps=1 " +
+                          "--set checkpoint.every_steps=2 --set checkpoint.dir='" + checkpoints + "' --out '";
+  const auto first = run_command(run + out + "'");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const json result = json::parse(testing::read_whole_file(out));
+  EXPECT_EQ(result.at("config").at("report").at("out").get<std::string>().substr(dir.path().size()),
+            "/r\\xff\xc3\xa9.json");
+  EXPECT_EQ(result.at("config").at("checkpoint").at("dir").get<std::string>(), dir.path() + "/ck\\xfd");
+  EXPECT_EQ(result.at("checkpoints").size(), 3u);
+  const auto resumed = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 8 --set train.warmup_steps=1 " +
+                                   "--set checkpoint.every_steps=2 --set checkpoint.dir='" + checkpoints +
+                                   "' --resume latest --out '" + dir.file("again\xfe.json") + "'");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+}
+
 TEST(Cli, UnwritableOutputFailsBeforeTraining) {
   const auto r = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --out /nonexistent-dir/r.json");
   EXPECT_EQ(r.exit_code, 2);

@@ -1,0 +1,25 @@
+// JSON text that cannot fail on the strings a run carries. Paths on Linux
+// are bytes, not UTF-8, and nlohmann::json's dump() throws on a string that
+// is not valid UTF-8: a result file named `\xff.json` lost a finished run's
+// result at the end, and a checkpoint.dir so named failed every checkpoint.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace trainbench {
+
+// `text` with each byte that is not part of valid UTF-8 written as the four
+// characters \xNN (lower-case hex), as io::printable writes them; valid
+// UTF-8, multi-byte characters included, is unchanged. The config's strings
+// go into JSON this way, so a name stays readable and two names stay
+// distinct.
+std::string utf8_escaped(std::string_view text);
+
+// json.dump(indent) that never throws: a string that is still not UTF-8
+// (an error message quoting a path) has its bad bytes replaced by U+FFFD.
+std::string json_text(const nlohmann::json& json, int indent = -1);
+
+}  // namespace trainbench
