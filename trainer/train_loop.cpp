@@ -384,7 +384,12 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       sync->finish();
       if (instrument) {
         record.comm_s = comm.take_comm_seconds();
-        record.comm_exposed_s = std::max(0.0, comm.last_completion_time() - backward_end);
+        // The part of comm_s not hidden behind backward: at most comm_s. The
+        // tail after backward can be longer when no collective runs in part
+        // of it (the hand-off to the progress thread, a core busy with
+        // another rank): that is host time, left to other_s.
+        record.comm_exposed_s =
+            std::min(record.comm_s, std::max(0.0, comm.last_completion_time() - backward_end));
       }
     }
     // A checkpoint's state copy must land before the optimizer changes the state.
