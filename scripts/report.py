@@ -12,9 +12,10 @@ the one with the median tokens/s stands for them. DIR (default: the folder of
 the results) receives
 
     report.md               the tables: tokens/s against the ideal line and the
-                            scaling efficiency, step time, stall shares, the
-                            bottleneck, the slowest rank; the smallest run's
-                            config and environment
+                            scaling efficiency, step time and stall shares (the
+                            slowest rank's, as the result's summary has them:
+                            docs/metrics.md), the bottleneck, the slowest rank;
+                            the smallest run's config and environment
     tokens_per_s.png        tokens/s against ranks, with the ideal line
     scaling_efficiency.png  scaling efficiency against ranks
     stall_shares.png        stacked shares of the step per world size
@@ -29,13 +30,17 @@ Every input is read and checked whole before anything is written. A bad one
 exits 2 with one line on stderr naming the file and, where it is a field, the
 field (`r4.json: summary.tokens_per_s is "fast", expected a number ...`): a
 file that is missing, unreadable, empty, not UTF-8 or not JSON; JSON that is
-not a trainbench result (or, for --plan, not `trainbench plan --json` output);
-a field the report reads of the wrong type, or a number no run can have (NaN,
-Infinity, 1e400, a negative time or size, 0 tokens/s, a magnitude past 1e30 or
-below 1e-30); nesting deeper than 64 levels. So does a bad option: a value out
-of range, --plan/--target-tokens/--gpus-per-node without --compare, a DIR that
-is a file or cannot be written. Step times of 0 are read as "not measured"
-(`report.instrument=false` writes them). matplotlib missing exits 3.
+not a trainbench result of a version this script reads (trainbench.result/v1;
+or, for --plan, not `trainbench plan --json` output); a field the report reads
+of the wrong type, or a number no run can have (NaN, Infinity, 1e400, a
+negative time or size, a step time, tokens/s or tokens per step of 0, a stall
+share outside 0 to 1 (`other`: -1 to 1) or five that do not add up to 1, a
+slowest rank not below environment.ranks, a magnitude past 1e30 or below
+1e-30); nesting deeper than 64 levels. So does a bad option: a value out of
+range, --plan/--target-tokens/--gpus-per-node without --compare, a DIR that is
+a file or cannot be written. A run with `report.instrument=false` times no
+step: its step times, shares and slowest rank are null (older binaries wrote
+0, read as null) and show as —. matplotlib missing exits 3.
 
 --compare sets a LoRA run (train.mode lora, typically one node) beside a full
 fine-tuning run (typically several nodes) of the same model shape and data
@@ -60,9 +65,10 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-SCHEMA_PREFIX = "trainbench.result/"
+# The result versions this script reads: a later one may change what a field means.
+SCHEMAS = ("trainbench.result/v1",)
 # The categories of the step (DESIGN.md), their labels, and the resource each
 # one names when it is the bottleneck.
 CATEGORIES = [
@@ -215,6 +221,22 @@ class Num(Spec):
         return SMALLEST <= abs(value) <= LARGEST
 
 
+# Shares are quotients of sums of doubles: this much past a bound is rounding.
+SHARE_TOLERANCE = 1e-6
+
+
+class Share(Num):
+    """A share of the step time, from `low` to 1."""
+
+    def __init__(self, low: float) -> None:
+        super().__init__("any")
+        self.low = low
+        self.expected = f"a share from {low:g} to 1"
+
+    def accepts(self, value: Any) -> bool:
+        return super().accepts(value) and self.low - SHARE_TOLERANCE <= value <= 1 + SHARE_TOLERANCE
+
+
 class Opt(Spec):
     """The field may be null (or, in an object, absent)."""
 
@@ -243,11 +265,13 @@ class Figure(Spec):
 
 class Obj(Spec):
     """An object; its named fields checked where present (`required` must be),
-    the others by `others` where given, else not read."""
+    the others by `others` where given, else not read; then `rule`, what the
+    fields must be together, once each has its type."""
     expected = "an object"
 
-    def __init__(self, fields: dict[str, Spec], required: tuple[str, ...] = (), others: Spec | None = None) -> None:
-        self.fields, self.required, self.others = fields, required, others
+    def __init__(self, fields: dict[str, Spec], required: tuple[str, ...] = (), others: Spec | None = None,
+                 rule: Callable[[dict[str, Any], str, Source], None] | None = None) -> None:
+        self.fields, self.required, self.others, self.rule = fields, required, others, rule
 
     def check(self, value: Any, field: str, source: Source) -> None:
         if not isinstance(value, dict):
@@ -261,6 +285,8 @@ class Obj(Spec):
             for key, item in value.items():
                 if key not in self.fields:
                     self.others.check(item, join(field, key), source)
+        if self.rule is not None:
+            self.rule(value, field, source)
 
 
 class Either(Spec):
@@ -294,10 +320,37 @@ class Each(Spec):
 STR, BOOL, COUNT = Opt(Str()), Opt(Bool()), Opt(Int(0))
 RANK = Int(0, MAX_RANKS - 1)
 SIGNED, NONNEG, POSITIVE = Num("any"), Num(">=0"), Num(">0")
-# Times and shares are 0 where not measured (report.instrument=false); only
-# `other` (the step less the rest) may be a hair below 0, from timer noise.
-STEP_TIME = Opt(Figure(NONNEG))
-SHARE = {key: Opt(Figure(SIGNED if key == "other" else NONNEG)) for key, _, _ in CATEGORIES}
+# A step takes time: a step time is > 0 (null where not measured: see
+# unmeasured_as_null). Each timed category is a part of the step, so its
+# share is 0 to 1; `other`, the step less the rest, is below 0 where they
+# double count (timer noise; a step's other_s below -1 ms fails the
+# step_time_accounted check, which the report warns of), but not by as much
+# as a whole step.
+STEP_TIME = Opt(Figure(POSITIVE))
+TIMES = {key: Opt(Figure(SIGNED if key == "other" else NONNEG)) for key, _, _ in CATEGORIES}
+SHARES = {key: Opt(Figure(Share(-1.0 if key == "other" else 0.0))) for key, _, _ in CATEGORIES}
+
+
+def add_up_to_one(shares: dict[str, Any], field: str, source: Source) -> None:
+    """Each share is a category's sum over the steps' sum (docs/metrics.md):
+    where all five are there, they add up to 1."""
+    values = [number(shares.get(key)) for key, _, _ in CATEGORIES]
+    if None not in values and abs(math.fsum(values) - 1) > SHARE_TOLERANCE:
+        raise ReportError(f"{source.name}: {field} add up to {math.fsum(values):.6g}, expected 1 "
+                          "(each is a category's time over the step time)")
+
+
+def within_world(result: dict[str, Any], field: str, source: Source) -> None:
+    """A rank the result names is one of its environment.ranks."""
+    world = result["environment"]["ranks"]
+    expected = f"a rank from 0 to {world - 1} (environment.ranks is {world})"
+    named = [("summary.slowest_rank", result["summary"].get("slowest_rank"))]
+    named += [(f"ranks[{i}].rank", record.get("rank")) for i, record in enumerate(result.get("ranks") or [])]
+    for name, rank in named:
+        if rank is not None and rank >= world:
+            raise source.wrong(name, rank, expected)
+
+
 CEILINGS = Opt(Obj({}, others=Opt(Obj({"tokens_per_s": Opt(Figure(POSITIVE)), "achieved_share": Opt(Figure(NONNEG))},
                                       others=Opt(Figure(NONNEG))))))
 SHAPE_KEYS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "seq_len")
@@ -312,6 +365,7 @@ RESULT = Obj({
         "data": Opt(Obj({"shards": STR, "source": STR, "readers": COUNT})),
         "checkpoint": Opt(Obj({"every_steps": COUNT, "async": BOOL, "dir": STR})),
         "comm": Opt(Obj({"zero": COUNT})),
+        "report": Opt(Obj({"instrument": BOOL})),
     })),
     "environment": Obj({
         "ranks": Int(1, MAX_RANKS),
@@ -325,11 +379,11 @@ RESULT = Obj({
     "summary": Obj({
         "tokens_per_s": POSITIVE,
         "step_s": STEP_TIME,
-        "stall_shares": Opt(Obj(SHARE)),
+        "stall_shares": Opt(Obj(SHARES, rule=add_up_to_one)),
         "bottleneck": Opt(Either(Obj({k: STR for k in ("line", "text", "resource", "name")}))),
         "slowest_rank": Opt(RANK),
         "slowest_rank_excess": Opt(Figure(NONNEG)),
-        "global_tokens_per_step": Opt(NONNEG),
+        "global_tokens_per_step": Opt(POSITIVE),
         "measured_steps": COUNT,
         "warmup_steps": COUNT,
         "mfu": Opt(Figure(NONNEG)),
@@ -338,14 +392,14 @@ RESULT = Obj({
         "ceilings": CEILINGS,
     }, required=("tokens_per_s", "step_s")),
     "ranks": Opt(Each(Obj({"rank": Opt(RANK), "host": STR, "step_s": STEP_TIME, "step_s_median": STEP_TIME,
-                           **{f"{key}_s{median}": spec for key, spec in SHARE.items()
+                           **{f"{key}_s{median}": spec for key, spec in TIMES.items()
                               for median in ("", "_median")}}))),
-    "steps": Opt(Each(Obj({"step_s": Opt(NONNEG), "warmup": BOOL}))),
+    "steps": Opt(Each(Obj({"step_s": Opt(POSITIVE), "warmup": BOOL}))),
     "checks": Opt(Each(Obj({"name": STR, "passed": BOOL, "detail": STR}))),
     "warnings": Opt(Each(Str())),
     "checkpoints": Opt(Each(Obj({"status": STR, "bytes": Opt(Figure(NONNEG))}))),
     "ceilings": CEILINGS,
-}, required=("environment", "summary"))
+}, required=("environment", "summary"), rule=within_world)
 
 # The fields of `trainbench plan --json` output this script reads.
 PLAN = Obj({"rows": Each(Obj({"mode": Str(), "fits": Bool(), "total_bytes": Opt(NONNEG)},
@@ -479,14 +533,44 @@ def read_object(path: Path, source: Source) -> dict[str, Any]:
     return data
 
 
+def unmeasured_as_null(data: dict[str, Any]) -> None:
+    """A run with report.instrument=false times no step: its step times,
+    shares and slowest rank are not measured. Newer binaries write them null;
+    older ones wrote 0 (and rank 0 as the slowest), which become null here,
+    before the check: so a 0 step time or shares that do not add up to 1 are
+    refused in every other result, and the report shows — for these."""
+    config = data.get("config")
+    report = config.get("report") if isinstance(config, dict) else None
+    if not isinstance(report, dict) or report.get("instrument") is not False:
+        return
+
+    def null_zeros(node: Any, keys: tuple[str, ...]) -> None:
+        if isinstance(node, dict):
+            for key in keys:
+                value = node.get(key)
+                if isinstance(value, dict):
+                    null_zeros(value, ("median", "p10", "p90"))
+                elif value == 0 and not isinstance(value, bool):
+                    node[key] = None
+
+    summary = data.get("summary")
+    if isinstance(summary, dict):
+        null_zeros(summary, ("step_s", "slowest_rank", "slowest_rank_excess"))
+        null_zeros(summary.get("stall_shares"), tuple(key for key, _, _ in CATEGORIES))
+    for key in ("ranks", "steps"):
+        for record in data.get(key) if isinstance(data.get(key), list) else []:
+            null_zeros(record, ("step_s", "step_s_median"))
+
+
 def load_run(path: Path) -> Run:
     source = Source(str(path), "a trainbench result", "a complete trainbench result")
     data = read_object(path, source)
     schema = data.get("schema")
-    if not isinstance(schema, str) or not schema.startswith(SCHEMA_PREFIX):
-        raise ReportError(f"{path}: schema is {shown(schema)}, expected {SCHEMA_PREFIX}v1 "
+    if schema not in SCHEMAS:
+        raise ReportError(f"{path}: schema is {shown(schema)}, expected {' or '.join(SCHEMAS)} "
                           "(the result JSON of `trainbench run --out`)")
     check_values(data, source)
+    unmeasured_as_null(data)
     RESULT.check(data, "", source)
     return Run(path, data)
 
@@ -588,8 +672,8 @@ def bottleneck(run: Run) -> tuple[str, bool]:
             if isinstance(own.get(key), str) and own[key].strip():
                 return own[key].strip(), False
     known = {k: v for k, v in shares(run).items() if v is not None}
-    if not known:
-        return "—", True
+    if not known:  # not measured (report.instrument=false): nothing to derive
+        return "—", False
     key = max(known, key=lambda k: known[k])
     resource = next(r for k, _, r in CATEGORIES if k == key)
     return f"{resource} ({known[key]:.0%} of the step)", True
@@ -867,7 +951,7 @@ def write_markdown(points: list[Point], out: Path, plots: list[str]) -> Path:
     lines += [f"{len(points)} world size(s) from {sum(len(p.runs) for p in points)} run(s). "
               f"Ideal tokens/s = N/{base.ranks} × tokens/s at {base.ranks} rank(s); "
               "scaling efficiency = tokens/s ÷ ideal. tokens/s is set by the slowest rank's median step; "
-              "the step times and shares are those of rank 0, which reports.", ""]
+              "the step times and shares are that rank's too (docs/metrics.md; older results: rank 0's).", ""]
 
     rows = []
     derived = False
@@ -892,7 +976,7 @@ def write_markdown(points: list[Point], out: Path, plots: list[str]) -> Path:
         rows.append([str(p.ranks)] + [pct(sh[key]) for key, _, _ in CATEGORIES]
                     + [line + (" \\*" if was_derived else "")])
     lines += ["## Where the step time goes", "",
-              "Shares of the step time on the reporting rank (DESIGN.md: compute, exposed communication, "
+              "Shares of the step time on the slowest rank (DESIGN.md: compute, exposed communication, "
               "data stall, checkpoint stall, other).", ""]
     lines += table(["ranks"] + [f"{label} (%)" for _, label, _ in CATEGORIES] + ["bottleneck"], rows)
     if derived:

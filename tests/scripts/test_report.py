@@ -261,14 +261,91 @@ class ReportErrorTests(unittest.TestCase):
             with self.subTest(field=field, value=value):
                 self.refuse_result(damaged(good, field, value), field.replace(".3.", "[3]."))
 
-    def test_step_times_of_zero_are_not_measured_not_refused(self) -> None:
-        # report.instrument=false writes 0 for every time: the report reads them as such.
-        result = fake_result(1, 1000.0)
-        result["summary"]["step_s"] = {"median": 0.0, "p10": 0.0, "p90": 0.0}
-        result["ranks"] = [{"rank": 0, "host": "a", "step_s": 0.0, "compute_s": 0.0, "other_s": 0.0}]
-        done = report(write_json(self.dir / "r.json", result), "--out", self.out, "--no-plots")
-        self.assertEqual(done.returncode, 0, done.stderr)
-        self.assertIn("| 0.00 | 0.00 | 0.00 |", (self.out / "report.md").read_text())
+    def test_a_result_version_this_script_does_not_read(self) -> None:
+        # Only the versions report.py knows: a later one may change what a field means.
+        for schema in ("trainbench.result/v9", "trainbench.result/v2", "trainbench.result/v0",
+                       "trainbench.result/", "trainbench.result/v1.1"):
+            with self.subTest(schema=schema):
+                self.refuse_result(damaged(fake_result(1, 1000.0), "schema", schema), "schema", json.dumps(schema),
+                                   "trainbench.result/v1")
+
+    def test_stall_shares_no_run_has(self) -> None:
+        good = fake_result(1, 1000.0)  # compute 0.6, comm_exposed 0.3, data_stall 0.05, ckpt 0, other 0.05
+        for field, value in (("compute", 5), ("compute", 1.01), ("data_stall", -0.01), ("ckpt_stall", 2),
+                             ("other", -1.5), ("other", 1.5)):
+            with self.subTest(field=field, value=value):
+                shares = damaged(good, f"summary.stall_shares.{field}", value)
+                self.refuse_result(shares, f"summary.stall_shares.{field}", "a share from")
+        # Each in range, but not adding up to 1 (a share is a category's time over the step's).
+        for field, value, total in (("compute", 0.7, "1.1"), ("other", 0.0, "0.95"), ("comm_exposed", 0.0, "0.7")):
+            with self.subTest(field=field, value=value):
+                self.refuse_result(damaged(good, f"summary.stall_shares.{field}", value), "summary.stall_shares",
+                                   f"add up to {total}", "expected 1")
+
+    def test_stall_shares_as_runs_write_them(self) -> None:
+        # Rounding in the sum, `other` below 0 where the categories double count
+        # a little, and a missing or null share (no sum to check) are read.
+        for shares in ({"compute": 0.6 + 1e-9, "comm_exposed": 0.3, "data_stall": 0.05, "ckpt_stall": 0.0,
+                        "other": 0.05},
+                       {"compute": 0.99, "comm_exposed": 0.03, "data_stall": 0.0, "ckpt_stall": 0.0, "other": -0.02},
+                       {"compute": 0.6, "comm_exposed": 0.3, "data_stall": None, "ckpt_stall": 0.0, "other": 0.05},
+                       {"compute": 0.6, "other": 0.05}):
+            with self.subTest(shares=shares):
+                result = damaged(fake_result(1, 1000.0), "summary.stall_shares", shares)
+                done = report(write_json(self.dir / "r.json", result), "--out", self.out, "--no-plots")
+                self.assertEqual(done.returncode, 0, done.stderr)
+
+    def test_step_times_and_tokens_per_step_of_zero(self) -> None:
+        # A measured step takes time and a step trains on tokens.
+        good = fake_result(2, 1800.0)
+        good["ranks"] = [{"rank": r, "host": "a", "step_s": 0.1, "compute_s": 0.06, "other_s": 0.04} for r in (0, 1)]
+        for field in ("summary.step_s.median", "summary.step_s.p10", "summary.step_s", "ranks.1.step_s",
+                      "steps.3.step_s", "summary.global_tokens_per_step"):
+            with self.subTest(field=field):
+                named = field.replace(".1.", "[1].").replace(".3.", "[3].")
+                self.refuse_result(damaged(good, field, 0), named, "is 0")
+
+    def test_ranks_past_the_world_size(self) -> None:
+        for ranks, field, value in ((1, "summary.slowest_rank", 7), (1, "summary.slowest_rank", 1),
+                                    (2, "summary.slowest_rank", 2), (2, "ranks.1.rank", 2)):
+            with self.subTest(ranks=ranks, field=field, value=value):
+                result = fake_result(ranks, 1000.0 * ranks)
+                result["ranks"] = [{"rank": r, "host": "a", "step_s": 0.1} for r in range(ranks)]
+                self.refuse_result(damaged(result, field, value), field.replace(".1.", "[1]."), f"is {value}",
+                                   f"from 0 to {ranks - 1}", f"environment.ranks is {ranks}")
+
+    def test_unmeasured_step_times_are_shown_as_not_measured(self) -> None:
+        # report.instrument=false times no step: older binaries wrote 0 for the
+        # step times, the shares and the slowest rank, newer ones null. Both are
+        # read, and shown as —, not as 0.
+        zeros = fake_result(2, 1000.0)
+        zeros["config"]["report"]["instrument"] = False
+        zeros["summary"].update(step_s={"median": 0.0, "p10": 0.0, "p90": 0.0}, slowest_rank=0,
+                                stall_shares={key: 0.0 for key in zeros["summary"]["stall_shares"]})
+        zeros["ranks"] = [{"rank": r, "host": "a", "step_s": 0.0, "compute_s": 0.0, "other_s": 0.0} for r in (0, 1)]
+        for step in zeros["steps"]:
+            step["step_s"] = 0.0
+        nulls = copy.deepcopy(zeros)
+        nulls["summary"].update(step_s={"median": None, "p10": None, "p90": None}, slowest_rank=None,
+                                stall_shares={key: None for key in zeros["summary"]["stall_shares"]})
+        for rank in nulls["ranks"]:
+            rank.update(step_s=None, compute_s=None, other_s=None)
+        for step in nulls["steps"]:
+            step["step_s"] = None
+        for name, result in (("zeros", zeros), ("nulls", nulls)):
+            with self.subTest(result=name):
+                done = report(write_json(self.dir / f"{name}.json", result), "--out", self.dir / name, "--no-plots")
+                self.assertEqual(done.returncode, 0, done.stderr)
+                text = (self.dir / name / "report.md").read_text()
+                row = markdown_table(text, "## Throughput and scaling")[0]
+                self.assertEqual([row[k] for k in ("step median (ms)", "step p10 (ms)", "step p90 (ms)",
+                                                   "slowest rank")], ["—"] * 4)
+                shares = markdown_table(text, "## Where the step time goes")[0]
+                self.assertEqual(set(shares.values()), {"2", "—"})
+                self.assertNotIn("## Ranks at", text)
+        # The same zeros in a run that timed its steps are no run's.
+        del zeros["config"]["report"]["instrument"]
+        self.refuse_result(zeros, "summary.step_s.median", "is 0")
 
     def test_nesting_past_what_a_result_has(self) -> None:
         deep = self.dir / "deep.json"
