@@ -104,8 +104,12 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
                s.warmup_steps);
   std::fprintf(out, "  tokens/s            %s  (%ld tokens/step)\n",
                human_count(s.tokens_per_s).c_str(), s.global_tokens_per_step);
-  std::fprintf(out, "  step time           median %.2f ms  p10 %.2f  p90 %.2f\n",
-               1e3 * s.step_s.median, 1e3 * s.step_s.p10, 1e3 * s.step_s.p90);
+  if (s.timed)
+    std::fprintf(out, "  step time           median %.2f ms  p10 %.2f  p90 %.2f\n",
+                 1e3 * s.step_s.median, 1e3 * s.step_s.p10, 1e3 * s.step_s.p90);
+  else
+    std::fprintf(out, "  step time           not measured (report.instrument=false): %.2f s for the measured steps\n",
+                 s.measured_wall_s);
   std::fprintf(out, "  model FLOPs/token   %s\n", human_count(s.model_flops_per_token).c_str());
   std::fprintf(out, "  achieved            %sFLOP/s per device\n",
                human_count(s.achieved_flops_per_s).c_str());
@@ -118,12 +122,15 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
   else
     std::fprintf(out, "; no datasheet peak for this device\n");
   std::fprintf(out, "  loss                %.4f -> %.4f\n", s.loss_first, s.loss_last);
-  std::fprintf(out,
-               "  time shares         compute %.1f%%  comm exposed %.1f%%  data stall %.1f%%  "
-               "ckpt stall %.1f%%  other %.1f%%\n",
-               100.0 * s.compute_share, 100.0 * s.comm_exposed_share, 100.0 * s.data_stall_share,
-               100.0 * s.ckpt_stall_share, 100.0 * s.other_share);
-  if (s.comm_s.median > 0)
+  if (s.timed)
+    std::fprintf(out,
+                 "  time shares         compute %.1f%%  comm exposed %.1f%%  data stall %.1f%%  "
+                 "ckpt stall %.1f%%  other %.1f%%\n",
+                 100.0 * s.compute_share, 100.0 * s.comm_exposed_share, 100.0 * s.data_stall_share,
+                 100.0 * s.ckpt_stall_share, 100.0 * s.other_share);
+  else
+    std::fprintf(out, "  time shares         not measured (report.instrument=false)\n");
+  if (s.timed && s.comm_s.median > 0)
     std::fprintf(out, "  gradient all-reduce median %.2f ms per step, %.2f ms exposed; overlap hid %.0f%%\n",
                  1e3 * s.comm_s.median, 1e3 * s.comm_exposed_s.median, 100.0 * s.comm_hidden_share);
   if (s.op_times_requested && !s.op_times_available) {
@@ -153,7 +160,7 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
     std::fprintf(out, "  read bandwidth need %s at the measured tokens/s, %s at the gemm ceiling\n",
                  rate(s.required_read_gbs_measured).c_str(), rate(s.required_read_gbs).c_str());
   }
-  if (s.ranks.size() > 1) {
+  if (s.timed && s.ranks.size() > 1) {
     const RankSummary& slow = s.ranks[static_cast<size_t>(s.slowest_rank)];
     std::fprintf(out,
                  "  slowest rank        %d (%s): own work %.2f ms of a %.2f ms step (medians), %.0f%% above the median "

@@ -16,22 +16,32 @@ nlohmann::json op_times_json(const RunSummary& s) {
   return ops;
 }
 
-nlohmann::json spread_json(const Spread& s) {
-  return {{"median", s.median}, {"p10", s.p10}, {"p90", s.p90}};
-}
-
 // A figure that could not be measured is null, never a misleading 0.
 nlohmann::json positive_or_null(double value) {
   return value > 0 ? nlohmann::json(value) : nlohmann::json();
 }
 
-nlohmann::json step_json(const StepRecord& s) {
-  return {{"step", s.step},          {"warmup", s.warmup},
-          {"step_s", s.step_s},      {"compute_s", s.compute_s},
-          {"comm_s", s.comm_s},      {"comm_exposed_s", s.comm_exposed_s},
-          {"data_stall_s", s.data_stall_s}, {"ckpt_stall_s", s.ckpt_stall_s},
-          {"other_s", s.other_s},    {"loss", s.loss},
-          {"grad_norm", s.grad_norm}, {"lr", s.lr}};
+// A timed figure, or null where the per-step timers did not run
+// (report.instrument=false): not measured is not 0.
+nlohmann::json timed(bool measured, const nlohmann::json& value) { return measured ? value : nlohmann::json(); }
+
+nlohmann::json timed_spread(bool measured, const Spread& s) {
+  return {{"median", timed(measured, s.median)}, {"p10", timed(measured, s.p10)}, {"p90", timed(measured, s.p90)}};
+}
+
+nlohmann::json step_json(const StepRecord& s, bool measured) {
+  return {{"step", s.step},
+          {"warmup", s.warmup},
+          {"step_s", timed(measured, s.step_s)},
+          {"compute_s", timed(measured, s.compute_s)},
+          {"comm_s", timed(measured, s.comm_s)},
+          {"comm_exposed_s", timed(measured, s.comm_exposed_s)},
+          {"data_stall_s", timed(measured, s.data_stall_s)},
+          {"ckpt_stall_s", timed(measured, s.ckpt_stall_s)},
+          {"other_s", timed(measured, s.other_s)},
+          {"loss", s.loss},
+          {"grad_norm", s.grad_norm},
+          {"lr", s.lr}};
 }
 }  // namespace
 
@@ -45,20 +55,20 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
       {"global_tokens_per_step", s.global_tokens_per_step},
       {"measured_steps", s.measured_steps},
       {"warmup_steps", s.warmup_steps},
-      {"step_s", spread_json(s.step_s)},
-      {"compute_s", spread_json(s.compute_s)},
-      {"comm_s", spread_json(s.comm_s)},
-      {"comm_exposed_s", spread_json(s.comm_exposed_s)},
-      {"comm_hidden_share", s.comm_hidden_share},
-      {"data_stall_s", spread_json(s.data_stall_s)},
-      {"ckpt_stall_s", spread_json(s.ckpt_stall_s)},
-      {"other_s", spread_json(s.other_s)},
+      {"step_s", timed_spread(s.timed, s.step_s)},
+      {"compute_s", timed_spread(s.timed, s.compute_s)},
+      {"comm_s", timed_spread(s.timed, s.comm_s)},
+      {"comm_exposed_s", timed_spread(s.timed, s.comm_exposed_s)},
+      {"comm_hidden_share", timed(s.timed, s.comm_hidden_share)},
+      {"data_stall_s", timed_spread(s.timed, s.data_stall_s)},
+      {"ckpt_stall_s", timed_spread(s.timed, s.ckpt_stall_s)},
+      {"other_s", timed_spread(s.timed, s.other_s)},
       {"stall_shares",
-       {{"compute", s.compute_share},
-        {"comm_exposed", s.comm_exposed_share},
-        {"data_stall", s.data_stall_share},
-        {"ckpt_stall", s.ckpt_stall_share},
-        {"other", s.other_share}}},
+       {{"compute", timed(s.timed, s.compute_share)},
+        {"comm_exposed", timed(s.timed, s.comm_exposed_share)},
+        {"data_stall", timed(s.timed, s.data_stall_share)},
+        {"ckpt_stall", timed(s.timed, s.ckpt_stall_share)},
+        {"other", timed(s.timed, s.other_share)}}},
       {"model_flops_per_token", s.model_flops_per_token},
       {"achieved_flops_per_s_per_device", positive_or_null(s.achieved_flops_per_s)},
       {"gemm_ceiling_flops_per_s", positive_or_null(s.gemm_ceiling_flops_per_s)},
@@ -98,23 +108,23 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
         {"total_bytes", s.memory_per_rank.total_bytes()}}},
       {"optimizer_bytes_unsharded", s.optimizer_bytes_unsharded},
       {"op_seconds_per_step", op_times_json(s)},
-      {"slowest_rank", s.slowest_rank},
-      {"slowest_rank_excess", s.slowest_rank_excess},
-      {"bottleneck", s.bottleneck},
+      {"slowest_rank", timed(s.timed, s.slowest_rank)},
+      {"slowest_rank_excess", timed(s.timed, s.slowest_rank_excess)},
+      {"bottleneck", timed(s.timed, s.bottleneck)},
   };
   nlohmann::json steps = nlohmann::json::array();
-  for (const StepRecord& record : outcome.steps) steps.push_back(step_json(record));
+  for (const StepRecord& record : outcome.steps) steps.push_back(step_json(record, s.timed));
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankSummary& r : s.ranks)
     ranks.push_back({{"rank", r.rank},
                      {"host", r.host},
-                     {"step_s", r.step_s},
-                     {"compute_s", r.compute_s},
-                     {"comm_exposed_s", r.comm_exposed_s},
-                     {"data_stall_s", r.data_stall_s},
-                     {"ckpt_stall_s", r.ckpt_stall_s},
-                     {"other_s", r.other_s},
-                     {"own_s", r.own_s}});
+                     {"step_s", timed(s.timed, r.step_s)},
+                     {"compute_s", timed(s.timed, r.compute_s)},
+                     {"comm_exposed_s", timed(s.timed, r.comm_exposed_s)},
+                     {"data_stall_s", timed(s.timed, r.data_stall_s)},
+                     {"ckpt_stall_s", timed(s.timed, r.ckpt_stall_s)},
+                     {"other_s", timed(s.timed, r.other_s)},
+                     {"own_s", timed(s.timed, r.own_s)}});
   nlohmann::json checkpoints = nlohmann::json::array();
   for (const CheckpointRecord& c : outcome.checkpoints)
     checkpoints.push_back({{"step", c.step},

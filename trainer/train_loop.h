@@ -53,10 +53,14 @@ struct RankSummary {
 };
 
 struct RunSummary {
+  // The per-step timers ran (report.instrument, on by default). Without them
+  // the step times, categories, shares and the slowest rank are not
+  // measured: the result writes them null and the report says so.
+  bool timed = true;
   int64_t measured_steps = 0;
   int64_t warmup_steps = 0;
   int64_t global_tokens_per_step = 0;
-  double tokens_per_s = 0;          // global tokens / median step_s of the slowest rank
+  double tokens_per_s = 0;          // global tokens / the largest of the ranks' median step_s
   // The measured steps' wall time on this rank, from the end of warm-up to
   // the end of the last step, and global tokens / it: tokens/s without
   // per-step timing (report.instrument=false), and a mean beside the median.

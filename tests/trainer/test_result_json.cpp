@@ -148,10 +148,22 @@ TEST(ResultJsonUninstrumented, WallTimeTokensPerSecondWithoutPerStepTiming) {
   EXPECT_EQ(s.at("tokens_per_s"), s.at("wall_tokens_per_s"));
   EXPECT_GT(s.at("measured_wall_s").get<double>(), 0.0);
   ASSERT_EQ(result.at("steps").size(), 12u);
+  // What no timer measured is null, not 0 (a 0 step time read as a figure,
+  // shares that no longer added up to 1, "min other_s = 0" as a passed check).
   for (const json& step : result.at("steps")) {
-    EXPECT_EQ(step.at("step_s"), 0.0) << "no per-step timer ran";
+    for (const char* key : {"step_s", "compute_s", "comm_s", "comm_exposed_s", "data_stall_s", "ckpt_stall_s", "other_s"})
+      EXPECT_TRUE(step.at(key).is_null()) << key << " in " << step.dump();
     EXPECT_TRUE(std::isfinite(step.at("loss").get<double>()));
   }
+  for (const char* key : {"step_s", "compute_s", "other_s"})
+    EXPECT_TRUE(s.at(key).at("median").is_null()) << key;
+  for (const auto& [key, share] : s.at("stall_shares").items()) EXPECT_TRUE(share.is_null()) << key;
+  EXPECT_TRUE(s.at("slowest_rank").is_null());
+  EXPECT_TRUE(s.at("bottleneck").is_null());
+  EXPECT_TRUE(result.at("ranks").at(0).at("own_s").is_null());
+  for (const json& check : result.at("checks")) EXPECT_NE(check.at("name"), "step_time_accounted");
+  EXPECT_NE(run.out.find("step time           not measured"), std::string::npos) << run.out;
+  EXPECT_EQ(run.out.find("0.00 ms"), std::string::npos) << run.out;
   EXPECT_NE(result.at("warnings").dump().find("report.instrument=false"), std::string::npos);
   EXPECT_TRUE(s.at("op_seconds_per_step").is_null()) << "report.op_times is off by default";
   EXPECT_EQ(run.out.find("compute by op"), std::string::npos) << run.out;
