@@ -171,6 +171,14 @@ inline std::vector<double> gather_from_ranks(Communicator& comm, double value) {
   comm.all_gather(value, values.data());
   return values;
 }
+// `text` as rank `root` has it, on every rank: a collective.
+inline std::string broadcast_string(Communicator& comm, std::string text, int root) {
+  int64_t length = static_cast<int64_t>(text.size());
+  comm.broadcast(&length, sizeof(length), root);
+  text.resize(static_cast<size_t>(length));
+  comm.broadcast(text.data(), length, root);
+  return text;
+}
 inline double sum_over_ranks(Communicator& comm, double value) {
   const std::vector<double> values = gather_from_ranks(comm, value);
   return std::accumulate(values.begin(), values.end(), 0.0);

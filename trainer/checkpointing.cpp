@@ -564,12 +564,18 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
   // Every rank learns whether every rank could load: none trains alone.
   const std::vector<double> failed =
       gather_from_ranks(comm, problem.empty() ? 0.0 : (environment ? 2.0 : 1.0));
+  const auto first = std::find_if(failed.begin(), failed.end(), [](double code) { return code > 0; });
+  if (first == failed.end()) return point;
+  // A rank that failed gives its own reason; the others give the first
+  // failing rank's (the file, the checksums, the checkpoint to resume from
+  // instead): rank 0's line is the one printed, and "rank(s) 1 could not load
+  // their part" told nothing.
+  const int first_rank = static_cast<int>(first - failed.begin());
+  const std::string reason = broadcast_string(comm, problem, first_rank);
   if (!problem.empty()) throw CheckpointError(problem, environment);
-  const std::string ranks = rank_list(failed, 1);
-  if (!ranks.empty())
-    throw CheckpointError("--resume " + point.folder + ": rank(s) " + ranks + " could not load their part",
-                          *std::max_element(failed.begin(), failed.end()) == 2.0);
-  return point;
+  throw CheckpointError(reason + " (rank " + std::to_string(first_rank) + "'s part; rank(s) " + rank_list(failed, 1) +
+                            " could not load theirs)",
+                        *first == 2.0);
 }
 
 }  // namespace trainbench

@@ -237,11 +237,7 @@ void check_ranks_run_the_same_job(const Config& config, const std::string& comma
   nlohmann::json mine = config_to_json(config);
   mine.erase("report");
   mine["command line"] = utf8_escaped(command_options);
-  std::string root_text = comm.rank() == 0 ? json_text(mine) : std::string();
-  int64_t length = static_cast<int64_t>(root_text.size());
-  comm.broadcast(&length, sizeof(length), 0);
-  root_text.resize(static_cast<size_t>(length));
-  comm.broadcast(root_text.data(), length, 0);
+  const std::string root_text = broadcast_string(comm, comm.rank() == 0 ? json_text(mine) : std::string(), 0);
   const std::string difference = first_difference(nlohmann::json::parse(root_text), mine, "");
   std::vector<double> differs(static_cast<size_t>(comm.world_size()));
   comm.all_gather(difference.empty() ? 0.0 : 1.0, differs.data());
@@ -257,11 +253,7 @@ void check_ranks_run_the_same_job(const Config& config, const std::string& comma
   if (first < 0) return;
   // The first differing rank's difference goes to all, so every rank fails
   // with the same line and rank 0's is the one printed (let_rank_zero_speak_first).
-  std::string first_text = comm.rank() == first ? difference : std::string();
-  int64_t first_length = static_cast<int64_t>(first_text.size());
-  comm.broadcast(&first_length, sizeof(first_length), first);
-  first_text.resize(static_cast<size_t>(first_length));
-  comm.broadcast(first_text.data(), first_length, first);
+  const std::string first_text = broadcast_string(comm, comm.rank() == first ? difference : std::string(), first);
   throw CommandError{kExitUserError, "rank " + std::to_string(first) + " has " + first_text +
                                          (others.empty() ? "" : " (ranks " + others + " differ too)") +
                                          ": every rank must be started with the same config, --set overrides "

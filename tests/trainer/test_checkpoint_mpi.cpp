@@ -5,6 +5,7 @@
 // bytes.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -57,6 +58,26 @@ TEST_P(CheckpointMpi, TwoRanksKilledAndResumedEqualTheUninterruptedRun) {
   EXPECT_EQ(a.size(), file_checksums(dir.file("b/step_10")).size());
   EXPECT_GE(a.size(), 4u) << "two ranks' files";
   EXPECT_EQ(a, file_checksums(dir.file("b/step_20")));
+}
+
+// A damaged file of rank 1's: every rank fails with rank 1's own reason
+// (the file, the checksums, the checkpoint to resume from), which rank 0
+// prints; it used to print only "rank(s) 1 could not load their part".
+TEST(CheckpointMpiDamage, ARankFilesDamageIsReportedInItsOwnWords) {
+  testing::TempDir dir("test_ckpt_mpi");
+  const CommandResult first =
+      run_command(run_2_ranks(dir.file("c"), dir.file("c1.json"), "--set checkpoint.every_steps=5"));
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  // Resume from step 15, whose rank-1 file is damaged.
+  std::ofstream(dir.file("c/latest")) << "step_15\n";
+  const std::string damaged = dir.file("c/step_15/rank_00001_0.bin");
+  ASSERT_EQ(run_command("printf 'XXXX' | dd of=" + damaged + " bs=1 seek=4096 conv=notrunc 2>/dev/null").exit_code, 0);
+  const CommandResult resumed = run_command(run_2_ranks(dir.file("c"), dir.file("c2.json"), "--resume latest"));
+  EXPECT_EQ(resumed.exit_code, 2) << resumed.err;
+  EXPECT_NE(resumed.err.find("checkpoint file " + damaged + ": xxh64"), std::string::npos) << resumed.err;
+  EXPECT_NE(resumed.err.find("--resume " + dir.file("c/step_10")), std::string::npos)
+      << "names the earlier checkpoint: " << resumed.err;
+  EXPECT_NE(resumed.err.find("(rank 1's part; rank(s) 1 could not load theirs)"), std::string::npos) << resumed.err;
 }
 
 INSTANTIATE_TEST_SUITE_P(Zero, CheckpointMpi, ::testing::Values(0, 1),
