@@ -402,7 +402,7 @@ namespace {
 
 // The config keys a checkpoint's state depends on: a resumed run must agree.
 const char* const kResumeMustMatch[][2] = {
-    {"model", ""},           {"train", "micro_batch"}, {"train", "mode"},
+    {"model", ""},           {"train", "micro_batch"}, {"train", "grad_accum"}, {"train", "mode"},
     {"comm", "zero"},        {"data", "source"},       {"data", "shards"},
     {"data", "seed"},        {"data", "readers"},      {"data", "field"},
     {"data", "shuffle_buffer"}, {"data", "synthetic_batches"}, {"data", "eos_token"},
@@ -433,9 +433,20 @@ std::string check_compatible(const nlohmann::json& manifest, const Config& confi
       return name.empty() ? part : part.value(name, nlohmann::json());
     };
     const nlohmann::json a = value_in(then), b = value_in(now);
-    if (a != b)
-      return "it has " + section + (name.empty() ? "" : "." + name) + " = " + json_text(a) +
-             " but this run has " + json_text(b) + " (a resumed run must keep the model, the batch and the data stream)";
+    if (a == b) continue;
+    // Of a whole section, the first key that differs is named.
+    std::string differs = section + (name.empty() ? "" : "." + name);
+    nlohmann::json was = a, is = b;
+    if (name.empty() && a.is_object() && b.is_object())
+      for (const auto& [k, value] : b.items())
+        if (a.value(k, nlohmann::json()) != value) {
+          differs += "." + k;
+          was = a.value(k, nlohmann::json());
+          is = value;
+          break;
+        }
+    return "it has " + differs + " = " + json_text(was) + " but this run has " + json_text(is) +
+           " (a resumed run must keep the model, the batch and the data stream)";
   }
   const int64_t step = manifest.at("step").get<int64_t>();
   if (step >= config.train.steps)
