@@ -266,29 +266,29 @@ void check_ranks_run_the_same_job(const Config& config, const std::string& comma
 // temporary file (an unwritable folder, a regular file as the folder, a name
 // too long). Only an earlier result is replaced: the rename would destroy a
 // device node, a FIFO, or an input given by mistake (the config, a shard).
-void check_result_path(const std::string& path) {
-  if (path.empty()) throw CommandError{kExitUserError, "--out: the path is empty"};
+void check_result_path(const std::string& path, const std::string& named) {
+  if (path.empty()) throw CommandError{kExitUserError, named + ": the path is empty"};
   struct stat target {};
   if (::stat(path.c_str(), &target) == 0) {
     if (!S_ISREG(target.st_mode))
-      throw CommandError{kExitUserError, "--out " + path + ": exists and is not a regular file; name a file"};
+      throw CommandError{kExitUserError, named + " " + path + ": exists and is not a regular file; name a file"};
     if (target.st_size > 0 && ::access(path.c_str(), R_OK) != 0)
-      throw CommandError{kExitUserError, "--out " + path + ": exists and cannot be read (" + std::strerror(errno) +
+      throw CommandError{kExitUserError, named + " " + path + ": exists and cannot be read (" + std::strerror(errno) +
                                          ") to tell whether it is an earlier result; refusing to replace it"};
     if (target.st_size > 0 && !is_trainbench_result(path))
-      throw CommandError{kExitUserError, "--out " + path + ": exists and is not a trainbench result (schema "
+      throw CommandError{kExitUserError, named + " " + path + ": exists and is not a trainbench result (schema "
                                          "trainbench.*); refusing to replace it: name another file"};
   }
   const std::string dir = parent_directory(path);
   struct stat folder {};
   if (::stat(dir.c_str(), &folder) != 0)
-    throw CommandError{kExitUserError, "--out " + path + ": directory '" + dir + "' does not exist"};
+    throw CommandError{kExitUserError, named + " " + path + ": directory '" + dir + "' does not exist"};
   if (!S_ISDIR(folder.st_mode))
-    throw CommandError{kExitUserError, "--out " + path + ": '" + dir + "' is not a directory"};
+    throw CommandError{kExitUserError, named + " " + path + ": '" + dir + "' is not a directory"};
   const std::string probe = atomic_write_temporary_path(path);
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0)
-    throw CommandError{kExitUserError, "--out " + path + ": cannot create a file there: " + std::strerror(errno)};
+    throw CommandError{kExitUserError, named + " " + path + ": cannot create a file there: " + std::strerror(errno)};
   ::close(fd);
   ::unlink(probe.c_str());
 }
@@ -319,11 +319,14 @@ int run_command(const RunOptions& options, const std::string& command_line) {
   // With nccl this is its bootstrap (MPI or local) until the GPU is known:
   // wrapped in run_config, after the engine.
   std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend);
-  check_ranks_run_the_same_job(config, "--resume " + options.resume + (options.ceilings ? " --ceilings" : ""), *comm);
+  // The options besides --set that change the job, as typed.
+  std::string job_options = options.resume.empty() ? "" : "--resume " + options.resume;
+  if (options.ceilings) job_options += job_options.empty() ? "--ceilings" : " --ceilings";
+  check_ranks_run_the_same_job(config, job_options, *comm);
   try {
-    return run_config(config, comm,
-                      RunSettings{command_line, options.resume, options.ceilings, true, options.extension})
-        .exit_code;
+    RunSettings settings{command_line, options.resume, options.ceilings, true, options.extension};
+    settings.out_option = options.out_given;
+    return run_config(config, comm, settings).exit_code;
   } catch (...) {
     // One rank's own failure (a file only its node lacks, rank 0's --out):
     // its peers would wait for it in their next collective until
@@ -342,11 +345,15 @@ int run_command(const RunOptions& options, const std::string& command_line) {
 
 RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const RunSettings& options) {
   RunReport report;
-  const std::string result_path =
-      config.report.out.empty() ? "trainbench-result.json" : config.report.out;
+  const std::string named = options.out_option      ? "--out"
+                            : config.report.out.empty() ? "report.out (its default)"
+                                                        : "report.out";
+  // The resolved config (printed, in the result) says where the result goes.
+  if (config.report.out.empty()) config.report.out = "trainbench-result.json";
+  const std::string result_path = config.report.out;
   // Rank 0 speaks for the job: the console report and the result JSON.
   const bool reporter = comm->rank() == 0;
-  if (reporter && options.write_result) check_result_path(result_path);
+  if (reporter && options.write_result) check_result_path(result_path, named);
   if (!options.resume.empty() && options.resume == "latest" && config.checkpoint.dir.empty())
     throw CommandError{kExitUserError, "--resume latest: set checkpoint.dir to the folder the checkpoints are in"};
   // An unusable checkpoint folder fails here, before anything is allocated.
@@ -604,6 +611,7 @@ int run_with_extension(const std::string& config, const std::vector<std::string>
   options.config = config;
   options.overrides = overrides;
   options.out = out;
+  options.out_given = !out.empty();  // burnin's --out, or its default name
   options.extension = &extension;
   return run_command(options, command_line);
 }
@@ -668,6 +676,7 @@ int run_cli(int argc, char** argv) {
     return kExitUserError;
   }
   if (argv[1][0] != '-' && !known) {
+    let_rank_zero_speak_first(launcher_rank());
     std::fprintf(stderr, "trainbench: unknown command '%s' (commands: %s; see trainbench --help)\n",
                  argv[1], commands.c_str());
     return kExitUserError;
@@ -686,6 +695,7 @@ int run_cli(int argc, char** argv) {
     std::fputs(version_text().c_str(), stdout);
     return kExitOk;
   } catch (const CLI::ParseError& e) {
+    let_rank_zero_speak_first(launcher_rank());  // N ranks, one line
     std::fprintf(stderr, "trainbench: %s (see trainbench --help)\n", e.what());
     return kExitUserError;
   }

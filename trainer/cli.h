@@ -48,8 +48,9 @@ void check_ranks_run_the_same_job(const Config& config, const std::string& comma
 // --out. Refused: an empty path, a folder that does not exist or is not one,
 // a name the file system refuses, anything that is not a regular file, and a
 // non-empty file that is not an earlier trainbench result (the config, a
-// shard, a checkpoint's `latest`).
-void check_result_path(const std::string& path);
+// shard, a checkpoint's `latest`). `named`: how the message names where the
+// path came from (the option, or the config key).
+void check_result_path(const std::string& path, const std::string& named = "--out");
 
 // The `run` path on a loaded config, for commands that train more than once
 // in one process (project). MPI initialises once per process, so the caller
@@ -62,6 +63,7 @@ struct RunSettings {
   std::string resume;        // run --resume
   bool ceilings = false;     // run --ceilings
   bool write_result = true;  // false: the result JSON is only returned
+  bool out_option = false;   // the result path came from --out (else from report.out or its default)
   RunExtension* extension = nullptr;  // work added to the run (trainbench burnin), or none
 };
 struct RunReport {

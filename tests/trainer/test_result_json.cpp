@@ -338,6 +338,25 @@ TEST(Cli, PathsThatAreNotUtf8AreWrittenEscaped) {
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
 }
 
+// A result path from the config is named as the config key, not as an
+// --out nobody typed; without either, the resolved config says where the
+// result went (it said report.out "").
+TEST(Cli, TheResultPathIsNamedWhereItCameFrom) {
+  testing::TempDir dir("test_cli_out");
+  const auto from_key = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --set report.out=" + dir.path());
+  EXPECT_EQ(from_key.exit_code, 2);
+  EXPECT_EQ(from_key.err.rfind("trainbench: report.out " + dir.path() + ": exists and is not a regular file", 0), 0u)
+      << from_key.err;
+  const auto from_option = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --out " + dir.path());
+  EXPECT_EQ(from_option.err.rfind("trainbench: --out " + dir.path() + ":", 0), 0u) << from_option.err;
+  const auto by_default = run_command("cd " + dir.path() + " && " + TRAINBENCH_BINARY +
+                                      " run tiny --steps 6 --set train.warmup_steps=1");
+  ASSERT_EQ(by_default.exit_code, 0) << by_default.err;
+  EXPECT_NE(by_default.out.find("report.out: trainbench-result.json"), std::string::npos) << by_default.out;
+  const json result = json::parse(testing::read_whole_file(dir.file("trainbench-result.json")));
+  EXPECT_EQ(result.at("config").at("report").at("out"), "trainbench-result.json");
+}
+
 TEST(Cli, UnwritableOutputFailsBeforeTraining) {
   const auto r = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --out /nonexistent-dir/r.json");
   EXPECT_EQ(r.exit_code, 2);
