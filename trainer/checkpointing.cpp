@@ -448,6 +448,13 @@ std::string check_compatible(const nlohmann::json& manifest, const Config& confi
     return "it has " + differs + " = " + json_text(was) + " but this run has " + json_text(is) +
            " (a resumed run must keep the model, the batch and the data stream)";
   }
+  // A LoRA checkpoint without the frozen base cannot give a run that asks
+  // for it (the other way round, the base is there and goes unread).
+  const bool base_written = then.value("checkpoint", nlohmann::json::object()).value("include_base", false);
+  if (config.train.mode == "lora" && config.checkpoint.include_base && !base_written)
+    return "it was written without the frozen base (checkpoint.include_base false), which this run's "
+           "checkpoint.include_base true asks for: resume with checkpoint.include_base=false (the base is rebuilt "
+           "from train.seed)";
   const int64_t step = manifest.at("step").get<int64_t>();
   if (step >= config.train.steps)
     return "it is at step " + std::to_string(step) + ", and train.steps is " + std::to_string(config.train.steps) +

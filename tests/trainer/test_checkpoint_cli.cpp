@@ -209,6 +209,12 @@ TEST(CheckpointCli, LoraCheckpointHoldsTheAdaptersAndTheBaseOnlyWhenAsked) {
       dir.file("adapters"), 10, 4, dir.file("r.json"), "--set train.mode=lora --set lora.rank=8 --resume latest"));
   EXPECT_EQ(other_rank.exit_code, 2) << other_rank.err;
   EXPECT_NE(other_rank.err.find("it has lora.rank = 4 but this run has 8"), std::string::npos) << other_rank.err;
+  // Adapters alone cannot give a run that wants the base from its checkpoint.
+  const CommandResult wants_base = run_command(tiny_run(dir.file("adapters"), 10, 4, dir.file("r.json"),
+                                                        "--set train.mode=lora --set lora.rank=4 --set checkpoint.include_base=true "
+                                                        "--resume latest"));
+  EXPECT_EQ(wants_base.exit_code, 2) << wants_base.err;
+  EXPECT_NE(wants_base.err.find("written without the frozen base"), std::string::npos) << wants_base.err;
 }
 
 TEST(CheckpointCli, FlippedByteIsRefusedWithTheFileAndThePreviousCheckpoint) {
