@@ -63,8 +63,8 @@ struct RunSettings {
   std::string resume;        // run --resume
   bool ceilings = false;     // run --ceilings
   bool write_result = true;  // false: the result JSON is only returned
-  bool out_option = false;   // the result path came from --out (else from report.out or its default)
   RunExtension* extension = nullptr;  // work added to the run (trainbench burnin), or none
+  bool out_option = false;   // the result path came from --out (else from report.out or its default)
 };
 struct RunReport {
   int exit_code = kExitOk;

@@ -16,7 +16,8 @@
 
 namespace trainbench {
 
-std::string trainbench_version() { return TRAINBENCH_VERSION; }
+const char* trainbench_git_describe();  // generated at build time: trainer/version.cmake
+std::string trainbench_version() { return trainbench_git_describe(); }
 
 namespace {
 std::string cpu_model_name() {

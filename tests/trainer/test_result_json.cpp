@@ -278,6 +278,15 @@ TEST(Cli, VersionNamesTheBuiltEngines) {
   if (!cudnn_attention_build_info().empty()) {
     EXPECT_NE(r.out.find("cuDNN attention: cuDNN 9."), std::string::npos) << r.out;
   }
+  // The version is the source's commit at the last build, not at configure
+  // (an incremental build after a commit named the configure's commit). The
+  // commit only: a file edited since the build makes the tree dirty now.
+  const auto head = run_command(std::string("git -C ") + TRAINBENCH_SOURCE_DIR + " describe --always --tags");
+  if (head.exit_code != 0) GTEST_SKIP() << "the source is not a git work tree: no commit to compare";
+  const std::string commit = head.out.substr(0, head.out.find('\n'));
+  EXPECT_EQ(r.out.rfind("trainbench " + commit + "\n", 0) == 0 || r.out.rfind("trainbench " + commit + "-dirty\n", 0) == 0,
+            true)
+      << r.out << " against " << commit;
 }
 
 TEST(Cli, StepsErrorsNameTheStepsOption) {
