@@ -1,11 +1,15 @@
 #include "trainer/bench_command.h"
 
 
+#include <sys/resource.h>  // getrlimit: bench comm under ulimit -v
+
 #include <CLI/CLI.hpp>  // the command line parser
 #include <algorithm>    // std::max
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>   // std::hash: which ranks share a host
+#include <limits>       // MPI's int counts
 #include <optional>
 #include <string>
 #include <vector>
@@ -102,6 +106,155 @@ nlohmann::json collective_json(const CollectiveBenchResult& r) {
           {"count", r.count},           {"type", "float"},          {"buckets", r.buckets},
           {"time_s", r.time_s},         {"algbw_gbs", r.algbw_gbs}, {"busbw_gbs", r.busbw_gbs},
           {"check", check_word(r.check_ok)}};
+}
+
+// --- bench comm's memory, sized before anything is allocated ---
+
+// The bytes one rank holds at once while bench comm measures the gradient
+// step (`bucket_bytes`) and the sweep (`sizes`, which holds the buckets too).
+// collective_bench.cpp allocates each measurement's send and receive vectors
+// and frees them before the next, the communicator's path and the raw one
+// share them, and the data check reads them in place (no reference copy):
+// the gradient step holds one buffer of every bucket; a size S, all-reduce S
+// (in place), reduce-scatter S in and S/n out, all-gather S/n in and S out.
+// On the MPI backend, MPI's own scratch for the message comes on top, taken
+// as twice the message: Open MPI 4.1's reduce-scatter and reduce allocate
+// temporaries that large (peak RSS on 1-8 ranks of one host was at most the
+// buffers plus 1.95x the size on any rank).
+int64_t comm_bench_bytes_per_rank(const std::vector<int64_t>& sizes, const std::vector<int64_t>& bucket_bytes,
+                                  int world, bool mpi_scratch) {
+  const int64_t scratch_per_byte = mpi_scratch ? 2 : 0;
+  int64_t gradient = 0, largest_bucket = 0;
+  for (const int64_t bytes : bucket_bytes) {
+    gradient += bytes / 4 * 4;
+    largest_bucket = std::max(largest_bucket, bytes / 4 * 4);
+  }
+  int64_t peak = gradient + scratch_per_byte * largest_bucket;
+  for (const int64_t size : sizes) {
+    const int64_t all_reduce = std::max<int64_t>(1, size / 4) * 4;
+    const int64_t block = std::max<int64_t>(1, size / 4 / world) * 4;  // reduce-scatter's out, all-gather's in
+    peak = std::max(peak, all_reduce + scratch_per_byte * all_reduce);
+    peak = std::max(peak, block * world + block + scratch_per_byte * block * world);
+  }
+  return peak;
+}
+
+// The sweep bench comm measures: --min-bytes .. --max-bytes by --factor,
+// and the model's buckets, on `world` ranks.
+struct CommBenchSweep {
+  int64_t min_bytes, max_bytes;
+  double factor;
+  std::vector<int64_t> bucket_bytes;
+  int world;
+  bool mpi;  // MPI's scratch on top of the buffers
+
+  std::vector<int64_t> sizes() const {
+    std::vector<int64_t> sizes = size_sweep(min_bytes, max_bytes, factor);
+    sizes.insert(sizes.end(), bucket_bytes.begin(), bucket_bytes.end());
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+    return sizes;
+  }
+  int64_t bytes_per_rank() const { return comm_bench_bytes_per_rank(sizes(), bucket_bytes, world, mpi); }
+};
+
+// Why this rank cannot hold what `sweep` allocates ("" when it can): its
+// host's MemAvailable shared by the `host_ranks` ranks there, then the
+// address-space limit (ulimit -v) beside what the process maps already;
+// with the largest --max-bytes that fits.
+std::string comm_bench_memory_shortfall(const CommBenchSweep& sweep, int host_ranks, const std::string& host) {
+  const int64_t needed = sweep.bytes_per_rank();
+  const int64_t available = available_memory_bytes();
+  struct rlimit limit {};
+  const bool limited = ::getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY;
+  const int64_t allowed = limited ? static_cast<int64_t>(std::min<rlim_t>(limit.rlim_cur, INT64_MAX)) : 0;
+  const int64_t mapped = limited ? mapped_bytes() : 0;
+  const bool host_short = available > 0 && needed * host_ranks > available;
+  const bool address_space_short = limited && mapped + needed > allowed;
+  if (!host_short && !address_space_short) return "";
+
+  // The largest --max-bytes (with --min-bytes lowered to it when smaller)
+  // whose footprint fits in one rank's room, under both limits: the
+  // footprint grows with it.
+  int64_t room = std::numeric_limits<int64_t>::max();
+  if (available > 0) room = available / host_ranks;
+  if (limited) room = std::min(room, allowed - mapped);
+  int64_t fits = 0;
+  for (int64_t low = 1, high = sweep.max_bytes; low <= high;) {
+    const int64_t middle = low + (high - low) / 2;
+    CommBenchSweep smaller = sweep;
+    smaller.max_bytes = middle;
+    smaller.min_bytes = std::min(sweep.min_bytes, middle);
+    if (smaller.bytes_per_rank() <= room) {
+      fits = middle;
+      low = middle + 1;
+    } else {
+      high = middle - 1;
+    }
+  }
+  // As typed: the largest size of the sweep that fits (the same sweep as
+  // any --max-bytes up to `fits`), or `fits` in whole MiB when --min-bytes
+  // must come down too.
+  const int64_t suggested = fits >= sweep.min_bytes ? size_sweep(sweep.min_bytes, fits, sweep.factor).back()
+                            : fits >= (1 << 20)     ? fits >> 20 << 20
+                                                    : fits;
+  const std::string fits_text = suggested % (1 << 20) == 0 ? std::to_string(suggested >> 20) + "M"
+                                : suggested % 1024 == 0    ? std::to_string(suggested >> 10) + "K"
+                                                           : std::to_string(suggested);
+  std::string what_to_do;
+  if (fits == 0) {
+    int64_t gradient = 0;
+    for (const int64_t b : sweep.bucket_bytes) gradient += b;
+    what_to_do = "the model's gradient step alone (" + human_bytes(static_cast<double>(gradient)) +
+                 " of buckets) does not fit: a smaller model (model.n_layers)";
+  } else if (fits < sweep.min_bytes) {
+    what_to_do = "give --min-bytes and --max-bytes " + fits_text + " or less";
+  } else {
+    what_to_do = "give --max-bytes " + fits_text + " or less";
+  }
+  const std::string needs = "bench comm: --max-bytes " + human_bytes(static_cast<double>(sweep.max_bytes)) +
+                            " needs " + human_bytes(static_cast<double>(needed)) +
+                            " per rank (the largest collective's send and receive buffers" +
+                            (sweep.mpi ? " and MPI's scratch, twice the message" : "") + ")";
+  if (host_short)
+    return needs + ", " + human_bytes(static_cast<double>(needed * host_ranks)) + " of host memory for the " +
+           std::to_string(host_ranks) + " rank(s) on " + host + ", but " +
+           human_bytes(static_cast<double>(available)) + " is available: " + what_to_do +
+           (host_ranks > 1 ? ", or run fewer ranks per host" : "");
+  return needs + ", " + human_bytes(static_cast<double>(mapped + needed)) +
+         " of address space with the program as loaded (" + human_bytes(static_cast<double>(mapped)) +
+         "), but the address-space limit (ulimit -v) is " + human_bytes(static_cast<double>(allowed)) + " on " +
+         host + ": raise it (ulimit -v unlimited) or " + what_to_do;
+}
+
+// Ranks on this rank's host, itself included: the ranks whose host name is
+// this one's (hashed to 52 bits, which a double carries exactly).
+int ranks_on_this_host(Communicator& comm) {
+  const auto host_key = [](const std::string& name) {
+    return static_cast<double>(std::hash<std::string>{}(name) & ((uint64_t{1} << 52) - 1));
+  };
+  std::vector<double> keys(static_cast<size_t>(comm.world_size()));
+  const double mine = host_key(comm.host_name());
+  comm.all_gather(mine, keys.data());
+  return static_cast<int>(std::count(keys.begin(), keys.end(), mine));
+}
+
+// The first rank's reason, on every rank ("" when no rank has one). A check
+// that one rank fails alone (MemAvailable is read at slightly different
+// moments, a limit set on one node) must stop every rank, or its peers wait
+// for it in the first collective until comm.timeout_s.
+std::string first_reason_over_ranks(Communicator& comm, const std::string& mine) {
+  std::vector<double> failed(static_cast<size_t>(comm.world_size()));
+  comm.all_gather(mine.empty() ? 0.0 : 1.0, failed.data());
+  const auto first = std::find(failed.begin(), failed.end(), 1.0);
+  if (first == failed.end()) return "";
+  const int root = static_cast<int>(first - failed.begin());
+  std::string text = comm.rank() == root ? mine : std::string();
+  int64_t length = static_cast<int64_t>(text.size());
+  comm.broadcast(&length, sizeof(length), root);
+  text.resize(static_cast<size_t>(length));
+  comm.broadcast(text.data(), length, root);
+  return text;
 }
 
 // What each path of a collective is, under its table.
@@ -526,10 +679,6 @@ int BenchCommand::run_comm() {
   const int64_t gradient_elements = make_layout(engine_options).trainable_params();
   const std::vector<int64_t> bucket_bytes =
       gradient_bucket_bytes(gradient_elements, config.comm.bucket_mb, config.comm.overlap);
-  std::vector<int64_t> sizes = size_sweep(o.min_bytes, o.max_bytes, o.factor);
-  sizes.insert(sizes.end(), bucket_bytes.begin(), bucket_bytes.end());
-  std::sort(sizes.begin(), sizes.end());
-  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
 
   const std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend);
   comm->set_timeout(config.comm.timeout_s);
@@ -547,6 +696,39 @@ int BenchCommand::run_comm() {
   comm->all_gather(comm->local_rank() == 0 ? 1.0 : 0.0, first_on_host.data());
   const int hosts = static_cast<int>(std::count(first_on_host.begin(), first_on_host.end(), 1.0));
   const bool printer = comm->rank() == 0;
+  const bool mpi = std::string(comm->backend_name()) == "mpi";
+  const CommBenchSweep sweep{o.min_bytes, o.max_bytes, o.factor, bucket_bytes, world, mpi};
+  const std::vector<int64_t> sizes = sweep.sizes();
+
+  // The raw path makes one MPI call per size, and MPI counts are int: a
+  // larger size ended the job (exit 3) once the buffers were allocated and
+  // the communicator's path measured. Same options on every rank (checked
+  // above): every rank refuses alike.
+  constexpr int64_t kMpiMaxBytes = int64_t{std::numeric_limits<int>::max()} * 4;
+  const int64_t largest_bucket = *std::max_element(bucket_bytes.begin(), bucket_bytes.end());
+  if (mpi && size_sweep(o.min_bytes, o.max_bytes, o.factor).back() > kMpiMaxBytes)
+    throw CommandError{kExitUserError,
+                       "bench comm: --max-bytes " + human_bytes(static_cast<double>(o.max_bytes)) +
+                           " is more than one MPI call carries (counts are int: at most 2147483647 floats, " +
+                           std::to_string(kMpiMaxBytes) + " bytes), and the raw path measures each size in one "
+                           "call: give --max-bytes " + std::to_string(kMpiMaxBytes) + " or less (e.g. 4G)"};
+  if (mpi && largest_bucket > kMpiMaxBytes)
+    throw CommandError{kExitUserError,
+                       "bench comm: a gradient bucket of " + human_bytes(static_cast<double>(largest_bucket)) +
+                           " is more than one MPI call carries (counts are int: at most " +
+                           std::to_string(kMpiMaxBytes) + " bytes of floats): " +
+                           (config.comm.overlap ? "set comm.bucket_mb lower"
+                                                : "set comm.overlap=true (off makes the gradient one bucket)")};
+
+  // Before a byte is allocated: the buffers of the largest size (and MPI's
+  // scratch) on every rank of a host come out of that host's memory; 16G on
+  // two ranks ran a minute and ended in the system's OOM killer, and under
+  // ulimit -v said only "out of memory".
+  const int64_t bytes_per_rank = sweep.bytes_per_rank();
+  const int host_ranks = ranks_on_this_host(*comm);
+  const std::string shortfall =
+      first_reason_over_ranks(*comm, comm_bench_memory_shortfall(sweep, host_ranks, comm->host_name()));
+  if (!shortfall.empty()) throw CommandError{kExitEnvironmentError, shortfall};
 
   if (printer) {
     std::printf("bench comm: %d rank(s) on %d host(s), backend %s; each figure the slowest rank's median of "
@@ -557,6 +739,9 @@ int BenchCommand::run_comm() {
                 config.origin.c_str(), human_bytes(static_cast<double>(gradient_elements) * 4).c_str(),
                 bucket_bytes.size(), human_bytes(static_cast<double>(bucket_bytes.front())).c_str(),
                 config.comm.bucket_mb, config.comm.overlap ? "on" : "off: one bucket");
+    std::printf("  memory: at most %s per rank at once (the largest size's buffers%s), %d rank(s) on this host\n",
+                human_bytes(static_cast<double>(bytes_per_rank)).c_str(), mpi ? " and MPI's scratch" : "",
+                host_ranks);
     if (world == 1)
       std::printf("  one rank: nothing crosses a link, so busbw is 0 by definition; the data check still runs\n");
     std::fflush(stdout);
@@ -597,6 +782,8 @@ int BenchCommand::run_comm() {
         {"warmup_iters", o.warmup_iters},
         {"gradient_bytes", gradient_elements * static_cast<int64_t>(sizeof(float))},
         {"bucket_bytes", bucket_bytes},
+        {"memory_per_rank_bytes", bytes_per_rank},
+        {"ranks_on_host", host_ranks},
         {"gradient_step", step_json},
         {"collectives", collectives_json},
         {"check", check_word(all_ok)},

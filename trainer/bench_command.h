@@ -18,6 +18,8 @@
 // ceiling. The configured model's gradient buckets back to back, then
 // all-reduce, reduce-scatter and all-gather over those sizes and a sweep, as
 // nccl-tests prints them: time, algbw, busbw, and an exact data check.
+// Buffers (and MPI's scratch) beyond the host's memory shared by its ranks,
+// or beyond ulimit -v, exit 3 before anything is allocated.
 //
 // `trainbench bench instrument [CONFIG] [--set k=v]... [--pairs N]
 //  [--block-steps N] [--out FILE]`, alone or under mpirun/srun: what the

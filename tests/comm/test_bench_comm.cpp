@@ -26,6 +26,29 @@ TEST(BenchComm, OneRankChecksTheDataAndSaysBusbwIsZero) {
   EXPECT_EQ(result.at("backend"), "local");
   EXPECT_EQ(result.at("ranks"), 1);
   testing::expect_measured_and_checked(result);
+  // What one rank held at once: on one rank (no MPI scratch) the largest
+  // all-gather, 1/1 of the size in and the size out; tiny's one bucket
+  // (641 KiB) is larger than the sweep's 16K.
+  const int64_t bucket = result.at("bucket_bytes").at(0).get<int64_t>();
+  ASSERT_GT(bucket, 16 << 10);
+  EXPECT_EQ(result.at("memory_per_rank_bytes").get<int64_t>(), 2 * bucket);
+  EXPECT_EQ(result.at("ranks_on_host"), 1);
+}
+
+// Buffers that cannot be mapped under ulimit -v are refused before they are
+// allocated (the process printed only "out of memory"): exit 3, one line,
+// what one rank needs (a 1 GiB all-gather on one rank: 1 GiB in, 1 GiB out),
+// the limit, and a --max-bytes that fits.
+TEST(BenchComm, BuffersBeyondTheAddressSpaceLimitExitThreeBeforeAllocating) {
+  const testing::CommandResult run = run_command("bash -c 'ulimit -v 2000000 && exec " +
+                                                 std::string(TRAINBENCH_BINARY) +
+                                                 " bench comm --max-bytes 1G --iters 1'");
+  EXPECT_EQ(run.exit_code, 3) << run.out << run.err;
+  EXPECT_EQ(run.err.rfind("trainbench: bench comm: --max-bytes 1.00 GiB needs 2.00 GiB per rank", 0), 0u) << run.err;
+  EXPECT_NE(run.err.find("the address-space limit (ulimit -v) is 1.91 GiB"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("or give --max-bytes "), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << run.err;
+  EXPECT_EQ(run.out.find("gradient step"), std::string::npos) << "nothing measured: " << run.out;
 }
 
 TEST(BenchComm, BadSizesAreOneLineUserErrors) {

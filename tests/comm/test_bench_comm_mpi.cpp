@@ -1,6 +1,7 @@
 // `trainbench bench comm` through the real binary on 2 and 4 MPI ranks:
 // every collective passes its data check on both paths and reports a finite,
 // positive busbw, and the gradient step all-reduces the trainer's buckets.
+#include <fstream>  // /proc/meminfo: whether this machine has room for the bench refused
 #include <numeric>  // std::accumulate
 #include <string>
 #include <vector>
@@ -42,6 +43,10 @@ TEST_P(BenchCommRanks, EveryCollectiveChecksAndMovesData) {
   for (const nlohmann::json& r : result.at("collectives")) (r.at("path") == "raw" ? raw : communicator) += 1;
   EXPECT_EQ(raw, communicator);
   EXPECT_GE(raw, 3 * 6);  // 1K..1M by 4: six sizes, three collectives
+  // One rank's most at once: the 1M reduce-scatter (1M in, 1M/n out) and
+  // MPI's scratch, twice the message; every rank here is on this host.
+  EXPECT_EQ(result.at("memory_per_rank_bytes").get<int64_t>(), 3 * (1 << 20) + (1 << 20) / ranks);
+  EXPECT_EQ(result.at("ranks_on_host"), ranks);
 }
 
 INSTANTIATE_TEST_SUITE_P(MpiRanks, BenchCommRanks, ::testing::Values(2, 4),
@@ -64,6 +69,67 @@ TEST(BenchCommMpi, GradientStepUsesTheTrainersBuckets) {
     EXPECT_EQ(r.at("bytes"), result.at("gradient_bytes"));
   }
   testing::expect_measured_and_checked(result);
+}
+
+int trainbench_lines(const std::string& err) {
+  int lines = 0;
+  for (size_t at = err.find("trainbench: "); at != std::string::npos; at = err.find("trainbench: ", at + 1))
+    if (at == 0 || err[at - 1] == '\n') ++lines;
+  return lines;
+}
+
+// The raw path measures each size in one MPI call, whose count is an int: a
+// larger size is refused before anything is allocated, not ended by an
+// abort once the communicator's path has been measured.
+TEST(BenchCommMpi, ASizeOneMpiCallCannotCarryIsAUserError) {
+  const testing::CommandResult run =
+      run_command(mpirun(2, std::string(TRAINBENCH_BINARY) + " bench comm tiny --max-bytes 16G --iters 1"));
+  EXPECT_EQ(run.exit_code, 2) << run.out << run.err;
+  EXPECT_NE(run.err.find("trainbench: bench comm: --max-bytes 16.00 GiB is more than one MPI call carries"),
+            std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find("give --max-bytes 8589934588 or less"), std::string::npos) << run.err;
+  EXPECT_EQ(trainbench_lines(run.err), 1) << run.err;
+}
+
+// The probe's case: buffers for every rank of the host beyond its
+// MemAvailable ran a minute into the system's OOM killer. Refused up front:
+// exit 3, one line, the need of one rank and of the host's two, what is
+// available. 8 GiB - 4 on two ranks needs 56 GiB (3.5 times the size each);
+// a machine with room for that would measure it, so it is skipped there.
+TEST(BenchCommMpi, MoreThanTheHostsMemoryExitsThreeBeforeAllocating) {
+  std::ifstream meminfo("/proc/meminfo");
+  int64_t available_kib = 0;
+  for (std::string key; meminfo >> key;) {
+    if (key == "MemAvailable:") {
+      meminfo >> available_kib;
+      break;
+    }
+  }
+  ASSERT_GT(available_kib, 0);
+  if (available_kib > (int64_t{50} << 20))
+    GTEST_SKIP() << "this machine has " << (available_kib >> 20) << " GiB available: room for 56 GiB is near";
+  const testing::CommandResult run = run_command(mpirun(
+      2, std::string(TRAINBENCH_BINARY) + " bench comm tiny --min-bytes 8589934588 --max-bytes 8589934588 --iters 1"));
+  EXPECT_EQ(run.exit_code, 3) << run.out << run.err;
+  EXPECT_NE(run.err.find("trainbench: bench comm: --max-bytes 8.00 GiB needs 28.00 GiB per rank"), std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find("56.00 GiB of host memory for the 2 rank(s) on "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find(" is available: give --min-bytes and --max-bytes "), std::string::npos) << run.err;
+  EXPECT_EQ(trainbench_lines(run.err), 1) << run.err;
+  EXPECT_EQ(run.out.find("gradient step"), std::string::npos) << "nothing measured: " << run.out;
+}
+
+// A limit on one rank alone (ulimit -v on one node) stops every rank with
+// that rank's reason before rank 0 starts measuring; rank 0 speaks for all.
+TEST(BenchCommMpi, OneRankShortOfMemoryStopsEveryRank) {
+  const testing::CommandResult run = run_command(
+      mpirun(2, "bash -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then ulimit -v 2000000; fi; exec " +
+                    std::string(TRAINBENCH_BINARY) + " bench comm tiny --max-bytes 1G --iters 1'"));
+  EXPECT_EQ(run.exit_code, 3) << run.out << run.err;
+  EXPECT_NE(run.err.find("trainbench: bench comm: --max-bytes 1.00 GiB needs 3.50 GiB per rank"), std::string::npos)
+      << run.err;
+  EXPECT_EQ(run.out.find("bench comm: 2 rank(s)"), std::string::npos) << "rank 0 must not start: " << run.out;
 }
 
 }  // namespace
