@@ -411,9 +411,43 @@ int BenchCommand::run_instrument(const std::string& command_line) {
                             measurement);
 }
 
+// bench io is two benches behind one word: the read bench (the loader and a
+// plain read of the config's shards) and --write (a checkpoint persisted
+// alone; no config, no shards). An option of the one given to the other was
+// ignored without a word (`--write --readers 2`, `--bytes 4M` without
+// --write): refused here, before anything is read, made or written.
+void BenchCommand::check_io_options() const {
+  // The read bench's options; the positional CONFIG too (--write uses none).
+  const char* read_only[] = {"config", "--set", "--readers", "--seconds", "--small-files", "--small-files-dir",
+                             "--against"};
+  const char* write_only[] = {"--dir", "--bytes", "--files", "--buffered", "--block-bytes", "--repeats"};
+  const auto given = [this](const char* name) { return io_->get_option(name)->count() > 0; };
+  if (options_->write) {
+    for (const char* name : read_only) {
+      if (!given(name)) continue;
+      const std::string what =
+          std::string(name) == "config" ? "CONFIG '" + options_->config + "'" : std::string(name);
+      throw CommandError{kExitUserError,
+                         "bench io --write: " + what +
+                             " belongs to the read bench (bench io without --write); --write persists a "
+                             "checkpoint of --bytes and reads no config or shards: drop it"};
+    }
+    return;
+  }
+  for (const char* name : write_only)
+    if (given(name))
+      throw CommandError{kExitUserError, std::string("bench io: ") + name +
+                                             " applies to --write only (the checkpoint write bench); the read "
+                                             "bench does not use it: add --write or drop " + name};
+  if (given("--small-files-dir") && !options_->small_files)
+    throw CommandError{kExitUserError, "bench io: --small-files-dir is where --small-files unpacks, and "
+                                       "--small-files is not given: add --small-files or drop --small-files-dir"};
+}
+
 int BenchCommand::run(const std::string& command_line) {
   if (instrument_->parsed()) return run_instrument(command_line);
   if (comm_->parsed()) return run_comm();
+  check_io_options();
   return options_->write ? run_io_write() : run_io();
 }
 

@@ -11,7 +11,8 @@
 // plain sequential write of the same bytes to the same folder (`dd bs=64M
 // oflag=direct conv=fsync`) and the same single stream written from the
 // checkpoint's own memory; medians of each and persist / plain write. The
-// config is not used. An unwritable --dir exits 2.
+// config is not used. An unwritable --dir exits 2, and so does an option of
+// the other bench (--readers with --write, --bytes without it).
 //
 // `trainbench bench comm [CONFIG] [--set k=v]... [--min-bytes N] [--max-bytes N]
 //  [--factor F] [--iters N] [--out FILE]`, under mpirun/srun: the network
@@ -54,6 +55,8 @@ class BenchCommand {
   CLI::App* io_ = nullptr;
   CLI::App* comm_ = nullptr;
   CLI::App* instrument_ = nullptr;
+  // bench io's options of the other bench (read vs --write): exit 2.
+  void check_io_options() const;
   int run_io();
   int run_io_write();
   int run_comm();

@@ -1,11 +1,13 @@
 // `trainbench bench io --write`: the real CLI persists a small checkpoint
 // beside a plain sequential write and reports both; a bad folder is a user
-// error with one line.
+// error with one line, and so is an option of the read bench given to --write
+// (or the reverse).
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>  // std::pair
 
 #include <nlohmann/json.hpp>
 
@@ -102,6 +104,35 @@ TEST(BenchIoWrite, BadSizesAreUserErrors) {
     const testing::CommandResult r =
         run_command(std::string(TRAINBENCH_BINARY) + " bench io --write " + option);
     EXPECT_EQ(r.exit_code, 2) << option << ": " << r.out << r.err;
+  }
+}
+
+// bench io is two benches: an option of the one not run was ignored without
+// a word (exit 0). Each is refused, one line naming it, before any shard or
+// folder is made.
+TEST(BenchIo, AnOptionOfTheOtherBenchIsAUserErrorNamingIt) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"--write --readers 2", "bench io --write: --readers belongs to the read bench"},
+      {"--write --small-files", "bench io --write: --small-files belongs to the read bench"},
+      {"--write --seconds 5", "bench io --write: --seconds belongs to the read bench"},
+      {"--write --against r.json", "bench io --write: --against belongs to the read bench"},
+      {"--write --set data.readers=2", "bench io --write: --set belongs to the read bench"},
+      {"--write tiny", "bench io --write: CONFIG 'tiny' belongs to the read bench"},
+      {"--bytes 4M", "bench io: --bytes applies to --write only"},
+      {"--repeats 2", "bench io: --repeats applies to --write only"},
+      {"tiny --files 3", "bench io: --files applies to --write only"},
+      {"--buffered", "bench io: --buffered applies to --write only"},
+      {"--block-bytes 1M", "bench io: --block-bytes applies to --write only"},
+      {"--dir /tmp", "bench io: --dir applies to --write only"},
+      {"--small-files-dir /tmp", "bench io: --small-files-dir is where --small-files unpacks"},
+  };
+  for (const auto& [args, expected] : cases) {
+    const testing::CommandResult r =
+        run_command("timeout 60 " + std::string(TRAINBENCH_BINARY) + " bench io " + args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out << r.err;
+    EXPECT_EQ(r.err.rfind("trainbench: " + expected, 0), 0u) << args << ": " << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << args << ": one line: " << r.err;
+    EXPECT_TRUE(r.out.empty()) << args << ": nothing measured: " << r.out;
   }
 }
 
