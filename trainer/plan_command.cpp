@@ -52,9 +52,20 @@ int64_t usable_gpu_bytes(int64_t gpu_bytes) {
 
 std::vector<FinetunePlanRow> plan_finetune(const Config& config, int64_t gpus_per_node,
                                            int64_t nodes, int64_t usable_bytes) {
+  // The config's own errors first (exit 2, as `run` checks them before it
+  // looks for an engine): lora.* as `run` checks them, no row for a rank it
+  // would refuse.
+  Config as_lora = config;
+  as_lora.train.mode = "lora";
+  as_lora.comm.zero = 0;  // the LoRA row trains without ZeRO-1
+  validate_config(as_lora);
+  // Per-GPU memory is the CUDA engine's plan; the CPU engine's host memory
+  // would answer another question. An engine not built is the environment
+  // (exit 3), as `run --set train.device=cuda` says it.
   if (built_backends().find("cuda") == std::string::npos)
-    throw ConfigError("plan: this build has no CUDA engine, whose memory model the plan is (build "
-                      "where nvcc is found)");
+    throw CommandError{kExitEnvironmentError,
+                       "plan: the per-GPU memory plan is the CUDA engine's, and this build has no CUDA engine "
+                       "(backends: " + built_backends() + "): build where nvcc is found (TRAINBENCH_CUDA=ON)"};
   const int64_t world = gpus_per_node * nodes;
   std::vector<FinetunePlanRow> rows;
   auto add = [&](const std::string& mode, int64_t gpus, const EngineOptions& options) {
@@ -82,10 +93,6 @@ std::vector<FinetunePlanRow> plan_finetune(const Config& config, int64_t gpus_pe
   zero.pad_buffers_to = zero_padding_multiple(static_cast<int>(world));
   add("full (ZeRO-1)", world, zero);
   EngineOptions lora = full;
-  Config as_lora = config;
-  as_lora.train.mode = "lora";
-  as_lora.comm.zero = 0;      // the LoRA row trains without ZeRO-1
-  validate_config(as_lora);   // lora.* as `run` checks them: no row for a rank it would refuse
   lora.lora = lora_spec(as_lora);
   add("lora", gpus_per_node, lora);
   return rows;

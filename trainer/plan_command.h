@@ -34,7 +34,8 @@ struct FinetunePlanRow {
 // gpus_per_node × nodes GPUs, LoRA (the config's lora section, whatever
 // train.mode says) on one node of gpus_per_node. usable_bytes: what a GPU
 // offers the engine (its memory less the reserve, usable_gpu_bytes).
-// Throws ConfigError when the cuda engine's plan is not in this build.
+// Throws ConfigError for a lora section `run` would refuse, then
+// CommandError (exit 3) when the cuda engine's plan is not in this build.
 std::vector<FinetunePlanRow> plan_finetune(const Config& config, int64_t gpus_per_node,
                                            int64_t nodes, int64_t usable_bytes);
 

@@ -10,6 +10,7 @@
 #include "kernels/device_info.h"  // cudnn_attention_build_info
 #include "kernels/engine.h"       // built_backends
 #include "tests/support/run_command.h"
+#include "trainer/cli.h"  // CommandError, kExitEnvironmentError
 #include "trainer/config.h"
 #include "trainer/plan_command.h"
 
@@ -169,6 +170,35 @@ TEST(Plan, CliPrintsTheTableAndJsonAndRefusesBadArguments) {
     const CommandResult r = run_command(binary + " plan tiny " + bad);
     EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  }
+}
+
+// The plan is the CUDA engine's memory model: a build without that engine
+// has none to print. An engine not built is the environment (exit 3, as
+// `run --set train.device=cuda`), not a bad input (it was exit 2); the
+// config's own errors still come first, exit 2.
+TEST(Plan, WithoutACudaEngineItIsAnEnvironmentErrorAfterTheConfigsOwn) {
+  if (cuda_built()) GTEST_SKIP() << "this build has the CUDA engine: it plans";
+  const std::string binary = TRAINBENCH_BINARY;
+  for (const char* args : {"plan tiny", "plan tiny --json --gpu-memory 80"}) {
+    const CommandResult r = run_command(binary + " " + args);
+    EXPECT_EQ(r.exit_code, 3) << args << ": " << r.out << r.err;
+    EXPECT_EQ(r.err.rfind("trainbench: plan: the per-GPU memory plan is the CUDA engine's, and this build has no "
+                          "CUDA engine (backends: ",
+                          0),
+              0u)
+        << args << ": " << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+  const CommandResult bad = run_command(binary + " plan tiny --set lora.rank=100000");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("lora.rank"), std::string::npos) << bad.err;
+  try {
+    plan_finetune(load_config("tiny", {}), 8, 1, int64_t{80} << 30);
+    ADD_FAILURE() << "plan_finetune planned without a CUDA engine";
+  } catch (const CommandError& e) {
+    EXPECT_EQ(e.code, kExitEnvironmentError) << e.message;
   }
 }
 
