@@ -2,7 +2,9 @@
 
 #include <CLI/CLI.hpp>  // the command line parser
 #include <algorithm>    // std::max, std::sort
+#include <cmath>        // std::isfinite: figures that are null
 #include <cstdio>
+#include <limits>       // quiet_NaN: a rate without a step
 #include <optional>     // the --verify run
 #include <set>          // distinct --layers
 #include <stdexcept>    // std::invalid_argument from the model
@@ -160,6 +162,9 @@ std::string seconds_text(double s) {
   return text;
 }
 
+// A figure, or null where there is none (NaN: a rate without a step).
+nlohmann::json figure_json(double value) { return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(); }
+
 nlohmann::json times_json(const StepTimes& t) {
   nlohmann::json json;
   for (const StepCategory& c : step_categories()) json[c.name] = t.*c.member;
@@ -268,6 +273,14 @@ int ProjectCommand::run() {
   DepthProjection depth;
   if (fitted) depth = project_depth(points, full_layers);
   const StepTimes at_full = fitted ? depth.at_full : points.front().times;
+  // A step fitted at or below zero is no step: tokens/s, MFU and the scale
+  // table are null, never 0, and the command exits 4 (docs/projection.md).
+  const double step_s_projected = fitted ? depth.step_s_fitted : at_full.step_s;  // before any clamp
+  const bool has_step = step_s_projected > 0;
+  const std::string remedy = "rerun with --repeats " + std::to_string(std::max<int64_t>(3, 2 * o.repeats)) +
+                             " (each depth's median over interleaved runs) or more --steps per depth";
+  const std::vector<std::string> warnings =
+      fitted ? depth_projection_warnings(points, depth, full_layers, remedy) : std::vector<std::string>{};
   const double checkpoint_bytes = fitted ? depth.checkpoint_bytes_at_full : points.front().checkpoint_bytes;
   const MeasuredDepth& deepest = runs.back();
   const EngineOptions full_options = at_depth(deepest.engine_options, projected_layers, *comm);
@@ -276,7 +289,8 @@ int ProjectCommand::run() {
   const double flops_per_token = model_flops_per_token(full_options.shape, full_layout).total();
   const int world = comm->world_size();
   const double tokens_per_step = static_cast<double>(deepest.tokens_per_rank_step) * world;
-  const double tokens_per_s = at_full.step_s > 0 ? tokens_per_step / at_full.step_s : 0.0;
+  constexpr double kNoFigure = std::numeric_limits<double>::quiet_NaN();
+  const double tokens_per_s = has_step ? tokens_per_step / at_full.step_s : kNoFigure;
   const double flops_per_device = flops_per_token * tokens_per_s / world;
   const double mfu = deepest.datasheet_peak_flops_per_s > 0 ? flops_per_device / deepest.datasheet_peak_flops_per_s : 0;
   const double mfu_gemm =
@@ -329,19 +343,30 @@ int ProjectCommand::run() {
       const StepCategory& category = step_categories()[c];
       std::printf("  %-15s", category.name);
       for (const DepthPoint& p : points) std::printf(" %10s", seconds_text(p.times.*category.member).c_str());
+      // step_s is not clamped: at or below 0 it is no step (n/a).
+      const bool no_figure = category.member == &StepTimes::step_s && !has_step;
       std::printf(" %11s %11s %11s\n", seconds_text(depth.fits[c].intercept).c_str(),
-                  seconds_text(depth.fits[c].slope).c_str(), seconds_text(at_full.*category.member).c_str());
+                  seconds_text(depth.fits[c].slope).c_str(),
+                  no_figure ? "n/a" : seconds_text(at_full.*category.member).c_str());
     }
   } else {
     std::printf("depth      one depth measured: no fit; everything below is at %ld layers\n",
                 static_cast<long>(projected_layers));
   }
   std::printf("at %ld layers on these %d rank(s):\n", static_cast<long>(projected_layers), world);
-  std::printf("  tokens/s        %s (step %s)\n", human_count(tokens_per_s).c_str(), seconds_text(at_full.step_s).c_str());
-  char mfu_text[64] = "n/a (no datasheet peak for this device)";
-  if (mfu > 0) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%% of the datasheet peak", 100 * mfu);
-  std::printf("  MFU             %s; %.1f%% of the GEMM ceiling (%s FLOP/s), %s FLOPs per token\n", mfu_text,
-              100 * mfu_gemm, human_count(deepest.gemm_ceiling_flops_per_s).c_str(), human_count(flops_per_token).c_str());
+  const char* see_warnings = warnings.empty() ? "" : "; see the warnings below";
+  if (has_step) {
+    std::printf("  tokens/s        %s (step %s%s)\n", human_count(tokens_per_s).c_str(),
+                seconds_text(at_full.step_s).c_str(), see_warnings);
+    char mfu_text[64] = "n/a (no datasheet peak for this device)";
+    if (mfu > 0) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%% of the datasheet peak", 100 * mfu);
+    std::printf("  MFU             %s; %.1f%% of the GEMM ceiling (%s FLOP/s), %s FLOPs per token\n", mfu_text,
+                100 * mfu_gemm, human_count(deepest.gemm_ceiling_flops_per_s).c_str(),
+                human_count(flops_per_token).c_str());
+  } else {
+    std::printf("  tokens/s        n/a: step_s fits to %s%s\n", seconds_text(step_s_projected).c_str(), see_warnings);
+    std::printf("  MFU             n/a (no step); %s FLOPs per token\n", human_count(flops_per_token).c_str());
+  }
   std::printf("  checkpoint      %s (all ranks)\n", human_bytes(checkpoint_bytes).c_str());
   std::printf("  memory per GPU  %s (parameters %s, gradients %s, optimizer %s, activations %s, workspace %s)\n",
               human_bytes(static_cast<double>(full_memory.total_bytes())).c_str(),
@@ -362,12 +387,22 @@ int ProjectCommand::run() {
               human_bytes(static_cast<double>(full_layout.trainable_params()) * 4).c_str(), scale.bucket_bytes.size(),
               static_cast<long>(projected_layers), 100 * scale.hidden_share,
               world > 1 ? " (measured)" : " (one rank: none measured, none assumed)");
-  std::printf("  %6s %6s %11s %11s %11s %11s %12s %10s\n", "nodes", "ranks", "busbw GB/s", "comm", "exposed", "step",
-              "tokens/s", "efficiency");
-  for (const ScalePoint& p : table)
-    std::printf("  %6d %6d %11.3f %11s %11s %11s %12s %9.1f%%\n", p.nodes, p.ranks, p.busbw_gbs,
-                seconds_text(p.comm_s).c_str(), seconds_text(p.comm_exposed_s).c_str(), seconds_text(p.step_s).c_str(),
-                human_count(p.tokens_per_s).c_str(), 100 * p.scaling_efficiency);
+  if (has_step) {
+    std::printf("  %6s %6s %11s %11s %11s %11s %12s %10s\n", "nodes", "ranks", "busbw GB/s", "comm", "exposed", "step",
+                "tokens/s", "efficiency");
+    for (const ScalePoint& p : table) {
+      char efficiency[32] = "n/a";
+      if (std::isfinite(p.scaling_efficiency))
+        std::snprintf(efficiency, sizeof efficiency, "%.1f%%", 100 * p.scaling_efficiency);
+      std::printf("  %6d %6d %11.3f %11s %11s %11s %12s %10s\n", p.nodes, p.ranks, p.busbw_gbs,
+                  seconds_text(p.comm_s).c_str(), seconds_text(p.comm_exposed_s).c_str(),
+                  seconds_text(p.step_s).c_str(), std::isfinite(p.tokens_per_s) ? human_count(p.tokens_per_s).c_str() : "n/a",
+                  efficiency);
+    }
+  } else {
+    std::printf("  no table: the step at %ld layers is not positive (see the warnings below)\n",
+                static_cast<long>(projected_layers));
+  }
   std::printf("assumptions (docs/projection.md):\n"
               "  - every layer has the same shapes, so each category grows linearly with depth (a + b * layers)\n"
               "  - the overlap behaves as measured: the same share of the all-reduce hides behind backward,\n"
@@ -380,7 +415,9 @@ int ProjectCommand::run() {
   for (const ScalePoint& p : table)
     json_table.push_back({{"nodes", p.nodes}, {"ranks", p.ranks}, {"busbw_gbs", p.busbw_gbs}, {"comm_s", p.comm_s},
                           {"comm_exposed_s", p.comm_exposed_s}, {"step_s", p.step_s},
-                          {"tokens_per_s", p.tokens_per_s}, {"scaling_efficiency", p.scaling_efficiency}});
+                          {"tokens_per_s", figure_json(p.tokens_per_s)},
+                          {"scaling_efficiency", figure_json(p.scaling_efficiency)}});
+  if (!has_step) json_table = nullptr;  // built on a step that is not there
   nlohmann::json fits = nlohmann::json::object();
   for (size_t c = 0; fitted && c < step_categories().size(); ++c)
     fits[step_categories()[c].name] = {{"a", depth.fits[c].intercept}, {"b_per_layer", depth.fits[c].slope}};
@@ -390,6 +427,8 @@ int ProjectCommand::run() {
                         {"tokens_per_s", m.tokens_per_s}, {"checkpoint_bytes", m.point.checkpoint_bytes},
                         {"comm_hidden_share", m.hidden_share}, {"round_step_s", m.round_step_s},
                         {"result", m.result}});
+  nlohmann::json depth_step_json = times_json(at_full);
+  if (!has_step) depth_step_json["step_s"] = nullptr;  // clamped to 0 above: no step, no figure
   nlohmann::json result = {
       {"schema", "trainbench.projection/v1"},
       {"version", trainbench_version()},
@@ -402,11 +441,12 @@ int ProjectCommand::run() {
        {{"fitted", fitted},
         {"layers", projected_layers},
         {"fits", fits},
-        {"step", times_json(at_full)},
-        {"tokens_per_s", tokens_per_s},
+        {"step", depth_step_json},
+        {"step_s_fitted", fitted ? figure_json(depth.step_s_fitted) : nlohmann::json()},
+        {"tokens_per_s", figure_json(tokens_per_s)},
         {"model_flops_per_token", flops_per_token},
-        {"mfu", mfu},
-        {"mfu_vs_gemm_ceiling", mfu_gemm},
+        {"mfu", has_step ? nlohmann::json(mfu) : nlohmann::json()},
+        {"mfu_vs_gemm_ceiling", figure_json(mfu_gemm)},
         {"checkpoint_bytes", checkpoint_bytes},
         {"memory_per_gpu_bytes", full_memory.total_bytes()}}},
       {"scale",
@@ -418,31 +458,42 @@ int ProjectCommand::run() {
         {"bucket_bytes", scale.bucket_bytes},
         {"comm_hidden_share", scale.hidden_share},
         {"table", json_table}}},
+      {"warnings", warnings},
   };
   if (o.verify && !verified)
     std::printf("verify     nothing to verify: %s\n", fitted ? "the full depth is one of --layers" : "one depth, no fit");
   if (verified) {
     const StepTimes& m = verified->point.times;
-    std::printf("verify     %ld layers measured: tokens/s %s (projected %s, error %.1f%%)\n",
+    char error_text[32] = "n/a";
+    if (has_step)
+      std::snprintf(error_text, sizeof error_text, "%.1f%%", 100 * relative_error(tokens_per_s, verified->tokens_per_s));
+    std::printf("verify     %ld layers measured: tokens/s %s (projected %s, error %s)\n",
                 static_cast<long>(full_layers), human_count(verified->tokens_per_s).c_str(),
-                human_count(tokens_per_s).c_str(), 100 * relative_error(tokens_per_s, verified->tokens_per_s));
+                has_step ? human_count(tokens_per_s).c_str() : "n/a", error_text);
     nlohmann::json errors = nlohmann::json::object();
     for (const StepCategory& c : step_categories()) {
+      const bool no_figure = c.member == &StepTimes::step_s && !has_step;  // clamped to 0: no step
       std::printf("  %-15s measured %11s projected %11s\n", c.name, seconds_text(m.*c.member).c_str(),
-                  seconds_text(at_full.*c.member).c_str());
-      errors[c.name] = relative_error(at_full.*c.member, m.*c.member);
+                  no_figure ? "n/a" : seconds_text(at_full.*c.member).c_str());
+      errors[c.name] = no_figure ? nlohmann::json() : nlohmann::json(relative_error(at_full.*c.member, m.*c.member));
     }
     result["verify"] = {{"layers", full_layers},
                         {"step", times_json(m)},
                         {"tokens_per_s", verified->tokens_per_s},
-                        {"tokens_per_s_error", relative_error(tokens_per_s, verified->tokens_per_s)},
+                        {"tokens_per_s_error", figure_json(relative_error(tokens_per_s, verified->tokens_per_s))},
                         {"checkpoint_bytes", verified->point.checkpoint_bytes},
                         {"round_step_s", verified->round_step_s},
                         {"errors", errors},
                         {"result", verified->result}};
   }
+  for (const std::string& warning : warnings) std::printf("warning    %s\n", warning.c_str());
   write_file_atomically(o.out, result.dump(2) + "\n");
   std::printf("result     %s\n", o.out.c_str());
+  if (!has_step)
+    throw CommandError{kExitCheckFailed, "project: step_s at " + std::to_string(projected_layers) +
+                                             " layers fits to " + seconds_text(step_s_projected) +
+                                             " (<= 0): no tokens/s, MFU or scale table (null in " + o.out + "); " +
+                                             remedy};
   return kExitOk;
 }
 

@@ -11,6 +11,10 @@
 //  - scale: the all-reduce between the ranks at hand timed over sizes (the
 //    ring's busbw and hop latency), then the full-depth step on 1..64 nodes
 //    of this node's ranks joined by --fabric, with the overlap measured.
+//  - a fit that cannot be right (a per-layer cost below zero, a category
+//    above step_s) is a warning, printed and in the JSON's `warnings`; a
+//    step fitted at or below zero leaves tokens/s, MFU and the scale table
+//    null and exits 4 once the JSON is written.
 #pragma once
 
 #include <memory>  // std::unique_ptr

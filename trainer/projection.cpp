@@ -2,7 +2,9 @@
 
 #include <algorithm>  // std::min, std::max
 #include <cmath>      // std::fabs, std::isfinite
+#include <cstdio>     // std::snprintf: seconds in the warnings
 #include <cstdlib>    // std::strtod
+#include <limits>     // quiet_NaN: a rate with no step
 #include <stdexcept>  // std::invalid_argument
 
 #include "comm/collective_bench.h"  // bus_bandwidth_factor: nccl-tests' busbw / algbw
@@ -60,7 +62,54 @@ DepthProjection project_depth(const std::vector<DepthPoint>& points, int64_t ful
   }
   projection.checkpoint_bytes = fit_line(layers, checkpoint);
   projection.checkpoint_bytes_at_full = std::max(0.0, projection.checkpoint_bytes.at(full));
+  projection.step_s_fitted = projection.fits.front().at(full);  // step_categories() starts with step_s
   return projection;
+}
+
+namespace {
+std::string seconds_text(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, std::fabs(s) >= 1 ? "%.3f s" : "%.2f ms", std::fabs(s) >= 1 ? s : s * 1e3);
+  return text;
+}
+}  // namespace
+
+std::vector<std::string> depth_projection_warnings(const std::vector<DepthPoint>& points,
+                                                   const DepthProjection& projection, int64_t full_layers,
+                                                   const std::string& remedy) {
+  std::vector<std::string> warnings;
+  if (points.size() < 2 || projection.fits.size() != step_categories().size()) return warnings;
+  int64_t shallowest = points.front().layers, deepest = points.front().layers;
+  for (const DepthPoint& p : points) {
+    shallowest = std::min(shallowest, p.layers);
+    deepest = std::max(deepest, p.layers);
+  }
+  const std::string depths = std::to_string(shallowest) + " and " + std::to_string(deepest) + " layers";
+  const std::string full = std::to_string(full_layers) + " layers";
+  for (size_t c = 0; c < step_categories().size(); ++c) {
+    const std::string name = step_categories()[c].name;
+    const bool grows_with_depth = name == "step_s" || name == "compute_s" || name == "comm_s";
+    if (grows_with_depth && projection.fits[c].slope < 0)
+      warnings.push_back(name + " falls with depth between " + depths + " (" +
+                         seconds_text(projection.fits[c].slope) +
+                         " per layer): a layer cannot cost less than nothing, so the runs were too noisy to fit; " +
+                         remedy);
+  }
+  if (!projection.has_step()) {
+    warnings.push_back("step_s at " + full + " fits to " + seconds_text(projection.step_s_fitted) +
+                       " (<= 0): no tokens/s, MFU or scale table can come from it (null in the JSON); " + remedy);
+    return warnings;
+  }
+  const double step_s = projection.at_full.step_s;
+  for (const StepCategory& category : step_categories()) {
+    const double value = projection.at_full.*category.member;
+    if (category.member != &StepTimes::step_s && value > step_s)
+      warnings.push_back(std::string(category.name) + " at " + full + " (" + seconds_text(value) +
+                         ") exceeds step_s (" + seconds_text(step_s) +
+                         "), of which it is a part: the fits disagree, and tokens/s and MFU, which come from "
+                         "step_s, are too high; " + remedy);
+  }
+  return warnings;
 }
 
 Fabric parse_fabric(const std::string& text) {
@@ -129,6 +178,7 @@ Link fit_link(const std::vector<double>& bytes, const std::vector<double>& secon
 }
 
 std::vector<ScalePoint> project_scale(const ScaleInputs& in, const Fabric& fabric, const std::vector<int>& nodes) {
+  constexpr double kNoFigure = std::numeric_limits<double>::quiet_NaN();
   const int g = std::max(1, in.ranks_per_node);
   Link inter{fabric.gbs_per_gpu, fabric.hop_latency_s};
   // `measured`: G ranks per node share the node's measured ring, so each
@@ -148,16 +198,20 @@ std::vector<ScalePoint> project_scale(const ScaleInputs& in, const Fabric& fabri
     const double hidden_s = std::min(in.hidden_share * p.comm_s, backward_window_s);
     p.comm_exposed_s = std::max(0.0, p.comm_s - hidden_s);
     p.step_s = fixed_s + p.comm_exposed_s;
-    p.tokens_per_s = p.step_s > 0 ? in.tokens_per_rank_step * p.ranks / p.step_s : 0.0;
+    p.tokens_per_s = p.step_s > 0 ? in.tokens_per_rank_step * p.ranks / p.step_s : kNoFigure;
     points.push_back(p);
   }
   // Efficiency against one node, N/N0 as DESIGN.md defines it.
-  double one_node = 0;
+  double one_node = kNoFigure;
+  bool one_node_given = false;
   for (const ScalePoint& p : points)
-    if (p.nodes == 1) one_node = p.tokens_per_s;
-  if (one_node <= 0 && !nodes.empty() && nodes.front() != 1)
-    one_node = project_scale(in, fabric, {1}).front().tokens_per_s;
-  for (ScalePoint& p : points) p.scaling_efficiency = one_node > 0 ? p.tokens_per_s / (p.nodes * one_node) : 0.0;
+    if (p.nodes == 1) {
+      one_node = p.tokens_per_s;
+      one_node_given = true;
+    }
+  if (!one_node_given && !nodes.empty()) one_node = project_scale(in, fabric, {1}).front().tokens_per_s;
+  for (ScalePoint& p : points)
+    p.scaling_efficiency = one_node > 0 && p.tokens_per_s > 0 ? p.tokens_per_s / (p.nodes * one_node) : kNoFigure;
   return points;
 }
 

@@ -51,11 +51,27 @@ struct DepthProjection {
   LinearFit checkpoint_bytes;
   StepTimes at_full;            // each fit at the full depth, negative values clamped to 0
   double checkpoint_bytes_at_full = 0;
+  // step_s's line at the full depth before the clamp. At or below 0 the
+  // projection has no step: no tokens/s, MFU or scale table come from it.
+  double step_s_fitted = 0;
+  bool has_step() const { return step_s_fitted > 0; }
 };
 
 // Fits every category across the points and evaluates at `full_layers`.
 // Throws std::invalid_argument when fewer than two distinct depths are given.
 DepthProjection project_depth(const std::vector<DepthPoint>& points, int64_t full_layers);
+
+// Why a fitted projection is not to be trusted, one line each (none: empty),
+// every line ending with `remedy` (what to rerun with):
+//  - a per-layer cost below zero in step_s, compute_s or comm_s (every layer
+//    adds compute and gradients to all-reduce; the stalls may shrink, noise
+//    near zero);
+//  - a category projected above step_s, of which it is a part (tokens/s and
+//    MFU come from step_s);
+//  - step_s at or below zero at the full depth (!has_step()).
+std::vector<std::string> depth_projection_warnings(const std::vector<DepthPoint>& points,
+                                                   const DepthProjection& projection, int64_t full_layers,
+                                                   const std::string& remedy);
 
 // A link: nccl-tests' bus bandwidth (1e9 B/s) and the latency of one ring step.
 struct Link {
@@ -116,8 +132,10 @@ struct ScalePoint {
   double comm_s = 0;            // the buckets' all-reduces, back to back
   double comm_exposed_s = 0;    // the part not hidden behind backward
   double step_s = 0;
-  double tokens_per_s = 0;      // global
-  double scaling_efficiency = 0;  // tokens_per_s / (nodes · tokens_per_s at 1 node)
+  // Global. NaN (no figure, never 0) when step_s <= 0: a step projected
+  // from fits that disagree (depth_projection_warnings) gives no rate.
+  double tokens_per_s = 0;
+  double scaling_efficiency = 0;  // tokens_per_s / (nodes · tokens_per_s at 1 node); NaN without both
 };
 
 // The step at each node count: compute, data stall, checkpoint stall and

@@ -4,8 +4,16 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>  // getpid: the projection JSON's name
+
+#include <cmath>  // std::isnan
+#include <cstdio>  // std::remove
+#include <fstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "tests/support/run_command.h"
 
@@ -53,6 +61,71 @@ TEST(ProjectDepth, EachCategoryIsFittedAndEvaluatedAtTheFullDepth) {
   ASSERT_EQ(p.fits.size(), step_categories().size());
   EXPECT_NEAR(p.fits[1].slope, 0.05, 1e-12);  // compute_s
   EXPECT_THROW(project_depth({two}, 80), std::invalid_argument);
+}
+
+// Why a fit is not to be trusted (docs/projection.md, "Implausible fits").
+const std::string kRemedy = "rerun with --repeats 3";
+
+DepthPoint depth_point(int64_t layers, double step_s, double compute_s, double other_s = 0) {
+  DepthPoint p{layers, {}, 1000.0 * static_cast<double>(layers)};
+  p.times = {.step_s = step_s, .compute_s = compute_s, .other_s = other_s};
+  return p;
+}
+
+bool any_starts_with(const std::vector<std::string>& lines, const std::string& prefix) {
+  for (const std::string& line : lines)
+    if (line.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+TEST(ProjectDepth, APlausibleFitHasNoWarnings) {
+  // The fit above: every per-layer cost >= 0 but other_s's (a stall may
+  // shrink), every category at 80 layers below the step.
+  DepthPoint two = depth_point(2, 0.27, 0.2, 0.03), four = depth_point(4, 0.37, 0.3, 0.01);
+  two.times.comm_s = 0.04;
+  four.times.comm_s = 0.08;
+  const std::vector<DepthPoint> points = {two, four};
+  const DepthProjection p = project_depth(points, 80);
+  EXPECT_TRUE(p.has_step());
+  EXPECT_TRUE(depth_projection_warnings(points, p, 80, kRemedy).empty());
+}
+
+TEST(ProjectDepth, APerLayerCostBelowZeroIsAWarningWithTheRemedy) {
+  // The probe's fit: 426 ms at 1 layer, 43.9 ms at 3: -191 ms per layer,
+  // still 234.95 ms at 2. other_s falling too is a stall's noise: no warning.
+  const std::vector<DepthPoint> points = {depth_point(1, 0.426, 0.42, 0.006), depth_point(3, 0.0439, 0.043, 0.0009)};
+  const DepthProjection p = project_depth(points, 2);
+  ASSERT_TRUE(p.has_step());
+  const std::vector<std::string> warnings = depth_projection_warnings(points, p, 2, kRemedy);
+  ASSERT_EQ(warnings.size(), 2u) << ::testing::PrintToString(warnings);
+  EXPECT_EQ(warnings[0].rfind("step_s falls with depth between 1 and 3 layers (-191.05 ms per layer)", 0), 0u)
+      << warnings[0];
+  EXPECT_EQ(warnings[1].rfind("compute_s falls with depth between 1 and 3 layers", 0), 0u) << warnings[1];
+  for (const std::string& w : warnings) EXPECT_EQ(w.substr(w.size() - kRemedy.size()), kRemedy) << w;
+}
+
+TEST(ProjectDepth, ACategoryAboveTheStepIsAWarning) {
+  // compute 0.1 + 0.1 L against a step of 0.17 + 0.05 L: 8.1 s of compute in
+  // a 4.17 s step at 80 layers.
+  const std::vector<DepthPoint> points = {depth_point(2, 0.27, 0.3), depth_point(4, 0.37, 0.5)};
+  const DepthProjection p = project_depth(points, 80);
+  const std::vector<std::string> warnings = depth_projection_warnings(points, p, 80, kRemedy);
+  ASSERT_EQ(warnings.size(), 1u) << ::testing::PrintToString(warnings);
+  EXPECT_EQ(warnings[0].rfind("compute_s at 80 layers (8.100 s) exceeds step_s (4.170 s)", 0), 0u) << warnings[0];
+}
+
+TEST(ProjectDepth, AStepFittedAtOrBelowZeroIsNoStep) {
+  // 0.4 s at 2 layers, 0.2 s at 4: -0.2 s at 8, not a step of 0.
+  const std::vector<DepthPoint> points = {depth_point(2, 0.4, 0.35), depth_point(4, 0.2, 0.15)};
+  const DepthProjection p = project_depth(points, 8);
+  EXPECT_FALSE(p.has_step());
+  EXPECT_NEAR(p.step_s_fitted, -0.2, 1e-12);
+  EXPECT_EQ(p.at_full.step_s, 0.0);  // clamped like the stalls; has_step() says it is none
+  const std::vector<std::string> warnings = depth_projection_warnings(points, p, 8, kRemedy);
+  EXPECT_TRUE(any_starts_with(warnings, "step_s at 8 layers fits to -200.00 ms (<= 0): no tokens/s, MFU or scale"))
+      << ::testing::PrintToString(warnings);
+  // Nothing compared with a step that is not there.
+  EXPECT_FALSE(any_starts_with(warnings, "compute_s at 8 layers")) << ::testing::PrintToString(warnings);
 }
 
 // nccl-tests: algbw = bytes / time, busbw = algbw * 2(n-1)/n. With no
@@ -162,6 +235,21 @@ TEST(ProjectScale, ExposedCommAddsToTheStepAndOverlapIsCappedByBackward) {
   EXPECT_NEAR(t[0].scaling_efficiency, 0.3 / 1.1, 1e-12);  // against 1 node, even when not in the table
 }
 
+TEST(ProjectScale, AStepNotAboveZeroHasNoRateRatherThanZero) {
+  // Exposed comm projected above the step: nothing is left of it, and
+  // tokens/s and the efficiencies are no figures (NaN: null in the JSON).
+  ScaleInputs in;
+  in.step = {.step_s = 0.01, .compute_s = 0.005, .comm_exposed_s = 0.02};
+  in.tokens_per_rank_step = 1000;
+  const std::vector<ScalePoint> t = project_scale(in, parse_fabric("10,0"), {1, 2});
+  ASSERT_EQ(t.size(), 2u);
+  for (const ScalePoint& p : t) {
+    EXPECT_LE(p.step_s, 0.0);
+    EXPECT_TRUE(std::isnan(p.tokens_per_s)) << p.tokens_per_s;
+    EXPECT_TRUE(std::isnan(p.scaling_efficiency)) << p.scaling_efficiency;
+  }
+}
+
 TEST(ProjectScale, TrainingsSlowdownOfTheCollectivesIsKept) {
   // Training measured its all-reduce at 1.5x the model's time alone: 2 nodes
   // at 10 GB/s take 1.5 * 0.1 s, and 1 node of one rank still none.
@@ -207,6 +295,36 @@ TEST(ProjectCommand, BadInputIsOneLineAndExitTwo) {
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.out << r.err;
     EXPECT_NE(r.err.find(expected), std::string::npos) << args << ": " << r.err;
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << args << ": more than one line: " << r.err;
+  }
+}
+
+// A short run at two depths: whatever its noise fits, the JSON has its
+// warnings (printed too), and tokens/s is a positive figure or null with
+// exit 4, never 0.
+TEST(ProjectCommand, WarningsAreInTheJsonAndTokensPerSecondIsNeverZero) {
+  using testing::run_command;
+  const std::string out = "/tmp/trainbench_test_projection_" + std::to_string(::getpid()) + ".json";
+  const testing::CommandResult r =
+      run_command("timeout 120 " + std::string(TRAINBENCH_BINARY) +
+                  " project tiny --steps 5 --set train.warmup_steps=2 --layers 1,2 --nodes 1,2 --out " + out);
+  ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 4) << r.out << r.err;
+  std::ifstream file(out);
+  const nlohmann::json p = nlohmann::json::parse(file);
+  std::remove(out.c_str());
+  ASSERT_TRUE(p.at("warnings").is_array()) << p.dump();
+  for (const nlohmann::json& warning : p.at("warnings"))
+    EXPECT_NE(r.out.find("warning    " + warning.get<std::string>()), std::string::npos) << r.out;
+  const nlohmann::json& tokens_per_s = p.at("depth").at("tokens_per_s");
+  if (tokens_per_s.is_null()) {
+    EXPECT_EQ(r.exit_code, 4) << r.err;
+    EXPECT_FALSE(p.at("warnings").empty());
+    EXPECT_TRUE(p.at("scale").at("table").is_null());
+    EXPECT_EQ(r.err.rfind("trainbench: project: step_s at ", 0), 0u) << r.err;
+  } else {
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_GT(tokens_per_s.get<double>(), 0.0);
+    for (const nlohmann::json& row : p.at("scale").at("table"))
+      EXPECT_TRUE(row.at("tokens_per_s").is_null() || row.at("tokens_per_s").get<double>() > 0) << row.dump();
   }
 }
 
