@@ -34,6 +34,7 @@
 #include "trainer/report.h"          // human_bytes, human_count
 #include "trainer/run_extension.h"   // bench instrument runs inside the job's setup
 #include "trainer/temporary_folder.h"  // make_temporary_directory: scratch folders
+#include "trainer/json_text.h"         // json_text: the result is written whatever its strings hold
 
 namespace trainbench {
 
@@ -572,7 +573,7 @@ int BenchCommand::run_io() {
         {"small_files", small ? rate_json(*small) : nlohmann::json(nullptr)},
         {"consumed_tokens_per_s_per_rank", consumed > 0 ? nlohmann::json(consumed) : nlohmann::json(nullptr)},
     };
-    write_file_atomically(o.out, result.dump(2) + "\n");
+    write_file_atomically(o.out, json_text(result, 2) + "\n");
     std::printf("  result: %s\n", o.out.c_str());
   }
   return kExitOk;
@@ -687,7 +688,7 @@ int BenchCommand::run_io_write() {
         {"ratio_to_plain_write_from_state", r.plain_from_state_gbs > 0 ? r.persist_gbs / r.plain_from_state_gbs : 0.0},
         {"warnings", r.warnings},
     };
-    write_file_atomically(o.out, result.dump(2) + "\n");
+    write_file_atomically(o.out, json_text(result, 2) + "\n");
     std::printf("  result: %s\n", o.out.c_str());
   }
   return kExitOk;
@@ -822,7 +823,7 @@ int BenchCommand::run_comm() {
         {"collectives", collectives_json},
         {"check", check_word(all_ok)},
     };
-    write_file_atomically(o.out, result.dump(2) + "\n");
+    write_file_atomically(o.out, json_text(result, 2) + "\n");
     std::printf("  result: %s\n", o.out.c_str());
   }
   if (!all_ok) throw CommandError{kExitCheckFailed, "bench comm: data check failed (see the table)"};

@@ -15,6 +15,7 @@
 #include "trainer/config.h"
 #include "trainer/report.h"       // human_bytes, human_count
 #include "trainer/zero_optimizer.h"  // zero_shard: ZeRO-1's cut of the optimizer state
+#include "trainer/json_text.h"       // json_text: never throws on bytes that are not UTF-8
 
 namespace trainbench {
 
@@ -166,7 +167,7 @@ int PlanCommand::run() {
                              {"total_bytes", r.memory.total_bytes()},
                              {"checkpoint_bytes", r.checkpoint_bytes},
                              {"fits", r.fits}});
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", json_text(out, 2).c_str());
     return kExitOk;
   }
   const ModelShape& m = config.model;

@@ -27,6 +27,7 @@
 #include "trainer/report.h"          // human_count, human_bytes
 #include "trainer/statistics.h"      // median over --repeats
 #include "trainer/zero_optimizer.h"  // zero_shard: a ZeRO-1 rank's optimizer share at the full depth
+#include "trainer/json_text.h"       // json_text: the projection is written whatever its strings hold
 
 namespace trainbench {
 
@@ -487,7 +488,7 @@ int ProjectCommand::run() {
                         {"result", verified->result}};
   }
   for (const std::string& warning : warnings) std::printf("warning    %s\n", warning.c_str());
-  write_file_atomically(o.out, result.dump(2) + "\n");
+  write_file_atomically(o.out, json_text(result, 2) + "\n");
   std::printf("result     %s\n", o.out.c_str());
   if (!has_step)
     throw CommandError{kExitCheckFailed, "project: step_s at " + std::to_string(projected_layers) +
