@@ -250,12 +250,7 @@ std::string first_reason_over_ranks(Communicator& comm, const std::string& mine)
   const auto first = std::find(failed.begin(), failed.end(), 1.0);
   if (first == failed.end()) return "";
   const int root = static_cast<int>(first - failed.begin());
-  std::string text = comm.rank() == root ? mine : std::string();
-  int64_t length = static_cast<int64_t>(text.size());
-  comm.broadcast(&length, sizeof(length), root);
-  text.resize(static_cast<size_t>(length));
-  comm.broadcast(text.data(), length, root);
-  return text;
+  return broadcast_string(comm, mine, root);
 }
 
 // What each path of a collective is, under its table.
