@@ -19,6 +19,7 @@
 #include <atomic>     // waiting_since, read by a watchdog thread
 #include <chrono>     // PeerWait's clock
 #include <cstdint>    // int64_t
+#include <functional>  // std::hash: ranks_on_this_host
 #include <memory>     // std::unique_ptr
 #include <numeric>    // std::accumulate for sum_over_ranks
 #include <stdexcept>  // std::logic_error: what a host backend cannot do
@@ -171,6 +172,18 @@ inline std::vector<double> gather_from_ranks(Communicator& comm, double value) {
   comm.all_gather(value, values.data());
   return values;
 }
+// Ranks on this rank's host, itself included (a collective): the ranks
+// whose host name is this one's, hashed to 52 bits, which a double carries
+// exactly. What shares one host's memory.
+inline int ranks_on_this_host(Communicator& comm) {
+  const auto host_key = [](const std::string& name) {
+    return static_cast<double>(std::hash<std::string>{}(name) & ((uint64_t{1} << 52) - 1));
+  };
+  const double mine = host_key(comm.host_name());
+  const std::vector<double> keys = gather_from_ranks(comm, mine);
+  return static_cast<int>(std::count(keys.begin(), keys.end(), mine));
+}
+
 // `text` as rank `root` has it, on every rank: a collective.
 inline std::string broadcast_string(Communicator& comm, std::string text, int root) {
   int64_t length = static_cast<int64_t>(text.size());

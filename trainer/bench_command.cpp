@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <functional>   // std::hash: which ranks share a host
 #include <limits>       // MPI's int counts
 #include <optional>
 #include <string>
@@ -226,18 +225,6 @@ std::string comm_bench_memory_shortfall(const CommBenchSweep& sweep, int host_ra
          " of address space with the program as loaded (" + human_bytes(static_cast<double>(mapped)) +
          "), but the address-space limit (ulimit -v) is " + human_bytes(static_cast<double>(allowed)) + " on " +
          host + ": raise it (ulimit -v unlimited) or " + what_to_do;
-}
-
-// Ranks on this rank's host, itself included: the ranks whose host name is
-// this one's (hashed to 52 bits, which a double carries exactly).
-int ranks_on_this_host(Communicator& comm) {
-  const auto host_key = [](const std::string& name) {
-    return static_cast<double>(std::hash<std::string>{}(name) & ((uint64_t{1} << 52) - 1));
-  };
-  std::vector<double> keys(static_cast<size_t>(comm.world_size()));
-  const double mine = host_key(comm.host_name());
-  comm.all_gather(mine, keys.data());
-  return static_cast<int>(std::count(keys.begin(), keys.end(), mine));
 }
 
 // The first rank's reason, on every rank ("" when no rank has one). A check

@@ -420,14 +420,21 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                           human_bytes(static_cast<double>(gpu_memory)) +
                           ": lower train.micro_batch, model.seq_len or model.n_layers"};
   }
+  // The cpu engine's plan is host memory, which the ranks on one host share
+  // (4 ranks of a plan that fit once were 4 times MemAvailable: the OOM killer).
   const int64_t available = available_memory_bytes();
-  if (engine_options.device == "cpu" && available > 0 && plan.total_bytes() > available) {
+  const int host_ranks = ranks_on_this_host(*comm);
+  if (engine_options.device == "cpu" && available > 0 && plan.total_bytes() * host_ranks > available) {
     throw CommandError{kExitEnvironmentError,
                     "model needs " + human_bytes(static_cast<double>(plan.total_bytes())) +
-                        " of host memory (activations " +
-                        human_bytes(static_cast<double>(plan.activation_bytes)) + ") but " +
-                        human_bytes(static_cast<double>(available)) +
-                        " is available: lower train.micro_batch, model.seq_len or model.n_layers"};
+                        " of host memory per rank (activations " +
+                        human_bytes(static_cast<double>(plan.activation_bytes)) + ")" +
+                        (host_ranks > 1 ? ", " + human_bytes(static_cast<double>(plan.total_bytes() * host_ranks)) +
+                                              " for the " + std::to_string(host_ranks) + " ranks on this host,"
+                                        : "") +
+                        " but " + human_bytes(static_cast<double>(available)) +
+                        " is available: lower train.micro_batch, model.seq_len or model.n_layers" +
+                        (host_ranks > 1 ? ", or run fewer ranks per host" : "")};
   }
   check_address_space_limit(engine_options, plan);
 

@@ -4,6 +4,7 @@
 // the others waiting.
 #include <gtest/gtest.h>
 
+#include <algorithm>  // std::max
 #include <chrono>
 #include <filesystem>  // the wrapper script's mode
 #include <fstream>
@@ -147,6 +148,32 @@ TEST(MpiCli, AFailureOfEveryRankIsPrintedOnce) {
   EXPECT_EQ(resumed.exit_code, 2) << resumed.err;
   EXPECT_NE(resumed.err.find("written by 1 rank(s) and this run has 2"), std::string::npos) << resumed.err;
   EXPECT_EQ(count_trainbench_lines(resumed.err), 1) << resumed.err;
+}
+
+// The cpu engine's plan is host memory, which the ranks on one host share:
+// a micro-batch whose plan takes ~70% of MemAvailable fits one rank, and
+// two ranks on this host are refused (exit 3, one line, before anything is
+// allocated); each rank's check alone passed, and the OOM killer ended it.
+TEST(MpiCli, RanksOnOneHostShareItsMemory) {
+  std::ifstream meminfo("/proc/meminfo");
+  int64_t available_kib = 0;
+  for (std::string key; meminfo >> key;) {
+    if (key == "MemAvailable:") {
+      meminfo >> available_kib;
+      break;
+    }
+    meminfo.ignore(1 << 10, '\n');
+  }
+  ASSERT_GT(available_kib, 0) << "no MemAvailable in /proc/meminfo";
+  // tiny's plan is ~1.0 MiB per micro-batch row (4.01 GiB at 4096).
+  const int64_t micro_batch = std::max<int64_t>(8, available_kib * 7 / 10 / 1024);
+  const CommandResult r = run_command("timeout 120 " + kMpirun + "-np 2 " + TRAINBENCH_BINARY +
+                                      " run tiny --steps 8 --set train.threads=1 --set checkpoint.every_steps=0"
+                                      " --set train.micro_batch=" + std::to_string(micro_batch));
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("for the 2 ranks on this host"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("or run fewer ranks per host"), std::string::npos) << r.err;
+  EXPECT_EQ(count_trainbench_lines(r.err), 1) << r.err;
 }
 
 // `mpirun -np N trainbench shards synth` (DLIO's way of generating data):
