@@ -79,16 +79,22 @@ constexpr int64_t kMaxReaders = 256;
 double consumed_tokens_per_s_per_rank(const std::string& path) {
   std::ifstream file(path);
   if (!file) throw CommandError{kExitUserError, "--against " + path + ": cannot read it"};
-  try {
-    const nlohmann::json result = nlohmann::json::parse(file);
-    const double tokens_per_s = result.at("summary").at("tokens_per_s").get<double>();
-    const double ranks = result.at("environment").at("ranks").get<double>();
-    return tokens_per_s / std::max(1.0, ranks);
-  } catch (const std::exception& e) {
+  const nlohmann::json result = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
+  const auto number_at = [&](const char* section, const char* key) {
+    const nlohmann::json* value = nullptr;
+    if (result.is_object() && result.contains(section) && result[section].is_object() &&
+        result[section].contains(key))
+      value = &result[section][key];
+    return value != nullptr && value->is_number() ? value->get<double>() : 0.0;
+  };
+  if (result.is_discarded())
+    throw CommandError{kExitUserError, "--against " + path + ": not JSON (give a `trainbench run --out` result)"};
+  const double tokens_per_s = number_at("summary", "tokens_per_s"), ranks = number_at("environment", "ranks");
+  if (!(tokens_per_s > 0) || !(ranks >= 1))
     throw CommandError{kExitUserError, "--against " + path +
-                                           ": not a trainbench result with summary.tokens_per_s (" +
-                                           e.what() + ")"};
-  }
+                                           ": not a trainbench run result with a measured summary.tokens_per_s and "
+                                           "environment.ranks"};
+  return tokens_per_s / ranks;
 }
 
 nlohmann::json rate_json(const ReadRate& r) {

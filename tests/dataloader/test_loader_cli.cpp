@@ -190,7 +190,17 @@ TEST_F(LoaderCli, BenchIoNamesABadAgainstFile) {
   std::ofstream(dir_ + "/not-a-result.json") << "{\"summary\": {}}";
   const CommandResult r = run_command(std::string(TRAINBENCH_BINARY) + " bench io tiny --set data.shards=" +
                                       dir_ + "/good --against " + dir_ + "/not-a-result.json");
-  expect_one_line_naming(r, {"--against", "not-a-result.json"});
+  expect_one_line_naming(r, {"--against", "not-a-result.json", "summary.tokens_per_s"});
+  // Not JSON at all, or a run that measured no tokens/s (null): said in
+  // trainbench's words, not the JSON library's.
+  std::ofstream(dir_ + "/not-json.json") << "{bad";
+  std::ofstream(dir_ + "/unmeasured.json") << R"({"summary": {"tokens_per_s": null}, "environment": {"ranks": 1}})";
+  for (const std::string name : {"not-json.json", "unmeasured.json"}) {
+    const CommandResult bad = run_command(std::string(TRAINBENCH_BINARY) + " bench io tiny --set data.shards=" +
+                                          dir_ + "/good --against " + dir_ + "/" + name);
+    expect_one_line_naming(bad, {"--against", name});
+    EXPECT_EQ(bad.err.find("json.exception"), std::string::npos) << bad.err;
+  }
 }
 
 // A FIFO named like a shard would block the open, a device never ends:
