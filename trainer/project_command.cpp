@@ -446,7 +446,8 @@ int ProjectCommand::run() {
         {"step_s_fitted", fitted ? figure_json(depth.step_s_fitted) : nlohmann::json()},
         {"tokens_per_s", figure_json(tokens_per_s)},
         {"model_flops_per_token", flops_per_token},
-        {"mfu", has_step ? nlohmann::json(mfu) : nlohmann::json()},
+        // null without a step, or without a datasheet peak (CPUs): not 0.
+        {"mfu", has_step && mfu > 0 ? nlohmann::json(mfu) : nlohmann::json()},
         {"mfu_vs_gemm_ceiling", figure_json(mfu_gemm)},
         {"checkpoint_bytes", checkpoint_bytes},
         {"memory_per_gpu_bytes", full_memory.total_bytes()}}},
