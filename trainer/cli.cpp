@@ -4,6 +4,7 @@
 #include <fstream>     // reading an earlier result at --out
 #include <sys/resource.h>  // getrlimit: ulimit -v
 #include <sys/stat.h>  // stat: what --out and its folder are
+#include <sys/statvfs.h>  // statvfs: room for --out
 #include <unistd.h>    // close, unlink
 
 #include <CLI/CLI.hpp>  // the command line parser
@@ -291,6 +292,17 @@ void check_result_path(const std::string& path, const std::string& named) {
     throw CommandError{kExitUserError, named + " " + path + ": cannot create a file there: " + std::strerror(errno)};
   ::close(fd);
   ::unlink(probe.c_str());
+  // A full disk takes an empty probe file but not the result: found only at
+  // the end, with the measurement lost. A result is tens of KiB plus a few
+  // hundred bytes a step; a disk without 1 MiB free is refused now (the
+  // environment's: exit 3).
+  constexpr uint64_t kResultRoom = 1 << 20;
+  struct statvfs disk {};
+  if (::statvfs(dir.c_str(), &disk) == 0 && static_cast<uint64_t>(disk.f_bavail) * disk.f_frsize < kResultRoom)
+    throw CommandError{kExitEnvironmentError,
+                       named + " " + path + ": its disk has " +
+                           human_bytes(static_cast<double>(static_cast<uint64_t>(disk.f_bavail) * disk.f_frsize)) +
+                           " free; the result needs room (at least 1 MiB free): free space or name another disk"};
 }
 
 namespace {

@@ -486,6 +486,13 @@ TEST(CheckpointCli, ADiskFullAtStartIsTheEnvironments) {
     EXPECT_NE(entry.path().filename().string().rfind("trainbench-ckpt-", 0), 0u) << "left behind: " << entry.path();
   EXPECT_FALSE(fs::exists(dir.file("a.json")));
   EXPECT_FALSE(fs::exists(dir.file("b.json")));
+
+  // The result's own disk full: refused before training, not at the end.
+  const CommandResult out = run_command(std::string(TRAINBENCH_BINARY) +
+                                        " run tiny --steps 8 --set checkpoint.every_steps=0 --out " + full + "/r.json");
+  EXPECT_EQ(out.exit_code, 3) << out.err;
+  EXPECT_NE(out.err.find("--out " + full + "/r.json: its disk has 0.00 B free"), std::string::npos) << out.err;
+  EXPECT_EQ(out.out.find("\nstep "), std::string::npos) << "no step may run: " << out.out;
 }
 
 // A tmpfs just big enough for one checkpoint of `tiny`.
