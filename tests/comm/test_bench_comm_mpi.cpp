@@ -1,7 +1,6 @@
 // `trainbench bench comm` through the real binary on 2 and 4 MPI ranks:
 // every collective passes its data check on both paths and reports a finite,
 // positive busbw, and the gradient step all-reduces the trainer's buckets.
-#include <fstream>  // /proc/meminfo: whether this machine has room for the bench refused
 #include <numeric>  // std::accumulate
 #include <string>
 #include <vector>
@@ -10,6 +9,7 @@
 
 #include "tests/comm/bench_comm_json.h"
 #include "tests/comm/mpirun.h"
+#include "tests/support/mem_available.h"  // whether this machine has room for the bench refused
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 
@@ -98,15 +98,8 @@ TEST(BenchCommMpi, ASizeOneMpiCallCannotCarryIsAUserError) {
 // available. 8 GiB - 4 on two ranks needs 56 GiB (3.5 times the size each);
 // a machine with room for that would measure it, so it is skipped there.
 TEST(BenchCommMpi, MoreThanTheHostsMemoryExitsThreeBeforeAllocating) {
-  std::ifstream meminfo("/proc/meminfo");
-  int64_t available_kib = 0;
-  for (std::string key; meminfo >> key;) {
-    if (key == "MemAvailable:") {
-      meminfo >> available_kib;
-      break;
-    }
-  }
-  ASSERT_GT(available_kib, 0);
+  const int64_t available_kib = testing::mem_available_kib();
+  ASSERT_GT(available_kib, 0) << "no MemAvailable in /proc/meminfo";
   if (available_kib > (int64_t{50} << 20))
     GTEST_SKIP() << "this machine has " << (available_kib >> 20) << " GiB available: room for 56 GiB is near";
   const testing::CommandResult run = run_command(mpirun(

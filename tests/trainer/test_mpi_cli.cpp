@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/mem_available.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 
@@ -155,15 +156,7 @@ TEST(MpiCli, AFailureOfEveryRankIsPrintedOnce) {
 // two ranks on this host are refused (exit 3, one line, before anything is
 // allocated); each rank's check alone passed, and the OOM killer ended it.
 TEST(MpiCli, RanksOnOneHostShareItsMemory) {
-  std::ifstream meminfo("/proc/meminfo");
-  int64_t available_kib = 0;
-  for (std::string key; meminfo >> key;) {
-    if (key == "MemAvailable:") {
-      meminfo >> available_kib;
-      break;
-    }
-    meminfo.ignore(1 << 10, '\n');
-  }
+  const int64_t available_kib = testing::mem_available_kib();
   ASSERT_GT(available_kib, 0) << "no MemAvailable in /proc/meminfo";
   // tiny's plan is ~1.0 MiB per micro-batch row (4.01 GiB at 4096).
   const int64_t micro_batch = std::max<int64_t>(8, available_kib * 7 / 10 / 1024);
