@@ -1,12 +1,16 @@
 #include "trainer/burnin.h"
 
+#include <sys/stat.h>  // stat: the baseline must be a regular file
+
 #include <algorithm>  // std::count
+#include <array>      // the config keys a baseline shares with the job
 #include <charconv>   // std::from_chars: strict number parsing
 #include <cmath>      // std::isfinite
 #include <cstring>    // std::memcpy of float bits
 #include <fstream>    // the baseline file
 #include <stdexcept>
 
+#include "trainer/json_text.h"   // json_text: values in messages
 #include "trainer/report.h"      // human_count
 #include "trainer/statistics.h"  // median
 #include "trainer/train_loop.h"  // checksum_bytes
@@ -152,23 +156,59 @@ std::string degradation_finding(const std::string& what, double start, double no
 }
 
 BaselineFigures read_baseline(const std::string& path) {
+  // A FIFO would block the read forever, a folder fails inside the stream.
+  struct stat status {};
+  if (::stat(path.c_str(), &status) == 0 && !S_ISREG(status.st_mode))
+    throw std::invalid_argument("--baseline " + path + ": not a regular file (give a trainbench result JSON)");
   std::ifstream file(path);
   if (!file) throw std::invalid_argument("--baseline " + path + ": cannot read the file");
   nlohmann::json j = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object())
     throw std::invalid_argument("--baseline " + path + ": not a JSON result file");
-  const auto number = [&j](const nlohmann::json::json_pointer& pointer) {
-    return j.contains(pointer) && j.at(pointer).is_number() ? j.at(pointer).get<double>() : 0.0;
+  const std::string schema = j.value("schema", nlohmann::json()).is_string() ? j["schema"].get<std::string>() : "";
+  if (schema.rfind("trainbench.result/", 0) != 0)
+    throw std::invalid_argument("--baseline " + path + ": not a trainbench run or burnin result (schema '" +
+                                schema + "')");
+  // A figure that is there must be one: a negative, null or text value was
+  // taken as "not measured" and the verdict said the job met the baseline.
+  const auto number = [&](const char* at) {
+    const nlohmann::json::json_pointer pointer(at);
+    if (!j.contains(pointer)) return 0.0;
+    const nlohmann::json& value = j.at(pointer);
+    if (value.is_number() && value.get<double>() > 0 && std::isfinite(value.get<double>())) return value.get<double>();
+    std::string field = at + 1;  // the pointer as a dotted field name
+    std::replace(field.begin(), field.end(), '/', '.');
+    throw std::invalid_argument("--baseline " + path + ": " + field + " is " + json_text(value) +
+                                (value.is_null() ? " (not measured in that run)" : "") +
+                                ", expected a positive number");
   };
   BaselineFigures known;
-  known.tokens_per_s = number(nlohmann::json::json_pointer("/summary/tokens_per_s"));
-  known.busbw_gbs = number(nlohmann::json::json_pointer("/burnin/fabric/busbw_gbs"));
-  known.write_gbs = number(nlohmann::json::json_pointer("/burnin/storage/write_gbs"));
+  known.tokens_per_s = number("/summary/tokens_per_s");
+  known.busbw_gbs = number("/burnin/fabric/busbw_gbs");
+  known.write_gbs = number("/burnin/storage/write_gbs");
+  known.config = j.value("config", nlohmann::json());
+  const nlohmann::json ranks = j.value("environment", nlohmann::json::object()).value("ranks", nlohmann::json());
+  known.ranks = ranks.is_number_integer() ? ranks.get<int64_t>() : 0;
   if (known.tokens_per_s <= 0 && known.busbw_gbs <= 0 && known.write_gbs <= 0)
     throw std::invalid_argument("--baseline " + path +
                                 ": holds none of summary.tokens_per_s, burnin.fabric.busbw_gbs, "
                                 "burnin.storage.write_gbs (a trainbench run or burnin result is expected)");
   return known;
+}
+
+std::string baseline_job_difference(const BaselineFigures& known, const Config& config, int ranks) {
+  if (known.ranks > 0 && known.ranks != ranks)
+    return "measured on " + std::to_string(known.ranks) + " rank(s) and this job has " + std::to_string(ranks) +
+           ": its tokens/s and busbw are not this job's";
+  if (!known.config.is_object()) return "";
+  std::vector<std::array<const char*, 2>> keys = {
+      {"model", ""}, {"train", "micro_batch"}, {"train", "grad_accum"}, {"train", "mode"}, {"train", "precision"}};
+  if (config.train.mode == "lora") keys.push_back({"lora", ""});
+  const ConfigDifference differs = first_config_difference(known.config, config_to_json(config), keys);
+  if (differs.key.empty()) return "";
+  return "it has " + differs.key + " = " + json_text(differs.first) +
+         " and this job has " + json_text(differs.second) +
+         ": its tokens/s is not this job's (give a baseline of the same model and batch)";
 }
 
 std::vector<std::string> compare_with_baseline(const BaselineFigures& now, const BaselineFigures& known,

@@ -31,6 +31,8 @@
 
 #include <nlohmann/json.hpp>  // verdict and baseline
 
+#include "trainer/config.h"  // Config: the job a baseline must match
+
 #include "kernels/engine.h"  // TrainingEngine for the golden step
 
 namespace trainbench {
@@ -110,12 +112,20 @@ struct BaselineFigures {
   double tokens_per_s = 0;
   double busbw_gbs = 0;
   double write_gbs = 0;
+  nlohmann::json config;  // the job they were measured on (config_to_json), null in a file without one
+  int64_t ranks = 0;      // and its ranks; 0 when the file does not say
 };
 // From a result JSON of `trainbench run` (summary.tokens_per_s) or of
 // `trainbench burnin` (also burnin.fabric.busbw_gbs and
 // burnin.storage.write_gbs). Throws std::invalid_argument naming the file
-// when it cannot be read or parsed, or holds none of the figures.
+// when it is not a regular file, cannot be read or parsed, is not a
+// trainbench result, holds a figure that is not a positive number (null:
+// not measured in that run), or holds none of the figures.
 BaselineFigures read_baseline(const std::string& path);
+// Why `known` was measured on another job than `config` on `ranks` ranks
+// (another model shape, micro-batch, accumulation, mode or precision, or
+// another number of ranks: its tokens/s is not this job's), or "".
+std::string baseline_job_difference(const BaselineFigures& known, const Config& config, int ranks);
 // One line per figure measured in both that fell more than tolerance_pct
 // below the baseline, naming the figure, both values and the shortfall.
 std::vector<std::string> compare_with_baseline(const BaselineFigures& now, const BaselineFigures& known,

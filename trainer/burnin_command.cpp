@@ -2,10 +2,12 @@
 
 #include <CLI/CLI.hpp>  // the command line parser
 #include <optional>
+#include <algorithm>  // std::max
 #include <stdexcept>  // std::invalid_argument from parse_duration, read_baseline
 #include <string>
 #include <vector>
 
+#include "comm/launch_detect.h"  // launcher_task_count: the job a baseline must match
 #include "trainer/burnin.h"         // parse_duration, read_baseline, make_burnin_monitor
 #include "trainer/cli.h"            // run_with_extension, CommandError
 #include "trainer/config.h"         // load_config: the config is read once here to size the data
@@ -53,6 +55,12 @@ int BurninCommand::run(const std::string& command_line) {
     throw CommandError{kExitUserError, e.what()};
   }
   const Config config = load_config(o.config, o.overrides);
+  if (baseline) {
+    // Under a launcher every rank knows the job's size before MPI is up.
+    const int ranks = std::max(1, launcher_task_count());
+    const std::string differs = baseline_job_difference(*baseline, config, ranks);
+    if (!differs.empty()) throw CommandError{kExitUserError, "--baseline " + o.baseline + ": " + differs};
+  }
   std::vector<std::string> overrides = o.overrides;  // the user's first: ours below must win
   // The run ends at the duration, not at a step count. The temporary shards
   // are sized for the config's own step count and read again epoch after

@@ -425,29 +425,10 @@ std::string check_compatible(const nlohmann::json& manifest, const Config& confi
   for (const auto& key : kResumeMustMatch) keys.push_back({key[0], key[1]});
   if (config.train.mode == "lora")
     for (const auto& key : kLoraResumeMustMatch) keys.push_back({key[0], key[1]});
-  for (const auto& key : keys) {
-    const std::string section = key[0], name = key[1];
-    // A whole section when no key is named.
-    const auto value_in = [&](const nlohmann::json& config) {
-      const nlohmann::json part = config.value(section, nlohmann::json());
-      return name.empty() ? part : part.value(name, nlohmann::json());
-    };
-    const nlohmann::json a = value_in(then), b = value_in(now);
-    if (a == b) continue;
-    // Of a whole section, the first key that differs is named.
-    std::string differs = section + (name.empty() ? "" : "." + name);
-    nlohmann::json was = a, is = b;
-    if (name.empty() && a.is_object() && b.is_object())
-      for (const auto& [k, value] : b.items())
-        if (a.value(k, nlohmann::json()) != value) {
-          differs += "." + k;
-          was = a.value(k, nlohmann::json());
-          is = value;
-          break;
-        }
-    return "it has " + differs + " = " + json_text(was) + " but this run has " + json_text(is) +
-           " (a resumed run must keep the model, the batch and the data stream)";
-  }
+  const ConfigDifference differs = first_config_difference(then, now, keys);
+  if (!differs.key.empty())
+    return "it has " + differs.key + " = " + json_text(differs.first) + " but this run has " +
+           json_text(differs.second) + " (a resumed run must keep the model, the batch and the data stream)";
   // A LoRA checkpoint without the frozen base cannot give a run that asks
   // for it (the other way round, the base is there and goes unread).
   const bool base_written = then.value("checkpoint", nlohmann::json::object()).value("include_base", false);

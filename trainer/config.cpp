@@ -769,6 +769,27 @@ nlohmann::json config_to_json(const Config& config) {
   return json;
 }
 
+ConfigDifference first_config_difference(const nlohmann::json& first, const nlohmann::json& second,
+                                         const std::vector<std::array<const char*, 2>>& keys) {
+  for (const auto& [section, name] : keys) {
+    const auto value_in = [&](const nlohmann::json& config) {
+      const nlohmann::json part = config.is_object() ? config.value(section, nlohmann::json()) : nlohmann::json();
+      return *name == '\0' || !part.is_object() ? part : part.value(name, nlohmann::json());
+    };
+    const nlohmann::json a = value_in(first), b = value_in(second);
+    if (a == b) continue;
+    ConfigDifference difference{std::string(section) + (*name == '\0' ? "" : std::string(".") + name), a, b};
+    if (*name == '\0' && a.is_object() && b.is_object())
+      for (const auto& [key, value] : b.items())
+        if (a.value(key, nlohmann::json()) != value) {
+          difference = {difference.key + "." + key, a.value(key, nlohmann::json()), value};
+          break;
+        }
+    return difference;
+  }
+  return {};
+}
+
 std::vector<std::string> config_to_lines(const Config& config) {
   std::vector<std::string> lines;
   for (const KeySpec& spec : key_table())

@@ -5,6 +5,7 @@
 
 #include <cstdint>    // int64_t
 #include <stdexcept>  // ConfigError
+#include <array>
 #include <string>
 #include <vector>
 
@@ -177,6 +178,18 @@ std::string integer_in_range(const std::string& text, int64_t low, int64_t high)
 std::string number_in_range(const std::string& text, double low, double high);
 
 nlohmann::json config_to_json(const Config& config);
+
+// The first of `keys` ({section, key}, or {section, ""} for the whole
+// section, then named by its first differing key) whose value differs
+// between two config_to_json objects: key "model.d_model" with both values;
+// an empty key when they agree on all. What a resume and a burn-in baseline
+// must share with the run.
+struct ConfigDifference {
+  std::string key;
+  nlohmann::json first, second;
+};
+ConfigDifference first_config_difference(const nlohmann::json& first, const nlohmann::json& second,
+                                         const std::vector<std::array<const char*, 2>>& keys);
 // Flat "section.key: value" lines, in declaration order, for the console.
 std::vector<std::string> config_to_lines(const Config& config);
 

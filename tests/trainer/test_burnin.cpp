@@ -4,9 +4,13 @@
 // the whole command.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>  // mkfifo: a baseline that would block the read
+
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <utility>  // std::pair
 #include <vector>
 
 #include "kernels/engine.h"
@@ -123,29 +127,80 @@ TEST(BurninDegradation, FlagsADropBeyondThePercentage) {
 TEST(BurninBaseline, ReadsRunAndBurninResultsAndNamesWhatFellBelow) {
   testing::TempDir dir("test_burnin");
   const std::string path = dir.file("known_good.json");
-  std::ofstream(path) << R"({"summary": {"tokens_per_s": 1000},
+  std::ofstream(path) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 1000},
                              "burnin": {"fabric": {"busbw_gbs": 100}, "storage": {"write_gbs": 2}}})";
   const BaselineFigures known = read_baseline(path);
   EXPECT_EQ(known.tokens_per_s, 1000);
   EXPECT_EQ(known.busbw_gbs, 100);
   EXPECT_EQ(known.write_gbs, 2);
-  EXPECT_TRUE(compare_with_baseline({950, 95, 1.9}, known, 10).empty());
-  const std::vector<std::string> below = compare_with_baseline({500, 95, 1.0}, known, 10);
+  const auto measured = [](double tokens_per_s, double busbw_gbs, double write_gbs) {
+    BaselineFigures now;
+    now.tokens_per_s = tokens_per_s;
+    now.busbw_gbs = busbw_gbs;
+    now.write_gbs = write_gbs;
+    return now;
+  };
+  EXPECT_TRUE(compare_with_baseline(measured(950, 95, 1.9), known, 10).empty());
+  const std::vector<std::string> below = compare_with_baseline(measured(500, 95, 1.0), known, 10);
   ASSERT_EQ(below.size(), 2u);
   EXPECT_NE(below[0].find("tokens/s 500 is below the baseline's 1e+03 (-50%"), std::string::npos) << below[0];
   EXPECT_NE(below[1].find("checkpoint write 1 GB/s is below the baseline's 2 GB/s"), std::string::npos) << below[1];
-  EXPECT_TRUE(compare_with_baseline({0, 0, 0}, known, 10).empty()) << "figures not measured are not judged";
+  EXPECT_TRUE(compare_with_baseline(measured(0, 0, 0), known, 10).empty()) << "figures not measured are not judged";
 
+  // Refused, naming the file (and the field): what cannot be read, what is
+  // not a result, and a figure that is not one (it used to count as a pass).
   std::ofstream(dir.file("empty.json")) << R"({"schema": "x"})";
   std::ofstream(dir.file("broken.json")) << "{ not json";
-  for (const std::string& bad : {dir.file("missing.json"), dir.file("empty.json"), dir.file("broken.json")}) {
+  std::ofstream(dir.file("projection.json")) << R"({"schema": "trainbench.projection/v1", "summary": {"tokens_per_s": 5}})";
+  std::ofstream(dir.file("negative.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": -5}})";
+  std::ofstream(dir.file("null.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": null}})";
+  std::ofstream(dir.file("text.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": "fast"}})";
+  std::filesystem::create_directories(dir.file("folder.json"));
+  ASSERT_EQ(mkfifo(dir.file("fifo.json").c_str(), 0600), 0);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"missing.json", "cannot read"},       {"empty.json", "not a trainbench run or burnin result"},
+      {"broken.json", "not a JSON"},         {"projection.json", "not a trainbench run or burnin result (schema 'trainbench.projection/v1')"},
+      {"negative.json", "summary.tokens_per_s is -5, expected a positive number"},
+      {"null.json", "summary.tokens_per_s is null (not measured in that run)"},
+      {"text.json", "summary.tokens_per_s is \"fast\""},
+      {"folder.json", "not a regular file"}, {"fifo.json", "not a regular file"}};
+  for (const auto& [name, expected] : cases) {
+    const std::string bad = dir.file(name);
     try {
       read_baseline(bad);
       ADD_FAILURE() << "accepted " << bad;
     } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("--baseline " + bad + ":"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("--baseline " + bad + ": " + expected), std::string::npos) << e.what();
     }
   }
+}
+
+// A baseline measured on another job is not this job's yardstick: another
+// model or batch, or another number of ranks, is named (the CLI exits 2).
+TEST(BurninBaseline, AnotherJobsFiguresAreNotCompared) {
+  Config config;
+  config.model.d_model = 128;
+  BaselineFigures known;
+  known.tokens_per_s = 1000;
+  known.config = config_to_json(config);
+  known.ranks = 2;
+  EXPECT_EQ(baseline_job_difference(known, config, 2), "");
+  EXPECT_NE(baseline_job_difference(known, config, 4).find("measured on 2 rank(s) and this job has 4"),
+            std::string::npos);
+  Config other = config;
+  other.model.d_model = 64;
+  EXPECT_NE(baseline_job_difference(known, other, 2).find("it has model.d_model = 128 and this job has 64"),
+            std::string::npos)
+      << baseline_job_difference(known, other, 2);
+  other = config;
+  other.train.micro_batch = config.train.micro_batch + 1;
+  EXPECT_NE(baseline_job_difference(known, other, 2).find("train.micro_batch"), std::string::npos);
+  other = config;
+  other.train.steps = config.train.steps + 100;  // the run's length is not the job's shape
+  EXPECT_EQ(baseline_job_difference(known, other, 2), "");
+  known.config = nullptr;
+  known.ranks = 0;
+  EXPECT_EQ(baseline_job_difference(known, other, 3), "") << "an older file without config or ranks";
 }
 
 TEST(BurninVerdict, TableAndJsonSayPassOrFailAndWhy) {

@@ -115,7 +115,7 @@ TEST_F(BurninMpi, ASlowedRankIsFlaggedAsAStraggler) {
 
 TEST_F(BurninMpi, AnImpossibleBaselineFailsNamingTheFigures) {
   const std::string baseline = dir_.file("known_good.json");
-  std::ofstream(baseline) << R"({"summary": {"tokens_per_s": 1e12},
+  std::ofstream(baseline) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 1e12},
                                  "burnin": {"fabric": {"busbw_gbs": 1e6}, "storage": {"write_gbs": 1e6}}})";
   const CommandResult r = burnin("baseline", "3s", "--baseline " + baseline);
   ASSERT_EQ(r.exit_code, 4) << r.out << r.err;
@@ -171,6 +171,19 @@ TEST(BurninCli, BadInputExitsTwoWithOneLine) {
     EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.args << ": " << r.err;
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
   }
+  // A baseline of another model: its tokens/s is no yardstick for this job
+  // (it failed a good job, or passed a slow one, without a word).
+  const std::string other = dir.file("one_layer.json");
+  ASSERT_EQ(run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 6 --set train.warmup_steps=1 "
+                        "--set model.n_layers=1 --set checkpoint.every_steps=0 --out " + other)
+                .exit_code,
+            0);
+  const CommandResult r =
+      run_command(std::string(TRAINBENCH_BINARY) + " burnin tiny --duration 2s --baseline " + other);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--baseline " + other + ": it has model.n_layers = 1 and this job has 2"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.find("burn-in verdict"), std::string::npos) << "refused before it starts: " << r.out;
 }
 
 }  // namespace
