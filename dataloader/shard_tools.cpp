@@ -310,10 +310,13 @@ PackResult pack_directory(const PackOptions& options, const ProgressCallback& pr
   std::vector<SourceFile> files;
   int64_t total_bytes = 0;
   for (const fs::directory_entry& entry : fs::recursive_directory_iterator(root)) {
-    if (entry.is_directory() && !entry.is_symlink()) continue;  // walked into
+    std::error_code ignored;
+    if (entry.is_directory(ignored) && !entry.is_symlink(ignored)) continue;  // walked into
     // Regular files and links to them are packed; everything else (links to
-    // directories, broken links, fifos, sockets, devices) is counted.
-    if (!entry.is_regular_file()) {
+    // directories, broken links, links in a loop, fifos, sockets, devices)
+    // is counted. The error_code forms: a loop's status is ELOOP, which
+    // threw out of the whole pack.
+    if (!entry.is_regular_file(ignored)) {
       ++result.skipped_non_regular;
       continue;
     }

@@ -399,11 +399,20 @@ void apply_override(Config& config, Sources& sources, const std::string& overrid
   if (spec == nullptr) fail(where + ": unknown key '" + key + "'" + suggestion(key, key_names()));
   // Parsed as YAML so that a value means the same on the command line as in a file.
   YAML::Node value;
+  const std::string text = override_text.substr(equals + 1);
   try {
-    value = YAML::Load(override_text.substr(equals + 1));
+    value = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     fail(where + ": " + key + ": malformed value: " + e.msg);
   }
+  // YAML reads "," or " " as nothing, which a string key takes as "": a
+  // data.shards of "$LIST," with an empty $LIST silently trained on
+  // synthetic data. Only YAML's own spellings of nothing mean it.
+  const size_t shown = text.find_first_not_of(" \t");
+  const std::string spelled = shown == std::string::npos ? "" : text.substr(shown, text.find_last_not_of(" \t") - shown + 1);
+  if (value.IsNull() && !spelled.empty() && spelled != "~" && spelled != "null" && spelled != "Null" && spelled != "NULL")
+    fail(where + ": " + key + ": '" + text + "' reads as nothing in YAML; quote it ('\"" + text +
+         "\"') if it is meant, or give a value");
   if (auto error = assign(spec->field(config), value)) fail(where + ": " + key + ": " + *error);
   sources[key] = {where, override_order};
 }

@@ -334,6 +334,8 @@ int ShardsCommand::run_pack() {
   options.overwrite = pack_args_.overwrite;
   if (options.max_count < 0) user_error("--max-count: must be >= 0 (0 = no limit)");
   const std::string& out = pack_args_.out;
+  // "" + "/shard-%06d.tar" is a shard in the root folder.
+  if (out.empty()) user_error("--out: an output directory (or a NAME-%06d.tar pattern) is required");
   if (out.find('%') != std::string::npos) {
     try {
       shard_name(out, 0);

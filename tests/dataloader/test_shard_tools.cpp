@@ -404,6 +404,15 @@ TEST_F(ShardTools, CommandLinePackTakesADirectoryOrAPattern) {
   ASSERT_EQ(to_pattern.exit_code, 0) << to_pattern.err;
   EXPECT_TRUE(fs::exists(dir_ + "/pat/data-001.tar"));
   EXPECT_EQ(member_names(dir_ + "/pat/data-001.tar"), std::vector<std::string>{"b/2.txt"});
+  // An empty --out is refused (it wrote /shard-000000.tar), and a link in a
+  // loop is skipped as not regular (its ELOOP ended the pack, exit 3).
+  const CommandResult empty_out = run_command(binary() + " shards pack " + dir_ + "/in --out ''");
+  EXPECT_EQ(empty_out.exit_code, 2) << empty_out.err;
+  EXPECT_NE(empty_out.err.find("--out: an output directory"), std::string::npos) << empty_out.err;
+  fs::create_symlink("self.txt", dir_ + "/in/b/self.txt");
+  const CommandResult looped = run_command(binary() + " shards pack " + dir_ + "/in --out " + dir_ + "/looped");
+  ASSERT_EQ(looped.exit_code, 0) << looped.err;
+  EXPECT_EQ(summary_value(looped.out, "files"), 3);
 }
 
 // Shards already there are data someone made: a second run refuses to write

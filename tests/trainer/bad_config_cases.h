@@ -125,7 +125,7 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"BadPrecision", with("train.precision", "fp16"), {}, {"train.precision", "'fp16' is not one of"}},
       {"LoraUnknownTarget", with("train.mode", "lora"), {"lora.targets=q,x"}, {"lora.targets", "'x' is not one of"}},
       {"LoraTargetTwice", with("train.mode", "lora"), {"lora.targets=q,v,q"}, {"lora.targets", "'q' is listed twice"}},
-      {"LoraNoTargets", with("train.mode", "lora"), {"lora.targets=,"}, {"lora.targets", "names no projection"}},
+      {"LoraNoTargets", with("train.mode", "lora"), {"lora.targets=\",\""}, {"lora.targets", "names no projection"}},
       {"LoraUnknownTargetInFullMode", with("lora.targets", "q,zz"), {}, {"lora.targets", "'zz' is not one of"}},
       {"LoraRankZero", with("train.mode", "lora"), {"lora.rank=0"}, {"lora.rank", "must be > 0"}},
       {"LoraRankAboveWidth", with("train.mode", "lora"), {"lora.rank=65"}, {"lora.rank", "exceeds model.d_model"}},
@@ -145,6 +145,8 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"ZeroLoaderTimeout", with("data.timeout_s", "0"), {}, {"data.timeout_s: must be > 0"}},
       {"BadCommBackend", with("comm.backend", "gloo"), {}, {"comm.backend", "'gloo'"}},
       {"ZeroBucket", with("comm.bucket_mb", "0"), {}, {"comm.bucket_mb: must be > 0"}},
+      // YAML reads "," as nothing: an empty list variable trained on synthetic data.
+      {"ShardsOnlySeparators", valid, {"data.shards=,"}, {"data.shards", "',' reads as nothing in YAML"}},
       // 1e20 MiB overflowed the byte count into 4-byte buckets, silently.
       {"HugeBucket", with("comm.bucket_mb", "1e20"), {}, {"comm.bucket_mb", "between", "(got 1e+20)"}},
       {"TinyBucket", with("comm.bucket_mb", "1e-300"), {}, {"comm.bucket_mb", "1 KiB"}},
