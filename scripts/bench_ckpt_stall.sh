@@ -27,8 +27,10 @@ while [ $# -gt 0 ]; do
     *) usage ;;
   esac
 done
+[[ "$repeats" =~ ^[1-9][0-9]{0,2}$ ]] || { echo "bench_ckpt_stall: --repeats $repeats: expected a whole number from 1 to 999" >&2; exit 2; }
+[[ "$layers" =~ ^[1-9][0-9]{0,2}$ ]] || { echo "bench_ckpt_stall: --layers $layers: expected a whole number from 1 to 999" >&2; exit 2; }
 bin="${BUILD_DIR:-build}/trainbench"
-[ -x "$bin" ] || { echo "bench_ckpt_stall: $bin not built; run scripts/build.sh" >&2; exit 2; }
+[ -x "$bin" ] || { echo "bench_ckpt_stall: $bin not built; run scripts/build.sh" >&2; exit 3; }
 mkdir -p "$dir/results"
 
 # Steps of ~1 s on two cores; a checkpoint every 6 steps leaves the async

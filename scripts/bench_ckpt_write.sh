@@ -34,8 +34,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 [[ "$gib" =~ ^[1-9][0-9]*$ ]] || { echo "bench_ckpt_write: --gib $gib: expected a whole number of GiB" >&2; exit 2; }
+[[ "$reps" =~ ^[1-9][0-9]{0,2}$ ]] || { echo "bench_ckpt_write: --reps $reps: expected a whole number from 1 to 999" >&2; exit 2; }
 bin="${BUILD_DIR:-build}/trainbench"
-[ -x "$bin" ] || { echo "bench_ckpt_write: $bin not built; run scripts/build.sh" >&2; exit 2; }
+[ -x "$bin" ] || { echo "bench_ckpt_write: $bin not built; run scripts/build.sh" >&2; exit 3; }
 mkdir -p "$dir/results" || { echo "bench_ckpt_write: cannot create $dir/results" >&2; exit 2; }
 bytes=$((gib << 30))
 count=$((bytes >> 26))  # 64 MiB blocks

@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 bin="${BUILD_DIR:-build}/trainbench"
-[ -x "$bin" ] || { echo "bench_instrumentation: $bin not built; run scripts/build.sh" >&2; exit 2; }
+[ -x "$bin" ] || { echo "bench_instrumentation: $bin not built; run scripts/build.sh" >&2; exit 3; }
 out=$(mktemp -d /tmp/trainbench-bench-instrument-XXXXXX)
 trap 'rm -rf "$out"' EXIT
 

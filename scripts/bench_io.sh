@@ -35,8 +35,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ ${#kinds[@]} -gt 0 ] || kinds=(image text)
+# A whole number, checked before it reaches $(( )) (which would evaluate it).
+[[ "$gib" =~ ^[1-9][0-9]{0,4}$ ]] || { echo "bench_io: --gib $gib: expected a whole number of GiB from 1 to 99999" >&2; exit 2; }
+[[ "$readers" =~ ^[1-9][0-9]{0,2}(,[1-9][0-9]{0,2})*$ ]] || { echo "bench_io: --readers $readers: expected a list of counts like 1,2" >&2; exit 2; }
 bin="${BUILD_DIR:-build}/trainbench"
-[ -x "$bin" ] || { echo "bench_io: $bin not built; run scripts/build.sh" >&2; exit 2; }
+[ -x "$bin" ] || { echo "bench_io: $bin not built; run scripts/build.sh" >&2; exit 3; }
 max_readers=$(tr ',' '\n' <<<"$readers" | sort -n | tail -1)
 mkdir -p "$dir/results"
 

@@ -62,19 +62,22 @@ sbatch_args=""
 binary=${TRAINBENCH_BINARY:-}
 ckpt_dir=${CKPT_DIR:-}
 report=1
+ranks_given=0
+nodes_given=0
+sbatch_given=0
 slurm=0
 ceilings=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --config) [ $# -ge 2 ] || usage; config=$2; shift 2 ;;
-    --ranks) [ $# -ge 2 ] || usage; ranks_list=$2; shift 2 ;;
-    --nodes) [ $# -ge 2 ] || usage; nodes_list=$2; shift 2 ;;
+    --ranks) [ $# -ge 2 ] || usage; ranks_list=$2; ranks_given=1; shift 2 ;;
+    --nodes) [ $# -ge 2 ] || usage; nodes_list=$2; nodes_given=1; shift 2 ;;
     --steps) [ $# -ge 2 ] || usage; steps=$2; shift 2 ;;
     --set) [ $# -ge 2 ] || usage; sets+=(--set "$2"); shift 2 ;;
     --out) [ $# -ge 2 ] || usage; out=$2; shift 2 ;;
     --hostfile) [ $# -ge 2 ] || usage; hostfile=$2; shift 2 ;;
     --mpirun-args) [ $# -ge 2 ] || usage; mpirun_args=$2; shift 2 ;;
-    --sbatch-args) [ $# -ge 2 ] || usage; sbatch_args=$2; shift 2 ;;
+    --sbatch-args) [ $# -ge 2 ] || usage; sbatch_args=$2; sbatch_given=1; shift 2 ;;
     --ckpt-dir) [ $# -ge 2 ] || usage; ckpt_dir=$2; shift 2 ;;
     --binary) [ $# -ge 2 ] || usage; binary=$2; shift 2 ;;
     --no-report) report=0; shift ;;
@@ -125,6 +128,7 @@ make_out_dir() {
 if [ "$slurm" = 1 ]; then
   [ -n "$hostfile" ] && die "--hostfile is for mpirun; under --slurm the allocation decides the hosts"
   [ -n "$mpirun_args" ] && die "--mpirun-args is for mpirun; under --slurm use --sbatch-args"
+  [ "$ranks_given" = 1 ] && die "--ranks is for the mpirun sweep; under --slurm give --nodes"
   command -v sbatch > /dev/null || die "sbatch not found: --slurm submits scripts/slurm/trainbench.sbatch from a Slurm login node (without --slurm the sweep runs here under mpirun)" 3
   parse_counts --nodes "$nodes_list"
   node_counts=("${counts[@]}")
@@ -149,9 +153,12 @@ if [ "$slurm" = 1 ]; then
   exit 0
 fi
 
+# Options of the Slurm sweep are not silently dropped from the mpirun one.
+[ "$nodes_given" = 1 ] && die "--nodes is for --slurm; the sweep here takes --ranks"
+[ "$sbatch_given" = 1 ] && die "--sbatch-args is for --slurm; the sweep here takes --mpirun-args"
 mpirun=${MPIRUN:-mpirun}
 command -v "$mpirun" > /dev/null || die "$mpirun not found: install an MPI (scripts/setup.sh installs Open MPI) or set MPIRUN" 3
-[ -x "$binary" ] || die "$binary: not built (scripts/build.sh), or pass --binary PATH"
+[ -x "$binary" ] || die "$binary: not built (scripts/build.sh), or pass --binary PATH" 3
 [ -z "$hostfile" ] || [ -r "$hostfile" ] || die "--hostfile $hostfile: cannot read it"
 parse_counts --ranks "$ranks_list"
 rank_counts=("${counts[@]}")

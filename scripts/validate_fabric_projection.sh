@@ -33,7 +33,7 @@ mkdir -p "$OUT"
 [ "$(id -u)" = 0 ] || { echo "validate_fabric_projection: needs root (ip netns, tc)" >&2; exit 2; }
 command -v ip >/dev/null && command -v tc >/dev/null ||
   { echo "validate_fabric_projection: ip and tc missing: apt-get install iproute2 (scripts/setup.sh)" >&2; exit 2; }
-[ -x "$BIN" ] || { echo "validate_fabric_projection: $BIN not built (scripts/build.sh)" >&2; exit 2; }
+[ -x "$BIN" ] || { echo "validate_fabric_projection: $BIN not built (scripts/build.sh)" >&2; exit 3; }
 BIN="$(readlink -f "$BIN")"
 MPIRUN="$(command -v mpirun)" || { echo "validate_fabric_projection: mpirun missing" >&2; exit 2; }
 

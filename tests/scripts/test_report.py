@@ -502,6 +502,17 @@ class ScaleArgumentTests(unittest.TestCase):
                 self.assertEqual(result.returncode, 2, result.stderr)
                 self.assertIn("--ranks", result.stderr)
 
+    def test_options_of_the_other_sweep_are_refused(self) -> None:
+        # The mpirun sweep ran its default ranks 1,2,4 with --nodes or
+        # --sbatch-args given, which only the Slurm sweep reads.
+        for args, words in ((["--nodes", "1,2"], "--nodes is for --slurm"),
+                            (["--sbatch-args", "-p x"], "--sbatch-args is for --slurm"),
+                            (["--slurm", "--ranks", "2"], "--ranks is for the mpirun sweep")):
+            with self.subTest(args=args):
+                result = run("bash", SCALE, *args, "--out", "/nonexistent/never-made")
+                self.assertEqual(result.returncode, 2, result.stderr)
+                self.assertIn(words, result.stderr)
+
     def test_slurm_without_sbatch_says_so(self) -> None:
         path = "/usr/bin:/bin"
         if shutil.which("sbatch", path=path):
