@@ -63,6 +63,12 @@ void check_synth_options(const SynthOptions& o) {
   require(!o.out_dir.empty(), "--out: an output directory is required");
   require(!o.prefix.empty() && o.prefix.find_first_of("/%") == std::string::npos,
           "--prefix '" + o.prefix + "': must be a non-empty file name prefix without '/' or '%'");
+  // PREFIX-NNNNNN.tar.partial must be a file name (255 bytes on Linux
+  // filesystems): refused before the folder is made, not at the first shard.
+  constexpr size_t kNameMax = 255, kSuffix = std::char_traits<char>::length("-000000.tar.partial");
+  require(o.prefix.size() + kSuffix <= kNameMax, "--prefix: " + std::to_string(o.prefix.size()) +
+                                                     " bytes; a shard's file name would pass 255 bytes (at most " +
+                                                     std::to_string(kNameMax - kSuffix) + ")");
   require(o.count >= 1 && o.count <= kMaxSynthShards, "--count: must be between 1 and " +
                                                           std::to_string(kMaxSynthShards) + " (got " +
                                                           std::to_string(o.count) + ")");

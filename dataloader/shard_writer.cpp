@@ -57,8 +57,12 @@ locale_t utf8_locale() {
   return locale;
 }
 
+// A name the filesystem refuses (too long) comes from the user's options:
+// std::invalid_argument (exit 2); anything else is the machine's.
 [[noreturn]] void fail_errno(const std::string& what, const std::string& path) {
-  throw std::runtime_error(what + " " + path + ": " + std::strerror(errno));
+  const std::string message = what + " " + path + ": " + std::strerror(errno);
+  if (errno == ENAMETOOLONG) throw std::invalid_argument(message + " (a shorter --prefix or --out)");
+  throw std::runtime_error(message);
 }
 
 // The rename of a shard is durable only once its directory entry is on disk.

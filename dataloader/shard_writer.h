@@ -37,7 +37,7 @@ class TarShardWriter {
   // reads "No space left on device"); the .partial file is then removed, as
   // it is when the writer is destroyed while still open. The partial file
   // is flock()ed while written: a second writer of the same shard gets
-  // std::invalid_argument. With replace_existing false, close() does not
+  // std::invalid_argument, as does a name the filesystem refuses as too long. With replace_existing false, close() does not
   // write over a `path` that appeared meanwhile (std::invalid_argument).
   void open(const std::string& path, bool replace_existing = true);
   void write_sample(std::string_view key, const std::vector<MemberToWrite>& members);

@@ -129,7 +129,7 @@ std::string straggler_finding(const std::vector<double>& own_step_s, size_t rank
 
 Drift measure_drift(const std::vector<double>& step_s, double tokens_per_step) {
   Drift drift;
-  if (step_s.size() < 20) return drift;
+  if (step_s.size() < kDriftMinSteps) return drift;
   const size_t tenth = step_s.size() / 10;
   std::vector<double> first_tenth, last_tenth;
   for (size_t i = 0; i < tenth; ++i) {

@@ -95,8 +95,11 @@ std::string straggler_finding(const std::vector<double>& own_step_s, size_t rank
 
 // tokens/s over the first and last tenth of `step_s` (measured steps, in
 // order): the global tokens per step over each tenth's median step time.
+// Steps a drift is judged from at least: each tenth then a median of 10
+// steps. With 20 (tenths of 2), a 1.5 s burn-in FAILed on noise (-27 %).
+inline constexpr size_t kDriftMinSteps = 100;
 struct Drift {
-  bool judged = false;  // false with fewer than 20 steps
+  bool judged = false;  // false with fewer than kDriftMinSteps steps
   double first_tokens_per_s = 0, last_tokens_per_s = 0;
   double change = 0;    // last / first − 1
 };

@@ -525,8 +525,11 @@ class BurninMonitor final : public RunExtension {
                           "bit-identical in " + std::to_string(golden_checks_ - golden_mismatches_[r].size()) + " of " +
                           std::to_string(golden_checks_) + " checks since (every " + std::to_string(b.golden_every) +
                           " steps)");
-      row.notes.push_back("own step time " + format("%.2f ms", 1e3 * own[r]) + " (median, waits for peers left out)");
-      row.figures = {{"own_step_s", own[r]}, {"golden_checks", golden_checks_},
+      row.notes.push_back(own[r] > 0 ? "own step time " + format("%.2f ms", 1e3 * own[r]) +
+                                            " (median, waits for peers left out)"
+                                      : std::string("own step time: not measured (no step after warm-up)"));
+      row.figures = {{"own_step_s", own[r] > 0 ? nlohmann::json(own[r]) : nlohmann::json()},
+                     {"golden_checks", golden_checks_},
                      {"golden_mismatch_steps", golden_mismatches_[r]}};
       if (samples[r] > 0) {
         if (ecc_uncorrected[r] > 0) row.fail("GPU: " + format("%.0f", ecc_uncorrected[r]) + " uncorrected ECC error(s) during the run");
@@ -634,7 +637,7 @@ class BurninMonitor final : public RunExtension {
       job.notes.push_back("tokens/s " + human_count(drift_.first_tokens_per_s) + " in the first tenth, " +
                           human_count(drift_.last_tokens_per_s) + " in the last");
     } else {
-      job.notes.push_back("drift: not judged (fewer than 20 measured steps)");
+      job.notes.push_back("drift: not judged (fewer than " + std::to_string(kDriftMinSteps) + " measured steps)");
     }
     if (own_step_s_.size() < kStragglerSteps && world > 1)
       job.notes.push_back("stragglers: not judged (fewer than " + std::to_string(kStragglerSteps) + " measured steps)");

@@ -252,6 +252,8 @@ TEST_F(ShardTools, ImpossibleSynthOptionsNameTheOption) {
       {"no tokens", [](SynthOptions& o) { o.tokens_mean = 0; }, {"--tokens"}},
       {"payload spread", [](SynthOptions& o) { o.payload_spread = 400; }, {"--payload-bytes"}},
       {"prefix with a slash", [](SynthOptions& o) { o.prefix = "a/b"; }, {"--prefix"}},
+      // Found at the first shard it was exit 3, an empty folder left.
+      {"prefix past a file name", [](SynthOptions& o) { o.prefix = std::string(240, 'p'); }, {"--prefix", "255"}},
       // Sizes beyond the limits: a sample is made whole in memory.
       {"too many shards", [](SynthOptions& o) { o.count = kMaxSynthShards + 1; }, {"--count", "1048576"}},
       {"too many samples", [](SynthOptions& o) { o.samples_per_shard = kMaxSynthSamplesPerShard + 1; }, {"--samples"}},
