@@ -1,8 +1,5 @@
 #include "trainer/bench_command.h"
 
-
-#include <sys/resource.h>  // getrlimit: bench comm under ulimit -v
-
 #include <CLI/CLI.hpp>  // the command line parser
 #include <algorithm>    // std::max
 #include <cstdio>
@@ -171,9 +168,8 @@ struct CommBenchSweep {
 std::string comm_bench_memory_shortfall(const CommBenchSweep& sweep, int host_ranks, const std::string& host) {
   const int64_t needed = sweep.bytes_per_rank();
   const int64_t available = available_memory_bytes();
-  struct rlimit limit {};
-  const bool limited = ::getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY;
-  const int64_t allowed = limited ? static_cast<int64_t>(std::min<rlim_t>(limit.rlim_cur, INT64_MAX)) : 0;
+  const int64_t allowed = address_space_limit_bytes();
+  const bool limited = allowed > 0;
   const int64_t mapped = limited ? mapped_bytes() : 0;
   const bool host_short = available > 0 && needed * host_ranks > available;
   const bool address_space_short = limited && mapped + needed > allowed;
@@ -238,8 +234,7 @@ std::string comm_bench_memory_shortfall(const CommBenchSweep& sweep, int host_ra
 // moments, a limit set on one node) must stop every rank, or its peers wait
 // for it in the first collective until comm.timeout_s.
 std::string first_reason_over_ranks(Communicator& comm, const std::string& mine) {
-  std::vector<double> failed(static_cast<size_t>(comm.world_size()));
-  comm.all_gather(mine.empty() ? 0.0 : 1.0, failed.data());
+  const std::vector<double> failed = gather_from_ranks(comm, mine.empty() ? 0.0 : 1.0);
   const auto first = std::find(failed.begin(), failed.end(), 1.0);
   if (first == failed.end()) return "";
   const int root = static_cast<int>(first - failed.begin());

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>     // open: --out's probe
 #include <fstream>     // reading an earlier result at --out
-#include <sys/resource.h>  // getrlimit: ulimit -v
 #include <sys/stat.h>  // stat: what --out and its folder are
 #include <sys/statvfs.h>  // statvfs: room for --out
 #include <unistd.h>    // close, unlink
@@ -199,14 +198,13 @@ std::string first_difference(const nlohmann::json& root, const nlohmann::json& m
 // OpenBLAS's buffer per thread (up to 128 MiB) and 64 MiB of slack; a CUDA
 // context maps far more.
 void check_address_space_limit(const EngineOptions& options, const MemoryPlan& plan) {
-  struct rlimit limit {};
-  if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
+  const int64_t allowed = address_space_limit_bytes();
+  if (allowed == 0) return;
   constexpr int64_t kOpenBlasBufferBytes = int64_t{128} << 20;
   constexpr int64_t kSlackBytes = int64_t{64} << 20;
   const int64_t threads = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
   const int64_t needed = mapped_bytes() + (options.device == "cpu" ? plan.total_bytes() : 0) +
                          threads * kOpenBlasBufferBytes + kSlackBytes;
-  const int64_t allowed = static_cast<int64_t>(std::min<rlim_t>(limit.rlim_cur, INT64_MAX));
   if (needed > allowed)
     throw CommandError{kExitEnvironmentError,
                        "the address-space limit (ulimit -v) is " + human_bytes(static_cast<double>(allowed)) +

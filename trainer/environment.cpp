@@ -3,9 +3,11 @@
 #include <CLI/Version.hpp>  // CLI11_VERSION
 #include <cblas.h>         // openblas_get_config
 #include <omp.h>           // _OPENMP
+#include <sys/resource.h>  // getrlimit: the address-space limit
 #include <sys/statfs.h>    // statfs: filesystem type and free space
 #include <sys/utsname.h>   // uname
 
+#include <algorithm>  // std::min: the limit as int64
 #include <cstdlib>  // std::atoll: /proc fields
 #include <fstream>  // /proc/cpuinfo, /proc/meminfo, /proc/self/status
 #include <sstream>
@@ -71,6 +73,12 @@ std::string filesystem_type_name(int64_t magic) {
 int64_t available_memory_bytes() { return proc_kib_field_bytes("/proc/meminfo", "MemAvailable"); }
 
 int64_t mapped_bytes() { return proc_kib_field_bytes("/proc/self/status", "VmSize"); }
+
+int64_t address_space_limit_bytes() {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 0;
+  return static_cast<int64_t>(std::min<rlim_t>(limit.rlim_cur, INT64_MAX));
+}
 
 FilesystemInfo describe_filesystem(const std::string& role, const std::string& path) {
   FilesystemInfo fs;

@@ -52,6 +52,8 @@ int64_t available_memory_bytes();
 // This process's address space now, VmSize from /proc/self/status: the
 // binary, the libraries it loaded, its threads' stacks (0 when unknown).
 int64_t mapped_bytes();
+// The address-space limit (ulimit -v, RLIMIT_AS) in bytes; 0 when there is none.
+int64_t address_space_limit_bytes();
 nlohmann::json environment_to_json(const Environment& env);
 std::string trainbench_version();
 
