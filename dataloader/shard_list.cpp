@@ -2,11 +2,12 @@
 
 #include <dirent.h>    // opendir, readdir
 #include <glob.h>      // glob, globfree
-#include <sys/stat.h>  // stat
+#include <sys/stat.h>  // stat, lstat
 
 #include <algorithm>  // std::sort, std::max
 #include <charconv>   // std::from_chars for range bounds
-#include <cstring>    // std::memcmp
+#include <cerrno>     // ELOOP, ENOENT: why a listed shard is absent
+#include <cstring>    // std::memcmp, std::strerror
 #include <fstream>    // list files
 #include <string_view>
 
@@ -162,6 +163,19 @@ bool exists(const std::string& path) {
   return ::stat(path.c_str(), &info) == 0;
 }
 
+// Why stat found nothing at a listed path: a link whose target is gone or
+// that loops reads as "does not exist" to a user who can see the link.
+std::string why_absent(const std::string& path) {
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0) return "exists";
+  const int stat_errno = errno;
+  if (stat_errno == ELOOP) return "is a symbolic link loop";
+  if (stat_errno == ENOENT && ::lstat(path.c_str(), &info) == 0 && S_ISLNK(info.st_mode))
+    return "is a symbolic link to nothing (its target does not exist)";
+  if (stat_errno == ENOENT || stat_errno == ENOTDIR) return "does not exist";
+  return std::string("cannot be reached: ") + std::strerror(stat_errno);
+}
+
 // Shards and list files are read whole: a FIFO would block the open, and a
 // device (/dev/zero, /dev/urandom, or a link to one) would never end. stat
 // follows links, so a link to a regular file is one.
@@ -260,7 +274,7 @@ std::vector<std::string> resolve_shard_list(const std::string& spec) {
       require_regular_file(path, "shard");
       shards.push_back(path);
     } else {
-      missing.push_back("shard " + path + " does not exist");
+      missing.push_back("shard " + path + " " + why_absent(path));
     }
   };
   for (const std::string& item : split_items(spec)) {

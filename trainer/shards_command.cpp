@@ -81,13 +81,36 @@ std::pair<int64_t, int64_t> parse_mean_spread(const std::string& text, const std
 }
 
 // Output directories are created up front, so a path the user cannot write
-// is a user error naming the option, not a failure halfway through.
-void prepare_output_directory(const std::string& dir, const std::string& option) {
-  std::error_code error;
-  fs::create_directories(dir, error);
-  if (error) user_error(option + " " + dir + ": cannot create the directory: " + error.message());
-  if (access(dir.c_str(), W_OK) != 0) user_error(option + " " + dir + ": the directory is not writable");
-}
+// is a user error naming the option, not a failure halfway through. The
+// folders made for it are removed again, if still empty, when the command
+// fails before writing into them: a mistyped INPUT_DIR, an input with no
+// files or a full disk leaves no empty folder behind.
+class OutputDirectory {
+ public:
+  OutputDirectory(const std::string& dir, const std::string& option) {
+    std::error_code error;
+    for (fs::path p = fs::absolute(dir, error); !error && !p.empty() && !fs::exists(p, error);
+         p = p.parent_path()) {
+      created_.push_back(p);  // deepest first
+      if (p == p.parent_path()) break;
+    }
+    error.clear();
+    fs::create_directories(dir, error);
+    if (error) user_error(option + " " + dir + ": cannot create the directory: " + error.message());
+    if (access(dir.c_str(), W_OK) != 0) user_error(option + " " + dir + ": the directory is not writable");
+  }
+  OutputDirectory(const OutputDirectory&) = delete;
+  OutputDirectory& operator=(const OutputDirectory&) = delete;
+  ~OutputDirectory() {
+    std::error_code ignored;  // fs::remove removes a folder only while it is empty
+    for (const fs::path& p : created_) fs::remove(p, ignored);
+  }
+  // The command succeeded: whatever it made stays.
+  void keep() { created_.clear(); }
+
+ private:
+  std::vector<fs::path> created_;
+};
 
 // Progress on stderr: a bar redrawn in place on a terminal; in a batch log
 // a plain line every 10 s, so short runs leave the log clean.
@@ -309,7 +332,7 @@ int ShardsCommand::run_synth() {
   // Options first (they name what is wrong), then the directory: a bad
   // option leaves no empty directory behind.
   check_synth_options(options);
-  prepare_output_directory(a.out, "--out");
+  OutputDirectory out_dir(a.out, "--out");
 
   const Clock::time_point start = Clock::now();
   SynthResult result;
@@ -317,6 +340,7 @@ int ShardsCommand::run_synth() {
     ProgressDisplay display("shards synth");
     result = synthesize_shards(options, display.callback());
   }
+  out_dir.keep();
   const double seconds = seconds_since(start);
   print_summary_line("shards", shard_range(result.paths));
   print_summary_line("samples", std::to_string(result.samples));
@@ -349,7 +373,7 @@ int ShardsCommand::run_pack() {
   // Before the output folder is made: not a folder left inside INPUT_DIR.
   check_pack_destination(options);
   const std::string dir = fs::path(options.out_pattern).parent_path().string();
-  prepare_output_directory(dir.empty() ? "." : dir, "--out");
+  OutputDirectory out_dir(dir.empty() ? "." : dir, "--out");
 
   const Clock::time_point start = Clock::now();
   PackResult result;
@@ -357,6 +381,7 @@ int ShardsCommand::run_pack() {
     ProgressDisplay display("shards pack");
     result = pack_directory(options, display.callback());
   }
+  out_dir.keep();
   const double seconds = seconds_since(start);
   print_summary_line("shards", shard_range(result.paths));
   print_summary_line("samples", std::to_string(result.samples));

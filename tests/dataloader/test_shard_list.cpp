@@ -1,6 +1,7 @@
 // Shard lists: brace expansion as webdataset's braceexpand does it, globs,
 // directories, list files, and errors that name what is missing.
 #include <gtest/gtest.h>
+#include <unistd.h>  // symlink
 
 #include <string>
 #include <vector>
@@ -99,6 +100,19 @@ TEST_F(ShardList, MissingShardsAreNamedAndCounted) {
   write_file(at("list.txt"), "train-000.tar\ngone.tar\n");
   EXPECT_NE(config_error_of(at("list.txt")).find(at("gone.tar") + " does not exist (1 of 2"),
             std::string::npos);
+}
+
+TEST_F(ShardList, LinksThatLeadNowhereSayWhy) {
+  // The user can see these names in ls: "does not exist" would be wrong.
+  ASSERT_EQ(::symlink("gone.tar", at("dangling.tar").c_str()), 0);
+  EXPECT_EQ(config_error_of(at("dangling.tar")),
+            "data.shards: shard " + at("dangling.tar") +
+                " is a symbolic link to nothing (its target does not exist) (1 of 1 listed shards are missing)");
+  ASSERT_EQ(::symlink("loop-b.tar", at("loop-a.tar").c_str()), 0);
+  ASSERT_EQ(::symlink("loop-a.tar", at("loop-b.tar").c_str()), 0);
+  EXPECT_EQ(config_error_of(at("loop-a.tar")),
+            "data.shards: shard " + at("loop-a.tar") +
+                " is a symbolic link loop (1 of 1 listed shards are missing)");
 }
 
 TEST_F(ShardList, EmptyListsAreConfigErrors) {

@@ -514,7 +514,22 @@ TEST_F(ShardTools, CommandLineUserErrorsExit2WithOneLineNamingTheOption) {
     for (const std::string& word : c.named)
       EXPECT_NE(result.err.find(word), std::string::npos) << c.args << ": " << result.err;
   }
-  EXPECT_FALSE(fs::exists(dir_ + "/o/train-000000.tar"));
+  // Nothing was written, so not even the folder --out named is left.
+  EXPECT_FALSE(fs::exists(dir_ + "/o"));
+}
+
+TEST_F(ShardTools, CommandLinePackThatFailsLeavesNoEmptyFolders) {
+  fs::create_directories(dir_ + "/empty-input");
+  fs::create_directories(dir_ + "/kept");
+  for (const std::string& input : {dir_ + "/nowhere", dir_ + "/empty-input"}) {
+    const CommandResult result =
+        run_command(binary() + " shards pack " + input + " --out " + dir_ + "/new/deeper/shards");
+    EXPECT_EQ(result.exit_code, 2) << input << "\n" << result.err;
+    EXPECT_FALSE(fs::exists(dir_ + "/new")) << input << ": every folder it made is removed again";
+    const CommandResult into_existing = run_command(binary() + " shards pack " + input + " --out " + dir_ + "/kept");
+    EXPECT_EQ(into_existing.exit_code, 2) << input << "\n" << into_existing.err;
+    EXPECT_TRUE(fs::is_directory(dir_ + "/kept")) << input << ": a folder that was there stays";
+  }
 }
 
 // Special files: verify must not block opening a FIFO nor read a device
@@ -541,7 +556,7 @@ TEST_F(ShardTools, CommandLineSynthBeyondTheFreeSpaceExits3) {
   EXPECT_EQ(count_lines(result.err), 1) << result.err;
   EXPECT_NE(result.err.find("need about"), std::string::npos) << result.err;
   EXPECT_NE(result.err.find("available"), std::string::npos) << result.err;
-  EXPECT_FALSE(fs::exists(dir_ + "/big/train-000000.tar"));
+  EXPECT_FALSE(fs::exists(dir_ + "/big")) << "the folder made for --out is removed again while empty";
 }
 
 // A `shards synth` of 1000 shards into `out`, sent `signal_number` once a
