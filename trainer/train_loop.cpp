@@ -538,11 +538,16 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     summary.mfu = summary.achieved_flops_per_s / summary.datasheet_peak_flops_per_s;
   const SourceStats read = source.stats();
   summarize_storage_read(read, seconds_between(run_begin, previous_end), comm, summary);
-  if (read.samples_skipped + read.shards_skipped > 0) {
-    std::string first = read.skip_messages.empty() ? "" : "; first: " + read.skip_messages.front();
-    outcome.warnings.push_back("data.on_corrupt=skip left out " + std::to_string(read.samples_skipped) +
-                               " corrupt sample(s) and " + std::to_string(read.shards_skipped) +
-                               " shard(s) on this rank" + first);
+  // The totals are every rank's (as in the result JSON); rank 0 prints
+  // this, so its own count and first message are told apart from them.
+  if (summary.samples_skipped + summary.shards_skipped > 0) {
+    std::string line = "data.on_corrupt=skip left out " + std::to_string(summary.samples_skipped) +
+                       " corrupt sample(s) and " + std::to_string(summary.shards_skipped) + " shard(s)";
+    if (world > 1)
+      line += " over " + std::to_string(world) + " ranks (this rank: " + std::to_string(read.samples_skipped) +
+              " and " + std::to_string(read.shards_skipped) + ")";
+    if (!read.skip_messages.empty()) line += "; first: " + read.skip_messages.front();
+    outcome.warnings.push_back(line);
   }
 
   summary.bottleneck = instrument ? bottleneck_line(summary) : "";

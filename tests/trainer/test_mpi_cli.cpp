@@ -200,5 +200,32 @@ TEST(MpiCli, OneRanksOwnFailureEndsTheJobAtOnceWithItsMessage) {
   EXPECT_LT(seconds, 60.0) << "not the collective timeout (300 s)";
 }
 
+// data.on_corrupt=skip on two ranks: the warning rank 0 prints gives the
+// job's totals, the same as the result JSON's, and rank 0's own share apart.
+// It gave rank 0's count alone, and nothing when only rank 1 skipped.
+TEST(MpiCli, SkippedShardsAreCountedOverAllRanksInTheWarning) {
+  testing::TempDir dir("test_mpi_cli");
+  const std::string shards = dir.file("shards");
+  const CommandResult synth = run_command(std::string(TRAINBENCH_BINARY) + " shards synth --out " + shards +
+                                          " --count 4 --samples 10 --vocab 512 --tokens 100:50");
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  for (const char* junk : {"/junk-a.tar", "/junk-b.tar"}) std::ofstream(shards + junk) << std::string(5000, 'x');
+  const CommandResult r = run_command("timeout 120 " + kMpirun + "-np 2 " + TRAINBENCH_BINARY +
+                                      " run tiny --steps 16 --set data.readers=1 --set data.on_corrupt=skip"
+                                      " --set checkpoint.every_steps=0 --set data.shards=" + shards +
+                                      " --out " + dir.file("r.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("r.json")));
+  const int64_t samples = result["summary"]["storage_read"]["samples_skipped"].get<int64_t>();
+  const int64_t shards_skipped = result["summary"]["storage_read"]["shards_skipped"].get<int64_t>();
+  ASSERT_GE(shards_skipped, 2) << "each junk shard is read at least once";
+  const std::string totals = "left out " + std::to_string(samples) + " corrupt sample(s) and " +
+                             std::to_string(shards_skipped) + " shard(s) over 2 ranks (this rank: ";
+  int warned = 0;
+  for (const auto& w : result["warnings"]) warned += w.get<std::string>().find(totals) != std::string::npos;
+  EXPECT_EQ(warned, 1) << totals << "\n" << result["warnings"].dump();
+  EXPECT_NE(r.out.find(totals), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace trainbench
