@@ -12,8 +12,9 @@
 #include <cstdint>     // int64_t
 #include <functional>  // GradientsReadyFn
 #include <memory>      // std::unique_ptr from make_engine
-#include <stdexcept>   // std::invalid_argument from check_batch_shape
+#include <stdexcept>   // std::invalid_argument from check_batch
 #include <string>      // EngineOptions::device
+#include <utility>     // std::pair in check_batch
 #include <vector>      // EngineOptions::frozen
 
 #include "kernels/model_shape.h"  // ModelShape, ParameterLayout
@@ -108,12 +109,24 @@ void check_state_pointers(const char* call, const std::vector<StateTensor>& tens
 // grows as a suffix — exactly what DDP-style reverse-order buckets need.
 using GradientsReadyFn = std::function<void(int64_t ready_from)>;
 
-// Throws std::invalid_argument unless the batch is [micro_batch, seq_len].
-inline void check_batch_shape(const TokenBatch& batch, int64_t micro_batch, int64_t seq_len) {
+// Throws std::invalid_argument unless the batch is [micro_batch, seq_len]
+// and every input and target id is in [0, vocab). An id outside it would
+// read past the embedding or the logits row (on a GPU, with no fault); the
+// loader checks the ids it decodes, this guards every other caller.
+inline void check_batch(const TokenBatch& batch, int64_t micro_batch, int64_t seq_len, int64_t vocab) {
   if (batch.batch != micro_batch || batch.seq_len != seq_len)
     throw std::invalid_argument("batch is [" + std::to_string(batch.batch) + ", " +
                                 std::to_string(batch.seq_len) + "], engine expects [" +
                                 std::to_string(micro_batch) + ", " + std::to_string(seq_len) + "]");
+  const int64_t n = micro_batch * seq_len;
+  for (const auto& [ids, name] : {std::pair{batch.inputs, "input"}, std::pair{batch.targets, "target"}}) {
+    if (ids == nullptr) throw std::invalid_argument(std::string("batch has no ") + name + " ids");
+    for (int64_t i = 0; i < n; ++i)
+      if (ids[i] < 0 || ids[i] >= vocab)
+        throw std::invalid_argument(std::string(name) + " token " + std::to_string(ids[i]) + " at row " +
+                                    std::to_string(i) + " is outside the vocabulary [0, " +
+                                    std::to_string(vocab) + ")");
+  }
 }
 
 class TrainingEngine {

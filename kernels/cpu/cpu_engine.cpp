@@ -246,7 +246,7 @@ void CpuEngine::get_logits(float* host) const {
 }
 
 void CpuEngine::forward(const TokenBatch& batch) {
-  check_batch_shape(batch, micro_batch_, shape_.seq_len);
+  check_batch(batch, micro_batch_, shape_.seq_len, shape_.vocab);
   // The thread count is process-wide OpenMP state; the per-thread scratch
   // was sized for threads_, so re-assert it on entry.
   omp_set_num_threads(threads_);
@@ -322,7 +322,7 @@ void CpuEngine::forward(const TokenBatch& batch) {
 
 void CpuEngine::backward(const TokenBatch& batch, float loss_scale,
                          const GradientsReadyFn& on_gradients_ready) {
-  check_batch_shape(batch, micro_batch_, shape_.seq_len);
+  check_batch(batch, micro_batch_, shape_.seq_len, shape_.vocab);
   if (!logits_valid_) throw std::logic_error("backward without a preceding forward");
   omp_set_num_threads(threads_);
   ComputeTimer timer(compute_seconds_, compute_timing_, op_timer_);

@@ -687,7 +687,7 @@ void CudaEngine::attention_backward(const LayerActivations& a) {
 }
 
 void CudaEngine::forward(const TokenBatch& batch) {
-  check_batch_shape(batch, micro_batch_, shape_.seq_len);
+  check_batch(batch, micro_batch_, shape_.seq_len, shape_.vocab);
   upload_tokens(batch);
   begin_compute();
   const ModelShape& s = shape_;
@@ -798,7 +798,7 @@ void CudaEngine::get_logits(float* host) const {
 
 void CudaEngine::backward(const TokenBatch& batch, float loss_scale,
                           const GradientsReadyFn& on_gradients_ready) {
-  check_batch_shape(batch, micro_batch_, shape_.seq_len);
+  check_batch(batch, micro_batch_, shape_.seq_len, shape_.vocab);
   if (!logits_valid_) throw std::logic_error("backward without a preceding forward");
   if (batch.inputs != staged_inputs_)
     throw std::logic_error("backward must follow the forward of the same batch");

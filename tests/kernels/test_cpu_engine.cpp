@@ -147,6 +147,30 @@ TEST(CpuEngine, RejectsABatchOfTheWrongShape) {
   EXPECT_THROW(engine.forward(wrong), std::invalid_argument);
 }
 
+// An id outside the vocabulary would index past the embedding or the logits
+// row; the engines refuse it whichever of inputs or targets holds it.
+TEST(CpuEngine, RejectsIdsOutsideTheVocabulary) {
+  const EngineOptions o = tiny_options();
+  cpu::CpuEngine engine(o);
+  const Tokens t = random_tokens(o, 1);
+  const int64_t n = o.micro_batch * o.shape.seq_len;
+  for (const bool in_targets : {false, true}) {
+    for (const int32_t bad : {static_cast<int32_t>(o.shape.vocab), -1}) {
+      Tokens bad_tokens = t;
+      (in_targets ? bad_tokens.targets : bad_tokens.inputs)[static_cast<size_t>(n - 1)] = bad;
+      try {
+        engine.forward(bad_tokens.batch(o));
+        ADD_FAILURE() << "id " << bad << " in the " << (in_targets ? "targets" : "inputs") << " was taken";
+      } catch (const std::invalid_argument& e) {
+        const std::string expected = std::string(in_targets ? "target" : "input") + " token " +
+                                     std::to_string(bad) + " at row " + std::to_string(n - 1) +
+                                     " is outside the vocabulary [0, " + std::to_string(o.shape.vocab) + ")";
+        EXPECT_EQ(e.what(), expected);
+      }
+    }
+  }
+}
+
 TEST(CpuEngine, MemoryPlanMatchesTheAllocation) {
   const EngineOptions o = tiny_options();
   const MemoryPlan plan = cpu::plan_cpu_memory(o);
