@@ -190,7 +190,8 @@ class TrainingEngine {
   virtual void zero_gradients() = 0;
   virtual void forward(const TokenBatch& batch) = 0;
   // Mean cross-entropy of the last forward, before or after its backward
-  // (waits for that forward on a device backend).
+  // (waits for that forward on a device backend); std::logic_error before
+  // the first forward.
   virtual float last_loss() = 0;
   // Logits of the last forward, [batch·seq_len, vocab]; valid only between a
   // forward and the following backward (backward turns them into dlogits).
@@ -224,7 +225,9 @@ class TrainingEngine {
   // without it returns false here and nothing there.
   virtual bool set_op_timing(bool /*on*/) { return false; }
   virtual std::vector<OpTime> take_op_times() { return {}; }
-  // Blocks until all work issued so far has finished.
+  // Blocks until all compute work issued so far has finished. A state copy
+  // (begin_state_copy) is not waited for here: wait_state_copy does, and
+  // measures that wait as the checkpoint's stall.
   virtual void synchronize() = 0;
 
   // GEMM throughput in FLOP/s of this backend's training precision for

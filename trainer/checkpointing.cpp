@@ -105,8 +105,13 @@ Checkpointer::Checkpointer(const Config& config, std::string dir, TrainingEngine
 Checkpointer::~Checkpointer() {
   // A run that ends by an exception still lets the writer finish what it
   // has (BackgroundWriter's destructor drains), and a copy into staging
-  // must land before the staging is freed.
-  engine_.wait_state_copy();
+  // must land before the staging is freed. A destructor must not throw:
+  // after a sticky CUDA error the wait fails too, and the first error is
+  // the one already on its way to the user.
+  try {
+    engine_.wait_state_copy();
+  } catch (...) {
+  }
   writer_.reset();
 }
 

@@ -317,6 +317,7 @@ void CpuEngine::forward(const TokenBatch& batch) {
   double loss_sum = 0.0;
   for (int64_t i = 0; i < n; ++i) loss_sum += fa.losses[i];
   last_loss_ = static_cast<float>(loss_sum / static_cast<double>(n));
+  loss_computed_ = true;
   logits_valid_ = true;
 }
 

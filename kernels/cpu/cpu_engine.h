@@ -7,8 +7,9 @@
 #include <chrono>   // compute-time accounting
 #include <cstdint>  // int64_t
 #include <cstdlib>  // std::free for the aligned buffers
-#include <memory>   // std::unique_ptr
-#include <thread>   // the state-copy thread
+#include <memory>     // std::unique_ptr
+#include <stdexcept>  // std::logic_error from last_loss
+#include <thread>     // the state-copy thread
 #include <vector>   // per-layer views
 
 #include "kernels/engine.h"     // TrainingEngine, EngineOptions
@@ -112,7 +113,10 @@ class CpuEngine : public TrainingEngine {
 
   void zero_gradients() override;
   void forward(const TokenBatch& batch) override;
-  float last_loss() override { return last_loss_; }
+  float last_loss() override {
+    if (!loss_computed_) throw std::logic_error("last_loss: no forward yet");  // as the CUDA engine
+    return last_loss_;
+  }
   void get_logits(float* host) const override;
   void backward(const TokenBatch& batch, float loss_scale,
                 const GradientsReadyFn& on_gradients_ready) override;
@@ -179,6 +183,7 @@ class CpuEngine : public TrainingEngine {
   int64_t grad_ready_from_head_ = 0;  // final norm + LM head
 
   float last_loss_ = 0.0f;
+  bool loss_computed_ = false;
   bool logits_valid_ = false;
   double compute_seconds_ = 0.0;
   bool compute_timing_ = true;

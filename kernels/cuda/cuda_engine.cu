@@ -3,8 +3,9 @@
 #include <algorithm>  // std::min, std::max
 #include <chrono>     // wait_state_copy's blocked time
 #include <cmath>      // std::sqrt, std::pow
-#include <cstdio>     // std::snprintf
+#include <cstdio>     // std::snprintf, std::fprintf
 #include <cstring>    // std::memcpy
+#include <exception>  // std::uncaught_exceptions in release_host
 #include <stdexcept>  // std::invalid_argument, std::logic_error
 #include <string>
 #include <vector>
@@ -431,8 +432,20 @@ void* CudaEngine::allocate_host(size_t bytes) {
   return memory;
 }
 
+// Called from destructors (the loader's batch slots, the checkpoint
+// staging), also while the exception of a failed CUDA call unwinds. After a
+// sticky error (an illegal address, an Xid) every call fails again, and a
+// throw here would end the process in std::terminate, not in exit 3 with the
+// first error. So a failure is told once on stderr, and only when no
+// exception is on its way out already.
 void CudaEngine::release_host(void* memory) {
-  if (memory != nullptr) TRAINBENCH_CUDA_CHECK(cudaFreeHost(memory));
+  if (memory == nullptr) return;
+  const cudaError_t status = cudaFreeHost(memory);
+  if (status == cudaSuccess) return;
+  (void)cudaGetLastError();
+  if (std::uncaught_exceptions() == 0)
+    std::fprintf(stderr, "trainbench: warning: cudaFreeHost failed: %s (%s)\n", cudaGetErrorName(status),
+                 cudaGetErrorString(status));
 }
 
 // Host batch → pinned staging → device on the copy stream. The loader's
@@ -772,10 +785,14 @@ void CudaEngine::forward(const TokenBatch& batch) {
   TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(losses_host_.get(), fa.losses, sizeof(float) * n,
                                         cudaMemcpyDeviceToHost, stream));
   TRAINBENCH_CUDA_CHECK(cudaEventRecord(losses_ready_, stream));
+  losses_recorded_ = true;
   logits_valid_ = true;
 }
 
 float CudaEngine::last_loss() {
+  // An event never recorded counts as complete: without a forward the sum
+  // below would read the pinned buffer's uninitialised bytes.
+  if (!losses_recorded_) throw std::logic_error("last_loss: no forward yet");
   TRAINBENCH_CUDA_CHECK(cudaEventSynchronize(losses_ready_));
   const int64_t n = micro_batch_ * shape_.seq_len;
   double sum = 0.0;
@@ -1007,14 +1024,22 @@ void CudaEngine::begin_state_copy(const std::vector<void*>& destinations) {
   TRAINBENCH_CUDA_CHECK(cudaEventRecord(state_copy_start_, compute_stream_));
   TRAINBENCH_CUDA_CHECK(cudaStreamWaitEvent(state_copy_stream_, state_copy_start_, 0));
   const std::vector<void*> buffers = state_buffers();
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (tensors[i].bytes > 0)
-      TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(destinations[i], buffers[i],
-                                            static_cast<size_t>(tensors[i].bytes),
-                                            cudaMemcpyDeviceToHost, state_copy_stream_));
-  TRAINBENCH_CUDA_CHECK(cudaEventRecord(state_copy_done_, state_copy_stream_));
+  // From the first copy on, the copy is in flight: if a later enqueue fails,
+  // the copies already queued must still be waited for (wait_state_copy, the
+  // Checkpointer's destructor) before their destinations are freed.
   state_copy_in_flight_ = true;
   compute_waits_for_state_copy_ = true;
+  try {
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (tensors[i].bytes > 0)
+        TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(destinations[i], buffers[i],
+                                              static_cast<size_t>(tensors[i].bytes),
+                                              cudaMemcpyDeviceToHost, state_copy_stream_));
+  } catch (...) {
+    (void)cudaEventRecord(state_copy_done_, state_copy_stream_);  // after what was queued
+    throw;
+  }
+  TRAINBENCH_CUDA_CHECK(cudaEventRecord(state_copy_done_, state_copy_stream_));
 }
 
 double CudaEngine::wait_state_copy() {

@@ -255,6 +255,7 @@ class CudaEngine final : public TrainingEngine {
   int64_t token_groups_ = 0;                 // groups of the staged inputs (tokens_ after 2·n)
   std::vector<int32_t> token_group_scratch_;  // vocab entries for group_rows_by_token
   bool logits_valid_ = false;
+  bool losses_recorded_ = false;  // losses_ready_ has been recorded by a forward
 };
 
 }  // namespace trainbench::cuda

@@ -780,6 +780,10 @@ void rmsnorm_backward(bf16* d_in, float* d_weight, const bf16* d_out, const bf16
                       const bf16* weight, const float* rstd, int64_t n, int64_t d, float* scratch,
                       cudaStream_t stream) {
   if (n == 0 || d == 0) return;
+  // The gain's gradient is summed from per-block partials in `scratch`
+  // (rmsnorm_backward_scratch_floats): without it the kernel writes through null.
+  if (d_weight != nullptr && scratch == nullptr)
+    throw std::invalid_argument("rmsnorm_backward: a gain gradient needs scratch");
   const int64_t blocks = rmsnorm_backward_blocks(n);
   float* partials = d_weight != nullptr ? scratch : nullptr;
   rmsnorm_backward_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(

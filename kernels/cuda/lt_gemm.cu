@@ -236,9 +236,11 @@ class TimingEvents {
 // Spins one thread for about `ns` nanoseconds of the GPU's global timer
 // (PTX %globaltimer), keeping the stream busy while the host queues what
 // follows it. At most kMaxSleeps naps of ~1 µs whatever the timer says: the
-// hold only helps the timing, and must never hang a run.
+// hold only helps the timing, and must never hang a run. A nap may end
+// anywhere from at once to twice what is asked, so the cap is ten times the
+// naps a 500 µs hold needs, not twice: at most ~40 ms.
 __global__ void hold_stream_kernel(unsigned long long ns) {
-  constexpr int kMaxSleeps = 2000;
+  constexpr int kMaxSleeps = 20000;
   unsigned long long start, now;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
   int sleeps = 0;

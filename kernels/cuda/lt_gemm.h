@@ -17,6 +17,11 @@
 // algorithms nor count as a saving. Timing is what makes the choice differ
 // from run to run, so it is for runs that need not repeat bit for bit
 // (train.deterministic=false); every algorithm is itself deterministic.
+//
+// One LtGemm serves one stream at a time, from one thread: every call uses
+// its one workspace (cuBLASLt's split-K keeps counters there) and its cache
+// has no lock. The engine issues all its GEMMs on the compute stream; a
+// second stream needs its own LtGemm.
 #pragma once
 
 #include <cublasLt.h>      // cublasLtHandle_t, descriptors, cublasLtMatmul

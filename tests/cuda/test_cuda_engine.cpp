@@ -622,6 +622,22 @@ TEST_F(CudaEngineTest, DeviceGradientsAreReadCompleteByAStreamWaitingForACompute
 
 // ---- accounting ----
 
+// What the CPU engine does with the same calls: no loss before a forward
+// (an unrecorded event reads as complete, and the pinned losses were never
+// written), and an id outside the vocabulary refused before any copy.
+TEST_F(CudaEngineTest, NoLossBeforeAForwardAndIdsOutsideTheVocabularyRefused) {
+  const EngineOptions options = multi_head_options("cuda");
+  std::unique_ptr<TrainingEngine> cuda = make_engine(options);
+  cuda->init_parameters(1);
+  EXPECT_THROW(cuda->last_loss(), std::logic_error);
+  Tokens t = random_tokens(options, 8);
+  t.targets.back() = static_cast<int32_t>(options.shape.vocab);
+  EXPECT_THROW(cuda->forward(t.batch(options)), std::invalid_argument);
+  t.targets.back() = 0;
+  cuda->forward(t.batch(options));
+  EXPECT_TRUE(std::isfinite(cuda->last_loss()));
+}
+
 TEST_F(CudaEngineTest, ComputeTimeIsPositiveAfterAStep) {
   const EngineOptions options = multi_head_options("cuda");
   std::unique_ptr<TrainingEngine> cuda = make_engine(options);

@@ -149,6 +149,11 @@ TEST(CpuEngine, RejectsABatchOfTheWrongShape) {
 
 // An id outside the vocabulary would index past the embedding or the logits
 // row; the engines refuse it whichever of inputs or targets holds it.
+TEST(CpuEngine, HasNoLossBeforeItsFirstForward) {
+  cpu::CpuEngine engine(tiny_options());
+  EXPECT_THROW(engine.last_loss(), std::logic_error);
+}
+
 TEST(CpuEngine, RejectsIdsOutsideTheVocabulary) {
   const EngineOptions o = tiny_options();
   cpu::CpuEngine engine(o);
