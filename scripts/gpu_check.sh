@@ -11,8 +11,9 @@
 #   GPU_CHECK_SKIP_PROFILE=1 ...    # without the per-op breakdown of each preset's step
 #   GPU_CHECK_SKIP_EXTRAS=1 ...     # only build, tests, ceiling, presets, PyTorch and the ratios
 #   GPU_CHECK_EXTRAS_ONLY=1 ...     # only the build and the extra rows (a second call)
+#   GPU_CHECK_DEADLINE_S=470 ...    # the whole script's time (8 min less 10 s); steps past it are cut or skipped
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-out/gpu_check}
 mkdir -p "$out"
 build=${GPU_CHECK_BUILD_DIR:-build-gpu}
@@ -28,6 +29,35 @@ row() {
 }
 elapsed() { echo "$(( $(date +%s) - started ))s"; }
 
+# A deadline for the whole script, GPU_CHECK_DEADLINE_S seconds from its
+# start (default 470: the issue's "under 8 minutes", with the device tool's
+# call limit above it). Every step runs
+# under `bounded`: at most its own cap and at most the time left, so one hung
+# step (a GPU test, a run, the ceiling tool) cannot take the table with it.
+# A step with no time left is not started and its row says so.
+deadline_s=${GPU_CHECK_DEADLINE_S:-470}
+deadline=$(( started + deadline_s ))
+# bounded CAP COMMAND...: COMMAND under timeout(1), which signals its whole
+# process group (a test's children too): SIGTERM after at most CAP seconds
+# and at most the time left less 20 s for the rows after it, SIGKILL 10 s
+# later. Exit 124 or 137 when cut, 200 when not started.
+bounded() {
+  local cap=$1 left
+  shift
+  left=$(( deadline - $(date +%s) - 20 ))
+  if [ "$left" -lt 15 ]; then return 200; fi
+  if [ "$cap" -gt "$left" ]; then cap=$left; fi
+  timeout -k 10 "$cap" "$@"
+}
+# failure STATUS LOG: the row's words for a step that did not succeed.
+failure() {
+  case $1 in
+    200) echo "SKIPPED: too little left of GPU_CHECK_DEADLINE_S=${deadline_s} at $(elapsed)" ;;
+    124 | 137) echo "TIMED OUT (exit $1, at $(elapsed)): $(tail -1 "$2" 2> /dev/null)" ;;
+    *) echo "FAILED (exit $1): $(tail -1 "$2" 2> /dev/null)" ;;
+  esac
+}
+
 echo "== gpu_check: $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)" | tee "$out/summary.txt"
 if command -v nvidia-smi > /dev/null; then
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
@@ -39,12 +69,12 @@ fi
 # Dependencies the device image may lack: carried as .device/debs (see
 # scripts/device_deps.sh), unpacked here for this machine's paths.
 if [ -d .device/debs ]; then
-  if bash scripts/device_deps.sh install > "$out/device_deps.log" 2>&1; then
+  if bounded 120 bash scripts/device_deps.sh install > "$out/device_deps.log" 2>&1; then
     # shellcheck disable=SC1091
     source .device/env.sh
     row "dependencies" "unpacked from .device/debs"
   else
-    row "dependencies" "FAILED: $(tail -1 "$out/device_deps.log")"
+    row "dependencies" "$(failure $? "$out/device_deps.log")"
   fi
 fi
 
@@ -95,13 +125,16 @@ if [ -z "${CUDNN_ROOT:-}" ] && [ ! -f /usr/local/cuda/include/cudnn.h ]; then
 fi
 
 # 1. Build for Hopper only: half the compile time of the default 80;90.
+# Each GPU test gets GPU_CHECK_TEST_TIMEOUT seconds (its TIMEOUT property:
+# ctest --timeout does not override it).
 configure() {
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINBENCH_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90 "$@" > "$out/configure.log" 2>&1
+  bounded 120 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINBENCH_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DTRAINBENCH_GPU_TEST_TIMEOUT="${GPU_CHECK_TEST_TIMEOUT:-150}" "$@" \
+    > "$out/configure.log" 2>&1
 }
 # Only what this script runs (tests/CMakeLists.txt gpu_check_targets: the
 # CLI, the GPU tests, the ceiling tool), not the CPU-only suites.
-compile() { cmake --build "$build" -j "$(nproc)" --target gpu_check_targets > "$out/build.log" 2>&1; }
+compile() { bounded 420 cmake --build "$build" -j "$(nproc)" --target gpu_check_targets > "$out/build.log" 2>&1; }
 # Nothing after the build can run without it: the logs' tails, the table, exit 1.
 stop_after_failed_build() {
   row "build (sm_90)" "$1"
@@ -138,16 +171,21 @@ row "cuDNN attention" "$(grep -o 'cuDNN attention: .*' "$out/version.txt" | cut 
 if [ -z "${GPU_CHECK_EXTRAS_ONLY:-}" ]; then
 
 # 2. CUDA tests (label gpu): they must run here, not skip.
-(cd "$build" && ctest -L gpu -j 4 --output-on-failure --timeout "${GPU_CHECK_TEST_TIMEOUT:-150}") > "$out/ctest_gpu.log" 2>&1
+bounded "${GPU_CHECK_TESTS_TIMEOUT:-300}" ctest --test-dir "$build" -L gpu -j 4 --output-on-failure \
+  > "$out/ctest_gpu.log" 2>&1
+ctest_status=$?
 gpu_tests=$(grep -E "tests passed|tests failed" "$out/ctest_gpu.log" | tail -1)
+[ -n "$gpu_tests" ] || gpu_tests=$(failure $ctest_status "$out/ctest_gpu.log")
 skipped=$(grep -c "(Skipped)" "$out/ctest_gpu.log" || true)
 # On a GPU machine a skipped CUDA test means the GPU was not visible to it.
 row "CUDA tests" "${gpu_tests:-no result: see ctest_gpu.log} (skipped: $skipped, must be 0 on a GPU)"
 grep -E "^ *[0-9]+/[0-9]+ Test" "$out/ctest_gpu.log" | grep -vE " Passed " | head -20 >> "$out/table.txt"
 # PyTorch baseline's own training tests (PyTorch exists on GPU machines).
 if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
-  (cd "$build" && ctest -R torch_baseline --output-on-failure) > "$out/ctest_torch_baseline.log" 2>&1
-  row "torch_baseline.py tests" "$(grep -E 'tests passed|tests failed' "$out/ctest_torch_baseline.log" | tail -1)"
+  bounded 240 ctest --test-dir "$build" -R torch_baseline --output-on-failure > "$out/ctest_torch_baseline.log" 2>&1
+  torch_tests_status=$?
+  torch_tests=$(grep -E 'tests passed|tests failed' "$out/ctest_torch_baseline.log" | tail -1)
+  row "torch_baseline.py tests" "${torch_tests:-$(failure $torch_tests_status "$out/ctest_torch_baseline.log")}"
 fi
 
 # 2b. The NCCL communicator on one rank (world size 1, the local bootstrap):
@@ -156,7 +194,7 @@ fi
 # gpu above; run here on its own so that its log and row say what NCCL did.
 nccl_test="$build/tests/comm/test_nccl_communicator"
 if [ -x "$nccl_test" ]; then
-  timeout 120 "$nccl_test" > "$out/nccl_1rank.log" 2>&1
+  bounded 120 "$nccl_test" > "$out/nccl_1rank.log" 2>&1
   nccl_status=$?
   nccl_passed=$(grep -oE '^\[  PASSED  \] [0-9]+' "$out/nccl_1rank.log" | grep -oE '[0-9]+$')
   nccl_skipped=$(grep -oE '^\[  SKIPPED \] [0-9]+' "$out/nccl_1rank.log" | grep -oE '[0-9]+$')
@@ -166,7 +204,7 @@ if [ -x "$nccl_test" ]; then
   # One rank per GPU when the machine has several (optional: needs mpirun).
   gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
   if [ "${gpus:-0}" -ge 2 ] && command -v mpirun > /dev/null; then
-    timeout 300 mpirun -np "$gpus" --allow-run-as-root "$nccl_test" --gtest_filter='NcclCommunicatorTest.*' \
+    bounded 300 mpirun -np "$gpus" --allow-run-as-root "$nccl_test" --gtest_filter='NcclCommunicatorTest.*' \
       > "$out/nccl_${gpus}ranks.log" 2>&1
     row "NCCL comm ($gpus ranks)" "exit $? ($(grep -c '^\[       OK \]' "$out/nccl_${gpus}ranks.log") OK lines over all ranks)"
   fi
@@ -182,13 +220,13 @@ fi
 
 # 3. bf16 GEMM ceiling: a square GEMM and the Llama-3-8B MLP projection.
 ceiling_tool="$build/tests/cuda/cuda_gemm_ceiling"
-if "$ceiling_tool" 8192 8192 8192 16384 14336 4096 > "$out/gemm_ceiling.jsonl" 2> "$out/gemm_ceiling.err"; then
+if bounded 120 "$ceiling_tool" 8192 8192 8192 16384 14336 4096 > "$out/gemm_ceiling.jsonl" 2> "$out/gemm_ceiling.err"; then
   while read -r line; do
     row "bf16 GEMM ceiling $(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("%dx%dx%d" % (d["m"], d["n"], d["k"]))' "$line")" \
         "$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("%.0f TFLOP/s (%.0f%% of 989); with candidates timed %.0f TFLOP/s" % (d["flops_per_s"] / 1e12, 100 * d["flops_per_s"] / 989e12, d["timed_flops_per_s"] / 1e12))' "$line")"
   done < "$out/gemm_ceiling.jsonl"
 else
-  row "bf16 GEMM ceiling" "FAILED: $(head -1 "$out/gemm_ceiling.err")"
+  row "bf16 GEMM ceiling" "$(failure $? "$out/gemm_ceiling.err")"
 fi
 
 # 4. The GPU presets on trainbench's CUDA engine.
@@ -197,11 +235,11 @@ for preset in "${presets[@]}"; do
     row "trainbench $preset" "pending: this build has no CUDA engine ($(grep 'compute engines' "$out/version.txt"))"
     continue
   fi
-  if timeout "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run "$preset" --out "$out/$preset.json" > "$out/$preset.log" 2>&1; then
+  if bounded "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run "$preset" --out "$out/$preset.json" > "$out/$preset.log" 2>&1; then
     row "trainbench $preset" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, {:.1f}% of ceiling, data stall {:.1f}%, attention {} ({} backward), memory/GPU {:.1f} GiB".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), 100 * (s["mfu_vs_gemm_ceiling"] or 0), 100 * s["stall_shares"]["data_stall"], r["environment"]["attention"]["kernel"], "deterministic" if r["config"]["train"]["deterministic"] else "fastest", s["memory_per_rank"]["total_bytes"] / 2**30))' "$out/$preset.json")"
     row "trainbench $preset gemm" "$(python3 -c 'import json,sys; g=json.load(open(sys.argv[1]))["environment"]["gemm"]; print(g["algorithms"] + ": " + g["detail"])' "$out/$preset.json")"
   else
-    row "trainbench $preset" "FAILED (exit $?): $(tail -1 "$out/$preset.log")"
+    row "trainbench $preset" "$(failure $? "$out/$preset.log")"
   fi
 done
 
@@ -210,14 +248,14 @@ done
 # limit cuts the extra rows below; then the ratios and the targets.
 if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
   for preset in "${presets[@]}"; do
-    if timeout "${GPU_CHECK_TORCH_TIMEOUT:-180}" python3 scripts/torch_baseline.py --config "configs/$preset.yaml" --mode both --json \
+    if bounded "${GPU_CHECK_TORCH_TIMEOUT:-180}" python3 scripts/torch_baseline.py --config "configs/$preset.yaml" --mode both --json \
          > "$out/torch_$preset.jsonl" 2> "$out/torch_$preset.err"; then
       while read -r line; do
         row "pytorch $preset $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["mode"])' "$line")" \
             "$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["error"] if "error" in d else "{:,.0f} tokens/s".format(d["tokens_per_s"]))' "$line")"
       done < <(grep '^{' "$out/torch_$preset.jsonl")
     else
-      row "pytorch $preset" "FAILED: $(tail -1 "$out/torch_$preset.err")"
+      row "pytorch $preset" "$(failure $? "$out/torch_$preset.err")"
     fi
   done
 fi
@@ -265,7 +303,7 @@ if [ -z "${GPU_CHECK_SKIP_EXTRAS:-}" ]; then
 if $has_cuda_engine && [ -z "${GPU_CHECK_SKIP_PROFILE:-}" ]; then
   for preset in "${presets[@]}"; do
     ops_run=$preset-op-times
-    if timeout "${GPU_CHECK_PROFILE_TIMEOUT:-120}" "$build/trainbench" run "$preset" --steps 8 \
+    if bounded "${GPU_CHECK_PROFILE_TIMEOUT:-120}" "$build/trainbench" run "$preset" --steps 8 \
          --set train.warmup_steps=3 --set report.op_times=true --out "$out/$ops_run.json" > "$out/$ops_run.log" 2>&1; then
       row "$preset compute by op" "$(python3 -c '
 import json, sys
@@ -274,7 +312,7 @@ total = sum(ops.values())
 print("{:.1f} ms per step: ".format(1e3 * total) + ", ".join(
     "{} {:.1f} ms ({:.0f}%)".format(k, 1e3 * v, 100 * v / total) for k, v in sorted(ops.items(), key=lambda kv: -kv[1]) if v > 0))' "$out/$ops_run.json")"
     else
-      row "$preset compute by op" "FAILED (exit $?): $(tail -1 "$out/$ops_run.log")"
+      row "$preset compute by op" "$(failure $? "$out/$ops_run.log")"
     fi
   done
 fi
@@ -285,14 +323,14 @@ fi
 # GPT-2 lead over PyTorch is that padding alone.
 if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
   padded=torch_h200-gpt2-124m-padded
-  if timeout "${GPU_CHECK_TORCH_TIMEOUT:-180}" python3 scripts/torch_baseline.py --config configs/h200-gpt2-124m.yaml \
+  if bounded "${GPU_CHECK_TORCH_TIMEOUT:-180}" python3 scripts/torch_baseline.py --config configs/h200-gpt2-124m.yaml \
        --mode both --pad-vocab 64 --json > "$out/$padded.jsonl" 2> "$out/$padded.err"; then
     while read -r line; do
       row "pytorch h200-gpt2-124m $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["mode"])' "$line") vocab padded" \
           "$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["error"] if "error" in d else "{:,.0f} tokens/s ({} rows)".format(d["tokens_per_s"], d["vocab_rows"]))' "$line")"
     done < <(grep '^{' "$out/$padded.jsonl")
   else
-    row "pytorch h200-gpt2-124m vocab padded" "FAILED: $(tail -1 "$out/$padded.err")"
+    row "pytorch h200-gpt2-124m vocab padded" "$(failure $? "$out/$padded.err")"
   fi
 fi
 
@@ -305,11 +343,11 @@ main_attention=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))
                    "$out/h200-llama8b-4l.json" 2> /dev/null || echo "not run here")
 if $has_cuda_engine && [ "$main_attention" != gemm ]; then
   gemm_run=h200-llama8b-4l-gemm-attention
-  if timeout "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run h200-llama8b-4l --set train.attention=gemm \
+  if bounded "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run h200-llama8b-4l --set train.attention=gemm \
        --out "$out/$gemm_run.json" > "$out/$gemm_run.log" 2>&1; then
     row "trainbench h200-llama8b-4l gemm attn" "$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, memory/GPU {:.1f} GiB".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), s["memory_per_rank"]["total_bytes"] / 2**30))' "$out/$gemm_run.json")"
   else
-    row "trainbench h200-llama8b-4l gemm attn" "FAILED (exit $?): $(tail -1 "$out/$gemm_run.log")"
+    row "trainbench h200-llama8b-4l gemm attn" "$(failure $? "$out/$gemm_run.log")"
   fi
 
   # What bit-exact runs cost: each preset with cuDNN's deterministic
@@ -319,11 +357,11 @@ if $has_cuda_engine && [ "$main_attention" != gemm ]; then
   # SDPA). The GEMM attention is deterministic either way.
   for preset in "${presets[@]}"; do
     det_run=$preset-deterministic
-    if timeout "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run "$preset" --set train.deterministic=true \
+    if bounded "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run "$preset" --set train.deterministic=true \
          --out "$out/$det_run.json" > "$out/$det_run.log" 2>&1; then
       row "trainbench $preset deterministic" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, memory/GPU {:.1f} GiB, attention {}".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), s["memory_per_rank"]["total_bytes"] / 2**30, r["environment"]["attention"]["detail"]))' "$out/$det_run.json")"
     else
-      row "trainbench $preset deterministic" "FAILED (exit $?): $(tail -1 "$out/$det_run.log")"
+      row "trainbench $preset deterministic" "$(failure $? "$out/$det_run.log")"
     fi
   done
 fi
@@ -332,11 +370,11 @@ fi
 # base frozen in bf16 (what `trainbench plan` calls the LoRA row).
 if $has_cuda_engine; then
   lora_run=h200-llama8b-4l-lora
-  if timeout "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run h200-llama8b-4l --set train.mode=lora \
+  if bounded "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run h200-llama8b-4l --set train.mode=lora \
        --out "$out/$lora_run.json" > "$out/$lora_run.log" 2>&1; then
     row "trainbench h200-llama8b-4l lora" "$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, memory/GPU {:.1f} GiB, loss {:.3f} -> {:.3f}".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), s["memory_per_rank"]["total_bytes"] / 2**30, s["loss_first"], s["loss_last"]))' "$out/$lora_run.json")"
   else
-    row "trainbench h200-llama8b-4l lora" "FAILED (exit $?): $(tail -1 "$out/$lora_run.log")"
+    row "trainbench h200-llama8b-4l lora" "$(failure $? "$out/$lora_run.log")"
   fi
 fi
 
@@ -345,11 +383,11 @@ fi
 # (a sum over one rank moves nothing, so comm_s is the events' overhead).
 if grep -q "NCCL backend ON" "$out/configure.log"; then
   nccl_run=h200-gpt2-124m-nccl
-  if timeout 120 "$build/trainbench" run h200-gpt2-124m --steps 12 --set comm.backend=nccl \
+  if bounded 120 "$build/trainbench" run h200-gpt2-124m --steps 12 --set comm.backend=nccl \
        --out "$out/$nccl_run.json" > "$out/$nccl_run.log" 2>&1; then
     row "trainbench h200-gpt2-124m nccl" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, comm_s median {:.3g} ms, exposed {:.3g} ms, NCCL {}, checks {}".format(s["tokens_per_s"], 1e3 * s["comm_s"]["median"], 1e3 * s["comm_exposed_s"]["median"], r["environment"]["nccl"], "pass" if all(c["passed"] for c in r["checks"]) else "FAIL"))' "$out/$nccl_run.json")"
   else
-    row "trainbench h200-gpt2-124m nccl" "FAILED (exit $?): $(tail -1 "$out/$nccl_run.log")"
+    row "trainbench h200-gpt2-124m nccl" "$(failure $? "$out/$nccl_run.log")"
   fi
 else
   row "trainbench h200-gpt2-124m nccl" "not built: $(grep -o 'NCCL backend.*' "$out/configure.log" | head -1)"
@@ -362,11 +400,11 @@ gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
 if [ "${gpus:-0}" -ge 2 ] && command -v mpirun > /dev/null && grep -q "NCCL backend ON" "$out/configure.log" &&
    grep -q "MPI backend ON" "$out/configure.log"; then
   zero_run=h200-gpt2-124m-zero1
-  if timeout 180 mpirun -np "$gpus" --allow-run-as-root "$build/trainbench" run h200-gpt2-124m --steps 12 \
+  if bounded 180 mpirun -np "$gpus" --allow-run-as-root "$build/trainbench" run h200-gpt2-124m --steps 12 \
        --set comm.zero=1 --out "$out/$zero_run.json" > "$out/$zero_run.log" 2>&1; then
     row "trainbench h200-gpt2-124m zero1 ($gpus GPUs)" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, AdamW state {:.0f} of {:.0f} MiB per rank, checks {}".format(s["tokens_per_s"], s["optimizer_bytes_per_rank"] / 2**20, s["optimizer_bytes_unsharded"] / 2**20, "pass" if all(c["passed"] for c in r["checks"]) else "FAIL"))' "$out/$zero_run.json")"
   else
-    row "trainbench h200-gpt2-124m zero1 ($gpus GPUs)" "FAILED (exit $?): $(tail -1 "$out/$zero_run.log")"
+    row "trainbench h200-gpt2-124m zero1 ($gpus GPUs)" "$(failure $? "$out/$zero_run.log")"
   fi
 fi
 
@@ -378,7 +416,7 @@ if $has_cuda_engine; then
   # job does (the storage check needs the folder, and waits for a
   # checkpoint in flight before it measures): 1.74 GB every 200 steps, a few
   # in the minute.
-  timeout "${GPU_CHECK_BURNIN_TIMEOUT:-150}" "$build/trainbench" burnin h200-gpt2-124m --duration 1m \
+  bounded "${GPU_CHECK_BURNIN_TIMEOUT:-150}" "$build/trainbench" burnin h200-gpt2-124m --duration 1m \
     --set burnin.nvml_every_s=5 --set burnin.golden_every=50 --set burnin.health_every_s=20 \
     --set checkpoint.every_steps=200 \
     --set report.progress_every=0 --out "$out/burnin.json" > "$out/burnin.log" 2>&1
@@ -394,7 +432,7 @@ nvml = ("NVML {:.0f} samples, max {:.0f} C, max {:.0f} W, SM min {:.0f} MHz, ECC
 print("{} (exit {}): {} steps, {:,.0f} tokens/s, golden {} checks; {}{}".format(b["verdict"], sys.argv[2], b["steps"],
     r["summary"]["tokens_per_s"], b["golden"]["checks"], nvml, "; " + why[0] if why else ""))' "$out/burnin.json" "$burnin_status")"
   else
-    row "trainbench burnin 1m" "FAILED (exit $burnin_status): $(tail -1 "$out/burnin.log")"
+    row "trainbench burnin 1m" "$(failure "$burnin_status" "$out/burnin.log")"
   fi
 else
   row "trainbench burnin 1m" "pending: this build has no CUDA engine ($(grep 'compute engines' "$out/version.txt"))"
@@ -404,11 +442,11 @@ fi
 # untimed blocks of steps alternating in one process, the CUDA engine's
 # timing events included (trainbench bench instrument).
 if $has_cuda_engine; then
-  if timeout "${GPU_CHECK_INSTRUMENT_TIMEOUT:-90}" "$build/trainbench" bench instrument h200-gpt2-124m --pairs 20 \
+  if bounded "${GPU_CHECK_INSTRUMENT_TIMEOUT:-90}" "$build/trainbench" bench instrument h200-gpt2-124m --pairs 20 \
        --block-steps 5 --out "$out/instrument.json" > "$out/instrument.log" 2>&1; then
     row "trainbench bench instrument" "$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["instrumentation_cost"]; print("overhead {:+.2f}% median of {} pairs (95% {:+.2f} .. {:+.2f}%), untimed step {:.2f} ms".format(100 * c["overhead_median"], c["pairs"], 100 * c["overhead_ci95"][0], 100 * c["overhead_ci95"][1], 1e3 * c["untimed_step_s"]))' "$out/instrument.json")"
   else
-    row "trainbench bench instrument" "FAILED (exit $?): $(tail -1 "$out/instrument.log")"
+    row "trainbench bench instrument" "$(failure $? "$out/instrument.log")"
   fi
 fi
 
