@@ -9,6 +9,7 @@
 #   GPU_CHECK_SKIP_TORCH=1 ...      # without the PyTorch baseline and its tests
 #   GPU_CHECK_TESTS_ONLY=1 ...      # build and tests only
 #   GPU_CHECK_SKIP_PROFILE=1 ...    # without the per-op breakdown of each preset's step
+#   GPU_CHECK_SKIP_SANITIZER=1 ...  # without compute-sanitizer over the op tests
 #   GPU_CHECK_SKIP_EXTRAS=1 ...     # only build, tests, ceiling, presets, PyTorch and the ratios
 #   GPU_CHECK_EXTRAS_ONLY=1 ...     # only the build and the extra rows (a second call)
 #   GPU_CHECK_DEADLINE_S=470 ...    # the whole script's time (8 min less 10 s); steps past it are cut or skipped
@@ -296,7 +297,37 @@ fi  # sections 2-5
 # gap), after the comparison above; GPU_CHECK_SKIP_EXTRAS=1 leaves them out.
 if [ -z "${GPU_CHECK_SKIP_EXTRAS:-}" ]; then
 
-# 6a. Where each preset's GPU time goes, by kind of op (the issue 3 targets'
+# 6a. compute-sanitizer over the op tests: kernels written or changed since
+# the last GPU run were read, not run. memcheck finds out-of-bounds and
+# misaligned accesses, racecheck shared-memory races; the tests pass or fail
+# on values alone, so neither would show there. Where the image has it.
+if [ -z "${GPU_CHECK_SKIP_SANITIZER:-}" ]; then
+  sanitizer=$(command -v compute-sanitizer || true)
+  nvcc_dir=$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")
+  for candidate in "$nvcc_dir/compute-sanitizer" "$nvcc_dir/../compute-sanitizer/compute-sanitizer" \
+                   /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+    [ -z "$sanitizer" ] && [ -x "$candidate" ] && sanitizer=$candidate
+  done
+  if [ -z "$sanitizer" ]; then
+    row "compute-sanitizer" "not found (not on PATH nor beside nvcc): not run"
+  elif [ ! -x "$build/tests/cuda/test_cuda_ops" ]; then
+    row "compute-sanitizer" "not run: $build/tests/cuda/test_cuda_ops was not built"
+  else
+    for tool in memcheck racecheck; do
+      log=$out/sanitizer_$tool.log
+      bounded "${GPU_CHECK_SANITIZER_TIMEOUT:-120}" "$sanitizer" --tool "$tool" --error-exitcode 9 \
+        "$build/tests/cuda/test_cuda_ops" --gtest_filter='CudaOps.*' > "$log" 2>&1
+      status=$?
+      case $status in
+        0) row "compute-sanitizer $tool CudaOps" "$(grep -m1 -oE '[0-9]+ tests? from' "$log" | cut -d' ' -f1) tests, $(grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$log" | tail -1)" ;;
+        9) row "compute-sanitizer $tool CudaOps" "ERRORS: $(grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$log" | tail -1); first: $(grep -m1 -E '^========= [A-Z]' "$log" | cut -c1-160)" ;;
+        *) row "compute-sanitizer $tool CudaOps" "$(failure $status "$log")" ;;
+      esac
+    done
+  fi
+fi
+
+# 6b. Where each preset's GPU time goes, by kind of op (the issue 3 targets'
 # gap: Llama's MFU, GPT-2's distance to torch.compile): a short run with
 # report.op_times, CUDA events between the engine's ops (no profiler needed:
 # nsys is not on the device image).
@@ -317,7 +348,7 @@ print("{:.1f} ms per step: ".format(1e3 * total) + ", ".join(
   done
 fi
 
-# 6b. PyTorch with the vocabulary padded as nanoGPT pads it (GPT-2's 50257
+# 6c. PyTorch with the vocabulary padded as nanoGPT pads it (GPT-2's 50257
 # as 50304 rows). trainbench pads its LM head's GEMMs internally; the
 # baseline above keeps the model's 50257 rows. This row says how much of a
 # GPT-2 lead over PyTorch is that padding alone.
@@ -334,7 +365,7 @@ if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
   fi
 fi
 
-# 6c. What the fused attention buys: the Llama-3-8B-shaped preset with
+# 6d. What the fused attention buys: the Llama-3-8B-shaped preset with
 # attention as cuBLASLt GEMMs around a causal softmax (train.attention=gemm),
 # side by side with the row above when that one ran cuDNN's SDPA; and what
 # its deterministic backward costs. Skipped only when that row ran the GEMM
@@ -366,7 +397,7 @@ if $has_cuda_engine && [ "$main_attention" != gemm ]; then
   done
 fi
 
-# 6d. LoRA on the Llama-3-8B-shaped preset: the adapters on q,k,v,o with the
+# 6e. LoRA on the Llama-3-8B-shaped preset: the adapters on q,k,v,o with the
 # base frozen in bf16 (what `trainbench plan` calls the LoRA row).
 if $has_cuda_engine; then
   lora_run=h200-llama8b-4l-lora
@@ -378,7 +409,7 @@ if $has_cuda_engine; then
   fi
 fi
 
-# 6e. comm.backend=nccl through `trainbench run` on one rank: the gradient
+# 6f. comm.backend=nccl through `trainbench run` on one rank: the gradient
 # buckets all-reduced on the GPU by NCCL, each after its compute-stream event
 # (a sum over one rank moves nothing, so comm_s is the events' overhead).
 if grep -q "NCCL backend ON" "$out/configure.log"; then
@@ -393,7 +424,7 @@ else
   row "trainbench h200-gpt2-124m nccl" "not built: $(grep -o 'NCCL backend.*' "$out/configure.log" | head -1)"
 fi
 
-# 6f, several GPUs (and mpirun): data parallelism over NCCL
+# 6g, several GPUs (and mpirun): data parallelism over NCCL
 # with ZeRO-1, one rank per GPU (ZeRO-1 needs two ranks at least). The ranks'
 # parameter checksums must agree; the row gives the AdamW state per rank.
 gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
@@ -408,7 +439,7 @@ if [ "${gpus:-0}" -ge 2 ] && command -v mpirun > /dev/null && grep -q "NCCL back
   fi
 fi
 
-# 6g. A one-minute burn-in on the GPU: golden step, NVML sampling every 5 s
+# 6h. A one-minute burn-in on the GPU: golden step, NVML sampling every 5 s
 # (temperature, power, SM clock, clock-event reasons, ECC, PCIe replays),
 # storage at the start and every 20 s. Exit 4 is a FAIL verdict: the row says why.
 if $has_cuda_engine; then
@@ -438,7 +469,7 @@ else
   row "trainbench burnin 1m" "pending: this build has no CUDA engine ($(grep 'compute engines' "$out/version.txt"))"
 fi
 
-# 6h. What the per-step timing costs on the GPU (issue 7's <= 1%): timed and
+# 6i. What the per-step timing costs on the GPU (issue 7's <= 1%): timed and
 # untimed blocks of steps alternating in one process, the CUDA engine's
 # timing events included (trainbench bench instrument).
 if $has_cuda_engine; then
