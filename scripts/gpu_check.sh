@@ -315,7 +315,7 @@ if [ -z "${GPU_CHECK_SKIP_SANITIZER:-}" ]; then
   else
     for tool in memcheck racecheck; do
       log=$out/sanitizer_$tool.log
-      bounded "${GPU_CHECK_SANITIZER_TIMEOUT:-120}" "$sanitizer" --tool "$tool" --error-exitcode 9 \
+      bounded "${GPU_CHECK_SANITIZER_TIMEOUT:-60}" "$sanitizer" --tool "$tool" --error-exitcode 9 \
         "$build/tests/cuda/test_cuda_ops" --gtest_filter='CudaOps.*' > "$log" 2>&1
       status=$?
       case $status in
