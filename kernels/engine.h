@@ -314,7 +314,18 @@ struct EngineOptions {
 ParameterLayout make_layout(const EngineOptions& options);
 
 // Memory a backend would need for these options, without allocating.
+// std::runtime_error when this build has no such backend.
 MemoryPlan plan_engine_memory(const EngineOptions& options);
+
+// The CUDA engine's per-GPU memory for these options (device ignored), in
+// any build: what `trainbench plan` prints. Where this build has the CUDA
+// engine it is plan_engine_memory's; in a build without it, attention is
+// assumed to be cuDNN's (as in a GPU build that found cuDNN) unless
+// options.attention is "gemm" (cuda_plan_assumes_cudnn says so).
+MemoryPlan plan_cuda_engine_memory(const EngineOptions& options);
+// Whether plan_cuda_engine_memory assumes cuDNN attention without knowing
+// it is built: true in a build without the CUDA engine.
+bool cuda_plan_assumes_cudnn();
 
 // n rounded up to a multiple of `multiple` (n itself when multiple <= 1):
 // the length of the buffers EngineOptions::pad_buffers_to pads.

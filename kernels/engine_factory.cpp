@@ -4,9 +4,11 @@
 #include <string>     // std::to_string
 
 #include "kernels/cpu/cpu_engine.h"  // CpuEngine, plan_cpu_memory
+#include "kernels/cuda/engine_sizes.h"  // plan_cuda_memory: host arithmetic, in every build
+#include "kernels/device_info.h"        // cudnn_attention_build_info
 #include "kernels/engine.h"
 #ifdef TRAINBENCH_HAVE_CUDA
-#include "kernels/cuda/cuda_engine.h"  // CudaEngine, plan_cuda_memory
+#include "kernels/cuda/cuda_engine.h"  // CudaEngine
 #endif
 
 namespace trainbench {
@@ -73,10 +75,22 @@ namespace {
 MemoryPlan plan_engine_memory(const EngineOptions& options) {
   if (options.device == "cpu") return cpu::plan_cpu_memory(options);
 #ifdef TRAINBENCH_HAVE_CUDA
-  if (options.device == "cuda") return cuda::plan_cuda_memory(options);
+  if (options.device == "cuda") return plan_cuda_engine_memory(options);
 #endif
   throw_missing_backend(options.device);
 }
+
+#ifdef TRAINBENCH_HAVE_CUDA
+bool cuda_plan_assumes_cudnn() { return false; }
+MemoryPlan plan_cuda_engine_memory(const EngineOptions& options) {
+  return cuda::plan_cuda_memory(options, !cudnn_attention_build_info().empty());
+}
+#else
+bool cuda_plan_assumes_cudnn() { return true; }
+MemoryPlan plan_cuda_engine_memory(const EngineOptions& options) {
+  return cuda::plan_cuda_memory(options, /*cudnn_attention_available=*/true);
+}
+#endif
 
 std::unique_ptr<TrainingEngine> make_engine(const EngineOptions& options) {
   if (options.device == "cpu") return std::make_unique<cpu::CpuEngine>(options);

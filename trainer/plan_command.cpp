@@ -9,7 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/device_info.h"  // query_gpus: --gpu-memory defaults to the visible GPU's
+#include "kernels/device_info.h"  // query_gpus: --gpu-memory defaults to the visible GPU's; cudnn_attention_build_info
+#include "kernels/engine.h"       // plan_cuda_engine_memory, cuda_plan_assumes_cudnn
 #include "trainer/cli.h"          // CommandError, exit codes
 #include "trainer/cli_validators.h"  // integer_range, number_range: numbers checked as typed
 #include "trainer/config.h"
@@ -46,6 +47,18 @@ EngineOptions cuda_options(const Config& config) {
 
 }  // namespace
 
+PlannedAttention planned_attention(const Config& config) {
+  if (config.train.attention == "gemm") return {"gemm", "train.attention=gemm", false};
+  if (cuda_plan_assumes_cudnn())
+    return {"cudnn-sdpa",
+            "assumed: this build has no CUDA engine, and a GPU build that found cuDNN runs it "
+            "(--set train.attention=gemm plans the GEMM attention)",
+            true};
+  const std::string built = cudnn_attention_build_info();
+  if (built.empty()) return {"gemm", "this build has no cuDNN attention", false};
+  return {"cudnn-sdpa", "built: " + built, false};
+}
+
 int64_t usable_gpu_bytes(int64_t gpu_bytes) {
   const int64_t reserve = std::max<int64_t>(int64_t{2} << 30, gpu_bytes / 20);
   return std::max<int64_t>(gpu_bytes - reserve, 0);
@@ -60,20 +73,15 @@ std::vector<FinetunePlanRow> plan_finetune(const Config& config, int64_t gpus_pe
   as_lora.train.mode = "lora";
   as_lora.comm.zero = 0;  // the LoRA row trains without ZeRO-1
   validate_config(as_lora);
-  // Per-GPU memory is the CUDA engine's plan; the CPU engine's host memory
-  // would answer another question. An engine not built is the environment
-  // (exit 3), as `run --set train.device=cuda` says it.
-  if (built_backends().find("cuda") == std::string::npos)
-    throw CommandError{kExitEnvironmentError,
-                       "plan: the per-GPU memory plan is the CUDA engine's, and this build has no CUDA engine "
-                       "(backends: " + built_backends() + "): build where nvcc is found (TRAINBENCH_CUDA=ON)"};
   const int64_t world = gpus_per_node * nodes;
   std::vector<FinetunePlanRow> rows;
   auto add = [&](const std::string& mode, int64_t gpus, const EngineOptions& options) {
     FinetunePlanRow row;
     row.mode = mode;
     row.gpus = gpus;
-    row.memory = plan_engine_memory(options);
+    // The CUDA engine's plan, in any build: the CPU engine's host memory
+    // would answer another question.
+    row.memory = plan_cuda_engine_memory(options);
     const ParameterLayout layout = make_layout(options);
     row.trainable_params = layout.trainable_params();
     // The CUDA engine's state tensors: fp32 master and bf16 copy of what it
@@ -147,6 +155,7 @@ int PlanCommand::run() {
   const int64_t gpu_bytes = static_cast<int64_t>(gib * kGiB);
   const int64_t usable = usable_gpu_bytes(gpu_bytes);
   const std::vector<FinetunePlanRow> rows = plan_finetune(config, o.gpus_per_node, o.nodes, usable);
+  const PlannedAttention attention = planned_attention(config);
 
   if (o.json) {
     nlohmann::json out = {{"config", config.origin},
@@ -154,6 +163,9 @@ int PlanCommand::run() {
                           {"usable_bytes", usable},
                           {"gpus_per_node", o.gpus_per_node},
                           {"nodes", o.nodes},
+                          {"attention", {{"kernel", attention.kernel},
+                                         {"basis", attention.basis},
+                                         {"assumed", attention.assumed}}},
                           {"rows", nlohmann::json::array()}};
     for (const FinetunePlanRow& r : rows)
       out["rows"].push_back({{"mode", r.mode},
@@ -179,6 +191,7 @@ int PlanCommand::run() {
   std::printf("GPU memory %s (%s), usable %s after the reserve for context, NCCL and allocator\n",
               human_bytes(static_cast<double>(gpu_bytes)).c_str(), memory_source.c_str(),
               human_bytes(static_cast<double>(usable)).c_str());
+  std::printf("attention %s (%s)\n", attention.kernel.c_str(), attention.basis.c_str());
   std::printf("%-14s %5s %10s %10s %10s %10s %11s %10s %10s  %s\n", "mode", "GPUs", "trainable",
               "params", "grads", "optimizer", "activations", "total", "checkpoint", "fits");
   for (const FinetunePlanRow& r : rows)

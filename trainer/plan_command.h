@@ -2,8 +2,9 @@
 //  [--nodes M] [--json]`: the per-GPU memory of full fine-tuning (DDP, and
 // ZeRO-1 over every GPU of the job) and of LoRA on one node, for the config's
 // model shape and batch, without allocating anything — and which of them fits.
-// The figures are the CUDA engine's own memory plan (plan_engine_memory), the
-// numbers `run` checks before it allocates.
+// The figures are the CUDA engine's own memory plan (plan_cuda_engine_memory),
+// the numbers `run` checks before it allocates; a build without the CUDA
+// engine plans too (on a login node), assuming cuDNN attention.
 #pragma once
 
 #include <cstdint>  // int64_t
@@ -34,10 +35,18 @@ struct FinetunePlanRow {
 // gpus_per_node × nodes GPUs, LoRA (the config's lora section, whatever
 // train.mode says) on one node of gpus_per_node. usable_bytes: what a GPU
 // offers the engine (its memory less the reserve, usable_gpu_bytes).
-// Throws ConfigError for a lora section `run` would refuse, then
-// CommandError (exit 3) when the cuda engine's plan is not in this build.
+// Throws ConfigError for a lora section `run` would refuse.
 std::vector<FinetunePlanRow> plan_finetune(const Config& config, int64_t gpus_per_node,
                                            int64_t nodes, int64_t usable_bytes);
+
+// The attention the plan counts: "cudnn-sdpa" or "gemm", and on what basis
+// (built, asked for, or assumed in a build without the CUDA engine).
+struct PlannedAttention {
+  std::string kernel;
+  std::string basis;
+  bool assumed = false;
+};
+PlannedAttention planned_attention(const Config& config);
 
 // GPU memory less what the engine cannot have: the CUDA context, NCCL's
 // buffers and the allocator's slack, taken as max(2 GiB, 5 %).

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"  // TRAINBENCH_CUDA_CHECK
+#include "kernels/cuda/engine_sizes.h"  // engine_sizes, cuda_memory_plan: the plan is the allocation
 #include "kernels/device_info.h"      // cudnn_attention_build_info
 #include "kernels/parameter_init.h"   // init_parameters_host: the same weights as the CPU
 #include "kernels/token_groups.h"     // group_rows_by_token: the embedding backward's order
@@ -18,56 +19,6 @@
 namespace trainbench::cuda {
 
 namespace {
-
-// Sizes, in elements, of everything the engine allocates; the memory plan and
-// the constructor both use them, so the plan is what is allocated.
-struct EngineSizes {
-  int64_t params = 0, trainable = 0;
-  EngineViewSizes views;  // carve_engine_views' allocations
-  int64_t tokens = 0;
-  int64_t master = 0;  // fp32 master weights: all parameters, or the adapters under LoRA
-  // The LM head's GEMMs run on vocab rounded up to 64 rows (llm.c's padded
-  // vocabulary): an odd vocabulary (GPT-2's 50257) takes cuBLASLt off its
-  // fast kernels (96 vs 800 TFLOP/s measured on an H200, docs/perf.md). The
-  // layout keeps `vocab` rows; the engine keeps a zero-padded bf16 copy of the
-  // head for the GEMMs, and room after the head's gradient (the last trainable
-  // tensor) for the padded rows' weight gradient, which is exactly zero.
-  int64_t lm_head_rows = 0;       // vocab rounded up to 64
-  int64_t lm_head_copy = 0;       // bf16 elements of the padded copy; 0 when vocab is a multiple of 64
-  int64_t lm_head_grad_slack = 0; // fp32 elements after the gradient buffer for the padded rows
-};
-
-EngineSizes engine_sizes(const ModelShape& s, const ParameterLayout& layout, int64_t batch,
-                         bool fused_attention) {
-  const int64_t n = batch * s.seq_len;
-  EngineSizes z;
-  z.params = layout.total_params();
-  z.trainable = layout.trainable_params();
-  z.master = layout.lora_spec().enabled() ? z.trainable : z.params;
-  z.lm_head_rows = padded_leading_dimension(s.vocab);
-  if (z.lm_head_rows > s.vocab) {
-    z.lm_head_copy = z.lm_head_rows * s.d_model;
-    const ParamTensor& head = layout.get(ParamKind::kLmHead);
-    if (head.trainable) {
-      // The padded rows' gradient runs past the head's: it must be the last
-      // trainable tensor, which the layout makes it (LoRA freezes it).
-      if (head.grad_offset + head.numel != z.trainable)
-        throw std::logic_error("the padded LM head needs its gradient last in the gradient buffer");
-      z.lm_head_grad_slack = (z.lm_head_rows - s.vocab) * s.d_model;
-    }
-  }
-  z.views = carve_engine_views(s, layout, batch, fused_attention, EngineViewBases{}).sizes;
-  // Inputs and targets, then the inputs' rows grouped by token for the
-  // embedding backward: rows [n], group offsets [n + 1], group tokens [n].
-  z.tokens = 5 * n + 1;
-  return z;
-}
-
-// The gradient buffer: trainable elements padded for ZeRO-1, and at least
-// room for the padded LM head's weight gradient.
-int64_t gradient_buffer_elements(const EngineSizes& z, int64_t pad_to) {
-  return std::max({padded_count(z.trainable, pad_to), z.trainable + z.lm_head_grad_slack, int64_t{1}});
-}
 
 // Datasheet dense bf16 peaks (without sparsity) of the GPUs people train on.
 double datasheet_bf16_peak(const std::string& name) {
@@ -80,49 +31,7 @@ double datasheet_bf16_peak(const std::string& name) {
 
 constexpr size_t kTimingEventPairs = 16;
 
-// cuDNN's SDPA workspace before its graphs exist (it is known only once they
-// are built on a GPU): two fp32 values per (head, query row), and what the
-// chosen backward keeps besides (below). The engine allocates what cuDNN
-// asks for and its memory_plan() reports that.
-int64_t estimated_cudnn_workspace_bytes(const ModelShape& s, int64_t batch, bool deterministic) {
-  const int64_t n = batch * s.seq_len;
-  const int64_t row_stats = 8 * n * s.n_heads;
-  // The fastest backward sums dQ in an fp32 accumulator; the deterministic
-  // one on Hopper instead keeps dP in the workspace, bf16, and computes dQ
-  // from it with a GEMM (the cuDNN frontend's graph; its sizing pads the
-  // queries to 64 and the keys to 128, an upper estimate of the backend's).
-  if (!deterministic) return row_stats + 4 * n * s.q_dim();
-  return row_stats + batch * s.n_heads * padded_count(s.seq_len, 64) * padded_count(s.seq_len, 128) * 2;
-}
-
-MemoryPlan cuda_memory_plan(const EngineOptions& options, bool fused_attention,
-                            int64_t attention_workspace_bytes) {
-  const ParameterLayout layout = make_layout(options);
-  const EngineSizes z = engine_sizes(options.shape, layout, options.micro_batch, fused_attention);
-  MemoryPlan plan;
-  // bf16 copy + fp32 master; the master and the gradients padded to
-  // pad_buffers_to (ZeRO-1's world blocks, zero_padding_multiple), as the constructor allocates.
-  plan.parameter_bytes =
-      z.params * 2 + padded_count(z.master, options.pad_buffers_to) * 4 + z.lm_head_copy * 2;
-  plan.gradient_bytes = gradient_buffer_elements(z, options.pad_buffers_to) * 4;
-  // AdamW m and v over this rank's optimizer shard (all of it without ZeRO-1).
-  const EngineOptions::OptimizerShard shard = resolve_optimizer_shard(options, z.trainable);
-  plan.optimizer_bytes = (shard.end - shard.begin) * 8;
-  plan.activation_bytes = z.views.activations * 2 + z.views.activation_stats * 4;
-  plan.workspace_bytes = z.views.scratch_bf16 * 2 + z.views.scratch_fp32 * 4 + z.views.scratch_fp64 * 8 +
-                         z.tokens * 4 + (32 << 20) +  // + cuBLASLt workspace
-                         attention_workspace_bytes;
-  return plan;
-}
-
 }  // namespace
-
-MemoryPlan plan_cuda_memory(const EngineOptions& options) {
-  const bool fused = options.attention != "gemm" && !cudnn_attention_build_info().empty();
-  const int64_t workspace =
-      fused ? estimated_cudnn_workspace_bytes(options.shape, options.micro_batch, options.deterministic) : 0;
-  return cuda_memory_plan(options, fused, workspace);
-}
 
 MemoryPlan CudaEngine::memory_plan() const {
   return cuda_memory_plan(options_, fused_attention_ != nullptr,

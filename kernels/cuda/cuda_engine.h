@@ -31,12 +31,6 @@
 
 namespace trainbench::cuda {
 
-// The plan before an engine exists (trainbench plan, the CLI's fit check):
-// it assumes cuDNN attention runs whenever this build has it and
-// options.attention allows it, with an estimated cuDNN workspace. The
-// engine's own memory_plan() counts what it chose and cuDNN's real workspace.
-MemoryPlan plan_cuda_memory(const EngineOptions& options);
-
 class CudaEngine final : public TrainingEngine {
  public:
   explicit CudaEngine(const EngineOptions& options);
@@ -234,7 +228,7 @@ class CudaEngine final : public TrainingEngine {
   // ZeRO-1: adam_m_ and adam_v_ cover gradient elements [shard_.begin, shard_.end).
   EngineOptions::OptimizerShard shard_;
 
-  // The padded vocabulary (engine_sizes in the .cu): the head's GEMM rows and
+  // The padded vocabulary (engine_sizes.h): the head's GEMM rows and
   // its zero-padded bf16 copy (empty when vocab is a multiple of 64).
   int64_t lm_head_rows_ = 0;
   DeviceBuffer<bf16> lm_head_padded_;

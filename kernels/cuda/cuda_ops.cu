@@ -24,15 +24,13 @@ namespace {
 // several blocks share an SM on H100/H200. The block reductions below assume a
 // multiple of 32.
 constexpr int kThreads = 256;
+static_assert(kThreads == kOpBlockThreads, "scratch_sizes.h sizes the partials for this block size");
 constexpr int kWarps = kThreads / 32;
 // Grid-stride loops cap their grid here: ~15 blocks of 256 per SM on 132 SMs
 // already fills the machine; more blocks only add scheduling.
 constexpr int64_t kMaxGridStrideBlocks = 2048;
-// Blocks in rmsnorm_backward's and sum_of_squares's first pass. A fixed number
-// (not derived from the device) so the partials, and therefore the bits of the
-// result, are the same on every GPU.
-constexpr int64_t kRmsnormBackwardMaxBlocks = 512;
-constexpr int64_t kSumOfSquaresMaxBlocks = 1024;
+// Blocks in rmsnorm_backward's and sum_of_squares's first pass:
+// kRmsnormBackwardMaxBlocks and kSumOfSquaresMaxBlocks (scratch_sizes.h).
 // rope's inverse frequencies travel by value in the kernel's parameters
 // (computed on the host exactly as the CPU does), which bounds head_dim.
 constexpr int kRopeMaxHalf = 256;
@@ -402,8 +400,6 @@ __global__ void rmsnorm_weight_grad_kernel(float* d_weight, const float* partial
   d_weight[col] += sum;
 }
 
-int64_t rmsnorm_backward_blocks(int64_t n) { return std::min(n, kRmsnormBackwardMaxBlocks); }
-
 // ---- rope ----
 
 struct RopeInverseFrequencies {
@@ -670,9 +666,6 @@ __global__ void sum_of_squares_final_kernel(double* result, const double* partia
   if (threadIdx.x == 0) *result = total;
 }
 
-int64_t sum_of_squares_blocks(int64_t count) {
-  return std::min((count + kThreads - 1) / kThreads, kSumOfSquaresMaxBlocks);
-}
 
 // Mirrors CpuEngine::optimizer_step's clipping, in double like it.
 __global__ void clip_scale_kernel(float* grad_scale, float* grad_norm, const double* sum_sq,
@@ -796,10 +789,6 @@ void rmsnorm_backward(bf16* d_in, float* d_weight, const bf16* d_out, const bf16
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
-int64_t rmsnorm_backward_scratch_floats(int64_t n, int64_t d) {
-  return rmsnorm_backward_blocks(n) * d;
-}
-
 void rope_forward(bf16* x, int64_t batch, int64_t seq_len, int64_t n_heads, int64_t head_dim,
                   double theta, cudaStream_t stream) {
   rope_rotate(x, batch, seq_len, n_heads, head_dim, theta, 1.0f, stream);
@@ -882,7 +871,6 @@ void sum_of_squares(double* result, const float* x, int64_t count, double* scrat
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
 }
 
-int64_t sum_of_squares_scratch_doubles(int64_t count) { return sum_of_squares_blocks(count); }
 
 void clip_scale_from_sum_of_squares(float* grad_scale, float* grad_norm, const double* sum_sq,
                                     float max_norm, cudaStream_t stream) {

@@ -16,6 +16,8 @@
 
 #include <cstdint>  // int64_t, int32_t
 
+#include "kernels/cuda/scratch_sizes.h"  // rmsnorm_backward_scratch_floats, sum_of_squares_scratch_doubles
+
 namespace trainbench::cuda {
 
 using bf16 = __nv_bfloat16;
@@ -54,7 +56,6 @@ void residual_add_rmsnorm_forward(bf16* residual, const bf16* addend, bf16* out,
 void rmsnorm_backward(bf16* d_in, float* d_weight, const bf16* d_out, const bf16* in,
                       const bf16* weight, const float* rstd, int64_t n, int64_t d, float* scratch,
                       cudaStream_t stream);
-int64_t rmsnorm_backward_scratch_floats(int64_t n, int64_t d);
 
 // RoPE in place on x[batch, seq_len, n_heads, head_dim], half-split pairing,
 // angle = position · theta^(-2i/head_dim) computed in fp32; backward rotates back.
@@ -98,7 +99,6 @@ void cross_entropy_backward(bf16* logits_to_dlogits, const float* logsumexp,
 // sum_of_squares_scratch_doubles) summed in order: the same bits every run.
 void sum_of_squares(double* result, const float* x, int64_t count, double* scratch,
                     cudaStream_t stream);
-int64_t sum_of_squares_scratch_doubles(int64_t count);
 
 // grad_scale = max_norm / (norm + 1e-6) when norm = sqrt(sum_sq) > max_norm,
 // else 1 (torch.nn.utils.clip_grad_norm_, as CpuEngine); max_norm <= 0 disables. Stays on the

@@ -34,6 +34,7 @@
 #include <vector>   // a shape's candidate algorithms
 
 #include "kernels/cuda/device_buffer.h"  // the workspace
+#include "kernels/cuda/scratch_sizes.h"  // padded_leading_dimension, kGemmWorkspaceBytes
 
 namespace trainbench::cuda {
 
@@ -55,7 +56,7 @@ class LtGemm {
  public:
   // workspace_bytes: scratch cuBLASLt may use per call (32 MiB is what NVIDIA
   // recommends for Hopper). time_candidates: see the top of this file.
-  static constexpr size_t kDefaultWorkspaceBytes = 32u << 20;
+  static constexpr size_t kDefaultWorkspaceBytes = kGemmWorkspaceBytes;
   static constexpr int kMaxCandidates = 8;
   static constexpr float kSwitchMargin = 0.03f;
   explicit LtGemm(size_t workspace_bytes = kDefaultWorkspaceBytes, bool time_candidates = false);
@@ -130,11 +131,6 @@ inline size_t output_span_bytes(int64_t m, int64_t n, int64_t ldc, int64_t batch
   return static_cast<size_t>((batch - 1) * stride_c + (m - 1) * ldc + n) * element_bytes;
 }
 
-// A row length rounded up to a multiple of 64 elements (128 bytes of bf16):
-// the leading dimension cuBLASLt's fast kernels need. GPT-2's vocabulary of
-// 50257 as a leading dimension ran the LM head at 95 TFLOP/s on an H200
-// against 800 at 50304 (docs/perf.md), so the logits rows are padded to this.
-inline int64_t padded_leading_dimension(int64_t elements) { return (elements + 63) / 64 * 64; }
 
 // Sustained bf16 GEMM rate (FLOP/s) for [m, k] · [n, k]ᵀ → bf16, the forward
 // projection's shape, with the output's rows padded as the engine pads its
