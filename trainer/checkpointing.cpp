@@ -180,7 +180,8 @@ void Checkpointer::submit_persist() {
     WriteOptions options;
     options.direct_io = config_.checkpoint.direct_io;
     options.block_bytes = config_.checkpoint.block_bytes;
-    write_rank_files(pending_folder(dir_, step), comm_.rank(), images, options);
+    for (const FileRecord& file : write_rank_files(pending_folder(dir_, step), comm_.rank(), images, options))
+      if (flight.io_warning.empty()) flight.io_warning = file.warning;
     flight.persist_s = steady_now() - begin;
   });
 }
@@ -210,18 +211,20 @@ void Checkpointer::submit_commit() {
 }
 
 int Checkpointer::local_state() {
+  if (local_failure_ != 0) return local_failure_;
   if (!writer_->idle()) return 0;
   const std::exception_ptr error = writer_->take_error();
   if (!error) return 1;
+  local_failure_ = 3;
   try {
     std::rethrow_exception(error);
   } catch (const CheckpointWriteError& e) {
     local_error_ = e.what();
-    return e.disk_full ? 2 : 3;
+    if (e.disk_full) local_failure_ = 2;
   } catch (const std::exception& e) {
     local_error_ = e.what();
   }
-  return 3;
+  return local_failure_;
 }
 
 bool Checkpointer::agree() {
@@ -233,7 +236,14 @@ bool Checkpointer::agree() {
   if (worst >= 2) {
     const std::string step = std::to_string(flight.step);
     const std::string failed = rank_list(states, 2);
-    const std::string detail = local_error_.empty() ? "see the failing rank's message" : local_error_;
+    // The first failing rank's own words, on every rank (rank 0 speaks).
+    const int first_failed =
+        static_cast<int>(std::find_if(states.begin(), states.end(), [](double s) { return s >= 2; }) -
+                         states.begin());
+    const std::string reason = broadcast_string(comm_, local_error_, first_failed);
+    const std::string detail = comm_.world_size() > 1 ? "rank " + std::to_string(first_failed) + ": " + reason : reason;
+    local_failure_ = 0;
+    local_error_.clear();
     const bool only_full = worst == 2;
     // Every rank's writer is idle (no rank is busy): the folder is nobody's.
     remove_pending_folder();
@@ -243,7 +253,6 @@ bool Checkpointer::agree() {
                           " (" + detail + "); checkpoint.on_full=skip, training went on");
       records_.push_back(flight.record);
       in_flight_.reset();
-      local_error_.clear();
       return true;
     }
     // What a resume can start from: said only when it is there.
@@ -267,6 +276,16 @@ bool Checkpointer::agree() {
     const std::vector<double> persist = gather_from_ranks(comm_, flight.persist_s);
     const std::vector<double> bytes = gather_from_ranks(comm_, static_cast<double>(flight.record.rank_bytes));
     flight.record.persist_s = *std::max_element(persist.begin(), persist.end());
+    // checkpoint.direct_io asked for, refused by the filesystem: the write
+    // figures are buffered writes, which the run must say (bench io does).
+    const std::vector<double> fell_back = gather_from_ranks(comm_, flight.io_warning.empty() ? 0.0 : 1.0);
+    if (!direct_io_warned_ && *std::max_element(fell_back.begin(), fell_back.end()) > 0) {
+      direct_io_warned_ = true;
+      const int first = static_cast<int>(std::max_element(fell_back.begin(), fell_back.end()) - fell_back.begin());
+      warnings_.push_back("checkpoint.direct_io=true was refused on rank(s) " + rank_list(fell_back, 1) + " (" +
+                          broadcast_string(comm_, flight.io_warning, first) +
+                          "): the checkpoint write figures are buffered writes");
+    }
     for (double b : bytes) flight.record.bytes += static_cast<int64_t>(b);
     if (flight.record.persist_s > 0)
       flight.record.write_gbs = static_cast<double>(flight.record.bytes) / flight.record.persist_s * 1e-9;

@@ -106,6 +106,7 @@ class Checkpointer {
     double copy_started = 0;  // steady seconds
     double persist_s = 0;     // written by the writer thread, read after it is idle
     double commit_s = 0;
+    std::string io_warning;   // the writer's: O_DIRECT refused, written through the page cache
   };
 
   void allocate_staging();
@@ -117,7 +118,11 @@ class Checkpointer {
   bool agree();
   // Blocks until nothing is in flight; returns the seconds it took.
   double drain();
-  int local_state();  // 0 busy, 1 done, 2 failed: disk full, 3 failed: other
+  // 0 busy, 1 done, 2 failed: disk full, 3 failed: other. A failure is kept
+  // (local_failure_) until the ranks have agreed on it: taken from the writer
+  // in a round where another rank was still busy, it was lost, and that rank
+  // then committed without this one's files.
+  int local_state();
   // Rank 0 removes the in-flight step's step_N.tmp once every rank's writer
   // is idle: a checkpoint given up leaves no half-written folder (on a full
   // disk, its bytes are what the next one needs).
@@ -136,6 +141,8 @@ class Checkpointer {
   std::optional<InFlight> in_flight_;
   bool diverged_ = false;                   // give_up was called: no more checkpoints
   std::string local_error_;                 // this rank's failure, for the message
+  int local_failure_ = 0;                   // 2 or 3 once taken from the writer, until agreed on
+  bool direct_io_warned_ = false;           // the O_DIRECT fallback is told once per run
   std::vector<CheckpointRecord> records_;
   std::vector<std::string> warnings_;
   std::unique_ptr<BackgroundWriter> writer_;  // last: joined first, while the rest is alive

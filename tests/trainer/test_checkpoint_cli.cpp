@@ -531,5 +531,24 @@ TEST(CheckpointCli, FullDiskStopsOrSkipsAndKeepsThePreviousCheckpoint) {
   }
 }
 
+// ramfs refuses O_DIRECT (EINVAL), as some network filesystems do: the run
+// writes through the page cache and says once that its write figures are
+// buffered writes (it said nothing; bench io --write did).
+TEST(CheckpointCli, DirectIoRefusedByTheFilesystemIsToldOnce) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string ckpt = dir.file("ramfs");
+  const testing::MountedFilesystem disk(ckpt, "ramfs", "");
+  if (!disk.mounted()) GTEST_SKIP() << disk.why_not();
+  const CommandResult r = run_command(tiny_run(ckpt + "/c", 10, 5, dir.file("r.json"), "--set checkpoint.direct_io=true"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("r.json")));
+  int told = 0;
+  for (const auto& w : result["warnings"])
+    told += w.get<std::string>().rfind("checkpoint.direct_io=true was refused on rank(s) 0 (checkpoint file " +
+                                       ckpt + "/c/step_5.tmp/", 0) == 0;
+  EXPECT_EQ(told, 1) << "once, though both checkpoints fell back: " << result["warnings"].dump();
+  EXPECT_NE(r.out.find("the checkpoint write figures are buffered writes"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace trainbench

@@ -5,6 +5,7 @@
 // bytes.
 #include <gtest/gtest.h>
 
+#include <filesystem>  // the wrapper script's mode
 #include <fstream>
 #include <string>
 
@@ -78,6 +79,47 @@ TEST(CheckpointMpiDamage, ARankFilesDamageIsReportedInItsOwnWords) {
   EXPECT_NE(resumed.err.find("--resume " + dir.file("c/step_10")), std::string::npos)
       << "names the earlier checkpoint: " << resumed.err;
   EXPECT_NE(resumed.err.find("(rank 1's part; rank(s) 1 could not load theirs)"), std::string::npos) << resumed.err;
+}
+
+// Rank 1's checkpoint files cannot grow past 500 KiB (ulimit -f: EFBIG, a
+// full disk to the writer) while rank 0 writes on. Rank 1's failure used to
+// be taken from its writer in a round where rank 0 was still busy and then
+// forgotten: rank 0 committed without rank 1's files and the run ended with
+// exit 3 even under on_full=skip, naming rank 0 and the missing record. Now
+// every rank gives the checkpoint up together, in rank 1's own words.
+std::string rank1_file_limit_wrapper(const testing::TempDir& dir) {
+  const std::string wrapper = dir.file("rank1_small_files.sh");
+  std::ofstream(wrapper) << "#!/bin/bash\n[ \"$OMPI_COMM_WORLD_RANK\" = 1 ] && ulimit -f 500\nexec \"$@\"\n";
+  std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
+  return wrapper;
+}
+
+TEST(CheckpointMpiDiskFull, OneRanksFullDiskIsAgreedOnByEveryRank) {
+  testing::TempDir dir("test_ckpt_mpi");
+  const std::string wrapper = rank1_file_limit_wrapper(dir);
+  // TCP over loopback: the file size limit would fail shared-memory transport's segment.
+  const std::string mpirun = std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
+                             "OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo timeout 300 " +
+                             TRAINBENCH_MPIEXEC + " --oversubscribe -np 2 ";
+  const std::string common = " run tiny --steps 8 --set data.source=synthetic --set train.threads=1"
+                             " --set checkpoint.every_steps=5 --set report.progress_every=0 --set comm.timeout_s=60";
+  const CommandResult skipped = run_command(mpirun + wrapper + " " + TRAINBENCH_BINARY + common +
+                                            " --set checkpoint.dir=" + dir.file("skip") +
+                                            " --set checkpoint.on_full=skip --out " + dir.file("skip.json"));
+  ASSERT_EQ(skipped.exit_code, 0) << skipped.out << skipped.err;
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("skip.json")));
+  std::string warning;
+  for (const auto& w : result["warnings"])
+    if (w.get<std::string>().find("checkpoint of step 5 skipped") != std::string::npos) warning = w;
+  EXPECT_NE(warning.find("disk full on rank(s) 1 (rank 1: "), std::string::npos) << result["warnings"].dump();
+  EXPECT_FALSE(std::filesystem::exists(dir.file("skip/step_5"))) << "nothing committed without rank 1's files";
+
+  const CommandResult failed = run_command(mpirun + wrapper + " " + TRAINBENCH_BINARY + common +
+                                           " --set checkpoint.dir=" + dir.file("fail") + " --out " +
+                                           dir.file("fail.json"));
+  EXPECT_EQ(failed.exit_code, 3) << failed.err;
+  EXPECT_NE(failed.err.find("checkpoint of step 5 failed on rank(s) 1: rank 1: "), std::string::npos) << failed.err;
+  EXPECT_EQ(failed.err.find("see the failing rank's message"), std::string::npos) << failed.err;
 }
 
 INSTANTIATE_TEST_SUITE_P(Zero, CheckpointMpi, ::testing::Values(0, 1),
