@@ -3,12 +3,18 @@
 #include "comm/collective_bench.h"
 
 #include <algorithm>   // std::nth_element, std::max_element, std::fill
+#include <atomic>      // the watchdog's progress count
 #include <chrono>
 #include <cmath>       // std::floor
+#include <condition_variable>
+#include <cstdlib>     // std::getenv: the stall test hook
 #include <functional>  // a path's timed operation
 #include <limits>      // MPI's int counts
+#include <mutex>
+#include <optional>
 #include <stdexcept>   // std::invalid_argument: device-buffer backends
 #include <string>
+#include <thread>      // the watchdog
 
 #if TRAINBENCH_HAVE_MPI
 #include <mpi.h>  // the raw path: plain blocking MPI calls beside the communicator's
@@ -37,7 +43,63 @@ struct Buffers {
 struct Path {
   const char* name;
   std::function<void(Buffers&)> run;
+  bool blocking = false;  // plain blocking MPI calls, with no timeout of their own
 };
+
+// Ends the job (comm.abort, exit 3) when a blocking path made no progress for
+// timeout_s: a rank that died or stalled inside MPI_Allreduce hung the raw
+// path for ever, where the communicator's own calls time out. The timed loop
+// pays one relaxed atomic increment per call; the thread looks every 100 ms.
+class StallWatchdog {
+ public:
+  StallWatchdog(Communicator& comm, double timeout_s, std::string what)
+      : comm_(comm), timeout_s_(timeout_s), what_(std::move(what)), thread_([this] { watch(); }) {}
+  StallWatchdog(const StallWatchdog&) = delete;
+  StallWatchdog& operator=(const StallWatchdog&) = delete;
+  ~StallWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+  }
+  void progressed() { progress_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  void watch() {
+    int64_t seen = progress_.load(std::memory_order_relaxed);
+    Clock::time_point last_change = Clock::now();
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!wake_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; })) {
+      const int64_t now_seen = progress_.load(std::memory_order_relaxed);
+      if (now_seen != seen) {
+        seen = now_seen;
+        last_change = Clock::now();
+      } else if (std::chrono::duration<double>(Clock::now() - last_change).count() >= timeout_s_) {
+        comm_.abort(3, "comm: " + what_ + " made no progress for " + std::to_string(static_cast<int64_t>(timeout_s_)) +
+                           " s (comm.timeout_s) on rank " + std::to_string(comm_.rank()) +
+                           ": a rank died or stalled");
+      }
+    }
+  }
+
+  Communicator& comm_;
+  const double timeout_s_;
+  const std::string what_;
+  std::atomic<int64_t> progress_{0};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;  // last: started once the rest is built
+};
+
+// Test hook: the rank named by TRAINBENCH_TEST_STALL_RAW_RANK stops before
+// its first blocking call, as a rank stuck in the network would.
+void stall_if_asked(Communicator& comm) {
+  const char* rank = std::getenv("TRAINBENCH_TEST_STALL_RAW_RANK");
+  if (rank != nullptr && std::to_string(comm.rank()) == rank) std::this_thread::sleep_for(std::chrono::hours(1));
+}
 
 // One collective at one size: how to fill its input, which paths run it,
 // and what every rank must hold afterwards.
@@ -75,7 +137,15 @@ CollectiveBenchResult measure(Communicator& comm, const CollectiveBenchOptions& 
   Buffers buffers{std::vector<float>(static_cast<size_t>(collective.send_count)),
                   std::vector<float>(static_cast<size_t>(collective.recv_count))};
   collective.fill(buffers);
+  std::optional<StallWatchdog> watchdog;
+  if (path.blocking) {
+    watchdog.emplace(comm, options.timeout_s,
+                     std::string("raw ") + collective.shape.collective + " of " +
+                         std::to_string(collective.shape.bytes) + " bytes");
+    stall_if_asked(comm);
+  }
   path.run(buffers);
+  if (watchdog) watchdog->progressed();
   const bool check_ok = collective.check(buffers);
   std::fill(buffers.send.begin(), buffers.send.end(), 0.0f);
   std::fill(buffers.recv.begin(), buffers.recv.end(), 0.0f);
@@ -86,6 +156,7 @@ CollectiveBenchResult measure(Communicator& comm, const CollectiveBenchOptions& 
     const Clock::time_point start = Clock::now();
     path.run(buffers);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (watchdog) watchdog->progressed();
     if (i >= options.warmup_iters) times.push_back(seconds);
   }
 
@@ -146,7 +217,7 @@ Collective all_reduce(Communicator& comm, int64_t size_bytes) {
                          check_raw(comm, MPI_Allreduce(MPI_IN_PLACE, b.send.data(), raw_count(comm, count),
                                                        MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
                                    "MPI_Allreduce");
-                       }});
+                       }, true});
 #endif
   return c;
 }
@@ -177,7 +248,7 @@ Collective reduce_scatter(Communicator& comm, int64_t size_bytes) {
                                                                   raw_count(comm, block), MPI_FLOAT,
                                                                   MPI_SUM, MPI_COMM_WORLD),
                                    "MPI_Reduce_scatter_block");
-                       }});
+                       }, true});
 #endif
   return c;
 }
@@ -207,7 +278,7 @@ Collective all_gather(Communicator& comm, int64_t size_bytes) {
                          check_raw(comm, MPI_Allgather(b.send.data(), count, MPI_FLOAT, b.recv.data(),
                                                        count, MPI_FLOAT, MPI_COMM_WORLD),
                                    "MPI_Allgather");
-                       }});
+                       }, true});
 #endif
   return c;
 }
@@ -292,7 +363,7 @@ std::vector<CollectiveBenchResult> bench_gradient_step(Communicator& comm,
                                                          raw_count(comm, offsets[k + 1] - offsets[k]),
                                                          MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
                                      "MPI_Allreduce");
-                       }});
+                       }, true});
 #endif
   std::vector<CollectiveBenchResult> results;
   for (const Path& path : c.paths) results.push_back(measure(comm, options, c, path));

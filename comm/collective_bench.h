@@ -33,6 +33,10 @@ struct CollectiveBenchResult {
 struct CollectiveBenchOptions {
   int64_t warmup_iters = 5;
   int64_t iters = 20;  // timed iterations; the median is reported
+  // The raw path's blocking MPI calls cannot time out by themselves: a
+  // watchdog ends the job (exit 3) when none of them returned for this long
+  // (comm.timeout_s, as the communicator's own calls).
+  double timeout_s = 300.0;
 };
 
 // busbw / algbw, as nccl-tests defines it: 2(n−1)/n for all-reduce, (n−1)/n

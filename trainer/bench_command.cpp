@@ -765,7 +765,8 @@ int BenchCommand::run_comm() {
     std::fflush(stdout);
   }
 
-  const CollectiveBenchOptions options{.warmup_iters = o.warmup_iters, .iters = o.iters};
+  const CollectiveBenchOptions options{
+      .warmup_iters = o.warmup_iters, .iters = o.iters, .timeout_s = config.comm.timeout_s};
   const std::vector<CollectiveBenchResult> step = bench_gradient_step(*comm, bucket_bytes, options);
   const std::vector<CollectiveBenchResult> collectives = bench_collectives(*comm, sizes, options);
   bool all_ok = true;

@@ -227,5 +227,20 @@ TEST(MpiCli, SkippedShardsAreCountedOverAllRanksInTheWarning) {
   EXPECT_NE(r.out.find(totals), std::string::npos) << r.out;
 }
 
+// bench comm's raw path is plain blocking MPI calls, which cannot time out:
+// a rank stalled inside one (here rank 1, held by the test hook before its
+// first raw call) hung the bench for ever. A watchdog ends the job, exit 3.
+TEST(MpiCli, BenchCommsRawPathEndsWhenARankStalls) {
+  const auto begin = std::chrono::steady_clock::now();
+  const CommandResult r = run_command("env TRAINBENCH_TEST_STALL_RAW_RANK=1 timeout 120 " + kMpirun + "-np 2 " +
+                                      TRAINBENCH_BINARY + " bench comm tiny --set comm.timeout_s=3"
+                                      " --min-bytes 1K --max-bytes 4K");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_NE(r.err.find("trainbench: comm: raw all_reduce of "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" made no progress for 3 s (comm.timeout_s) on rank "), std::string::npos) << r.err;
+  EXPECT_LT(seconds, 60.0) << "the watchdog, not the test's timeout";
+}
+
 }  // namespace
 }  // namespace trainbench
