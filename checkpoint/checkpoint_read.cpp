@@ -194,7 +194,13 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& dir) 
   if (exists_quietly(path + "/latest")) return follow_latest(path, "checkpoint.dir " + path);
   std::error_code error;
   if (!fs::exists(path, error)) throw CheckpointError("checkpoint " + path + " does not exist");
-  if (!fs::is_directory(path, error)) throw CheckpointError("checkpoint " + path + " is not a folder");
+  if (!fs::is_directory(path, error)) {
+    // DIR/latest is the file naming the newest checkpoint: DIR is what resumes from it.
+    if (fs::path(path).filename() == "latest")
+      throw CheckpointError("checkpoint " + path + " is the file naming the newest checkpoint: give its folder, --resume " +
+                            fs::path(path).parent_path().string());
+    throw CheckpointError("checkpoint " + path + " is not a folder");
+  }
   throw CheckpointError("checkpoint " + path + " is neither a checkpoint (no " + path +
                         "/manifest.json) nor a checkpoint.dir (no " + path + "/latest)");
 }

@@ -671,8 +671,9 @@ int run_cli(int argc, char** argv) {
   run->add_flag("--ceilings", run_options.ceilings,
                 "first measure compute, network, storage read and storage write alone on this config "
                 "and these ranks, then the run; the report sets the run against each ceiling");
-  run->add_option("--resume", run_options.resume,
-                  "continue from a checkpoint: latest (under checkpoint.dir) or a checkpoint folder");
+  CLI::Option* resume_option =
+      run->add_option("--resume", run_options.resume,
+                      "continue from a checkpoint: latest (under checkpoint.dir) or a checkpoint folder");
   ShardsCommand shards(app);
   BenchCommand bench(app);
   BurninCommand burnin(app);
@@ -702,6 +703,10 @@ int run_cli(int argc, char** argv) {
     app.parse(argc, argv);
     run_options.steps_given = steps_option->count() > 0;
     run_options.out_given = out_option->count() > 0;
+    // `--resume "$CKPT"` with the variable unset: a fresh run would start
+    // over without a word.
+    if (resume_option->count() > 0 && run_options.resume.empty())
+      throw CLI::ValidationError("--resume", "an empty path: give latest or a checkpoint folder");
   } catch (const CLI::CallForHelp&) {
     std::fputs(app.help().c_str(), stdout);
     return kExitOk;

@@ -550,5 +550,23 @@ TEST(CheckpointCli, DirectIoRefusedByTheFilesystemIsToldOnce) {
   EXPECT_NE(r.out.find("the checkpoint write figures are buffered writes"), std::string::npos) << r.out;
 }
 
+// `--resume "$CKPT"` with the variable unset started a fresh run without a
+// word; `--resume DIR/latest` said only "is not a folder".
+TEST(CheckpointCli, ResumeArgumentsThatCannotBeMeantAreRefusedSayingWhatToGive) {
+  testing::TempDir dir("test_ckpt_cli");
+  const CommandResult first = run_command(tiny_run(dir.file("c"), 6, 3, dir.file("a.json")));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const CommandResult empty = run_command(tiny_run(dir.file("c2"), 6, 3, dir.file("b.json"), "--resume ''"));
+  EXPECT_EQ(empty.exit_code, 2) << empty.out;
+  EXPECT_EQ(empty.err, "trainbench: --resume: an empty path: give latest or a checkpoint folder (see trainbench --help)\n");
+  EXPECT_FALSE(fs::exists(dir.file("b.json")));
+  const CommandResult latest_file =
+      run_command(tiny_run(dir.file("c3"), 6, 3, dir.file("c.json"), "--resume " + dir.file("c/latest")));
+  EXPECT_EQ(latest_file.exit_code, 2) << latest_file.err;
+  EXPECT_NE(latest_file.err.find("is the file naming the newest checkpoint: give its folder, --resume " + dir.file("c")),
+            std::string::npos)
+      << latest_file.err;
+}
+
 }  // namespace
 }  // namespace trainbench
