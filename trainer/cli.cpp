@@ -476,6 +476,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                                        : ", which this build lacks (build with nccl.h and libnccl: NCCL_HOME or "
                                          "libnccl-dev)")};
   }
+  std::string checkpoint_off;  // why this run takes no checkpoints it was configured for
   if (checkpoint_dir.temporary) {
     // The default run must not fill /tmp: without checkpoint.dir, a model
     // whose checkpoints (one committed, one being written) do not fit in the
@@ -487,11 +488,13 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
       const int64_t needed = 2 * state_bytes * comm->world_size();
       const int64_t free_bytes = describe_filesystem("checkpoint", checkpoint_dir.path).free_bytes;
       fits = free_bytes <= 0 || needed < free_bytes ? 1 : 0;
-      if (!fits)
-        std::fprintf(stdout, "checkpoint: off: checkpoint.dir is not set and two checkpoints (%s) do not fit in "
-                             "%s (%s free); set checkpoint.dir to measure checkpointing\n",
-                     human_bytes(static_cast<double>(needed)).c_str(), checkpoint_dir.path.c_str(),
-                     human_bytes(static_cast<double>(free_bytes)).c_str());
+      if (!fits) {
+        checkpoint_off = "checkpoint: off: checkpoint.dir is not set and two checkpoints (" +
+                         human_bytes(static_cast<double>(needed)) + ") do not fit in " + checkpoint_dir.path +
+                         " (" + human_bytes(static_cast<double>(free_bytes)) +
+                         " free); set checkpoint.dir to measure checkpointing";
+        std::fprintf(stdout, "%s\n", checkpoint_off.c_str());
+      }
     }
     comm->broadcast(&fits, sizeof(fits), 0);
     if (!fits) checkpoint_dir.drop();
@@ -575,6 +578,9 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
         if (reporter) print_progress(stdout, config, step, so_far);
       },
       checkpointer.get(), resume.step + 1, after_step);
+  // In the result too: its config still says every_steps, and no checkpoint
+  // record nor stall would read as checkpointing that costs nothing.
+  if (!checkpoint_off.empty()) outcome.warnings.insert(outcome.warnings.begin(), checkpoint_off);
   if (options.ceilings) {
     outcome.ceilings = ceilings_to_json(ceilings, outcome.summary.tokens_per_s);
     outcome.ceilings_line = ceilings_line(ceilings, outcome.summary.tokens_per_s);

@@ -568,5 +568,24 @@ TEST(CheckpointCli, ResumeArgumentsThatCannotBeMeantAreRefusedSayingWhatToGive) 
       << latest_file.err;
 }
 
+// Without checkpoint.dir, checkpoints go to a temporary folder; where two
+// do not fit there the run trains without them and says so, on the console
+// and, since its config still says every_steps, in the result's warnings.
+TEST(CheckpointCli, CheckpointsTurnedOffForWantOfRoomAreAWarningInTheResult) {
+  testing::TempDir dir("test_ckpt_cli");
+  const testing::MountedFilesystem small(dir.file("tmp"), "tmpfs", "size=3m");
+  if (!small.mounted()) GTEST_SKIP() << small.why_not();
+  const CommandResult r = run_command("env TMPDIR=" + dir.file("tmp") + " " + TRAINBENCH_BINARY +
+                                      " run tiny --steps 10 --set data.source=synthetic --set checkpoint.every_steps=5"
+                                      " --set report.progress_every=0 --out " + dir.file("r.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("checkpoint: off: checkpoint.dir is not set and two checkpoints"), std::string::npos) << r.out;
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("r.json")));
+  ASSERT_FALSE(result["warnings"].empty());
+  EXPECT_EQ(result["warnings"][0].get<std::string>().rfind("checkpoint: off: checkpoint.dir is not set", 0), 0u)
+      << result["warnings"].dump();
+  EXPECT_TRUE(result["checkpoints"].empty());
+}
+
 }  // namespace
 }  // namespace trainbench
