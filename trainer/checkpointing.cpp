@@ -338,8 +338,20 @@ double Checkpointer::after_step(int64_t step) {
   const double begin = steady_now();
   if (diverged_) return 0.0;  // give_up left nothing in flight; nothing more is started
   const CheckpointSection& ck = config_.checkpoint;
-  // A checkpoint in flight moves along: one agreement round per step.
-  if (in_flight_ && in_flight_->phase != Phase::kCopying) agree();
+  // A checkpoint in flight moves along: one agreement round per step. The
+  // round blocks the loop (it waits for the slowest rank's writer state), so
+  // it is this checkpoint's stall as the copy is: the record's stall_s then
+  // adds up to the steps' ckpt_stall_s.
+  if (in_flight_ && in_flight_->phase != Phase::kCopying) {
+    const double round_begin = steady_now();
+    const bool resolved = agree();
+    const double round = steady_now() - round_begin;
+    if (resolved) {
+      records_.back().stall_s += round;
+    } else {
+      in_flight_->record.stall_s += round;
+    }
+  }
 
   const bool due = ck.every_steps > 0 && step % ck.every_steps == 0;
   if (!due) return steady_now() - begin;
