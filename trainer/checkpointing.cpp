@@ -19,6 +19,8 @@ namespace trainbench {
 
 namespace {
 
+namespace fs = std::filesystem;
+
 double steady_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -60,7 +62,7 @@ std::string committed_checkpoints_in(const std::string& dir) {
 // A rank that cannot list the folder refuses too (it must not write into
 // it blind), with its own reason: 2 for the folder's (permissions), 3 for the
 // machine's (out of file descriptors).
-void refuse_other_runs_checkpoints(const std::string& dir, Communicator& comm) {
+void refuse_other_runs_checkpoints(const std::string& dir, Communicator& comm, const std::string& remedy) {
   constexpr double kFound = 1, kUnlistable = 2, kUnlistableByLimit = 3;
   std::string found;
   std::optional<CheckpointError> unlistable;
@@ -82,14 +84,24 @@ void refuse_other_runs_checkpoints(const std::string& dir, Communicator& comm) {
   const std::string ranks = rank_list(codes, kFound);
   if (ranks.empty()) return;
   throw CheckpointError("checkpoint.dir " + dir + " already holds checkpoints (" +
-                        (found.empty() ? "found by rank(s) " + ranks : found) +
-                        "): continue with --resume latest, or choose an empty checkpoint.dir");
+                        (found.empty() ? "found by rank(s) " + ranks : found) + "): " + remedy);
+}
+
+// Whether `checkpoint` (a step_N folder) lies directly in `dir`: a resume
+// that continues the run whose checkpoints `dir` holds.
+bool checkpoint_is_in(const std::string& checkpoint, const std::string& dir) {
+  std::error_code error;
+  const fs::path parent = fs::weakly_canonical(fs::path(checkpoint), error).parent_path();
+  if (error) return false;
+  const fs::path folder = fs::weakly_canonical(fs::path(dir), error);
+  return !error && parent == folder;
 }
 
 }  // namespace
 
 Checkpointer::Checkpointer(const Config& config, std::string dir, TrainingEngine& engine,
-                           BatchSource& source, Communicator& comm, nlohmann::json versions)
+                           BatchSource& source, Communicator& comm, nlohmann::json versions,
+                           const std::string& resumed_from)
     : config_(config),
       dir_(std::move(dir)),
       engine_(engine),
@@ -98,7 +110,18 @@ Checkpointer::Checkpointer(const Config& config, std::string dir, TrainingEngine
       versions_(std::move(versions)),
       tensors_(engine.state_tensors()),
       writer_(std::make_unique<BackgroundWriter>()) {
-  if (!source.resumed()) refuse_other_runs_checkpoints(dir_, comm_);
+  // One run per folder: its commits replace `latest`, overwrite the steps
+  // another run shares and let retention delete the rest. A resume from a
+  // checkpoint of this folder continues its run; one from elsewhere is a
+  // new run here.
+  if (resumed_from.empty()) {
+    refuse_other_runs_checkpoints(dir_, comm_, "continue with --resume latest, or choose an empty checkpoint.dir");
+  } else if (!checkpoint_is_in(resumed_from, dir_)) {
+    refuse_other_runs_checkpoints(dir_, comm_,
+                                  "this run resumes from " + resumed_from +
+                                      ", outside it, and would replace its latest and delete its older steps: "
+                                      "choose an empty checkpoint.dir, or resume from its own (--resume latest)");
+  }
   allocate_staging();
 }
 

@@ -63,9 +63,11 @@ class Checkpointer {
   // `dir` exists and is writable (check_checkpoint_dir). `versions` goes
   // into every manifest. The staging for the engine's state (one image per
   // writer, through the engine's host allocator) is allocated and touched
-  // here, before training.
+  // here, before training. resumed_from: the checkpoint folder the run
+  // resumed from, "" for a fresh run; a `dir` holding another run's
+  // checkpoints is refused (CheckpointError) unless it is this run's own.
   Checkpointer(const Config& config, std::string dir, TrainingEngine& engine, BatchSource& source,
-               Communicator& comm, nlohmann::json versions);
+               Communicator& comm, nlohmann::json versions, const std::string& resumed_from);
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;

@@ -551,7 +551,8 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                        {"openblas", env.openblas},
                        {"compiler", env.compiler},
                        {"os", env.os},
-                       {"comm", env.comm_backend}});
+                       {"comm", env.comm_backend}},
+        resume.folder);
   Ceilings ceilings;
   if (options.ceilings) {
     if (reporter) std::fprintf(stdout, "ceilings: measuring compute, network, storage read and storage write alone...\n");

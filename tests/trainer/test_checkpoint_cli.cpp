@@ -389,6 +389,29 @@ TEST(CheckpointCli, FreshRunRefusesAFolderHoldingCheckpoints) {
   EXPECT_EQ(run_command(tiny_run(dir.file("crashed"), 4, 2, dir.file("f.json"), kFew)).exit_code, 0);
 }
 
+// A resume from another folder's checkpoint is a new run in checkpoint.dir:
+// into a folder holding checkpoints it would replace `latest` and let
+// retention delete that run's steps, as a fresh run would (it was let in).
+// Resuming a checkpoint of the folder itself, by path, continues its run.
+TEST(CheckpointCli, ResumeFromElsewhereRefusesAFolderHoldingAnotherRunsCheckpoints) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string mine = dir.file("mine"), other = dir.file("other");
+  ASSERT_EQ(run_command(tiny_run(mine, 4, 2, dir.file("a.json"), kFew)).exit_code, 0);
+  ASSERT_EQ(run_command(tiny_run(other, 2, 2, dir.file("b.json"), kFew)).exit_code, 0);
+  const auto step_4 = file_checksums(mine + "/step_4");
+  expect_refused(run_command(tiny_run(mine, 6, 2, dir.file("c.json"), kFew + "--resume " + other + "/step_2")),
+                 "checkpoint.dir " + mine + " already holds checkpoints (latest: step_4): this run resumes from " +
+                     other + "/step_2, outside it,");
+  EXPECT_EQ(latest_of(mine), "step_4");
+  EXPECT_EQ(file_checksums(mine + "/step_4"), step_4);
+  // Its own checkpoint by path (a trailing slash on the folder changes nothing), or into an empty folder: allowed.
+  EXPECT_EQ(run_command(tiny_run(mine + "/", 6, 2, dir.file("d.json"), kFew + "--resume " + mine + "/step_4")).exit_code, 0);
+  EXPECT_EQ(latest_of(mine), "step_6");
+  EXPECT_EQ(run_command(tiny_run(dir.file("fresh"), 4, 2, dir.file("e.json"), kFew + "--resume " + other + "/step_2"))
+                .exit_code,
+            0);
+}
+
 // A step whose loss is not finite commits nothing: `latest` stays the last
 // good checkpoint and retention deletes nothing for it.
 TEST(CheckpointCli, DivergedRunCommitsNoCheckpointAndKeepsTheGoodOnes) {
