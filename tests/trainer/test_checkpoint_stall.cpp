@@ -39,7 +39,7 @@ Totals train_with_checkpoints(double inject_delay_ms, const std::string& when_bu
   engine->init_parameters(static_cast<uint64_t>(config.train.seed));
   auto comm = make_local_communicator();
   DataSetup data = make_data_source(config, *engine, 0, 1);
-  Checkpointer checkpointer(config, dir.path(), *engine, *data.source, *comm, nlohmann::json::object());
+  Checkpointer checkpointer(config, dir.path(), *engine, *data.source, *comm, nlohmann::json::object(), "");
   const RunOutcome outcome = run_training(config, *engine, *data.source, *comm, nullptr, &checkpointer);
   Totals totals;
   for (const StepRecord& s : outcome.steps) {
