@@ -7,15 +7,22 @@
 
 RESULTS are result JSON files (schema trainbench.result/v1, `trainbench run
 --out`) or folders of them (every *.json in the folder). Runs are grouped by
-world size (environment.ranks); several runs of one world size are repeats, and
-the one with the median tokens/s stands for them. DIR (default: the folder of
-the results) receives
+world size (environment.ranks); several runs of one world size are repeats:
+its tokens/s (and the ideal and efficiency from it) is the median of theirs
+(of an even number, the mean of the two middle ones), and its other figures
+are one run's, named in the report: the middle run, of the two middle ones
+the slower. Runs with report.instrument=false beside timed runs of the same
+world size are left out of both, with a warning (stderr and report.md): their
+tokens/s is wall-clock and their step figures are not measured. DIR (default:
+the folder of the results) receives
 
     report.md               the tables: tokens/s against the ideal line and the
                             scaling efficiency, step time and stall shares (the
                             slowest rank's, as the result's summary has them:
-                            docs/metrics.md), the bottleneck, the slowest rank;
-                            the smallest run's config and environment
+                            docs/metrics.md), the bottleneck, the slowest rank
+                            (the one with the most work of its own per step,
+                            own_s), the ranks of the largest run ordered by
+                            own_s; the smallest run's config and environment
     tokens_per_s.png        tokens/s against ranks, with the ideal line
     scaling_efficiency.png  scaling efficiency against ranks
     stall_shares.png        stacked shares of the step per world size
@@ -24,7 +31,12 @@ the results) receives
 
 Definitions are DESIGN.md's ("What is measured"): ideal tokens/s at N ranks =
 N/N0 x tokens/s(N0), N0 the smallest world size; scaling efficiency =
-tokens/s(N) / ideal.
+tokens/s(N) / ideal. Where a result lacks summary.slowest_rank or
+summary.bottleneck, the report derives them as the binary does
+(trainer/train_loop.cpp; docs/metrics.md): the slowest rank has the largest
+own_s, its excess is over the median rank's own_s; the bottleneck is the
+category beside compute with the largest share if that takes 10% of the step,
+else compute.
 
 Every input is read and checked whole before anything is written. A bad one
 exits 2 with one line on stderr naming the file and, where it is a field, the
@@ -329,6 +341,9 @@ SIGNED, NONNEG, POSITIVE = Num("any"), Num(">=0"), Num(">0")
 STEP_TIME = Opt(Figure(POSITIVE))
 TIMES = {key: Opt(Figure(SIGNED if key == "other" else NONNEG)) for key, _, _ in CATEGORIES}
 SHARES = {key: Opt(Figure(Share(-1.0 if key == "other" else 0.0))) for key, _, _ in CATEGORIES}
+# A rank's own work per step (own_s, the median of step_s - comm_exposed_s):
+# the step less its wait in the collectives, which lies inside the step.
+OWN_TIME = Opt(Figure(NONNEG))
 
 
 def add_up_to_one(shares: dict[str, Any], field: str, source: Source) -> None:
@@ -392,6 +407,7 @@ RESULT = Obj({
         "ceilings": CEILINGS,
     }, required=("tokens_per_s", "step_s")),
     "ranks": Opt(Each(Obj({"rank": Opt(RANK), "host": STR, "step_s": STEP_TIME, "step_s_median": STEP_TIME,
+                           "own_s": OWN_TIME, "own_s_median": OWN_TIME,
                            **{f"{key}_s{median}": spec for key, spec in TIMES.items()
                               for median in ("", "_median")}}))),
     "steps": Opt(Each(Obj({"step_s": Opt(POSITIVE), "warmup": BOOL}))),
@@ -503,6 +519,12 @@ class Run:
         """A section of the resolved config ({} where the result has none)."""
         return (self.data.get("config") or {}).get(section) or {}
 
+    @property
+    def timed(self) -> bool:
+        """False for a run with report.instrument=false: no step timed, its
+        step figures null and its tokens/s wall-clock (docs/metrics.md)."""
+        return self.config("report").get("instrument") is not False
+
     def per_rank(self) -> list[dict[str, Any]]:
         """The result's per-rank records (newer results), else []."""
         ranks = self.data.get("ranks")
@@ -522,6 +544,32 @@ def rank_figure(record: dict[str, Any], name: str) -> float | None:
     """A per-rank median: `name` as a number or {median...}, or `name`_median."""
     value = number(record.get(name))
     return value if value is not None else number(record.get(name + "_median"))
+
+
+def own_work(record: dict[str, Any]) -> float | None:
+    """A rank's own work per step: its own_s (the median of step_s −
+    comm_exposed_s, the step less its wait in the collectives), or, in a
+    result from before own_s, its median step_s less its median
+    comm_exposed_s, the nearest figure it has. step_s itself cannot tell the
+    ranks apart: every step ends in the same all-reduce."""
+    own = rank_figure(record, "own_s")
+    if own is not None:
+        return own
+    step, exposed = rank_figure(record, "step_s"), rank_figure(record, "comm_exposed_s")
+    return step - exposed if step is not None and exposed is not None else None
+
+
+def binary_median(values: list[float]) -> float:
+    """The median as trainbench computes it (trainer/statistics.h: linear
+    interpolation, numpy's default), so that a figure derived here is the
+    binary's to the last digit."""
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    position = 0.5 * (len(ordered) - 1)
+    below = math.floor(position)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
 
 
 def read_object(path: Path, source: Source) -> dict[str, Any]:
@@ -559,7 +607,7 @@ def unmeasured_as_null(data: dict[str, Any]) -> None:
         null_zeros(summary.get("stall_shares"), tuple(key for key, _, _ in CATEGORIES))
     for key in ("ranks", "steps"):
         for record in data.get(key) if isinstance(data.get(key), list) else []:
-            null_zeros(record, ("step_s", "step_s_median"))
+            null_zeros(record, ("step_s", "step_s_median", "own_s", "own_s_median"))
 
 
 def load_run(path: Path) -> Run:
@@ -622,20 +670,31 @@ def collect(inputs: list[str]) -> list[Run]:
 
 @dataclass
 class Point:
-    """One world size: its runs and the one that stands for them."""
+    """One world size: its runs, their median tokens/s, and the run whose
+    other figures stand for them.
+
+    tokens/s is the true median of the runs' tokens/s (of an even number,
+    the mean of the two middle ones). The other figures (step times, MFU,
+    shares, bottleneck, slowest rank, ceilings, per-rank table) are one run's,
+    not averaged: the middle run, and of the two middle ones the slower.
+    Runs with report.instrument=false beside timed ones are left out of both
+    (`left_out`): their tokens/s is wall-clock, not from the median step, and
+    their step figures are not measured."""
     ranks: int
     runs: list[Run]
+    used: list[Run] = field(init=False)      # by tokens/s, slowest first
+    left_out: list[Run] = field(init=False)
     run: Run = field(init=False)
+    tokens_per_s: float = field(init=False)
     ideal_tokens_per_s: float = 0.0
     efficiency: float | None = None
 
     def __post_init__(self) -> None:
-        ordered = sorted(self.runs, key=lambda r: r.tokens_per_s)
-        self.run = ordered[(len(ordered) - 1) // 2]
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.run.tokens_per_s
+        timed = [r for r in self.runs if r.timed]
+        self.left_out = [r for r in self.runs if not r.timed] if timed else []
+        self.used = sorted(timed or self.runs, key=lambda r: (r.tokens_per_s, str(r.path)))
+        self.tokens_per_s = statistics.median(r.tokens_per_s for r in self.used)
+        self.run = self.used[(len(self.used) - 1) // 2]
 
     @property
     def hosts(self) -> int | None:
@@ -661,9 +720,15 @@ def shares(run: Run) -> dict[str, float | None]:
     return {key: number(stall.get(key)) for key, _, _ in CATEGORIES}
 
 
+# The words of the binary's bottleneck line (trainer/train_loop.cpp,
+# bottleneck_line) for each category beside compute, in its order.
+BOTTLENECK_TIME = {"comm_exposed": "exposed communication", "data_stall": "data stall",
+                   "ckpt_stall": "checkpoint stall", "other": "other (launch gaps, host work)"}
+
+
 def bottleneck(run: Run) -> tuple[str, bool]:
-    """The result's own bottleneck line, or (older results) the resource of the
-    largest share of the step, flagged as derived."""
+    """The result's own bottleneck line, or (results without one) the line
+    the binary would write from the summary's shares, flagged as derived."""
     own = run.summary.get("bottleneck")
     if isinstance(own, str) and own.strip():
         return own.strip(), False
@@ -671,51 +736,95 @@ def bottleneck(run: Run) -> tuple[str, bool]:
         for key in ("line", "text", "resource", "name"):
             if isinstance(own.get(key), str) and own[key].strip():
                 return own[key].strip(), False
-    known = {k: v for k, v in shares(run).items() if v is not None}
-    if not known:  # not measured (report.instrument=false): nothing to derive
-        return "—", False
-    key = max(known, key=lambda k: known[k])
-    resource = next(r for k, _, r in CATEGORIES if k == key)
-    return f"{resource} ({known[key]:.0%} of the step)", True
+    line = bottleneck_line(run)
+    return (line, True) if line is not None else ("—", False)
+
+
+def bottleneck_line(run: Run) -> str | None:
+    """trainer/train_loop.cpp's rule, mirrored: the category beside compute
+    with the largest share (the first of equals, in the order network,
+    storage read, storage write, host overhead) when it takes at least 10%
+    of the step, otherwise compute; percentages rounded as the binary rounds
+    them. With more than one rank and a pacing rank 10% or more above the
+    median rank's own work, the binary adds whose view it is. None where
+    nothing was measured (report.instrument=false)."""
+    sh = shares(run)
+    if all(value is None for value in sh.values()):
+        return None
+
+    def percent(share: float | None) -> str:
+        return "—" if share is None else f"{int(100.0 * share + 0.5)}%"
+
+    worst = None
+    for key, _, resource in CATEGORIES[1:]:
+        if sh[key] is not None and (worst is None or sh[key] > sh[worst[0]]):
+            worst = (key, resource)
+    if worst is None or sh[worst[0]] < 0.10:
+        line = f"compute — compute {percent(sh['compute'])} of step; no other resource takes 10%"
+    else:
+        key, resource = worst
+        line = (f"{resource} — {BOTTLENECK_TIME[key]} {percent(sh[key])} of step "
+                f"(compute {percent(sh['compute'])})")
+    lag = straggler(run)
+    if run.ranks > 1 and lag.rank is not None and lag.slower is not None and lag.slower >= 0.1:
+        line += (f"; seen from rank {lag.rank}" + (f" ({lag.host})" if lag.host is not None else "")
+                 + f", which sets the pace: its own work per step is {percent(lag.slower)} above the median rank's")
+    return line
 
 
 @dataclass
 class Straggler:
     rank: int | None
     host: str | None
-    slower: float | None  # (slowest − median rank) / median rank
-    step_s: float | None
+    slower: float | None  # its own work over the median rank's, − 1 (slowest_rank_excess)
+    own_s: float | None
+
+
+def by_rank(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per-rank records in rank order (the order the binary gathers them in)."""
+    def key(item: tuple[int, dict[str, Any]]) -> tuple[float, int]:
+        rank = item[1].get("rank")
+        return (rank if isinstance(rank, int) and not isinstance(rank, bool) else math.inf, item[0])
+    return [record for _, record in sorted(enumerate(records), key=key)]
 
 
 def straggler(run: Run) -> Straggler:
-    """The slowest rank and how much slower its median step is than the median
-    rank's: the result's own figures (summary.slowest_rank, _excess) where it
-    has them, else computed from its per-rank records."""
-    records = [(rec, rank_figure(rec, "step_s")) for rec in run.per_rank()]
-    records = [(rec, s) for rec, s in records if s is not None]
+    """The rank that sets the pace and how much more work of its own it does
+    per step than the median rank: the result's own figures
+    (summary.slowest_rank, _excess) where it has them, else derived from its
+    per-rank records as trainer/train_loop.cpp does: the largest own work
+    (the lowest rank of equals), over the median of every rank's, − 1."""
+    records = [(rec, own_work(rec)) for rec in by_rank(run.per_rank())]
+    hosts = {rec.get("rank"): rec.get("host") for rec, _ in records if isinstance(rec.get("host"), str)}
+    records = [(rec, own) for rec, own in records if own is not None]
     own_rank = run.summary.get("slowest_rank")
     own_rank = own_rank if isinstance(own_rank, int) and not isinstance(own_rank, bool) else None
     excess = number(run.summary.get("slowest_rank_excess"))
+    typical = binary_median([own for _, own in records])
+    if own_rank is not None:
+        chosen = [own for rec, own in records if rec.get("rank") == own_rank]
+        own = chosen[0] if chosen else None
+        if excess is None and own is not None:
+            excess = own / typical - 1.0 if typical > 0 else 0.0
+        return Straggler(own_rank, hosts.get(own_rank), excess, own)
     if not records:
-        return Straggler(own_rank, None, excess, None)
-    chosen = [(rec, s) for rec, s in records if own_rank is not None and rec.get("rank") == own_rank]
-    rec, slowest = chosen[0] if chosen else max(records, key=lambda item: item[1])
-    if excess is None or not chosen:
-        middle = statistics.median(s for _, s in records)
-        excess = slowest / middle - 1.0 if middle > 0 else None
+        return Straggler(None, None, excess, None)
+    rec, slowest = records[0]
+    for candidate, own in records[1:]:
+        if own > slowest:  # std::max_element: the first of equals
+            rec, slowest = candidate, own
     rank = rec.get("rank")
-    host = rec.get("host")
-    return Straggler(rank if isinstance(rank, int) else own_rank, host if isinstance(host, str) else None,
-                     excess, slowest)
+    rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+    return Straggler(rank, hosts.get(rank), slowest / typical - 1.0 if typical > 0 else 0.0, slowest)
 
 
 def step_spread(point: Point) -> tuple[list[float], str]:
     """The step times (s) shown for a world size in the spread plot, and what they are."""
-    medians = [s for run in point.runs for s in (rank_figure(r, "step_s") for r in run.per_rank()) if s is not None]
+    medians = [s for run in point.used for s in (rank_figure(r, "step_s") for r in run.per_rank()) if s is not None]
     if medians:
         return medians, "per-rank median step time"
     steps = []
-    for run in point.runs:
+    for run in point.used:
         for step in run.data.get("steps") or []:
             if isinstance(step, dict) and not step.get("warmup") and number(step.get("step_s")) is not None:
                 steps.append(float(step["step_s"]))
@@ -736,11 +845,37 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 PER_RUN_KEYS = ("train.steps", "train.warmup_steps", "checkpoint.dir", "data.synth_samples_per_shard")
 
 
+def ranks_text(n: int) -> str:
+    return f"{n} rank" + ("" if n == 1 else "s")
+
+
+def timing_warnings(points: list[Point]) -> list[str]:
+    """Runs with report.instrument=false mixed with timed ones: repeats left
+    out of a world size's figures, and world sizes whose tokens/s are
+    different measures (wall-clock against the median step). Printed on
+    stderr too."""
+    warnings = []
+    for p in points:
+        if p.left_out:
+            names = ", ".join(r.path.name for r in p.left_out)
+            its, it_is = ("its", "it is") if len(p.left_out) == 1 else ("their", "they are")
+            warnings.append(f"{ranks_text(p.ranks)}: {names} ran with report.instrument=false (no step timed: "
+                            f"{its} step figures are not measured, {its} tokens/s is wall-clock) beside "
+                            f"{len(p.used)} timed run(s); {it_is} left out of the median and of the figures shown")
+    untimed = [p.ranks for p in points if not p.run.timed]
+    if untimed and len(untimed) < len(points):
+        timed = [p.ranks for p in points if p.run.timed]
+        warnings.append(f"tokens/s at {', '.join(map(str, untimed))} rank(s) is wall-clock "
+                        f"(report.instrument=false), at {', '.join(map(str, timed))} rank(s) from the median step: "
+                        "the scaling efficiency compares two different measures")
+    return warnings
+
+
 def consistency_warnings(points: list[Point]) -> list[str]:
     """What makes the runs not one sweep: different configs (report.* and the
     step count aside), different per-rank batches (the ideal line assumes weak
-    scaling: the same tokens per rank and step)."""
-    warnings = []
+    scaling: the same tokens per rank and step), timed and untimed runs mixed."""
+    warnings = timing_warnings(points)
     base = points[0].run
     base_config = flatten(base.data.get("config") or {})
     for p in points:
@@ -857,7 +992,7 @@ def ceilings_section(points: list[Point]) -> list[str]:
             tokens = number(figures.get("tokens_per_s"))
             achieved = number(figures.get("achieved_share"))
             if achieved is None and tokens:
-                achieved = p.tokens_per_s / tokens
+                achieved = p.run.tokens_per_s / tokens
             others = [f for k, v in figures.items() if k not in ("tokens_per_s", "achieved_share")
                       for f in [ceiling_figure(k, v)] if f]
             rows.append([str(p.ranks), name.replace("_", " "), si(tokens), pct(achieved),
@@ -872,23 +1007,30 @@ def ceilings_section(points: list[Point]) -> list[str]:
 
 
 def rank_section(point: Point) -> list[str]:
-    """The slowest ranks of the largest run, category by category."""
-    records = [r for r in point.run.per_rank() if rank_figure(r, "step_s") is not None]
+    """The slowest ranks of the largest run: those with the most work of their
+    own per step first (as the binary picks slowest_rank), category by category."""
+    records = [r for r in by_rank(point.run.per_rank()) if own_work(r) is not None]
     if len(records) < 2:
         return []
-    records.sort(key=lambda r: rank_figure(r, "step_s") or 0.0, reverse=True)
+    middle = binary_median([own_work(r) for r in records])
+    estimated = any(rank_figure(r, "own_s") is None for r in records)
+    records.sort(key=lambda r: own_work(r), reverse=True)  # stable: the lowest rank of equals first
     shown = records[:10]
     rows = []
     for r in shown:
-        row = [str(r.get("rank", "?")), str(r.get("host", "—")), ms(rank_figure(r, "step_s"))]
+        row = [str(r.get("rank", "?")), str(r.get("host", "—")), ms(own_work(r)), ms(rank_figure(r, "step_s"))]
         row += [ms(rank_figure(r, key + "_s")) for key, _, _ in CATEGORIES]
         rows.append(row)
-    middle = statistics.median(rank_figure(r, "step_s") or 0.0 for r in records)
     lines = [f"## Ranks at {point.ranks} ranks (slowest first)", "",
-             f"Median step time of the median rank: {ms(middle)} ms."
+             "Ordered by each rank's own work per step (own: the median of step − comm exposed, the step less "
+             "its wait in the collectives): every step ends in the same all-reduce, so the step time is about "
+             "the same on every rank and a faster rank spends the difference waiting, as exposed communication. "
+             f"Own work of the median rank: {ms(middle)} ms."
+             + (" This result has no own_s: own is estimated as the median step less the median comm exposed."
+                if estimated else "")
              + (f" The {len(records) - len(shown)} faster ranks are not listed." if len(records) > len(shown) else ""),
              ""]
-    header = ["rank", "host", "step (ms)"] + [f"{label} (ms)" for _, label, _ in CATEGORIES]
+    header = ["rank", "host", "own (ms)", "step (ms)"] + [f"{label} (ms)" for _, label, _ in CATEGORIES]
     return lines + table(header, rows) + [""]
 
 
@@ -945,6 +1087,26 @@ def environment_section(run: Run) -> list[str]:
     return lines
 
 
+def repeats_section(points: list[Point]) -> list[str]:
+    """Which run's figures stand for a world size with several runs."""
+    repeated = [p for p in points if len(p.runs) > 1]
+    if not repeated:
+        return []
+    lines = ["Repeats: a world size's tokens/s (and the ideal and efficiency from it) is the median of its runs' "
+             "(of an even number, the mean of the two middle ones); its other figures (step time, MFU, shares, "
+             "bottleneck, slowest rank, ceilings, per-rank table) are one run's, not averaged: the middle run, "
+             "of the two middle ones the slower. Runs with report.instrument=false beside timed ones are left out.",
+             ""]
+    for p in repeated:
+        runs = ", ".join(f"{r.path.name} {r.tokens_per_s:.1f}" for r in p.used)
+        line = (f"- {ranks_text(p.ranks)}: {len(p.runs)} runs, tokens/s median {p.tokens_per_s:.1f} of {runs}; "
+                f"the other figures are {p.run.path.name}'s")
+        if p.left_out:
+            line += f"; left out: {', '.join(r.path.name for r in p.left_out)} (report.instrument=false)"
+        lines.append(line)
+    return lines + [""]
+
+
 def write_markdown(points: list[Point], out: Path, plots: list[str]) -> Path:
     base = points[0]
     lines = ["# trainbench scaling report", ""]
@@ -968,6 +1130,7 @@ def write_markdown(points: list[Point], out: Path, plots: list[str]) -> Path:
                     "step median (ms)", "step p10 (ms)", "step p90 (ms)", "MFU (datasheet)", "MFU (GEMM ceiling)",
                     "slowest rank"], rows)
     lines.append("")
+    lines += repeats_section(points)
 
     rows = []
     for p in points:
@@ -980,8 +1143,9 @@ def write_markdown(points: list[Point], out: Path, plots: list[str]) -> Path:
               "data stall, checkpoint stall, other).", ""]
     lines += table(["ranks"] + [f"{label} (%)" for _, label, _ in CATEGORIES] + ["bottleneck"], rows)
     if derived:
-        lines += ["", "\\* derived by this report as the resource of the largest share: the result has no "
-                      "`summary.bottleneck`."]
+        lines += ["", "\\* derived by this report with the binary's rule (docs/metrics.md): the category beside "
+                      "compute with the largest share when it takes at least 10% of the step, else compute; the "
+                      "result has no `summary.bottleneck`."]
     lines.append("")
 
     lines += ceilings_section(points)
@@ -1050,8 +1214,8 @@ def write_plots(points: list[Point], out: Path) -> list[str]:
             ax.plot([n for n, _ in at], [t for _, t in at], marker + ":", color=COLORS[resource], alpha=0.8,
                     markersize=5, label=f"{key.replace('_', ' ')} ceiling")
     for p in points:
-        if len(p.runs) > 1:
-            ax.scatter([p.ranks] * len(p.runs), [r.tokens_per_s for r in p.runs], s=10, color=COLORS["compute"],
+        if len(p.used) > 1:
+            ax.scatter([p.ranks] * len(p.used), [r.tokens_per_s for r in p.used], s=10, color=COLORS["compute"],
                        alpha=0.4)
     log2_axis(ax)
     ax.set_ylabel("tokens/s")
@@ -1082,9 +1246,16 @@ def write_plots(points: list[Point], out: Path) -> list[str]:
     positions = list(range(len(points)))
     bottom = [0.0] * len(points)
     for key, label, _ in CATEGORIES:
-        values = [shares(p.run)[key] or 0.0 for p in points]
-        ax.bar(positions, values, bottom=bottom, color=COLORS[key], label=label, width=0.6)
-        bottom = [b + v for b, v in zip(bottom, values)]
+        # A share not measured (report.instrument=false) is no bar, not a bar of 0.
+        values = [shares(p.run)[key] for p in points]
+        at = [i for i, v in enumerate(values) if v is not None]
+        ax.bar([positions[i] for i in at], [values[i] for i in at], bottom=[bottom[i] for i in at],
+               color=COLORS[key], label=label, width=0.6)
+        bottom = [b + (v or 0.0) for b, v in zip(bottom, values)]
+    for i, p in enumerate(points):
+        if all(v is None for v in shares(p.run).values()):
+            ax.text(positions[i], 0.5, "not\nmeasured", ha="center", va="center", fontsize=8, color="#666666")
+    ax.set_xlim(-0.6, len(points) - 0.4)
     ax.set_xticks(positions)
     ax.set_xticklabels(labels)
     ax.set_xlabel("ranks")
@@ -1330,6 +1501,9 @@ def main(argv: list[str]) -> int:
     prepare_out(out)
     plots = [] if args.no_plots else write_plots(points, out)
     report = write_markdown(points, out, plots)
+    # Also in report.md's warnings; here because they change which runs the figures are from.
+    for warning in timing_warnings(points):
+        print(f"report.py: warning: {one_line(warning)}", file=sys.stderr)
 
     width = max(len(str(p.ranks)) for p in points)
     for p in points:

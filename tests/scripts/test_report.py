@@ -6,8 +6,10 @@ SweepTests makes a real sweep: `tiny` at 1, 2 and 4 MPI ranks on this machine
 results; the tests read the report and the plots. It needs the trainbench
 binary built with the MPI backend ($TRAINBENCH_BINARY, else build/trainbench)
 and mpirun ($MPIRUN, else on PATH); without them it skips. The other classes
-need neither: report.py's errors, its reading of results with and without the
-per-rank records, scale.sh's argument checks.
+need no mpirun: report.py's errors, its reading of results with and without the
+per-rank records, scale.sh's argument checks. Some of ResultReadingTests edit a
+real 1-rank result the binary writes (no launcher needed) and skip, saying so,
+where it is not built.
 
 SlurmTests starts a one-node Slurm here (scripts/slurm/local_cluster.sh, as
 root) and sends the same kind of sweep through `scale.sh --slurm`; without
@@ -99,6 +101,48 @@ def fake_result(ranks: int, tokens_per_s: float, step_s: float = 0.1) -> dict:
         "steps": [{"step": i, "step_s": step_s * (1 + 0.01 * i), "warmup": i < 2} for i in range(1, 9)],
         "checks": [], "warnings": [],
     }
+
+
+# Real results, as `trainbench run --out` writes them: `tiny` on one rank
+# (no launcher needed), timed and with report.instrument=false, made once per
+# process. Tests that edit one (into more ranks, other shares) skip, with the
+# reason, where the binary is not built.
+_REAL_RESULTS: dict[bool, dict] = {}
+
+
+def real_result(instrument: bool = True) -> dict:
+    if not os.access(BINARY, os.X_OK):
+        raise unittest.SkipTest(f"{BINARY} is not built: these tests edit a result it writes")
+    if instrument not in _REAL_RESULTS:
+        folder = Path(tempfile.mkdtemp(prefix="test_report_real_"))
+        try:
+            out = folder / "result.json"
+            done = run(BINARY, "run", "tiny", "--steps", "8", "--set", "train.warmup_steps=2",
+                       "--set", "train.threads=1", "--set", "report.progress_every=0",
+                       "--set", f"report.instrument={'true' if instrument else 'false'}", "--out", out, timeout=300)
+            if done.returncode != 0:
+                raise AssertionError(f"{BINARY} run tiny failed (exit {done.returncode}): {done.stderr[-2000:]}")
+            _REAL_RESULTS[instrument] = json.loads(out.read_text())
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    return copy.deepcopy(_REAL_RESULTS[instrument])
+
+
+def as_ranks(result: dict, own_share: list[float]) -> dict:
+    """A real 1-rank result made into len(own_share) ranks as the binary
+    writes them: every rank's step_s the same (the all-reduce ends every
+    step together), its own work (own_s) `own_share` of it, the rest waited
+    in the collectives (comm_exposed_s)."""
+    result = copy.deepcopy(result)
+    world = len(own_share)
+    [record] = result["ranks"]
+    step = record["step_s"]
+    result["environment"]["ranks"] = world
+    result["environment"]["hosts"] = [f"node{r}" for r in range(world)]
+    result["summary"]["global_tokens_per_step"] *= world
+    result["ranks"] = [dict(record, rank=r, host=f"node{r}", own_s=step * share, comm_exposed_s=step * (1 - share))
+                       for r, share in enumerate(own_share)]
+    return result
 
 
 # In a file written by damaged(), this string (quoted) is replaced by raw JSON
@@ -449,7 +493,7 @@ class ResultReadingTests(unittest.TestCase):
         return (self.dir / "out" / "report.md").read_text()
 
     def test_older_results_group_by_world_size_and_derive_the_bottleneck(self) -> None:
-        # Two repeats at 2 ranks: the median-tokens/s one stands for them.
+        # Two repeats at 2 ranks: their median tokens/s (1650) stands for them.
         paths = [self.write("a.json", fake_result(1, 1000.0)), self.write("b.json", fake_result(2, 1500.0)),
                  self.write("c.json", fake_result(2, 1800.0)), self.write("d.json", fake_result(4, 3000.0))]
         text = self.make_report(*paths)
@@ -457,21 +501,23 @@ class ResultReadingTests(unittest.TestCase):
         self.assertEqual([r["ranks"] for r in rows], ["1", "2", "4"])
         self.assertEqual([r["runs"] for r in rows], ["1", "2", "1"])
         self.assertEqual([r["ideal tokens/s"] for r in rows], ["1000.0", "2000.0", "4000.0"])
-        self.assertEqual([r["scaling efficiency"] for r in rows], ["1.000", "0.750", "0.750"])
+        self.assertEqual([r["scaling efficiency"] for r in rows], ["1.000", "0.825", "0.750"])
         self.assertEqual(rows[2]["slowest rank"], "rank 3")
         shares = markdown_table(text, "## Where the step time goes")
         self.assertEqual(shares[0]["comm exposed (%)"], "30.0%")
-        self.assertIn("compute (60% of the step) \\*", shares[0]["bottleneck"])
+        # The binary's rule: comm exposed (30%) is the largest share beside compute and passes 10%.
+        self.assertEqual(shares[0]["bottleneck"], "network — exposed communication 30% of step (compute 60%) \\*")
         self.assertIn("derived by this report", text)
 
     def test_newer_results_name_the_straggler_and_keep_their_bottleneck_line(self) -> None:
         small = fake_result(1, 1000.0)
         big = fake_result(4, 3200.0)
         big["summary"]["bottleneck"] = "network — comm exposed 30% of step"
+        # The same step on every rank (the all-reduce ends it everywhere); rank 3 has the most work of its own.
         big["ranks"] = [
-            {"rank": r, "host": f"node{r // 2}", "step_s": {"median": s}, "compute_s": 0.06,
-             "comm_exposed_s": s - 0.07, "data_stall_s": 0.005, "ckpt_stall_s": 0.0, "other_s": 0.005}
-            for r, s in enumerate([0.100, 0.100, 0.102, 0.125])
+            {"rank": r, "host": f"node{r // 2}", "step_s": {"median": 0.180}, "own_s": own, "compute_s": 0.06,
+             "comm_exposed_s": 0.180 - own, "data_stall_s": 0.005, "ckpt_stall_s": 0.0, "other_s": 0.005}
+            for r, own in enumerate([0.100, 0.100, 0.102, 0.125])
         ]
         text = self.make_report(self.write("r1.json", small), self.write("r4.json", big))
         rows = markdown_table(text, "## Throughput and scaling")
@@ -481,8 +527,124 @@ class ResultReadingTests(unittest.TestCase):
         self.assertEqual(shares[1]["bottleneck"], "network — comm exposed 30% of step")
         per_rank = markdown_table(text, "## Ranks at 4 ranks (slowest first)")
         self.assertEqual([r["rank"] for r in per_rank], ["3", "2", "0", "1"])
-        self.assertEqual(per_rank[0]["step (ms)"], "125.00")
+        self.assertEqual(per_rank[0]["own (ms)"], "125.00")
+        self.assertEqual(per_rank[0]["step (ms)"], "180.00")
         self.assertEqual(per_rank[0]["comm exposed (ms)"], "55.00")
+
+
+    def test_the_ranks_table_is_ordered_by_own_work(self) -> None:
+        # step_s is the same on every rank (all wait for each other in the
+        # all-reduce): the rank with the most work of its own comes first, as
+        # the binary's slowest_rank.
+        result = as_ranks(real_result(), [0.80, 0.70, 0.92, 0.85])
+        result["summary"].update(slowest_rank=2, slowest_rank_excess=0.92 / 0.825 - 1)
+        text = self.make_report(self.write("r4.json", result))
+        per_rank = markdown_table(text, "## Ranks at 4 ranks (slowest first)")
+        self.assertEqual([r["rank"] for r in per_rank], ["2", "3", "0", "1"])
+        step_ms = f"{result['ranks'][0]['step_s'] * 1e3:.2f}"
+        self.assertEqual([r["step (ms)"] for r in per_rank], [step_ms] * 4)
+        self.assertEqual([r["own (ms)"] for r in per_rank],
+                         [f"{result['ranks'][r]['own_s'] * 1e3:.2f}" for r in (2, 3, 0, 1)])
+        self.assertEqual(markdown_table(text, "## Throughput and scaling")[0]["slowest rank"],
+                         "rank 2 (node2), +11.5% vs median rank")
+
+    def test_the_slowest_rank_is_derived_from_own_work_as_the_binary_does(self) -> None:
+        # Without summary.slowest_rank: the largest own_s (the first of equals),
+        # its excess over the median of all ranks' own_s (trainer/train_loop.cpp).
+        base = real_result()
+        for shares, named in (([0.80, 0.80, 0.92, 0.80], "rank 2 (node2), +15.0% vs median rank"),
+                              ([0.90, 0.80, 0.90, 0.70], "rank 0 (node0), +5.9% vs median rank"),
+                              ([0.5, 0.6, 0.4], "rank 1 (node1), +20.0% vs median rank")):
+            with self.subTest(shares=shares):
+                result = as_ranks(base, shares)
+                del result["summary"]["slowest_rank"], result["summary"]["slowest_rank_excess"]
+                text = self.make_report(self.write("r.json", result))
+                self.assertEqual(markdown_table(text, "## Throughput and scaling")[0]["slowest rank"], named)
+                per_rank = markdown_table(text, f"## Ranks at {len(shares)} ranks (slowest first)")
+                self.assertEqual(f"rank {per_rank[0]['rank']} ({per_rank[0]['host']})", named.split(",")[0])
+
+    def test_a_derived_bottleneck_follows_the_binarys_rule(self) -> None:
+        # trainer/train_loop.cpp bottleneck_line: the largest share beside
+        # compute (the first of equals: network, storage read, storage write,
+        # host overhead) when it takes 10% of the step, else compute; with a
+        # pacing rank 10% above the median, the line says it is seen from it.
+        base = real_result()
+        for stall, line in (
+                ({"compute": 0.76, "comm_exposed": 0.19, "data_stall": 0.01, "ckpt_stall": 0.0, "other": 0.04},
+                 "network — exposed communication 19% of step (compute 76%)"),
+                ({"compute": 0.82, "comm_exposed": 0.09, "data_stall": 0.01, "ckpt_stall": 0.0, "other": 0.08},
+                 "compute — compute 82% of step; no other resource takes 10%"),
+                ({"compute": 0.76, "comm_exposed": 0.0, "data_stall": 0.12, "ckpt_stall": 0.0, "other": 0.12},
+                 "storage read — data stall 12% of step (compute 76%)"),
+                ({"compute": 0.55, "comm_exposed": 0.05, "data_stall": 0.0, "ckpt_stall": 0.1, "other": 0.3},
+                 "host overhead — other (launch gaps, host work) 30% of step (compute 55%)")):
+            with self.subTest(line=line):
+                result = copy.deepcopy(base)
+                del result["summary"]["bottleneck"]
+                result["summary"]["stall_shares"] = stall
+                text = self.make_report(self.write("r.json", result))
+                self.assertEqual(markdown_table(text, "## Where the step time goes")[0]["bottleneck"],
+                                 line + " \\*")
+                self.assertIn("derived by this report", text)
+        result = as_ranks(base, [0.80, 0.80, 0.92, 0.80])
+        del result["summary"]["bottleneck"], result["summary"]["slowest_rank"]
+        del result["summary"]["slowest_rank_excess"]
+        result["summary"]["stall_shares"] = {"compute": 0.76, "comm_exposed": 0.19, "data_stall": 0.01,
+                                             "ckpt_stall": 0.0, "other": 0.04}
+        text = self.make_report(self.write("r4.json", result))
+        self.assertEqual(markdown_table(text, "## Where the step time goes")[0]["bottleneck"],
+                         "network — exposed communication 19% of step (compute 76%); seen from rank 2 (node2), "
+                         "which sets the pace: its own work per step is 15% above the median rank's \\*")
+
+    def test_an_even_number_of_repeats_takes_the_true_median_and_names_the_run_shown(self) -> None:
+        runs = []
+        for name, tokens in (("a.json", 1300.0), ("b.json", 1000.0), ("c.json", 1100.0), ("d.json", 1250.0)):
+            result = real_result()
+            result["summary"]["tokens_per_s"] = tokens
+            runs.append(self.write(name, result))
+        text = self.make_report(*runs)
+        [row] = markdown_table(text, "## Throughput and scaling")
+        self.assertEqual((row["runs"], row["tokens/s"]), ("4", "1175.0"))  # (1100 + 1250) / 2
+        # The figures that are one run's come from c.json, the slower of the two nearest the median.
+        self.assertIn("1 rank: 4 runs, tokens/s median 1175.0 of b.json 1000.0, c.json 1100.0, d.json 1250.0, "
+                      "a.json 1300.0; the other figures are c.json's", text)
+        # Three repeats: the middle one, as before.
+        text = self.make_report(runs[0], runs[1], runs[3])
+        [row] = markdown_table(text, "## Throughput and scaling")
+        self.assertEqual(row["tokens/s"], "1250.0")
+        self.assertIn("the other figures are d.json's", text)
+
+    def test_untimed_repeats_beside_timed_ones_are_warned_about_and_left_out(self) -> None:
+        # report.instrument=false times no step (its figures are null, its
+        # tokens/s is wall-clock): beside timed runs of the same configuration
+        # it is named in a warning, and it is neither the run shown nor in the
+        # median.
+        timed, untimed = real_result(), real_result(instrument=False)
+        self.assertIsNone(untimed["summary"]["step_s"]["median"])
+        timed["summary"]["tokens_per_s"] = 1000.0
+        untimed["summary"]["tokens_per_s"] = 900.0
+        other = copy.deepcopy(timed)
+        other["summary"]["tokens_per_s"] = 1200.0
+        for names, tokens, count in ((("timed.json", "untimed.json"), "1000.0", 1),
+                                     (("timed.json", "untimed.json", "timed2.json"), "1100.0", 2)):
+            with self.subTest(runs=names):
+                for stale in self.dir.glob("*.json"):
+                    stale.unlink()
+                paths = [self.write(name, {"timed.json": timed, "untimed.json": untimed,
+                                           "timed2.json": other}[name]) for name in names]
+                done = report(*paths, "--out", self.dir / "out", "--no-plots")
+                self.assertEqual(done.returncode, 0, done.stderr)
+                warning = ("1 rank: untimed.json ran with report.instrument=false (no step timed: its step figures "
+                           f"are not measured, its tokens/s is wall-clock) beside {count} timed run(s); it is left "
+                           "out of the median and of the figures shown")
+                self.assertIn(warning, done.stderr)
+                text = (self.dir / "out" / "report.md").read_text()
+                self.assertIn(f"- {warning}", text)
+                [row] = markdown_table(text, "## Throughput and scaling")
+                self.assertEqual((row["runs"], row["tokens/s"]), (str(len(names)), tokens))
+                self.assertEqual(row["step median (ms)"], f"{timed['summary']['step_s']['median'] * 1e3:.2f}")
+                [shares] = markdown_table(text, "## Where the step time goes")
+                self.assertNotIn("—", shares.values())
 
     def test_a_folder_is_read_whole_and_a_differing_config_is_warned_about(self) -> None:
         other = copy.deepcopy(fake_result(2, 1900.0))
