@@ -353,6 +353,101 @@ int run_command(const RunOptions& options, const std::string& command_line) {
 
 }  // namespace
 
+namespace {
+
+// The engine a run of `config` builds on this rank, and its memory plan,
+// checked against what this rank can have (GPU memory, host memory shared by
+// the ranks on this host, ulimit -v): CommandError (exit 3 or 2) when it does
+// not fit, before anything is allocated.
+struct ResolvedEngine {
+  EngineOptions options;
+  MemoryPlan plan;
+  bool use_nccl = false;  // the gradients go through NCCL
+};
+ResolvedEngine resolve_engine(const Config& config, Communicator& comm, const GpuInventory& gpus) {
+  ResolvedEngine resolved;
+  EngineOptions& engine_options = resolved.options;
+  MemoryPlan& plan = resolved.plan;
+  engine_options.shape = config.model;
+  engine_options.micro_batch = config.train.micro_batch;
+  engine_options.lora = lora_spec(config);
+  engine_options.lora_state_includes_base = config.checkpoint.include_base;
+  engine_options.device = resolve_device(config.train.device, gpus);
+  // nccl: asked for, or auto on the cuda engine when this build has it. (An
+  // explicit train.device that contradicts these was refused with the config.)
+  // auto takes NCCL for a multi-rank CUDA run; one GPU trains without a
+  // gradient sync (as a single-process PyTorch run would), unless nccl is
+  // asked for, which a 1-GPU run then times on the multi-GPU path.
+  const bool use_nccl = resolved.use_nccl = config.comm.backend == "nccl" ||
+                        (config.comm.backend == "auto" && engine_options.device == "cuda" &&
+                         comm.world_size() > 1 && !nccl_version().empty());
+  if (use_nccl && engine_options.device != "cuda")
+    throw CommandError{kExitEnvironmentError,
+                       "comm.backend=nccl needs the cuda engine, but train.device=" + config.train.device +
+                           " resolved to " + engine_options.device + ": " +
+                           (built_backends().find("cuda") == std::string::npos ? "this build has no CUDA engine"
+                                                                               : gpus.why_none)};
+  engine_options.threads = static_cast<int>(config.train.threads);
+  if (config.comm.zero == 1 && comm.world_size() > 1) {
+    // ZeRO-1: this rank's optimizer state only, buffers in `world` blocks of 256-byte multiples.
+    engine_options.optimizer_shard =
+        zero_shard(make_layout(engine_options).trainable_params(), comm.rank(), comm.world_size());
+    engine_options.pad_buffers_to = zero_padding_multiple(comm.world_size());
+  }
+  if (engine_options.device == "cpu" && config.train.precision == "bf16")
+    throw CommandError{kExitUserError, "train.precision: bf16 needs the cuda engine; the cpu engine is fp32"};
+  if (engine_options.device == "cpu" && config.train.attention == "cudnn")
+    throw CommandError{kExitUserError, "train.attention: cudnn needs the cuda engine; the cpu engine runs attention as GEMMs"};
+  engine_options.attention = config.train.attention;
+  engine_options.deterministic = config.train.deterministic;
+
+  // Everything is sized before anything is allocated.
+  try {
+    plan = plan_engine_memory(engine_options);
+  } catch (const std::runtime_error& e) {
+    throw CommandError{kExitEnvironmentError, std::string("train.device=") + engine_options.device +
+                                               ": " + e.what()};
+  }
+  if (engine_options.device == "cuda") {
+    if (gpus.gpus.empty())
+      throw CommandError{kExitEnvironmentError, "train.device=cuda: " + gpus.why_none};
+    // One process per GPU: the rank's place on its host picks the device.
+    engine_options.gpu_index = comm.local_rank() % static_cast<int>(gpus.gpus.size());
+    const GpuInfo& gpu = gpus.gpus[static_cast<size_t>(engine_options.gpu_index)];
+    const int64_t gpu_memory = gpu.memory_bytes;
+    if (plan.total_bytes() > gpu_memory)
+      throw CommandError{kExitEnvironmentError,
+                      "model needs " + human_bytes(static_cast<double>(plan.total_bytes())) +
+                          " of GPU memory (activations " +
+                          human_bytes(static_cast<double>(plan.activation_bytes)) + ") but " +
+                          gpu.name + " has " +
+                          human_bytes(static_cast<double>(gpu_memory)) +
+                          ": lower train.micro_batch, model.seq_len or model.n_layers"};
+  }
+  // The cpu engine's plan is host memory, which the ranks on one host share
+  // (4 ranks of a plan that fit once were 4 times MemAvailable: the OOM killer).
+  const int64_t available = available_memory_bytes();
+  const int host_ranks = ranks_on_this_host(comm);
+  if (engine_options.device == "cpu" && available > 0 && plan.total_bytes() * host_ranks > available) {
+    throw CommandError{kExitEnvironmentError,
+                    "model needs " + human_bytes(static_cast<double>(plan.total_bytes())) +
+                        " of host memory per rank (activations " +
+                        human_bytes(static_cast<double>(plan.activation_bytes)) + ")" +
+                        (host_ranks > 1 ? ", " + human_bytes(static_cast<double>(plan.total_bytes() * host_ranks)) +
+                                              " for the " + std::to_string(host_ranks) + " ranks on this host,"
+                                        : "") +
+                        " but " + human_bytes(static_cast<double>(available)) +
+                        " is available: lower train.micro_batch, model.seq_len or model.n_layers" +
+                        (host_ranks > 1 ? ", or run fewer ranks per host" : "")};
+  }
+  check_address_space_limit(engine_options, plan);
+  return resolved;
+}
+
+}  // namespace
+
+void check_engine_fits(const Config& config, Communicator& comm) { resolve_engine(config, comm, query_gpus()); }
+
 RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const RunSettings& options) {
   RunReport report;
   const std::string named = options.out_option      ? "--out"
@@ -370,83 +465,12 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   CheckpointDir checkpoint_dir;
   if (config.checkpoint.every_steps > 0) setup_checkpoint_dir(config, *comm, &checkpoint_dir);
 
-  EngineOptions engine_options;
-  engine_options.shape = config.model;
-  engine_options.micro_batch = config.train.micro_batch;
-  engine_options.lora = lora_spec(config);
-  engine_options.lora_state_includes_base = config.checkpoint.include_base;
   // Asked once: device choice, memory check and the environment report share it.
   const GpuInventory gpus = query_gpus();
-  engine_options.device = resolve_device(config.train.device, gpus);
-  // nccl: asked for, or auto on the cuda engine when this build has it. (An
-  // explicit train.device that contradicts these was refused with the config.)
-  // auto takes NCCL for a multi-rank CUDA run; one GPU trains without a
-  // gradient sync (as a single-process PyTorch run would), unless nccl is
-  // asked for, which a 1-GPU run then times on the multi-GPU path.
-  const bool use_nccl = config.comm.backend == "nccl" ||
-                        (config.comm.backend == "auto" && engine_options.device == "cuda" &&
-                         comm->world_size() > 1 && !nccl_version().empty());
-  if (use_nccl && engine_options.device != "cuda")
-    throw CommandError{kExitEnvironmentError,
-                       "comm.backend=nccl needs the cuda engine, but train.device=" + config.train.device +
-                           " resolved to " + engine_options.device + ": " +
-                           (built_backends().find("cuda") == std::string::npos ? "this build has no CUDA engine"
-                                                                               : gpus.why_none)};
-  engine_options.threads = static_cast<int>(config.train.threads);
-  if (config.comm.zero == 1 && comm->world_size() > 1) {
-    // ZeRO-1: this rank's optimizer state only, buffers in `world` blocks of 256-byte multiples.
-    engine_options.optimizer_shard =
-        zero_shard(make_layout(engine_options).trainable_params(), comm->rank(), comm->world_size());
-    engine_options.pad_buffers_to = zero_padding_multiple(comm->world_size());
-  }
-  if (engine_options.device == "cpu" && config.train.precision == "bf16")
-    throw CommandError{kExitUserError, "train.precision: bf16 needs the cuda engine; the cpu engine is fp32"};
-  if (engine_options.device == "cpu" && config.train.attention == "cudnn")
-    throw CommandError{kExitUserError, "train.attention: cudnn needs the cuda engine; the cpu engine runs attention as GEMMs"};
-  engine_options.attention = config.train.attention;
-  engine_options.deterministic = config.train.deterministic;
-
-  // Everything is sized before anything is allocated.
-  MemoryPlan plan;
-  try {
-    plan = plan_engine_memory(engine_options);
-  } catch (const std::runtime_error& e) {
-    throw CommandError{kExitEnvironmentError, std::string("train.device=") + engine_options.device +
-                                               ": " + e.what()};
-  }
-  if (engine_options.device == "cuda") {
-    if (gpus.gpus.empty())
-      throw CommandError{kExitEnvironmentError, "train.device=cuda: " + gpus.why_none};
-    // One process per GPU: the rank's place on its host picks the device.
-    engine_options.gpu_index = comm->local_rank() % static_cast<int>(gpus.gpus.size());
-    const GpuInfo& gpu = gpus.gpus[static_cast<size_t>(engine_options.gpu_index)];
-    const int64_t gpu_memory = gpu.memory_bytes;
-    if (plan.total_bytes() > gpu_memory)
-      throw CommandError{kExitEnvironmentError,
-                      "model needs " + human_bytes(static_cast<double>(plan.total_bytes())) +
-                          " of GPU memory (activations " +
-                          human_bytes(static_cast<double>(plan.activation_bytes)) + ") but " +
-                          gpu.name + " has " +
-                          human_bytes(static_cast<double>(gpu_memory)) +
-                          ": lower train.micro_batch, model.seq_len or model.n_layers"};
-  }
-  // The cpu engine's plan is host memory, which the ranks on one host share
-  // (4 ranks of a plan that fit once were 4 times MemAvailable: the OOM killer).
-  const int64_t available = available_memory_bytes();
-  const int host_ranks = ranks_on_this_host(*comm);
-  if (engine_options.device == "cpu" && available > 0 && plan.total_bytes() * host_ranks > available) {
-    throw CommandError{kExitEnvironmentError,
-                    "model needs " + human_bytes(static_cast<double>(plan.total_bytes())) +
-                        " of host memory per rank (activations " +
-                        human_bytes(static_cast<double>(plan.activation_bytes)) + ")" +
-                        (host_ranks > 1 ? ", " + human_bytes(static_cast<double>(plan.total_bytes() * host_ranks)) +
-                                              " for the " + std::to_string(host_ranks) + " ranks on this host,"
-                                        : "") +
-                        " but " + human_bytes(static_cast<double>(available)) +
-                        " is available: lower train.micro_batch, model.seq_len or model.n_layers" +
-                        (host_ranks > 1 ? ", or run fewer ranks per host" : "")};
-  }
-  check_address_space_limit(engine_options, plan);
+  const ResolvedEngine resolved = resolve_engine(config, *comm, gpus);
+  EngineOptions engine_options = resolved.options;
+  const MemoryPlan& plan = resolved.plan;
+  const bool use_nccl = resolved.use_nccl;
 
   std::unique_ptr<TrainingEngine> engine;
   try {

@@ -76,6 +76,12 @@ struct RunReport {
 // Throws what run_command throws (ConfigError, CommandError, DataError, ...).
 RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const RunSettings& settings);
 
+// What run_config checks of the engine before it allocates anything (the
+// device, the memory plan against GPU or host memory, ulimit -v): throws the
+// same CommandError it would. `project` checks every depth with it before
+// training the first.
+void check_engine_fits(const Config& config, Communicator& comm);
+
 int run_cli(int argc, char** argv);
 
 // `run` CONFIG with these --set overrides and result path ("" = report.out),

@@ -229,6 +229,12 @@ int ProjectCommand::run() {
   std::vector<std::string> overrides = o.overrides;
   if (o.steps > 0) overrides.push_back("train.steps=" + std::to_string(o.steps));
   Config config = load_config(o.config, overrides);
+  // The fit is on each depth's per-step times, which an untimed run does not
+  // measure: it fitted zeros and exited 4 with a remedy that could not help.
+  if (!config.report.instrument)
+    throw CommandError{kExitUserError, "report.instrument=false: project fits each depth's per-step times, which "
+                                       "an untimed run does not measure; leave it on (its cost is measured by "
+                                       "trainbench bench instrument)"};
   const int64_t full_layers = config.n_layers_full > 0 ? config.n_layers_full : config.model.n_layers;
   if (layers.size() == 1 && layers.front() != full_layers && config.n_layers_full > 0)
     throw CommandError{kExitUserError, "--layers " + std::to_string(layers.front()) +
@@ -260,6 +266,20 @@ int ProjectCommand::run() {
   const bool verify = o.verify && layers.size() >= 2 &&
                       std::find(layers.begin(), layers.end(), full_layers) == layers.end();
   if (verify) to_train.push_back(full_layers);
+  // Every depth fits before the first trains: a --verify depth (or a deep
+  // --layers) that does not fit ended the command after the others had
+  // trained, with no projection written.
+  for (const int64_t l : to_train) {
+    Config at_depth_config = config;
+    at_depth_config.model.n_layers = l;
+    try {
+      check_engine_fits(at_depth_config, *comm);
+    } catch (const CommandError& e) {
+      throw CommandError{e.code, "project: " + std::to_string(l) + " layers" +
+                                     (verify && l == full_layers ? " (--verify, the full depth)" : "") + ": " +
+                                     e.message + (verify && l == full_layers ? "; or leave out --verify" : "")};
+    }
+  }
   std::vector<std::vector<MeasuredDepth>> rounds(to_train.size());
   for (int64_t r = 0; r < o.repeats; ++r)
     for (size_t d = 0; d < to_train.size(); ++d) rounds[d].push_back(train_at_depth(config, to_train[d], comm));

@@ -289,6 +289,7 @@ TEST(ProjectCommand, BadInputIsOneLineAndExitTwo) {
       {" project tiny --layers 2 --set model.n_layers_full=8", "one depth cannot be fitted"},
       {" project tiny --set model.n_layers_full=-1", "model.n_layers_full: must be >= 0"},
       {" project tiny --out /nonexistent-dir/p.json", "--out /nonexistent-dir/p.json: directory"},
+      {" project tiny --set report.instrument=false", "report.instrument=false: project fits each depth's per-step"},
   };
   for (const auto& [args, expected] : cases) {
     const testing::CommandResult r = run_command("timeout 60 " + bin + args);
@@ -296,6 +297,26 @@ TEST(ProjectCommand, BadInputIsOneLineAndExitTwo) {
     EXPECT_NE(r.err.find(expected), std::string::npos) << args << ": " << r.err;
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << args << ": more than one line: " << r.err;
   }
+}
+
+// A depth that cannot fit is refused before the first depth trains: a
+// --verify full depth (or a deep --layers) ended the command after the other
+// depths had trained, with no projection written. (65536 layers of tiny at
+// micro-batch 1024 want ~26 TiB: no machine's memory.)
+TEST(ProjectCommand, ADepthThatDoesNotFitIsRefusedBeforeAnyTrains) {
+  using testing::run_command;
+  const std::string bin = TRAINBENCH_BINARY;
+  const testing::CommandResult verify = run_command(
+      "timeout 60 " + bin + " project tiny --layers 2,4 --set model.n_layers_full=65536 --set train.micro_batch=1024 --verify --steps 7");
+  EXPECT_EQ(verify.exit_code, 3) << verify.err;
+  EXPECT_EQ(verify.err.rfind("trainbench: project: 65536 layers (--verify, the full depth): model needs ", 0), 0u)
+      << verify.err;
+  EXPECT_NE(verify.err.find("; or leave out --verify"), std::string::npos) << verify.err;
+  EXPECT_EQ(verify.out.find("=== project: training"), std::string::npos) << "nothing trained: " << verify.out;
+  const testing::CommandResult deep = run_command("timeout 60 " + bin + " project tiny --layers 2,65536 --set train.micro_batch=1024 --steps 7");
+  EXPECT_EQ(deep.exit_code, 3) << deep.err;
+  EXPECT_EQ(deep.err.rfind("trainbench: project: 65536 layers: model needs ", 0), 0u) << deep.err;
+  EXPECT_EQ(deep.out.find("=== project: training"), std::string::npos) << deep.out;
 }
 
 // A short run at two depths: whatever its noise fits, the JSON has its
