@@ -23,7 +23,9 @@
 # when they have finished.
 #
 # --ckpt-dir DIR (or $CKPT_DIR) keeps each world size's checkpoints in their
-# own folder under DIR (ranks-<N>, or nodes-<N>-<job> under Slurm); without it
+# own folder under DIR (ranks-<N>-<sweep>, the sweep's UTC start and this
+# script's pid, so that a sweep repeated with the same DIR gets fresh folders
+# as trainbench requires; nodes-<N>-<job> under Slurm); without it
 # a run checkpoints to a temporary folder on one host, which serves one machine
 # only. Every rank of the CPU engine uses train.threads threads (0 = all of the
 # machine's): on one machine, --set train.threads=<cores / ranks> keeps the
@@ -183,6 +185,7 @@ if ! [ "${cores:-0}" -gt 0 ] 2>/dev/null; then cores=$(nproc); fi
 if [ -n "$hostfile" ]; then launcher+=(--hostfile "$hostfile"); fi
 
 echo "$me: ${#rank_counts[@]} world size(s) (${rank_counts[*]} ranks), $binary, results in $out"
+sweep_id=$(date -u +%Y%m%dT%H%M%SZ)-$$
 results=()
 for n in "${rank_counts[@]}"; do
   cmd=("$mpirun" -np "$n" "${launcher[@]+"${launcher[@]}"}")
@@ -197,7 +200,7 @@ for n in "${rank_counts[@]}"; do
   if [ -n "$config" ]; then cmd+=("$config"); fi
   cmd+=(${run_args[@]+"${run_args[@]}"})
   # --ckpt-dir: one folder per world size under it (a checkpoint is tied to its world size).
-  if [ -n "$ckpt_dir" ]; then cmd+=(--set "checkpoint.dir=$ckpt_dir/ranks-$n"); fi
+  if [ -n "$ckpt_dir" ]; then cmd+=(--set "checkpoint.dir=$ckpt_dir/ranks-$n-$sweep_id"); fi
   cmd+=(--out "$out/ranks-$n.json")
   log="$out/ranks-$n.log"
   # An earlier sweep's result is kept aside, not deleted, until this run has

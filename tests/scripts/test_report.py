@@ -898,6 +898,22 @@ class SweepTests(unittest.TestCase):
     def setUp(self) -> None:
         self.assertEqual(self.sweep.returncode, 0, self.sweep.stderr)
 
+    def test_a_sweep_repeated_with_one_ckpt_dir_gets_fresh_checkpoint_folders(self) -> None:
+        # trainbench refuses a checkpoint.dir that holds another run's
+        # checkpoints: a fixed DIR/ranks-N failed the second sweep.
+        ckpt = self.out / "ckpt"
+        for attempt in (1, 2):
+            done = run("bash", SCALE, "--binary", BINARY, "--config", "tiny", "--ranks", "1", "--steps", "6",
+                       "--set", "checkpoint.every_steps=3", "--set", "report.progress_every=0",
+                       "--ckpt-dir", ckpt, "--out", self.out / f"again-{attempt}", "--no-report",
+                       env={**os.environ, "MPIRUN": MPIRUN}, timeout=120)
+            self.assertEqual(done.returncode, 0, done.stderr)
+        folders = sorted(p.name for p in ckpt.iterdir())
+        self.assertEqual(len(folders), 2, folders)
+        for folder in folders:
+            self.assertTrue(folder.startswith("ranks-1-"), folder)
+            self.assertTrue((ckpt / folder / "latest").is_file(), folder)
+
     def test_one_result_per_world_size_from_real_ranks(self) -> None:
         for n in (1, 2, 4):
             result = json.loads((self.out / f"ranks-{n}.json").read_text())
