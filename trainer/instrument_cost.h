@@ -24,9 +24,12 @@ struct InstrumentationCost {
   int64_t block_steps = 0;
   // Each block's measured wall time (the slowest rank's), in pair order.
   std::vector<double> timed_s, untimed_s;
-  // Per pair: timed / untimed − 1. The median, and a distribution-free 95%
-  // confidence interval of it (order statistics n/2 ± 0.98·√n).
+  // Per pair: timed / untimed − 1. The median, and a distribution-free
+  // confidence interval of it: order statistics whose exact binomial
+  // coverage is at least 95%, or [min, max] below 6 pairs, whose coverage
+  // (1 − 2^(1−n)) is interval_coverage.
   double overhead_median = 0, overhead_low = 0, overhead_high = 0;
+  double interval_coverage = 0;
   double untimed_step_s = 0;  // median untimed block / block_steps
 };
 

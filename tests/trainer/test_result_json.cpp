@@ -216,7 +216,13 @@ TEST(BenchInstrument, ReportsThePairsAndRejectsBadCounts) {
   ASSERT_EQ(cost.at("untimed_s").size(), 4u);
   EXPECT_GT(cost.at("untimed_step_s").get<double>(), 0.0);
   EXPECT_LE(cost.at("overhead_ci95")[0].get<double>(), cost.at("overhead_median").get<double>());
-  EXPECT_NE(run.out.find("target <= 1%"), std::string::npos) << run.out;
+  // 4 pairs: no interval of the median reaches 95%; [min, max] covers 1 − 2^−3.
+  // (The normal approximation called it a 95% interval and could say "met".)
+  EXPECT_DOUBLE_EQ(cost.at("overhead_ci_coverage").get<double>(), 0.875);
+  EXPECT_NE(run.out.find("87.5% interval"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("target <= 1%        not resolved (fewer than 6 pairs give no 95% interval"),
+            std::string::npos)
+      << run.out;
   EXPECT_EQ(result.at("config").at("data").at("source"), "synthetic");
 
   const testing::CommandResult bad = run_command(std::string(TRAINBENCH_BINARY) + " bench instrument tiny --pairs 1");
