@@ -231,6 +231,11 @@ std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicato
 // is not built. Needs no GPU.
 std::string nccl_version();
 
+// The MPI library this binary runs with, as it names itself in
+// MPI_Get_library_version's first clause ("Open MPI v4.1.4"); "" when the MPI
+// backend is not built. Callable before MPI_Init.
+std::string mpi_library_version();
+
 // True when the process was started by an MPI launcher (mpirun, srun --mpi).
 bool launched_by_mpi();
 

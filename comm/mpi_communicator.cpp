@@ -383,4 +383,16 @@ std::unique_ptr<Communicator> make_mpi_communicator() {
   return std::make_unique<MpiCommunicator>();
 }
 
+std::string mpi_library_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  if (MPI_Get_library_version(text, &length) != MPI_SUCCESS) return "unknown";
+  std::string version(text, static_cast<size_t>(std::max(length, 0)));
+  // "Open MPI v4.1.4, package: ..., ident: ...": the name and version only;
+  // MPICH's "MPICH Version:\t4.0.2\n..." keeps its first line.
+  version = version.substr(0, version.find_first_of(",\n"));
+  while (!version.empty() && (version.back() == ' ' || version.back() == '\t')) version.pop_back();
+  return version.empty() ? "unknown" : version;
+}
+
 }  // namespace trainbench

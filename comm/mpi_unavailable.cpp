@@ -6,4 +6,6 @@ namespace trainbench {
 
 std::unique_ptr<Communicator> make_mpi_communicator() { return nullptr; }
 
+std::string mpi_library_version() { return ""; }
+
 }  // namespace trainbench

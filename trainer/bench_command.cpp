@@ -795,6 +795,10 @@ int BenchCommand::run_comm() {
         {"version", trainbench_version()},
         {"config", config_to_json(config)},
         {"backend", comm->backend_name()},
+        // What the figures are of: the library under the backend.
+        {"library", std::string(comm->backend_name()) == "mpi"    ? nlohmann::json(mpi_library_version())
+                    : std::string(comm->backend_name()) == "nccl" ? nlohmann::json(nccl_version())
+                                                                   : nlohmann::json(nullptr)},
         {"ranks", world},
         {"hosts", hosts},
         {"iters", o.iters},

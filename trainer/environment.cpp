@@ -113,6 +113,7 @@ Environment collect_environment(Communicator& comm, const std::string& compute_b
   env.built_backends = built_backends();
   env.openblas = openblas_get_config();
   env.nccl = nccl_version();
+  env.mpi = mpi_library_version();
   env.compiler = std::string("g++ ") + __VERSION__;
   struct utsname uts {};
   if (uname(&uts) == 0)
@@ -153,7 +154,7 @@ nlohmann::json environment_to_json(const Environment& env) {
       {"cuda_runtime", or_null(env.gpus.runtime_version)},
       {"cuda_driver", or_null(env.gpus.driver_version)},
       {"nccl", or_null(env.nccl)},
-      {"mpi", nullptr},
+      {"mpi", or_null(env.mpi)},
       {"openblas", env.openblas},
       {"libraries",
        {{"openblas", env.openblas},
@@ -163,7 +164,8 @@ nlohmann::json environment_to_json(const Environment& env) {
                               std::to_string(NLOHMANN_JSON_VERSION_PATCH)},
         {"cli11", CLI11_VERSION},
         {"cuda_runtime", or_null(env.gpus.runtime_version)},
-        {"nccl", or_null(env.nccl)}}},
+        {"nccl", or_null(env.nccl)},
+        {"mpi", or_null(env.mpi)}}},
       {"compiler", env.compiler},
       {"os", env.os},
       {"filesystems", filesystems},

@@ -39,6 +39,7 @@ struct Environment {
   std::string built_backends;
   std::string openblas;   // openblas_get_config()
   std::string nccl;       // nccl_version(): "2.28.9", "" when the NCCL backend is not built
+  std::string mpi;        // mpi_library_version(): "Open MPI v4.1.4", "" when the MPI backend is not built
   std::string compiler;
   std::string os;
   std::vector<FilesystemInfo> filesystems;

@@ -49,10 +49,10 @@ void print_header(FILE* out, const Config& config, const Environment& env, const
                env.built_backends.c_str());
   std::fprintf(out, "  attention %s: %s\n", env.attention.kernel.c_str(), env.attention.detail.c_str());
   std::fprintf(out, "  gemm      %s: %s\n", env.gemm.algorithms.c_str(), env.gemm.detail.c_str());
-  std::fprintf(out, "  libraries %s; %s; CUDA runtime %s; NCCL %s\n", env.openblas.c_str(),
+  std::fprintf(out, "  libraries %s; %s; CUDA runtime %s; NCCL %s; MPI %s\n", env.openblas.c_str(),
                env.compiler.c_str(),
                env.gpus.runtime_version.empty() ? "not built" : env.gpus.runtime_version.c_str(),
-               env.nccl.empty() ? "not built" : env.nccl.c_str());
+               env.nccl.empty() ? "not built" : env.nccl.c_str(), env.mpi.empty() ? "not built" : env.mpi.c_str());
   const ModelShape& m = config.model;
   std::fprintf(out,
                "  model     %s params (%s trainable): d_model %ld, %ld layers, %ld heads "

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "comm/communicator.h"  // mpi_library_version
 #include "tests/comm/bench_comm_json.h"
 #include "tests/comm/mpirun.h"
 #include "tests/support/mem_available.h"  // whether this machine has room for the bench refused
@@ -34,6 +35,8 @@ TEST_P(BenchCommRanks, EveryCollectiveChecksAndMovesData) {
   const testing::TempDir dir;
   const nlohmann::json result = bench_comm_on(ranks, "tiny --max-bytes 1M", dir);
   EXPECT_EQ(result.at("backend"), "mpi");
+  EXPECT_EQ(result.at("library"), mpi_library_version()) << "the MPI the figures are of";
+  EXPECT_FALSE(result.at("library").get<std::string>().empty());
   EXPECT_EQ(result.at("ranks"), ranks);
   EXPECT_EQ(result.at("hosts"), 1);
   testing::expect_measured_and_checked(result);

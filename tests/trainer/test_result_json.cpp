@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "comm/communicator.h"     // mpi_library_version
 #include "kernels/device_info.h"  // query_gpus: the CUDA test needs no GPU
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
@@ -81,6 +82,13 @@ TEST_F(ResultJson, EnvironmentDescribesTheMachine) {
   EXPECT_GT(env.at("memory").at("total_bytes").get<int64_t>(), 0);
   EXPECT_TRUE(env.at("gpus").is_array());
   EXPECT_TRUE(env.at("openblas").is_string());
+  // DESIGN's results name the MPI as well as CUDA and NCCL (it was always null).
+  if (mpi_library_version().empty()) {
+    EXPECT_TRUE(env.at("mpi").is_null());
+  } else {
+    EXPECT_EQ(env.at("mpi"), mpi_library_version());
+    EXPECT_EQ(env.at("libraries").at("mpi"), mpi_library_version());
+  }
   ASSERT_TRUE(env.at("filesystems").is_array());
   // The shards the run read, where the result went, where checkpoints went.
   ASSERT_EQ(env.at("filesystems").size(), 3u);
