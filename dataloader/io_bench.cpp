@@ -91,17 +91,17 @@ ReadRate measure_sequential_read(const std::vector<std::string>& paths, int64_t 
 }
 
 ReadRate measure_loader(const LoaderOptions& options, double max_seconds) {
-  int64_t total_bytes = 0;
-  for (const std::string& path : options.shards) total_bytes += static_cast<int64_t>(fs::file_size(path));
+  LoaderOptions one_epoch = options;
+  one_epoch.epochs = 1;
   const Clock::time_point begin = Clock::now();
-  ShardLoader loader(options);
-  SourceStats stats;
-  do {
-    loader.next(nullptr);
-    stats = loader.stats();
-  } while (stats.storage_bytes < total_bytes && seconds_since(begin) < max_seconds);
+  ShardLoader loader(one_epoch);
+  while (seconds_since(begin) < max_seconds && loader.next_or_end(nullptr) != nullptr) {
+  }
   ReadRate rate;
   rate.seconds = seconds_since(begin);
+  // Past the time limit the readers may still be reading ahead: what they
+  // had read by now counts.
+  const SourceStats stats = loader.stats();
   rate.bytes = stats.storage_bytes;
   rate.samples = stats.samples;
   rate.tokens = stats.tokens;

@@ -29,8 +29,10 @@ struct ReadRate {
 ReadRate measure_sequential_read(const std::vector<std::string>& paths, int64_t block_bytes,
                                  int64_t threads);
 
-// Runs the loader with no consumer delay until it has read every shard once
-// (its storage bytes reach the shards' total) or `max_seconds` pass.
+// Runs the loader with no consumer delay for exactly one epoch (every shard
+// read once, then the data ends: LoaderOptions::epochs = 1), or until
+// `max_seconds` pass. Bytes, samples and tokens are the loader's own count
+// of what it read.
 ReadRate measure_loader(const LoaderOptions& options, double max_seconds);
 
 // Writes every sample of the shards as files <dir>/<shard stem>/<key>.<ext>

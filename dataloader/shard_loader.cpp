@@ -10,6 +10,7 @@
 #include <mutex>
 #include <new>        // std::bad_alloc
 #include <optional>
+#include <stdexcept>  // std::logic_error
 #include <thread>
 #include <utility>    // std::move
 
@@ -153,13 +154,19 @@ class Reader {
     // Woken by this reader; polled for a failure of any other reader, which
     // notifies only its own consumers.
     constexpr auto kPoll = std::chrono::milliseconds(50);
-    while (ready_.empty() && !shared_.failed.load() && Clock::now() < deadline)
+    while (ready_.empty() && !finished_ && !shared_.failed.load() && Clock::now() < deadline)
       changed_.wait_until(lock, std::min(deadline, Clock::now() + kPoll));
     if (ready_.empty()) return nullptr;
     BatchSlot* slot = ready_.front();
     ready_.pop_front();
     ready_count_.fetch_sub(1, std::memory_order_relaxed);
     return slot;
+  }
+  // With options.epochs: the reader has read its epochs and every batch it
+  // made has been taken.
+  bool finished() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return finished_ && ready_.empty();
   }
   void give_back(BatchSlot* slot) {
     {
@@ -200,14 +207,21 @@ class Reader {
         }
         slot->released.clear();
         journal_ = &slot->changes;
-        fill(slot);
+        const bool more = fill(slot);
         slot->after = scalars();
         {
           std::lock_guard<std::mutex> lock(mutex_);
-          ready_.push_back(slot);
-          ready_count_.fetch_add(1, std::memory_order_release);
+          if (slot->view.batch > 0) {
+            ready_.push_back(slot);
+            ready_count_.fetch_add(1, std::memory_order_release);
+          } else {
+            slot->changes.clear();
+            free_.push_back(slot);
+          }
+          finished_ = !more;
         }
         changed_.notify_all();
+        if (!more) return;  // options.epochs are read
       }
     } catch (...) {
       {
@@ -219,27 +233,41 @@ class Reader {
     }
   }
 
-  void fill(BatchSlot* slot) {
+  // Fills the slot's rows; false when the reader has read its
+  // options.epochs and has no window left: the slot then holds the rows it
+  // could fill (view.batch, maybe 0).
+  bool fill(BatchSlot* slot) {
     const int64_t T = options_.seq_len;
     const int64_t n = options_.micro_batch * T;
+    slot->view.batch = options_.micro_batch;
     for (int64_t row = 0; row < options_.micro_batch; ++row) {
       while (!packer_.fill_window(window_.data())) {
-        if (shared_.stop.load()) return;
-        packer_.feed(next_shuffled());
+        if (shared_.stop.load()) return true;
+        SharedTokens sample = next_shuffled();
+        if (sample == nullptr) {
+          slot->view.batch = row;
+          return false;
+        }
+        packer_.feed(std::move(sample));
       }
       std::copy_n(window_.data(), T, slot->tokens + row * T);
       std::copy_n(window_.data() + 1, T, slot->tokens + n + row * T);
     }
+    return true;
   }
 
-  // webdataset's shuffle: keep `shuffle_buffer` samples, hand out a random one.
+  // webdataset's shuffle: keep `shuffle_buffer` samples, hand out a random
+  // one. nullptr once options.epochs are read and the buffer is empty.
   SharedTokens next_shuffled() {
     const auto capacity = static_cast<size_t>(options_.shuffle_buffer);
     if (capacity <= 1) return read_sample();
     while (buffer_.size() < capacity) {
-      buffer_.push_back(read_sample());
+      SharedTokens sample = read_sample();
+      if (sample == nullptr) break;  // the epochs are read: the buffer drains
+      buffer_.push_back(std::move(sample));
       journal_->push_back(ShuffleChange{buffer_.back(), 0});
     }
+    if (buffer_.empty()) return nullptr;
     const size_t k = splitmix64_below(&rng_, buffer_.size());
     SharedTokens out = std::move(buffer_[k]);
     buffer_[k] = std::move(buffer_.back());
@@ -295,6 +323,10 @@ class Reader {
                           std::to_string(limit) + " shards in a row (the last: " +
                           current_path_ + ")");
     if (++cursor_ < static_cast<int64_t>(assignment_.size())) return;
+    if (options_.epochs > 0 && epoch_ + 1 >= options_.epochs) {
+      exhausted_ = true;  // every shard of the last epoch read: no next one
+      return;
+    }
     ++epoch_;
     assignment_ = assignment_for(epoch_);
     cursor_ = 0;
@@ -327,9 +359,11 @@ class Reader {
     }
   }
 
+  // The next sample's tokens; nullptr once options.epochs are read.
   SharedTokens read_sample() {
     for (;;) {
       if (shared_.stop.load()) return std::make_shared<const std::vector<int32_t>>();
+      if (exhausted_) return nullptr;
       try {
         if (!shard_open_) open_shard();
       } catch (const DataError& error) {
@@ -406,6 +440,7 @@ class Reader {
   TokenPacker packer_;
 
   std::vector<int64_t> assignment_;
+  bool exhausted_ = false;  // options.epochs read: no sample is read any more
   int64_t shards_without_sample_ = 0;  // shards finished since the last good sample
   TarReader tar_;
   std::optional<SampleReader> samples_;
@@ -416,10 +451,11 @@ class Reader {
   std::vector<ShuffleChange>* journal_ = nullptr;  // the slot being filled records buffer changes
 
   std::vector<BatchSlot> slots_;
-  mutable std::mutex mutex_;  // guards free_, ready_, current_path_
+  mutable std::mutex mutex_;  // guards free_, ready_, current_path_, finished_
   std::condition_variable changed_;
   std::deque<BatchSlot*> free_, ready_;
   std::atomic<int64_t> ready_count_{0};  // ready_.size(), readable without the lock
+  bool finished_ = false;  // options.epochs read and the last batch in ready_ (guarded by mutex_)
   std::string current_path_;
   std::thread thread_;
 };
@@ -472,6 +508,7 @@ void check_options(const LoaderOptions& o) {
          std::to_string(o.vocab) + ")");
   if (o.block_bytes < (1 << 20)) fail("data.block_bytes: must be at least 1 MiB");
   if (o.timeout_s <= 0) fail("data.timeout_s: must be > 0");
+  if (o.epochs < 0) fail("epochs: must be >= 0 (0: endless)");
   const auto shard_count = static_cast<int64_t>(o.shards.size());
   if (shard_count < o.world * o.readers)
     fail("data.shards: " + std::to_string(shard_count) + " shard(s) for " + readers_text(o) +
@@ -536,6 +573,7 @@ struct ShardLoader::Impl {
   BatchSlot* current = nullptr;  // handed to the trainer, returned on the next call
   bool abandoned = false;        // a reader timed out: let the threads go instead of joining
   int64_t current_reader = 0;
+  int64_t next_reader = 0;  // options.epochs > 0: the reader whose turn it is
   bool resumed = false;  // built from a saved position
 
   ~Impl() {
@@ -579,18 +617,45 @@ ShardLoader::~ShardLoader() {
 }
 
 const HostBatch& ShardLoader::next(double* wait_seconds) {
+  const HostBatch* batch = next_or_end(wait_seconds);
+  if (batch == nullptr)
+    throw std::logic_error("ShardLoader::next: the loader's epochs are all read (a bounded loader ends with "
+                           "next_or_end)");
+  return *batch;
+}
+
+const HostBatch* ShardLoader::next_or_end(double* wait_seconds) {
   Impl& impl = *impl_;
   if (impl.current != nullptr) {
     impl.readers[static_cast<size_t>(impl.current_reader)]->give_back(impl.current);
     impl.current = nullptr;
   }
   const Clock::time_point begin = Clock::now();
-  const int64_t r = impl.batches_consumed % impl.options.readers;
-  Reader& reader = *impl.readers[static_cast<size_t>(r)];
+  const int64_t readers = impl.options.readers;
+  int64_t r = impl.batches_consumed % readers;
   const auto deadline =
       begin + std::chrono::duration_cast<Clock::duration>(
                   std::chrono::duration<double>(impl.options.timeout_s));
-  BatchSlot* slot = reader.take_ready(deadline);
+  BatchSlot* slot = nullptr;
+  if (impl.options.epochs > 0) {
+    // Readers take turns; one that has read its epochs is passed over (its
+    // share of the shards may be smaller), and when all have, the data ends.
+    r = impl.next_reader;
+    for (int64_t passed = 0;;) {
+      slot = impl.readers[static_cast<size_t>(r)]->take_ready(deadline);
+      if (slot != nullptr || !impl.readers[static_cast<size_t>(r)]->finished()) break;
+      if (++passed == readers) {
+        if (wait_seconds != nullptr)
+          *wait_seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+        return nullptr;
+      }
+      r = (r + 1) % readers;
+    }
+    impl.next_reader = (r + 1) % readers;
+  } else {
+    slot = impl.readers[static_cast<size_t>(r)]->take_ready(deadline);
+  }
+  Reader& reader = *impl.readers[static_cast<size_t>(r)];
   if (slot == nullptr) {
     if (impl.shared.failed.load()) {
       std::exception_ptr error;
@@ -619,7 +684,7 @@ const HostBatch& ShardLoader::next(double* wait_seconds) {
   impl.current = slot;
   impl.current_reader = r;
   ++impl.batches_consumed;
-  return slot->view;
+  return &slot->view;
 }
 
 SourceStats ShardLoader::stats() const {

@@ -38,6 +38,11 @@ struct LoaderOptions {
   bool skip_corrupt = false;        // data.on_corrupt: skip
   double timeout_s = 300;           // longest wait for one batch before giving up
   double inject_delay_s = 0;        // fault injection: sleep per sample read (slow storage)
+  // 0: the readers cross epochs for ever (training). N > 0 (bench io): each
+  // reader stops after its shards of epochs 0..N-1, packs what its shuffle
+  // buffer holds and hands out a last, possibly short, batch; next_or_end()
+  // then says when every reader is done.
+  int64_t epochs = 0;
   HostAllocator allocator;          // empty = plain_host_allocator()
 };
 
@@ -97,6 +102,13 @@ class ShardLoader final : public BatchSource {
   // Throws DataError when a reader met bad data (data.on_corrupt: fail), or
   // LoaderTimeout.
   const HostBatch& next(double* wait_seconds) override;
+  // As next(), but with options.epochs > 0 it returns nullptr once every
+  // reader has finished its epochs and every batch has been taken (a reader
+  // that is done is passed over; its last batch may hold fewer rows:
+  // HostBatch::batch). A last partial window (< seq_len + 1 tokens) is not
+  // handed out, but its samples were read and counted in stats(). With
+  // epochs == 0 it never returns nullptr.
+  const HostBatch* next_or_end(double* wait_seconds);
   SourceStats stats() const override;
   // The position after the last batch next() returned.
   LoaderPosition position() const;

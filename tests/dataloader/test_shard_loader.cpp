@@ -236,6 +236,68 @@ TEST(ShardLoader, ResumesExactlyFromASavedPosition) {
   }
 }
 
+// bench io's loader reads exactly one epoch (options.epochs = 1): every
+// shard once, every sample once, then the data ends — a reader that is done
+// early is passed over, none starts the next epoch. Read past it, bytes and
+// samples exceeded the shards' and a reader count's figure was off.
+TEST(ShardLoader, WithEpochsEveryShardIsReadExactlyOnceAndTheDataEnds) {
+  TempDir dir;
+  const SynthResult made = make_shards(dir.path(), 5, 7, 20);  // 5 shards: uneven over 2 and 3 readers
+  int64_t samples = 0, tokens = 0, bytes = 0;
+  for (const std::string& path : made.paths) {
+    bytes += static_cast<int64_t>(fs::file_size(path));
+    for (const auto& sample : shard_samples(path)) {
+      ++samples;
+      tokens += static_cast<int64_t>(sample.size());
+    }
+  }
+  for (const int64_t readers : {1, 2, 3}) {
+    for (const int64_t shuffle : {0, 8}) {
+      LoaderOptions o = options_for(made.paths);
+      o.readers = readers;
+      o.shuffle_buffer = shuffle;
+      o.epochs = 1;
+      ShardLoader loader(o);
+      int64_t rows = 0;
+      int guard = 0;
+      for (const HostBatch* b = loader.next_or_end(nullptr); b != nullptr; b = loader.next_or_end(nullptr)) {
+        ASSERT_GT(b->batch, 0);
+        ASSERT_LE(b->batch, o.micro_batch);
+        rows += b->batch;
+        ASSERT_LT(++guard, 100000) << "the data never ended";
+      }
+      EXPECT_EQ(loader.next_or_end(nullptr), nullptr) << "the end stays the end";
+      const SourceStats stats = loader.stats();
+      const std::string where = std::to_string(readers) + " reader(s), shuffle " + std::to_string(shuffle);
+      EXPECT_EQ(stats.samples, samples) << where;
+      EXPECT_EQ(stats.tokens, tokens) << where;
+      EXPECT_EQ(stats.shards_opened, 5) << where;
+      EXPECT_LE(stats.storage_bytes, bytes) << where;
+      EXPECT_GT(stats.storage_bytes, bytes - 5 * 10240) << where << ": at most the tar's end padding unread";
+      // Every reader packs its own stream of tokens + one EOS per sample;
+      // windows of T + 1 share a token, so each reader leaves less than a
+      // window unsent.
+      const int64_t stream = tokens + samples, T = o.seq_len;
+      EXPECT_LE(rows * T, stream - readers) << where;
+      EXPECT_GT(rows * T, stream - readers - readers * T) << where;
+    }
+  }
+  // One reader in read order: the batches are the endless loader's, up to
+  // the end of the epoch, the last one short.
+  LoaderOptions o = options_for(made.paths);
+  o.readers = 1;
+  o.shuffle_buffer = 0;
+  ShardLoader endless(o);
+  o.epochs = 1;
+  ShardLoader bounded(o);
+  for (const HostBatch* b = bounded.next_or_end(nullptr); b != nullptr; b = bounded.next_or_end(nullptr)) {
+    const HostBatch& e = endless.next(nullptr);
+    const int64_t n = b->batch * o.seq_len;
+    ASSERT_EQ(std::vector<int32_t>(b->inputs, b->inputs + n), std::vector<int32_t>(e.inputs, e.inputs + n));
+    ASSERT_EQ(std::vector<int32_t>(b->targets, b->targets + n), std::vector<int32_t>(e.targets, e.targets + n));
+  }
+}
+
 TEST(ShardLoader, PositionFromOtherDataOrLayoutIsRefused) {
   TempDir dir;
   const SynthResult made = make_shards(dir.path(), 4, 3, 10);
