@@ -1,6 +1,7 @@
 #include "dataloader/io_bench.h"
 
 #include <fcntl.h>   // open, posix_fadvise
+#include <sys/stat.h>  // fstat
 #include <unistd.h>  // read, close
 
 #include <algorithm>  // std::sort
@@ -72,21 +73,70 @@ void parallel_for(int64_t count, int64_t threads, Work work) {
   if (error) std::rethrow_exception(error);
 }
 
+Clock::time_point deadline_after(Clock::time_point begin, double seconds) {
+  return begin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+// Reads a file block by block as read_file does, adding to `bytes` as it
+// goes, until its end or `deadline`; false when the deadline stopped it
+// with bytes left to read.
+bool read_file_until(const std::string& path, std::vector<char>& buffer, Clock::time_point deadline,
+                     double inject_delay_s, std::atomic<int64_t>& bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(path + ": " + std::strerror(errno));
+  (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  struct stat st {};
+  const int64_t size = ::fstat(fd, &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
+  int64_t total = 0;
+  bool whole = true;
+  for (;;) {
+    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      const int error = errno;
+      ::close(fd);
+      throw std::runtime_error(path + ": " + std::strerror(error));
+    }
+    if (got == 0) break;
+    if (inject_delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(inject_delay_s));
+    total += got;
+    bytes += got;
+    if (Clock::now() >= deadline && total != size) {
+      whole = false;
+      break;
+    }
+  }
+  ::close(fd);
+  return whole;
+}
+
 }  // namespace
 
 ReadRate measure_sequential_read(const std::vector<std::string>& paths, int64_t block_bytes,
-                                 int64_t threads) {
+                                 int64_t threads, double max_seconds, double inject_delay_s) {
   std::vector<std::vector<char>> buffers(static_cast<size_t>(std::max<int64_t>(1, threads)),
                                          std::vector<char>(static_cast<size_t>(block_bytes)));
-  std::atomic<int64_t> bytes{0};
+  std::atomic<int64_t> bytes{0}, files{0};
+  std::atomic<bool> stopped{false};
   const Clock::time_point begin = Clock::now();
+  const Clock::time_point deadline = deadline_after(begin, max_seconds);
   parallel_for(static_cast<int64_t>(paths.size()), threads, [&](int64_t t, int64_t i) {
-    bytes += read_file(paths[static_cast<size_t>(i)], buffers[static_cast<size_t>(t)], true);
+    // Past the time limit no file is started: on a data set of terabytes a
+    // pass would otherwise take hours.
+    if (stopped.load() || Clock::now() >= deadline) {
+      stopped = true;
+      return;
+    }
+    ++files;
+    if (!read_file_until(paths[static_cast<size_t>(i)], buffers[static_cast<size_t>(t)], deadline, inject_delay_s,
+                         bytes))
+      stopped = true;
   });
   ReadRate rate;
   rate.seconds = seconds_since(begin);
   rate.bytes = bytes;
-  rate.files = static_cast<int64_t>(paths.size());
+  rate.files = files;
+  rate.complete = !stopped.load();
   return rate;
 }
 
@@ -95,8 +145,8 @@ ReadRate measure_loader(const LoaderOptions& options, double max_seconds) {
   one_epoch.epochs = 1;
   const Clock::time_point begin = Clock::now();
   ShardLoader loader(one_epoch);
-  while (seconds_since(begin) < max_seconds && loader.next_or_end(nullptr) != nullptr) {
-  }
+  bool ended = false;
+  while (!ended && seconds_since(begin) < max_seconds) ended = loader.next_or_end(nullptr) == nullptr;
   ReadRate rate;
   rate.seconds = seconds_since(begin);
   // Past the time limit the readers may still be reading ahead: what they
@@ -106,6 +156,7 @@ ReadRate measure_loader(const LoaderOptions& options, double max_seconds) {
   rate.samples = stats.samples;
   rate.tokens = stats.tokens;
   rate.files = stats.shards_opened;
+  rate.complete = ended;
   return rate;
 }
 
@@ -138,7 +189,7 @@ int64_t extract_to_small_files(const std::vector<std::string>& shards, const std
 }
 
 ReadRate measure_small_files(const std::string& dir, const std::string& field, int64_t vocab,
-                             int64_t threads) {
+                             int64_t threads, double max_seconds, double inject_delay_s) {
   const TokenFormat format = token_format_of_field(field);
   std::vector<std::string> shard_dirs;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir))
@@ -146,8 +197,14 @@ ReadRate measure_small_files(const std::string& dir, const std::string& field, i
   std::sort(shard_dirs.begin(), shard_dirs.end());
 
   std::atomic<int64_t> bytes{0}, samples{0}, tokens{0}, files{0};
+  std::atomic<bool> stopped{false};
   const Clock::time_point begin = Clock::now();
+  const Clock::time_point deadline = deadline_after(begin, max_seconds);
   parallel_for(static_cast<int64_t>(shard_dirs.size()), threads, [&](int64_t, int64_t i) {
+    if (stopped.load() || Clock::now() >= deadline) {
+      stopped = true;
+      return;
+    }
     // A small-file loader lists its directory, then opens every file.
     std::vector<std::string> names;
     for (const fs::directory_entry& entry :
@@ -159,6 +216,10 @@ ReadRate measure_small_files(const std::string& dir, const std::string& field, i
     std::string error;
     std::string key, extension, previous_key;
     for (const std::string& name : names) {
+      if (Clock::now() >= deadline) {
+        stopped = true;
+        return;
+      }
       const std::string relative = name.substr(dir.size() + 1);
       if (!split_key_extension(relative, &key, &extension)) continue;
       // Whole file into one buffer: grow to its size first.
@@ -170,6 +231,7 @@ ReadRate measure_small_files(const std::string& dir, const std::string& field, i
       if (key != previous_key) {
         ++samples;
         previous_key = key;
+        if (inject_delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(inject_delay_s));
       }
       if (extension == field) {
         decoded.clear();
@@ -186,6 +248,7 @@ ReadRate measure_small_files(const std::string& dir, const std::string& field, i
   rate.samples = samples;
   rate.tokens = tokens;
   rate.files = files;
+  rate.complete = !stopped.load();
   return rate;
 }
 

@@ -19,20 +19,26 @@ struct ReadRate {
   int64_t tokens = 0;
   int64_t files = 0;    // files opened
   double seconds = 0;
+  // Whether it read all it was to read (every file whole; the loader: every
+  // shard exactly once) rather than stopping at its time limit.
+  bool complete = true;
   double gbs() const { return seconds > 0 ? static_cast<double>(bytes) / seconds * 1e-9 : 0; }
   double tokens_per_s() const { return seconds > 0 ? static_cast<double>(tokens) / seconds : 0; }
   double samples_per_s() const { return seconds > 0 ? static_cast<double>(samples) / seconds : 0; }
 };
 
 // Reads every file whole with read(2) in `block_bytes` blocks into one
-// buffer, `threads` files at a time, and throws the bytes away.
+// buffer, `threads` files at a time, and throws the bytes away; stops once
+// `max_seconds` have passed (complete = false; bytes = what was read by then).
+// `inject_delay_s` (data.inject_delay_ms, fault injection: slow storage)
+// is slept after every read() that returned data.
 ReadRate measure_sequential_read(const std::vector<std::string>& paths, int64_t block_bytes,
-                                 int64_t threads);
+                                 int64_t threads, double max_seconds, double inject_delay_s = 0);
 
 // Runs the loader with no consumer delay for exactly one epoch (every shard
 // read once, then the data ends: LoaderOptions::epochs = 1), or until
-// `max_seconds` pass. Bytes, samples and tokens are the loader's own count
-// of what it read.
+// `max_seconds` pass (complete = false). Bytes, samples and tokens are the
+// loader's own count of what it read.
 ReadRate measure_loader(const LoaderOptions& options, double max_seconds);
 
 // Writes every sample of the shards as files <dir>/<shard stem>/<key>.<ext>
@@ -42,8 +48,10 @@ int64_t extract_to_small_files(const std::vector<std::string>& shards, const std
 
 // Reads the tree back as a loader of small files would: list each shard's
 // directory, open and read every file, group members by key and decode the
-// token member. `threads` directories at a time.
+// token member. `threads` directories at a time; no file is started after
+// `max_seconds` (complete = false). `inject_delay_s` is slept per sample,
+// as the loader does.
 ReadRate measure_small_files(const std::string& dir, const std::string& field, int64_t vocab,
-                             int64_t threads);
+                             int64_t threads, double max_seconds, double inject_delay_s = 0);
 
 }  // namespace trainbench

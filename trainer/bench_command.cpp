@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>  // the command line parser
 #include <algorithm>    // std::max
+#include <cmath>        // std::floor
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -97,7 +98,20 @@ double consumed_tokens_per_s_per_rank(const std::string& path) {
 nlohmann::json rate_json(const ReadRate& r) {
   return {{"bytes", r.bytes},     {"samples", r.samples},     {"tokens", r.tokens},
           {"files", r.files},     {"seconds", r.seconds},     {"gbs", r.gbs()},
-          {"tokens_per_s", r.tokens_per_s()}, {"samples_per_s", r.samples_per_s()}};
+          {"tokens_per_s", r.tokens_per_s()}, {"samples_per_s", r.samples_per_s()},
+          {"complete", r.complete}};
+}
+
+// The console's "read" column: all of it, or the share (`done` of `total`
+// bytes or files) a measurement had read when --seconds stopped it.
+std::string read_extent(bool complete, int64_t done, int64_t total) {
+  if (complete) return "all";
+  char text[64];
+  // Floored, and below 100: a loader stopped with every byte read ahead but
+  // its last batches not yet taken has not finished its epoch.
+  const double percent = total > 0 ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 0.0;
+  std::snprintf(text, sizeof text, "%.1f%% (stopped)", std::min(99.9, std::floor(percent * 10) / 10));
+  return text;
 }
 
 // bench comm's communicator, chosen as `run` chooses it: comm.backend auto
@@ -480,8 +494,10 @@ int BenchCommand::run_io() {
     std::optional<ReadRate> loader;
   };
   std::vector<Row> rows;
+  // data.inject_delay_ms slows every read path alike (slow storage).
+  const double delay = config.data.inject_delay_ms * 1e-3;
   for (int64_t readers : counts) {
-    Row row{readers, measure_sequential_read(shards, kRawReadBlock, readers), std::nullopt};
+    Row row{readers, measure_sequential_read(shards, kRawReadBlock, readers, o.seconds, delay), std::nullopt};
     const bool asked = std::find(o.readers.begin(), o.readers.end(), readers) != o.readers.end();
     if (asked && static_cast<int64_t>(shards.size()) < readers) {
       std::printf("  (skipping %ld readers: only %zu shards)\n", readers, shards.size());
@@ -490,7 +506,7 @@ int BenchCommand::run_io() {
       options.readers = readers;
       row.loader = measure_loader(options, o.seconds);
     }
-    const ReadRate again = measure_sequential_read(shards, kRawReadBlock, readers);
+    const ReadRate again = measure_sequential_read(shards, kRawReadBlock, readers, o.seconds, delay);
     if (again.gbs() > row.raw.gbs()) row.raw = again;
     rows.push_back(row);
   }
@@ -506,33 +522,45 @@ int BenchCommand::run_io() {
       throw CommandError{kExitUserError, std::string("--small-files-dir: ") + e.what()};
     }
     small_files_written = extract_to_small_files(shards, dir, config.data.max_sample_bytes);
-    small = measure_small_files(dir, config.data.field, config.model.vocab, max_readers);
+    small = measure_small_files(dir, config.data.field, config.model.vocab, max_readers, o.seconds, delay);
     std::error_code ignored;
     fs::remove_all(dir, ignored);
   }
 
-  std::printf("\n  %-26s %10s %8s %11s %11s %12s%s\n", "", "tokens/s", "GB/s", "samples/s",
-              "% 1-stream", "% same thr.", consumed > 0 ? "  x consumed" : "");
-  const auto print_rate = [&](const std::string& name, const ReadRate& r, const ReadRate& same) {
-    std::printf("  %-26s %10s %8.2f %11s %10.0f%% %11.0f%%", name.c_str(),
+  std::printf("\n  %-26s %10s %8s %11s %11s %12s  %-16s%s\n", "", "tokens/s", "GB/s", "samples/s",
+              "% 1-stream", "% same thr.", "read", consumed > 0 ? "  x consumed" : "");
+  bool stopped = false;
+  const auto print_rate = [&](const std::string& name, const ReadRate& r, const ReadRate& same,
+                              const std::string& extent) {
+    stopped = stopped || !r.complete;
+    std::printf("  %-26s %10s %8.2f %11s %10.0f%% %11.0f%%  %-16s", name.c_str(),
                 r.tokens > 0 ? human_count(r.tokens_per_s()).c_str() : "-", r.gbs(),
                 r.samples > 0 ? human_count(r.samples_per_s()).c_str() : "-",
-                100.0 * r.gbs() / single_stream.gbs(), 100.0 * r.gbs() / same.gbs());
+                100.0 * r.gbs() / single_stream.gbs(), 100.0 * r.gbs() / same.gbs(), extent.c_str());
     if (consumed > 0 && r.tokens > 0) std::printf("  %10.1fx", r.tokens_per_s() / consumed);
     std::printf("\n");
   };
+  const auto of_shards = [&](const ReadRate& r) { return read_extent(r.complete, r.bytes, total_bytes); };
   for (const Row& row : rows) {
-    print_rate("plain read, " + std::to_string(row.readers) + " thread(s)", row.raw, row.raw);
-    if (row.loader) print_rate("loader, " + std::to_string(row.readers) + " reader(s)", *row.loader, row.raw);
+    print_rate("plain read, " + std::to_string(row.readers) + " thread(s)", row.raw, row.raw, of_shards(row.raw));
+    if (row.loader)
+      print_rate("loader, " + std::to_string(row.readers) + " reader(s)", *row.loader, row.raw, of_shards(*row.loader));
   }
   const ReadRate& widest = rows.back().raw;
-  if (small) print_rate("small files, " + std::to_string(max_readers) + " thread(s)", *small, widest);
+  if (small)
+    print_rate("small files, " + std::to_string(max_readers) + " thread(s)", *small, widest,
+               read_extent(small->complete, small->files, small_files_written));
+  std::printf("  read: all = every shard whole (the loader: one epoch, every shard exactly once)%s\n",
+              stopped ? "; N% (stopped) = --seconds ended it with N% of the shards' bytes (small files: of "
+                        "the files) read, and the figures are that part's"
+                      : "");
   if (consumed > 0)
     std::printf("\n  training consumed %s tokens/s per rank (%s)\n", human_count(consumed).c_str(),
                 o.against.c_str());
   if (small)
-    std::printf("  small files: %ld files for %ld samples; the same bytes, one open+read+close per file\n",
-                small_files_written, small->samples);
+    std::printf("  small files: %ld files for the shards' samples (%ld files, %ld samples read); the same bytes, "
+                "one open+read+close per file\n",
+                small_files_written, small->files, small->samples);
 
   if (!o.out.empty()) {
     nlohmann::json measured = nlohmann::json::array();

@@ -188,6 +188,44 @@ TEST_F(LoaderCli, BenchIoReadsEveryShardOncePerReaderCountAndComparesWithAPlainR
   EXPECT_GT(bench["consumed_tokens_per_s_per_rank"].get<double>(), 0.0);
 }
 
+// --seconds bounds every measurement, the plain reads too: they read every
+// shard whole, twice per reader count, whatever the data set's size (hours
+// on terabytes). Storage slowed by data.inject_delay_ms (20 ms per read)
+// cannot finish a pass within 10 ms, however fast the machine: each
+// measurement stops, counts what it read, and says so.
+TEST_F(LoaderCli, BenchIoStopsEveryMeasurementAtSecondsAndSaysSo) {
+  const std::string out = dir_ + "/bench-io.json";
+  const CommandResult r =
+      run_command("timeout 120 " + std::string(TRAINBENCH_BINARY) + " bench io tiny --set data.shards=" + dir_ +
+                  "/good --set data.inject_delay_ms=20 --set data.shuffle_buffer=0 --readers 1,2 --seconds 0.01 "
+                  "--small-files --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("(stopped)"), std::string::npos) << r.out;
+  const nlohmann::json bench = nlohmann::json::parse(read_whole_file(out));
+  const int64_t shard_bytes = bench["shard_bytes"].get<int64_t>();
+  ASSERT_EQ(bench["by_threads"].size(), 2u);
+  for (const auto& row : bench["by_threads"]) {
+    for (const char* what : {"plain_read", "loader"}) {
+      const auto& m = row[what];
+      EXPECT_EQ(m["complete"], false) << what << ", threads " << row["threads"];
+      EXPECT_GT(m["bytes"].get<int64_t>(), 0) << what << ": what it read by then counts";
+    }
+    // A thread stops after its first read: at most one shard per thread.
+    EXPECT_LT(row["plain_read"]["bytes"].get<int64_t>(), shard_bytes) << "threads " << row["threads"];
+  }
+  EXPECT_EQ(bench["small_files"]["complete"], false);
+  EXPECT_LT(bench["small_files"]["samples"].get<int64_t>(), 4 * 10);
+  // Unslowed, everything is read whole, and said so.
+  const CommandResult whole = run_command(std::string(TRAINBENCH_BINARY) + " bench io tiny --set data.shards=" +
+                                          dir_ + "/good --readers 1,2 --seconds 60 --out " + out);
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_EQ(whole.out.find("(stopped)"), std::string::npos) << whole.out;
+  for (const auto& row : nlohmann::json::parse(read_whole_file(out))["by_threads"]) {
+    EXPECT_EQ(row["plain_read"]["complete"], true);
+    EXPECT_EQ(row["loader"]["complete"], true);
+  }
+}
+
 TEST_F(LoaderCli, BenchIoNamesABadAgainstFile) {
   std::ofstream(dir_ + "/not-a-result.json") << "{\"summary\": {}}";
   const CommandResult r = run_command(std::string(TRAINBENCH_BINARY) + " bench io tiny --set data.shards=" +
