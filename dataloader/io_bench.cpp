@@ -1,8 +1,9 @@
 #include "dataloader/io_bench.h"
 
 #include <fcntl.h>   // open, posix_fadvise
+#include <sys/mman.h>  // mmap, mincore: what the page cache holds
 #include <sys/stat.h>  // fstat
-#include <unistd.h>  // read, close
+#include <unistd.h>  // read, close, sysconf
 
 #include <algorithm>  // std::sort
 #include <atomic>
@@ -111,6 +112,55 @@ bool read_file_until(const std::string& path, std::vector<char>& buffer, Clock::
 }
 
 }  // namespace
+
+std::vector<FileResidency> survey_page_cache(const std::vector<std::string>& paths, double max_seconds) {
+  const int64_t page = std::max<long>(4096, ::sysconf(_SC_PAGESIZE));
+  // A window of 1 GiB at a time: a shard of any size is surveyed with one
+  // small vector (a byte per page).
+  const int64_t window = int64_t{1} << 30;
+  std::vector<unsigned char> pages(static_cast<size_t>(window / page));
+  std::vector<FileResidency> out;
+  const Clock::time_point deadline = deadline_after(Clock::now(), max_seconds);
+  for (const std::string& path : paths) {
+    if (!out.empty() && Clock::now() >= deadline) break;
+    FileResidency file;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st {};
+    if (fd >= 0 && ::fstat(fd, &st) == 0) {
+      file.bytes = static_cast<int64_t>(st.st_size);
+      file.known = true;
+      for (int64_t offset = 0; offset < file.bytes; offset += window) {
+        const int64_t length = std::min(window, file.bytes - offset);
+        void* map = ::mmap(nullptr, static_cast<size_t>(length), PROT_READ, MAP_SHARED, fd, offset);
+        if (map == MAP_FAILED) {
+          file.known = false;
+          break;
+        }
+        if (::mincore(map, static_cast<size_t>(length), pages.data()) != 0) {
+          file.known = false;
+        } else {
+          for (int64_t p = 0; p * page < length; ++p)
+            if (pages[static_cast<size_t>(p)] & 1) file.resident_bytes += std::min(page, length - p * page);
+        }
+        ::munmap(map, static_cast<size_t>(length));
+        if (!file.known) break;
+      }
+    }
+    if (fd >= 0) ::close(fd);
+    out.push_back(file);
+  }
+  return out;
+}
+
+double resident_fraction(const std::vector<FileResidency>& survey, size_t files) {
+  int64_t bytes = 0, resident = 0;
+  for (size_t i = 0; i < std::min(files, survey.size()); ++i) {
+    if (!survey[i].known) continue;
+    bytes += survey[i].bytes;
+    resident += survey[i].resident_bytes;
+  }
+  return bytes > 0 ? static_cast<double>(resident) / static_cast<double>(bytes) : -1.0;
+}
 
 ReadRate measure_sequential_read(const std::vector<std::string>& paths, int64_t block_bytes,
                                  int64_t threads, double max_seconds, double inject_delay_s) {

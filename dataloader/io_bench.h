@@ -27,6 +27,22 @@ struct ReadRate {
   double samples_per_s() const { return seconds > 0 ? static_cast<double>(samples) / seconds : 0; }
 };
 
+// What the page cache held of one file (mincore(2) over a read-only
+// mapping, as fincore and vmtouch do; nothing is read).
+struct FileResidency {
+  int64_t bytes = 0;
+  int64_t resident_bytes = 0;
+  bool known = false;  // false: it could not be opened or mapped
+};
+
+// Surveys `paths` in order; stops after `max_seconds` (the result is then
+// shorter than `paths`: the files surveyed so far).
+std::vector<FileResidency> survey_page_cache(const std::vector<std::string>& paths, double max_seconds);
+
+// The page cache's share of the first `files` surveyed files' bytes (those
+// whose residency is known), or a negative number when none is known.
+double resident_fraction(const std::vector<FileResidency>& survey, size_t files);
+
 // Reads every file whole with read(2) in `block_bytes` blocks into one
 // buffer, `threads` files at a time, and throws the bytes away; stops once
 // `max_seconds` have passed (complete = false; bytes = what was read by then).

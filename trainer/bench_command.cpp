@@ -102,6 +102,16 @@ nlohmann::json rate_json(const ReadRate& r) {
           {"complete", r.complete}};
 }
 
+// "37%": a share as the console prints it.
+std::string percent_text(double fraction) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.0f%%", 100.0 * fraction);
+  return text;
+}
+
+// data.inject_delay_ms slows every read path of bench io alike (slow storage).
+double delay_s(const Config& config) { return config.data.inject_delay_ms * 1e-3; }
+
 // The console's "read" column: all of it, or the share (`done` of `total`
 // bytes or files) a measurement had read when --seconds stopped it.
 std::string read_extent(bool complete, int64_t done, int64_t total) {
@@ -482,35 +492,105 @@ int BenchCommand::run_io() {
               config.model.seq_len, config.data.shuffle_buffer);
   std::fflush(stdout);
 
+  // What the page cache holds decides what a read measures: storage, or
+  // memory. Surveyed (mincore) before each measurement, and said beside it.
+  const int64_t memory_bytes = total_memory_bytes();
+  const std::vector<FileResidency> before_any = survey_page_cache(shards, o.seconds);
+  const double resident_at_start = resident_fraction(before_any, shards.size());
+  std::printf("  page cache: %s of the shards' bytes resident before the first read (mincore); "
+              "memory %s; each measurement at most %gs (--seconds)\n",
+              resident_at_start < 0 ? "unknown share" : percent_text(resident_at_start).c_str(),
+              memory_bytes > 0 ? human_bytes(static_cast<double>(memory_bytes)).c_str() : "unknown", o.seconds);
+  std::fflush(stdout);
+
   // For each reader count: a plain read of every shard with that many
-  // threads, the loader, and the plain read again; the faster plain read is
-  // the ceiling (the first may pay for a cold page cache). One thread is
-  // always measured: the single-stream `dd bs=4M` figure.
+  // threads (1st pass), the loader, and the plain read again (2nd pass).
+  // Both passes are reported, each with what the page cache held of the
+  // files it read before it read them: the first is the cold read when the
+  // cache did not hold the files, the second is warm whenever they fit in
+  // memory. The faster of the two stays the loader's yardstick ("% same
+  // thr.", plain_read in the JSON). One thread is always measured: the
+  // single-stream `dd bs=4M` figure.
   std::vector<int64_t> counts = o.readers;
   if (std::find(counts.begin(), counts.end(), 1) == counts.end()) counts.insert(counts.begin(), 1);
+  struct Measured {
+    ReadRate rate;
+    double cached = -1;  // resident fraction before it (< 0: unknown)
+  };
   struct Row {
     int64_t readers;
-    ReadRate raw;
-    std::optional<ReadRate> loader;
+    Measured first, second;
+    std::optional<Measured> loader;
+    const Measured& faster() const { return second.rate.gbs() > first.rate.gbs() ? second : first; }
+  };
+  // A plain pass reads the files in list order: the share cached of those
+  // it opened.
+  const auto plain_pass = [&](int64_t threads, const std::vector<FileResidency>* survey) {
+    const std::vector<FileResidency> own = survey ? std::vector<FileResidency>() : survey_page_cache(shards, o.seconds);
+    const std::vector<FileResidency>& residency = survey ? *survey : own;
+    Measured m;
+    m.rate = measure_sequential_read(shards, kRawReadBlock, threads, o.seconds, delay_s(config));
+    m.cached = resident_fraction(residency, static_cast<size_t>(m.rate.files));
+    return m;
   };
   std::vector<Row> rows;
-  // data.inject_delay_ms slows every read path alike (slow storage).
-  const double delay = config.data.inject_delay_ms * 1e-3;
   for (int64_t readers : counts) {
-    Row row{readers, measure_sequential_read(shards, kRawReadBlock, readers, o.seconds, delay), std::nullopt};
+    Row row{readers, plain_pass(readers, rows.empty() ? &before_any : nullptr), {}, std::nullopt};
     const bool asked = std::find(o.readers.begin(), o.readers.end(), readers) != o.readers.end();
     if (asked && static_cast<int64_t>(shards.size()) < readers) {
       std::printf("  (skipping %ld readers: only %zu shards)\n", readers, shards.size());
     } else if (asked) {
       LoaderOptions options = loader_options(config, shards, 0, 1);
       options.readers = readers;
-      row.loader = measure_loader(options, o.seconds);
+      Measured loader;
+      // The loader reads the shards in its shuffled order: the share of all of them.
+      loader.cached = resident_fraction(survey_page_cache(shards, o.seconds), shards.size());
+      loader.rate = measure_loader(options, o.seconds);
+      row.loader = loader;
     }
-    const ReadRate again = measure_sequential_read(shards, kRawReadBlock, readers, o.seconds, delay);
-    if (again.gbs() > row.raw.gbs()) row.raw = again;
+    row.second = plain_pass(readers, nullptr);
     rows.push_back(row);
   }
-  const ReadRate& single_stream = rows.front().raw;
+  const ReadRate& single_stream = rows.front().faster().rate;
+  const Measured& first_read = rows.front().first;
+
+  // Figures from the page cache are not the storage's: say so, and how to
+  // get the storage's.
+  std::vector<std::string> warnings;
+  const std::string storage_figures =
+      "for storage figures read a data set larger than memory (trainbench shards synth --size ...), or drop the "
+      "page cache as root before bench io (sync; echo 3 > /proc/sys/vm/drop_caches)";
+  const bool fits = memory_bytes > 0 && total_bytes <= memory_bytes;
+  const bool first_cached = first_read.cached >= 0.5;
+  const std::string fit_text = "the shards (" + human_bytes(static_cast<double>(total_bytes)) +
+                               ") fit in this machine's memory (" + human_bytes(static_cast<double>(memory_bytes)) +
+                               ")";
+  if (fits && first_cached) {
+    warnings.push_back(fit_text + " and the page cache already held " + percent_text(first_read.cached) +
+                       " of what the first pass read: every figure here is a page-cache figure, not the "
+                       "storage's; " + storage_figures);
+  } else if (fits) {
+    warnings.push_back(fit_text + ": once read they come from the page cache, so only the first pass (cached " +
+                       (first_read.cached < 0 ? std::string("unknown") : percent_text(first_read.cached)) +
+                       ") is a storage figure; the others are page-cache figures; " + storage_figures);
+  } else if (first_cached) {
+    warnings.push_back("the page cache already held " + percent_text(first_read.cached) +
+                       " of what the first pass read: it is not a cold read; " + storage_figures);
+  } else {
+    // Larger than memory, but a pass stopped at --seconds leaves a part in
+    // the cache that the next one reads again.
+    int warm = 0, all = 0;
+    for (const Row& row : rows)
+      for (const Measured* m : {&row.first, &row.second, row.loader ? &*row.loader : nullptr})
+        if (m != nullptr) {
+          ++all;
+          warm += m->cached >= 0.5 ? 1 : 0;
+        }
+    if (warm > 0)
+      warnings.push_back(std::to_string(warm) + " of the " + std::to_string(all) +
+                         " measurements read mostly from the page cache (cached >= 50%): those are page-cache "
+                         "figures, not the storage's");
+  }
 
   std::optional<ReadRate> small;
   int64_t small_files_written = 0;
@@ -522,18 +602,19 @@ int BenchCommand::run_io() {
       throw CommandError{kExitUserError, std::string("--small-files-dir: ") + e.what()};
     }
     small_files_written = extract_to_small_files(shards, dir, config.data.max_sample_bytes);
-    small = measure_small_files(dir, config.data.field, config.model.vocab, max_readers, o.seconds, delay);
+    small = measure_small_files(dir, config.data.field, config.model.vocab, max_readers, o.seconds, delay_s(config));
     std::error_code ignored;
     fs::remove_all(dir, ignored);
   }
 
-  std::printf("\n  %-26s %10s %8s %11s %11s %12s  %-16s%s\n", "", "tokens/s", "GB/s", "samples/s",
+  std::printf("\n  %-36s %7s %10s %8s %11s %11s %12s  %-16s%s\n", "", "cached", "tokens/s", "GB/s", "samples/s",
               "% 1-stream", "% same thr.", "read", consumed > 0 ? "  x consumed" : "");
   bool stopped = false;
-  const auto print_rate = [&](const std::string& name, const ReadRate& r, const ReadRate& same,
+  const auto print_rate = [&](const std::string& name, const ReadRate& r, double cached, const ReadRate& same,
                               const std::string& extent) {
     stopped = stopped || !r.complete;
-    std::printf("  %-26s %10s %8.2f %11s %10.0f%% %11.0f%%  %-16s", name.c_str(),
+    std::printf("  %-36s %7s %10s %8.2f %11s %10.0f%% %11.0f%%  %-16s", name.c_str(),
+                cached < 0 ? "?" : percent_text(cached).c_str(),
                 r.tokens > 0 ? human_count(r.tokens_per_s()).c_str() : "-", r.gbs(),
                 r.samples > 0 ? human_count(r.samples_per_s()).c_str() : "-",
                 100.0 * r.gbs() / single_stream.gbs(), 100.0 * r.gbs() / same.gbs(), extent.c_str());
@@ -542,18 +623,26 @@ int BenchCommand::run_io() {
   };
   const auto of_shards = [&](const ReadRate& r) { return read_extent(r.complete, r.bytes, total_bytes); };
   for (const Row& row : rows) {
-    print_rate("plain read, " + std::to_string(row.readers) + " thread(s)", row.raw, row.raw, of_shards(row.raw));
+    const std::string plain = "plain read, " + std::to_string(row.readers) + " thread(s), ";
+    const ReadRate& same = row.faster().rate;
+    print_rate(plain + "1st pass", row.first.rate, row.first.cached, same, of_shards(row.first.rate));
     if (row.loader)
-      print_rate("loader, " + std::to_string(row.readers) + " reader(s)", *row.loader, row.raw, of_shards(*row.loader));
+      print_rate("loader, " + std::to_string(row.readers) + " reader(s)", row.loader->rate, row.loader->cached,
+                 same, of_shards(row.loader->rate));
+    print_rate(plain + "2nd pass", row.second.rate, row.second.cached, same, of_shards(row.second.rate));
   }
-  const ReadRate& widest = rows.back().raw;
-  if (small)
-    print_rate("small files, " + std::to_string(max_readers) + " thread(s)", *small, widest,
+  const ReadRate& widest = rows.back().faster().rate;
+  if (small)  // just written: cached as far as memory holds it
+    print_rate("small files, " + std::to_string(max_readers) + " thread(s)", *small, -1, widest,
                read_extent(small->complete, small->files, small_files_written));
+  std::printf("  cached: share of the bytes a measurement read that the page cache held before it (mincore): "
+              "0%% = read from storage (cold), 100%% = from memory (warm)\n");
+  std::printf("  %% 1-stream, %% same thr.: of the faster plain pass with 1 thread, with as many threads\n");
   std::printf("  read: all = every shard whole (the loader: one epoch, every shard exactly once)%s\n",
               stopped ? "; N% (stopped) = --seconds ended it with N% of the shards' bytes (small files: of "
                         "the files) read, and the figures are that part's"
                       : "");
+  for (const std::string& warning : warnings) std::printf("  warning: %s\n", warning.c_str());
   if (consumed > 0)
     std::printf("\n  training consumed %s tokens/s per rank (%s)\n", human_count(consumed).c_str(),
                 o.against.c_str());
@@ -563,13 +652,22 @@ int BenchCommand::run_io() {
                 small_files_written, small->files, small->samples);
 
   if (!o.out.empty()) {
+    const auto measured_json = [](const Measured& m) {
+      nlohmann::json j = rate_json(m.rate);
+      j["cached_fraction_before"] = m.cached < 0 ? nlohmann::json(nullptr) : nlohmann::json(m.cached);
+      return j;
+    };
     nlohmann::json measured = nlohmann::json::array();
     for (const Row& row : rows) {
-      nlohmann::json entry = {{"threads", row.readers}, {"plain_read", rate_json(row.raw)}};
+      const Measured& faster = row.faster();
+      nlohmann::json entry = {{"threads", row.readers},
+                              {"plain_read", measured_json(faster)},
+                              {"plain_read_first_pass", measured_json(row.first)},
+                              {"plain_read_second_pass", measured_json(row.second)}};
       if (row.loader) {
-        entry["loader"] = rate_json(*row.loader);
-        entry["loader_fraction_of_plain_read"] = row.loader->gbs() / row.raw.gbs();
-        entry["loader_fraction_of_single_stream"] = row.loader->gbs() / single_stream.gbs();
+        entry["loader"] = measured_json(*row.loader);
+        entry["loader_fraction_of_plain_read"] = row.loader->rate.gbs() / faster.rate.gbs();
+        entry["loader_fraction_of_single_stream"] = row.loader->rate.gbs() / single_stream.gbs();
       }
       measured.push_back(entry);
     }
@@ -579,10 +677,15 @@ int BenchCommand::run_io() {
         {"shards", static_cast<int64_t>(shards.size())},
         {"shard_bytes", total_bytes},
         {"filesystem", fs_info.type},
-        {"single_stream_read", rate_json(single_stream)},
+        {"memory_total_bytes", memory_bytes > 0 ? nlohmann::json(memory_bytes) : nlohmann::json(nullptr)},
+        {"shards_fit_in_memory", memory_bytes > 0 ? nlohmann::json(total_bytes <= memory_bytes) : nlohmann::json(nullptr)},
+        {"cached_fraction_at_start", resident_at_start < 0 ? nlohmann::json(nullptr) : nlohmann::json(resident_at_start)},
+        {"first_read", measured_json(first_read)},
+        {"single_stream_read", measured_json(rows.front().faster())},
         {"by_threads", measured},
         {"small_files", small ? rate_json(*small) : nlohmann::json(nullptr)},
         {"consumed_tokens_per_s_per_rank", consumed > 0 ? nlohmann::json(consumed) : nlohmann::json(nullptr)},
+        {"warnings", warnings},
     };
     write_file_atomically(o.out, json_text(result, 2) + "\n");
     std::printf("  result: %s\n", o.out.c_str());

@@ -72,6 +72,8 @@ std::string filesystem_type_name(int64_t magic) {
 
 int64_t available_memory_bytes() { return proc_kib_field_bytes("/proc/meminfo", "MemAvailable"); }
 
+int64_t total_memory_bytes() { return proc_kib_field_bytes("/proc/meminfo", "MemTotal"); }
+
 int64_t mapped_bytes() { return proc_kib_field_bytes("/proc/self/status", "VmSize"); }
 
 int64_t address_space_limit_bytes() {
@@ -106,7 +108,7 @@ Environment collect_environment(Communicator& comm, const std::string& compute_b
   env.cpu_model = cpu_model_name();
   env.hardware_threads = static_cast<int>(std::thread::hardware_concurrency());
   env.threads_used = threads_used;
-  env.memory_total_bytes = proc_kib_field_bytes("/proc/meminfo", "MemTotal");
+  env.memory_total_bytes = total_memory_bytes();
   env.memory_available_bytes = available_memory_bytes();
   env.gpus = gpus;
   env.compute_backend = compute_backend;

@@ -50,6 +50,8 @@ Environment collect_environment(Communicator& comm, const std::string& compute_b
 FilesystemInfo describe_filesystem(const std::string& role, const std::string& path);
 // MemAvailable from /proc/meminfo (0 when unknown).
 int64_t available_memory_bytes();
+// MemTotal from /proc/meminfo (0 when unknown).
+int64_t total_memory_bytes();
 // This process's address space now, VmSize from /proc/self/status: the
 // binary, the libraries it loaded, its threads' stacks (0 when unknown).
 int64_t mapped_bytes();
