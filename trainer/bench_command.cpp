@@ -18,6 +18,7 @@
 #include "checkpoint/write_bench.h"       // run_write_bench: bench io --write
 #include "comm/collective_bench.h"   // bench_collectives, bench_gradient_step
 #include "comm/communicator.h"       // make_mpi_communicator, launched_by_mpi
+#include "comm/launch_detect.h"      // launcher_rank, launcher_task_count: bench io in one process
 #include "dataloader/data_error.h"  // DataError: a shard list that cannot be read, exit 2
 #include "dataloader/io_bench.h"
 #include "kernels/engine.h"          // make_layout: the gradient elements
@@ -455,6 +456,19 @@ void BenchCommand::check_io_options() const {
 int BenchCommand::run(const std::string& command_line) {
   if (instrument_->parsed()) return run_instrument(command_line);
   if (comm_->parsed()) return run_comm();
+  // Started as several tasks (mpirun -np N, srun -n N), every task ran the
+  // whole read bench: N reports, and every task wrote the same --out. It
+  // measures what one process's loader can feed (no figure is combined over
+  // ranks), so rank 0 runs it and the others end at once, as `shards` does.
+  if (!options_->write) {
+    if (const int tasks = launcher_task_count(); tasks > 1) {
+      if (launcher_rank() > 0) return kExitOk;
+      std::fprintf(stderr,
+                   "trainbench: note: started as %d tasks; bench io reads in one process, rank 0's "
+                   "(it measures one rank's loader; the other tasks ended at once)\n",
+                   tasks);
+    }
+  }
   check_io_options();
   return options_->write ? run_io_write() : run_io();
 }

@@ -185,6 +185,27 @@ TEST(MpiCli, ShardsUnderALauncherAreWrittenOnceByRankZero) {
   EXPECT_NE(verify.out.find("samples  200"), std::string::npos) << verify.out;
 }
 
+// `mpirun -np 2 trainbench bench io`: every task ran the whole read bench,
+// printed its own report and wrote the same --out (the last writer won).
+// It measures one process's loader, so rank 0 runs it; a note says so.
+TEST(MpiCli, BenchIoUnderALauncherRunsOnceOnRankZero) {
+  testing::TempDir dir("test_mpi_cli");
+  const std::string shards = dir.file("shards");
+  ASSERT_EQ(run_command(std::string(TRAINBENCH_BINARY) + " shards synth --out " + shards +
+                        " --count 2 --samples 20 --vocab 512").exit_code, 0);
+  const CommandResult r = run_command("timeout 120 " + kMpirun + "-np 2 " + TRAINBENCH_BINARY +
+                                      " bench io tiny --set data.shards=" + shards + " --readers 1 --out " +
+                                      dir.file("io.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const size_t first = r.out.find("bench io: ");
+  ASSERT_NE(first, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("bench io: ", first + 1), std::string::npos) << "one report, not one per task: " << r.out;
+  EXPECT_NE(r.err.find("started as 2 tasks; bench io reads in one process, rank 0's"), std::string::npos) << r.err;
+  EXPECT_EQ(count_trainbench_lines(r.err), 1) << r.err;
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("io.json")));
+  EXPECT_EQ(result["schema"], "trainbench.bench_io/v1");
+}
+
 // A failure of one rank alone (here rank 0's --out, which only rank 0
 // writes): that rank ends the job at once with its message, where its peers
 // used to wait in their first collective until comm.timeout_s.
