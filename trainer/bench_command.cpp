@@ -29,6 +29,7 @@
 #include "trainer/environment.h"     // describe_filesystem, available_memory_bytes, trainbench_version
 #include "trainer/gradient_sync.h"   // gradient_bucket_bytes: the trainer's buckets
 #include "trainer/instrument_cost.h"  // bench instrument
+#include "trainer/ceilings.h"        // measure_compute_ceiling: bench compute
 #include "trainer/report.h"          // human_bytes, human_count
 #include "trainer/run_extension.h"   // bench instrument runs inside the job's setup
 #include "trainer/temporary_folder.h"  // make_temporary_directory: scratch folders
@@ -366,6 +367,14 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
   instrument_->add_option("--block-steps", o.block_steps, "measured steps per block (default 10)")
       ->check(integer_range(1, 100000));
   instrument_->add_option("--out", o.out, "result JSON path (default trainbench-instrument.json)");
+
+  compute_ = bench_->add_subcommand(
+      "compute", "the compute ceiling: the config's step on resident batches, no communication, no checkpoints");
+  compute_->add_option("config", o.config, "YAML config file or embedded preset (default: tiny)");
+  compute_->add_option("--set", o.overrides, "override a key: section.key=value (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+  compute_->add_option("--out", o.out, "result JSON path (default trainbench-compute.json)");
   bench_->require_subcommand(1);
 }
 
@@ -400,7 +409,67 @@ class InstrumentCostRun final : public RunExtension {
   InstrumentationCost cost_;
 };
 
+// bench compute inside `run`'s setup: the compute ceiling measured before
+// step 1, on the job's engine (every rank alone, resident batches: what
+// `run --ceilings` calls compute); the job itself is two steps, whose
+// summary gives the model's FLOPs per token and the GEMM ceiling.
+class ComputeCeilingRun final : public RunExtension {
+ public:
+  void begin(const RunContext& context) override {
+    if (context.comm.rank() == 0) {
+      std::printf("compute ceiling: every rank alone on resident batches...\n");
+      std::fflush(stdout);
+    }
+    ceiling_ = measure_compute_ceiling(context.config, context.engine, context.comm);
+    world_ = context.comm.world_size();
+  }
+  bool after_step(const StepRecord&) override { return true; }
+  int finish(const RunOutcome& outcome, nlohmann::json* result) override {
+    const RunSummary& s = outcome.summary;
+    flops_per_s_ = world_ > 0 ? s.model_flops_per_token * ceiling_.tokens_per_s / world_ : 0;
+    mfu_ = s.datasheet_peak_flops_per_s > 0 ? flops_per_s_ / s.datasheet_peak_flops_per_s : -1;
+    mfu_vs_gemm_ = s.gemm_ceiling_flops_per_s > 0 ? flops_per_s_ / s.gemm_ceiling_flops_per_s : -1;
+    const auto figure = [](double v) { return v >= 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
+    if (result)
+      (*result)["compute_ceiling"] = {{"tokens_per_s", ceiling_.tokens_per_s},
+                                      {"step_s", ceiling_.step_s},
+                                      {"flops_per_s_per_rank", flops_per_s_},
+                                      {"mfu", figure(mfu_)},
+                                      {"mfu_vs_gemm_ceiling", figure(mfu_vs_gemm_)}};
+    if (ceiling_.tokens_per_s <= 0)
+      throw CommandError{kExitCheckFailed, "bench compute: no step was measured (the compute ceiling is 0)"};
+    return kExitOk;
+  }
+  void print(FILE* out) const override {
+    std::fprintf(out, "compute ceiling: %s tokens/s over %d rank(s), step %.2f ms (p10 of the slowest rank), "
+                      "%.2f TFLOP/s per rank",
+                 human_count(ceiling_.tokens_per_s).c_str(), world_, 1e3 * ceiling_.step_s, flops_per_s_ * 1e-12);
+    if (mfu_ >= 0) std::fprintf(out, ", MFU %.1f%% of the datasheet", 100 * mfu_);
+    if (mfu_vs_gemm_ >= 0) std::fprintf(out, ", %.1f%% of the GEMM ceiling", 100 * mfu_vs_gemm_);
+    std::fprintf(out, "\n");
+  }
+
+ private:
+  ComputeCeiling ceiling_;
+  int world_ = 1;
+  double flops_per_s_ = 0, mfu_ = -1, mfu_vs_gemm_ = -1;
+};
+
 }  // namespace
+
+int BenchCommand::run_compute(const std::string& command_line) {
+  const Options& o = *options_;
+  // As bench instrument: resident tokens, no checkpoints unless --set says
+  // otherwise; the two-step job after the measurement is not what is measured.
+  std::vector<std::string> overrides = {"data.source=synthetic", "checkpoint.every_steps=0",
+                                        "report.progress_every=0"};
+  overrides.insert(overrides.end(), o.overrides.begin(), o.overrides.end());
+  overrides.push_back("train.steps=2");
+  overrides.push_back("train.warmup_steps=1");
+  ComputeCeilingRun measurement;
+  return run_with_extension(o.config, overrides, o.out.empty() ? "trainbench-compute.json" : o.out, command_line,
+                            measurement);
+}
 
 int BenchCommand::run_instrument(const std::string& command_line) {
   const Options& o = *options_;
@@ -455,6 +524,7 @@ void BenchCommand::check_io_options() const {
 
 int BenchCommand::run(const std::string& command_line) {
   if (instrument_->parsed()) return run_instrument(command_line);
+  if (compute_->parsed()) return run_compute(command_line);
   if (comm_->parsed()) return run_comm();
   // Started as several tasks (mpirun -np N, srun -n N), every task ran the
   // whole read bench: N reports, and every task wrote the same --out. It

@@ -42,7 +42,7 @@ namespace trainbench {
 
 class BenchCommand {
  public:
-  // Adds `bench` and its `io`, `comm` and `instrument` subcommands to `app`.
+  // Adds `bench` and its `compute`, `io`, `comm` and `instrument` subcommands to `app`.
   explicit BenchCommand(CLI::App& app);
   ~BenchCommand();
   bool parsed() const;
@@ -55,12 +55,14 @@ class BenchCommand {
   CLI::App* io_ = nullptr;
   CLI::App* comm_ = nullptr;
   CLI::App* instrument_ = nullptr;
+  CLI::App* compute_ = nullptr;
   // bench io's options of the other bench (read vs --write): exit 2.
   void check_io_options() const;
   int run_io();
   int run_io_write();
   int run_comm();
   int run_instrument(const std::string& command_line);
+  int run_compute(const std::string& command_line);
   struct Options;
   std::unique_ptr<Options> options_;  // the App's options write into it
 };

@@ -18,6 +18,11 @@ namespace trainbench {
 
 namespace {
 
+constexpr double kComputeCeilingSeconds = 1.0;
+constexpr int64_t kComputeCeilingMaxSteps = 200;
+
+}  // namespace
+
 // Every rank trains on resident synthetic batches, alone (a local
 // communicator): the step with nothing to wait for. A few steps give the
 // step time; when they span less than kComputeCeilingSeconds the measurement
@@ -26,10 +31,7 @@ namespace {
 // a shared 2-vCPU VM one process alone saw bursts of 0.5-1 s at twice its
 // step time, which moved six-step medians by a quarter, so that the run
 // "beat" its compute ceiling. On a quiet machine the two differ by ~1%.
-constexpr double kComputeCeilingSeconds = 1.0;
-constexpr int64_t kComputeCeilingMaxSteps = 200;
-
-double compute_ceiling(const Config& config, TrainingEngine& engine, Communicator& comm) {
+ComputeCeiling measure_compute_ceiling(const Config& config, TrainingEngine& engine, Communicator& comm) {
   const SavedState saved(engine);
   std::unique_ptr<BatchSource> resident = measurement_batches(config);
   std::unique_ptr<Communicator> local = make_local_communicator();
@@ -49,10 +51,8 @@ double compute_ceiling(const Config& config, TrainingEngine& engine, Communicato
   }
   const double global_tokens = static_cast<double>(config.train.micro_batch * config.train.grad_accum *
                                                    config.model.seq_len * comm.world_size());
-  return rank_step_s > 0 ? global_tokens / rank_step_s : 0.0;
+  return {rank_step_s > 0 ? global_tokens / rank_step_s : 0.0, rank_step_s};
 }
-
-}  // namespace
 
 WriteRate measure_write_rate(const Config& config, Communicator& comm, const std::string& checkpoint_dir,
                              int64_t bytes) {
@@ -91,7 +91,7 @@ Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communic
   const double global_tokens_per_step = static_cast<double>(
       config.train.micro_batch * config.train.grad_accum * config.model.seq_len * comm.world_size());
 
-  c.compute_tokens_per_s = compute_ceiling(config, engine, comm);
+  c.compute_tokens_per_s = measure_compute_ceiling(config, engine, comm).tokens_per_s;
 
   if (comm.world_size() > 1 && !comm.device_buffers()) {
     std::vector<int64_t> bucket_bytes;

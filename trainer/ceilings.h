@@ -34,6 +34,17 @@ struct Ceilings {
   double write_s_per_step = 0;
 };
 
+// The compute ceiling: every rank trains on resident synthetic batches
+// alone (a local communicator: no gradient sync, no checkpoints), and the
+// slowest rank's 10th-percentile step sets the pace. Global tokens/s and that
+// step. Collective; leaves the engine's state as it found it. What `run
+// --ceilings` reports as compute and `bench compute` measures alone.
+struct ComputeCeiling {
+  double tokens_per_s = 0;
+  double step_s = 0;
+};
+ComputeCeiling measure_compute_ceiling(const Config& config, TrainingEngine& engine, Communicator& comm);
+
 // Collective: every rank calls it with the same config, before the run.
 // Leaves the engine's state as it found it (copied out and restored).
 // `shards` are the run's resolved shards ("" source synthetic: no read

@@ -730,6 +730,27 @@ int run_cli(int argc, char** argv) {
                  argv[1], commands.c_str());
     return kExitUserError;
   }
+  // The same one level down (bench, shards): `bench compute` in a build or a
+  // doc that did not have it said only "A subcommand is required".
+  if (known) {
+    CLI::App* command = app.get_subcommand(argv[1]);
+    std::string below;
+    bool below_known = false;
+    for (const CLI::App* sub : command->get_subcommands([](CLI::App*) { return true; })) {
+      below += (below.empty() ? "" : ", ") + sub->get_name();
+      below_known = below_known || (argc > 2 && sub->get_name() == argv[2]);
+    }
+    if (!below.empty() && (argc == 2 || (argv[2][0] != '-' && !below_known))) {
+      let_rank_zero_speak_first(launcher_rank());
+      if (argc == 2)
+        std::fprintf(stderr, "trainbench: %s: a command is required (%s; see trainbench %s --help)\n", argv[1],
+                     below.c_str(), argv[1]);
+      else
+        std::fprintf(stderr, "trainbench: unknown %s command '%s' (%s; see trainbench %s --help)\n", argv[1],
+                     argv[2], below.c_str(), argv[1]);
+      return kExitUserError;
+    }
+  }
   try {
     app.parse(argc, argv);
     run_options.steps_given = steps_option->count() > 0;

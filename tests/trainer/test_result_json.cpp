@@ -238,6 +238,39 @@ TEST(BenchInstrument, ReportsThePairsAndRejectsBadCounts) {
   EXPECT_NE(bad.err.find("--pairs: must be an integer between 2 and 100000 (got '1')"), std::string::npos) << bad.err;
 }
 
+// bench compute (DESIGN's `bench compute|comm|io`): the compute ceiling
+// alone, what `run --ceilings` calls compute, with its FLOP rate; an unknown
+// bench command is named (CLI11 said only "A subcommand is required").
+TEST(BenchCompute, ReportsTheComputeCeilingAndNamesUnknownBenchCommands) {
+  const std::string path = "/tmp/trainbench_bench_compute_" + std::to_string(getpid()) + ".json";
+  const testing::CommandResult run =
+      run_command(std::string(TRAINBENCH_BINARY) + " bench compute tiny --out " + path);
+  const json result = json::parse(testing::read_whole_file(path), nullptr, false);
+  std::remove(path.c_str());
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  const json& c = result.at("compute_ceiling");
+  EXPECT_GT(c.at("tokens_per_s").get<double>(), 0.0);
+  EXPECT_GT(c.at("step_s").get<double>(), 0.0);
+  // tiny: 8 x 64 tokens per step on one rank.
+  EXPECT_NEAR(c.at("tokens_per_s").get<double>() * c.at("step_s").get<double>(), 8 * 64, 1e-6 * 8 * 64);
+  EXPECT_NEAR(c.at("flops_per_s_per_rank").get<double>(),
+              result.at("summary").at("model_flops_per_token").get<double>() * c.at("tokens_per_s").get<double>(),
+              1e-6 * c.at("flops_per_s_per_rank").get<double>());
+  EXPECT_TRUE(c.at("mfu").is_null()) << "a CPU has no datasheet peak";
+  EXPECT_NE(run.out.find("compute ceiling: "), std::string::npos) << run.out;
+  EXPECT_EQ(result.at("config").at("data").at("source"), "synthetic");
+
+  const testing::CommandResult unknown = run_command(std::string(TRAINBENCH_BINARY) + " bench computer");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_EQ(unknown.err,
+            "trainbench: unknown bench command 'computer' (io, comm, instrument, compute; see trainbench bench "
+            "--help)\n");
+  const testing::CommandResult none = run_command(std::string(TRAINBENCH_BINARY) + " bench");
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("bench: a command is required (io, comm, instrument, compute"), std::string::npos)
+      << none.err;
+}
+
 TEST_F(ResultJson, StorageWriteHasEveryCheckpoint) {
   // 12 steps, a checkpoint every 10 (the default): one, committed.
   const json& checkpoints = result_.at("checkpoints");
