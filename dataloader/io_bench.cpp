@@ -32,27 +32,6 @@ double seconds_since(Clock::time_point begin) {
   return std::chrono::duration<double>(Clock::now() - begin).count();
 }
 
-// Reads a whole file into `buffer` block by block; returns its size.
-int64_t read_file(const std::string& path, std::vector<char>& buffer, bool sequential_hint) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error(path + ": " + std::strerror(errno));
-  if (sequential_hint) (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  int64_t total = 0;
-  for (;;) {
-    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      const int error = errno;
-      ::close(fd);
-      throw std::runtime_error(path + ": " + std::strerror(error));
-    }
-    if (got == 0) break;
-    total += got;
-  }
-  ::close(fd);
-  return total;
-}
-
 // Runs work(i) for i in [0, count) on `threads` threads, items dealt out
 // dynamically; the first exception is rethrown.
 template <typename Work>
@@ -78,18 +57,22 @@ Clock::time_point deadline_after(Clock::time_point begin, double seconds) {
   return begin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
-// Reads a file block by block as read_file does, adding to `bytes` as it
-// goes, until its end or `deadline`; false when the deadline stopped it
-// with bytes left to read.
-bool read_file_until(const std::string& path, std::vector<char>& buffer, Clock::time_point deadline,
-                     double inject_delay_s, std::atomic<int64_t>& bytes) {
+// Reads a file block by block (buffer.size() per read), adding to `bytes`
+// (when given) as it goes, until its end or `deadline`; inject_delay_s after
+// each read (data.inject_delay_ms: slow storage for the tests). `whole` is
+// false when the deadline stopped it with bytes left to read.
+struct FileRead {
+  int64_t bytes = 0;
+  bool whole = true;
+};
+FileRead read_file_until(const std::string& path, std::vector<char>& buffer, Clock::time_point deadline,
+                         double inject_delay_s, bool sequential_hint, std::atomic<int64_t>* bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw std::runtime_error(path + ": " + std::strerror(errno));
-  (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  if (sequential_hint) (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   struct stat st {};
   const int64_t size = ::fstat(fd, &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
-  int64_t total = 0;
-  bool whole = true;
+  FileRead read;
   for (;;) {
     const ssize_t got = ::read(fd, buffer.data(), buffer.size());
     if (got < 0 && errno == EINTR) continue;
@@ -100,15 +83,15 @@ bool read_file_until(const std::string& path, std::vector<char>& buffer, Clock::
     }
     if (got == 0) break;
     if (inject_delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(inject_delay_s));
-    total += got;
-    bytes += got;
-    if (Clock::now() >= deadline && total != size) {
-      whole = false;
+    read.bytes += got;
+    if (bytes != nullptr) *bytes += got;
+    if (Clock::now() >= deadline && read.bytes != size) {
+      read.whole = false;
       break;
     }
   }
   ::close(fd);
-  return whole;
+  return read;
 }
 
 }  // namespace
@@ -179,7 +162,8 @@ ReadRate measure_sequential_read(const std::vector<std::string>& paths, int64_t 
     }
     ++files;
     if (!read_file_until(paths[static_cast<size_t>(i)], buffers[static_cast<size_t>(t)], deadline, inject_delay_s,
-                         bytes))
+                         true, &bytes)
+             .whole)
       stopped = true;
   });
   ReadRate rate;
@@ -275,7 +259,7 @@ ReadRate measure_small_files(const std::string& dir, const std::string& field, i
       // Whole file into one buffer: grow to its size first.
       const auto size = static_cast<size_t>(fs::file_size(name));
       if (data.size() < size + 1) data.resize(size + 1);
-      const int64_t got = read_file(name, data, false);
+      const int64_t got = read_file_until(name, data, Clock::time_point::max(), 0.0, false, nullptr).bytes;
       bytes += got;
       ++files;
       if (key != previous_key) {

@@ -291,6 +291,15 @@ void print_collective_table(const std::vector<CollectiveBenchResult>& results) {
   }
 }
 
+// CONFIG and --set, as every bench that trains or sizes from a config takes them.
+void add_config_options(CLI::App& bench, std::string& config, std::vector<std::string>& overrides,
+                        const char* config_use) {
+  bench.add_option("config", config, std::string("YAML config file or embedded preset ") + config_use);
+  bench.add_option("--set", overrides, "override a key: section.key=value (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+}
+
 }  // namespace
 
 BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()) {
@@ -298,10 +307,7 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
   io_ = bench_->add_subcommand(
       "io", "the data loader alone at full speed vs a plain sequential read of the same shards");
   Options& o = *options_;
-  io_->add_option("config", o.config, "YAML config file or embedded preset (its data and model sections)");
-  io_->add_option("--set", o.overrides, "override a key: section.key=value (repeatable)")
-      ->type_name("KEY=VALUE")
-      ->allow_extra_args(false);
+  add_config_options(*io_, o.config, o.overrides, "(its data and model sections)");
   io_->add_option("--readers", o.readers, "reader counts to measure, 1..256 (default 1,2,4)")
       ->delimiter(',')
       ->check(integer_range(1, kMaxReaders));
@@ -336,10 +342,7 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
   comm_ = bench_->add_subcommand(
       "comm", "the network alone: the model's gradient buckets and a size sweep of all-reduce, "
               "reduce-scatter and all-gather, as nccl-tests (run it under mpirun or srun)");
-  comm_->add_option("config", o.config, "YAML config file or embedded preset (its model and comm sections)");
-  comm_->add_option("--set", o.overrides, "override a key: section.key=value (repeatable)")
-      ->type_name("KEY=VALUE")
-      ->allow_extra_args(false);
+  add_config_options(*comm_, o.config, o.overrides, "(its model and comm sections)");
   // Host buffers of --max-bytes each: 16 GiB is far above any sweep's need,
   // and 1P was an allocation of petabytes ("out of memory", no figures).
   comm_->add_option("--min-bytes", o.min_bytes, "smallest size of the sweep (default 1K)")
@@ -358,10 +361,7 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
 
   instrument_ = bench_->add_subcommand(
       "instrument", "what the per-step timing costs: timed and untimed blocks of steps alternating in one process");
-  instrument_->add_option("config", o.config, "YAML config file or embedded preset (default: tiny)");
-  instrument_->add_option("--set", o.overrides, "override a key: section.key=value (repeatable)")
-      ->type_name("KEY=VALUE")
-      ->allow_extra_args(false);
+  add_config_options(*instrument_, o.config, o.overrides, "(default: tiny)");
   instrument_->add_option("--pairs", o.pairs, "timed + untimed block pairs (default 40)")
       ->check(integer_range(2, 100000));
   instrument_->add_option("--block-steps", o.block_steps, "measured steps per block (default 10)")
@@ -370,10 +370,7 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
 
   compute_ = bench_->add_subcommand(
       "compute", "the compute ceiling: the config's step on resident batches, no communication, no checkpoints");
-  compute_->add_option("config", o.config, "YAML config file or embedded preset (default: tiny)");
-  compute_->add_option("--set", o.overrides, "override a key: section.key=value (repeatable)")
-      ->type_name("KEY=VALUE")
-      ->allow_extra_args(false);
+  add_config_options(*compute_, o.config, o.overrides, "(default: tiny)");
   compute_->add_option("--out", o.out, "result JSON path (default trainbench-compute.json)");
   bench_->require_subcommand(1);
 }
