@@ -157,12 +157,6 @@ Link measure_link(Communicator& comm, const std::vector<int64_t>& bucket_bytes, 
   return fit_link(bytes, seconds, comm.world_size());
 }
 
-std::string seconds_text(double s) {
-  char text[32];
-  std::snprintf(text, sizeof text, s >= 1 ? "%.3f s" : "%.2f ms", s >= 1 ? s : s * 1e3);
-  return text;
-}
-
 // A figure, or null where there is none (NaN: a rate without a step).
 nlohmann::json figure_json(double value) { return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(); }
 

@@ -66,13 +66,20 @@ DepthProjection project_depth(const std::vector<DepthPoint>& points, int64_t ful
   return projection;
 }
 
-namespace {
 std::string seconds_text(double s) {
-  char text[32];
-  std::snprintf(text, sizeof text, std::fabs(s) >= 1 ? "%.3f s" : "%.2f ms", std::fabs(s) >= 1 ? s : s * 1e3);
+  char text[48];
+  const double magnitude = std::fabs(s);
+  if (magnitude >= 1e6) {
+    // %.3f of a fabric's 1e300 s (--fabric 1e-300,0) ran past the buffer
+    // and lost its unit.
+    std::snprintf(text, sizeof text, "%.3e s", s);
+  } else if (magnitude >= 1) {
+    std::snprintf(text, sizeof text, "%.3f s", s);
+  } else {
+    std::snprintf(text, sizeof text, "%.2f ms", s * 1e3);
+  }
   return text;
 }
-}  // namespace
 
 std::vector<std::string> depth_projection_warnings(const std::vector<DepthPoint>& points,
                                                    const DepthProjection& projection, int64_t full_layers,

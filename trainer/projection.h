@@ -69,6 +69,9 @@ DepthProjection project_depth(const std::vector<DepthPoint>& points, int64_t ful
 //  - a category projected above step_s, of which it is a part (tokens/s and
 //    MFU come from step_s);
 //  - step_s at or below zero at the full depth (!has_step()).
+// "12.34 ms", "1.234 s", "1.234e+300 s": a time for the console, its unit always kept.
+std::string seconds_text(double s);
+
 std::vector<std::string> depth_projection_warnings(const std::vector<DepthPoint>& points,
                                                    const DepthProjection& projection, int64_t full_layers,
                                                    const std::string& remedy);

@@ -277,6 +277,16 @@ TEST(ProjectScale, MeasuredFabricJoinsNodesLikeTheRanksHere) {
   EXPECT_NEAR(t[0].busbw_gbs, 4, 1e-12);
 }
 
+// A fabric of 1e-300 GB/s makes 1e300-second collectives: "%.3f s" of that
+// ran past the text's buffer and printed digits without a unit.
+TEST(SecondsText, KeepsItsUnitAtAnyMagnitude) {
+  EXPECT_EQ(seconds_text(0.01234), "12.34 ms");
+  EXPECT_EQ(seconds_text(1.5), "1.500 s");
+  EXPECT_EQ(seconds_text(-2.0), "-2.000 s");
+  EXPECT_EQ(seconds_text(1e300), "1.000e+300 s");
+  EXPECT_EQ(seconds_text(-3e7), "-3.000e+07 s");
+}
+
 TEST(ProjectCommand, BadInputIsOneLineAndExitTwo) {
   using testing::run_command;
   const std::string bin = TRAINBENCH_BINARY;
