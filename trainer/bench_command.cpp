@@ -1,7 +1,7 @@
 #include "trainer/bench_command.h"
 
 #include <CLI/CLI.hpp>  // the command line parser
-#include <algorithm>    // std::max
+#include <algorithm>    // std::max, std::any_of
 #include <cmath>        // std::floor
 #include <cstdio>
 #include <filesystem>
@@ -267,21 +267,26 @@ std::string first_reason_over_ranks(Communicator& comm, const std::string& mine)
   return broadcast_string(comm, mine, root);
 }
 
-// What each path of a collective is, under its table.
-const char* paths_meaning(const std::string& collective) {
+// What each path of a collective is, under its table; the raw path only
+// where it ran (an MPI backend: the local one has none).
+std::string paths_meaning(const std::string& collective, bool raw) {
   if (collective == "all_reduce")
-    return "bucketed: start_all_reduce_sum + wait, as the trainer all-reduces a bucket; raw: MPI_Allreduce";
-  if (collective == "reduce_scatter") return "comm: the communicator's reduce_scatter_sum; raw: MPI_Reduce_scatter_block";
-  return "comm: the communicator's all_gather_floats; raw: MPI_Allgather";
+    return std::string("bucketed: start_all_reduce_sum + wait, as the trainer all-reduces a bucket") +
+           (raw ? "; raw: MPI_Allreduce" : "");
+  if (collective == "reduce_scatter")
+    return std::string("comm: the communicator's reduce_scatter_sum") + (raw ? "; raw: MPI_Reduce_scatter_block" : "");
+  return std::string("comm: the communicator's all_gather_floats") + (raw ? "; raw: MPI_Allgather" : "");
 }
 
 // The table nccl-tests prints, one row per size and path.
 void print_collective_table(const std::vector<CollectiveBenchResult>& results) {
+  const bool raw = std::any_of(results.begin(), results.end(),
+                               [](const CollectiveBenchResult& r) { return r.path == "raw"; });
   std::string collective;
   for (const CollectiveBenchResult& r : results) {
     if (r.collective != collective) {
       collective = r.collective;
-      std::printf("\n  %s (%s)\n", collective.c_str(), paths_meaning(collective));
+      std::printf("\n  %s (%s)\n", collective.c_str(), paths_meaning(collective, raw).c_str());
       std::printf("  %12s %12s %6s %6s %-9s %10s %10s %10s %7s\n", "size (B)", "count", "type", "redop",
                   "path", "time (us)", "algbw GB/s", "busbw GB/s", "check");
     }

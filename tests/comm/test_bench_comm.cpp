@@ -24,6 +24,9 @@ TEST(BenchComm, OneRankChecksTheDataAndSaysBusbwIsZero) {
   const nlohmann::json result = testing::read_json(out);
   EXPECT_EQ(result.at("schema"), "trainbench.bench_comm/v1");
   EXPECT_EQ(result.at("backend"), "local");
+  EXPECT_TRUE(result.at("library").is_null()) << "no library under the local backend";
+  // The local backend has no raw MPI path: its tables do not describe one.
+  EXPECT_EQ(run.out.find("raw: MPI_"), std::string::npos) << run.out;
   EXPECT_EQ(result.at("ranks"), 1);
   testing::expect_measured_and_checked(result);
   // What one rank held at once: on one rank (no MPI scratch) the largest
