@@ -1352,9 +1352,12 @@ def verdict(lora: FinetuneSide, full: FinetuneSide, target_tokens: float, lora_f
                 f"is the option that runs ({duration(lora.hours)} for {tokens} tokens).")
     cheaper = full.gpu_hours / lora.gpu_hours
     if lora.hours <= full.hours:
+        # "The extra nodes" only where full fine-tuning had more of them.
+        why = (": the extra nodes do not pay for this model and data" if full.nodes > lora.nodes
+               else (f" on {full.gpus} GPU(s) against {lora.gpus}" if full.gpus != lora.gpus else ""))
         return (f"LoRA on {lora.nodes} node(s) is both faster ({duration(lora.hours)} vs {duration(full.hours)} "
                 f"for {tokens} tokens) and {cheaper:.1f}x cheaper in GPU-hours than full fine-tuning on "
-                f"{full.nodes} node(s): the extra nodes do not pay for this model and data.")
+                f"{full.nodes} node(s){why}.")
     return (f"Full fine-tuning on {full.nodes} node(s) finishes {tokens} tokens {lora.hours / full.hours:.1f}x "
             f"sooner ({duration(full.hours)} vs {duration(lora.hours)}), but LoRA on {lora.nodes} node(s) uses "
             f"{cheaper:.1f}x fewer GPU-hours ({lora.gpu_hours:.1f} vs {full.gpu_hours:.1f}): buy the nodes for "

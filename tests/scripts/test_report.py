@@ -723,6 +723,24 @@ class CompareArgumentTests(unittest.TestCase):
         self.assertEqual(rows[0]["time for 3.60 M tokens"], "1.0 h")  # 3.6e6 / 1000 tokens/s
         self.assertEqual(rows[1]["GPU-hours"], "1.33")                    # 2400 s × 2 GPUs
 
+    def test_a_lora_win_names_extra_nodes_only_where_full_had_them(self) -> None:
+        # Full fine-tuning slower than LoRA: on 2 nodes the extra nodes do not
+        # pay; with both on 1 node (4 GPUs a node) there were no extra nodes to blame.
+        slow_full = fake_result(2, 500.0)
+        slow_full["config"]["train"]["mode"] = "full"
+        (self.dir / "full.json").write_text(json.dumps(slow_full))
+        for gpus_per_node, nodes_words, absent in (("1", "the extra nodes do not pay", None),
+                                                   ("4", "on 2 GPU(s) against 1", "extra nodes")):
+            with self.subTest(gpus_per_node=gpus_per_node):
+                result = report("--compare", self.dir / "lora.json", self.dir / "full.json", "--gpus-per-node",
+                                gpus_per_node, "--target-tokens", "3.6e6", "--out", self.dir)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                verdict = (self.dir / "compare.md").read_text().split("**Verdict:** ")[1].splitlines()[0]
+                self.assertIn("LoRA on 1 node(s) is both faster", verdict)
+                self.assertIn(nodes_words, verdict)
+                if absent:
+                    self.assertNotIn(absent, verdict)
+
     def refuse(self, lora: object, full: dict, plan: object, *words: str, raw: str | None = None,
                plan_raw: str | None = None, args: tuple[str, ...] = ()) -> None:
         """Exit 2 with one line naming `words`; compare.md from before left as it is."""
