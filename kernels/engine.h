@@ -12,7 +12,7 @@
 #include <cstdint>     // int64_t
 #include <functional>  // GradientsReadyFn
 #include <memory>      // std::unique_ptr from make_engine
-#include <stdexcept>   // std::invalid_argument from check_batch
+#include <stdexcept>   // std::invalid_argument from check_batch(_shape)
 #include <string>      // EngineOptions::device
 #include <utility>     // std::pair in check_batch
 #include <vector>      // EngineOptions::frozen
@@ -109,15 +109,19 @@ void check_state_pointers(const char* call, const std::vector<StateTensor>& tens
 // grows as a suffix — exactly what DDP-style reverse-order buckets need.
 using GradientsReadyFn = std::function<void(int64_t ready_from)>;
 
-// Throws std::invalid_argument unless the batch is [micro_batch, seq_len]
-// and every input and target id is in [0, vocab). An id outside it would
-// read past the embedding or the logits row (on a GPU, with no fault); the
-// loader checks the ids it decodes, this guards every other caller.
-inline void check_batch(const TokenBatch& batch, int64_t micro_batch, int64_t seq_len, int64_t vocab) {
+// Throws std::invalid_argument unless the batch is [micro_batch, seq_len].
+inline void check_batch_shape(const TokenBatch& batch, int64_t micro_batch, int64_t seq_len) {
   if (batch.batch != micro_batch || batch.seq_len != seq_len)
     throw std::invalid_argument("batch is [" + std::to_string(batch.batch) + ", " +
                                 std::to_string(batch.seq_len) + "], engine expects [" +
                                 std::to_string(micro_batch) + ", " + std::to_string(seq_len) + "]");
+}
+// check_batch_shape, and every input and target id in [0, vocab). An id
+// outside it would read past the embedding or the logits row (on a GPU, with
+// no fault); the loader checks the ids it decodes, this guards every other
+// caller.
+inline void check_batch(const TokenBatch& batch, int64_t micro_batch, int64_t seq_len, int64_t vocab) {
+  check_batch_shape(batch, micro_batch, seq_len);
   const int64_t n = micro_batch * seq_len;
   for (const auto& [ids, name] : {std::pair{batch.inputs, "input"}, std::pair{batch.targets, "target"}}) {
     if (ids == nullptr) throw std::invalid_argument(std::string("batch has no ") + name + " ids");

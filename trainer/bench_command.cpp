@@ -411,6 +411,18 @@ class InstrumentCostRun final : public RunExtension {
   InstrumentationCost cost_;
 };
 
+// The job a measurement runs in (bench instrument, bench compute): resident
+// tokens and no checkpoints unless the user's --set says otherwise; the
+// two-step job after the measurement is not what is measured.
+std::vector<std::string> measurement_job_overrides(const std::vector<std::string>& user) {
+  std::vector<std::string> overrides = {"data.source=synthetic", "checkpoint.every_steps=0",
+                                        "report.progress_every=0"};
+  overrides.insert(overrides.end(), user.begin(), user.end());
+  overrides.push_back("train.steps=2");
+  overrides.push_back("train.warmup_steps=1");
+  return overrides;
+}
+
 // bench compute inside `run`'s setup: the compute ceiling measured before
 // step 1, on the job's engine (every rank alone, resident batches: what
 // `run --ceilings` calls compute); the job itself is two steps, whose
@@ -461,16 +473,9 @@ class ComputeCeilingRun final : public RunExtension {
 
 int BenchCommand::run_compute(const std::string& command_line) {
   const Options& o = *options_;
-  // As bench instrument: resident tokens, no checkpoints unless --set says
-  // otherwise; the two-step job after the measurement is not what is measured.
-  std::vector<std::string> overrides = {"data.source=synthetic", "checkpoint.every_steps=0",
-                                        "report.progress_every=0"};
-  overrides.insert(overrides.end(), o.overrides.begin(), o.overrides.end());
-  overrides.push_back("train.steps=2");
-  overrides.push_back("train.warmup_steps=1");
   ComputeCeilingRun measurement;
-  return run_with_extension(o.config, overrides, o.out.empty() ? "trainbench-compute.json" : o.out, command_line,
-                            measurement);
+  return run_with_extension(o.config, measurement_job_overrides(o.overrides),
+                            o.out.empty() ? "trainbench-compute.json" : o.out, command_line, measurement);
 }
 
 int BenchCommand::run_instrument(const std::string& command_line) {
@@ -479,16 +484,9 @@ int BenchCommand::run_instrument(const std::string& command_line) {
   if (o.pairs < 2) throw CommandError{kExitUserError, "--pairs must be at least 2, got " + std::to_string(o.pairs)};
   if (o.block_steps < 1)
     throw CommandError{kExitUserError, "--block-steps must be at least 1, got " + std::to_string(o.block_steps)};
-  // Resident tokens and no checkpoints unless the user's --set says
-  // otherwise; the two-step job after the measurement is not what is measured.
-  std::vector<std::string> overrides = {"data.source=synthetic", "checkpoint.every_steps=0",
-                                        "report.progress_every=0"};
-  overrides.insert(overrides.end(), o.overrides.begin(), o.overrides.end());
-  overrides.push_back("train.steps=2");
-  overrides.push_back("train.warmup_steps=1");
   InstrumentCostRun measurement(o.pairs, o.block_steps);
-  return run_with_extension(o.config, overrides, o.out.empty() ? "trainbench-instrument.json" : o.out, command_line,
-                            measurement);
+  return run_with_extension(o.config, measurement_job_overrides(o.overrides),
+                            o.out.empty() ? "trainbench-instrument.json" : o.out, command_line, measurement);
 }
 
 // bench io is two benches behind one word: the read bench (the loader and a

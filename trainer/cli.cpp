@@ -713,12 +713,18 @@ int run_cli(int argc, char** argv) {
 
   // CLI11 would only say "a subcommand is required"; name the commands, and
   // the word that is not one of them.
-  std::string commands;
+  // "a, b, c": the commands `parent` has; *given: whether `word` is one.
+  const auto names_of = [](CLI::App& parent, const char* word, bool* given) {
+    std::string names;
+    *given = false;
+    for (const CLI::App* sub : parent.get_subcommands([](CLI::App*) { return true; })) {
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+      *given = *given || (word != nullptr && sub->get_name() == word);
+    }
+    return names;
+  };
   bool known = false;
-  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
-    commands += (commands.empty() ? "" : ", ") + sub->get_name();
-    known = known || (argc > 1 && sub->get_name() == argv[1]);
-  }
+  const std::string commands = names_of(app, argc > 1 ? argv[1] : nullptr, &known);
   if (argc == 1) {
     std::fprintf(stderr, "trainbench: a command is required (commands: %s; see trainbench --help)\n",
                  commands.c_str());
@@ -733,13 +739,8 @@ int run_cli(int argc, char** argv) {
   // The same one level down (bench, shards): `bench compute` in a build or a
   // doc that did not have it said only "A subcommand is required".
   if (known) {
-    CLI::App* command = app.get_subcommand(argv[1]);
-    std::string below;
     bool below_known = false;
-    for (const CLI::App* sub : command->get_subcommands([](CLI::App*) { return true; })) {
-      below += (below.empty() ? "" : ", ") + sub->get_name();
-      below_known = below_known || (argc > 2 && sub->get_name() == argv[2]);
-    }
+    const std::string below = names_of(*app.get_subcommand(argv[1]), argc > 2 ? argv[2] : nullptr, &below_known);
     if (!below.empty() && (argc == 2 || (argv[2][0] != '-' && !below_known))) {
       let_rank_zero_speak_first(launcher_rank());
       if (argc == 2)
