@@ -288,6 +288,12 @@ bool Checkpointer::agree() {
     } catch (const CheckpointError&) {
       previous.clear();  // the folder cannot be listed: nothing to say of it
     }
+    // Recorded, and nothing left in flight: the run ends after this step
+    // and still writes its result, this checkpoint's record among them.
+    flight.record.status = "failed";
+    records_.push_back(flight.record);
+    in_flight_.reset();
+    failed_ = true;
     throw CheckpointFailure("checkpoint of step " + step + " failed on rank(s) " + failed + ": " + detail +
                             (only_full ? " (checkpoint.on_full=fail; set it to skip to train on without it)"
                                        : "") +
@@ -359,7 +365,8 @@ double Checkpointer::drain() {
 
 double Checkpointer::after_step(int64_t step) {
   const double begin = steady_now();
-  if (diverged_) return 0.0;  // give_up left nothing in flight; nothing more is started
+  // give_up, or a failed checkpoint, left nothing in flight; nothing more is started.
+  if (diverged_ || failed_) return 0.0;
   const CheckpointSection& ck = config_.checkpoint;
   // A checkpoint in flight moves along: one agreement round per step. The
   // round blocks the loop (it waits for the slowest rank's writer state), so

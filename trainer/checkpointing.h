@@ -48,7 +48,7 @@ class CheckpointFailure : public std::runtime_error {
 // One checkpoint of the run, as the results report it.
 struct CheckpointRecord {
   int64_t step = 0;
-  std::string status;       // committed | skipped_busy | skipped_disk_full | skipped_diverged
+  std::string status;       // committed | skipped_busy | skipped_disk_full | skipped_diverged | failed
   int64_t bytes = 0;        // every rank's files
   int64_t rank_bytes = 0;   // this rank's files
   double snapshot_s = 0;    // state copy, from its start until the loop saw it landed
@@ -77,7 +77,8 @@ class Checkpointer {
   double before_optimizer_step();
   // Called at the end of every step, once the optimizer has finished: moves
   // a checkpoint in flight along and starts one when due. Returns the
-  // seconds it blocked. Throws CheckpointFailure.
+  // seconds it blocked. Throws CheckpointFailure, after which the failed
+  // checkpoint is in records() and nothing is in flight.
   double after_step(int64_t step);
   // Called instead of after_step when the step's loss or gradient norm is
   // not finite: the weights it made, and those it started from (a
@@ -142,6 +143,7 @@ class Checkpointer {
   std::unique_ptr<StateImage> trainer_image_;  // step, loader position: small, per checkpoint
   std::optional<InFlight> in_flight_;
   bool diverged_ = false;                   // give_up was called: no more checkpoints
+  bool failed_ = false;                     // a checkpoint failed (CheckpointFailure): none more either
   std::string local_error_;                 // this rank's failure, for the message
   int local_failure_ = 0;                   // 2 or 3 once taken from the writer, until agreed on
   bool direct_io_warned_ = false;           // the O_DIRECT fallback is told once per run

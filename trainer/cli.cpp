@@ -627,13 +627,19 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
     if (options.extension) options.extension->print(stdout);
   }
   report.result = std::move(result);
-  // A failed check (exit 4) first; else what the extension decided (burn-in's verdict).
+  // A failed checkpoint (exit 3, its message the one line it always was)
+  // first; then a failed check (exit 4); else what the extension decided
+  // (burn-in's verdict).
   report.exit_code = extension_code;
   if (!outcome.all_checks_passed()) {
     for (const Check& c : outcome.checks)
-      if (!c.passed && reporter)
+      if (!c.passed && reporter && c.name != "checkpoints_written")  // said below, once
         std::fprintf(stderr, "trainbench: check failed: %s: %s\n", c.name.c_str(), c.detail.c_str());
     report.exit_code = kExitCheckFailed;
+  }
+  if (!outcome.checkpoint_failure.empty()) {
+    if (reporter) std::fprintf(stderr, "trainbench: %s\n", outcome.checkpoint_failure.c_str());
+    report.exit_code = kExitEnvironmentError;
   }
   report.outcome = std::move(outcome);
   return report;

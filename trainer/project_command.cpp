@@ -83,7 +83,10 @@ MeasuredDepth train_at_depth(const Config& base, int64_t layers, std::unique_ptr
   RunReport report = run_config(config, comm, RunSettings{"trainbench project (" + std::to_string(layers) + " layers)",
                                                           "", false, false});
   if (report.exit_code != kExitOk)
-    throw CommandError{report.exit_code, "project: the " + std::to_string(layers) + "-layer run failed a check"};
+    throw CommandError{report.exit_code, "project: the " + std::to_string(layers) + "-layer run " +
+                                             (report.outcome.checkpoint_failure.empty()
+                                                  ? std::string("failed a check")
+                                                  : "stopped: " + report.outcome.checkpoint_failure)};
   MeasuredDepth m;
   const RunSummary& s = report.outcome.summary;
   m.point.layers = layers;

@@ -171,8 +171,9 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
     const CheckpointRecord* last = nullptr;
     for (const CheckpointRecord& c : outcome.checkpoints)
       if (c.status == "committed") last = &c;
-    std::fprintf(out, "  checkpoints         %ld committed, %ld skipped; %s written",
+    std::fprintf(out, "  checkpoints         %ld committed, %ld skipped%s; %s written",
                  static_cast<long>(s.checkpoints_committed), static_cast<long>(s.checkpoints_skipped),
+                 s.checkpoints_failed > 0 ? (", " + std::to_string(s.checkpoints_failed) + " failed").c_str() : "",
                  human_bytes(static_cast<double>(s.bytes_written)).c_str());
     if (last != nullptr)
       std::fprintf(out, ", %s/s write, stall %.1f ms per checkpoint (median), last: step %ld",

@@ -95,6 +95,7 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
        {{"bytes_written", s.bytes_written},
         {"checkpoints_committed", s.checkpoints_committed},
         {"checkpoints_skipped", s.checkpoints_skipped},
+        {"checkpoints_failed", s.checkpoints_failed},
         {"write_gbs", positive_or_null(s.checkpoint_write_gbs)},
         {"stall_s_per_checkpoint", s.checkpoint_stall_s},
         {"drain_s", s.checkpoint_drain_s}}},

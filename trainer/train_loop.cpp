@@ -406,10 +406,20 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     // A step whose loss or gradient norm is not finite made weights no
     // checkpoint may keep (nor may retention delete a good one for them);
     // both are on the host already, so telling costs no extra sync.
-    if (checkpointer)
-      record.ckpt_stall_s += std::isfinite(record.loss) && std::isfinite(record.grad_norm)
-                                 ? checkpointer->after_step(step)
-                                 : checkpointer->give_up(step);
+    if (checkpointer) {
+      const double checkpoint_begin = steady_seconds();
+      try {
+        record.ckpt_stall_s += std::isfinite(record.loss) && std::isfinite(record.grad_norm)
+                                   ? checkpointer->after_step(step)
+                                   : checkpointer->give_up(step);
+      } catch (const CheckpointFailure& e) {
+        // Every rank learnt of it in the same agreement round: all of them
+        // end the run after this step, whose record is complete, and the
+        // result says what happened (the CLI exits 3 with the message).
+        record.ckpt_stall_s += steady_seconds() - checkpoint_begin;
+        outcome.checkpoint_failure = e.what();
+      }
+    }
     if (instrument) {
       const Clock::time_point end = Clock::now();
       record.step_s = seconds_between(previous_end, end);
@@ -429,6 +439,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       previous_end = Clock::now();
     }
     outcome.steps.push_back(record);
+    if (!outcome.checkpoint_failure.empty()) break;
 
     const bool check_now = config.comm.check_every > 0 && step % config.comm.check_every == 0;
     if (world > 1 && (check_now || step == train.steps) && inconsistency.empty()) {
@@ -469,11 +480,21 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
                                std::to_string(first_step) + ".." + std::to_string(train.steps) +
                                ": no step was due a checkpoint, so storage write is not measured");
   if (checkpointer) {
-    summary.checkpoint_drain_s = checkpointer->finish();
+    const double drain_begin = steady_seconds();
+    try {
+      summary.checkpoint_drain_s = checkpointer->finish();
+    } catch (const CheckpointFailure& e) {  // the last one in flight failed: agreed, as in the loop
+      summary.checkpoint_drain_s = steady_seconds() - drain_begin;
+      outcome.checkpoint_failure = e.what();
+    }
     outcome.checkpoints = checkpointer->records();
     for (const std::string& w : checkpointer->warnings()) outcome.warnings.push_back(w);
     std::vector<double> write_gbs, stall_s;
     for (const CheckpointRecord& c : outcome.checkpoints) {
+      if (c.status == "failed") {
+        ++summary.checkpoints_failed;
+        continue;
+      }
       if (c.status != "committed") {
         ++summary.checkpoints_skipped;
         continue;
@@ -564,6 +585,8 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
 
   if (loss_finite)
     outcome.checks.push_back({"loss_finite", true, "every step's loss is finite"});
+  if (!outcome.checkpoint_failure.empty())
+    outcome.checks.push_back({"checkpoints_written", false, outcome.checkpoint_failure});
   if (world > 1)
     outcome.checks.push_back(
         {"ranks_consistent", inconsistency.empty(),

@@ -93,7 +93,7 @@ struct RunSummary {
   double required_read_gbs = 0;
   // Storage write: checkpoints of this run (CheckpointRecord each).
   int64_t bytes_written = 0;             // committed checkpoints' files, all ranks
-  int64_t checkpoints_committed = 0, checkpoints_skipped = 0;
+  int64_t checkpoints_committed = 0, checkpoints_skipped = 0, checkpoints_failed = 0;
   double checkpoint_write_gbs = 0;       // median over committed checkpoints
   double checkpoint_stall_s = 0;         // median loop stall per committed checkpoint (this rank)
   double checkpoint_drain_s = 0;         // after the last step: persisting what was in flight
@@ -135,6 +135,10 @@ struct RunOutcome {
   // JSON's `ceilings` and the report's line; empty when not measured.
   nlohmann::json ceilings = nlohmann::json::object();
   std::string ceilings_line;
+  // A checkpoint failed and checkpoint.on_full did not allow going on: the
+  // run stopped after that step (its steps so far are above), the check
+  // checkpoints_written failed with this message, and the CLI exits 3.
+  std::string checkpoint_failure;
   bool all_checks_passed() const;
 };
 
@@ -150,8 +154,10 @@ using StepHook = std::function<bool(const StepRecord&)>;
 // its checkpoint's step; its warm-up counts from first_step). Stops early
 // (with a failed check) when the loss stops being finite. gemm ceiling and
 // FLOP counts are filled in. With a checkpointer, checkpoints are taken as
-// configured and the loop's time blocked by them is ckpt_stall_s. Throws
-// CheckpointFailure when a checkpoint fails and checkpoint.on_full says stop.
+// configured and the loop's time blocked by them is ckpt_stall_s. When a
+// checkpoint fails and checkpoint.on_full says stop, the run stops after that
+// step and the outcome says so (checkpoint_failure) rather than throwing: the
+// steps so far are measured and reported.
 // `measure_gemm_ceiling` false leaves out the GEMM ceiling's one-second
 // calibration (and the MFU against it): for the short internal runs of a
 // measurement (the compute ceiling, bench instrument's blocks).

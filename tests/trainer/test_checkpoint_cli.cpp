@@ -540,6 +540,30 @@ TEST(CheckpointCli, FullDiskStopsOrSkipsAndKeepsThePreviousCheckpoint) {
       EXPECT_NE(r.err.find("No space left on device"), std::string::npos) << r.err;
       EXPECT_NE(r.err.find("the previous committed checkpoint (step_4) is intact"), std::string::npos) << r.err;
       EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+      // The steps trained before it are measured and written (the result
+      // was lost with the exception): up to the step whose agreement round
+      // learnt of the failure, the failed checkpoint's record, a failed check.
+      const nlohmann::json result = read_json(dir.file(on_full + ".json"));
+      ASSERT_TRUE(result.contains("steps")) << result.dump();
+      const size_t trained = result["steps"].size();
+      EXPECT_GE(trained, 8u);
+      EXPECT_LT(trained, 12u) << "the run stops at the failure";
+      EXPECT_EQ(result["steps"].back()["step"].get<size_t>(), trained);
+      int failed_records = 0;
+      for (const auto& c : result["checkpoints"]) {
+        if (c["status"] != "failed") continue;
+        ++failed_records;
+        EXPECT_EQ(c["step"], 8) << c.dump();
+      }
+      EXPECT_EQ(failed_records, 1) << result["checkpoints"].dump();
+      EXPECT_EQ(result["summary"]["storage_write"]["checkpoints_committed"], 1);
+      EXPECT_EQ(result["summary"]["storage_write"]["checkpoints_failed"], 1);
+      EXPECT_EQ(result["summary"]["storage_write"]["checkpoints_skipped"], 0);
+      std::string check;
+      for (const auto& c : result["checks"])
+        if (c["name"] == "checkpoints_written" && c["passed"] == false) check = c["detail"];
+      EXPECT_EQ("trainbench: " + check + "\n", r.err) << "the check says what stderr says";
+      EXPECT_NE(r.out.find("1 committed, 0 skipped, 1 failed"), std::string::npos) << r.out;
     } else {
       EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
       const nlohmann::json result = read_json(dir.file(on_full + ".json"));

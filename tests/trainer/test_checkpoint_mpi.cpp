@@ -120,6 +120,14 @@ TEST(CheckpointMpiDiskFull, OneRanksFullDiskIsAgreedOnByEveryRank) {
   EXPECT_EQ(failed.exit_code, 3) << failed.err;
   EXPECT_NE(failed.err.find("checkpoint of step 5 failed on rank(s) 1: rank 1: "), std::string::npos) << failed.err;
   EXPECT_EQ(failed.err.find("see the failing rank's message"), std::string::npos) << failed.err;
+  // Every rank stopped after the same step, and rank 0 wrote the result of
+  // the steps trained (it was lost to the failure).
+  const nlohmann::json failed_result = nlohmann::json::parse(read_whole_file(dir.file("fail.json")));
+  EXPECT_GE(failed_result["steps"].size(), 5u);
+  EXPECT_LT(failed_result["steps"].size(), 8u) << "stopped at the failure";
+  EXPECT_EQ(failed_result["summary"]["storage_write"]["checkpoints_failed"], 1);
+  EXPECT_NE(failed_result["checks"].dump().find("checkpoint of step 5 failed on rank(s) 1"), std::string::npos)
+      << failed_result["checks"].dump();
 }
 
 // A checkpoint record's stall_s is the loop time it blocked on rank 0, so
