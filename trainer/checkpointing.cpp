@@ -274,7 +274,7 @@ bool Checkpointer::agree() {
       flight.record.status = "skipped_disk_full";
       warnings_.push_back("checkpoint of step " + step + " skipped: disk full on rank(s) " + failed +
                           " (" + detail + "); checkpoint.on_full=skip, training went on");
-      records_.push_back(flight.record);
+      add_record(flight.record);
       in_flight_.reset();
       return true;
     }
@@ -291,7 +291,7 @@ bool Checkpointer::agree() {
     // Recorded, and nothing left in flight: the run ends after this step
     // and still writes its result, this checkpoint's record among them.
     flight.record.status = "failed";
-    records_.push_back(flight.record);
+    add_record(flight.record);
     in_flight_.reset();
     failed_ = true;
     throw CheckpointFailure("checkpoint of step " + step + " failed on rank(s) " + failed + ": " + detail +
@@ -324,9 +324,25 @@ bool Checkpointer::agree() {
   // kCommitting: rank 0's commit is done.
   flight.record.commit_s = gather_from_ranks(comm_, flight.commit_s)[0];
   flight.record.status = "committed";
-  records_.push_back(flight.record);
+  add_record(flight.record);
   in_flight_.reset();
   return true;
+}
+
+void Checkpointer::add_record(const CheckpointRecord& record) {
+  // A checkpoint skipped as busy is decided before the one in flight
+  // resolves: in step order all the same, as the result lists them.
+  const auto after = std::upper_bound(records_.begin(), records_.end(), record.step,
+                                      [](int64_t step, const CheckpointRecord& r) { return step < r.step; });
+  records_.insert(after, record);
+}
+
+CheckpointRecord& Checkpointer::record_of(int64_t step) {
+  const auto found = std::find_if(records_.rbegin(), records_.rend(),
+                                  [step](const CheckpointRecord& r) { return r.step == step; });
+  if (found == records_.rend())
+    throw std::logic_error("checkpoint of step " + std::to_string(step) + " has no record");
+  return *found;
 }
 
 void Checkpointer::remove_pending_folder() {
@@ -373,11 +389,12 @@ double Checkpointer::after_step(int64_t step) {
   // it is this checkpoint's stall as the copy is: the record's stall_s then
   // adds up to the steps' ckpt_stall_s.
   if (in_flight_ && in_flight_->phase != Phase::kCopying) {
+    const int64_t flight_step = in_flight_->step;
     const double round_begin = steady_now();
     const bool resolved = agree();
     const double round = steady_now() - round_begin;
     if (resolved) {
-      records_.back().stall_s += round;
+      record_of(flight_step).stall_s += round;
     } else {
       in_flight_->record.stall_s += round;
     }
@@ -391,7 +408,7 @@ double Checkpointer::after_step(int64_t step) {
       CheckpointRecord skipped;
       skipped.step = step;
       skipped.status = "skipped_busy";
-      records_.push_back(skipped);
+      add_record(skipped);
       warnings_.push_back("checkpoint of step " + std::to_string(step) +
                           " skipped: the previous one was still being written (checkpoint.when_busy=skip)");
       return steady_now() - begin;
@@ -405,7 +422,7 @@ double Checkpointer::after_step(int64_t step) {
     // The whole checkpoint inside the step: copy, write, agree, commit.
     before_optimizer_step();
     drain();
-    records_.back().stall_s = steady_now() - start_begin;
+    record_of(step).stall_s = steady_now() - start_begin;
   } else {
     in_flight_->record.stall_s += steady_now() - start_begin;
   }
@@ -428,7 +445,7 @@ double Checkpointer::give_up(int64_t step) {
     comm_.barrier();              // every rank's writer is done with the folder
     remove_pending_folder();
     flight.record.status = "skipped_diverged";
-    records_.push_back(flight.record);
+    add_record(flight.record);
     warnings_.push_back("checkpoint of step " + std::to_string(flight.step) + " given up: " + why +
                         " (its weights are the ones that step started from)");
     in_flight_.reset();

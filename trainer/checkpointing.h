@@ -116,6 +116,9 @@ class Checkpointer {
   void start(int64_t step);
   void submit_persist();
   void submit_commit();
+  // Records are kept in step order; record_of finds a resolved one.
+  void add_record(const CheckpointRecord& record);
+  CheckpointRecord& record_of(int64_t step);
   // One agreement round (a collective): true when the checkpoint in flight
   // is resolved (complete, or given up).
   bool agree();

@@ -453,6 +453,14 @@ TEST(CheckpointCli, BusyCheckpointIsSkippedOrWaitedForAsConfigured) {
   const nlohmann::json skipped = read_json(dir.file("s.json"));
   EXPECT_GT(skipped["summary"]["storage_write"]["checkpoints_skipped"].get<int64_t>(), 0);
   EXPECT_GT(skipped["summary"]["storage_write"]["checkpoints_committed"].get<int64_t>(), 0);
+  // In step order: a skip is decided before the checkpoint in flight
+  // resolves, and was listed before it (2, 1, 4, 3, ...).
+  int64_t previous_step = 0;
+  for (const auto& c : skipped["checkpoints"]) {
+    EXPECT_GT(c["step"].get<int64_t>(), previous_step) << skipped["checkpoints"].dump();
+    previous_step = c["step"].get<int64_t>();
+  }
+  EXPECT_EQ(skipped["checkpoints"].size(), 10u) << "one record per step due";
 
   const CommandResult wait = run_command(tiny_run(dir.file("w"), 10, 1, dir.file("w.json")));
   ASSERT_EQ(wait.exit_code, 0) << wait.err;
