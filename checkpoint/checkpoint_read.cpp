@@ -10,6 +10,7 @@
 #include <filesystem>  // exists, is_directory
 #include <memory>      // std::unique_ptr for the XXH64 state
 #include <system_error>
+#include <vector>      // list_committed
 
 #include <xxhash.h>  // XXH64 streaming
 
@@ -30,6 +31,22 @@ bool exists_quietly(const std::string& path) {
   return fs::exists(path, ignored);
 }
 
+// What a resume can use when `dir`'s latest cannot be (a step folder
+// deleted by hand, a damaged pointer): the newest committed checkpoint
+// there, said only when it is there.
+std::string newest_committed_hint(const std::string& dir) {
+  std::vector<CommittedCheckpoint> committed;
+  try {
+    committed = list_committed(dir);
+  } catch (const std::exception&) {
+    return "";  // the folder cannot be listed: nothing to say of it
+  }
+  return committed.empty() ? "; " + dir + " holds no other committed checkpoint"
+                           : "; the newest committed checkpoint there is " +
+                                 fs::path(committed.back().folder).filename().string() + ": --resume " +
+                                 committed.back().folder;
+}
+
 // `dir`/latest -> dir/step_N, checked to hold a manifest. `what` names dir
 // for the messages ("checkpoint.dir /x").
 std::string follow_latest(const std::string& dir, const std::string& what) {
@@ -46,11 +63,11 @@ std::string follow_latest(const std::string& dir, const std::string& what) {
   while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) name.pop_back();
   if (io::step_of_folder(name) < 0 || name.find('/') != std::string::npos || name.ends_with(".tmp"))
     throw CheckpointError("checkpoint pointer " + latest + ": \"" + io::printable(name) +
-                          "\" is not a checkpoint folder name (step_N)");
+                          "\" is not a checkpoint folder name (step_N)" + newest_committed_hint(dir));
   const std::string folder = dir + "/" + name;
   if (!exists_quietly(folder + "/manifest.json"))
     throw CheckpointError("checkpoint pointer " + latest + " names " + name + ", but " + folder +
-                          "/manifest.json is missing");
+                          "/manifest.json is missing" + newest_committed_hint(dir));
   return folder;
 }
 

@@ -5,6 +5,7 @@
 #include <chrono>      // steady seconds
 #include <cstring>     // std::memcpy
 #include <filesystem>  // the folder of a checkpoint
+#include <functional>  // the remedy of a refusal
 #include <optional>    // a listing's error, kept past the collective
 #include <thread>      // sleep_for: checkpoint.inject_delay_ms
 #include <utility>
@@ -36,35 +37,49 @@ constexpr const char* kTrainerStateSection = "trainer_state";
 constexpr const char* kDataPositionSection = "data_position";
 
 // What committed checkpoints `dir` holds, for a message ("latest: step_4",
-// "step_2, step_4"), or "" when none.
-std::string committed_checkpoints_in(const std::string& dir) {
+// "step_2, step_4"; empty when none), and what --resume continues from:
+// "latest" when that pointer leads to a checkpoint, else the newest
+// committed one's folder (latest names a step deleted by hand), else "".
+struct CheckpointsFound {
+  std::string names;
+  std::string resume;
+};
+CheckpointsFound committed_checkpoints_in(const std::string& dir) {
+  CheckpointsFound found;
   std::error_code ignored;
-  if (std::filesystem::exists(dir + "/latest", ignored)) {
+  const bool has_latest = std::filesystem::exists(dir + "/latest", ignored);
+  if (has_latest) {
     // Read as --resume latest reads it (bounded, validated); a damaged one is
     // named, its bytes not echoed.
     try {
-      return "latest: " + std::filesystem::path(resolve_checkpoint("latest", dir)).filename().string();
+      found.names = "latest: " + std::filesystem::path(resolve_checkpoint("latest", dir)).filename().string();
+      found.resume = "latest";
+      return found;
     } catch (const CheckpointError&) {
-      return "a latest pointer";
     }
   }
-  std::string names;
-  for (const CommittedCheckpoint& c : list_committed(dir))
-    names += (names.empty() ? "" : ", ") + std::filesystem::path(c.folder).filename().string();
-  return names;
+  for (const CommittedCheckpoint& c : list_committed(dir)) {
+    found.names += (found.names.empty() ? "" : ", ") + std::filesystem::path(c.folder).filename().string();
+    found.resume = c.folder;
+  }
+  if (has_latest)
+    found.names += std::string(found.names.empty() ? "" : ", and ") + "a latest pointer that names no committed checkpoint";
+  return found;
 }
 
 // A run that did not resume must not write where another run's committed
 // checkpoints are: its commits would replace `latest`, overwrite the
 // checkpoints of the steps both runs share and let retention delete the
 // rest. Collective: every rank looks (the folder may be per host), and all
-// refuse when any one finds checkpoints.
+// refuse when any one finds checkpoints. `remedy` says what to do, given
+// what --resume would continue from there (CheckpointsFound::resume).
 // A rank that cannot list the folder refuses too (it must not write into
 // it blind), with its own reason: 2 for the folder's (permissions), 3 for the
 // machine's (out of file descriptors).
-void refuse_other_runs_checkpoints(const std::string& dir, Communicator& comm, const std::string& remedy) {
+void refuse_other_runs_checkpoints(const std::string& dir, Communicator& comm,
+                                   const std::function<std::string(const std::string&)>& remedy) {
   constexpr double kFound = 1, kUnlistable = 2, kUnlistableByLimit = 3;
-  std::string found;
+  CheckpointsFound found;
   std::optional<CheckpointError> unlistable;
   try {
     found = committed_checkpoints_in(dir);
@@ -74,7 +89,7 @@ void refuse_other_runs_checkpoints(const std::string& dir, Communicator& comm, c
     unlistable = CheckpointError("checkpoint.dir " + dir + ": cannot list it: " + e.what());
   }
   const double code = unlistable ? (unlistable->environment() ? kUnlistableByLimit : kUnlistable)
-                                 : (found.empty() ? 0.0 : kFound);
+                                 : (found.names.empty() ? 0.0 : kFound);
   const std::vector<double> codes = gather_from_ranks(comm, code);
   if (unlistable) throw *unlistable;
   const std::string cannot_list = rank_list(codes, kUnlistable);
@@ -84,7 +99,8 @@ void refuse_other_runs_checkpoints(const std::string& dir, Communicator& comm, c
   const std::string ranks = rank_list(codes, kFound);
   if (ranks.empty()) return;
   throw CheckpointError("checkpoint.dir " + dir + " already holds checkpoints (" +
-                        (found.empty() ? "found by rank(s) " + ranks : found) + "): " + remedy);
+                        (found.names.empty() ? "found by rank(s) " + ranks : found.names) +
+                        "): " + remedy(found.names.empty() ? "latest" : found.resume));
 }
 
 // Whether `checkpoint` (a step_N folder) lies directly in `dir`: a resume
@@ -115,12 +131,17 @@ Checkpointer::Checkpointer(const Config& config, std::string dir, TrainingEngine
   // checkpoint of this folder continues its run; one from elsewhere is a
   // new run here.
   if (resumed_from.empty()) {
-    refuse_other_runs_checkpoints(dir_, comm_, "continue with --resume latest, or choose an empty checkpoint.dir");
+    refuse_other_runs_checkpoints(dir_, comm_, [](const std::string& resume) {
+      return resume.empty() ? std::string("none can be resumed from: choose an empty checkpoint.dir")
+                            : "continue with --resume " + resume + ", or choose an empty checkpoint.dir";
+    });
   } else if (!checkpoint_is_in(resumed_from, dir_)) {
-    refuse_other_runs_checkpoints(dir_, comm_,
-                                  "this run resumes from " + resumed_from +
-                                      ", outside it, and would replace its latest and delete its older steps: "
-                                      "choose an empty checkpoint.dir, or resume from its own (--resume latest)");
+    refuse_other_runs_checkpoints(dir_, comm_, [&resumed_from](const std::string& resume) {
+      return "this run resumes from " + resumed_from +
+             ", outside it, and would replace its latest and delete its older steps: choose an empty "
+             "checkpoint.dir" +
+             (resume.empty() ? std::string() : ", or resume from its own (--resume " + resume + ")");
+    });
   }
   allocate_staging();
 }

@@ -309,13 +309,15 @@ TEST_F(CheckpointFiles, ResolveFindsTheCheckpointOrSaysWhatIsMissing) {
   write_text(dir_ + "/latest", "step_77\n");
   EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint("latest", dir_); }),
             "checkpoint pointer " + dir_ + "/latest names step_77, but " + dir_ +
-                "/step_77/manifest.json is missing");
+                "/step_77/manifest.json is missing; the newest committed checkpoint there is step_20: --resume " +
+                dir_ + "/step_20");
   write_text(dir_ + "/latest", "../../etc\n");
   EXPECT_TRUE(contains(checkpoint_error([&] { resolve_checkpoint("latest", dir_); }), "is not a checkpoint folder name"));
   // Two names, or garbage bytes: quoted escaped on one line (checkpoint_error checks the line).
   write_text(dir_ + "/latest", "step_4\nstep_2\n");
   EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint("latest", dir_); }),
-            "checkpoint pointer " + dir_ + "/latest: \"step_4\\x0astep_2\" is not a checkpoint folder name (step_N)");
+            "checkpoint pointer " + dir_ + "/latest: \"step_4\\x0astep_2\" is not a checkpoint folder name (step_N); the "
+            "newest committed checkpoint there is step_20: --resume " + dir_ + "/step_20");
   write_text(dir_ + "/latest", std::string("st\x01\x1b[31m\xff\r\nx", 12));
   EXPECT_TRUE(contains(checkpoint_error([&] { resolve_checkpoint("latest", dir_); }),
                        "\"st\\x01\\x1b[31m\\xff\\x0d\\x0ax\""));

@@ -375,15 +375,27 @@ TEST(CheckpointCli, FreshRunRefusesAFolderHoldingCheckpoints) {
   EXPECT_EQ(latest_of(ckpt), "step_4");
   EXPECT_EQ(file_checksums(ckpt + "/step_2"), step_2);
   EXPECT_EQ(file_checksums(ckpt + "/step_4"), step_4);
-  // Without `latest`, a committed folder is enough.
+  // Without `latest`, a committed folder is enough; the remedy names what
+  // a resume can use (it said --resume latest, which then failed).
   fs::remove(ckpt + "/latest");
   expect_refused(run_command(tiny_run(ckpt, 4, 2, dir.file("d.json"), kFew)),
-                 "already holds checkpoints (step_2, step_4)");
-  std::ofstream(ckpt + "/latest") << "step_4\n";
-  // Continuing it is what the folder is for.
-  const CommandResult resumed = run_command(tiny_run(ckpt, 6, 2, dir.file("e.json"), kFew + "--resume latest"));
+                 "already holds checkpoints (step_2, step_4): continue with --resume " + ckpt +
+                     "/step_4, or choose an empty checkpoint.dir");
+  // A latest naming a step deleted by hand: the same, and --resume latest
+  // names the checkpoint to resume from instead.
+  std::ofstream(ckpt + "/latest") << "step_8\n";
+  expect_refused(run_command(tiny_run(ckpt, 4, 2, dir.file("d.json"), kFew)),
+                 "already holds checkpoints (step_2, step_4, and a latest pointer that names no committed "
+                 "checkpoint): continue with --resume " + ckpt + "/step_4,");
+  expect_refused(run_command(tiny_run(ckpt, 6, 2, dir.file("d.json"), kFew + "--resume latest")),
+                 "latest names step_8, but " + ckpt + "/step_8/manifest.json is missing; the newest committed "
+                 "checkpoint there is step_4: --resume " + ckpt + "/step_4");
+  // Continuing it is what the folder is for: as the messages said.
+  const CommandResult resumed = run_command(tiny_run(ckpt, 6, 2, dir.file("e.json"), kFew + "--resume " + ckpt + "/step_4"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_EQ(latest_of(ckpt), "step_6");
+  EXPECT_EQ(run_command(tiny_run(ckpt, 8, 2, dir.file("e2.json"), kFew + "--resume latest")).exit_code, 0);
+  EXPECT_EQ(latest_of(ckpt), "step_8");
   // A leftover step_N.tmp of a crashed run is not a committed checkpoint.
   fs::create_directories(dir.file("crashed/step_2.tmp"));
   EXPECT_EQ(run_command(tiny_run(dir.file("crashed"), 4, 2, dir.file("f.json"), kFew)).exit_code, 0);
