@@ -500,29 +500,6 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                                        : ", which this build lacks (build with nccl.h and libnccl: NCCL_HOME or "
                                          "libnccl-dev)")};
   }
-  std::string checkpoint_off;  // why this run takes no checkpoints it was configured for
-  if (checkpoint_dir.temporary) {
-    // The default run must not fill /tmp: without checkpoint.dir, a model
-    // whose checkpoints (one committed, one being written) do not fit in the
-    // temporary folder's filesystem trains without them, and says so.
-    int64_t state_bytes = 0;
-    for (const StateTensor& t : engine->state_tensors()) state_bytes += t.bytes;
-    int64_t fits = 1;
-    if (reporter) {
-      const int64_t needed = 2 * state_bytes * comm->world_size();
-      const int64_t free_bytes = describe_filesystem("checkpoint", checkpoint_dir.path).free_bytes;
-      fits = free_bytes <= 0 || needed < free_bytes ? 1 : 0;
-      if (!fits) {
-        checkpoint_off = "checkpoint: off: checkpoint.dir is not set and two checkpoints (" +
-                         human_bytes(static_cast<double>(needed)) + ") do not fit in " + checkpoint_dir.path +
-                         " (" + human_bytes(static_cast<double>(free_bytes)) +
-                         " free); set checkpoint.dir to measure checkpointing";
-        std::fprintf(stdout, "%s\n", checkpoint_off.c_str());
-      }
-    }
-    comm->broadcast(&fits, sizeof(fits), 0);
-    if (!fits) checkpoint_dir.drop();
-  }
   ResumePoint resume;
   if (!options.resume.empty()) resume = resume_from_checkpoint(options.resume, config, *engine, *comm);
   // The temporary shards' size is fixed in the config, so checkpoints record it.
@@ -539,6 +516,32 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                                            "lower data.prefetch or data.readers"};
   } catch (const std::exception& e) {
     throw CommandError{kExitEnvironmentError, std::string("data: ") + e.what()};
+  }
+
+  std::string checkpoint_off;  // why this run takes no checkpoints it was configured for
+  if (checkpoint_dir.temporary) {
+    // The default run must not fill /tmp: without checkpoint.dir, a model
+    // whose checkpoints (one committed, one being written: every rank's
+    // state and data position) do not fit in the temporary folder's
+    // filesystem trains without them, and says so. Asked once the data is
+    // set up: temporary shards made for the run are on that filesystem too.
+    int64_t state_bytes = 0;
+    for (const StateTensor& t : engine->state_tensors()) state_bytes += t.bytes;
+    int64_t fits = 1;
+    if (reporter) {
+      const int64_t needed = 2 * (state_bytes + data_position_bytes_bound(config)) * comm->world_size();
+      const int64_t free_bytes = describe_filesystem("checkpoint", checkpoint_dir.path).free_bytes;
+      fits = free_bytes <= 0 || needed < free_bytes ? 1 : 0;
+      if (!fits) {
+        checkpoint_off = "checkpoint: off: checkpoint.dir is not set and two checkpoints (" +
+                         human_bytes(static_cast<double>(needed)) + ") do not fit in " + checkpoint_dir.path +
+                         " (" + human_bytes(static_cast<double>(free_bytes)) +
+                         " free); set checkpoint.dir to measure checkpointing";
+        std::fprintf(stdout, "%s\n", checkpoint_off.c_str());
+      }
+    }
+    comm->broadcast(&fits, sizeof(fits), 0);
+    if (!fits) checkpoint_dir.drop();
   }
 
   const int threads = engine_options.threads > 0

@@ -39,6 +39,22 @@ int64_t synth_shard_count(const Config& config, int64_t world) {
   return std::max(config.data.synth_shards, config.data.readers * world);
 }
 
+int64_t data_position_bytes_bound(const Config& config) {
+  const DataSection& d = config.data;
+  if (d.source != "shards") return 1024;  // in-memory tokens: an index
+  // The temporary shards' samples are at most mean + spread tokens; the
+  // samples of given shards are taken as a window's length (an estimate).
+  const int64_t window_tokens = config.model.seq_len + 1;
+  const int64_t sample_tokens =
+      d.shards.empty() ? d.synth_tokens_per_sample + d.synth_tokens_per_sample / 2 : window_tokens;
+  // Per reader (ReaderPosition): its shuffle buffer full, a partial window,
+  // the rest of the current sample, and the fixed fields.
+  const int64_t per_reader = (std::max<int64_t>(d.shuffle_buffer, 1) * sample_tokens + window_tokens + sample_tokens) *
+                                 static_cast<int64_t>(sizeof(int32_t)) +
+                             256;
+  return d.readers * per_reader + 256;
+}
+
 // About one run's worth of tokens (every rank's steps plus the shuffle
 // buffers' fill), so the default run reads storage the way a real one does
 // rather than cycling a few cached samples.

@@ -40,6 +40,12 @@ std::vector<std::string> shards_for_run(const Config& config, int64_t world, Dat
 int64_t synth_shard_count(const Config& config, int64_t world);
 int64_t synth_samples_per_shard_for_run(const Config& config, int64_t world);
 
+// At most how many bytes a checkpoint's data position (one rank's loader
+// position) takes over the run: every reader's shuffle buffer full. Exact
+// for the temporary shards; for given shards each sample is counted as one
+// window of tokens (their lengths are not known before they are read).
+int64_t data_position_bytes_bound(const Config& config);
+
 // The loader settings of the `data` section for one rank.
 LoaderOptions loader_options(const Config& config, std::vector<std::string> shards, int64_t rank,
                              int64_t world);

@@ -654,5 +654,25 @@ TEST(CheckpointCli, CheckpointsTurnedOffForWantOfRoomAreAWarningInTheResult) {
   EXPECT_TRUE(result["checkpoints"].empty());
 }
 
+// The check counts what the checkpoints hold besides the state (the
+// loaders' positions, up to their full shuffle buffers) and what the run's
+// temporary shards take of the same filesystem. With the state alone (2 MB
+// of tiny's, twice, in 6 MB) the default run went on, the shards and the
+// first checkpoint took the room, and the second checkpoint failed it (exit 3).
+TEST(CheckpointCli, TheRoomCheckCountsTheDataPositionAndTheTemporaryShards) {
+  testing::TempDir dir("test_ckpt_cli");
+  const testing::MountedFilesystem small(dir.file("tmp"), "tmpfs", "size=6m");
+  if (!small.mounted()) GTEST_SKIP() << small.why_not();
+  const CommandResult r = run_command("env TMPDIR=" + dir.file("tmp") + " " + TRAINBENCH_BINARY +
+                                      " run tiny --steps 10 --set checkpoint.every_steps=5"
+                                      " --set report.progress_every=0 --out " + dir.file("r.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("data: 8 synthetic shards"), std::string::npos) << "the temporary shards: " << r.out;
+  EXPECT_NE(r.out.find("checkpoint: off: checkpoint.dir is not set and two checkpoints"), std::string::npos) << r.out;
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("r.json")));
+  EXPECT_TRUE(result["checkpoints"].empty());
+  EXPECT_EQ(result["steps"].size(), 10u);
+}
+
 }  // namespace
 }  // namespace trainbench
