@@ -527,17 +527,24 @@ int BenchCommand::run(const std::string& command_line) {
   if (compute_->parsed()) return run_compute(command_line);
   if (comm_->parsed()) return run_comm();
   // Started as several tasks (mpirun -np N, srun -n N), every task ran the
-  // whole read bench: N reports, and every task wrote the same --out. It
-  // measures what one process's loader can feed (no figure is combined over
-  // ranks), so rank 0 runs it and the others end at once, as `shards` does.
-  if (!options_->write) {
-    if (const int tasks = launcher_task_count(); tasks > 1) {
-      if (launcher_rank() > 0) return kExitOk;
+  // whole bench: N reports, and every task wrote the same --out. It
+  // measures what one process's loader can feed, or one rank's checkpoint
+  // write (no figure is combined over ranks), so rank 0 runs it and the
+  // others end at once, as `shards` does. Every rank writing at once is
+  // `run --ceilings`' storage-write ceiling.
+  if (const int tasks = launcher_task_count(); tasks > 1) {
+    if (launcher_rank() > 0) return kExitOk;
+    if (options_->write)
+      std::fprintf(stderr,
+                   "trainbench: note: started as %d tasks; bench io --write writes in one process, rank 0's "
+                   "(one rank's checkpoint; the other tasks ended at once: every rank writing at once is "
+                   "run --ceilings' storage write)\n",
+                   tasks);
+    else
       std::fprintf(stderr,
                    "trainbench: note: started as %d tasks; bench io reads in one process, rank 0's "
                    "(it measures one rank's loader; the other tasks ended at once)\n",
                    tasks);
-    }
   }
   check_io_options();
   return options_->write ? run_io_write() : run_io();

@@ -204,6 +204,19 @@ TEST(MpiCli, BenchIoUnderALauncherRunsOnceOnRankZero) {
   EXPECT_EQ(count_trainbench_lines(r.err), 1) << r.err;
   const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("io.json")));
   EXPECT_EQ(result["schema"], "trainbench.bench_io/v1");
+
+  // --write too: each task wrote its own checkpoint and report, and the
+  // same --out (one rank's write; run --ceilings has every rank's at once).
+  const CommandResult w = run_command("timeout 120 " + kMpirun + "-np 2 " + TRAINBENCH_BINARY +
+                                      " bench io --write --bytes 4M --repeats 1 --buffered --dir " + dir.path() +
+                                      " --out " + dir.file("write.json"));
+  ASSERT_EQ(w.exit_code, 0) << w.out << w.err;
+  const size_t written = w.out.find("bench io --write: ");
+  ASSERT_NE(written, std::string::npos) << w.out;
+  EXPECT_EQ(w.out.find("bench io --write: ", written + 1), std::string::npos) << "one report: " << w.out;
+  EXPECT_NE(w.err.find("started as 2 tasks; bench io --write writes in one process, rank 0's"), std::string::npos)
+      << w.err;
+  EXPECT_EQ(count_trainbench_lines(w.err), 1) << w.err;
 }
 
 // A failure of one rank alone (here rank 0's --out, which only rank 0
