@@ -178,12 +178,41 @@ void Checkpointer::allocate_staging() {
     }
 }
 
-void Checkpointer::start(int64_t step) {
+bool Checkpointer::start(int64_t step) {
   // One rank makes (or empties a crashed run's leftover) step_N.tmp before
   // any rank writes into it: on a shared folder a later rank would otherwise
-  // empty an earlier rank's files.
-  if (comm_.rank() == 0) prepare_pending_folder(dir_, step);
-  comm_.barrier();
+  // empty an earlier rank's files. The broadcast of how that went orders it
+  // before every rank's writes, and its failure (a full disk, checkpoint.dir
+  // removed during the run) is every rank's, settled as a failed write is.
+  constexpr double kMade = 1, kDiskFull = 2, kFailed = 3;
+  double made = kMade;
+  std::string why_not;
+  if (comm_.rank() == 0) {
+    try {
+      // Said, not made again: a checkpoint.dir removed while the run was
+      // going would come back without the run's lock, as if nothing had
+      // happened to the checkpoints it held.
+      std::error_code error;
+      if (!std::filesystem::is_directory(dir_, error))
+        throw CheckpointWriteError("checkpoint.dir " + dir_ + " no longer exists (removed during the run?)", false);
+      prepare_pending_folder(dir_, step);
+    } catch (const CheckpointWriteError& e) {
+      made = e.disk_full ? kDiskFull : kFailed;
+      why_not = e.what();
+    } catch (const std::exception& e) {
+      made = kFailed;
+      why_not = e.what();
+    }
+  }
+  comm_.broadcast(&made, sizeof(made), 0);
+  if (made != kMade) {
+    const std::string reason = broadcast_string(comm_, why_not, 0);
+    remove_pending_folder(step);
+    CheckpointRecord record;
+    record.step = step;
+    settle_failure(record, "0", 0, reason, made == kDiskFull);
+    return false;
+  }
   InFlight flight;
   flight.step = step;
   flight.record.step = step;
@@ -208,6 +237,7 @@ void Checkpointer::start(int64_t step) {
   for (const StateImage& image : images_) flight.record.rank_bytes += image.bytes();
   flight.record.rank_bytes += trainer_image_->bytes();
   in_flight_ = std::move(flight);
+  return true;
 }
 
 void Checkpointer::submit_persist() {
@@ -278,47 +308,20 @@ bool Checkpointer::agree() {
 
   const double worst = *std::max_element(states.begin(), states.end());
   if (worst >= 2) {
-    const std::string step = std::to_string(flight.step);
     const std::string failed = rank_list(states, 2);
     // The first failing rank's own words, on every rank (rank 0 speaks).
     const int first_failed =
         static_cast<int>(std::find_if(states.begin(), states.end(), [](double s) { return s >= 2; }) -
                          states.begin());
     const std::string reason = broadcast_string(comm_, local_error_, first_failed);
-    const std::string detail = comm_.world_size() > 1 ? "rank " + std::to_string(first_failed) + ": " + reason : reason;
     local_failure_ = 0;
     local_error_.clear();
-    const bool only_full = worst == 2;
     // Every rank's writer is idle (no rank is busy): the folder is nobody's.
-    remove_pending_folder();
-    if (only_full && config_.checkpoint.on_full == "skip") {
-      flight.record.status = "skipped_disk_full";
-      warnings_.push_back("checkpoint of step " + step + " skipped: disk full on rank(s) " + failed +
-                          " (" + detail + "); checkpoint.on_full=skip, training went on");
-      add_record(flight.record);
-      in_flight_.reset();
-      return true;
-    }
-    // What a resume can start from: said only when it is there.
-    std::string previous = "; no checkpoint was committed before it";
-    try {
-      const std::vector<CommittedCheckpoint> committed = list_committed(dir_);
-      if (!committed.empty())
-        previous = "; the previous committed checkpoint (step_" + std::to_string(committed.back().step) +
-                   ") is intact";
-    } catch (const CheckpointError&) {
-      previous.clear();  // the folder cannot be listed: nothing to say of it
-    }
-    // Recorded, and nothing left in flight: the run ends after this step
-    // and still writes its result, this checkpoint's record among them.
-    flight.record.status = "failed";
-    add_record(flight.record);
+    remove_pending_folder(flight.step);
+    const CheckpointRecord record = flight.record;
     in_flight_.reset();
-    failed_ = true;
-    throw CheckpointFailure("checkpoint of step " + step + " failed on rank(s) " + failed + ": " + detail +
-                            (only_full ? " (checkpoint.on_full=fail; set it to skip to train on without it)"
-                                       : "") +
-                            previous);
+    settle_failure(record, failed, first_failed, reason, worst == 2);
+    return true;
   }
 
   if (flight.phase == Phase::kWriting) {
@@ -366,10 +369,44 @@ CheckpointRecord& Checkpointer::record_of(int64_t step) {
   return *found;
 }
 
-void Checkpointer::remove_pending_folder() {
+void Checkpointer::settle_failure(CheckpointRecord record, const std::string& failed_ranks, int first_failed,
+                                  const std::string& reason, bool only_disk_full) {
+  const std::string step = std::to_string(record.step);
+  const std::string detail = comm_.world_size() > 1 ? "rank " + std::to_string(first_failed) + ": " + reason : reason;
+  if (only_disk_full && config_.checkpoint.on_full == "skip") {
+    record.status = "skipped_disk_full";
+    warnings_.push_back("checkpoint of step " + step + " skipped: disk full on rank(s) " + failed_ranks + " (" +
+                        detail + "); checkpoint.on_full=skip, training went on");
+    add_record(record);
+    return;
+  }
+  // What a resume can start from: said only when it is there (not of a
+  // folder removed during the run, or one that cannot be listed).
+  std::string previous;
+  std::error_code error;
+  if (std::filesystem::is_directory(dir_, error)) {
+    try {
+      const std::vector<CommittedCheckpoint> committed = list_committed(dir_);
+      previous = committed.empty() ? "; no checkpoint was committed before it"
+                                   : "; the previous committed checkpoint (step_" +
+                                         std::to_string(committed.back().step) + ") is intact";
+    } catch (const CheckpointError&) {
+    }
+  }
+  // Recorded: the run ends after this step and still writes its result,
+  // this checkpoint's record among them.
+  record.status = "failed";
+  add_record(record);
+  failed_ = true;
+  throw CheckpointFailure("checkpoint of step " + step + " failed on rank(s) " + failed_ranks + ": " + detail +
+                          (only_disk_full ? " (checkpoint.on_full=fail; set it to skip to train on without it)" : "") +
+                          previous);
+}
+
+void Checkpointer::remove_pending_folder(int64_t step) {
   if (comm_.rank() != 0) return;
   try {
-    abandon_pending(dir_, in_flight_->step);
+    abandon_pending(dir_, step);
   } catch (const std::exception&) {
     // Best effort: the folder is .tmp, never loaded, and emptied by the next
     // checkpoint of that step.
@@ -437,7 +474,7 @@ double Checkpointer::after_step(int64_t step) {
     waited_for_previous = drain();  // when_busy: wait
   }
   const double start_begin = steady_now();
-  start(step);
+  if (!start(step)) return steady_now() - begin;  // its folder could not be made: skipped (on_full=skip)
   in_flight_->record.stall_s += waited_for_previous;
   if (!ck.async) {
     // The whole checkpoint inside the step: copy, write, agree, commit.
@@ -464,7 +501,7 @@ double Checkpointer::give_up(int64_t step) {
     writer_->wait_idle();
     (void)writer_->take_error();  // a failed write of a checkpoint given up anyway
     comm_.barrier();              // every rank's writer is done with the folder
-    remove_pending_folder();
+    remove_pending_folder(flight.step);
     flight.record.status = "skipped_diverged";
     add_record(flight.record);
     warnings_.push_back("checkpoint of step " + std::to_string(flight.step) + " given up: " + why +

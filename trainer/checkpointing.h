@@ -113,7 +113,10 @@ class Checkpointer {
   };
 
   void allocate_staging();
-  void start(int64_t step);
+  // False when rank 0 could not make step_N.tmp and the checkpoint was
+  // skipped (a full disk under on_full=skip); throws CheckpointFailure when
+  // that ends the run.
+  bool start(int64_t step);
   void submit_persist();
   void submit_commit();
   // Records are kept in step order; record_of finds a resolved one.
@@ -129,10 +132,15 @@ class Checkpointer {
   // in a round where another rank was still busy, it was lost, and that rank
   // then committed without this one's files.
   int local_state();
-  // Rank 0 removes the in-flight step's step_N.tmp once every rank's writer
-  // is idle: a checkpoint given up leaves no half-written folder (on a full
-  // disk, its bytes are what the next one needs).
-  void remove_pending_folder();
+  // A checkpoint that every rank agreed has failed (`failed_ranks`, the
+  // first one's `reason`): recorded as skipped_disk_full where on_full=skip
+  // allows it, else recorded as failed and CheckpointFailure thrown.
+  void settle_failure(CheckpointRecord record, const std::string& failed_ranks, int first_failed,
+                      const std::string& reason, bool only_disk_full);
+  // Rank 0 removes step_N.tmp once every rank's writer is idle: a
+  // checkpoint given up leaves no half-written folder (on a full disk, its
+  // bytes are what the next one needs).
+  void remove_pending_folder(int64_t step);
 
   const Config& config_;
   std::string dir_;

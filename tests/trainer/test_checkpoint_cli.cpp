@@ -538,6 +538,32 @@ TEST(CheckpointCli, ADiskFullAtStartIsTheEnvironments) {
   EXPECT_EQ(out.out.find("\nstep "), std::string::npos) << "no step may run: " << out.out;
 }
 
+// checkpoint.dir removed while the run goes on (a cleanup job, a user): the
+// next checkpoint was written into a folder made again, without the run's
+// lock, as if nothing had happened. Now that checkpoint fails, saying so
+// (exit 3), the run's result is written, and nothing is made again.
+TEST(CheckpointCli, ACheckpointDirRemovedDuringTheRunIsSaidNotMadeAgain) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string ckpt = dir.file("ckpt");
+  // 300 ms a step: the folder goes once step_3 is committed (during step 4),
+  // at least a step before step 6's checkpoint starts.
+  const std::string run = tiny_run(ckpt, 10, 3, dir.file("r.json"), "--set burnin.inject_slow_ms=300");
+  const CommandResult r = run_command("bash -c '" + run + " & pid=$!; for i in $(seq 3000); do [ -e " + ckpt +
+                                      "/latest ] && break; sleep 0.01; done; rm -rf " + ckpt + "; wait $pid'");
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_NE(r.err.find("trainbench: checkpoint of step 6 failed on rank(s) 0: checkpoint.dir " + ckpt +
+                       " no longer exists (removed during the run?)\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  EXPECT_FALSE(fs::exists(ckpt)) << "made again";
+  const nlohmann::json result = read_json(dir.file("r.json"));
+  EXPECT_EQ(result["steps"].size(), 6u);
+  ASSERT_EQ(result["checkpoints"].size(), 2u) << result["checkpoints"].dump();
+  EXPECT_EQ(result["checkpoints"][0]["status"], "committed");
+  EXPECT_EQ(result["checkpoints"][1]["status"], "failed");
+}
+
 // A tmpfs just big enough for one checkpoint of `tiny`.
 TEST(CheckpointCli, FullDiskStopsOrSkipsAndKeepsThePreviousCheckpoint) {
   testing::TempDir dir("test_ckpt_cli");
