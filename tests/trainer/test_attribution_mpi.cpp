@@ -90,7 +90,7 @@ TEST_F(Attribution, CeilingsAndRanksAreReported) {
         std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader timeout 300 ") +
         TRAINBENCH_MPIEXEC + " --oversubscribe -np 2 " + TRAINBENCH_BINARY +
         " run tiny --steps 40 --ceilings --set report.progress_every=0 --set train.threads=1 --set checkpoint.dir=" +
-        dir_.file("c-ckpt") + " --out " + out);
+        dir_.file("c-ckpt" + std::to_string(attempt)) + " --out " + out);  // a retry is a new run: its own folder
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     EXPECT_NE(r.out.find("ceilings            compute "), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("bottleneck          "), std::string::npos) << r.out;
