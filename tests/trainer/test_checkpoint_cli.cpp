@@ -661,6 +661,14 @@ TEST(CheckpointCli, ResumeArgumentsThatCannotBeMeantAreRefusedSayingWhatToGive) 
       << latest_file.err;
 }
 
+// `run tiny` without checkpoint.dir (checkpoints every 5 steps into a
+// temporary folder) with TMPDIR=`tmpdir`.
+CommandResult run_with_temporary_checkpoints(const std::string& tmpdir, const std::string& out,
+                                             const std::string& extra = "") {
+  return run_command("env TMPDIR=" + tmpdir + " " + TRAINBENCH_BINARY + " run tiny --steps 10" + extra +
+                     " --set checkpoint.every_steps=5 --set report.progress_every=0 --out " + out);
+}
+
 // Without checkpoint.dir, checkpoints go to a temporary folder; where two
 // do not fit there the run trains without them and says so, on the console
 // and, since its config still says every_steps, in the result's warnings.
@@ -668,9 +676,8 @@ TEST(CheckpointCli, CheckpointsTurnedOffForWantOfRoomAreAWarningInTheResult) {
   testing::TempDir dir("test_ckpt_cli");
   const testing::MountedFilesystem small(dir.file("tmp"), "tmpfs", "size=3m");
   if (!small.mounted()) GTEST_SKIP() << small.why_not();
-  const CommandResult r = run_command("env TMPDIR=" + dir.file("tmp") + " " + TRAINBENCH_BINARY +
-                                      " run tiny --steps 10 --set data.source=synthetic --set checkpoint.every_steps=5"
-                                      " --set report.progress_every=0 --out " + dir.file("r.json"));
+  const CommandResult r =
+      run_with_temporary_checkpoints(dir.file("tmp"), dir.file("r.json"), " --set data.source=synthetic");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("checkpoint: off: checkpoint.dir is not set and two checkpoints"), std::string::npos) << r.out;
   const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("r.json")));
@@ -689,9 +696,7 @@ TEST(CheckpointCli, TheRoomCheckCountsTheDataPositionAndTheTemporaryShards) {
   testing::TempDir dir("test_ckpt_cli");
   const testing::MountedFilesystem small(dir.file("tmp"), "tmpfs", "size=6m");
   if (!small.mounted()) GTEST_SKIP() << small.why_not();
-  const CommandResult r = run_command("env TMPDIR=" + dir.file("tmp") + " " + TRAINBENCH_BINARY +
-                                      " run tiny --steps 10 --set checkpoint.every_steps=5"
-                                      " --set report.progress_every=0 --out " + dir.file("r.json"));
+  const CommandResult r = run_with_temporary_checkpoints(dir.file("tmp"), dir.file("r.json"));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("data: 8 synthetic shards"), std::string::npos) << "the temporary shards: " << r.out;
   EXPECT_NE(r.out.find("checkpoint: off: checkpoint.dir is not set and two checkpoints"), std::string::npos) << r.out;
