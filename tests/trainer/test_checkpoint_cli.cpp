@@ -624,6 +624,25 @@ TEST(CheckpointCli, FullDiskStopsOrSkipsAndKeepsThePreviousCheckpoint) {
   }
 }
 
+// The last step's checkpoint fails while the run drains it, after the loop:
+// the result of every step is written all the same, and the exit is 3.
+TEST(CheckpointCli, ACheckpointFailingAsTheRunDrainsStillLeavesTheResult) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string ckpt = dir.file("disk");
+  const testing::MountedFilesystem disk(ckpt, "tmpfs", "size=6m");
+  if (!disk.mounted()) GTEST_SKIP() << disk.why_not();
+  const CommandResult r = run_command(tiny_run(ckpt, 8, 4, dir.file("r.json"), "--set checkpoint.keep=0"));
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_EQ(r.err.rfind("trainbench: checkpoint of step 8 failed on rank(s) 0: ", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  const nlohmann::json result = read_json(dir.file("r.json"));
+  EXPECT_EQ(result["steps"].size(), 8u);
+  ASSERT_EQ(result["checkpoints"].size(), 2u) << result["checkpoints"].dump();
+  EXPECT_EQ(result["checkpoints"][1]["step"], 8);
+  EXPECT_EQ(result["checkpoints"][1]["status"], "failed");
+  EXPECT_EQ(latest_of(ckpt), "step_4");
+}
+
 // ramfs refuses O_DIRECT (EINVAL), as some network filesystems do: the run
 // writes through the page cache and says once that its write figures are
 // buffered writes (it said nothing; bench io --write did).
