@@ -34,7 +34,10 @@
 # The binary: --binary, else $TRAINBENCH_BINARY, else
 # ${TRAINBENCH_BUILD_DIR:-${BUILD_DIR:-build}}/trainbench in the source tree.
 # mpirun: $MPIRUN, else mpirun on PATH. Exit codes: 2 bad usage, 3 a missing
-# tool (mpirun, sbatch, python3), else the exit code of the failed run.
+# tool (mpirun, sbatch, python3), else the exit code of the failed run. The
+# sweep stops at a failed run; the result it may still have written (a failed
+# check, a failed checkpoint) is DIR/ranks-<N>.failed.json, and an earlier
+# sweep's DIR/ranks-<N>.json stays in place.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -215,7 +218,13 @@ for n in "${rank_counts[@]}"; do
   if [ "$code" != 0 ] || [ ! -s "$out/ranks-$n.json" ]; then
     echo "$me: $n rank(s) FAILED (exit $code, ${seconds}s); the end of $log:" >&2
     tail -n 15 "$log" | sed 's/^/  /' >&2
-    if [ -f "$out/ranks-$n.json.previous" ] && [ ! -s "$out/ranks-$n.json" ]; then
+    # A failed run may still have written its result (a failed checkpoint
+    # does, exit 3): kept beside, never in the sweep's place.
+    if [ -s "$out/ranks-$n.json" ]; then
+      mv -f "$out/ranks-$n.json" "$out/ranks-$n.failed.json"
+      echo "$me: its result (the steps before it failed) is $out/ranks-$n.failed.json" >&2
+    fi
+    if [ -f "$out/ranks-$n.json.previous" ]; then
       mv -f "$out/ranks-$n.json.previous" "$out/ranks-$n.json"
       echo "$me: the earlier $out/ranks-$n.json is kept" >&2
     fi

@@ -932,6 +932,26 @@ class SweepTests(unittest.TestCase):
             self.assertTrue(folder.startswith("ranks-1-"), folder)
             self.assertTrue((ckpt / folder / "latest").is_file(), folder)
 
+    def test_a_failed_rerun_keeps_the_earlier_result_and_sets_its_own_beside(self) -> None:
+        # A run that fails may still write its result (a non-finite loss,
+        # exit 4; a failed checkpoint, exit 3): it took the earlier result's
+        # place, which was left as ranks-1.json.previous.
+        out = self.out / "rerun"
+        out.mkdir()
+        earlier = (self.out / "ranks-1.json").read_text()
+        (out / "ranks-1.json").write_text(earlier)
+        failed = run("bash", SCALE, "--binary", BINARY, "--config", "tiny", "--ranks", "1", "--steps", "8",
+                     "--set", "train.lr=1e300", "--set", "report.progress_every=0", "--out", out, "--no-report",
+                     env={**os.environ, "MPIRUN": MPIRUN}, timeout=120)
+        self.assertEqual(failed.returncode, 4, failed.stderr)
+        self.assertEqual((out / "ranks-1.json").read_text(), earlier)
+        self.assertFalse((out / "ranks-1.json.previous").exists())
+        own = json.loads((out / "ranks-1.failed.json").read_text())
+        self.assertIn({"name": "loss_finite", "passed": False}, [{k: c[k] for k in ("name", "passed")}
+                                                                   for c in own["checks"]])
+        self.assertIn(f"its result (the steps before it failed) is {out}/ranks-1.failed.json", failed.stderr)
+        self.assertIn(f"the earlier {out}/ranks-1.json is kept", failed.stderr)
+
     def test_one_result_per_world_size_from_real_ranks(self) -> None:
         for n in (1, 2, 4):
             result = json.loads((self.out / f"ranks-{n}.json").read_text())
