@@ -138,6 +138,22 @@ void replace_committed(const std::string& pending, const std::string& committed)
     io::fail_write("cannot rename " + pending + " to", committed, errno);
 }
 
+// `latest` could not be written: the step is not committed after all. Its
+// folder goes back to being pending (the trainer removes a checkpoint it
+// gives up), and one it replaced comes back, so the folder holds what
+// `latest` names and a listing does not offer the step as committed. Best
+// effort: the error being reported matters more.
+void undo_commit_rename(const std::string& pending, const std::string& committed, bool replaced) {
+  const std::string aside = committed + ".old";
+  if (!replaced) {
+    ::rename(committed.c_str(), pending.c_str());
+  } else if (path_exists(pending)) {  // exchanged: the old checkpoint is in pending
+    ::renameat2(AT_FDCWD, pending.c_str(), AT_FDCWD, committed.c_str(), RENAME_EXCHANGE);
+  } else if (path_exists(aside) && ::rename(committed.c_str(), pending.c_str()) == 0) {
+    ::rename(aside.c_str(), committed.c_str());
+  }
+}
+
 }  // namespace
 
 nlohmann::json commit_checkpoint(const CommitRequest& request) {
@@ -202,7 +218,8 @@ nlohmann::json commit_checkpoint(const CommitRequest& request) {
   io::fsync_directory(pending);
   crash_point("before_rename", request.step);
 
-  if (path_exists(committed)) {
+  const bool replaced = path_exists(committed);
+  if (replaced) {
     replace_committed(pending, committed);
   } else if (::rename(pending.c_str(), committed.c_str()) != 0) {
     io::fail_write("cannot rename " + pending + " to", committed, errno);
@@ -217,6 +234,11 @@ nlohmann::json commit_checkpoint(const CommitRequest& request) {
     const std::string message = e.what();
     const bool disk_full = message.ends_with(std::strerror(ENOSPC)) || message.ends_with(std::strerror(EDQUOT)) ||
                            message.ends_with(std::strerror(EFBIG));
+    undo_commit_rename(pending, committed, replaced);
+    try {
+      io::fsync_directory(dir);
+    } catch (const CheckpointWriteError&) {
+    }
     throw CheckpointWriteError(message, disk_full);
   }
   apply_retention(dir, request.step, request.keep);

@@ -140,7 +140,9 @@ struct CommitRequest {
 };
 
 // Rank 0, after every rank's write_rank_files returned: the commit sequence
-// described above. Returns the manifest it wrote. Throws CheckpointWriteError.
+// described above. Returns the manifest it wrote. Throws CheckpointWriteError;
+// when `latest` itself cannot be written, the step's folder is back at
+// step_N.tmp (and one it replaced back at step_N) first.
 nlohmann::json commit_checkpoint(const CommitRequest& request);
 
 // Removes dir/step_N.tmp (a checkpoint given up, e.g. disk full with

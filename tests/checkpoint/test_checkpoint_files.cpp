@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/atomic_file.h"  // atomic_write_temporary_path: a blocked latest
 #include "checkpoint/checkpoint_files.h"
 #include "tests/checkpoint/checkpoint_test_state.h"
 #include "tests/support/descriptors_exhausted.h"
@@ -211,6 +212,39 @@ TEST_F(CheckpointFiles, RecommittingAStepSwapsInTheNewOne) {
   EXPECT_EQ(folder, dir_ + "/step_10");
   EXPECT_EQ(compare_state(read_rank_files(folder, read_manifest(folder), 0), 10, 1), "");
   EXPECT_EQ(list_committed(dir_).size(), 1u);
+}
+
+// `latest` cannot be written (a full disk had room for the step's files and
+// manifest, not for latest.tmp; here a folder sits at that path): the step
+// was left renamed to step_N, uncommitted, taking the room, and listed as
+// the newest committed checkpoint (a failure message named it as intact).
+// Now it goes back to step_N.tmp, and a step it replaced comes back.
+TEST_F(CheckpointFiles, ALatestThatCannotBeWrittenLeavesTheStepPending) {
+  write_and_commit(dir_, 10);
+  const std::string blocker = atomic_write_temporary_path(dir_ + "/latest");
+  fs::create_directories(blocker + "/x");
+  EXPECT_THROW(write_and_commit(dir_, 20), CheckpointWriteError);
+  EXPECT_TRUE(fs::exists(pending_folder(dir_, 20) + "/manifest.json"));
+  EXPECT_FALSE(fs::exists(committed_folder(dir_, 20)));
+  ASSERT_EQ(list_committed(dir_).size(), 1u);
+  EXPECT_EQ(list_committed(dir_)[0].step, 10);
+  EXPECT_EQ(read_whole_file(dir_ + "/latest"), "step_10\n");
+
+  // Re-committing step 10 (a resumed run): the old step_10 comes back.
+  prepare_pending_folder(dir_, 10);
+  const std::vector<StateImage> images = make_state(10, 1, 2);
+  write_rank_files(pending_folder(dir_, 10), 0, pointers(images), {});
+  CommitRequest request;
+  request.dir = dir_;
+  request.step = 10;
+  EXPECT_THROW(commit_checkpoint(request), CheckpointWriteError);
+  const std::string folder = resolve_checkpoint("latest", dir_);
+  EXPECT_EQ(compare_state(read_rank_files(folder, read_manifest(folder), 0), 10, 0), "") << "the old one is back";
+  EXPECT_EQ(compare_state(read_rank_files(pending_folder(dir_, 10), read_manifest(pending_folder(dir_, 10)), 0), 10, 1),
+            "");
+  fs::remove_all(blocker);
+  EXPECT_EQ(commit_checkpoint(request)["step"], 10);
+  EXPECT_EQ(compare_state(read_rank_files(folder, read_manifest(folder), 0), 10, 1), "") << "then the new one";
 }
 
 TEST_F(CheckpointFiles, AFlippedByteIsRefusedNamingTheFileAndItsSections) {
