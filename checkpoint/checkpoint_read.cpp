@@ -41,10 +41,17 @@ std::string newest_committed_hint(const std::string& dir) {
   } catch (const std::exception&) {
     return "";  // the folder cannot be listed: nothing to say of it
   }
-  return committed.empty() ? "; " + dir + " holds no other committed checkpoint"
-                           : "; the newest committed checkpoint there is " +
-                                 fs::path(committed.back().folder).filename().string() + ": --resume " +
-                                 committed.back().folder;
+  // The newest whose manifest reads (the one `latest` names may be damaged).
+  for (auto c = committed.rbegin(); c != committed.rend(); ++c) {
+    try {
+      (void)read_manifest(c->folder);
+    } catch (const CheckpointError&) {
+      continue;
+    }
+    return "; the newest committed checkpoint there is " + fs::path(c->folder).filename().string() +
+           ": --resume " + c->folder;
+  }
+  return "; " + dir + " holds no other committed checkpoint";
 }
 
 // `dir`/latest -> dir/step_N, checked to hold a manifest. `what` names dir

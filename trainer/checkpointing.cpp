@@ -2,10 +2,12 @@
 
 #include <algorithm>   // std::max_element
 #include <array>       // the config keys a resume compares
+#include <charconv>    // from_chars: the step of a step_N folder
 #include <chrono>      // steady seconds
 #include <cstring>     // std::memcpy
 #include <filesystem>  // the folder of a checkpoint
 #include <functional>  // the remedy of a refusal
+#include <limits>      // numeric_limits
 #include <optional>    // a listing's error, kept past the collective
 #include <thread>      // sleep_for: checkpoint.inject_delay_ms
 #include <utility>
@@ -52,7 +54,9 @@ CheckpointsFound committed_checkpoints_in(const std::string& dir) {
     // Read as --resume latest reads it (bounded, validated); a damaged one is
     // named, its bytes not echoed.
     try {
-      found.names = "latest: " + std::filesystem::path(resolve_checkpoint("latest", dir)).filename().string();
+      const std::string folder = resolve_checkpoint("latest", dir);
+      (void)read_manifest(folder);  // a damaged manifest: --resume latest would fail
+      found.names = "latest: " + std::filesystem::path(folder).filename().string();
       found.resume = "latest";
       return found;
     } catch (const CheckpointError&) {
@@ -60,10 +64,14 @@ CheckpointsFound committed_checkpoints_in(const std::string& dir) {
   }
   for (const CommittedCheckpoint& c : list_committed(dir)) {
     found.names += (found.names.empty() ? "" : ", ") + std::filesystem::path(c.folder).filename().string();
-    found.resume = c.folder;
+    try {
+      (void)read_manifest(c.folder);
+      found.resume = c.folder;
+    } catch (const CheckpointError&) {  // damaged: not one to resume from
+    }
   }
   if (has_latest)
-    found.names += std::string(found.names.empty() ? "" : ", and ") + "a latest pointer that names no committed checkpoint";
+    found.names += std::string(found.names.empty() ? "" : ", and ") + "a latest pointer that names no usable checkpoint";
   return found;
 }
 
@@ -647,7 +655,16 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
   nlohmann::json manifest;
   try {
     point.folder = resolve_checkpoint(spec, config.checkpoint.dir);
-    manifest = read_manifest(point.folder);
+    try {
+      manifest = read_manifest(point.folder);
+    } catch (const CheckpointError& e) {
+      // A damaged manifest: its step is the folder's name (step_N).
+      const std::string name = std::filesystem::path(point.folder).filename().string();
+      int64_t named_step = std::numeric_limits<int64_t>::max();
+      if (name.rfind("step_", 0) == 0) std::from_chars(name.data() + 5, name.data() + name.size(), named_step);
+      throw CheckpointError(std::string(e.what()) + previous_checkpoint_hint(point.folder, named_step),
+                            e.environment());
+    }
     point.step = manifest.at("step").get<int64_t>();
     // Temporary shards sized for the run: a resumed run makes them as the
     // checkpointed one did, whatever its own train.steps.

@@ -385,7 +385,7 @@ TEST(CheckpointCli, FreshRunRefusesAFolderHoldingCheckpoints) {
   // names the checkpoint to resume from instead.
   std::ofstream(ckpt + "/latest") << "step_8\n";
   expect_refused(run_command(tiny_run(ckpt, 4, 2, dir.file("d.json"), kFew)),
-                 "already holds checkpoints (step_2, step_4, and a latest pointer that names no committed "
+                 "already holds checkpoints (step_2, step_4, and a latest pointer that names no usable "
                  "checkpoint): continue with --resume " + ckpt + "/step_4,");
   expect_refused(run_command(tiny_run(ckpt, 6, 2, dir.file("d.json"), kFew + "--resume latest")),
                  "latest names step_8, but " + ckpt + "/step_8/manifest.json is missing; the newest committed "
@@ -399,6 +399,24 @@ TEST(CheckpointCli, FreshRunRefusesAFolderHoldingCheckpoints) {
   // A leftover step_N.tmp of a crashed run is not a committed checkpoint.
   fs::create_directories(dir.file("crashed/step_2.tmp"));
   EXPECT_EQ(run_command(tiny_run(dir.file("crashed"), 4, 2, dir.file("f.json"), kFew)).exit_code, 0);
+}
+
+// The manifest `latest` names is damaged: the refusal and --resume latest
+// both name the newest checkpoint that reads (they said --resume latest, and
+// gave a parse error alone).
+TEST(CheckpointCli, ADamagedManifestUnderLatestNamesTheCheckpointToResumeFrom) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string ckpt = dir.file("ckpt");
+  ASSERT_EQ(run_command(tiny_run(ckpt, 4, 2, dir.file("a.json"), kFew)).exit_code, 0);
+  std::ofstream(ckpt + "/step_4/manifest.json") << "{bad";
+  expect_refused(run_command(tiny_run(ckpt, 4, 2, dir.file("b.json"), kFew)),
+                 "already holds checkpoints (step_2, step_4, and a latest pointer that names no usable "
+                 "checkpoint): continue with --resume " + ckpt + "/step_2,");
+  const CommandResult latest = run_command(tiny_run(ckpt, 6, 2, dir.file("c.json"), kFew + "--resume latest"));
+  expect_refused(latest, "checkpoint manifest " + ckpt + "/step_4/manifest.json: not valid JSON");
+  EXPECT_NE(latest.err.find("; resume from the previous one instead: --resume " + ckpt + "/step_2\n"), std::string::npos)
+      << latest.err;
+  EXPECT_EQ(run_command(tiny_run(ckpt, 6, 2, dir.file("d.json"), kFew + "--resume " + ckpt + "/step_2")).exit_code, 0);
 }
 
 // A resume from another folder's checkpoint is a new run in checkpoint.dir:
