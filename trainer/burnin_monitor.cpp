@@ -607,7 +607,9 @@ class BurninMonitor final : public RunExtension {
       if (!c.passed) job.fail(c.name + ": " + c.detail);
       else if (c.name == "ranks_consistent") job.notes.push_back(c.detail);
     }
-    job.notes.push_back(std::to_string(steps_) + " steps in " + format("%.1f s", elapsed_s_) + ", tokens/s " +
+    // The run's own count: a step that a failed checkpoint ended is trained
+    // and recorded, but its after_step (which counts steps_) never ran.
+    job.notes.push_back(std::to_string(outcome.steps.size()) + " steps in " + format("%.1f s", elapsed_s_) + ", tokens/s " +
                         human_count(outcome.summary.tokens_per_s));
     if (elapsed_s_ + 1e-9 < duration_s_ && !outcome.steps.empty())
       job.notes.push_back("ended before the duration (" + format("%.0f s", duration_s_) + "): a check stopped it");
@@ -668,7 +670,7 @@ class BurninMonitor final : public RunExtension {
     nlohmann::json j = verdict_to_json(verdict_);
     j["duration_s"] = duration_s_;
     j["elapsed_s"] = elapsed_s_;
-    j["steps"] = steps_;
+    j["steps"] = outcome.steps.size();
     j["golden"] = {{"every", config_->burnin.golden_every}, {"checks", golden_checks_}};
     j["fabric"] = {{"busbw_gbs", median_of([](const HealthPoint& p) { return p.busbw_gbs; })}};
     j["storage"] = {{"write_gbs", median_of([](const HealthPoint& p) { return p.write_gbs; })}};

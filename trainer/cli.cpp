@@ -336,7 +336,10 @@ int run_command(const RunOptions& options, const std::string& command_line) {
   try {
     RunSettings settings{command_line, options.resume, options.ceilings, true, options.extension};
     settings.out_option = options.out_given;
-    return run_config(config, comm, settings).exit_code;
+    const RunReport report = run_config(config, comm, settings);
+    if (!report.outcome.checkpoint_failure.empty() && !options.extension && comm->rank() == 0)
+      std::fprintf(stderr, "trainbench: %s\n", report.outcome.checkpoint_failure.c_str());
+    return report.exit_code;
   } catch (...) {
     // One rank's own failure (a file only its node lacks, rank 0's --out):
     // its peers would wait for it in their next collective until
@@ -630,20 +633,19 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
     if (options.extension) options.extension->print(stdout);
   }
   report.result = std::move(result);
-  // A failed checkpoint (exit 3, its message the one line it always was)
-  // first; then a failed check (exit 4); else what the extension decided
-  // (burn-in's verdict).
+  // A failed checkpoint (exit 3) first; then a failed check (exit 4); else
+  // what the extension decided (burn-in's verdict). The failed checkpoint's
+  // line, the one it always was, is the caller's to print: `run` prints it,
+  // `project` names it in its own; burn-in's verdict names it as FAIL (exit
+  // 4, as every burn-in that did not pass).
   report.exit_code = extension_code;
   if (!outcome.all_checks_passed()) {
     for (const Check& c : outcome.checks)
-      if (!c.passed && reporter && c.name != "checkpoints_written")  // said below, once
+      if (!c.passed && reporter && c.name != "checkpoints_written")
         std::fprintf(stderr, "trainbench: check failed: %s: %s\n", c.name.c_str(), c.detail.c_str());
     report.exit_code = kExitCheckFailed;
   }
-  if (!outcome.checkpoint_failure.empty()) {
-    if (reporter) std::fprintf(stderr, "trainbench: %s\n", outcome.checkpoint_failure.c_str());
-    report.exit_code = kExitEnvironmentError;
-  }
+  if (!outcome.checkpoint_failure.empty() && !options.extension) report.exit_code = kExitEnvironmentError;
   report.outcome = std::move(outcome);
   return report;
 }

@@ -73,9 +73,15 @@ StepTimes step_times(const RunSummary& s) {
   return t;
 }
 
-MeasuredDepth train_at_depth(const Config& base, int64_t layers, std::unique_ptr<Communicator>& comm) {
+// `round`: which --repeats round (0-based). Each run is a fresh run: with a
+// checkpoint.dir, it checkpoints into a folder of its own under it
+// (layers-N-round-R), as trainbench refuses a folder holding another run's
+// checkpoints (the second depth was refused, exit 2).
+MeasuredDepth train_at_depth(const Config& base, int64_t layers, int64_t round, std::unique_ptr<Communicator>& comm) {
   Config config = base;
   config.model.n_layers = layers;
+  if (!config.checkpoint.dir.empty())
+    config.checkpoint.dir += "/layers-" + std::to_string(layers) + "-round-" + std::to_string(round + 1);
   if (comm->rank() == 0) {
     std::printf("\n=== project: training %ld layer(s) ===\n", static_cast<long>(layers));
     std::fflush(stdout);
@@ -279,7 +285,7 @@ int ProjectCommand::run() {
   }
   std::vector<std::vector<MeasuredDepth>> rounds(to_train.size());
   for (int64_t r = 0; r < o.repeats; ++r)
-    for (size_t d = 0; d < to_train.size(); ++d) rounds[d].push_back(train_at_depth(config, to_train[d], comm));
+    for (size_t d = 0; d < to_train.size(); ++d) rounds[d].push_back(train_at_depth(config, to_train[d], r, comm));
   std::vector<MeasuredDepth> runs;
   for (size_t d = 0; d < layers.size(); ++d) runs.push_back(median_of(rounds[d]));
   std::optional<MeasuredDepth> verified;

@@ -661,6 +661,50 @@ TEST(CheckpointCli, ACheckpointFailingAsTheRunDrainsStillLeavesTheResult) {
   EXPECT_EQ(latest_of(ckpt), "step_4");
 }
 
+// `project` trains fresh runs at two depths: with a checkpoint.dir, each
+// checkpoints into its own folder under it (the second depth was refused,
+// exit 2, finding the first one's checkpoints); a failed checkpoint is one
+// line, the project's.
+TEST(CheckpointCli, ProjectGivesEachRunItsOwnFolderAndNamesAFailedCheckpointOnce) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string project = std::string(TRAINBENCH_BINARY) +
+                              " project tiny --steps 12 --set report.progress_every=0 --set checkpoint.every_steps=5";
+  const CommandResult r = run_command(project + " --set checkpoint.dir=" + dir.file("d") + " --out " + dir.file("p.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(latest_of(dir.file("d/layers-2-round-1")), "step_10");
+  EXPECT_EQ(latest_of(dir.file("d/layers-4-round-1")), "step_10");
+
+  const std::string full = dir.file("full");
+  const testing::MountedFilesystem disk(full, "tmpfs", "size=6m");
+  if (!disk.mounted()) GTEST_SKIP() << disk.why_not();
+  const CommandResult failed = run_command(project + " --set checkpoint.dir=" + full + " --out " + dir.file("q.json"));
+  EXPECT_EQ(failed.exit_code, 3) << failed.err;
+  EXPECT_EQ(failed.err.rfind("trainbench: project: the 2-layer run stopped: checkpoint of step 10 failed on rank(s) 0: ", 0),
+            0u)
+      << failed.err;
+  EXPECT_EQ(failed.err.find('\n'), failed.err.size() - 1) << "one line: " << failed.err;
+}
+
+// Under burn-in a failed checkpoint is a FAIL of the verdict (exit 4, as
+// every burn-in that does not pass), its one line the verdict's; the run's
+// step count includes the step it ended.
+TEST(CheckpointCli, BurninNamesAFailedCheckpointInItsVerdict) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string full = dir.file("full");
+  const testing::MountedFilesystem disk(full, "tmpfs", "size=6m");
+  if (!disk.mounted()) GTEST_SKIP() << disk.why_not();
+  const CommandResult r = run_command(std::string(TRAINBENCH_BINARY) + " burnin tiny --duration 20s --set checkpoint.dir=" +
+                                      full + " --set checkpoint.every_steps=10 --out " + dir.file("b.json"));
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_EQ(r.err.rfind("trainbench: burn-in: job: FAIL: checkpoints_written: checkpoint of step 20 failed", 0), 0u)
+      << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  const nlohmann::json result = read_json(dir.file("b.json"));
+  EXPECT_EQ(result["burnin"]["steps"], result["steps"].size());
+  EXPECT_GT(result["steps"].back()["step"].get<int64_t>(), 20) << "up to the step that learnt of it";
+  EXPECT_LT(result["steps"].back()["step"].get<int64_t>(), 30) << "and no further";
+}
+
 // ramfs refuses O_DIRECT (EINVAL), as some network filesystems do: the run
 // writes through the page cache and says once that its write figures are
 // buffered writes (it said nothing; bench io --write did).
