@@ -1,5 +1,7 @@
 #include "trainer/checkpointing.h"
 
+#include <sys/stat.h>  // stat: the checkpoint folder is still the run's
+
 #include <algorithm>   // std::max_element
 #include <array>       // the config keys a resume compares
 #include <charconv>    // from_chars: the step of a step_N folder
@@ -33,6 +35,23 @@ std::string rank_list(const std::vector<double>& codes, double at_least) {
   for (size_t r = 0; r < codes.size(); ++r)
     if (codes[r] >= at_least) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
   return ranks;
+}
+
+// A folder's (st_dev, st_ino), {0, 0} when it cannot be stat'ed: the folder
+// this run locked and checks into. One removed and made again at the same
+// path is not it (nor holds its lock).
+std::pair<uint64_t, uint64_t> folder_identity(const std::string& dir) {
+  struct stat status {};
+  if (::stat(dir.c_str(), &status) != 0 || !S_ISDIR(status.st_mode)) return {0, 0};
+  return {static_cast<uint64_t>(status.st_dev), static_cast<uint64_t>(status.st_ino)};
+}
+enum class FolderState { kOurs, kGone, kOther };
+FolderState folder_state(const std::string& dir, std::pair<uint64_t, uint64_t> identity_at_start) {
+  const std::pair<uint64_t, uint64_t> now = folder_identity(dir);
+  if (now == std::pair<uint64_t, uint64_t>{0, 0}) return FolderState::kGone;
+  // Not known at the start (it could not be stat'ed then): nothing to compare.
+  if (identity_at_start == std::pair<uint64_t, uint64_t>{0, 0}) return FolderState::kOurs;
+  return now == identity_at_start ? FolderState::kOurs : FolderState::kOther;
 }
 
 constexpr const char* kTrainerStateSection = "trainer_state";
@@ -151,6 +170,7 @@ Checkpointer::Checkpointer(const Config& config, std::string dir, TrainingEngine
              (resume.empty() ? std::string() : ", or resume from its own (--resume " + resume + ")");
     });
   }
+  dir_identity_ = folder_identity(dir_);
   allocate_staging();
 }
 
@@ -200,9 +220,13 @@ bool Checkpointer::start(int64_t step) {
       // Said, not made again: a checkpoint.dir removed while the run was
       // going would come back without the run's lock, as if nothing had
       // happened to the checkpoints it held.
-      std::error_code error;
-      if (!std::filesystem::is_directory(dir_, error))
+      const FolderState folder = folder_state(dir_, dir_identity_);
+      if (folder == FolderState::kGone)
         throw CheckpointWriteError("checkpoint.dir " + dir_ + " no longer exists (removed during the run?)", false);
+      if (folder == FolderState::kOther)
+        throw CheckpointWriteError("checkpoint.dir " + dir_ + " is another folder than the one this run started "
+                                       "with (removed and made again during the run?)",
+                                   false);
       prepare_pending_folder(dir_, step);
     } catch (const CheckpointWriteError& e) {
       made = e.disk_full ? kDiskFull : kFailed;
@@ -389,10 +413,9 @@ void Checkpointer::settle_failure(CheckpointRecord record, const std::string& fa
     return;
   }
   // What a resume can start from: said only when it is there (not of a
-  // folder removed during the run, or one that cannot be listed).
+  // folder removed or replaced during the run, or one that cannot be listed).
   std::string previous;
-  std::error_code error;
-  if (std::filesystem::is_directory(dir_, error)) {
+  if (folder_state(dir_, dir_identity_) == FolderState::kOurs) {
     try {
       const std::vector<CommittedCheckpoint> committed = list_committed(dir_);
       previous = committed.empty() ? "; no checkpoint was committed before it"

@@ -25,6 +25,7 @@
 #include <optional>
 #include <stdexcept>  // CheckpointFailure
 #include <string>
+#include <utility>    // std::pair
 #include <vector>
 
 #include <nlohmann/json.hpp>  // manifest contents
@@ -154,6 +155,7 @@ class Checkpointer {
   std::unique_ptr<StateImage> trainer_image_;  // step, loader position: small, per checkpoint
   std::optional<InFlight> in_flight_;
   bool diverged_ = false;                   // give_up was called: no more checkpoints
+  std::pair<uint64_t, uint64_t> dir_identity_{0, 0};  // dir_'s (st_dev, st_ino) at the start
   bool failed_ = false;                     // a checkpoint failed (CheckpointFailure): none more either
   std::string local_error_;                 // this rank's failure, for the message
   int local_failure_ = 0;                   // 2 or 3 once taken from the writer, until agreed on

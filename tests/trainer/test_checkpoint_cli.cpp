@@ -582,6 +582,23 @@ TEST(CheckpointCli, ACheckpointDirRemovedDuringTheRunIsSaidNotMadeAgain) {
   EXPECT_EQ(result["checkpoints"][1]["status"], "failed");
 }
 
+// Removed and made again at the same path: not the folder the run locked.
+TEST(CheckpointCli, ACheckpointDirMadeAgainDuringTheRunIsNotTheRunsFolder) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string ckpt = dir.file("ckpt");
+  const std::string run = tiny_run(ckpt, 10, 3, dir.file("r.json"), "--set burnin.inject_slow_ms=300");
+  const CommandResult r = run_command("bash -c '" + run + " & pid=$!; for i in $(seq 3000); do [ -e " + ckpt +
+                                      "/latest ] && break; sleep 0.01; done; rm -rf " + ckpt + "; mkdir " + ckpt +
+                                      "; wait $pid'");
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_NE(r.err.find("trainbench: checkpoint of step 6 failed on rank(s) 0: checkpoint.dir " + ckpt +
+                       " is another folder than the one this run started with (removed and made again during the "
+                       "run?)\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(fs::is_empty(ckpt)) << "nothing written into it";
+}
+
 // A tmpfs just big enough for one checkpoint of `tiny`.
 TEST(CheckpointCli, FullDiskStopsOrSkipsAndKeepsThePreviousCheckpoint) {
   testing::TempDir dir("test_ckpt_cli");
