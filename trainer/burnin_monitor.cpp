@@ -211,6 +211,8 @@ struct HealthPoint {
   double write_gbs = 0;               // every rank's checkpoint write at once (0 = not measured)
   std::vector<double> rank_write_gbs; // each rank's own rate
   double checkpoint_wait_s = 0;       // waited for the run's checkpoint in flight before measuring
+  std::string write_failure;          // the write check failed (or, disk_full, was skipped): why
+  bool write_disk_full = false;
 };
 
 class BurninMonitor final : public RunExtension {
@@ -459,6 +461,8 @@ class BurninMonitor final : public RunExtension {
       const WriteRate rate = measure_write_rate(*config_, *comm_, checkpointer_->dir(), std::min<int64_t>(state_bytes, 256LL << 20));
       point.write_gbs = rate.job_gbs;
       point.rank_write_gbs = gather_from_ranks(*comm_, rate.rank_gbs);
+      point.write_failure = rate.failure;
+      point.write_disk_full = rate.disk_full;
     }
     health_.push_back(point);
   }
@@ -578,7 +582,7 @@ class BurninMonitor final : public RunExtension {
       double start = 0, end = 0;
       bool first_point = true;
       for (const HealthPoint& p : health_) {
-        if (p.rank_write_gbs.empty()) continue;
+        if (p.rank_write_gbs.empty() || !p.write_failure.empty()) continue;
         double slowest = 0;
         for (const auto& r : node.figures["ranks"]) {
           const double v = p.rank_write_gbs[r.get<size_t>()];
@@ -596,7 +600,9 @@ class BurninMonitor final : public RunExtension {
         node.figures["write_gbs_first"] = start;
         node.figures["write_gbs_last"] = end;
       } else {
-        node.notes.push_back("storage: not measured (checkpoints off)");
+        node.notes.push_back(checkpointer_ == nullptr
+                                 ? "storage: not measured (checkpoints off)"
+                                 : "storage: not measured (its write check failed or was skipped: see the job)");
       }
       if (node.passed) node.notes.insert(node.notes.begin(), "all its GPUs passed");
     }
@@ -631,6 +637,18 @@ class BurninMonitor final : public RunExtension {
     if (first_write > 0)
       job.notes.push_back("checkpoint write " + format("%.3g GB/s", first_write) + " at the start, " +
                           format("%.3g GB/s", last_write) + " at the last measurement (all ranks at once)");
+    // A write check that failed is a storage finding (the first one said);
+    // a full disk under checkpoint.on_full=skip is a measurement skipped.
+    for (const HealthPoint& p : health_) {
+      if (p.write_failure.empty()) continue;
+      const std::string when = " (measurement at " + format("%.0f s", p.t_s) + "): " + p.write_failure;
+      if (p.write_disk_full && config_->checkpoint.on_full == "skip") {
+        job.notes.push_back("storage: the write check was skipped, disk full" + when + "; checkpoint.on_full=skip");
+      } else {
+        job.fail("storage: the checkpoint write check failed" + when);
+        break;
+      }
+    }
     drift_ = measure_drift(step_s_, static_cast<double>(outcome.summary.global_tokens_per_step));
     if (drift_.judged) {
       const std::string drop = degradation_finding("drift: tokens/s", drift_.first_tokens_per_s, drift_.last_tokens_per_s,
@@ -666,7 +684,8 @@ class BurninMonitor final : public RunExtension {
                               {"fabric_exact", p.fabric_exact},
                               {"write_gbs", p.write_gbs},
                               {"rank_write_gbs", p.rank_write_gbs},
-                              {"checkpoint_wait_s", p.checkpoint_wait_s}});
+                              {"checkpoint_wait_s", p.checkpoint_wait_s},
+                              {"write_failure", p.write_failure.empty() ? nlohmann::json() : nlohmann::json(p.write_failure)}});
     nlohmann::json j = verdict_to_json(verdict_);
     j["duration_s"] = duration_s_;
     j["elapsed_s"] = elapsed_s_;

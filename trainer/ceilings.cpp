@@ -4,6 +4,7 @@
 #include <cmath>      // std::ceil
 #include <filesystem>  // the write ceiling's folder
 
+#include "checkpoint/checkpoint_files.h"  // CheckpointWriteError: a full disk
 #include "checkpoint/write_bench.h"     // run_write_bench: the storage-write ceiling
 #include "comm/collective_bench.h"      // bench_gradient_step: the network ceiling
 #include "dataloader/io_bench.h"        // measure_loader: the storage-read ceiling
@@ -56,24 +57,46 @@ ComputeCeiling measure_compute_ceiling(const Config& config, TrainingEngine& eng
 
 WriteRate measure_write_rate(const Config& config, Communicator& comm, const std::string& checkpoint_dir,
                              int64_t bytes) {
-  // Each rank in a folder of its own: the bench names its files as rank 0's.
-  const std::string folder = make_temporary_directory(".ceiling-write", checkpoint_dir);
-  struct RemoveFolder {
-    std::string path;
-    ~RemoveFolder() {
-      std::error_code ignored;
-      std::filesystem::remove_all(path, ignored);
-    }
-  } remove_folder{folder};
-  WriteBenchOptions write;
-  write.folder = folder;
-  write.bytes = std::max<int64_t>(bytes, 1 << 20);  // the bench's smallest
-  write.files = static_cast<int>(config.checkpoint.writers);
-  write.direct_io = config.checkpoint.direct_io;
-  write.block_bytes = config.checkpoint.block_bytes;
-  write.repeats = 1;
-  const WriteBenchResult result = run_write_bench(write);
   WriteRate rate;
+  WriteBenchResult result;
+  // A rank's failure (a full disk, a file-size limit) is every rank's, told
+  // in its own words: it ended the job from that rank alone, with a bare
+  // message naming a rank_00000 file whatever the rank.
+  std::string failure;
+  bool disk_full = false;
+  try {
+    // Each rank in a folder of its own: the bench names its files as rank 0's.
+    const std::string folder = make_temporary_directory(".ceiling-write", checkpoint_dir);
+    struct RemoveFolder {
+      std::string path;
+      ~RemoveFolder() {
+        std::error_code ignored;
+        std::filesystem::remove_all(path, ignored);
+      }
+    } remove_folder{folder};
+    WriteBenchOptions write;
+    write.folder = folder;
+    write.bytes = std::max<int64_t>(bytes, 1 << 20);  // the bench's smallest
+    write.files = static_cast<int>(config.checkpoint.writers);
+    write.direct_io = config.checkpoint.direct_io;
+    write.block_bytes = config.checkpoint.block_bytes;
+    write.repeats = 1;
+    result = run_write_bench(write);
+  } catch (const CheckpointWriteError& e) {
+    failure = e.what();
+    disk_full = e.disk_full;
+  } catch (const std::exception& e) {  // the folder could not be made, memory for the image
+    failure = e.what();
+  }
+  const std::vector<double> failed = gather_from_ranks(comm, failure.empty() ? 0.0 : (disk_full ? 1.0 : 2.0));
+  const auto first = std::find_if(failed.begin(), failed.end(), [](double f) { return f > 0; });
+  if (first != failed.end()) {
+    const int first_rank = static_cast<int>(first - failed.begin());
+    const std::string reason = broadcast_string(comm, failure, first_rank);
+    rate.failure = comm.world_size() > 1 ? "rank " + std::to_string(first_rank) + ": " + reason : reason;
+    rate.disk_full = *std::max_element(failed.begin(), failed.end()) == 1.0;
+    return rate;
+  }
   rate.bytes = result.bytes;
   rate.rank_gbs = result.persist_gbs;
   // Every rank writes at once, as a checkpoint does: the slowest sets the pace.
@@ -119,6 +142,7 @@ Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communic
     const WriteRate rate = measure_write_rate(config, comm, checkpoint_dir, std::min<int64_t>(state_bytes, 1LL << 30));
     c.write_bytes = rate.bytes;
     c.write_gbs = rate.job_gbs;
+    c.write_failure = rate.failure;
     if (config.checkpoint.every_steps > 0 && c.write_gbs > 0)
       c.write_s_per_step = c.checkpoint_bytes / (c.write_gbs * 1e9) / static_cast<double>(config.checkpoint.every_steps);
   }

@@ -28,6 +28,7 @@ struct Ceilings {
   double read_gbs = 0;               // the loaders' storage bytes per second, summed
   double write_gbs = 0;              // a checkpoint persisted alone, this rank's files (1e9 B/s)
   int64_t write_bytes = 0;           // what that measurement wrote per rank
+  std::string write_failure;         // why the write ceiling was not measured ("" = it was)
   double checkpoint_bytes = 0;       // one checkpoint, all ranks
   // Seconds per step a synchronous checkpoint would add at write_gbs,
   // amortized over checkpoint.every_steps (0 without checkpoints).
@@ -59,6 +60,10 @@ struct WriteRate {
   int64_t bytes = 0;    // written per rank
   double rank_gbs = 0;  // this rank's own rate (1e9 B/s)
   double job_gbs = 0;   // all ranks' bytes / the slowest rank's time
+  // Not measured: the first failing rank's words ("rank N: ..." on several
+  // ranks), the same on every rank; disk_full when every failure was one.
+  std::string failure;
+  bool disk_full = false;
 };
 WriteRate measure_write_rate(const Config& config, Communicator& comm, const std::string& checkpoint_dir,
                              int64_t bytes);

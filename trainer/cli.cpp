@@ -614,6 +614,8 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   if (!checkpoint_off.empty()) outcome.warnings.insert(outcome.warnings.begin(), checkpoint_off);
   if (options.ceilings) {
     outcome.ceilings = ceilings_to_json(ceilings, outcome.summary.tokens_per_s);
+    if (!ceilings.write_failure.empty())
+      outcome.warnings.push_back("ceilings: storage write not measured: " + ceilings.write_failure);
     outcome.ceilings_line = ceilings_line(ceilings, outcome.summary.tokens_per_s);
     outcome.summary.bottleneck = explain_bottleneck(outcome.summary.bottleneck, ceilings, outcome.summary.tokens_per_s);
   }

@@ -722,6 +722,40 @@ TEST(CheckpointCli, BurninNamesAFailedCheckpointInItsVerdict) {
   EXPECT_LT(result["steps"].back()["step"].get<int64_t>(), 30) << "and no further";
 }
 
+// Burn-in's storage check (and run --ceilings' write ceiling) writes a
+// checkpoint-sized file set too: a failure there ended the job from that
+// rank alone (exit 3, a bare message, no result). It is agreed on: a FAIL of
+// the verdict, or, a full disk under on_full=skip, a measurement skipped.
+TEST(CheckpointCli, AFailedStorageCheckIsAFindingNotACrash) {
+  testing::TempDir dir("test_ckpt_cli");
+  // 500 blocks of 512 bytes: a file-size limit below tiny's checkpoint files.
+  const std::string limited = "bash -c 'ulimit -f 500; exec " + std::string(TRAINBENCH_BINARY) + " ";
+  const CommandResult failed = run_command(limited + "burnin tiny --duration 3s --set checkpoint.dir=" + dir.file("a") +
+                                           " --out " + dir.file("a.json") + "'");
+  EXPECT_EQ(failed.exit_code, 4) << failed.err;
+  EXPECT_NE(failed.err.find("trainbench: burn-in: job: FAIL: storage: the checkpoint write check failed (measurement "
+                            "at 0 s): cannot write checkpoint file "),
+            std::string::npos)
+      << failed.err;
+  const nlohmann::json result = read_json(dir.file("a.json"));
+  EXPECT_NE(result["burnin"]["health_measurements"][0]["write_failure"].get<std::string>().find("File too large"),
+            std::string::npos);
+
+  const CommandResult skipped = run_command(limited + "burnin tiny --duration 3s --set checkpoint.on_full=skip"
+                                                      " --set checkpoint.dir=" + dir.file("b") + " --out " +
+                                            dir.file("b.json") + "'");
+  EXPECT_EQ(skipped.exit_code, 0) << skipped.err;
+  EXPECT_NE(skipped.out.find("storage: the write check was skipped, disk full (measurement at 0 s)"), std::string::npos)
+      << skipped.out;
+
+  const CommandResult ceilings = run_command(limited + "run tiny --ceilings --steps 12 --set checkpoint.on_full=skip"
+                                                       " --set report.progress_every=0 --set checkpoint.dir=" +
+                                             dir.file("c") + " --out " + dir.file("c.json") + "'");
+  EXPECT_EQ(ceilings.exit_code, 0) << ceilings.err;
+  EXPECT_NE(read_json(dir.file("c.json"))["warnings"].dump().find("ceilings: storage write not measured: cannot write"),
+            std::string::npos);
+}
+
 // ramfs refuses O_DIRECT (EINVAL), as some network filesystems do: the run
 // writes through the page cache and says once that its write figures are
 // buffered writes (it said nothing; bench io --write did).
