@@ -196,17 +196,21 @@ TEST_F(CheckpointFiles, RetentionRemovesStaleLeftoversUpToTheStepOnly) {
   EXPECT_TRUE(fs::exists(dir_ + "/step_10/manifest.json"));
 }
 
+// A resumed run checkpoints `step` again, with other contents (rank 1's
+// bytes stand in for them): written, and the request that commits it.
+CommitRequest write_again(const std::string& dir, int64_t step) {
+  prepare_pending_folder(dir, step);
+  const std::vector<StateImage> images = make_state(step, 1, 2);
+  write_rank_files(pending_folder(dir, step), 0, pointers(images), {});
+  CommitRequest request;
+  request.dir = dir;
+  request.step = step;
+  return request;
+}
+
 TEST_F(CheckpointFiles, RecommittingAStepSwapsInTheNewOne) {
   write_and_commit(dir_, 10);
-  // A resumed run checkpoints step 10 again, with other contents (rank 1's
-  // bytes stand in for them).
-  prepare_pending_folder(dir_, 10);
-  const std::vector<StateImage> images = make_state(10, 1, 2);
-  write_rank_files(pending_folder(dir_, 10), 0, pointers(images), {});
-  CommitRequest request;
-  request.dir = dir_;
-  request.step = 10;
-  commit_checkpoint(request);
+  commit_checkpoint(write_again(dir_, 10));
   EXPECT_FALSE(fs::exists(pending_folder(dir_, 10))) << "the swapped-out checkpoint is removed";
   const std::string folder = resolve_checkpoint("latest", dir_);
   EXPECT_EQ(folder, dir_ + "/step_10");
@@ -231,12 +235,7 @@ TEST_F(CheckpointFiles, ALatestThatCannotBeWrittenLeavesTheStepPending) {
   EXPECT_EQ(read_whole_file(dir_ + "/latest"), "step_10\n");
 
   // Re-committing step 10 (a resumed run): the old step_10 comes back.
-  prepare_pending_folder(dir_, 10);
-  const std::vector<StateImage> images = make_state(10, 1, 2);
-  write_rank_files(pending_folder(dir_, 10), 0, pointers(images), {});
-  CommitRequest request;
-  request.dir = dir_;
-  request.step = 10;
+  const CommitRequest request = write_again(dir_, 10);
   EXPECT_THROW(commit_checkpoint(request), CheckpointWriteError);
   const std::string folder = resolve_checkpoint("latest", dir_);
   EXPECT_EQ(compare_state(read_rank_files(folder, read_manifest(folder), 0), 10, 0), "") << "the old one is back";
