@@ -439,13 +439,16 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       previous_end = Clock::now();
     }
     outcome.steps.push_back(record);
-    if (!outcome.checkpoint_failure.empty()) break;
 
+    // A failed checkpoint ends the run after this step: its end, for the
+    // ranks' parameter check too.
+    const bool last_step = step == train.steps || !outcome.checkpoint_failure.empty();
     const bool check_now = config.comm.check_every > 0 && step % config.comm.check_every == 0;
-    if (world > 1 && (check_now || step == train.steps) && inconsistency.empty()) {
+    if (world > 1 && (check_now || last_step) && inconsistency.empty()) {
       inconsistency = compare_parameter_checksums(engine, comm, parameters, step);
       if (!inconsistency.empty()) break;
     }
+    if (!outcome.checkpoint_failure.empty()) break;
     if (after_step && !after_step(record)) break;
 
     if (!std::isfinite(record.loss)) {
