@@ -1,9 +1,12 @@
 #include "trainer/project_command.h"
 
+#include <unistd.h>     // getpid: this project's checkpoint folder
+
 #include <CLI/CLI.hpp>  // the command line parser
 #include <algorithm>    // std::max, std::sort
 #include <cmath>        // std::isfinite: figures that are null
 #include <cstdio>
+#include <ctime>        // the UTC start in the checkpoint folder's name
 #include <limits>       // quiet_NaN: a rate without a step
 #include <optional>     // the --verify run
 #include <set>          // distinct --layers
@@ -74,9 +77,10 @@ StepTimes step_times(const RunSummary& s) {
 }
 
 // `round`: which --repeats round (0-based). Each run is a fresh run: with a
-// checkpoint.dir, it checkpoints into a folder of its own under it
-// (layers-N-round-R), as trainbench refuses a folder holding another run's
-// checkpoints (the second depth was refused, exit 2).
+// checkpoint.dir (this project's own folder, below), it checkpoints into a
+// folder of its own under it (layers-N-round-R), as trainbench refuses a
+// folder holding another run's checkpoints (the second depth was refused,
+// exit 2).
 MeasuredDepth train_at_depth(const Config& base, int64_t layers, int64_t round, std::unique_ptr<Communicator>& comm) {
   Config config = base;
   config.model.n_layers = layers;
@@ -282,6 +286,19 @@ int ProjectCommand::run() {
                                      (verify && l == full_layers ? " (--verify, the full depth)" : "") + ": " +
                                      e.message + (verify && l == full_layers ? "; or leave out --verify" : "")};
     }
+  }
+  // With a checkpoint.dir, this project's runs checkpoint under a folder of
+  // its own there (project-<UTC start>-<rank 0's pid>, the same on every
+  // rank): a project repeated with the same checkpoint.dir found the first
+  // one's checkpoints and was refused, as any fresh run is.
+  if (!config.checkpoint.dir.empty()) {
+    char stamp[32] = {};
+    const std::time_t now = std::time(nullptr);
+    std::tm utc {};
+    gmtime_r(&now, &utc);
+    std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
+    const std::string folder = broadcast_string(*comm, "project-" + std::string(stamp) + "-" + std::to_string(::getpid()), 0);
+    config.checkpoint.dir += "/" + folder;
   }
   std::vector<std::vector<MeasuredDepth>> rounds(to_train.size());
   for (int64_t r = 0; r < o.repeats; ++r)

@@ -686,10 +686,20 @@ TEST(CheckpointCli, ProjectGivesEachRunItsOwnFolderAndNamesAFailedCheckpointOnce
   testing::TempDir dir("test_ckpt_cli");
   const std::string project = std::string(TRAINBENCH_BINARY) +
                               " project tiny --steps 12 --set report.progress_every=0 --set checkpoint.every_steps=5";
-  const CommandResult r = run_command(project + " --set checkpoint.dir=" + dir.file("d") + " --out " + dir.file("p.json"));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(latest_of(dir.file("d/layers-2-round-1")), "step_10");
-  EXPECT_EQ(latest_of(dir.file("d/layers-4-round-1")), "step_10");
+  // Twice into one checkpoint.dir: each project in a folder of its own.
+  for (const char* out : {"p.json", "p2.json"}) {
+    const CommandResult r = run_command(project + " --set checkpoint.dir=" + dir.file("d") + " --out " + dir.file(out));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  std::vector<std::string> projects;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir.file("d")))
+    projects.push_back(entry.path().string());
+  ASSERT_EQ(projects.size(), 2u);
+  for (const std::string& folder : projects) {
+    EXPECT_EQ(fs::path(folder).filename().string().rfind("project-", 0), 0u) << folder;
+    EXPECT_EQ(latest_of(folder + "/layers-2-round-1"), "step_10");
+    EXPECT_EQ(latest_of(folder + "/layers-4-round-1"), "step_10");
+  }
 
   const std::string full = dir.file("full");
   const testing::MountedFilesystem disk(full, "tmpfs", "size=6m");
