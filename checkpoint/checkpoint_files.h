@@ -164,6 +164,13 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& dir);
 // Parses and checks folder/manifest.json (schema, fields). Throws CheckpointError.
 nlohmann::json read_manifest(const std::string& folder);
 
+// What a resume can use instead of a checkpoint that cannot be (a step
+// deleted by hand, a damaged manifest or file): the newest committed
+// checkpoint in `dir` whose manifest reads, among those before `before` (a
+// step_N folder; "" = all). Its folder, or "" when there is none. Throws
+// CheckpointError when `dir` cannot be listed.
+std::string newest_readable_checkpoint(const std::string& dir, const std::string& before = "");
+
 // A rank's files read back and verified against the manifest's sizes and
 // checksums. Throws CheckpointError naming the file, the expected and actual
 // xxh64 and the sections it holds.

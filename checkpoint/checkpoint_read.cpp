@@ -32,26 +32,17 @@ bool exists_quietly(const std::string& path) {
 }
 
 // What a resume can use when `dir`'s latest cannot be (a step folder
-// deleted by hand, a damaged pointer): the newest committed checkpoint
-// there, said only when it is there.
+// deleted by hand, a damaged pointer or manifest): said only when it is there.
 std::string newest_committed_hint(const std::string& dir) {
-  std::vector<CommittedCheckpoint> committed;
+  std::string folder;
   try {
-    committed = list_committed(dir);
+    folder = newest_readable_checkpoint(dir);
   } catch (const std::exception&) {
     return "";  // the folder cannot be listed: nothing to say of it
   }
-  // The newest whose manifest reads (the one `latest` names may be damaged).
-  for (auto c = committed.rbegin(); c != committed.rend(); ++c) {
-    try {
-      (void)read_manifest(c->folder);
-    } catch (const CheckpointError&) {
-      continue;
-    }
-    return "; the newest committed checkpoint there is " + fs::path(c->folder).filename().string() +
-           ": --resume " + c->folder;
-  }
-  return "; " + dir + " holds no other committed checkpoint";
+  return folder.empty() ? "; " + dir + " holds no other committed checkpoint"
+                        : "; the newest committed checkpoint there is " + fs::path(folder).filename().string() +
+                              ": --resume " + folder;
 }
 
 // `dir`/latest -> dir/step_N, checked to hold a manifest. `what` names dir
@@ -227,6 +218,21 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& dir) 
   }
   throw CheckpointError("checkpoint " + path + " is neither a checkpoint (no " + path +
                         "/manifest.json) nor a checkpoint.dir (no " + path + "/latest)");
+}
+
+std::string newest_readable_checkpoint(const std::string& dir, const std::string& before) {
+  const int64_t before_step = before.empty() ? -1 : io::step_of_folder(before);
+  const std::vector<CommittedCheckpoint> committed = list_committed(dir);
+  for (auto c = committed.rbegin(); c != committed.rend(); ++c) {
+    if (before_step >= 0 && c->step >= before_step) continue;
+    try {
+      (void)read_manifest(c->folder);
+    } catch (const CheckpointError&) {
+      continue;  // damaged too
+    }
+    return c->folder;
+  }
+  return "";
 }
 
 nlohmann::json read_manifest(const std::string& folder) {

@@ -15,7 +15,7 @@
 // the collective and what the trainer was doing (set_context).
 #pragma once
 
-#include <algorithm>  // std::max_element for max_over_ranks
+#include <algorithm>  // std::max_element, std::find: the reductions over ranks
 #include <atomic>     // waiting_since, read by a watchdog thread
 #include <chrono>     // PeerWait's clock
 #include <cstdint>    // int64_t
@@ -191,6 +191,21 @@ inline std::string broadcast_string(Communicator& comm, std::string text, int ro
   text.resize(static_cast<size_t>(length));
   comm.broadcast(text.data(), length, root);
   return text;
+}
+// The first rank that has a reason ("" = none) and its words, on every rank:
+// a collective. A failure one rank meets alone must stop every rank, in that
+// rank's words, or its peers wait for it in their next collective until
+// comm.timeout_s. rank is -1 when no rank has one.
+struct RankReason {
+  int rank = -1;
+  std::string reason;
+};
+inline RankReason first_reason_over_ranks(Communicator& comm, const std::string& mine) {
+  const std::vector<double> has = gather_from_ranks(comm, mine.empty() ? 0.0 : 1.0);
+  const auto first = std::find(has.begin(), has.end(), 1.0);
+  if (first == has.end()) return {};
+  const int rank = static_cast<int>(first - has.begin());
+  return {rank, broadcast_string(comm, mine, rank)};
 }
 inline double sum_over_ranks(Communicator& comm, double value) {
   const std::vector<double> values = gather_from_ranks(comm, value);

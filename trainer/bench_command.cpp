@@ -255,18 +255,6 @@ std::string comm_bench_memory_shortfall(const CommBenchSweep& sweep, int host_ra
          host + ": raise it (ulimit -v unlimited) or " + what_to_do;
 }
 
-// The first rank's reason, on every rank ("" when no rank has one). A check
-// that one rank fails alone (MemAvailable is read at slightly different
-// moments, a limit set on one node) must stop every rank, or its peers wait
-// for it in the first collective until comm.timeout_s.
-std::string first_reason_over_ranks(Communicator& comm, const std::string& mine) {
-  const std::vector<double> failed = gather_from_ranks(comm, mine.empty() ? 0.0 : 1.0);
-  const auto first = std::find(failed.begin(), failed.end(), 1.0);
-  if (first == failed.end()) return "";
-  const int root = static_cast<int>(first - failed.begin());
-  return broadcast_string(comm, mine, root);
-}
-
 // What each path of a collective is, under its table; the raw path only
 // where it ran (an MPI backend: the local one has none).
 std::string paths_meaning(const std::string& collective, bool raw) {
@@ -966,8 +954,10 @@ int BenchCommand::run_comm() {
   // ulimit -v said only "out of memory".
   const int64_t bytes_per_rank = sweep.bytes_per_rank();
   const int host_ranks = ranks_on_this_host(*comm);
+  // One rank's shortfall alone (MemAvailable read at slightly different
+  // moments, a limit on one node) stops every rank.
   const std::string shortfall =
-      first_reason_over_ranks(*comm, comm_bench_memory_shortfall(sweep, host_ranks, comm->host_name()));
+      first_reason_over_ranks(*comm, comm_bench_memory_shortfall(sweep, host_ranks, comm->host_name())).reason;
   if (!shortfall.empty()) throw CommandError{kExitEnvironmentError, shortfall};
 
   if (printer) {

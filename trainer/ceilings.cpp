@@ -88,13 +88,11 @@ WriteRate measure_write_rate(const Config& config, Communicator& comm, const std
   } catch (const std::exception& e) {  // the folder could not be made, memory for the image
     failure = e.what();
   }
-  const std::vector<double> failed = gather_from_ranks(comm, failure.empty() ? 0.0 : (disk_full ? 1.0 : 2.0));
-  const auto first = std::find_if(failed.begin(), failed.end(), [](double f) { return f > 0; });
-  if (first != failed.end()) {
-    const int first_rank = static_cast<int>(first - failed.begin());
-    const std::string reason = broadcast_string(comm, failure, first_rank);
-    rate.failure = comm.world_size() > 1 ? "rank " + std::to_string(first_rank) + ": " + reason : reason;
-    rate.disk_full = *std::max_element(failed.begin(), failed.end()) == 1.0;
+  const RankReason first = first_reason_over_ranks(comm, failure);
+  if (first.rank >= 0) {
+    rate.failure = comm.world_size() > 1 ? "rank " + std::to_string(first.rank) + ": " + first.reason : first.reason;
+    // A disk full only where every failing rank's was.
+    rate.disk_full = max_over_ranks(comm, !failure.empty() && !disk_full ? 1.0 : 0.0) == 0.0;
     return rate;
   }
   rate.bytes = result.bytes;

@@ -4,12 +4,10 @@
 
 #include <algorithm>   // std::max_element
 #include <array>       // the config keys a resume compares
-#include <charconv>    // from_chars: the step of a step_N folder
 #include <chrono>      // steady seconds
 #include <cstring>     // std::memcpy
 #include <filesystem>  // the folder of a checkpoint
 #include <functional>  // the remedy of a refusal
-#include <limits>      // numeric_limits
 #include <optional>    // a listing's error, kept past the collective
 #include <thread>      // sleep_for: checkpoint.inject_delay_ms
 #include <utility>
@@ -81,14 +79,9 @@ CheckpointsFound committed_checkpoints_in(const std::string& dir) {
     } catch (const CheckpointError&) {
     }
   }
-  for (const CommittedCheckpoint& c : list_committed(dir)) {
+  for (const CommittedCheckpoint& c : list_committed(dir))
     found.names += (found.names.empty() ? "" : ", ") + std::filesystem::path(c.folder).filename().string();
-    try {
-      (void)read_manifest(c.folder);
-      found.resume = c.folder;
-    } catch (const CheckpointError&) {  // damaged: not one to resume from
-    }
-  }
+  found.resume = newest_readable_checkpoint(dir);
   if (has_latest)
     found.names += std::string(found.names.empty() ? "" : ", and ") + "a latest pointer that names no usable checkpoint";
   return found;
@@ -656,12 +649,10 @@ void check_data_position(const std::string& bytes, const Config& config, Communi
   check_resume_position(loader_options(config, {}, comm.rank(), comm.world_size()), shards, position);
 }
 
-std::string previous_checkpoint_hint(const std::string& folder, int64_t step) {
-  const std::string dir = std::filesystem::path(folder).parent_path().string();
+std::string previous_checkpoint_hint(const std::string& folder) {
   std::string previous;
   try {
-    for (const CommittedCheckpoint& c : list_committed(dir))
-      if (c.step < step) previous = c.folder;
+    previous = newest_readable_checkpoint(std::filesystem::path(folder).parent_path().string(), folder);
   } catch (const std::exception&) {
   }
   return previous.empty() ? "; there is no earlier committed checkpoint"
@@ -681,12 +672,7 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
     try {
       manifest = read_manifest(point.folder);
     } catch (const CheckpointError& e) {
-      // A damaged manifest: its step is the folder's name (step_N).
-      const std::string name = std::filesystem::path(point.folder).filename().string();
-      int64_t named_step = std::numeric_limits<int64_t>::max();
-      if (name.rfind("step_", 0) == 0) std::from_chars(name.data() + 5, name.data() + name.size(), named_step);
-      throw CheckpointError(std::string(e.what()) + previous_checkpoint_hint(point.folder, named_step),
-                            e.environment());
+      throw CheckpointError(std::string(e.what()) + previous_checkpoint_hint(point.folder), e.environment());
     }
     point.step = manifest.at("step").get<int64_t>();
     // Temporary shards sized for the run: a resumed run makes them as the
@@ -701,7 +687,7 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
     try {
       loaded = read_rank_files(point.folder, manifest, comm.rank());
     } catch (const CheckpointError& e) {
-      throw CheckpointError(std::string(e.what()) + previous_checkpoint_hint(point.folder, point.step),
+      throw CheckpointError(std::string(e.what()) + previous_checkpoint_hint(point.folder),
                             e.environment());
     }
     std::vector<const void*> sources;
