@@ -15,7 +15,7 @@
 // the collective and what the trainer was doing (set_context).
 #pragma once
 
-#include <algorithm>  // std::max_element, std::find: the reductions over ranks
+#include <algorithm>  // std::max_element, std::find_if: the reductions over ranks
 #include <atomic>     // waiting_since, read by a watchdog thread
 #include <chrono>     // PeerWait's clock
 #include <cstdint>    // int64_t
@@ -195,17 +195,20 @@ inline std::string broadcast_string(Communicator& comm, std::string text, int ro
 // The first rank that has a reason ("" = none) and its words, on every rank:
 // a collective. A failure one rank meets alone must stop every rank, in that
 // rank's words, or its peers wait for it in their next collective until
-// comm.timeout_s. rank is -1 when no rank has one.
+// comm.timeout_s. rank is -1 when no rank has one. `kind` (> 0) travels with
+// a reason, for a caller that tells kinds of failure apart (the machine's
+// from the data's): the first rank's, 0 when no rank has one.
 struct RankReason {
   int rank = -1;
   std::string reason;
+  int kind = 0;
 };
-inline RankReason first_reason_over_ranks(Communicator& comm, const std::string& mine) {
-  const std::vector<double> has = gather_from_ranks(comm, mine.empty() ? 0.0 : 1.0);
-  const auto first = std::find(has.begin(), has.end(), 1.0);
-  if (first == has.end()) return {};
-  const int rank = static_cast<int>(first - has.begin());
-  return {rank, broadcast_string(comm, mine, rank)};
+inline RankReason first_reason_over_ranks(Communicator& comm, const std::string& mine, int kind = 1) {
+  const std::vector<double> kinds = gather_from_ranks(comm, mine.empty() ? 0.0 : static_cast<double>(kind));
+  const auto first = std::find_if(kinds.begin(), kinds.end(), [](double k) { return k != 0.0; });
+  if (first == kinds.end()) return {};
+  const int rank = static_cast<int>(first - kinds.begin());
+  return {rank, broadcast_string(comm, mine, rank), static_cast<int>(*first)};
 }
 inline double sum_over_ranks(Communicator& comm, double value) {
   const std::vector<double> values = gather_from_ranks(comm, value);

@@ -616,7 +616,8 @@ class BurninMonitor final : public RunExtension {
     // The run's own count: a step that a failed checkpoint ended is trained
     // and recorded, but its after_step (which counts steps_) never ran.
     job.notes.push_back(std::to_string(outcome.steps.size()) + " steps in " + format("%.1f s", elapsed_s_) + ", tokens/s " +
-                        human_count(outcome.summary.tokens_per_s));
+                        (outcome.summary.tokens_per_s > 0 ? human_count(outcome.summary.tokens_per_s)
+                                                          : std::string("not measured")));
     if (elapsed_s_ + 1e-9 < duration_s_ && !outcome.steps.empty())
       job.notes.push_back("ended before the duration (" + format("%.0f s", duration_s_) + "): a check stopped it");
     const auto [first_busbw, last_busbw] = first_and_last([](const HealthPoint& p) { return p.busbw_gbs; });
@@ -663,7 +664,8 @@ class BurninMonitor final : public RunExtension {
       job.notes.push_back("stragglers: not judged (fewer than " + std::to_string(kStragglerSteps) + " measured steps)");
     // A burn-in that measured nothing has shown nothing: no tokens/s to hold
     // against a baseline or a drift, whatever else passed.
-    if (outcome.summary.measured_steps == 0 || !(outcome.summary.tokens_per_s > 0))
+    // (When a failure stopped the run, that failure is the finding, above.)
+    if ((outcome.summary.measured_steps == 0 || !(outcome.summary.tokens_per_s > 0)) && !outcome.failure.happened())
       job.fail("no step was measured (the run ended within its " + std::to_string(config_->train.warmup_steps) +
                " warm-up steps): give --duration time for measured steps");
     if (baseline_) {

@@ -337,8 +337,8 @@ int run_command(const RunOptions& options, const std::string& command_line) {
     RunSettings settings{command_line, options.resume, options.ceilings, true, options.extension};
     settings.out_option = options.out_given;
     const RunReport report = run_config(config, comm, settings);
-    if (!report.outcome.checkpoint_failure.empty() && !options.extension && comm->rank() == 0)
-      std::fprintf(stderr, "trainbench: %s\n", report.outcome.checkpoint_failure.c_str());
+    if (report.outcome.failure.happened() && !options.extension && comm->rank() == 0)
+      std::fprintf(stderr, "trainbench: %s\n", report.outcome.failure.message.c_str());
     return report.exit_code;
   } catch (...) {
     // One rank's own failure (a file only its node lacks, rank 0's --out):
@@ -612,6 +612,16 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   // In the result too: its config still says every_steps, and no checkpoint
   // record nor stall would read as checkpointing that costs nothing.
   if (!checkpoint_off.empty()) outcome.warnings.insert(outcome.warnings.begin(), checkpoint_off);
+  // A rank whose storage stalls tells its peers, and the run keeps its
+  // result, only if its own wait gives up before theirs in the all-reduce.
+  if (config.data.source == "shards" && comm->world_size() > 1 && config.data.timeout_s > config.comm.timeout_s) {
+    char line[320];
+    std::snprintf(line, sizeof(line),
+                  "data.timeout_s (%g s) is above comm.timeout_s (%g s): a rank whose storage stalls is caught by its "
+                  "peers' all-reduce timeout first, which aborts the job without a result",
+                  config.data.timeout_s, config.comm.timeout_s);
+    outcome.warnings.push_back(line);
+  }
   if (options.ceilings) {
     outcome.ceilings = ceilings_to_json(ceilings, outcome.summary.tokens_per_s);
     if (!ceilings.write_failure.empty())
@@ -635,19 +645,21 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
     if (options.extension) options.extension->print(stdout);
   }
   report.result = std::move(result);
-  // A failed checkpoint (exit 3) first; then a failed check (exit 4); else
-  // what the extension decided (burn-in's verdict). The failed checkpoint's
-  // line, the one it always was, is the caller's to print: `run` prints it,
+  // A failure that stopped the run (a checkpoint, a batch: exit 3 or 2)
+  // first; then a failed check (exit 4); else what the extension decided
+  // (burn-in's verdict). The failure's line, the one it was when it ended
+  // the run without a result, is the caller's to print: `run` prints it,
   // `project` names it in its own; burn-in's verdict names it as FAIL (exit
   // 4, as every burn-in that did not pass).
   report.exit_code = extension_code;
   if (!outcome.all_checks_passed()) {
     for (const Check& c : outcome.checks)
-      if (!c.passed && reporter && c.name != "checkpoints_written")
+      if (!c.passed && reporter && c.name != outcome.failure.check)
         std::fprintf(stderr, "trainbench: check failed: %s: %s\n", c.name.c_str(), c.detail.c_str());
     report.exit_code = kExitCheckFailed;
   }
-  if (!outcome.checkpoint_failure.empty() && !options.extension) report.exit_code = kExitEnvironmentError;
+  if (outcome.failure.happened() && !options.extension)
+    report.exit_code = outcome.failure.environment ? kExitEnvironmentError : kExitUserError;
   report.outcome = std::move(outcome);
   return report;
 }

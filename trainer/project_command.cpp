@@ -94,9 +94,9 @@ MeasuredDepth train_at_depth(const Config& base, int64_t layers, int64_t round, 
                                                           "", false, false});
   if (report.exit_code != kExitOk)
     throw CommandError{report.exit_code, "project: the " + std::to_string(layers) + "-layer run " +
-                                             (report.outcome.checkpoint_failure.empty()
-                                                  ? std::string("failed a check")
-                                                  : "stopped: " + report.outcome.checkpoint_failure)};
+                                             (report.outcome.failure.happened()
+                                                  ? "stopped: " + report.outcome.failure.message
+                                                  : std::string("failed a check"))};
   MeasuredDepth m;
   const RunSummary& s = report.outcome.summary;
   m.point.layers = layers;

@@ -102,27 +102,39 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
   const RunSummary& s = outcome.summary;
   std::fprintf(out, "\nsummary: %ld measured steps after %ld warm-up\n", s.measured_steps,
                s.warmup_steps);
-  std::fprintf(out, "  tokens/s            %s  (%ld tokens/step)\n",
-               human_count(s.tokens_per_s).c_str(), s.global_tokens_per_step);
-  if (s.timed)
+  // No step after warm-up (a run a failure stopped early, or all warm-up):
+  // no rate, share or bottleneck was measured, and zeros would read as figures.
+  const bool measured = s.measured_steps > 0;
+  if (!measured)
+    std::fprintf(out, "  tokens/s            not measured: no step after warm-up  (%ld tokens/step)\n",
+                 s.global_tokens_per_step);
+  else
+    std::fprintf(out, "  tokens/s            %s  (%ld tokens/step)\n",
+                 human_count(s.tokens_per_s).c_str(), s.global_tokens_per_step);
+  if (!measured) {
+  } else if (s.timed)
     std::fprintf(out, "  step time           median %.2f ms  p10 %.2f  p90 %.2f\n",
                  1e3 * s.step_s.median, 1e3 * s.step_s.p10, 1e3 * s.step_s.p90);
   else
     std::fprintf(out, "  step time           not measured (report.instrument=false): %.2f s for the measured steps\n",
                  s.measured_wall_s);
   std::fprintf(out, "  model FLOPs/token   %s\n", human_count(s.model_flops_per_token).c_str());
-  std::fprintf(out, "  achieved            %sFLOP/s per device\n",
-               human_count(s.achieved_flops_per_s).c_str());
+  if (measured)
+    std::fprintf(out, "  achieved            %sFLOP/s per device\n",
+                 human_count(s.achieved_flops_per_s).c_str());
   std::fprintf(out, "  gemm ceiling        %sFLOP/s  (measured, [%ld x %ld] x [%ld x %ld])\n",
                human_count(s.gemm_ceiling_flops_per_s).c_str(), s.gemm_m, s.gemm_k, s.gemm_k,
                s.gemm_n);
-  std::fprintf(out, "  MFU                 %.1f%% of the gemm ceiling", 100.0 * s.mfu_vs_gemm_ceiling);
-  if (s.datasheet_peak_flops_per_s > 0)
-    std::fprintf(out, ", %.1f%% of the datasheet peak\n", 100.0 * s.mfu);
-  else
-    std::fprintf(out, "; no datasheet peak for this device\n");
-  std::fprintf(out, "  loss                %.4f -> %.4f\n", s.loss_first, s.loss_last);
-  if (s.timed)
+  if (measured) {
+    std::fprintf(out, "  MFU                 %.1f%% of the gemm ceiling", 100.0 * s.mfu_vs_gemm_ceiling);
+    if (s.datasheet_peak_flops_per_s > 0)
+      std::fprintf(out, ", %.1f%% of the datasheet peak\n", 100.0 * s.mfu);
+    else
+      std::fprintf(out, "; no datasheet peak for this device\n");
+  }
+  if (!outcome.steps.empty()) std::fprintf(out, "  loss                %.4f -> %.4f\n", s.loss_first, s.loss_last);
+  if (!measured) {
+  } else if (s.timed)
     std::fprintf(out,
                  "  time shares         compute %.1f%%  comm exposed %.1f%%  data stall %.1f%%  "
                  "ckpt stall %.1f%%  other %.1f%%\n",
@@ -157,10 +169,11 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
                  human_bytes(static_cast<double>(s.bytes_read)).c_str(),
                  human_count(static_cast<double>(s.samples_read)).c_str(), s.bytes_per_token,
                  rate(s.read_gbs).c_str());
-    std::fprintf(out, "  read bandwidth need %s at the measured tokens/s, %s at the gemm ceiling\n",
-                 rate(s.required_read_gbs_measured).c_str(), rate(s.required_read_gbs).c_str());
+    if (measured)
+      std::fprintf(out, "  read bandwidth need %s at the measured tokens/s, %s at the gemm ceiling\n",
+                   rate(s.required_read_gbs_measured).c_str(), rate(s.required_read_gbs).c_str());
   }
-  if (s.timed && s.ranks.size() > 1) {
+  if (measured && s.timed && s.ranks.size() > 1) {
     const RankSummary& slow = s.ranks[static_cast<size_t>(s.slowest_rank)];
     std::fprintf(out,
                  "  slowest rank        %d (%s): own work %.2f ms of a %.2f ms step (medians), %.0f%% above the median "

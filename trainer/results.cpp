@@ -48,6 +48,10 @@ nlohmann::json step_json(const StepRecord& s, bool measured) {
 nlohmann::json build_result_json(const std::string& command_line, const Config& config,
                                  const Environment& env, const RunOutcome& outcome) {
   const RunSummary& s = outcome.summary;
+  // The summary's figures over the measured steps: null when none was timed
+  // (report.instrument=false) or none came after warm-up (a run a failure
+  // stopped early) — not measured, never 0. The steps' own are below.
+  const bool measured = s.timed && s.measured_steps > 0;
   nlohmann::json summary = {
       {"tokens_per_s", positive_or_null(s.tokens_per_s)},
       {"wall_tokens_per_s", positive_or_null(s.wall_tokens_per_s)},
@@ -55,20 +59,20 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
       {"global_tokens_per_step", s.global_tokens_per_step},
       {"measured_steps", s.measured_steps},
       {"warmup_steps", s.warmup_steps},
-      {"step_s", timed_spread(s.timed, s.step_s)},
-      {"compute_s", timed_spread(s.timed, s.compute_s)},
-      {"comm_s", timed_spread(s.timed, s.comm_s)},
-      {"comm_exposed_s", timed_spread(s.timed, s.comm_exposed_s)},
-      {"comm_hidden_share", timed(s.timed, s.comm_hidden_share)},
-      {"data_stall_s", timed_spread(s.timed, s.data_stall_s)},
-      {"ckpt_stall_s", timed_spread(s.timed, s.ckpt_stall_s)},
-      {"other_s", timed_spread(s.timed, s.other_s)},
+      {"step_s", timed_spread(measured, s.step_s)},
+      {"compute_s", timed_spread(measured, s.compute_s)},
+      {"comm_s", timed_spread(measured, s.comm_s)},
+      {"comm_exposed_s", timed_spread(measured, s.comm_exposed_s)},
+      {"comm_hidden_share", timed(measured, s.comm_hidden_share)},
+      {"data_stall_s", timed_spread(measured, s.data_stall_s)},
+      {"ckpt_stall_s", timed_spread(measured, s.ckpt_stall_s)},
+      {"other_s", timed_spread(measured, s.other_s)},
       {"stall_shares",
-       {{"compute", timed(s.timed, s.compute_share)},
-        {"comm_exposed", timed(s.timed, s.comm_exposed_share)},
-        {"data_stall", timed(s.timed, s.data_stall_share)},
-        {"ckpt_stall", timed(s.timed, s.ckpt_stall_share)},
-        {"other", timed(s.timed, s.other_share)}}},
+       {{"compute", timed(measured, s.compute_share)},
+        {"comm_exposed", timed(measured, s.comm_exposed_share)},
+        {"data_stall", timed(measured, s.data_stall_share)},
+        {"ckpt_stall", timed(measured, s.ckpt_stall_share)},
+        {"other", timed(measured, s.other_share)}}},
       {"model_flops_per_token", s.model_flops_per_token},
       {"achieved_flops_per_s_per_device", positive_or_null(s.achieved_flops_per_s)},
       {"gemm_ceiling_flops_per_s", positive_or_null(s.gemm_ceiling_flops_per_s)},
@@ -76,8 +80,8 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
       {"mfu_vs_gemm_ceiling", positive_or_null(s.mfu_vs_gemm_ceiling)},
       {"datasheet_peak_flops_per_s", positive_or_null(s.datasheet_peak_flops_per_s)},
       {"mfu", positive_or_null(s.mfu)},
-      {"loss_first", s.loss_first},
-      {"loss_last", s.loss_last},
+      {"loss_first", outcome.steps.empty() ? nlohmann::json() : nlohmann::json(s.loss_first)},
+      {"loss_last", outcome.steps.empty() ? nlohmann::json() : nlohmann::json(s.loss_last)},
       {"bytes_read", s.bytes_read},
       {"storage_read",
        {{"bytes_read", s.bytes_read},
@@ -109,9 +113,9 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
         {"total_bytes", s.memory_per_rank.total_bytes()}}},
       {"optimizer_bytes_unsharded", s.optimizer_bytes_unsharded},
       {"op_seconds_per_step", op_times_json(s)},
-      {"slowest_rank", timed(s.timed, s.slowest_rank)},
-      {"slowest_rank_excess", timed(s.timed, s.slowest_rank_excess)},
-      {"bottleneck", timed(s.timed, s.bottleneck)},
+      {"slowest_rank", timed(measured, s.slowest_rank)},
+      {"slowest_rank_excess", timed(measured, s.slowest_rank_excess)},
+      {"bottleneck", timed(measured, s.bottleneck)},
   };
   nlohmann::json steps = nlohmann::json::array();
   for (const StepRecord& record : outcome.steps) steps.push_back(step_json(record, s.timed));

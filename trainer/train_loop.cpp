@@ -8,6 +8,8 @@
 #include <stdexcept>  // a device engine under a host-buffer communicator
 #include <thread>     // sleep_for: burnin.inject_slow_ms
 
+#include "dataloader/data_error.h"    // DataError: a batch this rank cannot get
+#include "dataloader/shard_loader.h"  // LoaderTimeout: no batch within data.timeout_s
 #include "kernels/flops.h"      // model_flops_per_token
 #include "kernels/op_timing.h"  // zero_op_times: report.op_times' sums
 #include "trainer/gradient_sync.h"
@@ -41,6 +43,25 @@ double share_of(const std::vector<StepRecord>& steps, double StepRecord::*field)
 }
 double steady_seconds() {
   return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// The next batch, or nullptr with `*failure` set when this rank cannot get it
+// (a corrupt shard under data.on_corrupt=fail, no batch within
+// data.timeout_s). Not thrown: the rank must still take its part in the
+// step's collectives, or its peers wait for it there until comm.timeout_s,
+// and the result of the steps trained would be lost.
+constexpr int kDataFailure = 1, kDataFailureByEnvironment = 2;  // first_reason_over_ranks' kinds
+const HostBatch* next_batch(BatchSource& source, double* wait_s, std::string* failure, int* kind) {
+  try {
+    return &source.next(wait_s);
+  } catch (const DataError& e) {
+    *failure = e.what();
+    *kind = e.scope() == CorruptScope::kEnvironment ? kDataFailureByEnvironment : kDataFailure;
+  } catch (const LoaderTimeout& e) {
+    *failure = e.what();
+    *kind = kDataFailureByEnvironment;
+  }
+  return nullptr;
 }
 
 // FNV-1a over the parameters' bytes: equal on every rank while data
@@ -357,11 +378,14 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(config.burnin.inject_slow_ms));
     engine.zero_gradients();
     double loss_sum = 0.0;
+    std::string data_failure;  // this rank's batch it could not get, this step
+    int data_failure_kind = 0;
     for (int64_t micro = 0; micro < train.grad_accum; ++micro) {
       double wait_s = 0.0;
-      const HostBatch& host = source.next(instrument ? &wait_s : nullptr);
+      const HostBatch* host = next_batch(source, instrument ? &wait_s : nullptr, &data_failure, &data_failure_kind);
+      if (host == nullptr) break;  // to the step's collectives without a backward: their data no longer matters
       record.data_stall_s += wait_s;
-      const TokenBatch batch{host.inputs, host.targets, host.batch, host.seq_len};
+      const TokenBatch batch{host->inputs, host->targets, host->batch, host->seq_len};
       engine.forward(batch);
       // Earlier micro-batches only accumulate locally (DDP's no_sync); the
       // last one's backward starts the buckets as their gradients complete.
@@ -392,6 +416,22 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
             std::min(record.comm_s, std::max(0.0, comm.last_completion_time() - backward_end));
       }
     }
+    // Did any rank fail to get a batch? Then none takes this step's update:
+    // every rank stops here, with its parameters as the last step left them,
+    // and the steps before are the result. On one rank there is nothing to
+    // agree; on more it is one small host collective a step, after the
+    // all-reduce has brought the ranks together anyway.
+    const RankReason data =
+        world > 1 ? first_reason_over_ranks(comm, data_failure, data_failure_kind)
+                  : RankReason{data_failure.empty() ? -1 : 0, data_failure, data_failure_kind};
+    if (data.kind != 0) {
+      outcome.failure = {"data_read",
+                         (world > 1 ? "rank " + std::to_string(data.rank) + ": " : std::string()) + data.reason,
+                         data.kind == kDataFailureByEnvironment};
+      if (world > 1 && inconsistency.empty())
+        inconsistency = compare_parameter_checksums(engine, comm, parameters, step - 1);
+      break;
+    }
     // A checkpoint's state copy must land before the optimizer changes the state.
     if (checkpointer) record.ckpt_stall_s += checkpointer->before_optimizer_step();
     if (zero) {
@@ -417,7 +457,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
         // end the run after this step, whose record is complete, and the
         // result says what happened (the CLI exits 3 with the message).
         record.ckpt_stall_s += steady_seconds() - checkpoint_begin;
-        outcome.checkpoint_failure = e.what();
+        outcome.failure = {"checkpoints_written", e.what(), true};
       }
     }
     if (instrument) {
@@ -433,22 +473,23 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       record.other_s = record.step_s - record.compute_s - record.comm_exposed_s -
                        record.data_stall_s - record.ckpt_stall_s;
       previous_end = end;
-    } else if (step + 1 == first_step + train.warmup_steps) {
-      // Untimed, one clock reading all run: the end of warm-up, the same
-      // point the measured window starts from when timed.
+    } else {
+      // Untimed, one clock reading a step (~25 ns): the end of warm-up, where
+      // the measured window starts, and of the last step trained, where it
+      // ends should a data failure stop the next one part way.
       previous_end = Clock::now();
     }
     outcome.steps.push_back(record);
 
     // A failed checkpoint ends the run after this step: its end, for the
     // ranks' parameter check too.
-    const bool last_step = step == train.steps || !outcome.checkpoint_failure.empty();
+    const bool last_step = step == train.steps || outcome.failure.happened();
     const bool check_now = config.comm.check_every > 0 && step % config.comm.check_every == 0;
     if (world > 1 && (check_now || last_step) && inconsistency.empty()) {
       inconsistency = compare_parameter_checksums(engine, comm, parameters, step);
       if (!inconsistency.empty()) break;
     }
-    if (!outcome.checkpoint_failure.empty()) break;
+    if (outcome.failure.happened()) break;
     if (after_step && !after_step(record)) break;
 
     if (!std::isfinite(record.loss)) {
@@ -467,8 +508,10 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     }
   }
 
-  const Clock::time_point loop_end = Clock::now();
-  if (!instrument) previous_end = loop_end;
+  // A step a data failure stopped is not trained: the measured window ends
+  // with the last step that was, not with the failed one's wait.
+  const bool stopped_mid_step = outcome.failure.check == "data_read";
+  const Clock::time_point loop_end = stopped_mid_step ? previous_end : Clock::now();
   int64_t measured = 0;
   for (const StepRecord& s : outcome.steps) measured += s.warmup ? 0 : 1;
   summary.measured_wall_s = seconds_between(measured_begin, loop_end);
@@ -488,7 +531,10 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       summary.checkpoint_drain_s = checkpointer->finish();
     } catch (const CheckpointFailure& e) {  // the last one in flight failed: agreed, as in the loop
       summary.checkpoint_drain_s = steady_seconds() - drain_begin;
-      outcome.checkpoint_failure = e.what();
+      // After a data failure that one speaks for the run; this one is the
+      // failed check (and the checkpoint's record) beside it.
+      if (!outcome.failure.happened()) outcome.failure = {"checkpoints_written", e.what(), true};
+      else outcome.checks.push_back({"checkpoints_written", false, e.what()});
     }
     outcome.checkpoints = checkpointer->records();
     for (const std::string& w : checkpointer->warnings()) outcome.warnings.push_back(w);
@@ -574,7 +620,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     outcome.warnings.push_back(line);
   }
 
-  summary.bottleneck = instrument ? bottleneck_line(summary) : "";
+  summary.bottleneck = instrument && measured > 0 ? bottleneck_line(summary) : "";
   const std::string slowest_rank_name = "rank " + std::to_string(summary.slowest_rank) + " (" +
                                         summary.ranks[static_cast<size_t>(summary.slowest_rank)].host + ")";
   const std::string slowest_rank_excess = std::to_string(static_cast<int>(100 * summary.slowest_rank_excess + 0.5)) + "%";
@@ -588,8 +634,8 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
 
   if (loss_finite)
     outcome.checks.push_back({"loss_finite", true, "every step's loss is finite"});
-  if (!outcome.checkpoint_failure.empty())
-    outcome.checks.push_back({"checkpoints_written", false, outcome.checkpoint_failure});
+  if (outcome.failure.happened())
+    outcome.checks.push_back({outcome.failure.check, false, outcome.failure.message});
   if (world > 1)
     outcome.checks.push_back(
         {"ranks_consistent", inconsistency.empty(),

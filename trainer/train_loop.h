@@ -125,6 +125,25 @@ struct Check {
   std::string detail;
 };
 
+// Why a run stopped before its last step, on a failure every rank learnt of
+// in the same step, so that every rank stopped there and the steps trained
+// are still measured and written:
+// - checkpoints_written: a checkpoint that could not be written, and
+//   checkpoint.on_full did not allow going on. The run stops after the step
+//   whose agreement round learnt of it (that step is trained and recorded).
+// - data_read: a rank could not get a batch (a corrupt shard under
+//   data.on_corrupt=fail, no batch within data.timeout_s). The step it was
+//   for is not trained: every rank stops before its optimizer update.
+// The CLI prints `message` as its one line and exits 3 when `environment`
+// (the machine's failure: a disk, a stalled or failing read), else 2 (the
+// data's: a corrupt shard is bad input).
+struct RunFailure {
+  std::string check;  // the failed check's name; empty while none failed
+  std::string message;
+  bool environment = false;
+  bool happened() const { return !check.empty(); }
+};
+
 struct RunOutcome {
   std::vector<StepRecord> steps;
   std::vector<CheckpointRecord> checkpoints;
@@ -135,10 +154,9 @@ struct RunOutcome {
   // JSON's `ceilings` and the report's line; empty when not measured.
   nlohmann::json ceilings = nlohmann::json::object();
   std::string ceilings_line;
-  // A checkpoint failed and checkpoint.on_full did not allow going on: the
-  // run stopped after that step (its steps so far are above), the check
-  // checkpoints_written failed with this message, and the CLI exits 3.
-  std::string checkpoint_failure;
+  // The failure every rank learnt of together that stopped the run early (see
+  // RunFailure); the steps before it are above. Its check is among `checks`.
+  RunFailure failure;
   bool all_checks_passed() const;
 };
 
@@ -154,10 +172,11 @@ using StepHook = std::function<bool(const StepRecord&)>;
 // its checkpoint's step; its warm-up counts from first_step). Stops early
 // (with a failed check) when the loss stops being finite. gemm ceiling and
 // FLOP counts are filled in. With a checkpointer, checkpoints are taken as
-// configured and the loop's time blocked by them is ckpt_stall_s. When a
-// checkpoint fails and checkpoint.on_full says stop, the run stops after that
-// step and the outcome says so (checkpoint_failure) rather than throwing: the
-// steps so far are measured and reported.
+// configured and the loop's time blocked by them is ckpt_stall_s. A failed
+// checkpoint (checkpoint.on_full says stop) or a batch a rank could not get
+// stops every rank and the outcome says so (RunFailure) rather than
+// throwing: the steps so far are measured and reported. On more than one
+// rank, telling a data failure costs one small host collective per step.
 // `measure_gemm_ceiling` false leaves out the GEMM ceiling's one-second
 // calibration (and the MFU against it): for the short internal runs of a
 // measurement (the compute ceiling, bench instrument's blocks).

@@ -40,16 +40,17 @@ class LoaderCli : public ::testing::Test {
     synth.tokens_spread = 50;
     good_ = synthesize_shards(synth).paths;
   }
-  // A shard of `samples` good samples with one bad member in the middle.
+  // A shard of `good_before` good samples of 64 tokens, one bad member
+  // (sample<good_before>), then two good ones.
   std::string shard_with(const std::string& name, const std::string& extension,
-                         const std::vector<uint8_t>& bad_payload) {
+                         const std::vector<uint8_t>& bad_payload, int good_before = 3) {
     const std::string path = dir_ + "/" + name;
     TarShardWriter writer;
     writer.open(path);
     const std::vector<uint16_t> good(64, 7);
-    for (int i = 0; i < 6; ++i) {
+    for (int i = 0; i < good_before + 3; ++i) {
       const std::string key = "sample" + std::to_string(i);
-      if (i == 3)
+      if (i == good_before)
         writer.write_sample(key, {{extension, bad_payload.data(), bad_payload.size()}});
       else
         writer.write_sample(key, {{"u16", good.data(), good.size() * sizeof(uint16_t)}});
@@ -122,6 +123,72 @@ TEST_F(LoaderCli, OversizedMemberIsAnError) {
   const std::string shard = shard_with("huge.tar", "u16", std::vector<uint8_t>(4096, 0));
   expect_one_line_naming(run_with({shard}, "--set data.shuffle_buffer=0 --set data.max_sample_bytes=1000"),
                          {shard, "1000"});
+}
+
+// The result's failed check data_read, whose detail must be the line the
+// run printed.
+std::string data_read_check(const nlohmann::json& result) {
+  for (const auto& c : result["checks"])
+    if (c["name"] == "data_read" && c["passed"] == false) return c["detail"].get<std::string>();
+  return "";
+}
+
+// A corrupt sample met mid-run (data.on_corrupt=fail) stops the run before
+// the step it was for; the steps trained before it are measured and written
+// (the run ended with no result), with the failed check data_read saying
+// what stderr says.
+TEST_F(LoaderCli, ACorruptSampleMidRunStopsTheRunAndItsResultIsKept) {
+  const std::vector<uint8_t> big = {0x00, 0x10};  // 4096 >= 512
+  // 80 good samples of 64 tokens before the bad one: tiny's 512-token steps
+  // train at least 9 steps on them first, whichever place the shuffled shard
+  // order gives the shard (the good shards add up to ~8 more).
+  const std::string shard = shard_with("late.tar", "u16", big, 80);
+  const CommandResult r = run_with({shard}, "--set data.shuffle_buffer=0 --set checkpoint.every_steps=0", 60);
+  expect_one_line_naming(r, {shard, "sample80", "4096"});
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir_ + "/result.json"));
+  const size_t trained = result["steps"].size();
+  EXPECT_GE(trained, 9u) << r.out;
+  EXPECT_LT(trained, 20u) << "the run stops at the failure";
+  EXPECT_EQ(result["steps"].back()["step"].get<size_t>(), trained) << "steps 1.., none missing";
+  EXPECT_EQ("trainbench: " + data_read_check(result) + "\n", r.err) << "the check says what stderr says";
+  EXPECT_GT(result["summary"]["tokens_per_s"].get<double>(), 0.0) << "the steps after warm-up are measured";
+  EXPECT_EQ(result["summary"]["measured_steps"].get<size_t>() + result["summary"]["warmup_steps"].get<size_t>(),
+            trained);
+  EXPECT_NE(r.out.find("check data_read           FAILED  " + shard), std::string::npos) << r.out;
+}
+
+// No batch within data.timeout_s (every sample read held 2 s): exit 3, and
+// still a result, with nothing trained and nothing measured, not zeros.
+TEST_F(LoaderCli, NoBatchWithinTheTimeoutExitsThreeWithAResult) {
+  const CommandResult r =
+      run_with({}, "--set data.inject_delay_ms=2000 --set data.timeout_s=0.2 --set checkpoint.every_steps=0", 6);
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_EQ(r.err.rfind("trainbench: data: no batch from reader 0 of rank 0 within data.timeout_s", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir_ + "/result.json"));
+  EXPECT_TRUE(result["steps"].empty()) << result["steps"].dump();
+  EXPECT_EQ("trainbench: " + data_read_check(result) + "\n", r.err);
+  const nlohmann::json& summary = result["summary"];
+  for (const char* figure : {"tokens_per_s", "loss_first", "bottleneck", "slowest_rank"})
+    EXPECT_TRUE(summary[figure].is_null()) << figure << ": " << summary[figure].dump();
+  EXPECT_TRUE(summary["step_s"]["median"].is_null()) << summary["step_s"].dump();
+  EXPECT_TRUE(summary["stall_shares"]["compute"].is_null()) << summary["stall_shares"].dump();
+  EXPECT_NE(r.out.find("tokens/s            not measured: no step after warm-up"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("bottleneck"), std::string::npos) << r.out;
+}
+
+// The same stall under burn-in: the verdict is FAIL (exit 4) for that
+// reason alone, not also for "no step was measured" as if --duration were
+// too short.
+TEST_F(LoaderCli, ABurnInWhoseStorageStallsFailsForThatReason) {
+  const CommandResult r = run_command(std::string(TRAINBENCH_BINARY) +
+                                      " burnin tiny --duration 30s --set data.inject_delay_ms=2000"
+                                      " --set data.timeout_s=0.2 --out " + dir_ + "/b.json");
+  EXPECT_EQ(r.exit_code, 4) << r.out << r.err;
+  EXPECT_EQ(r.err.rfind("trainbench: burn-in: job: FAIL: data_read: data: no batch from reader 0", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one finding: " << r.err;
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir_ + "/b.json"));
+  EXPECT_EQ(result["burnin"]["verdict"], "FAIL");
 }
 
 TEST_F(LoaderCli, SkipCountsAndReportsAndTrainingGoesOn) {

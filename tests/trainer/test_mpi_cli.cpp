@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dataloader/shard_assignment.h"  // shards_for_reader: which rank reads the corrupt shard
+#include "dataloader/shard_writer.h"      // TarShardWriter
 #include "tests/support/mem_available.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
@@ -232,6 +234,63 @@ TEST(MpiCli, OneRanksOwnFailureEndsTheJobAtOnceWithItsMessage) {
   EXPECT_NE(r.err.find("trainbench: rank 0: --out " + dir.file("no_such_dir/r.json") + ": directory"),
             std::string::npos) << r.err;
   EXPECT_LT(seconds, 60.0) << "not the collective timeout (300 s)";
+}
+
+// A corrupt sample that rank 1 alone meets mid-run: every rank learns of it
+// in that step's agreement and stops before the step's update, and rank 0
+// writes the result of the steps trained, whose failed check data_read names
+// rank 1 and the shard. The job was aborted at once with rank 1's message and
+// no result.
+TEST(MpiCli, ACorruptShardOnOneRankStopsEveryRankAndTheResultIsKept) {
+  testing::TempDir dir("test_mpi_cli");
+  // Two shards, one reader per rank: rank r reads one of them. The corrupt
+  // one goes where rank 1 reads in epoch 0; both hold 40 good samples of 64
+  // tokens first (5 steps of tiny's 512-token micro-batch).
+  const std::vector<int64_t> rank1 = shards_for_reader(2, /*seed=*/1, /*epoch=*/0, /*rank=*/1, 2, 0, 1);
+  ASSERT_EQ(rank1.size(), 1u);
+  std::vector<std::string> paths = {dir.file("a.tar"), dir.file("b.tar")};
+  const std::string bad = paths[static_cast<size_t>(rank1[0])];
+  for (const std::string& path : paths) {
+    TarShardWriter writer;
+    writer.open(path);
+    const std::vector<uint16_t> good(64, 7);
+    const std::vector<uint16_t> out_of_vocabulary(64, 4096);  // tiny's vocabulary is 512
+    for (int i = 0; i < 200; ++i) {
+      const bool corrupt = path == bad && i == 40;
+      const std::vector<uint16_t>& tokens = corrupt ? out_of_vocabulary : good;
+      const std::string key = "sample" + std::to_string(i);
+      writer.write_sample(key, {{"u16", tokens.data(), tokens.size() * sizeof(uint16_t)}});
+    }
+    writer.close();
+  }
+  const std::string list = dir.file("list.txt");
+  std::ofstream(list) << paths[0] << "\n" << paths[1] << "\n";
+  const CommandResult r = run_command("timeout 120 " + kMpirun + "-np 2 " + TRAINBENCH_BINARY +
+                                      " run tiny --steps 30 --set data.readers=1 --set data.shuffle_buffer=0"
+                                      " --set data.seed=1 --set checkpoint.every_steps=0 --set data.shards=" + list +
+                                      " --set data.timeout_s=301" +
+                                      " --set report.progress_every=0 --out " + dir.file("r.json"));
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  const std::string line = "trainbench: rank 1: " + bad + ": byte ";
+  EXPECT_EQ(r.err.rfind(line, 0), 0u) << r.err;
+  EXPECT_EQ(r.err.find(line, 1), std::string::npos) << "printed once, by rank 0: " << r.err;
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("r.json")));
+  const size_t trained = result["steps"].size();
+  EXPECT_GE(trained, 4u) << r.out;
+  EXPECT_LE(trained, 5u) << "stopped at the step rank 1 could not read";
+  EXPECT_EQ(result["steps"].back()["step"].get<size_t>(), trained);
+  std::string data_read, consistent;
+  for (const auto& c : result["checks"]) {
+    if (c["name"] == "data_read" && c["passed"] == false) data_read = c["detail"];
+    if (c["name"] == "ranks_consistent" && c["passed"] == true) consistent = c["detail"];
+  }
+  EXPECT_EQ(data_read.rfind("rank 1: " + bad + ": byte ", 0), 0u) << result["checks"].dump();
+  EXPECT_NE(data_read.find("4096"), std::string::npos) << data_read;
+  EXPECT_FALSE(consistent.empty()) << "the ranks' parameters compared at the stop: " << result["checks"].dump();
+  // A stalled read is told the same way only if its rank gives up before
+  // its peers' all-reduce does: the result warns of a data.timeout_s above.
+  EXPECT_NE(result["warnings"].dump().find("data.timeout_s (301 s) is above comm.timeout_s (300 s)"), std::string::npos)
+      << result["warnings"].dump();
 }
 
 // data.on_corrupt=skip on two ranks: the warning rank 0 prints gives the
