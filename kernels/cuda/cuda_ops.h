@@ -45,7 +45,10 @@ void rmsnorm_forward(bf16* out, float* rstd, const bf16* in, const bf16* weight,
 // residual += addend, rounded to bf16 as add_inplace rounds it, then
 // out = rmsnorm(residual) exactly as rmsnorm_forward computes it — the same
 // bits as the two ops one after the other, in one pass that reads the
-// residual stream once instead of three times. (Backward needs no twin:
+// residual stream once instead of three times. (Same bits when `addend` is
+// 16-byte aligned like the other operands, as the engine's views all are: an
+// unaligned one alone sends this op down the element-by-element sum of
+// squares while rmsnorm_forward takes packs, which may round differently.) (Backward needs no twin:
 // rmsnorm_backward already adds into the residual stream's gradient.)
 void residual_add_rmsnorm_forward(bf16* residual, const bf16* addend, bf16* out, float* rstd,
                                   const bf16* weight, int64_t n, int64_t d, float eps,
