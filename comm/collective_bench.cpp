@@ -112,10 +112,12 @@ struct Collective {
   std::function<bool(const Buffers&)> check;
 };
 
-CollectiveBenchResult shape(const char* collective, int64_t count, int64_t buckets = 1) {
+// `count` floats per rank; `ranks` blocks of them in the whole buffer
+// (reduce-scatter, all-gather), 1 for an all-reduce.
+CollectiveBenchResult shape(const char* collective, int64_t count, int64_t ranks = 1, int64_t buckets = 1) {
   CollectiveBenchResult result;
   result.collective = collective;
-  result.bytes = count * static_cast<int64_t>(sizeof(float));
+  result.bytes = count * ranks * static_cast<int64_t>(sizeof(float));
   result.count = count;
   result.buckets = buckets;
   return result;
@@ -227,7 +229,7 @@ Collective reduce_scatter(Communicator& comm, int64_t size_bytes) {
   const int world = comm.world_size();
   const int64_t block = std::max<int64_t>(1, size_bytes / 4 / world);
   Collective c;
-  c.shape = shape("reduce_scatter", block * world);
+  c.shape = shape("reduce_scatter", block, world);
   c.send_count = block * world;
   c.recv_count = block;
   c.fill = [=](Buffers& b) {
@@ -258,7 +260,7 @@ Collective all_gather(Communicator& comm, int64_t size_bytes) {
   const int world = comm.world_size();
   const int64_t block = std::max<int64_t>(1, size_bytes / 4 / world);
   Collective c;
-  c.shape = shape("all_gather", block * world);
+  c.shape = shape("all_gather", block, world);
   c.send_count = block;
   c.recv_count = block * world;
   c.fill = [=](Buffers& b) { for (int64_t i = 0; i < block; ++i) b.send[i] = contribution(rank, i); };
@@ -340,7 +342,7 @@ std::vector<CollectiveBenchResult> bench_gradient_step(Communicator& comm,
   const int64_t buckets = static_cast<int64_t>(bucket_bytes.size());
 
   Collective c;
-  c.shape = shape("all_reduce", count, buckets);
+  c.shape = shape("all_reduce", count, 1, buckets);
   c.send_count = count;
   c.fill = [=](Buffers& b) { for (int64_t i = 0; i < count; ++i) b.send[i] = contribution(rank, i); };
   c.check = [=](const Buffers& b) {

@@ -22,7 +22,10 @@ struct CollectiveBenchResult {
   // nccl-tests' size: the all-reduce buffer; for reduce-scatter and
   // all-gather the whole buffer across ranks (floats per rank × ranks × 4).
   int64_t bytes = 0;
-  int64_t count = 0;     // floats in `bytes`
+  // nccl-tests' count: the collective's count argument — the floats of the
+  // all-reduce buffer; for reduce-scatter and all-gather one rank's block
+  // (bytes / 4 / ranks), as nccl-tests prints it.
+  int64_t count = 0;
   int64_t buckets = 1;   // all-reduces per measurement (the gradient step's buckets)
   double time_s = 0.0;   // the slowest rank's median over the timed iterations
   double algbw_gbs = 0.0;  // bytes / time_s, in 1e9 bytes/s

@@ -1003,7 +1003,7 @@ int BenchCommand::run_comm() {
     nlohmann::json collectives_json = nlohmann::json::array();
     for (const CollectiveBenchResult& r : collectives) collectives_json.push_back(collective_json(r));
     const nlohmann::json result = {
-        {"schema", "trainbench.bench_comm/v1"},
+        {"schema", "trainbench.bench_comm/v2"},
         {"version", trainbench_version()},
         {"config", config_to_json(config)},
         {"backend", comm->backend_name()},

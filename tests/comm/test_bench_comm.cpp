@@ -22,7 +22,7 @@ TEST(BenchComm, OneRankChecksTheDataAndSaysBusbwIsZero) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("busbw is 0 by definition"), std::string::npos) << run.out;
   const nlohmann::json result = testing::read_json(out);
-  EXPECT_EQ(result.at("schema"), "trainbench.bench_comm/v1");
+  EXPECT_EQ(result.at("schema"), "trainbench.bench_comm/v2");
   EXPECT_EQ(result.at("backend"), "local");
   EXPECT_TRUE(result.at("library").is_null()) << "no library under the local backend";
   // The local backend has no raw MPI path: its tables do not describe one.

@@ -45,6 +45,12 @@ TEST_P(BenchCommRanks, EveryCollectiveChecksAndMovesData) {
   int communicator = 0;
   for (const nlohmann::json& r : result.at("collectives")) (r.at("path") == "raw" ? raw : communicator) += 1;
   EXPECT_EQ(raw, communicator);
+  // nccl-tests' columns: size is the whole buffer, count the collective's
+  // count argument — for reduce-scatter and all-gather one rank's block.
+  for (const nlohmann::json& r : result.at("collectives")) {
+    const int64_t per_buffer = r.at("collective") == "all_reduce" ? 1 : ranks;
+    EXPECT_EQ(r.at("count").get<int64_t>() * 4 * per_buffer, r.at("bytes").get<int64_t>()) << r.dump();
+  }
   EXPECT_GE(raw, 3 * 6);  // 1K..1M by 4: six sizes, three collectives
   // One rank's most at once: the 1M reduce-scatter (1M in, 1M/n out) and
   // MPI's scratch, twice the message; every rank here is on this host.
