@@ -111,11 +111,10 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
   else
     std::fprintf(out, "  tokens/s            %s  (%ld tokens/step)\n",
                  human_count(s.tokens_per_s).c_str(), s.global_tokens_per_step);
-  if (!measured) {
-  } else if (s.timed)
+  if (measured && s.timed)
     std::fprintf(out, "  step time           median %.2f ms  p10 %.2f  p90 %.2f\n",
                  1e3 * s.step_s.median, 1e3 * s.step_s.p10, 1e3 * s.step_s.p90);
-  else
+  else if (measured)
     std::fprintf(out, "  step time           not measured (report.instrument=false): %.2f s for the measured steps\n",
                  s.measured_wall_s);
   std::fprintf(out, "  model FLOPs/token   %s\n", human_count(s.model_flops_per_token).c_str());
@@ -133,14 +132,13 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
       std::fprintf(out, "; no datasheet peak for this device\n");
   }
   if (!outcome.steps.empty()) std::fprintf(out, "  loss                %.4f -> %.4f\n", s.loss_first, s.loss_last);
-  if (!measured) {
-  } else if (s.timed)
+  if (measured && s.timed)
     std::fprintf(out,
                  "  time shares         compute %.1f%%  comm exposed %.1f%%  data stall %.1f%%  "
                  "ckpt stall %.1f%%  other %.1f%%\n",
                  100.0 * s.compute_share, 100.0 * s.comm_exposed_share, 100.0 * s.data_stall_share,
                  100.0 * s.ckpt_stall_share, 100.0 * s.other_share);
-  else
+  else if (measured)
     std::fprintf(out, "  time shares         not measured (report.instrument=false)\n");
   if (s.timed && s.comm_s.median > 0)
     std::fprintf(out, "  gradient all-reduce median %.2f ms per step, %.2f ms exposed; overlap hid %.0f%%\n",
@@ -165,10 +163,12 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
                  human_bytes(static_cast<double>(s.optimizer_bytes_unsharded)).c_str());
   if (s.bytes_read > 0) {
     const auto rate = [](double gbs) { return human_bytes(gbs * 1e9) + "/s"; };
-    std::fprintf(out, "  storage read        %s in %s samples, %.1f bytes/token, %s delivered\n",
+    // Delivered over the steps trained: none (a run stopped before its
+    // first step ended) is no window to rate.
+    std::fprintf(out, "  storage read        %s in %s samples, %.1f bytes/token, %s\n",
                  human_bytes(static_cast<double>(s.bytes_read)).c_str(),
                  human_count(static_cast<double>(s.samples_read)).c_str(), s.bytes_per_token,
-                 rate(s.read_gbs).c_str());
+                 s.read_gbs > 0 ? (rate(s.read_gbs) + " delivered").c_str() : "no step trained to rate it over");
     if (measured)
       std::fprintf(out, "  read bandwidth need %s at the measured tokens/s, %s at the gemm ceiling\n",
                    rate(s.required_read_gbs_measured).c_str(), rate(s.required_read_gbs).c_str());

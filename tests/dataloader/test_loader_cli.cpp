@@ -173,6 +173,7 @@ TEST_F(LoaderCli, NoBatchWithinTheTimeoutExitsThreeWithAResult) {
     EXPECT_TRUE(summary[figure].is_null()) << figure << ": " << summary[figure].dump();
   EXPECT_TRUE(summary["step_s"]["median"].is_null()) << summary["step_s"].dump();
   EXPECT_TRUE(summary["stall_shares"]["compute"].is_null()) << summary["stall_shares"].dump();
+  EXPECT_TRUE(summary["storage_read"]["read_gbs"].is_null()) << summary["storage_read"].dump();
   EXPECT_NE(r.out.find("tokens/s            not measured: no step after warm-up"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("bottleneck"), std::string::npos) << r.out;
 }
