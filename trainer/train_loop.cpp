@@ -332,6 +332,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   comm.set_injected_delay(config.comm.inject_delay_ms * 1e-3);
   std::vector<float> parameters;  // host copy for the consistency checksum
   std::string inconsistency;      // the first checksum mismatch, if any
+  int64_t last_compared = -1;     // the step whose parameters were last compared across ranks
 
   // report.instrument=false leaves out every per-step timer, the engine's
   // included (to measure what they cost): only the wall time of the
@@ -428,8 +429,10 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       outcome.failure = {"data_read",
                          (world > 1 ? "rank " + std::to_string(data.rank) + ": " : std::string()) + data.reason,
                          data.kind == kDataFailureByEnvironment};
-      if (world > 1 && inconsistency.empty())
+      if (world > 1 && inconsistency.empty()) {
         inconsistency = compare_parameter_checksums(engine, comm, parameters, step - 1);
+        last_compared = step - 1;
+      }
       break;
     }
     // A checkpoint's state copy must land before the optimizer changes the state.
@@ -487,6 +490,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     const bool check_now = config.comm.check_every > 0 && step % config.comm.check_every == 0;
     if (world > 1 && (check_now || last_step) && inconsistency.empty()) {
       inconsistency = compare_parameter_checksums(engine, comm, parameters, step);
+      last_compared = step;
       if (!inconsistency.empty()) break;
     }
     if (outcome.failure.happened()) break;
@@ -636,12 +640,14 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     outcome.checks.push_back({"loss_finite", true, "every step's loss is finite"});
   if (outcome.failure.happened())
     outcome.checks.push_back({outcome.failure.check, false, outcome.failure.message});
-  if (world > 1)
+  // Only a comparison made is a check passed: a run stopped (a non-finite
+  // loss) before its first comparison has none to report.
+  if (world > 1 && last_compared >= 0)
     outcome.checks.push_back(
         {"ranks_consistent", inconsistency.empty(),
          inconsistency.empty() ? "parameter checksums equal on all " + std::to_string(world) +
                                      " ranks (every " + std::to_string(config.comm.check_every) +
-                                     " steps and at the end)"
+                                     " steps and at the end; last at step " + std::to_string(last_compared) + ")"
                                : inconsistency});
   double worst_other = 0.0;
   for (const StepRecord& s : steps) worst_other = std::min(worst_other, s.other_s);
