@@ -88,7 +88,11 @@ void print_progress(FILE* out, const Config& config, const StepRecord& step,
   if (every <= 0 || (step.step % every != 0 && step.step != 1 && !last)) return;
   const double tokens_per_s =
       step.step_s > 0 ? static_cast<double>(so_far.global_tokens_per_step) / step.step_s : 0.0;
-  const double flops = so_far.model_flops_per_token * tokens_per_s;
+  // MFU is per device, as the summary's: one rank's tokens against one
+  // device's ceiling (the global rate made it the rank count times too high).
+  const double rank_tokens_per_step =
+      static_cast<double>(config.train.micro_batch * config.train.grad_accum * config.model.seq_len);
+  const double flops = step.step_s > 0 ? so_far.model_flops_per_token * rank_tokens_per_step / step.step_s : 0.0;
   const double mfu = so_far.gemm_ceiling_flops_per_s > 0 ? flops / so_far.gemm_ceiling_flops_per_s
                                                          : 0.0;
   std::fprintf(out,

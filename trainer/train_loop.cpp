@@ -4,6 +4,7 @@
 #include <chrono>     // step timing
 #include <cmath>      // std::isfinite
 
+#include <new>        // std::bad_alloc: a sample the loader had no memory for
 #include <optional>   // the gradient sync of a multi-rank run
 #include <stdexcept>  // a device engine under a host-buffer communicator
 #include <thread>     // sleep_for: burnin.inject_slow_ms
@@ -47,7 +48,7 @@ double steady_seconds() {
 
 // The next batch, or nullptr with `*failure` set when this rank cannot get it
 // (a corrupt shard under data.on_corrupt=fail, no batch within
-// data.timeout_s). Not thrown: the rank must still take its part in the
+// data.timeout_s, no host memory for a sample). Not thrown: the rank must still take its part in the
 // step's collectives, or its peers wait for it there until comm.timeout_s,
 // and the result of the steps trained would be lost.
 constexpr int kDataFailure = 1, kDataFailureByEnvironment = 2;  // first_reason_over_ranks' kinds
@@ -59,6 +60,10 @@ const HostBatch* next_batch(BatchSource& source, double* wait_s, std::string* fa
     *kind = e.scope() == CorruptScope::kEnvironment ? kDataFailureByEnvironment : kDataFailure;
   } catch (const LoaderTimeout& e) {
     *failure = e.what();
+    *kind = kDataFailureByEnvironment;
+  } catch (const std::bad_alloc&) {  // a reader's buffer for a large sample: the allocation failed, nothing else
+    *failure = "data: out of host memory reading a sample (data.max_sample_bytes bounds one member; lower it, "
+               "data.readers or data.prefetch)";
     *kind = kDataFailureByEnvironment;
   }
   return nullptr;

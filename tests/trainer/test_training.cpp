@@ -3,15 +3,21 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>      // fmemopen: the progress line as printed
+#include <functional>
+#include <new>         // std::bad_alloc
 #include <memory>
 #include <stdexcept>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "dataloader/data_error.h"    // DataError: a corrupt sample
+#include "dataloader/shard_loader.h"  // LoaderTimeout
 #include "dataloader/batch_source.h"
 #include "kernels/engine.h"
 #include "trainer/config.h"
 #include "trainer/instrument_cost.h"
+#include "trainer/report.h"  // print_progress
 #include "trainer/train_loop.h"
 
 namespace trainbench {
@@ -137,6 +143,83 @@ TEST(Training, ANonFiniteLossStopsTheRunWithAFailedCheck) {
   EXPECT_FALSE(outcome.all_checks_passed());
   EXPECT_LT(outcome.steps.size(), 40u);
   EXPECT_FALSE(std::isfinite(outcome.steps.back().loss));
+}
+
+// A synthetic source whose `fail_at`-th batch (1-based) throws `error`.
+class FailingSource final : public BatchSource {
+ public:
+  FailingSource(std::unique_ptr<BatchSource> inner, int64_t fail_at, std::function<void()> error)
+      : inner_(std::move(inner)), fail_at_(fail_at), error_(std::move(error)) {}
+  const HostBatch& next(double* wait_seconds) override {
+    if (++calls_ == fail_at_) error_();
+    return inner_->next(wait_seconds);
+  }
+  SourceStats stats() const override { return inner_->stats(); }
+  std::string save_position() const override { return inner_->save_position(); }
+
+ private:
+  std::unique_ptr<BatchSource> inner_;
+  int64_t fail_at_, calls_ = 0;
+  std::function<void()> error_;
+};
+
+// A batch the source cannot give stops the run before that step's update,
+// with the steps before it measured and the failure in the outcome — for a
+// corrupt sample (the data's, exit 2), a stall or a sample the host had no
+// memory for (the machine's, exit 3). A bad_alloc escaped the loop: the
+// run aborted with "out of memory" and no result.
+TEST(Training, ABatchTheSourceCannotGiveStopsTheRunBeforeThatStep) {
+  const Config config = load_config("tiny", {"train.steps=20", "train.warmup_steps=2", "train.grad_accum=2"});
+  struct Case {
+    const char* name;
+    std::function<void()> error;
+    bool environment;
+  };
+  const Case cases[] = {
+      {"corrupt", [] { throw DataError(CorruptScope::kSample, "s.tar: byte 512: bad token"); }, false},
+      {"timeout", [] { throw LoaderTimeout("data: no batch within data.timeout_s"); }, true},
+      {"memory", [] { throw std::bad_alloc(); }, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto engine = cpu_engine(config, 1);
+    // The 13th micro-batch: the first of step 7's two.
+    FailingSource source(make_synthetic_source(config.train.micro_batch, config.model.seq_len, config.model.vocab,
+                                               config.data.synthetic_batches, 1),
+                         13, c.error);
+    auto comm = make_local_communicator();
+    const RunOutcome outcome = run_training(config, *engine, source, *comm, nullptr);
+    ASSERT_EQ(outcome.steps.size(), 6u) << "steps 1..6 trained, step 7 not";
+    EXPECT_EQ(outcome.failure.check, "data_read");
+    EXPECT_EQ(outcome.failure.environment, c.environment);
+    EXPECT_FALSE(outcome.all_checks_passed());
+    EXPECT_EQ(outcome.summary.measured_steps, 4);
+    EXPECT_GT(outcome.summary.tokens_per_s, 0.0);
+  }
+}
+
+// The progress line's MFU is per device like the summary's: one rank's tokens
+// against one device's ceiling. It took the global tokens, so N ranks showed
+// N times the summary's figure.
+TEST(Training, TheProgressLinesMfuIsPerDevice) {
+  const Config config = load_config("tiny", {"train.steps=10", "report.progress_every=1"});
+  RunSummary so_far;
+  const int64_t rank_tokens = config.train.micro_batch * config.train.grad_accum * config.model.seq_len;
+  so_far.global_tokens_per_step = 4 * rank_tokens;  // four ranks
+  so_far.model_flops_per_token = 1e6;
+  so_far.gemm_ceiling_flops_per_s = 1e11;
+  StepRecord step;
+  step.step = 5;
+  step.step_s = 0.01;
+  char text[512] = {};
+  FILE* out = fmemopen(text, sizeof(text) - 1, "w");
+  ASSERT_NE(out, nullptr);
+  print_progress(out, config, step, so_far);
+  std::fclose(out);
+  const double mfu = 1e6 * static_cast<double>(rank_tokens) / 0.01 / 1e11;  // one rank's FLOP/s over the ceiling
+  char expected[32];
+  std::snprintf(expected, sizeof(expected), "mfu(ceiling) %5.1f%%", 100.0 * mfu);
+  EXPECT_NE(std::string(text).find(expected), std::string::npos) << text << " vs " << expected;
 }
 
 // The ceiling's shape: the projection with the most work, each side padded to
