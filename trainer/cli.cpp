@@ -557,10 +557,23 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   env.filesystems.push_back(describe_filesystem("results", result_path));
   if (!checkpoint_dir.path.empty())
     env.filesystems.push_back(describe_filesystem("checkpoint", checkpoint_dir.path));
+  // A rank whose storage stalls tells its peers, and the run keeps its
+  // result, only if its own wait gives up before theirs in the all-reduce:
+  // said before training (the case it warns of ends without a summary).
+  std::string timeouts_out_of_order;
+  if (config.data.source == "shards" && comm->world_size() > 1 && config.data.timeout_s > config.comm.timeout_s) {
+    char line[320];
+    std::snprintf(line, sizeof(line),
+                  "data.timeout_s (%g s) is above comm.timeout_s (%g s): a rank whose storage stalls is caught by its "
+                  "peers' all-reduce timeout first, which aborts the job without a result",
+                  config.data.timeout_s, config.comm.timeout_s);
+    timeouts_out_of_order = line;
+  }
   if (reporter) {
     print_header(stdout, config, env, plan, engine->layout().total_params(),
                  engine->layout().trainable_params());
     std::fprintf(stdout, "data: %s\n", data.description.c_str());
+    if (!timeouts_out_of_order.empty()) std::fprintf(stdout, "warning: %s\n", timeouts_out_of_order.c_str());
     if (!checkpoint_dir.path.empty())
       std::fprintf(stdout, "checkpoint: every %ld steps to %s%s, %s, keep %ld\n",
                    static_cast<long>(config.checkpoint.every_steps), checkpoint_dir.path.c_str(),
@@ -612,16 +625,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   // In the result too: its config still says every_steps, and no checkpoint
   // record nor stall would read as checkpointing that costs nothing.
   if (!checkpoint_off.empty()) outcome.warnings.insert(outcome.warnings.begin(), checkpoint_off);
-  // A rank whose storage stalls tells its peers, and the run keeps its
-  // result, only if its own wait gives up before theirs in the all-reduce.
-  if (config.data.source == "shards" && comm->world_size() > 1 && config.data.timeout_s > config.comm.timeout_s) {
-    char line[320];
-    std::snprintf(line, sizeof(line),
-                  "data.timeout_s (%g s) is above comm.timeout_s (%g s): a rank whose storage stalls is caught by its "
-                  "peers' all-reduce timeout first, which aborts the job without a result",
-                  config.data.timeout_s, config.comm.timeout_s);
-    outcome.warnings.push_back(line);
-  }
+  if (!timeouts_out_of_order.empty()) outcome.warnings.push_back(timeouts_out_of_order);
   if (options.ceilings) {
     outcome.ceilings = ceilings_to_json(ceilings, outcome.summary.tokens_per_s);
     if (!ceilings.write_failure.empty())

@@ -290,8 +290,12 @@ TEST(MpiCli, ACorruptShardOnOneRankStopsEveryRankAndTheResultIsKept) {
       << "the ranks' parameters compared as the last step trained left them: " << result["checks"].dump();
   // A stalled read is told the same way only if its rank gives up before
   // its peers' all-reduce does: the result warns of a data.timeout_s above.
-  EXPECT_NE(result["warnings"].dump().find("data.timeout_s (301 s) is above comm.timeout_s (300 s)"), std::string::npos)
-      << result["warnings"].dump();
+  const std::string warning = "data.timeout_s (301 s) is above comm.timeout_s (300 s)";
+  EXPECT_NE(result["warnings"].dump().find(warning), std::string::npos) << result["warnings"].dump();
+  // Before training too: the run it warns of ends without a summary.
+  const size_t summary = r.out.find("\nsummary:");
+  ASSERT_NE(summary, std::string::npos) << r.out;
+  EXPECT_LT(r.out.find("warning: " + warning), summary) << r.out;
 }
 
 // data.on_corrupt=skip on two ranks: the warning rank 0 prints gives the
