@@ -149,7 +149,7 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
                  1e3 * s.comm_s.median, 1e3 * s.comm_exposed_s.median, 100.0 * s.comm_hidden_share);
   if (s.op_times_requested && !s.op_times_available) {
     std::fprintf(out, "  compute by op       not available: this engine does not time its ops (report.op_times)\n");
-  } else if (s.op_times_available) {
+  } else if (s.op_times_available && measured) {
     double total = 0;
     for (const OpTime& op : s.op_seconds_per_step) total += op.seconds;
     std::fprintf(out, "  compute by op       %.2f ms per step (mean of the measured steps; median compute %.2f ms):\n", 1e3 * total,

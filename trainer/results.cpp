@@ -10,7 +10,7 @@ namespace {
 // report.op_times: {op: mean seconds per measured step}, this rank's; null
 // when not asked for or when the engine cannot time its ops.
 nlohmann::json op_times_json(const RunSummary& s) {
-  if (!s.op_times_available) return nullptr;
+  if (!s.op_times_available || s.measured_steps == 0) return nullptr;  // a mean over no step is not 0
   nlohmann::json ops = nlohmann::json::object();
   for (const OpTime& op : s.op_seconds_per_step) ops[op.op] = op.seconds;
   return ops;
@@ -55,7 +55,7 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
   nlohmann::json summary = {
       {"tokens_per_s", positive_or_null(s.tokens_per_s)},
       {"wall_tokens_per_s", positive_or_null(s.wall_tokens_per_s)},
-      {"measured_wall_s", s.measured_wall_s},
+      {"measured_wall_s", s.measured_steps > 0 ? nlohmann::json(s.measured_wall_s) : nlohmann::json()},
       {"global_tokens_per_step", s.global_tokens_per_step},
       {"measured_steps", s.measured_steps},
       {"warmup_steps", s.warmup_steps},
@@ -101,7 +101,8 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
         {"checkpoints_skipped", s.checkpoints_skipped},
         {"checkpoints_failed", s.checkpoints_failed},
         {"write_gbs", positive_or_null(s.checkpoint_write_gbs)},
-        {"stall_s_per_checkpoint", s.checkpoint_stall_s},
+        {"stall_s_per_checkpoint",
+         s.checkpoints_committed > 0 ? nlohmann::json(s.checkpoint_stall_s) : nlohmann::json()},
         {"drain_s", s.checkpoint_drain_s}}},
       {"optimizer_bytes_per_rank", s.optimizer_bytes_per_rank},
       {"memory_per_rank",
@@ -123,13 +124,13 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
   for (const RankSummary& r : s.ranks)
     ranks.push_back({{"rank", r.rank},
                      {"host", r.host},
-                     {"step_s", timed(s.timed, r.step_s)},
-                     {"compute_s", timed(s.timed, r.compute_s)},
-                     {"comm_exposed_s", timed(s.timed, r.comm_exposed_s)},
-                     {"data_stall_s", timed(s.timed, r.data_stall_s)},
-                     {"ckpt_stall_s", timed(s.timed, r.ckpt_stall_s)},
-                     {"other_s", timed(s.timed, r.other_s)},
-                     {"own_s", timed(s.timed, r.own_s)}});
+                     {"step_s", timed(measured, r.step_s)},
+                     {"compute_s", timed(measured, r.compute_s)},
+                     {"comm_exposed_s", timed(measured, r.comm_exposed_s)},
+                     {"data_stall_s", timed(measured, r.data_stall_s)},
+                     {"ckpt_stall_s", timed(measured, r.ckpt_stall_s)},
+                     {"other_s", timed(measured, r.other_s)},
+                     {"own_s", timed(measured, r.own_s)}});
   nlohmann::json checkpoints = nlohmann::json::array();
   for (const CheckpointRecord& c : outcome.checkpoints)
     checkpoints.push_back({{"step", c.step},

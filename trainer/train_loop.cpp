@@ -658,7 +658,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   for (const StepRecord& s : steps) worst_other = std::min(worst_other, s.other_s);
   // Timer noise may make other_s a hair negative; more than 1 ms means a
   // category was double counted.
-  if (instrument)  // without the timers there is nothing to account
+  if (instrument && !steps.empty())  // without the timers, or a step, there is nothing to account
     outcome.checks.push_back({"step_time_accounted", worst_other > -1e-3,
                               "min other_s = " + std::to_string(worst_other) + " s"});
   if (summary.mfu_vs_gemm_ceiling > 1.0)
