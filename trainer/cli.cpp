@@ -644,7 +644,13 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
     } catch (const std::exception& e) {
       comm->abort(kExitEnvironmentError, std::string("cannot write the result: ") + e.what());
     }
-    print_summary(stdout, outcome, options.write_result ? result_path : "(in the projection's result)");
+    // `project`'s runs go into its own result, which it writes only when
+    // every depth trained; it stops at one that failed.
+    const bool stops_the_projection = outcome.failure.happened() || !outcome.all_checks_passed();
+    print_summary(stdout, outcome,
+                  options.write_result ? result_path
+                  : stops_the_projection ? "none: this run failed, so the projection stops here"
+                                         : "(in the projection's result)");
     if (env.gemm.algorithms == "timed") std::fprintf(stdout, "gemm algorithms: %s\n", env.gemm.detail.c_str());
     if (options.extension) options.extension->print(stdout);
   }

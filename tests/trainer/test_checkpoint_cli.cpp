@@ -710,6 +710,11 @@ TEST(CheckpointCli, ProjectGivesEachRunItsOwnFolderAndNamesAFailedCheckpointOnce
             0u)
       << failed.err;
   EXPECT_EQ(failed.err.find('\n'), failed.err.size() - 1) << "one line: " << failed.err;
+  // Its summary does not point at a projection result that is never written.
+  EXPECT_NE(failed.out.find("result              none: this run failed, so the projection stops here"),
+            std::string::npos)
+      << failed.out;
+  EXPECT_FALSE(fs::exists(dir.file("q.json")));
 }
 
 // Under burn-in a failed checkpoint is a FAIL of the verdict (exit 4, as
