@@ -48,9 +48,9 @@ double steady_seconds() {
 
 // The next batch, or nullptr with `*failure` set when this rank cannot get it
 // (a corrupt shard under data.on_corrupt=fail, no batch within
-// data.timeout_s, no host memory for a sample). Not thrown: the rank must still take its part in the
-// step's collectives, or its peers wait for it there until comm.timeout_s,
-// and the result of the steps trained would be lost.
+// data.timeout_s, no host memory for a sample). Not thrown: the rank must
+// still take its part in the step's collectives, or its peers wait for it
+// there until comm.timeout_s, and the result of the steps trained is lost.
 constexpr int kDataFailure = 1, kDataFailureByEnvironment = 2;  // first_reason_over_ranks' kinds
 const HostBatch* next_batch(BatchSource& source, double* wait_s, std::string* failure, int* kind) {
   try {
