@@ -338,6 +338,11 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   std::vector<float> parameters;  // host copy for the consistency checksum
   std::string inconsistency;      // the first checksum mismatch, if any
   int64_t last_compared = -1;     // the step whose parameters were last compared across ranks
+  const auto compare_ranks_at = [&](int64_t at) {
+    inconsistency = compare_parameter_checksums(engine, comm, parameters, at);
+    last_compared = at;
+  };
+  bool stopped_mid_step = false;  // a data failure ended the loop before a step's update
 
   // report.instrument=false leaves out every per-step timer, the engine's
   // included (to measure what they cost): only the wall time of the
@@ -424,20 +429,16 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     }
     // Did any rank fail to get a batch? Then none takes this step's update:
     // every rank stops here, with its parameters as the last step left them,
-    // and the steps before are the result. On one rank there is nothing to
-    // agree; on more it is one small host collective a step, after the
-    // all-reduce has brought the ranks together anyway.
-    const RankReason data =
-        world > 1 ? first_reason_over_ranks(comm, data_failure, data_failure_kind)
-                  : RankReason{data_failure.empty() ? -1 : 0, data_failure, data_failure_kind};
+    // and the steps before are the result. One small host collective a step,
+    // after the all-reduce has brought the ranks together anyway (on one
+    // rank, the local communicator's identity).
+    const RankReason data = first_reason_over_ranks(comm, data_failure, data_failure_kind);
     if (data.kind != 0) {
       outcome.failure = {"data_read",
                          (world > 1 ? "rank " + std::to_string(data.rank) + ": " : std::string()) + data.reason,
                          data.kind == kDataFailureByEnvironment};
-      if (world > 1 && inconsistency.empty()) {
-        inconsistency = compare_parameter_checksums(engine, comm, parameters, step - 1);
-        last_compared = step - 1;
-      }
+      if (world > 1 && inconsistency.empty()) compare_ranks_at(step - 1);
+      stopped_mid_step = true;
       break;
     }
     // A checkpoint's state copy must land before the optimizer changes the state.
@@ -494,8 +495,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     const bool last_step = step == train.steps || outcome.failure.happened();
     const bool check_now = config.comm.check_every > 0 && step % config.comm.check_every == 0;
     if (world > 1 && (check_now || last_step) && inconsistency.empty()) {
-      inconsistency = compare_parameter_checksums(engine, comm, parameters, step);
-      last_compared = step;
+      compare_ranks_at(step);
       if (!inconsistency.empty()) break;
     }
     if (outcome.failure.happened()) break;
@@ -519,7 +519,6 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
 
   // A step a data failure stopped is not trained: the measured window ends
   // with the last step that was, not with the failed one's wait.
-  const bool stopped_mid_step = outcome.failure.check == "data_read";
   const Clock::time_point loop_end = stopped_mid_step ? previous_end : Clock::now();
   int64_t measured = 0;
   for (const StepRecord& s : outcome.steps) measured += s.warmup ? 0 : 1;
