@@ -1,7 +1,6 @@
 #include "trainer/cli.h"
 
 #include <fcntl.h>     // open: --out's probe
-#include <fstream>     // reading an earlier result at --out
 #include <sys/stat.h>  // stat: what --out and its folder are
 #include <sys/statvfs.h>  // statvfs: room for --out
 #include <unistd.h>    // close, unlink
@@ -161,15 +160,39 @@ ErrorReport describe_current_exception() {
   }
 }
 
+// Out of file descriptors or kernel memory while probing --out is the
+// machine's limit, not the path's fault: exit 3, as everywhere else.
+[[noreturn]] void refuse_result_path(const std::string& message, int error) {
+  throw CommandError{is_machine_limit(error) ? kExitEnvironmentError : kExitUserError,
+                     message + ": " + std::strerror(error) + (error == EMFILE ? " (ulimit -n)" : "")};
+}
+
 // Whether `path` holds a JSON object whose "schema" names a trainbench
 // result (trainbench.result/v1, trainbench.bench_io/v1, ...): what --out may
 // replace. Results are a few MB; anything far larger is not one.
-bool is_trainbench_result(const std::string& path) {
+bool is_trainbench_result(const std::string& path, const std::string& named) {
   std::error_code error;
   const uintmax_t size = std::filesystem::file_size(path, error);
   if (error || size > (uintmax_t{256} << 20)) return false;
-  std::ifstream file(path, std::ios::binary);
-  const nlohmann::json json = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
+  // open(2), not a stream, to tell "cannot open it now" (no descriptor
+  // left) from "it is something else".
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (is_machine_limit(errno))
+      refuse_result_path(named + " " + path + ": cannot open it to tell whether it is an earlier result", errno);
+    return false;
+  }
+  std::string text(static_cast<size_t>(size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  text.resize(got);
+  const nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!json.is_object() || !json.contains("schema") || !json["schema"].is_string()) return false;
   return json["schema"].get<std::string>().rfind("trainbench.", 0) == 0;
 }
@@ -274,7 +297,7 @@ void check_result_path(const std::string& path, const std::string& named) {
     if (target.st_size > 0 && ::access(path.c_str(), R_OK) != 0)
       throw CommandError{kExitUserError, named + " " + path + ": exists and cannot be read (" + std::strerror(errno) +
                                          ") to tell whether it is an earlier result; refusing to replace it"};
-    if (target.st_size > 0 && !is_trainbench_result(path))
+    if (target.st_size > 0 && !is_trainbench_result(path, named))
       throw CommandError{kExitUserError, named + " " + path + ": exists and is not a trainbench result (schema "
                                          "trainbench.*); refusing to replace it: name another file"};
   }
@@ -286,8 +309,7 @@ void check_result_path(const std::string& path, const std::string& named) {
     throw CommandError{kExitUserError, named + " " + path + ": '" + dir + "' is not a directory"};
   const std::string probe = atomic_write_temporary_path(path);
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw CommandError{kExitUserError, named + " " + path + ": cannot create a file there: " + std::strerror(errno)};
+  if (fd < 0) refuse_result_path(named + " " + path + ": cannot create a file there", errno);
   ::close(fd);
   ::unlink(probe.c_str());
   // A full disk takes an empty probe file but not the result: found only at

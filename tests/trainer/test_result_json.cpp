@@ -525,6 +525,39 @@ TEST(Cli, AnUnusableTmpdirOrAFileSizeLimitIsAnEnvironmentError) {
   EXPECT_EQ(address_space.err.find('\n'), address_space.err.size() - 1) << "one line: " << address_space.err;
 }
 
+// Out of file descriptors (ulimit -n) at any point of a run — the --out
+// probe, reading the earlier result there, the checkpoint folder's probe, the
+// synthetic shards, the result itself — is the environment's limit: exit 3
+// in one line naming it, never exit 2 ("not a trainbench result") or a
+// crash, and the earlier result is left as it was. The sweep runs each limit
+// from "nothing fits" to "enough", so whichever open() is the first to fail
+// moves with the limit.
+TEST(Cli, RunningOutOfFileDescriptorsAnywhereIsAnEnvironmentError) {
+  testing::TempDir dir("test_cli_nofile");
+  const std::string result = dir.file("r.json");
+  const std::string run = std::string(TRAINBENCH_BINARY) + " run tiny --steps 3 --set train.warmup_steps=1 --out " +
+                          result;
+  ASSERT_EQ(run_command("TMPDIR=" + dir.path() + " " + run).exit_code, 0);
+  std::string earlier = testing::read_whole_file(result);
+  int failed = 0, passed = 0;
+  for (int limit = 4; limit <= 16; ++limit) {
+    const auto r = run_command("TMPDIR=" + dir.path() + " bash -c 'ulimit -n " + std::to_string(limit) +
+                               "; exec timeout 120 " + run + "'");
+    if (r.exit_code == 0) {
+      ++passed;
+      earlier = testing::read_whole_file(result);
+      continue;
+    }
+    ++failed;
+    EXPECT_EQ(r.exit_code, 3) << "ulimit -n " << limit << ": " << r.err;
+    EXPECT_NE(r.err.find("Too many open files"), std::string::npos) << "ulimit -n " << limit << ": " << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "ulimit -n " << limit << ", one line: " << r.err;
+    EXPECT_EQ(testing::read_whole_file(result), earlier) << "ulimit -n " << limit << " changed the earlier result";
+  }
+  EXPECT_GT(failed, 0) << "no limit was low enough to fail: the sweep tested nothing";
+  EXPECT_GT(passed, 0) << "no limit up to 16 let the tiny run finish";
+}
+
 TEST(Cli, CudaWithoutAUsableGpuIsAnEnvironmentError) {
   if (!query_gpus().gpus.empty()) GTEST_SKIP() << "a GPU is visible: the CUDA engine can run here";
   const auto r = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --set train.device=cuda");
