@@ -41,7 +41,7 @@ void TarReader::start_archive(const std::string& path) {
   path_ = path;
   archive_ = archive_read_new();
   if (archive_ == nullptr) {
-    throw DataError(CorruptScope::kShard, path + ": cannot allocate a libarchive reader");
+    throw DataError(CorruptScope::kEnvironment, path + ": cannot allocate a libarchive reader: out of memory");
   }
   // Shards are tar (ustar, pax, GNU) only; any compression is accepted.
   archive_read_support_format_tar(archive_);
@@ -95,8 +95,17 @@ void TarReader::fail_open() {
   } else {
     message = path_ + ": cannot open: " + (why != nullptr ? printable(why) : "unknown error");
   }
+  const CorruptScope scope = failure_scope();
   close();
-  throw DataError(CorruptScope::kShard, message);
+  throw DataError(scope, message);
+}
+
+// libarchive out of memory (ENOMEM: "No memory", "Can't allocate ...") is
+// the machine's limit, not a damaged shard: exit 3, and never a shard that
+// data.on_corrupt=skip skips.
+CorruptScope TarReader::failure_scope() const {
+  return archive_ != nullptr && archive_errno(archive_) == ENOMEM ? CorruptScope::kEnvironment
+                                                                   : CorruptScope::kShard;
 }
 
 void TarReader::require_member() const {
@@ -195,7 +204,7 @@ int64_t TarReader::stream_offset() const {
 }
 
 void TarReader::fail(int64_t offset, const std::string& what) const {
-  throw DataError(CorruptScope::kShard, at_offset(path_, offset, what));
+  throw DataError(failure_scope(), at_offset(path_, offset, what));
 }
 
 // libarchive says "Truncated tar archive" (or "truncated gzip input", ...)

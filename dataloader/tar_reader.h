@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "dataloader/data_error.h"  // CorruptScope: a damaged shard or the machine's limit
+
 struct archive;        // libarchive's handle; only tar_reader.cpp includes archive.h
 struct archive_entry;  // libarchive's current header
 
@@ -64,6 +66,7 @@ class TarReader {
   void start_archive(const std::string& path);
   void require_member() const;
   [[noreturn]] void fail_open();
+  CorruptScope failure_scope() const;
   // The current member's size; an oversized one is skipped and reported.
   int64_t checked_member_size(int64_t max_bytes);
   [[noreturn]] void fail_short_member(int64_t got, int64_t size) const;

@@ -15,6 +15,7 @@
 #include <exception>
 #include <filesystem>  // removing a temporary checkpoint folder
 #include <string>
+#include <system_error>  // a thread that could not start: exit 3
 #include <thread>  // hardware_concurrency, sleep_for
 #include <vector>
 
@@ -153,6 +154,13 @@ ErrorReport describe_current_exception() {
     return {kExitEnvironmentError, e.what()};
   } catch (const std::bad_alloc&) {
     return {kExitEnvironmentError, "out of memory"};
+  } catch (const std::system_error& e) {
+    // A thread that could not start (EAGAIN: ulimit -u, or no room left for
+    // its stack under ulimit -v) is the machine's limit, not a bug.
+    if (e.code() == std::errc::resource_unavailable_try_again || e.code() == std::errc::not_enough_memory)
+      return {kExitEnvironmentError, std::string("out of a system resource: ") + e.what() +
+                                         " (threads or address space: ulimit -u, ulimit -v)"};
+    return {1, std::string("internal error: ") + e.what()};
   } catch (const std::exception& e) {
     return {1, std::string("internal error: ") + e.what()};
   } catch (...) {

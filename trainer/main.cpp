@@ -1,9 +1,17 @@
 // trainbench: end-to-end training throughput benchmark. All logic is in trainer/cli.cpp.
+#include <malloc.h>  // mallopt: M_ARENA_MAX
+
 #include "dataloader/shard_writer.h"     // remove_partial_shards
 #include "trainer/cli.h"
+#include "trainer/environment.h"     // address_space_limit_bytes
 #include "trainer/interrupt_cleanup.h"  // temporary folders removed on SIGINT/SIGTERM
 
 int main(int argc, char** argv) {
+  // Under an address-space limit (ulimit -v; PBS's vmem) glibc's per-thread
+  // malloc arenas each reserve 64 MiB, whatever they hold: the loader's and
+  // the writers' threads used up most of a limit the run's own memory was
+  // far below, and failed at random places. One arena, before any thread.
+  if (trainbench::address_space_limit_bytes() > 0) mallopt(M_ARENA_MAX, 1);
   trainbench::install_interrupt_cleanup();
   // A shard being written (shards synth|pack into a folder of the user's)
   // leaves no NAME.partial behind when interrupted.

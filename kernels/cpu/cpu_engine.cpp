@@ -131,6 +131,7 @@ CpuEngine::CpuEngine(const EngineOptions& options)
   // OpenMP owns the threads; OpenBLAS runs inside them (see sgemm_parallel).
   omp_set_num_threads(threads_);
   openblas_set_num_threads(1);
+  take_blas_buffers();
 
   params_.allocate(padded_count(layout_.total_params(), options.pad_buffers_to));
   grads_.allocate(padded_count(layout_.trainable_params(), options.pad_buffers_to));

@@ -50,6 +50,29 @@ void sgemm_parallel(bool transpose_a, bool transpose_b, int64_t m, int64_t n, in
   }
 }
 
+// OpenBLAS's GEMM buffers (128 MiB each) come from a pool it fills on
+// demand and keeps: one more whenever more calls run at once than ever
+// before, and when that mapping fails it retries forever. Under an
+// address-space limit (ulimit -v) the loader's threads, their stacks and
+// malloc's arenas could use up the room first, and the run hung at the first
+// GEMM that ran on two threads at once. Every OpenMP thread takes a buffer
+// here, all at once (held across a barrier), at the engine's construction,
+// which the trainer's address-space check covers; later GEMMs reuse them.
+// The pool's entry points are OpenBLAS's own, not CBLAS: weak, so another
+// BLAS links too (and skips this).
+extern "C" void* blas_memory_alloc(int) __attribute__((weak));
+extern "C" void blas_memory_free(void*) __attribute__((weak));
+
+void take_blas_buffers() {
+  if (blas_memory_alloc == nullptr || blas_memory_free == nullptr) return;
+#pragma omp parallel
+  {
+    void* buffer = blas_memory_alloc(0);
+#pragma omp barrier
+    blas_memory_free(buffer);
+  }
+}
+
 void matmul_forward(float* out, const float* in, const float* weight, int64_t n, int64_t in_dim,
                     int64_t out_dim) {
   sgemm_parallel(false, true, n, out_dim, in_dim, in, in_dim, weight, in_dim, 0.0f, out,

@@ -18,6 +18,10 @@ void sgemm_parallel(bool transpose_a, bool transpose_b, int64_t m, int64_t n, in
                          const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
                          float* c, int64_t ldc, float alpha = 1.0f);
 
+// Fills OpenBLAS's buffer pool for omp_get_max_threads() GEMMs at once, now
+// rather than mid-run (see the definition).
+void take_blas_buffers();
+
 // out[n, out_dim] = in[n, in_dim] · weight[out_dim, in_dim]ᵀ   (PyTorch Linear, no bias)
 void matmul_forward(float* out, const float* in, const float* weight, int64_t n, int64_t in_dim,
                     int64_t out_dim);

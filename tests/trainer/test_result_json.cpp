@@ -525,6 +525,47 @@ TEST(Cli, AnUnusableTmpdirOrAFileSizeLimitIsAnEnvironmentError) {
   EXPECT_EQ(address_space.err.find('\n'), address_space.err.size() - 1) << "one line: " << address_space.err;
 }
 
+// Between the address-space floor the run checks (above) and what it
+// really maps, something fails at whichever allocation meets the limit
+// first: it must be exit 3 in one line wherever that is. It was a hang
+// (OpenBLAS retrying its buffer forever on a second GEMM thread), exit 1
+// (a thread that could not start), exit 2 (libarchive's "No memory" taken
+// for a damaged shard) or libarchive's own exit. The sweep starts at the
+// floor the run names and climbs past what the run needs, with the loader's
+// threads and a checkpoint at every step in play.
+TEST(Cli, AnyAddressSpaceLimitAboveTheFloorEndsTheRunOrIsAnEnvironmentError) {
+  testing::TempDir dir("test_cli_vmem");
+  const std::string binary = TRAINBENCH_BINARY;
+  const std::string run = "export TMPDIR=" + dir.path() + "; exec timeout 60 " + binary +
+                          " run tiny --steps 3 --set train.warmup_steps=1 --set checkpoint.every_steps=1 "
+                          "--set data.readers=4 --out " + dir.file("r.json");
+  // Below the least that starts the binary at all OpenBLAS spins before
+  // main: that least is found by halving, as above, and 64 MiB over it the
+  // run names its floor.
+  const auto floor_run = run_command(
+      "bash -c 'low=65536; high=8388608; "
+      "while [ $((high - low)) -gt 32768 ]; do mid=$(((low + high) / 2)); "
+      "if (ulimit -v $mid; timeout 5 " + binary + " --version >/dev/null 2>&1); then high=$mid; else low=$mid; fi; "
+      "done; ulimit -v $((high + 65536)); " + run + "'");
+  ASSERT_EQ(floor_run.exit_code, 3) << floor_run.err;
+  const std::string marker = "maps at least ";
+  const size_t at = floor_run.err.find(marker);
+  ASSERT_NE(at, std::string::npos) << floor_run.err;
+  const double floor_mib = std::stod(floor_run.err.substr(at + marker.size()));
+  ASSERT_NE(floor_run.err.find(" MiB", at), std::string::npos) << "the floor in MiB: " << floor_run.err;
+  int passed = 0;
+  for (int mib = static_cast<int>(floor_mib) + 1; mib <= static_cast<int>(floor_mib) + 241; mib += 24) {
+    const auto r = run_command("bash -c 'ulimit -v " + std::to_string(mib * 1024) + "; " + run + "'");
+    if (r.exit_code == 0) {
+      ++passed;
+      continue;
+    }
+    EXPECT_EQ(r.exit_code, 3) << "ulimit -v " << mib << " MiB: " << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "ulimit -v " << mib << " MiB, one line: " << r.err;
+  }
+  EXPECT_GT(passed, 0) << "no limit up to 240 MiB above the floor let the tiny run finish";
+}
+
 // Out of file descriptors (ulimit -n) at any point of a run — the --out
 // probe, reading the earlier result there, the checkpoint folder's probe, the
 // synthetic shards, the result itself — is the environment's limit: exit 3
