@@ -120,13 +120,14 @@ bool rename_into_place(const std::string& from, const std::string& to, bool repl
 // The partial files this process's writers hold now, for
 // remove_partial_shards: a signal ends the process without unwinding, so no
 // destructor removes them.
+// Never destroyed: the signal's cleanup thread may run during the exit.
 std::mutex& held_partials_mutex() {
-  static std::mutex mutex;
-  return mutex;
+  static auto* mutex = new std::mutex;
+  return *mutex;
 }
 std::set<std::string>& held_partials() {
-  static std::set<std::string> paths;
-  return paths;
+  static auto* paths = new std::set<std::string>;
+  return *paths;
 }
 bool partials_removed = false;  // under the mutex: the process is ending by a signal
 void hold_partial(const std::string& partial) {

@@ -367,8 +367,10 @@ int run_command(const RunOptions& options, const std::string& command_line) {
     RunSettings settings{command_line, options.resume, options.ceilings, true, options.extension};
     settings.out_option = options.out_given;
     const RunReport report = run_config(config, comm, settings);
-    if (report.outcome.failure.happened() && !options.extension && comm->rank() == 0)
+    if (report.outcome.failure.happened() && !options.extension && comm->rank() == 0) {
+      wait_if_interrupted();  // a failure the signal's cleanup caused: the signal speaks
       std::fprintf(stderr, "trainbench: %s\n", report.outcome.failure.message.c_str());
+    }
     return report.exit_code;
   } catch (...) {
     // One rank's own failure (a file only its node lacks, rank 0's --out):

@@ -20,20 +20,25 @@ namespace trainbench {
 
 namespace {
 
+// Never destroyed: a signal can arrive while the process exits (mpirun
+// ends the other ranks when one fails), and the cleanup thread then ran on
+// a list and a mutex the exit had already destroyed (a segfault).
 std::mutex& folders_mutex() {
-  static std::mutex mutex;
-  return mutex;
+  static auto* mutex = new std::mutex;
+  return *mutex;
 }
 
 std::vector<std::string>& folders() {
-  static std::vector<std::string> list;
-  return list;
+  static auto* list = new std::vector<std::string>;
+  return *list;
 }
 
 std::vector<std::function<void()>>& actions() {  // under folders_mutex too
-  static std::vector<std::function<void()>> list;
-  return list;
+  static auto* list = new std::vector<std::function<void()>>;
+  return *list;
 }
+
+bool exiting = false;  // under folders_mutex: main has returned its code
 
 }  // namespace
 
@@ -71,6 +76,17 @@ void wait_if_interrupted() {
   while (interrupted) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
+void end_interrupt_cleanup() {
+  {
+    const std::lock_guard<std::mutex> lock(folders_mutex());
+    if (!interrupted) {
+      exiting = true;
+      return;
+    }
+  }
+  wait_if_interrupted();
+}
+
 void install_interrupt_cleanup() {
   // A file-size limit (ulimit -f) would kill a writer by SIGXFSZ without a
   // word; ignored, the write fails with EFBIG, reported like a full disk.
@@ -85,13 +101,15 @@ void install_interrupt_cleanup() {
       got = ::read(interrupt_pipe[0], &signal_number, sizeof(signal_number));
     } while (got < 0 && errno == EINTR);
     if (got != static_cast<ssize_t>(sizeof(signal_number))) return;
-    interrupted = true;
     {
       const std::lock_guard<std::mutex> lock(folders_mutex());
+      // During the exit the folders are gone with their owners, and the
+      // actions' own state may be: the signal just ends the process.
+      if (!exiting) interrupted = true;
       // The other threads go on meanwhile (a checkpoint may be committing
       // into the folder), so each folder is first renamed away in one step,
       // and removed again should a writer have re-created its path since.
-      for (int round = 0; round < 5; ++round) {
+      for (int round = 0; round < 5 && interrupted; ++round) {
         bool any_left = false;
         for (const std::string& folder : folders()) {
           std::error_code renamed, ignored;  // already removed, or being written: what can go, goes
@@ -104,7 +122,8 @@ void install_interrupt_cleanup() {
         if (!any_left) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
-      for (const std::function<void()>& action : actions()) action();
+      if (interrupted)
+        for (const std::function<void()>& action : actions()) action();
     }
     // Die by the signal itself, as without the handler.
     std::signal(signal_number, SIG_DFL);

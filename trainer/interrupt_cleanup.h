@@ -21,6 +21,10 @@ void install_interrupt_cleanup();
 // returns: removing the folders can make the run fail on its own, and that
 // failure's exit code must not win over the signal.
 void wait_if_interrupted();
+// main's last call, with its exit code ready: from here a signal ends the
+// process by itself, with no cleanup (the folders went with their owners);
+// when an interrupt is already being handled, as wait_if_interrupted.
+void end_interrupt_cleanup();
 
 // `folder` is removed (with what is in it) if the process is interrupted.
 // Folders removed since are skipped; nothing else is kept track of.

@@ -17,6 +17,6 @@ int main(int argc, char** argv) {
   // leaves no NAME.partial behind when interrupted.
   trainbench::run_on_interrupt(trainbench::remove_partial_shards);
   const int code = trainbench::run_cli(argc, argv);
-  trainbench::wait_if_interrupted();
+  trainbench::end_interrupt_cleanup();
   return code;
 }

@@ -2,12 +2,20 @@
 // JSON with every required field of schema trainbench.result/v1 and its type.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>     // open: the signalled commands' output to /dev/null
+#include <signal.h>    // kill
 #include <sys/stat.h>  // the FIFO --out must leave alone
+#include <sys/wait.h>  // waitpid
+#include <unistd.h>    // fork, execl
 
+#include <algorithm>  // std::sort
+#include <chrono>
 #include <cmath>
 #include <cstdlib>  // std::system
 #include <filesystem>
+#include <random>  // the moments the signals are sent
 #include <sstream>  // the interrupted run's output, line by line
+#include <thread>   // sleep_for
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -486,6 +494,57 @@ TEST(Cli, AnInterruptedRunLeavesNoTemporaryFolders) {
   EXPECT_EQ(before, "2") << "shards and checkpoint folders while it ran: " << r.out;
   EXPECT_EQ(exit_line, "exit=143") << "ended by SIGTERM: " << r.out;
   EXPECT_EQ(after, "0") << "temporary folders left behind: " << r.out;
+}
+
+// A SIGTERM that lands while the process exits (mpirun ends the other
+// ranks when one fails) ended it by a segfault: the signal's cleanup thread
+// ran on lists the exit had destroyed. Short commands, each sent SIGTERM at
+// a random moment around its own run time, so many signals land in the
+// exit: each must end by the signal or exit 0, never by a crash.
+TEST(Cli, ASignalDuringTheExitEndsTheProcessWithoutACrash) {
+  const std::string binary = TRAINBENCH_BINARY;
+  auto start = [&]() {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const int null = ::open("/dev/null", O_WRONLY);
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      ::execl(binary.c_str(), binary.c_str(), "plan", "tiny", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    return pid;
+  };
+  // How long the command takes here: the signals are spread around it.
+  std::vector<double> took;
+  for (int i = 0; i < 5; ++i) {
+    const auto begin = std::chrono::steady_clock::now();
+    int status = 0;
+    ::waitpid(start(), &status, 0);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "plan tiny failed: status " << status;
+    took.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
+  }
+  std::sort(took.begin(), took.end());
+  const double run_s = took[2];
+  std::mt19937 random(12345);
+  std::uniform_real_distribution<double> moment(0.3 * run_s, 1.3 * run_s);
+  int by_signal = 0, finished = 0;
+  for (int i = 0; i < 300; ++i) {
+    const pid_t pid = start();
+    std::this_thread::sleep_for(std::chrono::duration<double>(moment(random)));
+    ::kill(pid, SIGTERM);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    if (WIFSIGNALED(status)) {
+      ASSERT_EQ(WTERMSIG(status), SIGTERM) << "run " << i << " ended by signal " << WTERMSIG(status);
+      ++by_signal;
+    } else {
+      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "run " << i << ": status " << status;
+      ++finished;
+    }
+  }
+  // Both outcomes seen: the signals did land around the exit.
+  EXPECT_GT(by_signal, 0);
+  EXPECT_GT(finished, 0);
 }
 
 // The environment's limits are errors of the environment, in one line:
