@@ -202,7 +202,12 @@ bool is_trainbench_result(const std::string& path, const std::string& named) {
   text.resize(got);
   const nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!json.is_object() || !json.contains("schema") || !json["schema"].is_string()) return false;
-  return json["schema"].get<std::string>().rfind("trainbench.", 0) == 0;
+  // Results only, of any version: a checkpoint's manifest.json is a
+  // trainbench file too, and replacing it lost that checkpoint.
+  const std::string schema = json["schema"].get<std::string>();
+  for (const char* kind : {"result", "bench_io", "bench_io_write", "bench_comm", "projection"})
+    if (schema.rfind(std::string("trainbench.") + kind + "/", 0) == 0) return true;
+  return false;
 }
 
 // The first key, in a dotted path, where `mine` differs from `root`'s; "" if
@@ -307,7 +312,8 @@ void check_result_path(const std::string& path, const std::string& named) {
                                          ") to tell whether it is an earlier result; refusing to replace it"};
     if (target.st_size > 0 && !is_trainbench_result(path, named))
       throw CommandError{kExitUserError, named + " " + path + ": exists and is not a trainbench result (schema "
-                                         "trainbench.*); refusing to replace it: name another file"};
+                                         "trainbench.result, .bench_io, .bench_comm or .projection); refusing "
+                                         "to replace it: name another file"};
   }
   const std::string dir = parent_directory(path);
   struct stat folder {};

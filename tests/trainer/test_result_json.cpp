@@ -436,8 +436,10 @@ TEST(Cli, AnOutputThatCannotBeWrittenOrWouldReplaceSomethingFailsBeforeTraining)
   const std::string config = dir.file("c.yaml");
   ASSERT_EQ(std::system(("cp " + std::string(TRAINBENCH_SOURCE_DIR) + "/configs/tiny.yaml " + config +
                          " && mkdir " + dir.file("a_dir") + " && mkfifo " + dir.file("a_fifo") + " && touch " +
-                         dir.file("a_file")).c_str()),
+                         dir.file("a_file") + " && echo '{\"schema\": \"trainbench.checkpoint/v1\", \"step\": 30}' > " +
+                         dir.file("manifest.json")).c_str()),
             0);
+  const std::string manifest_text = testing::read_whole_file(dir.file("manifest.json"));
   const std::string config_text = testing::read_whole_file(config);
   struct Case {
     std::string args, expected;
@@ -449,7 +451,9 @@ TEST(Cli, AnOutputThatCannotBeWrittenOrWouldReplaceSomethingFailsBeforeTraining)
            {"tiny --out " + dir.file("a_file") + "/r.json", "is not a directory"},
            {"tiny --out " + long_name, "cannot create a file there: File name too long"},
            {"tiny --out ''", "--out: the path is empty"},
-           {config + " --out " + config, "exists and is not a trainbench result"}}) {
+           {config + " --out " + config, "exists and is not a trainbench result"},
+           // A checkpoint's manifest is a trainbench file, not a result.
+           {"tiny --out " + dir.file("manifest.json"), "exists and is not a trainbench result"}}) {
     const auto r = run_command(std::string(TRAINBENCH_BINARY) + " run " + c.args + " --steps 7");
     EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.err;
     EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.args << ": " << r.err;
@@ -457,6 +461,7 @@ TEST(Cli, AnOutputThatCannotBeWrittenOrWouldReplaceSomethingFailsBeforeTraining)
     EXPECT_EQ(r.out.find("step "), std::string::npos) << c.args << ": must fail before any step";
   }
   EXPECT_EQ(testing::read_whole_file(config), config_text) << "the config file was replaced";
+  EXPECT_EQ(testing::read_whole_file(dir.file("manifest.json")), manifest_text) << "the manifest was replaced";
   struct stat fifo {};
   ASSERT_EQ(::stat(dir.file("a_fifo").c_str(), &fifo), 0);
   EXPECT_TRUE(S_ISFIFO(fifo.st_mode)) << "the FIFO was replaced";
