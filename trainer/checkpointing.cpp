@@ -482,8 +482,7 @@ double Checkpointer::after_step(int64_t step) {
     }
   }
 
-  const bool due = ck.every_steps > 0 && step % ck.every_steps == 0;
-  if (!due) return steady_now() - begin;
+  if (!due(step)) return steady_now() - begin;
   double waited_for_previous = 0.0;
   if (in_flight_) {
     if (ck.when_busy == "skip") {
@@ -533,6 +532,24 @@ double Checkpointer::give_up(int64_t step) {
     in_flight_.reset();
   }
   drain();  // an older checkpoint in flight holds weights that trained on finitely: it commits
+  warnings_.push_back("no checkpoint from step " + std::to_string(step) + " on: " + why);
+  return steady_now() - begin;
+}
+
+bool Checkpointer::due(int64_t step) const {
+  const int64_t every = config_.checkpoint.every_steps;
+  return !diverged_ && !failed_ && every > 0 && step % every == 0;
+}
+
+double Checkpointer::refuse_inconsistent(int64_t step, const std::string& why) {
+  const double begin = steady_now();
+  if (diverged_) return 0.0;
+  diverged_ = true;
+  CheckpointRecord refused;
+  refused.step = step;
+  refused.status = "skipped_diverged";
+  drain();  // compared at its own step: it commits
+  add_record(refused);
   warnings_.push_back("no checkpoint from step " + std::to_string(step) + " on: " + why);
   return steady_now() - begin;
 }

@@ -89,6 +89,15 @@ class Checkpointer {
   // Collective (the gradient norm, reduced over the ranks, is the same on
   // every rank). Returns the seconds it blocked.
   double give_up(int64_t step);
+  // Whether after_step(step) would start a checkpoint (none is once the run
+  // gave up or failed).
+  bool due(int64_t step) const;
+  // Called instead of after_step when the ranks' parameters differ at
+  // `step` (compared just before, as at every step due a checkpoint): its
+  // checkpoint is not taken and none is from now on; one in flight was
+  // compared at its own step, so it commits. Collective (the comparison's
+  // verdict is every rank's). Returns the seconds it blocked.
+  double refuse_inconsistent(int64_t step, const std::string& why);
   // After the last step: persists and commits what is in flight. Returns
   // the seconds it took. Throws CheckpointFailure.
   double finish();

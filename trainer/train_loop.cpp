@@ -455,10 +455,16 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     // A step whose loss or gradient norm is not finite made weights no
     // checkpoint may keep (nor may retention delete a good one for them);
     // both are on the host already, so telling costs no extra sync.
+    // Nor parameters the ranks disagree on: a step due a checkpoint has them
+    // compared first, whatever comm.check_every says (a divergence found
+    // at a later check had already been committed as `latest`).
+    if (checkpointer && world > 1 && checkpointer->due(step) && inconsistency.empty()) compare_ranks_at(step);
     if (checkpointer) {
       const double checkpoint_begin = steady_seconds();
       try {
-        record.ckpt_stall_s += std::isfinite(record.loss) && std::isfinite(record.grad_norm)
+        record.ckpt_stall_s += !inconsistency.empty()
+                                   ? checkpointer->refuse_inconsistent(step, "the ranks' parameters differ")
+                               : std::isfinite(record.loss) && std::isfinite(record.grad_norm)
                                    ? checkpointer->after_step(step)
                                    : checkpointer->give_up(step);
       } catch (const CheckpointFailure& e) {
@@ -494,10 +500,9 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     // ranks' parameter check too.
     const bool last_step = step == train.steps || outcome.failure.happened();
     const bool check_now = config.comm.check_every > 0 && step % config.comm.check_every == 0;
-    if (world > 1 && (check_now || last_step) && inconsistency.empty()) {
+    if (world > 1 && (check_now || last_step) && inconsistency.empty() && last_compared != step)
       compare_ranks_at(step);
-      if (!inconsistency.empty()) break;
-    }
+    if (!inconsistency.empty()) break;
     if (outcome.failure.happened()) break;
     if (after_step && !after_step(record)) break;
 

@@ -9,6 +9,8 @@
 #include <filesystem>  // the wrapper script's mode
 #include <fstream>
 #include <string>
+#include <utility>  // std::pair
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -108,6 +110,36 @@ int count_trainbench_lines(const std::string& err) {
 // 1 naming the key, instead of the job stalling in a collective until
 // comm.timeout_s (rank 1 with another model) or training on with tokens/s
 // counted wrong (another micro-batch).
+// A checkpoint keeps only parameters the ranks agree on: a step due one has
+// them compared first, even with comm.check_every=0 (only at the end). A
+// rank diverged at step 7 used to be committed at steps 10, 15 and 20 and
+// resumed from as `latest`; now step 10's checkpoint is refused, the run
+// stops there (exit 4), and `latest` stays at step 5.
+TEST(MpiCli, ADivergedRankIsNeverCheckpointed) {
+  testing::TempDir dir("test_mpi_cli_diverged");
+  const CommandResult r = run_command(
+      "timeout 120 " + kMpirun + "-np 2 " + TRAINBENCH_BINARY +
+      " run tiny --steps 20 --set train.warmup_steps=1 --set checkpoint.every_steps=5 --set checkpoint.dir=" +
+      dir.file("ck") + " --set comm.check_every=0 --set comm.inject_divergence_step=7 --out " + dir.file("r.json"));
+  ASSERT_EQ(r.exit_code, 4) << r.out << r.err;
+  EXPECT_EQ(read_whole_file(dir.file("ck/latest")), "step_5\n");
+  EXPECT_FALSE(std::filesystem::exists(dir.file("ck/step_10"))) << "the diverged step was committed";
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("r.json")));
+  std::vector<std::pair<int64_t, std::string>> checkpoints;
+  for (const auto& c : result["checkpoints"]) checkpoints.emplace_back(c["step"], c["status"]);
+  const std::vector<std::pair<int64_t, std::string>> expected{{5, "committed"}, {10, "skipped_diverged"}};
+  EXPECT_EQ(checkpoints, expected) << result["checkpoints"].dump();
+  EXPECT_EQ(result["steps"].size(), 10u) << "the run stops at the step it found the ranks differ";
+  bool named = false;
+  for (const auto& c : result["checks"])
+    if (c["name"] == "ranks_consistent") {
+      named = true;
+      EXPECT_FALSE(c["passed"].get<bool>());
+      EXPECT_NE(c["detail"].get<std::string>().find("step 10"), std::string::npos) << c.dump();
+    }
+  EXPECT_TRUE(named) << result["checks"].dump();
+}
+
 TEST(MpiCli, RanksStartedWithDifferentConfigsExitTwoNamingTheKey) {
   testing::TempDir dir("test_mpi_cli");
   const auto [r, seconds] =
