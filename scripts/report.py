@@ -59,7 +59,10 @@ fine-tuning run (typically several nodes) of the same model shape and data
 (scripts/compare_finetune.sh makes both) and writes DIR/compare.md: tokens/s,
 the wall time and GPU-hours to process --target-tokens (default 1e9), memory
 per GPU (the run's own plan, and `trainbench plan --json` beside it when
---plan is given), checkpoint size, stall shares, and a one-line verdict.
+--plan is given), checkpoint size, stall shares, and a one-line verdict: which
+side finishes sooner and which uses fewer GPU-hours (either side may win both,
+or each one; every ratio the winner's, >= 1; within 0.5%, "about the same"),
+after what does not fit in GPU memory by the plan.
 GPUs = the run's ranks (one rank per GPU); nodes = its distinct hosts, or
 ranks / --gpus-per-node when given. --target-tokens is 1 to 1e30.
 """
@@ -1341,27 +1344,76 @@ def finetune_side(label: str, run: Run, target_tokens: float, gpus_per_node: int
                         statistics.median(sizes) if sizes else None)
 
 
+def times(more: float, less: float) -> str:
+    """How many times `less` goes into `more` (>= 1), as the verdict states it:
+    two decimals below 1.1x, so that a small difference does not read as 1.0x."""
+    r = more / less
+    return f"{r:.2f}x" if r < 1.1 else f"{r:.1f}x"
+
+
+def gpu_hours_text(value: float) -> str:
+    return f"{value:.1f}" if value >= 10 else f"{value:.3g}"
+
+
+# Within this ratio two times (or two GPU-hour counts) are about the same: the verdict says so rather
+# than name a winner by 0.1%.
+SAME = 1.005
+
+
 def verdict(lora: FinetuneSide, full: FinetuneSide, target_tokens: float, lora_fits: bool | None,
             full_fits: bool | None) -> str:
+    """One line: which side finishes sooner and which uses fewer GPU-hours (each may be either side, or
+    neither where they are about the same), every ratio the winner's, >= 1; first, what does not fit
+    in GPU memory by the plan."""
     tokens = si(target_tokens)
-    if lora_fits is False and full_fits is not False:
+    if lora_fits is False and full_fits is False:
+        return (f"Neither LoRA nor full fine-tuning fits in GPU memory at this shape and batch by the plan, "
+                f"so neither is an option as planned (measured: LoRA {duration(lora.hours)}, full fine-tuning "
+                f"{duration(full.hours)} for {tokens} tokens).")
+    if lora_fits is False:
         return (f"LoRA does not fit in GPU memory at this shape and batch: full fine-tuning on {full.nodes} "
                 f"node(s) is the option that runs ({duration(full.hours)} for {tokens} tokens).")
-    if full_fits is False and lora_fits is not False:
+    if full_fits is False:
         return (f"Full fine-tuning does not fit in GPU memory on {full.gpus} GPUs: LoRA on {lora.nodes} node(s) "
                 f"is the option that runs ({duration(lora.hours)} for {tokens} tokens).")
-    cheaper = full.gpu_hours / lora.gpu_hours
-    if lora.hours <= full.hours:
-        # "The extra nodes" only where full fine-tuning had more of them.
-        why = (": the extra nodes do not pay for this model and data" if full.nodes > lora.nodes
-               else (f" on {full.gpus} GPU(s) against {lora.gpus}" if full.gpus != lora.gpus else ""))
-        return (f"LoRA on {lora.nodes} node(s) is both faster ({duration(lora.hours)} vs {duration(full.hours)} "
-                f"for {tokens} tokens) and {cheaper:.1f}x cheaper in GPU-hours than full fine-tuning on "
-                f"{full.nodes} node(s){why}.")
-    return (f"Full fine-tuning on {full.nodes} node(s) finishes {tokens} tokens {lora.hours / full.hours:.1f}x "
-            f"sooner ({duration(full.hours)} vs {duration(lora.hours)}), but LoRA on {lora.nodes} node(s) uses "
-            f"{cheaper:.1f}x fewer GPU-hours ({lora.gpu_hours:.1f} vs {full.gpu_hours:.1f}): buy the nodes for "
-            f"time to result, not for cost.")
+    names = {id(lora): f"LoRA on {lora.nodes} node(s)", id(full): f"full fine-tuning on {full.nodes} node(s)"}
+
+    def name(side: FinetuneSide, first: bool = False) -> str:
+        text = names[id(side)]
+        return text[0].upper() + text[1:] if first else text
+
+    faster, slower = (lora, full) if lora.hours <= full.hours else (full, lora)
+    cheaper, dearer = (lora, full) if lora.gpu_hours <= full.gpu_hours else (full, lora)
+    same_time = slower.hours / faster.hours < SAME
+    same_cost = dearer.gpu_hours / cheaper.gpu_hours < SAME
+    hours = f"{duration(faster.hours)} vs {duration(slower.hours)}"
+    gpu_hours = f"{gpu_hours_text(cheaper.gpu_hours)} vs {gpu_hours_text(dearer.gpu_hours)}"
+    if same_time and same_cost:
+        return (f"LoRA on {lora.nodes} node(s) and full fine-tuning on {full.nodes} node(s) take about the same "
+                f"time ({duration(lora.hours)} vs {duration(full.hours)} for {tokens} tokens) and GPU-hours "
+                f"({gpu_hours_text(lora.gpu_hours)} vs {gpu_hours_text(full.gpu_hours)}).")
+    if same_time:
+        return (f"{name(cheaper, True)} takes about as long as {name(dearer)} ({duration(cheaper.hours)} vs "
+                f"{duration(dearer.hours)} for {tokens} tokens) and uses "
+                f"{times(dearer.gpu_hours, cheaper.gpu_hours)} fewer GPU-hours ({gpu_hours}).")
+    if same_cost:
+        return (f"{name(faster, True)} finishes {tokens} tokens {times(slower.hours, faster.hours)} sooner "
+                f"({hours}) than {name(slower)} for about the same GPU-hours ({gpu_hours_text(faster.gpu_hours)} "
+                f"vs {gpu_hours_text(slower.gpu_hours)}).")
+    if faster is cheaper:
+        if faster is lora and full.nodes > lora.nodes:
+            # "The extra nodes" only where full fine-tuning had more of them.
+            why = ": the extra nodes do not pay for this model and data"
+        else:
+            why = f" on {slower.gpus} GPU(s) against {faster.gpus}" if faster.gpus != slower.gpus else ""
+        return (f"{name(faster, True)} is both faster ({hours} for {tokens} tokens) and "
+                f"{times(dearer.gpu_hours, cheaper.gpu_hours)} cheaper in GPU-hours ({gpu_hours}) than "
+                f"{name(slower)}{why}.")
+    choice = (": buy the nodes for time to result, not for cost" if faster is full and full.nodes > lora.nodes
+              else ": choose by time to result or by cost")
+    return (f"{name(faster, True)} finishes {tokens} tokens {times(slower.hours, faster.hours)} sooner ({hours}), "
+            f"but {name(cheaper)} uses {times(dearer.gpu_hours, cheaper.gpu_hours)} fewer GPU-hours "
+            f"({gpu_hours}){choice}.")
 
 
 def write_comparison(lora_run: Run, full_run: Run, plan_path: str | None, target_tokens: float,

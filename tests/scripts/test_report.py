@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -740,6 +741,88 @@ class CompareArgumentTests(unittest.TestCase):
                 self.assertIn(nodes_words, verdict)
                 if absent:
                     self.assertNotIn(absent, verdict)
+
+    def verdict_of(self, lora_ranks: int, lora_tokens_per_s: float, full_ranks: int, full_tokens_per_s: float,
+                   gpus_per_node: int = 1, plan: dict | None = None) -> str:
+        """The verdict line of compare.md for these runs, 3.6e6 target tokens (1 h at 1000 tokens/s)."""
+        lora, full = fake_result(lora_ranks, lora_tokens_per_s), fake_result(full_ranks, full_tokens_per_s)
+        lora["config"]["train"]["mode"] = "lora"
+        full["config"]["train"]["mode"] = "full"
+        plan_args = [] if plan is None else ["--plan", write_json(self.dir / "plan.json", plan)]
+        result = report("--compare", write_json(self.dir / "lora.json", lora), write_json(self.dir / "full.json", full),
+                        *plan_args, "--gpus-per-node", str(gpus_per_node), "--target-tokens", "3.6e6",
+                        "--out", self.dir)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        line = (self.dir / "compare.md").read_text().split("**Verdict:** ")[1].splitlines()[0]
+        self.assertEqual(result.stdout.splitlines()[0], f"verdict: {line}")
+        # Every ratio is the winner's: at least 1.
+        for ratio in re.findall(r"([0-9.]+)x", line):
+            self.assertGreaterEqual(float(ratio), 1.0, line)
+        return line
+
+    def test_the_verdict_names_the_winner_of_time_and_of_gpu_hours(self) -> None:
+        # (LoRA ranks, tokens/s, full ranks, tokens/s, GPUs a node), the words the verdict must have and
+        # must not. At 3.6e6 tokens, 1000 tokens/s is 1 h; GPU-hours = hours x ranks.
+        cases = [
+            # Full fine-tuning on 1 GPU at 1.5x LoRA's tokens/s: sooner and cheaper (the probe's case).
+            ((1, 1000.0, 1, 1500.0, 1),
+             ["Full fine-tuning on 1 node(s) is both faster (40.0 min vs 1.0 h for 3.60 M tokens) and 1.5x "
+              "cheaper in GPU-hours (0.667 vs 1) than LoRA on 1 node(s)."], ["LoRA on 1 node(s) uses", "fewer"]),
+            # Full fine-tuning on 2 GPUs at 4x: 2x the GPUs, 4x the tokens/s: sooner and cheaper.
+            ((1, 1000.0, 2, 4000.0, 1),
+             ["Full fine-tuning on 2 node(s) is both faster (15.0 min vs 1.0 h", "2.0x cheaper in GPU-hours "
+              "(0.5 vs 1) than LoRA on 1 node(s) on 1 GPU(s) against 2."], ["LoRA on 1 node(s) uses"]),
+            # LoRA sooner and cheaper.
+            ((1, 1000.0, 2, 500.0, 1),
+             ["LoRA on 1 node(s) is both faster (1.0 h vs 2.0 h for 3.60 M tokens) and 4.0x cheaper in GPU-hours "
+              "(1 vs 4) than full fine-tuning on 2 node(s): the extra nodes do not pay"], ["Full fine-tuning"]),
+            # Full sooner (2 GPUs at 1.5x), LoRA cheaper.
+            ((1, 1000.0, 2, 1500.0, 1),
+             ["Full fine-tuning on 2 node(s) finishes 3.60 M tokens 1.5x sooner (40.0 min vs 1.0 h), but LoRA on "
+              "1 node(s) uses 1.3x fewer GPU-hours (1 vs 1.33): buy the nodes"], ["both"]),
+            # LoRA on 2 GPUs of one node sooner, full on 1 GPU cheaper.
+            ((2, 2000.0, 1, 1500.0, 2),
+             ["LoRA on 1 node(s) finishes 3.60 M tokens 1.3x sooner (30.0 min vs 40.0 min), but full "
+              "fine-tuning on 1 node(s) uses 1.5x fewer GPU-hours (0.667 vs 1)"], ["both", "buy the nodes"]),
+            # The same tokens/s on 1 GPU each: no winner.
+            ((1, 1000.0, 1, 1000.0, 1),
+             ["take about the same time (1.0 h vs 1.0 h for 3.60 M tokens) and GPU-hours (1 vs 1)"],
+             ["sooner", "fewer", "both"]),
+            # The same time, LoRA on half the GPUs.
+            ((1, 1000.0, 2, 1000.0, 1),
+             ["LoRA on 1 node(s) takes about as long as full fine-tuning on 2 node(s) (1.0 h vs 1.0 h for "
+              "3.60 M tokens) and uses 2.0x fewer GPU-hours (1 vs 2)"], ["sooner", "both"]),
+            # Twice the GPUs at twice the tokens/s: the same GPU-hours, full sooner.
+            ((1, 1000.0, 2, 2000.0, 1),
+             ["Full fine-tuning on 2 node(s) finishes 3.60 M tokens 2.0x sooner (30.0 min vs 1.0 h) than LoRA on "
+              "1 node(s) for about the same GPU-hours (1 vs 1)"], ["fewer", "both"]),
+            # A small difference is not rounded away to 1.0x.
+            ((1, 1000.0, 1, 1040.0, 1), ["1.04x cheaper in GPU-hours", "Full fine-tuning on 1 node(s) is both"],
+             ["1.0x"]),
+        ]
+        for (lora_ranks, lora_tps, full_ranks, full_tps, per_node), words, absent in cases:
+            with self.subTest(lora=(lora_ranks, lora_tps), full=(full_ranks, full_tps)):
+                line = self.verdict_of(lora_ranks, lora_tps, full_ranks, full_tps, per_node)
+                for word in words:
+                    self.assertIn(word, line)
+                for word in absent:
+                    self.assertNotIn(word, line)
+
+    def test_the_verdict_says_what_does_not_fit_by_the_plan(self) -> None:
+        def plan(lora_fits: bool, full_fits: bool) -> dict:
+            rows = [dict(row, fits=lora_fits if row["mode"] == "lora" else full_fits) for row in PLAN["rows"]]
+            return dict(PLAN, rows=rows)
+        for lora_fits, full_fits, words in (
+                (False, True, "LoRA does not fit in GPU memory at this shape and batch: full fine-tuning on 2 "
+                              "node(s) is the option that runs"),
+                (True, False, "Full fine-tuning does not fit in GPU memory on 2 GPUs: LoRA on 1 node(s) is the "
+                              "option that runs"),
+                (False, False, "Neither LoRA nor full fine-tuning fits in GPU memory")):
+            with self.subTest(lora_fits=lora_fits, full_fits=full_fits):
+                # Full fine-tuning sooner and cheaper: which fits still decides.
+                line = self.verdict_of(1, 1000.0, 2, 4000.0, plan=plan(lora_fits, full_fits))
+                self.assertIn(words, line)
+                self.assertNotIn("both faster", line)
 
     def refuse(self, lora: object, full: dict, plan: object, *words: str, raw: str | None = None,
                plan_raw: str | None = None, args: tuple[str, ...] = ()) -> None:
