@@ -62,7 +62,9 @@ per GPU (the run's own plan, and `trainbench plan --json` beside it when
 --plan is given), checkpoint size, stall shares, and a one-line verdict: which
 side finishes sooner and which uses fewer GPU-hours (either side may win both,
 or each one; every ratio the winner's, >= 1; within 0.5%, "about the same"),
-after what does not fit in GPU memory by the plan.
+after what does not fit in GPU memory by the plan. A plan of another model
+than the runs' exits 2 naming both: the parameters of its full fine-tuning row
+against those of a run's config.model (seq_len and batch leave them as they are).
 GPUs = the run's ranks (one rank per GPU); nodes = its distinct hosts, or
 ranks / --gpus-per-node when given. --target-tokens is 1 to 1e30.
 """
@@ -421,8 +423,11 @@ RESULT = Obj({
 }, required=("environment", "summary"), rule=within_world)
 
 # The fields of `trainbench plan --json` output this script reads.
-PLAN = Obj({"rows": Each(Obj({"mode": Str(), "fits": Bool(), "total_bytes": Opt(NONNEG)},
-                             required=("mode", "fits")))}, required=("rows",))
+PLAN = Obj({"config": STR,
+            "rows": Each(Obj({"mode": Str(), "fits": Bool(), "total_bytes": Opt(NONNEG),
+                              "trainable_params": Opt(Int(0))}, required=("mode", "fits")))}, required=("rows",))
+# The sizes of config.model that set the number of parameters (seq_len does not).
+PARAM_KEYS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_hidden", "vocab")
 
 
 def deep_at(text: str) -> str:
@@ -626,14 +631,46 @@ def load_run(path: Path) -> Run:
     return Run(path, data)
 
 
-def load_plan(name: str) -> dict[str, dict[str, Any]]:
-    """`trainbench plan --json` output: its rows by mode."""
+def load_plan(name: str, runs: list[Run]) -> dict[str, dict[str, Any]]:
+    """`trainbench plan --json` output: its rows by mode; refused where it
+    plans another model than `runs`'."""
     source = Source(f"--plan {name}", "the output of `trainbench plan --json`",
                     "the complete output of `trainbench plan --json`")
     data = read_object(Path(input_name(name, "--plan")), source)
     check_values(data, source)
     PLAN.check(data, "", source)
-    return {row["mode"]: row for row in data["rows"]}
+    rows = {row["mode"]: row for row in data["rows"]}
+    # The plan names its config (`preset:tiny`, a file) but not the model's
+    # shape, nor the --set that changed it; the parameters of its full
+    # fine-tuning row (every one trainable) are that shape's.
+    planned = (rows.get("full (DDP)") or {}).get("trainable_params")
+    for run in runs if planned is not None else []:
+        model = run.config("model")
+        params = model_parameters(model)
+        if params is not None and params != planned:
+            config = data.get("config")
+            shape = ", ".join(f"{key} {model[key]}" for key in PARAM_KEYS)
+            raise ReportError(f"--plan {name}: plans a model of {planned:,} parameters"
+                              + (f" (config {config})" if config else "")
+                              + f", but {run.path} trained one of {params:,} ({shape}): make the plan with the "
+                              "runs' config and --set")
+    return rows
+
+
+def model_parameters(model: dict[str, Any]) -> int | None:
+    """The parameters of a model of this shape, as kernels/model_shape.cpp
+    lays them out (ParameterLayout): the token embedding and the LM head
+    (vocab x d_model each), the final norm, and per layer two norms, Wq and Wo
+    (n_heads x head_dim by d_model), Wk and Wv (n_kv_heads x head_dim by
+    d_model; head_dim = d_model / n_heads, an integer division) and the three
+    ffn_hidden x d_model of the MLP. None where the shape lacks a size."""
+    sizes = [model.get(key) for key in PARAM_KEYS]
+    if any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in sizes):
+        return None
+    d, layers, heads, kv_heads, ffn, vocab = sizes
+    head_dim = d // heads
+    per_layer = 2 * d + 2 * heads * head_dim * d + 2 * kv_heads * head_dim * d + 3 * ffn * d
+    return 2 * vocab * d + d + layers * per_layer
 
 
 def input_name(name: str, what: str) -> str:
@@ -1429,7 +1466,7 @@ def write_comparison(lora_run: Run, full_run: Run, plan_path: str | None, target
         warnings.append("the two runs' model shapes differ: the comparison is not like for like")
     lora = finetune_side("LoRA", lora_run, target_tokens, gpus_per_node)
     full = finetune_side("full fine-tuning", full_run, target_tokens, gpus_per_node)
-    plan = load_plan(plan_path) if plan_path is not None else {}
+    plan = load_plan(plan_path, [lora_run, full_run]) if plan_path is not None else {}
     planned_full = plan.get("full (DDP)")
     planned_zero = plan.get("full (ZeRO-1)")
     planned_lora = plan.get("lora")

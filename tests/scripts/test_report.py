@@ -179,6 +179,10 @@ def lora_and_full() -> tuple[dict, dict]:
     return lora, full
 
 
+# `tiny`'s model shape (configs/tiny.yaml): 164,160 parameters.
+TINY_SHAPE = {"d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "ffn_hidden": 192, "vocab": 512,
+              "seq_len": 64}
+
 # `trainbench plan --json`, cut to what report.py reads.
 PLAN = {"config": "tiny", "gpus_per_node": 1, "nodes": 2,
         "rows": [{"mode": mode, "gpus": 2, "total_bytes": 2 ** 30, "fits": True}
@@ -885,6 +889,58 @@ class CompareArgumentTests(unittest.TestCase):
                 self.refuse(lora, full, plan, plan_file, *words, plan_raw=raw)
         (self.dir / "latin1.json").write_bytes(b"{\"rows\": \"\xe9\"}")
         self.refuse(lora, full, None, "latin1.json", "not UTF-8", args=("--plan", str(self.dir / "latin1.json")))
+
+    def test_a_plan_of_another_model_is_refused(self) -> None:
+        # `tiny`'s shape: 164,160 parameters (kernels/model_shape.cpp's layout).
+        lora, full = lora_and_full()
+        for run in (lora, full):
+            run["config"]["model"] = dict(TINY_SHAPE)
+        tiny_plan = damaged(PLAN, "rows.0.trainable_params", 164160)
+        done = report("--compare", write_json(self.dir / "lora.json", lora), write_json(self.dir / "full.json", full),
+                      "--plan", write_json(self.dir / "plan.json", tiny_plan), "--out", self.dir / "ok")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        rows = markdown_table((self.dir / "ok" / "compare.md").read_text(), "**Verdict:** " + done.stdout.split(
+            "verdict: ")[1].splitlines()[0])
+        self.assertEqual([r["memory/GPU (plan)"] for r in rows], ["1.00 GiB"] * 2)
+        plan_file = f"--plan {self.dir / 'plan.json'}"
+        big = damaged(damaged(PLAN, "rows.0.trainable_params", 70553706496), "config", "preset:llama3-70b")
+        self.refuse(lora, full, big, plan_file, "preset:llama3-70b", "70,553,706,496 parameters",
+                    str(self.dir / "lora.json"), "164,160", "n_layers 2")
+        # The same config name, another depth set on the runs (--set model.n_layers=4).
+        deeper = copy.deepcopy(full)
+        deeper["config"]["model"]["n_layers"] = 4
+        self.refuse(damaged(lora, "config.model.n_layers", 4), deeper, damaged(tiny_plan, "config", "preset:tiny"),
+                    plan_file, "164,160 parameters (config preset:tiny)", "n_layers 4")
+        # Only the full run's shape differs: it is named.
+        self.refuse(lora, deeper, tiny_plan, plan_file, str(self.dir / "full.json"), "n_layers 4")
+        # A plan without parameter counts, or runs without a whole shape, cannot be checked: read as before.
+        for plan, model in ((PLAN, TINY_SHAPE), (big, {"d_model": 64, "n_layers": 2})):
+            with self.subTest(plan=plan["rows"][0].get("trainable_params"), model=model):
+                done = report("--compare", write_json(self.dir / "lora.json", damaged(lora, "config.model", model)),
+                              write_json(self.dir / "full.json", damaged(full, "config.model", model)),
+                              "--plan", write_json(self.dir / "plan.json", plan), "--out", self.dir / "ok")
+                self.assertEqual(done.returncode, 0, done.stderr)
+        self.refuse(lora, full, damaged(tiny_plan, "rows.0.trainable_params", "164160"), plan_file,
+                    "rows[0].trainable_params")
+
+    def test_the_binarys_plan_of_another_model_is_refused(self) -> None:
+        # The probe's case: `trainbench plan llama3-70b --json` beside two real `tiny` runs.
+        full = real_result()
+        lora = damaged(full, "config.train.mode", "lora")
+        for config, words in (("llama3-70b", "config preset:llama3-70b"), ("tiny", None)):
+            with self.subTest(config=config):
+                made = run(BINARY, "plan", config, "--json")
+                self.assertEqual(made.returncode, 0, made.stderr)
+                plan = json.loads(made.stdout)
+                if words is None:
+                    out = self.dir / "ok"
+                    done = report("--compare", write_json(self.dir / "lora.json", lora),
+                                  write_json(self.dir / "full.json", full), "--plan",
+                                  write_json(self.dir / "plan.json", plan), "--out", out)
+                    self.assertEqual(done.returncode, 0, done.stderr)
+                    self.assertIn("| yes |", (out / "compare.md").read_text())
+                else:
+                    self.refuse(lora, full, plan, f"--plan {self.dir / 'plan.json'}", words, "164,160")
 
     def test_bad_options(self) -> None:
         lora, full = lora_and_full()
