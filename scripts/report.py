@@ -30,7 +30,7 @@ the folder of the results) receives
                             the result's `ranks`; older results: rank 0's steps)
 
 Definitions are DESIGN.md's ("What is measured"): ideal tokens/s at N ranks =
-N/N0 x tokens/s(N0), N0 the smallest world size; scaling efficiency =
+N/N0 x tokens/s(N0), N0 the smallest world size with a measured tokens/s; scaling efficiency =
 tokens/s(N) / ideal. Where a result lacks summary.slowest_rank or
 summary.bottleneck, the report derives them as the binary does
 (trainer/train_loop.cpp; docs/metrics.md): the slowest rank has the largest
@@ -52,7 +52,12 @@ slowest rank not below environment.ranks, a magnitude past 1e30 or below
 range, --plan/--target-tokens/--gpus-per-node without --compare, a DIR that is
 a file or cannot be written. A run with `report.instrument=false` times no
 step: its step times, shares and slowest rank are null (older binaries wrote
-0, read as null) and show as —. matplotlib missing exits 3.
+0, read as null) and show as —. A run a failure stopped before its first
+step after warm-up (summary.measured_steps 0) has its tokens/s null too
+(docs/metrics.md): its tokens/s and scaling efficiency show as "not measured"
+and the report lists what it has (its step counts, its failed checks); beside
+measured runs of its world size it is left out, with a warning. A null
+tokens/s where measured_steps is not 0 exits 2. matplotlib missing exits 3.
 
 --compare sets a LoRA run (train.mode lora, typically one node) beside a full
 fine-tuning run (typically several nodes) of the same model shape and data
@@ -66,7 +71,8 @@ after what does not fit in GPU memory by the plan. A plan of another model
 than the runs' exits 2 naming both: the parameters of its full fine-tuning row
 against those of a run's config.model (seq_len and batch leave them as they are).
 GPUs = the run's ranks (one rank per GPU); nodes = its distinct hosts, or
-ranks / --gpus-per-node when given. --target-tokens is 1 to 1e30.
+ranks / --gpus-per-node when given. --target-tokens is 1 to 1e30. A run that
+measured no step has no tokens/s to compare: exit 2 naming it.
 """
 
 from __future__ import annotations
@@ -371,6 +377,15 @@ def within_world(result: dict[str, Any], field: str, source: Source) -> None:
             raise source.wrong(name, rank, expected)
 
 
+def measured_or_null(summary: dict[str, Any], field: str, source: Source) -> None:
+    """tokens/s is null only in a run that measured no step: a failure
+    stopped it before the first step after warm-up (docs/metrics.md), and
+    summary.measured_steps is 0."""
+    if summary.get("tokens_per_s") is None and summary.get("measured_steps") != 0:
+        raise source.wrong(join(field, "tokens_per_s"), None,
+                           f"{POSITIVE.expected} (null only where summary.measured_steps is 0: no step measured)")
+
+
 CEILINGS = Opt(Obj({}, others=Opt(Obj({"tokens_per_s": Opt(Figure(POSITIVE)), "achieved_share": Opt(Figure(NONNEG))},
                                       others=Opt(Figure(NONNEG))))))
 SHAPE_KEYS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "seq_len")
@@ -397,7 +412,7 @@ RESULT = Obj({
         "filesystems": Opt(Each(Obj({"role": STR, "path": STR, "type": STR}))),
     }, required=("ranks",)),
     "summary": Obj({
-        "tokens_per_s": POSITIVE,
+        "tokens_per_s": Opt(POSITIVE),
         "step_s": STEP_TIME,
         "stall_shares": Opt(Obj(SHARES, rule=add_up_to_one)),
         "bottleneck": Opt(Either(Obj({k: STR for k in ("line", "text", "resource", "name")}))),
@@ -410,7 +425,7 @@ RESULT = Obj({
         "mfu_vs_gemm_ceiling": Opt(Figure(NONNEG)),
         "memory_per_rank": Opt(Obj({"total_bytes": Opt(Figure(NONNEG))})),
         "ceilings": CEILINGS,
-    }, required=("tokens_per_s", "step_s")),
+    }, required=("tokens_per_s", "step_s"), rule=measured_or_null),
     "ranks": Opt(Each(Obj({"rank": Opt(RANK), "host": STR, "step_s": STEP_TIME, "step_s_median": STEP_TIME,
                            "own_s": OWN_TIME, "own_s_median": OWN_TIME,
                            **{f"{key}_s{median}": spec for key, spec in TIMES.items()
@@ -520,8 +535,24 @@ class Run:
         return self.data["summary"]
 
     @property
-    def tokens_per_s(self) -> float:
-        return float(self.summary["tokens_per_s"])
+    def tokens_per_s(self) -> float | None:
+        """None where the run measured no step (a failure stopped it first)."""
+        value = self.summary["tokens_per_s"]
+        return None if value is None else float(value)
+
+    def failed_checks(self) -> list[dict[str, Any]]:
+        return [c for c in self.data.get("checks") or [] if isinstance(c, dict) and c.get("passed") is False]
+
+    def unmeasured_text(self) -> str:
+        """Why a run has no tokens/s: its step counts and failed checks, for the report."""
+        s = self.summary
+        steps = [step for step in self.data.get("steps") or [] if isinstance(step, dict)]
+        text = (f"measured no step ({s.get('measured_steps', '?')} measured after {s.get('warmup_steps', '?')} "
+                f"warm-up; {len(steps)} step(s) recorded)")
+        checks = self.failed_checks()
+        if checks:
+            text += "; failed: " + "; ".join(f"check {c.get('name')}: {c.get('detail', '')}" for c in checks)
+        return text
 
     def config(self, section: str) -> dict[str, Any]:
         """A section of the resolved config ({} where the result has none)."""
@@ -719,21 +750,27 @@ class Point:
     not averaged: the middle run, and of the two middle ones the slower.
     Runs with report.instrument=false beside timed ones are left out of both
     (`left_out`): their tokens/s is wall-clock, not from the median step, and
-    their step figures are not measured."""
+    their step figures are not measured. So are runs that measured no step
+    (a failure stopped them first) beside runs that did (`unmeasured`); where
+    none did, tokens/s is None (not measured)."""
     ranks: int
     runs: list[Run]
     used: list[Run] = field(init=False)      # by tokens/s, slowest first
     left_out: list[Run] = field(init=False)
+    unmeasured: list[Run] = field(init=False)
     run: Run = field(init=False)
-    tokens_per_s: float = field(init=False)
-    ideal_tokens_per_s: float = 0.0
+    tokens_per_s: float | None = field(init=False)
+    ideal_tokens_per_s: float | None = None
     efficiency: float | None = None
 
     def __post_init__(self) -> None:
-        timed = [r for r in self.runs if r.timed]
-        self.left_out = [r for r in self.runs if not r.timed] if timed else []
-        self.used = sorted(timed or self.runs, key=lambda r: (r.tokens_per_s, str(r.path)))
-        self.tokens_per_s = statistics.median(r.tokens_per_s for r in self.used)
+        measured = [r for r in self.runs if r.tokens_per_s is not None]
+        self.unmeasured = [r for r in self.runs if r.tokens_per_s is None] if measured else []
+        pool = measured or self.runs
+        timed = [r for r in pool if r.timed]
+        self.left_out = [r for r in pool if not r.timed] if timed else []
+        self.used = sorted(timed or pool, key=lambda r: (r.tokens_per_s or 0.0, str(r.path)))
+        self.tokens_per_s = statistics.median(r.tokens_per_s for r in self.used) if measured else None
         self.run = self.used[(len(self.used) - 1) // 2]
 
     @property
@@ -747,11 +784,17 @@ def group(runs: list[Run]) -> list[Point]:
     for run in runs:
         by_ranks.setdefault(run.ranks, []).append(run)
     points = [Point(n, rs) for n, rs in sorted(by_ranks.items())]
-    base = points[0]
-    for p in points:
+    base = base_point(points)
+    for p in points if base is not None else []:
         p.ideal_tokens_per_s = p.ranks / base.ranks * base.tokens_per_s
-        p.efficiency = p.tokens_per_s / p.ideal_tokens_per_s if p.ideal_tokens_per_s > 0 else None
+        p.efficiency = p.tokens_per_s / p.ideal_tokens_per_s if p.tokens_per_s is not None else None
     return points
+
+
+def base_point(points: list[Point]) -> Point | None:
+    """The world size the ideal line starts from: the smallest with a
+    measured tokens/s (None where no run measured a step)."""
+    return next((p for p in points if p.tokens_per_s is not None), None)
 
 
 def shares(run: Run) -> dict[str, float | None]:
@@ -896,6 +939,12 @@ def timing_warnings(points: list[Point]) -> list[str]:
     stderr too."""
     warnings = []
     for p in points:
+        if p.unmeasured:
+            names = ", ".join(r.path.name for r in p.unmeasured)
+            it, it_is = ("it", "it is") if len(p.unmeasured) == 1 else ("them", "they are")
+            warnings.append(f"{ranks_text(p.ranks)}: {names} measured no step (a failure stopped {it} before the "
+                            f"first step after warm-up) beside {len(p.used)} measured run(s); {it_is} left out "
+                            "of the median and of the figures shown")
         if p.left_out:
             names = ", ".join(r.path.name for r in p.left_out)
             its, it_is = ("its", "it is") if len(p.left_out) == 1 else ("their", "they are")
@@ -961,6 +1010,14 @@ def si(value: float | None, unit: str = "") -> str:
     return f"{value:.2f} {unit}".rstrip()
 
 
+NOT_MEASURED = "not measured"
+
+
+def rate(value: float | None) -> str:
+    """A tokens/s of the report: one decimal, or "not measured"."""
+    return NOT_MEASURED if value is None else f"{value:.1f}"
+
+
 def ms(value: float | None) -> str:
     return "—" if value is None else f"{value * 1e3:.2f}"
 
@@ -972,7 +1029,8 @@ def pct(value: float | None, digits: int = 1) -> str:
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
     """A Markdown table; columns of figures (numbers, percentages, "—") right-aligned."""
     def figure(cell: str) -> bool:
-        return cell == "—" or re.fullmatch(r"[-+]?[0-9.]+(e[-+]?[0-9]+)?( ?[kMGT])?%?", cell) is not None
+        return (cell in ("—", NOT_MEASURED)
+                or re.fullmatch(r"[-+]?[0-9.]+(e[-+]?[0-9]+)?( ?[kMGT])?%?", cell) is not None)
     align = ["---:" if rows and all(figure(row[i]) for row in rows) else "---" for i in range(len(header))]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
@@ -1031,7 +1089,7 @@ def ceilings_section(points: list[Point]) -> list[str]:
         for name, figures in ceilings_of(p.run).items():
             tokens = number(figures.get("tokens_per_s"))
             achieved = number(figures.get("achieved_share"))
-            if achieved is None and tokens:
+            if achieved is None and tokens and p.run.tokens_per_s is not None:
                 achieved = p.run.tokens_per_s / tokens
             others = [f for k, v in figures.items() if k not in ("tokens_per_s", "achieved_share")
                       for f in [ceiling_figure(k, v)] if f]
@@ -1135,24 +1193,30 @@ def repeats_section(points: list[Point]) -> list[str]:
     lines = ["Repeats: a world size's tokens/s (and the ideal and efficiency from it) is the median of its runs' "
              "(of an even number, the mean of the two middle ones); its other figures (step time, MFU, shares, "
              "bottleneck, slowest rank, ceilings, per-rank table) are one run's, not averaged: the middle run, "
-             "of the two middle ones the slower. Runs with report.instrument=false beside timed ones are left out.",
+             "of the two middle ones the slower. Runs with report.instrument=false beside timed ones are left out, "
+             "and so are runs that measured no step beside runs that did.",
              ""]
     for p in repeated:
-        runs = ", ".join(f"{r.path.name} {r.tokens_per_s:.1f}" for r in p.used)
-        line = (f"- {ranks_text(p.ranks)}: {len(p.runs)} runs, tokens/s median {p.tokens_per_s:.1f} of {runs}; "
+        runs = ", ".join(f"{r.path.name} {rate(r.tokens_per_s)}" for r in p.used)
+        line = (f"- {ranks_text(p.ranks)}: {len(p.runs)} runs, tokens/s median {rate(p.tokens_per_s)} of {runs}; "
                 f"the other figures are {p.run.path.name}'s")
         if p.left_out:
             line += f"; left out: {', '.join(r.path.name for r in p.left_out)} (report.instrument=false)"
+        if p.unmeasured:
+            line += f"; left out: {', '.join(r.path.name for r in p.unmeasured)} (no step measured)"
         lines.append(line)
     return lines + [""]
 
 
 def write_markdown(points: list[Point], out: Path, plots: list[str]) -> Path:
     base = points[0]
+    ideal = base_point(points)
     lines = ["# trainbench scaling report", ""]
     lines += [f"{len(points)} world size(s) from {sum(len(p.runs) for p in points)} run(s). "
-              f"Ideal tokens/s = N/{base.ranks} × tokens/s at {base.ranks} rank(s); "
-              "scaling efficiency = tokens/s ÷ ideal. tokens/s is set by the slowest rank's median step; "
+              + (f"Ideal tokens/s = N/{ideal.ranks} × tokens/s at {ideal.ranks} rank(s); "
+                 "scaling efficiency = tokens/s ÷ ideal. " if ideal is not None else
+                 "No run measured a step: there is no tokens/s, ideal line or scaling efficiency. ")
+              + "tokens/s is set by the slowest rank's median step; "
               "the step times and shares are that rank's too (docs/metrics.md; older results: rank 0's).", ""]
 
     rows = []
@@ -1162,14 +1226,21 @@ def write_markdown(points: list[Point], out: Path, plots: list[str]) -> Path:
         mfu, vs_gemm = mfu_cells(p.run)
         line, was_derived = bottleneck(p.run)
         derived |= was_derived
-        rows.append([str(p.ranks), str(p.hosts or "—"), str(len(p.runs)), f"{p.tokens_per_s:.1f}",
-                     f"{p.ideal_tokens_per_s:.1f}", "—" if p.efficiency is None else f"{p.efficiency:.3f}",
+        rows.append([str(p.ranks), str(p.hosts or "—"), str(len(p.runs)), rate(p.tokens_per_s),
+                     "—" if p.ideal_tokens_per_s is None else f"{p.ideal_tokens_per_s:.1f}",
+                     (NOT_MEASURED if p.tokens_per_s is None else "—") if p.efficiency is None
+                     else f"{p.efficiency:.3f}",
                      ms(median), ms(p10), ms(p90), mfu, vs_gemm, straggler_cell(p)])
     lines += ["## Throughput and scaling", ""]
     lines += table(["ranks", "hosts", "runs", "tokens/s", "ideal tokens/s", "scaling efficiency",
                     "step median (ms)", "step p10 (ms)", "step p90 (ms)", "MFU (datasheet)", "MFU (GEMM ceiling)",
                     "slowest rank"], rows)
     lines.append("")
+    unmeasured = [(p, r) for p in points for r in p.runs if r.tokens_per_s is None]
+    if unmeasured:
+        lines += ["Not measured: a run a failure stopped before its first step after warm-up has no tokens/s, "
+                  "step times or shares (null in the result: docs/metrics.md); what it has is below.", ""]
+        lines += [f"- {ranks_text(p.ranks)}: {r.path.name} {r.unmeasured_text()}" for p, r in unmeasured] + [""]
     lines += repeats_section(points)
 
     rows = []
@@ -1241,10 +1312,23 @@ def write_plots(points: list[Point], out: Path) -> list[str]:
             plt.close(fig)
         written.append(name)
 
+    def nan(value: float | None) -> float:
+        return float("nan") if value is None else value
+
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    ax.plot(ranks, [p.ideal_tokens_per_s for p in points], "--", color="#999999", label="ideal (linear from "
-            + f"{ranks[0]} rank{'s' if ranks[0] > 1 else ''})")
-    ax.plot(ranks, [p.tokens_per_s for p in points], "o-", color=COLORS["compute"], label="measured")
+    ideal = base_point(points)
+    if ideal is not None:
+        ax.plot(ranks, [nan(p.ideal_tokens_per_s) for p in points], "--", color="#999999",
+                label=f"ideal (linear from {ranks_text(ideal.ranks)})")
+    # The line joins the world sizes that measured a step.
+    measured = [p for p in points if p.tokens_per_s is not None]
+    ax.plot([p.ranks for p in measured], [p.tokens_per_s for p in measured], "o-", color=COLORS["compute"],
+            label="measured")
+    # A world size whose runs measured no step: a cross on the axis, not a point at 0 tokens/s.
+    missing = [p.ranks for p in points if p.tokens_per_s is None]
+    if missing:
+        ax.plot(missing, [0.0] * len(missing), "x", color="#666666", markersize=8, clip_on=False,
+                label="not measured (no step)")
     # The isolation ceilings, where the results have them: what each resource alone allows.
     for key, resource, marker in (("compute", "compute", "^"), ("network", "comm_exposed", "s"),
                                   ("storage_read", "data_stall", "D")):
@@ -1255,21 +1339,26 @@ def write_plots(points: list[Point], out: Path) -> list[str]:
                     markersize=5, label=f"{key.replace('_', ' ')} ceiling")
     for p in points:
         if len(p.used) > 1:
-            ax.scatter([p.ranks] * len(p.used), [r.tokens_per_s for r in p.used], s=10, color=COLORS["compute"],
-                       alpha=0.4)
+            ax.scatter([p.ranks] * len(p.used), [nan(r.tokens_per_s) for r in p.used], s=10,
+                       color=COLORS["compute"], alpha=0.4)
     log2_axis(ax)
     ax.set_ylabel("tokens/s")
     ax.yaxis.set_major_formatter(matplotlib.ticker.EngFormatter(sep=""))
-    ax.set_ylim(bottom=0)
+    if ideal is None:
+        ax.set_ylim(0, 1)
+        ax.set_yticks([])
+    else:
+        ax.set_ylim(bottom=0)
     ax.set_title("Throughput against world size")
-    ax.legend()
+    ax.legend(loc="upper left")
     fig.tight_layout()
     save(fig, "tokens_per_s.png")
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     eff = [p.efficiency if p.efficiency is not None else float("nan") for p in points]
     ax.axhline(1.0, linestyle="--", color="#999999", label="ideal")
-    ax.plot(ranks, eff, "o-", color=COLORS["comm_exposed"], label="measured")
+    ax.plot([n for n, e in zip(ranks, eff) if not math.isnan(e)], [e for e in eff if not math.isnan(e)], "o-",
+            color=COLORS["comm_exposed"], label="measured")
     for n, e in zip(ranks, eff):
         if not math.isnan(e):
             ax.annotate(f"{e:.2f}", (n, e), textcoords="offset points", xytext=(0, 7), ha="center", fontsize=8)
@@ -1365,7 +1454,12 @@ def duration(hours: float) -> str:
 
 
 def finetune_side(label: str, run: Run, target_tokens: float, gpus_per_node: int | None) -> FinetuneSide:
-    tokens_per_s = run.tokens_per_s  # > 0: load_run checked it
+    tokens_per_s = run.tokens_per_s  # > 0 or None: load_run checked it
+    if tokens_per_s is None:
+        failed = [str(c.get("name")) for c in run.failed_checks()]
+        raise ReportError(f"{run.path}: the {label} run measured no step (summary.tokens_per_s is null"
+                          + (f"; check{'s' if len(failed) > 1 else ''} {', '.join(failed)} failed" if failed else "")
+                          + "): no tokens/s to compare")
     hosts = run.data["environment"].get("hosts")
     if gpus_per_node:
         nodes = max(1, math.ceil(run.ranks / gpus_per_node))
@@ -1600,7 +1694,8 @@ def main(argv: list[str]) -> int:
     width = max(len(str(p.ranks)) for p in points)
     for p in points:
         eff = "—" if p.efficiency is None else f"{p.efficiency:.3f}"
-        print(f"  {p.ranks:>{width}} ranks  tokens/s {si(p.tokens_per_s):>9}  ideal {si(p.ideal_tokens_per_s):>9}  "
+        tokens = NOT_MEASURED if p.tokens_per_s is None else si(p.tokens_per_s)
+        print(f"  {p.ranks:>{width}} ranks  tokens/s {tokens:>9}  ideal {si(p.ideal_tokens_per_s):>9}  "
               f"efficiency {eff}  bottleneck {bottleneck(p.run)[0]}")
     print(f"report: {report}" + (f" and {len(plots)} plots in {out}" if plots else ""))
     return 0

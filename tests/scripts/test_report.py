@@ -76,6 +76,10 @@ def markdown_table(text: str, heading: str) -> list[dict[str, str]]:
     return [dict(zip(header, row)) for row in body]
 
 
+def has_matplotlib() -> bool:
+    return subprocess.run([sys.executable, "-c", "import matplotlib"], capture_output=True).returncode == 0
+
+
 def png_size(path: Path) -> tuple[int, int]:
     data = path.read_bytes()
     if data[:8] != PNG_MAGIC or data[12:16] != b"IHDR":
@@ -102,6 +106,24 @@ def fake_result(ranks: int, tokens_per_s: float, step_s: float = 0.1) -> dict:
         "steps": [{"step": i, "step_s": step_s * (1 + 0.01 * i), "warmup": i < 2} for i in range(1, 9)],
         "checks": [], "warnings": [],
     }
+
+
+# A result of a run a failure stopped before its first step after warm-up, as
+# the binary writes it (docs/metrics.md): tokens/s and the step figures null.
+NO_BATCH = "data: no batch from reader 0 of rank 0 within data.timeout_s = 1.000000 s"
+
+
+def unmeasured_result(ranks: int) -> dict:
+    result = fake_result(ranks, 1000.0)
+    result["summary"].update(tokens_per_s=None, measured_steps=0, warmup_steps=0, slowest_rank=None, mfu=None,
+                             mfu_vs_gemm_ceiling=None, step_s={"median": None, "p10": None, "p90": None},
+                             stall_shares={key: None for key in result["summary"]["stall_shares"]})
+    result["steps"] = []
+    result["ranks"] = [{"rank": r, "host": "a", "step_s": None, "own_s": None, "compute_s": None}
+                       for r in range(ranks)]
+    result["checks"] = [{"name": "loss_finite", "passed": True, "detail": "every step's loss is finite"},
+                        {"name": "data_read", "passed": False, "detail": NO_BATCH}]
+    return result
 
 
 # Real results, as `trainbench run --out` writes them: `tiny` on one rank
@@ -651,6 +673,78 @@ class ResultReadingTests(unittest.TestCase):
                 [shares] = markdown_table(text, "## Where the step time goes")
                 self.assertNotIn("—", shares.values())
 
+    def test_a_run_that_measured_no_step_is_reported_as_not_measured(self) -> None:
+        # Alone: its table row, what it has (steps, the failed check), and the plots.
+        path = self.write("stopped.json", unmeasured_result(1))
+        out = self.dir / "alone"
+        done = report(path, "--out", out, *([] if has_matplotlib() else ["--no-plots"]))
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("1 ranks  tokens/s not measured", done.stdout)
+        text = (out / "report.md").read_text()
+        [row] = markdown_table(text, "## Throughput and scaling")
+        self.assertEqual([row[k] for k in ("tokens/s", "ideal tokens/s", "scaling efficiency", "step median (ms)",
+                                           "slowest rank")], ["not measured", "—", "not measured", "—", "—"])
+        self.assertIn("No run measured a step", text)
+        self.assertIn(f"- 1 rank: stopped.json measured no step (0 measured after 0 warm-up; 0 step(s) recorded); "
+                      f"failed: check data_read: {NO_BATCH}", text)
+        self.assertIn(f"- stopped.json: check data_read FAILED: {NO_BATCH}", text)
+        [shares] = markdown_table(text, "## Where the step time goes")
+        self.assertEqual(set(shares.values()), {"1", "—"})
+        if has_matplotlib():
+            for name in PLOTS:
+                self.assertGreater(png_size(out / name)[0], 0)
+        # Beside measured world sizes: the ideal line starts at the smallest measured one (2 ranks).
+        paths = [path, self.write("r2.json", fake_result(2, 2000.0)), self.write("r4.json", fake_result(4, 3000.0))]
+        text = self.make_report(*paths)
+        rows = markdown_table(text, "## Throughput and scaling")
+        self.assertEqual([(r["tokens/s"], r["ideal tokens/s"], r["scaling efficiency"]) for r in rows],
+                         [("not measured", "1000.0", "not measured"), ("2000.0", "2000.0", "1.000"),
+                          ("3000.0", "4000.0", "0.750")])
+        self.assertIn("Ideal tokens/s = N/2 × tokens/s at 2 rank(s)", text)
+        # Beside a measured repeat of its world size: left out of the median and the figures, with a warning.
+        done = report(self.write("stopped.json", unmeasured_result(2)), paths[1], "--out", self.dir / "out",
+                      "--no-plots")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        warning = ("2 ranks: stopped.json measured no step (a failure stopped it before the first step after "
+                   "warm-up) beside 1 measured run(s); it is left out of the median and of the figures shown")
+        self.assertIn(warning, done.stderr)
+        text = (self.dir / "out" / "report.md").read_text()
+        self.assertIn(f"- {warning}", text)
+        [row] = markdown_table(text, "## Throughput and scaling")
+        self.assertEqual((row["runs"], row["tokens/s"], row["step median (ms)"]), ("2", "2000.0", "100.00"))
+        self.assertIn("left out: stopped.json (no step measured)", text)
+
+    def test_a_null_tokens_per_s_of_a_run_with_measured_steps_is_refused(self) -> None:
+        result = damaged(fake_result(1, 1000.0), "summary.tokens_per_s", None)
+        for steps in (6, None):
+            with self.subTest(measured_steps=steps):
+                if steps is not None:
+                    result["summary"]["measured_steps"] = steps
+                done = report(self.write("bad.json", result), "--out", self.dir / "out", "--no-plots")
+                self.assertEqual(done.returncode, 2, done.stderr)
+                self.assertEqual(done.stderr.splitlines(), [
+                    f"report.py: {self.dir / 'bad.json'}: summary.tokens_per_s is null, expected a number from "
+                    "1e-30 to 1e+30 (null only where summary.measured_steps is 0: no step measured)"])
+                self.assertFalse((self.dir / "out").exists())
+
+    def test_a_real_run_stopped_before_any_step_is_reported(self) -> None:
+        # The binary's own result of a run whose first batch never came (no batch within data.timeout_s).
+        if not os.access(BINARY, os.X_OK):
+            self.skipTest(f"{BINARY} is not built: this test reads a result it writes")
+        out = self.dir / "stopped.json"
+        made = run(BINARY, "run", "tiny", "--steps", "3", "--set", "train.warmup_steps=1", "--set",
+                   "train.threads=1", "--set", "report.progress_every=0", "--set", "data.timeout_s=1",
+                   "--set", "data.inject_delay_ms=3000", "--out", out, timeout=300)
+        self.assertEqual(made.returncode, 3, made.stderr)
+        result = json.loads(out.read_text())
+        self.assertIsNone(result["summary"]["tokens_per_s"])
+        self.assertEqual(result["summary"]["measured_steps"], 0)
+        text = self.make_report(out)
+        [row] = markdown_table(text, "## Throughput and scaling")
+        self.assertEqual(row["tokens/s"], "not measured")
+        self.assertIn("stopped.json measured no step (0 measured after", text)
+        self.assertIn("failed: check data_read: data: no batch", text)
+
     def test_a_folder_is_read_whole_and_a_differing_config_is_warned_about(self) -> None:
         other = copy.deepcopy(fake_result(2, 1900.0))
         other["config"]["model"]["n_layers"] = 4
@@ -871,6 +965,16 @@ class CompareArgumentTests(unittest.TestCase):
         done = report("--compare", write_json(self.dir / "lora.json", lora_ok),
                       write_json(self.dir / "full.json", full), "--out", self.dir / "ok")
         self.assertEqual(done.returncode, 0, done.stderr)
+
+    def test_a_run_that_measured_no_step_cannot_be_compared(self) -> None:
+        lora, full = lora_and_full()
+        stopped = unmeasured_result(2)
+        stopped["config"]["train"]["mode"] = "full"
+        self.refuse(lora, stopped, None, f"{self.dir / 'full.json'}: the full fine-tuning run measured no step "
+                    "(summary.tokens_per_s is null; check data_read failed): no tokens/s to compare")
+        stopped = unmeasured_result(1)
+        stopped["config"]["train"]["mode"] = "lora"
+        self.refuse(stopped, full, None, f"{self.dir / 'lora.json'}: the LoRA run measured no step")
 
     def test_a_damaged_plan_names_the_file_and_the_field(self) -> None:
         lora, full = lora_and_full()
