@@ -40,7 +40,7 @@ namespace trainbench {
 namespace fs = std::filesystem;
 
 struct BenchCommand::Options {
-  std::string config = "tiny";
+  std::string config = "preset:tiny";
   std::vector<std::string> overrides;
   std::vector<int64_t> readers = {1, 2, 4};
   double seconds = 30;

@@ -17,7 +17,7 @@
 namespace trainbench {
 
 struct BurninCommand::Options {
-  std::string config = "tiny";
+  std::string config = "preset:tiny";
   std::vector<std::string> overrides;
   std::string duration;
   std::string baseline;

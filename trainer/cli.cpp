@@ -52,7 +52,7 @@ namespace trainbench {
 namespace {
 
 struct RunOptions {
-  std::string config = "tiny";  // the CPU default preset
+  std::string config = "preset:tiny";  // the CPU default preset
   std::vector<std::string> overrides;
   // --steps N overrides train.steps, passed on as typed so the config layer
   // validates it like the key (an integer CLI11 saturates: 10^20 ran forever).

@@ -706,6 +706,18 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
 }
 
 Config load_config(const std::string& path_or_preset, const std::vector<std::string>& overrides) {
+  std::vector<std::string_view> names;
+  for (const EmbeddedPreset& preset : embedded_presets()) names.push_back(preset.name);
+  // "preset:NAME" is the embedded preset whatever files are about: the
+  // commands' default (a file named "tiny" in the working directory used to
+  // take its place without a word), and what the result's origin says.
+  constexpr std::string_view kPresetPrefix = "preset:";
+  if (path_or_preset.starts_with(kPresetPrefix)) {
+    const std::string name = path_or_preset.substr(kPresetPrefix.size());
+    for (const EmbeddedPreset& preset : embedded_presets())
+      if (preset.name == name) return parse_config(std::string(preset.yaml), path_or_preset, overrides);
+    fail("no embedded preset " + name + " (" + join(names, ", ") + ")");
+  }
   std::error_code error;
   if (std::filesystem::exists(path_or_preset, error)) {
     if (std::filesystem::is_directory(path_or_preset, error))
@@ -726,8 +738,6 @@ Config load_config(const std::string& path_or_preset, const std::vector<std::str
   }
   if (const EmbeddedPreset* preset = find_preset(path_or_preset))
     return parse_config(std::string(preset->yaml), "preset:" + std::string(preset->name), overrides);
-  std::vector<std::string_view> names;
-  for (const EmbeddedPreset& preset : embedded_presets()) names.push_back(preset.name);
   fail("config file not found: " + path_or_preset + " (embedded presets: " + join(names, ", ") + ")");
 }
 

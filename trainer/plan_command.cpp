@@ -21,7 +21,7 @@
 namespace trainbench {
 
 struct PlanCommand::Options {
-  std::string config = "tiny";
+  std::string config = "preset:tiny";
   std::vector<std::string> overrides;
   int64_t gpus_per_node = 8;
   double gpu_memory_gib = 0;  // 0: the visible GPU's, else an H200's

@@ -35,7 +35,7 @@
 namespace trainbench {
 
 struct ProjectCommand::Options {
-  std::string config = "tiny";
+  std::string config = "preset:tiny";
   std::vector<std::string> overrides;
   std::vector<int64_t> layers = {2, 4};
   int64_t steps = 0;  // 0: train.steps

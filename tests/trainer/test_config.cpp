@@ -147,6 +147,15 @@ TEST(LoadConfig, PresetNamesInEveryForm) {
   EXPECT_EQ(load_config("tiny.yaml").model.n_layers, 3);
   // Elsewhere a path is only a path.
   EXPECT_NE(config_error([] { load_config("other/tiny.yaml"); }), "");
+  // "preset:NAME" is the embedded preset even beside a file of that name:
+  // the commands' default when no CONFIG is given.
+  dir.write("tiny", valid_yaml_with({{"model.n_layers", "3"}}));
+  EXPECT_EQ(load_config("tiny").model.n_layers, 3);
+  const Config preset = load_config("preset:tiny");
+  EXPECT_EQ(preset.origin, "preset:tiny");
+  EXPECT_EQ(preset.model.n_layers, 2);
+  const std::string unknown = config_error([] { load_config("preset:tiny.yaml"); });
+  EXPECT_EQ(unknown.rfind("no embedded preset tiny.yaml (", 0), 0) << unknown;
   fs::current_path(previous);
 }
 

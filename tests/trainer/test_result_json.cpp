@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>  // std::system
 #include <filesystem>
+#include <fstream>  // a file named like the default preset
 #include <random>  // the moments the signals are sent
 #include <sstream>  // the interrupted run's output, line by line
 #include <thread>   // sleep_for
@@ -661,6 +662,21 @@ TEST(Cli, RunningOutOfFileDescriptorsAnywhereIsAnEnvironmentError) {
   }
   EXPECT_GT(failed, 0) << "no limit was low enough to fail: the sweep tested nothing";
   EXPECT_GT(passed, 0) << "no limit up to 16 let the tiny run finish";
+}
+
+// No CONFIG is the embedded tiny preset, even where the working directory
+// holds a file named "tiny" (it used to be read in the preset's place).
+TEST(Cli, WithoutAConfigTheEmbeddedPresetRunsWhateverFilesAreAbout) {
+  testing::TempDir dir("test_cli_default_config");
+  std::ofstream(dir.file("tiny")) << "model:\n  n_layers: 1\n";
+  const std::string in_dir = "cd " + dir.path() + " && " + TRAINBENCH_BINARY;
+  const auto plan = run_command(in_dir + " plan --json");
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_EQ(json::parse(plan.out).at("config"), "preset:tiny");
+  const auto r = run_command(in_dir + " run --steps 3 --set train.warmup_steps=1 --out r.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json result = json::parse(testing::read_whole_file(dir.file("r.json")));
+  EXPECT_EQ(result.at("config").at("model").at("n_layers"), 2) << "the preset's 2 layers, not the file's 1";
 }
 
 TEST(Cli, CudaWithoutAUsableGpuIsAnEnvironmentError) {
