@@ -407,10 +407,11 @@ void apply_override(Config& config, Sources& sources, const std::string& overrid
   }
   // YAML reads "," or " " as nothing, which a string key takes as "": a
   // data.shards of "$LIST," with an empty $LIST silently trained on
-  // synthetic data. Only YAML's own spellings of nothing mean it.
+  // synthetic data (so did " ", and --out ' ' wrote the default file). Only
+  // an empty value and YAML's own spellings of nothing mean it.
   const size_t shown = text.find_first_not_of(" \t");
   const std::string spelled = shown == std::string::npos ? "" : text.substr(shown, text.find_last_not_of(" \t") - shown + 1);
-  if (value.IsNull() && !spelled.empty() && spelled != "~" && spelled != "null" && spelled != "Null" && spelled != "NULL")
+  if (value.IsNull() && !text.empty() && spelled != "~" && spelled != "null" && spelled != "Null" && spelled != "NULL")
     fail(where + ": " + key + ": '" + text + "' reads as nothing in YAML; quote it ('\"" + text +
          "\"') if it is meant, or give a value");
   if (auto error = assign(spec->field(config), value)) fail(where + ": " + key + ": " + *error);

@@ -147,6 +147,8 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"ZeroBucket", with("comm.bucket_mb", "0"), {}, {"comm.bucket_mb: must be > 0"}},
       // YAML reads "," as nothing: an empty list variable trained on synthetic data.
       {"ShardsOnlySeparators", valid, {"data.shards=,"}, {"data.shards", "',' reads as nothing in YAML"}},
+      {"ShardsOnlyBlanks", valid, {"data.shards= "}, {"data.shards", "' ' reads as nothing in YAML"}},
+      {"OutOnlyBlanks", valid, {"report.out=\t"}, {"report.out", "reads as nothing in YAML"}},
       // 1e20 MiB overflowed the byte count into 4-byte buckets, silently.
       {"HugeBucket", with("comm.bucket_mb", "1e20"), {}, {"comm.bucket_mb", "between", "(got 1e+20)"}},
       {"TinyBucket", with("comm.bucket_mb", "1e-300"), {}, {"comm.bucket_mb", "1 KiB"}},
