@@ -149,8 +149,14 @@ Fabric parse_fabric(const std::string& text) {
     throw std::invalid_argument("'" + text + "' is not ib-ndr400, roce400, measured or <GB/s>,<us> (e.g. 25,10)");
   const double gbs = number(text.substr(0, comma), "the bandwidth");
   const double us = number(text.substr(comma + 1), "the latency");
+  // Bounded: 1e-320 GB/s made every transfer take "inf s" and the table
+  // show 100% scaling (the inf dropped as null); 1e308 printed 300 digits.
+  // 1 MB/s to 1 PB/s per GPU and up to a second a hop cover any fabric.
   if (gbs <= 0) throw std::invalid_argument("'" + text + "': the bandwidth must be > 0 GB/s");
+  if (gbs < 1e-3 || gbs > 1e6)
+    throw std::invalid_argument("'" + text + "': the bandwidth must be between 0.001 and 1e6 GB/s per GPU");
   if (us < 0) throw std::invalid_argument("'" + text + "': the latency must be >= 0 us");
+  if (us > 1e6) throw std::invalid_argument("'" + text + "': the latency must be at most 1e6 us (a second a hop)");
   return {text, gbs, us * 1e-6, false, "as given: " + text.substr(0, comma) + " GB/s per GPU achieved, " +
                                            text.substr(comma + 1) + " us per ring step"};
 }

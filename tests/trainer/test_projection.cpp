@@ -192,6 +192,9 @@ TEST(Fabric, BadTextNamesWhatIsWrong) {
       {"0,1", "the bandwidth must be > 0"},
       {"-3,1", "the bandwidth must be > 0"},
       {"25,-1", "the latency must be >= 0"},
+      {"1e-320,0", "the bandwidth must be between 0.001 and 1e6 GB/s"},
+      {"1e308,1e308", "the bandwidth must be between 0.001 and 1e6 GB/s"},
+      {"25,1e308", "the latency must be at most 1e6 us"},
       {"inf,1", "is not a number"},
   };
   for (const auto& [text, expected] : cases) {
