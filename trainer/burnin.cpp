@@ -171,10 +171,14 @@ BaselineFigures read_baseline(const std::string& path) {
                                 schema + "')");
   // A figure that is there must be one: a negative, null or text value was
   // taken as "not measured" and the verdict said the job met the baseline.
-  const auto number = [&](const char* at) {
+  // Null is "not measured" where the burn-in writes it so (a one-rank job has
+  // no fabric, a job without checkpoints no storage figure): not compared.
+  // The tokens/s a baseline is for must be there.
+  const auto number = [&](const char* at, bool null_is_unmeasured = false) {
     const nlohmann::json::json_pointer pointer(at);
     if (!j.contains(pointer)) return 0.0;
     const nlohmann::json& value = j.at(pointer);
+    if (value.is_null() && null_is_unmeasured) return 0.0;
     if (value.is_number() && value.get<double>() > 0 && std::isfinite(value.get<double>())) return value.get<double>();
     std::string field = at + 1;  // the pointer as a dotted field name
     std::replace(field.begin(), field.end(), '/', '.');
@@ -184,8 +188,8 @@ BaselineFigures read_baseline(const std::string& path) {
   };
   BaselineFigures known;
   known.tokens_per_s = number("/summary/tokens_per_s");
-  known.busbw_gbs = number("/burnin/fabric/busbw_gbs");
-  known.write_gbs = number("/burnin/storage/write_gbs");
+  known.busbw_gbs = number("/burnin/fabric/busbw_gbs", true);
+  known.write_gbs = number("/burnin/storage/write_gbs", true);
   known.config = j.value("config", nlohmann::json());
   const nlohmann::json ranks = j.value("environment", nlohmann::json::object()).value("ranks", nlohmann::json());
   known.ranks = ranks.is_number_integer() ? ranks.get<int64_t>() : 0;

@@ -674,17 +674,31 @@ class BurninMonitor final : public RunExtension {
       now_.write_gbs = median_of([](const HealthPoint& p) { return p.write_gbs; });
       const std::vector<std::string> below = compare_with_baseline(now_, *baseline_, b.baseline_tolerance_pct);
       for (const std::string& why : below) job.fail("below the baseline: " + why);
-      if (below.empty()) job.notes.push_back("baseline: tokens/s, busbw and write GB/s within the tolerance");
+      if (below.empty()) {
+        // Named: only the figures both runs measured were compared.
+        std::vector<std::string> compared;
+        if (now_.tokens_per_s > 0 && baseline_->tokens_per_s > 0) compared.push_back("tokens/s");
+        if (now_.busbw_gbs > 0 && baseline_->busbw_gbs > 0) compared.push_back("busbw");
+        if (now_.write_gbs > 0 && baseline_->write_gbs > 0) compared.push_back("write GB/s");
+        std::string names;
+        for (size_t i = 0; i < compared.size(); ++i)
+          names += (i == 0 ? "" : i + 1 == compared.size() ? " and " : ", ") + compared[i];
+        job.notes.push_back(compared.empty() ? "baseline: no figure measured in both runs to compare"
+                                             : "baseline: " + names + " within the tolerance");
+      }
     }
   }
 
   nlohmann::json to_json(const RunOutcome& outcome) const {
+    // 0 stands for "not measured" in the figures (one rank has no fabric);
+    // the result says null, as everywhere else, never a measured 0.
+    const auto measured = [](double figure) { return figure > 0 ? nlohmann::json(figure) : nlohmann::json(); };
     nlohmann::json measurements = nlohmann::json::array();
     for (const HealthPoint& p : health_)
       measurements.push_back({{"t_s", p.t_s},
-                              {"busbw_gbs", p.busbw_gbs},
+                              {"busbw_gbs", measured(p.busbw_gbs)},
                               {"fabric_exact", p.fabric_exact},
-                              {"write_gbs", p.write_gbs},
+                              {"write_gbs", measured(p.write_gbs)},
                               {"rank_write_gbs", p.rank_write_gbs},
                               {"checkpoint_wait_s", p.checkpoint_wait_s},
                               {"write_failure", p.write_failure.empty() ? nlohmann::json() : nlohmann::json(p.write_failure)}});
@@ -693,20 +707,21 @@ class BurninMonitor final : public RunExtension {
     j["elapsed_s"] = elapsed_s_;
     j["steps"] = outcome.steps.size();
     j["golden"] = {{"every", config_->burnin.golden_every}, {"checks", golden_checks_}};
-    j["fabric"] = {{"busbw_gbs", median_of([](const HealthPoint& p) { return p.busbw_gbs; })}};
-    j["storage"] = {{"write_gbs", median_of([](const HealthPoint& p) { return p.write_gbs; })}};
+    j["fabric"] = {{"busbw_gbs", measured(median_of([](const HealthPoint& p) { return p.busbw_gbs; }))}};
+    j["storage"] = {{"write_gbs", measured(median_of([](const HealthPoint& p) { return p.write_gbs; }))}};
     j["health_measurements"] = measurements;
     j["drift"] = {{"judged", drift_.judged},
                   {"first_tenth_tokens_per_s", drift_.first_tokens_per_s > 0 ? nlohmann::json(drift_.first_tokens_per_s) : nlohmann::json()},
                   {"last_tenth_tokens_per_s", drift_.last_tokens_per_s > 0 ? nlohmann::json(drift_.last_tokens_per_s) : nlohmann::json()},
-                  {"change", drift_.change}};
+                  {"change", drift_.judged ? nlohmann::json(drift_.change) : nlohmann::json()}};
     j["gpu_health"] = {{"sampled", sampler_ != nullptr}, {"gpu", gpu_name_}, {"why_not", nvml_why_not_}};
     if (baseline_)
       j["baseline"] = {{"tolerance_pct", config_->burnin.baseline_tolerance_pct},
-                       {"known", {{"tokens_per_s", baseline_->tokens_per_s}, {"busbw_gbs", baseline_->busbw_gbs},
-                                  {"write_gbs", baseline_->write_gbs}}},
-                       {"now", {{"tokens_per_s", now_.tokens_per_s}, {"busbw_gbs", now_.busbw_gbs},
-                                {"write_gbs", now_.write_gbs}}}};
+                       {"known", {{"tokens_per_s", measured(baseline_->tokens_per_s)},
+                                  {"busbw_gbs", measured(baseline_->busbw_gbs)},
+                                  {"write_gbs", measured(baseline_->write_gbs)}}},
+                       {"now", {{"tokens_per_s", measured(now_.tokens_per_s)}, {"busbw_gbs", measured(now_.busbw_gbs)},
+                                {"write_gbs", measured(now_.write_gbs)}}}};
     (void)outcome;
     return j;
   }

@@ -15,6 +15,9 @@
 
 #include "kernels/engine.h"
 #include "kernels/gpu_health.h"
+#include <nlohmann/json.hpp>
+
+#include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 #include "trainer/burnin.h"
 #include "trainer/config.h"  // default_model_shape
@@ -173,6 +176,37 @@ TEST(BurninBaseline, ReadsRunAndBurninResultsAndNamesWhatFellBelow) {
       EXPECT_NE(std::string(e.what()).find("--baseline " + bad + ": " + expected), std::string::npos) << e.what();
     }
   }
+}
+
+// A one-rank burn-in measures no fabric: its busbw (and an unjudged drift's
+// change) is null in the result, not 0, and the result is a baseline for the
+// next one-rank burn-in, the figures it has compared (a 0 there was refused
+// as "expected a positive number": no one-rank baseline could be kept).
+TEST(BurninBaseline, AOneRankResultIsABaselineForOneRank) {
+  testing::TempDir dir("test_burnin_one_rank");
+  const std::string common = std::string(TRAINBENCH_BINARY) +
+                             " burnin tiny --set train.threads=1 --set train.warmup_steps=2 --set report.progress_every=0"
+                             " --set checkpoint.every_steps=20 --set checkpoint.dir=";
+  const testing::CommandResult first =
+      testing::run_command(common + dir.file("ck1") + " --duration 4s --out " + dir.file("b1.json"));
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  const nlohmann::json b1 = nlohmann::json::parse(testing::read_whole_file(dir.file("b1.json")));
+  EXPECT_TRUE(b1["burnin"]["fabric"]["busbw_gbs"].is_null()) << b1["burnin"]["fabric"].dump();
+  for (const auto& m : b1["burnin"]["health_measurements"]) EXPECT_TRUE(m["busbw_gbs"].is_null()) << m.dump();
+  EXPECT_GT(b1["burnin"]["storage"]["write_gbs"].get<double>(), 0);
+  const nlohmann::json& drift = b1["burnin"]["drift"];
+  if (!drift["judged"].get<bool>()) {
+    EXPECT_TRUE(drift["change"].is_null()) << drift.dump();
+  }
+
+  const testing::CommandResult second =
+      testing::run_command(common + dir.file("ck2") + " --duration 3s --baseline " + dir.file("b1.json") + " --out " +
+                           dir.file("b2.json"));
+  ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
+  EXPECT_NE(second.out.find("baseline: tokens/s and write GB/s within the tolerance"), std::string::npos)
+      << "busbw was not measured, so not compared: " << second.out;
+  const nlohmann::json b2 = nlohmann::json::parse(testing::read_whole_file(dir.file("b2.json")));
+  EXPECT_TRUE(b2["burnin"]["baseline"]["known"]["busbw_gbs"].is_null());
 }
 
 // A baseline measured on another job is not this job's yardstick: another
