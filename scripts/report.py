@@ -438,7 +438,7 @@ RESULT = Obj({
 }, required=("environment", "summary"), rule=within_world)
 
 # The fields of `trainbench plan --json` output this script reads.
-PLAN = Obj({"config": STR,
+PLAN = Obj({"config": STR, "model": Opt(Obj({})),
             "rows": Each(Obj({"mode": Str(), "fits": Bool(), "total_bytes": Opt(NONNEG),
                               "trainable_params": Opt(Int(0))}, required=("mode", "fits")))}, required=("rows",))
 # The sizes of config.model that set the number of parameters (seq_len does not).
@@ -671,9 +671,23 @@ def load_plan(name: str, runs: list[Run]) -> dict[str, dict[str, Any]]:
     check_values(data, source)
     PLAN.check(data, "", source)
     rows = {row["mode"]: row for row in data["rows"]}
-    # The plan names its config (`preset:tiny`, a file) but not the model's
-    # shape, nor the --set that changed it; the parameters of its full
-    # fine-tuning row (every one trainable) are that shape's.
+    # Newer plans record the model planned, as the results do: every key
+    # both state must agree (seq_len included: it sizes the activations).
+    planned_model = data.get("model")
+    if isinstance(planned_model, dict):
+        for run in runs:
+            model = run.config("model")
+            differs = [key for key in sorted(planned_model) if key in model and model[key] != planned_model[key]]
+            if differs:
+                key = differs[0]
+                raise ReportError(f"--plan {name}: plans model.{key} = {shown(planned_model[key])}"
+                                  + (f" (config {data.get('config')})" if data.get("config") else "")
+                                  + f", but {run.path} trained model.{key} = {shown(model[key])}: make the plan "
+                                  "with the runs' config and --set")
+        return rows
+    # Older plans name their config (`preset:tiny`, a file) but not the
+    # model's shape, nor the --set that changed it; the parameters of their
+    # full fine-tuning row (every one trainable) are that shape's.
     planned = (rows.get("full (DDP)") or {}).get("trainable_params")
     for run in runs if planned is not None else []:
         model = run.config("model")

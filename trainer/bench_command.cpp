@@ -97,10 +97,13 @@ double consumed_tokens_per_s_per_rank(const std::string& path) {
   return tokens_per_s / ranks;
 }
 
+// A plain read decodes no sample: its samples/s and tokens/s are null (not
+// measured), as the console's "-", not 0.
 nlohmann::json rate_json(const ReadRate& r) {
   return {{"bytes", r.bytes},     {"samples", r.samples},     {"tokens", r.tokens},
           {"files", r.files},     {"seconds", r.seconds},     {"gbs", r.gbs()},
-          {"tokens_per_s", r.tokens_per_s()}, {"samples_per_s", r.samples_per_s()},
+          {"tokens_per_s", r.tokens > 0 ? nlohmann::json(r.tokens_per_s()) : nlohmann::json()},
+          {"samples_per_s", r.samples > 0 ? nlohmann::json(r.samples_per_s()) : nlohmann::json()},
           {"complete", r.complete}};
 }
 

@@ -158,7 +158,11 @@ int PlanCommand::run() {
   const PlannedAttention attention = planned_attention(config);
 
   if (o.json) {
+    // The model planned, as the run results record it: what a report
+    // comparing runs with this plan checks them against (the config's name
+    // does not say which --set changed it).
     nlohmann::json out = {{"config", config.origin},
+                          {"model", config_to_json(config).at("model")},
                           {"gpu_memory_bytes", gpu_bytes},
                           {"usable_bytes", usable},
                           {"gpus_per_node", o.gpus_per_node},
