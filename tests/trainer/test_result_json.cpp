@@ -623,7 +623,7 @@ TEST(Cli, AnyAddressSpaceLimitAboveTheFloorEndsTheRunOrIsAnEnvironmentError) {
   ASSERT_TRUE(unit == " MiB" || unit == " GiB") << "the floor in MiB or GiB (the CUDA build's): " << floor_run.err;
   const double floor_mib = unit == " GiB" ? floor_value * 1024 : floor_value;
   int passed = 0;
-  for (int mib = static_cast<int>(floor_mib) + 1; mib <= static_cast<int>(floor_mib) + 241; mib += 24) {
+  for (int mib = static_cast<int>(floor_mib) + 1; mib <= static_cast<int>(floor_mib) + 241; mib += 40) {
     const auto r = run_command("bash -c 'ulimit -v " + std::to_string(mib * 1024) + "; " + run + "'");
     if (r.exit_code == 0) {
       ++passed;
