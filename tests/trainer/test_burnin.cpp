@@ -186,6 +186,7 @@ TEST(BurninBaseline, AOneRankResultIsABaselineForOneRank) {
   testing::TempDir dir("test_burnin_one_rank");
   const std::string common = std::string(TRAINBENCH_BINARY) +
                              " burnin tiny --set train.threads=1 --set train.warmup_steps=2 --set report.progress_every=0"
+                             " --set burnin.degrade_pct=90"
                              " --set checkpoint.every_steps=20 --set checkpoint.dir=";
   const testing::CommandResult first =
       testing::run_command(common + dir.file("ck1") + " --duration 4s --out " + dir.file("b1.json"));
