@@ -68,8 +68,9 @@ per GPU (the run's own plan, and `trainbench plan --json` beside it when
 side finishes sooner and which uses fewer GPU-hours (either side may win both,
 or each one; every ratio the winner's, >= 1; within 0.5%, "about the same"),
 after what does not fit in GPU memory by the plan. A plan of another model
-than the runs' exits 2 naming both: the parameters of its full fine-tuning row
-against those of a run's config.model (seq_len and batch leave them as they are).
+than the runs' exits 2 naming the first key of its `model` that differs from a
+run's config.model (plans of older binaries, without `model`: the parameters
+of the full fine-tuning row against those of the run's shape).
 GPUs = the run's ranks (one rank per GPU); nodes = its distinct hosts, or
 ranks / --gpus-per-node when given. --target-tokens is 1 to 1e30. A run that
 measured no step has no tokens/s to compare: exit 2 naming it.

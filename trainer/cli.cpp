@@ -25,6 +25,7 @@
 #include "dataloader/shard_loader.h"  // LoaderTimeout: exit 3
 #include "checkpoint/atomic_file.h"   // parent_directory, atomic_write_temporary_path of --out
 #include "checkpoint/checkpoint_files.h"  // CheckpointError, CheckpointWriteError: exit 2, 3
+#include "checkpoint/checkpoint_io.h"     // read_small_file: an earlier result at --out
 #include "checkpoint/dir_lock.h"  // CheckpointDirLock: one run per checkpoint.dir
 #include "kernels/device_info.h"      // query_gpus for device auto
 #include "kernels/engine.h"           // make_engine, plan_engine_memory
@@ -178,34 +179,30 @@ ErrorReport describe_current_exception() {
 // Whether `path` holds a JSON object whose "schema" names a trainbench
 // result (trainbench.result/v1, trainbench.bench_io/v1, ...): what --out may
 // replace. Results are a few MB; anything far larger is not one.
+// The schemas of what trainbench writes as a result, any version.
+constexpr const char* kResultKinds[] = {"result", "bench_io", "bench_io_write", "bench_comm", "projection"};
+
 bool is_trainbench_result(const std::string& path, const std::string& named) {
   std::error_code error;
   const uintmax_t size = std::filesystem::file_size(path, error);
   if (error || size > (uintmax_t{256} << 20)) return false;
-  // open(2), not a stream, to tell "cannot open it now" (no descriptor
-  // left) from "it is something else".
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (is_machine_limit(errno))
-      refuse_result_path(named + " " + path + ": cannot open it to tell whether it is an earlier result", errno);
+  std::string text;
+  try {
+    text = checkpoint_io::read_small_file(path, named);
+  } catch (const CheckpointError& e) {
+    // No descriptor or memory left is the machine's limit (exit 3); a file
+    // that cannot be read otherwise is not a result.
+    if (e.environment())
+      throw CommandError{kExitEnvironmentError,
+                         std::string(e.what()) + " (to tell whether it is an earlier result; ulimit -n)"};
     return false;
   }
-  std::string text(static_cast<size_t>(size), '\0');
-  size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  text.resize(got);
   const nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!json.is_object() || !json.contains("schema") || !json["schema"].is_string()) return false;
-  // Results only, of any version: a checkpoint's manifest.json is a
-  // trainbench file too, and replacing it lost that checkpoint.
+  // Results only: a checkpoint's manifest.json is a trainbench file too, and
+  // replacing it lost that checkpoint.
   const std::string schema = json["schema"].get<std::string>();
-  for (const char* kind : {"result", "bench_io", "bench_io_write", "bench_comm", "projection"})
+  for (const char* kind : kResultKinds)
     if (schema.rfind(std::string("trainbench.") + kind + "/", 0) == 0) return true;
   return false;
 }
@@ -310,10 +307,12 @@ void check_result_path(const std::string& path, const std::string& named) {
     if (target.st_size > 0 && ::access(path.c_str(), R_OK) != 0)
       throw CommandError{kExitUserError, named + " " + path + ": exists and cannot be read (" + std::strerror(errno) +
                                          ") to tell whether it is an earlier result; refusing to replace it"};
-    if (target.st_size > 0 && !is_trainbench_result(path, named))
-      throw CommandError{kExitUserError, named + " " + path + ": exists and is not a trainbench result (schema "
-                                         "trainbench.result, .bench_io, .bench_comm or .projection); refusing "
-                                         "to replace it: name another file"};
+    if (target.st_size > 0 && !is_trainbench_result(path, named)) {
+      std::string kinds;
+      for (const char* kind : kResultKinds) kinds += std::string(kinds.empty() ? "trainbench." : ", .") + kind;
+      throw CommandError{kExitUserError, named + " " + path + ": exists and is not a trainbench result (schema " +
+                                         kinds + "); refusing to replace it: name another file"};
+    }
   }
   const std::string dir = parent_directory(path);
   struct stat folder {};

@@ -667,15 +667,26 @@ void validate(const Config& config, const Sources& sources) {
 // A config states at most a few hundred keys; a larger file is not one.
 constexpr uintmax_t kMaxConfigBytes = uintmax_t{16} << 20;
 
+const EmbeddedPreset* preset_named(std::string_view name) {
+  for (const EmbeddedPreset& preset : embedded_presets())
+    if (preset.name == name) return &preset;
+  return nullptr;
+}
+
 // An embedded preset named by CONFIG: "tiny", "tiny.yaml" or "configs/tiny.yaml".
 const EmbeddedPreset* find_preset(const std::string& path_or_preset) {
   const std::filesystem::path path = std::filesystem::path(path_or_preset).lexically_normal();
   if (!path.parent_path().empty() && path.parent_path() != "configs") return nullptr;
   std::string name = path.filename().string();
   if (name.ends_with(".yaml")) name.resize(name.size() - 5);
-  for (const EmbeddedPreset& preset : embedded_presets())
-    if (preset.name == name) return &preset;
-  return nullptr;
+  return preset_named(name);
+}
+
+// "cpu-small, gpt2-124m, ...": for the messages that name a preset wrongly.
+std::string preset_list() {
+  std::vector<std::string_view> names;
+  for (const EmbeddedPreset& preset : embedded_presets()) names.push_back(preset.name);
+  return join(names, ", ");
 }
 
 }  // namespace
@@ -707,17 +718,15 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
 }
 
 Config load_config(const std::string& path_or_preset, const std::vector<std::string>& overrides) {
-  std::vector<std::string_view> names;
-  for (const EmbeddedPreset& preset : embedded_presets()) names.push_back(preset.name);
   // "preset:NAME" is the embedded preset whatever files are about: the
   // commands' default (a file named "tiny" in the working directory used to
   // take its place without a word), and what the result's origin says.
   constexpr std::string_view kPresetPrefix = "preset:";
   if (path_or_preset.starts_with(kPresetPrefix)) {
     const std::string name = path_or_preset.substr(kPresetPrefix.size());
-    for (const EmbeddedPreset& preset : embedded_presets())
-      if (preset.name == name) return parse_config(std::string(preset.yaml), path_or_preset, overrides);
-    fail("no embedded preset " + name + " (" + join(names, ", ") + ")");
+    if (const EmbeddedPreset* preset = preset_named(name))
+      return parse_config(std::string(preset->yaml), path_or_preset, overrides);
+    fail("no embedded preset " + name + " (" + preset_list() + ")");
   }
   std::error_code error;
   if (std::filesystem::exists(path_or_preset, error)) {
@@ -739,7 +748,7 @@ Config load_config(const std::string& path_or_preset, const std::vector<std::str
   }
   if (const EmbeddedPreset* preset = find_preset(path_or_preset))
     return parse_config(std::string(preset->yaml), "preset:" + std::string(preset->name), overrides);
-  fail("config file not found: " + path_or_preset + " (embedded presets: " + join(names, ", ") + ")");
+  fail("config file not found: " + path_or_preset + " (embedded presets: " + preset_list() + ")");
 }
 
 void validate_config(const Config& config) { validate(config, Sources{}); }

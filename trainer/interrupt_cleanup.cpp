@@ -40,6 +40,26 @@ std::vector<std::function<void()>>& actions() {  // under folders_mutex too
 
 bool exiting = false;  // under folders_mutex: main has returned its code
 
+// Under folders_mutex. The other threads go on meanwhile (a checkpoint may be
+// committing into a folder), so each folder is first renamed away in one
+// step, and removed again should a writer have re-created its path since.
+void remove_folders_then_run_actions() {
+  for (int round = 0; round < 5; ++round) {
+    bool any_left = false;
+    for (const std::string& folder : folders()) {
+      std::error_code renamed, ignored;  // already removed, or being written: what can go, goes
+      if (!std::filesystem::exists(folder, ignored)) continue;
+      any_left = true;
+      const std::string doomed = folder + ".interrupted";
+      std::filesystem::rename(folder, doomed, renamed);
+      std::filesystem::remove_all(renamed ? folder : doomed, ignored);
+    }
+    if (!any_left) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (const std::function<void()>& action : actions()) action();
+}
+
 }  // namespace
 
 void remove_on_interrupt(const std::string& folder) {
@@ -105,25 +125,10 @@ void install_interrupt_cleanup() {
       const std::lock_guard<std::mutex> lock(folders_mutex());
       // During the exit the folders are gone with their owners, and the
       // actions' own state may be: the signal just ends the process.
-      if (!exiting) interrupted = true;
-      // The other threads go on meanwhile (a checkpoint may be committing
-      // into the folder), so each folder is first renamed away in one step,
-      // and removed again should a writer have re-created its path since.
-      for (int round = 0; round < 5 && interrupted; ++round) {
-        bool any_left = false;
-        for (const std::string& folder : folders()) {
-          std::error_code renamed, ignored;  // already removed, or being written: what can go, goes
-          if (!std::filesystem::exists(folder, ignored)) continue;
-          any_left = true;
-          const std::string doomed = folder + ".interrupted";
-          std::filesystem::rename(folder, doomed, renamed);
-          std::filesystem::remove_all(renamed ? folder : doomed, ignored);
-        }
-        if (!any_left) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (!exiting) {
+        interrupted = true;
+        remove_folders_then_run_actions();
       }
-      if (interrupted)
-        for (const std::function<void()>& action : actions()) action();
     }
     // Die by the signal itself, as without the handler.
     std::signal(signal_number, SIG_DFL);
