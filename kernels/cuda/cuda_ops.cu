@@ -567,7 +567,11 @@ __global__ void fill_uniform_bf16_kernel(bf16* dst, int64_t count, float scale, 
 
 // ---- cross-entropy ----
 
+// A logit of −inf adds exp(−inf) = 0; skipped, so a thread that has seen
+// nothing else yet does not compute exp(−inf − −inf) = NaN (the CPU op's sum
+// stays finite there).
 __device__ __forceinline__ void online_add(OnlineSum& running, float value) {
+  if (value == -INFINITY) return;
   if (value > running.max) {
     running.sum = running.sum * expf(running.max - value) + 1.0f;
     running.max = value;

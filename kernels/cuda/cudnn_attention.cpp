@@ -173,10 +173,15 @@ class CudnnSdpa final : public CudnnAttention {
   int64_t workspace_;
 };
 
-// Builds `graph` for the handle's device: validation, cuDNN's heuristics
-// (mode A), support check and plan. The frontend's message when it cannot.
+// Builds `graph` for the handle's device: validation, cuDNN's heuristics,
+// support check and plan. The frontend's message when it cannot. Mode A's
+// engines come first and the first that builds is the plan; FALLBACK's
+// follow, so a graph mode A offers nothing for (the deterministic backward
+// on some cuDNN versions) still runs fused instead of `auto` dropping to
+// GEMM attention and its B·H·T² probabilities (8.6 GB a layer at
+// h200-llama8b-4l).
 bool build(fe::graph::Graph& graph, cudnnHandle_t handle, const char* which, std::string* why_not) {
-  fe::error_t status = graph.build(handle, {fe::HeurMode_t::A});
+  fe::error_t status = graph.build(handle, {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
   if (status.is_good()) return true;
   *why_not = std::string("cuDNN cannot run the ") + which + " graph: " + status.get_message();
   return false;
