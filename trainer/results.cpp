@@ -132,16 +132,20 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
                      {"other_s", timed(measured, r.other_s)},
                      {"own_s", timed(measured, r.own_s)}});
   nlohmann::json checkpoints = nlohmann::json::array();
-  for (const CheckpointRecord& c : outcome.checkpoints)
+  for (const CheckpointRecord& c : outcome.checkpoints) {
+    // A phase the checkpoint never reached (a skipped one copied nothing; a
+    // failed write gathered no persist time) is null, not a rate of 0 GB/s.
+    const bool copied = c.snapshot_s > 0, persisted = c.persist_s > 0;
     checkpoints.push_back({{"step", c.step},
                            {"status", c.status},
                            {"bytes", c.bytes},
                            {"rank_bytes", c.rank_bytes},
-                           {"snapshot_s", c.snapshot_s},
-                           {"persist_s", c.persist_s},
-                           {"write_gbs", c.write_gbs},
-                           {"commit_s", c.commit_s},
+                           {"snapshot_s", timed(copied, c.snapshot_s)},
+                           {"persist_s", timed(persisted, c.persist_s)},
+                           {"write_gbs", timed(persisted, c.write_gbs)},
+                           {"commit_s", timed(c.status == "committed", c.commit_s)},
                            {"stall_s", c.stall_s}});
+  }
   nlohmann::json checks = nlohmann::json::array();
   for (const Check& c : outcome.checks)
     checks.push_back({{"name", c.name}, {"passed", c.passed}, {"detail", c.detail}});

@@ -489,6 +489,13 @@ TEST(CheckpointCli, BusyCheckpointIsSkippedOrWaitedForAsConfigured) {
   for (const auto& c : skipped["checkpoints"]) {
     EXPECT_GT(c["step"].get<int64_t>(), previous_step) << skipped["checkpoints"].dump();
     previous_step = c["step"].get<int64_t>();
+    // A skipped checkpoint copied and wrote nothing: no figures, not zeros.
+    for (const char* key : {"snapshot_s", "persist_s", "write_gbs", "commit_s"}) {
+      if (c["status"] == "skipped_busy")
+        EXPECT_TRUE(c[key].is_null()) << key << " " << c.dump();
+      else
+        EXPECT_GT(c[key].get<double>(), 0.0) << key << " " << c.dump();
+    }
   }
   EXPECT_EQ(skipped["checkpoints"].size(), 10u) << "one record per step due";
 
