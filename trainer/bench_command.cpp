@@ -616,10 +616,15 @@ int BenchCommand::run_io() {
     return m;
   };
   std::vector<Row> rows;
+  // Reader counts the loader could not be measured at: said in the result
+  // JSON's warnings too, where a sweep over --readers looks for its rows.
+  std::vector<std::string> skipped_readers;
   for (int64_t readers : counts) {
     Row row{readers, plain_pass(readers, rows.empty() ? &before_any : nullptr), {}, std::nullopt};
     const bool asked = std::find(o.readers.begin(), o.readers.end(), readers) != o.readers.end();
     if (asked && static_cast<int64_t>(shards.size()) < readers) {
+      skipped_readers.push_back("the loader was not measured with " + std::to_string(readers) + " readers: only " +
+                                std::to_string(shards.size()) + " shards (a reader reads whole shards)");
       std::printf("  (skipping %ld readers: only %zu shards)\n", readers, shards.size());
     } else if (asked) {
       LoaderOptions options = loader_options(config, shards, 0, 1);
@@ -638,7 +643,7 @@ int BenchCommand::run_io() {
 
   // Figures from the page cache are not the storage's: say so, and how to
   // get the storage's.
-  std::vector<std::string> warnings;
+  std::vector<std::string> warnings = skipped_readers;
   const std::string storage_figures =
       "for storage figures read a data set larger than memory (trainbench shards synth --size ...), or drop the "
       "page cache as root before bench io (sync; echo 3 > /proc/sys/vm/drop_caches)";

@@ -286,15 +286,24 @@ TEST_F(LoaderCli, BenchIoStopsEveryMeasurementAtSecondsAndSaysSo) {
   }
   EXPECT_EQ(bench["small_files"]["complete"], false);
   EXPECT_LT(bench["small_files"]["samples"].get<int64_t>(), 4 * 10);
-  // Unslowed, everything is read whole, and said so.
+  // Unslowed, everything is read whole, and said so. 8 readers over 4
+  // shards: the loader is not measured there, and the result says why.
   const CommandResult whole = run_command(std::string(TRAINBENCH_BINARY) + " bench io tiny --set data.shards=" +
-                                          dir_ + "/good --readers 1,2 --seconds 60 --out " + out);
+                                          dir_ + "/good --readers 1,2,8 --seconds 60 --out " + out);
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
   EXPECT_EQ(whole.out.find("(stopped)"), std::string::npos) << whole.out;
-  for (const auto& row : nlohmann::json::parse(read_whole_file(out))["by_threads"]) {
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(out));
+  ASSERT_EQ(result["by_threads"].size(), 3u) << result.dump();
+  for (const auto& row : result["by_threads"]) {
     EXPECT_EQ(row["plain_read"]["complete"], true);
-    EXPECT_EQ(row["loader"]["complete"], true);
+    if (row["threads"] == 8)
+      EXPECT_FALSE(row.contains("loader")) << row.dump();
+    else
+      EXPECT_EQ(row["loader"]["complete"], true);
   }
+  EXPECT_NE(result["warnings"].dump().find("the loader was not measured with 8 readers: only 4 shards"),
+            std::string::npos)
+      << result["warnings"].dump();
 }
 
 // Pages of `path` the page cache holds, as a fraction (-1 when it cannot tell).
