@@ -1,7 +1,10 @@
 #include "checkpoint/atomic_file.h"
 
-#include <fcntl.h>   // open
-#include <unistd.h>  // write, fsync, close, getpid
+#include <fcntl.h>     // open
+#include <sys/stat.h>  // lstat
+#include <unistd.h>    // write, fsync, close, getpid, readlink
+
+#include <climits>  // PATH_MAX
 
 #include <cerrno>   // errno
 #include <cstdio>   // std::rename, std::remove
@@ -22,11 +25,30 @@ namespace {
 }
 }  // namespace
 
+std::string replaced_file(const std::string& path) {
+  std::string current = path;
+  // Linux's own limit on links followed in one lookup (ELOOP).
+  for (int hops = 0; hops <= 40; ++hops) {
+    struct stat link {};
+    if (::lstat(current.c_str(), &link) != 0 || !S_ISLNK(link.st_mode)) return current;
+    std::string target(static_cast<size_t>(link.st_size > 0 ? link.st_size : PATH_MAX), '\0');
+    const ssize_t n = ::readlink(current.c_str(), target.data(), target.size());
+    if (n < 0) fail("cannot read the link", current);
+    target.resize(static_cast<size_t>(n));
+    current = target.front() == '/' || current.find('/') == std::string::npos
+                  ? target
+                  : parent_directory(current) + "/" + target;
+  }
+  errno = ELOOP;
+  fail("cannot follow the links of", path);
+}
+
 std::string atomic_write_temporary_path(const std::string& path) {
   return path + ".tmp." + std::to_string(getpid());
 }
 
-void write_file_atomically(const std::string& path, const std::string& contents) {
+void write_file_atomically(const std::string& named, const std::string& contents) {
+  const std::string path = replaced_file(named);
   const std::string temp = atomic_write_temporary_path(path);
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("cannot create", temp);

@@ -18,13 +18,24 @@ class AtomicWriteError : public std::runtime_error {
 // bare file name, "/" for a file in the root.
 std::string parent_directory(const std::string& path);
 
+// The file a write to `path` replaces: a symbolic link's final target (a
+// chain followed; a relative target is relative to its link's folder), else
+// `path` itself. A result path that is a link (latest.json -> run-7.json) is
+// written through, as a shell's `>` would, instead of the rename replacing
+// the link with a file and leaving its target as it was. A dangling link
+// names the file to create. Throws AtomicWriteError on a link that cannot
+// be read or a chain of more than 40 links (a loop).
+std::string replaced_file(const std::string& path);
+
 // The temporary file write_file_atomically writes before renaming it over
-// `path`: next to it, named for this process. A caller that checks a path
-// up front (the CLI's --out) probes with this very name.
+// `path` (already resolved by replaced_file): next to it, named for this
+// process. A caller that checks a path up front (the CLI's --out) probes
+// with this very name.
 std::string atomic_write_temporary_path(const std::string& path);
 
-// Throws AtomicWriteError naming the path and the failing call (errno text).
-// On failure the target is untouched and the temporary file is removed.
+// Replaces replaced_file(path). Throws AtomicWriteError naming the path and
+// the failing call (errno text). On failure the target is untouched and the
+// temporary file is removed.
 void write_file_atomically(const std::string& path, const std::string& contents);
 
 }  // namespace trainbench

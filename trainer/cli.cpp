@@ -23,7 +23,7 @@
 #include "comm/launch_detect.h"       // launcher_rank: who speaks for a job that failed before MPI
 #include "dataloader/data_error.h"    // DataError: exit 2
 #include "dataloader/shard_loader.h"  // LoaderTimeout: exit 3
-#include "checkpoint/atomic_file.h"   // parent_directory, atomic_write_temporary_path of --out
+#include "checkpoint/atomic_file.h"   // parent_directory, replaced_file, atomic_write_temporary_path of --out
 #include "checkpoint/checkpoint_files.h"  // CheckpointError, CheckpointWriteError: exit 2, 3
 #include "checkpoint/checkpoint_io.h"     // read_small_file: an earlier result at --out
 #include "checkpoint/dir_lock.h"  // CheckpointDirLock: one run per checkpoint.dir
@@ -314,13 +314,20 @@ void check_result_path(const std::string& path, const std::string& named) {
                                          kinds + "); refusing to replace it: name another file"};
     }
   }
-  const std::string dir = parent_directory(path);
+  // A link is written through (replaced_file): the folder and the probe are its target's.
+  std::string file;
+  try {
+    file = replaced_file(path);
+  } catch (const AtomicWriteError& e) {
+    throw CommandError{kExitUserError, named + ": " + e.what()};
+  }
+  const std::string dir = parent_directory(file);
   struct stat folder {};
   if (::stat(dir.c_str(), &folder) != 0)
     throw CommandError{kExitUserError, named + " " + path + ": directory '" + dir + "' does not exist"};
   if (!S_ISDIR(folder.st_mode))
     throw CommandError{kExitUserError, named + " " + path + ": '" + dir + "' is not a directory"};
-  const std::string probe = atomic_write_temporary_path(path);
+  const std::string probe = atomic_write_temporary_path(file);
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) refuse_result_path(named + " " + path + ": cannot create a file there", errno);
   ::close(fd);

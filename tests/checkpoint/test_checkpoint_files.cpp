@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/atomic_file.h"  // atomic_write_temporary_path: a blocked latest
+#include "checkpoint/atomic_file.h"  // atomic_write_temporary_path: a blocked latest; writes through links
 #include "checkpoint/checkpoint_files.h"
 #include "tests/checkpoint/checkpoint_test_state.h"
 #include "tests/support/descriptors_exhausted.h"
@@ -126,6 +126,37 @@ TEST_F(CheckpointFiles, BlockBytesMustBeAlignedAndPositive) {
   const StateImage image({{"a", 10}});
   EXPECT_THROW(write_image_file(dir_, "a.bin", image, {.direct_io = false, .block_bytes = 5000}), std::invalid_argument);
   EXPECT_THROW(write_image_file(dir_, "a.bin", image, {.direct_io = false, .block_bytes = 0}), std::invalid_argument);
+}
+
+// A result path that is a link (latest.json -> runs/7.json) is written
+// through: the link stays a link and its target gets the new text, as a
+// shell's `>` would do; the rename used to replace the link with a file.
+TEST_F(CheckpointFiles, AnAtomicWriteThroughALinkReplacesItsTarget) {
+  fs::create_directories(dir_ + "/runs");
+  write_text(dir_ + "/runs/7.json", "old");
+  fs::create_symlink("runs/7.json", dir_ + "/latest.json");      // relative to the link's folder
+  fs::create_symlink(dir_ + "/latest.json", dir_ + "/chain.json");  // absolute, to a link
+  EXPECT_EQ(replaced_file(dir_ + "/chain.json"), dir_ + "/runs/7.json");
+  write_file_atomically(dir_ + "/chain.json", "new");
+  EXPECT_TRUE(fs::is_symlink(dir_ + "/latest.json"));
+  EXPECT_TRUE(fs::is_symlink(dir_ + "/chain.json"));
+  EXPECT_EQ(read_whole_file(dir_ + "/runs/7.json"), "new");
+  EXPECT_EQ(fs::directory_iterator(dir_ + "/runs")->path().filename(), "7.json") << "no temporary file left";
+  // A dangling link names the file to create.
+  fs::create_symlink("runs/8.json", dir_ + "/next.json");
+  write_file_atomically(dir_ + "/next.json", "eight");
+  EXPECT_EQ(read_whole_file(dir_ + "/runs/8.json"), "eight");
+  EXPECT_TRUE(fs::is_symlink(dir_ + "/next.json"));
+  // A plain file is itself; a loop of links is refused, naming the path.
+  EXPECT_EQ(replaced_file(dir_ + "/runs/8.json"), dir_ + "/runs/8.json");
+  fs::create_symlink("loop-b", dir_ + "/loop-a");
+  fs::create_symlink("loop-a", dir_ + "/loop-b");
+  try {
+    write_file_atomically(dir_ + "/loop-a", "x");
+    FAIL() << "expected an AtomicWriteError";
+  } catch (const AtomicWriteError& e) {
+    EXPECT_TRUE(contains(e.what(), dir_ + "/loop-a: Too many levels of symbolic links")) << e.what();
+  }
 }
 
 TEST_F(CheckpointFiles, AFailedWriteNamesTheFileAndLeavesNothing) {

@@ -474,6 +474,19 @@ TEST(Cli, AnOutputThatCannotBeWrittenOrWouldReplaceSomethingFailsBeforeTraining)
     ASSERT_EQ(r.exit_code, 0) << "run " << run << ": " << r.err;
   }
   EXPECT_EQ(json::parse(testing::read_whole_file(result)).at("schema"), "trainbench.result/v1");
+  // A link to it is written through: the link stays, the result is new.
+  // Through a link to the config, the config is what is refused.
+  std::filesystem::create_symlink("r.json", dir.file("latest.json"));
+  std::filesystem::create_symlink(config, dir.file("config-link.json"));
+  const std::string before = testing::read_whole_file(result);
+  const auto linked = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 7 --out " + dir.file("latest.json"));
+  ASSERT_EQ(linked.exit_code, 0) << linked.err;
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.file("latest.json"))) << "the link was replaced by a file";
+  EXPECT_NE(testing::read_whole_file(result), before) << "the link's target was not rewritten";
+  const auto refused = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 7 --out " + dir.file("config-link.json"));
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("exists and is not a trainbench result"), std::string::npos) << refused.err;
+  EXPECT_EQ(testing::read_whole_file(config), config_text);
 }
 
 // SIGTERM mid-run (scancel, a timeout): the temporary folders the run made
