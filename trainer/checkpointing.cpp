@@ -536,6 +536,17 @@ double Checkpointer::give_up(int64_t step) {
   return steady_now() - begin;
 }
 
+int64_t checkpoints_added_at_peak(const CheckpointSection& ck, int64_t first_step, int64_t last_step,
+                                  int64_t committed_before) {
+  if (ck.every_steps <= 0 || last_step < first_step) return 0;
+  const int64_t count = last_step / ck.every_steps - (first_step - 1) / ck.every_steps;
+  if (count <= 0) return 0;
+  if (ck.keep == 0) return count;
+  // The j-th one is written beside min(before + j - 1, K) committed ones
+  // (the first beside every one there before: retention has not run yet).
+  return std::max<int64_t>(1, std::min(committed_before + count - 1, ck.keep) + 1 - committed_before);
+}
+
 bool Checkpointer::due(int64_t step) const {
   const int64_t every = config_.checkpoint.every_steps;
   return !diverged_ && !failed_ && every > 0 && step % every == 0;

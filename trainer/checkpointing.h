@@ -182,6 +182,13 @@ class Checkpointer {
 // mend).
 void check_checkpoint_dir(const std::string& dir, Communicator& comm, bool temporary = false);
 
+// How many more checkpoints than the `committed_before` already in the
+// folder a run from `first_step` to `last_step` holds on disk at once, at
+// the most: one is written in full before retention (checkpoint.keep K)
+// removes the oldest, so the folder holds K + 1 while one is written.
+int64_t checkpoints_added_at_peak(const CheckpointSection& ck, int64_t first_step, int64_t last_step,
+                                  int64_t committed_before);
+
 // Where a resumed run continues.
 struct ResumePoint {
   std::string folder;        // the checkpoint loaded

@@ -565,30 +565,51 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
     throw CommandError{kExitEnvironmentError, std::string("data: ") + e.what()};
   }
 
-  std::string checkpoint_off;  // why this run takes no checkpoints it was configured for
-  if (checkpoint_dir.temporary) {
-    // The default run must not fill /tmp: without checkpoint.dir, a model
-    // whose checkpoints (one committed, one being written: every rank's
-    // state and data position) do not fit in the temporary folder's
-    // filesystem trains without them, and says so. Asked once the data is
-    // set up: temporary shards made for the run are on that filesystem too.
+  std::string checkpoint_off;   // why this run takes no checkpoints it was configured for
+  std::string checkpoint_room;  // why a checkpoint of this run will find its disk full
+  if (!checkpoint_dir.path.empty()) {
+    // Every rank's state and data position, as many at once as retention
+    // leaves while the next one is written (checkpoints_added_at_peak).
+    // Asked once the data is set up: temporary shards made for the run are
+    // on the temporary folder's filesystem too.
     int64_t state_bytes = 0;
     for (const StateTensor& t : engine->state_tensors()) state_bytes += t.bytes;
     int64_t fits = 1;
     if (reporter) {
-      const int64_t needed = 2 * (state_bytes + data_position_bytes_bound(config)) * comm->world_size();
+      int64_t committed_before = 0;
+      try {
+        committed_before = static_cast<int64_t>(list_committed(checkpoint_dir.path).size());
+      } catch (const CheckpointError&) {
+      }
+      const int64_t at_once =
+          checkpoints_added_at_peak(config.checkpoint, resume.step + 1, config.train.steps, committed_before);
+      const int64_t each = (state_bytes + data_position_bytes_bound(config)) * comm->world_size();
+      const int64_t needed = at_once * each;
       const int64_t free_bytes = describe_filesystem("checkpoint", checkpoint_dir.path).free_bytes;
       fits = free_bytes <= 0 || needed < free_bytes ? 1 : 0;
-      if (!fits) {
-        checkpoint_off = "checkpoint: off: checkpoint.dir is not set and two checkpoints (" +
-                         human_bytes(static_cast<double>(needed)) + ") do not fit in " + checkpoint_dir.path +
-                         " (" + human_bytes(static_cast<double>(free_bytes)) +
-                         " free); set checkpoint.dir to measure checkpointing";
+      const std::string how_many = std::to_string(at_once) + " checkpoint(s) of up to " +
+                                   human_bytes(static_cast<double>(each)) + " at once (" +
+                                   human_bytes(static_cast<double>(needed)) + ": checkpoint.keep " +
+                                   std::to_string(config.checkpoint.keep) +
+                                   ", the oldest removed only once the next one is committed)";
+      const std::string room = checkpoint_dir.path + " has " + human_bytes(static_cast<double>(free_bytes)) +
+                               " free";
+      if (!fits && checkpoint_dir.temporary) {
+        // The default run must not fill /tmp: it trains without them and says so.
+        checkpoint_off = "checkpoint: off: checkpoint.dir is not set and " + how_many + " do not fit; " + room +
+                         "; set checkpoint.dir to measure checkpointing";
         std::fprintf(stdout, "%s\n", checkpoint_off.c_str());
+      } else if (!fits) {
+        // The user's folder: room may still be freed, so said, not refused.
+        checkpoint_room = "this run writes " + how_many + " but " + room + ": a checkpoint will find the disk " +
+                          "full (checkpoint.on_full=" + config.checkpoint.on_full +
+                          "); free space, lower checkpoint.keep or name another checkpoint.dir";
       }
     }
-    comm->broadcast(&fits, sizeof(fits), 0);
-    if (!fits) checkpoint_dir.drop();
+    if (checkpoint_dir.temporary) {
+      comm->broadcast(&fits, sizeof(fits), 0);
+      if (!fits) checkpoint_dir.drop();
+    }
   }
 
   const int threads = engine_options.threads > 0
@@ -618,6 +639,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                  engine->layout().trainable_params());
     std::fprintf(stdout, "data: %s\n", data.description.c_str());
     if (!timeouts_out_of_order.empty()) std::fprintf(stdout, "warning: %s\n", timeouts_out_of_order.c_str());
+    if (!checkpoint_room.empty()) std::fprintf(stdout, "warning: %s\n", checkpoint_room.c_str());
     if (!checkpoint_dir.path.empty())
       std::fprintf(stdout, "checkpoint: every %ld steps to %s%s, %s, keep %ld\n",
                    static_cast<long>(config.checkpoint.every_steps), checkpoint_dir.path.c_str(),
@@ -670,6 +692,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   // record nor stall would read as checkpointing that costs nothing.
   if (!checkpoint_off.empty()) outcome.warnings.insert(outcome.warnings.begin(), checkpoint_off);
   if (!timeouts_out_of_order.empty()) outcome.warnings.push_back(timeouts_out_of_order);
+  if (!checkpoint_room.empty()) outcome.warnings.push_back(checkpoint_room);
   if (options.ceilings) {
     outcome.ceilings = ceilings_to_json(ceilings, outcome.summary.tokens_per_s);
     if (!ceilings.write_failure.empty())

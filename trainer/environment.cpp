@@ -86,10 +86,10 @@ FilesystemInfo describe_filesystem(const std::string& role, const std::string& p
   FilesystemInfo fs;
   fs.role = role;
   fs.path = path;
-  // The file may not exist yet: ask about its directory.
-  const std::string dir = parent_directory(path);
+  // The path itself where it exists (a checkpoint.dir may be a mount point,
+  // whose parent is another filesystem); a file not written yet: its folder.
   struct statfs info {};
-  if (statfs(dir.c_str(), &info) == 0) {
+  if (statfs(path.c_str(), &info) == 0 || statfs(parent_directory(path).c_str(), &info) == 0) {
     fs.type = filesystem_type_name(static_cast<int64_t>(info.f_type));
     fs.free_bytes = static_cast<int64_t>(info.f_bavail) * static_cast<int64_t>(info.f_bsize);
   } else {

@@ -47,6 +47,8 @@ struct Environment {
 
 Environment collect_environment(Communicator& comm, const std::string& compute_backend,
                                 int threads_used, const GpuInventory& gpus);
+// The filesystem holding `path`: its own where it exists (a folder that is a
+// mount point included), else its folder's (a result not written yet).
 FilesystemInfo describe_filesystem(const std::string& role, const std::string& path);
 // MemAvailable from /proc/meminfo (0 when unknown).
 int64_t available_memory_bytes();

@@ -837,7 +837,7 @@ TEST(CheckpointCli, CheckpointsTurnedOffForWantOfRoomAreAWarningInTheResult) {
   const CommandResult r =
       run_with_temporary_checkpoints(dir.file("tmp"), dir.file("r.json"), " --set data.source=synthetic");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("checkpoint: off: checkpoint.dir is not set and two checkpoints"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("checkpoint: off: checkpoint.dir is not set and 2 checkpoint(s) of up to"), std::string::npos) << r.out;
   const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("r.json")));
   ASSERT_FALSE(result["warnings"].empty());
   EXPECT_EQ(result["warnings"][0].get<std::string>().rfind("checkpoint: off: checkpoint.dir is not set", 0), 0u)
@@ -857,10 +857,63 @@ TEST(CheckpointCli, TheRoomCheckCountsTheDataPositionAndTheTemporaryShards) {
   const CommandResult r = run_with_temporary_checkpoints(dir.file("tmp"), dir.file("r.json"));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("data: 8 synthetic shards"), std::string::npos) << "the temporary shards: " << r.out;
-  EXPECT_NE(r.out.find("checkpoint: off: checkpoint.dir is not set and two checkpoints"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("checkpoint: off: checkpoint.dir is not set and 2 checkpoint(s) of up to"), std::string::npos) << r.out;
   const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("r.json")));
   EXPECT_TRUE(result["checkpoints"].empty());
   EXPECT_EQ(result["steps"].size(), 10u);
+}
+
+// The room is counted for as many checkpoints as retention leaves on disk
+// at once: checkpoint.keep 2 holds 3 while the third is written (the oldest
+// goes only once it is committed). Counted as two, tiny's ~2 MB checkpoints
+// fit in 5 MiB, the run took them, and its third checkpoint failed it (exit 3).
+TEST(CheckpointCli, TheRoomCheckCountsTheCheckpointsRetentionKeepsWhileOneIsWritten) {
+  testing::TempDir dir("test_ckpt_cli");
+  const testing::MountedFilesystem small(dir.file("tmp"), "tmpfs", "size=5m");
+  if (!small.mounted()) GTEST_SKIP() << small.why_not();
+  const CommandResult r = run_command("env TMPDIR=" + dir.file("tmp") + " " + TRAINBENCH_BINARY +
+                                      " run tiny --steps 15 --set checkpoint.every_steps=5 --set data.source=synthetic"
+                                      " --set report.progress_every=0 --out " + dir.file("r.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("checkpoint: off: checkpoint.dir is not set and 3 checkpoint(s) of up to"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("checkpoint.keep 2, the oldest removed only once the next one is committed"), std::string::npos)
+      << r.out;
+}
+
+// In a checkpoint.dir of the user's that cannot hold them, the run goes on
+// (space may be freed meanwhile) but says before step 1, and in the result,
+// that a checkpoint will find the disk full. Where they fit, not a word.
+TEST(CheckpointCli, ACheckpointDirWithoutRoomForTheRunsCheckpointsIsAWarning) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string ckpt = dir.file("ckpt");
+  const testing::MountedFilesystem small(ckpt, "tmpfs", "size=5m");
+  if (!small.mounted()) GTEST_SKIP() << small.why_not();
+  const CommandResult r = run_command(tiny_run(ckpt, 15, 5, dir.file("r.json"),
+                                               "--set data.source=synthetic --set checkpoint.on_full=skip"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string expected = "this run writes 3 checkpoint(s) of up to ";
+  EXPECT_NE(r.out.find("warning: " + expected), std::string::npos) << r.out;
+  EXPECT_LT(r.out.find("warning: " + expected), r.out.find("step ")) << "said before training: " << r.out;
+  EXPECT_NE(r.out.find(ckpt + " has "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("a checkpoint will find the disk full (checkpoint.on_full=skip)"), std::string::npos) << r.out;
+  const nlohmann::json result = read_json(dir.file("r.json"));
+  EXPECT_NE(result["warnings"].dump().find(expected), std::string::npos) << result["warnings"].dump();
+  EXPECT_EQ(result["checkpoints"].back()["status"], "skipped_disk_full") << result["checkpoints"].dump();
+  // The folder is the mount point: its filesystem is the tmpfs, not its parent's.
+  bool described = false;
+  for (const auto& f : result["environment"]["filesystems"])
+    if (f["role"] == "checkpoint") {
+      described = true;
+      EXPECT_EQ(f["type"], "tmpfs") << f.dump();
+      EXPECT_LE(f["free_bytes"].get<int64_t>(), int64_t{5} << 20) << f.dump();
+    }
+  EXPECT_TRUE(described) << result["environment"].dump();
+  // keep 1: two at once fit.
+  const CommandResult fits = run_command(tiny_run(dir.file("roomy"), 15, 5, dir.file("f.json"),
+                                                  "--set data.source=synthetic --set checkpoint.keep=1"));
+  ASSERT_EQ(fits.exit_code, 0) << fits.err;
+  EXPECT_EQ(fits.out.find("a checkpoint will find the disk full"), std::string::npos) << fits.out;
 }
 
 }  // namespace
