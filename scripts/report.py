@@ -1702,8 +1702,9 @@ def main(argv: list[str]) -> int:
     prepare_out(out)
     plots = [] if args.no_plots else write_plots(points, out)
     report = write_markdown(points, out, plots)
-    # Also in report.md's warnings; here because they change which runs the figures are from.
-    for warning in timing_warnings(points):
+    # Also in report.md's warnings; here because they change which runs the
+    # figures are from, or (different configs) what they mean.
+    for warning in consistency_warnings(points):
         print(f"report.py: warning: {one_line(warning)}", file=sys.stderr)
 
     width = max(len(str(p.ranks)) for p in points)

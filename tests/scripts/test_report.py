@@ -753,6 +753,11 @@ class ResultReadingTests(unittest.TestCase):
         text = self.make_report(self.dir)
         self.assertEqual(len(markdown_table(text, "## Throughput and scaling")), 2)
         self.assertIn("r2.json is configured differently from r1.json: model.n_layers 2 vs 4", text)
+        # On the console too: the figures printed there are of different jobs.
+        console = report(self.dir, "--out", self.dir / "out2", "--no-plots")
+        self.assertEqual(console.returncode, 0, console.stderr)
+        self.assertIn("report.py: warning: r2.json is configured differently from r1.json: model.n_layers 2 vs 4",
+                      console.stderr)
 
 
 class ScaleArgumentTests(unittest.TestCase):
