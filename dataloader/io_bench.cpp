@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <mutex>
 #include <chrono>
+#include <cstdio>      // std::snprintf: the small files' names
 #include <cstring>     // std::strerror
 #include <filesystem>
 #include <fstream>
@@ -199,22 +200,27 @@ int64_t extract_to_small_files(const std::vector<std::string>& shards, const std
   int64_t files = 0;
   TarReader tar;
   Sample sample;
-  for (const std::string& shard : shards) {
-    // "train-000001.tar.gz" -> "train-000001"
-    std::string stem = fs::path(shard).filename().string();
-    stem = stem.substr(0, stem.find('.'));
-    const fs::path shard_dir = fs::path(dir) / stem;
-    tar.open(shard);
+  char name[64];
+  for (size_t s = 0; s < shards.size(); ++s) {
+    // Named by position, not by the shard's or the sample's names: a key is
+    // a tar member name (absolute, or with "..", it would write outside the
+    // folder) and two shards' stems, or two samples' keys, can be the same
+    // (one would overwrite the other and the pass read less than the loader).
+    std::snprintf(name, sizeof(name), "%06zu", s);
+    const fs::path shard_dir = fs::path(dir) / name;
+    fs::create_directory(shard_dir);
+    tar.open(shards[s]);
     SampleReader samples(tar, max_member_bytes);
-    while (samples.next(&sample)) {
-      const fs::path base = shard_dir / sample.key;
-      fs::create_directories(base.parent_path());
+    for (int64_t index = 0; samples.next(&sample); ++index) {
+      std::snprintf(name, sizeof(name), "%09ld", static_cast<long>(index));
+      const std::string base = (shard_dir / name).string();
       for (size_t m = 0; m < sample.member_count; ++m) {
         const SampleMember& member = sample.members[m];
-        std::ofstream out(base.string() + "." + member.extension, std::ios::binary);
+        const std::string path = base + "." + member.extension;
+        std::ofstream out(path, std::ios::binary);
         out.write(reinterpret_cast<const char*>(member.data.data()),
                   static_cast<std::streamsize>(member.data.size()));
-        if (!out) throw std::runtime_error("cannot write " + base.string() + "." + member.extension);
+        if (!out) throw std::runtime_error("cannot write " + path);
         ++files;
       }
     }

@@ -57,8 +57,10 @@ ReadRate measure_sequential_read(const std::vector<std::string>& paths, int64_t 
 // loader's own count of what it read.
 ReadRate measure_loader(const LoaderOptions& options, double max_seconds);
 
-// Writes every sample of the shards as files <dir>/<shard stem>/<key>.<ext>
-// (keys with '/' become subdirectories). Returns the files written.
+// Writes every sample of the shards as files <dir>/<shard's position in
+// the list, %06d>/<sample's position in its shard, %09d>.<ext>: the same
+// bytes one file per member, never outside `dir` whatever the member names.
+// Returns the files written.
 int64_t extract_to_small_files(const std::vector<std::string>& shards, const std::string& dir,
                                int64_t max_member_bytes);
 

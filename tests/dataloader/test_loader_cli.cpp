@@ -17,6 +17,7 @@
 
 #include "dataloader/shard_tools.h"
 #include "dataloader/shard_writer.h"
+#include "tests/dataloader/read_test_tars.h"  // make_tar: member names a writer of ours would refuse
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 
@@ -304,6 +305,43 @@ TEST_F(LoaderCli, BenchIoStopsEveryMeasurementAtSecondsAndSaysSo) {
   EXPECT_NE(result["warnings"].dump().find("the loader was not measured with 8 readers: only 4 shards"),
             std::string::npos)
       << result["warnings"].dump();
+}
+
+// bench io --small-files unpacks the samples one file per member. Named by
+// the members' names, a key that is an absolute path or climbs with "../"
+// wrote outside the folder (over a file already there, left behind), and
+// two shards of one stem (ds.v2-000000.tar and ds.v2-000001.tar both gave
+// "ds") overwrote each other: the pass read a part of what the loader read,
+// and said "all".
+TEST_F(LoaderCli, BenchIoSmallFilesStayInTheirFolderAndKeepEverySample) {
+  const std::string victim = dir_ + "/victim.u16";
+  testing::write_file(victim, "precious");
+  const std::string tokens(600, '\0');  // 300 u16 tokens of id 0
+  const std::vector<testing::TestEntry> members = {
+      {"s0.u16", tokens},
+      {victim, tokens},  // key: the absolute path of victim
+      {"../../../../../../../.." + dir_ + "/escaped/s1.u16", tokens}};
+  fs::create_directories(dir_ + "/odd/a");
+  fs::create_directories(dir_ + "/odd/b");
+  testing::write_file(dir_ + "/odd/a/ds.v2-000000.tar", testing::make_tar(members));
+  testing::write_file(dir_ + "/odd/b/ds.v2-000000.tar", testing::make_tar(members));
+  testing::write_file(dir_ + "/odd/a/ds.v2-000001.tar", testing::make_tar(members));
+  const std::string out = dir_ + "/small.json";
+  const CommandResult r = run_command(std::string(TRAINBENCH_BINARY) + " bench io tiny --set data.shards=" + dir_ +
+                                      "/odd/a/ds.v2-000000.tar," + dir_ + "/odd/b/ds.v2-000000.tar," + dir_ +
+                                      "/odd/a/ds.v2-000001.tar --readers 1 --seconds 30 --small-files"
+                                      " --small-files-dir " + dir_ + " --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(read_whole_file(victim), "precious");
+  EXPECT_FALSE(fs::exists(dir_ + "/escaped")) << "written outside the small-files folder";
+  const nlohmann::json bench = nlohmann::json::parse(read_whole_file(out));
+  const nlohmann::json& loader = bench["by_threads"][0]["loader"];
+  EXPECT_EQ(loader["samples"], 9) << bench.dump();
+  EXPECT_EQ(bench["small_files"]["samples"], loader["samples"]) << bench.dump();
+  EXPECT_EQ(bench["small_files"]["tokens"], loader["tokens"]) << bench.dump();
+  EXPECT_EQ(bench["small_files"]["complete"], true);
+  EXPECT_NE(r.out.find("small files: 9 files for the shards' samples (9 files, 9 samples read)"), std::string::npos)
+      << r.out;
 }
 
 // Pages of `path` the page cache holds, as a fraction (-1 when it cannot tell).
