@@ -24,6 +24,7 @@
 #include "kernels/engine.h"          // make_layout: the gradient elements
 #include "trainer/cli.h"             // CommandError, exit codes
 #include "trainer/cli_validators.h"  // integer_range, number_range: numbers checked as typed
+#include "trainer/results.h"         // read_json_input: --against
 #include "trainer/config.h"
 #include "trainer/data_source.h"     // shards_for_run, loader_options
 #include "trainer/environment.h"     // describe_filesystem, available_memory_bytes, trainbench_version
@@ -77,9 +78,12 @@ constexpr int64_t kMaxReaders = 256;
 // tokens/s one rank consumed in a finished run: the result JSON's global rate
 // over its ranks.
 double consumed_tokens_per_s_per_rank(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) throw CommandError{kExitUserError, "--against " + path + ": cannot read it"};
-  const nlohmann::json result = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json result;
+  try {
+    result = read_json_input("--against", path, "a `trainbench run --out` result");
+  } catch (const std::invalid_argument& e) {
+    throw CommandError{kExitUserError, e.what()};
+  }
   const auto number_at = [&](const char* section, const char* key) {
     const nlohmann::json* value = nullptr;
     if (result.is_object() && result.contains(section) && result[section].is_object() &&
@@ -87,8 +91,6 @@ double consumed_tokens_per_s_per_rank(const std::string& path) {
       value = &result[section][key];
     return value != nullptr && value->is_number() ? value->get<double>() : 0.0;
   };
-  if (result.is_discarded())
-    throw CommandError{kExitUserError, "--against " + path + ": not JSON (give a `trainbench run --out` result)"};
   const double tokens_per_s = number_at("summary", "tokens_per_s"), ranks = number_at("environment", "ranks");
   if (!(tokens_per_s > 0) || !(ranks >= 1))
     throw CommandError{kExitUserError, "--against " + path +

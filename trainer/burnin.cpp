@@ -1,17 +1,16 @@
 #include "trainer/burnin.h"
 
-#include <sys/stat.h>  // stat: the baseline must be a regular file
 
 #include <algorithm>  // std::count
 #include <array>      // the config keys a baseline shares with the job
 #include <charconv>   // std::from_chars: strict number parsing
 #include <cmath>      // std::isfinite
 #include <cstring>    // std::memcpy of float bits
-#include <fstream>    // the baseline file
 #include <stdexcept>
 
 #include "trainer/json_text.h"   // json_text: values in messages
 #include "trainer/report.h"      // human_count
+#include "trainer/results.h"     // read_json_input: the baseline
 #include "trainer/statistics.h"  // median
 #include "trainer/train_loop.h"  // checksum_bytes
 
@@ -156,15 +155,8 @@ std::string degradation_finding(const std::string& what, double start, double no
 }
 
 BaselineFigures read_baseline(const std::string& path) {
-  // A FIFO would block the read forever, a folder fails inside the stream.
-  struct stat status {};
-  if (::stat(path.c_str(), &status) == 0 && !S_ISREG(status.st_mode))
-    throw std::invalid_argument("--baseline " + path + ": not a regular file (give a trainbench result JSON)");
-  std::ifstream file(path);
-  if (!file) throw std::invalid_argument("--baseline " + path + ": cannot read the file");
-  nlohmann::json j = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
-    throw std::invalid_argument("--baseline " + path + ": not a JSON result file");
+  const nlohmann::json j = read_json_input("--baseline", path, "a trainbench run or burnin result JSON");
+  if (!j.is_object()) throw std::invalid_argument("--baseline " + path + ": not a JSON result file");
   const std::string schema = j.value("schema", nlohmann::json()).is_string() ? j["schema"].get<std::string>() : "";
   if (schema.rfind("trainbench.result/", 0) != 0)
     throw std::invalid_argument("--baseline " + path + ": not a trainbench run or burnin result (schema '" +

@@ -436,6 +436,16 @@ TEST_F(LoaderCli, BenchIoNamesABadAgainstFile) {
     expect_one_line_naming(bad, {"--against", name});
     EXPECT_EQ(bad.err.find("json.exception"), std::string::npos) << bad.err;
   }
+  // A FIFO blocked the read forever; a folder failed inside the stream as
+  // an internal error (exit 1).
+  ASSERT_EQ(mkfifo((dir_ + "/fifo.json").c_str(), 0600), 0);
+  fs::create_directories(dir_ + "/folder.json");
+  for (const std::string name : {"fifo.json", "folder.json"}) {
+    const CommandResult bad = run_command("timeout 60 " + std::string(TRAINBENCH_BINARY) +
+                                          " bench io tiny --set data.shards=" + dir_ + "/good --against " + dir_ +
+                                          "/" + name);
+    expect_one_line_naming(bad, {"--against " + dir_ + "/" + name + ": not a regular file"});
+  }
 }
 
 // A FIFO named like a shard would block the open, a device never ends:
