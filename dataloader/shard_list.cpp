@@ -17,6 +17,11 @@ namespace trainbench {
 
 namespace {
 
+// The names taken as shards in a directory: tar, and tar through each
+// compressor the reader (libarchive) undoes.
+constexpr std::string_view kShardSuffixes[] = {".tar", ".tar.gz", ".tgz", ".tar.zst", ".tar.zstd", ".tar.bz2",
+                                               ".tar.xz"};
+
 // A pattern that would expand to more names than this is a typo, not a dataset.
 constexpr size_t kMaxExpandedNames = size_t{1} << 22;
 
@@ -214,19 +219,33 @@ std::vector<std::string> shards_in_directory(const std::string& directory) {
   std::sort(shards.begin(), shards.end());
   for (const std::string& path : shards) require_regular_file(path, "shard");
   if (shards.empty()) {
-    config_error("directory " + directory + " holds no shards (*.tar, *.tar.gz, *.tgz, *.tar.zst)");
+    std::string suffixes;
+    for (const std::string_view suffix : kShardSuffixes) suffixes += (suffixes.empty() ? "*" : ", *") + std::string(suffix);
+    config_error("directory " + directory + " holds no shards (" + suffixes + ")");
   }
   return shards;
 }
 
 // Lines of a list file; relative paths are relative to the file's directory.
+// A file with bytes no text has (NUL, control characters) is neither a list
+// nor, by its first bytes, a shard: an old v7 tar without the "ustar" magic,
+// a shard of another format, data given by mistake. Said so, rather than its
+// bytes printed back as the "paths" it lists.
 std::vector<std::string> paths_in_list_file(const std::string& file) {
   const size_t slash = file.rfind('/');
   const std::string base = slash == std::string::npos ? "" : file.substr(0, slash + 1);
   std::vector<std::string> paths;
-  std::ifstream in(file);
+  std::ifstream in(file, std::ios::binary);
   std::string line;
-  while (std::getline(in, line)) {
+  for (bool first = true; std::getline(in, line); first = false) {
+    if (first && line.starts_with("\xef\xbb\xbf")) line.erase(0, 3);  // a UTF-8 byte-order mark
+    for (const char c : line) {
+      const auto byte = static_cast<unsigned char>(c);
+      if ((byte < 0x20 && c != '\t' && c != '\r') || byte == 0x7f)
+        config_error("shard or list file " + file + ": neither a shard by its first bytes (no tar \"ustar\" "
+                     "magic, no gzip, zstd, bzip2 or xz signature: name a tar shard *.tar) nor a list file of "
+                     "paths (it holds binary bytes)");
+    }
     const size_t begin = line.find_first_not_of(" \t\r");
     if (begin == std::string::npos || line[begin] == '#') continue;
     const size_t end = line.find_last_not_of(" \t\r");
@@ -260,7 +279,7 @@ std::vector<std::string> expand_braces(const std::string& pattern) {
 }
 
 bool has_shard_extension(const std::string& path) {
-  for (const std::string_view suffix : {".tar", ".tar.gz", ".tgz", ".tar.zst", ".tar.zstd"}) {
+  for (const std::string_view suffix : kShardSuffixes) {
     if (path.size() > suffix.size() && std::string_view(path).ends_with(suffix)) return true;
   }
   return false;
@@ -277,9 +296,13 @@ std::vector<std::string> resolve_shard_list(const std::string& spec) {
       missing.push_back("shard " + path + " " + why_absent(path));
     }
   };
-  for (const std::string& item : split_items(spec)) {
-    for (const std::string& name : expand_braces(item)) {
-      if (name.find_first_of("*?[") != std::string::npos) {
+  // A path with a space or a comma in its name would be split into items:
+  // one that exists as written is taken whole (other such paths go in a
+  // list file, a path a line).
+  const bool whole = spec.find_first_of(" ,\t\n\r{") != std::string::npos && exists(spec);
+  for (const std::string& item : whole ? std::vector<std::string>{spec} : split_items(spec)) {
+    for (const std::string& name : whole ? std::vector<std::string>{spec} : expand_braces(item)) {
+      if (!whole && name.find_first_of("*?[") != std::string::npos) {
         glob_t matches;
         const int status = ::glob(name.c_str(), 0, nullptr, &matches);
         std::vector<std::string> found;

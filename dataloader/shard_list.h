@@ -4,10 +4,13 @@
 //   - a brace pattern, webdataset style: train-{000000..000127}.tar, several
 //     braces, and {a,b,c} lists (zero padding follows the wider bound);
 //   - a glob (* ? [...]) after brace expansion, matches sorted;
-//   - a directory: every *.tar, *.tar.gz, *.tgz, *.tar.zst in it, sorted;
+//   - a directory: every *.tar, *.tar.gz, *.tgz, *.tar.zst, *.tar.zstd,
+//     *.tar.bz2, *.tar.xz in it, sorted;
 //   - a text file that is not a tar (e.g. shards.txt): one path per line,
 //     blank lines and # comments ignored, relative paths relative to the file;
 //   - otherwise a literal shard path.
+// A whole spec that exists as a path is that one item, spaces, commas and
+// braces in its name included.
 // Throws DataError(kConfig) naming the first missing path (and how many are
 // missing) or saying the list is empty.
 #pragma once
@@ -23,7 +26,8 @@ std::vector<std::string> expand_braces(const std::string& pattern);
 
 std::vector<std::string> resolve_shard_list(const std::string& spec);
 
-// True for names webdataset treats as shards: .tar, .tar.gz, .tgz, .tar.zst, .tar.zstd.
+// True for the names a directory's shards have: .tar, .tar.gz, .tgz, .tar.zst,
+// .tar.zstd, .tar.bz2, .tar.xz.
 bool has_shard_extension(const std::string& path);
 
 }  // namespace trainbench

@@ -1,7 +1,8 @@
 // Shard lists: brace expansion as webdataset's braceexpand does it, globs,
 // directories, list files, and errors that name what is missing.
 #include <gtest/gtest.h>
-#include <unistd.h>  // symlink
+#include <sys/stat.h>  // mkdir
+#include <unistd.h>    // symlink
 
 #include <string>
 #include <vector>
@@ -59,7 +60,8 @@ class ShardList : public ::testing::Test {
  protected:
   void SetUp() override {
     for (const char* name :
-         {"train-000.tar", "train-001.tar", "train-002.tar", "b.tar.gz", "c.tgz", "d.tar.zst"}) {
+         {"train-000.tar", "train-001.tar", "train-002.tar", "b.tar.gz", "c.tgz", "d.tar.zst", "e.tar.bz2",
+          "f.tar.xz"}) {
       write_file(dir_.file(name), make_tar({{"x.txt", "x"}}));
     }
     write_file(dir_.file("notes.md"), "not a shard");
@@ -75,8 +77,8 @@ TEST_F(ShardList, BracesGlobsDirectoriesAndSeparators) {
             (Names{at("train-001.tar"), at("train-002.tar")}))
       << "glob matches come sorted";
   EXPECT_EQ(resolve_shard_list(dir_.path()),
-            (Names{at("b.tar.gz"), at("c.tgz"), at("d.tar.zst"), at("train-000.tar"),
-                   at("train-001.tar"), at("train-002.tar")}));
+            (Names{at("b.tar.gz"), at("c.tgz"), at("d.tar.zst"), at("e.tar.bz2"), at("f.tar.xz"),
+                   at("train-000.tar"), at("train-001.tar"), at("train-002.tar")}));
   EXPECT_EQ(
       resolve_shard_list(at("c.tgz") + ", " + at("b.tar.gz") + "\n" + at("train-{000,002}.tar")),
       (Names{at("c.tgz"), at("b.tar.gz"), at("train-000.tar"), at("train-002.tar")}));
@@ -89,6 +91,37 @@ TEST_F(ShardList, ListFileWithCommentsAndRelativePaths) {
   write_file(at("shard-without-extension"), make_tar({{"x.txt", "x"}}));
   EXPECT_EQ(resolve_shard_list(at("shard-without-extension")),
             Names{at("shard-without-extension")});
+  // A byte-order mark (an editor's UTF-8) is not part of the first path.
+  write_file(at("bom.txt"), "\xef\xbb\xbftrain-002.tar\n");
+  EXPECT_EQ(resolve_shard_list(at("bom.txt")), Names{at("train-002.tar")});
+}
+
+// A file that is neither: its bytes were printed back as the "path" of a
+// missing shard (cut at the first NUL, terminal escapes and all).
+TEST_F(ShardList, ABinaryFileWithoutAShardSignatureIsNeitherShardNorList) {
+  write_file(at("v7-tar"), std::string("s0.u16\0\0\0\0\0\0", 12) + std::string(500, '\0'));
+  write_file(at("data.bin"), "junk\x1b[31mRED\n");
+  for (const char* name : {"v7-tar", "data.bin"}) {
+    const std::string error = config_error_of(at(name));
+    EXPECT_EQ(error.rfind("data.shards: shard or list file " + at(name) + ": neither a shard by its first bytes", 0),
+              0u)
+        << error;
+    EXPECT_NE(error.find("nor a list file of paths (it holds binary bytes)"), std::string::npos) << error;
+    EXPECT_EQ(error.find('\x1b'), std::string::npos) << error;
+  }
+}
+
+// A folder or a shard whose name holds a space or a comma, given whole, is
+// that one path; split, it was "shard sp does not exist".
+TEST_F(ShardList, AWholeSpecThatExistsIsOnePathSpacesAndCommasIncluded) {
+  TempDirectory parent;
+  const std::string spaced = parent.path() + "/sp ace, and {more}";
+  ASSERT_EQ(::mkdir(spaced.c_str(), 0755), 0);
+  write_file(spaced + "/a b.tar", make_tar({{"x.txt", "x"}}));
+  EXPECT_EQ(resolve_shard_list(spaced), Names{spaced + "/a b.tar"});
+  EXPECT_EQ(resolve_shard_list(spaced + "/a b.tar"), Names{spaced + "/a b.tar"});
+  // Not a path as written: items as before.
+  EXPECT_EQ(resolve_shard_list(at("c.tgz") + " " + at("b.tar.gz")), (Names{at("c.tgz"), at("b.tar.gz")}));
 }
 
 TEST_F(ShardList, MissingShardsAreNamedAndCounted) {
@@ -121,7 +154,7 @@ TEST_F(ShardList, EmptyListsAreConfigErrors) {
   TempDirectory empty;
   EXPECT_EQ(config_error_of(empty.path()),
             "data.shards: directory " + empty.path() +
-                " holds no shards (*.tar, *.tar.gz, *.tgz, *.tar.zst)");
+                " holds no shards (*.tar, *.tar.gz, *.tgz, *.tar.zst, *.tar.zstd, *.tar.bz2, *.tar.xz)");
   write_file(at("empty.txt"), "# nothing yet\n");
   EXPECT_EQ(config_error_of(at("empty.txt")),
             "data.shards: no shards given ('" + at("empty.txt") + "')");
@@ -129,7 +162,7 @@ TEST_F(ShardList, EmptyListsAreConfigErrors) {
 
 TEST(ShardExtension, WebdatasetShardNames) {
   for (const char* name :
-       {"a.tar", "a.tar.gz", "a.tgz", "a.tar.zst", "a.tar.zstd", "dir.x/b.tar"}) {
+       {"a.tar", "a.tar.gz", "a.tgz", "a.tar.zst", "a.tar.zstd", "a.tar.bz2", "a.tar.xz", "dir.x/b.tar"}) {
     EXPECT_TRUE(has_shard_extension(name)) << name;
   }
   for (const char* name : {"a.txt", "tar", ".tar", "a.tar.bak", "a.zip"}) {
