@@ -238,7 +238,15 @@ void check_free_space(const SynthOptions& o) {
 // Shards are data someone made: a second run into the same folder must not
 // replace them unasked (fio and tar would; DLIO's generator refuses too).
 void refuse_existing_shards(const std::string& pattern, int64_t max_shards, bool overwrite) {
-  if (overwrite) return;
+  if (overwrite) {
+    // Found before anything is written, not as a failed rename of a
+    // finished shard (exit 3, the environment's).
+    const std::string blocked = first_existing_shard(pattern, max_shards, /*only_not_regular=*/true);
+    if (!blocked.empty())
+      throw std::invalid_argument("--out: " + blocked + " is already there and is not a regular file: "
+                                  "--overwrite writes over shards only; remove it or give another --out");
+    return;
+  }
   const std::string taken = first_existing_shard(pattern, max_shards);
   if (!taken.empty())
     throw std::invalid_argument("--out: " + taken +

@@ -295,16 +295,23 @@ std::string shard_name(const std::string& pattern, int64_t index) {
   return pattern.substr(0, field.begin) + number + pattern.substr(field.end);
 }
 
-std::string first_existing_shard(const std::string& pattern, int64_t max_shards) {
+std::string first_existing_shard(const std::string& pattern, int64_t max_shards, bool only_not_regular) {
   const PatternField field = find_pattern_field(pattern);
   const size_t slash = pattern.rfind('/');
   const bool number_in_file_name = slash == std::string::npos || slash < field.begin;
   std::error_code error;
+  // A link counts as taken; followed, what it leads to is the file written over.
+  const auto taken = [only_not_regular](const std::string& name) {
+    std::error_code ignored;  // not the listing's: it would end the loop below
+    if (!only_not_regular) return fs::exists(fs::symlink_status(name, ignored));
+    const fs::file_status status = fs::status(name, ignored);
+    return fs::exists(status) && !fs::is_regular_file(status);
+  };
   if (!number_in_file_name) {
     // "out-%d/shard.tar": each shard has a folder of its own; ask for each name.
     for (int64_t i = 0; i < max_shards; ++i) {
       const std::string name = shard_name(pattern, i);
-      if (fs::exists(fs::symlink_status(name, error))) return name;
+      if (taken(name)) return name;
     }
     return "";
   }
@@ -325,7 +332,7 @@ std::string first_existing_shard(const std::string& pattern, int64_t max_shards)
     const int64_t index = std::stoll(digits);
     // "shard-7.tar" is not what %06d writes for 7: only the exact name counts.
     if (index < max_shards && (lowest < 0 || index < lowest) &&
-        shard_name(pattern, index) == pattern.substr(0, name_begin) + name)
+        shard_name(pattern, index) == pattern.substr(0, name_begin) + name && taken(shard_name(pattern, index)))
       lowest = index;
   }
   return lowest < 0 ? "" : shard_name(pattern, lowest);

@@ -78,8 +78,10 @@ std::string shard_name(const std::string& pattern, int64_t index);
 // shard_name(pattern, i) for i in [0, max_shards), the lowest that is already
 // taken (by a file, a link or a directory), or "" when none is. Cheap for
 // millions of shards: a pattern whose number is in the file name is
-// answered by one listing of its directory.
-std::string first_existing_shard(const std::string& pattern, int64_t max_shards);
+// answered by one listing of its directory. `only_not_regular`: only a name
+// taken by what is not a regular file (a folder, a FIFO), which even
+// --overwrite cannot write a shard over.
+std::string first_existing_shard(const std::string& pattern, int64_t max_shards, bool only_not_regular = false);
 
 // Numbered shards pattern % index ("out/train-%06d.tar"); a new shard starts
 // when the next sample would pass max_bytes (the whole file, end-of-archive

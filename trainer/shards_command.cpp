@@ -361,11 +361,18 @@ int ShardsCommand::run_pack() {
   // "" + "/shard-%06d.tar" is a shard in the root folder.
   if (out.empty()) user_error("--out: an output directory (or a NAME-%06d.tar pattern) is required");
   if (out.find('%') != std::string::npos) {
+    std::string first;
     try {
-      shard_name(out, 0);
+      first = shard_name(out, 0);
     } catch (const std::invalid_argument& e) {
       user_error("--out " + std::string(e.what()));
     }
+    // The shards are written as plain tar: a compressor's name on them is a
+    // file that gzip, zstd or the loader's reader would take for another.
+    for (const std::string_view compressed : {".gz", ".tgz", ".zst", ".zstd", ".bz2", ".xz"})
+      if (std::string_view(first).ends_with(compressed))
+        user_error("--out " + out + ": shards pack writes uncompressed tar, not " + std::string(compressed) +
+                   ": name the shards *.tar (and compress them afterwards if you want)");
     options.out_pattern = out;
   } else {
     options.out_pattern = out + "/shard-%06d.tar";

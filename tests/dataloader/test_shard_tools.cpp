@@ -436,6 +436,22 @@ TEST_F(ShardTools, CommandLineRefusesToWriteOverShardsWithoutOverwrite) {
       run_command(binary() + " shards pack " + dir_ + "/in --out " + dir_ + "/packed --overwrite");
   ASSERT_EQ(forced.exit_code, 0) << forced.err;
   EXPECT_EQ(member_names(shard), (std::vector<std::string>{"a/1.txt", "b/2.txt", "c/3.txt"}));
+  // What --overwrite cannot write over is refused before a shard is written
+  // (it was a failed rename of the finished shard, exit 3).
+  fs::create_directories(dir_ + "/blocked/shard-000000.tar");
+  const CommandResult blocked =
+      run_command(binary() + " shards pack " + dir_ + "/in --out " + dir_ + "/blocked --overwrite");
+  EXPECT_EQ(blocked.exit_code, 2) << blocked.err;
+  EXPECT_EQ(count_lines(blocked.err), 1) << blocked.err;
+  EXPECT_NE(blocked.err.find(dir_ + "/blocked/shard-000000.tar is already there and is not a regular file"),
+            std::string::npos)
+      << blocked.err;
+  // A compressor's name on shards written as plain tar is refused.
+  const CommandResult gz =
+      run_command(binary() + " shards pack " + dir_ + "/in --out " + dir_ + "/gz/x-%06d.tar.gz");
+  EXPECT_EQ(gz.exit_code, 2) << gz.err;
+  EXPECT_NE(gz.err.find("shards pack writes uncompressed tar, not .gz"), std::string::npos) << gz.err;
+  EXPECT_FALSE(fs::exists(dir_ + "/gz/x-000000.tar.gz"));
 
   const std::string synth = binary() + " shards synth --out " + dir_ + "/syn --count 2 --samples 4";
   ASSERT_EQ(run_command(synth + " --seed 1").exit_code, 0);
