@@ -23,6 +23,10 @@ TokenFormat token_format_of_field(const std::string& field) {
                                              "' (the last extension must be u16, u32, npy or txt)");
 }
 
+bool field_is_an_extension(const std::string& field) {
+  return !field.empty() && field.front() != '.' && field.back() != '.' && field.find("..") == std::string::npos;
+}
+
 namespace {
 
 // The element type of the ids in a payload, as the npy header or the format names it.

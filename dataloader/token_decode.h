@@ -17,6 +17,14 @@ enum class TokenFormat { kU16, kU32, kNpy, kTxt };
 // Throws DataError(kConfig) naming data.field when the format is unknown.
 TokenFormat token_format_of_field(const std::string& field);
 
+// Whether `field` is written as member extensions are named, after their
+// key's dot: not empty, no leading, trailing or doubled dot (".u16" matches
+// no member). The message for one that is not, for "OPTION 'FIELD': ...".
+bool field_is_an_extension(const std::string& field);
+inline constexpr const char* kFieldExtensionRule =
+    "an extension as members are named after their key's dot, without a leading, trailing or doubled dot (u16, "
+    "tokens.u16)";
+
 // Appends the decoded ids to *tokens. On bad input (a length that is not a
 // whole number of tokens, a malformed npy header, an id >= vocab or < 0)
 // returns false with *error set to one line (e.g. "token 70000 >= vocab

@@ -20,7 +20,7 @@
 
 #include "dataloader/data_error.h"    // DataError from token_format_of_field
 #include "dataloader/shard_tools.h"   // kMaxSynth*: data.synth_* share the limits of shards synth
-#include "dataloader/token_decode.h"  // token_format_of_field: data.field must name a format
+#include "dataloader/token_decode.h"  // token_format_of_field, field_is_an_extension: data.field
 #include "trainer/json_text.h"  // utf8_escaped: config strings into JSON
 #include "trainer/presets.h"  // embedded_presets(): configs/*.yaml compiled in
 
@@ -658,6 +658,10 @@ void validate(const Config& config, const Sources& sources) {
   }
   checker.require(field_known, {"data.field"},
                   "'" + d.field + "': the last extension must be a token format: u16, u32, npy or txt");
+  // A member's extension is what follows its key's dot: ".u16" matched no
+  // member, found only at the first sample.
+  checker.require(!field_known || field_is_an_extension(d.field), {"data.field"},
+                  "'" + d.field + "': " + kFieldExtensionRule);
   checker.require(d.source != "shards" || !d.shards.empty() || d.field.find('.') == std::string::npos,
                   {"data.field", "data.shards"},
                   "'" + d.field + "': the shards made when data.shards is empty have a plain "

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dataloader/data_error.h"    // DataError: a bad spec or unknown field
+#include "dataloader/token_decode.h"  // field_is_an_extension: verify --field
 #include "dataloader/shard_list.h"    // resolve_shard_list for verify's SPEC
 #include "dataloader/shard_tools.h"   // synthesize_shards, pack_directory, verify_shards
 #include "dataloader/shard_writer.h"  // shard_name: checking pack's --out pattern
@@ -403,8 +404,10 @@ int ShardsCommand::run_pack() {
 
 int ShardsCommand::run_verify() {
   VerifyOptions options;
-  options.shards = resolve_shard_list(verify_args_.spec);
   options.field = verify_args_.field;
+  if (verify_->count("--field") > 0 && !field_is_an_extension(options.field))
+    user_error("--field '" + options.field + "': " + kFieldExtensionRule);
+  options.shards = resolve_shard_list(verify_args_.spec);
   options.vocab = verify_args_.vocab;
   if (options.vocab < 0) user_error("--vocab: must be > 0");
 

@@ -520,6 +520,8 @@ TEST_F(ShardTools, CommandLineUserErrorsExit2WithOneLineNamingTheOption) {
       {"shards synth" + out + " --count 1 --samples 1 --tokens 10000000000", {"--tokens"}},
       {"shards pack " + dir_ + out + " --max-count 99999999999999999999", {"--max-count"}},
       {"shards verify " + dir_ + "/file --field u16 --vocab 0", {"--vocab", "between 1 and"}},
+      {"shards verify " + dir_ + "/file --field .u16", {"--field '.u16'", "leading"}},
+      {"shards verify " + dir_ + "/file --field ''", {"--field ''", "leading"}},
       {"shards verify " + dir_ + "/file --field u16 --vocab 99999999999999999999", {"--vocab"}},
   };
   for (const BadCommand& c : cases) {

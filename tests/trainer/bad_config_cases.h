@@ -137,6 +137,8 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"BadDataSource", with("data.source", "tape"), {}, {"data.source", "'tape'"}},
       {"BadOnCorrupt", with("data.on_corrupt", "ignore"), {}, {"data.on_corrupt", "'ignore'"}},
       {"UnknownTokenField", with("data.field", "tokens.u24"), {}, {"data.field", "u16, u32, npy or txt"}},
+      // ".u16" matched no member: found only at the first sample.
+      {"TokenFieldWithALeadingDot", with("data.field", ".u16"), {}, {"data.field", "'.u16'", "leading"}},
       {"U16FieldForLargeVocab", valid_yaml_with({{"model.vocab", "128256"}, {"data.field", "u16"}}), {},
        {"data.field", "65536", "128256"}},
       {"EosTokenOutsideVocab", with("data.eos_token", "512"), {}, {"data.eos_token", "model.vocab"}},
