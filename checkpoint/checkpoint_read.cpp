@@ -49,7 +49,18 @@ std::string newest_committed_hint(const std::string& dir) {
 // for the messages ("checkpoint.dir /x").
 std::string follow_latest(const std::string& dir, const std::string& what) {
   const std::string latest = dir + "/latest";
-  if (!exists_quietly(latest)) throw CheckpointError(what + " has no committed checkpoint (no " + latest + ")");
+  if (!exists_quietly(latest)) {
+    // Removed by hand, or lost: the committed folders may still be there.
+    std::string newest;
+    try {
+      newest = newest_readable_checkpoint(dir);
+    } catch (const std::exception&) {
+    }
+    if (!newest.empty())
+      throw CheckpointError(what + " has no " + latest + " pointer, but holds committed checkpoints; the newest is " +
+                            fs::path(newest).filename().string() + ": --resume " + newest);
+    throw CheckpointError(what + " has no committed checkpoint (no " + latest + ")");
+  }
   // `latest` is "step_N\n"; anything else (a damaged or hand-edited file)
   // is quoted escaped and cut short, so the message stays one line.
   std::error_code size_error;

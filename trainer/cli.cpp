@@ -495,8 +495,30 @@ ResolvedEngine resolve_engine(const Config& config, Communicator& comm, const Gp
 
 void check_engine_fits(const Config& config, Communicator& comm) { resolve_engine(config, comm, query_gpus()); }
 
+namespace {
+
+// A fault injected into a rank the job does not have did nothing, and the
+// burn-in it was to test said PASS: the target is checked against the world.
+void check_fault_injection_targets(const Config& config, int64_t world) {
+  const auto refuse = [&](const char* key, int64_t rank) {
+    throw CommandError{kExitUserError, std::string(key) + " " + std::to_string(rank) +
+                                           " is not a rank of this job (ranks 0.." + std::to_string(world - 1) +
+                                           "): the fault would be injected nowhere"};
+  };
+  const BurninSection& b = config.burnin;
+  if (b.inject_slow_ms > 0 && b.inject_slow_rank >= world) refuse("burnin.inject_slow_rank", b.inject_slow_rank);
+  if (b.inject_bitflip_step > 0 && b.inject_bitflip_rank >= world)
+    refuse("burnin.inject_bitflip_rank", b.inject_bitflip_rank);
+  if (config.comm.inject_divergence_step > 0 && world < 2)
+    throw CommandError{kExitUserError, "comm.inject_divergence_step: one rank has no other to diverge from; run "
+                                       "at least 2 ranks"};
+}
+
+}  // namespace
+
 RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const RunSettings& options) {
   RunReport report;
+  check_fault_injection_targets(config, comm->world_size());
   const std::string named = options.out_option      ? "--out"
                             : config.report.out.empty() ? "report.out (its default)"
                                                         : "report.out";

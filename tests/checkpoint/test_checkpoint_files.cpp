@@ -364,6 +364,12 @@ TEST_F(CheckpointFiles, ResolveFindsTheCheckpointOrSaysWhatIsMissing) {
   EXPECT_EQ(resolve_checkpoint("latest", dir_ + "/"), dir_ + "/step_20");
   EXPECT_EQ(resolve_checkpoint(dir_ + "/step_10", "/elsewhere"), dir_ + "/step_10") << "a checkpoint folder";
   EXPECT_EQ(resolve_checkpoint(dir_, ""), dir_ + "/step_20") << "a checkpoint dir: follows its latest";
+  // `latest` removed by hand: not "no committed checkpoint" beside two of them.
+  fs::rename(dir_ + "/latest", dir_ + "/latest.away");
+  EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint("latest", dir_); }),
+            "checkpoint.dir " + dir_ + " has no " + dir_ + "/latest pointer, but holds committed checkpoints; the "
+            "newest is step_20: --resume " + dir_ + "/step_20");
+  fs::rename(dir_ + "/latest.away", dir_ + "/latest");
   EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint(dir_ + "/step_99", ""); }),
             "checkpoint " + dir_ + "/step_99 does not exist");
   fs::create_directories(temp_.path() + "/plain");

@@ -201,6 +201,22 @@ TEST(CliErrors, NcclOnTheCpuEngine) {
       {"--set comm.backend=nccl", "comm.backend", "needs the cuda engine"});
 }
 
+// A fault aimed at a rank the job does not have was injected nowhere, and
+// the burn-in meant to catch it said PASS.
+TEST(CliErrors, AFaultInjectedIntoNoRankOfTheJob) {
+  const TempDir dir;
+  expect_user_error(run_trainbench({"burnin", "tiny", "--duration", "5s", "--set", "burnin.inject_slow_ms=50", "--set",
+                                    "burnin.inject_slow_rank=1"},
+                                   dir.path()),
+                    {"burnin.inject_slow_rank 1 is not a rank of this job (ranks 0..0)"});
+  expect_user_error(run_trainbench({"run", "tiny", "--steps", "6", "--set", "burnin.inject_bitflip_step=3", "--set",
+                                    "burnin.inject_bitflip_rank=2"},
+                                   dir.path()),
+                    {"burnin.inject_bitflip_rank 2 is not a rank of this job"});
+  expect_user_error(run_trainbench({"run", "tiny", "--steps", "6", "--set", "comm.inject_divergence_step=3"}, dir.path()),
+                    {"comm.inject_divergence_step: one rank has no other to diverge from"});
+}
+
 // With train.device auto, whether nccl can run depends on the machine: no
 // GPU (or no NCCL in the build) is an environment failure, exit 3, one line.
 TEST(CliErrors, NcclWithoutAGpuExitsThreeWithOneLine) {
