@@ -29,6 +29,10 @@ double parse_duration(const std::string& text) {
   if (error != std::errc() || rest == begin || scale == 0 || !std::isfinite(value) || value <= 0)
     throw std::invalid_argument("--duration " + text + ": expected a time > 0 with an optional unit s, m or h "
                                 "(e.g. 90s, 30m, 2h)");
+  // 1e308h is finite until it is multiplied into seconds; a year bounds it.
+  constexpr double kLongest = 365.0 * 24 * 3600;
+  if (!(value * scale <= kLongest))
+    throw std::invalid_argument("--duration " + text + ": at most 8760h (a year)");
   return value * scale;
 }
 
