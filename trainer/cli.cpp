@@ -530,6 +530,11 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   if (reporter && options.write_result) check_result_path(result_path, named);
   if (!options.resume.empty() && options.resume == "latest" && config.checkpoint.dir.empty())
     throw CommandError{kExitUserError, "--resume latest: set checkpoint.dir to the folder the checkpoints are in"};
+  // Said before the folder would be made, which left an empty one behind.
+  std::error_code no_folder;
+  if (options.resume == "latest" && !std::filesystem::exists(config.checkpoint.dir, no_folder))
+    throw CommandError{kExitUserError, "--resume latest: checkpoint.dir " + config.checkpoint.dir +
+                                           " does not exist: no checkpoint to resume from"};
   // An unusable checkpoint folder fails here, before anything is allocated.
   CheckpointDir checkpoint_dir;
   if (config.checkpoint.every_steps > 0) setup_checkpoint_dir(config, *comm, &checkpoint_dir);

@@ -53,6 +53,17 @@ std::string tiny_run(const std::string& dir, int steps, int every, const std::st
          " --set report.progress_every=0 --out " + out + " " + extra;
 }
 
+// --resume latest into a folder that does not exist: refused before the
+// folder is made (it was left behind, empty).
+TEST(CheckpointCli, ResumeLatestFromAMissingFolderMakesNone) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string ckpt = dir.file("none/sub");
+  const CommandResult r = run_command(tiny_run(ckpt, 12, 4, dir.file("r.json"), "--resume latest"));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--resume latest: checkpoint.dir " + ckpt + " does not exist"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir.file("none")));
+}
+
 // A run too short for its checkpoint interval measures no storage write: it
 // says so rather than report an empty storage_write silently.
 TEST(CheckpointCli, ARunWithNoStepDueACheckpointWarns) {
