@@ -345,29 +345,30 @@ void check_result_path(const std::string& path, const std::string& named) {
                            " free; the result needs room (at least 1 MiB free): free space or name another disk"};
 }
 
+Config load_config_as_typed(const std::string& config, std::vector<std::string> overrides,
+                            const std::vector<std::pair<std::string, std::string>>& typed) {
+  for (const auto& [override_text, option] : typed) overrides.push_back(override_text);
+  try {
+    return load_config(config, overrides);
+  } catch (const ConfigError& e) {
+    std::string message = e.what();
+    for (const auto& [override_text, option] : typed) {
+      const std::string as_set = "--set " + override_text;
+      const size_t at = message.find(as_set);
+      if (at != std::string::npos) message.replace(at, as_set.size(), option);
+    }
+    throw ConfigError(message);
+  }
+}
+
 namespace {
 
 int run_command(const RunOptions& options, const std::string& command_line) {
-  std::vector<std::string> overrides = options.overrides;
-  if (options.steps_given) overrides.push_back("train.steps=" + options.steps);
   if (options.out_given && options.out.empty()) throw CommandError{kExitUserError, "--out: the path is empty"};
-  if (!options.out.empty()) overrides.push_back("report.out=" + options.out);
-  Config config;
-  try {
-    config = load_config(options.config, overrides);
-  } catch (const ConfigError& e) {
-    // The config layer names every override "--set key=value"; name the
-    // option the user actually typed.
-    std::string message = e.what();
-    auto rename = [&](const std::string& as_set, const std::string& as_typed) {
-      const size_t at = message.find(as_set);
-      if (at != std::string::npos) message.replace(at, as_set.size(), as_typed);
-    };
-    if (options.steps_given)
-      rename("--set train.steps=" + options.steps, "--steps " + options.steps);
-    if (!options.out.empty()) rename("--set report.out=" + options.out, "--out " + options.out);
-    throw ConfigError(message);
-  }
+  std::vector<std::pair<std::string, std::string>> typed;
+  if (options.steps_given) typed.push_back({"train.steps=" + options.steps, "--steps " + options.steps});
+  if (!options.out.empty()) typed.push_back({"report.out=" + options.out, "--out " + options.out});
+  const Config config = load_config_as_typed(options.config, options.overrides, typed);
   // With nccl this is its bootstrap (MPI or local) until the GPU is known:
   // wrapped in run_config, after the engine.
   std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend);

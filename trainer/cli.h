@@ -52,6 +52,13 @@ void check_ranks_run_the_same_job(const Config& config, const std::string& comma
 // path came from (the option, or the config key).
 void check_result_path(const std::string& path, const std::string& named = "--out");
 
+// load_config with `overrides`, of which `typed` came from options rather
+// than --set: each pair is the override ("train.steps=2") and the option as
+// the user typed it ("--steps 2"), which an error names instead of the
+// config layer's "--set train.steps=2".
+Config load_config_as_typed(const std::string& config, std::vector<std::string> overrides,
+                            const std::vector<std::pair<std::string, std::string>>& typed);
+
 // The `run` path on a loaded config, for commands that train more than once
 // in one process (project). MPI initialises once per process, so the caller
 // makes the communicator (make_communicator) and hands it to every run; a

@@ -233,9 +233,9 @@ int ProjectCommand::run() {
   std::sort(nodes.begin(), nodes.end());
   nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
   check_result_path(o.out);
-  std::vector<std::string> overrides = o.overrides;
-  if (o.steps > 0) overrides.push_back("train.steps=" + std::to_string(o.steps));
-  Config config = load_config(o.config, overrides);
+  std::vector<std::pair<std::string, std::string>> typed;
+  if (o.steps > 0) typed.push_back({"train.steps=" + std::to_string(o.steps), "--steps " + std::to_string(o.steps)});
+  Config config = load_config_as_typed(o.config, o.overrides, typed);
   // The fit is on each depth's per-step times, which an untimed run does not
   // measure: it fitted zeros and exited 4 with a remedy that could not help.
   if (!config.report.instrument)

@@ -303,6 +303,8 @@ TEST(ProjectCommand, BadInputIsOneLineAndExitTwo) {
       {" project tiny --set model.n_layers_full=-1", "model.n_layers_full: must be >= 0"},
       {" project tiny --out /nonexistent-dir/p.json", "--out /nonexistent-dir/p.json: directory"},
       {" project tiny --set report.instrument=false", "report.instrument=false: project fits each depth's per-step"},
+      // The option typed, as `run` names it, not the config layer's --set.
+      {" project tiny --steps 2", "trainbench: --steps 2: train.warmup_steps: 5 must be < train.steps (2)"},
   };
   for (const auto& [args, expected] : cases) {
     const testing::CommandResult r = run_command("timeout 60 " + bin + args);
