@@ -209,6 +209,13 @@ int PlanCommand::run() {
                 human_bytes(static_cast<double>(r.checkpoint_bytes)).c_str(), r.fits ? "yes" : "NO");
   std::printf("per GPU; activations include the backward workspace; ZeRO-1 shards AdamW over %ld GPUs\n",
               static_cast<long>(o.gpus_per_node * o.nodes));
+  // A preset cut to a few layers of a larger model (h200-llama8b-4l) is
+  // planned at the depth it runs; the full model's memory is one --set away.
+  if (config.n_layers_full > m.n_layers)
+    std::printf("planned at the config's %ld layers, not model.n_layers_full %ld: for the full model's memory, "
+                "add --set model.n_layers=%ld\n",
+                static_cast<long>(m.n_layers), static_cast<long>(config.n_layers_full),
+                static_cast<long>(config.n_layers_full));
   return kExitOk;
 }
 

@@ -149,6 +149,14 @@ TEST(Plan, CliPrintsTheTableAndJsonAndRefusesBadArguments) {
   ASSERT_EQ(table.exit_code, 0) << table.err;
   for (const char* word : {"full (DDP)", "full (ZeRO-1)", "lora", "fits", "80.00 GiB"})
     EXPECT_NE(table.out.find(word), std::string::npos) << word << "\n" << table.out;
+  EXPECT_EQ(table.out.find("n_layers_full"), std::string::npos) << table.out;
+  // A preset cut from a deeper model says which depth it planned.
+  const CommandResult cut = run_command(binary + " plan tiny --set model.n_layers_full=8");
+  ASSERT_EQ(cut.exit_code, 0) << cut.err;
+  EXPECT_NE(cut.out.find("planned at the config's 2 layers, not model.n_layers_full 8: for the full model's "
+                         "memory, add --set model.n_layers=8"),
+            std::string::npos)
+      << cut.out;
 
   const CommandResult json = run_command(binary + " plan tiny --json --gpus-per-node 4 --nodes 3 --gpu-memory 0.001");
   ASSERT_EQ(json.exit_code, 0) << json.err;
