@@ -34,6 +34,7 @@ std::string replaced_file(const std::string& path) {
     std::string target(static_cast<size_t>(link.st_size > 0 ? link.st_size : PATH_MAX), '\0');
     const ssize_t n = ::readlink(current.c_str(), target.data(), target.size());
     if (n < 0) fail("cannot read the link", current);
+    if (n == 0) return current;  // no target to follow (Linux makes none such)
     target.resize(static_cast<size_t>(n));
     current = target.front() == '/' || current.find('/') == std::string::npos
                   ? target
