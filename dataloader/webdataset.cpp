@@ -74,7 +74,23 @@ bool SampleReader::next_named_member() {
   return false;
 }
 
+bool SampleReader::advance() {
+  try {
+    has_pending_ = next_named_member();
+  } catch (const DataError& error) {
+    if (error.scope() != CorruptScope::kShard) throw;
+    deferred_ = error;
+    has_pending_ = false;
+  }
+  return has_pending_;
+}
+
 bool SampleReader::next(Sample* sample) {
+  if (deferred_) {
+    const DataError error = *deferred_;
+    deferred_.reset();
+    throw error;
+  }
   if (!has_pending_ && !next_named_member()) return false;
   has_pending_ = false;
 
@@ -109,7 +125,7 @@ bool SampleReader::next(Sample* sample) {
     member.extension.swap(pending_extension_);
     sample->bytes += member.size;
     ++sample->member_count;
-  } while ((has_pending_ = next_named_member()) && pending_key_ == sample->key);
+  } while (advance() && pending_key_ == sample->key);
 
   if (corrupt) throw *corrupt;
   return true;

@@ -13,10 +13,12 @@
 #pragma once
 
 #include <cstdint>  // int64_t
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "dataloader/data_error.h"  // DataError: a deferred broken-archive error
 #include "dataloader/tar_reader.h"
 
 namespace trainbench {
@@ -56,12 +58,18 @@ class SampleReader {
   // shard. Throws DataError(kSample) for a corrupt sample (repeated
   // extension, oversized member) after consuming all of its members, so the
   // next call continues with the following sample; DataError(kShard) when the
-  // archive itself is broken.
+  // archive itself is broken (after the samples before the break that were
+  // read whole).
   bool next(Sample* sample);
 
  private:
   // Reads headers up to the next member webdataset would keep, into pending_*.
   bool next_named_member();
+  // next_named_member after a sample's member. A broken archive found there
+  // (a header cut short) is the next sample's: kept in deferred_ and thrown
+  // by the next call, so the sample already read whole is not lost with it
+  // (webdataset yields it too).
+  bool advance();
 
   TarReader& tar_;
   int64_t max_member_bytes_;
@@ -70,6 +78,7 @@ class SampleReader {
   bool has_pending_ = false;
   std::string pending_key_;
   std::string pending_extension_;
+  std::optional<DataError> deferred_;
 };
 
 }  // namespace trainbench

@@ -169,6 +169,28 @@ TEST(SampleReader, TruncatedShardIsAShardError) {
   }
 }
 
+// Cut inside the header after sample a's last member: a was read whole and
+// is yielded (as webdataset does); the broken archive is the next call's
+// error. It was thrown with a, which was lost: one sample short.
+TEST(SampleReader, ASampleReadWholeBeforeACutHeaderIsYieldedFirst) {
+  const std::string whole = make_tar({{"a.txt", "a"}, {"a.u16", "aa"}, {"b.txt", "b"}}, testing::TarFormat::kUstar);
+  const std::string cut = whole.substr(0, 4 * 512 + 300);  // a's two headers and data blocks, then 300 bytes
+  TarReader tar;
+  tar.open_memory(cut.data(), cut.size(), "cut.tar");
+  SampleReader reader(tar, 1 << 20);
+  Sample sample;
+  ASSERT_TRUE(reader.next(&sample));
+  EXPECT_EQ(sample.key, "a");
+  EXPECT_EQ(sample.member_count, 2u);
+  try {
+    reader.next(&sample);
+    FAIL() << "expected a DataError";
+  } catch (const DataError& error) {
+    EXPECT_EQ(error.scope(), CorruptScope::kShard);
+    EXPECT_NE(std::string(error.what()).find("cut.tar: byte 2048: truncated"), std::string::npos) << error.what();
+  }
+}
+
 TEST(SampleReader, ReusesMemberBuffersAcrossSamples) {
   const std::string tar_bytes = make_tar({{"a.u16", std::string(4000, 'a')},
                                           {"b.u16", std::string(100, 'b')},
