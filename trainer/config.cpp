@@ -528,10 +528,14 @@ void check_model_sizes(const Checker& checker, const Config& config) {
   if (config.train.mode == "lora")
     per_layer = add(per_layer, mul(kLoraTargetCount, mul(config.lora.rank, add(d, std::max(d, f)))));
   const int64_t parameters = add(add(mul(2, embedding), d), mul(layers, per_layer));
+  // Named where the latest of the sizes came from: a --set model.d_model
+  // was blamed on the preset's n_layers line.
   checker.require(parameters <= kMaxParameters,
-                  {config.n_layers_full > m.n_layers ? "model.n_layers_full" : "model.n_layers"},
-                  std::to_string(layers) + " layers make " + count_text(parameters) + " parameters, which" +
-                      limit);
+                  {config.n_layers_full > m.n_layers ? "model.n_layers_full" : "model.n_layers", "model.d_model",
+                   "model.ffn_hidden", "model.vocab", "model.n_kv_heads", "lora.rank"},
+                  std::to_string(layers) + " layers of model.d_model " + std::to_string(d) + ", ffn_hidden " +
+                      std::to_string(f) + " and vocab " + std::to_string(m.vocab) + " make " +
+                      count_text(parameters) + " parameters, which" + limit);
 
   // Activations as the engines size them (kernels/cpu activation_sizes,
   // kernels/cuda carve_engine_views), rounded up: n = micro_batch x seq_len

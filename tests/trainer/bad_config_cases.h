@@ -196,7 +196,10 @@ inline std::vector<BadConfigCase> bad_config_cases() {
        {}, {"model.vocab", "embedding", "2^40"}},
       {"TooManyParameters", valid_yaml_with({{"model.d_model", "4096"}, {"model.n_heads", "32"}, {"model.n_kv_heads", "8"},
                                              {"model.ffn_hidden", "14336"}, {"model.n_layers", "65536"}}),
-       {}, {"model.n_layers", "65536 layers make", "2^40"}},
+       {}, {"model.n_layers", "65536 layers of model.d_model 4096, ffn_hidden 14336 and vocab", "2^40"}},
+      // The size that made it too large came from --set, not from the file's n_layers line.
+      {"TooManyParametersFromASet", valid, {"model.n_heads=1", "model.n_kv_heads=1", "model.d_model=1048576"},
+       {"--set model.d_model=1048576", "layers of model.d_model 1048576", "2^40"}},
       {"SeqLenTwoBillion", with("model.seq_len", "2000000000"), {}, {"model.seq_len", "more than 2^63", "2^56"}},
       {"SeqLenAttentionTooLarge", with("model.seq_len", "100000000"), {}, {"model.seq_len", "activation elements", "2^56"}},
       // The file itself.
