@@ -24,10 +24,10 @@
 #include "kernels/engine.h"          // make_layout: the gradient elements
 #include "trainer/cli.h"             // CommandError, exit codes
 #include "trainer/cli_validators.h"  // integer_range, number_range: numbers checked as typed
-#include "trainer/results.h"         // read_json_input: --against
 #include "trainer/config.h"
 #include "trainer/data_source.h"     // shards_for_run, loader_options
 #include "trainer/environment.h"     // describe_filesystem, available_memory_bytes, trainbench_version
+#include "trainer/results.h"         // read_json_input: --against
 #include "trainer/gradient_sync.h"   // gradient_bucket_bytes: the trainer's buckets
 #include "trainer/instrument_cost.h"  // bench instrument
 #include "trainer/ceilings.h"        // measure_compute_ceiling: bench compute

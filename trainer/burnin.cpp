@@ -1,6 +1,5 @@
 #include "trainer/burnin.h"
 
-
 #include <algorithm>  // std::count
 #include <array>      // the config keys a baseline shares with the job
 #include <charconv>   // std::from_chars: strict number parsing

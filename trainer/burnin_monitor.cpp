@@ -711,8 +711,8 @@ class BurninMonitor final : public RunExtension {
     j["storage"] = {{"write_gbs", measured(median_of([](const HealthPoint& p) { return p.write_gbs; }))}};
     j["health_measurements"] = measurements;
     j["drift"] = {{"judged", drift_.judged},
-                  {"first_tenth_tokens_per_s", drift_.first_tokens_per_s > 0 ? nlohmann::json(drift_.first_tokens_per_s) : nlohmann::json()},
-                  {"last_tenth_tokens_per_s", drift_.last_tokens_per_s > 0 ? nlohmann::json(drift_.last_tokens_per_s) : nlohmann::json()},
+                  {"first_tenth_tokens_per_s", measured(drift_.first_tokens_per_s)},
+                  {"last_tenth_tokens_per_s", measured(drift_.last_tokens_per_s)},
                   {"change", drift_.judged ? nlohmann::json(drift_.change) : nlohmann::json()}};
     j["gpu_health"] = {{"sampled", sampler_ != nullptr}, {"gpu", gpu_name_}, {"why_not", nvml_why_not_}};
     if (baseline_)

@@ -498,6 +498,34 @@ void check_engine_fits(const Config& config, Communicator& comm) { resolve_engin
 
 namespace {
 
+// Whether a run's checkpoints fit where they go: every rank's state and data
+// position, as many at once as retention leaves while the next one is
+// written (checkpoints_added_at_peak), against the folder's free space.
+struct CheckpointRoom {
+  bool fits = true;  // or the free space is unknown
+  std::string needed;  // "3 checkpoint(s) of up to 1.9 MiB at once (...)"
+  std::string free;    // "DIR has 5.0 MiB free"
+};
+CheckpointRoom checkpoint_room(const Config& config, const std::string& dir, int64_t state_bytes, int world,
+                               int64_t first_step) {
+  int64_t committed_before = 0;
+  try {
+    committed_before = static_cast<int64_t>(list_committed(dir).size());
+  } catch (const CheckpointError&) {
+  }
+  const int64_t at_once = checkpoints_added_at_peak(config.checkpoint, first_step, config.train.steps, committed_before);
+  const int64_t each = (state_bytes + data_position_bytes_bound(config)) * world;
+  const int64_t needed = at_once * each;
+  const int64_t free_bytes = describe_filesystem("checkpoint", dir).free_bytes;
+  CheckpointRoom room;
+  room.fits = free_bytes <= 0 || needed < free_bytes;
+  room.needed = std::to_string(at_once) + " checkpoint(s) of up to " + human_bytes(static_cast<double>(each)) +
+                " at once (" + human_bytes(static_cast<double>(needed)) + ": checkpoint.keep " +
+                std::to_string(config.checkpoint.keep) + ", the oldest removed only once the next one is committed)";
+  room.free = dir + " has " + human_bytes(static_cast<double>(free_bytes)) + " free";
+  return room;
+}
+
 // A fault injected into a rank the job does not have did nothing, and the
 // burn-in it was to test said PASS: the target is checked against the world.
 void check_fault_injection_targets(const Config& config, int64_t world) {
@@ -593,50 +621,44 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
     throw CommandError{kExitEnvironmentError, std::string("data: ") + e.what()};
   }
 
-  std::string checkpoint_off;   // why this run takes no checkpoints it was configured for
-  std::string checkpoint_room;  // why a checkpoint of this run will find its disk full
+  // Said before step 1 and kept in the result's warnings.
+  std::vector<std::string> setup_warnings;
+  // A rank whose storage stalls tells its peers, and the run keeps its
+  // result, only if its own wait gives up before theirs in the all-reduce:
+  // said before training (the case it warns of ends without a summary).
+  if (config.data.source == "shards" && comm->world_size() > 1 && config.data.timeout_s > config.comm.timeout_s) {
+    char line[320];
+    std::snprintf(line, sizeof(line),
+                  "data.timeout_s (%g s) is above comm.timeout_s (%g s): a rank whose storage stalls is caught by its "
+                  "peers' all-reduce timeout first, which aborts the job without a result",
+                  config.data.timeout_s, config.comm.timeout_s);
+    setup_warnings.push_back(line);
+  }
+  std::string checkpoint_off;  // why this run takes no checkpoints it was configured for
   if (!checkpoint_dir.path.empty()) {
-    // Every rank's state and data position, as many at once as retention
-    // leaves while the next one is written (checkpoints_added_at_peak).
-    // Asked once the data is set up: temporary shards made for the run are
-    // on the temporary folder's filesystem too.
     int64_t state_bytes = 0;
     for (const StateTensor& t : engine->state_tensors()) state_bytes += t.bytes;
-    int64_t fits = 1;
-    if (reporter) {
-      int64_t committed_before = 0;
-      try {
-        committed_before = static_cast<int64_t>(list_committed(checkpoint_dir.path).size());
-      } catch (const CheckpointError&) {
-      }
-      const int64_t at_once =
-          checkpoints_added_at_peak(config.checkpoint, resume.step + 1, config.train.steps, committed_before);
-      const int64_t each = (state_bytes + data_position_bytes_bound(config)) * comm->world_size();
-      const int64_t needed = at_once * each;
-      const int64_t free_bytes = describe_filesystem("checkpoint", checkpoint_dir.path).free_bytes;
-      fits = free_bytes <= 0 || needed < free_bytes ? 1 : 0;
-      const std::string how_many = std::to_string(at_once) + " checkpoint(s) of up to " +
-                                   human_bytes(static_cast<double>(each)) + " at once (" +
-                                   human_bytes(static_cast<double>(needed)) + ": checkpoint.keep " +
-                                   std::to_string(config.checkpoint.keep) +
-                                   ", the oldest removed only once the next one is committed)";
-      const std::string room = checkpoint_dir.path + " has " + human_bytes(static_cast<double>(free_bytes)) +
-                               " free";
-      if (!fits && checkpoint_dir.temporary) {
-        // The default run must not fill /tmp: it trains without them and says so.
-        checkpoint_off = "checkpoint: off: checkpoint.dir is not set and " + how_many + " do not fit; " + room +
-                         "; set checkpoint.dir to measure checkpointing";
-        std::fprintf(stdout, "%s\n", checkpoint_off.c_str());
-      } else if (!fits) {
-        // The user's folder: room may still be freed, so said, not refused.
-        checkpoint_room = "this run writes " + how_many + " but " + room + ": a checkpoint will find the disk " +
-                          "full (checkpoint.on_full=" + config.checkpoint.on_full +
-                          "); free space, lower checkpoint.keep or name another checkpoint.dir";
-      }
-    }
+    // Asked once the data is set up: temporary shards made for the run are
+    // on the temporary folder's filesystem too.
+    const CheckpointRoom room = reporter ? checkpoint_room(config, checkpoint_dir.path, state_bytes,
+                                                           comm->world_size(), resume.step + 1)
+                                         : CheckpointRoom{};
     if (checkpoint_dir.temporary) {
+      // The default run must not fill /tmp: it trains without them and says so.
+      if (!room.fits) {
+        checkpoint_off = "checkpoint: off: checkpoint.dir is not set and " + room.needed + " do not fit; " +
+                         room.free + "; set checkpoint.dir to measure checkpointing";
+        std::fprintf(stdout, "%s\n", checkpoint_off.c_str());
+      }
+      int64_t fits = room.fits ? 1 : 0;
       comm->broadcast(&fits, sizeof(fits), 0);
       if (!fits) checkpoint_dir.drop();
+    } else if (!room.fits) {
+      // The user's folder: room may still be freed, so said, not refused.
+      setup_warnings.push_back("this run writes " + room.needed + " but " + room.free +
+                               ": a checkpoint will find the disk full (checkpoint.on_full=" +
+                               config.checkpoint.on_full +
+                               "); free space, lower checkpoint.keep or name another checkpoint.dir");
     }
   }
 
@@ -650,24 +672,11 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   env.filesystems.push_back(describe_filesystem("results", result_path));
   if (!checkpoint_dir.path.empty())
     env.filesystems.push_back(describe_filesystem("checkpoint", checkpoint_dir.path));
-  // A rank whose storage stalls tells its peers, and the run keeps its
-  // result, only if its own wait gives up before theirs in the all-reduce:
-  // said before training (the case it warns of ends without a summary).
-  std::string timeouts_out_of_order;
-  if (config.data.source == "shards" && comm->world_size() > 1 && config.data.timeout_s > config.comm.timeout_s) {
-    char line[320];
-    std::snprintf(line, sizeof(line),
-                  "data.timeout_s (%g s) is above comm.timeout_s (%g s): a rank whose storage stalls is caught by its "
-                  "peers' all-reduce timeout first, which aborts the job without a result",
-                  config.data.timeout_s, config.comm.timeout_s);
-    timeouts_out_of_order = line;
-  }
   if (reporter) {
     print_header(stdout, config, env, plan, engine->layout().total_params(),
                  engine->layout().trainable_params());
     std::fprintf(stdout, "data: %s\n", data.description.c_str());
-    if (!timeouts_out_of_order.empty()) std::fprintf(stdout, "warning: %s\n", timeouts_out_of_order.c_str());
-    if (!checkpoint_room.empty()) std::fprintf(stdout, "warning: %s\n", checkpoint_room.c_str());
+    for (const std::string& warning : setup_warnings) std::fprintf(stdout, "warning: %s\n", warning.c_str());
     if (!checkpoint_dir.path.empty())
       std::fprintf(stdout, "checkpoint: every %ld steps to %s%s, %s, keep %ld\n",
                    static_cast<long>(config.checkpoint.every_steps), checkpoint_dir.path.c_str(),
@@ -719,8 +728,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   // In the result too: its config still says every_steps, and no checkpoint
   // record nor stall would read as checkpointing that costs nothing.
   if (!checkpoint_off.empty()) outcome.warnings.insert(outcome.warnings.begin(), checkpoint_off);
-  if (!timeouts_out_of_order.empty()) outcome.warnings.push_back(timeouts_out_of_order);
-  if (!checkpoint_room.empty()) outcome.warnings.push_back(checkpoint_room);
+  outcome.warnings.insert(outcome.warnings.end(), setup_warnings.begin(), setup_warnings.end());
   if (options.ceilings) {
     outcome.ceilings = ceilings_to_json(ceilings, outcome.summary.tokens_per_s);
     if (!ceilings.write_failure.empty())

@@ -1,13 +1,10 @@
 #include "trainer/results.h"
 
-#include <sys/stat.h>  // stat: an input that is not a regular file
-
-#include <cerrno>
-#include <cstring>    // std::strerror
-#include <fstream>
 #include <stdexcept>  // std::invalid_argument
 
-#include "checkpoint/atomic_file.h"  // write_file_atomically
+#include "checkpoint/atomic_file.h"       // write_file_atomically
+#include "checkpoint/checkpoint_files.h"  // CheckpointError
+#include "checkpoint/checkpoint_io.h"     // read_small_file: an input result, regular files only
 #include "trainer/json_text.h"       // json_text: the result is written whatever its strings hold
 
 namespace trainbench {
@@ -176,15 +173,15 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
 }
 
 nlohmann::json read_json_input(const std::string& option, const std::string& path, const std::string& wanted) {
-  const std::string named = option + " " + path + ": ";
-  struct stat status {};
-  if (::stat(path.c_str(), &status) != 0)
-    throw std::invalid_argument(named + "cannot read it (" + std::strerror(errno) + "); give " + wanted);
-  if (!S_ISREG(status.st_mode)) throw std::invalid_argument(named + "not a regular file; give " + wanted);
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw std::invalid_argument(named + "cannot read it (" + std::strerror(errno) + ")");
-  nlohmann::json j = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw std::invalid_argument(named + "not a JSON file; give " + wanted);
+  std::string text;
+  try {
+    text = checkpoint_io::read_small_file(path, option);
+  } catch (const CheckpointError& e) {
+    if (e.environment()) throw;  // no descriptor or memory left: the machine's (exit 3)
+    throw std::invalid_argument(std::string(e.what()) + "; give " + wanted);
+  }
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw std::invalid_argument(option + " " + path + ": not a JSON file; give " + wanted);
   return j;
 }
 

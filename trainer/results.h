@@ -24,10 +24,12 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
 void write_result_json(const std::string& path, const nlohmann::json& result);
 
 // A result JSON given as an input (`--against`, `--baseline`): the parsed
-// document. Throws std::invalid_argument, its text "OPTION PATH: why", for
-// a path that is not a regular file (a FIFO would block the read forever, a
-// folder fails inside the stream), cannot be read, or is not JSON; `wanted`
-// names what to give instead ("a trainbench run result").
+// document, read by checkpoint_io::read_small_file. Throws
+// std::invalid_argument, its text "OPTION PATH: why", for a path that is not
+// a regular file (a FIFO would block the read forever), cannot be read, or is
+// not JSON; `wanted` names what to give instead ("a trainbench run result").
+// A read the machine's limits stopped (no descriptor left) is its
+// CheckpointError, environment() true.
 nlohmann::json read_json_input(const std::string& option, const std::string& path, const std::string& wanted);
 
 }  // namespace trainbench

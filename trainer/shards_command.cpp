@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "dataloader/data_error.h"    // DataError: a bad spec or unknown field
-#include "dataloader/token_decode.h"  // field_is_an_extension: verify --field
 #include "dataloader/shard_list.h"    // resolve_shard_list for verify's SPEC
 #include "dataloader/shard_tools.h"   // synthesize_shards, pack_directory, verify_shards
 #include "dataloader/shard_writer.h"  // shard_name: checking pack's --out pattern
+#include "dataloader/token_decode.h"  // field_is_an_extension: verify --field
 #include "comm/launch_detect.h"        // launcher_rank, launcher_task_count: one writer under mpirun
 #include "trainer/cli.h"              // exit codes
 #include "trainer/cli_validators.h"  // integer_range: numbers checked as typed
