@@ -9,6 +9,8 @@
 #include <cerrno>     // ELOOP, ENOENT: why a listed shard is absent
 #include <cstring>    // std::memcmp, std::strerror
 #include <fstream>    // list files
+#include <map>        // repeated_shards: listings per file
+#include <utility>    // std::pair: a file's device and inode
 #include <string_view>
 
 #include "dataloader/data_error.h"
@@ -248,6 +250,13 @@ std::vector<std::string> paths_in_list_file(const std::string& file) {
     }
     const size_t begin = line.find_first_not_of(" \t\r");
     if (begin == std::string::npos || line[begin] == '#') continue;
+    // A comment after the path, as in shell and YAML: a '#' after a blank
+    // (one inside a name, sharp#1.tar, is the name's).
+    for (size_t i = begin + 1; i < line.size(); ++i)
+      if (line[i] == '#' && (line[i - 1] == ' ' || line[i - 1] == '\t')) {
+        line.resize(i);
+        break;
+      }
     const size_t end = line.find_last_not_of(" \t\r");
     const std::string path = line.substr(begin, end - begin + 1);
     paths.push_back(path.front() == '/' ? path : base + path);
@@ -338,6 +347,24 @@ std::vector<std::string> resolve_shard_list(const std::string& spec) {
   }
   if (shards.empty()) config_error("no shards given ('" + spec + "')");
   return shards;
+}
+
+std::vector<RepeatedShard> repeated_shards(const std::vector<std::string>& shards) {
+  // A file is its device and inode: every spelling and link of it agrees.
+  std::map<std::pair<dev_t, ino_t>, size_t> first_listing;  // -> index in `repeated`
+  std::vector<RepeatedShard> repeated;
+  for (const std::string& path : shards) {
+    struct stat info;
+    if (::stat(path.c_str(), &info) != 0) continue;  // gone since it was resolved: the reader names it
+    const auto [it, first] = first_listing.try_emplace({info.st_dev, info.st_ino}, repeated.size());
+    if (first) {
+      repeated.push_back({path, 1});
+    } else {
+      ++repeated[it->second].listings;
+    }
+  }
+  std::erase_if(repeated, [](const RepeatedShard& shard) { return shard.listings < 2; });
+  return repeated;
 }
 
 }  // namespace trainbench

@@ -15,6 +15,7 @@
 // missing) or saying the list is empty.
 #pragma once
 
+#include <cstdint>  // int64_t
 #include <string>
 #include <vector>
 
@@ -29,5 +30,16 @@ std::vector<std::string> resolve_shard_list(const std::string& spec);
 // True for the names a directory's shards have: .tar, .tar.gz, .tgz, .tar.zst,
 // .tar.zstd, .tar.bz2, .tar.xz.
 bool has_shard_extension(const std::string& path);
+
+// The shards a resolved list names more than once (the same file, however
+// spelt: "a.tar,./a.tar", a folder and a glob over it, a link), each once,
+// with how many times it is listed, in list order. An epoch reads every
+// listing, so such a shard's samples weigh double: said, not refused (a
+// repeated shard is how some lists up-weight a source).
+struct RepeatedShard {
+  std::string path;   // its first spelling in the list
+  int64_t listings;   // >= 2
+};
+std::vector<RepeatedShard> repeated_shards(const std::vector<std::string>& shards);
 
 }  // namespace trainbench

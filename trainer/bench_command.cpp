@@ -408,7 +408,7 @@ class InstrumentCostRun final : public RunExtension {
 // tokens and no checkpoints unless the user's --set says otherwise; the
 // two-step job after the measurement is not what is measured.
 std::vector<std::string> measurement_job_overrides(const std::vector<std::string>& user) {
-  std::vector<std::string> overrides = {"data.source=synthetic", "checkpoint.every_steps=0",
+  std::vector<std::string> overrides = {"data.source=synthetic", "data.shards=", "checkpoint.every_steps=0",
                                         "report.progress_every=0"};
   overrides.insert(overrides.end(), user.begin(), user.end());
   overrides.push_back("train.steps=2");
@@ -645,7 +645,8 @@ int BenchCommand::run_io() {
 
   // Figures from the page cache are not the storage's: say so, and how to
   // get the storage's.
-  std::vector<std::string> warnings = skipped_readers;
+  std::vector<std::string> warnings = setup.warnings;
+  warnings.insert(warnings.end(), skipped_readers.begin(), skipped_readers.end());
   const std::string storage_figures =
       "for storage figures read a data set larger than memory (trainbench shards synth --size ...), or drop the "
       "page cache as root before bench io (sync; echo 3 > /proc/sys/vm/drop_caches)";

@@ -188,6 +188,9 @@ BaselineFigures read_baseline(const std::string& path) {
   known.config = j.value("config", nlohmann::json());
   const nlohmann::json ranks = j.value("environment", nlohmann::json::object()).value("ranks", nlohmann::json());
   known.ranks = ranks.is_number_integer() ? ranks.get<int64_t>() : 0;
+  const nlohmann::json backend =
+      j.value("environment", nlohmann::json::object()).value("compute_backend", nlohmann::json());
+  known.compute_backend = backend.is_string() ? backend.get<std::string>() : "";
   if (known.tokens_per_s <= 0 && known.busbw_gbs <= 0 && known.write_gbs <= 0)
     throw std::invalid_argument("--baseline " + path +
                                 ": holds none of summary.tokens_per_s, burnin.fabric.busbw_gbs, "
@@ -201,10 +204,20 @@ std::string baseline_job_difference(const BaselineFigures& known, const Config& 
            ": its tokens/s and busbw are not this job's";
   if (!known.config.is_object()) return "";
   std::vector<std::array<const char*, 2>> keys = {
-      {"model", ""}, {"train", "micro_batch"}, {"train", "grad_accum"}, {"train", "mode"}, {"train", "precision"}};
+      {"model", ""}, {"train", "micro_batch"}, {"train", "grad_accum"}, {"train", "mode"}};
   if (config.train.mode == "lora") keys.push_back({"lora", ""});
   const ConfigDifference differs = first_config_difference(known.config, config_to_json(config), keys);
-  if (differs.key.empty()) return "";
+  if (differs.key.empty()) {
+    // Precision: what each engine trains in, auto resolved where it can be.
+    const nlohmann::json train = known.config.value("train", nlohmann::json::object());
+    std::string then = train.value("precision", nlohmann::json()).is_string() ? train["precision"].get<std::string>() : "";
+    if (then == "auto")
+      then = known.compute_backend == "cuda" ? "bf16" : known.compute_backend == "cpu" ? "fp32" : "";
+    const std::string& now = config.train.precision;
+    if (then.empty() || now == "auto" || then == now) return "";
+    return "it trained in " + then + " and this job has train.precision " + now +
+           ": its tokens/s is not this job's (give a baseline of the same precision)";
+  }
   return "it has " + differs.key + " = " + json_text(differs.first) +
          " and this job has " + json_text(differs.second) +
          ": its tokens/s is not this job's (give a baseline of the same model and batch)";

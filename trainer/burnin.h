@@ -117,6 +117,7 @@ struct BaselineFigures {
   double write_gbs = 0;
   nlohmann::json config;  // the job they were measured on (config_to_json), null in a file without one
   int64_t ranks = 0;      // and its ranks; 0 when the file does not say
+  std::string compute_backend;  // the engine it ran on (environment.compute_backend): "cpu", "cuda" or ""
 };
 // From a result JSON of `trainbench run` (summary.tokens_per_s) or of
 // `trainbench burnin` (also burnin.fabric.busbw_gbs and
@@ -127,7 +128,10 @@ struct BaselineFigures {
 BaselineFigures read_baseline(const std::string& path);
 // Why `known` was measured on another job than `config` on `ranks` ranks
 // (another model shape, micro-batch, accumulation, mode or precision, or
-// another number of ranks: its tokens/s is not this job's), or "".
+// another number of ranks: its tokens/s is not this job's), or "". A
+// precision of auto is the engine's (bf16 on cuda, fp32 on cpu): the
+// baseline's is read from the engine it ran on, and this job's auto, whose
+// engine is chosen later, agrees with either.
 std::string baseline_job_difference(const BaselineFigures& known, const Config& config, int ranks);
 // One line per figure measured in both that fell more than tolerance_pct
 // below the baseline, naming the figure, both values and the shortfall.

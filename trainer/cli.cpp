@@ -444,6 +444,10 @@ ResolvedEngine resolve_engine(const Config& config, Communicator& comm, const Gp
   }
   if (engine_options.device == "cpu" && config.train.precision == "bf16")
     throw CommandError{kExitUserError, "train.precision: bf16 needs the cuda engine; the cpu engine is fp32"};
+  if (engine_options.device == "cuda" && config.train.precision == "fp32")
+    throw CommandError{kExitUserError, "train.precision: fp32 needs the cpu engine (train.device " +
+                                           config.train.device + " took the cuda engine, which trains bf16 with "
+                                           "fp32 master weights): use train.precision bf16 or auto"};
   if (engine_options.device == "cpu" && config.train.attention == "cudnn")
     throw CommandError{kExitUserError, "train.attention: cudnn needs the cuda engine; the cpu engine runs attention as GEMMs"};
   engine_options.attention = config.train.attention;
@@ -622,7 +626,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   }
 
   // Said before step 1 and kept in the result's warnings.
-  std::vector<std::string> setup_warnings;
+  std::vector<std::string> setup_warnings = data.warnings;
   // A rank whose storage stalls tells its peers, and the run keeps its
   // result, only if its own wait gives up before theirs in the all-reduce:
   // said before training (the case it warns of ends without a summary).

@@ -591,6 +591,11 @@ void validate(const Config& config, const Sources& sources) {
                       std::to_string(t.steps) + ") so that some steps are measured");
   checker.require(!(t.precision == "bf16" && t.device == "cpu"), {"train.precision", "train.device"},
                   "bf16 needs train.device cuda or auto; the CPU backend computes in fp32");
+  // The cuda engine trains bf16 (fp32 master weights and accumulation) and
+  // has no fp32 path: a run asking for one would be a bf16 run recorded as fp32.
+  checker.require(!(t.precision == "fp32" && t.device == "cuda"), {"train.precision", "train.device"},
+                  "fp32 is the cpu engine's precision; the cuda engine trains bf16 with fp32 master weights "
+                  "(use train.precision bf16 or auto)");
   checker.require(!(t.attention == "cudnn" && t.device == "cpu"), {"train.attention", "train.device"},
                   "cudnn is the cuda engine's fused attention, but train.device is cpu (the cpu engine runs attention as GEMMs)");
 
@@ -666,6 +671,11 @@ void validate(const Config& config, const Sources& sources) {
   // member, found only at the first sample.
   checker.require(!field_known || field_is_an_extension(d.field), {"data.field"},
                   "'" + d.field + "': " + kFieldExtensionRule);
+  // Tokens made in memory read no storage: shards named beside them would be
+  // silently ignored, and the run's storage figures taken for theirs.
+  checker.require(d.source != "synthetic" || d.shards.empty(), {"data.source", "data.shards"},
+                  "synthetic makes its batches in memory and reads no shards, but data.shards is '" + d.shards +
+                      "': set data.source shards to read them, or leave data.shards empty");
   checker.require(d.source != "shards" || !d.shards.empty() || d.field.find('.') == std::string::npos,
                   {"data.field", "data.shards"},
                   "'" + d.field + "': the shards made when data.shards is empty have a plain "
@@ -806,8 +816,45 @@ nlohmann::json config_to_json(const Config& config) {
   return json;
 }
 
-ConfigDifference first_config_difference(const nlohmann::json& first, const nlohmann::json& second,
+namespace {
+
+// A config as two runs' state compares it: the same adapters however the
+// targets are written ("q, k,v" and "v,q,k" build the adapters of "q,k,v":
+// the engine takes them in layer order), and without model.n_layers_full,
+// the depth `project` projects to, which builds nothing.
+nlohmann::json as_state_sees_it(const nlohmann::json& config) {
+  if (!config.is_object()) return config;
+  nlohmann::json seen = config;
+  if (seen.contains("model") && seen["model"].is_object()) seen["model"].erase("n_layers_full");
+  if (seen.contains("lora") && seen["lora"].is_object() && seen["lora"].value("targets", nlohmann::json()).is_string()) {
+    const std::vector<std::string> written = split_targets(seen["lora"]["targets"].get<std::string>());
+    std::vector<std::string> in_layer_order;
+    for (const ParamKind kind : kLoraTargetKinds)
+      for (const std::string& name : written) {
+        ParamKind named;
+        if (parse_lora_target(name, &named) && named == kind &&
+            std::find(in_layer_order.begin(), in_layer_order.end(), name) == in_layer_order.end())
+          in_layer_order.push_back(name);
+      }
+    // A name no engine knows stays as written: an old or foreign manifest differs, named.
+    bool all_known = true;
+    for (const std::string& name : written) {
+      ParamKind named;
+      all_known = all_known && parse_lora_target(name, &named);
+    }
+    if (all_known)
+      seen["lora"]["targets"] = join(std::vector<std::string_view>(in_layer_order.begin(), in_layer_order.end()), ",");
+  }
+  return seen;
+}
+
+}  // namespace
+
+ConfigDifference first_config_difference(const nlohmann::json& first_as_written,
+                                         const nlohmann::json& second_as_written,
                                          const std::vector<std::array<const char*, 2>>& keys) {
+  const nlohmann::json first = as_state_sees_it(first_as_written);
+  const nlohmann::json second = as_state_sees_it(second_as_written);
   for (const auto& [section, name] : keys) {
     const auto value_in = [&](const nlohmann::json& config) {
       const nlohmann::json part = config.is_object() ? config.value(section, nlohmann::json()) : nlohmann::json();

@@ -183,7 +183,9 @@ nlohmann::json config_to_json(const Config& config);
 // section, then named by its first differing key) whose value differs
 // between two config_to_json objects: key "model.d_model" with both values;
 // an empty key when they agree on all. What a resume and a burn-in baseline
-// must share with the run.
+// must share with the run. lora.targets compare as the adapters they build
+// (names in layer order, spaces and repeats aside); model.n_layers_full,
+// which builds nothing, is not compared.
 struct ConfigDifference {
   std::string key;
   nlohmann::json first, second;

@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "dataloader/data_error.h"    // DataError: a checkpoint's position from another setup
-#include "dataloader/shard_list.h"    // resolve_shard_list
+#include "dataloader/shard_list.h"    // resolve_shard_list, repeated_shards
 #include "dataloader/shard_loader.h"  // ShardLoader
 #include "dataloader/shard_tools.h"   // synthesize_shards
 #include "dataloader/token_decode.h"  // token_format_of_field
@@ -88,6 +88,18 @@ std::vector<std::string> shards_for_run(const Config& config, int64_t world, Dat
     std::vector<std::string> shards = resolve_shard_list(d.shards);
     setup->data_path = std::filesystem::path(shards.front()).parent_path().string();
     setup->description = std::to_string(shards.size()) + " shards from " + d.shards;
+    const std::vector<RepeatedShard> repeated = repeated_shards(shards);
+    if (!repeated.empty()) {
+      int64_t extra = 0;
+      for (const RepeatedShard& shard : repeated) extra += shard.listings - 1;
+      setup->warnings.push_back("data.shards lists " + repeated.front().path + " " +
+                                std::to_string(repeated.front().listings) + " times" +
+                                (repeated.size() > 1 ? " (and " + std::to_string(repeated.size() - 1) +
+                                                           " more shards more than once)"
+                                                     : "") +
+                                ": every listing is read each epoch, so " + std::to_string(extra) + " of the " +
+                                std::to_string(shards.size()) + " shards read are repeats");
+    }
     return shards;
   }
   setup->temporary_dir = make_temporary_directory("trainbench-shards");

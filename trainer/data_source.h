@@ -21,6 +21,7 @@ struct DataSetup {
   std::string data_path;    // where the shards are (for the filesystem report); "" in memory
   std::string temporary_dir;  // made for this run and removed with the DataSetup; "" if none
   std::vector<std::string> shards;  // the resolved shards; empty for source synthetic
+  std::vector<std::string> warnings;  // about the data as given, said before step 1 (a shard listed twice)
   ~DataSetup();
   DataSetup() = default;
   DataSetup(DataSetup&&) = default;
@@ -29,7 +30,7 @@ struct DataSetup {
 
 // The shards of a run: data.shards resolved, or synthetic shards made for it
 // in a temporary folder (recorded in *setup, which removes it). Fills
-// setup->data_path and setup->description.
+// setup->data_path, setup->description and setup->warnings.
 std::vector<std::string> shards_for_run(const Config& config, int64_t world, DataSetup* setup);
 
 // The temporary shards of an empty data.shards: how many, and how many

@@ -85,8 +85,14 @@ TEST_F(ShardList, BracesGlobsDirectoriesAndSeparators) {
 }
 
 TEST_F(ShardList, ListFileWithCommentsAndRelativePaths) {
-  write_file(at("shards.txt"), "# training shards\n\ntrain-001.tar\n  " + at("c.tgz") + "  \r\n");
-  EXPECT_EQ(resolve_shard_list(at("shards.txt")), (Names{at("train-001.tar"), at("c.tgz")}));
+  write_file(at("shards.txt"), "# training shards\n\ntrain-001.tar\n  " + at("c.tgz") + "  \r\n" +
+                                  "train-002.tar  # a comment after blanks\ntrain-000.tar\t#tabbed\n");
+  EXPECT_EQ(resolve_shard_list(at("shards.txt")),
+            (Names{at("train-001.tar"), at("c.tgz"), at("train-002.tar"), at("train-000.tar")}));
+  // A '#' inside a name is the name's.
+  write_file(at("sharp#1.tar"), make_tar({{"x.txt", "x"}}));
+  write_file(at("sharp.txt"), "sharp#1.tar\n");
+  EXPECT_EQ(resolve_shard_list(at("sharp.txt")), Names{at("sharp#1.tar")});
   // A tar without a shard extension is a shard, not a list.
   write_file(at("shard-without-extension"), make_tar({{"x.txt", "x"}}));
   EXPECT_EQ(resolve_shard_list(at("shard-without-extension")),
@@ -158,6 +164,23 @@ TEST_F(ShardList, EmptyListsAreConfigErrors) {
   write_file(at("empty.txt"), "# nothing yet\n");
   EXPECT_EQ(config_error_of(at("empty.txt")),
             "data.shards: no shards given ('" + at("empty.txt") + "')");
+}
+
+// The same file listed twice, however spelt, is read twice an epoch: named
+// with its count, each repeated file once and in list order.
+TEST_F(ShardList, RepeatedShardsAreFoundHoweverSpelt) {
+  EXPECT_TRUE(repeated_shards(resolve_shard_list(dir_.path())).empty());
+  ASSERT_EQ(::symlink(at("c.tgz").c_str(), at("link-to-c.tgz").c_str()), 0);
+  const Names listed = resolve_shard_list(at("train-000.tar") + "," + dir_.path() + "/./train-000.tar," +
+                                          at("c.tgz") + "," + at("train-00*.tar"));
+  const std::vector<RepeatedShard> repeated = repeated_shards(listed);
+  ASSERT_EQ(repeated.size(), 1u);
+  EXPECT_EQ(repeated[0].path, at("train-000.tar"));
+  EXPECT_EQ(repeated[0].listings, 3);
+  const std::vector<RepeatedShard> linked = repeated_shards({at("link-to-c.tgz"), at("b.tar.gz"), at("c.tgz")});
+  ASSERT_EQ(linked.size(), 1u);
+  EXPECT_EQ(linked[0].path, at("link-to-c.tgz"));
+  EXPECT_EQ(linked[0].listings, 2);
 }
 
 TEST(ShardExtension, WebdatasetShardNames) {

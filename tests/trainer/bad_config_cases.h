@@ -135,6 +135,9 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"BadDevice", with("train.device", "tpu"), {}, {"train.device", "'tpu'"}},
       {"BadAttention", with("train.attention", "flash"), {}, {"train.attention", "'flash' is not one of"}},
       {"BadDataSource", with("data.source", "tape"), {}, {"data.source", "'tape'"}},
+      // The shards would be ignored, and the storage figures taken for theirs.
+      {"SyntheticBesideShards", with("data.source", "synthetic"), {"data.shards=/data/train-{0..9}.tar"},
+       {"data.source", "data.shards", "reads no shards", "'/data/train-{0..9}.tar'"}},
       {"BadOnCorrupt", with("data.on_corrupt", "ignore"), {}, {"data.on_corrupt", "'ignore'"}},
       {"UnknownTokenField", with("data.field", "tokens.u24"), {}, {"data.field", "u16, u32, npy or txt"}},
       // ".u16" matched no member: found only at the first sample.
@@ -163,6 +166,9 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"NegativeSlowRank", with("burnin.inject_slow_rank", "-1"), {}, {"burnin.inject_slow_rank: must be >= 0"}},
       {"Bf16OnCpu", valid_yaml_with({{"train.precision", "bf16"}, {"train.device", "cpu"}}), {},
        {"train.precision", "bf16"}},
+      // The cuda engine has no fp32 path: it would train bf16 and record fp32.
+      {"Fp32OnCuda", valid_yaml_with({{"train.precision", "fp32"}, {"train.device", "cuda"}}), {},
+       {"train.precision", "fp32", "cuda engine trains bf16"}},
       {"CudnnAttentionOnCpu", valid_yaml_with({{"train.attention", "cudnn"}, {"train.device", "cpu"}}), {},
        {"train.attention", "cpu"}},
       {"NcclOnCpu", valid_yaml_with({{"comm.backend", "nccl"}, {"train.device", "cpu"}}), {},

@@ -240,6 +240,36 @@ TEST(BurninBaseline, AnotherJobsFiguresAreNotCompared) {
   EXPECT_EQ(baseline_job_difference(known, other, 3), "") << "an older file without config or ranks";
 }
 
+// Precision is the engine's where it says auto: a baseline that trained
+// bf16 on the cuda engine (auto or named) is one for a bf16 job or an auto
+// job, and not for an fp32 one.
+TEST(BurninBaseline, AutoPrecisionIsTheEnginesPrecision) {
+  Config config;
+  BaselineFigures known;
+  known.tokens_per_s = 1000;
+  known.ranks = 1;
+  known.compute_backend = "cuda";
+  for (const char* written : {"auto", "bf16"}) {
+    config.train.precision = written;
+    known.config = config_to_json(config);
+    Config now = config;
+    for (const char* same : {"auto", "bf16"}) {
+      now.train.precision = same;
+      EXPECT_EQ(baseline_job_difference(known, now, 1), "") << written << " vs " << same;
+    }
+    now.train.precision = "fp32";
+    EXPECT_NE(baseline_job_difference(known, now, 1).find("it trained in bf16 and this job has train.precision fp32"),
+              std::string::npos)
+        << baseline_job_difference(known, now, 1);
+  }
+  config.train.precision = "auto";
+  known.config = config_to_json(config);
+  known.compute_backend = "cpu";
+  Config now = config;
+  now.train.precision = "bf16";
+  EXPECT_NE(baseline_job_difference(known, now, 1).find("it trained in fp32"), std::string::npos);
+}
+
 TEST(BurninVerdict, TableAndJsonSayPassOrFailAndWhy) {
   Verdict verdict;
   verdict.gpus.emplace_back("rank 0", "node-a");

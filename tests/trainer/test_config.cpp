@@ -6,6 +6,7 @@
 #include <unistd.h>  // mkdtemp, chdir
 
 #include <algorithm>   // std::count, std::find
+#include <array>       // the keys first_config_difference compares
 #include <cstdint>     // INT64_MAX
 #include <filesystem>  // temporary config files, configs/ in the source tree
 #include <fstream>     // writing them
@@ -200,6 +201,25 @@ TEST(Validate, RealModelsAreWithinTheSizeLimits) {
 
 // The command lines' strict numbers: what CLI11 alone would saturate, read
 // as octal or take as nan.
+// What a resume or a burn-in baseline compares: the adapters, however their
+// targets are written, and not the depth `project` projects to. Another
+// model or other adapters still differ, named.
+TEST(ConfigDifference, TargetsCompareAsTheAdaptersTheyBuild) {
+  const auto json_of = [](const std::vector<std::string>& sets) {
+    return config_to_json(load_config("tiny", sets));
+  };
+  const std::vector<std::array<const char*, 2>> keys = {{"model", ""}, {"lora", ""}};
+  const nlohmann::json written = json_of({"train.mode=lora", "lora.targets=q,k,v,o"});
+  for (const char* same : {"lora.targets=q, k, v, o", "lora.targets=o,q,k,v", "lora.targets=q,k,v,o,"})
+    EXPECT_EQ(first_config_difference(written, json_of({"train.mode=lora", same}), keys).key, "") << same;
+  EXPECT_EQ(first_config_difference(written, json_of({"train.mode=lora", "model.n_layers_full=32"}), keys).key, "");
+  const ConfigDifference other = first_config_difference(written, json_of({"train.mode=lora", "lora.targets=q,v"}), keys);
+  EXPECT_EQ(other.key, "lora.targets");
+  EXPECT_EQ(other.first, "q,k,v,o");
+  EXPECT_EQ(first_config_difference(written, json_of({"train.mode=lora", "model.n_layers=3"}), keys).key,
+            "model.n_layers");
+}
+
 TEST(CommandLineNumbers, IntegersAndNumbersInRange) {
   EXPECT_EQ(integer_in_range("4", 1, 256), "");
   EXPECT_EQ(integer_in_range("256", 1, 256), "");
