@@ -759,7 +759,22 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
   const std::vector<double> failed =
       gather_from_ranks(comm, problem.empty() ? 0.0 : (environment ? 2.0 : 1.0));
   const auto first = std::find_if(failed.begin(), failed.end(), [](double code) { return code > 0; });
-  if (first == failed.end()) return point;
+  if (first == failed.end()) {
+    // Each rank resolved `latest` (or the folder) on its own: a node-local
+    // checkpoint.dir, or a stale network-filesystem cache of `latest`, gives
+    // ranks different steps, and a job whose ranks train from different
+    // steps only ends at comm.timeout_s, without a result.
+    const std::vector<double> steps = gather_from_ranks(comm, static_cast<double>(point.step));
+    const auto other = std::find_if(steps.begin(), steps.end(), [&](double s) { return s != steps.front(); });
+    if (other == steps.end()) return point;
+    const int other_rank = static_cast<int>(other - steps.begin());
+    throw CheckpointError("--resume " + spec + ": the ranks found different checkpoints: rank 0 step " +
+                          std::to_string(static_cast<int64_t>(steps.front())) + ", rank " +
+                          std::to_string(other_rank) + " step " + std::to_string(static_cast<int64_t>(*other)) +
+                          " (checkpoint.dir " + config.checkpoint.dir +
+                          "): every rank must see the same folder (node-local disks, or a stale cache of a "
+                          "network filesystem?); name one checkpoint, --resume DIR/step_N, that every rank has");
+  }
   // A rank that failed gives its own reason; the others give the first
   // failing rank's (the file, the checksums, the checkpoint to resume from
   // instead): rank 0's line is the one printed, and "rank(s) 1 could not load

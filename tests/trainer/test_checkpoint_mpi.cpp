@@ -81,6 +81,36 @@ TEST(CheckpointMpiDamage, ARankFilesDamageIsReportedInItsOwnWords) {
   EXPECT_NE(resumed.err.find("(rank 1's part; rank(s) 1 could not load theirs)"), std::string::npos) << resumed.err;
 }
 
+// Each rank resolves `latest` itself: on node-local disks, or through a
+// stale network-filesystem cache, the ranks find different steps. They went
+// on training from them and the job ended at comm.timeout_s without a result
+// (or "parameters diverged"); now every rank stops at resume, exit 2, naming
+// both steps. Rank r runs in r<r>/, where a relative checkpoint.dir is its own.
+TEST(CheckpointMpiDamage, RanksThatFindDifferentCheckpointsStopAtResume) {
+  testing::TempDir dir("test_ckpt_mpi");
+  const CommandResult first =
+      run_command(run_2_ranks(dir.file("c"), dir.file("c1.json"), "--set checkpoint.every_steps=5"));
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  for (const char* rank : {"r0", "r1"}) {
+    std::filesystem::create_directory(dir.file(rank));
+    std::filesystem::copy(dir.file("c"), dir.file(std::string(rank) + "/ck"), std::filesystem::copy_options::recursive);
+  }
+  std::ofstream(dir.file("r0/ck/latest")) << "step_10\n";
+  std::ofstream(dir.file("r1/ck/latest")) << "step_5\n";
+  const std::string wrapper = dir.file("own_folder.sh");
+  std::ofstream(wrapper) << "#!/bin/bash\ncd " << dir.path() << "/r$OMPI_COMM_WORLD_RANK && exec \"$@\"\n";
+  std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
+  const CommandResult resumed = run_command(
+      kMpirun + wrapper + " " + TRAINBENCH_BINARY +
+      " run tiny --steps 20 --set checkpoint.dir=ck --set checkpoint.every_steps=5 --set checkpoint.keep=0"
+      " --set report.progress_every=0 --set comm.timeout_s=30 --resume latest --out r.json");
+  EXPECT_EQ(resumed.exit_code, 2) << resumed.out << resumed.err;
+  EXPECT_NE(resumed.err.find("the ranks found different checkpoints: rank 0 step 10, rank 1 step 5"),
+            std::string::npos)
+      << resumed.err;
+  EXPECT_EQ(resumed.err.find("timed out"), std::string::npos) << resumed.err;
+}
+
 // Rank 1's checkpoint files cannot grow past 500 KiB (ulimit -f: EFBIG, a
 // full disk to the writer) while rank 0 writes on. Rank 1's failure used to
 // be taken from its writer in a round where rank 0 was still busy and then
