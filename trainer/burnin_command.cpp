@@ -61,6 +61,12 @@ int BurninCommand::run(const std::string& command_line) {
     const std::string differs = baseline_job_difference(*baseline, config, ranks);
     if (!differs.empty()) throw CommandError{kExitUserError, "--baseline " + o.baseline + ": " + differs};
   }
+  // The straggler, drift and throughput checks read every step's own time,
+  // which only an instrumented step has: without it every rank's time was
+  // "not measured" and the verdict a PASS that checked nothing.
+  if (!config.report.instrument)
+    throw CommandError{kExitUserError, "report.instrument: false leaves every step untimed, and the burn-in's "
+                                       "straggler and drift checks read each step's time: leave it true"};
   std::vector<std::string> overrides = o.overrides;  // the user's first: ours below must win
   // The run ends at the duration, not at a step count. The temporary shards
   // are sized for the config's own step count and read again epoch after

@@ -217,6 +217,16 @@ TEST(CliErrors, AFaultInjectedIntoNoRankOfTheJob) {
                     {"comm.inject_divergence_step: one rank has no other to diverge from"});
 }
 
+// Untimed steps left the burn-in's straggler and drift checks nothing to
+// read, and its verdict was a PASS that had checked nothing.
+TEST(CliErrors, ABurnInOfUntimedSteps) {
+  const TempDir dir;
+  expect_user_error(
+      run_trainbench({"burnin", "tiny", "--duration", "5s", "--set", "report.instrument=false"}, dir.path()),
+      {"report.instrument", "untimed", "straggler"});
+  EXPECT_FALSE(fs::exists(dir.path() / "trainbench-burnin.json"));
+}
+
 // With train.device auto, whether nccl can run depends on the machine: no
 // GPU (or no NCCL in the build) is an environment failure, exit 3, one line.
 TEST(CliErrors, NcclWithoutAGpuExitsThreeWithOneLine) {
