@@ -398,6 +398,9 @@ class InstrumentCostRun final : public RunExtension {
     return kExitOk;
   }
   void print(FILE* out) const override { print_instrumentation_cost(out, cost_); }
+  std::string job_options() const override {
+    return "--pairs " + std::to_string(pairs_) + " --block-steps " + std::to_string(block_steps_);
+  }
 
  private:
   int64_t pairs_, block_steps_;

@@ -262,12 +262,16 @@ void let_rank_zero_speak_first(int rank) {
 // or --ceilings missing on one) stalled its peers in a collective until
 // comm.timeout_s, its own error never shown, trained on silently (another
 // micro-batch: tokens/s counted wrong), or corrupted the heap (bench comm's
-// and project's buffers sized by each rank's own options). The report
-// section is not compared: only rank 0 reports.
+// and project's buffers sized by each rank's own options). Of the report
+// section only what every rank does is compared: where the result goes and
+// how often progress is printed are rank 0's, but a rank that times no step
+// (report.instrument) or times every op (report.op_times) steps at another
+// pace, and its peers were reported as stragglers.
 void check_ranks_run_the_same_job(const Config& config, const std::string& command_options, Communicator& comm) {
   if (comm.world_size() < 2) return;
   nlohmann::json mine = config_to_json(config);
-  mine.erase("report");
+  mine["report"].erase("out");
+  mine["report"].erase("progress_every");
   mine["command line"] = utf8_escaped(command_options);
   const std::string root_text = broadcast_string(comm, comm.rank() == 0 ? json_text(mine) : std::string(), 0);
   const std::string difference = first_difference(nlohmann::json::parse(root_text), mine, "");
@@ -375,6 +379,8 @@ int run_command(const RunOptions& options, const std::string& command_line) {
   // The options besides --set that change the job, as typed.
   std::string job_options = options.resume.empty() ? "" : "--resume " + options.resume;
   if (options.ceilings) job_options += job_options.empty() ? "--ceilings" : " --ceilings";
+  if (options.extension != nullptr && !options.extension->job_options().empty())
+    job_options += (job_options.empty() ? "" : " ") + options.extension->job_options();
   check_ranks_run_the_same_job(config, job_options, *comm);
   try {
     RunSettings settings{command_line, options.resume, options.ceilings, true, options.extension};
@@ -616,6 +622,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   DataSetup data;
   try {
     data = make_data_source(config, *engine, comm->rank(), comm->world_size(), resume.data_position);
+    check_ranks_resolved_the_same_shards(data, config, *comm);
   } catch (const DataError&) {
     throw;  // the shard list or data options: exit 2
   } catch (const std::bad_alloc&) {

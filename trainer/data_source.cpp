@@ -5,6 +5,7 @@
 #include <filesystem>  // temp_directory_path, remove_all
 #include <stdexcept>
 
+#include "comm/communicator.h"        // gather_from_ranks: the ranks' shard lists compared
 #include "dataloader/data_error.h"    // DataError: a checkpoint's position from another setup
 #include "dataloader/shard_list.h"    // resolve_shard_list, repeated_shards
 #include "dataloader/shard_loader.h"  // ShardLoader
@@ -171,6 +172,38 @@ DataSetup make_data_source(const Config& config, TrainingEngine& engine, int64_t
     setup.description += ", resumed after batch " + std::to_string(position.batches_consumed);
   }
   return setup;
+}
+
+void check_ranks_resolved_the_same_shards(const DataSetup& setup, const Config& config, Communicator& comm) {
+  // The temporary shards are each rank's own, in its own folder.
+  if (comm.world_size() < 2 || config.data.source != "shards" || config.data.shards.empty()) return;
+  // FNV-1a over the paths in order, cut to the 52 bits a double carries exactly.
+  uint64_t hash = 14695981039346656037ull;
+  const auto mix = [&hash](unsigned char byte) {
+    hash ^= byte;
+    hash *= 1099511628211ull;
+  };
+  for (const std::string& path : setup.shards) {
+    for (const char c : path) mix(static_cast<unsigned char>(c));
+    mix(0);  // "ab","c" is not "a","bc"
+  }
+  const std::vector<double> counts = gather_from_ranks(comm, static_cast<double>(setup.shards.size()));
+  const std::vector<double> hashes = gather_from_ranks(comm, static_cast<double>(hash & ((uint64_t{1} << 52) - 1)));
+  for (size_t r = 1; r < counts.size(); ++r) {
+    const std::string rank = "rank " + std::to_string(r);
+    if (counts[r] != counts[0])
+      throw DataError(CorruptScope::kConfig,
+                      "data.shards: " + rank + " resolved " + std::to_string(static_cast<int64_t>(counts[r])) +
+                          " shards from '" + config.data.shards + "' and rank 0 " +
+                          std::to_string(static_cast<int64_t>(counts[0])) +
+                          ": every rank must see the same data set (an incomplete node-local copy?), or the ranks "
+                          "split it differently and read some shards twice and others never");
+    if (hashes[r] != hashes[0])
+      throw DataError(CorruptScope::kConfig,
+                      "data.shards: " + rank + " resolved '" + config.data.shards + "' to " +
+                          std::to_string(static_cast<int64_t>(counts[0])) +
+                          " shards as rank 0 did, but to other names: every rank must see the same data set");
+  }
 }
 
 }  // namespace trainbench

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"        // Communicator
 #include "dataloader/batch_source.h"  // BatchSource
 #include "dataloader/shard_loader.h"  // LoaderOptions
 #include "kernels/engine.h"           // TrainingEngine: the host allocator
@@ -57,6 +58,14 @@ LoaderOptions loader_options(const Config& config, std::vector<std::string> shar
 // that stream; DataError(kConfig) when it belongs to another data setup.
 DataSetup make_data_source(const Config& config, TrainingEngine& engine, int64_t rank,
                            int64_t world, const std::string& resume_position = "");
+
+// Every rank resolves data.shards itself, and splits the list it found by
+// rank: ranks that found other lists (a node-local copy missing shards, a
+// glob on a folder still being filled) would read some shards twice and
+// others never, silently. A collective over the ranks: DataError(kConfig)
+// on every rank, naming the first rank whose list is not rank 0's. Nothing
+// to compare for one rank, in-memory tokens or the run's own temporary shards.
+void check_ranks_resolved_the_same_shards(const DataSetup& setup, const Config& config, Communicator& comm);
 
 // The token id that separates packed samples: data.eos_token, or vocab - 1.
 int32_t eos_token_of(const Config& config);

@@ -43,6 +43,11 @@ class RunExtension {
   // Every rank, when the run's scope ends — also by an exception — before
   // the communicator and the engine go: stops whatever begin() started.
   virtual void end() {}
+  // The extension's own options that shape the job, as typed (e.g. bench
+  // instrument's "--pairs 3 --block-steps 2"): compared across ranks with
+  // the config, since a rank that counts other pairs waits in a collective
+  // its peers never enter.
+  virtual std::string job_options() const { return ""; }
 };
 
 }  // namespace trainbench

@@ -151,6 +151,57 @@ TEST(MpiCli, RanksStartedWithDifferentConfigsExitTwoNamingTheKey) {
   EXPECT_LT(seconds, 60.0) << "not the collective timeout (300 s)";
 }
 
+// What every rank does differently though only rank 0 reports: a rank that
+// times no step (report.instrument) steps at another pace, and its peer was
+// reported a 100% straggler; bench instrument with other --pairs on one rank
+// waited in a collective its peer never entered, until comm.timeout_s.
+TEST(MpiCli, RanksThatTimeTheirStepsDifferentlyExitTwo) {
+  testing::TempDir dir("test_mpi_cli");
+  const auto [run, run_seconds] = run_with_rank1_extra(
+      dir, "run tiny --steps 6 --set train.warmup_steps=1 --out " + dir.file("r.json"), "--set report.instrument=false");
+  EXPECT_EQ(run.exit_code, 2) << run.out << run.err;
+  EXPECT_NE(run.err.find("rank 1 has report.instrument = false where rank 0 has true"), std::string::npos) << run.err;
+  EXPECT_LT(run_seconds, 60.0);
+  const auto [bench, bench_seconds] =
+      run_with_rank1_extra(dir, "bench instrument tiny --block-steps 2 --set comm.timeout_s=100", "--pairs 3");
+  EXPECT_EQ(bench.exit_code, 2) << bench.out << bench.err;
+  EXPECT_NE(bench.err.find("--pairs 3 --block-steps 2"), std::string::npos) << bench.err;
+  EXPECT_LT(bench_seconds, 60.0) << "not the collective timeout";
+}
+
+// Each rank resolves data.shards itself: rank 1, whose copy of the data set
+// has 6 of the 8 shards, split another list and read shards rank 0 also
+// read, silently. Rank r runs in r<r>/, where the relative data.shards is its own.
+TEST(MpiCli, RanksThatFindOtherShardListsExitTwo) {
+  testing::TempDir dir("test_mpi_cli");
+  for (const auto& [rank, count] : {std::pair{"r0", "8"}, std::pair{"r1", "6"}}) {
+    const CommandResult made = run_command(std::string(TRAINBENCH_BINARY) + " shards synth --out " +
+                                           dir.file(std::string(rank) + "/data") + " --count " + count +
+                                           " --samples 16 --vocab 512 --tokens 100");
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+  }
+  const std::string wrapper = dir.file("own_folder.sh");
+  write_executable(wrapper, "#!/bin/sh\ncd " + dir.path() + "/r$OMPI_COMM_WORLD_RANK && exec \"$@\"\n");
+  const std::string job = std::string(TRAINBENCH_BINARY) +
+                          " run tiny --steps 4 --set train.warmup_steps=1 --set data.readers=1 --set data.shards=data"
+                          " --set checkpoint.every_steps=0 --out r.json";
+  const CommandResult fewer = run_command("timeout 120 " + kMpirun + "-np 2 " + wrapper + " " + job);
+  EXPECT_EQ(fewer.exit_code, 2) << fewer.out << fewer.err;
+  EXPECT_NE(fewer.err.find("data.shards: rank 1 resolved 6 shards from 'data' and rank 0 8"), std::string::npos)
+      << fewer.err;
+  // As many shards, other names.
+  std::filesystem::rename(dir.file("r1/data/train-000005.tar"), dir.file("r1/data/train-000005-b.tar"));
+  for (const char* name : {"train-000006.tar", "train-000007.tar"})
+    std::filesystem::copy_file(dir.file(std::string("r0/data/") + name), dir.file(std::string("r1/data/") + name));
+  const CommandResult renamed = run_command("timeout 120 " + kMpirun + "-np 2 " + wrapper + " " + job);
+  EXPECT_EQ(renamed.exit_code, 2) << renamed.out << renamed.err;
+  EXPECT_NE(renamed.err.find("to 8 shards as rank 0 did, but to other names"), std::string::npos) << renamed.err;
+  // The same data set on both: trains.
+  std::filesystem::rename(dir.file("r1/data/train-000005-b.tar"), dir.file("r1/data/train-000005.tar"));
+  const CommandResult same = run_command("timeout 120 " + kMpirun + "-np 2 " + wrapper + " " + job);
+  EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
+}
+
 // bench comm sizes its buffers from each rank's own options: rank 1 with
 // another --warmup-iters (or model) is refused before the first collective, where
 // it used to corrupt the heap or hang until comm.timeout_s.
