@@ -472,15 +472,20 @@ ResolvedEngine resolve_engine(const Config& config, Communicator& comm, const Gp
     // One process per GPU: the rank's place on its host picks the device.
     engine_options.gpu_index = comm.local_rank() % static_cast<int>(gpus.gpus.size());
     const GpuInfo& gpu = gpus.gpus[static_cast<size_t>(engine_options.gpu_index)];
+    // What `trainbench plan` calls "fits": the GPU's memory less the reserve
+    // for the CUDA context, NCCL's buffers and the allocator. (The engine
+    // checks again against the free memory once it knows its attention.)
     const int64_t gpu_memory = gpu.memory_bytes;
-    if (plan.total_bytes() > gpu_memory)
+    const int64_t usable = usable_gpu_bytes(gpu_memory);
+    if (plan.total_bytes() > usable)
       throw CommandError{kExitEnvironmentError,
                       "model needs " + human_bytes(static_cast<double>(plan.total_bytes())) +
                           " of GPU memory (activations " +
                           human_bytes(static_cast<double>(plan.activation_bytes)) + ") but " +
-                          gpu.name + " has " +
-                          human_bytes(static_cast<double>(gpu_memory)) +
-                          ": lower train.micro_batch, model.seq_len or model.n_layers"};
+                          gpu.name + " has " + human_bytes(static_cast<double>(gpu_memory)) + ", " +
+                          human_bytes(static_cast<double>(usable)) +
+                          " usable after the reserve for the CUDA context, NCCL and the allocator: lower "
+                          "train.micro_batch, model.seq_len or model.n_layers (trainbench plan shows the sizes)"};
   }
   // The cpu engine's plan is host memory, which the ranks on one host share
   // (4 ranks of a plan that fit once were 4 times MemAvailable: the OOM killer).

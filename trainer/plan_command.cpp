@@ -87,8 +87,13 @@ std::vector<FinetunePlanRow> plan_finetune(const Config& config, int64_t gpus_pe
     // The CUDA engine's state tensors: fp32 master and bf16 copy of what it
     // trains (everything, or the adapters), AdamW m and v over the trainable
     // parameters once across the job (ZeRO-1 shards them; DDP writes rank 0's).
+    // Under LoRA the frozen base goes in too, in bf16, with
+    // checkpoint.include_base (CudaEngine::state_tensors' "base_bf16").
     const int64_t masters = options.lora.enabled() ? layout.trainable_params() : layout.total_params();
-    row.checkpoint_bytes = masters * (4 + 2) + layout.trainable_params() * 8;
+    const int64_t base = options.lora.enabled() && config.checkpoint.include_base
+                             ? layout.total_params() - layout.trainable_params()
+                             : 0;
+    row.checkpoint_bytes = masters * (4 + 2) + layout.trainable_params() * 8 + base * 2;
     row.fits = row.memory.total_bytes() <= usable_bytes;
     rows.push_back(row);
   };

@@ -77,6 +77,13 @@ TEST(Plan, TinyMatchesAHandCount) {
   EXPECT_EQ(lora.memory.activation_bytes, kActivationBytes + 2 * 4 * kN * 16 * 2);
   EXPECT_EQ(lora.checkpoint_bytes, kAdapters * (4 + 2 + 8));
   for (const FinetunePlanRow& r : rows) EXPECT_TRUE(r.fits) << r.mode;
+  // checkpoint.include_base: the frozen base goes in too, in bf16 (it was
+  // left out: 70B's plan understated its LoRA checkpoint by 131 GiB).
+  const std::vector<FinetunePlanRow> with_base =
+      plan_finetune(load_config("tiny", {"train.attention=gemm", "checkpoint.include_base=true"}), 8, 2,
+                    int64_t{80} << 30);
+  EXPECT_EQ(with_base[2].checkpoint_bytes, kAdapters * (4 + 2 + 8) + kBase * 2);
+  EXPECT_EQ(with_base[0].checkpoint_bytes, ddp.checkpoint_bytes) << "full fine-tuning holds the base anyway";
 }
 
 // An odd vocabulary (500, padded to 512 for the LM head's GEMMs): the CUDA
