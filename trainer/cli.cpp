@@ -14,6 +14,7 @@
 #include <cstring>  // strerror
 #include <exception>
 #include <filesystem>  // removing a temporary checkpoint folder
+#include <regex>  // whether a failure names its rank
 #include <string>
 #include <system_error>  // a thread that could not start: exit 3
 #include <thread>  // hardware_concurrency, sleep_for
@@ -400,7 +401,12 @@ int run_command(const RunOptions& options, const std::string& command_line) {
     const ErrorReport error = describe_current_exception();
     wait_if_interrupted();  // a failure the signal's cleanup caused: the signal speaks
     let_rank_zero_speak_first(comm->rank());
-    comm->abort(error.code, "rank " + std::to_string(comm->rank()) + ": " + error.message);
+    // A failure the ranks agreed on names the rank it is about ("rank 1's
+    // part", "rank 1 resolved 6 shards"); "rank 0: " before it, from the
+    // rank that speaks first, blamed rank 0.
+    const bool names_its_rank = std::regex_search(error.message, std::regex("\\brank [0-9]"));
+    comm->abort(error.code,
+                names_its_rank ? error.message : "rank " + std::to_string(comm->rank()) + ": " + error.message);
     return error.code;  // not reached: abort ends the process
   }
 }

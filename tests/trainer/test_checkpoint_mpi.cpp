@@ -79,6 +79,7 @@ TEST(CheckpointMpiDamage, ARankFilesDamageIsReportedInItsOwnWords) {
   EXPECT_NE(resumed.err.find("--resume " + dir.file("c/step_10")), std::string::npos)
       << "names the earlier checkpoint: " << resumed.err;
   EXPECT_NE(resumed.err.find("(rank 1's part; rank(s) 1 could not load theirs)"), std::string::npos) << resumed.err;
+  EXPECT_EQ(resumed.err.find("rank 0: "), std::string::npos) << "rank 1's failure, not rank 0's: " << resumed.err;
 }
 
 // Each rank resolves `latest` itself: on node-local disks, or through a

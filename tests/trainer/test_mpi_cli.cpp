@@ -189,6 +189,7 @@ TEST(MpiCli, RanksThatFindOtherShardListsExitTwo) {
   EXPECT_EQ(fewer.exit_code, 2) << fewer.out << fewer.err;
   EXPECT_NE(fewer.err.find("data.shards: rank 1 resolved 6 shards from 'data' and rank 0 8"), std::string::npos)
       << fewer.err;
+  EXPECT_EQ(fewer.err.find("rank 0: "), std::string::npos) << "rank 1's list, not rank 0's: " << fewer.err;
   // As many shards, other names.
   std::filesystem::rename(dir.file("r1/data/train-000005.tar"), dir.file("r1/data/train-000005-b.tar"));
   for (const char* name : {"train-000006.tar", "train-000007.tar"})
