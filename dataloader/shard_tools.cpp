@@ -227,11 +227,15 @@ void check_free_space(const SynthOptions& o) {
   std::error_code error;
   const fs::space_info space = fs::space(o.out_dir, error);
   if (error) return;  // no figure to check against; writing will say what fails
-  const double needed = estimated_synth_bytes(o);
+  const double one_copy = estimated_synth_bytes(o);
+  const double needed = one_copy * static_cast<double>(std::max<int64_t>(o.copies_on_this_disk, 1));
   if (needed > static_cast<double>(space.available))
     throw std::runtime_error("synthetic shards: " + std::to_string(o.count) + " shards need about " +
-                             gigabytes(needed) + " but " + o.out_dir + " has " +
-                             gigabytes(static_cast<double>(space.available)) +
+                             gigabytes(one_copy) +
+                             (o.copies_on_this_disk > 1 ? " for each of the " + std::to_string(o.copies_on_this_disk) +
+                                                              " ranks on this host, " + gigabytes(needed) + " in all,"
+                                                        : "") +
+                             " but " + o.out_dir + " has " + gigabytes(static_cast<double>(space.available)) +
                              " available: make fewer or smaller shards");
 }
 

@@ -34,6 +34,10 @@ struct SynthOptions {
   int64_t payload_spread = 0;       //   its size uniform in [bytes - spread, bytes + spread]
   uint64_t seed = 1;
   bool overwrite = false;           // false: refuse when a shard to write is already there
+  // Writers of these same shards into folders of this disk at once (the
+  // ranks of one host, each making the run's shards in its own temporary
+  // folder): the free space must hold every copy.
+  int64_t copies_on_this_disk = 1;
 };
 
 struct SynthResult {

@@ -632,7 +632,10 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   // Declared after the engine: the loader's pinned batches go back to it first.
   DataSetup data;
   try {
-    data = make_data_source(config, *engine, comm->rank(), comm->world_size(), resume.data_position);
+    // The temporary shards: every rank on a host writes its own copy at once.
+    const int host_ranks =
+        config.data.source == "shards" && config.data.shards.empty() ? ranks_on_this_host(*comm) : 1;
+    data = make_data_source(config, *engine, comm->rank(), comm->world_size(), resume.data_position, host_ranks);
     check_ranks_resolved_the_same_shards(data, config, *comm);
   } catch (const DataError&) {
     throw;  // the shard list or data options: exit 2

@@ -17,7 +17,7 @@ namespace trainbench {
 
 namespace {
 
-SynthResult write_run_shards(const Config& config, const std::string& dir, int64_t world) {
+SynthResult write_run_shards(const Config& config, const std::string& dir, int64_t world, int64_t host_ranks) {
   const DataSection& d = config.data;
   SynthOptions synth;
   synth.out_dir = dir;
@@ -31,6 +31,7 @@ SynthResult write_run_shards(const Config& config, const std::string& dir, int64
   synth.payload_bytes = d.synth_payload_bytes;
   synth.payload_spread = d.synth_payload_bytes / 2;
   synth.seed = static_cast<uint64_t>(d.seed);
+  synth.copies_on_this_disk = host_ranks;
   return synthesize_shards(synth);
 }
 
@@ -83,7 +84,7 @@ DataSetup::~DataSetup() {
   }
 }
 
-std::vector<std::string> shards_for_run(const Config& config, int64_t world, DataSetup* setup) {
+std::vector<std::string> shards_for_run(const Config& config, int64_t world, DataSetup* setup, int64_t host_ranks) {
   const DataSection& d = config.data;
   if (!d.shards.empty()) {
     std::vector<std::string> shards = resolve_shard_list(d.shards);
@@ -104,7 +105,7 @@ std::vector<std::string> shards_for_run(const Config& config, int64_t world, Dat
     return shards;
   }
   setup->temporary_dir = make_temporary_directory("trainbench-shards");
-  const SynthResult made = write_run_shards(config, setup->temporary_dir, world);
+  const SynthResult made = write_run_shards(config, setup->temporary_dir, world, host_ranks);
   setup->data_path = setup->temporary_dir;
   setup->description = std::to_string(made.paths.size()) + " synthetic shards (" +
                        std::to_string(made.samples) + " samples, " + std::to_string(made.tokens) +
@@ -143,7 +144,7 @@ int32_t eos_token_of(const Config& config) {
 }
 
 DataSetup make_data_source(const Config& config, TrainingEngine& engine, int64_t rank,
-                           int64_t world, const std::string& resume_position) {
+                           int64_t world, const std::string& resume_position, int64_t host_ranks) {
   const DataSection& d = config.data;
   DataSetup setup;
   if (d.source == "synthetic") {
@@ -159,7 +160,7 @@ DataSetup make_data_source(const Config& config, TrainingEngine& engine, int64_t
     return setup;
   }
 
-  setup.shards = shards_for_run(config, world, &setup);
+  setup.shards = shards_for_run(config, world, &setup, host_ranks);
   LoaderOptions options = loader_options(config, setup.shards, rank, world);
   options.allocator = HostAllocator{[&engine](size_t bytes) { return engine.allocate_host(bytes); },
                                     [&engine](void* memory) { engine.release_host(memory); }};

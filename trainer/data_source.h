@@ -31,8 +31,11 @@ struct DataSetup {
 
 // The shards of a run: data.shards resolved, or synthetic shards made for it
 // in a temporary folder (recorded in *setup, which removes it). Fills
-// setup->data_path, setup->description and setup->warnings.
-std::vector<std::string> shards_for_run(const Config& config, int64_t world, DataSetup* setup);
+// setup->data_path, setup->description and setup->warnings. host_ranks:
+// the ranks on this host, each making its own copy of the temporary shards
+// at once (their free-space check counts every copy).
+std::vector<std::string> shards_for_run(const Config& config, int64_t world, DataSetup* setup,
+                                        int64_t host_ranks = 1);
 
 // The temporary shards of an empty data.shards: how many, and how many
 // samples each holds when data.synth_samples_per_shard is 0 (about the run's
@@ -57,7 +60,7 @@ LoaderOptions loader_options(const Config& config, std::vector<std::string> shar
 // `resume_position` (BatchSource::save_position of a checkpoint) continues
 // that stream; DataError(kConfig) when it belongs to another data setup.
 DataSetup make_data_source(const Config& config, TrainingEngine& engine, int64_t rank,
-                           int64_t world, const std::string& resume_position = "");
+                           int64_t world, const std::string& resume_position = "", int64_t host_ranks = 1);
 
 // Every rank resolves data.shards itself, and splits the list it found by
 // rank: ranks that found other lists (a node-local copy missing shards, a

@@ -299,6 +299,25 @@ TEST_F(ShardTools, SynthThatCannotFitTheDiskWritesNothing) {
   EXPECT_FALSE(fs::exists(dir_ + "/full/train-000000.tar"));
 }
 
+// The ranks of one host each make the run's temporary shards at once: the
+// free space must hold every copy. One copy of 40% of it fits; four do not,
+// and are refused before the first byte, each copy's size named.
+TEST_F(ShardTools, SynthCopiesOnOneDiskMustAllFit) {
+  const fs::space_info space = fs::space(dir_);
+  SynthOptions o = synth_options("copies");
+  o.count = 1;
+  o.samples_per_shard = 0;
+  o.shard_bytes = static_cast<int64_t>(static_cast<double>(space.available) * 0.4);
+  o.copies_on_this_disk = 4;
+  try {
+    synthesize_shards(o);
+    ADD_FAILURE() << "expected std::runtime_error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("for each of the 4 ranks on this host"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir_ + "/copies/train-000000.tar"));
+}
+
 // A shard a loader gets nothing from is an error of verify: one with only a
 // directory entry, one whose members are all empty, and with --field one
 // whose token members are empty while another member is not.
