@@ -2,21 +2,26 @@
 # LoRA on one node against full fine-tuning on several, same model shape and
 # data: the question asked before buying a faster fabric. Runs
 #
-#   1. trainbench plan CONFIG --gpus-per-node G --nodes M --json   (memory per GPU, which fits)
+#   1. trainbench plan CONFIG --gpus-per-node G --nodes M --json, once per
+#      side with that side's --set's (memory per GPU, which fits):
+#      DIR/plan-lora.json (its lora row) and DIR/plan-full.json (its full rows)
 #   2. LoRA:  G ranks     trainbench run CONFIG --set train.mode=lora ...
 #   3. full:  G·M ranks   trainbench run CONFIG --set train.mode=full ...
-#   4. scripts/report.py --compare: DIR/compare.md with tokens/s, time and
-#      GPU-hours for --target-tokens, memory per GPU, checkpoint size, stall
-#      shares and a one-line verdict.
+#   4. scripts/report.py --compare --lora-plan ... --full-plan ...:
+#      DIR/compare.md with tokens/s, time and GPU-hours for --target-tokens,
+#      memory per GPU, checkpoint size, stall shares and a one-line verdict.
 #
 #   scripts/compare_finetune.sh [--config CONFIG] [--gpus-per-node G] [--nodes M] [--steps N]
 #       [--set key=value]... [--lora-set key=value]... [--full-set key=value]...
 #       [--target-tokens N] [--out DIR] [--launcher mpirun|srun] [--hostfile FILE]
 #       [--mpirun-args "ARGS"] [--binary PATH]
 #
-# --set goes to both runs (their shards: data.shards; checkpoint.dir=D: LoRA's
-# checkpoints go to D/lora, full's to D/full); --lora-set and --full-set to one each (lora.rank, comm.zero,
-# ...). The launcher starts one rank per GPU: mpirun -np (with --hostfile for
+# --set goes to both runs and both plans (their shards: data.shards;
+# checkpoint.dir=D: LoRA's checkpoints go to D/lora-<id>, full's to
+# D/full-<id>, <id> this comparison's UTC start and pid, so that a rerun with
+# the same D gets fresh folders as trainbench requires); --lora-set and
+# --full-set to one side each, its run and its plan (lora.rank, comm.zero,
+# train.micro_batch, ...). The launcher starts one rank per GPU: mpirun -np (with --hostfile for
 # several hosts, as scripts/scale.sh) or, inside a Slurm allocation of M nodes,
 # srun --mpi=pmix (LoRA on one node, full on all M). Defaults: --config tiny,
 # --gpus-per-node 8, --nodes 2, --target-tokens 1e9, DIR out/compare-<time>.
@@ -54,8 +59,9 @@ while [ $# -gt 0 ]; do
     --set)
       [ $# -ge 2 ] || usage
       # checkpoint.dir: each run checkpoints to its own subfolder (a fresh run
-      # refuses a folder that holds another run's checkpoints).
-      case "$2" in checkpoint.dir=*) ckpt_dir=${2#checkpoint.dir=} ;; *) both+=(--set "$2") ;; esac
+      # refuses a folder that holds another run's checkpoints); an empty one
+      # (a temporary folder per run) goes to both as it is.
+      case "$2" in checkpoint.dir=?*) ckpt_dir=${2#checkpoint.dir=} ;; *) both+=(--set "$2") ;; esac
       shift 2 ;;
     --lora-set) [ $# -ge 2 ] || usage; lora_sets+=(--set "$2"); shift 2 ;;
     --full-set) [ $# -ge 2 ] || usage; full_sets+=(--set "$2"); shift 2 ;;
@@ -126,18 +132,32 @@ step() {
   }
 }
 
-step plan "$binary" plan "$config" --gpus-per-node "$gpus_per_node" --nodes "$nodes" --json \
-  ${both[@]+"${both[@]}"}
-sed -n '/^{/,$p' "$out/plan.log" > "$out/plan.json"
+# Each side planned with its own --set's (lora.rank and lora.targets,
+# train.micro_batch, train.attention change the memory): every figure beside
+# a run is of that run's setup. report.py checks what the plans record.
+step plan-lora "$binary" plan "$config" --gpus-per-node "$gpus_per_node" --nodes "$nodes" --json \
+  ${both[@]+"${both[@]}"} ${lora_sets[@]+"${lora_sets[@]}"}
+sed -n '/^{/,$p' "$out/plan-lora.log" > "$out/plan-lora.json"
+step plan-full "$binary" plan "$config" --gpus-per-node "$gpus_per_node" --nodes "$nodes" --json \
+  ${both[@]+"${both[@]}"} ${full_sets[@]+"${full_sets[@]}"}
+sed -n '/^{/,$p' "$out/plan-full.log" > "$out/plan-full.json"
+# An earlier comparison's single plan.json would read as this one's.
+rm -f "$out/plan.json" "$out/plan.log"
 lora_ckpt=()
 full_ckpt=()
 if [ -n "$ckpt_dir" ]; then
-  lora_ckpt=(--set "checkpoint.dir=$ckpt_dir/lora")
-  full_ckpt=(--set "checkpoint.dir=$ckpt_dir/full")
+  # A fresh run refuses a folder that holds another run's checkpoints: one
+  # folder per side and per comparison, as scripts/scale.sh's --ckpt-dir.
+  case "$ckpt_dir" in /*) ;; *) ckpt_dir="$PWD/$ckpt_dir" ;; esac
+  run_id=$(date -u +%Y%m%dT%H%M%SZ)-$$
+  lora_ckpt=(--set "checkpoint.dir=$ckpt_dir/lora-$run_id")
+  full_ckpt=(--set "checkpoint.dir=$ckpt_dir/full-$run_id")
+  echo "$me: checkpoints: LoRA in $ckpt_dir/lora-$run_id, full fine-tuning in $ckpt_dir/full-$run_id"
 fi
 step lora launch 1 "$gpus_per_node" "$binary" run "$config" "${run_args[@]}" --set train.mode=lora \
   ${lora_ckpt[@]+"${lora_ckpt[@]}"} ${lora_sets[@]+"${lora_sets[@]}"} --out "$out/lora.json"
 step full launch "$nodes" $((gpus_per_node * nodes)) "$binary" run "$config" "${run_args[@]}" \
   --set train.mode=full ${full_ckpt[@]+"${full_ckpt[@]}"} ${full_sets[@]+"${full_sets[@]}"} --out "$out/full.json"
-python3 "$repo/scripts/report.py" --compare "$out/lora.json" "$out/full.json" --plan "$out/plan.json" \
+python3 "$repo/scripts/report.py" --compare "$out/lora.json" "$out/full.json" \
+  --lora-plan "$out/plan-lora.json" --full-plan "$out/plan-full.json" \
   --target-tokens "$target_tokens" --gpus-per-node "$gpus_per_node" --out "$out"

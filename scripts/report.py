@@ -2,8 +2,8 @@
 """The scaling report of a set of trainbench runs, or the fine-tuning comparison.
 
     scripts/report.py RESULTS... [--out DIR] [--no-plots]
-    scripts/report.py --compare LORA.json FULL.json [--plan PLAN.json]
-                      [--target-tokens N] [--gpus-per-node N] [--out DIR]
+    scripts/report.py --compare LORA.json FULL.json [--plan PLAN.json | [--lora-plan PLAN.json]
+                      [--full-plan PLAN.json]] [--target-tokens N] [--gpus-per-node N] [--out DIR]
 
 RESULTS are result JSON files (schema trainbench.result/v1, `trainbench run
 --out`) or folders of them (every *.json in the folder). Runs are grouped by
@@ -49,7 +49,8 @@ negative time or size, a step time, tokens/s or tokens per step of 0, a stall
 share outside 0 to 1 (`other`: -1 to 1) or five that do not add up to 1, a
 slowest rank not below environment.ranks, a magnitude past 1e30 or below
 1e-30); nesting deeper than 64 levels. So does a bad option: a value out of
-range, --plan/--target-tokens/--gpus-per-node without --compare, a DIR that is
+range, --plan/--lora-plan/--full-plan/--target-tokens/--gpus-per-node without
+--compare, --plan with --lora-plan or --full-plan, a DIR that is
 a file or cannot be written. A run with `report.instrument=false` times no
 step: its step times, shares and slowest rank are null (older binaries wrote
 0, read as null) and show as —. A run a failure stopped before its first
@@ -63,14 +64,22 @@ tokens/s where measured_steps is not 0 exits 2. matplotlib missing exits 3.
 fine-tuning run (typically several nodes) of the same model shape and data
 (scripts/compare_finetune.sh makes both) and writes DIR/compare.md: tokens/s,
 the wall time and GPU-hours to process --target-tokens (default 1e9), memory
-per GPU (the run's own plan, and `trainbench plan --json` beside it when
---plan is given), checkpoint size, stall shares, and a one-line verdict: which
-side finishes sooner and which uses fewer GPU-hours (either side may win both,
-or each one; every ratio the winner's, >= 1; within 0.5%, "about the same"),
-after what does not fit in GPU memory by the plan. A plan of another model
-than the runs' exits 2 naming the first key of its `model` that differs from a
-run's config.model (plans of older binaries, without `model`: the parameters
-of the full fine-tuning row against those of the run's shape).
+per GPU (the run's own plan, and `trainbench plan --json` beside it when a
+plan is given: --plan for both runs, or --lora-plan and --full-plan, each the
+plan of one side's setup, whose lora row, or full rows, are used),
+checkpoint size, stall shares, and a one-line verdict: which side finishes
+sooner and which uses fewer GPU-hours (either side may win both, or each one;
+every ratio the winner's, >= 1; within 0.5%, "about the same"), after what
+does not fit in GPU memory by the plan. A plan of another setup than the run
+it is set beside exits 2 naming what differs: the first key of its `model`
+that differs from the run's config.model (plans of older binaries, without
+`model`: the parameters of the full fine-tuning row against those of the
+run's shape); the trainable parameters of its lora row against those of the
+LoRA run's lora.rank and lora.targets; its attention (`train.attention=gemm`
+or not) against the run's train.attention; for a full run with comm.zero 1,
+the GPUs of its ZeRO-1 row against the run's ranks; its train.micro_batch
+and train.deterministic (plans of binaries that record them) against the
+runs'. A result given as a plan exits 2 saying it is not a plan.
 GPUs = the run's ranks (one rank per GPU); nodes = its distinct hosts, or
 ranks / --gpus-per-node when given. --target-tokens is 1 to 1e30. A run that
 measured no step has no tokens/s to compare: exit 2 naming it.
@@ -397,7 +406,9 @@ RESULT = Obj({
     "command": STR,
     "config": Opt(Obj({
         "model": Opt(Obj({k: COUNT for k in SHAPE_KEYS})),
-        "train": Opt(Obj({"micro_batch": COUNT, "grad_accum": COUNT, "mode": STR, "precision": STR})),
+        "train": Opt(Obj({"micro_batch": COUNT, "grad_accum": COUNT, "mode": STR, "precision": STR,
+                          "attention": STR, "deterministic": BOOL})),
+        "lora": Opt(Obj({"rank": COUNT, "targets": STR})),
         "data": Opt(Obj({"shards": STR, "source": STR, "readers": COUNT})),
         "checkpoint": Opt(Obj({"every_steps": COUNT, "async": BOOL, "dir": STR})),
         "comm": Opt(Obj({"zero": COUNT})),
@@ -439,9 +450,17 @@ RESULT = Obj({
 }, required=("environment", "summary"), rule=within_world)
 
 # The fields of `trainbench plan --json` output this script reads.
-PLAN = Obj({"config": STR, "model": Opt(Obj({})),
-            "rows": Each(Obj({"mode": Str(), "fits": Bool(), "total_bytes": Opt(NONNEG),
+PLAN = Obj({"config": STR, "model": Opt(Obj({})), "attention": Opt(Obj({"kernel": STR, "basis": STR})),
+            "train": Opt(Obj({"micro_batch": COUNT, "deterministic": BOOL})),
+            "rows": Each(Obj({"mode": Str(), "fits": Bool(), "total_bytes": Opt(NONNEG), "gpus": COUNT,
                               "trainable_params": Opt(Int(0))}, required=("mode", "fits")))}, required=("rows",))
+# What `trainbench plan` says of its attention when the config set train.attention=gemm
+# (trainer/plan_command.cpp, planned_attention).
+PLAN_GEMM_BASIS = "train.attention=gemm"
+# The projections LoRA can adapt (kernels/model_shape.cpp) and their [out, in]
+# sizes, from d_model, q_dim, kv_dim and ffn_hidden.
+LORA_TARGETS = {"q": ("q", "d"), "k": ("kv", "d"), "v": ("kv", "d"), "o": ("d", "q"),
+                "gate": ("ffn", "d"), "up": ("ffn", "d"), "down": ("d", "ffn")}
 # The sizes of config.model that set the number of parameters (seq_len does not).
 PARAM_KEYS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_hidden", "vocab")
 
@@ -663,15 +682,30 @@ def load_run(path: Path) -> Run:
     return Run(path, data)
 
 
-def load_plan(name: str, runs: list[Run]) -> dict[str, dict[str, Any]]:
-    """`trainbench plan --json` output: its rows by mode; refused where it
-    plans another model than `runs`'."""
-    source = Source(f"--plan {name}", "the output of `trainbench plan --json`",
+def load_plan(option: str, name: str, lora_run: Run | None, full_run: Run | None) -> dict[str, dict[str, Any]]:
+    """`trainbench plan --json` output given as `option` (--plan: for both
+    runs; --lora-plan, --full-plan: for one): its rows by mode; refused where
+    it plans another setup than the runs' it is set beside, in what the plan
+    records: the model, the attention, the LoRA adapters (its lora row's
+    trainable parameters), the ZeRO-1 world size, and (newer plans) the
+    micro-batch and train.deterministic."""
+    where = f"{option} {name}"
+    source = Source(where, "the output of `trainbench plan --json`",
                     "the complete output of `trainbench plan --json`")
-    data = read_object(Path(input_name(name, "--plan")), source)
+    data = read_object(Path(input_name(name, option)), source)
+    # A result given in a plan's place (both are JSON objects with a `config`).
+    schema = data.get("schema")
+    if schema is not None or isinstance(data.get("config"), dict) or "summary" in data:
+        what = (f"a `trainbench run` result, schema {shown(schema)}" if isinstance(schema, str)
+                and schema.startswith("trainbench.result") else "it has no plan's fields")
+        raise ReportError(f"{where}: not the output of `trainbench plan --json` ({what}): make one with "
+                          "`trainbench plan CONFIG --json` and the runs' --set")
     check_values(data, source)
     PLAN.check(data, "", source)
     rows = {row["mode"]: row for row in data["rows"]}
+    runs = [run for run in (lora_run, full_run) if run is not None]
+    fix = ("make the plan with the runs' config and --set" if option == "--plan" else
+           f"make the plan with the {'LoRA' if lora_run is not None else 'full fine-tuning'} run's config and --set")
     # Newer plans record the model planned, as the results do: every key
     # both state must agree (seq_len included: it sizes the activations).
     planned_model = data.get("model")
@@ -681,26 +715,84 @@ def load_plan(name: str, runs: list[Run]) -> dict[str, dict[str, Any]]:
             differs = [key for key in sorted(planned_model) if key in model and model[key] != planned_model[key]]
             if differs:
                 key = differs[0]
-                raise ReportError(f"--plan {name}: plans model.{key} = {shown(planned_model[key])}"
+                raise ReportError(f"{where}: plans model.{key} = {shown(planned_model[key])}"
                                   + (f" (config {data.get('config')})" if data.get("config") else "")
-                                  + f", but {run.path} trained model.{key} = {shown(model[key])}: make the plan "
-                                  "with the runs' config and --set")
-        return rows
-    # Older plans name their config (`preset:tiny`, a file) but not the
-    # model's shape, nor the --set that changed it; the parameters of their
-    # full fine-tuning row (every one trainable) are that shape's.
-    planned = (rows.get("full (DDP)") or {}).get("trainable_params")
-    for run in runs if planned is not None else []:
-        model = run.config("model")
-        params = model_parameters(model)
-        if params is not None and params != planned:
-            config = data.get("config")
-            shape = ", ".join(f"{key} {model[key]}" for key in PARAM_KEYS)
-            raise ReportError(f"--plan {name}: plans a model of {planned:,} parameters"
-                              + (f" (config {config})" if config else "")
-                              + f", but {run.path} trained one of {params:,} ({shape}): make the plan with the "
-                              "runs' config and --set")
+                                  + f", but {run.path} trained model.{key} = {shown(model[key])}: {fix}")
+    else:
+        # Older plans name their config (`preset:tiny`, a file) but not the
+        # model's shape, nor the --set that changed it; the parameters of their
+        # full fine-tuning row (every one trainable) are that shape's.
+        planned = (rows.get("full (DDP)") or {}).get("trainable_params")
+        for run in runs if planned is not None else []:
+            model = run.config("model")
+            params = model_parameters(model)
+            if params is not None and params != planned:
+                config = data.get("config")
+                shape = ", ".join(f"{key} {model[key]}" for key in PARAM_KEYS)
+                raise ReportError(f"{where}: plans a model of {planned:,} parameters"
+                                  + (f" (config {config})" if config else "")
+                                  + f", but {run.path} trained one of {params:,} ({shape}): {fix}")
+    # The micro-batch sizes the activations; train.deterministic the
+    # attention's workspace (older plans do not say).
+    planned_train = data.get("train") if isinstance(data.get("train"), dict) else {}
+    for key in ("micro_batch", "deterministic"):
+        if key not in planned_train:
+            continue
+        for run in runs:
+            trained = run.config("train").get(key)
+            if trained is not None and trained != planned_train[key]:
+                raise ReportError(f"{where}: plans train.{key} = {config_text(planned_train[key])}, but {run.path} "
+                                  f"trained train.{key} = {config_text(trained)}: {fix}")
+    # The attention planned: the GEMM one where the config set it, else the
+    # fused one (or GEMM where that build has no cuDNN: the config's choice
+    # all the same).
+    attention = data.get("attention") or {}
+    if attention.get("kernel") is not None or attention.get("basis") is not None:
+        planned_gemm = attention.get("basis") == PLAN_GEMM_BASIS
+        for run in runs:
+            trained = run.config("train").get("attention")
+            if trained is None:
+                continue
+            if (trained == "gemm") != planned_gemm and not (trained == "gemm" and attention.get("kernel") == "gemm"):
+                raise ReportError(f"{where}: plans the {attention.get('kernel', '?')} attention"
+                                  + (" (train.attention=gemm)" if planned_gemm else "")
+                                  + f", but {run.path} trained with train.attention = {shown(trained)}: {fix}")
+    # The adapters: the lora row's trainable parameters are theirs.
+    planned_lora = (rows.get("lora") or {}).get("trainable_params")
+    if lora_run is not None and planned_lora is not None:
+        trained = lora_parameters(lora_run.config("model"), lora_run.config("lora"))
+        if trained is not None and trained != planned_lora:
+            lora = lora_run.config("lora")
+            raise ReportError(f"{where}: plans LoRA adapters of {planned_lora:,} parameters (its lora row), but "
+                              f"{lora_run.path} trained lora.rank {lora.get('rank')} on {lora.get('targets')} "
+                              f"({trained:,} parameters): {fix}")
+    # ZeRO-1 shards the optimizer state over the job: its row is of one world size.
+    planned_zero = rows.get("full (ZeRO-1)") or {}
+    if (full_run is not None and full_run.config("comm").get("zero") == 1 and planned_zero.get("gpus") is not None
+            and planned_zero["gpus"] != full_run.ranks):
+        raise ReportError(f"{where}: plans ZeRO-1 over {planned_zero['gpus']} GPUs, but {full_run.path} trained on "
+                          f"{full_run.ranks} ranks: make the plan with --gpus-per-node and --nodes of that run")
     return rows
+
+
+def lora_parameters(model: dict[str, Any], lora: dict[str, Any]) -> int | None:
+    """The adapters' parameters as kernels/model_shape.cpp lays them out: per
+    layer and target projection [out, in], A (rank x in) and B (out x rank).
+    None where the config lacks a size, or names a target this script does
+    not know (the binary refuses those)."""
+    sizes = [model.get(key) for key in ("d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_hidden")]
+    rank, targets = lora.get("rank"), lora.get("targets")
+    if (any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in sizes)
+            or not isinstance(rank, int) or isinstance(rank, bool) or rank < 1 or not isinstance(targets, str)):
+        return None
+    d, layers, heads, kv_heads, ffn = sizes
+    head_dim = d // heads
+    dims = {"d": d, "q": heads * head_dim, "kv": kv_heads * head_dim, "ffn": ffn}
+    # As trainer/config.cpp's split_targets: commas separate, spaces are ignored.
+    names = {name for name in targets.replace(" ", "").split(",") if name}
+    if not names or not names <= set(LORA_TARGETS):
+        return None
+    return layers * sum(rank * (dims[LORA_TARGETS[n][0]] + dims[LORA_TARGETS[n][1]]) for n in names)
 
 
 def model_parameters(model: dict[str, Any]) -> int | None:
@@ -1147,6 +1239,13 @@ def rank_section(point: Point) -> list[str]:
     return lines + table(header, rows) + [""]
 
 
+def config_text(value: Any) -> str:
+    """A config value as the config writes it: true/false, not Python's True/False; ? where absent."""
+    if value is None:
+        return "?"
+    return json.dumps(value) if isinstance(value, bool) else str(value)
+
+
 def environment_section(run: Run) -> list[str]:
     env = run.data.get("environment") or {}
     config = run.data.get("config") or {}
@@ -1185,7 +1284,7 @@ def environment_section(run: Run) -> list[str]:
                   f"mode {train.get('mode', '?')}, precision {train.get('precision', '?')}"),
         ("steps", f"{s.get('measured_steps', '?')} measured after {s.get('warmup_steps', '?')} warm-up"),
         ("data", f"{shards}, {data.get('readers', '?')} reader(s) per rank"),
-        ("checkpoint", f"every {ckpt.get('every_steps', '?')} steps, async {ckpt.get('async', '?')}, "
+        ("checkpoint", f"every {ckpt.get('every_steps', '?')} steps, async {config_text(ckpt.get('async'))}, "
                        f"dir {ckpt.get('dir') or '(temporary)'}"),
     ]
     for fs in env.get("filesystems") or []:
@@ -1562,9 +1661,10 @@ def verdict(lora: FinetuneSide, full: FinetuneSide, target_tokens: float, lora_f
             f"({gpu_hours}){choice}.")
 
 
-def write_comparison(lora_run: Run, full_run: Run, plan_path: str | None, target_tokens: float,
+def write_comparison(lora_run: Run, full_run: Run, plans: dict[str, str | None], target_tokens: float,
                      gpus_per_node: int | None, out: Path) -> tuple[Path, str]:
-    """compare.md; every input is read and checked before DIR is made or anything written."""
+    """compare.md; every input is read and checked before DIR is made or anything written.
+    `plans`: --plan (for both runs), --lora-plan and --full-plan (for one each), where given."""
     if lora_run.config("train").get("mode") != "lora":
         raise ReportError(f"{lora_run.path}: config train.mode is not lora: pass the LoRA run first")
     if full_run.config("train").get("mode") == "lora":
@@ -1575,10 +1675,17 @@ def write_comparison(lora_run: Run, full_run: Run, plan_path: str | None, target
         warnings.append("the two runs' model shapes differ: the comparison is not like for like")
     lora = finetune_side("LoRA", lora_run, target_tokens, gpus_per_node)
     full = finetune_side("full fine-tuning", full_run, target_tokens, gpus_per_node)
-    plan = load_plan(plan_path, [lora_run, full_run]) if plan_path is not None else {}
-    planned_full = plan.get("full (DDP)")
-    planned_zero = plan.get("full (ZeRO-1)")
-    planned_lora = plan.get("lora")
+    lora_plan: dict[str, dict[str, Any]] = {}
+    full_plan_rows: dict[str, dict[str, Any]] = {}
+    if plans.get("--plan") is not None:
+        lora_plan = full_plan_rows = load_plan("--plan", plans["--plan"], lora_run, full_run)
+    if plans.get("--lora-plan") is not None:
+        lora_plan = load_plan("--lora-plan", plans["--lora-plan"], lora_run, None)
+    if plans.get("--full-plan") is not None:
+        full_plan_rows = load_plan("--full-plan", plans["--full-plan"], None, full_run)
+    planned_full = full_plan_rows.get("full (DDP)")
+    planned_zero = full_plan_rows.get("full (ZeRO-1)")
+    planned_lora = lora_plan.get("lora")
     zero = full_run.config("comm").get("zero") == 1
     full_plan = planned_zero if zero else planned_full
     lora_fits = planned_lora.get("fits") if planned_lora else None
@@ -1607,8 +1714,10 @@ def write_comparison(lora_run: Run, full_run: Run, plan_path: str | None, target
     if warnings:
         lines += ["## Warnings", ""] + [f"- {w}" for w in warnings] + [""]
     lines += ["## Inputs", "", f"- LoRA: {lora_run.path}", f"- full fine-tuning: {full_run.path}"]
-    if plan_path:
-        lines.append(f"- plan: {plan_path}")
+    for option, label in (("--plan", "plan"), ("--lora-plan", "plan (LoRA)"),
+                          ("--full-plan", "plan (full fine-tuning)")):
+        if plans.get(option):
+            lines.append(f"- {label}: {plans[option]}")
     lines.append("")
     prepare_out(out)
     path = out / "compare.md"
@@ -1661,7 +1770,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-plots", action="store_true", help="write report.md only (no matplotlib needed)")
     parser.add_argument("--compare", action="store_true",
                         help="RESULTS are a LoRA run then a full fine-tuning run: write compare.md")
-    parser.add_argument("--plan", metavar="PLAN.json", help="with --compare: `trainbench plan --json` output")
+    parser.add_argument("--plan", metavar="PLAN.json",
+                        help="with --compare: `trainbench plan --json` output for both runs' setup")
+    parser.add_argument("--lora-plan", metavar="PLAN.json",
+                        help="with --compare: `trainbench plan --json` output for the LoRA run's setup")
+    parser.add_argument("--full-plan", metavar="PLAN.json",
+                        help="with --compare: `trainbench plan --json` output for the full fine-tuning run's setup")
     parser.add_argument("--target-tokens", type=float, metavar="N",
                         help="with --compare: tokens to process (default 1e9)")
     parser.add_argument("--gpus-per-node", type=int, metavar="N",
@@ -1670,7 +1784,8 @@ def main(argv: list[str]) -> int:
     out = Path(input_name(args.out, "--out")) if args.out is not None else None
 
     if not args.compare:
-        for option, value in (("--plan", args.plan), ("--target-tokens", args.target_tokens),
+        for option, value in (("--plan", args.plan), ("--lora-plan", args.lora_plan),
+                              ("--full-plan", args.full_plan), ("--target-tokens", args.target_tokens),
                               ("--gpus-per-node", args.gpus_per_node)):
             if value is not None:
                 raise ReportError(f"{option}: only with --compare")
@@ -1682,8 +1797,12 @@ def main(argv: list[str]) -> int:
             raise ReportError(f"--target-tokens: must be from 1 to {LARGEST:g} (got {target_tokens:g})")
         if args.gpus_per_node is not None and not 1 <= args.gpus_per_node <= MAX_RANKS:
             raise ReportError(f"--gpus-per-node: must be from 1 to {MAX_RANKS} (got {args.gpus_per_node})")
+        if args.plan is not None and (args.lora_plan is not None or args.full_plan is not None):
+            raise ReportError("--plan is one plan for both runs: with --lora-plan or --full-plan, give each "
+                              "side its own instead")
         lora_run, full_run = (load_run(Path(input_name(r, "RESULTS"))) for r in args.results)
-        path, line = write_comparison(lora_run, full_run, args.plan, target_tokens, args.gpus_per_node,
+        plans = {"--plan": args.plan, "--lora-plan": args.lora_plan, "--full-plan": args.full_plan}
+        path, line = write_comparison(lora_run, full_run, plans, target_tokens, args.gpus_per_node,
                                       out or default_out(args.results))
         print(f"verdict: {line}")
         print(f"report: {path}")

@@ -22,10 +22,11 @@
 # returns at once: the jobs write DIR/nodes-<N>.json; run scripts/report.py DIR
 # when they have finished.
 #
-# --ckpt-dir DIR (or $CKPT_DIR) keeps each world size's checkpoints in their
-# own folder under DIR (ranks-<N>-<sweep>, the sweep's UTC start and this
-# script's pid, so that a sweep repeated with the same DIR gets fresh folders
-# as trainbench requires; nodes-<N>-<job> under Slurm); without it
+# --ckpt-dir DIR (or $CKPT_DIR, or --set checkpoint.dir=DIR, which is read as
+# --ckpt-dir DIR) keeps each world size's checkpoints in their own folder
+# under DIR (ranks-<N>-<sweep>, the sweep's UTC start and this script's pid,
+# so that a sweep repeated with the same DIR gets fresh folders as trainbench
+# requires; nodes-<N>-<job> under Slurm); without it
 # a run checkpoints to a temporary folder on one host, which serves one machine
 # only. Every rank of the CPU engine uses train.threads threads (0 = all of the
 # machine's): on one machine, --set train.threads=<cores / ranks> keeps the
@@ -66,6 +67,8 @@ mpirun_args=""
 sbatch_args=""
 binary=${TRAINBENCH_BINARY:-}
 ckpt_dir=${CKPT_DIR:-}
+ckpt_from=${CKPT_DIR:+\$CKPT_DIR}
+set_ckpt_dir=""
 report=1
 ranks_given=0
 nodes_given=0
@@ -78,12 +81,18 @@ while [ $# -gt 0 ]; do
     --ranks) [ $# -ge 2 ] || usage; ranks_list=$2; ranks_given=1; shift 2 ;;
     --nodes) [ $# -ge 2 ] || usage; nodes_list=$2; nodes_given=1; shift 2 ;;
     --steps) [ $# -ge 2 ] || usage; steps=$2; shift 2 ;;
-    --set) [ $# -ge 2 ] || usage; sets+=(--set "$2"); shift 2 ;;
+    --set)
+      [ $# -ge 2 ] || usage
+      # checkpoint.dir=D is --ckpt-dir D: a folder per world size under D (a
+      # fresh run refuses one that holds another run's checkpoints); an empty
+      # one (a temporary folder per run) goes to every run as it is.
+      case "$2" in checkpoint.dir=?*) set_ckpt_dir=${2#checkpoint.dir=} ;; *) sets+=(--set "$2") ;; esac
+      shift 2 ;;
     --out) [ $# -ge 2 ] || usage; out=$2; shift 2 ;;
     --hostfile) [ $# -ge 2 ] || usage; hostfile=$2; shift 2 ;;
     --mpirun-args) [ $# -ge 2 ] || usage; mpirun_args=$2; shift 2 ;;
     --sbatch-args) [ $# -ge 2 ] || usage; sbatch_args=$2; sbatch_given=1; shift 2 ;;
-    --ckpt-dir) [ $# -ge 2 ] || usage; ckpt_dir=$2; shift 2 ;;
+    --ckpt-dir) [ $# -ge 2 ] || usage; ckpt_dir=$2; ckpt_from=--ckpt-dir; shift 2 ;;
     --binary) [ $# -ge 2 ] || usage; binary=$2; shift 2 ;;
     --no-report) report=0; shift ;;
     --ceilings) ceilings=1; shift ;;
@@ -121,6 +130,12 @@ run_args+=(${sets[@]+"${sets[@]}"})
 if [ -z "$binary" ]; then binary="$repo/${TRAINBENCH_BUILD_DIR:-${BUILD_DIR:-build}}/trainbench"; fi
 case "$binary" in /*) ;; *) binary="$PWD/$binary" ;; esac
 
+if [ -n "$set_ckpt_dir" ]; then
+  if [ -n "$ckpt_dir" ] && [ "$ckpt_dir" != "$set_ckpt_dir" ]; then
+    die "--set checkpoint.dir=$set_ckpt_dir and $ckpt_from $ckpt_dir name two checkpoint folders: give one (--ckpt-dir DIR)"
+  fi
+  ckpt_dir=$set_ckpt_dir
+fi
 case "$ckpt_dir" in ""|/*) ;; *) ckpt_dir="$PWD/$ckpt_dir" ;; esac
 
 # After every check, so a bad command line leaves nothing behind.
@@ -139,8 +154,7 @@ if [ "$slurm" = 1 ]; then
   node_counts=("${counts[@]}")
   # Checkpoints of a multi-node run must be on storage every node sees, and
   # each job gets its own folder under it (the trainbench.sbatch convention).
-  if [ "${node_counts[-1]}" -gt 1 ] && [ -z "$ckpt_dir" ] &&
-     ! printf '%s\n' "${sets[@]+"${sets[@]}"}" | grep -q '^checkpoint\.dir='; then
+  if [ "${node_counts[-1]}" -gt 1 ] && [ -z "$ckpt_dir" ]; then
     die "--nodes $nodes_list: multi-node runs need checkpoint folders on storage every node sees: --ckpt-dir /shared/path (a subfolder per job)"
   fi
   [ -x "$binary" ] || echo "$me: note: $binary is not executable here; it must be on the compute nodes" >&2
@@ -189,6 +203,7 @@ if [ -n "$hostfile" ]; then launcher+=(--hostfile "$hostfile"); fi
 
 echo "$me: ${#rank_counts[@]} world size(s) (${rank_counts[*]} ranks), $binary, results in $out"
 sweep_id=$(date -u +%Y%m%dT%H%M%SZ)-$$
+if [ -n "$ckpt_dir" ]; then echo "$me: checkpoints in $ckpt_dir/ranks-<N>-$sweep_id"; fi
 results=()
 for n in "${rank_counts[@]}"; do
   cmd=("$mpirun" -np "$n" "${launcher[@]+"${launcher[@]}"}")

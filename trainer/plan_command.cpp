@@ -166,8 +166,16 @@ int PlanCommand::run() {
     // The model planned, as the run results record it: what a report
     // comparing runs with this plan checks them against (the config's name
     // does not say which --set changed it).
+    // So is what else sizes the memory: the micro-batch, the attention's
+    // workspace (train.attention, train.deterministic) and the adapters.
+    const nlohmann::json planned = config_to_json(config);
     nlohmann::json out = {{"config", config.origin},
-                          {"model", config_to_json(config).at("model")},
+                          {"model", planned.at("model")},
+                          {"train", {{"micro_batch", config.train.micro_batch},
+                                     {"attention", config.train.attention},
+                                     {"deterministic", config.train.deterministic}}},
+                          {"lora", planned.at("lora")},
+                          {"checkpoint", {{"include_base", config.checkpoint.include_base}}},
                           {"gpu_memory_bytes", gpu_bytes},
                           {"usable_bytes", usable},
                           {"gpus_per_node", o.gpus_per_node},

@@ -519,6 +519,17 @@ class ResultReadingTests(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         return (self.dir / "out" / "report.md").read_text()
 
+    def test_config_booleans_are_written_as_the_config_writes_them(self) -> None:
+        # report.md printed Python's `async True`.
+        for value, words in ((True, "async true,"), (False, "async false,")):
+            with self.subTest(value=value):
+                result = fake_result(1, 1000.0)
+                result["config"]["checkpoint"] = {"every_steps": 10, "async": value, "dir": "/ckpt"}
+                text = self.make_report(self.write("a.json", result))
+                self.assertIn(f"- **checkpoint**: every 10 steps, {words} dir /ckpt", text)
+                self.assertNotIn("True", text)
+                self.assertNotIn("False", text)
+
     def test_older_results_group_by_world_size_and_derive_the_bottleneck(self) -> None:
         # Two repeats at 2 ranks: their median tokens/s (1650) stands for them.
         paths = [self.write("a.json", fake_result(1, 1000.0)), self.write("b.json", fake_result(2, 1500.0)),
@@ -778,6 +789,93 @@ class ScaleArgumentTests(unittest.TestCase):
                 result = run("bash", SCALE, *args, "--out", "/nonexistent/never-made")
                 self.assertEqual(result.returncode, 2, result.stderr)
                 self.assertIn(words, result.stderr)
+
+    def fake_tools(self, folder: Path) -> Path:
+        """A folder of stand-ins that record how they were called: mpirun
+        (writes {} at --out), sbatch (its CKPT_DIR and arguments, prints job
+        42), srun (its arguments)."""
+        bin_dir = folder / "bin"
+        bin_dir.mkdir(parents=True)
+        scripts = {
+            "mpirun": 'printf "%s\\n" "$@" >> "$LOG"; echo --- >> "$LOG"\n'
+                      'while [ $# -gt 0 ]; do [ "$1" = --out ] && echo "{}" > "$2"; shift; done\n',
+            "sbatch": 'echo "CKPT_DIR=${CKPT_DIR:-}" >> "$LOG"; printf "%s\\n" "$@" >> "$LOG"; echo 42\n',
+            "srun": 'printf "%s\\n" "$@" >> "$LOG"\n',
+        }
+        for name, body in scripts.items():
+            (bin_dir / name).write_text("#!/bin/sh\n" + body)
+            (bin_dir / name).chmod(0o755)
+        return bin_dir
+
+    def test_a_checkpoint_dir_set_is_one_folder_per_world_size(self) -> None:
+        # `--set checkpoint.dir=D` went to every world size as it was: the
+        # 2-rank run found D holding the 1-rank run's checkpoints (exit 2).
+        folder = Path(tempfile.mkdtemp(prefix="test_scale_ckpt_"))
+        self.addCleanup(shutil.rmtree, folder)
+        bin_dir = self.fake_tools(folder)
+        log = folder / "calls.log"
+        env = {**os.environ, "LOG": str(log), "MPIRUN": str(bin_dir / "mpirun")}
+        env.pop("CKPT_DIR", None)
+        done = run("bash", SCALE, "--binary", "/bin/true", "--ranks", "1,2", "--set", "train.threads=1",
+                   "--set", f"checkpoint.dir={folder}/ckpt", "--out", folder / "out", "--no-report", env=env)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        calls = [c.splitlines() for c in log.read_text().split("---\n") if "-np" in c.splitlines()]
+        self.assertEqual(len(calls), 2, calls)
+        dirs = [[a for a in call if a.startswith("checkpoint.dir=")] for call in calls]
+        for n, found in zip((1, 2), dirs):
+            self.assertEqual(len(found), 1, found)
+            self.assertRegex(found[0],
+                             rf"^checkpoint\.dir={re.escape(str(folder))}/ckpt/ranks-{n}-\d{{8}}T\d{{6}}Z-\d+$")
+        self.assertIn(f"checkpoints in {folder}/ckpt/ranks-<N>-", done.stdout)
+        # The same under --slurm: the job gets CKPT_DIR (a folder per job), not the --set.
+        log.unlink()
+        done = run("bash", SCALE, "--slurm", "--binary", "/bin/true", "--nodes", "1,2",
+                   "--set", f"checkpoint.dir={folder}/ckpt", "--out", folder / "slurm",
+                   env={**env, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+        self.assertEqual(done.returncode, 0, done.stderr)
+        lines = log.read_text().splitlines()
+        self.assertEqual(lines.count(f"CKPT_DIR={folder}/ckpt"), 2, lines)
+        self.assertFalse([a for a in lines if a.startswith("checkpoint.dir=")], lines)
+        # Two folders named two ways: refused before anything runs.
+        for args, extra_env in ((["--ckpt-dir", "/b"], {}), ([], {"CKPT_DIR": "/b"})):
+            with self.subTest(args=args, env=extra_env):
+                done = run("bash", SCALE, "--ranks", "1", "--set", "checkpoint.dir=/a", *args,
+                           "--out", folder / "never", env={**env, **extra_env})
+                self.assertEqual(done.returncode, 2, done.stderr)
+                self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
+                self.assertIn("--set checkpoint.dir=/a and", done.stderr)
+                self.assertIn(" /b name two checkpoint folders", done.stderr)
+                self.assertFalse((folder / "never").exists())
+
+    def test_the_sbatch_script_gives_a_set_checkpoint_dir_a_folder_per_job(self) -> None:
+        # By hand: `sbatch trainbench.sbatch --set checkpoint.dir=D` checkpointed
+        # every job into D itself, which fails every job after the first.
+        folder = Path(tempfile.mkdtemp(prefix="test_sbatch_ckpt_"))
+        self.addCleanup(shutil.rmtree, folder)
+        bin_dir = self.fake_tools(folder)
+        log = folder / "calls.log"
+        env = {**os.environ, "LOG": str(log), "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "7",
+               "SLURM_JOB_NUM_NODES": "2", "TRAINBENCH_BINARY": "/bin/true", "OUT": str(folder / "out")}
+        env.pop("CKPT_DIR", None)
+        sbatch = REPO / "scripts" / "slurm" / "trainbench.sbatch"
+        for args in (["--set", "checkpoint.dir=/shared/ckpt"], ["--set=checkpoint.dir=/shared/ckpt"]):
+            with self.subTest(args=args):
+                log.unlink(missing_ok=True)
+                done = run("bash", sbatch, "--steps", "5", *args, "--set", "train.threads=1", env=env)
+                self.assertEqual(done.returncode, 0, done.stderr)
+                srun_args = log.read_text().splitlines()
+                self.assertIn("checkpoint.dir=/shared/ckpt/nodes-2-7", srun_args)
+                self.assertNotIn("checkpoint.dir=/shared/ckpt", srun_args)
+                self.assertNotIn("--set=checkpoint.dir=/shared/ckpt", srun_args)
+                self.assertIn("train.threads=1", srun_args)
+                self.assertIn("checkpoints in /shared/ckpt/nodes-2-7", done.stdout)
+        done = run("bash", sbatch, "--set", "checkpoint.dir=/a", env={**env, "CKPT_DIR": "/b"})
+        self.assertEqual(done.returncode, 2, done.stderr)
+        self.assertIn("name two checkpoint folders", done.stderr)
+        # Two nodes and no shared folder (an empty one is a temporary folder): refused.
+        done = run("bash", sbatch, "--set", "checkpoint.dir=", env=env)
+        self.assertEqual(done.returncode, 2, done.stderr)
+        self.assertIn("2 nodes: set CKPT_DIR", done.stderr)
 
     def test_slurm_without_sbatch_says_so(self) -> None:
         path = "/usr/bin:/bin"
@@ -1055,6 +1153,142 @@ class CompareArgumentTests(unittest.TestCase):
                 else:
                     self.refuse(lora, full, plan, f"--plan {self.dir / 'plan.json'}", *words)
 
+    def test_a_result_given_as_the_plan_is_named_so(self) -> None:
+        # It said "config is an object, expected a string".
+        lora, full = lora_and_full()
+        self.refuse(lora, full, full, f"--plan {self.dir / 'plan.json'}: not the output of `trainbench plan --json` "
+                    '(a `trainbench run` result, schema "trainbench.result/v1")')
+        self.refuse(lora, full, damaged(full, "schema", None), f"--plan {self.dir / 'plan.json'}: not the output of "
+                    "`trainbench plan --json`")
+
+    def plan_rows(self, total: dict[str, int], fits: dict[str, bool] | None = None, **lora_row: object) -> dict:
+        rows = [dict(row, total_bytes=total[row["mode"].split()[0]],
+                     fits=(fits or {}).get(row["mode"].split()[0], True)) for row in PLAN["rows"]]
+        rows[2].update(lora_row)
+        return dict(PLAN, rows=rows)
+
+    def test_each_side_has_its_own_plan(self) -> None:
+        # compare_finetune.sh plans each side with its own --set's: the LoRA
+        # row from the LoRA side's plan, the full rows from the full side's.
+        lora, full = lora_and_full()
+        lora_plan = self.plan_rows({"full": 7 * 2**30, "lora": 3 * 2**30}, {"full": False})
+        full_plan = self.plan_rows({"full": 5 * 2**30, "lora": 9 * 2**30}, {"lora": False})
+        out = self.dir / "sides"
+        done = report("--compare", write_json(self.dir / "lora.json", lora), write_json(self.dir / "full.json", full),
+                      "--lora-plan", write_json(self.dir / "plan-lora.json", lora_plan),
+                      "--full-plan", write_json(self.dir / "plan-full.json", full_plan), "--out", out)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        text = (out / "compare.md").read_text()
+        verdict = text.split("**Verdict:** ")[1].splitlines()[0]
+        self.assertNotIn("does not fit", verdict)
+        rows = markdown_table(text, "**Verdict:** " + verdict)
+        self.assertEqual([r["memory/GPU (plan)"] for r in rows], ["3.00 GiB", "5.00 GiB"])
+        self.assertEqual([r["fits"] for r in rows], ["yes", "yes"])
+        self.assertIn(f"- plan (LoRA): {self.dir / 'plan-lora.json'}", text)
+        self.assertIn(f"- plan (full fine-tuning): {self.dir / 'plan-full.json'}", text)
+        # One side's plan only: the other side has none.
+        done = report("--compare", self.dir / "lora.json", self.dir / "full.json",
+                      "--lora-plan", self.dir / "plan-lora.json", "--out", out)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        rows = markdown_table((out / "compare.md").read_text(), "**Verdict:** " + done.stdout.split(
+            "verdict: ")[1].splitlines()[0])
+        self.assertEqual([r["memory/GPU (plan)"] for r in rows], ["3.00 GiB", "—"])
+        self.refuse(lora, full, None, "--plan is one plan for both runs",
+                    args=("--plan", str(self.dir / "plan-lora.json"), "--full-plan", str(self.dir / "plan-full.json")))
+        for option in ("--lora-plan", "--full-plan"):
+            with self.subTest(option=option):
+                done = report(self.dir / "lora.json", option, self.dir / "plan-lora.json")
+                self.assertEqual(done.returncode, 2, done.stderr)
+                self.assertEqual(done.stderr, f"report.py: {option}: only with --compare\n")
+
+    def test_a_plan_of_other_adapters_attention_or_zero_world_is_refused(self) -> None:
+        # Only the model was checked: a plan of another LoRA rank, other
+        # targets or another attention was set beside the runs without a word.
+        lora, full = lora_and_full()
+        for run in (lora, full):
+            run["config"]["model"] = dict(TINY_SHAPE)
+            run["config"]["lora"] = {"rank": 16, "targets": "q, k,v,o"}
+            run["config"]["train"]["attention"] = "auto"
+        # rank 16 on q,k,v,o of `tiny`: 2 layers x 16 x (128 + 96 + 96 + 128) = 14,336
+        plan = self.plan_rows({"full": 2**30, "lora": 2**30}, trainable_params=14336)
+        plan["attention"] = {"kernel": "cudnn-sdpa", "basis": "assumed: this build has no CUDA engine"}
+        done = report("--compare", write_json(self.dir / "lora.json", lora), write_json(self.dir / "full.json", full),
+                      "--plan", write_json(self.dir / "plan.json", plan), "--out", self.dir / "ok")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        plan_file = f"--plan {self.dir / 'plan.json'}"
+        lora_file = str(self.dir / "lora.json")
+        for option in ("--plan", "--lora-plan"):
+            with self.subTest(option=option):
+                self.refuse(lora, full, None, f"{option} {self.dir / 'other.json'}: plans LoRA adapters of 155,648 "
+                            f"parameters (its lora row), but {lora_file} trained lora.rank 16 on q, k,v,o "
+                            "(14,336 parameters)",
+                            args=(option, str(write_json(self.dir / "other.json",
+                                                         damaged(plan, "rows.2.trainable_params", 155648)))))
+        # The full side's plan is not checked against the LoRA run's adapters.
+        done = report("--compare", self.dir / "lora.json", self.dir / "full.json", "--full-plan",
+                      self.dir / "other.json", "--out", self.dir / "ok")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.refuse(damaged(lora, "config.lora.targets", "q,v"), full, plan, plan_file, "lora.rank 16 on q,v",
+                    "(7,168 parameters)")
+        self.refuse(lora, damaged(full, "config.train.attention", "gemm"), plan, plan_file,
+                    "plans the cudnn-sdpa attention", str(self.dir / "full.json"), 'train.attention = "gemm"')
+        gemm = damaged(damaged(plan, "attention.basis", "train.attention=gemm"), "attention.kernel", "gemm")
+        self.refuse(lora, full, gemm, plan_file, "plans the gemm attention (train.attention=gemm)", lora_file,
+                    'train.attention = "auto"')
+        # A build without cuDNN plans GEMM attention whatever the config asks: that is the run's.
+        no_cudnn = damaged(gemm, "attention.basis", "this build has no cuDNN attention")
+        for attention in ("gemm", "auto"):
+            with self.subTest(attention=attention):
+                done = report("--compare",
+                              write_json(self.dir / "lora.json", damaged(lora, "config.train.attention", attention)),
+                              write_json(self.dir / "full.json", damaged(full, "config.train.attention", attention)),
+                              "--plan", write_json(self.dir / "plan.json", no_cudnn), "--out", self.dir / "ok")
+                self.assertEqual(done.returncode, 0, done.stderr)
+        # ZeRO-1's optimizer shard is of one world size: the full run's.
+        zero = damaged(full, "config.comm", {"zero": 1})
+        self.refuse(lora, zero, damaged(plan, "rows.1.gpus", 4), plan_file, "plans ZeRO-1 over 4 GPUs",
+                    f"{self.dir / 'full.json'} trained on 2 ranks")
+        done = report("--compare", write_json(self.dir / "lora.json", lora), write_json(self.dir / "full.json", zero),
+                      "--plan", write_json(self.dir / "plan.json", plan), "--out", self.dir / "ok")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        # Newer plans record the micro-batch and train.deterministic, which
+        # size the activations and the attention's workspace.
+        for run in (lora, full):
+            run["config"]["train"]["micro_batch"] = 8
+            run["config"]["train"]["deterministic"] = True
+        recorded = damaged(plan, "train", {"micro_batch": 8, "deterministic": True})
+        done = report("--compare", write_json(self.dir / "lora.json", lora), write_json(self.dir / "full.json", full),
+                      "--plan", write_json(self.dir / "plan.json", recorded), "--out", self.dir / "ok")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.refuse(lora, damaged(full, "config.train.micro_batch", 4), recorded, plan_file,
+                    "plans train.micro_batch = 8", f"{self.dir / 'full.json'} trained train.micro_batch = 4")
+        self.refuse(damaged(lora, "config.train.deterministic", False), full, recorded, plan_file,
+                    "plans train.deterministic = true", "trained train.deterministic = false")
+
+    def test_the_binarys_plan_of_other_adapters_or_attention_is_refused(self) -> None:
+        # The tester's case: a LoRA run of rank 64 on all seven projections
+        # beside a plan of the config's rank 16 on q,k,v,o.
+        full = real_result()
+        lora = damaged(damaged(damaged(full, "config.train.mode", "lora"), "config.lora.rank", 64),
+                       "config.lora.targets", "q,k,v,o,gate,up,down")
+        for sets, words in (((), ("plans LoRA adapters of 14,336 parameters", "lora.rank 64 on q,k,v,o,gate,up,down",
+                                  "155,648")),
+                            (("--set", "lora.rank=64"), ("plans LoRA adapters of 57,344 parameters",)),
+                            (("--set", "lora.rank=64", "--set", "lora.targets=q,k,v,o,gate,up,down",
+                              "--set", "train.attention=gemm"), ("plans the gemm attention", "train.attention")),
+                            (("--set", "lora.rank=64", "--set", "lora.targets=down,up,gate,o,v,k,q"), None)):
+            with self.subTest(sets=sets):
+                made = run(BINARY, "plan", "tiny", *sets, "--json")
+                self.assertEqual(made.returncode, 0, made.stderr)
+                plan = json.loads(made.stdout)
+                if words is None:
+                    done = report("--compare", write_json(self.dir / "lora.json", lora),
+                                  write_json(self.dir / "full.json", full), "--plan",
+                                  write_json(self.dir / "plan.json", plan), "--out", self.dir / "ok")
+                    self.assertEqual(done.returncode, 0, done.stderr)
+                else:
+                    self.refuse(lora, full, plan, f"--plan {self.dir / 'plan.json'}", *words)
+
     def test_bad_options(self) -> None:
         lora, full = lora_and_full()
         regular = self.dir / "regular"
@@ -1099,6 +1333,7 @@ class CompareTests(unittest.TestCase):
         cls.done = run("bash", COMPARE, "--binary", BINARY, "--config", "tiny", "--gpus-per-node", "1",
                        "--nodes", "2", "--steps", "12", "--set", "train.threads=1",
                        "--set", "report.progress_every=0", "--lora-set", "lora.rank=8",
+                       "--set", f"checkpoint.dir={cls.out / 'ckpt'}",
                        "--mpirun-args", "--oversubscribe", "--out", cls.out,
                        env={**os.environ, "MPIRUN": MPIRUN}, timeout=400)
         print(cls.done.stdout, file=sys.stderr)
@@ -1138,8 +1373,38 @@ class CompareTests(unittest.TestCase):
             self.assertEqual(r["fits"], "yes")
             self.assertNotEqual(r["checkpoint"], "—")
             self.assertGreater(float(r["GPU-hours"]), 0)
-        plan = json.loads((self.out / "plan.json").read_text())
-        self.assertEqual([r["mode"] for r in plan["rows"]], ["full (DDP)", "full (ZeRO-1)", "lora"])
+        # Each side planned with its own --set's: the LoRA row is rank 8's
+        # (2 layers x 8 x (128 + 96 + 96 + 128) = 7,168 parameters), not the
+        # config's rank 16 the full side's plan has.
+        plans = {side: json.loads((self.out / f"plan-{side}.json").read_text()) for side in ("lora", "full")}
+        for plan in plans.values():
+            self.assertEqual([r["mode"] for r in plan["rows"]], ["full (DDP)", "full (ZeRO-1)", "lora"])
+        self.assertEqual(plans["lora"]["rows"][2]["trainable_params"], 7168)
+        self.assertEqual(plans["full"]["rows"][2]["trainable_params"], 14336)
+        self.assertEqual(rows[0]["memory/GPU (plan)"], f"{plans['lora']['rows'][2]['total_bytes'] / 2**20:.2f} MiB")
+        self.assertEqual(rows[1]["memory/GPU (plan)"], f"{plans['full']['rows'][0]['total_bytes'] / 2**20:.2f} MiB")
+        self.assertNotEqual(rows[0]["memory/GPU (plan)"],
+                            f"{plans['full']['rows'][2]['total_bytes'] / 2**20:.2f} MiB")
+
+    def test_a_rerun_with_the_same_checkpoint_dir_gets_fresh_folders(self) -> None:
+        # The second run with one --set checkpoint.dir=D failed at the LoRA
+        # step: D/lora held the first run's checkpoints (exit 2).
+        ckpt = self.out / "ckpt"
+        first = sorted(p.name for p in ckpt.iterdir())
+        self.assertEqual([name.split("-")[0] for name in first], ["full", "lora"], first)
+        again = run("bash", COMPARE, "--binary", BINARY, "--config", "tiny", "--gpus-per-node", "1",
+                    "--nodes", "2", "--steps", "3", "--set", "train.warmup_steps=1", "--set", "train.threads=1",
+                    "--set", "report.progress_every=0", "--set", "checkpoint.every_steps=2",
+                    "--set", f"checkpoint.dir={ckpt}", "--mpirun-args", "--oversubscribe",
+                    "--out", self.out / "again", env={**os.environ, "MPIRUN": MPIRUN}, timeout=200)
+        self.assertEqual(again.returncode, 0, again.stderr)
+        folders = sorted(p.name for p in ckpt.iterdir())
+        new = [name for name in folders if name not in first]
+        self.assertEqual([name.split("-")[0] for name in new], ["full", "lora"], folders)
+        for name in folders:
+            self.assertTrue((ckpt / name / "latest").is_file(), name)
+        lora_dir, full_dir = ckpt / new[1], ckpt / new[0]
+        self.assertIn(f"checkpoints: LoRA in {lora_dir}, full fine-tuning in {full_dir}", again.stdout)
 
 
 class SweepTests(unittest.TestCase):
@@ -1182,6 +1447,21 @@ class SweepTests(unittest.TestCase):
         self.assertEqual(len(folders), 2, folders)
         for folder in folders:
             self.assertTrue(folder.startswith("ranks-1-"), folder)
+            self.assertTrue((ckpt / folder / "latest").is_file(), folder)
+
+    def test_a_checkpoint_dir_set_gets_a_folder_per_world_size(self) -> None:
+        # `--set checkpoint.dir=D` went to every world size as it was: the
+        # 2-rank run found D holding the 1-rank run's checkpoints (exit 2).
+        ckpt = self.out / "set-ckpt"
+        done = run("bash", SCALE, "--binary", BINARY, "--config", "tiny", "--ranks", "1,2", "--steps", "3",
+                   "--set", "train.warmup_steps=1", "--set", "train.threads=1", "--set", "checkpoint.every_steps=2",
+                   "--set", "report.progress_every=0", "--set", f"checkpoint.dir={ckpt}",
+                   "--out", self.out / "set-ckpt-out", "--no-report", env={**os.environ, "MPIRUN": MPIRUN},
+                   timeout=120)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        folders = sorted(p.name for p in ckpt.iterdir())
+        self.assertEqual([name.split("-")[:2] for name in folders], [["ranks", "1"], ["ranks", "2"]], folders)
+        for folder in folders:
             self.assertTrue((ckpt / folder / "latest").is_file(), folder)
 
     def test_a_failed_rerun_keeps_the_earlier_result_and_sets_its_own_beside(self) -> None:
