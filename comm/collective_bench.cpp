@@ -318,8 +318,13 @@ std::vector<CollectiveBenchResult> bench_collectives(Communicator& comm,
   require_host_buffers(comm, "bench_collectives");
   std::vector<CollectiveBenchResult> results;
   for (const auto& make : {all_reduce, reduce_scatter, all_gather}) {
+    int64_t previous_bytes = -1;
     for (int64_t size : sizes_bytes) {
       const Collective collective = make(comm, size);
+      // Reduce-scatter and all-gather move whole blocks of one float or more
+      // per rank: small sizes round to the same one, measured once.
+      if (collective.shape.bytes == previous_bytes) continue;
+      previous_bytes = collective.shape.bytes;
       for (const Path& path : collective.paths) results.push_back(measure(comm, options, collective, path));
     }
   }

@@ -1,6 +1,7 @@
 // `trainbench bench comm` through the real binary on 2 and 4 MPI ranks:
 // every collective passes its data check on both paths and reports a finite,
 // positive busbw, and the gradient step all-reduces the trainer's buckets.
+#include <map>      // sizes by collective and path
 #include <numeric>  // std::accumulate
 #include <string>
 #include <vector>
@@ -62,6 +63,34 @@ INSTANTIATE_TEST_SUITE_P(MpiRanks, BenchCommRanks, ::testing::Values(2, 4),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return std::to_string(info.param) + "Ranks";
                          });
+
+// Reduce-scatter and all-gather move whole floats per rank: on 4 ranks the
+// sweep's 4- and 8-byte sizes are both 16 bytes for them, which were printed
+// as repeated rows. Each size a collective moves is measured once.
+TEST(BenchCommMpi, SmallSizesThatRoundAlikeAreMeasuredOnce) {
+  const testing::TempDir dir;
+  const nlohmann::json result = bench_comm_on(4, "tiny --min-bytes 1 --max-bytes 100 --factor 3", dir);
+  std::map<std::string, std::vector<int64_t>> sizes;  // "collective/path" -> bytes, in order
+  for (const nlohmann::json& r : result.at("collectives"))
+    sizes[r.at("collective").get<std::string>() + "/" + r.at("path").get<std::string>()].push_back(
+        r.at("bytes").get<int64_t>());
+  ASSERT_FALSE(sizes.empty()) << result.dump();
+  for (const auto& [name, bytes] : sizes) {
+    for (size_t i = 1; i < bytes.size(); ++i) EXPECT_LT(bytes[i - 1], bytes[i]) << name << " repeats a size";
+  }
+  // The sweep 1, 3, 9, 27, 81 in whole floats: 4, 8, 24, 80 for the all-reduce;
+  // blocks of 1, 1, 1 and 5 floats per rank for the others: 16, 16, 16, 80 -> 16, 80.
+  // The model's gradient bucket (656640 bytes for tiny) joins the sweep after them.
+  const auto swept = [&](const std::string& name) {
+    std::vector<int64_t> small;
+    for (int64_t b : sizes[name])
+      if (b <= 100) small.push_back(b);
+    return small;
+  };
+  EXPECT_EQ(swept("all_reduce/bucketed"), (std::vector<int64_t>{4, 8, 24, 80}));
+  EXPECT_EQ(swept("reduce_scatter/comm"), (std::vector<int64_t>{16, 80}));
+  EXPECT_EQ(swept("all_gather/comm"), (std::vector<int64_t>{16, 80}));
+}
 
 TEST(BenchCommMpi, GradientStepUsesTheTrainersBuckets) {
   const testing::TempDir dir;
