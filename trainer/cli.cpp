@@ -659,6 +659,10 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                   config.data.timeout_s, config.comm.timeout_s);
     setup_warnings.push_back(line);
   }
+  // Asked for and measuring nothing: said, as a run's result is taken for what its config says.
+  if (config.comm.zero == 1 && comm->world_size() == 1)
+    setup_warnings.push_back("comm.zero=1 on one rank: ZeRO-1 shards the optimizer state across the ranks, and one "
+                             "rank has nothing to share it with: this run's memory and time are those of comm.zero=0");
   std::string checkpoint_off;  // why this run takes no checkpoints it was configured for
   if (!checkpoint_dir.path.empty()) {
     int64_t state_bytes = 0;

@@ -156,6 +156,16 @@ json run_tiny(const std::string& args, testing::CommandResult* run) {
   return result;
 }
 
+// ZeRO-1 on one rank shards nothing: the run is DDP's, which its result
+// would otherwise be taken for ZeRO-1's.
+TEST(ResultJsonWarnings, ZeroOneOnOneRankIsSaid) {
+  testing::CommandResult run;
+  const json result = run_tiny("--steps 3 --set train.warmup_steps=1 --set comm.zero=1", &run);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(result.at("warnings").dump().find("comm.zero=1 on one rank"), std::string::npos) << result.at("warnings");
+  EXPECT_NE(run.out.find("warning: comm.zero=1 on one rank"), std::string::npos) << run.out;
+}
+
 TEST(ResultJsonUninstrumented, WallTimeTokensPerSecondWithoutPerStepTiming) {
   testing::CommandResult run;
   const json result = run_tiny("--steps 12 --set train.warmup_steps=2 --set report.instrument=false", &run);
