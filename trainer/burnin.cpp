@@ -213,9 +213,13 @@ std::string baseline_job_difference(const BaselineFigures& known, const Config& 
     std::string then = train.value("precision", nlohmann::json()).is_string() ? train["precision"].get<std::string>() : "";
     if (then == "auto")
       then = known.compute_backend == "cuda" ? "bf16" : known.compute_backend == "cpu" ? "fp32" : "";
-    const std::string& now = config.train.precision;
+    // This job's auto is its engine's where train.device names it; with
+    // device auto the engine is chosen later, and either agrees.
+    std::string now = config.train.precision;
+    if (now == "auto") now = config.train.device == "cuda" ? "bf16" : config.train.device == "cpu" ? "fp32" : "auto";
     if (then.empty() || now == "auto" || then == now) return "";
-    return "it trained in " + then + " and this job has train.precision " + now +
+    return "it trained in " + then + " and this job trains in " + now + " (train.precision " +
+           config.train.precision + ", train.device " + config.train.device + ")" +
            ": its tokens/s is not this job's (give a baseline of the same precision)";
   }
   return "it has " + differs.key + " = " + json_text(differs.first) +

@@ -130,8 +130,8 @@ BaselineFigures read_baseline(const std::string& path);
 // (another model shape, micro-batch, accumulation, mode or precision, or
 // another number of ranks: its tokens/s is not this job's), or "". A
 // precision of auto is the engine's (bf16 on cuda, fp32 on cpu): the
-// baseline's is read from the engine it ran on, and this job's auto, whose
-// engine is chosen later, agrees with either.
+// baseline's is read from the engine it ran on, this job's from its
+// train.device; with device auto, whose engine is chosen later, either agrees.
 std::string baseline_job_difference(const BaselineFigures& known, const Config& config, int ranks);
 // One line per figure measured in both that fell more than tolerance_pct
 // below the baseline, naming the figure, both values and the shortfall.

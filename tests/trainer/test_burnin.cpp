@@ -258,7 +258,7 @@ TEST(BurninBaseline, AutoPrecisionIsTheEnginesPrecision) {
       EXPECT_EQ(baseline_job_difference(known, now, 1), "") << written << " vs " << same;
     }
     now.train.precision = "fp32";
-    EXPECT_NE(baseline_job_difference(known, now, 1).find("it trained in bf16 and this job has train.precision fp32"),
+    EXPECT_NE(baseline_job_difference(known, now, 1).find("it trained in bf16 and this job trains in fp32"),
               std::string::npos)
         << baseline_job_difference(known, now, 1);
   }
@@ -268,6 +268,15 @@ TEST(BurninBaseline, AutoPrecisionIsTheEnginesPrecision) {
   Config now = config;
   now.train.precision = "bf16";
   EXPECT_NE(baseline_job_difference(known, now, 1).find("it trained in fp32"), std::string::npos);
+  // auto on a named device is that engine's precision: the cpu engine's
+  // fp32 baseline is not one for a cuda job.
+  now.train.precision = "auto";
+  now.train.device = "cuda";
+  EXPECT_NE(baseline_job_difference(known, now, 1).find("it trained in fp32 and this job trains in bf16"),
+            std::string::npos)
+      << baseline_job_difference(known, now, 1);
+  now.train.device = "cpu";
+  EXPECT_EQ(baseline_job_difference(known, now, 1), "");
 }
 
 TEST(BurninVerdict, TableAndJsonSayPassOrFailAndWhy) {
