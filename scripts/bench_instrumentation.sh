@@ -36,7 +36,7 @@ trap 'rm -rf "$out"' EXIT
 for repeat in $(seq 1 "$repeats"); do
   for instrument in true false; do
     "$bin" run "$config" --steps "$steps" --set train.warmup_steps=10 --set data.source=synthetic \
-      --set checkpoint.every_steps=0 --set report.progress_every=0 --set report.instrument=$instrument \
+      --set data.shards= --set checkpoint.every_steps=0 --set report.progress_every=0 --set report.instrument=$instrument \
       ${extra[@]+"${extra[@]}"} --out "$out/$instrument-$repeat.json" >/dev/null
   done
 done

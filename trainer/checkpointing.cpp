@@ -771,8 +771,8 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
     throw CheckpointError("--resume " + spec + ": the ranks found different checkpoints: rank 0 step " +
                           std::to_string(static_cast<int64_t>(steps.front())) + ", rank " +
                           std::to_string(other_rank) + " step " + std::to_string(static_cast<int64_t>(*other)) +
-                          " (checkpoint.dir " + config.checkpoint.dir +
-                          "): every rank must see the same folder (node-local disks, or a stale cache of a "
+                          (spec == "latest" ? " (checkpoint.dir " + config.checkpoint.dir + ")" : std::string()) +
+                          ": every rank must see the same folder (node-local disks, or a stale cache of a "
                           "network filesystem?); name one checkpoint, --resume DIR/step_N, that every rank has");
   }
   // A rank that failed gives its own reason; the others give the first
