@@ -1,6 +1,6 @@
 #include "trainer/data_source.h"
 
-#include <algorithm>   // std::max
+#include <algorithm>   // std::max, std::mismatch
 #include <cmath>       // std::floor
 #include <filesystem>  // temp_directory_path, remove_all
 #include <stdexcept>
@@ -178,33 +178,31 @@ DataSetup make_data_source(const Config& config, TrainingEngine& engine, int64_t
 void check_ranks_resolved_the_same_shards(const DataSetup& setup, const Config& config, Communicator& comm) {
   // The temporary shards are each rank's own, in its own folder.
   if (comm.world_size() < 2 || config.data.source != "shards" || config.data.shards.empty()) return;
-  // FNV-1a over the paths in order, cut to the 52 bits a double carries exactly.
-  uint64_t hash = 14695981039346656037ull;
-  const auto mix = [&hash](unsigned char byte) {
-    hash ^= byte;
-    hash *= 1099511628211ull;
-  };
-  for (const std::string& path : setup.shards) {
-    for (const char c : path) mix(static_cast<unsigned char>(c));
-    mix(0);  // "ab","c" is not "a","bc"
+  // Rank 0's list, every name ended by a NUL (no path holds one), compared
+  // whole on every rank: the first name that differs is named.
+  std::string mine;
+  for (const std::string& path : setup.shards) mine += path + '\0';
+  const std::string root_list = broadcast_string(comm, comm.rank() == 0 ? mine : std::string(), 0);
+  std::vector<std::string> root_shards;
+  for (size_t begin = 0, end; (end = root_list.find('\0', begin)) != std::string::npos; begin = end + 1)
+    root_shards.push_back(root_list.substr(begin, end - begin));
+  std::string difference;
+  if (root_shards.size() != setup.shards.size()) {
+    difference = "resolved " + std::to_string(setup.shards.size()) + " shards from '" + config.data.shards +
+                 "' and rank 0 " + std::to_string(root_shards.size());
+  } else {
+    const auto [theirs, ours] = std::mismatch(root_shards.begin(), root_shards.end(), setup.shards.begin());
+    if (theirs != root_shards.end())
+      difference = "resolved '" + config.data.shards + "' to " + std::to_string(setup.shards.size()) +
+                   " shards as rank 0 did, but its shard " + std::to_string(theirs - root_shards.begin()) + " is " +
+                   *ours + " where rank 0's is " + *theirs;
   }
-  const std::vector<double> counts = gather_from_ranks(comm, static_cast<double>(setup.shards.size()));
-  const std::vector<double> hashes = gather_from_ranks(comm, static_cast<double>(hash & ((uint64_t{1} << 52) - 1)));
-  for (size_t r = 1; r < counts.size(); ++r) {
-    const std::string rank = "rank " + std::to_string(r);
-    if (counts[r] != counts[0])
-      throw DataError(CorruptScope::kConfig,
-                      "data.shards: " + rank + " resolved " + std::to_string(static_cast<int64_t>(counts[r])) +
-                          " shards from '" + config.data.shards + "' and rank 0 " +
-                          std::to_string(static_cast<int64_t>(counts[0])) +
-                          ": every rank must see the same data set (an incomplete node-local copy?), or the ranks "
-                          "split it differently and read some shards twice and others never");
-    if (hashes[r] != hashes[0])
-      throw DataError(CorruptScope::kConfig,
-                      "data.shards: " + rank + " resolved '" + config.data.shards + "' to " +
-                          std::to_string(static_cast<int64_t>(counts[0])) +
-                          " shards as rank 0 did, but to other names: every rank must see the same data set");
-  }
+  const RankReason first = first_reason_over_ranks(comm, difference);
+  if (first.rank < 0) return;
+  throw DataError(CorruptScope::kConfig,
+                  "data.shards: rank " + std::to_string(first.rank) + " " + first.reason +
+                      ": every rank must see the same data set (an incomplete node-local copy?), or the ranks split "
+                      "it differently and read some shards twice and others never");
 }
 
 }  // namespace trainbench
