@@ -775,40 +775,48 @@ def load_plan(option: str, name: str, lora_run: Run | None, full_run: Run | None
     return rows
 
 
+def projection_dims(model: dict[str, Any]) -> dict[str, int] | None:
+    """The sizes the projections of a layer are made of, as
+    kernels/model_shape.cpp has them: d (d_model), q (n_heads x head_dim), kv
+    (n_kv_heads x head_dim; head_dim = d_model / n_heads, an integer
+    division), ffn (ffn_hidden), and layers and vocab. None where the shape
+    lacks a size."""
+    sizes = [model.get(key) for key in PARAM_KEYS]
+    if any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in sizes):
+        return None
+    d, layers, heads, kv_heads, ffn, vocab = sizes
+    head_dim = d // heads
+    return {"d": d, "q": heads * head_dim, "kv": kv_heads * head_dim, "ffn": ffn, "layers": layers, "vocab": vocab}
+
+
 def lora_parameters(model: dict[str, Any], lora: dict[str, Any]) -> int | None:
     """The adapters' parameters as kernels/model_shape.cpp lays them out: per
     layer and target projection [out, in], A (rank x in) and B (out x rank).
     None where the config lacks a size, or names a target this script does
     not know (the binary refuses those)."""
-    sizes = [model.get(key) for key in ("d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_hidden")]
+    dims = projection_dims(model)
     rank, targets = lora.get("rank"), lora.get("targets")
-    if (any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in sizes)
-            or not isinstance(rank, int) or isinstance(rank, bool) or rank < 1 or not isinstance(targets, str)):
+    if dims is None or not isinstance(rank, int) or isinstance(rank, bool) or rank < 1 or not isinstance(targets, str):
         return None
-    d, layers, heads, kv_heads, ffn = sizes
-    head_dim = d // heads
-    dims = {"d": d, "q": heads * head_dim, "kv": kv_heads * head_dim, "ffn": ffn}
     # As trainer/config.cpp's split_targets: commas separate, spaces are ignored.
     names = {name for name in targets.replace(" ", "").split(",") if name}
     if not names or not names <= set(LORA_TARGETS):
         return None
-    return layers * sum(rank * (dims[LORA_TARGETS[n][0]] + dims[LORA_TARGETS[n][1]]) for n in names)
+    return dims["layers"] * sum(rank * (dims[LORA_TARGETS[n][0]] + dims[LORA_TARGETS[n][1]]) for n in names)
 
 
 def model_parameters(model: dict[str, Any]) -> int | None:
     """The parameters of a model of this shape, as kernels/model_shape.cpp
     lays them out (ParameterLayout): the token embedding and the LM head
     (vocab x d_model each), the final norm, and per layer two norms, Wq and Wo
-    (n_heads x head_dim by d_model), Wk and Wv (n_kv_heads x head_dim by
-    d_model; head_dim = d_model / n_heads, an integer division) and the three
-    ffn_hidden x d_model of the MLP. None where the shape lacks a size."""
-    sizes = [model.get(key) for key in PARAM_KEYS]
-    if any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in sizes):
+    (q by d), Wk and Wv (kv by d) and the three ffn by d of the MLP
+    (projection_dims). None where the shape lacks a size."""
+    dims = projection_dims(model)
+    if dims is None:
         return None
-    d, layers, heads, kv_heads, ffn, vocab = sizes
-    head_dim = d // heads
-    per_layer = 2 * d + 2 * heads * head_dim * d + 2 * kv_heads * head_dim * d + 3 * ffn * d
-    return 2 * vocab * d + d + layers * per_layer
+    d, q, kv, ffn = dims["d"], dims["q"], dims["kv"], dims["ffn"]
+    per_layer = 2 * d + 2 * q * d + 2 * kv * d + 3 * ffn * d
+    return 2 * dims["vocab"] * d + d + dims["layers"] * per_layer
 
 
 def input_name(name: str, what: str) -> str:

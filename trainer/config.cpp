@@ -484,6 +484,27 @@ std::vector<std::string> split_targets(const std::string& list) {
   return names;
 }
 
+// The projections `targets` names (split_targets' way), in layer order, each
+// once: the adapters an engine builds, however the list is written. False
+// when it names one LoRA cannot adapt.
+bool lora_targets_in_layer_order(const std::string& targets, std::vector<ParamKind>* kinds) {
+  const std::vector<std::string> names = split_targets(targets);
+  kinds->clear();
+  for (const std::string& name : names) {
+    ParamKind kind;
+    if (!parse_lora_target(name, &kind)) return false;
+  }
+  for (ParamKind kind : kLoraTargetKinds)
+    for (const std::string& name : names) {
+      ParamKind named;
+      if (parse_lora_target(name, &named) && named == kind) {
+        kinds->push_back(kind);
+        break;
+      }
+    }
+  return true;
+}
+
 // Element counts that saturate at INT64_MAX instead of wrapping: the sizes of
 // a model are checked with these before any code multiplies them unchecked
 // (the parameter layout, the memory plan, the engines' buffers).
@@ -715,11 +736,7 @@ LoraSpec lora_spec(const Config& config) {
   spec.rank = config.lora.rank;
   spec.alpha = config.lora.alpha;
   // In layer order whatever the order written; validate() has checked the names.
-  for (ParamKind kind : kLoraTargetKinds)
-    for (const std::string& name : split_targets(config.lora.targets)) {
-      ParamKind named;
-      if (parse_lora_target(name, &named) && named == kind) spec.targets.push_back(kind);
-    }
+  lora_targets_in_layer_order(config.lora.targets, &spec.targets);
   return spec;
 }
 
@@ -827,23 +844,13 @@ nlohmann::json as_state_sees_it(const nlohmann::json& config) {
   nlohmann::json seen = config;
   if (seen.contains("model") && seen["model"].is_object()) seen["model"].erase("n_layers_full");
   if (seen.contains("lora") && seen["lora"].is_object() && seen["lora"].value("targets", nlohmann::json()).is_string()) {
-    const std::vector<std::string> written = split_targets(seen["lora"]["targets"].get<std::string>());
-    std::vector<std::string> in_layer_order;
-    for (const ParamKind kind : kLoraTargetKinds)
-      for (const std::string& name : written) {
-        ParamKind named;
-        if (parse_lora_target(name, &named) && named == kind &&
-            std::find(in_layer_order.begin(), in_layer_order.end(), name) == in_layer_order.end())
-          in_layer_order.push_back(name);
-      }
     // A name no engine knows stays as written: an old or foreign manifest differs, named.
-    bool all_known = true;
-    for (const std::string& name : written) {
-      ParamKind named;
-      all_known = all_known && parse_lora_target(name, &named);
+    std::vector<ParamKind> kinds;
+    if (lora_targets_in_layer_order(seen["lora"]["targets"].get<std::string>(), &kinds)) {
+      std::vector<std::string_view> names;
+      for (const ParamKind kind : kinds) names.push_back(lora_target_name(kind));
+      seen["lora"]["targets"] = join(names, ",");
     }
-    if (all_known)
-      seen["lora"]["targets"] = join(std::vector<std::string_view>(in_layer_order.begin(), in_layer_order.end()), ",");
   }
   return seen;
 }
