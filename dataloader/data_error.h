@@ -47,9 +47,10 @@ inline std::string printable(std::string_view name) {
   return out;
 }
 
-// "path: byte N: what" — the form every shard error takes.
+// "path: byte N: what" — the form every shard error takes (a file name
+// with a newline in it stays on the message's one line).
 inline std::string at_offset(const std::string& path, int64_t offset, const std::string& what) {
-  return path + ": byte " + std::to_string(offset) + ": " + what;
+  return printable(path) + ": byte " + std::to_string(offset) + ": " + what;
 }
 
 }  // namespace trainbench

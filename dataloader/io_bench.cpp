@@ -58,6 +58,23 @@ Clock::time_point deadline_after(Clock::time_point begin, double seconds) {
   return begin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
+// Opens `path` for reading, or throws DataError naming it. Without blocking:
+// a file replaced by a FIFO since the list was resolved would hold open()
+// until a writer came, past every time limit; anything but a regular file
+// is refused as the loader refuses it.
+int open_regular_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw DataError(CorruptScope::kShard, path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw DataError(CorruptScope::kShard, path + ": not a regular file");
+  }
+  // Back to blocking reads (no effect on a regular file's reads, said plainly).
+  (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
 // Reads a file block by block (buffer.size() per read), adding to `bytes`
 // (when given) as it goes, until its end or `deadline`; inject_delay_s after
 // each read (data.inject_delay_ms: slow storage for the tests). `whole` is
@@ -68,8 +85,7 @@ struct FileRead {
 };
 FileRead read_file_until(const std::string& path, std::vector<char>& buffer, Clock::time_point deadline,
                          double inject_delay_s, bool sequential_hint, std::atomic<int64_t>* bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error(path + ": " + std::strerror(errno));
+  const int fd = open_regular_file(path);
   if (sequential_hint) (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   struct stat st {};
   const int64_t size = ::fstat(fd, &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
@@ -80,7 +96,7 @@ FileRead read_file_until(const std::string& path, std::vector<char>& buffer, Clo
     if (got < 0) {
       const int error = errno;
       ::close(fd);
-      throw std::runtime_error(path + ": " + std::strerror(error));
+      throw DataError(CorruptScope::kShard, path + ": cannot read: " + std::strerror(error));
     }
     if (got == 0) break;
     if (inject_delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(inject_delay_s));
@@ -108,9 +124,10 @@ std::vector<FileResidency> survey_page_cache(const std::vector<std::string>& pat
   for (const std::string& path : paths) {
     if (!out.empty() && Clock::now() >= deadline) break;
     FileResidency file;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // Not blocking: a FIFO put in a shard's place would hold open() here.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat st {};
-    if (fd >= 0 && ::fstat(fd, &st) == 0) {
+    if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
       file.bytes = static_cast<int64_t>(st.st_size);
       file.known = true;
       for (int64_t offset = 0; offset < file.bytes; offset += window) {
@@ -192,6 +209,9 @@ ReadRate measure_loader(const LoaderOptions& options, double max_seconds) {
   rate.tokens = stats.tokens;
   rate.files = stats.shards_opened;
   rate.complete = ended;
+  rate.samples_skipped = stats.samples_skipped;
+  rate.shards_skipped = stats.shards_skipped;
+  if (!stats.skip_messages.empty()) rate.first_skip = stats.skip_messages.front();
   return rate;
 }
 

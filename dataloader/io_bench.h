@@ -22,6 +22,11 @@ struct ReadRate {
   // Whether it read all it was to read (every file whole; the loader: every
   // shard exactly once) rather than stopping at its time limit.
   bool complete = true;
+  // The loader under data.on_corrupt=skip: what it left out, and the first
+  // reason (the plain reads decode nothing and leave out nothing).
+  int64_t samples_skipped = 0;
+  int64_t shards_skipped = 0;
+  std::string first_skip;
   double gbs() const { return seconds > 0 ? static_cast<double>(bytes) / seconds * 1e-9 : 0; }
   double tokens_per_s() const { return seconds > 0 ? static_cast<double>(tokens) / seconds : 0; }
   double samples_per_s() const { return seconds > 0 ? static_cast<double>(samples) / seconds : 0; }
@@ -46,6 +51,8 @@ double resident_fraction(const std::vector<FileResidency>& survey, size_t files)
 // Reads every file whole with read(2) in `block_bytes` blocks into one
 // buffer, `threads` files at a time, and throws the bytes away; stops once
 // `max_seconds` have passed (complete = false; bytes = what was read by then).
+// A file that cannot be opened or read, or is no longer a regular file (the
+// list was resolved earlier), throws DataError naming it.
 // `inject_delay_s` (data.inject_delay_ms, fault injection: slow storage)
 // is slept after every read() that returned data.
 ReadRate measure_sequential_read(const std::vector<std::string>& paths, int64_t block_bytes,

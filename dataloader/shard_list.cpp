@@ -213,6 +213,9 @@ std::vector<std::string> shards_in_directory(const std::string& directory) {
   std::vector<std::string> shards;
   if (DIR* dir = ::opendir(directory.c_str())) {
     while (const dirent* entry = ::readdir(dir)) {
+      // Hidden files are left out, as a shell's * leaves them: macOS's
+      // AppleDouble ._name.tar beside each shard copied from its disks is no shard.
+      if (entry->d_name[0] == '.') continue;
       const std::string path = directory + "/" + entry->d_name;
       if (has_shard_extension(entry->d_name) && !is_directory(path)) shards.push_back(path);
     }

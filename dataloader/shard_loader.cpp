@@ -319,9 +319,10 @@ class Reader {
     if (++shards_without_sample_ > limit)
       throw DataError(CorruptScope::kConfig,
                       "data.shards: reader " + std::to_string(index_) + " of rank " +
-                          std::to_string(options_.rank) + " found no readable sample with tokens in " +
-                          std::to_string(limit) + " shards in a row (the last: " +
-                          current_path_ + ")");
+                          std::to_string(options_.rank) + " opened " + std::to_string(limit) +
+                          " shards in a row (the list of " + std::to_string(options_.shards.size()) +
+                          ", twice over) and found no readable sample with tokens (the last: " +
+                          printable(current_path_) + ")");
     if (++cursor_ < static_cast<int64_t>(assignment_.size())) return;
     if (options_.epochs > 0 && epoch_ + 1 >= options_.epochs) {
       exhausted_ = true;  // every shard of the last epoch read: no next one
@@ -405,9 +406,9 @@ class Reader {
     if (member == nullptr) {
       std::string present;
       for (size_t i = 0; i < sample_.member_count; ++i)
-        present += (i ? ", ." : ".") + sample_.members[i].extension;
+        present += (i ? ", ." : ".") + printable(sample_.members[i].extension);
       throw DataError(CorruptScope::kSample,
-                      at_offset(path, sample_.offset, "sample '" + sample_.key + "' has no ." +
+                      at_offset(path, sample_.offset, "sample '" + printable(sample_.key) + "' has no ." +
                                                           options_.field + " member (it has " +
                                                           present + ")"));
     }
@@ -417,7 +418,7 @@ class Reader {
                        tokens.get(), &error))
       throw DataError(CorruptScope::kSample,
                       at_offset(path, sample_.offset,
-                                "sample '" + sample_.key + "' ." + member->extension + ": " + error));
+                                "sample '" + printable(sample_.key) + "' ." + printable(member->extension) + ": " + error));
     shared_.samples++;
     shared_.tokens += static_cast<int64_t>(tokens->size());
     // Only a sample with tokens counts: shards of empty token members would

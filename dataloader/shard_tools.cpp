@@ -448,9 +448,9 @@ VerifyResult verify_shards(const VerifyOptions& options, const ProgressCallback&
         const SampleMember* member = sample.find(field);
         tokens.clear();
         if (member == nullptr)
-          record(at_offset(path, sample.offset, "sample " + sample.key + " has no '" + field + "' member"));
+          record(at_offset(path, sample.offset, "sample " + printable(sample.key) + " has no '" + field + "' member"));
         else if (!decode_tokens(*format, member->data.data(), member->data.size(), vocab, &tokens, &decode_error))
-          record(at_offset(path, sample.offset, "sample " + sample.key + ": " + decode_error));
+          record(at_offset(path, sample.offset, "sample " + printable(sample.key) + ": " + decode_error));
         else
           result.tokens += static_cast<int64_t>(tokens.size());
       }
@@ -460,7 +460,7 @@ VerifyResult verify_shards(const VerifyOptions& options, const ProgressCallback&
     // links, or empty token members) is an error: training on it fails.
     if (result.errors == errors_before) {
       if (result.samples == samples_before)
-        record(path + ": no samples (no regular file members)");
+        record(path + ": no samples (no regular file member named key.extension)");
       else if (member_bytes == 0)
         record(path + ": no data (every member of its " + std::to_string(result.samples - samples_before) +
                " samples is empty)");

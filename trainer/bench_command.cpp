@@ -106,7 +106,8 @@ nlohmann::json rate_json(const ReadRate& r) {
           {"files", r.files},     {"seconds", r.seconds},     {"gbs", r.gbs()},
           {"tokens_per_s", r.tokens > 0 ? nlohmann::json(r.tokens_per_s()) : nlohmann::json()},
           {"samples_per_s", r.samples > 0 ? nlohmann::json(r.samples_per_s()) : nlohmann::json()},
-          {"complete", r.complete}};
+          {"complete", r.complete},
+          {"samples_skipped", r.samples_skipped}, {"shards_skipped", r.shards_skipped}};
 }
 
 // "37%": a share as the console prints it.
@@ -638,6 +639,13 @@ int BenchCommand::run_io() {
       // The loader reads the shards in its shuffled order: the share of all of them.
       loader.cached = resident_fraction(survey_page_cache(shards, o.seconds), shards.size());
       loader.rate = measure_loader(options, o.seconds);
+      // A whole epoch without a token: a run of these shards stops with exit
+      // 2, and so does the benchmark of its loader (a rate of nothing is no figure).
+      if (loader.rate.complete && loader.rate.tokens == 0)
+        throw DataError(CorruptScope::kConfig,
+                        "data.shards: the loader read all " + std::to_string(shards.size()) +
+                            " shard(s) and found no readable sample with tokens (a ." + config.data.field +
+                            " member of at least one token): a run of them has nothing to train on");
       row.loader = loader;
     }
     row.second = plain_pass(readers, nullptr);
@@ -650,6 +658,18 @@ int BenchCommand::run_io() {
   // get the storage's.
   std::vector<std::string> warnings = setup.warnings;
   warnings.insert(warnings.end(), skipped_readers.begin(), skipped_readers.end());
+  // data.on_corrupt=skip: what the loader left out is said, as `run` says it
+  // (its rate is of the rest). Every reader count reads the same epoch: the first is told.
+  for (const Row& row : rows) {
+    if (!row.loader || row.loader->rate.samples_skipped + row.loader->rate.shards_skipped == 0) continue;
+    const ReadRate& r = row.loader->rate;
+    std::string line = "data.on_corrupt=skip left out " + std::to_string(r.samples_skipped) +
+                       " corrupt sample(s) and " + std::to_string(r.shards_skipped) + " shard(s) in the loader's " +
+                       "epoch with " + std::to_string(row.readers) + " reader(s); its figures are the rest's";
+    if (!r.first_skip.empty()) line += "; first: " + r.first_skip;
+    warnings.push_back(line);
+    break;
+  }
   const std::string storage_figures =
       "for storage figures read a data set larger than memory (trainbench shards synth --size ...), or drop the "
       "page cache as root before bench io (sync; echo 3 > /proc/sys/vm/drop_caches)";
@@ -715,13 +735,16 @@ int BenchCommand::run_io() {
     std::printf("\n");
   };
   const auto of_shards = [&](const ReadRate& r) { return read_extent(r.complete, r.bytes, total_bytes); };
+  const auto left_out = [](const ReadRate& r) { return r.samples_skipped + r.shards_skipped > 0; };
+  bool any_left_out = false;
+  for (const Row& row : rows) any_left_out = any_left_out || (row.loader && left_out(row.loader->rate));
   for (const Row& row : rows) {
     const std::string plain = "plain read, " + std::to_string(row.readers) + " thread(s), ";
     const ReadRate& same = row.faster().rate;
     print_rate(plain + "1st pass", row.first.rate, row.first.cached, same, of_shards(row.first.rate));
     if (row.loader)
       print_rate("loader, " + std::to_string(row.readers) + " reader(s)", row.loader->rate, row.loader->cached,
-                 same, of_shards(row.loader->rate));
+                 same, of_shards(row.loader->rate) + (left_out(row.loader->rate) ? " but skipped" : ""));
     print_rate(plain + "2nd pass", row.second.rate, row.second.cached, same, of_shards(row.second.rate));
   }
   const ReadRate& widest = rows.back().faster().rate;
@@ -731,10 +754,11 @@ int BenchCommand::run_io() {
   std::printf("  cached: share of the bytes a measurement read that the page cache held before it (mincore): "
               "0%% = read from storage (cold), 100%% = from memory (warm)\n");
   std::printf("  %% 1-stream, %% same thr.: of the faster plain pass with 1 thread, with as many threads\n");
-  std::printf("  read: all = every shard whole (the loader: one epoch, every shard exactly once)%s\n",
+  std::printf("  read: all = every shard whole (the loader: one epoch, every shard exactly once)%s%s\n",
               stopped ? "; N% (stopped) = --seconds ended it with N% of the shards' bytes (small files: of "
                         "the files) read, and the figures are that part's"
-                      : "");
+                      : "",
+              any_left_out ? "; but skipped = data.on_corrupt=skip left corrupt data out (warning below)" : "");
   for (const std::string& warning : warnings) std::printf("  warning: %s\n", warning.c_str());
   if (consumed > 0)
     std::printf("\n  training consumed %s tokens/s per rank (%s)\n", human_count(consumed).c_str(),

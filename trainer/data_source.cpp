@@ -89,6 +89,7 @@ std::vector<std::string> shards_for_run(const Config& config, int64_t world, Dat
   if (!d.shards.empty()) {
     std::vector<std::string> shards = resolve_shard_list(d.shards);
     setup->data_path = std::filesystem::path(shards.front()).parent_path().string();
+    if (setup->data_path.empty()) setup->data_path = ".";  // shards named without a folder
     setup->description = std::to_string(shards.size()) + " shards from " + d.shards;
     const std::vector<RepeatedShard> repeated = repeated_shards(shards);
     if (!repeated.empty()) {

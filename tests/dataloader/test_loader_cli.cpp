@@ -477,6 +477,52 @@ TEST_F(LoaderCli, ADataSetWithoutTokensIsRefused) {
                                       " run tiny --steps 6 --set data.readers=1 --set data.shards=" + path +
                                       " --set checkpoint.every_steps=0 --out " + dir_ + "/r.json");
   expect_one_line_naming(r, {path, "no readable sample with tokens"});
+  // bench io's loader reads the same epoch: no figure of nothing (it exited 0 with a rate of "-").
+  expect_one_line_naming(run_command("timeout 120 " + std::string(TRAINBENCH_BINARY) +
+                                     " bench io tiny --readers 1 --seconds 20 --set data.shards=" + path),
+                         {"read all 1 shard(s) and found no readable sample with tokens"});
+}
+
+// bench io under data.on_corrupt=skip says what its loader left out, as run
+// does; its figures are the rest's (it said "all" and nothing else).
+TEST_F(LoaderCli, BenchIoSaysWhatSkipLeftOut) {
+  const std::string odd = shard_with("odd.tar", "u16", {1, 2, 3});
+  const std::string junk = dir_ + "/junk.tar";
+  std::ofstream(junk) << std::string(5000, 'x');
+  const std::string list = dir_ + "/list.txt";
+  std::ofstream(list) << good_[0] << "\n" << odd << "\n" << junk << "\n";
+  const CommandResult r = run_command("timeout 120 " + std::string(TRAINBENCH_BINARY) +
+                                      " bench io tiny --readers 1 --seconds 20 --set data.on_corrupt=skip " +
+                                      "--set data.shards=" + list + " --out " + dir_ + "/io.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("all but skipped"), std::string::npos) << r.out;
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir_ + "/io.json"));
+  const nlohmann::json& loader = result.at("by_threads").at(0).at("loader");
+  EXPECT_EQ(loader.at("samples_skipped"), 1) << loader;
+  EXPECT_EQ(loader.at("shards_skipped"), 1) << loader;
+  bool warned = false;
+  for (const auto& w : result.at("warnings"))
+    warned = warned || w.get<std::string>().find("data.on_corrupt=skip left out 1 corrupt sample(s) and 1 shard(s)") !=
+                           std::string::npos;
+  EXPECT_TRUE(warned) << result.at("warnings").dump();
+}
+
+// A member name is the tar's to choose: a newline or an escape in it is
+// written as \xNN, and the error stays one line.
+TEST_F(LoaderCli, ControlCharactersInAMemberNameStayOnTheErrorsLine) {
+  const std::string path = dir_ + "/names.tar";
+  std::string tokens(160, '\1');
+  testing::write_file(path, testing::make_tar({{"s0.u16", tokens}, {"evil\nline\x1b[31m.u16", "abc"}, {"s1.u16", tokens}},
+                                     testing::TarFormat::kPax));
+  const CommandResult r = run_command("timeout 120 " + std::string(TRAINBENCH_BINARY) +
+                                      " run tiny --steps 6 --set data.readers=1 --set data.shards=" + path +
+                                      " --set checkpoint.every_steps=0 --out " + dir_ + "/r.json");
+  expect_one_line_naming(r, {path, "evil\\x0aline\\x1b[31m"});
+  const CommandResult verify =
+      run_command(std::string(TRAINBENCH_BINARY) + " shards verify " + path + " --field u16");
+  EXPECT_EQ(verify.exit_code, 2) << verify.out << verify.err;
+  EXPECT_EQ(verify.out.find('\x1b'), std::string::npos) << verify.out;
+  EXPECT_NE(verify.out.find("evil\\x0aline"), std::string::npos) << verify.out;
 }
 
 }  // namespace

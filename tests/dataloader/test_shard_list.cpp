@@ -84,6 +84,18 @@ TEST_F(ShardList, BracesGlobsDirectoriesAndSeparators) {
       (Names{at("c.tgz"), at("b.tar.gz"), at("train-000.tar"), at("train-002.tar")}));
 }
 
+// A directory spec reads what the shell's * would: macOS's AppleDouble
+// ._name.tar beside each shard copied from its disks is no shard.
+TEST_F(ShardList, ADirectoryLeavesHiddenFilesOut) {
+  TempDirectory copied;
+  write_file(copied.file("a.tar"), make_tar({{"x.txt", "x"}}));
+  write_file(copied.file("._a.tar"), std::string(4096, '\0'));
+  write_file(copied.file(".partial.tar"), make_tar({{"y.txt", "y"}}));
+  EXPECT_EQ(resolve_shard_list(copied.path()), (Names{copied.file("a.tar")}));
+  // Named, a hidden shard is read.
+  EXPECT_EQ(resolve_shard_list(copied.file(".partial.tar")), (Names{copied.file(".partial.tar")}));
+}
+
 TEST_F(ShardList, ListFileWithCommentsAndRelativePaths) {
   write_file(at("shards.txt"), "# training shards\n\ntrain-001.tar\n  " + at("c.tgz") + "  \r\n" +
                                   "train-002.tar  # a comment after blanks\ntrain-000.tar\t#tabbed\n");

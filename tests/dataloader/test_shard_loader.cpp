@@ -2,6 +2,7 @@
 // packing, determinism, exact resume from a saved position, bad data, and
 // stalls showing up as wait time.
 #include <gtest/gtest.h>
+#include <sys/stat.h>  // mkfifo
 
 #include <algorithm>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "dataloader/data_error.h"
+#include "dataloader/io_bench.h"  // measure_sequential_read
 #include "dataloader/shard_assignment.h"
 #include "dataloader/shard_loader.h"
 #include "dataloader/shard_tools.h"
@@ -581,6 +583,35 @@ TEST(ShardLoader, ASlowReaderShowsUpAsWaitTime) {
   }
   // 10 batches x ~5 samples x 5 ms, with nothing else for the consumer to do.
   EXPECT_GT(waited, 0.1);
+}
+
+// bench io's plain read takes the list resolved before it: a shard removed
+// or replaced since is named as the loader names it (exit 2), and a FIFO in
+// its place is refused rather than waited on (open() blocked for good).
+TEST(IoBench, APlainReadNamesAFileReplacedSinceTheList) {
+  testing::TempDir dir("test_io_bench");
+  const std::string shard = dir.file("a.tar");
+  std::ofstream(shard) << std::string(10000, 'x');
+  EXPECT_EQ(measure_sequential_read({shard}, 4096, 1, 30).bytes, 10000);
+  const auto error_of = [](const std::vector<std::string>& paths) {
+    try {
+      measure_sequential_read(paths, 4096, 1, 30);
+    } catch (const DataError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  fs::remove(shard);
+  EXPECT_EQ(error_of({shard}), shard + ": cannot open: No such file or directory");
+  ASSERT_EQ(::mkfifo(shard.c_str(), 0600), 0);
+  EXPECT_EQ(error_of({shard}), shard + ": not a regular file");
+  // The page-cache survey before a read neither waits on it nor counts it.
+  const std::vector<FileResidency> survey = survey_page_cache({shard}, 30);
+  ASSERT_EQ(survey.size(), 1u);
+  EXPECT_FALSE(survey[0].known);
+  fs::remove(shard);
+  fs::create_directory(shard);
+  EXPECT_EQ(error_of({shard}), shard + ": not a regular file");
 }
 
 }  // namespace
