@@ -17,8 +17,11 @@ namespace {
 RunOutcome train_from_shards(double inject_delay_ms) {
   // Samples of ~64 tokens: a micro-batch of 8 x 64 tokens needs ~8 of them.
   const Config config = load_config(
-      "tiny", {"train.steps=10", "train.warmup_steps=3", "train.threads=1", "data.readers=1",
-               "data.shuffle_buffer=0",
+      "tiny", {"train.steps=12", "train.warmup_steps=3", "train.threads=1", "data.readers=1",
+               // One ready micro-batch at most: a warm-up slowed by a loaded
+               // host let the default 4 pile up, and the slow run's first
+               // measured steps (its median, in CI) waited for nothing.
+               "data.prefetch=1", "data.shuffle_buffer=0",
                "data.synth_tokens_per_sample=64",
                "data.inject_delay_ms=" + std::to_string(inject_delay_ms)});
   EngineOptions options;
