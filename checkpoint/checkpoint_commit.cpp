@@ -156,7 +156,7 @@ void undo_commit_rename(const std::string& pending, const std::string& committed
 
 }  // namespace
 
-nlohmann::json commit_checkpoint(const CommitRequest& request) {
+nlohmann::json commit_checkpoint(const CommitRequest& request, std::string* retention_error) {
   if (request.world_size < 1)
     throw std::invalid_argument("commit_checkpoint: world_size " + std::to_string(request.world_size));
   const std::string pending = pending_folder(request.dir, request.step);
@@ -241,7 +241,12 @@ nlohmann::json commit_checkpoint(const CommitRequest& request) {
     }
     throw CheckpointWriteError(message, disk_full);
   }
-  apply_retention(dir, request.step, request.keep);
+  try {
+    apply_retention(dir, request.step, request.keep);
+  } catch (const CheckpointWriteError& e) {
+    if (retention_error == nullptr) throw;
+    *retention_error = e.what();
+  }
   return manifest;
 }
 

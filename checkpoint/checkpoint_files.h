@@ -142,8 +142,12 @@ struct CommitRequest {
 // Rank 0, after every rank's write_rank_files returned: the commit sequence
 // described above. Returns the manifest it wrote. Throws CheckpointWriteError;
 // when `latest` itself cannot be written, the step's folder is back at
-// step_N.tmp (and one it replaced back at step_N) first.
-nlohmann::json commit_checkpoint(const CommitRequest& request);
+// step_N.tmp (and one it replaced back at step_N) first. Retention runs
+// after the commit point: where it fails (an old folder that cannot be
+// removed) the step is committed all the same, and the reason goes to
+// `retention_error` when given (the trainer warns and trains on), else it
+// is thrown.
+nlohmann::json commit_checkpoint(const CommitRequest& request, std::string* retention_error = nullptr);
 
 // Removes dir/step_N.tmp (a checkpoint given up, e.g. disk full with
 // checkpoint.on_full: skip). No error when it is already gone.

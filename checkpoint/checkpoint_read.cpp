@@ -147,6 +147,11 @@ StateImage read_and_verify(const std::string& path, const FileRecord& record, co
                             std::to_string(record.bytes) + " bytes the manifest gives the file");
     laid_out += (spec.bytes + kImageAlignment - 1) / kImageAlignment * kImageAlignment;
   }
+  // A FIFO in a data file's place held the resume in open() for good; a
+  // folder or a link to /dev/zero read as a file of the wrong size.
+  struct stat kind {};
+  if (::stat(path.c_str(), &kind) == 0 && !S_ISREG(kind.st_mode))
+    throw CheckpointError("checkpoint file " + path + ": not a regular file");
   std::error_code size_error;
   const auto on_disk = fs::file_size(path, size_error);
   if (!size_error && static_cast<int64_t>(on_disk) != record.bytes)
@@ -168,7 +173,8 @@ StateImage read_and_verify(const std::string& path, const FileRecord& record, co
     throw CheckpointError("checkpoint file " + path + ": the manifest says " + std::to_string(record.bytes) +
                           " bytes, but its sections take " + std::to_string(image.bytes()));
 
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Not blocking, should it have become a FIFO since the check; fstat below refuses it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int error = errno;
     throw CheckpointError("checkpoint file " + path + ": cannot open it: " + std::strerror(error),
@@ -180,6 +186,7 @@ StateImage read_and_verify(const std::string& path, const FileRecord& record, co
   };
   struct stat status {};
   if (::fstat(fd, &status) != 0) fail(std::string("cannot stat it: ") + std::strerror(errno));
+  if (!S_ISREG(status.st_mode)) fail("not a regular file");
   if (status.st_size != record.bytes)
     fail(std::to_string(status.st_size) + " bytes but the manifest says " + std::to_string(record.bytes));
   // Only a hint for the page cache's read-ahead; its failure changes nothing.

@@ -137,7 +137,7 @@ bool checkpoint_is_in(const std::string& checkpoint, const std::string& dir) {
 
 Checkpointer::Checkpointer(const Config& config, std::string dir, TrainingEngine& engine,
                            BatchSource& source, Communicator& comm, nlohmann::json versions,
-                           const std::string& resumed_from)
+                           const std::string& resumed_from, bool offers_resume)
     : config_(config),
       dir_(std::move(dir)),
       engine_(engine),
@@ -151,7 +151,8 @@ Checkpointer::Checkpointer(const Config& config, std::string dir, TrainingEngine
   // checkpoint of this folder continues its run; one from elsewhere is a
   // new run here.
   if (resumed_from.empty()) {
-    refuse_other_runs_checkpoints(dir_, comm_, [](const std::string& resume) {
+    refuse_other_runs_checkpoints(dir_, comm_, [offers_resume](const std::string& resume) {
+      if (!offers_resume) return std::string("this command starts afresh: choose an empty checkpoint.dir");
       return resume.empty() ? std::string("none can be resumed from: choose an empty checkpoint.dir")
                             : "continue with --resume " + resume + ", or choose an empty checkpoint.dir";
     });
@@ -303,7 +304,7 @@ void Checkpointer::submit_commit() {
     request.extra["state_tensors"].push_back({{"name", t.name}, {"bytes", t.bytes}});
   writer_->submit([request, &flight] {
     const double begin = steady_now();
-    commit_checkpoint(request);
+    commit_checkpoint(request, &flight.retention_error);
     flight.commit_s = steady_now() - begin;
     crash_point("committed", request.step);  // tests: a rank dies after a commit
   });
@@ -373,6 +374,14 @@ bool Checkpointer::agree() {
   // kCommitting: rank 0's commit is done.
   flight.record.commit_s = gather_from_ranks(comm_, flight.commit_s)[0];
   flight.record.status = "committed";
+  // Committed, with an old checkpoint left behind (a folder that cannot be
+  // removed): the run trains on, and says so once (each later commit tries again).
+  const std::string retention_error = broadcast_string(comm_, flight.retention_error, 0);
+  if (!retention_error.empty() && !retention_warned_) {
+    retention_warned_ = true;
+    warnings_.push_back(retention_error + "; training went on (checkpoint.keep " +
+                        std::to_string(config_.checkpoint.keep) + " not kept to: remove the folder by hand)");
+  }
   add_record(flight.record);
   in_flight_.reset();
   return true;
@@ -666,12 +675,20 @@ std::string check_trainer_state(const std::string& text, int64_t step, Communica
 // the run's config decides. Only the count of data.shards, which the loader
 // resolves later, is left to the ShardLoader's own check. Throws DataError
 // or std::invalid_argument.
-void check_data_position(const std::string& bytes, const Config& config, Communicator& comm) {
+void check_data_position(const std::string& bytes, const Config& config, Communicator& comm, int64_t step) {
   if (config.data.source == "synthetic") {
     synthetic_position_index(bytes, config.data.synthetic_batches);
     return;
   }
   const LoaderPosition position = parse_position(bytes);
+  // Each step takes grad_accum micro-batches: a count that is not the
+  // step's (2^63-1, in a checkpoint whose checksums were made again,
+  // overflowed and indexed reader -1) is damage.
+  int64_t consumed = 0;
+  if (__builtin_mul_overflow(step, config.train.grad_accum, &consumed) || position.batches_consumed != consumed)
+    throw std::invalid_argument("batches_consumed is " + std::to_string(position.batches_consumed) + ", but " +
+                                std::to_string(step) + " step(s) of train.grad_accum " +
+                                std::to_string(config.train.grad_accum) + " took " + std::to_string(consumed));
   const int64_t shards = config.data.shards.empty() ? synth_shard_count(config, comm.world_size())
                                                     : position.shard_count;
   check_resume_position(loader_options(config, {}, comm.rank(), comm.world_size()), shards, position);
@@ -744,7 +761,7 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
       throw CheckpointError(rank_files + "files have no data position");
     point.data_position.assign(reinterpret_cast<const char*>(position), static_cast<size_t>(position_bytes));
     try {
-      check_data_position(point.data_position, config, comm);
+      check_data_position(point.data_position, config, comm, point.step);
     } catch (const std::exception& e) {  // DataError, std::invalid_argument
       throw CheckpointError(rank_files + kDataPositionSection + ": " + e.what());
     }

@@ -66,9 +66,11 @@ class Checkpointer {
   // writer, through the engine's host allocator) is allocated and touched
   // here, before training. resumed_from: the checkpoint folder the run
   // resumed from, "" for a fresh run; a `dir` holding another run's
-  // checkpoints is refused (CheckpointError) unless it is this run's own.
+  // checkpoints is refused (CheckpointError) unless it is this run's own,
+  // the message offering --resume where the command has it (offers_resume).
   Checkpointer(const Config& config, std::string dir, TrainingEngine& engine, BatchSource& source,
-               Communicator& comm, nlohmann::json versions, const std::string& resumed_from);
+               Communicator& comm, nlohmann::json versions, const std::string& resumed_from,
+               bool offers_resume = true);
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
@@ -119,6 +121,7 @@ class Checkpointer {
     double copy_started = 0;  // steady seconds
     double persist_s = 0;     // written by the writer thread, read after it is idle
     double commit_s = 0;
+    std::string retention_error;  // rank 0's: committed, but an old checkpoint could not be removed
     std::string io_warning;   // the writer's: O_DIRECT refused, written through the page cache
   };
 
@@ -169,6 +172,7 @@ class Checkpointer {
   std::string local_error_;                 // this rank's failure, for the message
   int local_failure_ = 0;                   // 2 or 3 once taken from the writer, until agreed on
   bool direct_io_warned_ = false;           // the O_DIRECT fallback is told once per run
+  bool retention_warned_ = false;           // an old checkpoint left behind is told once per run
   std::vector<CheckpointRecord> records_;
   std::vector<std::string> warnings_;
   std::unique_ptr<BackgroundWriter> writer_;  // last: joined first, while the rest is alive

@@ -7,7 +7,7 @@
 
 #include <CLI/CLI.hpp>  // the command line parser
 #include <nlohmann/json.hpp>  // the ranks' configs compared
-#include <algorithm>  // std::max, std::min
+#include <algorithm>  // std::max, std::min, std::mismatch
 #include <cerrno>
 #include <chrono>  // let_rank_zero_speak_first's wait
 #include <cstdio>
@@ -109,6 +109,26 @@ void setup_checkpoint_dir(const Config& config, Communicator& comm, CheckpointDi
   // Rank 0 speaks for the job; its peers wait in their next collective and
   // end with its abort should the folder be taken.
   if (comm.rank() == 0) dir->lock.acquire(dir->path);
+}
+
+// The checkpoint folder is the run's: commits replace `latest` and step_N,
+// retention removes old step folders whole, the lock is its file. A result
+// written there replaced `latest` (the next --resume latest failed), went
+// with a removed step folder, or met a step folder of its name at the end
+// (exit 3, the result lost): refused before step 1.
+void check_result_outside_checkpoints(const std::string& result_path, const std::string& named,
+                                      const std::string& checkpoint_dir) {
+  std::error_code error;
+  const std::filesystem::path result = std::filesystem::weakly_canonical(result_path, error);
+  if (error) return;  // check_result_path has said what it could of the path
+  std::filesystem::path folder = std::filesystem::weakly_canonical(checkpoint_dir, error);
+  if (error) return;
+  if (folder.has_relative_path() && folder.filename().empty()) folder = folder.parent_path();  // "dir/"
+  const auto [in_folder, in_result] = std::mismatch(folder.begin(), folder.end(), result.begin(), result.end());
+  if (in_folder != folder.end()) return;  // the folder is not a prefix of the result's path
+  throw CommandError{kExitUserError, named + " " + result_path + ": inside checkpoint.dir " + checkpoint_dir +
+                                         ", whose names (latest, step_N) the checkpoints replace and remove: "
+                                         "write the result elsewhere"};
 }
 
 std::string quoted_command_line(int argc, char** argv) {
@@ -386,6 +406,7 @@ int run_command(const RunOptions& options, const std::string& command_line) {
   try {
     RunSettings settings{command_line, options.resume, options.ceilings, true, options.extension};
     settings.out_option = options.out_given;
+    settings.offers_resume = options.extension == nullptr;
     const RunReport report = run_config(config, comm, settings);
     if (report.outcome.failure.happened() && !options.extension && comm->rank() == 0) {
       wait_if_interrupted();  // a failure the signal's cleanup caused: the signal speaks
@@ -577,6 +598,8 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   const std::string result_path = config.report.out;
   // Rank 0 speaks for the job: the console report and the result JSON.
   const bool reporter = comm->rank() == 0;
+  if (reporter && options.write_result && config.checkpoint.every_steps > 0 && !config.checkpoint.dir.empty())
+    check_result_outside_checkpoints(result_path, named, config.checkpoint.dir);
   if (reporter && options.write_result) check_result_path(result_path, named);
   if (!options.resume.empty() && options.resume == "latest" && config.checkpoint.dir.empty())
     throw CommandError{kExitUserError, "--resume latest: set checkpoint.dir to the folder the checkpoints are in"};
@@ -727,7 +750,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                        {"compiler", env.compiler},
                        {"os", env.os},
                        {"comm", env.comm_backend}},
-        resume.folder);
+        resume.folder, options.offers_resume);
   Ceilings ceilings;
   if (options.ceilings) {
     if (reporter) std::fprintf(stdout, "ceilings: measuring compute, network, storage read and storage write alone...\n");

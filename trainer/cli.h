@@ -72,6 +72,9 @@ struct RunSettings {
   bool write_result = true;  // false: the result JSON is only returned
   RunExtension* extension = nullptr;  // work added to the run (trainbench burnin), or none
   bool out_option = false;   // the result path came from --out (else from report.out or its default)
+  // The command has --resume (run): a used checkpoint.dir's refusal offers
+  // it; burnin, bench instrument and project have none to offer.
+  bool offers_resume = false;
 };
 struct RunReport {
   int exit_code = kExitOk;

@@ -51,6 +51,10 @@ struct KeySpec {
   int64_t max = 0;
 };
 
+// Fault injection sleeps for these: an hour is more than any test or probe
+// asks, and 1e300 overflowed sleep_for's duration into no delay at all.
+constexpr int64_t kMaxInjectedDelayMs = 3'600'000;
+
 // The name is spelled from the member path, so a key and the field it sets
 // cannot drift apart.
 #define TRAINBENCH_KEY(section, member, ...)                                       \
@@ -112,7 +116,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(data, synth_tokens_per_sample, Bound::kPositive, {}, kMaxSynthTokensPerSample),
       TRAINBENCH_KEY(data, synth_payload_bytes, Bound::kNonNegative, {}, kMaxSynthPayloadBytes),
       TRAINBENCH_KEY(data, synth_samples_per_shard, Bound::kNonNegative, {}, kMaxSynthSamplesPerShard),
-      TRAINBENCH_KEY(data, inject_delay_ms, Bound::kNonNegative),
+      TRAINBENCH_KEY(data, inject_delay_ms, Bound::kNonNegative, {}, kMaxInjectedDelayMs),
       TRAINBENCH_KEY(comm, backend, Bound::kAny, {"auto", "local", "mpi", "nccl"}),
       TRAINBENCH_KEY(comm, bucket_mb, Bound::kPositive),
       TRAINBENCH_KEY(comm, overlap),
@@ -120,7 +124,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(comm, check_every, Bound::kNonNegative),
       TRAINBENCH_KEY(comm, timeout_s, Bound::kPositive),
       TRAINBENCH_KEY(comm, inject_divergence_step, Bound::kNonNegative),
-      TRAINBENCH_KEY(comm, inject_delay_ms, Bound::kNonNegative),
+      TRAINBENCH_KEY(comm, inject_delay_ms, Bound::kNonNegative, {}, kMaxInjectedDelayMs),
       TRAINBENCH_KEY(checkpoint, dir),
       TRAINBENCH_KEY(checkpoint, every_steps, Bound::kNonNegative),
       TRAINBENCH_KEY(checkpoint, keep, Bound::kNonNegative),
@@ -130,7 +134,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(checkpoint, direct_io),
       TRAINBENCH_KEY(checkpoint, writers, Bound::kPositive),
       TRAINBENCH_KEY(checkpoint, block_bytes, Bound::kPositive),
-      TRAINBENCH_KEY(checkpoint, inject_delay_ms, Bound::kNonNegative),
+      TRAINBENCH_KEY(checkpoint, inject_delay_ms, Bound::kNonNegative, {}, kMaxInjectedDelayMs),
       TRAINBENCH_KEY(checkpoint, include_base),
       TRAINBENCH_KEY(report, out),
       TRAINBENCH_KEY(report, progress_every, Bound::kNonNegative),
@@ -144,7 +148,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(burnin, baseline_tolerance_pct, Bound::kPercent),
       TRAINBENCH_KEY(burnin, inject_bitflip_step, Bound::kNonNegative),
       TRAINBENCH_KEY(burnin, inject_bitflip_rank, Bound::kNonNegative),
-      TRAINBENCH_KEY(burnin, inject_slow_ms, Bound::kNonNegative),
+      TRAINBENCH_KEY(burnin, inject_slow_ms, Bound::kNonNegative, {}, kMaxInjectedDelayMs),
       TRAINBENCH_KEY(burnin, inject_slow_rank, Bound::kNonNegative),
   };
   return keys;

@@ -3,7 +3,7 @@
 // re-commit of a step), and every way a checkpoint can be refused.
 #include <gtest/gtest.h>
 
-#include <sys/stat.h>  // mkdir
+#include <sys/stat.h>  // mkdir, mkfifo
 #include <unistd.h>    // truncate
 
 #include <cstdio>
@@ -310,6 +310,16 @@ TEST_F(CheckpointFiles, ATruncatedFileIsRefused) {
   fs::remove(path);
   EXPECT_TRUE(contains(checkpoint_error([&] { read_rank_files(folder, manifest, 0); }), path)) << "a missing file";
   EXPECT_TRUE(contains(checkpoint_error([&] { read_rank_files(folder, manifest, 1); }), "not rank 1"));
+  // Not a file at all: a FIFO held the resume in open() for good, a folder
+  // and a link to /dev/zero were "4096 bytes" and "0 bytes" of a file.
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  EXPECT_TRUE(contains(checkpoint_error([&] { read_rank_files(folder, manifest, 0); }), path + ": not a regular file"));
+  fs::remove(path);
+  fs::create_directory(path);
+  EXPECT_TRUE(contains(checkpoint_error([&] { read_rank_files(folder, manifest, 0); }), path + ": not a regular file"));
+  fs::remove(path);
+  fs::create_symlink("/dev/zero", path);
+  EXPECT_TRUE(contains(checkpoint_error([&] { read_rank_files(folder, manifest, 0); }), path + ": not a regular file"));
 }
 
 TEST_F(CheckpointFiles, AMissingRankRecordStopsTheCommit) {

@@ -227,6 +227,30 @@ TEST(CliErrors, ABurnInOfUntimedSteps) {
   EXPECT_FALSE(fs::exists(dir.path() / "trainbench-burnin.json"));
 }
 
+// A checkpoint.dir holding a run's checkpoints: run offers --resume, which
+// burnin and bench instrument do not have (they rejected the advice).
+TEST(CliErrors, AUsedCheckpointFolderOffersResumeOnlyWhereThereIsOne) {
+  const TempDir dir;
+  const std::string ckpt = "checkpoint.dir=" + (dir.path() / "ckpt").string();
+  const RunResult first = run_trainbench({"run", "tiny", "--steps", "4", "--set", "train.warmup_steps=1", "--set",
+                                          "checkpoint.every_steps=2", "--set", ckpt},
+                                         dir.path());
+  ASSERT_EQ(first.exit_code, 0) << first.stderr_text;
+  const RunResult again = run_trainbench({"run", "tiny", "--steps", "4", "--set", "train.warmup_steps=1", "--set",
+                                          "checkpoint.every_steps=2", "--set", ckpt},
+                                         dir.path());
+  expect_user_error(again, {"already holds checkpoints", "continue with --resume latest"});
+  const RunResult burnin = run_trainbench(
+      {"burnin", "tiny", "--duration", "5s", "--set", "checkpoint.every_steps=2", "--set", ckpt}, dir.path());
+  expect_user_error(burnin, {"already holds checkpoints", "this command starts afresh: choose an empty checkpoint.dir"});
+  EXPECT_EQ(burnin.stderr_text.find("--resume"), std::string::npos) << burnin.stderr_text;
+  const RunResult instrument = run_trainbench({"bench", "instrument", "tiny", "--pairs", "2", "--block-steps", "2",
+                                               "--set", "checkpoint.every_steps=1", "--set", ckpt},
+                                              dir.path());
+  expect_user_error(instrument, {"already holds checkpoints", "this command starts afresh"});
+  EXPECT_EQ(instrument.stderr_text.find("--resume"), std::string::npos) << instrument.stderr_text;
+}
+
 // With train.device auto, whether nccl can run depends on the machine: no
 // GPU (or no NCCL in the build) is an environment failure, exit 3, one line.
 TEST(CliErrors, NcclWithoutAGpuExitsThreeWithOneLine) {

@@ -199,6 +199,17 @@ TEST(Validate, RealModelsAreWithinTheSizeLimits) {
   EXPECT_NO_THROW(load_config("tiny", {"train.threads=1024", "data.readers=256", "model.n_layers=65536"}));
 }
 
+// A fault-injection delay sleeps: past an hour it is a typo, and 1e300
+// overflowed the sleep into none at all.
+TEST(Validate, InjectedDelaysAreAtMostAnHour) {
+  for (const char* key : {"data.inject_delay_ms", "comm.inject_delay_ms", "checkpoint.inject_delay_ms",
+                          "burnin.inject_slow_ms"}) {
+    EXPECT_NO_THROW(load_config("tiny", {std::string(key) + "=3600000"})) << key;
+    const std::string message = config_error([&] { load_config("tiny", {std::string(key) + "=1e300"}); });
+    EXPECT_NE(message.find(std::string(key) + ": must be between 0 and 3600000"), std::string::npos) << message;
+  }
+}
+
 // The command lines' strict numbers: what CLI11 alone would saturate, read
 // as octal or take as nan.
 // What a resume or a burn-in baseline compares: the adapters, however their
