@@ -309,7 +309,7 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
   add_config_options(*io_, o.config, o.overrides, "(its data and model sections)");
   io_->add_option("--readers", o.readers, "reader counts to measure, 1..256 (default 1,2,4)")
       ->delimiter(',')
-      ->check(integer_range(1, kMaxReaders));
+      ->transform(integer_range(1, kMaxReaders));
   io_->add_option("--seconds", o.seconds, "longest time per measurement (default 30); "
                                           "a measurement otherwise reads every shard once")
       ->check(number_range(0.001, 86400));
@@ -330,13 +330,13 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
       ->transform(CLI::AsSizeValue(false))
       ->check(integer_range(int64_t{1} << 20, int64_t{1} << 50));
   io_->add_option("--files", o.write_files, "--write: files per rank, each with its own writer thread (default 2)")
-      ->check(integer_range(1, 1024));
+      ->transform(integer_range(1, 1024));
   io_->add_flag("--buffered", o.buffered, "--write: write through the page cache (default: O_DIRECT, both sides)");
   io_->add_option("--block-bytes", o.block_bytes, "--write: bytes per write call of the checkpoint (default 64M)")
       ->transform(CLI::AsSizeValue(false))
       ->check(integer_range(4096, int64_t{1} << 32));
   io_->add_option("--repeats", o.repeats, "--write: checkpoint + plain write pairs; medians reported (default 3)")
-      ->check(integer_range(1, 1000));
+      ->transform(integer_range(1, 1000));
 
   comm_ = bench_->add_subcommand(
       "comm", "the network alone: the model's gradient buckets and a size sweep of all-reduce, "
@@ -353,18 +353,18 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
   comm_->add_option("--factor", o.factor, "each size of the sweep is the previous one times this (default 4)")
       ->check(number_range(1.01, 1024.0));
   comm_->add_option("--iters", o.iters, "timed iterations per size; the median is reported (default 20)")
-      ->check(integer_range(1, 1000000));
+      ->transform(integer_range(1, 1000000));
   comm_->add_option("--warmup-iters", o.warmup_iters, "untimed iterations before them (default 5)")
-      ->check(integer_range(0, 1000000));
+      ->transform(integer_range(0, 1000000));
   comm_->add_option("--out", o.out, "write the figures as JSON here (rank 0)");
 
   instrument_ = bench_->add_subcommand(
       "instrument", "what the per-step timing costs: timed and untimed blocks of steps alternating in one process");
   add_config_options(*instrument_, o.config, o.overrides, "(default: tiny)");
   instrument_->add_option("--pairs", o.pairs, "timed + untimed block pairs (default 40)")
-      ->check(integer_range(2, 100000));
+      ->transform(integer_range(2, 100000));
   instrument_->add_option("--block-steps", o.block_steps, "measured steps per block (default 10)")
-      ->check(integer_range(1, 100000));
+      ->transform(integer_range(1, 100000));
   instrument_->add_option("--out", o.out, "result JSON path (default trainbench-instrument.json)");
 
   compute_ = bench_->add_subcommand(

@@ -14,9 +14,19 @@
 
 namespace trainbench {
 
+// Checked as decimal, and handed on as the decimal it was checked as: CLI11
+// converts with base 0, which read "010" as 8 and refused "08" after the
+// check had passed both. Give it with ->transform (->check keeps the text),
+// or with ->check after a transform that writes decimals (AsSizeValue):
+// CLI11 runs transforms in the reverse order of their adding.
 inline CLI::Validator integer_range(int64_t low, int64_t high) {
-  return CLI::Validator([=](std::string& text) { return integer_in_range(text, low, high); },
-                        std::to_string(low) + ".." + std::to_string(high));
+  return CLI::Validator(
+      [=](std::string& text) {
+        std::string error = integer_in_range(text, low, high);
+        if (error.empty()) text = decimal_integer_text(text);
+        return error;
+      },
+      std::to_string(low) + ".." + std::to_string(high));
 }
 
 inline CLI::Validator number_range(double low, double high) {

@@ -812,6 +812,12 @@ std::string integer_in_range(const std::string& text, int64_t low, int64_t high)
   return "must be an integer " + range + " (got '" + (text.size() > 40 ? text.substr(0, 37) + "..." : text) + "')";
 }
 
+std::string decimal_integer_text(const std::string& text) {
+  bool out_of_range = false;
+  const std::optional<int64_t> value = parse_number<int64_t>(text, &out_of_range);
+  return value ? std::to_string(*value) : text;
+}
+
 std::string number_in_range(const std::string& text, double low, double high) {
   bool out_of_range = false;
   const std::optional<double> value = parse_number<double>(text, &out_of_range);  // no nan, no inf

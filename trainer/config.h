@@ -175,6 +175,9 @@ LoraSpec lora_spec(const Config& config);
 // an integer (a finite number) in [low, high], else what is wrong, e.g.
 // "must be an integer between 1 and 256 (got 0)".
 std::string integer_in_range(const std::string& text, int64_t low, int64_t high);
+// An integer integer_in_range accepted ("010", "+7") written plainly ("10",
+// "7"); other text unchanged.
+std::string decimal_integer_text(const std::string& text);
 std::string number_in_range(const std::string& text, double low, double high);
 
 nlohmann::json config_to_json(const Config& config);

@@ -84,16 +84,20 @@ std::vector<FinetunePlanRow> plan_finetune(const Config& config, int64_t gpus_pe
     row.memory = plan_cuda_engine_memory(options);
     const ParameterLayout layout = make_layout(options);
     row.trainable_params = layout.trainable_params();
-    // The CUDA engine's state tensors: fp32 master and bf16 copy of what it
-    // trains (everything, or the adapters), AdamW m and v over the trainable
-    // parameters once across the job (ZeRO-1 shards them; DDP writes rank 0's).
-    // Under LoRA the frozen base goes in too, in bf16, with
-    // checkpoint.include_base (CudaEngine::state_tensors' "base_bf16").
+    // The CUDA engine's state tensors, which every rank writes
+    // (CudaEngine::state_tensors): the fp32 master and bf16 copy of what it
+    // trains (everything, or the adapters) and, under LoRA with
+    // checkpoint.include_base, the frozen base in bf16 ("base_bf16"); AdamW
+    // m and v over its shard: all of it under DDP, 1/world under ZeRO-1 (the
+    // shards add up to the trainable parameters once).
     const int64_t masters = options.lora.enabled() ? layout.trainable_params() : layout.total_params();
     const int64_t base = options.lora.enabled() && config.checkpoint.include_base
                              ? layout.total_params() - layout.trainable_params()
                              : 0;
-    row.checkpoint_bytes = masters * (4 + 2) + layout.trainable_params() * 8 + base * 2;
+    const bool sharded = options.optimizer_shard.end >= 0;  // ZeRO-1's row: rank 0's shard
+    const int64_t every_rank = masters * (4 + 2) + base * 2;
+    const int64_t adam = layout.trainable_params() * 8;
+    row.checkpoint_bytes = gpus * every_rank + (sharded ? adam : gpus * adam);
     row.fits = row.memory.total_bytes() <= usable_bytes;
     rows.push_back(row);
   };
@@ -122,12 +126,12 @@ PlanCommand::PlanCommand(CLI::App& app) : options_(std::make_unique<Options>()) 
       ->allow_extra_args(false);
   // Range checks on the typed text: CLI11 alone saturates huge integers and takes nan and inf.
   plan_->add_option("--gpus-per-node", options_->gpus_per_node, "GPUs per node (default 8)")
-      ->check(integer_range(1, 1024));
+      ->transform(integer_range(1, 1024));
   plan_->add_option("--gpu-memory", options_->gpu_memory_gib,
                     "GiB per GPU (default: the visible GPU's, else an H200's 140.4)")
       ->check(number_range(0.001, 1048576));
   plan_->add_option("--nodes", options_->nodes, "nodes for full fine-tuning (default 1)")
-      ->check(integer_range(1, 1 << 20));
+      ->transform(integer_range(1, 1 << 20));
   plan_->add_flag("--json", options_->json, "print the plan as JSON instead of a table");
 }
 
@@ -220,7 +224,8 @@ int PlanCommand::run() {
                 human_bytes(static_cast<double>(r.memory.activation_bytes + r.memory.workspace_bytes)).c_str(),
                 human_bytes(static_cast<double>(r.memory.total_bytes())).c_str(),
                 human_bytes(static_cast<double>(r.checkpoint_bytes)).c_str(), r.fits ? "yes" : "NO");
-  std::printf("per GPU; activations include the backward workspace; ZeRO-1 shards AdamW over %ld GPUs\n",
+  std::printf("per GPU; activations include the backward workspace; ZeRO-1 shards AdamW over %ld GPUs; "
+              "checkpoint: one checkpoint of the job, every rank's files\n",
               static_cast<long>(o.gpus_per_node * o.nodes));
   // A preset cut to a few layers of a larger model (h200-llama8b-4l) is
   // planned at the depth it runs; the full model's memory is one --set away.

@@ -48,6 +48,8 @@ struct ProjectCommand::Options {
 
 namespace {
 
+constexpr int64_t kMaxRepeats = 100;  // --repeats: rounds of every depth
+
 // What one depth's run gave the projection.
 struct MeasuredDepth {
   DepthPoint point;
@@ -194,21 +196,21 @@ ProjectCommand::ProjectCommand(CLI::App& app) : options_(std::make_unique<Option
                        "depths to train, comma-separated (default 2,4); one depth: no depth fit, the scale "
                        "projection at that depth")
       ->delimiter(',')
-      ->check(integer_range(1, kMaxLayers));
+      ->transform(integer_range(1, kMaxLayers));
   project_->add_option("--steps", o.steps, "optimizer steps per depth (overrides train.steps)")
-      ->check(integer_range(1, 1000000000));
+      ->transform(integer_range(1, 1000000000));
   project_->add_option("--fabric", o.fabric,
                        "the network between nodes: ib-ndr400, roce400, measured (like the ranks here) or "
                        "<GB/s>,<us> per GPU (default ib-ndr400)");
   project_->add_option("--nodes", o.nodes, "node counts of the scale table (default 1,2,4,8,16,32,64)")
       ->delimiter(',')
-      ->check(CLI::Range(1, 1 << 20));
+      ->transform(integer_range(1, 1 << 20));
   project_->add_flag("--verify", o.verify,
                      "also train the full depth (in every --repeats round) and print the depth projection's error");
   project_->add_option("--repeats", o.repeats,
                        "train every depth this many times, the depths interleaved, and take the median of each "
                        "category: cancels a host's drifting speed (default 1)")
-      ->check(CLI::Range(1, 100));
+      ->transform(integer_range(1, kMaxRepeats));
   project_->add_option("--out", o.out, "projection JSON (default trainbench-projection.json)");
 }
 
@@ -318,8 +320,12 @@ int ProjectCommand::run() {
   // table are null, never 0, and the command exits 4 (docs/projection.md).
   const double step_s_projected = fitted ? depth.step_s_fitted : at_full.step_s;  // before any clamp
   const bool has_step = step_s_projected > 0;
-  const std::string remedy = "rerun with --repeats " + std::to_string(std::max<int64_t>(3, 2 * o.repeats)) +
-                             " (each depth's median over interleaved runs) or more --steps per depth";
+  // --repeats stops at kMaxRepeats: past it, only more steps are offered.
+  const std::string remedy =
+      o.repeats >= kMaxRepeats
+          ? std::string("rerun with more --steps per depth")
+          : "rerun with --repeats " + std::to_string(std::min<int64_t>(kMaxRepeats, std::max<int64_t>(3, 2 * o.repeats))) +
+                " (each depth's median over interleaved runs) or more --steps per depth";
   const std::vector<std::string> warnings =
       fitted ? depth_projection_warnings(points, depth, full_layers, remedy) : std::vector<std::string>{};
   const double checkpoint_bytes = fitted ? depth.checkpoint_bytes_at_full : points.front().checkpoint_bytes;

@@ -3,7 +3,7 @@
 #include <algorithm>  // std::min, std::max
 #include <cmath>      // std::fabs, std::isfinite
 #include <cstdio>     // std::snprintf: seconds in the warnings
-#include <cstdlib>    // std::strtod
+#include <charconv>   // std::from_chars
 #include <limits>     // quiet_NaN: a rate with no step
 #include <stdexcept>  // std::invalid_argument
 
@@ -139,9 +139,11 @@ Fabric parse_fabric(const std::string& text) {
             "this node are used between nodes too (for validating the model, not for a real cluster)"};
   const size_t comma = text.find(',');
   const auto number = [&text](const std::string& part, const char* what) {
-    char* end = nullptr;
-    const double value = std::strtod(part.c_str(), &end);
-    if (part.empty() || end != part.c_str() + part.size() || !std::isfinite(value))
+    // Decimal only (from_chars, general format): strtod read "0x10" as 16.
+    double value = 0;
+    const char* begin = part.data() + (part.starts_with('+') ? 1 : 0);  // from_chars takes only '-'
+    const auto [end, error] = std::from_chars(begin, part.data() + part.size(), value);
+    if (part.empty() || error != std::errc() || end != part.data() + part.size() || !std::isfinite(value))
       throw std::invalid_argument("'" + text + "': " + what + " '" + part + "' is not a number");
     return value;
   };

@@ -207,10 +207,10 @@ ShardsCommand::ShardsCommand(CLI::App& app) {
   synth_->add_option("--count", s.count, "number of shards")
       ->type_name("N")
       ->required()
-      ->check(integer_range(1, kMaxSynthShards));
+      ->transform(integer_range(1, kMaxSynthShards));
   CLI::Option* samples = synth_->add_option("--samples", s.samples, "samples per shard")
                              ->type_name("N")
-                             ->check(integer_range(1, kMaxSynthSamplesPerShard));
+                             ->transform(integer_range(1, kMaxSynthSamplesPerShard));
   CLI::Option* size = synth_
                           ->add_option("--size", s.size,
                                        "target shard size: a shard ends before the sample that would pass it "
@@ -224,7 +224,7 @@ ShardsCommand::ShardsCommand(CLI::App& app) {
       ->type_name("MEAN[:SPREAD]");
   synth_->add_option("--vocab", s.vocab, "token ids are uniform in [0, V) (default: 50257)")
       ->type_name("V")
-      ->check(integer_range(1, int64_t{1} << 31));
+      ->transform(integer_range(1, int64_t{1} << 31));
   synth_
       ->add_option(
           "--field", s.field,
@@ -237,7 +237,7 @@ ShardsCommand::ShardsCommand(CLI::App& app) {
       ->type_name("BYTES[:SPREAD]");
   synth_->add_option("--seed", s.seed, "random seed (default: 1)")
       ->type_name("S")
-      ->check(integer_range(0, INT64_MAX));
+      ->transform(integer_range(0, INT64_MAX));
   synth_->add_flag("--overwrite", s.overwrite, "write over shards of the same names already in DIR");
 
   pack_ = shards_->add_subcommand("pack",
@@ -257,7 +257,7 @@ ShardsCommand::ShardsCommand(CLI::App& app) {
       ->add_option("--max-count", pack_args_.max_count,
                    "at most this many samples per shard (default: no limit)")
       ->type_name("N")
-      ->check(integer_range(0, INT64_MAX));
+      ->transform(integer_range(0, INT64_MAX));
   pack_->add_flag("--overwrite", pack_args_.overwrite, "write over shards of the same names already there");
 
   verify_ = shards_->add_subcommand(
@@ -275,7 +275,7 @@ ShardsCommand::ShardsCommand(CLI::App& app) {
   verify_->add_option("--vocab", verify_args_.vocab, "with --field: token ids must be below V")
       ->type_name("V")
       ->needs(field)
-      ->check(integer_range(1, int64_t{1} << 31));
+      ->transform(integer_range(1, int64_t{1} << 31));
 }
 
 bool ShardsCommand::parsed() const { return shards_->parsed(); }

@@ -53,7 +53,9 @@ TEST(Plan, TinyMatchesAHandCount) {
   EXPECT_EQ(ddp.memory.gradient_bytes, kBase * 4);
   EXPECT_EQ(ddp.memory.optimizer_bytes, kBase * 8);        // AdamW m and v
   EXPECT_EQ(ddp.memory.activation_bytes, kActivationBytes);
-  EXPECT_EQ(ddp.checkpoint_bytes, kBase * (4 + 2 + 8));
+  // Every rank writes its own files: 16 of master, bf16 copy, m and v (the
+  // job's checkpoint; it was one rank's, 16x under what the disk must hold).
+  EXPECT_EQ(ddp.checkpoint_bytes, 16 * kBase * (4 + 2 + 8));
 
   // 16 ranks: blocks of ceil(164160 / 16) = 10260 elements rounded up to 64
   // (every shard on 256 bytes), 10304; the fp32 master and the gradients
@@ -65,6 +67,8 @@ TEST(Plan, TinyMatchesAHandCount) {
   EXPECT_EQ(zero.memory.gradient_bytes, ddp.memory.gradient_bytes + kPadding * 4);
   EXPECT_EQ(zero.memory.total_bytes(),
             ddp.memory.total_bytes() - kBase * 8 + kBlock * 8 + 2 * kPadding * 4);
+  // Each rank its master and bf16 copy, the m and v shards adding up to one.
+  EXPECT_EQ(zero.checkpoint_bytes, 16 * kBase * (4 + 2) + kBase * 8);
 
   EXPECT_EQ(lora.mode, "lora");
   EXPECT_EQ(lora.gpus, 8);  // one node
@@ -75,14 +79,14 @@ TEST(Plan, TinyMatchesAHandCount) {
   EXPECT_EQ(lora.memory.optimizer_bytes, kAdapters * 8);
   // h = x·Aᵀ [n, 16] saved per adapter: 4 per layer.
   EXPECT_EQ(lora.memory.activation_bytes, kActivationBytes + 2 * 4 * kN * 16 * 2);
-  EXPECT_EQ(lora.checkpoint_bytes, kAdapters * (4 + 2 + 8));
+  EXPECT_EQ(lora.checkpoint_bytes, 8 * kAdapters * (4 + 2 + 8));
   for (const FinetunePlanRow& r : rows) EXPECT_TRUE(r.fits) << r.mode;
   // checkpoint.include_base: the frozen base goes in too, in bf16 (it was
   // left out: 70B's plan understated its LoRA checkpoint by 131 GiB).
   const std::vector<FinetunePlanRow> with_base =
       plan_finetune(load_config("tiny", {"train.attention=gemm", "checkpoint.include_base=true"}), 8, 2,
                     int64_t{80} << 30);
-  EXPECT_EQ(with_base[2].checkpoint_bytes, kAdapters * (4 + 2 + 8) + kBase * 2);
+  EXPECT_EQ(with_base[2].checkpoint_bytes, 8 * (kAdapters * (4 + 2 + 8) + kBase * 2));
   EXPECT_EQ(with_base[0].checkpoint_bytes, ddp.checkpoint_bytes) << "full fine-tuning holds the base anyway";
 }
 
@@ -101,7 +105,7 @@ TEST(Plan, AnOddVocabularyAddsThePaddedLmHead) {
   EXPECT_EQ(ddp.memory.gradient_bytes, (kBase500 + 12 * 64) * 4);
   EXPECT_EQ(ddp.memory.optimizer_bytes, kBase500 * 8);
   EXPECT_EQ(ddp.memory.activation_bytes, kActivationBytes);  // the logits' rows were padded to 512 already
-  EXPECT_EQ(ddp.checkpoint_bytes, kBase500 * (4 + 2 + 8));  // the padding is not state
+  EXPECT_EQ(ddp.checkpoint_bytes, 16 * kBase500 * (4 + 2 + 8));  // 16 ranks; the padding is not state
   // LoRA: the frozen head gets the padded copy, no gradient room.
   EXPECT_EQ(lora.memory.parameter_bytes, (kBase500 + kAdapters) * 2 + kAdapters * 4 + kPaddedHead * 2);
   EXPECT_EQ(lora.memory.gradient_bytes, kAdapters * 4);
@@ -173,6 +177,10 @@ TEST(Plan, CliPrintsTheTableAndJsonAndRefusesBadArguments) {
   EXPECT_EQ(plan["rows"][2]["gpus"], 4);
   EXPECT_EQ(plan["rows"][0]["trainable_params"], kBase);
   for (const nlohmann::json& row : plan["rows"]) EXPECT_FALSE(row["fits"].get<bool>()) << row.dump();
+  // Counts are decimal as typed: CLI11's own conversion read 010 as 8 (and refused 08).
+  const CommandResult zeros = run_command(binary + " plan tiny --json --gpus-per-node 08 --nodes 010");
+  ASSERT_EQ(zeros.exit_code, 0) << zeros.err;
+  EXPECT_EQ(nlohmann::json::parse(zeros.out).at("rows").at(0).at("gpus"), 80) << zeros.out;
 
   // lora.rank above d_model: run refuses it, so the plan prints no row for it.
   for (const char* bad : {"--nodes 0", "--gpus-per-node -1", "--gpu-memory 0", "--set lora.rank=0",

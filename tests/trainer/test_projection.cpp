@@ -196,6 +196,7 @@ TEST(Fabric, BadTextNamesWhatIsWrong) {
       {"1e308,1e308", "the bandwidth must be between 0.001 and 1e6 GB/s"},
       {"25,1e308", "the latency must be at most 1e6 us"},
       {"inf,1", "is not a number"},
+      {"0x10,1", "the bandwidth '0x10' is not a number"},  // strtod read hex: 16 GB/s
   };
   for (const auto& [text, expected] : cases) {
     try {
