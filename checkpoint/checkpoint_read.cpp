@@ -148,15 +148,15 @@ StateImage read_and_verify(const std::string& path, const FileRecord& record, co
     laid_out += (spec.bytes + kImageAlignment - 1) / kImageAlignment * kImageAlignment;
   }
   // A FIFO in a data file's place held the resume in open() for good; a
-  // folder or a link to /dev/zero read as a file of the wrong size.
-  struct stat kind {};
-  if (::stat(path.c_str(), &kind) == 0 && !S_ISREG(kind.st_mode))
-    throw CheckpointError("checkpoint file " + path + ": not a regular file");
-  std::error_code size_error;
-  const auto on_disk = fs::file_size(path, size_error);
-  if (!size_error && static_cast<int64_t>(on_disk) != record.bytes)
-    throw CheckpointError("checkpoint file " + path + ": " + std::to_string(on_disk) + " bytes but the manifest says " +
-                          std::to_string(record.bytes));
+  // folder or a link to /dev/zero read as a file of the wrong size. (One
+  // that cannot be stat'ed is named by the open below.)
+  struct stat on_disk {};
+  if (::stat(path.c_str(), &on_disk) == 0) {
+    if (!S_ISREG(on_disk.st_mode)) throw CheckpointError("checkpoint file " + path + ": not a regular file");
+    if (on_disk.st_size != record.bytes)
+      throw CheckpointError("checkpoint file " + path + ": " + std::to_string(on_disk.st_size) +
+                            " bytes but the manifest says " + std::to_string(record.bytes));
+  }
   StateImage image = [&] {
     try {
       return StateImage(specs, allocator);

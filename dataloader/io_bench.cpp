@@ -58,11 +58,11 @@ Clock::time_point deadline_after(Clock::time_point begin, double seconds) {
   return begin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
-// Opens `path` for reading, or throws DataError naming it. Without blocking:
-// a file replaced by a FIFO since the list was resolved would hold open()
-// until a writer came, past every time limit; anything but a regular file
-// is refused as the loader refuses it.
-int open_regular_file(const std::string& path) {
+// Opens `path` for reading, or throws DataError naming it; `size` gets its
+// bytes. Without blocking: a file replaced by a FIFO since the list was
+// resolved would hold open() until a writer came, past every time limit;
+// anything but a regular file is refused as the loader refuses it.
+int open_regular_file(const std::string& path, int64_t* size) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw DataError(CorruptScope::kShard, path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
@@ -72,6 +72,7 @@ int open_regular_file(const std::string& path) {
   }
   // Back to blocking reads (no effect on a regular file's reads, said plainly).
   (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  *size = static_cast<int64_t>(st.st_size);
   return fd;
 }
 
@@ -85,10 +86,9 @@ struct FileRead {
 };
 FileRead read_file_until(const std::string& path, std::vector<char>& buffer, Clock::time_point deadline,
                          double inject_delay_s, bool sequential_hint, std::atomic<int64_t>* bytes) {
-  const int fd = open_regular_file(path);
+  int64_t size = 0;
+  const int fd = open_regular_file(path, &size);
   if (sequential_hint) (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  struct stat st {};
-  const int64_t size = ::fstat(fd, &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
   FileRead read;
   for (;;) {
     const ssize_t got = ::read(fd, buffer.data(), buffer.size());

@@ -27,6 +27,7 @@ struct ReadRate {
   int64_t samples_skipped = 0;
   int64_t shards_skipped = 0;
   std::string first_skip;
+  bool left_out() const { return samples_skipped + shards_skipped > 0; }
   double gbs() const { return seconds > 0 ? static_cast<double>(bytes) / seconds * 1e-9 : 0; }
   double tokens_per_s() const { return seconds > 0 ? static_cast<double>(tokens) / seconds : 0; }
   double samples_per_s() const { return seconds > 0 ? static_cast<double>(samples) / seconds : 0; }

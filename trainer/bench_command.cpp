@@ -661,7 +661,7 @@ int BenchCommand::run_io() {
   // data.on_corrupt=skip: what the loader left out is said, as `run` says it
   // (its rate is of the rest). Every reader count reads the same epoch: the first is told.
   for (const Row& row : rows) {
-    if (!row.loader || row.loader->rate.samples_skipped + row.loader->rate.shards_skipped == 0) continue;
+    if (!row.loader || !row.loader->rate.left_out()) continue;
     const ReadRate& r = row.loader->rate;
     std::string line = "data.on_corrupt=skip left out " + std::to_string(r.samples_skipped) +
                        " corrupt sample(s) and " + std::to_string(r.shards_skipped) + " shard(s) in the loader's " +
@@ -735,16 +735,15 @@ int BenchCommand::run_io() {
     std::printf("\n");
   };
   const auto of_shards = [&](const ReadRate& r) { return read_extent(r.complete, r.bytes, total_bytes); };
-  const auto left_out = [](const ReadRate& r) { return r.samples_skipped + r.shards_skipped > 0; };
   bool any_left_out = false;
-  for (const Row& row : rows) any_left_out = any_left_out || (row.loader && left_out(row.loader->rate));
+  for (const Row& row : rows) any_left_out = any_left_out || (row.loader && row.loader->rate.left_out());
   for (const Row& row : rows) {
     const std::string plain = "plain read, " + std::to_string(row.readers) + " thread(s), ";
     const ReadRate& same = row.faster().rate;
     print_rate(plain + "1st pass", row.first.rate, row.first.cached, same, of_shards(row.first.rate));
     if (row.loader)
       print_rate("loader, " + std::to_string(row.readers) + " reader(s)", row.loader->rate, row.loader->cached,
-                 same, of_shards(row.loader->rate) + (left_out(row.loader->rate) ? " but skipped" : ""));
+                 same, of_shards(row.loader->rate) + (row.loader->rate.left_out() ? " but skipped" : ""));
     print_rate(plain + "2nd pass", row.second.rate, row.second.cached, same, of_shards(row.second.rate));
   }
   const ReadRate& widest = rows.back().faster().rate;

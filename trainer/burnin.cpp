@@ -198,6 +198,12 @@ BaselineFigures read_baseline(const std::string& path) {
   return known;
 }
 
+// What precision auto trains in on an engine ("cuda", "cpu"), or "" when
+// the engine is not known (yet).
+std::string precision_of_auto_on(const std::string& engine) {
+  return engine == "cuda" ? "bf16" : engine == "cpu" ? "fp32" : "";
+}
+
 std::string baseline_job_difference(const BaselineFigures& known, const Config& config, int ranks) {
   if (known.ranks > 0 && known.ranks != ranks)
     return "measured on " + std::to_string(known.ranks) + " rank(s) and this job has " + std::to_string(ranks) +
@@ -211,13 +217,12 @@ std::string baseline_job_difference(const BaselineFigures& known, const Config& 
     // Precision: what each engine trains in, auto resolved where it can be.
     const nlohmann::json train = known.config.value("train", nlohmann::json::object());
     std::string then = train.value("precision", nlohmann::json()).is_string() ? train["precision"].get<std::string>() : "";
-    if (then == "auto")
-      then = known.compute_backend == "cuda" ? "bf16" : known.compute_backend == "cpu" ? "fp32" : "";
+    if (then == "auto") then = precision_of_auto_on(known.compute_backend);
     // This job's auto is its engine's where train.device names it; with
     // device auto the engine is chosen later, and either agrees.
-    std::string now = config.train.precision;
-    if (now == "auto") now = config.train.device == "cuda" ? "bf16" : config.train.device == "cpu" ? "fp32" : "auto";
-    if (then.empty() || now == "auto" || then == now) return "";
+    const std::string now =
+        config.train.precision == "auto" ? precision_of_auto_on(config.train.device) : config.train.precision;
+    if (then.empty() || now.empty() || then == now) return "";
     return "it trained in " + then + " and this job trains in " + now + " (train.precision " +
            config.train.precision + ", train.device " + config.train.device + ")" +
            ": its tokens/s is not this job's (give a baseline of the same precision)";
