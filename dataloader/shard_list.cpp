@@ -241,6 +241,8 @@ std::vector<std::string> paths_in_list_file(const std::string& file) {
   const std::string base = slash == std::string::npos ? "" : file.substr(0, slash + 1);
   std::vector<std::string> paths;
   std::ifstream in(file, std::ios::binary);
+  // An unreadable list is said so: read as empty, it was "no shards given".
+  if (!in) config_error("list file " + file + ": cannot open it: " + std::strerror(errno));
   std::string line;
   for (bool first = true; std::getline(in, line); first = false) {
     if (first && line.starts_with("\xef\xbb\xbf")) line.erase(0, 3);  // a UTF-8 byte-order mark
@@ -264,6 +266,8 @@ std::vector<std::string> paths_in_list_file(const std::string& file) {
     const std::string path = line.substr(begin, end - begin + 1);
     paths.push_back(path.front() == '/' ? path : base + path);
   }
+  // getline turns a failed read(2) (EIO, as /proc/self/mem gives) into badbit.
+  if (in.bad()) config_error("list file " + file + ": read failed after " + std::to_string(paths.size()) + " paths");
   return paths;
 }
 

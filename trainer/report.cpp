@@ -1,7 +1,7 @@
 #include "trainer/report.h"
 
 #include <algorithm>  // std::stable_sort: the op breakdown, largest first
-#include <cmath>      // std::fabs
+#include <cmath>      // std::fabs, std::isnan: a loss that is not finite
 #include <vector>
 
 namespace trainbench {
@@ -15,6 +15,14 @@ std::string human_count(double value) {
   }
   char text[64];
   std::snprintf(text, sizeof(text), unit == 0 ? "%.0f%s" : "%.2f%s", value, units[unit]);
+  return text;
+}
+
+std::string loss_text(double loss) {
+  if (std::isnan(loss)) return "nan";
+  if (std::isinf(loss)) return loss > 0 ? "inf" : "-inf";
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.4f", loss);
   return text;
 }
 
@@ -96,8 +104,8 @@ void print_progress(FILE* out, const Config& config, const StepRecord& step,
   const double mfu = so_far.gemm_ceiling_flops_per_s > 0 ? flops / so_far.gemm_ceiling_flops_per_s
                                                          : 0.0;
   std::fprintf(out,
-               "step %5ld/%-5ld loss %8.4f  tokens/s %10s  mfu(ceiling) %5.1f%%  step %9.2f ms%s\n",
-               step.step, config.train.steps, step.loss, human_count(tokens_per_s).c_str(),
+               "step %5ld/%-5ld loss %8s  tokens/s %10s  mfu(ceiling) %5.1f%%  step %9.2f ms%s\n",
+               step.step, config.train.steps, loss_text(step.loss).c_str(), human_count(tokens_per_s).c_str(),
                100.0 * mfu, 1e3 * step.step_s, step.warmup ? "  (warm-up)" : "");
   std::fflush(out);
 }
@@ -135,7 +143,8 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
     else
       std::fprintf(out, "; no datasheet peak for this device\n");
   }
-  if (!outcome.steps.empty()) std::fprintf(out, "  loss                %.4f -> %.4f\n", s.loss_first, s.loss_last);
+  if (!outcome.steps.empty()) std::fprintf(out, "  loss                %s -> %s\n", loss_text(s.loss_first).c_str(),
+                                           loss_text(s.loss_last).c_str());
   if (measured && s.timed)
     std::fprintf(out,
                  "  time shares         compute %.1f%%  comm exposed %.1f%%  data stall %.1f%%  "

@@ -21,5 +21,8 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
 // 1234567 → "1.23 M"; used for counts and rates.
 std::string human_count(double value);
 std::string human_bytes(double bytes);
+// A loss to 4 decimals; "nan", "inf" or "-inf" when it is not finite (printf
+// writes a NaN with its sign bit as "-nan", which reads like a figure).
+std::string loss_text(double loss);
 
 }  // namespace trainbench

@@ -14,6 +14,7 @@
 #include "kernels/flops.h"      // model_flops_per_token
 #include "kernels/op_timing.h"  // zero_op_times: report.op_times' sums
 #include "trainer/gradient_sync.h"
+#include "trainer/report.h"  // loss_text: a loss that is not finite, in a check's message
 #include "trainer/zero_optimizer.h"
 #include "trainer/statistics.h" // median, quantile
 
@@ -509,7 +510,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     if (!std::isfinite(record.loss)) {
       loss_finite = false;
       outcome.checks.push_back({"loss_finite", false,
-                                "loss is " + std::to_string(record.loss) + " at step " +
+                                "loss is " + loss_text(record.loss) + " at step " +
                                     std::to_string(step)});
       break;
     }

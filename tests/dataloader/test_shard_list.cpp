@@ -178,6 +178,12 @@ TEST_F(ShardList, EmptyListsAreConfigErrors) {
             "data.shards: no shards given ('" + at("empty.txt") + "')");
 }
 
+// A list file whose read fails is not an empty list: /proc/self/mem is a
+// regular file whose read at offset 0 fails with EIO (page 0 is unmapped).
+TEST_F(ShardList, AListFileThatCannotBeReadSaysSo) {
+  EXPECT_EQ(config_error_of("/proc/self/mem"), "data.shards: list file /proc/self/mem: read failed after 0 paths");
+}
+
 // The same file listed twice, however spelt, is read twice an epoch: named
 // with its count, each repeated file once and in list order.
 TEST_F(ShardList, RepeatedShardsAreFoundHoweverSpelt) {

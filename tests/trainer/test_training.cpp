@@ -2,7 +2,9 @@
 // batch, and every step's time must be fully accounted for.
 #include <gtest/gtest.h>
 
+#include <algorithm>   // std::find_if
 #include <cmath>
+#include <limits>      // infinity: a loss that is not finite
 #include <cstdio>      // fmemopen: the progress line as printed
 #include <functional>
 #include <new>         // std::bad_alloc
@@ -143,6 +145,22 @@ TEST(Training, ANonFiniteLossStopsTheRunWithAFailedCheck) {
   EXPECT_FALSE(outcome.all_checks_passed());
   EXPECT_LT(outcome.steps.size(), 40u);
   EXPECT_FALSE(std::isfinite(outcome.steps.back().loss));
+  // Said as "nan" or "inf", never printf's "-nan" that reads like a figure.
+  const auto loss_check = std::find_if(outcome.checks.begin(), outcome.checks.end(),
+                                       [](const Check& c) { return c.name == "loss_finite"; });
+  ASSERT_NE(loss_check, outcome.checks.end());
+  const Check& check = *loss_check;
+  EXPECT_FALSE(check.passed);
+  EXPECT_TRUE(check.detail.starts_with("loss is nan at step ") || check.detail.starts_with("loss is inf at step ") ||
+              check.detail.starts_with("loss is -inf at step "))
+      << check.detail;
+}
+
+TEST(Report, ALossThatIsNotFiniteIsAWord) {
+  EXPECT_EQ(loss_text(2.5), "2.5000");
+  EXPECT_EQ(loss_text(-std::nan("")), "nan");
+  EXPECT_EQ(loss_text(std::numeric_limits<double>::infinity()), "inf");
+  EXPECT_EQ(loss_text(-std::numeric_limits<double>::infinity()), "-inf");
 }
 
 // A synthetic source whose `fail_at`-th batch (1-based) throws `error`.
