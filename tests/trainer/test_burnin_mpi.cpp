@@ -70,11 +70,15 @@ TEST_F(BurninMpi, CleanTwoRankBurnInPassesWithTheFullVerdict) {
 
 // The storage check does not measure while the run's own checkpoint is
 // being written (a busy writer would read as degraded storage): a slow
-// writer (1.2 s per checkpoint, a checkpoint every 2 steps) is always in
-// flight, so every measurement after the first waits for it, collectively.
+// writer is in flight at every measurement after the first, which waits for
+// it, collectively. A checkpoint is due every step, so the step after a
+// measurement (which drained the last one) starts the next; it takes 3 s and
+// the next measurement comes 1.5 s (health_every_s) later, so at least 1.5 s
+// of it is left however slow a step is. (Every 2 steps and 1.2 s each left
+// gaps with nothing in flight when a loaded machine made steps slow.)
 TEST_F(BurninMpi, TheStorageCheckWaitsForTheCheckpointInFlight) {
   const CommandResult r = burnin("ckpt-busy", "5s",
-                                 "--set checkpoint.every_steps=2 --set checkpoint.inject_delay_ms=1200");
+                                 "--set checkpoint.every_steps=1 --set checkpoint.inject_delay_ms=3000");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const nlohmann::json& measurements = result_.at("burnin").at("health_measurements");
   ASSERT_GE(measurements.size(), 2u) << measurements.dump();
