@@ -6,7 +6,11 @@
                       [--full-plan PLAN.json]] [--target-tokens N] [--gpus-per-node N] [--out DIR]
 
 RESULTS are result JSON files (schema trainbench.result/v1, `trainbench run
---out`) or folders of them (every *.json in the folder). Runs are grouped by
+--out`) or folders of them (every *.json in the folder but *.failed.json, a
+failed rerun's result that scale.sh and compare_finetune.sh keep beside the
+earlier one: named in a warning; give the file itself to read it). A file
+with the same result as another (a copy) is read once, with a warning; runs
+whose files share a name are named by their paths. Runs are grouped by
 world size (environment.ranks); several runs of one world size are repeats:
 its tokens/s (and the ideal and efficiency from it) is the median of theirs
 (of an even number, the mean of the two middle ones), and its other figures
@@ -14,7 +18,8 @@ are one run's, named in the report: the middle run, of the two middle ones
 the slower. Runs with report.instrument=false beside timed runs of the same
 world size are left out of both, with a warning (stderr and report.md): their
 tokens/s is wall-clock and their step figures are not measured. DIR (default:
-the folder of the results) receives
+the folder of the results; the current folder for a result that is not a
+file in a folder, such as /dev/stdin or <(...)) receives
 
     report.md               the tables: tokens/s against the ideal line and the
                             scaling efficiency, step time and stall shares (the
@@ -30,7 +35,8 @@ the folder of the results) receives
                             the result's `ranks`; older results: rank 0's steps)
 
 Definitions are DESIGN.md's ("What is measured"): ideal tokens/s at N ranks =
-N/N0 x tokens/s(N0), N0 the smallest world size with a measured tokens/s; scaling efficiency =
+N/N0 x tokens/s(N0), N0 the smallest world size with a measured tokens/s (a smaller
+world size that measured no step is shown the line's value at its N); scaling efficiency =
 tokens/s(N) / ideal. Where a result lacks summary.slowest_rank or
 summary.bottleneck, the report derives them as the binary does
 (trainer/train_loop.cpp; docs/metrics.md): the slowest rank has the largest
@@ -70,7 +76,9 @@ plan of one side's setup, whose lora row, or full rows, are used),
 checkpoint size, stall shares, and a one-line verdict: which side finishes
 sooner and which uses fewer GPU-hours (either side may win both, or each one;
 every ratio the winner's, >= 1; within 0.5%, "about the same"), after what
-does not fit in GPU memory by the plan. A plan of another setup than the run
+does not fit in GPU memory by the plan, and after "Not a clean comparison"
+when a run failed a check (each failed check and each run's own warnings
+are listed under Warnings and on stderr). A plan of another setup than the run
 it is set beside exits 2 naming what differs: the first key of its `model`
 that differs from the run's config.model (plans of older binaries, without
 `model`: the parameters of the full fine-tuning row against those of the
@@ -100,6 +108,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+# A folder's result files that are not read with it: a failed rerun's result
+# (scripts/scale.sh, scripts/compare_finetune.sh).
+FAILED_SUFFIX = ".failed.json"
 # The result versions this script reads: a later one may change what a field means.
 SCHEMAS = ("trainbench.result/v1",)
 # The categories of the step (DESIGN.md), their labels, and the resource each
@@ -545,6 +556,12 @@ def read_json(path: Path, source: Source) -> Any:
 class Run:
     path: Path
     data: dict[str, Any]
+    # How the report names it: the file's name, or the path as given where two
+    # runs' files have one name (ranks-1.json of two sweeps).
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        self.name = self.name or self.path.name
 
     @property
     def ranks(self) -> int:
@@ -825,17 +842,28 @@ def input_name(name: str, what: str) -> str:
     return name
 
 
-def collect(inputs: list[str]) -> list[Run]:
+def collect(inputs: list[str]) -> tuple[list[Run], list[str]]:
+    """The runs RESULTS name, and notes on what was left out: a folder's
+    *.failed.json (scale.sh and compare_finetune.sh keep a failed rerun's
+    result so, beside the earlier one), and a file whose contents are another
+    one's (a copy is no repeat)."""
     paths: list[Path] = []
+    notes: list[str] = []
     for name in inputs:
         p = Path(input_name(name, "RESULTS"))
         if os.path.isdir(p):
             try:
-                found = sorted(p / entry for entry in os.listdir(p) if fnmatch.fnmatchcase(entry, "*.json"))
+                listed = sorted(p / entry for entry in os.listdir(p) if fnmatch.fnmatchcase(entry, "*.json"))
             except OSError as e:
                 raise ReportError(f"{p}: cannot list this folder ({e.strerror or e})") from None
+            found = [entry for entry in listed if not entry.name.endswith(FAILED_SUFFIX)]
+            failed = [entry.name for entry in listed if entry.name.endswith(FAILED_SUFFIX)]
+            if failed:
+                notes.append(f"{p}: left out {', '.join(failed)} (a failed rerun's result, kept beside the "
+                             "earlier one by scale.sh or compare_finetune.sh; name the file to read it)")
             if not found:
-                raise ReportError(f"{p}: no *.json result files in this folder")
+                raise ReportError(f"{p}: no *.json result files in this folder"
+                                  + (f" (only {len(failed)} *{FAILED_SUFFIX}, left out)" if failed else ""))
             for entry in found:  # a folder or a pipe named *.json is no result (and a pipe would never end)
                 if not os.path.isfile(entry):
                     raise ReportError(f"{entry}: not a regular file (every *.json in {p} is read as a result)")
@@ -843,13 +871,27 @@ def collect(inputs: list[str]) -> list[Run]:
         else:
             paths.append(p)
     seen: set[str] = set()
-    runs = []
+    runs: list[Run] = []
+    contents: dict[str, Run] = {}  # canonical JSON text -> the first run with it
     for p in paths:
         key = os.path.realpath(p)
-        if key not in seen:
-            seen.add(key)
-            runs.append(load_run(p))
-    return runs
+        if key in seen:
+            continue
+        seen.add(key)
+        run = load_run(p)
+        text = json.dumps(run.data, sort_keys=True)
+        if text in contents:
+            notes.append(f"{p} holds the same result as {contents[text].path} (a copy, not a repeat): read once")
+            continue
+        contents[text] = run
+        runs.append(run)
+    named: dict[str, int] = {}
+    for run in runs:
+        named[run.path.name] = named.get(run.path.name, 0) + 1
+    for run in runs:
+        if named[run.path.name] > 1:
+            run.name = str(run.path)
+    return runs, notes
 
 
 # ----------------------------------------------------------------------------- analysis
@@ -1055,13 +1097,13 @@ def timing_warnings(points: list[Point]) -> list[str]:
     warnings = []
     for p in points:
         if p.unmeasured:
-            names = ", ".join(r.path.name for r in p.unmeasured)
+            names = ", ".join(r.name for r in p.unmeasured)
             it, it_is = ("it", "it is") if len(p.unmeasured) == 1 else ("them", "they are")
             warnings.append(f"{ranks_text(p.ranks)}: {names} measured no step (a failure stopped {it} before the "
                             f"first step after warm-up) beside {len(p.used)} measured run(s); {it_is} left out "
                             "of the median and of the figures shown")
         if p.left_out:
-            names = ", ".join(r.path.name for r in p.left_out)
+            names = ", ".join(r.name for r in p.left_out)
             its, it_is = ("its", "it is") if len(p.left_out) == 1 else ("their", "they are")
             warnings.append(f"{ranks_text(p.ranks)}: {names} ran with report.instrument=false (no step timed: "
                             f"{its} step figures are not measured, {its} tokens/s is wall-clock) beside "
@@ -1094,7 +1136,7 @@ def consistency_warnings(points: list[Point]) -> list[str]:
                 shown = ", ".join(f"{k} {json.dumps(base_config.get(k))} vs {json.dumps(config.get(k))}"
                                   for k in differ[:4])
                 more = f" and {len(differ) - 4} more" if len(differ) > 4 else ""
-                warnings.append(f"{run.path.name} is configured differently from {base.path.name}: {shown}{more}")
+                warnings.append(f"{run.name} is configured differently from {base.name}: {shown}{more}")
     per_rank = {}
     for p in points:
         tokens = number(p.run.summary.get("global_tokens_per_step"))
@@ -1108,9 +1150,9 @@ def consistency_warnings(points: list[Point]) -> list[str]:
         for run in p.runs:
             for check in run.data.get("checks") or []:
                 if isinstance(check, dict) and check.get("passed") is False:
-                    warnings.append(f"{run.path.name}: check {check.get('name')} FAILED: {check.get('detail', '')}")
+                    warnings.append(f"{run.name}: check {check.get('name')} FAILED: {check.get('detail', '')}")
             for w in run.data.get("warnings") or []:
-                warnings.append(f"{run.path.name}: {w}")
+                warnings.append(f"{run.name}: {w}")
     return warnings
 
 
@@ -1277,7 +1319,7 @@ def environment_section(run: Run) -> list[str]:
     if data.get("source") == "synthetic":
         shards = "(synthetic tokens in memory: no storage read)"
     items = [
-        ("result", f"{run.path.name} — trainbench {run.data.get('version', '?')}"),
+        ("result", f"{run.name} — trainbench {run.data.get('version', '?')}"),
         ("command", f"`{run.data.get('command', '?')}`"),
         ("ranks / hosts", f"{env.get('ranks')} on {len(hosts)} host(s): {', '.join(map(str, hosts[:8]))}"
                           + (" …" if len(hosts) > 8 else "")),
@@ -1319,18 +1361,18 @@ def repeats_section(points: list[Point]) -> list[str]:
              "and so are runs that measured no step beside runs that did.",
              ""]
     for p in repeated:
-        runs = ", ".join(f"{r.path.name} {rate(r.tokens_per_s)}" for r in p.used)
+        runs = ", ".join(f"{r.name} {rate(r.tokens_per_s)}" for r in p.used)
         line = (f"- {ranks_text(p.ranks)}: {len(p.runs)} runs, tokens/s median {rate(p.tokens_per_s)} of {runs}; "
-                f"the other figures are {p.run.path.name}'s")
+                f"the other figures are {p.run.name}'s")
         if p.left_out:
-            line += f"; left out: {', '.join(r.path.name for r in p.left_out)} (report.instrument=false)"
+            line += f"; left out: {', '.join(r.name for r in p.left_out)} (report.instrument=false)"
         if p.unmeasured:
-            line += f"; left out: {', '.join(r.path.name for r in p.unmeasured)} (no step measured)"
+            line += f"; left out: {', '.join(r.name for r in p.unmeasured)} (no step measured)"
         lines.append(line)
     return lines + [""]
 
 
-def write_markdown(points: list[Point], out: Path, plots: list[str]) -> Path:
+def write_markdown(points: list[Point], out: OutDir, plots: list[str], notes: list[str]) -> Path:
     base = points[0]
     ideal = base_point(points)
     lines = ["# trainbench scaling report", ""]
@@ -1362,7 +1404,7 @@ def write_markdown(points: list[Point], out: Path, plots: list[str]) -> Path:
     if unmeasured:
         lines += ["Not measured: a run a failure stopped before its first step after warm-up has no tokens/s, "
                   "step times or shares (null in the result: docs/metrics.md); what it has is below.", ""]
-        lines += [f"- {ranks_text(p.ranks)}: {r.path.name} {r.unmeasured_text()}" for p, r in unmeasured] + [""]
+        lines += [f"- {ranks_text(p.ranks)}: {r.name} {r.unmeasured_text()}" for p, r in unmeasured] + [""]
     lines += repeats_section(points)
 
     rows = []
@@ -1391,7 +1433,7 @@ def write_markdown(points: list[Point], out: Path, plots: list[str]) -> Path:
         lines += [f"![{titles.get(name, name)}]({name})" for name in plots]
         lines.append("")
 
-    warnings = consistency_warnings(points)
+    warnings = notes + consistency_warnings(points)
     if warnings:
         lines += ["## Warnings", ""] + [f"- {w}" for w in dict.fromkeys(warnings)] + [""]
 
@@ -1399,14 +1441,12 @@ def write_markdown(points: list[Point], out: Path, plots: list[str]) -> Path:
     lines += ["## Inputs", ""]
     lines += [f"- {p.ranks} ranks: " + ", ".join(str(r.path) for r in p.runs) for p in points]
     lines.append("")
-    path = out / "report.md"
-    write_text(path, "\n".join(lines))
-    return path
+    return write_text(out, "report.md", "\n".join(lines))
 
 
 # ----------------------------------------------------------------------------- plots
 
-def write_plots(points: list[Point], out: Path) -> list[str]:
+def write_plots(points: list[Point], out: OutDir) -> list[str]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -1427,9 +1467,9 @@ def write_plots(points: list[Point], out: Path) -> list[str]:
 
     def save(fig: Any, name: str) -> None:
         try:
-            fig.savefig(out / name, dpi=110)
+            fig.savefig(out.path / name, dpi=110)
         except OSError as e:
-            raise ReportError(f"--out {out}: cannot write {name} ({e.strerror or e})") from None
+            raise ReportError(f"{out}: cannot write {name} ({e.strerror or e})") from None
         finally:
             plt.close(fig)
         written.append(name)
@@ -1670,9 +1710,10 @@ def verdict(lora: FinetuneSide, full: FinetuneSide, target_tokens: float, lora_f
 
 
 def write_comparison(lora_run: Run, full_run: Run, plans: dict[str, str | None], target_tokens: float,
-                     gpus_per_node: int | None, out: Path) -> tuple[Path, str]:
-    """compare.md; every input is read and checked before DIR is made or anything written.
-    `plans`: --plan (for both runs), --lora-plan and --full-plan (for one each), where given."""
+                     gpus_per_node: int | None, out: OutDir) -> tuple[Path, str, list[str]]:
+    """compare.md, its verdict and its warnings; every input is read and
+    checked before DIR is made or anything written. `plans`: --plan (for both
+    runs), --lora-plan and --full-plan (for one each), where given."""
     if lora_run.config("train").get("mode") != "lora":
         raise ReportError(f"{lora_run.path}: config train.mode is not lora: pass the LoRA run first")
     if full_run.config("train").get("mode") == "lora":
@@ -1699,6 +1740,18 @@ def write_comparison(lora_run: Run, full_run: Run, plans: dict[str, str | None],
     lora_fits = planned_lora.get("fits") if planned_lora else None
     full_fits = full_plan.get("fits") if full_plan else None
     line = verdict(lora, full, target_tokens, lora_fits, full_fits)
+    # A run that failed a check (ranks that diverged, a loss that was not
+    # finite) measured a job that did not train right: its figures stand, but
+    # the verdict says so first, and the warnings say what failed.
+    failed = [(side, c) for side in (lora, full) for c in side.run.failed_checks()]
+    if failed:
+        names = "; ".join(f"{side.label}: {c.get('name')}" for side, c in failed)
+        line = (f"Not a clean comparison: a run failed a check ({names}), so its figures are from a job that "
+                f"did not train right. {line}")
+    for side in (lora, full):
+        warnings += [f"{side.label} ({side.run.path}): check {c.get('name')} FAILED: {c.get('detail', '')}"
+                     for c in side.run.failed_checks()]
+        warnings += [f"{side.label} ({side.run.path}): {w}" for w in side.run.data.get("warnings") or []]
 
     def row(side: FinetuneSide, planned: dict[str, Any] | None) -> list[str]:
         sh = shares(side.run)
@@ -1728,9 +1781,7 @@ def write_comparison(lora_run: Run, full_run: Run, plans: dict[str, str | None],
             lines.append(f"- {label}: {plans[option]}")
     lines.append("")
     prepare_out(out)
-    path = out / "compare.md"
-    write_text(path, "\n".join(lines))
-    return path, line
+    return write_text(out, "compare.md", "\n".join(lines)), line, warnings
 
 
 class Parser(argparse.ArgumentParser):
@@ -1738,30 +1789,47 @@ class Parser(argparse.ArgumentParser):
         raise ReportError(message)
 
 
-def default_out(inputs: list[str]) -> Path:
-    folders = [i if os.path.isdir(i) else os.path.dirname(i) or "." for i in inputs]
+@dataclass
+class OutDir:
+    """Where the report goes, and how an error names it: the --out given, or
+    the default (the results' folder), which the user never typed."""
+    path: Path
+    given: bool
+
+    def __str__(self) -> str:
+        return (f"--out {self.path}" if self.given
+                else f"the results' folder {self.path} (the default; choose another with --out)")
+
+
+def default_out(inputs: list[str]) -> OutDir:
+    """The results' folder; the current one for a result that is no file in
+    a folder (`/dev/stdin`, `<(...)`: /dev or /proc/N/fd is no place for a report)."""
+    folders = [i if os.path.isdir(i) else (os.path.dirname(i) or ".") if os.path.isfile(i) else "."
+               for i in inputs]
     try:
-        return Path(os.path.commonpath([os.path.realpath(f) for f in folders]))
+        return OutDir(Path(os.path.commonpath([os.path.realpath(f) for f in folders])), False)
     except ValueError:
-        return Path.cwd()
+        return OutDir(Path.cwd(), False)
 
 
-def prepare_out(out: Path) -> None:
+def prepare_out(out: OutDir) -> None:
     """DIR made (with its parents) if need be: only once every input has been read and checked."""
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        out.path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        raise ReportError(f"--out {out}: not a folder") from None
+        raise ReportError(f"{out}: not a folder") from None
     except OSError as e:
-        raise ReportError(f"--out {out}: cannot create it ({e.strerror or e})") from None
+        raise ReportError(f"{out}: cannot create it ({e.strerror or e})") from None
 
 
-def write_text(path: Path, text: str) -> None:
+def write_text(out: OutDir, name: str, text: str) -> Path:
+    path = out.path / name
     try:
         # surrogateescape: a file name that is not UTF-8 is written back as its bytes
         path.write_text(text, encoding="utf-8", errors="surrogateescape")
     except OSError as e:
-        raise ReportError(f"--out {path.parent}: cannot write {path.name} ({e.strerror or e})") from None
+        raise ReportError(f"{out}: cannot write {name} ({e.strerror or e})") from None
+    return path
 
 
 def one_line(text: str) -> str:
@@ -1789,7 +1857,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--gpus-per-node", type=int, metavar="N",
                         help="with --compare: nodes = ranks / N (default: the runs' distinct hosts)")
     args = parser.parse_args(argv)
-    out = Path(input_name(args.out, "--out")) if args.out is not None else None
+    out = OutDir(Path(input_name(args.out, "--out")), True) if args.out is not None else None
 
     if not args.compare:
         for option, value in (("--plan", args.plan), ("--lora-plan", args.lora_plan),
@@ -1810,13 +1878,15 @@ def main(argv: list[str]) -> int:
                               "side its own instead")
         lora_run, full_run = (load_run(Path(input_name(r, "RESULTS"))) for r in args.results)
         plans = {"--plan": args.plan, "--lora-plan": args.lora_plan, "--full-plan": args.full_plan}
-        path, line = write_comparison(lora_run, full_run, plans, target_tokens, args.gpus_per_node,
-                                      out or default_out(args.results))
+        path, line, warnings = write_comparison(lora_run, full_run, plans, target_tokens, args.gpus_per_node,
+                                                out or default_out(args.results))
+        for warning in warnings:
+            print(f"report.py: warning: {one_line(warning)}", file=sys.stderr)
         print(f"verdict: {line}")
         print(f"report: {path}")
         return 0
 
-    runs = collect(args.results)
+    runs, notes = collect(args.results)
     points = group(runs)
     out = out or default_out(args.results)
     if not args.no_plots:
@@ -1828,10 +1898,10 @@ def main(argv: list[str]) -> int:
             return 3
     prepare_out(out)
     plots = [] if args.no_plots else write_plots(points, out)
-    report = write_markdown(points, out, plots)
+    report = write_markdown(points, out, plots, notes)
     # Also in report.md's warnings; here because they change which runs the
     # figures are from, or (different configs) what they mean.
-    for warning in consistency_warnings(points):
+    for warning in notes + consistency_warnings(points):
         print(f"report.py: warning: {one_line(warning)}", file=sys.stderr)
 
     width = max(len(str(p.ranks)) for p in points)
@@ -1840,7 +1910,7 @@ def main(argv: list[str]) -> int:
         tokens = NOT_MEASURED if p.tokens_per_s is None else si(p.tokens_per_s)
         print(f"  {p.ranks:>{width}} ranks  tokens/s {tokens:>9}  ideal {si(p.ideal_tokens_per_s):>9}  "
               f"efficiency {eff}  bottleneck {bottleneck(p.run)[0]}")
-    print(f"report: {report}" + (f" and {len(plots)} plots in {out}" if plots else ""))
+    print(f"report: {report}" + (f" and {len(plots)} plots in {out.path}" if plots else ""))
     return 0
 
 

@@ -770,6 +770,78 @@ class ResultReadingTests(unittest.TestCase):
         self.assertIn("report.py: warning: r2.json is configured differently from r1.json: model.n_layers 2 vs 4",
                       console.stderr)
 
+    def test_a_folders_failed_reruns_are_left_out_and_named(self) -> None:
+        # scale.sh keeps a failed rerun's result as ranks-N.failed.json beside the
+        # earlier ranks-N.json: reading it as a repeat moved the median.
+        self.write("ranks-1.json", fake_result(1, 1000.0))
+        self.write("ranks-2.json", fake_result(2, 1800.0))
+        failed = fake_result(2, 9000.0)
+        failed["checks"] = [{"name": "ranks_consistent", "passed": False, "detail": "parameters differ"}]
+        self.write("ranks-2.failed.json", failed)
+        done = report(self.dir, "--out", self.dir / "out", "--no-plots")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        text = (self.dir / "out" / "report.md").read_text()
+        rows = markdown_table(text, "## Throughput and scaling")
+        self.assertEqual([(r["runs"], r["tokens/s"]) for r in rows], [("1", "1000.0"), ("1", "1800.0")])
+        self.assertIn("left out ranks-2.failed.json (a failed rerun's result", done.stderr)
+        self.assertIn("left out ranks-2.failed.json", text)
+        self.assertNotIn("ranks_consistent", text)
+        # Named, it is read.
+        text = self.make_report(self.dir / "ranks-2.json", self.dir / "ranks-2.failed.json")
+        [row] = markdown_table(text, "## Throughput and scaling")
+        self.assertEqual((row["runs"], row["tokens/s"]), ("2", "5400.0"))
+        # A folder of failed results only has none to report.
+        only = self.dir / "only"
+        only.mkdir()
+        (only / "ranks-2.failed.json").write_text(json.dumps(failed))
+        done = report(only, "--no-plots")
+        self.assertEqual(done.returncode, 2, done.stderr)
+        self.assertEqual(done.stderr, f"report.py: {only}: no *.json result files in this folder "
+                                      "(only 1 *.failed.json, left out)\n")
+
+    def test_a_copy_of_a_result_is_read_once(self) -> None:
+        self.write("ranks-2.json", fake_result(2, 1800.0))
+        self.write("ranks-2-again.json", fake_result(2, 2000.0))
+        self.write("backup.json", fake_result(2, 1800.0))
+        done = report(self.dir, "--out", self.dir / "out", "--no-plots")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        [row] = markdown_table((self.dir / "out" / "report.md").read_text(), "## Throughput and scaling")
+        self.assertEqual((row["runs"], row["tokens/s"]), ("2", "1900.0"))
+        self.assertIn(f"{self.dir / 'ranks-2.json'} holds the same result as {self.dir / 'backup.json'} "
+                      "(a copy, not a repeat): read once", done.stderr)
+
+    def test_runs_whose_files_share_a_name_are_named_by_their_paths(self) -> None:
+        (self.dir / "a").mkdir()
+        (self.dir / "b").mkdir()
+        other = fake_result(1, 1100.0)
+        other["config"]["train"]["micro_batch"] = 4
+        paths = [self.write("a/ranks-1.json", fake_result(1, 1000.0)), self.write("b/ranks-1.json", other)]
+        text = self.make_report(*paths)
+        self.assertIn(f"{paths[1]} is configured differently from {paths[0]}: train.micro_batch 8 vs 4", text)
+        self.assertIn(f"2 runs, tokens/s median 1050.0 of {paths[0]} 1000.0, {paths[1]} 1100.0", text)
+
+    def test_a_result_read_from_a_pipe_is_reported_in_the_current_folder(self) -> None:
+        # Its folder would be /dev (or /proc/N/fd for <(...)): no place for a report,
+        # and an error there named an --out the user never gave.
+        here = self.dir / "here"
+        here.mkdir()
+        text = json.dumps(fake_result(1, 1000.0))
+        done = subprocess.run([sys.executable, REPORT, "/dev/stdin", "--no-plots"], input=text, cwd=here,
+                              capture_output=True, text=True, timeout=60, check=False)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn(f"report: {here / 'report.md'}", done.stdout)
+        self.assertTrue((here / "report.md").is_file())
+
+    def test_an_unwritable_default_folder_is_not_called_out(self) -> None:
+        # Not "--out DIR": no --out was given. (A folder named report.md stops
+        # the write whoever runs it, root too.)
+        result = self.write("r.json", fake_result(1, 1000.0))
+        (self.dir / "report.md").mkdir()
+        done = report(result, "--no-plots")
+        self.assertEqual(done.returncode, 2, done.stderr)
+        self.assertEqual(done.stderr, f"report.py: the results' folder {self.dir} (the default; choose another "
+                                      "with --out): cannot write report.md (Is a directory)\n")
+
 
 class ScaleArgumentTests(unittest.TestCase):
     def test_bad_rank_lists_exit_2_before_running_anything(self) -> None:
@@ -924,6 +996,26 @@ class CompareArgumentTests(unittest.TestCase):
         self.assertEqual([r["mode"] for r in rows], ["LoRA", "full fine-tuning"])
         self.assertEqual(rows[0]["time for 3.60 M tokens"], "1.0 h")  # 3.6e6 / 1000 tokens/s
         self.assertEqual(rows[1]["GPU-hours"], "1.33")                    # 2400 s × 2 GPUs
+
+    def test_a_run_that_failed_a_check_is_no_clean_comparison(self) -> None:
+        # Ranks that diverged: the figures stand, but the verdict says so first
+        # and the warnings name the check (it gave a confident verdict silently).
+        full = json.loads((self.dir / "full.json").read_text())
+        full["checks"] = [{"name": "ranks_consistent", "passed": False, "detail": "rank 1 differs at step 8"}]
+        full["warnings"] = ["only 4 measured steps: step-time statistics are rough"]
+        (self.dir / "full.json").write_text(json.dumps(full))
+        result = report("--compare", self.dir / "lora.json", self.dir / "full.json", "--out", self.dir)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("verdict: Not a clean comparison: a run failed a check (full fine-tuning: ranks_consistent)",
+                      result.stdout)
+        failed = f"full fine-tuning ({self.dir / 'full.json'}): check ranks_consistent FAILED: rank 1 differs at step 8"
+        rough = f"full fine-tuning ({self.dir / 'full.json'}): only 4 measured steps: step-time statistics are rough"
+        self.assertIn(f"report.py: warning: {failed}\n", result.stderr)
+        self.assertIn(f"report.py: warning: {rough}\n", result.stderr)
+        text = (self.dir / "compare.md").read_text()
+        self.assertIn("**Verdict:** Not a clean comparison:", text)
+        self.assertIn(f"- {failed}", text)
+        self.assertIn(f"- {rough}", text)
 
     def test_a_lora_win_names_extra_nodes_only_where_full_had_them(self) -> None:
         # Full fine-tuning slower than LoRA: on 2 nodes the extra nodes do not
