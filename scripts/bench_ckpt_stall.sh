@@ -8,9 +8,11 @@
 #   scripts/bench_ckpt_stall.sh [--dir DIR] [--repeats N] [--layers L]
 #
 # DIR (default /tmp/trainbench-bench-ckpt) holds the checkpoints and the
-# result JSONs (DIR/results). BUILD_DIR (default: build) selects the build.
+# result JSONs (DIR/results). BUILD_DIR (default: build, in the source tree)
+# selects the build; a relative DIR or BUILD_DIR is taken from the current
+# folder. Exit codes: 2 bad usage, 3 not built, else the failed run's.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+repo=$(cd "$(dirname "$0")/.." && pwd)
 
 usage() {
   echo "usage: scripts/bench_ckpt_stall.sh [--dir DIR] [--repeats N] [--layers L]" >&2
@@ -24,12 +26,19 @@ while [ $# -gt 0 ]; do
     --dir) [ $# -ge 2 ] || usage; dir=$2; shift 2 ;;
     --repeats) [ $# -ge 2 ] || usage; repeats=$2; shift 2 ;;
     --layers) [ $# -ge 2 ] || usage; layers=$2; shift 2 ;;
-    *) usage ;;
+    -h|--help) usage ;;
+    *) echo "bench_ckpt_stall: unknown argument '$1'" >&2; usage ;;
   esac
 done
 [[ "$repeats" =~ ^[1-9][0-9]{0,2}$ ]] || { echo "bench_ckpt_stall: --repeats $repeats: expected a whole number from 1 to 999" >&2; exit 2; }
 [[ "$layers" =~ ^[1-9][0-9]{0,2}$ ]] || { echo "bench_ckpt_stall: --layers $layers: expected a whole number from 1 to 999" >&2; exit 2; }
-bin="${BUILD_DIR:-build}/trainbench"
+[ -n "$dir" ] || { echo "bench_ckpt_stall: --dir: empty" >&2; exit 2; }
+# Paths given are the caller's (the script runs in the source tree).
+case "$dir" in /*) ;; *) dir="$PWD/$dir" ;; esac
+build_dir=${BUILD_DIR:-$repo/build}
+case "$build_dir" in /*) ;; *) build_dir="$PWD/$build_dir" ;; esac
+cd "$repo"
+bin="$build_dir/trainbench"
 [ -x "$bin" ] || { echo "bench_ckpt_stall: $bin not built; run scripts/build.sh" >&2; exit 3; }
 mkdir -p "$dir/results"
 

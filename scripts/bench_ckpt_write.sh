@@ -11,9 +11,12 @@
 #
 # DIR (default /tmp/trainbench-bench-ckpt-write) should be on the filesystem
 # checkpoints go to; the script leaves only DIR/results/ there. N GiB default
-# 2. BUILD_DIR (default: build) selects the build folder.
+# 2, --files (writer files per checkpoint) 1 to 1024, default 2. BUILD_DIR
+# (default: build, in the source tree) selects the build folder; a relative
+# DIR or BUILD_DIR is taken from the current folder. Exit codes: 2 bad usage
+# (before anything is written), 3 not built.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+repo=$(cd "$(dirname "$0")/.." && pwd)
 
 usage() {
   echo "usage: scripts/bench_ckpt_write.sh [--dir DIR] [--gib N] [--files N] [--reps N]" >&2
@@ -30,12 +33,26 @@ while [ $# -gt 0 ]; do
     --gib) [ $# -ge 2 ] || usage; gib=$2; shift 2 ;;
     --files) [ $# -ge 2 ] || usage; files=$2; shift 2 ;;
     --reps) [ $# -ge 2 ] || usage; reps=$2; shift 2 ;;
-    *) usage ;;
+    -h|--help) usage ;;
+    *) echo "bench_ckpt_write: unknown argument '$1'" >&2; usage ;;
   esac
 done
-[[ "$gib" =~ ^[1-9][0-9]*$ ]] || { echo "bench_ckpt_write: --gib $gib: expected a whole number of GiB" >&2; exit 2; }
+# Checked before the first dd writes N GiB (`bench io --write` refused a bad
+# --files only after it). --gib: at most 1 PiB, the most `bench io --bytes` takes.
+if ! [[ "$gib" =~ ^[1-9][0-9]{0,6}$ ]] || [ "$gib" -gt 1048576 ]; then
+  echo "bench_ckpt_write: --gib $gib: expected a whole number of GiB from 1 to 1048576" >&2; exit 2
+fi
+if ! [[ "$files" =~ ^[1-9][0-9]{0,3}$ ]] || [ "$files" -gt 1024 ]; then
+  echo "bench_ckpt_write: --files $files: expected a whole number from 1 to 1024" >&2; exit 2
+fi
 [[ "$reps" =~ ^[1-9][0-9]{0,2}$ ]] || { echo "bench_ckpt_write: --reps $reps: expected a whole number from 1 to 999" >&2; exit 2; }
-bin="${BUILD_DIR:-build}/trainbench"
+[ -n "$dir" ] || { echo "bench_ckpt_write: --dir: empty" >&2; exit 2; }
+# Paths given are the caller's (the script runs in the source tree).
+case "$dir" in /*) ;; *) dir="$PWD/$dir" ;; esac
+build_dir=${BUILD_DIR:-$repo/build}
+case "$build_dir" in /*) ;; *) build_dir="$PWD/$build_dir" ;; esac
+cd "$repo"
+bin="$build_dir/trainbench"
 [ -x "$bin" ] || { echo "bench_ckpt_write: $bin not built; run scripts/build.sh" >&2; exit 3; }
 mkdir -p "$dir/results" || { echo "bench_ckpt_write: cannot create $dir/results" >&2; exit 2; }
 bytes=$((gib << 30))

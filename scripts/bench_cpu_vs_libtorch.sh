@@ -9,9 +9,10 @@
 # trainbench then libtorch, alternating, so drift on a shared machine hits both
 # alike. Prints, per config, the median tokens/s of each, their ratio, every
 # run's figure, and both final losses (equal when both trained the same model).
-# BUILD_DIR (default: build) selects the build folder.
+# BUILD_DIR (default: build, in the source tree) selects the build folder; a
+# relative CONFIG file or BUILD_DIR is taken from the current folder.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+repo=$(cd "$(dirname "$0")/.." && pwd)
 
 usage() {
   echo "usage: scripts/bench_cpu_vs_libtorch.sh [--reps N] [--threads N] [--steps N] [CONFIG...]" >&2
@@ -38,7 +39,17 @@ for number in "$reps" "$threads" ${steps:+"$steps"}; do
 done
 [ "$reps" -ge 1 ] || { echo "bench_cpu_vs_libtorch: --reps must be at least 1" >&2; exit 2; }
 
-build_dir=${BUILD_DIR:-build}
+# Paths given are the caller's (the script runs in the source tree): a config
+# file is made absolute, anything else is a preset name and goes as it is; the
+# tables name each as it was given.
+labels=("${configs[@]}")
+for i in "${!configs[@]}"; do
+  config=${configs[$i]}
+  if [ -f "$config" ]; then configs[i]=$(cd "$(dirname "$config")" && pwd)/$(basename "$config"); fi
+done
+build_dir=${BUILD_DIR:-$repo/build}
+case "$build_dir" in /*) ;; *) build_dir="$PWD/$build_dir" ;; esac
+cd "$repo"
 if [ ! -f "$build_dir/CMakeCache.txt" ]; then
   generator=()
   command -v ninja >/dev/null && generator=(-G Ninja)
@@ -72,20 +83,22 @@ run_logged() {
   fi
 }
 
-for config in "${configs[@]}"; do
+for i in "${!configs[@]}"; do
+  config=${configs[$i]}
+  label=${labels[$i]}
   for rep in $(seq 1 "$reps"); do
-    echo "[$config] rep $rep/$reps: trainbench, libtorch ($threads threads)" >&2
+    echo "[$label] rep $rep/$reps: trainbench, libtorch ($threads threads)" >&2
 
     run_logged "$work/trainbench.log" "$trainbench_bin" run "$config" \
       --set "train.threads=$threads" "${step_args[@]}" --out "$work/trainbench.json"
-    python3 - "$work/trainbench.json" "$config" "$rep" >>"$results" <<'EOF'
+    python3 - "$work/trainbench.json" "$label" "$rep" >>"$results" <<'EOF'
 import json, sys
 summary = json.load(open(sys.argv[1]))["summary"]
 print(sys.argv[2], "trainbench", sys.argv[3], summary["tokens_per_s"], summary["loss_last"], sep="\t")
 EOF
 
     run_logged "$work/torch.log" "$torch_bin" "$config" --threads "$threads" "${step_args[@]}"
-    python3 - "$work/torch.log" "$config" "$rep" >>"$results" <<'EOF'
+    python3 - "$work/torch.log" "$label" "$rep" >>"$results" <<'EOF'
 import json, sys
 # The result is the one JSON line on stdout; stderr only carries a banner.
 line = next(l for l in reversed(open(sys.argv[1]).read().splitlines()) if l.startswith("{"))

@@ -7,14 +7,17 @@
 #   scripts/bench_instrumentation.sh [--config tiny] [--steps 200] [--repeats 5] [--set k=v]...
 #
 # Tokens come from memory (data.source=synthetic) and checkpoints are off, so
-# the comparison is the step loop itself. BUILD_DIR (default: build).
+# the comparison is the step loop itself. BUILD_DIR (default: build, in the
+# source tree); a relative --config file or BUILD_DIR is taken from the
+# current folder. Exit codes: 2 bad usage, 3 not built, else the failed run's.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+repo=$(cd "$(dirname "$0")/.." && pwd)
 
 usage() {
   echo "usage: scripts/bench_instrumentation.sh [--config NAME] [--steps N] [--repeats N] [--set KEY=VALUE]..." >&2
   exit 2
 }
+die() { echo "bench_instrumentation: $1" >&2; exit 2; }
 config=tiny
 steps=200
 repeats=5
@@ -25,10 +28,21 @@ while [ $# -gt 0 ]; do
     --steps) [ $# -ge 2 ] || usage; steps=$2; shift 2 ;;
     --repeats) [ $# -ge 2 ] || usage; repeats=$2; shift 2 ;;
     --set) [ $# -ge 2 ] || usage; extra+=(--set "$2"); shift 2 ;;
-    *) usage ;;
+    -h|--help) usage ;;
+    *) echo "bench_instrumentation: unknown argument '$1'" >&2; usage ;;
   esac
 done
-bin="${BUILD_DIR:-build}/trainbench"
+# Checked before any run (the summary read --repeats 0 as a traceback).
+[[ "$steps" =~ ^[1-9][0-9]{0,8}$ ]] || die "--steps '$steps': expected a positive whole number"
+[[ "$repeats" =~ ^[1-9][0-9]{0,2}$ ]] || die "--repeats '$repeats': expected a whole number from 1 to 999"
+[ -n "$config" ] || die "--config: empty"
+# Paths given are the caller's (the runs start in the source tree): a config
+# file is made absolute, anything else is a preset name and goes as it is.
+if [ -f "$config" ]; then config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config"); fi
+build_dir=${BUILD_DIR:-$repo/build}
+case "$build_dir" in /*) ;; *) build_dir="$PWD/$build_dir" ;; esac
+cd "$repo"
+bin="$build_dir/trainbench"
 [ -x "$bin" ] || { echo "bench_instrumentation: $bin not built; run scripts/build.sh" >&2; exit 3; }
 out=$(mktemp -d /tmp/trainbench-bench-instrument-XXXXXX)
 trap 'rm -rf "$out"' EXIT

@@ -11,9 +11,11 @@
 # the page cache, then measures. Kinds: `image` = ~1k u16 tokens plus a
 # 64 KiB +- 32 KiB payload per sample (a captioned image); `text` = tokens
 # only, ~1k per sample. Figures and JSON land in DIR/results/.
-# BUILD_DIR (default: build) selects the build folder.
+# BUILD_DIR (default: build, in the source tree) selects the build folder; a
+# relative DIR or BUILD_DIR is taken from the current folder. Exit codes: 2
+# bad usage (before anything is made), 3 not built.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+repo=$(cd "$(dirname "$0")/.." && pwd)
 
 usage() {
   echo "usage: scripts/bench_io.sh [--dir DIR] [--gib N] [--readers LIST] [--kind image|text]..." >&2
@@ -31,23 +33,35 @@ while [ $# -gt 0 ]; do
     --readers) [ $# -ge 2 ] || usage; readers=$2; shift 2 ;;
     --kind) [ $# -ge 2 ] || usage; kinds+=("$2"); shift 2 ;;
     -h|--help) usage ;;
-    *) usage ;;
+    *) echo "bench_io: unknown argument '$1'" >&2; usage ;;
   esac
 done
 [ ${#kinds[@]} -gt 0 ] || kinds=(image text)
+# Every kind is checked before DIR/results is made.
+for kind in "${kinds[@]}"; do
+  case "$kind" in
+    image|text) ;;
+    *) echo "bench_io: --kind $kind: expected image or text" >&2; exit 2 ;;
+  esac
+done
+[ -n "$dir" ] || { echo "bench_io: --dir: empty" >&2; exit 2; }
 # A whole number, checked before it reaches $(( )) (which would evaluate it).
 [[ "$gib" =~ ^[1-9][0-9]{0,4}$ ]] || { echo "bench_io: --gib $gib: expected a whole number of GiB from 1 to 99999" >&2; exit 2; }
 [[ "$readers" =~ ^[1-9][0-9]{0,2}(,[1-9][0-9]{0,2})*$ ]] || { echo "bench_io: --readers $readers: expected a list of counts like 1,2" >&2; exit 2; }
-bin="${BUILD_DIR:-build}/trainbench"
+# Paths given are the caller's (the script runs in the source tree).
+case "$dir" in /*) ;; *) dir="$PWD/$dir" ;; esac
+build_dir=${BUILD_DIR:-$repo/build}
+case "$build_dir" in /*) ;; *) build_dir="$PWD/$build_dir" ;; esac
+cd "$repo"
+bin="$build_dir/trainbench"
 [ -x "$bin" ] || { echo "bench_io: $bin not built; run scripts/build.sh" >&2; exit 3; }
 max_readers=$(tr ',' '\n' <<<"$readers" | sort -n | tail -1)
-mkdir -p "$dir/results"
+mkdir -p "$dir/results" || { echo "bench_io: cannot create $dir/results" >&2; exit 2; }
 
 for kind in "${kinds[@]}"; do
   case "$kind" in
     image) payload=(--payload-bytes 64K:32K) ;;
     text) payload=() ;;
-    *) echo "bench_io: --kind $kind: expected image or text" >&2; exit 2 ;;
   esac
   shards="$dir/$kind"
   count=$((gib * 8))  # 128 MiB shards

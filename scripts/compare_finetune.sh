@@ -25,7 +25,23 @@
 # several hosts, as scripts/scale.sh) or, inside a Slurm allocation of M nodes,
 # srun --mpi=pmix (LoRA on one node, full on all M). Defaults: --config tiny,
 # --gpus-per-node 8, --nodes 2, --target-tokens 1e9, DIR out/compare-<time>.
-# Exit codes: 2 bad usage, 3 a missing tool, else the failed step's.
+# Every step's console output is DIR/<step>.log, its first line the command
+# as run (the mpirun or srun line, quoted as a shell reads it). mpirun gets
+# --hostfile FILE and --mpirun-args as they are and, without a hostfile,
+# --oversubscribe (Open MPI) when a side's ranks exceed this machine's cores,
+# as scripts/scale.sh does.
+#
+# A rerun into the same DIR keeps the earlier comparison until the new one is
+# complete: DIR's plan-*.json, lora.json, full.json (with their logs) and
+# compare.md are always of one comparison that ran to its end. When a step
+# fails or is interrupted, its log is DIR/<step>.failed.log and the result it
+# may still have written (a failed check, a failed checkpoint) is
+# DIR/<step>.failed.json; what this comparison had finished before it (a
+# plan, the LoRA run) is set aside as DIR/<name>.unpaired.json/.log, no
+# compare.md is made from it, and the earlier comparison's files stay in
+# place (the message lists them).
+# Exit codes: 2 bad usage, 3 a missing tool, 128+N on signal N (130: Ctrl-C),
+# else the failed step's.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -89,6 +105,7 @@ case "$launcher" in
     [ -z "$hostfile$mpirun_args" ] || die "--hostfile and --mpirun-args are for mpirun; under srun the allocation decides" ;;
   *) die "--launcher '$launcher': expected mpirun or srun" ;;
 esac
+[ -z "$hostfile" ] || [ -r "$hostfile" ] || die "--hostfile $hostfile: cannot read it"
 if [ "$launcher" = mpirun ] && [ "$(id -u)" = 0 ]; then
   # As scripts/scale.sh: Open MPI refuses root without both of these (CI
   # containers run as root); other MPIs ignore them.
@@ -105,31 +122,137 @@ run_args=()
 if [ -n "$steps" ]; then run_args+=(--steps "$steps"); fi
 run_args+=(${both[@]+"${both[@]}"})
 
-# launch NODES RANKS ARGS...: one rank per GPU on NODES nodes.
-launch() {
+mpirun=${MPIRUN:-mpirun}
+read -r -a extra_mpirun <<< "$mpirun_args"
+is_openmpi=0
+cores=1
+if [ "$launcher" = mpirun ]; then
+  # As scripts/scale.sh: Open MPI's mpirun says "(Open MPI)", its
+  # mpiexec/orterun "(OpenRTE)", and it gives one slot per core (not per
+  # hardware thread) without a hostfile.
+  if "$mpirun" --version 2> /dev/null | grep -Eq "Open ?MPI|Open ?RTE"; then is_openmpi=1; fi
+  cores=$(lscpu -p=Core,Socket 2> /dev/null | grep -v '^#' | sort -u | wc -l || true)
+  if ! [ "${cores:-0}" -gt 0 ] 2> /dev/null; then cores=$(nproc); fi
+fi
+
+# launcher_for NODES RANKS: launch=(the launcher's command line), one rank per GPU on NODES nodes.
+launch=()
+launcher_for() {
   local n_nodes=$1 n_ranks=$2
-  shift 2
   if [ "$launcher" = srun ]; then
-    srun --mpi=pmix --nodes "$n_nodes" --ntasks "$n_ranks" --ntasks-per-node "$gpus_per_node" "$@"
-  else
-    local extra=()
-    if [ -n "$hostfile" ]; then extra+=(--hostfile "$hostfile"); fi
-    read -r -a more <<< "$mpirun_args"
-    "${MPIRUN:-mpirun}" -np "$n_ranks" ${extra[@]+"${extra[@]}"} ${more[@]+"${more[@]}"} "$@"
+    launch=(srun --mpi=pmix --nodes "$n_nodes" --ntasks "$n_ranks" --ntasks-per-node "$gpus_per_node")
+    return
   fi
+  launch=("$mpirun" -np "$n_ranks")
+  if [ -n "$hostfile" ]; then launch+=(--hostfile "$hostfile"); fi
+  if [ -z "$hostfile" ] && [ "$n_ranks" -gt "$cores" ]; then
+    if [ "$is_openmpi" = 1 ]; then
+      launch+=(--oversubscribe)
+    else
+      echo "$me: note: $n_ranks ranks on $cores cores; add your MPI's oversubscribe flag with --mpirun-args if it refuses" >&2
+    fi
+  fi
+  launch+=(${extra_mpirun[@]+"${extra_mpirun[@]}"})
 }
 
-# step NAME COMMAND...: runs it with its output in DIR/NAME.log (the command first).
+# The files of one comparison (see the header: they are always of one that
+# ran to its end).
+comparison=(plan-lora.json plan-lora.log plan-full.json plan-full.log lora.json lora.log full.json full.log compare.md)
+# tagged NAME TAG: lora.json failed -> lora.failed.json
+tagged() { echo "${1%.*}.$2.${1##*.}"; }
+# A comparison killed outright (SIGKILL, a lost machine) left the earlier one
+# aside: it goes back first, and what the killed one had made is set aside.
+for f in "${comparison[@]}"; do
+  if [ -e "$out/$f.previous" ]; then
+    if [ -e "$out/$f" ]; then mv -f "$out/$f" "$out/$(tagged "$f" unpaired)"; fi
+    mv -f "$out/$f.previous" "$out/$f"
+  fi
+done
+# The earlier comparison's files, set aside (NAME.previous) until this one is complete.
+earlier=()
+for f in "${comparison[@]}"; do
+  if [ -e "$out/$f" ]; then mv -f "$out/$f" "$out/$f.previous"; earlier+=("$f"); fi
+done
+
+# give_up STEP CODE: this comparison ends without its compare.md. The step's
+# log and result become STEP.failed.log/.json, what it had finished
+# NAME.unpaired.*, and the earlier comparison goes back in place.
+give_up() {
+  local name=$1 code=$2 f
+  local failed=() unpaired=() kept=()
+  trap '' INT TERM HUP  # putting the files back is not to be cut short
+  if [ -e "$out/$name.log" ]; then
+    mv -f "$out/$name.log" "$out/$name.failed.log"
+    failed+=("its log is $out/$name.failed.log")
+  fi
+  if [ -e "$out/$name.json" ]; then
+    mv -f "$out/$name.json" "$out/$name.failed.json"
+    failed+=("its result (the steps before it stopped) is $out/$name.failed.json")
+  fi
+  for f in "${comparison[@]}"; do
+    if [ -e "$out/$f" ]; then
+      mv -f "$out/$f" "$out/$(tagged "$f" unpaired)"
+      case "$f" in *.log) ;; *) unpaired+=("$out/$(tagged "$f" unpaired)") ;; esac
+    fi
+  done
+  for f in ${earlier[@]+"${earlier[@]}"}; do
+    mv -f "$out/$f.previous" "$out/$f"
+    case "$f" in *.log) ;; *) kept+=("$out/$f") ;; esac
+  done
+  for f in ${failed[@]+"${failed[@]}"}; do echo "$me: $name: $f" >&2; done
+  if [ ${#unpaired[@]} -gt 0 ]; then
+    echo "$me: what this comparison finished before it, set aside (no compare.md is made from it): ${unpaired[*]}" >&2
+  fi
+  if [ ${#kept[@]} -gt 0 ]; then
+    echo "$me: the earlier comparison is kept: ${kept[*]}" >&2
+  else
+    echo "$me: no compare.md: there was no earlier comparison in $out" >&2
+  fi
+  trap - INT TERM HUP
+  exit "$code"
+}
+
+# Ctrl-C (or a kill) ends the comparison as a failed step does. During a step
+# bash runs the trap once the step's command has ended; step() then gives up.
+running=""
+interrupted=""
+signal_code() { case "$interrupted" in INT) echo 130 ;; TERM) echo 143 ;; *) echo 129 ;; esac; }
+on_signal() {
+  interrupted=$1
+  if [ -z "$running" ]; then
+    echo "$me: interrupted (SIG$1)" >&2
+    give_up "" "$(signal_code)"
+  fi
+}
+trap 'on_signal INT' INT
+trap 'on_signal TERM' TERM
+trap 'on_signal HUP' HUP
+
+# step NAME COMMAND...: runs it with its output in DIR/NAME.log (the command
+# first, quoted as a shell reads it); a run (lora, full) must leave DIR/NAME.json.
 step() {
-  local name=$1
+  local name=$1 code=0 line started
   shift
-  echo "$me: $name: $*"
-  { echo "$*"; "$@"; } > "$out/$name.log" 2>&1 || {
-    local code=$?
-    echo "$me: $name failed (exit $code); its last lines ($out/$name.log):" >&2
-    tail -5 "$out/$name.log" >&2
-    exit "$code"
-  }
+  line=$(printf '%q ' "$@")
+  line=${line% }
+  echo "$me: $name: $line"
+  running=$name
+  started=$(date +%s)
+  { printf '%s\n\n' "$line"; "$@"; } > "$out/$name.log" 2>&1 < /dev/null || code=$?
+  running=""
+  if [ -n "$interrupted" ]; then
+    echo "$me: $name interrupted (SIG$interrupted, after $(( $(date +%s) - started ))s); its last lines ($out/$name.failed.log):" >&2
+    tail -n 15 "$out/$name.log" | sed 's/^/  /' >&2
+    give_up "$name" "$(signal_code)"
+  fi
+  case "$name" in
+    lora|full) if [ "$code" = 0 ] && [ ! -s "$out/$name.json" ]; then code=1; fi ;;
+  esac
+  if [ "$code" != 0 ]; then
+    echo "$me: $name failed (exit $code); its last lines ($out/$name.failed.log):" >&2
+    tail -n 15 "$out/$name.log" | sed 's/^/  /' >&2
+    give_up "$name" "$code"
+  fi
 }
 
 # Each side planned with its own --set's (lora.rank and lora.targets,
@@ -141,8 +264,6 @@ sed -n '/^{/,$p' "$out/plan-lora.log" > "$out/plan-lora.json"
 step plan-full "$binary" plan "$config" --gpus-per-node "$gpus_per_node" --nodes "$nodes" --json \
   ${both[@]+"${both[@]}"} ${full_sets[@]+"${full_sets[@]}"}
 sed -n '/^{/,$p' "$out/plan-full.log" > "$out/plan-full.json"
-# An earlier comparison's single plan.json would read as this one's.
-rm -f "$out/plan.json" "$out/plan.log"
 lora_ckpt=()
 full_ckpt=()
 if [ -n "$ckpt_dir" ]; then
@@ -154,10 +275,25 @@ if [ -n "$ckpt_dir" ]; then
   full_ckpt=(--set "checkpoint.dir=$ckpt_dir/full-$run_id")
   echo "$me: checkpoints: LoRA in $ckpt_dir/lora-$run_id, full fine-tuning in $ckpt_dir/full-$run_id"
 fi
-step lora launch 1 "$gpus_per_node" "$binary" run "$config" "${run_args[@]}" --set train.mode=lora \
+launcher_for 1 "$gpus_per_node"
+step lora "${launch[@]}" "$binary" run "$config" "${run_args[@]}" --set train.mode=lora \
   ${lora_ckpt[@]+"${lora_ckpt[@]}"} ${lora_sets[@]+"${lora_sets[@]}"} --out "$out/lora.json"
-step full launch "$nodes" $((gpus_per_node * nodes)) "$binary" run "$config" "${run_args[@]}" \
+launcher_for "$nodes" $((gpus_per_node * nodes))
+step full "${launch[@]}" "$binary" run "$config" "${run_args[@]}" \
   --set train.mode=full ${full_ckpt[@]+"${full_ckpt[@]}"} ${full_sets[@]+"${full_sets[@]}"} --out "$out/full.json"
+running=report
+code=0
 python3 "$repo/scripts/report.py" --compare "$out/lora.json" "$out/full.json" \
   --lora-plan "$out/plan-lora.json" --full-plan "$out/plan-full.json" \
-  --target-tokens "$target_tokens" --gpus-per-node "$gpus_per_node" --out "$out"
+  --target-tokens "$target_tokens" --gpus-per-node "$gpus_per_node" --out "$out" < /dev/null || code=$?
+running=""
+if [ -n "$interrupted" ]; then echo "$me: report.py interrupted (SIG$interrupted)" >&2; give_up "" "$(signal_code)"; fi
+if [ "$code" != 0 ]; then
+  echo "$me: report.py --compare failed (exit $code)" >&2
+  give_up "" "$code"
+fi
+# Complete: the earlier comparison's files go, and an older comparison's single
+# plan.json, which would read as this one's.
+trap - INT TERM HUP
+for f in ${earlier[@]+"${earlier[@]}"}; do rm -f "$out/$f.previous"; done
+rm -f "$out/plan.json" "$out/plan.log"

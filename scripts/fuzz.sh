@@ -1,14 +1,34 @@
 #!/usr/bin/env bash
 # Fuzzes the shard read path (tar -> samples -> tokens) for SECONDS (default 60):
 #   scripts/fuzz.sh [SECONDS]
+# SECONDS is a whole number of seconds, or of minutes or hours with an m or h
+# suffix (90, 90s, 10m, 2h; at most 2147483647 s, libFuzzer's limit).
 # Builds tests/fuzz/fuzz_shard_tokens with clang, libFuzzer, ASan and UBSan in
-# build-fuzz (TRAINBENCH_FUZZ_BUILD_DIR), seeds it with small tars written by
-# Python's tarfile, runs it, and prints libFuzzer's final figures. Exits
-# non-zero when it found a crash; the crashing input is left in the build dir.
+# build-fuzz (TRAINBENCH_FUZZ_BUILD_DIR; a relative one is taken from the
+# current folder), seeds it with small tars written by Python's tarfile, runs
+# it, and prints libFuzzer's final figures. Exits 1 when it found a crash (the
+# crashing input is left in the build dir), 2 on a bad argument.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-seconds="${1:-60}"
+me=fuzz.sh
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
+die() { echo "$me: $1" >&2; exit 2; }
+
+case "${1:-}" in -h|--help) usage; exit 0 ;; esac
+[ $# -le 1 ] || die "one argument, SECONDS, expected; got $#: $*"
+duration=60
+if [ $# -eq 1 ]; then duration=$1; fi
+# Checked here, before the build: libFuzzer reads 0 or a negative number as
+# "no limit" and stops reading a number at its first non-digit (2m was 2 s).
+[[ "$duration" =~ ^([0-9]{1,10})([smh]?)$ ]] ||
+  die "SECONDS '$duration': expected a positive whole number of seconds, or of minutes or hours (90, 10m, 2h)"
+seconds=$((10#${BASH_REMATCH[1]}))
+case "${BASH_REMATCH[2]}" in m) seconds=$((seconds * 60)) ;; h) seconds=$((seconds * 3600)) ;; esac
+[ "$seconds" -gt 0 ] || die "SECONDS '$duration': expected more than 0 (0 is no limit to libFuzzer)"
+[ "$seconds" -le 2147483647 ] || die "SECONDS '$duration': at most 2147483647 s (libFuzzer's limit)"
+
 build="${TRAINBENCH_FUZZ_BUILD_DIR:-build-fuzz}"
+case "$build" in /*) ;; *) if [ -n "${TRAINBENCH_FUZZ_BUILD_DIR:-}" ]; then build="$PWD/$build"; fi ;; esac
+cd "$(dirname "$0")/.."
 
 # Tests must be on: the fuzz targets live under tests/.
 mkdir -p "$build"

@@ -35,10 +35,11 @@
 # The binary: --binary, else $TRAINBENCH_BINARY, else
 # ${TRAINBENCH_BUILD_DIR:-${BUILD_DIR:-build}}/trainbench in the source tree.
 # mpirun: $MPIRUN, else mpirun on PATH. Exit codes: 2 bad usage, 3 a missing
-# tool (mpirun, sbatch, python3), else the exit code of the failed run. The
-# sweep stops at a failed run; the result it may still have written (a failed
-# check, a failed checkpoint) is DIR/ranks-<N>.failed.json, and an earlier
-# sweep's DIR/ranks-<N>.json stays in place.
+# tool (mpirun, sbatch, python3), 128+N on signal N (130: Ctrl-C), else the
+# exit code of the failed run. The sweep stops at a failed or interrupted run;
+# its log is DIR/ranks-<N>.failed.log, the result it may still have written (a
+# failed check, a failed checkpoint) DIR/ranks-<N>.failed.json, and an earlier
+# sweep's DIR/ranks-<N>.json and DIR/ranks-<N>.log stay in place.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -108,6 +109,8 @@ parse_counts() {
   local flag=$1 list=$2 previous=0 n
   IFS=, read -r -a counts <<< "$list"
   [ ${#counts[@]} -gt 0 ] || die "$flag '$list': expected a comma-separated list like 1,2,4"
+  # read drops a trailing empty item ("1,2,"): every item is checked here.
+  case ",$list," in *,,*) die "$flag '$list': an empty item; expected a comma-separated list like 1,2,4" ;; esac
   for n in "${counts[@]}"; do
     [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "$flag '$list': '$n' is not a positive integer"
     [ "$n" -gt "$previous" ] || die "$flag '$list': counts must be ascending and distinct"
@@ -168,7 +171,7 @@ if [ "$slurm" = 1 ]; then
                  ${run_args[@]+"${run_args[@]}"})
     echo "$me: submitted job ${job%%;*}: $n node(s) -> $out/nodes-$n.json (log $out/nodes-$n-${job%%;*}.log)"
   done
-  echo "$me: when the jobs have finished: python3 $repo/scripts/report.py $out"
+  echo "$me: when the jobs have finished: python3 $(printf %q "$repo/scripts/report.py") $(printf %q "$out")"
   exit 0
 fi
 
@@ -204,8 +207,15 @@ if [ -n "$hostfile" ]; then launcher+=(--hostfile "$hostfile"); fi
 echo "$me: ${#rank_counts[@]} world size(s) (${rank_counts[*]} ranks), $binary, results in $out"
 sweep_id=$(date -u +%Y%m%dT%H%M%SZ)-$$
 if [ -n "$ckpt_dir" ]; then echo "$me: checkpoints in $ckpt_dir/ranks-<N>-$sweep_id"; fi
+# Ctrl-C (or a kill) during a run ends the sweep as a failed run does, said so;
+# bash runs the trap once the run's mpirun has ended.
+interrupted=""
+trap 'interrupted=INT' INT
+trap 'interrupted=TERM' TERM
+trap 'interrupted=HUP' HUP
 results=()
 for n in "${rank_counts[@]}"; do
+  if [ -n "$interrupted" ]; then echo "$me: interrupted (SIG$interrupted)" >&2; break; fi
   cmd=("$mpirun" -np "$n" "${launcher[@]+"${launcher[@]}"}")
   if [ -z "$hostfile" ] && [ "$n" -gt "$cores" ]; then
     if [ "$is_openmpi" = 1 ]; then
@@ -221,36 +231,51 @@ for n in "${rank_counts[@]}"; do
   if [ -n "$ckpt_dir" ]; then cmd+=(--set "checkpoint.dir=$ckpt_dir/ranks-$n-$sweep_id"); fi
   cmd+=(--out "$out/ranks-$n.json")
   log="$out/ranks-$n.log"
-  # An earlier sweep's result is kept aside, not deleted, until this run has
-  # replaced it: a failed rerun must not cost the figures it was to repeat.
+  # An earlier sweep's result and its log are kept aside, not deleted, until
+  # this run has replaced them: a failed rerun must not cost the figures it was
+  # to repeat, nor the log that goes with them.
   if [ -f "$out/ranks-$n.json" ]; then mv -f "$out/ranks-$n.json" "$out/ranks-$n.json.previous"; fi
+  if [ -f "$log" ]; then mv -f "$log" "$log.previous"; fi
   printf '%q ' "${cmd[@]}" > "$log"
   printf '\n\n' >> "$log"
   started=$(date +%s)
   code=0
   "${cmd[@]}" >> "$log" 2>&1 < /dev/null || code=$?
   seconds=$(( $(date +%s) - started ))
-  if [ "$code" != 0 ] || [ ! -s "$out/ranks-$n.json" ]; then
-    echo "$me: $n rank(s) FAILED (exit $code, ${seconds}s); the end of $log:" >&2
-    tail -n 15 "$log" | sed 's/^/  /' >&2
+  if [ -n "$interrupted" ] || [ "$code" != 0 ] || [ ! -s "$out/ranks-$n.json" ]; then
+    # Putting the earlier files back is not to be cut short.
+    trap '' INT TERM HUP
+    mv -f "$log" "$out/ranks-$n.failed.log"
+    if [ -n "$interrupted" ]; then
+      echo "$me: $n rank(s) interrupted (SIG$interrupted, after ${seconds}s); the end of its log $out/ranks-$n.failed.log:" >&2
+      case "$interrupted" in INT) code=130 ;; TERM) code=143 ;; *) code=129 ;; esac
+    else
+      echo "$me: $n rank(s) FAILED (exit $code, ${seconds}s); the end of its log $out/ranks-$n.failed.log:" >&2
+    fi
+    tail -n 15 "$out/ranks-$n.failed.log" | sed 's/^/  /' >&2
     # A failed run may still have written its result (a failed checkpoint
     # does, exit 3): kept beside, never in the sweep's place.
     if [ -s "$out/ranks-$n.json" ]; then
       mv -f "$out/ranks-$n.json" "$out/ranks-$n.failed.json"
       echo "$me: its result (the steps before it failed) is $out/ranks-$n.failed.json" >&2
     fi
+    if [ -f "$log.previous" ]; then mv -f "$log.previous" "$log"; fi
     if [ -f "$out/ranks-$n.json.previous" ]; then
       mv -f "$out/ranks-$n.json.previous" "$out/ranks-$n.json"
       echo "$me: the earlier $out/ranks-$n.json is kept" >&2
     fi
     exit $(( code == 0 ? 1 : code ))
   fi
-  rm -f "$out/ranks-$n.json.previous"
+  rm -f "$out/ranks-$n.json.previous" "$log.previous"
   tokens=$(grep -m1 '^  tokens/s' "$log" | sed 's/^  tokens\/s *//' || true)
   echo "$me: $n rank(s): tokens/s ${tokens:-?} (${seconds}s, log $log)"
   results+=("$out/ranks-$n.json")
 done
 
+trap - INT TERM HUP
+if [ -n "$interrupted" ]; then
+  case "$interrupted" in INT) exit 130 ;; TERM) exit 143 ;; *) exit 129 ;; esac
+fi
 if [ "$report" = 1 ]; then
   python3 "$repo/scripts/report.py" "${results[@]}" --out "$out"
 fi

@@ -15,20 +15,45 @@
 #   3. print projected vs measured and the relative errors.
 # Needs root (ip netns, tc), iproute2 (scripts/setup.sh) and a build with MPI.
 # Usage: scripts/validate_fabric_projection.sh [RATE_MBIT ...]   (default: 200 800)
-# Env: TRAINBENCH (binary, default build/trainbench), CONFIG (cpu-small),
-#      LAYERS (2), STEPS (8), OUT (folder for the JSON and log files).
+#   RATE_MBIT: a link rate in Mbit/s, a positive number (200, 12.5), at most
+#   1e6 (1 Tbit/s); -h/--help prints this.
+# Env: TRAINBENCH (binary, default build/trainbench in the source tree),
+#      CONFIG (cpu-small), LAYERS (2), STEPS (8), OUT (folder for the JSON and
+#      log files, default a fresh one under /tmp); relative paths are taken
+#      from the current folder.
+# Exit codes: 2 bad usage or a missing tool (checked before any setup), 3 not
+# built, else the failed step's.
 # (netem would add a delay, but this VM's kernel has no sch_netem: tbf only.)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+repo=$(cd "$(dirname "$0")/.." && pwd)
+me=validate_fabric_projection
+die() { echo "$me: $1" >&2; exit 2; }
 
-BIN="${TRAINBENCH:-build/trainbench}"
-CONFIG="${CONFIG:-cpu-small}"
-LAYERS="${LAYERS:-2}"
-STEPS="${STEPS:-8}"
+case "${1:-}" in
+  -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+esac
 RATES=("$@")
 [ ${#RATES[@]} -gt 0 ] || RATES=(200 800)
-OUT="${OUT:-$(mktemp -d /tmp/trainbench-fabric-XXXXXX)}"
-mkdir -p "$OUT"
+# Every rate is checked before any setup (tc refused a bad one a minute in):
+# a decimal number of Mbit/s above 0; tc and the Python summary read it as is.
+for rate in "${RATES[@]}"; do
+  [[ "$rate" =~ ^([0-9]{1,7}(\.[0-9]{1,6})?|\.[0-9]{1,6})$ ]] ||
+    die "rate '$rate': expected a link rate in Mbit/s, a positive number like 200 or 12.5 (usage: --help)"
+  awk -v r="$rate" 'BEGIN { exit !(r > 0 && r <= 1e6) }' ||
+    die "rate '$rate': expected more than 0 and at most 1e6 Mbit/s"
+done
+LAYERS="${LAYERS:-2}"
+STEPS="${STEPS:-8}"
+[[ "$LAYERS" =~ ^[1-9][0-9]{0,2}$ ]] || die "LAYERS='$LAYERS': expected a whole number from 1 to 999"
+[[ "$STEPS" =~ ^[1-9][0-9]{0,5}$ ]] || die "STEPS='$STEPS': expected a positive whole number"
+CONFIG="${CONFIG:-cpu-small}"
+# Paths given are the caller's (the script runs in the source tree): a config
+# file is made absolute, anything else is a preset name and goes as it is.
+if [ -f "$CONFIG" ]; then CONFIG=$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG"); fi
+BIN="${TRAINBENCH:-$repo/build/trainbench}"
+case "$BIN" in /*) ;; *) BIN="$PWD/$BIN" ;; esac
+if [ -n "${OUT:-}" ]; then case "$OUT" in /*) ;; *) OUT="$PWD/$OUT" ;; esac; fi
+cd "$repo"
 
 [ "$(id -u)" = 0 ] || { echo "validate_fabric_projection: needs root (ip netns, tc)" >&2; exit 2; }
 command -v ip >/dev/null && command -v tc >/dev/null ||
@@ -36,6 +61,9 @@ command -v ip >/dev/null && command -v tc >/dev/null ||
 [ -x "$BIN" ] || { echo "validate_fabric_projection: $BIN not built (scripts/build.sh)" >&2; exit 3; }
 BIN="$(readlink -f "$BIN")"
 MPIRUN="$(command -v mpirun)" || { echo "validate_fabric_projection: mpirun missing" >&2; exit 2; }
+# After every check, so a bad command line leaves nothing behind.
+OUT="${OUT:-$(mktemp -d /tmp/trainbench-fabric-XXXXXX)}"
+mkdir -p "$OUT"
 
 NS_A=tbfab-a NS_B=tbfab-b
 IP_A=10.77.0.1 IP_B=10.77.0.2
@@ -81,9 +109,9 @@ COMMON=(--set "model.n_layers=$LAYERS" --set train.micro_batch=1 --set model.seq
 mpi_two_nodes "$BIN" bench comm tiny --set comm.backend=mpi --min-bytes 4 --max-bytes 4 --iters 200 --warmup-iters 20 \
   --out "$OUT/latency.json" >"$OUT/latency.log" 2>&1
 HOP_US=$(python3 -c "
-import json; b = json.load(open('$OUT/latency.json'))
+import json, sys; b = json.load(open(sys.argv[1]))
 t = next(r['time_s'] for r in b['collectives'] if r['collective'] == 'all_reduce' and r['path'] == 'raw')
-print(f'{t / 2 * 1e6:.1f}')")
+print(f'{t / 2 * 1e6:.1f}')" "$OUT/latency.json")
 echo "validate_fabric_projection: $CONFIG at $LAYERS layers, rates ${RATES[*]} Mbit/s; hop latency ${HOP_US} us" \
      "(4-byte MPI_Allreduce / 2, no rate limit); files in $OUT"
 for rate in "${RATES[@]}"; do

@@ -1,0 +1,592 @@
+#!/usr/bin/env python3
+"""Tests of the shell scripts under scripts/: what they do with bad input, with
+paths relative to the caller's folder, with a rerun into an earlier run's
+folder and with Ctrl-C.
+
+Bad input is one line on stderr and exit 2 before any slow work (a build, a
+dd, a namespace); --help is exit 0. Launchers and tools are stand-ins that
+record how they were called (mpirun, sbatch, cmake, dd, ip, tc, and a
+trainbench that writes the figures each bench script reads), so nothing here
+needs MPI, root or a fabric. The scale.sh and compare_finetune.sh runs that
+fail on purpose are real one-process runs of `tiny` of the built binary
+($TRAINBENCH_BINARY, else build/trainbench) through an mpirun stand-in that
+runs the command as one process; they skip, saying so, where it is not built.
+
+    python3 tests/scripts/test_script_args.py                  # all
+    python3 tests/scripts/test_script_args.py FuzzArgumentTests
+
+Run as a script, it exits 77 (CTest: skipped) when every test it ran skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "scripts"
+SCALE = SCRIPTS / "scale.sh"
+COMPARE = SCRIPTS / "compare_finetune.sh"
+BINARY = Path(os.environ.get("TRAINBENCH_BINARY") or REPO / "build" / "trainbench").resolve()
+
+
+def run(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None,
+        timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Runs a command in a process group of its own; past `timeout` the whole
+    group is killed (a script that builds or trains instead of refusing its
+    input leaves nothing running) and the test fails."""
+    command = [str(a) for a in args]
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        raise AssertionError(f"{shlex.join(command)}: still running after {timeout} s\n{out}\n{err}") from None
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+def write_tool(folder: Path, name: str, body: str, shell: str = "/bin/sh") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(f"#!{shell}\n{body}")
+    path.chmod(0o755)
+    return path
+
+
+def digests(folder: Path, names: list[str]) -> dict[str, str]:
+    return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in names}
+
+
+def require_binary() -> None:
+    if not os.access(BINARY, os.X_OK):
+        raise unittest.SkipTest(f"{BINARY} is not built")
+
+
+# A trainbench stand-in: records its arguments and folder, makes the shards
+# `shards synth` is asked for, and writes at --out every figure the bench
+# scripts read from a result.
+FAKE_TRAINBENCH = r'''
+import json, os, sys
+args = sys.argv[1:]
+if os.environ.get("FAKE_LOG"):
+    with open(os.environ["FAKE_LOG"], "a") as log:
+        log.write(json.dumps({"argv": args, "cwd": os.getcwd()}) + "\n")
+def value(flag):
+    return args[args.index(flag) + 1] if flag in args else None
+if args[:2] == ["shards", "synth"]:
+    os.makedirs(value("--out"), exist_ok=True)
+    for i in range(int(value("--count"))):
+        with open(os.path.join(value("--out"), f"train-{i:06d}.tar"), "wb") as f:
+            f.write(b"\0" * 1024)
+    sys.exit(0)
+result = {
+    "summary": {"wall_tokens_per_s": 1000.0, "tokens_per_s": 1000.0, "loss_last": 5.0,
+                "storage_write": {"drain_s": 0.0}},
+    "checkpoints": [{"status": "committed", "stall_s": 0.01, "persist_s": 0.1, "snapshot_s": 0.01,
+                     "bytes": 1000}],
+    "steps": [{"ckpt_stall_s": 0.0, "step_s": 0.1}],
+    "checkpoint_persist": {"gbs": 1.0, "direct_io": True}, "plain_write": {"gbs": 1.0},
+    "plain_write_from_state": {"gbs": 1.0}, "bytes": 1,
+    "shard_bytes": 8192, "shards": 8, "small_files": None,
+    "by_threads": [{"threads": 1, "plain_read": {"gbs": 1.0}, "loader_fraction_of_plain_read": 0.9,
+                    "loader": {"gbs": 0.9, "tokens_per_s": 1e6}}],
+}
+if value("--out"):
+    with open(value("--out"), "w") as f:
+        json.dump(result, f)
+print("  tokens/s 1000")
+'''
+
+
+class Sandbox(unittest.TestCase):
+    """A temporary folder per test, a fake build folder in it, and cleanup of
+    what a script that resolves a relative path against the source tree
+    would leave there."""
+
+    def setUp(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="test_script_args_"))
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+        self.log = self.dir / "calls.jsonl"
+        self.build = self.dir / "fakebuild"
+        write_tool(self.build, "trainbench", FAKE_TRAINBENCH, shell=sys.executable)
+        self.tools = self.dir / "bin"
+        self.tools.mkdir()
+        self.env = {**os.environ, "FAKE_LOG": str(self.log), "BUILD_DIR": str(self.build),
+                    "PATH": f"{self.tools}:{os.environ['PATH']}"}
+        for name in ("CKPT_DIR", "TRAINBENCH_BINARY", "TRAINBENCH_BUILD_DIR", "OUT", "CONFIG", "TRAINBENCH",
+                     "TRAINBENCH_FUZZ_BUILD_DIR", "SLURM_JOB_ID", "MPIRUN"):
+            self.env.pop(name, None)
+
+    def in_repo(self, name: str) -> Path:
+        """REPO/name, removed after the test: where a relative path went
+        before the scripts took it from the caller's folder."""
+        path = REPO / name
+        self.addCleanup(shutil.rmtree, path, ignore_errors=True)
+        return path
+
+    def calls(self) -> list[dict]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines()]
+
+    def assert_refused(self, done: subprocess.CompletedProcess[str], *words: str) -> None:
+        """Exit 2 with one line on stderr that names what is wrong."""
+        self.assertEqual(done.returncode, 2, done.stderr)
+        self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
+        self.assertNotIn("Traceback", done.stderr)
+        for word in words:
+            self.assertIn(word, done.stderr)
+
+
+class FuzzArgumentTests(Sandbox):
+    """scripts/fuzz.sh passed SECONDS as it was to -max_total_time: 0, -5,
+    abc and --help fuzzed without end, 2m for 2 s."""
+
+    def fake_build(self, build: Path) -> None:
+        # cmake does nothing; the fuzz target records its arguments.
+        write_tool(self.tools, "cmake", "exit 0\n")
+        write_tool(build / "tests" / "fuzz", "fuzz_shard_tokens",
+                   'printf "%s\\n" "$@" > "$FUZZ_ARGS"; echo "Done 3 runs in 1 second(s)" >&2\n')
+
+    def test_bad_durations_exit_2_before_building(self) -> None:
+        build = self.dir / "never-built"
+        write_tool(self.tools, "cmake", 'echo cmake ran >> "$FAKE_LOG"; exit 1\n')
+        for args in (["0"], ["0m"], ["-5"], ["abc"], ["2x"], ["1.5"], [""], ["--bogus"], ["3000000000"],
+                     ["99999999999"], ["1", "2"]):
+            with self.subTest(args=args):
+                done = run("bash", SCRIPTS / "fuzz.sh", *args, env={**self.env, "TRAINBENCH_FUZZ_BUILD_DIR": str(build)},
+                           timeout=20)
+                self.assert_refused(done, "fuzz.sh: ")
+                self.assertFalse(build.exists())
+                self.assertFalse(self.log.exists(), "cmake ran")
+
+    def test_help_prints_the_usage(self) -> None:
+        build = self.dir / "never-built"
+        for flag in ("-h", "--help"):
+            with self.subTest(flag=flag):
+                done = run("bash", SCRIPTS / "fuzz.sh", flag,
+                           env={**self.env, "TRAINBENCH_FUZZ_BUILD_DIR": str(build)}, timeout=20)
+                self.assertEqual(done.returncode, 0, done.stderr)
+                self.assertIn("scripts/fuzz.sh [SECONDS]", done.stdout)
+                self.assertFalse(build.exists())
+
+    def test_minutes_and_hours_are_given_to_libfuzzer_in_seconds(self) -> None:
+        if subprocess.run([sys.executable, "-c", "import numpy"], capture_output=True).returncode != 0:
+            self.skipTest("numpy is not installed: fuzz.sh seeds its corpus with it")
+        build = self.dir / "fuzzbuild"
+        self.fake_build(build)
+        args_file = self.dir / "fuzz-args"
+        env = {**self.env, "TRAINBENCH_FUZZ_BUILD_DIR": str(build), "FUZZ_ARGS": str(args_file)}
+        for given, seconds in (("2m", 120), ("90s", 90), ("1h", 3600), ("045", 45), (None, 60)):
+            with self.subTest(given=given):
+                done = run("bash", SCRIPTS / "fuzz.sh", *([given] if given else []), env=env, timeout=60)
+                self.assertEqual(done.returncode, 0, done.stderr)
+                self.assertIn(f"-max_total_time={seconds}", args_file.read_text().splitlines())
+                self.assertIn(f"crashes found: 0 in {seconds}s", done.stdout)
+        # A relative TRAINBENCH_FUZZ_BUILD_DIR is the caller's.
+        name = f"test-fuzzbuild-{os.getpid()}"
+        in_repo = self.in_repo(name)
+        self.fake_build(self.dir / name)
+        done = run("bash", SCRIPTS / "fuzz.sh", "1", cwd=self.dir, env={**env, "TRAINBENCH_FUZZ_BUILD_DIR": name},
+                   timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("-max_total_time=1", args_file.read_text().splitlines())
+        self.assertFalse(in_repo.exists())
+
+
+class BenchInstrumentationTests(Sandbox):
+    def test_bad_repeats_and_steps_exit_2_before_any_run(self) -> None:
+        # --repeats 0 ran nothing and ended in a Python traceback (exit 1).
+        for args, words in ((["--repeats", "0"], "--repeats '0'"), (["--repeats", "abc"], "--repeats 'abc'"),
+                            (["--repeats", "-1"], "--repeats"), (["--steps", "0"], "--steps '0'"),
+                            (["--steps", "x"], "--steps 'x'"), (["--steps", ""], "--steps")):
+            with self.subTest(args=args):
+                done = run("bash", SCRIPTS / "bench_instrumentation.sh", *args, env=self.env, timeout=20)
+                self.assert_refused(done, words)
+                self.assertEqual(self.calls(), [])
+
+    def test_paths_are_the_callers(self) -> None:
+        # From another folder, --config "my cfg.yaml" was looked for in the
+        # source tree ("config not found"), BUILD_DIR too.
+        config = self.dir / "my cfg.yaml"
+        config.write_text("model: {}\n")
+        done = run("bash", SCRIPTS / "bench_instrumentation.sh", "--config", "my cfg.yaml", "--steps", "20",
+                   "--repeats", "1", cwd=self.dir, env={**self.env, "BUILD_DIR": "fakebuild"}, timeout=30)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("instrumentation overhead", done.stdout)
+        runs = self.calls()
+        self.assertEqual(len(runs), 2, runs)
+        for call in runs:
+            self.assertEqual(call["argv"][:2], ["run", str(config)])
+
+
+class BenchStorageTests(Sandbox):
+    """bench_io.sh, bench_ckpt_write.sh, bench_ckpt_stall.sh: options checked
+    before anything is made, --dir taken from the caller's folder."""
+
+    def fake_dd(self) -> None:
+        write_tool(self.tools, "dd", 'echo "dd $*" >> "$DD_LOG"\n'
+                   'echo "1073741824 bytes (1.1 GB, 1.0 GiB) copied, 1.0 s, 1.1 GB/s" >&2\n')
+        self.env["DD_LOG"] = str(self.dir / "dd.log")
+
+    def test_bench_io_checks_kind_before_making_the_folder(self) -> None:
+        target = self.dir / "io"
+        for args, words in ((["--kind", "video"], "--kind video"), (["--kind", "text", "--kind", "x"], "--kind x"),
+                            (["--dir", ""], "--dir")):
+            with self.subTest(args=args):
+                done = run("bash", SCRIPTS / "bench_io.sh", "--dir", target, *args, env=self.env, timeout=20)
+                self.assert_refused(done, words)
+                self.assertFalse(target.exists())
+                self.assertEqual(self.calls(), [])
+
+    def test_bench_io_dir_is_the_callers(self) -> None:
+        name = f"test-io-{os.getpid()}"
+        in_repo = self.in_repo(name)
+        # webdataset may be missing here: what matters is where the shards and results went.
+        run("bash", SCRIPTS / "bench_io.sh", "--dir", name, "--gib", "1", "--readers", "1", "--kind", "text",
+            cwd=self.dir, env=self.env, timeout=60)
+        self.assertTrue((self.dir / name / "results" / "bench-io-text.json").is_file())
+        self.assertTrue((self.dir / name / "text" / "train-000007.tar").is_file())
+        self.assertFalse(in_repo.exists())
+
+    def test_bench_ckpt_write_checks_files_before_writing(self) -> None:
+        # --files 0 was refused by `bench io --write` after dd had written N GiB.
+        self.fake_dd()
+        target = self.dir / "w"
+        for args, words in ((["--files", "0"], "--files 0"), (["--files", "2000"], "--files 2000"),
+                            (["--files", "x"], "--files x"), (["--gib", "0"], "--gib 0"),
+                            (["--gib", "99999999999999"], "--gib"), (["--dir", ""], "--dir")):
+            with self.subTest(args=args):
+                done = run("bash", SCRIPTS / "bench_ckpt_write.sh", "--dir", target, *args, env=self.env, timeout=20)
+                self.assert_refused(done, words)
+                self.assertFalse(target.exists())
+                self.assertFalse((self.dir / "dd.log").exists())
+                self.assertEqual(self.calls(), [])
+
+    def test_bench_ckpt_write_dir_is_the_callers(self) -> None:
+        # --dir relw wrote to <repo>/relw.
+        self.fake_dd()
+        name = f"test-relw-{os.getpid()}"
+        in_repo = self.in_repo(name)
+        done = run("bash", SCRIPTS / "bench_ckpt_write.sh", "--dir", name, "--gib", "1", "--reps", "1",
+                   cwd=self.dir, env={**self.env, "BUILD_DIR": "fakebuild"}, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("checkpoint persist / dd", done.stdout)
+        self.assertTrue((self.dir / name / "results" / "bench-io-write-1.json").is_file())
+        self.assertIn(f"of={self.dir / name}/dd-sequential-write.bin", (self.dir / "dd.log").read_text())
+        self.assertEqual([c["argv"][c["argv"].index("--dir") + 1] for c in self.calls()], [str(self.dir / name)])
+        self.assertFalse(in_repo.exists())
+
+    def test_bench_ckpt_stall_dir_is_the_callers(self) -> None:
+        name = f"test-stall-{os.getpid()}"
+        in_repo = self.in_repo(name)
+        done = run("bash", SCRIPTS / "bench_ckpt_stall.sh", "--dir", name, "--repeats", "1", cwd=self.dir,
+                   env=self.env, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("async stall per checkpoint / sync", done.stdout)
+        self.assertTrue((self.dir / name / "results" / "async-true-1.json").is_file())
+        self.assertFalse(in_repo.exists())
+
+
+class BenchLibtorchTests(Sandbox):
+    def test_config_and_build_dir_are_the_callers(self) -> None:
+        write_tool(self.tools, "cmake", 'case "$*" in *"--target help"*) echo "... torch_train_bench" ;; esac\n')
+        (self.build / "CMakeCache.txt").write_text("")
+        write_tool(self.build / "tests" / "reference", "torch_train_bench",
+                   'echo "torch $*" >> "$TORCH_LOG"; echo \'{"tokens_per_s": 900.0, "loss_last": 5.0}\'\n')
+        config = self.dir / "my cfg.yaml"
+        config.write_text("model: {}\n")
+        env = {**self.env, "BUILD_DIR": "fakebuild", "TORCH_LOG": str(self.dir / "torch.log")}
+        done = run("bash", SCRIPTS / "bench_cpu_vs_libtorch.sh", "--reps", "1", "--threads", "1", "my cfg.yaml",
+                   cwd=self.dir, env=env, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual([c["argv"][:2] for c in self.calls()], [["run", str(config)]])
+        self.assertIn(f"torch {config} --threads 1", (self.dir / "torch.log").read_text())
+        # The table names the config as it was given.
+        self.assertIn("my cfg.yaml  1", done.stdout)
+
+
+class FabricArgumentTests(Sandbox):
+    """validate_fabric_projection.sh took any argument (--help too) as a rate
+    and failed in tc after a minute of setup. ip, tc and mpirun are stand-ins
+    here that record a call, and the binary is missing: no namespace is made
+    whatever the script does."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        for tool in ("ip", "tc", "mpirun"):
+            write_tool(self.tools, tool, f'echo "{tool} $*" >> "$FAKE_LOG"; exit 1\n')
+        self.out = self.dir / "never-made"
+        self.env.update(TRAINBENCH=str(self.dir / "no-trainbench"), OUT=str(self.out))
+
+    def test_bad_rates_exit_2_before_any_setup(self) -> None:
+        for args, words in ((["--bogus"], "rate '--bogus'"), (["0"], "rate '0'"), (["-5"], "rate '-5'"),
+                            (["abc"], "rate 'abc'"), (["200", "1e3"], "rate '1e3'"), (["200mbit"], "rate '200mbit'"),
+                            ([""], "rate ''"), (["0.0"], "rate '0.0'"), (["2000000"], "rate '2000000'")):
+            with self.subTest(args=args):
+                done = run("bash", SCRIPTS / "validate_fabric_projection.sh", *args, env=self.env, timeout=20)
+                self.assert_refused(done, words)
+                self.assertFalse(self.out.exists())
+                self.assertFalse(self.log.exists(), self.log.read_text() if self.log.exists() else "")
+
+    def test_bad_layers_or_steps_exit_2(self) -> None:
+        for name, value in (("LAYERS", "0"), ("STEPS", "x")):
+            with self.subTest(name=name):
+                done = run("bash", SCRIPTS / "validate_fabric_projection.sh", "200",
+                           env={**self.env, name: value}, timeout=20)
+                self.assert_refused(done, f"{name}='{value}'")
+                self.assertFalse(self.out.exists())
+
+    def test_help_prints_the_usage(self) -> None:
+        for flag in ("-h", "--help"):
+            with self.subTest(flag=flag):
+                done = run("bash", SCRIPTS / "validate_fabric_projection.sh", flag, env=self.env, timeout=20)
+                self.assertEqual(done.returncode, 0, done.stderr)
+                self.assertIn("Usage: scripts/validate_fabric_projection.sh [RATE_MBIT ...]", done.stdout)
+                self.assertIn("Mbit/s", done.stdout)
+                self.assertFalse(self.out.exists())
+                self.assertFalse(self.log.exists())
+
+    def test_a_relative_binary_is_the_callers(self) -> None:
+        # As root the script gets as far as the binary check; elsewhere it
+        # stops at root: either way it names the caller's path, or root.
+        done = run("bash", SCRIPTS / "validate_fabric_projection.sh", "200", cwd=self.dir,
+                   env={**self.env, "TRAINBENCH": "no-trainbench"}, timeout=20)
+        self.assertIn(done.returncode, (2, 3), done.stderr)
+        if os.getuid() == 0 and shutil.which("ip") and done.returncode == 3:
+            self.assertIn(f"{self.dir}/no-trainbench not built", done.stderr)
+        self.assertFalse(self.out.exists())
+
+
+class SbatchTests(Sandbox):
+    def test_run_without_sbatch_is_one_line_exit_2(self) -> None:
+        done = run("bash", SCRIPTS / "slurm" / "trainbench.sbatch", "--steps", "5", env=self.env, timeout=20)
+        self.assert_refused(done, "run this with sbatch")
+
+
+# An mpirun stand-in: "Open MPI" to --version, records its arguments (one a
+# line, then ---), then runs the command after its own options as one process.
+FAKE_MPIRUN = '''if [ "$1" = --version ]; then echo "mpirun (Open MPI) 4.1.4"; exit 0; fi
+printf '%s\\n' "$@" >> "$MPI_LOG"; echo --- >> "$MPI_LOG"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -np|--hostfile) shift 2 ;;
+    --oversubscribe) shift ;;
+    *) break ;;
+  esac
+done
+exec "$@"
+'''
+
+
+class LauncherSandbox(Sandbox):
+    def setUp(self) -> None:
+        super().setUp()
+        self.mpi_log = self.dir / "mpirun.log"
+        self.mpirun = write_tool(self.tools, "mpirun", FAKE_MPIRUN)
+        self.env.update(MPI_LOG=str(self.mpi_log), MPIRUN=str(self.mpirun))
+
+    def mpirun_calls(self) -> list[list[str]]:
+        if not self.mpi_log.exists():
+            return []
+        return [c.splitlines() for c in self.mpi_log.read_text().split("---\n") if c.strip()]
+
+
+class ScaleTests(LauncherSandbox):
+    def test_an_empty_rank_item_is_refused(self) -> None:
+        out = self.dir / "never"
+        for ranks in ("1,2,", ",1", "1,,2"):
+            with self.subTest(ranks=ranks):
+                done = run("bash", SCALE, "--binary", "/bin/true", "--ranks", ranks, "--out", out, "--no-report",
+                           env=self.env, timeout=20)
+                self.assert_refused(done, f"--ranks '{ranks}'", "empty")
+                self.assertFalse(out.exists())
+                self.assertEqual(self.mpirun_calls(), [])
+
+    def test_the_slurm_follow_up_command_is_quoted(self) -> None:
+        write_tool(self.tools, "sbatch", "echo 42\n")
+        out = self.dir / "slurm out $x"
+        done = run("bash", SCALE, "--slurm", "--binary", "/bin/true", "--nodes", "1", "--out", out, env=self.env,
+                   timeout=20)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        line = done.stdout.splitlines()[-1]
+        command = line.split("when the jobs have finished: ", 1)[1]
+        self.assertEqual(shlex.split(command), ["python3", str(SCRIPTS / "report.py"), str(out)])
+
+    def earlier_sweep(self, out: Path) -> dict[str, str]:
+        out.mkdir()
+        (out / "ranks-1.json").write_text('{"earlier": true}\n')
+        (out / "ranks-1.log").write_text("the earlier run's log\n")
+        return digests(out, ["ranks-1.json", "ranks-1.log"])
+
+    def test_a_failed_rerun_keeps_the_earlier_log(self) -> None:
+        # The earlier ranks-1.json was kept, but its log was overwritten by
+        # the failed run's.
+        require_binary()
+        out = self.dir / "sweep"
+        earlier = self.earlier_sweep(out)
+        done = run("bash", SCALE, "--binary", BINARY, "--config", "tiny", "--ranks", "1", "--steps", "4",
+                   "--set", "train.warmup_steps=1", "--set", "train.lr=1e300", "--set", "train.threads=1",
+                   "--set", "report.progress_every=0", "--out", out, "--no-report", env=self.env, timeout=60)
+        self.assertEqual(done.returncode, 4, done.stderr)
+        self.assertEqual(digests(out, ["ranks-1.json", "ranks-1.log"]), earlier)
+        failed_log = (out / "ranks-1.failed.log").read_text()
+        self.assertEqual(shlex.split(failed_log.splitlines()[0])[:3], [str(self.mpirun), "-np", "1"])
+        self.assertIn("loss_finite", failed_log)
+        self.assertTrue((out / "ranks-1.failed.json").is_file())
+        self.assertEqual(sorted(p.name for p in out.iterdir()),
+                         ["ranks-1.failed.json", "ranks-1.failed.log", "ranks-1.json", "ranks-1.log"])
+        self.assertIn("FAILED (exit 4, ", done.stderr)
+        self.assertIn(f"{out}/ranks-1.failed.log", done.stderr)
+        self.assertIn(f"the earlier {out}/ranks-1.json is kept", done.stderr)
+
+    def test_ctrl_c_is_said_to_be_an_interruption(self) -> None:
+        # Open MPI's mpirun exits 1 on SIGINT: the sweep said "FAILED (exit 1)".
+        started = self.dir / "started"
+        write_tool(self.tools, "mpirun", 'if [ "$1" = --version ]; then exit 0; fi\n'
+                   'printf "%s\\n" "$@" >> "$MPI_LOG"; trap "exit 1" INT\n'
+                   f'touch {shlex.quote(str(started))}\n'
+                   'i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done\n')
+        out = self.dir / "sweep"
+        earlier = self.earlier_sweep(out)
+        process = subprocess.Popen(["bash", str(SCALE), "--binary", "/bin/true", "--ranks", "1,2", "--out",
+                                    str(out), "--no-report"], env=self.env, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   start_new_session=True)
+        try:
+            deadline = time.monotonic() + 20
+            while not started.exists() and time.monotonic() < deadline and process.poll() is None:
+                time.sleep(0.05)
+            self.assertTrue(started.exists(), "the run did not start")
+            # As a terminal's Ctrl-C: the whole foreground group.
+            os.killpg(process.pid, signal.SIGINT)
+            _, err = process.communicate(timeout=20)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
+        self.assertEqual(process.returncode, 130, err)
+        self.assertIn("1 rank(s) interrupted (SIGINT", err)
+        self.assertNotIn("FAILED", err)
+        self.assertEqual(digests(out, ["ranks-1.json", "ranks-1.log"]), earlier)
+        self.assertTrue((out / "ranks-1.failed.log").is_file())
+        self.assertFalse(list(out.glob("*.previous")))
+        self.assertFalse((out / "ranks-2.log").exists())
+
+
+class CompareTests(LauncherSandbox):
+    """compare_finetune.sh with real one-process runs of `tiny` through the
+    mpirun stand-in; each side gets more ranks than this machine has cores."""
+
+    def compare(self, out: Path, *args: str, extra_env: dict[str, str] | None = None,
+                gpus_per_node: int | None = None) -> subprocess.CompletedProcess[str]:
+        self.gpus = gpus_per_node or min(1024, (os.cpu_count() or 1) + 1)
+        return run("bash", COMPARE, "--binary", BINARY, "--config", "tiny", "--gpus-per-node", str(self.gpus),
+                   "--nodes", "2", "--steps", "3", "--set", "train.warmup_steps=1", "--set", "train.threads=1",
+                   "--set", "report.progress_every=0", *args, "--out", out, env={**self.env, **(extra_env or {})},
+                   timeout=120)
+
+    def setUp(self) -> None:
+        super().setUp()
+        require_binary()
+
+    def test_ranks_past_the_cores_are_oversubscribed_and_logs_open_with_the_launch(self) -> None:
+        # mpirun refused 8 and 16 ranks on one machine ("not enough slots"),
+        # and each log opened with "launch 1 8 ...", not the mpirun line.
+        out = self.dir / "out with space"
+        done = self.compare(out)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        calls = self.mpirun_calls()
+        self.assertEqual([c[:3] for c in calls], [["-np", str(self.gpus), "--oversubscribe"],
+                                                   ["-np", str(2 * self.gpus), "--oversubscribe"]])
+        for name, ranks in (("lora", self.gpus), ("full", 2 * self.gpus)):
+            first = (out / f"{name}.log").read_text().splitlines()[0]
+            words = shlex.split(first)
+            self.assertEqual(words[:5], [str(self.mpirun), "-np", str(ranks), "--oversubscribe", str(BINARY)])
+            self.assertEqual(words[-2:], ["--out", str(out / f"{name}.json")])
+            self.assertIn(f"{name}: {first}", done.stdout)
+        self.assertEqual(shlex.split((out / "plan-lora.log").read_text().splitlines()[0])[:3],
+                         [str(BINARY), "plan", "tiny"])
+
+    def test_a_hostfile_is_checked_and_decides_the_slots(self) -> None:
+        done = self.compare(self.dir / "never", "--hostfile", str(self.dir / "no-such-hostfile"))
+        self.assert_refused(done, "--hostfile")
+        self.assertFalse((self.dir / "never").exists())
+        hostfile = self.dir / "hosts"
+        hostfile.write_text("localhost slots=1024\n")
+        done = self.compare(self.dir / "out", "--hostfile", str(hostfile), gpus_per_node=2)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual([c[:4] for c in self.mpirun_calls()], [["-np", "2", "--hostfile", str(hostfile)],
+                                                                 ["-np", "4", "--hostfile", str(hostfile)]])
+        self.assertNotIn("--oversubscribe", sum(self.mpirun_calls(), []))
+
+    def test_a_failed_rerun_keeps_the_earlier_comparison(self) -> None:
+        # A rerun overwrote lora.json and full.json even when a run failed,
+        # and the earlier compare.md stayed beside numbers neither held.
+        out = self.dir / "out"
+        first = self.compare(out, gpus_per_node=1)
+        self.assertEqual(first.returncode, 0, first.stderr)
+        kept = ["lora.json", "full.json", "compare.md", "plan-lora.json", "plan-full.json", "lora.log", "full.log"]
+        earlier = digests(out, kept)
+        # The full fine-tuning run fails its loss check (exit 4).
+        done = self.compare(out, "--full-set", "train.lr=1e300", gpus_per_node=1)
+        self.assertEqual(done.returncode, 4, done.stderr)
+        self.assertEqual(digests(out, kept), earlier)
+        failed = json.loads((out / "full.failed.json").read_text())
+        self.assertIn(("loss_finite", False), [(c["name"], c["passed"]) for c in failed["checks"]])
+        self.assertIn("loss_finite", (out / "full.failed.log").read_text())
+        # Its LoRA run finished: kept, apart, and named.
+        unpaired = json.loads((out / "lora.unpaired.json").read_text())
+        self.assertEqual(unpaired["config"]["train"]["mode"], "lora")
+        self.assertFalse(list(out.glob("*.previous")))
+        self.assertIn(f"{out}/full.failed.json", done.stderr)
+        self.assertIn(f"{out}/lora.unpaired.json", done.stderr)
+        self.assertIn("the earlier comparison is kept: ", done.stderr)
+        self.assertIn(f"{out}/compare.md", done.stderr.split("the earlier comparison is kept: ")[1])
+        # Now the LoRA run fails: the full run does not start.
+        done = self.compare(out, "--lora-set", "train.lr=1e300", gpus_per_node=1)
+        self.assertEqual(done.returncode, 4, done.stderr)
+        self.assertEqual(digests(out, kept), earlier)
+        self.assertTrue((out / "lora.failed.json").is_file())
+        self.assertNotIn("compare_finetune.sh: full:", done.stdout)
+        # A fresh comparison into an empty folder that fails leaves no compare.md.
+        fresh = self.dir / "fresh"
+        done = self.compare(fresh, "--full-set", "train.lr=1e300", gpus_per_node=1)
+        self.assertEqual(done.returncode, 4, done.stderr)
+        self.assertFalse((fresh / "compare.md").exists())
+        self.assertFalse((fresh / "lora.json").exists())
+        self.assertTrue((fresh / "lora.unpaired.json").is_file())
+        self.assertIn("no compare.md: there was no earlier comparison", done.stderr)
+        # And a successful rerun replaces the earlier comparison whole.
+        done = self.compare(out, gpus_per_node=1)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertNotEqual(digests(out, ["lora.json", "full.json", "compare.md"]),
+                            {k: earlier[k] for k in ("lora.json", "full.json", "compare.md")})
+        self.assertFalse(list(out.glob("*.previous")))
+
+
+def main() -> int:
+    program = unittest.main(module=__name__, exit=False, verbosity=2)
+    result = program.result
+    if result.failures or result.errors or result.unexpectedSuccesses:
+        return 1
+    if result.skipped and result.testsRun <= len(result.skipped):
+        print("skipped: " + "; ".join(dict.fromkeys(reason for _, reason in result.skipped)))
+        return 77
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
