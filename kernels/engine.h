@@ -133,6 +133,13 @@ inline void check_batch(const TokenBatch& batch, int64_t micro_batch, int64_t se
   }
 }
 
+// ZeRO-1: gradient elements [begin, end) whose optimizer state an engine
+// keeps (EngineOptions::optimizer_shard); end = -1 there means all of them.
+struct OptimizerShard {
+  int64_t begin = 0;
+  int64_t end = -1;
+};
+
 class TrainingEngine {
  public:
   virtual ~TrainingEngine() = default;
@@ -214,6 +221,9 @@ class TrainingEngine {
   // Engines without it throw std::logic_error.
   virtual double gradient_sum_of_squares(int64_t begin, int64_t end);
   virtual void optimizer_step_shard(const AdamWSettings& settings, int64_t step, double global_norm);
+  // The gradient elements whose optimizer state this engine keeps: all the
+  // trainable ones ({0, trainable_params}) unless built for ZeRO-1.
+  virtual OptimizerShard optimizer_shard() const { return {0, layout().trainable_params()}; }
 
   // Compute time (forward + backward + optimizer) accumulated since the
   // previous call, in seconds; device time on a device backend.
@@ -291,10 +301,8 @@ struct EngineOptions {
   bool lora_state_includes_base = false;
   // ZeRO-1: gradient elements [begin, end) whose optimizer state this rank
   // keeps; end = -1 means all of them (no sharding).
-  struct OptimizerShard {
-    int64_t begin = 0;
-    int64_t end = -1;
-  } optimizer_shard;
+  using OptimizerShard = trainbench::OptimizerShard;
+  OptimizerShard optimizer_shard;
   // The host parameter and gradient buffers are allocated rounded up to a
   // multiple of this, the padding kept zero: ZeRO-1 reduce-scatters and
   // all-gathers them in `world` equal blocks whatever the model's size

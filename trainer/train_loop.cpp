@@ -316,6 +316,10 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   const float loss_scale = 1.0f / static_cast<float>(train.grad_accum * world);
   std::optional<GradientSync> sync;
   std::optional<ZeroOneOptimizer> zero;
+  // An engine built for ZeRO-1 that trains here alone (the compute ceiling's
+  // local communicator) updates its own shard without the collectives.
+  const OptimizerShard shard = engine.optimizer_shard();
+  const bool sharded_alone = world == 1 && (shard.begin != 0 || shard.end != engine.layout().trainable_params());
   if (world > 1 && config.comm.zero == 1) {
     zero.emplace(comm, engine, zero_padded_elements(engine.layout().trainable_params(), world));
   } else if (world > 1 || comm.device_buffers()) {
@@ -447,6 +451,8 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     if (zero) {
       record.grad_norm = zero->step(adam, step, &record.comm_s);
       record.comm_exposed_s = record.comm_s;  // not overlapped: the step waits for both collectives
+    } else if (sharded_alone) {
+      record.grad_norm = zero_shard_step_alone(engine, adam, step);
     } else {
       record.grad_norm = engine.optimizer_step(adam, step);
     }

@@ -39,6 +39,14 @@ ZeroOneOptimizer::ZeroOneOptimizer(Communicator& comm, TrainingEngine& engine,
     throw std::logic_error("ZeRO-1: the buffers are not padded to whole blocks (zero_padded_elements)");
 }
 
+float zero_shard_step_alone(TrainingEngine& engine, const AdamWSettings& settings, int64_t step) {
+  const OptimizerShard shard = engine.optimizer_shard();
+  const double norm = shard.end > shard.begin ? std::sqrt(engine.gradient_sum_of_squares(shard.begin, shard.end)) : 0.0;
+  engine.optimizer_step_shard(settings, step, norm);
+  engine.refresh_working_parameters();
+  return static_cast<float>(norm);
+}
+
 float ZeroOneOptimizer::step(const AdamWSettings& settings, int64_t step, double* comm_seconds) {
   using Clock = std::chrono::steady_clock;
   const int rank = comm_.rank();

@@ -38,6 +38,13 @@ int64_t zero_padded_elements(int64_t elements, int world);
 // shorter (or empty).
 EngineOptions::OptimizerShard zero_shard(int64_t elements, int rank, int world);
 
+// The compute of a ZeRO-1 step without its collectives: this engine's shard
+// updated, clipped by the norm of that shard's gradients alone. For a
+// measurement of the step with nothing to wait for (the compute ceiling, on
+// a local communicator), whose state is put back after it; not training:
+// the other shards' parameters are left as they were. Returns that norm.
+float zero_shard_step_alone(TrainingEngine& engine, const AdamWSettings& settings, int64_t step);
+
 class ZeroOneOptimizer {
  public:
   // Throws std::runtime_error when the engine cannot take part (its buffers

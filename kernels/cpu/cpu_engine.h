@@ -123,6 +123,7 @@ class CpuEngine : public TrainingEngine {
   float optimizer_step(const AdamWSettings& settings, int64_t step) override;
   double gradient_sum_of_squares(int64_t begin, int64_t end) override;
   void optimizer_step_shard(const AdamWSettings& settings, int64_t step, double global_norm) override;
+  OptimizerShard optimizer_shard() const override { return shard_; }
 
   double take_compute_seconds() override;
   void set_compute_timing(bool on) override;

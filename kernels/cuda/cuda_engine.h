@@ -67,6 +67,7 @@ class CudaEngine final : public TrainingEngine {
   // caller all-gathers the master and calls refresh_working_parameters.
   double gradient_sum_of_squares(int64_t begin, int64_t end) override;
   void optimizer_step_shard(const AdamWSettings& settings, int64_t step, double global_norm) override;
+  OptimizerShard optimizer_shard() const override { return shard_; }
 
   double take_compute_seconds() override;
   void set_compute_timing(bool on) override;

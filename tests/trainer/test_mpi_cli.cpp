@@ -75,6 +75,32 @@ TEST(MpiCli, TwoRanksTrainTinyAndRankZeroReports) {
   EXPECT_GT(result["summary"]["storage_read"]["samples"].get<int64_t>(), 0);
 }
 
+// The compute ceiling trains each rank alone (a local communicator): an
+// engine built for ZeRO-1 updates its own shard there, without collectives
+// ("optimizer_step on a sharded optimizer" was an internal error, exit 1),
+// and the run after it trains as one without --ceilings does.
+TEST(MpiCli, CeilingsOfAZeroOneRunAreMeasuredAndLeaveItsTrainingAsItWas) {
+  testing::TempDir dir("test_mpi_cli");
+  const std::string common = " run tiny --steps 6 --set comm.zero=1 --set train.threads=1 --set report.progress_every=0 "
+                             "--set checkpoint.every_steps=0 --set data.source=synthetic --set data.shards= ";
+  const CommandResult with = run_command("timeout 300 " + kMpirun + "-np 2 " + TRAINBENCH_BINARY + common +
+                                         "--ceilings --out " + dir.file("with.json"));
+  ASSERT_EQ(with.exit_code, 0) << with.out << with.err;
+  const CommandResult without = run_command("timeout 300 " + kMpirun + "-np 2 " + TRAINBENCH_BINARY + common +
+                                            "--out " + dir.file("without.json"));
+  ASSERT_EQ(without.exit_code, 0) << without.out << without.err;
+  const nlohmann::json a = nlohmann::json::parse(read_whole_file(dir.file("with.json")));
+  const nlohmann::json b = nlohmann::json::parse(read_whole_file(dir.file("without.json")));
+  EXPECT_GT(a.at("ceilings").at("compute").at("tokens_per_s").get<double>(), 0.0);
+  ASSERT_EQ(a.at("steps").size(), b.at("steps").size());
+  for (size_t i = 0; i < a.at("steps").size(); ++i)
+    EXPECT_EQ(a["steps"][i]["loss"], b["steps"][i]["loss"]) << "step " << i + 1;
+  const CommandResult bench = run_command("timeout 300 " + kMpirun + "-np 2 " + TRAINBENCH_BINARY +
+                                          " bench compute tiny --set comm.zero=1 --set train.threads=1");
+  ASSERT_EQ(bench.exit_code, 0) << bench.out << bench.err;
+  EXPECT_NE(bench.out.find("compute ceiling: "), std::string::npos) << bench.out;
+}
+
 TEST(MpiCli, AKilledRankEndsTheJobWithAnError) {
   testing::TempDir dir("test_mpi_cli");
   // Rank 1 is killed (SIGKILL) four seconds into a run far longer than that.
