@@ -110,8 +110,8 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(data, on_corrupt, Bound::kAny, {"fail", "skip"}),
       TRAINBENCH_KEY(data, max_sample_bytes, Bound::kPositive),
       TRAINBENCH_KEY(data, block_bytes, Bound::kPositive, {}, int64_t{256} << 20),
-      TRAINBENCH_KEY(data, timeout_s, Bound::kPositive),
-      TRAINBENCH_KEY(data, synthetic_batches, Bound::kPositive),
+      TRAINBENCH_KEY(data, timeout_s, Bound::kPositive, {}, kMaxTimeoutSeconds),
+      TRAINBENCH_KEY(data, synthetic_batches, Bound::kPositive, {}, kMaxSyntheticBatches),
       TRAINBENCH_KEY(data, synth_shards, Bound::kPositive, {}, kMaxSynthShards),
       TRAINBENCH_KEY(data, synth_tokens_per_sample, Bound::kPositive, {}, kMaxSynthTokensPerSample),
       TRAINBENCH_KEY(data, synth_payload_bytes, Bound::kNonNegative, {}, kMaxSynthPayloadBytes),
@@ -122,7 +122,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(comm, overlap),
       TRAINBENCH_KEY(comm, zero, Bound::kNonNegative),
       TRAINBENCH_KEY(comm, check_every, Bound::kNonNegative),
-      TRAINBENCH_KEY(comm, timeout_s, Bound::kPositive),
+      TRAINBENCH_KEY(comm, timeout_s, Bound::kPositive, {}, kMaxTimeoutSeconds),
       TRAINBENCH_KEY(comm, inject_divergence_step, Bound::kNonNegative),
       TRAINBENCH_KEY(comm, inject_delay_ms, Bound::kNonNegative, {}, kMaxInjectedDelayMs),
       TRAINBENCH_KEY(checkpoint, dir),
@@ -132,7 +132,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(checkpoint, when_busy, Bound::kAny, {"wait", "skip"}),
       TRAINBENCH_KEY(checkpoint, on_full, Bound::kAny, {"fail", "skip"}),
       TRAINBENCH_KEY(checkpoint, direct_io),
-      TRAINBENCH_KEY(checkpoint, writers, Bound::kPositive),
+      TRAINBENCH_KEY(checkpoint, writers, Bound::kPositive, {}, kMaxWriters),
       TRAINBENCH_KEY(checkpoint, block_bytes, Bound::kPositive),
       TRAINBENCH_KEY(checkpoint, inject_delay_ms, Bound::kNonNegative, {}, kMaxInjectedDelayMs),
       TRAINBENCH_KEY(checkpoint, include_base),
@@ -467,9 +467,11 @@ void check_bound(const Checker& checker, const KeySpec& spec, const FieldPtr& fi
       break;
   }
   if (spec.max > 0) {
-    const int64_t low = spec.bound == Bound::kPositive ? 1 : 0;
+    const bool whole = std::holds_alternative<int64_t*>(field);  // a double may be 0.5: "> 0", not "from 1"
+    const std::string low = spec.bound != Bound::kPositive ? "0" : whole ? "1" : "";
     checker.require(value <= static_cast<double>(spec.max), {spec.name},
-                    "must be between " + std::to_string(low) + " and " + std::to_string(spec.max) + got);
+                    (low.empty() ? "must be > 0 and at most " + std::to_string(spec.max)
+                                 : "must be between " + low + " and " + std::to_string(spec.max)) + got);
   }
 }
 
@@ -568,6 +570,13 @@ void check_model_sizes(const Checker& checker, const Config& config) {
   // micro_batch x n_heads x seq_len^2 per layer, and the CPU engine's
   // seq_len^2 scratch per thread.
   const int64_t n = mul(config.train.micro_batch, m.seq_len);
+  // A step's tokens: printed, counted and multiplied by the world size in int64.
+  const int64_t step_tokens = mul(n, config.train.grad_accum);
+  checker.require(step_tokens <= kMaxStepTokens, {"train.grad_accum", "train.micro_batch", "model.seq_len"},
+                  "train.micro_batch " + std::to_string(config.train.micro_batch) + " x train.grad_accum " +
+                      std::to_string(config.train.grad_accum) + " x model.seq_len " + std::to_string(m.seq_len) +
+                      " is " + count_text(step_tokens) + " tokens a step on each rank, more than the limit of " +
+                      std::to_string(kMaxStepTokens) + " (2^40)");
   const int64_t widths = add(add(mul(6, d), mul(4, m.q_dim())), add(mul(4, kv), add(mul(6, f), 8)));
   const int64_t probs = mul(mul(config.train.micro_batch, m.n_heads), mul(m.seq_len, m.seq_len));
   int64_t layer_acts = add(mul(n, widths), mul(2, probs));

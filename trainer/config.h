@@ -143,6 +143,12 @@ inline constexpr int64_t kMaxLayers = 65536;                       // model.n_la
 inline constexpr int64_t kMaxParameters = int64_t{1} << 40;        // the whole model, and each matrix
 inline constexpr int64_t kMaxActivationElements = int64_t{1} << 56;  // one micro-batch, all layers
 inline constexpr int64_t kMaxThreads = 1024;                       // train.threads
+inline constexpr int64_t kMaxStepTokens = int64_t{1} << 40;  // micro_batch x grad_accum x seq_len, per rank
+inline constexpr int64_t kMaxWriters = 1024;                 // checkpoint.writers
+inline constexpr int64_t kMaxSyntheticBatches = 4096;        // data.synthetic_batches
+// comm.timeout_s and data.timeout_s, a year: the deadlines are steady-clock
+// nanoseconds, which 9.3e9 s overflowed (every collective "timed out" at once).
+inline constexpr int64_t kMaxTimeoutSeconds = 365 * 24 * 3600;
 
 // A user error in the configuration. what() is one line that names the file
 // or key and what is wrong; the CLI prints it and exits 2.

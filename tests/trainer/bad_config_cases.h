@@ -189,6 +189,19 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"ReadBlockAboveLimit", with("data.block_bytes", "100000000000"), {},
        {"data.block_bytes: must be between 1 and 268435456"}},
       {"LayersAboveLimit", with("model.n_layers", "2000000000"), {}, {"model.n_layers: must be between 1 and 65536"}},
+      // 2^31 wrapped to a negative int ("internal error"); 2^31-1 grew memory without end.
+      {"WritersAboveLimit", with("checkpoint.writers", "2147483648"), {}, {"checkpoint.writers: must be between 1 and 1024"}},
+      {"SyntheticBatchesAboveLimit", with("data.synthetic_batches", "100000000"), {},
+       {"data.synthetic_batches: must be between 1 and 4096"}},
+      // Seconds past what steady-clock nanoseconds hold timed out at once; a
+      // fraction of a second is allowed, so no "from 1".
+      {"CommTimeoutAboveLimit", with("comm.timeout_s", "1e10"), {},
+       {"comm.timeout_s: must be > 0 and at most 31536000 (got 10000000000)"}},
+      {"DataTimeoutAboveLimit", with("data.timeout_s", "31536001"), {}, {"data.timeout_s: must be > 0 and at most 31536000"}},
+      {"StepTokensOverflow", with("train.grad_accum", "9223372036854775807"), {},
+       {"train.grad_accum", "more than 2^63 tokens a step on each rank", "(2^40)"}},
+      {"StepTokensAboveLimit", with("train.grad_accum", "1099511627776"), {},
+       {"train.grad_accum", "562949953421312 tokens a step on each rank", "(2^40)"}},
       {"FullDepthAboveLimit", with("model.n_layers_full", "2000000000"), {}, {"model.n_layers_full", "65536"}},
       // Model sizes whose int64 arithmetic would overflow or that no machine holds.
       {"DModelOverflowsInt64",
