@@ -777,6 +777,11 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
         if (reporter) print_progress(stdout, config, step, so_far);
       },
       checkpointer.get(), resume.step + 1, after_step);
+  // A signal's cleanup removes the temporary checkpoint folder under a
+  // writer: the run then ends on a "failed checkpoint" that is the signal's
+  // doing. Neither its result (over an earlier one at --out) nor burn-in's
+  // FAIL verdict may be written for it: the signal speaks.
+  wait_if_interrupted();
   // In the result too: its config still says every_steps, and no checkpoint
   // record nor stall would read as checkpointing that costs nothing.
   if (!checkpoint_off.empty()) outcome.warnings.insert(outcome.warnings.begin(), checkpoint_off);

@@ -9,6 +9,7 @@
 #include <chrono>      // the pause between removal rounds
 
 #include <csignal>     // std::signal
+#include <cstdlib>     // std::getenv, std::atol: the test hook
 #include <filesystem>  // remove_all
 #include <mutex>
 #include <system_error>
@@ -130,6 +131,10 @@ void install_interrupt_cleanup() {
         remove_folders_then_run_actions();
       }
     }
+    // Test hook: the other threads go on this long between the cleanup and
+    // the end, so what they do after a folder went is seen, not raced.
+    if (const char* linger = std::getenv("TRAINBENCH_TEST_INTERRUPT_LINGER_MS"))
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(linger)));
     // Die by the signal itself, as without the handler.
     std::signal(signal_number, SIG_DFL);
     ::raise(signal_number);

@@ -525,6 +525,32 @@ TEST(Cli, AnInterruptedRunLeavesNoTemporaryFolders) {
   EXPECT_EQ(after, "0") << "temporary folders left behind: " << r.out;
 }
 
+// The signal's cleanup removes the temporary checkpoint folder under the
+// writer of a checkpoint in flight, which then fails. That failure is the
+// signal's: no result over the earlier one at --out, no "check failed"
+// line (it replaced the result with one blaming the checkpoint, 16 times in
+// 20). The hook keeps the process alive 3 s after the cleanup, so the run
+// sees the failure every time.
+TEST(Cli, ACheckpointFailureTheSignalCausedWritesNoResult) {
+  testing::TempDir dir("test_cli_interrupt_ckpt");
+  const std::string out = dir.file("out.txt");
+  const std::string result = dir.file("r.json");
+  const std::string common = " run tiny --set data.source=synthetic --set data.shards= --set train.threads=1 ";
+  ASSERT_EQ(run_command(std::string(TRAINBENCH_BINARY) + common + "--steps 8 --out " + result).exit_code, 0);
+  const std::string earlier = testing::read_whole_file(result);
+  const auto r = run_command(
+      "( export TMPDIR=" + dir.path() + " TRAINBENCH_TEST_INTERRUPT_LINGER_MS=3000; " + TRAINBENCH_BINARY + common +
+      "--steps 100000 --set checkpoint.every_steps=1 --set checkpoint.inject_delay_ms=400 --out " + result + " > " + out +
+      " 2>&1 & pid=$!; for i in $(seq 600); do grep -q 'step ' " + out + " && break; sleep 0.1; done; "
+      "sleep 1; kill -TERM $pid; wait $pid; echo exit=$?)");
+  const std::string console = testing::read_whole_file(out);
+  ASSERT_NE(console.find("step "), std::string::npos) << "the run never stepped: " << r.out;
+  EXPECT_EQ(r.out, "exit=143\n") << console;
+  EXPECT_EQ(testing::read_whole_file(result), earlier) << console;
+  EXPECT_EQ(console.find("check failed"), std::string::npos) << console;
+  EXPECT_EQ(console.find("summary:"), std::string::npos) << console;
+}
+
 // A SIGTERM that lands while the process exits (mpirun ends the other
 // ranks when one fails) ended it by a segfault: the signal's cleanup thread
 // ran on lists the exit had destroyed. Short commands, each sent SIGTERM at
