@@ -945,7 +945,7 @@ int BenchCommand::run_comm() {
   const std::vector<int64_t> bucket_bytes =
       gradient_bucket_bytes(gradient_elements, config.comm.bucket_mb, config.comm.overlap);
 
-  const std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend);
+  const std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend, config.comm.timeout_s);
   comm->set_timeout(config.comm.timeout_s);
   comm->set_context("bench comm");
   // Each rank sizes its buffers from its own options: one given others

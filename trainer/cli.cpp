@@ -396,7 +396,7 @@ int run_command(const RunOptions& options, const std::string& command_line) {
   const Config config = load_config_as_typed(options.config, options.overrides, typed);
   // With nccl this is its bootstrap (MPI or local) until the GPU is known:
   // wrapped in run_config, after the engine.
-  std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend);
+  std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend, config.comm.timeout_s);
   // The options besides --set that change the job, as typed.
   std::string job_options = options.resume.empty() ? "" : "--resume " + options.resume;
   if (options.ceilings) job_options += job_options.empty() ? "--ceilings" : " --ceilings";
@@ -859,7 +859,7 @@ int run_with_extension(const std::string& config, const std::vector<std::string>
   return run_command(options, command_line);
 }
 
-std::unique_ptr<Communicator> make_communicator(const std::string& backend) {
+std::unique_ptr<Communicator> make_communicator(const std::string& backend, double timeout_s) {
   if (backend == "nccl" && nccl_version().empty())
     throw CommandError{kExitEnvironmentError,
                        "comm.backend=nccl: this build has no NCCL backend (it needs the CUDA backend and nccl.h "
@@ -875,6 +875,10 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend) {
                                         : "started by an MPI launcher, but this build has no MPI backend: "
                                           "every rank would run alone (build with OpenMPI installed, or "
                                           "set comm.backend=local)"};
+  // From the first collective on (the config comparison, the checkpoint
+  // folder's agreement before step 1): a rank stopped during set-up waited
+  // out the default 300 s whatever comm.timeout_s said.
+  mpi->set_timeout(timeout_s);
   return mpi;
 }
 

@@ -32,8 +32,9 @@ struct CommandError {
 // the process. nccl gives its bootstrap (MPI under a launcher, else local),
 // which `run` wraps with make_nccl_communicator once the local rank has picked
 // the GPU. Throws CommandError (exit 3) when MPI is asked for, or launched, but
-// not built, and when nccl is asked for but not built.
-std::unique_ptr<Communicator> make_communicator(const std::string& backend);
+// not built, and when nccl is asked for but not built. Its collectives time
+// out after `timeout_s` (comm.timeout_s) from the first.
+std::unique_ptr<Communicator> make_communicator(const std::string& backend, double timeout_s);
 
 // Every rank of a multi-rank command must run the same job: rank 0's
 // resolved config (report.* aside) and `command_options` (the command's own

@@ -250,7 +250,7 @@ int ProjectCommand::run() {
                                            ": one depth cannot be fitted; give two (e.g. 2,4) to project to "
                                            "model.n_layers_full " + std::to_string(full_layers)};
 
-  std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend);
+  std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend, config.comm.timeout_s);
   std::string depths;
   for (const int64_t l : layers) depths += (depths.empty() ? "" : ",") + std::to_string(l);
   std::string node_counts;

@@ -101,6 +101,29 @@ TEST(MpiCli, CeilingsOfAZeroOneRunAreMeasuredAndLeaveItsTrainingAsItWas) {
   EXPECT_NE(bench.out.find("compute ceiling: "), std::string::npos) << bench.out;
 }
 
+// A rank stopped during set-up (here while it writes its synthetic shards,
+// before the collectives that come before step 1) ends the job after
+// comm.timeout_s, not after the communicator's default 300 s.
+TEST(MpiCli, ARankStoppedBeforeStepOneTimesOutAfterCommTimeout) {
+  testing::TempDir dir("test_mpi_cli");
+  const std::string wrapper = dir.file("stop_rank1.sh");
+  write_executable(wrapper, "#!/bin/sh\nif [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then\n  export TMPDIR=" + dir.file("t1") +
+                                "\n  mkdir -p $TMPDIR\n  \"$@\" & pid=$!\n"
+                                "  while ! ls $TMPDIR | grep -q trainbench-shards; do sleep 0.01; done\n"
+                                "  kill -STOP $pid\n"
+                                // mpirun's SIGTERM at the abort ends the wait, and the stopped rank with it.
+                                "  trap 'kill -KILL $pid; exit 1' TERM INT\n  sleep 100 & wait $!\n  kill -KILL $pid\n  exit 1\n"
+                                "fi\nexec \"$@\"\n");
+  const auto begin = std::chrono::steady_clock::now();
+  const CommandResult r = run_command("timeout 90 " + kMpirun + "-np 2 " + wrapper + " " + TRAINBENCH_BINARY +
+                                      " run tiny --steps 20 --set train.threads=1 --set comm.timeout_s=5 --out " +
+                                      dir.file("r.json"));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_NE(r.err.find("timed out after 5 s"), std::string::npos) << r.err;
+  EXPECT_LT(seconds, 60.0);
+}
+
 TEST(MpiCli, AKilledRankEndsTheJobWithAnError) {
   testing::TempDir dir("test_mpi_cli");
   // Rank 1 is killed (SIGKILL) four seconds into a run far longer than that.
