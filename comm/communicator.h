@@ -120,9 +120,11 @@ class Communicator {
 
   // --- Failure handling ---
   virtual void set_timeout(double seconds) = 0;
-  // Fault injection (comm.inject_delay_ms): each background request is held
-  // this long once its transfer has begun, as a slow network would hold it;
-  // the time counts in comm_s. Backends without it ignore it.
+  // Fault injection (comm.inject_delay_ms): each background request, and
+  // each reduce_scatter_sum and all_gather_floats (ZeRO-1's gradient
+  // collectives), is held this long once its transfer has begun, as a slow
+  // network would hold it; the time counts in comm_s and against the
+  // timeout. Backends without it ignore it.
   virtual void set_injected_delay(double seconds_per_request) { (void)seconds_per_request; }
   // What the trainer is doing ("step 12"), for timeout and abort messages.
   virtual void set_context(const std::string& context) = 0;

@@ -102,7 +102,9 @@ class MpiCommunicator final : public Communicator {
   // Element count for a call MPI takes as an int; larger ones abort.
   int mpi_count(int64_t count, const char* collective);
   // Polls `request` until it completes; aborts past the timeout.
-  void complete(MPI_Request& request, const char* collective, int64_t bytes);
+  // `held`: the request counts as done no sooner than comm.inject_delay_ms
+  // after it began (the gradient collectives of ZeRO-1), the timeout counting.
+  void complete(MPI_Request& request, const char* collective, int64_t bytes, bool held = false);
   void all_reduce_in_pieces(MPI_Comm comm, float* data, int64_t count, const char* collective);
   void progress_loop();
 
@@ -211,16 +213,17 @@ int MpiCommunicator::mpi_count(int64_t count, const char* collective) {
   return static_cast<int>(count);
 }
 
-void MpiCommunicator::complete(MPI_Request& request, const char* collective, int64_t bytes) {
+void MpiCommunicator::complete(MPI_Request& request, const char* collective, int64_t bytes, bool held) {
   const PeerWait waiting(*this);
   const Clock::time_point start = Clock::now();
   const double timeout_s = timeout_s_;
   const Clock::time_point deadline = start + duration_of(timeout_s);
+  const Clock::time_point release = start + duration_of(held ? injected_delay_s_.load() : 0.0);
   for (;;) {
-    int done = 0;
+    int done = 0;  // a completed request is MPI_REQUEST_NULL, which tests done
     check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test", collective);
-    if (done) return;
     const Clock::time_point now = Clock::now();
+    if (done && now >= release) return;
     if (now >= deadline)
       abort(3, std::string("comm: ") + collective + " of " + std::to_string(bytes) +
                    " bytes timed out after " + format_seconds(timeout_s) + " s" + where() +
@@ -277,7 +280,7 @@ void MpiCommunicator::reduce_scatter_sum(const float* send, float* recv, int64_t
   check(MPI_Ireduce_scatter_block(send_buffer, recv, block, MPI_FLOAT, MPI_SUM, blocking_comm_,
                                   &request),
         "MPI_Ireduce_scatter_block", "reduce_scatter");
-  complete(request, "reduce_scatter", count * world_ * static_cast<int64_t>(sizeof(float)));
+  complete(request, "reduce_scatter", count * world_ * static_cast<int64_t>(sizeof(float)), /*held=*/true);
 }
 
 void MpiCommunicator::all_gather_floats(const float* send, float* recv, int64_t count) {
@@ -288,7 +291,7 @@ void MpiCommunicator::all_gather_floats(const float* send, float* recv, int64_t 
   check(MPI_Iallgather(send_buffer, block, MPI_FLOAT, recv, block, MPI_FLOAT, blocking_comm_,
                        &request),
         "MPI_Iallgather", "all_gather");
-  complete(request, "all_gather", count * world_ * static_cast<int64_t>(sizeof(float)));
+  complete(request, "all_gather", count * world_ * static_cast<int64_t>(sizeof(float)), /*held=*/true);
 }
 
 Communicator::Ticket MpiCommunicator::start_all_reduce_sum(float* data, int64_t count) {

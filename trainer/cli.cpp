@@ -583,6 +583,10 @@ void check_fault_injection_targets(const Config& config, int64_t world) {
   if (config.comm.inject_divergence_step > 0 && world < 2)
     throw CommandError{kExitUserError, "comm.inject_divergence_step: one rank has no other to diverge from; run "
                                        "at least 2 ranks"};
+  if (config.comm.inject_divergence_step > 0 && config.comm.zero == 1)
+    throw CommandError{kExitUserError, "comm.inject_divergence_step: under comm.zero 1 every rank's parameters are "
+                                       "all-gathered from their owners each step, so a nudge on one rank is "
+                                       "overwritten and there is no divergence to catch; set comm.zero 0"};
 }
 
 }  // namespace

@@ -124,6 +124,26 @@ TEST(MpiCli, ARankStoppedBeforeStepOneTimesOutAfterCommTimeout) {
   EXPECT_LT(seconds, 60.0);
 }
 
+// The network fault injections under ZeRO-1: a slow network holds its
+// reduce-scatter and all-gather too (they ran at full speed, the injection
+// silently ignored); a divergence, which its all-gather would overwrite, is
+// refused rather than passed as caught.
+TEST(MpiCli, ZeroOneTakesTheSlowNetworkAndRefusesTheDivergenceInjection) {
+  testing::TempDir dir("test_mpi_cli");
+  const std::string common = " run tiny --steps 6 --set comm.zero=1 --set train.threads=1 --set report.progress_every=0 "
+                             "--set checkpoint.every_steps=0 --set data.source=synthetic --set data.shards= ";
+  const CommandResult slow = run_command("timeout 300 " + kMpirun + "-np 2 " + TRAINBENCH_BINARY + common +
+                                         "--set comm.inject_delay_ms=60 --out " + dir.file("slow.json"));
+  ASSERT_EQ(slow.exit_code, 0) << slow.out << slow.err;
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("slow.json")));
+  for (const auto& step : result.at("steps"))
+    EXPECT_GE(step.at("comm_s").get<double>(), 0.12) << "two collectives held 60 ms each: " << step.dump();
+  const CommandResult diverge = run_command("timeout 300 " + kMpirun + "-np 2 " + TRAINBENCH_BINARY + common +
+                                            "--set comm.inject_divergence_step=3 --out " + dir.file("d.json"));
+  EXPECT_EQ(diverge.exit_code, 2) << diverge.out << diverge.err;
+  EXPECT_NE(diverge.err.find("comm.inject_divergence_step: under comm.zero 1"), std::string::npos) << diverge.err;
+}
+
 TEST(MpiCli, AKilledRankEndsTheJobWithAnError) {
   testing::TempDir dir("test_mpi_cli");
   // Rank 1 is killed (SIGKILL) four seconds into a run far longer than that.
