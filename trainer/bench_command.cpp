@@ -319,7 +319,8 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
                   "where to unpack for --small-files (default: the temporary directory)");
   io_->add_option("--against", o.against,
                   "a trainbench result JSON: compare with the tokens/s that run consumed per rank");
-  io_->add_option("--out", o.out, "write the figures as JSON here");
+  io_->add_option("--out", o.out, "write the figures as JSON here")
+      ->check(non_empty_path());
   io_->add_flag("--write", o.write,
                 "measure the storage-write ceiling instead: a checkpoint persisted alone, as a run writes it, "
                 "beside a plain sequential write of the same size (dd bs=64M oflag=direct conv=fsync)");
@@ -356,7 +357,8 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
       ->transform(integer_range(1, 1000000));
   comm_->add_option("--warmup-iters", o.warmup_iters, "untimed iterations before them (default 5)")
       ->transform(integer_range(0, 1000000));
-  comm_->add_option("--out", o.out, "write the figures as JSON here (rank 0)");
+  comm_->add_option("--out", o.out, "write the figures as JSON here (rank 0)")
+      ->check(non_empty_path());
 
   instrument_ = bench_->add_subcommand(
       "instrument", "what the per-step timing costs: timed and untimed blocks of steps alternating in one process");
@@ -365,12 +367,14 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
       ->transform(integer_range(2, 100000));
   instrument_->add_option("--block-steps", o.block_steps, "measured steps per block (default 10)")
       ->transform(integer_range(1, 100000));
-  instrument_->add_option("--out", o.out, "result JSON path (default trainbench-instrument.json)");
+  instrument_->add_option("--out", o.out, "result JSON path (default trainbench-instrument.json)")
+      ->check(non_empty_path());
 
   compute_ = bench_->add_subcommand(
       "compute", "the compute ceiling: the config's step on resident batches, no communication, no checkpoints");
   add_config_options(*compute_, o.config, o.overrides, "(default: tiny)");
-  compute_->add_option("--out", o.out, "result JSON path (default trainbench-compute.json)");
+  compute_->add_option("--out", o.out, "result JSON path (default trainbench-compute.json)")
+      ->check(non_empty_path());
   bench_->require_subcommand(1);
 }
 

@@ -10,6 +10,7 @@
 #include "comm/launch_detect.h"  // launcher_task_count: the job a baseline must match
 #include "trainer/burnin.h"         // parse_duration, read_baseline, make_burnin_monitor
 #include "trainer/cli.h"            // run_with_extension, CommandError
+#include "trainer/cli_validators.h" // non_empty_path
 #include "trainer/config.h"         // load_config: the config is read once here to size the data
 #include "trainer/data_source.h"    // synth_samples_per_shard_for_run
 #include "trainer/run_extension.h"  // RunExtension
@@ -36,7 +37,8 @@ BurninCommand::BurninCommand(CLI::App& app) : options_(std::make_unique<Options>
   burnin_->add_option("--baseline", o.baseline,
                       "a known-good result JSON (run or burnin): tokens/s, busbw and checkpoint write GB/s "
                       "more than burnin.baseline_tolerance_pct below it fail");
-  burnin_->add_option("--out", o.out, "result JSON path (overrides report.out; default trainbench-burnin.json)");
+  burnin_->add_option("--out", o.out, "result JSON path (overrides report.out; default trainbench-burnin.json)")
+      ->check(non_empty_path());
 }
 
 BurninCommand::~BurninCommand() = default;

@@ -33,4 +33,10 @@ inline CLI::Validator number_range(double low, double high) {
   return CLI::Validator([=](std::string& text) { return number_in_range(text, low, high); }, "");
 }
 
+// A path option given as "": refused as `run --out ""` is (burnin and bench
+// wrote their default file instead, exit 0).
+inline CLI::Validator non_empty_path() {
+  return CLI::Validator([](std::string& text) { return text.empty() ? std::string("the path is empty") : ""; }, "");
+}
+
 }  // namespace trainbench

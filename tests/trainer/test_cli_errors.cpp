@@ -183,6 +183,12 @@ TEST(CliErrors, OptionNumbersOutOfRange) {
       {{"plan", "--gpu-memory", "nan"}, {"--gpu-memory", "'nan'"}},
       {{"plan", "--gpu-memory", "inf"}, {"--gpu-memory", "'inf'"}},
       {{"plan", "--nodes", "99999999999999999999"}, {"--nodes", "between 1 and"}},
+      // As run's: "" is no path (these wrote their default file, exit 0).
+      {{"burnin", "tiny", "--out", ""}, {"--out", "the path is empty"}},
+      {{"bench", "instrument", "--out", ""}, {"--out", "the path is empty"}},
+      {{"bench", "compute", "--out", ""}, {"--out", "the path is empty"}},
+      {{"bench", "io", "--out", ""}, {"--out", "the path is empty"}},
+      {{"bench", "comm", "--out", ""}, {"--out", "the path is empty"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.args[0] + " " + c.args[1] + " " + c.args[2] + " " + c.args.back());
