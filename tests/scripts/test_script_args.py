@@ -577,16 +577,6 @@ class CompareTests(LauncherSandbox):
         self.assertFalse(list(out.glob("*.previous")))
 
 
-def main() -> int:
-    program = unittest.main(module=__name__, exit=False, verbosity=2)
-    result = program.result
-    if result.failures or result.errors or result.unexpectedSuccesses:
-        return 1
-    if result.skipped and result.testsRun <= len(result.skipped):
-        print("skipped: " + "; ".join(dict.fromkeys(reason for _, reason in result.skipped)))
-        return 77
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    from run_as_ctest import main
+    sys.exit(main(__name__))
