@@ -204,10 +204,16 @@ std::string precision_of_auto_on(const std::string& engine) {
   return engine == "cuda" ? "bf16" : engine == "cpu" ? "fp32" : "";
 }
 
-std::string baseline_job_difference(const BaselineFigures& known, const Config& config, int ranks) {
+std::string baseline_job_difference(const BaselineFigures& known, const Config& config, int ranks,
+                                    const std::string& engine) {
   if (known.ranks > 0 && known.ranks != ranks)
     return "measured on " + std::to_string(known.ranks) + " rank(s) and this job has " + std::to_string(ranks) +
            ": its tokens/s and busbw are not this job's";
+  // A GPU's tokens/s is hundreds of times a CPU's: a baseline from the other
+  // engine made every GPU "pass" (or every CPU job fail) whatever it did.
+  if (!known.compute_backend.empty() && !engine.empty() && known.compute_backend != engine)
+    return "measured on the " + known.compute_backend + " engine and this job runs on the " + engine +
+           " engine (train.device " + config.train.device + "): its tokens/s is not this job's";
   if (!known.config.is_object()) return "";
   std::vector<std::array<const char*, 2>> keys = {
       {"model", ""}, {"train", "micro_batch"}, {"train", "grad_accum"}, {"train", "mode"}};
@@ -218,10 +224,8 @@ std::string baseline_job_difference(const BaselineFigures& known, const Config& 
     const nlohmann::json train = known.config.value("train", nlohmann::json::object());
     std::string then = train.value("precision", nlohmann::json()).is_string() ? train["precision"].get<std::string>() : "";
     if (then == "auto") then = precision_of_auto_on(known.compute_backend);
-    // This job's auto is its engine's where train.device names it; with
-    // device auto the engine is chosen later, and either agrees.
     const std::string now =
-        config.train.precision == "auto" ? precision_of_auto_on(config.train.device) : config.train.precision;
+        config.train.precision == "auto" ? precision_of_auto_on(engine) : config.train.precision;
     if (then.empty() || now.empty() || then == now) return "";
     return "it trained in " + then + " and this job trains in " + now + " (train.precision " +
            config.train.precision + ", train.device " + config.train.device + ")" +

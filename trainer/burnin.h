@@ -127,12 +127,14 @@ struct BaselineFigures {
 // not measured in that run), or holds none of the figures.
 BaselineFigures read_baseline(const std::string& path);
 // Why `known` was measured on another job than `config` on `ranks` ranks
-// (another model shape, micro-batch, accumulation, mode or precision, or
-// another number of ranks: its tokens/s is not this job's), or "". A
-// precision of auto is the engine's (bf16 on cuda, fp32 on cpu): the
-// baseline's is read from the engine it ran on, this job's from its
-// train.device; with device auto, whose engine is chosen later, either agrees.
-std::string baseline_job_difference(const BaselineFigures& known, const Config& config, int ranks);
+// on the `engine` ("cpu", "cuda": train.device resolved, resolve_device)
+// — another number of ranks, another engine, model shape, micro-batch,
+// accumulation, mode or precision: its tokens/s is not this job's — or "".
+// A precision of auto is the engine's (bf16 on cuda, fp32 on cpu): the
+// baseline's is read from the engine it ran on (an older result that does
+// not say is not compared), this job's from `engine`.
+std::string baseline_job_difference(const BaselineFigures& known, const Config& config, int ranks,
+                                    const std::string& engine);
 // One line per figure measured in both that fell more than tolerance_pct
 // below the baseline, naming the figure, both values and the shortfall.
 std::vector<std::string> compare_with_baseline(const BaselineFigures& now, const BaselineFigures& known,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "comm/launch_detect.h"  // launcher_task_count: the job a baseline must match
+#include "kernels/device_info.h" // query_gpus: the engine device auto takes, which a baseline must match
 #include "trainer/burnin.h"         // parse_duration, read_baseline, make_burnin_monitor
 #include "trainer/cli.h"            // run_with_extension, CommandError
 #include "trainer/cli_validators.h" // non_empty_path
@@ -60,7 +61,9 @@ int BurninCommand::run(const std::string& command_line) {
   if (baseline) {
     // Under a launcher every rank knows the job's size before MPI is up.
     const int ranks = std::max(1, launcher_task_count());
-    const std::string differs = baseline_job_difference(*baseline, config, ranks);
+    // The engine device auto will take, as the run resolves it below.
+    const std::string engine = resolve_device(config.train.device, query_gpus());
+    const std::string differs = baseline_job_difference(*baseline, config, ranks, engine);
     if (!differs.empty()) throw CommandError{kExitUserError, "--baseline " + o.baseline + ": " + differs};
   }
   // The straggler, drift and throughput checks read every step's own time,

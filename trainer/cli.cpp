@@ -141,13 +141,6 @@ std::string quoted_command_line(int argc, char** argv) {
   return line;
 }
 
-// auto → cuda when a CUDA engine is built and a GPU is visible, else cpu.
-std::string resolve_device(const std::string& requested, const GpuInventory& gpus) {
-  if (requested != "auto") return requested;
-  const bool cuda_built = built_backends().find("cuda") != std::string::npos;
-  return cuda_built && !gpus.gpus.empty() ? "cuda" : "cpu";
-}
-
 // The exit code and one-line message of the exception being handled: what
 // the CLI prints for each kind of failure (DESIGN: 2 bad input, 3 the
 // environment, 1 a bug).
@@ -278,6 +271,12 @@ void let_rank_zero_speak_first(int rank) {
 }
 
 }  // namespace
+
+std::string resolve_device(const std::string& requested, const GpuInventory& gpus) {
+  if (requested != "auto") return requested;
+  const bool cuda_built = built_backends().find("cuda") != std::string::npos;
+  return cuda_built && !gpus.gpus.empty() ? "cuda" : "cpu";
+}
 
 // A rank started with another config (a --set given to one rank, a --resume
 // or --ceilings missing on one) stalled its peers in a collective until

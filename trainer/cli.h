@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "kernels/device_info.h"  // GpuInventory for resolve_device
 #include "kernels/engine.h"      // EngineOptions in RunReport
 #include "trainer/config.h"
 #include "trainer/train_loop.h"  // RunOutcome in RunReport
@@ -35,6 +36,11 @@ struct CommandError {
 // not built, and when nccl is asked for but not built. Its collectives time
 // out after `timeout_s` (comm.timeout_s) from the first.
 std::unique_ptr<Communicator> make_communicator(const std::string& backend, double timeout_s);
+
+// train.device → the engine a run takes: auto is cuda when this binary has
+// the CUDA engine and `gpus` (query_gpus) lists a GPU, else cpu; a named
+// device is itself.
+std::string resolve_device(const std::string& requested, const GpuInventory& gpus);
 
 // Every rank of a multi-rank command must run the same job: rank 0's
 // resolved config (report.* aside) and `command_options` (the command's own

@@ -210,6 +210,22 @@ TEST(BurninBaseline, AOneRankResultIsABaselineForOneRank) {
       << "busbw was not measured, so not compared: " << second.out;
   const nlohmann::json b2 = nlohmann::json::parse(testing::read_whole_file(dir.file("b2.json")));
   EXPECT_TRUE(b2["burnin"]["baseline"]["known"]["busbw_gbs"].is_null());
+
+  // The same result said to come from a GPU is no baseline for this job,
+  // whose train.device auto runs on the cpu engine here (it was accepted).
+  nlohmann::json from_gpu = b1;
+  ASSERT_EQ(from_gpu["environment"]["compute_backend"], "cpu");
+  from_gpu["environment"]["compute_backend"] = "cuda";
+  std::ofstream(dir.file("gpu.json")) << from_gpu.dump();
+  const testing::CommandResult third =
+      testing::run_command(common + dir.file("ck3") + " --duration 3s --baseline " + dir.file("gpu.json") +
+                           " --out " + dir.file("b3.json"));
+  EXPECT_EQ(third.exit_code, 2) << third.out << third.err;
+  EXPECT_NE(third.err.find("--baseline " + dir.file("gpu.json") +
+                           ": measured on the cuda engine and this job runs on the cpu engine (train.device auto)"),
+            std::string::npos)
+      << third.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("b3.json")));
 }
 
 // A baseline measured on another job is not this job's yardstick: another
@@ -221,28 +237,28 @@ TEST(BurninBaseline, AnotherJobsFiguresAreNotCompared) {
   known.tokens_per_s = 1000;
   known.config = config_to_json(config);
   known.ranks = 2;
-  EXPECT_EQ(baseline_job_difference(known, config, 2), "");
-  EXPECT_NE(baseline_job_difference(known, config, 4).find("measured on 2 rank(s) and this job has 4"),
+  EXPECT_EQ(baseline_job_difference(known, config, 2, "cpu"), "");
+  EXPECT_NE(baseline_job_difference(known, config, 4, "cpu").find("measured on 2 rank(s) and this job has 4"),
             std::string::npos);
   Config other = config;
   other.model.d_model = 64;
-  EXPECT_NE(baseline_job_difference(known, other, 2).find("it has model.d_model = 128 and this job has 64"),
+  EXPECT_NE(baseline_job_difference(known, other, 2, "cpu").find("it has model.d_model = 128 and this job has 64"),
             std::string::npos)
-      << baseline_job_difference(known, other, 2);
+      << baseline_job_difference(known, other, 2, "cpu");
   other = config;
   other.train.micro_batch = config.train.micro_batch + 1;
-  EXPECT_NE(baseline_job_difference(known, other, 2).find("train.micro_batch"), std::string::npos);
+  EXPECT_NE(baseline_job_difference(known, other, 2, "cpu").find("train.micro_batch"), std::string::npos);
   other = config;
   other.train.steps = config.train.steps + 100;  // the run's length is not the job's shape
-  EXPECT_EQ(baseline_job_difference(known, other, 2), "");
+  EXPECT_EQ(baseline_job_difference(known, other, 2, "cpu"), "");
   known.config = nullptr;
   known.ranks = 0;
-  EXPECT_EQ(baseline_job_difference(known, other, 3), "") << "an older file without config or ranks";
+  EXPECT_EQ(baseline_job_difference(known, other, 3, "cpu"), "") << "an older file without config or ranks";
 }
 
 // Precision is the engine's where it says auto: a baseline that trained
 // bf16 on the cuda engine (auto or named) is one for a bf16 job or an auto
-// job, and not for an fp32 one.
+// job on the cuda engine, and not for an fp32 one.
 TEST(BurninBaseline, AutoPrecisionIsTheEnginesPrecision) {
   Config config;
   BaselineFigures known;
@@ -255,28 +271,47 @@ TEST(BurninBaseline, AutoPrecisionIsTheEnginesPrecision) {
     Config now = config;
     for (const char* same : {"auto", "bf16"}) {
       now.train.precision = same;
-      EXPECT_EQ(baseline_job_difference(known, now, 1), "") << written << " vs " << same;
+      EXPECT_EQ(baseline_job_difference(known, now, 1, "cuda"), "") << written << " vs " << same;
     }
     now.train.precision = "fp32";
-    EXPECT_NE(baseline_job_difference(known, now, 1).find("it trained in bf16 and this job trains in fp32"),
+    EXPECT_NE(baseline_job_difference(known, now, 1, "cuda").find("it trained in bf16 and this job trains in fp32"),
               std::string::npos)
-        << baseline_job_difference(known, now, 1);
+        << baseline_job_difference(known, now, 1, "cuda");
   }
   config.train.precision = "auto";
   known.config = config_to_json(config);
   known.compute_backend = "cpu";
   Config now = config;
   now.train.precision = "bf16";
-  EXPECT_NE(baseline_job_difference(known, now, 1).find("it trained in fp32"), std::string::npos);
-  // auto on a named device is that engine's precision: the cpu engine's
-  // fp32 baseline is not one for a cuda job.
+  EXPECT_NE(baseline_job_difference(known, now, 1, "cpu").find("it trained in fp32"), std::string::npos);
   now.train.precision = "auto";
-  now.train.device = "cuda";
-  EXPECT_NE(baseline_job_difference(known, now, 1).find("it trained in fp32 and this job trains in bf16"),
-            std::string::npos)
-      << baseline_job_difference(known, now, 1);
-  now.train.device = "cpu";
-  EXPECT_EQ(baseline_job_difference(known, now, 1), "");
+  EXPECT_EQ(baseline_job_difference(known, now, 1, "cpu"), "");
+  // An older result that does not name its engine: its auto is not known,
+  // so its precision is not compared.
+  known.compute_backend = "";
+  EXPECT_EQ(baseline_job_difference(known, now, 1, "cuda"), "");
+}
+
+// The engine a job runs on is the one device auto resolved to: a baseline
+// from the other engine (a GPU's tokens/s against a CPU's) is refused, named
+// with both engines, whatever train.device says.
+TEST(BurninBaseline, AnotherEnginesBaselineIsRefused) {
+  Config config;
+  BaselineFigures known;
+  known.tokens_per_s = 1000;
+  known.ranks = 1;
+  known.config = config_to_json(config);
+  known.compute_backend = "cuda";
+  for (const char* device : {"auto", "cpu"}) {
+    config.train.device = device;
+    const std::string why = baseline_job_difference(known, config, 1, "cpu");
+    EXPECT_NE(why.find("measured on the cuda engine and this job runs on the cpu engine (train.device " +
+                       std::string(device) + ")"),
+              std::string::npos)
+        << why;
+  }
+  config.train.device = "auto";
+  EXPECT_EQ(baseline_job_difference(known, config, 1, "cuda"), "");
 }
 
 TEST(BurninVerdict, TableAndJsonSayPassOrFailAndWhy) {
