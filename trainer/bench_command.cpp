@@ -384,6 +384,10 @@ bool BenchCommand::parsed() const { return bench_->parsed(); }
 
 namespace {
 
+// The job bench compute and bench instrument measure in, as their summary
+// names it: its tokens/s is of one step, not the measurement.
+constexpr const char* kMeasurementJob = "the 2-step job the measurement ran in (not the measurement)";
+
 // bench instrument inside `run`'s setup: the measurement before step 1, on
 // the job's engine and communicator; the job itself is two steps.
 class InstrumentCostRun final : public RunExtension {
@@ -406,6 +410,7 @@ class InstrumentCostRun final : public RunExtension {
   std::string job_options() const override {
     return "--pairs " + std::to_string(pairs_) + " --block-steps " + std::to_string(block_steps_);
   }
+  std::string summary_job() const override { return kMeasurementJob; }
 
  private:
   int64_t pairs_, block_steps_;
@@ -439,6 +444,7 @@ class ComputeCeilingRun final : public RunExtension {
     world_ = context.comm.world_size();
   }
   bool after_step(const StepRecord&) override { return true; }
+  std::string summary_job() const override { return kMeasurementJob; }
   int finish(const RunOutcome& outcome, nlohmann::json* result) override {
     const RunSummary& s = outcome.summary;
     flops_per_s_ = world_ > 0 ? s.model_flops_per_token * ceiling_.tokens_per_s / world_ : 0;

@@ -813,7 +813,8 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
     print_summary(stdout, outcome,
                   options.write_result ? result_path
                   : stops_the_projection ? "none: this run failed, so the projection stops here"
-                                         : "(in the projection's result)");
+                                         : "(in the projection's result)",
+                  options.extension ? options.extension->summary_job() : "");
     if (env.gemm.algorithms == "timed") std::fprintf(stdout, "gemm algorithms: %s\n", env.gemm.detail.c_str());
     if (options.extension) options.extension->print(stdout);
   }

@@ -110,10 +110,11 @@ void print_progress(FILE* out, const Config& config, const StepRecord& step,
   std::fflush(out);
 }
 
-void print_summary(FILE* out, const RunOutcome& outcome, const std::string& result_path) {
+void print_summary(FILE* out, const RunOutcome& outcome, const std::string& result_path, const std::string& job) {
   const RunSummary& s = outcome.summary;
-  std::fprintf(out, "\nsummary: %ld measured steps after %ld warm-up\n", s.measured_steps,
-               s.warmup_steps);
+  std::fprintf(out, "\n%s: %ld measured step%s after %ld warm-up\n",
+               job.empty() ? "summary" : ("summary of " + job).c_str(), s.measured_steps,
+               s.measured_steps == 1 ? "" : "s", s.warmup_steps);
   // No step after warm-up (a run a failure stopped early, or all warm-up):
   // no rate, share or bottleneck was measured, and zeros would read as figures.
   const bool measured = s.measured_steps > 0;

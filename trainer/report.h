@@ -16,7 +16,11 @@ void print_header(FILE* out, const Config& config, const Environment& env, const
                   int64_t total_params, int64_t trainable_params);
 void print_progress(FILE* out, const Config& config, const StepRecord& step,
                     const RunSummary& so_far);
-void print_summary(FILE* out, const RunOutcome& outcome, const std::string& result_path);
+// `job`: how the summary names the run, "" for the run itself; a command
+// whose measurement is not the run (bench compute, bench instrument) names
+// the short job it measured in, so its figures are not read as the result.
+void print_summary(FILE* out, const RunOutcome& outcome, const std::string& result_path,
+                   const std::string& job = "");
 
 // 1234567 → "1.23 M"; used for counts and rates.
 std::string human_count(double value);

@@ -677,9 +677,10 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
         "training ran faster than the GEMM calibration (" +
         std::to_string(static_cast<int>(100 * summary.mfu_vs_gemm_ceiling)) +
         "% of the ceiling): the host's speed varied during the run; treat MFU as approximate");
-  if (summary.measured_steps < 10)
+  if (summary.measured_steps > 0 && summary.measured_steps < 10)
     outcome.warnings.push_back("only " + std::to_string(summary.measured_steps) +
-                               " measured steps: step-time statistics are rough");
+                               (summary.measured_steps == 1 ? " measured step" : " measured steps") +
+                               ": step-time statistics are rough");
   if (summary.measured_steps == 0)
     outcome.warnings.push_back("no step after warm-up: tokens/s is not measured");
   return outcome;

@@ -251,6 +251,13 @@ TEST(BenchInstrument, ReportsThePairsAndRejectsBadCounts) {
             std::string::npos)
       << run.out;
   EXPECT_EQ(result.at("config").at("data").at("source"), "synthetic");
+  // The job's own one-step summary is named as the job, not the measurement
+  // (it read "summary: 1 measured steps after 1 warm-up", tokens/s and all).
+  EXPECT_NE(run.out.find("summary of the 2-step job the measurement ran in (not the measurement): "
+                         "1 measured step after 1 warm-up"),
+            std::string::npos)
+      << run.out;
+  EXPECT_EQ(run.out.find("summary:"), std::string::npos) << run.out;
 
   const testing::CommandResult bad = run_command(std::string(TRAINBENCH_BINARY) + " bench instrument tiny --pairs 1");
   EXPECT_EQ(bad.exit_code, 2);
@@ -267,6 +274,9 @@ TEST(BenchCompute, ReportsTheComputeCeilingAndNamesUnknownBenchCommands) {
   const json result = json::parse(testing::read_whole_file(path), nullptr, false);
   std::remove(path.c_str());
   ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_NE(run.out.find("summary of the 2-step job the measurement ran in (not the measurement)"),
+            std::string::npos)
+      << run.out;
   const json& c = result.at("compute_ceiling");
   EXPECT_GT(c.at("tokens_per_s").get<double>(), 0.0);
   EXPECT_GT(c.at("step_s").get<double>(), 0.0);
