@@ -154,7 +154,11 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
                  100.0 * s.ckpt_stall_share, 100.0 * s.other_share);
   else if (measured)
     std::fprintf(out, "  time shares         not measured (report.instrument=false)\n");
-  if (s.timed && s.comm_s.median > 0)
+  if (s.timed && s.comm_s.median > 0 && s.zero_sharded)
+    std::fprintf(out, "  ZeRO-1 collectives  median %.2f ms per step (reduce-scatter, all-gather and the ranks' "
+                      "agreement), all exposed: not overlapped with backward\n",
+                 1e3 * s.comm_s.median);
+  else if (s.timed && s.comm_s.median > 0)
     std::fprintf(out, "  gradient all-reduce median %.2f ms per step, %.2f ms exposed; overlap hid %.0f%%\n",
                  1e3 * s.comm_s.median, 1e3 * s.comm_exposed_s.median, 100.0 * s.comm_hidden_share);
   if (s.op_times_requested && !s.op_times_available) {

@@ -322,6 +322,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   const bool sharded_alone = world == 1 && (shard.begin != 0 || shard.end != engine.layout().trainable_params());
   if (world > 1 && config.comm.zero == 1) {
     zero.emplace(comm, engine, zero_padded_elements(engine.layout().trainable_params(), world));
+    summary.zero_sharded = true;
   } else if (world > 1 || comm.device_buffers()) {
     // A device-buffer backend (nccl) syncs even at world size 1, where the
     // all-reduce changes nothing: a 1-GPU run then takes, and times, the path
@@ -437,7 +438,13 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     // and the steps before are the result. One small host collective a step,
     // after the all-reduce has brought the ranks together anyway (on one
     // rank, the local communicator's identity).
+    // Under ZeRO-1 there was no gradient all-reduce before it, so this is
+    // where a rank first waits for its slower peers: timed as communication,
+    // as DDP's wait shows in its all-reduce (left untimed, the wait went to
+    // other_s, and the straggler looked no slower than the ranks it held).
+    const double agreement_begin = instrument && zero ? steady_seconds() : 0.0;
     const RankReason data = first_reason_over_ranks(comm, data_failure, data_failure_kind);
+    const double agreement_s = instrument && zero ? steady_seconds() - agreement_begin : 0.0;
     if (data.kind != 0) {
       outcome.failure = {"data_read",
                          (world > 1 ? "rank " + std::to_string(data.rank) + ": " : std::string()) + data.reason,
@@ -450,7 +457,8 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     if (checkpointer) record.ckpt_stall_s += checkpointer->before_optimizer_step();
     if (zero) {
       record.grad_norm = zero->step(adam, step, &record.comm_s);
-      record.comm_exposed_s = record.comm_s;  // not overlapped: the step waits for both collectives
+      record.comm_s += agreement_s;
+      record.comm_exposed_s = record.comm_s;  // not overlapped: the step waits for all three collectives
     } else if (sharded_alone) {
       record.grad_norm = zero_shard_step_alone(engine, adam, step);
     } else {

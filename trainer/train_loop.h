@@ -100,6 +100,9 @@ struct RunSummary {
   // AdamW state held by each rank, and what it would be unsharded: ZeRO-1
   // (comm.zero=1) keeps about 1/world of it.
   int64_t optimizer_bytes_per_rank = 0, optimizer_bytes_unsharded = 0;
+  // The gradients went through ZeRO-1's reduce-scatter and all-gather
+  // (comm.zero=1 on 2 ranks or more), not the bucketed all-reduce.
+  bool zero_sharded = false;
   MemoryPlan memory_per_rank;  // the engine's plan: what one rank (one GPU) holds
   // report.op_times: the mean seconds per measured step of each kind of op
   // (the engine's breakdown of compute_s on this rank); op_times_available is
