@@ -38,6 +38,9 @@ struct SourceStats {
   int64_t shards_opened = 0;
   int64_t samples_skipped = 0;  // data.on_corrupt=skip: corrupt samples left out
   int64_t shards_skipped = 0;   //   and shards abandoned part-way
+  // Tokens of the samples a resume read to step over, back to its saved
+  // position: their bytes are in storage_bytes, they are not in `tokens`.
+  int64_t tokens_stepped_over = 0;
   std::vector<std::string> skip_messages;  // the first few, one line each
 };
 

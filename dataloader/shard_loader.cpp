@@ -71,7 +71,7 @@ struct SharedState {
   const LoaderOptions& options;
   std::atomic<bool> stop{false};
   std::atomic<int64_t> storage_bytes{0}, samples{0}, tokens{0}, shards_opened{0}, samples_skipped{0},
-      shards_skipped{0};
+      shards_skipped{0}, tokens_stepped_over{0};
   std::mutex mutex;  // guards the two below
   std::vector<std::string> skip_messages;
   std::exception_ptr first_error;
@@ -354,6 +354,10 @@ class Reader {
                           path + ": the saved loader position says " + std::to_string(samples_into_shard_) +
                               " samples of this shard were read, but it has " + std::to_string(skipped) +
                               ": resume needs the data the checkpoint was taken on");
+        // Read from storage (their bytes count) but not trained on: their
+        // tokens are counted apart, so that bytes per token stays the data's
+        // (it read ten times too high after a resume mid-shard).
+        shared_.tokens_stepped_over += static_cast<int64_t>(decode_sample()->size());
       } catch (const DataError& error) {
         if (error.scope() != CorruptScope::kSample) throw;
       }
@@ -393,6 +397,8 @@ class Reader {
         handle(error);
         continue;
       }
+      shared_.samples++;
+      shared_.tokens += static_cast<int64_t>(tokens->size());
       account_storage_bytes();
       if (options_.inject_delay_s > 0)
         std::this_thread::sleep_for(std::chrono::duration<double>(options_.inject_delay_s));
@@ -419,8 +425,6 @@ class Reader {
       throw DataError(CorruptScope::kSample,
                       at_offset(path, sample_.offset,
                                 "sample '" + printable(sample_.key) + "' ." + printable(member->extension) + ": " + error));
-    shared_.samples++;
-    shared_.tokens += static_cast<int64_t>(tokens->size());
     // Only a sample with tokens counts: shards of empty token members would
     // otherwise train on nothing but the EOS separators between them.
     if (!tokens->empty()) shards_without_sample_ = 0;
@@ -697,6 +701,7 @@ SourceStats ShardLoader::stats() const {
   out.shards_opened = s.shards_opened;
   out.samples_skipped = s.samples_skipped;
   out.shards_skipped = s.shards_skipped;
+  out.tokens_stepped_over = s.tokens_stepped_over;
   std::lock_guard<std::mutex> lock(impl_->shared.mutex);
   out.skip_messages = impl_->shared.skip_messages;
   return out;

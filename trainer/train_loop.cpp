@@ -184,9 +184,12 @@ void summarize_storage_read(const SourceStats& stats, double run_seconds, Commun
     summary.read_gbs = static_cast<double>(summary.bytes_read) / run_seconds * 1e-9;
     summary.samples_per_s = static_cast<double>(summary.samples_read) / run_seconds;
   }
-  if (summary.tokens_read > 0)
-    summary.bytes_per_token =
-        static_cast<double>(summary.bytes_read) / static_cast<double>(summary.tokens_read);
+  // Per token of every sample read, those a resume stepped over included:
+  // their bytes are in bytes_read.
+  const double tokens_in_bytes_read =
+      static_cast<double>(summary.tokens_read) + summed(static_cast<double>(stats.tokens_stepped_over));
+  if (tokens_in_bytes_read > 0)
+    summary.bytes_per_token = static_cast<double>(summary.bytes_read) / tokens_in_bytes_read;
   summary.required_read_gbs_measured = summary.bytes_per_token * summary.tokens_per_s * 1e-9;
   if (summary.model_flops_per_token > 0) {
     const double ceiling_tokens_per_s = summary.gemm_ceiling_flops_per_s *

@@ -174,6 +174,14 @@ void expect_resume_equals_uninterrupted(const std::string& settings) {
   // Parameters, optimizer state and data position: the same bytes.
   EXPECT_EQ(file_checksums(dir.file("a/step_10")), file_checksums(dir.file("b/step_10")));
   EXPECT_EQ(file_checksums(dir.file("a/step_20")), file_checksums(dir.file("b/step_20")));
+  // Bytes per token is the data's: the samples the resume read to get back
+  // to its position count with their tokens (their bytes alone made it read
+  // ~10x the uninterrupted run's).
+  const double straight_bpt = testing::read_json(dir.file("a.json")).at("summary").at("storage_read").at("bytes_per_token");
+  const double resumed_bpt = testing::read_json(dir.file("b2.json")).at("summary").at("storage_read").at("bytes_per_token");
+  EXPECT_GT(straight_bpt, 0);
+  EXPECT_LT(resumed_bpt, 1.5 * straight_bpt) << "resumed " << resumed_bpt << " vs uninterrupted " << straight_bpt;
+  EXPECT_GT(resumed_bpt, straight_bpt / 1.5) << "resumed " << resumed_bpt << " vs uninterrupted " << straight_bpt;
 }
 
 TEST(CheckpointCli, ResumedRunEqualsTheUninterruptedOneBitForBit) {
