@@ -621,6 +621,16 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   EngineOptions engine_options = resolved.options;
   const MemoryPlan& plan = resolved.plan;
   const bool use_nccl = resolved.use_nccl;
+  // The slow-network fault holds the MPI backend's requests as they
+  // progress on the host. NCCL's collectives run on the GPU, and one rank
+  // has none: there it held nothing, and the run it was to slow passed.
+  if (config.comm.inject_delay_ms > 0 && (use_nccl || comm->world_size() < 2))
+    throw CommandError{kExitUserError,
+                       std::string("comm.inject_delay_ms: ") +
+                           (comm->world_size() < 2 ? "one rank has no collective to hold; run at least 2 ranks"
+                                                   : "holds the MPI backend's host collectives, and this run's go "
+                                                     "through NCCL, which it cannot hold; leave it 0") +
+                           " (the fault would be injected nowhere)"};
 
   std::unique_ptr<TrainingEngine> engine;
   try {
@@ -795,6 +805,13 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
       outcome.warnings.push_back("ceilings: storage write not measured: " + ceilings.write_failure);
     outcome.ceilings_line = ceilings_line(ceilings, outcome.summary.tokens_per_s);
     outcome.summary.bottleneck = explain_bottleneck(outcome.summary.bottleneck, ceilings, outcome.summary.tokens_per_s);
+    // The read bandwidth these GPUs need at the compute ceiling (DESIGN):
+    // measured now, so it replaces the GEMM calibration's estimate, which
+    // assumes the whole step runs at GEMM speed (5x too high on tiny).
+    if (ceilings.compute_tokens_per_s > 0 && outcome.summary.bytes_per_token > 0) {
+      outcome.summary.required_read_gbs = outcome.summary.bytes_per_token * ceilings.compute_tokens_per_s * 1e-9;
+      outcome.summary.required_read_basis = "compute_ceiling";
+    }
   }
   // What the GEMM timing chose is known only now that the run met its shapes.
   env.gemm = engine->gemm();

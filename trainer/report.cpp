@@ -188,8 +188,9 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
                  human_count(static_cast<double>(s.samples_read)).c_str(), s.bytes_per_token,
                  s.read_gbs > 0 ? (rate(s.read_gbs) + " delivered").c_str() : "no step trained to rate it over");
     if (measured)
-      std::fprintf(out, "  read bandwidth need %s at the measured tokens/s, %s at the gemm ceiling\n",
-                   rate(s.required_read_gbs_measured).c_str(), rate(s.required_read_gbs).c_str());
+      std::fprintf(out, "  read bandwidth need %s at the measured tokens/s, %s at the %s\n",
+                   rate(s.required_read_gbs_measured).c_str(), rate(s.required_read_gbs).c_str(),
+                   s.required_read_basis == "compute_ceiling" ? "compute ceiling" : "gemm ceiling");
   }
   if (measured && s.timed && s.ranks.size() > 1) {
     const RankSummary& slow = s.ranks[static_cast<size_t>(s.slowest_rank)];

@@ -91,6 +91,10 @@ struct RunSummary {
   // needs, and the one the GPUs would need at the GEMM ceiling (DESIGN.md).
   double required_read_gbs_measured = 0;
   double required_read_gbs = 0;
+  // What required_read_gbs's tokens/s is: "gemm_ceiling" (the FLOPs the GEMM
+  // calibration allows), or "compute_ceiling" once run --ceilings measured
+  // the step alone (DESIGN's definition).
+  std::string required_read_basis = "gemm_ceiling";
   // Storage write: checkpoints of this run (CheckpointRecord each).
   int64_t bytes_written = 0;             // committed checkpoints' files, all ranks
   int64_t checkpoints_committed = 0, checkpoints_skipped = 0, checkpoints_failed = 0;

@@ -102,6 +102,14 @@ TEST_F(Attribution, CeilingsAndRanksAreReported) {
     EXPECT_GT(c.at("network").at("step_all_reduce_s").get<double>(), 0.0);
     EXPECT_GT(c.at("storage_read").at("tokens_per_s").get<double>(), 0.0);
     EXPECT_GT(c.at("storage_write").at("gbs").get<double>(), 0.0);
+    // The read bandwidth needed at the compute ceiling (DESIGN), now that it
+    // was measured: not the GEMM calibration's estimate.
+    const nlohmann::json& read = result.at("summary").at("storage_read");
+    EXPECT_EQ(read.at("required_read_basis"), "compute_ceiling");
+    EXPECT_NEAR(read.at("required_read_gbs").get<double>(),
+                read.at("bytes_per_token").get<double>() * c.at("compute").at("tokens_per_s").get<double>() * 1e-9,
+                1e-9 * read.at("required_read_gbs").get<double>());
+    EXPECT_NE(r.out.find("at the compute ceiling"), std::string::npos) << r.out;
     const nlohmann::json& ranks = result.at("ranks");
     ASSERT_EQ(ranks.size(), 2u);
     for (int rank = 0; rank < 2; ++rank) {

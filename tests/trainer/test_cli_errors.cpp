@@ -221,6 +221,10 @@ TEST(CliErrors, AFaultInjectedIntoNoRankOfTheJob) {
                     {"burnin.inject_bitflip_rank 2 is not a rank of this job"});
   expect_user_error(run_trainbench({"run", "tiny", "--steps", "6", "--set", "comm.inject_divergence_step=3"}, dir.path()),
                     {"comm.inject_divergence_step: one rank has no other to diverge from"});
+  // The slow network on one rank held no collective, and the run passed.
+  expect_user_error(run_trainbench({"run", "tiny", "--steps", "6", "--set", "comm.inject_delay_ms=50"}, dir.path()),
+                    {"comm.inject_delay_ms: one rank has no collective to hold",
+                     "(the fault would be injected nowhere)"});
 }
 
 // Untimed steps left the burn-in's straggler and drift checks nothing to

@@ -142,6 +142,7 @@ TEST_F(ResultJson, StorageReadIsReportedAndConsistent) {
   EXPECT_NEAR(read.at("required_read_gbs_measured").get<double>(),
               bytes / tokens * tokens_per_s * 1e-9, 1e-12 + 1e-9 * tokens_per_s);
   EXPECT_GT(read.at("required_read_gbs").get<double>(), 0.0);
+  EXPECT_EQ(read.at("required_read_basis"), "gemm_ceiling") << "no --ceilings: the GEMM calibration's estimate";
   EXPECT_EQ(read.at("samples_skipped"), 0);
   EXPECT_GT(read.at("read_gbs").get<double>(), 0.0);
 }
