@@ -63,7 +63,7 @@ class TarShardWriter {
 };
 
 // Removes the .partial files this process's TarShardWriters hold open now,
-// and from then on each new one as soon as it is made. For a SIGINT/SIGTERM
+// and from then on each new one as soon as it is made. For a SIGINT/SIGTERM/SIGHUP
 // cleanup (trainer/interrupt_cleanup.h), which ends the process without
 // unwinding the writers; safe from any thread while they write (they go on
 // into unlinked files until the process ends).

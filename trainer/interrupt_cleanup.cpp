@@ -152,7 +152,9 @@ void install_interrupt_cleanup() {
   action.sa_handler = pass_on_interrupt;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // the other threads' reads and writes go on
-  for (const int signal_number : {SIGINT, SIGTERM}) {
+  // SIGHUP: the terminal went (an ssh session dropped), which ends a run as
+  // Ctrl-C does; nohup's ignored SIGHUP stays ignored below.
+  for (const int signal_number : {SIGINT, SIGTERM, SIGHUP}) {
     // A signal the parent set to be ignored stays ignored (a shell's
     // background job ignores SIGINT: Ctrl-C is not meant for it).
     struct sigaction before {};

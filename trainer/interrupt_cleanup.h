@@ -1,4 +1,5 @@
-// SIGINT and SIGTERM (Ctrl-C, Slurm's scancel, mpirun passing on a kill) end
+// SIGINT, SIGTERM and SIGHUP (Ctrl-C, Slurm's scancel, mpirun passing on a
+// kill, a dropped ssh session) end
 // the process without unwinding, so the temporary folders a command made
 // (the default run's synthetic shards and checkpoint folder, bench's scratch
 // folders) stayed in the temporary directory: hundreds of them, hundreds of
@@ -11,7 +12,7 @@
 
 namespace trainbench {
 
-// Handles SIGINT and SIGTERM (call it first in main): a thread of its own
+// Handles SIGINT, SIGTERM and SIGHUP (call it first in main): a thread of its own
 // removes every folder remove_on_interrupt named, then ends the process by
 // the same signal (the parent sees it, as before).
 void install_interrupt_cleanup();

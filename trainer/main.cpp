@@ -4,7 +4,7 @@
 #include "dataloader/shard_writer.h"     // remove_partial_shards
 #include "trainer/cli.h"
 #include "trainer/environment.h"     // address_space_limit_bytes
-#include "trainer/interrupt_cleanup.h"  // temporary folders removed on SIGINT/SIGTERM
+#include "trainer/interrupt_cleanup.h"  // temporary folders removed on SIGINT/SIGTERM/SIGHUP
 
 int main(int argc, char** argv) {
   // Under an address-space limit (ulimit -v; PBS's vmem) glibc's per-thread

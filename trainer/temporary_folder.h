@@ -1,6 +1,6 @@
 // The temporary folders a command makes (the default run's synthetic shards
 // and checkpoint folder, bench's scratch folders). The caller removes its
-// folder when done, and interrupt_cleanup.h removes it on SIGINT/SIGTERM;
+// folder when done, and interrupt_cleanup.h removes it on SIGINT/SIGTERM/SIGHUP;
 // what neither covers is a process that dies by SIGKILL (the OOM killer,
 // Slurm's kill after its grace period, a test's timeout). Each folder made
 // in the system temporary directory therefore holds a lock file its owner
@@ -22,7 +22,7 @@ inline constexpr const char* kOwnerLockName = ".trainbench-owner";
 
 // A new folder named prefix-XXXXXX under `parent` (the system temporary
 // directory when empty), removed if the process is interrupted (SIGINT,
-// SIGTERM: interrupt_cleanup.h); the caller removes it otherwise. In the
+// SIGTERM, SIGHUP: interrupt_cleanup.h); the caller removes it otherwise. In the
 // system temporary directory, the folders of this prefix whose owner died
 // are removed first (remove_abandoned_folders). Throws std::runtime_error
 // naming where it failed under `parent`; CommandError (exit 3, naming

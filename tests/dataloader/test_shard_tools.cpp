@@ -641,10 +641,11 @@ TEST_F(ShardTools, AKilledSynthLeavesOnlyWholeShardsAndOnePartial) {
   EXPECT_EQ(read.errors, 0) << ::testing::PrintToString(read.error_lines);
 }
 
-// Ctrl-C or scancel (SIGINT, SIGTERM) lets the process remove the shard it
-// was writing before it ends by the signal: only whole shards are left.
+// Ctrl-C, scancel or a dropped ssh session (SIGINT, SIGTERM, SIGHUP) lets
+// the process remove the shard it was writing before it ends by the signal:
+// only whole shards are left (SIGHUP left the .partial).
 TEST_F(ShardTools, AnInterruptedSynthLeavesOnlyWholeShards) {
-  for (const int signal_number : {SIGINT, SIGTERM}) {
+  for (const int signal_number : {SIGINT, SIGTERM, SIGHUP}) {
     SCOPED_TRACE(strsignal(signal_number));
     std::vector<std::string> whole;
     int partial = 0;

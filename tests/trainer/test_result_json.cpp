@@ -513,9 +513,11 @@ TEST(Cli, AnOutputThatCannotBeWrittenOrWouldReplaceSomethingFailsBeforeTraining)
 // SIGTERM mid-run (scancel, a timeout): the temporary folders the run made
 // (its synthetic shards, the default checkpoint folder) go too, where they
 // used to stay in the temporary directory; the process still ends by the
-// signal.
+// signal. SIGHUP (a dropped ssh session) as well: it left both folders.
 TEST(Cli, AnInterruptedRunLeavesNoTemporaryFolders) {
-  testing::TempDir dir("test_cli_interrupt");
+  for (const auto& [signal_name, exit_code] : {std::pair{"TERM", 143}, std::pair{"HUP", 129}}) {
+  SCOPED_TRACE(signal_name);
+  testing::TempDir dir(std::string("test_cli_interrupt_") + signal_name);
   const std::string out = dir.file("out.txt");
   const std::string count = "ls " + dir.path() + " | grep -c '^trainbench-' || true; ";
   // One subshell around it all, so the output redirection covers every part.
@@ -524,7 +526,7 @@ TEST(Cli, AnInterruptedRunLeavesNoTemporaryFolders) {
       " run tiny --steps 100000 --set checkpoint.every_steps=5 --set data.synth_samples_per_shard=64 --out " +
       dir.file("r.json") + " > " + out + " 2>&1 & pid=$!; " +
       "for i in $(seq 600); do grep -q 'step ' " + out + " && break; sleep 0.1; done; " + count +
-      "kill -TERM $pid; wait $pid; echo exit=$?; " + count + ")");
+      "kill -" + signal_name + " $pid; wait $pid; echo exit=$?; " + count + ")");
   ASSERT_NE(testing::read_whole_file(out).find("step "), std::string::npos) << "the run never stepped: " << r.out;
   std::istringstream lines(r.out);
   std::string before, exit_line, after;
@@ -532,8 +534,9 @@ TEST(Cli, AnInterruptedRunLeavesNoTemporaryFolders) {
   std::getline(lines, exit_line);
   std::getline(lines, after);
   EXPECT_EQ(before, "2") << "shards and checkpoint folders while it ran: " << r.out;
-  EXPECT_EQ(exit_line, "exit=143") << "ended by SIGTERM: " << r.out;
+  EXPECT_EQ(exit_line, "exit=" + std::to_string(exit_code)) << "ended by the signal: " << r.out;
   EXPECT_EQ(after, "0") << "temporary folders left behind: " << r.out;
+  }
 }
 
 // The signal's cleanup removes the temporary checkpoint folder under the
