@@ -2,8 +2,10 @@
 # The one command for a GPU machine (DESIGN.md "GPU checks"): build for sm_90,
 # run the CUDA tests, measure the cuBLASLt bf16 GEMM ceiling, train the GPU
 # presets, run the PyTorch baseline on the same shapes, print one table.
-# Every step is logged under $OUT (the device tool's output folder) or
-# out/gpu_check; a failing step is reported in the table and the rest go on.
+# Every step is logged, under out/gpu_check/logs, or, where $OUT is set (the
+# device tool's output folder, which brings back 8 files at most), packed
+# into $OUT/logs.tgz beside table.txt and summary.txt; every row is printed
+# as it is reached. A failing step is reported in the table and the rest go on.
 #
 #   scripts/gpu_check.sh            # all steps
 #   GPU_CHECK_SKIP_TORCH=1 ...      # without the PyTorch baseline and its tests
@@ -17,16 +19,34 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-out/gpu_check}
 mkdir -p "$out"
+# The logs and results of every step. The device tool brings back at most 8
+# files from $OUT, so there they are kept outside it and packed into
+# $OUT/logs.tgz after every row (a run cut off still brings back what it
+# reached): $OUT holds table.txt, summary.txt and logs.tgz.
+if [ -n "${OUT:-}" ]; then
+  logs=${GPU_CHECK_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/gpu_check_logs.XXXXXX")}
+else
+  logs=${GPU_CHECK_LOGS:-$out/logs}
+fi
+mkdir -p "$logs"
+rm -f "$out/table.txt"
+pack_logs() {
+  [ -n "${OUT:-}" ] || return 0
+  tar czf "$out/logs.tgz.tmp" -C "$logs" . 2> /dev/null && mv -f "$out/logs.tgz.tmp" "$out/logs.tgz"
+}
+trap pack_logs EXIT
 build=${GPU_CHECK_BUILD_DIR:-build-gpu}
 presets=(h200-llama8b-4l h200-gpt2-124m)
 started=$(date +%s)
 declare -a table
 
-# Each row also goes to table.txt at once, so a run cut off by its time limit
-# still brings back every row it reached.
+# Each row also goes to table.txt and to stdout at once, so a run cut off by
+# its time limit still shows every row it reached (the device tool returns
+# stdout's tail even when no file comes back).
 row() {
   table+=("$(printf '%-34s %s' "$1" "$2")")
-  printf '%-34s %s  [%s]\n' "$1" "$2" "$(elapsed)" >> "$out/table.txt"
+  printf '%-34s %s  [%s]\n' "$1" "$2" "$(elapsed)" | tee -a "$out/table.txt"
+  pack_logs
 }
 elapsed() { echo "$(( $(date +%s) - started ))s"; }
 
@@ -61,8 +81,8 @@ failure() {
 
 echo "== gpu_check: $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)" | tee "$out/summary.txt"
 if command -v nvidia-smi > /dev/null; then
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
-  row "gpu" "$(head -1 "$out/gpu.txt")"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$logs/gpu.txt" 2>&1
+  row "gpu" "$(head -1 "$logs/gpu.txt")"
 else
   row "gpu" "nvidia-smi not found"
 fi
@@ -70,12 +90,12 @@ fi
 # Dependencies the device image may lack: carried as .device/debs (see
 # scripts/device_deps.sh), unpacked here for this machine's paths.
 if [ -d .device/debs ]; then
-  if bounded 120 bash scripts/device_deps.sh install > "$out/device_deps.log" 2>&1; then
+  if bounded 120 bash scripts/device_deps.sh install > "$logs/device_deps.log" 2>&1; then
     # shellcheck disable=SC1091
     source .device/env.sh
     row "dependencies" "unpacked from .device/debs"
   else
-    row "dependencies" "$(failure $? "$out/device_deps.log")"
+    row "dependencies" "$(failure $? "$logs/device_deps.log")"
   fi
 fi
 
@@ -131,28 +151,35 @@ fi
 configure() {
   bounded 120 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINBENCH_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DTRAINBENCH_GPU_TEST_TIMEOUT="${GPU_CHECK_TEST_TIMEOUT:-150}" "$@" \
-    > "$out/configure.log" 2>&1
+    > "$logs/configure.log" 2>&1
 }
 # Only what this script runs (tests/CMakeLists.txt gpu_check_targets: the
 # CLI, the GPU tests, the ceiling tool), not the CPU-only suites.
-compile() { bounded 420 cmake --build "$build" -j "$(nproc)" --target gpu_check_targets > "$out/build.log" 2>&1; }
+compile() { bounded 420 cmake --build "$build" -j "$(nproc)" --target gpu_check_targets > "$logs/build.log" 2>&1; }
 # Nothing after the build can run without it: the logs' tails, the table, exit 1.
 stop_after_failed_build() {
   row "build (sm_90)" "$1"
-  tail -20 "$out/build.log" "$out/configure.log" 2>/dev/null
+  # (tail -n: coreutils refuses the old "tail -20" form with two files.)
+  tail -n 20 "$logs/build.log" "$logs/configure.log" 2>/dev/null
   printf '%s\n' "${table[@]}" | tee -a "$out/summary.txt"
   exit 1
 }
-if configure && compile; then
+configure && compile
+build_status=$?
+if [ "$build_status" -eq 0 ]; then
   row "build (sm_90)" "ok ($(elapsed))"
-elif grep -q 'cuDNN attention ON' "$out/configure.log"; then
+elif [ "$build_status" -eq 124 ] || [ "$build_status" -eq 137 ] || [ "$build_status" -eq 200 ]; then
+  # Cut by its time limit, not failed: building again without cuDNN would
+  # only be cut again, with less time left.
+  stop_after_failed_build "$(failure "$build_status" "$logs/build.log")"
+elif grep -q 'cuDNN attention ON' "$logs/configure.log"; then
   # cuDNN attention has never been built on the device image before its first
   # run there (its headers, library and frontend come from three places): if
   # the build fails with it, build without it rather than lose the call. The
   # engine then runs attention as GEMMs, which the table's attention column
   # and the "cuDNN attention" row say. The cache keeps OFF for a second call.
-  mv "$out/build.log" "$out/build-with-cudnn.log"
-  cudnn_error=$(grep -m1 -E 'error|Error' "$out/build-with-cudnn.log" | cut -c1-160)
+  mv "$logs/build.log" "$logs/build-with-cudnn.log"
+  cudnn_error=$(grep -m1 -E 'error|Error' "$logs/build-with-cudnn.log" | cut -c1-160)
   if configure -DTRAINBENCH_CUDNN=OFF && compile; then
     row "build (sm_90)" "ok WITHOUT cuDNN attention ($(elapsed)); with it: FAILED: ${cudnn_error:-see build-with-cudnn.log}"
   else
@@ -161,11 +188,11 @@ elif grep -q 'cuDNN attention ON' "$out/configure.log"; then
 else
   stop_after_failed_build "FAILED: see configure.log / build.log"
 fi
-"$build/trainbench" --version > "$out/version.txt" 2>&1
+"$build/trainbench" --version > "$logs/version.txt" 2>&1
 # Whether this build has the CUDA engine: every trainbench row below needs it.
 has_cuda_engine=false
-grep -q "compute engines:.*cuda" "$out/version.txt" && has_cuda_engine=true
-row "cuDNN attention" "$(grep -o 'cuDNN attention: .*' "$out/version.txt" | cut -d' ' -f3-) ($(grep -o 'cuDNN attention [A-Z]*' "$out/configure.log" | head -1))"
+grep -q "compute engines:.*cuda" "$logs/version.txt" && has_cuda_engine=true
+row "cuDNN attention" "$(grep -o 'cuDNN attention: .*' "$logs/version.txt" | cut -d' ' -f3-) ($(grep -o 'cuDNN attention [A-Z]*' "$logs/configure.log" | head -1))"
 
 # Sections 2-5, the issue's comparison; GPU_CHECK_EXTRAS_ONLY=1 skips them
 # (a second call on a machine that already ran them keeps its build).
@@ -173,20 +200,20 @@ if [ -z "${GPU_CHECK_EXTRAS_ONLY:-}" ]; then
 
 # 2. CUDA tests (label gpu): they must run here, not skip.
 bounded "${GPU_CHECK_TESTS_TIMEOUT:-300}" ctest --test-dir "$build" -L gpu -j 4 --output-on-failure \
-  > "$out/ctest_gpu.log" 2>&1
+  > "$logs/ctest_gpu.log" 2>&1
 ctest_status=$?
-gpu_tests=$(grep -E "tests passed|tests failed" "$out/ctest_gpu.log" | tail -1)
-[ -n "$gpu_tests" ] || gpu_tests=$(failure $ctest_status "$out/ctest_gpu.log")
-skipped=$(grep -c "(Skipped)" "$out/ctest_gpu.log" || true)
+gpu_tests=$(grep -E "tests passed|tests failed" "$logs/ctest_gpu.log" | tail -1)
+[ -n "$gpu_tests" ] || gpu_tests=$(failure $ctest_status "$logs/ctest_gpu.log")
+skipped=$(grep -c "(Skipped)" "$logs/ctest_gpu.log" || true)
 # On a GPU machine a skipped CUDA test means the GPU was not visible to it.
 row "CUDA tests" "${gpu_tests:-no result: see ctest_gpu.log} (skipped: $skipped, must be 0 on a GPU)"
-grep -E "^ *[0-9]+/[0-9]+ Test" "$out/ctest_gpu.log" | grep -vE " Passed " | head -20 >> "$out/table.txt"
+grep -E "^ *[0-9]+/[0-9]+ Test" "$logs/ctest_gpu.log" | grep -vE " Passed " | head -20 >> "$out/table.txt"
 # PyTorch baseline's own training tests (PyTorch exists on GPU machines).
 if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
-  bounded 240 ctest --test-dir "$build" -R torch_baseline --output-on-failure > "$out/ctest_torch_baseline.log" 2>&1
+  bounded 240 ctest --test-dir "$build" -R torch_baseline --output-on-failure > "$logs/ctest_torch_baseline.log" 2>&1
   torch_tests_status=$?
-  torch_tests=$(grep -E 'tests passed|tests failed' "$out/ctest_torch_baseline.log" | tail -1)
-  row "torch_baseline.py tests" "${torch_tests:-$(failure $torch_tests_status "$out/ctest_torch_baseline.log")}"
+  torch_tests=$(grep -E 'tests passed|tests failed' "$logs/ctest_torch_baseline.log" | tail -1)
+  row "torch_baseline.py tests" "${torch_tests:-$(failure $torch_tests_status "$logs/ctest_torch_baseline.log")}"
 fi
 
 # 2b. The NCCL communicator on one rank (world size 1, the local bootstrap):
@@ -195,22 +222,24 @@ fi
 # gpu above; run here on its own so that its log and row say what NCCL did.
 nccl_test="$build/tests/comm/test_nccl_communicator"
 if [ -x "$nccl_test" ]; then
-  bounded 120 "$nccl_test" > "$out/nccl_1rank.log" 2>&1
+  bounded 120 "$nccl_test" > "$logs/nccl_1rank.log" 2>&1
   nccl_status=$?
-  nccl_passed=$(grep -oE '^\[  PASSED  \] [0-9]+' "$out/nccl_1rank.log" | grep -oE '[0-9]+$')
-  nccl_skipped=$(grep -oE '^\[  SKIPPED \] [0-9]+' "$out/nccl_1rank.log" | grep -oE '[0-9]+$')
-  nccl_failed=$(grep -oE '^\[  FAILED  \] [0-9]+' "$out/nccl_1rank.log" | grep -oE '[0-9]+$')
-  nccl_lib=$(grep -oE 'NCCL [0-9]+\.[0-9]+\.[0-9]+' "$out/nccl_1rank.log" | head -1)
+  nccl_passed=$(grep -oE '^\[  PASSED  \] [0-9]+' "$logs/nccl_1rank.log" | grep -oE '[0-9]+$')
+  nccl_skipped=$(grep -oE '^\[  SKIPPED \] [0-9]+' "$logs/nccl_1rank.log" | grep -oE '[0-9]+$')
+  nccl_failed=$(grep -oE '^\[  FAILED  \] [0-9]+' "$logs/nccl_1rank.log" | grep -oE '[0-9]+$')
+  nccl_lib=$(grep -oE 'NCCL [0-9]+\.[0-9]+\.[0-9]+' "$logs/nccl_1rank.log" | head -1)
   row "NCCL comm (1 rank)" "${nccl_lib:-NCCL ?}: passed ${nccl_passed:-0}, failed ${nccl_failed:-0}, skipped ${nccl_skipped:-0} (exit $nccl_status; skipped must be 0 on a GPU)"
   # One rank per GPU when the machine has several (optional: needs mpirun).
   gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
-  if [ "${gpus:-0}" -ge 2 ] && command -v mpirun > /dev/null; then
+  # Without the MPI backend each rank would be a world of its own (the test
+  # skips, saying so); the device image's carried packages have no MPI.
+  if [ "${gpus:-0}" -ge 2 ] && command -v mpirun > /dev/null && grep -q "MPI backend ON" "$logs/configure.log"; then
     bounded 300 mpirun -np "$gpus" --allow-run-as-root "$nccl_test" --gtest_filter='NcclCommunicatorTest.*' \
-      > "$out/nccl_${gpus}ranks.log" 2>&1
-    row "NCCL comm ($gpus ranks)" "exit $? ($(grep -c '^\[       OK \]' "$out/nccl_${gpus}ranks.log") OK lines over all ranks)"
+      > "$logs/nccl_${gpus}ranks.log" 2>&1
+    row "NCCL comm ($gpus ranks)" "exit $? ($(grep -c '^\[       OK \]' "$logs/nccl_${gpus}ranks.log") OK lines, $(grep -c '^\[  SKIPPED \]' "$logs/nccl_${gpus}ranks.log") skipped over all ranks)"
   fi
 else
-  row "NCCL comm (1 rank)" "not built: $(grep -o 'NCCL backend.*' "$out/configure.log" | head -1)"
+  row "NCCL comm (1 rank)" "not built: $(grep -o 'NCCL backend.*' "$logs/configure.log" | head -1)"
 fi
 
 if [ -n "${GPU_CHECK_TESTS_ONLY:-}" ]; then
@@ -221,26 +250,26 @@ fi
 
 # 3. bf16 GEMM ceiling: a square GEMM and the Llama-3-8B MLP projection.
 ceiling_tool="$build/tests/cuda/cuda_gemm_ceiling"
-if bounded 120 "$ceiling_tool" 8192 8192 8192 16384 14336 4096 > "$out/gemm_ceiling.jsonl" 2> "$out/gemm_ceiling.err"; then
+if bounded 120 "$ceiling_tool" 8192 8192 8192 16384 14336 4096 > "$logs/gemm_ceiling.jsonl" 2> "$logs/gemm_ceiling.err"; then
   while read -r line; do
     row "bf16 GEMM ceiling $(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("%dx%dx%d" % (d["m"], d["n"], d["k"]))' "$line")" \
         "$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("%.0f TFLOP/s (%.0f%% of 989); with candidates timed %.0f TFLOP/s" % (d["flops_per_s"] / 1e12, 100 * d["flops_per_s"] / 989e12, d["timed_flops_per_s"] / 1e12))' "$line")"
-  done < "$out/gemm_ceiling.jsonl"
+  done < "$logs/gemm_ceiling.jsonl"
 else
-  row "bf16 GEMM ceiling" "$(failure $? "$out/gemm_ceiling.err")"
+  row "bf16 GEMM ceiling" "$(failure $? "$logs/gemm_ceiling.err")"
 fi
 
 # 4. The GPU presets on trainbench's CUDA engine.
 for preset in "${presets[@]}"; do
   if ! $has_cuda_engine; then
-    row "trainbench $preset" "pending: this build has no CUDA engine ($(grep 'compute engines' "$out/version.txt"))"
+    row "trainbench $preset" "pending: this build has no CUDA engine ($(grep 'compute engines' "$logs/version.txt"))"
     continue
   fi
-  if bounded "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run "$preset" --out "$out/$preset.json" > "$out/$preset.log" 2>&1; then
-    row "trainbench $preset" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, {:.1f}% of ceiling, data stall {:.1f}%, attention {} ({} backward), memory/GPU {:.1f} GiB".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), 100 * (s["mfu_vs_gemm_ceiling"] or 0), 100 * s["stall_shares"]["data_stall"], r["environment"]["attention"]["kernel"], "deterministic" if r["config"]["train"]["deterministic"] else "fastest", s["memory_per_rank"]["total_bytes"] / 2**30))' "$out/$preset.json")"
-    row "trainbench $preset gemm" "$(python3 -c 'import json,sys; g=json.load(open(sys.argv[1]))["environment"]["gemm"]; print(g["algorithms"] + ": " + g["detail"])' "$out/$preset.json")"
+  if bounded "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run "$preset" --out "$logs/$preset.json" > "$logs/$preset.log" 2>&1; then
+    row "trainbench $preset" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, {:.1f}% of ceiling, data stall {:.1f}%, attention {} ({} backward), memory/GPU {:.1f} GiB".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), 100 * (s["mfu_vs_gemm_ceiling"] or 0), 100 * s["stall_shares"]["data_stall"], r["environment"]["attention"]["kernel"], "deterministic" if r["config"]["train"]["deterministic"] else "fastest", s["memory_per_rank"]["total_bytes"] / 2**30))' "$logs/$preset.json")"
+    row "trainbench $preset gemm" "$(python3 -c 'import json,sys; g=json.load(open(sys.argv[1]))["environment"]["gemm"]; print(g["algorithms"] + ": " + g["detail"])' "$logs/$preset.json")"
   else
-    row "trainbench $preset" "$(failure $? "$out/$preset.log")"
+    row "trainbench $preset" "$(failure $? "$logs/$preset.log")"
   fi
 done
 
@@ -250,21 +279,21 @@ done
 if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
   for preset in "${presets[@]}"; do
     if bounded "${GPU_CHECK_TORCH_TIMEOUT:-180}" python3 scripts/torch_baseline.py --config "configs/$preset.yaml" --mode both --json \
-         > "$out/torch_$preset.jsonl" 2> "$out/torch_$preset.err"; then
+         > "$logs/torch_$preset.jsonl" 2> "$logs/torch_$preset.err"; then
       while read -r line; do
         row "pytorch $preset $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["mode"])' "$line")" \
             "$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["error"] if "error" in d else "{:,.0f} tokens/s".format(d["tokens_per_s"]))' "$line")"
-      done < <(grep '^{' "$out/torch_$preset.jsonl")
+      done < <(grep '^{' "$logs/torch_$preset.jsonl")
     else
-      row "pytorch $preset" "$(failure $? "$out/torch_$preset.err")"
+      row "pytorch $preset" "$(failure $? "$logs/torch_$preset.err")"
     fi
   done
 fi
 
 for preset in "${presets[@]}"; do
-  [ -f "$out/$preset.json" ] || continue
-  if [ -s "$out/torch_$preset.jsonl" ]; then
-    row "ratio $preset" "$(python3 - "$out/$preset.json" "$out/torch_$preset.jsonl" "$preset" <<'PY'
+  [ -f "$logs/$preset.json" ] || continue
+  if [ -s "$logs/torch_$preset.jsonl" ]; then
+    row "ratio $preset" "$(python3 - "$logs/$preset.json" "$logs/torch_$preset.jsonl" "$preset" <<'PY'
 import json, sys
 ours = json.load(open(sys.argv[1]))["summary"]
 torch = {d["mode"]: d for d in map(json.loads, (l for l in open(sys.argv[2]) if l.startswith("{")))}
@@ -314,7 +343,7 @@ if [ -z "${GPU_CHECK_SKIP_SANITIZER:-}" ]; then
     row "compute-sanitizer" "not run: $build/tests/cuda/test_cuda_ops was not built"
   else
     for tool in memcheck racecheck; do
-      log=$out/sanitizer_$tool.log
+      log=$logs/sanitizer_$tool.log
       bounded "${GPU_CHECK_SANITIZER_TIMEOUT:-60}" "$sanitizer" --tool "$tool" --error-exitcode 9 \
         "$build/tests/cuda/test_cuda_ops" --gtest_filter='CudaOps.*' > "$log" 2>&1
       status=$?
@@ -335,15 +364,15 @@ if $has_cuda_engine && [ -z "${GPU_CHECK_SKIP_PROFILE:-}" ]; then
   for preset in "${presets[@]}"; do
     ops_run=$preset-op-times
     if bounded "${GPU_CHECK_PROFILE_TIMEOUT:-120}" "$build/trainbench" run "$preset" --steps 8 \
-         --set train.warmup_steps=3 --set report.op_times=true --out "$out/$ops_run.json" > "$out/$ops_run.log" 2>&1; then
+         --set train.warmup_steps=3 --set report.op_times=true --out "$logs/$ops_run.json" > "$logs/$ops_run.log" 2>&1; then
       row "$preset compute by op" "$(python3 -c '
 import json, sys
 s = json.load(open(sys.argv[1]))["summary"]; ops = s["op_seconds_per_step"] or {}
 total = sum(ops.values())
 print("{:.1f} ms per step: ".format(1e3 * total) + ", ".join(
-    "{} {:.1f} ms ({:.0f}%)".format(k, 1e3 * v, 100 * v / total) for k, v in sorted(ops.items(), key=lambda kv: -kv[1]) if v > 0))' "$out/$ops_run.json")"
+    "{} {:.1f} ms ({:.0f}%)".format(k, 1e3 * v, 100 * v / total) for k, v in sorted(ops.items(), key=lambda kv: -kv[1]) if v > 0))' "$logs/$ops_run.json")"
     else
-      row "$preset compute by op" "$(failure $? "$out/$ops_run.log")"
+      row "$preset compute by op" "$(failure $? "$logs/$ops_run.log")"
     fi
   done
 fi
@@ -355,13 +384,13 @@ fi
 if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
   padded=torch_h200-gpt2-124m-padded
   if bounded "${GPU_CHECK_TORCH_TIMEOUT:-180}" python3 scripts/torch_baseline.py --config configs/h200-gpt2-124m.yaml \
-       --mode both --pad-vocab 64 --json > "$out/$padded.jsonl" 2> "$out/$padded.err"; then
+       --mode both --pad-vocab 64 --json > "$logs/$padded.jsonl" 2> "$logs/$padded.err"; then
     while read -r line; do
       row "pytorch h200-gpt2-124m $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["mode"])' "$line") vocab padded" \
           "$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["error"] if "error" in d else "{:,.0f} tokens/s ({} rows)".format(d["tokens_per_s"], d["vocab_rows"]))' "$line")"
-    done < <(grep '^{' "$out/$padded.jsonl")
+    done < <(grep '^{' "$logs/$padded.jsonl")
   else
-    row "pytorch h200-gpt2-124m vocab padded" "$(failure $? "$out/$padded.err")"
+    row "pytorch h200-gpt2-124m vocab padded" "$(failure $? "$logs/$padded.err")"
   fi
 fi
 
@@ -371,14 +400,18 @@ fi
 # its deterministic backward costs. Skipped only when that row ran the GEMM
 # attention already.
 main_attention=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["environment"]["attention"]["kernel"])' \
-                   "$out/h200-llama8b-4l.json" 2> /dev/null || echo "not run here")
-if $has_cuda_engine && [ "$main_attention" != gemm ]; then
+                   "$logs/h200-llama8b-4l.json" 2> /dev/null || echo "not run here")
+if $has_cuda_engine && [ "$main_attention" = "not run here" ]; then
+  # The preset's own run failed or was not reached: its variants would spend
+  # up to three run timeouts failing the same way.
+  row "trainbench h200-llama8b-4l variants" "not run: the preset's own run has no result (see h200-llama8b-4l.log)"
+elif $has_cuda_engine && [ "$main_attention" != gemm ]; then
   gemm_run=h200-llama8b-4l-gemm-attention
   if bounded "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run h200-llama8b-4l --set train.attention=gemm \
-       --out "$out/$gemm_run.json" > "$out/$gemm_run.log" 2>&1; then
-    row "trainbench h200-llama8b-4l gemm attn" "$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, memory/GPU {:.1f} GiB".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), s["memory_per_rank"]["total_bytes"] / 2**30))' "$out/$gemm_run.json")"
+       --out "$logs/$gemm_run.json" > "$logs/$gemm_run.log" 2>&1; then
+    row "trainbench h200-llama8b-4l gemm attn" "$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, memory/GPU {:.1f} GiB".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), s["memory_per_rank"]["total_bytes"] / 2**30))' "$logs/$gemm_run.json")"
   else
-    row "trainbench h200-llama8b-4l gemm attn" "$(failure $? "$out/$gemm_run.log")"
+    row "trainbench h200-llama8b-4l gemm attn" "$(failure $? "$logs/$gemm_run.log")"
   fi
 
   # What bit-exact runs cost: each preset with cuDNN's deterministic
@@ -389,10 +422,10 @@ if $has_cuda_engine && [ "$main_attention" != gemm ]; then
   for preset in "${presets[@]}"; do
     det_run=$preset-deterministic
     if bounded "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run "$preset" --set train.deterministic=true \
-         --out "$out/$det_run.json" > "$out/$det_run.log" 2>&1; then
-      row "trainbench $preset deterministic" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, memory/GPU {:.1f} GiB, attention {}".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), s["memory_per_rank"]["total_bytes"] / 2**30, r["environment"]["attention"]["detail"]))' "$out/$det_run.json")"
+         --out "$logs/$det_run.json" > "$logs/$det_run.log" 2>&1; then
+      row "trainbench $preset deterministic" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, memory/GPU {:.1f} GiB, attention {}".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), s["memory_per_rank"]["total_bytes"] / 2**30, r["environment"]["attention"]["detail"]))' "$logs/$det_run.json")"
     else
-      row "trainbench $preset deterministic" "$(failure $? "$out/$det_run.log")"
+      row "trainbench $preset deterministic" "$(failure $? "$logs/$det_run.log")"
     fi
   done
 fi
@@ -402,40 +435,40 @@ fi
 if $has_cuda_engine; then
   lora_run=h200-llama8b-4l-lora
   if bounded "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run h200-llama8b-4l --set train.mode=lora \
-       --out "$out/$lora_run.json" > "$out/$lora_run.log" 2>&1; then
-    row "trainbench h200-llama8b-4l lora" "$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, memory/GPU {:.1f} GiB, loss {:.3f} -> {:.3f}".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), s["memory_per_rank"]["total_bytes"] / 2**30, s["loss_first"], s["loss_last"]))' "$out/$lora_run.json")"
+       --out "$logs/$lora_run.json" > "$logs/$lora_run.log" 2>&1; then
+    row "trainbench h200-llama8b-4l lora" "$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, memory/GPU {:.1f} GiB, loss {:.3f} -> {:.3f}".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), s["memory_per_rank"]["total_bytes"] / 2**30, s["loss_first"], s["loss_last"]))' "$logs/$lora_run.json")"
   else
-    row "trainbench h200-llama8b-4l lora" "$(failure $? "$out/$lora_run.log")"
+    row "trainbench h200-llama8b-4l lora" "$(failure $? "$logs/$lora_run.log")"
   fi
 fi
 
 # 6f. comm.backend=nccl through `trainbench run` on one rank: the gradient
 # buckets all-reduced on the GPU by NCCL, each after its compute-stream event
 # (a sum over one rank moves nothing, so comm_s is the events' overhead).
-if grep -q "NCCL backend ON" "$out/configure.log"; then
+if grep -q "NCCL backend ON" "$logs/configure.log"; then
   nccl_run=h200-gpt2-124m-nccl
   if bounded 120 "$build/trainbench" run h200-gpt2-124m --steps 12 --set comm.backend=nccl \
-       --out "$out/$nccl_run.json" > "$out/$nccl_run.log" 2>&1; then
-    row "trainbench h200-gpt2-124m nccl" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, comm_s median {:.3g} ms, exposed {:.3g} ms, NCCL {}, checks {}".format(s["tokens_per_s"], 1e3 * s["comm_s"]["median"], 1e3 * s["comm_exposed_s"]["median"], r["environment"]["nccl"], "pass" if all(c["passed"] for c in r["checks"]) else "FAIL"))' "$out/$nccl_run.json")"
+       --out "$logs/$nccl_run.json" > "$logs/$nccl_run.log" 2>&1; then
+    row "trainbench h200-gpt2-124m nccl" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, comm_s median {:.3g} ms, exposed {:.3g} ms, NCCL {}, checks {}".format(s["tokens_per_s"], 1e3 * s["comm_s"]["median"], 1e3 * s["comm_exposed_s"]["median"], r["environment"]["nccl"], "pass" if all(c["passed"] for c in r["checks"]) else "FAIL"))' "$logs/$nccl_run.json")"
   else
-    row "trainbench h200-gpt2-124m nccl" "$(failure $? "$out/$nccl_run.log")"
+    row "trainbench h200-gpt2-124m nccl" "$(failure $? "$logs/$nccl_run.log")"
   fi
 else
-  row "trainbench h200-gpt2-124m nccl" "not built: $(grep -o 'NCCL backend.*' "$out/configure.log" | head -1)"
+  row "trainbench h200-gpt2-124m nccl" "not built: $(grep -o 'NCCL backend.*' "$logs/configure.log" | head -1)"
 fi
 
 # 6g, several GPUs (and mpirun): data parallelism over NCCL
 # with ZeRO-1, one rank per GPU (ZeRO-1 needs two ranks at least). The ranks'
 # parameter checksums must agree; the row gives the AdamW state per rank.
 gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
-if [ "${gpus:-0}" -ge 2 ] && command -v mpirun > /dev/null && grep -q "NCCL backend ON" "$out/configure.log" &&
-   grep -q "MPI backend ON" "$out/configure.log"; then
+if [ "${gpus:-0}" -ge 2 ] && command -v mpirun > /dev/null && grep -q "NCCL backend ON" "$logs/configure.log" &&
+   grep -q "MPI backend ON" "$logs/configure.log"; then
   zero_run=h200-gpt2-124m-zero1
   if bounded 180 mpirun -np "$gpus" --allow-run-as-root "$build/trainbench" run h200-gpt2-124m --steps 12 \
-       --set comm.zero=1 --out "$out/$zero_run.json" > "$out/$zero_run.log" 2>&1; then
-    row "trainbench h200-gpt2-124m zero1 ($gpus GPUs)" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, AdamW state {:.0f} of {:.0f} MiB per rank, checks {}".format(s["tokens_per_s"], s["optimizer_bytes_per_rank"] / 2**20, s["optimizer_bytes_unsharded"] / 2**20, "pass" if all(c["passed"] for c in r["checks"]) else "FAIL"))' "$out/$zero_run.json")"
+       --set comm.zero=1 --out "$logs/$zero_run.json" > "$logs/$zero_run.log" 2>&1; then
+    row "trainbench h200-gpt2-124m zero1 ($gpus GPUs)" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, AdamW state {:.0f} of {:.0f} MiB per rank, checks {}".format(s["tokens_per_s"], s["optimizer_bytes_per_rank"] / 2**20, s["optimizer_bytes_unsharded"] / 2**20, "pass" if all(c["passed"] for c in r["checks"]) else "FAIL"))' "$logs/$zero_run.json")"
   else
-    row "trainbench h200-gpt2-124m zero1 ($gpus GPUs)" "$(failure $? "$out/$zero_run.log")"
+    row "trainbench h200-gpt2-124m zero1 ($gpus GPUs)" "$(failure $? "$logs/$zero_run.log")"
   fi
 fi
 
@@ -450,9 +483,9 @@ if $has_cuda_engine; then
   bounded "${GPU_CHECK_BURNIN_TIMEOUT:-150}" "$build/trainbench" burnin h200-gpt2-124m --duration 1m \
     --set burnin.nvml_every_s=5 --set burnin.golden_every=50 --set burnin.health_every_s=20 \
     --set checkpoint.every_steps=200 \
-    --set report.progress_every=0 --out "$out/burnin.json" > "$out/burnin.log" 2>&1
+    --set report.progress_every=0 --out "$logs/burnin.json" > "$logs/burnin.log" 2>&1
   burnin_status=$?
-  if [ -s "$out/burnin.json" ] && [ "$burnin_status" -le 4 ]; then
+  if [ -s "$logs/burnin.json" ] && [ "$burnin_status" -le 4 ]; then
     row "trainbench burnin 1m" "$(python3 -c '
 import json, sys
 r = json.load(open(sys.argv[1])); b = r["burnin"]; g = b["gpus"][0]; h = g["figures"].get("gpu")
@@ -461,12 +494,12 @@ nvml = ("NVML {:.0f} samples, max {:.0f} C, max {:.0f} W, SM min {:.0f} MHz, ECC
     h["samples"], h["max_temperature_c"], h["max_power_w"], h["min_sm_clock_mhz"], max(h["ecc_uncorrected_delta"], 0),
     h["hardware_slowdown_samples"]) if h else "NVML not sampled: " + b["gpu_health"]["why_not"])
 print("{} (exit {}): {} steps, {:,.0f} tokens/s, golden {} checks; {}{}".format(b["verdict"], sys.argv[2], b["steps"],
-    r["summary"]["tokens_per_s"], b["golden"]["checks"], nvml, "; " + why[0] if why else ""))' "$out/burnin.json" "$burnin_status")"
+    r["summary"]["tokens_per_s"], b["golden"]["checks"], nvml, "; " + why[0] if why else ""))' "$logs/burnin.json" "$burnin_status")"
   else
-    row "trainbench burnin 1m" "$(failure "$burnin_status" "$out/burnin.log")"
+    row "trainbench burnin 1m" "$(failure "$burnin_status" "$logs/burnin.log")"
   fi
 else
-  row "trainbench burnin 1m" "pending: this build has no CUDA engine ($(grep 'compute engines' "$out/version.txt"))"
+  row "trainbench burnin 1m" "pending: this build has no CUDA engine ($(grep 'compute engines' "$logs/version.txt"))"
 fi
 
 # 6i. What the per-step timing costs on the GPU (issue 7's <= 1%): timed and
@@ -474,10 +507,10 @@ fi
 # timing events included (trainbench bench instrument).
 if $has_cuda_engine; then
   if bounded "${GPU_CHECK_INSTRUMENT_TIMEOUT:-90}" "$build/trainbench" bench instrument h200-gpt2-124m --pairs 20 \
-       --block-steps 5 --out "$out/instrument.json" > "$out/instrument.log" 2>&1; then
-    row "trainbench bench instrument" "$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["instrumentation_cost"]; print("overhead {:+.2f}% median of {} pairs (95% {:+.2f} .. {:+.2f}%), untimed step {:.2f} ms".format(100 * c["overhead_median"], c["pairs"], 100 * c["overhead_ci95"][0], 100 * c["overhead_ci95"][1], 1e3 * c["untimed_step_s"]))' "$out/instrument.json")"
+       --block-steps 5 --out "$logs/instrument.json" > "$logs/instrument.log" 2>&1; then
+    row "trainbench bench instrument" "$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["instrumentation_cost"]; print("overhead {:+.2f}% median of {} pairs (95% {:+.2f} .. {:+.2f}%), untimed step {:.2f} ms".format(100 * c["overhead_median"], c["pairs"], 100 * c["overhead_ci95"][0], 100 * c["overhead_ci95"][1], 1e3 * c["untimed_step_s"]))' "$logs/instrument.json")"
   else
-    row "trainbench bench instrument" "$(failure $? "$out/instrument.log")"
+    row "trainbench bench instrument" "$(failure $? "$logs/instrument.log")"
   fi
 fi
 

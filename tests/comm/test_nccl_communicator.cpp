@@ -69,10 +69,13 @@ Communicator* shared_communicator(std::string& why_not) {
     if (s.why_not.empty()) {
       std::unique_ptr<Communicator> bootstrap =
           launched_by_mpi() ? make_mpi_communicator() : make_local_communicator();
-      if (!bootstrap) bootstrap = make_local_communicator();  // no MPI backend: one rank
       int devices = 0;
       CUDA_OK(cudaGetDeviceCount(&devices));
-      if (nccl_version().empty()) {
+      if (!bootstrap) {
+        // Under mpirun without the MPI backend every rank would be a world of
+        // its own on GPU 0, and pass: an N-rank check that never formed one.
+        s.why_not = "launched by mpirun, but the MPI backend is not built: no multi-rank communicator";
+      } else if (nccl_version().empty()) {
         s.why_not = "the NCCL backend is not built";
       } else if (bootstrap->local_rank() >= devices) {
         s.why_not = "local rank " + std::to_string(bootstrap->local_rank()) + " has no GPU of its own (" +
