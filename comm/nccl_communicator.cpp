@@ -29,6 +29,7 @@
 #include <cstdio>     // std::fprintf, std::snprintf
 #include <cstdlib>    // std::_Exit
 #include <deque>      // the background requests in flight, oldest first
+#include <exception>  // std::uncaught_exceptions: a destructor run by an error skips the orderly shutdown
 #include <mutex>      // the context, read by the abort watchdog's message
 #include <stdexcept>  // std::invalid_argument
 #include <string>
@@ -207,7 +208,19 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> bootstrap, int 
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  use_device();
+  // Unwinding from an error (a CUDA error the engine threw, a failed step),
+  // or a context a sticky error broke: no orderly shutdown. Its first
+  // checked CUDA call would fail on the broken context and end the process
+  // with "failed in shutdown", and the error being reported (the kernel that
+  // faulted) would never be printed. ncclCommAbort frees NCCL's side without
+  // waiting for any peer; the stream and events go with the process.
+  const cudaError_t device_state = cudaSetDevice(device_);
+  const cudaError_t stream_state = device_state == cudaSuccess ? cudaStreamQuery(stream_) : device_state;
+  if (std::uncaught_exceptions() > 0 || (stream_state != cudaSuccess && stream_state != cudaErrorNotReady)) {
+    if (comm_) (void)ncclCommAbort(comm_);  // its result has nowhere to go: the error in flight is the one to tell
+    comm_ = nullptr;
+    return;
+  }
   // What was issued finishes first: the buffers may be freed right after.
   TRAINBENCH_COMM_CUDA_CHECK(cudaEventRecord(sync_event_, stream_), "shutdown");
   const Clock::time_point deadline = Clock::now() + duration_of(timeout_s_);
