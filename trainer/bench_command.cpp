@@ -562,6 +562,7 @@ int BenchCommand::run_io() {
   const Config config = load_config(o.config, o.overrides);
   const double consumed = o.against.empty() ? 0.0 : consumed_tokens_per_s_per_rank(o.against);
   if (!o.out.empty()) check_result_path(o.out);
+  check_result_is_not_input(o.out, "--out", o.against, "--against");
 
   DataSetup setup;
   std::vector<std::string> shards;

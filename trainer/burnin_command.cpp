@@ -88,6 +88,11 @@ int BurninCommand::run(const std::string& command_line) {
   for (const std::string& o : overrides) progress_asked = progress_asked || o.rfind("report.progress_every=", 0) == 0;
   if (!progress_asked) overrides.push_back("report.progress_every=0");
   const std::string out = !o.out.empty() ? o.out : config.report.out.empty() ? "trainbench-burnin.json" : "";
+  // The baseline is an earlier result, which the result path may replace:
+  // not this one, or the next burn-in compares with this run's figures.
+  check_result_is_not_input(out.empty() ? config.report.out : out,
+                            !o.out.empty() ? "--out" : out.empty() ? "report.out" : "the default --out", o.baseline,
+                            "--baseline");
   const std::unique_ptr<RunExtension> monitor = make_burnin_monitor(duration_s, baseline);
   return run_with_extension(o.config, overrides, out, command_line, *monitor);
 }

@@ -369,6 +369,16 @@ void check_result_path(const std::string& path, const std::string& named) {
                            " free; the result needs room (at least 1 MiB free): free space or name another disk"};
 }
 
+void check_result_is_not_input(const std::string& path, const std::string& named, const std::string& input,
+                               const std::string& input_named) {
+  if (path.empty() || input.empty()) return;
+  std::error_code not_both;  // either missing: not the same file
+  if (!std::filesystem::equivalent(path, input, not_both)) return;
+  throw CommandError{kExitUserError, named + " " + path + " is the " + input_named + " file (" + input +
+                                         "): the result would replace what it is compared with; give --out "
+                                         "another path"};
+}
+
 Config load_config_as_typed(const std::string& config, std::vector<std::string> overrides,
                             const std::vector<std::pair<std::string, std::string>>& typed) {
   for (const auto& [override_text, option] : typed) overrides.push_back(override_text);

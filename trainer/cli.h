@@ -59,6 +59,13 @@ void check_ranks_run_the_same_job(const Config& config, const std::string& comma
 // path came from (the option, or the config key).
 void check_result_path(const std::string& path, const std::string& named = "--out");
 
+// Throws CommandError (exit 2) when the result path is the same file as an
+// input the command reads an earlier result from (burnin --baseline, bench
+// io --against): check_result_path accepts it, an earlier result, and the
+// comparison's yardstick was replaced by the run compared with it.
+void check_result_is_not_input(const std::string& path, const std::string& named, const std::string& input,
+                               const std::string& input_named);
+
 // load_config with `overrides`, of which `typed` came from options rather
 // than --set: each pair is the override ("train.steps=2") and the option as
 // the user typed it ("--steps 2"), which an error names instead of the

@@ -446,6 +446,17 @@ TEST_F(LoaderCli, BenchIoNamesABadAgainstFile) {
                                           "/" + name);
     expect_one_line_naming(bad, {"--against " + dir_ + "/" + name + ": not a regular file"});
   }
+  // --out naming the --against file replaced the run's result with the
+  // bench's (exit 0): refused before anything is read, the file kept.
+  const std::string run_result =
+      R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 1000}, "environment": {"ranks": 1}})";
+  std::ofstream(dir_ + "/run.json") << run_result;
+  const CommandResult same = run_command("timeout 60 " + std::string(TRAINBENCH_BINARY) +
+                                         " bench io tiny --set data.shards=" + dir_ + "/good --against " + dir_ +
+                                         "/run.json --out " + dir_ + "/./run.json");
+  expect_one_line_naming(same, {"--out " + dir_ + "/./run.json is the --against file",
+                                "give --out another path"});
+  EXPECT_EQ(testing::read_whole_file(dir_ + "/run.json"), run_result);
 }
 
 // A FIFO named like a shard would block the open, a device never ends:

@@ -226,6 +226,16 @@ TEST(BurninBaseline, AOneRankResultIsABaselineForOneRank) {
             std::string::npos)
       << third.err;
   EXPECT_FALSE(std::filesystem::exists(dir.file("b3.json")));
+
+  // The result written over its own baseline: the next burn-in would have
+  // compared with this run's figures (it did, exit 4 and the file replaced).
+  const std::string kept = testing::read_whole_file(dir.file("b1.json"));
+  const testing::CommandResult over =
+      testing::run_command(common + dir.file("ck4") + " --duration 3s --baseline " + dir.file("b1.json") +
+                           " --out " + dir.file("b1.json"));
+  EXPECT_EQ(over.exit_code, 2) << over.out << over.err;
+  EXPECT_NE(over.err.find("--out " + dir.file("b1.json") + " is the --baseline file"), std::string::npos) << over.err;
+  EXPECT_EQ(testing::read_whole_file(dir.file("b1.json")), kept);
 }
 
 // A baseline measured on another job is not this job's yardstick: another
