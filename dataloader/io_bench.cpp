@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+#include <system_error>  // a small file that cannot be written, with its errno
 #include <thread>
 
 #include "dataloader/data_error.h"
@@ -215,6 +216,32 @@ ReadRate measure_loader(const LoaderOptions& options, double max_seconds) {
   return rate;
 }
 
+namespace {
+
+// One small file, its errno kept (a full disk is the environment's, not a
+// bug: std::ofstream said only "cannot write", which surfaced as an
+// internal error).
+void write_small_file(const std::string& path, const void* data, size_t bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot create " + path);
+  const auto* at = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t wrote = ::write(fd, at, bytes);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) {
+      const int error = wrote < 0 ? errno : ENOSPC;
+      ::close(fd);
+      throw std::system_error(error, std::generic_category(), "cannot write " + path);
+    }
+    at += wrote;
+    bytes -= static_cast<size_t>(wrote);
+  }
+  // A network file system reports a full disk at close.
+  if (::close(fd) != 0) throw std::system_error(errno, std::generic_category(), "cannot write " + path);
+}
+
+}  // namespace
+
 int64_t extract_to_small_files(const std::vector<std::string>& shards, const std::string& dir,
                                int64_t max_member_bytes) {
   int64_t files = 0;
@@ -237,10 +264,7 @@ int64_t extract_to_small_files(const std::vector<std::string>& shards, const std
       for (size_t m = 0; m < sample.member_count; ++m) {
         const SampleMember& member = sample.members[m];
         const std::string path = base + "." + member.extension;
-        std::ofstream out(path, std::ios::binary);
-        out.write(reinterpret_cast<const char*>(member.data.data()),
-                  static_cast<std::streamsize>(member.data.size()));
-        if (!out) throw std::runtime_error("cannot write " + path);
+        write_small_file(path, member.data.data(), member.data.size());
         ++files;
       }
     }

@@ -68,7 +68,8 @@ ReadRate measure_loader(const LoaderOptions& options, double max_seconds);
 // Writes every sample of the shards as files <dir>/<shard's position in
 // the list, %06d>/<sample's position in its shard, %09d>.<ext>: the same
 // bytes one file per member, never outside `dir` whatever the member names.
-// Returns the files written.
+// Returns the files written. A file or folder that cannot be made or
+// written (a full disk) throws std::system_error with its errno.
 int64_t extract_to_small_files(const std::vector<std::string>& shards, const std::string& dir,
                                int64_t max_member_bytes);
 

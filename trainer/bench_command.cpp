@@ -32,6 +32,7 @@
 #include "trainer/instrument_cost.h"  // bench instrument
 #include "trainer/ceilings.h"        // measure_compute_ceiling: bench compute
 #include "trainer/report.h"          // human_bytes, human_count
+#include <system_error>              // --small-files: a file the full disk refused
 #include "trainer/run_extension.h"   // bench instrument runs inside the job's setup
 #include "trainer/temporary_folder.h"  // make_temporary_directory: scratch folders
 #include "trainer/json_text.h"         // json_text: the result is written whatever its strings hold
@@ -725,10 +726,23 @@ int BenchCommand::run_io() {
     } catch (const std::runtime_error& e) {
       throw CommandError{kExitUserError, std::string("--small-files-dir: ") + e.what()};
     }
-    small_files_written = extract_to_small_files(shards, dir, config.data.max_sample_bytes);
+    // The folder goes however this ends: a full disk left it behind, full.
+    struct RemoveFolder {
+      std::string path;
+      ~RemoveFolder() {
+        std::error_code ignored;
+        fs::remove_all(path, ignored);
+      }
+    } remove_folder{dir};
+    try {
+      small_files_written = extract_to_small_files(shards, dir, config.data.max_sample_bytes);
+    } catch (const std::system_error& e) {
+      throw CommandError{kExitEnvironmentError,
+                         std::string("--small-files: ") + e.what() + " (unpacking " +
+                             human_bytes(static_cast<double>(total_bytes)) + " of shards, into " + dir +
+                             "); free space there or give --small-files-dir a disk with room"};
+    }
     small = measure_small_files(dir, config.data.field, config.model.vocab, max_readers, o.seconds, delay_s(config));
-    std::error_code ignored;
-    fs::remove_all(dir, ignored);
   }
 
   std::printf("\n  %-36s %7s %10s %8s %11s %11s %12s  %-16s%s\n", "", "cached", "tokens/s", "GB/s", "samples/s",

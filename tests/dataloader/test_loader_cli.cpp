@@ -18,6 +18,7 @@
 #include "dataloader/shard_tools.h"
 #include "dataloader/shard_writer.h"
 #include "tests/dataloader/read_test_tars.h"  // make_tar: member names a writer of ours would refuse
+#include "tests/support/mounted_filesystem.h"  // a small tmpfs: --small-files on a full disk
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 
@@ -457,6 +458,22 @@ TEST_F(LoaderCli, BenchIoNamesABadAgainstFile) {
   expect_one_line_naming(same, {"--out " + dir_ + "/./run.json is the --against file",
                                 "give --out another path"});
   EXPECT_EQ(testing::read_whole_file(dir_ + "/run.json"), run_result);
+}
+
+// --small-files unpacking onto a full disk: the environment's (exit 3), the
+// file and errno named, and the folder it made removed (it was "internal
+// error: cannot write ...", exit 1, the folder left behind, full).
+TEST_F(LoaderCli, SmallFilesOnAFullDiskIsTheEnvironmentsAndLeaveNothing) {
+  const testing::MountedFilesystem small(dir_ + "/small", "tmpfs", "size=64k");
+  if (!small.mounted()) GTEST_SKIP() << small.why_not();
+  const CommandResult r = run_command("timeout 60 " + std::string(TRAINBENCH_BINARY) +
+                                      " bench io tiny --set data.shards=" + dir_ + "/good --readers 1 --seconds 1"
+                                      " --small-files --small-files-dir " + small.path());
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
+  for (const std::string part : {"--small-files: cannot ", "No space left on device", "give --small-files-dir a disk with room"})
+    EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::is_empty(small.path())) << "the unpacked files were left on the full disk";
 }
 
 // A FIFO named like a shard would block the open, a device never ends:
