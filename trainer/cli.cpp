@@ -421,6 +421,10 @@ int run_command(const RunOptions& options, const std::string& command_line) {
       wait_if_interrupted();  // a failure the signal's cleanup caused: the signal speaks
       std::fprintf(stderr, "trainbench: %s\n", report.outcome.failure.message.c_str());
     }
+    // Rank 0's alone, with no collective after it: every rank ends as usual
+    // (the temporary folders go), and the job's exit code is rank 0's 3.
+    if (!report.result_write_failure.empty())
+      std::fprintf(stderr, "trainbench: %s\n", report.result_write_failure.c_str());
     return report.exit_code;
   } catch (...) {
     // One rank's own failure (a file only its node lacks, rank 0's --out):
@@ -832,13 +836,17 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
     try {
       if (options.write_result) write_result_json(result_path, result);
     } catch (const std::exception& e) {
-      comm->abort(kExitEnvironmentError, std::string("cannot write the result: ") + e.what());
+      // Said after the summary, which is printed first: the measurement is
+      // on the console at least (abort printed nothing of it, and the
+      // temporary folders stayed behind).
+      report.result_write_failure = std::string("cannot write the result: ") + e.what();
     }
     // `project`'s runs go into its own result, which it writes only when
     // every depth trained; it stops at one that failed.
     const bool stops_the_projection = outcome.failure.happened() || !outcome.all_checks_passed();
     print_summary(stdout, outcome,
-                  options.write_result ? result_path
+                  !report.result_write_failure.empty() ? "NOT WRITTEN: " + report.result_write_failure
+                  : options.write_result              ? result_path
                   : stops_the_projection ? "none: this run failed, so the projection stops here"
                                          : "(in the projection's result)",
                   options.extension ? options.extension->summary_job() : "");
@@ -861,6 +869,9 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   }
   if (outcome.failure.happened() && !options.extension)
     report.exit_code = outcome.failure.environment ? kExitEnvironmentError : kExitUserError;
+  // Nothing of the run was kept but the console: the environment's, whatever
+  // else it found (the caller prints the line).
+  if (!report.result_write_failure.empty()) report.exit_code = kExitEnvironmentError;
   report.outcome = std::move(outcome);
   return report;
 }

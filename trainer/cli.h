@@ -96,6 +96,9 @@ struct RunReport {
   nlohmann::json result;         // the result JSON (rank 0; null elsewhere)
   EngineOptions engine_options;  // as the engine was built: plans memory at other depths
   int64_t state_bytes = 0;       // this rank's checkpointed state
+  // Rank 0 could not write the result at the end (a full disk, an immutable
+  // file): why, printed by the caller; the summary was printed, exit 3.
+  std::string result_write_failure;
 };
 // Throws what run_command throws (ConfigError, CommandError, DataError, ...).
 RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const RunSettings& settings);

@@ -24,6 +24,7 @@
 
 #include "comm/communicator.h"     // mpi_library_version
 #include "kernels/device_info.h"  // query_gpus: the CUDA test needs no GPU
+#include "tests/support/mounted_filesystem.h"  // a small tmpfs that fills during a run
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 
@@ -104,6 +105,22 @@ TEST_F(ResultJson, EnvironmentDescribesTheMachine) {
   EXPECT_EQ(env.at("filesystems").at(0).at("role"), "data");
   EXPECT_EQ(env.at("filesystems").at(1).at("role"), "results");
   EXPECT_EQ(env.at("filesystems").at(2).at("role"), "checkpoint");
+}
+
+// The accounting check names the true smallest other_s and its step (it
+// said "min other_s = 0.000000 s" on every run).
+TEST_F(ResultJson, TheAccountingCheckNamesTheSmallestOtherAndItsStep) {
+  const json* worst = nullptr;
+  for (const json& step : result_.at("steps"))
+    if (worst == nullptr || step.at("other_s").get<double>() < worst->at("other_s").get<double>()) worst = &step;
+  ASSERT_NE(worst, nullptr);
+  std::string detail;
+  for (const json& check : result_.at("checks"))
+    if (check.at("name") == "step_time_accounted") detail = check.at("detail").get<std::string>();
+  char expected[96];
+  std::snprintf(expected, sizeof(expected), "min other_s = %.3g ms (step %ld)",
+                1e3 * worst->at("other_s").get<double>(), worst->at("step").get<long>());
+  EXPECT_EQ(detail, expected);
 }
 
 TEST_F(ResultJson, SummaryHasTheDesignMetrics) {
@@ -537,6 +554,35 @@ TEST(Cli, AnInterruptedRunLeavesNoTemporaryFolders) {
   EXPECT_EQ(exit_line, "exit=" + std::to_string(exit_code)) << "ended by the signal: " << r.out;
   EXPECT_EQ(after, "0") << "temporary folders left behind: " << r.out;
   }
+}
+
+// The disk of --out filled while the run trained: the summary is printed
+// (marked NOT WRITTEN), the temporary folders go, exit 3 with the reason.
+// (It was an abort: no summary, nothing of the measurement, the folders
+// left in the temporary directory.)
+TEST(Cli, AResultTheFullDiskRefusesLeavesTheSummaryAndNoFolders) {
+  testing::TempDir dir("test_cli_result_full");
+  const testing::MountedFilesystem small(dir.file("small"), "tmpfs", "size=2m");
+  if (!small.mounted()) GTEST_SKIP() << small.why_not();
+  const std::string out = dir.file("out.txt");
+  const std::string tmp = dir.file("tmp");
+  std::filesystem::create_directories(tmp);
+  const auto r = run_command(
+      "( export TMPDIR=" + tmp + "; " + TRAINBENCH_BINARY +
+      " run tiny --steps 150 --set report.progress_every=1 --set checkpoint.every_steps=50 --out " + small.path() +
+      "/r.json > " + out + " 2> " + dir.file("err.txt") + " & pid=$!; " +
+      "for i in $(seq 600); do grep -q 'step ' " + out + " && break; sleep 0.1; done; " +
+      "dd if=/dev/zero of=" + small.path() + "/fill bs=64k > /dev/null 2>&1; wait $pid; echo exit=$?; ls " + tmp +
+      " | grep -c '^trainbench-' || true)");
+  const std::string console = testing::read_whole_file(out);
+  const std::string err = testing::read_whole_file(dir.file("err.txt"));
+  ASSERT_NE(console.find("step "), std::string::npos) << "the run never stepped: " << r.out << err;
+  EXPECT_EQ(r.out, "exit=3\n0\n") << "exit 3 and no temporary folder left: " << r.out << err;
+  EXPECT_NE(console.find("\nsummary: "), std::string::npos) << console;
+  EXPECT_NE(console.find("NOT WRITTEN: cannot write the result: "), std::string::npos) << console;
+  EXPECT_NE(err.find("trainbench: cannot write the result: "), std::string::npos) << err;
+  EXPECT_NE(err.find("No space left on device"), std::string::npos) << err;
+  EXPECT_FALSE(std::filesystem::exists(small.path() + "/r.json"));
 }
 
 // The signal's cleanup removes the temporary checkpoint folder under the
