@@ -16,7 +16,8 @@
 #include <type_traits>  // dispatch on a key's value type
 #include <variant>      // a key's typed storage
 
-#include <yaml-cpp/yaml.h>  // YAML::Load, YAML::Node, YAML::Exception
+#include <yaml-cpp/depthguard.h>  // YAML::DeepRecursion: lists and maps nested past yaml-cpp's limit
+#include <yaml-cpp/yaml.h>        // YAML::Load, YAML::Node, YAML::Exception
 
 #include "dataloader/data_error.h"    // DataError from token_format_of_field
 #include "dataloader/shard_tools.h"   // kMaxSynth*: data.synth_* share the limits of shards synth
@@ -162,6 +163,17 @@ const std::vector<KeySpec>& key_table() {
   throw ConfigError(message);
 }
 
+// A value, key or tag as an error message quotes it: whole up to 80 bytes,
+// else its first 80 (not splitting a UTF-8 character) and its length. A
+// 200 KB value was echoed whole into the one-line message.
+constexpr size_t kExcerptBytes = 80;
+std::string excerpt(std::string_view text) {
+  if (text.size() <= kExcerptBytes) return std::string(text);
+  size_t cut = kExcerptBytes;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // a continuation byte
+  return std::string(text.substr(0, cut)) + "… (" + std::to_string(text.size()) + " bytes)";
+}
+
 std::string_view section_of(std::string_view key) { return key.substr(0, key.find('.')); }
 
 std::vector<std::string_view> section_names() {
@@ -209,6 +221,7 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 
 // " (did you mean 'model.d_model'?)" for a near miss, else "".
 std::string suggestion(std::string_view unknown, const std::vector<std::string_view>& known) {
+  if (unknown.size() > kExcerptBytes) return "";  // not a typo of a key; and the edit distance is quadratic
   // A known key under another section ("train.seq_len" -> "model.seq_len").
   const std::string_view leaf = unknown.substr(unknown.find('.') + 1);
   for (std::string_view name : known)
@@ -261,11 +274,7 @@ std::string format_value(const FieldPtr& field) {
 // How a rejected value is shown: the scalar quoted and shortened, or its kind.
 std::string describe(const YAML::Node& node) {
   switch (node.Type()) {
-    case YAML::NodeType::Scalar: {
-      std::string text = node.Scalar();
-      if (text.size() > 40) text = text.substr(0, 37) + "...";
-      return "'" + text + "'";
-    }
+    case YAML::NodeType::Scalar: return "'" + excerpt(node.Scalar()) + "'";
     case YAML::NodeType::Sequence: return "a list";
     case YAML::NodeType::Map: return "a map";
     default: return "an empty value";
@@ -322,6 +331,39 @@ std::optional<std::string> assign(const FieldPtr& field, const YAML::Node& node)
   return std::visit(store, field);
 }
 
+// A node's tag as the user wrote it ("!foo", "!!binary") when it is not one
+// of YAML's core schema, else nothing. Untagged, "!" (a quoted scalar) and
+// !!str, !!int, !!float, !!bool, !!null, !!map, !!seq are read as the key
+// reads the value untagged; any other tag (a custom !foo, !!binary, a %TAG
+// handle's) asks for a type trainbench has no reading of, and was dropped
+// without a word.
+std::optional<std::string> unknown_tag(const YAML::Node& node) {
+  const std::string& tag = node.Tag();
+  if (tag.empty() || tag == "?" || tag == "!") return std::nullopt;
+  constexpr std::string_view kCoreSchema = "tag:yaml.org,2002:";
+  if (tag.starts_with(kCoreSchema)) {
+    const std::string_view name = std::string_view(tag).substr(kCoreSchema.size());
+    for (std::string_view core : {"str", "int", "float", "bool", "null", "map", "seq"})
+      if (name == core) return std::nullopt;
+    return "!!" + excerpt(name);
+  }
+  return tag.starts_with('!') ? excerpt(tag) : "!<" + excerpt(tag) + ">";
+}
+
+std::string tag_problem(const std::string& tag) {
+  return "tag " + tag + " is not one trainbench reads; remove it (YAML's standard !!str, !!int, !!float, "
+         "!!bool and !!null may stay)";
+}
+
+// Stores `node` as the value of `spec`'s key; on an error returns what is wrong.
+std::optional<std::string> assign_value(Config& config, const KeySpec& spec, const YAML::Node& node) {
+  if (const std::optional<std::string> tag = unknown_tag(node)) return tag_problem(*tag);
+  std::optional<std::string> error = assign(spec.field(config), node);
+  if (error && spec.name == "lora.targets" && node.IsSequence())
+    *error += "; write the names separated by commas, e.g. q,k,v,o";
+  return error;
+}
+
 // Where each value came from, for messages about it: "configs/x.yaml:7" or
 // "--set model.d_model=66". Keys left at their default are absent.
 struct ValueSource {
@@ -348,6 +390,9 @@ void apply_yaml(Config& config, Sources& sources, const std::string& text,
   std::vector<YAML::Node> documents;
   try {
     documents = YAML::LoadAll(text);
+  } catch (const YAML::DeepRecursion& e) {  // yaml-cpp 0.7 says "bad file"
+    fail(at(origin, e.mark, /*with_column=*/true) + ": YAML nested too deep: at most " +
+         std::to_string(e.depth() - 1) + " levels of lists and maps are read");
   } catch (const YAML::Exception& e) {
     fail(at(origin, e.mark, /*with_column=*/true) + ": malformed YAML: " + e.msg);
   }
@@ -364,16 +409,21 @@ void apply_yaml(Config& config, Sources& sources, const std::string& text,
   if (!root.IsMap())
     fail(at(origin, root.Mark()) + ": the top level must be a map of sections (" + sections_list +
          "), not " + describe(root));
+  if (const std::optional<std::string> tag = unknown_tag(root))
+    fail(at(origin, root.Mark()) + ": the top level: " + tag_problem(*tag));
 
   std::set<std::string, std::less<>> seen;
   for (const auto& section : root) {
     const std::string name = section.first.Scalar();
     const std::string section_where = at(origin, section.first.Mark());
     if (std::find(sections.begin(), sections.end(), name) == sections.end())
-      fail(section_where + ": unknown section '" + name + "'" + suggestion(name, sections) +
+      fail(section_where + ": unknown section '" + excerpt(name) + "'" + suggestion(name, sections) +
            "; sections are " + sections_list);
     // yaml-cpp keeps repeated map keys; the later one would silently win.
-    if (!seen.insert(name).second) fail(section_where + ": duplicate section '" + name + "'");
+    if (!seen.insert(name).second) fail(section_where + ": duplicate section '" + excerpt(name) + "'");
+    for (const YAML::Node& node : {section.first, section.second})
+      if (const std::optional<std::string> tag = unknown_tag(node))
+        fail(section_where + ": " + name + ": " + tag_problem(*tag));
     if (section.second.IsNull()) continue;  // `train:` with nothing under it
     if (!section.second.IsMap())
       fail(section_where + ": " + name + ": expected a map of keys, not " + describe(section.second));
@@ -383,9 +433,11 @@ void apply_yaml(Config& config, Sources& sources, const std::string& text,
       const std::string where = at(origin, entry.first.Mark());
       const KeySpec* spec = find_key(key);
       if (spec == nullptr)
-        fail(where + ": unknown key '" + key + "'" + suggestion(key, key_names()));
-      if (!seen.insert(key).second) fail(where + ": duplicate key '" + key + "'");
-      if (auto error = assign(spec->field(config), entry.second)) fail(where + ": " + key + ": " + *error);
+        fail(where + ": unknown key '" + excerpt(key) + "'" + suggestion(key, key_names()));
+      if (!seen.insert(key).second) fail(where + ": duplicate key '" + excerpt(key) + "'");
+      if (const std::optional<std::string> tag = unknown_tag(entry.first))
+        fail(where + ": " + key + ": " + tag_problem(*tag));
+      if (auto error = assign_value(config, *spec, entry.second)) fail(where + ": " + key + ": " + *error);
       sources[key] = {where};
     }
   }
@@ -393,19 +445,22 @@ void apply_yaml(Config& config, Sources& sources, const std::string& text,
 
 void apply_override(Config& config, Sources& sources, const std::string& override_text,
                     int override_order) {
-  const std::string where = "--set " + override_text;
+  const std::string where = "--set " + excerpt(override_text);
   const size_t equals = override_text.find('=');
   if (equals == std::string::npos)
     fail(where + ": expected section.key=value, e.g. model.n_layers=4");
   const std::string key = override_text.substr(0, equals);
   if (key.empty()) fail(where + ": expected section.key=value, the key is empty");
   const KeySpec* spec = find_key(key);
-  if (spec == nullptr) fail(where + ": unknown key '" + key + "'" + suggestion(key, key_names()));
+  if (spec == nullptr) fail(where + ": unknown key '" + excerpt(key) + "'" + suggestion(key, key_names()));
   // Parsed as YAML so that a value means the same on the command line as in a file.
   YAML::Node value;
   const std::string text = override_text.substr(equals + 1);
   try {
     value = YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {  // yaml-cpp 0.7 says "bad file"
+    fail(where + ": " + key + ": value nested too deep: at most " + std::to_string(e.depth() - 1) +
+         " levels of lists and maps are read");
   } catch (const YAML::Exception& e) {
     fail(where + ": " + key + ": malformed value: " + e.msg);
   }
@@ -415,10 +470,14 @@ void apply_override(Config& config, Sources& sources, const std::string& overrid
   // an empty value and YAML's own spellings of nothing mean it.
   const size_t shown = text.find_first_not_of(" \t");
   const std::string spelled = shown == std::string::npos ? "" : text.substr(shown, text.find_last_not_of(" \t") - shown + 1);
+  // lora.targets is bare names and commas, which need no quotes: YAML reads
+  // "," and ",q" as nothing, and validate() says which entry is empty.
+  if (value.IsNull() && spec->name == "lora.targets" && spelled.find(',') != std::string::npos)
+    value = YAML::Node(spelled);
   if (value.IsNull() && !text.empty() && spelled != "~" && spelled != "null" && spelled != "Null" && spelled != "NULL")
-    fail(where + ": " + key + ": '" + text + "' reads as nothing in YAML; quote it ('\"" + text +
+    fail(where + ": " + key + ": '" + excerpt(text) + "' reads as nothing in YAML; quote it ('\"" + excerpt(text) +
          "\"') if it is meant, or give a value");
-  if (auto error = assign(spec->field(config), value)) fail(where + ": " + key + ": " + *error);
+  if (auto error = assign_value(config, *spec, value)) fail(where + ": " + key + ": " + *error);
   sources[key] = {where, override_order};
 }
 
@@ -475,30 +534,37 @@ void check_bound(const Checker& checker, const KeySpec& spec, const FieldPtr& fi
   }
 }
 
-// "q, k,v" → {"q", "k", "v"}: commas separate, spaces are ignored.
+// "q, k,v" → {"q", "k", "v"}: commas separate, blanks around a name are
+// dropped, and so is one comma after the last name (YAML's [q, k,] has two
+// entries too). Any other empty entry is kept, for validate() to refuse:
+// "q,,k" has lost a name. "" (or blanks) is no entry at all.
 std::vector<std::string> split_targets(const std::string& list) {
-  std::vector<std::string> names;
-  std::string current;
-  for (char ch : list + ",") {
-    if (ch == ',') {
-      if (!current.empty()) names.push_back(current);
-      current.clear();
-    } else if (ch != ' ') {
-      current += ch;
-    }
+  constexpr const char* kBlanks = " \t";
+  std::vector<std::string> entries;
+  if (list.find_first_not_of(kBlanks) == std::string::npos) return entries;
+  for (size_t start = 0;;) {
+    const size_t comma = list.find(',', start);
+    const std::string entry = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const size_t first = entry.find_first_not_of(kBlanks);
+    entries.push_back(first == std::string::npos ? ""
+                                                 : entry.substr(first, entry.find_last_not_of(kBlanks) - first + 1));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
   }
-  return names;
+  if (entries.size() >= 2 && entries.back().empty() && !entries[entries.size() - 2].empty()) entries.pop_back();
+  return entries;
 }
 
-// The projections `targets` names (split_targets' way), in layer order, each
-// once: the adapters an engine builds, however the list is written. False
-// when it names one LoRA cannot adapt.
+// The projections `targets` names (split_targets' way, empty entries
+// aside: an old manifest's "q,,k" builds the adapters of "q,k"), in layer
+// order, each once: the adapters an engine builds, however the list is
+// written. False when it names one LoRA cannot adapt.
 bool lora_targets_in_layer_order(const std::string& targets, std::vector<ParamKind>* kinds) {
   const std::vector<std::string> names = split_targets(targets);
   kinds->clear();
   for (const std::string& name : names) {
     ParamKind kind;
-    if (!parse_lora_target(name, &kind)) return false;
+    if (!name.empty() && !parse_lora_target(name, &kind)) return false;
   }
   for (ParamKind kind : kLoraTargetKinds)
     for (const std::string& name : names) {
@@ -604,7 +670,7 @@ void validate(const Config& config, const Sources& sources) {
     if (!spec.choices.empty()) {
       const std::string& value = *std::get<std::string*>(field);
       checker.require(std::find(spec.choices.begin(), spec.choices.end(), value) != spec.choices.end(),
-                      {spec.name}, "'" + value + "' is not one of " + join(spec.choices, ", "));
+                      {spec.name}, "'" + excerpt(value) + "' is not one of " + join(spec.choices, ", "));
     }
   }
 
@@ -650,14 +716,25 @@ void validate(const Config& config, const Sources& sources) {
 
   // The adapters' targets are checked whatever the mode: a typo in a config
   // that trains full today is one in the LoRA run it is kept for.
+  // "q,,k" and "q k" trained q and k, and printed as written.
+  const std::string& targets = config.lora.targets;
+  const std::vector<std::string> entries = split_targets(targets);
   std::vector<std::string> lora_targets;
   std::string bad_target;
-  for (const std::string& name : split_targets(config.lora.targets)) {
+  if (!entries.empty() && std::all_of(entries.begin(), entries.end(), [](const std::string& e) { return e.empty(); }))
+    bad_target = "'" + excerpt(targets) + "' names no projection, only empty entries (list any of q, k, v, o, "
+                 "gate, up, down, separated by commas)";
+  for (size_t i = 0; i < entries.size() && bad_target.empty(); ++i) {
+    const std::string& name = entries[i];
     ParamKind kind;
-    if (!parse_lora_target(name, &kind)) bad_target = "'" + name + "' is not one of q, k, v, o, gate, up, down";
+    if (name.empty())
+      bad_target = "entry " + std::to_string(i + 1) + " of '" + excerpt(targets) +
+                   "' is empty (names are separated by single commas)";
+    else if (!parse_lora_target(name, &kind))
+      bad_target = "'" + excerpt(name) + "' is not one of q, k, v, o, gate, up, down" +
+                   (name.find_first_of(" \t") != std::string::npos ? " (names are separated by commas)" : "");
     else if (std::find(lora_targets.begin(), lora_targets.end(), name) != lora_targets.end())
       bad_target = "'" + name + "' is listed twice";
-    if (!bad_target.empty()) break;
     lora_targets.push_back(name);
   }
   checker.require(bad_target.empty(), {"lora.targets"}, bad_target);
@@ -691,7 +768,7 @@ void validate(const Config& config, const Sources& sources) {
   try {
     const TokenFormat format = token_format_of_field(d.field);
     checker.require(!(format == TokenFormat::kU16 && m.vocab > 65536), {"data.field", "model.vocab"},
-                    d.field + " holds token ids below 65536 but model.vocab is " +
+                    excerpt(d.field) + " holds token ids below 65536 but model.vocab is " +
                         std::to_string(m.vocab) + ": use u32 or npy");
     checker.require(!(format == TokenFormat::kTxt && m.vocab < 256), {"data.field", "model.vocab"},
                     "txt gives byte-level token ids up to 255 but model.vocab is " +
@@ -700,19 +777,19 @@ void validate(const Config& config, const Sources& sources) {
     field_known = false;
   }
   checker.require(field_known, {"data.field"},
-                  "'" + d.field + "': the last extension must be a token format: u16, u32, npy or txt");
+                  "'" + excerpt(d.field) + "': the last extension must be a token format: u16, u32, npy or txt");
   // A member's extension is what follows its key's dot: ".u16" matched no
   // member, found only at the first sample.
   checker.require(!field_known || field_is_an_extension(d.field), {"data.field"},
-                  "'" + d.field + "': " + kFieldExtensionRule);
+                  "'" + excerpt(d.field) + "': " + kFieldExtensionRule);
   // Tokens made in memory read no storage: shards named beside them would be
   // silently ignored, and the run's storage figures taken for theirs.
   checker.require(d.source != "synthetic" || d.shards.empty(), {"data.source", "data.shards"},
-                  "synthetic makes its batches in memory and reads no shards, but data.shards is '" + d.shards +
+                  "synthetic makes its batches in memory and reads no shards, but data.shards is '" + excerpt(d.shards) +
                       "': set data.source shards to read them, or leave data.shards empty");
   checker.require(d.source != "shards" || !d.shards.empty() || d.field.find('.') == std::string::npos,
                   {"data.field", "data.shards"},
-                  "'" + d.field + "': the shards made when data.shards is empty have a plain "
+                  "'" + excerpt(d.field) + "': the shards made when data.shards is empty have a plain "
                   "u16, u32, npy or txt member; name one of those or set data.shards");
 }
 
@@ -762,6 +839,9 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
   for (size_t i = 0; i < overrides.size(); ++i)
     apply_override(config, sources, overrides[i], static_cast<int>(i));
   validate(config, sources);
+  // Printed and recorded as it trains: "q , k," is q,k (in the order written).
+  const std::vector<std::string> targets = split_targets(config.lora.targets);
+  config.lora.targets = join(std::vector<std::string_view>(targets.begin(), targets.end()), ",");
   return config;
 }
 
@@ -818,7 +898,7 @@ std::string integer_in_range(const std::string& text, int64_t low, int64_t high)
   const std::optional<int64_t> value = parse_number<int64_t>(text, &out_of_range);
   const std::string range = "between " + std::to_string(low) + " and " + std::to_string(high);
   if (value && *value >= low && *value <= high) return "";
-  return "must be an integer " + range + " (got '" + (text.size() > 40 ? text.substr(0, 37) + "..." : text) + "')";
+  return "must be an integer " + range + " (got '" + excerpt(text) + "')";
 }
 
 std::string decimal_integer_text(const std::string& text) {
@@ -832,7 +912,7 @@ std::string number_in_range(const std::string& text, double low, double high) {
   const std::optional<double> value = parse_number<double>(text, &out_of_range);  // no nan, no inf
   if (value && *value >= low && *value <= high) return "";
   return "must be a number between " + format_double(low) + " and " + format_double(high) + " (got '" +
-         (text.size() > 40 ? text.substr(0, 37) + "..." : text) + "')";
+         excerpt(text) + "')";
 }
 
 nlohmann::json config_to_json(const Config& config) {

@@ -12,6 +12,7 @@
 #include <fstream>     // writing them
 #include <set>         // comparing name sets
 #include <string>
+#include <utility>     // std::pair: accepted lora.targets and how they are kept
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -422,6 +423,136 @@ TEST(ConfigErrors, UnknownKeySuggestsTheClosest) {
   EXPECT_EQ(config_error([] { load_config("tiny", {"zzz.qqq=3"}); }),
             "--set zzz.qqq=3: unknown key 'zzz.qqq'");
   EXPECT_EQ(config_error([] { load_config("tiny", {"model=3"}); }), "--set model=3: unknown key 'model'");
+}
+
+// lora.targets: names of q, k, v, o, gate, up, down separated by commas,
+// blanks around a name allowed and one comma after the last. An empty entry
+// ("q,,k" trained q and k, printed as written), a blank inside a name ("q k"
+// was read as 'qk') and a list of nothing (",", which YAML reads as nothing
+// on the command line) are refused naming the entry.
+TEST(ConfigErrors, LoraTargetsRefuseEmptyEntriesAndBlanksInsideNames) {
+  const auto targets_error = [](const std::string& value) {
+    return config_error([&] { load_config("tiny", {"train.mode=lora", "lora.targets=" + value}); });
+  };
+  EXPECT_EQ(targets_error("q,,k"),
+            "--set lora.targets=q,,k: lora.targets: entry 2 of 'q,,k' is empty (names are separated by single commas)");
+  EXPECT_EQ(targets_error(",q"),
+            "--set lora.targets=,q: lora.targets: entry 1 of ',q' is empty (names are separated by single commas)");
+  EXPECT_EQ(targets_error("q,k,,"),
+            "--set lora.targets=q,k,,: lora.targets: entry 3 of 'q,k,,' is empty (names are separated by single "
+            "commas)");
+  EXPECT_EQ(targets_error("q k"), "--set lora.targets=q k: lora.targets: 'q k' is not one of q, k, v, o, gate, up, "
+                                  "down (names are separated by commas)");
+  for (const std::string value : {",", "\",\"", " , "})
+    EXPECT_EQ(targets_error(value), "--set lora.targets=" + value + ": lora.targets: ',' names no projection, only "
+                                    "empty entries (list any of q, k, v, o, gate, up, down, separated by commas)");
+  EXPECT_EQ(targets_error("q,v,q"), "--set lora.targets=q,v,q: lora.targets: 'q' is listed twice");
+  EXPECT_EQ(targets_error("q, k ,q"), "--set lora.targets=q, k ,q: lora.targets: 'q' is listed twice");
+  EXPECT_EQ(targets_error("[q, k]"), "--set lora.targets=[q, k]: lora.targets: a list is not a string; write the "
+                                     "names separated by commas, e.g. q,k,v,o");
+  // Checked in every mode, and in a file with its line.
+  EXPECT_EQ(config_error([] { parse_config("lora:\n  targets: q,,k\n", "x.yaml"); }),
+            "x.yaml:2: lora.targets: entry 2 of 'q,,k' is empty (names are separated by single commas)");
+  EXPECT_EQ(config_error([] { parse_config("lora:\n  targets: [q, k]\n", "x.yaml"); }),
+            "x.yaml:2: lora.targets: a list is not a string; write the names separated by commas, e.g. q,k,v,o");
+  // Accepted, and kept (printed, recorded) as the adapters it builds, in the order written.
+  for (const auto& [value, kept] : std::vector<std::pair<std::string, std::string>>{
+           {"q,k,v,o", "q,k,v,o"}, {"q, k, v, o", "q,k,v,o"}, {" o ,\tq ", "o,q"}, {"q,k,v,o,", "q,k,v,o"},
+           {"gate,up,down", "gate,up,down"}, {"\"q, v\"", "q,v"}}) {
+    EXPECT_EQ(load_config("tiny", {"train.mode=lora", "lora.targets=" + value}).lora.targets, kept) << value;
+    EXPECT_EQ(parse_config("lora:\n  targets: " + value + "\n", "x.yaml").lora.targets, kept) << value;
+  }
+  // Nothing is no adapters: refused in lora mode, allowed in full mode.
+  EXPECT_EQ(targets_error(""), "--set lora.targets=: lora.targets: names no projection (any of q, k, v, o, gate, "
+                               "up, down)");
+  EXPECT_EQ(load_config("tiny", {"lora.targets="}).lora.targets, "");
+}
+
+// A value, key or override in a message is cut to its first 80 bytes (never
+// inside a UTF-8 character) and its length: a 200 KB value was echoed whole.
+TEST(ConfigErrors, LongValuesAreShortenedInMessages) {
+  const std::string big(200000, 'x');
+  const std::string shown = std::string(80, 'x') + "… (200000 bytes)";
+  EXPECT_EQ(config_error([&] { parse_config("train:\n  precision: " + big + "\n", "x.yaml"); }),
+            "x.yaml:2: train.precision: '" + shown + "' is not one of auto, fp32, bf16");
+  EXPECT_EQ(config_error([&] { parse_config("data:\n  field: " + big + "\n", "x.yaml"); }),
+            "x.yaml:2: data.field: '" + shown + "': the last extension must be a token format: u16, u32, npy or txt");
+  EXPECT_EQ(config_error([&] { parse_config("train:\n  steps: " + std::string(200000, '9') + "\n", "x.yaml"); }),
+            "x.yaml:2: train.steps: '" + std::string(80, '9') + "… (200000 bytes)' is out of range");
+  // --set: the override as well as the value.
+  EXPECT_EQ(config_error([&] { load_config("tiny", {"train.precision=" + big}); }),
+            "--set train.precision=" + std::string(64, 'x') + "… (200016 bytes): train.precision: '" + shown +
+                "' is not one of auto, fp32, bf16");
+  EXPECT_EQ(config_error([&] { load_config("tiny", {"train." + big + "=1"}); }),
+            "--set train." + std::string(74, 'x') + "… (200008 bytes): unknown key 'train." + std::string(74, 'x') +
+                "… (200006 bytes)'");
+  // 'é' is two bytes: 40 of them fit in 80, the 41st would be cut in half.
+  std::string accents;
+  for (int i = 0; i < 100; ++i) accents += "é";
+  std::string forty;
+  for (int i = 0; i < 40; ++i) forty += "é";
+  EXPECT_EQ(config_error([&] { parse_config("train:\n  precision: x" + accents + "\n", "x.yaml"); }),
+            "x.yaml:2: train.precision: 'x" + forty.substr(0, 78) + "… (201 bytes)' is not one of auto, fp32, bf16");
+  // 80 bytes are shown whole.
+  EXPECT_EQ(config_error([] { parse_config("train:\n  precision: " + std::string(80, 'y') + "\n", "x.yaml"); }),
+            "x.yaml:2: train.precision: '" + std::string(80, 'y') + "' is not one of auto, fp32, bf16");
+}
+
+// yaml-cpp stops at 499 levels of lists and maps within each other and
+// said "bad file"; the message says what is wrong and where.
+TEST(ConfigErrors, NestingTooDeepIsSaidAsSuch) {
+  EXPECT_EQ(config_error([] { parse_config(std::string(10000, '[') + "\n", "deep.yaml"); }),
+            "deep.yaml:2:1: YAML nested too deep: at most 499 levels of lists and maps are read");
+  std::string maps;
+  for (int depth = 0; depth < 1000; ++depth) maps += std::string(static_cast<size_t>(depth), ' ') + "a:\n";
+  EXPECT_EQ(config_error([&] { parse_config(maps, "deep.yaml"); }),
+            "deep.yaml:499:501: YAML nested too deep: at most 499 levels of lists and maps are read");
+  EXPECT_EQ(config_error([] { load_config("tiny", {"train.steps=" + std::string(600, '[')}); }),
+            "--set train.steps=" + std::string(68, '[') + "… (612 bytes): train.steps: value nested too deep: at "
+            "most 499 levels of lists and maps are read");
+  // As deep as the limit allows is read, and refused for what it is.
+  EXPECT_EQ(config_error([] { parse_config("train: " + std::string(498, '[') + std::string(498, ']'), "x.yaml"); }),
+            "x.yaml:1: train: expected a map of keys, not a list");
+}
+
+// A custom tag (!foo, !!binary, a %TAG handle's) asked for a type that
+// trainbench has no reading of and was dropped without a word; YAML's
+// standard tags are read as the key reads the value untagged.
+TEST(ConfigErrors, CustomTagsAreRefusedStandardTagsAreRead) {
+  const std::string rest = " is not one trainbench reads; remove it (YAML's standard !!str, !!int, !!float, !!bool "
+                           "and !!null may stay)";
+  EXPECT_EQ(config_error([] { parse_config("train:\n  precision: !foo bf16\n", "x.yaml"); }),
+            "x.yaml:2: train.precision: tag !foo" + rest);
+  EXPECT_EQ(config_error([] { parse_config("train:\n  steps: !foo\n", "x.yaml"); }),
+            "x.yaml:2: train.steps: tag !foo" + rest);
+  EXPECT_EQ(config_error([] { parse_config("train:\n  steps: !!binary 10\n", "x.yaml"); }),
+            "x.yaml:2: train.steps: tag !!binary" + rest);
+  EXPECT_EQ(config_error([] { parse_config("train:\n  !foo steps: 10\n", "x.yaml"); }),
+            "x.yaml:2: train.steps: tag !foo" + rest);
+  EXPECT_EQ(config_error([] { parse_config("train: !foo\n  steps: 10\n", "x.yaml"); }),
+            "x.yaml:1: train: tag !foo" + rest);
+  EXPECT_EQ(config_error([] { parse_config("--- !foo\ntrain:\n  steps: 10\n", "x.yaml"); }),
+            "x.yaml:1: the top level: tag !foo" + rest);
+  EXPECT_EQ(config_error([] {
+              parse_config("%TAG !e! tag:example.com,2000:\n---\ntrain:\n  steps: !e!n 10\n", "x.yaml");
+            }),
+            "x.yaml:4: train.steps: tag !<tag:example.com,2000:n>" + rest);
+  EXPECT_EQ(config_error([] { load_config("tiny", {"train.precision=!foo bf16"}); }),
+            "--set train.precision=!foo bf16: train.precision: tag !foo" + rest);
+  // Standard tags: the value is checked for the key as ever.
+  const Config tagged = parse_config(
+      "train:\n  steps: !!int 12\n  lr: !!float 0.01\n  precision: !!str fp32\n  deterministic: !!bool false\n"
+      "  device: !<tag:yaml.org,2002:str> cpu\nreport: !!map\n  out: !!null\n",
+      "x.yaml");
+  EXPECT_EQ(tagged.train.steps, 12);
+  EXPECT_DOUBLE_EQ(tagged.train.lr, 0.01);
+  EXPECT_EQ(tagged.train.precision, "fp32");
+  EXPECT_FALSE(tagged.train.deterministic);
+  EXPECT_EQ(tagged.train.device, "cpu");
+  EXPECT_EQ(tagged.report.out, "");
+  EXPECT_EQ(load_config("tiny", {"train.steps=!!str 12"}).train.steps, 12);
+  EXPECT_EQ(config_error([] { parse_config("train:\n  steps: !!int ten\n", "x.yaml"); }),
+            "x.yaml:2: train.steps: 'ten' is not an integer");
 }
 
 // The default run's synthetic shards hold about the run's tokens, at most
