@@ -34,7 +34,7 @@
 #include "trainer/report.h"          // human_bytes, human_count
 #include <system_error>              // --small-files: a file the full disk refused
 #include "trainer/run_extension.h"   // bench instrument runs inside the job's setup
-#include "trainer/temporary_folder.h"  // make_temporary_directory: scratch folders
+#include "trainer/temporary_folder.h"  // make_temporary_directory, FolderRemovedAtScopeEnd: scratch folders
 #include "trainer/json_text.h"         // json_text: the result is written whatever its strings hold
 
 namespace trainbench {
@@ -727,13 +727,7 @@ int BenchCommand::run_io() {
       throw CommandError{kExitUserError, std::string("--small-files-dir: ") + e.what()};
     }
     // The folder goes however this ends: a full disk left it behind, full.
-    struct RemoveFolder {
-      std::string path;
-      ~RemoveFolder() {
-        std::error_code ignored;
-        fs::remove_all(path, ignored);
-      }
-    } remove_folder{dir};
+    const FolderRemovedAtScopeEnd remove_folder(dir);
     try {
       small_files_written = extract_to_small_files(shards, dir, config.data.max_sample_bytes);
     } catch (const std::system_error& e) {
@@ -847,13 +841,7 @@ int BenchCommand::run_io_write() {
     throw CommandError{kExitUserError, "--dir: " + std::string(e.what())};
   }
   // The folder goes whatever happens; the bench itself leaves nothing in it.
-  struct RemoveFolder {
-    std::string path;
-    ~RemoveFolder() {
-      std::error_code ignored;
-      fs::remove_all(path, ignored);
-    }
-  } remove_folder{folder};
+  const FolderRemovedAtScopeEnd remove_folder(folder);
   try {
     check_checkpoint_dir(folder);
   } catch (const CheckpointWriteError& e) {

@@ -2,14 +2,13 @@
 
 #include <algorithm>  // std::min
 #include <cmath>      // std::ceil
-#include <filesystem>  // the write ceiling's folder
 
 #include "checkpoint/checkpoint_files.h"  // CheckpointWriteError: a full disk
 #include "checkpoint/write_bench.h"     // run_write_bench: the storage-write ceiling
 #include "comm/collective_bench.h"      // bench_gradient_step: the network ceiling
 #include "dataloader/io_bench.h"        // measure_loader: the storage-read ceiling
 #include "trainer/data_source.h"        // loader_options, data_position_bytes_bound
-#include "trainer/temporary_folder.h"   // make_temporary_directory: the write ceiling's scratch
+#include "trainer/temporary_folder.h"   // make_temporary_directory, FolderRemovedAtScopeEnd: the write ceiling's scratch
 #include "trainer/gradient_sync.h"      // plan_gradient_buckets: the step's buckets
 #include "trainer/report.h"             // human_count, human_bytes
 #include "trainer/saved_state.h"        // SavedState: the run starts where it would have
@@ -67,13 +66,7 @@ WriteRate measure_write_rate(const Config& config, Communicator& comm, const std
   try {
     // Each rank in a folder of its own: the bench names its files as rank 0's.
     const std::string folder = make_temporary_directory(".ceiling-write", checkpoint_dir);
-    struct RemoveFolder {
-      std::string path;
-      ~RemoveFolder() {
-        std::error_code ignored;
-        std::filesystem::remove_all(path, ignored);
-      }
-    } remove_folder{folder};
+    const FolderRemovedAtScopeEnd remove_folder(folder);
     WriteBenchOptions write;
     write.folder = folder;
     write.bytes = std::max<int64_t>(bytes, 1 << 20);  // the bench's smallest

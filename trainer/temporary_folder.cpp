@@ -121,4 +121,9 @@ std::string make_temporary_directory(const std::string& prefix, const std::strin
   return pattern;
 }
 
+FolderRemovedAtScopeEnd::~FolderRemovedAtScopeEnd() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
+
 }  // namespace trainbench

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <string>
+#include <utility>  // std::move
 
 namespace trainbench {
 
@@ -28,6 +29,19 @@ inline constexpr const char* kOwnerLockName = ".trainbench-owner";
 // naming where it failed under `parent`; CommandError (exit 3, naming
 // TMPDIR) when the system temporary directory is unusable.
 std::string make_temporary_directory(const std::string& prefix, const std::string& parent = "");
+
+// Removes `path` (with what is in it) when it goes out of scope, however
+// the scope ends: the caller's "removes it otherwise". Never throws.
+class FolderRemovedAtScopeEnd {
+ public:
+  explicit FolderRemovedAtScopeEnd(std::string path) : path_(std::move(path)) {}
+  ~FolderRemovedAtScopeEnd();
+  FolderRemovedAtScopeEnd(const FolderRemovedAtScopeEnd&) = delete;
+  FolderRemovedAtScopeEnd& operator=(const FolderRemovedAtScopeEnd&) = delete;
+
+ private:
+  std::string path_;
+};
 
 // Removes the folders prefix-XXXXXX under `parent` that hold an owner lock
 // file nobody holds; returns how many. Folders without one (made by an
