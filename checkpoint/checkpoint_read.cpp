@@ -346,7 +346,13 @@ const unsigned char* LoadedRank::section(const std::string& name, int64_t* bytes
     const int64_t index = image.find(name);
     if (index < 0) continue;
     if (bytes != nullptr) *bytes = image.sections()[static_cast<size_t>(index)].bytes;
-    return image.section_data(static_cast<size_t>(index));
+    // A file of empty sections alone (a ZeRO-1 rank whose shard is all
+    // padding: its adam_m and adam_v) stages no memory, and its data is
+    // null: present all the same, so not "none by that name" (such a
+    // committed checkpoint could never be resumed).
+    static const unsigned char kEmpty = 0;
+    const unsigned char* data = image.section_data(static_cast<size_t>(index));
+    return data != nullptr ? data : &kEmpty;
   }
   if (bytes != nullptr) *bytes = 0;
   return nullptr;

@@ -103,6 +103,31 @@ void round_trip(const std::string& dir, bool direct_io) {
 
 TEST_F(CheckpointFiles, RoundTripBuffered) { round_trip(dir_, false); }
 
+// A file whose sections are all empty (a ZeRO-1 rank whose optimizer shard
+// is all padding, its adam_m and adam_v in a file of their own) reads back
+// as those sections, 0 bytes each: they were "missing", so the committed
+// checkpoint could not be resumed.
+TEST_F(CheckpointFiles, AFileOfEmptySectionsReadsBackAsThem) {
+  prepare_pending_folder(dir_, 3);
+  std::vector<StateImage> images;
+  images.emplace_back(std::vector<SectionSpec>{{"master_fp32", 64}});
+  images.emplace_back(std::vector<SectionSpec>{{"adam_m", 0}, {"adam_v", 0}});
+  ASSERT_EQ(images[1].bytes(), 0);
+  write_rank_files(pending_folder(dir_, 3), 0, pointers(images), WriteOptions{});
+  CommitRequest request;
+  request.dir = dir_;
+  request.step = 3;
+  commit_checkpoint(request);
+  const std::string folder = committed_folder(dir_, 3);
+  const LoadedRank loaded = read_rank_files(folder, read_manifest(folder), 0);
+  for (const char* name : {"adam_m", "adam_v"}) {
+    int64_t bytes = -1;
+    EXPECT_NE(loaded.section(name, &bytes), nullptr) << name;
+    EXPECT_EQ(bytes, 0) << name;
+  }
+  EXPECT_EQ(loaded.section("adam_w"), nullptr);
+}
+
 TEST_F(CheckpointFiles, RoundTripDirectIo) { round_trip(dir_, true); }
 
 TEST_F(CheckpointFiles, ChecksumIsWhatXxhsumPrints) {

@@ -61,6 +61,37 @@ TEST_P(CheckpointMpi, TwoRanksKilledAndResumedEqualTheUninterruptedRun) {
   EXPECT_EQ(a, file_checksums(dir.file("b/step_20")));
 }
 
+// ZeRO-1 on 3 ranks with a model of 66 parameters (a block of 64 each):
+// rank 2's optimizer shard is all padding, its adam_m and adam_v 0 bytes in
+// a file of their own. The checkpoint committed, and its resume said "rank
+// 2's files have no adam_m"; it resumes, equal to the uninterrupted run.
+TEST(CheckpointMpiZero, ARankWithAnEmptyShardResumes) {
+  testing::TempDir dir("test_ckpt_mpi");
+  const std::string three = std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
+                            "OMPI_MCA_btl=self,vader timeout 300 " + TRAINBENCH_MPIEXEC + " --oversubscribe -np 3 " +
+                            TRAINBENCH_BINARY +
+                            " run tiny --set model.vocab=8 --set model.d_model=2 --set model.n_heads=1"
+                            " --set model.n_kv_heads=1 --set model.ffn_hidden=2 --set model.seq_len=4"
+                            " --set model.n_layers=1 --set comm.zero=1 --set checkpoint.every_steps=4"
+                            " --set checkpoint.keep=0 --set checkpoint.writers=2 --set data.synth_samples_per_shard=200"
+                            " --set train.warmup_steps=2 --set train.threads=1 --set report.progress_every=0"
+                            " --set comm.timeout_s=30 ";
+  const CommandResult straight =
+      run_command(three + "--steps 8 --set checkpoint.dir=" + dir.file("a") + " --out " + dir.file("a.json"));
+  ASSERT_EQ(straight.exit_code, 0) << straight.out << straight.err;
+  const CommandResult first =
+      run_command(three + "--steps 4 --set checkpoint.dir=" + dir.file("b") + " --out " + dir.file("b1.json"));
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  ASSERT_EQ(std::filesystem::file_size(dir.file("b/step_4/rank_00002_1.bin")), 0u) << "rank 2's empty optimizer file";
+  const CommandResult resumed = run_command(three + "--steps 8 --set checkpoint.dir=" + dir.file("b") +
+                                            " --resume latest --out " + dir.file("b2.json"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+  const auto straight_losses = losses_by_step(dir.file("a.json"));
+  const auto resumed_losses = losses_by_step(dir.file("b2.json"));
+  ASSERT_EQ(resumed_losses.size(), 4u);
+  for (const auto& [step, loss] : resumed_losses) EXPECT_EQ(loss, straight_losses.at(step)) << "step " << step;
+}
+
 // A damaged file of rank 1's: every rank fails with rank 1's own reason
 // (the file, the checksums, the checkpoint to resume from), which rank 0
 // prints; it used to print only "rank(s) 1 could not load their part".
