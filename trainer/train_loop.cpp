@@ -445,6 +445,10 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     // where a rank first waits for its slower peers: timed as communication,
     // as DDP's wait shows in its all-reduce (left untimed, the wait went to
     // other_s, and the straggler looked no slower than the ranks it held).
+    // A device engine's backward is only enqueued: its end first, so that the
+    // agreement times the wait for peers, not this GPU's backward, which
+    // compute_s has already (ZeroOneOptimizer::step waits for it anyway).
+    if (zero) engine.synchronize();
     const double agreement_begin = instrument && zero ? steady_seconds() : 0.0;
     const RankReason data = first_reason_over_ranks(comm, data_failure, data_failure_kind);
     const double agreement_s = instrument && zero ? steady_seconds() - agreement_begin : 0.0;
@@ -522,13 +526,26 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       compare_ranks_at(step);
     if (!inconsistency.empty()) break;
     if (outcome.failure.happened()) break;
-    if (after_step && !after_step(record)) break;
 
-    if (!std::isfinite(record.loss)) {
+    // A non-finite gradient norm (the same on every rank: it is the reduced
+    // gradients') made non-finite weights: the run ends at this step, not at
+    // the next one's NaN loss. Before an extension's say, which could end the
+    // run here and leave the check unmade.
+    if (!std::isfinite(record.loss) || !std::isfinite(record.grad_norm)) {
       loss_finite = false;
-      outcome.checks.push_back({"loss_finite", false,
-                                "loss is " + loss_text(record.loss) + " at step " +
-                                    std::to_string(step)});
+      outcome.checks.push_back(
+          {"loss_finite", false,
+           !std::isfinite(record.loss)
+               ? "loss is " + loss_text(record.loss) + " at step " + std::to_string(step)
+               : "gradient norm is " + loss_text(record.grad_norm) + " at step " + std::to_string(step) + " (loss " +
+                     loss_text(record.loss) + "): the update made non-finite weights"});
+      break;
+    }
+    if (after_step && !after_step(record)) {
+      // The extension ends the run here (burn-in's duration): the ranks'
+      // parameters are compared as at a last step (a divergence after the
+      // last periodic comparison, or with comm.check_every 0, passed).
+      if (world > 1 && inconsistency.empty() && last_compared != step) compare_ranks_at(step);
       break;
     }
     if (on_progress && instrument) {

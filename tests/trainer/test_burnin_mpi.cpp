@@ -103,6 +103,26 @@ TEST_F(BurninMpi, OneFlippedGradientBitIsCaughtAndItsRankNamed) {
   EXPECT_NE(r.out.find("burn-in verdict: FAIL (1/2 GPUs"), std::string::npos) << r.out;
 }
 
+// Ranks that diverge after the last periodic comparison (here none:
+// comm.check_every 0, "only at the end") fail the burn-in: the run ended at
+// the duration, where the end's comparison was never made, and the verdict
+// was PASS, exit 0.
+TEST_F(BurninMpi, RanksThatDivergeAfterTheLastComparisonFail) {
+  const CommandResult r = burnin("diverged", "3s",
+                                 "--set comm.check_every=0 --set checkpoint.every_steps=0"
+                                 " --set comm.inject_divergence_step=5");
+  ASSERT_EQ(r.exit_code, 4) << r.out << r.err;
+  bool compared = false;
+  for (const auto& check : result_.at("checks"))
+    if (check.at("name") == "ranks_consistent") {
+      compared = true;
+      EXPECT_FALSE(check.at("passed").get<bool>()) << check.dump();
+    }
+  EXPECT_TRUE(compared) << result_.at("checks").dump();
+  EXPECT_EQ(result_.at("burnin").at("verdict"), "FAIL");
+  EXPECT_NE(r.out.find("burn-in verdict: FAIL"), std::string::npos) << r.out;
+}
+
 TEST_F(BurninMpi, ASlowedRankIsFlaggedAsAStraggler) {
   // 250 ms more on the slowed rank than its own work (40-130 ms a step on a
   // loaded 2-core CI machine): a dozen measured steps, 2-7x slower.

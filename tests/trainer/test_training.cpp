@@ -144,16 +144,23 @@ TEST(Training, ANonFiniteLossStopsTheRunWithAFailedCheck) {
   const RunOutcome outcome = train(config);
   EXPECT_FALSE(outcome.all_checks_passed());
   EXPECT_LT(outcome.steps.size(), 40u);
-  EXPECT_FALSE(std::isfinite(outcome.steps.back().loss));
+  // It stops at the first step whose loss or gradient norm is not finite
+  // (the norm's step, not the next one's NaN loss): every step before is.
+  const StepRecord& last = outcome.steps.back();
+  EXPECT_FALSE(std::isfinite(last.loss) && std::isfinite(last.grad_norm));
+  for (size_t i = 0; i + 1 < outcome.steps.size(); ++i)
+    EXPECT_TRUE(std::isfinite(outcome.steps[i].loss) && std::isfinite(outcome.steps[i].grad_norm)) << i;
   // Said as "nan" or "inf", never printf's "-nan" that reads like a figure.
   const auto loss_check = std::find_if(outcome.checks.begin(), outcome.checks.end(),
                                        [](const Check& c) { return c.name == "loss_finite"; });
   ASSERT_NE(loss_check, outcome.checks.end());
   const Check& check = *loss_check;
   EXPECT_FALSE(check.passed);
-  EXPECT_TRUE(check.detail.starts_with("loss is nan at step ") || check.detail.starts_with("loss is inf at step ") ||
-              check.detail.starts_with("loss is -inf at step "))
-      << check.detail;
+  const std::string at = " at step " + std::to_string(last.step);
+  bool said = false;
+  for (const char* what : {"loss is ", "gradient norm is "})
+    for (const char* value : {"nan", "inf", "-inf"}) said |= check.detail.starts_with(what + std::string(value) + at);
+  EXPECT_TRUE(said) << check.detail;
 }
 
 TEST(Report, ALossThatIsNotFiniteIsAWord) {
