@@ -13,6 +13,7 @@
 #include "trainer/report.h"             // human_count, human_bytes
 #include "trainer/saved_state.h"        // SavedState: the run starts where it would have
 #include "trainer/train_loop.h"         // run_training, measurement_batches for the compute ceiling
+#include "trainer/zero_optimizer.h"     // zero_padded_elements: ZeRO-1's network ceiling
 
 namespace trainbench {
 
@@ -107,7 +108,18 @@ Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communic
 
   c.compute_tokens_per_s = measure_compute_ceiling(config, engine, comm).tokens_per_s;
 
-  if (comm.world_size() > 1 && !comm.device_buffers()) {
+  if (comm.world_size() > 1 && !comm.device_buffers() && config.comm.zero == 1) {
+    // ZeRO-1's step has no all-reduce: the padded gradients reduce-scattered
+    // and the parameters all-gathered, through the communicator's blocking
+    // calls as ZeroOneOptimizer makes them (the all-reduce timed instead
+    // was ~1.7x faster than these two on 2 ranks).
+    c.network_collectives = "reduce-scatter and all-gather";
+    const int64_t bytes = zero_padded_elements(engine.layout().trainable_params(), comm.world_size()) * 4;
+    for (const CollectiveBenchResult& r : bench_collectives(comm, {bytes}, CollectiveBenchOptions{}))
+      if (r.path == "comm" && (r.collective == "reduce_scatter" || r.collective == "all_gather"))
+        c.network_step_s += r.time_s;
+    if (c.network_step_s > 0) c.network_tokens_per_s = global_tokens_per_step / c.network_step_s;
+  } else if (comm.world_size() > 1 && !comm.device_buffers()) {
     std::vector<int64_t> bucket_bytes;
     for (const GradientBucket& b : plan_gradient_buckets(engine.layout().trainable_params(),
                                                          static_cast<int64_t>(config.comm.bucket_mb * (1 << 20))))
@@ -150,6 +162,7 @@ nlohmann::json ceilings_to_json(const Ceilings& c, double achieved) {
           {"network",
            {{"tokens_per_s", value(c.network_tokens_per_s)},
             {"step_all_reduce_s", value(c.network_step_s)},
+            {"collectives", c.network_collectives},
             {"achieved_share", share(c.network_tokens_per_s)}}},
           {"storage_read",
            {{"tokens_per_s", value(c.read_tokens_per_s)}, {"gbs", value(c.read_gbs)},
@@ -191,8 +204,8 @@ std::string explain_bottleneck(const std::string& bottleneck, const Ceilings& c,
   if (starts("storage read") && c.read_tokens_per_s > 0)
     return bottleneck + "; the loader alone feeds " + human_count(c.read_tokens_per_s) + " tokens/s" + compute;
   if (starts("network") && c.network_tokens_per_s > 0)
-    return bottleneck + "; the step's all-reduces alone allow " + human_count(c.network_tokens_per_s) + " tokens/s" +
-           compute;
+    return bottleneck + "; the step's " + c.network_collectives + " alone allow " + human_count(c.network_tokens_per_s) +
+           " tokens/s" + compute;
   if (starts("storage write") && c.write_gbs > 0)
     return bottleneck + "; a checkpoint (" + human_bytes(c.checkpoint_bytes) + ") persists at " +
            human_bytes(c.write_gbs * 1e9) + "/s";

@@ -25,6 +25,9 @@ struct Ceilings {
   double network_tokens_per_s = 0;   // global tokens per step / the buckets' all-reduce time per step
   double read_tokens_per_s = 0;      // every rank's loader alone, summed
   double network_step_s = 0;         // the step's all-reduces back to back (0 on one rank)
+  // What network_step_s times: DDP's bucket all-reduces, or under comm.zero 1
+  // the reduce-scatter and all-gather (step_all_reduce_s keeps its name).
+  std::string network_collectives = "all-reduces";
   double read_gbs = 0;               // the loaders' storage bytes per second, summed
   double write_gbs = 0;              // a checkpoint persisted alone, this rank's files (1e9 B/s)
   int64_t write_bytes = 0;           // what that measurement wrote per rank

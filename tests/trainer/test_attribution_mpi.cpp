@@ -100,6 +100,7 @@ TEST_F(Attribution, CeilingsAndRanksAreReported) {
     EXPECT_GT(c.at("compute").at("tokens_per_s").get<double>(), 0.0);
     EXPECT_GT(c.at("network").at("tokens_per_s").get<double>(), 0.0);
     EXPECT_GT(c.at("network").at("step_all_reduce_s").get<double>(), 0.0);
+    EXPECT_EQ(c.at("network").at("collectives"), "all-reduces");
     EXPECT_GT(c.at("storage_read").at("tokens_per_s").get<double>(), 0.0);
     EXPECT_GT(c.at("storage_write").at("gbs").get<double>(), 0.0);
     // The read bandwidth needed at the compute ceiling (DESIGN), now that it
@@ -138,6 +139,24 @@ TEST_F(Attribution, CeilingsAndRanksAreReported) {
   std::string seen;
   for (const std::string& a : attempts) seen += "\n  " + a;
   ADD_FAILURE() << "three runs each beat their compute ceiling by more than 10%:" << seen;
+}
+
+// Under ZeRO-1 the network ceiling times the step's own collectives, the
+// reduce-scatter and the all-gather, not DDP's all-reduce, which the step
+// never makes (it did, ~1.7x faster than the two).
+TEST_F(Attribution, ZeroOnesNetworkCeilingIsItsOwnCollectives) {
+  const std::string out = dir_.file("zero-ceilings.json");
+  const CommandResult r = run_command(
+      std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader timeout 300 ") +
+      TRAINBENCH_MPIEXEC + " --oversubscribe -np 2 " + TRAINBENCH_BINARY +
+      " run tiny --steps 12 --ceilings --set comm.zero=1 --set report.progress_every=0 --set train.threads=1"
+      " --set checkpoint.every_steps=0 --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const nlohmann::json result = testing::read_json(out);
+  const nlohmann::json& network = result.at("ceilings").at("network");
+  EXPECT_EQ(network.at("collectives"), "reduce-scatter and all-gather") << network.dump();
+  EXPECT_GT(network.at("step_all_reduce_s").get<double>(), 0.0) << network.dump();
+  EXPECT_GT(network.at("tokens_per_s").get<double>(), 0.0) << network.dump();
 }
 
 // One rank made slow (a sleep before each of its steps, as a slow GPU): the
