@@ -58,6 +58,10 @@ class BatchSource {
   // True when the source was built from such a position: the run resumes
   // from a checkpoint (and may write its checkpoints next to it).
   virtual bool resumed() const { return false; }
+  // Whether next() would return without waiting (the ring holds the next
+  // batch). A source that never waits says true. The train loop asks it to
+  // time a data stall as the time the device really waited.
+  virtual bool batch_ready() const { return true; }
 };
 
 // `distinct_batches` batches of uniform random tokens in [0, vocab), built up

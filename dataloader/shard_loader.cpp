@@ -162,6 +162,8 @@ class Reader {
     ready_count_.fetch_sub(1, std::memory_order_relaxed);
     return slot;
   }
+  // A batch is ready to take (without the lock: a hint).
+  bool has_ready() const { return ready_count_.load(std::memory_order_acquire) > 0; }
   // With options.epochs: the reader has read its epochs and every batch it
   // made has been taken.
   bool finished() const {
@@ -708,6 +710,12 @@ SourceStats ShardLoader::stats() const {
 }
 
 bool ShardLoader::resumed() const { return impl_->resumed; }
+
+bool ShardLoader::batch_ready() const {
+  const Impl& impl = *impl_;
+  const int64_t r = impl.options.epochs > 0 ? impl.next_reader : impl.batches_consumed % impl.options.readers;
+  return impl.readers[static_cast<size_t>(r)]->has_ready();
+}
 
 LoaderPosition ShardLoader::position() const {
   const Impl& impl = *impl_;

@@ -114,6 +114,10 @@ class ShardLoader final : public BatchSource {
   LoaderPosition position() const;
   std::string save_position() const override { return serialize_position(position()); }
   bool resumed() const override;
+  // The reader whose batch comes next has one ready (a hint: it may become
+  // ready right after; with epochs, a finished reader passed over is not
+  // looked past).
+  bool batch_ready() const override;
 
  private:
   struct Impl;

@@ -401,6 +401,13 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     std::string data_failure;  // this rank's batch it could not get, this step
     int data_failure_kind = 0;
     for (int64_t micro = 0; micro < train.grad_accum; ++micro) {
+      // On a device engine the previous micro-batch's backward may still
+      // run: a wait for a batch that is not there, timed now, overlaps it
+      // and counts in compute_s and data_stall_s both (other_s below zero,
+      // a failed accounting check). The device idles once that backward
+      // ends anyway, with nothing more to run: its end first, then the wait
+      // left is the stall. (The step before ended synchronized.)
+      if (micro > 0 && instrument && !source.batch_ready()) engine.synchronize();
       double wait_s = 0.0;
       const HostBatch* host = next_batch(source, instrument ? &wait_s : nullptr, &data_failure, &data_failure_kind);
       if (host == nullptr) break;  // to the step's collectives without a backward: their data no longer matters

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>  // sleep_for: polling batch_ready
 #include <cstring>  // std::memcpy
 #include <limits>
 #include <filesystem>
@@ -182,6 +183,29 @@ TEST(ShardLoader, OneReaderInReadOrderPacksTheShardsExactly) {
   EXPECT_GT(stats.storage_bytes, 0);
   EXPECT_GT(stats.samples, 0);
   EXPECT_EQ(stats.samples_skipped, 0);
+}
+
+// batch_ready says whether next() would wait: false while the readers are
+// still reading (each sample held 0.2 s here), true once the ring holds the
+// next batch, which next() then returns without waiting.
+TEST(ShardLoader, BatchReadySaysWhetherNextWouldWait) {
+  TempDir dir;
+  const SynthResult made = make_shards(dir.path(), 2, 6, 10);
+  LoaderOptions o = options_for(made.paths);
+  o.readers = 1;
+  o.inject_delay_s = 0.2;
+  ShardLoader slow(o);
+  EXPECT_FALSE(slow.batch_ready()) << "no reader has read a batch's samples yet";
+
+  o.inject_delay_s = 0;
+  ShardLoader loader(o);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!loader.batch_ready() && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(loader.batch_ready());
+  double wait_s = -1;
+  loader.next(&wait_s);
+  EXPECT_LT(wait_s, 0.05) << "a ready batch is taken without waiting";
 }
 
 TEST(ShardLoader, SameSeedSameBatchesWhateverTheScheduling) {
