@@ -296,7 +296,8 @@ struct EngineOptions {
   std::vector<ParamKind> frozen;
   // LoRA (train.mode lora): every base tensor frozen, adapters trained. The
   // state a checkpoint takes is then the adapters ("lora_fp32"), plus the
-  // base ("base_fp32") only when lora_state_includes_base.
+  // base only when lora_state_includes_base: "base_fp32" on the cpu engine,
+  // "base_bf16" on the cuda engine (its frozen base is bf16 alone).
   LoraSpec lora;
   bool lora_state_includes_base = false;
   // ZeRO-1: gradient elements [begin, end) whose optimizer state this rank
