@@ -401,9 +401,10 @@ fi
 # attention already.
 main_attention=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["environment"]["attention"]["kernel"])' \
                    "$logs/h200-llama8b-4l.json" 2> /dev/null || echo "not run here")
-if $has_cuda_engine && [ "$main_attention" = "not run here" ]; then
-  # The preset's own run failed or was not reached: its variants would spend
-  # up to three run timeouts failing the same way.
+if $has_cuda_engine && [ "$main_attention" = "not run here" ] && [ -z "${GPU_CHECK_EXTRAS_ONLY:-}" ]; then
+  # The preset's own run failed or was not reached in this call: its
+  # variants would spend up to three run timeouts failing the same way. (A
+  # GPU_CHECK_EXTRAS_ONLY call never ran it, and runs them.)
   row "trainbench h200-llama8b-4l variants" "not run: the preset's own run has no result (see h200-llama8b-4l.log)"
 elif $has_cuda_engine && [ "$main_attention" != gemm ]; then
   gemm_run=h200-llama8b-4l-gemm-attention
