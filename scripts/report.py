@@ -407,7 +407,10 @@ def measured_or_null(summary: dict[str, Any], field: str, source: Source) -> Non
                            f"{POSITIVE.expected} (null only where summary.measured_steps is 0: no step measured)")
 
 
-CEILINGS = Opt(Obj({}, others=Opt(Obj({"tokens_per_s": Opt(Figure(POSITIVE)), "achieved_share": Opt(Figure(NONNEG))},
+# A ceiling's figures are numbers; the network ceiling also names the collectives it timed
+# ("all-reduces", or under comm.zero 1 "reduce-scatter and all-gather").
+CEILINGS = Opt(Obj({}, others=Opt(Obj({"tokens_per_s": Opt(Figure(POSITIVE)), "achieved_share": Opt(Figure(NONNEG)),
+                                       "collectives": Opt(STR)},
                                       others=Opt(Figure(NONNEG))))))
 SHAPE_KEYS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "seq_len")
 
@@ -1226,6 +1229,8 @@ def ceilings_of(run: Run) -> dict[str, Any]:
 
 
 def ceiling_figure(key: str, value: Any) -> str | None:
+    if key == "collectives":
+        return f"timed: {value}" if isinstance(value, str) and value else None
     v = number(value)
     if v is None:
         return None

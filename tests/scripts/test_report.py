@@ -300,7 +300,8 @@ class ReportErrorTests(unittest.TestCase):
                 ("checks", True, "checks"),
                 ("warnings", "one", "warnings"),
                 ("ceilings", {"compute": 5}, "ceilings.compute"),
-                ("ceilings", {"compute": {"tokens_per_s": "many"}}, "ceilings.compute.tokens_per_s")):
+                ("ceilings", {"compute": {"tokens_per_s": "many"}}, "ceilings.compute.tokens_per_s"),
+                ("ceilings", {"network": {"collectives": 3}}, "ceilings.network.collectives")):
             with self.subTest(field=field, value=value):
                 self.refuse_result(damaged(good, field, value), named)
 
@@ -365,6 +366,18 @@ class ReportErrorTests(unittest.TestCase):
                 result = damaged(fake_result(1, 1000.0), "summary.stall_shares", shares)
                 done = report(write_json(self.dir / "r.json", result), "--out", self.out, "--no-plots")
                 self.assertEqual(done.returncode, 0, done.stderr)
+
+    def test_a_network_ceiling_names_the_collectives_it_timed(self) -> None:
+        # run --ceilings writes ceilings.network.collectives, a word: it was refused as "expected a
+        # number", and one such result stopped the whole report.
+        result = fake_result(2, 1800.0)
+        result["ceilings"] = {"network": {"tokens_per_s": 9000.0, "step_all_reduce_s": 0.002,
+                                          "collectives": "reduce-scatter and all-gather", "achieved_share": 0.2}}
+        done = report(write_json(self.dir / "r.json", result), "--out", self.out, "--no-plots")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        text = (self.out / "report.md").read_text()
+        self.assertIn("timed: reduce-scatter and all-gather", text)
+        self.assertIn("step all reduce 2 ms", text)
 
     def test_step_times_and_tokens_per_step_of_zero(self) -> None:
         # A measured step takes time and a step trains on tokens.
