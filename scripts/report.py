@@ -882,12 +882,22 @@ def collect(inputs: list[str]) -> tuple[list[Run], list[str]]:
             continue
         seen.add(key)
         run = load_run(p)
+        # bench compute and bench instrument write a result whose summary is the 2-step job their
+        # measurement ran in (the binary labels it "not the measurement"): as a training run it
+        # set the ideal line, and folded unlike runs into one world size.
+        measured_apart = [key for key in ("compute_ceiling", "instrumentation_cost") if key in run.data]
+        if measured_apart:
+            notes.append(f"{p}: left out: a `trainbench bench {'compute' if measured_apart[0] == 'compute_ceiling' else 'instrument'}` "
+                         "result, whose summary is the 2-step job its measurement ran in, not a training run")
+            continue
         text = json.dumps(run.data, sort_keys=True)
         if text in contents:
             notes.append(f"{p} holds the same result as {contents[text].path} (a copy, not a repeat): read once")
             continue
         contents[text] = run
         runs.append(run)
+    if not runs:
+        raise ReportError("no training run among RESULTS: " + "; ".join(notes))
     named: dict[str, int] = {}
     for run in runs:
         named[run.path.name] = named.get(run.path.name, 0) + 1

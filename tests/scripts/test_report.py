@@ -379,6 +379,22 @@ class ReportErrorTests(unittest.TestCase):
         self.assertIn("timed: reduce-scatter and all-gather", text)
         self.assertIn("step all reduce 2 ms", text)
 
+    def test_bench_compute_and_instrument_results_are_not_training_runs(self) -> None:
+        # Their summary is the 2-step job the measurement ran in: it set the 1-rank ideal.
+        run = write_json(self.dir / "run.json", fake_result(2, 1800.0))
+        bench = fake_result(1, 99999.0)
+        bench["compute_ceiling"] = {"tokens_per_s": 1000.0, "step_s": 0.5}
+        compute = write_json(self.dir / "compute.json", bench)
+        done = report(run, compute, "--out", self.out, "--no-plots")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn(f"{compute}: left out: a `trainbench bench compute` result", done.stderr)
+        self.assertNotIn("99999", (self.out / "report.md").read_text())
+        del bench["compute_ceiling"]
+        bench["instrumentation_cost"] = {"pairs": 4}
+        alone = write_json(self.dir / "instrument.json", bench)
+        self.assert_one_line_error(report(alone, "--out", self.dir / "other", "--no-plots"),
+                                   "no training run among RESULTS", "bench instrument")
+
     def test_step_times_and_tokens_per_step_of_zero(self) -> None:
         # A measured step takes time and a step trains on tokens.
         good = fake_result(2, 1800.0)
