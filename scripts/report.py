@@ -9,7 +9,9 @@ RESULTS are result JSON files (schema trainbench.result/v1, `trainbench run
 --out`) or folders of them (every *.json in the folder but *.failed.json, a
 failed rerun's result that scale.sh and compare_finetune.sh keep beside the
 earlier one: named in a warning; give the file itself to read it). A file
-with the same result as another (a copy) is read once, with a warning; runs
+with the same result as another (a copy) is read once, with a warning; a
+bench compute or bench instrument result (its summary is the 2-step job its
+measurement ran in) is left out, with a warning; runs
 whose files share a name are named by their paths. Runs are grouped by
 world size (environment.ranks); several runs of one world size are repeats:
 its tokens/s (and the ideal and efficiency from it) is the median of theirs
