@@ -113,6 +113,8 @@ from typing import Any, Callable
 # A folder's result files that are not read with it: a failed rerun's result
 # (scripts/scale.sh, scripts/compare_finetune.sh).
 FAILED_SUFFIX = ".failed.json"
+# The field a bench command adds to a result it writes, and the command's name.
+BENCH_RESULT_KEYS = {"compute_ceiling": "compute", "instrumentation_cost": "instrument"}
 # The result versions this script reads: a later one may change what a field means.
 SCHEMAS = ("trainbench.result/v1",)
 # The categories of the step (DESIGN.md), their labels, and the resource each
@@ -887,10 +889,10 @@ def collect(inputs: list[str]) -> tuple[list[Run], list[str]]:
         # bench compute and bench instrument write a result whose summary is the 2-step job their
         # measurement ran in (the binary labels it "not the measurement"): as a training run it
         # set the ideal line, and folded unlike runs into one world size.
-        measured_apart = [key for key in ("compute_ceiling", "instrumentation_cost") if key in run.data]
-        if measured_apart:
-            notes.append(f"{p}: left out: a `trainbench bench {'compute' if measured_apart[0] == 'compute_ceiling' else 'instrument'}` "
-                         "result, whose summary is the 2-step job its measurement ran in, not a training run")
+        bench = next((name for key, name in BENCH_RESULT_KEYS.items() if key in run.data), None)
+        if bench:
+            notes.append(f"{p}: left out: a `trainbench bench {bench}` result, whose summary is the 2-step job "
+                         "its measurement ran in, not a training run")
             continue
         text = json.dumps(run.data, sort_keys=True)
         if text in contents:

@@ -108,24 +108,25 @@ Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communic
 
   c.compute_tokens_per_s = measure_compute_ceiling(config, engine, comm).tokens_per_s;
 
-  if (comm.world_size() > 1 && !comm.device_buffers() && config.comm.zero == 1) {
-    // ZeRO-1's step has no all-reduce: the padded gradients reduce-scattered
-    // and the parameters all-gathered, through the communicator's blocking
-    // calls as ZeroOneOptimizer makes them (the all-reduce timed instead
-    // was ~1.7x faster than these two on 2 ranks).
-    c.network_collectives = "reduce-scatter and all-gather";
-    const int64_t bytes = zero_padded_elements(engine.layout().trainable_params(), comm.world_size()) * 4;
-    for (const CollectiveBenchResult& r : bench_collectives(comm, {bytes}, CollectiveBenchOptions{}))
-      if (r.path == "comm" && (r.collective == "reduce_scatter" || r.collective == "all_gather"))
-        c.network_step_s += r.time_s;
-    if (c.network_step_s > 0) c.network_tokens_per_s = global_tokens_per_step / c.network_step_s;
-  } else if (comm.world_size() > 1 && !comm.device_buffers()) {
-    std::vector<int64_t> bucket_bytes;
-    for (const GradientBucket& b : plan_gradient_buckets(engine.layout().trainable_params(),
-                                                         static_cast<int64_t>(config.comm.bucket_mb * (1 << 20))))
-      bucket_bytes.push_back((b.end - b.begin) * 4);
-    for (const CollectiveBenchResult& r : bench_gradient_step(comm, bucket_bytes, CollectiveBenchOptions{}))
-      if (r.path == "bucketed") c.network_step_s = r.time_s;
+  if (comm.world_size() > 1 && !comm.device_buffers()) {
+    if (config.comm.zero == 1) {
+      // ZeRO-1's step has no all-reduce: the padded gradients reduce-scattered
+      // and the parameters all-gathered, through the communicator's blocking
+      // calls as ZeroOneOptimizer makes them (the all-reduce timed instead
+      // was ~1.7x faster than these two on 2 ranks).
+      c.network_collectives = "reduce-scatter and all-gather";
+      const int64_t bytes = zero_padded_elements(engine.layout().trainable_params(), comm.world_size()) * 4;
+      for (const CollectiveBenchResult& r : bench_collectives(comm, {bytes}, CollectiveBenchOptions{}))
+        if (r.path == "comm" && (r.collective == "reduce_scatter" || r.collective == "all_gather"))
+          c.network_step_s += r.time_s;
+    } else {
+      std::vector<int64_t> bucket_bytes;
+      for (const GradientBucket& b : plan_gradient_buckets(engine.layout().trainable_params(),
+                                                           static_cast<int64_t>(config.comm.bucket_mb * (1 << 20))))
+        bucket_bytes.push_back((b.end - b.begin) * 4);
+      for (const CollectiveBenchResult& r : bench_gradient_step(comm, bucket_bytes, CollectiveBenchOptions{}))
+        if (r.path == "bucketed") c.network_step_s = r.time_s;
+    }
     if (c.network_step_s > 0) c.network_tokens_per_s = global_tokens_per_step / c.network_step_s;
   }
 
