@@ -417,14 +417,18 @@ int run_command(const RunOptions& options, const std::string& command_line) {
     settings.out_option = options.out_given;
     settings.offers_resume = options.extension == nullptr;
     const RunReport report = run_config(config, comm, settings);
+    // The failure that ended the run and a result write that failed after
+    // it (both out of descriptors, say) are one error: one line.
+    std::string error_line;
     if (report.outcome.failure.happened() && !options.extension && comm->rank() == 0) {
       wait_if_interrupted();  // a failure the signal's cleanup caused: the signal speaks
-      std::fprintf(stderr, "trainbench: %s\n", report.outcome.failure.message.c_str());
+      error_line = report.outcome.failure.message;
     }
     // Rank 0's alone, with no collective after it: every rank ends as usual
     // (the temporary folders go), and the job's exit code is rank 0's 3.
     if (!report.result_write_failure.empty())
-      std::fprintf(stderr, "trainbench: %s\n", report.result_write_failure.c_str());
+      error_line += (error_line.empty() ? "" : "; and then ") + report.result_write_failure;
+    if (!error_line.empty()) std::fprintf(stderr, "trainbench: %s\n", error_line.c_str());
     return report.exit_code;
   } catch (...) {
     // One rank's own failure (a file only its node lacks, rank 0's --out):
@@ -809,6 +813,11 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   // doing. Neither its result (over an earlier one at --out) nor burn-in's
   // FAIL verdict may be written for it: the signal speaks.
   wait_if_interrupted();
+  // Training is over: the readers stop and close their shards now, so the
+  // result's write has the descriptors they held (under ulimit -n, a run
+  // that trained to the end lost its result to its own idle readers, and a
+  // reader's failed open was followed by a failed result write).
+  data.source.reset();
   // In the result too: its config still says every_steps, and no checkpoint
   // record nor stall would read as checkpointing that costs nothing.
   if (!checkpoint_off.empty()) outcome.warnings.insert(outcome.warnings.begin(), checkpoint_off);

@@ -585,6 +585,31 @@ TEST(Cli, AResultTheFullDiskRefusesLeavesTheSummaryAndNoFolders) {
   EXPECT_FALSE(std::filesystem::exists(small.path() + "/r.json"));
 }
 
+// A run that a full disk stops (its checkpoint, on_full=fail) and whose
+// result the same disk then refuses ends in one error line naming both, exit
+// 3: the failure's line was followed by a second one.
+TEST(Cli, AFailureAndTheResultWriteAfterItAreOneLine) {
+  testing::TempDir dir("test_cli_fail_then_result");
+  const testing::MountedFilesystem small(dir.file("small"), "tmpfs", "size=2m");
+  if (!small.mounted()) GTEST_SKIP() << small.why_not();
+  const std::string out = dir.file("out.txt");
+  const auto r = run_command(
+      "( export TMPDIR=" + dir.path() + "; " + TRAINBENCH_BINARY +
+      " run tiny --steps 100000 --set report.progress_every=1 --set checkpoint.every_steps=50 --set checkpoint.dir=" +
+      small.path() + "/ckpt --out " + small.path() + "/r.json > " + out + " 2> " + dir.file("err.txt") +
+      " & pid=$!; for i in $(seq 600); do grep -q 'step ' " + out + " && break; sleep 0.1; done; " +
+      "dd if=/dev/zero of=" + small.path() + "/fill bs=64k > /dev/null 2>&1; wait $pid; echo exit=$?)");
+  const std::string console = testing::read_whole_file(out);
+  const std::string err = testing::read_whole_file(dir.file("err.txt"));
+  ASSERT_NE(console.find("step "), std::string::npos) << "the run never stepped: " << r.out << err;
+  EXPECT_EQ(r.out, "exit=3\n") << err;
+  EXPECT_NE(console.find("NOT WRITTEN: cannot write the result: "), std::string::npos) << console;
+  ASSERT_EQ(err.find('\n'), err.size() - 1) << "one line: " << err;
+  EXPECT_NE(err.find("checkpoint"), std::string::npos) << err;
+  EXPECT_NE(err.find("; and then cannot write the result: "), std::string::npos) << err;
+  EXPECT_NE(err.find("No space left on device"), std::string::npos) << err;
+}
+
 // The signal's cleanup removes the temporary checkpoint folder under the
 // writer of a checkpoint in flight, which then fails. That failure is the
 // signal's: no result over the earlier one at --out, no "check failed"
@@ -775,6 +800,10 @@ TEST(Cli, RunningOutOfFileDescriptorsAnywhereIsAnEnvironmentError) {
     EXPECT_EQ(r.exit_code, 3) << "ulimit -n " << limit << ": " << r.err;
     EXPECT_NE(r.err.find("Too many open files"), std::string::npos) << "ulimit -n " << limit << ": " << r.err;
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "ulimit -n " << limit << ", one line: " << r.err;
+    // The readers close their shards once training is over: every
+    // descriptor the result's write needs was free while a reader held a
+    // shard (two limits of the sweep trained to the end and lost the result).
+    EXPECT_EQ(r.err.find("cannot write the result"), std::string::npos) << "ulimit -n " << limit << ": " << r.err;
     // Failing before training leaves the earlier result as it was; failing
     // in training (a reader's open of a shard) ends the run with its own
     // result, which replaces it and names the failed check.
