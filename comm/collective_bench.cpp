@@ -294,8 +294,15 @@ double bus_bandwidth_factor(const std::string& collective, int world_size) {
 
 std::vector<int64_t> size_sweep(int64_t min_bytes, int64_t max_bytes, double factor) {
   std::vector<int64_t> sizes;
-  for (double size = static_cast<double>(min_bytes); size <= static_cast<double>(max_bytes);
-       size *= factor) {
+  // Each size is min × factor^i, computed afresh and not by repeated
+  // products, and one within a part in 10^9 of max_bytes is max_bytes: 1.1
+  // is not exact in binary, so 100000 × 1.1 came out 110000.00000000001 and
+  // `--max-bytes 110000` was left out of its own sweep.
+  const double max = static_cast<double>(max_bytes);
+  for (int i = 0;; ++i) {
+    double size = static_cast<double>(min_bytes) * std::pow(factor, i);
+    if (size > max * (1 + 1e-9)) break;
+    size = std::min(size, max);
     const int64_t whole_floats = std::max<int64_t>(4, static_cast<int64_t>(std::floor(size / 4)) * 4);
     if (sizes.empty() || sizes.back() != whole_floats) sizes.push_back(whole_floats);
   }

@@ -26,6 +26,15 @@ TEST(CollectiveBench, SizeSweepMultipliesAndRoundsToWholeFloats) {
   EXPECT_EQ(size_sweep(1, 4, 2), (std::vector<int64_t>{4}));
 }
 
+// A maximum the sweep reaches is in it, though the factor is not exact in
+// binary (100000 x 1.1 is 110000.00000000001 in doubles; 1000 x 2.7 x 2.7
+// above 7290).
+TEST(CollectiveBench, SizeSweepKeepsTheMaximumItReaches) {
+  EXPECT_EQ(size_sweep(100000, 110000, 1.1), (std::vector<int64_t>{100000, 110000}));
+  EXPECT_EQ(size_sweep(1000, 7290, 2.7), (std::vector<int64_t>{1000, 2700, 7288}));
+  EXPECT_EQ(size_sweep(1000, 7289, 2.7), (std::vector<int64_t>{1000, 2700}));
+}
+
 TEST(CollectiveBench, BusBandwidthFactorsAreNcclTests) {
   EXPECT_DOUBLE_EQ(bus_bandwidth_factor("all_reduce", 4), 1.5);
   EXPECT_DOUBLE_EQ(bus_bandwidth_factor("reduce_scatter", 4), 0.75);
