@@ -713,8 +713,18 @@ bool ShardLoader::resumed() const { return impl_->resumed; }
 
 bool ShardLoader::batch_ready() const {
   const Impl& impl = *impl_;
-  const int64_t r = impl.options.epochs > 0 ? impl.next_reader : impl.batches_consumed % impl.options.readers;
-  return impl.readers[static_cast<size_t>(r)]->has_ready();
+  // A reader's failure is thrown by next_or_end at once.
+  if (impl.shared.failed.load()) return true;
+  const int64_t readers = impl.options.readers;
+  if (impl.options.epochs == 0) return impl.readers[static_cast<size_t>(impl.batches_consumed % readers)]->has_ready();
+  // As next_or_end takes turns: a reader that has read its epochs is passed
+  // over, and when every one has, the end is returned at once.
+  for (int64_t passed = 0; passed < readers; ++passed) {
+    const Reader& reader = *impl.readers[static_cast<size_t>((impl.next_reader + passed) % readers)];
+    if (reader.has_ready()) return true;
+    if (!reader.finished()) return false;
+  }
+  return true;
 }
 
 LoaderPosition ShardLoader::position() const {

@@ -1,6 +1,7 @@
 #include "trainer/config.h"
 
 #include <algorithm>    // std::min for the edit distance
+#include <cctype>       // isdigit, toupper: byte sizes
 #include <cerrno>       // errno after a failed read
 #include <charconv>     // std::from_chars / to_chars: strict number parsing, shortest printing
 #include <cstdint>      // INT32_MAX for token ids
@@ -913,6 +914,29 @@ std::string number_in_range(const std::string& text, double low, double high) {
   if (value && *value >= low && *value <= high) return "";
   return "must be a number between " + format_double(low) + " and " + format_double(high) + " (got '" +
          excerpt(text) + "')";
+}
+
+std::string byte_size_in_range(const std::string& text, int64_t low, int64_t high, int64_t* bytes) {
+  const std::string expected = "expected bytes as an integer with an optional suffix K, M, G, T (powers of 1024) or "
+                               "KB, MB, GB, TB (powers of 1000) (got '" + excerpt(text) + "')";
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0 || digits > 15) return expected;
+  std::string suffix = text.substr(digits);
+  for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  double value = static_cast<double>(std::stoll(text.substr(0, digits)));
+  if (!suffix.empty() && suffix != "B") {
+    const size_t power = std::string("KMGT").find(suffix[0]);
+    const std::string rest = suffix.substr(1);
+    const bool binary = rest.empty() || rest == "IB";
+    if (power == std::string::npos || (!binary && rest != "B")) return expected;
+    for (size_t p = 0; p <= power; ++p) value *= binary ? 1024.0 : 1000.0;
+  }
+  if (value < static_cast<double>(low) || value > static_cast<double>(high))
+    return "must be between " + std::to_string(low) + " and " + std::to_string(high) + " bytes (got '" +
+           excerpt(text) + "')";
+  *bytes = static_cast<int64_t>(value);
+  return "";
 }
 
 nlohmann::json config_to_json(const Config& config) {

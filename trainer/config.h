@@ -185,6 +185,11 @@ std::string integer_in_range(const std::string& text, int64_t low, int64_t high)
 // "7"); other text unchanged.
 std::string decimal_integer_text(const std::string& text);
 std::string number_in_range(const std::string& text, double low, double high);
+// Bytes as every command reads them: an integer with an optional suffix, K
+// M G T (or KiB MiB GiB TiB) in powers of 1024 as dd and nccl-tests read
+// them, KB MB GB TB in powers of 1000, B or none for bytes. "" when `text`
+// is such a size in [low, high], with *bytes set; else what is wrong.
+std::string byte_size_in_range(const std::string& text, int64_t low, int64_t high, int64_t* bytes);
 
 nlohmann::json config_to_json(const Config& config);
 

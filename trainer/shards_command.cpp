@@ -35,29 +35,12 @@ using Clock = std::chrono::steady_clock;
 
 [[noreturn]] void user_error(const std::string& message) { throw CommandError{kExitUserError, message}; }
 
-// "4096", "64K", "64M", "1G", "2T" and "64MiB" count in powers of 1024 (as
-// dd and head -c read them); "64KB", "64MB", "1GB" in powers of 1000.
+// Sizes as every command reads them (byte_size_in_range): 64K = 65536, 64KB = 64000.
 int64_t parse_bytes(const std::string& text, const std::string& option) {
-  const std::string wrong = option + " '" + text +
-                            "': expected bytes as an integer with an optional suffix K, M, G, T (powers of "
-                            "1024) or KB, MB, GB, TB (powers of 1000)";
-  size_t digits = 0;
-  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
-  if (digits == 0 || digits > 15) user_error(wrong);
-  std::string suffix = text.substr(digits);
-  for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  const int64_t number = std::stoll(text.substr(0, digits));
-  if (suffix.empty() || suffix == "B") return number;
-  const std::string units = "KMGT";
-  const size_t power = units.find(suffix[0]);
-  if (power == std::string::npos) user_error(wrong);
-  const std::string rest = suffix.substr(1);
-  const bool binary = rest.empty() || rest == "IB";
-  if (!binary && rest != "B") user_error(wrong);
-  double value = static_cast<double>(number);
-  for (size_t p = 0; p <= power; ++p) value *= binary ? 1024.0 : 1000.0;
-  if (value > 9.0e18) user_error(option + " '" + text + "': too large");
-  return static_cast<int64_t>(value);
+  int64_t bytes = 0;
+  const std::string error = byte_size_in_range(text, 0, int64_t{9} * 1000 * 1000 * 1000 * 1000 * 1000 * 1000, &bytes);
+  if (!error.empty()) user_error(option + ": " + error);
+  return bytes;
 }
 
 int64_t parse_count(const std::string& text, const std::string& option) {

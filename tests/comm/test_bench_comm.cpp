@@ -1,6 +1,7 @@
 // `trainbench bench comm` through the real binary on one rank (no launcher):
 // the local communicator, the note that busbw is 0 there, the data check, and
 // the command's user errors. The multi-rank runs are test_bench_comm_mpi.
+#include <set>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -54,9 +55,27 @@ TEST(BenchComm, BuffersBeyondTheAddressSpaceLimitExitThreeBeforeAllocating) {
   EXPECT_EQ(run.out.find("gradient step"), std::string::npos) << "nothing measured: " << run.out;
 }
 
+// Sizes read as every command reads them: K = 1024, KB = 1000 (`shards
+// synth --size 100KB` is 100000 bytes; bench comm took 1KB for 1024).
+TEST(BenchComm, SizesReadKAs1024AndKBAs1000AsShardsDoes) {
+  const testing::TempDir dir;
+  const std::string out = dir.file("comm.json");
+  const testing::CommandResult run = run_command(std::string(TRAINBENCH_BINARY) +
+                                                 " bench comm --min-bytes 1KB --max-bytes 4K --factor 2 --iters 1 "
+                                                 "--out " + out);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::set<int64_t> swept;
+  const nlohmann::json result = testing::read_json(out);
+  const int64_t bucket = result.at("bucket_bytes").at(0).get<int64_t>();
+  for (const nlohmann::json& r : result.at("collectives"))
+    if (r.at("bytes").get<int64_t>() != bucket) swept.insert(r.at("bytes").get<int64_t>());
+  EXPECT_EQ(swept, (std::set<int64_t>{1000, 2000, 4000})) << "1KB x 2^i up to 4K = 4096";
+}
+
 TEST(BenchComm, BadSizesAreOneLineUserErrors) {
   for (const std::string& args : {std::string("--min-bytes 1M --max-bytes 1K"), std::string("--factor 1"),
-                                  std::string("--max-bytes lots"), std::string("--iters 0")}) {
+                                  std::string("--max-bytes lots"), std::string("--iters 0"),
+                                  std::string("--max-bytes 4X"), std::string("--min-bytes 1KiBB")}) {
     const testing::CommandResult run = run_command(std::string(TRAINBENCH_BINARY) + " bench comm " + args);
     EXPECT_EQ(run.exit_code, 2) << args << ": " << run.err;
     EXPECT_EQ(run.err.rfind("trainbench: ", 0), 0u) << args << ": " << run.err;

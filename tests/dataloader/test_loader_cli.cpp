@@ -261,6 +261,41 @@ TEST_F(LoaderCli, BenchIoReadsEveryShardOncePerReaderCountAndComparesWithAPlainR
   EXPECT_GT(bench["consumed_tokens_per_s_per_rank"].get<double>(), 0.0);
 }
 
+// --readers is measured in ascending order whatever the order typed: the
+// one-thread pass is the single stream (`--readers 2,1` took the two-thread
+// pass for it: "% 1-stream" 11% on the one-thread row), and the small files
+// are compared with the widest plain read by the share of the data read per
+// second (they hold the members' bytes alone, not the tar headers). An empty
+// item is an error, not left out.
+TEST_F(LoaderCli, BenchIoReaderCountsInAnyOrderAndSmallFilesCompareLikeWithLike) {
+  const std::string out = dir_ + "/bench-io.json";
+  const CommandResult r = run_command(std::string(TRAINBENCH_BINARY) + " bench io tiny --set data.shards=" + dir_ +
+                                      "/good --readers 2,1 --seconds 30 --small-files --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json bench = nlohmann::json::parse(read_whole_file(out));
+  ASSERT_EQ(bench["by_threads"].size(), 2u);
+  EXPECT_EQ(bench["by_threads"][0]["threads"], 1);
+  EXPECT_EQ(bench["by_threads"][1]["threads"], 2);
+  EXPECT_EQ(bench["single_stream_read"], bench["by_threads"][0]["plain_read"]);
+  EXPECT_EQ(bench["first_read"], bench["by_threads"][0]["plain_read_first_pass"]);
+  const auto& small = bench["small_files"];
+  const auto& widest = bench["by_threads"][1]["plain_read"];
+  ASSERT_EQ(small["complete"], true);
+  ASSERT_EQ(widest["complete"], true);
+  EXPECT_LT(small["bytes"].get<int64_t>(), bench["shard_bytes"].get<int64_t>()) << "members without tar headers";
+  // Both read all of the data: the ratio is that of their times.
+  EXPECT_NEAR(bench["small_files_fraction_of_plain_read"].get<double>(),
+              widest["seconds"].get<double>() / small["seconds"].get<double>(), 1e-9);
+  for (const std::string& list : {std::string("1,,2"), std::string(","), std::string("2,")}) {
+    const CommandResult bad = run_command(std::string(TRAINBENCH_BINARY) + " bench io tiny --set data.shards=" +
+                                          dir_ + "/good --readers " + list + " --seconds 1");
+    EXPECT_EQ(bad.exit_code, 2) << list << ": " << bad.out;
+    EXPECT_NE(bad.err.find("--readers"), std::string::npos) << list << ": " << bad.err;
+    EXPECT_NE(bad.err.find("must be an integer between 1 and 256"), std::string::npos) << list << ": " << bad.err;
+    EXPECT_EQ(bad.err.find('\n'), bad.err.size() - 1) << list << ": " << bad.err;
+  }
+}
+
 // --seconds bounds every measurement, the plain reads too: they read every
 // shard whole, twice per reader count, whatever the data set's size (hours
 // on terabytes). Storage slowed by data.inject_delay_ms (20 ms per read)
@@ -288,6 +323,18 @@ TEST_F(LoaderCli, BenchIoStopsEveryMeasurementAtSecondsAndSaysSo) {
   }
   EXPECT_EQ(bench["small_files"]["complete"], false);
   EXPECT_LT(bench["small_files"]["samples"].get<int64_t>(), 4 * 10);
+  // The loader stops at --seconds while its first batch still waits for the
+  // shuffle buffer (256 samples, more than the 40 there are) to fill: it
+  // read on to the end of the epoch (2 s at 50 ms a sample), 20 times over.
+  const CommandResult filling =
+      run_command("timeout 120 " + std::string(TRAINBENCH_BINARY) + " bench io tiny --set data.shards=" + dir_ +
+                  "/good --set data.inject_delay_ms=50 --readers 1 --seconds 0.1 --out " + out);
+  ASSERT_EQ(filling.exit_code, 0) << filling.err;
+  const nlohmann::json filled = nlohmann::json::parse(read_whole_file(out));
+  const auto& loader = filled["by_threads"][0]["loader"];
+  EXPECT_EQ(loader["complete"], false) << loader.dump();
+  EXPECT_LT(loader["seconds"].get<double>(), 1.0) << "--seconds 0.1: " << loader.dump();
+  EXPECT_LT(loader["samples"].get<int64_t>(), 4 * 10) << loader.dump();
   // Unslowed, everything is read whole, and said so. 8 readers over 4
   // shards: the loader is not measured there, and the result says why.
   const CommandResult whole = run_command(std::string(TRAINBENCH_BINARY) + " bench io tiny --set data.shards=" +
