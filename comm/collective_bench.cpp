@@ -123,11 +123,6 @@ CollectiveBenchResult shape(const char* collective, int64_t count, int64_t ranks
   return result;
 }
 
-double median(std::vector<double> values) {
-  const auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
-  std::nth_element(values.begin(), middle, values.end());
-  return *middle;
-}
 
 // Runs one path once on the pattern and checks the result, then times the
 // warm-up and timed iterations on zeroed buffers (an in-place sum repeated on
@@ -164,7 +159,7 @@ CollectiveBenchResult measure(Communicator& comm, const CollectiveBenchOptions& 
 
   const int world = comm.world_size();
   std::vector<double> per_rank(static_cast<size_t>(world));
-  comm.all_gather(median(times), per_rank.data());
+  comm.all_gather(median_of_iterations(times), per_rank.data());
   CollectiveBenchResult result = collective.shape;
   result.path = path.name;
   result.time_s = *std::max_element(per_rank.begin(), per_rank.end());
@@ -286,6 +281,14 @@ Collective all_gather(Communicator& comm, int64_t size_bytes) {
 }
 
 }  // namespace
+
+double median_of_iterations(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  const auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
+  std::nth_element(values.begin(), middle, values.end());
+  if (values.size() % 2 == 1) return *middle;
+  return 0.5 * (*middle + *std::max_element(values.begin(), middle));
+}
 
 double bus_bandwidth_factor(const std::string& collective, int world_size) {
   const double n = world_size;

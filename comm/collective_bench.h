@@ -42,6 +42,11 @@ struct CollectiveBenchOptions {
   double timeout_s = 300.0;
 };
 
+// The median of one rank's iteration times; of an even count the mean of
+// the two middle ones (as the step statistics interpolate; the upper one was
+// taken). 0 for none.
+double median_of_iterations(std::vector<double> values);
+
 // busbw / algbw, as nccl-tests defines it: 2(n−1)/n for all-reduce, (n−1)/n
 // for reduce-scatter and all-gather; 0 on one rank, where nothing moves.
 double bus_bandwidth_factor(const std::string& collective, int world_size);

@@ -35,6 +35,13 @@ TEST(CollectiveBench, SizeSweepKeepsTheMaximumItReaches) {
   EXPECT_EQ(size_sweep(1000, 7289, 2.7), (std::vector<int64_t>{1000, 2700}));
 }
 
+TEST(CollectiveBench, MedianOfAnEvenCountIsTheMeanOfTheMiddleTwo) {
+  EXPECT_DOUBLE_EQ(median_of_iterations({4, 1, 3}), 3);
+  EXPECT_DOUBLE_EQ(median_of_iterations({4, 1, 3, 2}), 2.5);
+  EXPECT_DOUBLE_EQ(median_of_iterations({7, 5}), 6);
+  EXPECT_DOUBLE_EQ(median_of_iterations({}), 0);
+}
+
 TEST(CollectiveBench, BusBandwidthFactorsAreNcclTests) {
   EXPECT_DOUBLE_EQ(bus_bandwidth_factor("all_reduce", 4), 1.5);
   EXPECT_DOUBLE_EQ(bus_bandwidth_factor("reduce_scatter", 4), 0.75);
