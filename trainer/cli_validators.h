@@ -50,7 +50,8 @@ inline CLI::Validator integer_list(int64_t low, int64_t high) {
           const std::string error = integer_in_range(one, low, high);
           if (!error.empty() && end == text.size() && begin == 0) return error;  // a list of one
           if (!error.empty()) return "item " + std::to_string(item) + " of '" + text + "' " + error;
-          checked += (checked.empty() ? "" : ",") + decimal_integer_text(one);
+          if (!checked.empty()) checked += ',';
+          checked += decimal_integer_text(one);
           if (end == text.size()) break;
           begin = end + 1;
         }
