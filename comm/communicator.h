@@ -130,6 +130,12 @@ class Communicator {
   virtual void set_context(const std::string& context) = 0;
   // Ends every rank of the job now with `message` on stderr and `exit_code`.
   [[noreturn]] virtual void abort(int exit_code, const std::string& message) = 0;
+  // A run unwinding from an error calls it before its engine frees device
+  // memory: the collectives in flight on the device are abandoned without
+  // waiting for any peer (cudaFree waits for the device, and a collective a
+  // peer never joins would never finish). Afterwards the communicator is
+  // only aborted or destroyed. Host backends have nothing on a device.
+  virtual void abandon_device_collectives() {}
   // Steady-clock seconds at which this rank began waiting for its peers in a
   // blocking call (a collective, wait()), 0 while it is not waiting. Read
   // from another thread: a watchdog (burnin) tells a rank held up by a peer

@@ -119,6 +119,7 @@ class NcclCommunicator final : public Communicator {
     bootstrap_->set_context(context);
   }
   [[noreturn]] void abort(int exit_code, const std::string& message) override;
+  void abandon_device_collectives() override;
 
  private:
   // A background all-reduce on the stream: its events bracket it.
@@ -208,6 +209,7 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> bootstrap, int 
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  if (comm_ == nullptr) return;  // abandoned: the stream and events go with the process
   // Unwinding from an error (a CUDA error the engine threw, a failed step),
   // or a context a sticky error broke: no orderly shutdown. Its first
   // checked CUDA call would fail on the broken context and end the process
@@ -476,6 +478,27 @@ void NcclCommunicator::wait_for_device_event(void* cuda_event) {
   comm_ = nullptr;
   bootstrap_->abort(exit_code, message);  // prints the message, ends every rank
   std::_Exit(exit_code);  // the bootstrap's abort does not return; should it, the rank still ends
+}
+
+void NcclCommunicator::abandon_device_collectives() {
+  if (comm_ == nullptr || aborting_.load()) return;
+  // ncclCommAbort can block on a wedged device: past the grace the rank
+  // ends, as abort()'s own watchdog would end it (the error being unwound
+  // is not printed; this line says why the rank ended).
+  std::atomic<bool> returned{false};
+  std::thread watchdog([&returned] {
+    const Clock::time_point until = Clock::now() + kAbortGrace;
+    while (!returned.load() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (returned.load()) return;
+    std::fprintf(stderr, "trainbench: ending on an error: ncclCommAbort did not return within %lld s\n",
+                 static_cast<long long>(kAbortGrace.count()));
+    std::fflush(stderr);
+    std::_Exit(3);  // the environment's, as a timed-out collective
+  });
+  (void)ncclCommAbort(comm_);  // its result has nowhere to go: the error being unwound is the one to tell
+  returned = true;
+  watchdog.join();
+  comm_ = nullptr;
 }
 
 }  // namespace

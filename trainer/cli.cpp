@@ -659,6 +659,17 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   } catch (const std::runtime_error& e) {
     throw CommandError{kExitEnvironmentError, e.what()};
   }
+  // Unwinding from an error, the device collectives in flight are abandoned
+  // before the engine frees its memory (declared after it, so it runs
+  // first): cudaFree waits for the device, and a collective that a peer,
+  // stopped by its own error, never joins would hold this rank for ever.
+  struct AbandonCollectivesOnError {
+    std::unique_ptr<Communicator>& comm;  // the NCCL one once made below
+    const int exceptions_at_start = std::uncaught_exceptions();
+    ~AbandonCollectivesOnError() {
+      if (std::uncaught_exceptions() > exceptions_at_start && comm) comm->abandon_device_collectives();
+    }
+  } abandon_on_error{comm};
   engine->init_parameters(static_cast<uint64_t>(config.train.seed));
   report.engine_options = engine_options;
   for (const StateTensor& t : engine->state_tensors()) report.state_bytes += t.bytes;
