@@ -816,7 +816,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   RunOutcome outcome = run_training(
       config, *engine, *data.source, *comm,
       [&](const StepRecord& step, const RunSummary& so_far) {
-        if (reporter) print_progress(stdout, config, step, so_far);
+        if (reporter) print_progress(stdout, config, step, so_far, resume.step + 1);
       },
       checkpointer.get(), resume.step + 1, after_step);
   // A signal's cleanup removes the temporary checkpoint folder under a

@@ -90,10 +90,10 @@ void print_header(FILE* out, const Config& config, const Environment& env, const
 }
 
 void print_progress(FILE* out, const Config& config, const StepRecord& step,
-                    const RunSummary& so_far) {
+                    const RunSummary& so_far, int64_t first_step) {
   const int64_t every = config.report.progress_every;
   const bool last = step.step == config.train.steps;
-  if (every <= 0 || (step.step % every != 0 && step.step != 1 && !last)) return;
+  if (every <= 0 || (step.step % every != 0 && step.step != first_step && !last)) return;
   const double tokens_per_s =
       step.step_s > 0 ? static_cast<double>(so_far.global_tokens_per_step) / step.step_s : 0.0;
   // MFU is per device, as the summary's: one rank's tokens against one

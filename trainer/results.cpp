@@ -67,7 +67,8 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
       {"compute_s", timed_spread(measured, s.compute_s)},
       {"comm_s", timed_spread(measured, s.comm_s)},
       {"comm_exposed_s", timed_spread(measured, s.comm_exposed_s)},
-      {"comm_hidden_share", timed(measured, s.comm_hidden_share)},
+      // Of no collective time (one rank) there is no share: null, not 0.
+      {"comm_hidden_share", timed(measured && s.comm_s.median > 0, s.comm_hidden_share)},
       {"data_stall_s", timed_spread(measured, s.data_stall_s)},
       {"ckpt_stall_s", timed_spread(measured, s.ckpt_stall_s)},
       {"other_s", timed_spread(measured, s.other_s)},

@@ -45,6 +45,9 @@ class Attribution : public ::testing::Test {
         extra);
     EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
     const nlohmann::json result = testing::read_json(out);
+    // Two ranks time their all-reduce: the share it hid is a figure in [0, 1].
+    const nlohmann::json& hidden = result.at("summary").at("comm_hidden_share");
+    EXPECT_TRUE(hidden.is_number() && hidden.get<double>() >= 0 && hidden.get<double>() <= 1) << name << ": " << hidden;
     Means m;
     int measured = 0;
     for (const auto& s : result.at("steps")) {
@@ -207,8 +210,13 @@ TEST_F(Attribution, AStragglersWaitIsNotCalledNetwork) {
 }
 
 TEST_F(Attribution, EachInjectedStallLandsInItsCategory) {
+  // Nothing is injected in the base run: no storage or host stall may lead
+  // it. Its exposed all-reduce is real loopback time, and with two ranks on
+  // two shared cores it sometimes reaches the 10% that names the network
+  // ("network — exposed communication 10% of step (compute 89%)").
   const Means base = run("base", "");
-  EXPECT_EQ(base.bottleneck.rfind("compute", 0), 0u) << base.bottleneck;
+  EXPECT_TRUE(base.bottleneck.rfind("compute", 0) == 0 || base.bottleneck.rfind("network", 0) == 0)
+      << base.bottleneck;
 
   // 25 ms per sample, ~16 samples per batch: the reader needs a few hundred
   // ms a batch, more than the plain step, so the step takes the reader's

@@ -136,6 +136,8 @@ TEST_F(ResultJson, SummaryHasTheDesignMetrics) {
   double share_sum = 0;
   for (const auto& [name, share] : s.at("stall_shares").items()) share_sum += share.get<double>();
   EXPECT_NEAR(share_sum, 1.0, 1e-9);
+  // One rank times no collective: what overlap hid of nothing is no figure.
+  EXPECT_TRUE(s.at("comm_hidden_share").is_null()) << s.dump();
   EXPECT_GT(s.at("model_flops_per_token").get<double>(), 0.0);
   EXPECT_GT(s.at("gemm_ceiling_flops_per_s").get<double>(), 0.0);
   EXPECT_GT(s.at("mfu_vs_gemm_ceiling").get<double>(), 0.0);

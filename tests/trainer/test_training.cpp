@@ -247,6 +247,27 @@ TEST(Training, TheProgressLinesMfuIsPerDevice) {
   EXPECT_NE(std::string(text).find(expected), std::string::npos) << text << " vs " << expected;
 }
 
+// A resumed run's first step has its line, as a fresh run's step 1 has:
+// `--resume` continuing at step 7 with progress_every 5 showed 10 and 12 only.
+TEST(Training, TheProgressLineShowsTheRunsFirstStepEveryNthAndTheLast) {
+  const Config config = load_config("tiny", {"train.steps=12", "report.progress_every=5"});
+  RunSummary so_far;
+  so_far.global_tokens_per_step = 64;
+  std::vector<int64_t> shown;
+  for (int64_t at = 7; at <= 12; ++at) {
+    StepRecord step;
+    step.step = at;
+    step.step_s = 0.01;
+    char text[512] = {};
+    FILE* out = fmemopen(text, sizeof(text) - 1, "w");
+    ASSERT_NE(out, nullptr);
+    print_progress(out, config, step, so_far, /*first_step=*/7);
+    std::fclose(out);
+    if (text[0] != '\0') shown.push_back(at);
+  }
+  EXPECT_EQ(shown, (std::vector<int64_t>{7, 10, 12}));
+}
+
 // The ceiling's shape: the projection with the most work, each side padded to
 // 64. GPT-2 small: the LM head [B·T, 768] × [768, 50257] → n 50304.
 TEST(Training, TheCeilingGemmIsTheLargestProjectionPaddedTo64) {
