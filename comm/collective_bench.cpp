@@ -123,7 +123,6 @@ CollectiveBenchResult shape(const char* collective, int64_t count, int64_t ranks
   return result;
 }
 
-
 // Runs one path once on the pattern and checks the result, then times the
 // warm-up and timed iterations on zeroed buffers (an in-place sum repeated on
 // the pattern would grow without bound). Ranks start the timed loop together;
