@@ -426,6 +426,11 @@ class BurninMonitor final : public RunExtension {
     comm_->set_context("burn-in: fabric and storage measurement");
     HealthPoint point;
     point.t_s = seconds_since(start_);
+    // A checkpoint still being written would share the disk with the write
+    // measurement and read as degraded storage, and its writer threads the
+    // host with the fabric's (the first measurement, before step 1, has both
+    // to itself): it is finished before either is measured.
+    if (checkpointer_ != nullptr) point.checkpoint_wait_s = checkpointer_->wait_until_idle();
     const int world = comm_->world_size();
     const int64_t gradient_bytes = engine_->layout().trainable_params() * 4;
     if (world > 1 && !comm_->device_buffers()) {
@@ -451,10 +456,6 @@ class BurninMonitor final : public RunExtension {
     }
     comm_s_since_health_.clear();
     if (checkpointer_ != nullptr) {
-      // A checkpoint still being written would share the disk with the
-      // measurement and read as degraded storage (the first measurement,
-      // before step 1, has the disk to itself): it is finished first.
-      point.checkpoint_wait_s = checkpointer_->wait_until_idle();
       int64_t state_bytes = 0;
       for (const StateTensor& t : engine_->state_tensors()) state_bytes += t.bytes;
       // Up to 256 MiB per rank: long enough to see the disk, short enough to repeat.

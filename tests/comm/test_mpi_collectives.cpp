@@ -69,11 +69,22 @@ TEST(MpiCommunicator, AllGatherDouble) {
   for (int r = 0; r < comm->world_size(); ++r) EXPECT_EQ(gathered[r], 0.5 + r);
 }
 
+// Every rank leaves the barrier after the slowest one woke from its sleep:
+// compared on the host's one steady clock (CLOCK_MONOTONIC, shared by the
+// ranks' processes), not each rank's own 190 ms, which a rank that left the
+// previous collective late did not see.
 TEST(MpiCommunicator, BarrierWaitsForTheSlowestRank) {
-  const auto start = std::chrono::steady_clock::now();
-  if (comm->rank() == comm->world_size() - 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto seconds_now = [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  const bool sleeper = comm->rank() == comm->world_size() - 1;
+  if (sleeper) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double woke = sleeper ? seconds_now() : 0.0;
   comm->barrier();
-  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(190));
+  const double left = seconds_now();
+  std::vector<double> woke_at(static_cast<size_t>(comm->world_size()));
+  comm->all_gather(woke, woke_at.data());
+  EXPECT_GE(left, woke_at.back()) << "rank " << comm->rank() << " left the barrier before the last rank woke";
 }
 
 TEST(MpiCommunicator, BroadcastFromEveryRoot) {

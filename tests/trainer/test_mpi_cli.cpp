@@ -146,19 +146,22 @@ TEST(MpiCli, ZeroOneTakesTheSlowNetworkAndRefusesTheDivergenceInjection) {
 
 TEST(MpiCli, AKilledRankEndsTheJobWithAnError) {
   testing::TempDir dir("test_mpi_cli");
-  // Rank 1 is killed (SIGKILL) four seconds into a run far longer than that.
-  // Small temporary shards (the loader cycles them): a 100000-step run's
-  // worth would take most of those seconds to write before step 1.
+  // Rank 1 is killed (SIGKILL) once the job prints its first step, in a run
+  // far longer than that (a fixed 4 s sleep before the kill found no step
+  // line when start-up ran slow). Small temporary shards (the loader cycles
+  // them): a 100000-step run's worth would take seconds to write before step 1.
+  const std::string log = dir.file("job.out");
   const std::string job = kMpirun + "-np 2 " + TRAINBENCH_BINARY +
                           " run tiny --steps 100000 --set comm.timeout_s=20 --set data.synth_samples_per_shard=64"
                           " --set checkpoint.every_steps=0 --out " + dir.file("r.json");
   const std::string killer =
-      "sleep 4; for p in $(pgrep -x trainbench); do "
+      "for i in $(seq 600); do grep -q '^step ' " + log + " 2>/dev/null && break; sleep 0.1; done; "
+      "for p in $(pgrep -x trainbench); do "
       "grep -qz '^OMPI_COMM_WORLD_RANK=1$' /proc/$p/environ && kill -9 $p && echo killed rank 1; done";
   const auto begin = std::chrono::steady_clock::now();
   // One subshell around it all, so the output redirection covers every part.
-  const CommandResult r =
-      run_command("( ( " + killer + " ) & timeout 120 " + job + "; code=$?; wait; exit $code )");
+  const CommandResult r = run_command("( ( " + killer + " ) & timeout 120 " + job + " > " + log +
+                                      "; code=$?; wait; cat " + log + "; exit $code )");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   ASSERT_NE(r.out.find("step "), std::string::npos) << "the job never trained: " << r.out << r.err;
   ASSERT_NE(r.out.find("killed rank 1"), std::string::npos) << "rank 1 was not found to kill: " << r.out;
