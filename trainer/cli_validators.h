@@ -35,6 +35,17 @@ inline CLI::Validator number_range(double low, double high) {
   return CLI::Validator([=](std::string& text) { return number_in_range(text, low, high); }, "");
 }
 
+// The items of a comma-separated list, empty ones kept ("1,,2" is three).
+inline std::vector<std::string> comma_items(const std::string& text) {
+  std::vector<std::string> items;
+  for (size_t begin = 0;;) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    items.push_back(text.substr(begin, end - begin));
+    if (end == text.size()) return items;
+    begin = end + 1;
+  }
+}
+
 // A comma-separated list of integers, each in [low, high] and written back
 // as a decimal: CLI11's own ->delimiter(',') dropped an empty item ("1,,2"
 // measured 1 and 2) and named the next option for a list of none. Give it
@@ -42,18 +53,14 @@ inline CLI::Validator number_range(double low, double high) {
 inline CLI::Validator integer_list(int64_t low, int64_t high) {
   return CLI::Validator(
       [=](std::string& text) {
+        const std::vector<std::string> items = comma_items(text);
         std::string checked;
-        size_t begin = 0;
-        for (int item = 1;; ++item) {
-          const size_t end = std::min(text.find(',', begin), text.size());
-          const std::string one = text.substr(begin, end - begin);
-          const std::string error = integer_in_range(one, low, high);
-          if (!error.empty() && end == text.size() && begin == 0) return error;  // a list of one
-          if (!error.empty()) return "item " + std::to_string(item) + " of '" + text + "' " + error;
+        for (size_t i = 0; i < items.size(); ++i) {
+          const std::string error = integer_in_range(items[i], low, high);
+          if (!error.empty() && items.size() == 1) return error;  // a list of one
+          if (!error.empty()) return std::string("item ") + std::to_string(i + 1) + " of '" + text + "' " + error;
           if (!checked.empty()) checked += ',';
-          checked += decimal_integer_text(one);
-          if (end == text.size()) break;
-          begin = end + 1;
+          checked += decimal_integer_text(items[i]);
         }
         text = checked;
         return std::string();
@@ -62,11 +69,7 @@ inline CLI::Validator integer_list(int64_t low, int64_t high) {
 }
 inline std::vector<int64_t> integer_list_values(const std::string& checked) {
   std::vector<int64_t> values;
-  for (size_t begin = 0; begin <= checked.size();) {
-    const size_t end = std::min(checked.find(',', begin), checked.size());
-    values.push_back(std::stoll(checked.substr(begin, end - begin)));
-    begin = end + 1;
-  }
+  for (const std::string& item : comma_items(checked)) values.push_back(std::stoll(item));
   return values;
 }
 
