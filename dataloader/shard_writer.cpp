@@ -8,13 +8,16 @@
 #include <unistd.h>         // fsync, close, unlink
 
 #include <cerrno>     // errno
+#include <chrono>     // the test hook's pause
 #include <cstdio>     // std::rename, std::remove
+#include <cstdlib>    // std::getenv, std::atoi: the test hook
 #include <cstring>    // std::strerror
 #include <filesystem>  // first_existing_shard: listing the shards' folder
 #include <memory>     // std::unique_ptr for archive_entry
 #include <mutex>      // the partial files held
 #include <set>
 #include <stdexcept>  // std::runtime_error, std::invalid_argument
+#include <thread>     // the test hook's pause
 
 namespace trainbench {
 
@@ -129,12 +132,37 @@ std::set<std::string>& held_partials() {
   static auto* paths = new std::set<std::string>;
   return *paths;
 }
-bool partials_removed = false;  // under the mutex: the process is ending by a signal
-void hold_partial(const std::string& partial) {
+
+// Test hook: the pause between creating a partial file and listing it, so
+// a test can land a signal there (the file was left behind when it did).
+// trainer/interrupt_cleanup.cpp pauses its folders by the same variable.
+int test_listing_delay_ms() {
+  static const int delay = []() {
+    const char* value = std::getenv("TRAINBENCH_TEST_LISTING_DELAY_MS");
+    return value != nullptr ? std::atoi(value) : 0;
+  }();
+  return delay;
+}
+
+// Creates `partial` and takes its flock in one hold of the mutex, so the
+// signal's cleanup sees either no file or a held one: created first and
+// listed after, a signal in between left a .partial beside the whole
+// shards. Returns the descriptor; -1 with errno set when the file cannot be
+// opened, -1 with *busy when another writer holds it (then not listed: the
+// file is that writer's, not ours to remove).
+int create_held_partial(const std::string& partial, bool* busy) {
   const std::lock_guard<std::mutex> lock(held_partials_mutex());
-  // A shard started while the signal's cleanup runs goes as well.
-  if (partials_removed) ::unlink(partial.c_str());
+  *busy = false;
+  const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return -1;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    ::close(fd);
+    *busy = true;
+    return -1;
+  }  // no flock on this filesystem (ENOLCK, EOPNOTSUPP): written unguarded, as before
+  if (test_listing_delay_ms() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(test_listing_delay_ms()));
   held_partials().insert(partial);
+  return fd;
 }
 void release_partial(const std::string& partial) {
   const std::lock_guard<std::mutex> lock(held_partials_mutex());
@@ -144,9 +172,11 @@ void release_partial(const std::string& partial) {
 }  // namespace
 
 void remove_partial_shards() {
-  const std::lock_guard<std::mutex> lock(held_partials_mutex());
+  // Locked for good: the process is ending by the signal. A writer that
+  // would start a shard, or finish one, waits here until the end instead of
+  // making a partial file the cleanup has already passed.
+  held_partials_mutex().lock();
   for (const std::string& partial : held_partials()) ::unlink(partial.c_str());
-  partials_removed = true;
 }
 
 TarShardWriter::~TarShardWriter() {
@@ -179,22 +209,21 @@ void TarShardWriter::open(const std::string& path, bool replace_existing) {
   // file and renamed a damaged tar into place, exit 0. The writer holds a
   // flock on its partial file until the shard is renamed; a second writer is
   // refused. A partial file nobody holds (a killed writer's) is taken over.
-  fd_ = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail_errno("cannot create", partial);
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
-    ::close(fd_);
-    fd_ = -1;
+  bool busy = false;
+  fd_ = create_held_partial(partial, &busy);
+  if (busy)
     throw std::invalid_argument(partial + " is being written by another process: two writers of one shard "
                                 "would damage it; give each its own output folder");
-  }  // no flock on this filesystem (ENOLCK, EOPNOTSUPP): written unguarded, as before
+  if (fd_ < 0) fail_errno("cannot create", partial);
   if (::ftruncate(fd_, 0) != 0) {
     const int error = errno;
+    std::remove(partial.c_str());  // ours, locked: before the close drops the lock
+    release_partial(partial);
     ::close(fd_);
     fd_ = -1;
     errno = error;
     fail_errno("cannot truncate", partial);
   }
-  hold_partial(partial);
   archive_ = archive_write_new();
   // pax_restricted writes plain ustar headers and adds a pax header only for
   // what ustar cannot hold (long or non-ASCII names): what Python's tarfile,

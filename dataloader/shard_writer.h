@@ -62,11 +62,12 @@ class TarShardWriter {
   int64_t samples_ = 0;
 };
 
-// Removes the .partial files this process's TarShardWriters hold open now,
-// and from then on each new one as soon as it is made. For a SIGINT/SIGTERM/SIGHUP
-// cleanup (trainer/interrupt_cleanup.h), which ends the process without
-// unwinding the writers; safe from any thread while they write (they go on
-// into unlinked files until the process ends).
+// Removes the .partial files this process's TarShardWriters hold open now;
+// from then on no writer starts or finishes a shard (each waits for the
+// process's end). For a SIGINT/SIGTERM/SIGHUP cleanup
+// (trainer/interrupt_cleanup.h), which ends the process without unwinding
+// the writers: call it only when the process is about to end. Safe from any
+// thread while they write (a writer mid-shard goes on into an unlinked file).
 void remove_partial_shards();
 
 // pattern with its one "%d" / "%0Nd" replaced by index: shard_name("a-%06d.tar", 7)

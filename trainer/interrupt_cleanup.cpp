@@ -9,7 +9,7 @@
 #include <chrono>      // the pause between removal rounds
 
 #include <csignal>     // std::signal
-#include <cstdlib>     // std::getenv, std::atol: the test hook
+#include <cstdlib>     // std::getenv, std::atol: the test hooks
 #include <filesystem>  // remove_all
 #include <mutex>
 #include <system_error>
@@ -63,9 +63,18 @@ void remove_folders_then_run_actions() {
 
 }  // namespace
 
-void remove_on_interrupt(const std::string& folder) {
+std::string make_removed_on_interrupt(const std::function<std::string()>& make) {
   const std::lock_guard<std::mutex> lock(folders_mutex());
-  folders().push_back(folder);
+  std::string folder = make();
+  // Test hook: the pause between making the folder and listing it, so a
+  // test can land a signal there (the folder stayed when it did).
+  static const long delay_ms = []() {
+    const char* value = std::getenv("TRAINBENCH_TEST_LISTING_DELAY_MS");
+    return value != nullptr ? std::atol(value) : 0L;
+  }();
+  if (delay_ms > 0 && !folder.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  if (!folder.empty()) folders().push_back(folder);
+  return folder;
 }
 
 void run_on_interrupt(std::function<void()> action) {
@@ -122,14 +131,14 @@ void install_interrupt_cleanup() {
       got = ::read(interrupt_pipe[0], &signal_number, sizeof(signal_number));
     } while (got < 0 && errno == EINTR);
     if (got != static_cast<ssize_t>(sizeof(signal_number))) return;
-    {
-      const std::lock_guard<std::mutex> lock(folders_mutex());
-      // During the exit the folders are gone with their owners, and the
-      // actions' own state may be: the signal just ends the process.
-      if (!exiting) {
-        interrupted = true;
-        remove_folders_then_run_actions();
-      }
+    // Locked for good: the process is ending by the signal. A folder made
+    // after the cleanup had passed stayed; its maker waits here instead.
+    folders_mutex().lock();
+    // During the exit the folders are gone with their owners, and the
+    // actions' own state may be: the signal just ends the process.
+    if (!exiting) {
+      interrupted = true;
+      remove_folders_then_run_actions();
     }
     // Test hook: the other threads go on this long between the cleanup and
     // the end, so what they do after a folder went is seen, not raced.

@@ -7,13 +7,13 @@
 // remove them first, then let the signal end the process as it would have.
 #pragma once
 
-#include <functional>  // run_on_interrupt
+#include <functional>  // make_removed_on_interrupt, run_on_interrupt
 #include <string>
 
 namespace trainbench {
 
 // Handles SIGINT, SIGTERM and SIGHUP (call it first in main): a thread of its own
-// removes every folder remove_on_interrupt named, then ends the process by
+// removes every folder make_removed_on_interrupt listed, then ends the process by
 // the same signal (the parent sees it, as before).
 void install_interrupt_cleanup();
 
@@ -27,9 +27,14 @@ void wait_if_interrupted();
 // when an interrupt is already being handled, as wait_if_interrupted.
 void end_interrupt_cleanup();
 
-// `folder` is removed (with what is in it) if the process is interrupted.
-// Folders removed since are skipped; nothing else is kept track of.
-void remove_on_interrupt(const std::string& folder);
+// Runs `make`, which creates a folder and returns its path ("" when it made
+// none), and lists that folder to be removed (with what is in it) if the
+// process is interrupted, in one hold of the cleanup's lock: made first and
+// listed after, a signal in between left the folder behind. After an
+// interrupt's cleanup it waits for the process's end instead. Returns what
+// `make` returned. Folders removed since are skipped; nothing else is kept
+// track of.
+std::string make_removed_on_interrupt(const std::function<std::string()>& make);
 
 // `action` runs on interrupt, after the folders are removed, on the cleanup
 // thread while the others go on: it must be safe against them (it takes

@@ -13,7 +13,7 @@
 #include <system_error>
 
 #include "trainer/cli.h"                // CommandError: exit 3 for an unusable TMPDIR
-#include "trainer/interrupt_cleanup.h"  // remove_on_interrupt
+#include "trainer/interrupt_cleanup.h"  // make_removed_on_interrupt
 
 namespace trainbench {
 
@@ -109,14 +109,20 @@ std::string make_temporary_directory(const std::string& prefix, const std::strin
                          named + " is unusable: " + error.message() + "; set TMPDIR to a writable folder"};
     remove_abandoned_folders(under.string(), prefix);
   }
+  // Every caller removes its folder at exit; an interrupted process as well.
   std::string pattern = (under / (prefix + "-XXXXXX")).string();
-  if (mkdtemp(pattern.data()) == nullptr) {
-    const std::string why = std::strerror(errno);
+  int error = 0;
+  const std::string made = make_removed_on_interrupt([&]() {
+    if (mkdtemp(pattern.data()) != nullptr) return pattern;
+    error = errno;
+    return std::string();
+  });
+  if (made.empty()) {
+    const std::string why = std::strerror(error);
     if (!system_temporary) throw std::runtime_error("cannot create a folder under " + parent + ": " + why);
     throw CommandError{kExitEnvironmentError,
                        named + ": cannot create a folder there: " + why + "; set TMPDIR to a writable folder"};
   }
-  remove_on_interrupt(pattern);  // every caller removes its folder at exit; an interrupted process as well
   if (system_temporary) hold_owner_lock(pattern);
   return pattern;
 }

@@ -558,6 +558,27 @@ TEST(Cli, AnInterruptedRunLeavesNoTemporaryFolders) {
   }
 }
 
+// A signal that landed after a temporary folder was made but before it was
+// listed for the cleanup left that folder in the temporary directory. The
+// hook holds the run in that window for 3 s, and the signal lands there.
+TEST(Cli, ASignalWhileATemporaryFolderIsBeingMadeLeavesNone) {
+  testing::TempDir dir("test_cli_interrupt_making");
+  const std::string count = "ls " + dir.path() + " | grep -c '^trainbench-' || true; ";
+  const auto r = run_command(
+      "( export TMPDIR=" + dir.path() + " TRAINBENCH_TEST_LISTING_DELAY_MS=3000; " + TRAINBENCH_BINARY +
+      " run tiny --steps 100000 --out " + dir.file("r.json") + " > " + dir.file("out.txt") + " 2>&1 & pid=$!; " +
+      "for i in $(seq 1000); do ls " + dir.path() + " | grep -q '^trainbench-' && break; sleep 0.01; done; " +
+      count + "kill -TERM $pid; wait $pid; echo exit=$?; " + count + ")");
+  std::istringstream lines(r.out);
+  std::string before, exit_line, after;
+  std::getline(lines, before);
+  std::getline(lines, exit_line);
+  std::getline(lines, after);
+  ASSERT_EQ(before, "1") << "the folder being made: " << r.out;
+  EXPECT_EQ(exit_line, "exit=143") << "ended by the signal: " << r.out;
+  EXPECT_EQ(after, "0") << "temporary folders left behind: " << r.out;
+}
+
 // The disk of --out filled while the run trained: the summary is printed
 // (marked NOT WRITTEN), the temporary folders go, exit 3 with the reason.
 // (It was an abort: no summary, nothing of the measurement, the folders
