@@ -129,7 +129,9 @@ BaselineFigures read_baseline(const std::string& path);
 // Why `known` was measured on another job than `config` on `ranks` ranks
 // on the `engine` ("cpu", "cuda": train.device resolved, resolve_device)
 // — another number of ranks, another engine, model shape, micro-batch,
-// accumulation, mode or precision: its tokens/s is not this job's — or "".
+// accumulation, mode or precision, or (cuda engine) trained with
+// train.deterministic false, which the burn-in never is: its tokens/s is
+// not this job's — or "".
 // A precision of auto is the engine's (bf16 on cuda, fp32 on cpu): the
 // baseline's is read from the engine it ran on (an older result that does
 // not say is not compared), this job's from `engine`.

@@ -324,6 +324,28 @@ TEST(BurninBaseline, AnotherEnginesBaselineIsRefused) {
   EXPECT_EQ(baseline_job_difference(known, config, 1, "cuda"), "");
 }
 
+// The burn-in trains deterministically; a cuda run with
+// train.deterministic false (the H200 presets) was faster, and passed the
+// baseline's checks, so a healthy cluster failed against it. On the cpu
+// engine the key changes nothing and such a baseline stays usable.
+TEST(BurninBaseline, ANonDeterministicCudaBaselineIsRefused) {
+  Config config;
+  BaselineFigures known;
+  known.tokens_per_s = 1000;
+  known.ranks = 1;
+  Config fast = config;
+  fast.train.deterministic = false;
+  known.config = config_to_json(fast);
+  known.compute_backend = "cuda";
+  const std::string why = baseline_job_difference(known, config, 1, "cuda");
+  EXPECT_NE(why.find("train.deterministic = false"), std::string::npos) << why;
+  known.config = config_to_json(config);
+  EXPECT_EQ(baseline_job_difference(known, config, 1, "cuda"), "");
+  known.config = config_to_json(fast);
+  known.compute_backend = "cpu";
+  EXPECT_EQ(baseline_job_difference(known, config, 1, "cpu"), "");
+}
+
 TEST(BurninVerdict, TableAndJsonSayPassOrFailAndWhy) {
   Verdict verdict;
   verdict.gpus.emplace_back("rank 0", "node-a");
