@@ -44,8 +44,8 @@ std::string replaced_file(const std::string& path) {
   fail("cannot follow the links of", path);
 }
 
-std::string atomic_write_temporary_path(const std::string& path) {
-  return path + ".tmp." + std::to_string(getpid());
+std::string atomic_write_temporary_path(const std::string& path, const std::string& suffix) {
+  return path + ".tmp." + (suffix.empty() ? std::to_string(getpid()) : suffix);
 }
 
 void write_file_atomically(const std::string& named, const std::string& contents) {

@@ -28,10 +28,12 @@ std::string parent_directory(const std::string& path);
 std::string replaced_file(const std::string& path);
 
 // The temporary file write_file_atomically writes before renaming it over
-// `path` (already resolved by replaced_file): next to it, named for this
-// process. A caller that checks a path up front (the CLI's --out) probes
-// with this very name.
-std::string atomic_write_temporary_path(const std::string& path);
+// `path` (already resolved by replaced_file): next to it, PATH.tmp.PID,
+// named for this process (one a killed process of the same PID left is
+// written over). `suffix` replaces the PID: a caller that checks a path up
+// front (the CLI's --out) probes with a mkstemp name as long as the
+// longest PID.
+std::string atomic_write_temporary_path(const std::string& path, const std::string& suffix = "");
 
 // Replaces replaced_file(path). Throws AtomicWriteError naming the path and
 // the failing call (errno text). On failure the target is untouched and the

@@ -351,8 +351,14 @@ void check_result_path(const std::string& path, const std::string& named) {
     throw CommandError{kExitUserError, named + " " + path + ": directory '" + dir + "' does not exist"};
   if (!S_ISDIR(folder.st_mode))
     throw CommandError{kExitUserError, named + " " + path + ": '" + dir + "' is not a directory"};
-  const std::string probe = atomic_write_temporary_path(file);
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  // A name of its own, so nothing already there is touched, and as long as
+  // the longest temporary write_file_atomically makes (".tmp." and a PID of
+  // up to 7 digits), so a name the file system refuses is refused now.
+  // (It probed with that very name: a run killed while writing its result
+  // left PATH.tmp.PID, and where the PID repeats — a container's PID 1 —
+  // every later run was refused with "File exists".)
+  std::string probe = atomic_write_temporary_path(file, "0XXXXXX");
+  const int fd = ::mkostemp(probe.data(), O_CLOEXEC);
   if (fd < 0) refuse_result_path(named + " " + path + ": cannot create a file there", errno);
   ::close(fd);
   ::unlink(probe.c_str());

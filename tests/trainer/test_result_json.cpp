@@ -558,6 +558,34 @@ TEST(Cli, AnInterruptedRunLeavesNoTemporaryFolders) {
   }
 }
 
+// A run killed while it wrote its result leaves PATH.tmp.PID beside it. The
+// next run of the same PID (a container's PID 1) probed --out with that very
+// name, O_EXCL, and was refused: "cannot create a file there: File exists",
+// every run after. The child makes that leftover under its own PID, then
+// becomes trainbench (exec keeps the PID).
+TEST(Cli, ATemporaryAKilledRunLeftUnderThisPidDoesNotBlockTheResult) {
+  testing::TempDir dir("test_cli_leftover_tmp");
+  const std::string result = dir.file("r.json");
+  const std::string binary = TRAINBENCH_BINARY;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::ofstream(result + ".tmp." + std::to_string(::getpid())) << "{\"half\": ";
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    ::execl(binary.c_str(), binary.c_str(), "run", "tiny", "--steps", "7", "--out", result.c_str(),
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  const nlohmann::json written = nlohmann::json::parse(testing::read_whole_file(result));
+  EXPECT_EQ(written["summary"]["measured_steps"].get<int64_t>() + written["summary"]["warmup_steps"].get<int64_t>(), 7);
+  EXPECT_FALSE(std::filesystem::exists(result + ".tmp." + std::to_string(pid))) << "the leftover was written over";
+}
+
 // A signal that landed after a temporary folder was made but before it was
 // listed for the cleanup left that folder in the temporary directory. The
 // hook holds the run in that window for 3 s, and the signal lands there.
