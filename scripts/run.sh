@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: installs what is missing, builds
 # (Release) and runs `trainbench run` — configs/tiny.yaml on a machine without
-# a GPU. Arguments are passed to `trainbench run`, e.g.
+# a GPU, configs/gpt2-124m.yaml where one is visible. Arguments are passed to
+# `trainbench run`, e.g.
 #   scripts/run.sh cpu-small --steps 10 --out out/cpu-small.json
 set -euo pipefail
 cd "$(dirname "$0")/.."

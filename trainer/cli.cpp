@@ -54,7 +54,7 @@ namespace trainbench {
 namespace {
 
 struct RunOptions {
-  std::string config = "preset:tiny";  // the CPU default preset
+  std::string config;  // "": none given, default_run_config picks
   std::vector<std::string> overrides;
   // --steps N overrides train.steps, passed on as typed so the config layer
   // validates it like the key (an integer CLI11 saturates: 10^20 ran forever).
@@ -276,6 +276,10 @@ std::string resolve_device(const std::string& requested, const GpuInventory& gpu
   if (requested != "auto") return requested;
   const bool cuda_built = built_backends().find("cuda") != std::string::npos;
   return cuda_built && !gpus.gpus.empty() ? "cuda" : "cpu";
+}
+
+std::string default_run_config(const GpuInventory& gpus) {
+  return resolve_device("auto", gpus) == "cuda" ? "preset:gpt2-124m" : "preset:tiny";
 }
 
 // A rank started with another config (a --set given to one rank, a --resume
@@ -957,8 +961,9 @@ int run_cli(int argc, char** argv) {
 
   RunOptions run_options;
   CLI::App* run = app.add_subcommand("run", "train a model and report tokens/s, MFU and stalls");
-  run->add_option("config", run_options.config,
-                  "YAML config file or embedded preset name (default: tiny)");
+  CLI::Option* config_option = run->add_option(
+      "config", run_options.config,
+      "YAML config file or embedded preset name (default: tiny; gpt2-124m where a GPU is visible)");
   // One value per --set, so `--set k=v CONFIG` leaves CONFIG to the positional.
   run->add_option("--set", run_options.overrides, "override a key: section.key=value (repeatable)")
       ->type_name("KEY=VALUE")
@@ -1043,7 +1048,10 @@ int run_cli(int argc, char** argv) {
   }
 
   try {
-    if (run->parsed()) return run_command(run_options, quoted_command_line(argc, argv));
+    if (run->parsed()) {
+      if (config_option->count() == 0) run_options.config = default_run_config(query_gpus());
+      return run_command(run_options, quoted_command_line(argc, argv));
+    }
     if (shards.parsed()) return shards.run();
     if (bench.parsed()) return bench.run(quoted_command_line(argc, argv));
     if (burnin.parsed()) return burnin.run(quoted_command_line(argc, argv));

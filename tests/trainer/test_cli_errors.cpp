@@ -18,12 +18,27 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/engine.h"                  // built_backends
 #include "tests/trainer/bad_config_cases.h"  // the table shared with test_config
+#include "trainer/cli.h"                     // default_run_config
 
 namespace trainbench {
 namespace {
 
 namespace fs = std::filesystem;
+
+// DESIGN.md: `run` without CONFIG trains tiny without a GPU and a
+// GPU-sized model with one (it trained tiny on an H200 too).
+TEST(Cli, RunWithoutAConfigTrainsAGpuSizedModelWhereAGpuIsVisible) {
+  GpuInventory none;
+  none.why_none = "no driver";
+  EXPECT_EQ(default_run_config(none), "preset:tiny");
+  GpuInventory one;
+  one.gpus.push_back(GpuInfo{0, "NVIDIA H200", int64_t{141} << 30, 9, 0});
+  const bool cuda_built = built_backends().find("cuda") != std::string::npos;
+  EXPECT_EQ(default_run_config(one), cuda_built ? "preset:gpt2-124m" : "preset:tiny")
+      << "a build without the CUDA engine trains on the CPU whatever is plugged in";
+}
 using config_cases::BadConfigCase;
 using config_cases::bad_config_cases;
 
