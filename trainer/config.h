@@ -110,7 +110,7 @@ struct ReportSection {
   std::string out;              // result JSON path; empty = trainbench-result.json
   int64_t progress_every = 10;  // progress line every N steps; 0 = none
   bool instrument = true;       // false: no per-step timing, only the measured steps' wall time (its cost)
-  bool op_times = false;        // true: compute_s broken down by kind of op (engines that can: cuda)
+  bool op_times = false;        // true: compute_s broken down by kind of op (both engines)
 };
 
 // The model a file gets for keys it does not state: the shape of configs/tiny.yaml.
