@@ -19,7 +19,7 @@
 #include <atomic>     // waiting_since, read by a watchdog thread
 #include <chrono>     // PeerWait's clock
 #include <cstdint>    // int64_t
-#include <functional>  // std::hash: ranks_on_this_host
+#include <functional>  // std::hash: ranks_on_this_host; the action before an abort
 #include <memory>     // std::unique_ptr
 #include <numeric>    // std::accumulate for sum_over_ranks
 #include <stdexcept>  // std::logic_error: what a host backend cannot do
@@ -38,6 +38,22 @@ inline const char* data_type_name(DataType dtype) {
   return dtype == DataType::kFloat32 ? "fp32" : "bf16";
 }
 inline const char* reduce_op_name(ReduceOp op) { return op == ReduceOp::kSum ? "sum" : "avg"; }
+
+// What a communicator's abort() runs before it ends the process, which it
+// does without unwinding: the trainer removes its temporary folders there
+// (the default run's synthetic shards, GBs, stayed in TMPDIR after every
+// timed-out collective). Set once, in main, before any communicator exists.
+inline std::function<void()>& before_abort_action() {
+  static auto* action = new std::function<void()>;  // never destroyed: an abort may come during the exit
+  return *action;
+}
+inline void set_before_abort(std::function<void()> action) { before_abort_action() = std::move(action); }
+// Each abort() calls it; the action runs once (an abort racing another, on
+// another thread, goes straight on to end the process).
+inline void run_before_abort() {
+  static std::atomic<bool> ran{false};
+  if (!ran.exchange(true) && before_abort_action()) before_abort_action()();
+}
 
 class Communicator {
  public:
@@ -128,7 +144,8 @@ class Communicator {
   virtual void set_injected_delay(double seconds_per_request) { (void)seconds_per_request; }
   // What the trainer is doing ("step 12"), for timeout and abort messages.
   virtual void set_context(const std::string& context) = 0;
-  // Ends every rank of the job now with `message` on stderr and `exit_code`.
+  // Ends every rank of the job now with `message` on stderr and `exit_code`,
+  // running the action set_before_abort gave once the message is out.
   [[noreturn]] virtual void abort(int exit_code, const std::string& message) = 0;
   // A run unwinding from an error calls it before its engine frees device
   // memory: the collectives in flight on the device are abandoned without

@@ -43,6 +43,8 @@ class LocalCommunicator final : public Communicator {
   void set_context(const std::string&) override {}
   [[noreturn]] void abort(int exit_code, const std::string& message) override {
     std::fprintf(stderr, "trainbench: %s\n", message.c_str());
+    std::fflush(stderr);
+    run_before_abort();
     std::exit(exit_code);
   }
 

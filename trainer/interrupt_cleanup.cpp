@@ -117,6 +117,20 @@ void end_interrupt_cleanup() {
   wait_if_interrupted();
 }
 
+void remove_temporary_files_before_abort() {
+  // The signal's cleanup keeps the lock once it has it; the process is then
+  // about to end by the signal, and its cleanup does this.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!folders_mutex().try_lock()) {
+    if (std::chrono::steady_clock::now() > until) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // Kept for good, as the signal's cleanup keeps it: the process is ending.
+  if (exiting) return;
+  interrupted = true;
+  remove_folders_then_run_actions();
+}
+
 void install_interrupt_cleanup() {
   // A file-size limit (ulimit -f) would kill a writer by SIGXFSZ without a
   // word; ignored, the write fails with EFBIG, reported like a full disk.

@@ -36,6 +36,14 @@ void end_interrupt_cleanup();
 // track of.
 std::string make_removed_on_interrupt(const std::function<std::string()>& make);
 
+// For a communicator's abort (set_before_abort), which ends the process
+// without unwinding: removes the folders and runs the actions as a signal
+// would, and from then on holds every thread that fails on their removal in
+// wait_if_interrupted until the abort ends the process (its error line would
+// follow the abort's). Skipped when a signal's cleanup has them, or main has
+// returned.
+void remove_temporary_files_before_abort();
+
 // `action` runs on interrupt, after the folders are removed, on the cleanup
 // thread while the others go on: it must be safe against them (it takes
 // their locks) and must not throw.

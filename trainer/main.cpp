@@ -2,6 +2,7 @@
 #include <malloc.h>  // mallopt: M_ARENA_MAX
 
 #include "dataloader/shard_writer.h"     // remove_partial_shards
+#include "comm/communicator.h"       // set_before_abort
 #include "trainer/cli.h"
 #include "trainer/environment.h"     // address_space_limit_bytes
 #include "trainer/interrupt_cleanup.h"  // temporary folders removed on SIGINT/SIGTERM/SIGHUP
@@ -16,6 +17,9 @@ int main(int argc, char** argv) {
   // A shard being written (shards synth|pack into a folder of the user's)
   // leaves no NAME.partial behind when interrupted.
   trainbench::run_on_interrupt(trainbench::remove_partial_shards);
+  // A communicator's abort (a collective timed out, a rank died) ends the
+  // process without unwinding: the same cleanup first.
+  trainbench::set_before_abort(trainbench::remove_temporary_files_before_abort);
   const int code = trainbench::run_cli(argc, argv);
   trainbench::end_interrupt_cleanup();
   return code;

@@ -103,7 +103,9 @@ TEST(MpiCli, CeilingsOfAZeroOneRunAreMeasuredAndLeaveItsTrainingAsItWas) {
 
 // A rank stopped during set-up (here while it writes its synthetic shards,
 // before the collectives that come before step 1) ends the job after
-// comm.timeout_s, not after the communicator's default 300 s.
+// comm.timeout_s, not after the communicator's default 300 s. Rank 0, whose
+// collective timed out, removes its temporary folders before its abort
+// (they stayed in its TMPDIR: the abort does not unwind).
 TEST(MpiCli, ARankStoppedBeforeStepOneTimesOutAfterCommTimeout) {
   testing::TempDir dir("test_mpi_cli");
   const std::string wrapper = dir.file("stop_rank1.sh");
@@ -113,7 +115,7 @@ TEST(MpiCli, ARankStoppedBeforeStepOneTimesOutAfterCommTimeout) {
                                 "  kill -STOP $pid\n"
                                 // mpirun's SIGTERM at the abort ends the wait, and the stopped rank with it.
                                 "  trap 'kill -KILL $pid; exit 1' TERM INT\n  sleep 100 & wait $!\n  kill -KILL $pid\n  exit 1\n"
-                                "fi\nexec \"$@\"\n");
+                                "fi\nexport TMPDIR=" + dir.file("t0") + "\nmkdir -p $TMPDIR\nexec \"$@\"\n");
   const auto begin = std::chrono::steady_clock::now();
   const CommandResult r = run_command("timeout 90 " + kMpirun + "-np 2 " + wrapper + " " + TRAINBENCH_BINARY +
                                       " run tiny --steps 20 --set train.threads=1 --set comm.timeout_s=5 --out " +
@@ -122,6 +124,11 @@ TEST(MpiCli, ARankStoppedBeforeStepOneTimesOutAfterCommTimeout) {
   EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
   EXPECT_NE(r.err.find("timed out after 5 s"), std::string::npos) << r.err;
   EXPECT_LT(seconds, 60.0);
+  ASSERT_TRUE(std::filesystem::is_directory(dir.file("t0")));
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.file("t0")))
+    left.push_back(entry.path().filename().string());
+  EXPECT_TRUE(left.empty()) << "rank 0 left " << ::testing::PrintToString(left);
 }
 
 // The network fault injections under ZeRO-1: a slow network holds its
