@@ -95,6 +95,16 @@ void setup_checkpoint_dir(const Config& config, Communicator& comm, CheckpointDi
   if (!config.checkpoint.dir.empty()) {
     dir->path = config.checkpoint.dir;
   } else {
+    // The default is a folder in rank 0's TMPDIR. Ranks on another host
+    // wrote their files into a folder of that name on their own disk, which
+    // rank 0's commit never saw, retention never pruned and nothing removed:
+    // every checkpoint's files piled up in those hosts' /tmp, and no
+    // checkpoint could be resumed.
+    if (comm.world_size() > 1 && ranks_on_this_host(comm) < comm.world_size())
+      throw CommandError{kExitUserError,
+                         "checkpoint.dir: this job's ranks are on more than one host, and the default checkpoint "
+                         "folder is in one host's temporary directory: set checkpoint.dir to a folder every host "
+                         "sees, or checkpoint.every_steps=0"};
     std::string path;
     if (comm.rank() == 0) path = make_temporary_directory("trainbench-ckpt");
     int64_t length = static_cast<int64_t>(path.size());

@@ -151,6 +151,29 @@ TEST(MpiCli, ZeroOneTakesTheSlowNetworkAndRefusesTheDivergenceInjection) {
   EXPECT_NE(diverge.err.find("comm.inject_divergence_step: under comm.zero 1"), std::string::npos) << diverge.err;
 }
 
+// Ranks on two hosts (each in a UTS namespace of its own host name) with
+// the default checkpoint folder, which is in rank 0's TMPDIR: the other
+// host's ranks wrote every checkpoint into a folder of that name on their
+// own disk, never committed, pruned or removed. Refused before training,
+// naming the key; with checkpoint.dir given the same job trains.
+TEST(MpiCli, TheDefaultCheckpointFolderIsRefusedOnSeveralHosts) {
+  if (run_command("unshare --uts true").exit_code != 0)
+    GTEST_SKIP() << "no UTS namespace here (unshare --uts): two ranks cannot be on two hosts";
+  testing::TempDir dir("test_mpi_cli");
+  const std::string wrapper = dir.file("own_host.sh");
+  write_executable(wrapper, "#!/bin/sh\nexec unshare --uts sh -c "
+                            "'hostname trainbench-node-$OMPI_COMM_WORLD_RANK && exec \"$@\"' sh \"$@\"\n");
+  const std::string common = " run tiny --steps 7 --set train.threads=1 --set checkpoint.every_steps=3 --out ";
+  const CommandResult refused =
+      run_command("timeout 300 " + kMpirun + "-np 2 " + wrapper + " " + TRAINBENCH_BINARY + common + dir.file("a.json"));
+  EXPECT_EQ(refused.exit_code, 2) << refused.out << refused.err;
+  EXPECT_NE(refused.err.find("checkpoint.dir: this job's ranks are on more than one host"), std::string::npos)
+      << refused.err;
+  const CommandResult given = run_command("timeout 300 " + kMpirun + "-np 2 " + wrapper + " " + TRAINBENCH_BINARY +
+                                          common + dir.file("b.json") + " --set checkpoint.dir=" + dir.file("ckpt"));
+  EXPECT_EQ(given.exit_code, 0) << given.out << given.err;
+}
+
 TEST(MpiCli, AKilledRankEndsTheJobWithAnError) {
   testing::TempDir dir("test_mpi_cli");
   // Rank 1 is killed (SIGKILL) once the job prints its first step, in a run
