@@ -28,7 +28,7 @@
 # so that a sweep repeated with the same DIR gets fresh folders as trainbench
 # requires; nodes-<N>-<job> under Slurm); without it
 # a run checkpoints to a temporary folder on one host, which serves one machine
-# only. Every rank of the CPU engine uses train.threads threads (0 = all of the
+# only (trainbench refuses it for ranks on several hosts, exit 2). Every rank of the CPU engine uses train.threads threads (0 = all of the
 # machine's): on one machine, --set train.threads=<cores / ranks> keeps the
 # ranks from competing for cores.
 #
