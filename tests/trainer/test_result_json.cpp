@@ -9,6 +9,7 @@
 #include <unistd.h>    // fork, execl
 
 #include <algorithm>  // std::sort
+#include <array>      // a signalled run's three lines
 #include <chrono>
 #include <cmath>
 #include <cstdlib>  // std::system
@@ -529,6 +530,15 @@ TEST(Cli, AnOutputThatCannotBeWrittenOrWouldReplaceSomethingFailsBeforeTraining)
   EXPECT_EQ(testing::read_whole_file(config), config_text);
 }
 
+// The three lines a signalled run's shell prints: the temporary folders
+// while it ran, "exit=CODE", the folders left.
+std::array<std::string, 3> folders_exit_folders(const std::string& out) {
+  std::istringstream lines(out);
+  std::array<std::string, 3> three;
+  for (std::string& line : three) std::getline(lines, line);
+  return three;
+}
+
 // SIGTERM mid-run (scancel, a timeout): the temporary folders the run made
 // (its synthetic shards, the default checkpoint folder) go too, where they
 // used to stay in the temporary directory; the process still ends by the
@@ -547,11 +557,7 @@ TEST(Cli, AnInterruptedRunLeavesNoTemporaryFolders) {
       "for i in $(seq 600); do grep -q 'step ' " + out + " && break; sleep 0.1; done; " + count +
       "kill -" + signal_name + " $pid; wait $pid; echo exit=$?; " + count + ")");
   ASSERT_NE(testing::read_whole_file(out).find("step "), std::string::npos) << "the run never stepped: " << r.out;
-  std::istringstream lines(r.out);
-  std::string before, exit_line, after;
-  std::getline(lines, before);
-  std::getline(lines, exit_line);
-  std::getline(lines, after);
+  const auto [before, exit_line, after] = folders_exit_folders(r.out);
   EXPECT_EQ(before, "2") << "shards and checkpoint folders while it ran: " << r.out;
   EXPECT_EQ(exit_line, "exit=" + std::to_string(exit_code)) << "ended by the signal: " << r.out;
   EXPECT_EQ(after, "0") << "temporary folders left behind: " << r.out;
@@ -597,11 +603,7 @@ TEST(Cli, ASignalWhileATemporaryFolderIsBeingMadeLeavesNone) {
       " run tiny --steps 100000 --out " + dir.file("r.json") + " > " + dir.file("out.txt") + " 2>&1 & pid=$!; " +
       "for i in $(seq 1000); do ls " + dir.path() + " | grep -q '^trainbench-' && break; sleep 0.01; done; " +
       count + "kill -TERM $pid; wait $pid; echo exit=$?; " + count + ")");
-  std::istringstream lines(r.out);
-  std::string before, exit_line, after;
-  std::getline(lines, before);
-  std::getline(lines, exit_line);
-  std::getline(lines, after);
+  const auto [before, exit_line, after] = folders_exit_folders(r.out);
   ASSERT_EQ(before, "1") << "the folder being made: " << r.out;
   EXPECT_EQ(exit_line, "exit=143") << "ended by the signal: " << r.out;
   EXPECT_EQ(after, "0") << "temporary folders left behind: " << r.out;
