@@ -24,6 +24,7 @@
 #include <numeric>    // std::accumulate for sum_over_ranks
 #include <stdexcept>  // std::logic_error: what a host backend cannot do
 #include <string>
+#include <thread>     // run_before_abort: a second abort waits for the first
 #include <vector>     // gather_from_ranks
 
 namespace trainbench {
@@ -48,11 +49,20 @@ inline std::function<void()>& before_abort_action() {
   return *action;
 }
 inline void set_before_abort(std::function<void()> action) { before_abort_action() = std::move(action); }
-// Each abort() calls it; the action runs once (an abort racing another, on
-// another thread, goes straight on to end the process).
+// Each abort() calls it; the action runs once. An abort racing another, on
+// another thread, waits for the first one's action (bounded: it may be
+// stuck) before it ends the process in the middle of it.
 inline void run_before_abort() {
-  static std::atomic<bool> ran{false};
-  if (!ran.exchange(true) && before_abort_action()) before_abort_action()();
+  static std::atomic<int> state{0};  // 0: not run, 1: running, 2: done
+  int expected = 0;
+  if (state.compare_exchange_strong(expected, 1)) {
+    if (before_abort_action()) before_abort_action()();
+    state = 2;
+    return;
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (state.load() == 1 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 
 class Communicator {

@@ -465,6 +465,10 @@ void NcclCommunicator::wait_for_device_event(void* cuda_event) {
   // A failure while aborting (ncclCommAbort's own) must not recurse.
   if (aborting_.exchange(true)) std::_Exit(exit_code);
   std::fflush(stdout);  // what the rank printed so far comes before the message
+  // The temporary folders go first (bounded): a wedged ncclCommAbort, the
+  // usual case of a GPU timeout, ends the rank by the watchdog below and
+  // never reaches the bootstrap's abort, which would run this too.
+  run_before_abort();
   // ncclCommAbort can block on a wedged device or a dead peer's connection:
   // the watchdog ends the rank regardless (the launcher then ends the rest).
   std::thread([exit_code, message] {

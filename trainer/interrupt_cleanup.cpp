@@ -11,6 +11,7 @@
 #include <csignal>     // std::signal
 #include <cstdlib>     // std::getenv, std::atol: the test hooks
 #include <filesystem>  // remove_all
+#include <memory>      // std::make_shared: the abort's removal, waited for a bounded time
 #include <mutex>
 #include <system_error>
 #include <thread>
@@ -40,6 +41,10 @@ std::vector<std::function<void()>>& actions() {  // under folders_mutex too
 }
 
 bool exiting = false;  // under folders_mutex: main has returned its code
+// An abort's cleanup has the lock, for good: a signal then ends the process
+// at once instead of waiting for a lock nobody will give up (a stalled
+// MPI_Abort could be ended only by SIGKILL).
+std::atomic<bool> abort_has_the_lock{false};
 
 // Under folders_mutex. The other threads go on meanwhile (a checkpoint may be
 // committing into a folder), so each folder is first renamed away in one
@@ -118,17 +123,36 @@ void end_interrupt_cleanup() {
 }
 
 void remove_temporary_files_before_abort() {
-  // The signal's cleanup keeps the lock once it has it; the process is then
-  // about to end by the signal, and its cleanup does this.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (!folders_mutex().try_lock()) {
-    if (std::chrono::steady_clock::now() > until) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // Bounded: an abort ends a job that is stuck, and a removal stuck on a
+  // hung file system (a folder under an NFS checkpoint.dir) must not stop
+  // it. The removal runs on a thread of its own, waited for this long.
+  constexpr auto kLongest = std::chrono::seconds(8);
+  auto finished = std::make_shared<std::atomic<bool>>(false);
+  const auto remove = [finished]() {
+    // The signal's cleanup keeps the lock once it has it; the process is
+    // then about to end by the signal, and that cleanup does this.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    bool locked = false;
+    while (!(locked = folders_mutex().try_lock()) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (locked) {
+      // Kept for good, as the signal's cleanup keeps it: the process is ending.
+      abort_has_the_lock = true;
+      if (!exiting) {
+        interrupted = true;
+        remove_folders_then_run_actions();
+      }
+    }
+    *finished = true;
+  };
+  try {
+    std::thread(remove).detach();
+  } catch (const std::system_error&) {
+    remove();  // no thread to be had: unbounded, rather than not at all
   }
-  // Kept for good, as the signal's cleanup keeps it: the process is ending.
-  if (exiting) return;
-  interrupted = true;
-  remove_folders_then_run_actions();
+  const auto until = std::chrono::steady_clock::now() + kLongest;
+  while (!*finished && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 
 void install_interrupt_cleanup() {
@@ -147,10 +171,13 @@ void install_interrupt_cleanup() {
     if (got != static_cast<ssize_t>(sizeof(signal_number))) return;
     // Locked for good: the process is ending by the signal. A folder made
     // after the cleanup had passed stayed; its maker waits here instead.
-    folders_mutex().lock();
+    // An abort that has the lock has done (or is doing) this cleanup.
+    bool locked = false;
+    while (!(locked = folders_mutex().try_lock()) && !abort_has_the_lock)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     // During the exit the folders are gone with their owners, and the
     // actions' own state may be: the signal just ends the process.
-    if (!exiting) {
+    if (locked && !exiting) {
       interrupted = true;
       remove_folders_then_run_actions();
     }
