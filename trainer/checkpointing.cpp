@@ -15,6 +15,7 @@
 #include "checkpoint/checkpoint_files.h"  // write, commit, read, crash points
 #include "dataloader/shard_loader.h"      // parse_position, check_resume_position
 #include "trainer/data_source.h"          // loader_options, synth_shard_count
+#include "trainer/interrupt_cleanup.h"    // make_removed_on_interrupt: the step being written
 #include "trainer/json_text.h"            // json_text: never throws on bytes that are not UTF-8
 #include "trainer/temporary_folder.h"     // temporary_directory_name
 
@@ -221,7 +222,13 @@ bool Checkpointer::start(int64_t step) {
         throw CheckpointWriteError("checkpoint.dir " + dir_ + " is another folder than the one this run started "
                                        "with (removed and made again during the run?)",
                                    false);
-      prepare_pending_folder(dir_, step);
+      // Listed for a signal's cleanup as it is made: a run stopped by
+      // Ctrl-C or scancel left a whole checkpoint's files (GBs) as step_N.tmp
+      // in the user's folder, removed only by a later run's commit there.
+      make_removed_on_interrupt([&]() {
+        prepare_pending_folder(dir_, step);
+        return pending_folder(dir_, step);
+      });
     } catch (const CheckpointWriteError& e) {
       made = e.disk_full ? kDiskFull : kFailed;
       why_not = e.what();

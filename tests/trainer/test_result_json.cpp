@@ -592,6 +592,36 @@ TEST(Cli, ATemporaryAKilledRunLeftUnderThisPidDoesNotBlockTheResult) {
   EXPECT_FALSE(std::filesystem::exists(result + ".tmp." + std::to_string(pid))) << "the leftover was written over";
 }
 
+// Ctrl-C or scancel while a checkpoint is being written into the user's
+// checkpoint.dir: its step_N.tmp (a whole checkpoint's files) stayed there
+// until a later run's commit into that folder. Now it goes with the signal;
+// the committed checkpoints and `latest` stay.
+TEST(Cli, AnInterruptedRunLeavesNoPendingCheckpointInItsFolder) {
+  testing::TempDir dir("test_cli_interrupt_pending");
+  const std::string ckpt = dir.file("ckpt");
+  const std::string out = dir.file("out.txt");
+  const auto r = run_command(
+      "( " + std::string(TRAINBENCH_BINARY) +
+      " run tiny --steps 100000 --set checkpoint.every_steps=2 --set checkpoint.inject_delay_ms=500 "
+      "--set checkpoint.dir=" + ckpt + " --out " + dir.file("r.json") + " > " + out + " 2>&1 & pid=$!; " +
+      "for i in $(seq 600); do [ -e " + ckpt + "/latest ] && ls " + ckpt + " | grep -q '\\.tmp$' && break; "
+      "sleep 0.05; done; ls " + ckpt + " | grep -c '\\.tmp$'; kill -TERM $pid; wait $pid; echo exit=$?)");
+  const auto [pending, exit_line, unused] = folders_exit_folders(r.out);
+  ASSERT_EQ(pending, "1") << "no checkpoint in flight when the signal came: " << r.out
+                          << testing::read_whole_file(out);
+  EXPECT_EQ(exit_line, "exit=143") << r.out;
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(ckpt)) left.push_back(entry.path().filename().string());
+  for (const std::string& name : left) {
+    EXPECT_EQ(name.find(".tmp"), std::string::npos) << ::testing::PrintToString(left);
+    EXPECT_EQ(name.find(".interrupted"), std::string::npos) << ::testing::PrintToString(left);
+  }
+  std::string latest = testing::read_whole_file(ckpt + "/latest");
+  while (!latest.empty() && latest.back() == '\n') latest.pop_back();
+  EXPECT_TRUE(std::filesystem::is_directory(ckpt + "/" + latest)) << "latest names " << latest << ": "
+                                                                  << ::testing::PrintToString(left);
+}
+
 // A signal that landed after a temporary folder was made but before it was
 // listed for the cleanup left that folder in the temporary directory. The
 // hook holds the run in that window for 3 s, and the signal lands there.
