@@ -288,8 +288,13 @@ std::string resolve_device(const std::string& requested, const GpuInventory& gpu
   return cuda_built && !gpus.gpus.empty() ? "cuda" : "cpu";
 }
 
-std::string default_run_config(const GpuInventory& gpus) {
-  return resolve_device("auto", gpus) == "cuda" ? "preset:gpt2-124m" : "preset:tiny";
+std::string default_run_config(const std::vector<std::string>& overrides, const GpuInventory& gpus) {
+  // The last --set of train.device wins, as the config layer applies them.
+  std::string device = "auto";
+  const std::string key = "train.device=";
+  for (const std::string& o : overrides)
+    if (o.rfind(key, 0) == 0) device = o.substr(key.size());
+  return resolve_device(device, gpus) == "cuda" ? "preset:gpt2-124m" : "preset:tiny";
 }
 
 // A rank started with another config (a --set given to one rank, a --resume
@@ -973,7 +978,7 @@ int run_cli(int argc, char** argv) {
   CLI::App* run = app.add_subcommand("run", "train a model and report tokens/s, MFU and stalls");
   CLI::Option* config_option = run->add_option(
       "config", run_options.config,
-      "YAML config file or embedded preset name (default: tiny; gpt2-124m where a GPU is visible)");
+      "YAML config file or embedded preset name (default: tiny; gpt2-124m where it trains on the cuda engine)");
   // One value per --set, so `--set k=v CONFIG` leaves CONFIG to the positional.
   run->add_option("--set", run_options.overrides, "override a key: section.key=value (repeatable)")
       ->type_name("KEY=VALUE")
@@ -1059,7 +1064,8 @@ int run_cli(int argc, char** argv) {
 
   try {
     if (run->parsed()) {
-      if (config_option->count() == 0) run_options.config = default_run_config(query_gpus());
+      if (config_option->count() == 0)
+        run_options.config = default_run_config(run_options.overrides, query_gpus());
       return run_command(run_options, quoted_command_line(argc, argv));
     }
     if (shards.parsed()) return shards.run();

@@ -43,11 +43,11 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, doub
 std::string resolve_device(const std::string& requested, const GpuInventory& gpus);
 
 // The config `run` trains without CONFIG (DESIGN.md: a newcomer sees the
-// whole pipeline in one command): preset:tiny where device auto takes the
-// cpu engine; preset:gpt2-124m, GPU-sized (under 4 GiB of GPU memory, 30
-// steps), where it takes the cuda engine. Every other command's default
-// stays tiny.
-std::string default_run_config(const GpuInventory& gpus);
+// whole pipeline in one command): preset:tiny where train.device (auto, or
+// the last --set of it in `overrides`) takes the cpu engine;
+// preset:gpt2-124m, GPU-sized (about 4 GiB of GPU memory, 30 steps), where
+// it takes the cuda engine. Every other command's default stays tiny.
+std::string default_run_config(const std::vector<std::string>& overrides, const GpuInventory& gpus);
 
 // Every rank of a multi-rank command must run the same job: rank 0's
 // resolved config (report.* aside) and `command_options` (the command's own

@@ -32,12 +32,16 @@ namespace fs = std::filesystem;
 TEST(Cli, RunWithoutAConfigTrainsAGpuSizedModelWhereAGpuIsVisible) {
   GpuInventory none;
   none.why_none = "no driver";
-  EXPECT_EQ(default_run_config(none), "preset:tiny");
+  EXPECT_EQ(default_run_config({}, none), "preset:tiny");
   GpuInventory one;
   one.gpus.push_back(GpuInfo{0, "NVIDIA H200", int64_t{141} << 30, 9, 0});
   const bool cuda_built = built_backends().find("cuda") != std::string::npos;
-  EXPECT_EQ(default_run_config(one), cuda_built ? "preset:gpt2-124m" : "preset:tiny")
+  EXPECT_EQ(default_run_config({}, one), cuda_built ? "preset:gpt2-124m" : "preset:tiny")
       << "a build without the CUDA engine trains on the CPU whatever is plugged in";
+  // Asked for the CPU on a GPU host: tiny, not GPT-2 on the CPU.
+  EXPECT_EQ(default_run_config({"train.device=cuda", "train.device=cpu"}, one), "preset:tiny");
+  EXPECT_EQ(default_run_config({"train.device=cuda"}, none), "preset:gpt2-124m")
+      << "the cuda engine asked for: its default, whatever then says there is no GPU";
 }
 using config_cases::BadConfigCase;
 using config_cases::bad_config_cases;
