@@ -219,7 +219,11 @@ std::string baseline_job_difference(const BaselineFigures& known, const Config& 
   // cuda engine a run with train.deterministic false (the H200 presets) is
   // faster (cuDNN's fastest attention backward, GEMM algorithms timed per
   // shape), and a healthy cluster fell short of it. No effect on the cpu engine.
-  const nlohmann::json known_train = known.config.value("train", nlohmann::json::object());
+  // A section that is not an object (an edited file's "train": null) is
+  // named below by first_config_difference, exit 2, not an internal error.
+  const nlohmann::json known_train = known.config.contains("train") && known.config["train"].is_object()
+                                         ? known.config["train"]
+                                         : nlohmann::json::object();
   const nlohmann::json deterministic = known_train.value("deterministic", nlohmann::json());
   if (engine == "cuda" && deterministic.is_boolean() && !deterministic.get<bool>())
     return "it trained with train.deterministic = false (cuDNN's fastest attention backward) and the burn-in "

@@ -344,6 +344,13 @@ TEST(BurninBaseline, ANonDeterministicCudaBaselineIsRefused) {
   known.config = config_to_json(fast);
   known.compute_backend = "cpu";
   EXPECT_EQ(baseline_job_difference(known, config, 1, "cpu"), "");
+  // An edited file whose train section is null: named, not an internal error.
+  known.config["train"] = nullptr;
+  for (const char* engine : {"cpu", "cuda"}) {
+    std::string why;
+    EXPECT_NO_THROW(why = baseline_job_difference(known, config, 1, engine)) << engine;
+    EXPECT_NE(why.find("train."), std::string::npos) << engine << ": " << why;
+  }
 }
 
 TEST(BurninVerdict, TableAndJsonSayPassOrFailAndWhy) {
