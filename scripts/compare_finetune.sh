@@ -106,6 +106,15 @@ case "$launcher" in
   *) die "--launcher '$launcher': expected mpirun or srun" ;;
 esac
 [ -z "$hostfile" ] || [ -r "$hostfile" ] || die "--hostfile $hostfile: cannot read it"
+# Ranks on several hosts (srun over --nodes > 1, or a hostfile naming more
+# than one) need their checkpoints on storage every host sees: trainbench
+# refuses its temporary folder there (exit 2), met only after the LoRA run.
+if [ -z "$ckpt_dir" ] && [[ " ${both[*]-} " != *" checkpoint.every_steps=0 "* ]]; then
+  hosts=1
+  if [ "$launcher" = srun ]; then hosts=$nodes
+  elif [ -n "$hostfile" ]; then hosts=$(sed 's/#.*//' "$hostfile" | awk 'NF { print $1 }' | sort -u | wc -l); fi
+  if [ "$hosts" -gt 1 ]; then die "$hosts hosts: their checkpoints need storage every host sees: --set checkpoint.dir=/shared/path (a subfolder per run), or --set checkpoint.every_steps=0"; fi
+fi
 if [ "$launcher" = mpirun ] && [ "$(id -u)" = 0 ]; then
   # As scripts/scale.sh: Open MPI refuses root without both of these (CI
   # containers run as root); other MPIs ignore them.

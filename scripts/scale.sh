@@ -182,6 +182,13 @@ mpirun=${MPIRUN:-mpirun}
 command -v "$mpirun" > /dev/null || die "$mpirun not found: install an MPI (scripts/setup.sh installs Open MPI) or set MPIRUN" 3
 [ -x "$binary" ] || die "$binary: not built (scripts/build.sh), or pass --binary PATH" 3
 [ -z "$hostfile" ] || [ -r "$hostfile" ] || die "--hostfile $hostfile: cannot read it"
+# Ranks on several hosts need their checkpoints on storage every host sees:
+# trainbench refuses its temporary folder there (exit 2), which a sweep met
+# only at its first multi-host point. Said now, unless checkpoints are off.
+if [ -n "$hostfile" ] && [ -z "$ckpt_dir" ] && [[ " ${sets[*]-} " != *" checkpoint.every_steps=0 "* ]]; then
+  hosts=$(sed 's/#.*//' "$hostfile" | awk 'NF { print $1 }' | sort -u | wc -l)
+  if [ "$hosts" -gt 1 ]; then die "--hostfile $hostfile names $hosts hosts: their checkpoints need storage every host sees: --ckpt-dir /shared/path (a subfolder per world size), or --set checkpoint.every_steps=0"; fi
+fi
 parse_counts --ranks "$ranks_list"
 rank_counts=("${counts[@]}")
 read -r -a extra_mpirun <<< "$mpirun_args"

@@ -415,6 +415,28 @@ class ScaleTests(LauncherSandbox):
                 self.assertFalse(out.exists())
                 self.assertEqual(self.mpirun_calls(), [])
 
+    def test_a_hostfile_of_several_hosts_needs_a_shared_checkpoint_folder(self) -> None:
+        # trainbench refuses its temporary checkpoint folder for ranks on
+        # several hosts: the sweep met that at its first multi-host point.
+        hostfile = self.dir / "hosts"
+        hostfile.write_text("# the cluster\nnode1 slots=8\nnode2 slots=8  # second\nnode1 slots=8\n")
+        out = self.dir / "never"
+        done = run("bash", SCALE, "--binary", "/bin/true", "--ranks", "8,16", "--hostfile", hostfile, "--out", out,
+                   "--no-report", env=self.env, timeout=20)
+        self.assert_refused(done, "names 2 hosts", "--ckpt-dir")
+        self.assertEqual(self.mpirun_calls(), [])
+        for allowed in (["--ckpt-dir", str(self.dir / "ckpt")], ["--set", "checkpoint.every_steps=0"]):
+            with self.subTest(allowed=allowed):
+                done = run("bash", SCALE, "--binary", "/bin/true", "--ranks", "8", "--hostfile", hostfile,
+                           *allowed, "--out", self.dir / ("out" + allowed[0]), "--no-report", env=self.env,
+                           timeout=20)
+                self.assertNotIn("checkpoints need storage", done.stderr)
+                self.assertNotEqual(self.mpirun_calls(), [])
+        hostfile.write_text("node1 slots=8\nnode1 slots=8\n")
+        done = run("bash", SCALE, "--binary", "/bin/true", "--ranks", "8", "--hostfile", hostfile,
+                   "--out", self.dir / "one-host", "--no-report", env=self.env, timeout=20)
+        self.assertNotIn("checkpoints need storage", done.stderr)
+
     def test_the_slurm_follow_up_command_is_quoted(self) -> None:
         write_tool(self.tools, "sbatch", "echo 42\n")
         out = self.dir / "slurm out $x"
@@ -531,6 +553,14 @@ class CompareTests(LauncherSandbox):
         self.assertEqual([c[:4] for c in self.mpirun_calls()], [["-np", "2", "--hostfile", str(hostfile)],
                                                                  ["-np", "4", "--hostfile", str(hostfile)]])
         self.assertNotIn("--oversubscribe", sum(self.mpirun_calls(), []))
+
+    def test_several_hosts_need_a_shared_checkpoint_folder(self) -> None:
+        hostfile = self.dir / "hosts"
+        hostfile.write_text("node1 slots=8\nnode2 slots=8\n")
+        done = self.compare(self.dir / "never", "--hostfile", str(hostfile))
+        self.assert_refused(done, "2 hosts", "checkpoint.dir")
+        self.assertEqual(self.mpirun_calls(), [])
+        self.assertFalse((self.dir / "never").exists())
 
     def test_a_failed_rerun_keeps_the_earlier_comparison(self) -> None:
         # A rerun overwrote lora.json and full.json even when a run failed,
