@@ -289,11 +289,7 @@ std::string resolve_device(const std::string& requested, const GpuInventory& gpu
 }
 
 std::string default_run_config(const std::vector<std::string>& overrides, const GpuInventory& gpus) {
-  // The last --set of train.device wins, as the config layer applies them.
-  std::string device = "auto";
-  const std::string key = "train.device=";
-  for (const std::string& o : overrides)
-    if (o.rfind(key, 0) == 0) device = o.substr(key.size());
+  const std::string device = last_override_scalar(overrides, "train.device", "auto");
   return resolve_device(device, gpus) == "cuda" ? "preset:gpt2-124m" : "preset:tiny";
 }
 

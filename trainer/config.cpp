@@ -846,6 +846,22 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
   return config;
 }
 
+std::string last_override_scalar(const std::vector<std::string>& overrides, const std::string& key,
+                                 const std::string& otherwise) {
+  std::string value = otherwise;
+  for (const std::string& text : overrides) {
+    const size_t equals = text.find('=');
+    if (equals == std::string::npos || text.compare(0, equals, key) != 0 || equals != key.size()) continue;
+    try {
+      const YAML::Node node = YAML::Load(text.substr(equals + 1));
+      value = node.IsScalar() ? node.as<std::string>() : otherwise;
+    } catch (const YAML::Exception&) {
+      value = otherwise;  // load_config names the malformed value
+    }
+  }
+  return value;
+}
+
 Config load_config(const std::string& path_or_preset, const std::vector<std::string>& overrides) {
   // "preset:NAME" is the embedded preset whatever files are about: the
   // commands' default (a file named "tiny" in the working directory used to

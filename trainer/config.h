@@ -162,6 +162,13 @@ class ConfigError : public std::runtime_error {
 // Throws ConfigError.
 Config load_config(const std::string& path_or_preset,
                    const std::vector<std::string>& overrides = {});
+
+// What the last `--set KEY=VALUE` of `overrides` gives KEY, its value read
+// as apply_override reads it (YAML: quotes and spaces as in a file), or
+// `otherwise` when none sets it or the value is not a scalar. For a choice
+// made before a config is loaded (run's default preset follows train.device).
+std::string last_override_scalar(const std::vector<std::string>& overrides, const std::string& key,
+                                 const std::string& otherwise);
 // Same, from YAML text; `origin` names it in error messages.
 Config parse_config(const std::string& yaml_text, const std::string& origin,
                     const std::vector<std::string>& overrides = {});

@@ -96,6 +96,15 @@ namespace {
 int interrupt_pipe[2] = {-1, -1};
 std::atomic<bool> interrupted{false};  // the cleanup thread has the signal
 
+// With folders_mutex taken for good (the process is ending, by a signal or
+// an abort): the folders and the actions, unless main has returned — then
+// the folders went with their owners, and the actions' own state may have.
+void clean_up_before_the_end() {
+  if (exiting) return;
+  interrupted = true;
+  remove_folders_then_run_actions();
+}
+
 extern "C" void pass_on_interrupt(int signal_number) {
   const int saved = errno;
   if (::write(interrupt_pipe[1], &signal_number, sizeof(signal_number)) < 0) {
@@ -138,10 +147,7 @@ void remove_temporary_files_before_abort() {
     if (locked) {
       // Kept for good, as the signal's cleanup keeps it: the process is ending.
       abort_has_the_lock = true;
-      if (!exiting) {
-        interrupted = true;
-        remove_folders_then_run_actions();
-      }
+      clean_up_before_the_end();
     }
     *finished = true;
   };
@@ -175,12 +181,7 @@ void install_interrupt_cleanup() {
     bool locked = false;
     while (!(locked = folders_mutex().try_lock()) && !abort_has_the_lock)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    // During the exit the folders are gone with their owners, and the
-    // actions' own state may be: the signal just ends the process.
-    if (locked && !exiting) {
-      interrupted = true;
-      remove_folders_then_run_actions();
-    }
+    if (locked) clean_up_before_the_end();
     // Test hook: the other threads go on this long between the cleanup and
     // the end, so what they do after a folder went is seen, not raced.
     if (const char* linger = std::getenv("TRAINBENCH_TEST_INTERRUPT_LINGER_MS"))
