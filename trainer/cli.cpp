@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <cstring>  // strerror
 #include <exception>
-#include <filesystem>  // removing a temporary checkpoint folder
+#include <filesystem>  // the result and checkpoint paths, compared and sized
 #include <regex>  // whether a failure names its rank
 #include <string>
 #include <system_error>  // a thread that could not start: exit 3
@@ -32,7 +32,7 @@
 #include "kernels/engine.h"           // make_engine, plan_engine_memory
 #include "trainer/config.h"
 #include "trainer/data_source.h"
-#include "trainer/temporary_folder.h"  // make_temporary_directory: the default checkpoint folder
+#include "trainer/temporary_folder.h"  // make_temporary_directory, remove_temporary_folder: the default checkpoint folder
 #include "trainer/environment.h"
 #include "trainer/json_text.h"       // json_text: rank configs compared as text
 #include "trainer/interrupt_cleanup.h"  // wait_if_interrupted: no error line after a signal
@@ -82,10 +82,7 @@ struct CheckpointDir {
   // No checkpoints after all: a temporary folder goes now.
   void drop() {
     lock.release();
-    if (remover) {
-      std::error_code ignored;
-      std::filesystem::remove_all(path, ignored);
-    }
+    if (remover) remove_temporary_folder(path);
     path.clear();
     temporary = remover = false;
   }

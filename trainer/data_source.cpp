@@ -2,7 +2,7 @@
 
 #include <algorithm>   // std::max, std::mismatch
 #include <cmath>       // std::floor
-#include <filesystem>  // temp_directory_path, remove_all
+#include <filesystem>  // path: the shards' folder
 #include <stdexcept>
 
 #include "comm/communicator.h"        // gather_from_ranks: the ranks' shard lists compared
@@ -11,7 +11,7 @@
 #include "dataloader/shard_loader.h"  // ShardLoader
 #include "dataloader/shard_tools.h"   // synthesize_shards
 #include "dataloader/token_decode.h"  // token_format_of_field
-#include "trainer/temporary_folder.h"   // make_temporary_directory: the synthetic shards' folder
+#include "trainer/temporary_folder.h"   // make_temporary_directory, remove_temporary_folder: the synthetic shards' folder
 
 namespace trainbench {
 
@@ -78,10 +78,9 @@ int64_t synth_samples_per_shard_for_run(const Config& config, int64_t world) {
 
 DataSetup::~DataSetup() {
   source.reset();  // the readers stop before their files go
-  if (!temporary_dir.empty()) {
-    std::error_code ignored;  // best effort: a leftover temp folder is not worth failing a run
-    std::filesystem::remove_all(temporary_dir, ignored);
-  }
+  // Best effort (remove_temporary_folder never throws): a leftover temp
+  // folder is not worth failing a run.
+  if (!temporary_dir.empty()) remove_temporary_folder(temporary_dir);
 }
 
 std::vector<std::string> shards_for_run(const Config& config, int64_t world, DataSetup* setup, int64_t host_ranks) {

@@ -10,13 +10,15 @@
 
 #include <csignal>     // std::signal
 #include <cstdlib>     // std::getenv, std::atol: the test hooks
-#include <filesystem>  // remove_all
+#include <filesystem>  // exists, rename
 #include <memory>      // std::make_shared: the abort's removal, waited for a bounded time
 #include <mutex>
 #include <system_error>
 #include <thread>
 #include <utility>     // std::move
 #include <vector>
+
+#include "trainer/temporary_folder.h"  // remove_temporary_folder
 
 namespace trainbench {
 
@@ -58,7 +60,7 @@ void remove_folders_then_run_actions() {
       any_left = true;
       const std::string doomed = folder + ".interrupted";
       std::filesystem::rename(folder, doomed, renamed);
-      std::filesystem::remove_all(renamed ? folder : doomed, ignored);
+      remove_temporary_folder(renamed ? folder : doomed);  // its owner lock file last
     }
     if (!any_left) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

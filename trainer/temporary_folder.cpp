@@ -82,7 +82,7 @@ int remove_abandoned_folders(const std::string& parent, const std::string& prefi
                                                          ".abandoned-" + std::to_string(getpid()));
     fs::rename(it->path(), doomed, ignored);
     if (ignored) continue;
-    fs::remove_all(doomed, ignored);
+    remove_temporary_folder(doomed.string());
     ++removed;
   }
   return removed;
@@ -127,9 +127,25 @@ std::string make_temporary_directory(const std::string& prefix, const std::strin
   return pattern;
 }
 
-FolderRemovedAtScopeEnd::~FolderRemovedAtScopeEnd() {
+void remove_temporary_folder(const std::string& path,
+                             const std::function<void(const fs::path&)>& before_each) {
   std::error_code ignored;
-  std::filesystem::remove_all(path_, ignored);
+  if (!fs::is_directory(fs::symlink_status(path, ignored))) {
+    fs::remove(path, ignored);  // a file, a link, or nothing: nothing inside to order
+    return;
+  }
+  const fs::path lock_file = fs::path(path) / kOwnerLockName;
+  std::error_code error;
+  for (fs::directory_iterator it(path, error), end; !error && it != end; it.increment(error)) {
+    if (it->path().filename() == kOwnerLockName) continue;
+    if (before_each) before_each(it->path());
+    fs::remove_all(it->path(), ignored);
+  }
+  if (before_each && fs::exists(fs::symlink_status(lock_file, ignored))) before_each(lock_file);
+  fs::remove(lock_file, ignored);
+  fs::remove_all(path, ignored);  // the folder, and whatever a writer put in meanwhile
 }
+
+FolderRemovedAtScopeEnd::~FolderRemovedAtScopeEnd() { remove_temporary_folder(path_); }
 
 }  // namespace trainbench

@@ -9,6 +9,8 @@
 // the same prefix there removes the folders nobody holds.
 #pragma once
 
+#include <filesystem>
+#include <functional>
 #include <string>
 #include <utility>  // std::move
 
@@ -30,7 +32,18 @@ inline constexpr const char* kOwnerLockName = ".trainbench-owner";
 // TMPDIR) when the system temporary directory is unusable.
 std::string make_temporary_directory(const std::string& prefix, const std::string& parent = "");
 
-// Removes `path` (with what is in it) when it goes out of scope, however
+// Removes `path` and what is in it, its owner lock file last and the folder
+// itself after that: a process killed outright part-way (SIGKILL mid-removal
+// of a large folder) leaves a folder whose lock file is still there, unheld,
+// which the next sweep removes; removed first, as remove_all's directory
+// order may have it, the rest would stay for good. Works on any folder (one
+// without a lock file is simply removed). `before_each` is called with each
+// entry of the folder just before it goes (tests stop the process there).
+// Never throws; what cannot be removed stays.
+void remove_temporary_folder(const std::string& path,
+                             const std::function<void(const std::filesystem::path&)>& before_each = {});
+
+// Removes `path` (remove_temporary_folder) when it goes out of scope, however
 // the scope ends: the caller's "removes it otherwise". Never throws.
 class FolderRemovedAtScopeEnd {
  public:

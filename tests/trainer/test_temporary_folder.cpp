@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -133,6 +134,57 @@ TEST_F(TemporaryFolder, RenamedFoldersOfADeadOwnerGoToo) {
   EXPECT_TRUE(fs::exists(not_ours)) << "another suffix is not a name trainbench gives";
   for (const fs::directory_entry& entry : fs::directory_iterator(temp_.path()))
     EXPECT_EQ(entry.path(), not_ours) << "left: " << entry.path();
+}
+
+// A folder with files in it, some in a subfolder, besides its lock file.
+void fill(const std::string& folder) {
+  fs::create_directories(folder + "/sub");
+  for (int i = 0; i < 40; ++i) std::ofstream(folder + "/f" + std::to_string(i)) << i;
+  std::ofstream(folder + "/sub/g") << "g";
+}
+
+// Its lock file goes last, whatever the directory's order: until then a
+// process killed part-way leaves a folder the sweep recognises.
+TEST_F(TemporaryFolder, TheLockFileGoesLast) {
+  const std::string folder = make_temporary_directory(kPrefix);
+  fill(folder);
+  std::vector<std::string> order;
+  remove_temporary_folder(folder, [&](const fs::path& entry) {
+    order.push_back(entry.filename().string());
+    EXPECT_TRUE(fs::exists(folder + "/" + kOwnerLockName)) << "the lock file went before " << entry;
+  });
+  ASSERT_EQ(order.size(), 42u) << "40 files, the subfolder, the lock file";
+  EXPECT_EQ(order.back(), kOwnerLockName);
+  EXPECT_FALSE(fs::exists(folder));
+}
+
+// A removal killed outright part-way (SIGKILL: the OOM killer, Slurm's
+// kill after its grace period) — by its owner at the end of a run, by the
+// signal's cleanup, or by another command's sweep — leaves a folder the
+// next sweep removes. Killed at the first entry, half-way, and at the lock
+// file itself.
+TEST_F(TemporaryFolder, AFolderWhoseRemovalWasKilledIsSweptLater) {
+  for (const int killed_at : {0, 20, 41}) {
+    SCOPED_TRACE("killed before entry " + std::to_string(killed_at));
+    Child child;
+    make_folder_in_child(false, &child);
+    ASSERT_TRUE(fs::is_directory(child.folder));
+    fill(child.folder);
+    const pid_t remover = fork();
+    if (remover == 0) {
+      int seen = 0;
+      remove_temporary_folder(child.folder, [&](const fs::path&) {
+        if (seen++ == killed_at) raise(SIGKILL);
+      });
+      _exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(remover, &status, 0), remover);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "the remover finished unkilled";
+    ASSERT_TRUE(fs::exists(child.folder)) << "killed part-way, it left the folder";
+    EXPECT_EQ(remove_abandoned_folders(temp_.path(), kPrefix), 1);
+    EXPECT_FALSE(fs::exists(child.folder)) << "the folder stays for good";
+  }
 }
 
 // With a parent given (checkpoint.dir, --dir: perhaps a shared filesystem
