@@ -191,6 +191,10 @@ BaselineFigures read_baseline(const std::string& path) {
   const nlohmann::json backend =
       j.value("environment", nlohmann::json::object()).value("compute_backend", nlohmann::json());
   known.compute_backend = backend.is_string() ? backend.get<std::string>() : "";
+  const nlohmann::json attention = j.value("environment", nlohmann::json::object()).value("attention", nlohmann::json());
+  if (attention.is_object() && attention.value("kernel", nlohmann::json()).is_string())
+    known.attention_kernel = attention["kernel"].get<std::string>();
+  known.path = path;
   if (known.tokens_per_s <= 0 && known.busbw_gbs <= 0 && known.write_gbs <= 0)
     throw std::invalid_argument("--baseline " + path +
                                 ": holds none of summary.tokens_per_s, burnin.fabric.busbw_gbs, "
@@ -248,6 +252,14 @@ std::string baseline_job_difference(const BaselineFigures& known, const Config& 
   return "it has " + differs.key + " = " + json_text(differs.first) +
          " and this job has " + json_text(differs.second) +
          ": its tokens/s is not this job's (give a baseline of the same model and batch)";
+}
+
+std::string baseline_attention_difference(const BaselineFigures& known, const std::string& kernel,
+                                          const std::string& detail) {
+  if (known.attention_kernel.empty() || kernel.empty() || known.attention_kernel == kernel) return "";
+  return "it ran the " + known.attention_kernel + " attention and this job runs the " + kernel + " attention (" +
+         detail + "): its tokens/s is not this job's (give a baseline that ran the same attention: the same "
+                  "train.attention, built with cuDNN or without it as this job is)";
 }
 
 std::vector<std::string> compare_with_baseline(const BaselineFigures& now, const BaselineFigures& known,

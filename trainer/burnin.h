@@ -118,6 +118,8 @@ struct BaselineFigures {
   nlohmann::json config;  // the job they were measured on (config_to_json), null in a file without one
   int64_t ranks = 0;      // and its ranks; 0 when the file does not say
   std::string compute_backend;  // the engine it ran on (environment.compute_backend): "cpu", "cuda" or ""
+  std::string attention_kernel;  // and its attention (environment.attention.kernel): "gemm", "cudnn-sdpa" or ""
+  std::string path;              // the file, as --baseline named it
 };
 // From a result JSON of `trainbench run` (summary.tokens_per_s) or of
 // `trainbench burnin` (also burnin.fabric.busbw_gbs and
@@ -137,6 +139,14 @@ BaselineFigures read_baseline(const std::string& path);
 // not say is not compared), this job's from `engine`.
 std::string baseline_job_difference(const BaselineFigures& known, const Config& config, int ranks,
                                     const std::string& engine);
+// Why `known` ran another attention kernel than this job's engine does
+// (`kernel`, `detail`: TrainingEngine::attention()), or "" when the same or
+// the baseline does not say. Not known before the engine exists: train.
+// attention auto takes cuDNN's fused SDPA where the build has it and the GPU
+// supports the shape, so a baseline from a build with cuDNN made a healthy
+// cluster running a build without it fail (or the other way round pass).
+std::string baseline_attention_difference(const BaselineFigures& known, const std::string& kernel,
+                                          const std::string& detail);
 // One line per figure measured in both that fell more than tolerance_pct
 // below the baseline, naming the figure, both values and the shortfall.
 std::vector<std::string> compare_with_baseline(const BaselineFigures& now, const BaselineFigures& known,

@@ -16,6 +16,7 @@
 #include "trainer/burnin.h"
 #include "trainer/ceilings.h"       // measure_write_rate: the storage check
 #include "trainer/checkpointing.h"  // Checkpointer::wait_until_idle: no checkpoint writing during it
+#include "trainer/cli.h"            // CommandError: a baseline of another attention is exit 2
 #include "trainer/report.h"         // human_count
 #include "trainer/run_extension.h"
 #include "trainer/statistics.h"     // median
@@ -231,6 +232,17 @@ class BurninMonitor final : public RunExtension {
     golden_first_mismatch_.assign(world, "");
     numerics_step_.assign(world, 0);
     comm_->set_timeout(config_->comm.timeout_s);
+    if (baseline_) {
+      // Only the engine knows which attention it runs; every rank stops alike.
+      comm_->set_context("burn-in: the baseline's attention");
+      const AttentionInfo attention = engine_->attention();
+      const RankReason differs =
+          first_reason_over_ranks(*comm_, baseline_attention_difference(*baseline_, attention.kernel, attention.detail));
+      if (differs.rank >= 0)
+        throw CommandError{kExitUserError, "--baseline " + baseline_->path + ": " +
+                                               (world > 1 ? "rank " + std::to_string(differs.rank) + ": " : "") +
+                                               differs.reason};
+    }
     comm_->set_context("burn-in: golden step at the start");
     if (comm_->rank() == 0) std::fprintf(stdout, "burn-in: %s; golden step, GPU health, fabric and storage at the start...\n",
                                          describe_duration().c_str());

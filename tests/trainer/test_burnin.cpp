@@ -227,6 +227,24 @@ TEST(BurninBaseline, AOneRankResultIsABaselineForOneRank) {
       << third.err;
   EXPECT_FALSE(std::filesystem::exists(dir.file("b3.json")));
 
+  // A baseline whose attention was another kernel (cuDNN's fused SDPA, from
+  // a build with cuDNN) is refused once the engine says which it runs: it
+  // was compared, and a healthy job failed (or passed) against it.
+  nlohmann::json other_attention = b1;
+  ASSERT_EQ(other_attention["environment"]["attention"]["kernel"], "gemm");
+  other_attention["environment"]["attention"]["kernel"] = "cudnn-sdpa";
+  std::ofstream(dir.file("sdpa.json")) << other_attention.dump();
+  const testing::CommandResult fourth =
+      testing::run_command(common + dir.file("ck5") + " --duration 3s --baseline " + dir.file("sdpa.json") +
+                           " --out " + dir.file("b5.json"));
+  EXPECT_EQ(fourth.exit_code, 2) << fourth.out << fourth.err;
+  EXPECT_NE(fourth.err.find("--baseline " + dir.file("sdpa.json") +
+                            ": it ran the cudnn-sdpa attention and this job runs the gemm attention ("),
+            std::string::npos)
+      << fourth.err;
+  EXPECT_EQ(fourth.out.find("golden step"), std::string::npos) << "refused before the burn-in's checks: " << fourth.out;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("b5.json")));
+
   // The result written over its own baseline: the next burn-in would have
   // compared with this run's figures (it did, exit 4 and the file replaced).
   const std::string kept = testing::read_whole_file(dir.file("b1.json"));
@@ -300,6 +318,20 @@ TEST(BurninBaseline, AutoPrecisionIsTheEnginesPrecision) {
   // so its precision is not compared.
   known.compute_backend = "";
   EXPECT_EQ(baseline_job_difference(known, now, 1, "cuda"), "");
+}
+
+// The attention a baseline ran (environment.attention.kernel) against the
+// one this job's engine runs; a result that does not say is not compared.
+TEST(BurninBaseline, AnotherAttentionKernelsBaselineIsNamed) {
+  BaselineFigures known;
+  EXPECT_EQ(baseline_attention_difference(known, "gemm", "why"), "") << "an older result without the field";
+  known.attention_kernel = "cudnn-sdpa";
+  EXPECT_EQ(baseline_attention_difference(known, "cudnn-sdpa", "cuDNN 9.19"), "");
+  const std::string why = baseline_attention_difference(known, "gemm", "this build has no cuDNN attention");
+  EXPECT_NE(why.find("it ran the cudnn-sdpa attention and this job runs the gemm attention (this build has no cuDNN "
+                     "attention): its tokens/s is not this job's"),
+            std::string::npos)
+      << why;
 }
 
 // The engine a job runs on is the one device auto resolved to: a baseline
