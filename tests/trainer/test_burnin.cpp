@@ -211,39 +211,33 @@ TEST(BurninBaseline, AOneRankResultIsABaselineForOneRank) {
   const nlohmann::json b2 = nlohmann::json::parse(testing::read_whole_file(dir.file("b2.json")));
   EXPECT_TRUE(b2["burnin"]["baseline"]["known"]["busbw_gbs"].is_null());
 
+  // b1 with one field of its environment changed, as a baseline: refused
+  // (exit 2) naming what differs, no result written. `name` names the files.
+  const auto refused_as_baseline = [&](const std::string& name, const std::string& field, const std::string& was,
+                                       const std::string& now, const std::string& why) {
+    SCOPED_TRACE(name);
+    nlohmann::json edited = b1;
+    const nlohmann::json::json_pointer at(field);
+    ASSERT_EQ(edited[at], was);
+    edited[at] = now;
+    std::ofstream(dir.file(name + ".json")) << edited.dump();
+    const testing::CommandResult refused =
+        testing::run_command(common + dir.file("ck-" + name) + " --duration 3s --baseline " + dir.file(name + ".json") +
+                             " --out " + dir.file(name + "-out.json"));
+    EXPECT_EQ(refused.exit_code, 2) << refused.out << refused.err;
+    EXPECT_NE(refused.err.find("--baseline " + dir.file(name + ".json") + ": " + why), std::string::npos) << refused.err;
+    EXPECT_EQ(refused.out.find("golden step"), std::string::npos) << "refused before the burn-in's checks: " << refused.out;
+    EXPECT_FALSE(std::filesystem::exists(dir.file(name + "-out.json")));
+  };
   // The same result said to come from a GPU is no baseline for this job,
   // whose train.device auto runs on the cpu engine here (it was accepted).
-  nlohmann::json from_gpu = b1;
-  ASSERT_EQ(from_gpu["environment"]["compute_backend"], "cpu");
-  from_gpu["environment"]["compute_backend"] = "cuda";
-  std::ofstream(dir.file("gpu.json")) << from_gpu.dump();
-  const testing::CommandResult third =
-      testing::run_command(common + dir.file("ck3") + " --duration 3s --baseline " + dir.file("gpu.json") +
-                           " --out " + dir.file("b3.json"));
-  EXPECT_EQ(third.exit_code, 2) << third.out << third.err;
-  EXPECT_NE(third.err.find("--baseline " + dir.file("gpu.json") +
-                           ": measured on the cuda engine and this job runs on the cpu engine (train.device auto)"),
-            std::string::npos)
-      << third.err;
-  EXPECT_FALSE(std::filesystem::exists(dir.file("b3.json")));
-
-  // A baseline whose attention was another kernel (cuDNN's fused SDPA, from
-  // a build with cuDNN) is refused once the engine says which it runs: it
-  // was compared, and a healthy job failed (or passed) against it.
-  nlohmann::json other_attention = b1;
-  ASSERT_EQ(other_attention["environment"]["attention"]["kernel"], "gemm");
-  other_attention["environment"]["attention"]["kernel"] = "cudnn-sdpa";
-  std::ofstream(dir.file("sdpa.json")) << other_attention.dump();
-  const testing::CommandResult fourth =
-      testing::run_command(common + dir.file("ck5") + " --duration 3s --baseline " + dir.file("sdpa.json") +
-                           " --out " + dir.file("b5.json"));
-  EXPECT_EQ(fourth.exit_code, 2) << fourth.out << fourth.err;
-  EXPECT_NE(fourth.err.find("--baseline " + dir.file("sdpa.json") +
-                            ": it ran the cudnn-sdpa attention and this job runs the gemm attention ("),
-            std::string::npos)
-      << fourth.err;
-  EXPECT_EQ(fourth.out.find("golden step"), std::string::npos) << "refused before the burn-in's checks: " << fourth.out;
-  EXPECT_FALSE(std::filesystem::exists(dir.file("b5.json")));
+  refused_as_baseline("gpu", "/environment/compute_backend", "cpu", "cuda",
+                      "measured on the cuda engine and this job runs on the cpu engine (train.device auto)");
+  // Nor one whose attention was another kernel (cuDNN's fused SDPA, from a
+  // build with cuDNN), refused once the engine says which it runs: it was
+  // compared, and a healthy job failed (or passed) against it.
+  refused_as_baseline("sdpa", "/environment/attention/kernel", "gemm", "cudnn-sdpa",
+                      "it ran the cudnn-sdpa attention and this job runs the gemm attention (");
 
   // The result written over its own baseline: the next burn-in would have
   // compared with this run's figures (it did, exit 4 and the file replaced).
