@@ -785,7 +785,11 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   if (!checkpoint_dir.path.empty())
     env.filesystems.push_back(describe_filesystem("checkpoint", checkpoint_dir.path));
   if (reporter) {
-    print_header(stdout, config, env, plan, engine->layout().total_params(),
+    // The engine's own plan, what it allocated: the one checked before
+    // allocating assumed cuDNN's attention with an estimated workspace, and
+    // auto may have fallen back to the GEMMs and their probabilities
+    // (gigabytes per layer at long sequences) or cuDNN asked for another size.
+    print_header(stdout, config, env, engine->memory_plan(), engine->layout().total_params(),
                  engine->layout().trainable_params());
     std::fprintf(stdout, "data: %s\n", data.description.c_str());
     for (const std::string& warning : setup_warnings) std::fprintf(stdout, "warning: %s\n", warning.c_str());

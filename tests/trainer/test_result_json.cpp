@@ -28,6 +28,7 @@
 #include "tests/support/mounted_filesystem.h"  // a small tmpfs that fills during a run
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
+#include "tests/trainer/header_memory.h"
 
 namespace trainbench {
 namespace {
@@ -55,6 +56,17 @@ TEST_F(ResultJson, RunSucceedsAndPrintsTheReport) {
   EXPECT_NE(run_.out.find("step    10/12"), std::string::npos) << "progress line";
   EXPECT_NE(run_.out.find("summary: 10 measured steps after 2 warm-up"), std::string::npos);
   EXPECT_TRUE(run_.err.empty()) << run_.err;
+}
+
+// The header's memory line is the engine's own plan, the result's
+// memory_per_rank: on the cuda engine the plan checked before allocating
+// estimates cuDNN's workspace and assumes cuDNN's attention, which auto may
+// not take (the header said so while the GEMM attention had allocated GBs
+// more).
+TEST_F(ResultJson, TheHeadersMemoryIsTheResultsMemoryPerRank) {
+  ASSERT_EQ(run_.exit_code, 0) << run_.err;
+  const std::string line = testing::header_memory_line(result_["summary"]["memory_per_rank"]);
+  EXPECT_NE(run_.out.find(line), std::string::npos) << "expected:\n" << line << "in:\n" << run_.out;
 }
 
 TEST_F(ResultJson, HasEveryTopLevelFieldWithItsType) {
