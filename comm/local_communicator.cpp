@@ -3,7 +3,7 @@
 #include <unistd.h>  // gethostname
 
 #include <cstdio>   // std::fprintf
-#include <cstdlib>  // std::exit
+#include <cstdlib>  // std::_Exit
 #include <cstring>  // std::memcpy
 
 #include "comm/communicator.h"
@@ -41,11 +41,17 @@ class LocalCommunicator final : public Communicator {
   double last_completion_time() const override { return 0.0; }
   void set_timeout(double) override {}
   void set_context(const std::string&) override {}
+  // Ends the process without unwinding, as the MPI and NCCL aborts do: the
+  // caller is often a watchdog thread while the main thread is stuck (in a
+  // device synchronize on a wedged GPU), and std::exit's static destructors
+  // (the CUDA runtime's teardown among them) could block on that or run under
+  // threads still live.
   [[noreturn]] void abort(int exit_code, const std::string& message) override {
+    std::fflush(stdout);  // what the run printed so far comes before the message
     std::fprintf(stderr, "trainbench: %s\n", message.c_str());
     std::fflush(stderr);
     run_before_abort();
-    std::exit(exit_code);
+    std::_Exit(exit_code);
   }
 
  private:

@@ -277,6 +277,9 @@ void NcclCommunicator::settle(ncclResult_t result, const char* call, const char*
     check_nccl(result, call, collective);
     return;
   }
+  // Issuing may wait for the peers (NCCL connects lazily, at a collective's
+  // first use): a wait on them, not this rank stuck, to the hang watchdog.
+  const PeerWait waiting(*this);
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + duration_of(timeout_s);
   for (;;) {
@@ -462,8 +465,19 @@ void NcclCommunicator::wait_for_device_event(void* cuda_event) {
 }
 
 [[noreturn]] void NcclCommunicator::abort(int exit_code, const std::string& message) {
-  // A failure while aborting (ncclCommAbort's own) must not recurse.
-  if (aborting_.exchange(true)) std::_Exit(exit_code);
+  // A failure while aborting (ncclCommAbort's own, on the aborting thread)
+  // must not recurse: it ends the rank now. Another thread that meets the
+  // abort's consequences (the main thread polling a communicator the burn-in
+  // watchdog is aborting) waits instead: the first abort ends the process
+  // with its own message and code, within its bounds (the cleanup, then
+  // kAbortGrace), where ending here at once lost both and cut the cleanup.
+  static thread_local bool this_thread_aborts = false;
+  if (aborting_.exchange(true)) {
+    if (this_thread_aborts) std::_Exit(exit_code);
+    std::this_thread::sleep_for(kAbortGrace + std::chrono::seconds(15));  // past the first abort's own bounds
+    std::_Exit(exit_code);
+  }
+  this_thread_aborts = true;
   std::fflush(stdout);  // what the rank printed so far comes before the message
   // The temporary folders go first (bounded): a wedged ncclCommAbort, the
   // usual case of a GPU timeout, ends the rank by the watchdog below and
