@@ -324,7 +324,14 @@ std::string shard_name(const std::string& pattern, int64_t index) {
   return pattern.substr(0, field.begin) + number + pattern.substr(field.end);
 }
 
-std::string first_existing_shard(const std::string& pattern, int64_t max_shards, bool only_not_regular) {
+namespace {
+
+// The lowest index in [from, to) whose shard_name(pattern, index) is taken
+// (only_not_regular: by what is not a regular file), or -1. A pattern whose
+// number is in the file name is answered by one listing of its folder; one
+// with its number in a folder's name ("out-%d/shard.tar") asks for each
+// name, and with `to` unbounded only up to the first name not taken.
+int64_t first_taken_shard(const std::string& pattern, int64_t from, int64_t to, bool only_not_regular) {
   const PatternField field = find_pattern_field(pattern);
   const size_t slash = pattern.rfind('/');
   const bool number_in_file_name = slash == std::string::npos || slash < field.begin;
@@ -337,12 +344,12 @@ std::string first_existing_shard(const std::string& pattern, int64_t max_shards,
     return fs::exists(status) && !fs::is_regular_file(status);
   };
   if (!number_in_file_name) {
-    // "out-%d/shard.tar": each shard has a folder of its own; ask for each name.
-    for (int64_t i = 0; i < max_shards; ++i) {
-      const std::string name = shard_name(pattern, i);
-      if (taken(name)) return name;
+    const bool unbounded = to == INT64_MAX;
+    for (int64_t i = from; i < to; ++i) {
+      if (taken(shard_name(pattern, i))) return i;
+      if (unbounded) break;  // no listing to find a later one: the next name only
     }
-    return "";
+    return -1;
   }
   const size_t name_begin = slash == std::string::npos ? 0 : slash + 1;
   const std::string dir = slash == std::string::npos ? "." : pattern.substr(0, slash + 1);
@@ -360,12 +367,43 @@ std::string first_existing_shard(const std::string& pattern, int64_t max_shards,
     if (digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
     const int64_t index = std::stoll(digits);
     // "shard-7.tar" is not what %06d writes for 7: only the exact name counts.
-    if (index < max_shards && (lowest < 0 || index < lowest) &&
+    if (index >= from && index < to && (lowest < 0 || index < lowest) &&
         shard_name(pattern, index) == pattern.substr(0, name_begin) + name && taken(shard_name(pattern, index)))
       lowest = index;
   }
-  return lowest < 0 ? "" : shard_name(pattern, lowest);
+  return lowest;
 }
+
+}  // namespace
+
+std::string first_existing_shard(const std::string& pattern, int64_t max_shards, bool only_not_regular) {
+  const int64_t index = first_taken_shard(pattern, 0, max_shards, only_not_regular);
+  return index < 0 ? "" : shard_name(pattern, index);
+}
+
+std::string first_shard_from(const std::string& pattern, int64_t from) {
+  const int64_t index = first_taken_shard(pattern, from, INT64_MAX, false);
+  return index < 0 ? "" : shard_name(pattern, index);
+}
+
+int TarShardWriter::duplicate_lock() const { return fd_ >= 0 ? ::fcntl(fd_, F_DUPFD_CLOEXEC, 0) : -1; }
+
+namespace {
+
+// Throws std::invalid_argument when another process holds `path`'s flock: a
+// series writing it now. The probe's own lock goes as its descriptor closes.
+void refuse_if_held(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return;  // not there (or not ours to open): nothing to wait for
+  const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);
+  if (held)
+    throw std::invalid_argument(path + " is being written by another process: two writers of one series of "
+                                "shards replace each other's and leave a mixed set; give each its own output "
+                                "folder, or wait for the other to finish");
+}
+
+}  // namespace
 
 ShardSeries::ShardSeries(std::string pattern, int64_t max_bytes, int64_t max_samples, bool replace_existing)
     : pattern_(std::move(pattern)), max_bytes_(max_bytes), max_samples_(max_samples),
@@ -373,6 +411,15 @@ ShardSeries::ShardSeries(std::string pattern, int64_t max_bytes, int64_t max_sam
   find_pattern_field(pattern_);  // a bad pattern fails here, before any shard is written
   if (max_bytes_ < 0 || max_samples_ < 0)
     throw std::invalid_argument("shard limits must be >= 0 (0 = no limit)");
+  // Another series on these names holds its first shard from the start to
+  // its end: as a .partial file, then under its own name.
+  const std::string first = shard_name(pattern_, 0);
+  refuse_if_held(first + ".partial");
+  refuse_if_held(first);
+}
+
+ShardSeries::~ShardSeries() {
+  if (series_lock_ >= 0) ::close(series_lock_);
 }
 
 bool ShardSeries::starts_new_shard(std::string_view key, const std::vector<MemberToWrite>& members) const {
@@ -389,6 +436,8 @@ void ShardSeries::write_sample(std::string_view key, const std::vector<MemberToW
     close_current();
     const std::string path = shard_name(pattern_, static_cast<int64_t>(paths_.size()));
     writer_.open(path, replace_existing_);
+    // The first shard's lock, kept past its rename until the series' close.
+    if (paths_.empty()) series_lock_ = writer_.duplicate_lock();
     paths_.push_back(path);
   }
   writer_.write_sample(key, members);
@@ -400,7 +449,11 @@ void ShardSeries::close_current() {
   bytes_closed_ += writer_.bytes_written();
 }
 
-void ShardSeries::close() { close_current(); }
+void ShardSeries::close() {
+  close_current();
+  if (series_lock_ >= 0) ::close(series_lock_);
+  series_lock_ = -1;
+}
 
 int64_t ShardSeries::bytes_written() const {
   return bytes_closed_ + (writer_.is_open() ? writer_.bytes_written() : 0);

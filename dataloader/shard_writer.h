@@ -52,6 +52,11 @@ class TarShardWriter {
   // generously, so a size limit planned with it is never passed).
   static int64_t sample_tar_bytes(std::string_view key, const std::vector<MemberToWrite>& members);
 
+  // A second descriptor of the open shard (dup), holding its flock beyond
+  // close(): the lock moves with the file from its .partial name to its own.
+  // The caller closes it; -1 when not open or out of descriptors.
+  int duplicate_lock() const;
+
  private:
   [[noreturn]] void fail_archive(const std::string& what);
   struct archive* archive_ = nullptr;
@@ -84,15 +89,33 @@ std::string shard_name(const std::string& pattern, int64_t index);
 // --overwrite cannot write a shard over.
 std::string first_existing_shard(const std::string& pattern, int64_t max_shards, bool only_not_regular = false);
 
+// The lowest-numbered shard of a series on `pattern` numbered `from` or
+// later that is already there (an earlier, longer series' leftovers, which a
+// directory spec would read with the new ones), gaps included; or "". For a
+// pattern numbering folders ("out-%d/shard.tar"), only shard_name(pattern,
+// from) is asked.
+std::string first_shard_from(const std::string& pattern, int64_t from);
+
 // Numbered shards pattern % index ("out/train-%06d.tar"); a new shard starts
 // when the next sample would pass max_bytes (the whole file, end-of-archive
 // blocks included) or max_samples (0 = no limit). A shard holds at least one
 // sample, so a sample larger than max_bytes gets a shard of its own.
+//
+// One series per pattern at a time: its first shard stays flock()ed from
+// its creation to the series' close, and a series whose first shard (or its
+// .partial) another process holds is refused before it writes anything. Two
+// `shards synth --overwrite` into one folder otherwise replaced each other's
+// finished shards until one met the other's partial file, and left a mixed
+// set behind. (Where the filesystem has no flock, unguarded.)
 class ShardSeries {
  public:
-  // Throws std::invalid_argument for a bad pattern or a negative limit.
-  // replace_existing: as TarShardWriter::open takes it.
+  // Throws std::invalid_argument for a bad pattern, a negative limit, or a
+  // series another process is writing now. replace_existing: as
+  // TarShardWriter::open takes it.
   ShardSeries(std::string pattern, int64_t max_bytes, int64_t max_samples, bool replace_existing = true);
+  ~ShardSeries();
+  ShardSeries(const ShardSeries&) = delete;
+  ShardSeries& operator=(const ShardSeries&) = delete;
   // True when write_sample would put this sample into a new shard (also
   // before the first one): lets a caller stop at a number of shards.
   bool starts_new_shard(std::string_view key, const std::vector<MemberToWrite>& members) const;
@@ -110,6 +133,7 @@ class ShardSeries {
   TarShardWriter writer_;
   std::vector<std::string> paths_;
   int64_t bytes_closed_ = 0;
+  int series_lock_ = -1;  // the first shard's flock, held until close()
 };
 
 }  // namespace trainbench

@@ -18,7 +18,7 @@
 #include "dataloader/data_error.h"    // DataError: a bad spec or unknown field
 #include "dataloader/shard_list.h"    // resolve_shard_list for verify's SPEC
 #include "dataloader/shard_tools.h"   // synthesize_shards, pack_directory, verify_shards
-#include "dataloader/shard_writer.h"  // shard_name: checking pack's --out pattern
+#include "dataloader/shard_writer.h"  // shard_name: checking pack's --out pattern; first_shard_from: the leftovers
 #include "dataloader/token_decode.h"  // field_is_an_extension: verify --field
 #include "comm/launch_detect.h"        // launcher_rank, launcher_task_count: one writer under mpirun
 #include "trainer/cli.h"              // exit codes
@@ -168,8 +168,10 @@ std::string shard_range(const std::vector<std::string>& paths) {
 // After --overwrite: a directory spec would read a shard left by an
 // earlier, longer run too.
 void note_shards_left_from_earlier_run(const std::string& pattern, size_t written) {
-  const std::string next = shard_name(pattern, static_cast<int64_t>(written));
-  if (fs::exists(next))
+  // Any number past the last written, not only the next: an earlier series
+  // with a gap (shards removed by hand) left its later shards all the same.
+  const std::string next = first_shard_from(pattern, static_cast<int64_t>(written));
+  if (!next.empty())
     std::fprintf(stderr,
                  "trainbench: note: %s and later shards are from an earlier run; remove them if a directory "
                  "spec should not read them\n",

@@ -280,6 +280,56 @@ TEST_F(ShardWriter, FirstExistingShardIsTheLowestNameTheSeriesWouldWrite) {
   EXPECT_EQ(first_existing_shard(dir_ + "/part-%d/data.tar", 3), "");
 }
 
+// The leftovers of an earlier, longer series: any number from `from` on,
+// past a gap too (shards removed by hand), which a directory spec reads.
+TEST_F(ShardWriter, FirstShardFromFindsLeftoversPastAGap) {
+  const std::string pattern = dir_ + "/train-%06d.tar";
+  for (const char* name : {"train-000000.tar", "train-000001.tar", "train-000004.tar", "train-000005.tar"})
+    touch(dir_ + "/" + name);
+  EXPECT_EQ(first_shard_from(pattern, 2), dir_ + "/train-000004.tar") << "past the gap at 2 and 3";
+  EXPECT_EQ(first_shard_from(pattern, 5), dir_ + "/train-000005.tar");
+  EXPECT_EQ(first_shard_from(pattern, 6), "");
+  fs::create_directories(dir_ + "/part-2");
+  touch(dir_ + "/part-2/data.tar");
+  EXPECT_EQ(first_shard_from(dir_ + "/part-%d/data.tar", 2), dir_ + "/part-2/data.tar");
+  EXPECT_EQ(first_shard_from(dir_ + "/part-%d/data.tar", 3), "");
+}
+
+// One series per set of names at a time: a second one (another `shards
+// synth --overwrite` into the folder) is refused before it writes anything,
+// while the first writes its first shard and after it has renamed it, until
+// it closes. It replaced the first's finished shards, and left a mixed set.
+TEST_F(ShardWriter, ASecondSeriesOfTheSameNamesIsRefusedWhileTheFirstWrites) {
+  const std::string pattern = dir_ + "/train-%06d.tar";
+  const std::string data = "tokens";
+  const auto refused = [&](const std::string& named) {
+    try {
+      ShardSeries second(pattern, 0, 2);
+      ADD_FAILURE() << "a second series was let in while " << named << " was held";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(named + " is being written by another process"), std::string::npos)
+          << e.what();
+    }
+  };
+  {
+    ShardSeries first(pattern, 0, 2);
+    first.write_sample("k0", {member("txt", data)});
+    refused(dir_ + "/train-000000.tar.partial");
+    first.write_sample("k1", {member("txt", data)});
+    first.write_sample("k2", {member("txt", data)});  // shard 0 renamed in, shard 1 begun
+    ASSERT_TRUE(fs::exists(dir_ + "/train-000000.tar"));
+    refused(dir_ + "/train-000000.tar");
+    EXPECT_NO_THROW(ShardSeries(dir_ + "/val-%06d.tar", 0, 2)) << "other names in the same folder";
+    first.close();
+    EXPECT_NO_THROW(ShardSeries(pattern, 0, 2)) << "once the first has closed";
+  }
+  {
+    ShardSeries abandoned(pattern, 0, 2);  // destroyed without close() (an error unwound): its lock goes too
+    abandoned.write_sample("k0", {member("txt", data)});
+  }
+  EXPECT_NO_THROW(ShardSeries(pattern, 0, 2));
+}
+
 TEST_F(ShardWriter, SeriesStartsANewShardAtTheSampleCount) {
   ShardSeries series(dir_ + "/s-%03d.tar", 0, 3);
   const std::string data = "tokens";
