@@ -32,6 +32,7 @@ void TarReader::close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   at_end_ = false;
+  end_marker_seen_ = false;
   member_offset_ = 0;
   member_name_.clear();
 }
@@ -121,7 +122,13 @@ bool TarReader::next_member(TarMember* member) {
   if (at_end_) return false;
   const int status = archive_read_next_header(archive_, &entry_);
   at_end_ = status == ARCHIVE_EOF;
-  if (at_end_) return false;
+  if (at_end_) {
+    // libarchive says EOF alike for the zero blocks and for a stream that
+    // simply stops where a header should start; only the former consumes
+    // bytes past that start (the header position it recorded before asking).
+    end_marker_seen_ = stream_offset() > archive_read_header_position(archive_);
+    return false;
+  }
   // ARCHIVE_WARN marks a readable entry with a quirk (an odd pax attribute, a
   // name that does not convert to the locale); the entry itself is good.
   // ARCHIVE_RETRY is a header whose checksum is wrong: the shard is damaged.

@@ -61,6 +61,12 @@ class TarReader {
   int64_t storage_bytes() const;
   // Uncompressed tar-stream position: the offset in error messages.
   int64_t stream_offset() const;
+  // Once next_member has returned false: true when the stream ended right
+  // after a member, without the end-of-archive marker (zero blocks) every
+  // tar writer puts last — a copy cut short at a member boundary. libarchive,
+  // GNU tar and Python's tarfile read such a file as whole, the loader too;
+  // `shards verify` names it.
+  bool ended_without_end_marker() const { return at_end_ && !end_marker_seen_; }
 
  private:
   void start_archive(const std::string& path);
@@ -80,6 +86,7 @@ class TarReader {
   struct archive_entry* entry_ = nullptr;  // owned by archive_
   int fd_ = -1;
   bool at_end_ = false;  // libarchive must not be asked for a header after the end
+  bool end_marker_seen_ = false;  // at the end: libarchive read past where the next header would start
   std::string path_;
   int64_t block_bytes_;
   int64_t member_offset_ = 0;

@@ -182,6 +182,30 @@ TEST_F(ShardTools, VerifyReportsATruncatedShardWithPathAndOffsetAndGoesOn) {
   EXPECT_LT(read.samples, 60);
 }
 
+// A shard cut right after a member (an interrupted copy: cp, rsync) reads
+// as a whole archive with fewer samples, to libarchive as to GNU tar and
+// Python's tarfile; only the missing end-of-archive zero blocks tell. One
+// zero block of the two (GNU tar's "lone zero block") is accepted.
+TEST_F(ShardTools, VerifyNamesAShardThatEndsWithoutItsEndOfArchiveMarker) {
+  const SynthResult written = synthesize_shards(synth_options("eoa"));
+  const std::string& cut = written.paths[1];
+  const std::string& lone = written.paths[2];
+  const auto size = [](const std::string& path) { return static_cast<off_t>(fs::file_size(path)); };
+  ASSERT_EQ(truncate(cut.c_str(), size(cut) - 1024), 0);
+  ASSERT_EQ(truncate(lone.c_str(), size(lone) - 512), 0);
+  VerifyOptions v;
+  v.shards = written.paths;
+  v.field = "u16";
+  const VerifyResult read = verify_shards(v);
+  ASSERT_EQ(read.errors, 1) << ::testing::PrintToString(read.error_lines);
+  EXPECT_EQ(read.error_lines[0].rfind(cut + ": byte " + std::to_string(size(cut)) +
+                                          ": the archive ends without its end-of-archive marker",
+                                      0),
+            0u)
+      << read.error_lines[0];
+  EXPECT_EQ(read.samples, 60) << "every sample there is was read";
+}
+
 TEST_F(ShardTools, PackGroupsFilesByKeyAndCountsWhatItSkips) {
   const fs::path in = dir_ + "/in";
   write_file(in / "a/x.jpg", "jpg-x");
