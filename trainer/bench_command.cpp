@@ -907,10 +907,17 @@ int BenchCommand::run_io_write() {
                            human_bytes(static_cast<double>(fs_info.free_bytes)) +
                            " is free: give a smaller --bytes, --repeats 1 (half the space) or another --dir"};
   const std::vector<SectionSpec> sections = write_bench_sections(options.bytes);
-  std::printf("bench io --write: a %s checkpoint (%zu sections in %ld file(s), one writer each, %s writes%s) "
+  // A file holds whole sections: past their number, the writers asked for
+  // have nothing to write (--files 1024 wrote 4 files, and said 1024).
+  const size_t files_written = assign_sections_to_files(sections, options.files).size();
+  const std::string files_asked =
+      files_written < static_cast<size_t>(o.write_files)
+          ? " (of the " + std::to_string(o.write_files) + " asked: a file holds whole sections)"
+          : "";
+  std::printf("bench io --write: a %s checkpoint (%zu sections in %zu file(s)%s, one writer each, %s writes%s) "
               "vs a plain sequential write of the same size\n",
-              human_bytes(static_cast<double>(options.bytes)).c_str(), sections.size(), o.write_files,
-              human_bytes(static_cast<double>(options.block_bytes)).c_str(),
+              human_bytes(static_cast<double>(options.bytes)).c_str(), sections.size(), files_written,
+              files_asked.c_str(), human_bytes(static_cast<double>(options.block_bytes)).c_str(),
               options.direct_io ? ", O_DIRECT" : ", buffered");
   std::printf("  in %s (%s, %s free); %d repeat(s), the three rotating\n", folder.c_str(), fs_info.type.c_str(),
               human_bytes(static_cast<double>(fs_info.free_bytes)).c_str(), options.repeats);
@@ -959,6 +966,7 @@ int BenchCommand::run_io_write() {
         {"filesystem", fs_info.type},
         {"bytes", r.bytes},
         {"files", files},
+        {"files_asked", o.write_files},
         {"block_bytes", options.block_bytes},
         {"repeats", options.repeats},
         {"checkpoint_persist", side(r.persist_seconds, r.persist_gbs, r.persist_direct_io)},

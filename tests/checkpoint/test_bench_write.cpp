@@ -48,6 +48,26 @@ TEST(BenchIoWrite, ReportsPersistAndPlainWriteAndTheirRatio) {
   EXPECT_EQ(entries, 1);
 }
 
+// More writers than the checkpoint has sections: a file holds whole
+// sections, so the extra writers have nothing to write. The report said
+// "in 1024 file(s)" while 4 were written.
+TEST(BenchIoWrite, MoreFilesThanSectionsSaysHowManyWereWritten) {
+  testing::TempDir temp{"trainbench_bench_write_files"};
+  const std::string json = temp.file("write.json");
+  const testing::CommandResult r =
+      run_command(std::string(TRAINBENCH_BINARY) + " bench io --write --bytes 1M --files 64 --repeats 1 --buffered --dir " +
+                  temp.path() + " --out " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::ifstream in(json);
+  const nlohmann::json result = nlohmann::json::parse(in);
+  const size_t written = result["files"].size();
+  ASSERT_LT(written, 64u);
+  EXPECT_EQ(result["files_asked"], 64);
+  EXPECT_NE(r.out.find(" in " + std::to_string(written) + " file(s) (of the 64 asked: a file holds whole sections)"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST(BenchIoWrite, AnUnwritableFolderIsAUserErrorInOneLine) {
   testing::TempDir temp{"trainbench_bench_write"};
   { std::ofstream(temp.file("a_file")) << "x"; }
