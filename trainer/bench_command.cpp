@@ -588,6 +588,14 @@ int BenchCommand::run_io() {
   const FilesystemInfo fs_info = describe_filesystem("data", setup.data_path);
   const std::vector<int64_t> asked_readers = integer_list_values(o.readers);
   const int64_t max_readers = *std::max_element(asked_readers.begin(), asked_readers.end());
+  // A reader reads whole shards: a count above theirs is skipped below, and
+  // with every count skipped the bench measured no loader and passed.
+  const int64_t min_readers = *std::min_element(asked_readers.begin(), asked_readers.end());
+  if (min_readers > static_cast<int64_t>(shards.size()))
+    throw CommandError{kExitUserError, "--readers " + o.readers + ": only " + std::to_string(shards.size()) +
+                                           " shard(s), and a reader reads whole shards: no reader count here can "
+                                           "be measured; give --readers up to " + std::to_string(shards.size()) +
+                                           ", or more shards"};
   std::printf("bench io: %s\n", setup.description.c_str());
   std::printf("  %s on %s (%s); field .%s, micro-batch %ld x %ld tokens, shuffle buffer %ld\n",
               human_bytes(static_cast<double>(total_bytes)).c_str(), setup.data_path.c_str(),

@@ -353,6 +353,16 @@ TEST_F(LoaderCli, BenchIoStopsEveryMeasurementAtSecondsAndSaysSo) {
   EXPECT_NE(result["warnings"].dump().find("the loader was not measured with 8 readers: only 4 shards"),
             std::string::npos)
       << result["warnings"].dump();
+  // Every count above the shards': no loader to measure at all, which
+  // passed with exit 0 and a warning; now exit 2 before reading, no result.
+  std::remove(out.c_str());
+  const CommandResult none = run_command(std::string(TRAINBENCH_BINARY) + " bench io tiny --set data.shards=" +
+                                         dir_ + "/good --readers 5,8 --seconds 60 --out " + out);
+  EXPECT_EQ(none.exit_code, 2) << none.out << none.err;
+  EXPECT_NE(none.err.find("trainbench: --readers 5,8: only 4 shard(s), and a reader reads whole shards"),
+            std::string::npos)
+      << none.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
 }
 
 // bench io --small-files unpacks the samples one file per member. Named by
