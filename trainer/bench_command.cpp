@@ -317,7 +317,8 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
   io_->add_flag("--small-files", o.small_files,
                 "also unpack the samples into one file per member and read that tree");
   io_->add_option("--small-files-dir", o.small_files_dir,
-                  "where to unpack for --small-files (default: the temporary directory)");
+                  "where to unpack for --small-files (default: the temporary directory)")
+      ->check(non_empty_path());  // "" was the temporary directory, without a word
   io_->add_option("--against", o.against,
                   "a trainbench result JSON: compare with the tokens/s that run consumed per rank");
   io_->add_option("--out", o.out, "write the figures as JSON here")
@@ -327,7 +328,8 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
                 "beside a plain sequential write of the same size (dd bs=64M oflag=direct conv=fsync)");
   io_->add_option("--dir", o.write_dir,
                   "--write: where to write (a fresh folder is made under it and removed; default: the "
-                  "temporary directory). Put it on the checkpoint filesystem");
+                  "temporary directory). Put it on the checkpoint filesystem")
+      ->check(non_empty_path());  // "" was the temporary directory, without a word
   io_->add_option("--bytes", o.write_bytes, "--write: checkpoint size (default 2G)")
       ->transform(byte_size_range(int64_t{1} << 20, int64_t{1} << 50));
   io_->add_option("--files", o.write_files, "--write: files per rank, each with its own writer thread (default 2)")

@@ -937,18 +937,29 @@ std::string byte_size_in_range(const std::string& text, int64_t low, int64_t hig
                                "KB, MB, GB, TB (powers of 1000) (got '" + excerpt(text) + "')";
   size_t digits = 0;
   while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
-  if (digits == 0 || digits > 15) return expected;
+  if (digits == 0) return expected;
   std::string suffix = text.substr(digits);
   for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  double value = static_cast<double>(std::stoll(text.substr(0, digits)));
+  unsigned __int128 multiplier = 1;
   if (!suffix.empty() && suffix != "B") {
     const size_t power = std::string("KMGT").find(suffix[0]);
     const std::string rest = suffix.substr(1);
     const bool binary = rest.empty() || rest == "IB";
     if (power == std::string::npos || (!binary && rest != "B")) return expected;
-    for (size_t p = 0; p <= power; ++p) value *= binary ? 1024.0 : 1000.0;
+    for (size_t p = 0; p <= power; ++p) multiplier *= binary ? 1024 : 1000;
   }
-  if (value < static_cast<double>(low) || value > static_cast<double>(high))
+  // Exact, in 128 bits: a value past any int64 is out of range (said as
+  // such: it is an integer), not "expected an integer", and a large one is
+  // not rounded through a double.
+  unsigned __int128 value = 0;
+  bool huge = false;
+  for (size_t i = 0; i < digits && !huge; ++i) {
+    value = value * 10 + static_cast<unsigned>(text[i] - '0');
+    huge = value > static_cast<unsigned __int128>(INT64_MAX);
+  }
+  if (!huge) value *= multiplier;
+  if (huge || value < static_cast<unsigned __int128>(std::max<int64_t>(low, 0)) ||
+      value > static_cast<unsigned __int128>(std::max<int64_t>(high, 0)))
     return "must be between " + std::to_string(low) + " and " + std::to_string(high) + " bytes (got '" +
            excerpt(text) + "')";
   *bytes = static_cast<int64_t>(value);

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "dataloader/data_error.h"    // DataError: a bad spec or unknown field
-#include "dataloader/shard_list.h"    // resolve_shard_list for verify's SPEC
+#include "dataloader/shard_list.h"    // resolve_shard_list for verify's SPEC; has_shard_extension
 #include "dataloader/shard_tools.h"   // synthesize_shards, pack_directory, verify_shards
 #include "dataloader/shard_writer.h"  // shard_name: checking pack's --out pattern; first_shard_from: the leftovers
 #include "dataloader/token_decode.h"  // field_is_an_extension: verify --field
@@ -236,7 +236,7 @@ ShardsCommand::ShardsCommand(CLI::App& app) {
       ->required();
   pack_
       ->add_option("--max-size", pack_args_.max_size,
-                   "start a new shard before a sample would pass this size (default: 1G)")
+                   "start a new shard before a sample would pass this size (default: 1G; 0 = no limit)")
       ->type_name("BYTES");
   pack_
       ->add_option("--max-count", pack_args_.max_count,
@@ -361,6 +361,13 @@ int ShardsCommand::run_pack() {
                    ": name the shards *.tar (and compress them afterwards if you want)");
     options.out_pattern = out;
   } else {
+    // "p3/data.tar" made a folder of that name with shard-000000.tar in it:
+    // a name like a shard's is taken for one, unless such a folder is there.
+    std::error_code ignored;
+    if (has_shard_extension(out) && !fs::is_directory(out, ignored))
+      user_error("--out " + out + ": is a folder for the shards (shard-NNNNNN.tar in it), and this one is named "
+                 "like a shard; give a folder, or a pattern such as " +
+                 (fs::path(out).parent_path() / "data-%06d.tar").string());
     options.out_pattern = out + "/shard-%06d.tar";
   }
   // Before the output folder is made: not a folder left inside INPUT_DIR.
@@ -392,7 +399,16 @@ int ShardsCommand::run_verify() {
   options.field = verify_args_.field;
   if (verify_->count("--field") > 0 && !field_is_an_extension(options.field))
     user_error("--field '" + options.field + "': " + kFieldExtensionRule);
-  options.shards = resolve_shard_list(verify_args_.spec);
+  try {
+    options.shards = resolve_shard_list(verify_args_.spec);
+  } catch (const DataError& e) {
+    // The list's errors name data.shards, the config key it reads for a run:
+    // here the shards came as SPEC.
+    const std::string key = "data.shards: ";
+    const std::string message = e.what();
+    if (e.scope() != CorruptScope::kConfig || message.rfind(key, 0) != 0) throw;
+    user_error("SPEC " + verify_args_.spec + ": " + message.substr(key.size()));
+  }
   options.vocab = verify_args_.vocab;
   if (options.vocab < 0) user_error("--vocab: must be > 0");
 

@@ -125,6 +125,13 @@ TEST(BenchIoWrite, BadSizesAreUserErrors) {
         run_command(std::string(TRAINBENCH_BINARY) + " bench io --write " + option);
     EXPECT_EQ(r.exit_code, 2) << option << ": " << r.out << r.err;
   }
+  // An empty folder is no folder (it wrote into the temporary directory).
+  // So for the read bench's --small-files-dir.
+  for (const char* option : {"--write --dir ''", "--small-files --small-files-dir ''"}) {
+    const testing::CommandResult r = run_command(std::string(TRAINBENCH_BINARY) + " bench io " + option);
+    EXPECT_EQ(r.exit_code, 2) << option << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find("the path is empty"), std::string::npos) << option << ": " << r.err;
+  }
 }
 
 // bench io is two benches: an option of the one not run was ignored without

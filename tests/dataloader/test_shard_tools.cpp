@@ -552,7 +552,11 @@ TEST_F(ShardTools, CommandLineUserErrorsExit2WithOneLineNamingTheOption) {
       {"shards pack " + dir_ + "/nowhere" + out, {"INPUT_DIR", dir_ + "/nowhere"}},
       {"shards pack " + dir_ + out + "/x-%d-%d.tar", {"--out"}},
       {"shards pack " + dir_ + out + " --max-size 1X", {"--max-size"}},
-      {"shards verify " + dir_ + "/missing.tar", {dir_ + "/missing.tar"}},
+      {"shards verify " + dir_ + "/missing.tar", {"SPEC " + dir_ + "/missing.tar: shard"}},
+      // A name like a shard's is not a folder for pack's shards (it made one).
+      {"shards pack " + dir_ + " --out " + dir_ + "/o/data.tar", {"--out " + dir_ + "/o/data.tar", "data-%06d.tar"}},
+      // Exact and out of range, not "expected an integer".
+      {"shards synth" + out + " --count 1 --size 9000000000000000001", {"--size", "must be between"}},
       {"shards verify " + dir_ + "/file --vocab 10", {"--vocab", "--field"}},
       // Out-of-range integers are errors, not saturated to 2^63 - 1 (CLI11's way).
       {"shards synth" + out + " --count 99999999999999999999 --samples 1", {"--count", "between 1 and 1048576"}},

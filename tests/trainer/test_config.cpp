@@ -246,6 +246,32 @@ TEST(CommandLineNumbers, IntegersAndNumbersInRange) {
   EXPECT_NE(number_in_range("0", 0.001, 86400), "");
 }
 
+// Sizes as the commands read them: exact in every digit, and a large
+// integer is out of range, not "expected an integer" (it said so of
+// 9000000000000000000, an integer).
+TEST(CommandLineNumbers, ByteSizesAreExactAndLargeOnesAreOutOfRange) {
+  const int64_t high = int64_t{9} * 1000 * 1000 * 1000 * 1000 * 1000 * 1000;
+  int64_t bytes = -1;
+  EXPECT_EQ(byte_size_in_range("64K", 0, high, &bytes), "");
+  EXPECT_EQ(bytes, 65536);
+  EXPECT_EQ(byte_size_in_range("64KB", 0, high, &bytes), "");
+  EXPECT_EQ(bytes, 64000);
+  EXPECT_EQ(byte_size_in_range("8999999999999999999", 0, high, &bytes), "");
+  EXPECT_EQ(bytes, 8999999999999999999) << "not rounded through a double";
+  EXPECT_EQ(byte_size_in_range("1234567890123456", 0, high, &bytes), "") << "16 digits, in range";
+  EXPECT_EQ(bytes, 1234567890123456);
+  for (const char* big : {"9000000000000000001", "99999999999999999999999", "99999999T", "8192P0"}) {
+    const std::string error = byte_size_in_range(big, 0, high, &bytes);
+    if (std::string(big) == "8192P0")
+      EXPECT_EQ(error.rfind("expected bytes as an integer", 0), 0u) << error;
+    else
+      EXPECT_EQ(error, "must be between 0 and 9000000000000000000 bytes (got '" + std::string(big) + "')");
+  }
+  EXPECT_EQ(byte_size_in_range("", 0, high, &bytes).rfind("expected bytes", 0), 0u);
+  EXPECT_EQ(byte_size_in_range("1X", 0, high, &bytes).rfind("expected bytes", 0), 0u);
+  EXPECT_EQ(byte_size_in_range("0", 1, high, &bytes), "must be between 1 and 9000000000000000000 bytes (got '0')");
+}
+
 TEST(ParseConfig, EmptyFileKeepsEveryDefault) {
   // Every key has a default, the model's included (the tiny shape), so an
   // empty file is a runnable config.
