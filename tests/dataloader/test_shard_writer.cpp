@@ -257,7 +257,7 @@ TEST_F(ShardWriter, WithoutReplaceAShardThatAppearedIsNotWrittenOver) {
   EXPECT_EQ(read_members(path).size(), 1u);
 }
 
-TEST_F(ShardWriter, FirstExistingShardIsTheLowestNameTheSeriesWouldWrite) {
+TEST_F(ShardWriter, FirstExistingShardIsTheLowestNameTheSeriesWouldWriteAndFirstShardFromPastAGap) {
   const std::string pattern = dir_ + "/train-%06d.tar";
   EXPECT_EQ(first_existing_shard(pattern, 100), "");
   EXPECT_EQ(first_existing_shard(dir_ + "/missing/train-%06d.tar", 100), "") << "no folder, nothing taken";
@@ -278,21 +278,13 @@ TEST_F(ShardWriter, FirstExistingShardIsTheLowestNameTheSeriesWouldWrite) {
   touch(dir_ + "/part-3/data.tar");
   EXPECT_EQ(first_existing_shard(dir_ + "/part-%d/data.tar", 10), dir_ + "/part-3/data.tar");
   EXPECT_EQ(first_existing_shard(dir_ + "/part-%d/data.tar", 3), "");
-}
-
-// The leftovers of an earlier, longer series: any number from `from` on,
-// past a gap too (shards removed by hand), which a directory spec reads.
-TEST_F(ShardWriter, FirstShardFromFindsLeftoversPastAGap) {
-  const std::string pattern = dir_ + "/train-%06d.tar";
-  for (const char* name : {"train-000000.tar", "train-000001.tar", "train-000004.tar", "train-000005.tar"})
-    touch(dir_ + "/" + name);
-  EXPECT_EQ(first_shard_from(pattern, 2), dir_ + "/train-000004.tar") << "past the gap at 2 and 3";
-  EXPECT_EQ(first_shard_from(pattern, 5), dir_ + "/train-000005.tar");
-  EXPECT_EQ(first_shard_from(pattern, 6), "");
-  fs::create_directories(dir_ + "/part-2");
-  touch(dir_ + "/part-2/data.tar");
-  EXPECT_EQ(first_shard_from(dir_ + "/part-%d/data.tar", 2), dir_ + "/part-2/data.tar");
-  EXPECT_EQ(first_shard_from(dir_ + "/part-%d/data.tar", 3), "");
+  // The leftovers of an earlier, longer series: any number from `from` on,
+  // past a gap too (shards removed by hand), which a directory spec reads.
+  EXPECT_EQ(first_shard_from(pattern, 10), dir_ + "/train-000042.tar") << "past the gap at 10..41";
+  EXPECT_EQ(first_shard_from(pattern, 43), dir_ + "/train-1234567.tar");
+  EXPECT_EQ(first_shard_from(pattern, 1234568), "");
+  EXPECT_EQ(first_shard_from(dir_ + "/part-%d/data.tar", 3), dir_ + "/part-3/data.tar");
+  EXPECT_EQ(first_shard_from(dir_ + "/part-%d/data.tar", 4), "");
 }
 
 // One series per set of names at a time: a second one (another `shards
