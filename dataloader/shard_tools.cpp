@@ -456,16 +456,17 @@ VerifyResult verify_shards(const VerifyOptions& options, const ProgressCallback&
       }
       if (progress) progress(bytes_before + tar.storage_bytes(), total_bytes, "bytes");
     }
+    // Its samples may be fewer than were written: a copy cut short right
+    // after a member reads as a whole archive to every tar reader. (Whatever
+    // else was wrong with its samples; false when reading stopped on an error.)
+    if (tar.ended_without_end_marker())
+      record(at_offset(path, tar.stream_offset(),
+                       "the archive ends without its end-of-archive marker (two zero blocks) after its last "
+                       "member: cut short at a member boundary, e.g. by an interrupted copy? (the loader reads "
+                       "the " + std::to_string(result.samples - samples_before) + " samples there are)"));
     // A readable shard that gives a loader nothing (only directories or
     // links, or empty token members) is an error: training on it fails.
     if (result.errors == errors_before) {
-      // Its samples may be fewer than were written: a copy cut short right
-      // after a member reads as a whole archive to every tar reader.
-      if (tar.ended_without_end_marker())
-        record(at_offset(path, tar.stream_offset(),
-                         "the archive ends without its end-of-archive marker (two zero blocks) after its last "
-                         "member: cut short at a member boundary, e.g. by an interrupted copy? (the loader reads "
-                         "the " + std::to_string(result.samples - samples_before) + " samples there are)"));
       if (result.samples == samples_before)
         record(path + ": no samples (no regular file member named key.extension)");
       else if (member_bytes == 0)

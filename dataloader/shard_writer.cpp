@@ -391,11 +391,15 @@ int TarShardWriter::duplicate_lock() const { return fd_ >= 0 ? ::fcntl(fd_, F_DU
 namespace {
 
 // Throws std::invalid_argument when another process holds `path`'s flock: a
-// series writing it now. The probe's own lock goes as its descriptor closes.
+// series writing it now. A shared lock: it conflicts with the writer's
+// exclusive one, two probes do not refuse each other, and NFS (which
+// emulates flock with fcntl locks) grants it on a descriptor opened for
+// reading, where an exclusive one fails (EBADF) and read as "not held". The
+// probe's own lock goes as its descriptor closes.
 void refuse_if_held(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return;  // not there (or not ours to open): nothing to wait for
-  const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
   ::close(fd);
   if (held)
     throw std::invalid_argument(path + " is being written by another process: two writers of one series of "
@@ -436,8 +440,15 @@ void ShardSeries::write_sample(std::string_view key, const std::vector<MemberToW
     close_current();
     const std::string path = shard_name(pattern_, static_cast<int64_t>(paths_.size()));
     writer_.open(path, replace_existing_);
-    // The first shard's lock, kept past its rename until the series' close.
-    if (paths_.empty()) series_lock_ = writer_.duplicate_lock();
+    if (paths_.empty()) {
+      // Asked again now that this series holds its first .partial: another
+      // one may have started after the constructor's check and renamed its
+      // first shard in meanwhile (pack walks its input tree in between).
+      // Refused, this writer's .partial goes with it (its destructor).
+      refuse_if_held(path);
+      // The first shard's lock, kept past its rename until the series' close.
+      series_lock_ = writer_.duplicate_lock();
+    }
     paths_.push_back(path);
   }
   writer_.write_sample(key, members);

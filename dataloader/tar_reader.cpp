@@ -126,6 +126,8 @@ bool TarReader::next_member(TarMember* member) {
     // libarchive says EOF alike for the zero blocks and for a stream that
     // simply stops where a header should start; only the former consumes
     // bytes past that start (the header position it recorded before asking).
+    // A foreign tar that ends in a pax global header or a GNU volume header
+    // also consumes some: counted as ended properly (trainbench writes neither).
     end_marker_seen_ = stream_offset() > archive_read_header_position(archive_);
     return false;
   }

@@ -204,6 +204,12 @@ TEST_F(ShardTools, VerifyNamesAShardThatEndsWithoutItsEndOfArchiveMarker) {
             0u)
       << read.error_lines[0];
   EXPECT_EQ(read.samples, 60) << "every sample there is was read";
+  // Named whatever else is wrong with its samples (every id >= 100 here).
+  v.shards = {cut};
+  v.vocab = 100;
+  const VerifyResult both = verify_shards(v);
+  EXPECT_EQ(both.errors, 21) << ::testing::PrintToString(both.error_lines);
+  EXPECT_NE(::testing::PrintToString(both.error_lines).find("without its end-of-archive marker"), std::string::npos);
 }
 
 TEST_F(ShardTools, PackGroupsFilesByKeyAndCountsWhatItSkips) {

@@ -316,6 +316,24 @@ TEST_F(ShardWriter, ASecondSeriesOfTheSameNamesIsRefusedWhileTheFirstWrites) {
     EXPECT_NO_THROW(ShardSeries(pattern, 0, 2)) << "once the first has closed";
   }
   {
+    // A series that passed its check before another began (pack walks its
+    // input tree in between) is refused at its first shard, whose .partial
+    // goes with it: it would have renamed over the other's first shard.
+    ShardSeries late(pattern, 0, 2);
+    ShardSeries first(pattern, 0, 2);
+    for (const char* key : {"k0", "k1", "k2"}) first.write_sample(key, {member("txt", data)});
+    try {
+      late.write_sample("k0", {member("txt", data)});
+      ADD_FAILURE() << "the late series wrote its first shard beside the other's";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(dir_ + "/train-000000.tar is being written by another process"),
+                std::string::npos)
+          << e.what();
+    }
+    first.close();
+  }
+  EXPECT_TRUE(fs::exists(dir_ + "/train-000001.tar")) << "the first series' shards stay";
+  {
     ShardSeries abandoned(pattern, 0, 2);  // destroyed without close() (an error unwound): its lock goes too
     abandoned.write_sample("k0", {member("txt", data)});
   }
