@@ -569,10 +569,18 @@ int BenchCommand::run_io() {
   if (!o.out.empty()) check_result_path(o.out);
   check_result_is_not_input(o.out, "--out", o.against, "--against");
 
+  const std::vector<int64_t> asked_readers = integer_list_values(o.readers);
+  const int64_t max_readers = *std::max_element(asked_readers.begin(), asked_readers.end());
+  // The temporary shards are made for the widest reader count asked (a
+  // reader reads whole shards): `bench io --readers 16` on the default data
+  // measures 16 readers, not 8 shards' worth.
+  Config data_config = config;
+  if (data_config.data.shards.empty())
+    data_config.data.synth_shards = std::max(data_config.data.synth_shards, max_readers);
   DataSetup setup;
   std::vector<std::string> shards;
   try {
-    shards = shards_for_run(config, 1, &setup);
+    shards = shards_for_run(data_config, 1, &setup);
   } catch (const DataError&) {
     throw;  // the shard list: exit 2
   } catch (const std::exception& e) {
@@ -588,8 +596,6 @@ int BenchCommand::run_io() {
     total_bytes += static_cast<int64_t>(size);
   }
   const FilesystemInfo fs_info = describe_filesystem("data", setup.data_path);
-  const std::vector<int64_t> asked_readers = integer_list_values(o.readers);
-  const int64_t max_readers = *std::max_element(asked_readers.begin(), asked_readers.end());
   // A reader reads whole shards: a count above theirs is skipped below, and
   // with every count skipped the bench measured no loader and passed.
   const int64_t min_readers = *std::min_element(asked_readers.begin(), asked_readers.end());

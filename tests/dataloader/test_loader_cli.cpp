@@ -353,6 +353,15 @@ TEST_F(LoaderCli, BenchIoStopsEveryMeasurementAtSecondsAndSaysSo) {
   EXPECT_NE(result["warnings"].dump().find("the loader was not measured with 8 readers: only 4 shards"),
             std::string::npos)
       << result["warnings"].dump();
+  // On the temporary shards (no data.shards) there are as many as the
+  // widest count asked: the default data measured 8 shards' worth.
+  const CommandResult wide = run_command(std::string(TRAINBENCH_BINARY) +
+                                         " bench io tiny --readers 12 --seconds 1 --out " + out);
+  ASSERT_EQ(wide.exit_code, 0) << wide.out << wide.err;
+  const nlohmann::json widened = nlohmann::json::parse(read_whole_file(out));
+  ASSERT_EQ(widened["by_threads"].size(), 2u) << widened.dump();
+  EXPECT_EQ(widened["by_threads"][1]["threads"], 12);
+  EXPECT_TRUE(widened["by_threads"][1].contains("loader")) << widened["by_threads"][1].dump();
   // Every count above the shards': no loader to measure at all, which
   // passed with exit 0 and a warning; now exit 2 before reading, no result.
   std::remove(out.c_str());
