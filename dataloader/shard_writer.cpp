@@ -179,14 +179,18 @@ void remove_partial_shards() {
   for (const std::string& partial : held_partials()) ::unlink(partial.c_str());
 }
 
-TarShardWriter::~TarShardWriter() {
+TarShardWriter::~TarShardWriter() { abandon(); }
+
+void TarShardWriter::abandon() {
   // Destroyed while open = abandoned (an exception unwound past it): the
   // partial file goes, the whole-shard name was never created.
   if (archive_ == nullptr) return;
   archive_write_free(archive_);
+  archive_ = nullptr;
   std::remove((path_ + ".partial").c_str());  // before the close drops the lock
   release_partial(path_ + ".partial");
   ::close(fd_);
+  fd_ = -1;
 }
 
 int64_t TarShardWriter::sample_tar_bytes(std::string_view key, const std::vector<MemberToWrite>& members) {
@@ -444,8 +448,14 @@ void ShardSeries::write_sample(std::string_view key, const std::vector<MemberToW
       // Asked again now that this series holds its first .partial: another
       // one may have started after the constructor's check and renamed its
       // first shard in meanwhile (pack walks its input tree in between).
-      // Refused, this writer's .partial goes with it (its destructor).
-      refuse_if_held(path);
+      // Refused, this writer's .partial goes at once: a caller that went on
+      // to close() would have renamed it over the other's first shard.
+      try {
+        refuse_if_held(path);
+      } catch (const std::invalid_argument&) {
+        writer_.abandon();
+        throw;
+      }
       // The first shard's lock, kept past its rename until the series' close.
       series_lock_ = writer_.duplicate_lock();
     }

@@ -42,6 +42,9 @@ class TarShardWriter {
   void open(const std::string& path, bool replace_existing = true);
   void write_sample(std::string_view key, const std::vector<MemberToWrite>& members);
   void close();  // finishes the archive, fsyncs, renames into place, fsyncs the directory
+  // Gives the shard up: its .partial is removed, nothing is renamed into
+  // place; as destroying an open writer does. Nothing when not open.
+  void abandon();
   bool is_open() const { return archive_ != nullptr; }
   // Tar bytes so far, headers and padding included; after close(), the file's size.
   int64_t bytes_written() const { return bytes_; }
