@@ -853,7 +853,7 @@ int BenchCommand::run_io() {
     }
     const nlohmann::json result = {
         {"schema", "trainbench.bench_io/v1"},
-        {"config", config_to_json(config)},
+        {"config", config_to_json(data_config)},  // as the shards were made
         {"shards", static_cast<int64_t>(shards.size())},
         {"shard_bytes", total_bytes},
         {"filesystem", fs_info.type},
