@@ -246,6 +246,7 @@ TEST_F(Attribution, EachInjectedStallLandsInItsCategory) {
   // show in it.
   const Means slow_net = run("net", "--set comm.inject_delay_ms=150");
   EXPECT_GT(slow_net.step_s - base.step_s, 0.8 * 0.150) << "the held all-reduce should slow the step";
+  EXPECT_LT(slow_net.step_s - base.step_s, 2 * 0.150) << "one hold per step, not two";
   expect_attributed(base, slow_net, &Means::comm_exposed_s, "comm_exposed_s", slow_net.step_s - base.step_s);
   EXPECT_EQ(slow_net.bottleneck.rfind("network", 0), 0u) << slow_net.bottleneck;
 
