@@ -169,8 +169,12 @@ configure() {
 # CLI, the GPU tests, the ceiling tool), not the CPU-only suites.
 # -k 0: a test that fails to compile costs that test, not the CLI and the rest.
 compile() { bounded 420 cmake --build "$build" -j "$(nproc)" --target gpu_check_targets -- -k 0 > "$logs/build.log" 2>&1; }
-# The targets that failed to build ("" when none), for the build row.
-failed_targets() { grep -E '^FAILED: ' "$logs/build.log" | sed -E 's/^FAILED: //; s/ .*//' | xargs -r -n1 basename | sort -u | head -5 | tr '\n' ' '; }
+# The targets that failed to build ("" when none), for the build row
+# (ninja 1.12 writes "FAILED: [code=1] target").
+failed_targets() {
+  grep -E '^FAILED: ' "$logs/build.log" | sed -E 's/^FAILED: (\[code=[0-9]+\] )?//; s/ .*//' |
+    xargs -r -n1 basename | sort -u | head -5 | tr '\n' ' '
+}
 # Whether the build failed in cuDNN's attention (its headers, the frontend,
 # the library): the one failure building again without it can mend.
 failed_in_cudnn() {
@@ -185,34 +189,56 @@ stop_after_failed_build() {
   printf '%s\n' "${table[@]}" | tee -a "$out/summary.txt"
   exit 1
 }
-configure && compile
+# build_once [CONFIGURE ARGS...]: configure, then compile, from no CLI binary
+# and no build log, so that an earlier call's (same build folder, same logs
+# folder) never passes for this one's. build_phase says which step ended it.
+build_once() {
+  rm -f "$build/trainbench" "$logs/build.log"
+  build_phase=configure
+  configure "$@" || return $?
+  build_phase=compile
+  compile
+}
+is_cut() { [ "$1" -eq 124 ] || [ "$1" -eq 137 ] || [ "$1" -eq 200 ]; }
+# The log of the step that ended build_once.
+build_phase_log() { if [ "$build_phase" = configure ]; then echo "$logs/configure.log"; else echo "$logs/build.log"; fi; }
+build_once
 build_status=$?
 if [ "$build_status" -eq 0 ]; then
   row "build (sm_90)" "ok ($(elapsed))"
-elif [ "$build_status" -eq 124 ] || [ "$build_status" -eq 137 ] || [ "$build_status" -eq 200 ]; then
+elif is_cut "$build_status"; then
   # Cut by its time limit, not failed: building again without cuDNN would
   # only be cut again, with less time left.
-  stop_after_failed_build "$(failure "$build_status" "$logs/build.log")"
+  stop_after_failed_build "$(failure "$build_status" "$(build_phase_log)") ($build_phase)"
+elif [ "$build_phase" = configure ]; then
+  stop_after_failed_build "FAILED in configure: $(failure "$build_status" "$logs/configure.log")"
+elif [ -x "$build/trainbench" ]; then
+  # Some targets failed (kept going: -k 0), the CLI was built by this call:
+  # what can run, runs, with cuDNN attention as built (a test of its own that
+  # fails to compile is no reason to rebuild without it).
+  row "build (sm_90)" "PARTIAL ($(elapsed)): failed $(failed_targets)(build.log)"
 elif grep -q 'cuDNN attention ON' "$logs/configure.log" && failed_in_cudnn; then
   # cuDNN attention has never been built on the device image before its first
   # run there (its headers, library and frontend come from three places): if
-  # the build fails with it, build without it rather than lose the call. The
-  # engine then runs attention as GEMMs, which the table's attention column
-  # and the "cuDNN attention" row say. The cache keeps OFF for a second call.
+  # the CLI fails to build with it, build without it rather than lose the
+  # call. The engine then runs attention as GEMMs, which the table's
+  # attention column and the "cuDNN attention" row say. The cache keeps OFF
+  # for a second call.
   mv "$logs/build.log" "$logs/build-with-cudnn.log"
   cudnn_error=$(grep -m1 -E 'error|Error' "$logs/build-with-cudnn.log" | cut -c1-160)
-  if configure -DTRAINBENCH_CUDNN=OFF && compile; then
+  build_once -DTRAINBENCH_CUDNN=OFF
+  build_status=$?
+  if [ "$build_status" -eq 0 ]; then
     row "build (sm_90)" "ok WITHOUT cuDNN attention ($(elapsed)); with it: FAILED: ${cudnn_error:-see build-with-cudnn.log}"
-  elif [ -x "$build/trainbench" ]; then
+  elif is_cut "$build_status"; then
+    stop_after_failed_build "without cuDNN attention, $(failure "$build_status" "$(build_phase_log)") ($build_phase); with it: FAILED"
+  elif [ "$build_phase" = compile ] && [ -x "$build/trainbench" ]; then
     row "build (sm_90)" "PARTIAL WITHOUT cuDNN attention ($(elapsed)): failed $(failed_targets)(build.log); with it: ${cudnn_error:-see build-with-cudnn.log}"
   else
-    stop_after_failed_build "FAILED with and without cuDNN attention: see build-with-cudnn.log / build.log"
+    stop_after_failed_build "FAILED with and without cuDNN attention: see build-with-cudnn.log / build.log / configure.log"
   fi
-elif [ -x "$build/trainbench" ] && [ -s "$logs/configure.log" ] && grep -q '^FAILED: ' "$logs/build.log"; then
-  # Some targets failed (kept going: -k 0); the CLI was built: what can run, runs.
-  row "build (sm_90)" "PARTIAL ($(elapsed)): failed $(failed_targets)(build.log)"
 else
-  stop_after_failed_build "FAILED: see configure.log / build.log"
+  stop_after_failed_build "FAILED: $(failed_targets)(see build.log)"
 fi
 timeout 20 "$build/trainbench" --version > "$logs/version.txt" 2>&1
 # Whether this build has the CUDA engine: every trainbench row below needs it.
@@ -227,7 +253,7 @@ if [ -z "${GPU_CHECK_EXTRAS_ONLY:-}" ]; then
 # 2. CUDA tests (label gpu): they must run here, not skip.
 # The NCCL communicator's tests run on their own in 2b (their own log and
 # row), not twice.
-bounded "${GPU_CHECK_TESTS_TIMEOUT:-300}" ctest --test-dir "$build" -L gpu -E '^NcclCommunicatorTest\.' -j 4 \
+bounded "${GPU_CHECK_TESTS_TIMEOUT:-300}" ctest --test-dir "$build" -L gpu -E '^NcclCommunicator' -j 4 \
   --output-on-failure > "$logs/ctest_gpu.log" 2>&1
 ctest_status=$?
 gpu_tests=$(grep -E "tests passed|tests failed" "$logs/ctest_gpu.log" | tail -1)
@@ -258,7 +284,7 @@ if [ -x "$nccl_test" ]; then
   nccl_lib=$(grep -oE 'NCCL [0-9]+\.[0-9]+\.[0-9]+' "$logs/nccl_1rank.log" | head -1)
   row "NCCL comm (1 rank)" "${nccl_lib:-NCCL ?}: passed ${nccl_passed:-0}, failed ${nccl_failed:-0}, skipped ${nccl_skipped:-0} (exit $nccl_status; skipped must be 0 on a GPU)"
   # One rank per GPU when the machine has several (optional: needs mpirun).
-  gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
+  gpus=$(timeout 20 nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
   # Without the MPI backend each rank would be a world of its own (the test
   # skips, saying so); the device image's carried packages have no MPI.
   if [ "${gpus:-0}" -ge 2 ] && command -v mpirun > /dev/null && grep -q "MPI backend ON" "$logs/configure.log"; then
@@ -465,7 +491,7 @@ fi
 # 6g, several GPUs (and mpirun): data parallelism over NCCL
 # with ZeRO-1, one rank per GPU (ZeRO-1 needs two ranks at least). The ranks'
 # parameter checksums must agree; the row gives the AdamW state per rank.
-gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
+gpus=$(timeout 20 nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
 if [ "${gpus:-0}" -ge 2 ] && command -v mpirun > /dev/null && grep -q "NCCL backend ON" "$logs/configure.log" &&
    grep -q "MPI backend ON" "$logs/configure.log"; then
   zero_run=h200-gpt2-124m-zero1
