@@ -332,21 +332,16 @@ done
 # limit cuts the extra rows below; then the ratios and the targets.
 if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
   for preset in "${presets[@]}"; do
-    if bounded "${GPU_CHECK_TORCH_TIMEOUT:-180}" python3 scripts/torch_baseline.py --config "configs/$preset.yaml" --mode both --json \
-         > "$logs/torch_$preset.jsonl" 2> "$logs/torch_$preset.err"; then
-      while read -r line; do
-        row "pytorch $preset $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["mode"])' "$line")" \
-            "$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["error"] if "error" in d else "{:,.0f} tokens/s".format(d["tokens_per_s"]))' "$line")"
-      done < <(grep '^{' "$logs/torch_$preset.jsonl")
-    else
-      torch_status=$?
-      # Cut during torch.compile: the eager figure written before it still counts.
-      while read -r line; do
-        row "pytorch $preset $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["mode"])' "$line")" \
-            "$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["error"] if "error" in d else "{:,.0f} tokens/s".format(d["tokens_per_s"]))' "$line")"
-      done < <(grep '^{' "$logs/torch_$preset.jsonl" 2> /dev/null)
-      row "pytorch $preset" "$(failure $torch_status "$logs/torch_$preset.err")"
-    fi
+    bounded "${GPU_CHECK_TORCH_TIMEOUT:-180}" python3 scripts/torch_baseline.py --config "configs/$preset.yaml" --mode both --json \
+      > "$logs/torch_$preset.jsonl" 2> "$logs/torch_$preset.err"
+    torch_status=$?
+    # Every figure written, also when cut during torch.compile (the eager
+    # one came first); then the failure, if any.
+    while read -r line; do
+      row "pytorch $preset $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["mode"])' "$line")" \
+          "$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["error"] if "error" in d else "{:,.0f} tokens/s".format(d["tokens_per_s"]))' "$line")"
+    done < <(grep '^{' "$logs/torch_$preset.jsonl" 2> /dev/null)
+    [ "$torch_status" -eq 0 ] || row "pytorch $preset" "$(failure "$torch_status" "$logs/torch_$preset.err")"
   done
 fi
 
