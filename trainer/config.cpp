@@ -56,6 +56,10 @@ struct KeySpec {
 // Fault injection sleeps for these: an hour is more than any test or probe
 // asks, and 1e300 overflowed sleep_for's duration into no delay at all.
 constexpr int64_t kMaxInjectedDelayMs = 3'600'000;
+// The GEMM ceiling's timing is a calibration, not the run: a minute is more
+// than any ceiling needs to settle, and a typo (600 for 0.6) is an error
+// rather than ten minutes of a GEMM before the first step.
+constexpr int64_t kMaxGemmCeilingSeconds = 60;
 
 // The name is spelled from the member path, so a key and the field it sets
 // cannot drift apart.
@@ -142,6 +146,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(report, progress_every, Bound::kNonNegative),
       TRAINBENCH_KEY(report, instrument),
       TRAINBENCH_KEY(report, op_times),
+      TRAINBENCH_KEY(report, gemm_ceiling_s, Bound::kNonNegative, {}, kMaxGemmCeilingSeconds),
       TRAINBENCH_KEY(burnin, golden_every, Bound::kPositive),
       TRAINBENCH_KEY(burnin, straggler_pct, Bound::kPositive),
       TRAINBENCH_KEY(burnin, degrade_pct, Bound::kPercent),

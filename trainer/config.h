@@ -111,6 +111,7 @@ struct ReportSection {
   int64_t progress_every = 10;  // progress line every N steps; 0 = none
   bool instrument = true;       // false: no per-step timing, only the measured steps' wall time (its cost)
   bool op_times = false;        // true: compute_s broken down by kind of op (both engines)
+  double gemm_ceiling_s = 1.0;  // seconds the GEMM ceiling is timed for before training; 0 = not timed
 };
 
 // The model a file gets for keys it does not state: the shape of configs/tiny.yaml.

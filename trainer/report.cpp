@@ -101,12 +101,13 @@ void print_progress(FILE* out, const Config& config, const StepRecord& step,
   const double rank_tokens_per_step =
       static_cast<double>(config.train.micro_batch * config.train.grad_accum * config.model.seq_len);
   const double flops = step.step_s > 0 ? so_far.model_flops_per_token * rank_tokens_per_step / step.step_s : 0.0;
-  const double mfu = so_far.gemm_ceiling_flops_per_s > 0 ? flops / so_far.gemm_ceiling_flops_per_s
-                                                         : 0.0;
-  std::fprintf(out,
-               "step %5ld/%-5ld loss %8s  tokens/s %10s  mfu(ceiling) %5.1f%%  step %9.2f ms%s\n",
-               step.step, config.train.steps, loss_text(step.loss).c_str(), human_count(tokens_per_s).c_str(),
-               100.0 * mfu, 1e3 * step.step_s, step.warmup ? "  (warm-up)" : "");
+  // No ceiling (report.gemm_ceiling_s=0) is "n/a", not an MFU of 0 %.
+  char mfu[16] = "  n/a ";
+  if (so_far.gemm_ceiling_flops_per_s > 0)
+    std::snprintf(mfu, sizeof(mfu), "%5.1f%%", 100.0 * flops / so_far.gemm_ceiling_flops_per_s);
+  std::fprintf(out, "step %5ld/%-5ld loss %8s  tokens/s %10s  mfu(ceiling) %s  step %9.2f ms%s\n", step.step,
+               config.train.steps, loss_text(step.loss).c_str(), human_count(tokens_per_s).c_str(), mfu,
+               1e3 * step.step_s, step.warmup ? "  (warm-up)" : "");
   std::fflush(out);
 }
 
@@ -134,15 +135,21 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
   if (measured)
     std::fprintf(out, "  achieved            %sFLOP/s per device\n",
                  human_count(s.achieved_flops_per_s).c_str());
-  std::fprintf(out, "  gemm ceiling        %sFLOP/s  (measured, [%ld x %ld] x [%ld x %ld])\n",
-               human_count(s.gemm_ceiling_flops_per_s).c_str(), s.gemm_m, s.gemm_k, s.gemm_k,
-               s.gemm_n);
-  if (measured) {
-    std::fprintf(out, "  MFU                 %.1f%% of the gemm ceiling", 100.0 * s.mfu_vs_gemm_ceiling);
+  const bool ceiling = s.gemm_ceiling_flops_per_s > 0;
+  if (ceiling)
+    std::fprintf(out, "  gemm ceiling        %sFLOP/s  (measured, [%ld x %ld] x [%ld x %ld])\n",
+                 human_count(s.gemm_ceiling_flops_per_s).c_str(), s.gemm_m, s.gemm_k, s.gemm_k, s.gemm_n);
+  else
+    std::fprintf(out, "  gemm ceiling        not measured\n");  // report.gemm_ceiling_s=0, or a warning says why
+  if (measured && (ceiling || s.datasheet_peak_flops_per_s > 0)) {
+    std::fprintf(out, "  MFU                 ");
+    if (ceiling) std::fprintf(out, "%.1f%% of the gemm ceiling", 100.0 * s.mfu_vs_gemm_ceiling);
     if (s.datasheet_peak_flops_per_s > 0)
-      std::fprintf(out, ", %.1f%% of the datasheet peak\n", 100.0 * s.mfu);
+      std::fprintf(out, "%s%.1f%% of the datasheet peak\n", ceiling ? ", " : "", 100.0 * s.mfu);
     else
       std::fprintf(out, "; no datasheet peak for this device\n");
+  } else if (measured) {
+    std::fprintf(out, "  MFU                 not known: no gemm ceiling and no datasheet peak for this device\n");
   }
   if (!outcome.steps.empty()) std::fprintf(out, "  loss                %s -> %s\n", loss_text(s.loss_first).c_str(),
                                            loss_text(s.loss_last).c_str());
@@ -187,10 +194,13 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
                  human_bytes(static_cast<double>(s.bytes_read)).c_str(),
                  human_count(static_cast<double>(s.samples_read)).c_str(), s.bytes_per_token,
                  s.read_gbs > 0 ? (rate(s.read_gbs) + " delivered").c_str() : "no step trained to rate it over");
-    if (measured)
+    if (measured && s.required_read_gbs > 0)
       std::fprintf(out, "  read bandwidth need %s at the measured tokens/s, %s at the %s\n",
                    rate(s.required_read_gbs_measured).c_str(), rate(s.required_read_gbs).c_str(),
                    s.required_read_basis == "compute_ceiling" ? "compute ceiling" : "gemm ceiling");
+    else if (measured)  // no ceiling to scale to (report.gemm_ceiling_s=0, or it could not be timed)
+      std::fprintf(out, "  read bandwidth need %s at the measured tokens/s\n",
+                   rate(s.required_read_gbs_measured).c_str());
   }
   if (measured && s.timed && s.ranks.size() > 1) {
     const RankSummary& slow = s.ranks[static_cast<size_t>(s.slowest_rank)];

@@ -184,9 +184,10 @@ using StepHook = std::function<bool(const StepRecord&)>;
 // stops every rank and the outcome says so (RunFailure) rather than
 // throwing: the steps so far are measured and reported. On more than one
 // rank, telling a data failure costs one small host collective per step.
-// `measure_gemm_ceiling` false leaves out the GEMM ceiling's one-second
-// calibration (and the MFU against it): for the short internal runs of a
-// measurement (the compute ceiling, bench instrument's blocks).
+// `measure_gemm_ceiling` false leaves out the GEMM ceiling's calibration
+// (report.gemm_ceiling_s long) and the MFU against it: for the short
+// internal runs of a measurement (the compute ceiling, bench instrument's
+// blocks).
 RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSource& source,
                         Communicator& comm, const ProgressFn& on_progress,
                         Checkpointer* checkpointer = nullptr, int64_t first_step = 1,

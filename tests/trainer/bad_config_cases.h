@@ -121,6 +121,8 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"NegativeTrainSeed", with("train.seed", "-1"), {}, {"train.seed"}},
       {"NegativeDataSeed", with("data.seed", "-1"), {}, {"data.seed"}},
       {"NegativeProgressEvery", with("report.progress_every", "-1"), {}, {"report.progress_every"}},
+      {"NegativeGemmCeilingSeconds", valid, {"report.gemm_ceiling_s=-0.5"},
+       {"report.gemm_ceiling_s: must be >= 0 (got -0.5)"}},
       // Choices.
       {"BadPrecision", with("train.precision", "fp16"), {}, {"train.precision", "'fp16' is not one of"}},
       {"LoraUnknownTarget", with("train.mode", "lora"), {"lora.targets=q,x"}, {"lora.targets", "'x' is not one of"}},
@@ -174,6 +176,8 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"NcclOnCpu", valid_yaml_with({{"comm.backend", "nccl"}, {"train.device", "cpu"}}), {},
        {"comm.backend", "nccl", "needs the cuda engine"}},
       // Limits: counts that would crash, hang or exhaust memory or disk.
+      {"GemmCeilingSecondsAboveLimit", valid, {"report.gemm_ceiling_s=600"},
+       {"report.gemm_ceiling_s: must be between 0 and 60 (got 600)"}},
       {"ThreadsAboveLimit", with("train.threads", "100000"), {}, {"train.threads: must be between 0 and 1024 (got 100000)"}},
       {"ReadersAboveLimit", with("data.readers", "100000"), {}, {"data.readers: must be between 1 and 256"}},
       {"PrefetchAboveLimit", with("data.prefetch", "1000000"), {}, {"data.prefetch: must be between 1 and 1024"}},

@@ -199,6 +199,37 @@ TEST(ResultJsonWarnings, ZeroOneOnOneRankIsSaid) {
   EXPECT_NE(run.out.find("warning: comm.zero=1 on one rank"), std::string::npos) << run.out;
 }
 
+// report.gemm_ceiling_s: how long the GEMM ceiling is timed before training.
+// 0 times none: what needs the ceiling is null (not an MFU of 0 %, not a
+// read need of 0 B/s) and no warning calls it a failure; a longer time is
+// spent before the first step (a lower bound only: the ceiling's own timing
+// is the one thing that cannot be faster than asked).
+TEST(ResultJsonGemmCeiling, ZeroSecondsTimesNoCeilingAndALongerTimeIsSpent) {
+  testing::CommandResult none;
+  const json skipped = run_tiny("--steps 3 --set train.warmup_steps=1 --set report.gemm_ceiling_s=0", &none);
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_EQ(skipped.at("config").at("report").at("gemm_ceiling_s"), 0.0);
+  const json& s = skipped.at("summary");
+  for (const char* key : {"gemm_ceiling_flops_per_s", "mfu_vs_gemm_ceiling"})
+    EXPECT_TRUE(s.at(key).is_null()) << key << ": " << s.at(key);
+  EXPECT_TRUE(s.at("storage_read").at("required_read_gbs").is_null()) << s.at("storage_read");
+  EXPECT_GT(s.at("storage_read").at("required_read_gbs_measured").get<double>(), 0.0);
+  EXPECT_EQ(skipped.at("warnings").dump().find("ceiling"), std::string::npos) << skipped.at("warnings");
+  EXPECT_NE(none.out.find("gemm ceiling        not measured"), std::string::npos) << none.out;
+  EXPECT_NE(none.out.find("mfu(ceiling)   n/a"), std::string::npos) << none.out;
+  EXPECT_EQ(none.out.find("% of the gemm ceiling"), std::string::npos) << none.out;
+  EXPECT_EQ(none.out.find("at the gemm ceiling"), std::string::npos) << none.out;
+
+  testing::CommandResult longer;
+  const auto start = std::chrono::steady_clock::now();
+  const json timed = run_tiny("--steps 3 --set train.warmup_steps=1 --set report.gemm_ceiling_s=1.5", &longer);
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(longer.exit_code, 0) << longer.err;
+  EXPECT_GT(timed.at("summary").at("gemm_ceiling_flops_per_s").get<double>(), 0.0);
+  EXPECT_GE(wall_s, 1.5);
+  EXPECT_NE(longer.out.find("% of the gemm ceiling"), std::string::npos) << longer.out;
+}
+
 TEST(ResultJsonUninstrumented, WallTimeTokensPerSecondWithoutPerStepTiming) {
   testing::CommandResult run;
   const json result = run_tiny("--steps 12 --set train.warmup_steps=2 --set report.instrument=false", &run);
