@@ -10,6 +10,7 @@
 #include <mutex>
 #include <new>        // std::bad_alloc
 #include <optional>
+#include <set>
 #include <stdexcept>  // std::logic_error
 #include <thread>
 #include <utility>    // std::move
@@ -72,8 +73,14 @@ struct SharedState {
   std::atomic<bool> stop{false};
   std::atomic<int64_t> storage_bytes{0}, samples{0}, tokens{0}, shards_opened{0}, samples_skipped{0},
       shards_skipped{0}, tokens_stepped_over{0};
-  std::mutex mutex;  // guards the two below
+  std::mutex mutex;  // guards the four below
   std::vector<std::string> skip_messages;
+  // Shards (by index in the list) that every tar reader reads as whole but
+  // that look damaged: no end-of-archive marker after the last member (a
+  // copy cut short at a member boundary), or no sample at all. Each counted
+  // once however often it is read; the first one's line is kept.
+  std::set<int64_t> cut_short, without_samples;
+  std::string first_odd_shard;
   std::exception_ptr first_error;
   std::atomic<bool> failed{false};
 };
@@ -278,6 +285,22 @@ class Reader {
     return out;
   }
 
+  // At a shard's end: whether it ended as a whole tar archive ends.
+  void note_shard_end() {
+    const bool cut_short = tar_.ended_without_end_marker();
+    const bool empty = samples_into_shard_ == 0;
+    if (!cut_short && !empty) return;
+    const int64_t shard = assignment_[static_cast<size_t>(cursor_)];
+    std::lock_guard<std::mutex> lock(shared_.mutex);
+    if (cut_short) shared_.cut_short.insert(shard);
+    if (empty) shared_.without_samples.insert(shard);
+    if (shared_.first_odd_shard.empty())
+      shared_.first_odd_shard =
+          printable(tar_.path()) +
+          (empty ? " holds no sample" : " ends without the end-of-archive marker after " +
+                                            std::to_string(samples_into_shard_) + " samples");
+  }
+
   void note_skip(bool whole_shard, const std::string& message) {
     (whole_shard ? shared_.shards_skipped : shared_.samples_skipped)++;
     std::lock_guard<std::mutex> lock(shared_.mutex);
@@ -387,6 +410,7 @@ class Reader {
         continue;
       }
       if (!got) {
+        note_shard_end();
         close_shard();
         advance_shard();
         continue;
@@ -706,6 +730,9 @@ SourceStats ShardLoader::stats() const {
   out.tokens_stepped_over = s.tokens_stepped_over;
   std::lock_guard<std::mutex> lock(impl_->shared.mutex);
   out.skip_messages = impl_->shared.skip_messages;
+  out.shards_cut_short = static_cast<int64_t>(impl_->shared.cut_short.size());
+  out.shards_without_samples = static_cast<int64_t>(impl_->shared.without_samples.size());
+  out.first_odd_shard = impl_->shared.first_odd_shard;
   return out;
 }
 

@@ -94,6 +94,8 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
         {"tokens", s.tokens_read},
         {"samples_skipped", s.samples_skipped},
         {"shards_skipped", s.shards_skipped},
+        {"shards_cut_short", s.shards_cut_short},
+        {"shards_without_samples", s.shards_without_samples},
         {"read_gbs", positive_or_null(s.read_gbs)},
         {"samples_per_s", positive_or_null(s.samples_per_s)},
         {"bytes_per_token", positive_or_null(s.bytes_per_token)},

@@ -180,6 +180,8 @@ void summarize_storage_read(const SourceStats& stats, double run_seconds, Commun
   summary.tokens_read = static_cast<int64_t>(summed(static_cast<double>(stats.tokens)));
   summary.samples_skipped = static_cast<int64_t>(summed(static_cast<double>(stats.samples_skipped)));
   summary.shards_skipped = static_cast<int64_t>(summed(static_cast<double>(stats.shards_skipped)));
+  summary.shards_cut_short = static_cast<int64_t>(summed(static_cast<double>(stats.shards_cut_short)));
+  summary.shards_without_samples = static_cast<int64_t>(summed(static_cast<double>(stats.shards_without_samples)));
   if (run_seconds > 0) {
     summary.read_gbs = static_cast<double>(summary.bytes_read) / run_seconds * 1e-9;
     summary.samples_per_s = static_cast<double>(summary.samples_read) / run_seconds;
@@ -675,6 +677,24 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
               " and " + std::to_string(read.shards_skipped) + ")";
     if (!read.skip_messages.empty()) line += "; first: " + read.skip_messages.front();
     outcome.warnings.push_back(line);
+  }
+  // Shards every tar reader reads as whole, so nothing failed, but which
+  // hold less than was written: the tokens/s is real, the data set is not
+  // the one meant. Counted per rank that read them.
+  if (summary.shards_cut_short + summary.shards_without_samples > 0) {
+    std::string line;
+    if (summary.shards_cut_short > 0)
+      line = std::to_string(summary.shards_cut_short) +
+             " shard(s) end without the tar end-of-archive marker (cut short at a member boundary, as by an "
+             "interrupted copy)";
+    if (summary.shards_without_samples > 0)
+      line += (line.empty() ? "" : " and ") + std::to_string(summary.shards_without_samples) +
+              " shard(s) hold no sample";
+    line += std::string(world > 1 ? ", counted per rank that read them" : "") +
+            "; their samples were trained on as they are";
+    if (!read.first_odd_shard.empty()) line += " (first" + std::string(world > 1 ? " on this rank" : "") +
+                                               ": " + read.first_odd_shard + ")";
+    outcome.warnings.push_back(line + "; `trainbench shards verify` names every such shard");
   }
 
   summary.bottleneck = instrument && measured > 0 ? bottleneck_line(summary) : "";

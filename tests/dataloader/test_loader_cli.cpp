@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>  // std::istreambuf_iterator
 #include <string>
 #include <vector>
 
@@ -208,6 +209,41 @@ TEST_F(LoaderCli, SkipCountsAndReportsAndTrainingGoesOn) {
   bool warned = false;
   for (const auto& w : result["warnings"]) warned = warned || w.get<std::string>().find("skip") != std::string::npos;
   EXPECT_TRUE(warned) << result["warnings"].dump();
+}
+
+// A shard cut at a member boundary and a tar with no sample read as whole to
+// every tar reader: the run trains on (exit 0), counts them in the result
+// and warns, naming the first, where it said nothing.
+TEST_F(LoaderCli, AShardCutShortAndAnEmptyArchiveAreCountedAndWarnedOf) {
+  const std::string cut = dir_ + "/cut.tar";
+  {
+    std::ifstream in(good_.front(), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_EQ(bytes.compare(bytes.size() - 1024, 1024, std::string(1024, '\0')), 0) << "the end marker";
+    std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() - 1024);
+  }
+  const std::string empty = dir_ + "/empty.tar";
+  std::ofstream(empty, std::ios::binary) << std::string(1024, '\0');
+  const CommandResult r = run_with({cut, empty}, "--set data.shuffle_buffer=0", 16);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir_ + "/result.json"));
+  const nlohmann::json& read = result["summary"]["storage_read"];
+  EXPECT_EQ(read["shards_cut_short"], 1) << read;
+  EXPECT_EQ(read["shards_without_samples"], 1) << read;
+  std::string warning;
+  for (const auto& w : result["warnings"])
+    if (w.get<std::string>().find("end-of-archive") != std::string::npos) warning = w.get<std::string>();
+  EXPECT_NE(warning.find("1 shard(s) end without the tar end-of-archive marker"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("and 1 shard(s) hold no sample"), std::string::npos) << warning;
+  EXPECT_TRUE(warning.find(cut) != std::string::npos || warning.find(empty) != std::string::npos) << warning;
+  EXPECT_NE(r.out.find("warning: 1 shard(s) end without"), std::string::npos) << r.out;
+  // The good shards alone: nothing counted, nothing said.
+  const CommandResult whole = run_with({}, "--set data.shuffle_buffer=0");
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  const nlohmann::json clean = nlohmann::json::parse(read_whole_file(dir_ + "/result.json"));
+  EXPECT_EQ(clean["summary"]["storage_read"]["shards_cut_short"], 0);
+  EXPECT_EQ(clean["summary"]["storage_read"]["shards_without_samples"], 0);
+  EXPECT_EQ(clean["warnings"].dump().find("end-of-archive"), std::string::npos) << clean["warnings"];
 }
 
 TEST_F(LoaderCli, DefaultRunReadsShardsItMadeAndReportsTheBytes) {

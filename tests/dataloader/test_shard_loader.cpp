@@ -11,6 +11,7 @@
 #include <limits>
 #include <filesystem>
 #include <fstream>
+#include <iterator>  // std::istreambuf_iterator
 #include <set>
 #include <string>
 #include <vector>
@@ -550,6 +551,54 @@ TEST(ShardLoader, BadTokensFailWithShardAndKeyOrAreSkippedAndCounted) {
   EXPECT_GE(stats.samples_skipped, 4);
   ASSERT_FALSE(stats.skip_messages.empty());
   EXPECT_NE(stats.skip_messages.front().find(bad.paths.front()), std::string::npos);
+}
+
+// A copy of `path` cut at its last member boundary: the end-of-archive zero
+// blocks dropped, as an interrupted copy leaves a shard.
+std::string without_end_marker(const std::string& path, const std::string& copy) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string zeros(512, '\0');
+  size_t end = bytes.size();
+  while (end >= 512 && bytes.compare(end - 512, 512, zeros) == 0) end -= 512;
+  EXPECT_GE(bytes.size() - end, 1024u) << path << " had no end-of-archive marker to drop";
+  std::ofstream(copy, std::ios::binary) << bytes.substr(0, end);
+  return copy;
+}
+
+// Shards every tar reader reads as whole but that hold less than was
+// written — one cut at a member boundary, one archive with no sample — are
+// trained on as they are and counted once each however often they are read
+// (two epochs here), with the first one's line; whole shards count nothing.
+TEST(ShardLoader, ShardsCutShortOrWithoutSamplesAreCountedOnceEach) {
+  TempDir dir;
+  const SynthResult made = make_shards(dir.path(), 3, 6, 20);
+  for (const bool odd : {false, true}) {
+    std::vector<std::string> shards = made.paths;
+    if (odd) {
+      shards.push_back(without_end_marker(made.paths.front(), dir.path() + "/cut.tar"));
+      shards.push_back(dir.path() + "/empty.tar");
+      std::ofstream(shards.back(), std::ios::binary) << std::string(1024, '\0');  // the end marker alone
+    }
+    LoaderOptions o = options_for(shards);
+    o.epochs = 2;
+    ShardLoader loader(o);
+    int guard = 0;
+    while (loader.next_or_end(nullptr) != nullptr) ASSERT_LT(++guard, 100000) << "the data never ended";
+    const SourceStats stats = loader.stats();
+    EXPECT_EQ(stats.shards_opened, 2 * static_cast<int64_t>(shards.size()));
+    EXPECT_EQ(stats.shards_cut_short, odd ? 1 : 0);
+    EXPECT_EQ(stats.shards_without_samples, odd ? 1 : 0);
+    if (!odd) {
+      EXPECT_EQ(stats.first_odd_shard, "");
+      continue;
+    }
+    const bool named = stats.first_odd_shard == dir.path() + "/empty.tar holds no sample" ||
+                       stats.first_odd_shard ==
+                           dir.path() + "/cut.tar ends without the end-of-archive marker after 6 samples";
+    EXPECT_TRUE(named) << stats.first_odd_shard;
+    EXPECT_EQ(stats.samples, 2 * 4 * 6) << "the cut shard's samples are read, as every tar reader reads them";
+  }
 }
 
 TEST(ShardLoader, AllShardsUnreadableWithSkipIsAnErrorNotASpin) {
