@@ -341,7 +341,7 @@ int ProjectCommand::run() {
   const double flops_per_device = flops_per_token * tokens_per_s / world;
   const double mfu = deepest.datasheet_peak_flops_per_s > 0 ? flops_per_device / deepest.datasheet_peak_flops_per_s : 0;
   const double mfu_gemm =
-      deepest.gemm_ceiling_flops_per_s > 0 ? flops_per_device / deepest.gemm_ceiling_flops_per_s : 0;
+      deepest.gemm_ceiling_flops_per_s > 0 ? flops_per_device / deepest.gemm_ceiling_flops_per_s : kNoFigure;
 
   // --- scale ---
   const std::vector<int64_t> measured_buckets = gradient_bucket_bytes(
@@ -407,8 +407,12 @@ int ProjectCommand::run() {
                 seconds_text(at_full.step_s).c_str(), see_warnings);
     char mfu_text[64] = "n/a (no datasheet peak for this device)";
     if (mfu > 0) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%% of the datasheet peak", 100 * mfu);
-    std::printf("  MFU             %s; %.1f%% of the GEMM ceiling (%s FLOP/s), %s FLOPs per token\n", mfu_text,
-                100 * mfu_gemm, human_count(deepest.gemm_ceiling_flops_per_s).c_str(),
+    // No ceiling (report.gemm_ceiling_s=0) is n/a, not 0 %.
+    char gemm_text[96] = "n/a against the GEMM ceiling (not timed)";
+    if (std::isfinite(mfu_gemm))
+      std::snprintf(gemm_text, sizeof gemm_text, "%.1f%% of the GEMM ceiling (%s FLOP/s)", 100 * mfu_gemm,
+                    human_count(deepest.gemm_ceiling_flops_per_s).c_str());
+    std::printf("  MFU             %s; %s, %s FLOPs per token\n", mfu_text, gemm_text,
                 human_count(flops_per_token).c_str());
   } else {
     std::printf("  tokens/s        n/a: step_s fits to %s%s\n", seconds_text(step_s_projected).c_str(), see_warnings);

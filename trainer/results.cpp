@@ -101,7 +101,8 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
         {"bytes_per_token", positive_or_null(s.bytes_per_token)},
         {"required_read_gbs", positive_or_null(s.required_read_gbs)},
         {"required_read_gbs_measured", positive_or_null(s.required_read_gbs_measured)},
-        {"required_read_basis", s.required_read_basis}}},
+        // The basis of a figure that was not made (no ceiling timed) is none.
+        {"required_read_basis", s.required_read_gbs > 0 ? nlohmann::json(s.required_read_basis) : nlohmann::json()}}},
       {"bytes_written", s.bytes_written},
       {"storage_write",
        {{"bytes_written", s.bytes_written},

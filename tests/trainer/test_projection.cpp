@@ -365,5 +365,23 @@ TEST(ProjectCommand, WarningsAreInTheJsonAndTokensPerSecondIsNeverZero) {
   }
 }
 
+// report.gemm_ceiling_s=0: the projection's MFU against the GEMM ceiling is
+// null and n/a, not 0 % of a 0 FLOP/s ceiling.
+TEST(ProjectCommand, NoGemmCeilingIsNotAnMfuOfZero) {
+  using testing::run_command;
+  const std::string out = "/tmp/trainbench_test_projection_nogemm_" + std::to_string(::getpid()) + ".json";
+  const testing::CommandResult r =
+      run_command("timeout 120 " + std::string(TRAINBENCH_BINARY) +
+                  " project tiny --steps 5 --set train.warmup_steps=2 --layers 1,2 --set report.gemm_ceiling_s=0"
+                  " --out " + out);
+  ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 4) << r.out << r.err;
+  std::ifstream file(out);
+  const nlohmann::json p = nlohmann::json::parse(file);
+  std::remove(out.c_str());
+  EXPECT_TRUE(p.at("depth").at("mfu_vs_gemm_ceiling").is_null()) << p.at("depth").dump();
+  if (r.exit_code == 0) EXPECT_NE(r.out.find("n/a against the GEMM ceiling (not timed)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("% of the GEMM ceiling"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace trainbench
