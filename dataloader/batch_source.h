@@ -42,12 +42,13 @@ struct SourceStats {
   // position: their bytes are in storage_bytes, they are not in `tokens`.
   int64_t tokens_stepped_over = 0;
   std::vector<std::string> skip_messages;  // the first few, one line each
-  // Distinct shards read to their end that tar reads as whole but that look
-  // damaged: no end-of-archive marker (cut short at a member boundary, as
-  // an interrupted copy leaves them), or not one sample. Their samples are
-  // trained on as they are; `shards verify` names each.
-  int64_t shards_cut_short = 0;
-  int64_t shards_without_samples = 0;
+  // Shards read to their end that tar reads as whole but that look damaged:
+  // no end-of-archive marker (cut short at a member boundary, as an
+  // interrupted copy leaves them), or not one sample. By index in the shard
+  // list (every rank's is the same), ascending, each once. Their samples
+  // are read as they are; `shards verify` names each.
+  std::vector<int64_t> shards_cut_short;
+  std::vector<int64_t> shards_without_samples;
   std::string first_odd_shard;  // the first of either, one line with its path
 };
 

@@ -223,6 +223,9 @@ ReadRate measure_loader(const LoaderOptions& options, double max_seconds) {
   rate.samples_skipped = stats.samples_skipped;
   rate.shards_skipped = stats.shards_skipped;
   if (!stats.skip_messages.empty()) rate.first_skip = stats.skip_messages.front();
+  rate.shards_cut_short = static_cast<int64_t>(stats.shards_cut_short.size());
+  rate.shards_without_samples = static_cast<int64_t>(stats.shards_without_samples.size());
+  rate.first_odd_shard = stats.first_odd_shard;
   return rate;
 }
 

@@ -28,6 +28,11 @@ struct ReadRate {
   int64_t shards_skipped = 0;
   std::string first_skip;
   bool left_out() const { return samples_skipped + shards_skipped > 0; }
+  // The loader's shards read as whole that look damaged (SourceStats): cut
+  // short at a member boundary, or with no sample; the first one's line.
+  int64_t shards_cut_short = 0;
+  int64_t shards_without_samples = 0;
+  std::string first_odd_shard;
   double gbs() const { return seconds > 0 ? static_cast<double>(bytes) / seconds * 1e-9 : 0; }
   double tokens_per_s() const { return seconds > 0 ? static_cast<double>(tokens) / seconds : 0; }
   double samples_per_s() const { return seconds > 0 ? static_cast<double>(samples) / seconds : 0; }

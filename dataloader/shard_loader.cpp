@@ -730,8 +730,8 @@ SourceStats ShardLoader::stats() const {
   out.tokens_stepped_over = s.tokens_stepped_over;
   std::lock_guard<std::mutex> lock(impl_->shared.mutex);
   out.skip_messages = impl_->shared.skip_messages;
-  out.shards_cut_short = static_cast<int64_t>(impl_->shared.cut_short.size());
-  out.shards_without_samples = static_cast<int64_t>(impl_->shared.without_samples.size());
+  out.shards_cut_short.assign(impl_->shared.cut_short.begin(), impl_->shared.cut_short.end());
+  out.shards_without_samples.assign(impl_->shared.without_samples.begin(), impl_->shared.without_samples.end());
   out.first_odd_shard = impl_->shared.first_odd_shard;
   return out;
 }

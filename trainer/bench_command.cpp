@@ -108,7 +108,8 @@ nlohmann::json rate_json(const ReadRate& r) {
           {"tokens_per_s", r.tokens > 0 ? nlohmann::json(r.tokens_per_s()) : nlohmann::json()},
           {"samples_per_s", r.samples > 0 ? nlohmann::json(r.samples_per_s()) : nlohmann::json()},
           {"complete", r.complete},
-          {"samples_skipped", r.samples_skipped}, {"shards_skipped", r.shards_skipped}};
+          {"samples_skipped", r.samples_skipped}, {"shards_skipped", r.shards_skipped},
+          {"shards_cut_short", r.shards_cut_short}, {"shards_without_samples", r.shards_without_samples}};
 }
 
 // "37%": a share as the console prints it.
@@ -705,6 +706,23 @@ int BenchCommand::run_io() {
                        "epoch with " + std::to_string(row.readers) + " reader(s); its figures are the rest's";
     if (!r.first_skip.empty()) line += "; first: " + r.first_skip;
     warnings.push_back(line);
+    break;
+  }
+  // Shards the loader read as whole that hold less than was written, as
+  // `run` warns of them (the first reader count that met them is told).
+  for (const Row& row : rows) {
+    if (!row.loader || row.loader->rate.shards_cut_short + row.loader->rate.shards_without_samples == 0) continue;
+    const ReadRate& r = row.loader->rate;
+    std::string line;
+    if (r.shards_cut_short > 0)
+      line = std::to_string(r.shards_cut_short) +
+             " shard(s) end without the tar end-of-archive marker (cut short at a member boundary, as by an "
+             "interrupted copy)";
+    if (r.shards_without_samples > 0)
+      line += (line.empty() ? "" : " and ") + std::to_string(r.shards_without_samples) + " shard(s) hold no sample";
+    warnings.push_back(line + " in the loader's epoch with " + std::to_string(row.readers) +
+                       " reader(s), read as they are (first: " + r.first_odd_shard +
+                       "); `trainbench shards verify` names every such shard");
     break;
   }
   const std::string storage_figures =

@@ -1,6 +1,8 @@
 #include "trainer/train_loop.h"
 
 #include <algorithm>  // std::max_element
+#include <numeric>    // std::accumulate: shard counts summed over ranks
+#include <set>        // distinct shards over ranks
 #include <chrono>     // step timing
 #include <cmath>      // std::isfinite
 
@@ -171,6 +173,25 @@ void summarize_ranks(Communicator& comm, RunSummary& summary, double own_s) {
   for (double* share : shares) *share = block[i++];
 }
 
+// How many distinct shards the ranks' index lists name together: a shard
+// two ranks read (epochs hand shards to other ranks) is one shard. The
+// ranks exchange their indices one all_gather round each, as few as the
+// longest list, so the usual case (none) costs one round; past
+// kMaxExchangeRounds the lists' lengths are summed instead, an upper bound
+// (`exact` false), rather than thousands of rounds at the end of a run.
+int64_t distinct_over_ranks(const std::vector<int64_t>& mine, Communicator& comm, bool* exact) {
+  constexpr double kMaxExchangeRounds = 64;
+  const std::vector<double> lengths = gather_from_ranks(comm, static_cast<double>(mine.size()));
+  const double rounds = *std::max_element(lengths.begin(), lengths.end());
+  *exact = rounds <= kMaxExchangeRounds;
+  if (!*exact) return static_cast<int64_t>(std::accumulate(lengths.begin(), lengths.end(), 0.0));
+  std::set<int64_t> all(mine.begin(), mine.end());
+  for (size_t round = 0; round < static_cast<size_t>(rounds); ++round)
+    for (const double index : gather_from_ranks(comm, round < mine.size() ? static_cast<double>(mine[round]) : -1.0))
+      if (index >= 0) all.insert(static_cast<int64_t>(index));
+  return static_cast<int64_t>(all.size());
+}
+
 // Storage-read figures of the whole run: every rank's loader counters summed.
 void summarize_storage_read(const SourceStats& stats, double run_seconds, Communicator& comm,
                             RunSummary& summary) {
@@ -180,8 +201,10 @@ void summarize_storage_read(const SourceStats& stats, double run_seconds, Commun
   summary.tokens_read = static_cast<int64_t>(summed(static_cast<double>(stats.tokens)));
   summary.samples_skipped = static_cast<int64_t>(summed(static_cast<double>(stats.samples_skipped)));
   summary.shards_skipped = static_cast<int64_t>(summed(static_cast<double>(stats.shards_skipped)));
-  summary.shards_cut_short = static_cast<int64_t>(summed(static_cast<double>(stats.shards_cut_short)));
-  summary.shards_without_samples = static_cast<int64_t>(summed(static_cast<double>(stats.shards_without_samples)));
+  summary.shards_cut_short = distinct_over_ranks(stats.shards_cut_short, comm, &summary.odd_shards_exact);
+  bool exact = true;
+  summary.shards_without_samples = distinct_over_ranks(stats.shards_without_samples, comm, &exact);
+  summary.odd_shards_exact = summary.odd_shards_exact && exact;
   if (run_seconds > 0) {
     summary.read_gbs = static_cast<double>(summary.bytes_read) / run_seconds * 1e-9;
     summary.samples_per_s = static_cast<double>(summary.samples_read) / run_seconds;
@@ -680,18 +703,19 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   }
   // Shards every tar reader reads as whole, so nothing failed, but which
   // hold less than was written: the tokens/s is real, the data set is not
-  // the one meant. Counted per rank that read them.
+  // the one meant. The loader's count: prefetching may have read a shard's
+  // end that no step reached.
   if (summary.shards_cut_short + summary.shards_without_samples > 0) {
+    const std::string up_to = summary.odd_shards_exact ? "" : "up to ";
     std::string line;
     if (summary.shards_cut_short > 0)
-      line = std::to_string(summary.shards_cut_short) +
+      line = up_to + std::to_string(summary.shards_cut_short) +
              " shard(s) end without the tar end-of-archive marker (cut short at a member boundary, as by an "
              "interrupted copy)";
     if (summary.shards_without_samples > 0)
-      line += (line.empty() ? "" : " and ") + std::to_string(summary.shards_without_samples) +
+      line += (line.empty() ? up_to : " and " + up_to) + std::to_string(summary.shards_without_samples) +
               " shard(s) hold no sample";
-    line += std::string(world > 1 ? ", counted per rank that read them" : "") +
-            "; their samples were trained on as they are";
+    line += "; the loader read them as they are";
     if (!read.first_odd_shard.empty()) line += " (first" + std::string(world > 1 ? " on this rank" : "") +
                                                ": " + read.first_odd_shard + ")";
     outcome.warnings.push_back(line + "; `trainbench shards verify` names every such shard");

@@ -635,6 +635,34 @@ TEST_F(LoaderCli, BenchIoSaysWhatSkipLeftOut) {
     warned = warned || w.get<std::string>().find("data.on_corrupt=skip left out 1 corrupt sample(s) and 1 shard(s)") !=
                            std::string::npos;
   EXPECT_TRUE(warned) << result.at("warnings").dump();
+  EXPECT_EQ(loader.at("shards_cut_short"), 0) << loader;
+  EXPECT_EQ(loader.at("shards_without_samples"), 0) << loader;
+}
+
+// A shard cut at a member boundary is read to its end by the loader's epoch
+// and said, as `run` says it.
+TEST_F(LoaderCli, BenchIoSaysWhichShardEndsWithoutTheEndMarker) {
+  const std::string cut = dir_ + "/cut.tar";
+  {
+    std::ifstream in(good_.front(), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() - 1024);  // the end marker dropped
+  }
+  const std::string list = dir_ + "/list.txt";
+  std::ofstream(list) << good_[1] << "\n" << cut << "\n";
+  const CommandResult r = run_command("timeout 120 " + std::string(TRAINBENCH_BINARY) +
+                                      " bench io tiny --readers 1 --seconds 20 --set data.shards=" + list +
+                                      " --out " + dir_ + "/io.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir_ + "/io.json"));
+  const nlohmann::json& loader = result.at("by_threads").at(0).at("loader");
+  EXPECT_EQ(loader.at("shards_cut_short"), 1) << loader;
+  EXPECT_EQ(loader.at("shards_without_samples"), 0) << loader;
+  bool warned = false;
+  for (const auto& w : result.at("warnings"))
+    warned = warned || w.get<std::string>().find("1 shard(s) end without the tar end-of-archive marker") !=
+                           std::string::npos && w.get<std::string>().find(cut) != std::string::npos;
+  EXPECT_TRUE(warned) << result.at("warnings").dump();
 }
 
 // A member name is the tar's to choose: a newline or an escape in it is

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>  // the wrapper script's mode
 #include <fstream>
+#include <iterator>  // std::istreambuf_iterator
 #include <string>
 #include <utility>  // std::pair
 #include <vector>
@@ -512,6 +513,35 @@ TEST(MpiCli, SkippedShardsAreCountedOverAllRanksInTheWarning) {
   for (const auto& w : result["warnings"]) warned += w.get<std::string>().find(totals) != std::string::npos;
   EXPECT_EQ(warned, 1) << totals << "\n" << result["warnings"].dump();
   EXPECT_NE(r.out.find(totals), std::string::npos) << r.out;
+}
+
+// A shard cut short (and one with no sample) that both ranks read, as the
+// epochs hand shards round, is one shard each in the job's count, not one
+// per rank that read it.
+TEST(MpiCli, AShardCutShortIsCountedOnceHoweverManyRanksReadIt) {
+  testing::TempDir dir("test_mpi_cli");
+  const std::string shards = dir.file("shards");
+  const CommandResult synth = run_command(std::string(TRAINBENCH_BINARY) + " shards synth --out " + shards +
+                                          " --count 4 --samples 4 --vocab 512 --tokens 100:50");
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  {
+    std::ifstream in(shards + "/train-000000.tar", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(shards + "/cut.tar", std::ios::binary) << bytes.substr(0, bytes.size() - 1024);  // no end marker
+  }
+  std::ofstream(shards + "/empty.tar", std::ios::binary) << std::string(1024, '\0');  // the end marker alone
+  // 6 shards of ~400 tokens, 3 a rank an epoch, 512 tokens a rank a step:
+  // 24 steps are some ten epochs, each dealing the shards anew.
+  const CommandResult r = run_command("timeout 120 " + kMpirun + "-np 2 " + TRAINBENCH_BINARY +
+                                      " run tiny --steps 24 --set data.readers=1 --set checkpoint.every_steps=0"
+                                      " --set data.shards=" + shards + " --out " + dir.file("r.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("r.json")));
+  const nlohmann::json& read = result["summary"]["storage_read"];
+  EXPECT_EQ(read["shards_cut_short"], 1) << read;
+  EXPECT_EQ(read["shards_without_samples"], 1) << read;
+  EXPECT_NE(result["warnings"].dump().find("1 shard(s) end without the tar end-of-archive marker"), std::string::npos)
+      << result["warnings"].dump();
 }
 
 // bench comm's raw path is plain blocking MPI calls, which cannot time out:
