@@ -89,10 +89,12 @@ void check_synth_options(const SynthOptions& o) {
       "--vocab " + std::to_string(o.vocab) +
           " with --field txt: its tokens are printable ASCII bytes (ids 32..126), so --vocab must be >= 127");
   // Each bound alone first, so that the sums below cannot overflow.
-  require(o.tokens_mean >= 1 && o.tokens_spread >= 0 && o.tokens_mean <= kMaxSynthTokensPerSample &&
-              o.tokens_spread <= kMaxSynthTokensPerSample &&
-              o.tokens_mean + o.tokens_spread <= kMaxSynthTokensPerSample,
-          "--tokens MEAN[:SPREAD]: needs MEAN >= 1, SPREAD >= 0 and MEAN + SPREAD <= " +
+  // SPREAD < MEAN keeps the shortest sample at 1 token or more: a wider
+  // spread was clamped to 1, piling samples on 1 token, and the mean
+  // written was not the one asked.
+  require(o.tokens_mean >= 1 && o.tokens_spread >= 0 && o.tokens_spread < o.tokens_mean &&
+              o.tokens_mean <= kMaxSynthTokensPerSample && o.tokens_mean + o.tokens_spread <= kMaxSynthTokensPerSample,
+          "--tokens MEAN[:SPREAD]: needs MEAN >= 1, 0 <= SPREAD < MEAN and MEAN + SPREAD <= " +
               std::to_string(kMaxSynthTokensPerSample) + " (2^24)");
   require(o.payload_bytes >= 0 && o.payload_spread >= 0 && o.payload_spread <= o.payload_bytes &&
               o.payload_bytes <= kMaxSynthPayloadBytes && o.payload_bytes + o.payload_spread <= kMaxSynthPayloadBytes,
@@ -141,8 +143,7 @@ void make_sample(const SynthOptions& o, int64_t index, SynthSample* s) {
   std::string key = std::to_string(index);
   if (key.size() < 9) key.insert(0, 9 - key.size(), '0');
   s->key = std::move(key);
-  s->tokens =
-      rng.between(std::max<int64_t>(1, o.tokens_mean - o.tokens_spread), o.tokens_mean + o.tokens_spread);
+  s->tokens = rng.between(o.tokens_mean - o.tokens_spread, o.tokens_mean + o.tokens_spread);
 
   s->token_bytes.clear();
   const bool wide = o.field == "u32" || (o.field == "npy" && o.vocab > kMaxU16Vocab);

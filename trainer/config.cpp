@@ -56,6 +56,12 @@ struct KeySpec {
 // Fault injection sleeps for these: an hour is more than any test or probe
 // asks, and 1e300 overflowed sleep_for's duration into no delay at all.
 constexpr int64_t kMaxInjectedDelayMs = 3'600'000;
+// The temporary shards' samples spread half the mean either way
+// (write_run_shards): a mean up to these keeps the largest sample within
+// `shards synth`'s limits, which named its own --tokens/--payload-bytes to a
+// run that never used them.
+constexpr int64_t kMaxSynthTokensMean = (2 * kMaxSynthTokensPerSample + 1) / 3;  // 11184811
+constexpr int64_t kMaxSynthPayloadMean = (2 * kMaxSynthPayloadBytes + 1) / 3;    // 715827883
 // The GEMM ceiling's timing is a calibration, not the run: a minute is more
 // than any ceiling needs to settle, and a typo (600 for 0.6) is an error
 // rather than ten minutes of a GEMM before the first step.
@@ -119,8 +125,8 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(data, timeout_s, Bound::kPositive, {}, kMaxTimeoutSeconds),
       TRAINBENCH_KEY(data, synthetic_batches, Bound::kPositive, {}, kMaxSyntheticBatches),
       TRAINBENCH_KEY(data, synth_shards, Bound::kPositive, {}, kMaxSynthShards),
-      TRAINBENCH_KEY(data, synth_tokens_per_sample, Bound::kPositive, {}, kMaxSynthTokensPerSample),
-      TRAINBENCH_KEY(data, synth_payload_bytes, Bound::kNonNegative, {}, kMaxSynthPayloadBytes),
+      TRAINBENCH_KEY(data, synth_tokens_per_sample, Bound::kPositive, {}, kMaxSynthTokensMean),
+      TRAINBENCH_KEY(data, synth_payload_bytes, Bound::kNonNegative, {}, kMaxSynthPayloadMean),
       TRAINBENCH_KEY(data, synth_samples_per_shard, Bound::kNonNegative, {}, kMaxSynthSamplesPerShard),
       TRAINBENCH_KEY(data, inject_delay_ms, Bound::kNonNegative, {}, kMaxInjectedDelayMs),
       TRAINBENCH_KEY(comm, backend, Bound::kAny, {"auto", "local", "mpi", "nccl"}),

@@ -204,8 +204,8 @@ ShardsCommand::ShardsCommand(CLI::App& app) {
   samples->excludes(size);
   synth_
       ->add_option("--tokens", s.tokens,
-                   "tokens per sample, uniform in [MEAN-SPREAD, MEAN+SPREAD], at least 1; SPREAD defaults to "
-                   "0 (default: 512:256)")
+                   "tokens per sample, uniform in [MEAN-SPREAD, MEAN+SPREAD]; SPREAD is below MEAN and "
+                   "defaults to 0 (default: 512:256)")
       ->type_name("MEAN[:SPREAD]");
   synth_->add_option("--vocab", s.vocab, "token ids are uniform in [0, V) (default: 50257)")
       ->type_name("V")

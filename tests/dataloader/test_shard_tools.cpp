@@ -290,6 +290,9 @@ TEST_F(ShardTools, ImpossibleSynthOptionsNameTheOption) {
       {"too many samples", [](SynthOptions& o) { o.samples_per_shard = kMaxSynthSamplesPerShard + 1; }, {"--samples"}},
       {"tokens beyond 2^24", [](SynthOptions& o) { o.tokens_mean = kMaxSynthTokensPerSample; }, {"--tokens", "2^24"}},
       {"tokens that overflow", [](SynthOptions& o) { o.tokens_spread = INT64_MAX; }, {"--tokens"}},
+      // A spread down to 0 tokens or below was clamped to 1 token a sample.
+      {"tokens spread as wide as the mean", [](SynthOptions& o) { o.tokens_spread = o.tokens_mean; },
+       {"--tokens", "0 <= SPREAD < MEAN"}},
       {"a 1 TiB payload",
        [](SynthOptions& o) {
          o.payload_bytes = int64_t{1} << 40;
@@ -309,6 +312,26 @@ TEST_F(ShardTools, ImpossibleSynthOptionsNameTheOption) {
     }
   }
   EXPECT_FALSE(fs::exists(dir_ + "/bad")) << "nothing created for impossible options";
+}
+
+// A run's temporary shards spread samples half the mean either way: the
+// largest means data.synth_tokens_per_sample and data.synth_payload_bytes
+// accept (tests/trainer/bad_config_cases.h) pass shards synth's own
+// limits, and one more does not.
+TEST_F(ShardTools, TheLargestMeansARunAcceptsPassTheSynthLimits) {
+  SynthOptions o = synth_options("edge");
+  const auto spread_as_a_run = [&o](int64_t tokens, int64_t payload) {
+    o.tokens_mean = tokens;
+    o.tokens_spread = tokens / 2;
+    o.payload_bytes = payload;
+    o.payload_spread = payload / 2;
+  };
+  spread_as_a_run(11184811, 715827883);
+  EXPECT_NO_THROW(check_synth_options(o));
+  spread_as_a_run(11184812, 0);
+  EXPECT_THROW(check_synth_options(o), std::invalid_argument);
+  spread_as_a_run(1024, 715827884);
+  EXPECT_THROW(check_synth_options(o), std::invalid_argument);
 }
 
 // Shards that would not fit the free space are refused before the first
