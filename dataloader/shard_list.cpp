@@ -186,10 +186,10 @@ std::string why_absent(const std::string& path) {
 // Shards and list files are read whole: a FIFO would block the open, and a
 // device (/dev/zero, /dev/urandom, or a link to one) would never end. stat
 // follows links, so a link to a regular file is one.
-void require_regular_file(const std::string& path, const std::string& what) {
+void require_regular_file(const std::string& path, const std::string& what, const std::string& where = "") {
   struct stat info;
   if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode))
-    config_error(what + " " + path + " is not a regular file");
+    config_error(what + " " + path + where + " is not a regular file");
 }
 
 // A shard named without a shard extension is still recognised by its first
@@ -236,15 +236,22 @@ std::vector<std::string> shards_in_directory(const std::string& directory) {
 // nor, by its first bytes, a shard: an old v7 tar without the "ustar" magic,
 // a shard of another format, data given by mistake. Said so, rather than its
 // bytes printed back as the "paths" it lists.
-std::vector<std::string> paths_in_list_file(const std::string& file) {
+struct ListedPath {
+  std::string path;
+  int64_t line = 0;  // 1-based, in the list file: where a bad entry is to be mended
+};
+
+std::vector<ListedPath> paths_in_list_file(const std::string& file) {
   const size_t slash = file.rfind('/');
   const std::string base = slash == std::string::npos ? "" : file.substr(0, slash + 1);
-  std::vector<std::string> paths;
+  std::vector<ListedPath> paths;
+  int64_t line_number = 0;
   std::ifstream in(file, std::ios::binary);
   // An unreadable list is said so: read as empty, it was "no shards given".
   if (!in) config_error("list file " + file + ": cannot open it: " + std::strerror(errno));
   std::string line;
   for (bool first = true; std::getline(in, line); first = false) {
+    ++line_number;
     if (first && line.starts_with("\xef\xbb\xbf")) line.erase(0, 3);  // a UTF-8 byte-order mark
     for (const char c : line) {
       const auto byte = static_cast<unsigned char>(c);
@@ -264,7 +271,7 @@ std::vector<std::string> paths_in_list_file(const std::string& file) {
       }
     const size_t end = line.find_last_not_of(" \t\r");
     const std::string path = line.substr(begin, end - begin + 1);
-    paths.push_back(path.front() == '/' ? path : base + path);
+    paths.push_back({path.front() == '/' ? path : base + path, line_number});
   }
   // getline turns a failed read(2) (EIO, as /proc/self/mem gives) into badbit.
   if (in.bad()) config_error("list file " + file + ": read failed after " + std::to_string(paths.size()) + " paths");
@@ -304,12 +311,14 @@ bool has_shard_extension(const std::string& path) {
 std::vector<std::string> resolve_shard_list(const std::string& spec) {
   std::vector<std::string> shards;
   std::vector<std::string> missing;  // what is wrong with each, e.g. "shard x.tar does not exist"
-  auto add_if_present = [&](const std::string& path) {
+  // `where`: " (line N of list file F)" for a listed path, so that the
+  // line to mend is named, not only a path the user never typed.
+  auto add_if_present = [&](const std::string& path, const std::string& where) {
     if (exists(path)) {
-      require_regular_file(path, "shard");
+      require_regular_file(path, "shard", where);
       shards.push_back(path);
     } else {
-      missing.push_back("shard " + path + " " + why_absent(path));
+      missing.push_back("shard " + path + where + " " + why_absent(path));
     }
   };
   // A path with a space or a comma in its name would be split into items:
@@ -340,10 +349,11 @@ std::vector<std::string> resolve_shard_list(const std::string& spec) {
         if (looks_like_archive(name)) {
           shards.push_back(name);
         } else {
-          for (const std::string& path : paths_in_list_file(name)) add_if_present(path);
+          for (const ListedPath& listed : paths_in_list_file(name))
+            add_if_present(listed.path, " (line " + std::to_string(listed.line) + " of list file " + name + ")");
         }
       } else {
-        add_if_present(name);
+        add_if_present(name, "");
       }
     }
   }

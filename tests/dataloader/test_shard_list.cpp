@@ -148,9 +148,15 @@ TEST_F(ShardList, MissingShardsAreNamedAndCounted) {
                 " does not exist (2 of 5 listed shards are missing)");
   EXPECT_EQ(config_error_of(at("none-*.tar")), "data.shards: no file matches " + at("none-*.tar") +
                                                    " (1 of 1 listed shards are missing)");
-  write_file(at("list.txt"), "train-000.tar\ngone.tar\n");
-  EXPECT_NE(config_error_of(at("list.txt")).find(at("gone.tar") + " does not exist (1 of 2"),
-            std::string::npos);
+  // A listed path names the line of the list file to mend (comments and
+  // blank lines counted as lines, as an editor counts them).
+  write_file(at("list.txt"), "train-000.tar\n# spare\n\ngone.tar\n");
+  EXPECT_EQ(config_error_of(at("list.txt")), "data.shards: shard " + at("gone.tar") + " (line 4 of list file " +
+                                                 at("list.txt") + ") does not exist (1 of 2 listed shards are missing)");
+  ASSERT_EQ(::mkdir(at("folder.tar").c_str(), 0755), 0);
+  write_file(at("list2.txt"), "train-000.tar\nfolder.tar\n");
+  EXPECT_EQ(config_error_of(at("list2.txt")), "data.shards: shard " + at("folder.tar") + " (line 2 of list file " +
+                                                  at("list2.txt") + ") is not a regular file");
 }
 
 TEST_F(ShardList, LinksThatLeadNowhereSayWhy) {
