@@ -19,6 +19,7 @@
 #include "comm/collective_bench.h"   // bench_collectives, bench_gradient_step
 #include "comm/communicator.h"       // make_mpi_communicator, launched_by_mpi
 #include "comm/launch_detect.h"      // launcher_rank, launcher_task_count: bench io in one process
+#include "dataloader/batch_source.h"  // odd_shards_text
 #include "dataloader/data_error.h"  // DataError: a shard list that cannot be read, exit 2
 #include "dataloader/io_bench.h"
 #include "kernels/engine.h"          // make_layout: the gradient elements
@@ -713,14 +714,8 @@ int BenchCommand::run_io() {
   for (const Row& row : rows) {
     if (!row.loader || row.loader->rate.shards_cut_short + row.loader->rate.shards_without_samples == 0) continue;
     const ReadRate& r = row.loader->rate;
-    std::string line;
-    if (r.shards_cut_short > 0)
-      line = std::to_string(r.shards_cut_short) +
-             " shard(s) end without the tar end-of-archive marker (cut short at a member boundary, as by an "
-             "interrupted copy)";
-    if (r.shards_without_samples > 0)
-      line += (line.empty() ? "" : " and ") + std::to_string(r.shards_without_samples) + " shard(s) hold no sample";
-    warnings.push_back(line + " in the loader's epoch with " + std::to_string(row.readers) +
+    warnings.push_back(odd_shards_text(r.shards_cut_short, r.shards_without_samples, false) +
+                       " in the loader's epoch with " + std::to_string(row.readers) +
                        " reader(s), read as they are (first: " + r.first_odd_shard +
                        "); `trainbench shards verify` names every such shard");
     break;

@@ -706,16 +706,9 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   // the one meant. The loader's count: prefetching may have read a shard's
   // end that no step reached.
   if (summary.shards_cut_short + summary.shards_without_samples > 0) {
-    const std::string up_to = summary.odd_shards_exact ? "" : "up to ";
-    std::string line;
-    if (summary.shards_cut_short > 0)
-      line = up_to + std::to_string(summary.shards_cut_short) +
-             " shard(s) end without the tar end-of-archive marker (cut short at a member boundary, as by an "
-             "interrupted copy)";
-    if (summary.shards_without_samples > 0)
-      line += (line.empty() ? up_to : " and " + up_to) + std::to_string(summary.shards_without_samples) +
-              " shard(s) hold no sample";
-    line += "; the loader read them as they are";
+    std::string line = odd_shards_text(summary.shards_cut_short, summary.shards_without_samples,
+                                       !summary.odd_shards_exact) +
+                       "; the loader read them as they are";
     if (!read.first_odd_shard.empty()) line += " (first" + std::string(world > 1 ? " on this rank" : "") +
                                                ": " + read.first_odd_shard + ")";
     outcome.warnings.push_back(line + "; `trainbench shards verify` names every such shard");

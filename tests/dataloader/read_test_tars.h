@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>  // std::istreambuf_iterator
 #include <stdexcept>
 #include <string>
 #include <utility>  // std::move
@@ -90,6 +91,19 @@ inline std::string make_tar(const std::vector<TestEntry>& entries,
 inline void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// A copy of the tar at `path` cut at its last member boundary, as an
+// interrupted copy leaves a shard: the end-of-archive marker (two zero
+// blocks; trainbench's writer pads no further) dropped. Throws when the
+// file does not end in one.
+inline std::string copy_without_end_marker(const std::string& path, const std::string& copy) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.size() < 1024 || bytes.compare(bytes.size() - 1024, 1024, std::string(1024, '\0')) != 0)
+    throw std::runtime_error(path + " does not end in the tar end-of-archive marker");
+  write_file(copy, bytes.substr(0, bytes.size() - 1024));
+  return copy;
 }
 
 using TempDirectory = TempDir;  // tests/support/temp_dir.h

@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <iterator>  // std::istreambuf_iterator
 #include <string>
 #include <vector>
 
@@ -215,13 +214,7 @@ TEST_F(LoaderCli, SkipCountsAndReportsAndTrainingGoesOn) {
 // every tar reader: the run trains on (exit 0), counts them in the result
 // and warns, naming the first, where it said nothing.
 TEST_F(LoaderCli, AShardCutShortAndAnEmptyArchiveAreCountedAndWarnedOf) {
-  const std::string cut = dir_ + "/cut.tar";
-  {
-    std::ifstream in(good_.front(), std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    ASSERT_EQ(bytes.compare(bytes.size() - 1024, 1024, std::string(1024, '\0')), 0) << "the end marker";
-    std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() - 1024);
-  }
+  const std::string cut = testing::copy_without_end_marker(good_.front(), dir_ + "/cut.tar");
   const std::string empty = dir_ + "/empty.tar";
   std::ofstream(empty, std::ios::binary) << std::string(1024, '\0');
   const CommandResult r = run_with({cut, empty}, "--set data.shuffle_buffer=0", 16);
@@ -642,12 +635,7 @@ TEST_F(LoaderCli, BenchIoSaysWhatSkipLeftOut) {
 // A shard cut at a member boundary is read to its end by the loader's epoch
 // and said, as `run` says it.
 TEST_F(LoaderCli, BenchIoSaysWhichShardEndsWithoutTheEndMarker) {
-  const std::string cut = dir_ + "/cut.tar";
-  {
-    std::ifstream in(good_.front(), std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() - 1024);  // the end marker dropped
-  }
+  const std::string cut = testing::copy_without_end_marker(good_.front(), dir_ + "/cut.tar");
   const std::string list = dir_ + "/list.txt";
   std::ofstream(list) << good_[1] << "\n" << cut << "\n";
   const CommandResult r = run_command("timeout 120 " + std::string(TRAINBENCH_BINARY) +

@@ -11,7 +11,6 @@
 #include <limits>
 #include <filesystem>
 #include <fstream>
-#include <iterator>  // std::istreambuf_iterator
 #include <set>
 #include <string>
 #include <vector>
@@ -25,6 +24,7 @@
 #include "dataloader/token_decode.h"
 #include "dataloader/token_packer.h"
 #include "dataloader/webdataset.h"
+#include "tests/dataloader/read_test_tars.h"  // copy_without_end_marker
 #include "tests/support/temp_dir.h"
 
 namespace trainbench {
@@ -553,19 +553,6 @@ TEST(ShardLoader, BadTokensFailWithShardAndKeyOrAreSkippedAndCounted) {
   EXPECT_NE(stats.skip_messages.front().find(bad.paths.front()), std::string::npos);
 }
 
-// A copy of `path` cut at its last member boundary: the end-of-archive zero
-// blocks dropped, as an interrupted copy leaves a shard.
-std::string without_end_marker(const std::string& path, const std::string& copy) {
-  std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string zeros(512, '\0');
-  size_t end = bytes.size();
-  while (end >= 512 && bytes.compare(end - 512, 512, zeros) == 0) end -= 512;
-  EXPECT_GE(bytes.size() - end, 1024u) << path << " had no end-of-archive marker to drop";
-  std::ofstream(copy, std::ios::binary) << bytes.substr(0, end);
-  return copy;
-}
-
 // Shards every tar reader reads as whole but that hold less than was
 // written — one cut at a member boundary, one archive with no sample — are
 // trained on as they are and counted once each however often they are read
@@ -576,7 +563,7 @@ TEST(ShardLoader, ShardsCutShortOrWithoutSamplesAreCountedOnceEach) {
   for (const bool odd : {false, true}) {
     std::vector<std::string> shards = made.paths;
     if (odd) {
-      shards.push_back(without_end_marker(made.paths.front(), dir.path() + "/cut.tar"));
+      shards.push_back(testing::copy_without_end_marker(made.paths.front(), dir.path() + "/cut.tar"));
       shards.push_back(dir.path() + "/empty.tar");
       std::ofstream(shards.back(), std::ios::binary) << std::string(1024, '\0');  // the end marker alone
     }

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <filesystem>  // the wrapper script's mode
 #include <fstream>
-#include <iterator>  // std::istreambuf_iterator
 #include <string>
 #include <utility>  // std::pair
 #include <vector>
@@ -17,6 +16,7 @@
 
 #include "dataloader/shard_assignment.h"  // shards_for_reader: which rank reads the corrupt shard
 #include "dataloader/shard_writer.h"      // TarShardWriter
+#include "tests/dataloader/read_test_tars.h"  // copy_without_end_marker
 #include "tests/support/mem_available.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
@@ -524,11 +524,7 @@ TEST(MpiCli, AShardCutShortIsCountedOnceHoweverManyRanksReadIt) {
   const CommandResult synth = run_command(std::string(TRAINBENCH_BINARY) + " shards synth --out " + shards +
                                           " --count 4 --samples 4 --vocab 512 --tokens 100:50");
   ASSERT_EQ(synth.exit_code, 0) << synth.err;
-  {
-    std::ifstream in(shards + "/train-000000.tar", std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::ofstream(shards + "/cut.tar", std::ios::binary) << bytes.substr(0, bytes.size() - 1024);  // no end marker
-  }
+  testing::copy_without_end_marker(shards + "/train-000000.tar", shards + "/cut.tar");
   std::ofstream(shards + "/empty.tar", std::ios::binary) << std::string(1024, '\0');  // the end marker alone
   // 6 shards of ~400 tokens, 3 a rank an epoch, 512 tokens a rank a step:
   // 24 steps are some ten epochs, each dealing the shards anew.
