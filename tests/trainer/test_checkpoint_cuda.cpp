@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "tests/support/no_gpu_run.h"  // no_gpu_run_possible: the one reason to skip
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 #include "tests/trainer/checkpoint_runs.h"
@@ -28,7 +29,7 @@ TEST(CheckpointCuda, ResumedRunEqualsTheUninterruptedOneBitForBit) {
   const CommandResult probe = run_command(std::string(TRAINBENCH_BINARY) +
                                           " run tiny --steps 6 --set train.device=cuda --set checkpoint.every_steps=0"
                                           " --out " + dir.file("probe.json"));
-  if (probe.exit_code == 3) GTEST_SKIP() << "no CUDA run possible here: " << probe.err;
+  if (testing::no_gpu_run_possible(probe)) GTEST_SKIP() << "no CUDA run possible here: " << probe.err;
   ASSERT_EQ(probe.exit_code, 0) << probe.out << probe.err;
 
   const CommandResult straight = run_command(cuda_run(dir.file("a"), dir.file("a.json")));

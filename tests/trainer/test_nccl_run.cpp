@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/no_gpu_run.h"  // no_gpu_run_possible: the one reason to skip
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 #include "tests/trainer/checkpoint_runs.h"  // read_json, losses_by_step
@@ -40,7 +41,7 @@ TEST(NcclRun, OneGpuTrainsLikeTheLocalBackendAndTimesItsAllReduces) {
   testing::TempDir dir("test_nccl_run");
   const CommandResult nccl = run_command(cuda_run("nccl", dir.file("nccl.json")));
   // Exit 3: no GPU visible, or a build without the NCCL backend; one line says which.
-  if (nccl.exit_code == 3) GTEST_SKIP() << "no NCCL run possible here: " << nccl.err;
+  if (testing::no_gpu_run_possible(nccl)) GTEST_SKIP() << "no NCCL run possible here: " << nccl.err;
   ASSERT_EQ(nccl.exit_code, 0) << nccl.out << nccl.err;
   const CommandResult local = run_command(cuda_run("local", dir.file("local.json")));
   ASSERT_EQ(local.exit_code, 0) << local.out << local.err;
