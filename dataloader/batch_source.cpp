@@ -11,15 +11,14 @@ HostAllocator plain_host_allocator() {
       [](void* memory) { std::free(memory); }};
 }
 
-std::string odd_shards_text(int64_t cut_short, int64_t without_samples, bool upper_bound) {
-  const std::string up_to = upper_bound ? "up to " : "";
+std::string odd_shards_text(int64_t cut_short, int64_t without_samples) {
   std::string text;
   if (cut_short > 0)
-    text = up_to + std::to_string(cut_short) +
+    text = std::to_string(cut_short) +
            " shard(s) end without the tar end-of-archive marker (cut short at a member boundary, as by an "
            "interrupted copy)";
   if (without_samples > 0)
-    text += (text.empty() ? "" : " and ") + up_to + std::to_string(without_samples) + " shard(s) hold no sample";
+    text += (text.empty() ? "" : " and ") + std::to_string(without_samples) + " shard(s) hold no sample";
   return text;
 }
 

@@ -53,9 +53,8 @@ struct SourceStats {
 };
 
 // "N shard(s) end without the tar end-of-archive marker (...) and M shard(s)
-// hold no sample", leaving out a count of 0, "up to " before each count
-// that is an upper bound: what `run` and `bench io` warn of.
-std::string odd_shards_text(int64_t cut_short, int64_t without_samples, bool upper_bound);
+// hold no sample", leaving out a count of 0: what `run` and `bench io` warn of.
+std::string odd_shards_text(int64_t cut_short, int64_t without_samples);
 
 class BatchSource {
  public:

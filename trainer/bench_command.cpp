@@ -714,10 +714,9 @@ int BenchCommand::run_io() {
   for (const Row& row : rows) {
     if (!row.loader || row.loader->rate.shards_cut_short + row.loader->rate.shards_without_samples == 0) continue;
     const ReadRate& r = row.loader->rate;
-    warnings.push_back(odd_shards_text(r.shards_cut_short, r.shards_without_samples, false) +
-                       " in the loader's epoch with " + std::to_string(row.readers) +
-                       " reader(s), read as they are (first: " + r.first_odd_shard +
-                       "); `trainbench shards verify` names every such shard");
+    warnings.push_back("the loader's epoch with " + std::to_string(row.readers) + " reader(s) read as whole: " +
+                       odd_shards_text(r.shards_cut_short, r.shards_without_samples) + " (first: " +
+                       r.first_odd_shard + "); `trainbench shards verify` names every such shard");
     break;
   }
   const std::string storage_figures =

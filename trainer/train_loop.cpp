@@ -1,7 +1,6 @@
 #include "trainer/train_loop.h"
 
 #include <algorithm>  // std::max_element
-#include <numeric>    // std::accumulate: shard counts summed over ranks
 #include <set>        // distinct shards over ranks
 #include <chrono>     // step timing
 #include <cmath>      // std::isfinite
@@ -175,20 +174,22 @@ void summarize_ranks(Communicator& comm, RunSummary& summary, double own_s) {
 
 // How many distinct shards the ranks' index lists name together: a shard
 // two ranks read (epochs hand shards to other ranks) is one shard. The
-// ranks exchange their indices one all_gather round each, as few as the
-// longest list, so the usual case (none) costs one round; past
-// kMaxExchangeRounds the lists' lengths are summed instead, an upper bound
-// (`exact` false), rather than thousands of rounds at the end of a run.
-int64_t distinct_over_ranks(const std::vector<int64_t>& mine, Communicator& comm, bool* exact) {
-  constexpr double kMaxExchangeRounds = 64;
+// lengths are gathered, then each rank with a list broadcasts it (host
+// memory on every backend): none at all in the usual case, where no shard
+// looks damaged.
+int64_t distinct_over_ranks(const std::vector<int64_t>& mine, Communicator& comm) {
   const std::vector<double> lengths = gather_from_ranks(comm, static_cast<double>(mine.size()));
-  const double rounds = *std::max_element(lengths.begin(), lengths.end());
-  *exact = rounds <= kMaxExchangeRounds;
-  if (!*exact) return static_cast<int64_t>(std::accumulate(lengths.begin(), lengths.end(), 0.0));
   std::set<int64_t> all(mine.begin(), mine.end());
-  for (size_t round = 0; round < static_cast<size_t>(rounds); ++round)
-    for (const double index : gather_from_ranks(comm, round < mine.size() ? static_cast<double>(mine[round]) : -1.0))
-      if (index >= 0) all.insert(static_cast<int64_t>(index));
+  for (int root = 0; root < comm.world_size(); ++root) {
+    const auto length = static_cast<size_t>(lengths[static_cast<size_t>(root)]);
+    if (length == 0 || root == comm.rank()) {
+      if (length > 0) comm.broadcast(const_cast<int64_t*>(mine.data()), static_cast<int64_t>(length * sizeof(int64_t)), root);
+      continue;
+    }
+    std::vector<int64_t> theirs(length);
+    comm.broadcast(theirs.data(), static_cast<int64_t>(length * sizeof(int64_t)), root);
+    all.insert(theirs.begin(), theirs.end());
+  }
   return static_cast<int64_t>(all.size());
 }
 
@@ -201,10 +202,8 @@ void summarize_storage_read(const SourceStats& stats, double run_seconds, Commun
   summary.tokens_read = static_cast<int64_t>(summed(static_cast<double>(stats.tokens)));
   summary.samples_skipped = static_cast<int64_t>(summed(static_cast<double>(stats.samples_skipped)));
   summary.shards_skipped = static_cast<int64_t>(summed(static_cast<double>(stats.shards_skipped)));
-  summary.shards_cut_short = distinct_over_ranks(stats.shards_cut_short, comm, &summary.odd_shards_exact);
-  bool exact = true;
-  summary.shards_without_samples = distinct_over_ranks(stats.shards_without_samples, comm, &exact);
-  summary.odd_shards_exact = summary.odd_shards_exact && exact;
+  summary.shards_cut_short = distinct_over_ranks(stats.shards_cut_short, comm);
+  summary.shards_without_samples = distinct_over_ranks(stats.shards_without_samples, comm);
   if (run_seconds > 0) {
     summary.read_gbs = static_cast<double>(summary.bytes_read) / run_seconds * 1e-9;
     summary.samples_per_s = static_cast<double>(summary.samples_read) / run_seconds;
@@ -706,8 +705,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   // the one meant. The loader's count: prefetching may have read a shard's
   // end that no step reached.
   if (summary.shards_cut_short + summary.shards_without_samples > 0) {
-    std::string line = odd_shards_text(summary.shards_cut_short, summary.shards_without_samples,
-                                       !summary.odd_shards_exact) +
+    std::string line = odd_shards_text(summary.shards_cut_short, summary.shards_without_samples) +
                        "; the loader read them as they are";
     if (!read.first_odd_shard.empty()) line += " (first" + std::string(world > 1 ? " on this rank" : "") +
                                                ": " + read.first_odd_shard + ")";

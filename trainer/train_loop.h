@@ -84,10 +84,8 @@ struct RunSummary {
   int64_t bytes_read = 0;         // from storage (compressed size for compressed shards)
   int64_t samples_read = 0, tokens_read = 0;
   int64_t samples_skipped = 0, shards_skipped = 0;  // data.on_corrupt: skip
-  // Distinct shards read as whole that look damaged (SourceStats); past 64
-  // on a rank the ranks' counts are summed, an upper bound: exact false.
+  // Distinct shards over every rank read as whole that look damaged (SourceStats).
   int64_t shards_cut_short = 0, shards_without_samples = 0;
-  bool odd_shards_exact = true;
   double read_gbs = 0;            // bytes_read / run time: what the loaders delivered (1e9 B/s)
   double samples_per_s = 0;
   double bytes_per_token = 0;     // whole samples read per token decoded

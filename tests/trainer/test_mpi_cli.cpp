@@ -517,7 +517,8 @@ TEST(MpiCli, SkippedShardsAreCountedOverAllRanksInTheWarning) {
 
 // A shard cut short (and one with no sample) that both ranks read, as the
 // epochs hand shards round, is one shard each in the job's count, not one
-// per rank that read it.
+// per rank that read it. (The data seed is fixed, so which rank reads which
+// shard is too: with it, each rank's count summed gave 2 for both.)
 TEST(MpiCli, AShardCutShortIsCountedOnceHoweverManyRanksReadIt) {
   testing::TempDir dir("test_mpi_cli");
   const std::string shards = dir.file("shards");
