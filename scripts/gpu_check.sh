@@ -246,6 +246,18 @@ has_cuda_engine=false
 grep -q "compute engines:.*cuda" "$logs/version.txt" && has_cuda_engine=true
 row "cuDNN attention" "$(grep -o 'cuDNN attention: .*' "$logs/version.txt" | cut -d' ' -f3-) ($(grep -o 'cuDNN attention [A-Z]*' "$logs/configure.log" | head -1))"
 
+# PyTorch baseline's own tests (PyTorch exists on GPU machines). They train
+# on the CPU for 20-40 s, which a full run spends after the comparison (in
+# the extras, 6i2), not before its figures; a tests-only run has them here.
+torch_baseline_tests() {
+  [ -z "${GPU_CHECK_SKIP_TORCH:-}" ] || return 0
+  bounded 240 ctest --test-dir "$build" -R torch_baseline --output-on-failure > "$logs/ctest_torch_baseline.log" 2>&1
+  local status=$?
+  local result
+  result=$(grep -E 'tests passed|tests failed' "$logs/ctest_torch_baseline.log" | tail -1)
+  row "torch_baseline.py tests" "${result:-$(failure $status "$logs/ctest_torch_baseline.log")}"
+}
+
 # Sections 2-5, the issue's comparison; GPU_CHECK_EXTRAS_ONLY=1 skips them
 # (a second call on a machine that already ran them keeps its build).
 if [ -z "${GPU_CHECK_EXTRAS_ONLY:-}" ]; then
@@ -262,13 +274,8 @@ skipped=$(grep -c "(Skipped)" "$logs/ctest_gpu.log" || true)
 # On a GPU machine a skipped CUDA test means the GPU was not visible to it.
 row "CUDA tests" "${gpu_tests:-no result: see ctest_gpu.log} (skipped: $skipped, must be 0 on a GPU)"
 grep -E "^ *[0-9]+/[0-9]+ Test" "$logs/ctest_gpu.log" | grep -vE " Passed " | head -20 >> "$out/table.txt"
-# PyTorch baseline's own training tests (PyTorch exists on GPU machines).
-if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
-  bounded 240 ctest --test-dir "$build" -R torch_baseline --output-on-failure > "$logs/ctest_torch_baseline.log" 2>&1
-  torch_tests_status=$?
-  torch_tests=$(grep -E 'tests passed|tests failed' "$logs/ctest_torch_baseline.log" | tail -1)
-  row "torch_baseline.py tests" "${torch_tests:-$(failure $torch_tests_status "$logs/ctest_torch_baseline.log")}"
-fi
+# A tests-only run has the PyTorch baseline's tests with the CUDA tests.
+[ -z "${GPU_CHECK_TESTS_ONLY:-}" ] || torch_baseline_tests
 
 # 2b. The NCCL communicator on one rank (world size 1, the local bootstrap):
 # every collective checked element by element, bf16 and averages, background
@@ -539,6 +546,10 @@ if $has_cuda_engine; then
     row "trainbench bench instrument" "$(failure $? "$logs/instrument.log")"
   fi
 fi
+
+# 6i2. The PyTorch baseline's own tests (CPU work: after every GPU figure
+# but the sanitizer's).
+torch_baseline_tests
 
 # 6j (last: the slowest for what it tells about the targets). compute-sanitizer
 # over the op tests: kernels written or changed since
