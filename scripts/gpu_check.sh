@@ -12,7 +12,7 @@
 #   GPU_CHECK_TESTS_ONLY=1 ...      # build and tests only
 #   GPU_CHECK_SKIP_PROFILE=1 ...    # without the per-op breakdown of each preset's step
 #   GPU_CHECK_SKIP_SANITIZER=1 ...  # without compute-sanitizer over the op tests
-#   GPU_CHECK_SKIP_EXTRAS=1 ...     # only build, tests, ceiling, presets, PyTorch and the ratios
+#   GPU_CHECK_SKIP_EXTRAS=1 ...     # only build, tests, ceiling, presets, PyTorch and the ratios (then PyTorch's tests)
 #   GPU_CHECK_EXTRAS_ONLY=1 ...     # only the build and the extra rows (a second call)
 #   GPU_CHECK_DEADLINE_S=470 ...    # the whole script's time (8 min less 10 s); steps past it are cut or skipped
 #
@@ -383,6 +383,10 @@ done
 row "time to the ratios" "$(elapsed)"
 
 fi  # sections 2-5
+
+# Without the extras, the PyTorch baseline's tests (6i2) run here, after
+# the comparison they would otherwise follow.
+[ -z "${GPU_CHECK_SKIP_EXTRAS:-}" ] || torch_baseline_tests
 
 # 6. Extra rows (later issues' GPU checks and the diagnostics of issue 3's
 # gap), after the comparison above; GPU_CHECK_SKIP_EXTRAS=1 leaves them out.
