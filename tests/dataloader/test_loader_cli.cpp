@@ -648,8 +648,9 @@ TEST_F(LoaderCli, BenchIoSaysWhichShardEndsWithoutTheEndMarker) {
   EXPECT_EQ(loader.at("shards_without_samples"), 0) << loader;
   bool warned = false;
   for (const auto& w : result.at("warnings"))
-    warned = warned || w.get<std::string>().find("1 shard(s) end without the tar end-of-archive marker") !=
-                           std::string::npos && w.get<std::string>().find(cut) != std::string::npos;
+    warned = warned || (w.get<std::string>().find("1 shard(s) end without the tar end-of-archive marker") !=
+                            std::string::npos &&
+                        w.get<std::string>().find(cut) != std::string::npos);
   EXPECT_TRUE(warned) << result.at("warnings").dump();
 }
 
