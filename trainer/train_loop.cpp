@@ -1,12 +1,12 @@
 #include "trainer/train_loop.h"
 
 #include <algorithm>  // std::max_element
-#include <set>        // distinct shards over ranks
 #include <chrono>     // step timing
 #include <cmath>      // std::isfinite
 
 #include <new>        // std::bad_alloc: a sample the loader had no memory for
 #include <optional>   // the gradient sync of a multi-rank run
+#include <set>        // distinct shards over ranks
 #include <stdexcept>  // a device engine under a host-buffer communicator
 #include <thread>     // sleep_for: burnin.inject_slow_ms
 
@@ -182,13 +182,10 @@ int64_t distinct_over_ranks(const std::vector<int64_t>& mine, Communicator& comm
   std::set<int64_t> all(mine.begin(), mine.end());
   for (int root = 0; root < comm.world_size(); ++root) {
     const auto length = static_cast<size_t>(lengths[static_cast<size_t>(root)]);
-    if (length == 0 || root == comm.rank()) {
-      if (length > 0) comm.broadcast(const_cast<int64_t*>(mine.data()), static_cast<int64_t>(length * sizeof(int64_t)), root);
-      continue;
-    }
-    std::vector<int64_t> theirs(length);
-    comm.broadcast(theirs.data(), static_cast<int64_t>(length * sizeof(int64_t)), root);
-    all.insert(theirs.begin(), theirs.end());
+    if (length == 0) continue;
+    std::vector<int64_t> list = root == comm.rank() ? mine : std::vector<int64_t>(length);
+    comm.broadcast(list.data(), static_cast<int64_t>(length * sizeof(int64_t)), root);
+    all.insert(list.begin(), list.end());
   }
   return static_cast<int64_t>(all.size());
 }
