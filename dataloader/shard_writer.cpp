@@ -179,11 +179,11 @@ void remove_partial_shards() {
   for (const std::string& partial : held_partials()) ::unlink(partial.c_str());
 }
 
+// Destroyed while open = abandoned (an exception unwound past it).
 TarShardWriter::~TarShardWriter() { abandon(); }
 
 void TarShardWriter::abandon() {
-  // Destroyed while open = abandoned (an exception unwound past it): the
-  // partial file goes, the whole-shard name was never created.
+  // The partial file goes; the whole-shard name was never created.
   if (archive_ == nullptr) return;
   archive_write_free(archive_);
   archive_ = nullptr;

@@ -38,7 +38,7 @@ ComputeCeiling measure_compute_ceiling(const Config& config, TrainingEngine& eng
   std::unique_ptr<Communicator> local = make_local_communicator();
   auto pace_step_s = [&](int64_t measured_steps) {
     const Config alone = measurement_run_config(config, 2, measured_steps);
-    const RunOutcome outcome = run_training(alone, engine, *resident, *local, nullptr, nullptr, 1, nullptr, false);
+    const RunOutcome outcome = run_training(alone, engine, *resident, *local, nullptr);
     // The slowest rank sets a data-parallel step's pace.
     return max_over_ranks(comm, outcome.summary.step_s.p10);
   };

@@ -54,7 +54,7 @@ InstrumentationCost measure_instrumentation_cost(const Config& config, TrainingE
   std::unique_ptr<BatchSource> resident = measurement_batches(config);
   const auto wall_seconds = [&](bool instrument) {
     block.report.instrument = instrument;
-    const RunOutcome outcome = run_training(block, engine, *resident, comm, nullptr, nullptr, 1, nullptr, false);
+    const RunOutcome outcome = run_training(block, engine, *resident, comm, nullptr);
     // The slowest rank's window: with several ranks, what the job paid.
     return max_over_ranks(comm, outcome.summary.measured_wall_s);
   };

@@ -243,6 +243,7 @@ Config measurement_run_config(const Config& config, int64_t warmup_steps, int64_
   run.comm.inject_divergence_step = 0;
   run.burnin.inject_slow_ms = 0;
   run.data.inject_delay_ms = 0;
+  run.report.gemm_ceiling_s = 0;  // the measurement's own figure is its point, not MFU
   return run;
 }
 
@@ -310,7 +311,7 @@ void largest_gemm_shape(const ModelShape& s, int64_t micro_batch, int64_t* m, in
 
 RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSource& source,
                         Communicator& comm, const ProgressFn& on_progress, Checkpointer* checkpointer,
-                        int64_t first_step, const StepHook& after_step, bool measure_gemm_ceiling) {
+                        int64_t first_step, const StepHook& after_step) {
   const TrainSection& train = config.train;
   const ModelShape& shape = config.model;
   RunOutcome outcome;
@@ -325,7 +326,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   largest_gemm_shape(shape, train.micro_batch, &summary.gemm_m, &summary.gemm_n, &summary.gemm_k);
   // report.gemm_ceiling_s = 0 asks for no ceiling: MFU against the datasheet
   // peak alone, and no warning, since nothing failed.
-  if (measure_gemm_ceiling && config.report.gemm_ceiling_s > 0) {
+  if (config.report.gemm_ceiling_s > 0) {
     summary.gemm_ceiling_flops_per_s = engine.measure_gemm_flops(summary.gemm_m, summary.gemm_n, summary.gemm_k,
                                                                  config.report.gemm_ceiling_s);
     if (summary.gemm_ceiling_flops_per_s <= 0)

@@ -186,18 +186,16 @@ using StepHook = std::function<bool(const StepRecord&)>;
 // stops every rank and the outcome says so (RunFailure) rather than
 // throwing: the steps so far are measured and reported. On more than one
 // rank, telling a data failure costs one small host collective per step.
-// `measure_gemm_ceiling` false leaves out the GEMM ceiling's calibration
-// (report.gemm_ceiling_s long) and the MFU against it: for the short
-// internal runs of a measurement (the compute ceiling, bench instrument's
-// blocks).
+// The GEMM ceiling is timed first for report.gemm_ceiling_s (none at 0).
 RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSource& source,
                         Communicator& comm, const ProgressFn& on_progress,
                         Checkpointer* checkpointer = nullptr, int64_t first_step = 1,
-                        const StepHook& after_step = nullptr, bool measure_gemm_ceiling = true);
+                        const StepHook& after_step = nullptr);
 
 // The config of a measurement's own short runs on the job's engine (the
 // compute ceiling, bench instrument's blocks): `warmup_steps` then
-// `measured_steps`, no checkpoints and no fault injection.
+// `measured_steps`, no checkpoints, no fault injection and no GEMM ceiling
+// timed first.
 Config measurement_run_config(const Config& config, int64_t warmup_steps, int64_t measured_steps);
 // Their batches: a few resident synthetic batches of the config's shape, so
 // that no storage read enters what they measure.
