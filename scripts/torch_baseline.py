@@ -304,9 +304,15 @@ def load_yaml_config(path: str) -> dict[str, Any]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
         raise UsageError(f"{path}: cannot read: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:  # a binary file given as the config
+        raise UsageError(f"{path}: not UTF-8 text (byte {error.start}): not a config") from None
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as error:
+        raise UsageError(f"{path}: not valid YAML: {one_line(str(error))}") from None
+    except RecursionError:  # lists nested thousands deep
+        raise UsageError(f"{path}: not valid YAML: nested too deep") from None
+    except ValueError as error:  # PyYAML's own int/float conversions (e.g. an over-long number)
         raise UsageError(f"{path}: not valid YAML: {one_line(str(error))}") from None
     if document is None:
         document = {}
@@ -364,7 +370,7 @@ def _yaml_number(path: str, name: str, raw: Any, kind: type) -> int | float:
         if not math.isfinite(value):
             raise ValueError
         return value
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # int(1e400): OverflowError
         expected = "an integer" if kind is int else "a number"
         raise UsageError(f"{path}: {name}: expected {expected}, got {raw!r}") from None
 

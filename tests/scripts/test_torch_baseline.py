@@ -128,6 +128,21 @@ class ConfigTests(unittest.TestCase):
             with self.subTest(text=text), self.assertRaisesRegex(baseline.UsageError, message):
                 baseline.resolve_settings(["--config", self.write(text)])
 
+    def test_files_that_broke_the_reader_are_usage_errors(self) -> None:
+        # Each raised a traceback (exit 1): a binary file, lists nested
+        # past Python's recursion limit, an integer too large for a float
+        # where a number goes.
+        binary = self.write("")
+        Path(binary).write_bytes(b"model:\n  vocab: \xff\xfe\n")
+        cases = {
+            binary: "not UTF-8 text",
+            self.write("model: " + "[" * 5000 + "]" * 5000 + "\n"): "nested too deep",
+            self.write("train:\n  lr: " + "9" * 400 + "\n"): "train.lr: expected a number",
+        }
+        for path, message in cases.items():
+            with self.subTest(message=message), self.assertRaisesRegex(baseline.UsageError, message):
+                baseline.resolve_settings(["--config", path])
+
     def test_missing_pyyaml_is_a_one_line_usage_error(self) -> None:
         with mock.patch.dict(sys.modules, {"yaml": None}), \
                 self.assertRaisesRegex(baseline.UsageError, "needs PyYAML"):
