@@ -13,6 +13,7 @@
 # folder. Exit codes: 2 bad usage, 3 not built, else the failed run's.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+. "$repo/scripts/lib/args.sh"  # need
 
 usage() {
   echo "usage: scripts/bench_ckpt_stall.sh [--dir DIR] [--repeats N] [--layers L]" >&2
@@ -23,9 +24,9 @@ repeats=2
 layers=5
 while [ $# -gt 0 ]; do
   case "$1" in
-    --dir) [ $# -ge 2 ] || usage; dir=$2; shift 2 ;;
-    --repeats) [ $# -ge 2 ] || usage; repeats=$2; shift 2 ;;
-    --layers) [ $# -ge 2 ] || usage; layers=$2; shift 2 ;;
+    --dir) need "$1" $#; dir=$2; shift 2 ;;
+    --repeats) need "$1" $#; repeats=$2; shift 2 ;;
+    --layers) need "$1" $#; layers=$2; shift 2 ;;
     -h|--help) usage ;;
     *) echo "bench_ckpt_stall: unknown argument '$1'" >&2; usage ;;
   esac

@@ -14,9 +14,10 @@
 # 2, --files (writer files per checkpoint) 1 to 1024, default 2. BUILD_DIR
 # (default: build, in the source tree) selects the build folder; a relative
 # DIR or BUILD_DIR is taken from the current folder. Exit codes: 2 bad usage
-# (before anything is written), 3 not built.
+# (before anything is written), 3 not built or dd failed.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+. "$repo/scripts/lib/args.sh"  # need
 
 usage() {
   echo "usage: scripts/bench_ckpt_write.sh [--dir DIR] [--gib N] [--files N] [--reps N]" >&2
@@ -29,10 +30,10 @@ files=2
 reps=3
 while [ $# -gt 0 ]; do
   case "$1" in
-    --dir) [ $# -ge 2 ] || usage; dir=$2; shift 2 ;;
-    --gib) [ $# -ge 2 ] || usage; gib=$2; shift 2 ;;
-    --files) [ $# -ge 2 ] || usage; files=$2; shift 2 ;;
-    --reps) [ $# -ge 2 ] || usage; reps=$2; shift 2 ;;
+    --dir) need "$1" $#; dir=$2; shift 2 ;;
+    --gib) need "$1" $#; gib=$2; shift 2 ;;
+    --files) need "$1" $#; files=$2; shift 2 ;;
+    --reps) need "$1" $#; reps=$2; shift 2 ;;
     -h|--help) usage ;;
     *) echo "bench_ckpt_write: unknown argument '$1'" >&2; usage ;;
   esac
@@ -61,9 +62,19 @@ ddfile="$dir/dd-sequential-write.bin"
 trap 'rm -f "$ddfile"' EXIT
 
 echo "== $gib GiB to $dir ($(df -T "$dir" | awk 'NR == 2 {print $2}')), $files writer file(s), $reps repeat(s)"
+# dd's GB/s. A dd that fails (disk full, O_DIRECT refused) is the
+# environment's: its own last line and exit 3 (its failure was read as a
+# figure, and Python's TypeError ended the script).
 run_dd() {
   local out
-  out=$(dd if=/dev/zero of="$ddfile" bs=64M count="$count" oflag=direct conv=fsync 2>&1)
+  if ! out=$(dd if=/dev/zero of="$ddfile" bs=64M count="$count" oflag=direct conv=fsync 2>&1); then
+    rm -f "$ddfile"
+    # dd's own complaint ("dd: error writing ...": its record counts follow).
+    local why
+    why=$(printf '%s\n' "$out" | grep -m 1 '^dd: ') || why=$(printf '%s\n' "$out" | tail -n 1)
+    echo "bench_ckpt_write: dd to $ddfile failed: $why" >&2
+    return 3
+  fi
   rm -f "$ddfile"
   # "2147483648 bytes (2.1 GB, 2.0 GiB) copied, 1.234 s, 1.7 GB/s"
   python3 -c 'import re, sys; m = re.search(r"^(\d+) bytes .* copied, ([0-9.e+-]+) s", sys.argv[1], re.M); print(f"{int(m[1]) / float(m[2]) / 1e9:.4f}")' "$out"
@@ -74,11 +85,16 @@ run_bench() {
 }
 
 dd_gbs=()
+measure_dd() {
+  local gbs
+  gbs=$(run_dd) || exit 3
+  dd_gbs+=("$gbs")
+}
 for rep in $(seq 1 "$reps"); do
   if [ $((rep % 2)) -eq 1 ]; then
-    dd_gbs+=("$(run_dd)"); run_bench "$rep"
+    measure_dd; run_bench "$rep"
   else
-    run_bench "$rep"; dd_gbs+=("$(run_dd)")
+    run_bench "$rep"; measure_dd
   fi
   echo "  repeat $rep done"
 done

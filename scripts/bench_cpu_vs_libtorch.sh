@@ -13,6 +13,7 @@
 # relative CONFIG file or BUILD_DIR is taken from the current folder.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+. "$repo/scripts/lib/args.sh"  # need
 
 usage() {
   echo "usage: scripts/bench_cpu_vs_libtorch.sh [--reps N] [--threads N] [--steps N] [CONFIG...]" >&2
@@ -25,9 +26,9 @@ steps=""
 configs=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --reps) [ $# -ge 2 ] || usage; reps=$2; shift 2 ;;
-    --threads) [ $# -ge 2 ] || usage; threads=$2; shift 2 ;;
-    --steps) [ $# -ge 2 ] || usage; steps=$2; shift 2 ;;
+    --reps) need "$1" $#; reps=$2; shift 2 ;;
+    --threads) need "$1" $#; threads=$2; shift 2 ;;
+    --steps) need "$1" $#; steps=$2; shift 2 ;;
     -h|--help) usage ;;
     -*) echo "bench_cpu_vs_libtorch: unknown option $1" >&2; usage ;;
     *) configs+=("$1"); shift ;;

@@ -12,6 +12,7 @@
 # current folder. Exit codes: 2 bad usage, 3 not built, else the failed run's.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+. "$repo/scripts/lib/args.sh"  # need
 
 usage() {
   echo "usage: scripts/bench_instrumentation.sh [--config NAME] [--steps N] [--repeats N] [--set KEY=VALUE]..." >&2
@@ -24,10 +25,10 @@ repeats=5
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --config) [ $# -ge 2 ] || usage; config=$2; shift 2 ;;
-    --steps) [ $# -ge 2 ] || usage; steps=$2; shift 2 ;;
-    --repeats) [ $# -ge 2 ] || usage; repeats=$2; shift 2 ;;
-    --set) [ $# -ge 2 ] || usage; extra+=(--set "$2"); shift 2 ;;
+    --config) need "$1" $#; config=$2; shift 2 ;;
+    --steps) need "$1" $#; steps=$2; shift 2 ;;
+    --repeats) need "$1" $#; repeats=$2; shift 2 ;;
+    --set) need "$1" $#; extra+=(--set "$2"); shift 2 ;;
     -h|--help) usage ;;
     *) echo "bench_instrumentation: unknown argument '$1'" >&2; usage ;;
   esac

@@ -16,6 +16,7 @@
 # bad usage (before anything is made), 3 not built.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+. "$repo/scripts/lib/args.sh"  # need
 
 usage() {
   echo "usage: scripts/bench_io.sh [--dir DIR] [--gib N] [--readers LIST] [--kind image|text]..." >&2
@@ -28,10 +29,10 @@ readers=1,2
 kinds=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --dir) [ $# -ge 2 ] || usage; dir=$2; shift 2 ;;
-    --gib) [ $# -ge 2 ] || usage; gib=$2; shift 2 ;;
-    --readers) [ $# -ge 2 ] || usage; readers=$2; shift 2 ;;
-    --kind) [ $# -ge 2 ] || usage; kinds+=("$2"); shift 2 ;;
+    --dir) need "$1" $#; dir=$2; shift 2 ;;
+    --gib) need "$1" $#; gib=$2; shift 2 ;;
+    --readers) need "$1" $#; readers=$2; shift 2 ;;
+    --kind) need "$1" $#; kinds+=("$2"); shift 2 ;;
     -h|--help) usage ;;
     *) echo "bench_io: unknown argument '$1'" >&2; usage ;;
   esac

@@ -45,6 +45,7 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
+. "$repo/scripts/lib/args.sh"  # need
 me=compare_finetune.sh
 die() { echo "$me: $1" >&2; exit "${2:-2}"; }
 usage() {
@@ -68,25 +69,25 @@ lora_sets=()
 full_sets=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --config) [ $# -ge 2 ] || usage; config=$2; shift 2 ;;
-    --gpus-per-node) [ $# -ge 2 ] || usage; gpus_per_node=$2; shift 2 ;;
-    --nodes) [ $# -ge 2 ] || usage; nodes=$2; shift 2 ;;
-    --steps) [ $# -ge 2 ] || usage; steps=$2; shift 2 ;;
+    --config) need "$1" $#; config=$2; shift 2 ;;
+    --gpus-per-node) need "$1" $#; gpus_per_node=$2; shift 2 ;;
+    --nodes) need "$1" $#; nodes=$2; shift 2 ;;
+    --steps) need "$1" $#; steps=$2; shift 2 ;;
     --set)
-      [ $# -ge 2 ] || usage
+      need "$1" $#
       # checkpoint.dir: each run checkpoints to its own subfolder (a fresh run
       # refuses a folder that holds another run's checkpoints); an empty one
       # (a temporary folder per run) goes to both as it is.
       case "$2" in checkpoint.dir=?*) ckpt_dir=${2#checkpoint.dir=} ;; *) both+=(--set "$2") ;; esac
       shift 2 ;;
-    --lora-set) [ $# -ge 2 ] || usage; lora_sets+=(--set "$2"); shift 2 ;;
-    --full-set) [ $# -ge 2 ] || usage; full_sets+=(--set "$2"); shift 2 ;;
-    --target-tokens) [ $# -ge 2 ] || usage; target_tokens=$2; shift 2 ;;
-    --out) [ $# -ge 2 ] || usage; out=$2; shift 2 ;;
-    --launcher) [ $# -ge 2 ] || usage; launcher=$2; shift 2 ;;
-    --hostfile) [ $# -ge 2 ] || usage; hostfile=$2; shift 2 ;;
-    --mpirun-args) [ $# -ge 2 ] || usage; mpirun_args=$2; shift 2 ;;
-    --binary) [ $# -ge 2 ] || usage; binary=$2; shift 2 ;;
+    --lora-set) need "$1" $#; lora_sets+=(--set "$2"); shift 2 ;;
+    --full-set) need "$1" $#; full_sets+=(--set "$2"); shift 2 ;;
+    --target-tokens) need "$1" $#; target_tokens=$2; shift 2 ;;
+    --out) need "$1" $#; out=$2; shift 2 ;;
+    --launcher) need "$1" $#; launcher=$2; shift 2 ;;
+    --hostfile) need "$1" $#; hostfile=$2; shift 2 ;;
+    --mpirun-args) need "$1" $#; mpirun_args=$2; shift 2 ;;
+    --binary) need "$1" $#; binary=$2; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "$me: unknown argument '$1'" >&2; usage ;;
   esac
@@ -95,6 +96,9 @@ done
 [[ "$gpus_per_node" =~ ^[1-9][0-9]*$ ]] || die "--gpus-per-node '$gpus_per_node': expected a positive integer"
 [[ "$nodes" =~ ^[1-9][0-9]*$ ]] || die "--nodes '$nodes': expected a positive integer"
 if [ -n "$steps" ] && ! [[ "$steps" =~ ^[1-9][0-9]*$ ]]; then die "--steps '$steps': expected a positive integer"; fi
+# python3 reads the runs' results (report.py): without it the check below
+# blamed --target-tokens.
+command -v python3 > /dev/null || die "python3 not found: it reads the runs' results (scripts/setup.sh installs it)" 3
 # The range report.py takes: checked here, before two training runs, not after.
 python3 -c 'import sys; v = float(sys.argv[1]); sys.exit(0 if 1 <= v <= 1e30 else 1)' "$target_tokens" 2> /dev/null ||
   die "--target-tokens '$target_tokens': expected a number from 1 to 1e30 (e.g. 1e9)"

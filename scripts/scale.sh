@@ -43,6 +43,7 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
+. "$repo/scripts/lib/args.sh"  # need
 me=scale.sh
 
 usage() {
@@ -78,23 +79,23 @@ slurm=0
 ceilings=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --config) [ $# -ge 2 ] || usage; config=$2; shift 2 ;;
-    --ranks) [ $# -ge 2 ] || usage; ranks_list=$2; ranks_given=1; shift 2 ;;
-    --nodes) [ $# -ge 2 ] || usage; nodes_list=$2; nodes_given=1; shift 2 ;;
-    --steps) [ $# -ge 2 ] || usage; steps=$2; shift 2 ;;
+    --config) need "$1" $#; config=$2; shift 2 ;;
+    --ranks) need "$1" $#; ranks_list=$2; ranks_given=1; shift 2 ;;
+    --nodes) need "$1" $#; nodes_list=$2; nodes_given=1; shift 2 ;;
+    --steps) need "$1" $#; steps=$2; shift 2 ;;
     --set)
-      [ $# -ge 2 ] || usage
+      need "$1" $#
       # checkpoint.dir=D is --ckpt-dir D: a folder per world size under D (a
       # fresh run refuses one that holds another run's checkpoints); an empty
       # one (a temporary folder per run) goes to every run as it is.
       case "$2" in checkpoint.dir=?*) set_ckpt_dir=${2#checkpoint.dir=} ;; *) sets+=(--set "$2") ;; esac
       shift 2 ;;
-    --out) [ $# -ge 2 ] || usage; out=$2; shift 2 ;;
-    --hostfile) [ $# -ge 2 ] || usage; hostfile=$2; shift 2 ;;
-    --mpirun-args) [ $# -ge 2 ] || usage; mpirun_args=$2; shift 2 ;;
-    --sbatch-args) [ $# -ge 2 ] || usage; sbatch_args=$2; sbatch_given=1; shift 2 ;;
-    --ckpt-dir) [ $# -ge 2 ] || usage; ckpt_dir=$2; ckpt_from=--ckpt-dir; shift 2 ;;
-    --binary) [ $# -ge 2 ] || usage; binary=$2; shift 2 ;;
+    --out) need "$1" $#; out=$2; shift 2 ;;
+    --hostfile) need "$1" $#; hostfile=$2; shift 2 ;;
+    --mpirun-args) need "$1" $#; mpirun_args=$2; shift 2 ;;
+    --sbatch-args) need "$1" $#; sbatch_args=$2; sbatch_given=1; shift 2 ;;
+    --ckpt-dir) need "$1" $#; ckpt_dir=$2; ckpt_from=--ckpt-dir; shift 2 ;;
+    --binary) need "$1" $#; binary=$2; shift 2 ;;
     --no-report) report=0; shift ;;
     --ceilings) ceilings=1; shift ;;
     --slurm) slurm=1; shift ;;
@@ -164,6 +165,12 @@ if [ "$slurm" = 1 ]; then
   read -r -a extra_sbatch <<< "$sbatch_args"
   make_out_dir
   for n in "${node_counts[@]}"; do
+    # An earlier sweep's result in this folder would be read by the report as
+    # this job's should this one fail before writing its own: set aside.
+    if [ -f "$out/nodes-$n.json" ]; then
+      mv -f "$out/nodes-$n.json" "$out/nodes-$n.json.previous"
+      echo "$me: the earlier $out/nodes-$n.json is now $out/nodes-$n.json.previous" >&2
+    fi
     job=$(CONFIG="$config" OUT="$out" CKPT_DIR="$ckpt_dir" TRAINBENCH_BINARY="$binary" \
           sbatch --parsable --export=ALL --nodes "$n" --job-name "trainbench-$n" \
                  --output "$out/nodes-$n-%j.log" ${extra_sbatch[@]+"${extra_sbatch[@]}"} \

@@ -275,6 +275,32 @@ class BenchStorageTests(Sandbox):
                 self.assertFalse((self.dir / "dd.log").exists())
                 self.assertEqual(self.calls(), [])
 
+    def test_an_option_without_its_value_is_named(self) -> None:
+        # Each printed its usage alone, leaving the reader to guess the option.
+        cases = {"bench_ckpt_write.sh": ("--dir", "--gib", "--files", "--reps"),
+                 "bench_ckpt_stall.sh": ("--dir", "--repeats"), "bench_io.sh": ("--dir", "--gib"),
+                 "bench_cpu_vs_libtorch.sh": ("--reps", "--threads"),
+                 "bench_instrumentation.sh": ("--config", "--steps"),
+                 "scale.sh": ("--config", "--ranks"), "compare_finetune.sh": ("--config", "--set", "--binary")}
+        for script, options in cases.items():
+            for option in options:
+                with self.subTest(script=script, option=option):
+                    done = run("bash", SCRIPTS / script, option, env=self.env, timeout=20)
+                    self.assert_refused(done, f"{option} needs a value")
+                    self.assertTrue(done.stderr.startswith(script.removesuffix(".sh")), done.stderr)
+
+    def test_bench_ckpt_write_a_failed_dd_is_exit_3_in_its_own_words(self) -> None:
+        # A failed dd was read as a figure: Python's TypeError, exit 1.
+        write_tool(self.tools, "dd", 'echo "dd: error writing \'x\': No space left on device" >&2\n'
+                   'echo "3+0 records in" >&2\necho "2+0 records out" >&2\n'
+                   'echo "134217728 bytes (134 MB, 128 MiB) copied, 0.1 s, 1.3 GB/s" >&2\nexit 1\n')
+        done = run("bash", SCRIPTS / "bench_ckpt_write.sh", "--dir", self.dir / "w", "--gib", "1", "--reps", "1",
+                   env=self.env, timeout=60)
+        self.assertEqual(done.returncode, 3, done.stderr)
+        self.assertNotIn("Traceback", done.stderr)
+        self.assertIn("bench_ckpt_write: dd to " + str(self.dir / "w") + "/dd-sequential-write.bin failed: "
+                      "dd: error writing 'x': No space left on device", done.stderr)
+
     def test_bench_ckpt_write_dir_is_the_callers(self) -> None:
         # --dir relw wrote to <repo>/relw.
         self.fake_dd()
@@ -447,6 +473,20 @@ class ScaleTests(LauncherSandbox):
         command = line.split("when the jobs have finished: ", 1)[1]
         self.assertEqual(shlex.split(command), ["python3", str(SCRIPTS / "report.py"), str(out)])
 
+    def test_a_slurm_resubmission_sets_the_earlier_result_aside(self) -> None:
+        # The report read an earlier sweep's nodes-1.json as this job's
+        # when this one failed before writing its own.
+        write_tool(self.tools, "sbatch", "echo 42\n")
+        out = self.dir / "slurm"
+        out.mkdir()
+        (out / "nodes-1.json").write_text('{"earlier": true}\n')
+        done = run("bash", SCALE, "--slurm", "--binary", "/bin/true", "--nodes", "1", "--out", out, env=self.env,
+                   timeout=20)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertFalse((out / "nodes-1.json").exists())
+        self.assertEqual((out / "nodes-1.json.previous").read_text(), '{"earlier": true}\n')
+        self.assertIn("nodes-1.json.previous", done.stderr)
+
     def earlier_sweep(self, out: Path) -> dict[str, str]:
         out.mkdir()
         (out / "ranks-1.json").write_text('{"earlier": true}\n')
@@ -511,6 +551,16 @@ class ScaleTests(LauncherSandbox):
 class CompareTests(LauncherSandbox):
     """compare_finetune.sh with real one-process runs of `tiny` through the
     mpirun stand-in; each side gets more ranks than this machine has cores."""
+
+    def test_without_python3_says_so(self) -> None:
+        # --target-tokens '1e9': expected a number was the message.
+        bare = self.dir / "bare"
+        bare.mkdir()
+        (bare / "dirname").symlink_to(shutil.which("dirname"))
+        done = run("/bin/bash", COMPARE, env={**self.env, "PATH": str(bare)}, timeout=20)
+        self.assertEqual(done.returncode, 3, done.stderr)
+        self.assertIn("python3 not found", done.stderr)
+        self.assertNotIn("--target-tokens", done.stderr)
 
     def compare(self, out: Path, *args: str, extra_env: dict[str, str] | None = None,
                 gpus_per_node: int | None = None) -> subprocess.CompletedProcess[str]:
