@@ -1842,13 +1842,29 @@ def prepare_out(out: OutDir) -> None:
 
 
 def write_text(out: OutDir, name: str, text: str) -> Path:
+    """Written beside as NAME.tmp.PID, then renamed over NAME: a full disk
+    or a kill part way leaves the earlier report whole, not a truncated one."""
     path = out.path / name
+    temporary = out.path / f"{name}.tmp.{os.getpid()}"
     try:
         # surrogateescape: a file name that is not UTF-8 is written back as its bytes
-        path.write_text(text, encoding="utf-8", errors="surrogateescape")
+        temporary.write_text(text, encoding="utf-8", errors="surrogateescape")
+        os.replace(temporary, path)
     except OSError as e:
+        temporary.unlink(missing_ok=True)
         raise ReportError(f"{out}: cannot write {name} ({e.strerror or e})") from None
     return path
+
+
+def remove_stale_plots(out: OutDir, written: list[str]) -> None:
+    """An earlier report's plots this one did not draw (--no-plots, or fewer
+    world sizes) would be read as this report's: removed."""
+    for name in PLOTS:
+        if name not in written:
+            try:
+                (out.path / name).unlink(missing_ok=True)
+            except OSError as e:
+                raise ReportError(f"{out}: cannot remove the earlier {name} ({e.strerror or e})") from None
 
 
 def one_line(text: str) -> str:
@@ -1917,6 +1933,7 @@ def main(argv: list[str]) -> int:
             return 3
     prepare_out(out)
     plots = [] if args.no_plots else write_plots(points, out)
+    remove_stale_plots(out, plots)
     report = write_markdown(points, out, plots, notes)
     # Also in report.md's warnings; here because they change which runs the
     # figures are from, or (different configs) what they mean.

@@ -529,6 +529,20 @@ class ReportErrorTests(unittest.TestCase):
         self.assert_one_line_error(report(good, "--out", unwritable, "--no-plots"), f"--out {unwritable}",
                                    "cannot write report.md")
 
+    def test_a_rerun_leaves_no_earlier_plots_or_temporaries(self) -> None:
+        # An earlier report's PNGs stayed beside a --no-plots report.md,
+        # read as this one's figures.
+        good = write_json(self.dir / "r.json", fake_result(1, 1000.0))
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "report.md").write_text("the earlier report\n")
+        for name in ("tokens_per_s.png", "stall_shares.png"):
+            (self.out / name).write_bytes(b"an earlier plot")
+        (self.out / "notes.png").write_bytes(b"not the report's")
+        done = report(good, "--out", self.out, "--no-plots")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertNotIn("the earlier report", (self.out / "report.md").read_text())
+        self.assertEqual(sorted(p.name for p in self.out.iterdir()), ["notes.png", "report.md"])
+
 
 class ResultReadingTests(unittest.TestCase):
     """report.py on hand-made results: older ones (no per-rank records, no
