@@ -20,8 +20,8 @@ std::string parent_directory(const std::string& path) {
 }
 
 namespace {
-[[noreturn]] void fail(const std::string& what, const std::string& path) {
-  throw AtomicWriteError(what + " " + path + ": " + std::strerror(errno));
+[[noreturn]] void fail(const std::string& what, const std::string& path, bool replaced = false) {
+  throw AtomicWriteError(what + " " + path + ": " + std::strerror(errno), replaced);
 }
 }  // namespace
 
@@ -77,12 +77,12 @@ void write_file_atomically(const std::string& named, const std::string& contents
   // The rename is durable only once the directory entry is on disk.
   const std::string dir = parent_directory(path);
   const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) fail("cannot open directory", dir);
+  if (dir_fd < 0) fail("cannot open directory", dir, true);
   const int sync_status = ::fsync(dir_fd);
   const int saved = errno;
   ::close(dir_fd);
   errno = saved;
-  if (sync_status != 0) fail("cannot fsync directory", dir);
+  if (sync_status != 0) fail("cannot fsync directory", dir, true);
 }
 
 }  // namespace trainbench

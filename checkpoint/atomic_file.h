@@ -11,7 +11,12 @@ namespace trainbench {
 
 class AtomicWriteError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit AtomicWriteError(const std::string& what, bool replaced = false)
+      : std::runtime_error(what), replaced(replaced) {}
+  // The rename had happened: the target holds the new contents, only the
+  // directory entry could not be made durable (its folder would not open or
+  // fsync). A caller must not treat the old contents as still in place.
+  bool replaced;
 };
 
 // The directory whose entry a write to `path` creates or replaces: "." for a
@@ -36,8 +41,9 @@ std::string replaced_file(const std::string& path);
 std::string atomic_write_temporary_path(const std::string& path, const std::string& suffix = "");
 
 // Replaces replaced_file(path). Throws AtomicWriteError naming the path and
-// the failing call (errno text). On failure the target is untouched and the
-// temporary file is removed.
+// the failing call (errno text). On a failure up to the rename the target is
+// untouched and the temporary file is removed; after it, the error says
+// `replaced` (the new contents are in place, not yet durable).
 void write_file_atomically(const std::string& path, const std::string& contents);
 
 }  // namespace trainbench

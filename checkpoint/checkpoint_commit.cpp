@@ -19,6 +19,8 @@ namespace trainbench {
 
 namespace io = checkpoint_io;
 namespace fs = std::filesystem;
+using io::parse_step_name;
+using io::StepName;
 
 namespace {
 
@@ -37,68 +39,43 @@ bool path_exists(const std::string& path) {
   io::fail_write("cannot stat", path, errno);
 }
 
-// A name in a checkpoint dir: step_N (a committed checkpoint, or a stale
-// one that lost its manifest), step_N.tmp (being written, or left by a
-// crash) or step_N.old (set aside to be removed). Anything else: step -1.
-struct StepName {
-  int64_t step = -1;
-  std::string suffix;  // "", ".tmp", ".old"
-};
-
-StepName parse_step_name(const std::string& name) {
-  for (const char* suffix : {".tmp", ".old"}) {
-    const size_t length = std::strlen(suffix);
-    if (name.size() > length && name.compare(name.size() - length, length, suffix) == 0) {
-      const int64_t step = io::step_of_folder(name.substr(0, name.size() - length));
-      return step < 0 ? StepName{} : StepName{step, suffix};
-    }
-  }
-  return {io::step_of_folder(name), ""};
-}
-
-// The folder `latest` names, or "" when there is none.
-std::string latest_target(const std::string& dir) {
-  const std::string path = dir + "/latest";
-  if (!path_exists(path)) return "";
-  std::string name = io::read_small_file(path, "checkpoint pointer");
-  while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) name.pop_back();
-  return name;
-}
-
 // Renames first, then deletes: a crash halfway through a deletion leaves a
 // step_M.old (cleaned by the next commit), never a step_M that looks
 // committed but has lost files.
-void remove_checkpoint_folder(const std::string& folder, int64_t committed_step) {
-  try {
-    std::string doomed = folder;
-    if (parse_step_name(fs::path(folder).filename().string()).suffix.empty()) {
-      doomed = folder + ".old";
-      if (path_exists(doomed)) io::remove_folder(doomed);
-      if (::rename(folder.c_str(), doomed.c_str()) != 0)
-        io::fail_write("cannot rename " + folder + " to", doomed, errno);
-    }
-    io::remove_folder(doomed);
-  } catch (const CheckpointWriteError& e) {
-    throw CheckpointWriteError("checkpoint step " + std::to_string(committed_step) +
-                                   " is committed, but removing an old one failed: " + e.what(),
-                               e.disk_full);
+void remove_checkpoint_folder(const std::string& folder) {
+  std::string doomed = folder;
+  if (parse_step_name(fs::path(folder).filename().string()).suffix.empty()) {
+    doomed = folder + ".old";
+    if (path_exists(doomed)) io::remove_folder(doomed);
+    if (::rename(folder.c_str(), doomed.c_str()) != 0) io::fail_write("cannot rename " + folder + " to", doomed, errno);
   }
+  io::remove_folder(doomed);
 }
 
 // After the commit of `step`: removes leftovers (step_M.tmp, step_M.old,
 // step_M without a manifest, for M <= step — a later step may be in
 // flight) and all but the newest `keep` committed checkpoints up to
-// `step`. Never the one `latest` names.
+// `step`. Never step_`step`, which `latest` names (just written, so not read
+// back: a read could only fail here, past the commit point).
 void apply_retention(const std::string& dir, int64_t step, int64_t keep) {
-  const std::string latest = latest_target(dir);
+  const std::string latest = "step_" + std::to_string(step);
   std::vector<CommittedCheckpoint> committed;
   std::vector<std::string> stale;
   std::error_code error;
-  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+  // increment(error): a listing that breaks off is an error code, not a throw.
+  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    const fs::directory_entry& entry = *it;
     const std::string name = entry.path().filename().string();
+    std::error_code ignored;
+    // A `latest` replacement or a writability probe that a killed process
+    // left (this run's own are done: every rank is past its start, and the
+    // folder's lock keeps other runs out). Best effort, as litter is.
+    if (name.starts_with("latest.tmp.") || name.starts_with(io::kWriteProbePrefix)) {
+      if (entry.is_regular_file(ignored)) fs::remove(entry.path(), ignored);
+      continue;
+    }
     const StepName parsed = parse_step_name(name);
     if (parsed.step < 0 || parsed.step > step) continue;
-    std::error_code ignored;
     if (!entry.is_directory(ignored)) continue;
     const std::string folder = dir + "/" + name;
     if (name == latest) {
@@ -112,12 +89,12 @@ void apply_retention(const std::string& dir, int64_t step, int64_t keep) {
     }
   }
   if (error) io::fail_write("cannot list checkpoint.dir", dir, error.value());
-  for (const std::string& folder : stale) remove_checkpoint_folder(folder, step);
+  for (const std::string& folder : stale) remove_checkpoint_folder(folder);
   if (keep <= 0) return;
   std::sort(committed.begin(), committed.end(),
             [](const CommittedCheckpoint& a, const CommittedCheckpoint& b) { return a.step > b.step; });
   for (size_t i = static_cast<size_t>(keep); i < committed.size(); ++i)
-    if (fs::path(committed[i].folder).filename() != latest) remove_checkpoint_folder(committed[i].folder, step);
+    if (fs::path(committed[i].folder).filename() != latest) remove_checkpoint_folder(committed[i].folder);
 }
 
 // Puts `pending` in place of an existing `committed` folder (a resumed run
@@ -156,7 +133,7 @@ void undo_commit_rename(const std::string& pending, const std::string& committed
 
 }  // namespace
 
-nlohmann::json commit_checkpoint(const CommitRequest& request, std::string* retention_error) {
+nlohmann::json commit_checkpoint(const CommitRequest& request, CommitWarnings* warnings) {
   if (request.world_size < 1)
     throw std::invalid_argument("commit_checkpoint: world_size " + std::to_string(request.world_size));
   const std::string pending = pending_folder(request.dir, request.step);
@@ -228,10 +205,21 @@ nlohmann::json commit_checkpoint(const CommitRequest& request, std::string* rete
   crash_point("after_rename", request.step);
 
   // The commit point: from here `latest` names the new checkpoint.
+  CommitWarnings local;
+  CommitWarnings& said = warnings != nullptr ? *warnings : local;
   try {
     write_file_atomically(dir + "/latest", "step_" + std::to_string(request.step) + "\n");
   } catch (const AtomicWriteError& e) {
     const std::string message = e.what();
+    if (e.replaced) {
+      // `latest` names this step already: undoing the rename would leave it
+      // naming a folder that is gone. Committed, not yet durable; the older
+      // checkpoints stay, for the `latest` a power loss may bring back.
+      said.durability = step_text + " is committed, but " + message +
+                        ": a power loss may bring back the previous `latest`; older checkpoints are kept";
+      if (warnings == nullptr) throw CheckpointWriteError(said.durability, false);
+      return manifest;
+    }
     const bool disk_full = message.ends_with(std::strerror(ENOSPC)) || message.ends_with(std::strerror(EDQUOT)) ||
                            message.ends_with(std::strerror(EFBIG));
     undo_commit_rename(pending, committed, replaced);
@@ -241,11 +229,16 @@ nlohmann::json commit_checkpoint(const CommitRequest& request, std::string* rete
     }
     throw CheckpointWriteError(message, disk_full);
   }
+  // Past the commit point any failure (a folder that cannot be removed, a
+  // listing that breaks off, whatever is thrown) leaves the step committed.
   try {
     apply_retention(dir, request.step, request.keep);
-  } catch (const CheckpointWriteError& e) {
-    if (retention_error == nullptr) throw;
-    *retention_error = e.what();
+  } catch (const std::exception& e) {
+    said.retention = step_text + " is committed, but removing an old one failed: " + e.what();
+    if (warnings == nullptr) {
+      const auto* write_error = dynamic_cast<const CheckpointWriteError*>(&e);
+      throw CheckpointWriteError(said.retention, write_error != nullptr && write_error->disk_full);
+    }
   }
   return manifest;
 }

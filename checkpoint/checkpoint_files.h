@@ -142,12 +142,18 @@ struct CommitRequest {
 // Rank 0, after every rank's write_rank_files returned: the commit sequence
 // described above. Returns the manifest it wrote. Throws CheckpointWriteError;
 // when `latest` itself cannot be written, the step's folder is back at
-// step_N.tmp (and one it replaced back at step_N) first. Retention runs
-// after the commit point: where it fails (an old folder that cannot be
-// removed) the step is committed all the same, and the reason goes to
-// `retention_error` when given (the trainer warns and trains on), else it
-// is thrown.
-nlohmann::json commit_checkpoint(const CommitRequest& request, std::string* retention_error = nullptr);
+// step_N.tmp (and one it replaced back at step_N) first. Two failures come
+// after the commit point, and the step is committed all the same: `latest`
+// replaced but checkpoint.dir not fsynced after it (retention then keeps
+// every older checkpoint: a power loss may bring the old `latest` back),
+// and retention failing (an old folder that cannot be removed). Their
+// reasons go to `warnings` when given (the trainer warns and trains on),
+// else the first is thrown.
+struct CommitWarnings {
+  std::string durability;  // `latest` replaced, its folder not fsynced
+  std::string retention;   // an old checkpoint could not be removed
+};
+nlohmann::json commit_checkpoint(const CommitRequest& request, CommitWarnings* warnings = nullptr);
 
 // Removes dir/step_N.tmp (a checkpoint given up, e.g. disk full with
 // checkpoint.on_full: skip). No error when it is already gone.

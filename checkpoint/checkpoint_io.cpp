@@ -10,6 +10,7 @@
 #include <cstring>     // std::strerror
 #include <filesystem>  // remove_all
 #include <fstream>     // read_small_file
+#include <string_view>
 #include <sstream>
 #include <system_error>
 
@@ -83,6 +84,17 @@ int64_t step_of_folder(const std::string& folder) {
     step = step * 10 + (name[i] - '0');
   }
   return step;
+}
+
+StepName parse_step_name(const std::string& name) {
+  for (const char* suffix : {".tmp.interrupted", ".tmp", ".old"}) {
+    const std::string_view ending(suffix);
+    if (name.size() > ending.size() && name.ends_with(ending)) {
+      const int64_t step = step_of_folder(name.substr(0, name.size() - ending.size()));
+      return step < 0 ? StepName{} : StepName{step, suffix};
+    }
+  }
+  return {step_of_folder(name), ""};
 }
 
 std::string printable(const std::string& text, size_t limit) {

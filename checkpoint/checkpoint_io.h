@@ -35,8 +35,22 @@ std::string xxh64_hex(uint64_t digest);
 // "0.8.1" for the libxxhash this was linked with.
 std::string xxhash_version();
 
+// check_checkpoint_dir's probe file, PREFIX + PID; one a killed process left
+// is removed by the next commit's retention.
+inline constexpr const char* kWriteProbePrefix = ".trainbench-write-probe-";
+
 // The step N of a folder named ".../step_N" or ".../step_N.tmp", or -1.
 int64_t step_of_folder(const std::string& folder);
+
+// A name in a checkpoint dir: step_N (a committed checkpoint, or a stale
+// one that lost its manifest), step_N.tmp (being written, or left by a
+// crash), step_N.old (set aside to be removed) or step_N.tmp.interrupted
+// (an interrupted run's, its removal cut short). Anything else: step -1.
+struct StepName {
+  int64_t step = -1;
+  std::string suffix;  // "", ".tmp", ".old", ".tmp.interrupted"
+};
+StepName parse_step_name(const std::string& name);
 
 // Text read from a checkpoint (a pointer's contents, a manifest string) as
 // it goes into a message: control and non-ASCII bytes become \xNN and more

@@ -70,7 +70,8 @@ std::string follow_latest(const std::string& dir, const std::string& what) {
                           " bytes is not a checkpoint folder name (step_N)");
   std::string name = io::read_small_file(latest, "checkpoint pointer");
   while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) name.pop_back();
-  if (io::step_of_folder(name) < 0 || name.find('/') != std::string::npos || name.ends_with(".tmp"))
+  const io::StepName parsed = io::parse_step_name(name);
+  if (parsed.step < 0 || !parsed.suffix.empty() || name.find('/') != std::string::npos)
     throw CheckpointError("checkpoint pointer " + latest + ": \"" + io::printable(name) +
                           "\" is not a checkpoint folder name (step_N)" + newest_committed_hint(dir));
   const std::string folder = dir + "/" + name;
@@ -148,15 +149,19 @@ StateImage read_and_verify(const std::string& path, const FileRecord& record, co
     laid_out += (spec.bytes + kImageAlignment - 1) / kImageAlignment * kImageAlignment;
   }
   // A FIFO in a data file's place held the resume in open() for good; a
-  // folder or a link to /dev/zero read as a file of the wrong size. (One
-  // that cannot be stat'ed is named by the open below.)
+  // folder or a link to /dev/zero read as a file of the wrong size. One that
+  // cannot be stat'ed (gone) is refused here too, before its manifest size
+  // is allocated.
   struct stat on_disk {};
-  if (::stat(path.c_str(), &on_disk) == 0) {
-    if (!S_ISREG(on_disk.st_mode)) throw CheckpointError("checkpoint file " + path + ": not a regular file");
-    if (on_disk.st_size != record.bytes)
-      throw CheckpointError("checkpoint file " + path + ": " + std::to_string(on_disk.st_size) +
-                            " bytes but the manifest says " + std::to_string(record.bytes));
+  if (::stat(path.c_str(), &on_disk) != 0) {
+    const int error = errno;
+    throw CheckpointError("checkpoint file " + path + ": cannot open it: " + std::strerror(error),
+                          is_machine_limit(error));
   }
+  if (!S_ISREG(on_disk.st_mode)) throw CheckpointError("checkpoint file " + path + ": not a regular file");
+  if (on_disk.st_size != record.bytes)
+    throw CheckpointError("checkpoint file " + path + ": " + std::to_string(on_disk.st_size) +
+                          " bytes but the manifest says " + std::to_string(record.bytes));
   StateImage image = [&] {
     try {
       return StateImage(specs, allocator);
@@ -223,6 +228,14 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& dir) 
   }
   const std::string path = io::without_trailing_slashes(spec);
   if (path.empty()) throw CheckpointError("--resume: an empty checkpoint path");
+  // step_N.tmp may hold a manifest already (rank 0 writes it before the
+  // rename that commits): only a committed folder is a checkpoint.
+  const io::StepName parsed = io::parse_step_name(fs::path(path).filename().string());
+  if (parsed.step >= 0 && !parsed.suffix.empty())
+    throw CheckpointError("checkpoint " + path + " is not committed (a " + parsed.suffix +
+                          " folder is one being written, set aside or left by a crash): --resume " +
+                          (fs::path(path).has_parent_path() ? fs::path(path).parent_path().string() : std::string(".")) +
+                          " resumes from the newest committed one");
   if (exists_quietly(path + "/manifest.json")) return path;
   if (exists_quietly(path + "/latest")) return follow_latest(path, "checkpoint.dir " + path);
   std::error_code error;

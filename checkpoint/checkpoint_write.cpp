@@ -233,7 +233,7 @@ void check_checkpoint_dir(const std::string& dir, const std::string& named) {
   if (error) io::fail_write("cannot create " + named, dir, error.value());
   // Permission bits alone do not say it (root ignores them; a read-only
   // mount does not show in them): create, sync and remove a real file.
-  const std::string probe = io::without_trailing_slashes(dir) + "/.trainbench-write-probe-" + std::to_string(::getpid());
+  const std::string probe = io::without_trailing_slashes(dir) + "/" + io::kWriteProbePrefix + std::to_string(::getpid());
   try {
     io::write_synced_file(probe, "probe\n");
   } catch (const CheckpointWriteError& e) {

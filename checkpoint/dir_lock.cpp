@@ -5,6 +5,7 @@
 #include <unistd.h>    // read, write, ftruncate, close, getpid, gethostname
 
 #include <cerrno>
+#include <cstring>  // std::strerror
 #include <string>
 
 #include "checkpoint/checkpoint_files.h"  // CheckpointError
@@ -29,19 +30,32 @@ std::string holder_of(int fd) {
 
 void CheckpointDirLock::acquire(const std::string& dir) {
   release();
+  unlocked_reason_.clear();
   const std::string path = io::without_trailing_slashes(dir) + "/" + kCheckpointLockName;
+  // The run goes on unlocked where there is no lock to take: said, since a
+  // second run given this folder is then not refused.
+  auto unlocked = [&](const std::string& why, int error) {
+    unlocked_reason_ = "checkpoint.dir " + dir + " is not locked against a second run (" + why + " " + path + ": " +
+                       std::strerror(error) + "): give each run its own checkpoint.dir";
+  };
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) return;  // a read-only folder fails the writability check instead
+  if (fd < 0) {  // a read-only folder fails the writability check before this
+    unlocked("cannot open", errno);
+    return;
+  }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int error = errno;
     if (error == EWOULDBLOCK) {
       const std::string holder = holder_of(fd);
       ::close(fd);
+      // On a shared filesystem a holder on a node that died can keep the
+      // lock (NFS, until the server notices): the way out is said.
       throw CheckpointError("checkpoint.dir " + dir + " is in use by another trainbench run (" + holder +
                             "): two runs writing one folder commit each other's files; give each run its "
-                            "own checkpoint.dir");
+                            "own checkpoint.dir (if that process is gone, its node down, remove " + path + ")");
     }
-    ::close(fd);  // no flock here (ENOLCK, EOPNOTSUPP): unlocked, as before
+    ::close(fd);  // no flock here (ENOLCK, EOPNOTSUPP)
+    unlocked("flock", error);
     return;
   }
   char host[256] = {};

@@ -24,16 +24,20 @@ class CheckpointDirLock {
   // Takes the lock of `dir` (an existing folder). Throws CheckpointError
   // naming the folder and the holder (pid and host it wrote) when another
   // process holds it. Where the filesystem has no flock (some network
-  // filesystems), or the file cannot be made, the run goes on unlocked:
-  // the lock guards against a mistake, it is not a requirement. flock is
-  // per node on some shared filesystems: two runs on two nodes may not see
-  // each other's lock.
+  // filesystems), or the file cannot be made, the run goes on unlocked
+  // (the lock guards against a mistake, it is not a requirement), and
+  // unlocked_reason() says so for the run's warnings. flock is per node on
+  // some shared filesystems: two runs on two nodes may not see each
+  // other's lock.
   void acquire(const std::string& dir);
   void release();
   bool held() const { return fd_ >= 0; }
+  // Why the last acquire() took no lock; "" when it took one.
+  const std::string& unlocked_reason() const { return unlocked_reason_; }
 
  private:
   int fd_ = -1;
+  std::string unlocked_reason_;
 };
 
 }  // namespace trainbench

@@ -311,7 +311,7 @@ void Checkpointer::submit_commit() {
     request.extra["state_tensors"].push_back({{"name", t.name}, {"bytes", t.bytes}});
   writer_->submit([request, &flight] {
     const double begin = steady_now();
-    commit_checkpoint(request, &flight.retention_error);
+    commit_checkpoint(request, &flight.commit_warnings);
     flight.commit_s = steady_now() - begin;
     crash_point("committed", request.step);  // tests: a rank dies after a commit
   });
@@ -383,7 +383,14 @@ bool Checkpointer::agree() {
   flight.record.status = "committed";
   // Committed, with an old checkpoint left behind (a folder that cannot be
   // removed): the run trains on, and says so once (each later commit tries again).
-  const std::string retention_error = broadcast_string(comm_, flight.retention_error, 0);
+  // Committed, but checkpoint.dir not fsynced after `latest` (the storage
+  // refused): the run trains on, and says so once.
+  const std::string durability_error = broadcast_string(comm_, flight.commit_warnings.durability, 0);
+  if (!durability_error.empty() && !durability_warned_) {
+    durability_warned_ = true;
+    warnings_.push_back(durability_error + "; training went on");
+  }
+  const std::string retention_error = broadcast_string(comm_, flight.commit_warnings.retention, 0);
   if (!retention_error.empty() && !retention_warned_) {
     retention_warned_ = true;
     warnings_.push_back(retention_error + "; training went on (checkpoint.keep " +

@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>  // manifest contents
 
 #include "checkpoint/background_writer.h"  // BackgroundWriter
+#include "checkpoint/checkpoint_files.h"    // CommitWarnings
 #include "checkpoint/state_image.h"        // StateImage
 #include "comm/communicator.h"             // agreement between ranks
 #include "dataloader/batch_source.h"       // BatchSource::save_position
@@ -121,7 +122,7 @@ class Checkpointer {
     double copy_started = 0;  // steady seconds
     double persist_s = 0;     // written by the writer thread, read after it is idle
     double commit_s = 0;
-    std::string retention_error;  // rank 0's: committed, but an old checkpoint could not be removed
+    CommitWarnings commit_warnings;  // rank 0's: committed, but not durable yet or an old one left behind
     std::string io_warning;   // the writer's: O_DIRECT refused, written through the page cache
   };
 
@@ -173,6 +174,7 @@ class Checkpointer {
   int local_failure_ = 0;                   // 2 or 3 once taken from the writer, until agreed on
   bool direct_io_warned_ = false;           // the O_DIRECT fallback is told once per run
   bool retention_warned_ = false;           // an old checkpoint left behind is told once per run
+  bool durability_warned_ = false;          // checkpoint.dir not fsynced after `latest`: told once per run
   std::vector<CheckpointRecord> records_;
   std::vector<std::string> warnings_;
   std::unique_ptr<BackgroundWriter> writer_;  // last: joined first, while the rest is alive

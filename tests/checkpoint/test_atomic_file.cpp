@@ -6,11 +6,13 @@
 #include <sys/stat.h>  // mkdir
 
 #include <dirent.h>
+#include <cerrno>  // EIO
 #include <fstream>
 #include <sstream>
 #include <string>
 
 #include "checkpoint/atomic_file.h"
+#include "tests/support/failing_syscalls.h"
 
 namespace trainbench {
 namespace {
@@ -56,6 +58,7 @@ TEST_F(AtomicFile, FailureNamesThePathAndLeavesNothingBehind) {
     FAIL() << "expected an AtomicWriteError";
   } catch (const AtomicWriteError& e) {
     EXPECT_NE(std::string(e.what()).find(unreachable), std::string::npos) << e.what();
+    EXPECT_FALSE(e.replaced);
   }
   EXPECT_EQ(read_file(path), "precious");
   EXPECT_EQ(count_entries(dir_), 1);
@@ -66,6 +69,24 @@ TEST_F(AtomicFile, RenameOntoADirectoryFailsAndRemovesTheTemporary) {
   mkdir(target.c_str(), 0755);
   EXPECT_THROW(write_file_atomically(target, "data"), AtomicWriteError);
   EXPECT_EQ(count_entries(dir_), 1) << "only the directory itself remains";
+}
+
+// The folder's fsync comes after the rename: its failure must say the file
+// was replaced already, or a caller would undo a rename it thinks undone.
+TEST_F(AtomicFile, AFolderFsyncFailureSaysTheFileWasReplaced) {
+  const std::string path = dir_ + "/pointer";
+  write_file_atomically(path, "old");
+  testing::FailingDirectoryFsync fault(EIO, [&](const std::string& folder) { return folder == dir_; });
+  try {
+    write_file_atomically(path, "new");
+    FAIL() << "expected an AtomicWriteError";
+  } catch (const AtomicWriteError& e) {
+    EXPECT_TRUE(e.replaced);
+    EXPECT_NE(std::string(e.what()).find("cannot fsync directory " + dir_), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(fault.failed(), 1);
+  EXPECT_EQ(read_file(path), "new");
+  EXPECT_EQ(count_entries(dir_), 1) << "no temporary file left behind";
 }
 
 }  // namespace

@@ -6,7 +6,9 @@
 #include <sys/stat.h>  // mkdir, mkfifo
 #include <unistd.h>    // truncate
 
+#include <cerrno>   // ENOENT, EIO
 #include <cstdio>
+#include <cstring>  // std::strerror
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -20,6 +22,7 @@
 #include "checkpoint/checkpoint_files.h"
 #include "tests/checkpoint/checkpoint_test_state.h"
 #include "tests/support/descriptors_exhausted.h"
+#include "tests/support/failing_syscalls.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 
@@ -244,8 +247,18 @@ TEST_F(CheckpointFiles, RetentionRemovesStaleLeftoversUpToTheStepOnly) {
   fs::create_directories(dir_ + "/step_7.old");      // a removal cut short
   fs::create_directories(dir_ + "/step_8");          // a folder without a manifest
   fs::create_directories(dir_ + "/step_50.tmp");     // a later step, maybe being written now
+  fs::create_directories(dir_ + "/step_6.tmp.interrupted/x");  // an interrupted run's, its removal cut short
+  fs::create_directories(dir_ + "/step_60.tmp.interrupted");
+  write_text(dir_ + "/latest.tmp.99999", "step_9\n");          // a `latest` write a kill cut short
+  write_text(dir_ + "/.trainbench-write-probe-99999", "probe\n");  // a start-up probe, likewise
+  write_text(dir_ + "/notes.txt", "the user's\n");
   write_and_commit(dir_, 20);
+  EXPECT_FALSE(fs::exists(dir_ + "/latest.tmp.99999"));
+  EXPECT_FALSE(fs::exists(dir_ + "/.trainbench-write-probe-99999"));
+  EXPECT_TRUE(fs::exists(dir_ + "/notes.txt"));
   EXPECT_FALSE(fs::exists(dir_ + "/step_5.tmp"));
+  EXPECT_FALSE(fs::exists(dir_ + "/step_6.tmp.interrupted"));
+  EXPECT_TRUE(fs::exists(dir_ + "/step_60.tmp.interrupted"));
   EXPECT_FALSE(fs::exists(dir_ + "/step_7.old"));
   EXPECT_FALSE(fs::exists(dir_ + "/step_8"));
   EXPECT_TRUE(fs::exists(dir_ + "/step_50.tmp")) << "a later step is not the commit's to remove";
@@ -302,6 +315,41 @@ TEST_F(CheckpointFiles, ALatestThatCannotBeWrittenLeavesTheStepPending) {
   EXPECT_EQ(compare_state(read_rank_files(folder, read_manifest(folder), 0), 10, 1), "") << "then the new one";
 }
 
+// checkpoint.dir's fsync after `latest` was replaced fails (EIO): `latest`
+// names step 20 already, so the step must stay committed — undoing it would
+// leave `latest` naming a folder that is gone — and say it is not durable,
+// keeping step 10 (what a power loss may bring `latest` back to).
+TEST_F(CheckpointFiles, AFolderFsyncFailureAfterLatestKeepsTheStepCommitted) {
+  write_and_commit(dir_, 10);
+  CommitRequest request = write_again(dir_, 20);
+  request.keep = 1;
+  CommitWarnings warnings;
+  {
+    testing::FailingDirectoryFsync fault(EIO, [&](const std::string& folder) {
+      return folder == dir_ && read_whole_file(dir_ + "/latest") == "step_20\n";
+    });
+    EXPECT_EQ(commit_checkpoint(request, &warnings)["step"], 20);
+    EXPECT_EQ(fault.failed(), 1);
+  }
+  EXPECT_TRUE(contains(warnings.durability, "checkpoint step 20 is committed, but cannot fsync directory " + dir_))
+      << warnings.durability;
+  EXPECT_TRUE(contains(warnings.durability, "older checkpoints are kept")) << warnings.durability;
+  EXPECT_EQ(warnings.retention, "");
+  EXPECT_EQ(resolve_checkpoint("latest", dir_), committed_folder(dir_, 20));
+  EXPECT_EQ(compare_state(read_rank_files(committed_folder(dir_, 20), read_manifest(committed_folder(dir_, 20)), 0), 20,
+                          1),
+            "");
+  EXPECT_TRUE(fs::exists(committed_folder(dir_, 10) + "/manifest.json")) << "keep=1, but step 10 is kept";
+
+  // Without a place for warnings, the caller hears of it as an error.
+  const CommitRequest again = write_again(dir_, 30);
+  testing::FailingDirectoryFsync fault(EIO, [&](const std::string& folder) {
+    return folder == dir_ && read_whole_file(dir_ + "/latest") == "step_30\n";
+  });
+  EXPECT_THROW(commit_checkpoint(again), CheckpointWriteError);
+  EXPECT_EQ(resolve_checkpoint("latest", dir_), committed_folder(dir_, 30));
+}
+
 TEST_F(CheckpointFiles, AFlippedByteIsRefusedNamingTheFileAndItsSections) {
   write_and_commit(dir_, 3);
   const std::string folder = dir_ + "/step_3";
@@ -345,6 +393,23 @@ TEST_F(CheckpointFiles, ATruncatedFileIsRefused) {
   fs::remove(path);
   fs::create_symlink("/dev/zero", path);
   EXPECT_TRUE(contains(checkpoint_error([&] { read_rank_files(folder, manifest, 0); }), path + ": not a regular file"));
+}
+
+// A file gone, its manifest entry claiming 64 TiB: "cannot open it", not
+// an allocation of the claimed size first (out of memory, exit 3).
+TEST_F(CheckpointFiles, AMissingFileIsNamedBeforeItsSizeIsAllocated) {
+  write_and_commit(dir_, 3);
+  const std::string folder = dir_ + "/step_3";
+  nlohmann::json manifest = read_manifest(folder);
+  nlohmann::json& file = manifest["ranks"][0]["files"][0];
+  nlohmann::json& last = file["sections"].back();
+  const int64_t claimed = int64_t{1} << 46;
+  last["bytes"] = claimed;
+  file["bytes"] = last["offset"].get<int64_t>() + claimed;
+  const std::string path = folder + "/" + file["name"].get<std::string>();
+  fs::remove(path);
+  const std::string message = checkpoint_error([&] { read_rank_files(folder, manifest, 0); });
+  EXPECT_EQ(message, "checkpoint file " + path + ": cannot open it: " + std::strerror(ENOENT));
 }
 
 TEST_F(CheckpointFiles, AMissingRankRecordStopsTheCommit) {
@@ -407,6 +472,19 @@ TEST_F(CheckpointFiles, ResolveFindsTheCheckpointOrSaysWhatIsMissing) {
   fs::rename(dir_ + "/latest.away", dir_ + "/latest");
   EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint(dir_ + "/step_99", ""); }),
             "checkpoint " + dir_ + "/step_99 does not exist");
+  // A folder not committed, manifest or not (rank 0 writes it before the
+  // rename): refused by name, pointing at the dir.
+  for (const std::string suffix : {".tmp", ".old", ".tmp.interrupted"}) {
+    fs::copy(dir_ + "/step_10", dir_ + "/step_10" + suffix);
+    EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint(dir_ + "/step_10" + suffix + "/", ""); }),
+              "checkpoint " + dir_ + "/step_10" + suffix + " is not committed (a " + suffix +
+                  " folder is one being written, set aside or left by a crash): --resume " + dir_ +
+                  " resumes from the newest committed one");
+    fs::remove_all(dir_ + "/step_10" + suffix);
+  }
+  write_text(dir_ + "/latest", "step_10.old\n");
+  EXPECT_TRUE(contains(checkpoint_error([&] { resolve_checkpoint("latest", dir_); }), "is not a checkpoint folder name"));
+  write_text(dir_ + "/latest", "step_20\n");
   fs::create_directories(temp_.path() + "/plain");
   EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint(temp_.path() + "/plain", ""); }),
             "checkpoint " + temp_.path() + "/plain is neither a checkpoint (no " + temp_.path() +

@@ -101,6 +101,9 @@ TEST(CheckpointCli, ASecondRunOnATakenCheckpointDirIsRefused) {
     EXPECT_NE(second.err.find("checkpoint.dir " + checkpoints + " is in use by another trainbench run (pid 4242 "
                               "on node07)"),
               std::string::npos) << second.err;
+    EXPECT_NE(second.err.find("(if that process is gone, its node down, remove " + checkpoints + "/" +
+                              kCheckpointLockName + ")"),
+              std::string::npos) << second.err;
     EXPECT_EQ(second.err.find('\n'), second.err.size() - 1) << "one line: " << second.err;
     EXPECT_EQ(second.out.find("step "), std::string::npos) << "no step ran: " << second.out;
   }

@@ -1,0 +1,116 @@
+#include "tests/support/failing_syscalls.h"
+
+#include <dlfcn.h>     // dlsym(RTLD_NEXT)
+#include <sys/stat.h>  // fstat
+#include <unistd.h>    // readlink
+
+#include <atomic>
+#include <cerrno>
+#include <climits>  // PATH_MAX
+#include <mutex>
+#include <stdexcept>
+
+namespace {
+
+struct Faults {
+  std::mutex lock;
+  bool fsync_armed = false;
+  int fsync_error = 0;
+  std::function<bool(const std::string&)> fsync_when;
+  std::atomic<int> fsync_failed{0};
+  std::atomic<int> flock_error{0};  // 0: not armed
+};
+
+Faults& faults() {
+  static Faults instance;
+  return instance;
+}
+
+// libc's own definition of `name`, the one this file's stands in front of.
+template <typename Function>
+Function libc(const char* name) {
+  return reinterpret_cast<Function>(::dlsym(RTLD_NEXT, name));
+}
+
+using FsyncFunction = int (*)(int);
+using FlockFunction = int (*)(int, int);
+
+FsyncFunction libc_fsync() {
+  static const FsyncFunction real = libc<FsyncFunction>("fsync");
+  return real;
+}
+
+FlockFunction libc_flock() {
+  static const FlockFunction real = libc<FlockFunction>("flock");
+  return real;
+}
+
+bool is_directory(int fd) {
+  struct stat status {};
+  return ::fstat(fd, &status) == 0 && S_ISDIR(status.st_mode);
+}
+
+std::string path_of(int fd) {
+  char path[PATH_MAX];
+  const std::string link = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = ::readlink(link.c_str(), path, sizeof path);
+  return n > 0 ? std::string(path, static_cast<size_t>(n)) : std::string();
+}
+
+}  // namespace
+
+extern "C" int fsync(int fd) {
+  Faults& f = faults();
+  {
+    std::lock_guard<std::mutex> guard(f.lock);
+    if (f.fsync_armed && is_directory(fd) && f.fsync_when(path_of(fd))) {
+      ++f.fsync_failed;
+      errno = f.fsync_error;
+      return -1;
+    }
+  }
+  return libc_fsync()(fd);
+}
+
+extern "C" int flock(int fd, int operation) {
+  const int error = faults().flock_error;
+  if (error != 0) {
+    errno = error;
+    return -1;
+  }
+  return libc_flock()(fd, operation);
+}
+
+namespace trainbench::testing {
+
+FailingDirectoryFsync::FailingDirectoryFsync(int error, std::function<bool(const std::string&)> when) {
+  if (libc_fsync() == nullptr) throw std::runtime_error("FailingDirectoryFsync: libc's fsync not found");
+  Faults& f = faults();
+  std::lock_guard<std::mutex> guard(f.lock);
+  if (f.fsync_armed) throw std::logic_error("FailingDirectoryFsync: one at a time");
+  f.fsync_armed = true;
+  f.fsync_error = error;
+  f.fsync_when = std::move(when);
+  f.fsync_failed = 0;
+}
+
+FailingDirectoryFsync::~FailingDirectoryFsync() {
+  Faults& f = faults();
+  std::lock_guard<std::mutex> guard(f.lock);
+  f.fsync_armed = false;
+  f.fsync_when = nullptr;
+}
+
+int FailingDirectoryFsync::failed() const { return faults().fsync_failed; }
+
+FailingFlock::FailingFlock(int error) {
+  if (libc_flock() == nullptr) throw std::runtime_error("FailingFlock: libc's flock not found");
+  if (error == 0) throw std::invalid_argument("FailingFlock: an errno, not 0");
+  int expected = 0;
+  if (!faults().flock_error.compare_exchange_strong(expected, error))
+    throw std::logic_error("FailingFlock: one at a time");
+}
+
+FailingFlock::~FailingFlock() { faults().flock_error = 0; }
+
+}  // namespace trainbench::testing

@@ -1,0 +1,35 @@
+// Test-only fault injection for what a real machine seldom does on demand:
+// an fsync(2) of a directory that fails (EIO from a dying disk, a network
+// filesystem's server gone), a filesystem without flock(2) (ENOLCK on an NFS
+// mount without a lock manager). failing_syscalls.cpp defines fsync and
+// flock themselves, so in an executable it is linked into, the code under
+// test calls them instead of libc's; every call not failed goes on to libc's.
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace trainbench::testing {
+
+// While alive, fsync of a directory for which `when(path)` is true fails
+// with `error` (and nothing is synced). One at a time.
+class FailingDirectoryFsync {
+ public:
+  FailingDirectoryFsync(int error, std::function<bool(const std::string& directory)> when);
+  ~FailingDirectoryFsync();
+  FailingDirectoryFsync(const FailingDirectoryFsync&) = delete;
+  FailingDirectoryFsync& operator=(const FailingDirectoryFsync&) = delete;
+
+  int failed() const;  // fsyncs failed so far
+};
+
+// While alive, every flock fails with `error`. One at a time.
+class FailingFlock {
+ public:
+  explicit FailingFlock(int error);
+  ~FailingFlock();
+  FailingFlock(const FailingFlock&) = delete;
+  FailingFlock& operator=(const FailingFlock&) = delete;
+};
+
+}  // namespace trainbench::testing
