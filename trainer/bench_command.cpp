@@ -420,8 +420,20 @@ class InstrumentCostRun final : public RunExtension {
 
 // The job a measurement runs in (bench instrument, bench compute): resident
 // tokens and no checkpoints unless the user's --set says otherwise; the
-// two-step job after the measurement is not what is measured.
-std::vector<std::string> measurement_job_overrides(const std::vector<std::string>& user) {
+// two-step job after the measurement is not what is measured. Its steps are
+// the measurement's own: a --set of them was overridden unseen, unchecked
+// (train.steps=-5 accepted), so it is refused.
+std::vector<std::string> measurement_job_overrides(const std::string& command,
+                                                   const std::vector<std::string>& user) {
+  for (const std::string& assignment : user) {
+    std::string key = assignment.substr(0, assignment.find('='));
+    key.erase(0, key.find_first_not_of(" \t"));
+    key.erase(key.find_last_not_of(" \t") + 1);
+    if (key == "train.steps" || key == "train.warmup_steps")
+      throw CommandError{kExitUserError, "--set " + excerpt(assignment) + ": " + command +
+                                             " sets its own job's train.steps and train.warmup_steps (a two-step "
+                                             "job after the measurement, which is not what it measures)"};
+  }
   std::vector<std::string> overrides = {"data.source=synthetic", "data.shards=", "checkpoint.every_steps=0",
                                         "report.progress_every=0"};
   overrides.insert(overrides.end(), user.begin(), user.end());
@@ -488,7 +500,7 @@ class ComputeCeilingRun final : public RunExtension {
 int BenchCommand::run_compute(const std::string& command_line) {
   const Options& o = *options_;
   ComputeCeilingRun measurement;
-  return run_with_extension(o.config, measurement_job_overrides(o.overrides),
+  return run_with_extension(o.config, measurement_job_overrides("bench compute", o.overrides),
                             o.out.empty() ? "trainbench-compute.json" : o.out, command_line, measurement);
 }
 
@@ -499,7 +511,7 @@ int BenchCommand::run_instrument(const std::string& command_line) {
   if (o.block_steps < 1)
     throw CommandError{kExitUserError, "--block-steps must be at least 1, got " + std::to_string(o.block_steps)};
   InstrumentCostRun measurement(o.pairs, o.block_steps);
-  return run_with_extension(o.config, measurement_job_overrides(o.overrides),
+  return run_with_extension(o.config, measurement_job_overrides("bench instrument", o.overrides),
                             o.out.empty() ? "trainbench-instrument.json" : o.out, command_line, measurement);
 }
 

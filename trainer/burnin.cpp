@@ -7,6 +7,7 @@
 #include <cstring>    // std::memcpy of float bits
 #include <stdexcept>
 
+#include "trainer/config.h"      // excerpt: values in messages
 #include "trainer/json_text.h"   // json_text: values in messages
 #include "trainer/report.h"      // human_count
 #include "trainer/results.h"     // read_json_input: the baseline
@@ -26,12 +27,17 @@ double parse_duration(const std::string& text) {
   else if (unit == "m") scale = 60;
   else if (unit == "h") scale = 3600;
   if (error != std::errc() || rest == begin || scale == 0 || !std::isfinite(value) || value <= 0)
-    throw std::invalid_argument("--duration " + text + ": expected a time > 0 with an optional unit s, m or h "
-                                "(e.g. 90s, 30m, 2h)");
+    throw std::invalid_argument("--duration " + excerpt(text) + ": expected a time > 0 with an optional unit s, m "
+                                "or h (e.g. 90s, 30m, 2h)");
   // 1e308h is finite until it is multiplied into seconds; a year bounds it.
   constexpr double kLongest = 365.0 * 24 * 3600;
   if (!(value * scale <= kLongest))
-    throw std::invalid_argument("--duration " + text + ": at most 8760h (a year)");
+    throw std::invalid_argument("--duration " + excerpt(text) + ": at most 8760h (a year)");
+  // 1e-9s ended before its first check and failed the node (exit 4): a
+  // verdict needs at least a second of training.
+  if (value * scale < 1)
+    throw std::invalid_argument("--duration " + excerpt(text) + ": at least 1s (a burn-in that ends before its "
+                                "first step has nothing to judge)");
   return value * scale;
 }
 
@@ -161,9 +167,11 @@ BaselineFigures read_baseline(const std::string& path) {
   const nlohmann::json j = read_json_input("--baseline", path, "a trainbench run or burnin result JSON");
   if (!j.is_object()) throw std::invalid_argument("--baseline " + path + ": not a JSON result file");
   const std::string schema = j.value("schema", nlohmann::json()).is_string() ? j["schema"].get<std::string>() : "";
-  if (schema.rfind("trainbench.result/", 0) != 0)
+  // Exactly this build's schema: another version's figures may mean other
+  // things (a prefix check took trainbench.result/v2 as one).
+  if (schema != kResultSchema)
     throw std::invalid_argument("--baseline " + path + ": not a trainbench run or burnin result (schema '" +
-                                schema + "')");
+                                excerpt(schema) + "'; this build reads " + kResultSchema + ")");
   // A figure that is there must be one: a negative, null or text value was
   // taken as "not measured" and the verdict said the job met the baseline.
   // Null is "not measured" where the burn-in writes it so (a one-rank job has

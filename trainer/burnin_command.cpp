@@ -37,7 +37,8 @@ BurninCommand::BurninCommand(CLI::App& app) : options_(std::make_unique<Options>
   burnin_->add_option("--duration", o.duration, "how long to train, e.g. 90s, 30m, 2h")->required();
   burnin_->add_option("--baseline", o.baseline,
                       "a known-good result JSON (run or burnin): tokens/s, busbw and checkpoint write GB/s "
-                      "more than burnin.baseline_tolerance_pct below it fail");
+                      "more than burnin.baseline_tolerance_pct below it fail")
+      ->check(non_empty_path());  // "" ran with no baseline, without a word
   burnin_->add_option("--out", o.out, "result JSON path (overrides report.out; default trainbench-burnin.json)")
       ->check(non_empty_path());
 }

@@ -5,6 +5,7 @@
 #include <cerrno>       // errno after a failed read
 #include <charconv>     // std::from_chars / to_chars: strict number parsing, shortest printing
 #include <cstdint>      // INT32_MAX for token ids
+#include <cstdio>       // std::snprintf: a key's smallest value
 #include <cmath>        // std::isfinite
 #include <cstring>      // std::strerror
 #include <filesystem>   // does CONFIG name a file?
@@ -51,6 +52,10 @@ struct KeySpec {
   // (an extra zero, a value in bytes instead of MiB) is an error naming the
   // key rather than a crash, a hang or a full disk.
   int64_t max = 0;
+  // > 0 (with max): the smallest value accepted, where a tiny positive one
+  // is a typo that turns a period into a busy loop or a timeout into a
+  // false failure.
+  double min = 0;
 };
 
 // Fault injection sleeps for these: an hour is more than any test or probe
@@ -66,6 +71,18 @@ constexpr int64_t kMaxSynthPayloadMean = (2 * kMaxSynthPayloadBytes + 1) / 3;   
 // than any ceiling needs to settle, and a typo (600 for 0.6) is an error
 // rather than ten minutes of a GEMM before the first step.
 constexpr int64_t kMaxGemmCeilingSeconds = 60;
+// A collective timeout under a second is no timeout a real step meets: a
+// typo (0.003 for 300) that failed every run, and burn-in's hang watch
+// with it ("hung ... 0 s").
+constexpr double kMinCommTimeoutSeconds = 1;
+// Burn-in's periods: its health checks (a collective each, so at least a
+// second apart) and the NVML sampler (10 ms is finer than NVML updates).
+// 1e300 overflowed the sampler's wait into a busy loop; 1e-300 made every
+// step a health check. A day and an hour are longer than any burn-in needs.
+constexpr int64_t kMaxHealthEverySeconds = 86'400;
+constexpr double kMinHealthEverySeconds = 1;
+constexpr int64_t kMaxNvmlEverySeconds = 3'600;
+constexpr double kMinNvmlEverySeconds = 0.01;
 
 // The name is spelled from the member path, so a key and the field it sets
 // cannot drift apart.
@@ -134,7 +151,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(comm, overlap),
       TRAINBENCH_KEY(comm, zero, Bound::kNonNegative),
       TRAINBENCH_KEY(comm, check_every, Bound::kNonNegative),
-      TRAINBENCH_KEY(comm, timeout_s, Bound::kPositive, {}, kMaxTimeoutSeconds),
+      TRAINBENCH_KEY(comm, timeout_s, Bound::kPositive, {}, kMaxTimeoutSeconds, kMinCommTimeoutSeconds),
       TRAINBENCH_KEY(comm, inject_divergence_step, Bound::kNonNegative),
       TRAINBENCH_KEY(comm, inject_delay_ms, Bound::kNonNegative, {}, kMaxInjectedDelayMs),
       TRAINBENCH_KEY(checkpoint, dir),
@@ -156,8 +173,8 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(burnin, golden_every, Bound::kPositive),
       TRAINBENCH_KEY(burnin, straggler_pct, Bound::kPositive),
       TRAINBENCH_KEY(burnin, degrade_pct, Bound::kPercent),
-      TRAINBENCH_KEY(burnin, health_every_s, Bound::kPositive),
-      TRAINBENCH_KEY(burnin, nvml_every_s, Bound::kPositive),
+      TRAINBENCH_KEY(burnin, health_every_s, Bound::kPositive, {}, kMaxHealthEverySeconds, kMinHealthEverySeconds),
+      TRAINBENCH_KEY(burnin, nvml_every_s, Bound::kPositive, {}, kMaxNvmlEverySeconds, kMinNvmlEverySeconds),
       TRAINBENCH_KEY(burnin, baseline_tolerance_pct, Bound::kPercent),
       TRAINBENCH_KEY(burnin, inject_bitflip_step, Bound::kNonNegative),
       TRAINBENCH_KEY(burnin, inject_bitflip_rank, Bound::kNonNegative),
@@ -173,17 +190,6 @@ const std::vector<KeySpec>& key_table() {
   for (char& ch : message)
     if (ch == '\n' || ch == '\r') ch = ' ';
   throw ConfigError(message);
-}
-
-// A value, key or tag as an error message quotes it: whole up to 80 bytes,
-// else its first 80 (not splitting a UTF-8 character) and its length. A
-// 200 KB value was echoed whole into the one-line message.
-constexpr size_t kExcerptBytes = 80;
-std::string excerpt(std::string_view text) {
-  if (text.size() <= kExcerptBytes) return std::string(text);
-  size_t cut = kExcerptBytes;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // a continuation byte
-  return std::string(text.substr(0, cut)) + "… (" + std::to_string(text.size()) + " bytes)";
 }
 
 std::string_view section_of(std::string_view key) { return key.substr(0, key.find('.')); }
@@ -539,8 +545,10 @@ void check_bound(const Checker& checker, const KeySpec& spec, const FieldPtr& fi
   }
   if (spec.max > 0) {
     const bool whole = std::holds_alternative<int64_t*>(field);  // a double may be 0.5: "> 0", not "from 1"
-    const std::string low = spec.bound != Bound::kPositive ? "0" : whole ? "1" : "";
-    checker.require(value <= static_cast<double>(spec.max), {spec.name},
+    char min_text[32];
+    std::snprintf(min_text, sizeof(min_text), "%g", spec.min);
+    const std::string low = spec.min > 0 ? min_text : spec.bound != Bound::kPositive ? "0" : whole ? "1" : "";
+    checker.require(value <= static_cast<double>(spec.max) && value >= spec.min, {spec.name},
                     (low.empty() ? "must be > 0 and at most " + std::to_string(spec.max)
                                  : "must be between " + low + " and " + std::to_string(spec.max)) + got);
   }
@@ -832,6 +840,14 @@ std::string preset_list() {
 
 }  // namespace
 
+std::string excerpt(std::string_view text) {
+  if (text.size() <= kExcerptBytes) return std::string(text);
+  size_t cut = kExcerptBytes;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // a continuation byte
+  return std::string(text.substr(0, cut)) + "… (" + std::to_string(text.size()) + " bytes)";
+}
+
+
 LoraSpec lora_spec(const Config& config) {
   LoraSpec spec;
   if (config.train.mode != "lora") return spec;
@@ -897,7 +913,12 @@ Config load_config(const std::string& path_or_preset, const std::vector<std::str
       fail("config file " + path_or_preset + " is " + std::to_string(size) + " bytes; a config is at most " +
            std::to_string(kMaxConfigBytes) + " (16 MiB)");
     std::ifstream file(path_or_preset, std::ios::binary);
-    std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    std::string text;
+    try {
+      text.assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+    } catch (const std::ios_base::failure&) {  // libstdc++'s filebuf throws on a read error (/proc/self/mem: EIO)
+      fail("cannot read config file " + path_or_preset + ": " + std::strerror(errno));
+    }
     if (!file && !file.eof())
       fail("cannot read config file " + path_or_preset + ": " + std::strerror(errno));
     return parse_config(text, path_or_preset, overrides);

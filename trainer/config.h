@@ -3,10 +3,12 @@
 // allocated. Every key has a default; a file only states what it changes.
 #pragma once
 
+#include <cstddef>    // size_t
 #include <cstdint>    // int64_t
 #include <stdexcept>  // ConfigError
 #include <array>
 #include <string>
+#include <string_view>  // excerpt
 #include <vector>
 
 #include <nlohmann/json.hpp>  // the resolved config in the result JSON
@@ -179,6 +181,13 @@ void validate_config(const Config& config);
 // Embedded presets (configs/*.yaml compiled into the binary).
 std::vector<std::string> preset_names();
 bool is_preset(const std::string& name);
+
+// A value, key or path as an error message quotes it: whole up to
+// kExcerptBytes, else its first kExcerptBytes (not splitting a UTF-8
+// character) and its length. A 200 KB value was echoed whole into the
+// one-line message.
+inline constexpr size_t kExcerptBytes = 80;
+std::string excerpt(std::string_view text);
 
 // The engine's LoraSpec for this config: rank 0 unless train.mode is lora.
 LoraSpec lora_spec(const Config& config);

@@ -37,10 +37,10 @@ namespace trainbench {
 struct ProjectCommand::Options {
   std::string config = "preset:tiny";
   std::vector<std::string> overrides;
-  std::vector<int64_t> layers = {2, 4};
+  std::string layers = "2,4";  // checked by integer_list: "2,,4" is refused, not read as 2,4
   int64_t steps = 0;  // 0: train.steps
   std::string fabric = "ib-ndr400";
-  std::vector<int> nodes = {1, 2, 4, 8, 16, 32, 64};
+  std::string nodes = "1,2,4,8,16,32,64";
   bool verify = false;
   int64_t repeats = 1;
   std::string out = "trainbench-projection.json";
@@ -195,16 +195,14 @@ ProjectCommand::ProjectCommand(CLI::App& app) : options_(std::make_unique<Option
   project_->add_option("--layers", o.layers,
                        "depths to train, comma-separated (default 2,4); one depth: no depth fit, the scale "
                        "projection at that depth")
-      ->delimiter(',')
-      ->transform(integer_range(1, kMaxLayers));
+      ->transform(integer_list(1, kMaxLayers));
   project_->add_option("--steps", o.steps, "optimizer steps per depth (overrides train.steps)")
       ->transform(integer_range(1, 1000000000));
   project_->add_option("--fabric", o.fabric,
                        "the network between nodes: ib-ndr400, roce400, measured (like the ranks here) or "
                        "<GB/s>,<us> per GPU (default ib-ndr400)");
   project_->add_option("--nodes", o.nodes, "node counts of the scale table (default 1,2,4,8,16,32,64)")
-      ->delimiter(',')
-      ->transform(integer_range(1, 1 << 20));
+      ->transform(integer_list(1, 1 << 20));
   project_->add_flag("--verify", o.verify,
                      "also train the full depth (in every --repeats round) and print the depth projection's error");
   project_->add_option("--repeats", o.repeats,
@@ -227,11 +225,12 @@ int ProjectCommand::run() {
   } catch (const std::invalid_argument& e) {
     throw CommandError{kExitUserError, std::string("--fabric ") + e.what()};
   }
-  std::vector<int64_t> layers = o.layers;
+  std::vector<int64_t> layers = integer_list_values(o.layers);
   std::sort(layers.begin(), layers.end());
   if (std::set<int64_t>(layers.begin(), layers.end()).size() != layers.size())
     throw CommandError{kExitUserError, "--layers: each depth once (got a repeated one)"};
-  std::vector<int> nodes = o.nodes;
+  std::vector<int> nodes;
+  for (int64_t n : integer_list_values(o.nodes)) nodes.push_back(static_cast<int>(n));  // at most 2^20
   std::sort(nodes.begin(), nodes.end());
   nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
   check_result_path(o.out);

@@ -8,6 +8,7 @@
 #include <stdexcept>  // std::invalid_argument
 
 #include "comm/collective_bench.h"  // bus_bandwidth_factor: nccl-tests' busbw / algbw
+#include "trainer/config.h"          // excerpt: a typed value in a message
 
 namespace trainbench {
 
@@ -144,11 +145,12 @@ Fabric parse_fabric(const std::string& text) {
     const char* begin = part.data() + (part.starts_with('+') ? 1 : 0);  // from_chars takes only '-'
     const auto [end, error] = std::from_chars(begin, part.data() + part.size(), value);
     if (part.empty() || error != std::errc() || end != part.data() + part.size() || !std::isfinite(value))
-      throw std::invalid_argument("'" + text + "': " + what + " '" + part + "' is not a number");
+      throw std::invalid_argument("'" + excerpt(text) + "': " + what + " '" + excerpt(part) + "' is not a number");
     return value;
   };
   if (comma == std::string::npos)
-    throw std::invalid_argument("'" + text + "' is not ib-ndr400, roce400, measured or <GB/s>,<us> (e.g. 25,10)");
+    throw std::invalid_argument("'" + excerpt(text) +
+                                "' is not ib-ndr400, roce400, measured or <GB/s>,<us> (e.g. 25,10)");
   const double gbs = number(text.substr(0, comma), "the bandwidth");
   const double us = number(text.substr(comma + 1), "the latency");
   // Bounded: 1e-320 GB/s made every transfer take "inf s" and the table

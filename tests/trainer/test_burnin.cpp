@@ -35,8 +35,10 @@ TEST(BurninDuration, AcceptsSecondsMinutesHours) {
 
 TEST(BurninDuration, RefusesBadValuesNamingThem) {
   EXPECT_DOUBLE_EQ(parse_duration("8760h"), 365.0 * 24 * 3600);
+  EXPECT_DOUBLE_EQ(parse_duration("1s"), 1);
   // 1e308h was finite until multiplied into seconds: infinity, accepted.
-  for (const std::string bad : {"", "0", "-5m", "2d", "h", "abc", "5 m", "nan", "1e400", "1e308h", "8761h"}) {
+  for (const std::string bad : {"", "0", "-5m", "2d", "h", "abc", "5 m", "nan", "1e400", "1e308h", "8761h", "1e-9s", "0.5",
+                                 "0.001m"}) {
     try {
       parse_duration(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
@@ -157,6 +159,7 @@ TEST(BurninBaseline, ReadsRunAndBurninResultsAndNamesWhatFellBelow) {
   std::ofstream(dir.file("empty.json")) << R"({"schema": "x"})";
   std::ofstream(dir.file("broken.json")) << "{ not json";
   std::ofstream(dir.file("projection.json")) << R"({"schema": "trainbench.projection/v1", "summary": {"tokens_per_s": 5}})";
+  std::ofstream(dir.file("later.json")) << R"({"schema": "trainbench.result/v2", "summary": {"tokens_per_s": 5}})";
   std::ofstream(dir.file("negative.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": -5}})";
   std::ofstream(dir.file("null.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": null}})";
   std::ofstream(dir.file("text.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": "fast"}})";
@@ -164,7 +167,9 @@ TEST(BurninBaseline, ReadsRunAndBurninResultsAndNamesWhatFellBelow) {
   ASSERT_EQ(mkfifo(dir.file("fifo.json").c_str(), 0600), 0);
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"missing.json", "cannot read"},       {"empty.json", "not a trainbench run or burnin result"},
-      {"broken.json", "not a JSON"},         {"projection.json", "not a trainbench run or burnin result (schema 'trainbench.projection/v1')"},
+      {"broken.json", "not a JSON"},         {"projection.json", "not a trainbench run or burnin result (schema 'trainbench.projection/v1';"},
+      {"later.json",
+       "not a trainbench run or burnin result (schema 'trainbench.result/v2'; this build reads trainbench.result/v1)"},
       {"negative.json", "summary.tokens_per_s is -5, expected a positive number"},
       {"null.json", "summary.tokens_per_s is null (not measured in that run)"},
       {"text.json", "summary.tokens_per_s is \"fast\""},

@@ -199,6 +199,13 @@ TEST(CliErrors, OptionNumbersOutOfRange) {
       {{"bench", "comm", "--factor", "nan"}, {"--factor", "'nan'"}},
       {{"project", "--layers", "0"}, {"--layers: must be an integer between 1 and 65536 (got '0')"}},
       {{"project", "--steps", "99999999999999999999"}, {"--steps", "between 1 and"}},
+      // CLI11's delimiter dropped the empty item: 2,,4 projected from 2 and 4.
+      {{"project", "--layers", "2,,4"}, {"--layers", "item 2 of '2,,4'"}},
+      // A long value is quoted cut short, not whole on the one line.
+      {{"project", "--fabric", std::string(300, 'x')}, {"--fabric '" + std::string(80, 'x') + "… (300 bytes)'"}},
+      {{"project", "--nodes", "1,,2"}, {"--nodes", "item 2 of '1,,2'"}},
+      {{"burnin", "tiny", "--duration", "0.5s"}, {"--duration 0.5s: at least 1s"}},
+      {{"burnin", "tiny", "--duration", "5s", "--baseline", ""}, {"--baseline", "the path is empty"}},
       {{"plan", "--gpu-memory", "nan"}, {"--gpu-memory", "'nan'"}},
       {{"plan", "--gpu-memory", "inf"}, {"--gpu-memory", "'inf'"}},
       {{"plan", "--nodes", "99999999999999999999"}, {"--nodes", "between 1 and"}},
@@ -208,6 +215,12 @@ TEST(CliErrors, OptionNumbersOutOfRange) {
       {{"bench", "compute", "--out", ""}, {"--out", "the path is empty"}},
       {{"bench", "io", "--out", ""}, {"--out", "the path is empty"}},
       {{"bench", "comm", "--out", ""}, {"--out", "the path is empty"}},
+      // The measurement's own two-step job: train.steps=-5 was overridden
+      // unseen and accepted.
+      {{"bench", "compute", "--set", "train.steps=-5"},
+       {"--set train.steps=-5: bench compute sets its own job's train.steps and train.warmup_steps"}},
+      {{"bench", "instrument", "--set", " train.warmup_steps =0"},
+       {"--set  train.warmup_steps =0: bench instrument sets its own job's"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.args[0] + " " + c.args[1] + " " + c.args[2] + " " + c.args.back());

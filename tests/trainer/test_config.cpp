@@ -187,6 +187,13 @@ TEST(LoadConfig, SpecialFilesAreRefused) {
   }
 }
 
+// A regular file whose read fails (/proc/self/mem reads EIO at offset 0):
+// libstdc++ threw ios_base::failure, an internal error (exit 1).
+TEST(LoadConfig, AFileThatCannotBeReadIsNamed) {
+  const std::string message = config_error([&] { load_config("/proc/self/mem"); });
+  EXPECT_EQ(message.rfind("cannot read config file /proc/self/mem: ", 0), 0u) << message;
+}
+
 // A trailing "---" adds an empty document, which loses nothing.
 TEST(ParseConfig, AnEmptyDocumentAfterTheFirstIsAllowed) {
   EXPECT_EQ(parse_config("model:\n  n_layers: 3\n---\n", "x.yaml").model.n_layers, 3);
@@ -208,6 +215,26 @@ TEST(Validate, InjectedDelaysAreAtMostAnHour) {
     EXPECT_NO_THROW(load_config("tiny", {std::string(key) + "=3600000"})) << key;
     const std::string message = config_error([&] { load_config("tiny", {std::string(key) + "=1e300"}); });
     EXPECT_NE(message.find(std::string(key) + ": must be between 0 and 3600000"), std::string::npos) << message;
+  }
+}
+
+// Periods and a timeout whose tiny or huge values are typos: 1e300 overflowed
+// the NVML sampler's wait into a busy loop, 1e-300 made every step a health
+// check, and comm.timeout_s=0.003 failed burn-in as "hung ... 0 s".
+TEST(Validate, BurninPeriodsAndTheCommTimeoutHaveARange) {
+  const std::vector<std::array<std::string, 4>> ranges = {
+      // key, smallest, largest, what is refused on either side
+      {"burnin.nvml_every_s", "0.01", "3600", "must be between 0.01 and 3600"},
+      {"burnin.health_every_s", "1", "86400", "must be between 1 and 86400"},
+      {"comm.timeout_s", "1", "31536000", "must be between 1 and 31536000"},
+  };
+  for (const auto& [key, low, high, refusal] : ranges) {
+    EXPECT_NO_THROW(load_config("tiny", {key + "=" + low})) << key;
+    EXPECT_NO_THROW(load_config("tiny", {key + "=" + high})) << key;
+    for (const char* bad : {"1e300", "1e-300", "0.001"}) {
+      const std::string message = config_error([&] { load_config("tiny", {key + "=" + bad}); });
+      EXPECT_NE(message.find(key + ": " + refusal), std::string::npos) << key << "=" << bad << ": " << message;
+    }
   }
 }
 
