@@ -25,6 +25,24 @@
 # deadline.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+# The settings, checked before anything runs: a typo costs a GPU session.
+# A flag is 1 or 0 (0 used to count as set: GPU_CHECK_SKIP_TORCH=0 skipped
+# PyTorch); a time is whole seconds.
+for flag in GPU_CHECK_SKIP_TORCH GPU_CHECK_TESTS_ONLY GPU_CHECK_SKIP_PROFILE GPU_CHECK_SKIP_SANITIZER \
+            GPU_CHECK_SKIP_EXTRAS GPU_CHECK_EXTRAS_ONLY; do
+  case "${!flag:-}" in
+    "" | 0) declare "$flag=" ;;
+    1) ;;
+    *) echo "gpu_check: $flag='${!flag}': expected 1 (or 0, or unset)" >&2; exit 2 ;;
+  esac
+done
+for seconds in GPU_CHECK_DEADLINE_S GPU_CHECK_TEST_TIMEOUT GPU_CHECK_TESTS_TIMEOUT GPU_CHECK_RUN_TIMEOUT \
+               GPU_CHECK_TORCH_TIMEOUT GPU_CHECK_PROFILE_TIMEOUT GPU_CHECK_SANITIZER_TIMEOUT \
+               GPU_CHECK_INSTRUMENT_TIMEOUT GPU_CHECK_BURNIN_TIMEOUT; do
+  if [ -n "${!seconds:-}" ] && ! [[ "${!seconds}" =~ ^[1-9][0-9]{0,5}$ ]]; then
+    echo "gpu_check: $seconds='${!seconds}': expected whole seconds from 1 to 999999" >&2; exit 2
+  fi
+done
 out=${OUT:-out/gpu_check}
 mkdir -p "$out"
 # The logs and results of every step. The device tool brings back at most 8

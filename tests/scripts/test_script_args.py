@@ -396,6 +396,23 @@ class FabricArgumentTests(Sandbox):
         self.assertFalse(self.out.exists())
 
 
+class GpuCheckArgumentTests(Sandbox):
+    """scripts/gpu_check.sh runs once per GPU session: a setting it cannot use
+    is refused before anything runs. GPU_CHECK_SKIP_TORCH=0 skipped PyTorch
+    (any value counted as set); a deadline of 5m was a bash error mid-run."""
+
+    def test_bad_settings_exit_2_before_anything_runs(self) -> None:
+        out = self.dir / "out"
+        for name, value in (("GPU_CHECK_DEADLINE_S", "5m"), ("GPU_CHECK_DEADLINE_S", "0"),
+                            ("GPU_CHECK_RUN_TIMEOUT", "-1"), ("GPU_CHECK_SKIP_TORCH", "yes"),
+                            ("GPU_CHECK_EXTRAS_ONLY", "true")):
+            with self.subTest(name=name, value=value):
+                done = run("bash", SCRIPTS / "gpu_check.sh", env={**self.env, "OUT": str(out), name: value},
+                           timeout=20)
+                self.assert_refused(done, f"{name}='{value}'")
+                self.assertFalse(out.exists())
+
+
 class SbatchTests(Sandbox):
     def test_run_without_sbatch_is_one_line_exit_2(self) -> None:
         done = run("bash", SCRIPTS / "slurm" / "trainbench.sbatch", "--steps", "5", env=self.env, timeout=20)
