@@ -27,6 +27,9 @@ work, dest = sys.argv[1], sys.argv[2]
 wheel = glob.glob(os.path.join(work, "*.whl"))[0]
 with zipfile.ZipFile(wheel) as z:
     members = [m for m in z.namelist() if m.startswith("include/") and not m.endswith("/")]
+    # The version header is what marks DEST complete (the check above):
+    # written last, so an unpacking cut short is done again, not taken as present.
+    members.sort(key=lambda m: m.endswith("/cudnn_frontend_version.h"))
     for m in members:
         target = os.path.join(dest, m[len("include/"):])
         os.makedirs(os.path.dirname(target), exist_ok=True)
