@@ -30,6 +30,12 @@ stop() {
     [ -s "$pid_file" ] || continue
     local pid
     pid=$(cat "$pid_file")
+    # A PID file left by a daemon that died may name another process by now
+    # (PIDs are reused; this runs as root): only the daemon itself is killed.
+    if ! [[ "$pid" =~ ^[1-9][0-9]*$ ]] || [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != "$daemon" ]; then
+      rm -f "$pid_file"
+      continue
+    fi
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 1 30); do
       kill -0 "$pid" 2>/dev/null || break

@@ -413,6 +413,21 @@ class GpuCheckArgumentTests(Sandbox):
                 self.assertFalse(out.exists())
 
 
+class LocalClusterTests(Sandbox):
+    def test_stop_kills_only_the_daemon_its_pid_file_names(self) -> None:
+        # A PID file a dead daemon left named whatever process had the PID
+        # since, and `stop` (as root) killed it.
+        other = subprocess.Popen(["sleep", "60"])
+        self.addCleanup(other.kill)
+        (self.dir / "slurmd.pid").write_text(f"{other.pid}\n")
+        (self.dir / "munged.pid").write_text("not a pid\n")
+        done = run("bash", SCRIPTS / "slurm" / "local_cluster.sh", "stop", self.dir, env=self.env, timeout=30)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIsNone(other.poll(), "the other process was killed")
+        self.assertFalse((self.dir / "slurmd.pid").exists())
+        self.assertFalse((self.dir / "munged.pid").exists())
+
+
 class SbatchTests(Sandbox):
     def test_run_without_sbatch_is_one_line_exit_2(self) -> None:
         done = run("bash", SCRIPTS / "slurm" / "trainbench.sbatch", "--steps", "5", env=self.env, timeout=20)
