@@ -113,7 +113,10 @@ esac
 # Ranks on several hosts (srun over --nodes > 1, or a hostfile naming more
 # than one) need their checkpoints on storage every host sees: trainbench
 # refuses its temporary folder there (exit 2), met only after the LoRA run.
-if [ -z "$ckpt_dir" ] && [[ " ${both[*]-} " != *" checkpoint.every_steps=0 "* ]]; then
+# Checkpoints off for both runs: by --set, or by --lora-set and --full-set each.
+checkpoints_off() { [[ " $* " == *" checkpoint.every_steps=0 "* ]]; }
+if [ -z "$ckpt_dir" ] && ! checkpoints_off "${both[@]-}" &&
+   ! { checkpoints_off "${lora_sets[@]-}" && checkpoints_off "${full_sets[@]-}"; }; then
   hosts=1
   if [ "$launcher" = srun ]; then hosts=$nodes
   elif [ -n "$hostfile" ]; then hosts=$(sed 's/#.*//' "$hostfile" | awk 'NF { print $1 }' | sort -u | wc -l); fi
@@ -241,9 +244,13 @@ trap 'on_signal INT' INT
 trap 'on_signal TERM' TERM
 trap 'on_signal HUP' HUP
 
-# step NAME COMMAND...: runs it with its output in DIR/NAME.log (the command
-# first, quoted as a shell reads it); a run (lora, full) must leave DIR/NAME.json.
+# step [--stdout FILE] NAME COMMAND...: runs it with its output in
+# DIR/NAME.log (the command first, quoted as a shell reads it), its stdout
+# alone in FILE where given (a plan's JSON: a warning on stderr is not in
+# it); a run (lora, full) must leave DIR/NAME.json.
 step() {
+  local stdout_file=""
+  if [ "$1" = --stdout ]; then stdout_file=$2; shift 2; fi
   local name=$1 code=0 line started
   shift
   line=$(printf '%q ' "$@")
@@ -251,7 +258,11 @@ step() {
   echo "$me: $name: $line"
   running=$name
   started=$(date +%s)
-  { printf '%s\n\n' "$line"; "$@"; } > "$out/$name.log" 2>&1 < /dev/null || code=$?
+  if [ -n "$stdout_file" ]; then
+    { printf '%s\n\n' "$line"; "$@" > "$stdout_file"; } > "$out/$name.log" 2>&1 < /dev/null || code=$?
+  else
+    { printf '%s\n\n' "$line"; "$@"; } > "$out/$name.log" 2>&1 < /dev/null || code=$?
+  fi
   running=""
   if [ -n "$interrupted" ]; then
     echo "$me: $name interrupted (SIG$interrupted, after $(( $(date +%s) - started ))s); its last lines ($out/$name.failed.log):" >&2
@@ -271,12 +282,10 @@ step() {
 # Each side planned with its own --set's (lora.rank and lora.targets,
 # train.micro_batch, train.attention change the memory): every figure beside
 # a run is of that run's setup. report.py checks what the plans record.
-step plan-lora "$binary" plan "$config" --gpus-per-node "$gpus_per_node" --nodes "$nodes" --json \
-  ${both[@]+"${both[@]}"} ${lora_sets[@]+"${lora_sets[@]}"}
-sed -n '/^{/,$p' "$out/plan-lora.log" > "$out/plan-lora.json"
-step plan-full "$binary" plan "$config" --gpus-per-node "$gpus_per_node" --nodes "$nodes" --json \
-  ${both[@]+"${both[@]}"} ${full_sets[@]+"${full_sets[@]}"}
-sed -n '/^{/,$p' "$out/plan-full.log" > "$out/plan-full.json"
+step --stdout "$out/plan-lora.json" plan-lora "$binary" plan "$config" --gpus-per-node "$gpus_per_node" \
+  --nodes "$nodes" --json ${both[@]+"${both[@]}"} ${lora_sets[@]+"${lora_sets[@]}"}
+step --stdout "$out/plan-full.json" plan-full "$binary" plan "$config" --gpus-per-node "$gpus_per_node" \
+  --nodes "$nodes" --json ${both[@]+"${both[@]}"} ${full_sets[@]+"${full_sets[@]}"}
 lora_ckpt=()
 full_ckpt=()
 if [ -n "$ckpt_dir" ]; then

@@ -624,6 +624,22 @@ class CompareTests(LauncherSandbox):
         self.assertEqual(shlex.split((out / "plan-lora.log").read_text().splitlines()[0])[:3],
                          [str(BINARY), "plan", "tiny"])
 
+    def test_a_plans_stderr_stays_out_of_its_json(self) -> None:
+        # plan-*.json was cut from the log of stdout and stderr together: a
+        # warning after the JSON made it unreadable to report.py.
+        wrapper = write_tool(self.dir / "wrap", "trainbench",
+                             f'"{BINARY}" "$@"; code=$?\n'
+                             '[ "$1" = plan ] && echo "trainbench: warning: said after the plan" >&2\n'
+                             'exit $code\n')
+        out = self.dir / "out"
+        done = run("bash", COMPARE, "--binary", wrapper, "--config", "tiny", "--gpus-per-node", "1", "--nodes", "1",
+                   "--steps", "3", "--set", "train.warmup_steps=1", "--set", "train.threads=1", "--set",
+                   "report.progress_every=0", "--out", out, env=self.env, timeout=120)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        for side in ("lora", "full"):
+            self.assertIsInstance(json.loads((out / f"plan-{side}.json").read_text()), dict)
+            self.assertIn("warning: said after the plan", (out / f"plan-{side}.log").read_text())
+
     def test_a_hostfile_is_checked_and_decides_the_slots(self) -> None:
         done = self.compare(self.dir / "never", "--hostfile", str(self.dir / "no-such-hostfile"))
         self.assert_refused(done, "--hostfile")
@@ -643,6 +659,14 @@ class CompareTests(LauncherSandbox):
         self.assert_refused(done, "2 hosts", "checkpoint.dir")
         self.assertEqual(self.mpirun_calls(), [])
         self.assertFalse((self.dir / "never").exists())
+        # Checkpoints off on one side only: still refused. Off on both sides
+        # (each by its own --*-set) needs no shared folder: it was refused.
+        off = "checkpoint.every_steps=0"
+        done = self.compare(self.dir / "never", "--hostfile", str(hostfile), "--lora-set", off)
+        self.assert_refused(done, "2 hosts", "checkpoint.dir")
+        done = self.compare(self.dir / "off", "--hostfile", str(hostfile), "--lora-set", off, "--full-set", off)
+        self.assertNotIn("2 hosts", done.stderr)
+        self.assertEqual(len(self.mpirun_calls()), 2, done.stderr)
 
     def test_a_failed_rerun_keeps_the_earlier_comparison(self) -> None:
         # A rerun overwrote lora.json and full.json even when a run failed,
