@@ -13,7 +13,7 @@
 # folder. Exit codes: 2 bad usage, 3 not built, else the failed run's.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-. "$repo/scripts/lib/args.sh"  # need
+. "$repo/scripts/lib/common.sh"  # need, build_folder
 
 usage() {
   echo "usage: scripts/bench_ckpt_stall.sh [--dir DIR] [--repeats N] [--layers L]" >&2
@@ -36,8 +36,7 @@ done
 [ -n "$dir" ] || { echo "bench_ckpt_stall: --dir: empty" >&2; exit 2; }
 # Paths given are the caller's (the script runs in the source tree).
 case "$dir" in /*) ;; *) dir="$PWD/$dir" ;; esac
-build_dir=${BUILD_DIR:-$repo/build}
-case "$build_dir" in /*) ;; *) build_dir="$PWD/$build_dir" ;; esac
+build_dir=$(build_folder)
 cd "$repo"
 bin="$build_dir/trainbench"
 [ -x "$bin" ] || { echo "bench_ckpt_stall: $bin not built; run scripts/build.sh" >&2; exit 3; }

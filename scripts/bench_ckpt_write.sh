@@ -17,7 +17,7 @@
 # (before anything is written), 3 not built or dd failed.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-. "$repo/scripts/lib/args.sh"  # need
+. "$repo/scripts/lib/common.sh"  # need, build_folder
 
 usage() {
   echo "usage: scripts/bench_ckpt_write.sh [--dir DIR] [--gib N] [--files N] [--reps N]" >&2
@@ -50,8 +50,7 @@ fi
 [ -n "$dir" ] || { echo "bench_ckpt_write: --dir: empty" >&2; exit 2; }
 # Paths given are the caller's (the script runs in the source tree).
 case "$dir" in /*) ;; *) dir="$PWD/$dir" ;; esac
-build_dir=${BUILD_DIR:-$repo/build}
-case "$build_dir" in /*) ;; *) build_dir="$PWD/$build_dir" ;; esac
+build_dir=$(build_folder)
 cd "$repo"
 bin="$build_dir/trainbench"
 [ -x "$bin" ] || { echo "bench_ckpt_write: $bin not built; run scripts/build.sh" >&2; exit 3; }

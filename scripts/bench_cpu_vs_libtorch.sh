@@ -13,7 +13,7 @@
 # relative CONFIG file or BUILD_DIR is taken from the current folder.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-. "$repo/scripts/lib/args.sh"  # need
+. "$repo/scripts/lib/common.sh"  # need, build_folder
 
 usage() {
   echo "usage: scripts/bench_cpu_vs_libtorch.sh [--reps N] [--threads N] [--steps N] [CONFIG...]" >&2
@@ -48,8 +48,7 @@ for i in "${!configs[@]}"; do
   config=${configs[$i]}
   if [ -f "$config" ]; then configs[i]=$(cd "$(dirname "$config")" && pwd)/$(basename "$config"); fi
 done
-build_dir=${BUILD_DIR:-$repo/build}
-case "$build_dir" in /*) ;; *) build_dir="$PWD/$build_dir" ;; esac
+build_dir=$(build_folder)
 cd "$repo"
 if [ ! -f "$build_dir/CMakeCache.txt" ]; then
   generator=()

@@ -12,7 +12,7 @@
 # current folder. Exit codes: 2 bad usage, 3 not built, else the failed run's.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-. "$repo/scripts/lib/args.sh"  # need
+. "$repo/scripts/lib/common.sh"  # need, build_folder
 
 usage() {
   echo "usage: scripts/bench_instrumentation.sh [--config NAME] [--steps N] [--repeats N] [--set KEY=VALUE]..." >&2
@@ -40,8 +40,7 @@ done
 # Paths given are the caller's (the runs start in the source tree): a config
 # file is made absolute, anything else is a preset name and goes as it is.
 if [ -f "$config" ]; then config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config"); fi
-build_dir=${BUILD_DIR:-$repo/build}
-case "$build_dir" in /*) ;; *) build_dir="$PWD/$build_dir" ;; esac
+build_dir=$(build_folder)
 cd "$repo"
 bin="$build_dir/trainbench"
 [ -x "$bin" ] || { echo "bench_instrumentation: $bin not built; run scripts/build.sh" >&2; exit 3; }

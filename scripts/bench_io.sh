@@ -16,7 +16,7 @@
 # bad usage (before anything is made), 3 not built.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-. "$repo/scripts/lib/args.sh"  # need
+. "$repo/scripts/lib/common.sh"  # need, build_folder
 
 usage() {
   echo "usage: scripts/bench_io.sh [--dir DIR] [--gib N] [--readers LIST] [--kind image|text]..." >&2
@@ -51,8 +51,7 @@ done
 [[ "$readers" =~ ^[1-9][0-9]{0,2}(,[1-9][0-9]{0,2})*$ ]] || { echo "bench_io: --readers $readers: expected a list of counts like 1,2" >&2; exit 2; }
 # Paths given are the caller's (the script runs in the source tree).
 case "$dir" in /*) ;; *) dir="$PWD/$dir" ;; esac
-build_dir=${BUILD_DIR:-$repo/build}
-case "$build_dir" in /*) ;; *) build_dir="$PWD/$build_dir" ;; esac
+build_dir=$(build_folder)
 cd "$repo"
 bin="$build_dir/trainbench"
 [ -x "$bin" ] || { echo "bench_io: $bin not built; run scripts/build.sh" >&2; exit 3; }

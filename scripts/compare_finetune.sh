@@ -45,7 +45,7 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-. "$repo/scripts/lib/args.sh"  # need
+. "$repo/scripts/lib/common.sh"  # need, build_folder
 me=compare_finetune.sh
 die() { echo "$me: $1" >&2; exit "${2:-2}"; }
 usage() {
@@ -128,7 +128,7 @@ if [ "$launcher" = mpirun ] && [ "$(id -u)" = 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 if [ -f "$config" ]; then config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config"); fi
-if [ -z "$binary" ]; then binary="$repo/${TRAINBENCH_BUILD_DIR:-${BUILD_DIR:-build}}/trainbench"; fi
+if [ -z "$binary" ]; then binary="$(build_folder)/trainbench"; fi
 [ -x "$binary" ] || die "$binary is not an executable trainbench (build it: scripts/build.sh, or pass --binary)" 3
 if [ -z "$out" ]; then out="$repo/out/compare-$(date +%Y%m%d-%H%M%S)"; fi
 mkdir -p "$out" 2> /dev/null || die "--out $out: cannot create the folder"

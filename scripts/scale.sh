@@ -43,7 +43,7 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-. "$repo/scripts/lib/args.sh"  # need
+. "$repo/scripts/lib/common.sh"  # need, build_folder
 me=scale.sh
 
 usage() {
@@ -131,7 +131,7 @@ if [ -n "$steps" ]; then run_args+=(--steps "$steps"); fi
 if [ "$ceilings" = 1 ]; then run_args+=(--ceilings); fi
 run_args+=(${sets[@]+"${sets[@]}"})
 
-if [ -z "$binary" ]; then binary="$repo/${TRAINBENCH_BUILD_DIR:-${BUILD_DIR:-build}}/trainbench"; fi
+if [ -z "$binary" ]; then binary="$(build_folder)/trainbench"; fi
 case "$binary" in /*) ;; *) binary="$PWD/$binary" ;; esac
 
 if [ -n "$set_ckpt_dir" ]; then

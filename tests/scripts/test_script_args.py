@@ -413,6 +413,33 @@ class GpuCheckArgumentTests(Sandbox):
                 self.assertFalse(out.exists())
 
 
+class BuildFolderTests(Sandbox):
+    """Every script finds the build as scripts/build.sh makes it:
+    $TRAINBENCH_BUILD_DIR (relative to the source tree), else $BUILD_DIR
+    (relative to the caller's folder). scale.sh and compare_finetune.sh put an
+    absolute TRAINBENCH_BUILD_DIR under the source tree; the bench scripts
+    ignored it."""
+
+    def test_trainbench_build_dir_is_used_as_given(self) -> None:
+        missing = self.dir / "elsewhere"
+        env = {**self.env, "TRAINBENCH_BUILD_DIR": str(missing)}
+        cases = (("scale.sh", ["--ranks", "1", "--no-report", "--out", str(self.dir / "o")]),
+                 ("compare_finetune.sh", ["--out", str(self.dir / "o")]),
+                 ("bench_io.sh", ["--dir", str(self.dir / "o")]),
+                 ("bench_ckpt_write.sh", ["--dir", str(self.dir / "o")]))
+        write_tool(self.tools, "mpirun", "exit 0\n")
+        for script, args in cases:
+            with self.subTest(script=script):
+                done = run("bash", SCRIPTS / script, *args, env=env, timeout=20)
+                self.assertEqual(done.returncode, 3, done.stderr)
+                self.assertIn(f"{missing}/trainbench", done.stderr)
+                self.assertNotIn(f"{REPO}/{missing}", done.stderr)
+        # Relative: under the source tree, as build.sh takes it.
+        done = run("bash", SCRIPTS / "bench_io.sh", "--dir", self.dir / "o",
+                   env={**self.env, "TRAINBENCH_BUILD_DIR": "no-such-build"}, cwd=self.dir, timeout=20)
+        self.assertIn(f"{REPO}/no-such-build/trainbench", done.stderr)
+
+
 class LocalClusterTests(Sandbox):
     def test_stop_kills_only_the_daemon_its_pid_file_names(self) -> None:
         # A PID file a dead daemon left named whatever process had the PID
