@@ -113,7 +113,10 @@ parse_counts() {
   # read drops a trailing empty item ("1,2,"): every item is checked here.
   case ",$list," in *,,*) die "$flag '$list': an empty item; expected a comma-separated list like 1,2,4" ;; esac
   for n in "${counts[@]}"; do
-    [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "$flag '$list': '$n' is not a positive integer"
+    # Bounded before bash compares it: 99999999999999999999 was an arithmetic error.
+    if ! [[ "$n" =~ ^[1-9][0-9]{0,6}$ ]] || [ "$n" -gt 1048576 ]; then
+      die "$flag '$list': '$n' is not an integer from 1 to 1048576"
+    fi
     [ "$n" -gt "$previous" ] || die "$flag '$list': counts must be ascending and distinct"
     previous=$n
   done
@@ -201,6 +204,10 @@ rank_counts=("${counts[@]}")
 read -r -a extra_mpirun <<< "$mpirun_args"
 if [ "$report" = 1 ] && ! command -v python3 > /dev/null; then
   die "python3 not found: the report needs Python 3 with matplotlib (scripts/setup.sh), or pass --no-report" 3
+fi
+# Its plots need matplotlib: found missing after the whole sweep, it cost the report.
+if [ "$report" = 1 ] && ! python3 -c 'import matplotlib' 2> /dev/null; then
+  die "matplotlib is not installed: the report's plots need it (scripts/setup.sh installs it), or pass --no-report" 3
 fi
 make_out_dir
 

@@ -500,6 +500,27 @@ class ScaleTests(LauncherSandbox):
                 self.assertFalse(out.exists())
                 self.assertEqual(self.mpirun_calls(), [])
 
+    def test_a_missing_matplotlib_is_said_before_the_sweep(self) -> None:
+        # The report failed for want of it after every run had been made.
+        write_tool(self.tools, "python3", 'case "$*" in *"import matplotlib"*) exit 1 ;; esac\n'
+                   f'exec "{sys.executable}" "$@"\n')
+        done = run("bash", SCALE, "--binary", "/bin/true", "--ranks", "1", "--out", self.dir / "out", env=self.env,
+                   timeout=20)
+        self.assertEqual(done.returncode, 3, done.stderr)
+        self.assertIn("matplotlib is not installed", done.stderr)
+        self.assertEqual(self.mpirun_calls(), [])
+
+    def test_a_huge_count_is_refused_in_one_line(self) -> None:
+        # bash's arithmetic failed on it: two lines of bash errors, exit 2 by chance.
+        for flag, extra in (("--ranks", []), ("--nodes", ["--slurm"])):
+            for count in ("99999999999999999999", "1048577"):
+                with self.subTest(flag=flag, count=count):
+                    write_tool(self.tools, "sbatch", "echo 42\n")
+                    done = run("bash", SCALE, "--binary", "/bin/true", *extra, flag, f"1,{count}", "--out",
+                               self.dir / "never", "--no-report", env=self.env, timeout=20)
+                    self.assert_refused(done, f"'{count}' is not an integer from 1 to 1048576")
+                    self.assertFalse((self.dir / "never").exists())
+
     def test_a_hostfile_of_several_hosts_needs_a_shared_checkpoint_folder(self) -> None:
         # trainbench refuses its temporary checkpoint folder for ranks on
         # several hosts: the sweep met that at its first multi-host point.
