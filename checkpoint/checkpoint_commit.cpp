@@ -68,10 +68,14 @@ void apply_retention(const std::string& dir, int64_t step, int64_t keep) {
     const std::string name = entry.path().filename().string();
     std::error_code ignored;
     // A `latest` replacement or a writability probe that a killed process
-    // left (this run's own are done: every rank is past its start, and the
-    // folder's lock keeps other runs out). Best effort, as litter is.
+    // left. Only one untouched for a minute: a second run starting on this
+    // folder probes it before it takes the lock (and where there is no
+    // flock, two runs write here at once). Best effort, as litter is.
     if (name.starts_with("latest.tmp.") || name.starts_with(io::kWriteProbePrefix)) {
-      if (entry.is_regular_file(ignored)) fs::remove(entry.path(), ignored);
+      struct stat status {};
+      if (::lstat(entry.path().c_str(), &status) == 0 && S_ISREG(status.st_mode) &&
+          status.st_mtime < ::time(nullptr) - 60)
+        fs::remove(entry.path(), ignored);
       continue;
     }
     const StepName parsed = parse_step_name(name);

@@ -239,7 +239,8 @@ void check_checkpoint_dir(const std::string& dir, const std::string& named) {
   } catch (const CheckpointWriteError& e) {
     throw CheckpointWriteError(named + " " + dir + " is not writable: " + e.what(), e.disk_full);
   }
-  if (::unlink(probe.c_str()) != 0) io::fail_write("cannot remove", probe, errno);
+  // ENOENT: gone already (another run's retention took it for litter).
+  if (::unlink(probe.c_str()) != 0 && errno != ENOENT) io::fail_write("cannot remove", probe, errno);
 }
 
 FileRecord write_image_file(const std::string& folder, const std::string& name, const StateImage& image,

@@ -66,7 +66,8 @@ echo "== $gib GiB to $dir ($(df -T "$dir" | awk 'NR == 2 {print $2}')), $files w
 # figure, and Python's TypeError ended the script).
 run_dd() {
   local out
-  if ! out=$(dd if=/dev/zero of="$ddfile" bs=64M count="$count" oflag=direct conv=fsync 2>&1); then
+  # LC_ALL=C: the summary line parsed below is dd's English one.
+  if ! out=$(LC_ALL=C dd if=/dev/zero of="$ddfile" bs=64M count="$count" oflag=direct conv=fsync 2>&1); then
     rm -f "$ddfile"
     # dd's own complaint ("dd: error writing ...": its record counts follow).
     local why

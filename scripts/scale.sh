@@ -32,8 +32,9 @@
 # machine's): on one machine, --set train.threads=<cores / ranks> keeps the
 # ranks from competing for cores.
 #
-# The binary: --binary, else $TRAINBENCH_BINARY, else
-# ${TRAINBENCH_BUILD_DIR:-${BUILD_DIR:-build}}/trainbench in the source tree.
+# The binary: --binary, else $TRAINBENCH_BINARY, else trainbench in the build
+# folder: $TRAINBENCH_BUILD_DIR (relative to the source tree), else $BUILD_DIR
+# (relative to the current folder), else build/ (scripts/lib/common.sh).
 # mpirun: $MPIRUN, else mpirun on PATH. Exit codes: 2 bad usage, 3 a missing
 # tool (mpirun, sbatch, python3), 128+N on signal N (130: Ctrl-C), else the
 # exit code of the failed run. The sweep stops at a failed or interrupted run;

@@ -381,8 +381,6 @@ bool Checkpointer::agree() {
   // kCommitting: rank 0's commit is done.
   flight.record.commit_s = gather_from_ranks(comm_, flight.commit_s)[0];
   flight.record.status = "committed";
-  // Committed, with an old checkpoint left behind (a folder that cannot be
-  // removed): the run trains on, and says so once (each later commit tries again).
   // Committed, but checkpoint.dir not fsynced after `latest` (the storage
   // refused): the run trains on, and says so once.
   const std::string durability_error = broadcast_string(comm_, flight.commit_warnings.durability, 0);
@@ -390,6 +388,8 @@ bool Checkpointer::agree() {
     durability_warned_ = true;
     warnings_.push_back(durability_error + "; training went on");
   }
+  // Committed, with an old checkpoint left behind (a folder that cannot be
+  // removed): the run trains on, and says so once (each later commit tries again).
   const std::string retention_error = broadcast_string(comm_, flight.commit_warnings.retention, 0);
   if (!retention_error.empty() && !retention_warned_) {
     retention_warned_ = true;

@@ -41,7 +41,10 @@ stop() {
       kill -0 "$pid" 2>/dev/null || break
       sleep 0.5
     done
-    kill -9 "$pid" 2>/dev/null || true
+    # Still there and still the daemon (its PID not reused meanwhile): killed.
+    if kill -0 "$pid" 2>/dev/null && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$daemon" ]; then
+      kill -9 "$pid" 2>/dev/null || true
+    fi
     rm -f "$pid_file"
   done
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>    // truncate
 
 #include <cerrno>   // ENOENT, EIO
+#include <chrono>   // an hour-old leftover
 #include <cstdio>
 #include <cstring>  // std::strerror
 #include <filesystem>
@@ -251,10 +252,15 @@ TEST_F(CheckpointFiles, RetentionRemovesStaleLeftoversUpToTheStepOnly) {
   fs::create_directories(dir_ + "/step_60.tmp.interrupted");
   write_text(dir_ + "/latest.tmp.99999", "step_9\n");          // a `latest` write a kill cut short
   write_text(dir_ + "/.trainbench-write-probe-99999", "probe\n");  // a start-up probe, likewise
+  write_text(dir_ + "/.trainbench-write-probe-99998", "probe\n");  // another run's, being made now
+  const auto an_hour_ago = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  fs::last_write_time(dir_ + "/latest.tmp.99999", an_hour_ago);
+  fs::last_write_time(dir_ + "/.trainbench-write-probe-99999", an_hour_ago);
   write_text(dir_ + "/notes.txt", "the user's\n");
   write_and_commit(dir_, 20);
   EXPECT_FALSE(fs::exists(dir_ + "/latest.tmp.99999"));
   EXPECT_FALSE(fs::exists(dir_ + "/.trainbench-write-probe-99999"));
+  EXPECT_TRUE(fs::exists(dir_ + "/.trainbench-write-probe-99998")) << "a fresh one may be another run's";
   EXPECT_TRUE(fs::exists(dir_ + "/notes.txt"));
   EXPECT_FALSE(fs::exists(dir_ + "/step_5.tmp"));
   EXPECT_FALSE(fs::exists(dir_ + "/step_6.tmp.interrupted"));

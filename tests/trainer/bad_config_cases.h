@@ -202,10 +202,10 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"WritersAboveLimit", with("checkpoint.writers", "2147483648"), {}, {"checkpoint.writers: must be between 1 and 1024"}},
       {"SyntheticBatchesAboveLimit", with("data.synthetic_batches", "100000000"), {},
        {"data.synthetic_batches: must be between 1 and 4096"}},
-      // Seconds past what steady-clock nanoseconds hold timed out at once; a
-      // fraction of a second is allowed, so no "from 1".
+      // Seconds past what steady-clock nanoseconds hold timed out at once; under
+      // a second is no collective timeout a real step meets (a typo).
       {"CommTimeoutAboveLimit", with("comm.timeout_s", "1e10"), {},
-       {"comm.timeout_s: must be > 0 and at most 31536000 (got 10000000000)"}},
+       {"comm.timeout_s: must be between 1 and 31536000 (got 10000000000)"}},
       {"DataTimeoutAboveLimit", with("data.timeout_s", "31536001"), {}, {"data.timeout_s: must be > 0 and at most 31536000"}},
       {"StepTokensOverflow", with("train.grad_accum", "9223372036854775807"), {},
        {"train.grad_accum", "more than 2^63 tokens a step on each rank", "(2^40)"}},
