@@ -1,6 +1,7 @@
 #include "checkpoint/background_writer.h"
 
-#include <chrono>  // wait_idle's blocked time
+#include <algorithm>  // std::min
+#include <chrono>     // wait_idle_for's limit
 
 namespace trainbench {
 
@@ -12,7 +13,7 @@ BackgroundWriter::~BackgroundWriter() {
     stopping_ = true;
   }
   changed_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 void BackgroundWriter::submit(Job job) {
@@ -28,11 +29,23 @@ bool BackgroundWriter::idle() const {
   return queue_.empty() && !running_job_;
 }
 
-double BackgroundWriter::wait_idle() {
-  const auto begin = std::chrono::steady_clock::now();
+bool BackgroundWriter::wait_idle_for(double seconds) {
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [this] { return queue_.empty() && !running_job_; });
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  const auto idle = [this] { return queue_.empty() && !running_job_; };
+  if (!(seconds > 0)) return idle();
+  // Bounded before the conversion: a huge limit must not overflow the clock.
+  const double bounded = std::min(seconds, 365.0 * 24 * 3600);
+  return changed_.wait_for(lock, std::chrono::duration<double>(bounded), idle);
+}
+
+void BackgroundWriter::abandon() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    queue_.clear();
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.detach();
 }
 
 std::exception_ptr BackgroundWriter::take_error() {

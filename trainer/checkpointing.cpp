@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "checkpoint/checkpoint_files.h"  // write, commit, read, crash points
+#include "comm/deadline_clock.h"          // format_seconds
 #include "dataloader/shard_loader.h"      // parse_position, check_resume_position
 #include "trainer/data_source.h"          // loader_options, synth_shard_count
 #include "trainer/interrupt_cleanup.h"    // make_removed_on_interrupt: the step being written
@@ -24,6 +25,9 @@ namespace trainbench {
 namespace {
 
 namespace fs = std::filesystem;
+
+// A rank's checkpoint writer, as the ranks compare notes (local_state).
+constexpr int kBusy = 0, kDone = 1, kDiskFull = 2, kFailed = 3, kTimedOut = 4;
 
 double steady_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -179,6 +183,14 @@ Checkpointer::~Checkpointer() {
     engine_.wait_state_copy();
   } catch (...) {
   }
+  if (writer_abandoned_) {
+    // Its job may still return some day and go on reading the staging and
+    // running the writer's loop: both stay allocated until the process
+    // exits (the staging is never given back through an engine gone by then).
+    (void)writer_.release();
+    (void)new std::vector<StateImage>(std::move(images_));  // moved, the images stay where the job reads them
+    return;
+  }
   writer_.reset();
 }
 
@@ -262,44 +274,49 @@ bool Checkpointer::start(int64_t step) {
                                         {"data_seed", config_.data.seed}};
   const std::string state_text = json_text(trainer_state);
   const std::string position = source_.save_position();
-  trainer_image_ = std::make_unique<StateImage>(
+  flight.trainer_image = std::make_unique<StateImage>(
       std::vector<SectionSpec>{{kTrainerStateSection, static_cast<int64_t>(state_text.size())},
                                {kDataPositionSection, static_cast<int64_t>(position.size())}});
-  std::memcpy(trainer_image_->section_data(0), state_text.data(), state_text.size());
-  std::memcpy(trainer_image_->section_data(1), position.data(), position.size());
+  std::memcpy(flight.trainer_image->section_data(0), state_text.data(), state_text.size());
+  std::memcpy(flight.trainer_image->section_data(1), position.data(), position.size());
   for (const StateImage& image : images_) flight.record.rank_bytes += image.bytes();
-  flight.record.rank_bytes += trainer_image_->bytes();
-  in_flight_ = std::move(flight);
+  flight.record.rank_bytes += flight.trainer_image->bytes();
+  in_flight_ = std::make_shared<InFlight>(std::move(flight));
   return true;
 }
 
 void Checkpointer::submit_persist() {
-  InFlight& flight = *in_flight_;
-  flight.phase = Phase::kWriting;
-  const int64_t step = flight.step;
-  writer_->submit([this, step, &flight] {
+  const std::shared_ptr<InFlight> flight = in_flight_;
+  flight->phase = Phase::kWriting;
+  // The job holds no reference into this object: abandoned on hung storage,
+  // it may outlive it. It reads the staging (kept then, see the destructor)
+  // and writes into `flight`, which it shares.
+  std::vector<const StateImage*> images;
+  for (const StateImage& image : images_) images.push_back(&image);
+  images.push_back(flight->trainer_image.get());
+  WriteOptions options;
+  options.direct_io = config_.checkpoint.direct_io;
+  options.block_bytes = config_.checkpoint.block_bytes;
+  const double delay_ms = config_.checkpoint.inject_delay_ms;
+  flight->writer_deadline = steady_now() + config_.checkpoint.timeout_s;
+  writer_->submit([flight, images, options, delay_ms, folder = pending_folder(dir_, flight->step),
+                   rank = comm_.rank()] {
     const double begin = steady_now();
-    if (config_.checkpoint.inject_delay_ms > 0)  // a slow checkpoint disk, for the attribution tests
-      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(config_.checkpoint.inject_delay_ms));
-    std::vector<const StateImage*> images;
-    for (const StateImage& image : images_) images.push_back(&image);
-    images.push_back(trainer_image_.get());
-    WriteOptions options;
-    options.direct_io = config_.checkpoint.direct_io;
-    options.block_bytes = config_.checkpoint.block_bytes;
-    for (const FileRecord& file : write_rank_files(pending_folder(dir_, step), comm_.rank(), images, options))
-      if (flight.io_warning.empty()) flight.io_warning = file.warning;
-    flight.persist_s = steady_now() - begin;
+    if (delay_ms > 0)  // a slow checkpoint disk, for the attribution and timeout tests
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay_ms));
+    for (const FileRecord& file : write_rank_files(folder, rank, images, options))
+      if (flight->io_warning.empty()) flight->io_warning = file.warning;
+    flight->persist_s = steady_now() - begin;
   });
 }
 
 void Checkpointer::submit_commit() {
-  InFlight& flight = *in_flight_;
-  flight.phase = Phase::kCommitting;
+  const std::shared_ptr<InFlight> flight = in_flight_;
+  flight->phase = Phase::kCommitting;
   if (comm_.rank() != 0) return;  // rank 0 commits for everyone
   CommitRequest request;
   request.dir = dir_;
-  request.step = flight.step;
+  request.step = flight->step;
   request.world_size = comm_.world_size();
   request.keep = config_.checkpoint.keep;
   request.config = config_to_json(config_);
@@ -309,25 +326,38 @@ void Checkpointer::submit_commit() {
                    {"zero", config_.comm.zero}};
   for (const StateTensor& t : tensors_)
     request.extra["state_tensors"].push_back({{"name", t.name}, {"bytes", t.bytes}});
-  writer_->submit([request, &flight] {
+  flight->writer_deadline = steady_now() + config_.checkpoint.timeout_s;
+  writer_->submit([request, flight] {
     const double begin = steady_now();
-    commit_checkpoint(request, &flight.commit_warnings);
-    flight.commit_s = steady_now() - begin;
+    commit_checkpoint(request, &flight->commit_warnings);
+    flight->commit_s = steady_now() - begin;
     crash_point("committed", request.step);  // tests: a rank dies after a commit
   });
 }
 
 int Checkpointer::local_state() {
   if (local_failure_ != 0) return local_failure_;
-  if (!writer_->idle()) return 0;
+  if (!writer_->idle()) {
+    if (steady_now() < in_flight_->writer_deadline) return kBusy;
+    abandon_writer();
+    local_failure_ = kTimedOut;
+    const std::string doing = in_flight_->phase == Phase::kCommitting
+                                  ? "committing it in " + dir_
+                                  : "writing this rank's files into " + pending_folder(dir_, in_flight_->step);
+    local_error_ = doing + " did not finish within checkpoint.timeout_s=" +
+                   comm_clock::format_seconds(config_.checkpoint.timeout_s) +
+                   " s: the storage stopped responding (the write was abandoned; raise checkpoint.timeout_s if it "
+                   "is only slow)";
+    return local_failure_;
+  }
   const std::exception_ptr error = writer_->take_error();
-  if (!error) return 1;
-  local_failure_ = 3;
+  if (!error) return kDone;
+  local_failure_ = kFailed;
   try {
     std::rethrow_exception(error);
   } catch (const CheckpointWriteError& e) {
     local_error_ = e.what();
-    if (e.disk_full) local_failure_ = 2;
+    if (e.disk_full) local_failure_ = kDiskFull;
   } catch (const std::exception& e) {
     local_error_ = e.what();
   }
@@ -337,23 +367,26 @@ int Checkpointer::local_state() {
 bool Checkpointer::agree() {
   InFlight& flight = *in_flight_;
   const std::vector<double> states = gather_from_ranks(comm_, local_state());
-  if (*std::min_element(states.begin(), states.end()) == 0) return false;  // someone still busy
+  if (*std::min_element(states.begin(), states.end()) == kBusy) return false;  // someone still busy
 
   const double worst = *std::max_element(states.begin(), states.end());
-  if (worst >= 2) {
-    const std::string failed = rank_list(states, 2);
+  if (worst >= kDiskFull) {
+    const std::string failed = rank_list(states, kDiskFull);
     // The first failing rank's own words, on every rank (rank 0 speaks).
     const int first_failed =
-        static_cast<int>(std::find_if(states.begin(), states.end(), [](double s) { return s >= 2; }) -
+        static_cast<int>(std::find_if(states.begin(), states.end(), [](double s) { return s >= kDiskFull; }) -
                          states.begin());
     const std::string reason = broadcast_string(comm_, local_error_, first_failed);
     local_failure_ = 0;
     local_error_.clear();
     // Every rank's writer is idle (no rank is busy): the folder is nobody's.
-    remove_pending_folder(flight.step);
+    // Unless one was abandoned: it may still write there, and removing it
+    // would hang on the same storage.
+    const bool storage_hung = worst == kTimedOut;
+    if (!storage_hung) remove_pending_folder(flight.step);
     const CheckpointRecord record = flight.record;
     in_flight_.reset();
-    settle_failure(record, failed, first_failed, reason, worst == 2);
+    settle_failure(record, failed, first_failed, reason, worst == kDiskFull, storage_hung);
     return true;
   }
 
@@ -418,7 +451,7 @@ CheckpointRecord& Checkpointer::record_of(int64_t step) {
 }
 
 void Checkpointer::settle_failure(CheckpointRecord record, const std::string& failed_ranks, int first_failed,
-                                  const std::string& reason, bool only_disk_full) {
+                                  const std::string& reason, bool only_disk_full, bool storage_hung) {
   const std::string step = std::to_string(record.step);
   const std::string detail = comm_.world_size() > 1 ? "rank " + std::to_string(first_failed) + ": " + reason : reason;
   if (only_disk_full && config_.checkpoint.on_full == "skip") {
@@ -431,7 +464,7 @@ void Checkpointer::settle_failure(CheckpointRecord record, const std::string& fa
   // What a resume can start from: said only when it is there (not of a
   // folder removed or replaced during the run, or one that cannot be listed).
   std::string previous;
-  if (folder_state(dir_, dir_identity_) == FolderState::kOurs) {
+  if (!storage_hung && folder_state(dir_, dir_identity_) == FolderState::kOurs) {
     try {
       const std::vector<CommittedCheckpoint> committed = list_committed(dir_);
       previous = committed.empty() ? "; no checkpoint was committed before it"
@@ -474,11 +507,43 @@ double Checkpointer::before_optimizer_step() {
   return blocked;
 }
 
+void Checkpointer::wait_writer_slice() {
+  // A quarter of a second: under comm.timeout_s's 1 s minimum, so a rank
+  // whose writer is idle never times out in the round waiting for one whose
+  // writer is not.
+  constexpr double kSlice = 0.25;
+  const double until_deadline = in_flight_ ? in_flight_->writer_deadline - steady_now() : kSlice;
+  (void)writer_->wait_idle_for(std::min(kSlice, until_deadline));
+}
+
+bool Checkpointer::wait_for_writers() {
+  for (;;) {
+    wait_writer_slice();
+    int state = kDone;
+    if (!writer_->idle()) {
+      state = kBusy;
+      if (!(steady_now() < in_flight_->writer_deadline)) {
+        abandon_writer();
+        state = kTimedOut;
+      }
+    }
+    const std::vector<double> states = gather_from_ranks(comm_, state);
+    if (*std::min_element(states.begin(), states.end()) != kBusy)
+      return *std::max_element(states.begin(), states.end()) == kTimedOut;
+  }
+}
+
+void Checkpointer::abandon_writer() {
+  if (writer_abandoned_) return;
+  writer_->abandon();
+  writer_abandoned_ = true;
+}
+
 double Checkpointer::drain() {
   const double begin = steady_now();
   if (in_flight_ && in_flight_->phase == Phase::kCopying) before_optimizer_step();
   while (in_flight_) {
-    writer_->wait_idle();
+    wait_writer_slice();
     agree();
   }
   return steady_now() - begin;
@@ -489,6 +554,17 @@ double Checkpointer::after_step(int64_t step) {
   // give_up, or a failed checkpoint, left nothing in flight; nothing more is started.
   if (diverged_ || failed_) return 0.0;
   const CheckpointSection& ck = config_.checkpoint;
+  // A wait that ends in the failure of the checkpoint of `flight_step`
+  // (CheckpointFailure, its record added as failed): what it blocked is
+  // still that checkpoint's stall, as it is the step's.
+  const auto charging_failure = [this](int64_t flight_step, double since, const auto& wait) {
+    try {
+      return wait();
+    } catch (const CheckpointFailure&) {
+      record_of(flight_step).stall_s += steady_now() - since;
+      throw;
+    }
+  };
   // A checkpoint in flight moves along: one agreement round per step. The
   // round blocks the loop (it waits for the slowest rank's writer state), so
   // it is this checkpoint's stall as the copy is: the record's stall_s then
@@ -496,7 +572,7 @@ double Checkpointer::after_step(int64_t step) {
   if (in_flight_ && in_flight_->phase != Phase::kCopying) {
     const int64_t flight_step = in_flight_->step;
     const double round_begin = steady_now();
-    const bool resolved = agree();
+    const bool resolved = charging_failure(flight_step, round_begin, [this] { return agree(); });
     const double round = steady_now() - round_begin;
     if (resolved) {
       record_of(flight_step).stall_s += round;
@@ -517,7 +593,9 @@ double Checkpointer::after_step(int64_t step) {
                           " skipped: the previous one was still being written (checkpoint.when_busy=skip)");
       return steady_now() - begin;
     }
-    waited_for_previous = drain();  // when_busy: wait
+    // when_busy: wait (the wait is the new checkpoint's stall, or the
+    // previous one's if that fails)
+    waited_for_previous = charging_failure(in_flight_->step, steady_now(), [this] { return drain(); });
   }
   const double start_begin = steady_now();
   if (!start(step)) return steady_now() - begin;  // its folder could not be made: skipped (on_full=skip)
@@ -525,7 +603,8 @@ double Checkpointer::after_step(int64_t step) {
   if (!ck.async) {
     // The whole checkpoint inside the step: copy, write, agree, commit.
     before_optimizer_step();
-    drain();
+    in_flight_->record.stall_s = 0;  // set in full below, or on failure
+    charging_failure(step, start_begin, [this] { return drain(); });
     record_of(step).stall_s = steady_now() - start_begin;
   } else {
     in_flight_->record.stall_s += steady_now() - start_begin;
@@ -544,14 +623,18 @@ double Checkpointer::give_up(int64_t step) {
     // step's after_step, which is not called.)
     InFlight& flight = *in_flight_;
     if (flight.phase == Phase::kCopying) engine_.wait_state_copy();
-    writer_->wait_idle();
+    // Every rank's writer done with the folder (or one abandoned on hung
+    // storage, still writing there: the folder is left as step_N.tmp).
+    const bool storage_hung = wait_for_writers();
     (void)writer_->take_error();  // a failed write of a checkpoint given up anyway
-    comm_.barrier();              // every rank's writer is done with the folder
-    remove_pending_folder(flight.step);
+    if (!storage_hung) remove_pending_folder(flight.step);
     flight.record.status = "skipped_diverged";
     add_record(flight.record);
     warnings_.push_back("checkpoint of step " + std::to_string(flight.step) + " given up: " + why +
-                        " (its weights are the ones that step started from)");
+                        " (its weights are the ones that step started from)" +
+                        (storage_hung ? "; its files were still being written after checkpoint.timeout_s (the storage "
+                                        "stopped responding): " + pending_folder(dir_, flight.step) + " is left"
+                                      : ""));
     in_flight_.reset();
   }
   drain();  // an older checkpoint in flight holds weights that trained on finitely: it commits

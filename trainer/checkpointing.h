@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>  // int64_t
+#include <limits>   // the deadline of no job
 #include <memory>   // the writer thread
 #include <optional>
 #include <stdexcept>  // CheckpointFailure
@@ -115,15 +116,22 @@ class Checkpointer {
 
  private:
   enum class Phase { kCopying, kWriting, kCommitting };
+  // Shared with the writer's jobs: one abandoned on hung storage (see
+  // checkpoint.timeout_s) keeps what it writes to and reads from alive.
   struct InFlight {
     int64_t step = 0;
     Phase phase = Phase::kCopying;
     CheckpointRecord record;
     double copy_started = 0;  // steady seconds
+    // Steady seconds by which the writer's current job (this rank's files,
+    // or rank 0's commit) must have finished: checkpoint.timeout_s after it
+    // was handed over. Never, while nothing is.
+    double writer_deadline = std::numeric_limits<double>::infinity();
     double persist_s = 0;     // written by the writer thread, read after it is idle
     double commit_s = 0;
     CommitWarnings commit_warnings;  // rank 0's: committed, but not durable yet or an old one left behind
     std::string io_warning;   // the writer's: O_DIRECT refused, written through the page cache
+    std::unique_ptr<StateImage> trainer_image;  // step, loader position: small, per checkpoint
   };
 
   void allocate_staging();
@@ -141,16 +149,30 @@ class Checkpointer {
   bool agree();
   // Blocks until nothing is in flight; returns the seconds it took.
   double drain();
-  // 0 busy, 1 done, 2 failed: disk full, 3 failed: other. A failure is kept
+  // 0 busy, 1 done, 2 failed: disk full, 3 failed: other, 4 failed: the
+  // writer passed its deadline and was abandoned. A failure is kept
   // (local_failure_) until the ranks have agreed on it: taken from the writer
   // in a round where another rank was still busy, it was lost, and that rank
   // then committed without this one's files.
   int local_state();
+  // Blocks for at most one agreement slice, less when the writer's deadline
+  // is sooner: the ranks then compare notes, so none waits in a collective
+  // for another longer than a slice, whatever checkpoint.timeout_s is.
+  void wait_writer_slice();
+  // Collective: waits until no rank's writer is busy, or a busy one passed
+  // its deadline (true; that rank's writer is abandoned). Every rank
+  // returns the same.
+  bool wait_for_writers();
+  // The writer's job passed its deadline: the writer is left to it (it
+  // cannot be cancelled), and the staging it reads is kept with it.
+  void abandon_writer();
   // A checkpoint that every rank agreed has failed (`failed_ranks`, the
   // first one's `reason`): recorded as skipped_disk_full where on_full=skip
   // allows it, else recorded as failed and CheckpointFailure thrown.
+  // storage_hung: a writer was abandoned, and the folder is not listed for
+  // the previous checkpoint (a listing would hang as the writer did).
   void settle_failure(CheckpointRecord record, const std::string& failed_ranks, int first_failed,
-                      const std::string& reason, bool only_disk_full);
+                      const std::string& reason, bool only_disk_full, bool storage_hung = false);
   // Rank 0 removes step_N.tmp once every rank's writer is idle: a
   // checkpoint given up leaves no half-written folder (on a full disk, its
   // bytes are what the next one needs).
@@ -165,8 +187,7 @@ class Checkpointer {
   std::vector<StateTensor> tensors_;
   std::vector<StateImage> images_;          // the engine's state, one per file
   std::vector<void*> copy_destinations_;    // tensors_[i] → inside images_
-  std::unique_ptr<StateImage> trainer_image_;  // step, loader position: small, per checkpoint
-  std::optional<InFlight> in_flight_;
+  std::shared_ptr<InFlight> in_flight_;      // null when none is
   bool diverged_ = false;                   // give_up was called: no more checkpoints
   std::pair<uint64_t, uint64_t> dir_identity_{0, 0};  // dir_'s (st_dev, st_ino) at the start
   bool failed_ = false;                     // a checkpoint failed (CheckpointFailure): none more either
@@ -177,6 +198,7 @@ class Checkpointer {
   bool durability_warned_ = false;          // checkpoint.dir not fsynced after `latest`: told once per run
   std::vector<CheckpointRecord> records_;
   std::vector<std::string> warnings_;
+  bool writer_abandoned_ = false;            // abandon_writer: kept, never joined
   std::unique_ptr<BackgroundWriter> writer_;  // last: joined first, while the rest is alive
 };
 

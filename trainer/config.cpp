@@ -75,6 +75,9 @@ constexpr int64_t kMaxGemmCeilingSeconds = 60;
 // typo (0.003 for 300) that failed every run, and burn-in's hang watch
 // with it ("hung ... 0 s").
 constexpr double kMinCommTimeoutSeconds = 1;
+// Nor a checkpoint's under a second, which no real write meets (the tests'
+// hung writer is checkpoint.inject_delay_ms past it).
+constexpr double kMinCheckpointTimeoutSeconds = 1;
 // Burn-in's periods: its health checks (a collective each, so at least a
 // second apart) and the NVML sampler (10 ms is finer than NVML updates).
 // 1e300 overflowed the sampler's wait into a busy loop; 1e-300 made every
@@ -163,6 +166,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(checkpoint, direct_io),
       TRAINBENCH_KEY(checkpoint, writers, Bound::kPositive, {}, kMaxWriters),
       TRAINBENCH_KEY(checkpoint, block_bytes, Bound::kPositive),
+      TRAINBENCH_KEY(checkpoint, timeout_s, Bound::kPositive, {}, kMaxTimeoutSeconds, kMinCheckpointTimeoutSeconds),
       TRAINBENCH_KEY(checkpoint, inject_delay_ms, Bound::kNonNegative, {}, kMaxInjectedDelayMs),
       TRAINBENCH_KEY(checkpoint, include_base),
       TRAINBENCH_KEY(report, out),

@@ -82,6 +82,7 @@ struct CheckpointSection {
   bool direct_io = false;        // O_DIRECT writes (bypass the page cache)
   int64_t writers = 2;           // files (and writer threads) per rank
   int64_t block_bytes = 64LL << 20;  // bytes per write call, a multiple of 4096
+  double timeout_s = 1800;       // a rank's write (or rank 0's commit) still unfinished after this fails the checkpoint
   double inject_delay_ms = 0;    // fault injection: each rank's writer sleeps this long per checkpoint (slow disk)
   bool include_base = false;     // train.mode lora: also save the frozen base (else adapters + optimizer only)
 };

@@ -9,6 +9,7 @@
 #include <sys/file.h>  // flock
 #include <unistd.h>    // write, close
 
+#include <chrono>   // the hung write's run time
 #include <cstring>  // std::memcpy
 #include <filesystem>
 #include <fstream>
@@ -760,6 +761,69 @@ TEST(CheckpointCli, ACheckpointFailingAsTheRunDrainsStillLeavesTheResult) {
   EXPECT_EQ(result["checkpoints"][1]["step"], 8);
   EXPECT_EQ(result["checkpoints"][1]["status"], "failed");
   EXPECT_EQ(latest_of(ckpt), "step_4");
+}
+
+// Storage that stops responding in the middle of a checkpoint: every fsync
+// under step_4.tmp never returns (tests/support/failing_syscalls.cpp, preloaded). The run
+// waited for that writer forever (a single rank has no peer whose
+// collective timeout would end it); now the checkpoint fails once
+// checkpoint.timeout_s has passed, exit 3 with one line naming the folder
+// and the key, the result is written, and the process exits with the
+// writer still stuck.
+TEST(CheckpointCli, AWriteThatNeverReturnsFailsTheCheckpointAtItsTimeout) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string ckpt = dir.file("c");
+  const auto begin = std::chrono::steady_clock::now();
+  const CommandResult r =
+      run_command(std::string("env LD_PRELOAD=") + FAILING_SYSCALLS_PRELOAD +
+                  " TRAINBENCH_TEST_HANG_FSYNC=step_4.tmp timeout -s KILL 120 " +
+                  tiny_run(ckpt, 8, 2, dir.file("r.json"), "--set checkpoint.timeout_s=2"));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  ASSERT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_LT(seconds, 60.0) << "the timeout is 2 s";
+  EXPECT_EQ(r.err.rfind("trainbench: checkpoint of step 4 failed on rank(s) 0: writing this rank's files into " +
+                            ckpt + "/step_4.tmp did not finish within checkpoint.timeout_s=2 s: the storage stopped "
+                                   "responding",
+                        0),
+            0u)
+      << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  const nlohmann::json result = read_json(dir.file("r.json"));
+  EXPECT_GE(result["steps"].size(), 5u) << "step 4's copy was handed to the writer in step 5";
+  EXPECT_LT(result["steps"].size(), 8u) << "stopped at the failure";
+  ASSERT_EQ(result["checkpoints"].size(), 2u) << result["checkpoints"].dump();
+  EXPECT_EQ(result["checkpoints"][0]["status"], "committed");
+  EXPECT_EQ(result["checkpoints"][1]["step"], 4);
+  EXPECT_EQ(result["checkpoints"][1]["status"], "failed");
+  EXPECT_GT(result["checkpoints"][1]["stall_s"].get<double>(), 1.0) << "the loop's wait for it is its stall";
+  EXPECT_EQ(result["summary"]["storage_write"]["checkpoints_failed"], 1);
+  EXPECT_EQ(latest_of(ckpt), "step_2");
+  // Left to the writer that may still be in it (removing it could hang as it did).
+  EXPECT_TRUE(fs::exists(ckpt + "/step_4.tmp"));
+}
+
+// The same hung storage under a checkpoint the run gives up (lr 1e300:
+// step 1's update overflows, step 2's loss is NaN, so step 1's checkpoint
+// holds weights no one may resume from). Giving it up waited for its
+// writer forever; now for checkpoint.timeout_s, and the folder the writer
+// may still be in is left and named.
+TEST(CheckpointCli, AGivenUpCheckpointWhoseWriteNeverReturnsEndsTheRunAtItsTimeout) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string ckpt = dir.file("c");
+  const CommandResult r = run_command(std::string("env LD_PRELOAD=") + FAILING_SYSCALLS_PRELOAD +
+                                      " TRAINBENCH_TEST_HANG_FSYNC=step_1.tmp timeout -s KILL 120 " +
+                                      tiny_run(ckpt, 10, 1, dir.file("r.json"),
+                                               kFew + "--set train.lr=1e300 --set checkpoint.timeout_s=2"));
+  ASSERT_EQ(r.exit_code, 4) << r.out << r.err;
+  const nlohmann::json result = read_json(dir.file("r.json"));
+  ASSERT_EQ(result.at("checkpoints").size(), 1u) << result["checkpoints"].dump();
+  EXPECT_EQ(result["checkpoints"][0]["status"], "skipped_diverged");
+  EXPECT_NE(result["warnings"].dump().find("still being written after checkpoint.timeout_s (the storage stopped "
+                                           "responding): " + ckpt + "/step_1.tmp is left"),
+            std::string::npos)
+      << result["warnings"].dump();
+  EXPECT_TRUE(fs::exists(ckpt + "/step_1.tmp"));
+  EXPECT_FALSE(fs::exists(ckpt + "/latest"));
 }
 
 // `project` trains fresh runs at two depths: with a checkpoint.dir, each

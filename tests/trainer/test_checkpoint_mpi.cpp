@@ -199,6 +199,36 @@ TEST(CheckpointMpiDiskFull, OneRanksFullDiskIsAgreedOnByEveryRank) {
   EXPECT_TRUE(consistent) << "compared at step " << last_step << ": " << failed_result["checks"].dump();
 }
 
+// Rank 1's storage stops responding while it writes the step-5 checkpoint
+// (its fsyncs there never return; rank 0's are fine). Rank 0 used to wait
+// for it in the agreement round and time out after comm.timeout_s naming
+// no cause, while rank 1 waited for its writer forever. Now both ranks
+// compare notes every quarter second (comm.timeout_s 2 s is never reached),
+// rank 1 gives its writer up at checkpoint.timeout_s, and every rank fails
+// the checkpoint in rank 1's words.
+TEST(CheckpointMpiHungStorage, OneRanksHungWriteIsAgreedOnAtTheTimeout) {
+  testing::TempDir dir("test_ckpt_mpi");
+  const std::string wrapper = dir.file("rank1_hung_fsync.sh");
+  std::ofstream(wrapper) << "#!/bin/bash\n[ \"$OMPI_COMM_WORLD_RANK\" = 1 ] && export LD_PRELOAD="
+                         << FAILING_SYSCALLS_PRELOAD << " TRAINBENCH_TEST_HANG_FSYNC=step_5.tmp\nexec \"$@\"\n";
+  std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
+  const CommandResult r = run_command(
+      kMpirun + wrapper + " " + TRAINBENCH_BINARY +
+      " run tiny --steps 12 --set data.source=synthetic --set train.threads=1 --set checkpoint.every_steps=5"
+      " --set checkpoint.timeout_s=4 --set comm.timeout_s=2 --set report.progress_every=0 --set checkpoint.dir=" +
+      dir.file("c") + " --out " + dir.file("r.json"));
+  ASSERT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_NE(r.err.find("checkpoint of step 5 failed on rank(s) 1: rank 1: writing this rank's files into " +
+                       dir.file("c") + "/step_5.tmp did not finish within checkpoint.timeout_s=4 s"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("timed out"), std::string::npos) << "no collective timed out: " << r.err;
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("r.json")));
+  EXPECT_EQ(result["summary"]["storage_write"]["checkpoints_failed"], 1);
+  ASSERT_EQ(result["checkpoints"].size(), 1u) << result["checkpoints"].dump();
+  EXPECT_EQ(result["checkpoints"][0]["status"], "failed");
+}
+
 // A checkpoint record's stall_s is the loop time it blocked on rank 0, so
 // over a run the records add up to the steps' ckpt_stall_s. The agreement
 // rounds of the steps after a checkpoint (waiting for the slowest rank's

@@ -221,12 +221,13 @@ TEST(Validate, InjectedDelaysAreAtMostAnHour) {
 // Periods and a timeout whose tiny or huge values are typos: 1e300 overflowed
 // the NVML sampler's wait into a busy loop, 1e-300 made every step a health
 // check, and comm.timeout_s=0.003 failed burn-in as "hung ... 0 s".
-TEST(Validate, BurninPeriodsAndTheCommTimeoutHaveARange) {
+TEST(Validate, BurninPeriodsAndTheTimeoutsHaveARange) {
   const std::vector<std::array<std::string, 4>> ranges = {
       // key, smallest, largest, what is refused on either side
       {"burnin.nvml_every_s", "0.01", "3600", "must be between 0.01 and 3600"},
       {"burnin.health_every_s", "1", "86400", "must be between 1 and 86400"},
       {"comm.timeout_s", "1", "31536000", "must be between 1 and 31536000"},
+      {"checkpoint.timeout_s", "1", "31536000", "must be between 1 and 31536000"},
   };
   for (const auto& [key, low, high, refusal] : ranges) {
     EXPECT_NO_THROW(load_config("tiny", {key + "=" + low})) << key;
