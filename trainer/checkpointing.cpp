@@ -183,6 +183,12 @@ Checkpointer::~Checkpointer() {
     engine_.wait_state_copy();
   } catch (...) {
   }
+  // A run that ends by another error while a write hangs: the writer
+  // finishes what it has, but for no longer than its deadline.
+  if (!writer_abandoned_) {
+    const double deadline = in_flight_ ? in_flight_->writer_deadline : steady_now() + config_.checkpoint.timeout_s;
+    if (!writer_->wait_idle_for(deadline - steady_now())) abandon_writer();
+  }
   if (writer_abandoned_) {
     // Its job may still return some day and go on reading the staging and
     // running the writer's loop: both stay allocated until the process
@@ -219,43 +225,57 @@ bool Checkpointer::start(int64_t step) {
   // empty an earlier rank's files. The broadcast of how that went orders it
   // before every rank's writes, and its failure (a full disk, checkpoint.dir
   // removed during the run) is every rank's, settled as a failed write is.
-  constexpr double kMade = 1, kDiskFull = 2, kFailed = 3;
-  double made = kMade;
+  // Rank 0 does it on its writer thread (idle: nothing is in flight), waited
+  // for as a write is: on storage that stopped responding a stat or a mkdir
+  // hangs as an fsync does.
+  struct Preparation {
+    int state = kDone;
+    std::string why_not;
+  };
+  const auto preparation = std::make_shared<Preparation>();
+  if (comm_.rank() == 0) {
+    writer_->submit([preparation, dir = dir_, identity = dir_identity_, step] {
+      try {
+        // Said, not made again: a checkpoint.dir removed while the run was
+        // going would come back without the run's lock, as if nothing had
+        // happened to the checkpoints it held.
+        const FolderState folder = folder_state(dir, identity);
+        if (folder == FolderState::kGone)
+          throw CheckpointWriteError("checkpoint.dir " + dir + " no longer exists (removed during the run?)", false);
+        if (folder == FolderState::kOther)
+          throw CheckpointWriteError("checkpoint.dir " + dir + " is another folder than the one this run started "
+                                         "with (removed and made again during the run?)",
+                                     false);
+        // Listed for a signal's cleanup as it is made: a run stopped by
+        // Ctrl-C or scancel left a whole checkpoint's files (GBs) as step_N.tmp
+        // in the user's folder, removed only by a later run's commit there.
+        make_removed_on_interrupt([&]() {
+          prepare_pending_folder(dir, step);
+          return pending_folder(dir, step);
+        });
+      } catch (const CheckpointWriteError& e) {
+        preparation->state = e.disk_full ? kDiskFull : kFailed;
+        preparation->why_not = e.what();
+      } catch (const std::exception& e) {
+        preparation->state = kFailed;
+        preparation->why_not = e.what();
+      }
+    });
+  }
+  const bool hung = wait_for_writers(steady_now() + config_.checkpoint.timeout_s);
+  double made = kDone;
   std::string why_not;
   if (comm_.rank() == 0) {
-    try {
-      // Said, not made again: a checkpoint.dir removed while the run was
-      // going would come back without the run's lock, as if nothing had
-      // happened to the checkpoints it held.
-      const FolderState folder = folder_state(dir_, dir_identity_);
-      if (folder == FolderState::kGone)
-        throw CheckpointWriteError("checkpoint.dir " + dir_ + " no longer exists (removed during the run?)", false);
-      if (folder == FolderState::kOther)
-        throw CheckpointWriteError("checkpoint.dir " + dir_ + " is another folder than the one this run started "
-                                       "with (removed and made again during the run?)",
-                                   false);
-      // Listed for a signal's cleanup as it is made: a run stopped by
-      // Ctrl-C or scancel left a whole checkpoint's files (GBs) as step_N.tmp
-      // in the user's folder, removed only by a later run's commit there.
-      make_removed_on_interrupt([&]() {
-        prepare_pending_folder(dir_, step);
-        return pending_folder(dir_, step);
-      });
-    } catch (const CheckpointWriteError& e) {
-      made = e.disk_full ? kDiskFull : kFailed;
-      why_not = e.what();
-    } catch (const std::exception& e) {
-      made = kFailed;
-      why_not = e.what();
-    }
+    made = hung ? kTimedOut : preparation->state;
+    why_not = hung ? timeout_text("making " + pending_folder(dir_, step)) : preparation->why_not;
   }
   comm_.broadcast(&made, sizeof(made), 0);
-  if (made != kMade) {
+  if (made != kDone) {
     const std::string reason = broadcast_string(comm_, why_not, 0);
-    remove_pending_folder(step);
+    if (made != kTimedOut) remove_pending_folder(step);
     CheckpointRecord record;
     record.step = step;
-    settle_failure(record, "0", 0, reason, made == kDiskFull);
+    settle_failure(record, "0", 0, reason, made == kDiskFull, made == kTimedOut);
     return false;
   }
   InFlight flight;
@@ -335,19 +355,22 @@ void Checkpointer::submit_commit() {
   });
 }
 
+std::string Checkpointer::timeout_text(const std::string& doing) const {
+  return doing + " did not finish within checkpoint.timeout_s=" +
+         comm_clock::format_seconds(config_.checkpoint.timeout_s) +
+         " s: the storage stopped responding (the write was abandoned; raise checkpoint.timeout_s if it is only "
+         "slow)";
+}
+
 int Checkpointer::local_state() {
   if (local_failure_ != 0) return local_failure_;
   if (!writer_->idle()) {
     if (steady_now() < in_flight_->writer_deadline) return kBusy;
     abandon_writer();
     local_failure_ = kTimedOut;
-    const std::string doing = in_flight_->phase == Phase::kCommitting
-                                  ? "committing it in " + dir_
-                                  : "writing this rank's files into " + pending_folder(dir_, in_flight_->step);
-    local_error_ = doing + " did not finish within checkpoint.timeout_s=" +
-                   comm_clock::format_seconds(config_.checkpoint.timeout_s) +
-                   " s: the storage stopped responding (the write was abandoned; raise checkpoint.timeout_s if it "
-                   "is only slow)";
+    local_error_ = timeout_text(in_flight_->phase == Phase::kCommitting
+                                    ? "committing it in " + dir_
+                                    : "writing this rank's files into " + pending_folder(dir_, in_flight_->step));
     return local_failure_;
   }
   const std::exception_ptr error = writer_->take_error();
@@ -372,9 +395,12 @@ bool Checkpointer::agree() {
   const double worst = *std::max_element(states.begin(), states.end());
   if (worst >= kDiskFull) {
     const std::string failed = rank_list(states, kDiskFull);
-    // The first failing rank's own words, on every rank (rank 0 speaks).
+    // The first failing rank's own words, on every rank (rank 0 speaks): a
+    // timed-out one's where there is one (the hang is what the user must
+    // know; a full disk elsewhere cannot be acted on while it lasts).
+    const double speaking = worst == kTimedOut ? kTimedOut : kDiskFull;
     const int first_failed =
-        static_cast<int>(std::find_if(states.begin(), states.end(), [](double s) { return s >= kDiskFull; }) -
+        static_cast<int>(std::find_if(states.begin(), states.end(), [speaking](double s) { return s >= speaking; }) -
                          states.begin());
     const std::string reason = broadcast_string(comm_, local_error_, first_failed);
     local_failure_ = 0;
@@ -507,22 +533,21 @@ double Checkpointer::before_optimizer_step() {
   return blocked;
 }
 
-void Checkpointer::wait_writer_slice() {
+void Checkpointer::wait_writer_slice(double deadline) {
   // A quarter of a second: under comm.timeout_s's 1 s minimum, so a rank
   // whose writer is idle never times out in the round waiting for one whose
   // writer is not.
   constexpr double kSlice = 0.25;
-  const double until_deadline = in_flight_ ? in_flight_->writer_deadline - steady_now() : kSlice;
-  (void)writer_->wait_idle_for(std::min(kSlice, until_deadline));
+  (void)writer_->wait_idle_for(std::min(kSlice, deadline - steady_now()));
 }
 
-bool Checkpointer::wait_for_writers() {
+bool Checkpointer::wait_for_writers(double deadline) {
   for (;;) {
-    wait_writer_slice();
+    wait_writer_slice(deadline);
     int state = kDone;
     if (!writer_->idle()) {
       state = kBusy;
-      if (!(steady_now() < in_flight_->writer_deadline)) {
+      if (!(steady_now() < deadline)) {
         abandon_writer();
         state = kTimedOut;
       }
@@ -543,7 +568,7 @@ double Checkpointer::drain() {
   const double begin = steady_now();
   if (in_flight_ && in_flight_->phase == Phase::kCopying) before_optimizer_step();
   while (in_flight_) {
-    wait_writer_slice();
+    wait_writer_slice(in_flight_->writer_deadline);
     agree();
   }
   return steady_now() - begin;
@@ -625,7 +650,7 @@ double Checkpointer::give_up(int64_t step) {
     if (flight.phase == Phase::kCopying) engine_.wait_state_copy();
     // Every rank's writer done with the folder (or one abandoned on hung
     // storage, still writing there: the folder is left as step_N.tmp).
-    const bool storage_hung = wait_for_writers();
+    const bool storage_hung = wait_for_writers(flight.writer_deadline);
     (void)writer_->take_error();  // a failed write of a checkpoint given up anyway
     if (!storage_hung) remove_pending_folder(flight.step);
     flight.record.status = "skipped_diverged";

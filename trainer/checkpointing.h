@@ -155,14 +155,18 @@ class Checkpointer {
   // in a round where another rank was still busy, it was lost, and that rank
   // then committed without this one's files.
   int local_state();
-  // Blocks for at most one agreement slice, less when the writer's deadline
-  // is sooner: the ranks then compare notes, so none waits in a collective
-  // for another longer than a slice, whatever checkpoint.timeout_s is.
-  void wait_writer_slice();
+  // Blocks for at most one agreement slice, less when the writer's
+  // `deadline` (steady seconds) is sooner: the ranks then compare notes, so
+  // none waits in a collective for another longer than a slice, whatever
+  // checkpoint.timeout_s is.
+  void wait_writer_slice(double deadline);
   // Collective: waits until no rank's writer is busy, or a busy one passed
-  // its deadline (true; that rank's writer is abandoned). Every rank
-  // returns the same.
-  bool wait_for_writers();
+  // `deadline` (true; that rank's writer is abandoned). Every rank returns
+  // the same.
+  bool wait_for_writers(double deadline);
+  // "<doing> did not finish within checkpoint.timeout_s=...": a writer's job
+  // past its deadline, in the words the failure reports.
+  std::string timeout_text(const std::string& doing) const;
   // The writer's job passed its deadline: the writer is left to it (it
   // cannot be cancelled), and the staging it reads is kept with it.
   void abandon_writer();

@@ -75,8 +75,7 @@ constexpr int64_t kMaxGemmCeilingSeconds = 60;
 // typo (0.003 for 300) that failed every run, and burn-in's hang watch
 // with it ("hung ... 0 s").
 constexpr double kMinCommTimeoutSeconds = 1;
-// Nor a checkpoint's under a second, which no real write meets (the tests'
-// hung writer is checkpoint.inject_delay_ms past it).
+// Nor a checkpoint's under a second, which no real write meets.
 constexpr double kMinCheckpointTimeoutSeconds = 1;
 // Burn-in's periods: its health checks (a collective each, so at least a
 // second apart) and the NVML sampler (10 ms is finer than NVML updates).

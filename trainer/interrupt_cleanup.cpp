@@ -96,6 +96,10 @@ void run_on_interrupt(std::function<void()> action) {
 // signal delivered to one of them killed the process at once.
 namespace {
 int interrupt_pipe[2] = {-1, -1};
+// How long a signal's cleanup may take before the signal ends the process
+// anyway: removing a healthy temporary folder takes well under a second, and
+// Slurm sends SIGKILL 30 s after its SIGTERM (KillWait).
+constexpr std::chrono::milliseconds kSignalCleanup{10'000};
 std::atomic<bool> interrupted{false};  // the cleanup thread has the signal
 
 // With folders_mutex taken for good (the process is ending, by a signal or
@@ -105,6 +109,28 @@ void clean_up_before_the_end() {
   if (exiting) return;
   interrupted = true;
   remove_folders_then_run_actions();
+}
+
+// Runs `work` on a thread of its own and waits for it `longest` at most:
+// the end of the process must not wait on storage that stopped responding
+// (removing a folder under a hung checkpoint.dir), nor on a thread that
+// holds the folders' lock while it makes one there. Unbounded where no
+// thread can be had. True when `work` finished.
+bool run_for_at_most(std::chrono::milliseconds longest, const std::function<void()>& work) {
+  auto finished = std::make_shared<std::atomic<bool>>(false);
+  const auto run = [finished, work]() {
+    work();
+    *finished = true;
+  };
+  try {
+    std::thread(run).detach();
+  } catch (const std::system_error&) {
+    run();  // no thread to be had: unbounded, rather than not at all
+  }
+  const auto until = std::chrono::steady_clock::now() + longest;
+  while (!*finished && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return *finished;
 }
 
 extern "C" void pass_on_interrupt(int signal_number) {
@@ -123,23 +149,26 @@ void wait_if_interrupted() {
 }
 
 void end_interrupt_cleanup() {
-  {
-    const std::lock_guard<std::mutex> lock(folders_mutex());
-    if (!interrupted) {
-      exiting = true;
-      return;
-    }
+  // Bounded: a maker stuck in its mkdir on storage that stopped responding
+  // (a checkpoint writer abandoned there) holds the lock for good, and the
+  // exit waited for it for ever. Without the lock `exiting` stays unset: a
+  // signal from here on still cleans up, within kSignalCleanup.
+  std::unique_lock<std::mutex> lock(folders_mutex(), std::defer_lock);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!lock.try_lock() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (!interrupted) {
+    if (lock.owns_lock()) exiting = true;
+    return;
   }
+  if (lock.owns_lock()) lock.unlock();
   wait_if_interrupted();
 }
 
 void remove_temporary_files_before_abort() {
   // Bounded: an abort ends a job that is stuck, and a removal stuck on a
-  // hung file system (a folder under an NFS checkpoint.dir) must not stop
-  // it. The removal runs on a thread of its own, waited for this long.
-  constexpr auto kLongest = std::chrono::seconds(8);
-  auto finished = std::make_shared<std::atomic<bool>>(false);
-  const auto remove = [finished]() {
+  // hung file system (a folder under an NFS checkpoint.dir) must not stop it.
+  (void)run_for_at_most(std::chrono::seconds(8), []() {
     // The signal's cleanup keeps the lock once it has it; the process is
     // then about to end by the signal, and that cleanup does this.
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -151,16 +180,7 @@ void remove_temporary_files_before_abort() {
       abort_has_the_lock = true;
       clean_up_before_the_end();
     }
-    *finished = true;
-  };
-  try {
-    std::thread(remove).detach();
-  } catch (const std::system_error&) {
-    remove();  // no thread to be had: unbounded, rather than not at all
-  }
-  const auto until = std::chrono::steady_clock::now() + kLongest;
-  while (!*finished && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  });
 }
 
 void install_interrupt_cleanup() {
@@ -180,10 +200,23 @@ void install_interrupt_cleanup() {
     // Locked for good: the process is ending by the signal. A folder made
     // after the cleanup had passed stayed; its maker waits here instead.
     // An abort that has the lock has done (or is doing) this cleanup.
-    bool locked = false;
-    while (!(locked = folders_mutex().try_lock()) && !abort_has_the_lock)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (locked) clean_up_before_the_end();
+    // Bounded (kSignalCleanup): storage that stopped responding, or a maker
+    // stuck in its mkdir there with the lock, kept the signal from ending
+    // the process at all.
+    const bool cleaned = run_for_at_most(kSignalCleanup, []() {
+      bool locked = false;
+      while (!(locked = folders_mutex().try_lock()) && !abort_has_the_lock)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (locked) clean_up_before_the_end();
+    });
+    if (!cleaned) {
+      static const char kLeft[] =
+          "trainbench: removing the temporary folders did not finish within 10 s (storage not responding?): "
+          "some may be left\n";
+      if (::write(2, kLeft, sizeof(kLeft) - 1) < 0) {
+        // Nothing to do: the process ends by the signal all the same.
+      }
+    }
     // Test hook: the other threads go on this long between the cleanup and
     // the end, so what they do after a folder went is seen, not raced.
     if (const char* linger = std::getenv("TRAINBENCH_TEST_INTERRUPT_LINGER_MS"))

@@ -572,7 +572,19 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
                      loss_text(record.loss) + "): the update made non-finite weights"});
       break;
     }
-    if (after_step && !after_step(record)) {
+    bool extension_goes_on = true;
+    if (after_step) {
+      try {
+        extension_goes_on = after_step(record);
+      } catch (const CheckpointFailure& e) {
+        // The extension waited for the checkpoint in flight (burn-in's
+        // storage measurement) and it failed there, agreed by every rank as
+        // in the loop: the run ends at this step with its result.
+        outcome.failure = {"checkpoints_written", e.what(), true};
+        extension_goes_on = false;
+      }
+    }
+    if (!extension_goes_on) {
       // The extension ends the run here (burn-in's duration): the ranks'
       // parameters are compared as at a last step (a divergence after the
       // last periodic comparison, or with comm.check_every 0, passed).

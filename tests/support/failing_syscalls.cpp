@@ -35,6 +35,7 @@ Function libc(const char* name) {
 
 using FsyncFunction = int (*)(int);
 using FlockFunction = int (*)(int, int);
+using MkdirFunction = int (*)(const char*, mode_t);
 
 FsyncFunction libc_fsync() {
   static const FsyncFunction real = libc<FsyncFunction>("fsync");
@@ -43,6 +44,11 @@ FsyncFunction libc_fsync() {
 
 FlockFunction libc_flock() {
   static const FlockFunction real = libc<FlockFunction>("flock");
+  return real;
+}
+
+MkdirFunction libc_mkdir() {
+  static const MkdirFunction real = libc<MkdirFunction>("mkdir");
   return real;
 }
 
@@ -58,19 +64,23 @@ std::string path_of(int fd) {
   return n > 0 ? std::string(path, static_cast<size_t>(n)) : std::string();
 }
 
-// TRAINBENCH_TEST_HANG_FSYNC: a part of a path. An fsync of a file or folder
-// whose path contains it never returns, as on storage that stopped
-// responding; signals do not end it either (pause() is resumed).
-bool hangs(int fd) {
-  const char* pattern = std::getenv("TRAINBENCH_TEST_HANG_FSYNC");
-  return pattern != nullptr && *pattern != '\0' && path_of(fd).find(pattern) != std::string::npos;
+// TRAINBENCH_TEST_HANG_FSYNC, TRAINBENCH_TEST_HANG_MKDIR: a part of a path.
+// An fsync of a file or folder, or a mkdir, whose path contains it never
+// returns, as on storage that stopped responding; signals do not end it
+// either (pause() is resumed).
+bool hangs(const char* variable, const std::string& path) {
+  const char* pattern = std::getenv(variable);
+  return pattern != nullptr && *pattern != '\0' && path.find(pattern) != std::string::npos;
+}
+
+[[noreturn]] void hang() {
+  for (;;) ::pause();
 }
 
 }  // namespace
 
 extern "C" int fsync(int fd) {
-  if (hangs(fd))
-    for (;;) ::pause();
+  if (hangs("TRAINBENCH_TEST_HANG_FSYNC", path_of(fd))) hang();
   Faults& f = faults();
   {
     std::lock_guard<std::mutex> guard(f.lock);
@@ -81,6 +91,11 @@ extern "C" int fsync(int fd) {
     }
   }
   return libc_fsync()(fd);
+}
+
+extern "C" int mkdir(const char* path, mode_t mode) {
+  if (hangs("TRAINBENCH_TEST_HANG_MKDIR", path)) hang();
+  return libc_mkdir()(path, mode);
 }
 
 extern "C" int flock(int fd, int operation) {

@@ -1,14 +1,14 @@
 // Test-only fault injection for what a real machine seldom does on demand:
 // an fsync(2) of a directory that fails (EIO from a dying disk, a network
 // filesystem's server gone), a filesystem without flock(2) (ENOLCK on an NFS
-// mount without a lock manager), an fsync that never returns (storage that
-// stopped responding). failing_syscalls.cpp defines fsync and flock
-// themselves, so in an executable it is linked into, the code under test
-// calls them instead of libc's; every call not failed goes on to libc's.
-// Built as a library of its own too (failing_syscalls_preload), for
-// LD_PRELOAD into a real trainbench process, where the environment arms it:
-// TRAINBENCH_TEST_HANG_FSYNC=PART makes every fsync of a path containing
-// PART hang for ever.
+// mount without a lock manager), an fsync or a mkdir that never returns
+// (storage that stopped responding). failing_syscalls.cpp defines fsync,
+// mkdir and flock themselves, so in an executable it is linked into, the
+// code under test calls them instead of libc's; every call not failed goes
+// on to libc's. Built as a library of its own too (failing_syscalls_preload),
+// for LD_PRELOAD into a real trainbench process, where the environment arms
+// it: TRAINBENCH_TEST_HANG_FSYNC=PART (TRAINBENCH_TEST_HANG_MKDIR=PART) makes
+// every fsync (mkdir) of a path containing PART hang for ever.
 #pragma once
 
 #include <functional>

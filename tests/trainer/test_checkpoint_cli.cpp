@@ -763,8 +763,18 @@ TEST(CheckpointCli, ACheckpointFailingAsTheRunDrainsStillLeavesTheResult) {
   EXPECT_EQ(latest_of(ckpt), "step_4");
 }
 
+// `command` on storage that stops responding: with the test's syscalls
+// preloaded (tests/support/failing_syscalls.cpp), every fsync (`call`
+// "FSYNC") or mkdir ("MKDIR") of a path containing `part` never returns.
+// Under `timeout` (`limit`): a run that hangs for good is killed, exit 137.
+std::string on_hung_storage(const std::string& call, const std::string& part, const std::string& command,
+                            const std::string& limit = "-s KILL 120") {
+  return std::string("env LD_PRELOAD=") + FAILING_SYSCALLS_PRELOAD + " TRAINBENCH_TEST_HANG_" + call + "=" + part +
+         " timeout " + limit + " " + command;
+}
+
 // Storage that stops responding in the middle of a checkpoint: every fsync
-// under step_4.tmp never returns (tests/support/failing_syscalls.cpp, preloaded). The run
+// under step_4.tmp never returns (on_hung_storage). The run
 // waited for that writer forever (a single rank has no peer whose
 // collective timeout would end it); now the checkpoint fails once
 // checkpoint.timeout_s has passed, exit 3 with one line naming the folder
@@ -775,14 +785,13 @@ TEST(CheckpointCli, AWriteThatNeverReturnsFailsTheCheckpointAtItsTimeout) {
   const std::string ckpt = dir.file("c");
   const auto begin = std::chrono::steady_clock::now();
   const CommandResult r =
-      run_command(std::string("env LD_PRELOAD=") + FAILING_SYSCALLS_PRELOAD +
-                  " TRAINBENCH_TEST_HANG_FSYNC=step_4.tmp timeout -s KILL 120 " +
-                  tiny_run(ckpt, 8, 2, dir.file("r.json"), "--set checkpoint.timeout_s=2"));
+      run_command(on_hung_storage("FSYNC", "step_4.tmp",
+                                  tiny_run(ckpt, 8, 2, dir.file("r.json"), "--set checkpoint.timeout_s=6")));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   ASSERT_EQ(r.exit_code, 3) << r.out << r.err;
-  EXPECT_LT(seconds, 60.0) << "the timeout is 2 s";
+  EXPECT_LT(seconds, 60.0) << "the timeout is 6 s";
   EXPECT_EQ(r.err.rfind("trainbench: checkpoint of step 4 failed on rank(s) 0: writing this rank's files into " +
-                            ckpt + "/step_4.tmp did not finish within checkpoint.timeout_s=2 s: the storage stopped "
+                            ckpt + "/step_4.tmp did not finish within checkpoint.timeout_s=6 s: the storage stopped "
                                    "responding",
                         0),
             0u)
@@ -810,10 +819,9 @@ TEST(CheckpointCli, AWriteThatNeverReturnsFailsTheCheckpointAtItsTimeout) {
 TEST(CheckpointCli, AGivenUpCheckpointWhoseWriteNeverReturnsEndsTheRunAtItsTimeout) {
   testing::TempDir dir("test_ckpt_cli");
   const std::string ckpt = dir.file("c");
-  const CommandResult r = run_command(std::string("env LD_PRELOAD=") + FAILING_SYSCALLS_PRELOAD +
-                                      " TRAINBENCH_TEST_HANG_FSYNC=step_1.tmp timeout -s KILL 120 " +
-                                      tiny_run(ckpt, 10, 1, dir.file("r.json"),
-                                               kFew + "--set train.lr=1e300 --set checkpoint.timeout_s=2"));
+  const CommandResult r = run_command(on_hung_storage(
+      "FSYNC", "step_1.tmp",
+      tiny_run(ckpt, 10, 1, dir.file("r.json"), kFew + "--set train.lr=1e300 --set checkpoint.timeout_s=6")));
   ASSERT_EQ(r.exit_code, 4) << r.out << r.err;
   const nlohmann::json result = read_json(dir.file("r.json"));
   ASSERT_EQ(result.at("checkpoints").size(), 1u) << result["checkpoints"].dump();
@@ -824,6 +832,72 @@ TEST(CheckpointCli, AGivenUpCheckpointWhoseWriteNeverReturnsEndsTheRunAtItsTimeo
       << result["warnings"].dump();
   EXPECT_TRUE(fs::exists(ckpt + "/step_1.tmp"));
   EXPECT_FALSE(fs::exists(ckpt + "/latest"));
+}
+
+// A mkdir that never returns: rank 0 makes step_N.tmp on its writer thread,
+// waited for as a write is. It was made on the loop's thread, where a hung
+// mkdir stopped the run for good.
+TEST(CheckpointCli, AFolderThatCannotBeMadeOnHungStorageFailsTheCheckpointAtItsTimeout) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string ckpt = dir.file("c");
+  const CommandResult r = run_command(
+      on_hung_storage("MKDIR", "step_4.tmp", tiny_run(ckpt, 8, 2, dir.file("r.json"), "--set checkpoint.timeout_s=6")));
+  ASSERT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_EQ(r.err.rfind("trainbench: checkpoint of step 4 failed on rank(s) 0: making " + ckpt +
+                            "/step_4.tmp did not finish within checkpoint.timeout_s=6 s: the storage stopped responding",
+                        0),
+            0u)
+      << r.err;
+  const nlohmann::json result = read_json(dir.file("r.json"));
+  ASSERT_EQ(result["checkpoints"].size(), 2u) << result["checkpoints"].dump();
+  EXPECT_EQ(result["checkpoints"][1]["step"], 4);
+  EXPECT_EQ(result["checkpoints"][1]["status"], "failed");
+  EXPECT_EQ(latest_of(ckpt), "step_2");
+}
+
+// SIGTERM (scancel, mpirun ending a job) while rank 0's writer is stuck
+// making step_N.tmp, holding the lock of the folders a signal removes: the
+// signal's cleanup waited for that lock for ever, so the signal never ended
+// the process. Now it waits 10 s at most, says so, and the signal ends it.
+TEST(CheckpointCli, ASignalEndsARunWhoseCheckpointFolderHangsBeingMade) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string ckpt = dir.file("c");
+  const auto begin = std::chrono::steady_clock::now();
+  // TERM after 5 s, KILL 40 s later: exit 124 is the TERM's doing, 137 the KILL's.
+  const CommandResult r = run_command(on_hung_storage(
+      "MKDIR", "step_4.tmp",
+      tiny_run(ckpt, 8, 2, dir.file("r.json"), "--set checkpoint.timeout_s=600 --set data.source=synthetic"),
+      "-s TERM -k 40 5"));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  EXPECT_EQ(r.exit_code, 124) << r.out << r.err;
+  EXPECT_LT(seconds, 30.0) << "5 s, then at most 10 s of cleanup";
+  EXPECT_NE(r.err.find("trainbench: removing the temporary folders did not finish within 10 s"), std::string::npos)
+      << r.err;
+}
+
+// Burn-in's storage measurement waits for the checkpoint in flight first; a
+// checkpoint that failed there (here its write hangs past checkpoint.timeout_s,
+// the measurement due every second, and the loop itself never waits:
+// when_busy skip) left the command at exit 3 with a bare message and no
+// result. It is the verdict's FAIL, as in the loop.
+TEST(CheckpointCli, BurninNamesACheckpointThatFailedWhileItsStorageMeasurementWaited) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string ckpt = dir.file("c");
+  const CommandResult r = run_command(
+      on_hung_storage("FSYNC", "step_10.tmp",
+                      std::string(TRAINBENCH_BINARY) + " burnin tiny --duration 30s --set data.source=synthetic" +
+                          " --set checkpoint.dir=" + ckpt +
+                          " --set checkpoint.every_steps=10 --set checkpoint.when_busy=skip"
+                          " --set checkpoint.timeout_s=4 --set burnin.health_every_s=1 --out " + dir.file("b.json")));
+  EXPECT_EQ(r.exit_code, 4) << r.out << r.err;
+  EXPECT_EQ(r.err.rfind("trainbench: burn-in: job: FAIL: checkpoints_written: checkpoint of step 10 failed on "
+                        "rank(s) 0: writing this rank's files into " + ckpt + "/step_10.tmp did not finish",
+                        0),
+            0u)
+      << r.err;
+  const nlohmann::json result = read_json(dir.file("b.json"));
+  EXPECT_EQ(result["burnin"]["steps"], result["steps"].size());
+  EXPECT_EQ(result["summary"]["storage_write"]["checkpoints_failed"], 1);
 }
 
 // `project` trains fresh runs at two depths: with a checkpoint.dir, each
