@@ -186,7 +186,7 @@ Checkpointer::~Checkpointer() {
   // A run that ends by another error while a write hangs: the writer
   // finishes what it has, but for no longer than its deadline.
   if (!writer_abandoned_) {
-    const double deadline = in_flight_ ? in_flight_->writer_deadline : steady_now() + config_.checkpoint.timeout_s;
+    const double deadline = in_flight_ ? in_flight_->writer_deadline : preparation_deadline_;
     if (!writer_->wait_idle_for(deadline - steady_now())) abandon_writer();
   }
   if (writer_abandoned_) {
@@ -262,7 +262,8 @@ bool Checkpointer::start(int64_t step) {
       }
     });
   }
-  const bool hung = wait_for_writers(steady_now() + config_.checkpoint.timeout_s);
+  preparation_deadline_ = steady_now() + config_.checkpoint.timeout_s;
+  const bool hung = wait_for_writers(preparation_deadline_);
   double made = kDone;
   std::string why_not;
   if (comm_.rank() == 0) {
@@ -358,8 +359,8 @@ void Checkpointer::submit_commit() {
 std::string Checkpointer::timeout_text(const std::string& doing) const {
   return doing + " did not finish within checkpoint.timeout_s=" +
          comm_clock::format_seconds(config_.checkpoint.timeout_s) +
-         " s: the storage stopped responding (the write was abandoned; raise checkpoint.timeout_s if it is only "
-         "slow)";
+         " s: the storage stopped responding (the writer thread was left to it; raise checkpoint.timeout_s if it "
+         "is only slow)";
 }
 
 int Checkpointer::local_state() {

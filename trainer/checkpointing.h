@@ -203,6 +203,9 @@ class Checkpointer {
   std::vector<CheckpointRecord> records_;
   std::vector<std::string> warnings_;
   bool writer_abandoned_ = false;            // abandon_writer: kept, never joined
+  // Steady seconds by which rank 0's making of step_N.tmp (start) must have
+  // finished; the writer's deadline while nothing is in flight.
+  double preparation_deadline_ = std::numeric_limits<double>::infinity();
   std::unique_ptr<BackgroundWriter> writer_;  // last: joined first, while the rest is alive
 };
 

@@ -101,6 +101,10 @@ int interrupt_pipe[2] = {-1, -1};
 // Slurm sends SIGKILL 30 s after its SIGTERM (KillWait).
 constexpr std::chrono::milliseconds kSignalCleanup{10'000};
 std::atomic<bool> interrupted{false};  // the cleanup thread has the signal
+// A signal has come, its cleanup maybe still waiting for the folders' lock
+// (a maker stuck in its mkdir on hung storage holds it): main still waits
+// for the signal's end, and its own exit code does not win over it.
+std::atomic<bool> signal_received{false};
 
 // With folders_mutex taken for good (the process is ending, by a signal or
 // an abort): the folders and the actions, unless main has returned — then
@@ -145,7 +149,7 @@ extern "C" void pass_on_interrupt(int signal_number) {
 void wait_if_interrupted() {
   // Removing the folders can make the run fail on its own (its shards are
   // gone); it must not exit with that failure's code before the signal.
-  while (interrupted) std::this_thread::sleep_for(std::chrono::seconds(1));
+  while (interrupted || signal_received) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
 void end_interrupt_cleanup() {
@@ -157,7 +161,7 @@ void end_interrupt_cleanup() {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (!lock.try_lock() && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  if (!interrupted) {
+  if (!interrupted && !signal_received) {
     if (lock.owns_lock()) exiting = true;
     return;
   }
@@ -197,6 +201,7 @@ void install_interrupt_cleanup() {
       got = ::read(interrupt_pipe[0], &signal_number, sizeof(signal_number));
     } while (got < 0 && errno == EINTR);
     if (got != static_cast<ssize_t>(sizeof(signal_number))) return;
+    signal_received = true;
     // Locked for good: the process is ending by the signal. A folder made
     // after the cleanup had passed stayed; its maker waits here instead.
     // An abort that has the lock has done (or is doing) this cleanup.

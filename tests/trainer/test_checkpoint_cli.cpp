@@ -863,14 +863,15 @@ TEST(CheckpointCli, ASignalEndsARunWhoseCheckpointFolderHangsBeingMade) {
   testing::TempDir dir("test_ckpt_cli");
   const std::string ckpt = dir.file("c");
   const auto begin = std::chrono::steady_clock::now();
-  // TERM after 5 s, KILL 40 s later: exit 124 is the TERM's doing, 137 the KILL's.
+  // TERM after 15 s (step 4, whose mkdir hangs for good, is reached within
+  // a second or two), KILL 30 s later: exit 124 is the TERM's doing, 137 the KILL's.
   const CommandResult r = run_command(on_hung_storage(
       "MKDIR", "step_4.tmp",
       tiny_run(ckpt, 8, 2, dir.file("r.json"), "--set checkpoint.timeout_s=600 --set data.source=synthetic"),
-      "-s TERM -k 40 5"));
+      "-s TERM -k 30 15"));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   EXPECT_EQ(r.exit_code, 124) << r.out << r.err;
-  EXPECT_LT(seconds, 30.0) << "5 s, then at most 10 s of cleanup";
+  EXPECT_LT(seconds, 40.0) << "15 s, then at most 10 s of cleanup";
   EXPECT_NE(r.err.find("trainbench: removing the temporary folders did not finish within 10 s"), std::string::npos)
       << r.err;
 }
@@ -896,8 +897,8 @@ TEST(CheckpointCli, BurninNamesACheckpointThatFailedWhileItsStorageMeasurementWa
             0u)
       << r.err;
   const nlohmann::json result = read_json(dir.file("b.json"));
-  EXPECT_EQ(result["burnin"]["steps"], result["steps"].size());
   EXPECT_EQ(result["summary"]["storage_write"]["checkpoints_failed"], 1);
+  EXPECT_NE(result["checks"].dump().find("checkpoint of step 10 failed"), std::string::npos) << result["checks"].dump();
 }
 
 // `project` trains fresh runs at two depths: with a checkpoint.dir, each
