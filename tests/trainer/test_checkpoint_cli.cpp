@@ -862,18 +862,24 @@ TEST(CheckpointCli, AFolderThatCannotBeMadeOnHungStorageFailsTheCheckpointAtItsT
 TEST(CheckpointCli, ASignalEndsARunWhoseCheckpointFolderHangsBeingMade) {
   testing::TempDir dir("test_ckpt_cli");
   const std::string ckpt = dir.file("c");
+  // TERM a second after step 2's checkpoint is committed (step 4's mkdir,
+  // which hangs for good, comes a few milliseconds later); KILL should the
+  // process outlive 30 s more. `wait` gives 143 for the TERM's doing, 137
+  // for the KILL's.
+  const std::string script =
+      std::string("{ env LD_PRELOAD=") + FAILING_SYSCALLS_PRELOAD + " TRAINBENCH_TEST_HANG_MKDIR=step_4.tmp " +
+      tiny_run(ckpt, 8, 2, dir.file("r.json"), "--set checkpoint.timeout_s=600 --set data.source=synthetic") +
+      " & pid=$!; i=0; while [ ! -e " + ckpt + "/latest ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done;"
+      " sleep 1; kill -TERM $pid; i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1;"
+      " i=$((i+1)); done; kill -KILL $pid 2>/dev/null; wait $pid; }";
   const auto begin = std::chrono::steady_clock::now();
-  // TERM after 15 s (step 4, whose mkdir hangs for good, is reached within
-  // a second or two), KILL 30 s later: exit 124 is the TERM's doing, 137 the KILL's.
-  const CommandResult r = run_command(on_hung_storage(
-      "MKDIR", "step_4.tmp",
-      tiny_run(ckpt, 8, 2, dir.file("r.json"), "--set checkpoint.timeout_s=600 --set data.source=synthetic"),
-      "-s TERM -k 30 15"));
+  const CommandResult r = run_command(script);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-  EXPECT_EQ(r.exit_code, 124) << r.out << r.err;
-  EXPECT_LT(seconds, 40.0) << "15 s, then at most 10 s of cleanup";
+  EXPECT_EQ(r.exit_code, 128 + 15) << r.out << r.err;
+  EXPECT_LT(seconds, 25.0) << "a few seconds, then at most 10 s of cleanup";
   EXPECT_NE(r.err.find("trainbench: removing the temporary folders did not finish within 10 s"), std::string::npos)
       << r.err;
+  EXPECT_EQ(latest_of(ckpt), "step_2");
 }
 
 // Burn-in's storage measurement waits for the checkpoint in flight first; a
