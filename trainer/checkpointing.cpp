@@ -186,8 +186,7 @@ Checkpointer::~Checkpointer() {
   // A run that ends by another error while a write hangs: the writer
   // finishes what it has, but for no longer than its deadline.
   if (!writer_abandoned_) {
-    const double deadline = in_flight_ ? in_flight_->writer_deadline : preparation_deadline_;
-    if (!writer_->wait_idle_for(deadline - steady_now())) abandon_writer();
+    if (!writer_->wait_idle_for(writer_deadline_ - steady_now())) abandon_writer();
   }
   if (writer_abandoned_) {
     // Its job may still return some day and go on reading the staging and
@@ -234,7 +233,7 @@ bool Checkpointer::start(int64_t step) {
   };
   const auto preparation = std::make_shared<Preparation>();
   if (comm_.rank() == 0) {
-    writer_->submit([preparation, dir = dir_, identity = dir_identity_, step] {
+    submit_to_writer([preparation, dir = dir_, identity = dir_identity_, step] {
       try {
         // Said, not made again: a checkpoint.dir removed while the run was
         // going would come back without the run's lock, as if nothing had
@@ -262,8 +261,7 @@ bool Checkpointer::start(int64_t step) {
       }
     });
   }
-  preparation_deadline_ = steady_now() + config_.checkpoint.timeout_s;
-  const bool hung = wait_for_writers(preparation_deadline_);
+  const bool hung = wait_for_writers();
   double made = kDone;
   std::string why_not;
   if (comm_.rank() == 0) {
@@ -319,8 +317,7 @@ void Checkpointer::submit_persist() {
   options.direct_io = config_.checkpoint.direct_io;
   options.block_bytes = config_.checkpoint.block_bytes;
   const double delay_ms = config_.checkpoint.inject_delay_ms;
-  flight->writer_deadline = steady_now() + config_.checkpoint.timeout_s;
-  writer_->submit([flight, images, options, delay_ms, folder = pending_folder(dir_, flight->step),
+  submit_to_writer([flight, images, options, delay_ms, folder = pending_folder(dir_, flight->step),
                    rank = comm_.rank()] {
     const double begin = steady_now();
     if (delay_ms > 0)  // a slow checkpoint disk, for the attribution and timeout tests
@@ -347,8 +344,7 @@ void Checkpointer::submit_commit() {
                    {"zero", config_.comm.zero}};
   for (const StateTensor& t : tensors_)
     request.extra["state_tensors"].push_back({{"name", t.name}, {"bytes", t.bytes}});
-  flight->writer_deadline = steady_now() + config_.checkpoint.timeout_s;
-  writer_->submit([request, flight] {
+  submit_to_writer([request, flight] {
     const double begin = steady_now();
     commit_checkpoint(request, &flight->commit_warnings);
     flight->commit_s = steady_now() - begin;
@@ -365,9 +361,9 @@ std::string Checkpointer::timeout_text(const std::string& doing) const {
 
 int Checkpointer::local_state() {
   if (local_failure_ != 0) return local_failure_;
-  if (!writer_->idle()) {
-    if (steady_now() < in_flight_->writer_deadline) return kBusy;
-    abandon_writer();
+  const int progress = writer_progress();
+  if (progress == kBusy) return kBusy;
+  if (progress == kTimedOut) {
     local_failure_ = kTimedOut;
     local_error_ = timeout_text(in_flight_->phase == Phase::kCommitting
                                     ? "committing it in " + dir_
@@ -534,26 +530,30 @@ double Checkpointer::before_optimizer_step() {
   return blocked;
 }
 
-void Checkpointer::wait_writer_slice(double deadline) {
+void Checkpointer::submit_to_writer(BackgroundWriter::Job job) {
+  writer_deadline_ = steady_now() + config_.checkpoint.timeout_s;
+  writer_->submit(std::move(job));
+}
+
+int Checkpointer::writer_progress() {
+  if (writer_->idle()) return kDone;
+  if (steady_now() < writer_deadline_) return kBusy;
+  abandon_writer();
+  return kTimedOut;
+}
+
+void Checkpointer::wait_writer_slice() {
   // A quarter of a second: under comm.timeout_s's 1 s minimum, so a rank
   // whose writer is idle never times out in the round waiting for one whose
   // writer is not.
   constexpr double kSlice = 0.25;
-  (void)writer_->wait_idle_for(std::min(kSlice, deadline - steady_now()));
+  (void)writer_->wait_idle_for(std::min(kSlice, writer_deadline_ - steady_now()));
 }
 
-bool Checkpointer::wait_for_writers(double deadline) {
+bool Checkpointer::wait_for_writers() {
   for (;;) {
-    wait_writer_slice(deadline);
-    int state = kDone;
-    if (!writer_->idle()) {
-      state = kBusy;
-      if (!(steady_now() < deadline)) {
-        abandon_writer();
-        state = kTimedOut;
-      }
-    }
-    const std::vector<double> states = gather_from_ranks(comm_, state);
+    wait_writer_slice();
+    const std::vector<double> states = gather_from_ranks(comm_, writer_progress());
     if (*std::min_element(states.begin(), states.end()) != kBusy)
       return *std::max_element(states.begin(), states.end()) == kTimedOut;
   }
@@ -569,7 +569,7 @@ double Checkpointer::drain() {
   const double begin = steady_now();
   if (in_flight_ && in_flight_->phase == Phase::kCopying) before_optimizer_step();
   while (in_flight_) {
-    wait_writer_slice(in_flight_->writer_deadline);
+    wait_writer_slice();
     agree();
   }
   return steady_now() - begin;
@@ -651,7 +651,7 @@ double Checkpointer::give_up(int64_t step) {
     if (flight.phase == Phase::kCopying) engine_.wait_state_copy();
     // Every rank's writer done with the folder (or one abandoned on hung
     // storage, still writing there: the folder is left as step_N.tmp).
-    const bool storage_hung = wait_for_writers(flight.writer_deadline);
+    const bool storage_hung = wait_for_writers();
     (void)writer_->take_error();  // a failed write of a checkpoint given up anyway
     if (!storage_hung) remove_pending_folder(flight.step);
     flight.record.status = "skipped_diverged";

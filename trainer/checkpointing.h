@@ -123,10 +123,6 @@ class Checkpointer {
     Phase phase = Phase::kCopying;
     CheckpointRecord record;
     double copy_started = 0;  // steady seconds
-    // Steady seconds by which the writer's current job (this rank's files,
-    // or rank 0's commit) must have finished: checkpoint.timeout_s after it
-    // was handed over. Never, while nothing is.
-    double writer_deadline = std::numeric_limits<double>::infinity();
     double persist_s = 0;     // written by the writer thread, read after it is idle
     double commit_s = 0;
     CommitWarnings commit_warnings;  // rank 0's: committed, but not durable yet or an old one left behind
@@ -155,15 +151,19 @@ class Checkpointer {
   // in a round where another rank was still busy, it was lost, and that rank
   // then committed without this one's files.
   int local_state();
-  // Blocks for at most one agreement slice, less when the writer's
-  // `deadline` (steady seconds) is sooner: the ranks then compare notes, so
-  // none waits in a collective for another longer than a slice, whatever
-  // checkpoint.timeout_s is.
-  void wait_writer_slice(double deadline);
+  // Hands `job` to the writer, due checkpoint.timeout_s from now.
+  void submit_to_writer(BackgroundWriter::Job job);
+  // kDone when the writer is idle, kBusy before its deadline, else
+  // kTimedOut, the writer abandoned.
+  int writer_progress();
+  // Blocks for at most one agreement slice, less when the writer's deadline
+  // is sooner: the ranks then compare notes, so none waits in a collective
+  // for another longer than a slice, whatever checkpoint.timeout_s is.
+  void wait_writer_slice();
   // Collective: waits until no rank's writer is busy, or a busy one passed
-  // `deadline` (true; that rank's writer is abandoned). Every rank returns
-  // the same.
-  bool wait_for_writers(double deadline);
+  // its deadline (true; that rank's writer is abandoned). Every rank
+  // returns the same.
+  bool wait_for_writers();
   // "<doing> did not finish within checkpoint.timeout_s=...": a writer's job
   // past its deadline, in the words the failure reports.
   std::string timeout_text(const std::string& doing) const;
@@ -203,9 +203,10 @@ class Checkpointer {
   std::vector<CheckpointRecord> records_;
   std::vector<std::string> warnings_;
   bool writer_abandoned_ = false;            // abandon_writer: kept, never joined
-  // Steady seconds by which rank 0's making of step_N.tmp (start) must have
-  // finished; the writer's deadline while nothing is in flight.
-  double preparation_deadline_ = std::numeric_limits<double>::infinity();
+  // Steady seconds by which the writer's current job (rank 0 making
+  // step_N.tmp, this rank's files, rank 0's commit) must have finished:
+  // checkpoint.timeout_s after submit_to_writer. Read only while it is busy.
+  double writer_deadline_ = std::numeric_limits<double>::infinity();
   std::unique_ptr<BackgroundWriter> writer_;  // last: joined first, while the rest is alive
 };
 

@@ -14,6 +14,7 @@
 #include <memory>      // std::make_shared: the abort's removal, waited for a bounded time
 #include <mutex>
 #include <system_error>
+#include <string>
 #include <thread>
 #include <utility>     // std::move
 #include <vector>
@@ -215,10 +216,10 @@ void install_interrupt_cleanup() {
       if (locked) clean_up_before_the_end();
     });
     if (!cleaned) {
-      static const char kLeft[] =
-          "trainbench: removing the temporary folders did not finish within 10 s (storage not responding?): "
-          "some may be left\n";
-      if (::write(2, kLeft, sizeof(kLeft) - 1) < 0) {
+      const std::string left = "trainbench: removing the temporary folders did not finish within " +
+                               std::to_string(kSignalCleanup.count() / 1000) +
+                               " s (storage not responding?): some may be left\n";
+      if (::write(2, left.data(), left.size()) < 0) {
         // Nothing to do: the process ends by the signal all the same.
       }
     }
