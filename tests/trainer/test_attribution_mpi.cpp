@@ -24,7 +24,7 @@ using testing::run_command;
 
 // Means over the measured steps of rank 0 (the step_s identity holds per step).
 struct Means {
-  double step_s = 0, compute_s = 0, comm_exposed_s = 0, data_stall_s = 0, ckpt_stall_s = 0;
+  double step_s = 0, compute_s = 0, comm_exposed_s = 0, data_stall_s = 0, ckpt_stall_s = 0, other_s = 0;
   // What the run's committed checkpoints took by their own records
   // (snapshot + persist + commit), injected delays included.
   double ckpt_took_s = 0;
@@ -64,8 +64,10 @@ class Attribution : public ::testing::Test {
       m.comm_exposed_s += s.at("comm_exposed_s").get<double>();
       m.data_stall_s += s.at("data_stall_s").get<double>();
       m.ckpt_stall_s += s.at("ckpt_stall_s").get<double>();
+      m.other_s += s.at("other_s").get<double>();
     }
-    for (double* v : {&m.step_s, &m.compute_s, &m.comm_exposed_s, &m.data_stall_s, &m.ckpt_stall_s}) *v /= measured;
+    for (double* v : {&m.step_s, &m.compute_s, &m.comm_exposed_s, &m.data_stall_s, &m.ckpt_stall_s, &m.other_s})
+      *v /= measured;
     m.bottleneck = result.at("summary").at("bottleneck").get<std::string>();
     for (const auto& c : result.at("checkpoints"))
       if (c.at("status") == "committed")
@@ -80,7 +82,8 @@ class Attribution : public ::testing::Test {
     const double found = slowed.*category - base.*category;
     EXPECT_NEAR(found, injected_per_step, 0.2 * injected_per_step)
         << name << " grew by " << found << " s per step; injected " << injected_per_step << " s per step (step_s "
-        << base.step_s << " -> " << slowed.step_s << ")";
+        << base.step_s << " -> " << slowed.step_s << ", compute_s " << base.compute_s << " -> " << slowed.compute_s
+        << ", other_s " << base.other_s << " -> " << slowed.other_s << ")";
   }
 
   testing::TempDir dir_{"test_attribution"};
