@@ -18,6 +18,7 @@
 #include "trainer/data_source.h"          // loader_options, synth_shard_count
 #include "trainer/interrupt_cleanup.h"    // make_removed_on_interrupt: the step being written
 #include "trainer/json_text.h"            // json_text: never throws on bytes that are not UTF-8
+#include "trainer/hung_storage.h"     // the folder's calls on the main thread, bounded
 #include "trainer/temporary_folder.h"     // temporary_directory_name
 
 namespace trainbench {
@@ -151,25 +152,29 @@ Checkpointer::Checkpointer(const Config& config, std::string dir, TrainingEngine
       versions_(std::move(versions)),
       tensors_(engine.state_tensors()),
       writer_(std::make_unique<BackgroundWriter>()) {
-  // One run per folder: its commits replace `latest`, overwrite the steps
-  // another run shares and let retention delete the rest. A resume from a
-  // checkpoint of this folder continues its run; one from elsewhere is a
-  // new run here.
-  if (resumed_from.empty()) {
-    refuse_other_runs_checkpoints(dir_, comm_, [offers_resume](const std::string& resume) {
-      if (!offers_resume) return std::string("this command starts afresh: choose an empty checkpoint.dir");
-      return resume.empty() ? std::string("none can be resumed from: choose an empty checkpoint.dir")
-                            : "continue with --resume " + resume + ", or choose an empty checkpoint.dir";
-    });
-  } else if (!checkpoint_is_in(resumed_from, dir_)) {
-    refuse_other_runs_checkpoints(dir_, comm_, [&resumed_from](const std::string& resume) {
-      return "this run resumes from " + resumed_from +
-             ", outside it, and would replace its latest and delete its older steps: choose an empty "
-             "checkpoint.dir" +
-             (resume.empty() ? std::string() : ", or resume from its own (--resume " + resume + ")");
-    });
+  {
+    // One run per folder: its commits replace `latest`, overwrite the steps
+    // another run shares and let retention delete the rest. A resume from a
+    // checkpoint of this folder continues its run; one from elsewhere is a
+    // new run here.
+    const StorageWatchdog watchdog(comm_, config_.checkpoint.timeout_s,
+                                   "looking for other runs' checkpoints in checkpoint.dir " + dir_);
+    if (resumed_from.empty()) {
+      refuse_other_runs_checkpoints(dir_, comm_, [offers_resume](const std::string& resume) {
+        if (!offers_resume) return std::string("this command starts afresh: choose an empty checkpoint.dir");
+        return resume.empty() ? std::string("none can be resumed from: choose an empty checkpoint.dir")
+                              : "continue with --resume " + resume + ", or choose an empty checkpoint.dir";
+      });
+    } else if (!checkpoint_is_in(resumed_from, dir_)) {
+      refuse_other_runs_checkpoints(dir_, comm_, [&resumed_from](const std::string& resume) {
+        return "this run resumes from " + resumed_from +
+               ", outside it, and would replace its latest and delete its older steps: choose an empty "
+               "checkpoint.dir" +
+               (resume.empty() ? std::string() : ", or resume from its own (--resume " + resume + ")");
+      });
+    }
+    dir_identity_ = folder_identity(dir_);
   }
-  dir_identity_ = folder_identity(dir_);
   allocate_staging();
 }
 
@@ -359,6 +364,10 @@ std::string Checkpointer::timeout_text(const std::string& doing) const {
          "is only slow)";
 }
 
+std::chrono::milliseconds Checkpointer::timeout_ms() const {
+  return std::chrono::milliseconds(static_cast<int64_t>(config_.checkpoint.timeout_s * 1000.0));
+}
+
 int Checkpointer::local_state() {
   if (local_failure_ != 0) return local_failure_;
   const int progress = writer_progress();
@@ -486,15 +495,23 @@ void Checkpointer::settle_failure(CheckpointRecord record, const std::string& fa
   }
   // What a resume can start from: said only when it is there (not of a
   // folder removed or replaced during the run, or one that cannot be listed).
+  // The storage answered this failure, but may stop answering the listing:
+  // a listing unfinished within checkpoint.timeout_s is let go, and the
+  // message goes without it (the run still writes its result).
   std::string previous;
-  if (!storage_hung && folder_state(dir_, dir_identity_) == FolderState::kOurs) {
-    try {
-      const std::vector<CommittedCheckpoint> committed = list_committed(dir_);
-      previous = committed.empty() ? "; no checkpoint was committed before it"
-                                   : "; the previous committed checkpoint (step_" +
-                                         std::to_string(committed.back().step) + ") is intact";
-    } catch (const CheckpointError&) {
-    }
+  if (!storage_hung) {
+    auto listed = std::make_shared<std::string>();
+    const bool finished = run_for_at_most(timeout_ms(), [listed, dir = dir_, identity = dir_identity_] {
+      if (folder_state(dir, identity) != FolderState::kOurs) return;
+      try {
+        const std::vector<CommittedCheckpoint> committed = list_committed(dir);
+        *listed = committed.empty() ? "; no checkpoint was committed before it"
+                                    : "; the previous committed checkpoint (step_" +
+                                          std::to_string(committed.back().step) + ") is intact";
+      } catch (const CheckpointError&) {
+      }
+    });
+    if (finished) previous = *listed;
   }
   // Recorded: the run ends after this step and still writes its result,
   // this checkpoint's record among them.
@@ -508,12 +525,15 @@ void Checkpointer::settle_failure(CheckpointRecord record, const std::string& fa
 
 void Checkpointer::remove_pending_folder(int64_t step) {
   if (comm_.rank() != 0) return;
-  try {
-    abandon_pending(dir_, step);
-  } catch (const std::exception&) {
-    // Best effort: the folder is .tmp, never loaded, and emptied by the next
-    // checkpoint of that step.
-  }
+  // Best effort: the folder is .tmp, never loaded, and emptied by the next
+  // checkpoint of that step; on storage that stops responding now, a removal
+  // unfinished within checkpoint.timeout_s is let go.
+  (void)run_for_at_most(timeout_ms(), [dir = dir_, step] {
+    try {
+      abandon_pending(dir, step);
+    } catch (const std::exception&) {
+    }
+  });
 }
 
 double Checkpointer::before_optimizer_step() {
@@ -835,6 +855,9 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
   std::string problem;
   bool environment = false;  // the problem is the machine's (exit 3), not the checkpoint's
   nlohmann::json manifest;
+  // Read on this thread: bounded, as the writes are, by checkpoint.timeout_s.
+  const StorageWatchdog watchdog(comm, config.checkpoint.timeout_s,
+                                 "reading the checkpoint to resume from (--resume " + spec + ")");
   try {
     point.folder = resolve_checkpoint(spec, config.checkpoint.dir);
     try {

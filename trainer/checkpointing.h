@@ -20,6 +20,7 @@
 // one is still in flight (when_busy: skip).
 #pragma once
 
+#include <chrono>   // timeout_ms
 #include <cstdint>  // int64_t
 #include <limits>   // the deadline of no job
 #include <memory>   // the writer thread
@@ -167,6 +168,8 @@ class Checkpointer {
   // "<doing> did not finish within checkpoint.timeout_s=...": a writer's job
   // past its deadline, in the words the failure reports.
   std::string timeout_text(const std::string& doing) const;
+  // checkpoint.timeout_s, for the best-effort calls run_for_at_most bounds.
+  std::chrono::milliseconds timeout_ms() const;
   // The writer's job passed its deadline: the writer is left to it (it
   // cannot be cancelled), and the staging it reads is kept with it.
   void abandon_writer();

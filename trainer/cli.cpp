@@ -46,6 +46,7 @@
 #include "trainer/plan_command.h"
 #include "trainer/project_command.h"
 #include "trainer/shards_command.h"
+#include "trainer/hung_storage.h"  // checkpoint.dir's calls before step 1, bounded
 #include "trainer/train_loop.h"
 #include "trainer/zero_optimizer.h"    // zero_shard
 
@@ -112,6 +113,10 @@ void setup_checkpoint_dir(const Config& config, Communicator& comm, CheckpointDi
     dir->temporary = true;
     dir->remover = comm.rank() == 0;
   }
+  // On storage that stopped responding the probe's fsync or the flock never
+  // returns: bounded (StorageWatchdog), the job ends naming the rank.
+  const StorageWatchdog watchdog(comm, config.checkpoint.timeout_s,
+                                 "checking that checkpoint.dir " + dir->path + " is writable and taking its lock");
   check_checkpoint_dir(dir->path, comm, dir->temporary);
   // Rank 0 speaks for the job; its peers wait in their next collective and
   // end with its abort should the folder be taken.
@@ -583,8 +588,11 @@ struct CheckpointRoom {
   std::string needed;  // "3 checkpoint(s) of up to 1.9 MiB at once (...)"
   std::string free;    // "DIR has 5.0 MiB free"
 };
-CheckpointRoom checkpoint_room(const Config& config, const std::string& dir, int64_t state_bytes, int world,
+CheckpointRoom checkpoint_room(const Config& config, const std::string& dir, int64_t state_bytes, Communicator& comm,
                                int64_t first_step) {
+  const StorageWatchdog watchdog(comm, config.checkpoint.timeout_s,
+                                 "listing checkpoint.dir " + dir + " and measuring its free space");
+  const int world = comm.world_size();
   int64_t committed_before = 0;
   try {
     committed_before = static_cast<int64_t>(list_committed(dir).size());
@@ -753,8 +761,8 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
     for (const StateTensor& t : engine->state_tensors()) state_bytes += t.bytes;
     // Asked once the data is set up: temporary shards made for the run are
     // on the temporary folder's filesystem too.
-    const CheckpointRoom room = reporter ? checkpoint_room(config, checkpoint_dir.path, state_bytes,
-                                                           comm->world_size(), resume.step + 1)
+    const CheckpointRoom room = reporter ? checkpoint_room(config, checkpoint_dir.path, state_bytes, *comm,
+                                                           resume.step + 1)
                                          : CheckpointRoom{};
     if (checkpoint_dir.temporary) {
       // The default run must not fill /tmp: it trains without them and says so.
@@ -783,8 +791,11 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   env.gemm = engine->gemm();
   if (!data.data_path.empty()) env.filesystems.push_back(describe_filesystem("data", data.data_path));
   env.filesystems.push_back(describe_filesystem("results", result_path));
-  if (!checkpoint_dir.path.empty())
+  if (!checkpoint_dir.path.empty()) {
+    const StorageWatchdog watchdog(*comm, config.checkpoint.timeout_s,
+                                   "describing checkpoint.dir " + checkpoint_dir.path + "'s filesystem");
     env.filesystems.push_back(describe_filesystem("checkpoint", checkpoint_dir.path));
+  }
   if (reporter) {
     // The engine's own plan, what it allocated: the one checked before
     // allocating assumed cuDNN's attention with an estimated workspace, and

@@ -19,6 +19,7 @@
 #include <utility>     // std::move
 #include <vector>
 
+#include "trainer/hung_storage.h"      // run_for_at_most: the cleanup, bounded
 #include "trainer/temporary_folder.h"  // remove_temporary_folder
 
 namespace trainbench {
@@ -114,28 +115,6 @@ void clean_up_before_the_end() {
   if (exiting) return;
   interrupted = true;
   remove_folders_then_run_actions();
-}
-
-// Runs `work` on a thread of its own and waits for it `longest` at most:
-// the end of the process must not wait on storage that stopped responding
-// (removing a folder under a hung checkpoint.dir), nor on a thread that
-// holds the folders' lock while it makes one there. Unbounded where no
-// thread can be had. True when `work` finished.
-bool run_for_at_most(std::chrono::milliseconds longest, const std::function<void()>& work) {
-  auto finished = std::make_shared<std::atomic<bool>>(false);
-  const auto run = [finished, work]() {
-    work();
-    *finished = true;
-  };
-  try {
-    std::thread(run).detach();
-  } catch (const std::system_error&) {
-    run();  // no thread to be had: unbounded, rather than not at all
-  }
-  const auto until = std::chrono::steady_clock::now() + longest;
-  while (!*finished && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  return *finished;
 }
 
 extern "C" void pass_on_interrupt(int signal_number) {

@@ -36,6 +36,7 @@ Function libc(const char* name) {
 using FsyncFunction = int (*)(int);
 using FlockFunction = int (*)(int, int);
 using MkdirFunction = int (*)(const char*, mode_t);
+using PreadFunction = ssize_t (*)(int, void*, size_t, off_t);
 
 FsyncFunction libc_fsync() {
   static const FsyncFunction real = libc<FsyncFunction>("fsync");
@@ -52,6 +53,11 @@ MkdirFunction libc_mkdir() {
   return real;
 }
 
+PreadFunction libc_pread() {
+  static const PreadFunction real = libc<PreadFunction>("pread");
+  return real;
+}
+
 bool is_directory(int fd) {
   struct stat status {};
   return ::fstat(fd, &status) == 0 && S_ISDIR(status.st_mode);
@@ -64,10 +70,11 @@ std::string path_of(int fd) {
   return n > 0 ? std::string(path, static_cast<size_t>(n)) : std::string();
 }
 
-// TRAINBENCH_TEST_HANG_FSYNC, TRAINBENCH_TEST_HANG_MKDIR: a part of a path.
-// An fsync of a file or folder, or a mkdir, whose path contains it never
-// returns, as on storage that stopped responding; signals do not end it
-// either (pause() is resumed).
+// TRAINBENCH_TEST_HANG_FSYNC, TRAINBENCH_TEST_HANG_MKDIR,
+// TRAINBENCH_TEST_HANG_FLOCK, TRAINBENCH_TEST_HANG_PREAD: a part of a path.
+// An fsync of a file or folder, a mkdir, a flock or a pread whose path
+// contains it never returns, as on storage that stopped responding; signals
+// do not end it either (pause() is resumed).
 bool hangs(const char* variable, const std::string& path) {
   const char* pattern = std::getenv(variable);
   return pattern != nullptr && *pattern != '\0' && path.find(pattern) != std::string::npos;
@@ -98,7 +105,15 @@ extern "C" int mkdir(const char* path, mode_t mode) {
   return libc_mkdir()(path, mode);
 }
 
+// A checkpoint's files are read with pread (read_rank_files); off_t is 64
+// bits on the 64-bit targets built, where pread64 is the same function.
+extern "C" ssize_t pread(int fd, void* buffer, size_t count, off_t offset) {
+  if (hangs("TRAINBENCH_TEST_HANG_PREAD", path_of(fd))) hang();
+  return libc_pread()(fd, buffer, count, offset);
+}
+
 extern "C" int flock(int fd, int operation) {
+  if (hangs("TRAINBENCH_TEST_HANG_FLOCK", path_of(fd))) hang();
   const int error = faults().flock_error;
   if (error != 0) {
     errno = error;

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <utility>  // std::pair: the hung calls
 #include <limits>
 #include <string>
 #include <vector>
@@ -765,7 +766,8 @@ TEST(CheckpointCli, ACheckpointFailingAsTheRunDrainsStillLeavesTheResult) {
 
 // `command` on storage that stops responding: with the test's syscalls
 // preloaded (tests/support/failing_syscalls.cpp), every fsync (`call`
-// "FSYNC") or mkdir ("MKDIR") of a path containing `part` never returns.
+// "FSYNC"), mkdir ("MKDIR"), flock ("FLOCK") or pread ("PREAD") of a path
+// containing `part` never returns.
 // Under `timeout` (`limit`): a run that hangs for good is killed, exit 137.
 std::string on_hung_storage(const std::string& call, const std::string& part, const std::string& command,
                             const std::string& limit = "-s KILL 120") {
@@ -880,6 +882,50 @@ TEST(CheckpointCli, ASignalEndsARunWhoseCheckpointFolderHangsBeingMade) {
   EXPECT_NE(r.err.find("trainbench: removing the temporary folders did not finish within 10 s"), std::string::npos)
       << r.err;
   EXPECT_EQ(latest_of(ckpt), "step_2");
+}
+
+// The storage calls the run makes on its main thread before step 1 and in
+// a resume: on storage that stopped responding the folder's writability
+// probe (its fsync), rank 0's flock on the folder's lock, or the reads of
+// the checkpoint to resume from never return. A single rank hung there for
+// ever, with nothing said (killed by `timeout`, 137); now the job ends at
+// checkpoint.timeout_s, exit 3, with one line saying what it was doing.
+// Nothing trained, so there is no result to write.
+void expect_ended_at_the_timeout(const CommandResult& r, double seconds, const std::string& doing,
+                                 const std::string& result) {
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_LT(seconds, 30.0) << "the timeout is 2 s";
+  EXPECT_EQ(r.err, "trainbench: " + doing +
+                       " did not finish within checkpoint.timeout_s=2 s: the storage stopped responding (raise "
+                       "checkpoint.timeout_s if it is only slow)\n");
+  EXPECT_EQ(r.out.find("\nstep "), std::string::npos) << "no step may run: " << r.out;
+  EXPECT_FALSE(fs::exists(result));
+}
+
+TEST(CheckpointCli, ACheckpointFolderWhoseProbeOrLockNeverReturnsEndsTheRunAtItsTimeout) {
+  for (const auto& [call, part] : {std::pair{"FSYNC", ".trainbench-write-probe-"}, std::pair{"FLOCK", ".trainbench-lock"}}) {
+    SCOPED_TRACE(call);
+    testing::TempDir dir("test_ckpt_cli");
+    const std::string ckpt = dir.file("c");
+    const auto begin = std::chrono::steady_clock::now();
+    const CommandResult r = run_command(
+        on_hung_storage(call, part, tiny_run(ckpt, 4, 2, dir.file("r.json"), kFew + "--set checkpoint.timeout_s=2")));
+    expect_ended_at_the_timeout(r, std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(),
+                                "checking that checkpoint.dir " + ckpt + " is writable and taking its lock",
+                                dir.file("r.json"));
+  }
+}
+
+TEST(CheckpointCli, AResumeWhoseReadsNeverReturnEndsTheRunAtItsTimeout) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string ckpt = dir.file("c");
+  ASSERT_EQ(run_command(tiny_run(ckpt, 4, 2, dir.file("first.json"), kFew)).exit_code, 0);
+  const auto begin = std::chrono::steady_clock::now();
+  const CommandResult r = run_command(on_hung_storage(
+      "PREAD", "step_4", tiny_run(ckpt, 8, 2, dir.file("r.json"), kFew + "--resume latest --set checkpoint.timeout_s=2")));
+  expect_ended_at_the_timeout(r, std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(),
+                              "reading the checkpoint to resume from (--resume latest)", dir.file("r.json"));
+  EXPECT_EQ(latest_of(ckpt), "step_4") << "nothing written over it";
 }
 
 // Burn-in's storage measurement waits for the checkpoint in flight first; a

@@ -229,6 +229,35 @@ TEST(CheckpointMpiHungStorage, OneRanksHungWriteIsAgreedOnAtTheTimeout) {
   EXPECT_EQ(result["checkpoints"][0]["status"], "failed");
 }
 
+// Rank 1's storage stops responding before step 1: the fsync of its probe
+// of checkpoint.dir never returns (rank 0's is fine). Rank 0 waited for it
+// in the collective after the probe and timed out after comm.timeout_s,
+// naming no cause, while rank 1 hung for ever. Now rank 1's watchdog ends
+// the job at checkpoint.timeout_s in rank 1's words, and rank 0, waiting
+// for a peer all that time, is not blamed for its own storage.
+TEST(CheckpointMpiHungStorage, OneRanksHungProbeBeforeStepOneEndsTheJobNamingIt) {
+  testing::TempDir dir("test_ckpt_mpi");
+  const std::string wrapper = dir.file("rank1_hung_probe.sh");
+  std::ofstream(wrapper) << "#!/bin/bash\n[ \"$OMPI_COMM_WORLD_RANK\" = 1 ] && export LD_PRELOAD="
+                         << FAILING_SYSCALLS_PRELOAD << " TRAINBENCH_TEST_HANG_FSYNC=.trainbench-write-probe-\nexec \"$@\"\n";
+  std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
+  const CommandResult r = run_command(
+      kMpirun + wrapper + " " + TRAINBENCH_BINARY +
+      " run tiny --steps 4 --set train.warmup_steps=1 --set data.source=synthetic --set train.threads=1"
+      " --set checkpoint.every_steps=2"
+      " --set checkpoint.timeout_s=3 --set comm.timeout_s=60 --set report.progress_every=0 --set checkpoint.dir=" +
+      dir.file("c") + " --out " + dir.file("r.json"));
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_NE(r.err.find("trainbench: rank 1: checking that checkpoint.dir " + dir.file("c") +
+                       " is writable and taking its lock did not finish within checkpoint.timeout_s=3 s: the storage "
+                       "stopped responding"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("rank 0: checking"), std::string::npos) << "rank 0 waited for rank 1: " << r.err;
+  EXPECT_EQ(r.err.find("timed out"), std::string::npos) << "no collective timed out: " << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("r.json")));
+}
+
 // A checkpoint record's stall_s is the loop time it blocked on rank 0, so
 // over a run the records add up to the steps' ckpt_stall_s. The agreement
 // rounds of the steps after a checkpoint (waiting for the slowest rank's

@@ -1,0 +1,58 @@
+// STORAGE WRITE / READ. Storage that stopped responding (an NFS server gone,
+// a dead disk behind a hard mount) leaves a mkdir, an fsync, a flock or a
+// read in the kernel, never returning and impossible to cancel. Two ways to
+// bound such a call: run it on a thread that is let go past a deadline
+// (run_for_at_most: for work whose result may be dropped), or end the job
+// (StorageWatchdog: for work on the run's own state).
+//
+// StorageWatchdog bounds the checkpoint folder's storage calls that run
+// on the main thread: checkpoint.dir's check and lock before step 1, the look
+// for another run's checkpoints in it, a resume's reads, the free-space check.
+// (The checkpoint writes themselves run on the writer thread, bounded by the
+// Checkpointer's own waits.) One rank hung there for ever before step 1, and
+// a job's peers timed out in a collective naming no one. While a
+// StorageWatchdog lives, a thread of its own ends the job past
+// checkpoint.timeout_s (Communicator::abort, exit 3) with a line naming the
+// rank and what it was doing. Time the rank spends waiting for a peer in a
+// collective does not count: that is the peer's delay, not this storage's.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>  // run_for_at_most's work
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "comm/communicator.h"
+
+namespace trainbench {
+
+// Runs `work` on a thread of its own and waits for it `longest` at most,
+// then lets it go: `work` must own what it touches (capture by value, or a
+// shared_ptr), since it may finish after the caller has moved on. True when
+// it finished. Unbounded where no thread can be had.
+bool run_for_at_most(std::chrono::milliseconds longest, const std::function<void()>& work);
+
+class StorageWatchdog {
+ public:
+  // `doing`: what the rank is doing, for the message ("checking that
+  // checkpoint.dir /ckpt is writable"); `limit_s`: checkpoint.timeout_s.
+  StorageWatchdog(Communicator& comm, double limit_s, std::string doing);
+  ~StorageWatchdog();
+  StorageWatchdog(const StorageWatchdog&) = delete;
+  StorageWatchdog& operator=(const StorageWatchdog&) = delete;
+
+ private:
+  void watch();
+
+  Communicator& comm_;
+  const double limit_s_;
+  const std::string doing_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace trainbench
