@@ -66,7 +66,10 @@ step after warm-up (summary.measured_steps 0) has its tokens/s null too
 (docs/metrics.md): its tokens/s and scaling efficiency show as "not measured"
 and the report lists what it has (its step counts, its failed checks); beside
 measured runs of its world size it is left out, with a warning. A null
-tokens/s where measured_steps is not 0 exits 2. matplotlib missing exits 3.
+tokens/s where measured_steps is not 0 exits 2. matplotlib missing exits 3,
+and so does a write the machine refuses (a full disk or quota, an I/O error,
+a file size limit, out of file descriptors or memory), as trainbench's own
+result write does: the machine's fault, not the command's.
 
 --compare sets a LoRA run (train.mode lora, typically one node) beside a full
 fine-tuning run (typically several nodes) of the same model shape and data
@@ -98,6 +101,7 @@ measured no step has no tokens/s to compare: exit 2 naming it.
 from __future__ import annotations
 
 import argparse
+import errno
 import fnmatch
 import json
 import math
@@ -132,7 +136,22 @@ PLOTS = ["tokens_per_s.png", "scaling_efficiency.png", "stall_shares.png", "step
 
 
 class ReportError(Exception):
-    """A user error: one line, exit 2."""
+    """One line on stderr; exit 2 (the command's or an input's fault) unless
+    `code` says 3 (the machine's)."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# What a write can meet that no choice of DIR would mend: exit 3.
+MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.EMFILE, errno.ENFILE, errno.ENOMEM}
+
+
+def write_error(out: OutDir, doing: str, e: OSError) -> ReportError:
+    """`DIR: cannot write report.md (No space left on device)`, exit 3 where
+    the machine refused (MACHINE_ERRNOS), 2 where DIR is the wrong place."""
+    return ReportError(f"{out}: {doing} ({e.strerror or e})", 3 if e.errno in MACHINE_ERRNOS else 2)
 
 
 # ----------------------------------------------------------------------------- input
@@ -1488,7 +1507,7 @@ def write_plots(points: list[Point], out: OutDir) -> list[str]:
         try:
             fig.savefig(out.path / name, dpi=110)
         except OSError as e:
-            raise ReportError(f"{out}: cannot write {name} ({e.strerror or e})") from None
+            raise write_error(out, f"cannot write {name}", e) from None
         finally:
             plt.close(fig)
         written.append(name)
@@ -1838,7 +1857,7 @@ def prepare_out(out: OutDir) -> None:
     except FileExistsError:
         raise ReportError(f"{out}: not a folder") from None
     except OSError as e:
-        raise ReportError(f"{out}: cannot create it ({e.strerror or e})") from None
+        raise write_error(out, "cannot create it", e) from None
 
 
 def write_text(out: OutDir, name: str, text: str) -> Path:
@@ -1852,7 +1871,7 @@ def write_text(out: OutDir, name: str, text: str) -> Path:
         os.replace(temporary, path)
     except OSError as e:
         temporary.unlink(missing_ok=True)
-        raise ReportError(f"{out}: cannot write {name} ({e.strerror or e})") from None
+        raise write_error(out, f"cannot write {name}", e) from None
     return path
 
 
@@ -1864,7 +1883,7 @@ def remove_stale_plots(out: OutDir, written: list[str]) -> None:
             try:
                 (out.path / name).unlink(missing_ok=True)
             except OSError as e:
-                raise ReportError(f"{out}: cannot remove the earlier {name} ({e.strerror or e})") from None
+                raise write_error(out, f"cannot remove the earlier {name}", e) from None
 
 
 def one_line(text: str) -> str:
@@ -1957,4 +1976,4 @@ if __name__ == "__main__":
         sys.exit(main(sys.argv[1:]))
     except ReportError as error:
         print(f"report.py: {one_line(str(error))}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(error.code)

@@ -27,7 +27,9 @@ import copy
 import json
 import os
 import re
+import resource
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -528,6 +530,25 @@ class ReportErrorTests(unittest.TestCase):
             unwritable.chmod(0o555)
         self.assert_one_line_error(report(good, "--out", unwritable, "--no-plots"), f"--out {unwritable}",
                                    "cannot write report.md")
+
+    def test_a_write_the_machine_refuses_exits_3_and_keeps_the_earlier_report(self) -> None:
+        # A file size limit (as a full disk would) stops report.md part way:
+        # the machine's fault, exit 3 as trainbench's own result write, where
+        # it exited 2 as if the command were wrong. The earlier report stays whole.
+        good = write_json(self.dir / "r.json", fake_result(1, 1000.0))
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "report.md").write_text("the earlier report\n")
+
+        def limit_file_size() -> None:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of the signal
+            resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))
+
+        done = subprocess.run([sys.executable, REPORT, good, "--out", self.out, "--no-plots"], capture_output=True,
+                              text=True, timeout=120, check=False, preexec_fn=limit_file_size)
+        self.assertEqual(done.returncode, 3, done.stdout + done.stderr)
+        self.assertEqual(done.stderr, f"report.py: --out {self.out}: cannot write report.md (File too large)\n")
+        self.assertEqual((self.out / "report.md").read_text(), "the earlier report\n")
+        self.assertEqual([p.name for p in self.out.iterdir()], ["report.md"], "no temporary left")
 
     def test_a_rerun_leaves_no_earlier_plots_or_temporaries(self) -> None:
         # An earlier report's PNGs stayed beside a --no-plots report.md,
