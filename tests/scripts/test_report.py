@@ -1013,6 +1013,36 @@ class ScaleArgumentTests(unittest.TestCase):
         self.assertEqual(done.returncode, 2, done.stderr)
         self.assertIn("2 nodes: set CKPT_DIR", done.stderr)
 
+    def test_the_sbatch_script_finds_the_binary_in_the_build_folder_the_build_used(self) -> None:
+        # scripts/build.sh builds into $TRAINBENCH_BUILD_DIR; a job submitted
+        # by hand from that shell looked for <submit dir>/build/trainbench only.
+        folder = Path(tempfile.mkdtemp(prefix="test_sbatch_build_"))
+        self.addCleanup(shutil.rmtree, folder)
+        bin_dir = self.fake_tools(folder)
+        log = folder / "calls.log"
+        for build, expected in (("gpu-build", folder / "gpu-build" / "trainbench"),
+                                (str(folder / "abs"), folder / "abs" / "trainbench"),
+                                ("", folder / "build" / "trainbench")):
+            with self.subTest(build=build):
+                expected.parent.mkdir(parents=True, exist_ok=True)
+                expected.write_text("#!/bin/sh\n")
+                expected.chmod(0o755)
+                log.unlink(missing_ok=True)
+                env = {**os.environ, "LOG": str(log), "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "7",
+                       "SLURM_JOB_NUM_NODES": "1", "SLURM_SUBMIT_DIR": str(folder), "OUT": str(folder / "out")}
+                for name in ("TRAINBENCH_BINARY", "CKPT_DIR", "TRAINBENCH_BUILD_DIR"):
+                    env.pop(name, None)
+                if build:
+                    env["TRAINBENCH_BUILD_DIR"] = build
+                done = run("bash", REPO / "scripts" / "slurm" / "trainbench.sbatch", "--steps", "5", env=env)
+                self.assertEqual(done.returncode, 0, done.stderr)
+                self.assertIn(str(expected), log.read_text().splitlines())
+                expected.unlink()
+        env["TRAINBENCH_BUILD_DIR"] = "missing"
+        done = run("bash", REPO / "scripts" / "slurm" / "trainbench.sbatch", "--steps", "5", env=env)
+        self.assertEqual(done.returncode, 2, done.stderr)
+        self.assertIn(f"{folder}/missing/trainbench: not found", done.stderr)
+
     def test_slurm_without_sbatch_says_so(self) -> None:
         path = "/usr/bin:/bin"
         if shutil.which("sbatch", path=path):
