@@ -10,6 +10,7 @@
 #include "trainer/data_source.h"        // loader_options, data_position_bytes_bound
 #include "trainer/temporary_folder.h"   // make_temporary_directory, FolderRemovedAtScopeEnd: the write ceiling's scratch
 #include "trainer/gradient_sync.h"      // plan_gradient_buckets: the step's buckets
+#include "trainer/hung_storage.h"       // StorageWatchdog: the write measurement, bounded
 #include "trainer/report.h"             // human_count, human_bytes
 #include "trainer/saved_state.h"        // SavedState: the run starts where it would have
 #include "trainer/train_loop.h"         // run_training, measurement_batches for the compute ceiling
@@ -57,6 +58,10 @@ ComputeCeiling measure_compute_ceiling(const Config& config, TrainingEngine& eng
 
 WriteRate measure_write_rate(const Config& config, Communicator& comm, const std::string& checkpoint_dir,
                              int64_t bytes) {
+  // Storage that stopped responding would hold the measurement for ever
+  // (the --ceilings run's, burn-in's before step 1): the job ends instead.
+  const StorageWatchdog watchdog(comm, config.checkpoint.timeout_s,
+                                 "measuring the write rate in checkpoint.dir " + checkpoint_dir);
   WriteRate rate;
   WriteBenchResult result;
   // A rank's failure (a full disk, a file-size limit) is every rank's, told

@@ -276,10 +276,12 @@ bool Checkpointer::start(int64_t step) {
   comm_.broadcast(&made, sizeof(made), 0);
   if (made != kDone) {
     const std::string reason = broadcast_string(comm_, why_not, 0);
-    if (made != kTimedOut) remove_pending_folder(step);
+    // A removal that did not finish: the storage stopped responding since,
+    // and the listing would not finish either.
+    const bool storage_hung = made == kTimedOut || !remove_pending_folder(step);
     CheckpointRecord record;
     record.step = step;
-    settle_failure(record, "0", 0, reason, made == kDiskFull, made == kTimedOut);
+    settle_failure(record, "0", 0, reason, made == kDiskFull, storage_hung);
     return false;
   }
   InFlight flight;
@@ -364,8 +366,12 @@ std::string Checkpointer::timeout_text(const std::string& doing) const {
          "is only slow)";
 }
 
-std::chrono::milliseconds Checkpointer::timeout_ms() const {
-  return std::chrono::milliseconds(static_cast<int64_t>(config_.checkpoint.timeout_s * 1000.0));
+std::chrono::milliseconds Checkpointer::best_effort_bound() const {
+  // A quarter of comm.timeout_s at most: the other ranks wait for rank 0 in
+  // their next collective meanwhile (the run's end, its result), and the
+  // removal and the listing together stay well inside it.
+  const double seconds = std::min(config_.checkpoint.timeout_s, 0.25 * config_.comm.timeout_s);
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
 }
 
 int Checkpointer::local_state() {
@@ -414,8 +420,7 @@ bool Checkpointer::agree() {
     // Every rank's writer is idle (no rank is busy): the folder is nobody's.
     // Unless one was abandoned: it may still write there, and removing it
     // would hang on the same storage.
-    const bool storage_hung = worst == kTimedOut;
-    if (!storage_hung) remove_pending_folder(flight.step);
+    const bool storage_hung = worst == kTimedOut || !remove_pending_folder(flight.step);
     const CheckpointRecord record = flight.record;
     in_flight_.reset();
     settle_failure(record, failed, first_failed, reason, worst == kDiskFull, storage_hung);
@@ -496,19 +501,19 @@ void Checkpointer::settle_failure(CheckpointRecord record, const std::string& fa
   // What a resume can start from: said only when it is there (not of a
   // folder removed or replaced during the run, or one that cannot be listed).
   // The storage answered this failure, but may stop answering the listing:
-  // a listing unfinished within checkpoint.timeout_s is let go, and the
+  // a listing unfinished within best_effort_bound() is let go, and the
   // message goes without it (the run still writes its result).
   std::string previous;
   if (!storage_hung) {
     auto listed = std::make_shared<std::string>();
-    const bool finished = run_for_at_most(timeout_ms(), [listed, dir = dir_, identity = dir_identity_] {
-      if (folder_state(dir, identity) != FolderState::kOurs) return;
+    const bool finished = run_for_at_most(best_effort_bound(), [listed, dir = dir_, identity = dir_identity_] {
       try {
+        if (folder_state(dir, identity) != FolderState::kOurs) return;
         const std::vector<CommittedCheckpoint> committed = list_committed(dir);
         *listed = committed.empty() ? "; no checkpoint was committed before it"
                                     : "; the previous committed checkpoint (step_" +
                                           std::to_string(committed.back().step) + ") is intact";
-      } catch (const CheckpointError&) {
+      } catch (const std::exception&) {  // CheckpointError, or a listing that failed part way
       }
     });
     if (finished) previous = *listed;
@@ -523,12 +528,12 @@ void Checkpointer::settle_failure(CheckpointRecord record, const std::string& fa
                           previous);
 }
 
-void Checkpointer::remove_pending_folder(int64_t step) {
-  if (comm_.rank() != 0) return;
+bool Checkpointer::remove_pending_folder(int64_t step) {
+  if (comm_.rank() != 0) return true;
   // Best effort: the folder is .tmp, never loaded, and emptied by the next
   // checkpoint of that step; on storage that stops responding now, a removal
-  // unfinished within checkpoint.timeout_s is let go.
-  (void)run_for_at_most(timeout_ms(), [dir = dir_, step] {
+  // unfinished within best_effort_bound() is let go.
+  return run_for_at_most(best_effort_bound(), [dir = dir_, step] {
     try {
       abandon_pending(dir, step);
     } catch (const std::exception&) {
@@ -673,7 +678,7 @@ double Checkpointer::give_up(int64_t step) {
     // storage, still writing there: the folder is left as step_N.tmp).
     const bool storage_hung = wait_for_writers();
     (void)writer_->take_error();  // a failed write of a checkpoint given up anyway
-    if (!storage_hung) remove_pending_folder(flight.step);
+    if (!storage_hung) (void)remove_pending_folder(flight.step);
     flight.record.status = "skipped_diverged";
     add_record(flight.record);
     warnings_.push_back("checkpoint of step " + std::to_string(flight.step) + " given up: " + why +

@@ -20,7 +20,7 @@
 // one is still in flight (when_busy: skip).
 #pragma once
 
-#include <chrono>   // timeout_ms
+#include <chrono>   // best_effort_bound
 #include <cstdint>  // int64_t
 #include <limits>   // the deadline of no job
 #include <memory>   // the writer thread
@@ -168,8 +168,9 @@ class Checkpointer {
   // "<doing> did not finish within checkpoint.timeout_s=...": a writer's job
   // past its deadline, in the words the failure reports.
   std::string timeout_text(const std::string& doing) const;
-  // checkpoint.timeout_s, for the best-effort calls run_for_at_most bounds.
-  std::chrono::milliseconds timeout_ms() const;
+  // How long rank 0's best-effort calls after a failure (removing
+  // step_N.tmp, listing the folder) may take before they are let go.
+  std::chrono::milliseconds best_effort_bound() const;
   // The writer's job passed its deadline: the writer is left to it (it
   // cannot be cancelled), and the staging it reads is kept with it.
   void abandon_writer();
@@ -182,8 +183,10 @@ class Checkpointer {
                       const std::string& reason, bool only_disk_full, bool storage_hung = false);
   // Rank 0 removes step_N.tmp once every rank's writer is idle: a
   // checkpoint given up leaves no half-written folder (on a full disk, its
-  // bytes are what the next one needs).
-  void remove_pending_folder(int64_t step);
+  // bytes are what the next one needs). False when the removal did not
+  // finish within best_effort_bound() (let go: the storage stopped
+  // responding since the failure).
+  bool remove_pending_folder(int64_t step);
 
   const Config& config_;
   std::string dir_;

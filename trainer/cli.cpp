@@ -90,6 +90,14 @@ struct CheckpointDir {
 };
 
 void setup_checkpoint_dir(const Config& config, Communicator& comm, CheckpointDir* dir) {
+  // On storage that stopped responding the folder's mkdir, the probe's fsync
+  // or the flock never returns: bounded (StorageWatchdog), the job ends
+  // naming the rank.
+  const StorageWatchdog watchdog(
+      comm, config.checkpoint.timeout_s,
+      config.checkpoint.dir.empty()
+          ? "making the run's checkpoint folder in " + temporary_directory_name() + " and checking that it is writable"
+          : "checking that checkpoint.dir " + config.checkpoint.dir + " is writable and taking its lock");
   if (!config.checkpoint.dir.empty()) {
     dir->path = config.checkpoint.dir;
   } else {
@@ -113,10 +121,6 @@ void setup_checkpoint_dir(const Config& config, Communicator& comm, CheckpointDi
     dir->temporary = true;
     dir->remover = comm.rank() == 0;
   }
-  // On storage that stopped responding the probe's fsync or the flock never
-  // returns: bounded (StorageWatchdog), the job ends naming the rank.
-  const StorageWatchdog watchdog(comm, config.checkpoint.timeout_s,
-                                 "checking that checkpoint.dir " + dir->path + " is writable and taking its lock");
   check_checkpoint_dir(dir->path, comm, dir->temporary);
   // Rank 0 speaks for the job; its peers wait in their next collective and
   // end with its abort should the folder be taken.

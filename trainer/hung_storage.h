@@ -6,8 +6,9 @@
 // (StorageWatchdog: for work on the run's own state).
 //
 // StorageWatchdog bounds the checkpoint folder's storage calls that run
-// on the main thread: checkpoint.dir's check and lock before step 1, the look
-// for another run's checkpoints in it, a resume's reads, the free-space check.
+// on the main thread: checkpoint.dir's check and lock before step 1 (the
+// default folder's making too), the look for another run's checkpoints in
+// it, a resume's reads, the free-space check, the write-rate measurement.
 // (The checkpoint writes themselves run on the writer thread, bounded by the
 // Checkpointer's own waits.) One rank hung there for ever before step 1, and
 // a job's peers timed out in a collective naming no one. While a

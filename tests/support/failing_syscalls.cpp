@@ -37,6 +37,7 @@ using FsyncFunction = int (*)(int);
 using FlockFunction = int (*)(int, int);
 using MkdirFunction = int (*)(const char*, mode_t);
 using PreadFunction = ssize_t (*)(int, void*, size_t, off_t);
+using RemoveFunction = int (*)(const char*);
 
 FsyncFunction libc_fsync() {
   static const FsyncFunction real = libc<FsyncFunction>("fsync");
@@ -50,6 +51,11 @@ FlockFunction libc_flock() {
 
 MkdirFunction libc_mkdir() {
   static const MkdirFunction real = libc<MkdirFunction>("mkdir");
+  return real;
+}
+
+RemoveFunction libc_remove() {
+  static const RemoveFunction real = libc<RemoveFunction>("remove");
   return real;
 }
 
@@ -71,9 +77,10 @@ std::string path_of(int fd) {
 }
 
 // TRAINBENCH_TEST_HANG_FSYNC, TRAINBENCH_TEST_HANG_MKDIR,
-// TRAINBENCH_TEST_HANG_FLOCK, TRAINBENCH_TEST_HANG_PREAD: a part of a path.
-// An fsync of a file or folder, a mkdir, a flock or a pread whose path
-// contains it never returns, as on storage that stopped responding; signals
+// TRAINBENCH_TEST_HANG_FLOCK, TRAINBENCH_TEST_HANG_PREAD,
+// TRAINBENCH_TEST_HANG_REMOVE: a part of a path. An fsync of a file or
+// folder, a mkdir, a flock, a pread or a remove (std::filesystem's
+// remove_all removes through it) whose path contains it never returns, as on storage that stopped responding; signals
 // do not end it either (pause() is resumed).
 bool hangs(const char* variable, const std::string& path) {
   const char* pattern = std::getenv(variable);
@@ -103,6 +110,11 @@ extern "C" int fsync(int fd) {
 extern "C" int mkdir(const char* path, mode_t mode) {
   if (hangs("TRAINBENCH_TEST_HANG_MKDIR", path)) hang();
   return libc_mkdir()(path, mode);
+}
+
+extern "C" int remove(const char* path) {
+  if (hangs("TRAINBENCH_TEST_HANG_REMOVE", path)) hang();
+  return libc_remove()(path);
 }
 
 // A checkpoint's files are read with pread (read_rank_files); off_t is 64

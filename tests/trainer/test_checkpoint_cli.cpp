@@ -892,28 +892,72 @@ TEST(CheckpointCli, ASignalEndsARunWhoseCheckpointFolderHangsBeingMade) {
 // checkpoint.timeout_s, exit 3, with one line saying what it was doing.
 // Nothing trained, so there is no result to write.
 void expect_ended_at_the_timeout(const CommandResult& r, double seconds, const std::string& doing,
-                                 const std::string& result) {
+                                 const std::string& result, int timeout_s = 2) {
   EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
-  EXPECT_LT(seconds, 30.0) << "the timeout is 2 s";
-  EXPECT_EQ(r.err, "trainbench: " + doing +
-                       " did not finish within checkpoint.timeout_s=2 s: the storage stopped responding (raise "
-                       "checkpoint.timeout_s if it is only slow)\n");
+  EXPECT_LT(seconds, 30.0) << "the timeout is " << timeout_s << " s";
+  EXPECT_EQ(r.err, "trainbench: " + doing + " did not finish within checkpoint.timeout_s=" + std::to_string(timeout_s) +
+                       " s: the storage stopped responding (raise checkpoint.timeout_s if it is only slow)\n");
   EXPECT_EQ(r.out.find("\nstep "), std::string::npos) << "no step may run: " << r.out;
   EXPECT_FALSE(fs::exists(result));
 }
 
 TEST(CheckpointCli, ACheckpointFolderWhoseProbeOrLockNeverReturnsEndsTheRunAtItsTimeout) {
-  for (const auto& [call, part] : {std::pair{"FSYNC", ".trainbench-write-probe-"}, std::pair{"FLOCK", ".trainbench-lock"}}) {
-    SCOPED_TRACE(call);
+  struct Case {
+    const char* call;
+    const char* part;
+    bool default_folder;  // checkpoint.dir unset: the run's own in TMPDIR
+    const char* extra;
+  };
+  // The probe's fsync, rank 0's flock, the default folder's probe in TMPDIR,
+  // and --ceilings' write measurement in the folder (after the compute,
+  // network and read ones).
+  for (const Case& c : {Case{"FSYNC", ".trainbench-write-probe-", false, ""},
+                        Case{"FLOCK", ".trainbench-lock", false, ""},
+                        Case{"FSYNC", "trainbench-ckpt", true, ""},
+                        Case{"FSYNC", ".ceiling-write", false, "--ceilings "}}) {
+    SCOPED_TRACE(std::string(c.call) + " " + c.part);
     testing::TempDir dir("test_ckpt_cli");
     const std::string ckpt = dir.file("c");
+    const std::string tmpdir = dir.file("tmp");
+    fs::create_directory(tmpdir);
+    std::string command = tiny_run(ckpt, 4, 2, dir.file("r.json"), kFew + c.extra + "--set checkpoint.timeout_s=2");
+    if (c.default_folder) command = "env TMPDIR=" + tmpdir + " " + command + " --set checkpoint.dir=";
+    const std::string doing =
+        c.default_folder ? "making the run's checkpoint folder in the temporary directory (TMPDIR=" + tmpdir +
+                               ") and checking that it is writable"
+        : *c.extra != '\0' ? "measuring the write rate in checkpoint.dir " + ckpt
+                           : "checking that checkpoint.dir " + ckpt + " is writable and taking its lock";
     const auto begin = std::chrono::steady_clock::now();
-    const CommandResult r = run_command(
-        on_hung_storage(call, part, tiny_run(ckpt, 4, 2, dir.file("r.json"), kFew + "--set checkpoint.timeout_s=2")));
+    const CommandResult r = run_command(on_hung_storage(c.call, c.part, command));
     expect_ended_at_the_timeout(r, std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(),
-                                "checking that checkpoint.dir " + ckpt + " is writable and taking its lock",
-                                dir.file("r.json"));
+                                doing, dir.file("r.json"));
   }
+}
+
+// A checkpoint fails on a full disk (the storage answered), then the
+// storage stops responding as rank 0 removes step_8.tmp. That removal and
+// the listing for the message are best effort: the removal is let go after
+// a quarter of comm.timeout_s (1 s here), the listing is skipped, and the
+// run still writes its result and exits 3 naming the failure.
+TEST(CheckpointCli, AFailedCheckpointsRemovalThatNeverReturnsIsLetGoAndTheResultWritten) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string ckpt = dir.file("disk");
+  const testing::MountedFilesystem disk(ckpt, "tmpfs", "size=6m");
+  if (!disk.mounted()) GTEST_SKIP() << disk.why_not();
+  const auto begin = std::chrono::steady_clock::now();
+  const CommandResult r = run_command(on_hung_storage(
+      "REMOVE", "step_8.tmp", tiny_run(ckpt, 8, 4, dir.file("r.json"), "--set checkpoint.keep=0 --set comm.timeout_s=4")));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_LT(seconds, 60.0);
+  EXPECT_EQ(r.err.rfind("trainbench: checkpoint of step 8 failed on rank(s) 0: ", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.find("previous committed checkpoint"), std::string::npos) << "the listing was skipped: " << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  const nlohmann::json result = read_json(dir.file("r.json"));
+  EXPECT_EQ(result["steps"].size(), 8u);
+  ASSERT_EQ(result["checkpoints"].size(), 2u) << result["checkpoints"].dump();
+  EXPECT_EQ(result["checkpoints"][1]["status"], "failed");
+  EXPECT_EQ(latest_of(ckpt), "step_4");
 }
 
 TEST(CheckpointCli, AResumeWhoseReadsNeverReturnEndsTheRunAtItsTimeout) {
@@ -922,9 +966,9 @@ TEST(CheckpointCli, AResumeWhoseReadsNeverReturnEndsTheRunAtItsTimeout) {
   ASSERT_EQ(run_command(tiny_run(ckpt, 4, 2, dir.file("first.json"), kFew)).exit_code, 0);
   const auto begin = std::chrono::steady_clock::now();
   const CommandResult r = run_command(on_hung_storage(
-      "PREAD", "step_4", tiny_run(ckpt, 8, 2, dir.file("r.json"), kFew + "--resume latest --set checkpoint.timeout_s=2")));
+      "PREAD", "step_4", tiny_run(ckpt, 8, 2, dir.file("r.json"), kFew + "--resume latest --set checkpoint.timeout_s=4")));
   expect_ended_at_the_timeout(r, std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(),
-                              "reading the checkpoint to resume from (--resume latest)", dir.file("r.json"));
+                              "reading the checkpoint to resume from (--resume latest)", dir.file("r.json"), 4);
   EXPECT_EQ(latest_of(ckpt), "step_4") << "nothing written over it";
 }
 

@@ -245,11 +245,11 @@ TEST(CheckpointMpiHungStorage, OneRanksHungProbeBeforeStepOneEndsTheJobNamingIt)
       kMpirun + wrapper + " " + TRAINBENCH_BINARY +
       " run tiny --steps 4 --set train.warmup_steps=1 --set data.source=synthetic --set train.threads=1"
       " --set checkpoint.every_steps=2"
-      " --set checkpoint.timeout_s=3 --set comm.timeout_s=60 --set report.progress_every=0 --set checkpoint.dir=" +
+      " --set checkpoint.timeout_s=5 --set comm.timeout_s=60 --set report.progress_every=0 --set checkpoint.dir=" +
       dir.file("c") + " --out " + dir.file("r.json"));
   EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
   EXPECT_NE(r.err.find("trainbench: rank 1: checking that checkpoint.dir " + dir.file("c") +
-                       " is writable and taking its lock did not finish within checkpoint.timeout_s=3 s: the storage "
+                       " is writable and taking its lock did not finish within checkpoint.timeout_s=5 s: the storage "
                        "stopped responding"),
             std::string::npos)
       << r.err;
