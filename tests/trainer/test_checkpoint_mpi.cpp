@@ -199,6 +199,17 @@ TEST(CheckpointMpiDiskFull, OneRanksFullDiskIsAgreedOnByEveryRank) {
   EXPECT_TRUE(consistent) << "compared at step " << last_step << ": " << failed_result["checks"].dump();
 }
 
+// `kMpirun` and a wrapper under which rank 1 alone runs on storage that
+// stops responding: its fsyncs of paths containing `part` never return
+// (tests/support/failing_syscalls.cpp, preloaded); the other ranks' are fine.
+std::string mpirun_with_rank_1_fsync_hung(const testing::TempDir& dir, const std::string& part) {
+  const std::string wrapper = dir.file("rank1_hung_fsync.sh");
+  std::ofstream(wrapper) << "#!/bin/bash\n[ \"$OMPI_COMM_WORLD_RANK\" = 1 ] && export LD_PRELOAD="
+                         << FAILING_SYSCALLS_PRELOAD << " TRAINBENCH_TEST_HANG_FSYNC=" << part << "\nexec \"$@\"\n";
+  std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
+  return kMpirun + wrapper + " " + TRAINBENCH_BINARY;
+}
+
 // Rank 1's storage stops responding while it writes the step-5 checkpoint
 // (its fsyncs there never return; rank 0's are fine). Rank 0 used to wait
 // for it in the agreement round and time out after comm.timeout_s naming
@@ -208,12 +219,8 @@ TEST(CheckpointMpiDiskFull, OneRanksFullDiskIsAgreedOnByEveryRank) {
 // the checkpoint in rank 1's words.
 TEST(CheckpointMpiHungStorage, OneRanksHungWriteIsAgreedOnAtTheTimeout) {
   testing::TempDir dir("test_ckpt_mpi");
-  const std::string wrapper = dir.file("rank1_hung_fsync.sh");
-  std::ofstream(wrapper) << "#!/bin/bash\n[ \"$OMPI_COMM_WORLD_RANK\" = 1 ] && export LD_PRELOAD="
-                         << FAILING_SYSCALLS_PRELOAD << " TRAINBENCH_TEST_HANG_FSYNC=step_5.tmp\nexec \"$@\"\n";
-  std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
   const CommandResult r = run_command(
-      kMpirun + wrapper + " " + TRAINBENCH_BINARY +
+      mpirun_with_rank_1_fsync_hung(dir, "step_5.tmp") +
       " run tiny --steps 12 --set data.source=synthetic --set train.threads=1 --set checkpoint.every_steps=5"
       " --set checkpoint.timeout_s=10 --set comm.timeout_s=5 --set report.progress_every=0 --set checkpoint.dir=" +
       dir.file("c") + " --out " + dir.file("r.json"));
@@ -237,12 +244,8 @@ TEST(CheckpointMpiHungStorage, OneRanksHungWriteIsAgreedOnAtTheTimeout) {
 // for a peer all that time, is not blamed for its own storage.
 TEST(CheckpointMpiHungStorage, OneRanksHungProbeBeforeStepOneEndsTheJobNamingIt) {
   testing::TempDir dir("test_ckpt_mpi");
-  const std::string wrapper = dir.file("rank1_hung_probe.sh");
-  std::ofstream(wrapper) << "#!/bin/bash\n[ \"$OMPI_COMM_WORLD_RANK\" = 1 ] && export LD_PRELOAD="
-                         << FAILING_SYSCALLS_PRELOAD << " TRAINBENCH_TEST_HANG_FSYNC=.trainbench-write-probe-\nexec \"$@\"\n";
-  std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
   const CommandResult r = run_command(
-      kMpirun + wrapper + " " + TRAINBENCH_BINARY +
+      mpirun_with_rank_1_fsync_hung(dir, ".trainbench-write-probe-") +
       " run tiny --steps 4 --set train.warmup_steps=1 --set data.source=synthetic --set train.threads=1"
       " --set checkpoint.every_steps=2"
       " --set checkpoint.timeout_s=5 --set comm.timeout_s=60 --set report.progress_every=0 --set checkpoint.dir=" +
