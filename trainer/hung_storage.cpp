@@ -30,7 +30,12 @@ bool run_for_at_most(std::chrono::milliseconds longest, const std::function<void
 
 StorageWatchdog::StorageWatchdog(Communicator& comm, double limit_s, std::string doing)
     : comm_(comm), limit_s_(limit_s), doing_(std::move(doing)) {
-  thread_ = std::thread([this] { watch(); });
+  try {
+    thread_ = std::thread([this] { watch(); });
+  } catch (const std::system_error&) {
+    // No thread to be had (a process or memory limit): the calls go
+    // unwatched, as they went before, rather than the run failing here.
+  }
 }
 
 StorageWatchdog::~StorageWatchdog() {
@@ -39,7 +44,7 @@ StorageWatchdog::~StorageWatchdog() {
     stop_ = true;
   }
   wake_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 void StorageWatchdog::watch() {

@@ -12,10 +12,11 @@
 // (The checkpoint writes themselves run on the writer thread, bounded by the
 // Checkpointer's own waits.) One rank hung there for ever before step 1, and
 // a job's peers timed out in a collective naming no one. While a
-// StorageWatchdog lives, a thread of its own ends the job past
-// checkpoint.timeout_s (Communicator::abort, exit 3) with a line naming the
-// rank and what it was doing. Time the rank spends waiting for a peer in a
-// collective does not count: that is the peer's delay, not this storage's.
+// StorageWatchdog lives, a thread of its own (where one can be had) ends the
+// job past checkpoint.timeout_s (Communicator::abort, exit 3) with a line
+// naming the rank and what it was doing. Time the rank spends waiting for a
+// peer in a collective does not count: that is the peer's delay, not this
+// storage's.
 #pragma once
 
 #include <chrono>
