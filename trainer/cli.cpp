@@ -14,7 +14,6 @@
 #include <cstring>  // strerror
 #include <exception>
 #include <filesystem>  // the result and checkpoint paths, compared and sized
-#include <optional>    // the shards' listing watched only where there is one
 #include <regex>  // whether a failure names its rank
 #include <string>
 #include <system_error>  // a thread that could not start: exit 3
@@ -731,13 +730,6 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
     // The temporary shards: every rank on a host writes its own copy at once.
     const int host_ranks =
         config.data.source == "shards" && config.data.shards.empty() ? ranks_on_this_host(*comm) : 1;
-    // The user's shards are listed (and each checked) on this thread: on
-    // storage that stopped responding that never returned. Bounded as a
-    // batch's wait is, by data.timeout_s. (The temporary shards' writing is
-    // not: its time grows with the run, and TMPDIR is local.)
-    std::optional<StorageWatchdog> listing;
-    if (config.data.source == "shards" && !config.data.shards.empty())
-      listing.emplace(*comm, config.data.timeout_s, "listing data.shards " + config.data.shards, "data.timeout_s");
     data = make_data_source(config, *engine, comm->rank(), comm->world_size(), resume.data_position, host_ranks);
     check_ranks_resolved_the_same_shards(data, config, *comm);
   } catch (const DataError&) {

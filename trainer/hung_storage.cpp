@@ -28,8 +28,8 @@ bool run_for_at_most(std::chrono::milliseconds longest, const std::function<void
   return *finished;
 }
 
-StorageWatchdog::StorageWatchdog(Communicator& comm, double limit_s, std::string doing, const char* key)
-    : comm_(comm), limit_s_(limit_s), doing_(std::move(doing)), key_(key) {
+StorageWatchdog::StorageWatchdog(Communicator& comm, double limit_s, std::string doing)
+    : comm_(comm), limit_s_(limit_s), doing_(std::move(doing)) {
   try {
     thread_ = std::thread([this] { watch(); });
   } catch (const std::system_error&) {
@@ -67,9 +67,9 @@ void StorageWatchdog::watch() {
     }
     if (Clock::now() - counting_since < limit) continue;
     const std::string rank = comm_.world_size() > 1 ? "rank " + std::to_string(comm_.rank()) + ": " : "";
-    const std::string message = rank + doing_ + " did not finish within " + key_ + "=" +
-                                comm_clock::format_seconds(limit_s_) + " s: the storage stopped responding (raise " +
-                                key_ + " if it is only slow)";
+    const std::string message = rank + doing_ + " did not finish within checkpoint.timeout_s=" +
+                                comm_clock::format_seconds(limit_s_) +
+                                " s: the storage stopped responding (raise checkpoint.timeout_s if it is only slow)";
     lock.unlock();
     comm_.abort(kExitEnvironmentError, message);  // the storage's fault, not the config's
   }

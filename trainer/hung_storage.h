@@ -5,8 +5,8 @@
 // (run_for_at_most: for work whose result may be dropped), or end the job
 // (StorageWatchdog: for work on the run's own state).
 //
-// StorageWatchdog bounds the storage calls that run on the main thread: the
-// user's shards' listing (by data.timeout_s), and the checkpoint folder's: checkpoint.dir's check and lock before step 1 (the
+// StorageWatchdog bounds the checkpoint folder's storage calls that run
+// on the main thread: checkpoint.dir's check and lock before step 1 (the
 // default folder's making too), the look for another run's checkpoints in
 // it, a resume's reads, the free-space check, the write-rate measurement.
 // (The checkpoint writes themselves run on the writer thread, bounded by the
@@ -39,9 +39,8 @@ bool run_for_at_most(std::chrono::milliseconds longest, const std::function<void
 class StorageWatchdog {
  public:
   // `doing`: what the rank is doing, for the message ("checking that
-  // checkpoint.dir /ckpt is writable"); `limit_s`: the value of `key`, the
-  // config key that bounds it (data.timeout_s for the shards' listing).
-  StorageWatchdog(Communicator& comm, double limit_s, std::string doing, const char* key = "checkpoint.timeout_s");
+  // checkpoint.dir /ckpt is writable"); `limit_s`: checkpoint.timeout_s.
+  StorageWatchdog(Communicator& comm, double limit_s, std::string doing);
   ~StorageWatchdog();
   StorageWatchdog(const StorageWatchdog&) = delete;
   StorageWatchdog& operator=(const StorageWatchdog&) = delete;
@@ -52,7 +51,6 @@ class StorageWatchdog {
   Communicator& comm_;
   const double limit_s_;
   const std::string doing_;
-  const char* const key_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stop_ = false;

@@ -38,7 +38,6 @@ using FlockFunction = int (*)(int, int);
 using MkdirFunction = int (*)(const char*, mode_t);
 using PreadFunction = ssize_t (*)(int, void*, size_t, off_t);
 using RemoveFunction = int (*)(const char*);
-using StatFunction = int (*)(const char*, struct stat*);
 
 FsyncFunction libc_fsync() {
   static const FsyncFunction real = libc<FsyncFunction>("fsync");
@@ -52,11 +51,6 @@ FlockFunction libc_flock() {
 
 MkdirFunction libc_mkdir() {
   static const MkdirFunction real = libc<MkdirFunction>("mkdir");
-  return real;
-}
-
-StatFunction libc_stat() {
-  static const StatFunction real = libc<StatFunction>("stat");
   return real;
 }
 
@@ -84,10 +78,9 @@ std::string path_of(int fd) {
 
 // TRAINBENCH_TEST_HANG_FSYNC, TRAINBENCH_TEST_HANG_MKDIR,
 // TRAINBENCH_TEST_HANG_FLOCK, TRAINBENCH_TEST_HANG_PREAD,
-// TRAINBENCH_TEST_HANG_REMOVE, TRAINBENCH_TEST_HANG_STAT: a part of a path.
-// An fsync of a file or folder, a mkdir, a flock, a pread, a remove
-// (std::filesystem's remove_all removes through it) or a stat (its
-// exists, is_directory, ...) whose path contains it never returns, as on storage that stopped responding; signals
+// TRAINBENCH_TEST_HANG_REMOVE: a part of a path. An fsync of a file or
+// folder, a mkdir, a flock, a pread or a remove (std::filesystem's
+// remove_all removes through it) whose path contains it never returns, as on storage that stopped responding; signals
 // do not end it either (pause() is resumed).
 bool hangs(const char* variable, const std::string& path) {
   const char* pattern = std::getenv(variable);
@@ -117,11 +110,6 @@ extern "C" int fsync(int fd) {
 extern "C" int mkdir(const char* path, mode_t mode) {
   if (hangs("TRAINBENCH_TEST_HANG_MKDIR", path)) hang();
   return libc_mkdir()(path, mode);
-}
-
-extern "C" int stat(const char* path, struct stat* status) {
-  if (hangs("TRAINBENCH_TEST_HANG_STAT", path)) hang();
-  return libc_stat()(path, status);
 }
 
 extern "C" int remove(const char* path) {
