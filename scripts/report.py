@@ -1504,9 +1504,14 @@ def write_plots(points: list[Point], out: OutDir) -> list[str]:
     written = []
 
     def save(fig: Any, name: str) -> None:
+        # Beside it, then renamed over it, as report.md: a full disk part way
+        # leaves the earlier plot whole, not a truncated PNG.
+        temporary = out.path / f"{name}.tmp.{os.getpid()}"
         try:
-            fig.savefig(out.path / name, dpi=110)
+            fig.savefig(temporary, dpi=110, format="png")
+            os.replace(temporary, out.path / name)
         except OSError as e:
+            discard(temporary)
             raise write_error(out, f"cannot write {name}", e) from None
         finally:
             plt.close(fig)
@@ -1870,9 +1875,19 @@ def write_text(out: OutDir, name: str, text: str) -> Path:
         temporary.write_text(text, encoding="utf-8", errors="surrogateescape")
         os.replace(temporary, path)
     except OSError as e:
-        temporary.unlink(missing_ok=True)
+        discard(temporary)
         raise write_error(out, f"cannot write {name}", e) from None
     return path
+
+
+def discard(temporary: Path) -> None:
+    """A temporary file removed on the way out of a failed write; a removal
+    that fails too (a filesystem gone read-only after an I/O error) must not
+    replace the write's error with a traceback."""
+    try:
+        temporary.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def remove_stale_plots(out: OutDir, written: list[str]) -> None:

@@ -549,6 +549,19 @@ class ReportErrorTests(unittest.TestCase):
         self.assertEqual(done.stderr, f"report.py: --out {self.out}: cannot write report.md (File too large)\n")
         self.assertEqual((self.out / "report.md").read_text(), "the earlier report\n")
         self.assertEqual([p.name for p in self.out.iterdir()], ["report.md"], "no temporary left")
+        # The plots, written first, likewise: an earlier one stays whole (it
+        # was written in place, and a full disk truncated it).
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            self.skipTest("matplotlib is not installed: the plots' part is not checked (scripts/setup.sh installs it)")
+        (self.out / "tokens_per_s.png").write_bytes(b"an earlier plot")
+        done = subprocess.run([sys.executable, REPORT, good, "--out", self.out], capture_output=True,
+                              text=True, timeout=120, check=False, preexec_fn=limit_file_size)
+        self.assertEqual(done.returncode, 3, done.stdout + done.stderr)
+        self.assertEqual(done.stderr, f"report.py: --out {self.out}: cannot write tokens_per_s.png (File too large)\n")
+        self.assertEqual((self.out / "tokens_per_s.png").read_bytes(), b"an earlier plot")
+        self.assertEqual(sorted(p.name for p in self.out.iterdir()), ["report.md", "tokens_per_s.png"])
 
     def test_a_rerun_leaves_no_earlier_plots_or_temporaries(self) -> None:
         # An earlier report's PNGs stayed beside a --no-plots report.md,
