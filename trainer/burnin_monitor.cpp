@@ -16,6 +16,7 @@
 #include "trainer/burnin.h"
 #include "trainer/ceilings.h"       // measure_write_rate: the storage check
 #include "trainer/checkpointing.h"  // Checkpointer::wait_until_idle: no checkpoint writing during it
+#include "trainer/progress_watchdog.h"  // the hang watch
 #include "trainer/cli.h"            // CommandError: a baseline of another attention is exit 2
 #include "trainer/report.h"         // human_count
 #include "trainer/run_extension.h"
@@ -139,70 +140,21 @@ class HealthSampler {
   std::thread thread_;
 };
 
-// Bounds a hung rank. A rank whose steps stop while it is not waiting for
-// a peer (Communicator::waiting_since) is stuck in its own work — a hung GPU,
-// a stuck kernel, a frozen loader — and it is the one to blame: its watchdog
-// ends the job with exit 4 and a FAIL line naming it, after half of
-// comm.timeout_s. Its peers, waiting for it in a collective, would time out
-// only after the whole comm.timeout_s (exit 3, naming no one).
-class HangWatchdog {
- public:
-  HangWatchdog(Communicator& comm, double limit_s, std::string host) : comm_(comm), limit_s_(limit_s), host_(std::move(host)) {
-    progress();
-    thread_ = std::thread([this] { watch(); });
-  }
-  ~HangWatchdog() {
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    thread_.join();
-  }
-  // The rank moved on: `what` it is doing now, for the message.
-  void progress(const std::string& what = "") {
-    std::lock_guard lock(mutex_);
-    last_progress_ = Clock::now();
-    if (!what.empty()) what_ = what;
-  }
-  // Off while the run drains its last checkpoint (bounded by its own waits).
-  void arm(bool armed) {
-    std::lock_guard lock(mutex_);
-    armed_ = armed;
-    last_progress_ = Clock::now();
-  }
-
- private:
-  void watch() {
-    std::unique_lock lock(mutex_);
-    while (!stop_) {
-      wake_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stop_; });
-      if (stop_ || !armed_) continue;
-      if (comm_.waiting_since() > 0) {  // held up by a peer: not this rank's fault
-        last_progress_ = Clock::now();
-        continue;
-      }
-      const double stuck_s = std::chrono::duration<double>(Clock::now() - last_progress_).count();
-      if (stuck_s < limit_s_) continue;
-      const std::string message = "burn-in: rank " + std::to_string(comm_.rank()) + " (" + host_ +
-                                  "): FAIL: hung: no progress for " + format("%.0f s", stuck_s) +
-                                  " while not waiting for any peer (" + what_ +
-                                  "); its GPU or host is stuck (half of comm.timeout_s)";
-      lock.unlock();
-      comm_.abort(4, message);
-    }
-  }
-
-  Communicator& comm_;
-  const double limit_s_;
-  const std::string host_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  Clock::time_point last_progress_;
-  std::string what_ = "starting";
-  bool armed_ = true, stop_ = false;
-  std::thread thread_;
-};
+// Bounds a hung rank (ProgressWatchdog): a rank whose steps stop while it
+// is not waiting for a peer is stuck in its own work — a hung GPU, a stuck
+// kernel, a frozen loader — and its watchdog ends the job with exit 4 and a
+// FAIL line naming it, after half of comm.timeout_s. Its peers, waiting for
+// it in a collective, would time out only after the whole comm.timeout_s
+// (exit 3, naming no one).
+std::unique_ptr<ProgressWatchdog> watch_for_a_hang(Communicator& comm, double limit_s) {
+  return std::make_unique<ProgressWatchdog>(
+      comm, limit_s, "starting", [&comm, host = comm.host_name()](double stuck_s, const std::string& what) {
+        return std::pair{4, "burn-in: rank " + std::to_string(comm.rank()) + " (" + host +
+                                "): FAIL: hung: no progress for " + format("%.0f s", stuck_s) +
+                                " while not waiting for any peer (" + what +
+                                "); its GPU or host is stuck (half of comm.timeout_s)"};
+      });
+}
 
 // One fabric + storage measurement.
 struct HealthPoint {
@@ -291,7 +243,7 @@ class BurninMonitor final : public RunExtension {
     start_ = Clock::now();
     measure_health();
     last_health_ = Clock::now();
-    watchdog_ = std::make_unique<HangWatchdog>(*comm_, 0.5 * config_->comm.timeout_s, comm_->host_name());
+    watchdog_ = watch_for_a_hang(*comm_, 0.5 * config_->comm.timeout_s);
     watchdog_->progress("step 1");
   }
 
@@ -763,7 +715,7 @@ class BurninMonitor final : public RunExtension {
   std::vector<double> step_s_, own_step_s_, comm_s_since_health_;
   std::vector<HealthPoint> health_;
   std::unique_ptr<HealthSampler> sampler_;
-  std::unique_ptr<HangWatchdog> watchdog_;
+  std::unique_ptr<ProgressWatchdog> watchdog_;
   std::string nvml_why_not_, gpu_name_;
   Verdict verdict_;
   Drift drift_;

@@ -16,17 +16,15 @@
 // job past checkpoint.timeout_s (Communicator::abort, exit 3) with a line
 // naming the rank and what it was doing. Time the rank spends waiting for a
 // peer in a collective does not count: that is the peer's delay, not this
-// storage's.
+// storage's (ProgressWatchdog).
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>  // run_for_at_most's work
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include "comm/communicator.h"
+#include "trainer/progress_watchdog.h"
 
 namespace trainbench {
 
@@ -41,20 +39,9 @@ class StorageWatchdog {
   // `doing`: what the rank is doing, for the message ("checking that
   // checkpoint.dir /ckpt is writable"); `limit_s`: checkpoint.timeout_s.
   StorageWatchdog(Communicator& comm, double limit_s, std::string doing);
-  ~StorageWatchdog();
-  StorageWatchdog(const StorageWatchdog&) = delete;
-  StorageWatchdog& operator=(const StorageWatchdog&) = delete;
 
  private:
-  void watch();
-
-  Communicator& comm_;
-  const double limit_s_;
-  const std::string doing_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stop_ = false;
-  std::thread thread_;
+  ProgressWatchdog watchdog_;
 };
 
 }  // namespace trainbench
