@@ -261,8 +261,11 @@ std::unique_ptr<Communicator> make_local_communicator();
 // requires) and finalizes it when destroyed, so it can be made once per
 // process (a second call throws std::logic_error). nullptr when this build
 // has no MPI backend. Call it when launched by mpirun/srun, or always: a
-// singleton MPI run is one rank.
-std::unique_ptr<Communicator> make_mpi_communicator();
+// singleton MPI run is one rank. `timeout_s` (comm.timeout_s) bounds the
+// collectives, as set_timeout does, and the start-up itself: a rank whose
+// MPI_Init has not returned within it, because a peer never joined, ends
+// with exit 3 and one line.
+std::unique_ptr<Communicator> make_mpi_communicator(double timeout_s = 300.0);
 
 // The NCCL communicator for GPU `device` (one process per GPU: pass the
 // local rank). `bootstrap` (mpi, or local for one rank) gives rank, world,

@@ -24,11 +24,12 @@
 #include <mutex>
 #include <stdexcept>           // std::invalid_argument, std::logic_error
 #include <string>
-#include <thread>              // the progress thread
+#include <system_error>        // a thread that cannot be had
+#include <thread>              // the progress thread, the start-up deadline
 
 #include "comm/communicator.h"
 #include "comm/deadline_clock.h"  // seconds ↔ durations for the timeouts
-#include "comm/launch_detect.h"  // launcher_task_count
+#include "comm/launch_detect.h"  // launcher_task_count, launcher_rank
 
 namespace trainbench {
 
@@ -55,9 +56,62 @@ std::string thread_level_name(int level) {
   }
 }
 
+// MPI_Init waits for every rank the launcher started (Open MPI's PMIx fence),
+// so one that never gets there (its host down, or stuck before main on a
+// binary, config or data path whose storage stopped responding) held the
+// others in MPI_Init for ever, with no MPI yet to time out. This thread ends
+// the rank past comm.timeout_s with one line instead; the launcher then ends
+// the job (mpirun on any non-zero exit, srun with --kill-on-bad-exit as
+// trainbench.sbatch runs it). It covers the constructor's collectives too.
+class StartupDeadline {
+ public:
+  explicit StartupDeadline(double limit_s) : limit_s_(limit_s) {
+    try {
+      thread_ = std::thread([this] { watch(); });
+    } catch (const std::system_error&) {
+      // No thread to be had (a process limit): start unwatched, as before.
+    }
+  }
+  ~StartupDeadline() {
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+  StartupDeadline(const StartupDeadline&) = delete;
+  StartupDeadline& operator=(const StartupDeadline&) = delete;
+
+ private:
+  void watch() {
+    std::unique_lock lock(mutex_);
+    if (wake_.wait_for(lock, duration_of(limit_s_), [this] { return done_; })) return;
+    const int rank = launcher_rank(), tasks = launcher_task_count();
+    const std::string who = rank >= 0 && tasks > 0
+                                ? " (rank " + std::to_string(rank) + " of " + std::to_string(tasks) + ")"
+                                : "";
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "trainbench: comm: MPI start-up did not finish within comm.timeout_s=%s s%s: a rank never "
+                 "joined it (its host down, or stuck before MPI_Init, e.g. on storage that stopped responding: "
+                 "see its output; raise comm.timeout_s if the launcher is only slow to start ranks)\n",
+                 format_seconds(limit_s_).c_str(), who.c_str());
+    std::fflush(stderr);
+    // No MPI_Abort before MPI_Init has returned: the launcher ends the rest.
+    std::_Exit(3);
+  }
+
+  const double limit_s_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator();
+  explicit MpiCommunicator(double timeout_s);
   ~MpiCommunicator() override;
 
   const char* backend_name() const override { return "mpi"; }
@@ -132,7 +186,8 @@ class MpiCommunicator final : public Communicator {
   std::thread progress_thread_;
 };
 
-MpiCommunicator::MpiCommunicator() {
+MpiCommunicator::MpiCommunicator(double timeout_s) : timeout_s_(timeout_s) {
+  const StartupDeadline deadline(timeout_s);
   int provided = MPI_THREAD_SINGLE;
   if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
     // Before MPI is up there is no MPI_Abort; the launcher ends the other ranks.
@@ -379,12 +434,12 @@ void MpiCommunicator::progress_loop() {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_communicator() {
+std::unique_ptr<Communicator> make_mpi_communicator(double timeout_s) {
   // MPI can be initialised once per process (MPI_Finalize is final).
   static std::atomic<bool> created{false};
   if (created.exchange(true))
     throw std::logic_error("make_mpi_communicator: MPI can be initialised only once per process");
-  return std::make_unique<MpiCommunicator>();
+  return std::make_unique<MpiCommunicator>(timeout_s);
 }
 
 std::string mpi_library_version() {

@@ -4,7 +4,7 @@
 
 namespace trainbench {
 
-std::unique_ptr<Communicator> make_mpi_communicator() { return nullptr; }
+std::unique_ptr<Communicator> make_mpi_communicator(double) { return nullptr; }
 
 std::string mpi_library_version() { return ""; }
 

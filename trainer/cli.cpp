@@ -967,7 +967,10 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, doub
   // nccl: its bootstrap, which gives the ranks and carries the ncclUniqueId.
   const bool bootstrap = backend == "auto" || backend == "nccl";
   if (backend == "local" || (bootstrap && !launched_by_mpi())) return make_local_communicator();
-  std::unique_ptr<Communicator> mpi = make_mpi_communicator();
+  // comm.timeout_s from MPI_Init on: the start-up waits for every rank, and
+  // the first collectives (the config comparison, the checkpoint folder's
+  // agreement before step 1) waited out the default 300 s whatever it said.
+  std::unique_ptr<Communicator> mpi = make_mpi_communicator(timeout_s);
   if (mpi == nullptr)
     throw CommandError{kExitEnvironmentError,
                        backend == "mpi" ? "comm.backend=mpi: this build has no MPI backend (build with "
@@ -975,10 +978,6 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, doub
                                         : "started by an MPI launcher, but this build has no MPI backend: "
                                           "every rank would run alone (build with OpenMPI installed, or "
                                           "set comm.backend=local)"};
-  // From the first collective on (the config comparison, the checkpoint
-  // folder's agreement before step 1): a rank stopped during set-up waited
-  // out the default 300 s whatever comm.timeout_s said.
-  mpi->set_timeout(timeout_s);
   return mpi;
 }
 

@@ -3,6 +3,7 @@
 // timeout has passed. argv[1] names what rank 0 is doing meanwhile:
 //   barrier | all_reduce | background   (the last rank sleeps: it stalled)
 //   died                                (the last rank is killed: it died)
+//   never_joined                        (the last rank never reaches MPI_Init)
 #include <signal.h>  // raise(SIGKILL)
 
 #include <chrono>
@@ -12,11 +13,16 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/launch_detect.h"  // the rank before MPI is up
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  std::unique_ptr<trainbench::Communicator> comm = trainbench::make_mpi_communicator();
-  comm->set_timeout(2);
+  if (mode == "never_joined" && trainbench::launcher_rank() == trainbench::launcher_task_count() - 1) {
+    // As a rank stuck before main on storage that stopped responding.
+    std::this_thread::sleep_for(std::chrono::seconds(600));  // ended by the launcher
+    return 0;
+  }
+  std::unique_ptr<trainbench::Communicator> comm = trainbench::make_mpi_communicator(2);
   comm->set_context("stall test");
   if (comm->rank() == comm->world_size() - 1) {
     if (mode == "died") raise(SIGKILL);
@@ -28,6 +34,8 @@ int main(int argc, char** argv) {
     comm->barrier();
   } else if (mode == "all_reduce" || mode == "died") {
     comm->all_reduce_sum(data.data(), static_cast<int64_t>(data.size()));
+  } else if (mode == "never_joined") {
+    return 4;  // not reached: MPI_Init cannot complete without the last rank
   } else if (mode == "background") {
     comm->wait(comm->start_all_reduce_sum(data.data(), static_cast<int64_t>(data.size())));
   } else {

@@ -56,6 +56,13 @@ TEST(MpiTimeout, StalledBackgroundAllReduce) {
                             "(rank 0 of 2): a rank died or stalled");
 }
 
+TEST(MpiTimeout, ARankThatNeverJoinsEndsTheStartUp) {
+  // The others waited in MPI_Init for ever: there was no MPI yet to time out.
+  expect_aborted_by_timeout("never_joined",
+                            "comm: MPI start-up did not finish within comm.timeout_s=2 s (rank 0 of 2): a rank "
+                            "never joined it");
+}
+
 TEST(MpiTimeout, DeadRankEndsTheJob) {
   // The launcher may notice the death first and end the job itself; either
   // way it ends, with a failure, well before any hang.

@@ -132,6 +132,29 @@ TEST(MpiCli, ARankStoppedBeforeStepOneTimesOutAfterCommTimeout) {
   EXPECT_TRUE(left.empty()) << "rank 0 left " << ::testing::PrintToString(left);
 }
 
+// A rank that never starts (its host down, or stuck before main on storage
+// that stopped responding) held the others in MPI_Init for ever: comm.timeout_s
+// bounds the start-up too, and mpirun then ends the job.
+TEST(MpiCli, ARankThatNeverStartsEndsTheJobAtCommTimeout) {
+  testing::TempDir dir("test_mpi_cli");
+  const std::string wrapper = dir.file("rank1_never_starts.sh");
+  write_executable(wrapper, "#!/bin/sh\nif [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then\n"
+                            "  trap 'exit 1' TERM INT\n  sleep 100 & wait $!\n  exit 1\nfi\nexec \"$@\"\n");
+  const auto begin = std::chrono::steady_clock::now();
+  const CommandResult r = run_command("timeout 90 " + kMpirun + "-np 2 " + wrapper + " " + TRAINBENCH_BINARY +
+                                      " run tiny --steps 8 --set train.threads=1 --set comm.timeout_s=3 --out " +
+                                      dir.file("r.json"));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_NE(r.err.find("trainbench: comm: MPI start-up did not finish within comm.timeout_s=3 s (rank 0 of 2): "
+                       "a rank never joined it"),
+            std::string::npos)
+      << r.err;
+  EXPECT_GE(seconds, 3.0);
+  EXPECT_LT(seconds, 60.0);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("r.json")));
+}
+
 // The network fault injections under ZeRO-1: a slow network holds its
 // reduce-scatter and all-gather too (they ran at full speed, the injection
 // silently ignored); a divergence, which its all-gather would overwrite, is
