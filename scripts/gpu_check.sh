@@ -174,6 +174,21 @@ if [ -z "${CUDNN_ROOT:-}" ] && [ ! -f /usr/local/cuda/include/cudnn.h ]; then
     row "cuDNN source" "PyTorch's wheel: $wheel_cudnn ($headers)"
   fi
 fi
+# cuDNN's run-time compiled SDPA engines dlopen NVRTC (libnvrtc.so.13), which
+# the loader looks for on LD_LIBRARY_PATH and ld.so.conf, not in the binary's
+# RUNPATH: without it, train.attention auto falls back to GEMM attention. The
+# toolkit's copy, else PyTorch's wheel (nvidia-cuda-nvrtc: nvidia/cu13/lib),
+# appended so it never shadows what the path already gives.
+if ! ldconfig -p 2> /dev/null | grep -q 'libnvrtc\.so\.'; then
+  for nvrtc_dir in /usr/local/cuda/lib64 "$(wheel_dir nvidia.cu13)" "$(wheel_dir nvidia.cuda_nvrtc)"; do
+    [ "$nvrtc_dir" = /usr/local/cuda/lib64 ] || nvrtc_dir=${nvrtc_dir:+$nvrtc_dir/lib}
+    if [ -n "$nvrtc_dir" ] && ls "$nvrtc_dir"/libnvrtc.so.* > /dev/null 2>&1; then
+      export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$nvrtc_dir"
+      row "NVRTC (cuDNN)" "$nvrtc_dir"
+      break
+    fi
+  done
+fi
 
 # 1. Build for Hopper only: half the compile time of the default 80;90.
 # Each GPU test gets GPU_CHECK_TEST_TIMEOUT seconds (its TIMEOUT property:
