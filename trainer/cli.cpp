@@ -759,7 +759,6 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
     setup_warnings.push_back("comm.zero=1 on one rank: ZeRO-1 shards the optimizer state across the ranks, and one "
                              "rank has nothing to share it with: this run's memory and time are those of comm.zero=0");
   std::string checkpoint_off;  // why this run takes no checkpoints it was configured for
-  if (!checkpoint_dir.lock.unlocked_reason().empty()) setup_warnings.push_back(checkpoint_dir.lock.unlocked_reason());
   if (!checkpoint_dir.path.empty()) {
     int64_t state_bytes = 0;
     for (const StateTensor& t : engine->state_tensors()) state_bytes += t.bytes;
@@ -786,6 +785,9 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                                "); free space, lower checkpoint.keep or name another checkpoint.dir");
     }
   }
+  // Of a folder the run still writes: a temporary one dropped above is not.
+  if (!checkpoint_dir.path.empty() && !checkpoint_dir.lock.unlocked_reason().empty())
+    setup_warnings.push_back(checkpoint_dir.lock.unlocked_reason());
 
   const int threads = engine_options.threads > 0
                           ? engine_options.threads

@@ -81,8 +81,9 @@ std::string path_of(int fd) {
 // TRAINBENCH_TEST_HANG_REMOVE: a part of a path. An fsync of a file or
 // folder, a mkdir, a flock, a pread or a remove (std::filesystem's
 // remove_all removes through it) whose path contains it never returns, as on storage that stopped responding; signals
-// do not end it either (pause() is resumed).
-bool hangs(const char* variable, const std::string& path) {
+// do not end it either (pause() is resumed). True when `path` contains the
+// part `variable` names.
+bool named_by(const char* variable, const std::string& path) {
   const char* pattern = std::getenv(variable);
   return pattern != nullptr && *pattern != '\0' && path.find(pattern) != std::string::npos;
 }
@@ -94,7 +95,7 @@ bool hangs(const char* variable, const std::string& path) {
 }  // namespace
 
 extern "C" int fsync(int fd) {
-  if (hangs("TRAINBENCH_TEST_HANG_FSYNC", path_of(fd))) hang();
+  if (named_by("TRAINBENCH_TEST_HANG_FSYNC", path_of(fd))) hang();
   Faults& f = faults();
   {
     std::lock_guard<std::mutex> guard(f.lock);
@@ -108,24 +109,30 @@ extern "C" int fsync(int fd) {
 }
 
 extern "C" int mkdir(const char* path, mode_t mode) {
-  if (hangs("TRAINBENCH_TEST_HANG_MKDIR", path)) hang();
+  if (named_by("TRAINBENCH_TEST_HANG_MKDIR", path)) hang();
   return libc_mkdir()(path, mode);
 }
 
 extern "C" int remove(const char* path) {
-  if (hangs("TRAINBENCH_TEST_HANG_REMOVE", path)) hang();
+  if (named_by("TRAINBENCH_TEST_HANG_REMOVE", path)) hang();
   return libc_remove()(path);
 }
 
 // A checkpoint's files are read with pread (read_rank_files); off_t is 64
 // bits on the 64-bit targets built, where pread64 is the same function.
 extern "C" ssize_t pread(int fd, void* buffer, size_t count, off_t offset) {
-  if (hangs("TRAINBENCH_TEST_HANG_PREAD", path_of(fd))) hang();
+  if (named_by("TRAINBENCH_TEST_HANG_PREAD", path_of(fd))) hang();
   return libc_pread()(fd, buffer, count, offset);
 }
 
 extern "C" int flock(int fd, int operation) {
-  if (hangs("TRAINBENCH_TEST_HANG_FLOCK", path_of(fd))) hang();
+  if (named_by("TRAINBENCH_TEST_HANG_FLOCK", path_of(fd))) hang();
+  // TRAINBENCH_TEST_NO_FLOCK: a part of a path whose flock fails with ENOLCK,
+  // as on a filesystem without locks (some NFS mounts).
+  if (named_by("TRAINBENCH_TEST_NO_FLOCK", path_of(fd))) {
+    errno = ENOLCK;
+    return -1;
+  }
   const int error = faults().flock_error;
   if (error != 0) {
     errno = error;

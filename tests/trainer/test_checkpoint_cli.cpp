@@ -1157,6 +1157,33 @@ TEST(CheckpointCli, CheckpointsTurnedOffForWantOfRoomAreAWarningInTheResult) {
   EXPECT_TRUE(result["checkpoints"].empty());
 }
 
+// A temporary folder on a filesystem without flock: its "not locked against a
+// second run" warning belongs to a folder the run writes. Where the
+// checkpoints did not fit and the folder was dropped, the warning stayed in
+// the result beside "checkpoint: off", about a folder that no longer existed.
+TEST(CheckpointCli, ADroppedTemporaryFolderLeavesNoWarningAboutItsLock) {
+  testing::TempDir dir("test_ckpt_cli");
+  const testing::MountedFilesystem small(dir.file("tmp"), "tmpfs", "size=3m");
+  if (!small.mounted()) GTEST_SKIP() << small.why_not();
+  const std::string no_flock =
+      std::string("env LD_PRELOAD=") + FAILING_SYSCALLS_PRELOAD + " TRAINBENCH_TEST_NO_FLOCK=" + dir.path() + " ";
+  const auto warnings_of = [&](const std::string& tmpdir, const std::string& out) {
+    const CommandResult r = run_command(no_flock + "env TMPDIR=" + tmpdir + " " + TRAINBENCH_BINARY +
+                                        " run tiny --steps 10 --set checkpoint.every_steps=5 --set data.source=synthetic"
+                                        " --set report.progress_every=0 --out " + out);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    return nlohmann::json::parse(read_whole_file(out))["warnings"].dump() + r.out + r.err;
+  };
+  // Where the checkpoints fit, the folder is written unlocked and says so.
+  const std::string roomy = dir.file("roomy");
+  std::filesystem::create_directories(roomy);
+  const std::string kept = warnings_of(roomy, dir.file("kept.json"));
+  EXPECT_NE(kept.find("is not locked against a second run"), std::string::npos) << kept;
+  const std::string dropped = warnings_of(dir.file("tmp"), dir.file("dropped.json"));
+  EXPECT_NE(dropped.find("checkpoint: off: checkpoint.dir is not set"), std::string::npos) << dropped;
+  EXPECT_EQ(dropped.find("is not locked"), std::string::npos) << dropped;
+}
+
 // The check counts what the checkpoints hold besides the state (the
 // loaders' positions, up to their full shuffle buffers) and what the run's
 // temporary shards take of the same filesystem. With the state alone (2 MB
