@@ -63,9 +63,15 @@ std::string thread_level_name(int level) {
 // the rank past comm.timeout_s with one line instead; the launcher then ends
 // the job (mpirun on any non-zero exit, srun with --kill-on-bad-exit as
 // trainbench.sbatch runs it). It covers the constructor's collectives too.
+// comm.timeout_s, as NCCL's own rendezvous (ncclCommInitRank) is bounded by
+// it: one key for every wait on the other ranks, as PyTorch's
+// init_process_group timeout is for its rendezvous and collectives.
 class StartupDeadline {
  public:
-  explicit StartupDeadline(double limit_s) : limit_s_(limit_s) {
+  // The rank's number as the launcher gave it, read here rather than on the
+  // thread: MPI_Init may set environment variables meanwhile.
+  explicit StartupDeadline(double limit_s)
+      : limit_s_(limit_s), rank_(launcher_rank()), tasks_(launcher_task_count()) {
     try {
       thread_ = std::thread([this] { watch(); });
     } catch (const std::system_error&) {
@@ -87,9 +93,8 @@ class StartupDeadline {
   void watch() {
     std::unique_lock lock(mutex_);
     if (wake_.wait_for(lock, duration_of(limit_s_), [this] { return done_; })) return;
-    const int rank = launcher_rank(), tasks = launcher_task_count();
-    const std::string who = rank >= 0 && tasks > 0
-                                ? " (rank " + std::to_string(rank) + " of " + std::to_string(tasks) + ")"
+    const std::string who = rank_ >= 0 && tasks_ > 0
+                                ? " (rank " + std::to_string(rank_) + " of " + std::to_string(tasks_) + ")"
                                 : "";
     std::fflush(stdout);
     std::fprintf(stderr,
@@ -103,6 +108,7 @@ class StartupDeadline {
   }
 
   const double limit_s_;
+  const int rank_, tasks_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool done_ = false;

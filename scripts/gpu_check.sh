@@ -174,15 +174,18 @@ if [ -z "${CUDNN_ROOT:-}" ] && [ ! -f /usr/local/cuda/include/cudnn.h ]; then
     row "cuDNN source" "PyTorch's wheel: $wheel_cudnn ($headers)"
   fi
 fi
-# cuDNN's run-time compiled SDPA engines dlopen NVRTC (libnvrtc.so.13), which
-# the loader looks for on LD_LIBRARY_PATH and ld.so.conf, not in the binary's
-# RUNPATH: without it, train.attention auto falls back to GEMM attention. The
-# toolkit's copy, else PyTorch's wheel (nvidia-cuda-nvrtc: nvidia/cu13/lib),
-# appended so it never shadows what the path already gives.
-if ! ldconfig -p 2> /dev/null | grep -q 'libnvrtc\.so\.'; then
-  for nvrtc_dir in /usr/local/cuda/lib64 "$(wheel_dir nvidia.cu13)" "$(wheel_dir nvidia.cuda_nvrtc)"; do
+# cuDNN's run-time compiled SDPA engines dlopen NVRTC of the toolkit's major
+# version (libnvrtc.so.13), which the loader looks for on LD_LIBRARY_PATH and
+# in ld.so.cache, not in the binary's RUNPATH: without it, train.attention
+# auto falls back to GEMM attention. Where the cache lacks it: the toolkit's
+# copy, else PyTorch's wheel (nvidia-cuda-nvrtc: nvidia/cu13/lib).
+nvrtc_major=$("$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" --version 2> /dev/null | sed -n 's/.*release \([0-9][0-9]*\)\..*/\1/p' | head -1)
+# grep reads all of ldconfig's output (no -q): under pipefail, ldconfig
+# killed by SIGPIPE after an early match would read as "not found".
+if [ -n "$nvrtc_major" ] && ! ldconfig -p 2> /dev/null | grep "libnvrtc\.so\.$nvrtc_major " > /dev/null; then
+  for nvrtc_dir in /usr/local/cuda/lib64 "$(wheel_dir "nvidia.cu$nvrtc_major")"; do
     [ "$nvrtc_dir" = /usr/local/cuda/lib64 ] || nvrtc_dir=${nvrtc_dir:+$nvrtc_dir/lib}
-    if [ -n "$nvrtc_dir" ] && ls "$nvrtc_dir"/libnvrtc.so.* > /dev/null 2>&1; then
+    if [ -n "$nvrtc_dir" ] && [ -e "$nvrtc_dir/libnvrtc.so.$nvrtc_major" ]; then
       export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$nvrtc_dir"
       row "NVRTC (cuDNN)" "$nvrtc_dir"
       break
