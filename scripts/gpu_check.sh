@@ -6,6 +6,8 @@
 # device tool's output folder, which brings back 8 files at most), packed
 # into $OUT/logs.tgz beside table.txt and summary.txt; every row is printed
 # as it is reached. A failing step is reported in the table and the rest go on.
+# The rows' text from the runs' result files is scripts/lib/gpu_check_rows.py,
+# which CI checks against results of the current schema.
 #
 #   scripts/gpu_check.sh            # all steps
 #   GPU_CHECK_SKIP_TORCH=1 ...      # without the PyTorch baseline and its tests
@@ -363,8 +365,8 @@ for preset in "${presets[@]}"; do
     continue
   fi
   if bounded "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run "$preset" --out "$logs/$preset.json" > "$logs/$preset.log" 2>&1; then
-    row "trainbench $preset" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; c=s["gemm_ceiling_shape"]; t=s["step_s"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, {:.1f}% of the in-run ceiling ({:.0f} TFLOP/s at {}x{}x{}), step {:.1f} ms (p10 {:.1f}, p90 {:.1f}), data stall {:.1f}%, attention {} ({} backward), memory/GPU {:.1f} GiB".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), 100 * (s["mfu_vs_gemm_ceiling"] or 0), (s["gemm_ceiling_flops_per_s"] or 0) / 1e12, c["m"], c["n"], c["k"], 1e3 * (t["median"] or 0), 1e3 * (t["p10"] or 0), 1e3 * (t["p90"] or 0), 100 * s["stall_shares"]["data_stall"], r["environment"]["attention"]["kernel"], "deterministic" if r["config"]["train"]["deterministic"] else "fastest", s["memory_per_rank"]["total_bytes"] / 2**30))' "$logs/$preset.json")"
-    row "trainbench $preset gemm" "$(python3 -c 'import json,sys; g=json.load(open(sys.argv[1]))["environment"]["gemm"]; print(g["algorithms"] + ": " + g["detail"])' "$logs/$preset.json")"
+    row "trainbench $preset" "$(python3 scripts/lib/gpu_check_rows.py preset "$logs/$preset.json")"
+    row "trainbench $preset gemm" "$(python3 scripts/lib/gpu_check_rows.py gemm "$logs/$preset.json")"
   else
     row "trainbench $preset" "$(failure $? "$logs/$preset.log")"
   fi
@@ -391,24 +393,7 @@ fi
 for preset in "${presets[@]}"; do
   [ -f "$logs/$preset.json" ] || continue
   if [ -s "$logs/torch_$preset.jsonl" ]; then
-    row "ratio $preset" "$(python3 - "$logs/$preset.json" "$logs/torch_$preset.jsonl" "$preset" <<'PY'
-import json, sys
-ours = json.load(open(sys.argv[1]))["summary"]
-torch = {d["mode"]: d for d in map(json.loads, (l for l in open(sys.argv[2]) if l.startswith("{")))}
-parts = []
-for mode, target in (("eager", 1.2), ("compile", 1.0)):
-    d = torch.get(mode, {})
-    if d.get("tokens_per_s"):
-        ratio = ours["tokens_per_s"] / d["tokens_per_s"]
-        parts.append("{:.2f}x {} (target >= {:.1f}x: {})".format(ratio, mode, target, "met" if ratio >= target else "not met"))
-    else:
-        parts.append("{}: {}".format(mode, d.get("error", "no figure")))
-mfu = ours.get("mfu") or 0
-if sys.argv[3] == "h200-llama8b-4l":  # the issue's MFU target is on this preset
-    parts.append("MFU {:.1f}% (target >= 55%: {})".format(100 * mfu, "met" if mfu >= 0.55 else "not met"))
-print(", ".join(parts))
-PY
-)"
+    row "ratio $preset" "$(python3 scripts/lib/gpu_check_rows.py ratio "$logs/$preset.json" "$logs/torch_$preset.jsonl" "$preset")"
   else
     row "ratio $preset" "no PyTorch figures in this run (GPU_CHECK_SKIP_TORCH, or it failed)"
   fi
@@ -437,12 +422,7 @@ if $has_cuda_engine && [ -z "${GPU_CHECK_SKIP_PROFILE:-}" ]; then
     ops_run=$preset-op-times
     if bounded "${GPU_CHECK_PROFILE_TIMEOUT:-120}" "$build/trainbench" run "$preset" --steps 8 \
          --set train.warmup_steps=3 --set report.op_times=true --out "$logs/$ops_run.json" > "$logs/$ops_run.log" 2>&1; then
-      row "$preset compute by op" "$(python3 -c '
-import json, sys
-s = json.load(open(sys.argv[1]))["summary"]; ops = s["op_seconds_per_step"] or {}
-total = sum(ops.values())
-print("{:.1f} ms per step: ".format(1e3 * total) + ", ".join(
-    "{} {:.1f} ms ({:.0f}%)".format(k, 1e3 * v, 100 * v / total) for k, v in sorted(ops.items(), key=lambda kv: -kv[1]) if v > 0))' "$logs/$ops_run.json")"
+      row "$preset compute by op" "$(python3 scripts/lib/gpu_check_rows.py ops "$logs/$ops_run.json")"
     else
       row "$preset compute by op" "$(failure $? "$logs/$ops_run.log")"
     fi
@@ -482,7 +462,7 @@ elif $has_cuda_engine && [ "$main_attention" != gemm ]; then
   gemm_run=h200-llama8b-4l-gemm-attention
   if bounded "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run h200-llama8b-4l --set train.attention=gemm \
        --out "$logs/$gemm_run.json" > "$logs/$gemm_run.log" 2>&1; then
-    row "trainbench h200-llama8b-4l gemm attn" "$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, memory/GPU {:.1f} GiB".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), s["memory_per_rank"]["total_bytes"] / 2**30))' "$logs/$gemm_run.json")"
+    row "trainbench h200-llama8b-4l gemm attn" "$(python3 scripts/lib/gpu_check_rows.py variant "$logs/$gemm_run.json")"
   else
     row "trainbench h200-llama8b-4l gemm attn" "$(failure $? "$logs/$gemm_run.log")"
   fi
@@ -496,7 +476,7 @@ elif $has_cuda_engine && [ "$main_attention" != gemm ]; then
     det_run=$preset-deterministic
     if bounded "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run "$preset" --set train.deterministic=true \
          --out "$logs/$det_run.json" > "$logs/$det_run.log" 2>&1; then
-      row "trainbench $preset deterministic" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, memory/GPU {:.1f} GiB, attention {}".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), s["memory_per_rank"]["total_bytes"] / 2**30, r["environment"]["attention"]["detail"]))' "$logs/$det_run.json")"
+      row "trainbench $preset deterministic" "$(python3 scripts/lib/gpu_check_rows.py deterministic "$logs/$det_run.json")"
     else
       row "trainbench $preset deterministic" "$(failure $? "$logs/$det_run.log")"
     fi
@@ -509,7 +489,7 @@ if $has_cuda_engine; then
   lora_run=h200-llama8b-4l-lora
   if bounded "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run h200-llama8b-4l --set train.mode=lora \
        --out "$logs/$lora_run.json" > "$logs/$lora_run.log" 2>&1; then
-    row "trainbench h200-llama8b-4l lora" "$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; print("{:,.0f} tokens/s, MFU {:.1f}% of 989, memory/GPU {:.1f} GiB, loss {:.3f} -> {:.3f}".format(s["tokens_per_s"], 100 * (s["mfu"] or 0), s["memory_per_rank"]["total_bytes"] / 2**30, s["loss_first"], s["loss_last"]))' "$logs/$lora_run.json")"
+    row "trainbench h200-llama8b-4l lora" "$(python3 scripts/lib/gpu_check_rows.py lora "$logs/$lora_run.json")"
   else
     row "trainbench h200-llama8b-4l lora" "$(failure $? "$logs/$lora_run.log")"
   fi
@@ -522,7 +502,7 @@ if grep -q "NCCL backend ON" "$logs/configure.log"; then
   nccl_run=h200-gpt2-124m-nccl
   if bounded 120 "$build/trainbench" run h200-gpt2-124m --steps 12 --set comm.backend=nccl \
        --out "$logs/$nccl_run.json" > "$logs/$nccl_run.log" 2>&1; then
-    row "trainbench h200-gpt2-124m nccl" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, comm_s median {:.3g} ms, exposed {:.3g} ms, NCCL {}, checks {}".format(s["tokens_per_s"], 1e3 * s["comm_s"]["median"], 1e3 * s["comm_exposed_s"]["median"], r["environment"]["nccl"], "pass" if all(c["passed"] for c in r["checks"]) else "FAIL"))' "$logs/$nccl_run.json")"
+    row "trainbench h200-gpt2-124m nccl" "$(python3 scripts/lib/gpu_check_rows.py nccl "$logs/$nccl_run.json")"
   else
     row "trainbench h200-gpt2-124m nccl" "$(failure $? "$logs/$nccl_run.log")"
   fi
@@ -539,7 +519,7 @@ if [ "${gpus:-0}" -ge 2 ] && command -v mpirun > /dev/null && grep -q "NCCL back
   zero_run=h200-gpt2-124m-zero1
   if bounded 180 mpirun -np "$gpus" --allow-run-as-root "$build/trainbench" run h200-gpt2-124m --steps 12 \
        --set comm.zero=1 --out "$logs/$zero_run.json" > "$logs/$zero_run.log" 2>&1; then
-    row "trainbench h200-gpt2-124m zero1 ($gpus GPUs)" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r["summary"]; print("{:,.0f} tokens/s, AdamW state {:.0f} of {:.0f} MiB per rank, checks {}".format(s["tokens_per_s"], s["optimizer_bytes_per_rank"] / 2**20, s["optimizer_bytes_unsharded"] / 2**20, "pass" if all(c["passed"] for c in r["checks"]) else "FAIL"))' "$logs/$zero_run.json")"
+    row "trainbench h200-gpt2-124m zero1 ($gpus GPUs)" "$(python3 scripts/lib/gpu_check_rows.py zero1 "$logs/$zero_run.json")"
   else
     row "trainbench h200-gpt2-124m zero1 ($gpus GPUs)" "$(failure $? "$logs/$zero_run.log")"
   fi
@@ -559,15 +539,7 @@ if $has_cuda_engine; then
     --set report.progress_every=0 --out "$logs/burnin.json" > "$logs/burnin.log" 2>&1
   burnin_status=$?
   if [ -s "$logs/burnin.json" ] && [ "$burnin_status" -le 4 ]; then
-    row "trainbench burnin 1m" "$(python3 -c '
-import json, sys
-r = json.load(open(sys.argv[1])); b = r["burnin"]; g = b["gpus"][0]; h = g["figures"].get("gpu")
-why = (g["failures"] + b["job"]["failures"])[:1]
-nvml = ("NVML {:.0f} samples, max {:.0f} C, max {:.0f} W, SM min {:.0f} MHz, ECC uncorrected +{:.0f}, HW slowdown in {:.0f}".format(
-    h["samples"], h["max_temperature_c"], h["max_power_w"], h["min_sm_clock_mhz"], max(h["ecc_uncorrected_delta"], 0),
-    h["hardware_slowdown_samples"]) if h else "NVML not sampled: " + b["gpu_health"]["why_not"])
-print("{} (exit {}): {} steps, {:,.0f} tokens/s, golden {} checks; {}{}".format(b["verdict"], sys.argv[2], b["steps"],
-    r["summary"]["tokens_per_s"], b["golden"]["checks"], nvml, "; " + why[0] if why else ""))' "$logs/burnin.json" "$burnin_status")"
+    row "trainbench burnin 1m" "$(python3 scripts/lib/gpu_check_rows.py burnin "$logs/burnin.json" "$burnin_status")"
   else
     row "trainbench burnin 1m" "$(failure "$burnin_status" "$logs/burnin.log")"
   fi
@@ -581,7 +553,7 @@ fi
 if $has_cuda_engine; then
   if bounded "${GPU_CHECK_INSTRUMENT_TIMEOUT:-90}" "$build/trainbench" bench instrument h200-gpt2-124m --pairs 20 \
        --block-steps 5 --out "$logs/instrument.json" > "$logs/instrument.log" 2>&1; then
-    row "trainbench bench instrument" "$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["instrumentation_cost"]; print("overhead {:+.2f}% median of {} pairs (95% {:+.2f} .. {:+.2f}%), untimed step {:.2f} ms".format(100 * c["overhead_median"], c["pairs"], 100 * c["overhead_ci95"][0], 100 * c["overhead_ci95"][1], 1e3 * c["untimed_step_s"]))' "$logs/instrument.json")"
+    row "trainbench bench instrument" "$(python3 scripts/lib/gpu_check_rows.py instrument "$logs/instrument.json")"
   else
     row "trainbench bench instrument" "$(failure $? "$logs/instrument.log")"
   fi

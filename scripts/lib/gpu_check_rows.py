@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""The text of scripts/gpu_check.sh's table rows, from the result files its
+runs write: `gpu_check_rows.py KIND FILE [ARGS...]` prints one line.
+
+In a file of their own (they were one-liners inside the script) so that CI,
+which has no GPU, checks them against result files of the current schema
+(tests/scripts/test_gpu_check_rows.py): a key renamed in the result would
+otherwise show as a traceback in the one table a lent GPU produces.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Callable
+
+
+def load(path: str) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def preset(path: str) -> str:
+    """A GPU preset's run: throughput, MFU, step time, attention, memory."""
+    r = load(path)
+    s = r["summary"]
+    c = s["gemm_ceiling_shape"]
+    t = s["step_s"]
+    return ("{:,.0f} tokens/s, MFU {:.1f}% of 989, {:.1f}% of the in-run ceiling ({:.0f} TFLOP/s at {}x{}x{}), "
+            "step {:.1f} ms (p10 {:.1f}, p90 {:.1f}), data stall {:.1f}%, attention {} ({} backward), "
+            "memory/GPU {:.1f} GiB").format(
+                s["tokens_per_s"], 100 * (s["mfu"] or 0), 100 * (s["mfu_vs_gemm_ceiling"] or 0),
+                (s["gemm_ceiling_flops_per_s"] or 0) / 1e12, c["m"], c["n"], c["k"], 1e3 * (t["median"] or 0),
+                1e3 * (t["p10"] or 0), 1e3 * (t["p90"] or 0), 100 * s["stall_shares"]["data_stall"],
+                r["environment"]["attention"]["kernel"],
+                "deterministic" if r["config"]["train"]["deterministic"] else "fastest",
+                s["memory_per_rank"]["total_bytes"] / 2**30)
+
+
+def gemm(path: str) -> str:
+    """Which GEMM algorithms the run chose and what timing them saved."""
+    g = load(path)["environment"]["gemm"]
+    return g["algorithms"] + ": " + g["detail"]
+
+
+def ops(path: str) -> str:
+    """report.op_times: the step's compute by kind of op, largest first."""
+    s = load(path)["summary"]
+    times = s["op_seconds_per_step"] or {}
+    total = sum(times.values())
+    if total <= 0:
+        return "no op times in the result"
+    return "{:.1f} ms per step: ".format(1e3 * total) + ", ".join(
+        "{} {:.1f} ms ({:.0f}%)".format(k, 1e3 * v, 100 * v / total)
+        for k, v in sorted(times.items(), key=lambda kv: -kv[1]) if v > 0)
+
+
+def variant(path: str) -> str:
+    """A preset run with one setting changed (train.attention=gemm)."""
+    s = load(path)["summary"]
+    return "{:,.0f} tokens/s, MFU {:.1f}% of 989, memory/GPU {:.1f} GiB".format(
+        s["tokens_per_s"], 100 * (s["mfu"] or 0), s["memory_per_rank"]["total_bytes"] / 2**30)
+
+
+def deterministic(path: str) -> str:
+    """A preset run with train.deterministic=true, and the attention it ran."""
+    r = load(path)
+    return variant(path) + ", attention {}".format(r["environment"]["attention"]["detail"])
+
+
+def lora(path: str) -> str:
+    """The LoRA run: throughput and that the loss moved."""
+    s = load(path)["summary"]
+    return variant(path) + ", loss {:.3f} -> {:.3f}".format(s["loss_first"], s["loss_last"])
+
+
+def checks_word(r: dict[str, Any]) -> str:
+    return "pass" if all(c["passed"] for c in r["checks"]) else "FAIL"
+
+
+def nccl(path: str) -> str:
+    """A 1-rank run through NCCL: the gradient all-reduce's time and the checks."""
+    r = load(path)
+    s = r["summary"]
+    return "{:,.0f} tokens/s, comm_s median {:.3g} ms, exposed {:.3g} ms, NCCL {}, checks {}".format(
+        s["tokens_per_s"], 1e3 * s["comm_s"]["median"], 1e3 * s["comm_exposed_s"]["median"],
+        r["environment"]["nccl"], checks_word(r))
+
+
+def zero1(path: str) -> str:
+    """ZeRO-1 over several GPUs: the AdamW state each rank kept."""
+    r = load(path)
+    s = r["summary"]
+    return "{:,.0f} tokens/s, AdamW state {:.0f} of {:.0f} MiB per rank, checks {}".format(
+        s["tokens_per_s"], s["optimizer_bytes_per_rank"] / 2**20, s["optimizer_bytes_unsharded"] / 2**20,
+        checks_word(r))
+
+
+def burnin(path: str, status: str) -> str:
+    """The burn-in's verdict, steps, golden checks and GPU health (NVML)."""
+    r = load(path)
+    b = r["burnin"]
+    g = b["gpus"][0]
+    h = g["figures"].get("gpu")
+    why = (g["failures"] + b["job"]["failures"])[:1]
+    if h:
+        health = ("NVML {:.0f} samples, max {:.0f} C, max {:.0f} W, SM min {:.0f} MHz, ECC uncorrected +{:.0f}, "
+                  "HW slowdown in {:.0f}").format(h["samples"], h["max_temperature_c"], h["max_power_w"],
+                                                  h["min_sm_clock_mhz"], max(h["ecc_uncorrected_delta"], 0),
+                                                  h["hardware_slowdown_samples"])
+    else:
+        health = "NVML not sampled: " + b["gpu_health"]["why_not"]
+    return "{} (exit {}): {} steps, {:,.0f} tokens/s, golden {} checks; {}{}".format(
+        b["verdict"], status, b["steps"], r["summary"]["tokens_per_s"], b["golden"]["checks"], health,
+        "; " + why[0] if why else "")
+
+
+def instrument(path: str) -> str:
+    """bench instrument: what the per-step timing costs."""
+    c = load(path)["instrumentation_cost"]
+    return "overhead {:+.2f}% median of {} pairs (95% {:+.2f} .. {:+.2f}%), untimed step {:.2f} ms".format(
+        100 * c["overhead_median"], c["pairs"], 100 * c["overhead_ci95"][0], 100 * c["overhead_ci95"][1],
+        1e3 * c["untimed_step_s"])
+
+
+def ratio(path: str, torch_jsonl: str, preset_name: str) -> str:
+    """trainbench against PyTorch eager and compiled, and the issue's targets."""
+    ours = load(path)["summary"]
+    with open(torch_jsonl, encoding="utf-8") as f:
+        torch = {d["mode"]: d for d in map(json.loads, (line for line in f if line.startswith("{")))}
+    parts = []
+    for mode, target in (("eager", 1.2), ("compile", 1.0)):
+        d = torch.get(mode, {})
+        if d.get("tokens_per_s"):
+            value = ours["tokens_per_s"] / d["tokens_per_s"]
+            parts.append("{:.2f}x {} (target >= {:.1f}x: {})".format(value, mode, target,
+                                                                      "met" if value >= target else "not met"))
+        else:
+            parts.append("{}: {}".format(mode, d.get("error", "no figure")))
+    mfu = ours.get("mfu") or 0
+    if preset_name == "h200-llama8b-4l":  # the issue's MFU target is on this preset
+        parts.append("MFU {:.1f}% (target >= 55%: {})".format(100 * mfu, "met" if mfu >= 0.55 else "not met"))
+    return ", ".join(parts)
+
+
+ROWS: dict[str, Callable[..., str]] = {
+    "preset": preset, "gemm": gemm, "ops": ops, "variant": variant, "deterministic": deterministic,
+    "lora": lora, "nccl": nccl, "zero1": zero1, "burnin": burnin, "instrument": instrument, "ratio": ratio,
+}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[0] not in ROWS:
+        print("usage: gpu_check_rows.py {" + "|".join(ROWS) + "} FILE [ARGS...]", file=sys.stderr)
+        return 2
+    try:
+        print(ROWS[argv[0]](*argv[1:]))
+    except (OSError, ValueError, KeyError, TypeError, IndexError, ZeroDivisionError) as e:
+        # One line in the table, not a traceback: the files stay in the logs.
+        print("unreadable {} ({}: {})".format(argv[1], type(e).__name__, e))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

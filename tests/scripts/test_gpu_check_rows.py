@@ -1,0 +1,135 @@
+"""scripts/lib/gpu_check_rows.py, the text of scripts/gpu_check.sh's table
+rows, against results of the current schema made here by the built binary
+($TRAINBENCH_BINARY) on the cpu engine: the keys the rows read are the ones
+a GPU run writes, so a key renamed in the result fails here, in CI, instead
+of as a traceback in the one table a lent GPU gives. The rows' figures are
+compared with the result files they come from."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ROWS_SCRIPT = REPO / "scripts" / "lib" / "gpu_check_rows.py"
+GPU_CHECK = REPO / "scripts" / "gpu_check.sh"
+BINARY = Path(os.environ.get("TRAINBENCH_BINARY") or REPO / "build" / "trainbench").resolve()
+
+sys.path.insert(0, str(ROWS_SCRIPT.parent))
+import gpu_check_rows as rows  # noqa: E402  (the module under test, found beside gpu_check.sh)
+
+QUICK = ["--set", "report.progress_every=0", "--set", "train.threads=1"]
+
+
+def trainbench(*args: str) -> None:
+    done = subprocess.run([str(BINARY), *args], capture_output=True, text=True, timeout=240)
+    if done.returncode != 0:
+        raise AssertionError(f"trainbench {' '.join(args)}: exit {done.returncode}\n{done.stderr}")
+
+
+class GpuCheckRowsTests(unittest.TestCase):
+    folder: tempfile.TemporaryDirectory[str]
+    out: Path
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        if not BINARY.is_file():
+            raise unittest.SkipTest(f"{BINARY} is not built")
+        cls.folder = tempfile.TemporaryDirectory(prefix="test_gpu_check_rows_")
+        cls.out = Path(cls.folder.name)
+        # The runs gpu_check.sh makes, at tiny's size and on the cpu engine.
+        trainbench("run", "tiny", "--steps", "8", "--set", "train.warmup_steps=3", "--set", "report.op_times=true",
+                   *QUICK, "--out", str(cls.out / "run.json"))
+        trainbench("run", "tiny", "--steps", "8", "--set", "train.mode=lora", *QUICK, "--out", str(cls.out / "lora.json"))
+        trainbench("burnin", "tiny", "--duration", "2s", "--set", "checkpoint.every_steps=0", *QUICK,
+                   "--out", str(cls.out / "burnin.json"))
+        trainbench("bench", "instrument", "tiny", "--pairs", "2", "--block-steps", "2", *QUICK,
+                   "--out", str(cls.out / "instrument.json"))
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.folder.cleanup()
+
+    def result(self, name: str) -> dict:
+        return json.loads((self.out / name).read_text())
+
+    def test_every_row_the_script_asks_for_exists(self) -> None:
+        kinds = re.findall(r"gpu_check_rows\.py (\w+) ", GPU_CHECK.read_text())
+        self.assertGreaterEqual(len(kinds), 11, kinds)
+        for kind in kinds:
+            self.assertIn(kind, rows.ROWS)
+
+    def test_a_preset_row_gives_the_runs_own_figures(self) -> None:
+        r = self.result("run.json")
+        s = r["summary"]
+        line = rows.preset(str(self.out / "run.json"))
+        self.assertTrue(line.startswith("{:,.0f} tokens/s, MFU ".format(s["tokens_per_s"])), line)
+        self.assertIn("step {:.1f} ms".format(1e3 * s["step_s"]["median"]), line)
+        self.assertIn("attention {} (".format(r["environment"]["attention"]["kernel"]), line)
+        self.assertIn(r["environment"]["gemm"]["detail"], rows.gemm(str(self.out / "run.json")))
+
+    def test_the_op_row_adds_up_to_the_compute_per_step(self) -> None:
+        ops = self.result("run.json")["summary"]["op_seconds_per_step"]
+        self.assertTrue(ops, "report.op_times=true gives op times on the cpu engine too")
+        line = rows.ops(str(self.out / "run.json"))
+        self.assertTrue(line.startswith("{:.1f} ms per step: ".format(1e3 * sum(ops.values()))), line)
+        largest = max(ops, key=ops.get)
+        self.assertEqual(line.split(": ", 1)[1].split(" ")[0], largest, line)
+
+    def test_the_variant_rows_read_their_runs(self) -> None:
+        for row in (rows.variant, rows.deterministic, rows.nccl, rows.zero1):
+            line = row(str(self.out / "run.json"))
+            self.assertRegex(line, r"^[0-9,]+ tokens/s, ")
+        lora = self.result("lora.json")["summary"]
+        self.assertIn("loss {:.3f} -> {:.3f}".format(lora["loss_first"], lora["loss_last"]),
+                      rows.lora(str(self.out / "lora.json")))
+        self.assertTrue(rows.nccl(str(self.out / "run.json")).endswith("checks pass"))
+
+    def test_the_burnin_and_instrument_rows(self) -> None:
+        b = self.result("burnin.json")["burnin"]
+        line = rows.burnin(str(self.out / "burnin.json"), "0")
+        self.assertTrue(line.startswith("{} (exit 0): {} steps".format(b["verdict"], b["steps"])), line)
+        self.assertIn("NVML not sampled: ", line)  # the cpu engine has no GPU to sample
+        # A GPU run's health figures, as the burn-in writes them.
+        gpu = {"samples": 12, "max_temperature_c": 61, "max_power_w": 650, "min_sm_clock_mhz": 1980,
+               "ecc_uncorrected_delta": 0, "hardware_slowdown_samples": 0}
+        data = self.result("burnin.json")
+        data["burnin"]["gpus"][0]["figures"]["gpu"] = gpu
+        (self.out / "burnin-gpu.json").write_text(json.dumps(data))
+        self.assertIn("NVML 12 samples, max 61 C, max 650 W, SM min 1980 MHz",
+                      rows.burnin(str(self.out / "burnin-gpu.json"), "0"))
+        cost = self.result("instrument.json")["instrumentation_cost"]
+        self.assertIn("median of {} pairs".format(cost["pairs"]), rows.instrument(str(self.out / "instrument.json")))
+
+    def test_the_ratio_row_says_whether_the_targets_are_met(self) -> None:
+        tokens = self.result("run.json")["summary"]["tokens_per_s"]
+        torch = self.out / "torch.jsonl"
+        torch.write_text("a warning line\n" + json.dumps({"mode": "eager", "tokens_per_s": tokens / 2}) + "\n" +
+                         json.dumps({"mode": "compile", "error": "cut by the time limit"}) + "\n")
+        line = rows.ratio(str(self.out / "run.json"), str(torch), "h200-llama8b-4l")
+        self.assertTrue(line.startswith("2.00x eager (target >= 1.2x: met), compile: cut by the time limit, MFU "),
+                        line)
+        self.assertNotIn("MFU", rows.ratio(str(self.out / "run.json"), str(torch), "h200-gpt2-124m"))
+
+    def test_an_unreadable_result_is_one_line_not_a_traceback(self) -> None:
+        (self.out / "cut.json").write_text('{"summary": {')
+        for args in (["preset", str(self.out / "cut.json")], ["burnin", str(self.out / "run.json"), "4"],
+                     ["ops", str(self.out / "missing.json")]):
+            done = subprocess.run([sys.executable, str(ROWS_SCRIPT), *args], capture_output=True, text=True)
+            self.assertEqual(done.returncode, 1, done.stderr)
+            self.assertEqual(len(done.stdout.splitlines()), 1, done.stdout)
+            self.assertTrue(done.stdout.startswith("unreadable " + args[1]), done.stdout)
+            self.assertEqual(done.stderr, "")
+        done = subprocess.run([sys.executable, str(ROWS_SCRIPT), "nonsense", "x"], capture_output=True, text=True)
+        self.assertEqual(done.returncode, 2)
+
+
+if __name__ == "__main__":
+    from run_as_ctest import main
+    sys.exit(main(__name__))
