@@ -139,9 +139,12 @@ class NcclCommunicator final : public Communicator {
   void use_device() { TRAINBENCH_COMM_CUDA_CHECK(cudaSetDevice(device_), "set device"); }
   // After a call returned ncclInProgress (a non-blocking communicator), polls
   // until NCCL has finished issuing it; nothing else may touch the
-  // communicator or its stream before.
+  // communicator or its stream before. `timeout_s` counts from `began`: a
+  // blocking collective passes its own start, so the time the call took to
+  // return and the settling share one deadline (each had its own, up to
+  // twice the timeout in all).
   void settle(ncclResult_t result, const char* call, const char* collective, int64_t bytes,
-              double timeout_s);
+              double timeout_s, Clock::time_point began = Clock::now());
   // True once `event` has completed; aborts on a CUDA or asynchronous NCCL error.
   bool event_done(cudaEvent_t event, const char* collective);
   // A blocking collective: `issue` enqueues it (returns NCCL's result),
@@ -272,7 +275,7 @@ void NcclCommunicator::timed_out(const char* collective, int64_t bytes, double t
 }
 
 void NcclCommunicator::settle(ncclResult_t result, const char* call, const char* collective,
-                              int64_t bytes, double timeout_s) {
+                              int64_t bytes, double timeout_s, Clock::time_point began) {
   if (result != ncclInProgress) {
     check_nccl(result, call, collective);
     return;
@@ -281,7 +284,7 @@ void NcclCommunicator::settle(ncclResult_t result, const char* call, const char*
   // first use): a wait on them, not this rank stuck, to the hang watchdog.
   const PeerWait waiting(*this);
   const Clock::time_point start = Clock::now();
-  const Clock::time_point deadline = start + duration_of(timeout_s);
+  const Clock::time_point deadline = began + duration_of(timeout_s);
   for (;;) {
     ncclResult_t state = ncclSuccess;
     TRAINBENCH_NCCL_CHECK(ncclCommGetAsyncError(comm_, &state), collective);
@@ -319,7 +322,7 @@ void NcclCommunicator::run_blocking(const char* collective, const char* call, in
   const double timeout_s = timeout_s_;
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + duration_of(timeout_s);
-  settle(issue(), call, collective, bytes, timeout_s);
+  settle(issue(), call, collective, bytes, timeout_s, start);
   after();
   TRAINBENCH_COMM_CUDA_CHECK(cudaEventRecord(sync_event_, stream_), collective);
   // Background requests ahead of it on the stream are waited for as well.
