@@ -236,6 +236,34 @@ trap 'interrupted=INT' INT
 trap 'interrupted=TERM' TERM
 trap 'interrupted=HUP' HUP
 results=()
+# An earlier sweep in this folder (its ranks-N.json): the points this one
+# finishes replace its figures one by one, set aside as .previous until the
+# whole sweep has run. Should this one fail or be interrupted, every earlier
+# figure goes back and this sweep's finished points move to
+# unfinished-<sweep id>/, so that the folder (and report.py DIR) holds one
+# sweep, never new figures beside old ones.
+earlier_sweep=0
+for earlier in "$out"/ranks-*.json; do
+  case "$earlier" in *.failed.json) ;; *) if [ -f "$earlier" ]; then earlier_sweep=1; fi ;; esac
+done
+finished=()
+put_back_earlier_sweep() {
+  local n moved=()
+  if [ "$earlier_sweep" = 1 ] && [ "${#finished[@]}" -gt 0 ]; then
+    mkdir -p "$out/unfinished-$sweep_id"
+    for n in "${finished[@]}"; do
+      mv -f "$out/ranks-$n.json" "$out/ranks-$n.log" "$out/unfinished-$sweep_id/" 2> /dev/null || true
+      moved+=("$n")
+    done
+  fi
+  for n in ${finished[@]+"${finished[@]}"}; do
+    if [ -f "$out/ranks-$n.log.previous" ]; then mv -f "$out/ranks-$n.log.previous" "$out/ranks-$n.log"; fi
+    if [ -f "$out/ranks-$n.json.previous" ]; then mv -f "$out/ranks-$n.json.previous" "$out/ranks-$n.json"; fi
+  done
+  if [ "${#moved[@]}" -gt 0 ]; then
+    echo "$me: the earlier sweep's results are back in $out; this sweep's finished point(s) (${moved[*]} ranks) are in $out/unfinished-$sweep_id" >&2
+  fi
+}
 for n in "${rank_counts[@]}"; do
   if [ -n "$interrupted" ]; then echo "$me: interrupted (SIG$interrupted)" >&2; break; fi
   cmd=("$mpirun" -np "$n" "${launcher[@]+"${launcher[@]}"}")
@@ -286,18 +314,23 @@ for n in "${rank_counts[@]}"; do
       mv -f "$out/ranks-$n.json.previous" "$out/ranks-$n.json"
       echo "$me: the earlier $out/ranks-$n.json is kept" >&2
     fi
+    put_back_earlier_sweep
     exit $(( code == 0 ? 1 : code ))
   fi
-  rm -f "$out/ranks-$n.json.previous" "$log.previous"
+  finished+=("$n")
   tokens=$(grep -m1 '^  tokens/s' "$log" | sed 's/^  tokens\/s *//' || true)
   echo "$me: $n rank(s): tokens/s ${tokens:-?} (${seconds}s, log $log)"
   results+=("$out/ranks-$n.json")
 done
 
-trap - INT TERM HUP
 if [ -n "$interrupted" ]; then
+  trap '' INT TERM HUP  # putting the earlier files back is not to be cut short
+  put_back_earlier_sweep
   case "$interrupted" in INT) exit 130 ;; TERM) exit 143 ;; *) exit 129 ;; esac
 fi
+trap - INT TERM HUP
+# The whole sweep ran: the earlier figures it replaced go.
+for n in ${finished[@]+"${finished[@]}"}; do rm -f "$out/ranks-$n.json.previous" "$out/ranks-$n.log.previous"; done
 if [ "$report" = 1 ]; then
   python3 "$repo/scripts/report.py" "${results[@]}" --out "$out"
 fi

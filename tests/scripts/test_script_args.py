@@ -594,6 +594,41 @@ class ScaleTests(LauncherSandbox):
         self.assertIn(f"{out}/ranks-1.failed.log", done.stderr)
         self.assertIn(f"the earlier {out}/ranks-1.json is kept", done.stderr)
 
+    def test_a_rerun_that_fails_part_way_puts_the_whole_earlier_sweep_back(self) -> None:
+        # A rerun that failed at its second point kept the earlier figures of
+        # that point only: its first point's new result stood beside the
+        # earlier sweep's others, and report.py DIR read two sweeps as one.
+        require_binary()
+        out = self.dir / "sweep"
+        out.mkdir()
+        names = [f"ranks-{n}.{kind}" for n in (1, 2, 4) for kind in ("json", "log")]
+        for name in names:
+            (out / name).write_text(f"the earlier sweep's {name}\n")
+        earlier = digests(out, names)
+        # Two-rank launches fail, as on a node that cannot be reached.
+        write_tool(self.tools, "mpirun", 'if [ "$1" = -np ] && [ "$2" = 2 ]; then\n'
+                   '  echo "mpirun: node2 unreachable" >&2; exit 1\nfi\n' + FAKE_MPIRUN)
+        sweep = ["bash", str(SCALE), "--binary", str(BINARY), "--config", "tiny", "--steps", "4", "--set",
+                 "train.warmup_steps=1", "--set", "train.threads=1", "--set", "report.progress_every=0",
+                 "--out", str(out), "--no-report"]
+        done = run(*sweep, "--ranks", "1,2", env=self.env, timeout=60)
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertEqual(digests(out, names), earlier)
+        unfinished = [p for p in out.iterdir() if p.name.startswith("unfinished-")]
+        self.assertEqual(len(unfinished), 1, sorted(p.name for p in out.iterdir()))
+        self.assertEqual(sorted(p.name for p in unfinished[0].iterdir()), ["ranks-1.json", "ranks-1.log"])
+        self.assertEqual(json.loads((unfinished[0] / "ranks-1.json").read_text())["environment"]["ranks"], 1)
+        self.assertIn("node2 unreachable", (out / "ranks-2.failed.log").read_text())
+        self.assertFalse(list(out.glob("*.previous")))
+        self.assertIn(f"this sweep's finished point(s) (1 ranks) are in {unfinished[0]}", done.stderr)
+        # A rerun that runs whole replaces what it reran, and sets nothing apart.
+        done = run(*sweep, "--ranks", "1", env=self.env, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(json.loads((out / "ranks-1.json").read_text())["environment"]["ranks"], 1)
+        self.assertEqual(digests(out, names[2:]), {k: earlier[k] for k in names[2:]})
+        self.assertFalse(list(out.glob("*.previous")))
+        self.assertEqual(len([p for p in out.iterdir() if p.name.startswith("unfinished-")]), 1)
+
     def test_ctrl_c_is_said_to_be_an_interruption(self) -> None:
         # Open MPI's mpirun exits 1 on SIGINT: the sweep said "FAILED (exit 1)".
         started = self.dir / "started"
