@@ -139,12 +139,12 @@ class NcclCommunicator final : public Communicator {
   void use_device() { TRAINBENCH_COMM_CUDA_CHECK(cudaSetDevice(device_), "set device"); }
   // After a call returned ncclInProgress (a non-blocking communicator), polls
   // until NCCL has finished issuing it; nothing else may touch the
-  // communicator or its stream before. `timeout_s` counts from `began`: a
-  // blocking collective passes its own start, so the time the call took to
-  // return and the settling share one deadline (each had its own, up to
-  // twice the timeout in all).
+  // communicator or its stream before. `timeout_s` counts from `began`, taken
+  // before the call was made: the time the call took to return and the
+  // settling share one deadline (each had its own, up to twice the timeout
+  // in all).
   void settle(ncclResult_t result, const char* call, const char* collective, int64_t bytes,
-              double timeout_s, Clock::time_point began = Clock::now());
+              double timeout_s, Clock::time_point began);
   // True once `event` has completed; aborts on a CUDA or asynchronous NCCL error.
   bool event_done(cudaEvent_t event, const char* collective);
   // A blocking collective: `issue` enqueues it (returns NCCL's result),
@@ -207,8 +207,9 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> bootstrap, int 
   bootstrap_->broadcast(&id, static_cast<int64_t>(sizeof(id)), 0);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // every wait is ours, with a deadline (top of the file)
+  const Clock::time_point began = Clock::now();
   settle(ncclCommInitRankConfig(&comm_, world_, id, rank_, &config), "ncclCommInitRankConfig", "init",
-         0, init_timeout_s_);
+         0, init_timeout_s_, began);
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -236,7 +237,8 @@ NcclCommunicator::~NcclCommunicator() {
   }
   retire_completed();
   // ncclCommFinalize waits for every rank's communicator to go quiet.
-  settle(ncclCommFinalize(comm_), "ncclCommFinalize", "shutdown", 0, timeout_s_);
+  const Clock::time_point finalizing = Clock::now();
+  settle(ncclCommFinalize(comm_), "ncclCommFinalize", "shutdown", 0, timeout_s_, finalizing);
   TRAINBENCH_NCCL_CHECK(ncclCommDestroy(comm_), "shutdown");
   comm_ = nullptr;
   for (cudaEvent_t event : all_events_) TRAINBENCH_COMM_CUDA_CHECK(cudaEventDestroy(event), "shutdown");
@@ -403,8 +405,9 @@ Communicator::Ticket NcclCommunicator::start_all_reduce(void* data, int64_t coun
   retire_completed();  // keeps the event pool small
   const Request request{next_ticket_, take_event(), take_event(), count * data_type_bytes(dtype)};
   TRAINBENCH_COMM_CUDA_CHECK(cudaEventRecord(request.start, stream_), "background all_reduce");
+  const Clock::time_point began = Clock::now();
   settle(ncclAllReduce(data, data, static_cast<size_t>(count), nccl_type(dtype), nccl_op(op), comm_, stream_),
-         "ncclAllReduce", "background all_reduce", request.bytes, timeout_s_);
+         "ncclAllReduce", "background all_reduce", request.bytes, timeout_s_, began);
   TRAINBENCH_COMM_CUDA_CHECK(cudaEventRecord(request.end, stream_), "background all_reduce");
   pending_.push_back(request);
   return next_ticket_++;

@@ -39,8 +39,9 @@
 # tool (mpirun, sbatch, python3), 128+N on signal N (130: Ctrl-C), else the
 # exit code of the failed run. The sweep stops at a failed or interrupted run;
 # its log is DIR/ranks-<N>.failed.log, the result it may still have written (a
-# failed check, a failed checkpoint) DIR/ranks-<N>.failed.json, and an earlier
-# sweep's DIR/ranks-<N>.json and DIR/ranks-<N>.log stay in place.
+# failed check, a failed checkpoint) DIR/ranks-<N>.failed.json. An earlier
+# sweep's DIR/ranks-<N>.json and .log are all back in place, and the points
+# this one had finished are in DIR/unfinished-<sweep id>/.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -246,17 +247,22 @@ earlier_sweep=0
 for earlier in "$out"/ranks-*.json; do
   case "$earlier" in *.failed.json) ;; *) if [ -f "$earlier" ]; then earlier_sweep=1; fi ;; esac
 done
-finished=()
+finished=()   # this sweep's points that ran
+set_aside=()  # the points whose earlier files this sweep set aside as .previous
 put_back_earlier_sweep() {
   local n moved=()
   if [ "$earlier_sweep" = 1 ] && [ "${#finished[@]}" -gt 0 ]; then
-    mkdir -p "$out/unfinished-$sweep_id"
+    if ! mkdir -p "$out/unfinished-$sweep_id" 2> /dev/null; then
+      # Putting the earlier files back would overwrite this sweep's: both kept.
+      echo "$me: cannot make $out/unfinished-$sweep_id: this sweep's finished point(s) (${finished[*]} ranks) stay in $out, the earlier sweep's files they replaced are its *.previous" >&2
+      return 0
+    fi
     for n in "${finished[@]}"; do
-      mv -f "$out/ranks-$n.json" "$out/ranks-$n.log" "$out/unfinished-$sweep_id/" 2> /dev/null || true
-      moved+=("$n")
+      if mv -f "$out/ranks-$n.json" "$out/ranks-$n.log" "$out/unfinished-$sweep_id/" 2> /dev/null; then moved+=("$n"); fi
     done
   fi
-  for n in ${finished[@]+"${finished[@]}"}; do
+  for n in ${set_aside[@]+"${set_aside[@]}"}; do
+    case " ${moved[*]-} " in *" $n "*) ;; *) continue ;; esac  # never over a result of this sweep still in place
     if [ -f "$out/ranks-$n.log.previous" ]; then mv -f "$out/ranks-$n.log.previous" "$out/ranks-$n.log"; fi
     if [ -f "$out/ranks-$n.json.previous" ]; then mv -f "$out/ranks-$n.json.previous" "$out/ranks-$n.json"; fi
   done
@@ -284,8 +290,8 @@ for n in "${rank_counts[@]}"; do
   # An earlier sweep's result and its log are kept aside, not deleted, until
   # this run has replaced them: a failed rerun must not cost the figures it was
   # to repeat, nor the log that goes with them.
-  if [ -f "$out/ranks-$n.json" ]; then mv -f "$out/ranks-$n.json" "$out/ranks-$n.json.previous"; fi
-  if [ -f "$log" ]; then mv -f "$log" "$log.previous"; fi
+  if [ -f "$out/ranks-$n.json" ]; then mv -f "$out/ranks-$n.json" "$out/ranks-$n.json.previous"; set_aside+=("$n"); fi
+  if [ -f "$log" ]; then mv -f "$log" "$log.previous"; set_aside+=("$n"); fi
   printf '%q ' "${cmd[@]}" > "$log"
   printf '\n\n' >> "$log"
   started=$(date +%s)
@@ -328,9 +334,15 @@ if [ -n "$interrupted" ]; then
   put_back_earlier_sweep
   case "$interrupted" in INT) exit 130 ;; TERM) exit 143 ;; *) exit 129 ;; esac
 fi
-trap - INT TERM HUP
 # The whole sweep ran: the earlier figures it replaced go.
-for n in ${finished[@]+"${finished[@]}"}; do rm -f "$out/ranks-$n.json.previous" "$out/ranks-$n.log.previous"; done
+for n in ${set_aside[@]+"${set_aside[@]}"}; do rm -f "$out/ranks-$n.json.previous" "$out/ranks-$n.log.previous"; done
+trap - INT TERM HUP
+# A signal that came while the files were settled: the sweep is whole, the
+# report is what it stopped.
+if [ -n "$interrupted" ]; then
+  echo "$me: interrupted (SIG$interrupted) once every run had finished: their results are in $out, no report" >&2
+  case "$interrupted" in INT) exit 130 ;; TERM) exit 143 ;; *) exit 129 ;; esac
+fi
 if [ "$report" = 1 ]; then
   python3 "$repo/scripts/report.py" "${results[@]}" --out "$out"
 fi

@@ -9,6 +9,7 @@ otherwise show as a traceback in the one table a lent GPU produces.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from typing import Any, Callable
@@ -125,8 +126,15 @@ def instrument(path: str) -> str:
 def ratio(path: str, torch_jsonl: str, preset_name: str) -> str:
     """trainbench against PyTorch eager and compiled, and the issue's targets."""
     ours = load(path)["summary"]
+    torch: dict[str, dict[str, Any]] = {}
     with open(torch_jsonl, encoding="utf-8") as f:
-        torch = {d["mode"]: d for d in map(json.loads, (line for line in f if line.startswith("{")))}
+        for line in f:
+            try:
+                d = json.loads(line)
+            except ValueError:
+                continue  # a warning, or a line cut short when the baseline was stopped
+            if isinstance(d, dict) and "mode" in d:
+                torch[d["mode"]] = d
     parts = []
     for mode, target in (("eager", 1.2), ("compile", 1.0)):
         d = torch.get(mode, {})
@@ -148,15 +156,26 @@ ROWS: dict[str, Callable[..., str]] = {
 }
 
 
+def usage() -> str:
+    return "usage: gpu_check_rows.py " + " | ".join(
+        name + " " + " ".join(p.upper() for p in inspect.signature(row).parameters) for name, row in ROWS.items())
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ROWS:
-        print("usage: gpu_check_rows.py {" + "|".join(ROWS) + "} FILE [ARGS...]", file=sys.stderr)
+    row = ROWS.get(argv[0]) if argv else None
+    try:
+        if row is None:
+            raise TypeError("no such row")
+        inspect.signature(row).bind(*argv[1:])
+    except TypeError:
+        # The script's own mistake, not a result file's: said as such.
+        print(usage(), file=sys.stderr)
         return 2
     try:
-        print(ROWS[argv[0]](*argv[1:]))
+        print(row(*argv[1:]))
     except (OSError, ValueError, KeyError, TypeError, IndexError, ZeroDivisionError) as e:
         # One line in the table, not a traceback: the files stay in the logs.
-        print("unreadable {} ({}: {})".format(argv[1], type(e).__name__, e))
+        print("no row from {} ({}: {})".format(" ".join(argv[1:]), type(e).__name__, e))
         return 1
     return 0
 

@@ -7,6 +7,7 @@ compared with the result files they come from."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -59,11 +60,14 @@ class GpuCheckRowsTests(unittest.TestCase):
     def result(self, name: str) -> dict:
         return json.loads((self.out / name).read_text())
 
-    def test_every_row_the_script_asks_for_exists(self) -> None:
-        kinds = re.findall(r"gpu_check_rows\.py (\w+) ", GPU_CHECK.read_text())
-        self.assertGreaterEqual(len(kinds), 11, kinds)
-        for kind in kinds:
-            self.assertIn(kind, rows.ROWS)
+    def test_every_row_the_script_asks_for_exists_with_its_arguments(self) -> None:
+        calls = re.findall(r'gpu_check_rows\.py (\w+)((?: "[^"]*")+)\)', GPU_CHECK.read_text())
+        self.assertGreaterEqual(len(calls), 11, calls)
+        for kind, arguments in calls:
+            with self.subTest(kind=kind):
+                self.assertIn(kind, rows.ROWS)
+                given = re.findall(r'"[^"]*"', arguments)
+                self.assertEqual(len(given), len(inspect.signature(rows.ROWS[kind]).parameters), arguments)
 
     def test_a_preset_row_gives_the_runs_own_figures(self) -> None:
         r = self.result("run.json")
@@ -111,7 +115,8 @@ class GpuCheckRowsTests(unittest.TestCase):
         tokens = self.result("run.json")["summary"]["tokens_per_s"]
         torch = self.out / "torch.jsonl"
         torch.write_text("a warning line\n" + json.dumps({"mode": "eager", "tokens_per_s": tokens / 2}) + "\n" +
-                         json.dumps({"mode": "compile", "error": "cut by the time limit"}) + "\n")
+                         json.dumps({"mode": "compile", "error": "cut by the time limit"}) + "\n" +
+                         '{"mode": "compile", "tok')  # a line cut short when the baseline was stopped
         line = rows.ratio(str(self.out / "run.json"), str(torch), "h200-llama8b-4l")
         self.assertTrue(line.startswith("2.00x eager (target >= 1.2x: met), compile: cut by the time limit, MFU "),
                         line)
@@ -124,10 +129,14 @@ class GpuCheckRowsTests(unittest.TestCase):
             done = subprocess.run([sys.executable, str(ROWS_SCRIPT), *args], capture_output=True, text=True)
             self.assertEqual(done.returncode, 1, done.stderr)
             self.assertEqual(len(done.stdout.splitlines()), 1, done.stdout)
-            self.assertTrue(done.stdout.startswith("unreadable " + args[1]), done.stdout)
+            self.assertTrue(done.stdout.startswith("no row from " + args[1]), done.stdout)
             self.assertEqual(done.stderr, "")
-        done = subprocess.run([sys.executable, str(ROWS_SCRIPT), "nonsense", "x"], capture_output=True, text=True)
-        self.assertEqual(done.returncode, 2)
+        # A call the script got wrong is a usage error, not a result file's fault.
+        for args in (["nonsense", "x"], ["burnin", str(self.out / "burnin.json")], ["variant", "a", "b"], []):
+            done = subprocess.run([sys.executable, str(ROWS_SCRIPT), *args], capture_output=True, text=True)
+            self.assertEqual(done.returncode, 2, done.stdout)
+            self.assertEqual(done.stdout, "")
+            self.assertIn("burnin PATH STATUS", done.stderr)
 
 
 if __name__ == "__main__":

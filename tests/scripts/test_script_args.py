@@ -629,6 +629,43 @@ class ScaleTests(LauncherSandbox):
         self.assertFalse(list(out.glob("*.previous")))
         self.assertEqual(len([p for p in out.iterdir() if p.name.startswith("unfinished-")]), 1)
 
+    def test_ctrl_c_at_a_later_point_puts_the_earlier_sweep_back(self) -> None:
+        require_binary()
+        started = self.dir / "started"
+        # One rank runs; the 2-rank launch hangs until Ctrl-C.
+        write_tool(self.tools, "mpirun", 'if [ "$1" = -np ] && [ "$2" = 2 ]; then\n'
+                   f'  trap "exit 1" INT; touch {shlex.quote(str(started))}\n'
+                   '  i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done; exit 1\nfi\n' + FAKE_MPIRUN)
+        out = self.dir / "sweep"
+        out.mkdir()
+        names = [f"ranks-{n}.{kind}" for n in (1, 2) for kind in ("json", "log")]
+        for name in names:
+            (out / name).write_text(f"the earlier sweep's {name}\n")
+        earlier = digests(out, names)
+        process = subprocess.Popen(["bash", str(SCALE), "--binary", str(BINARY), "--config", "tiny", "--steps", "4",
+                                    "--set", "train.warmup_steps=1", "--set", "train.threads=1", "--set",
+                                    "report.progress_every=0", "--ranks", "1,2", "--out", str(out), "--no-report"],
+                                   env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 60
+            while not started.exists() and time.monotonic() < deadline and process.poll() is None:
+                time.sleep(0.05)
+            self.assertTrue(started.exists(), "the 2-rank run did not start")
+            os.killpg(process.pid, signal.SIGINT)
+            _, err = process.communicate(timeout=20)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
+        self.assertEqual(process.returncode, 130, err)
+        self.assertEqual(digests(out, names), earlier)
+        self.assertFalse(list(out.glob("*.previous")))
+        unfinished = [p for p in out.iterdir() if p.name.startswith("unfinished-")]
+        self.assertEqual(len(unfinished), 1, sorted(p.name for p in out.iterdir()))
+        self.assertEqual(json.loads((unfinished[0] / "ranks-1.json").read_text())["environment"]["ranks"], 1)
+        self.assertIn("this sweep's finished point(s) (1 ranks)", err)
+
     def test_ctrl_c_is_said_to_be_an_interruption(self) -> None:
         # Open MPI's mpirun exits 1 on SIGINT: the sweep said "FAILED (exit 1)".
         started = self.dir / "started"
