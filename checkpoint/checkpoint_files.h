@@ -77,7 +77,28 @@ struct FileRecord {
   // `warning` is empty. Kept in the rank record and the manifest.
   bool direct_io = false;
   std::string warning;
+  // A slice of an image every rank holds alike (state replicated by data
+  // parallelism, written once per job rather than once per rank): the file
+  // is bytes [slice_from, slice_from + bytes) of an image of image_bytes laid
+  // out as `sections` say, and each rank writes one slice of it, under the
+  // same file index. image_bytes 0: the file is a whole image.
+  int64_t slice_from = 0;
+  int64_t image_bytes = 0;
 };
+
+// What write_rank_files writes of one image: bytes [from, from + bytes), both
+// multiples of kImageAlignment; bytes -1 = the whole image.
+struct ImagePart {
+  const StateImage* image = nullptr;
+  int64_t from = 0;
+  int64_t bytes = -1;
+  bool slice = false;  // one rank's slice of an image every rank holds alike, recorded as such
+};
+
+// Rank `rank`'s slice of an image that all `world` ranks hold alike: equal
+// 4096-aligned parts in rank order, tiling the image (the last ranks' may be
+// empty). With one rank, the whole image, not recorded as a slice.
+ImagePart slice_for_rank(const StateImage& image, int rank, int world);
 
 struct WriteOptions {
   bool direct_io = false;           // O_DIRECT (falls back with a warning where unsupported)
@@ -127,6 +148,9 @@ FileRecord write_image_file(const std::string& folder, const std::string& name,
 // image is half written (the step is taken from the folder's name step_N.tmp).
 std::vector<FileRecord> write_rank_files(const std::string& folder, int rank,
                                          const std::vector<const StateImage*>& images,
+                                         const WriteOptions& options);
+// The same with parts of images: a slice is recorded as one (FileRecord).
+std::vector<FileRecord> write_rank_files(const std::string& folder, int rank, const std::vector<ImagePart>& parts,
                                          const WriteOptions& options);
 
 struct CommitRequest {
@@ -183,7 +207,9 @@ std::string newest_readable_checkpoint(const std::string& dir, const std::string
 
 // A rank's files read back and verified against the manifest's sizes and
 // checksums. Throws CheckpointError naming the file, the expected and actual
-// xxh64 and the sections it holds.
+// xxh64 and the sections it holds. A file that is a slice of an image is
+// read with the other ranks' slices of it (the files of the same index),
+// which together must tile the image: the image comes back whole.
 class LoadedRank {
  public:
   // The section's bytes, or nullptr when there is none by that name.

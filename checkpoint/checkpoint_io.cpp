@@ -134,11 +134,13 @@ nlohmann::json file_record_to_json(const FileRecord& record) {
   nlohmann::json sections = nlohmann::json::array();
   for (const SectionPlacement& s : record.sections)
     sections.push_back({{"name", s.name}, {"offset", s.offset}, {"bytes", s.bytes}});
-  return {{"name", record.name},
-          {"bytes", record.bytes},
-          {"xxh64", record.xxh64},
-          {"direct_io", record.direct_io},
-          {"sections", sections}};
+  nlohmann::json json = {{"name", record.name},
+                         {"bytes", record.bytes},
+                         {"xxh64", record.xxh64},
+                         {"direct_io", record.direct_io},
+                         {"sections", sections}};
+  if (record.image_bytes > 0) json["slice"] = {{"from", record.slice_from}, {"of", record.image_bytes}};
+  return json;
 }
 
 FileRecord file_record_from_json(const nlohmann::json& json) {
@@ -150,6 +152,10 @@ FileRecord file_record_from_json(const nlohmann::json& json) {
   for (const nlohmann::json& s : json.at("sections"))
     record.sections.push_back(
         {s.at("name").get<std::string>(), s.at("offset").get<int64_t>(), s.at("bytes").get<int64_t>()});
+  if (const auto slice = json.find("slice"); slice != json.end()) {
+    record.slice_from = slice->at("from").get<int64_t>();
+    record.image_bytes = slice->at("of").get<int64_t>();
+  }
   return record;
 }
 

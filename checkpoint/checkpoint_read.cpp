@@ -4,7 +4,7 @@
 #include <sys/stat.h>  // fstat
 #include <unistd.h>    // pread, close
 
-#include <algorithm>   // std::min
+#include <algorithm>   // std::min, std::sort
 #include <cerrno>      // errno
 #include <cstring>     // std::strerror
 #include <filesystem>  // exists, is_directory
@@ -133,25 +133,12 @@ std::string section_names(const FileRecord& record) {
   return names.empty() ? "no sections" : "sections " + names;
 }
 
-// Reads one file into a fresh image laid out as the manifest says and
-// checks its size and checksum.
-StateImage read_and_verify(const std::string& path, const FileRecord& record, const StagingAllocator& allocator) {
-  std::vector<SectionSpec> specs;
-  for (const SectionPlacement& s : record.sections) specs.push_back({s.name, s.bytes});
-  // Sizes from the manifest are checked against the file before anything
-  // is allocated for them: a damaged size must not ask for terabytes.
-  int64_t laid_out = 0;
-  for (const SectionSpec& spec : specs) {
-    if (spec.bytes < 0 || spec.bytes > record.bytes - laid_out)
-      throw CheckpointError("checkpoint file " + path + ": section " + io::printable(spec.name) + " of " +
-                            std::to_string(spec.bytes) + " bytes does not fit in the " +
-                            std::to_string(record.bytes) + " bytes the manifest gives the file");
-    laid_out += (spec.bytes + kImageAlignment - 1) / kImageAlignment * kImageAlignment;
-  }
-  // A FIFO in a data file's place held the resume in open() for good; a
-  // folder or a link to /dev/zero read as a file of the wrong size. One that
-  // cannot be stat'ed (gone) is refused here too, before its manifest size
-  // is allocated.
+// A file in place of a checkpoint file is a regular file of the size the
+// manifest gives, checked before anything is allocated for that size: a FIFO
+// in a data file's place held the resume in open() for good; a folder or a
+// link to /dev/zero read as a file of the wrong size; one that cannot be
+// stat'ed (gone) is refused here too.
+void check_file(const std::string& path, const FileRecord& record) {
   struct stat on_disk {};
   if (::stat(path.c_str(), &on_disk) != 0) {
     const int error = errno;
@@ -162,6 +149,25 @@ StateImage read_and_verify(const std::string& path, const FileRecord& record, co
   if (on_disk.st_size != record.bytes)
     throw CheckpointError("checkpoint file " + path + ": " + std::to_string(on_disk.st_size) +
                           " bytes but the manifest says " + std::to_string(record.bytes));
+}
+
+// A fresh image laid out as the manifest's sections say, `image_bytes` long
+// (the file's, or for a slice the whole image's). Sizes from the manifest
+// are checked before anything is allocated for them: a damaged size must not
+// ask for terabytes.
+StateImage laid_out_image(const std::string& path, const FileRecord& record, int64_t image_bytes,
+                          const StagingAllocator& allocator) {
+  std::vector<SectionSpec> specs;
+  for (const SectionPlacement& s : record.sections) specs.push_back({s.name, s.bytes});
+  int64_t laid_out = 0;
+  for (const SectionSpec& spec : specs) {
+    if (spec.bytes < 0 || spec.bytes > image_bytes - laid_out)
+      throw CheckpointError("checkpoint file " + path + ": section " + io::printable(spec.name) + " of " +
+                            std::to_string(spec.bytes) + " bytes does not fit in the " +
+                            std::to_string(image_bytes) + " bytes the manifest gives " +
+                            (record.image_bytes > 0 ? "the image it is a slice of" : "the file"));
+    laid_out += (spec.bytes + kImageAlignment - 1) / kImageAlignment * kImageAlignment;
+  }
   StateImage image = [&] {
     try {
       return StateImage(specs, allocator);
@@ -174,10 +180,14 @@ StateImage read_and_verify(const std::string& path, const FileRecord& record, co
       throw CheckpointError("checkpoint file " + path + ": section " + specs[i].name + " at offset " +
                             std::to_string(record.sections[i].offset) + " in the manifest, but this layout puts it at " +
                             std::to_string(image.sections()[i].offset));
-  if (image.bytes() != record.bytes)
-    throw CheckpointError("checkpoint file " + path + ": the manifest says " + std::to_string(record.bytes) +
+  if (image.bytes() != image_bytes)
+    throw CheckpointError("checkpoint file " + path + ": the manifest says " + std::to_string(image_bytes) +
                           " bytes, but its sections take " + std::to_string(image.bytes()));
+  return image;
+}
 
+// Reads the file's record.bytes into `into` and checks its checksum.
+void read_verified(const std::string& path, const FileRecord& record, unsigned char* into) {
   // Not blocking, should it have become a FIFO since the check; fstat below refuses it.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
@@ -203,11 +213,11 @@ StateImage read_and_verify(const std::string& path, const FileRecord& record, co
   int64_t offset = 0;
   while (offset < record.bytes) {
     const size_t chunk = static_cast<size_t>(std::min(kReadBlock, record.bytes - offset));
-    const ssize_t n = ::pread(fd, image.data() + offset, chunk, offset);
+    const ssize_t n = ::pread(fd, into + offset, chunk, offset);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) fail("read failed at offset " + std::to_string(offset) + ": " + std::strerror(errno));
     if (n == 0) fail("ends at offset " + std::to_string(offset) + ", the manifest says " + std::to_string(record.bytes) + " bytes");
-    XXH64_update(state.get(), image.data() + offset, static_cast<size_t>(n));
+    XXH64_update(state.get(), into + offset, static_cast<size_t>(n));
     offset += n;
   }
   if (::close(fd) != 0) throw CheckpointError("checkpoint file " + path + ": cannot close it: " + std::strerror(errno));
@@ -215,6 +225,70 @@ StateImage read_and_verify(const std::string& path, const FileRecord& record, co
   if (actual != record.xxh64)
     throw CheckpointError("checkpoint file " + path + ": xxh64 " + actual + " but the manifest says " + record.xxh64 +
                           " (holds " + section_names(record) + ")");
+}
+
+// Reads one file into a fresh image laid out as the manifest says and
+// checks its size and checksum.
+StateImage read_and_verify(const std::string& path, const FileRecord& record, const StagingAllocator& allocator) {
+  check_file(path, record);
+  StateImage image = laid_out_image(path, record, record.bytes, allocator);
+  read_verified(path, record, image.data());
+  return image;
+}
+
+bool same_layout(const FileRecord& a, const FileRecord& b) {
+  if (a.image_bytes != b.image_bytes || a.sections.size() != b.sections.size()) return false;
+  for (size_t i = 0; i < a.sections.size(); ++i)
+    if (a.sections[i].name != b.sections[i].name || a.sections[i].offset != b.sections[i].offset ||
+        a.sections[i].bytes != b.sections[i].bytes)
+      return false;
+  return true;
+}
+
+FileRecord record_of(const std::string& folder, const nlohmann::json& entry, int rank) {
+  try {
+    return io::file_record_from_json(entry);
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError("checkpoint manifest " + folder + "/manifest.json: rank " + std::to_string(rank) + ": " +
+                          e.what());
+  }
+}
+
+// The image whose slice `mine` (file `index` of rank `rank`) is, read back
+// whole from every rank's slice of it: the files of that index, which must
+// be slices of one image and tile it.
+StateImage read_sliced_image(const std::string& folder, const nlohmann::json& ranks, size_t index, int rank,
+                             const FileRecord& mine, const StagingAllocator& allocator) {
+  std::vector<FileRecord> slices;
+  for (size_t q = 0; q < ranks.size(); ++q) {
+    const nlohmann::json& files = ranks[q].at("files");
+    const FileRecord slice = static_cast<int>(q) == rank ? mine
+                             : index < files.size()     ? record_of(folder, files[index], static_cast<int>(q))
+                                                        : FileRecord{};
+    if (slice.image_bytes == 0 || !same_layout(slice, mine))
+      throw CheckpointError("checkpoint " + folder + ": " + mine.name + " is a slice of an image of " +
+                            std::to_string(mine.image_bytes) + " bytes that rank " + std::to_string(q) +
+                            "'s file " + std::to_string(index) + " should hold a slice of too, and " +
+                            (slice.name.empty() ? "it has no such file" : slice.name + " is not"));
+    slices.push_back(slice);
+  }
+  std::sort(slices.begin(), slices.end(),
+            [](const FileRecord& a, const FileRecord& b) { return a.slice_from < b.slice_from; });
+  int64_t covered = 0;
+  for (const FileRecord& slice : slices) {
+    if (slice.slice_from != covered || slice.bytes > mine.image_bytes - covered)
+      throw CheckpointError("checkpoint " + folder + ": the slices of the image " + mine.name + " is part of do not "
+                            "tile its " + std::to_string(mine.image_bytes) + " bytes (" + slice.name + " starts at " +
+                            std::to_string(slice.slice_from) + ", where " + std::to_string(covered) + " was due)");
+    covered += slice.bytes;
+  }
+  if (covered != mine.image_bytes)
+    throw CheckpointError("checkpoint " + folder + ": the slices of the image " + mine.name + " is part of cover " +
+                          std::to_string(covered) + " of its " + std::to_string(mine.image_bytes) + " bytes");
+  for (const FileRecord& slice : slices) check_file(folder + "/" + slice.name, slice);
+  StateImage image = laid_out_image(folder + "/" + mine.name, mine, mine.image_bytes, allocator);
+  for (const FileRecord& slice : slices)
+    read_verified(folder + "/" + slice.name, slice, image.data() + slice.slice_from);
   return image;
 }
 
@@ -314,6 +388,14 @@ nlohmann::json read_manifest(const std::string& folder) {
       sum += bytes;
       if (!is_xxh64_text(check.string(files[f], "xxh64", where + ".xxh64")))
         check.fail("field " + where + ".xxh64 is not 16 lower-case hex digits");
+      if (const auto slice = files[f].find("slice"); slice != files[f].end()) {
+        check.object(*slice, where + ".slice");
+        const int64_t from = check.integer(*slice, "from", where + ".slice.from", 0);
+        const int64_t of = check.integer(*slice, "of", where + ".slice.of", 1);
+        if (from % kImageAlignment != 0 || of % kImageAlignment != 0 || from > of || bytes > of - from)
+          check.fail("field " + where + ".slice: bytes [" + std::to_string(from) + ", +" + std::to_string(bytes) +
+                     ") are not an aligned part of an image of " + std::to_string(of));
+      }
       const nlohmann::json& sections = check.array(files[f], "sections", where + ".sections");
       for (size_t s = 0; s < sections.size(); ++s) {
         const std::string section_where = where + ".sections[" + std::to_string(s) + "]";
@@ -341,15 +423,12 @@ LoadedRank read_rank_files(const std::string& folder, const nlohmann::json& mani
     throw CheckpointError("checkpoint " + clean + " has " + std::to_string(ranks.size()) + " rank(s), not rank " +
                           std::to_string(rank));
   LoadedRank loaded;
-  for (const nlohmann::json& entry : ranks[static_cast<size_t>(rank)].at("files")) {
-    FileRecord record;
-    try {
-      record = io::file_record_from_json(entry);
-    } catch (const nlohmann::json::exception& e) {
-      throw CheckpointError("checkpoint manifest " + clean + "/manifest.json: rank " + std::to_string(rank) + ": " +
-                            e.what());
-    }
-    loaded.images.push_back(read_and_verify(clean + "/" + record.name, record, allocator));
+  const nlohmann::json& files = ranks[static_cast<size_t>(rank)].at("files");
+  for (size_t index = 0; index < files.size(); ++index) {
+    const FileRecord record = record_of(clean, files[index], rank);
+    loaded.images.push_back(record.image_bytes > 0
+                                ? read_sliced_image(clean, ranks, index, rank, record, allocator)
+                                : read_and_verify(clean + "/" + record.name, record, allocator));
   }
   return loaded;
 }

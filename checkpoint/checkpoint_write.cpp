@@ -94,21 +94,32 @@ std::string direct_io_warning(const std::string& path) {
          ": the filesystem refuses O_DIRECT (EINVAL), so it was written through the page cache";
 }
 
-// write_image_file with a callback run once half of the image is in the
-// file (where the `write` crash point fires).
-FileRecord write_image(const std::string& folder, const std::string& name, const StateImage& image,
+// write_image_file of a part of an image, with a callback run once half of
+// it is in the file (where the `write` crash point fires).
+FileRecord write_image(const std::string& folder, const std::string& name, const ImagePart& part,
                        const WriteOptions& options, const std::function<void()>& at_half) {
   if (options.block_bytes <= 0 || options.block_bytes % kImageAlignment != 0)
     throw std::invalid_argument("checkpoint block_bytes " + std::to_string(options.block_bytes) +
                                 " is not a positive multiple of " + std::to_string(kImageAlignment));
+  const StateImage& image = *part.image;
+  const int64_t part_bytes = part.bytes < 0 ? image.bytes() - part.from : part.bytes;
+  if (part.from < 0 || part.from % kImageAlignment != 0 || part_bytes % kImageAlignment != 0 ||
+      part_bytes > image.bytes() - part.from)
+    throw std::invalid_argument("checkpoint image part [" + std::to_string(part.from) + ", +" +
+                                std::to_string(part_bytes) + ") of an image of " + std::to_string(image.bytes()) +
+                                " bytes is not aligned to " + std::to_string(kImageAlignment) + " or not inside it");
   const std::string path = folder + "/" + name;
   FileRecord record;
   record.name = name;
-  record.bytes = image.bytes();
+  record.bytes = part_bytes;
   record.sections = image.sections();
+  if (part.slice) {  // an empty image's slices are all empty: recorded, and read, as whole files
+    record.slice_from = part.from;
+    record.image_bytes = image.bytes();
+  }
 
-  const unsigned char* data = image.data();
-  const int64_t total = image.bytes();
+  const unsigned char* data = image.data() == nullptr ? nullptr : image.data() + part.from;
+  const int64_t total = part_bytes;
   // Started before the file exists: a thread or allocation failure then
   // leaves nothing to clean.
   FollowingHasher hasher(data, total);
@@ -137,6 +148,10 @@ FileRecord write_image(const std::string& folder, const std::string& name, const
   };
 
   bool half_reported = !at_half;
+  if (!half_reported && total == 0) {  // an empty part (a slice past a small image's end) is half written at once
+    half_reported = true;
+    at_half();
+  }
   int64_t offset = 0;
   while (offset < total) {
     const size_t chunk = static_cast<size_t>(std::min(options.block_bytes, total - offset));
@@ -245,14 +260,31 @@ void check_checkpoint_dir(const std::string& dir, const std::string& named) {
 
 FileRecord write_image_file(const std::string& folder, const std::string& name, const StateImage& image,
                             const WriteOptions& options) {
-  return write_image(folder, name, image, options, nullptr);
+  return write_image(folder, name, ImagePart{&image}, options, nullptr);
+}
+
+ImagePart slice_for_rank(const StateImage& image, int rank, int world) {
+  if (world < 1 || rank < 0 || rank >= world)
+    throw std::invalid_argument("slice_for_rank: rank " + std::to_string(rank) + " of " + std::to_string(world));
+  const int64_t pages = image.bytes() / kImageAlignment;
+  const int64_t per_rank = (pages + world - 1) / world;  // the last ranks' parts are the short ones
+  const int64_t first = std::min(pages, per_rank * rank);
+  const int64_t last = std::min(pages, first + per_rank);
+  return ImagePart{&image, first * kImageAlignment, (last - first) * kImageAlignment, world > 1};
 }
 
 std::vector<FileRecord> write_rank_files(const std::string& folder, int rank,
                                          const std::vector<const StateImage*>& images,
                                          const WriteOptions& options) {
-  for (const StateImage* image : images)
-    if (image == nullptr) throw std::invalid_argument("write_rank_files: a null image");
+  std::vector<ImagePart> parts;
+  for (const StateImage* image : images) parts.push_back(ImagePart{image});
+  return write_rank_files(folder, rank, parts, options);
+}
+
+std::vector<FileRecord> write_rank_files(const std::string& folder, int rank, const std::vector<ImagePart>& images,
+                                         const WriteOptions& options) {
+  for (const ImagePart& part : images)
+    if (part.image == nullptr) throw std::invalid_argument("write_rank_files: a null image");
   const int64_t step = io::step_of_folder(folder);
   const std::string record_path = folder + "/" + rank_record_name(rank);
   auto remove_written = [&] {
@@ -277,7 +309,7 @@ std::vector<FileRecord> write_rank_files(const std::string& folder, int rank,
         try {
           std::function<void()> at_half;
           if (i == 0) at_half = [step] { crash_point("write", step); };
-          records[i] = write_image(folder, rank_file_name(rank, static_cast<int>(i)), *images[i], options, at_half);
+          records[i] = write_image(folder, rank_file_name(rank, static_cast<int>(i)), images[i], options, at_half);
         } catch (...) {
           record_failure(std::current_exception());
         }

@@ -15,7 +15,7 @@
 #include "kernels/gpu_health.h"     // open_gpu_health: NVML
 #include "trainer/burnin.h"
 #include "trainer/ceilings.h"       // measure_write_rate: the storage check
-#include "trainer/checkpointing.h"  // Checkpointer::wait_until_idle: no checkpoint writing during it
+#include "trainer/checkpointing.h"  // Checkpointer::wait_until_idle (no checkpoint writing during it), state_bytes_per_rank
 #include "trainer/progress_watchdog.h"  // the hang watch
 #include "trainer/cli.h"            // CommandError: a baseline of another attention is exit 2
 #include "trainer/report.h"         // human_count
@@ -420,8 +420,7 @@ class BurninMonitor final : public RunExtension {
     }
     comm_s_since_health_.clear();
     if (checkpointer_ != nullptr) {
-      int64_t state_bytes = 0;
-      for (const StateTensor& t : engine_->state_tensors()) state_bytes += t.bytes;
+      const int64_t state_bytes = state_bytes_per_rank(*engine_, comm_->world_size());
       // Up to 256 MiB per rank: long enough to see the disk, short enough to repeat.
       const WriteRate rate = measure_write_rate(*config_, *comm_, checkpointer_->dir(), std::min<int64_t>(state_bytes, 256LL << 20));
       point.write_gbs = rate.job_gbs;

@@ -7,6 +7,7 @@
 #include "checkpoint/write_bench.h"     // run_write_bench: the storage-write ceiling
 #include "comm/collective_bench.h"      // bench_gradient_step: the network ceiling
 #include "dataloader/io_bench.h"        // measure_loader: the storage-read ceiling
+#include "trainer/checkpointing.h"      // state_bytes_per_rank: what a rank writes per checkpoint
 #include "trainer/data_source.h"        // loader_options, data_position_bytes_bound
 #include "trainer/temporary_folder.h"   // make_temporary_directory, FolderRemovedAtScopeEnd: the write ceiling's scratch
 #include "trainer/gradient_sync.h"      // plan_gradient_buckets: the step's buckets
@@ -146,8 +147,7 @@ Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communic
     // A checkpoint holds the data position too: its shuffle buffers (counted
     // full, as the room check counts them) were half of tiny's checkpoint,
     // left out of the size the write time per step is figured for.
-    int64_t state_bytes = data_position_bytes_bound(config);
-    for (const StateTensor& t : engine.state_tensors()) state_bytes += t.bytes;
+    const int64_t state_bytes = data_position_bytes_bound(config) + state_bytes_per_rank(engine, comm.world_size());
     c.checkpoint_bytes = sum_over_ranks(comm, static_cast<double>(state_bytes));
     // A rank's checkpoint, up to 1 GiB: enough to reach the disk's rate
     // without doubling a large model's memory for long.

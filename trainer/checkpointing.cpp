@@ -204,12 +204,34 @@ Checkpointer::~Checkpointer() {
   writer_.reset();
 }
 
+bool held_alike(const StateTensor& tensor, const TrainingEngine& engine) {
+  // TrainingEngine::state_tensors names the optimizer shard's moments.
+  const OptimizerShard shard = engine.optimizer_shard();
+  const bool whole_optimizer = shard.begin == 0 && (shard.end < 0 || shard.end == engine.layout().trainable_params());
+  return whole_optimizer || (tensor.name != "adam_m" && tensor.name != "adam_v");
+}
+
+int64_t job_state_bytes(const TrainingEngine& engine, int world) {
+  const auto aligned = [](int64_t bytes) { return (bytes + kImageAlignment - 1) / kImageAlignment * kImageAlignment; };
+  int64_t alike = 0, own = 0;
+  for (const StateTensor& t : engine.state_tensors()) (held_alike(t, engine) ? alike : own) += aligned(t.bytes);
+  // A slice's file ends on 4096 bytes: at most one more page per rank and file.
+  return alike + (alike > 0 && world > 1 ? kImageAlignment * world : 0) + own * world;
+}
+
 void Checkpointer::allocate_staging() {
-  std::vector<SectionSpec> specs;
-  for (const StateTensor& t : tensors_) specs.push_back({t.name, t.bytes});
+  std::vector<SectionSpec> alike, own;
+  for (const StateTensor& t : tensors_) (held_alike(t, engine_) ? alike : own).push_back({t.name, t.bytes});
   const StagingAllocator pinned{[this](size_t bytes) { return engine_.allocate_host(bytes); },
                                 [this](void* memory) { engine_.release_host(memory); }};
-  for (const std::vector<SectionSpec>& file : assign_sections_to_files(specs, static_cast<int>(config_.checkpoint.writers)))
+  // The state held alike first, in images every rank lays out the same way
+  // (the same tensors, the same sizes): rank r's slice of image i is the
+  // file of index i on every rank, which a resume reads back together.
+  const int writers = static_cast<int>(config_.checkpoint.writers);
+  for (const std::vector<SectionSpec>& file : assign_sections_to_files(alike, writers))
+    images_.emplace_back(file, pinned);
+  alike_images_ = images_.size();
+  for (const std::vector<SectionSpec>& file : assign_sections_to_files(own, writers))
     images_.emplace_back(file, pinned);
   // Touch every page now, before the first step: faulting in gigabytes of
   // fresh memory during the first snapshot would make it seconds slower and
@@ -305,7 +327,7 @@ bool Checkpointer::start(int64_t step) {
                                {kDataPositionSection, static_cast<int64_t>(position.size())}});
   std::memcpy(flight.trainer_image->section_data(0), state_text.data(), state_text.size());
   std::memcpy(flight.trainer_image->section_data(1), position.data(), position.size());
-  for (const StateImage& image : images_) flight.record.rank_bytes += image.bytes();
+  for (const ImagePart& part : written_parts()) flight.record.rank_bytes += part.bytes;
   flight.record.rank_bytes += flight.trainer_image->bytes();
   in_flight_ = std::make_shared<InFlight>(std::move(flight));
   return true;
@@ -317,9 +339,8 @@ void Checkpointer::submit_persist() {
   // The job holds no reference into this object: abandoned on hung storage,
   // it may outlive it. It reads the staging (kept then, see the destructor)
   // and writes into `flight`, which it shares.
-  std::vector<const StateImage*> images;
-  for (const StateImage& image : images_) images.push_back(&image);
-  images.push_back(flight->trainer_image.get());
+  std::vector<ImagePart> images = written_parts();
+  images.push_back(ImagePart{flight->trainer_image.get()});
   WriteOptions options;
   options.direct_io = config_.checkpoint.direct_io;
   options.block_bytes = config_.checkpoint.block_bytes;
@@ -333,6 +354,15 @@ void Checkpointer::submit_persist() {
       if (flight->io_warning.empty()) flight->io_warning = file.warning;
     flight->persist_s = steady_now() - begin;
   });
+}
+
+std::vector<ImagePart> Checkpointer::written_parts() const {
+  std::vector<ImagePart> parts;
+  for (size_t i = 0; i < images_.size(); ++i) {
+    const ImagePart whole{&images_[i], 0, images_[i].bytes()};
+    parts.push_back(i < alike_images_ ? slice_for_rank(images_[i], comm_.rank(), comm_.world_size()) : whole);
+  }
+  return parts;
 }
 
 void Checkpointer::submit_commit() {

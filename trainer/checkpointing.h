@@ -62,6 +62,20 @@ struct CheckpointRecord {
   double stall_s = 0;       // loop time this checkpoint blocked on this rank (in ckpt_stall_s)
 };
 
+// Whether every rank holds this state tensor alike (data parallelism's
+// replicas: the parameters, and AdamW's moments unless ZeRO-1 shards them):
+// a checkpoint then holds it once, each rank writing a slice, as PyTorch DCP
+// and Megatron's fully parallel save write replicated state once.
+bool held_alike(const StateTensor& tensor, const TrainingEngine& engine);
+// The bytes one checkpoint of the job's engine state takes on disk: the
+// state held alike once, each rank's own (ZeRO-1's shard, as large as this
+// rank's) `world` times; the 4096-byte alignment of files and slices counted.
+int64_t job_state_bytes(const TrainingEngine& engine, int world);
+// A rank's share of it: what each rank writes per checkpoint, rounded up.
+inline int64_t state_bytes_per_rank(const TrainingEngine& engine, int world) {
+  return (job_state_bytes(engine, world) + world - 1) / world;
+}
+
 class Checkpointer {
  public:
   // `dir` exists and is writable (check_checkpoint_dir). `versions` goes
@@ -132,6 +146,9 @@ class Checkpointer {
   };
 
   void allocate_staging();
+  // What this rank writes of images_: its slice of those held alike, the
+  // rest whole.
+  std::vector<ImagePart> written_parts() const;
   // False when rank 0 could not make step_N.tmp and the checkpoint was
   // skipped (a full disk under on_full=skip); throws CheckpointFailure when
   // that ends the run.
@@ -196,6 +213,9 @@ class Checkpointer {
   nlohmann::json versions_;
   std::vector<StateTensor> tensors_;
   std::vector<StateImage> images_;          // the engine's state, one per file
+  // images_[0, alike_images_) hold state every rank holds alike: with
+  // several ranks each writes one slice of them (the job writes it once).
+  size_t alike_images_ = 0;
   std::vector<void*> copy_destinations_;    // tensors_[i] → inside images_
   std::shared_ptr<InFlight> in_flight_;      // null when none is
   bool diverged_ = false;                   // give_up was called: no more checkpoints

@@ -84,20 +84,19 @@ std::vector<FinetunePlanRow> plan_finetune(const Config& config, int64_t gpus_pe
     row.memory = plan_cuda_engine_memory(options);
     const ParameterLayout layout = make_layout(options);
     row.trainable_params = layout.trainable_params();
-    // The CUDA engine's state tensors, which every rank writes
-    // (CudaEngine::state_tensors): the fp32 master and bf16 copy of what it
-    // trains (everything, or the adapters) and, under LoRA with
-    // checkpoint.include_base, the frozen base in bf16 ("base_bf16"); AdamW
-    // m and v over its shard: all of it under DDP, 1/world under ZeRO-1 (the
-    // shards add up to the trainable parameters once).
+    // The CUDA engine's state tensors (CudaEngine::state_tensors): the fp32
+    // master and bf16 copy of what it trains (everything, or the adapters)
+    // and, under LoRA with checkpoint.include_base, the frozen base in bf16
+    // ("base_bf16"); AdamW m and v. A checkpoint holds each once: what the
+    // ranks hold alike each writes a slice of, and ZeRO-1's shards add up to
+    // the trainable parameters once (held_alike, job_state_bytes).
     const int64_t masters = options.lora.enabled() ? layout.trainable_params() : layout.total_params();
     const int64_t base = options.lora.enabled() && config.checkpoint.include_base
                              ? layout.total_params() - layout.trainable_params()
                              : 0;
-    const bool sharded = options.optimizer_shard.end >= 0;  // ZeRO-1's row: rank 0's shard
-    const int64_t every_rank = masters * (4 + 2) + base * 2;
+    const int64_t parameters = masters * (4 + 2) + base * 2;
     const int64_t adam = layout.trainable_params() * 8;
-    row.checkpoint_bytes = gpus * every_rank + (sharded ? adam : gpus * adam);
+    row.checkpoint_bytes = parameters + adam;
     row.fits = row.memory.total_bytes() <= usable_bytes;
     rows.push_back(row);
   };

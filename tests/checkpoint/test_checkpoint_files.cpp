@@ -107,6 +107,54 @@ void round_trip(const std::string& dir, bool direct_io) {
 
 TEST_F(CheckpointFiles, RoundTripBuffered) { round_trip(dir_, false); }
 
+// State the ranks hold alike is written once per job: each rank writes its
+// slice of each image (file i of every rank), and each rank reads every
+// slice back into the whole image. 3 ranks over images of 3 and 2 pages:
+// the last rank's slice of the second is empty.
+TEST_F(CheckpointFiles, SlicesOfImagesHeldAlikeTileThemAndReadBackWhole) {
+  constexpr int kRanks = 3;
+  prepare_pending_folder(dir_, 4);
+  const std::vector<StateImage> images = make_state(4, 0, 2);  // the same bytes on every rank
+  ASSERT_EQ(images.size(), 2u);
+  std::vector<int64_t> written(images.size(), 0);
+  for (int rank = 0; rank < kRanks; ++rank) {
+    std::vector<ImagePart> parts;
+    for (const StateImage& image : images) parts.push_back(slice_for_rank(image, rank, kRanks));
+    const std::vector<FileRecord> records = write_rank_files(pending_folder(dir_, 4), rank, parts, WriteOptions{});
+    for (size_t i = 0; i < records.size(); ++i) {
+      EXPECT_EQ(records[i].image_bytes, images[i].bytes());
+      EXPECT_EQ(records[i].slice_from, written[i]) << "rank " << rank << " file " << i;
+      written[i] += records[i].bytes;
+    }
+  }
+  for (size_t i = 0; i < images.size(); ++i) EXPECT_EQ(written[i], images[i].bytes()) << "file " << i;
+  EXPECT_EQ(fs::file_size(pending_folder(dir_, 4) + "/" + rank_file_name(2, 1)), 0u) << "past the image's end";
+  CommitRequest request;
+  request.dir = dir_;
+  request.step = 4;
+  request.world_size = kRanks;
+  const nlohmann::json manifest = commit_checkpoint(request);
+  EXPECT_EQ(manifest["total_bytes"].get<int64_t>(), images[0].bytes() + images[1].bytes()) << "one copy";
+  const std::string folder = committed_folder(dir_, 4);
+  for (int rank = 0; rank < kRanks; ++rank)
+    EXPECT_EQ(compare_state(read_rank_files(folder, read_manifest(folder), rank), 4, 0), "") << "rank " << rank;
+  // One rank's slice damaged: every rank's read of that image fails, naming it.
+  const std::string damaged = folder + "/" + rank_file_name(1, 0);
+  {
+    std::fstream file(damaged, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(10);
+    file.put('\x5a');
+  }
+  for (int rank = 0; rank < kRanks; ++rank)
+    EXPECT_TRUE(contains(checkpoint_error([&] { read_rank_files(folder, read_manifest(folder), rank); }),
+                         "checkpoint file " + damaged + ": xxh64"))
+        << "rank " << rank;
+  // A slice missing from the manifest's tiling is refused, not read as zeros.
+  nlohmann::json holed = read_manifest(folder);
+  holed["ranks"][1]["files"][0]["slice"]["from"] = holed["ranks"][1]["files"][0]["slice"]["from"].get<int64_t>() + 4096;
+  EXPECT_TRUE(contains(checkpoint_error([&] { read_rank_files(folder, holed, 0); }), "do not tile"));
+}
+
 // A file whose sections are all empty (a ZeRO-1 rank whose optimizer shard
 // is all padding, its adam_m and adam_v in a file of their own) reads back
 // as those sections, 0 bytes each: they were "missing", so the committed

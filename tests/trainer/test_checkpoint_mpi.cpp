@@ -92,17 +92,29 @@ TEST(CheckpointMpiZero, ARankWithAnEmptyShardResumes) {
   for (const auto& [step, loss] : resumed_losses) EXPECT_EQ(loss, straight_losses.at(step)) << "step " << step;
 }
 
-// A damaged file of rank 1's: every rank fails with rank 1's own reason
-// (the file, the checksums, the checkpoint to resume from), which rank 0
-// prints; it used to print only "rank(s) 1 could not load their part".
-TEST(CheckpointMpiDamage, ARankFilesDamageIsReportedInItsOwnWords) {
-  testing::TempDir dir("test_ckpt_mpi");
+// A damaged file of rank 1's own (its trainer state and data position, the
+// last of its files: the state the ranks hold alike comes first, in slices):
+// every rank fails with rank 1's own reason (the file, the checksums, the
+// checkpoint to resume from), which rank 0 prints; it used to print only
+// "rank(s) 1 could not load their part".
+// Two ranks' checkpoints of steps 5 to 20 in dir/c, `latest` pointed back
+// at step 15 for a resume to read.
+void two_rank_checkpoints_latest_at_15(const testing::TempDir& dir) {
   const CommandResult first =
       run_command(run_2_ranks(dir.file("c"), dir.file("c1.json"), "--set checkpoint.every_steps=5"));
   ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
-  // Resume from step 15, whose rank-1 file is damaged.
   std::ofstream(dir.file("c/latest")) << "step_15\n";
-  const std::string damaged = dir.file("c/step_15/rank_00001_0.bin");
+}
+
+TEST(CheckpointMpiDamage, ARankFilesDamageIsReportedInItsOwnWords) {
+  testing::TempDir dir("test_ckpt_mpi");
+  ASSERT_NO_FATAL_FAILURE(two_rank_checkpoints_latest_at_15(dir));
+  // Resume from step 15, whose rank-1 file is damaged.
+  const nlohmann::json manifest = nlohmann::json::parse(read_whole_file(dir.file("c/step_15/manifest.json")));
+  const nlohmann::json& own = manifest["ranks"][1]["files"].back();
+  ASSERT_FALSE(own.contains("slice")) << own.dump();
+  ASSERT_GE(own["bytes"].get<int64_t>(), 8192) << own.dump();
+  const std::string damaged = dir.file("c/step_15/" + own["name"].get<std::string>());
   ASSERT_EQ(run_command("printf 'XXXX' | dd of=" + damaged + " bs=1 seek=4096 conv=notrunc 2>/dev/null").exit_code, 0);
   const CommandResult resumed = run_command(run_2_ranks(dir.file("c"), dir.file("c2.json"), "--resume latest"));
   EXPECT_EQ(resumed.exit_code, 2) << resumed.err;
@@ -111,6 +123,60 @@ TEST(CheckpointMpiDamage, ARankFilesDamageIsReportedInItsOwnWords) {
       << "names the earlier checkpoint: " << resumed.err;
   EXPECT_NE(resumed.err.find("(rank 1's part; rank(s) 1 could not load theirs)"), std::string::npos) << resumed.err;
   EXPECT_EQ(resumed.err.find("rank 0: "), std::string::npos) << "rank 1's failure, not rank 0's: " << resumed.err;
+}
+
+// Data parallelism's replicas are written once per job, not once per rank (as
+// PyTorch DCP and Megatron's fully parallel save write them): the 2 ranks'
+// slices of the master weights and AdamW's moments add up, byte for byte, to
+// the one rank's files of them; each rank's trainer state stays its own.
+TEST(CheckpointMpi, TwoRanksWriteTheStateTheyHoldAlikeOnce) {
+  testing::TempDir dir("test_ckpt_mpi");
+  const std::string common = " run tiny --steps 10 --set checkpoint.every_steps=10 --set report.progress_every=0"
+                             " --set train.threads=1 --set checkpoint.dir=";
+  ASSERT_EQ(run_command(std::string(TRAINBENCH_BINARY) + common + dir.file("one") + " --out " + dir.file("one.json"))
+                .exit_code,
+            0);
+  const CommandResult two = run_command(kMpirun + TRAINBENCH_BINARY + common + dir.file("two") + " --out " +
+                                        dir.file("two.json"));
+  ASSERT_EQ(two.exit_code, 0) << two.out << two.err;
+  const auto state_files = [](const nlohmann::json& rank) {
+    nlohmann::json files = rank["files"];
+    files.erase(files.size() - 1);  // the trainer state and data position: every rank's own
+    return files;
+  };
+  const nlohmann::json one = nlohmann::json::parse(read_whole_file(dir.file("one/step_10/manifest.json")));
+  const nlohmann::json both = nlohmann::json::parse(read_whole_file(dir.file("two/step_10/manifest.json")));
+  int64_t one_bytes = 0, sliced_bytes = 0;
+  for (const auto& file : state_files(one["ranks"][0])) {
+    EXPECT_FALSE(file.contains("slice")) << "one rank writes whole images: " << file.dump();
+    one_bytes += file["bytes"].get<int64_t>();
+  }
+  for (const auto& rank : both["ranks"])
+    for (const auto& file : state_files(rank)) {
+      EXPECT_TRUE(file.contains("slice")) << file.dump();
+      sliced_bytes += file["bytes"].get<int64_t>();
+    }
+  EXPECT_GT(one_bytes, 0);
+  EXPECT_EQ(sliced_bytes, one_bytes);
+  // What the result reports as written: the one copy and each rank's own file.
+  int64_t own_bytes = 0;
+  for (const auto& rank : both["ranks"]) own_bytes += rank["files"].back()["bytes"].get<int64_t>();
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("two.json")));
+  EXPECT_EQ(result["checkpoints"][0]["bytes"].get<int64_t>(), one_bytes + own_bytes) << result["checkpoints"].dump();
+}
+
+// Each rank writes a slice of the state the ranks hold alike, and a resume
+// reads every rank's slices: a damaged slice of rank 1's is every rank's
+// failure, named by its file.
+TEST(CheckpointMpiDamage, ADamagedSliceFailsEveryRanksResumeNamingTheFile) {
+  testing::TempDir dir("test_ckpt_mpi");
+  ASSERT_NO_FATAL_FAILURE(two_rank_checkpoints_latest_at_15(dir));
+  const std::string damaged = dir.file("c/step_15/rank_00001_0.bin");
+  ASSERT_EQ(run_command("printf 'XXXX' | dd of=" + damaged + " bs=1 seek=16 conv=notrunc 2>/dev/null").exit_code, 0);
+  const CommandResult resumed = run_command(run_2_ranks(dir.file("c"), dir.file("c2.json"), "--resume latest"));
+  EXPECT_EQ(resumed.exit_code, 2) << resumed.err;
+  EXPECT_NE(resumed.err.find("checkpoint file " + damaged + ": xxh64"), std::string::npos) << resumed.err;
+  EXPECT_NE(resumed.err.find("--resume " + dir.file("c/step_10")), std::string::npos) << resumed.err;
 }
 
 // Each rank resolves `latest` itself: on node-local disks, or through a

@@ -53,9 +53,10 @@ TEST(Plan, TinyMatchesAHandCount) {
   EXPECT_EQ(ddp.memory.gradient_bytes, kBase * 4);
   EXPECT_EQ(ddp.memory.optimizer_bytes, kBase * 8);        // AdamW m and v
   EXPECT_EQ(ddp.memory.activation_bytes, kActivationBytes);
-  // Every rank writes its own files: 16 of master, bf16 copy, m and v (the
-  // job's checkpoint; it was one rank's, 16x under what the disk must hold).
-  EXPECT_EQ(ddp.checkpoint_bytes, 16 * kBase * (4 + 2 + 8));
+  // The job's checkpoint holds master, bf16 copy, m and v once: each of the
+  // 16 ranks writes a slice of what they hold alike (every rank wrote all of
+  // it, 16 copies).
+  EXPECT_EQ(ddp.checkpoint_bytes, kBase * (4 + 2 + 8));
 
   // 16 ranks: blocks of ceil(164160 / 16) = 10260 elements rounded up to 64
   // (every shard on 256 bytes), 10304; the fp32 master and the gradients
@@ -67,8 +68,8 @@ TEST(Plan, TinyMatchesAHandCount) {
   EXPECT_EQ(zero.memory.gradient_bytes, ddp.memory.gradient_bytes + kPadding * 4);
   EXPECT_EQ(zero.memory.total_bytes(),
             ddp.memory.total_bytes() - kBase * 8 + kBlock * 8 + 2 * kPadding * 4);
-  // Each rank its master and bf16 copy, the m and v shards adding up to one.
-  EXPECT_EQ(zero.checkpoint_bytes, 16 * kBase * (4 + 2) + kBase * 8);
+  // The master and bf16 copy once, the m and v shards adding up to one.
+  EXPECT_EQ(zero.checkpoint_bytes, kBase * (4 + 2) + kBase * 8);
 
   EXPECT_EQ(lora.mode, "lora");
   EXPECT_EQ(lora.gpus, 8);  // one node
@@ -79,14 +80,14 @@ TEST(Plan, TinyMatchesAHandCount) {
   EXPECT_EQ(lora.memory.optimizer_bytes, kAdapters * 8);
   // h = x·Aᵀ [n, 16] saved per adapter: 4 per layer.
   EXPECT_EQ(lora.memory.activation_bytes, kActivationBytes + 2 * 4 * kN * 16 * 2);
-  EXPECT_EQ(lora.checkpoint_bytes, 8 * kAdapters * (4 + 2 + 8));
+  EXPECT_EQ(lora.checkpoint_bytes, kAdapters * (4 + 2 + 8));
   for (const FinetunePlanRow& r : rows) EXPECT_TRUE(r.fits) << r.mode;
   // checkpoint.include_base: the frozen base goes in too, in bf16 (it was
   // left out: 70B's plan understated its LoRA checkpoint by 131 GiB).
   const std::vector<FinetunePlanRow> with_base =
       plan_finetune(load_config("tiny", {"train.attention=gemm", "checkpoint.include_base=true"}), 8, 2,
                     int64_t{80} << 30);
-  EXPECT_EQ(with_base[2].checkpoint_bytes, 8 * (kAdapters * (4 + 2 + 8) + kBase * 2));
+  EXPECT_EQ(with_base[2].checkpoint_bytes, kAdapters * (4 + 2 + 8) + kBase * 2);
   EXPECT_EQ(with_base[0].checkpoint_bytes, ddp.checkpoint_bytes) << "full fine-tuning holds the base anyway";
 }
 
@@ -105,7 +106,7 @@ TEST(Plan, AnOddVocabularyAddsThePaddedLmHead) {
   EXPECT_EQ(ddp.memory.gradient_bytes, (kBase500 + 12 * 64) * 4);
   EXPECT_EQ(ddp.memory.optimizer_bytes, kBase500 * 8);
   EXPECT_EQ(ddp.memory.activation_bytes, kActivationBytes);  // the logits' rows were padded to 512 already
-  EXPECT_EQ(ddp.checkpoint_bytes, 16 * kBase500 * (4 + 2 + 8));  // 16 ranks; the padding is not state
+  EXPECT_EQ(ddp.checkpoint_bytes, kBase500 * (4 + 2 + 8));  // once for the 16 ranks; the padding is not state
   // LoRA: the frozen head gets the padded copy, no gradient room.
   EXPECT_EQ(lora.memory.parameter_bytes, (kBase500 + kAdapters) * 2 + kAdapters * 4 + kPaddedHead * 2);
   EXPECT_EQ(lora.memory.gradient_bytes, kAdapters * 4);
