@@ -148,6 +148,7 @@ nlohmann::json commit_checkpoint(const CommitRequest& request, CommitWarnings* w
   // Every rank's record, each file checked to be there at its recorded size:
   // a manifest must never name a file that is not complete on disk.
   nlohmann::json ranks = nlohmann::json::array();
+  std::vector<std::vector<FileRecord>> records_of(static_cast<size_t>(request.world_size));
   int64_t total_bytes = 0;
   for (int rank = 0; rank < request.world_size; ++rank) {
     const std::string record_path = pending + "/" + rank_record_name(rank);
@@ -170,6 +171,7 @@ nlohmann::json commit_checkpoint(const CommitRequest& request, CommitWarnings* w
                                      false);
         total_bytes += record.bytes;
         files.push_back(io::file_record_to_json(record));
+        records_of[static_cast<size_t>(rank)].push_back(record);
       }
     } catch (const nlohmann::json::exception& e) {
       throw CheckpointWriteError("checkpoint record " + record_path + ": " + e.what(), false);
@@ -178,6 +180,24 @@ nlohmann::json commit_checkpoint(const CommitRequest& request, CommitWarnings* w
     }
     ranks.push_back({{"rank", rank}, {"files", files}});
   }
+  // The slices of each image held alike must put it back together: a
+  // checkpoint a resume could not read is never committed (nor `latest`
+  // moved to it, nor older ones retired for it).
+  for (size_t index = 0; index < records_of.front().size(); ++index) {
+    if (records_of.front()[index].image_bytes == 0) continue;
+    std::vector<FileRecord> slices;
+    for (const std::vector<FileRecord>& rank : records_of)
+      slices.push_back(index < rank.size() ? rank[index] : FileRecord{});
+    const std::string problem = slices_problem(slices, index);
+    if (!problem.empty()) throw CheckpointWriteError(step_text + ": " + problem, false);
+  }
+  for (size_t rank = 1; rank < records_of.size(); ++rank)
+    for (size_t index = 0; index < records_of[rank].size(); ++index)
+      if (records_of[rank][index].image_bytes > 0 &&
+          (index >= records_of.front().size() || records_of.front()[index].image_bytes == 0))
+        throw CheckpointWriteError(step_text + ": rank " + std::to_string(rank) + "'s " +
+                                       records_of[rank][index].name + " is a slice of an image rank 0 wrote whole",
+                                   false);
 
   nlohmann::json versions = request.versions.is_object() ? request.versions : nlohmann::json::object();
   versions["xxhash"] = io::xxhash_version();

@@ -163,6 +163,13 @@ struct CommitRequest {
   nlohmann::json extra;       // anything else the trainer records (model, zero, ...)
 };
 
+// Empty when `slices` (file `index` of every rank, in rank order; an empty
+// record where a rank has none) are slices of one image laid out alike that
+// tile it exactly; else what is wrong, in one line. The commit checks it, so
+// that a checkpoint a resume could not put back together is never committed,
+// and so does the resume.
+std::string slices_problem(std::vector<FileRecord> slices, size_t index);
+
 // Rank 0, after every rank's write_rank_files returned: the commit sequence
 // described above. Returns the manifest it wrote. Throws CheckpointWriteError;
 // when `latest` itself cannot be written, the step's folder is back at

@@ -236,15 +236,6 @@ StateImage read_and_verify(const std::string& path, const FileRecord& record, co
   return image;
 }
 
-bool same_layout(const FileRecord& a, const FileRecord& b) {
-  if (a.image_bytes != b.image_bytes || a.sections.size() != b.sections.size()) return false;
-  for (size_t i = 0; i < a.sections.size(); ++i)
-    if (a.sections[i].name != b.sections[i].name || a.sections[i].offset != b.sections[i].offset ||
-        a.sections[i].bytes != b.sections[i].bytes)
-      return false;
-  return true;
-}
-
 FileRecord record_of(const std::string& folder, const nlohmann::json& entry, int rank) {
   try {
     return io::file_record_from_json(entry);
@@ -262,29 +253,12 @@ StateImage read_sliced_image(const std::string& folder, const nlohmann::json& ra
   std::vector<FileRecord> slices;
   for (size_t q = 0; q < ranks.size(); ++q) {
     const nlohmann::json& files = ranks[q].at("files");
-    const FileRecord slice = static_cast<int>(q) == rank ? mine
-                             : index < files.size()     ? record_of(folder, files[index], static_cast<int>(q))
-                                                        : FileRecord{};
-    if (slice.image_bytes == 0 || !same_layout(slice, mine))
-      throw CheckpointError("checkpoint " + folder + ": " + mine.name + " is a slice of an image of " +
-                            std::to_string(mine.image_bytes) + " bytes that rank " + std::to_string(q) +
-                            "'s file " + std::to_string(index) + " should hold a slice of too, and " +
-                            (slice.name.empty() ? "it has no such file" : slice.name + " is not"));
-    slices.push_back(slice);
+    slices.push_back(static_cast<int>(q) == rank ? mine
+                     : index < files.size()     ? record_of(folder, files[index], static_cast<int>(q))
+                                                : FileRecord{});
   }
-  std::sort(slices.begin(), slices.end(),
-            [](const FileRecord& a, const FileRecord& b) { return a.slice_from < b.slice_from; });
-  int64_t covered = 0;
-  for (const FileRecord& slice : slices) {
-    if (slice.slice_from != covered || slice.bytes > mine.image_bytes - covered)
-      throw CheckpointError("checkpoint " + folder + ": the slices of the image " + mine.name + " is part of do not "
-                            "tile its " + std::to_string(mine.image_bytes) + " bytes (" + slice.name + " starts at " +
-                            std::to_string(slice.slice_from) + ", where " + std::to_string(covered) + " was due)");
-    covered += slice.bytes;
-  }
-  if (covered != mine.image_bytes)
-    throw CheckpointError("checkpoint " + folder + ": the slices of the image " + mine.name + " is part of cover " +
-                          std::to_string(covered) + " of its " + std::to_string(mine.image_bytes) + " bytes");
+  const std::string problem = slices_problem(slices, index);
+  if (!problem.empty()) throw CheckpointError("checkpoint " + folder + ": " + problem);
   for (const FileRecord& slice : slices) check_file(folder + "/" + slice.name, slice);
   StateImage image = laid_out_image(folder + "/" + mine.name, mine, mine.image_bytes, allocator);
   for (const FileRecord& slice : slices)
@@ -293,6 +267,38 @@ StateImage read_sliced_image(const std::string& folder, const nlohmann::json& ra
 }
 
 }  // namespace
+
+std::string slices_problem(std::vector<FileRecord> slices, size_t index) {
+  if (slices.empty()) return "";
+  const FileRecord& first = slices.front();
+  for (size_t q = 0; q < slices.size(); ++q) {
+    const FileRecord& slice = slices[q];
+    bool alike = slice.image_bytes > 0 && slice.image_bytes == first.image_bytes &&
+                 slice.sections.size() == first.sections.size();
+    for (size_t i = 0; alike && i < slice.sections.size(); ++i)
+      alike = slice.sections[i].name == first.sections[i].name &&
+              slice.sections[i].offset == first.sections[i].offset &&
+              slice.sections[i].bytes == first.sections[i].bytes;
+    if (!alike)
+      return "file " + std::to_string(index) + " of every rank should be a slice of one image (" + first.name +
+             ": " + std::to_string(first.image_bytes) + " bytes, " + section_names(first) + "), and rank " +
+             std::to_string(q) + "'s " + (slice.name.empty() ? "is missing" : slice.name + " is not");
+  }
+  std::sort(slices.begin(), slices.end(),
+            [](const FileRecord& a, const FileRecord& b) { return a.slice_from < b.slice_from; });
+  int64_t covered = 0;
+  for (const FileRecord& slice : slices) {
+    if (slice.slice_from != covered || slice.bytes > first.image_bytes - covered)
+      return "the slices of image " + std::to_string(index) + " do not tile its " + std::to_string(first.image_bytes) +
+             " bytes (" + slice.name + " starts at " + std::to_string(slice.slice_from) + ", where " +
+             std::to_string(covered) + " was due)";
+    covered += slice.bytes;
+  }
+  if (covered != first.image_bytes)
+    return "the slices of image " + std::to_string(index) + " cover " + std::to_string(covered) + " of its " +
+           std::to_string(first.image_bytes) + " bytes";
+  return "";
+}
 
 std::string resolve_checkpoint(const std::string& spec, const std::string& dir) {
   if (spec == "latest") {

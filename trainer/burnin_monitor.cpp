@@ -420,7 +420,7 @@ class BurninMonitor final : public RunExtension {
     }
     comm_s_since_health_.clear();
     if (checkpointer_ != nullptr) {
-      const int64_t state_bytes = state_bytes_per_rank(*engine_, comm_->world_size());
+      const int64_t state_bytes = state_bytes_per_rank(*engine_, *config_, comm_->world_size());
       // Up to 256 MiB per rank: long enough to see the disk, short enough to repeat.
       const WriteRate rate = measure_write_rate(*config_, *comm_, checkpointer_->dir(), std::min<int64_t>(state_bytes, 256LL << 20));
       point.write_gbs = rate.job_gbs;

@@ -147,7 +147,7 @@ Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communic
     // A checkpoint holds the data position too: its shuffle buffers (counted
     // full, as the room check counts them) were half of tiny's checkpoint,
     // left out of the size the write time per step is figured for.
-    const int64_t state_bytes = data_position_bytes_bound(config) + state_bytes_per_rank(engine, comm.world_size());
+    const int64_t state_bytes = data_position_bytes_bound(config) + state_bytes_per_rank(engine, config, comm.world_size());
     c.checkpoint_bytes = sum_over_ranks(comm, static_cast<double>(state_bytes));
     // A rank's checkpoint, up to 1 GiB: enough to reach the disk's rate
     // without doubling a large model's memory for long.

@@ -204,24 +204,23 @@ Checkpointer::~Checkpointer() {
   writer_.reset();
 }
 
-bool held_alike(const StateTensor& tensor, const TrainingEngine& engine) {
+bool held_alike(const StateTensor& tensor, const Config& config, int world) {
   // TrainingEngine::state_tensors names the optimizer shard's moments.
-  const OptimizerShard shard = engine.optimizer_shard();
-  const bool whole_optimizer = shard.begin == 0 && (shard.end < 0 || shard.end == engine.layout().trainable_params());
-  return whole_optimizer || (tensor.name != "adam_m" && tensor.name != "adam_v");
+  const bool optimizer_sharded = config.comm.zero == 1 && world > 1;
+  return !optimizer_sharded || (tensor.name != "adam_m" && tensor.name != "adam_v");
 }
 
-int64_t job_state_bytes(const TrainingEngine& engine, int world) {
+int64_t job_state_bytes(const TrainingEngine& engine, const Config& config, int world) {
   const auto aligned = [](int64_t bytes) { return (bytes + kImageAlignment - 1) / kImageAlignment * kImageAlignment; };
   int64_t alike = 0, own = 0;
-  for (const StateTensor& t : engine.state_tensors()) (held_alike(t, engine) ? alike : own) += aligned(t.bytes);
-  // A slice's file ends on 4096 bytes: at most one more page per rank and file.
-  return alike + (alike > 0 && world > 1 ? kImageAlignment * world : 0) + own * world;
+  for (const StateTensor& t : engine.state_tensors()) (held_alike(t, config, world) ? alike : own) += aligned(t.bytes);
+  return alike + own * world;
 }
 
 void Checkpointer::allocate_staging() {
   std::vector<SectionSpec> alike, own;
-  for (const StateTensor& t : tensors_) (held_alike(t, engine_) ? alike : own).push_back({t.name, t.bytes});
+  for (const StateTensor& t : tensors_)
+    (held_alike(t, config_, comm_.world_size()) ? alike : own).push_back({t.name, t.bytes});
   const StagingAllocator pinned{[this](size_t bytes) { return engine_.allocate_host(bytes); },
                                 [this](void* memory) { engine_.release_host(memory); }};
   // The state held alike first, in images every rank lays out the same way

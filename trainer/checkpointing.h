@@ -63,17 +63,20 @@ struct CheckpointRecord {
 };
 
 // Whether every rank holds this state tensor alike (data parallelism's
-// replicas: the parameters, and AdamW's moments unless ZeRO-1 shards them):
-// a checkpoint then holds it once, each rank writing a slice, as PyTorch DCP
-// and Megatron's fully parallel save write replicated state once.
-bool held_alike(const StateTensor& tensor, const TrainingEngine& engine);
+// replicas: the parameters, and AdamW's moments unless ZeRO-1 shards them
+// over the ranks, comm.zero 1 on more than one rank): a checkpoint then holds
+// it once, each rank writing a slice, as PyTorch DCP and Megatron's fully
+// parallel save write replicated state once. Decided from the config, alike
+// on every rank: a rank whose ZeRO-1 shard happens to be all of a tiny model
+// still holds its own.
+bool held_alike(const StateTensor& tensor, const Config& config, int world);
 // The bytes one checkpoint of the job's engine state takes on disk: the
-// state held alike once, each rank's own (ZeRO-1's shard, as large as this
-// rank's) `world` times; the 4096-byte alignment of files and slices counted.
-int64_t job_state_bytes(const TrainingEngine& engine, int world);
+// state held alike once (its slices tile its 4096-aligned images), each
+// rank's own (ZeRO-1's shard, as large as this rank's) `world` times.
+int64_t job_state_bytes(const TrainingEngine& engine, const Config& config, int world);
 // A rank's share of it: what each rank writes per checkpoint, rounded up.
-inline int64_t state_bytes_per_rank(const TrainingEngine& engine, int world) {
-  return (job_state_bytes(engine, world) + world - 1) / world;
+inline int64_t state_bytes_per_rank(const TrainingEngine& engine, const Config& config, int world) {
+  return (job_state_bytes(engine, config, world) + world - 1) / world;
 }
 
 class Checkpointer {

@@ -702,7 +702,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   } abandon_on_error{comm};
   engine->init_parameters(static_cast<uint64_t>(config.train.seed));
   report.engine_options = engine_options;
-  report.state_bytes = state_bytes_per_rank(*engine, comm->world_size());
+  report.state_bytes = state_bytes_per_rank(*engine, config, comm->world_size());
   if (use_nccl && !comm->device_buffers()) {
     // NCCL on the engine's GPU (the local rank's, above); the bootstrap keeps
     // the host control collectives. A failed init aborts every rank (exit 3).
@@ -760,7 +760,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                              "rank has nothing to share it with: this run's memory and time are those of comm.zero=0");
   std::string checkpoint_off;  // why this run takes no checkpoints it was configured for
   if (!checkpoint_dir.path.empty()) {
-    const int64_t state_bytes = state_bytes_per_rank(*engine, comm->world_size());
+    const int64_t state_bytes = state_bytes_per_rank(*engine, config, comm->world_size());
     // Asked once the data is set up: temporary shards made for the run are
     // on the temporary folder's filesystem too.
     const CheckpointRoom room = reporter ? checkpoint_room(config, checkpoint_dir.path, state_bytes, *comm,

@@ -153,6 +153,43 @@ TEST_F(CheckpointFiles, SlicesOfImagesHeldAlikeTileThemAndReadBackWhole) {
   nlohmann::json holed = read_manifest(folder);
   holed["ranks"][1]["files"][0]["slice"]["from"] = holed["ranks"][1]["files"][0]["slice"]["from"].get<int64_t>() + 4096;
   EXPECT_TRUE(contains(checkpoint_error([&] { read_rank_files(folder, holed, 0); }), "do not tile"));
+  // A manifest whose slice is not an aligned part of its image is refused on reading.
+  const std::string text = read_whole_file(folder + "/manifest.json");
+  for (const auto& [from, of] : std::vector<std::pair<int64_t, int64_t>>{{100, 8192}, {8192, 4096}, {4096, 4096}}) {
+    nlohmann::json bad = nlohmann::json::parse(text);
+    bad["ranks"][0]["files"][0]["slice"] = {{"from", from}, {"of", of}};
+    std::ofstream(folder + "/manifest.json") << bad.dump();
+    EXPECT_TRUE(contains(checkpoint_error([&] { read_manifest(folder); }), ".slice")) << from << " of " << of;
+  }
+  std::ofstream(folder + "/manifest.json") << text;
+}
+
+// The commit checks that the slices of each image put it back together: a
+// checkpoint a resume could not read is never committed (`latest` stays).
+TEST_F(CheckpointFiles, SlicesThatDoNotTileTheirImageAreNotCommitted) {
+  const std::vector<StateImage> images = make_state(6, 0, 1);
+  for (const int overlapping : {0, 1}) {
+    prepare_pending_folder(dir_, 6);
+    for (int rank = 0; rank < 2; ++rank) {
+      // Rank 1 writes rank 0's slice again (overlapping), or none at all.
+      const ImagePart part = rank == 1 && overlapping ? slice_for_rank(images[0], 0, 2)
+                             : rank == 1              ? ImagePart{&images[0], 0, 0, true}
+                                                      : slice_for_rank(images[0], rank, 2);
+      write_rank_files(pending_folder(dir_, 6), rank, std::vector<ImagePart>{part}, WriteOptions{});
+    }
+    CommitRequest request;
+    request.dir = dir_;
+    request.step = 6;
+    request.world_size = 2;
+    try {
+      commit_checkpoint(request);
+      ADD_FAILURE() << "committed";
+    } catch (const CheckpointWriteError& e) {
+      EXPECT_TRUE(contains(e.what(), "checkpoint step 6: the slices of image 0 ")) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(dir_ + "/latest"));
+    EXPECT_FALSE(fs::exists(committed_folder(dir_, 6)));
+  }
 }
 
 // A file whose sections are all empty (a ZeRO-1 rank whose optimizer shard
