@@ -269,8 +269,11 @@ StateImage read_sliced_image(const std::string& folder, const nlohmann::json& ra
 }  // namespace
 
 std::string slices_problem(std::vector<FileRecord> slices, size_t index) {
-  if (slices.empty()) return "";
-  const FileRecord& first = slices.front();
+  // The layout to hold the others to: the first slice's (a whole or missing
+  // file at a rank is then named as such, the slices' layout with it).
+  const auto sliced = std::find_if(slices.begin(), slices.end(), [](const FileRecord& r) { return r.image_bytes > 0; });
+  if (sliced == slices.end()) return "";
+  const FileRecord first = *sliced;  // a copy: `slices` is sorted below
   for (size_t q = 0; q < slices.size(); ++q) {
     const FileRecord& slice = slices[q];
     bool alike = slice.image_bytes > 0 && slice.image_bytes == first.image_bytes &&

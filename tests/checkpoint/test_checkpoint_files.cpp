@@ -168,13 +168,16 @@ TEST_F(CheckpointFiles, SlicesOfImagesHeldAlikeTileThemAndReadBackWhole) {
 // checkpoint a resume could not read is never committed (`latest` stays).
 TEST_F(CheckpointFiles, SlicesThatDoNotTileTheirImageAreNotCommitted) {
   const std::vector<StateImage> images = make_state(6, 0, 1);
-  for (const int overlapping : {0, 1}) {
+  // Rank 1 writes rank 0's slice again (overlapping), an empty one (a hole),
+  // or a slice of an image rank 0 wrote whole.
+  for (const std::string rank_1 : {"overlapping", "hole", "beside a whole image"}) {
     prepare_pending_folder(dir_, 6);
     for (int rank = 0; rank < 2; ++rank) {
-      // Rank 1 writes rank 0's slice again (overlapping), or none at all.
-      const ImagePart part = rank == 1 && overlapping ? slice_for_rank(images[0], 0, 2)
-                             : rank == 1              ? ImagePart{&images[0], 0, 0, true}
-                                                      : slice_for_rank(images[0], rank, 2);
+      const ImagePart part = rank == 0 ? (rank_1 == "beside a whole image" ? ImagePart{&images[0]}
+                                                                          : slice_for_rank(images[0], 0, 2))
+                             : rank_1 == "overlapping" ? slice_for_rank(images[0], 0, 2)
+                             : rank_1 == "hole"        ? ImagePart{&images[0], 0, 0, true}
+                                                       : slice_for_rank(images[0], 1, 2);
       write_rank_files(pending_folder(dir_, 6), rank, std::vector<ImagePart>{part}, WriteOptions{});
     }
     CommitRequest request;
@@ -185,7 +188,11 @@ TEST_F(CheckpointFiles, SlicesThatDoNotTileTheirImageAreNotCommitted) {
       commit_checkpoint(request);
       ADD_FAILURE() << "committed";
     } catch (const CheckpointWriteError& e) {
-      EXPECT_TRUE(contains(e.what(), "checkpoint step 6: the slices of image 0 ")) << e.what();
+      EXPECT_TRUE(contains(e.what(), rank_1 == "beside a whole image"
+                                         ? "checkpoint step 6: rank 1's rank_00001_0.bin is a slice of an image rank "
+                                           "0 wrote whole"
+                                         : "checkpoint step 6: the slices of image 0 "))
+          << rank_1 << ": " << e.what();
     }
     EXPECT_FALSE(fs::exists(dir_ + "/latest"));
     EXPECT_FALSE(fs::exists(committed_folder(dir_, 6)));
