@@ -629,6 +629,25 @@ class ScaleTests(LauncherSandbox):
         self.assertFalse(list(out.glob("*.previous")))
         self.assertEqual(len([p for p in out.iterdir() if p.name.startswith("unfinished-")]), 1)
 
+    def ctrl_c_once_started(self, args: list[str], started: Path, wait_s: float) -> tuple[int, str]:
+        """scale.sh ARGS, given a terminal's Ctrl-C (SIGINT to the whole
+        foreground group) once `started` exists: its exit code and stderr."""
+        process = subprocess.Popen(["bash", str(SCALE), *args], env=self.env, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   start_new_session=True)
+        try:
+            deadline = time.monotonic() + wait_s
+            while not started.exists() and time.monotonic() < deadline and process.poll() is None:
+                time.sleep(0.05)
+            self.assertTrue(started.exists(), "the run to interrupt did not start")
+            os.killpg(process.pid, signal.SIGINT)
+            _, err = process.communicate(timeout=20)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
+        return process.returncode, err
+
     def test_ctrl_c_at_a_later_point_puts_the_earlier_sweep_back(self) -> None:
         require_binary()
         started = self.dir / "started"
@@ -642,23 +661,11 @@ class ScaleTests(LauncherSandbox):
         for name in names:
             (out / name).write_text(f"the earlier sweep's {name}\n")
         earlier = digests(out, names)
-        process = subprocess.Popen(["bash", str(SCALE), "--binary", str(BINARY), "--config", "tiny", "--steps", "4",
-                                    "--set", "train.warmup_steps=1", "--set", "train.threads=1", "--set",
-                                    "report.progress_every=0", "--ranks", "1,2", "--out", str(out), "--no-report"],
-                                   env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            deadline = time.monotonic() + 60
-            while not started.exists() and time.monotonic() < deadline and process.poll() is None:
-                time.sleep(0.05)
-            self.assertTrue(started.exists(), "the 2-rank run did not start")
-            os.killpg(process.pid, signal.SIGINT)
-            _, err = process.communicate(timeout=20)
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.communicate()
-        self.assertEqual(process.returncode, 130, err)
+        code, err = self.ctrl_c_once_started(
+            ["--binary", str(BINARY), "--config", "tiny", "--steps", "4", "--set", "train.warmup_steps=1", "--set",
+             "train.threads=1", "--set", "report.progress_every=0", "--ranks", "1,2", "--out", str(out),
+             "--no-report"], started, 60)
+        self.assertEqual(code, 130, err)
         self.assertEqual(digests(out, names), earlier)
         self.assertFalse(list(out.glob("*.previous")))
         unfinished = [p for p in out.iterdir() if p.name.startswith("unfinished-")]
@@ -675,23 +682,9 @@ class ScaleTests(LauncherSandbox):
                    'i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done\n')
         out = self.dir / "sweep"
         earlier = self.earlier_sweep(out)
-        process = subprocess.Popen(["bash", str(SCALE), "--binary", "/bin/true", "--ranks", "1,2", "--out",
-                                    str(out), "--no-report"], env=self.env, stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   start_new_session=True)
-        try:
-            deadline = time.monotonic() + 20
-            while not started.exists() and time.monotonic() < deadline and process.poll() is None:
-                time.sleep(0.05)
-            self.assertTrue(started.exists(), "the run did not start")
-            # As a terminal's Ctrl-C: the whole foreground group.
-            os.killpg(process.pid, signal.SIGINT)
-            _, err = process.communicate(timeout=20)
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.communicate()
-        self.assertEqual(process.returncode, 130, err)
+        code, err = self.ctrl_c_once_started(["--binary", "/bin/true", "--ranks", "1,2", "--out", str(out),
+                                              "--no-report"], started, 20)
+        self.assertEqual(code, 130, err)
         self.assertIn("1 rank(s) interrupted (SIGINT", err)
         self.assertNotIn("FAILED", err)
         self.assertEqual(digests(out, ["ranks-1.json", "ranks-1.log"]), earlier)
