@@ -115,11 +115,16 @@ TEST(CheckpointMpiZero, ARankWithAnEmptyShardResumes) {
 TEST(CheckpointMpiZero, ARankWhoseShardIsTheWholeOptimizerStillWritesItAsItsOwn) {
   expect_tiny_zero_run_resumes(2, 4, [](const testing::TempDir& dir) {
     const nlohmann::json manifest = nlohmann::json::parse(read_whole_file(dir.file("b/step_4/manifest.json")));
-    for (const auto& rank : manifest["ranks"])
-      for (const auto& file : rank["files"])
-        for (const auto& section : file["sections"])
-          if (section["name"] == "adam_m" || section["name"] == "adam_v")
-            EXPECT_FALSE(file.contains("slice")) << "rank " << rank["rank"] << ": " << file.dump();
+    for (const auto& rank : manifest["ranks"]) {
+      for (const auto& file : rank["files"]) {
+        for (const auto& section : file["sections"]) {
+          const std::string name = section["name"].get<std::string>();
+          if (name == "adam_m" || name == "adam_v") {
+            EXPECT_FALSE(file.contains("slice")) << "rank " << rank["rank"].dump() << ": " << file.dump();
+          }
+        }
+      }
+    }
   });
 }
 
