@@ -166,7 +166,7 @@ StateImage laid_out_image(const std::string& path, const FileRecord& record, int
                             std::to_string(spec.bytes) + " bytes does not fit in the " +
                             std::to_string(image_bytes) + " bytes the manifest gives " +
                             (record.image_bytes > 0 ? "the image it is a slice of" : "the file"));
-    laid_out += (spec.bytes + kImageAlignment - 1) / kImageAlignment * kImageAlignment;
+    laid_out += aligned_to_image(spec.bytes);
   }
   StateImage image = [&] {
     try {

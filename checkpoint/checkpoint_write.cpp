@@ -29,8 +29,6 @@ namespace io = checkpoint_io;
 
 namespace {
 
-int64_t padded(int64_t bytes) { return (bytes + kImageAlignment - 1) / kImageAlignment * kImageAlignment; }
-
 // XXH64 of an image computed on its own thread, block by block as the
 // writer hands each block to pwrite: the digest covers exactly the bytes
 // written (the image is not modified while it is written, and a failed
@@ -218,7 +216,7 @@ std::vector<std::vector<SectionSpec>> assign_sections_to_files(const std::vector
   std::vector<std::vector<size_t>> members(static_cast<size_t>(files));
   for (size_t index : order) {
     const size_t lightest = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    load[lightest] += padded(sections[index].bytes);
+    load[lightest] += aligned_to_image(sections[index].bytes);
     members[lightest].push_back(index);
   }
   // Within a file the sections keep the caller's order, so a file reads

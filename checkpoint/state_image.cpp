@@ -8,10 +8,6 @@
 
 namespace trainbench {
 
-namespace {
-int64_t round_up(int64_t bytes) { return (bytes + kImageAlignment - 1) / kImageAlignment * kImageAlignment; }
-}  // namespace
-
 StateImage::StateImage(const std::vector<SectionSpec>& sections, StagingAllocator allocator)
     : allocator_(std::move(allocator)) {
   int64_t offset = 0;
@@ -22,7 +18,7 @@ StateImage::StateImage(const std::vector<SectionSpec>& sections, StagingAllocato
     if (find(spec.name) >= 0)
       throw std::invalid_argument("state image section " + spec.name + ": the name appears twice");
     sections_.push_back({spec.name, offset, spec.bytes});
-    offset += round_up(spec.bytes);
+    offset += aligned_to_image(spec.bytes);
   }
   bytes_ = offset;
   if (bytes_ == 0) return;  // nothing to stage: data() stays null
@@ -44,7 +40,7 @@ StateImage::StateImage(const std::vector<SectionSpec>& sections, StagingAllocato
   // padding is written to the file, so it must not carry old heap contents
   // (or differ between two images of the same state, breaking checksums).
   for (const SectionPlacement& s : sections_)
-    std::memset(data_ + s.offset + s.bytes, 0, static_cast<size_t>(round_up(s.bytes) - s.bytes));
+    std::memset(data_ + s.offset + s.bytes, 0, static_cast<size_t>(aligned_to_image(s.bytes) - s.bytes));
 }
 
 StateImage::~StateImage() { release_memory(); }

@@ -18,6 +18,9 @@ namespace trainbench {
 // alignment O_DIRECT asks of offsets, lengths and buffers.
 inline constexpr int64_t kImageAlignment = 4096;
 
+// `bytes` rounded up to kImageAlignment: what a section or a slice takes in an image.
+inline int64_t aligned_to_image(int64_t bytes) { return (bytes + kImageAlignment - 1) / kImageAlignment * kImageAlignment; }
+
 struct SectionSpec {
   std::string name;
   int64_t bytes = 0;

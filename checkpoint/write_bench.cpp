@@ -104,7 +104,7 @@ std::vector<SectionSpec> write_bench_sections(int64_t bytes) {
 WriteBenchFootprint write_bench_footprint(const WriteBenchOptions& options) {
   int64_t image_bytes = 0;
   for (const SectionSpec& section : write_bench_sections(options.bytes))
-    image_bytes += (section.bytes + kImageAlignment - 1) / kImageAlignment * kImageAlignment;
+    image_bytes += aligned_to_image(section.bytes);
   WriteBenchFootprint footprint;
   footprint.memory_bytes =
       image_bytes + int64_t{options.files} * kImageAlignment + std::min(kPlainBlock, image_bytes);

@@ -211,9 +211,9 @@ bool held_alike(const StateTensor& tensor, const Config& config, int world) {
 }
 
 int64_t job_state_bytes(const TrainingEngine& engine, const Config& config, int world) {
-  const auto aligned = [](int64_t bytes) { return (bytes + kImageAlignment - 1) / kImageAlignment * kImageAlignment; };
   int64_t alike = 0, own = 0;
-  for (const StateTensor& t : engine.state_tensors()) (held_alike(t, config, world) ? alike : own) += aligned(t.bytes);
+  for (const StateTensor& t : engine.state_tensors())
+    (held_alike(t, config, world) ? alike : own) += aligned_to_image(t.bytes);
   return alike + own * world;
 }
 

@@ -760,7 +760,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                              "rank has nothing to share it with: this run's memory and time are those of comm.zero=0");
   std::string checkpoint_off;  // why this run takes no checkpoints it was configured for
   if (!checkpoint_dir.path.empty()) {
-    const int64_t state_bytes = state_bytes_per_rank(*engine, config, comm->world_size());
+    const int64_t state_bytes = report.state_bytes;  // this rank's share, counted with the engine above
     // Asked once the data is set up: temporary shards made for the run are
     // on the temporary folder's filesystem too.
     const CheckpointRoom room = reporter ? checkpoint_room(config, checkpoint_dir.path, state_bytes, *comm,
