@@ -201,8 +201,11 @@ nlohmann::json commit_checkpoint(const CommitRequest& request, CommitWarnings* w
 
   nlohmann::json versions = request.versions.is_object() ? request.versions : nlohmann::json::object();
   versions["xxhash"] = io::xxhash_version();
+  bool sliced = false;
+  for (const std::vector<FileRecord>& rank : records_of)
+    for (const FileRecord& record : rank) sliced = sliced || record.image_bytes > 0;
   const nlohmann::json manifest = {
-      {"schema", kCheckpointSchema},
+      {"schema", sliced ? kSlicedCheckpointSchema : kCheckpointSchema},
       {"step", request.step},
       {"world_size", request.world_size},
       {"created", utc_now_iso8601()},

@@ -32,7 +32,13 @@
 
 namespace trainbench {
 
+// A checkpoint whose every file is a whole image (one rank's, or written
+// before 2026-12-04) says v1; one where the ranks wrote slices of the state
+// they hold alike says v2, so that a binary that cannot put slices back
+// together refuses it by its schema rather than by a size it does not
+// expect. Both are read.
 inline constexpr const char* kCheckpointSchema = "trainbench.checkpoint/v1";
+inline constexpr const char* kSlicedCheckpointSchema = "trainbench.checkpoint/v2";
 
 // A checkpoint that cannot be used: missing, unreadable, corrupt, from
 // another schema. what() is one line naming the file (and field or offset).
@@ -87,7 +93,8 @@ struct FileRecord {
 };
 
 // What write_rank_files writes of one image: bytes [from, from + bytes), both
-// multiples of kImageAlignment; bytes -1 = the whole image.
+// multiples of kImageAlignment and among the image's held bytes; bytes -1 =
+// from `from` to the image's end.
 struct ImagePart {
   const StateImage* image = nullptr;
   int64_t from = 0;
@@ -95,9 +102,13 @@ struct ImagePart {
   bool slice = false;  // one rank's slice of an image every rank holds alike, recorded as such
 };
 
-// Rank `rank`'s slice of an image that all `world` ranks hold alike: equal
-// 4096-aligned parts in rank order, tiling the image (the last ranks' may be
-// empty). With one rank, the whole image, not recorded as a slice.
+// Rank `rank`'s slice of an image of `image_bytes` that all `world` ranks
+// hold alike: equal 4096-aligned parts in rank order, tiling the image (the
+// last ranks' may be empty; the first ranks' are the largest). What the rank
+// stages (StateImage's held bytes) and writes of it.
+HeldBytes rank_slice(int64_t image_bytes, int rank, int world);
+// That slice as a part to write. With one rank, the whole image, not
+// recorded as a slice.
 ImagePart slice_for_rank(const StateImage& image, int rank, int world);
 
 struct WriteOptions {
@@ -137,7 +148,7 @@ void check_checkpoint_dir(const std::string& dir, const std::string& named = "ch
 // is image.bytes() long, padding included. Throws
 // CheckpointWriteError naming the file; the partial file is removed.
 // std::invalid_argument when block_bytes is not a positive multiple of
-// kImageAlignment.
+// kImageAlignment, or when the image (a part, below) is not held whole.
 FileRecord write_image_file(const std::string& folder, const std::string& name,
                             const StateImage& image, const WriteOptions& options);
 

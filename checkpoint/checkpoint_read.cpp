@@ -361,8 +361,9 @@ nlohmann::json read_manifest(const std::string& folder) {
   const ManifestFields check(path);
   check.object(manifest, "(top level)");
   const std::string& schema = check.string(manifest, "schema", "schema");
-  if (schema != kCheckpointSchema)
-    check.fail("schema \"" + io::printable(schema) + "\", expected \"" + kCheckpointSchema + "\"");
+  if (schema != kCheckpointSchema && schema != kSlicedCheckpointSchema)
+    check.fail("schema \"" + io::printable(schema) + "\", expected \"" + kCheckpointSchema + "\" or \"" +
+               kSlicedCheckpointSchema + "\"");
   const int64_t step = check.integer(manifest, "step", "step", 0);
   // The folder's name says which step it is (`latest` and retention go by
   // it): a manifest of another step in it is not this checkpoint.

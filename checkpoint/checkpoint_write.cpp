@@ -101,11 +101,13 @@ FileRecord write_image(const std::string& folder, const std::string& name, const
                                 " is not a positive multiple of " + std::to_string(kImageAlignment));
   const StateImage& image = *part.image;
   const int64_t part_bytes = part.bytes < 0 ? image.bytes() - part.from : part.bytes;
-  if (part.from < 0 || part.from % kImageAlignment != 0 || part_bytes % kImageAlignment != 0 ||
-      part_bytes > image.bytes() - part.from)
+  if (part.from < 0 || part_bytes < 0 || part.from % kImageAlignment != 0 || part_bytes % kImageAlignment != 0 ||
+      part.from < image.held_from() || part_bytes > image.held_from() + image.held_bytes() - part.from)
     throw std::invalid_argument("checkpoint image part [" + std::to_string(part.from) + ", +" +
                                 std::to_string(part_bytes) + ") of an image of " + std::to_string(image.bytes()) +
-                                " bytes is not aligned to " + std::to_string(kImageAlignment) + " or not inside it");
+                                " bytes is not aligned to " + std::to_string(kImageAlignment) +
+                                " or not among its held bytes [" + std::to_string(image.held_from()) + ", +" +
+                                std::to_string(image.held_bytes()) + ")");
   const std::string path = folder + "/" + name;
   FileRecord record;
   record.name = name;
@@ -116,7 +118,7 @@ FileRecord write_image(const std::string& folder, const std::string& name, const
     record.image_bytes = image.bytes();
   }
 
-  const unsigned char* data = image.data() == nullptr ? nullptr : image.data() + part.from;
+  const unsigned char* data = image.at(part.from, part_bytes);
   const int64_t total = part_bytes;
   // Started before the file exists: a thread or allocation failure then
   // leaves nothing to clean.
@@ -261,14 +263,19 @@ FileRecord write_image_file(const std::string& folder, const std::string& name, 
   return write_image(folder, name, ImagePart{&image}, options, nullptr);
 }
 
-ImagePart slice_for_rank(const StateImage& image, int rank, int world) {
+HeldBytes rank_slice(int64_t image_bytes, int rank, int world) {
   if (world < 1 || rank < 0 || rank >= world)
-    throw std::invalid_argument("slice_for_rank: rank " + std::to_string(rank) + " of " + std::to_string(world));
-  const int64_t pages = image.bytes() / kImageAlignment;
+    throw std::invalid_argument("rank_slice: rank " + std::to_string(rank) + " of " + std::to_string(world));
+  const int64_t pages = image_bytes / kImageAlignment;
   const int64_t per_rank = (pages + world - 1) / world;  // the last ranks' parts are the short ones
   const int64_t first = std::min(pages, per_rank * rank);
   const int64_t last = std::min(pages, first + per_rank);
-  return ImagePart{&image, first * kImageAlignment, (last - first) * kImageAlignment, world > 1};
+  return HeldBytes{first * kImageAlignment, (last - first) * kImageAlignment};
+}
+
+ImagePart slice_for_rank(const StateImage& image, int rank, int world) {
+  const HeldBytes slice = rank_slice(image.bytes(), rank, world);
+  return ImagePart{&image, slice.from, slice.bytes, world > 1};
 }
 
 std::vector<FileRecord> write_rank_files(const std::string& folder, int rank,

@@ -99,6 +99,33 @@ void check_state_pointers(const char* call, const std::vector<StateTensor>& tens
       throw std::invalid_argument(std::string(call) + ": no buffer for " + tensors[i].name);
 }
 
+// A part of one state tensor to copy out (TrainingEngine::begin_state_copy):
+// its bytes [from, from + bytes) land at `destination`. A rank that writes
+// a slice of the state every rank holds alike copies only that slice.
+struct StateCopyPart {
+  void* destination = nullptr;
+  int64_t from = 0;
+  int64_t bytes = 0;
+};
+
+// Throws std::invalid_argument naming `call` unless there is one part per
+// state tensor, each inside its tensor, with a destination where it has bytes.
+inline void check_state_parts(const char* call, const std::vector<StateTensor>& tensors,
+                              const std::vector<StateCopyPart>& parts) {
+  if (parts.size() != tensors.size())
+    throw std::invalid_argument(std::string(call) + ": " + std::to_string(parts.size()) + " parts for " +
+                                std::to_string(tensors.size()) + " state tensors");
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const StateCopyPart& p = parts[i];
+    if (p.from < 0 || p.bytes < 0 || p.bytes > tensors[i].bytes - p.from)
+      throw std::invalid_argument(std::string(call) + ": bytes [" + std::to_string(p.from) + ", +" +
+                                  std::to_string(p.bytes) + ") are not inside " + tensors[i].name + " (" +
+                                  std::to_string(tensors[i].bytes) + " bytes)");
+    if (p.destination == nullptr && p.bytes > 0)
+      throw std::invalid_argument(std::string(call) + ": no buffer for " + tensors[i].name);
+  }
+}
+
 // Called during backward each time a suffix of the gradient buffer is final
 // for this micro-batch: gradient elements [ready_from, trainable_params) will
 // not be written again. On a device backend the call comes from the host as
@@ -260,14 +287,23 @@ class TrainingEngine {
   // floats), "params_bf16" on a mixed-precision backend, and "adam_m",
   // "adam_v" for this rank's optimizer shard. Padding is not included.
   virtual std::vector<StateTensor> state_tensors() const = 0;
-  // Starts copying every state tensor into host memory (destinations[i]
-  // receives state_tensors()[i].bytes) and returns at once. Forward and
-  // backward may run while it copies: they do not write this state. The
+  // Starts copying parts of the state tensors into host memory (parts[i]
+  // of state_tensors()[i]; check_state_parts) and returns at once. Forward
+  // and backward may run while it copies: they do not write this state. The
   // next optimizer_step, optimizer_step_shard, set_parameters,
   // init_parameters or restore_state waits for the copy first. On a device
   // backend the copy runs on its own stream into the destinations, which
   // should come from allocate_host (page-locked) to run at link speed.
-  virtual void begin_state_copy(const std::vector<void*>& destinations) = 0;
+  virtual void begin_state_copy(const std::vector<StateCopyPart>& parts) = 0;
+  // The same for every state tensor whole: destinations[i] receives
+  // state_tensors()[i].bytes. Throws as check_state_pointers does.
+  void begin_state_copy(const std::vector<void*>& destinations) {
+    const std::vector<StateTensor> tensors = state_tensors();
+    check_state_pointers("begin_state_copy", tensors, destinations);
+    std::vector<StateCopyPart> parts;
+    for (size_t i = 0; i < tensors.size(); ++i) parts.push_back({destinations[i], 0, tensors[i].bytes});
+    begin_state_copy(parts);
+  }
   // Blocks until the copy started last has landed in host memory; returns
   // the seconds it blocked (0 when no copy is in flight).
   virtual double wait_state_copy() = 0;

@@ -2,13 +2,14 @@
 
 #include <sys/stat.h>  // stat: the checkpoint folder is still the run's
 
-#include <algorithm>   // std::max_element
+#include <algorithm>   // std::max_element, std::max, std::min
 #include <array>       // the config keys a resume compares
 #include <chrono>      // steady seconds
 #include <cstring>     // std::memcpy
 #include <filesystem>  // the folder of a checkpoint
 #include <functional>  // the remedy of a refusal
 #include <optional>    // a listing's error, kept past the collective
+#include <stdexcept>   // std::logic_error: a state tensor staged nowhere
 #include <thread>      // sleep_for: checkpoint.inject_delay_ms
 #include <utility>
 
@@ -225,23 +226,45 @@ void Checkpointer::allocate_staging() {
                                 [this](void* memory) { engine_.release_host(memory); }};
   // The state held alike first, in images every rank lays out the same way
   // (the same tensors, the same sizes): rank r's slice of image i is the
-  // file of index i on every rank, which a resume reads back together.
+  // file of index i on every rank, which a resume reads back together. A
+  // rank stages only its slice of them: the host memory (page-locked under
+  // CUDA) and the device-to-host copy of a snapshot are 1/N of the state
+  // held alike, as what it writes is.
   const int writers = static_cast<int>(config_.checkpoint.writers);
   for (const std::vector<SectionSpec>& file : assign_sections_to_files(alike, writers))
-    images_.emplace_back(file, pinned);
+    images_.emplace_back(file, pinned, rank_slice(image_size(file), comm_.rank(), comm_.world_size()));
   alike_images_ = images_.size();
   for (const std::vector<SectionSpec>& file : assign_sections_to_files(own, writers))
     images_.emplace_back(file, pinned);
   // Touch every page now, before the first step: faulting in gigabytes of
   // fresh memory during the first snapshot would make it seconds slower and
   // show as checkpoint stall that no later checkpoint has.
-  for (StateImage& image : images_) std::memset(image.data(), 0, static_cast<size_t>(image.bytes()));
-  copy_destinations_.assign(tensors_.size(), nullptr);
-  for (size_t t = 0; t < tensors_.size(); ++t)
+  for (StateImage& image : images_)
+    if (image.held_bytes() > 0) std::memset(image.data(), 0, static_cast<size_t>(image.held_bytes()));
+  // Each tensor's bytes that fall among its image's held ones: all of them,
+  // or the part of this rank's slice (a slice may start or end inside one).
+  copy_parts_.assign(tensors_.size(), StateCopyPart{});
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    bool placed = false;
     for (StateImage& image : images_) {
       const int64_t index = image.find(tensors_[t].name);
-      if (index >= 0) copy_destinations_[t] = image.section_data(static_cast<size_t>(index));
+      if (index < 0) continue;
+      placed = true;
+      const int64_t offset = image.sections()[static_cast<size_t>(index)].offset;
+      const int64_t from = std::max(offset, image.held_from());
+      const int64_t to = std::min(offset + tensors_[t].bytes, image.held_from() + image.held_bytes());
+      if (to > from) copy_parts_[t] = StateCopyPart{image.at(from, to - from), from - offset, to - from};
     }
+    // An empty part copies nothing without complaint: a tensor in no image
+    // would be missing from every checkpoint, unnoticed until a resume.
+    if (!placed) throw std::logic_error("checkpoint staging: state tensor " + tensors_[t].name + " is in no image");
+  }
+}
+
+int64_t Checkpointer::staging_bytes() const {
+  int64_t bytes = 0;
+  for (const StateImage& image : images_) bytes += image.held_bytes();
+  return bytes;
 }
 
 bool Checkpointer::start(int64_t step) {
@@ -309,7 +332,7 @@ bool Checkpointer::start(int64_t step) {
   flight.step = step;
   flight.record.step = step;
   flight.copy_started = steady_now();
-  engine_.begin_state_copy(copy_destinations_);
+  engine_.begin_state_copy(copy_parts_);
   crash_point("copy", step);
 
   // What is not engine state is small and captured now, at the step it belongs to.

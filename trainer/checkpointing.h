@@ -131,6 +131,9 @@ class Checkpointer {
   const std::vector<CheckpointRecord>& records() const { return records_; }
   const std::vector<std::string>& warnings() const { return warnings_; }
   const std::string& dir() const { return dir_; }
+  // The host memory this rank holds for staging its engine state (page-
+  // locked under CUDA): its slice of the state held alike and its own whole.
+  int64_t staging_bytes() const;
 
  private:
   enum class Phase { kCopying, kWriting, kCommitting };
@@ -217,9 +220,10 @@ class Checkpointer {
   std::vector<StateTensor> tensors_;
   std::vector<StateImage> images_;          // the engine's state, one per file
   // images_[0, alike_images_) hold state every rank holds alike: with
-  // several ranks each writes one slice of them (the job writes it once).
+  // several ranks each stages and writes one slice of them (the job writes
+  // it once); the rest are held whole.
   size_t alike_images_ = 0;
-  std::vector<void*> copy_destinations_;    // tensors_[i] → inside images_
+  std::vector<StateCopyPart> copy_parts_;   // what of tensors_[i] this rank stages, where in images_
   std::shared_ptr<InFlight> in_flight_;      // null when none is
   bool diverged_ = false;                   // give_up was called: no more checkpoints
   std::pair<uint64_t, uint64_t> dir_identity_{0, 0};  // dir_'s (st_dev, st_ino) at the start

@@ -112,7 +112,10 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
         {"write_gbs", positive_or_null(s.checkpoint_write_gbs)},
         {"stall_s_per_checkpoint",
          s.checkpoints_committed > 0 ? nlohmann::json(s.checkpoint_stall_s) : nlohmann::json()},
-        {"drain_s", s.checkpoint_drain_s}}},
+        {"drain_s", s.checkpoint_drain_s},
+        // Host memory (page-locked under CUDA) a rank's snapshot is copied
+        // into: rank 0's, whose slices of the state held alike are the largest.
+        {"staging_bytes", s.checkpoint_staging_bytes}}},
       {"optimizer_bytes_per_rank", s.optimizer_bytes_per_rank},
       {"memory_per_rank",
        {{"parameter_bytes", s.memory_per_rank.parameter_bytes},

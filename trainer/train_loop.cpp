@@ -628,6 +628,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       else outcome.checks.push_back({"checkpoints_written", false, e.what()});
     }
     outcome.checkpoints = checkpointer->records();
+    summary.checkpoint_staging_bytes = checkpointer->staging_bytes();
     for (const std::string& w : checkpointer->warnings()) outcome.warnings.push_back(w);
     std::vector<double> write_gbs, stall_s;
     for (const CheckpointRecord& c : outcome.checkpoints) {

@@ -103,6 +103,7 @@ struct RunSummary {
   double checkpoint_write_gbs = 0;       // median over committed checkpoints
   double checkpoint_stall_s = 0;         // median loop stall per committed checkpoint (this rank)
   double checkpoint_drain_s = 0;         // after the last step: persisting what was in flight
+  int64_t checkpoint_staging_bytes = 0;  // host memory this rank stages its checkpoints in (0: none)
   // AdamW state held by each rank, and what it would be unsharded: ZeRO-1
   // (comm.zero=1) keeps about 1/world of it.
   int64_t optimizer_bytes_per_rank = 0, optimizer_bytes_unsharded = 0;

@@ -479,17 +479,17 @@ std::vector<float*> CpuEngine::state_buffers() const {
   return {params_.get(), adam_m_.get(), adam_v_.get()};
 }
 
-void CpuEngine::begin_state_copy(const std::vector<void*>& destinations) {
-  const std::vector<StateTensor> tensors = state_tensors();
-  check_state_pointers("begin_state_copy", tensors, destinations);
+void CpuEngine::begin_state_copy(const std::vector<StateCopyPart>& parts) {
+  check_state_parts("begin_state_copy", state_tensors(), parts);
   // One copy at a time: the previous one may be writing the same destinations.
   wait_state_copy();
   const std::vector<float*> buffers = state_buffers();
-  std::vector<const void*> sources(buffers.begin(), buffers.end());
-  state_copy_ = std::thread([tensors, destinations, sources = std::move(sources)] {
-    for (size_t i = 0; i < tensors.size(); ++i)
-      if (tensors[i].bytes > 0)
-        std::memcpy(destinations[i], sources[i], static_cast<size_t>(tensors[i].bytes));
+  std::vector<const unsigned char*> sources;
+  for (float* buffer : buffers) sources.push_back(reinterpret_cast<const unsigned char*>(buffer));
+  state_copy_ = std::thread([parts, sources = std::move(sources)] {
+    for (size_t i = 0; i < parts.size(); ++i)
+      if (parts[i].bytes > 0)
+        std::memcpy(parts[i].destination, sources[i] + parts[i].from, static_cast<size_t>(parts[i].bytes));
   });
 }
 

@@ -140,7 +140,8 @@ class CpuEngine : public TrainingEngine {
   // while forward and backward run on the OpenMP threads; whatever writes
   // the parameters or the optimizer state joins it first.
   std::vector<StateTensor> state_tensors() const override;
-  void begin_state_copy(const std::vector<void*>& destinations) override;
+  using TrainingEngine::begin_state_copy;  // the whole-tensor form
+  void begin_state_copy(const std::vector<StateCopyPart>& parts) override;
   double wait_state_copy() override;
   void restore_state(const std::vector<const void*>& sources) override;
 

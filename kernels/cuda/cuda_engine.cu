@@ -934,9 +934,8 @@ std::vector<void*> CudaEngine::state_buffers() const {
 // step) has finished, on state_copy_stream_. Into page-locked destinations
 // (allocate_host) cudaMemcpyAsync returns at once; into pageable memory the
 // runtime makes it synchronous, which is correct but does not overlap.
-void CudaEngine::begin_state_copy(const std::vector<void*>& destinations) {
-  const std::vector<StateTensor> tensors = state_tensors();
-  check_state_pointers("begin_state_copy", tensors, destinations);
+void CudaEngine::begin_state_copy(const std::vector<StateCopyPart>& parts) {
+  check_state_parts("begin_state_copy", state_tensors(), parts);
   // A previous copy still in flight is ahead of this one on the same stream.
   TRAINBENCH_CUDA_CHECK(cudaEventRecord(state_copy_start_, compute_stream_));
   TRAINBENCH_CUDA_CHECK(cudaStreamWaitEvent(state_copy_stream_, state_copy_start_, 0));
@@ -947,11 +946,12 @@ void CudaEngine::begin_state_copy(const std::vector<void*>& destinations) {
   state_copy_in_flight_ = true;
   compute_waits_for_state_copy_ = true;
   try {
-    for (size_t i = 0; i < tensors.size(); ++i)
-      if (tensors[i].bytes > 0)
-        TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(destinations[i], buffers[i],
-                                              static_cast<size_t>(tensors[i].bytes),
-                                              cudaMemcpyDeviceToHost, state_copy_stream_));
+    for (size_t i = 0; i < parts.size(); ++i)
+      if (parts[i].bytes > 0)
+        TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(parts[i].destination,
+                                              static_cast<const unsigned char*>(buffers[i]) + parts[i].from,
+                                              static_cast<size_t>(parts[i].bytes), cudaMemcpyDeviceToHost,
+                                              state_copy_stream_));
   } catch (...) {
     (void)cudaEventRecord(state_copy_done_, state_copy_stream_);  // after what was queued
     throw;

@@ -90,7 +90,8 @@ class CudaEngine final : public TrainingEngine {
   // (and set_parameters, init_parameters, restore_state) orders the compute
   // stream after it on the device, so forward and backward overlap it.
   std::vector<StateTensor> state_tensors() const override;
-  void begin_state_copy(const std::vector<void*>& destinations) override;
+  using TrainingEngine::begin_state_copy;  // the whole-tensor form
+  void begin_state_copy(const std::vector<StateCopyPart>& parts) override;
   double wait_state_copy() override;
   void restore_state(const std::vector<const void*>& sources) override;
 

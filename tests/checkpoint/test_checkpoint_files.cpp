@@ -9,7 +9,7 @@
 #include <cerrno>   // ENOENT, EIO
 #include <chrono>   // an hour-old leftover
 #include <cstdio>
-#include <cstring>  // std::strerror
+#include <cstring>  // std::strerror, std::memcpy
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -135,6 +135,7 @@ TEST_F(CheckpointFiles, SlicesOfImagesHeldAlikeTileThemAndReadBackWhole) {
   request.world_size = kRanks;
   const nlohmann::json manifest = commit_checkpoint(request);
   EXPECT_EQ(manifest["total_bytes"].get<int64_t>(), images[0].bytes() + images[1].bytes()) << "one copy";
+  EXPECT_EQ(manifest["schema"], kSlicedCheckpointSchema) << "refused by a binary that reads no slices";
   const std::string folder = committed_folder(dir_, 4);
   for (int rank = 0; rank < kRanks; ++rank)
     EXPECT_EQ(compare_state(read_rank_files(folder, read_manifest(folder), rank), 4, 0), "") << "rank " << rank;
@@ -162,6 +163,38 @@ TEST_F(CheckpointFiles, SlicesOfImagesHeldAlikeTileThemAndReadBackWhole) {
     EXPECT_TRUE(contains(checkpoint_error([&] { read_manifest(folder); }), ".slice")) << from << " of " << of;
   }
   std::ofstream(folder + "/manifest.json") << text;
+}
+
+// A rank stages only its slice of an image held alike (StateImage's held
+// bytes): the file it writes from there is the one it wrote from the whole
+// image, same bytes and checksum; a part outside what it holds is refused.
+TEST_F(CheckpointFiles, ASliceWrittenFromOnlyItsHeldBytesIsTheSameFile) {
+  constexpr int kRanks = 3;
+  const std::vector<StateImage> images = make_state(4, 0, 1, 5);  // 12 pages: 4 a rank, cutting sections
+  const StateImage& whole = images[0];
+  prepare_pending_folder(dir_, 4);  // from the whole image
+  prepare_pending_folder(dir_, 5);  // from the held slices
+  for (int rank = 0; rank < kRanks; ++rank) {
+    const HeldBytes slice = rank_slice(whole.bytes(), rank, kRanks);
+    std::vector<SectionSpec> specs;
+    for (const SectionPlacement& s : whole.sections()) specs.push_back({s.name, s.bytes});
+    StateImage held(specs, {}, slice);
+    if (slice.bytes > 0) std::memcpy(held.data(), whole.at(slice.from, slice.bytes), static_cast<size_t>(slice.bytes));
+    const FileRecord from_whole =
+        write_rank_files(pending_folder(dir_, 4), rank, {slice_for_rank(whole, rank, kRanks)}, WriteOptions{})[0];
+    const FileRecord from_held =
+        write_rank_files(pending_folder(dir_, 5), rank, {slice_for_rank(held, rank, kRanks)}, WriteOptions{})[0];
+    EXPECT_EQ(from_held.bytes, from_whole.bytes) << "rank " << rank;
+    EXPECT_EQ(from_held.slice_from, from_whole.slice_from) << "rank " << rank;
+    EXPECT_EQ(from_held.xxh64, from_whole.xxh64) << "rank " << rank;
+    EXPECT_EQ(read_whole_file(pending_folder(dir_, 5) + "/" + from_held.name),
+              read_whole_file(pending_folder(dir_, 4) + "/" + from_whole.name));
+    const ImagePart other = slice_for_rank(held, (rank + 1) % kRanks, kRanks);
+    if (other.bytes > 0) {
+      EXPECT_THROW(write_rank_files(pending_folder(dir_, 5), rank, {other}, WriteOptions{}), std::invalid_argument)
+          << "rank " << rank << " holds no bytes of another rank's slice";
+    }
+  }
 }
 
 // The commit checks that the slices of each image put it back together: a
@@ -630,7 +663,12 @@ TEST_F(CheckpointFiles, ReadManifestNamesTheFileAndTheField) {
   nlohmann::json m = good;
   m["schema"] = "trainbench.checkpoint/v0";
   EXPECT_EQ(refused(m), "checkpoint manifest " + path +
-                            ": schema \"trainbench.checkpoint/v0\", expected \"trainbench.checkpoint/v1\"");
+                            ": schema \"trainbench.checkpoint/v0\", expected \"trainbench.checkpoint/v1\" or "
+                            "\"trainbench.checkpoint/v2\"");
+  m = good;
+  m["schema"] = "trainbench.checkpoint/v2";  // the sliced form's: read alike (a whole file is whole in both)
+  write_text(path, m.dump());
+  EXPECT_NO_THROW(read_manifest(folder));
   m = good;
   m.erase("ranks");
   EXPECT_EQ(refused(m), "checkpoint manifest " + path + ": field ranks is missing");

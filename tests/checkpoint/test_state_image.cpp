@@ -114,6 +114,53 @@ TEST(StateImage, MovesOwnership) {
   EXPECT_EQ(poor.releases, 2);
 }
 
+// A rank stages only its slice of an image the ranks hold alike: the
+// allocation is the held bytes' (and the alignment's), addresses are the
+// image's offsets mapped into it, and what lies outside is refused.
+TEST(StateImage, HoldsOnlyTheBytesItIsGiven) {
+  struct Counting {
+    size_t asked = 0;
+    StagingAllocator get() {
+      return {[this](size_t bytes) {
+                asked = bytes;
+                return std::malloc(bytes);
+              },
+              [](void* memory) { std::free(memory); }};
+    }
+  } counting;
+  // a: [0, 8192) with 10 bytes of padding; b: [8192, 16384); c: [16384, 20480).
+  const std::vector<SectionSpec> sections = {{"a", 8182}, {"b", 8192}, {"c", 4096}};
+  EXPECT_EQ(image_size(sections), 20480);
+  {
+    PoorAllocator poor;  // garbage everywhere: the held padding must come out zeroed
+    StateImage image(sections, poor.get(), HeldBytes{4096, 8192});
+    EXPECT_EQ(image.bytes(), 20480) << "the layout is the whole image's";
+    EXPECT_EQ(image.held_from(), 4096);
+    EXPECT_EQ(image.held_bytes(), 8192);
+    EXPECT_TRUE(aligned(image.data()));
+    EXPECT_EQ(image.at(4096), image.data());
+    EXPECT_EQ(image.at(8192, 4096), image.data() + 4096);
+    for (int64_t i = 8182; i < 8192; ++i) ASSERT_EQ(*image.at(i), 0) << "a's padding byte " << i;
+    EXPECT_EQ(*image.at(8181), 0xAB) << "a's own bytes are left to the copy";
+    EXPECT_THROW(image.at(0), std::out_of_range);
+    EXPECT_THROW(image.at(8192, 4097), std::out_of_range);
+    EXPECT_THROW(image.section_data(0), std::out_of_range) << "a is held only in part";
+    EXPECT_THROW(image.section_data(2), std::out_of_range) << "c is not held";
+  }
+  {
+    StateImage image(sections, counting.get(), HeldBytes{8192, -1});
+    EXPECT_EQ(counting.asked, 12288u + 4096u) << "the held bytes and one alignment unit, not the whole image";
+    EXPECT_EQ(image.section_data(1), image.data());
+    EXPECT_EQ(image.section_data(2), image.data() + 8192);
+  }
+  const StateImage none(sections, counting.get(), HeldBytes{20480, 0});
+  EXPECT_EQ(none.data(), nullptr) << "an empty slice holds nothing";
+  EXPECT_EQ(none.held_bytes(), 0);
+  EXPECT_THROW(StateImage(sections, {}, HeldBytes{100, 4096}), std::invalid_argument) << "not aligned";
+  EXPECT_THROW(StateImage(sections, {}, HeldBytes{16384, 8192}), std::invalid_argument) << "past the end";
+  EXPECT_THROW(StateImage(sections, {}, HeldBytes{-4096, 4096}), std::invalid_argument);
+}
+
 TEST(AssignSections, LargestFirstOntoTheLightestFileKeepingOrderWithinAFile) {
   const int64_t mib = 1 << 20;
   const std::vector<SectionSpec> sections = {{"s0", 10 * mib}, {"s1", 6 * mib}, {"s2", 5 * mib}, {"s3", 4 * mib}};

@@ -911,6 +911,39 @@ TEST_F(CudaEngineTest, StateCopyOverlappingTheNextStepHoldsTheStateWhenItBegan) 
   }
 }
 
+// A rank stages only its slice of the state the ranks hold alike: a part of
+// a tensor lands exactly where it is told, nothing around it touched, and
+// equals those bytes of the whole tensor's copy.
+TEST_F(CudaEngineTest, APartCopiesExactlyItsBytesOfItsTensor) {
+  const EngineOptions options = gqa_options("cuda");
+  std::unique_ptr<TrainingEngine> cuda = make_engine(options);
+  cuda->init_parameters(7);
+  train_step(*cuda, options, 1);
+  PinnedState whole(*cuda);
+  cuda->begin_state_copy(whole.destinations());
+  cuda->wait_state_copy();
+  const std::vector<StateTensor> tensors = cuda->state_tensors();
+  ASSERT_EQ(tensors[1].name, "params_bf16");
+  const int64_t from = 4096, bytes = (tensors[1].bytes - from) / 2;
+  ASSERT_GT(bytes, 0);
+  unsigned char* landing = static_cast<unsigned char*>(cuda->allocate_host(static_cast<size_t>(bytes) + 2));
+  ASSERT_NE(landing, nullptr);
+  std::memset(landing, 0xEE, static_cast<size_t>(bytes) + 2);
+  std::vector<StateCopyPart> parts(tensors.size());
+  parts[1] = {landing + 1, from, bytes};
+  cuda->begin_state_copy(parts);
+  cuda->wait_state_copy();
+  EXPECT_EQ(landing[0], 0xEE);
+  EXPECT_EQ(landing[bytes + 1], 0xEE);
+  EXPECT_EQ(std::memcmp(landing + 1, static_cast<const unsigned char*>(whole.destinations()[1]) + from,
+                        static_cast<size_t>(bytes)),
+            0);
+  cuda->release_host(landing);
+  parts[1] = {nullptr, 0, 0};
+  parts[2] = {whole.destinations()[2], tensors[2].bytes - 4, 8};
+  EXPECT_THROW(cuda->begin_state_copy(parts), std::invalid_argument) << "past the tensor's end";
+}
+
 // Engine A trains 3 steps and copies its state; engine B, started from other
 // weights, restores the copy; 3 more identical steps on each give identical
 // losses and bit-identical parameters, bf16 copy and moments.

@@ -417,6 +417,35 @@ TEST(CpuEngineState, MismatchedBufferListsAreRejected) {
   EXPECT_EQ(engine.wait_state_copy(), 0.0) << "a rejected copy never started";
 }
 
+// A rank that writes a slice of the state the ranks hold alike stages only
+// that slice: a part copies exactly its bytes of its tensor, where it is
+// told, and nothing else.
+TEST(CpuEngineState, APartCopiesExactlyItsBytesOfItsTensor) {
+  cpu::CpuEngine engine(tiny_options());
+  engine.init_parameters(3);
+  const HostState whole = state_of(engine);
+  const std::vector<StateTensor> tensors = engine.state_tensors();
+  ASSERT_EQ(tensors[0].name, "master_fp32");
+  ASSERT_GT(tensors[0].bytes, 100);
+  const int64_t from = 36, bytes = tensors[0].bytes / 2;
+  std::vector<unsigned char> landing(static_cast<size_t>(bytes) + 2, 0xEE);  // a guard byte each side
+  std::vector<StateCopyPart> parts(tensors.size());
+  parts[0] = {landing.data() + 1, from, bytes};
+  engine.begin_state_copy(parts);
+  engine.wait_state_copy();
+  EXPECT_EQ(landing.front(), 0xEE);
+  EXPECT_EQ(landing.back(), 0xEE);
+  EXPECT_EQ(std::memcmp(landing.data() + 1, whole.named("master_fp32").data() + from, static_cast<size_t>(bytes)), 0);
+
+  parts[0] = {landing.data(), tensors[0].bytes - 8, 16};  // past the tensor's end
+  EXPECT_THROW(engine.begin_state_copy(parts), std::invalid_argument);
+  parts[0] = {nullptr, 0, 4};
+  EXPECT_THROW(engine.begin_state_copy(parts), std::invalid_argument) << "bytes but no buffer";
+  parts.pop_back();
+  parts[0] = {};
+  EXPECT_THROW(engine.begin_state_copy(parts), std::invalid_argument) << "a part too few";
+}
+
 TEST(CpuEngineState, WaitWithNothingInFlightReturnsZero) {
   cpu::CpuEngine engine(tiny_options());
   EXPECT_EQ(engine.wait_state_copy(), 0.0);

@@ -166,7 +166,7 @@ TEST(CheckpointMpiDamage, ARankFilesDamageIsReportedInItsOwnWords) {
 // slices of the master weights and AdamW's moments add up to the size of the
 // one rank's files of them (that they put the state back together bit for
 // bit is TwoRanksKilledAndResumedEqualTheUninterruptedRun's); each rank's
-// trainer state stays its own.
+// trainer state stays its own, and each rank stages only its slices.
 TEST(CheckpointMpi, TwoRanksWriteTheStateTheyHoldAlikeOnce) {
   testing::TempDir dir("test_ckpt_mpi");
   const std::string common = " run tiny --steps 10 --set checkpoint.every_steps=10 --set report.progress_every=0"
@@ -196,6 +196,19 @@ TEST(CheckpointMpi, TwoRanksWriteTheStateTheyHoldAlikeOnce) {
     }
   EXPECT_GT(one_bytes, 0);
   EXPECT_EQ(sliced_bytes, one_bytes);
+  EXPECT_EQ(one["schema"], "trainbench.checkpoint/v1");
+  EXPECT_EQ(both["schema"], "trainbench.checkpoint/v2") << "slices: refused by a binary that cannot read them";
+  // And a rank stages only what it writes of it: its host memory for
+  // snapshots, and their copy, are its slices, not the whole state.
+  int64_t rank_0_slices = 0;
+  for (const auto& file : state_files(both["ranks"][0])) rank_0_slices += file["bytes"].get<int64_t>();
+  const auto staging = [&](const std::string& result) {
+    return nlohmann::json::parse(read_whole_file(dir.file(result)))["summary"]["storage_write"]["staging_bytes"]
+        .get<int64_t>();
+  };
+  EXPECT_EQ(staging("one.json"), one_bytes);
+  EXPECT_EQ(staging("two.json"), rank_0_slices);
+  EXPECT_LE(rank_0_slices, one_bytes / 2 + 4096 * static_cast<int64_t>(both["ranks"][0]["files"].size()));
   // What the result reports as written: the one copy and each rank's own file.
   int64_t own_bytes = 0;
   for (const auto& rank : both["ranks"]) own_bytes += rank["files"].back()["bytes"].get<int64_t>();
