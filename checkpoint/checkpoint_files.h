@@ -223,22 +223,45 @@ nlohmann::json read_manifest(const std::string& folder);
 // CheckpointError when `dir` cannot be listed.
 std::string newest_readable_checkpoint(const std::string& dir, const std::string& before = "");
 
+// Which slices of an image the ranks hold alike a rank reads.
+enum class SliceReading {
+  kAll,  // every rank's: the image comes back whole from storage
+  // Its own alone, the other ranks' bytes left for the caller to fill from
+  // those ranks (a resume passes each slice on from the rank that read it,
+  // as Megatron's fully parallel load does): a job reads the state once,
+  // not once per rank.
+  kOwn,
+};
+
+// One rank's slice of a LoadedRank's image, as the manifest records it.
+struct LoadedSlice {
+  size_t image = 0;  // index into LoadedRank::images
+  int rank = 0;      // the rank that wrote it
+  int64_t from = 0;  // its bytes in the image: [from, from + bytes)
+  int64_t bytes = 0;
+  std::string xxh64;  // its file's checksum
+};
+
 // A rank's files read back and verified against the manifest's sizes and
 // checksums. Throws CheckpointError naming the file, the expected and actual
-// xxh64 and the sections it holds. A file that is a slice of an image is
-// read with the other ranks' slices of it (the files of the same index),
-// which together must tile the image: the image comes back whole.
+// xxh64 and the sections it holds. A file that is a slice of an image comes
+// back as the whole image, whose slices (the files of the same index of
+// every rank) must tile it; which of them are read is `reading`'s.
 class LoadedRank {
  public:
   // The section's bytes, or nullptr when there is none by that name.
   const unsigned char* section(const std::string& name, int64_t* bytes = nullptr) const;
   std::vector<StateImage> images;  // one per file, in manifest order
+  // The non-empty slices of the images that are sliced, image by image in
+  // rank order: the same list on every rank of a job that read one
+  // checkpoint. Under SliceReading::kOwn the other ranks' bytes are unread.
+  std::vector<LoadedSlice> slices;
 };
 LoadedRank read_rank_files(const std::string& folder, const nlohmann::json& manifest, int rank);
 // The same, staging the images in memory from `allocator` (pinned memory
 // for a device restore).
 LoadedRank read_rank_files(const std::string& folder, const nlohmann::json& manifest, int rank,
-                           StagingAllocator allocator);
+                           StagingAllocator allocator, SliceReading reading = SliceReading::kAll);
 
 // Test-only fault injection: when TRAINBENCH_TEST_CRASH_AT is `phase` or
 // `phase@step` for this step, the process kills itself with SIGKILL, as a

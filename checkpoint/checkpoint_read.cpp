@@ -245,11 +245,13 @@ FileRecord record_of(const std::string& folder, const nlohmann::json& entry, int
   }
 }
 
-// The image whose slice `mine` (file `index` of rank `rank`) is, read back
-// whole from every rank's slice of it: the files of that index, which must
-// be slices of one image and tile it.
+// The image whose slice `mine` (file `index` of rank `rank`) is, laid out
+// whole: the files of that index, which must be slices of one image and tile
+// it, are listed in `listed` (image `image`), and read into it: every rank's
+// (kAll), or `mine` alone (kOwn).
 StateImage read_sliced_image(const std::string& folder, const nlohmann::json& ranks, size_t index, int rank,
-                             const FileRecord& mine, const StagingAllocator& allocator) {
+                             const FileRecord& mine, const StagingAllocator& allocator, SliceReading reading,
+                             size_t image, std::vector<LoadedSlice>& listed) {
   std::vector<FileRecord> slices;
   for (size_t q = 0; q < ranks.size(); ++q) {
     const nlohmann::json& files = ranks[q].at("files");
@@ -259,11 +261,17 @@ StateImage read_sliced_image(const std::string& folder, const nlohmann::json& ra
   }
   const std::string problem = slices_problem(slices, index);
   if (!problem.empty()) throw CheckpointError("checkpoint " + folder + ": " + problem);
-  for (const FileRecord& slice : slices) check_file(folder + "/" + slice.name, slice);
-  StateImage image = laid_out_image(folder + "/" + mine.name, mine, mine.image_bytes, allocator);
-  for (const FileRecord& slice : slices)
-    read_verified(folder + "/" + slice.name, slice, image.data() + slice.slice_from);
-  return image;
+  const auto read_here = [&](size_t q) { return reading == SliceReading::kAll || static_cast<int>(q) == rank; };
+  for (size_t q = 0; q < slices.size(); ++q)
+    if (read_here(q)) check_file(folder + "/" + slices[q].name, slices[q]);
+  StateImage state = laid_out_image(folder + "/" + mine.name, mine, mine.image_bytes, allocator);
+  for (size_t q = 0; q < slices.size(); ++q) {
+    const FileRecord& slice = slices[q];
+    if (slice.bytes == 0) continue;  // the last ranks' of a small image: nothing to read or pass on
+    listed.push_back({image, static_cast<int>(q), slice.slice_from, slice.bytes, slice.xxh64});
+    if (read_here(q)) read_verified(folder + "/" + slice.name, slice, state.at(slice.slice_from, slice.bytes));
+  }
+  return state;
 }
 
 }  // namespace
@@ -426,7 +434,7 @@ LoadedRank read_rank_files(const std::string& folder, const nlohmann::json& mani
 }
 
 LoadedRank read_rank_files(const std::string& folder, const nlohmann::json& manifest, int rank,
-                           StagingAllocator allocator) {
+                           StagingAllocator allocator, SliceReading reading) {
   const std::string clean = io::without_trailing_slashes(folder);
   const nlohmann::json& ranks = manifest.at("ranks");
   if (rank < 0 || rank >= static_cast<int>(ranks.size()))
@@ -436,9 +444,9 @@ LoadedRank read_rank_files(const std::string& folder, const nlohmann::json& mani
   const nlohmann::json& files = ranks[static_cast<size_t>(rank)].at("files");
   for (size_t index = 0; index < files.size(); ++index) {
     const FileRecord record = record_of(clean, files[index], rank);
-    loaded.images.push_back(record.image_bytes > 0
-                                ? read_sliced_image(clean, ranks, index, rank, record, allocator)
-                                : read_and_verify(clean + "/" + record.name, record, allocator));
+    loaded.images.push_back(record.image_bytes > 0 ? read_sliced_image(clean, ranks, index, rank, record, allocator,
+                                                                       reading, loaded.images.size(), loaded.slices)
+                                                   : read_and_verify(clean + "/" + record.name, record, allocator));
   }
   return loaded;
 }

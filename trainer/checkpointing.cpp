@@ -904,6 +904,32 @@ std::string previous_checkpoint_hint(const std::string& folder) {
                           : "; resume from the previous one instead: --resume " + previous;
 }
 
+// Each rank read only its own slices of the state the ranks hold alike
+// (SliceReading::kOwn): every slice is passed on from the rank that read and
+// verified it, so the job reads the checkpoint from storage once, not once
+// per rank. Only ranks that read the same checkpoint may be joined so: rank
+// 0's list of slices (their ranks, places and checksums) must be every
+// rank's, or the state put together would mix two runs' files of one step.
+void put_slices_together(Communicator& comm, LoadedRank& loaded, const std::string& spec, int64_t step) {
+  std::string listing;
+  for (const LoadedSlice& s : loaded.slices)
+    listing += std::to_string(s.image) + ":" + std::to_string(s.rank) + ":" + std::to_string(s.from) + "+" +
+               std::to_string(s.bytes) + ":" + s.xxh64 + ";";
+  const std::string rank_0s = broadcast_string(comm, listing, 0);
+  const std::vector<double> differs = gather_from_ranks(comm, listing == rank_0s ? 0.0 : 1.0);
+  const auto other = std::find_if(differs.begin(), differs.end(), [](double d) { return d > 0; });
+  if (other != differs.end())
+    throw CheckpointError("--resume " + spec + ": the ranks found different checkpoints of step " +
+                          std::to_string(step) + ": rank " + std::to_string(other - differs.begin()) +
+                          "'s files are not rank 0's: every rank must see the same folder (node-local disks, or a "
+                          "stale cache of a network filesystem?); name one checkpoint, --resume DIR/step_N, that "
+                          "every rank has");
+  comm.set_context("resuming: passing on the checkpoint's slices");
+  for (const LoadedSlice& s : loaded.slices)
+    comm.broadcast(loaded.images[s.image].at(s.from, s.bytes), s.bytes, s.rank);
+  comm.set_context("");  // what follows (the data set-up) says nothing of where it is, as before
+}
+
 }  // namespace
 
 ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, TrainingEngine& engine,
@@ -912,9 +938,11 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
   std::string problem;
   bool environment = false;  // the problem is the machine's (exit 3), not the checkpoint's
   nlohmann::json manifest;
+  LoadedRank loaded;
+  std::vector<const void*> sources;  // the engine's state tensors in `loaded`
   // Read on this thread: bounded, as the writes are, by checkpoint.timeout_s.
-  const StorageWatchdog watchdog(comm, config.checkpoint.timeout_s,
-                                 "reading the checkpoint to resume from (--resume " + spec + ")");
+  std::optional<StorageWatchdog> watchdog;
+  watchdog.emplace(comm, config.checkpoint.timeout_s, "reading the checkpoint to resume from (--resume " + spec + ")");
   try {
     point.folder = resolve_checkpoint(spec, config.checkpoint.dir);
     try {
@@ -931,14 +959,14 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
     const std::string incompatible = check_compatible(manifest, config, comm.world_size());
     if (!incompatible.empty()) throw CheckpointError("--resume " + point.folder + ": " + incompatible);
 
-    LoadedRank loaded;
     try {
-      loaded = read_rank_files(point.folder, manifest, comm.rank());
+      // The ranks' slices of the state they hold alike: each reads its own
+      // (the world size is the checkpoint's, checked above).
+      loaded = read_rank_files(point.folder, manifest, comm.rank(), StagingAllocator{}, SliceReading::kOwn);
     } catch (const CheckpointError& e) {
       throw CheckpointError(std::string(e.what()) + previous_checkpoint_hint(point.folder),
                             e.environment());
     }
-    std::vector<const void*> sources;
     for (const StateTensor& t : engine.state_tensors()) {
       int64_t bytes = 0;
       const unsigned char* data = loaded.section(t.name, &bytes);
@@ -968,7 +996,6 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
     } catch (const std::exception& e) {  // DataError, std::invalid_argument
       throw CheckpointError(rank_files + kDataPositionSection + ": " + e.what());
     }
-    engine.restore_state(sources);
   } catch (const CheckpointError& e) {
     problem = e.what();
     environment = e.environment();
@@ -986,7 +1013,12 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
     // steps only ends at comm.timeout_s, without a result.
     const std::vector<double> steps = gather_from_ranks(comm, static_cast<double>(point.step));
     const auto other = std::find_if(steps.begin(), steps.end(), [&](double s) { return s != steps.front(); });
-    if (other == steps.end()) return point;
+    if (other == steps.end()) {
+      watchdog.reset();  // the storage's part is done; the slices travel over the network, bounded by comm
+      put_slices_together(comm, loaded, spec, point.step);
+      engine.restore_state(sources);
+      return point;
+    }
     const int other_rank = static_cast<int>(other - steps.begin());
     throw CheckpointError("--resume " + spec + ": the ranks found different checkpoints: rank 0 step " +
                           std::to_string(static_cast<int64_t>(steps.front())) + ", rank " +

@@ -139,6 +139,18 @@ TEST_F(CheckpointFiles, SlicesOfImagesHeldAlikeTileThemAndReadBackWhole) {
   const std::string folder = committed_folder(dir_, 4);
   for (int rank = 0; rank < kRanks; ++rank)
     EXPECT_EQ(compare_state(read_rank_files(folder, read_manifest(folder), rank), 4, 0), "") << "rank " << rank;
+  // Every rank lists the same slices (the non-empty ones), in image then rank order.
+  const LoadedRank read_by_1 = read_rank_files(folder, read_manifest(folder), 1);
+  ASSERT_EQ(read_by_1.slices.size(), 5u) << "3 of the first image, 2 of the second (rank 2's is empty)";
+  for (size_t k = 0; k < read_by_1.slices.size(); ++k) {
+    const LoadedSlice& slice = read_by_1.slices[k];
+    EXPECT_EQ(slice.image, k < 3 ? 0u : 1u);
+    EXPECT_EQ(slice.rank, static_cast<int>(k < 3 ? k : k - 3));
+    const ImagePart expected = slice_for_rank(images[slice.image], slice.rank, kRanks);
+    EXPECT_EQ(slice.from, expected.from) << "slice " << k;
+    EXPECT_EQ(slice.bytes, expected.bytes) << "slice " << k;
+    EXPECT_EQ(slice.xxh64.size(), 16u);
+  }
   // One rank's slice damaged: every rank's read of that image fails, naming it.
   const std::string damaged = folder + "/" + rank_file_name(1, 0);
   {
@@ -150,6 +162,31 @@ TEST_F(CheckpointFiles, SlicesOfImagesHeldAlikeTileThemAndReadBackWhole) {
     EXPECT_TRUE(contains(checkpoint_error([&] { read_rank_files(folder, read_manifest(folder), rank); }),
                          "checkpoint file " + damaged + ": xxh64"))
         << "rank " << rank;
+  // Reading its own slices alone (a resume, which passes them on between the
+  // ranks), a rank neither reads nor needs the others': only rank 1 fails,
+  // and the others' own bytes are the state's.
+  for (int rank = 0; rank < kRanks; ++rank) {
+    const auto own = [&] { return read_rank_files(folder, read_manifest(folder), rank, {}, SliceReading::kOwn); };
+    if (rank == 1) {
+      EXPECT_TRUE(contains(checkpoint_error(own), "checkpoint file " + damaged + ": xxh64"));
+      continue;
+    }
+    const LoadedRank loaded = own();
+    ASSERT_EQ(loaded.slices.size(), read_by_1.slices.size()) << "rank " << rank << " lists every slice";
+    for (size_t k = 0; k < loaded.slices.size(); ++k) {
+      const LoadedSlice &mine = loaded.slices[k], &whole = read_by_1.slices[k];
+      EXPECT_TRUE(mine.image == whole.image && mine.rank == whole.rank && mine.from == whole.from &&
+                  mine.bytes == whole.bytes && mine.xxh64 == whole.xxh64)
+          << "rank " << rank << " slice " << k << ": the list the ranks compare before passing slices on";
+    }
+    for (const LoadedSlice& slice : loaded.slices) {
+      if (slice.rank != rank) continue;
+      EXPECT_EQ(std::memcmp(loaded.images[slice.image].at(slice.from, slice.bytes),
+                            images[slice.image].at(slice.from, slice.bytes), static_cast<size_t>(slice.bytes)),
+                0)
+          << "rank " << rank << "'s slice of image " << slice.image;
+    }
+  }
   // A slice missing from the manifest's tiling is refused, not read as zeros.
   nlohmann::json holed = read_manifest(folder);
   holed["ranks"][1]["files"][0]["slice"]["from"] = holed["ranks"][1]["files"][0]["slice"]["from"].get<int64_t>() + 4096;

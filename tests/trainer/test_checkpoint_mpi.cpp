@@ -217,8 +217,8 @@ TEST(CheckpointMpi, TwoRanksWriteTheStateTheyHoldAlikeOnce) {
 }
 
 // Each rank writes a slice of the state the ranks hold alike, and a resume
-// reads every rank's slices: a damaged slice of rank 1's is every rank's
-// failure, named by its file.
+// puts them together: a damaged slice of rank 1's is every rank's failure,
+// named by its file.
 TEST(CheckpointMpiDamage, ADamagedSliceFailsEveryRanksResumeNamingTheFile) {
   testing::TempDir dir("test_ckpt_mpi");
   ASSERT_NO_FATAL_FAILURE(two_rank_checkpoints_latest_at_15(dir));
@@ -228,6 +228,34 @@ TEST(CheckpointMpiDamage, ADamagedSliceFailsEveryRanksResumeNamingTheFile) {
   EXPECT_EQ(resumed.exit_code, 2) << resumed.err;
   EXPECT_NE(resumed.err.find("checkpoint file " + damaged + ": xxh64"), std::string::npos) << resumed.err;
   EXPECT_NE(resumed.err.find("--resume " + dir.file("c/step_10")), std::string::npos) << resumed.err;
+  // Found by rank 1, which reads it, alone: each rank reads only its own
+  // slices and the ranks pass them on, so the job reads the state once.
+  EXPECT_NE(resumed.err.find("(rank 1's part; rank(s) 1 could not load theirs)"), std::string::npos) << resumed.err;
+}
+
+// Each rank reads its own slices and the ranks pass them on: ranks that
+// found two runs' checkpoints of the same step (node-local disks) would put
+// together a state that neither run had. Rank r resumes in r<r>/, which holds
+// a checkpoint of step 20 of a run of train.seed r (a seed a resume may change).
+TEST(CheckpointMpiDamage, RanksThatFindTwoRunsCheckpointsOfOneStepStopAtResume) {
+  testing::TempDir dir("test_ckpt_mpi");
+  for (const char* rank : {"0", "1"}) {
+    const CommandResult run = run_command(run_2_ranks(dir.file(std::string("r") + rank + "/ck"),
+                                                      dir.file(std::string("r") + rank + ".json"),
+                                                      std::string("--set train.seed=") + rank));
+    ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  }
+  const std::string wrapper = dir.file("own_folder.sh");
+  std::ofstream(wrapper) << "#!/bin/bash\ncd " << dir.path() << "/r$OMPI_COMM_WORLD_RANK && exec \"$@\"\n";
+  std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
+  const CommandResult resumed = run_command(
+      kMpirun + wrapper + " " + TRAINBENCH_BINARY +
+      " run tiny --steps 25 --set checkpoint.dir=ck --set checkpoint.every_steps=10 --set checkpoint.keep=0"
+      " --set report.progress_every=0 --set comm.timeout_s=30 --resume latest --out r.json");
+  EXPECT_EQ(resumed.exit_code, 2) << resumed.out << resumed.err;
+  EXPECT_NE(resumed.err.find("the ranks found different checkpoints of step 20: rank 1's files are not rank 0's"),
+            std::string::npos)
+      << resumed.err;
 }
 
 // Each rank resolves `latest` itself: on node-local disks, or through a
