@@ -329,7 +329,7 @@ void MpiCommunicator::broadcast(void* data, int64_t bytes, int root) {
     MPI_Request request = MPI_REQUEST_NULL;
     check(MPI_Ibcast(bytes_data + offset, piece, MPI_BYTE, root, blocking_comm_, &request),
           "MPI_Ibcast", "broadcast");
-    complete(request, "broadcast", bytes);
+    complete(request, "broadcast", piece);  // each piece has comm.timeout_s: its bytes are what timed out
   }
 }
 

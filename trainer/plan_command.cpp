@@ -75,7 +75,7 @@ std::vector<FinetunePlanRow> plan_finetune(const Config& config, int64_t gpus_pe
   validate_config(as_lora);
   const int64_t world = gpus_per_node * nodes;
   std::vector<FinetunePlanRow> rows;
-  auto add = [&](const std::string& mode, int64_t gpus, const EngineOptions& options) {
+  auto add = [&](const std::string& mode, int64_t gpus, const EngineOptions& options, bool zero) {
     FinetunePlanRow row;
     row.mode = mode;
     row.gpus = gpus;
@@ -97,21 +97,26 @@ std::vector<FinetunePlanRow> plan_finetune(const Config& config, int64_t gpus_pe
     const int64_t parameters = masters * (4 + 2) + base * 2;
     const int64_t adam = layout.trainable_params() * 8;
     row.checkpoint_bytes = parameters + adam;
+    // Rank 0 stages 1/gpus of what the ranks hold alike (rounded up: the
+    // first ranks' slices are the largest) and its ZeRO-1 shard of m and v.
+    const int64_t alike = zero ? parameters : parameters + adam;
+    const int64_t own = zero ? (options.optimizer_shard.end - options.optimizer_shard.begin) * 8 : 0;
+    row.staging_bytes = (alike + gpus - 1) / gpus + own;
     row.fits = row.memory.total_bytes() <= usable_bytes;
     rows.push_back(row);
   };
   const EngineOptions full = cuda_options(config);
-  add("full (DDP)", world, full);
+  add("full (DDP)", world, full, false);
   // ZeRO-1: one rank's shard of the optimizer state (the trainer's cut,
   // zero_shard), the buffers padded to whole blocks as `run` pads them,
   // everything else as DDP.
   EngineOptions zero = full;  // rank 0's shard: the largest
   zero.optimizer_shard = zero_shard(make_layout(full).trainable_params(), 0, static_cast<int>(world));
   zero.pad_buffers_to = zero_padding_multiple(static_cast<int>(world));
-  add("full (ZeRO-1)", world, zero);
+  add("full (ZeRO-1)", world, zero, true);
   EngineOptions lora = full;
   lora.lora = lora_spec(as_lora);
-  add("lora", gpus_per_node, lora);
+  add("lora", gpus_per_node, lora, false);
   return rows;
 }
 
@@ -198,6 +203,7 @@ int PlanCommand::run() {
                              {"workspace_bytes", r.memory.workspace_bytes},
                              {"total_bytes", r.memory.total_bytes()},
                              {"checkpoint_bytes", r.checkpoint_bytes},
+                             {"staging_bytes", r.staging_bytes},
                              {"fits", r.fits}});
     std::printf("%s\n", json_text(out, 2).c_str());
     return kExitOk;
@@ -212,20 +218,23 @@ int PlanCommand::run() {
               human_bytes(static_cast<double>(gpu_bytes)).c_str(), memory_source.c_str(),
               human_bytes(static_cast<double>(usable)).c_str());
   std::printf("attention %s (%s)\n", attention.kernel.c_str(), attention.basis.c_str());
-  std::printf("%-14s %5s %10s %10s %10s %10s %11s %10s %10s  %s\n", "mode", "GPUs", "trainable",
-              "params", "grads", "optimizer", "activations", "total", "checkpoint", "fits");
+  std::printf("%-14s %5s %10s %10s %10s %10s %11s %10s %10s %10s  %s\n", "mode", "GPUs", "trainable",
+              "params", "grads", "optimizer", "activations", "total", "checkpoint", "staging", "fits");
   for (const FinetunePlanRow& r : rows)
-    std::printf("%-14s %5ld %10s %10s %10s %10s %11s %10s %10s  %s\n", r.mode.c_str(),
+    std::printf("%-14s %5ld %10s %10s %10s %10s %11s %10s %10s %10s  %s\n", r.mode.c_str(),
                 static_cast<long>(r.gpus), human_count(static_cast<double>(r.trainable_params)).c_str(),
                 human_bytes(static_cast<double>(r.memory.parameter_bytes)).c_str(),
                 human_bytes(static_cast<double>(r.memory.gradient_bytes)).c_str(),
                 human_bytes(static_cast<double>(r.memory.optimizer_bytes)).c_str(),
                 human_bytes(static_cast<double>(r.memory.activation_bytes + r.memory.workspace_bytes)).c_str(),
                 human_bytes(static_cast<double>(r.memory.total_bytes())).c_str(),
-                human_bytes(static_cast<double>(r.checkpoint_bytes)).c_str(), r.fits ? "yes" : "NO");
+                human_bytes(static_cast<double>(r.checkpoint_bytes)).c_str(),
+                human_bytes(static_cast<double>(r.staging_bytes)).c_str(), r.fits ? "yes" : "NO");
   std::printf("per GPU; activations include the backward workspace; ZeRO-1 shards AdamW over %ld GPUs; "
-              "checkpoint: one checkpoint of the job, every rank's files\n",
-              static_cast<long>(o.gpus_per_node * o.nodes));
+              "checkpoint: one checkpoint of the job, every rank's files; staging: the page-locked host memory "
+              "a GPU's rank copies its share of a checkpoint into (%ld GPUs a node: %ld times that)\n",
+              static_cast<long>(o.gpus_per_node * o.nodes), static_cast<long>(o.gpus_per_node),
+              static_cast<long>(o.gpus_per_node));
   // A preset cut to a few layers of a larger model (h200-llama8b-4l) is
   // planned at the depth it runs; the full model's memory is one --set away.
   if (config.n_layers_full > m.n_layers)

@@ -70,6 +70,10 @@ TEST(Plan, TinyMatchesAHandCount) {
             ddp.memory.total_bytes() - kBase * 8 + kBlock * 8 + 2 * kPadding * 4);
   // The master and bf16 copy once, the m and v shards adding up to one.
   EXPECT_EQ(zero.checkpoint_bytes, kBase * (4 + 2) + kBase * 8);
+  // Rank 0 stages its 16th of what the ranks hold alike (rounded up), and
+  // under ZeRO-1 its own shard of m and v whole.
+  EXPECT_EQ(ddp.staging_bytes, (kBase * (4 + 2 + 8) + 15) / 16);
+  EXPECT_EQ(zero.staging_bytes, (kBase * (4 + 2) + 15) / 16 + kBlock * 8);
 
   EXPECT_EQ(lora.mode, "lora");
   EXPECT_EQ(lora.gpus, 8);  // one node
@@ -81,6 +85,7 @@ TEST(Plan, TinyMatchesAHandCount) {
   // h = x·Aᵀ [n, 16] saved per adapter: 4 per layer.
   EXPECT_EQ(lora.memory.activation_bytes, kActivationBytes + 2 * 4 * kN * 16 * 2);
   EXPECT_EQ(lora.checkpoint_bytes, kAdapters * (4 + 2 + 8));
+  EXPECT_EQ(lora.staging_bytes, (kAdapters * (4 + 2 + 8) + 7) / 8) << "over the node's 8 ranks";
   for (const FinetunePlanRow& r : rows) EXPECT_TRUE(r.fits) << r.mode;
   // checkpoint.include_base: the frozen base goes in too, in bf16 (it was
   // left out: 70B's plan understated its LoRA checkpoint by 131 GiB).
@@ -159,7 +164,8 @@ TEST(Plan, CliPrintsTheTableAndJsonAndRefusesBadArguments) {
   const std::string binary = TRAINBENCH_BINARY;
   const CommandResult table = run_command(binary + " plan tiny --gpu-memory 80");
   ASSERT_EQ(table.exit_code, 0) << table.err;
-  for (const char* word : {"full (DDP)", "full (ZeRO-1)", "lora", "fits", "80.00 GiB"})
+  for (const char* word : {"full (DDP)", "full (ZeRO-1)", "lora", "fits", "80.00 GiB", "staging",
+                           "(8 GPUs a node: 8 times that)"})
     EXPECT_NE(table.out.find(word), std::string::npos) << word << "\n" << table.out;
   EXPECT_EQ(table.out.find("n_layers_full"), std::string::npos) << table.out;
   // A preset cut from a deeper model says which depth it planned.
@@ -177,6 +183,7 @@ TEST(Plan, CliPrintsTheTableAndJsonAndRefusesBadArguments) {
   EXPECT_EQ(plan["rows"][0]["gpus"], 12);
   EXPECT_EQ(plan["rows"][2]["gpus"], 4);
   EXPECT_EQ(plan["rows"][0]["trainable_params"], kBase);
+  EXPECT_EQ(plan["rows"][0]["staging_bytes"], (kBase * (4 + 2 + 8) + 11) / 12) << "rank 0's of 12";
   for (const nlohmann::json& row : plan["rows"]) EXPECT_FALSE(row["fits"].get<bool>()) << row.dump();
   // Counts are decimal as typed: CLI11's own conversion read 010 as 8 (and refused 08).
   const CommandResult zeros = run_command(binary + " plan tiny --json --gpus-per-node 08 --nodes 010");
