@@ -233,6 +233,19 @@ TEST(CheckpointMpiDamage, ADamagedSliceFailsEveryRanksResumeNamingTheFile) {
   EXPECT_NE(resumed.err.find("(rank 1's part; rank(s) 1 could not load theirs)"), std::string::npos) << resumed.err;
 }
 
+// Two ranks resuming `latest` with `steps` steps, each in its own folder
+// dir/r<rank>/, where the relative checkpoint.dir ck is that rank's alone (as
+// on node-local disks).
+CommandResult resume_each_rank_in_its_own_folder(const testing::TempDir& dir, int steps, int every_steps) {
+  const std::string wrapper = dir.file("own_folder.sh");
+  std::ofstream(wrapper) << "#!/bin/bash\ncd " << dir.path() << "/r$OMPI_COMM_WORLD_RANK && exec \"$@\"\n";
+  std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
+  return run_command(kMpirun + wrapper + " " + TRAINBENCH_BINARY + " run tiny --steps " + std::to_string(steps) +
+                     " --set checkpoint.dir=ck --set checkpoint.every_steps=" + std::to_string(every_steps) +
+                     " --set checkpoint.keep=0 --set report.progress_every=0 --set comm.timeout_s=30"
+                     " --resume latest --out r.json");
+}
+
 // Each rank reads its own slices and the ranks pass them on: ranks that
 // found two runs' checkpoints of the same step (node-local disks) would put
 // together a state that neither run had. Rank r resumes in r<r>/, which holds
@@ -245,13 +258,7 @@ TEST(CheckpointMpiDamage, RanksThatFindTwoRunsCheckpointsOfOneStepStopAtResume) 
                                                       std::string("--set train.seed=") + rank));
     ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
   }
-  const std::string wrapper = dir.file("own_folder.sh");
-  std::ofstream(wrapper) << "#!/bin/bash\ncd " << dir.path() << "/r$OMPI_COMM_WORLD_RANK && exec \"$@\"\n";
-  std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
-  const CommandResult resumed = run_command(
-      kMpirun + wrapper + " " + TRAINBENCH_BINARY +
-      " run tiny --steps 25 --set checkpoint.dir=ck --set checkpoint.every_steps=10 --set checkpoint.keep=0"
-      " --set report.progress_every=0 --set comm.timeout_s=30 --resume latest --out r.json");
+  const CommandResult resumed = resume_each_rank_in_its_own_folder(dir, 25, 10);
   EXPECT_EQ(resumed.exit_code, 2) << resumed.out << resumed.err;
   EXPECT_NE(resumed.err.find("the ranks found different checkpoints of step 20: rank 1's files are not rank 0's"),
             std::string::npos)
@@ -274,13 +281,7 @@ TEST(CheckpointMpiDamage, RanksThatFindDifferentCheckpointsStopAtResume) {
   }
   std::ofstream(dir.file("r0/ck/latest")) << "step_10\n";
   std::ofstream(dir.file("r1/ck/latest")) << "step_5\n";
-  const std::string wrapper = dir.file("own_folder.sh");
-  std::ofstream(wrapper) << "#!/bin/bash\ncd " << dir.path() << "/r$OMPI_COMM_WORLD_RANK && exec \"$@\"\n";
-  std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
-  const CommandResult resumed = run_command(
-      kMpirun + wrapper + " " + TRAINBENCH_BINARY +
-      " run tiny --steps 20 --set checkpoint.dir=ck --set checkpoint.every_steps=5 --set checkpoint.keep=0"
-      " --set report.progress_every=0 --set comm.timeout_s=30 --resume latest --out r.json");
+  const CommandResult resumed = resume_each_rank_in_its_own_folder(dir, 20, 5);
   EXPECT_EQ(resumed.exit_code, 2) << resumed.out << resumed.err;
   EXPECT_NE(resumed.err.find("the ranks found different checkpoints: rank 0 step 10, rank 1 step 5"),
             std::string::npos)
