@@ -256,6 +256,7 @@ class LoadedRank {
   // rank order: the same list on every rank of a job that read one
   // checkpoint. Under SliceReading::kOwn the other ranks' bytes are unread.
   std::vector<LoadedSlice> slices;
+  int64_t bytes_read = 0;  // what this rank read from the checkpoint's files
 };
 LoadedRank read_rank_files(const std::string& folder, const nlohmann::json& manifest, int rank);
 // The same, staging the images in memory from `allocator` (pinned memory

@@ -251,7 +251,7 @@ FileRecord record_of(const std::string& folder, const nlohmann::json& entry, int
 // (kAll), or `mine` alone (kOwn).
 StateImage read_sliced_image(const std::string& folder, const nlohmann::json& ranks, size_t index, int rank,
                              const FileRecord& mine, const StagingAllocator& allocator, SliceReading reading,
-                             size_t image, std::vector<LoadedSlice>& listed) {
+                             size_t image, std::vector<LoadedSlice>& listed, int64_t& bytes_read) {
   std::vector<FileRecord> slices;
   for (size_t q = 0; q < ranks.size(); ++q) {
     const nlohmann::json& files = ranks[q].at("files");
@@ -269,7 +269,9 @@ StateImage read_sliced_image(const std::string& folder, const nlohmann::json& ra
     const FileRecord& slice = slices[q];
     if (slice.bytes == 0) continue;  // the last ranks' of a small image: nothing to read or pass on
     listed.push_back({image, static_cast<int>(q), slice.slice_from, slice.bytes, slice.xxh64});
-    if (read_here(q)) read_verified(folder + "/" + slice.name, slice, state.at(slice.slice_from, slice.bytes));
+    if (!read_here(q)) continue;
+    read_verified(folder + "/" + slice.name, slice, state.at(slice.slice_from, slice.bytes));
+    bytes_read += slice.bytes;
   }
   return state;
 }
@@ -444,9 +446,13 @@ LoadedRank read_rank_files(const std::string& folder, const nlohmann::json& mani
   const nlohmann::json& files = ranks[static_cast<size_t>(rank)].at("files");
   for (size_t index = 0; index < files.size(); ++index) {
     const FileRecord record = record_of(clean, files[index], rank);
-    loaded.images.push_back(record.image_bytes > 0 ? read_sliced_image(clean, ranks, index, rank, record, allocator,
-                                                                       reading, loaded.images.size(), loaded.slices)
-                                                   : read_and_verify(clean + "/" + record.name, record, allocator));
+    if (record.image_bytes > 0) {
+      loaded.images.push_back(read_sliced_image(clean, ranks, index, rank, record, allocator, reading,
+                                                loaded.images.size(), loaded.slices, loaded.bytes_read));
+    } else {
+      loaded.images.push_back(read_and_verify(clean + "/" + record.name, record, allocator));
+      loaded.bytes_read += record.bytes;
+    }
   }
   return loaded;
 }

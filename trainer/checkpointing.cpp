@@ -932,13 +932,26 @@ void put_slices_together(Communicator& comm, LoadedRank& loaded, const std::stri
 
 }  // namespace
 
+nlohmann::json resume_json(const ResumePoint& point) {
+  return {{"checkpoint", point.folder},
+          {"step", point.step},
+          {"bytes_read", point.bytes_read},
+          {"read_s", point.read_s},
+          {"read_gbs", point.read_s > 0 ? nlohmann::json(static_cast<double>(point.bytes_read) / point.read_s * 1e-9)
+                                        : nlohmann::json()},
+          {"exchange_s", point.exchange_s},
+          {"load_s", point.load_s}};
+}
+
 ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, TrainingEngine& engine,
                                    Communicator& comm) {
+  const double began = steady_now();
   ResumePoint point;
   std::string problem;
   bool environment = false;  // the problem is the machine's (exit 3), not the checkpoint's
   nlohmann::json manifest;
   LoadedRank loaded;
+  double read_s = 0;  // this rank's reading of its files
   std::vector<const void*> sources;  // the engine's state tensors in `loaded`
   // Read on this thread: bounded, as the writes are, by checkpoint.timeout_s.
   std::optional<StorageWatchdog> watchdog;
@@ -962,7 +975,9 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
     try {
       // The ranks' slices of the state they hold alike: each reads its own
       // (the world size is the checkpoint's, checked above).
+      const double read_began = steady_now();
       loaded = read_rank_files(point.folder, manifest, comm.rank(), StagingAllocator{}, SliceReading::kOwn);
+      read_s = steady_now() - read_began;
     } catch (const CheckpointError& e) {
       throw CheckpointError(std::string(e.what()) + previous_checkpoint_hint(point.folder),
                             e.environment());
@@ -1015,8 +1030,14 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
     const auto other = std::find_if(steps.begin(), steps.end(), [&](double s) { return s != steps.front(); });
     if (other == steps.end()) {
       watchdog.reset();  // the storage's part is done; the slices travel over the network, bounded by comm
+      for (double s : gather_from_ranks(comm, read_s)) point.read_s = std::max(point.read_s, s);
+      for (double b : gather_from_ranks(comm, static_cast<double>(loaded.bytes_read)))
+        point.bytes_read += static_cast<int64_t>(b);
+      const double exchange_began = steady_now();
       put_slices_together(comm, loaded, spec, point.step);
+      point.exchange_s = steady_now() - exchange_began;
       engine.restore_state(sources);
+      point.load_s = steady_now() - began;
       return point;
     }
     const int other_rank = static_cast<int>(other - steps.begin());

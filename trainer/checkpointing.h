@@ -263,7 +263,22 @@ struct ResumePoint {
   std::string folder;        // the checkpoint loaded
   int64_t step = 0;          // the step it was taken after; the run continues at step + 1
   std::string data_position; // BatchSource::save_position bytes
+  // What loading it took (the result's `resume`), as MLPerf Storage's
+  // checkpoint load is measured: the bytes every rank read from its files,
+  // summed (the checkpoint once: each slice is read by its own rank), the
+  // slowest rank's reading, the passing on of the slices between the ranks
+  // (this rank's), and the whole resume on this rank (checks and the
+  // restore into the engine included).
+  int64_t bytes_read = 0;
+  double read_s = 0;
+  double exchange_s = 0;
+  double load_s = 0;
 };
+
+// The result JSON's `resume`: the checkpoint, its step and what loading it
+// took (read_gbs: the bytes read over the slowest rank's reading, null when
+// that took no measurable time).
+nlohmann::json resume_json(const ResumePoint& point);
 
 // `--resume latest|PATH`: finds the checkpoint (`latest` under
 // checkpoint.dir), checks the manifest against this run (same model shape,

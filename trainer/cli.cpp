@@ -816,8 +816,11 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                    checkpoint_dir.temporary ? " (temporary, removed at exit; set checkpoint.dir to keep them)" : "",
                    config.checkpoint.async ? "async" : "synchronous", static_cast<long>(config.checkpoint.keep));
     if (!resume.folder.empty())
-      std::fprintf(stdout, "resume: %s, continuing at step %ld\n", resume.folder.c_str(),
-                   static_cast<long>(resume.step + 1));
+      std::fprintf(stdout, "resume: %s, continuing at step %ld (read %s in %.3f s, the slowest rank's; %.3f s to pass "
+                           "the ranks' slices on; %.3f s in all)\n",
+                   resume.folder.c_str(), static_cast<long>(resume.step + 1),
+                   human_bytes(static_cast<double>(resume.bytes_read)).c_str(), resume.read_s, resume.exchange_s,
+                   resume.load_s);
   }
 
   std::unique_ptr<Checkpointer> checkpointer;
@@ -871,6 +874,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   // In the result too: its config still says every_steps, and no checkpoint
   // record nor stall would read as checkpointing that costs nothing.
   if (!checkpoint_off.empty()) outcome.warnings.insert(outcome.warnings.begin(), checkpoint_off);
+  if (!resume.folder.empty()) outcome.resume = resume_json(resume);
   outcome.warnings.insert(outcome.warnings.end(), setup_warnings.begin(), setup_warnings.end());
   if (options.ceilings) {
     outcome.ceilings = ceilings_to_json(ceilings, outcome.summary.tokens_per_s);

@@ -172,6 +172,7 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
       {"steps", steps},
       {"ranks", ranks},
       {"checkpoints", checkpoints},
+      {"resume", outcome.resume},
       // Isolation ceilings of `run --ceilings` (trainer/ceilings.h); the GEMM
       // calibration of every run is in the summary.
       {"ceilings", outcome.ceilings},

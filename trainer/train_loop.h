@@ -164,6 +164,9 @@ struct RunOutcome {
   // JSON's `ceilings` and the report's line; empty when not measured.
   nlohmann::json ceilings = nlohmann::json::object();
   std::string ceilings_line;
+  // The checkpoint the run resumed from and what loading it took (the result
+  // JSON's `resume`, resume_json); null for a run that started afresh.
+  nlohmann::json resume;
   // The failure every rank learnt of together that stopped the run early (see
   // RunFailure); the steps before it are above. Its check is among `checks`.
   RunFailure failure;

@@ -56,6 +56,16 @@ TEST_P(CheckpointMpi, TwoRanksKilledAndResumedEqualTheUninterruptedRun) {
   const auto resumed_losses = losses_by_step(dir.file("b2.json"));
   ASSERT_EQ(resumed_losses.size(), 10u) << resumed.out << resumed.err;
   for (const auto& [step, loss] : resumed_losses) EXPECT_EQ(loss, straight_losses.at(step)) << "step " << step;
+  // The resume's load, as the result reports it: the job read the
+  // checkpoint once (each rank its own files and slices), not once per rank.
+  const nlohmann::json load = nlohmann::json::parse(read_whole_file(dir.file("b2.json")))["resume"];
+  const nlohmann::json manifest = nlohmann::json::parse(read_whole_file(dir.file("b/step_10/manifest.json")));
+  EXPECT_EQ(load["checkpoint"], dir.file("b/step_10")) << load.dump();
+  EXPECT_EQ(load["step"], 10);
+  EXPECT_EQ(load["bytes_read"], manifest["total_bytes"]) << load.dump();
+  EXPECT_GT(load["read_gbs"].get<double>(), 0.0) << load.dump();
+  EXPECT_GE(load["load_s"].get<double>(), load["exchange_s"].get<double>()) << load.dump();
+  EXPECT_TRUE(nlohmann::json::parse(read_whole_file(dir.file("a.json")))["resume"].is_null()) << "a fresh run";
   const auto a = file_checksums(dir.file("a/step_20"));
   EXPECT_EQ(a.size(), file_checksums(dir.file("b/step_10")).size());
   EXPECT_GE(a.size(), 4u) << "two ranks' files";
