@@ -218,10 +218,23 @@ int64_t job_state_bytes(const TrainingEngine& engine, const Config& config, int 
   return alike + own * world;
 }
 
-void Checkpointer::allocate_staging() {
+StagingLayout staging_layout(const std::vector<StateTensor>& tensors, const Config& config, int world) {
   std::vector<SectionSpec> alike, own;
-  for (const StateTensor& t : tensors_)
-    (held_alike(t, config_, comm_.world_size()) ? alike : own).push_back({t.name, t.bytes});
+  for (const StateTensor& t : tensors) (held_alike(t, config, world) ? alike : own).push_back({t.name, t.bytes});
+  const int writers = static_cast<int>(config.checkpoint.writers);
+  return {assign_sections_to_files(alike, writers), assign_sections_to_files(own, writers)};
+}
+
+int64_t rank_staging_bytes(const std::vector<StateTensor>& tensors, const Config& config, int world, int rank) {
+  const StagingLayout layout = staging_layout(tensors, config, world);
+  int64_t bytes = 0;
+  for (const std::vector<SectionSpec>& file : layout.alike) bytes += rank_slice(image_size(file), rank, world).bytes;
+  for (const std::vector<SectionSpec>& file : layout.own) bytes += image_size(file);
+  return bytes;
+}
+
+void Checkpointer::allocate_staging() {
+  const StagingLayout layout = staging_layout(tensors_, config_, comm_.world_size());
   const StagingAllocator pinned{[this](size_t bytes) { return engine_.allocate_host(bytes); },
                                 [this](void* memory) { engine_.release_host(memory); }};
   // The state held alike first, in images every rank lays out the same way
@@ -230,12 +243,10 @@ void Checkpointer::allocate_staging() {
   // rank stages only its slice of them: the host memory (page-locked under
   // CUDA) and the device-to-host copy of a snapshot are 1/N of the state
   // held alike, as what it writes is.
-  const int writers = static_cast<int>(config_.checkpoint.writers);
-  for (const std::vector<SectionSpec>& file : assign_sections_to_files(alike, writers))
+  for (const std::vector<SectionSpec>& file : layout.alike)
     images_.emplace_back(file, pinned, rank_slice(image_size(file), comm_.rank(), comm_.world_size()));
   alike_images_ = images_.size();
-  for (const std::vector<SectionSpec>& file : assign_sections_to_files(own, writers))
-    images_.emplace_back(file, pinned);
+  for (const std::vector<SectionSpec>& file : layout.own) images_.emplace_back(file, pinned);
   // Touch every page now, before the first step: faulting in gigabytes of
   // fresh memory during the first snapshot would make it seconds slower and
   // show as checkpoint stall that no later checkpoint has.

@@ -74,6 +74,18 @@ bool held_alike(const StateTensor& tensor, const Config& config, int world);
 // state held alike once (its slices tile its 4096-aligned images), each
 // rank's own (ZeRO-1's shard, as large as this rank's) `world` times.
 int64_t job_state_bytes(const TrainingEngine& engine, const Config& config, int world);
+// How a rank's checkpoint staging is laid out, as the Checkpointer lays it
+// out: the images of the state held alike (the same on every rank; rank r
+// stages and writes its slice of each, rank_slice) and of the rank's own,
+// each spread over checkpoint.writers files.
+struct StagingLayout {
+  std::vector<std::vector<SectionSpec>> alike;
+  std::vector<std::vector<SectionSpec>> own;
+};
+StagingLayout staging_layout(const std::vector<StateTensor>& tensors, const Config& config, int world);
+// The host memory rank `rank` of `world` stages those tensors in
+// (Checkpointer::staging_bytes, known before anything is allocated).
+int64_t rank_staging_bytes(const std::vector<StateTensor>& tensors, const Config& config, int world, int rank);
 // A rank's share of it: what each rank writes per checkpoint, rounded up.
 inline int64_t state_bytes_per_rank(const TrainingEngine& engine, const Config& config, int world) {
   return (job_state_bytes(engine, config, world) + world - 1) / world;

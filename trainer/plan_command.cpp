@@ -12,6 +12,7 @@
 #include "kernels/device_info.h"  // query_gpus: --gpu-memory defaults to the visible GPU's; cudnn_attention_build_info
 #include "kernels/engine.h"       // plan_cuda_engine_memory, cuda_plan_assumes_cudnn
 #include "trainer/cli.h"          // CommandError, exit codes
+#include "trainer/checkpointing.h"  // rank_staging_bytes: what the Checkpointer stages
 #include "trainer/cli_validators.h"  // integer_range, number_range: numbers checked as typed
 #include "trainer/config.h"
 #include "trainer/report.h"       // human_bytes, human_count
@@ -97,11 +98,19 @@ std::vector<FinetunePlanRow> plan_finetune(const Config& config, int64_t gpus_pe
     const int64_t parameters = masters * (4 + 2) + base * 2;
     const int64_t adam = layout.trainable_params() * 8;
     row.checkpoint_bytes = parameters + adam;
-    // Rank 0 stages 1/gpus of what the ranks hold alike (rounded up: the
-    // first ranks' slices are the largest) and its ZeRO-1 shard of m and v.
-    const int64_t alike = zero ? parameters : parameters + adam;
-    const int64_t own = zero ? (options.optimizer_shard.end - options.optimizer_shard.begin) * 8 : 0;
-    row.staging_bytes = (alike + gpus - 1) / gpus + own;
+    // Rank 0's staging (its slices are the first ranks' largest, its ZeRO-1
+    // shard the largest), laid out as the Checkpointer lays out the CUDA
+    // engine's state tensors (CudaEngine::state_tensors).
+    const int64_t shard = zero ? options.optimizer_shard.end - options.optimizer_shard.begin : layout.trainable_params();
+    std::vector<StateTensor> tensors;
+    if (base > 0) tensors.push_back({"base_bf16", base * 2});
+    tensors.push_back({options.lora.enabled() ? "lora_fp32" : "master_fp32", masters * 4});
+    tensors.push_back({options.lora.enabled() ? "lora_bf16" : "params_bf16", masters * 2});
+    tensors.push_back({"adam_m", shard * 4});
+    tensors.push_back({"adam_v", shard * 4});
+    Config staged = config;
+    staged.comm.zero = zero ? 1 : 0;  // held_alike reads it: ZeRO-1's moments are each rank's own
+    row.staging_bytes = rank_staging_bytes(tensors, staged, static_cast<int>(gpus), 0);
     row.fits = row.memory.total_bytes() <= usable_bytes;
     rows.push_back(row);
   };

@@ -29,9 +29,8 @@ struct FinetunePlanRow {
   MemoryPlan memory;         // per GPU
   int64_t checkpoint_bytes = 0;  // one checkpoint of the whole job (what its ranks write)
   // Page-locked host memory rank 0 stages its checkpoints in: its slice of
-  // the state held alike and its own ZeRO-1 shard (Checkpointer::staging_bytes,
-  // but for the rounding of each image to 4096 bytes). A node holds
-  // GPUs-per-node times this.
+  // the state held alike and its own ZeRO-1 shard, as the Checkpointer lays
+  // them out (rank_staging_bytes). A node holds GPUs-per-node times this.
   int64_t staging_bytes = 0;
   bool fits = false;             // memory.total_bytes() <= usable GPU memory
 };

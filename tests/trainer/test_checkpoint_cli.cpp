@@ -187,6 +187,11 @@ void expect_resume_equals_uninterrupted(const std::string& settings) {
   EXPECT_GT(straight_bpt, 0);
   EXPECT_LT(resumed_bpt, 1.5 * straight_bpt) << "resumed " << resumed_bpt << " vs uninterrupted " << straight_bpt;
   EXPECT_GT(resumed_bpt, straight_bpt / 1.5) << "resumed " << resumed_bpt << " vs uninterrupted " << straight_bpt;
+  // The load: every file of the checkpoint read once.
+  const nlohmann::json load = testing::read_json(dir.file("b2.json")).at("resume");
+  EXPECT_EQ(load.at("bytes_read"), testing::read_json(dir.file("b/step_10/manifest.json")).at("total_bytes"));
+  EXPECT_EQ(load.at("step"), 10);
+  EXPECT_TRUE(testing::read_json(dir.file("a.json")).at("resume").is_null());
 }
 
 TEST(CheckpointCli, ResumedRunEqualsTheUninterruptedOneBitForBit) {
