@@ -915,13 +915,15 @@ std::string previous_checkpoint_hint(const std::string& folder) {
                           : "; resume from the previous one instead: --resume " + previous;
 }
 
-// Each rank read only its own slices of the state the ranks hold alike
-// (SliceReading::kOwn): every slice is passed on from the rank that read and
-// verified it, so the job reads the checkpoint from storage once, not once
-// per rank. Only ranks that read the same checkpoint may be joined so: rank
-// 0's list of slices (their ranks, places and checksums) must be every
-// rank's, or the state put together would mix two runs' files of one step.
-void put_slices_together(Communicator& comm, LoadedRank& loaded, const std::string& spec, int64_t step) {
+// With pass_on, each rank read only its own slices of the state the ranks
+// hold alike (SliceReading::kOwn): every slice is passed on from the rank that
+// read and verified it, so the job reads the checkpoint from storage once, not
+// once per rank. Either way only ranks that read the same checkpoint may go
+// on: rank 0's list of slices (their ranks, places and checksums) must be
+// every rank's, or the ranks would hold (or put together) the state of two
+// runs' checkpoints of one step.
+void put_slices_together(Communicator& comm, LoadedRank& loaded, const std::string& spec, int64_t step,
+                         bool pass_on) {
   std::string listing;
   for (const LoadedSlice& s : loaded.slices)
     listing += std::to_string(s.image) + ":" + std::to_string(s.rank) + ":" + std::to_string(s.from) + "+" +
@@ -935,6 +937,7 @@ void put_slices_together(Communicator& comm, LoadedRank& loaded, const std::stri
                           "'s files are not rank 0's: every rank must see the same folder (node-local disks, or a "
                           "stale cache of a network filesystem?); name one checkpoint, --resume DIR/step_N, that "
                           "every rank has");
+  if (!pass_on) return;  // checkpoint.resume_read all: every rank read every slice itself
   comm.set_context("resuming: passing on the checkpoint's slices");
   for (const LoadedSlice& s : loaded.slices)
     comm.broadcast(loaded.images[s.image].at(s.from, s.bytes), s.bytes, s.rank);
@@ -963,6 +966,7 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
   nlohmann::json manifest;
   LoadedRank loaded;
   double read_s = 0;  // this rank's reading of its files
+  const SliceReading reading = config.checkpoint.resume_read == "all" ? SliceReading::kAll : SliceReading::kOwn;
   std::vector<const void*> sources;  // the engine's state tensors in `loaded`
   // Read on this thread: bounded, as the writes are, by checkpoint.timeout_s.
   std::optional<StorageWatchdog> watchdog;
@@ -985,9 +989,10 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
 
     try {
       // The ranks' slices of the state they hold alike: each reads its own
-      // (the world size is the checkpoint's, checked above).
+      // (the world size is the checkpoint's, checked above), or every one
+      // under checkpoint.resume_read all.
       const double read_began = steady_now();
-      loaded = read_rank_files(point.folder, manifest, comm.rank(), StagingAllocator{}, SliceReading::kOwn);
+      loaded = read_rank_files(point.folder, manifest, comm.rank(), StagingAllocator{}, reading);
       read_s = steady_now() - read_began;
     } catch (const CheckpointError& e) {
       throw CheckpointError(std::string(e.what()) + previous_checkpoint_hint(point.folder),
@@ -1045,7 +1050,7 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
       for (double b : gather_from_ranks(comm, static_cast<double>(loaded.bytes_read)))
         point.bytes_read += static_cast<int64_t>(b);
       const double exchange_began = steady_now();
-      put_slices_together(comm, loaded, spec, point.step);
+      put_slices_together(comm, loaded, spec, point.step, reading == SliceReading::kOwn);
       point.exchange_s = steady_now() - exchange_began;
       engine.restore_state(sources);
       point.load_s = steady_now() - began;

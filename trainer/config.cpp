@@ -168,6 +168,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(checkpoint, timeout_s, Bound::kPositive, {}, kMaxTimeoutSeconds, kMinCheckpointTimeoutSeconds),
       TRAINBENCH_KEY(checkpoint, inject_delay_ms, Bound::kNonNegative, {}, kMaxInjectedDelayMs),
       TRAINBENCH_KEY(checkpoint, include_base),
+      TRAINBENCH_KEY(checkpoint, resume_read, Bound::kAny, {"own", "all"}),
       TRAINBENCH_KEY(report, out),
       TRAINBENCH_KEY(report, progress_every, Bound::kNonNegative),
       TRAINBENCH_KEY(report, instrument),

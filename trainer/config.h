@@ -85,6 +85,10 @@ struct CheckpointSection {
   double timeout_s = 1800;       // a rank's write (or rank 0's commit) still unfinished after this fails the checkpoint
   double inject_delay_ms = 0;    // fault injection: each rank's writer sleeps this long per checkpoint (slow disk)
   bool include_base = false;     // train.mode lora: also save the frozen base (else adapters + optimizer only)
+  // A resume's reading of the slices of the state the ranks hold alike: own
+  // (each rank reads its own, the ranks pass them on: the job reads the
+  // checkpoint once) | all (every rank reads every slice: N reads, no passing on).
+  std::string resume_read = "own";
 };
 
 // train.mode lora: adapters of this rank on these projections (LoraSpec).

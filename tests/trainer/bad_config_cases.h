@@ -200,6 +200,8 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"LayersAboveLimit", with("model.n_layers", "2000000000"), {}, {"model.n_layers: must be between 1 and 65536"}},
       // 2^31 wrapped to a negative int ("internal error"); 2^31-1 grew memory without end.
       {"WritersAboveLimit", with("checkpoint.writers", "2147483648"), {}, {"checkpoint.writers: must be between 1 and 1024"}},
+      {"ResumeReadUnknown", with("checkpoint.resume_read", "mine"), {},
+       {"checkpoint.resume_read: 'mine' is not one of own, all"}},
       {"SyntheticBatchesAboveLimit", with("data.synthetic_batches", "100000000"), {},
        {"data.synthetic_batches: must be between 1 and 4096"}},
       // Seconds past what steady-clock nanoseconds hold timed out at once; under

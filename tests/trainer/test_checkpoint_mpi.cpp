@@ -8,6 +8,7 @@
 #include <filesystem>  // the wrapper script's mode
 #include <fstream>
 #include <functional>  // a test's look at the checkpoint
+#include <map>         // losses by reading
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -224,6 +225,33 @@ TEST(CheckpointMpi, TwoRanksWriteTheStateTheyHoldAlikeOnce) {
   for (const auto& rank : both["ranks"]) own_bytes += rank["files"].back()["bytes"].get<int64_t>();
   const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("two.json")));
   EXPECT_EQ(result["checkpoints"][0]["bytes"].get<int64_t>(), one_bytes + own_bytes) << result["checkpoints"].dump();
+}
+
+// checkpoint.resume_read: own (each rank reads its own slices, the ranks
+// pass them on) reads the checkpoint once; all (every rank reads every
+// slice) reads the slices once per rank. The two resumes train on alike.
+TEST(CheckpointMpi, AResumeReadsTheSlicesOnceOrOncePerRankAsAsked) {
+  testing::TempDir dir("test_ckpt_mpi");
+  ASSERT_NO_FATAL_FAILURE(two_rank_checkpoints_latest_at_15(dir));
+  const nlohmann::json manifest = nlohmann::json::parse(read_whole_file(dir.file("c/step_15/manifest.json")));
+  int64_t slices = 0;
+  for (const auto& rank : manifest["ranks"])
+    for (const auto& file : rank["files"])
+      if (file.contains("slice")) slices += file["bytes"].get<int64_t>();
+  ASSERT_GT(slices, 0);
+  std::map<std::string, std::map<int64_t, double>> losses;
+  for (const std::string read : {"own", "all"}) {
+    const CommandResult resumed = run_command(run_2_ranks(
+        dir.file("c"), dir.file(read + ".json"),
+        "--resume " + dir.file("c/step_15") + " --set checkpoint.resume_read=" + read));
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+    const nlohmann::json load = nlohmann::json::parse(read_whole_file(dir.file(read + ".json")))["resume"];
+    const int64_t expected = manifest["total_bytes"].get<int64_t>() + (read == "all" ? slices : 0);  // 2 ranks
+    EXPECT_EQ(load["bytes_read"].get<int64_t>(), expected) << read << ": " << load.dump();
+    losses[read] = losses_by_step(dir.file(read + ".json"));
+  }
+  EXPECT_EQ(losses["own"].size(), 5u);
+  EXPECT_EQ(losses["own"], losses["all"]);
 }
 
 // Each rank writes a slice of the state the ranks hold alike, and a resume
