@@ -5,7 +5,7 @@
 #include <sys/stat.h>  // stat
 #include <time.h>      // gmtime_r
 
-#include <algorithm>   // std::sort
+#include <algorithm>   // std::sort, std::any_of
 #include <cerrno>      // errno
 #include <cstring>     // std::strerror
 #include <filesystem>  // directory_iterator
@@ -201,9 +201,9 @@ nlohmann::json commit_checkpoint(const CommitRequest& request, CommitWarnings* w
 
   nlohmann::json versions = request.versions.is_object() ? request.versions : nlohmann::json::object();
   versions["xxhash"] = io::xxhash_version();
-  bool sliced = false;
-  for (const std::vector<FileRecord>& rank : records_of)
-    for (const FileRecord& record : rank) sliced = sliced || record.image_bytes > 0;
+  // Any rank's slices are rank 0's too (refused above otherwise).
+  const bool sliced = std::any_of(records_of.front().begin(), records_of.front().end(),
+                                  [](const FileRecord& record) { return record.image_bytes > 0; });
   const nlohmann::json manifest = {
       {"schema", sliced ? kSlicedCheckpointSchema : kCheckpointSchema},
       {"step", request.step},

@@ -211,18 +211,19 @@ bool held_alike(const StateTensor& tensor, const Config& config, int world) {
   return !optimizer_sharded || (tensor.name != "adam_m" && tensor.name != "adam_v");
 }
 
-int64_t job_state_bytes(const TrainingEngine& engine, const Config& config, int world) {
-  int64_t alike = 0, own = 0;
-  for (const StateTensor& t : engine.state_tensors())
-    (held_alike(t, config, world) ? alike : own) += aligned_to_image(t.bytes);
-  return alike + own * world;
-}
-
 StagingLayout staging_layout(const std::vector<StateTensor>& tensors, const Config& config, int world) {
   std::vector<SectionSpec> alike, own;
   for (const StateTensor& t : tensors) (held_alike(t, config, world) ? alike : own).push_back({t.name, t.bytes});
   const int writers = static_cast<int>(config.checkpoint.writers);
   return {assign_sections_to_files(alike, writers), assign_sections_to_files(own, writers)};
+}
+
+int64_t job_state_bytes(const TrainingEngine& engine, const Config& config, int world) {
+  const StagingLayout layout = staging_layout(engine.state_tensors(), config, world);
+  int64_t alike = 0, own = 0;
+  for (const std::vector<SectionSpec>& file : layout.alike) alike += image_size(file);
+  for (const std::vector<SectionSpec>& file : layout.own) own += image_size(file);
+  return alike + own * world;
 }
 
 int64_t rank_staging_bytes(const std::vector<StateTensor>& tensors, const Config& config, int world, int rank) {

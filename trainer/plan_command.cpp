@@ -76,7 +76,7 @@ std::vector<FinetunePlanRow> plan_finetune(const Config& config, int64_t gpus_pe
   validate_config(as_lora);
   const int64_t world = gpus_per_node * nodes;
   std::vector<FinetunePlanRow> rows;
-  auto add = [&](const std::string& mode, int64_t gpus, const EngineOptions& options, bool zero) {
+  auto add = [&](const std::string& mode, int64_t gpus, const EngineOptions& options) {
     FinetunePlanRow row;
     row.mode = mode;
     row.gpus = gpus;
@@ -101,6 +101,7 @@ std::vector<FinetunePlanRow> plan_finetune(const Config& config, int64_t gpus_pe
     // Rank 0's staging (its slices are the first ranks' largest, its ZeRO-1
     // shard the largest), laid out as the Checkpointer lays out the CUDA
     // engine's state tensors (CudaEngine::state_tensors).
+    const bool zero = options.optimizer_shard.end >= 0;  // ZeRO-1's row: rank 0's shard
     const int64_t shard = zero ? options.optimizer_shard.end - options.optimizer_shard.begin : layout.trainable_params();
     std::vector<StateTensor> tensors;
     if (base > 0) tensors.push_back({"base_bf16", base * 2});
@@ -115,17 +116,17 @@ std::vector<FinetunePlanRow> plan_finetune(const Config& config, int64_t gpus_pe
     rows.push_back(row);
   };
   const EngineOptions full = cuda_options(config);
-  add("full (DDP)", world, full, false);
+  add("full (DDP)", world, full);
   // ZeRO-1: one rank's shard of the optimizer state (the trainer's cut,
   // zero_shard), the buffers padded to whole blocks as `run` pads them,
   // everything else as DDP.
   EngineOptions zero = full;  // rank 0's shard: the largest
   zero.optimizer_shard = zero_shard(make_layout(full).trainable_params(), 0, static_cast<int>(world));
   zero.pad_buffers_to = zero_padding_multiple(static_cast<int>(world));
-  add("full (ZeRO-1)", world, zero, true);
+  add("full (ZeRO-1)", world, zero);
   EngineOptions lora = full;
   lora.lora = lora_spec(as_lora);
-  add("lora", gpus_per_node, lora, false);
+  add("lora", gpus_per_node, lora);
   return rows;
 }
 
