@@ -46,6 +46,7 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 . "$repo/scripts/lib/common.sh"  # need, build_folder
+. "$repo/scripts/lib/launch.sh"  # hostfile_hosts, mpi_launch_setup, mpirun_line
 me=compare_finetune.sh
 die() { echo "$me: $1" >&2; exit "${2:-2}"; }
 usage() {
@@ -119,13 +120,8 @@ if [ -z "$ckpt_dir" ] && ! checkpoints_off "${both[@]-}" &&
    ! { checkpoints_off "${lora_sets[@]-}" && checkpoints_off "${full_sets[@]-}"; }; then
   hosts=1
   if [ "$launcher" = srun ]; then hosts=$nodes
-  elif [ -n "$hostfile" ]; then hosts=$(sed 's/#.*//' "$hostfile" | awk 'NF { print $1 }' | sort -u | wc -l); fi
+  elif [ -n "$hostfile" ]; then hosts=$(hostfile_hosts "$hostfile"); fi
   if [ "$hosts" -gt 1 ]; then die "$hosts hosts: their checkpoints need storage every host sees: --set checkpoint.dir=/shared/path (a subfolder per run), or --set checkpoint.every_steps=0"; fi
-fi
-if [ "$launcher" = mpirun ] && [ "$(id -u)" = 0 ]; then
-  # As scripts/scale.sh: Open MPI refuses root without both of these (CI
-  # containers run as root); other MPIs ignore them.
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 if [ -f "$config" ]; then config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config"); fi
 if [ -z "$binary" ]; then binary="$(build_folder)/trainbench"; fi
@@ -138,18 +134,7 @@ run_args=()
 if [ -n "$steps" ]; then run_args+=(--steps "$steps"); fi
 run_args+=(${both[@]+"${both[@]}"})
 
-mpirun=${MPIRUN:-mpirun}
-read -r -a extra_mpirun <<< "$mpirun_args"
-is_openmpi=0
-cores=1
-if [ "$launcher" = mpirun ]; then
-  # As scripts/scale.sh: Open MPI's mpirun says "(Open MPI)", its
-  # mpiexec/orterun "(OpenRTE)", and it gives one slot per core (not per
-  # hardware thread) without a hostfile.
-  if "$mpirun" --version 2> /dev/null | grep -Eq "Open ?MPI|Open ?RTE"; then is_openmpi=1; fi
-  cores=$(lscpu -p=Core,Socket 2> /dev/null | grep -v '^#' | sort -u | wc -l || true)
-  if ! [ "${cores:-0}" -gt 0 ] 2> /dev/null; then cores=$(nproc); fi
-fi
+if [ "$launcher" = mpirun ]; then mpi_launch_setup "${MPIRUN:-mpirun}" "$hostfile" "$mpirun_args"; fi
 
 # launcher_for NODES RANKS: launch=(the launcher's command line), one rank per GPU on NODES nodes.
 launch=()
@@ -159,16 +144,7 @@ launcher_for() {
     launch=(srun --mpi=pmix --nodes "$n_nodes" --ntasks "$n_ranks" --ntasks-per-node "$gpus_per_node")
     return
   fi
-  launch=("$mpirun" -np "$n_ranks")
-  if [ -n "$hostfile" ]; then launch+=(--hostfile "$hostfile"); fi
-  if [ -z "$hostfile" ] && [ "$n_ranks" -gt "$cores" ]; then
-    if [ "$is_openmpi" = 1 ]; then
-      launch+=(--oversubscribe)
-    else
-      echo "$me: note: $n_ranks ranks on $cores cores; add your MPI's oversubscribe flag with --mpirun-args if it refuses" >&2
-    fi
-  fi
-  launch+=(${extra_mpirun[@]+"${extra_mpirun[@]}"})
+  mpirun_line "$n_ranks"
 }
 
 # The files of one comparison (see the header: they are always of one that

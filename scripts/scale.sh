@@ -46,6 +46,7 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 . "$repo/scripts/lib/common.sh"  # need, build_folder
+. "$repo/scripts/lib/launch.sh"  # hostfile_hosts, mpi_launch_setup, mpirun_line
 me=scale.sh
 
 usage() {
@@ -198,12 +199,11 @@ command -v "$mpirun" > /dev/null || die "$mpirun not found: install an MPI (scri
 # trainbench refuses its temporary folder there (exit 2), which a sweep met
 # only at its first multi-host point. Said now, unless checkpoints are off.
 if [ -n "$hostfile" ] && [ -z "$ckpt_dir" ] && [[ " ${sets[*]-} " != *" checkpoint.every_steps=0 "* ]]; then
-  hosts=$(sed 's/#.*//' "$hostfile" | awk 'NF { print $1 }' | sort -u | wc -l)
+  hosts=$(hostfile_hosts "$hostfile")
   if [ "$hosts" -gt 1 ]; then die "--hostfile $hostfile names $hosts hosts: their checkpoints need storage every host sees: --ckpt-dir /shared/path (a subfolder per world size), or --set checkpoint.every_steps=0"; fi
 fi
 parse_counts --ranks "$ranks_list"
 rank_counts=("${counts[@]}")
-read -r -a extra_mpirun <<< "$mpirun_args"
 if [ "$report" = 1 ] && ! command -v python3 > /dev/null; then
   die "python3 not found: the report needs Python 3 with matplotlib (scripts/setup.sh), or pass --no-report" 3
 fi
@@ -213,19 +213,7 @@ if [ "$report" = 1 ] && ! python3 -c 'import matplotlib' 2> /dev/null; then
 fi
 make_out_dir
 
-launcher=()
-is_openmpi=0
-# Open MPI's mpirun says "(Open MPI)", its mpiexec/orterun "(OpenRTE)".
-if "$mpirun" --version 2>/dev/null | grep -Eq "Open ?MPI|Open ?RTE"; then is_openmpi=1; fi
-if [ "$(id -u)" = 0 ]; then
-  # Open MPI refuses root without both of these (CI containers run as root);
-  # other MPIs ignore them.
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fi
-# Open MPI gives one slot per core (not per hardware thread) without a hostfile.
-cores=$(lscpu -p=Core,Socket 2>/dev/null | grep -v '^#' | sort -u | wc -l || true)
-if ! [ "${cores:-0}" -gt 0 ] 2>/dev/null; then cores=$(nproc); fi
-if [ -n "$hostfile" ]; then launcher+=(--hostfile "$hostfile"); fi
+mpi_launch_setup "$mpirun" "$hostfile" "$mpirun_args"
 
 echo "$me: ${#rank_counts[@]} world size(s) (${rank_counts[*]} ranks), $binary, results in $out"
 sweep_id=$(date -u +%Y%m%dT%H%M%SZ)-$$
@@ -272,15 +260,8 @@ put_back_earlier_sweep() {
 }
 for n in "${rank_counts[@]}"; do
   if [ -n "$interrupted" ]; then echo "$me: interrupted (SIG$interrupted)" >&2; break; fi
-  cmd=("$mpirun" -np "$n" "${launcher[@]+"${launcher[@]}"}")
-  if [ -z "$hostfile" ] && [ "$n" -gt "$cores" ]; then
-    if [ "$is_openmpi" = 1 ]; then
-      cmd+=(--oversubscribe)
-    else
-      echo "$me: note: $n ranks on $cores cores; add your MPI's oversubscribe flag with --mpirun-args if it refuses" >&2
-    fi
-  fi
-  cmd+=(${extra_mpirun[@]+"${extra_mpirun[@]}"} "$binary" run)
+  mpirun_line "$n"
+  cmd=("${launch[@]}" "$binary" run)
   if [ -n "$config" ]; then cmd+=("$config"); fi
   cmd+=(${run_args[@]+"${run_args[@]}"})
   # --ckpt-dir: one folder per world size under it (a checkpoint is tied to its world size).

@@ -543,6 +543,39 @@ class ScaleTests(LauncherSandbox):
                    "--out", self.dir / "one-host", "--no-report", env=self.env, timeout=20)
         self.assertNotIn("checkpoints need storage", done.stderr)
 
+    def test_the_mpirun_line_oversubscribes_past_the_cores_and_ends_with_the_extra_arguments(self) -> None:
+        # The line scale.sh and compare_finetune.sh both build (scripts/lib/launch.sh).
+        binary = write_tool(self.dir / "bin", "trainbench",
+                            'while [ $# -gt 1 ]; do [ "$1" = --out ] && echo "{}" > "$2"; shift; done\n')
+        # FAKE_MPIRUN, past any option of its own up to the binary.
+        mpirun = FAKE_MPIRUN.replace("    --oversubscribe) shift ;;", "    --oversubscribe|--bind-to|none) shift ;;")
+        write_tool(self.tools, "mpirun", mpirun)
+        many = str((os.cpu_count() or 1) + 1)
+        sweep = ["bash", SCALE, "--binary", binary, "--ranks", f"1,{many}", "--mpirun-args", "--bind-to none",
+                 "--set", "checkpoint.every_steps=0", "--no-report"]
+        done = run(*sweep, "--out", self.dir / "out", env=self.env, timeout=20)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual([c[:c.index(str(binary))] for c in self.mpirun_calls()],
+                         [["-np", "1", "--bind-to", "none"],
+                          ["-np", many, "--oversubscribe", "--bind-to", "none"]])
+        # Another MPI's flag is not guessed: the extra arguments carry it, said so.
+        self.mpi_log.unlink()
+        write_tool(self.tools, "mpirun", mpirun.replace("mpirun (Open MPI) 4.1.4", "HYDRA build details:"))
+        done = run(*sweep, "--out", self.dir / "mpich", env=self.env, timeout=20)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual([c[:c.index(str(binary))] for c in self.mpirun_calls()],
+                         [["-np", "1", "--bind-to", "none"], ["-np", many, "--bind-to", "none"]])
+        self.assertIn(f"note: {many} ranks on ", done.stderr)
+        # A hostfile decides the slots: never oversubscribed.
+        self.mpi_log.unlink()
+        hostfile = self.dir / "hosts"
+        hostfile.write_text("localhost slots=4096\n")
+        done = run(*sweep, "--hostfile", hostfile, "--out", self.dir / "hosts-out", env=self.env, timeout=20)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual([c[:c.index(str(binary))] for c in self.mpirun_calls()],
+                         [["-np", "1", "--hostfile", str(hostfile), "--bind-to", "none"],
+                          ["-np", many, "--hostfile", str(hostfile), "--bind-to", "none"]])
+
     def test_the_slurm_follow_up_command_is_quoted(self) -> None:
         write_tool(self.tools, "sbatch", "echo 42\n")
         out = self.dir / "slurm out $x"
