@@ -457,7 +457,8 @@ RESULT = Obj({
         "gpus": Opt(Each(Obj({"name": STR}))),
         "gpus_unavailable_reason": STR,
         "cpu": Opt(Obj({"model": STR, "threads_used": COUNT, "hardware_threads": COUNT})),
-        **{k: STR for k in ("cuda_runtime", "cuda_driver", "nccl", "mpi", "compute_backend", "comm_backend")},
+        **{k: STR for k in ("cuda_runtime", "cuda_driver", "nvidia_driver", "nccl", "mpi", "compute_backend",
+                            "comm_backend")},
         "filesystems": Opt(Each(Obj({"role": STR, "path": STR, "type": STR}))),
     }, required=("ranks",)),
     "summary": Obj({
@@ -1364,7 +1365,7 @@ def environment_section(run: Run) -> list[str]:
         ("engine / comm", f"{env.get('compute_backend', '?')} / {env.get('comm_backend', '?')}"),
         ("GPUs", gpu_text),
         ("CPU", f"{cpu.get('model', '?')}, {cpu.get('threads_used', '?')} of {cpu.get('hardware_threads', '?')} threads"),
-        ("libraries", ", ".join(f"{k} {env[k]}" for k in ("cuda_runtime", "cuda_driver", "nccl", "mpi")
+        ("libraries", ", ".join(f"{k} {env[k]}" for k in ("nvidia_driver", "cuda_runtime", "cuda_driver", "nccl", "mpi")
                                 if env.get(k)) or "—"),
         ("model", shape or "—"),
         ("batch", f"micro {train.get('micro_batch', '?')} × accum {train.get('grad_accum', '?')} per rank; "

@@ -7,8 +7,10 @@
 #include <sys/statfs.h>    // statfs: filesystem type and free space
 #include <sys/utsname.h>   // uname
 
-#include <algorithm>  // std::min: the limit as int64
+#include <algorithm>  // std::min: the limit as int64; std::find: hosts once each
+#include <cctype>   // std::isdigit: the driver version
 #include <cstdlib>  // std::atoll: /proc fields
+#include <cstring>  // std::strlen
 #include <fstream>  // /proc/cpuinfo, /proc/meminfo, /proc/self/status
 #include <sstream>
 #include <thread>   // hardware_concurrency
@@ -82,6 +84,26 @@ int64_t address_space_limit_bytes() {
   return static_cast<int64_t>(std::min<rlim_t>(limit.rlim_cur, INT64_MAX));
 }
 
+std::string nvidia_driver_version_in(const std::string& proc_text) {
+  std::istringstream lines(proc_text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("NVRM version:", 0) != 0) continue;
+    const size_t module = line.find("Kernel Module");
+    if (module == std::string::npos) return "";
+    // The first word after it that reads as a version: digits and dots, a dot
+    // among them ("for" and "x86_64" come first in the open module's line).
+    std::istringstream words(line.substr(module + std::strlen("Kernel Module")));
+    std::string word;
+    while (words >> word)
+      if (std::isdigit(static_cast<unsigned char>(word[0])) && word.find('.') != std::string::npos &&
+          word.find_first_not_of("0123456789.") == std::string::npos)
+        return word;
+    return "";
+  }
+  return "";
+}
+
 FilesystemInfo describe_filesystem(const std::string& role, const std::string& path) {
   FilesystemInfo fs;
   fs.role = role;
@@ -102,7 +124,10 @@ Environment collect_environment(Communicator& comm, const std::string& compute_b
                                 int threads_used, const GpuInventory& gpus) {
   Environment env;
   env.trainbench_version = trainbench_version();
-  env.hosts = {comm.host_name()};
+  // Every rank's host, not rank 0's alone: report.py counts a sweep's hosts
+  // from this list, and a 4-node point read as "1 host".
+  for (const std::string& host : host_names_of_ranks(comm))
+    if (std::find(env.hosts.begin(), env.hosts.end(), host) == env.hosts.end()) env.hosts.push_back(host);
   env.world_size = comm.world_size();
   env.comm_backend = comm.backend_name();
   env.cpu_model = cpu_model_name();
@@ -111,6 +136,12 @@ Environment collect_environment(Communicator& comm, const std::string& compute_b
   env.memory_total_bytes = total_memory_bytes();
   env.memory_available_bytes = available_memory_bytes();
   env.gpus = gpus;
+  {
+    std::ifstream version("/proc/driver/nvidia/version");
+    std::ostringstream text;
+    text << version.rdbuf();
+    env.nvidia_driver = nvidia_driver_version_in(text.str());
+  }
   env.compute_backend = compute_backend;
   env.built_backends = built_backends();
   env.openblas = openblas_get_config();
@@ -155,6 +186,7 @@ nlohmann::json environment_to_json(const Environment& env) {
       {"gpus_unavailable_reason", or_null(env.gpus.gpus.empty() ? env.gpus.why_none : "")},
       {"cuda_runtime", or_null(env.gpus.runtime_version)},
       {"cuda_driver", or_null(env.gpus.driver_version)},
+      {"nvidia_driver", or_null(env.nvidia_driver)},
       {"nccl", or_null(env.nccl)},
       {"mpi", or_null(env.mpi)},
       {"openblas", env.openblas},

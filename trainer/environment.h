@@ -24,6 +24,8 @@ struct FilesystemInfo {
 
 struct Environment {
   std::string trainbench_version;
+  // Every host of the job, once each, in the order of their first rank (rank
+  // 0's first). The CPU, memory and GPUs below are rank 0's host's.
   std::vector<std::string> hosts;
   int world_size = 1;
   std::string comm_backend;
@@ -33,6 +35,10 @@ struct Environment {
   int64_t memory_total_bytes = 0;
   int64_t memory_available_bytes = 0;
   GpuInventory gpus;
+  // The NVIDIA kernel driver ("570.86.15"), what an acceptance test compares;
+  // gpus.driver_version is the CUDA version that driver supports ("13.0").
+  // Empty where no NVIDIA driver is loaded.
+  std::string nvidia_driver;
   std::string compute_backend;
   AttentionInfo attention;  // the engine's attention kernels (TrainingEngine::attention)
   GemmInfo gemm;            // how it picks GEMM algorithms (TrainingEngine::gemm), after the run
@@ -45,6 +51,7 @@ struct Environment {
   std::vector<FilesystemInfo> filesystems;
 };
 
+// A collective (the ranks' host names): every rank calls it.
 Environment collect_environment(Communicator& comm, const std::string& compute_backend,
                                 int threads_used, const GpuInventory& gpus);
 // The filesystem holding `path`: its own where it exists (a folder that is a
@@ -59,6 +66,10 @@ int64_t total_memory_bytes();
 int64_t mapped_bytes();
 // The address-space limit (ulimit -v, RLIMIT_AS) in bytes; 0 when there is none.
 int64_t address_space_limit_bytes();
+// The driver version in the text of /proc/driver/nvidia/version ("NVRM
+// version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  ..." or "... Open
+// Kernel Module for x86_64  570.86.15  ..."); "" when it names none.
+std::string nvidia_driver_version_in(const std::string& proc_text);
 nlohmann::json environment_to_json(const Environment& env);
 std::string trainbench_version();
 

@@ -41,7 +41,9 @@ std::string human_bytes(double bytes) {
 void print_header(FILE* out, const Config& config, const Environment& env, const MemoryPlan& plan,
                   int64_t total_params, int64_t trainable_params) {
   std::fprintf(out, "trainbench %s  (%s)\n", env.trainbench_version.c_str(), config.origin.c_str());
-  std::fprintf(out, "  host      %s, %d rank(s), comm %s\n", env.hosts.front().c_str(),
+  const std::string more_hosts =
+      env.hosts.size() > 1 ? " and " + std::to_string(env.hosts.size() - 1) + " more host(s)" : "";
+  std::fprintf(out, "  host      %s%s, %d rank(s), comm %s\n", env.hosts.front().c_str(), more_hosts.c_str(),
                env.world_size, env.comm_backend.c_str());
   std::fprintf(out, "  cpu       %s, %d of %d threads, %s RAM\n", env.cpu_model.c_str(),
                env.threads_used, env.hardware_threads,
@@ -49,9 +51,11 @@ void print_header(FILE* out, const Config& config, const Environment& env, const
   if (env.gpus.gpus.empty()) {
     std::fprintf(out, "  gpu       none (%s)\n", env.gpus.why_none.c_str());
   } else {
+    const std::string driver = (env.nvidia_driver.empty() ? "" : ", driver " + env.nvidia_driver) +
+                               (env.gpus.driver_version.empty() ? "" : " (CUDA " + env.gpus.driver_version + ")");
     for (const GpuInfo& g : env.gpus.gpus)
-      std::fprintf(out, "  gpu %d     %s, %s\n", g.index, g.name.c_str(),
-                   human_bytes(static_cast<double>(g.memory_bytes)).c_str());
+      std::fprintf(out, "  gpu %d     %s, %s%s\n", g.index, g.name.c_str(),
+                   human_bytes(static_cast<double>(g.memory_bytes)).c_str(), driver.c_str());
   }
   std::fprintf(out, "  engine    %s (built: %s)\n", env.compute_backend.c_str(),
                env.built_backends.c_str());

@@ -107,20 +107,6 @@ void perturb_parameters(TrainingEngine& engine, std::vector<float>& parameters) 
   engine.set_parameters(parameters.data());
 }
 
-// Every rank's host name, on every rank: one small broadcast per rank (the
-// communicator moves bytes only by broadcast), once per run.
-std::vector<std::string> host_names(Communicator& comm) {
-  constexpr int64_t kNameBytes = 256;
-  std::vector<std::string> names;
-  for (int r = 0; r < comm.world_size(); ++r) {
-    std::string name(kNameBytes, '\0');
-    if (r == comm.rank()) name.replace(0, std::min<size_t>(comm.host_name().size(), kNameBytes - 1), comm.host_name());
-    comm.broadcast(name.data(), kNameBytes, r);
-    names.push_back(name.c_str());
-  }
-  return names;
-}
-
 // The median of a rank's own work per step, step_s − comm_exposed_s: what
 // it spent on everything but waiting in the collectives.
 double median_own_seconds(const std::vector<StepRecord>& steps) {
@@ -147,7 +133,7 @@ void summarize_ranks(Communicator& comm, RunSummary& summary, double own_s) {
   const std::vector<double> ckpt_stall = gather_from_ranks(comm, summary.ckpt_stall_s.median);
   const std::vector<double> other = gather_from_ranks(comm, summary.other_s.median);
   const std::vector<double> own = gather_from_ranks(comm, own_s);
-  const std::vector<std::string> hosts = host_names(comm);
+  const std::vector<std::string> hosts = host_names_of_ranks(comm);
   summary.ranks.clear();
   for (size_t r = 0; r < step.size(); ++r)
     summary.ranks.push_back({static_cast<int>(r), hosts[r], step[r], compute[r], comm_exposed[r], data_stall[r],

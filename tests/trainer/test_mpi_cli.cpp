@@ -179,7 +179,8 @@ TEST(MpiCli, ZeroOneTakesTheSlowNetworkAndRefusesTheDivergenceInjection) {
 // the default checkpoint folder, which is in rank 0's TMPDIR: the other
 // host's ranks wrote every checkpoint into a folder of that name on their
 // own disk, never committed, pruned or removed. Refused before training,
-// naming the key; with checkpoint.dir given the same job trains.
+// naming the key; with checkpoint.dir given the same job trains, and its
+// result names both hosts.
 TEST(MpiCli, TheDefaultCheckpointFolderIsRefusedOnSeveralHosts) {
   if (run_command("unshare --uts true").exit_code != 0)
     GTEST_SKIP() << "no UTS namespace here (unshare --uts): two ranks cannot be on two hosts";
@@ -196,6 +197,13 @@ TEST(MpiCli, TheDefaultCheckpointFolderIsRefusedOnSeveralHosts) {
   const CommandResult given = run_command("timeout 300 " + kMpirun + "-np 2 " + wrapper + " " + TRAINBENCH_BINARY +
                                           common + dir.file("b.json") + " --set checkpoint.dir=" + dir.file("ckpt"));
   EXPECT_EQ(given.exit_code, 0) << given.out << given.err;
+  // The result names both hosts (it named rank 0's alone: report.py read a
+  // multi-node point as one host), rank 0's first; the console says so too.
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("b.json")));
+  EXPECT_EQ(result.at("environment").at("hosts"),
+            nlohmann::json::array({"trainbench-node-0", "trainbench-node-1"}));
+  EXPECT_NE(given.out.find("host      trainbench-node-0 and 1 more host(s), 2 rank(s)"), std::string::npos)
+      << given.out;
 }
 
 TEST(MpiCli, AKilledRankEndsTheJobWithAnError) {

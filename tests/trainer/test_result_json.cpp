@@ -25,6 +25,7 @@
 
 #include "comm/communicator.h"     // mpi_library_version
 #include "kernels/device_info.h"  // query_gpus: the CUDA test needs no GPU
+#include "trainer/environment.h"    // nvidia_driver_version_in
 #include "tests/support/mounted_filesystem.h"  // a small tmpfs that fills during a run
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
@@ -93,8 +94,15 @@ TEST_F(ResultJson, ConfigIsTheResolvedOne) {
 
 TEST_F(ResultJson, EnvironmentDescribesTheMachine) {
   const json& env = result_.at("environment");
-  EXPECT_TRUE(env.at("hosts").is_array());
+  EXPECT_EQ(env.at("hosts").size(), 1u);
   EXPECT_EQ(env.at("ranks"), 1);
+  // The NVIDIA driver this machine loaded, null where none is (CI).
+  std::ifstream driver_file("/proc/driver/nvidia/version");
+  if (driver_file) {
+    EXPECT_TRUE(env.at("nvidia_driver").is_string()) << env.dump();
+  } else {
+    EXPECT_TRUE(env.at("nvidia_driver").is_null()) << env.dump();
+  }
   EXPECT_EQ(env.at("compute_backend"), "cpu");
   EXPECT_EQ(env.at("attention").at("kernel"), "gemm");  // the cpu engine has no fused attention
   EXPECT_FALSE(env.at("attention").at("detail").get<std::string>().empty());
@@ -118,6 +126,21 @@ TEST_F(ResultJson, EnvironmentDescribesTheMachine) {
   EXPECT_EQ(env.at("filesystems").at(0).at("role"), "data");
   EXPECT_EQ(env.at("filesystems").at(1).at("role"), "results");
   EXPECT_EQ(env.at("filesystems").at(2).at("role"), "checkpoint");
+}
+
+// The kernel driver's version as /proc/driver/nvidia/version says it, for
+// the proprietary and the open kernel module; nothing from other text.
+TEST(NvidiaDriverVersion, IsReadFromEitherModulesLine) {
+  EXPECT_EQ(nvidia_driver_version_in("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Fri Jan 24 "
+                                     "21:35:13 UTC 2025\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"),
+            "570.86.15");
+  EXPECT_EQ(nvidia_driver_version_in("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release "
+                                     "Build  (dvs-builder@U16-I3-B03-4-3)  Sun Jul 27 06:54:38 UTC 2025\n"),
+            "580.65.06");
+  EXPECT_EQ(nvidia_driver_version_in("NVRM version: NVIDIA UNIX aarch64 Kernel Module  550.54\n"), "550.54");
+  EXPECT_EQ(nvidia_driver_version_in(""), "");
+  EXPECT_EQ(nvidia_driver_version_in("GCC version:  gcc version 12.2.0\n"), "");
+  EXPECT_EQ(nvidia_driver_version_in("NVRM version: something else 1.2\n"), "");
 }
 
 // The accounting check names the true smallest other_s and its step (it
