@@ -432,8 +432,11 @@ def measured_or_null(summary: dict[str, Any], field: str, source: Source) -> Non
 
 # A ceiling's figures are numbers; the network ceiling also names the collectives it timed
 # ("all-reduces", or under comm.zero 1 "reduce-scatter and all-gather").
+# ceilings.network.timed: what the network ceiling timed, as bench comm reports it.
+TIMED_COLLECTIVE = Obj({"collective": STR, "bytes": COUNT, "buckets": COUNT, "time_s": Opt(Figure(NONNEG)),
+                        "busbw_gbs": Opt(Figure(NONNEG))})
 CEILINGS = Opt(Obj({}, others=Opt(Obj({"tokens_per_s": Opt(Figure(POSITIVE)), "achieved_share": Opt(Figure(NONNEG)),
-                                       "collectives": Opt(STR)},
+                                       "collectives": Opt(STR), "timed": Opt(Each(TIMED_COLLECTIVE))},
                                       others=Opt(Figure(NONNEG))))))
 SHAPE_KEYS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "seq_len")
 
@@ -1287,7 +1290,7 @@ def ceilings_section(points: list[Point]) -> list[str]:
             achieved = number(figures.get("achieved_share"))
             if achieved is None and tokens and p.run.tokens_per_s is not None:
                 achieved = p.run.tokens_per_s / tokens
-            others = [f for k, v in figures.items() if k not in ("tokens_per_s", "achieved_share")
+            others = [f for k, v in figures.items() if k not in ("tokens_per_s", "achieved_share", "timed")
                       for f in [ceiling_figure(k, v)] if f]
             rows.append([str(p.ranks), name.replace("_", " "), si(tokens), pct(achieved),
                          "; ".join(others) or "—"])
@@ -1296,7 +1299,7 @@ def ceilings_section(points: list[Point]) -> list[str]:
     return (["## Against the ceilings", "",
              "Each resource measured alone on the same config and ranks before the run (`trainbench run "
              "--ceilings`), as the tokens/s it could sustain; achieved = the run's tokens/s over that "
-             "(— where not measured: no network on one rank, storage write is in GB/s).", ""]
+             "(— where not measured: no network on one rank, nor yet on the NCCL backend; storage write is in GB/s).", ""]
             + table(["ranks", "resource", "ceiling tokens/s", "achieved (%)", "other figures"], rows) + [""])
 
 

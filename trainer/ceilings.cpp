@@ -2,6 +2,7 @@
 
 #include <algorithm>  // std::min
 #include <cmath>      // std::ceil
+#include <cstdio>     // std::snprintf: the busbw in the ceilings line
 
 #include "checkpoint/checkpoint_files.h"  // CheckpointWriteError: a full disk
 #include "checkpoint/write_bench.h"     // run_write_bench: the storage-write ceiling
@@ -10,7 +11,7 @@
 #include "trainer/checkpointing.h"      // state_bytes_per_rank: what a rank writes per checkpoint
 #include "trainer/data_source.h"        // loader_options, data_position_bytes_bound
 #include "trainer/temporary_folder.h"   // make_temporary_directory, FolderRemovedAtScopeEnd: the write ceiling's scratch
-#include "trainer/gradient_sync.h"      // plan_gradient_buckets: the step's buckets
+#include "trainer/gradient_sync.h"      // gradient_bucket_bytes: the step's buckets
 #include "trainer/hung_storage.h"       // StorageWatchdog: the write measurement, bounded
 #include "trainer/report.h"             // human_count, human_bytes
 #include "trainer/saved_state.h"        // SavedState: the run starts where it would have
@@ -114,7 +115,11 @@ Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communic
 
   c.compute_tokens_per_s = measure_compute_ceiling(config, engine, comm).tokens_per_s;
 
-  if (comm.world_size() > 1 && !comm.device_buffers()) {
+  if (comm.world_size() > 1 && comm.device_buffers()) {
+    c.network_failure = std::string("the ") + comm.backend_name() +
+                        " backend's collectives on device buffers are not benchmarked yet (the run's comm_exposed_s "
+                        "still measures them)";
+  } else if (comm.world_size() > 1) {
     if (config.comm.zero == 1) {
       // ZeRO-1's step has no all-reduce: the padded gradients reduce-scattered
       // and the parameters all-gathered, through the communicator's blocking
@@ -123,15 +128,21 @@ Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communic
       c.network_collectives = "reduce-scatter and all-gather";
       const int64_t bytes = zero_padded_elements(engine.layout().trainable_params(), comm.world_size()) * 4;
       for (const CollectiveBenchResult& r : bench_collectives(comm, {bytes}, CollectiveBenchOptions{}))
-        if (r.path == "comm" && (r.collective == "reduce_scatter" || r.collective == "all_gather"))
+        if (r.path == "comm" && (r.collective == "reduce_scatter" || r.collective == "all_gather")) {
           c.network_step_s += r.time_s;
+          c.network_timed.push_back(r);
+        }
     } else {
-      std::vector<int64_t> bucket_bytes;
-      for (const GradientBucket& b : plan_gradient_buckets(engine.layout().trainable_params(),
-                                                           static_cast<int64_t>(config.comm.bucket_mb * (1 << 20))))
-        bucket_bytes.push_back((b.end - b.begin) * 4);
+      // The run's own schedule: 25 MiB buckets as backward fills them, or
+      // under comm.overlap=false the whole buffer at once (timing the buckets
+      // there described a step the run did not take).
+      const std::vector<int64_t> bucket_bytes = gradient_bucket_bytes(
+          engine.layout().trainable_params(), config.comm.bucket_mb, config.comm.overlap);
       for (const CollectiveBenchResult& r : bench_gradient_step(comm, bucket_bytes, CollectiveBenchOptions{}))
-        if (r.path == "bucketed") c.network_step_s = r.time_s;
+        if (r.path == "bucketed") {
+          c.network_step_s = r.time_s;
+          c.network_timed.push_back(r);
+        }
     }
     if (c.network_step_s > 0) c.network_tokens_per_s = global_tokens_per_step / c.network_step_s;
   }
@@ -161,14 +172,32 @@ Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communic
   return c;
 }
 
+double network_busbw_gbs(const std::vector<CollectiveBenchResult>& timed) {
+  double moved = 0, seconds = 0;  // busbw × time summed: the bus bytes
+  for (const CollectiveBenchResult& r : timed) {
+    moved += r.busbw_gbs * r.time_s;
+    seconds += r.time_s;
+  }
+  return seconds > 0 ? moved / seconds : 0;
+}
+
 nlohmann::json ceilings_to_json(const Ceilings& c, double achieved) {
   const auto share = [achieved](double ceiling) { return ceiling > 0 ? nlohmann::json(achieved / ceiling) : nlohmann::json(); };
   const auto value = [](double v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(); };
+  nlohmann::json timed = nlohmann::json::array();
+  for (const CollectiveBenchResult& r : c.network_timed)
+    timed.push_back({{"collective", r.collective},
+                     {"bytes", r.bytes},
+                     {"buckets", r.buckets},
+                     {"time_s", r.time_s},
+                     {"busbw_gbs", r.busbw_gbs}});
   return {{"compute", {{"tokens_per_s", value(c.compute_tokens_per_s)}, {"achieved_share", share(c.compute_tokens_per_s)}}},
           {"network",
            {{"tokens_per_s", value(c.network_tokens_per_s)},
             {"step_all_reduce_s", value(c.network_step_s)},
             {"collectives", c.network_collectives},
+            {"busbw_gbs", value(network_busbw_gbs(c.network_timed))},
+            {"timed", timed},
             {"achieved_share", share(c.network_tokens_per_s)}}},
           {"storage_read",
            {{"tokens_per_s", value(c.read_tokens_per_s)}, {"gbs", value(c.read_gbs)},
@@ -196,6 +225,11 @@ std::string ceilings_line(const Ceilings& c, double achieved) {
   add("network", c.network_tokens_per_s);
   add("storage read", c.read_tokens_per_s);
   line += " tokens/s";
+  if (const double busbw = network_busbw_gbs(c.network_timed); busbw > 0) {
+    char text[64];
+    std::snprintf(text, sizeof(text), "; network busbw %.2f GB/s", busbw);
+    line += text;
+  }
   if (c.write_gbs > 0) line += "; storage write " + human_bytes(c.write_gbs * 1e9) + "/s";
   if (lowest_name != nullptr && achieved > 0)
     line += "; the run reached " + human_count(achieved) + " = " +

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>  // the result's `ceilings`
 
+#include "comm/collective_bench.h"  // CollectiveBenchResult: what the network ceiling timed
 #include "comm/communicator.h"
 #include "kernels/engine.h"
 #include "trainer/config.h"
@@ -28,6 +29,12 @@ struct Ceilings {
   // What network_step_s times: DDP's bucket all-reduces, or under comm.zero 1
   // the reduce-scatter and all-gather (step_all_reduce_s keeps its name).
   std::string network_collectives = "all-reduces";
+  // What was timed, as bench comm reports it (collective, bytes, buckets,
+  // time, busbw): the step's bucket all-reduces as one result, or ZeRO-1's
+  // reduce-scatter and all-gather. Empty when the network was not measured.
+  std::vector<CollectiveBenchResult> network_timed;
+  // Why the network ceiling was not measured on several ranks ("" = it was).
+  std::string network_failure;
   double read_gbs = 0;               // the loaders' storage bytes per second, summed
   double write_gbs = 0;              // a checkpoint persisted alone, this rank's files (1e9 B/s)
   int64_t write_bytes = 0;           // what that measurement wrote per rank
@@ -70,6 +77,11 @@ struct WriteRate {
 };
 WriteRate measure_write_rate(const Config& config, Communicator& comm, const std::string& checkpoint_dir,
                              int64_t bytes);
+
+// The step's bus bandwidth over what the network ceiling timed: the bus
+// bytes of every collective (busbw × time) over their summed time, in 1e9
+// B/s, as nccl-tests' busbw of one collective; 0 when nothing was timed.
+double network_busbw_gbs(const std::vector<CollectiveBenchResult>& timed);
 
 nlohmann::json ceilings_to_json(const Ceilings& ceilings, double achieved_tokens_per_s);
 

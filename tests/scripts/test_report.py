@@ -373,13 +373,22 @@ class ReportErrorTests(unittest.TestCase):
         # run --ceilings writes ceilings.network.collectives, a word: it was refused as "expected a
         # number", and one such result stopped the whole report.
         result = fake_result(2, 1800.0)
+        # Its busbw and what it timed (a list, refused as "expected a number" too) came later.
+        timed = [{"collective": c, "bytes": 4096, "buckets": 1, "time_s": 0.001, "busbw_gbs": 2.048}
+                 for c in ("reduce_scatter", "all_gather")]
         result["ceilings"] = {"network": {"tokens_per_s": 9000.0, "step_all_reduce_s": 0.002,
-                                          "collectives": "reduce-scatter and all-gather", "achieved_share": 0.2}}
+                                          "collectives": "reduce-scatter and all-gather", "busbw_gbs": 2.048,
+                                          "timed": timed, "achieved_share": 0.2}}
         done = report(write_json(self.dir / "r.json", result), "--out", self.out, "--no-plots")
         self.assertEqual(done.returncode, 0, done.stderr)
         text = (self.out / "report.md").read_text()
         self.assertIn("timed: reduce-scatter and all-gather", text)
         self.assertIn("step all reduce 2 ms", text)
+        self.assertIn("busbw 2.05 GB/s", text)
+        result["ceilings"]["network"]["timed"][1]["busbw_gbs"] = "fast"
+        done = report(write_json(self.dir / "r.json", result), "--out", self.out, "--no-plots")
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("ceilings.network.timed[1].busbw_gbs", done.stderr)
 
     def test_bench_compute_and_instrument_results_are_not_training_runs(self) -> None:
         # Their summary is the 2-step job the measurement ran in: it set the 1-rank ideal.

@@ -170,6 +170,50 @@ TEST_F(Attribution, ZeroOnesNetworkCeilingIsItsOwnCollectives) {
   EXPECT_EQ(network.at("collectives"), "reduce-scatter and all-gather") << network.dump();
   EXPECT_GT(network.at("step_all_reduce_s").get<double>(), 0.0) << network.dump();
   EXPECT_GT(network.at("tokens_per_s").get<double>(), 0.0) << network.dump();
+  // Each collective as bench comm reports it, and the step's busbw over both:
+  // their bus bytes (busbw × time) over their summed time.
+  const nlohmann::json& timed = network.at("timed");
+  ASSERT_EQ(timed.size(), 2u) << network.dump();
+  EXPECT_EQ(timed[0].at("collective"), "reduce_scatter");
+  EXPECT_EQ(timed[1].at("collective"), "all_gather");
+  double bus_bytes = 0, seconds = 0;
+  for (const nlohmann::json& t : timed) {
+    EXPECT_EQ(t.at("bytes"), timed[0].at("bytes")) << "the padded gradient buffer, both ways";
+    EXPECT_GT(t.at("busbw_gbs").get<double>(), 0.0) << t.dump();
+    bus_bytes += t.at("busbw_gbs").get<double>() * t.at("time_s").get<double>();
+    seconds += t.at("time_s").get<double>();
+  }
+  EXPECT_NEAR(seconds, network.at("step_all_reduce_s").get<double>(), 1e-12);
+  EXPECT_NEAR(network.at("busbw_gbs").get<double>(), bus_bytes / seconds, 1e-9 * bus_bytes / seconds);
+  EXPECT_NE(r.out.find("; network busbw "), std::string::npos) << r.out;
+}
+
+// The network ceiling times the run's own all-reduce schedule: the buckets
+// backward fills (comm.bucket_mb), or under comm.overlap=false one
+// all-reduce of the whole buffer after backward, which is what the run does
+// (it timed the buckets there too). tiny's 656,640 gradient bytes in 0.1 MB
+// buckets: 7 of them with overlap.
+TEST_F(Attribution, TheNetworkCeilingTimesTheRunsOwnSchedule) {
+  std::vector<int64_t> bytes;
+  for (const char* overlap : {"true", "false"}) {
+    SCOPED_TRACE(std::string("comm.overlap=") + overlap);
+    const std::string out = dir_.file(std::string("overlap-") + overlap + ".json");
+    const CommandResult r = run_command(
+        std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader timeout 300 ") +
+        TRAINBENCH_MPIEXEC + " --oversubscribe -np 2 " + TRAINBENCH_BINARY +
+        " run tiny --steps 8 --set train.warmup_steps=2 --ceilings --set comm.bucket_mb=0.1 --set comm.overlap=" +
+        overlap + " --set report.progress_every=0 --set train.threads=1 --set checkpoint.every_steps=0 --out " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    const nlohmann::json network = testing::read_json(out).at("ceilings").at("network");
+    ASSERT_EQ(network.at("timed").size(), 1u) << network.dump();
+    const nlohmann::json& all_reduce = network.at("timed")[0];
+    EXPECT_EQ(all_reduce.at("collective"), "all_reduce");
+    EXPECT_EQ(all_reduce.at("buckets").get<int>(), std::string(overlap) == "true" ? 7 : 1) << network.dump();
+    EXPECT_GT(all_reduce.at("busbw_gbs").get<double>(), 0.0);
+    EXPECT_DOUBLE_EQ(network.at("busbw_gbs").get<double>(), all_reduce.at("busbw_gbs").get<double>());
+    bytes.push_back(all_reduce.at("bytes").get<int64_t>());
+  }
+  EXPECT_EQ(bytes[0], bytes[1]) << "the same gradients, cut two ways";
 }
 
 // One rank made slow (a sleep before each of its steps, as a slow GPU): the
