@@ -13,21 +13,13 @@
 #include "kernels/cuda/cuda_check.h"  // TRAINBENCH_CUDA_CHECK
 #include "kernels/cuda/engine_sizes.h"  // engine_sizes, cuda_memory_plan: the plan is the allocation
 #include "kernels/device_info.h"      // cudnn_attention_build_info
+#include "kernels/flops.h"            // datasheet_bf16_peak_flops: MFU's peak
 #include "kernels/parameter_init.h"   // init_parameters_host: the same weights as the CPU
 #include "kernels/token_groups.h"     // group_rows_by_token: the embedding backward's order
 
 namespace trainbench::cuda {
 
 namespace {
-
-// Datasheet dense bf16 peaks (without sparsity) of the GPUs people train on.
-double datasheet_bf16_peak(const std::string& name) {
-  if (name.find("H200") != std::string::npos) return 989e12;
-  if (name.find("H100") != std::string::npos)
-    return name.find("PCIe") != std::string::npos ? 756e12 : 989e12;
-  if (name.find("A100") != std::string::npos) return 312e12;
-  return 0.0;
-}
 
 constexpr size_t kTimingEventPairs = 16;
 
@@ -58,7 +50,7 @@ CudaEngine::CudaEngine(const EngineOptions& options)
       gemm_(LtGemm::kDefaultWorkspaceBytes, /*time_candidates=*/!options.deterministic) {
   cudaDeviceProp prop{};
   TRAINBENCH_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
-  datasheet_peak_ = datasheet_bf16_peak(prop.name);
+  datasheet_peak_ = datasheet_bf16_peak_flops(prop.name);
   // A constructor that throws runs no destructor: what was created before
   // the throw (a failed memory check, cuDNN or allocation) is released here,
   // not leaked into a process that may go on (a test, a burn-in retry).

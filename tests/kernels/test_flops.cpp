@@ -65,5 +65,21 @@ TEST(Flops, LoraCountsTheAdaptersAndNoWeightGradientOfTheBase) {
   EXPECT_DOUBLE_EQ(full.total() - flops.total(), base_forward - 6 * adapter_elements);
 }
 
+// MFU's peak by the device names CUDA reports. The NVL parts (H100 NVL,
+// H200 NVL: 835 dense) were given the SXM figure, understating their MFU by
+// 16%; an unknown GPU has none (MFU against the GEMM ceiling only).
+TEST(DatasheetPeak, KnowsTheSxmNvlAndPcieParts) {
+  EXPECT_EQ(datasheet_bf16_peak_flops("NVIDIA H200"), 989e12);
+  EXPECT_EQ(datasheet_bf16_peak_flops("NVIDIA H100 80GB HBM3"), 989e12);
+  EXPECT_EQ(datasheet_bf16_peak_flops("NVIDIA GH200 480GB"), 989e12);
+  EXPECT_EQ(datasheet_bf16_peak_flops("NVIDIA H100 NVL"), 835e12);
+  EXPECT_EQ(datasheet_bf16_peak_flops("NVIDIA H200 NVL"), 835e12);
+  EXPECT_EQ(datasheet_bf16_peak_flops("NVIDIA H100 PCIe"), 756e12);
+  EXPECT_EQ(datasheet_bf16_peak_flops("NVIDIA A100-SXM4-80GB"), 312e12);
+  EXPECT_EQ(datasheet_bf16_peak_flops("NVIDIA A100 80GB PCIe"), 312e12);
+  EXPECT_EQ(datasheet_bf16_peak_flops("NVIDIA L40S"), 0.0);
+  EXPECT_EQ(datasheet_bf16_peak_flops(""), 0.0);
+}
+
 }  // namespace
 }  // namespace trainbench
