@@ -49,6 +49,32 @@ nlohmann::json step_json(const StepRecord& s, bool measured) {
 }
 }  // namespace
 
+namespace {
+
+// DESIGN's "config (fully resolved)": a key left to `auto` says what ran —
+// the engine, the communicator and the precision — so that a CPU run's
+// config and a GPU run's differ where the runs did (both said "auto"). The
+// environment says the same in its own words. train.attention stays as
+// asked: `auto` is a request the engine meets per GPU and build (cuDNN's
+// fused kernel where it can, else the GEMMs), which a plan of the same
+// config is checked against (report.py --compare); environment.attention
+// says which kernel ran.
+nlohmann::json resolved_config_json(const Config& config, const Environment& env) {
+  nlohmann::json json = config_to_json(config);
+  const auto resolve = [&json](const char* section, const char* key, const std::string& ran) {
+    nlohmann::json& value = json[section][key];
+    if (value == "auto" && !ran.empty()) value = ran;
+  };
+  resolve("train", "device", env.compute_backend);
+  resolve("comm", "backend", env.comm_backend);
+  resolve("train", "precision", env.compute_backend == "cuda"  ? "bf16"
+                                : env.compute_backend == "cpu" ? "fp32"
+                                                               : "");
+  return json;
+}
+
+}  // namespace
+
 nlohmann::json build_result_json(const std::string& command_line, const Config& config,
                                  const Environment& env, const RunOutcome& outcome) {
   const RunSummary& s = outcome.summary;
@@ -166,7 +192,7 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
       {"schema", kResultSchema},
       {"version", env.trainbench_version},
       {"command", utf8_escaped(command_line)},  // argv is bytes
-      {"config", config_to_json(config)},
+      {"config", resolved_config_json(config, env)},
       {"environment", environment_to_json(env)},
       {"summary", summary},
       {"steps", steps},

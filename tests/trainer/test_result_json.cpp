@@ -90,6 +90,12 @@ TEST_F(ResultJson, ConfigIsTheResolvedOne) {
   EXPECT_EQ(config.at("train").at("steps"), 12);
   EXPECT_EQ(config.at("train").at("warmup_steps"), 2);
   EXPECT_TRUE(config.at("train").at("lr").is_number_float());
+  // What `auto` took (the result said "auto" for a CPU run and a GPU run alike).
+  EXPECT_EQ(config.at("train").at("device"), "cpu");
+  EXPECT_EQ(config.at("comm").at("backend"), "local");
+  EXPECT_EQ(config.at("train").at("precision"), "fp32");
+  // The attention asked for stays (environment.attention says what ran).
+  EXPECT_EQ(config.at("train").at("attention"), "auto");
 }
 
 TEST_F(ResultJson, EnvironmentDescribesTheMachine) {
