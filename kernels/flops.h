@@ -9,8 +9,6 @@
 // element instead of 6 — "counts what it really computes".
 #pragma once
 
-#include <string>
-
 #include "kernels/model_shape.h"  // ModelShape, ParameterLayout
 
 namespace trainbench {
@@ -30,12 +28,5 @@ FlopsPerToken model_flops_per_token(const ModelShape& shape, const ParameterLayo
 // The rule of thumb, for comparison: 6·N + 12·L·H·Q·T with N the parameters
 // that are not the token embedding.
 double rule_of_thumb_flops_per_token(const ModelShape& shape, const ParameterLayout& layout);
-
-// MFU's denominator: the datasheet dense bf16 peak (tensor cores, without
-// sparsity) of a GPU by its CUDA device name, in FLOP/s; 0 for a GPU not
-// known here (MFU is then against the measured GEMM ceiling only). The NVL
-// (PCIe, 400 W) parts are not the SXM ones: "NVIDIA H100 NVL" and "NVIDIA
-// H200 NVL" are 835e12, not 989e12.
-double datasheet_bf16_peak_flops(const std::string& gpu_name);
 
 }  // namespace trainbench

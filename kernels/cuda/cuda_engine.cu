@@ -13,7 +13,7 @@
 #include "kernels/cuda/cuda_check.h"  // TRAINBENCH_CUDA_CHECK
 #include "kernels/cuda/engine_sizes.h"  // engine_sizes, cuda_memory_plan: the plan is the allocation
 #include "kernels/device_info.h"      // cudnn_attention_build_info
-#include "kernels/flops.h"            // datasheet_bf16_peak_flops: MFU's peak
+#include "kernels/datasheet_peak.h"   // datasheet_bf16_peak_flops: MFU's peak
 #include "kernels/parameter_init.h"   // init_parameters_host: the same weights as the CPU
 #include "kernels/token_groups.h"     // group_rows_by_token: the embedding backward's order
 

@@ -1,6 +1,7 @@
 // model_flops_per_token against a hand count and against 6N + 12·L·H·Q·T.
 #include <gtest/gtest.h>
 
+#include "kernels/datasheet_peak.h"
 #include "kernels/flops.h"
 
 namespace trainbench {
