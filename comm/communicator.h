@@ -219,21 +219,6 @@ inline int ranks_on_this_host(Communicator& comm) {
   return static_cast<int>(std::count(keys.begin(), keys.end(), mine));
 }
 
-// Every rank's host name (rank-major), on every rank: a collective of one
-// 256-byte broadcast per rank (the communicator moves bytes only by
-// broadcast), for what is said once per run. Names are cut at 255 bytes.
-inline std::vector<std::string> host_names_of_ranks(Communicator& comm) {
-  constexpr int64_t kNameBytes = 256;
-  std::vector<std::string> names;
-  for (int r = 0; r < comm.world_size(); ++r) {
-    std::string name(kNameBytes, '\0');
-    if (r == comm.rank()) name.replace(0, std::min<size_t>(comm.host_name().size(), kNameBytes - 1), comm.host_name());
-    comm.broadcast(name.data(), kNameBytes, r);
-    names.push_back(name.c_str());
-  }
-  return names;
-}
-
 // `text` as rank `root` has it, on every rank: a collective.
 inline std::string broadcast_string(Communicator& comm, std::string text, int root) {
   int64_t length = static_cast<int64_t>(text.size());
@@ -241,6 +226,19 @@ inline std::string broadcast_string(Communicator& comm, std::string text, int ro
   text.resize(static_cast<size_t>(length));
   comm.broadcast(text.data(), length, root);
   return text;
+}
+// Every rank's `mine`, rank-major, on every rank: a collective of two small
+// broadcasts per rank (the communicator moves bytes only by broadcast), for
+// what is said once per run.
+inline std::vector<std::string> strings_of_ranks(Communicator& comm, const std::string& mine) {
+  std::vector<std::string> all;
+  for (int r = 0; r < comm.world_size(); ++r)
+    all.push_back(broadcast_string(comm, r == comm.rank() ? mine : std::string(), r));
+  return all;
+}
+// Every rank's host name (rank-major), on every rank: a collective.
+inline std::vector<std::string> host_names_of_ranks(Communicator& comm) {
+  return strings_of_ranks(comm, comm.host_name());
 }
 // The first rank that has a reason ("" = none) and its words, on every rank:
 // a collective. A failure one rank meets alone must stop every rank, in that

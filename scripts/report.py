@@ -430,11 +430,11 @@ def measured_or_null(summary: dict[str, Any], field: str, source: Source) -> Non
                            f"{POSITIVE.expected} (null only where summary.measured_steps is 0: no step measured)")
 
 
-# A ceiling's figures are numbers; the network ceiling also names the collectives it timed
-# ("all-reduces", or under comm.zero 1 "reduce-scatter and all-gather").
 # ceilings.network.timed: what the network ceiling timed, as bench comm reports it.
 TIMED_COLLECTIVE = Obj({"collective": STR, "bytes": COUNT, "buckets": COUNT, "time_s": Opt(Figure(NONNEG)),
                         "busbw_gbs": Opt(Figure(NONNEG))})
+# A ceiling's figures are numbers; the network ceiling also names the collectives it timed
+# ("all-reduces", or under comm.zero 1 "reduce-scatter and all-gather") and lists them (timed).
 CEILINGS = Opt(Obj({}, others=Opt(Obj({"tokens_per_s": Opt(Figure(POSITIVE)), "achieved_share": Opt(Figure(NONNEG)),
                                        "collectives": Opt(STR), "timed": Opt(Each(TIMED_COLLECTIVE))},
                                       others=Opt(Figure(NONNEG))))))
@@ -457,11 +457,13 @@ RESULT = Obj({
     "environment": Obj({
         "ranks": Int(1, MAX_RANKS),
         "hosts": Opt(Each(Str())),
+        "host_gpus": Opt(Each(Obj({"host": STR, "gpus": COUNT, "gpu_name": STR, "nvidia_driver": STR,
+                                   "cuda_driver": STR}))),
         "gpus": Opt(Each(Obj({"name": STR}))),
         "gpus_unavailable_reason": STR,
         "cpu": Opt(Obj({"model": STR, "threads_used": COUNT, "hardware_threads": COUNT})),
         **{k: STR for k in ("cuda_runtime", "cuda_driver", "nvidia_driver", "nccl", "mpi", "compute_backend",
-                            "comm_backend")},
+                            )},
         "filesystems": Opt(Each(Obj({"role": STR, "path": STR, "type": STR}))),
     }, required=("ranks",)),
     "summary": Obj({
@@ -1121,8 +1123,10 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 
 
 # Keys that differ between the runs of one sweep without making them different
-# jobs: the run length, where files go, and what the run sizes for itself.
-PER_RUN_KEYS = ("train.steps", "train.warmup_steps", "checkpoint.dir", "data.synth_samples_per_shard")
+# jobs: the run length, where files go, and what the run sizes or picks for
+# itself (comm.backend as auto resolved it: mpi for one GPU, nccl for several).
+PER_RUN_KEYS = ("train.steps", "train.warmup_steps", "checkpoint.dir", "data.synth_samples_per_shard",
+                "comm.backend")
 
 
 def ranks_text(n: int) -> str:
@@ -1349,6 +1353,13 @@ def environment_section(run: Run) -> list[str]:
             names[str(g.get("name", "GPU"))] = names.get(str(g.get("name", "GPU")), 0) + 1
     gpu_text = ", ".join(f"{n} × {name}" for name, n in names.items()) or (
         "none" + (f" ({env['gpus_unavailable_reason']})" if env.get("gpus_unavailable_reason") else ""))
+    # Several hosts: `gpus` is rank 0's host's; host_gpus says whether the others match it.
+    host_gpus = [h for h in env.get("host_gpus") or [] if isinstance(h, dict)]
+    if len(host_gpus) > 1:
+        alike = all({k: v for k, v in h.items() if k != "host"} == {k: v for k, v in host_gpus[0].items()
+                                                                     if k != "host"} for h in host_gpus)
+        gpu_text += (f" on each of {len(host_gpus)} hosts" if alike else
+                     f" on rank 0's host; the {len(host_gpus)} hosts differ (see the warnings)")
     cpu = env.get("cpu") or {}
     model = config.get("model") or {}
     train = config.get("train") or {}
@@ -1367,7 +1378,8 @@ def environment_section(run: Run) -> list[str]:
                           + (" …" if len(hosts) > 8 else "")),
         ("engine / comm", f"{env.get('compute_backend', '?')} / {env.get('comm_backend', '?')}"),
         ("GPUs", gpu_text),
-        ("CPU", f"{cpu.get('model', '?')}, {cpu.get('threads_used', '?')} of {cpu.get('hardware_threads', '?')} threads"),
+        ("CPU", f"{cpu.get('model', '?')}, {cpu.get('threads_used', '?')} of {cpu.get('hardware_threads', '?')} threads"
+                + (" (rank 0's host)" if len(hosts) > 1 else "")),
         ("libraries", ", ".join(f"{k} {env[k]}" for k in ("nvidia_driver", "cuda_runtime", "cuda_driver", "nccl", "mpi")
                                 if env.get(k)) or "—"),
         ("model", shape or "—"),

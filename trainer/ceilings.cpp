@@ -133,7 +133,7 @@ Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communic
           c.network_timed.push_back(r);
         }
     } else {
-      // The run's own schedule: 25 MiB buckets as backward fills them, or
+      // The run's own schedule: comm.bucket_mb buckets as backward fills them, or
       // under comm.overlap=false the whole buffer at once (timing the buckets
       // there described a step the run did not take).
       const std::vector<int64_t> bucket_bytes = gradient_bucket_bytes(

@@ -792,6 +792,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                           ? engine_options.threads
                           : static_cast<int>(std::thread::hardware_concurrency());
   Environment env = collect_environment(*comm, engine->backend_name(), threads, gpus);
+  if (const std::string differ = hosts_that_differ(env); !differ.empty()) setup_warnings.push_back(differ);
   env.attention = engine->attention();
   env.gemm = engine->gemm();
   if (!data.data_path.empty()) env.filesystems.push_back(describe_filesystem("data", data.data_path));

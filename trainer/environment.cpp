@@ -9,6 +9,7 @@
 
 #include <algorithm>  // std::min: the limit as int64; std::find: hosts once each
 #include <cctype>   // std::isdigit: the driver version
+#include <cstdio>   // std::snprintf: GiB in words
 #include <cstdlib>  // std::atoll: /proc fields
 #include <cstring>  // std::strlen
 #include <fstream>  // /proc/cpuinfo, /proc/meminfo, /proc/self/status
@@ -70,7 +71,84 @@ std::string filesystem_type_name(int64_t magic) {
   hex << "0x" << std::hex << (static_cast<uint64_t>(magic) & 0xFFFFFFFFull);
   return hex.str();
 }
+HostGpus host_gpus_here(const std::string& host_name, const GpuInventory& inventory, const std::string& nvidia_driver) {
+  HostGpus host;
+  host.host = host_name;
+  host.gpu_count = static_cast<int>(inventory.gpus.size());
+  std::vector<std::string> names;
+  for (const GpuInfo& g : inventory.gpus) {
+    if (std::find(names.begin(), names.end(), g.name) == names.end()) names.push_back(g.name);
+    if (host.gpu_memory_bytes == 0 || g.memory_bytes < host.gpu_memory_bytes) host.gpu_memory_bytes = g.memory_bytes;
+  }
+  for (const std::string& name : names) host.gpu_name += (host.gpu_name.empty() ? "" : " + ") + name;
+  host.nvidia_driver = nvidia_driver;
+  host.cuda_driver = inventory.driver_version;
+  return host;
+}
+
+nlohmann::json host_gpus_to_json(const HostGpus& h) {
+  const auto or_null = [](const std::string& s) { return s.empty() ? nlohmann::json() : nlohmann::json(s); };
+  return {{"host", h.host},
+          {"gpus", h.gpu_count},
+          {"gpu_name", or_null(h.gpu_name)},
+          {"gpu_memory_bytes", h.gpu_memory_bytes},
+          {"nvidia_driver", or_null(h.nvidia_driver)},
+          {"cuda_driver", or_null(h.cuda_driver)}};
+}
+
+HostGpus host_gpus_from_json(const nlohmann::json& json) {
+  const auto text = [&json](const char* key) {
+    return json.at(key).is_string() ? json.at(key).get<std::string>() : std::string();
+  };
+  HostGpus h;
+  h.host = text("host");
+  h.gpu_count = json.at("gpus").get<int>();
+  h.gpu_name = text("gpu_name");
+  h.gpu_memory_bytes = json.at("gpu_memory_bytes").get<int64_t>();
+  h.nvidia_driver = text("nvidia_driver");
+  h.cuda_driver = text("cuda_driver");
+  return h;
+}
+
+// "8 × NVIDIA H200 (139.8 GiB)", "no GPU".
+std::string gpus_in_words(const HostGpus& h) {
+  if (h.gpu_count == 0) return "no GPU";
+  char memory[32];
+  std::snprintf(memory, sizeof(memory), "%.1f GiB", static_cast<double>(h.gpu_memory_bytes) / (1ull << 30));
+  return std::to_string(h.gpu_count) + " × " + h.gpu_name + " (" + memory + ")";
+}
+
 }  // namespace
+
+std::string host_gpus_difference(const HostGpus& host, const HostGpus& reference) {
+  const auto driver = [](const std::string& version) { return version.empty() ? std::string("none") : version; };
+  if (host.gpu_count != reference.gpu_count || host.gpu_name != reference.gpu_name ||
+      host.gpu_memory_bytes != reference.gpu_memory_bytes)
+    return host.host + " has " + gpus_in_words(host) + " where " + reference.host + " has " +
+           gpus_in_words(reference);
+  if (host.nvidia_driver != reference.nvidia_driver)
+    return host.host + " has NVIDIA driver " + driver(host.nvidia_driver) + " where " + reference.host + " has " +
+           driver(reference.nvidia_driver);
+  if (host.cuda_driver != reference.cuda_driver)
+    return host.host + " has a driver for CUDA " + driver(host.cuda_driver) + " where " + reference.host +
+           " has one for CUDA " + driver(reference.cuda_driver);
+  return "";
+}
+
+std::string hosts_that_differ(const Environment& env) {
+  std::string first;
+  int differing = 0;
+  for (size_t i = 1; i < env.host_gpus.size(); ++i) {
+    const std::string difference = host_gpus_difference(env.host_gpus[i], env.host_gpus[0]);
+    if (difference.empty()) continue;
+    if (first.empty()) first = difference;
+    ++differing;
+  }
+  if (first.empty()) return "";
+  return "the hosts differ: " + first + " (rank 0's host); " + std::to_string(differing) + " of " +
+         std::to_string(env.host_gpus.size()) + " hosts differ from rank 0's: the job runs at its slowest host's " +
+         "pace, and its figures are not one kind of node's";
+}
 
 int64_t available_memory_bytes() { return proc_kib_field_bytes("/proc/meminfo", "MemAvailable"); }
 
@@ -124,10 +202,6 @@ Environment collect_environment(Communicator& comm, const std::string& compute_b
                                 int threads_used, const GpuInventory& gpus) {
   Environment env;
   env.trainbench_version = trainbench_version();
-  // Every rank's host, not rank 0's alone: report.py counts a sweep's hosts
-  // from this list, and a 4-node point read as "1 host".
-  for (const std::string& host : host_names_of_ranks(comm))
-    if (std::find(env.hosts.begin(), env.hosts.end(), host) == env.hosts.end()) env.hosts.push_back(host);
   env.world_size = comm.world_size();
   env.comm_backend = comm.backend_name();
   env.cpu_model = cpu_model_name();
@@ -142,6 +216,15 @@ Environment collect_environment(Communicator& comm, const std::string& compute_b
     text << version.rdbuf();
     env.nvidia_driver = nvidia_driver_version_in(text.str());
   }
+  // Every host, not rank 0's alone (report.py counts a sweep's hosts from
+  // them, and a 4-node point read as "1 host"), with its GPUs and drivers.
+  for (const std::string& text : strings_of_ranks(comm, host_gpus_to_json(host_gpus_here(comm.host_name(), gpus,
+                                                                                          env.nvidia_driver)).dump())) {
+    const HostGpus host = host_gpus_from_json(nlohmann::json::parse(text));
+    if (std::find(env.hosts.begin(), env.hosts.end(), host.host) != env.hosts.end()) continue;
+    env.hosts.push_back(host.host);
+    env.host_gpus.push_back(host);
+  }
   env.compute_backend = compute_backend;
   env.built_backends = built_backends();
   env.openblas = openblas_get_config();
@@ -155,6 +238,8 @@ Environment collect_environment(Communicator& comm, const std::string& compute_b
 }
 
 nlohmann::json environment_to_json(const Environment& env) {
+  nlohmann::json host_gpus = nlohmann::json::array();
+  for (const HostGpus& h : env.host_gpus) host_gpus.push_back(host_gpus_to_json(h));
   nlohmann::json gpus = nlohmann::json::array();
   for (const GpuInfo& g : env.gpus.gpus) {
     gpus.push_back({{"index", g.index},
@@ -171,6 +256,7 @@ nlohmann::json environment_to_json(const Environment& env) {
   auto or_null = [](const std::string& s) { return s.empty() ? nlohmann::json() : nlohmann::json(s); };
   return {
       {"hosts", env.hosts},
+      {"host_gpus", host_gpus},
       {"ranks", env.world_size},
       {"comm_backend", env.comm_backend},
       {"compute_backend", env.compute_backend},

@@ -22,11 +22,26 @@ struct FilesystemInfo {
   int64_t free_bytes = 0;
 };
 
+// One host's GPUs and drivers, as the first rank on it saw them.
+struct HostGpus {
+  std::string host;
+  int gpu_count = 0;
+  std::string gpu_name;          // the GPUs' names, distinct ones joined by " + "; "" without GPUs
+  int64_t gpu_memory_bytes = 0;  // the smallest GPU's
+  std::string nvidia_driver;     // "" where none is loaded
+  std::string cuda_driver;       // the CUDA version that driver supports
+};
+// How `host` looks next to `reference` ("" when alike): the first of GPU
+// count, name, memory, drivers that differs, both sides, in words.
+std::string host_gpus_difference(const HostGpus& host, const HostGpus& reference);
+
 struct Environment {
   std::string trainbench_version;
   // Every host of the job, once each, in the order of their first rank (rank
-  // 0's first). The CPU, memory and GPUs below are rank 0's host's.
+  // 0's first). The CPU, memory and GPUs below are rank 0's host's; every
+  // host's GPUs and drivers are in host_gpus, in the same order.
   std::vector<std::string> hosts;
+  std::vector<HostGpus> host_gpus;
   int world_size = 1;
   std::string comm_backend;
   std::string cpu_model;
@@ -51,9 +66,14 @@ struct Environment {
   std::vector<FilesystemInfo> filesystems;
 };
 
-// A collective (the ranks' host names): every rank calls it.
+// A collective (every host's GPUs, from its first rank): every rank calls it.
 Environment collect_environment(Communicator& comm, const std::string& compute_backend,
                                 int threads_used, const GpuInventory& gpus);
+// A warning when the job's hosts differ in their GPUs or drivers ("" when
+// alike, or on one host): a job runs at its slowest host's pace, and a
+// cluster under acceptance should be one build. Names the first host that
+// differs from rank 0's, and how many do.
+std::string hosts_that_differ(const Environment& env);
 // The filesystem holding `path`: its own where it exists (a folder that is a
 // mount point included), else its folder's (a result not written yet).
 FilesystemInfo describe_filesystem(const std::string& role, const std::string& path);

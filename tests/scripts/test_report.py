@@ -856,6 +856,32 @@ class ResultReadingTests(unittest.TestCase):
         self.assertIn("report.py: warning: r2.json is configured differently from r1.json: model.n_layers 2 vs 4",
                       console.stderr)
 
+    def test_the_communicator_auto_picked_per_world_size_is_no_difference(self) -> None:
+        # The result's comm.backend is what auto resolved to: mpi for a sweep's
+        # 1-GPU point under mpirun, nccl for its multi-GPU points. Not two jobs.
+        one, two = fake_result(1, 1000.0), copy.deepcopy(fake_result(2, 1900.0))
+        one["config"].setdefault("comm", {})["backend"] = "mpi"
+        two["config"].setdefault("comm", {})["backend"] = "nccl"
+        self.write("r1.json", one)
+        self.write("r2.json", two)
+        text = self.make_report(self.dir)
+        self.assertNotIn("configured differently", text)
+
+    def test_several_hosts_gpus_are_said_to_be_rank_zeros_or_each_hosts(self) -> None:
+        # The GPUs row showed rank 0's host's "8 × H200" beside "16 on 2 host(s)".
+        result = copy.deepcopy(fake_result(16, 9000.0))
+        host = {"host": "node0", "gpus": 8, "gpu_name": "NVIDIA H200", "gpu_memory_bytes": 150_000_000_000,
+                "nvidia_driver": "570.86.15", "cuda_driver": "13.0"}
+        result["environment"].update(hosts=["node0", "node1"], host_gpus=[host, {**host, "host": "node1"}],
+                                     gpus=[{"name": "NVIDIA H200"}] * 8, cpu={"model": "EPYC"})
+        self.write("r.json", result)
+        text = self.make_report(self.dir)
+        self.assertIn("8 × NVIDIA H200 on each of 2 hosts", text)
+        self.assertIn("(rank 0's host)", text)
+        result["environment"]["host_gpus"][1]["nvidia_driver"] = "550.54.15"
+        self.write("r.json", result)
+        self.assertIn("8 × NVIDIA H200 on rank 0's host; the 2 hosts differ", self.make_report(self.dir))
+
     def test_a_folders_failed_reruns_are_left_out_and_named(self) -> None:
         # scale.sh keeps a failed rerun's result as ranks-N.failed.json beside the
         # earlier ranks-N.json: reading it as a repeat moved the median.

@@ -202,6 +202,14 @@ TEST(MpiCli, TheDefaultCheckpointFolderIsRefusedOnSeveralHosts) {
   const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("b.json")));
   EXPECT_EQ(result.at("environment").at("hosts"),
             nlohmann::json::array({"trainbench-node-0", "trainbench-node-1"}));
+  const nlohmann::json& host_gpus = result.at("environment").at("host_gpus");
+  ASSERT_EQ(host_gpus.size(), 2u) << host_gpus.dump();
+  EXPECT_EQ(host_gpus[1].at("host"), "trainbench-node-1");
+  // One machine: alike but for the name, so no warning that they differ.
+  nlohmann::json second = host_gpus[1];
+  second["host"] = host_gpus[0].at("host");
+  EXPECT_EQ(second, host_gpus[0]);
+  EXPECT_EQ(given.out.find("the hosts differ"), std::string::npos) << given.out;
   EXPECT_NE(given.out.find("host      trainbench-node-0 and 1 more host(s), 2 rank(s)"), std::string::npos)
       << given.out;
 }

@@ -101,6 +101,10 @@ TEST_F(ResultJson, ConfigIsTheResolvedOne) {
 TEST_F(ResultJson, EnvironmentDescribesTheMachine) {
   const json& env = result_.at("environment");
   EXPECT_EQ(env.at("hosts").size(), 1u);
+  ASSERT_EQ(env.at("host_gpus").size(), 1u);
+  EXPECT_EQ(env.at("host_gpus")[0].at("host"), env.at("hosts")[0]);
+  EXPECT_EQ(env.at("host_gpus")[0].at("gpus"), env.at("gpus").size());
+  EXPECT_EQ(env.at("host_gpus")[0].at("nvidia_driver"), env.at("nvidia_driver"));
   EXPECT_EQ(env.at("ranks"), 1);
   // The NVIDIA driver this machine loaded, null where none is (CI).
   std::ifstream driver_file("/proc/driver/nvidia/version");
@@ -147,6 +151,37 @@ TEST(NvidiaDriverVersion, IsReadFromEitherModulesLine) {
   EXPECT_EQ(nvidia_driver_version_in(""), "");
   EXPECT_EQ(nvidia_driver_version_in("GCC version:  gcc version 12.2.0\n"), "");
   EXPECT_EQ(nvidia_driver_version_in("NVRM version: something else 1.2\n"), "");
+}
+
+// Hosts that differ in their GPUs or drivers are named, the first one and
+// how many; alike hosts, or one host, say nothing.
+TEST(HostsThatDiffer, NameTheFirstHostUnlikeRankZerosAndCountThem) {
+  HostGpus node1{"node1", 8, "NVIDIA H200", 150'000'000'000, "570.86.15", "13.0"};
+  Environment env;
+  env.host_gpus = {node1};
+  EXPECT_EQ(hosts_that_differ(env), "") << "one host";
+  HostGpus node2 = node1, node3 = node1, node4 = node1;
+  node2.host = "node2";
+  node3.host = "node3";
+  node4.host = "node4";
+  env.host_gpus = {node1, node2, node3, node4};
+  EXPECT_EQ(hosts_that_differ(env), "") << "alike";
+  node3.nvidia_driver = "550.54.15";
+  node4.gpu_count = 4;
+  env.host_gpus = {node1, node2, node3, node4};
+  const std::string warning = hosts_that_differ(env);
+  EXPECT_EQ(warning.rfind("the hosts differ: node3 has NVIDIA driver 550.54.15 where node1 has 570.86.15 "
+                          "(rank 0's host); 2 of 4 hosts differ from rank 0's", 0),
+            0u)
+      << warning;
+  EXPECT_EQ(host_gpus_difference(node4, node1),
+            "node4 has 4 × NVIDIA H200 (139.7 GiB) where node1 has 8 × NVIDIA H200 (139.7 GiB)");
+  HostGpus cpu_only{"node5", 0, "", 0, "", ""};
+  EXPECT_EQ(host_gpus_difference(cpu_only, node1), "node5 has no GPU where node1 has 8 × NVIDIA H200 (139.7 GiB)");
+  HostGpus older_cuda = node1;
+  older_cuda.cuda_driver = "12.8";
+  EXPECT_EQ(host_gpus_difference(older_cuda, node1),
+            "node1 has a driver for CUDA 12.8 where node1 has one for CUDA 13.0");
 }
 
 // The accounting check names the true smallest other_s and its step (it
