@@ -2,7 +2,6 @@
 
 #include <algorithm>  // std::min
 #include <cmath>      // std::ceil
-#include <cstdio>     // std::snprintf: the busbw in the ceilings line
 
 #include "checkpoint/checkpoint_files.h"  // CheckpointWriteError: a full disk
 #include "checkpoint/write_bench.h"     // run_write_bench: the storage-write ceiling
@@ -13,7 +12,7 @@
 #include "trainer/temporary_folder.h"   // make_temporary_directory, FolderRemovedAtScopeEnd: the write ceiling's scratch
 #include "trainer/gradient_sync.h"      // gradient_bucket_bytes: the step's buckets
 #include "trainer/hung_storage.h"       // StorageWatchdog: the write measurement, bounded
-#include "trainer/report.h"             // human_count, human_bytes
+#include "trainer/report.h"             // human_count, human_bytes, human_rate
 #include "trainer/saved_state.h"        // SavedState: the run starts where it would have
 #include "trainer/train_loop.h"         // run_training, measurement_batches for the compute ceiling
 #include "trainer/zero_optimizer.h"     // zero_padded_elements: ZeRO-1's network ceiling
@@ -225,12 +224,8 @@ std::string ceilings_line(const Ceilings& c, double achieved) {
   add("network", c.network_tokens_per_s);
   add("storage read", c.read_tokens_per_s);
   line += " tokens/s";
-  if (const double busbw = network_busbw_gbs(c.network_timed); busbw > 0) {
-    char text[64];
-    std::snprintf(text, sizeof(text), "; network busbw %.2f GB/s", busbw);
-    line += text;
-  }
-  if (c.write_gbs > 0) line += "; storage write " + human_bytes(c.write_gbs * 1e9) + "/s";
+  if (const double busbw = network_busbw_gbs(c.network_timed); busbw > 0) line += "; network busbw " + human_rate(busbw);
+  if (c.write_gbs > 0) line += "; storage write " + human_rate(c.write_gbs);
   if (lowest_name != nullptr && achieved > 0)
     line += "; the run reached " + human_count(achieved) + " = " +
             std::to_string(static_cast<int>(100.0 * achieved / lowest + 0.5)) + "% of the lowest (" + lowest_name + ")";
@@ -248,7 +243,7 @@ std::string explain_bottleneck(const std::string& bottleneck, const Ceilings& c,
            " tokens/s" + compute;
   if (starts("storage write") && c.write_gbs > 0)
     return bottleneck + "; a checkpoint (" + human_bytes(c.checkpoint_bytes) + ") persists at " +
-           human_bytes(c.write_gbs * 1e9) + "/s";
+           human_rate(c.write_gbs);
   if (starts("compute") && c.compute_tokens_per_s > 0)
     return bottleneck + "; " + human_count(achieved) + " tokens/s = " +
            std::to_string(static_cast<int>(100.0 * achieved / c.compute_tokens_per_s + 0.5)) +

@@ -38,6 +38,17 @@ std::string human_bytes(double bytes) {
   return text;
 }
 
+std::string human_rate(double gbs) {
+  char text[64];
+  if (gbs >= 1.0)
+    std::snprintf(text, sizeof(text), "%.2f GB/s", gbs);
+  else if (gbs >= 1e-3)
+    std::snprintf(text, sizeof(text), "%.2f MB/s", gbs * 1e3);
+  else
+    std::snprintf(text, sizeof(text), "%.2f kB/s", gbs * 1e6);
+  return text;
+}
+
 void print_header(FILE* out, const Config& config, const Environment& env, const MemoryPlan& plan,
                   int64_t total_params, int64_t trainable_params) {
   std::fprintf(out, "trainbench %s  (%s)\n", env.trainbench_version.c_str(), config.origin.c_str());
@@ -51,11 +62,12 @@ void print_header(FILE* out, const Config& config, const Environment& env, const
   if (env.gpus.gpus.empty()) {
     std::fprintf(out, "  gpu       none (%s)\n", env.gpus.why_none.c_str());
   } else {
-    const std::string driver = (env.nvidia_driver.empty() ? "" : ", driver " + env.nvidia_driver) +
-                               (env.gpus.driver_version.empty() ? "" : " (CUDA " + env.gpus.driver_version + ")");
     for (const GpuInfo& g : env.gpus.gpus)
-      std::fprintf(out, "  gpu %d     %s, %s%s\n", g.index, g.name.c_str(),
-                   human_bytes(static_cast<double>(g.memory_bytes)).c_str(), driver.c_str());
+      std::fprintf(out, "  gpu %d     %s, %s\n", g.index, g.name.c_str(),
+                   human_bytes(static_cast<double>(g.memory_bytes)).c_str());
+    std::fprintf(out, "  driver    NVIDIA %s, CUDA %s\n",
+                 env.nvidia_driver.empty() ? "unknown" : env.nvidia_driver.c_str(),
+                 env.gpus.driver_version.empty() ? "unknown" : env.gpus.driver_version.c_str());
   }
   std::fprintf(out, "  engine    %s (built: %s)\n", env.compute_backend.c_str(),
                env.built_backends.c_str());
@@ -191,20 +203,19 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
                  human_bytes(static_cast<double>(s.optimizer_bytes_per_rank)).c_str(),
                  human_bytes(static_cast<double>(s.optimizer_bytes_unsharded)).c_str());
   if (s.bytes_read > 0) {
-    const auto rate = [](double gbs) { return human_bytes(gbs * 1e9) + "/s"; };
     // Delivered over the steps trained: none (a run stopped before its
     // first step ended) is no window to rate.
     std::fprintf(out, "  storage read        %s in %s samples, %.1f bytes/token, %s\n",
                  human_bytes(static_cast<double>(s.bytes_read)).c_str(),
                  human_count(static_cast<double>(s.samples_read)).c_str(), s.bytes_per_token,
-                 s.read_gbs > 0 ? (rate(s.read_gbs) + " delivered").c_str() : "no step trained to rate it over");
+                 s.read_gbs > 0 ? (human_rate(s.read_gbs) + " delivered").c_str() : "no step trained to rate it over");
     if (measured && s.required_read_gbs > 0)
       std::fprintf(out, "  read bandwidth need %s at the measured tokens/s, %s at the %s\n",
-                   rate(s.required_read_gbs_measured).c_str(), rate(s.required_read_gbs).c_str(),
+                   human_rate(s.required_read_gbs_measured).c_str(), human_rate(s.required_read_gbs).c_str(),
                    s.required_read_basis == "compute_ceiling" ? "compute ceiling" : "gemm ceiling");
     else if (measured)  // no ceiling to scale to (report.gemm_ceiling_s=0, or it could not be timed)
       std::fprintf(out, "  read bandwidth need %s at the measured tokens/s\n",
-                   rate(s.required_read_gbs_measured).c_str());
+                   human_rate(s.required_read_gbs_measured).c_str());
   }
   if (measured && s.timed && s.ranks.size() > 1) {
     const RankSummary& slow = s.ranks[static_cast<size_t>(s.slowest_rank)];
@@ -222,8 +233,8 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
                  s.checkpoints_failed > 0 ? (", " + std::to_string(s.checkpoints_failed) + " failed").c_str() : "",
                  human_bytes(static_cast<double>(s.bytes_written)).c_str());
     if (last != nullptr)
-      std::fprintf(out, ", %s/s write, stall %.1f ms per checkpoint (median), last: step %ld",
-                   human_bytes(s.checkpoint_write_gbs * 1e9).c_str(), 1e3 * s.checkpoint_stall_s,
+      std::fprintf(out, ", %s write, stall %.1f ms per checkpoint (median), last: step %ld",
+                   human_rate(s.checkpoint_write_gbs).c_str(), 1e3 * s.checkpoint_stall_s,
                    static_cast<long>(last->step));
     std::fprintf(out, "\n");
   }

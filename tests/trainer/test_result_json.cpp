@@ -26,6 +26,7 @@
 #include "comm/communicator.h"     // mpi_library_version
 #include "kernels/device_info.h"  // query_gpus: the CUDA test needs no GPU
 #include "trainer/environment.h"    // nvidia_driver_version_in
+#include "trainer/report.h"         // human_rate
 #include "tests/support/mounted_filesystem.h"  // a small tmpfs that fills during a run
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
@@ -151,6 +152,16 @@ TEST(NvidiaDriverVersion, IsReadFromEitherModulesLine) {
   EXPECT_EQ(nvidia_driver_version_in(""), "");
   EXPECT_EQ(nvidia_driver_version_in("GCC version:  gcc version 12.2.0\n"), "");
   EXPECT_EQ(nvidia_driver_version_in("NVRM version: something else 1.2\n"), "");
+}
+
+// The console's rates are the JSON's decimal GB/s (it printed GiB/s, 7%
+// below the JSON's figure for the same rate, beside a busbw in GB/s).
+TEST(HumanRate, IsDecimalAsTheResultsGbs) {
+  EXPECT_EQ(human_rate(1.0737), "1.07 GB/s");
+  EXPECT_EQ(human_rate(25.0), "25.00 GB/s");
+  EXPECT_EQ(human_rate(0.5), "500.00 MB/s");
+  EXPECT_EQ(human_rate(0.0123), "12.30 MB/s");
+  EXPECT_EQ(human_rate(4e-5), "40.00 kB/s");
 }
 
 // Hosts that differ in their GPUs or drivers are named, the first one and
