@@ -48,8 +48,9 @@ class TarReader {
   // Reads the current member's data from storage without keeping it: the
   // bytes pass through libarchive's read buffer and are not copied (for an
   // uncompressed shard). For members a consumer does not decode but whose
-  // I/O is the workload (images beside captions). Returns the byte count;
-  // the max_bytes rule is read_data's.
+  // I/O is the workload (images beside captions). Returns the byte count
+  // (a sparse member's size, holes included, as read_data gives it); the
+  // max_bytes rule is read_data's.
   int64_t read_through_data(int64_t max_bytes);
   // Skips the current member's data: libarchive may seek past it, so the
   // bytes need not be read from storage at all.

@@ -93,7 +93,8 @@ std::string tokens_line(const trainbench::Sample& sample, const std::string& fie
 // Returns whether a corrupt sample was met. With a token field, prints the
 // decoded tokens instead of the members.
 bool dump_samples(trainbench::TarReader& tar, const std::string& token_field, int64_t vocab) {
-  trainbench::SampleReader reader(tar, kMaxMemberBytes);
+  // Tokens: only the token member is kept, the others read through, as the loader reads.
+  trainbench::SampleReader reader(tar, kMaxMemberBytes, token_field);
   trainbench::Sample sample;
   bool corrupt = false;
   for (;;) {

@@ -122,6 +122,30 @@ def write_tricky_tar(path, tar_format, mode="w", members=TRICKY_MEMBERS):
                 add_member(tar, name, data)
 
 
+def old_gnu_sparse_header(name, real_size, blocks):
+    """The header of an old-GNU sparse member (type 'S', what GNU tar
+    --sparse writes for up to 4 data blocks): the blocks' (offset, size)
+    map in the header, the member's stored size the blocks' sum."""
+    def octal(value, width):
+        return f"{value:0{width - 1}o}".encode() + b"\0"
+    header = bytearray(512)
+    header[0:len(name)] = name.encode()
+    header[100:108] = octal(0o644, 8)
+    header[108:116] = octal(0, 8)
+    header[116:124] = octal(0, 8)
+    header[124:136] = octal(sum(len(data) for _, data in blocks), 12)
+    header[136:148] = octal(1700000000, 12)
+    header[156:157] = b"S"
+    header[257:265] = b"ustar  \0"
+    for i, (offset, data) in enumerate(blocks):
+        header[386 + 24 * i:398 + 24 * i] = octal(offset, 12)
+        header[398 + 24 * i:410 + 24 * i] = octal(len(data), 12)
+    header[483:495] = octal(real_size, 12)
+    header[148:156] = b" " * 8
+    header[148:156] = f"{sum(header):06o}".encode() + b"\0 "
+    return bytes(header)
+
+
 @unittest.skipUnless(DUMP_SAMPLES, "DUMP_SAMPLES (the dump_samples tool) is not set")
 class InteropRead(unittest.TestCase):
     def setUp(self):
@@ -263,6 +287,32 @@ class InteropRead(unittest.TestCase):
         zipped = shutil.make_archive(self.path("archive"), "zip", self.dir, "whole.tar")
         status, _, errors = dump(zipped)
         self.assertEqual((status, errors), (2, [f"{zipped}: not a tar archive"]))
+
+    def test_a_sparse_member_reads_whole(self):
+        # GNU tar --sparse stores a file's data blocks only; the loader's
+        # read-through of a member it does not decode took the blocks' sum
+        # for a member ending early, and called the sample corrupt.
+        path = self.path("sparse.tar")
+        tokens = np.array([1, 2, 3], dtype="<u2").tobytes()
+        blocks = [(0, b"a" * 512), (4096, b"b" * 512)]  # and a trailing hole up to 8192
+        with open(path, "wb") as f:
+            for key in ("000", "001"):
+                info = tarfile.TarInfo(f"{key}.tokens.u16")
+                info.size, info.mtime = len(tokens), 1700000000
+                f.write(info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape"))
+                f.write(tokens.ljust(512, b"\0"))
+                f.write(old_gnu_sparse_header(f"{key}.payload.bin", 8192, blocks))
+                f.write(b"".join(data for _, data in blocks))
+            f.write(b"\0" * 1024)
+        with tarfile.open(path) as tar:  # a sparse member as Python reads it
+            info = tar.getmember("000.payload.bin")
+            self.assertTrue(info.issparse())
+            payload = tar.extractfile(info).read()
+        self.assertEqual(payload, b"a" * 512 + b"\0" * 3584 + b"b" * 512 + b"\0" * 3584)
+        self.assert_reads_like_webdataset(path)
+        status, ours, errors = dump("--tokens", "tokens.u16", "100", path)
+        self.assertEqual((status, errors), (0, []))
+        self.assertEqual(ours, [{"key": k, "tokens": [1, 2, 3]} for k in ("000", "001")])
 
     def test_numpy_token_arrays_decode(self):
         arrays = {
