@@ -531,7 +531,7 @@ fi
 if $has_cuda_engine; then
   # checkpoint.every_steps: the preset has none; a burn-in checkpoints as a
   # job does (the storage check needs the folder, and waits for a
-  # checkpoint in flight before it measures): 1.74 GB every 200 steps, a few
+  # checkpoint in flight before it measures): 2.67 GB every 200 steps, a few
   # in the minute.
   bounded "${GPU_CHECK_BURNIN_TIMEOUT:-150}" "$build/trainbench" burnin h200-gpt2-124m --duration 1m \
     --set burnin.nvml_every_s=5 --set burnin.golden_every=50 --set burnin.health_every_s=20 \

@@ -664,8 +664,8 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
 
   // tokens/s is set by the slowest rank's median step: the largest median
   // step_s of any rank (not necessarily that of the rank with the most own
-  // work, whose step may end a little earlier), as nccl-tests takes the
-  // slowest rank's time.
+  // work, whose step may end a little earlier): a data-parallel step ends
+  // when its slowest rank does.
   summarize_ranks(comm, summary, median_own_seconds(steps));
   double slowest_step_s = 0;
   for (const RankSummary& r : summary.ranks) slowest_step_s = std::max(slowest_step_s, r.step_s);
