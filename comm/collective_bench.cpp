@@ -11,6 +11,7 @@
 #include <functional>  // a path's timed operation
 #include <limits>      // MPI's int counts
 #include <mutex>
+#include <numeric>     // std::accumulate: the mean over ranks
 #include <optional>
 #include <stdexcept>   // std::invalid_argument: device-buffer backends
 #include <string>
@@ -161,7 +162,8 @@ CollectiveBenchResult measure(Communicator& comm, const CollectiveBenchOptions& 
   comm.all_gather(median_of_iterations(times), per_rank.data());
   CollectiveBenchResult result = collective.shape;
   result.path = path.name;
-  result.time_s = *std::max_element(per_rank.begin(), per_rank.end());
+  result.rank_time_s = per_rank;
+  result.time_s = time_across_ranks(per_rank, options.across_ranks);
   comm.all_gather(check_ok ? 1.0 : 0.0, per_rank.data());
   result.check_ok = *std::min_element(per_rank.begin(), per_rank.end()) == 1.0;
   result.algbw_gbs = result.time_s > 0 ? static_cast<double>(result.bytes) / result.time_s / 1e9 : 0.0;
@@ -287,6 +289,28 @@ double median_of_iterations(std::vector<double> values) {
   std::nth_element(values.begin(), middle, values.end());
   if (values.size() % 2 == 1) return *middle;
   return 0.5 * (*middle + *std::max_element(values.begin(), middle));
+}
+
+const char* across_ranks_name(AcrossRanks across) {
+  switch (across) {
+    case AcrossRanks::kRankZero: return "rank 0";
+    case AcrossRanks::kMean: return "mean";
+    case AcrossRanks::kMin: return "min";
+    case AcrossRanks::kMax: return "max";
+  }
+  return "max";
+}
+
+double time_across_ranks(const std::vector<double>& rank_times, AcrossRanks across) {
+  if (rank_times.empty()) throw std::invalid_argument("time_across_ranks: no rank's time");
+  switch (across) {
+    case AcrossRanks::kRankZero: return rank_times.front();
+    case AcrossRanks::kMean:
+      return std::accumulate(rank_times.begin(), rank_times.end(), 0.0) / static_cast<double>(rank_times.size());
+    case AcrossRanks::kMin: return *std::min_element(rank_times.begin(), rank_times.end());
+    case AcrossRanks::kMax: break;
+  }
+  return *std::max_element(rank_times.begin(), rank_times.end());
 }
 
 double bus_bandwidth_factor(const std::string& collective, int world_size) {

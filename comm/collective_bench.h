@@ -27,11 +27,25 @@ struct CollectiveBenchResult {
   // (bytes / 4 / ranks), as nccl-tests prints it.
   int64_t count = 0;
   int64_t buckets = 1;   // all-reduces per measurement (the gradient step's buckets)
-  double time_s = 0.0;   // the slowest rank's median over the timed iterations
+  // The ranks' times as CollectiveBenchOptions::across_ranks picks them
+  // (the slowest rank's by default) from rank_time_s: each rank's median
+  // over the timed iterations, rank-major.
+  double time_s = 0.0;
+  std::vector<double> rank_time_s;
   double algbw_gbs = 0.0;  // bytes / time_s, in 1e9 bytes/s
   double busbw_gbs = 0.0;  // algbw × bus_bandwidth_factor
   bool check_ok = false;   // every rank got exactly the expected values
 };
+
+// Which of the ranks' times a result reports, as nccl-tests' -a (--average):
+// 0 rank 0's, 1 their mean, 2 the fastest, 3 the slowest. trainbench takes
+// the slowest (a training step waits for it: the network ceiling, burn-in);
+// nccl-tests' default is the mean, which `bench comm --average 1` gives.
+enum class AcrossRanks { kRankZero = 0, kMean = 1, kMin = 2, kMax = 3 };
+// "rank 0", "mean", "min", "max".
+const char* across_ranks_name(AcrossRanks across);
+// The time `across` picks from every rank's (rank-major, at least one).
+double time_across_ranks(const std::vector<double>& rank_times, AcrossRanks across);
 
 struct CollectiveBenchOptions {
   int64_t warmup_iters = 5;
@@ -40,6 +54,7 @@ struct CollectiveBenchOptions {
   // watchdog ends the job (exit 3) when none of them returned for this long
   // (comm.timeout_s, as the communicator's own calls).
   double timeout_s = 300.0;
+  AcrossRanks across_ranks = AcrossRanks::kMax;
 };
 
 // The median of one rank's iteration times; of an even count the mean of

@@ -65,6 +65,7 @@ struct BenchCommand::Options {
   double factor = 4;
   int64_t iters = 20;
   int64_t warmup_iters = 5;
+  int64_t average = 3;  // AcrossRanks: nccl-tests' -a, the slowest rank's by default
   // bench instrument
   int64_t pairs = 40;
   int64_t block_steps = 10;
@@ -143,7 +144,7 @@ nlohmann::json collective_json(const CollectiveBenchResult& r) {
   return {{"collective", r.collective}, {"path", r.path},           {"bytes", r.bytes},
           {"count", r.count},           {"type", "float"},          {"buckets", r.buckets},
           {"time_s", r.time_s},         {"algbw_gbs", r.algbw_gbs}, {"busbw_gbs", r.busbw_gbs},
-          {"check", check_word(r.check_ok)}};
+          {"check", check_word(r.check_ok)}, {"rank_time_s", r.rank_time_s}};
 }
 
 // --- bench comm's memory, sized before anything is allocated ---
@@ -358,6 +359,10 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
       ->transform(integer_range(1, 1000000));
   comm_->add_option("--warmup-iters", o.warmup_iters, "untimed iterations before them (default 5)")
       ->transform(integer_range(0, 1000000));
+  comm_->add_option("--average", o.average,
+                    "which rank's time, as nccl-tests' -a: 0 rank 0, 1 the mean, 2 the fastest, 3 the slowest "
+                    "(default 3, what a training step waits for; nccl-tests' default is 1)")
+      ->transform(integer_range(0, 3));
   comm_->add_option("--out", o.out, "write the figures as JSON here (rank 0)")
       ->check(non_empty_path());
 
@@ -1052,7 +1057,7 @@ int BenchCommand::run_comm() {
                                "--min-bytes " + std::to_string(o.min_bytes) + " --max-bytes " +
                                    std::to_string(o.max_bytes) + " --factor " + std::to_string(o.factor) +
                                    " --iters " + std::to_string(o.iters) + " --warmup-iters " +
-                                   std::to_string(o.warmup_iters),
+                                   std::to_string(o.warmup_iters) + " --average " + std::to_string(o.average),
                                *comm);
   const int world = comm->world_size();
   std::vector<double> first_on_host(static_cast<size_t>(world));
@@ -1095,10 +1100,15 @@ int BenchCommand::run_comm() {
       first_reason_over_ranks(*comm, comm_bench_memory_shortfall(sweep, host_ranks, comm->host_name())).reason;
   if (!shortfall.empty()) throw CommandError{kExitEnvironmentError, shortfall};
 
+  const auto across_ranks = static_cast<AcrossRanks>(o.average);
+  const char* whose = across_ranks == AcrossRanks::kRankZero ? "rank 0's"
+                      : across_ranks == AcrossRanks::kMean   ? "the mean over ranks of each rank's"
+                      : across_ranks == AcrossRanks::kMin    ? "the fastest rank's"
+                                                             : "the slowest rank's";
   if (printer) {
-    std::printf("bench comm: %d rank(s) on %d host(s), backend %s; each figure the slowest rank's median of "
-                "%ld iterations after %ld warm-up\n",
-                world, hosts, comm->backend_name(), o.iters, o.warmup_iters);
+    std::printf("bench comm: %d rank(s) on %d host(s), backend %s; each figure %s median of "
+                "%ld iterations after %ld warm-up (--average %ld)\n",
+                world, hosts, comm->backend_name(), whose, o.iters, o.warmup_iters, o.average);
     std::printf("  model %s: %s of fp32 gradients in %zu bucket(s), the first %s (comm.bucket_mb %g, "
                 "comm.overlap %s)\n",
                 config.origin.c_str(), human_bytes(static_cast<double>(gradient_elements) * 4).c_str(),
@@ -1112,8 +1122,10 @@ int BenchCommand::run_comm() {
     std::fflush(stdout);
   }
 
-  const CollectiveBenchOptions options{
-      .warmup_iters = o.warmup_iters, .iters = o.iters, .timeout_s = config.comm.timeout_s};
+  const CollectiveBenchOptions options{.warmup_iters = o.warmup_iters,
+                                       .iters = o.iters,
+                                       .timeout_s = config.comm.timeout_s,
+                                       .across_ranks = across_ranks};
   const std::vector<CollectiveBenchResult> step = bench_gradient_step(*comm, bucket_bytes, options);
   const std::vector<CollectiveBenchResult> collectives = bench_collectives(*comm, sizes, options);
   bool all_ok = true;
@@ -1150,6 +1162,7 @@ int BenchCommand::run_comm() {
         {"hosts", hosts},
         {"iters", o.iters},
         {"warmup_iters", o.warmup_iters},
+        {"average", across_ranks_name(across_ranks)},
         {"gradient_bytes", gradient_elements * static_cast<int64_t>(sizeof(float))},
         {"bucket_bytes", bucket_bytes},
         {"memory_per_rank_bytes", bytes_per_rank},

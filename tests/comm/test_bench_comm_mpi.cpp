@@ -1,9 +1,11 @@
 // `trainbench bench comm` through the real binary on 2 and 4 MPI ranks:
 // every collective passes its data check on both paths and reports a finite,
 // positive busbw, and the gradient step all-reduces the trainer's buckets.
+#include <algorithm>  // std::max, std::min: the ranks' times
 #include <map>      // sizes by collective and path
 #include <numeric>  // std::accumulate
 #include <string>
+#include <utility>  // std::pair
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -63,6 +65,36 @@ INSTANTIATE_TEST_SUITE_P(MpiRanks, BenchCommRanks, ::testing::Values(2, 4),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return std::to_string(info.param) + "Ranks";
                          });
+
+// Which rank's time a row reports, as nccl-tests' -a: the slowest rank's
+// median by default (a step waits for it), the mean over ranks with
+// --average 1 (nccl-tests' default; the docs said the slowest rank's was
+// nccl-tests' too), every rank's median in the row, busbw from the one
+// reported.
+TEST(BenchCommMpi, TheAverageOptionPicksTheRanksTimeAsNcclTestsDoes) {
+  const testing::TempDir dir;
+  for (const auto& [option, name] : std::vector<std::pair<std::string, std::string>>{
+           {"", "max"}, {" --average 1", "mean"}, {" --average 0", "rank 0"}, {" --average 2", "min"}}) {
+    SCOPED_TRACE("average " + name);
+    const nlohmann::json result = bench_comm_on(2, "tiny --max-bytes 4K" + option, dir);
+    EXPECT_EQ(result.at("average"), name);
+    for (const char* table : {"gradient_step", "collectives"})
+      for (const nlohmann::json& r : result.at(table)) {
+        const std::vector<double> ranks = r.at("rank_time_s").get<std::vector<double>>();
+        ASSERT_EQ(ranks.size(), 2u) << r.dump();
+        const double expected = name == "max"    ? std::max(ranks[0], ranks[1])
+                                : name == "mean" ? (ranks[0] + ranks[1]) / 2
+                                : name == "min"  ? std::min(ranks[0], ranks[1])
+                                                 : ranks[0];
+        EXPECT_DOUBLE_EQ(r.at("time_s").get<double>(), expected) << r.dump();
+        EXPECT_DOUBLE_EQ(r.at("algbw_gbs").get<double>(), r.at("bytes").get<double>() / expected / 1e9) << r.dump();
+      }
+  }
+  const testing::CommandResult bad =
+      run_command(std::string(TRAINBENCH_BINARY) + " bench comm tiny --average 4 --out " + dir.file("bad.json"));
+  EXPECT_EQ(bad.exit_code, 2) << bad.out << bad.err;
+  EXPECT_NE(bad.err.find("--average"), std::string::npos) << bad.err;
+}
 
 // Reduce-scatter and all-gather move whole floats per rank: on 4 ranks the
 // sweep's 4- and 8-byte sizes are both 16 bytes for them, which were printed
