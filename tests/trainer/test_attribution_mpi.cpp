@@ -33,6 +33,12 @@ struct Means {
 
 class Attribution : public ::testing::Test {
  protected:
+  // `trainbench run tiny` on two oversubscribed ranks over shared memory,
+  // bounded; each test adds its options.
+  inline static const std::string kTwoRanksRunTiny =
+      std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader timeout 300 ") +
+      TRAINBENCH_MPIEXEC + " --oversubscribe -np 2 " + TRAINBENCH_BINARY + " run tiny";
+
   // One reader, samples of ~64 tokens (16 per micro-batch), no shuffle: a
   // delay per sample read adds a predictable read time per batch. A
   // micro-batch of 16 makes compute the bottleneck of the plain run (with 8,
@@ -40,9 +46,8 @@ class Attribution : public ::testing::Test {
   Means run(const std::string& name, const std::string& extra) {
     const std::string out = dir_.file(name + ".json");
     const CommandResult r = run_command(
-        std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader timeout 300 ") +
-        TRAINBENCH_MPIEXEC + " --oversubscribe -np 2 " + TRAINBENCH_BINARY +
-        " run tiny --steps 16 --set train.warmup_steps=4 --set train.micro_batch=16 --set train.threads=1 --set data.readers=1"
+        kTwoRanksRunTiny +
+        " --steps 16 --set train.warmup_steps=4 --set train.micro_batch=16 --set train.threads=1 --set data.readers=1"
         " --set data.shuffle_buffer=0 --set data.synth_tokens_per_sample=64 --set report.progress_every=0"
         " --set checkpoint.dir=" + dir_.file(name + "-ckpt") + " --set checkpoint.every_steps=0 --out " + out + " " +
         extra);
@@ -100,9 +105,8 @@ TEST_F(Attribution, CeilingsAndRanksAreReported) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     const std::string out = dir_.file("ceilings" + std::to_string(attempt) + ".json");
     const CommandResult r = run_command(
-        std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader timeout 300 ") +
-        TRAINBENCH_MPIEXEC + " --oversubscribe -np 2 " + TRAINBENCH_BINARY +
-        " run tiny --steps 40 --ceilings --set report.progress_every=0 --set train.threads=1 --set checkpoint.dir=" +
+        kTwoRanksRunTiny +
+        " --steps 40 --ceilings --set report.progress_every=0 --set train.threads=1 --set checkpoint.dir=" +
         dir_.file("c-ckpt" + std::to_string(attempt)) + " --out " + out);  // a retry is a new run: its own folder
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     EXPECT_NE(r.out.find("ceilings            compute "), std::string::npos) << r.out;
@@ -160,9 +164,8 @@ TEST_F(Attribution, CeilingsAndRanksAreReported) {
 TEST_F(Attribution, ZeroOnesNetworkCeilingIsItsOwnCollectives) {
   const std::string out = dir_.file("zero-ceilings.json");
   const CommandResult r = run_command(
-      std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader timeout 300 ") +
-      TRAINBENCH_MPIEXEC + " --oversubscribe -np 2 " + TRAINBENCH_BINARY +
-      " run tiny --steps 12 --ceilings --set comm.zero=1 --set report.progress_every=0 --set train.threads=1"
+      kTwoRanksRunTiny +
+      " --steps 12 --ceilings --set comm.zero=1 --set report.progress_every=0 --set train.threads=1"
       " --set checkpoint.every_steps=0 --out " + out);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const nlohmann::json result = testing::read_json(out);
@@ -199,9 +202,8 @@ TEST_F(Attribution, TheNetworkCeilingTimesTheRunsOwnSchedule) {
     SCOPED_TRACE(std::string("comm.overlap=") + overlap);
     const std::string out = dir_.file(std::string("overlap-") + overlap + ".json");
     const CommandResult r = run_command(
-        std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader timeout 300 ") +
-        TRAINBENCH_MPIEXEC + " --oversubscribe -np 2 " + TRAINBENCH_BINARY +
-        " run tiny --steps 8 --set train.warmup_steps=2 --ceilings --set comm.bucket_mb=0.1 --set comm.overlap=" +
+        kTwoRanksRunTiny +
+        " --steps 8 --set train.warmup_steps=2 --ceilings --set comm.bucket_mb=0.1 --set comm.overlap=" +
         overlap + " --set report.progress_every=0 --set train.threads=1 --set checkpoint.every_steps=0 --out " + out);
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     const nlohmann::json network = testing::read_json(out).at("ceilings").at("network");
@@ -231,9 +233,8 @@ TEST_F(Attribution, AStragglersWaitIsNotCalledNetwork) {
   SCOPED_TRACE(std::string("comm.zero=") + zero);
   const std::string out = dir_.file(std::string("straggler-zero") + zero + ".json");
   const CommandResult r = run_command(
-      std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader timeout 300 ") +
-      TRAINBENCH_MPIEXEC + " --oversubscribe -np 2 " + TRAINBENCH_BINARY +
-      " run tiny --steps 16 --set train.warmup_steps=4 --set train.threads=1 --set report.progress_every=0"
+      kTwoRanksRunTiny +
+      " --steps 16 --set train.warmup_steps=4 --set train.threads=1 --set report.progress_every=0"
       " --set checkpoint.every_steps=0 --set burnin.inject_slow_rank=1 --set burnin.inject_slow_ms=160"
       " --set comm.zero=" + zero + " --set checkpoint.dir=" + dir_.file(std::string("s-ckpt") + zero) + " --out " + out);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
