@@ -1,7 +1,7 @@
 #include "dataloader/tar_reader.h"
 
 #include <archive.h>        // archive_read_* (libarchive)
-#include <archive_entry.h>  // archive_entry_pathname, _size, _filetype, _hardlink, _sparse_count
+#include <archive_entry.h>  // archive_entry_pathname, _size, _filetype, _hardlink, _sparse_reset/_next
 #include <fcntl.h>          // open, fcntl, posix_fadvise
 #include <sys/stat.h>       // fstat: only regular files are shards
 #include <unistd.h>         // close
@@ -191,11 +191,19 @@ int64_t TarReader::read_through_data(int64_t max_bytes) {
   }
   // A sparse member (GNU tar --sparse) holds its data blocks only: the
   // blocks skip its holes (their offsets jump) and add up to less than its
-  // size, up to all of a trailing hole. It is whole all the same (libarchive
-  // fails a truncated one itself, "Truncated tar archive"), and its size is
-  // what webdataset and read_data, which fill the holes with zeros, give:
-  // it was reported as a member that ends early, and its sample as corrupt.
-  if (archive_entry_sparse_count(entry_) > 0) return size;
+  // size, up to all of a trailing hole. It is whole when every block of its
+  // map came (libarchive fails a file cut inside one, "Truncated tar
+  // archive", but ends a map that lists more than the member stores early),
+  // and its size is what webdataset and read_data, which fill the holes with
+  // zeros, give: it was reported as a member that ends early, and its sample
+  // as corrupt.
+  if (archive_entry_sparse_reset(entry_) > 0) {
+    int64_t mapped = 0;
+    la_int64_t offset = 0, length = 0;
+    while (archive_entry_sparse_next(entry_, &offset, &length) == ARCHIVE_OK) mapped += length;
+    if (passed < mapped) fail_short_member(passed, mapped);
+    return size;
+  }
   if (passed < size) fail_short_member(passed, size);
   return passed;
 }

@@ -122,10 +122,11 @@ def write_tricky_tar(path, tar_format, mode="w", members=TRICKY_MEMBERS):
                 add_member(tar, name, data)
 
 
-def old_gnu_sparse_header(name, real_size, blocks):
+def old_gnu_sparse_header(name, real_size, blocks, stored=None):
     """The header of an old-GNU sparse member (type 'S', what GNU tar
     --sparse writes for up to 4 data blocks): the blocks' (offset, size)
-    map in the header, the member's stored size the blocks' sum."""
+    map in the header, the member's stored size the blocks' sum (unless
+    `stored` says otherwise: a damaged header)."""
     def octal(value, width):
         return f"{value:0{width - 1}o}".encode() + b"\0"
     header = bytearray(512)
@@ -133,7 +134,7 @@ def old_gnu_sparse_header(name, real_size, blocks):
     header[100:108] = octal(0o644, 8)
     header[108:116] = octal(0, 8)
     header[116:124] = octal(0, 8)
-    header[124:136] = octal(sum(len(data) for _, data in blocks), 12)
+    header[124:136] = octal(sum(len(data) for _, data in blocks) if stored is None else stored, 12)
     header[136:148] = octal(1700000000, 12)
     header[156:157] = b"S"
     header[257:265] = b"ustar  \0"
@@ -313,6 +314,35 @@ class InteropRead(unittest.TestCase):
         status, ours, errors = dump("--tokens", "tokens.u16", "100", path)
         self.assertEqual((status, errors), (0, []))
         self.assertEqual(ours, [{"key": k, "tokens": [1, 2, 3]} for k in ("000", "001")])
+        # Cut inside the second sample's sparse data: still an error, not a whole sample.
+        with open(path, "rb") as f:
+            data = f.read()
+        cut = self.path("sparse-cut.tar")
+        with open(cut, "wb") as f:
+            f.write(data[:2560 + 1024 + 512 + 700])  # sample 000, then 001: tokens, the sparse header, 700 of 1024
+        status, ours, errors = dump("--tokens", "tokens.u16", "100", cut)
+        self.assertEqual(status, 2)
+        self.assertEqual(ours, [{"key": "000", "tokens": [1, 2, 3]}])
+        self.assertEqual(len(errors), 1, errors)
+        self.assertRegex(errors[0], rf"^{cut}: byte \d+: truncated tar archive")
+        # A map listing more data than the member stores (512 of its 1024
+        # bytes): the shard is damaged there, as where any member ends early
+        # (libarchive ends that map without an error).
+        damaged = self.path("sparse-short.tar")
+        with open(damaged, "wb") as f:
+            for key in ("000", "001"):
+                info = tarfile.TarInfo(f"{key}.tokens.u16")
+                info.size, info.mtime = len(tokens), 1700000000
+                f.write(info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape"))
+                f.write(tokens.ljust(512, b"\0"))
+                short = key == "000"
+                f.write(old_gnu_sparse_header(f"{key}.payload.bin", 8192, blocks, stored=512 if short else None))
+                f.write(b"a" * 512 if short else b"".join(data for _, data in blocks))
+            f.write(b"\0" * 1024)
+        status, ours, errors = dump("--tokens", "tokens.u16", "100", damaged)
+        self.assertEqual((status, ours), (2, []))
+        self.assertEqual(errors, [f"{damaged}: byte 2048: 000.payload.bin (header at byte 1024) ends after 512 of "
+                                  "its 1024 bytes"])
 
     def test_numpy_token_arrays_decode(self):
         arrays = {
