@@ -1123,10 +1123,12 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 
 
 # Keys that differ between the runs of one sweep without making them different
-# jobs: the run length, where files go, and what the run sizes or picks for
-# itself (comm.backend as auto resolved it: mpi for one GPU, nccl for several).
-PER_RUN_KEYS = ("train.steps", "train.warmup_steps", "checkpoint.dir", "data.synth_samples_per_shard",
-                "comm.backend")
+# jobs: the run length, where files go, and what the run sizes for itself.
+PER_RUN_KEYS = ("train.steps", "train.warmup_steps", "checkpoint.dir", "data.synth_samples_per_shard")
+# And between world sizes, what auto picks for each: comm.backend as the result
+# says it resolved (mpi for one GPU, nccl for several). At one world size a
+# different backend is a different job.
+PER_WORLD_SIZE_KEYS = ("comm.backend",)
 
 
 def ranks_text(n: int) -> str:
@@ -1175,6 +1177,7 @@ def consistency_warnings(points: list[Point]) -> list[str]:
             config = flatten(run.data.get("config") or {})
             differ = sorted(k for k in set(base_config) | set(config)
                             if not k.startswith("report.") and k not in PER_RUN_KEYS
+                            and not (k in PER_WORLD_SIZE_KEYS and run.ranks != base.ranks)
                             and base_config.get(k) != config.get(k))
             if differ:
                 shown = ", ".join(f"{k} {json.dumps(base_config.get(k))} vs {json.dumps(config.get(k))}"

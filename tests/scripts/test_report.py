@@ -866,6 +866,12 @@ class ResultReadingTests(unittest.TestCase):
         self.write("r2.json", two)
         text = self.make_report(self.dir)
         self.assertNotIn("configured differently", text)
+        # At one world size another backend is another job.
+        again = copy.deepcopy(fake_result(1, 1100.0))
+        again["config"].setdefault("comm", {})["backend"] = "nccl"
+        self.write("r3.json", again)
+        self.assertIn('r3.json is configured differently from r1.json: comm.backend "mpi" vs "nccl"',
+                      self.make_report(self.dir))
 
     def test_several_hosts_gpus_are_said_to_be_rank_zeros_or_each_hosts(self) -> None:
         # The GPUs row showed rank 0's host's "8 × H200" beside "16 on 2 host(s)".
