@@ -127,8 +127,9 @@ CollectiveBenchResult shape(const char* collective, int64_t count, int64_t ranks
 // Runs one path once on the pattern and checks the result, then times the
 // warm-up and timed iterations on zeroed buffers (an in-place sum repeated on
 // the pattern would grow without bound). Ranks start the timed loop together;
-// the result is the slowest rank's median, and the check holds only when it
-// held on every rank.
+// the result is every rank's median and the one options.across_ranks picks
+// (the slowest rank's by default), and the check holds only when it held on
+// every rank.
 CollectiveBenchResult measure(Communicator& comm, const CollectiveBenchOptions& options,
                               const Collective& collective, const Path& path) {
   Buffers buffers{std::vector<float>(static_cast<size_t>(collective.send_count)),

@@ -40,7 +40,9 @@ struct CollectiveBenchResult {
 // Which of the ranks' times a result reports, as nccl-tests' -a (--average):
 // 0 rank 0's, 1 their mean, 2 the fastest, 3 the slowest. trainbench takes
 // the slowest (a training step waits for it: the network ceiling, burn-in);
-// nccl-tests' default is the mean, which `bench comm --average 1` gives.
+// nccl-tests' default is the mean over ranks, which `bench comm --average 1`
+// takes too (of each rank's median, where nccl-tests has each rank's mean
+// over its timed loop).
 enum class AcrossRanks { kRankZero = 0, kMean = 1, kMin = 2, kMax = 3 };
 // "rank 0", "mean", "min", "max".
 const char* across_ranks_name(AcrossRanks across);

@@ -40,9 +40,10 @@ std::string human_bytes(double bytes) {
 
 std::string human_rate(double gbs) {
   char text[64];
-  if (gbs >= 1.0)
+  // The unit a figure rounds to (999.999 MB/s is "1.00 GB/s", not "1000.00 MB/s").
+  if (gbs >= 0.999995)
     std::snprintf(text, sizeof(text), "%.2f GB/s", gbs);
-  else if (gbs >= 1e-3)
+  else if (gbs >= 0.999995e-3)
     std::snprintf(text, sizeof(text), "%.2f MB/s", gbs * 1e3);
   else
     std::snprintf(text, sizeof(text), "%.2f kB/s", gbs * 1e6);

@@ -28,7 +28,7 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
 std::string human_count(double value);
 std::string human_bytes(double bytes);
 // A rate given in GB/s (1e9 B/s, as every *_gbs figure of the result) in
-// decimal units, "1.23 GB/s", "45.6 MB/s": the console says what the JSON
+// decimal units, "1.23 GB/s", "45.60 MB/s": the console says what the JSON
 // says (human_bytes' GiB/s read 7% below the JSON's GB/s beside it).
 std::string human_rate(double gbs);
 // A loss to 4 decimals; "nan", "inf" or "-inf" when it is not finite (printf

@@ -162,6 +162,9 @@ TEST(HumanRate, IsDecimalAsTheResultsGbs) {
   EXPECT_EQ(human_rate(0.5), "500.00 MB/s");
   EXPECT_EQ(human_rate(0.0123), "12.30 MB/s");
   EXPECT_EQ(human_rate(4e-5), "40.00 kB/s");
+  EXPECT_EQ(human_rate(0.999999), "1.00 GB/s") << "the unit it rounds to";
+  EXPECT_EQ(human_rate(0.999999e-3), "1.00 MB/s");
+  EXPECT_EQ(human_rate(0.99999e-3), "999.99 kB/s");
 }
 
 // Hosts that differ in their GPUs or drivers are named, the first one and
