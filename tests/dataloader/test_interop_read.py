@@ -147,6 +147,26 @@ def old_gnu_sparse_header(name, real_size, blocks, stored=None):
     return bytes(header)
 
 
+SPARSE_BLOCKS = [(0, b"a" * 512), (4096, b"b" * 512)]  # of 8192 bytes: a trailing hole
+
+
+def write_sparse_shard(path, short_key=None):
+    """Samples 000 and 001: tokens.u16 [1, 2, 3] and an 8192-byte sparse
+    payload.bin of SPARSE_BLOCKS; short_key's map lists 1024 bytes where
+    its member stores 512."""
+    tokens = np.array([1, 2, 3], dtype="<u2").tobytes()
+    with open(path, "wb") as f:
+        for key in ("000", "001"):
+            info = tarfile.TarInfo(f"{key}.tokens.u16")
+            info.size, info.mtime = len(tokens), 1700000000
+            f.write(info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape"))
+            f.write(tokens.ljust(512, b"\0"))
+            short = key == short_key
+            f.write(old_gnu_sparse_header(f"{key}.payload.bin", 8192, SPARSE_BLOCKS, stored=512 if short else None))
+            f.write(b"a" * 512 if short else b"".join(data for _, data in SPARSE_BLOCKS))
+        f.write(b"\0" * 1024)
+
+
 @unittest.skipUnless(DUMP_SAMPLES, "DUMP_SAMPLES (the dump_samples tool) is not set")
 class InteropRead(unittest.TestCase):
     def setUp(self):
@@ -294,17 +314,7 @@ class InteropRead(unittest.TestCase):
         # read-through of a member it does not decode took the blocks' sum
         # for a member ending early, and called the sample corrupt.
         path = self.path("sparse.tar")
-        tokens = np.array([1, 2, 3], dtype="<u2").tobytes()
-        blocks = [(0, b"a" * 512), (4096, b"b" * 512)]  # and a trailing hole up to 8192
-        with open(path, "wb") as f:
-            for key in ("000", "001"):
-                info = tarfile.TarInfo(f"{key}.tokens.u16")
-                info.size, info.mtime = len(tokens), 1700000000
-                f.write(info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape"))
-                f.write(tokens.ljust(512, b"\0"))
-                f.write(old_gnu_sparse_header(f"{key}.payload.bin", 8192, blocks))
-                f.write(b"".join(data for _, data in blocks))
-            f.write(b"\0" * 1024)
+        write_sparse_shard(path)
         with tarfile.open(path) as tar:  # a sparse member as Python reads it
             info = tar.getmember("000.payload.bin")
             self.assertTrue(info.issparse())
@@ -329,16 +339,7 @@ class InteropRead(unittest.TestCase):
         # bytes): the shard is damaged there, as where any member ends early
         # (libarchive ends that map without an error).
         damaged = self.path("sparse-short.tar")
-        with open(damaged, "wb") as f:
-            for key in ("000", "001"):
-                info = tarfile.TarInfo(f"{key}.tokens.u16")
-                info.size, info.mtime = len(tokens), 1700000000
-                f.write(info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape"))
-                f.write(tokens.ljust(512, b"\0"))
-                short = key == "000"
-                f.write(old_gnu_sparse_header(f"{key}.payload.bin", 8192, blocks, stored=512 if short else None))
-                f.write(b"a" * 512 if short else b"".join(data for _, data in blocks))
-            f.write(b"\0" * 1024)
+        write_sparse_shard(damaged, short_key="000")
         status, ours, errors = dump("--tokens", "tokens.u16", "100", damaged)
         self.assertEqual((status, ours), (2, []))
         self.assertEqual(errors, [f"{damaged}: byte 2048: 000.payload.bin (header at byte 1024) ends after 512 of "
