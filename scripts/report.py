@@ -1359,8 +1359,9 @@ def environment_section(run: Run) -> list[str]:
     # Several hosts: `gpus` is rank 0's host's; host_gpus says whether the others match it.
     host_gpus = [h for h in env.get("host_gpus") or [] if isinstance(h, dict)]
     if len(host_gpus) > 1:
-        alike = all({k: v for k, v in h.items() if k != "host"} == {k: v for k, v in host_gpus[0].items()
-                                                                     if k != "host"} for h in host_gpus)
+        def without_name(h: dict[str, Any]) -> dict[str, Any]:
+            return {k: v for k, v in h.items() if k != "host"}
+        alike = all(without_name(h) == without_name(host_gpus[0]) for h in host_gpus)
         gpu_text += (f" on each of {len(host_gpus)} hosts" if alike else
                      f" on rank 0's host; the {len(host_gpus)} hosts differ (see the warnings)")
     cpu = env.get("cpu") or {}

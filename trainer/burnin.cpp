@@ -210,12 +210,6 @@ BaselineFigures read_baseline(const std::string& path) {
   return known;
 }
 
-// What precision auto trains in on an engine ("cuda", "cpu"), or "" when
-// the engine is not known (yet).
-std::string precision_of_auto_on(const std::string& engine) {
-  return engine == "cuda" ? "bf16" : engine == "cpu" ? "fp32" : "";
-}
-
 std::string baseline_job_difference(const BaselineFigures& known, const Config& config, int ranks,
                                     const std::string& engine) {
   if (known.ranks > 0 && known.ranks != ranks)

@@ -1002,6 +1002,10 @@ std::string byte_size_in_range(const std::string& text, int64_t low, int64_t hig
   return "";
 }
 
+std::string precision_of_auto_on(const std::string& engine) {
+  return engine == "cuda" ? "bf16" : engine == "cpu" ? "fp32" : "";
+}
+
 nlohmann::json config_to_json(const Config& config) {
   nlohmann::json json = nlohmann::json::object();
   for (const KeySpec& spec : key_table()) {

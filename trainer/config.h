@@ -215,6 +215,10 @@ std::string byte_size_in_range(const std::string& text, int64_t low, int64_t hig
 
 nlohmann::json config_to_json(const Config& config);
 
+// What train.precision auto trains in on an engine ("cuda", "cpu"), or ""
+// when the engine is not known (yet).
+std::string precision_of_auto_on(const std::string& engine);
+
 // The first of `keys` ({section, key}, or {section, ""} for the whole
 // section, then named by its first differing key) whose value differs
 // between two config_to_json objects: key "model.d_model" with both values;

@@ -7,7 +7,7 @@
 #include <sys/statfs.h>    // statfs: filesystem type and free space
 #include <sys/utsname.h>   // uname
 
-#include <algorithm>  // std::min: the limit as int64; std::find: hosts once each
+#include <algorithm>  // std::min: the limit as int64; std::none_of: hosts once each
 #include <cctype>   // std::isdigit: the driver version
 #include <cstdio>   // std::snprintf: GiB in words
 #include <cstdlib>  // std::atoll: /proc fields
@@ -221,9 +221,8 @@ Environment collect_environment(Communicator& comm, const std::string& compute_b
   for (const std::string& text : strings_of_ranks(comm, host_gpus_to_json(host_gpus_here(comm.host_name(), gpus,
                                                                                           env.nvidia_driver)).dump())) {
     const HostGpus host = host_gpus_from_json(nlohmann::json::parse(text));
-    if (std::find(env.hosts.begin(), env.hosts.end(), host.host) != env.hosts.end()) continue;
-    env.hosts.push_back(host.host);
-    env.host_gpus.push_back(host);
+    const auto same_host = [&host](const HostGpus& h) { return h.host == host.host; };
+    if (std::none_of(env.host_gpus.begin(), env.host_gpus.end(), same_host)) env.host_gpus.push_back(host);
   }
   env.compute_backend = compute_backend;
   env.built_backends = built_backends();
@@ -238,8 +237,11 @@ Environment collect_environment(Communicator& comm, const std::string& compute_b
 }
 
 nlohmann::json environment_to_json(const Environment& env) {
-  nlohmann::json host_gpus = nlohmann::json::array();
-  for (const HostGpus& h : env.host_gpus) host_gpus.push_back(host_gpus_to_json(h));
+  nlohmann::json hosts = nlohmann::json::array(), host_gpus = nlohmann::json::array();
+  for (const HostGpus& h : env.host_gpus) {
+    hosts.push_back(h.host);
+    host_gpus.push_back(host_gpus_to_json(h));
+  }
   nlohmann::json gpus = nlohmann::json::array();
   for (const GpuInfo& g : env.gpus.gpus) {
     gpus.push_back({{"index", g.index},
@@ -255,7 +257,7 @@ nlohmann::json environment_to_json(const Environment& env) {
   }
   auto or_null = [](const std::string& s) { return s.empty() ? nlohmann::json() : nlohmann::json(s); };
   return {
-      {"hosts", env.hosts},
+      {"hosts", hosts},
       {"host_gpus", host_gpus},
       {"ranks", env.world_size},
       {"comm_backend", env.comm_backend},

@@ -38,9 +38,8 @@ std::string host_gpus_difference(const HostGpus& host, const HostGpus& reference
 struct Environment {
   std::string trainbench_version;
   // Every host of the job, once each, in the order of their first rank (rank
-  // 0's first). The CPU, memory and GPUs below are rank 0's host's; every
-  // host's GPUs and drivers are in host_gpus, in the same order.
-  std::vector<std::string> hosts;
+  // 0's first), with its GPUs and drivers. The CPU, memory and GPUs below
+  // are rank 0's host's.
   std::vector<HostGpus> host_gpus;
   int world_size = 1;
   std::string comm_backend;

@@ -54,8 +54,8 @@ void print_header(FILE* out, const Config& config, const Environment& env, const
                   int64_t total_params, int64_t trainable_params) {
   std::fprintf(out, "trainbench %s  (%s)\n", env.trainbench_version.c_str(), config.origin.c_str());
   const std::string more_hosts =
-      env.hosts.size() > 1 ? " and " + std::to_string(env.hosts.size() - 1) + " more host(s)" : "";
-  std::fprintf(out, "  host      %s%s, %d rank(s), comm %s\n", env.hosts.front().c_str(), more_hosts.c_str(),
+      env.host_gpus.size() > 1 ? " and " + std::to_string(env.host_gpus.size() - 1) + " more host(s)" : "";
+  std::fprintf(out, "  host      %s%s, %d rank(s), comm %s\n", env.host_gpus.front().host.c_str(), more_hosts.c_str(),
                env.world_size, env.comm_backend.c_str());
   std::fprintf(out, "  cpu       %s, %d of %d threads, %s RAM\n", env.cpu_model.c_str(),
                env.threads_used, env.hardware_threads,

@@ -67,9 +67,7 @@ nlohmann::json resolved_config_json(const Config& config, const Environment& env
   };
   resolve("train", "device", env.compute_backend);
   resolve("comm", "backend", env.comm_backend);
-  resolve("train", "precision", env.compute_backend == "cuda"  ? "bf16"
-                                : env.compute_backend == "cpu" ? "fp32"
-                                                               : "");
+  resolve("train", "precision", precision_of_auto_on(env.compute_backend));
   return json;
 }
 
