@@ -2,6 +2,8 @@
 // collective a few lines plugged into it, as in nccl-tests.
 #include "comm/collective_bench.h"
 
+#include "comm/bench_buffer.h"  // where the buffers live: host memory or the GPU
+
 #include <algorithm>   // std::nth_element, std::max_element, std::fill
 #include <atomic>      // the watchdog's progress count
 #include <chrono>
@@ -13,7 +15,7 @@
 #include <mutex>
 #include <numeric>     // std::accumulate: the mean over ranks
 #include <optional>
-#include <stdexcept>   // std::invalid_argument: device-buffer backends
+#include <stdexcept>   // std::invalid_argument: time_across_ranks of no rank
 #include <string>
 #include <thread>      // the watchdog
 
@@ -36,9 +38,11 @@ float sum_of_contributions(int world, int64_t i) {
   return static_cast<float>(world * (world + 1) / 2 + world * (i % 7));
 }
 
+// Where the communicator takes them (bench_buffer.h): host memory, or the
+// GPU for NCCL, each with a host view that is filled and checked.
 struct Buffers {
-  std::vector<float> send;  // an all-reduce works in place here
-  std::vector<float> recv;
+  std::unique_ptr<BenchBuffer> send;  // an all-reduce works in place here
+  std::unique_ptr<BenchBuffer> recv;
 };
 
 struct Path {
@@ -108,9 +112,10 @@ struct Collective {
   CollectiveBenchResult shape;  // collective, bytes, count, buckets
   int64_t send_count = 0;
   int64_t recv_count = 0;
-  std::function<void(Buffers&)> fill;
+  std::function<void(std::vector<float>& send)> fill;  // the host view
   std::vector<Path> paths;
-  std::function<bool(const Buffers&)> check;
+  // The host views, after the collective.
+  std::function<bool(const std::vector<float>& send, const std::vector<float>& recv)> check;
 };
 
 // `count` floats per rank; `ranks` blocks of them in the whole buffer
@@ -124,17 +129,22 @@ CollectiveBenchResult shape(const char* collective, int64_t count, int64_t ranks
   return result;
 }
 
-// Runs one path once on the pattern and checks the result, then times the
-// warm-up and timed iterations on zeroed buffers (an in-place sum repeated on
+// Runs one path once on the pattern and checks the result (filled and
+// checked on the host, copied to and from the buffers where they are
+// elsewhere), then times the warm-up and timed iterations on zeroed buffers (an in-place sum repeated on
 // the pattern would grow without bound). Ranks start the timed loop together;
 // the result is every rank's median and the one options.across_ranks picks
 // (the slowest rank's by default), and the check holds only when it held on
 // every rank.
 CollectiveBenchResult measure(Communicator& comm, const CollectiveBenchOptions& options,
-                              const Collective& collective, const Path& path) {
-  Buffers buffers{std::vector<float>(static_cast<size_t>(collective.send_count)),
-                  std::vector<float>(static_cast<size_t>(collective.recv_count))};
-  collective.fill(buffers);
+                              const MakeBenchBuffer& make_buffer, const Collective& collective, const Path& path) {
+  const auto make = [&](int64_t count) {
+    return make_buffer ? make_buffer(count) : make_bench_buffer(comm, count);
+  };
+  Buffers buffers{make(collective.send_count), make(collective.recv_count)};
+  collective.fill(buffers.send->host());
+  buffers.send->to_collective();
+  buffers.recv->zero();
   std::optional<StallWatchdog> watchdog;
   if (path.blocking) {
     watchdog.emplace(comm, options.timeout_s,
@@ -144,9 +154,11 @@ CollectiveBenchResult measure(Communicator& comm, const CollectiveBenchOptions& 
   }
   path.run(buffers);
   if (watchdog) watchdog->progressed();
-  const bool check_ok = collective.check(buffers);
-  std::fill(buffers.send.begin(), buffers.send.end(), 0.0f);
-  std::fill(buffers.recv.begin(), buffers.recv.end(), 0.0f);
+  buffers.send->to_host();
+  buffers.recv->to_host();
+  const bool check_ok = collective.check(buffers.send->host(), buffers.recv->host());
+  buffers.send->zero();
+  buffers.recv->zero();
 
   comm.barrier();
   std::vector<double> times;
@@ -201,19 +213,19 @@ Collective all_reduce(Communicator& comm, int64_t size_bytes) {
   Collective c;
   c.shape = shape("all_reduce", count);
   c.send_count = count;
-  c.fill = [=](Buffers& b) { for (int64_t i = 0; i < count; ++i) b.send[i] = contribution(rank, i); };
-  c.check = [=](const Buffers& b) {
+  c.fill = [=](std::vector<float>& send) { for (int64_t i = 0; i < count; ++i) send[i] = contribution(rank, i); };
+  c.check = [=](const std::vector<float>& send, const std::vector<float>& /*recv*/) {
     for (int64_t i = 0; i < count; ++i)
-      if (b.send[i] != sum_of_contributions(world, i)) return false;
+      if (send[i] != sum_of_contributions(world, i)) return false;
     return true;
   };
   c.paths.push_back({"bucketed", [&comm, count](Buffers& b) {
-                       comm.wait(comm.start_all_reduce_sum(b.send.data(), count));
+                       comm.wait(comm.start_all_reduce_sum(b.send->data(), count));
                      }});
 #if TRAINBENCH_HAVE_MPI
   if (has_raw_path(comm))
     c.paths.push_back({"raw", [&comm, count](Buffers& b) {
-                         check_raw(comm, MPI_Allreduce(MPI_IN_PLACE, b.send.data(), raw_count(comm, count),
+                         check_raw(comm, MPI_Allreduce(MPI_IN_PLACE, b.send->data(), raw_count(comm, count),
                                                        MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
                                    "MPI_Allreduce");
                        }, true});
@@ -229,21 +241,21 @@ Collective reduce_scatter(Communicator& comm, int64_t size_bytes) {
   c.shape = shape("reduce_scatter", block, world);
   c.send_count = block * world;
   c.recv_count = block;
-  c.fill = [=](Buffers& b) {
-    for (int64_t i = 0; i < block * world; ++i) b.send[i] = contribution(rank, i);
+  c.fill = [=](std::vector<float>& send) {
+    for (int64_t i = 0; i < block * world; ++i) send[i] = contribution(rank, i);
   };
-  c.check = [=](const Buffers& b) {
+  c.check = [=](const std::vector<float>& /*send*/, const std::vector<float>& recv) {
     for (int64_t i = 0; i < block; ++i)
-      if (b.recv[i] != sum_of_contributions(world, rank * block + i)) return false;
+      if (recv[i] != sum_of_contributions(world, rank * block + i)) return false;
     return true;
   };
   c.paths.push_back({"comm", [&comm, block](Buffers& b) {
-                       comm.reduce_scatter_sum(b.send.data(), b.recv.data(), block);
+                       comm.reduce_scatter_sum(b.send->data(), b.recv->data(), block);
                      }});
 #if TRAINBENCH_HAVE_MPI
   if (has_raw_path(comm))
     c.paths.push_back({"raw", [&comm, block](Buffers& b) {
-                         check_raw(comm, MPI_Reduce_scatter_block(b.send.data(), b.recv.data(),
+                         check_raw(comm, MPI_Reduce_scatter_block(b.send->data(), b.recv->data(),
                                                                   raw_count(comm, block), MPI_FLOAT,
                                                                   MPI_SUM, MPI_COMM_WORLD),
                                    "MPI_Reduce_scatter_block");
@@ -260,21 +272,21 @@ Collective all_gather(Communicator& comm, int64_t size_bytes) {
   c.shape = shape("all_gather", block, world);
   c.send_count = block;
   c.recv_count = block * world;
-  c.fill = [=](Buffers& b) { for (int64_t i = 0; i < block; ++i) b.send[i] = contribution(rank, i); };
-  c.check = [=](const Buffers& b) {
+  c.fill = [=](std::vector<float>& send) { for (int64_t i = 0; i < block; ++i) send[i] = contribution(rank, i); };
+  c.check = [=](const std::vector<float>& /*send*/, const std::vector<float>& recv) {
     for (int r = 0; r < world; ++r)
       for (int64_t i = 0; i < block; ++i)
-        if (b.recv[r * block + i] != contribution(r, i)) return false;
+        if (recv[r * block + i] != contribution(r, i)) return false;
     return true;
   };
   c.paths.push_back({"comm", [&comm, block](Buffers& b) {
-                       comm.all_gather_floats(b.send.data(), b.recv.data(), block);
+                       comm.all_gather_floats(b.send->data(), b.recv->data(), block);
                      }});
 #if TRAINBENCH_HAVE_MPI
   if (has_raw_path(comm))
     c.paths.push_back({"raw", [&comm, block](Buffers& b) {
                          const int count = raw_count(comm, block);
-                         check_raw(comm, MPI_Allgather(b.send.data(), count, MPI_FLOAT, b.recv.data(),
+                         check_raw(comm, MPI_Allgather(b.send->data(), count, MPI_FLOAT, b.recv->data(),
                                                        count, MPI_FLOAT, MPI_COMM_WORLD),
                                    "MPI_Allgather");
                        }, true});
@@ -336,20 +348,10 @@ std::vector<int64_t> size_sweep(int64_t min_bytes, int64_t max_bytes, double fac
   return sizes;
 }
 
-// The harness fills and checks host vectors: a device-buffer backend (nccl)
-// would be handed host pointers.
-namespace {
-void require_host_buffers(const Communicator& comm, const char* what) {
-  if (comm.device_buffers())
-    throw std::invalid_argument(std::string(what) + ": the " + comm.backend_name() +
-                                " backend takes device buffers, which this harness does not allocate yet");
-}
-}  // namespace
-
 std::vector<CollectiveBenchResult> bench_collectives(Communicator& comm,
                                                      const std::vector<int64_t>& sizes_bytes,
-                                                     const CollectiveBenchOptions& options) {
-  require_host_buffers(comm, "bench_collectives");
+                                                     const CollectiveBenchOptions& options,
+                                                     const MakeBenchBuffer& make_buffer) {
   std::vector<CollectiveBenchResult> results;
   for (const auto& make : {all_reduce, reduce_scatter, all_gather}) {
     int64_t previous_bytes = -1;
@@ -359,7 +361,7 @@ std::vector<CollectiveBenchResult> bench_collectives(Communicator& comm,
       // per rank: small sizes round to the same one, measured once.
       if (collective.shape.bytes == previous_bytes) continue;
       previous_bytes = collective.shape.bytes;
-      for (const Path& path : collective.paths) results.push_back(measure(comm, options, collective, path));
+      for (const Path& path : collective.paths) results.push_back(measure(comm, options, make_buffer, collective, path));
     }
   }
   return results;
@@ -367,8 +369,8 @@ std::vector<CollectiveBenchResult> bench_collectives(Communicator& comm,
 
 std::vector<CollectiveBenchResult> bench_gradient_step(Communicator& comm,
                                                        const std::vector<int64_t>& bucket_bytes,
-                                                       const CollectiveBenchOptions& options) {
-  require_host_buffers(comm, "bench_gradient_step");
+                                                       const CollectiveBenchOptions& options,
+                                                     const MakeBenchBuffer& make_buffer) {
   const int rank = comm.rank();
   const int world = comm.world_size();
   std::vector<int64_t> offsets;  // in floats, one per bucket, then the total
@@ -383,16 +385,16 @@ std::vector<CollectiveBenchResult> bench_gradient_step(Communicator& comm,
   Collective c;
   c.shape = shape("all_reduce", count, 1, buckets);
   c.send_count = count;
-  c.fill = [=](Buffers& b) { for (int64_t i = 0; i < count; ++i) b.send[i] = contribution(rank, i); };
-  c.check = [=](const Buffers& b) {
+  c.fill = [=](std::vector<float>& send) { for (int64_t i = 0; i < count; ++i) send[i] = contribution(rank, i); };
+  c.check = [=](const std::vector<float>& send, const std::vector<float>& /*recv*/) {
     for (int64_t i = 0; i < count; ++i)
-      if (b.send[i] != sum_of_contributions(world, i)) return false;
+      if (send[i] != sum_of_contributions(world, i)) return false;
     return true;
   };
   c.paths.push_back({"bucketed", [&comm, offsets, buckets](Buffers& b) {
                        std::vector<Communicator::Ticket> tickets;
                        for (int64_t k = 0; k < buckets; ++k)
-                         tickets.push_back(comm.start_all_reduce_sum(b.send.data() + offsets[k],
+                         tickets.push_back(comm.start_all_reduce_sum(b.send->data() + offsets[k],
                                                                      offsets[k + 1] - offsets[k]));
                        for (Communicator::Ticket ticket : tickets) comm.wait(ticket);
                      }});
@@ -400,14 +402,14 @@ std::vector<CollectiveBenchResult> bench_gradient_step(Communicator& comm,
   if (has_raw_path(comm))
     c.paths.push_back({"raw", [&comm, offsets, buckets](Buffers& b) {
                          for (int64_t k = 0; k < buckets; ++k)
-                           check_raw(comm, MPI_Allreduce(MPI_IN_PLACE, b.send.data() + offsets[k],
+                           check_raw(comm, MPI_Allreduce(MPI_IN_PLACE, b.send->data() + offsets[k],
                                                          raw_count(comm, offsets[k + 1] - offsets[k]),
                                                          MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
                                      "MPI_Allreduce");
                        }, true});
 #endif
   std::vector<CollectiveBenchResult> results;
-  for (const Path& path : c.paths) results.push_back(measure(comm, options, c, path));
+  for (const Path& path : c.paths) results.push_back(measure(comm, options, make_buffer, c, path));
   return results;
 }
 

@@ -3,12 +3,20 @@
 // bandwidth, and a check that every rank got the exact expected values.
 // Each collective is measured on the communicator's path (the one the trainer
 // uses) and, on the MPI backend, as the plain blocking MPI call beside it.
+// The buffers are where the communicator takes them (bench_buffer.h): host
+// memory for local and mpi, the rank's GPU for nccl. Times are host wall
+// time around each call, which on NCCL returns once the host has seen the
+// collective complete on the GPU (its wait loop: spinning for the first
+// 200 us, then polling every 20 us or so).
 #pragma once
 
-#include <cstdint>  // int64_t
+#include <cstdint>     // int64_t
+#include <functional>  // CollectiveBenchOptions::make_buffer
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "comm/bench_buffer.h"
 #include "comm/communicator.h"
 
 namespace trainbench {
@@ -59,6 +67,11 @@ struct CollectiveBenchOptions {
   AcrossRanks across_ranks = AcrossRanks::kMax;
 };
 
+// Makes a measurement's buffers. By default make_bench_buffer (where the
+// communicator takes them); tests pass make_separate_host_bench_buffer,
+// device memory's stand-in.
+using MakeBenchBuffer = std::function<std::unique_ptr<BenchBuffer>(int64_t count)>;
+
 // The median of one rank's iteration times; of an even count the mean of
 // the two middle ones (as the step statistics interpolate; the upper one was
 // taken). 0 for none.
@@ -76,7 +89,8 @@ std::vector<int64_t> size_sweep(int64_t min_bytes, int64_t max_bytes, double fac
 // ranks must call it with the same arguments.
 std::vector<CollectiveBenchResult> bench_collectives(Communicator& comm,
                                                      const std::vector<int64_t>& sizes_bytes,
-                                                     const CollectiveBenchOptions& options);
+                                                     const CollectiveBenchOptions& options,
+                                                     const MakeBenchBuffer& make_buffer = nullptr);
 
 // One step's gradient buckets (byte sizes, in the order backward produces
 // them) all-reduced back to back: on the bucketed path all started at once
@@ -84,6 +98,7 @@ std::vector<CollectiveBenchResult> bench_collectives(Communicator& comm,
 // MPI_Allreduce after another. time_s is the time per step.
 std::vector<CollectiveBenchResult> bench_gradient_step(Communicator& comm,
                                                        const std::vector<int64_t>& bucket_bytes,
-                                                       const CollectiveBenchOptions& options);
+                                                       const CollectiveBenchOptions& options,
+                                                     const MakeBenchBuffer& make_buffer = nullptr);
 
 }  // namespace trainbench

@@ -4,6 +4,7 @@
 // (test_bench_comm_mpi, test_mpi_collectives).
 #include "comm/collective_bench.h"
 
+#include <cmath>    // std::isnan
 #include <cstdlib>  // setenv, unsetenv
 #include <map>
 #include <optional>
@@ -75,6 +76,43 @@ TEST(CollectiveBench, GradientStepAllReducesEveryBucket) {
   EXPECT_EQ(results[0].buckets, 3);
   EXPECT_EQ(results[0].bytes, (1 << 20) + 400 + (1 << 16));
   EXPECT_TRUE(results[0].check_ok);
+}
+
+// Buffers apart from their host views, as a GPU's are (NCCL): the harness
+// copies the pattern to them, the collective works there, and the check
+// reads what comes back. The separate buffer leaves NaN in its host view
+// when it copies out, so a harness that checked without copying back, or
+// ran the collective on the host view, fails every check.
+TEST(CollectiveBench, BuffersApartFromTheHostAreFilledAndCheckedThroughCopies) {
+  const std::unique_ptr<Communicator> comm = make_local_communicator();
+  const CollectiveBenchOptions options{.warmup_iters = 1, .iters = 2};
+  std::vector<CollectiveBenchResult> results =
+      bench_collectives(*comm, {1024, 4096}, options, make_separate_host_bench_buffer);
+  const std::vector<CollectiveBenchResult> step =
+      bench_gradient_step(*comm, {1 << 16, 400}, options, make_separate_host_bench_buffer);
+  results.insert(results.end(), step.begin(), step.end());
+  ASSERT_EQ(results.size(), 7u);
+  for (const CollectiveBenchResult& r : results)
+    EXPECT_TRUE(r.check_ok) << r.collective << " " << r.path << " " << r.bytes;
+}
+
+TEST(CollectiveBench, ASeparateBufferCopiesBothWaysAndZeroesItsOwnMemory) {
+  const std::unique_ptr<BenchBuffer> buffer = make_separate_host_bench_buffer(3);
+  buffer->host() = {1, 2, 3};
+  buffer->to_collective();
+  EXPECT_TRUE(std::isnan(buffer->host()[0]));  // the host view is stale until copied back
+  buffer->data()[1] = 7;
+  buffer->to_host();
+  EXPECT_EQ(buffer->host(), (std::vector<float>{1, 7, 3}));
+  buffer->zero();
+  EXPECT_EQ(buffer->host(), (std::vector<float>{1, 7, 3}));
+  buffer->to_host();
+  EXPECT_EQ(buffer->host(), (std::vector<float>{0, 0, 0}));
+  // The host backends' buffers are their host views.
+  const std::unique_ptr<Communicator> comm = make_local_communicator();
+  const std::unique_ptr<BenchBuffer> in_place = make_bench_buffer(*comm, 2);
+  EXPECT_EQ(in_place->data(), in_place->host().data());
+  EXPECT_EQ(free_bench_buffer_bytes(*comm), -1);
 }
 
 // Sets environment variables for one test and restores them after.

@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "comm/collective_bench.h"  // the bench harness on buffers apart from the host
 #include "comm/communicator.h"
 
 namespace trainbench {
@@ -173,6 +174,22 @@ TEST(MpiCommunicator, BlockingCollectivesWhileBackgroundOnesRun) {
   comm->wait(ticket);
   EXPECT_EQ(first_wrong_sum(blocking), -1);
   EXPECT_EQ(first_wrong_sum(background), -1);
+}
+
+// The bench harness on buffers apart from their host views (NCCL's GPU
+// memory's stand-in, bench_buffer.h), every path including raw MPI: each
+// rank's pattern reaches the collective and every rank's result comes back.
+TEST(MpiCommunicator, BenchHarnessCopiesToBuffersElsewhereAndChecksWhatComesBack) {
+  const CollectiveBenchOptions options{.warmup_iters = 1, .iters = 2};
+  std::vector<CollectiveBenchResult> results =
+      bench_collectives(*comm, {4096, 1 << 16}, options, make_separate_host_bench_buffer);
+  const std::vector<CollectiveBenchResult> step =
+      bench_gradient_step(*comm, {1 << 16, 1000}, options, make_separate_host_bench_buffer);
+  results.insert(results.end(), step.begin(), step.end());
+  // Two sizes of three collectives and the step, each on its path and raw MPI's.
+  ASSERT_EQ(results.size(), 14u);
+  for (const CollectiveBenchResult& r : results)
+    EXPECT_TRUE(r.check_ok) << r.collective << " " << r.path << " " << r.bytes;
 }
 
 TEST(MpiCommunicator, WaitOnATicketNeverStartedIsAnError) {

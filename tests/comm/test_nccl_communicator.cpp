@@ -23,6 +23,8 @@
 #include <utility>    // std::move
 #include <vector>
 
+#include "comm/bench_buffer.h"      // bench comm's buffers on the GPU
+#include "comm/collective_bench.h"  // bench comm's harness on NCCL
 #include "comm/communicator.h"  // make_nccl_communicator and its bootstraps
 
 namespace trainbench {
@@ -340,6 +342,31 @@ TEST_F(NcclCommunicatorTest, WaitsForTheCallersDeviceEventWithoutBlockingTheHost
   EXPECT_EQ(first_mismatch(data.download(), summed(world)), -1);
   CUDA_OK(cudaEventDestroy(ready));
   CUDA_OK(cudaStreamDestroy(compute));
+}
+
+// bench comm's harness on NCCL: its buffers on this rank's GPU
+// (bench_buffer.h), filled and checked through copies; every collective's
+// data check holds and every time is a real one.
+TEST_F(NcclCommunicatorTest, BenchHarnessRunsOnDeviceBuffers) {
+  std::string why;
+  const int64_t free_bytes = free_bench_buffer_bytes(*comm, &why);
+  EXPECT_GT(free_bytes, int64_t{1} << 20) << why;
+  const std::unique_ptr<BenchBuffer> buffer = make_bench_buffer(*comm, 4);
+  cudaPointerAttributes attributes{};
+  CUDA_OK(cudaPointerGetAttributes(&attributes, buffer->data()));
+  EXPECT_EQ(attributes.type, cudaMemoryTypeDevice);
+
+  const CollectiveBenchOptions options{.warmup_iters = 1, .iters = 3};
+  std::vector<CollectiveBenchResult> results = bench_collectives(*comm, {4096, 1 << 22}, options);
+  const std::vector<CollectiveBenchResult> step = bench_gradient_step(*comm, {1 << 20, 4 << 20, 1000}, options);
+  results.insert(results.end(), step.begin(), step.end());
+  ASSERT_EQ(results.size(), 7u);  // no raw path: that is MPI's, on host buffers
+  for (const CollectiveBenchResult& r : results) {
+    EXPECT_TRUE(r.check_ok) << r.collective << " " << r.path << " " << r.bytes;
+    EXPECT_GT(r.time_s, 0.0) << r.collective << " " << r.bytes;
+    std::printf("bench on NCCL: %-14s %-8s %9ld bytes %10.1f us busbw %.1f GB/s\n", r.collective.c_str(),
+                r.path.c_str(), static_cast<long>(r.bytes), r.time_s * 1e6, r.busbw_gbs);
+  }
 }
 
 TEST_F(NcclCommunicatorTest, ControlCollectivesUseHostMemory) {

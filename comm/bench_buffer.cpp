@@ -1,0 +1,59 @@
+// Host-memory bench buffers and the choice between host and device ones.
+#include "comm/bench_buffer.h"
+
+#include <algorithm>  // std::fill
+#include <limits>     // quiet_NaN: the separate buffer's stale host view
+
+namespace trainbench {
+
+namespace {
+
+// The host backends: the collective works on the host view itself.
+class InPlaceHostBuffer final : public BenchBuffer {
+ public:
+  explicit InPlaceHostBuffer(int64_t count) : values_(static_cast<size_t>(count)) {}
+  float* data() override { return values_.data(); }
+  std::vector<float>& host() override { return values_; }
+  void to_collective() override {}
+  void to_host() override {}
+  void zero() override { std::fill(values_.begin(), values_.end(), 0.0f); }
+
+ private:
+  std::vector<float> values_;
+};
+
+class SeparateHostBuffer final : public BenchBuffer {
+ public:
+  explicit SeparateHostBuffer(int64_t count)
+      : view_(static_cast<size_t>(count)), memory_(static_cast<size_t>(count)) {}
+  float* data() override { return memory_.data(); }
+  std::vector<float>& host() override { return view_; }
+  void to_collective() override {
+    memory_ = view_;
+    std::fill(view_.begin(), view_.end(), std::numeric_limits<float>::quiet_NaN());
+  }
+  void to_host() override { view_ = memory_; }
+  void zero() override { std::fill(memory_.begin(), memory_.end(), 0.0f); }
+
+ private:
+  std::vector<float> view_;
+  std::vector<float> memory_;
+};
+
+}  // namespace
+
+std::unique_ptr<BenchBuffer> make_bench_buffer(Communicator& comm, int64_t count) {
+  if (comm.device_buffers()) return make_device_bench_buffer(comm, count);
+  return std::make_unique<InPlaceHostBuffer>(count);
+}
+
+int64_t free_bench_buffer_bytes(const Communicator& comm, std::string* why) {
+  if (!comm.device_buffers()) return -1;
+  return free_device_bench_bytes(why);
+}
+
+std::unique_ptr<BenchBuffer> make_separate_host_bench_buffer(int64_t count) {
+  return std::make_unique<SeparateHostBuffer>(count);
+}
+
+}  // namespace trainbench
