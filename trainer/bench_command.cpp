@@ -16,6 +16,7 @@
 #include "checkpoint/atomic_file.h"  // write_file_atomically for --out
 #include "checkpoint/checkpoint_files.h"  // check_checkpoint_dir, CheckpointWriteError
 #include "checkpoint/write_bench.h"       // run_write_bench: bench io --write
+#include "comm/bench_buffer.h"       // free_bench_buffer_bytes: the GPU's room for bench comm
 #include "comm/collective_bench.h"   // bench_collectives, bench_gradient_step
 #include "comm/communicator.h"       // make_mpi_communicator, launched_by_mpi
 #include "comm/launch_detect.h"      // launcher_rank, launcher_task_count: bench io in one process
@@ -197,26 +198,38 @@ struct CommBenchSweep {
   int64_t bytes_per_rank() const { return comm_bench_bytes_per_rank(sizes(), bucket_bytes, world, mpi); }
 };
 
+// What NCCL itself may still take on the GPU once the bench's buffers are
+// allocated: its channel buffers are set up at the first collective of a
+// kind (lazily, since NCCL 2.22), a few hundred MiB at most.
+constexpr int64_t kNcclDeviceReserve = int64_t{1} << 30;
+
 // Why this rank cannot hold what `sweep` allocates ("" when it can): its
 // host's MemAvailable shared by the `host_ranks` ranks there, then the
-// address-space limit (ulimit -v) beside what the process maps already;
-// with the largest --max-bytes that fits.
-std::string comm_bench_memory_shortfall(const CommBenchSweep& sweep, int host_ranks, const std::string& host) {
+// address-space limit (ulimit -v) beside what the process maps already, and
+// on NCCL (gpu_free_bytes >= 0) the GPU's free memory less kNcclDeviceReserve,
+// where the buffers live (their host copies, for the data check, are as
+// large); with the largest --max-bytes that fits.
+std::string comm_bench_memory_shortfall(const CommBenchSweep& sweep, int host_ranks, const std::string& host,
+                                        int64_t gpu_free_bytes) {
   const int64_t needed = sweep.bytes_per_rank();
   const int64_t available = available_memory_bytes();
   const int64_t allowed = address_space_limit_bytes();
   const bool limited = allowed > 0;
+  const bool on_gpu = gpu_free_bytes >= 0;
+  const int64_t gpu_room = on_gpu ? std::max<int64_t>(0, gpu_free_bytes - kNcclDeviceReserve) : 0;
   const int64_t mapped = limited ? mapped_bytes() : 0;
   const bool host_short = available > 0 && needed * host_ranks > available;
   const bool address_space_short = limited && mapped + needed > allowed;
-  if (!host_short && !address_space_short) return "";
+  const bool gpu_short = on_gpu && needed > gpu_room;
+  if (!host_short && !address_space_short && !gpu_short) return "";
 
   // The largest --max-bytes (with --min-bytes lowered to it when smaller)
-  // whose footprint fits in one rank's room, under both limits: the
+  // whose footprint fits in one rank's room, under every limit: the
   // footprint grows with it.
   int64_t room = std::numeric_limits<int64_t>::max();
   if (available > 0) room = available / host_ranks;
   if (limited) room = std::min(room, allowed - mapped);
+  if (on_gpu) room = std::min(room, gpu_room);
   int64_t fits = 0;
   for (int64_t low = 1, high = sweep.max_bytes; low <= high;) {
     const int64_t middle = low + (high - low) / 2;
@@ -253,7 +266,14 @@ std::string comm_bench_memory_shortfall(const CommBenchSweep& sweep, int host_ra
   const std::string needs = "bench comm: --max-bytes " + human_bytes(static_cast<double>(sweep.max_bytes)) +
                             " needs " + human_bytes(static_cast<double>(needed)) +
                             " per rank (the largest collective's send and receive buffers" +
-                            (sweep.mpi ? " and MPI's scratch, twice the message" : "") + ")";
+                            (sweep.mpi ? " and MPI's scratch, twice the message" : "") +
+                            (on_gpu ? ", on the GPU and again on the host for the data check" : "") + ")";
+  if (gpu_short)
+    return needs + ", but the GPU of this rank on " + host + " has " +
+           human_bytes(static_cast<double>(gpu_free_bytes)) + " free, " +
+           human_bytes(static_cast<double>(gpu_room)) + " after " +
+           human_bytes(static_cast<double>(kNcclDeviceReserve)) + " kept for NCCL's own buffers: " + what_to_do +
+           " (or free the GPU: another process holds its memory)";
   if (host_short)
     return needs + ", " + human_bytes(static_cast<double>(needed * host_ranks)) + " of host memory for the " +
            std::to_string(host_ranks) + " rank(s) on " + host + ", but " +
@@ -263,6 +283,28 @@ std::string comm_bench_memory_shortfall(const CommBenchSweep& sweep, int host_ra
          " of address space with the program as loaded (" + human_bytes(static_cast<double>(mapped)) +
          "), but the address-space limit (ulimit -v) is " + human_bytes(static_cast<double>(allowed)) + " on " +
          host + ": raise it (ulimit -v unlimited) or " + what_to_do;
+}
+
+// The GPU bench comm measures NCCL on, picked as `run` picks it:
+// comm.backend nccl, or auto on more than one rank where the run would
+// train on GPUs (train.device resolves to cuda) and NCCL is built; the
+// rank's place on its host picks the GPU. -1: the host backends. A rank
+// without a GPU stops every rank (before NCCL's init would wait for it).
+int comm_bench_gpu(const Config& config, Communicator& bootstrap) {
+  const bool asked = config.comm.backend == "nccl";
+  if (!asked && !(config.comm.backend == "auto" && bootstrap.world_size() > 1 && !nccl_version().empty()))
+    return -1;
+  const GpuInventory gpus = query_gpus();
+  const bool on_gpus = asked || resolve_device(config.train.device, gpus) == "cuda";
+  // Every rank answers alike: one that found no GPU while the others did
+  // would leave them in NCCL's init.
+  const std::string no_gpu = on_gpus && gpus.gpus.empty()
+                                 ? "comm.backend=nccl: " + gpus.why_none + " on " + bootstrap.host_name()
+                                 : "";
+  const std::string why = first_reason_over_ranks(bootstrap, no_gpu).reason;
+  if (!why.empty()) throw CommandError{kExitEnvironmentError, "bench comm: " + why};
+  if (!on_gpus) return -1;
+  return bootstrap.local_rank() % static_cast<int>(gpus.gpus.size());
 }
 
 // What each path of a collective is, under its table; the raw path only
@@ -1034,10 +1076,6 @@ int BenchCommand::run_comm() {
     throw CommandError{kExitUserError, "--max-bytes " + std::to_string(o.max_bytes) +
                                            " is smaller than --min-bytes " + std::to_string(o.min_bytes)};
   if (!o.out.empty()) check_result_path(o.out);
-  // make_communicator would hand back nccl's bootstrap, and this would measure MPI under nccl's name.
-  if (config.comm.backend == "nccl")
-    throw CommandError{kExitUserError, "bench comm: comm.backend nccl is not measured yet (the harness fills host "
-                                       "buffers); use comm.backend mpi or auto"};
 
   // The buckets one training step of this model all-reduces: the trainer's
   // own cut of its fp32 gradient buffer.
@@ -1048,7 +1086,9 @@ int BenchCommand::run_comm() {
   const std::vector<int64_t> bucket_bytes =
       gradient_bucket_bytes(gradient_elements, config.comm.bucket_mb, config.comm.overlap);
 
-  const std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend, config.comm.timeout_s);
+  // nccl: its bootstrap first (mpi or local), on which the ranks compare
+  // their jobs before NCCL is initialised on each rank's GPU.
+  std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend, config.comm.timeout_s);
   comm->set_timeout(config.comm.timeout_s);
   comm->set_context("bench comm");
   // Each rank sizes its buffers from its own options: one given others
@@ -1059,6 +1099,12 @@ int BenchCommand::run_comm() {
                                    " --iters " + std::to_string(o.iters) + " --warmup-iters " +
                                    std::to_string(o.warmup_iters) + " --average " + std::to_string(o.average),
                                *comm);
+  const int gpu = comm_bench_gpu(config, *comm);
+  if (gpu >= 0) {
+    comm = make_nccl_communicator(std::move(comm), gpu, config.comm.timeout_s);
+    if (comm == nullptr) throw CommandError{kExitEnvironmentError, "comm.backend=nccl: this build has no NCCL backend"};
+    comm->set_context("bench comm");
+  }
   const int world = comm->world_size();
   std::vector<double> first_on_host(static_cast<size_t>(world));
   comm->all_gather(comm->local_rank() == 0 ? 1.0 : 0.0, first_on_host.data());
@@ -1096,8 +1142,13 @@ int BenchCommand::run_comm() {
   const int host_ranks = ranks_on_this_host(*comm);
   // One rank's shortfall alone (MemAvailable read at slightly different
   // moments, a limit on one node) stops every rank.
+  std::string why_no_gpu_figure;
+  const int64_t gpu_free = free_bench_buffer_bytes(*comm, &why_no_gpu_figure);
+  if (comm->device_buffers() && gpu_free < 0)
+    throw CommandError{kExitEnvironmentError, "bench comm: the GPU's free memory: " + why_no_gpu_figure};
   const std::string shortfall =
-      first_reason_over_ranks(*comm, comm_bench_memory_shortfall(sweep, host_ranks, comm->host_name())).reason;
+      first_reason_over_ranks(*comm, comm_bench_memory_shortfall(sweep, host_ranks, comm->host_name(), gpu_free))
+          .reason;
   if (!shortfall.empty()) throw CommandError{kExitEnvironmentError, shortfall};
 
   const auto across_ranks = static_cast<AcrossRanks>(o.average);
@@ -1106,16 +1157,21 @@ int BenchCommand::run_comm() {
                       : across_ranks == AcrossRanks::kMin    ? "the fastest rank's"
                                                              : "the slowest rank's";
   if (printer) {
-    std::printf("bench comm: %d rank(s) on %d host(s), backend %s; each figure %s median of "
+    std::printf("bench comm: %d rank(s) on %d host(s), backend %s%s; each figure %s median of "
                 "%ld iterations after %ld warm-up (--average %ld)\n",
-                world, hosts, comm->backend_name(), whose, o.iters, o.warmup_iters, o.average);
+                world, hosts, comm->backend_name(),
+                comm->device_buffers() ? (" (NCCL " + nccl_version() + ") on each rank's GPU").c_str() : "", whose,
+                o.iters, o.warmup_iters, o.average);
     std::printf("  model %s: %s of fp32 gradients in %zu bucket(s), the first %s (comm.bucket_mb %g, "
                 "comm.overlap %s)\n",
                 config.origin.c_str(), human_bytes(static_cast<double>(gradient_elements) * 4).c_str(),
                 bucket_bytes.size(), human_bytes(static_cast<double>(bucket_bytes.front())).c_str(),
                 config.comm.bucket_mb, config.comm.overlap ? "on" : "off: one bucket");
     std::printf("  memory: at most %s per rank at once (the largest size's buffers%s), %d rank(s) on this host\n",
-                human_bytes(static_cast<double>(bytes_per_rank)).c_str(), mpi ? " and MPI's scratch" : "",
+                human_bytes(static_cast<double>(bytes_per_rank)).c_str(),
+                mpi                       ? " and MPI's scratch"
+                : comm->device_buffers() ? ", on each rank's GPU and as much on the host for the data check"
+                                          : "",
                 host_ranks);
     if (world == 1)
       std::printf("  one rank: nothing crosses a link, so busbw is 0 by definition; the data check still runs\n");
@@ -1158,6 +1214,8 @@ int BenchCommand::run_comm() {
         {"library", std::string(comm->backend_name()) == "mpi"    ? nlohmann::json(mpi_library_version())
                     : std::string(comm->backend_name()) == "nccl" ? nlohmann::json(nccl_version())
                                                                    : nlohmann::json(nullptr)},
+        // Where the collectives' buffers were: "gpu" (nccl, each rank's) or "host".
+        {"buffers", comm->device_buffers() ? "gpu" : "host"},
         {"ranks", world},
         {"hosts", hosts},
         {"iters", o.iters},

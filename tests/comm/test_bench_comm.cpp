@@ -25,6 +25,7 @@ TEST(BenchComm, OneRankChecksTheDataAndSaysBusbwIsZero) {
   const nlohmann::json result = testing::read_json(out);
   EXPECT_EQ(result.at("schema"), "trainbench.bench_comm/v2");
   EXPECT_EQ(result.at("backend"), "local");
+  EXPECT_EQ(result.at("buffers"), "host");
   EXPECT_TRUE(result.at("library").is_null()) << "no library under the local backend";
   // The local backend has no raw MPI path: its tables do not describe one.
   EXPECT_EQ(run.out.find("raw: MPI_"), std::string::npos) << run.out;
@@ -37,6 +38,33 @@ TEST(BenchComm, OneRankChecksTheDataAndSaysBusbwIsZero) {
   ASSERT_GT(bucket, 16 << 10);
   EXPECT_EQ(result.at("memory_per_rank_bytes").get<int64_t>(), 2 * bucket);
   EXPECT_EQ(result.at("ranks_on_host"), 1);
+}
+
+// comm.backend=nccl: the collectives on device buffers, on this process's
+// GPU, checked as on the host. Where no NCCL run can be made (no NCCL in
+// this build, no GPU), one exit-3 line says which, before anything is
+// measured; then the test skips, saying why.
+TEST(BenchComm, NcclMeasuresOnTheGpuOrSaysInOneLineWhyItCannot) {
+  const testing::TempDir dir;
+  const std::string out = dir.file("comm.json");
+  const testing::CommandResult run = run_command(std::string(TRAINBENCH_BINARY) +
+                                                 " bench comm --set comm.backend=nccl --max-bytes 1M --iters 3 --out " +
+                                                 out);
+  if (run.exit_code == 3) {
+    const bool no_build = run.err.rfind("trainbench: comm.backend=nccl: this build has no NCCL backend", 0) == 0;
+    const bool no_gpu = run.err.rfind("trainbench: bench comm: comm.backend=nccl: ", 0) == 0;
+    EXPECT_TRUE(no_build || no_gpu) << run.err;
+    EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << run.err;
+    EXPECT_EQ(run.out.find("gradient step"), std::string::npos) << "nothing measured: " << run.out;
+    if (no_build || no_gpu) GTEST_SKIP() << "no NCCL run possible here: " << run.err;
+  }
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  const nlohmann::json result = testing::read_json(out);
+  EXPECT_EQ(result.at("backend"), "nccl");
+  EXPECT_EQ(result.at("buffers"), "gpu");
+  EXPECT_FALSE(result.at("library").get<std::string>().empty());
+  testing::expect_measured_and_checked(result);
+  EXPECT_NE(run.out.find("on each rank's GPU"), std::string::npos) << run.out;
 }
 
 // Buffers that cannot be mapped under ulimit -v are refused before they are

@@ -183,6 +183,26 @@ TEST(BenchCommMpi, MoreThanTheHostsMemoryExitsThreeBeforeAllocating) {
   EXPECT_EQ(run.out.find("gradient step"), std::string::npos) << "nothing measured: " << run.out;
 }
 
+// comm.backend=nccl on two ranks where no NCCL run can be made (no NCCL in
+// this build, no GPU): every rank stops at once with one line, none of them
+// left waiting in NCCL's init for a peer that gave up. (Where two GPUs are,
+// the ranks measure, and every check must pass.)
+TEST(BenchCommMpi, NcclWithoutGpusStopsEveryRankWithOneLine) {
+  const testing::CommandResult run = run_command(
+      mpirun(2, std::string(TRAINBENCH_BINARY) + " bench comm tiny --set comm.backend=nccl --max-bytes 1M --iters 2"));
+  if (run.exit_code == 0) {
+    EXPECT_NE(run.out.find("backend nccl"), std::string::npos) << run.out;
+    EXPECT_EQ(run.out.find("FAILED"), std::string::npos) << run.out;
+    return;
+  }
+  EXPECT_EQ(run.exit_code, 3) << run.out << run.err;
+  EXPECT_TRUE(run.err.find("trainbench: comm.backend=nccl: this build has no NCCL backend") != std::string::npos ||
+              run.err.find("trainbench: bench comm: comm.backend=nccl: ") != std::string::npos)
+      << run.err;
+  EXPECT_EQ(trainbench_lines(run.err), 1) << run.err;
+  EXPECT_EQ(run.out.find("bench comm: 2 rank(s)"), std::string::npos) << "nothing measured: " << run.out;
+}
+
 // A limit on one rank alone (ulimit -v on one node) stops every rank with
 // that rank's reason before rank 0 starts measuring; rank 0 speaks for all.
 TEST(BenchCommMpi, OneRankShortOfMemoryStopsEveryRank) {
