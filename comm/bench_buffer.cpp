@@ -52,6 +52,17 @@ int64_t free_bench_buffer_bytes(const Communicator& comm, std::string* why) {
   return free_device_bench_bytes(why);
 }
 
+std::string device_bench_room_shortfall(const Communicator& comm, int64_t bytes) {
+  if (!comm.device_buffers()) return "";
+  std::string why;
+  const int64_t free_bytes = free_device_bench_bytes(&why);
+  if (free_bytes < 0) return "the GPU's free memory is unknown (" + why + ")";
+  if (bytes <= free_bytes - kDeviceBenchReserveBytes) return "";
+  const auto mib = [](int64_t b) { return std::to_string(b >> 20) + " MiB"; };
+  return "the buffers need " + mib(bytes) + " on the GPU of rank " + std::to_string(comm.rank()) + ", which has " +
+         mib(free_bytes) + " free (" + mib(kDeviceBenchReserveBytes) + " of it kept for NCCL)";
+}
+
 std::unique_ptr<BenchBuffer> make_separate_host_bench_buffer(int64_t count) {
   return std::make_unique<SeparateHostBuffer>(count);
 }

@@ -51,6 +51,18 @@ std::unique_ptr<BenchBuffer> make_bench_buffer(Communicator& comm, int64_t count
 // device cannot be asked (then -1 too).
 int64_t free_bench_buffer_bytes(const Communicator& comm, std::string* why = nullptr);
 
+// What the bench leaves free on the GPU beside its buffers, for NCCL
+// itself: its channel buffers are set up at the first collective of a kind
+// (lazily, since NCCL 2.22), a few hundred MiB at most.
+constexpr int64_t kDeviceBenchReserveBytes = int64_t{1} << 30;
+
+// Why this rank cannot put `bytes` of bench buffers beside what its GPU
+// already holds (a run's model and activations), "" when it can or when
+// the communicator takes host buffers: the GPU's free memory less
+// kDeviceBenchReserveBytes. Callers agree over ranks (first_reason_over_ranks)
+// before measuring, since every rank must take part.
+std::string device_bench_room_shortfall(const Communicator& comm, int64_t bytes);
+
 // A device-buffer backend's buffer: on the current CUDA device. Defined in
 // device_bench_buffer.cpp where the NCCL backend (which brings the CUDA
 // runtime) is built; elsewhere no communicator takes device buffers and it

@@ -170,6 +170,12 @@ CollectiveBenchResult measure(Communicator& comm, const CollectiveBenchOptions& 
     if (i >= options.warmup_iters) times.push_back(seconds);
   }
 
+  // The bucketed path's background all-reduces added their seconds to the
+  // communicator's comm_s, which the next training step would have taken as
+  // its own (the network ceiling before step 1; burn-in's fabric check
+  // between steps): the harness takes them away.
+  comm.take_comm_seconds();
+
   const int world = comm.world_size();
   std::vector<double> per_rank(static_cast<size_t>(world));
   comm.all_gather(median_of_iterations(times), per_rank.data());

@@ -198,15 +198,10 @@ struct CommBenchSweep {
   int64_t bytes_per_rank() const { return comm_bench_bytes_per_rank(sizes(), bucket_bytes, world, mpi); }
 };
 
-// What NCCL itself may still take on the GPU once the bench's buffers are
-// allocated: its channel buffers are set up at the first collective of a
-// kind (lazily, since NCCL 2.22), a few hundred MiB at most.
-constexpr int64_t kNcclDeviceReserve = int64_t{1} << 30;
-
 // Why this rank cannot hold what `sweep` allocates ("" when it can): its
 // host's MemAvailable shared by the `host_ranks` ranks there, then the
 // address-space limit (ulimit -v) beside what the process maps already, and
-// on NCCL (gpu_free_bytes >= 0) the GPU's free memory less kNcclDeviceReserve,
+// on NCCL (gpu_free_bytes >= 0) the GPU's free memory less kDeviceBenchReserveBytes,
 // where the buffers live (their host copies, for the data check, are as
 // large); with the largest --max-bytes that fits.
 std::string comm_bench_memory_shortfall(const CommBenchSweep& sweep, int host_ranks, const std::string& host,
@@ -216,7 +211,7 @@ std::string comm_bench_memory_shortfall(const CommBenchSweep& sweep, int host_ra
   const int64_t allowed = address_space_limit_bytes();
   const bool limited = allowed > 0;
   const bool on_gpu = gpu_free_bytes >= 0;
-  const int64_t gpu_room = on_gpu ? std::max<int64_t>(0, gpu_free_bytes - kNcclDeviceReserve) : 0;
+  const int64_t gpu_room = on_gpu ? std::max<int64_t>(0, gpu_free_bytes - kDeviceBenchReserveBytes) : 0;
   const int64_t mapped = limited ? mapped_bytes() : 0;
   const bool host_short = available > 0 && needed * host_ranks > available;
   const bool address_space_short = limited && mapped + needed > allowed;
@@ -272,7 +267,7 @@ std::string comm_bench_memory_shortfall(const CommBenchSweep& sweep, int host_ra
     return needs + ", but the GPU of this rank on " + host + " has " +
            human_bytes(static_cast<double>(gpu_free_bytes)) + " free, " +
            human_bytes(static_cast<double>(gpu_room)) + " after " +
-           human_bytes(static_cast<double>(kNcclDeviceReserve)) + " kept for NCCL's own buffers: " + what_to_do +
+           human_bytes(static_cast<double>(kDeviceBenchReserveBytes)) + " kept for NCCL's own buffers: " + what_to_do +
            " (or free the GPU: another process holds its memory)";
   if (host_short)
     return needs + ", " + human_bytes(static_cast<double>(needed * host_ranks)) + " of host memory for the " +

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>              // the NVML sampler
 
+#include "comm/bench_buffer.h"      // device_bench_room_shortfall: the fabric check on the GPU
 #include "comm/collective_bench.h"  // bench_collectives, bus_bandwidth_factor: the fabric check
 #include "kernels/gpu_health.h"     // open_gpu_health: NVML
 #include "trainer/burnin.h"
@@ -397,10 +398,13 @@ class BurninMonitor final : public RunExtension {
     if (checkpointer_ != nullptr) point.checkpoint_wait_s = checkpointer_->wait_until_idle();
     const int world = comm_->world_size();
     const int64_t gradient_bytes = engine_->layout().trainable_params() * 4;
-    if (world > 1 && !comm_->device_buffers()) {
-      // A short bench comm: the all-reduce of one gradient bucket.
-      const int64_t bucket = static_cast<int64_t>(config_->comm.bucket_mb * (1 << 20));
-      const int64_t bytes = std::max<int64_t>(4096, std::min(bucket, gradient_bytes)) / 4 * 4;
+    // A short bench comm: the all-reduce of one gradient bucket, on the
+    // GPU for NCCL where it has room beside the run (agreed over ranks).
+    const int64_t bucket = static_cast<int64_t>(config_->comm.bucket_mb * (1 << 20));
+    const int64_t bytes = std::max<int64_t>(4096, std::min(bucket, gradient_bytes)) / 4 * 4;
+    const bool bench_fits =
+        world > 1 && first_reason_over_ranks(*comm_, device_bench_room_shortfall(*comm_, bytes)).reason.empty();
+    if (bench_fits) {
       CollectiveBenchOptions options;
       options.warmup_iters = 2;
       options.iters = 5;
@@ -410,9 +414,9 @@ class BurninMonitor final : public RunExtension {
           point.fabric_exact = r.check_ok;
         }
     } else if (world > 1) {
-      // Device buffers (NCCL), which the bench harness does not allocate
-      // yet: the training's own gradient all-reduces since the last
-      // measurement, the slowest rank's median.
+      // No room on a GPU for even one bucket: the training's own gradient
+      // all-reduces since the last measurement, the slowest rank's median
+      // (bandwidth only: no data check).
       const double rank_comm_s = median(comm_s_since_health_);
       const double comm_s = max_over_ranks(*comm_, rank_comm_s);
       if (comm_s > 0)

@@ -5,6 +5,7 @@
 
 #include "checkpoint/checkpoint_files.h"  // CheckpointWriteError: a full disk
 #include "checkpoint/write_bench.h"     // run_write_bench: the storage-write ceiling
+#include "comm/bench_buffer.h"          // device_bench_room_shortfall: the network ceiling on the GPU
 #include "comm/collective_bench.h"      // bench_gradient_step: the network ceiling
 #include "dataloader/io_bench.h"        // measure_loader: the storage-read ceiling
 #include "trainer/checkpointing.h"      // state_bytes_per_rank: what a rank writes per checkpoint
@@ -114,19 +115,28 @@ Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communic
 
   c.compute_tokens_per_s = measure_compute_ceiling(config, engine, comm).tokens_per_s;
 
-  if (comm.world_size() > 1 && comm.device_buffers()) {
-    c.network_failure = std::string("the ") + comm.backend_name() +
-                        " backend's collectives on device buffers are not benchmarked yet (the run's comm_exposed_s "
-                        "still measures them)";
-  } else if (comm.world_size() > 1) {
+  const int64_t gradient_bytes = engine.layout().trainable_params() * 4;
+  const int64_t zero_bytes = zero_padded_elements(engine.layout().trainable_params(), comm.world_size()) * 4;
+  // What one rank holds at once: the whole gradient (DDP's buckets), or
+  // ZeRO-1's padded buffer and one rank's block beside it.
+  const int64_t network_bytes = config.comm.zero == 1 ? zero_bytes + zero_bytes / comm.world_size() : gradient_bytes;
+  // On NCCL the buffers go on the GPU beside the run's model and
+  // activations, only where it has them free: the ceiling must not end the
+  // run. Agreed over ranks, as every rank takes part.
+  if (comm.world_size() > 1) {
+    const std::string short_of_room =
+        first_reason_over_ranks(comm, device_bench_room_shortfall(comm, network_bytes)).reason;
+    if (!short_of_room.empty())
+      c.network_failure = short_of_room + "; `trainbench bench comm` measures the same collectives on an idle GPU";
+  }
+  if (comm.world_size() > 1 && c.network_failure.empty()) {
     if (config.comm.zero == 1) {
       // ZeRO-1's step has no all-reduce: the padded gradients reduce-scattered
       // and the parameters all-gathered, through the communicator's blocking
       // calls as ZeroOneOptimizer makes them (the all-reduce timed instead
       // was ~1.7x faster than these two on 2 ranks).
       c.network_collectives = "reduce-scatter and all-gather";
-      const int64_t bytes = zero_padded_elements(engine.layout().trainable_params(), comm.world_size()) * 4;
-      for (const CollectiveBenchResult& r : bench_collectives(comm, {bytes}, CollectiveBenchOptions{}))
+      for (const CollectiveBenchResult& r : bench_collectives(comm, {zero_bytes}, CollectiveBenchOptions{}))
         if (r.path == "comm" && (r.collective == "reduce_scatter" || r.collective == "all_gather")) {
           c.network_step_s += r.time_s;
           c.network_timed.push_back(r);

@@ -192,6 +192,16 @@ TEST(MpiCommunicator, BenchHarnessCopiesToBuffersElsewhereAndChecksWhatComesBack
     EXPECT_TRUE(r.check_ok) << r.collective << " " << r.path << " " << r.bytes;
 }
 
+// The harness's background all-reduces leave nothing in the communicator's
+// comm_s: the next training step would take them as its own (burn-in
+// measures the fabric between steps, the network ceiling before step 1).
+TEST(MpiCommunicator, BenchHarnessLeavesNoCommSecondsToTheNextStep) {
+  comm->take_comm_seconds();
+  bench_gradient_step(*comm, {1 << 16, 1 << 16}, CollectiveBenchOptions{.warmup_iters = 1, .iters = 3});
+  bench_collectives(*comm, {1 << 16}, CollectiveBenchOptions{.warmup_iters = 1, .iters = 3});
+  EXPECT_EQ(comm->take_comm_seconds(), 0.0);
+}
+
 TEST(MpiCommunicator, WaitOnATicketNeverStartedIsAnError) {
   EXPECT_THROW(comm->wait(1 << 30), std::invalid_argument);
 }
