@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/atomic_file.h"  // write_file_atomically for --out
+#include "comm/bench_buffer.h"       // device_bench_room_shortfall: the link on the GPU
 #include "comm/collective_bench.h"   // bench_gradient_step, size_sweep: the link at hand
 #include "comm/communicator.h"
 #include "kernels/engine.h"          // make_layout, plan_engine_memory at the full depth
@@ -143,8 +144,9 @@ EngineOptions at_depth(EngineOptions options, int64_t layers, const Communicator
 
 // The all-reduce between the ranks at hand, timed on the trainer's path over
 // sizes up to the largest bucket and fitted as latency + bytes / bandwidth.
-// Device buffers (nccl) are not driven by the host harness: their link is
-// read off the run's own comm_s instead (bandwidth only).
+// On NCCL the buffers go on the GPU beside the measured run's memory; a GPU
+// without room for the largest bucket (agreed over ranks) has its link read
+// off the run's own comm_s instead (bandwidth only).
 Link measure_link(Communicator& comm, const std::vector<int64_t>& bucket_bytes, const StepTimes& measured) {
   if (comm.world_size() < 2) return {};
   int64_t largest = 0, total = 0;
@@ -152,15 +154,18 @@ Link measure_link(Communicator& comm, const std::vector<int64_t>& bucket_bytes, 
     largest = std::max(largest, b);
     total += b;
   }
-  if (comm.device_buffers()) {
+  const std::vector<int64_t> sizes = [&] {
+    std::vector<int64_t> sweep = size_sweep(64 << 10, std::max<int64_t>(largest, 256 << 10), 4);
+    if (sweep.back() != largest && largest > sweep.back()) sweep.push_back(largest);
+    return sweep;
+  }();
+  if (!first_reason_over_ranks(comm, device_bench_room_shortfall(comm, sizes.back())).reason.empty()) {
     Link link;
     if (measured.comm_s > 0)
       link.busbw_gbs = bus_bandwidth_factor("all_reduce", comm.world_size()) * static_cast<double>(total) /
                        measured.comm_s * 1e-9;
     return link;
   }
-  std::vector<int64_t> sizes = size_sweep(64 << 10, std::max<int64_t>(largest, 256 << 10), 4);
-  if (sizes.back() != largest && largest > sizes.back()) sizes.push_back(largest);
   std::vector<double> bytes, seconds;
   const CollectiveBenchOptions options{.warmup_iters = 3, .iters = 10};
   for (const int64_t size : sizes)
