@@ -510,10 +510,29 @@ else
   row "trainbench h200-gpt2-124m nccl" "not built: $(grep -o 'NCCL backend.*' "$logs/configure.log" | head -1)"
 fi
 
+# 6f2. bench comm on NCCL's device buffers (bench_buffer.h): the gradient
+# step of h200-gpt2-124m and a sweep to 256 MiB, every data check exact. On
+# one GPU busbw is 0 and the times are the launch and wait cost; on several
+# (with mpirun and the MPI backend) one rank per GPU gives the busbw.
+gpus=$(timeout 20 nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
+if grep -q "NCCL backend ON" "$logs/configure.log"; then
+  comm_ranks=1
+  comm_cmd=("$build/trainbench" bench comm h200-gpt2-124m --set comm.backend=nccl --max-bytes 256M --iters 10
+            --out "$logs/bench_comm_nccl.json")
+  if [ "${gpus:-0}" -ge 2 ] && command -v mpirun > /dev/null && grep -q "MPI backend ON" "$logs/configure.log"; then
+    comm_ranks=$gpus
+    comm_cmd=(mpirun -np "$gpus" --allow-run-as-root "${comm_cmd[@]}")
+  fi
+  if bounded 120 "${comm_cmd[@]}" > "$logs/bench_comm_nccl.log" 2>&1; then
+    row "bench comm nccl ($comm_ranks GPU(s))" "$(python3 scripts/lib/gpu_check_rows.py bench_comm "$logs/bench_comm_nccl.json")"
+  else
+    row "bench comm nccl ($comm_ranks GPU(s))" "$(failure $? "$logs/bench_comm_nccl.log")"
+  fi
+fi
+
 # 6g, several GPUs (and mpirun): data parallelism over NCCL
 # with ZeRO-1, one rank per GPU (ZeRO-1 needs two ranks at least). The ranks'
 # parameter checksums must agree; the row gives the AdamW state per rank.
-gpus=$(timeout 20 nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
 if [ "${gpus:-0}" -ge 2 ] && command -v mpirun > /dev/null && grep -q "NCCL backend ON" "$logs/configure.log" &&
    grep -q "MPI backend ON" "$logs/configure.log"; then
   zero_run=h200-gpt2-124m-zero1

@@ -87,6 +87,17 @@ def nccl(path: str) -> str:
         r["environment"]["nccl"], checks_word(r))
 
 
+def bench_comm(path: str) -> str:
+    """bench comm: where the buffers were, the gradient step and the largest all-reduce."""
+    r = load(path)
+    step = [s for s in r["gradient_step"] if s["path"] == "bucketed"][0]
+    largest = max((c for c in r["collectives"] if c["collective"] == "all_reduce"), key=lambda c: c["bytes"])
+    return ("{} on {} buffers, {} rank(s): gradient step {:.1f} us ({} buckets); all-reduce {:.0f} MiB "
+            "{:.1f} us, busbw {:.1f} GB/s; check {}").format(
+        r["backend"], r["buffers"], r["ranks"], 1e6 * step["time_s"], step["buckets"], largest["bytes"] / 2**20,
+        1e6 * largest["time_s"], largest["busbw_gbs"], r["check"])
+
+
 def zero1(path: str) -> str:
     """ZeRO-1 over several GPUs: the AdamW state each rank kept."""
     r = load(path)
@@ -152,7 +163,7 @@ def ratio(path: str, torch_jsonl: str, preset_name: str) -> str:
 
 ROWS: dict[str, Callable[..., str]] = {
     "preset": preset, "gemm": gemm, "ops": ops, "variant": variant, "deterministic": deterministic,
-    "lora": lora, "nccl": nccl, "zero1": zero1, "burnin": burnin, "instrument": instrument, "ratio": ratio,
+    "lora": lora, "nccl": nccl, "bench_comm": bench_comm, "zero1": zero1, "burnin": burnin, "instrument": instrument, "ratio": ratio,
 }
 
 

@@ -52,6 +52,7 @@ class GpuCheckRowsTests(unittest.TestCase):
                    "--out", str(cls.out / "burnin.json"))
         trainbench("bench", "instrument", "tiny", "--pairs", "2", "--block-steps", "2", *QUICK,
                    "--out", str(cls.out / "instrument.json"))
+        trainbench("bench", "comm", "tiny", "--max-bytes", "1M", "--iters", "2", "--out", str(cls.out / "comm.json"))
 
     @classmethod
     def tearDownClass(cls) -> None:
@@ -94,6 +95,15 @@ class GpuCheckRowsTests(unittest.TestCase):
         self.assertIn("loss {:.3f} -> {:.3f}".format(lora["loss_first"], lora["loss_last"]),
                       rows.lora(str(self.out / "lora.json")))
         self.assertTrue(rows.nccl(str(self.out / "run.json")).endswith("checks pass"))
+
+    def test_the_bench_comm_row_gives_the_step_and_the_largest_all_reduce(self) -> None:
+        r = self.result("comm.json")
+        line = rows.bench_comm(str(self.out / "comm.json"))
+        step = r["gradient_step"][0]
+        self.assertTrue(line.startswith("local on host buffers, 1 rank(s): gradient step {:.1f} us (1 buckets)".format(
+            1e6 * step["time_s"])), line)
+        self.assertIn("all-reduce 1 MiB ", line)  # the sweep's largest size: --max-bytes
+        self.assertTrue(line.endswith("check ok"), line)
 
     def test_the_burnin_and_instrument_rows(self) -> None:
         b = self.result("burnin.json")["burnin"]
