@@ -1,8 +1,6 @@
 // One small harness (fill, check, time, reduce over ranks) and each
 // collective a few lines plugged into it, as in nccl-tests.
-#include "comm/collective_bench.h"
-
-#include "comm/bench_buffer.h"  // where the buffers live: host memory or the GPU
+#include "comm/collective_bench.h"  // and bench_buffer.h: where the buffers live
 
 #include <algorithm>   // std::nth_element, std::max_element, std::fill
 #include <atomic>      // the watchdog's progress count
@@ -131,8 +129,8 @@ CollectiveBenchResult shape(const char* collective, int64_t count, int64_t ranks
 
 // Runs one path once on the pattern and checks the result (filled and
 // checked on the host, copied to and from the buffers where they are
-// elsewhere), then times the warm-up and timed iterations on zeroed buffers (an in-place sum repeated on
-// the pattern would grow without bound). Ranks start the timed loop together;
+// elsewhere), then times the warm-up and timed iterations on zeroed
+// buffers (an in-place sum repeated on the pattern would grow without bound). Ranks start the timed loop together;
 // the result is every rank's median and the one options.across_ranks picks
 // (the slowest rank's by default), and the check holds only when it held on
 // every rank.

@@ -11,7 +11,7 @@
 #pragma once
 
 #include <cstdint>     // int64_t
-#include <functional>  // CollectiveBenchOptions::make_buffer
+#include <functional>  // MakeBenchBuffer
 #include <memory>
 #include <string>
 #include <vector>
@@ -99,6 +99,6 @@ std::vector<CollectiveBenchResult> bench_collectives(Communicator& comm,
 std::vector<CollectiveBenchResult> bench_gradient_step(Communicator& comm,
                                                        const std::vector<int64_t>& bucket_bytes,
                                                        const CollectiveBenchOptions& options,
-                                                     const MakeBenchBuffer& make_buffer = nullptr);
+                                                       const MakeBenchBuffer& make_buffer = nullptr);
 
 }  // namespace trainbench

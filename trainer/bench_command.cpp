@@ -152,9 +152,10 @@ nlohmann::json collective_json(const CollectiveBenchResult& r) {
 
 // The bytes one rank holds at once while bench comm measures the gradient
 // step (`bucket_bytes`) and the sweep (`sizes`, which holds the buckets too).
-// collective_bench.cpp allocates each measurement's send and receive vectors
+// collective_bench.cpp allocates each measurement's send and receive buffers
 // and frees them before the next, the communicator's path and the raw one
-// share them, and the data check reads them in place (no reference copy):
+// share them, and the data check reads them (on the host in place; on NCCL
+// their host copies, as large again in host memory) with no reference copy:
 // the gradient step holds one buffer of every bucket; a size S, all-reduce S
 // (in place), reduce-scatter S in and S/n out, all-gather S/n in and S out.
 // On the MPI backend, MPI's own scratch for the message comes on top, taken
@@ -268,7 +269,7 @@ std::string comm_bench_memory_shortfall(const CommBenchSweep& sweep, int host_ra
            human_bytes(static_cast<double>(gpu_free_bytes)) + " free, " +
            human_bytes(static_cast<double>(gpu_room)) + " after " +
            human_bytes(static_cast<double>(kDeviceBenchReserveBytes)) + " kept for NCCL's own buffers: " + what_to_do +
-           " (or free the GPU: another process holds its memory)";
+           " (nvidia-smi shows what else holds the GPU's memory)";
   if (host_short)
     return needs + ", " + human_bytes(static_cast<double>(needed * host_ranks)) + " of host memory for the " +
            std::to_string(host_ranks) + " rank(s) on " + host + ", but " +
