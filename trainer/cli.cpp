@@ -900,7 +900,13 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   const int extension_code = options.extension ? options.extension->finish(outcome, reporter ? &result : nullptr) : kExitOk;
   if (reporter) {
     try {
-      if (options.write_result) write_result_json(result_path, result);
+      // Bounded as the checkpoint folder's last listing is: the other ranks
+      // wait for rank 0 at the job's end, within comm.timeout_s.
+      const double bound_s = std::min(config.checkpoint.timeout_s, 0.25 * config.comm.timeout_s);
+      char bound_named[160];
+      std::snprintf(bound_named, sizeof bound_named,
+                    "%g s (checkpoint.timeout_s, or a quarter of comm.timeout_s when less)", bound_s);
+      if (options.write_result) write_result_json(result_path, result, bound_s, bound_named);
     } catch (const std::exception& e) {
       // Said after the summary, which is printed first: the measurement is
       // on the console at least (abort printed nothing of it, and the

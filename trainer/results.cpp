@@ -1,10 +1,13 @@
 #include "trainer/results.h"
 
-#include <stdexcept>  // std::invalid_argument
+#include <chrono>     // the write's bound
+#include <memory>     // std::make_shared: the write outlives a call that gave up on it
+#include <stdexcept>  // std::invalid_argument, std::runtime_error
 
 #include "checkpoint/atomic_file.h"       // write_file_atomically
 #include "checkpoint/checkpoint_files.h"  // CheckpointError
 #include "checkpoint/checkpoint_io.h"     // read_small_file: an input result, regular files only
+#include "trainer/hung_storage.h"    // run_for_at_most: the write, bounded
 #include "trainer/json_text.h"       // json_text: the result is written whatever its strings hold
 
 namespace trainbench {
@@ -218,8 +221,24 @@ nlohmann::json read_json_input(const std::string& option, const std::string& pat
   return j;
 }
 
-void write_result_json(const std::string& path, const nlohmann::json& result) {
-  write_file_atomically(path, json_text(result, 2) + "\n");
+void write_result_json(const std::string& path, const nlohmann::json& result, double timeout_s,
+                       const std::string& bound_named) {
+  // The thread owns what it touches: it may outlive this call.
+  struct Write {
+    std::string path, text, error;
+  };
+  auto write = std::make_shared<Write>(Write{path, json_text(result, 2) + "\n", ""});
+  const bool finished = run_for_at_most(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), [write] {
+    try {
+      write_file_atomically(write->path, write->text);
+    } catch (const std::exception& e) {
+      write->error = e.what();
+    }
+  });
+  if (!finished)
+    throw std::runtime_error("writing " + path + " did not finish within " + bound_named +
+                             ": the storage is not responding (the write is left behind)");
+  if (!write->error.empty()) throw std::runtime_error(write->error);
 }
 
 }  // namespace trainbench

@@ -20,8 +20,13 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
 
 // Writes the JSON atomically (temporary file, fsync, rename): an interrupted
 // run never leaves a truncated result, and an older result survives until the
-// new one is complete.
-void write_result_json(const std::string& path, const nlohmann::json& result);
+// new one is complete. Storage that stopped responding (a write or fsync
+// that never returns) held the finished run there for ever: the write runs
+// on a thread of its own, left behind after `timeout_s` with a
+// std::runtime_error saying so (`bound_named`: where the bound comes from),
+// as for any write that failed.
+void write_result_json(const std::string& path, const nlohmann::json& result, double timeout_s,
+                       const std::string& bound_named);
 
 // A result JSON given as an input (`--against`, `--baseline`): the parsed
 // document, read by checkpoint_io::read_small_file. Throws

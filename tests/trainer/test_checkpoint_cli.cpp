@@ -818,6 +818,30 @@ TEST(CheckpointCli, AWriteThatNeverReturnsFailsTheCheckpointAtItsTimeout) {
   EXPECT_TRUE(fs::exists(ckpt + "/step_4.tmp"));
 }
 
+// Storage that stops responding under the result itself: every fsync of
+// r.json's temporary never returns. The finished run waited there for ever
+// (one rank: no peer's timeout ends it); now the write is left behind after
+// checkpoint.timeout_s (here below a quarter of comm.timeout_s), the summary
+// names the result NOT WRITTEN and says why, exit 3 with that one line.
+TEST(CheckpointCli, AResultWriteThatNeverReturnsIsLeftBehindAtItsBound) {
+  testing::TempDir dir("test_ckpt_cli");
+  const auto begin = std::chrono::steady_clock::now();
+  const CommandResult r = run_command(
+      on_hung_storage("FSYNC", "r.json",
+                      tiny_run(dir.file("c"), 7, 0, dir.file("r.json"), "--set checkpoint.timeout_s=3"),
+                      "-s KILL 60"));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  ASSERT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_LT(seconds, 40.0) << "the bound is 3 s";
+  const std::string why = "cannot write the result: writing " + dir.file("r.json") +
+                          " did not finish within 3 s (checkpoint.timeout_s, or a quarter of comm.timeout_s when "
+                          "less): the storage is not responding";
+  EXPECT_NE(r.out.find("NOT WRITTEN: " + why), std::string::npos) << r.out;
+  EXPECT_EQ(r.err.rfind("trainbench: " + why, 0), 0u) << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  EXPECT_FALSE(fs::exists(dir.file("r.json")));
+}
+
 // The same hung storage under a checkpoint the run gives up (lr 1e300:
 // step 1's update overflows, step 2's loss is NaN, so step 1's checkpoint
 // holds weights no one may resume from). Giving it up waited for its
