@@ -649,9 +649,16 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   const std::string result_path = config.report.out;
   // Rank 0 speaks for the job: the console report and the result JSON.
   const bool reporter = comm->rank() == 0;
-  if (reporter && options.write_result && config.checkpoint.every_steps > 0 && !config.checkpoint.dir.empty())
-    check_result_outside_checkpoints(result_path, named, config.checkpoint.dir);
-  if (reporter && options.write_result) check_result_path(result_path, named);
+  if (reporter && options.write_result) {
+    // Storage that stopped responding under the result's folder held rank 0
+    // in the probe for ever, before step 1 (one rank: nothing else ended it):
+    // bounded as the checkpoint folder's check is.
+    const StorageWatchdog watchdog(*comm, config.checkpoint.timeout_s,
+                                   "checking that " + named + " " + result_path + " can be written");
+    if (config.checkpoint.every_steps > 0 && !config.checkpoint.dir.empty())
+      check_result_outside_checkpoints(result_path, named, config.checkpoint.dir);
+    check_result_path(result_path, named);
+  }
   if (!options.resume.empty() && options.resume == "latest" && config.checkpoint.dir.empty())
     throw CommandError{kExitUserError, "--resume latest: set checkpoint.dir to the folder the checkpoints are in"};
   // Said before the folder would be made, which left an empty one behind.

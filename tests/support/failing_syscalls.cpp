@@ -38,6 +38,7 @@ using FlockFunction = int (*)(int, int);
 using MkdirFunction = int (*)(const char*, mode_t);
 using PreadFunction = ssize_t (*)(int, void*, size_t, off_t);
 using RemoveFunction = int (*)(const char*);
+using UnlinkFunction = int (*)(const char*);
 
 FsyncFunction libc_fsync() {
   static const FsyncFunction real = libc<FsyncFunction>("fsync");
@@ -56,6 +57,11 @@ MkdirFunction libc_mkdir() {
 
 RemoveFunction libc_remove() {
   static const RemoveFunction real = libc<RemoveFunction>("remove");
+  return real;
+}
+
+UnlinkFunction libc_unlink() {
+  static const UnlinkFunction real = libc<UnlinkFunction>("unlink");
   return real;
 }
 
@@ -78,9 +84,10 @@ std::string path_of(int fd) {
 
 // TRAINBENCH_TEST_HANG_FSYNC, TRAINBENCH_TEST_HANG_MKDIR,
 // TRAINBENCH_TEST_HANG_FLOCK, TRAINBENCH_TEST_HANG_PREAD,
-// TRAINBENCH_TEST_HANG_REMOVE: a part of a path. An fsync of a file or
-// folder, a mkdir, a flock, a pread or a remove (std::filesystem's
-// remove_all removes through it) whose path contains it never returns, as on storage that stopped responding; signals
+// TRAINBENCH_TEST_HANG_REMOVE, TRAINBENCH_TEST_HANG_UNLINK: a part of a
+// path. An fsync of a file or folder, a mkdir, a flock, a pread, a remove
+// (std::filesystem's remove_all removes through it) or an unlink whose path
+// contains it never returns, as on storage that stopped responding; signals
 // do not end it either (pause() is resumed). True when `path` contains the
 // part `variable` names.
 bool named_by(const char* variable, const std::string& path) {
@@ -116,6 +123,11 @@ extern "C" int mkdir(const char* path, mode_t mode) {
 extern "C" int remove(const char* path) {
   if (named_by("TRAINBENCH_TEST_HANG_REMOVE", path)) hang();
   return libc_remove()(path);
+}
+
+extern "C" int unlink(const char* path) {
+  if (named_by("TRAINBENCH_TEST_HANG_UNLINK", path)) hang();
+  return libc_unlink()(path);
 }
 
 // A checkpoint's files are read with pread (read_rank_files); off_t is 64

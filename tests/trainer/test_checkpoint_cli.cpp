@@ -842,6 +842,29 @@ TEST(CheckpointCli, AResultWriteThatNeverReturnsIsLeftBehindAtItsBound) {
   EXPECT_FALSE(fs::exists(dir.file("r.json")));
 }
 
+// The same storage before step 1: the probe that --out can be written
+// (a file of its own, made and unlinked) never returns from its unlink. It
+// held the run there for ever; now the job ends after checkpoint.timeout_s,
+// exit 3, one line naming what it was doing.
+TEST(CheckpointCli, AResultProbeThatNeverReturnsEndsTheJobAtTheStorageTimeout) {
+  testing::TempDir dir("test_ckpt_cli");
+  const auto begin = std::chrono::steady_clock::now();
+  const CommandResult r = run_command(
+      on_hung_storage("UNLINK", "r.json.tmp",
+                      tiny_run(dir.file("c"), 7, 0, dir.file("r.json"), "--set checkpoint.timeout_s=3"),
+                      "-s KILL 60"));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  ASSERT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_LT(seconds, 40.0) << "the bound is 3 s";
+  EXPECT_EQ(r.err.rfind("trainbench: checking that --out " + dir.file("r.json") +
+                            " can be written did not finish within checkpoint.timeout_s=3 s: the storage stopped "
+                            "responding",
+                        0),
+            0u)
+      << r.err;
+  EXPECT_EQ(r.out.find("step "), std::string::npos) << "no step trained: " << r.out;
+}
+
 // The same hung storage under a checkpoint the run gives up (lr 1e300:
 // step 1's update overflows, step 2's loss is NaN, so step 1's checkpoint
 // holds weights no one may resume from). Giving it up waited for its
