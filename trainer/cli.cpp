@@ -14,6 +14,7 @@
 #include <cstring>  // strerror
 #include <exception>
 #include <filesystem>  // the result and checkpoint paths, compared and sized
+#include <optional>  // the shard listing's watchdog, for user shards only
 #include <regex>  // whether a failure names its rank
 #include <string>
 #include <system_error>  // a thread that could not start: exit 3
@@ -737,7 +738,15 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
     // The temporary shards: every rank on a host writes its own copy at once.
     const int host_ranks =
         config.data.source == "shards" && config.data.shards.empty() ? ranks_on_this_host(*comm) : 1;
+    // Listing the user's shards (globs, folders, list files: stat, opendir)
+    // on storage that stopped responding held the rank before step 1 for
+    // ever: bounded by data.timeout_s, the storage-read wait. (The
+    // synthetic shards' writing is not: its time grows with their size.)
+    std::optional<StorageWatchdog> listing;
+    if (config.data.source == "shards" && !config.data.shards.empty())
+      listing.emplace(*comm, config.data.timeout_s, "listing data.shards " + config.data.shards, "data.timeout_s");
     data = make_data_source(config, *engine, comm->rank(), comm->world_size(), resume.data_position, host_ranks);
+    listing.reset();
     check_ranks_resolved_the_same_shards(data, config, *comm);
   } catch (const DataError&) {
     throw;  // the shard list or data options: exit 2
@@ -802,8 +811,16 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   if (const std::string differ = hosts_that_differ(env); !differ.empty()) setup_warnings.push_back(differ);
   env.attention = engine->attention();
   env.gemm = engine->gemm();
-  if (!data.data_path.empty()) env.filesystems.push_back(describe_filesystem("data", data.data_path));
-  env.filesystems.push_back(describe_filesystem("results", result_path));
+  if (!data.data_path.empty()) {
+    const StorageWatchdog watchdog(*comm, config.data.timeout_s,
+                                   "describing the data folder " + data.data_path + "'s filesystem", "data.timeout_s");
+    env.filesystems.push_back(describe_filesystem("data", data.data_path));
+  }
+  {
+    const StorageWatchdog watchdog(*comm, config.checkpoint.timeout_s,
+                                   "describing the result's folder (" + result_path + ")'s filesystem");
+    env.filesystems.push_back(describe_filesystem("results", result_path));
+  }
   if (!checkpoint_dir.path.empty()) {
     const StorageWatchdog watchdog(*comm, config.checkpoint.timeout_s,
                                    "describing checkpoint.dir " + checkpoint_dir.path + "'s filesystem");

@@ -28,14 +28,14 @@ bool run_for_at_most(std::chrono::milliseconds longest, const std::function<void
   return *finished;
 }
 
-StorageWatchdog::StorageWatchdog(Communicator& comm, double limit_s, std::string doing)
-    : watchdog_(comm, limit_s, std::move(doing), [&comm, limit_s](double, const std::string& what) {
+StorageWatchdog::StorageWatchdog(Communicator& comm, double limit_s, std::string doing, const std::string& limit_key)
+    : watchdog_(comm, limit_s, std::move(doing), [&comm, limit_s, limit_key](double, const std::string& what) {
         const std::string rank = comm.world_size() > 1 ? "rank " + std::to_string(comm.rank()) + ": " : "";
         // Exit 3: the storage's fault, not the config's.
         return std::pair{kExitEnvironmentError,
-                         rank + what + " did not finish within checkpoint.timeout_s=" +
-                             comm_clock::format_seconds(limit_s) +
-                             " s: the storage stopped responding (raise checkpoint.timeout_s if it is only slow)"};
+                         rank + what + " did not finish within " + limit_key + "=" +
+                             comm_clock::format_seconds(limit_s) + " s: the storage stopped responding (raise " +
+                             limit_key + " if it is only slow)"};
       }) {}
 
 }  // namespace trainbench

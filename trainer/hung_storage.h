@@ -37,8 +37,10 @@ bool run_for_at_most(std::chrono::milliseconds longest, const std::function<void
 class StorageWatchdog {
  public:
   // `doing`: what the rank is doing, for the message ("checking that
-  // checkpoint.dir /ckpt is writable"); `limit_s`: checkpoint.timeout_s.
-  StorageWatchdog(Communicator& comm, double limit_s, std::string doing);
+  // checkpoint.dir /ckpt is writable"); `limit_s`: the key `limit_key`'s
+  // value (checkpoint.timeout_s; data.timeout_s for the shard listing).
+  StorageWatchdog(Communicator& comm, double limit_s, std::string doing,
+                  const std::string& limit_key = "checkpoint.timeout_s");
 
  private:
   ProgressWatchdog watchdog_;

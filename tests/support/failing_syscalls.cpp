@@ -1,5 +1,6 @@
 #include "tests/support/failing_syscalls.h"
 
+#include <dirent.h>    // opendir
 #include <dlfcn.h>     // dlsym(RTLD_NEXT)
 #include <sys/stat.h>  // fstat
 #include <unistd.h>    // readlink, pause
@@ -39,6 +40,7 @@ using MkdirFunction = int (*)(const char*, mode_t);
 using PreadFunction = ssize_t (*)(int, void*, size_t, off_t);
 using RemoveFunction = int (*)(const char*);
 using UnlinkFunction = int (*)(const char*);
+using OpendirFunction = DIR* (*)(const char*);
 
 FsyncFunction libc_fsync() {
   static const FsyncFunction real = libc<FsyncFunction>("fsync");
@@ -65,6 +67,11 @@ UnlinkFunction libc_unlink() {
   return real;
 }
 
+OpendirFunction libc_opendir() {
+  static const OpendirFunction real = libc<OpendirFunction>("opendir");
+  return real;
+}
+
 PreadFunction libc_pread() {
   static const PreadFunction real = libc<PreadFunction>("pread");
   return real;
@@ -84,10 +91,11 @@ std::string path_of(int fd) {
 
 // TRAINBENCH_TEST_HANG_FSYNC, TRAINBENCH_TEST_HANG_MKDIR,
 // TRAINBENCH_TEST_HANG_FLOCK, TRAINBENCH_TEST_HANG_PREAD,
-// TRAINBENCH_TEST_HANG_REMOVE, TRAINBENCH_TEST_HANG_UNLINK: a part of a
-// path. An fsync of a file or folder, a mkdir, a flock, a pread, a remove
-// (std::filesystem's remove_all removes through it) or an unlink whose path
-// contains it never returns, as on storage that stopped responding; signals
+// TRAINBENCH_TEST_HANG_REMOVE, TRAINBENCH_TEST_HANG_UNLINK,
+// TRAINBENCH_TEST_HANG_OPENDIR: a part of a path. An fsync of a file or
+// folder, a mkdir, a flock, a pread, a remove (std::filesystem's remove_all
+// removes through it), an unlink or an opendir whose path contains it never
+// returns, as on storage that stopped responding; signals
 // do not end it either (pause() is resumed). True when `path` contains the
 // part `variable` names.
 bool named_by(const char* variable, const std::string& path) {
@@ -128,6 +136,11 @@ extern "C" int remove(const char* path) {
 extern "C" int unlink(const char* path) {
   if (named_by("TRAINBENCH_TEST_HANG_UNLINK", path)) hang();
   return libc_unlink()(path);
+}
+
+extern "C" DIR* opendir(const char* path) {
+  if (named_by("TRAINBENCH_TEST_HANG_OPENDIR", path)) hang();
+  return libc_opendir()(path);
 }
 
 // A checkpoint's files are read with pread (read_rank_files); off_t is 64

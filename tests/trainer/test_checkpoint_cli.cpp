@@ -865,6 +865,31 @@ TEST(CheckpointCli, AResultProbeThatNeverReturnsEndsTheJobAtTheStorageTimeout) {
   EXPECT_EQ(r.out.find("step "), std::string::npos) << "no step trained: " << r.out;
 }
 
+// Storage that stops responding under data.shards: the folder's listing
+// (opendir) never returns. It held the run before step 1 for ever; now the
+// job ends after data.timeout_s, exit 3, one line naming the listing.
+TEST(CheckpointCli, AShardListingThatNeverReturnsEndsTheJobAtTheDataTimeout) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string shards = dir.file("shards");
+  const CommandResult made = run_command(std::string(TRAINBENCH_BINARY) + " shards synth --out " + shards +
+                                         " --count 2 --samples 50");
+  ASSERT_EQ(made.exit_code, 0) << made.out << made.err;
+  const auto begin = std::chrono::steady_clock::now();
+  const CommandResult r = run_command(on_hung_storage(
+      "OPENDIR", shards,
+      tiny_run(dir.file("c"), 7, 0, dir.file("r.json"), "--set data.shards=" + shards + " --set data.timeout_s=3"),
+      "-s KILL 60"));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  ASSERT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_LT(seconds, 40.0) << "the bound is 3 s";
+  EXPECT_EQ(r.err.rfind("trainbench: listing data.shards " + shards +
+                            " did not finish within data.timeout_s=3 s: the storage stopped responding (raise "
+                            "data.timeout_s if it is only slow)",
+                        0),
+            0u)
+      << r.err;
+}
+
 // The same hung storage under a checkpoint the run gives up (lr 1e300:
 // step 1's update overflows, step 2's loss is NaN, so step 1's checkpoint
 // holds weights no one may resume from). Giving it up waited for its
