@@ -293,11 +293,17 @@ int comm_bench_gpu(const Config& config, Communicator& bootstrap) {
   const GpuInventory gpus = query_gpus();
   const bool on_gpus = asked || resolve_device(config.train.device, gpus) == "cuda";
   // Every rank answers alike: one that found no GPU while the others did
-  // would leave them in NCCL's init.
-  const std::string no_gpu = on_gpus && gpus.gpus.empty()
-                                 ? "comm.backend=nccl: " + gpus.why_none + " on " + bootstrap.host_name()
-                                 : "";
-  const std::string why = first_reason_over_ranks(bootstrap, no_gpu).reason;
+  // would leave them in NCCL's init (under auto, measuring MPI beside them).
+  const double ranks_on_gpus = sum_over_ranks(bootstrap, on_gpus ? 1.0 : 0.0);
+  std::string mine;
+  if (on_gpus && gpus.gpus.empty())
+    mine = "comm.backend=nccl: " + gpus.why_none + " on " + bootstrap.host_name();
+  else if (!on_gpus && ranks_on_gpus > 0)
+    mine = "comm.backend auto: rank " + std::to_string(bootstrap.rank()) + " on " + bootstrap.host_name() +
+           " would not use a GPU (" + (gpus.gpus.empty() ? gpus.why_none : "train.device " + config.train.device) +
+           ") where " + std::to_string(static_cast<int>(ranks_on_gpus)) +
+           " rank(s) would: NCCL needs one on every rank (or set comm.backend mpi)";
+  const std::string why = first_reason_over_ranks(bootstrap, mine).reason;
   if (!why.empty()) throw CommandError{kExitEnvironmentError, "bench comm: " + why};
   if (!on_gpus) return -1;
   return bootstrap.local_rank() % static_cast<int>(gpus.gpus.size());
