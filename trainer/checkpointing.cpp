@@ -566,9 +566,11 @@ void Checkpointer::settle_failure(CheckpointRecord record, const std::string& fa
   // folder removed or replaced during the run, or one that cannot be listed).
   // The storage answered this failure, but may stop answering the listing:
   // a listing unfinished within best_effort_bound() is let go, and the
-  // message goes without it (the run still writes its result).
+  // message goes without it (the run still writes its result). Rank 0's
+  // alone: it speaks for the job, and every rank listing the shared folder
+  // for a line only rank 0 prints was N ranks' load on failing storage.
   std::string previous;
-  if (!storage_hung) {
+  if (!storage_hung && comm_.rank() == 0) {
     auto listed = std::make_shared<std::string>();
     const bool finished = run_for_at_most(best_effort_bound(), [listed, dir = dir_, identity = dir_identity_] {
       try {
