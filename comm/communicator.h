@@ -41,26 +41,30 @@ inline const char* data_type_name(DataType dtype) {
 inline const char* reduce_op_name(ReduceOp op) { return op == ReduceOp::kSum ? "sum" : "avg"; }
 
 // What a communicator's abort() runs before it ends the process, which it
-// does without unwinding: the trainer removes its temporary folders there
-// (the default run's synthetic shards, GBs, stayed in TMPDIR after every
-// timed-out collective). Set once, in main, before any communicator exists.
-inline std::function<void()>& before_abort_action() {
-  static auto* action = new std::function<void()>;  // never destroyed: an abort may come during the exit
+// does without unwinding, with the abort's exit code and message: the
+// trainer writes rank 0's partial result (trainer/partial_result.h) and
+// removes its temporary folders there (the default run's synthetic shards,
+// GBs, stayed in TMPDIR after every timed-out collective). Set once, in
+// main, before any communicator exists. It must bound its own time.
+using BeforeAbortAction = std::function<void(int exit_code, const std::string& message)>;
+inline BeforeAbortAction& before_abort_action() {
+  static auto* action = new BeforeAbortAction;  // never destroyed: an abort may come during the exit
   return *action;
 }
-inline void set_before_abort(std::function<void()> action) { before_abort_action() = std::move(action); }
+inline void set_before_abort(BeforeAbortAction action) { before_abort_action() = std::move(action); }
 // Each abort() calls it; the action runs once. An abort racing another, on
 // another thread, waits for the first one's action (bounded: it may be
 // stuck) before it ends the process in the middle of it.
-inline void run_before_abort() {
+inline void run_before_abort(int exit_code, const std::string& message) {
   static std::atomic<int> state{0};  // 0: not run, 1: running, 2: done
   int expected = 0;
   if (state.compare_exchange_strong(expected, 1)) {
-    if (before_abort_action()) before_abort_action()();
+    if (before_abort_action()) before_abort_action()(exit_code, message);
     state = 2;
     return;
   }
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  // The trainer's action: the partial result (7 s at most), then the folders (8 s).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (state.load() == 1 && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }

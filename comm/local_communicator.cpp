@@ -50,7 +50,7 @@ class LocalCommunicator final : public Communicator {
     std::fflush(stdout);  // what the run printed so far comes before the message
     std::fprintf(stderr, "trainbench: %s\n", message.c_str());
     std::fflush(stderr);
-    run_before_abort();
+    run_before_abort(exit_code, message);
     std::_Exit(exit_code);
   }
 

@@ -433,7 +433,7 @@ void MpiCommunicator::progress_loop() {
   std::fflush(stdout);  // what the rank printed so far comes before the message
   std::fprintf(stderr, "trainbench: %s\n", message.c_str());
   std::fflush(stderr);
-  run_before_abort();
+  run_before_abort(exit_code, message);
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::_Exit(exit_code);  // MPI_Abort does not return; should one, the rank still ends
 }

@@ -488,7 +488,7 @@ void NcclCommunicator::wait_for_device_event(void* cuda_event) {
   // The temporary folders go first (bounded): a wedged ncclCommAbort, the
   // usual case of a GPU timeout, ends the rank by the watchdog below and
   // never reaches the bootstrap's abort, which would run this too.
-  run_before_abort();
+  run_before_abort(exit_code, message);
   // ncclCommAbort can block on a wedged device or a dead peer's connection:
   // the watchdog ends the rank regardless (the launcher then ends the rest).
   std::thread([exit_code, message] {

@@ -117,6 +117,10 @@ from typing import Any, Callable
 # A folder's result files that are not read with it: a failed rerun's result
 # (scripts/scale.sh, scripts/compare_finetune.sh).
 FAILED_SUFFIX = ".failed.json"
+# What a run that an abort or a signal ended leaves beside its result path
+# (trainbench.aborted_run/v1: its steps, no summary).
+ABORTED_SUFFIX = ".aborted.json"
+ABORTED_SCHEMA = "trainbench.aborted_run/v1"
 # The field a bench command adds to a result it writes, and the command's name.
 BENCH_RESULT_KEYS = {"compute_ceiling": "compute", "instrumentation_cost": "instrument"}
 # The result versions this script reads: a later one may change what a field means.
@@ -722,6 +726,11 @@ def load_run(path: Path) -> Run:
     source = Source(str(path), "a trainbench result", "a complete trainbench result")
     data = read_object(path, source)
     schema = data.get("schema")
+    if schema == ABORTED_SCHEMA:
+        aborted = data.get("aborted") if isinstance(data.get("aborted"), dict) else {}
+        raise ReportError(f"{path}: a run that did not finish ({shown(aborted.get('reason'))}, after "
+                          f"{shown(aborted.get('steps_completed'))} step(s)): it has its steps but no summary "
+                          "to report; rerun it")
     if schema not in SCHEMAS:
         raise ReportError(f"{path}: schema is {shown(schema)}, expected {' or '.join(SCHEMAS)} "
                           "(the result JSON of `trainbench run --out`)")
@@ -888,11 +897,15 @@ def collect(inputs: list[str]) -> tuple[list[Run], list[str]]:
                 listed = sorted(p / entry for entry in os.listdir(p) if fnmatch.fnmatchcase(entry, "*.json"))
             except OSError as e:
                 raise ReportError(f"{p}: cannot list this folder ({e.strerror or e})") from None
-            found = [entry for entry in listed if not entry.name.endswith(FAILED_SUFFIX)]
+            found = [entry for entry in listed if not entry.name.endswith((FAILED_SUFFIX, ABORTED_SUFFIX))]
             failed = [entry.name for entry in listed if entry.name.endswith(FAILED_SUFFIX)]
+            aborted = [entry.name for entry in listed if entry.name.endswith(ABORTED_SUFFIX)]
             if failed:
                 notes.append(f"{p}: left out {', '.join(failed)} (a failed rerun's result, kept beside the "
                              "earlier one by scale.sh or compare_finetune.sh; name the file to read it)")
+            if aborted:
+                notes.append(f"{p}: left out {', '.join(aborted)} (the steps of a run an abort or a signal "
+                             "ended: no summary to report)")
             if not found:
                 raise ReportError(f"{p}: no *.json result files in this folder"
                                   + (f" (only {len(failed)} *{FAILED_SUFFIX}, left out)" if failed else ""))
@@ -1306,7 +1319,8 @@ def ceilings_section(points: list[Point]) -> list[str]:
     return (["## Against the ceilings", "",
              "Each resource measured alone on the same config and ranks before the run (`trainbench run "
              "--ceilings`), as the tokens/s it could sustain; achieved = the run's tokens/s over that "
-             "(— where not measured: no network on one rank, nor yet on the NCCL backend; storage write is in GB/s).", ""]
+             "(— where not measured: no network on one rank, nor on NCCL where a GPU had no room for "
+             "the buffers beside the run; storage write is in GB/s).", ""]
             + table(["ranks", "resource", "ceiling tokens/s", "achieved (%)", "other figures"], rows) + [""])
 
 

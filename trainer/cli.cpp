@@ -37,6 +37,7 @@
 #include "trainer/environment.h"
 #include "trainer/json_text.h"       // json_text: rank configs compared as text
 #include "trainer/interrupt_cleanup.h"  // wait_if_interrupted: no error line after a signal
+#include "trainer/partial_result.h"     // an aborted or interrupted run leaves its steps
 #include "trainer/report.h"
 #include "trainer/results.h"
 #include "trainer/bench_command.h"
@@ -211,7 +212,8 @@ ErrorReport describe_current_exception() {
 // result (trainbench.result/v1, trainbench.bench_io/v1, ...): what --out may
 // replace. Results are a few MB; anything far larger is not one.
 // The schemas of what trainbench writes as a result, any version.
-constexpr const char* kResultKinds[] = {"result", "bench_io", "bench_io_write", "bench_comm", "projection"};
+constexpr const char* kResultKinds[] = {"result", "aborted_run", "bench_io", "bench_io_write", "bench_comm",
+                                        "projection"};
 
 bool is_trainbench_result(const std::string& path, const std::string& named) {
   std::error_code error;
@@ -872,6 +874,16 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                                         engine_options.device == "cuda" ? engine_options.gpu_index : -1,
                                         checkpointer.get()});
     after_step = [&options](const StepRecord& step) { return options.extension->after_step(step); };
+  }
+  // Rank 0 keeps every completed step for a run that an abort or a signal
+  // ends before its result (trainer/partial_result.h); ended with this scope.
+  PartialResultScope partial_result;
+  if (reporter && options.write_result) {
+    begin_partial_result(aborted_result_path(result_path), result_header_json(options.command_line, config, env));
+    after_step = [inner = std::move(after_step), timed = config.report.instrument](const StepRecord& step) {
+      add_partial_result_step(step_result_json(step, timed));
+      return inner ? inner(step) : true;
+    };
   }
   // Declared after the communicator and the engine, so it runs before they go.
   struct EndExtension {

@@ -117,6 +117,11 @@ void clean_up_before_the_end() {
   remove_folders_then_run_actions();
 }
 
+std::function<void(int)>& interrupt_report() {
+  static auto* report = new std::function<void(int)>;  // never destroyed: a signal may come during the exit
+  return *report;
+}
+
 extern "C" void pass_on_interrupt(int signal_number) {
   const int saved = errno;
   if (::write(interrupt_pipe[1], &signal_number, sizeof(signal_number)) < 0) {
@@ -125,6 +130,8 @@ extern "C" void pass_on_interrupt(int signal_number) {
   errno = saved;
 }
 }  // namespace
+
+void set_interrupt_report(std::function<void(int signal_number)> report) { interrupt_report() = std::move(report); }
 
 void wait_if_interrupted() {
   // Removing the folders can make the run fail on its own (its shards are
@@ -182,6 +189,7 @@ void install_interrupt_cleanup() {
     } while (got < 0 && errno == EINTR);
     if (got != static_cast<ssize_t>(sizeof(signal_number))) return;
     signal_received = true;
+    if (interrupt_report()) interrupt_report()(signal_number);
     // Locked for good: the process is ending by the signal. A folder made
     // after the cleanup had passed stayed; its maker waits here instead.
     // An abort that has the lock has done (or is doing) this cleanup.

@@ -1,11 +1,15 @@
 // trainbench: end-to-end training throughput benchmark. All logic is in trainer/cli.cpp.
 #include <malloc.h>  // mallopt: M_ARENA_MAX
 
+#include <csignal>  // the signal's name in the partial result
+#include <string>
+
 #include "dataloader/shard_writer.h"     // remove_partial_shards
 #include "comm/communicator.h"       // set_before_abort
 #include "trainer/cli.h"
 #include "trainer/environment.h"     // address_space_limit_bytes
 #include "trainer/interrupt_cleanup.h"  // temporary folders removed on SIGINT/SIGTERM/SIGHUP
+#include "trainer/partial_result.h"     // write_partial_result: an aborted or interrupted run's steps
 
 int main(int argc, char** argv) {
   // Under an address-space limit (ulimit -v; PBS's vmem) glibc's per-thread
@@ -18,8 +22,20 @@ int main(int argc, char** argv) {
   // leaves no NAME.partial behind when interrupted.
   trainbench::run_on_interrupt(trainbench::remove_partial_shards);
   // A communicator's abort (a collective timed out, a rank died) ends the
-  // process without unwinding: the same cleanup first.
-  trainbench::set_before_abort(trainbench::remove_temporary_files_before_abort);
+  // process without unwinding: rank 0's partial result, then the same
+  // cleanup as a signal's.
+  trainbench::set_before_abort([](int exit_code, const std::string& message) {
+    trainbench::write_partial_result(exit_code, message);
+    trainbench::remove_temporary_files_before_abort();
+  });
+  // A signal (Ctrl-C, scancel, Slurm's time limit): the partial result too.
+  trainbench::set_interrupt_report([](int signal_number) {
+    const char* name = signal_number == SIGINT    ? "SIGINT (Ctrl-C)"
+                       : signal_number == SIGTERM ? "SIGTERM (scancel, a time limit, the launcher)"
+                       : signal_number == SIGHUP  ? "SIGHUP (the terminal went)"
+                                                  : "a signal";
+    trainbench::write_partial_result(128 + signal_number, std::string("interrupted by ") + name);
+  });
   const int code = trainbench::run_cli(argc, argv);
   trainbench::end_interrupt_cleanup();
   return code;

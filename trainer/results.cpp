@@ -36,7 +36,9 @@ nlohmann::json timed_spread(bool measured, const Spread& s) {
   return {{"median", timed(measured, s.median)}, {"p10", timed(measured, s.p10)}, {"p90", timed(measured, s.p90)}};
 }
 
-nlohmann::json step_json(const StepRecord& s, bool measured) {
+}  // namespace
+
+nlohmann::json step_result_json(const StepRecord& s, bool measured) {
   return {{"step", s.step},
           {"warmup", s.warmup},
           {"step_s", timed(measured, s.step_s)},
@@ -50,7 +52,6 @@ nlohmann::json step_json(const StepRecord& s, bool measured) {
           {"grad_norm", s.grad_norm},
           {"lr", s.lr}};
 }
-}  // namespace
 
 namespace {
 
@@ -158,7 +159,7 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
       {"bottleneck", timed(measured, s.bottleneck)},
   };
   nlohmann::json steps = nlohmann::json::array();
-  for (const StepRecord& record : outcome.steps) steps.push_back(step_json(record, s.timed));
+  for (const StepRecord& record : outcome.steps) steps.push_back(step_result_json(record, s.timed));
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankSummary& r : s.ranks)
     ranks.push_back({{"rank", r.rank},
@@ -189,12 +190,8 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
   for (const Check& c : outcome.checks)
     checks.push_back({{"name", c.name}, {"passed", c.passed}, {"detail", c.detail}});
 
-  return {
-      {"schema", kResultSchema},
-      {"version", env.trainbench_version},
-      {"command", utf8_escaped(command_line)},  // argv is bytes
-      {"config", resolved_config_json(config, env)},
-      {"environment", environment_to_json(env)},
+  nlohmann::json result = result_header_json(command_line, config, env);
+  result.update({
       {"summary", summary},
       {"steps", steps},
       {"ranks", ranks},
@@ -205,6 +202,17 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
       {"ceilings", outcome.ceilings},
       {"checks", checks},
       {"warnings", outcome.warnings},
+  });
+  return result;
+}
+
+nlohmann::json result_header_json(const std::string& command_line, const Config& config, const Environment& env) {
+  return {
+      {"schema", kResultSchema},
+      {"version", env.trainbench_version},
+      {"command", utf8_escaped(command_line)},  // argv is bytes
+      {"config", resolved_config_json(config, env)},
+      {"environment", environment_to_json(env)},
   };
 }
 

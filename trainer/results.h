@@ -17,6 +17,12 @@ inline constexpr const char* kResultSchema = "trainbench.result/v1";
 
 nlohmann::json build_result_json(const std::string& command_line, const Config& config,
                                  const Environment& env, const RunOutcome& outcome);
+// What describes the run, before any step: schema, version, command, the
+// resolved config and the environment (the start of build_result_json's).
+nlohmann::json result_header_json(const std::string& command_line, const Config& config, const Environment& env);
+// One step's record as the result's `steps` list it; `timed`: the per-step
+// timers ran (report.instrument), else the times are null.
+nlohmann::json step_result_json(const StepRecord& step, bool timed);
 
 // Writes the JSON atomically (temporary file, fsync, rename): an interrupted
 // run never leaves a truncated result, and an older result survives until the

@@ -917,6 +917,26 @@ class ResultReadingTests(unittest.TestCase):
         self.assertEqual(done.stderr, f"report.py: {only}: no *.json result files in this folder "
                                       "(only 1 *.failed.json, left out)\n")
 
+    def test_an_aborted_runs_steps_are_left_out_of_a_folder_and_refused_by_name(self) -> None:
+        # trainbench writes r.aborted.json (trainbench.aborted_run/v1) for a run an
+        # abort or a signal ended: its steps, no summary.
+        self.write("ranks-1.json", fake_result(1, 1000.0))
+        aborted = {"schema": "trainbench.aborted_run/v1", "version": "x", "command": "trainbench run",
+                   "config": fake_result(2, 1.0)["config"], "environment": fake_result(2, 1.0)["environment"],
+                   "aborted": {"exit_code": 143, "reason": "interrupted by SIGTERM", "steps_completed": 7,
+                               "last_step": 7},
+                   "steps": [{"step": 1, "loss": 10.0}]}
+        self.write("ranks-2.aborted.json", aborted)
+        done = report(self.dir, "--out", self.dir / "out", "--no-plots")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("left out ranks-2.aborted.json (the steps of a run an abort or a signal ended", done.stderr)
+        rows = markdown_table((self.dir / "out" / "report.md").read_text(), "## Throughput and scaling")
+        self.assertEqual([r["runs"] for r in rows], ["1"])
+        done = report(self.dir / "ranks-2.aborted.json", "--no-plots")
+        self.assertEqual(done.returncode, 2, done.stderr)
+        self.assertIn('a run that did not finish ("interrupted by SIGTERM", after 7 step(s)): it has its steps but '
+                      "no summary to report", done.stderr)
+
     def test_a_copy_of_a_result_is_read_once(self) -> None:
         self.write("ranks-2.json", fake_result(2, 1800.0))
         self.write("ranks-2-again.json", fake_result(2, 2000.0))

@@ -153,6 +153,41 @@ TEST(MpiCli, ARankStoppedBeforeStepOneTimesOutAfterCommTimeout) {
   EXPECT_TRUE(left.empty()) << "rank 0 left " << ::testing::PrintToString(left);
 }
 
+// A rank frozen mid-run (a hung node, a wedged GPU): rank 0's all-reduce
+// times out and the job ends, exit 3 — with every step it had trained
+// lost. Rank 0 now writes them beside the result, r.aborted.json
+// (trainbench.aborted_run/v1), with the timeout's message as the reason.
+TEST(MpiCli, ARankFrozenMidRunLeavesRankZerosStepsBesideTheResult) {
+  testing::TempDir dir("test_mpi_cli");
+  const std::string console = dir.file("console.txt");
+  const std::string wrapper = dir.file("freeze_rank1.sh");
+  write_executable(wrapper, "#!/bin/sh\nif [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then\n  \"$@\" & pid=$!\n"
+                            "  for i in $(seq 600); do grep -qE '^step +5/' " + console + " && break; sleep 0.05; done\n"
+                            "  kill -STOP $pid\n"
+                            "  trap 'kill -KILL $pid; exit 1' TERM INT\n  sleep 100 & wait $!\n  kill -KILL $pid\n  exit 1\n"
+                            "fi\nexec \"$@\"\n");
+  // In a subshell: run_command's own redirections come after it.
+  const CommandResult r = run_command("( timeout 90 " + kMpirun + "-np 2 " + wrapper + " " + TRAINBENCH_BINARY +
+                                      " run tiny --steps 100000 --set train.threads=1 --set data.source=synthetic "
+                                      "--set data.shards= --set checkpoint.every_steps=0 --set "
+                                      "report.progress_every=5 --set comm.timeout_s=5 --out " + dir.file("r.json") +
+                                      " > " + console + " 2>&1 )");
+  const std::string output = testing::read_whole_file(console);
+  EXPECT_NE(r.exit_code, 0) << output;
+  ASSERT_TRUE(std::filesystem::exists(dir.file("r.aborted.json"))) << output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("r.json")));
+  const nlohmann::json partial = nlohmann::json::parse(read_whole_file(dir.file("r.aborted.json")));
+  EXPECT_EQ(partial.at("schema"), "trainbench.aborted_run/v1");
+  EXPECT_EQ(partial.at("aborted").at("exit_code"), 3);
+  EXPECT_NE(partial.at("aborted").at("reason").get<std::string>().find("timed out after 5 s"), std::string::npos)
+      << partial.at("aborted").dump();
+  const nlohmann::json& steps = partial.at("steps");
+  ASSERT_GE(steps.size(), 5u) << "progress was printed at step 5";
+  for (size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(steps[i].at("step"), i + 1);
+  // (Its stderr line, said after the abort's, may be cut by mpirun ending
+  // the job: the one-rank test checks it.)
+}
+
 // A rank that never starts (its host down, or stuck before main on storage
 // that stopped responding) held the others in MPI_Init for ever: comm.timeout_s
 // bounds the start-up too, and mpirun then ends the job.
@@ -246,7 +281,7 @@ TEST(MpiCli, AKilledRankEndsTheJobWithAnError) {
                           " run tiny --steps 100000 --set comm.timeout_s=20 --set data.synth_samples_per_shard=64"
                           " --set checkpoint.every_steps=0 --out " + dir.file("r.json");
   const std::string killer =
-      "for i in $(seq 600); do grep -q '^step ' " + log + " 2>/dev/null && break; sleep 0.1; done; "
+      "for i in $(seq 600); do grep -q 'step ' " + log + " 2>/dev/null && break; sleep 0.1; done; "
       "for p in $(pgrep -x trainbench); do "
       "grep -qz '^OMPI_COMM_WORLD_RANK=1$' /proc/$p/environ && kill -9 $p && echo killed rank 1; done";
   const auto begin = std::chrono::steady_clock::now();

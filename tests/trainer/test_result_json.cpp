@@ -688,6 +688,45 @@ TEST(Cli, AnInterruptedRunLeavesNoTemporaryFolders) {
   }
 }
 
+// SIGTERM mid-run (Slurm's time limit, scancel) took every step the run
+// had trained with it: no result at all. Rank 0 now writes them beside the
+// result, r.aborted.json (trainbench.aborted_run/v1), and says so; the
+// process still ends by the signal, and --out itself is left as it was.
+TEST(Cli, AnInterruptedRunLeavesTheStepsItTrainedBesideTheResult) {
+  testing::TempDir dir("test_cli_interrupt_steps");
+  const std::string out = dir.file("out.txt");
+  const auto r = run_command(
+      "( " + std::string(TRAINBENCH_BINARY) +
+      " run tiny --steps 100000 --set data.source=synthetic --set data.shards= --set checkpoint.every_steps=0 "
+      "--set train.threads=1 --out " + dir.file("r.json") + " > " + out + " 2>&1 & pid=$!; " +
+      "for i in $(seq 600); do grep -q 'step ' " + out + " && break; sleep 0.1; done; sleep 0.5; " +
+      "kill -TERM $pid; wait $pid; echo exit=$?)");
+  const std::string console = testing::read_whole_file(out);
+  ASSERT_NE(console.find("step "), std::string::npos) << "the run never stepped: " << r.out;
+  EXPECT_EQ(r.out, "exit=143\n") << console;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("r.json")));
+  ASSERT_TRUE(std::filesystem::exists(dir.file("r.aborted.json"))) << console;
+  const nlohmann::json partial = nlohmann::json::parse(testing::read_whole_file(dir.file("r.aborted.json")));
+  EXPECT_EQ(partial.at("schema"), "trainbench.aborted_run/v1");
+  const nlohmann::json& aborted = partial.at("aborted");
+  EXPECT_EQ(aborted.at("exit_code"), 143);
+  EXPECT_EQ(aborted.at("reason").get<std::string>().rfind("interrupted by SIGTERM", 0), 0u) << aborted.dump();
+  const nlohmann::json& steps = partial.at("steps");
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(aborted.at("steps_completed"), steps.size());
+  EXPECT_EQ(aborted.at("last_step"), steps.back().at("step"));
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i].at("step"), i + 1) << "every step, in order";
+    EXPECT_TRUE(steps[i].at("step_s").is_number()) << steps[i].dump();
+  }
+  EXPECT_EQ(partial.at("config").at("train").at("steps"), 100000);
+  EXPECT_TRUE(partial.at("environment").is_object());
+  EXPECT_NE(console.find("trainbench: the " + std::to_string(steps.size()) + " step(s) it trained are in " +
+                         dir.file("r.aborted.json")),
+            std::string::npos)
+      << console;
+}
+
 // A run killed while it wrote its result leaves PATH.tmp.PID beside it. The
 // next run of the same PID (a container's PID 1) probed --out with that very
 // name, O_EXCL, and was refused: "cannot create a file there: File exists",

@@ -1,0 +1,51 @@
+// A run that does not reach its result: ended by a communicator's abort (a
+// collective past comm.timeout_s — a rank frozen or dead, a GPU wedged) or
+// by SIGINT, SIGTERM or SIGHUP (Ctrl-C, scancel, Slurm's time limit). It
+// left nothing of what it had measured: hours of a burn-in or a scaling
+// point lost with the very failure they were run to find. Rank 0 keeps each
+// step's record as it completes and, on such an end, writes them beside the
+// result (aborted_result_path: r.json's are r.aborted.json, so an earlier
+// complete result at --out is not replaced by a partial one) as
+// trainbench.aborted_run/v1, with why the run ended, and says so on stderr.
+// Bounded: the storage may be what failed.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace trainbench {
+
+inline constexpr const char* kAbortedRunSchema = "trainbench.aborted_run/v1";
+
+// Where a run whose result goes to `result_path` leaves its partial one:
+// "r.json" -> "r.aborted.json", "out" -> "out.aborted.json".
+std::string aborted_result_path(const std::string& result_path);
+
+// Rank 0 before step 1: where the partial result goes (aborted_result_path)
+// and what describes the run (schema, version, command, config,
+// environment: result_header_json).
+void begin_partial_result(const std::string& path, nlohmann::json header);
+// A completed step's record, as the result lists it (step_result_json).
+void add_partial_result_step(nlohmann::json step);
+// The run reached its own end, with its result written or said to be not
+// written: nothing is written on its behalf after this.
+void end_partial_result();
+
+// Writes what was kept, once, with why the run ended (`exit_code`: the
+// process's, 128 + N for signal N) into `aborted`. Callable from any
+// thread: the abort's, the signal's. Nothing when no run was begun, it has
+// ended, or no step completed (the abort's line says all there is); false
+// then, or when the write did not finish within a few seconds.
+bool write_partial_result(int exit_code, const std::string& why);
+
+// Ends the partial result when the scope does, however it ends (a run_config
+// that throws exits the process normally: no abort writes after it).
+struct PartialResultScope {
+  PartialResultScope() = default;
+  PartialResultScope(const PartialResultScope&) = delete;
+  PartialResultScope& operator=(const PartialResultScope&) = delete;
+  ~PartialResultScope() { end_partial_result(); }
+};
+
+}  // namespace trainbench
