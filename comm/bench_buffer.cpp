@@ -1,7 +1,7 @@
 // Host-memory bench buffers and the choice between host and device ones.
 #include "comm/bench_buffer.h"
 
-#include <algorithm>  // std::fill
+#include <algorithm>  // std::fill, std::max
 #include <limits>     // quiet_NaN: the separate buffer's stale host view
 
 namespace trainbench {
@@ -52,15 +52,21 @@ int64_t free_bench_buffer_bytes(const Communicator& comm, std::string* why) {
   return free_device_bench_bytes(why);
 }
 
-std::string device_bench_room_shortfall(const Communicator& comm, int64_t bytes) {
+std::string device_bench_room_shortfall(const Communicator& comm, int64_t bytes, int64_t host_room_bytes) {
   if (!comm.device_buffers()) return "";
+  const auto mib = [](int64_t b) { return std::to_string(b >> 20) + " MiB"; };
+  const std::string rank = std::to_string(comm.rank());
   std::string why;
   const int64_t free_bytes = free_device_bench_bytes(&why);
-  if (free_bytes < 0) return "the GPU's free memory is unknown (" + why + ")";
-  if (bytes <= free_bytes - kDeviceBenchReserveBytes) return "";
-  const auto mib = [](int64_t b) { return std::to_string(b >> 20) + " MiB"; };
-  return "the buffers need " + mib(bytes) + " on the GPU of rank " + std::to_string(comm.rank()) + ", which has " +
-         mib(free_bytes) + " free (" + mib(kDeviceBenchReserveBytes) + " of it kept for NCCL)";
+  if (free_bytes < 0) return "the free memory of rank " + rank + "'s GPU is unknown (" + why + ")";
+  const int64_t room = std::max<int64_t>(0, free_bytes - kDeviceBenchReserveBytes);
+  if (bytes > room)
+    return "the buffers need " + mib(bytes) + " on the GPU of rank " + rank + ", which has " + mib(free_bytes) +
+           " free: " + mib(room) + " once " + mib(kDeviceBenchReserveBytes) + " is kept for NCCL";
+  if (host_room_bytes >= 0 && bytes > host_room_bytes)
+    return "the buffers' host copies (for the data check) need " + mib(bytes) + " of host memory on rank " + rank +
+           ", whose share of the host's available memory is " + mib(host_room_bytes);
+  return "";
 }
 
 std::unique_ptr<BenchBuffer> make_separate_host_bench_buffer(int64_t count) {

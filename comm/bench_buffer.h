@@ -59,9 +59,11 @@ constexpr int64_t kDeviceBenchReserveBytes = int64_t{1} << 30;
 // Why this rank cannot put `bytes` of bench buffers beside what its GPU
 // already holds (a run's model and activations), "" when it can or when
 // the communicator takes host buffers: the GPU's free memory less
-// kDeviceBenchReserveBytes. Callers agree over ranks (first_reason_over_ranks)
-// before measuring, since every rank must take part.
-std::string device_bench_room_shortfall(const Communicator& comm, int64_t bytes);
+// kDeviceBenchReserveBytes, and `host_room_bytes` (this rank's share of the
+// host's available memory; -1: unknown) for their host copies, as large.
+// Callers agree over ranks (first_reason_over_ranks) before measuring,
+// since every rank must take part.
+std::string device_bench_room_shortfall(const Communicator& comm, int64_t bytes, int64_t host_room_bytes);
 
 // A device-buffer backend's buffer: on the current CUDA device. Defined in
 // device_bench_buffer.cpp where the NCCL backend (which brings the CUDA

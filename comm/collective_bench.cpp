@@ -374,7 +374,7 @@ std::vector<CollectiveBenchResult> bench_collectives(Communicator& comm,
 std::vector<CollectiveBenchResult> bench_gradient_step(Communicator& comm,
                                                        const std::vector<int64_t>& bucket_bytes,
                                                        const CollectiveBenchOptions& options,
-                                                     const MakeBenchBuffer& make_buffer) {
+                                                       const MakeBenchBuffer& make_buffer) {
   const int rank = comm.rank();
   const int world = comm.world_size();
   std::vector<int64_t> offsets;  // in floats, one per bucket, then the total

@@ -12,7 +12,7 @@
 
 #include <cstdint>     // int64_t
 #include <functional>  // MakeBenchBuffer
-#include <memory>
+#include <memory>      // MakeBenchBuffer's buffers
 #include <string>
 #include <vector>
 

@@ -206,7 +206,7 @@ struct CommBenchSweep {
 // where the buffers live (their host copies, for the data check, are as
 // large); with the largest --max-bytes that fits.
 std::string comm_bench_memory_shortfall(const CommBenchSweep& sweep, int host_ranks, const std::string& host,
-                                        int64_t gpu_free_bytes) {
+                                        int64_t gpu_free_bytes, int rank) {
   const int64_t needed = sweep.bytes_per_rank();
   const int64_t available = available_memory_bytes();
   const int64_t allowed = address_space_limit_bytes();
@@ -265,7 +265,7 @@ std::string comm_bench_memory_shortfall(const CommBenchSweep& sweep, int host_ra
                             (sweep.mpi ? " and MPI's scratch, twice the message" : "") +
                             (on_gpu ? ", on the GPU and again on the host for the data check" : "") + ")";
   if (gpu_short)
-    return needs + ", but the GPU of this rank on " + host + " has " +
+    return needs + ", but the GPU of rank " + std::to_string(rank) + " on " + host + " has " +
            human_bytes(static_cast<double>(gpu_free_bytes)) + " free, " +
            human_bytes(static_cast<double>(gpu_room)) + " after " +
            human_bytes(static_cast<double>(kDeviceBenchReserveBytes)) + " kept for NCCL's own buffers: " + what_to_do +
@@ -297,7 +297,8 @@ int comm_bench_gpu(const Config& config, Communicator& bootstrap) {
   const double ranks_on_gpus = sum_over_ranks(bootstrap, on_gpus ? 1.0 : 0.0);
   std::string mine;
   if (on_gpus && gpus.gpus.empty())
-    mine = "comm.backend=nccl: " + gpus.why_none + " on " + bootstrap.host_name();
+    mine = (asked ? "comm.backend=nccl: " : "train.device=cuda (under comm.backend auto, NCCL): ") + gpus.why_none +
+           " on " + bootstrap.host_name();
   else if (!on_gpus && ranks_on_gpus > 0)
     mine = "comm.backend auto: rank " + std::to_string(bootstrap.rank()) + " on " + bootstrap.host_name() +
            " would not use a GPU (" + (gpus.gpus.empty() ? gpus.why_none : "train.device " + config.train.device) +
@@ -1144,13 +1145,15 @@ int BenchCommand::run_comm() {
   const int host_ranks = ranks_on_this_host(*comm);
   // One rank's shortfall alone (MemAvailable read at slightly different
   // moments, a limit on one node) stops every rank.
+  // A GPU whose free memory cannot be read is every rank's reason to stop
+  // too: alone, that rank left the others waiting in the agreement below.
   std::string why_no_gpu_figure;
   const int64_t gpu_free = free_bench_buffer_bytes(*comm, &why_no_gpu_figure);
-  if (comm->device_buffers() && gpu_free < 0)
-    throw CommandError{kExitEnvironmentError, "bench comm: the GPU's free memory: " + why_no_gpu_figure};
-  const std::string shortfall =
-      first_reason_over_ranks(*comm, comm_bench_memory_shortfall(sweep, host_ranks, comm->host_name(), gpu_free))
-          .reason;
+  const std::string mine =
+      comm->device_buffers() && gpu_free < 0
+          ? "bench comm: the free memory of rank " + std::to_string(comm->rank()) + "'s GPU: " + why_no_gpu_figure
+          : comm_bench_memory_shortfall(sweep, host_ranks, comm->host_name(), gpu_free, comm->rank());
+  const std::string shortfall = first_reason_over_ranks(*comm, mine).reason;
   if (!shortfall.empty()) throw CommandError{kExitEnvironmentError, shortfall};
 
   const auto across_ranks = static_cast<AcrossRanks>(o.average);

@@ -9,9 +9,11 @@
 #include <condition_variable>  // the NVML sampler's period and stop
 #include <cstdio>
 #include <mutex>
+#include <optional>            // the fabric's way, once chosen
 #include <thread>              // the NVML sampler
 
 #include "comm/bench_buffer.h"      // device_bench_room_shortfall: the fabric check on the GPU
+#include "trainer/environment.h"    // host_memory_per_rank_bytes: room for the buffers' host copies
 #include "comm/collective_bench.h"  // bench_collectives, bus_bandwidth_factor: the fabric check
 #include "kernels/gpu_health.h"     // open_gpu_health: NVML
 #include "trainer/burnin.h"
@@ -399,12 +401,20 @@ class BurninMonitor final : public RunExtension {
     const int world = comm_->world_size();
     const int64_t gradient_bytes = engine_->layout().trainable_params() * 4;
     // A short bench comm: the all-reduce of one gradient bucket, on the
-    // GPU for NCCL where it has room beside the run (agreed over ranks).
+    // GPU for NCCL where it has room beside the run (agreed over ranks; the
+    // harness runs reduce-scatter and all-gather too, a bucket and 1/n more).
+    // Which of the two ways is chosen at the first measurement and kept: the
+    // drift and baseline checks compare the points, and the other way
+    // measures another thing (every bucket, from the run's own comm_s). A
+    // later point without room measures nothing (no busbw: not compared).
     const int64_t bucket = static_cast<int64_t>(config_->comm.bucket_mb * (1 << 20));
     const int64_t bytes = std::max<int64_t>(4096, std::min(bucket, gradient_bytes)) / 4 * 4;
-    const bool bench_fits =
-        world > 1 && first_reason_over_ranks(*comm_, device_bench_room_shortfall(*comm_, bytes)).reason.empty();
-    if (bench_fits) {
+    const bool room = world > 1 && first_reason_over_ranks(*comm_, device_bench_room_shortfall(
+                                                                        *comm_, bytes + bytes / world,
+                                                                        host_memory_per_rank_bytes(*comm_)))
+                                       .reason.empty();
+    if (!fabric_by_harness_.has_value()) fabric_by_harness_ = room;
+    if (*fabric_by_harness_ && room) {
       CollectiveBenchOptions options;
       options.warmup_iters = 2;
       options.iters = 5;
@@ -413,10 +423,10 @@ class BurninMonitor final : public RunExtension {
           point.busbw_gbs = r.busbw_gbs;
           point.fabric_exact = r.check_ok;
         }
-    } else if (world > 1) {
-      // No room on a GPU for even one bucket: the training's own gradient
-      // all-reduces since the last measurement, the slowest rank's median
-      // (bandwidth only: no data check).
+    } else if (world > 1 && !*fabric_by_harness_) {
+      // No room on a GPU for even one bucket at the first measurement: the
+      // training's own gradient all-reduces since the last measurement, the
+      // slowest rank's median (bandwidth only: no data check).
       const double rank_comm_s = median(comm_s_since_health_);
       const double comm_s = max_over_ranks(*comm_, rank_comm_s);
       if (comm_s > 0)
@@ -716,6 +726,9 @@ class BurninMonitor final : public RunExtension {
   bool bitflip_done_ = false;
   // This rank's measured steps.
   std::vector<double> step_s_, own_step_s_, comm_s_since_health_;
+  // The fabric's way, chosen at the first measurement (see measure_health):
+  // the bench harness, or the run's own comm_s where the GPU had no room.
+  std::optional<bool> fabric_by_harness_;
   std::vector<HealthPoint> health_;
   std::unique_ptr<HealthSampler> sampler_;
   std::unique_ptr<ProgressWatchdog> watchdog_;

@@ -10,6 +10,7 @@
 #include "dataloader/io_bench.h"        // measure_loader: the storage-read ceiling
 #include "trainer/checkpointing.h"      // state_bytes_per_rank: what a rank writes per checkpoint
 #include "trainer/data_source.h"        // loader_options, data_position_bytes_bound
+#include "trainer/environment.h"        // host_memory_per_rank_bytes: room for the buffers' host copies
 #include "trainer/temporary_folder.h"   // make_temporary_directory, FolderRemovedAtScopeEnd: the write ceiling's scratch
 #include "trainer/gradient_sync.h"      // gradient_bucket_bytes: the step's buckets
 #include "trainer/hung_storage.h"       // StorageWatchdog: the write measurement, bounded
@@ -125,7 +126,8 @@ Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communic
   // run. Agreed over ranks, as every rank takes part.
   if (comm.world_size() > 1) {
     const std::string short_of_room =
-        first_reason_over_ranks(comm, device_bench_room_shortfall(comm, network_bytes)).reason;
+        first_reason_over_ranks(comm, device_bench_room_shortfall(comm, network_bytes, host_memory_per_rank_bytes(comm)))
+            .reason;
     if (!short_of_room.empty())
       c.network_failure = short_of_room + "; `trainbench bench comm` measures the same collectives on an idle GPU";
   }

@@ -820,7 +820,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   }
   {
     const StorageWatchdog watchdog(*comm, config.checkpoint.timeout_s,
-                                   "describing the result's folder (" + result_path + ")'s filesystem");
+                                   "describing the filesystem of the result " + result_path);
     env.filesystems.push_back(describe_filesystem("results", result_path));
   }
   if (!checkpoint_dir.path.empty()) {
@@ -936,12 +936,17 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   const int extension_code = options.extension ? options.extension->finish(outcome, reporter ? &result : nullptr) : kExitOk;
   if (reporter) {
     try {
-      // Bounded as the checkpoint folder's last listing is: the other ranks
-      // wait for rank 0 at the job's end, within comm.timeout_s.
-      const double bound_s = std::min(config.checkpoint.timeout_s, 0.25 * config.comm.timeout_s);
+      // Bounded by checkpoint.timeout_s; with peers, as the checkpoint
+      // folder's last listing is: they wait for rank 0 at the job's end,
+      // within comm.timeout_s.
+      const bool peers = comm->world_size() > 1;
+      const double bound_s =
+          peers ? std::min(config.checkpoint.timeout_s, 0.25 * config.comm.timeout_s) : config.checkpoint.timeout_s;
       char bound_named[160];
-      std::snprintf(bound_named, sizeof bound_named,
-                    "%g s (checkpoint.timeout_s, or a quarter of comm.timeout_s when less)", bound_s);
+      std::snprintf(bound_named, sizeof bound_named, peers ? "%g s (checkpoint.timeout_s, or a quarter of "
+                                                             "comm.timeout_s when less)"
+                                                           : "%g s (checkpoint.timeout_s)",
+                    bound_s);
       if (options.write_result) write_result_json(result_path, result, bound_s, bound_named);
     } catch (const std::exception& e) {
       // Said after the summary, which is printed first: the measurement is

@@ -152,6 +152,12 @@ std::string hosts_that_differ(const Environment& env) {
 
 int64_t available_memory_bytes() { return proc_kib_field_bytes("/proc/meminfo", "MemAvailable"); }
 
+int64_t host_memory_per_rank_bytes(Communicator& comm) {
+  const int ranks = ranks_on_this_host(comm);  // a collective: before any return
+  const int64_t available = available_memory_bytes();
+  return available > 0 ? available / ranks : -1;
+}
+
 int64_t total_memory_bytes() { return proc_kib_field_bytes("/proc/meminfo", "MemTotal"); }
 
 int64_t mapped_bytes() { return proc_kib_field_bytes("/proc/self/status", "VmSize"); }

@@ -78,6 +78,9 @@ std::string hosts_that_differ(const Environment& env);
 FilesystemInfo describe_filesystem(const std::string& role, const std::string& path);
 // MemAvailable from /proc/meminfo (0 when unknown).
 int64_t available_memory_bytes();
+// This rank's share of its host's available memory (MemAvailable over the
+// ranks on the host; a collective: every rank calls it), -1 when unknown.
+int64_t host_memory_per_rank_bytes(Communicator& comm);
 // MemTotal from /proc/meminfo (0 when unknown).
 int64_t total_memory_bytes();
 // This process's address space now, VmSize from /proc/self/status: the

@@ -5,15 +5,17 @@
 // (run_for_at_most: for work whose result may be dropped), or end the job
 // (StorageWatchdog: for work on the run's own state).
 //
-// StorageWatchdog bounds the checkpoint folder's storage calls that run
-// on the main thread: checkpoint.dir's check and lock before step 1 (the
-// default folder's making too), the look for another run's checkpoints in
-// it, a resume's reads, the free-space check, the write-rate measurement.
+// StorageWatchdog bounds the storage calls that run on the main thread:
+// checkpoint.dir's check and lock before step 1 (the default folder's
+// making too), the look for another run's checkpoints in it, a resume's
+// reads, the free-space check, the write-rate measurement, the probe that
+// --out can be written and the filesystem queries (checkpoint.timeout_s),
+// and the listing of data.shards (data.timeout_s).
 // (The checkpoint writes themselves run on the writer thread, bounded by the
 // Checkpointer's own waits.) One rank hung there for ever before step 1, and
 // a job's peers timed out in a collective naming no one. While a
 // StorageWatchdog lives, a thread of its own (where one can be had) ends the
-// job past checkpoint.timeout_s (Communicator::abort, exit 3) with a line
+// job past its limit (Communicator::abort, exit 3) with a line
 // naming the rank and what it was doing. Time the rank spends waiting for a
 // peer in a collective does not count: that is the peer's delay, not this
 // storage's (ProgressWatchdog).

@@ -25,7 +25,7 @@
 #include "trainer/cli.h"             // run_config, make_communicator, CommandError
 #include "trainer/cli_validators.h"  // integer_range: numbers checked as typed
 #include "trainer/config.h"
-#include "trainer/environment.h"     // trainbench_version
+#include "trainer/environment.h"     // trainbench_version, host_memory_per_rank_bytes
 #include "trainer/gradient_sync.h"   // gradient_bucket_bytes
 #include "trainer/projection.h"      // the model
 #include "trainer/report.h"          // human_count, human_bytes
@@ -144,9 +144,10 @@ EngineOptions at_depth(EngineOptions options, int64_t layers, const Communicator
 
 // The all-reduce between the ranks at hand, timed on the trainer's path over
 // sizes up to the largest bucket and fitted as latency + bytes / bandwidth.
-// On NCCL the buffers go on the GPU beside the measured run's memory; a GPU
-// without room for the largest bucket (agreed over ranks) has its link read
-// off the run's own comm_s instead (bandwidth only).
+// On NCCL the buffers go on each rank's GPU (the measured runs' engines are
+// gone by now); a GPU without room for the largest bucket and its host copy
+// (agreed over ranks) has its link read off the run's own comm_s instead
+// (bandwidth only).
 Link measure_link(Communicator& comm, const std::vector<int64_t>& bucket_bytes, const StepTimes& measured) {
   if (comm.world_size() < 2) return {};
   int64_t largest = 0, total = 0;
@@ -159,7 +160,8 @@ Link measure_link(Communicator& comm, const std::vector<int64_t>& bucket_bytes, 
     if (sweep.back() != largest && largest > sweep.back()) sweep.push_back(largest);
     return sweep;
   }();
-  if (!first_reason_over_ranks(comm, device_bench_room_shortfall(comm, sizes.back())).reason.empty()) {
+  if (!first_reason_over_ranks(comm, device_bench_room_shortfall(comm, sizes.back(), host_memory_per_rank_bytes(comm)))
+           .reason.empty()) {
     Link link;
     if (measured.comm_s > 0)
       link.busbw_gbs = bus_bandwidth_factor("all_reduce", comm.world_size()) * static_cast<double>(total) /

@@ -94,7 +94,7 @@ def bench_comm(path: str) -> str:
     largest = max((c for c in r["collectives"] if c["collective"] == "all_reduce"), key=lambda c: c["bytes"])
     return ("{} on {} buffers, {} rank(s): gradient step {:.1f} us ({} buckets); all-reduce {:.0f} MiB "
             "{:.1f} us, busbw {:.1f} GB/s; check {}").format(
-        r["backend"], r["buffers"], r["ranks"], 1e6 * step["time_s"], step["buckets"], largest["bytes"] / 2**20,
+        r["backend"], r.get("buffers", "host"), r["ranks"], 1e6 * step["time_s"], step["buckets"], largest["bytes"] / 2**20,
         1e6 * largest["time_s"], largest["busbw_gbs"], r["check"])
 
 
