@@ -63,8 +63,9 @@ inline void run_before_abort(int exit_code, const std::string& message) {
     state = 2;
     return;
   }
-  // The trainer's action: the partial result (7 s at most), then the folders (8 s).
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  // The trainer's action: the partial result (7 s, or twice that where a
+  // signal's write came first), then the folders (8 s).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (state.load() == 1 && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }

@@ -480,7 +480,9 @@ void NcclCommunicator::wait_for_device_event(void* cuda_event) {
   static thread_local bool this_thread_aborts = false;
   if (aborting_.exchange(true)) {
     if (this_thread_aborts) std::_Exit(exit_code);
-    std::this_thread::sleep_for(kAbortGrace + std::chrono::seconds(15));  // past the first abort's own bounds
+    // Past the first abort's own bounds: the action before it (up to 30 s,
+    // run_before_abort), then kAbortGrace.
+    std::this_thread::sleep_for(kAbortGrace + std::chrono::seconds(35));
     std::_Exit(exit_code);
   }
   this_thread_aborts = true;

@@ -907,8 +907,10 @@ def collect(inputs: list[str]) -> tuple[list[Run], list[str]]:
                 notes.append(f"{p}: left out {', '.join(aborted)} (the steps of a run an abort or a signal "
                              "ended: no summary to report)")
             if not found:
+                left = [f"{len(names)} *{suffix}" for names, suffix in ((failed, FAILED_SUFFIX),
+                                                                        (aborted, ABORTED_SUFFIX)) if names]
                 raise ReportError(f"{p}: no *.json result files in this folder"
-                                  + (f" (only {len(failed)} *{FAILED_SUFFIX}, left out)" if failed else ""))
+                                  + (f" (only {' and '.join(left)}, left out)" if left else ""))
             for entry in found:  # a folder or a pipe named *.json is no result (and a pipe would never end)
                 if not os.path.isfile(entry):
                     raise ReportError(f"{entry}: not a regular file (every *.json in {p} is read as a result)")

@@ -233,7 +233,7 @@ results=()
 # sweep, never new figures beside old ones.
 earlier_sweep=0
 for earlier in "$out"/ranks-*.json; do
-  case "$earlier" in *.failed.json) ;; *) if [ -f "$earlier" ]; then earlier_sweep=1; fi ;; esac
+  case "$earlier" in *.failed.json | *.aborted.json) ;; *) if [ -f "$earlier" ]; then earlier_sweep=1; fi ;; esac
 done
 finished=()   # this sweep's points that ran
 set_aside=()  # the points whose earlier files this sweep set aside as .previous

@@ -948,7 +948,9 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                                                            : "%g s (checkpoint.timeout_s)",
                     bound_s);
       if (options.write_result) write_result_json(result_path, result, bound_s, bound_named);
+      end_partial_result();  // the result is written: a signal from now on leaves no partial one beside it
     } catch (const std::exception& e) {
+      end_partial_result();
       // Said after the summary, which is printed first: the measurement is
       // on the console at least (abort printed nothing of it, and the
       // temporary folders stayed behind).

@@ -44,10 +44,10 @@ std::string make_removed_on_interrupt(const std::function<std::string()>& make);
 // returned.
 void remove_temporary_files_before_abort();
 
-// `report` runs first on a signal, before the folders go, with the signal's
-// number, on the cleanup thread (within the cleanup's bound, so it must
-// bound its own time and not throw): rank 0's partial result. Set once, in
-// main.
+// `report` runs first on a signal, before the folders go and outside their
+// bound, with the signal's number, on the cleanup thread: it must bound its
+// own time and not throw (rank 0's partial result). Set once, in main,
+// before install_interrupt_cleanup.
 void set_interrupt_report(std::function<void(int signal_number)> report);
 
 // `action` runs on interrupt, after the folders are removed, on the cleanup

@@ -17,6 +17,18 @@ int main(int argc, char** argv) {
   // the writers' threads used up most of a limit the run's own memory was
   // far below, and failed at random places. One arena, before any thread.
   if (trainbench::address_space_limit_bytes() > 0) mallopt(M_ARENA_MAX, 1);
+  // A signal (Ctrl-C, scancel, Slurm's time limit): rank 0's partial result
+  // (trainer/partial_result.h) first; set before the handler that calls it.
+  trainbench::set_interrupt_report([](int signal_number) {
+    const char* name = signal_number == SIGINT    ? "SIGINT (Ctrl-C)"
+                       : signal_number == SIGTERM ? "SIGTERM (scancel, a time limit, the launcher)"
+                       : signal_number == SIGHUP  ? "SIGHUP (the terminal went)"
+                                                  : "a signal";
+    try {
+      trainbench::write_partial_result(128 + signal_number, std::string("interrupted by ") + name);
+    } catch (...) {  // the reason's string: out of memory; the signal goes on without it
+    }
+  });
   trainbench::install_interrupt_cleanup();
   // A shard being written (shards synth|pack into a folder of the user's)
   // leaves no NAME.partial behind when interrupted.
@@ -27,14 +39,6 @@ int main(int argc, char** argv) {
   trainbench::set_before_abort([](int exit_code, const std::string& message) {
     trainbench::write_partial_result(exit_code, message);
     trainbench::remove_temporary_files_before_abort();
-  });
-  // A signal (Ctrl-C, scancel, Slurm's time limit): the partial result too.
-  trainbench::set_interrupt_report([](int signal_number) {
-    const char* name = signal_number == SIGINT    ? "SIGINT (Ctrl-C)"
-                       : signal_number == SIGTERM ? "SIGTERM (scancel, a time limit, the launcher)"
-                       : signal_number == SIGHUP  ? "SIGHUP (the terminal went)"
-                                                  : "a signal";
-    trainbench::write_partial_result(128 + signal_number, std::string("interrupted by ") + name);
   });
   const int code = trainbench::run_cli(argc, argv);
   trainbench::end_interrupt_cleanup();

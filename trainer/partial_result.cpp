@@ -5,6 +5,7 @@
 #include <cstdio>  // the line that says where the steps went
 #include <memory>  // std::make_shared: the write outlives a call that gave up on it
 #include <mutex>
+#include <thread>  // the second of two racing ends waits for the first one's write
 #include <vector>
 
 #include "checkpoint/atomic_file.h"  // write_file_atomically
@@ -20,12 +21,17 @@ namespace {
 constexpr std::chrono::seconds kWriteBound{5};
 constexpr std::chrono::seconds kLockBound{2};
 
+enum class State { kIdle, kKeeping, kWriting, kDone };
+
 struct Kept {
   std::timed_mutex mutex;
-  bool active = false;  // begun, not ended, not yet written
+  std::atomic<State> state{State::kIdle};
   std::string path;
   nlohmann::json header;
-  std::vector<nlohmann::json> steps;
+  // Each step as compact JSON text, made when it completes: a json object
+  // per step took ten times the memory of a run's longest burn-in's records.
+  std::vector<std::string> steps;
+  int64_t last_step = 0;
 };
 
 Kept& kept() {
@@ -35,28 +41,6 @@ Kept& kept() {
 
 }  // namespace
 
-void begin_partial_result(const std::string& path, nlohmann::json header) {
-  Kept& k = kept();
-  const std::lock_guard<std::timed_mutex> lock(k.mutex);
-  k.active = true;
-  k.path = path;
-  k.header = std::move(header);
-  k.steps.clear();
-}
-
-void add_partial_result_step(nlohmann::json step) {
-  Kept& k = kept();
-  const std::lock_guard<std::timed_mutex> lock(k.mutex);
-  if (k.active) k.steps.push_back(std::move(step));
-}
-
-void end_partial_result() {
-  Kept& k = kept();
-  const std::lock_guard<std::timed_mutex> lock(k.mutex);
-  k.active = false;
-  k.steps.clear();
-}
-
 std::string aborted_result_path(const std::string& result_path) {
   const std::string suffix = ".json";
   const bool json = result_path.size() > suffix.size() &&
@@ -65,39 +49,98 @@ std::string aborted_result_path(const std::string& result_path) {
               : result_path + ".aborted.json";
 }
 
-bool write_partial_result(int exit_code, const std::string& why) {
+void begin_partial_result(const std::string& path, nlohmann::json header) {
   Kept& k = kept();
-  // Bounded: the thread that holds it (the main thread adding a step) may be
-  // the one this abort or signal stops for good.
-  std::unique_lock<std::timed_mutex> lock(k.mutex, std::defer_lock);
-  if (!lock.try_lock_for(kLockBound) || !k.active || k.steps.empty()) return false;
-  k.active = false;  // once: an abort racing a signal writes one of them
-  nlohmann::json result = k.header;
-  result["schema"] = kAbortedRunSchema;
-  result["aborted"] = {{"exit_code", exit_code},
-                       {"reason", why},
-                       {"steps_completed", k.steps.size()},
-                       {"last_step", k.steps.empty() ? nlohmann::json() : k.steps.back().at("step")}};
-  result["steps"] = std::move(k.steps);
-  const size_t steps = result["steps"].size();
-  auto write = std::make_shared<std::pair<std::string, std::string>>(k.path, json_text(result, 2) + "\n");
-  lock.unlock();
-  auto written = std::make_shared<std::atomic<bool>>(false);
-  const bool finished = run_for_at_most(kWriteBound, [write, written] {
-    try {
-      write_file_atomically(write->first, write->second);
-      *written = true;
-    } catch (const std::exception&) {  // the process is ending on another error: nothing more to say
+  const std::lock_guard<std::timed_mutex> lock(k.mutex);
+  k.path = path;
+  k.header = std::move(header);
+  k.steps.clear();
+  k.last_step = 0;
+  k.state = State::kKeeping;
+}
+
+void add_partial_result_step(const nlohmann::json& step) {
+  Kept& k = kept();
+  std::string text = step.dump();
+  const std::lock_guard<std::timed_mutex> lock(k.mutex);
+  if (k.state != State::kKeeping) return;
+  k.steps.push_back(std::move(text));
+  k.last_step = step.value("step", int64_t{0});
+}
+
+void end_partial_result() {
+  Kept& k = kept();
+  const std::lock_guard<std::timed_mutex> lock(k.mutex);
+  if (k.state == State::kKeeping) {
+    k.state = State::kIdle;
+    k.steps.clear();
+  }
+}
+
+bool write_partial_result(int exit_code, const std::string& why) noexcept {
+  Kept& k = kept();
+  try {
+    // Bounded: the thread that holds it (the main thread adding a step) may
+    // be the one this abort or signal stops for good.
+    std::unique_lock<std::timed_mutex> lock(k.mutex, std::defer_lock);
+    if (!lock.try_lock_for(kLockBound)) return false;
+    if (k.state == State::kWriting) {
+      // An abort racing a signal (another rank's abort has mpirun send
+      // SIGTERM while this rank's own abort writes): the second waits for
+      // the first one's write, which ends the process after it otherwise.
+      lock.unlock();
+      const auto until = std::chrono::steady_clock::now() + kWriteBound + kLockBound;
+      while (k.state == State::kWriting && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return false;
     }
-  });
-  if (finished && *written)
-    std::fprintf(stderr, "trainbench: the %zu step(s) it trained are in %s (%s)\n", steps, write->first.c_str(),
-                 kAbortedRunSchema);
-  else
-    std::fprintf(stderr, "trainbench: the %zu step(s) it trained could not be written to %s\n", steps,
-                 write->first.c_str());
-  std::fflush(stderr);
-  return finished && *written;
+    if (k.state != State::kKeeping || k.steps.empty()) return false;
+    k.state = State::kWriting;
+    std::vector<std::string> steps = std::move(k.steps);
+    const int64_t last_step = k.last_step;
+    nlohmann::json result = k.header;
+    const std::string path = k.path;
+    lock.unlock();
+
+    result["schema"] = kAbortedRunSchema;
+    result["aborted"] = {{"exit_code", exit_code},
+                         {"reason", why},
+                         {"steps_completed", steps.size()},
+                         {"last_step", last_step}};
+    // The steps are text already: the list is joined in place of a
+    // placeholder rather than parsed back.
+    result["steps"] = "@STEPS@";
+    std::string text = json_text(result, 2);
+    const std::string placeholder = "\"@STEPS@\"";
+    const size_t at = text.find(placeholder);
+    std::string list = "[";
+    for (size_t i = 0; i < steps.size(); ++i) list += (i == 0 ? "\n    " : ",\n    ") + steps[i];
+    list += "\n  ]";
+    if (at != std::string::npos) text.replace(at, placeholder.size(), list);
+    text += "\n";
+
+    auto write = std::make_shared<std::pair<std::string, std::string>>(path, std::move(text));
+    auto written = std::make_shared<std::atomic<bool>>(false);
+    const bool finished = run_for_at_most(kWriteBound, [write, written] {
+      try {
+        write_file_atomically(write->first, write->second);
+        *written = true;
+      } catch (...) {  // the process is ending on another error: nothing more to say
+      }
+    });
+    k.state = State::kDone;
+    if (finished && *written)
+      std::fprintf(stderr, "trainbench: the %zu step(s) it trained are in %s (%s)\n", steps.size(), path.c_str(),
+                   kAbortedRunSchema);
+    else
+      std::fprintf(stderr, "trainbench: the %zu step(s) it trained could not be written to %s\n", steps.size(),
+                   path.c_str());
+    std::fflush(stderr);
+    return finished && *written;
+  } catch (...) {  // out of memory, most likely: the abort or the signal goes on without it
+    k.state = State::kDone;
+    return false;
+  }
 }
 
 }  // namespace trainbench

@@ -27,7 +27,7 @@ std::string aborted_result_path(const std::string& result_path);
 // environment: result_header_json).
 void begin_partial_result(const std::string& path, nlohmann::json header);
 // A completed step's record, as the result lists it (step_result_json).
-void add_partial_result_step(nlohmann::json step);
+void add_partial_result_step(const nlohmann::json& step);
 // The run reached its own end, with its result written or said to be not
 // written: nothing is written on its behalf after this.
 void end_partial_result();
@@ -36,11 +36,14 @@ void end_partial_result();
 // process's, 128 + N for signal N) into `aborted`. Callable from any
 // thread: the abort's, the signal's. Nothing when no run was begun, it has
 // ended, or no step completed (the abort's line says all there is); false
-// then, or when the write did not finish within a few seconds.
-bool write_partial_result(int exit_code, const std::string& why);
+// then, or when the write did not finish within a few seconds. A second
+// call while the first one writes (an abort racing a signal) waits for that
+// write, bounded. Never throws (an abort or a signal thread calls it).
+bool write_partial_result(int exit_code, const std::string& why) noexcept;
 
-// Ends the partial result when the scope does, however it ends (a run_config
-// that throws exits the process normally: no abort writes after it).
+// Ends the partial result when the scope does, however it ends. (An error of
+// trainbench's own that ends a multi-rank run aborts the job after this:
+// it writes no partial result; its line says what happened.)
 struct PartialResultScope {
   PartialResultScope() = default;
   PartialResultScope(const PartialResultScope&) = delete;
