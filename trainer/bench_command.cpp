@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/atomic_file.h"  // write_file_atomically for --out
+#include "checkpoint/atomic_file.h"  // write_file_atomically: bench io --write's --out
 #include "checkpoint/checkpoint_files.h"  // check_checkpoint_dir, CheckpointWriteError
 #include "checkpoint/write_bench.h"       // run_write_bench: bench io --write
 #include "comm/bench_buffer.h"       // free_bench_buffer_bytes: the GPU's room for bench comm
@@ -146,6 +146,14 @@ nlohmann::json collective_json(const CollectiveBenchResult& r) {
           {"count", r.count},           {"type", "float"},          {"buckets", r.buckets},
           {"time_s", r.time_s},         {"algbw_gbs", r.algbw_gbs}, {"busbw_gbs", r.busbw_gbs},
           {"check", check_word(r.check_ok)}, {"rank_time_s", r.rank_time_s}};
+}
+
+// --out's write, bounded by checkpoint.timeout_s: storage that stopped
+// responding under it held the finished bench for ever (write_result_json).
+void write_bench_result(const std::string& path, const nlohmann::json& result, const Config& config) {
+  char bound_named[96];
+  std::snprintf(bound_named, sizeof bound_named, "%g s (checkpoint.timeout_s)", config.checkpoint.timeout_s);
+  write_result_json(path, result, config.checkpoint.timeout_s, bound_named);
 }
 
 // --- bench comm's memory, sized before anything is allocated ---
@@ -944,7 +952,7 @@ int BenchCommand::run_io() {
         {"consumed_tokens_per_s_per_rank", consumed > 0 ? nlohmann::json(consumed) : nlohmann::json(nullptr)},
         {"warnings", warnings},
     };
-    write_file_atomically(o.out, json_text(result, 2) + "\n");
+    write_bench_result(o.out, result, config);
     std::printf("  result: %s\n", o.out.c_str());
   }
   return kExitOk;
@@ -1234,7 +1242,7 @@ int BenchCommand::run_comm() {
         {"collectives", collectives_json},
         {"check", check_word(all_ok)},
     };
-    write_file_atomically(o.out, json_text(result, 2) + "\n");
+    write_bench_result(o.out, result, config);
     std::printf("  result: %s\n", o.out.c_str());
   }
   if (!all_ok) throw CommandError{kExitCheckFailed, "bench comm: data check failed (see the table)"};

@@ -16,7 +16,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/atomic_file.h"  // write_file_atomically for --out
 #include "comm/bench_buffer.h"       // device_bench_room_shortfall: the link on the GPU
 #include "comm/collective_bench.h"   // bench_gradient_step, size_sweep: the link at hand
 #include "comm/communicator.h"
@@ -29,9 +28,9 @@
 #include "trainer/gradient_sync.h"   // gradient_bucket_bytes
 #include "trainer/projection.h"      // the model
 #include "trainer/report.h"          // human_count, human_bytes
+#include "trainer/results.h"         // write_result_json: the projection, bounded
 #include "trainer/statistics.h"      // median over --repeats
 #include "trainer/zero_optimizer.h"  // zero_shard: a ZeRO-1 rank's optimizer share at the full depth
-#include "trainer/json_text.h"       // json_text: the projection is written whatever its strings hold
 
 namespace trainbench {
 
@@ -545,7 +544,10 @@ int ProjectCommand::run() {
                         {"result", verified->result}};
   }
   for (const std::string& warning : warnings) std::printf("warning    %s\n", warning.c_str());
-  write_file_atomically(o.out, json_text(result, 2) + "\n");
+  // Bounded: storage that stopped responding under --out held it for ever.
+  char bound_named[96];
+  std::snprintf(bound_named, sizeof bound_named, "%g s (checkpoint.timeout_s)", config.checkpoint.timeout_s);
+  write_result_json(o.out, result, config.checkpoint.timeout_s, bound_named);
   std::printf("result     %s\n", o.out.c_str());
   if (!has_step)
     throw CommandError{kExitCheckFailed, "project: step_s at " + std::to_string(projected_layers) +

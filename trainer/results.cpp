@@ -234,19 +234,25 @@ void write_result_json(const std::string& path, const nlohmann::json& result, do
   // The thread owns what it touches: it may outlive this call.
   struct Write {
     std::string path, text, error;
+    bool replaced = false;  // AtomicWriteError's: the rename had happened
   };
-  auto write = std::make_shared<Write>(Write{path, json_text(result, 2) + "\n", ""});
+  auto write = std::make_shared<Write>(Write{path, json_text(result, 2) + "\n", "", false});
   const bool finished = run_for_at_most(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), [write] {
     try {
       write_file_atomically(write->path, write->text);
+    } catch (const AtomicWriteError& e) {
+      write->error = e.what();
+      write->replaced = e.replaced;
     } catch (const std::exception& e) {
       write->error = e.what();
     }
   });
+  // AtomicWriteError either way: an environment failure (exit 3) wherever it
+  // is not caught on the way.
   if (!finished)
-    throw std::runtime_error("writing " + path + " did not finish within " + bound_named +
-                             ": the storage is not responding (the write is left behind)");
-  if (!write->error.empty()) throw std::runtime_error(write->error);
+    throw AtomicWriteError("writing " + path + " did not finish within " + bound_named +
+                           ": the storage is not responding (the write is left behind)");
+  if (!write->error.empty()) throw AtomicWriteError(write->error, write->replaced);
 }
 
 }  // namespace trainbench

@@ -28,8 +28,8 @@ nlohmann::json step_result_json(const StepRecord& step, bool timed);
 // run never leaves a truncated result, and an older result survives until the
 // new one is complete. Storage that stopped responding (a write or fsync
 // that never returns) held the finished run there for ever: the write runs
-// on a thread of its own, left behind after `timeout_s` with a
-// std::runtime_error saying so (`bound_named`: where the bound comes from),
+// on a thread of its own, left behind after `timeout_s` with an
+// AtomicWriteError saying so (`bound_named`: where the bound comes from),
 // as for any write that failed.
 void write_result_json(const std::string& path, const nlohmann::json& result, double timeout_s,
                        const std::string& bound_named);

@@ -842,6 +842,25 @@ TEST(CheckpointCli, AResultWriteThatNeverReturnsIsLeftBehindAtItsBound) {
   EXPECT_FALSE(fs::exists(dir.file("r.json")));
 }
 
+// The same under a bench's --out (bench comm, bench io, project): the
+// bench finished and hung in its result's fsync for ever; now exit 3 after
+// checkpoint.timeout_s with one line.
+TEST(CheckpointCli, ABenchResultWriteThatNeverReturnsEndsItAtTheStorageTimeout) {
+  testing::TempDir dir("test_ckpt_cli");
+  const auto begin = std::chrono::steady_clock::now();
+  const CommandResult r = run_command(on_hung_storage(
+      "FSYNC", "comm.json",
+      std::string(TRAINBENCH_BINARY) + " bench comm --max-bytes 16K --iters 1 --set checkpoint.timeout_s=3 --out " +
+          dir.file("comm.json"),
+      "-s KILL 60"));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  ASSERT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_LT(seconds, 40.0) << "the bound is 3 s";
+  EXPECT_EQ(r.err, "trainbench: writing " + dir.file("comm.json") +
+                       " did not finish within 3 s (checkpoint.timeout_s): the storage is not responding (the "
+                       "write is left behind)\n");
+}
+
 // The same storage before step 1: the probe that --out can be written
 // (a file of its own, made and unlinked) never returns from its unlink. It
 // held the run there for ever; now the job ends after checkpoint.timeout_s,
