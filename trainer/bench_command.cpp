@@ -148,14 +148,6 @@ nlohmann::json collective_json(const CollectiveBenchResult& r) {
           {"check", check_word(r.check_ok)}, {"rank_time_s", r.rank_time_s}};
 }
 
-// --out's write, bounded by checkpoint.timeout_s: storage that stopped
-// responding under it held the finished bench for ever (write_result_json).
-void write_bench_result(const std::string& path, const nlohmann::json& result, const Config& config) {
-  char bound_named[96];
-  std::snprintf(bound_named, sizeof bound_named, "%g s (checkpoint.timeout_s)", config.checkpoint.timeout_s);
-  write_result_json(path, result, config.checkpoint.timeout_s, bound_named);
-}
-
 // --- bench comm's memory, sized before anything is allocated ---
 
 // The bytes one rank holds at once while bench comm measures the gradient
@@ -296,10 +288,11 @@ std::string comm_bench_memory_shortfall(const CommBenchSweep& sweep, int host_ra
 // without a GPU stops every rank (before NCCL's init would wait for it).
 int comm_bench_gpu(const Config& config, Communicator& bootstrap) {
   const bool asked = config.comm.backend == "nccl";
-  if (!asked && !(config.comm.backend == "auto" && bootstrap.world_size() > 1 && !nccl_version().empty()))
-    return -1;
+  // Not even where the engine would be cuda: no GPU to ask about.
+  if (!takes_nccl(config.comm.backend, "cuda", bootstrap.world_size())) return -1;
   const GpuInventory gpus = query_gpus();
-  const bool on_gpus = asked || resolve_device(config.train.device, gpus) == "cuda";
+  const bool on_gpus =
+      takes_nccl(config.comm.backend, resolve_device(config.train.device, gpus), bootstrap.world_size());
   // Every rank answers alike: one that found no GPU while the others did
   // would leave them in NCCL's init (under auto, measuring MPI beside them).
   const double ranks_on_gpus = sum_over_ranks(bootstrap, on_gpus ? 1.0 : 0.0);
@@ -952,7 +945,7 @@ int BenchCommand::run_io() {
         {"consumed_tokens_per_s_per_rank", consumed > 0 ? nlohmann::json(consumed) : nlohmann::json(nullptr)},
         {"warnings", warnings},
     };
-    write_bench_result(o.out, result, config);
+    write_result_json(o.out, result, config, false);
     std::printf("  result: %s\n", o.out.c_str());
   }
   return kExitOk;
@@ -1242,7 +1235,7 @@ int BenchCommand::run_comm() {
         {"collectives", collectives_json},
         {"check", check_word(all_ok)},
     };
-    write_bench_result(o.out, result, config);
+    write_result_json(o.out, result, config, false);
     std::printf("  result: %s\n", o.out.c_str());
   }
   if (!all_ok) throw CommandError{kExitCheckFailed, "bench comm: data check failed (see the table)"};

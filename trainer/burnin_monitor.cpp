@@ -12,8 +12,7 @@
 #include <optional>            // the fabric's way, once chosen
 #include <thread>              // the NVML sampler
 
-#include "comm/bench_buffer.h"      // device_bench_room_shortfall: the fabric check on the GPU
-#include "trainer/environment.h"    // host_memory_per_rank_bytes: room for the buffers' host copies
+#include "trainer/environment.h"    // device_bench_room_over_ranks: the fabric check on the GPU
 #include "comm/collective_bench.h"  // bench_collectives, bus_bandwidth_factor: the fabric check
 #include "kernels/gpu_health.h"     // open_gpu_health: NVML
 #include "trainer/burnin.h"
@@ -409,10 +408,7 @@ class BurninMonitor final : public RunExtension {
     // later point without room measures nothing (no busbw: not compared).
     const int64_t bucket = static_cast<int64_t>(config_->comm.bucket_mb * (1 << 20));
     const int64_t bytes = std::max<int64_t>(4096, std::min(bucket, gradient_bytes)) / 4 * 4;
-    const bool room = world > 1 && first_reason_over_ranks(*comm_, device_bench_room_shortfall(
-                                                                        *comm_, bytes + bytes / world,
-                                                                        host_memory_per_rank_bytes(*comm_)))
-                                       .reason.empty();
+    const bool room = world > 1 && device_bench_room_over_ranks(*comm_, bytes + bytes / world).empty();
     if (!fabric_by_harness_.has_value()) fabric_by_harness_ = room;
     if (*fabric_by_harness_ && room) {
       CollectiveBenchOptions options;

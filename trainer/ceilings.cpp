@@ -5,12 +5,11 @@
 
 #include "checkpoint/checkpoint_files.h"  // CheckpointWriteError: a full disk
 #include "checkpoint/write_bench.h"     // run_write_bench: the storage-write ceiling
-#include "comm/bench_buffer.h"          // device_bench_room_shortfall: the network ceiling on the GPU
 #include "comm/collective_bench.h"      // bench_gradient_step: the network ceiling
 #include "dataloader/io_bench.h"        // measure_loader: the storage-read ceiling
 #include "trainer/checkpointing.h"      // state_bytes_per_rank: what a rank writes per checkpoint
 #include "trainer/data_source.h"        // loader_options, data_position_bytes_bound
-#include "trainer/environment.h"        // host_memory_per_rank_bytes: room for the buffers' host copies
+#include "trainer/environment.h"        // device_bench_room_over_ranks: the network ceiling on the GPU
 #include "trainer/temporary_folder.h"   // make_temporary_directory, FolderRemovedAtScopeEnd: the write ceiling's scratch
 #include "trainer/gradient_sync.h"      // gradient_bucket_bytes: the step's buckets
 #include "trainer/hung_storage.h"       // StorageWatchdog: the write measurement, bounded
@@ -125,9 +124,7 @@ Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communic
   // activations, only where it has them free: the ceiling must not end the
   // run. Agreed over ranks, as every rank takes part.
   if (comm.world_size() > 1) {
-    const std::string short_of_room =
-        first_reason_over_ranks(comm, device_bench_room_shortfall(comm, network_bytes, host_memory_per_rank_bytes(comm)))
-            .reason;
+    const std::string short_of_room = device_bench_room_over_ranks(comm, network_bytes);
     if (!short_of_room.empty())
       c.network_failure = short_of_room + "; `trainbench bench comm` measures the same collectives on an idle GPU";
   }

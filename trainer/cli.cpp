@@ -291,6 +291,10 @@ void let_rank_zero_speak_first(int rank) {
 
 }  // namespace
 
+bool takes_nccl(const std::string& backend, const std::string& device, int world_size) {
+  return backend == "nccl" || (backend == "auto" && device == "cuda" && world_size > 1 && !nccl_version().empty());
+}
+
 std::string resolve_device(const std::string& requested, const GpuInventory& gpus) {
   if (requested != "auto") return requested;
   const bool cuda_built = built_backends().find("cuda") != std::string::npos;
@@ -506,9 +510,8 @@ ResolvedEngine resolve_engine(const Config& config, Communicator& comm, const Gp
   // auto takes NCCL for a multi-rank CUDA run; one GPU trains without a
   // gradient sync (as a single-process PyTorch run would), unless nccl is
   // asked for, which a 1-GPU run then times on the multi-GPU path.
-  const bool use_nccl = resolved.use_nccl = config.comm.backend == "nccl" ||
-                        (config.comm.backend == "auto" && engine_options.device == "cuda" &&
-                         comm.world_size() > 1 && !nccl_version().empty());
+  const bool use_nccl = resolved.use_nccl =
+      takes_nccl(config.comm.backend, engine_options.device, comm.world_size());
   if (use_nccl && engine_options.device != "cuda")
     throw CommandError{kExitEnvironmentError,
                        "comm.backend=nccl needs the cuda engine, but train.device=" + config.train.device +
@@ -936,18 +939,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   const int extension_code = options.extension ? options.extension->finish(outcome, reporter ? &result : nullptr) : kExitOk;
   if (reporter) {
     try {
-      // Bounded by checkpoint.timeout_s; with peers, as the checkpoint
-      // folder's last listing is: they wait for rank 0 at the job's end,
-      // within comm.timeout_s.
-      const bool peers = comm->world_size() > 1;
-      const double bound_s =
-          peers ? std::min(config.checkpoint.timeout_s, 0.25 * config.comm.timeout_s) : config.checkpoint.timeout_s;
-      char bound_named[160];
-      std::snprintf(bound_named, sizeof bound_named, peers ? "%g s (checkpoint.timeout_s, or a quarter of "
-                                                             "comm.timeout_s when less)"
-                                                           : "%g s (checkpoint.timeout_s)",
-                    bound_s);
-      if (options.write_result) write_result_json(result_path, result, bound_s, bound_named);
+      if (options.write_result) write_result_json(result_path, result, config, comm->world_size() > 1);
       end_partial_result();  // the result is written: a signal from now on leaves no partial one beside it
     } catch (const std::exception& e) {
       end_partial_result();

@@ -41,6 +41,10 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, doub
 // the CUDA engine and `gpus` (query_gpus) lists a GPU, else cpu; a named
 // device is itself.
 std::string resolve_device(const std::string& requested, const GpuInventory& gpus);
+// Whether a run's gradients go through NCCL: comm.backend nccl, or auto on
+// the cuda engine (`device`, resolved) with several ranks when this build
+// has NCCL. `run` and `bench comm` choose alike.
+bool takes_nccl(const std::string& backend, const std::string& device, int world_size);
 
 // The config `run` trains without CONFIG (DESIGN.md: a newcomer sees the
 // whole pipeline in one command): preset:tiny where train.device (auto, or

@@ -17,6 +17,7 @@
 #include <thread>   // hardware_concurrency
 
 #include "checkpoint/atomic_file.h"  // parent_directory
+#include "comm/bench_buffer.h"       // device_bench_room_shortfall: the bench's buffers beside a run
 #include "kernels/engine.h"  // built_backends
 
 namespace trainbench {
@@ -152,10 +153,12 @@ std::string hosts_that_differ(const Environment& env) {
 
 int64_t available_memory_bytes() { return proc_kib_field_bytes("/proc/meminfo", "MemAvailable"); }
 
-int64_t host_memory_per_rank_bytes(Communicator& comm) {
-  const int ranks = ranks_on_this_host(comm);  // a collective: before any return
+std::string device_bench_room_over_ranks(Communicator& comm, int64_t bytes) {
+  if (!comm.device_buffers()) return "";  // alike on every rank
+  const int ranks = ranks_on_this_host(comm);
   const int64_t available = available_memory_bytes();
-  return available > 0 ? available / ranks : -1;
+  const int64_t host_room = available > 0 ? available / ranks : -1;
+  return first_reason_over_ranks(comm, device_bench_room_shortfall(comm, bytes, host_room)).reason;
 }
 
 int64_t total_memory_bytes() { return proc_kib_field_bytes("/proc/meminfo", "MemTotal"); }

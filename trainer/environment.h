@@ -78,9 +78,12 @@ std::string hosts_that_differ(const Environment& env);
 FilesystemInfo describe_filesystem(const std::string& role, const std::string& path);
 // MemAvailable from /proc/meminfo (0 when unknown).
 int64_t available_memory_bytes();
-// This rank's share of its host's available memory (MemAvailable over the
-// ranks on the host; a collective: every rank calls it), -1 when unknown.
-int64_t host_memory_per_rank_bytes(Communicator& comm);
+// Why the collective bench's buffers (`bytes` per rank) cannot go on the
+// ranks' GPUs beside a run (device_bench_room_shortfall, with each rank's
+// share of its host's available memory for their host copies), agreed over
+// ranks; "" when they can, and at once (no collective) on a host-buffer
+// communicator, whose buffers the callers size themselves. Every rank calls it.
+std::string device_bench_room_over_ranks(Communicator& comm, int64_t bytes);
 // MemTotal from /proc/meminfo (0 when unknown).
 int64_t total_memory_bytes();
 // This process's address space now, VmSize from /proc/self/status: the

@@ -3,14 +3,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>  // the line that says where the steps went
-#include <memory>  // std::make_shared: the write outlives a call that gave up on it
 #include <mutex>
 #include <thread>  // the second of two racing ends waits for the first one's write
 #include <vector>
 
-#include "checkpoint/atomic_file.h"  // write_file_atomically
-#include "trainer/hung_storage.h"    // run_for_at_most: the write, bounded
-#include "trainer/json_text.h"       // json_text: written whatever its strings hold
+#include "trainer/json_text.h"  // json_text: written whatever its strings hold
+#include "trainer/results.h"    // write_file_within: the write, bounded
 
 namespace trainbench {
 
@@ -119,24 +117,22 @@ bool write_partial_result(int exit_code, const std::string& why) noexcept {
     if (at != std::string::npos) text.replace(at, placeholder.size(), list);
     text += "\n";
 
-    auto write = std::make_shared<std::pair<std::string, std::string>>(path, std::move(text));
-    auto written = std::make_shared<std::atomic<bool>>(false);
-    const bool finished = run_for_at_most(kWriteBound, [write, written] {
-      try {
-        write_file_atomically(write->first, write->second);
-        *written = true;
-      } catch (...) {  // the process is ending on another error: nothing more to say
-      }
-    });
+    bool written = false;
+    try {
+      write_file_within(path, std::move(text), static_cast<double>(kWriteBound.count()),
+                        std::to_string(kWriteBound.count()) + " s");
+      written = true;
+    } catch (const std::exception&) {  // the process is ending on another error: the line below says it
+    }
     k.state = State::kDone;
-    if (finished && *written)
+    if (written)
       std::fprintf(stderr, "trainbench: the %zu step(s) it trained are in %s (%s)\n", steps.size(), path.c_str(),
                    kAbortedRunSchema);
     else
       std::fprintf(stderr, "trainbench: the %zu step(s) it trained could not be written to %s\n", steps.size(),
                    path.c_str());
     std::fflush(stderr);
-    return finished && *written;
+    return written;
   } catch (...) {  // out of memory, most likely: the abort or the signal goes on without it
     k.state = State::kDone;
     return false;

@@ -16,7 +16,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "comm/bench_buffer.h"       // device_bench_room_shortfall: the link on the GPU
 #include "comm/collective_bench.h"   // bench_gradient_step, size_sweep: the link at hand
 #include "comm/communicator.h"
 #include "kernels/engine.h"          // make_layout, plan_engine_memory at the full depth
@@ -24,7 +23,7 @@
 #include "trainer/cli.h"             // run_config, make_communicator, CommandError
 #include "trainer/cli_validators.h"  // integer_range: numbers checked as typed
 #include "trainer/config.h"
-#include "trainer/environment.h"     // trainbench_version, host_memory_per_rank_bytes
+#include "trainer/environment.h"     // trainbench_version, device_bench_room_over_ranks
 #include "trainer/gradient_sync.h"   // gradient_bucket_bytes
 #include "trainer/projection.h"      // the model
 #include "trainer/report.h"          // human_count, human_bytes
@@ -159,8 +158,7 @@ Link measure_link(Communicator& comm, const std::vector<int64_t>& bucket_bytes, 
     if (sweep.back() != largest && largest > sweep.back()) sweep.push_back(largest);
     return sweep;
   }();
-  if (!first_reason_over_ranks(comm, device_bench_room_shortfall(comm, sizes.back(), host_memory_per_rank_bytes(comm)))
-           .reason.empty()) {
+  if (!device_bench_room_over_ranks(comm, sizes.back()).empty()) {
     Link link;
     if (measured.comm_s > 0)
       link.busbw_gbs = bus_bandwidth_factor("all_reduce", comm.world_size()) * static_cast<double>(total) /
@@ -545,9 +543,7 @@ int ProjectCommand::run() {
   }
   for (const std::string& warning : warnings) std::printf("warning    %s\n", warning.c_str());
   // Bounded: storage that stopped responding under --out held it for ever.
-  char bound_named[96];
-  std::snprintf(bound_named, sizeof bound_named, "%g s (checkpoint.timeout_s)", config.checkpoint.timeout_s);
-  write_result_json(o.out, result, config.checkpoint.timeout_s, bound_named);
+  write_result_json(o.out, result, config, false);
   std::printf("result     %s\n", o.out.c_str());
   if (!has_step)
     throw CommandError{kExitCheckFailed, "project: step_s at " + std::to_string(projected_layers) +

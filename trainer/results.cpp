@@ -1,6 +1,8 @@
 #include "trainer/results.h"
 
+#include <algorithm>  // std::min: the write's bound with peers
 #include <chrono>     // the write's bound
+#include <cstdio>     // std::snprintf: the bound, named
 #include <memory>     // std::make_shared: the write outlives a call that gave up on it
 #include <stdexcept>  // std::invalid_argument, std::runtime_error
 
@@ -229,14 +231,13 @@ nlohmann::json read_json_input(const std::string& option, const std::string& pat
   return j;
 }
 
-void write_result_json(const std::string& path, const nlohmann::json& result, double timeout_s,
-                       const std::string& bound_named) {
+void write_file_within(const std::string& path, std::string text, double timeout_s, const std::string& bound_named) {
   // The thread owns what it touches: it may outlive this call.
   struct Write {
     std::string path, text, error;
     bool replaced = false;  // AtomicWriteError's: the rename had happened
   };
-  auto write = std::make_shared<Write>(Write{path, json_text(result, 2) + "\n", "", false});
+  auto write = std::make_shared<Write>(Write{path, std::move(text), "", false});
   const bool finished = run_for_at_most(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), [write] {
     try {
       write_file_atomically(write->path, write->text);
@@ -253,6 +254,19 @@ void write_result_json(const std::string& path, const nlohmann::json& result, do
     throw AtomicWriteError("writing " + path + " did not finish within " + bound_named +
                            ": the storage is not responding (the write is left behind)");
   if (!write->error.empty()) throw AtomicWriteError(write->error, write->replaced);
+}
+
+void write_result_json(const std::string& path, const nlohmann::json& result, const Config& config, bool peers) {
+  // With peers, as the checkpoint folder's last listing is: they wait for
+  // rank 0 at the job's end, within comm.timeout_s.
+  const double bound_s =
+      peers ? std::min(config.checkpoint.timeout_s, 0.25 * config.comm.timeout_s) : config.checkpoint.timeout_s;
+  char bound_named[160];
+  std::snprintf(bound_named, sizeof bound_named,
+                peers ? "%g s (checkpoint.timeout_s, or a quarter of comm.timeout_s when less)"
+                      : "%g s (checkpoint.timeout_s)",
+                bound_s);
+  write_file_within(path, json_text(result, 2) + "\n", bound_s, bound_named);
 }
 
 }  // namespace trainbench

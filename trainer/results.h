@@ -24,15 +24,18 @@ nlohmann::json result_header_json(const std::string& command_line, const Config&
 // timers ran (report.instrument), else the times are null.
 nlohmann::json step_result_json(const StepRecord& step, bool timed);
 
-// Writes the JSON atomically (temporary file, fsync, rename): an interrupted
-// run never leaves a truncated result, and an older result survives until the
+// Writes `text` atomically (temporary file, fsync, rename): an interrupted
+// run never leaves a truncated file, and an older one survives until the
 // new one is complete. Storage that stopped responding (a write or fsync
-// that never returns) held the finished run there for ever: the write runs
-// on a thread of its own, left behind after `timeout_s` with an
-// AtomicWriteError saying so (`bound_named`: where the bound comes from),
-// as for any write that failed.
-void write_result_json(const std::string& path, const nlohmann::json& result, double timeout_s,
-                       const std::string& bound_named);
+// that never returns) held the process there for ever: the write runs on a
+// thread of its own, left behind after `timeout_s` with an AtomicWriteError
+// saying so (`bound_named`: where the bound comes from), as for any write
+// that failed.
+void write_file_within(const std::string& path, std::string text, double timeout_s, const std::string& bound_named);
+// A result JSON (run's, a bench's, project's) through write_file_within,
+// bounded by checkpoint.timeout_s; with `peers` (other ranks wait for rank 0
+// at the job's end) by a quarter of comm.timeout_s when that is less.
+void write_result_json(const std::string& path, const nlohmann::json& result, const Config& config, bool peers);
 
 // A result JSON given as an input (`--against`, `--baseline`): the parsed
 // document, read by checkpoint_io::read_small_file. Throws
