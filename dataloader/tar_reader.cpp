@@ -8,7 +8,7 @@
 
 #include <algorithm>  // std::max
 #include <cerrno>     // errno
-#include <cstring>    // std::strerror, std::strstr
+#include <cstring>    // std::strerror, std::strstr, std::memcpy, std::memset
 
 #include "dataloader/data_error.h"
 
@@ -168,17 +168,27 @@ void TarReader::read_data(std::vector<uint8_t>* out, int64_t max_bytes) {
   const int64_t size = checked_member_size(max_bytes);
   // resize() keeps the capacity: after the first large member nothing is allocated.
   out->resize(static_cast<size_t>(size));
-  size_t filled = 0;
-  while (filled < out->size()) {
-    const la_ssize_t n = archive_read_data(archive_, out->data() + filled, out->size() - filled);
-    if (n < 0) fail_data();
-    if (n == 0) fail_short_member(static_cast<int64_t>(filled), size);
-    filled += static_cast<size_t>(n);
-  }
+  uint8_t* data = out->data();
+  // Blocks rather than archive_read_data, which zero-fills whatever a sparse
+  // member's map lists beyond what it stores: a damaged member read as a
+  // whole one. Holes (the gaps between blocks, and after the last) are zeros.
+  int64_t end = 0;
+  pass_data_blocks(size, [&](const void* block, size_t length, int64_t offset) {
+    if (offset > end) std::memset(data + end, 0, static_cast<size_t>(offset - end));
+    std::memcpy(data + offset, block, length);
+    end = std::max(end, offset + static_cast<int64_t>(length));
+  });
+  if (size > end) std::memset(data + end, 0, static_cast<size_t>(size - end));
 }
 
 int64_t TarReader::read_through_data(int64_t max_bytes) {
   const int64_t size = checked_member_size(max_bytes);
+  pass_data_blocks(size, [](const void*, size_t, int64_t) {});
+  return size;
+}
+
+void TarReader::pass_data_blocks(int64_t size,
+                                 const std::function<void(const void*, size_t, int64_t)>& take) {
   int64_t passed = 0;
   for (;;) {
     const void* block = nullptr;
@@ -187,25 +197,30 @@ int64_t TarReader::read_through_data(int64_t max_bytes) {
     const int status = archive_read_data_block(archive_, &block, &length, &offset);
     if (status == ARCHIVE_EOF) break;
     if (status < ARCHIVE_WARN) fail_data();
+    // A sparse map is the header's word: one placing data outside the
+    // member's size is damage, not an address to write to.
+    if (offset < 0 || static_cast<int64_t>(length) > size - offset) {
+      fail(stream_offset(), printable(member_name_) + " (header at byte " +
+                                std::to_string(member_offset_) + ") has data at byte " +
+                                std::to_string(offset) + " past its size of " +
+                                std::to_string(size) + " bytes");
+    }
+    take(block, length, offset);
     passed += static_cast<int64_t>(length);
   }
   // A sparse member (GNU tar --sparse) holds its data blocks only: the
   // blocks skip its holes (their offsets jump) and add up to less than its
   // size, up to all of a trailing hole. It is whole when every block of its
   // map came (libarchive fails a file cut inside one, "Truncated tar
-  // archive", but ends a map that lists more than the member stores early),
-  // and its size is what webdataset and read_data, which fill the holes with
-  // zeros, give: it was reported as a member that ends early, and its sample
-  // as corrupt.
+  // archive", but ends a map that lists more than the member stores early).
   if (archive_entry_sparse_reset(entry_) > 0) {
     int64_t mapped = 0;
     la_int64_t offset = 0, length = 0;
     while (archive_entry_sparse_next(entry_, &offset, &length) == ARCHIVE_OK) mapped += length;
     if (passed < mapped) fail_short_member(passed, mapped);
-    return size;
+    return;
   }
   if (passed < size) fail_short_member(passed, size);
-  return passed;
 }
 
 void TarReader::fail_short_member(int64_t got, int64_t size) const {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>  // int64_t, uint8_t
+#include <functional>  // std::function: pass_data_blocks
 #include <string>
 #include <vector>
 
@@ -76,6 +77,10 @@ class TarReader {
   CorruptScope failure_scope() const;
   // The current member's size; an oversized one is skipped and reported.
   int64_t checked_member_size(int64_t max_bytes);
+  // Passes the current member's data blocks to `take` (block, length, its
+  // offset in the member), in order, and fails a member whose data ends
+  // short of its size (or its sparse map) or lies outside its size.
+  void pass_data_blocks(int64_t size, const std::function<void(const void*, size_t, int64_t)>& take);
   [[noreturn]] void fail_short_member(int64_t got, int64_t size) const;
   [[noreturn]] void fail(int64_t offset, const std::string& what) const;
   [[noreturn]] void fail_header() const;

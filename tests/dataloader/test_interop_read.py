@@ -150,10 +150,10 @@ def old_gnu_sparse_header(name, real_size, blocks, stored=None):
 SPARSE_BLOCKS = [(0, b"a" * 512), (4096, b"b" * 512)]  # of 8192 bytes: a trailing hole
 
 
-def write_sparse_shard(path, short_key=None):
+def write_sparse_shard(path, short_key=None, sparse_field="payload.bin"):
     """Samples 000 and 001: tokens.u16 [1, 2, 3] and an 8192-byte sparse
-    payload.bin of SPARSE_BLOCKS; short_key's map lists 1024 bytes where
-    its member stores 512."""
+    member (sparse_field) of SPARSE_BLOCKS; short_key's map lists 1024
+    bytes where its member stores 512."""
     tokens = np.array([1, 2, 3], dtype="<u2").tobytes()
     with open(path, "wb") as f:
         for key in ("000", "001"):
@@ -162,7 +162,7 @@ def write_sparse_shard(path, short_key=None):
             f.write(info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape"))
             f.write(tokens.ljust(512, b"\0"))
             short = key == short_key
-            f.write(old_gnu_sparse_header(f"{key}.payload.bin", 8192, SPARSE_BLOCKS, stored=512 if short else None))
+            f.write(old_gnu_sparse_header(f"{key}.{sparse_field}", 8192, SPARSE_BLOCKS, stored=512 if short else None))
             f.write(b"a" * 512 if short else b"".join(data for _, data in SPARSE_BLOCKS))
         f.write(b"\0" * 1024)
 
@@ -344,6 +344,25 @@ class InteropRead(unittest.TestCase):
         self.assertEqual((status, ours), (2, []))
         self.assertEqual(errors, [f"{damaged}: byte 2048: 000.payload.bin (header at byte 1024) ends after 512 of "
                                   "its 1024 bytes"])
+
+    def test_a_sparse_member_decodes_whole_or_fails_where_its_map_runs_short(self):
+        # The decoded member itself sparse: its holes read as zeros, as in
+        # Python's tarfile; a map listing more than the member stores was
+        # read with zeros in place of the missing data, a silent wrong sample.
+        path = self.path("sparse-tokens.tar")
+        write_sparse_shard(path, sparse_field="ids.u16")
+        a, b = 0x6161, 0x6262  # the blocks' bytes b"a" and b"b", as little-endian u16
+        expected = [a] * 256 + [0] * 1792 + [b] * 256 + [0] * 1792
+        status, ours, errors = dump("--tokens", "ids.u16", "100000", path)
+        self.assertEqual((status, errors), (0, []))
+        self.assertEqual(ours, [{"key": k, "tokens": expected} for k in ("000", "001")])
+        damaged = self.path("sparse-tokens-short.tar")
+        write_sparse_shard(damaged, short_key="001", sparse_field="ids.u16")
+        status, ours, errors = dump("--tokens", "ids.u16", "100000", damaged)
+        self.assertEqual((status, ours), (2, [{"key": "000", "tokens": expected}]))
+        self.assertEqual(len(errors), 1, errors)
+        self.assertRegex(errors[0], rf"^{damaged}: byte \d+: 001.ids.u16 \(header at byte \d+\) ends after 512 of "
+                                    "its 1024 bytes$")
 
     def test_numpy_token_arrays_decode(self):
         arrays = {
