@@ -233,6 +233,7 @@ class BurninMonitor final : public RunExtension {
                                      describe(values[r], values[0]) + " against rank 0)");
     }
 
+    gpu_index_ = context.gpu_index;
     if (context.gpu_index >= 0) {
       std::unique_ptr<GpuHealthProbe> probe = open_gpu_health(context.gpu_index, &nvml_why_not_);
       if (probe) {
@@ -305,6 +306,14 @@ class BurninMonitor final : public RunExtension {
     comm_->broadcast(&passed, sizeof(passed), 0);
     if (result != nullptr) (*result)["burnin"] = to_json(outcome);
     return passed != 0 ? 0 : 4;
+  }
+
+  // A GPU call that failed mid-run (an uncorrectable ECC error, a GPU off
+  // the bus) is what a burn-in is for: FAIL, as a hung rank is, not an
+  // environment error that reads like the tool's.
+  std::string device_failure_verdict(const Communicator& comm, const std::string& error) const override {
+    return "burn-in: rank " + std::to_string(comm.rank()) + " (" + comm.host_name() +
+           (gpu_index_ >= 0 ? ", GPU " + std::to_string(gpu_index_) : std::string()) + "): FAIL: " + error;
   }
 
   // The threads go before the communicator they watch.
@@ -729,6 +738,7 @@ class BurninMonitor final : public RunExtension {
   std::unique_ptr<HealthSampler> sampler_;
   std::unique_ptr<ProgressWatchdog> watchdog_;
   std::string nvml_why_not_, gpu_name_;
+  int gpu_index_ = -1;  // the rank's CUDA device, for the verdict on a device error
   Verdict verdict_;
   Drift drift_;
   BaselineFigures now_;

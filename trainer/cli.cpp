@@ -29,6 +29,7 @@
 #include "checkpoint/checkpoint_files.h"  // CheckpointError, CheckpointWriteError: exit 2, 3
 #include "checkpoint/checkpoint_io.h"     // read_small_file: an earlier result at --out
 #include "checkpoint/dir_lock.h"  // CheckpointDirLock: one run per checkpoint.dir
+#include "kernels/device_error.h"     // DeviceError: exit 3
 #include "kernels/device_info.h"      // query_gpus for device auto
 #include "kernels/engine.h"           // make_engine, plan_engine_memory
 #include "trainer/config.h"
@@ -165,6 +166,7 @@ std::string quoted_command_line(int argc, char** argv) {
 struct ErrorReport {
   int code;
   std::string message;
+  bool device = false;  // a DeviceError: the GPU's failure, which burn-in judges
 };
 ErrorReport describe_current_exception() {
   try {
@@ -185,6 +187,8 @@ ErrorReport describe_current_exception() {
     return {kExitEnvironmentError, e.what()};
   } catch (const LoaderTimeout& e) {
     return {kExitEnvironmentError, e.what()};
+  } catch (const DeviceError& e) {  // the GPU's, not a bug (an "internal error", exit 1, sent users to the code)
+    return {kExitEnvironmentError, std::string("device error: ") + e.what(), true};
   } catch (const std::bad_alloc&) {
     return {kExitEnvironmentError, "out of memory"};
   } catch (const std::system_error& e) {
@@ -465,12 +469,19 @@ int run_command(const RunOptions& options, const std::string& command_line) {
     if (!error_line.empty()) std::fprintf(stderr, "trainbench: %s\n", error_line.c_str());
     return report.exit_code;
   } catch (...) {
+    ErrorReport error = describe_current_exception();
+    // A GPU that fails mid-burn-in is burn-in's verdict on it (exit 4).
+    const std::string verdict =
+        error.device && options.extension ? options.extension->device_failure_verdict(*comm, error.message) : "";
+    if (!verdict.empty()) error = {kExitCheckFailed, verdict, true};
     // One rank's own failure (a file only its node lacks, rank 0's --out):
     // its peers would wait for it in their next collective until
     // comm.timeout_s, and its message would be lost in the timeout's. It
     // ends the job now, with its message.
-    if (comm->world_size() < 2) throw;
-    const ErrorReport error = describe_current_exception();
+    if (comm->world_size() < 2) {
+      if (verdict.empty()) throw;
+      throw CommandError{error.code, error.message};
+    }
     wait_if_interrupted();  // a failure the signal's cleanup caused: the signal speaks
     let_rank_zero_speak_first(comm->rank());
     // A failure the ranks agreed on names the rank it is about ("rank 1's
@@ -1139,6 +1150,9 @@ int run_cli(int argc, char** argv) {
     wait_if_interrupted();  // a failure the signal's cleanup caused: the signal speaks
     let_rank_zero_speak_first(launcher_rank());
     std::fprintf(stderr, "trainbench: %s\n", error.message.c_str());
+    // A run this error ended mid-way (a GPU that failed) keeps its steps;
+    // with several ranks the abort writes them (run_command).
+    write_partial_result(error.code, error.message);
     return error.code;
   }
   return kExitUserError;

@@ -10,6 +10,7 @@
 // Bounded: the storage may be what failed.
 #pragma once
 
+#include <exception>  // std::uncaught_exceptions: the scope left by an error
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -34,21 +35,25 @@ void end_partial_result();
 
 // Writes what was kept, once, with why the run ended (`exit_code`: the
 // process's, 128 + N for signal N) into `aborted`. Callable from any
-// thread: the abort's, the signal's. Nothing when no run was begun, it has
+// thread: the abort's, the signal's, the CLI's error handler. Nothing when no run was begun, it has
 // ended, or no step completed (the abort's line says all there is); false
 // then, or when the write did not finish within a few seconds. A second
 // call while the first one writes (an abort racing a signal) waits for that
 // write, bounded. Never throws (an abort or a signal thread calls it).
 bool write_partial_result(int exit_code, const std::string& why) noexcept;
 
-// Ends the partial result when the scope does, however it ends. (An error of
-// trainbench's own that ends a multi-rank run aborts the job after this:
-// it writes no partial result; its line says what happened.)
+// Ends the partial result when the scope ends as usual. Left by an
+// exception (an error of trainbench's own, a GPU that failed mid-run), it
+// keeps it for whoever reports that error: the CLI's handler on one rank,
+// the communicator's abort on several (its before-abort action).
 struct PartialResultScope {
   PartialResultScope() = default;
   PartialResultScope(const PartialResultScope&) = delete;
   PartialResultScope& operator=(const PartialResultScope&) = delete;
-  ~PartialResultScope() { end_partial_result(); }
+  ~PartialResultScope() {
+    if (std::uncaught_exceptions() == exceptions_at_start) end_partial_result();
+  }
+  const int exceptions_at_start = std::uncaught_exceptions();
 };
 
 }  // namespace trainbench

@@ -51,6 +51,12 @@ class RunExtension {
   // How the run's summary names the run when the extension's measurement is
   // not it (print_summary's `job`), "" when it is the run (burnin).
   virtual std::string summary_job() const { return ""; }
+  // The rank whose GPU call failed mid-run (`error`: "device error: ..."):
+  // the extension's verdict line for it, which ends the job with exit 4, or
+  // "" to leave it an environment failure (exit 3). Burn-in fails the GPU.
+  virtual std::string device_failure_verdict(const Communicator& /*comm*/, const std::string& /*error*/) const {
+    return "";
+  }
 };
 
 }  // namespace trainbench

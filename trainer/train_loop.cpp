@@ -3,6 +3,7 @@
 #include <algorithm>  // std::max_element
 #include <chrono>     // step timing
 #include <cmath>      // std::isfinite
+#include <cstdlib>    // std::getenv, std::strtoll: the device-error test hook
 
 #include <new>        // std::bad_alloc: a sample the loader had no memory for
 #include <optional>   // the gradient sync of a multi-rank run
@@ -12,6 +13,7 @@
 
 #include "dataloader/data_error.h"    // DataError: a batch this rank cannot get
 #include "dataloader/shard_loader.h"  // LoaderTimeout: no batch within data.timeout_s
+#include "kernels/device_error.h"  // DeviceError: the test hook's
 #include "kernels/flops.h"      // model_flops_per_token
 #include "kernels/op_timing.h"  // zero_op_times: report.op_times' sums
 #include "trainer/gradient_sync.h"
@@ -46,6 +48,26 @@ double share_of(const std::vector<StepRecord>& steps, double StepRecord::*field)
 }
 double steady_seconds() {
   return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// Test hook: TRAINBENCH_TEST_DEVICE_ERROR = "STEP" or "STEP@RANK" throws,
+// at that step on that rank (every rank without @), the DeviceError a GPU
+// that fails mid-run makes an engine call throw. Read once; a malformed value
+// arms nothing.
+void fail_as_a_device_would(int64_t step, int rank) {
+  static const std::pair<int64_t, int64_t> at = [] {
+    const char* value = std::getenv("TRAINBENCH_TEST_DEVICE_ERROR");
+    if (value == nullptr || *value == '\0') return std::pair<int64_t, int64_t>{-1, -1};
+    char* end = nullptr;
+    const int64_t on_step = std::strtoll(value, &end, 10);
+    int64_t on_rank = -1;
+    if (*end == '@') on_rank = std::strtoll(end + 1, &end, 10);
+    if (*end != '\0' || on_step < 1) return std::pair<int64_t, int64_t>{-1, -1};
+    return std::pair<int64_t, int64_t>{on_step, on_rank};
+  }();
+  if (step == at.first && (at.second < 0 || at.second == rank))
+    throw DeviceError("TRAINBENCH_TEST_DEVICE_ERROR: cudaStreamSynchronize failed: cudaErrorECCUncorrectable "
+                      "(uncorrectable ECC error encountered), as injected at step " + std::to_string(step));
 }
 
 // The next batch, or nullptr with `*failure` set when this rank cannot get it
@@ -403,6 +425,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     if (step == first_step + train.warmup_steps) measured_begin = previous_end;
 
     comm.set_context("step " + std::to_string(step));
+    fail_as_a_device_would(step, comm.rank());
     if (step == config.comm.inject_divergence_step && comm.rank() == world - 1)
       perturb_parameters(engine, parameters);
     // Fault injection (burnin.inject_slow_ms): this rank's own work takes

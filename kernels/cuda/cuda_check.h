@@ -6,14 +6,16 @@
 #include <cublasLt.h>      // cublasStatus_t
 #include <cuda_runtime.h>  // cudaError_t, cudaGetErrorString
 
-#include <stdexcept>  // CudaError
+#include <stdexcept>
 #include <string>
+
+#include "kernels/device_error.h"  // DeviceError: exit 3, wherever it ends the run
 
 namespace trainbench::cuda {
 
-class CudaError : public std::runtime_error {
+class CudaError : public DeviceError {
  public:
-  using std::runtime_error::runtime_error;
+  using DeviceError::DeviceError;
 };
 
 inline void check_cuda(cudaError_t status, const char* call, const char* file, int line) {

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>  // setenv: the test hook, for the ranks mpirun starts
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -167,6 +169,41 @@ TEST_F(BurninMpi, AHungRankFailsByNameInsteadOfHangingTheJob) {
       << r.err;
   EXPECT_EQ(r.err.find("burn-in: rank 0"), std::string::npos) << "the waiting rank is not blamed: " << r.err;
   EXPECT_LT(seconds, 60.0) << "bounded by comm.timeout_s, not by the hang";
+}
+
+// A GPU call that fails mid-burn-in (an uncorrectable ECC error: a
+// DeviceError out of an engine call, injected by the test hook) ended it as
+// an "internal error", exit 1: the very failure a burn-in is run to find,
+// read as the tool's. It is the failing rank's FAIL (exit 4), by name.
+TEST_F(BurninMpi, AGpuThatFailsMidRunFailsItsRankByName) {
+  // mpirun's ranks on this host inherit its environment.
+  ::setenv("TRAINBENCH_TEST_DEVICE_ERROR", "6@1", 1);
+  const CommandResult r = burnin("device", "1m", "");
+  ::unsetenv("TRAINBENCH_TEST_DEVICE_ERROR");
+  EXPECT_EQ(r.exit_code, 4) << r.out << r.err;
+  EXPECT_NE(r.err.find("trainbench: burn-in: rank 1 ("), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("): FAIL: device error: TRAINBENCH_TEST_DEVICE_ERROR: cudaStreamSynchronize failed: "
+                       "cudaErrorECCUncorrectable"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("burn-in: rank 0"), std::string::npos) << "the waiting rank is not blamed: " << r.err;
+  EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
+}
+
+TEST(BurninCli, AGpuThatFailsMidRunFailsAndKeepsTheStepsItTrained) {
+  testing::TempDir dir("test_burnin_cli");
+  const CommandResult r = run_command("TRAINBENCH_TEST_DEVICE_ERROR=6 " + std::string(TRAINBENCH_BINARY) +
+                                      " burnin tiny --duration 1m --set train.threads=1 --set train.warmup_steps=2 "
+                                      "--set checkpoint.every_steps=0 --out " + dir.file("b.json"));
+  EXPECT_EQ(r.exit_code, 4) << r.out << r.err;
+  EXPECT_EQ(r.err.rfind("trainbench: burn-in: rank 0 (", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("): FAIL: device error: TRAINBENCH_TEST_DEVICE_ERROR"), std::string::npos) << r.err;
+  ASSERT_TRUE(std::filesystem::exists(dir.file("b.aborted.json"))) << r.err;
+  const nlohmann::json partial = nlohmann::json::parse(read_whole_file(dir.file("b.aborted.json")));
+  EXPECT_EQ(partial.at("aborted").at("exit_code"), 4);
+  EXPECT_EQ(partial.at("aborted").at("reason").get<std::string>().rfind("burn-in: rank 0 (", 0), 0u)
+      << partial.at("aborted").dump();
+  EXPECT_EQ(partial.at("steps").size(), 5u);
 }
 
 // A duration that ends within the warm-up measures nothing: FAIL (exit 4),

@@ -190,6 +190,26 @@ TEST(MpiCli, ARankFrozenMidRunLeavesRankZerosStepsBesideTheResult) {
   // the job: the one-rank test checks it.)
 }
 
+// Rank 0's own error mid-run (here its GPU failing) ended the job through
+// the abort after the partial result had been let go: nothing was kept.
+TEST(MpiCli, RankZerosGpuFailingMidRunKeepsItsStepsWithTheReason) {
+  testing::TempDir dir("test_mpi_cli");
+  const CommandResult r = run_command("TRAINBENCH_TEST_DEVICE_ERROR=6@0 timeout 90 " + kMpirun +
+                                      "-np 2 -x TRAINBENCH_TEST_DEVICE_ERROR " + TRAINBENCH_BINARY +
+                                      " run tiny --steps 12 --set train.threads=1 --set data.source=synthetic "
+                                      "--set data.shards= --set checkpoint.every_steps=0 --out " + dir.file("r.json"));
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("trainbench: rank 0: device error: TRAINBENCH_TEST_DEVICE_ERROR"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("r.json")));
+  ASSERT_TRUE(std::filesystem::exists(dir.file("r.aborted.json"))) << r.err;
+  const nlohmann::json partial = nlohmann::json::parse(read_whole_file(dir.file("r.aborted.json")));
+  EXPECT_EQ(partial.at("aborted").at("exit_code"), 3);
+  EXPECT_EQ(partial.at("aborted").at("reason").get<std::string>().rfind("rank 0: device error: ", 0), 0u)
+      << partial.at("aborted").dump();
+  ASSERT_EQ(partial.at("steps").size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(partial.at("steps")[i].at("step"), i + 1);
+}
+
 // A rank that never starts (its host down, or stuck before main on storage
 // that stopped responding) held the others in MPI_Init for ever: comm.timeout_s
 // bounds the start-up too, and mpirun then ends the job.

@@ -727,6 +727,36 @@ TEST(Cli, AnInterruptedRunLeavesTheStepsItTrainedBesideTheResult) {
       << console;
 }
 
+// A GPU that fails mid-run (an uncorrectable ECC error: a DeviceError out
+// of an engine call) ended the run as an "internal error", exit 1, with
+// every step trained lost: the very failure a burn-in is run to find. It is
+// the environment's (exit 3, one line naming it) and the steps are kept.
+TEST(Cli, AGpuThatFailsMidRunExitsThreeAndKeepsTheStepsItTrained) {
+  testing::TempDir dir("test_cli_device_error");
+  const auto r = run_command("TRAINBENCH_TEST_DEVICE_ERROR=6 " + std::string(TRAINBENCH_BINARY) +
+                             " run tiny --steps 12 --set data.source=synthetic --set data.shards= "
+                             "--set checkpoint.every_steps=0 --set train.threads=1 --out " + dir.file("r.json"));
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_EQ(r.err.rfind("trainbench: device error: TRAINBENCH_TEST_DEVICE_ERROR: cudaStreamSynchronize failed: "
+                        "cudaErrorECCUncorrectable",
+                        0),
+            0u)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("r.json")));
+  ASSERT_TRUE(std::filesystem::exists(dir.file("r.aborted.json"))) << r.err;
+  const nlohmann::json partial = nlohmann::json::parse(testing::read_whole_file(dir.file("r.aborted.json")));
+  EXPECT_EQ(partial.at("schema"), "trainbench.aborted_run/v1");
+  const nlohmann::json& aborted = partial.at("aborted");
+  EXPECT_EQ(aborted.at("exit_code"), 3);
+  EXPECT_EQ(aborted.at("reason").get<std::string>().rfind("device error: ", 0), 0u) << aborted.dump();
+  EXPECT_EQ(aborted.at("steps_completed"), 5);
+  EXPECT_EQ(aborted.at("last_step"), 5);
+  ASSERT_EQ(partial.at("steps").size(), 5u);
+  EXPECT_NE(r.err.find("\ntrainbench: the 5 step(s) it trained are in " + dir.file("r.aborted.json")),
+            std::string::npos)
+      << r.err;
+}
+
 // A run killed while it wrote its result leaves PATH.tmp.PID beside it. The
 // next run of the same PID (a container's PID 1) probed --out with that very
 // name, O_EXCL, and was refused: "cannot create a file there: File exists",
