@@ -30,6 +30,9 @@ build="${TRAINBENCH_FUZZ_BUILD_DIR:-build-fuzz}"
 case "$build" in /*) ;; *) if [ -n "${TRAINBENCH_FUZZ_BUILD_DIR:-}" ]; then build="$PWD/$build"; fi ;; esac
 cd "$(dirname "$0")/.."
 
+# libFuzzer comes with clang, which the build and test setup does not need.
+command -v clang++ > /dev/null ||
+  die "clang++ not found: libFuzzer comes with clang (apt-get install clang; scripts/setup.sh does not install it)"
 # Tests must be on: the fuzz targets live under tests/.
 mkdir -p "$build"
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -19,7 +19,7 @@ DEBIAN_PACKAGES=(
   libtorch-dev                  # the reference model in the kernel tests
   iproute2                      # ip netns, tc: scripts/validate_fabric_projection.sh emulates a fabric
   slurmctld slurmd slurm-client munge   # a one-node Slurm (scripts/slurm/local_cluster.sh): the sbatch path's test
-  python3
+  python3 python3-pip           # Debian's python3 comes without pip
 )
 
 missing=()
@@ -43,11 +43,14 @@ fi
 
 # Python tools (webdataset interop tests, report plots). python3 on PATH may be
 # a non-Debian interpreter, so these come from PyPI, pinned in one file.
+# Debian's own refuses installs into it (PEP 668, "externally-managed-
+# environment") unless told: a machine set up for trainbench (CI's, a
+# benchmark node) is told. Other interpreters ignore the variable.
 if ! python3 -c "import importlib.metadata as m, sys
 req = [l.split('==') for l in open('scripts/requirements.txt') if '==' in l]
 sys.exit(0 if all(m.version(n.strip()) == v.strip() for n, v in req) else 1)" 2>/dev/null; then
   echo "setup: installing Python requirements"
-  python3 -m pip install -q --disable-pip-version-check -r scripts/requirements.txt
+  PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --disable-pip-version-check -r scripts/requirements.txt
 else
   echo "setup: Python requirements present"
 fi
