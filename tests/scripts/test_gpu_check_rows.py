@@ -48,8 +48,10 @@ class GpuCheckRowsTests(unittest.TestCase):
         trainbench("run", "tiny", "--steps", "8", "--set", "train.warmup_steps=3", "--set", "report.op_times=true",
                    *QUICK, "--out", str(cls.out / "run.json"))
         trainbench("run", "tiny", "--steps", "8", "--set", "train.mode=lora", *QUICK, "--out", str(cls.out / "lora.json"))
-        trainbench("burnin", "tiny", "--duration", "2s", "--set", "checkpoint.every_steps=0", *QUICK,
-                   "--out", str(cls.out / "burnin.json"))
+        # The rows read a passed burn-in; a loaded machine's drift over 2 s (-16% beside other tests) is not
+        # what they test.
+        trainbench("burnin", "tiny", "--duration", "2s", "--set", "checkpoint.every_steps=0",
+                   "--set", "burnin.degrade_pct=90", *QUICK, "--out", str(cls.out / "burnin.json"))
         trainbench("bench", "instrument", "tiny", "--pairs", "2", "--block-steps", "2", *QUICK,
                    "--out", str(cls.out / "instrument.json"))
         trainbench("bench", "comm", "tiny", "--max-bytes", "1M", "--iters", "2", "--out", str(cls.out / "comm.json"))
