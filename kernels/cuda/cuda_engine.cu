@@ -816,7 +816,7 @@ float CudaEngine::optimizer_step(const AdamWSettings& settings, int64_t step) {
   sum_of_squares(scratch_.sum_sq, grads_.get(), layout_.trainable_params(),
                  scratch_.sum_sq_partials, stream);
   clip_scale_from_sum_of_squares(scratch_.grad_scale, scratch_.grad_norm, scratch_.sum_sq,
-                                 static_cast<float>(settings.grad_clip), stream);
+                                 settings.grad_clip, stream);
   adamw_over_shard(settings, step);
   end_compute();
   TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(grad_norm_host_.get(), scratch_.grad_norm, sizeof(float),
@@ -870,7 +870,7 @@ void CudaEngine::optimizer_step_shard(const AdamWSettings& settings, int64_t ste
   TRAINBENCH_CUDA_CHECK(cudaMemcpyAsync(scratch_.sum_sq, sum_sq_host_.get(), sizeof(double),
                                         cudaMemcpyHostToDevice, stream));
   clip_scale_from_sum_of_squares(scratch_.grad_scale, scratch_.grad_norm, scratch_.sum_sq,
-                                 static_cast<float>(settings.grad_clip), stream);
+                                 settings.grad_clip, stream);
   adamw_over_shard(settings, step);
   end_compute();
   // The host round trip above (and the caller's all-gather next) need the

@@ -673,11 +673,10 @@ __global__ void sum_of_squares_final_kernel(double* result, const double* partia
 
 // Mirrors CpuEngine::optimizer_step's clipping, in double like it.
 __global__ void clip_scale_kernel(float* grad_scale, float* grad_norm, const double* sum_sq,
-                                  float max_norm) {
+                                  double max_norm) {
   const double norm = sqrt(*sum_sq);
   *grad_norm = static_cast<float>(norm);
-  *grad_scale = max_norm > 0.0f && norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6))
-                                                   : 1.0f;
+  *grad_scale = max_norm > 0.0 && norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6)) : 1.0f;
 }
 
 // ---- AdamW ----
@@ -877,7 +876,7 @@ void sum_of_squares(double* result, const float* x, int64_t count, double* scrat
 
 
 void clip_scale_from_sum_of_squares(float* grad_scale, float* grad_norm, const double* sum_sq,
-                                    float max_norm, cudaStream_t stream) {
+                                    double max_norm, cudaStream_t stream) {
   clip_scale_kernel<<<1, 1, 0, stream>>>(grad_scale, grad_norm, sum_sq, max_norm);
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
 }

@@ -106,8 +106,10 @@ void sum_of_squares(double* result, const float* x, int64_t count, double* scrat
 // grad_scale = max_norm / (norm + 1e-6) when norm = sqrt(sum_sq) > max_norm,
 // else 1 (torch.nn.utils.clip_grad_norm_, as CpuEngine); max_norm <= 0 disables. Stays on the
 // device so clipping needs no host round trip; the norm is copied out lazily.
+// max_norm is train.grad_clip as the config has it, a double as on the CPU
+// (a float 0.1 gave a scale one bit off the CPU engine's).
 void clip_scale_from_sum_of_squares(float* grad_scale, float* grad_norm, const double* sum_sq,
-                                    float max_norm, cudaStream_t stream);
+                                    double max_norm, cudaStream_t stream);
 
 // One AdamW step as torch.optim.AdamW on fp32 master weights, writing the bf16
 // copy the next forward uses. The gradient is multiplied by *grad_scale.

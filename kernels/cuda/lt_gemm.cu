@@ -99,8 +99,9 @@ LtGemm::Plan& LtGemm::plan_for(const Key& key) {
         &returned);
     if (status != CUBLAS_STATUS_NOT_SUPPORTED)
       check_cublas(status, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
-    cublasLtMatmulPreferenceDestroy(preference);
-    preference = nullptr;
+    const cublasStatus_t destroyed = cublasLtMatmulPreferenceDestroy(preference);
+    preference = nullptr;  // gone either way: the error path below must not destroy it again
+    check_cublas(destroyed, "cublasLtMatmulPreferenceDestroy", __FILE__, __LINE__);
     // A result's algorithm is valid only where its state is SUCCESS (cublasLt.h).
     for (int i = 0; status == CUBLAS_STATUS_SUCCESS && i < returned; ++i)
       if (heuristics[i].state == CUBLAS_STATUS_SUCCESS) plan.candidates.push_back(heuristics[i].algo);
