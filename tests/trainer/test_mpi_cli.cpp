@@ -302,10 +302,14 @@ TEST(MpiCli, AKilledRankEndsTheJobWithAnError) {
   const std::string job = kMpirun + "-np 2 " + TRAINBENCH_BINARY +
                           " run tiny --steps 100000 --set comm.timeout_s=20 --set data.synth_samples_per_shard=64"
                           " --set checkpoint.every_steps=0 --out " + dir.file("r.json");
+  // This job's rank 1 alone, by its --out in its command line: any
+  // trainbench rank 1 on the machine killed other tests' jobs running
+  // beside it (ctest -j), which then failed without a word.
   const std::string killer =
       "for i in $(seq 600); do grep -q 'step ' " + log + " 2>/dev/null && break; sleep 0.1; done; "
       "for p in $(pgrep -x trainbench); do "
-      "grep -qz '^OMPI_COMM_WORLD_RANK=1$' /proc/$p/environ && kill -9 $p && echo killed rank 1; done";
+      "grep -qz '^OMPI_COMM_WORLD_RANK=1$' /proc/$p/environ && grep -qzxF -- '" + dir.file("r.json") +
+      "' /proc/$p/cmdline && kill -9 $p && echo killed rank 1; done";
   const auto begin = std::chrono::steady_clock::now();
   // One subshell around it all, so the output redirection covers every part.
   const CommandResult r = run_command("( ( " + killer + " ) & timeout 120 " + job + " > " + log +
