@@ -7,6 +7,7 @@
 
 #include <algorithm>  // std::sort
 #include <atomic>
+#include <cctype>     // std::tolower: the field as the extensions are
 #include <cerrno>
 #include <mutex>
 #include <chrono>
@@ -288,6 +289,9 @@ int64_t extract_to_small_files(const std::vector<std::string>& shards, const std
 ReadRate measure_small_files(const std::string& dir, const std::string& field, int64_t vocab,
                              int64_t threads, double max_seconds, double inject_delay_s) {
   const TokenFormat format = token_format_of_field(field);
+  // The files' extensions come lower-cased (split_key_extension): so must the field.
+  std::string wanted = field;
+  for (char& c : wanted) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   std::vector<std::string> shard_dirs;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir))
     if (entry.is_directory()) shard_dirs.push_back(entry.path().string());
@@ -330,7 +334,7 @@ ReadRate measure_small_files(const std::string& dir, const std::string& field, i
         previous_key = key;
         if (inject_delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(inject_delay_s));
       }
-      if (extension == field) {
+      if (extension == wanted) {
         decoded.clear();
         if (!decode_tokens(format, reinterpret_cast<const uint8_t*>(data.data()),
                            static_cast<size_t>(got), vocab, &decoded, &error))

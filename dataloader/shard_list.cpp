@@ -327,7 +327,9 @@ std::vector<std::string> resolve_shard_list(const std::string& spec) {
   const bool whole = spec.find_first_of(" ,\t\n\r{") != std::string::npos && exists(spec);
   for (const std::string& item : whole ? std::vector<std::string>{spec} : split_items(spec)) {
     for (const std::string& name : whole ? std::vector<std::string>{spec} : expand_braces(item)) {
-      if (!whole && name.find_first_of("*?[") != std::string::npos) {
+      // A name that exists as written is that file, though it holds a glob
+      // character ("data[1].tar" read data1.tar, its pattern's match).
+      if (!whole && name.find_first_of("*?[") != std::string::npos && !exists(name)) {
         glob_t matches;
         const int status = ::glob(name.c_str(), 0, nullptr, &matches);
         std::vector<std::string> found;

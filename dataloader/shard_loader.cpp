@@ -338,15 +338,27 @@ class Reader {
   void advance_shard() {
     samples_into_shard_ = 0;
     // Every shard skipped, pass after pass: with skip, the loop would spin
-    // forever on unreadable data. Twice the list is more than a full pass
-    // for this reader whatever the epochs' split.
-    const auto limit = static_cast<int64_t>(2 * options_.shards.size());
-    if (++shards_without_sample_ > limit)
+    // forever on unreadable data. It ends once this reader has opened every
+    // shard of the list without a sample since its last one. Not after a
+    // count in a row: each epoch deals a reader a new share of the list, so
+    // one empty shard beside good ones can come to it many times running
+    // ("twice the list" in a row failed a good data set with one empty shard).
+    const size_t shard = static_cast<size_t>(assignment_[static_cast<size_t>(cursor_)]);
+    if (tried_since_sample_.empty()) tried_since_sample_.assign(options_.shards.size(), false);
+    if (!shard_gave_a_sample_) {
+      ++opens_since_sample_;
+      if (!tried_since_sample_[shard]) {
+        tried_since_sample_[shard] = true;
+        ++distinct_tried_since_sample_;
+      }
+    }
+    shard_gave_a_sample_ = false;
+    if (distinct_tried_since_sample_ == static_cast<int64_t>(options_.shards.size()))
       throw DataError(CorruptScope::kConfig,
                       "data.shards: reader " + std::to_string(index_) + " of rank " +
-                          std::to_string(options_.rank) + " opened " + std::to_string(limit) +
-                          " shards in a row (the list of " + std::to_string(options_.shards.size()) +
-                          ", twice over) and found no readable sample with tokens (the last: " +
+                          std::to_string(options_.rank) + " opened every shard of the list of " +
+                          std::to_string(options_.shards.size()) + " (" + std::to_string(opens_since_sample_) +
+                          " opens in a row) and found no readable sample with tokens (the last: " +
                           printable(current_path_) + ")");
     if (++cursor_ < static_cast<int64_t>(assignment_.size())) return;
     if (options_.epochs > 0 && epoch_ + 1 >= options_.epochs) {
@@ -453,7 +465,14 @@ class Reader {
                                 "sample '" + printable(sample_.key) + "' ." + printable(member->extension) + ": " + error));
     // Only a sample with tokens counts: shards of empty token members would
     // otherwise train on nothing but the EOS separators between them.
-    if (!tokens->empty()) shards_without_sample_ = 0;
+    if (!tokens->empty()) {
+      shard_gave_a_sample_ = true;
+      if (opens_since_sample_ > 0) {
+        std::fill(tried_since_sample_.begin(), tried_since_sample_.end(), false);
+        distinct_tried_since_sample_ = 0;
+        opens_since_sample_ = 0;
+      }
+    }
     return tokens;
   }
 
@@ -472,7 +491,12 @@ class Reader {
 
   std::vector<int64_t> assignment_;
   bool exhausted_ = false;  // options.epochs read: no sample is read any more
-  int64_t shards_without_sample_ = 0;  // shards finished since the last good sample
+  // The shards finished since the last good sample: which of the list (by
+  // index), how many distinct, how many opens.
+  std::vector<bool> tried_since_sample_;
+  int64_t distinct_tried_since_sample_ = 0;
+  int64_t opens_since_sample_ = 0;
+  bool shard_gave_a_sample_ = false;  // the shard being read: it is not one of them
   TarReader tar_;
   std::optional<SampleReader> samples_;
   Sample sample_;  // buffers reused from sample to sample

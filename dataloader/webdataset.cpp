@@ -51,8 +51,17 @@ bool split_key_extension(std::string_view path, std::string* key, std::string* e
 }
 
 const SampleMember* Sample::find(std::string_view extension) const {
+  // The members' extensions are lower-cased; the one asked for may not be
+  // (data.field: TOK.u16 found no member in shards that `shards verify`
+  // read whole with the same field).
+  const auto same = [&](const std::string& lower) {
+    if (lower.size() != extension.size()) return false;
+    for (size_t i = 0; i < lower.size(); ++i)
+      if (lower[i] != ascii_lower(extension[i])) return false;
+    return true;
+  };
   for (size_t i = 0; i < member_count; ++i) {
-    if (members[i].extension == extension) return &members[i];
+    if (same(members[i].extension)) return &members[i];
   }
   return nullptr;
 }

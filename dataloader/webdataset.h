@@ -42,7 +42,7 @@ struct Sample {
   std::vector<SampleMember> members;
   size_t member_count = 0;
 
-  // The member with this (lower-case) extension, or nullptr.
+  // The member with this extension, compared lower-cased, or nullptr.
   const SampleMember* find(std::string_view extension) const;
 };
 

@@ -142,6 +142,16 @@ TEST_F(ShardList, AWholeSpecThatExistsIsOnePathSpacesAndCommasIncluded) {
   EXPECT_EQ(resolve_shard_list(at("c.tgz") + " " + at("b.tar.gz")), (Names{at("c.tgz"), at("b.tar.gz")}));
 }
 
+// A name that exists as written is that file though it holds glob
+// characters: "train-00[1].tar" read train-001.tar, the pattern's match,
+// while the file of that very name was left out. One that does not exist is
+// still a pattern.
+TEST_F(ShardList, ANameWithGlobCharactersThatExistsIsThatFile) {
+  write_file(at("train-00[1].tar"), make_tar({{"y.txt", "y"}}));
+  EXPECT_EQ(resolve_shard_list(at("train-00[1].tar")), Names{at("train-00[1].tar")});
+  EXPECT_EQ(resolve_shard_list(at("train-00[2].tar")), Names{at("train-002.tar")});
+}
+
 TEST_F(ShardList, MissingShardsAreNamedAndCounted) {
   EXPECT_EQ(config_error_of(at("train-{000..004}.tar")),
             "data.shards: shard " + at("train-003.tar") +

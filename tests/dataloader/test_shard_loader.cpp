@@ -19,6 +19,7 @@
 #include "dataloader/io_bench.h"  // measure_sequential_read
 #include "dataloader/shard_assignment.h"
 #include "dataloader/shard_loader.h"
+#include "dataloader/shard_writer.h"  // TarShardWriter
 #include "dataloader/shard_tools.h"
 #include "dataloader/tar_reader.h"
 #include "dataloader/token_decode.h"
@@ -605,6 +606,49 @@ TEST(ShardLoader, AllShardsUnreadableWithSkipIsAnErrorNotASpin) {
     EXPECT_NE(std::string(e.what()).find("no readable sample"), std::string::npos) << e.what();
   }
   EXPECT_GE(loader.stats().shards_skipped, 1);
+}
+
+// A shard without a sample beside a good one is trained on, with a count.
+// Each epoch deals a reader a new share of the list, so a reader can be
+// dealt the empty one many times in a row: "twice the list" in a row (4
+// opens here) failed the run as if no shard had a sample, for most seeds
+// (a 2-shard list, 2 readers: each reader holds one shard an epoch).
+TEST(ShardLoader, AReaderDealtTheEmptyShardOverAndOverGoesOn) {
+  TempDir dir;
+  const SynthResult made = make_shards(dir.path(), 1, 50, 20);
+  const std::string empty = dir.path() + "/empty.tar";
+  std::ofstream(empty, std::ios::binary) << std::string(1024, '\0');  // the end marker alone
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    LoaderOptions o = options_for({made.paths.front(), empty});
+    o.seed = seed;
+    ShardLoader loader(o);
+    EXPECT_NO_THROW(take_batches(loader, 60));
+    EXPECT_FALSE(loader.stats().shards_without_samples.empty());
+  }
+}
+
+// Member extensions are compared lower-cased, as webdataset does: a field
+// asked for with capitals (data.field TOK.u16, members *.Tok.u16) read as
+// "no .TOK.u16 member (it has .tok.u16)" in every sample, where `shards
+// verify` read them whole.
+TEST(ShardLoader, AFieldWithCapitalsFindsItsMembers) {
+  TempDir dir;
+  const std::string path = dir.path() + "/caps.tar";
+  TarShardWriter writer;
+  writer.open(path);
+  const std::vector<uint16_t> tokens(40, 7);
+  for (int i = 0; i < 6; ++i)
+    writer.write_sample(std::string("s") + std::to_string(i), {{"Tok.u16", tokens.data(), tokens.size() * sizeof(uint16_t)}});
+  writer.close();
+  LoaderOptions o = options_for({path});
+  o.readers = 1;
+  o.field = "TOK.u16";
+  ShardLoader loader(o);
+  std::vector<std::vector<int32_t>> batches;
+  ASSERT_NO_THROW(batches = take_batches(loader, 3));
+  for (const std::vector<int32_t>& batch : batches)
+    for (const int32_t token : batch) ASSERT_TRUE(token == 7 || token == 999) << token;  // the samples' and EOS
 }
 
 TEST(ShardLoader, AStalledReaderTimesOutWithAMessageAndDoesNotHangTheExit) {
