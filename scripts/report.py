@@ -42,7 +42,7 @@ world size that measured no step is shown the line's value at its N); scaling ef
 tokens/s(N) / ideal. Where a result lacks summary.slowest_rank or
 summary.bottleneck, the report derives them as the binary does
 (trainer/train_loop.cpp; docs/metrics.md): the slowest rank has the largest
-own_s, its excess is over the median rank's own_s; the bottleneck is the
+own_s, its excess is over the other ranks' median own_s; the bottleneck is the
 category beside compute with the largest share if that takes 10% of the step,
 else compute.
 
@@ -1043,7 +1043,7 @@ def bottleneck_line(run: Run) -> str | None:
     storage read, storage write, host overhead) when it takes at least 10%
     of the step, otherwise compute; percentages rounded as the binary rounds
     them. With more than one rank and a pacing rank 10% or more above the
-    median rank's own work, the binary adds whose view it is. None where
+    other ranks' median own work, the binary adds whose view it is. None where
     nothing was measured (report.instrument=false)."""
     sh = shares(run)
     if all(value is None for value in sh.values()):
@@ -1065,7 +1065,7 @@ def bottleneck_line(run: Run) -> str | None:
     lag = straggler(run)
     if run.ranks > 1 and lag.rank is not None and lag.slower is not None and lag.slower >= 0.1:
         line += (f"; seen from rank {lag.rank}" + (f" ({lag.host})" if lag.host is not None else "")
-                 + f", which sets the pace: its own work per step is {percent(lag.slower)} above the median rank's")
+                 + f", which sets the pace: its own work per step is {percent(lag.slower)} above the other ranks' median")
     return line
 
 
@@ -1073,7 +1073,7 @@ def bottleneck_line(run: Run) -> str | None:
 class Straggler:
     rank: int | None
     host: str | None
-    slower: float | None  # its own work over the median rank's, − 1 (slowest_rank_excess)
+    slower: float | None  # its own work over the other ranks' median, − 1 (slowest_rank_excess)
     own_s: float | None
 
 
@@ -1087,32 +1087,39 @@ def by_rank(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def straggler(run: Run) -> Straggler:
     """The rank that sets the pace and how much more work of its own it does
-    per step than the median rank: the result's own figures
+    per step than the other ranks' median: the result's own figures
     (summary.slowest_rank, _excess) where it has them, else derived from its
     per-rank records as trainer/train_loop.cpp does: the largest own work
-    (the lowest rank of equals), over the median of every rank's, − 1."""
+    (the lowest rank of equals), over the median of the other ranks', − 1
+    (0 for one rank)."""
     records = [(rec, own_work(rec)) for rec in by_rank(run.per_rank())]
     hosts = {rec.get("rank"): rec.get("host") for rec, _ in records if isinstance(rec.get("host"), str)}
     records = [(rec, own) for rec, own in records if own is not None]
     own_rank = run.summary.get("slowest_rank")
     own_rank = own_rank if isinstance(own_rank, int) and not isinstance(own_rank, bool) else None
     excess = number(run.summary.get("slowest_rank_excess"))
-    typical = binary_median([own for _, own in records])
+
+    def over_the_others(index: int) -> float:
+        others = [own for i, (_, own) in enumerate(records) if i != index]
+        typical = binary_median(others) if others else 0.0
+        return records[index][1] / typical - 1.0 if typical > 0 else 0.0
+
     if own_rank is not None:
-        chosen = [own for rec, own in records if rec.get("rank") == own_rank]
-        own = chosen[0] if chosen else None
-        if excess is None and own is not None:
-            excess = own / typical - 1.0 if typical > 0 else 0.0
+        chosen = [i for i, (rec, _) in enumerate(records) if rec.get("rank") == own_rank]
+        own = records[chosen[0]][1] if chosen else None
+        if excess is None and chosen:
+            excess = over_the_others(chosen[0])
         return Straggler(own_rank, hosts.get(own_rank), excess, own)
     if not records:
         return Straggler(None, None, excess, None)
-    rec, slowest = records[0]
-    for candidate, own in records[1:]:
-        if own > slowest:  # std::max_element: the first of equals
-            rec, slowest = candidate, own
+    index = 0
+    for i, (_, own) in enumerate(records):
+        if own > records[index][1]:  # std::max_element: the first of equals
+            index = i
+    rec, slowest = records[index]
     rank = rec.get("rank")
     rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
-    return Straggler(rank, hosts.get(rank), slowest / typical - 1.0 if typical > 0 else 0.0, slowest)
+    return Straggler(rank, hosts.get(rank), over_the_others(index), slowest)
 
 
 def step_spread(point: Point) -> tuple[list[float], str]:
@@ -1276,7 +1283,7 @@ def straggler_cell(point: Point) -> str:
     where = f"rank {lag.rank}" + (f" ({lag.host})" if lag.host else "")
     if lag.slower is None:
         return where
-    return f"{where}, +{lag.slower * 100:.1f}% vs median rank"
+    return f"{where}, +{lag.slower * 100:.1f}% vs the others' median"
 
 
 def ceilings_of(run: Run) -> dict[str, Any]:

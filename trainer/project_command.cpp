@@ -62,20 +62,6 @@ struct MeasuredDepth {
   nlohmann::json result;
 };
 
-// The slowest rank's medians (it sets tokens/s); comm_s from the summary,
-// which is that rank's too (the per-rank summary does not keep it).
-StepTimes step_times(const RunSummary& s) {
-  const RankSummary& slowest = s.ranks.at(static_cast<size_t>(s.slowest_rank));
-  StepTimes t;
-  t.step_s = slowest.step_s;
-  t.compute_s = slowest.compute_s;
-  t.comm_s = s.comm_s.median;
-  t.comm_exposed_s = slowest.comm_exposed_s;
-  t.data_stall_s = slowest.data_stall_s;
-  t.ckpt_stall_s = slowest.ckpt_stall_s;
-  t.other_s = slowest.other_s;
-  return t;
-}
 
 // `round`: which --repeats round (0-based). Each run is a fresh run: with a
 // checkpoint.dir (this project's own folder, below), it checkpoints into a
@@ -101,7 +87,7 @@ MeasuredDepth train_at_depth(const Config& base, int64_t layers, int64_t round, 
   MeasuredDepth m;
   const RunSummary& s = report.outcome.summary;
   m.point.layers = layers;
-  m.point.times = step_times(s);
+  m.point.times = measured_step_times(s);
   m.point.checkpoint_bytes = sum_over_ranks(*comm, static_cast<double>(report.state_bytes));
   m.hidden_share = s.comm_hidden_share;
   m.gemm_ceiling_flops_per_s = s.gemm_ceiling_flops_per_s;

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "trainer/train_loop.h"  // RunSummary: what a depth's run measured
+
 namespace trainbench {
 
 // y = intercept + slope · x.
@@ -25,12 +27,17 @@ struct LinearFit {
 // std::invalid_argument with fewer than two distinct x or unequal lengths.
 LinearFit fit_line(const std::vector<double>& x, const std::vector<double>& y);
 
-// One rank's step, split as DESIGN.md defines it (medians over the measured
-// steps; step_s is the slowest rank's, which sets tokens/s).
+// A step, split as DESIGN.md defines it (medians over the measured steps;
+// step_s the one tokens/s divides by: measured_step_times).
 struct StepTimes {
   double step_s = 0, compute_s = 0, comm_s = 0, comm_exposed_s = 0, data_stall_s = 0, ckpt_stall_s = 0,
          other_s = 0;
 };
+
+// One depth's run as the projection fits it: step_s as `run`'s tokens/s
+// takes it (the largest of the ranks' median step_s), the categories the
+// pacing rank's (summary.slowest_rank: the most work of its own).
+StepTimes measured_step_times(const RunSummary& summary);
 
 // The categories in report order, with their names.
 struct StepCategory {

@@ -90,6 +90,7 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
       {"tokens_per_s", positive_or_null(s.tokens_per_s)},
       {"wall_tokens_per_s", positive_or_null(s.wall_tokens_per_s)},
       {"measured_wall_s", s.measured_steps > 0 ? nlohmann::json(s.measured_wall_s) : nlohmann::json()},
+      {"consistency_check_s", s.consistency_check_s},
       {"global_tokens_per_step", s.global_tokens_per_step},
       {"measured_steps", s.measured_steps},
       {"warmup_steps", s.warmup_steps},

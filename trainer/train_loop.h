@@ -65,6 +65,10 @@ struct RunSummary {
   // the end of the last step, and global tokens / it: tokens/s without
   // per-step timing (report.instrument=false), and a mean beside the median.
   double measured_wall_s = 0, wall_tokens_per_s = 0;
+  // Seconds this rank spent comparing the ranks' parameters (comm.check_every,
+  // the last step, steps due a checkpoint): left out of every step_s and of
+  // measured_wall_s, as trainbench's check rather than the workload's time.
+  double consistency_check_s = 0;
   Spread step_s, compute_s, comm_s, comm_exposed_s, data_stall_s, ckpt_stall_s, other_s;
   // 1 − Σ comm_exposed_s / Σ comm_s: how much of the communication the
   // overlap with backward hid (0 with one rank or comm.overlap=false).
@@ -205,7 +209,7 @@ Config measurement_run_config(const Config& config, int64_t warmup_steps, int64_
 // that no storage read enters what they measure.
 std::unique_ptr<BatchSource> measurement_batches(const Config& config);
 
-// FNV-1a over `bytes` bytes: the parameter consistency check's checksum, and
+// XXH64 over `bytes` bytes: the parameter consistency check's checksum, and
 // burn-in's golden gradient checksum.
 uint64_t checksum_bytes(const void* data, size_t bytes);
 

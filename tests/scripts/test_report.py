@@ -645,7 +645,7 @@ class ResultReadingTests(unittest.TestCase):
         ]
         text = self.make_report(self.write("r1.json", small), self.write("r4.json", big))
         rows = markdown_table(text, "## Throughput and scaling")
-        self.assertEqual(rows[1]["slowest rank"], "rank 3 (node1), +23.8% vs median rank")
+        self.assertEqual(rows[1]["slowest rank"], "rank 3 (node1), +25.0% vs the others' median")
         self.assertEqual(rows[1]["scaling efficiency"], "0.800")
         shares = markdown_table(text, "## Where the step time goes")
         self.assertEqual(shares[1]["bottleneck"], "network — comm exposed 30% of step")
@@ -661,7 +661,7 @@ class ResultReadingTests(unittest.TestCase):
         # all-reduce): the rank with the most work of its own comes first, as
         # the binary's slowest_rank.
         result = as_ranks(real_result(), [0.80, 0.70, 0.92, 0.85])
-        result["summary"].update(slowest_rank=2, slowest_rank_excess=0.92 / 0.825 - 1)
+        result["summary"].update(slowest_rank=2, slowest_rank_excess=0.92 / 0.80 - 1)
         text = self.make_report(self.write("r4.json", result))
         per_rank = markdown_table(text, "## Ranks at 4 ranks (slowest first)")
         self.assertEqual([r["rank"] for r in per_rank], ["2", "3", "0", "1"])
@@ -670,15 +670,15 @@ class ResultReadingTests(unittest.TestCase):
         self.assertEqual([r["own (ms)"] for r in per_rank],
                          [f"{result['ranks'][r]['own_s'] * 1e3:.2f}" for r in (2, 3, 0, 1)])
         self.assertEqual(markdown_table(text, "## Throughput and scaling")[0]["slowest rank"],
-                         "rank 2 (node2), +11.5% vs median rank")
+                         "rank 2 (node2), +15.0% vs the others' median")
 
     def test_the_slowest_rank_is_derived_from_own_work_as_the_binary_does(self) -> None:
         # Without summary.slowest_rank: the largest own_s (the first of equals),
-        # its excess over the median of all ranks' own_s (trainer/train_loop.cpp).
+        # its excess over the median of the other ranks' own_s (trainer/train_loop.cpp).
         base = real_result()
-        for shares, named in (([0.80, 0.80, 0.92, 0.80], "rank 2 (node2), +15.0% vs median rank"),
-                              ([0.90, 0.80, 0.90, 0.70], "rank 0 (node0), +5.9% vs median rank"),
-                              ([0.5, 0.6, 0.4], "rank 1 (node1), +20.0% vs median rank")):
+        for shares, named in (([0.80, 0.80, 0.92, 0.80], "rank 2 (node2), +15.0% vs the others' median"),
+                              ([0.90, 0.80, 0.90, 0.70], "rank 0 (node0), +12.5% vs the others' median"),
+                              ([0.5, 0.6, 0.4], "rank 1 (node1), +33.3% vs the others' median")):
             with self.subTest(shares=shares):
                 result = as_ranks(base, shares)
                 del result["summary"]["slowest_rank"], result["summary"]["slowest_rank_excess"]
@@ -718,7 +718,7 @@ class ResultReadingTests(unittest.TestCase):
         text = self.make_report(self.write("r4.json", result))
         self.assertEqual(markdown_table(text, "## Where the step time goes")[0]["bottleneck"],
                          "network — exposed communication 19% of step (compute 76%); seen from rank 2 (node2), "
-                         "which sets the pace: its own work per step is 15% above the median rank's \\*")
+                         "which sets the pace: its own work per step is 15% above the other ranks' median \\*")
 
     def test_an_even_number_of_repeats_takes_the_true_median_and_names_the_run_shown(self) -> None:
         runs = []

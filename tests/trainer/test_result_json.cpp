@@ -727,6 +727,39 @@ TEST(Cli, AnInterruptedRunLeavesTheStepsItTrainedBesideTheResult) {
       << console;
 }
 
+// The storage-write medians are the measured steps' checkpoints' (DESIGN:
+// per run, steps after warm-up): a warm-up checkpoint wrote at a tenth of
+// the later ones' rate and halved the median stall. The counts and bytes
+// stay every checkpoint's.
+TEST(Cli, TheCheckpointMediansLeaveTheWarmUpsCheckpointsOut) {
+  testing::TempDir dir("test_cli_ckpt_medians");
+  const auto r = run_command(std::string(TRAINBENCH_BINARY) +
+                             " run tiny --steps 12 --set train.warmup_steps=5 --set checkpoint.every_steps=2 "
+                             "--set train.threads=1 --set report.progress_every=0 --set checkpoint.dir=" +
+                             dir.file("c") + " --out " + dir.file("r.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const nlohmann::json result = nlohmann::json::parse(testing::read_whole_file(dir.file("r.json")));
+  std::vector<double> gbs, stall;
+  int64_t bytes = 0;
+  for (const nlohmann::json& c : result.at("checkpoints")) {
+    ASSERT_EQ(c.at("status"), "committed") << c.dump();
+    bytes += c.at("bytes").get<int64_t>();
+    if (c.at("step").get<int64_t>() < 6) continue;  // steps 1-5 are warm-up
+    gbs.push_back(c.at("write_gbs").get<double>());
+    stall.push_back(c.at("stall_s").get<double>());
+  }
+  ASSERT_EQ(gbs.size(), 4u) << "steps 6, 8, 10 and 12";
+  const auto median_of_four = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return (v[1] + v[2]) / 2;
+  };
+  const nlohmann::json& w = result.at("summary").at("storage_write");
+  EXPECT_DOUBLE_EQ(w.at("write_gbs").get<double>(), median_of_four(gbs)) << w.dump();
+  EXPECT_DOUBLE_EQ(w.at("stall_s_per_checkpoint").get<double>(), median_of_four(stall)) << w.dump();
+  EXPECT_EQ(w.at("checkpoints_committed"), 6);
+  EXPECT_EQ(w.at("bytes_written").get<int64_t>(), bytes);
+}
+
 // A GPU that fails mid-run (an uncorrectable ECC error: a DeviceError out
 // of an engine call) ended the run as an "internal error", exit 1, with
 // every step trained lost: the very failure a burn-in is run to find. It is
