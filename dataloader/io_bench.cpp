@@ -257,7 +257,7 @@ void write_small_file(const std::string& path, const void* data, size_t bytes) {
 }  // namespace
 
 int64_t extract_to_small_files(const std::vector<std::string>& shards, const std::string& dir,
-                               int64_t max_member_bytes) {
+                               int64_t max_member_bytes, ReadRate* skipped) {
   int64_t files = 0;
   TarReader tar;
   Sample sample;
@@ -270,9 +270,30 @@ int64_t extract_to_small_files(const std::vector<std::string>& shards, const std
     std::snprintf(name, sizeof(name), "%06zu", s);
     const fs::path shard_dir = fs::path(dir) / name;
     fs::create_directory(shard_dir);
-    tar.open(shards[s]);
+    // Under skip, as the loader: a corrupt sample is left out and the shard
+    // goes on; a broken shard is left from there on (or whole, if it cannot
+    // be opened). The machine's own failures (kEnvironment) end it either way.
+    const auto left_out = [&](const DataError& e) {
+      if (skipped == nullptr || (e.scope() != CorruptScope::kSample && e.scope() != CorruptScope::kShard)) return false;
+      ++(e.scope() == CorruptScope::kSample ? skipped->samples_skipped : skipped->shards_skipped);
+      if (skipped->first_skip.empty()) skipped->first_skip = e.what();
+      return true;
+    };
+    try {
+      tar.open(shards[s]);
+    } catch (const DataError& e) {
+      if (!left_out(e)) throw;
+      continue;
+    }
     SampleReader samples(tar, max_member_bytes);
-    for (int64_t index = 0; samples.next(&sample); ++index) {
+    for (int64_t index = 0;; ++index) {
+      try {
+        if (!samples.next(&sample)) break;
+      } catch (const DataError& e) {
+        if (!left_out(e)) throw;
+        if (e.scope() == CorruptScope::kSample) continue;
+        break;
+      }
       std::snprintf(name, sizeof(name), "%09ld", static_cast<long>(index));
       const std::string base = (shard_dir / name).string();
       for (size_t m = 0; m < sample.member_count; ++m) {
@@ -287,7 +308,7 @@ int64_t extract_to_small_files(const std::vector<std::string>& shards, const std
 }
 
 ReadRate measure_small_files(const std::string& dir, const std::string& field, int64_t vocab,
-                             int64_t threads, double max_seconds, double inject_delay_s) {
+                             int64_t threads, double max_seconds, double inject_delay_s, bool skip_corrupt) {
   const TokenFormat format = token_format_of_field(field);
   // The files' extensions come lower-cased (split_key_extension): so must the field.
   std::string wanted = field;
@@ -297,7 +318,9 @@ ReadRate measure_small_files(const std::string& dir, const std::string& field, i
     if (entry.is_directory()) shard_dirs.push_back(entry.path().string());
   std::sort(shard_dirs.begin(), shard_dirs.end());
 
-  std::atomic<int64_t> bytes{0}, samples{0}, tokens{0}, files{0};
+  std::atomic<int64_t> bytes{0}, samples{0}, tokens{0}, files{0}, samples_skipped{0};
+  std::mutex first_skip_mutex;
+  std::string first_skip;
   std::atomic<bool> stopped{false};
   const Clock::time_point begin = Clock::now();
   const Clock::time_point deadline = deadline_after(begin, max_seconds);
@@ -337,8 +360,13 @@ ReadRate measure_small_files(const std::string& dir, const std::string& field, i
       if (extension == wanted) {
         decoded.clear();
         if (!decode_tokens(format, reinterpret_cast<const uint8_t*>(data.data()),
-                           static_cast<size_t>(got), vocab, &decoded, &error))
-          throw DataError(CorruptScope::kSample, name + ": " + error);
+                           static_cast<size_t>(got), vocab, &decoded, &error)) {
+          if (!skip_corrupt) throw DataError(CorruptScope::kSample, name + ": " + error);
+          ++samples_skipped;
+          const std::lock_guard<std::mutex> lock(first_skip_mutex);
+          if (first_skip.empty()) first_skip = name + ": " + error;
+          continue;
+        }
         tokens += static_cast<int64_t>(decoded.size());
       }
     }
@@ -350,6 +378,8 @@ ReadRate measure_small_files(const std::string& dir, const std::string& field, i
   rate.tokens = tokens;
   rate.files = files;
   rate.complete = !stopped.load();
+  rate.samples_skipped = samples_skipped;
+  rate.first_skip = first_skip;
   return rate;
 }
 

@@ -74,16 +74,21 @@ ReadRate measure_loader(const LoaderOptions& options, double max_seconds);
 // the list, %06d>/<sample's position in its shard, %09d>.<ext>: the same
 // bytes one file per member, never outside `dir` whatever the member names.
 // Returns the files written. A file or folder that cannot be made or
-// written (a full disk) throws std::system_error with its errno.
+// written (a full disk) throws std::system_error with its errno. A corrupt
+// sample or shard throws DataError, unless `skipped` is given
+// (data.on_corrupt=skip): then the sample (or the rest of the shard) is
+// left out and counted there, with the first reason, as the loader does.
 int64_t extract_to_small_files(const std::vector<std::string>& shards, const std::string& dir,
-                               int64_t max_member_bytes);
+                               int64_t max_member_bytes, ReadRate* skipped = nullptr);
 
 // Reads the tree back as a loader of small files would: list each shard's
 // directory, open and read every file, group members by key and decode the
 // token member. `threads` directories at a time; no file is started after
 // `max_seconds` (complete = false). `inject_delay_s` is slept per sample,
-// as the loader does.
+// as the loader does. A token member that does not decode throws
+// DataError, or with `skip_corrupt` is counted in samples_skipped.
 ReadRate measure_small_files(const std::string& dir, const std::string& field, int64_t vocab,
-                             int64_t threads, double max_seconds, double inject_delay_s = 0);
+                             int64_t threads, double max_seconds, double inject_delay_s = 0,
+                             bool skip_corrupt = false);
 
 }  // namespace trainbench

@@ -819,6 +819,7 @@ int BenchCommand::run_io() {
 
   std::optional<ReadRate> small;
   int64_t small_files_written = 0;
+  bool any_small_left_out = false;
   if (o.small_files) {
     std::string dir;
     try {
@@ -828,15 +829,31 @@ int BenchCommand::run_io() {
     }
     // The folder goes however this ends: a full disk left it behind, full.
     const FolderRemovedAtScopeEnd remove_folder(dir);
+    // data.on_corrupt=skip: the corrupt data is left out as the loader
+    // leaves it (the first corrupt sample ended the whole bench, exit 2,
+    // after the loader's rows had been measured without it).
+    const bool skip = config.data.on_corrupt == "skip";
+    ReadRate extract_skips;
     try {
-      small_files_written = extract_to_small_files(shards, dir, config.data.max_sample_bytes);
+      small_files_written =
+          extract_to_small_files(shards, dir, config.data.max_sample_bytes, skip ? &extract_skips : nullptr);
     } catch (const std::system_error& e) {
       throw CommandError{kExitEnvironmentError,
                          std::string("--small-files: ") + e.what() + " (unpacking " +
                              human_bytes(static_cast<double>(total_bytes)) + " of shards, into " + dir +
                              "); free space there or give --small-files-dir a disk with room"};
     }
-    small = measure_small_files(dir, config.data.field, config.model.vocab, max_readers, o.seconds, delay_s(config));
+    small = measure_small_files(dir, config.data.field, config.model.vocab, max_readers, o.seconds, delay_s(config),
+                                skip);
+    small->samples_skipped += extract_skips.samples_skipped;
+    small->shards_skipped = extract_skips.shards_skipped;
+    if (!extract_skips.first_skip.empty()) small->first_skip = extract_skips.first_skip;
+    if (small->left_out()) {
+      any_small_left_out = true;
+      warnings.push_back("data.on_corrupt=skip left out " + std::to_string(small->samples_skipped) +
+                         " corrupt sample(s) and " + std::to_string(small->shards_skipped) +
+                         " shard(s) of the small files; their figures are the rest's; first: " + small->first_skip);
+    }
   }
 
   std::printf("\n  %-36s %7s %10s %8s %11s %11s %12s  %-16s%s\n", "", "cached", "tokens/s", "GB/s", "samples/s",
@@ -886,7 +903,8 @@ int BenchCommand::run_io() {
           : 0.0;
   if (small)  // just written: cached as far as memory holds it
     print_rate("small files, " + std::to_string(max_readers) + " thread(s)", *small, -1, small_files_per_s, widest,
-               read_extent(small->complete, small->files, small_files_written));
+               read_extent(small->complete, small->files, small_files_written) +
+                   (small->left_out() ? " but skipped" : ""));
   std::printf("  cached: share of the bytes a measurement read that the page cache held before it (mincore): "
               "0%% = read from storage (cold), 100%% = from memory (warm)\n");
   std::printf("  %% 1-stream, %% same thr.: the share of the data read per second, of the faster plain pass's "
@@ -895,7 +913,9 @@ int BenchCommand::run_io() {
               stopped ? "; N% (stopped) = --seconds ended it with N% of the shards' bytes (small files: of "
                         "the files) read, and the figures are that part's"
                       : "",
-              any_left_out ? "; but skipped = data.on_corrupt=skip left corrupt data out (warning below)" : "");
+              any_left_out || any_small_left_out
+                  ? "; but skipped = data.on_corrupt=skip left corrupt data out (warning below)"
+                  : "");
   for (const std::string& warning : warnings) std::printf("  warning: %s\n", warning.c_str());
   if (consumed > 0)
     std::printf("\n  training consumed %s tokens/s per rank (%s)\n", human_count(consumed).c_str(),

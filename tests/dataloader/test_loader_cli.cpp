@@ -630,6 +630,24 @@ TEST_F(LoaderCli, BenchIoSaysWhatSkipLeftOut) {
   EXPECT_TRUE(warned) << result.at("warnings").dump();
   EXPECT_EQ(loader.at("shards_cut_short"), 0) << loader;
   EXPECT_EQ(loader.at("shards_without_samples"), 0) << loader;
+
+  // --small-files leaves them out as well (its first corrupt sample ended
+  // the whole bench, exit 2, after the loader's rows had skipped it).
+  const CommandResult small = run_command("timeout 120 " + std::string(TRAINBENCH_BINARY) +
+                                          " bench io tiny --readers 1 --seconds 20 --small-files "
+                                          "--set data.on_corrupt=skip --set data.shards=" + list + " --out " + dir_ +
+                                          "/small.json");
+  ASSERT_EQ(small.exit_code, 0) << small.err << small.out;
+  const nlohmann::json small_result = nlohmann::json::parse(read_whole_file(dir_ + "/small.json"));
+  const nlohmann::json& files = small_result.at("small_files");
+  EXPECT_EQ(files.at("samples_skipped"), 1) << files;
+  EXPECT_EQ(files.at("shards_skipped"), 1) << files;
+  EXPECT_GT(files.at("tokens").get<int64_t>(), 0) << files;
+  bool small_warned = false;
+  for (const auto& w : small_result.at("warnings"))
+    small_warned = small_warned || w.get<std::string>().find("left out 1 corrupt sample(s) and 1 shard(s) of the "
+                                                             "small files") != std::string::npos;
+  EXPECT_TRUE(small_warned) << small_result.at("warnings").dump();
 }
 
 // A shard cut at a member boundary is read to its end by the loader's epoch
