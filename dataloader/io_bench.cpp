@@ -363,6 +363,7 @@ ReadRate measure_small_files(const std::string& dir, const std::string& field, i
                            static_cast<size_t>(got), vocab, &decoded, &error)) {
           if (!skip_corrupt) throw DataError(CorruptScope::kSample, name + ": " + error);
           ++samples_skipped;
+          --samples;  // counted at its first file: the rest's figures, as the loader's
           const std::lock_guard<std::mutex> lock(first_skip_mutex);
           if (first_skip.empty()) first_skip = name + ": " + error;
           continue;

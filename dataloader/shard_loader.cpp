@@ -353,18 +353,23 @@ class Reader {
       }
     }
     shard_gave_a_sample_ = false;
-    if (distinct_tried_since_sample_ == static_cast<int64_t>(options_.shards.size()))
+    // Where the data ends here anyway (the last shard of a last epoch: bench
+    // io's), its consumer says what an epoch without a token means.
+    const auto fail_if_none_is_left = [&] {
+      if (distinct_tried_since_sample_ < static_cast<int64_t>(options_.shards.size())) return;
       throw DataError(CorruptScope::kConfig,
                       "data.shards: reader " + std::to_string(index_) + " of rank " +
                           std::to_string(options_.rank) + " opened every shard of the list of " +
                           std::to_string(options_.shards.size()) + " (" + std::to_string(opens_since_sample_) +
                           " opens in a row) and found no readable sample with tokens (the last: " +
                           printable(current_path_) + ")");
-    if (++cursor_ < static_cast<int64_t>(assignment_.size())) return;
+    };
+    if (++cursor_ < static_cast<int64_t>(assignment_.size())) return fail_if_none_is_left();
     if (options_.epochs > 0 && epoch_ + 1 >= options_.epochs) {
       exhausted_ = true;  // every shard of the last epoch read: no next one
       return;
     }
+    fail_if_none_is_left();
     ++epoch_;
     assignment_ = assignment_for(epoch_);
     cursor_ = 0;

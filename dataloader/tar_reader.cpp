@@ -190,6 +190,7 @@ int64_t TarReader::read_through_data(int64_t max_bytes) {
 void TarReader::pass_data_blocks(int64_t size,
                                  const std::function<void(const void*, size_t, int64_t)>& take) {
   int64_t passed = 0;
+  int64_t previous_end = 0;  // where the block before ended
   for (;;) {
     const void* block = nullptr;
     size_t length = 0;
@@ -198,14 +199,23 @@ void TarReader::pass_data_blocks(int64_t size,
     if (status == ARCHIVE_EOF) break;
     if (status < ARCHIVE_WARN) fail_data();
     // A sparse map is the header's word: one placing data outside the
-    // member's size is damage, not an address to write to.
+    // member's size is damage, not an address to write to; nor is one whose
+    // blocks go back or overlap (archive_read_data refused those: the last
+    // block written would win, where another reader assembles otherwise).
     if (offset < 0 || static_cast<int64_t>(length) > size - offset) {
       fail(stream_offset(), printable(member_name_) + " (header at byte " +
                                 std::to_string(member_offset_) + ") has data at byte " +
                                 std::to_string(offset) + " past its size of " +
                                 std::to_string(size) + " bytes");
     }
+    if (offset < previous_end) {
+      fail(stream_offset(), printable(member_name_) + " (header at byte " + std::to_string(member_offset_) +
+                                ") has a sparse block at byte " + std::to_string(offset) +
+                                " before the end of the one before it (byte " + std::to_string(previous_end) +
+                                "): its sparse map is out of order");
+    }
     take(block, length, offset);
+    previous_end = offset + static_cast<int64_t>(length);
     passed += static_cast<int64_t>(length);
   }
   // A sparse member (GNU tar --sparse) holds its data blocks only: the

@@ -13,7 +13,10 @@ namespace trainbench {
 
 TokenFormat token_format_of_field(const std::string& field) {
   const size_t dot = field.rfind('.');
-  const std::string format = field.substr(dot == std::string::npos ? 0 : dot + 1);
+  // Lower-cased, as the members' extensions are compared (tokens.U16 is a .u16 member).
+  std::string format = field.substr(dot == std::string::npos ? 0 : dot + 1);
+  for (char& c : format)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
   if (format == "u16") return TokenFormat::kU16;
   if (format == "u32") return TokenFormat::kU32;
   if (format == "npy") return TokenFormat::kNpy;

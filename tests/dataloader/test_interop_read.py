@@ -150,7 +150,7 @@ def old_gnu_sparse_header(name, real_size, blocks, stored=None):
 SPARSE_BLOCKS = [(0, b"a" * 512), (4096, b"b" * 512)]  # of 8192 bytes: a trailing hole
 
 
-def write_sparse_shard(path, short_key=None, sparse_field="payload.bin"):
+def write_sparse_shard(path, short_key=None, sparse_field="payload.bin", blocks=None):
     """Samples 000 and 001: tokens.u16 [1, 2, 3] and an 8192-byte sparse
     member (sparse_field) of SPARSE_BLOCKS; short_key's map lists 1024
     bytes where its member stores 512."""
@@ -162,8 +162,9 @@ def write_sparse_shard(path, short_key=None, sparse_field="payload.bin"):
             f.write(info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape"))
             f.write(tokens.ljust(512, b"\0"))
             short = key == short_key
-            f.write(old_gnu_sparse_header(f"{key}.{sparse_field}", 8192, SPARSE_BLOCKS, stored=512 if short else None))
-            f.write(b"a" * 512 if short else b"".join(data for _, data in SPARSE_BLOCKS))
+            mapped = blocks or SPARSE_BLOCKS
+            f.write(old_gnu_sparse_header(f"{key}.{sparse_field}", 8192, mapped, stored=512 if short else None))
+            f.write(b"a" * 512 if short else b"".join(data for _, data in mapped))
         f.write(b"\0" * 1024)
 
 
@@ -363,6 +364,15 @@ class InteropRead(unittest.TestCase):
         self.assertEqual(len(errors), 1, errors)
         self.assertRegex(errors[0], rf"^{damaged}: byte \d+: 001.ids.u16 \(header at byte \d+\) ends after 512 of "
                                     "its 1024 bytes$")
+        # A map whose blocks go back (the second before the first): the last
+        # block written won, a sample no other reader assembles; damage.
+        backwards = self.path("sparse-tokens-backwards.tar")
+        write_sparse_shard(backwards, sparse_field="ids.u16", blocks=list(reversed(SPARSE_BLOCKS)))
+        status, ours, errors = dump("--tokens", "ids.u16", "100000", backwards)
+        self.assertEqual((status, ours), (2, []))
+        self.assertEqual(len(errors), 1, errors)
+        self.assertRegex(errors[0], rf"^{backwards}: byte \d+: 000.ids.u16 \(header at byte \d+\) has a sparse block "
+                                    "at byte 0 before the end of the one before it \(byte 4608\)")
 
     def test_numpy_token_arrays_decode(self):
         arrays = {

@@ -53,6 +53,7 @@ Decoded decode(TokenFormat format, const std::vector<uint8_t>& payload, int64_t 
 TEST(TokenDecode, FormatComesFromTheFieldsLastExtension) {
   EXPECT_EQ(token_format_of_field("u16"), TokenFormat::kU16);
   EXPECT_EQ(token_format_of_field("tokens.u16"), TokenFormat::kU16);
+  EXPECT_EQ(token_format_of_field("TOK.U16"), TokenFormat::kU16) << "compared lower-cased, as member extensions";
   EXPECT_EQ(token_format_of_field("u32"), TokenFormat::kU32);
   EXPECT_EQ(token_format_of_field("input_ids.npy"), TokenFormat::kNpy);
   EXPECT_EQ(token_format_of_field("txt"), TokenFormat::kTxt);
