@@ -8,12 +8,22 @@
 #pragma once
 
 #include <stdexcept>
+#include <string>
 
 namespace trainbench {
 
 class DeviceError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit DeviceError(const std::string& what, bool device_fault = true)
+      : std::runtime_error(what), device_fault_(device_fault) {}
+  // False for what the device's libraries cannot do or the device cannot
+  // hold (no cuBLASLt algorithm for a shape, a plan larger than its free
+  // memory): still exit 3, but not the GPU failing, so burn-in does not
+  // fail it for that.
+  bool device_fault() const { return device_fault_; }
+
+ private:
+  bool device_fault_;
 };
 
 }  // namespace trainbench

@@ -166,7 +166,7 @@ std::string quoted_command_line(int argc, char** argv) {
 struct ErrorReport {
   int code;
   std::string message;
-  bool device = false;  // a DeviceError: the GPU's failure, which burn-in judges
+  bool device = false;  // a DeviceError the GPU's failure caused, which burn-in judges
 };
 ErrorReport describe_current_exception() {
   try {
@@ -188,7 +188,7 @@ ErrorReport describe_current_exception() {
   } catch (const LoaderTimeout& e) {
     return {kExitEnvironmentError, e.what()};
   } catch (const DeviceError& e) {  // the GPU's, not a bug (an "internal error", exit 1, sent users to the code)
-    return {kExitEnvironmentError, std::string("device error: ") + e.what(), true};
+    return {kExitEnvironmentError, std::string("device error: ") + e.what(), e.device_fault()};
   } catch (const std::bad_alloc&) {
     return {kExitEnvironmentError, "out of memory"};
   } catch (const std::system_error& e) {

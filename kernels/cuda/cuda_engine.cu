@@ -155,7 +155,8 @@ void CudaEngine::check_plan_fits_free_memory() const {
                   " has " + gib(static_cast<double>(free_bytes)) + " free of " +
                   gib(static_cast<double>(total_bytes)) +
                   ": lower train.micro_batch, model.seq_len or model.n_layers" +
-                  (fused ? "" : " (" + attention_info_.detail + ")"));
+                  (fused ? "" : " (" + attention_info_.detail + ")"),
+                  /*device_fault=*/false);
 }
 
 CudaEngine::~CudaEngine() { release_cuda_objects(); }

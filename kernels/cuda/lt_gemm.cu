@@ -109,7 +109,8 @@ LtGemm::Plan& LtGemm::plan_for(const Key& key) {
       throw CudaError("cuBLASLt has no algorithm for a bf16 GEMM m=" + std::to_string(m) +
                       " n=" + std::to_string(n) + " k=" + std::to_string(k) + " (" +
                       (c_type == CUDA_R_32F ? "fp32" : "bf16") + " output, operands aligned to " +
-                      std::to_string(alignment) + " bytes)");
+                      std::to_string(alignment) + " bytes)",
+                      /*device_fault=*/false);
     }
   } catch (...) {
     if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
