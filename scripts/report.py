@@ -1088,7 +1088,9 @@ def by_rank(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def straggler(run: Run) -> Straggler:
     """The rank that sets the pace and how much more work of its own it does
     per step than the other ranks' median: the result's own figures
-    (summary.slowest_rank, _excess) where it has them, else derived from its
+    (summary.slowest_rank, _excess) where it has them (an excess written
+    before the other ranks' median, by a result without
+    summary.consistency_check_s, is derived again), else derived from its
     per-rank records as trainer/train_loop.cpp does: the largest own work
     (the lowest rank of equals), over the median of the other ranks', − 1
     (0 for one rank)."""
@@ -1097,7 +1099,12 @@ def straggler(run: Run) -> Straggler:
     records = [(rec, own) for rec, own in records if own is not None]
     own_rank = run.summary.get("slowest_rank")
     own_rank = own_rank if isinstance(own_rank, int) and not isinstance(own_rank, bool) else None
-    excess = number(run.summary.get("slowest_rank_excess"))
+    # A result without consistency_check_s is older than the other ranks'
+    # median: its excess was over every rank's (the slowest's own included),
+    # so it is derived again from the per-rank records where they are (and
+    # kept as it is where they are not: the only figure there is).
+    stored = number(run.summary.get("slowest_rank_excess"))
+    excess = stored if "consistency_check_s" in run.summary else None
 
     def over_the_others(index: int) -> float:
         others = [own for i, (_, own) in enumerate(records) if i != index]
@@ -1109,9 +1116,9 @@ def straggler(run: Run) -> Straggler:
         own = records[chosen[0]][1] if chosen else None
         if excess is None and chosen:
             excess = over_the_others(chosen[0])
-        return Straggler(own_rank, hosts.get(own_rank), excess, own)
+        return Straggler(own_rank, hosts.get(own_rank), stored if excess is None else excess, own)
     if not records:
-        return Straggler(None, None, excess, None)
+        return Straggler(None, None, stored, None)
     index = 0
     for i, (_, own) in enumerate(records):
         if own > records[index][1]:  # std::max_element: the first of equals

@@ -225,8 +225,8 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
   if (measured && s.timed && s.ranks.size() > 1) {
     const RankSummary& slow = s.ranks[static_cast<size_t>(s.slowest_rank)];
     std::fprintf(out,
-                 "  slowest rank        %d (%s): own work %.2f ms of a %.2f ms step (medians), %.0f%% above the median "
-                 "rank; the summary is its view\n",
+                 "  slowest rank        %d (%s): own work %.2f ms of a %.2f ms step (medians), %.0f%% above the other "
+                 "ranks' median; the summary is its view\n",
                  slow.rank, slow.host.c_str(), 1e3 * slow.own_s, 1e3 * slow.step_s, 100.0 * s.slowest_rank_excess);
   }
   if (!outcome.checkpoints.empty()) {

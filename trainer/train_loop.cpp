@@ -63,8 +63,12 @@ void fail_as_a_device_would(int64_t step, int rank) {
     char* end = nullptr;
     const int64_t on_step = std::strtoll(value, &end, 10);
     int64_t on_rank = -1;
-    if (*end == '@') on_rank = std::strtoll(end + 1, &end, 10);
-    if (*end != '\0' || on_step < 1) return std::pair<int64_t, int64_t>{-1, -1};
+    if (*end == '@') {
+      char* digits = end + 1;
+      on_rank = std::strtoll(digits, &end, 10);
+      if (end == digits) return std::pair<int64_t, int64_t>{-1, -1};  // "6@": no rank
+    }
+    if (*end != '\0' || end == value || on_step < 1) return std::pair<int64_t, int64_t>{-1, -1};
     return std::pair<int64_t, int64_t>{on_step, on_rank};
   }();
   if (step == at.first && (at.second < 0 || at.second == rank))
@@ -105,16 +109,20 @@ uint64_t parameter_checksum(TrainingEngine& engine, std::vector<float>& paramete
 }
 
 // "" when every rank has rank 0's checksum, else which ranks differ.
+// `*local`: this rank's own part (the parameters' copy and hash), without
+// the all-gathers' wait for its peers, which is theirs to finish the step.
 std::string compare_parameter_checksums(TrainingEngine& engine, Communicator& comm,
-                                        std::vector<float>& parameters, int64_t step) {
+                                        std::vector<float>& parameters, int64_t step, Clock::duration* local) {
   // Test hook: TRAINBENCH_TEST_CHECK_DELAY_MS makes each comparison take that
   // much longer, as a GPU's gigabytes of parameters do.
   static const double delay_ms = [] {
     const char* value = std::getenv("TRAINBENCH_TEST_CHECK_DELAY_MS");
     return value != nullptr ? std::atof(value) : 0.0;
   }();
+  const Clock::time_point begin = Clock::now();
   if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay_ms));
   const uint64_t hash = parameter_checksum(engine, parameters);
+  *local = Clock::now() - begin;
   // Two exact 32-bit halves: a double carries 53 bits, not 64.
   const auto world = static_cast<size_t>(comm.world_size());
   std::vector<double> low(world), high(world);
@@ -397,16 +405,16 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   // parameter, two small collectives) is trainbench's check, not the
   // workload's: seconds at a GPU's 7.7 GB of parameters, which the steps'
   // times and the measured window would otherwise take as other_s (75 % of
-  // h200-llama8b-4l's steps by that count). Each call says how long it
-  // took; the loop leaves it out of both, and the summary says it in
+  // h200-llama8b-4l's steps by that count). Each call says how long its own
+  // part took (not its wait for peers still in their step, which stays the
+  // step's); the loop leaves that out of both, and the summary says it in
   // consistency_check_s.
   const auto compare_ranks_at = [&](int64_t at) {
-    const Clock::time_point begin = Clock::now();
-    inconsistency = compare_parameter_checksums(engine, comm, parameters, at);
+    Clock::duration local{0};
+    inconsistency = compare_parameter_checksums(engine, comm, parameters, at, &local);
     last_compared = at;
-    const Clock::duration took = Clock::now() - begin;
-    summary.consistency_check_s += std::chrono::duration<double>(took).count();
-    return took;
+    summary.consistency_check_s += std::chrono::duration<double>(local).count();
+    return local;
   };
   // Checks made inside the measured window (from the end of warm-up to the
   // end of the last step): taken out of measured_wall_s.
@@ -527,7 +535,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       outcome.failure = {"data_read",
                          (world > 1 ? "rank " + std::to_string(data.rank) + ": " : std::string()) + data.reason,
                          data.kind == kDataFailureByEnvironment};
-      if (world > 1 && inconsistency.empty()) compare_ranks_at(step - 1);
+      if (world > 1 && inconsistency.empty() && last_compared != step - 1) compare_ranks_at(step - 1);
       stopped_mid_step = true;
       break;
     }
@@ -593,12 +601,13 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     if (!record.warmup) checks_in_window += check_in_step;
 
     // A failed checkpoint ends the run after this step: its end, for the
-    // ranks' parameter check too. Between steps: the next one starts after it.
+    // ranks' parameter check too. Between steps: the next one starts after
+    // it (after the last step, the storage-read rate's span ends before it).
     const bool last_step = step == train.steps || outcome.failure.happened();
     const bool check_now = config.comm.check_every > 0 && step % config.comm.check_every == 0;
     if (world > 1 && (check_now || last_step) && inconsistency.empty() && last_compared != step) {
       const Clock::duration took = compare_ranks_at(step);
-      previous_end += took;
+      if (!last_step) previous_end += took;
       if (!record.warmup) checks_in_window += took;
     }
     if (!inconsistency.empty()) break;
