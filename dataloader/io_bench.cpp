@@ -7,7 +7,6 @@
 
 #include <algorithm>  // std::sort
 #include <atomic>
-#include <cctype>     // std::tolower: the field as the extensions are
 #include <cerrno>
 #include <mutex>
 #include <chrono>
@@ -262,6 +261,15 @@ int64_t extract_to_small_files(const std::vector<std::string>& shards, const std
   TarReader tar;
   Sample sample;
   char name[64];
+  // Under skip, as the loader: a corrupt sample is left out and the shard
+  // goes on; a broken shard is left from there on (or whole, if it cannot
+  // be opened). The machine's own failures (kEnvironment) end it either way.
+  const auto left_out = [&](const DataError& e) {
+    if (skipped == nullptr || (e.scope() != CorruptScope::kSample && e.scope() != CorruptScope::kShard)) return false;
+    ++(e.scope() == CorruptScope::kSample ? skipped->samples_skipped : skipped->shards_skipped);
+    if (skipped->first_skip.empty()) skipped->first_skip = e.what();
+    return true;
+  };
   for (size_t s = 0; s < shards.size(); ++s) {
     // Named by position, not by the shard's or the sample's names: a key is
     // a tar member name (absolute, or with "..", it would write outside the
@@ -270,15 +278,6 @@ int64_t extract_to_small_files(const std::vector<std::string>& shards, const std
     std::snprintf(name, sizeof(name), "%06zu", s);
     const fs::path shard_dir = fs::path(dir) / name;
     fs::create_directory(shard_dir);
-    // Under skip, as the loader: a corrupt sample is left out and the shard
-    // goes on; a broken shard is left from there on (or whole, if it cannot
-    // be opened). The machine's own failures (kEnvironment) end it either way.
-    const auto left_out = [&](const DataError& e) {
-      if (skipped == nullptr || (e.scope() != CorruptScope::kSample && e.scope() != CorruptScope::kShard)) return false;
-      ++(e.scope() == CorruptScope::kSample ? skipped->samples_skipped : skipped->shards_skipped);
-      if (skipped->first_skip.empty()) skipped->first_skip = e.what();
-      return true;
-    };
     try {
       tar.open(shards[s]);
     } catch (const DataError& e) {
@@ -311,8 +310,7 @@ ReadRate measure_small_files(const std::string& dir, const std::string& field, i
                              int64_t threads, double max_seconds, double inject_delay_s, bool skip_corrupt) {
   const TokenFormat format = token_format_of_field(field);
   // The files' extensions come lower-cased (split_key_extension): so must the field.
-  std::string wanted = field;
-  for (char& c : wanted) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string wanted = ascii_lowercase(field);
   std::vector<std::string> shard_dirs;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir))
     if (entry.is_directory()) shard_dirs.push_back(entry.path().string());

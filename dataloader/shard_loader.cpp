@@ -95,6 +95,7 @@ class Reader {
         packer_(options_.seq_len, options_.eos_token),
         tar_(options_.block_bytes),
         window_(static_cast<size_t>(options_.seq_len + 1)) {
+    tried_since_sample_.assign(options_.shards.size(), false);
     if (resume != nullptr) {
       epoch_ = resume->epoch;
       cursor_ = resume->shard_cursor;
@@ -344,7 +345,6 @@ class Reader {
     // one empty shard beside good ones can come to it many times running
     // ("twice the list" in a row failed a good data set with one empty shard).
     const size_t shard = static_cast<size_t>(assignment_[static_cast<size_t>(cursor_)]);
-    if (tried_since_sample_.empty()) tried_since_sample_.assign(options_.shards.size(), false);
     if (!shard_gave_a_sample_) {
       ++opens_since_sample_;
       if (!tried_since_sample_[shard]) {

@@ -8,15 +8,14 @@
 #include <string_view>
 
 #include "dataloader/data_error.h"
+#include "dataloader/webdataset.h"  // ascii_lowercase: the format as extensions compare
 
 namespace trainbench {
 
 TokenFormat token_format_of_field(const std::string& field) {
   const size_t dot = field.rfind('.');
   // Lower-cased, as the members' extensions are compared (tokens.U16 is a .u16 member).
-  std::string format = field.substr(dot == std::string::npos ? 0 : dot + 1);
-  for (char& c : format)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  const std::string format = ascii_lowercase(field.substr(dot == std::string::npos ? 0 : dot + 1));
   if (format == "u16") return TokenFormat::kU16;
   if (format == "u32") return TokenFormat::kU32;
   if (format == "npy") return TokenFormat::kNpy;

@@ -9,8 +9,6 @@ namespace trainbench {
 
 namespace {
 
-char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
-
 // webdataset's skip_meta, re.match(r"__[^/]*__($|/)", name): a "__x__" first
 // component hides the whole tree under it.
 bool is_meta_tree(std::string_view path) {
@@ -67,11 +65,9 @@ const SampleMember* Sample::find(std::string_view extension) const {
 }
 
 SampleReader::SampleReader(TarReader& tar, int64_t max_member_bytes, std::string keep_extension)
-    : tar_(tar), max_member_bytes_(max_member_bytes), keep_extension_(std::move(keep_extension)) {
-  // Compared with the lower-cased extensions of the members.
-  for (char& c : keep_extension_)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-}
+    : tar_(tar),
+      max_member_bytes_(max_member_bytes),
+      keep_extension_(ascii_lowercase(std::move(keep_extension))) {}  // as the members' are
 
 bool SampleReader::next_named_member() {
   while (tar_.next_member(&pending_)) {

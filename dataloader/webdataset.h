@@ -23,6 +23,14 @@
 
 namespace trainbench {
 
+// ASCII letters lower-cased: how extensions compare (above). The members'
+// are stored so; a name asked for (data.field) goes through it too.
+inline char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+inline std::string ascii_lowercase(std::string text) {
+  for (char& c : text) c = ascii_lower(c);
+  return text;
+}
+
 // Splits a member path; false when webdataset would skip the name (no dot in
 // the last component, or a "__" name). `extension` comes back lower-cased.
 bool split_key_extension(std::string_view path, std::string* key, std::string* extension);

@@ -105,6 +105,14 @@ double consumed_tokens_per_s_per_rank(const std::string& path) {
 
 // A plain read decodes no sample: its samples/s and tokens/s are null (not
 // measured), as the console's "-", not 0.
+// What data.on_corrupt=skip left out of a read (`where`: which, and that
+// its figures are the rest's), with the first reason.
+std::string skip_warning(const ReadRate& r, const std::string& where) {
+  return "data.on_corrupt=skip left out " + std::to_string(r.samples_skipped) + " corrupt sample(s) and " +
+         std::to_string(r.shards_skipped) + " shard(s) " + where +
+         (r.first_skip.empty() ? "" : "; first: " + r.first_skip);
+}
+
 nlohmann::json rate_json(const ReadRate& r) {
   return {{"bytes", r.bytes},     {"samples", r.samples},     {"tokens", r.tokens},
           {"files", r.files},     {"seconds", r.seconds},     {"gbs", r.gbs()},
@@ -764,12 +772,8 @@ int BenchCommand::run_io() {
   // (its rate is of the rest). Every reader count reads the same epoch: the first is told.
   for (const Row& row : rows) {
     if (!row.loader || !row.loader->rate.left_out()) continue;
-    const ReadRate& r = row.loader->rate;
-    std::string line = "data.on_corrupt=skip left out " + std::to_string(r.samples_skipped) +
-                       " corrupt sample(s) and " + std::to_string(r.shards_skipped) + " shard(s) in the loader's " +
-                       "epoch with " + std::to_string(row.readers) + " reader(s); its figures are the rest's";
-    if (!r.first_skip.empty()) line += "; first: " + r.first_skip;
-    warnings.push_back(line);
+    warnings.push_back(skip_warning(row.loader->rate, "in the loader's epoch with " + std::to_string(row.readers) +
+                                                          " reader(s); its figures are the rest's"));
     break;
   }
   // Shards the loader read as whole that hold less than was written, as
@@ -850,9 +854,7 @@ int BenchCommand::run_io() {
     if (!extract_skips.first_skip.empty()) small->first_skip = extract_skips.first_skip;
     if (small->left_out()) {
       any_small_left_out = true;
-      warnings.push_back("data.on_corrupt=skip left out " + std::to_string(small->samples_skipped) +
-                         " corrupt sample(s) and " + std::to_string(small->shards_skipped) +
-                         " shard(s) of the small files; their figures are the rest's; first: " + small->first_skip);
+      warnings.push_back(skip_warning(*small, "of the small files; their figures are the rest's"));
     }
   }
 
