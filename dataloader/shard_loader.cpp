@@ -73,7 +73,7 @@ struct SharedState {
   std::atomic<bool> stop{false};
   std::atomic<int64_t> storage_bytes{0}, samples{0}, tokens{0}, shards_opened{0}, samples_skipped{0},
       shards_skipped{0}, tokens_stepped_over{0};
-  std::mutex mutex;  // guards the four below
+  std::mutex mutex;  // guards the non-atomic members below
   std::vector<std::string> skip_messages;
   // Shards (by index in the list) that every tar reader reads as whole but
   // that look damaged: no end-of-archive marker after the last member (a
@@ -81,9 +81,21 @@ struct SharedState {
   // once however often it is read; the first one's line is kept.
   std::set<int64_t> cut_short, without_samples;
   std::string first_odd_shard;
+  // The shards (by index in the list) read through without a sample with
+  // tokens since any reader's last one, and the opens that took. Shared: each
+  // epoch deals the readers a partition of the list, so together they meet
+  // every shard in about one epoch, where one reader needs ~N*H(N) opens.
+  std::vector<bool> tried_since_sample;  // sized by the loader once its options are in
+  int64_t opens_since_sample = 0;
+  std::atomic<int64_t> distinct_tried_since_sample{0};  // read without the lock on every sample
   std::exception_ptr first_error;
   std::atomic<bool> failed{false};
 };
+
+// Thrown inside a reader once another has failed the loader: it stops
+// opening shards (a hopeless data set's readers went on opening them until
+// the loader was destroyed).
+struct AnotherReaderFailed {};
 
 class Reader {
  public:
@@ -95,7 +107,6 @@ class Reader {
         packer_(options_.seq_len, options_.eos_token),
         tar_(options_.block_bytes),
         window_(static_cast<size_t>(options_.seq_len + 1)) {
-    tried_since_sample_.assign(options_.shards.size(), false);
     if (resume != nullptr) {
       epoch_ = resume->epoch;
       cursor_ = resume->shard_cursor;
@@ -233,6 +244,8 @@ class Reader {
         changed_.notify_all();
         if (!more) return;  // options.epochs are read
       }
+    } catch (const AnotherReaderFailed&) {
+      changed_.notify_all();  // the consumer rethrows the first error
     } catch (...) {
       {
         std::lock_guard<std::mutex> lock(shared_.mutex);
@@ -344,24 +357,30 @@ class Reader {
     // count in a row: each epoch deals a reader a new share of the list, so
     // one empty shard beside good ones can come to it many times running
     // ("twice the list" in a row failed a good data set with one empty shard).
+    // A shard opened at a resume position past its first samples may hold
+    // samples all the same: it does not count.
     const size_t shard = static_cast<size_t>(assignment_[static_cast<size_t>(cursor_)]);
-    if (!shard_gave_a_sample_) {
-      ++opens_since_sample_;
-      if (!tried_since_sample_[shard]) {
-        tried_since_sample_[shard] = true;
-        ++distinct_tried_since_sample_;
+    int64_t distinct = 0, opens = 0;
+    if (!shard_gave_a_sample_ && !opened_past_samples_) {
+      std::lock_guard<std::mutex> lock(shared_.mutex);
+      opens = ++shared_.opens_since_sample;
+      if (!shared_.tried_since_sample[shard]) {
+        shared_.tried_since_sample[shard] = true;
+        ++shared_.distinct_tried_since_sample;
       }
+      distinct = shared_.distinct_tried_since_sample.load();
     }
     shard_gave_a_sample_ = false;
+    opened_past_samples_ = false;
     // Where the data ends here anyway (the last shard of a last epoch: bench
     // io's), its consumer says what an epoch without a token means.
     const auto fail_if_none_is_left = [&] {
-      if (distinct_tried_since_sample_ < static_cast<int64_t>(options_.shards.size())) return;
+      if (distinct < static_cast<int64_t>(options_.shards.size())) return;
       throw DataError(CorruptScope::kConfig,
-                      "data.shards: reader " + std::to_string(index_) + " of rank " +
-                          std::to_string(options_.rank) + " opened every shard of the list of " +
-                          std::to_string(options_.shards.size()) + " (" + std::to_string(opens_since_sample_) +
-                          " opens in a row) and found no readable sample with tokens (the last: " +
+                      "data.shards: the readers of rank " + std::to_string(options_.rank) +
+                          " opened every shard of the list of " + std::to_string(options_.shards.size()) + " (" +
+                          std::to_string(opens) +
+                          " opens since the last sample) and found no readable sample with tokens (the last: " +
                           printable(current_path_) + ")");
     };
     if (++cursor_ < static_cast<int64_t>(assignment_.size())) return fail_if_none_is_left();
@@ -385,6 +404,7 @@ class Reader {
     tar_.open(path);
     samples_.emplace(tar_, options_.max_member_bytes, options_.field);
     shard_open_ = true;
+    opened_past_samples_ = samples_into_shard_ > 0;
     shared_.shards_opened++;
     // Resuming: step over the samples the position says were already taken.
     for (int64_t skipped = 0; skipped < samples_into_shard_; ++skipped) {
@@ -410,6 +430,7 @@ class Reader {
   SharedTokens read_sample() {
     for (;;) {
       if (shared_.stop.load()) return std::make_shared<const std::vector<int32_t>>();
+      if (shared_.failed.load()) throw AnotherReaderFailed{};
       if (exhausted_) return nullptr;
       try {
         if (!shard_open_) open_shard();
@@ -472,10 +493,11 @@ class Reader {
     // otherwise train on nothing but the EOS separators between them.
     if (!tokens->empty()) {
       shard_gave_a_sample_ = true;
-      if (opens_since_sample_ > 0) {
-        std::fill(tried_since_sample_.begin(), tried_since_sample_.end(), false);
-        distinct_tried_since_sample_ = 0;
-        opens_since_sample_ = 0;
+      if (shared_.distinct_tried_since_sample.load(std::memory_order_relaxed) > 0) {
+        std::lock_guard<std::mutex> lock(shared_.mutex);
+        std::fill(shared_.tried_since_sample.begin(), shared_.tried_since_sample.end(), false);
+        shared_.distinct_tried_since_sample = 0;
+        shared_.opens_since_sample = 0;
       }
     }
     return tokens;
@@ -496,12 +518,8 @@ class Reader {
 
   std::vector<int64_t> assignment_;
   bool exhausted_ = false;  // options.epochs read: no sample is read any more
-  // The shards finished since the last good sample: which of the list (by
-  // index), how many distinct, how many opens.
-  std::vector<bool> tried_since_sample_;
-  int64_t distinct_tried_since_sample_ = 0;
-  int64_t opens_since_sample_ = 0;
-  bool shard_gave_a_sample_ = false;  // the shard being read: it is not one of them
+  bool shard_gave_a_sample_ = false;  // the shard being read: it is not one of the tried
+  bool opened_past_samples_ = false;  // ... nor is one opened at a resume position
   TarReader tar_;
   std::optional<SampleReader> samples_;
   Sample sample_;  // buffers reused from sample to sample
@@ -651,6 +669,7 @@ ShardLoader::ShardLoader(LoaderOptions options, const LoaderPosition* resume_fro
   if (!options.allocator.allocate) options.allocator = plain_host_allocator();
   impl_->options = std::move(options);
   Impl& impl = *impl_;
+  impl.shared.tried_since_sample.assign(impl.options.shards.size(), false);
   for (int64_t r = 0; r < impl.options.readers; ++r) {
     const ReaderPosition* from =
         resume_from != nullptr ? &resume_from->reader_positions[static_cast<size_t>(r)] : nullptr;

@@ -608,6 +608,43 @@ TEST(ShardLoader, AllShardsUnreadableWithSkipIsAnErrorNotASpin) {
   EXPECT_GE(loader.stats().shards_skipped, 1);
 }
 
+// A rank's readers together name a hopeless data set once the list is
+// opened through without a sample with tokens: each epoch deals the readers
+// a partition of the list, so about one epoch's opens where the readers
+// progress together. Each reader on its own needed to meet every shard of
+// the list in its own shares, ~N*H(N) opens (here ~70 each against ~24), and
+// with a long list the consumer's data.timeout_s could fire first with the
+// wrong words. Each shard holds one sample with no tokens, read with a delay
+// (storage's latency) so that the four readers run side by side.
+TEST(ShardLoader, AHopelessDataSetIsNamedAfterAboutOneEpochOfOpens) {
+  TempDir dir;
+  std::vector<std::string> shards;
+  for (int i = 0; i < 24; ++i) {
+    shards.push_back(dir.path() + "/tokenless" + std::to_string(i) + ".tar");
+    TarShardWriter writer;
+    writer.open(shards.back());
+    writer.write_sample("s", {{"u16", nullptr, 0}});
+    writer.close();
+  }
+  LoaderOptions o = options_for(shards);
+  o.readers = 4;
+  o.micro_batch = 8;  // more windows than a reader's opens give EOS separators for
+  o.inject_delay_s = 0.005;
+  ShardLoader loader(o);
+  std::string message;
+  try {
+    loader.next(nullptr);
+    FAIL() << "no sample with tokens, yet a batch";
+  } catch (const DataError& e) {
+    message = e.what();
+  }
+  ASSERT_NE(message.find("opened every shard of the list of 24 ("), std::string::npos) << message;
+  const int64_t opens = std::stoll(message.substr(message.find("list of 24 (") + 12));
+  EXPECT_LE(opens, 2 * 24) << message;
+  // The readers stop once one has failed the loader.
+  EXPECT_LE(loader.stats().shards_opened, opens + 4);
+}
+
 // A shard without a sample beside a good one is trained on, with a count.
 // Each epoch deals a reader a new share of the list, so a reader can be
 // dealt the empty one many times in a row: "twice the list" in a row (4
