@@ -23,18 +23,18 @@
 
 namespace trainbench {
 
+float bench_contribution(int rank, int64_t i) { return static_cast<float>(1 + (rank + i) % 7); }
+
+float bench_sum_of_contributions(int world, int64_t i) {
+  // Whole cycles of 1..7 over the ranks, then the ranks left over.
+  int64_t sum = static_cast<int64_t>(world / 7) * 28;
+  for (int r = world / 7 * 7; r < world; ++r) sum += 1 + (r + i) % 7;
+  return static_cast<float>(sum);
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// What rank `rank` contributes at element i: small integers, so every sum
-// over ranks is exact in fp32 and the check can demand equality.
-float contribution(int rank, int64_t i) { return static_cast<float>(rank + 1 + i % 7); }
-
-// The sum over all ranks of contribution(rank, i).
-float sum_of_contributions(int world, int64_t i) {
-  return static_cast<float>(world * (world + 1) / 2 + world * (i % 7));
-}
 
 // Where the communicator takes them (bench_buffer.h): host memory, or the
 // GPU for NCCL, each with a host view that is filled and checked.
@@ -145,6 +145,8 @@ CollectiveBenchResult measure(Communicator& comm, const CollectiveBenchOptions& 
   buffers.recv->zero();
   std::optional<StallWatchdog> watchdog;
   if (path.blocking) {
+    if (!(options.timeout_s > 0))
+      throw std::invalid_argument("bench: the raw path needs CollectiveBenchOptions::timeout_s (comm.timeout_s)");
     watchdog.emplace(comm, options.timeout_s,
                      std::string("raw ") + collective.shape.collective + " of " +
                          std::to_string(collective.shape.bytes) + " bytes");
@@ -217,10 +219,10 @@ Collective all_reduce(Communicator& comm, int64_t size_bytes) {
   Collective c;
   c.shape = shape("all_reduce", count);
   c.send_count = count;
-  c.fill = [=](std::vector<float>& send) { for (int64_t i = 0; i < count; ++i) send[i] = contribution(rank, i); };
+  c.fill = [=](std::vector<float>& send) { for (int64_t i = 0; i < count; ++i) send[i] = bench_contribution(rank, i); };
   c.check = [=](const std::vector<float>& send, const std::vector<float>& /*recv*/) {
     for (int64_t i = 0; i < count; ++i)
-      if (send[i] != sum_of_contributions(world, i)) return false;
+      if (send[i] != bench_sum_of_contributions(world, i)) return false;
     return true;
   };
   c.paths.push_back({"bucketed", [&comm, count](Buffers& b) {
@@ -246,11 +248,11 @@ Collective reduce_scatter(Communicator& comm, int64_t size_bytes) {
   c.send_count = block * world;
   c.recv_count = block;
   c.fill = [=](std::vector<float>& send) {
-    for (int64_t i = 0; i < block * world; ++i) send[i] = contribution(rank, i);
+    for (int64_t i = 0; i < block * world; ++i) send[i] = bench_contribution(rank, i);
   };
   c.check = [=](const std::vector<float>& /*send*/, const std::vector<float>& recv) {
     for (int64_t i = 0; i < block; ++i)
-      if (recv[i] != sum_of_contributions(world, rank * block + i)) return false;
+      if (recv[i] != bench_sum_of_contributions(world, rank * block + i)) return false;
     return true;
   };
   c.paths.push_back({"comm", [&comm, block](Buffers& b) {
@@ -276,11 +278,11 @@ Collective all_gather(Communicator& comm, int64_t size_bytes) {
   c.shape = shape("all_gather", block, world);
   c.send_count = block;
   c.recv_count = block * world;
-  c.fill = [=](std::vector<float>& send) { for (int64_t i = 0; i < block; ++i) send[i] = contribution(rank, i); };
+  c.fill = [=](std::vector<float>& send) { for (int64_t i = 0; i < block; ++i) send[i] = bench_contribution(rank, i); };
   c.check = [=](const std::vector<float>& /*send*/, const std::vector<float>& recv) {
     for (int r = 0; r < world; ++r)
       for (int64_t i = 0; i < block; ++i)
-        if (recv[r * block + i] != contribution(r, i)) return false;
+        if (recv[r * block + i] != bench_contribution(r, i)) return false;
     return true;
   };
   c.paths.push_back({"comm", [&comm, block](Buffers& b) {
@@ -365,7 +367,8 @@ std::vector<CollectiveBenchResult> bench_collectives(Communicator& comm,
       // per rank: small sizes round to the same one, measured once.
       if (collective.shape.bytes == previous_bytes) continue;
       previous_bytes = collective.shape.bytes;
-      for (const Path& path : collective.paths) results.push_back(measure(comm, options, make_buffer, collective, path));
+      for (const Path& path : collective.paths)
+        if (options.raw_path || !path.blocking) results.push_back(measure(comm, options, make_buffer, collective, path));
     }
   }
   return results;
@@ -389,10 +392,10 @@ std::vector<CollectiveBenchResult> bench_gradient_step(Communicator& comm,
   Collective c;
   c.shape = shape("all_reduce", count, 1, buckets);
   c.send_count = count;
-  c.fill = [=](std::vector<float>& send) { for (int64_t i = 0; i < count; ++i) send[i] = contribution(rank, i); };
+  c.fill = [=](std::vector<float>& send) { for (int64_t i = 0; i < count; ++i) send[i] = bench_contribution(rank, i); };
   c.check = [=](const std::vector<float>& send, const std::vector<float>& /*recv*/) {
     for (int64_t i = 0; i < count; ++i)
-      if (send[i] != sum_of_contributions(world, i)) return false;
+      if (send[i] != bench_sum_of_contributions(world, i)) return false;
     return true;
   };
   c.paths.push_back({"bucketed", [&comm, offsets, buckets](Buffers& b) {
@@ -413,7 +416,8 @@ std::vector<CollectiveBenchResult> bench_gradient_step(Communicator& comm,
                        }, true});
 #endif
   std::vector<CollectiveBenchResult> results;
-  for (const Path& path : c.paths) results.push_back(measure(comm, options, make_buffer, c, path));
+  for (const Path& path : c.paths)
+    if (options.raw_path || !path.blocking) results.push_back(measure(comm, options, make_buffer, c, path));
   return results;
 }
 

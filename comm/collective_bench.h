@@ -60,10 +60,15 @@ double time_across_ranks(const std::vector<double>& rank_times, AcrossRanks acro
 struct CollectiveBenchOptions {
   int64_t warmup_iters = 5;
   int64_t iters = 20;  // timed iterations; the median is reported
+  // The raw path: plain blocking MPI calls beside the communicator's, which
+  // bench comm compares. Burn-in, the ceilings and project read the
+  // communicator's paths only and leave it out.
+  bool raw_path = true;
   // The raw path's blocking MPI calls cannot time out by themselves: a
-  // watchdog ends the job (exit 3) when none of them returned for this long
-  // (comm.timeout_s, as the communicator's own calls).
-  double timeout_s = 300.0;
+  // watchdog ends the job (exit 3) when none of them returned for this long.
+  // No default: it is the run's comm.timeout_s (the callers that left it out
+  // waited 300 s whatever comm.timeout_s said); 0 with the raw path is refused.
+  double timeout_s = 0.0;
   AcrossRanks across_ranks = AcrossRanks::kMax;
 };
 
@@ -76,6 +81,14 @@ using MakeBenchBuffer = std::function<std::unique_ptr<BenchBuffer>(int64_t count
 // the two middle ones (as the step statistics interpolate; the upper one was
 // taken). 0 for none.
 double median_of_iterations(std::vector<double> values);
+
+// What rank `rank` contributes at element i of a measurement's input, and the
+// sum of every rank's at i: small integers (1 to 7), so every partial sum over
+// ranks is exact in fp32, in any order, up to 2^24 / 7 ranks, and the check
+// demands equality. (rank + 1 + i % 7 summed past 2^24 above 5786 ranks: a
+// healthy large job's data check failed.)
+float bench_contribution(int rank, int64_t i);
+float bench_sum_of_contributions(int world, int64_t i);
 
 // busbw / algbw, as nccl-tests defines it: 2(n−1)/n for all-reduce, (n−1)/n
 // for reduce-scatter and all-gather; 0 on one rank, where nothing moves.

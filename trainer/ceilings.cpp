@@ -24,6 +24,9 @@ namespace {
 
 constexpr double kComputeCeilingSeconds = 1.0;
 constexpr int64_t kComputeCeilingMaxSteps = 200;
+// The network ceiling reads the communicator's paths only (the run's own
+// calls, with their comm.timeout_s), not bench comm's raw MPI calls beside them.
+constexpr CollectiveBenchOptions kCommunicatorPathsOnly{.raw_path = false};
 
 }  // namespace
 
@@ -135,7 +138,7 @@ Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communic
       // calls as ZeroOneOptimizer makes them (the all-reduce timed instead
       // was ~1.7x faster than these two on 2 ranks).
       c.network_collectives = "reduce-scatter and all-gather";
-      for (const CollectiveBenchResult& r : bench_collectives(comm, {zero_bytes}, CollectiveBenchOptions{}))
+      for (const CollectiveBenchResult& r : bench_collectives(comm, {zero_bytes}, kCommunicatorPathsOnly))
         if (r.path == "comm" && (r.collective == "reduce_scatter" || r.collective == "all_gather")) {
           c.network_step_s += r.time_s;
           c.network_timed.push_back(r);
@@ -146,7 +149,7 @@ Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communic
       // there described a step the run did not take).
       const std::vector<int64_t> bucket_bytes = gradient_bucket_bytes(
           engine.layout().trainable_params(), config.comm.bucket_mb, config.comm.overlap);
-      for (const CollectiveBenchResult& r : bench_gradient_step(comm, bucket_bytes, CollectiveBenchOptions{}))
+      for (const CollectiveBenchResult& r : bench_gradient_step(comm, bucket_bytes, kCommunicatorPathsOnly))
         if (r.path == "bucketed") {
           c.network_step_s = r.time_s;
           c.network_timed.push_back(r);

@@ -152,7 +152,7 @@ Link measure_link(Communicator& comm, const std::vector<int64_t>& bucket_bytes, 
     return link;
   }
   std::vector<double> bytes, seconds;
-  const CollectiveBenchOptions options{.warmup_iters = 3, .iters = 10};
+  const CollectiveBenchOptions options{.warmup_iters = 3, .iters = 10, .raw_path = false};
   for (const int64_t size : sizes)
     for (const CollectiveBenchResult& r : bench_gradient_step(comm, {size}, options))
       if (r.path == "bucketed") {

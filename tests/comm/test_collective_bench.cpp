@@ -52,6 +52,28 @@ TEST(CollectiveBench, BusBandwidthFactorsAreNcclTests) {
   EXPECT_DOUBLE_EQ(bus_bandwidth_factor("all_reduce", 1), 0.0);
 }
 
+// The data check's pattern sums exactly in fp32 in any order of ranks, on
+// the largest clusters too: rank + 1 + i % 7 summed past 2^24 above 5786
+// ranks, and a healthy job's check failed (bench comm exit 4, burn-in's
+// fabric "returned wrong values").
+TEST(CollectiveBench, TheCheckPatternSumsExactlyOnLargeClustersInAnyOrder) {
+  for (const int world : {1, 2, 7, 13, 5800, 8192, 100000}) {
+    for (int64_t i = 0; i < 7; ++i) {
+      int64_t exact = 0;
+      float up = 0, down = 0;
+      for (int r = 0; r < world; ++r) {
+        exact += static_cast<int64_t>(bench_contribution(r, i));
+        up += bench_contribution(r, i);
+        down += bench_contribution(world - 1 - r, i);
+      }
+      ASSERT_EQ(bench_sum_of_contributions(world, i), static_cast<float>(exact)) << world << " ranks, i " << i;
+      ASSERT_EQ(up, static_cast<float>(exact)) << world << " ranks, i " << i;
+      ASSERT_EQ(down, static_cast<float>(exact)) << world << " ranks, i " << i;
+      ASSERT_EQ(static_cast<float>(exact), static_cast<double>(exact)) << "not exact in fp32";
+    }
+  }
+}
+
 TEST(CollectiveBench, OneRankChecksEveryCollectiveAndMovesNothing) {
   const std::unique_ptr<Communicator> comm = make_local_communicator();
   const std::vector<CollectiveBenchResult> results =

@@ -180,7 +180,7 @@ TEST(MpiCommunicator, BlockingCollectivesWhileBackgroundOnesRun) {
 // memory's stand-in, bench_buffer.h), every path including raw MPI: each
 // rank's pattern reaches the collective and every rank's result comes back.
 TEST(MpiCommunicator, BenchHarnessCopiesToBuffersElsewhereAndChecksWhatComesBack) {
-  const CollectiveBenchOptions options{.warmup_iters = 1, .iters = 2};
+  const CollectiveBenchOptions options{.warmup_iters = 1, .iters = 2, .timeout_s = 60};
   std::vector<CollectiveBenchResult> results =
       bench_collectives(*comm, {4096, 1 << 16}, options, make_separate_host_bench_buffer);
   const std::vector<CollectiveBenchResult> step =
@@ -197,9 +197,24 @@ TEST(MpiCommunicator, BenchHarnessCopiesToBuffersElsewhereAndChecksWhatComesBack
 // measures the fabric between steps, the network ceiling before step 1).
 TEST(MpiCommunicator, BenchHarnessLeavesNoCommSecondsToTheNextStep) {
   comm->take_comm_seconds();
-  bench_gradient_step(*comm, {1 << 16, 1 << 16}, CollectiveBenchOptions{.warmup_iters = 1, .iters = 3});
-  bench_collectives(*comm, {1 << 16}, CollectiveBenchOptions{.warmup_iters = 1, .iters = 3});
+  bench_gradient_step(*comm, {1 << 16, 1 << 16}, CollectiveBenchOptions{.warmup_iters = 1, .iters = 3, .timeout_s = 60});
+  bench_collectives(*comm, {1 << 16}, CollectiveBenchOptions{.warmup_iters = 1, .iters = 3, .timeout_s = 60});
   EXPECT_EQ(comm->take_comm_seconds(), 0.0);
+}
+
+// Burn-in, the network ceiling and project read the communicator's paths
+// only: without the raw path they make no call that only bench comm's
+// watchdog bounds (they left its timeout at 300 s whatever comm.timeout_s
+// said). The raw path without a timeout is refused, not run unbounded.
+TEST(MpiCommunicator, BenchHarnessLeavesTheRawPathOutWhenAskedAndRefusesItWithoutATimeout) {
+  const CollectiveBenchOptions without_raw{.warmup_iters = 0, .iters = 1, .raw_path = false};
+  std::vector<CollectiveBenchResult> results = bench_collectives(*comm, {4096}, without_raw);
+  const std::vector<CollectiveBenchResult> step = bench_gradient_step(*comm, {4096}, without_raw);
+  results.insert(results.end(), step.begin(), step.end());
+  ASSERT_EQ(results.size(), 4u);
+  for (const CollectiveBenchResult& r : results) EXPECT_NE(r.path, "raw") << r.collective;
+  EXPECT_THROW(bench_gradient_step(*comm, {4096}, CollectiveBenchOptions{.warmup_iters = 0, .iters = 1}),
+               std::invalid_argument);
 }
 
 TEST(MpiCommunicator, WaitOnATicketNeverStartedIsAnError) {
