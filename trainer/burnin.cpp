@@ -307,10 +307,13 @@ std::string verdict_table(const Verdict& verdict) {
   std::string table;
   const auto line = [&](const std::string& name, const std::string& host, const std::string& result,
                         const std::string& why) {
-    char text[64];
-    std::snprintf(text, sizeof(text), "  %-*s  %-*s  %-4s  ", static_cast<int>(name_width), name.c_str(),
-                  static_cast<int>(host_width), host.c_str(), result.c_str());
-    table += text + why + "\n";
+    // Padded by hand: a fixed buffer cut a long host name (a cluster's FQDN)
+    // and the PASS/FAIL after it.
+    const auto padded = [](const std::string& text, size_t width) {
+      return text + std::string(width > text.size() ? width - text.size() : 0, ' ');
+    };
+    table += "  " + padded(name, name_width) + "  " + padded(host, host_width) + "  " + padded(result, 4) + "  " +
+             why + "\n";
   };
   int failed_gpus = 0, failed_nodes = 0;
   for (const VerdictRow& row : verdict.gpus) failed_gpus += row.passed ? 0 : 1;

@@ -404,6 +404,19 @@ TEST(BurninVerdict, TableAndJsonSayPassOrFailAndWhy) {
   EXPECT_EQ(j["job"]["verdict"], "PASS");
 }
 
+// A cluster's host names are long: a fixed 64-byte row prefix cut the host
+// and the PASS/FAIL after it.
+TEST(BurninVerdict, ALongHostNameKeepsItsRowsVerdict) {
+  const std::string host = "gpu-node-0017.rack12.dc-east-2.hpc-cluster.example.com";
+  Verdict verdict;
+  verdict.gpus.emplace_back("rank 0", host);
+  verdict.gpus[0].fail("hung");
+  verdict.nodes.emplace_back("node", host);
+  const std::string table = verdict_table(verdict);
+  EXPECT_NE(table.find("rank 0  " + host + "  FAIL  hung"), std::string::npos) << table;
+  EXPECT_NE(table.find("node    " + host + "  PASS"), std::string::npos) << table;
+}
+
 // Without a GPU (CI) the probe is absent and says why; on a GPU machine
 // (gpu_check.sh) it reads the GPU the engine would use.
 TEST(BurninGpuHealth, OpensTheGpuOrSaysWhyNot) {
