@@ -283,6 +283,9 @@ TEST_F(ShardTools, ImpossibleSynthOptionsNameTheOption) {
       {"no tokens", [](SynthOptions& o) { o.tokens_mean = 0; }, {"--tokens"}},
       {"payload spread", [](SynthOptions& o) { o.payload_spread = 400; }, {"--payload-bytes"}},
       {"prefix with a slash", [](SynthOptions& o) { o.prefix = "a/b"; }, {"--prefix"}},
+      // Written, then "holds no shards" to verify and run: a listing leaves
+      // hidden files out.
+      {"hidden prefix", [](SynthOptions& o) { o.prefix = ".x"; }, {"--prefix '.x'", "hidden"}},
       // Found at the first shard it was exit 3, an empty folder left.
       {"prefix past a file name", [](SynthOptions& o) { o.prefix = std::string(240, 'p'); }, {"--prefix", "255"}},
       // Sizes beyond the limits: a sample is made whole in memory.
@@ -556,6 +559,12 @@ TEST_F(ShardTools, CommandLinePackRefusesAnOutputInsideItsInput) {
   // A sibling whose name begins the same is outside.
   const CommandResult sibling = run_command(binary() + " shards pack " + dir_ + "/in --out " + dir_ + "/in2");
   EXPECT_EQ(sibling.exit_code, 0) << sibling.err;
+  // Hidden shards, which a folder's listing leaves out: refused, none written.
+  const CommandResult hidden = run_command(binary() + " shards pack " + dir_ + "/in --out '" + dir_ + "/h/.s-%06d.tar'");
+  EXPECT_EQ(hidden.exit_code, 2) << hidden.err;
+  EXPECT_EQ(count_lines(hidden.err), 1) << hidden.err;
+  EXPECT_NE(hidden.err.find("hidden"), std::string::npos) << hidden.err;
+  EXPECT_FALSE(fs::exists(dir_ + "/h/.s-000000.tar"));
 }
 
 struct BadCommand {
