@@ -103,7 +103,15 @@ std::string make_temporary_directory(const std::string& prefix, const std::strin
     // user can mend it (exit 3).
     named = temporary_directory_name();
     std::error_code error;
-    under = fs::temp_directory_path(error);
+    // An empty TMPDIR is unset, as for mktemp and Python's tempfile;
+    // libstdc++ took "" for the folder and said /tmp was unusable.
+    const char* tmpdir = std::getenv("TMPDIR");
+    if (tmpdir != nullptr && *tmpdir == '\0') {
+      under = "/tmp";
+      if (!fs::is_directory(under, error) && !error) error = std::make_error_code(std::errc::not_a_directory);
+    } else {
+      under = fs::temp_directory_path(error);
+    }
     if (error)
       throw CommandError{kExitEnvironmentError,
                          named + " is unusable: " + error.message() + "; set TMPDIR to a writable folder"};

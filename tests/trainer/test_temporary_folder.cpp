@@ -197,5 +197,17 @@ TEST_F(TemporaryFolder, AGivenParentIsNotSwept) {
   EXPECT_TRUE(fs::is_empty(made));
 }
 
+// An empty TMPDIR is unset (mktemp, Python's tempfile): the folder goes
+// under /tmp. libstdc++ took "" for the folder, and every default run failed
+// with "the temporary directory (/tmp) is unusable" (exit 3).
+TEST_F(TemporaryFolder, AnEmptyTmpdirIsTheSystemsTmp) {
+  setenv("TMPDIR", "", 1);
+  std::string made;
+  ASSERT_NO_THROW(made = make_temporary_directory("trainbench-test-empty-tmpdir"));
+  EXPECT_EQ(fs::path(made).parent_path(), fs::path("/tmp")) << made;
+  EXPECT_TRUE(fs::is_directory(made));
+  remove_temporary_folder(made);
+}
+
 }  // namespace
 }  // namespace trainbench
