@@ -411,7 +411,11 @@ void apply_yaml(Config& config, Sources& sources, const std::string& text,
                 const std::string& origin) {
   std::vector<YAML::Node> documents;
   try {
-    documents = YAML::LoadAll(text);
+    // Without its trailing blank lines: yaml-cpp 0.7 reads a quoted scalar
+    // left open before a final newline as running to the end of the file (no
+    // error), and so swallowed every key after it (`out: "r.json` took the
+    // train section into a file name, and the run used the defaults).
+    documents = YAML::LoadAll(text.substr(0, text.find_last_not_of(" \t\r\n") + 1));
   } catch (const YAML::DeepRecursion& e) {  // yaml-cpp 0.7 says "bad file"
     fail(at(origin, e.mark, /*with_column=*/true) + ": YAML nested too deep: at most " +
          std::to_string(e.depth() - 1) + " levels of lists and maps are read");

@@ -469,6 +469,19 @@ TEST(ConfigErrors, MalformedYamlNamesLineAndColumn) {
   EXPECT_NE(message.find(": malformed YAML: "), std::string::npos) << message;
 }
 
+// yaml-cpp 0.7 reads a quoted scalar left open before the file's final
+// newline as running to its end: `out: "r.json` swallowed the train section
+// into a file name, exit 0 on the defaults.
+TEST(ConfigErrors, AQuoteLeftOpenIsMalformedNotTheRestOfTheFile) {
+  for (const char* text : {"report:\n  out: \"/tmp/r.json\ntrain:\n  steps: 2\n",
+                           "report:\n  out: '/tmp/r.json\ntrain:\n  steps: 2\n\n  \n",
+                           "report:\n  out: \"abc\\\"\n"}) {
+    const std::string message = config_error([&] { parse_config(text, "configs/x.yaml"); });
+    EXPECT_EQ(message.rfind("configs/x.yaml:", 0), 0) << text << ": " << message;
+    EXPECT_NE(message.find(": malformed YAML: "), std::string::npos) << text << ": " << message;
+  }
+}
+
 TEST(ConfigErrors, UnknownKeySuggestsTheClosest) {
   EXPECT_EQ(config_error([] { load_config("tiny", {"train.warmup=3"}); }),
             "--set train.warmup=3: unknown key 'train.warmup' (did you mean 'train.warmup_steps'?)");
@@ -555,8 +568,9 @@ TEST(ConfigErrors, LongValuesAreShortenedInMessages) {
 // yaml-cpp stops at 499 levels of lists and maps within each other and
 // said "bad file"; the message says what is wrong and where.
 TEST(ConfigErrors, NestingTooDeepIsSaidAsSuch) {
+  // (Read without its trailing newline: the mark is on the line it is on.)
   EXPECT_EQ(config_error([] { parse_config(std::string(10000, '[') + "\n", "deep.yaml"); }),
-            "deep.yaml:2:1: YAML nested too deep: at most 499 levels of lists and maps are read");
+            "deep.yaml:1:1: YAML nested too deep: at most 499 levels of lists and maps are read");
   std::string maps;
   for (int depth = 0; depth < 1000; ++depth) maps += std::string(static_cast<size_t>(depth), ' ') + "a:\n";
   EXPECT_EQ(config_error([&] { parse_config(maps, "deep.yaml"); }),
