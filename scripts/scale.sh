@@ -224,7 +224,6 @@ interrupted=""
 trap 'interrupted=INT' INT
 trap 'interrupted=TERM' TERM
 trap 'interrupted=HUP' HUP
-results=()
 # An earlier sweep in this folder (its ranks-N.json): the points this one
 # finishes replace its figures one by one, set aside as .previous until the
 # whole sweep has run. Should this one fail or be interrupted, every earlier
@@ -307,7 +306,6 @@ for n in "${rank_counts[@]}"; do
   finished+=("$n")
   tokens=$(grep -m1 '^  tokens/s' "$log" | sed 's/^  tokens\/s *//' || true)
   echo "$me: $n rank(s): tokens/s ${tokens:-?} (${seconds}s, log $log)"
-  results+=("$out/ranks-$n.json")
 done
 
 if [ -n "$interrupted" ]; then
@@ -325,5 +323,12 @@ if [ -n "$interrupted" ]; then
   case "$interrupted" in INT) exit 130 ;; TERM) exit 143 ;; *) exit 129 ;; esac
 fi
 if [ "$report" = 1 ]; then
-  python3 "$repo/scripts/report.py" "${results[@]}" --out "$out"
+  # Every point the folder holds: a rerun of some of them keeps the others,
+  # and a report of this sweep's alone took its smallest as the baseline
+  # (a rerun of 2 ranks read "efficiency 1.000" beside a kept 1-rank point).
+  points=()
+  for f in "$out"/ranks-*.json; do
+    [[ "$(basename "$f")" =~ ^ranks-[0-9]+\.json$ ]] && points+=("$f")
+  done
+  python3 "$repo/scripts/report.py" "${points[@]}" --out "$out"
 fi

@@ -662,6 +662,25 @@ class ScaleTests(LauncherSandbox):
         self.assertFalse(list(out.glob("*.previous")))
         self.assertEqual(len([p for p in out.iterdir() if p.name.startswith("unfinished-")]), 1)
 
+    def test_the_report_of_a_partial_rerun_reads_every_point_the_folder_keeps(self) -> None:
+        # A rerun of some points keeps the others, but report.md was made of
+        # this sweep's alone: a rerun of 2 ranks was its own baseline
+        # ("efficiency 1.000") beside the kept 1-rank point.
+        require_binary()
+        out = self.dir / "sweep"
+        out.mkdir()
+        for name in ("ranks-2.json", "ranks-2.failed.json", "ranks-4.json.previous", "notes.json"):
+            (out / name).write_text("{}\n")
+        args_log = self.dir / "report.args"
+        write_tool(self.tools, "python3", f'case "$1" in *report.py) printf "%s\\n" "$@" > "{args_log}"; exit 0 ;; esac\n'
+                   f'exec "{sys.executable}" "$@"\n')
+        done = run("bash", SCALE, "--binary", BINARY, "--config", "tiny", "--ranks", "1", "--steps", "4", "--set",
+                   "train.warmup_steps=1", "--set", "train.threads=1", "--set", "report.progress_every=0",
+                   "--out", out, env=self.env, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        args = args_log.read_text().splitlines()
+        self.assertEqual(sorted(a for a in args if a.endswith(".json")), [f"{out}/ranks-1.json", f"{out}/ranks-2.json"])
+
     def ctrl_c_once_started(self, args: list[str], started: Path, wait_s: float) -> tuple[int, str]:
         """scale.sh ARGS, given a terminal's Ctrl-C (SIGINT to the whole
         foreground group) once `started` exists: its exit code and stderr."""
