@@ -377,7 +377,8 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
                   "where to unpack for --small-files (default: the temporary directory)")
       ->check(non_empty_path());  // "" was the temporary directory, without a word
   io_->add_option("--against", o.against,
-                  "a trainbench result JSON: compare with the tokens/s that run consumed per rank");
+                  "a trainbench result JSON: compare with the tokens/s that run consumed per rank")
+      ->check(non_empty_path());  // "" compared with nothing, without a word
   io_->add_option("--out", o.out, "write the figures as JSON here")
       ->check(non_empty_path());
   io_->add_flag("--write", o.write,
@@ -493,6 +494,7 @@ std::vector<std::string> measurement_job_overrides(const std::string& command,
                                              " sets its own job's train.steps and train.warmup_steps (a two-step "
                                              "job after the measurement, which is not what it measures)"};
   }
+  refuse_report_out_override(command, user);
   std::vector<std::string> overrides = {"data.source=synthetic", "data.shards=", "checkpoint.every_steps=0",
                                         "report.progress_every=0"};
   overrides.insert(overrides.end(), user.begin(), user.end());
@@ -637,6 +639,7 @@ int BenchCommand::run(const std::string& command_line) {
 
 int BenchCommand::run_io() {
   const Options& o = *options_;
+  refuse_report_out_override("bench io", o.overrides);
   const Config config = load_config(o.config, o.overrides);
   const double consumed = o.against.empty() ? 0.0 : consumed_tokens_per_s_per_rank(o.against);
   if (!o.out.empty()) check_result_path(o.out);
@@ -1097,6 +1100,7 @@ int BenchCommand::run_io_write() {
 
 int BenchCommand::run_comm() {
   const Options& o = *options_;
+  refuse_report_out_override("bench comm", o.overrides);
   const Config config = load_config(o.config, o.overrides);
   if (o.max_bytes < o.min_bytes)
     throw CommandError{kExitUserError, "--max-bytes " + std::to_string(o.max_bytes) +

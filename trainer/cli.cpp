@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "comm/communicator.h"        // make_local/mpi/nccl_communicator, nccl_version
-#include "comm/launch_detect.h"       // launcher_rank: who speaks for a job that failed before MPI
+#include "comm/launch_detect.h"       // launcher_rank: who speaks for a job that failed before MPI; launcher_task_count
 #include "dataloader/data_error.h"    // DataError: exit 2
 #include "dataloader/shard_loader.h"  // LoaderTimeout: exit 3
 #include "checkpoint/atomic_file.h"   // parent_directory, replaced_file, atomic_write_temporary_path of --out
@@ -354,6 +354,17 @@ void check_ranks_run_the_same_job(const Config& config, const std::string& comma
 // temporary file (an unwritable folder, a regular file as the folder, a name
 // too long). Only an earlier result is replaced: the rename would destroy a
 // device node, a FIFO, or an input given by mistake (the config, a shard).
+void refuse_report_out_override(const std::string& command, const std::vector<std::string>& overrides) {
+  for (const std::string& assignment : overrides) {
+    std::string key = assignment.substr(0, assignment.find('='));
+    key.erase(0, key.find_first_not_of(" \t"));
+    key.erase(key.find_last_not_of(" \t") + 1);
+    if (key == "report.out")
+      throw CommandError{kExitUserError, "--set " + excerpt(assignment) + ": " + command +
+                                             " writes its result where --out says, not report.out (run's)"};
+  }
+}
+
 void check_result_path(const std::string& path, const std::string& named) {
   if (path.empty()) throw CommandError{kExitUserError, named + ": the path is empty"};
   struct stat target {};
@@ -579,12 +590,35 @@ ResolvedEngine resolve_engine(const Config& config, Communicator& comm, const Gp
   // (4 ranks of a plan that fit once were 4 times MemAvailable: the OOM killer).
   const int64_t available = available_memory_bytes();
   const int host_ranks = ranks_on_this_host(comm);
-  if (engine_options.device == "cpu" && available > 0 && plan.total_bytes() * host_ranks > available) {
+  // The data source's batches are host memory on every engine, allocated in
+  // pieces and filled: 25 GB of synthetic batches failed at the first that
+  // did not fit, as "the data loader's batch ring" whatever the source, or
+  // met the OOM killer.
+  const int64_t data_bytes = data_source_host_bytes(config);
+  const int64_t model_bytes = engine_options.device == "cpu" ? plan.total_bytes() : 0;
+  if (available > 0 && static_cast<double>(data_bytes) * host_ranks > static_cast<double>(available)) {
+    const bool synthetic = config.data.source == "synthetic";
+    throw CommandError{
+        kExitEnvironmentError,
+        "the data source needs " + human_bytes(static_cast<double>(data_bytes)) + " of host memory per rank (" +
+            (synthetic ? "data.synthetic_batches " + std::to_string(config.data.synthetic_batches) +
+                             " batches held in memory"
+                       : "the loader's batch ring and shuffle buffers") +
+            ")" +
+            (host_ranks > 1 ? ", " + human_bytes(static_cast<double>(data_bytes) * host_ranks) + " for the " +
+                                  std::to_string(host_ranks) + " ranks on this host,"
+                            : "") +
+            " but " + human_bytes(static_cast<double>(available)) + " is available: " +
+            (synthetic ? "lower data.synthetic_batches" : "lower data.prefetch, data.readers or data.shuffle_buffer") +
+            " or train.micro_batch"};
+  }
+  if (engine_options.device == "cpu" && available > 0 && (model_bytes + data_bytes) * host_ranks > available) {
     throw CommandError{kExitEnvironmentError,
                     "model needs " + human_bytes(static_cast<double>(plan.total_bytes())) +
                         " of host memory per rank (activations " +
-                        human_bytes(static_cast<double>(plan.activation_bytes)) + ")" +
-                        (host_ranks > 1 ? ", " + human_bytes(static_cast<double>(plan.total_bytes() * host_ranks)) +
+                        human_bytes(static_cast<double>(plan.activation_bytes)) + "; its data " +
+                        human_bytes(static_cast<double>(data_bytes)) + " besides)" +
+                        (host_ranks > 1 ? ", " + human_bytes(static_cast<double>((model_bytes + data_bytes) * host_ranks)) +
                                               " for the " + std::to_string(host_ranks) + " ranks on this host,"
                                         : "") +
                         " but " + human_bytes(static_cast<double>(available)) +
@@ -647,6 +681,13 @@ void check_fault_injection_targets(const Config& config, int64_t world) {
   if (config.comm.inject_divergence_step > 0 && world < 2)
     throw CommandError{kExitUserError, "comm.inject_divergence_step: one rank has no other to diverge from; run "
                                        "at least 2 ranks"};
+  // Slow storage where the run reads or writes none: it passed untouched.
+  if (config.data.inject_delay_ms > 0 && config.data.source == "synthetic")
+    throw CommandError{kExitUserError, "data.inject_delay_ms: data.source is synthetic, which reads no storage "
+                                       "(the fault would be injected nowhere); set data.source shards"};
+  if (config.checkpoint.inject_delay_ms > 0 && config.checkpoint.every_steps == 0)
+    throw CommandError{kExitUserError, "checkpoint.inject_delay_ms: checkpoint.every_steps is 0, so no checkpoint "
+                                       "is written (the fault would be injected nowhere)"};
   if (config.comm.inject_divergence_step > 0 && config.comm.zero == 1)
     throw CommandError{kExitUserError, "comm.inject_divergence_step: under comm.zero 1 every rank's parameters are "
                                        "all-gathered from their owners each step, so a nudge on one rank is "
@@ -767,8 +808,11 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   } catch (const DataError&) {
     throw;  // the shard list or data options: exit 2
   } catch (const std::bad_alloc&) {
-    throw CommandError{kExitEnvironmentError, "out of host memory for the data loader's batch ring: "
-                                           "lower data.prefetch or data.readers"};
+    throw CommandError{kExitEnvironmentError,
+                       config.data.source == "synthetic"
+                           ? "out of host memory for the synthetic batches: lower data.synthetic_batches"
+                           : "out of host memory for the data loader's batch ring: lower data.prefetch or "
+                             "data.readers"};
   } catch (const std::exception& e) {
     throw CommandError{kExitEnvironmentError, std::string("data: ") + e.what()};
   }
@@ -1026,6 +1070,12 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, doub
                        "and libnccl: set NCCL_HOME or install libnccl-dev, then rebuild)"};
   // nccl: its bootstrap, which gives the ranks and carries the ncclUniqueId.
   const bool bootstrap = backend == "auto" || backend == "nccl";
+  // One of several tasks of a launcher, each alone, would measure the wrong
+  // thing in silence (and write the same --out and checkpoints).
+  if (const int tasks = launcher_task_count(); backend == "local" && tasks > 1)
+    throw CommandError{kExitUserError, "comm.backend=local: started by a launcher as one of " + std::to_string(tasks) +
+                                          " tasks, each of which would train alone; use comm.backend=auto (or "
+                                          "mpi, nccl), or start one process"};
   if (backend == "local" || (bootstrap && !launched_by_mpi())) return make_local_communicator();
   // comm.timeout_s from MPI_Init on: the start-up waits for every rank, and
   // the first collectives (the config comparison, the checkpoint folder's

@@ -70,6 +70,12 @@ void check_ranks_run_the_same_job(const Config& config, const std::string& comma
 // path came from (the option, or the config key).
 void check_result_path(const std::string& path, const std::string& named = "--out");
 
+// Throws CommandError (exit 2) for a `--set report.out=...` given to a
+// command whose result goes where its own --out says (bench, project): it
+// was ignored without a word, the result written under the default name.
+// (A config file's report.out is run's and burnin's, and stays unread here.)
+void refuse_report_out_override(const std::string& command, const std::vector<std::string>& overrides);
+
 // Throws CommandError (exit 2) when the result path is the same file as an
 // input the command reads an earlier result from (burnin --baseline, bench
 // io --against): check_result_path accepts it, an earlier result, and the

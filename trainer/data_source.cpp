@@ -57,6 +57,18 @@ int64_t data_position_bytes_bound(const Config& config) {
   return d.readers * per_reader + 256;
 }
 
+int64_t data_source_host_bytes(const Config& config) {
+  const DataSection& d = config.data;
+  // In double: the keys' products can pass int64.
+  const double batch_bytes = 2.0 * static_cast<double>(config.train.micro_batch) *
+                             static_cast<double>(config.model.seq_len) * sizeof(int32_t);
+  const double bytes = d.source == "synthetic"
+                           ? static_cast<double>(d.synthetic_batches) * batch_bytes
+                           : static_cast<double>(d.readers) * static_cast<double>(d.prefetch) * batch_bytes +
+                                 static_cast<double>(data_position_bytes_bound(config));
+  return static_cast<int64_t>(std::min(bytes, 0x1p62));
+}
+
 // About one run's worth of tokens (every rank's steps plus the shuffle
 // buffers' fill), so the default run reads storage the way a real one does
 // rather than cycling a few cached samples.

@@ -51,6 +51,12 @@ int64_t synth_samples_per_shard_for_run(const Config& config, int64_t world);
 // window of tokens (their lengths are not known before they are read).
 int64_t data_position_bytes_bound(const Config& config);
 
+// The host memory one rank's data source holds at once: the synthetic
+// batches (inputs and targets each), or the loader's batch ring (every
+// reader's data.prefetch slots of inputs and targets) and its shuffle
+// buffers as data_position_bytes_bound counts them. Capped at 2^62.
+int64_t data_source_host_bytes(const Config& config);
+
 // The loader settings of the `data` section for one rank.
 LoaderOptions loader_options(const Config& config, std::vector<std::string> shards, int64_t rank,
                              int64_t world);

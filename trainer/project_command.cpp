@@ -226,6 +226,7 @@ int ProjectCommand::run() {
   check_result_path(o.out);
   std::vector<std::pair<std::string, std::string>> typed;
   if (o.steps > 0) typed.push_back({"train.steps=" + std::to_string(o.steps), "--steps " + std::to_string(o.steps)});
+  refuse_report_out_override("project", o.overrides);
   Config config = load_config_as_typed(o.config, o.overrides, typed);
   // The fit is on each depth's per-step times, which an untimed run does not
   // measure: it fitted zeros and exited 4 with a remedy that could not help.

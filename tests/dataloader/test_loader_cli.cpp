@@ -532,6 +532,10 @@ TEST_F(LoaderCli, BenchIoNamesABadAgainstFile) {
     expect_one_line_naming(bad, {"--against", name});
     EXPECT_EQ(bad.err.find("json.exception"), std::string::npos) << bad.err;
   }
+  // An empty path compared with nothing, exit 0, without a word.
+  expect_one_line_naming(run_command(std::string(TRAINBENCH_BINARY) + " bench io tiny --set data.shards=" + dir_ +
+                                     "/good --against ''"),
+                         {"--against", "the path is empty"});
   // A FIFO blocked the read forever; a folder failed inside the stream as
   // an internal error (exit 1).
   ASSERT_EQ(mkfifo((dir_ + "/fifo.json").c_str(), 0600), 0);

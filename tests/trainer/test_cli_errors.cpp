@@ -221,6 +221,13 @@ TEST(CliErrors, OptionNumbersOutOfRange) {
        {"--set train.steps=-5: bench compute sets its own job's train.steps and train.warmup_steps"}},
       {{"bench", "instrument", "--set", " train.warmup_steps =0"},
        {"--set  train.warmup_steps =0: bench instrument sets its own job's"}},
+      // Ignored without a word: the result went to the default name.
+      {{"bench", "compute", "--set", "report.out=bc.json"},
+       {"--set report.out=bc.json: bench compute writes its result where --out says"}},
+      {{"bench", "instrument", "--set", "report.out=bi.json"}, {"bench instrument writes its result where --out says"}},
+      {{"bench", "comm", "--set", "report.out=bc.json"}, {"bench comm writes its result where --out says"}},
+      {{"bench", "io", "--set", "report.out=bi.json"}, {"bench io writes its result where --out says"}},
+      {{"project", "--set", "report.out=p.json"}, {"project writes its result where --out says"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.args[0] + " " + c.args[1] + " " + c.args[2] + " " + c.args.back());
@@ -257,6 +264,15 @@ TEST(CliErrors, AFaultInjectedIntoNoRankOfTheJob) {
   expect_user_error(run_trainbench({"run", "tiny", "--steps", "6", "--set", "comm.inject_delay_ms=50"}, dir.path()),
                     {"comm.inject_delay_ms: one rank has no collective to hold",
                      "(the fault would be injected nowhere)"});
+  // Slow storage where nothing is read or written: exit 0, untouched.
+  expect_user_error(run_trainbench({"run", "tiny", "--steps", "6", "--set", "data.source=synthetic", "--set",
+                                    "data.inject_delay_ms=5"},
+                                   dir.path()),
+                    {"data.inject_delay_ms: data.source is synthetic", "(the fault would be injected nowhere)"});
+  expect_user_error(run_trainbench({"run", "tiny", "--steps", "6", "--set", "checkpoint.every_steps=0", "--set",
+                                    "checkpoint.inject_delay_ms=5"},
+                                   dir.path()),
+                    {"checkpoint.inject_delay_ms: checkpoint.every_steps is 0", "(the fault would be injected nowhere)"});
 }
 
 // Untimed steps left the burn-in's straggler and drift checks nothing to
@@ -291,6 +307,28 @@ TEST(CliErrors, AUsedCheckpointFolderOffersResumeOnlyWhereThereIsOne) {
                                               dir.path());
   expect_user_error(instrument, {"already holds checkpoints", "this command starts afresh"});
   EXPECT_EQ(instrument.stderr_text.find("--resume"), std::string::npos) << instrument.stderr_text;
+}
+
+// The data source's host memory is checked with the model's, before any of
+// it is allocated: 4096 synthetic batches of 12000 x 128 tokens (~50 GB)
+// failed part way through allocating them, as "the data loader's batch
+// ring" (no loader here), or met the OOM killer. Needs less than ~50 GB of
+// MemAvailable, as on CI.
+TEST(CliErrors, DataThatCannotFitInHostMemoryIsSaidBeforeItIsAllocated) {
+  const TempDir dir;
+  const std::vector<std::string> common = {"--steps", "6", "--set", "checkpoint.every_steps=0", "--set",
+                                           "train.micro_batch=12000", "--set", "model.seq_len=128"};
+  std::vector<std::string> synthetic = {"run", "tiny", "--set", "data.source=synthetic", "--set",
+                                        "data.synthetic_batches=4096"};
+  synthetic.insert(synthetic.end(), common.begin(), common.end());
+  const RunResult result = run_trainbench(synthetic, dir.path());
+  EXPECT_EQ(result.exit_code, 3) << result.stderr_text;
+  const std::string& text = result.stderr_text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << "not one line:\n" << text;
+  EXPECT_EQ(text.rfind("trainbench: the data source needs 46.88 GiB of host memory per rank (data.synthetic_batches "
+                       "4096 batches held in memory)", 0), 0) << text;
+  EXPECT_NE(text.find("lower data.synthetic_batches"), std::string::npos) << text;
+  EXPECT_EQ(text.find("batch ring"), std::string::npos) << text;
 }
 
 // With train.device auto, whether nccl can run depends on the machine: no

@@ -677,5 +677,41 @@ TEST(MpiCli, BenchCommsRawPathEndsWhenARankStalls) {
   EXPECT_LT(seconds, 60.0) << "the watchdog, not the test's timeout";
 }
 
+// comm.backend=local under a launcher of several tasks: each ran alone,
+// exit 0, two one-rank reports (and one --out written twice).
+TEST(MpiCli, ALocalBackendUnderALauncherOfSeveralTasksIsRefused) {
+  testing::TempDir dir("test_mpi_cli");
+  for (const std::string& command : {" run tiny --steps 6 --out " + dir.file("r.json"),
+                                    std::string(" bench comm tiny --max-bytes 4K --iters 2")}) {
+    const CommandResult r = run_command("timeout 120 " + kMpirun + "-np 2 " + TRAINBENCH_BINARY + command +
+                                        " --set comm.backend=local");
+    EXPECT_EQ(r.exit_code, 2) << command << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find("comm.backend=local: started by a launcher as one of 2 tasks"), std::string::npos)
+        << command << "\n" << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("r.json")));
+}
+
+// Burn-in's fabric check and run --ceilings' network ceiling read the
+// communicator's paths only, whose calls keep comm.timeout_s. They ran the
+// raw path too, under a watchdog left at 300 s whatever comm.timeout_s said:
+// a rank stalled there (the test hook) held both for minutes. Now they make
+// no raw call and finish.
+TEST(MpiCli, BurnInAndTheCeilingsMakeNoRawCallThatOnlyBenchCommsWatchdogBounds) {
+  testing::TempDir dir("test_mpi_cli");
+  const std::string stalled = "env TRAINBENCH_TEST_STALL_RAW_RANK=1 timeout 90 " + kMpirun + "-np 2 " + TRAINBENCH_BINARY;
+  const std::string common = " --set comm.timeout_s=3 --set train.threads=1 --set train.warmup_steps=2"
+                             " --set report.progress_every=0 --set data.source=synthetic --set data.shards=";
+  const CommandResult ceilings = run_command(stalled + " run tiny --steps 4 --ceilings --set checkpoint.every_steps=0" +
+                                             common + " --out " + dir.file("r.json"));
+  EXPECT_EQ(ceilings.exit_code, 0) << ceilings.out << ceilings.err;
+  // Thresholds past this shared machine's noise: the verdict is not the point.
+  const CommandResult burnin = run_command(stalled + " burnin tiny --duration 3s --set burnin.health_every_s=1" +
+                                           " --set burnin.degrade_pct=90 --set burnin.straggler_pct=300" +
+                                           " --set checkpoint.dir=" + dir.file("ckpt") + common +
+                                           " --out " + dir.file("b.json"));
+  EXPECT_EQ(burnin.exit_code, 0) << burnin.out << burnin.err;
+}
+
 }  // namespace
 }  // namespace trainbench
