@@ -1468,8 +1468,9 @@ def write_markdown(points: list[Point], out: OutDir, plots: list[str], notes: li
               + (f"Ideal tokens/s = N/{ideal.ranks} × tokens/s at {ideal.ranks} rank(s); "
                  "scaling efficiency = tokens/s ÷ ideal. " if ideal is not None else
                  "No run measured a step: there is no tokens/s, ideal line or scaling efficiency. ")
-              + "tokens/s is set by the slowest rank's median step; "
-              "the step times and shares are that rank's too (docs/metrics.md; older results: rank 0's).", ""]
+              + "tokens/s is set by the largest of the ranks' median steps; the step times and shares are "
+              "those of the slowest rank by its own work (its step less its wait in the collectives), which "
+              "need not be the same rank (docs/metrics.md; older results: rank 0's).", ""]
 
     rows = []
     derived = False

@@ -211,6 +211,21 @@ fi
 if [ "$report" = 1 ] && ! python3 -c 'import matplotlib' 2> /dev/null; then
   die "matplotlib is not installed: the report's plots need it (scripts/setup.sh installs it), or pass --no-report" 3
 fi
+# The config, --steps and --set, read once here as `run` reads them
+# (`trainbench plan` loads the config and allocates nothing): a bad key or a
+# --steps within the warm-up was met at the first run, once the folder was
+# made, as mpirun's 16 lines.
+plan_args=(plan)
+if [ -n "$config" ]; then plan_args+=("$config"); fi
+if [ -n "$steps" ]; then plan_args+=(--set "train.steps=$steps"); fi
+plan_args+=(${sets[@]+"${sets[@]}"})
+plan_code=0
+plan_error=$("$binary" "${plan_args[@]}" 2>&1 > /dev/null) || plan_code=$?
+if [ "$plan_code" != 0 ]; then
+  plan_error=${plan_error#trainbench: }
+  if [ -n "$steps" ]; then plan_error=${plan_error//--set train.steps=$steps/--steps $steps}; fi
+  die "$plan_error" "$plan_code"
+fi
 make_out_dir
 
 mpi_launch_setup "$mpirun" "$hostfile" "$mpirun_args"

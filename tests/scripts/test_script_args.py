@@ -500,6 +500,20 @@ class ScaleTests(LauncherSandbox):
                 self.assertFalse(out.exists())
                 self.assertEqual(self.mpirun_calls(), [])
 
+    def test_a_bad_config_is_said_before_the_folder_and_the_first_run(self) -> None:
+        # Met at the first run, once the folder was made, as mpirun's 16 lines.
+        require_binary()
+        out = self.dir / "never"
+        for args, words in ((["--steps", "3"], "--steps 3: train.warmup_steps: 5 must be < train.steps (3)"),
+                            (["--set", "train.stpes=3"], "--set train.stpes=3: unknown key 'train.stpes'"),
+                            (["--config", str(self.dir / "missing.yaml")], "config file not found")):
+            with self.subTest(args=args):
+                done = run("bash", SCALE, "--binary", BINARY, "--ranks", "1,2", *args, "--out", out, "--no-report",
+                           env=self.env, timeout=30)
+                self.assert_refused(done, words)
+                self.assertFalse(out.exists())
+                self.assertEqual(self.mpirun_calls(), [])
+
     def test_a_missing_matplotlib_is_said_before_the_sweep(self) -> None:
         # The report failed for want of it after every run had been made.
         write_tool(self.tools, "python3", 'case "$*" in *"import matplotlib"*) exit 1 ;; esac\n'
