@@ -26,6 +26,14 @@ namespace {
 
 constexpr int64_t kReadBlock = 64LL << 20;
 
+// A manifest's file and section names go into error messages (and paths):
+// a newline in one split the one-line error in two. trainbench writes none.
+bool has_control_character(const std::string& name) {
+  for (const char c : name)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return true;
+  return false;
+}
+
 bool exists_quietly(const std::string& path) {
   std::error_code ignored;
   return fs::exists(path, ignored);
@@ -399,7 +407,8 @@ nlohmann::json read_manifest(const std::string& folder) {
       const std::string where = rank_where + ".files[" + std::to_string(f) + "]";
       check.object(files[f], where);
       const std::string& name = check.string(files[f], "name", where + ".name");
-      if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+      if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+          has_control_character(name))
         check.fail("field " + where + ".name \"" + io::printable(name) + "\" is not a file name in the checkpoint folder");
       const int64_t bytes = check.integer(files[f], "bytes", where + ".bytes", 0);
       if (bytes % kImageAlignment != 0)
@@ -420,7 +429,9 @@ nlohmann::json read_manifest(const std::string& folder) {
       for (size_t s = 0; s < sections.size(); ++s) {
         const std::string section_where = where + ".sections[" + std::to_string(s) + "]";
         check.object(sections[s], section_where);
-        check.string(sections[s], "name", section_where + ".name");
+        const std::string& section = check.string(sections[s], "name", section_where + ".name");
+        if (section.empty() || has_control_character(section))
+          check.fail("field " + section_where + ".name \"" + io::printable(section) + "\" is not a section name");
         check.integer(sections[s], "offset", section_where + ".offset", 0);
         check.integer(sections[s], "bytes", section_where + ".bytes", 0);
       }

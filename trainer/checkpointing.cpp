@@ -14,8 +14,10 @@
 #include <utility>
 
 #include "checkpoint/checkpoint_files.h"  // write, commit, read, crash points
+#include "checkpoint/checkpoint_io.h"     // printable: a manifest value in a message
 #include "comm/deadline_clock.h"          // format_seconds
 #include "dataloader/shard_loader.h"      // parse_position, check_resume_position
+#include "dataloader/shard_tools.h"       // kMaxSynthSamplesPerShard: a manifest's adopted value checked
 #include "trainer/data_source.h"          // loader_options, synth_shard_count
 #include "trainer/interrupt_cleanup.h"    // make_removed_on_interrupt: the step being written
 #include "trainer/json_text.h"            // json_text: never throws on bytes that are not UTF-8
@@ -983,10 +985,20 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
     }
     point.step = manifest.at("step").get<int64_t>();
     // Temporary shards sized for the run: a resumed run makes them as the
-    // checkpointed one did, whatever its own train.steps.
-    if (config.data.synth_samples_per_shard == 0)
-      config.data.synth_samples_per_shard =
-          manifest.at("config").at("data").value("synth_samples_per_shard", int64_t{0});
+    // checkpointed one did, whatever its own train.steps. Adopted, so checked
+    // as the key is (the comparison below compares it with itself): a
+    // damaged -5 made other shards, exit 0; 10^12 failed as exit 3 in the
+    // shard maker's words.
+    if (config.data.synth_samples_per_shard == 0) {
+      const nlohmann::json& data = manifest.at("config").at("data");
+      const nlohmann::json saved = data.is_object() ? data.value("synth_samples_per_shard", nlohmann::json(0))
+                                                    : nlohmann::json();
+      if (!saved.is_number_integer() || saved.get<int64_t>() < 0 || saved.get<int64_t>() > kMaxSynthSamplesPerShard)
+        throw CheckpointError(point.folder + "/manifest.json: config.data.synth_samples_per_shard is " +
+                              checkpoint_io::printable(saved.dump()) + ", not an integer from 0 to " +
+                              std::to_string(kMaxSynthSamplesPerShard) + ": the manifest is damaged");
+      config.data.synth_samples_per_shard = saved.get<int64_t>();
+    }
     const std::string incompatible = check_compatible(manifest, config, comm.world_size());
     if (!incompatible.empty()) throw CheckpointError("--resume " + point.folder + ": " + incompatible);
 

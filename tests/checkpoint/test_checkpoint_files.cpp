@@ -734,6 +734,17 @@ TEST_F(CheckpointFiles, ReadManifestNamesTheFileAndTheField) {
   m = good;
   m["schema"] = "v1\nsecond line\x01";
   EXPECT_TRUE(contains(refused(m), "schema \"v1\\x0asecond line\\x01\""));  // escaped, one line
+  // A file or section name goes into messages and paths: one holding a
+  // newline split a read error over two lines. Refused, escaped.
+  m = good;
+  m["ranks"][0]["files"][0]["name"] = "rank\nBOGUS LINE.bin";
+  EXPECT_EQ(refused(m), "checkpoint manifest " + path +
+                            ": field ranks[0].files[0].name \"rank\\x0aBOGUS LINE.bin\" is not a file name in the "
+                            "checkpoint folder");
+  m = good;
+  m["ranks"][0]["files"][0]["sections"][0]["name"] = "adam\nBOGUS2";
+  EXPECT_EQ(refused(m), "checkpoint manifest " + path +
+                            ": field ranks[0].files[0].sections[0].name \"adam\\x0aBOGUS2\" is not a section name");
   m = good;
   m["ranks"][0]["files"][0]["sections"][0]["bytes"] = int64_t{1} << 50;
   write_text(path, m.dump());

@@ -386,6 +386,17 @@ TEST(CheckpointCli, TamperedManifestStepOrLatestIsRefusedOnOneLine) {
     expect_refused(run_command(tiny_run(ckpt, 6, 2, dir.file("s.json"), kFew + "--resume latest")),
                    manifest_path + ": field step is " + std::to_string(step) + " but the folder is step_4");
   }
+  // The temporary shards' size a resume adopts from the manifest is checked
+  // as the key is: -5 made other shards, exit 0; 10^12 was exit 3 in the
+  // shard maker's words.
+  for (const nlohmann::json& value : {nlohmann::json(-5), nlohmann::json(1000000000000), nlohmann::json("abc")}) {
+    nlohmann::json m = nlohmann::json::parse(manifest);
+    m["config"]["data"]["synth_samples_per_shard"] = value;
+    std::ofstream(manifest_path) << m.dump();
+    expect_refused(run_command(tiny_run(ckpt, 6, 2, dir.file("s.json"), kFew + "--resume latest")),
+                   manifest_path + ": config.data.synth_samples_per_shard is " + value.dump() +
+                       ", not an integer from 0 to 16777216: the manifest is damaged");
+  }
   std::ofstream(manifest_path) << manifest;
   std::ofstream(ckpt + "/latest") << "step_4\nstep_2\n";
   expect_refused(run_command(tiny_run(ckpt, 6, 2, dir.file("s.json"), kFew + "--resume latest")),
