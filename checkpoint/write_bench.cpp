@@ -108,7 +108,7 @@ WriteBenchFootprint write_bench_footprint(const WriteBenchOptions& options) {
   WriteBenchFootprint footprint;
   footprint.memory_bytes =
       image_bytes + int64_t{options.files} * kImageAlignment + std::min(kPlainBlock, image_bytes);
-  footprint.disk_bytes = (options.repeats > 1 ? 2 : 1) * image_bytes;
+  footprint.disk_bytes = image_bytes;  // each write's file is removed before the next one starts
   return footprint;
 }
 

@@ -49,8 +49,9 @@ std::vector<SectionSpec> write_bench_sections(int64_t bytes);
 
 // What the bench holds at its peak, for a check before it starts: host
 // memory (the checkpoint's images, its sections padded to kImageAlignment,
-// and dd's 64 MiB buffer) and disk (from the second repeat on, a persist
-// runs while the plain write's file is still there: twice the bytes).
+// and dd's 64 MiB buffer) and disk (one write's files at a time: each is
+// removed before the next starts, whatever --repeats; twice the bytes were
+// asked for from the second repeat on, and a folder with room was refused).
 struct WriteBenchFootprint {
   int64_t memory_bytes = 0;
   int64_t disk_bytes = 0;

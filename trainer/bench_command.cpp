@@ -1019,9 +1019,8 @@ int BenchCommand::run_io_write() {
     throw CommandError{kExitEnvironmentError,
                        "bench io --write: --bytes " + human_bytes(static_cast<double>(o.write_bytes)) + " needs " +
                            human_bytes(static_cast<double>(footprint.disk_bytes)) + " free in " + fs::path(folder).parent_path().string() +
-                           " (a checkpoint beside the plain write's file) but " +
-                           human_bytes(static_cast<double>(fs_info.free_bytes)) +
-                           " is free: give a smaller --bytes, --repeats 1 (half the space) or another --dir"};
+                           " (one write's files at a time) but " + human_bytes(static_cast<double>(fs_info.free_bytes)) +
+                           " is free: give a smaller --bytes or another --dir"};
   const std::vector<SectionSpec> sections = write_bench_sections(options.bytes);
   // A file holds whole sections: past their number, the writers asked for
   // have nothing to write (--files 1024 wrote 4 files, and said 1024).
