@@ -152,13 +152,16 @@ struct ScalePoint {
 // other as measured; comm = comm_slowdown × ring_all_reduce_s summed over
 // the buckets (so 1 node reproduces the measured comm); hidden =
 // min(hidden_share · comm, backward window), the window being 2/3 of
-// compute_s (backward is twice the forward's FLOPs); exposed = comm − hidden.
-// 1 node is the same model (at the measured ranks), so the efficiencies
-// compare like with like.
+// compute_s (backward is twice the forward's FLOPs); exposed = the step's
+// comm_exposed_s plus the change of comm − hidden from 1 node (so 1 node,
+// the measured ranks, reproduces the step it was given, and the
+// efficiencies compare like with like).
 std::vector<ScalePoint> project_scale(const ScaleInputs& inputs, const Fabric& fabric,
                                       const std::vector<int>& nodes);
 
-// |projected − measured| / measured (0 when measured is 0).
+// |projected − measured| / measured: 0 when both are 0, NaN (no figure)
+// when only the measured one is (a stall projected where none was measured
+// read as "0 %" error).
 double relative_error(double projected, double measured);
 
 }  // namespace trainbench

@@ -256,11 +256,44 @@ TEST(ProjectScale, ExposedCommAddsToTheStepAndOverlapIsCappedByBackward) {
   EXPECT_NEAR(t[0].scaling_efficiency, 0.3 / 1.1, 1e-12);  // against 1 node, even when not in the table
 }
 
-TEST(ProjectScale, AStepNotAboveZeroHasNoRateRatherThanZero) {
-  // Exposed comm projected above the step: nothing is left of it, and
-  // tokens/s and the efficiencies are no figures (NaN: null in the JSON).
+// The 1-node row is the run it came from: the model's own exposure at the
+// measured ranks (h is a ratio of sums, the measured exposure a median)
+// replaced the measured one, 0.16 ms exposed where 0 was measured.
+TEST(ProjectScale, OneNodeReproducesTheGivenStepAndTheRowsAddTheModelsChange) {
   ScaleInputs in;
-  in.step = {.step_s = 0.01, .compute_s = 0.005, .comm_exposed_s = 0.02};
+  in.step = {.step_s = 1.0, .compute_s = 0.9, .comm_s = 0.2, .comm_exposed_s = 0.0};
+  in.hidden_share = 0.5;
+  in.bucket_bytes = {4e8};
+  in.ranks_per_node = 2;
+  in.tokens_per_rank_step = 100;
+  in.intra = Link{4, 0};
+  const Fabric fabric = parse_fabric("2,0");
+  const std::vector<ScalePoint> t = project_scale(in, fabric, {1, 2});
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_DOUBLE_EQ(t[0].comm_exposed_s, 0.0);
+  EXPECT_DOUBLE_EQ(t[0].step_s, 1.0);
+  EXPECT_DOUBLE_EQ(t[0].tokens_per_s, 200.0);
+  // The model's exposure, half the all-reduce, at 2 nodes less at 1.
+  const double one = ring_all_reduce_s(4e8, 1, 2, in.intra, Link{4, 0});
+  const double two = ring_all_reduce_s(4e8, 2, 2, in.intra, Link{2, 0});
+  EXPECT_NEAR(t[1].comm_exposed_s, 0.5 * two - 0.5 * one, 1e-12);
+  EXPECT_NEAR(t[1].step_s, 1.0 + 0.5 * two - 0.5 * one, 1e-12);
+}
+
+// A stall projected where none was measured has no relative error: it read
+// "0 %" under --verify.
+TEST(Projection, RelativeErrorAgainstAMeasuredZeroIsNoFigure) {
+  EXPECT_NEAR(relative_error(1.1, 1.0), 0.1, 1e-12);
+  EXPECT_EQ(relative_error(0.0, 0.0), 0.0);
+  EXPECT_TRUE(std::isnan(relative_error(0.002, 0.0)));
+}
+
+TEST(ProjectScale, AStepNotAboveZeroHasNoRateRatherThanZero) {
+  // A step fitted below zero (depth fits that disagree): no rate at any
+  // node count, tokens/s and the efficiencies no figures (NaN: null in the
+  // JSON), never 0.
+  ScaleInputs in;
+  in.step = {.step_s = -0.01, .compute_s = 0.005, .comm_exposed_s = 0.02};
   in.tokens_per_rank_step = 1000;
   const std::vector<ScalePoint> t = project_scale(in, parse_fabric("10,0"), {1, 2});
   ASSERT_EQ(t.size(), 2u);

@@ -62,8 +62,12 @@ Attempt project_and_verify(const std::string& out) {
   a.error = verify.at("tokens_per_s_error").get<double>();
   std::printf("depth projection 2,4 -> 8 layers of cpu-small: tokens/s projected %.2f, measured %.2f, error %.1f%%\n",
               p.at("depth").at("tokens_per_s").get<double>(), verify.at("tokens_per_s").get<double>(), 100 * a.error);
-  for (const auto& [name, e] : verify.at("errors").items())
-    std::printf("  %-15s error %.1f%%\n", name.c_str(), 100 * e.get<double>());
+  for (const auto& [name, e] : verify.at("errors").items()) {
+    if (e.is_null())  // projected where nothing was measured: no relative error
+      std::printf("  %-15s error n/a (measured 0)\n", name.c_str());
+    else
+      std::printf("  %-15s error %.1f%%\n", name.c_str(), 100 * e.get<double>());
+  }
   const auto spread = [&](const nlohmann::json& rounds, const std::string& depth) {
     std::vector<double> v = rounds.get<std::vector<double>>();
     std::sort(v.begin(), v.end());
