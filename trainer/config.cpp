@@ -14,12 +14,14 @@
 #include <map>          // where each value came from
 #include <optional>     // parse results and errors
 #include <set>          // duplicate-key detection
+#include <sstream>      // the YAML parser's stream
 #include <string_view>
 #include <type_traits>  // dispatch on a key's value type
 #include <variant>      // a key's typed storage
 
-#include <yaml-cpp/depthguard.h>  // YAML::DeepRecursion: lists and maps nested past yaml-cpp's limit
-#include <yaml-cpp/yaml.h>        // YAML::Load, YAML::Node, YAML::Exception
+#include <yaml-cpp/depthguard.h>    // YAML::DeepRecursion: lists and maps nested past yaml-cpp's limit
+#include <yaml-cpp/eventhandler.h>  // YAML::EventHandler: the documents counted by their events
+#include <yaml-cpp/yaml.h>          // YAML::Load, YAML::Node, YAML::Exception
 
 #include "dataloader/data_error.h"    // DataError from token_format_of_field
 #include "dataloader/shard_tools.h"   // kMaxSynth*: data.synth_* share the limits of shards synth
@@ -386,6 +388,48 @@ std::optional<std::string> assign_value(Config& config, const KeySpec& spec, con
   return error;
 }
 
+// The documents of a YAML text as the parser's events tell them: where each
+// starts and whether it holds anything (an empty one after a trailing "---"
+// loses nothing). yaml-cpp 0.7's LoadAll never ends on a ',' outside [ ] or
+// { } (",q", "[a,b],"): it made empty documents until memory ran out (a
+// config file "," was exit 3 "out of memory", or the OOM killer), so the
+// documents are counted here, up to a bound. Throws YAML::Exception.
+struct YamlDocument {
+  YAML::Mark mark;
+  bool has_content = false;
+};
+
+std::vector<YamlDocument> yaml_documents(const std::string& text) {
+  struct Survey final : YAML::EventHandler {
+    std::vector<YamlDocument> documents;
+    void content() {
+      if (!documents.empty()) documents.back().has_content = true;
+    }
+    void OnDocumentStart(const YAML::Mark& mark) override { documents.push_back({mark, false}); }
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnAlias(const YAML::Mark&, YAML::anchor_t) override { content(); }
+    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override { content(); }
+    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+      content();
+    }
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+      content();
+    }
+    void OnMapEnd() override {}
+  };
+  constexpr int kMaxDocuments = 64;
+  std::istringstream input(text);
+  YAML::Parser parser(input);
+  Survey survey;
+  for (int handled = 0; parser.HandleNextDocument(survey);)
+    if (++handled > kMaxDocuments)
+      throw YAML::ParserException(survey.documents.empty() ? YAML::Mark::null_mark() : survey.documents.back().mark,
+                                  "a ',' outside [ ] or { } (or more than 64 documents)");
+  return survey.documents;
+}
+
 // Where each value came from, for messages about it: "configs/x.yaml:7" or
 // "--set model.d_model=66". Keys left at their default are absent.
 struct ValueSource {
@@ -409,13 +453,16 @@ std::string at(const std::string& origin, const YAML::Mark& mark, bool with_colu
 
 void apply_yaml(Config& config, Sources& sources, const std::string& text,
                 const std::string& origin) {
-  std::vector<YAML::Node> documents;
+  std::vector<YamlDocument> documents;
+  YAML::Node root;
   try {
     // Without its trailing blank lines: yaml-cpp 0.7 reads a quoted scalar
     // left open before a final newline as running to the end of the file (no
     // error), and so swallowed every key after it (`out: "r.json` took the
     // train section into a file name, and the run used the defaults).
-    documents = YAML::LoadAll(text.substr(0, text.find_last_not_of(" \t\r\n") + 1));
+    const std::string trimmed = text.substr(0, text.find_last_not_of(" \t\r\n") + 1);
+    documents = yaml_documents(trimmed);
+    root = YAML::Load(trimmed);  // the first document
   } catch (const YAML::DeepRecursion& e) {  // yaml-cpp 0.7 says "bad file"
     fail(at(origin, e.mark, /*with_column=*/true) + ": YAML nested too deep: at most " +
          std::to_string(e.depth() - 1) + " levels of lists and maps are read");
@@ -425,10 +472,9 @@ void apply_yaml(Config& config, Sources& sources, const std::string& text,
   // YAML::Load would read the first document and drop the rest unread; an
   // empty document after it (a trailing "---") loses nothing.
   for (size_t i = 1; i < documents.size(); ++i)
-    if (!documents[i].IsNull())
-      fail(at(origin, documents[i].Mark()) + ": config " + origin + " has " + std::to_string(documents.size()) +
+    if (documents[i].has_content)
+      fail(at(origin, documents[i].mark) + ": config " + origin + " has " + std::to_string(documents.size()) +
            " YAML documents; trainbench reads one");
-  const YAML::Node root = documents.empty() ? YAML::Node() : documents.front();
   if (root.IsNull()) return;  // an empty file: every default
   const std::vector<std::string_view> sections = section_names();
   const std::string sections_list = join(sections, ", ");
@@ -483,6 +529,16 @@ void apply_override(Config& config, Sources& sources, const std::string& overrid
   YAML::Node value;
   const std::string text = override_text.substr(equals + 1);
   try {
+    // Every document: YAML::Load took the first, so "3\n---\n9" set 3 in
+    // silence (a config file of two is refused too). Only a value of several
+    // lines can hold two, and one line's "," is lora.targets' nothing.
+    if (text.find('\n') != std::string::npos) {
+      const std::vector<YamlDocument> documents = yaml_documents(text);
+      for (size_t i = 1; i < documents.size(); ++i)
+        if (documents[i].has_content)
+          fail(where + ": " + key + ": the value holds " + std::to_string(documents.size()) +
+               " YAML documents; a --set takes one");
+    }
     value = YAML::Load(text);
   } catch (const YAML::DeepRecursion& e) {  // yaml-cpp 0.7 says "bad file"
     fail(where + ": " + key + ": value nested too deep: at most " + std::to_string(e.depth() - 1) +
@@ -705,6 +761,10 @@ void validate(const Config& config, const Sources& sources) {
   // Sizes are positive from here on, so the divisions below are safe.
   checker.require(m.vocab <= INT32_MAX, {"model.vocab"},
                   std::to_string(m.vocab) + " exceeds 2147483647 (token ids are int32)");
+  // One token leaves nothing to predict: the loss was exactly 0 at every
+  // step and every check passed.
+  checker.require(m.vocab >= 2, {"model.vocab"}, "1 token leaves nothing to predict (the loss is 0 at every step); "
+                                                 "at least 2");
   checker.require(m.d_model % m.n_heads == 0, {"model.n_heads", "model.d_model"},
                   std::to_string(m.n_heads) + " does not divide model.d_model (" +
                       std::to_string(m.d_model) + ")");

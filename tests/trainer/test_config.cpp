@@ -482,6 +482,28 @@ TEST(ConfigErrors, AQuoteLeftOpenIsMalformedNotTheRestOfTheFile) {
   }
 }
 
+// yaml-cpp's LoadAll never ends on a ',' outside [ ] or { }: it made empty
+// documents until memory ran out (a config file "," was exit 3 "out of
+// memory", or the OOM killer). Malformed YAML, with its place.
+TEST(ConfigErrors, AStrayCommaIsMalformedNotEndlessDocuments) {
+  EXPECT_EQ(config_error([] { parse_config(",\n", "x.yaml"); }),
+            "x.yaml:1:1: malformed YAML: a ',' outside [ ] or { } (or more than 64 documents)");
+  EXPECT_EQ(config_error([] { parse_config("[a,b],", "x.yaml"); }),
+            "x.yaml:1:6: malformed YAML: a ',' outside [ ] or { } (or more than 64 documents)");
+}
+
+// One token leaves nothing to predict: the loss was exactly 0 at every
+// step, every check passed. A --set value of two YAML documents set the
+// first in silence.
+TEST(ConfigErrors, ATokenlessVocabularyAndASetOfTwoDocumentsAreRefused) {
+  EXPECT_NE(config_error([] { load_config("tiny", {"model.vocab=1"}); }).find("model.vocab: 1 token leaves nothing to predict"),
+            std::string::npos);
+  EXPECT_NO_THROW(load_config("tiny", {"model.vocab=2", "data.eos_token=1"}));
+  EXPECT_EQ(config_error([] { load_config("tiny", {"train.steps=3\n---\n9"}); }),
+            "--set train.steps=3 --- 9: train.steps: the value holds 2 YAML documents; a --set takes one");
+  EXPECT_EQ(load_config("tiny", {"train.steps=30\n---\n"}).train.steps, 30) << "an empty document after it loses nothing";
+}
+
 TEST(ConfigErrors, UnknownKeySuggestsTheClosest) {
   EXPECT_EQ(config_error([] { load_config("tiny", {"train.warmup=3"}); }),
             "--set train.warmup=3: unknown key 'train.warmup' (did you mean 'train.warmup_steps'?)");
