@@ -486,9 +486,7 @@ class InstrumentCostRun final : public RunExtension {
 std::vector<std::string> measurement_job_overrides(const std::string& command,
                                                    const std::vector<std::string>& user) {
   for (const std::string& assignment : user) {
-    std::string key = assignment.substr(0, assignment.find('='));
-    key.erase(0, key.find_first_not_of(" \t"));
-    key.erase(key.find_last_not_of(" \t") + 1);
+    const std::string key = override_key(assignment);
     if (key == "train.steps" || key == "train.warmup_steps")
       throw CommandError{kExitUserError, "--set " + excerpt(assignment) + ": " + command +
                                              " sets its own job's train.steps and train.warmup_steps (a two-step "

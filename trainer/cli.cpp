@@ -348,23 +348,27 @@ void check_ranks_run_the_same_job(const Config& config, const std::string& comma
                                          "and options"};
 }
 
+std::string override_key(const std::string& assignment) {
+  std::string key = assignment.substr(0, assignment.find('='));
+  key.erase(0, key.find_first_not_of(" \t"));
+  key.erase(key.find_last_not_of(" \t") + 1);
+  return key;
+}
+
+void refuse_report_out_override(const std::string& command, const std::vector<std::string>& overrides) {
+  for (const std::string& assignment : overrides) {
+    if (override_key(assignment) == "report.out")
+      throw CommandError{kExitUserError, "--set " + excerpt(assignment) + ": " + command +
+                                             " writes its result where --out says, not report.out (run's)"};
+  }
+}
+
 // The result is written once the work is over (write_file_atomically: a
 // temporary file next to it, renamed over it). Every reason that could fail
 // is found here instead: it probes by creating and removing that very
 // temporary file (an unwritable folder, a regular file as the folder, a name
 // too long). Only an earlier result is replaced: the rename would destroy a
 // device node, a FIFO, or an input given by mistake (the config, a shard).
-void refuse_report_out_override(const std::string& command, const std::vector<std::string>& overrides) {
-  for (const std::string& assignment : overrides) {
-    std::string key = assignment.substr(0, assignment.find('='));
-    key.erase(0, key.find_first_not_of(" \t"));
-    key.erase(key.find_last_not_of(" \t") + 1);
-    if (key == "report.out")
-      throw CommandError{kExitUserError, "--set " + excerpt(assignment) + ": " + command +
-                                             " writes its result where --out says, not report.out (run's)"};
-  }
-}
-
 void check_result_path(const std::string& path, const std::string& named) {
   if (path.empty()) throw CommandError{kExitUserError, named + ": the path is empty"};
   struct stat target {};

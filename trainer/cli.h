@@ -70,6 +70,10 @@ void check_ranks_run_the_same_job(const Config& config, const std::string& comma
 // path came from (the option, or the config key).
 void check_result_path(const std::string& path, const std::string& named = "--out");
 
+// The key of a --set assignment ("section.key" of " section.key =value"),
+// without the blanks around it.
+std::string override_key(const std::string& assignment);
+
 // Throws CommandError (exit 2) for a `--set report.out=...` given to a
 // command whose result goes where its own --out says (bench, project): it
 // was ignored without a word, the result written under the default name.
