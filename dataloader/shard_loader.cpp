@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>     // std::fprintf: a reader let go at the end
 #include <cstring>    // std::memcpy
 #include <deque>
 #include <exception>  // std::exception_ptr
@@ -146,7 +147,16 @@ class Reader {
     slots_.clear();
   }
 
-  void start() { thread_ = std::thread([this] { run(); }); }
+  void start() {
+    thread_ = std::thread([this] {
+      run();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        exited_ = true;
+      }
+      changed_.notify_all();
+    });
+  }
   void detach() {
     if (thread_.joinable()) thread_.detach();
   }
@@ -158,6 +168,18 @@ class Reader {
       changed_.notify_all();
       thread_.join();
     }
+  }
+  // join(), unless the thread has not ended by `deadline` (a read on storage
+  // that stopped responding): false then, and it is left running.
+  bool join_by(Clock::time_point deadline) {
+    if (!thread_.joinable()) return true;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.notify_all();  // the stop flag is set; wake a reader waiting for a free slot
+      if (!changed_.wait_until(lock, deadline, [&] { return exited_; })) return false;
+    }
+    thread_.join();
+    return true;
   }
 
   // Consumer side. Waits until a batch is ready, the loader failed, or the
@@ -524,6 +546,7 @@ class Reader {
   std::optional<SampleReader> samples_;
   Sample sample_;  // buffers reused from sample to sample
   bool shard_open_ = false;
+  bool exited_ = false;  // the thread's run() has returned (mutex_)
   int64_t storage_bytes_counted_ = 0;
   std::vector<int32_t> window_;
   std::vector<ShuffleChange>* journal_ = nullptr;  // the slot being filled records buffer changes
@@ -685,7 +708,25 @@ ShardLoader::ShardLoader(LoaderOptions options, const LoaderPosition* resume_fro
 }
 
 ShardLoader::~ShardLoader() {
-  if (!impl_->abandoned) return;  // ~Impl stops and joins the readers
+  // The readers stop at their next look at the flag, but one in a read on
+  // storage that stopped responding never looks: the run's end waited for
+  // it for ever, its result unwritten (the loader goes before the result is
+  // written). Each is given data.timeout_s, as a batch is.
+  if (!impl_->abandoned) {
+    impl_->shared.stop = true;
+    const Clock::time_point deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(impl_->options.timeout_s));
+    for (size_t r = 0; r < impl_->readers.size(); ++r) {
+      if (impl_->readers[r]->join_by(deadline)) continue;
+      std::fprintf(stderr,
+                   "trainbench: warning: data: reader %zu of rank %lld still in a read of %s data.timeout_s = %g s "
+                   "after the data was done: let go (its storage stopped responding)\n",
+                   r, static_cast<long long>(impl_->options.rank), impl_->readers[r]->current_shard().c_str(),
+                   impl_->options.timeout_s);
+      impl_->abandoned = true;
+    }
+    if (!impl_->abandoned) return;  // ~Impl releases the slots
+  }
   // After a timeout a reader may be stuck in a read() on hung storage that
   // no join would see the end of. Its thread is let go and its state is left
   // allocated (it still reads it); the process is on its way out with the

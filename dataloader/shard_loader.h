@@ -36,7 +36,7 @@ struct LoaderOptions {
   int64_t max_member_bytes = 256LL << 20;
   int64_t block_bytes = 4LL << 20;  // libarchive read block
   bool skip_corrupt = false;        // data.on_corrupt: skip
-  double timeout_s = 300;           // longest wait for one batch before giving up
+  double timeout_s = 300;           // longest wait for one batch, and for the readers to end with the loader
   double inject_delay_s = 0;        // fault injection: sleep per sample read (slow storage)
   // 0: the readers cross epochs for ever (training). N > 0 (bench io): each
   // reader stops after its shards of epochs 0..N-1, packs what its shuffle

@@ -707,6 +707,24 @@ TEST(ShardLoader, AStalledReaderTimesOutWithAMessageAndDoesNotHangTheExit) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(), 30.0);
 }
 
+// The loader goes (before the run's result is written) while a reader is in
+// a read on storage that stopped responding (here a 20 s delay per sample):
+// it waited for the read for ever; now each reader is given data.timeout_s,
+// then let go with a warning.
+TEST(ShardLoader, ItsEndDoesNotWaitForAReaderStuckInARead) {
+  TempDir dir;
+  const SynthResult made = make_shards(dir.path(), 2, 50, 10);
+  LoaderOptions o = options_for(made.paths);
+  o.inject_delay_s = 20;
+  o.timeout_s = 0.3;
+  const auto begin = std::chrono::steady_clock::now();
+  {
+    ShardLoader loader(o);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the readers are in their first sample's read
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(), 10.0);
+}
+
 TEST(ShardLoader, ASlowReaderShowsUpAsWaitTime) {
   TempDir dir;
   const SynthResult made = make_shards(dir.path(), 2, 200, 8);
