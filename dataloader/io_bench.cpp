@@ -337,6 +337,19 @@ ReadRate measure_small_files(const std::string& dir, const std::string& field, i
     std::vector<int32_t> decoded;
     std::string error;
     std::string key, extension, previous_key;
+    // A sample without the field's file is a corrupt sample, as in the
+    // loader (a sample without the member): it counted as one of 0 tokens.
+    bool previous_has_field = true;
+    const auto end_sample = [&] {
+      if (previous_has_field) return;
+      const std::string what = shard_dirs[static_cast<size_t>(i)] + ": sample '" + previous_key + "' has no ." +
+                               wanted + " file";
+      if (!skip_corrupt) throw DataError(CorruptScope::kSample, what);
+      ++samples_skipped;
+      --samples;
+      const std::lock_guard<std::mutex> lock(first_skip_mutex);
+      if (first_skip.empty()) first_skip = what;
+    };
     for (const std::string& name : names) {
       if (Clock::now() >= deadline) {
         stopped = true;
@@ -351,11 +364,14 @@ ReadRate measure_small_files(const std::string& dir, const std::string& field, i
       bytes += got;
       ++files;
       if (key != previous_key) {
+        end_sample();
         ++samples;
         previous_key = key;
+        previous_has_field = false;
         if (inject_delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(inject_delay_s));
       }
       if (extension == wanted) {
+        previous_has_field = true;
         decoded.clear();
         if (!decode_tokens(format, reinterpret_cast<const uint8_t*>(data.data()),
                            static_cast<size_t>(got), vocab, &decoded, &error)) {
@@ -369,6 +385,7 @@ ReadRate measure_small_files(const std::string& dir, const std::string& field, i
         tokens += static_cast<int64_t>(decoded.size());
       }
     }
+    end_sample();
   });
   ReadRate rate;
   rate.seconds = seconds_since(begin);

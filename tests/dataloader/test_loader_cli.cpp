@@ -652,6 +652,29 @@ TEST_F(LoaderCli, BenchIoSaysWhatSkipLeftOut) {
     small_warned = small_warned || w.get<std::string>().find("left out 1 corrupt sample(s) and 1 shard(s) of the "
                                                              "small files") != std::string::npos;
   EXPECT_TRUE(small_warned) << small_result.at("warnings").dump();
+
+  // A sample without the field's member is left out by both, as by the
+  // loader (the small files counted it as a sample of 0 tokens).
+  const std::string bare = shard_with("bare.tar", "txt", {'h', 'i'});
+  std::ofstream(list) << good_[0] << "\n" << bare << "\n";
+  const CommandResult without = run_command("timeout 120 " + std::string(TRAINBENCH_BINARY) +
+                                            " bench io tiny --readers 1 --seconds 20 --small-files "
+                                            "--set data.on_corrupt=skip --set data.shards=" + list + " --out " +
+                                            dir_ + "/bare.json");
+  ASSERT_EQ(without.exit_code, 0) << without.err << without.out;
+  const nlohmann::json bare_result = nlohmann::json::parse(read_whole_file(dir_ + "/bare.json"));
+  const nlohmann::json& bare_loader = bare_result.at("by_threads").at(0).at("loader");
+  const nlohmann::json& bare_files = bare_result.at("small_files");
+  EXPECT_EQ(bare_loader.at("samples_skipped"), 1) << bare_loader;
+  EXPECT_EQ(bare_files.at("samples_skipped"), 1) << bare_files;
+  EXPECT_EQ(bare_files.at("samples"), bare_loader.at("samples")) << bare_result.dump();
+  EXPECT_EQ(bare_files.at("tokens"), bare_loader.at("tokens")) << bare_result.dump();
+  // Without skip: the first such sample fails the bench, named, as the loader's does.
+  const CommandResult failed = run_command("timeout 120 " + std::string(TRAINBENCH_BINARY) +
+                                           " bench io tiny --readers 1 --seconds 20 --small-files "
+                                           "--set data.shards=" + list);
+  EXPECT_EQ(failed.exit_code, 2) << failed.err << failed.out;
+  EXPECT_NE(failed.err.find("sample3"), std::string::npos) << failed.err;
 }
 
 // A shard cut at a member boundary is read to its end by the loader's epoch
