@@ -37,6 +37,14 @@ ZeroOneOptimizer::ZeroOneOptimizer(Communicator& comm, TrainingEngine& engine,
     throw std::runtime_error("comm.zero=1 shards every parameter: it does not combine with frozen ones");
   if (padded_elements != zero_padded_elements(engine.layout().trainable_params(), comm.world_size()))
     throw std::logic_error("ZeRO-1: the buffers are not padded to whole blocks (zero_padded_elements)");
+  // An engine built without ZeRO-1's options (its buffers not padded, its
+  // AdamW over every parameter): the all-gather would write past its buffer
+  // and AdamW would update from gradients only this rank's block of was
+  // reduced. The caller's padded_elements alone cannot tell.
+  const auto held = engine.optimizer_shard();
+  if (held.begin != shard_.begin || held.end != shard_.end)
+    throw std::logic_error("ZeRO-1: the engine was not built for rank " + std::to_string(comm.rank()) +
+                           "'s shard (EngineOptions::optimizer_shard, pad_buffers_to)");
 }
 
 float zero_shard_step_alone(TrainingEngine& engine, const AdamWSettings& settings, int64_t step) {

@@ -347,6 +347,17 @@ TEST(DataParallel, ZeroOneOnDeviceBuffersEqualsTheHostPath) {
   EXPECT_EQ(std::memcmp(got.data(), host.parameters.data(), sizeof(float) * got.size()), 0);
 }
 
+// An engine built without ZeRO-1's options is refused by its optimizer:
+// the all-gather would write past its unpadded buffers.
+TEST(DataParallel, ZeroOneRefusesAnEngineNotBuiltForItsShard) {
+  const Config config = tiny_config({"comm.zero=1"});
+  const auto plain = make_cpu_engine(config, kRowsPerRank);
+  const int64_t padded = zero_padded_elements(plain->layout().trainable_params(), g_comm->world_size());
+  EXPECT_THROW(ZeroOneOptimizer(*g_comm, *plain, padded), std::logic_error);
+  const auto built = make_cpu_engine(config, kRowsPerRank, g_comm);
+  EXPECT_NO_THROW(ZeroOneOptimizer(*g_comm, *built, padded));
+}
+
 TEST(DataParallel, ADivergedRankIsNamedByTheConsistencyCheck) {
   const Trained dp = train_data_parallel(tiny_config({"comm.inject_divergence_step=3"}));
   const int last = g_comm->world_size() - 1;
