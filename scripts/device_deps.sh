@@ -4,7 +4,7 @@
 #
 #   scripts/device_deps.sh download   # here (has apt): the .deb files → .device/debs/,
 #                                     # the cuDNN frontend's headers → .device/cudnn_frontend/
-#   scripts/device_deps.sh install    # there: unpack into .device/prefix, write .device/env.sh
+#   scripts/device_deps.sh install    # there: unpack into .device-prefix/, write .device/env.sh
 #
 # The device tool carries .device/ (git-ignored) with `carry: [".device"]`;
 # scripts/gpu_check.sh runs `install` when it finds .device/debs and sources
@@ -13,7 +13,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 debs=.device/debs
-prefix=$PWD/.device/prefix
+# Beside .device, not in it: the 150 MB a dry run of gpu_check here unpacks
+# would take the carried .device past the device tool's 64 MiB limit.
+prefix=$PWD/.device-prefix
 arch_dir=usr/lib/x86_64-linux-gnu
 
 # What the build needs beyond a compiler, CMake and CUDA: -dev packages and the
@@ -43,11 +45,10 @@ case "${1:-}" in
     mkdir -p .device/cudnn_headers/include
     cp /usr/local/cuda/include/cudnn*.h .device/cudnn_headers/include/ 2> /dev/null ||
       echo "device_deps: no cuDNN headers here to carry (/usr/local/cuda/include/cudnn*.h)" >&2
-    # A dry run of gpu_check here leaves a 150 MB prefix (`install`) that
-    # would take .device over the device tool's 64 MiB carry limit, and links
-    # to this machine's wheels (.device/cudnn, .device/nccl); the device makes
-    # its own.
-    rm -rf "$prefix" .device/env.sh .device/cudnn .device/nccl
+    # A dry run of gpu_check here leaves links to this machine's wheels
+    # (.device/cudnn, .device/nccl) and an env.sh naming its prefix; the
+    # device makes its own.
+    rm -rf .device/env.sh .device/cudnn .device/nccl .device/prefix
     du -sh .device
     ;;
   install)
