@@ -323,7 +323,8 @@ class Reader {
 
   // At a shard's end: whether it ended as a whole tar archive ends.
   void note_shard_end() {
-    const bool cut_short = tar_.ended_without_end_marker();
+    const int64_t data_after_end = tar_.data_after_end_marker();
+    const bool cut_short = tar_.ended_without_end_marker() || data_after_end >= 0;
     const bool empty = samples_into_shard_ == 0;
     if (!cut_short && !empty) return;
     const int64_t shard = assignment_[static_cast<size_t>(cursor_)];
@@ -333,8 +334,12 @@ class Reader {
     if (shared_.first_odd_shard.empty())
       shared_.first_odd_shard =
           printable(tar_.path()) +
-          (empty ? " holds no sample" : " ends without the end-of-archive marker after " +
-                                            std::to_string(samples_into_shard_) + " samples");
+          (data_after_end >= 0 ? " holds data after its end-of-archive marker (byte " +
+                                     std::to_string(data_after_end) + "), read up to it: " +
+                                     std::to_string(samples_into_shard_) + " samples"
+           : empty ? " holds no sample"
+                   : " ends without the end-of-archive marker after " + std::to_string(samples_into_shard_) +
+                         " samples");
   }
 
   void note_skip(bool whole_shard, const std::string& message) {

@@ -474,6 +474,11 @@ VerifyResult verify_shards(const VerifyOptions& options, const ProgressCallback&
                        "the archive ends without its end-of-archive marker (two zero blocks) after its last "
                        "member: cut short at a member boundary, e.g. by an interrupted copy? (the loader reads "
                        "the " + std::to_string(result.samples - samples_before) + " samples there are)"));
+    if (const int64_t after = tar.data_after_end_marker(); after >= 0)
+      record(at_offset(path, after,
+                       "data after the end-of-archive marker: a zeroed block where a header was, or archives "
+                       "joined by cat? Tar readers stop at the marker (the loader reads the " +
+                           std::to_string(result.samples - samples_before) + " samples before it)"));
     // A readable shard that gives a loader nothing (only directories or
     // links, or empty token members) is an error: training on it fails.
     if (result.errors == errors_before) {

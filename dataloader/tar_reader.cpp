@@ -4,7 +4,7 @@
 #include <archive_entry.h>  // archive_entry_pathname, _size, _filetype, _hardlink, _sparse_reset/_next
 #include <fcntl.h>          // open, fcntl, posix_fadvise
 #include <sys/stat.h>       // fstat: only regular files are shards
-#include <unistd.h>         // close
+#include <unistd.h>         // close, pread: the bytes after the end marker
 
 #include <algorithm>  // std::max
 #include <cerrno>     // errno
@@ -33,6 +33,7 @@ void TarReader::close() {
   fd_ = -1;
   at_end_ = false;
   end_marker_seen_ = false;
+  data_after_end_ = -1;
   member_offset_ = 0;
   member_name_.clear();
 }
@@ -129,6 +130,8 @@ bool TarReader::next_member(TarMember* member) {
     // A foreign tar that ends in a pax global header or a GNU volume header
     // also consumes some: counted as ended properly (trainbench writes neither).
     end_marker_seen_ = stream_offset() > archive_read_header_position(archive_);
+    if (end_marker_seen_ && fd_ >= 0 && archive_filter_code(archive_, 0) == ARCHIVE_FILTER_NONE)
+      data_after_end_ = first_nonzero_byte_from(stream_offset());
     return false;
   }
   // ARCHIVE_WARN marks a readable entry with a quirk (an odd pax attribute, a
@@ -242,6 +245,20 @@ void TarReader::fail_short_member(int64_t got, int64_t size) const {
 void TarReader::skip_data() {
   require_member();
   if (archive_read_data_skip(archive_) < ARCHIVE_WARN) fail_data();
+}
+
+// The rest of the file after the marker: zeros (the record's padding) or
+// not. Read only up to its first non-zero byte.
+int64_t TarReader::first_nonzero_byte_from(int64_t offset) const {
+  std::vector<char> block(64 << 10);
+  for (;;) {
+    const ssize_t got = ::pread(fd_, block.data(), block.size(), offset);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return -1;  // the end (an error here is no reason to fail what was read)
+    for (ssize_t i = 0; i < got; ++i)
+      if (block[static_cast<size_t>(i)] != 0) return offset + i;
+    offset += got;
+  }
 }
 
 int64_t TarReader::storage_bytes() const {

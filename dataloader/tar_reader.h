@@ -69,6 +69,13 @@ class TarReader {
   // GNU tar and Python's tarfile read such a file as whole, the loader too;
   // `shards verify` names it.
   bool ended_without_end_marker() const { return at_end_ && !end_marker_seen_; }
+  // Once next_member has returned false after the end-of-archive marker: the
+  // offset of the first byte that is not zero after it, or -1. A zeroed block
+  // where a header was (a damaged disk block), or archives joined by `cat`:
+  // every tar reader stops at the marker (GNU tar says "A lone zero block"),
+  // and what follows was dropped without a word. Uncompressed shards only (a
+  // compressed one's rest is not read).
+  int64_t data_after_end_marker() const { return data_after_end_; }
 
  private:
   void start_archive(const std::string& path);
@@ -82,6 +89,7 @@ class TarReader {
   // short of its size (or its sparse map) or lies outside its size.
   void pass_data_blocks(int64_t size, const std::function<void(const void*, size_t, int64_t)>& take);
   [[noreturn]] void fail_short_member(int64_t got, int64_t size) const;
+  int64_t first_nonzero_byte_from(int64_t offset) const;
   [[noreturn]] void fail(int64_t offset, const std::string& what) const;
   [[noreturn]] void fail_header() const;
   [[noreturn]] void fail_data() const;
@@ -93,6 +101,7 @@ class TarReader {
   int fd_ = -1;
   bool at_end_ = false;  // libarchive must not be asked for a header after the end
   bool end_marker_seen_ = false;  // at the end: libarchive read past where the next header would start
+  int64_t data_after_end_ = -1;   // at the end: where non-zero bytes follow the marker
   std::string path_;
   int64_t block_bytes_;
   int64_t member_offset_ = 0;

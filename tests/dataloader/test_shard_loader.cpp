@@ -589,6 +589,31 @@ TEST(ShardLoader, ShardsCutShortOrWithoutSamplesAreCountedOnceEach) {
   }
 }
 
+// Two archives joined by cat read as the first alone, to every tar reader:
+// the second's samples were dropped without a word. Counted with the shards
+// cut short, and said.
+TEST(ShardLoader, AShardWithDataAfterItsEndMarkerIsCountedAndSaid) {
+  TempDir dir;
+  const SynthResult made = make_shards(dir.path(), 2, 6, 20);
+  const std::string joined = dir.path() + "/joined.tar";
+  {
+    std::ofstream out(joined, std::ios::binary);
+    for (const std::string& path : made.paths) out << std::ifstream(path, std::ios::binary).rdbuf();
+  }
+  LoaderOptions o = options_for({joined});
+  o.readers = 1;
+  o.epochs = 1;
+  ShardLoader loader(o);
+  int guard = 0;
+  while (loader.next_or_end(nullptr) != nullptr) ASSERT_LT(++guard, 100000);
+  const SourceStats stats = loader.stats();
+  EXPECT_EQ(stats.shards_cut_short, std::vector<int64_t>{0});
+  EXPECT_EQ(stats.samples, 6) << "the first archive's";
+  EXPECT_EQ(stats.first_odd_shard, joined + " holds data after its end-of-archive marker (byte " +
+                                       std::to_string(std::filesystem::file_size(made.paths[0])) +
+                                       "), read up to it: 6 samples");
+}
+
 TEST(ShardLoader, AllShardsUnreadableWithSkipIsAnErrorNotASpin) {
   TempDir dir;
   std::vector<std::string> shards;

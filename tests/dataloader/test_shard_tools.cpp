@@ -27,6 +27,7 @@
 
 #include "dataloader/shard_tools.h"
 #include "dataloader/shard_writer.h"  // TarShardWriter: shards without samples or tokens
+#include "dataloader/tar_reader.h"    // a member's header offset: a block zeroed there
 #include "dataloader/tar_reader.h"  // listing what pack wrote
 #include "tests/support/run_command.h"
 
@@ -210,6 +211,37 @@ TEST_F(ShardTools, VerifyNamesAShardThatEndsWithoutItsEndOfArchiveMarker) {
   const VerifyResult both = verify_shards(v);
   EXPECT_EQ(both.errors, 21) << ::testing::PrintToString(both.error_lines);
   EXPECT_NE(::testing::PrintToString(both.error_lines).find("without its end-of-archive marker"), std::string::npos);
+}
+
+// A header block zeroed mid-archive (a damaged disk block) reads to every
+// tar reader as the end-of-archive marker: the samples after it were
+// dropped and verify said "errors 0". Named, with the byte where data goes on.
+TEST_F(ShardTools, VerifyNamesDataAfterTheEndOfArchiveMarker) {
+  const SynthResult written = synthesize_shards(synth_options("zeroed"));
+  const std::string& shard = written.paths[0];
+  int64_t third_header = -1;
+  {
+    TarReader tar;
+    tar.open(shard);
+    TarMember member;
+    for (int i = 0; i < 3 && tar.next_member(&member); ++i) third_header = member.offset;
+  }
+  ASSERT_GT(third_header, 0);
+  {
+    std::fstream file(shard, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(third_header);
+    file.write(std::string(512, '\0').data(), 512);
+  }
+  VerifyOptions v;
+  v.shards = {shard};
+  v.field = "u16";
+  const VerifyResult read = verify_shards(v);
+  ASSERT_EQ(read.errors, 1) << ::testing::PrintToString(read.error_lines);
+  EXPECT_EQ(read.error_lines[0].rfind(shard + ": byte " + std::to_string(third_header + 512) +
+                                          ": data after the end-of-archive marker",
+                                      0),
+            0u)
+      << read.error_lines[0];
 }
 
 TEST_F(ShardTools, PackGroupsFilesByKeyAndCountsWhatItSkips) {

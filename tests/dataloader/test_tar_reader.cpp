@@ -3,6 +3,7 @@
 // the path, the byte offset and what is wrong.
 #include <gtest/gtest.h>
 
+#include <algorithm>  // std::fill: a zeroed header
 #include <string>
 #include <vector>
 
@@ -139,6 +140,32 @@ TEST(TarReader, CompressedShardsReadTheSameAndCountStorageBytes) {
       EXPECT_LT(tar.storage_bytes(), tar.stream_offset()) << name;
     }
   }
+}
+
+// A zeroed block where a header was (a damaged disk block), or archives
+// joined by cat: every tar reader stops at the zero block, and the rest was
+// dropped without a word. The first non-zero byte after the marker is told;
+// a whole archive's padding is zeros.
+TEST(TarReader, DataAfterTheEndMarkerIsTold) {
+  TempDirectory dir;
+  const std::vector<TestEntry> entries = {{"0.txt", "a"}, {"1.txt", "b"}, {"2.txt", "c"}};
+  const std::string plain = make_tar(entries, TarFormat::kUstar);
+  const auto after_end = [&](const std::string& name, const std::string& bytes, size_t* members) {
+    write_file(dir.file(name), bytes);
+    TarReader tar;
+    tar.open(dir.file(name));
+    *members = read_all(tar).size();
+    return tar.data_after_end_marker();
+  };
+  size_t members = 0;
+  EXPECT_EQ(after_end("whole.tar", plain, &members), -1);
+  EXPECT_EQ(members, 3u);
+  std::string zeroed = plain;
+  std::fill(zeroed.begin() + 1024, zeroed.begin() + 1536, '\0');  // 1.txt's header
+  EXPECT_EQ(after_end("zeroed.tar", zeroed, &members), 1536) << "1.txt's data block";
+  EXPECT_EQ(members, 1u);
+  EXPECT_EQ(after_end("joined.tar", plain + plain, &members), static_cast<int64_t>(plain.size()));
+  EXPECT_EQ(members, 3u);
 }
 
 TEST(TarReader, EmptyTarHasNoMembers) {
