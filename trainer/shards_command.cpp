@@ -23,6 +23,7 @@
 #include "comm/launch_detect.h"        // launcher_rank, launcher_task_count: one writer under mpirun
 #include "trainer/cli.h"              // exit codes
 #include "trainer/cli_validators.h"  // integer_range: numbers checked as typed
+#include "trainer/config.h"          // DataSection: verify's member limit is the loader's
 #include "trainer/interrupt_cleanup.h"  // wait_if_interrupted: no error line after a signal
 #include "trainer/report.h"           // human_bytes
 
@@ -261,6 +262,11 @@ ShardsCommand::ShardsCommand(CLI::App& app) {
       ->type_name("V")
       ->needs(field)
       ->transform(integer_range(1, int64_t{1} << 31));
+  verify_
+      ->add_option("--max-sample-bytes", verify_args_.max_sample_bytes,
+                   "a member larger than this is an error, as for the loader (default: data.max_sample_bytes' "
+                   "default, 256M)")
+      ->type_name("BYTES");
 }
 
 bool ShardsCommand::parsed() const { return shards_->parsed(); }
@@ -399,6 +405,13 @@ int ShardsCommand::run_verify() {
   options.field = verify_args_.field;
   if (verify_->count("--field") > 0 && !field_is_an_extension(options.field))
     user_error("--field '" + options.field + "': " + kFieldExtensionRule);
+  // The loader's limit, not 1 GiB: a shard with a 300 MB member verified
+  // "errors 0", and a run on it failed at that member.
+  options.max_member_bytes = DataSection{}.max_sample_bytes;
+  if (!verify_args_.max_sample_bytes.empty()) {
+    options.max_member_bytes = parse_bytes(verify_args_.max_sample_bytes, "--max-sample-bytes");
+    if (options.max_member_bytes <= 0) user_error("--max-sample-bytes: must be > 0");
+  }
   try {
     options.shards = resolve_shard_list(verify_args_.spec);
   } catch (const DataError& e) {

@@ -50,7 +50,7 @@ class ShardsCommand {
     bool overwrite = false;
   } pack_args_;
   struct VerifyArguments {
-    std::string spec, field;
+    std::string spec, field, max_sample_bytes;  // "": data.max_sample_bytes' default
     int64_t vocab = 0;
   } verify_args_;
 };

@@ -499,6 +499,21 @@ TEST_F(ShardTools, CommandLineVerifyListsEveryErrorAndExits2) {
   EXPECT_NE(verify.err.find("trainbench: shards verify: 1 error"), std::string::npos) << verify.err;
 }
 
+// A member larger than the loader takes (data.max_sample_bytes) is an error
+// to verify too: its own limit was 1 GiB, and a shard with a 300 MB member
+// verified "errors 0" while a run on it failed there.
+TEST_F(ShardTools, CommandLineVerifyTakesTheLoadersMemberLimit) {
+  ASSERT_EQ(run_command(binary() + " shards synth --out " + dir_ + "/m --count 1 --samples 4 --tokens 2000:0")
+                .exit_code,
+            0);
+  const std::string shard = dir_ + "/m/train-000000.tar";
+  const CommandResult within = run_command(binary() + " shards verify " + shard + " --max-sample-bytes 4K");
+  EXPECT_EQ(within.exit_code, 0) << within.out << within.err;
+  const CommandResult over = run_command(binary() + " shards verify " + shard + " --max-sample-bytes 3K");
+  EXPECT_EQ(over.exit_code, 2) << over.out << over.err;
+  EXPECT_NE(over.out.find("more than the limit of 3072"), std::string::npos) << over.out;
+}
+
 TEST_F(ShardTools, CommandLinePackTakesADirectoryOrAPattern) {
   write_file(dir_ + "/in/a/1.txt", "one");
   write_file(dir_ + "/in/a/1.cls", "7");
@@ -628,6 +643,7 @@ TEST_F(ShardTools, CommandLineUserErrorsExit2WithOneLineNamingTheOption) {
       // Exact and out of range, not "expected an integer".
       {"shards synth" + out + " --count 1 --size 9000000000000000001", {"--size", "must be between"}},
       {"shards verify " + dir_ + "/file --vocab 10", {"--vocab", "--field"}},
+      {"shards verify " + dir_ + "/file --max-sample-bytes 0", {"--max-sample-bytes: must be > 0"}},
       // Out-of-range integers are errors, not saturated to 2^63 - 1 (CLI11's way).
       {"shards synth" + out + " --count 99999999999999999999 --samples 1", {"--count", "between 1 and 1048576"}},
       {"shards synth" + out + " --count 1 --samples 99999999999999999999", {"--samples", "between 1 and 16777216"}},
