@@ -283,7 +283,7 @@ bool is_within(const fs::path& inner, const fs::path& outer) {
 
 SynthResult synthesize_shards(const SynthOptions& options, const ProgressCallback& progress) {
   check_synth_options(options);
-  const std::string pattern = options.out_dir + "/" + options.prefix + "-%06d.tar";
+  const std::string pattern = pattern_literal(options.out_dir) + "/" + options.prefix + "-%06d.tar";
   refuse_existing_shards(pattern, options.count, options.overwrite);
   create_output_directory(options.out_dir);
   check_free_space(options);

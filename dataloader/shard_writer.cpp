@@ -92,12 +92,16 @@ PatternField find_pattern_field(const std::string& pattern) {
   int found = 0;
   for (size_t i = 0; i < pattern.size(); ++i) {
     if (pattern[i] != '%') continue;
+    if (i + 1 < pattern.size() && pattern[i + 1] == '%') {  // "%%": a literal '%', as printf's
+      ++i;
+      continue;
+    }
     size_t j = i + 1;
     while (j < pattern.size() && pattern[j] >= '0' && pattern[j] <= '9') ++j;
     const size_t digits = j - i - 1;
     if (j == pattern.size() || pattern[j] != 'd' || digits > 2 || (digits > 0 && pattern[i + 1] != '0'))
       throw std::invalid_argument("shard name pattern '" + pattern +
-                                  "': '%' must start %d or %0Nd (e.g. out/shard-%06d.tar)");
+                                  "': '%' must start %d or %0Nd (e.g. out/shard-%06d.tar), or be written %%");
     field = {i, j + 1, digits > 0 ? std::stoi(pattern.substr(i + 1, digits)) : 0};
     ++found;
     i = j;
@@ -320,12 +324,32 @@ void TarShardWriter::fail_archive(const std::string& what) {
   throw std::runtime_error(message);
 }
 
+// A pattern's literal text: "%%" is one '%'.
+static std::string literal_pattern_text(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    out += text[i];
+    if (text[i] == '%' && i + 1 < text.size() && text[i + 1] == '%') ++i;
+  }
+  return out;
+}
+
 std::string shard_name(const std::string& pattern, int64_t index) {
   const PatternField field = find_pattern_field(pattern);
   std::string number = std::to_string(index);
   if (static_cast<int>(number.size()) < field.width)
     number.insert(0, static_cast<size_t>(field.width) - number.size(), '0');
-  return pattern.substr(0, field.begin) + number + pattern.substr(field.end);
+  return literal_pattern_text(pattern.substr(0, field.begin)) + number +
+         literal_pattern_text(pattern.substr(field.end));
+}
+
+std::string pattern_literal(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    out += c;
+    if (c == '%') out += '%';
+  }
+  return out;
 }
 
 namespace {
@@ -356,9 +380,9 @@ int64_t first_taken_shard(const std::string& pattern, int64_t from, int64_t to, 
     return -1;
   }
   const size_t name_begin = slash == std::string::npos ? 0 : slash + 1;
-  const std::string dir = slash == std::string::npos ? "." : pattern.substr(0, slash + 1);
-  const std::string before = pattern.substr(name_begin, field.begin - name_begin);
-  const std::string after = pattern.substr(field.end);
+  const std::string dir = slash == std::string::npos ? "." : literal_pattern_text(pattern.substr(0, slash + 1));
+  const std::string before = literal_pattern_text(pattern.substr(name_begin, field.begin - name_begin));
+  const std::string after = literal_pattern_text(pattern.substr(field.end));
   int64_t lowest = -1;
   // A missing or unreadable folder holds nothing to write over (creating
   // or writing into it reports its own error).
@@ -372,7 +396,8 @@ int64_t first_taken_shard(const std::string& pattern, int64_t from, int64_t to, 
     const int64_t index = std::stoll(digits);
     // "shard-7.tar" is not what %06d writes for 7: only the exact name counts.
     if (index >= from && index < to && (lowest < 0 || index < lowest) &&
-        shard_name(pattern, index) == pattern.substr(0, name_begin) + name && taken(shard_name(pattern, index)))
+        shard_name(pattern, index) == literal_pattern_text(pattern.substr(0, name_begin)) + name &&
+        taken(shard_name(pattern, index)))
       lowest = index;
   }
   return lowest;

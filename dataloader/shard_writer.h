@@ -79,9 +79,14 @@ class TarShardWriter {
 void remove_partial_shards();
 
 // pattern with its one "%d" / "%0Nd" replaced by index: shard_name("a-%06d.tar", 7)
-// is "a-000007.tar". Throws std::invalid_argument for a pattern without
-// exactly one such field.
+// is "a-000007.tar"; "%%" is a literal '%'. Throws std::invalid_argument for
+// a pattern without exactly one such field.
 std::string shard_name(const std::string& pattern, int64_t index);
+
+// `text` (a folder's path) as a pattern's literal part: each '%' doubled. A
+// folder named 50%off, or a TMPDIR holding '%', was read as a field ("'%'
+// must start %d"), and synth, pack and the default run failed there.
+std::string pattern_literal(const std::string& text);
 
 // The first shard a series on `pattern` would write over: of the names
 // shard_name(pattern, i) for i in [0, max_shards), the lowest that is already

@@ -338,7 +338,7 @@ int ShardsCommand::run_synth() {
   print_summary_line("samples", std::to_string(result.samples));
   print_summary_line("tokens", std::to_string(result.tokens));
   print_throughput(result.bytes, seconds);
-  note_shards_left_from_earlier_run(a.out + "/" + a.prefix + "-%06d.tar", result.paths.size());
+  note_shards_left_from_earlier_run(pattern_literal(a.out) + "/" + a.prefix + "-%06d.tar", result.paths.size());
   return kExitOk;
 }
 
@@ -352,7 +352,8 @@ int ShardsCommand::run_pack() {
   const std::string& out = pack_args_.out;
   // "" + "/shard-%06d.tar" is a shard in the root folder.
   if (out.empty()) user_error("--out: an output directory (or a NAME-%06d.tar pattern) is required");
-  if (out.find('%') != std::string::npos) {
+  std::error_code not_a_folder;
+  if (out.find('%') != std::string::npos && !fs::is_directory(out, not_a_folder)) {
     std::string first;
     try {
       first = shard_name(out, 0);
@@ -374,11 +375,12 @@ int ShardsCommand::run_pack() {
       user_error("--out " + out + ": is a folder for the shards (shard-NNNNNN.tar in it), and this one is named "
                  "like a shard; give a folder, or a pattern such as " +
                  (fs::path(out).parent_path() / "data-%06d.tar").string());
-    options.out_pattern = out + "/shard-%06d.tar";
+    options.out_pattern = pattern_literal(out) + "/shard-%06d.tar";
   }
   // Before the output folder is made: not a folder left inside INPUT_DIR.
   check_pack_destination(options);
-  const std::string dir = fs::path(options.out_pattern).parent_path().string();
+  // The first shard's folder: a pattern's "%%" is one '%' there.
+  const std::string dir = fs::path(shard_name(options.out_pattern, 0)).parent_path().string();
   OutputDirectory out_dir(dir.empty() ? "." : dir, "--out");
 
   const Clock::time_point start = Clock::now();

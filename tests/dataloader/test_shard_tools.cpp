@@ -499,6 +499,24 @@ TEST_F(ShardTools, CommandLineVerifyListsEveryErrorAndExits2) {
   EXPECT_NE(verify.err.find("trainbench: shards verify: 1 error"), std::string::npos) << verify.err;
 }
 
+// Folders whose names hold '%' are folders, not shard name patterns: synth
+// and pack failed there ("'%' must start %d"), and so did the default run
+// under such a TMPDIR.
+TEST_F(ShardTools, CommandLineFoldersWithAPercentInTheirNames) {
+  const CommandResult synth = run_command(binary() + " shards synth --out '" + dir_ + "/50%off' --count 2 --samples 3");
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  EXPECT_TRUE(fs::exists(dir_ + "/50%off/train-000001.tar"));
+  write_file(dir_ + "/in/a/1.txt", "one");
+  fs::create_directories(dir_ + "/p%1");
+  const CommandResult pack = run_command(binary() + " shards pack " + dir_ + "/in --out '" + dir_ + "/p%1'");
+  ASSERT_EQ(pack.exit_code, 0) << pack.err;
+  EXPECT_TRUE(fs::exists(dir_ + "/p%1/shard-000000.tar"));
+  fs::create_directories(dir_ + "/t%d");
+  const CommandResult run = run_command("TMPDIR='" + dir_ + "/t%d' " + binary() +
+                                        " run tiny --steps 6 --set checkpoint.every_steps=0 --out " + dir_ + "/r.json");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+}
+
 // A member larger than the loader takes (data.max_sample_bytes) is an error
 // to verify too: its own limit was 1 GiB, and a shard with a 300 MB member
 // verified "errors 0" while a run on it failed there.

@@ -202,6 +202,20 @@ TEST(ShardName, ReplacesTheOneNumberField) {
     EXPECT_THROW(shard_name(bad, 0), std::invalid_argument) << bad;
 }
 
+// A folder whose name holds '%' (50%off, a TMPDIR) was read as a field: "'%'
+// must start %d", and synth, pack and the default run failed there. "%%" is
+// a literal '%', and pattern_literal writes a path so.
+TEST(ShardName, APercentInTheFoldersNameIsLiteral) {
+  EXPECT_EQ(shard_name("50%%off/train-%06d.tar", 3), "50%off/train-000003.tar");
+  EXPECT_EQ(pattern_literal("/tmp/50%off/%d"), "/tmp/50%%off/%%d");
+  EXPECT_EQ(shard_name(pattern_literal("/tmp/a%d%") + "/s-%d.tar", 1), "/tmp/a%d%/s-1.tar");
+  testing::TempDir dir{"trainbench_shard_writer"};
+  const std::string folder = dir.path() + "/50%off";
+  std::filesystem::create_directories(folder);
+  std::ofstream(folder + "/s-000002.tar") << "x";
+  EXPECT_EQ(first_existing_shard(pattern_literal(folder) + "/s-%06d.tar", 10), folder + "/s-000002.tar");
+}
+
 void touch(const std::string& path) { std::ofstream(path) << "x"; }
 
 std::string contents(const std::string& path) {
