@@ -468,6 +468,13 @@ void ShardSeries::write_sample(std::string_view key, const std::vector<MemberToW
   if (starts_new_shard(key, members)) {
     close_current();
     const std::string path = shard_name(pattern_, static_cast<int64_t>(paths_.size()));
+    // A pattern numbering folders ("out-%d/shard.tar"): each shard's own (the
+    // caller makes the first's). The second failed, its folder missing.
+    if (!paths_.empty()) {
+      const fs::path folder = fs::path(path).parent_path();
+      std::error_code ignored;  // the open below says what is wrong
+      if (!folder.empty() && folder != fs::path(paths_.back()).parent_path()) fs::create_directories(folder, ignored);
+    }
     writer_.open(path, replace_existing_);
     if (paths_.empty()) {
       // Asked again now that this series holds its first .partial: another

@@ -511,6 +511,14 @@ TEST_F(ShardTools, CommandLineFoldersWithAPercentInTheirNames) {
   const CommandResult pack = run_command(binary() + " shards pack " + dir_ + "/in --out '" + dir_ + "/p%1'");
   ASSERT_EQ(pack.exit_code, 0) << pack.err;
   EXPECT_TRUE(fs::exists(dir_ + "/p%1/shard-000000.tar"));
+  // The number in a folder's name: each shard gets its own folder (the
+  // second's was missing, exit 3), and no folder named as the pattern.
+  write_file(dir_ + "/in/b/2.txt", "two");
+  const CommandResult numbered = run_command(binary() + " shards pack " + dir_ + "/in --out '" + dir_ +
+                                             "/pd/out-%d/shard.tar' --max-count 1");
+  ASSERT_EQ(numbered.exit_code, 0) << numbered.err;
+  EXPECT_TRUE(fs::exists(dir_ + "/pd/out-1/shard.tar"));
+  EXPECT_FALSE(fs::exists(dir_ + "/pd/out-%d"));
   fs::create_directories(dir_ + "/t%d");
   const CommandResult run = run_command("TMPDIR='" + dir_ + "/t%d' " + binary() +
                                         " run tiny --steps 6 --set checkpoint.every_steps=0 --out " + dir_ + "/r.json");
