@@ -407,6 +407,17 @@ int ShardsCommand::run_verify() {
   options.field = verify_args_.field;
   if (verify_->count("--field") > 0 && !field_is_an_extension(options.field))
     user_error("--field '" + options.field + "': " + kFieldExtensionRule);
+  // Its format too, before any shard is read, named as the option (the
+  // loader's words named data.field, a key this command has not).
+  if (!options.field.empty()) {
+    try {
+      (void)token_format_of_field(options.field);
+    } catch (const DataError& e) {
+      const std::string message = e.what();
+      const std::string key = "data.field ";
+      user_error(message.rfind(key, 0) == 0 ? "--field " + message.substr(key.size()) : message);
+    }
+  }
   // The loader's limit, not 1 GiB: a shard with a 300 MB member verified
   // "errors 0", and a run on it failed at that member.
   options.max_member_bytes = DataSection{}.max_sample_bytes;

@@ -670,6 +670,8 @@ TEST_F(ShardTools, CommandLineUserErrorsExit2WithOneLineNamingTheOption) {
       {"shards synth" + out + " --count 1 --size 9000000000000000001", {"--size", "must be between"}},
       {"shards verify " + dir_ + "/file --vocab 10", {"--vocab", "--field"}},
       {"shards verify " + dir_ + "/file --max-sample-bytes 0", {"--max-sample-bytes: must be > 0"}},
+      // Named as the option, not as the config key data.field.
+      {"shards verify " + dir_ + "/file --field zzz", {"--field 'zzz': unknown token format"}},
       // Out-of-range integers are errors, not saturated to 2^63 - 1 (CLI11's way).
       {"shards synth" + out + " --count 99999999999999999999 --samples 1", {"--count", "between 1 and 1048576"}},
       {"shards synth" + out + " --count 1 --samples 99999999999999999999", {"--samples", "between 1 and 16777216"}},
