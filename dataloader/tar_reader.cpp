@@ -93,9 +93,17 @@ void TarReader::fail_open() {
     message = path_ + ": not a tar archive";
   } else if (why != nullptr &&
              std::strstr(why, "runcated") != nullptr) {  // a cut compressed stream
-    message = at_offset(path_, 0, explain("the file ends before the first member", ""));
+    // Not "before the first member": libarchive reads ahead (64 KiB of the
+    // compressed stream) while it opens, so a small shard cut short fails
+    // here whole though its first samples are there (Python's tarfile reads
+    // them).
+    message = at_offset(path_, 0,
+                        explain("the compressed stream ends within what is read ahead at open, so none of "
+                                "its samples is read",
+                                ""));
   } else {
-    message = path_ + ": cannot open: " + (why != nullptr ? printable(why) : "unknown error");
+    message = path_ + ": cannot open: " +
+              (why != nullptr ? printable(why) : "libarchive gave no reason (a compressed stream cut short?)");
   }
   const CorruptScope scope = failure_scope();
   close();

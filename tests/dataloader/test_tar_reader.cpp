@@ -168,6 +168,27 @@ TEST(TarReader, DataAfterTheEndMarkerIsTold) {
   EXPECT_EQ(members, 3u);
 }
 
+// A small compressed shard cut short fails at open, whole: libarchive reads
+// ahead while it opens. The message said "the file ends before the first
+// member", and Python's tarfile reads its first samples.
+TEST(TarReader, ACompressedShardCutWithinTheReadAheadSaysSo) {
+  TempDirectory dir;
+  std::vector<TestEntry> entries;
+  for (int i = 0; i < 40; ++i) entries.push_back({std::to_string(i) + ".txt", std::string(1000, static_cast<char>('a' + i % 26))});
+  const std::string gz = make_tar(entries, TarFormat::kPax, TarFilter::kGzip);
+  write_file(dir.file("cut.tar.gz"), gz.substr(0, gz.size() / 2));
+  TarReader tar;
+  try {
+    tar.open(dir.file("cut.tar.gz"));
+    read_all(tar);
+    FAIL() << "a cut stream read whole";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("the compressed stream ends within what is read ahead at open"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(TarReader, EmptyTarHasNoMembers) {
   const std::string tar_bytes = make_tar({});
   TarReader tar;
