@@ -337,18 +337,22 @@ ReadRate measure_small_files(const std::string& dir, const std::string& field, i
     std::vector<int32_t> decoded;
     std::string error;
     std::string key, extension, previous_key;
-    // A sample without the field's file is a corrupt sample, as in the
-    // loader (a sample without the member): it counted as one of 0 tokens.
-    bool previous_has_field = true;
-    const auto end_sample = [&] {
-      if (previous_has_field) return;
-      const std::string what = shard_dirs[static_cast<size_t>(i)] + ": sample '" + previous_key + "' has no ." +
-                               wanted + " file";
+    // A corrupt sample fails the bench, or under skip is left out of the
+    // figures (counted at its first file) and counted, as the loader does.
+    const auto corrupt_sample = [&](const std::string& what) {
       if (!skip_corrupt) throw DataError(CorruptScope::kSample, what);
       ++samples_skipped;
       --samples;
       const std::lock_guard<std::mutex> lock(first_skip_mutex);
       if (first_skip.empty()) first_skip = what;
+    };
+    // A sample without the field's file is one, as in the loader (a sample
+    // without the member): it counted as one of 0 tokens.
+    bool previous_has_field = true;
+    const auto end_sample = [&] {
+      if (!previous_has_field)
+        corrupt_sample(shard_dirs[static_cast<size_t>(i)] + ": sample '" + previous_key + "' has no ." + wanted +
+                       " file");
     };
     for (const std::string& name : names) {
       if (Clock::now() >= deadline) {
@@ -375,11 +379,7 @@ ReadRate measure_small_files(const std::string& dir, const std::string& field, i
         decoded.clear();
         if (!decode_tokens(format, reinterpret_cast<const uint8_t*>(data.data()),
                            static_cast<size_t>(got), vocab, &decoded, &error)) {
-          if (!skip_corrupt) throw DataError(CorruptScope::kSample, name + ": " + error);
-          ++samples_skipped;
-          --samples;  // counted at its first file: the rest's figures, as the loader's
-          const std::lock_guard<std::mutex> lock(first_skip_mutex);
-          if (first_skip.empty()) first_skip = name + ": " + error;
+          corrupt_sample(name + ": " + error);
           continue;
         }
         tokens += static_cast<int64_t>(decoded.size());

@@ -57,17 +57,20 @@ void require(bool condition, const std::string& message) {
   if (!condition) throw std::invalid_argument(message);
 }
 
+// A folder's listing leaves hidden files out (shard_list.cpp): shards named
+// .x-000000.tar were written, then "holds no shards" to verify and run.
+void require_visible_shard_name(const std::string& name, const std::string& what) {
+  require(name.empty() || name.front() != '.',
+          what + ": a shard name starting with '.' is hidden, and a folder's shard list leaves hidden files out");
+}
+
 }  // namespace
 
 void check_synth_options(const SynthOptions& o) {
   require(!o.out_dir.empty(), "--out: an output directory is required");
   require(!o.prefix.empty() && o.prefix.find_first_of("/%") == std::string::npos,
           "--prefix '" + o.prefix + "': must be a non-empty file name prefix without '/' or '%'");
-  // A folder's listing leaves hidden files out (shard_list.cpp): shards named
-  // .x-000000.tar were written, then "holds no shards" to verify and run.
-  require(o.prefix.front() != '.', "--prefix '" + o.prefix +
-                                       "': a name starting with '.' is hidden, and a folder's shard list leaves "
-                                       "hidden files out");
+  require_visible_shard_name(o.prefix, "--prefix '" + o.prefix + "'");
   // PREFIX-NNNNNN.tar.partial must be a file name (255 bytes on Linux
   // filesystems): refused before the folder is made, not at the first shard.
   constexpr size_t kNameMax = 255, kSuffix = std::char_traits<char>::length("-000000.tar.partial");
@@ -313,9 +316,7 @@ SynthResult synthesize_shards(const SynthOptions& options, const ProgressCallbac
 
 void check_pack_destination(const PackOptions& options) {
   const fs::path first = shard_name(options.out_pattern, 0);
-  require(first.filename().string().front() != '.',
-          "--out " + options.out_pattern +
-              ": a shard name starting with '.' is hidden, and a folder's shard list leaves hidden files out");
+  require_visible_shard_name(first.filename().string(), "--out " + options.out_pattern);
   const fs::path out_dir = first.parent_path();
   if (is_within(out_dir.empty() ? fs::path(".") : out_dir, options.input_dir))
     throw std::invalid_argument("--out " + options.out_pattern + " is inside INPUT_DIR " + options.input_dir +

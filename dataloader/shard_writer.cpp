@@ -324,8 +324,9 @@ void TarShardWriter::fail_archive(const std::string& what) {
   throw std::runtime_error(message);
 }
 
-// A pattern's literal text: "%%" is one '%'.
-static std::string literal_pattern_text(const std::string& text) {
+// A pattern's literal part as the file system names it: "%%" is one '%'
+// (pattern_literal's inverse).
+static std::string without_percent_escapes(const std::string& text) {
   std::string out;
   for (size_t i = 0; i < text.size(); ++i) {
     out += text[i];
@@ -339,8 +340,8 @@ std::string shard_name(const std::string& pattern, int64_t index) {
   std::string number = std::to_string(index);
   if (static_cast<int>(number.size()) < field.width)
     number.insert(0, static_cast<size_t>(field.width) - number.size(), '0');
-  return literal_pattern_text(pattern.substr(0, field.begin)) + number +
-         literal_pattern_text(pattern.substr(field.end));
+  return without_percent_escapes(pattern.substr(0, field.begin)) + number +
+         without_percent_escapes(pattern.substr(field.end));
 }
 
 std::string pattern_literal(const std::string& text) {
@@ -380,9 +381,9 @@ int64_t first_taken_shard(const std::string& pattern, int64_t from, int64_t to, 
     return -1;
   }
   const size_t name_begin = slash == std::string::npos ? 0 : slash + 1;
-  const std::string dir = slash == std::string::npos ? "." : literal_pattern_text(pattern.substr(0, slash + 1));
-  const std::string before = literal_pattern_text(pattern.substr(name_begin, field.begin - name_begin));
-  const std::string after = literal_pattern_text(pattern.substr(field.end));
+  const std::string dir = slash == std::string::npos ? "." : without_percent_escapes(pattern.substr(0, slash + 1));
+  const std::string before = without_percent_escapes(pattern.substr(name_begin, field.begin - name_begin));
+  const std::string after = without_percent_escapes(pattern.substr(field.end));
   int64_t lowest = -1;
   // A missing or unreadable folder holds nothing to write over (creating
   // or writing into it reports its own error).
@@ -396,7 +397,7 @@ int64_t first_taken_shard(const std::string& pattern, int64_t from, int64_t to, 
     const int64_t index = std::stoll(digits);
     // "shard-7.tar" is not what %06d writes for 7: only the exact name counts.
     if (index >= from && index < to && (lowest < 0 || index < lowest) &&
-        shard_name(pattern, index) == literal_pattern_text(pattern.substr(0, name_begin)) + name &&
+        shard_name(pattern, index) == without_percent_escapes(pattern.substr(0, name_begin)) + name &&
         taken(shard_name(pattern, index)))
       lowest = index;
   }

@@ -430,6 +430,14 @@ std::vector<YamlDocument> yaml_documents(const std::string& text) {
   return survey.documents;
 }
 
+// A document after the first that holds anything (trainbench reads one), or
+// nullptr.
+const YamlDocument* extra_document(const std::vector<YamlDocument>& documents) {
+  for (size_t i = 1; i < documents.size(); ++i)
+    if (documents[i].has_content) return &documents[i];
+  return nullptr;
+}
+
 // Where each value came from, for messages about it: "configs/x.yaml:7" or
 // "--set model.d_model=66". Keys left at their default are absent.
 struct ValueSource {
@@ -471,10 +479,9 @@ void apply_yaml(Config& config, Sources& sources, const std::string& text,
   }
   // YAML::Load would read the first document and drop the rest unread; an
   // empty document after it (a trailing "---") loses nothing.
-  for (size_t i = 1; i < documents.size(); ++i)
-    if (documents[i].has_content)
-      fail(at(origin, documents[i].mark) + ": config " + origin + " has " + std::to_string(documents.size()) +
-           " YAML documents; trainbench reads one");
+  if (const YamlDocument* extra = extra_document(documents))
+    fail(at(origin, extra->mark) + ": config " + origin + " has " + std::to_string(documents.size()) +
+         " YAML documents; trainbench reads one");
   if (root.IsNull()) return;  // an empty file: every default
   const std::vector<std::string_view> sections = section_names();
   const std::string sections_list = join(sections, ", ");
@@ -534,10 +541,9 @@ void apply_override(Config& config, Sources& sources, const std::string& overrid
     // lines can hold two, and one line's "," is lora.targets' nothing.
     if (text.find('\n') != std::string::npos) {
       const std::vector<YamlDocument> documents = yaml_documents(text);
-      for (size_t i = 1; i < documents.size(); ++i)
-        if (documents[i].has_content)
-          fail(where + ": " + key + ": the value holds " + std::to_string(documents.size()) +
-               " YAML documents; a --set takes one");
+      if (extra_document(documents) != nullptr)
+        fail(where + ": " + key + ": the value holds " + std::to_string(documents.size()) +
+             " YAML documents; a --set takes one");
     }
     value = YAML::Load(text);
   } catch (const YAML::DeepRecursion& e) {  // yaml-cpp 0.7 says "bad file"
