@@ -267,6 +267,36 @@ void refuse_existing_shards(const std::string& pattern, int64_t max_shards, bool
                                 "another --out");
 }
 
+// A synth or pack that fails part-way leaves its finished shards (each
+// whole, synced, under its own name) and removes only the one it was
+// writing. Said with the failure: unsaid, a run again was refused for them
+// ("already there") and a directory spec read an incomplete set as the data,
+// after --overwrite mixed with the earlier run's later shards.
+std::string shards_left_behind(const ShardSeries& series, const std::string& pattern) {
+  const int64_t finished = series.finished_shards();
+  if (finished == 0) return "";
+  const std::vector<std::string>& paths = series.paths();
+  std::string left = "; " + std::to_string(finished) + " finished shard" + (finished == 1 ? "" : "s") + " left (" +
+                     paths.front() + (finished > 1 ? " .. " + paths[static_cast<size_t>(finished - 1)] : "") +
+                     "), not the whole set: remove them, or run again with --overwrite";
+  const std::string earlier = first_shard_from(pattern, finished);
+  if (!earlier.empty()) left += "; " + earlier + " and later shards are from an earlier run";
+  return left;
+}
+
+// Runs `write` (a series' samples, then its close) and adds to a failure
+// what it left behind, the exception's kind (and so the exit code) kept.
+template <typename Write>
+void write_series(const ShardSeries& series, const std::string& pattern, Write&& write) {
+  try {
+    write();
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(e.what() + shards_left_behind(series, pattern));
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(e.what() + shards_left_behind(series, pattern));
+  }
+}
+
 // True when `inner` is `outer` or lies under it, links resolved.
 bool is_within(const fs::path& inner, const fs::path& outer) {
   std::error_code error;
@@ -297,18 +327,20 @@ SynthResult synthesize_shards(const SynthOptions& options, const ProgressCallbac
 
   SynthResult result;
   SynthSample sample;
-  for (int64_t index = 0;; ++index) {
-    make_sample(options, index, &sample);
-    if (series.starts_new_shard(sample.key, sample.members) &&
-        static_cast<int64_t>(series.paths().size()) == options.count)
-      break;
-    series.write_sample(sample.key, sample.members);
-    ++result.samples;
-    result.tokens += sample.tokens;
-    if (progress)
-      progress(by_size ? series.bytes_written() : result.samples, total, by_size ? "bytes" : "samples");
-  }
-  series.close();
+  write_series(series, pattern, [&] {
+    for (int64_t index = 0;; ++index) {
+      make_sample(options, index, &sample);
+      if (series.starts_new_shard(sample.key, sample.members) &&
+          static_cast<int64_t>(series.paths().size()) == options.count)
+        break;
+      series.write_sample(sample.key, sample.members);
+      ++result.samples;
+      result.tokens += sample.tokens;
+      if (progress)
+        progress(by_size ? series.bytes_written() : result.samples, total, by_size ? "bytes" : "samples");
+    }
+    series.close();
+  });
   result.paths = series.paths();
   result.bytes = series.bytes_written();
   return result;
@@ -385,24 +417,26 @@ PackResult pack_directory(const PackOptions& options, const ProgressCallback& pr
   std::vector<std::vector<uint8_t>> buffers;
   std::vector<MemberToWrite> members;
   int64_t bytes_read = 0;
-  for (size_t first = 0; first < files.size();) {
-    size_t end = first;
-    while (end < files.size() && files[end].key == files[first].key) ++end;
-    if (buffers.size() < end - first) buffers.resize(end - first);
-    members.clear();
-    for (size_t i = first; i < end; ++i) {
-      std::vector<uint8_t>& buffer = buffers[i - first];
-      read_whole_file(files[i].path, &buffer);
-      members.push_back({files[i].extension, buffer.data(), buffer.size()});
-      bytes_read += static_cast<int64_t>(buffer.size());
+  write_series(series, options.out_pattern, [&] {
+    for (size_t first = 0; first < files.size();) {
+      size_t end = first;
+      while (end < files.size() && files[end].key == files[first].key) ++end;
+      if (buffers.size() < end - first) buffers.resize(end - first);
+      members.clear();
+      for (size_t i = first; i < end; ++i) {
+        std::vector<uint8_t>& buffer = buffers[i - first];
+        read_whole_file(files[i].path, &buffer);
+        members.push_back({files[i].extension, buffer.data(), buffer.size()});
+        bytes_read += static_cast<int64_t>(buffer.size());
+      }
+      series.write_sample(files[first].key, members);
+      ++result.samples;
+      result.files += static_cast<int64_t>(end - first);
+      if (progress) progress(bytes_read, total_bytes, "bytes");
+      first = end;
     }
-    series.write_sample(files[first].key, members);
-    ++result.samples;
-    result.files += static_cast<int64_t>(end - first);
-    if (progress) progress(bytes_read, total_bytes, "bytes");
-    first = end;
-  }
-  series.close();
+    series.close();
+  });
   result.paths = series.paths();
   result.bytes = series.bytes_written();
   return result;

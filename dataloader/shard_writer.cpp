@@ -501,6 +501,7 @@ void ShardSeries::close_current() {
   if (!writer_.is_open()) return;
   writer_.close();
   bytes_closed_ += writer_.bytes_written();
+  ++finished_;
 }
 
 void ShardSeries::close() {

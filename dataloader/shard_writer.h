@@ -131,6 +131,9 @@ class ShardSeries {
   void close();
   // Shards opened so far, the one being written last.
   const std::vector<std::string>& paths() const { return paths_; }
+  // The first finished_shards() of paths() are whole shards under their own
+  // names; after a failure, what the series leaves behind.
+  int64_t finished_shards() const { return finished_; }
   int64_t bytes_written() const;  // all shards, as TarShardWriter counts them
 
  private:
@@ -141,6 +144,7 @@ class ShardSeries {
   TarShardWriter writer_;
   std::vector<std::string> paths_;
   int64_t bytes_closed_ = 0;
+  int64_t finished_ = 0;
   int series_lock_ = -1;  // the first shard's flock, held until close()
 };
 

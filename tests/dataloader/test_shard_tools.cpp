@@ -282,6 +282,67 @@ TEST_F(ShardTools, PackGroupsFilesByKeyAndCountsWhatItSkips) {
   EXPECT_EQ(read.bytes, result.bytes);
 }
 
+// A pack or synth that fails part-way keeps its finished shards and says so
+// in its message, with the earlier run's shards that now follow them.
+TEST_F(ShardTools, APackThatFailsPartWayNamesTheShardsItLeaves) {
+  for (const char* name : {"a.txt", "b.txt", "c.txt", "d.txt"}) write_file(dir_ + "/in/" + name, name);
+  PackOptions o;
+  o.input_dir = dir_ + "/in";
+  o.out_pattern = dir_ + "/out/p-%02d.tar";
+  o.max_count = 1;
+  // The last file goes once the first sample is written: its read fails.
+  auto remove_last = [&](int64_t, int64_t, const char*) { fs::remove(dir_ + "/in/d.txt"); };
+  try {
+    pack_directory(o, remove_last);
+    FAIL() << "the pack went on without d.txt";
+  } catch (const std::runtime_error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("cannot read " + dir_ + "/in/d.txt"), std::string::npos) << message;
+    // p-02 (sample c) was still open, waiting for a next sample: it goes.
+    EXPECT_NE(message.find("; 2 finished shards left (" + dir_ + "/out/p-00.tar .. " + dir_ +
+                           "/out/p-01.tar), not the whole set: remove them, or run again with --overwrite"),
+              std::string::npos)
+        << message;
+    EXPECT_EQ(message.find("earlier run"), std::string::npos) << message;
+  }
+  EXPECT_TRUE(fs::exists(dir_ + "/out/p-01.tar"));
+  EXPECT_FALSE(fs::exists(dir_ + "/out/p-02.tar"));
+}
+
+TEST_F(ShardTools, ASynthThatFailsOverAnEarlierRunNamesItsLeftoverShards) {
+  SynthOptions o = synth_options("s");  // 3 shards
+  o.count = 5;
+  ASSERT_EQ(synthesize_shards(o).paths.size(), 5u);
+  o.overwrite = true;
+  o.seed = 2;
+  // The second shard's partial name taken by a folder: its open fails.
+  const std::string blocker = dir_ + "/s/train-000001.tar.partial";
+  auto block_second = [&](int64_t, int64_t, const char*) { fs::create_directories(blocker); };
+  try {
+    synthesize_shards(o, block_second);
+    FAIL() << "the synth wrote its second shard through a folder";
+  } catch (const std::runtime_error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("; 1 finished shard left (" + dir_ + "/s/train-000000.tar), not the whole set"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("; " + dir_ + "/s/train-000001.tar and later shards are from an earlier run"),
+              std::string::npos)
+        << message;
+  }
+  // Nothing is refused before the first shard is written, so nothing is said.
+  fs::remove(blocker);
+  o.prefix = "t";
+  const std::string first_blocker = dir_ + "/s/t-000000.tar.partial";
+  fs::create_directories(first_blocker);
+  try {
+    synthesize_shards(o);
+    FAIL() << "the synth wrote its first shard through a folder";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()).find("left"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(ShardTools, PackRefusesTwoFilesThatReadersWouldSeeAsOneMember) {
   write_file(dir_ + "/in/x.JPG", "upper");
   write_file(dir_ + "/in/x.jpg", "lower");
