@@ -155,6 +155,33 @@ make_out_dir() {
   out=$(cd "$out" && pwd)
 }
 
+# Whether the runs checkpoint (a run on several hosts needs its checkpoints
+# on storage every host sees): a --set says so, or check_config finds it in
+# the config itself.
+checkpoints_off=0
+if [[ " ${sets[*]-} " == *" checkpoint.every_steps=0 "* ]]; then checkpoints_off=1; fi
+
+# The config, --steps and --set, read once here as `run` reads them
+# (`trainbench plan` loads the config and allocates nothing): a bad key or a
+# --steps within the warm-up was met at the first run, once the folder was
+# made, as mpirun's 16 lines (under --slurm: by every job, once it had its
+# nodes).
+check_config() {
+  local plan_args=(plan --json) plan_code=0 plan_error plan_out
+  if [ -n "$config" ]; then plan_args+=("$config"); fi
+  if [ -n "$steps" ]; then plan_args+=(--set "train.steps=$steps"); fi
+  plan_args+=(${sets[@]+"${sets[@]}"})
+  plan_out=$(mktemp)
+  plan_error=$("$binary" "${plan_args[@]}" 2>&1 > "$plan_out") || plan_code=$?
+  if grep -Eq '"every_steps": 0,?$' "$plan_out"; then checkpoints_off=1; fi
+  rm -f "$plan_out"
+  if [ "$plan_code" != 0 ]; then
+    plan_error=${plan_error#trainbench: }
+    if [ -n "$steps" ]; then plan_error=${plan_error//--set train.steps=$steps/--steps $steps}; fi
+    die "$plan_error" "$plan_code"
+  fi
+}
+
 if [ "$slurm" = 1 ]; then
   [ -n "$hostfile" ] && die "--hostfile is for mpirun; under --slurm the allocation decides the hosts"
   [ -n "$mpirun_args" ] && die "--mpirun-args is for mpirun; under --slurm use --sbatch-args"
@@ -162,26 +189,40 @@ if [ "$slurm" = 1 ]; then
   command -v sbatch > /dev/null || die "sbatch not found: --slurm submits scripts/slurm/trainbench.sbatch from a Slurm login node (without --slurm the sweep runs here under mpirun)" 3
   parse_counts --nodes "$nodes_list"
   node_counts=("${counts[@]}")
+  # Before anything is queued: a job that waited for its nodes only to be
+  # refused cost the wait.
+  if [ -x "$binary" ]; then
+    check_config
+  else
+    echo "$me: note: $binary is not executable here; it must be on the compute nodes (the config is not checked before the jobs start)" >&2
+  fi
   # Checkpoints of a multi-node run must be on storage every node sees, and
   # each job gets its own folder under it (the trainbench.sbatch convention).
-  if [ "${node_counts[-1]}" -gt 1 ] && [ -z "$ckpt_dir" ]; then
-    die "--nodes $nodes_list: multi-node runs need checkpoint folders on storage every node sees: --ckpt-dir /shared/path (a subfolder per job)"
+  if [ "${node_counts[-1]}" -gt 1 ] && [ -z "$ckpt_dir" ] && [ "$checkpoints_off" = 0 ]; then
+    die "--nodes $nodes_list: multi-node runs need checkpoint folders on storage every node sees: --ckpt-dir /shared/path (a subfolder per job), or --set checkpoint.every_steps=0"
   fi
-  [ -x "$binary" ] || echo "$me: note: $binary is not executable here; it must be on the compute nodes" >&2
   read -r -a extra_sbatch <<< "$sbatch_args"
   make_out_dir
   for n in "${node_counts[@]}"; do
     # An earlier sweep's result in this folder would be read by the report as
     # this job's should this one fail before writing its own: set aside.
+    set_aside=0
     if [ -f "$out/nodes-$n.json" ]; then
       mv -f "$out/nodes-$n.json" "$out/nodes-$n.json.previous"
-      echo "$me: the earlier $out/nodes-$n.json is now $out/nodes-$n.json.previous" >&2
+      set_aside=1
     fi
+    submit_status=0
     job=$(CONFIG="$config" OUT="$out" CKPT_DIR="$ckpt_dir" TRAINBENCH_BINARY="$binary" \
           sbatch --parsable --export=ALL --nodes "$n" --job-name "trainbench-$n" \
                  --output "$out/nodes-$n-%j.log" ${extra_sbatch[@]+"${extra_sbatch[@]}"} \
                  "$repo/scripts/slurm/trainbench.sbatch" \
-                 ${run_args[@]+"${run_args[@]}"})
+                 ${run_args[@]+"${run_args[@]}"}) || submit_status=$?
+    if [ "$submit_status" != 0 ]; then
+      # No job will write it: the earlier result goes back for the report.
+      if [ "$set_aside" = 1 ]; then mv -f "$out/nodes-$n.json.previous" "$out/nodes-$n.json"; fi
+      die "sbatch failed (exit $submit_status, its message above): the $n-node job was not submitted (any listed above were)" "$submit_status"
+    fi
+    if [ "$set_aside" = 1 ]; then echo "$me: the earlier $out/nodes-$n.json is now $out/nodes-$n.json.previous" >&2; fi
     echo "$me: submitted job ${job%%;*}: $n node(s) -> $out/nodes-$n.json (log $out/nodes-$n-${job%%;*}.log)"
   done
   echo "$me: when the jobs have finished: python3 $(printf %q "$repo/scripts/report.py") $(printf %q "$out")"
@@ -198,7 +239,8 @@ command -v "$mpirun" > /dev/null || die "$mpirun not found: install an MPI (scri
 # Ranks on several hosts need their checkpoints on storage every host sees:
 # trainbench refuses its temporary folder there (exit 2), which a sweep met
 # only at its first multi-host point. Said now, unless checkpoints are off.
-if [ -n "$hostfile" ] && [ -z "$ckpt_dir" ] && [[ " ${sets[*]-} " != *" checkpoint.every_steps=0 "* ]]; then
+check_config
+if [ -n "$hostfile" ] && [ -z "$ckpt_dir" ] && [ "$checkpoints_off" = 0 ]; then
   hosts=$(hostfile_hosts "$hostfile")
   if [ "$hosts" -gt 1 ]; then die "--hostfile $hostfile names $hosts hosts: their checkpoints need storage every host sees: --ckpt-dir /shared/path (a subfolder per world size), or --set checkpoint.every_steps=0"; fi
 fi
@@ -210,21 +252,6 @@ fi
 # Its plots need matplotlib: found missing after the whole sweep, it cost the report.
 if [ "$report" = 1 ] && ! python3 -c 'import matplotlib' 2> /dev/null; then
   die "matplotlib is not installed: the report's plots need it (scripts/setup.sh installs it), or pass --no-report" 3
-fi
-# The config, --steps and --set, read once here as `run` reads them
-# (`trainbench plan` loads the config and allocates nothing): a bad key or a
-# --steps within the warm-up was met at the first run, once the folder was
-# made, as mpirun's 16 lines.
-plan_args=(plan)
-if [ -n "$config" ]; then plan_args+=("$config"); fi
-if [ -n "$steps" ]; then plan_args+=(--set "train.steps=$steps"); fi
-plan_args+=(${sets[@]+"${sets[@]}"})
-plan_code=0
-plan_error=$("$binary" "${plan_args[@]}" 2>&1 > /dev/null) || plan_code=$?
-if [ "$plan_code" != 0 ]; then
-  plan_error=${plan_error#trainbench: }
-  if [ -n "$steps" ]; then plan_error=${plan_error//--set train.steps=$steps/--steps $steps}; fi
-  die "$plan_error" "$plan_code"
 fi
 make_out_dir
 

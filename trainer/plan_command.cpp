@@ -193,7 +193,10 @@ int PlanCommand::run() {
                                      {"attention", config.train.attention},
                                      {"deterministic", config.train.deterministic}}},
                           {"lora", planned.at("lora")},
-                          {"checkpoint", {{"include_base", config.checkpoint.include_base}}},
+                          // every_steps: whether a job's checkpoints need shared storage
+                          // (scripts/scale.sh asks before it submits one).
+                          {"checkpoint", {{"include_base", config.checkpoint.include_base},
+                                          {"every_steps", config.checkpoint.every_steps}}},
                           {"gpu_memory_bytes", gpu_bytes},
                           {"usable_bytes", usable},
                           {"gpus_per_node", o.gpus_per_node},

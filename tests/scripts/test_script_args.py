@@ -460,6 +460,26 @@ class SbatchTests(Sandbox):
         done = run("bash", SCRIPTS / "slurm" / "trainbench.sbatch", "--steps", "5", env=self.env, timeout=20)
         self.assert_refused(done, "run this with sbatch")
 
+    def test_a_multi_node_job_without_checkpoints_needs_no_checkpoint_folder(self) -> None:
+        # It was refused for want of CKPT_DIR even with checkpoint.every_steps=0
+        # (in the arguments or the config): trainbench itself refuses a
+        # multi-node job that checkpoints to its temporary folder.
+        srun_log = self.dir / "srun.log"
+        write_tool(self.tools, "srun", f'printf "%s\\n" "$@" > "{srun_log}"\n')
+        env = {**self.env, "SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "2", "TRAINBENCH_BINARY": "/bin/true",
+               "OUT": str(self.dir / "out")}
+        done = run("bash", SCRIPTS / "slurm" / "trainbench.sbatch", "--set", "checkpoint.every_steps=0",
+                   env=env, timeout=20)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        args = srun_log.read_text().splitlines()
+        self.assertEqual(args[args.index("/bin/true"):],
+                         ["/bin/true", "run", "--set", "checkpoint.every_steps=0", "--out",
+                          str(self.dir / "out" / "nodes-2.json")])
+        done = run("bash", SCRIPTS / "slurm" / "trainbench.sbatch", env={**env, "CKPT_DIR": "/shared/ckpt"},
+                   timeout=20)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("checkpoint.dir=/shared/ckpt/nodes-2-7", srun_log.read_text().splitlines())
+
 
 # An mpirun stand-in: "Open MPI" to --version, records its arguments (one a
 # line, then ---), then runs the command after its own options as one process.
@@ -613,6 +633,44 @@ class ScaleTests(LauncherSandbox):
         self.assertFalse((out / "nodes-1.json").exists())
         self.assertEqual((out / "nodes-1.json.previous").read_text(), '{"earlier": true}\n')
         self.assertIn("nodes-1.json.previous", done.stderr)
+
+    def test_a_failed_slurm_submission_puts_the_earlier_result_back(self) -> None:
+        # It stayed nodes-1.json.previous: no job wrote nodes-1.json, and the
+        # report no longer found the earlier one.
+        write_tool(self.tools, "sbatch", 'echo "sbatch: error: Batch job submission failed" >&2; exit 1\n')
+        out = self.dir / "slurm"
+        out.mkdir()
+        (out / "nodes-1.json").write_text('{"earlier": true}\n')
+        done = run("bash", SCALE, "--slurm", "--binary", "/bin/true", "--nodes", "1", "--out", out, env=self.env,
+                   timeout=20)
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertIn("sbatch failed (exit 1", done.stderr)
+        self.assertEqual((out / "nodes-1.json").read_text(), '{"earlier": true}\n')
+        self.assertFalse((out / "nodes-1.json.previous").exists())
+
+    def test_slurm_jobs_are_checked_before_they_queue(self) -> None:
+        # A bad key reached every job, once it had its nodes; a config that
+        # checkpoints nowhere was refused a multi-node sweep for want of
+        # --ckpt-dir.
+        require_binary()
+        sbatch_log = self.dir / "sbatch.log"
+        write_tool(self.tools, "sbatch", f'echo "$*" >> "{sbatch_log}"; echo 42\n')
+        sweep = ["bash", SCALE, "--slurm", "--binary", BINARY, "--config", "tiny", "--nodes", "1,2"]
+        done = run(*sweep, "--set", "model.d_modle=1", "--out", self.dir / "never", env=self.env, timeout=30)
+        self.assert_refused(done, "model.d_modle")
+        done = run(*sweep, "--steps", "2", "--set", "train.warmup_steps=5", "--out", self.dir / "never", env=self.env,
+                   timeout=30)
+        self.assert_refused(done, "must be < train.steps (2)")
+        done = run(*sweep, "--out", self.dir / "never", env=self.env, timeout=30)
+        self.assert_refused(done, "--ckpt-dir", "checkpoint.every_steps=0")
+        self.assertFalse(sbatch_log.exists(), sbatch_log.read_text() if sbatch_log.exists() else "")
+        self.assertFalse((self.dir / "never").exists())
+        no_checkpoints = self.dir / "none.yaml"
+        no_checkpoints.write_text("checkpoint:\n  every_steps: 0\n")
+        done = run("bash", SCALE, "--slurm", "--binary", BINARY, "--config", no_checkpoints, "--nodes", "1,2",
+                   "--out", self.dir / "out", env=self.env, timeout=30)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(len(sbatch_log.read_text().splitlines()), 2)
 
     def earlier_sweep(self, out: Path) -> dict[str, str]:
         out.mkdir()

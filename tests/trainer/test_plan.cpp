@@ -200,6 +200,11 @@ TEST(Plan, CliPrintsTheTableAndJsonAndRefusesBadArguments) {
   const CommandResult zeros = run_command(binary + " plan tiny --json --gpus-per-node 08 --nodes 010");
   ASSERT_EQ(zeros.exit_code, 0) << zeros.err;
   EXPECT_EQ(nlohmann::json::parse(zeros.out).at("rows").at(0).at("gpus"), 80) << zeros.out;
+  // Whether the config checkpoints: scale.sh --slurm asks it of a YAML file.
+  EXPECT_GT(plan.at("checkpoint").at("every_steps").get<int64_t>(), 0);
+  const CommandResult off = run_command(binary + " plan tiny --json --set checkpoint.every_steps=0");
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_EQ(nlohmann::json::parse(off.out).at("checkpoint").at("every_steps"), 0) << off.out;
 
   // lora.rank above d_model: run refuses it, so the plan prints no row for it.
   for (const char* bad : {"--nodes 0", "--gpus-per-node -1", "--gpu-memory 0", "--set lora.rank=0",
