@@ -89,14 +89,7 @@ struct SharedState {
   std::vector<bool> tried_since_sample;  // sized by the loader once its options are in
   int64_t opens_since_sample = 0;
   std::atomic<int64_t> distinct_tried_since_sample{0};  // read without the lock on every sample
-  std::exception_ptr first_error;
-  std::atomic<bool> failed{false};
 };
-
-// Thrown inside a reader once another has failed the loader: it stops
-// opening shards (a hopeless data set's readers went on opening them until
-// the loader was destroyed).
-struct AnotherReaderFailed {};
 
 class Reader {
  public:
@@ -182,8 +175,13 @@ class Reader {
     return true;
   }
 
-  // Consumer side. Waits until a batch is ready, the loader failed, or the
-  // deadline passes (nullptr then).
+  // Consumer side. Waits until a batch is ready, this reader failed, or the
+  // deadline passes (nullptr then). Only this reader's failure: batch i is
+  // reader i % readers' whatever the others do, so the run fails at the
+  // batch the failed reader could not make, at the same step every time
+  // (stopping on any reader's failure failed it at whichever reader's queue
+  // ran dry first, a step that varied from run to run, or a run whose steps
+  // never reached the bad sample because a reader read ahead into it).
   BatchSlot* take_ready(Clock::time_point deadline) {
     // A batch due within microseconds is taken without sleeping: a futex
     // sleep and wake-up per batch costs a busy reader ~10% (bench io).
@@ -192,19 +190,20 @@ class Reader {
          ready_count_.load(std::memory_order_acquire) == 0 && Clock::now() < until;)
       std::this_thread::yield();
     std::unique_lock<std::mutex> lock(mutex_);
-    // Woken by this reader; polled for a failure of any other reader, which
-    // notifies only its own consumers.
-    constexpr auto kPoll = std::chrono::milliseconds(50);
-    while (ready_.empty() && !finished_ && !shared_.failed.load() && Clock::now() < deadline)
-      changed_.wait_until(lock, std::min(deadline, Clock::now() + kPoll));
+    changed_.wait_until(lock, deadline, [&] { return !ready_.empty() || finished_ || error_ != nullptr; });
     if (ready_.empty()) return nullptr;
     BatchSlot* slot = ready_.front();
     ready_.pop_front();
     ready_count_.fetch_sub(1, std::memory_order_relaxed);
     return slot;
   }
-  // A batch is ready to take (without the lock: a hint).
-  bool has_ready() const { return ready_count_.load(std::memory_order_acquire) > 0; }
+  // A batch is ready to take, or the reader's failure (without the lock: a hint).
+  bool has_ready() const { return ready_count_.load(std::memory_order_acquire) > 0 || failed_.load(); }
+  // What ended the reader's thread, once its batches are taken; or null.
+  std::exception_ptr error() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return error_;
+  }
   // With options.epochs: the reader has read its epochs and every batch it
   // made has been taken.
   bool finished() const {
@@ -266,14 +265,13 @@ class Reader {
         changed_.notify_all();
         if (!more) return;  // options.epochs are read
       }
-    } catch (const AnotherReaderFailed&) {
-      changed_.notify_all();  // the consumer rethrows the first error
     } catch (...) {
+      // Thrown by the consumer when it comes to this reader's next batch.
       {
-        std::lock_guard<std::mutex> lock(shared_.mutex);
-        if (!shared_.first_error) shared_.first_error = std::current_exception();
+        std::lock_guard<std::mutex> lock(mutex_);
+        error_ = std::current_exception();
       }
-      shared_.failed = true;
+      failed_ = true;
       changed_.notify_all();
     }
   }
@@ -457,7 +455,6 @@ class Reader {
   SharedTokens read_sample() {
     for (;;) {
       if (shared_.stop.load()) return std::make_shared<const std::vector<int32_t>>();
-      if (shared_.failed.load()) throw AnotherReaderFailed{};
       if (exhausted_) return nullptr;
       try {
         if (!shard_open_) open_shard();
@@ -562,6 +559,8 @@ class Reader {
   std::deque<BatchSlot*> free_, ready_;
   std::atomic<int64_t> ready_count_{0};  // ready_.size(), readable without the lock
   bool finished_ = false;  // options.epochs read and the last batch in ready_ (guarded by mutex_)
+  std::exception_ptr error_;        // what ended run() (guarded by mutex_)
+  std::atomic<bool> failed_{false};  // error_ is set: has_ready() without the lock
   std::string current_path_;
   std::thread thread_;
 };
@@ -782,14 +781,7 @@ const HostBatch* ShardLoader::next_or_end(double* wait_seconds) {
   }
   Reader& reader = *impl.readers[static_cast<size_t>(r)];
   if (slot == nullptr) {
-    if (impl.shared.failed.load()) {
-      std::exception_ptr error;
-      {
-        std::lock_guard<std::mutex> lock(impl.shared.mutex);
-        error = impl.shared.first_error;
-      }
-      std::rethrow_exception(error);
-    }
+    if (const std::exception_ptr error = reader.error()) std::rethrow_exception(error);
     const std::string shard = reader.current_shard();
     impl.abandoned = true;
     throw LoaderTimeout("data: no batch from reader " + std::to_string(r) + " of rank " +
@@ -834,8 +826,7 @@ bool ShardLoader::resumed() const { return impl_->resumed; }
 
 bool ShardLoader::batch_ready() const {
   const Impl& impl = *impl_;
-  // A reader's failure is thrown by next_or_end at once.
-  if (impl.shared.failed.load()) return true;
+  // A reader's failure counts as ready: next_or_end throws it at once.
   const int64_t readers = impl.options.readers;
   if (impl.options.epochs == 0) return impl.readers[static_cast<size_t>(impl.batches_consumed % readers)]->has_ready();
   // As next_or_end takes turns: a reader that has read its epochs is passed

@@ -666,8 +666,58 @@ TEST(ShardLoader, AHopelessDataSetIsNamedAfterAboutOneEpochOfOpens) {
   ASSERT_NE(message.find("opened every shard of the list of 24 ("), std::string::npos) << message;
   const int64_t opens = std::stoll(message.substr(message.find("list of 24 (") + 12));
   EXPECT_LE(opens, 2 * 24) << message;
-  // The readers stop once one has failed the loader.
+  // The other readers stop at their next open: the shared count names the
+  // data set hopeless for them too.
   EXPECT_LE(loader.stats().shards_opened, opens + 4);
+}
+
+// Batch i is reader i % readers': a reader that meets a bad sample while
+// reading ahead fails the run at the batch it cannot make, at the same step
+// every time. The readers stopped on any one's failure, so the run failed at
+// whichever reader's queue ran dry first: 7 0 0 7 7 7 7 2 1 7 steps in ten
+// runs of one command, and runs whose steps never reached the bad sample
+// failed too.
+TEST(ShardLoader, AReadersBadSampleFailsTheRunAtTheSameBatchEveryTime) {
+  TempDir dir;
+  const SynthResult good = make_shards(dir.path(), 4, 30, 20);
+  const std::string bad = dir.path() + "/odd.tar";
+  {
+    TarShardWriter writer;
+    writer.open(bad);
+    const std::vector<uint16_t> tokens(20, 5);
+    for (int i = 0; i < 8; ++i)  // sample 5: 21 bytes, not whole 2-byte tokens
+      writer.write_sample("s" + std::to_string(i), {{"u16", tokens.data(), i == 5 ? 21 : tokens.size() * 2}});
+    writer.close();
+  }
+  std::vector<std::string> shards = good.paths;
+  shards.insert(shards.begin() + 3, bad);
+  LoaderOptions o = options_for(shards);
+  o.readers = 4;
+  o.prefetch = 4;
+  o.shuffle_buffer = 0;
+  int64_t first_failure = -1;
+  for (int run = 0; run < 8; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    ShardLoader loader(o);
+    int64_t batches = 0;
+    std::string message;
+    try {
+      for (; batches < 100000; ++batches) loader.next(nullptr);
+    } catch (const DataError& e) {
+      message = e.what();
+    }
+    ASSERT_NE(message.find(bad + ": "), std::string::npos) << message;
+    if (first_failure < 0) first_failure = batches;
+    EXPECT_EQ(batches, first_failure);
+  }
+  // The reader that holds the bad shard reads it early, the others' batches
+  // go on for a while: the failure is not at the first batches.
+  EXPECT_GT(first_failure, 4);
+  // A run that stops short of that batch does not fail.
+  for (int run = 0; run < 4; ++run) {
+    ShardLoader loader(o);
+    for (int64_t i = 0; i < first_failure; ++i) ASSERT_NO_THROW(loader.next(nullptr)) << "batch " << i;
+  }
 }
 
 // A shard without a sample beside a good one is trained on, with a count.
