@@ -648,8 +648,12 @@ class BurninMonitor final : public RunExtension {
       job.notes.push_back("stragglers: not judged (fewer than " + std::to_string(kStragglerSteps) + " measured steps)");
     // A burn-in that measured nothing has shown nothing: no tokens/s to hold
     // against a baseline or a drift, whatever else passed.
-    // (When a failure stopped the run, that failure is the finding, above.)
-    if ((outcome.summary.measured_steps == 0 || !(outcome.summary.tokens_per_s > 0)) && !outcome.failure.happened())
+    // (When a failure stopped the run, that failure is the finding, above,
+    // as is a GPU's non-finite loss or gradient norm in its row.)
+    const bool numerics_failed =
+        std::any_of(numerics_step_.begin(), numerics_step_.end(), [](int64_t step) { return step > 0; });
+    if ((outcome.summary.measured_steps == 0 || !(outcome.summary.tokens_per_s > 0)) && !outcome.failure.happened() &&
+        !numerics_failed)
       job.fail("no step was measured (the run ended within its " + std::to_string(config_->train.warmup_steps) +
                " warm-up steps): give --duration time for measured steps");
     if (baseline_) {

@@ -3,13 +3,14 @@
 #include <algorithm>  // std::max_element
 #include <chrono>     // step timing
 #include <cmath>      // std::isfinite
-#include <cstdlib>    // std::getenv, std::strtoll: the device-error test hook
-
+#include <cstdlib>    // std::getenv, std::strtoll: the test hooks
+#include <limits>     // the loss-overflow test hook's infinity
 #include <new>        // std::bad_alloc: a sample the loader had no memory for
 #include <optional>   // the gradient sync of a multi-rank run
 #include <set>        // distinct shards over ranks
 #include <stdexcept>  // a device engine under a host-buffer communicator
 #include <thread>     // sleep_for: burnin.inject_slow_ms
+#include <utility>    // std::pair: a test hook's step and rank
 
 #include <xxhash.h>  // XXH64: the parameters' and the golden gradients' checksums
 
@@ -52,28 +53,44 @@ double steady_seconds() {
   return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
 }
 
+// A test hook's "STEP" or "STEP@RANK" (every rank without @) from the
+// environment variable `name`; {-1, -1}, arming nothing, when it is unset or
+// malformed.
+std::pair<int64_t, int64_t> step_at_rank_from(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return {-1, -1};
+  char* end = nullptr;
+  const int64_t on_step = std::strtoll(value, &end, 10);
+  int64_t on_rank = -1;
+  if (*end == '@') {
+    char* digits = end + 1;
+    on_rank = std::strtoll(digits, &end, 10);
+    if (end == digits) return {-1, -1};  // "6@": no rank
+  }
+  if (*end != '\0' || end == value || on_step < 1) return {-1, -1};
+  return {on_step, on_rank};
+}
+bool armed_at(const std::pair<int64_t, int64_t>& at, int64_t step, int rank) {
+  return step == at.first && (at.second < 0 || at.second == rank);
+}
+
 // Test hook: TRAINBENCH_TEST_DEVICE_ERROR = "STEP" or "STEP@RANK" throws,
-// at that step on that rank (every rank without @), the DeviceError a GPU
-// that fails mid-run makes an engine call throw. Read once; a malformed value
-// arms nothing.
+// at that step on that rank, the DeviceError a GPU that fails mid-run makes
+// an engine call throw. Read once.
 void fail_as_a_device_would(int64_t step, int rank) {
-  static const std::pair<int64_t, int64_t> at = [] {
-    const char* value = std::getenv("TRAINBENCH_TEST_DEVICE_ERROR");
-    if (value == nullptr || *value == '\0') return std::pair<int64_t, int64_t>{-1, -1};
-    char* end = nullptr;
-    const int64_t on_step = std::strtoll(value, &end, 10);
-    int64_t on_rank = -1;
-    if (*end == '@') {
-      char* digits = end + 1;
-      on_rank = std::strtoll(digits, &end, 10);
-      if (end == digits) return std::pair<int64_t, int64_t>{-1, -1};  // "6@": no rank
-    }
-    if (*end != '\0' || end == value || on_step < 1) return std::pair<int64_t, int64_t>{-1, -1};
-    return std::pair<int64_t, int64_t>{on_step, on_rank};
-  }();
-  if (step == at.first && (at.second < 0 || at.second == rank))
+  static const std::pair<int64_t, int64_t> at = step_at_rank_from("TRAINBENCH_TEST_DEVICE_ERROR");
+  if (armed_at(at, step, rank))
     throw DeviceError("TRAINBENCH_TEST_DEVICE_ERROR: cudaStreamSynchronize failed: cudaErrorECCUncorrectable "
                       "(uncorrectable ECC error encountered), as injected at step " + std::to_string(step));
+}
+
+// Test hook: TRAINBENCH_TEST_LOSS_INF = "STEP" or "STEP@RANK" makes that
+// rank's loss +inf at that step, its gradients left as they are: a
+// cross-entropy whose log-sum-exp overflowed on logits near the float range,
+// where the softmax and so the gradients stay finite. Read once.
+double loss_as_overflowed(double loss, int64_t step, int rank) {
+  static const std::pair<int64_t, int64_t> at = step_at_rank_from("TRAINBENCH_TEST_LOSS_INF");
+  return armed_at(at, step, rank) ? std::numeric_limits<double>::infinity() : loss;
 }
 
 // The next batch, or nullptr with `*failure` set when this rank cannot get it
@@ -97,6 +114,41 @@ const HostBatch* next_batch(BatchSource& source, double* wait_s, std::string* fa
     *kind = kDataFailureByEnvironment;
   }
   return nullptr;
+}
+
+// The step's one agreement across ranks, a gathered number a rank: did any
+// rank fail to get a batch (the first such rank, its kind and reason), and is
+// any rank's loss not finite (the first such rank and its loss). The loss is
+// each rank's own, of its own batches: decided alone, a rank whose loss
+// overflowed while its gradients (reduced with everyone's) stayed finite
+// ended its loop and gave up its checkpoints while its peers went on into
+// the next step's collectives, and the job hung until comm.timeout_s.
+struct StepAgreement {
+  RankReason data;
+  int loss_rank = -1;  // the first rank whose loss is not finite; -1: none
+  double loss = 0.0;   // that rank's loss: NaN, +inf or -inf
+};
+StepAgreement agree_on_step(Communicator& comm, const std::string& data_failure, int data_kind, double loss) {
+  // The data failure's kind (0-2) plus 4 times the loss's class.
+  enum LossClass { kFinite = 0, kNan = 1, kPlusInf = 2, kMinusInf = 3 };
+  const int loss_class = std::isnan(loss) ? kNan : std::isinf(loss) ? (loss > 0 ? kPlusInf : kMinusInf) : kFinite;
+  const int mine = (data_failure.empty() ? 0 : data_kind) + 4 * loss_class;
+  const std::vector<double> all = gather_from_ranks(comm, static_cast<double>(mine));
+  StepAgreement agreed;
+  for (size_t r = 0; r < all.size(); ++r) {
+    const int value = static_cast<int>(all[r]);
+    if (agreed.data.rank < 0 && value % 4 != 0) {
+      agreed.data.rank = static_cast<int>(r);
+      agreed.data.kind = value % 4;
+    }
+    if (agreed.loss_rank < 0 && value / 4 != kFinite) {
+      agreed.loss_rank = static_cast<int>(r);
+      const double inf = std::numeric_limits<double>::infinity();
+      agreed.loss = value / 4 == kNan ? std::numeric_limits<double>::quiet_NaN() : value / 4 == kPlusInf ? inf : -inf;
+    }
+  }
+  if (agreed.data.rank >= 0) agreed.data.reason = broadcast_string(comm, data_failure, agreed.data.rank);
+  return agreed;
 }
 
 // XXH64 over the parameters' bytes: equal on every rank while data
@@ -498,6 +550,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       // while the host came back and launched backward's first kernels.
       loss_sum += engine.last_loss();
     }
+    record.loss = loss_as_overflowed(loss_sum / static_cast<double>(train.grad_accum), step, comm.rank());
     if (sync) {
       // A device engine returns from backward once it is enqueued; its end is
       // when the compute stream drains. Waiting for that delays nothing: every
@@ -529,7 +582,8 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     // compute_s has already (ZeroOneOptimizer::step waits for it anyway).
     if (zero) engine.synchronize();
     const double agreement_begin = instrument && zero ? steady_seconds() : 0.0;
-    const RankReason data = first_reason_over_ranks(comm, data_failure, data_failure_kind);
+    const StepAgreement agreed = agree_on_step(comm, data_failure, data_failure_kind, record.loss);
+    const RankReason& data = agreed.data;
     const double agreement_s = instrument && zero ? steady_seconds() - agreement_begin : 0.0;
     if (data.kind != 0) {
       outcome.failure = {"data_read",
@@ -551,7 +605,9 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       record.grad_norm = engine.optimizer_step(adam, step);
     }
     engine.synchronize();
-    record.loss = loss_sum / static_cast<double>(train.grad_accum);
+    // The job's: every rank's loss finite (agreed above), and the gradient
+    // norm, which is the reduced gradients' and so the same on every rank.
+    const bool step_finite = agreed.loss_rank < 0 && std::isfinite(record.grad_norm);
     // Inside the step's window: what a checkpoint blocks is this step's time.
     // A step whose loss or gradient norm is not finite made weights no
     // checkpoint may keep (nor may retention delete a good one for them);
@@ -567,7 +623,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
       try {
         record.ckpt_stall_s += !inconsistency.empty()
                                    ? checkpointer->refuse_inconsistent(step, "the ranks' parameters differ")
-                               : std::isfinite(record.loss) && std::isfinite(record.grad_norm)
+                               : step_finite
                                    ? checkpointer->after_step(step)
                                    : checkpointer->give_up(step);
       } catch (const CheckpointFailure& e) {
@@ -613,20 +669,8 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     if (!inconsistency.empty()) break;
     if (outcome.failure.happened()) break;
 
-    // A non-finite gradient norm (the same on every rank: it is the reduced
-    // gradients') made non-finite weights: the run ends at this step, not at
-    // the next one's NaN loss. Before an extension's say, which could end the
-    // run here and leave the check unmade.
-    if (!std::isfinite(record.loss) || !std::isfinite(record.grad_norm)) {
-      loss_finite = false;
-      outcome.checks.push_back(
-          {"loss_finite", false,
-           !std::isfinite(record.loss)
-               ? "loss is " + loss_text(record.loss) + " at step " + std::to_string(step)
-               : "gradient norm is " + loss_text(record.grad_norm) + " at step " + std::to_string(step) + " (loss " +
-                     loss_text(record.loss) + "): the update made non-finite weights"});
-      break;
-    }
+    // The extension sees every step, a non-finite one too (burn-in names
+    // the GPU whose loss it was); its say comes after the loss check below.
     bool extension_goes_on = true;
     if (after_step) {
       try {
@@ -638,6 +682,19 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
         outcome.failure = {"checkpoints_written", e.what(), true};
         extension_goes_on = false;
       }
+    }
+    // A non-finite loss on any rank, or gradient norm, made non-finite
+    // weights: the run ends at this step, not at the next one's NaN loss.
+    if (!step_finite) {
+      loss_finite = false;
+      const std::string on_rank = world > 1 ? " on rank " + std::to_string(agreed.loss_rank) : "";
+      outcome.checks.push_back(
+          {"loss_finite", false,
+           agreed.loss_rank >= 0
+               ? "loss is " + loss_text(agreed.loss) + " at step " + std::to_string(step) + on_rank
+               : "gradient norm is " + loss_text(record.grad_norm) + " at step " + std::to_string(step) + " (loss " +
+                     loss_text(record.loss) + "): the update made non-finite weights"});
+      break;
     }
     if (!extension_goes_on) {
       // The extension ends the run here (burn-in's duration): the ranks'

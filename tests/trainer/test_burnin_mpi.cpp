@@ -105,6 +105,24 @@ TEST_F(BurninMpi, OneFlippedGradientBitIsCaughtAndItsRankNamed) {
   EXPECT_NE(r.out.find("burn-in verdict: FAIL (1/2 GPUs"), std::string::npos) << r.out;
 }
 
+// One GPU's loss not finite (overflowed, its gradients finite): burn-in
+// names that GPU. The loop ended before burn-in's per-step hook saw the
+// step, so its per-GPU "numerics" finding never ran: both GPUs read PASS,
+// and the job's failure blamed --duration for having no measured step (the
+// loss at step 2, within the warm-up).
+TEST_F(BurninMpi, ANonFiniteLossFailsTheRankWhoseLossItWas) {
+  ::setenv("TRAINBENCH_TEST_LOSS_INF", "2@1", 1);
+  const CommandResult r = burnin("loss_inf", "1m", "--set checkpoint.every_steps=0");
+  ::unsetenv("TRAINBENCH_TEST_LOSS_INF");
+  ASSERT_EQ(r.exit_code, 4) << r.out << r.err;
+  const nlohmann::json& gpus = result_.at("burnin").at("gpus");
+  EXPECT_EQ(gpus[0]["verdict"], "PASS") << gpus[0].dump();
+  EXPECT_EQ(gpus[1]["verdict"], "FAIL");
+  EXPECT_NE(failures(gpus[1]).find("numerics: loss not finite at step 2"), std::string::npos) << failures(gpus[1]);
+  EXPECT_NE(r.err.find("loss is inf at step 2 on rank 1"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("give --duration time"), std::string::npos) << r.err;
+}
+
 // Ranks that diverge after the last periodic comparison (here none:
 // comm.check_every 0, "only at the end") fail the burn-in: the run ended at
 // the duration, where the end's comparison was never made, and the verdict

@@ -364,6 +364,35 @@ TEST(MpiCli, ADivergedRankIsNeverCheckpointed) {
   EXPECT_TRUE(named) << result["checks"].dump();
 }
 
+// One rank's loss overflowing (+inf) while the reduced gradients stay
+// finite: that rank alone ended its loop and gave up its checkpoints, its
+// peer went on into the next step's all-reduce, and the job hung until
+// comm.timeout_s (exit 3, no result). The ranks decide it together: the run
+// ends at that step on both, the checkpoint due there is not taken.
+TEST(MpiCli, OneRanksNonFiniteLossEndsEveryRankAtThatStep) {
+  testing::TempDir dir("test_mpi_cli_loss_inf");
+  const auto begin = std::chrono::steady_clock::now();
+  const CommandResult r = run_command(
+      "TRAINBENCH_TEST_LOSS_INF=6@1 timeout 120 " + kMpirun + "-np 2 " + TRAINBENCH_BINARY +
+      " run tiny --steps 20 --set train.warmup_steps=1 --set train.threads=1 --set checkpoint.every_steps=3 "
+      "--set checkpoint.dir=" + dir.file("ck") + " --set comm.timeout_s=60 --set report.gemm_ceiling_s=0 --out " +
+      dir.file("r.json"));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  ASSERT_EQ(r.exit_code, 4) << r.out << r.err;
+  EXPECT_LT(seconds, 50.0) << "not ended by comm.timeout_s";
+  EXPECT_EQ(read_whole_file(dir.file("ck/latest")), "step_3\n");
+  const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("r.json")));
+  EXPECT_EQ(result["steps"].size(), 6u);
+  bool named = false;
+  for (const auto& c : result["checks"])
+    if (c["name"] == "loss_finite") {
+      named = true;
+      EXPECT_FALSE(c["passed"].get<bool>());
+      EXPECT_EQ(c["detail"], "loss is inf at step 6 on rank 1") << c.dump();
+    }
+  EXPECT_TRUE(named) << result["checks"].dump();
+}
+
 TEST(MpiCli, RanksStartedWithDifferentConfigsExitTwoNamingTheKey) {
   testing::TempDir dir("test_mpi_cli");
   const auto [r, seconds] =
