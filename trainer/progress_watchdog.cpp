@@ -45,7 +45,11 @@ void ProgressWatchdog::watch() {
   constexpr std::chrono::milliseconds kPoll{200};
   std::unique_lock lock(mutex_);
   for (;;) {
-    const Clock::duration left = last_progress_ + limit_ - Clock::now();
+    // Disarmed, the time since the last progress means nothing: a full poll.
+    // (The time left went negative once disarmed for longer than the limit,
+    // and the thread spun on zero-length waits, a quarter of a core through
+    // burn-in's checkpoint drain.)
+    const Clock::duration left = armed_ ? last_progress_ + limit_ - Clock::now() : Clock::duration(kPoll);
     if (wake_.wait_for(lock, std::min<Clock::duration>(kPoll, std::max(left, Clock::duration::zero())),
                        [this] { return stop_; }))
       return;

@@ -4,12 +4,15 @@
 // the whole command.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>  // getrusage: the watchdog's CPU time
 #include <sys/stat.h>  // mkfifo: a baseline that would block the read
 
 #include <filesystem>
 #include <fstream>
+#include <memory>  // the watchdog test's communicator
 #include <stdexcept>
 #include <string>
+#include <thread>   // sleep_for: the disarmed watchdog's wait
 #include <utility>  // std::pair
 #include <vector>
 
@@ -21,6 +24,8 @@
 #include "tests/support/temp_dir.h"
 #include "trainer/burnin.h"
 #include "trainer/config.h"  // default_model_shape
+#include "comm/communicator.h"  // make_local_communicator
+#include "trainer/progress_watchdog.h"
 
 namespace trainbench {
 namespace {
@@ -433,4 +438,32 @@ TEST(BurninGpuHealth, OpensTheGpuOrSaysWhyNot) {
 }
 
 }  // namespace
+// Burn-in disarms its hang watch while the run drains its checkpoint. Past
+// the limit, the watchdog's time left went negative and its thread spun on
+// zero-length waits for as long as the drain took (a quarter of a core).
+TEST(ProgressWatchdog, DisarmedItSleepsInsteadOfSpinning) {
+  const std::unique_ptr<Communicator> comm = make_local_communicator();
+  bool expired = false;
+  ProgressWatchdog watchdog(*comm, 0.02, "test", [&](double, const std::string&) {
+    expired = true;
+    return std::pair<int, std::string>{3, "expired"};
+  });
+  watchdog.arm(false);
+  const auto cpu_seconds = [] {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+           1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+  };
+  // Past the limit first, and past the start-up spin of OpenBLAS's threads
+  // (their sched_yield loop, ~0.1 s of CPU), which counts in the process's time.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  const double before = cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  const double used = cpu_seconds() - before;
+  // A few wake-ups a second use microseconds; the spin used 0.25-1 s.
+  EXPECT_LT(used, 0.1) << "CPU seconds while the disarmed watchdog waited 1 s";
+  EXPECT_FALSE(expired);
+}
+
 }  // namespace trainbench
