@@ -858,6 +858,14 @@ std::string check_compatible(const nlohmann::json& manifest, const Config& confi
   if (step >= config.train.steps)
     return "it is at step " + std::to_string(step) + ", and train.steps is " + std::to_string(config.train.steps) +
            ": nothing is left to train (raise train.steps)";
+  // Warm-up counts from the resumed step: steps left all within it measure
+  // nothing, which a fresh run is refused for (train.warmup_steps < train.steps).
+  if (config.train.steps - step <= config.train.warmup_steps)
+    return "it is at step " + std::to_string(step) + ", and the " + std::to_string(config.train.steps - step) +
+           " steps left to train.steps " + std::to_string(config.train.steps) + " are all within train.warmup_steps " +
+           std::to_string(config.train.warmup_steps) +
+           " (counted from the resumed step): no step would be measured (raise train.steps past " +
+           std::to_string(step + config.train.warmup_steps) + ", or lower train.warmup_steps)";
   return "";
 }
 

@@ -262,14 +262,15 @@ TEST(CheckpointCli, FlippedByteIsRefusedWithTheFileAndThePreviousCheckpoint) {
     file.seekp(100);
     file.write(&byte, 1);
   }
-  const CommandResult r = run_command(tiny_run(ckpt, 12, 4, dir.file("r2.json"), "--resume latest"));
+  // 14 steps: past tiny's 5 warm-up steps from either checkpoint.
+  const CommandResult r = run_command(tiny_run(ckpt, 14, 4, dir.file("r2.json"), "--resume latest"));
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_NE(r.err.find("rank_00000_0.bin"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("--resume " + ckpt + "/step_4"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
   // The offered checkpoint works.
   const CommandResult previous =
-      run_command(tiny_run(ckpt, 12, 4, dir.file("r3.json"), "--resume " + ckpt + "/step_4"));
+      run_command(tiny_run(ckpt, 14, 4, dir.file("r3.json"), "--resume " + ckpt + "/step_4"));
   EXPECT_EQ(previous.exit_code, 0) << previous.err;
 }
 
@@ -303,6 +304,17 @@ TEST(CheckpointCli, IncompatibleResumeIsRefused) {
   const CommandResult done = run_command(tiny_run(ckpt, 8, 4, dir.file("r3.json"), "--resume latest"));
   EXPECT_EQ(done.exit_code, 2) << done.err;
   EXPECT_NE(done.err.find("train.steps"), std::string::npos) << done.err;
+  // 4 steps left, all within tiny's 5 warm-up steps (counted from the resumed
+  // step): it trained them, measured nothing and exited 0.
+  const CommandResult warmup = run_command(tiny_run(ckpt, 12, 4, dir.file("r5.json"), "--resume latest"));
+  EXPECT_EQ(warmup.exit_code, 2) << warmup.err;
+  EXPECT_NE(warmup.err.find("the 4 steps left to train.steps 12 are all within train.warmup_steps 5"),
+            std::string::npos)
+      << warmup.err;
+  EXPECT_FALSE(fs::exists(dir.file("r5.json")));
+  const CommandResult measured =
+      run_command(tiny_run(ckpt, 12, 4, dir.file("r6.json"), "--resume latest --set train.warmup_steps=3"));
+  EXPECT_EQ(measured.exit_code, 0) << measured.err;
   const CommandResult none = run_command(tiny_run(dir.file("empty"), 8, 4, dir.file("r4.json"), "--resume latest"));
   EXPECT_EQ(none.exit_code, 2) << none.err;
 }
@@ -756,7 +768,8 @@ TEST(CheckpointCli, FullDiskStopsOrSkipsAndKeepsThePreviousCheckpoint) {
     }
     // The committed checkpoint is intact: a resume from it verifies and trains.
     const CommandResult resumed = run_command(
-        tiny_run(ckpt, 6, 4, dir.file(on_full + "-resumed.json"), "--resume latest --set checkpoint.every_steps=0"));
+        tiny_run(ckpt, 6, 4, dir.file(on_full + "-resumed.json"),
+                 "--resume latest --set checkpoint.every_steps=0 --set train.warmup_steps=1"));
     EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
   }
 }

@@ -29,10 +29,11 @@ using testing::run_command;
 const std::string kMpirun = std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
                             "OMPI_MCA_btl=self,vader timeout 300 " + TRAINBENCH_MPIEXEC + " --oversubscribe -np 2 ";
 
+// One warm-up step: a resume from step 15 has steps after its warm-up to measure.
 std::string run_2_ranks(const std::string& dir, const std::string& out, const std::string& extra = "") {
   return kMpirun + TRAINBENCH_BINARY + " run tiny --steps 20 --set checkpoint.dir=" + dir +
          " --set checkpoint.every_steps=10 --set checkpoint.keep=0 --set report.progress_every=0" +
-         " --set comm.timeout_s=30 --out " + out + " " + extra;
+         " --set comm.timeout_s=30 --set train.warmup_steps=1 --out " + out + " " + extra;
 }
 
 // comm.zero 0: every rank checkpoints the whole AdamW state; 1: its ZeRO-1 shard.
@@ -281,7 +282,7 @@ CommandResult resume_each_rank_in_its_own_folder(const testing::TempDir& dir, in
   return run_command(kMpirun + wrapper + " " + TRAINBENCH_BINARY + " run tiny --steps " + std::to_string(steps) +
                      " --set checkpoint.dir=ck --set checkpoint.every_steps=" + std::to_string(every_steps) +
                      " --set checkpoint.keep=0 --set report.progress_every=0 --set comm.timeout_s=30"
-                     " --resume latest --out r.json");
+                     " --set train.warmup_steps=1 --resume latest --out r.json");
 }
 
 // Each rank reads its own slices and the ranks pass them on: ranks that
