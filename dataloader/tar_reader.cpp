@@ -11,6 +11,7 @@
 #include <cstring>    // std::strerror, std::strstr, std::memcpy, std::memset
 
 #include "dataloader/data_error.h"
+#include "dataloader/gzip_tar_stream.h"  // GzipTarStream: gzip shards, inflated by zlib
 
 namespace trainbench {
 
@@ -18,6 +19,15 @@ namespace {
 // Below this a shard on a parallel file system is read in requests too small
 // to reach its bandwidth; libarchive's own default is 10 KiB.
 constexpr int64_t kMinBlockBytes = int64_t{1} << 20;
+
+// libarchive's read callback over a gzip shard's inflated stream.
+la_ssize_t read_gzip_stream(struct archive* archive, void* stream, const void** block) {
+  GzipTarStream& gzip = *static_cast<GzipTarStream*>(stream);
+  const int64_t n = gzip.read(block);
+  if (n >= 0) return static_cast<la_ssize_t>(n);
+  archive_set_error(archive, gzip.error_code(), "%s", gzip.error().c_str());
+  return ARCHIVE_FATAL;
+}
 }  // namespace
 
 TarReader::TarReader(int64_t block_bytes) : block_bytes_(std::max(block_bytes, kMinBlockBytes)) {}
@@ -28,6 +38,7 @@ void TarReader::close() {
   if (archive_ != nullptr) archive_read_free(archive_);
   archive_ = nullptr;
   entry_ = nullptr;
+  gzip_.reset();  // after libarchive, which reads through it
   // archive_read_open_fd leaves the descriptor to its owner.
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
@@ -74,14 +85,30 @@ void TarReader::open(const std::string& path) {
   ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
   // Shards are read once, front to back: let the kernel read ahead further.
   posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
-  if (archive_read_open_fd(archive_, fd_, static_cast<size_t>(block_bytes_)) != ARCHIVE_OK) {
+  uint8_t magic[2] = {};
+  ssize_t got = 0;
+  do {
+    got = ::pread(fd_, magic, sizeof magic, 0);
+  } while (got < 0 && errno == EINTR);
+  if (got > 0 && GzipTarStream::starts_gzip(magic, static_cast<size_t>(got))) {
+    open_gzip(nullptr, 0);
+  } else if (archive_read_open_fd(archive_, fd_, static_cast<size_t>(block_bytes_)) != ARCHIVE_OK) {
     fail_open();
   }
 }
 
 void TarReader::open_memory(const void* data, size_t size, const std::string& name) {
   start_archive(name);
-  if (archive_read_open_memory(archive_, data, size) != ARCHIVE_OK) fail_open();
+  if (GzipTarStream::starts_gzip(static_cast<const uint8_t*>(data), size)) {
+    open_gzip(data, size);
+  } else if (archive_read_open_memory(archive_, data, size) != ARCHIVE_OK) {
+    fail_open();
+  }
+}
+
+void TarReader::open_gzip(const void* data, size_t size) {
+  gzip_ = std::make_unique<GzipTarStream>(fd_, data, size, static_cast<size_t>(block_bytes_));
+  if (archive_read_open(archive_, gzip_.get(), nullptr, read_gzip_stream, nullptr) != ARCHIVE_OK) fail_open();
 }
 
 // libarchive picks the format while opening, so a file that is not a tar
@@ -138,8 +165,17 @@ bool TarReader::next_member(TarMember* member) {
     // A foreign tar that ends in a pax global header or a GNU volume header
     // also consumes some: counted as ended properly (trainbench writes neither).
     end_marker_seen_ = stream_offset() > archive_read_header_position(archive_);
-    if (end_marker_seen_ && fd_ >= 0 && archive_filter_code(archive_, 0) == ARCHIVE_FILTER_NONE)
+    if (end_marker_seen_ && gzip_ != nullptr) {
+      // Inflated to its end: the rest after the marker, and every member's
+      // CRC-32 and length with it.
+      data_after_end_ = gzip_->first_nonzero_from(stream_offset());
+      if (data_after_end_ == -2) {
+        data_after_end_ = -1;
+        fail(stream_offset(), "after the end-of-archive marker: " + gzip_->error());
+      }
+    } else if (end_marker_seen_ && fd_ >= 0 && archive_filter_code(archive_, 0) == ARCHIVE_FILTER_NONE) {
       data_after_end_ = first_nonzero_byte_from(stream_offset());
+    }
     return false;
   }
   // ARCHIVE_WARN marks a readable entry with a quirk (an odd pax attribute, a
@@ -270,6 +306,7 @@ int64_t TarReader::first_nonzero_byte_from(int64_t offset) const {
 }
 
 int64_t TarReader::storage_bytes() const {
+  if (gzip_ != nullptr) return gzip_->compressed_bytes();
   return archive_ != nullptr ? archive_filter_bytes(archive_, -1) : 0;
 }
 
@@ -300,6 +337,12 @@ void TarReader::fail_data() const {
 
 std::string TarReader::explain(const std::string& where_truncated,
                                const std::string& otherwise) const {
+  // The gzip stream's own words (it is not libarchive's).
+  if (gzip_ != nullptr && !gzip_->error().empty()) {
+    const std::string& why = gzip_->error();
+    if (why.rfind("truncated", 0) == 0) return "truncated tar archive: " + where_truncated + " (" + why + ")";
+    return otherwise + ": " + why;
+  }
   const std::string why =
       archive_error_string(archive_) != nullptr ? archive_error_string(archive_) : "";
   const bool truncated = why.find("runcated") != std::string::npos;  // "Truncated" or "truncated"

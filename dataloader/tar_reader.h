@@ -1,12 +1,14 @@
 // STORAGE READ. Streams the members of one tar shard through libarchive:
 // ustar, pax and GNU tar, raw or through any compression filter libarchive
-// has (gzip, zstd, ...). The file is read in large blocks (block_bytes, at
+// has (zstd, bzip2, xz, ...); gzip is inflated by zlib first
+// (dataloader/gzip_tar_stream.h: its CRC-32 is checked, its rest read). The file is read in large blocks (block_bytes, at
 // least 1 MiB) and member data lands in buffers the caller reuses, so the
 // steady state allocates nothing per member.
 #pragma once
 
 #include <cstdint>  // int64_t, uint8_t
 #include <functional>  // std::function: pass_data_blocks
+#include <memory>      // std::unique_ptr: a gzip shard's stream
 #include <string>
 #include <vector>
 
@@ -16,6 +18,8 @@ struct archive;        // libarchive's handle; only tar_reader.cpp includes arch
 struct archive_entry;  // libarchive's current header
 
 namespace trainbench {
+
+class GzipTarStream;
 
 struct TarMember {
   std::string name;      // path inside the archive, as stored
@@ -73,8 +77,9 @@ class TarReader {
   // offset of the first byte that is not zero after it, or -1. A zeroed block
   // where a header was (a damaged disk block), or archives joined by `cat`:
   // every tar reader stops at the marker (GNU tar says "A lone zero block"),
-  // and what follows was dropped without a word. Uncompressed shards only (a
-  // compressed one's rest is not read).
+  // and what follows was dropped without a word. Uncompressed and gzip
+  // shards (the offset is in the inflated stream; other compressions' rest
+  // is not read).
   int64_t data_after_end_marker() const { return data_after_end_; }
 
  private:
@@ -96,6 +101,10 @@ class TarReader {
   // libarchive's error in a message: where it is truncated, or what failed.
   std::string explain(const std::string& where_truncated, const std::string& otherwise) const;
 
+  // Opens the archive on a gzip stream (fd_, or the bytes in memory).
+  void open_gzip(const void* data, size_t size);
+
+  std::unique_ptr<GzipTarStream> gzip_;  // a gzip shard's inflated stream, or null
   struct archive* archive_ = nullptr;
   struct archive_entry* entry_ = nullptr;  // owned by archive_
   int fd_ = -1;

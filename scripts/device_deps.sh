@@ -29,6 +29,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   # tar shards: libarchive and the libraries Debian's build of it links
   libarchive-dev libarchive13 libacl1 libnettle8 libxml2 libicu72 liblz4-1 libzstd1
+  zlib1g-dev                    # gzip shards: inflated by zlib (dataloader/gzip_tar_stream.h)
 )
 
 case "${1:-}" in
@@ -73,6 +74,13 @@ case "${1:-}" in
     for file in "$prefix/$arch_dir"/openblas-pthread/cmake/openblas/*.cmake; do
       ln -sf "../../openblas-pthread/cmake/openblas/$(basename "$file")" "$prefix/$arch_dir/cmake/openblas/"
     done
+    # zlib1g-dev's libz.so links to /lib/.../libz.so.1.2.13, Debian 12's
+    # runtime, which is not carried: the device's own libz.so.1 (the one its
+    # libarchive and PyTorch load) is linked instead.
+    if [ ! -e "$prefix/$arch_dir/libz.so" ]; then
+      system_libz=$(ldconfig -p 2> /dev/null | awk '/libz\.so\.1 .*x86-64/ { print $NF; exit }')
+      if [ -n "$system_libz" ]; then ln -sfn "$system_libz" "$prefix/$arch_dir/libz.so"; fi
+    fi
     cat > .device/env.sh <<ENV
 # Written by scripts/device_deps.sh install: the unpacked packages for CMake,
 # the compiler and the loader.

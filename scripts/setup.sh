@@ -10,6 +10,7 @@ DEBIAN_PACKAGES=(
   libopenblas-dev               # cblas_sgemm for the CPU engine
   libopenmpi-dev openmpi-bin    # MPI launcher and host-buffer communicator
   libarchive-dev                # tar shards
+  zlib1g-dev                    # gzip shards, inflated with their CRC-32 checked
   libyaml-cpp-dev               # configs
   nlohmann-json3-dev            # result JSON
   libxxhash-dev                 # XXH64 of checkpoint files

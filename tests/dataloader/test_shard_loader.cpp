@@ -685,8 +685,8 @@ TEST(ShardLoader, AReadersBadSampleFailsTheRunAtTheSameBatchEveryTime) {
     TarShardWriter writer;
     writer.open(bad);
     const std::vector<uint16_t> tokens(20, 5);
-    for (int i = 0; i < 8; ++i)  // sample 5: 21 bytes, not whole 2-byte tokens
-      writer.write_sample("s" + std::to_string(i), {{"u16", tokens.data(), i == 5 ? 21 : tokens.size() * 2}});
+    for (char key = 'a'; key < 'i'; ++key)  // sample 'f': 21 bytes, not whole 2-byte tokens
+      writer.write_sample(std::string(1, key), {{"u16", tokens.data(), key == 'f' ? 21 : tokens.size() * 2}});
     writer.close();
   }
   std::vector<std::string> shards = good.paths;
