@@ -440,6 +440,34 @@ class BuildFolderTests(Sandbox):
         self.assertIn(f"{REPO}/no-such-build/trainbench", done.stderr)
 
 
+class RunScriptTests(Sandbox):
+    def test_paths_are_the_callers(self) -> None:
+        # run.sh changed to the source tree before the run: a config file in
+        # the caller's folder was not found, and --out landed in the source tree.
+        repo = self.dir / "repo"
+        (repo / "scripts").mkdir(parents=True)
+        shutil.copy(SCRIPTS / "run.sh", repo / "scripts" / "run.sh")
+        for stub in ("setup.sh", "build.sh"):
+            (repo / "scripts" / stub).write_text('echo "$0 in $PWD" >> "$FAKE_LOG.stubs"\n')
+        write_tool(repo / "build", "trainbench", FAKE_TRAINBENCH, shell=sys.executable)
+        caller = self.dir / "caller"
+        caller.mkdir()
+        (caller / "mine.yaml").write_text("train:\n  steps: 3\n")
+        env = {k: v for k, v in self.env.items() if k != "BUILD_DIR"}
+        done = run("bash", repo / "scripts" / "run.sh", "mine.yaml", "--out", "r.json", env=env, cwd=caller,
+                   timeout=20)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        call = json.loads(self.log.read_text().splitlines()[-1])
+        self.assertEqual(call, {"argv": ["run", "mine.yaml", "--out", "r.json"], "cwd": str(caller)})
+        self.assertTrue((caller / "r.json").is_file())
+        self.assertEqual(Path(str(self.log) + ".stubs").read_text().count(f"in {repo}"), 2,
+                         "setup and build run in the source tree")
+        # Without arguments: the default result in the source tree's out/.
+        done = run("bash", repo / "scripts" / "run.sh", env=env, cwd=caller, timeout=20)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertTrue((repo / "out" / "trainbench-result.json").is_file())
+
+
 class LocalClusterTests(Sandbox):
     def test_stop_kills_only_the_daemon_its_pid_file_names(self) -> None:
         # A PID file a dead daemon left named whatever process had the PID
