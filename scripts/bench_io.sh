@@ -65,7 +65,10 @@ for kind in "${kinds[@]}"; do
   esac
   shards="$dir/$kind"
   count=$((gib * 8))  # 128 MiB shards
-  if [ ! -f "$shards/train-$(printf %06d $((count - 1))).tar" ]; then
+  # An earlier call's set is reused when it is this --gib's: its last shard
+  # there and none past it (a larger --gib's set was read whole, the figures
+  # labelled with this one).
+  if [ ! -f "$shards/train-$(printf %06d $((count - 1))).tar" ] || [ -e "$shards/train-$(printf %06d "$count").tar" ]; then
     echo "== making $gib GiB of $kind shards in $shards"
     rm -rf "$shards"
     "$bin" shards synth --out "$shards" --count "$count" --size 128M --tokens 1024:512 \

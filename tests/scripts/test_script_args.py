@@ -261,6 +261,17 @@ class BenchStorageTests(Sandbox):
         self.assertTrue((self.dir / name / "text" / "train-000007.tar").is_file())
         self.assertFalse(in_repo.exists())
 
+    def test_bench_io_remakes_a_larger_sets_shards(self) -> None:
+        # After --gib 2, --gib 1 read the 16 shards there and labelled them 1 GiB.
+        calls = []
+        for gib in ("2", "1"):
+            run("bash", SCRIPTS / "bench_io.sh", "--dir", self.dir / "io", "--gib", gib, "--readers", "1",
+                "--kind", "text", env=self.env, timeout=60)
+            calls.append([json.loads(line)["argv"] for line in self.log.read_text().splitlines()])
+        synths = [argv for argv in calls[-1] if argv[:2] == ["shards", "synth"]]
+        self.assertEqual([argv[argv.index("--count") + 1] for argv in synths], ["16", "8"])
+        self.assertEqual(len(list((self.dir / "io" / "text").glob("train-*.tar"))), 8)
+
     def test_bench_ckpt_write_checks_files_before_writing(self) -> None:
         # --files 0 was refused by `bench io --write` after dd had written N GiB.
         self.fake_dd()
