@@ -126,6 +126,21 @@ fi
 if [ -f "$config" ]; then config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config"); fi
 if [ -z "$binary" ]; then binary="$(build_folder)/trainbench"; fi
 [ -x "$binary" ] || die "$binary is not an executable trainbench (build it: scripts/build.sh, or pass --binary)" 3
+# Each side's config, --steps and --set's, read once here as `run` reads
+# them (`trainbench plan` allocates nothing): a --steps within the warm-up
+# or a bad key was met by the LoRA run, after both plans, in lines of
+# mpirun's banner.
+check_side() {
+  local plan_code=0 plan_error
+  plan_error=$("$binary" plan "$config" ${steps:+--set train.steps=$steps} "$@" 2>&1 > /dev/null) || plan_code=$?
+  if [ "$plan_code" != 0 ]; then
+    plan_error=${plan_error#trainbench: }
+    if [ -n "$steps" ]; then plan_error=${plan_error//--set train.steps=$steps/--steps $steps}; fi
+    die "$plan_error" "$plan_code"
+  fi
+}
+check_side ${both[@]+"${both[@]}"} --set train.mode=lora ${lora_sets[@]+"${lora_sets[@]}"}
+check_side ${both[@]+"${both[@]}"} --set train.mode=full ${full_sets[@]+"${full_sets[@]}"}
 if [ -z "$out" ]; then out="$repo/out/compare-$(date +%Y%m%d-%H%M%S)"; fi
 mkdir -p "$out" 2> /dev/null || die "--out $out: cannot create the folder"
 out=$(cd "$out" && pwd)
@@ -177,9 +192,12 @@ give_up() {
     mv -f "$out/$name.log" "$out/$name.failed.log"
     failed+=("its log is $out/$name.failed.log")
   fi
-  if [ -e "$out/$name.json" ]; then
+  # An empty one (a plan's stdout, a run that wrote nothing) is no result.
+  if [ -s "$out/$name.json" ]; then
     mv -f "$out/$name.json" "$out/$name.failed.json"
     failed+=("its result (the steps before it stopped) is $out/$name.failed.json")
+  elif [ -n "$name" ]; then
+    rm -f "$out/$name.json"
   fi
   for f in "${comparison[@]}"; do
     if [ -e "$out/$f" ]; then

@@ -882,6 +882,33 @@ class CompareTests(LauncherSandbox):
         super().setUp()
         require_binary()
 
+    def test_each_sides_settings_are_checked_before_anything_runs(self) -> None:
+        # --steps within the warm-up, or a bad key in one side's --set, was met
+        # by the LoRA run after both plans, its message among mpirun's lines.
+        base = ["bash", COMPARE, "--binary", BINARY, "--config", "tiny", "--gpus-per-node", "1", "--nodes", "1"]
+        for args, named in ((["--steps", "3"], "must be < train.steps (3)"),
+                            (["--lora-set", "lora.rnak=4"], "lora.rnak"),
+                            (["--full-set", "train.micro_batch=0"], "train.micro_batch")):
+            with self.subTest(args=args):
+                done = run(*base, *args, "--out", self.dir / "never", env=self.env, timeout=60)
+                self.assert_refused(done, named)
+                self.assertFalse((self.dir / "never").exists())
+                self.assertEqual(self.mpirun_calls(), [])
+
+    def test_a_failed_plan_leaves_no_empty_result(self) -> None:
+        # Its stdout file was kept as plan-lora.failed.json, 0 bytes, named
+        # as "its result (the steps before it stopped)".
+        binary = write_tool(self.dir / "bin2", "trainbench",
+                            'case " $* " in *" --json "*) echo "plan failed" >&2; exit 5 ;; esac\nexit 0\n')
+        out = self.dir / "out"
+        done = run("bash", COMPARE, "--binary", binary, "--gpus-per-node", "1", "--nodes", "1", "--out", out,
+                   env=self.env, timeout=60)
+        self.assertEqual(done.returncode, 5, done.stderr)
+        self.assertFalse((out / "plan-lora.failed.json").exists())
+        self.assertFalse((out / "plan-lora.json").exists())
+        self.assertNotIn("its result", done.stderr)
+        self.assertTrue((out / "plan-lora.failed.log").is_file())
+
     def test_ranks_past_the_cores_are_oversubscribed_and_logs_open_with_the_launch(self) -> None:
         # mpirun refused 8 and 16 ranks on one machine ("not enough slots"),
         # and each log opened with "launch 1 8 ...", not the mpirun line.
