@@ -17,15 +17,20 @@
 # Usage: scripts/validate_fabric_projection.sh [RATE_MBIT ...]   (default: 200 800)
 #   RATE_MBIT: a link rate in Mbit/s, a positive number (200, 12.5), at most
 #   1e6 (1 Tbit/s); -h/--help prints this.
-# Env: TRAINBENCH (binary, default build/trainbench in the source tree),
-#      CONFIG (cpu-small), LAYERS (2), STEPS (8), OUT (folder for the JSON and
-#      log files, default a fresh one under /tmp); relative paths are taken
-#      from the current folder.
+# Env: TRAINBENCH_BINARY (or TRAINBENCH; else trainbench in the build folder,
+#      found as the other scripts find it: $TRAINBENCH_BUILD_DIR, relative to
+#      the source tree, else $BUILD_DIR, else build/), CONFIG (cpu-small),
+#      LAYERS (2), STEPS (8), OUT (folder for the JSON and log files, default
+#      a fresh one under /tmp); relative paths are taken from the current
+#      folder. Each step's output is in OUT; a step that fails is named with
+#      its log's last lines. Namespaces and links are named after the
+#      script's pid, so that two runs do not take each other's.
 # Exit codes: 2 bad usage or a missing tool (checked before any setup), 3 not
 # built, else the failed step's.
 # (netem would add a delay, but this VM's kernel has no sch_netem: tbf only.)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+. "$repo/scripts/lib/common.sh"  # build_folder
 me=validate_fabric_projection
 die() { echo "$me: $1" >&2; exit 2; }
 
@@ -50,7 +55,7 @@ CONFIG="${CONFIG:-cpu-small}"
 # Paths given are the caller's (the script runs in the source tree): a config
 # file is made absolute, anything else is a preset name and goes as it is.
 if [ -f "$CONFIG" ]; then CONFIG=$(cd "$(dirname "$CONFIG")" && pwd)/$(basename "$CONFIG"); fi
-BIN="${TRAINBENCH:-$repo/build/trainbench}"
+BIN="${TRAINBENCH_BINARY:-${TRAINBENCH:-$(build_folder)/trainbench}}"
 case "$BIN" in /*) ;; *) BIN="$PWD/$BIN" ;; esac
 if [ -n "${OUT:-}" ]; then case "$OUT" in /*) ;; *) OUT="$PWD/$OUT" ;; esac; fi
 cd "$repo"
@@ -63,30 +68,52 @@ BIN="$(readlink -f "$BIN")"
 MPIRUN="$(command -v mpirun)" || { echo "validate_fabric_projection: mpirun missing" >&2; exit 2; }
 # After every check, so a bad command line leaves nothing behind.
 OUT="${OUT:-$(mktemp -d /tmp/trainbench-fabric-XXXXXX)}"
-mkdir -p "$OUT"
+mkdir -p "$OUT" || die "OUT=$OUT: cannot create the folder"
+echo "$me: files in $OUT"
 
-NS_A=tbfab-a NS_B=tbfab-b
+# step NAME LOG COMMAND...: runs it with its output in LOG; a failure is
+# named with the log's last lines and ends the script with its exit code
+# (set -e ended it without a word, the output in a log nobody was told of).
+step() {
+  local name=$1 log=$2 code=0
+  shift 2
+  "$@" > "$log" 2>&1 || code=$?
+  if [ "$code" != 0 ]; then
+    echo "$me: $name failed (exit $code); the last lines of $log:" >&2
+    tail -n 15 "$log" | sed 's/^/  /' >&2
+    exit "$code"
+  fi
+}
+
+# Named after this run: a second run at the same time deleted the first's
+# namespaces (and a veth name is at most 15 characters).
+NS_A=tbfab-a-$$ NS_B=tbfab-b-$$
+LINK_A=tbf$$a LINK_B=tbf$$b
 IP_A=10.77.0.1 IP_B=10.77.0.2
+# The rsh agent lives where no space can be in its path: Open MPI splits
+# plm_rsh_agent's value on spaces (OUT may have them).
+AGENT_DIR=$(mktemp -d /tmp/trainbench-fabric-agent-XXXXXX)
 cleanup() {
   ip netns del "$NS_A" 2>/dev/null || true
   ip netns del "$NS_B" 2>/dev/null || true
+  ip link del "$LINK_A" 2>/dev/null || true
+  rm -rf "$AGENT_DIR"
 }
 trap cleanup EXIT
-cleanup
 ip netns add "$NS_A"
 ip netns add "$NS_B"
-ip link add tbfab0 type veth peer name tbfab1
-ip link set tbfab0 netns "$NS_A"
-ip link set tbfab1 netns "$NS_B"
-ip -n "$NS_A" addr add "$IP_A/24" dev tbfab0
-ip -n "$NS_B" addr add "$IP_B/24" dev tbfab1
+ip link add "$LINK_A" type veth peer name "$LINK_B"
+ip link set "$LINK_A" netns "$NS_A"
+ip link set "$LINK_B" netns "$NS_B"
+ip -n "$NS_A" addr add "$IP_A/24" dev "$LINK_A"
+ip -n "$NS_B" addr add "$IP_B/24" dev "$LINK_B"
 for ns in "$NS_A" "$NS_B"; do ip -n "$ns" link set lo up; done
-ip -n "$NS_A" link set tbfab0 up
-ip -n "$NS_B" link set tbfab1 up
+ip -n "$NS_A" link set "$LINK_A" up
+ip -n "$NS_B" link set "$LINK_B" up
 
 # mpirun (in namespace A) starts the remote daemon through this "rsh": it
 # enters namespace B under a hostname of its own, so Open MPI sees two nodes.
-AGENT="$OUT/netns-rsh"
+AGENT="$AGENT_DIR/netns-rsh"
 cat >"$AGENT" <<EOF
 #!/bin/sh
 host="\$1"; shift
@@ -106,8 +133,8 @@ mpi_two_nodes() {
 # micro-batch 1 x 128 tokens: little compute beside cpu-small's 57 MB of gradients at 2 layers.
 COMMON=(--set "model.n_layers=$LAYERS" --set train.micro_batch=1 --set model.seq_len=128 --set train.threads=1 --set data.readers=1 --set checkpoint.every_steps=0
         --set report.progress_every=0)
-mpi_two_nodes "$BIN" bench comm tiny --set comm.backend=mpi --min-bytes 4 --max-bytes 4 --iters 200 --warmup-iters 20 \
-  --out "$OUT/latency.json" >"$OUT/latency.log" 2>&1
+step "the latency measurement" "$OUT/latency.log" mpi_two_nodes "$BIN" bench comm tiny --set comm.backend=mpi \
+  --min-bytes 4 --max-bytes 4 --iters 200 --warmup-iters 20 --out "$OUT/latency.json"
 HOP_US=$(python3 -c "
 import json, sys; b = json.load(open(sys.argv[1]))
 t = next(r['time_s'] for r in b['collectives'] if r['collective'] == 'all_reduce' and r['path'] == 'raw')
@@ -115,7 +142,7 @@ print(f'{t / 2 * 1e6:.1f}')" "$OUT/latency.json")
 echo "validate_fabric_projection: $CONFIG at $LAYERS layers, rates ${RATES[*]} Mbit/s; hop latency ${HOP_US} us" \
      "(4-byte MPI_Allreduce / 2, no rate limit); files in $OUT"
 for rate in "${RATES[@]}"; do
-  for pair in "$NS_A tbfab0" "$NS_B tbfab1"; do
+  for pair in "$NS_A $LINK_A" "$NS_B $LINK_B"; do
     set -- $pair
     # Both directions limited (an all-reduce sends both ways at once); a
     # generous queue so TCP is paced, not dropped.
@@ -124,13 +151,15 @@ for rate in "${RATES[@]}"; do
   gbs=$(awk -v r="$rate" 'BEGIN { printf "%.6f", r * 1e6 / 8 / 1e9 }')
   fabric="$gbs,$HOP_US"
   # 1. projected on one rank (nothing crosses a link here).
-  "$BIN" project "$CONFIG" --layers "$LAYERS" --steps "$STEPS" --fabric "$fabric" --nodes 1,2 \
-    "${COMMON[@]}" --set comm.backend=local --out "$OUT/project-$rate.json" >"$OUT/project-$rate.log"
+  step "the projection at $rate Mbit/s" "$OUT/project-$rate.log" "$BIN" project "$CONFIG" --layers "$LAYERS" \
+    --steps "$STEPS" --fabric "$fabric" --nodes 1,2 "${COMMON[@]}" --set comm.backend=local \
+    --out "$OUT/project-$rate.json"
   # 2. measured on two ranks across the emulated link.
-  mpi_two_nodes "$BIN" run "$CONFIG" --steps "$STEPS" "${COMMON[@]}" --set comm.backend=mpi \
-    --out "$OUT/run-$rate.json" >"$OUT/run-$rate.log" 2>&1
-  mpi_two_nodes "$BIN" bench comm "$CONFIG" --set "model.n_layers=$LAYERS" --set comm.backend=mpi \
-    --min-bytes 4K --max-bytes 4K --iters 5 --warmup-iters 1 --out "$OUT/bench-$rate.json" >"$OUT/bench-$rate.log" 2>&1
+  step "the 2-rank run at $rate Mbit/s" "$OUT/run-$rate.log" mpi_two_nodes "$BIN" run "$CONFIG" --steps "$STEPS" \
+    "${COMMON[@]}" --set comm.backend=mpi --out "$OUT/run-$rate.json"
+  step "bench comm at $rate Mbit/s" "$OUT/bench-$rate.log" mpi_two_nodes "$BIN" bench comm "$CONFIG" \
+    --set "model.n_layers=$LAYERS" --set comm.backend=mpi --min-bytes 4K --max-bytes 4K --iters 5 \
+    --warmup-iters 1 --out "$OUT/bench-$rate.json"
 done
 # 3. projected vs measured. The second projection scales the first by the
 # share of the line rate MPI achieved at the OTHER rates (bench busbw / tc

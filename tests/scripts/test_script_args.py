@@ -407,6 +407,35 @@ class FabricArgumentTests(Sandbox):
         self.assertFalse(self.out.exists())
 
 
+class FabricStepTests(Sandbox):
+    """A failed step of validate_fabric_projection.sh ended it through set -e
+    without a word, its output in a log under a folder it had not named."""
+
+    def test_a_failed_step_is_named_with_its_log(self) -> None:
+        if os.getuid() != 0:
+            self.skipTest("validate_fabric_projection.sh runs as root only (ip netns, tc)")
+        # ip and tc succeed (netns exec runs the command here); mpirun fails.
+        write_tool(self.tools, "ip", 'echo "ip $*" >> "$FAKE_LOG"\n'
+                                     'if [ "$1 $2" = "netns exec" ]; then shift 3; exec "$@"; fi\n')
+        write_tool(self.tools, "tc", "exit 0\n")
+        write_tool(self.tools, "mpirun", 'echo "mpirun: could not reach the second node" >&2; exit 7\n')
+        binary = write_tool(self.dir / "bin2", "trainbench", "exit 0\n")
+        out = self.dir / "fabric out"
+        done = run("bash", SCRIPTS / "validate_fabric_projection.sh", "200",
+                   env={**self.env, "TRAINBENCH_BINARY": str(binary), "OUT": str(out)}, timeout=30)
+        self.assertEqual(done.returncode, 7, done.stderr)
+        self.assertIn(f"files in {out}", done.stdout)
+        self.assertIn(f"the latency measurement failed (exit 7); the last lines of {out}/latency.log:", done.stderr)
+        self.assertIn("  mpirun: could not reach the second node", done.stderr)
+        # Named after the run's pid; removed at the end.
+        made = [line for line in self.log.read_text().splitlines() if line.startswith("ip netns add")]
+        self.assertEqual(len(made), 2, made)
+        pid = made[0].rsplit("-", 1)[1]
+        self.assertTrue(pid.isdigit(), made)
+        self.assertEqual(made, [f"ip netns add tbfab-a-{pid}", f"ip netns add tbfab-b-{pid}"])
+        self.assertIn(f"ip netns del tbfab-a-{pid}", self.log.read_text())
+
+
 class GpuCheckArgumentTests(Sandbox):
     """scripts/gpu_check.sh runs once per GPU session: a setting it cannot use
     is refused before anything runs. GPU_CHECK_SKIP_TORCH=0 skipped PyTorch
