@@ -1422,7 +1422,9 @@ def environment_section(run: Run) -> list[str]:
                   f"mode {train.get('mode', '?')}, precision {train.get('precision', '?')}"),
         ("steps", f"{s.get('measured_steps', '?')} measured after {s.get('warmup_steps', '?')} warm-up"),
         ("data", f"{shards}, {data.get('readers', '?')} reader(s) per rank"),
-        ("checkpoint", f"every {ckpt.get('every_steps', '?')} steps, async {config_text(ckpt.get('async'))}, "
+        # every_steps 0 is no checkpoint: "every 0 steps" read as a setting.
+        ("checkpoint", "none (every_steps 0)" if ckpt.get("every_steps") == 0 else
+                       f"every {ckpt.get('every_steps', '?')} steps, async {config_text(ckpt.get('async'))}, "
                        f"dir {ckpt.get('dir') or '(temporary)'}"),
     ]
     for fs in env.get("filesystems") or []:

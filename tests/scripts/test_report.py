@@ -616,6 +616,12 @@ class ResultReadingTests(unittest.TestCase):
                 self.assertNotIn("True", text)
                 self.assertNotIn("False", text)
 
+    def test_a_run_without_checkpoints_says_none(self) -> None:
+        result = fake_result(1, 1000.0)
+        result["config"]["checkpoint"] = {"every_steps": 0, "async": True, "dir": ""}
+        text = self.make_report(self.write("a.json", result))
+        self.assertIn("- **checkpoint**: none (every_steps 0)\n", text)
+
     def test_older_results_group_by_world_size_and_derive_the_bottleneck(self) -> None:
         # Two repeats at 2 ranks: their median tokens/s (1650) stands for them.
         paths = [self.write("a.json", fake_result(1, 1000.0)), self.write("b.json", fake_result(2, 1500.0)),
@@ -1090,10 +1096,13 @@ class ScaleArgumentTests(unittest.TestCase):
         done = run("bash", sbatch, "--set", "checkpoint.dir=/a", env={**env, "CKPT_DIR": "/b"})
         self.assertEqual(done.returncode, 2, done.stderr)
         self.assertIn("name two checkpoint folders", done.stderr)
-        # Two nodes and no shared folder (an empty one is a temporary folder): refused.
+        # Two nodes and no shared folder (an empty one is a temporary folder):
+        # passed on as it is, for trainbench, which refuses a multi-node job
+        # that checkpoints to one (and runs one that does not checkpoint).
+        log.unlink(missing_ok=True)
         done = run("bash", sbatch, "--set", "checkpoint.dir=", env=env)
-        self.assertEqual(done.returncode, 2, done.stderr)
-        self.assertIn("2 nodes: set CKPT_DIR", done.stderr)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("checkpoint.dir=", log.read_text().splitlines())
 
     def test_the_sbatch_script_finds_the_binary_in_the_build_folder_the_build_used(self) -> None:
         # scripts/build.sh builds into $TRAINBENCH_BUILD_DIR; a job submitted
