@@ -173,7 +173,9 @@ check_config() {
   plan_args+=(${sets[@]+"${sets[@]}"})
   plan_out=$(mktemp)
   plan_error=$("$binary" "${plan_args[@]}" 2>&1 > "$plan_out") || plan_code=$?
-  if grep -Eq '"every_steps": 0,?$' "$plan_out"; then checkpoints_off=1; fi
+  # The config's final word (a later --set wins over an earlier one).
+  if grep -Eq '"every_steps": 0,?$' "$plan_out"; then checkpoints_off=1
+  elif grep -Eq '"every_steps": [0-9]+' "$plan_out"; then checkpoints_off=0; fi
   rm -f "$plan_out"
   if [ "$plan_code" != 0 ]; then
     plan_error=${plan_error#trainbench: }

@@ -731,6 +731,10 @@ class ScaleTests(LauncherSandbox):
         self.assert_refused(done, "must be < train.steps (2)")
         done = run(*sweep, "--out", self.dir / "never", env=self.env, timeout=30)
         self.assert_refused(done, "--ckpt-dir", "checkpoint.every_steps=0")
+        # A later --set wins, as in the runs.
+        done = run(*sweep, "--set", "checkpoint.every_steps=0", "--set", "checkpoint.every_steps=10",
+                   "--out", self.dir / "never", env=self.env, timeout=30)
+        self.assert_refused(done, "--ckpt-dir")
         self.assertFalse(sbatch_log.exists(), sbatch_log.read_text() if sbatch_log.exists() else "")
         self.assertFalse((self.dir / "never").exists())
         no_checkpoints = self.dir / "none.yaml"
