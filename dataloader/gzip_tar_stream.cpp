@@ -9,7 +9,8 @@
 namespace trainbench {
 
 GzipTarStream::GzipTarStream(int fd, const void* data, size_t size, size_t block_bytes)
-    : fd_(fd), memory_(static_cast<const uint8_t*>(data)), memory_size_(size), in_(block_bytes), out_(block_bytes) {
+    : fd_(fd), memory_(static_cast<const uint8_t*>(data)), memory_size_(size), in_(block_bytes),
+      out_{std::vector<uint8_t>(block_bytes), std::vector<uint8_t>(block_bytes)} {
   // 16 + MAX_WBITS: a gzip wrapper, whose header and trailer (CRC-32 and
   // length) inflate checks itself.
   z_ready_ = inflateInit2(&z_, 16 + MAX_WBITS) == Z_OK;
@@ -66,11 +67,14 @@ bool GzipTarStream::fill_input() {
 }
 
 int64_t GzipTarStream::read(const void** block) {
-  *block = out_.data();
+  // The other block: the one handed out last stays as it is.
+  const int next = current_ ^ 1;
+  std::vector<uint8_t>& out = out_[next];
+  *block = out.data();
   if (!error_.empty()) return -1;
   if (!z_ready_) return fail(ENOMEM, "gzip: cannot start zlib's inflate: out of memory");
-  z_.next_out = out_.data();
-  z_.avail_out = static_cast<uInt>(out_.size());
+  z_.next_out = out.data();
+  z_.avail_out = static_cast<uInt>(out.size());
   // A whole block where the stream has one: libarchive reads in blocks.
   while (z_.avail_out > 0 && !stream_ended_) {
     const int64_t at = compressed_read_ - z_.avail_in;  // compressed offset of the next byte
@@ -115,34 +119,45 @@ int64_t GzipTarStream::read(const void** block) {
       break;
     } else if (status == Z_DATA_ERROR || status == Z_NEED_DICT || status == Z_STREAM_ERROR) {
       const std::string why = z_.msg != nullptr ? z_.msg : "damaged data";
+      // "incorrect data check" / "incorrect length check": the trailer, read
+      // after the member's data, which has been handed out.
+      failed_check_ = why.find("check") != std::string::npos && why.find("header") == std::string::npos;
       fail(EINVAL, "gzip member " + std::to_string(members_) + " (from compressed byte " +
-                       std::to_string(member_start_) + "): " + why +
-                       (why.find("check") != std::string::npos ? " (its CRC-32 or length: the data is damaged)"
-                                                               : "") +
-                       " near compressed byte " + std::to_string(compressed_read_ - z_.avail_in));
+                       std::to_string(member_start_) + "): " + why + " at compressed byte " +
+                       std::to_string(compressed_read_ - z_.avail_in) +
+                       (failed_check_ ? " (its CRC-32 or length: its data, read before the check at its end, is "
+                                        "damaged)"
+                                      : ""));
       break;
     }
     // Z_OK, or Z_BUF_ERROR: no progress without more input, read next.
   }
-  const int64_t n = static_cast<int64_t>(out_.size() - z_.avail_out);
-  block_start_ = inflated_;
-  inflated_ += n;
+  const int64_t n = static_cast<int64_t>(out.size() - z_.avail_out);
   // What was inflated before an error is handed out first; the error comes
-  // with the next call, so a cut stream's whole samples are read.
-  if (n > 0) return n;
-  return error_.empty() ? 0 : -1;
+  // with the next call, so a cut stream's whole samples are read. A call
+  // that gives nothing leaves the blocks as they were.
+  if (n == 0) return error_.empty() ? 0 : -1;
+  current_ = next;
+  block_start_[next] = inflated_;
+  block_length_[next] = n;
+  inflated_ += n;
+  return n;
 }
 
 int64_t GzipTarStream::first_nonzero_from(int64_t offset) {
-  for (int64_t i = std::max(offset, block_start_); i < inflated_; ++i)
-    if (out_[static_cast<size_t>(i - block_start_)] != 0) return i;
+  // The rest of the two blocks held (the earlier first), then the stream's.
+  for (const int b : {current_ ^ 1, current_}) {
+    for (int64_t i = std::max(offset, block_start_[b]); i < block_start_[b] + block_length_[b]; ++i)
+      if (out_[b][static_cast<size_t>(i - block_start_[b])] != 0) return i;
+  }
   for (;;) {
     const void* block = nullptr;
     const int64_t n = read(&block);
     if (n < 0) return -2;
     if (n == 0) return -1;
+    const std::vector<uint8_t>& out = out_[current_];
     for (int64_t i = 0; i < n; ++i)
-      if (out_[static_cast<size_t>(i)] != 0) return block_start_ + i;
+      if (out[static_cast<size_t>(i)] != 0) return block_start_[current_] + i;
   }
 }
 

@@ -40,11 +40,17 @@ class GzipTarStream {
 
   int64_t compressed_bytes() const { return compressed_read_; }  // read from storage so far
   // Once libarchive has stopped at the end-of-archive marker, at inflated
-  // offset `offset` (within or after the last block read): the offset of
-  // the first non-zero inflated byte from there, or -1 when the rest of the
-  // stream is zeros. Inflates the rest, so that every member's trailer is
-  // checked: -2 on an error then (error() says what).
+  // offset `offset` (within the last two blocks read, or after them): the
+  // offset of the first non-zero inflated byte from there, or -1 when the
+  // rest of the stream is zeros. Inflates the rest, so that every member's
+  // trailer is checked: -2 on an error then (error() says what).
   int64_t first_nonzero_from(int64_t offset);
+  // The check comes at each member's end (its trailer follows its data), as
+  // for `gzip -dc | tar` and Python's tarfile: a single-member shard's
+  // samples have all been handed out by then.
+  // A member whose trailer failed its check (error() then says so): the
+  // bytes handed out before it may be damaged.
+  bool failed_its_check() const { return failed_check_; }
 
  private:
   bool fill_input();  // more compressed bytes into in_; false at the end of the file or on an error
@@ -55,12 +61,19 @@ class GzipTarStream {
   size_t memory_size_, memory_used_ = 0;
   z_stream z_{};
   bool z_ready_ = false;
-  std::vector<uint8_t> in_, out_;
+  std::vector<uint8_t> in_;
+  // Two output blocks, filled in turn: libarchive may stop at the marker
+  // having consumed only part of the block before the last one (a header
+  // read across the two), whose rest first_nonzero_from must still see.
+  std::vector<uint8_t> out_[2];
+  int current_ = 0;                   // the block handed out last
+  int64_t block_start_[2] = {0, 0};   // inflated offset of each block
+  int64_t block_length_[2] = {0, 0};
+  bool failed_check_ = false;
   int64_t compressed_read_ = 0;   // bytes of the file read into in_ so far
   int64_t member_start_ = 0;      // compressed offset of the member being inflated
   int64_t members_ = 0;           // members begun
   int64_t inflated_ = 0;          // inflated bytes handed out, all blocks
-  int64_t block_start_ = 0;       // inflated offset of the last block handed out
   bool between_members_ = true;   // at the start, or after a member's checked trailer
   bool input_ended_ = false;      // the file has no more bytes
   bool stream_ended_ = false;     // the last member's trailer checked, nothing but zeros after it

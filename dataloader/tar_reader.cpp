@@ -171,6 +171,9 @@ bool TarReader::next_member(TarMember* member) {
       data_after_end_ = gzip_->first_nonzero_from(stream_offset());
       if (data_after_end_ == -2) {
         data_after_end_ = -1;
+        // A member's failed check is about its compressed bytes, named in
+        // the message; the tar stream's offset would point past them.
+        if (gzip_->failed_its_check()) throw DataError(failure_scope(), path_ + ": " + gzip_->error());
         fail(stream_offset(), "after the end-of-archive marker: " + gzip_->error());
       }
     } else if (end_marker_seen_ && fd_ >= 0 && archive_filter_code(archive_, 0) == ARCHIVE_FILTER_NONE) {
