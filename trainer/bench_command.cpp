@@ -732,6 +732,19 @@ int BenchCommand::run_io() {
     m.cached = resident_fraction(residency, static_cast<size_t>(m.rate.files));
     return m;
   };
+  // The small files' folder, made before the measurements: a
+  // --small-files-dir that could not take it was found after them all
+  // (minutes of them), and not one row was kept. It goes however this ends.
+  std::string small_dir;
+  std::optional<FolderRemovedAtScopeEnd> remove_small_dir;
+  if (o.small_files) {
+    try {
+      small_dir = make_temporary_directory("trainbench-small-files", o.small_files_dir);
+    } catch (const std::runtime_error& e) {
+      throw CommandError{kExitUserError, std::string("--small-files-dir: ") + e.what()};
+    }
+    remove_small_dir.emplace(small_dir);
+  }
   std::vector<Row> rows;
   // Reader counts the loader could not be measured at: said in the result
   // JSON's warnings too, where a sweep over --readers looks for its rows.
@@ -826,14 +839,7 @@ int BenchCommand::run_io() {
   int64_t small_files_written = 0;
   bool any_small_left_out = false;
   if (o.small_files) {
-    std::string dir;
-    try {
-      dir = make_temporary_directory("trainbench-small-files", o.small_files_dir);
-    } catch (const std::runtime_error& e) {
-      throw CommandError{kExitUserError, std::string("--small-files-dir: ") + e.what()};
-    }
-    // The folder goes however this ends: a full disk left it behind, full.
-    const FolderRemovedAtScopeEnd remove_folder(dir);
+    const std::string& dir = small_dir;
     // data.on_corrupt=skip: the corrupt data is left out as the loader
     // leaves it (the first corrupt sample ended the whole bench, exit 2,
     // after the loader's rows had been measured without it).

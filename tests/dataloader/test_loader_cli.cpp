@@ -7,6 +7,7 @@
 #include <sys/stat.h>  // mkfifo
 #include <unistd.h>    // fdatasync, close, sysconf
 
+#include <chrono>  // the refused small-files folder: before the measurements
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -323,6 +324,19 @@ TEST_F(LoaderCli, BenchIoReaderCountsInAnyOrderAndSmallFilesCompareLikeWithLike)
     EXPECT_NE(bad.err.find("must be an integer between 1 and 256"), std::string::npos) << list << ": " << bad.err;
     EXPECT_EQ(bad.err.find('\n'), bad.err.size() - 1) << list << ": " << bad.err;
   }
+  // A --small-files-dir that cannot take the folder is refused before the
+  // measurements: it was found after them all (here 2 x 30 s of storage
+  // slowed to a second a read), and no row was kept.
+  const auto begin = std::chrono::steady_clock::now();
+  const CommandResult no_dir = run_command(std::string(TRAINBENCH_BINARY) + " bench io tiny --set data.shards=" +
+                                           dir_ + "/good --readers 1 --seconds 30 --set data.inject_delay_ms=1000 "
+                                           "--small-files --small-files-dir " + dir_ + "/nowhere --out " + out);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  EXPECT_EQ(no_dir.exit_code, 2) << no_dir.err;
+  EXPECT_EQ(no_dir.err.rfind("trainbench: --small-files-dir: cannot create a folder under " + dir_ + "/nowhere", 0), 0u)
+      << no_dir.err;
+  EXPECT_EQ(no_dir.err.find('\n'), no_dir.err.size() - 1) << no_dir.err;
+  EXPECT_LT(seconds, 20.0) << "refused after measuring";
 }
 
 // --seconds bounds every measurement, the plain reads too: they read every
