@@ -333,8 +333,13 @@ double time_across_ranks(const std::vector<double>& rank_times, AcrossRanks acro
 }
 
 double bus_bandwidth_factor(const std::string& collective, int world_size) {
+  // nccl-tests' factors (REFERENCE.md). Every collective named: one added
+  // later under another name got (n-1)/n, half a broadcast's busbw on 2 ranks.
   const double n = world_size;
-  return collective == "all_reduce" ? 2.0 * (n - 1) / n : (n - 1) / n;
+  if (collective == "all_reduce") return 2.0 * (n - 1) / n;
+  if (collective == "reduce_scatter" || collective == "all_gather" || collective == "all_to_all") return (n - 1) / n;
+  if (collective == "broadcast" || collective == "reduce") return 1.0;
+  throw std::logic_error("bus_bandwidth_factor: no bus factor for collective " + collective);
 }
 
 std::vector<int64_t> size_sweep(int64_t min_bytes, int64_t max_bytes, double factor) {

@@ -1130,7 +1130,9 @@ int BenchCommand::run_comm() {
                                "--min-bytes " + std::to_string(o.min_bytes) + " --max-bytes " +
                                    std::to_string(o.max_bytes) + " --factor " + std::to_string(o.factor) +
                                    " --iters " + std::to_string(o.iters) + " --warmup-iters " +
-                                   std::to_string(o.warmup_iters) + " --average " + std::to_string(o.average),
+                                   std::to_string(o.warmup_iters) + " --average " + std::to_string(o.average) +
+                                   // Rank 0 writes it: given to another rank alone, it was not written.
+                                   (o.out.empty() ? "" : " --out " + o.out),
                                *comm);
   const int gpu = comm_bench_gpu(config, *comm);
   if (gpu >= 0) {

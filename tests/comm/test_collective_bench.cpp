@@ -50,6 +50,10 @@ TEST(CollectiveBench, BusBandwidthFactorsAreNcclTests) {
   EXPECT_DOUBLE_EQ(bus_bandwidth_factor("reduce_scatter", 4), 0.75);
   EXPECT_DOUBLE_EQ(bus_bandwidth_factor("all_gather", 8), 0.875);
   EXPECT_DOUBLE_EQ(bus_bandwidth_factor("all_reduce", 1), 0.0);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor("broadcast", 2), 1.0);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor("reduce", 8), 1.0);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor("all_to_all", 4), 0.75);
+  EXPECT_THROW(bus_bandwidth_factor("scatter", 4), std::logic_error);
 }
 
 // The data check's pattern sums exactly in fp32 in any order of ranks, on

@@ -468,6 +468,13 @@ TEST(MpiCli, BenchCommRanksWithDifferentOptionsExitTwo) {
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_NE(r.err.find("rank 1 has command line = "), std::string::npos) << r.err;
   EXPECT_LT(seconds, 60.0) << "not the collective timeout (300 s)";
+  // --out given to rank 1 alone: rank 0 writes the figures, so it was not
+  // written and the job exited 0.
+  const auto [out, out_seconds] =
+      run_with_rank1_extra(dir, "bench comm tiny --max-bytes 4K --iters 1", "--out " + dir.file("b.json"));
+  EXPECT_EQ(out.exit_code, 2) << out.out << out.err;
+  EXPECT_NE(out.err.find("--out " + dir.file("b.json")), std::string::npos) << out.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("b.json")));
 }
 
 // A failure every rank meets alike (a bad --set before MPI is up; a
