@@ -688,15 +688,20 @@ class ScaleTests(LauncherSandbox):
         command = line.split("when the jobs have finished: ", 1)[1]
         self.assertEqual(shlex.split(command), ["python3", str(SCRIPTS / "report.py"), str(out)])
 
-    def test_a_slurm_resubmission_sets_the_earlier_result_aside(self) -> None:
-        # The report read an earlier sweep's nodes-1.json as this job's
-        # when this one failed before writing its own.
-        write_tool(self.tools, "sbatch", "echo 42\n")
+    def resubmit(self, sbatch: str) -> tuple[Path, subprocess.CompletedProcess[str]]:
+        """A 1-node Slurm sweep into a folder that holds an earlier
+        nodes-1.json, `sbatch` the given stand-in."""
+        write_tool(self.tools, "sbatch", sbatch)
         out = self.dir / "slurm"
         out.mkdir()
         (out / "nodes-1.json").write_text('{"earlier": true}\n')
-        done = run("bash", SCALE, "--slurm", "--binary", "/bin/true", "--nodes", "1", "--out", out, env=self.env,
-                   timeout=20)
+        return out, run("bash", SCALE, "--slurm", "--binary", "/bin/true", "--nodes", "1", "--out", out,
+                        env=self.env, timeout=20)
+
+    def test_a_slurm_resubmission_sets_the_earlier_result_aside(self) -> None:
+        # The report read an earlier sweep's nodes-1.json as this job's
+        # when this one failed before writing its own.
+        out, done = self.resubmit("echo 42\n")
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertFalse((out / "nodes-1.json").exists())
         self.assertEqual((out / "nodes-1.json.previous").read_text(), '{"earlier": true}\n')
@@ -705,12 +710,7 @@ class ScaleTests(LauncherSandbox):
     def test_a_failed_slurm_submission_puts_the_earlier_result_back(self) -> None:
         # It stayed nodes-1.json.previous: no job wrote nodes-1.json, and the
         # report no longer found the earlier one.
-        write_tool(self.tools, "sbatch", 'echo "sbatch: error: Batch job submission failed" >&2; exit 1\n')
-        out = self.dir / "slurm"
-        out.mkdir()
-        (out / "nodes-1.json").write_text('{"earlier": true}\n')
-        done = run("bash", SCALE, "--slurm", "--binary", "/bin/true", "--nodes", "1", "--out", out, env=self.env,
-                   timeout=20)
+        out, done = self.resubmit('echo "sbatch: error: Batch job submission failed" >&2; exit 1\n')
         self.assertEqual(done.returncode, 1, done.stderr)
         self.assertIn("sbatch failed (exit 1", done.stderr)
         self.assertEqual((out / "nodes-1.json").read_text(), '{"earlier": true}\n')
