@@ -327,7 +327,9 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& dir) 
     const std::string clean = io::without_trailing_slashes(dir);
     return follow_latest(clean, "checkpoint.dir " + clean);
   }
-  const std::string path = io::without_trailing_slashes(spec);
+  // Lexically normal: the checks below go by the folder's name, which
+  // "DIR/step_4.tmp/." hid (a folder being written resumed as committed).
+  const std::string path = io::without_trailing_slashes(fs::path(spec).lexically_normal().string());
   if (path.empty()) throw CheckpointError("--resume: an empty checkpoint path");
   // step_N.tmp may hold a manifest already (rank 0 writes it before the
   // rename that commits): only a committed folder is a checkpoint.

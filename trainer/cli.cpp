@@ -78,11 +78,29 @@ struct CheckpointDir {
   std::string path;
   bool temporary = false;
   bool remover = false;  // rank 0 of a temporary folder
+  // Rank 0 made checkpoint.dir: a run that fails before writing anything
+  // there removes it again (a refused --resume PATH left it, lock file and
+  // all, for the next run to find).
+  bool made_by_this_run = false;
+  const int exceptions_at_start = std::uncaught_exceptions();
   CheckpointDirLock lock;  // rank 0's: no second run writes into the folder meanwhile
   CheckpointDir() = default;
   CheckpointDir(const CheckpointDir&) = delete;
   CheckpointDir& operator=(const CheckpointDir&) = delete;
-  ~CheckpointDir() { drop(); }
+  ~CheckpointDir() {
+    const std::string made = made_by_this_run && std::uncaught_exceptions() > exceptions_at_start ? path : "";
+    drop();
+    if (!made.empty()) remove_if_only_its_lock(made);
+  }
+  // The folder, when it holds nothing but the lock's file.
+  static void remove_if_only_its_lock(const std::string& folder) {
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(folder, error))
+      if (entry.path().filename() != kCheckpointLockName) return;
+    if (error) return;
+    std::filesystem::remove(std::filesystem::path(folder) / kCheckpointLockName, error);
+    std::filesystem::remove(folder, error);
+  }
   // No checkpoints after all: a temporary folder goes now.
   void drop() {
     lock.release();
@@ -103,6 +121,8 @@ void setup_checkpoint_dir(const Config& config, Communicator& comm, CheckpointDi
           : "checking that checkpoint.dir " + config.checkpoint.dir + " is writable and taking its lock");
   if (!config.checkpoint.dir.empty()) {
     dir->path = config.checkpoint.dir;
+    std::error_code ignored;
+    dir->made_by_this_run = comm.rank() == 0 && !std::filesystem::exists(dir->path, ignored);
   } else {
     // The default is a folder in rank 0's TMPDIR. Ranks on another host
     // wrote their files into a folder of that name on their own disk, which
@@ -137,10 +157,15 @@ void setup_checkpoint_dir(const Config& config, Communicator& comm, CheckpointDi
 // (exit 3, the result lost): refused before step 1.
 void check_result_outside_checkpoints(const std::string& result_path, const std::string& named,
                                       const std::string& checkpoint_dir) {
+  // Absolute first: weakly_canonical leaves a relative path whose first part
+  // does not exist as it is, so a bare "r.json" (or "latest") written from
+  // inside the folder never had the folder as its prefix.
   std::error_code error;
-  const std::filesystem::path result = std::filesystem::weakly_canonical(result_path, error);
+  const std::filesystem::path result =
+      std::filesystem::weakly_canonical(std::filesystem::absolute(result_path, error), error);
   if (error) return;  // check_result_path has said what it could of the path
-  std::filesystem::path folder = std::filesystem::weakly_canonical(checkpoint_dir, error);
+  std::filesystem::path folder =
+      std::filesystem::weakly_canonical(std::filesystem::absolute(checkpoint_dir, error), error);
   if (error) return;
   if (folder.has_relative_path() && folder.filename().empty()) folder = folder.parent_path();  // "dir/"
   const auto [in_folder, in_result] = std::mismatch(folder.begin(), folder.end(), result.begin(), result.end());

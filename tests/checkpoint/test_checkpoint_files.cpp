@@ -644,10 +644,13 @@ TEST_F(CheckpointFiles, ResolveFindsTheCheckpointOrSaysWhatIsMissing) {
   // rename): refused by name, pointing at the dir.
   for (const std::string suffix : {".tmp", ".old", ".tmp.interrupted"}) {
     fs::copy(dir_ + "/step_10", dir_ + "/step_10" + suffix);
-    EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint(dir_ + "/step_10" + suffix + "/", ""); }),
-              "checkpoint " + dir_ + "/step_10" + suffix + " is not committed (a " + suffix +
-                  " folder is one being written, set aside or left by a crash): --resume " + dir_ +
-                  " resumes from the newest committed one");
+    // Its name hidden behind "/." resumed it as committed.
+    for (const std::string tail : {"/", "/.", "/./"})
+      EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint(dir_ + "/step_10" + suffix + tail, ""); }),
+                "checkpoint " + dir_ + "/step_10" + suffix + " is not committed (a " + suffix +
+                    " folder is one being written, set aside or left by a crash): --resume " + dir_ +
+                    " resumes from the newest committed one")
+          << tail;
     fs::remove_all(dir_ + "/step_10" + suffix);
   }
   write_text(dir_ + "/latest", "step_10.old\n");

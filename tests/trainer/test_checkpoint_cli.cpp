@@ -317,6 +317,20 @@ TEST(CheckpointCli, IncompatibleResumeIsRefused) {
   EXPECT_EQ(measured.exit_code, 0) << measured.err;
   const CommandResult none = run_command(tiny_run(dir.file("empty"), 8, 4, dir.file("r4.json"), "--resume latest"));
   EXPECT_EQ(none.exit_code, 2) << none.err;
+  // A refused --resume PATH into a new checkpoint.dir: the folder the run
+  // made goes again (it stayed, with the lock's file in it).
+  for (const std::string& refused : {"--resume " + dir.file("nowhere"),
+                                     "--resume " + ckpt + " --set model.d_model=128"}) {
+    const CommandResult r = run_command(tiny_run(dir.file("new"), 12, 4, dir.file("r7.json"), refused));
+    EXPECT_EQ(r.exit_code, 2) << refused << ": " << r.err;
+    EXPECT_FALSE(fs::exists(dir.file("new"))) << refused;
+  }
+  // One that was there before stays, however the run ends.
+  fs::create_directories(dir.file("kept"));
+  EXPECT_EQ(run_command(tiny_run(dir.file("kept"), 12, 4, dir.file("r8.json"), "--resume " + dir.file("nowhere")))
+                .exit_code,
+            2);
+  EXPECT_TRUE(fs::exists(dir.file("kept")));
 }
 
 // tiny warms up for 5 steps; these runs are shorter.
@@ -591,6 +605,14 @@ TEST(CheckpointCli, AResultInsideTheCheckpointFolderIsRefusedBeforeStepOne) {
     EXPECT_NE(r.err.find("--out " + out + ": inside checkpoint.dir " + ckpt + "/"), std::string::npos) << r.err;
     EXPECT_EQ(r.out.find("\nstep "), std::string::npos) << "no step may run: " << r.out;
   }
+  // A bare name from inside the folder (checkpoint.dir=.): it passed, and
+  // the result replaced `latest`.
+  std::filesystem::create_directories(ckpt);
+  const CommandResult bare = run_command("cd " + ckpt + " && " + tiny_run(".", 6, 3, "latest",
+                                                                          "--set train.warmup_steps=1"));
+  EXPECT_EQ(bare.exit_code, 2) << bare.err;
+  EXPECT_NE(bare.err.find("--out latest: inside checkpoint.dir ."), std::string::npos) << bare.err;
+  EXPECT_FALSE(std::filesystem::exists(ckpt + "/latest"));
   // A folder beside it whose name begins the same is not inside.
   const CommandResult beside =
       run_command(tiny_run(ckpt, 6, 3, ckpt + "-results.json", "--set train.warmup_steps=1"));
