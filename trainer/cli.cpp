@@ -479,8 +479,11 @@ int run_command(const RunOptions& options, const std::string& command_line) {
   if (options.out_given && options.out.empty()) throw CommandError{kExitUserError, "--out: the path is empty"};
   std::vector<std::pair<std::string, std::string>> typed;
   if (options.steps_given) typed.push_back({"train.steps=" + options.steps, "--steps " + options.steps});
-  if (!options.out.empty()) typed.push_back({"report.out=" + options.out, "--out " + options.out});
-  const Config config = load_config_as_typed(options.config, options.overrides, typed);
+  Config config = load_config_as_typed(options.config, options.overrides, typed);
+  // The path as typed, not through YAML as a --set value is read: "r #1.json"
+  // wrote "r", "'q'.json" wrote "q", "null" the default, and "[1].json" was
+  // refused as a list.
+  if (!options.out.empty()) config.report.out = options.out;
   // With nccl this is its bootstrap (MPI or local) until the GPU is known:
   // wrapped in run_config, after the engine.
   std::unique_ptr<Communicator> comm = make_communicator(config.comm.backend, config.comm.timeout_s);

@@ -489,6 +489,21 @@ TEST_F(ResultJson, ChecksPassed) {
   }
 }
 
+// --out is a path as typed: it went through YAML as a --set value does, so
+// "r #1.json" wrote "r" (a comment), "null" the default file, and "[1].json"
+// was refused as a list. bench compute and burnin take it the same way.
+TEST(Cli, OutIsThePathAsTyped) {
+  testing::TempDir dir("test_cli_out");
+  for (const std::string name : {"r #1.json", "null", "[1].json", "*.json", "a: b.json"}) {
+    const auto r =
+        run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 3 --set train.warmup_steps=1 "
+                    "--set checkpoint.every_steps=0 --set report.gemm_ceiling_s=0 --out '" + dir.file(name) + "'");
+    EXPECT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    EXPECT_TRUE(std::filesystem::is_regular_file(dir.file(name))) << name;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("r"))) << "cut at the '#'";
+}
+
 TEST(Cli, VersionNamesTheBuiltEngines) {
   const auto r = run_command(std::string(TRAINBENCH_BINARY) + " --version");
   EXPECT_EQ(r.exit_code, 0);
