@@ -193,13 +193,25 @@ BaselineFigures read_baseline(const std::string& path) {
   known.tokens_per_s = number("/summary/tokens_per_s");
   known.busbw_gbs = number("/burnin/fabric/busbw_gbs", true);
   known.write_gbs = number("/burnin/storage/write_gbs", true);
+  // The sections read below are objects where there is one: value() on a
+  // number threw, and an edited "environment": 5 ended the burn-in as an
+  // internal error (exit 1); a "train": 5 was read as train.micro_batch = 5.
+  const auto section = [&](const nlohmann::json& parent, const char* key, const std::string& named) {
+    if (!parent.contains(key) || parent[key].is_null()) return nlohmann::json::object();
+    if (!parent[key].is_object())
+      throw std::invalid_argument("--baseline " + path + ": " + named + " is " + excerpt(json_text(parent[key])) +
+                                  ", expected an object (a trainbench run or burnin result is expected)");
+    return parent[key];
+  };
+  const nlohmann::json environment = section(j, "environment", "environment");
   known.config = j.value("config", nlohmann::json());
-  const nlohmann::json ranks = j.value("environment", nlohmann::json::object()).value("ranks", nlohmann::json());
+  if (known.config.is_object())
+    for (const char* key : {"model", "train", "lora"}) (void)section(known.config, key, std::string("config.") + key);
+  const nlohmann::json ranks = environment.value("ranks", nlohmann::json());
   known.ranks = ranks.is_number_integer() ? ranks.get<int64_t>() : 0;
-  const nlohmann::json backend =
-      j.value("environment", nlohmann::json::object()).value("compute_backend", nlohmann::json());
+  const nlohmann::json backend = environment.value("compute_backend", nlohmann::json());
   known.compute_backend = backend.is_string() ? backend.get<std::string>() : "";
-  const nlohmann::json attention = j.value("environment", nlohmann::json::object()).value("attention", nlohmann::json());
+  const nlohmann::json attention = environment.value("attention", nlohmann::json());
   if (attention.is_object() && attention.value("kernel", nlohmann::json()).is_string())
     known.attention_kernel = attention["kernel"].get<std::string>();
   known.path = path;

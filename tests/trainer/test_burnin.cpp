@@ -168,6 +168,12 @@ TEST(BurninBaseline, ReadsRunAndBurninResultsAndNamesWhatFellBelow) {
   std::ofstream(dir.file("negative.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": -5}})";
   std::ofstream(dir.file("null.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": null}})";
   std::ofstream(dir.file("text.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": "fast"}})";
+  // Sections edited into another type: "environment": 5 ended the burn-in
+  // as an internal error (exit 1), "train": 5 read as train.micro_batch = 5.
+  std::ofstream(dir.file("env5.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 5},
+                                              "environment": 5})";
+  std::ofstream(dir.file("train5.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 5},
+                                                "config": {"train": 5}})";
   std::filesystem::create_directories(dir.file("folder.json"));
   ASSERT_EQ(mkfifo(dir.file("fifo.json").c_str(), 0600), 0);
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -178,6 +184,8 @@ TEST(BurninBaseline, ReadsRunAndBurninResultsAndNamesWhatFellBelow) {
       {"negative.json", "summary.tokens_per_s is -5, expected a positive number"},
       {"null.json", "summary.tokens_per_s is null (not measured in that run)"},
       {"text.json", "summary.tokens_per_s is \"fast\""},
+      {"env5.json", "environment is 5, expected an object"},
+      {"train5.json", "config.train is 5, expected an object"},
       {"folder.json", "not a regular file"}, {"fifo.json", "not a regular file"}};
   for (const auto& [name, expected] : cases) {
     const std::string bad = dir.file(name);
