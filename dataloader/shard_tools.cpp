@@ -300,9 +300,9 @@ void write_series(const ShardSeries& series, const std::string& pattern, Write&&
 // True when `inner` is `outer` or lies under it, links resolved.
 bool is_within(const fs::path& inner, const fs::path& outer) {
   std::error_code error;
-  const fs::path a = fs::weakly_canonical(fs::absolute(inner), error);
+  const fs::path a = fs::weakly_canonical(fs::absolute(inner, error), error);
   if (error) return false;
-  const fs::path b = fs::weakly_canonical(fs::absolute(outer), error);
+  const fs::path b = fs::weakly_canonical(fs::absolute(outer, error), error);
   if (error) return false;
   auto ia = a.begin();
   for (auto ib = b.begin(); ib != b.end(); ++ib, ++ia) {

@@ -344,6 +344,8 @@ int ShardsCommand::run_synth() {
 
 int ShardsCommand::run_pack() {
   PackOptions options;
+  // "" read as no folder at all: exit 3, "filesystem error: cannot make absolute path".
+  if (pack_args_.input_dir.empty()) user_error("INPUT_DIR: the path is empty");
   options.input_dir = pack_args_.input_dir;
   options.max_bytes = parse_bytes(pack_args_.max_size, "--max-size");
   options.max_count = pack_args_.max_count;

@@ -215,6 +215,8 @@ TEST(CliErrors, OptionNumbersOutOfRange) {
       {{"bench", "compute", "--out", ""}, {"--out", "the path is empty"}},
       {{"bench", "io", "--out", ""}, {"--out", "the path is empty"}},
       {{"bench", "comm", "--out", ""}, {"--out", "the path is empty"}},
+      // Exit 3, "filesystem error: cannot make absolute path: Invalid argument []".
+      {{"shards", "pack", "", "--out", "/tmp/never-made-pack"}, {"INPUT_DIR", "the path is empty"}},
       // The measurement's own two-step job: train.steps=-5 was overridden
       // unseen and accepted.
       {{"bench", "compute", "--set", "train.steps=-5"},
