@@ -326,6 +326,9 @@ Config measurement_run_config(const Config& config, int64_t warmup_steps, int64_
   run.burnin.inject_slow_ms = 0;
   run.data.inject_delay_ms = 0;
   run.report.gemm_ceiling_s = 0;  // the measurement's own figure is its point, not MFU
+  // Its figure is the steps' times: untimed (report.instrument false), the
+  // compute ceiling read 0 (bench compute exit 4, run --ceilings dropped it).
+  run.report.instrument = true;
   return run;
 }
 

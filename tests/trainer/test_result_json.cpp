@@ -434,6 +434,15 @@ TEST(BenchCompute, ReportsTheComputeCeilingAndNamesUnknownBenchCommands) {
   EXPECT_NE(run.out.find("compute ceiling: "), std::string::npos) << run.out;
   EXPECT_EQ(result.at("config").at("data").at("source"), "synthetic");
 
+  // Untimed steps (report.instrument false) are no reason for no ceiling:
+  // it read 0, exit 4 (and run --ceilings dropped it without a word).
+  const testing::CommandResult untimed =
+      run_command(std::string(TRAINBENCH_BINARY) + " bench compute tiny --set report.instrument=false --out " + path);
+  const json untimed_result = json::parse(testing::read_whole_file(path), nullptr, false);
+  std::remove(path.c_str());
+  ASSERT_EQ(untimed.exit_code, 0) << untimed.out << untimed.err;
+  EXPECT_GT(untimed_result.at("compute_ceiling").at("tokens_per_s").get<double>(), 0.0);
+
   const testing::CommandResult unknown = run_command(std::string(TRAINBENCH_BINARY) + " bench computer");
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_EQ(unknown.err,
