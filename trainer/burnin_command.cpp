@@ -58,7 +58,13 @@ int BurninCommand::run(const std::string& command_line) {
   } catch (const std::invalid_argument& e) {
     throw CommandError{kExitUserError, e.what()};
   }
-  const Config config = load_config(o.config, o.overrides);
+  // The burn-in runs to a duration with a train.steps of its own (2^40): the
+  // config is checked with it, or a warm-up past the config's step count was
+  // refused ("must be < train.steps (40)") for a count the burn-in replaces.
+  const std::string burnin_steps = "train.steps=" + std::to_string(int64_t{1} << 40);
+  std::vector<std::string> checked = o.overrides;
+  checked.push_back(burnin_steps);
+  const Config config = load_config(o.config, checked);
   if (baseline) {
     // Under a launcher every rank knows the job's size before MPI is up.
     const int ranks = std::max(1, launcher_task_count());
@@ -77,9 +83,14 @@ int BurninCommand::run(const std::string& command_line) {
   // The run ends at the duration, not at a step count. The temporary shards
   // are sized for the config's own step count and read again epoch after
   // epoch, rather than for a step count nobody sets.
-  if (config.data.synth_samples_per_shard == 0)
-    overrides.push_back("data.synth_samples_per_shard=" + std::to_string(synth_samples_per_shard_for_run(config, 1)));
-  overrides.push_back("train.steps=" + std::to_string(int64_t{1} << 40));
+  if (config.data.synth_samples_per_shard == 0) {
+    std::vector<std::string> own = o.overrides;  // the config's own step count, whatever its warm-up
+    own.push_back("train.warmup_steps=0");
+    Config sizing = config;
+    sizing.train.steps = load_config(o.config, own).train.steps;
+    overrides.push_back("data.synth_samples_per_shard=" + std::to_string(synth_samples_per_shard_for_run(sizing, 1)));
+  }
+  overrides.push_back(burnin_steps);
   // The golden step is compared bit for bit: every kernel must repeat itself,
   // cuDNN's attention backward included, whatever the config asked.
   overrides.push_back("train.deterministic=true");
