@@ -610,6 +610,12 @@ bool Checkpointer::remove_pending_folder(int64_t step) {
 }
 
 double Checkpointer::before_optimizer_step() {
+  const double blocked = finish_copy();
+  if (in_flight_) in_flight_->record.stall_s += blocked;
+  return blocked;
+}
+
+double Checkpointer::finish_copy() {
   if (!in_flight_ || in_flight_->phase != Phase::kCopying) return 0.0;
   // A device engine returns from backward once it is enqueued: waiting for
   // the copy from there would count the GPU's remaining backward both as
@@ -618,7 +624,6 @@ double Checkpointer::before_optimizer_step() {
   engine_.synchronize();
   const double blocked = engine_.wait_state_copy();
   in_flight_->record.snapshot_s = steady_now() - in_flight_->copy_started;
-  in_flight_->record.stall_s += blocked;
   submit_persist();
   return blocked;
 }
@@ -660,7 +665,10 @@ void Checkpointer::abandon_writer() {
 
 double Checkpointer::drain() {
   const double begin = steady_now();
-  if (in_flight_ && in_flight_->phase == Phase::kCopying) before_optimizer_step();
+  // Not the record's stall: after the last step (finish) or between steps
+  // (wait_until_idle) no step waits for the copy; drain_s counts it. (It
+  // was both: the last checkpoint's stall_s held a copy no step paid for.)
+  finish_copy();
   while (in_flight_) {
     wait_writer_slice();
     agree();

@@ -181,6 +181,9 @@ class Checkpointer {
   bool agree();
   // Blocks until nothing is in flight; returns the seconds it took.
   double drain();
+  // Waits for a state copy in flight and hands its files to the writer;
+  // returns the seconds it blocked (0 when no copy was in flight).
+  double finish_copy();
   // 0 busy, 1 done, 2 failed: disk full, 3 failed: other, 4 failed: the
   // writer passed its deadline and was abandoned. A failure is kept
   // (local_failure_) until the ranks have agreed on it: taken from the writer

@@ -594,6 +594,25 @@ TEST(CheckpointCli, BusyCheckpointIsSkippedOrWaitedForAsConfigured) {
   }
 }
 
+// A checkpoint at the last step has its state copy waited for after the
+// loop (finish), where no step waits: drain_s, not the record's stall_s,
+// which had it, so that the records' stalls (stall_s_per_checkpoint) did not
+// add up to the steps' (an 8M-parameter model: a copy of some 90 MB).
+TEST(CheckpointCli, TheLastCheckpointsCopyAfterTheLoopIsNoStepsStall) {
+  testing::TempDir dir("test_ckpt_cli");
+  const CommandResult r = run_command(tiny_run(
+      dir.file("ck"), 4, 2, dir.file("r.json"),
+      "--set train.warmup_steps=1 --set train.threads=1 --set model.d_model=384 --set model.n_heads=6 "
+      "--set model.n_kv_heads=6 --set model.ffn_hidden=1024 --set model.n_layers=4"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json result = read_json(dir.file("r.json"));
+  double records = 0, steps = 0;
+  for (const auto& c : result["checkpoints"]) records += c["stall_s"].get<double>();
+  for (const auto& s : result["steps"]) steps += s["ckpt_stall_s"].get<double>();
+  ASSERT_EQ(result["checkpoints"].size(), 2u);
+  EXPECT_NEAR(records, steps, 0.05 * steps + 0.002) << "records " << records << " s, steps " << steps << " s";
+}
+
 // The result goes outside checkpoint.dir: written as its `latest` it broke
 // the next --resume latest, as a step_N it was lost at the end (exit 3).
 TEST(CheckpointCli, AResultInsideTheCheckpointFolderIsRefusedBeforeStepOne) {
