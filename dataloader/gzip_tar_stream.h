@@ -45,11 +45,10 @@ class GzipTarStream {
   // rest of the stream is zeros. Inflates the rest, so that every member's
   // trailer is checked: -2 on an error then (error() says what).
   int64_t first_nonzero_from(int64_t offset);
-  // The check comes at each member's end (its trailer follows its data), as
-  // for `gzip -dc | tar` and Python's tarfile: a single-member shard's
-  // samples have all been handed out by then.
-  // A member whose trailer failed its check (error() then says so): the
-  // bytes handed out before it may be damaged.
+  // A member's trailer failed its check (error() says so). The check comes
+  // at the member's end, after its data, as for `gzip -dc | tar` and
+  // Python's tarfile: the bytes handed out before it may be damaged, and a
+  // single-member shard's samples have all been handed out by then.
   bool failed_its_check() const { return failed_check_; }
 
  private:

@@ -98,7 +98,7 @@ double loss_as_overflowed(double loss, int64_t step, int rank) {
 // data.timeout_s, no host memory for a sample). Not thrown: the rank must
 // still take its part in the step's collectives, or its peers wait for it
 // there until comm.timeout_s, and the result of the steps trained is lost.
-constexpr int kDataFailure = 1, kDataFailureByEnvironment = 2;  // first_reason_over_ranks' kinds
+constexpr int kDataFailure = 1, kDataFailureByEnvironment = 2;  // agree_on_step's kinds, each below 4
 const HostBatch* next_batch(BatchSource& source, double* wait_s, std::string* failure, int* kind) {
   try {
     return &source.next(wait_s);
@@ -130,6 +130,7 @@ struct StepAgreement {
 };
 StepAgreement agree_on_step(Communicator& comm, const std::string& data_failure, int data_kind, double loss) {
   // The data failure's kind (0-2) plus 4 times the loss's class.
+  static_assert(kDataFailure < 4 && kDataFailureByEnvironment < 4);
   enum LossClass { kFinite = 0, kNan = 1, kPlusInf = 2, kMinusInf = 3 };
   const int loss_class = std::isnan(loss) ? kNan : std::isinf(loss) ? (loss > 0 ? kPlusInf : kMinusInf) : kFinite;
   const int mine = (data_failure.empty() ? 0 : data_kind) + 4 * loss_class;
