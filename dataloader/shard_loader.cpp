@@ -554,7 +554,7 @@ class Reader {
   std::vector<ShuffleChange>* journal_ = nullptr;  // the slot being filled records buffer changes
 
   std::vector<BatchSlot> slots_;
-  mutable std::mutex mutex_;  // guards free_, ready_, current_path_, finished_
+  mutable std::mutex mutex_;  // guards free_, ready_, current_path_, finished_, error_
   std::condition_variable changed_;
   std::deque<BatchSlot*> free_, ready_;
   std::atomic<int64_t> ready_count_{0};  // ready_.size(), readable without the lock
