@@ -168,6 +168,12 @@ class NcclCommunicator final : public Communicator {
   mutable std::mutex context_mutex_;
   std::string context_;
   std::atomic<bool> aborting_{false};
+  // Who calls ncclCommAbort, once: abort() on a watchdog's thread and
+  // abandon_device_collectives() unwinding on the main thread could both
+  // reach it while the other's call was blocked on a wedged GPU (a double
+  // free of the comm).
+  std::atomic<bool> comm_abort_claimed_{false};
+  bool claim_comm_abort() { return comm_ != nullptr && !comm_abort_claimed_.exchange(true); }
 
   cudaStream_t stream_ = nullptr;      // the comm stream: every collective, in issue order
   cudaEvent_t sync_event_ = nullptr;   // the end of a blocking collective (no timing)
@@ -223,7 +229,7 @@ NcclCommunicator::~NcclCommunicator() {
   const cudaError_t device_state = cudaSetDevice(device_);
   const cudaError_t stream_state = device_state == cudaSuccess ? cudaStreamQuery(stream_) : device_state;
   if (std::uncaught_exceptions() > 0 || (stream_state != cudaSuccess && stream_state != cudaErrorNotReady)) {
-    if (comm_) (void)ncclCommAbort(comm_);  // its result has nowhere to go: the error in flight is the one to tell
+    if (claim_comm_abort()) (void)ncclCommAbort(comm_);  // its result has nowhere to go: the error in flight is the one to tell
     comm_ = nullptr;
     return;
   }
@@ -500,14 +506,14 @@ void NcclCommunicator::wait_for_device_event(void* cuda_event) {
     std::fflush(stderr);
     std::_Exit(exit_code);
   }).detach();
-  if (comm_ != nullptr) ncclCommAbort(comm_);  // its result cannot change what happens next
+  if (claim_comm_abort()) ncclCommAbort(comm_);  // its result cannot change what happens next
   comm_ = nullptr;
   bootstrap_->abort(exit_code, message);  // prints the message, ends every rank
   std::_Exit(exit_code);  // the bootstrap's abort does not return; should it, the rank still ends
 }
 
 void NcclCommunicator::abandon_device_collectives() {
-  if (comm_ == nullptr || aborting_.load()) return;
+  if (aborting_.load() || !claim_comm_abort()) return;
   // ncclCommAbort can block on a wedged device: past the grace the rank
   // ends, as abort()'s own watchdog would end it (the error being unwound
   // is not printed; this line says why the rank ended).
