@@ -1056,9 +1056,16 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   // 4, as every burn-in that did not pass).
   report.exit_code = extension_code;
   if (!outcome.all_checks_passed()) {
-    for (const Check& c : outcome.checks)
-      if (!c.passed && reporter && c.name != outcome.failure.check)
+    // Beside a failure that stopped the run, the checks it failed too (a
+    // checkpoint that a full memory failed after the batch that stopped the
+    // run) go into its one line: a second line broke the error policy's one.
+    for (const Check& c : outcome.checks) {
+      if (c.passed || c.name == outcome.failure.check) continue;
+      if (outcome.failure.happened() && !options.extension)
+        outcome.failure.message += "; and check failed: " + c.name + ": " + c.detail;
+      else if (reporter)
         std::fprintf(stderr, "trainbench: check failed: %s: %s\n", c.name.c_str(), c.detail.c_str());
+    }
     report.exit_code = kExitCheckFailed;
   }
   if (outcome.failure.happened() && !options.extension)

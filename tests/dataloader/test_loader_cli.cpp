@@ -111,6 +111,27 @@ TEST_F(LoaderCli, ATruncatedShardIsNamedWithItsByteOffset) {
   expect_one_line_naming(run_with({cut}, "--set data.shuffle_buffer=0"), {cut, "byte "});
 }
 
+// A bad sample stops the run while a checkpoint is still being written,
+// which then fails too (its storage hangs past checkpoint.timeout_s): both
+// in one line, the data's first (it was a "check failed" line beside the
+// data's: two lines, where the error policy gives one).
+TEST_F(LoaderCli, AFailureThatStopsTheRunAndACheckFailedAfterItAreOneLine) {
+  std::vector<testing::TestEntry> members;
+  std::string tokens;  // 100 u16 tokens of id 7
+  for (int t = 0; t < 100; ++t) tokens += std::string("\x07\0", 2);
+  for (int i = 0; i < 40; ++i)
+    members.push_back({(i < 10 ? "000" : "00") + std::to_string(i) + ".u16", i == 12 ? std::string(21, '\x01') : tokens});
+  const std::string bad = dir_ + "/bad-at-12.tar";
+  testing::write_file(bad, testing::make_tar(members));
+  const CommandResult r = run_command(
+      std::string(TRAINBENCH_BINARY) + " run tiny --steps 6 --set train.warmup_steps=1 --set data.readers=1 "
+      "--set data.shuffle_buffer=0 --set data.shards=" + bad + " --set checkpoint.every_steps=1 "
+      "--set checkpoint.when_busy=skip --set checkpoint.inject_delay_ms=5000 --set checkpoint.timeout_s=2 "
+      "--set checkpoint.dir=" + dir_ + "/ck --set report.progress_every=0 --out " + dir_ + "/r.json");
+  expect_one_line_naming(r, {bad + ": byte ", "sample '0012'",
+                             "; and check failed: checkpoints_written: checkpoint of step 1 failed"});
+}
+
 TEST_F(LoaderCli, TokenOutOfVocabularyNamesShardKeyAndValue) {
   const std::vector<uint8_t> big = {0x00, 0x10};  // 4096 >= 512
   const std::string shard = shard_with("vocab.tar", "u16", big);
