@@ -45,7 +45,7 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-. "$repo/scripts/lib/common.sh"  # need, build_folder
+. "$repo/scripts/lib/common.sh"  # need, build_folder, plan_or_die
 . "$repo/scripts/lib/launch.sh"  # hostfile_hosts, mpi_launch_setup, mpirun_line
 me=compare_finetune.sh
 die() { echo "$me: $1" >&2; exit "${2:-2}"; }
@@ -130,17 +130,8 @@ if [ -z "$binary" ]; then binary="$(build_folder)/trainbench"; fi
 # them (`trainbench plan` allocates nothing): a --steps within the warm-up
 # or a bad key was met by the LoRA run, after both plans, in lines of
 # mpirun's banner.
-check_side() {
-  local plan_code=0 plan_error
-  plan_error=$("$binary" plan "$config" ${steps:+--set train.steps=$steps} "$@" 2>&1 > /dev/null) || plan_code=$?
-  if [ "$plan_code" != 0 ]; then
-    plan_error=${plan_error#trainbench: }
-    if [ -n "$steps" ]; then plan_error=${plan_error//--set train.steps=$steps/--steps $steps}; fi
-    die "$plan_error" "$plan_code"
-  fi
-}
-check_side ${both[@]+"${both[@]}"} --set train.mode=lora ${lora_sets[@]+"${lora_sets[@]}"}
-check_side ${both[@]+"${both[@]}"} --set train.mode=full ${full_sets[@]+"${full_sets[@]}"}
+plan_or_die "$binary" "$steps" "$config" ${both[@]+"${both[@]}"} --set train.mode=lora ${lora_sets[@]+"${lora_sets[@]}"}
+plan_or_die "$binary" "$steps" "$config" ${both[@]+"${both[@]}"} --set train.mode=full ${full_sets[@]+"${full_sets[@]}"}
 if [ -z "$out" ]; then out="$repo/out/compare-$(date +%Y%m%d-%H%M%S)"; fi
 mkdir -p "$out" 2> /dev/null || die "--out $out: cannot create the folder"
 out=$(cd "$out" && pwd)

@@ -45,7 +45,7 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-. "$repo/scripts/lib/common.sh"  # need, build_folder
+. "$repo/scripts/lib/common.sh"  # need, build_folder, plan_or_die
 . "$repo/scripts/lib/launch.sh"  # hostfile_hosts, mpi_launch_setup, mpirun_line
 me=scale.sh
 
@@ -167,21 +167,10 @@ if [[ " ${sets[*]-} " == *" checkpoint.every_steps=0 "* ]]; then checkpoints_off
 # made, as mpirun's 16 lines (under --slurm: by every job, once it had its
 # nodes).
 check_config() {
-  local plan_args=(plan --json) plan_code=0 plan_error plan_out
-  if [ -n "$config" ]; then plan_args+=("$config"); fi
-  if [ -n "$steps" ]; then plan_args+=(--set "train.steps=$steps"); fi
-  plan_args+=(${sets[@]+"${sets[@]}"})
-  plan_out=$(mktemp)
-  plan_error=$("$binary" "${plan_args[@]}" 2>&1 > "$plan_out") || plan_code=$?
+  plan_or_die "$binary" "$steps" --json ${config:+"$config"} ${sets[@]+"${sets[@]}"}
   # The config's final word (a later --set wins over an earlier one).
-  if grep -Eq '"every_steps": 0,?$' "$plan_out"; then checkpoints_off=1
-  elif grep -Eq '"every_steps": [0-9]+' "$plan_out"; then checkpoints_off=0; fi
-  rm -f "$plan_out"
-  if [ "$plan_code" != 0 ]; then
-    plan_error=${plan_error#trainbench: }
-    if [ -n "$steps" ]; then plan_error=${plan_error//--set train.steps=$steps/--steps $steps}; fi
-    die "$plan_error" "$plan_code"
-  fi
+  if grep -Eq '"every_steps": 0,?$' <<< "$plan_stdout"; then checkpoints_off=1
+  elif grep -Eq '"every_steps": [0-9]+' <<< "$plan_stdout"; then checkpoints_off=0; fi
 }
 
 if [ "$slurm" = 1 ]; then

@@ -26,3 +26,24 @@ build_folder() {
   fi
   echo "$dir"
 }
+
+# plan_or_die BINARY STEPS ARGS...: `BINARY plan ARGS` (with --set
+# train.steps=STEPS where STEPS is given), which reads the config, --steps
+# and --set's as `run` does and allocates nothing: a bad key or a --steps
+# within the warm-up is met before anything runs, not at the first run. Its
+# standard output goes into $plan_stdout. A refusal ends the script (the
+# caller's die) with the plan's line and exit code, --steps named as typed.
+plan_stdout=""
+plan_or_die() {
+  local binary=$1 steps=$2 code=0 error out
+  shift 2
+  out=$(mktemp)
+  error=$("$binary" plan ${steps:+--set train.steps=$steps} "$@" 2>&1 > "$out") || code=$?
+  plan_stdout=$(cat "$out")
+  rm -f "$out"
+  if [ "$code" != 0 ]; then
+    error=${error#trainbench: }
+    if [ -n "$steps" ]; then error=${error//--set train.steps=$steps/--steps $steps}; fi
+    die "$error" "$code"
+  fi
+}
