@@ -297,8 +297,9 @@ void write_series(const ShardSeries& series, const std::string& pattern, Write&&
   }
 }
 
-// True when `inner` is `outer` or lies under it, links resolved.
-bool is_within(const fs::path& inner, const fs::path& outer) {
+}  // namespace
+
+bool path_is_within(const fs::path& inner, const fs::path& outer) {
   std::error_code error;
   const fs::path a = fs::weakly_canonical(fs::absolute(inner, error), error);
   if (error) return false;
@@ -311,8 +312,6 @@ bool is_within(const fs::path& inner, const fs::path& outer) {
   }
   return true;
 }
-
-}  // namespace
 
 SynthResult synthesize_shards(const SynthOptions& options, const ProgressCallback& progress) {
   check_synth_options(options);
@@ -350,7 +349,7 @@ void check_pack_destination(const PackOptions& options) {
   const fs::path first = shard_name(options.out_pattern, 0);
   require_visible_shard_name(first.filename().string(), "--out " + options.out_pattern);
   const fs::path out_dir = first.parent_path();
-  if (is_within(out_dir.empty() ? fs::path(".") : out_dir, options.input_dir))
+  if (path_is_within(out_dir.empty() ? fs::path(".") : out_dir, options.input_dir))
     throw std::invalid_argument("--out " + options.out_pattern + " is inside INPUT_DIR " + options.input_dir +
                                 ": a later pack of it would pack these shards as samples; write them "
                                 "outside it");

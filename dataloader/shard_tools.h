@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>  // int64_t
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -87,6 +88,12 @@ PackResult pack_directory(const PackOptions& options, const ProgressCallback& pr
 // The refusal of an output folder inside input_dir, alone (the CLI runs it
 // before creating the output folder). Throws std::invalid_argument.
 void check_pack_destination(const PackOptions& options);
+// True when `inner` is `outer` or lies under it, both made absolute (a
+// relative path whose first part does not exist is left relative by
+// weakly_canonical alone) and their links resolved; false when either
+// cannot be resolved. (pack's output inside its input; a run's result
+// inside its checkpoint folder.)
+bool path_is_within(const std::filesystem::path& inner, const std::filesystem::path& outer);
 
 struct VerifyOptions {
   std::vector<std::string> shards;  // resolved paths

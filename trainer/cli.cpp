@@ -25,6 +25,7 @@
 #include "comm/launch_detect.h"       // launcher_rank: who speaks for a job that failed before MPI; launcher_task_count
 #include "dataloader/data_error.h"    // DataError: exit 2
 #include "dataloader/shard_loader.h"  // LoaderTimeout: exit 3
+#include "dataloader/shard_tools.h"   // path_is_within: the result inside checkpoint.dir
 #include "checkpoint/atomic_file.h"   // parent_directory, replaced_file, atomic_write_temporary_path of --out
 #include "checkpoint/checkpoint_files.h"  // CheckpointError, CheckpointWriteError: exit 2, 3
 #include "checkpoint/checkpoint_io.h"     // read_small_file: an earlier result at --out
@@ -157,19 +158,8 @@ void setup_checkpoint_dir(const Config& config, Communicator& comm, CheckpointDi
 // (exit 3, the result lost): refused before step 1.
 void check_result_outside_checkpoints(const std::string& result_path, const std::string& named,
                                       const std::string& checkpoint_dir) {
-  // Absolute first: weakly_canonical leaves a relative path whose first part
-  // does not exist as it is, so a bare "r.json" (or "latest") written from
-  // inside the folder never had the folder as its prefix.
-  std::error_code error;
-  const std::filesystem::path result =
-      std::filesystem::weakly_canonical(std::filesystem::absolute(result_path, error), error);
-  if (error) return;  // check_result_path has said what it could of the path
-  std::filesystem::path folder =
-      std::filesystem::weakly_canonical(std::filesystem::absolute(checkpoint_dir, error), error);
-  if (error) return;
-  if (folder.has_relative_path() && folder.filename().empty()) folder = folder.parent_path();  // "dir/"
-  const auto [in_folder, in_result] = std::mismatch(folder.begin(), folder.end(), result.begin(), result.end());
-  if (in_folder != folder.end()) return;  // the folder is not a prefix of the result's path
+  // A bare "latest" written from inside the folder is in it too.
+  if (!path_is_within(result_path, checkpoint_dir)) return;
   throw CommandError{kExitUserError, named + " " + result_path + ": inside checkpoint.dir " + checkpoint_dir +
                                          ", whose names (latest, step_N) the checkpoints replace and remove: "
                                          "write the result elsewhere"};
