@@ -11,6 +11,9 @@
 # .device/env.sh. The packages are Debian 12's: the target's glibc must be
 # 2.36 or newer (checked by `install`).
 set -euo pipefail
+# gpu_check.sh's table shows this script's last lines: a command that ends it
+# under set -e says which one.
+trap 'echo "device_deps: failed at line $LINENO (exit $?)" >&2' ERR
 cd "$(dirname "$0")/.."
 debs=.device/debs
 # Beside .device, not in it: the 150 MB a dry run of gpu_check here unpacks
@@ -47,9 +50,9 @@ case "${1:-}" in
     cp /usr/local/cuda/include/cudnn*.h .device/cudnn_headers/include/ 2> /dev/null ||
       echo "device_deps: no cuDNN headers here to carry (/usr/local/cuda/include/cudnn*.h)" >&2
     # A dry run of gpu_check here leaves links to this machine's wheels
-    # (.device/cudnn, .device/nccl) and an env.sh naming its prefix; the
+    # (.device/cudnn, .device/nccl, .device/nvrtc) and an env.sh naming its prefix; the
     # device makes its own.
-    rm -rf .device/env.sh .device/cudnn .device/nccl .device/prefix
+    rm -rf .device/env.sh .device/cudnn .device/nccl .device/nvrtc .device/prefix
     du -sh .device
     ;;
   install)
@@ -66,7 +69,8 @@ case "${1:-}" in
     mkdir -p "$prefix"
     for deb in "$debs"/*.deb; do dpkg-deb -x "$deb" "$prefix"; done
     # Debian's package configs name /usr/... absolutely: point them at the prefix.
-    grep -rlE '(^|[^A-Za-z0-9_])/usr/' "$prefix" --include='*.cmake' --include='*.pc' |
+    # (No file to change is no failure: grep's exit 1 would end the script.)
+    { grep -rlE '(^|[^A-Za-z0-9_])/usr/' "$prefix" --include='*.cmake' --include='*.pc' || true; } |
       while read -r file; do sed -i "s#\([^A-Za-z0-9_]\)/usr/#\1$prefix/usr/#g" "$file"; done
     # What update-alternatives would have linked on a real install: the
     # package ships cmake/openblas/ empty and the pthread variant's files.
@@ -78,7 +82,9 @@ case "${1:-}" in
     # runtime, which is not carried: the device's own libz.so.1 (the one its
     # libarchive and PyTorch load) is linked instead.
     if [ ! -e "$prefix/$arch_dir/libz.so" ]; then
-      system_libz=$(ldconfig -p 2> /dev/null | awk '/libz\.so\.1 .*x86-64/ { print $NF; exit }')
+      # awk reads all of ldconfig's output (no early exit): under pipefail,
+      # ldconfig killed by SIGPIPE (its output is ~75 kB) ended this script.
+      system_libz=$(ldconfig -p 2> /dev/null | awk '/libz\.so\.1 .*x86-64/ && !found { print $NF; found = 1 }')
       if [ -n "$system_libz" ]; then ln -sfn "$system_libz" "$prefix/$arch_dir/libz.so"; fi
     fi
     cat > .device/env.sh <<ENV

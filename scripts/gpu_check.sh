@@ -189,7 +189,13 @@ if [ -n "$nvrtc_major" ] && ! ldconfig -p 2> /dev/null | grep "libnvrtc\.so\.$nv
   for nvrtc_dir in /usr/local/cuda/lib64 "$(wheel_dir "nvidia.cu$nvrtc_major")"; do
     [ "$nvrtc_dir" = /usr/local/cuda/lib64 ] || nvrtc_dir=${nvrtc_dir:+$nvrtc_dir/lib}
     if [ -n "$nvrtc_dir" ] && [ -e "$nvrtc_dir/libnvrtc.so.$nvrtc_major" ]; then
-      export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$nvrtc_dir"
+      # NVRTC's libraries only, linked into a folder of our own: the whole
+      # toolkit lib64 on LD_LIBRARY_PATH would win over PyTorch's RUNPATH,
+      # and torch would load the toolkit's cuBLAS/cuSPARSE/nvJitLink.
+      nvrtc_links=$PWD/.device/nvrtc
+      rm -rf "$nvrtc_links" && mkdir -p "$nvrtc_links"
+      for lib in "$nvrtc_dir"/libnvrtc*.so*; do ln -sf "$lib" "$nvrtc_links/"; done
+      export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$nvrtc_links"
       row "NVRTC (cuDNN)" "$nvrtc_dir"
       break
     fi
@@ -257,7 +263,7 @@ elif is_cut "$build_status"; then
   # Cut by its time limit, not failed: building again without cuDNN would
   # only be cut again, with less time left.
   stop_after_failed_build "$(failure "$build_status" "$(build_phase_log)") ($build_phase)"
-elif [ "$build_phase" = configure ] && grep -qiE 'cudnn|nvrtc' "$logs/configure.log" &&
+elif [ "$build_phase" = configure ] && grep -A4 'CMake Error' "$logs/configure.log" | grep -qiE 'cudnn|nvrtc' &&
      build_once_without_cudnn; then
   # A configure that failed on cuDNN attention's parts (its library, the
   # frontend, NVRTC) is no reason to lose the call: built without it.

@@ -453,6 +453,45 @@ class GpuCheckArgumentTests(Sandbox):
                 self.assertFalse(out.exists())
 
 
+class DeviceDepsTests(Sandbox):
+    """scripts/device_deps.sh install on the GPU machine. zlib1g-dev's libz.so
+    links to Debian 12's runtime, which the device lacks; the script links the
+    device's own libz.so.1 from `ldconfig -p`. Its awk left at the first match,
+    and ldconfig, with ~75 kB still to write, died of SIGPIPE: under pipefail
+    the install ended there (exit 141, no env.sh) and the GPU check with it."""
+
+    def test_a_dangling_libz_link_is_pointed_at_the_systems(self) -> None:
+        if shutil.which("dpkg-deb") is None:
+            self.skipTest("dpkg-deb is not installed: device_deps.sh unpacks Debian packages")
+        repo = self.dir / "repo"
+        (repo / "scripts").mkdir(parents=True)
+        shutil.copy(SCRIPTS / "device_deps.sh", repo / "scripts")
+        package = self.dir / "pkg"
+        lib = package / "usr/lib/x86_64-linux-gnu"
+        (lib / "pkgconfig").mkdir(parents=True)
+        (lib / "libz.so").symlink_to("/lib/x86_64-linux-gnu/libz.so.0.0.0-not-here")
+        (lib / "pkgconfig/zlib.pc").write_text("prefix=/usr\nincludedir=/usr/include\n")
+        (package / "DEBIAN").mkdir()
+        (package / "DEBIAN/control").write_text(
+            "Package: zlib1g-dev\nVersion: 1:1.2.13\nArchitecture: amd64\nMaintainer: test <t@t>\n"
+            "Description: stand-in\n")
+        (repo / ".device/debs").mkdir(parents=True)
+        done = run("dpkg-deb", "--build", "--root-owner-group", package, repo / ".device/debs/zlib1g-dev.deb")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        # The loader cache as large as a real one, libz.so.1 near its top.
+        system_libz = "/lib/x86_64-linux-gnu/libz.so.1"
+        write_tool(self.tools, "ldconfig", f"""echo '3000 libs found in cache'
+printf '\\tlibz.so.1 (libc6,x86-64) => {system_libz}\\n'
+i=0; while [ $i -lt 3000 ]; do printf '\\tlibpadding%05d.so.1 (libc6,x86-64) => /usr/lib/libpadding.so\\n' $i; i=$((i+1)); done
+""")
+        done = run("bash", repo / "scripts/device_deps.sh", "install", env=self.env, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertTrue((repo / ".device/env.sh").is_file())
+        self.assertEqual(os.readlink(repo / ".device-prefix/usr/lib/x86_64-linux-gnu/libz.so"), system_libz)
+        self.assertIn(f"includedir={repo}/.device-prefix/usr/include",
+                      (repo / ".device-prefix/usr/lib/x86_64-linux-gnu/pkgconfig/zlib.pc").read_text())
+
+
 class BuildFolderTests(Sandbox):
     """Every script finds the build as scripts/build.sh makes it:
     $TRAINBENCH_BUILD_DIR (relative to the source tree), else $BUILD_DIR
