@@ -222,9 +222,11 @@ failed_targets() {
 }
 # Whether the build failed in cuDNN's attention (its headers, the frontend,
 # the library): the one failure building again without it can mend.
+# (grep -c, not -q: a -q that leaves at the first match kills the writer
+# with SIGPIPE when it has more than a pipe's 64 kB left, and under pipefail
+# the pipeline then reads as "no match".)
 failed_in_cudnn() {
-  grep -E '^FAILED: ' "$logs/build.log" | grep -qi cudnn ||
-    grep -E 'error:|undefined reference' "$logs/build.log" | grep -qi cudnn
+  [ "$(grep -E '^FAILED: |error:|undefined reference' "$logs/build.log" | grep -ci cudnn)" -gt 0 ]
 }
 # Nothing after the build can run without it: the logs' tails, the table, exit 1.
 stop_after_failed_build() {
@@ -263,7 +265,7 @@ elif is_cut "$build_status"; then
   # Cut by its time limit, not failed: building again without cuDNN would
   # only be cut again, with less time left.
   stop_after_failed_build "$(failure "$build_status" "$(build_phase_log)") ($build_phase)"
-elif [ "$build_phase" = configure ] && grep -A4 'CMake Error' "$logs/configure.log" | grep -qiE 'cudnn|nvrtc' &&
+elif [ "$build_phase" = configure ] && [ "$(grep -A4 'CMake Error' "$logs/configure.log" | grep -ciE 'cudnn|nvrtc')" -gt 0 ] &&
      build_once_without_cudnn; then
   # A configure that failed on cuDNN attention's parts (its library, the
   # frontend, NVRTC) is no reason to lose the call: built without it.
