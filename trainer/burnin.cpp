@@ -163,6 +163,18 @@ std::string degradation_finding(const std::string& what, double start, double no
          ", burnin.degrade_pct " + figure(degrade_pct, "") + ")";
 }
 
+// The config keys that inject a fault (slow storage, network or disk, a
+// divergence, a flipped bit, a straggler).
+constexpr std::array<std::array<const char*, 2>, 7> kInjectedFaultKeys = {{
+    {"data", "inject_delay_ms"},
+    {"comm", "inject_delay_ms"},
+    {"comm", "inject_divergence_step"},
+    {"checkpoint", "inject_delay_ms"},
+    {"burnin", "inject_bitflip_step"},
+    {"burnin", "inject_slow_ms"},
+    {"burnin", "inject_bitflip_rank"},
+}};
+
 BaselineFigures read_baseline(const std::string& path) {
   const nlohmann::json j = read_json_input("--baseline", path, "a trainbench run or burnin result JSON");
   if (!j.is_object()) throw std::invalid_argument("--baseline " + path + ": not a JSON result file");
@@ -189,6 +201,29 @@ BaselineFigures read_baseline(const std::string& path) {
                                 (value.is_null() ? " (not measured in that run)" : "") +
                                 ", expected a positive number");
   };
+  // Only a training job's figures are a yardstick: `bench compute` and
+  // `bench instrument` write this schema too, from a job of two steps on
+  // resident data without checkpoints, whose tokens/s no run reaches (a
+  // healthy burn-in failed against one, a slow one could pass).
+  for (const auto& [field, command] : {std::pair{"compute_ceiling", "bench compute"},
+                                       std::pair{"instrumentation_cost", "bench instrument"}})
+    if (j.contains(field))
+      throw std::invalid_argument("--baseline " + path + ": a `trainbench " + command + "` result (it has " + field +
+                                  "), not a run or burnin result: its tokens/s is not a training job's");
+  // Known-good: the figures of a job that failed a check, or a burn-in that
+  // failed, are no yardstick (a straggler's burn-in as the baseline passed
+  // the next slow cluster).
+  if (j.contains("checks") && j["checks"].is_array())
+    for (const nlohmann::json& check : j["checks"])
+      if (check.is_object() && check.value("passed", nlohmann::json()) == false)
+        throw std::invalid_argument(
+            "--baseline " + path + ": its check " +
+            excerpt(check.value("name", nlohmann::json()).is_string() ? check["name"].get<std::string>() : "?") +
+            " failed: a baseline must be a known-good result");
+  if (j.contains("burnin") && j["burnin"].is_object() && j["burnin"].contains("verdict") &&
+      j["burnin"]["verdict"] != "PASS")
+    throw std::invalid_argument("--baseline " + path + ": its burn-in verdict is " +
+                                excerpt(json_text(j["burnin"]["verdict"])) + ": a baseline must be a known-good result");
   BaselineFigures known;
   known.tokens_per_s = number("/summary/tokens_per_s");
   known.busbw_gbs = number("/burnin/fabric/busbw_gbs", true);
@@ -205,8 +240,18 @@ BaselineFigures read_baseline(const std::string& path) {
   };
   const nlohmann::json environment = section(j, "environment", "environment");
   known.config = j.value("config", nlohmann::json());
-  if (known.config.is_object())
+  if (known.config.is_object()) {
     for (const char* key : {"model", "train", "lora"}) (void)section(known.config, key, std::string("config.") + key);
+    // A job slowed on purpose is no yardstick: with a fault injected, a
+    // cluster as slow passed.
+    for (const auto& [name, key] : kInjectedFaultKeys) {
+      const nlohmann::json part = section(known.config, name, std::string("config.") + name);
+      const nlohmann::json value = part.value(key, nlohmann::json());
+      if (value.is_number() && value.get<double>() != 0)
+        throw std::invalid_argument("--baseline " + path + ": it ran with the fault injection " + name + "." + key +
+                                    " = " + json_text(value) + ": a baseline must be a known-good result");
+    }
+  }
   const nlohmann::json ranks = environment.value("ranks", nlohmann::json());
   known.ranks = ranks.is_number_integer() ? ranks.get<int64_t>() : 0;
   const nlohmann::json backend = environment.value("compute_backend", nlohmann::json());
@@ -247,8 +292,16 @@ std::string baseline_job_difference(const BaselineFigures& known, const Config& 
     return "it trained with train.deterministic = false (cuDNN's fastest attention backward) and the burn-in "
            "trains deterministically: its tokens/s is not this job's (give a run with --set "
            "train.deterministic=true, or a burn-in result)";
+  // The job's shape, and what sets how fast the same shape runs: the host
+  // threads (cpu engine), the gradient sync (ZeRO-1, overlap, buckets: the
+  // fabric check all-reduces one bucket), the data's source, and how
+  // checkpoints are taken and written (the step's stall, write GB/s). A
+  // baseline without checkpoints, or with ZeRO-1, passed a slower job.
   std::vector<std::array<const char*, 2>> keys = {
-      {"model", ""}, {"train", "micro_batch"}, {"train", "grad_accum"}, {"train", "mode"}};
+      {"model", ""},           {"train", "micro_batch"},    {"train", "grad_accum"},      {"train", "mode"},
+      {"train", "threads"},    {"comm", "zero"},            {"comm", "overlap"},          {"comm", "bucket_mb"},
+      {"data", "source"},      {"checkpoint", "every_steps"}, {"checkpoint", "async"},    {"checkpoint", "when_busy"},
+      {"checkpoint", "direct_io"}, {"checkpoint", "writers"}, {"checkpoint", "block_bytes"}};
   if (config.train.mode == "lora") keys.push_back({"lora", ""});
   const ConfigDifference differs = first_config_difference(known.config, config_to_json(config), keys);
   if (differs.key.empty()) {
@@ -265,7 +318,8 @@ std::string baseline_job_difference(const BaselineFigures& known, const Config& 
   }
   return "it has " + differs.key + " = " + json_text(differs.first) +
          " and this job has " + json_text(differs.second) +
-         ": its tokens/s is not this job's (give a baseline of the same model and batch)";
+         ": its tokens/s is not this job's (give a baseline of the same model, batch, threads, comm and "
+         "checkpoint settings)";
 }
 
 std::string baseline_attention_difference(const BaselineFigures& known, const std::string& kernel,

@@ -174,6 +174,19 @@ TEST(BurninBaseline, ReadsRunAndBurninResultsAndNamesWhatFellBelow) {
                                               "environment": 5})";
   std::ofstream(dir.file("train5.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 5},
                                                 "config": {"train": 5}})";
+  // Not a known-good training job's figures: a bench result (a two-step job
+  // on resident data), a job that failed a check or its burn-in, a job slowed
+  // on purpose. Each was compared, and a slower cluster passed against it.
+  std::ofstream(dir.file("compute.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 5},
+                                                  "compute_ceiling": {"tokens_per_s": 5}})";
+  std::ofstream(dir.file("instrument.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 5},
+                                                     "instrumentation_cost": {}})";
+  std::ofstream(dir.file("failed.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 5},
+      "checks": [{"name": "loss_finite", "passed": true}, {"name": "step_time_accounted", "passed": false}]})";
+  std::ofstream(dir.file("burnin_fail.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 5},
+                                                      "checks": [], "burnin": {"verdict": "FAIL"}})";
+  std::ofstream(dir.file("slowed.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 5},
+      "config": {"data": {"inject_delay_ms": 0}, "burnin": {"inject_slow_ms": 15, "inject_slow_rank": 0}}})";
   std::filesystem::create_directories(dir.file("folder.json"));
   ASSERT_EQ(mkfifo(dir.file("fifo.json").c_str(), 0600), 0);
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -186,7 +199,12 @@ TEST(BurninBaseline, ReadsRunAndBurninResultsAndNamesWhatFellBelow) {
       {"text.json", "summary.tokens_per_s is \"fast\""},
       {"env5.json", "environment is 5, expected an object"},
       {"train5.json", "config.train is 5, expected an object"},
-      {"folder.json", "not a regular file"}, {"fifo.json", "not a regular file"}};
+      {"folder.json", "not a regular file"}, {"fifo.json", "not a regular file"},
+      {"compute.json", "a `trainbench bench compute` result (it has compute_ceiling)"},
+      {"instrument.json", "a `trainbench bench instrument` result"},
+      {"failed.json", "its check step_time_accounted failed: a baseline must be a known-good result"},
+      {"burnin_fail.json", "its burn-in verdict is \"FAIL\""},
+      {"slowed.json", "it ran with the fault injection burnin.inject_slow_ms = 15"}};
   for (const auto& [name, expected] : cases) {
     const std::string bad = dir.file(name);
     try {
@@ -288,7 +306,17 @@ TEST(BurninBaseline, AnotherJobsFiguresAreNotCompared) {
   other = config;
   other.train.micro_batch = config.train.micro_batch + 1;
   EXPECT_NE(baseline_job_difference(known, other, 2, "cpu").find("train.micro_batch"), std::string::npos);
+  // What makes the same shape run at another speed: ZeRO-1, checkpoints.
   other = config;
+  other.comm.zero = 1;
+  EXPECT_NE(baseline_job_difference(known, other, 2, "cpu").find("it has comm.zero = 0 and this job has 1"),
+            std::string::npos)
+      << baseline_job_difference(known, other, 2, "cpu");
+  other = config;
+  other.checkpoint.every_steps = config.checkpoint.every_steps + 5;
+  EXPECT_NE(baseline_job_difference(known, other, 2, "cpu").find("checkpoint.every_steps"), std::string::npos);
+  other = config;
+  other.checkpoint.dir = "/elsewhere";  // where the checkpoints go is not how they are taken
   other.train.steps = config.train.steps + 100;  // the run's length is not the job's shape
   EXPECT_EQ(baseline_job_difference(known, other, 2, "cpu"), "");
   known.config = nullptr;
