@@ -165,14 +165,14 @@ std::string degradation_finding(const std::string& what, double start, double no
 
 // The config keys that inject a fault (slow storage, network or disk, a
 // divergence, a flipped bit, a straggler).
-constexpr std::array<std::array<const char*, 2>, 7> kInjectedFaultKeys = {{
+// (Not the rank selectors: a rank named with no fault injects nothing.)
+constexpr std::array<std::array<const char*, 2>, 6> kInjectedFaultKeys = {{
     {"data", "inject_delay_ms"},
     {"comm", "inject_delay_ms"},
     {"comm", "inject_divergence_step"},
     {"checkpoint", "inject_delay_ms"},
     {"burnin", "inject_bitflip_step"},
     {"burnin", "inject_slow_ms"},
-    {"burnin", "inject_bitflip_rank"},
 }};
 
 BaselineFigures read_baseline(const std::string& path) {
