@@ -248,6 +248,15 @@ class BurninMonitor final : public RunExtension {
     last_health_ = Clock::now();
     watchdog_ = watch_for_a_hang(*comm_, 0.5 * config_->comm.timeout_s);
     watchdog_->progress("step 1");
+    // A wait for the checkpoint writers is bounded by checkpoint.timeout_s,
+    // past which the checkpoint fails and the storage check with it (a
+    // result is written): a slow write that moved was called a hung rank,
+    // the job ended without one.
+    if (checkpointer_ != nullptr)
+      checkpointer_->set_writer_wait_hook([this](bool waiting) {
+        writer_wait_ = waiting;
+        update_watch();
+      });
   }
 
   bool after_step(const StepRecord& step) override {
@@ -286,16 +295,18 @@ class BurninMonitor final : public RunExtension {
     }
     if (comm_->rank() == 0) print_progress(step);
     watchdog_->progress("step " + std::to_string(step.step + 1));
-    if (stop) watchdog_->arm(false);  // the run drains its checkpoint; finish() re-arms
+    if (stop) {
+      watch_wanted_ = false;  // the run drains its checkpoint; finish() re-arms
+      update_watch();
+    }
     return !stop;
   }
 
   int finish(const RunOutcome& outcome, nlohmann::json* result) override {
     elapsed_s_ = seconds_since(start_);
-    if (watchdog_) {
-      watchdog_->arm(true);
-      watchdog_->progress("the verdict");
-    }
+    watch_wanted_ = true;
+    update_watch();
+    if (watchdog_) watchdog_->progress("the verdict");
     comm_->set_context("burn-in: the verdict");
     HealthSampler::Summary health;
     if (sampler_) health = sampler_->stop(10.0);
@@ -318,6 +329,8 @@ class BurninMonitor final : public RunExtension {
 
   // The threads go before the communicator they watch.
   void end() override {
+    // The checkpointer outlives this scope (declared before it in run_cli).
+    if (checkpointer_ != nullptr) checkpointer_->set_writer_wait_hook(nullptr);
     watchdog_.reset();
     if (sampler_) sampler_->stop(10.0);
   }
@@ -742,6 +755,12 @@ class BurninMonitor final : public RunExtension {
   std::vector<HealthPoint> health_;
   std::unique_ptr<HealthSampler> sampler_;
   std::unique_ptr<ProgressWatchdog> watchdog_;
+  bool watch_wanted_ = true;  // off from the last step's end to finish()
+  bool writer_wait_ = false;  // in a wait for the checkpoint writers
+  // The hang watch runs when wanted and not in a writers' wait.
+  void update_watch() {
+    if (watchdog_) watchdog_->arm(watch_wanted_ && !writer_wait_);
+  }
   std::string nvml_why_not_, gpu_name_;
   int gpu_index_ = -1;  // the rank's CUDA device, for the verdict on a device error
   Verdict verdict_;

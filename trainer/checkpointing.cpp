@@ -668,7 +668,15 @@ double Checkpointer::drain() {
   // Not the record's stall: after the last step (finish) or between steps
   // (wait_until_idle) no step waits for the copy; drain_s counts it. (It
   // was both: the last checkpoint's stall_s held a copy no step paid for.)
-  finish_copy();
+  finish_copy();  // the device's copy: a GPU that hangs in it is the hang watch's
+  // The writers' wait, bounded by checkpoint.timeout_s (writer_progress).
+  struct WriterWait {
+    const std::function<void(bool)>* hook;  // null: nothing to wait for, or no hook
+    ~WriterWait() {
+      if (hook != nullptr) (*hook)(false);
+    }
+  } writer_wait{in_flight_ && writer_wait_hook_ ? &writer_wait_hook_ : nullptr};
+  if (writer_wait.hook != nullptr) writer_wait_hook_(true);
   while (in_flight_) {
     wait_writer_slice();
     agree();

@@ -22,6 +22,7 @@
 
 #include <chrono>   // best_effort_bound
 #include <cstdint>  // int64_t
+#include <functional>  // the writer-wait hook
 #include <limits>   // the deadline of no job
 #include <memory>   // the writer thread
 #include <optional>
@@ -139,6 +140,12 @@ class Checkpointer {
   // burn-in's storage measurement must not share the disk with a
   // checkpoint). Collective: every rank calls it after the same step.
   double wait_until_idle() { return drain(); }
+  // Called with true when a wait for the writers begins (a checkpoint drained
+  // by finish, wait_until_idle, a synchronous checkpoint or when_busy=wait)
+  // and with false when it ends. Such a wait is bounded by
+  // checkpoint.timeout_s: a hang watch that allows less (burn-in's) pauses
+  // for it, or a slow write that moves was called a hung rank.
+  void set_writer_wait_hook(std::function<void(bool waiting)> hook) { writer_wait_hook_ = std::move(hook); }
 
   const std::vector<CheckpointRecord>& records() const { return records_; }
   const std::vector<std::string>& warnings() const { return warnings_; }
@@ -251,6 +258,7 @@ class Checkpointer {
   std::vector<CheckpointRecord> records_;
   std::vector<std::string> warnings_;
   bool writer_abandoned_ = false;            // abandon_writer: kept, never joined
+  std::function<void(bool)> writer_wait_hook_;  // set_writer_wait_hook
   // Steady seconds by which the writer's current job (rank 0 making
   // step_N.tmp, this rank's files, rank 0's commit) must have finished:
   // checkpoint.timeout_s after submit_to_writer. Read only while it is busy.

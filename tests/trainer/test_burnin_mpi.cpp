@@ -240,6 +240,21 @@ TEST(BurninCli, ABurnInThatMeasuredNoStepFails) {
   EXPECT_NE(r.out.find("no step was measured"), std::string::npos) << r.out;
 }
 
+// A checkpoint write slower than the hang watch's half of comm.timeout_s,
+// but moving, is bounded by checkpoint.timeout_s, not called a hung rank: it
+// ended the job as "hung: no progress for 1 s while not waiting for any
+// peer", exit 4, no result.
+TEST(BurninCli, ASlowCheckpointWriteIsNotAHungRank) {
+  testing::TempDir dir("test_burnin_cli");
+  const CommandResult r = run_command(
+      std::string(TRAINBENCH_BINARY) +
+      " burnin tiny --duration 3s --set train.threads=1 --set comm.timeout_s=2 --set checkpoint.every_steps=10"
+      " --set checkpoint.inject_delay_ms=1500 --set checkpoint.dir=" + dir.file("ck") + " --out " + dir.file("b.json"));
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.err.find("hung"), std::string::npos) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("b.json"))) << r.out << r.err;
+}
+
 TEST(BurninCli, BadInputExitsTwoWithOneLine) {
   testing::TempDir dir("test_burnin_cli");
   struct Case {
