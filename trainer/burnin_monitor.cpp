@@ -184,7 +184,7 @@ class BurninMonitor final : public RunExtension {
     start_failures_.assign(world, {});
     golden_mismatches_.assign(world, {});
     golden_first_mismatch_.assign(world, "");
-    numerics_step_.assign(world, 0);
+    loss_step_.assign(world, 0);
     comm_->set_timeout(config_->comm.timeout_s);
     if (baseline_) {
       // Only the engine knows which attention it runs; every rank stops alike.
@@ -278,14 +278,15 @@ class BurninMonitor final : public RunExtension {
     comm_->set_context("burn-in: after step " + std::to_string(step.step));
     const std::vector<double> all = gather_from_ranks(*comm_, static_cast<double>(flags));
     bool stop = (static_cast<int>(all[0]) & kStop) != 0;
+    // A rank's loss is its own; the gradient norm is all-reduced, the same
+    // on every rank, and tells no GPU from another (one shared reason
+    // string, overwritten rank by rank, named the wrong rank's cause, and
+    // every GPU failed for one rank's gradients).
     for (size_t r = 0; r < all.size(); ++r) {
       const int f = static_cast<int>(all[r]);
-      if ((f & (kLossNotFinite | kGradNormNotFinite)) == 0) continue;
-      if (numerics_step_[r] == 0) {
-        numerics_step_[r] = step.step;
-        numerics_what_ = (f & kLossNotFinite) ? "loss" : "gradient norm";
-      }
-      stop = true;  // nothing after a non-finite step means anything
+      if ((f & kLossNotFinite) != 0 && loss_step_[r] == 0) loss_step_[r] = step.step;
+      if ((f & kGradNormNotFinite) != 0 && grad_norm_step_ == 0) grad_norm_step_ = step.step;
+      if ((f & (kLossNotFinite | kGradNormNotFinite)) != 0) stop = true;  // nothing after it means anything
     }
     if (step.step % config_->burnin.golden_every == 0) golden_check(step.step);
     if (!stop && (static_cast<int>(all[0]) & kHealthDue)) {
@@ -518,7 +519,10 @@ class BurninMonitor final : public RunExtension {
                  (golden_mismatches_[r].size() > 5 ? ", ..." : "") + " (" + std::to_string(golden_mismatches_[r].size()) +
                  " of " + std::to_string(golden_checks_) + " checks; first: " + golden_first_mismatch_[r] + ")");
       }
-      if (numerics_step_[r] > 0) row.fail("numerics: " + numerics_what_ + " not finite at step " + std::to_string(numerics_step_[r]));
+      if (loss_step_[r] > 0) row.fail("numerics: loss not finite at step " + std::to_string(loss_step_[r]));
+      // One rank: the norm is its gradients' alone.
+      if (world == 1 && grad_norm_step_ > 0)
+        row.fail("numerics: gradient norm not finite at step " + std::to_string(grad_norm_step_));
       // A median of a handful of steps says nothing about "consistently slower".
       const std::string straggler = own_step_s_.size() >= kStragglerSteps ? straggler_finding(own, r, b.straggler_pct) : "";
       if (!straggler.empty()) row.fail(straggler);
@@ -663,8 +667,14 @@ class BurninMonitor final : public RunExtension {
     // against a baseline or a drift, whatever else passed.
     // (When a failure stopped the run, that failure is the finding, above,
     // as is a GPU's non-finite loss or gradient norm in its row.)
-    const bool numerics_failed =
-        std::any_of(numerics_step_.begin(), numerics_step_.end(), [](int64_t step) { return step > 0; });
+    const bool numerics_failed = grad_norm_step_ > 0 ||
+        std::any_of(loss_step_.begin(), loss_step_.end(), [](int64_t step) { return step > 0; });
+    if (world > 1 && grad_norm_step_ > 0)
+      job.fail("numerics: the gradient norm, all-reduced over the ranks, was not finite at step " +
+               std::to_string(grad_norm_step_) + " (it does not tell which GPU's gradients were not" +
+               (std::any_of(loss_step_.begin(), loss_step_.end(), [](int64_t step) { return step > 0; })
+                    ? "; a GPU whose loss was not finite is named in its row)"
+                    : "; no rank's loss was non-finite)"));
     if ((outcome.summary.measured_steps == 0 || !(outcome.summary.tokens_per_s > 0)) && !outcome.failure.happened() &&
         !numerics_failed)
       job.fail("no step was measured (the run ended within its " + std::to_string(config_->train.warmup_steps) +
@@ -743,8 +753,8 @@ class BurninMonitor final : public RunExtension {
   std::vector<std::vector<std::string>> start_failures_;
   std::vector<std::vector<int64_t>> golden_mismatches_;
   std::vector<std::string> golden_first_mismatch_;
-  std::vector<int64_t> numerics_step_;
-  std::string numerics_what_;
+  std::vector<int64_t> loss_step_;  // per rank: the first step its own loss was not finite, 0 none
+  int64_t grad_norm_step_ = 0;      // the first step the all-reduced gradient norm was not finite, 0 none
   int64_t golden_checks_ = 0;
   bool bitflip_done_ = false;
   // This rank's measured steps.

@@ -123,6 +123,20 @@ TEST_F(BurninMpi, ANonFiniteLossFailsTheRankWhoseLossItWas) {
   EXPECT_EQ(r.err.find("give --duration time"), std::string::npos) << r.err;
 }
 
+// The gradient norm is all-reduced: non-finite on every rank alike, it
+// tells no GPU from another. It fails the job, saying so, and no GPU's row
+// (every GPU failed for it, under the last rank's reason).
+TEST_F(BurninMpi, ANonFiniteGradientNormFailsTheJobNotEveryGpu) {
+  const CommandResult r = burnin("grad_nan", "1m", "--set checkpoint.every_steps=0 --set train.lr=1e30");
+  ASSERT_EQ(r.exit_code, 4) << r.out << r.err;
+  const nlohmann::json& burnin = result_.at("burnin");
+  EXPECT_EQ(burnin["gpus"][0]["verdict"], "PASS") << burnin["gpus"][0].dump();
+  EXPECT_EQ(burnin["gpus"][1]["verdict"], "PASS") << burnin["gpus"][1].dump();
+  EXPECT_NE(failures(burnin["job"]).find("numerics: the gradient norm, all-reduced over the ranks, was not finite"),
+            std::string::npos)
+      << failures(burnin["job"]);
+}
+
 // Ranks that diverge after the last periodic comparison (here none:
 // comm.check_every 0, "only at the end") fail the burn-in: the run ended at
 // the duration, where the end's comparison was never made, and the verdict
