@@ -256,7 +256,16 @@ int ProjectCommand::run() {
   std::vector<double> first_on_host(static_cast<size_t>(comm->world_size()));
   comm->all_gather(comm->local_rank() == 0 ? 1.0 : 0.0, first_on_host.data());
   const int hosts = std::max(1, static_cast<int>(std::count(first_on_host.begin(), first_on_host.end(), 1.0)));
-  const int ranks_per_node = std::max(1, comm->world_size() / hosts);
+  // The measurement is one node's: the table's 1-node row is it, and its
+  // link the node's own. Ranks over several hosts measured a ring across
+  // them, which the model took for the intra-node link, and labelled that
+  // step one node's.
+  if (hosts > 1)
+    throw CommandError{kExitUserError,
+                       "project: the " + std::to_string(comm->world_size()) + " ranks are on " +
+                           std::to_string(hosts) + " hosts; it measures one node (its ranks on one host) and "
+                           "projects the others with --nodes and --fabric: run it on the ranks of one node"};
+  const int ranks_per_node = comm->world_size();
 
   // --- depth ---
   // Round r trains every depth once (and the full depth for --verify), so a
@@ -354,13 +363,16 @@ int ProjectCommand::run() {
   if (world > 1 && intra.busbw_gbs <= 0)
     throw CommandError{kExitEnvironmentError, "project: the all-reduce between the ranks showed no bandwidth "
                                               "(times did not grow with size); rerun on a quieter machine"};
-  // The model at the measured point against the run's own comm_s: the
-  // factor by which training (compute beside the collectives) slows them.
+  // The model against the run's own comm_s: the factor by which training
+  // (compute beside the collectives) slows them. Taken where the table's
+  // 1-node row is, at the projected depth (the fit's comm_s against the
+  // model over that depth's buckets; one depth: the one measured), so that
+  // row reproduces the depth projection. Calibrated at the deepest trained
+  // depth and applied to the full depth's buckets, the 1-node row's comm_s
+  // fell below the fit's, and its exposed share above its own comm_s.
   double modeled_comm_here = 0;
-  for (const int64_t b : measured_buckets)
-    modeled_comm_here += ring_all_reduce_s(static_cast<double>(b), 1, world, intra, intra);
-  if (modeled_comm_here > 0 && deepest.point.times.comm_s > 0)
-    scale.comm_slowdown = deepest.point.times.comm_s / modeled_comm_here;
+  for (const double b : scale.bucket_bytes) modeled_comm_here += ring_all_reduce_s(b, 1, world, intra, intra);
+  if (modeled_comm_here > 0 && at_full.comm_s > 0) scale.comm_slowdown = at_full.comm_s / modeled_comm_here;
   const std::vector<ScalePoint> table = project_scale(scale, fabric, nodes);
 
   if (!reporter) return kExitOk;

@@ -224,7 +224,10 @@ std::vector<ScalePoint> project_scale(const ScaleInputs& in, const Fabric& fabri
     p.ranks = n * g;
     p.comm_s = comm_at(n);
     p.busbw_gbs = ring_busbw_gbs(n, g, in.intra, inter);
-    p.comm_exposed_s = std::max(0.0, in.step.comm_exposed_s + modelled_exposed_s(p.comm_s) - exposed_here_s);
+    // Exposed is a part of comm_s, never more (the measured median and the
+    // model's change need not add up to at most it).
+    p.comm_exposed_s =
+        std::min(p.comm_s, std::max(0.0, in.step.comm_exposed_s + modelled_exposed_s(p.comm_s) - exposed_here_s));
     p.step_s = fixed_s + p.comm_exposed_s;
     p.tokens_per_s = p.step_s > 0 ? in.tokens_per_rank_step * p.ranks / p.step_s : kNoFigure;
     points.push_back(p);

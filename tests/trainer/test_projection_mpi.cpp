@@ -13,6 +13,7 @@
 // time larger than the 2 ranks measured (the ring's volume 2(n-1)/n grows).
 #include <gtest/gtest.h>
 
+#include <algorithm>  // std::min
 #include <cstdio>
 #include <string>
 
@@ -82,6 +83,33 @@ TEST(ScaleProjection, FourRanksFromOneAndTwo) {
   EXPECT_GT(projected.at("comm_s").get<double>(),
             projection.at("measured").at(0).at("step").at("comm_s").get<double>());
   EXPECT_GT(projected.at("tokens_per_s").get<double>(), 0.0);
+}
+
+// Two depths fitted to a third (each layer 43 MiB of gradients more: comm
+// grows with depth above the noise): the table's 1-node row is that projection
+// (docs/projection.md: "1 node reproduces the measured comm"), and no row's
+// exposed comm exceeds its comm. The slowdown was calibrated at the deepest
+// trained depth and applied to the full depth's buckets: the 1-node row read
+// comm 0.99 ms, exposed 1.08 ms, against the depth fit's 1.08 ms.
+TEST(ScaleProjection, TheOneNodeRowIsTheDepthProjection) {
+  testing::TempDir dir("test_projection_mpi");
+  const nlohmann::json projection = run_json(
+      mpirun(2) + " project" + kShape + " --layers 1,2 --set model.n_layers_full=4 --nodes 1,2", dir.file("p.json"));
+  const nlohmann::json& depth = projection.at("depth").at("step");
+  ASSERT_GT(depth.at("comm_s").get<double>(), 0.0) << projection.dump(1);
+  bool one_node = false;
+  for (const nlohmann::json& row : projection.at("scale").at("table")) {
+    EXPECT_LE(row.at("comm_exposed_s").get<double>(), row.at("comm_s").get<double>()) << row.dump();
+    if (row.at("nodes") != 1) continue;
+    one_node = true;
+    EXPECT_NEAR(row.at("comm_s").get<double>(), depth.at("comm_s").get<double>(),
+                1e-9 * depth.at("comm_s").get<double>())
+        << row.dump() << " vs " << depth.dump();
+    EXPECT_NEAR(row.at("comm_exposed_s").get<double>(),
+                std::min(depth.at("comm_s").get<double>(), depth.at("comm_exposed_s").get<double>()), 1e-12)
+        << row.dump() << " vs " << depth.dump();
+  }
+  EXPECT_TRUE(one_node) << projection.dump(1);
 }
 
 }  // namespace
