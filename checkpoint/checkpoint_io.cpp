@@ -119,6 +119,10 @@ std::string read_small_file(const std::string& path, const std::string& what) {
   struct stat status {};
   if (::stat(path.c_str(), &status) == 0 && !S_ISREG(status.st_mode))
     throw CheckpointError(what + " " + path + ": not a regular file");
+  if (status.st_size > kMaxSmallFileBytes)
+    throw CheckpointError(what + " " + path + ": " + std::to_string(status.st_size) +
+                          " bytes, more than the " + std::to_string(kMaxSmallFileBytes >> 20) +
+                          " MiB such a file can be");
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int error = errno;

@@ -58,7 +58,12 @@ StepName parse_step_name(const std::string& name);
 // stays one short line.
 std::string printable(const std::string& text, size_t limit = 64);
 
-// A whole file's contents; throws CheckpointError naming it.
+// The largest file read_small_file reads: a manifest, a pointer, a result
+// (a 100,000-step result is ~30 MB).
+inline constexpr int64_t kMaxSmallFileBytes = int64_t{256} << 20;
+// A whole file's contents; throws CheckpointError naming it, also when it is
+// larger than kMaxSmallFileBytes (not the machine's failure: a 3 GB file
+// given as a result was read whole, twice over, and ended as "out of memory").
 std::string read_small_file(const std::string& path, const std::string& what);
 
 nlohmann::json file_record_to_json(const FileRecord& record);

@@ -237,7 +237,7 @@ constexpr const char* kResultKinds[] = {"result", "aborted_run", "bench_io", "be
 bool is_trainbench_result(const std::string& path, const std::string& named) {
   std::error_code error;
   const uintmax_t size = std::filesystem::file_size(path, error);
-  if (error || size > (uintmax_t{256} << 20)) return false;
+  if (error || size > static_cast<uintmax_t>(checkpoint_io::kMaxSmallFileBytes)) return false;
   std::string text;
   try {
     text = checkpoint_io::read_small_file(path, named);

@@ -189,6 +189,9 @@ TEST(BurninBaseline, ReadsRunAndBurninResultsAndNamesWhatFellBelow) {
       "config": {"data": {"inject_delay_ms": 0}, "burnin": {"inject_slow_ms": 15, "inject_slow_rank": 0}}})";
   std::filesystem::create_directories(dir.file("folder.json"));
   ASSERT_EQ(mkfifo(dir.file("fifo.json").c_str(), 0600), 0);
+  // Sparse, no disk: read whole (twice over) it ended as "out of memory", exit 3.
+  std::ofstream(dir.file("huge.json")) << "{";
+  std::filesystem::resize_file(dir.file("huge.json"), uintmax_t{300} << 20);
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"missing.json", "cannot read"},       {"empty.json", "not a trainbench run or burnin result"},
       {"broken.json", "not a JSON"},         {"projection.json", "not a trainbench run or burnin result (schema 'trainbench.projection/v1';"},
@@ -200,6 +203,7 @@ TEST(BurninBaseline, ReadsRunAndBurninResultsAndNamesWhatFellBelow) {
       {"env5.json", "environment is 5, expected an object"},
       {"train5.json", "config.train is 5, expected an object"},
       {"folder.json", "not a regular file"}, {"fifo.json", "not a regular file"},
+      {"huge.json", "314572800 bytes, more than the 256 MiB such a file can be"},
       {"compute.json", "a `trainbench bench compute` result (it has compute_ceiling)"},
       {"instrument.json", "a `trainbench bench instrument` result"},
       {"failed.json", "its check step_time_accounted failed: a baseline must be a known-good result"},
