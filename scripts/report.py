@@ -11,7 +11,9 @@ failed rerun's result that scale.sh and compare_finetune.sh keep beside the
 earlier one: named in a warning; give the file itself to read it). A file
 with the same result as another (a copy) is read once, with a warning; a
 bench compute or bench instrument result (its summary is the 2-step job its
-measurement ran in) is left out, with a warning; runs
+measurement ran in) is left out, with a warning, as is, in a folder,
+another trainbench output (bench io, bench comm, a projection: its schema
+named; named itself, it is refused); runs
 whose files share a name are named by their paths. Runs are grouped by
 world size (environment.ranks); several runs of one world size are repeats:
 its tokens/s (and the ideal and efficiency from it) is the median of theirs
@@ -148,6 +150,11 @@ class ReportError(Exception):
         self.code = code
 
 
+class OtherTrainbenchFile(ReportError):
+    """Another trainbench output (bench io, bench comm, a projection, ...):
+    refused when named, left out with a note when a folder holds it."""
+
+
 # What a write can meet that no choice of DIR would mend: exit 3.
 MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.EMFILE, errno.ENFILE, errno.ENOMEM}
 
@@ -171,8 +178,10 @@ MAX_DEPTH = 64
 # ratios stay well inside these, and their products and quotients stay finite.
 SMALLEST, LARGEST = 1e-30, 1e30
 MAX_RANKS = 2**31 - 1  # MPI counts ranks in an int
-# A result of 100000 steps is some 30 MB; a file past this is not one.
-MAX_BYTES = 1 << 30
+# A result of 100000 steps is some 30 MB; a file past this is not one (the
+# binary's own limit on a result it reads, checkpoint_io::kMaxSmallFileBytes).
+# At 1 GiB, one of lists of numbers took ~40 GB to check, and died of it.
+MAX_BYTES = 256 << 20
 
 
 class BadNumber:
@@ -530,24 +539,32 @@ def check_values(data: Any, source: Source) -> None:
     """What no field may hold: a number JSON numbers cannot be (NaN, ±Infinity,
     beyond a double), a string that is not Unicode (a lone surrogate), nesting
     deeper than MAX_DEPTH."""
-    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+
+    def check_leaf(value: Any, field: Callable[[], str]) -> None:
+        if isinstance(value, BadNumber):
+            raise source.wrong(field(), value, "a finite JSON number within a double's range")
+        if isinstance(value, str) and not is_unicode(value):
+            raise source.wrong(field(), value, "Unicode text (it has a lone surrogate)")
+
+    # Containers only are stacked, each element checked where it is met and
+    # its field named only for an error: a tuple and a field string per list
+    # element took ~20 times the file's size (a 1 GiB file ran out of memory).
+    check_leaf(data, lambda: "")
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)] if isinstance(data, (dict, list)) else []
     while stack:
         node, field, depth = stack.pop()
         if depth > MAX_DEPTH:
             shown_field = field if len(field) <= 80 else field[:77] + "..."
             raise ReportError(f"{source.name}: {shown_field} nests deeper than {MAX_DEPTH} levels")
-        if isinstance(node, BadNumber):
-            raise source.wrong(field, node, "a finite JSON number within a double's range")
-        if isinstance(node, str) and not is_unicode(node):
-            raise source.wrong(field, node, "Unicode text (it has a lone surrogate)")
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if not is_unicode(key):
-                    raise ReportError(f"{source.name}: {join(field, key)}: a key that is not Unicode text "
-                                      "(it has a lone surrogate)")
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            if isinstance(key, str) and not is_unicode(key):
+                raise ReportError(f"{source.name}: {join(field, key)}: a key that is not Unicode text "
+                                  "(it has a lone surrogate)")
+            if isinstance(value, (dict, list)):
                 stack.append((value, join(field, key), depth + 1))
-        elif isinstance(node, list):
-            stack.extend((value, join(field, i), depth + 1) for i, value in enumerate(node))
+            else:
+                check_leaf(value, lambda: join(field, key))
 
 
 def is_unicode(text: str) -> bool:
@@ -732,8 +749,9 @@ def load_run(path: Path) -> Run:
                           f"{shown(aborted.get('steps_completed'))} step(s)): it has its steps but no summary "
                           "to report; rerun it")
     if schema not in SCHEMAS:
-        raise ReportError(f"{path}: schema is {shown(schema)}, expected {' or '.join(SCHEMAS)} "
-                          "(the result JSON of `trainbench run --out`)")
+        error = OtherTrainbenchFile if isinstance(schema, str) and schema.startswith("trainbench.") else ReportError
+        raise error(f"{path}: schema is {shown(schema)}, expected {' or '.join(SCHEMAS)} "
+                    "(the result JSON of `trainbench run --out`)")
     check_values(data, source)
     unmeasured_as_null(data)
     RESULT.check(data, "", source)
@@ -889,6 +907,7 @@ def collect(inputs: list[str]) -> tuple[list[Run], list[str]]:
     result so, beside the earlier one), and a file whose contents are another
     one's (a copy is no repeat)."""
     paths: list[Path] = []
+    in_folder: set[Path] = set()  # found by listing a folder, not named
     notes: list[str] = []
     for name in inputs:
         p = Path(input_name(name, "RESULTS"))
@@ -915,6 +934,7 @@ def collect(inputs: list[str]) -> tuple[list[Run], list[str]]:
                 if not os.path.isfile(entry):
                     raise ReportError(f"{entry}: not a regular file (every *.json in {p} is read as a result)")
             paths.extend(found)
+            in_folder.update(found)
         else:
             paths.append(p)
     seen: set[str] = set()
@@ -925,7 +945,15 @@ def collect(inputs: list[str]) -> tuple[list[Run], list[str]]:
         if key in seen:
             continue
         seen.add(key)
-        run = load_run(p)
+        try:
+            run = load_run(p)
+        except OtherTrainbenchFile as other:
+            # A sweep's folder may hold a bench io or bench comm result beside
+            # its runs: the whole report was refused for it.
+            if p not in in_folder:
+                raise
+            notes.append(f"{p}: left out: {str(other).removeprefix(f'{p}: ')}")
+            continue
         # bench compute and bench instrument write a result whose summary is the 2-step job their
         # measurement ran in (the binary labels it "not the measurement"): as a training run it
         # set the ideal line, and folded unlike runs into one world size.
@@ -2045,3 +2073,8 @@ if __name__ == "__main__":
     except ReportError as error:
         print(f"report.py: {one_line(str(error))}", file=sys.stderr)
         sys.exit(error.code)
+    except MemoryError:
+        # The machine's limit (exit 3, as the binary's), not a traceback.
+        print("report.py: out of memory reading the results (a ulimit -v, or too little memory for them)",
+              file=sys.stderr)
+        sys.exit(3)

@@ -406,6 +406,22 @@ class ReportErrorTests(unittest.TestCase):
         self.assert_one_line_error(report(alone, "--out", self.dir / "other", "--no-plots"),
                                    "no training run among RESULTS", "bench instrument")
 
+    def test_another_trainbench_output_in_a_folder_is_left_out_and_named_refused(self) -> None:
+        # A sweep folder with a bench io result beside its runs: the whole
+        # report was refused (exit 2) for it.
+        folder = self.dir / "sweep"
+        folder.mkdir()
+        write_json(folder / "ranks-2.json", fake_result(2, 1800.0))
+        io = write_json(folder / "io.json", {"schema": "trainbench.bench_io/v1", "by_threads": []})
+        done = report(folder, "--out", self.out, "--no-plots")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn(f"{io}: left out: schema is \"trainbench.bench_io/v1\"", done.stderr)
+        self.assert_one_line_error(report(io, "--out", self.dir / "other", "--no-plots"),
+                                   "schema is \"trainbench.bench_io/v1\"")
+        # Not a trainbench file at all: refused, folder or not.
+        write_json(folder / "notes.json", {"schema": "something/v1"})
+        self.assert_one_line_error(report(folder, "--out", self.dir / "third", "--no-plots"), "notes.json")
+
     def test_step_times_and_tokens_per_step_of_zero(self) -> None:
         # A measured step takes time and a step trains on tokens.
         good = fake_result(2, 1800.0)
@@ -604,6 +620,29 @@ class ResultReadingTests(unittest.TestCase):
         result = report(*paths, "--out", self.dir / "out", "--no-plots")
         self.assertEqual(result.returncode, 0, result.stderr)
         return (self.dir / "out" / "report.md").read_text()
+
+    def test_a_long_list_is_checked_in_little_memory_and_too_little_is_one_line(self) -> None:
+        # Checking the values made a tuple and a field string per list
+        # element: a 25 MB result took 0.9 GB and, under a 500 MB address
+        # space, ended in a MemoryError traceback (exit 1). Now it fits, and
+        # a limit too low for it is one line, exit 3 (the machine's).
+        result = fake_result(1, 1000.0)
+        result["pad"] = [0.5] * 5_000_000
+        path = self.write("big.json", result)
+
+        def limited(megabytes: int) -> subprocess.CompletedProcess[str]:
+            limit = megabytes << 20
+            return subprocess.run([sys.executable, str(REPORT), str(path), "--no-plots", "--out", str(self.dir / "out")],
+                                  capture_output=True, text=True, timeout=120, check=False,
+                                  preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+
+        done = limited(500)
+        self.assertEqual(done.returncode, 0, done.stderr[-2000:])
+        done = limited(200)
+        self.assertEqual(done.returncode, 3, done.stderr[-2000:])
+        self.assertEqual(done.stderr.strip().splitlines()[-1:],
+                         ["report.py: out of memory reading the results (a ulimit -v, or too little memory for them)"])
+        self.assertNotIn("Traceback", done.stderr)
 
     def test_config_booleans_are_written_as_the_config_writes_them(self) -> None:
         # report.md printed Python's `async True`.
