@@ -31,6 +31,15 @@ inline void expect_measured_and_checked(const nlohmann::json& result) {
       EXPECT_TRUE(std::isfinite(busbw)) << what;
       if (ranks > 1) EXPECT_GT(busbw, 0.0) << what;
       else EXPECT_EQ(busbw, 0.0) << what;
+      // nccl-tests' bus factors, written out here: 2(n-1)/n for all-reduce,
+      // (n-1)/n for reduce-scatter and all-gather. Only busbw > 0 was
+      // checked: one factor for every collective, or another rank count,
+      // passed.
+      const std::string collective = r.at("collective").get<std::string>();
+      const double n = ranks;
+      const double factor = collective == "all_reduce" ? 2 * (n - 1) / n : (n - 1) / n;
+      ASSERT_TRUE(collective == "all_reduce" || collective == "reduce_scatter" || collective == "all_gather") << what;
+      EXPECT_NEAR(busbw, r.at("algbw_gbs").get<double>() * factor, 1e-9 * busbw + 1e-15) << what;
     }
   }
 }

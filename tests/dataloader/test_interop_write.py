@@ -109,7 +109,9 @@ class SynthTests(unittest.TestCase):
             # The second pass writes over the first's shard: its dtype proves it did.
             _, urls = self.synth("--count", "1", "--samples", "8", "--field", "npy", "--vocab", vocab,
                                  "--overwrite")
-            for sample in webdataset_samples(urls):
+            samples = webdataset_samples(urls)
+            self.assertEqual(len(samples), 8)  # none would pass the loop below
+            for sample in samples:
                 ids = np.load(io.BytesIO(sample["npy"]), allow_pickle=False)
                 self.assertEqual(ids.dtype, dtype)
                 self.assertEqual(ids.ndim, 1)

@@ -239,6 +239,24 @@ TEST(ShardLoader, RanksReadDisjointShards) {
   o.rank = 1;
   ShardLoader rank1(o);
   EXPECT_NE(take_batches(rank0, 3), take_batches(rank1, 3));
+  // One epoch each: every shard read once, by one rank. (Batches that
+  // differ alone passed a loader that gave every rank every shard.)
+  o.epochs = 1;
+  o.micro_batch = 1;
+  int64_t samples = 0, tokens = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    o.rank = rank;
+    ShardLoader epoch(o);
+    while (epoch.next_or_end(nullptr) != nullptr) {
+    }
+    const SourceStats stats = epoch.stats();
+    EXPECT_EQ(stats.shards_opened, 2) << "rank " << rank;
+    EXPECT_EQ(stats.samples, 10) << "rank " << rank;
+    samples += stats.samples;
+    tokens += stats.tokens;
+  }
+  EXPECT_EQ(samples, made.samples);
+  EXPECT_EQ(tokens, made.tokens) << "the two ranks' shards are all of them, each once";
 }
 
 TEST(ShardLoader, ResumesExactlyFromASavedPosition) {

@@ -20,6 +20,7 @@
 #include "trainer/config.h"
 #include "trainer/instrument_cost.h"
 #include "trainer/report.h"  // print_progress
+#include "trainer/statistics.h"  // quantile, median
 #include "trainer/train_loop.h"
 
 namespace trainbench {
@@ -43,6 +44,26 @@ RunOutcome train(const Config& config) {
                                       static_cast<uint64_t>(config.data.seed));
   auto comm = make_local_communicator();
   return run_training(config, *engine, *source, *comm, nullptr);
+}
+
+// The summary's p10/median/p90 are numpy.percentile's default (linear)
+// interpolation: figures from numpy, unsorted inputs, odd and even counts.
+// Elsewhere only p10 <= p90 and a median of 4 were checked, which swapped
+// interpolation weights pass (p10 of 1..10 read 1.1 instead of 1.9).
+TEST(Statistics, QuantilesAreNumpysLinearInterpolation) {
+  EXPECT_NEAR(quantile({10, 2, 4, 1, 3}, 0.1), 1.4, 1e-12);
+  EXPECT_NEAR(quantile({10, 2, 4, 1, 3}, 0.5), 3.0, 1e-12);
+  EXPECT_NEAR(quantile({10, 2, 4, 1, 3}, 0.9), 7.6, 1e-12);
+  const std::vector<double> one_to_ten = {7, 1, 10, 2, 9, 3, 8, 4, 6, 5};
+  EXPECT_NEAR(quantile(one_to_ten, 0.1), 1.9, 1e-12);
+  EXPECT_NEAR(quantile(one_to_ten, 0.9), 9.1, 1e-12);
+  EXPECT_NEAR(median({0.3, 0.1, 0.4, 0.2}), 0.25, 1e-12);
+  EXPECT_NEAR(quantile({0.3, 0.1, 0.4, 0.2}, 0.25), 0.175, 1e-12);
+  EXPECT_EQ(quantile({}, 0.5), 0.0) << "nothing measured";
+  EXPECT_EQ(quantile({4.5}, 0.1), 4.5);
+  EXPECT_EQ(quantile({4.5}, 0.9), 4.5);
+  EXPECT_EQ(quantile({3, 1, 2}, 0.0), 1.0);
+  EXPECT_EQ(quantile({3, 1, 2}, 1.0), 3.0);
 }
 
 TEST(Training, TinyOnOneRepeatedBatchHalvesTheLossIn100Steps) {
