@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>  // mkdir, mkfifo
+#include <fcntl.h>     // open: the O_DIRECT probe
 #include <unistd.h>    // truncate
 
 #include <cerrno>   // ENOENT, EIO
@@ -79,16 +80,27 @@ void round_trip(const std::string& dir, bool direct_io) {
   const std::vector<StateImage> images = make_state(5, 0, 2, 16);
   const std::vector<FileRecord> records = write_rank_files(pending_folder(dir, 5), 0, pointers(images), options);
   ASSERT_EQ(records.size(), 2u);
+  // Whether this folder's filesystem takes O_DIRECT (ext4 does, tmpfs not):
+  // where it does, the files must have been written with it (only a line was
+  // printed, and a writer that always fell back passed).
+  const std::string probe = pending_folder(dir, 5) + "/o_direct_probe";
+  const int probe_fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
+  const bool takes_o_direct = probe_fd >= 0;
+  if (takes_o_direct) ::close(probe_fd);
+  ::unlink(probe.c_str());
   for (size_t i = 0; i < records.size(); ++i) {
     EXPECT_EQ(records[i].name, rank_file_name(0, static_cast<int>(i)));
     EXPECT_EQ(records[i].bytes, images[i].bytes());
     EXPECT_EQ(fs::file_size(pending_folder(dir, 5) + "/" + records[i].name), static_cast<uintmax_t>(images[i].bytes()));
     EXPECT_EQ(records[i].xxh64.size(), 16u);
-    if (direct_io)
+    if (direct_io) {
       std::printf("[   INFO   ] %s: %s\n", records[i].name.c_str(),
                   records[i].direct_io ? "written with O_DIRECT" : records[i].warning.c_str());
-    else
+      EXPECT_EQ(records[i].direct_io, takes_o_direct) << records[i].warning;
+      EXPECT_EQ(records[i].warning.empty(), takes_o_direct) << records[i].warning;
+    } else {
       EXPECT_FALSE(records[i].direct_io);
+    }
   }
   EXPECT_TRUE(fs::exists(pending_folder(dir, 5) + "/" + rank_record_name(0)));
 
