@@ -28,7 +28,13 @@ struct Kept {
   nlohmann::json header;
   // Each step as compact JSON text, made when it completes: a json object
   // per step took ten times the memory of a run's longest burn-in's records.
+  // Bounded as the result's are (max_step_records): steps[j] is the step
+  // completed j·stride-th (from 0); past the limit every other one goes and
+  // the stride doubles. The last step is kept aside until one comes after it.
   std::vector<std::string> steps;
+  int64_t stride = 1;
+  int64_t completed = 0;
+  std::string last;  // the latest step's text when it is not in `steps`
   int64_t last_step = 0;
 };
 
@@ -53,6 +59,9 @@ void begin_partial_result(const std::string& path, nlohmann::json header) {
   k.path = path;
   k.header = std::move(header);
   k.steps.clear();
+  k.stride = 1;
+  k.completed = 0;
+  k.last.clear();
   k.last_step = 0;
   k.state = State::kKeeping;
 }
@@ -62,8 +71,23 @@ void add_partial_result_step(const nlohmann::json& step) {
   std::string text = step.dump();
   const std::lock_guard<std::timed_mutex> lock(k.mutex);
   if (k.state != State::kKeeping) return;
-  k.steps.push_back(std::move(text));
   k.last_step = step.value("step", int64_t{0});
+  const bool listed = k.completed % k.stride == 0;
+  ++k.completed;
+  if (!listed) {
+    k.last = std::move(text);
+    return;
+  }
+  k.last.clear();
+  k.steps.push_back(std::move(text));
+  if (static_cast<int64_t>(k.steps.size()) > max_step_records()) {
+    // Every other one: those at multiples of the doubled stride stay.
+    size_t kept = 0;
+    for (size_t j = 0; j < k.steps.size(); j += 2, ++kept)
+      if (kept != j) k.steps[kept] = std::move(k.steps[j]);  // (a string moved onto itself is emptied)
+    k.steps.resize(kept);
+    k.stride *= 2;
+  }
 }
 
 void end_partial_result() {
@@ -72,6 +96,7 @@ void end_partial_result() {
   if (k.state == State::kKeeping) {
     k.state = State::kIdle;
     k.steps.clear();
+    k.last.clear();
   }
 }
 
@@ -95,7 +120,10 @@ bool write_partial_result(int exit_code, const std::string& why) noexcept {
     if (k.state != State::kKeeping || k.steps.empty()) return false;
     k.state = State::kWriting;
     std::vector<std::string> steps = std::move(k.steps);
+    if (!k.last.empty()) steps.push_back(std::move(k.last));
     const int64_t last_step = k.last_step;
+    const int64_t completed = k.completed;
+    const int64_t stride = k.stride;
     nlohmann::json result = k.header;
     const std::string path = k.path;
     lock.unlock();
@@ -103,8 +131,9 @@ bool write_partial_result(int exit_code, const std::string& why) noexcept {
     result["schema"] = kAbortedRunSchema;
     result["aborted"] = {{"exit_code", exit_code},
                          {"reason", why},
-                         {"steps_completed", steps.size()},
+                         {"steps_completed", completed},
                          {"last_step", last_step}};
+    result["steps_every"] = stride;
     // The steps are text already: the list is joined in place of a
     // placeholder rather than parsed back.
     result["steps"] = "@STEPS@";
@@ -126,11 +155,12 @@ bool write_partial_result(int exit_code, const std::string& why) noexcept {
     }
     k.state = State::kDone;
     if (written)
-      std::fprintf(stderr, "trainbench: the %zu step(s) it trained are in %s (%s)\n", steps.size(), path.c_str(),
-                   kAbortedRunSchema);
+      std::fprintf(stderr, "trainbench: the %lld step(s) it trained are in %s (%s%s)\n",
+                   static_cast<long long>(completed), path.c_str(), kAbortedRunSchema,
+                   stride > 1 ? (", every " + std::to_string(stride) + "th listed").c_str() : "");
     else
-      std::fprintf(stderr, "trainbench: the %zu step(s) it trained could not be written to %s\n", steps.size(),
-                   path.c_str());
+      std::fprintf(stderr, "trainbench: the %lld step(s) it trained could not be written to %s\n",
+                   static_cast<long long>(completed), path.c_str());
     std::fflush(stderr);
     return written;
   } catch (...) {  // out of memory, most likely: the abort or the signal goes on without it

@@ -3,6 +3,7 @@
 #include <algorithm>  // std::min: the write's bound with peers
 #include <chrono>     // the write's bound
 #include <cstdio>     // std::snprintf: the bound, named
+#include <cstdlib>    // std::getenv, std::atoll: the test's step-record limit
 #include <memory>     // std::make_shared: the write outlives a call that gave up on it
 #include <stdexcept>  // std::invalid_argument, std::runtime_error
 
@@ -39,6 +40,21 @@ nlohmann::json timed_spread(bool measured, const Spread& s) {
 }
 
 }  // namespace
+
+int64_t max_step_records() {
+  static const int64_t limit = [] {
+    const char* text = std::getenv("TRAINBENCH_TEST_MAX_STEP_RECORDS");
+    const long long value = text != nullptr ? std::atoll(text) : 0;
+    return value > 0 ? static_cast<int64_t>(value) : int64_t{100000};
+  }();
+  return limit;
+}
+
+int64_t step_record_stride(int64_t steps) {
+  int64_t stride = 1;
+  while ((steps + stride - 1) / stride > max_step_records()) stride *= 2;
+  return stride;
+}
 
 nlohmann::json step_result_json(const StepRecord& s, bool measured) {
   return {{"step", s.step},
@@ -162,7 +178,10 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
       {"bottleneck", timed(measured, s.bottleneck)},
   };
   nlohmann::json steps = nlohmann::json::array();
-  for (const StepRecord& record : outcome.steps) steps.push_back(step_result_json(record, s.timed));
+  const int64_t stride = step_record_stride(static_cast<int64_t>(outcome.steps.size()));
+  for (size_t i = 0; i < outcome.steps.size(); ++i)
+    if (i % static_cast<size_t>(stride) == 0 || i + 1 == outcome.steps.size())
+      steps.push_back(step_result_json(outcome.steps[i], s.timed));
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankSummary& r : s.ranks)
     ranks.push_back({{"rank", r.rank},
@@ -197,6 +216,7 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
   result.update({
       {"summary", summary},
       {"steps", steps},
+      {"steps_every", stride},
       {"ranks", ranks},
       {"checkpoints", checkpoints},
       {"resume", outcome.resume},

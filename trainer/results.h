@@ -24,6 +24,15 @@ nlohmann::json result_header_json(const std::string& command_line, const Config&
 // timers ran (report.instrument), else the times are null.
 nlohmann::json step_result_json(const StepRecord& step, bool timed);
 
+// A result lists every step up to this many, and beyond every k-th (k the
+// smallest power of two that fits; the last step always), k in
+// `steps_every`: a 72-hour burn-in at a few steps a second wrote hundreds
+// of MB of records (more than report.py and --baseline read) and held
+// several GB building them. The summary is over every step all the same.
+int64_t max_step_records();  // 100,000; TRAINBENCH_TEST_MAX_STEP_RECORDS for tests
+// The k above for a run of `steps` steps.
+int64_t step_record_stride(int64_t steps);
+
 // Writes `text` atomically (temporary file, fsync, rename): an interrupted
 // run never leaves a truncated file, and an older one survives until the
 // new one is complete. Storage that stopped responding (a write or fsync

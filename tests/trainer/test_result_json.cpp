@@ -814,6 +814,47 @@ TEST(Cli, AGpuThatFailsMidRunExitsThreeAndKeepsTheStepsItTrained) {
       << r.err;
 }
 
+// Past max_step_records (here 4, by the test hook; 100,000 otherwise) the
+// result lists every k-th step, k a power of two, and the last one; the
+// summary is over every step. A 72-hour burn-in wrote hundreds of MB of
+// records and held GBs building them. The partial result of a run that
+// fails is bounded alike (every other one dropped as it passes the limit).
+TEST(Cli, ALongRunListsEveryKthStepAndItsPartialResultToo) {
+  testing::TempDir dir("test_cli_step_records");
+  const std::string run = std::string(TRAINBENCH_BINARY) +
+                          " run tiny --steps 20 --set train.warmup_steps=2 --set data.source=synthetic "
+                          "--set data.shards= --set checkpoint.every_steps=0 --set train.threads=1 --out ";
+  const auto whole = run_command("TRAINBENCH_TEST_MAX_STEP_RECORDS=4 " + run + dir.file("r.json"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  const nlohmann::json result = nlohmann::json::parse(testing::read_whole_file(dir.file("r.json")));
+  EXPECT_EQ(result.at("steps_every"), 8);
+  std::vector<int64_t> listed;
+  for (const nlohmann::json& step : result.at("steps")) listed.push_back(step.at("step").get<int64_t>());
+  EXPECT_EQ(listed, (std::vector<int64_t>{1, 9, 17, 20}));
+  EXPECT_EQ(result.at("summary").at("measured_steps"), 18);
+
+  const auto failed =
+      run_command("TRAINBENCH_TEST_MAX_STEP_RECORDS=4 TRAINBENCH_TEST_DEVICE_ERROR=14 " + run + dir.file("f.json"));
+  EXPECT_EQ(failed.exit_code, 3) << failed.err;
+  const nlohmann::json partial = nlohmann::json::parse(testing::read_whole_file(dir.file("f.aborted.json")));
+  EXPECT_EQ(partial.at("aborted").at("steps_completed"), 13);
+  EXPECT_EQ(partial.at("aborted").at("last_step"), 13);
+  EXPECT_EQ(partial.at("steps_every"), 4);
+  listed.clear();
+  for (const nlohmann::json& step : partial.at("steps")) listed.push_back(step.at("step").get<int64_t>());
+  EXPECT_EQ(listed, (std::vector<int64_t>{1, 5, 9, 13}));
+  EXPECT_NE(failed.err.find("the 13 step(s) it trained are in " + dir.file("f.aborted.json") +
+                            " (trainbench.aborted_run/v1, every 4th listed)"),
+            std::string::npos)
+      << failed.err;
+  // Without the hook every step is listed.
+  const auto plain = run_command(run + dir.file("p.json"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const nlohmann::json all = nlohmann::json::parse(testing::read_whole_file(dir.file("p.json")));
+  EXPECT_EQ(all.at("steps").size(), 20u);
+  EXPECT_EQ(all.at("steps_every"), 1);
+}
+
 // A run killed while it wrote its result leaves PATH.tmp.PID beside it. The
 // next run of the same PID (a container's PID 1) probed --out with that very
 // name, O_EXCL, and was refused: "cannot create a file there: File exists",
