@@ -142,7 +142,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(data, eos_token),
       TRAINBENCH_KEY(data, on_corrupt, Bound::kAny, {"fail", "skip"}),
       TRAINBENCH_KEY(data, max_sample_bytes, Bound::kPositive),
-      TRAINBENCH_KEY(data, block_bytes, Bound::kPositive, {}, int64_t{256} << 20),
+      TRAINBENCH_KEY(data, block_bytes, Bound::kPositive),  // 1 MiB .. 256 MiB: check_config
       TRAINBENCH_KEY(data, timeout_s, Bound::kPositive, {}, kMaxTimeoutSeconds),
       TRAINBENCH_KEY(data, synthetic_batches, Bound::kPositive, {}, kMaxSyntheticBatches),
       TRAINBENCH_KEY(data, synth_shards, Bound::kPositive, {}, kMaxSynthShards),
@@ -855,9 +855,11 @@ void validate(const Config& config, const Sources& sources) {
                   {"data.eos_token", "model.vocab"},
                   std::to_string(d.eos_token) + " is not -1 (= model.vocab - 1) or a token id below model.vocab (" +
                       std::to_string(m.vocab) + ")");
-  checker.require(d.block_bytes >= (1 << 20), {"data.block_bytes"},
-                  "must be at least 1048576 (1 MiB): small reads waste parallel filesystems (got " +
-                      std::to_string(d.block_bytes) + ")");
+  // One range in one message (a separate key maximum said "between 1 and
+  // 268435456" of a value this refuses below 1 MiB).
+  checker.require(d.block_bytes >= (1 << 20) && d.block_bytes <= (int64_t{256} << 20), {"data.block_bytes"},
+                  "must be between 1048576 (1 MiB: small reads waste parallel filesystems) and 268435456 "
+                  "(256 MiB) (got " + std::to_string(d.block_bytes) + ")");
   bool field_known = true;
   try {
     const TokenFormat format = token_format_of_field(d.field);

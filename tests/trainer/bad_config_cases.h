@@ -196,7 +196,10 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"SynthPayloadMeanWhoseSpreadPassesTheLimit", with("data.synth_payload_bytes", "1073741824"), {},
        {"data.synth_payload_bytes: must be between 0 and 715827883 (got 1073741824)"}},
       {"ReadBlockAboveLimit", with("data.block_bytes", "100000000000"), {},
-       {"data.block_bytes: must be between 1 and 268435456"}},
+       {"data.block_bytes: must be between 1048576 (1 MiB", "and 268435456 (256 MiB) (got 100000000000)"}},
+      // Just above the limit: the message's range is the one checked (it said 1 .. 268435456).
+      {"ReadBlockJustAboveLimit", with("data.block_bytes", "268435457"), {},
+       {"data.block_bytes: must be between 1048576 (1 MiB"}},
       {"LayersAboveLimit", with("model.n_layers", "2000000000"), {}, {"model.n_layers: must be between 1 and 65536"}},
       // 2^31 wrapped to a negative int ("internal error"); 2^31-1 grew memory without end.
       {"WritersAboveLimit", with("checkpoint.writers", "2147483648"), {}, {"checkpoint.writers: must be between 1 and 1024"}},
