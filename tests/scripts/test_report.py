@@ -516,17 +516,25 @@ class ReportErrorTests(unittest.TestCase):
         self.assert_refused(report(folder, "--out", self.out), "two\\nlines.json", "schema is null")
 
     def test_unreadable_files_and_folders(self) -> None:
+        # Root reads any file: as root (CI) report.py runs as nobody, through
+        # setpriv and the system's python3 (root's own may sit under /root,
+        # which nobody cannot enter). It was skipped there, so never ran.
+        command: list[str | Path] = [sys.executable, REPORT]
         if os.geteuid() == 0:
-            self.skipTest("root reads any file")
+            python = shutil.which("python3", path="/usr/bin:/bin")
+            if shutil.which("setpriv") is None or python is None:
+                self.skipTest("root reads any file, and setpriv or /usr/bin/python3 is missing to run as nobody")
+            command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, REPORT]
+            self.dir.chmod(0o755)  # nobody reaches the files, and is refused them
         locked = self.dir / "locked"
         locked.mkdir()
         write_json(locked / "r.json", fake_result(1, 1000.0))
         secret = write_json(self.dir / "secret.json", fake_result(1, 1000.0))
         secret.chmod(0)
-        self.assert_refused(report(secret, "--out", self.out), str(secret), "cannot read it")
+        self.assert_refused(run(*command, secret, "--out", self.out), str(secret), "cannot read it")
         locked.chmod(0)
         self.addCleanup(locked.chmod, 0o755)
-        self.assert_refused(report(locked, "--out", self.out), str(locked), "cannot list")
+        self.assert_refused(run(*command, locked, "--out", self.out), str(locked), "cannot list")
 
     def test_bad_command_lines(self) -> None:
         good = write_json(self.dir / "r.json", fake_result(1, 1000.0))
@@ -1174,9 +1182,16 @@ class ScaleArgumentTests(unittest.TestCase):
         self.assertIn(f"{folder}/missing/trainbench: not found", done.stderr)
 
     def test_slurm_without_sbatch_says_so(self) -> None:
-        path = "/usr/bin:/bin"
-        if shutil.which("sbatch", path=path):
-            self.skipTest("sbatch is installed here")
+        # A PATH of every system command but sbatch (CI installs Slurm: the
+        # test skipped there, so never ran).
+        tools = Path(tempfile.mkdtemp(prefix="test_no_sbatch_"))
+        self.addCleanup(shutil.rmtree, tools)
+        for folder in ("/usr/local/bin", "/usr/bin", "/bin"):
+            for entry in os.scandir(folder) if os.path.isdir(folder) else []:
+                if entry.name != "sbatch" and not (tools / entry.name).exists():
+                    (tools / entry.name).symlink_to(entry.path)
+        path = str(tools)
+        self.assertIsNone(shutil.which("sbatch", path=path))
         result = run("bash", SCALE, "--slurm", "--nodes", "1", env={**os.environ, "PATH": path})
         self.assertEqual(result.returncode, 3, result.stderr)
         self.assertIn("sbatch not found", result.stderr)
