@@ -58,10 +58,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The input as a token payload itself reaches the npy parser directly.
   decode_every_format(data, size, &tokens);
 
+  // Read twice: keeping every member (shards verify, pack), and keeping the
+  // token member only, as the loader reads (the other members are read
+  // through, not kept: another path through the member's data).
+  for (const char* keep : {"", "u16"}) {
   TarReader tar;
   try {
     tar.open_memory(data, size, "fuzz.tar");
-    SampleReader reader(tar, kMaxMemberBytes);
+    SampleReader reader(tar, kMaxMemberBytes, keep);
     Sample sample;
     for (int index = 0; index < kMaxSamples; ++index) {
       try {
@@ -78,6 +82,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   } catch (const DataError& error) {
     check_one_line(error.what());
+  }
   }
   return 0;
 }

@@ -156,15 +156,18 @@ class FuzzArgumentTests(Sandbox):
 
     def fake_build(self, build: Path) -> None:
         # cmake does nothing; the fuzz target records its arguments.
-        write_tool(self.tools, "cmake", "exit 0\n")
-        write_tool(build / "tests" / "fuzz", "fuzz_shard_tokens",
-                   'printf "%s\\n" "$@" > "$FUZZ_ARGS"; echo "Done 3 runs in 1 second(s)" >&2\n')
+        write_tool(self.tools, "cmake", 'echo "cmake $*" >> "$FAKE_LOG"; exit 0\n')
+        for target in ("shard_tokens", "loader_position", "config"):
+            write_tool(build / "tests" / "fuzz", f"fuzz_{target}",
+                       f'printf "%s\\n" "$@" > "$FUZZ_ARGS"; echo {target} >> "$FUZZ_ARGS.ran"; '
+                       'echo "Done 3 runs in 1 second(s)" >&2\n')
 
     def test_bad_durations_exit_2_before_building(self) -> None:
         build = self.dir / "never-built"
         write_tool(self.tools, "cmake", 'echo cmake ran >> "$FAKE_LOG"; exit 1\n')
         for args in (["0"], ["0m"], ["-5"], ["abc"], ["2x"], ["1.5"], [""], ["--bogus"], ["3000000000"],
-                     ["99999999999"], ["1", "2"]):
+                     ["99999999999"], ["1", "2"], ["1", "--target"], ["1", "--target", "tar"],
+                     ["--target", "config", "5"], ["--target", ""]):
             with self.subTest(args=args):
                 done = run("bash", SCRIPTS / "fuzz.sh", *args, env={**self.env, "TRAINBENCH_FUZZ_BUILD_DIR": str(build)},
                            timeout=20)
@@ -195,6 +198,17 @@ class FuzzArgumentTests(Sandbox):
                 self.assertEqual(done.returncode, 0, done.stderr)
                 self.assertIn(f"-max_total_time={seconds}", args_file.read_text().splitlines())
                 self.assertIn(f"crashes found: 0 in {seconds}s", done.stdout)
+        # Every target in turn, or the one --target names, each for SECONDS.
+        ran = Path(str(args_file) + ".ran")
+        self.assertEqual(ran.read_text().split()[-3:], ["shard_tokens", "loader_position", "config"])
+        ran.unlink()
+        done = run("bash", SCRIPTS / "fuzz.sh", "7", "--target", "loader_position", env=env, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(ran.read_text().split(), ["loader_position"])
+        self.assertIn("fuzz_loader_position: crashes found: 0 in 7s", done.stdout)
+        self.assertIn("-max_total_time=7", args_file.read_text().splitlines())
+        # The corpus stays in the build folder for the next run.
+        self.assertTrue((build / "corpus" / "loader_position").is_dir())
         # A relative TRAINBENCH_FUZZ_BUILD_DIR is the caller's.
         name = f"test-fuzzbuild-{os.getpid()}"
         in_repo = self.in_repo(name)
