@@ -1124,7 +1124,11 @@ ConfigDifference first_config_difference(const nlohmann::json& first_as_written,
                                          const std::vector<std::array<const char*, 2>>& keys) {
   const nlohmann::json first = as_state_sees_it(first_as_written);
   const nlohmann::json second = as_state_sees_it(second_as_written);
-  for (const auto& [section, name] : keys) {
+  for (const std::array<const char*, 2>& key : keys) {
+    // (Named, not a structured binding: clang before 16, which builds the
+    // fuzz targets, cannot capture one in the lambda.)
+    const char* const section = key[0];
+    const char* const name = key[1];
     const auto value_in = [&](const nlohmann::json& config) {
       const nlohmann::json part = config.is_object() ? config.value(section, nlohmann::json()) : nlohmann::json();
       return *name == '\0' || !part.is_object() ? part : part.value(name, nlohmann::json());
