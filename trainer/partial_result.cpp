@@ -80,8 +80,11 @@ void add_partial_result_step(const nlohmann::json& step) {
   }
   k.last.clear();
   k.steps.push_back(std::move(text));
-  if (static_cast<int64_t>(k.steps.size()) > max_step_records()) {
-    // Every other one: those at multiples of the doubled stride stay.
+  // At most max_step_records() listed, the last step aside included.
+  if (static_cast<int64_t>(k.steps.size()) >= max_step_records()) {
+    // Every other one: those at multiples of the doubled stride stay; the
+    // step just added, where it is not one of them, is the last one.
+    if ((k.steps.size() - 1) % 2 != 0) k.last = std::move(k.steps.back());
     size_t kept = 0;
     for (size_t j = 0; j < k.steps.size(); j += 2, ++kept)
       if (kept != j) k.steps[kept] = std::move(k.steps[j]);  // (a string moved onto itself is emptied)

@@ -45,14 +45,18 @@ int64_t max_step_records() {
   static const int64_t limit = [] {
     const char* text = std::getenv("TRAINBENCH_TEST_MAX_STEP_RECORDS");
     const long long value = text != nullptr ? std::atoll(text) : 0;
-    return value > 0 ? static_cast<int64_t>(value) : int64_t{100000};
+    return value >= 2 ? static_cast<int64_t>(value) : int64_t{100000};  // the first and the last at least
   }();
   return limit;
 }
 
 int64_t step_record_stride(int64_t steps) {
+  // The multiples of the stride, and the last step where it is not one.
+  const auto listed = [steps](int64_t stride) {
+    return steps <= 0 ? 0 : (steps + stride - 1) / stride + ((steps - 1) % stride != 0 ? 1 : 0);
+  };
   int64_t stride = 1;
-  while ((steps + stride - 1) / stride > max_step_records()) stride *= 2;
+  while (listed(stride) > max_step_records()) stride *= 2;
   return stride;
 }
 

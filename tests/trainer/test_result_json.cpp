@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>  // the step-record cases
 
 #include "comm/communicator.h"     // mpi_library_version
 #include "kernels/device_info.h"  // query_gpus: the CUDA test needs no GPU
@@ -839,14 +840,32 @@ TEST(Cli, ALongRunListsEveryKthStepAndItsPartialResultToo) {
   const nlohmann::json partial = nlohmann::json::parse(testing::read_whole_file(dir.file("f.aborted.json")));
   EXPECT_EQ(partial.at("aborted").at("steps_completed"), 13);
   EXPECT_EQ(partial.at("aborted").at("last_step"), 13);
-  EXPECT_EQ(partial.at("steps_every"), 4);
+  EXPECT_EQ(partial.at("steps_every"), 8);
   listed.clear();
   for (const nlohmann::json& step : partial.at("steps")) listed.push_back(step.at("step").get<int64_t>());
-  EXPECT_EQ(listed, (std::vector<int64_t>{1, 5, 9, 13}));
+  EXPECT_EQ(listed, (std::vector<int64_t>{1, 9, 13}));
   EXPECT_NE(failed.err.find("the 13 step(s) it trained are in " + dir.file("f.aborted.json") +
-                            " (trainbench.aborted_run/v1, every 4th listed)"),
+                            " (trainbench.aborted_run/v1, every 8th listed)"),
             std::string::npos)
       << failed.err;
+  // An odd limit, and one step more than a multiple: the last step listed,
+  // never more records than the limit (a 5th step past the limit was dropped,
+  // or listed as one record too many).
+  for (const auto& [limit, device_error, expected] : std::vector<std::tuple<int, int, std::vector<int64_t>>>{
+           {3, 5, {1, 3, 4}}, {5, 21, {1, 9, 17, 20}}, {3, 4, {1, 3}}}) {
+    SCOPED_TRACE("limit " + std::to_string(limit) + ", device error at step " + std::to_string(device_error));
+    const auto cut = run_command("TRAINBENCH_TEST_MAX_STEP_RECORDS=" + std::to_string(limit) +
+                                 " TRAINBENCH_TEST_DEVICE_ERROR=" + std::to_string(device_error) + " " + run +
+                                 dir.file("c.json"));
+    EXPECT_EQ(cut.exit_code, device_error <= 20 ? 3 : 0) << cut.err;
+    const nlohmann::json written = nlohmann::json::parse(
+        testing::read_whole_file(dir.file(device_error <= 20 ? "c.aborted.json" : "c.json")));
+    listed.clear();
+    for (const nlohmann::json& step : written.at("steps")) listed.push_back(step.at("step").get<int64_t>());
+    EXPECT_EQ(listed, expected);
+    EXPECT_LE(listed.size(), static_cast<size_t>(limit));
+    std::filesystem::remove(dir.file("c.aborted.json"));
+  }
   // Without the hook every step is listed.
   const auto plain = run_command(run + dir.file("p.json"));
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
