@@ -648,7 +648,16 @@ void Checkpointer::wait_writer_slice() {
   (void)writer_->wait_idle_for(std::min(kSlice, writer_deadline_ - steady_now()));
 }
 
+Checkpointer::WriterWaitScope::WriterWaitScope(Checkpointer* owner) : owner_(owner) {
+  if (owner_ != nullptr && owner_->writer_waits_++ == 0 && owner_->writer_wait_hook_) owner_->writer_wait_hook_(true);
+}
+
+Checkpointer::WriterWaitScope::~WriterWaitScope() {
+  if (owner_ != nullptr && --owner_->writer_waits_ == 0 && owner_->writer_wait_hook_) owner_->writer_wait_hook_(false);
+}
+
 bool Checkpointer::wait_for_writers() {
+  const WriterWaitScope waiting = writer_wait_scope(true);  // (a diverged step's give_up, a folder's making)
   for (;;) {
     wait_writer_slice();
     const std::vector<double> states = gather_from_ranks(comm_, writer_progress());
@@ -670,13 +679,7 @@ double Checkpointer::drain() {
   // was both: the last checkpoint's stall_s held a copy no step paid for.)
   finish_copy();  // the device's copy: a GPU that hangs in it is the hang watch's
   // The writers' wait, bounded by checkpoint.timeout_s (writer_progress).
-  struct WriterWait {
-    const std::function<void(bool)>* hook;  // null: nothing to wait for, or no hook
-    ~WriterWait() {
-      if (hook != nullptr) (*hook)(false);
-    }
-  } writer_wait{in_flight_ && writer_wait_hook_ ? &writer_wait_hook_ : nullptr};
-  if (writer_wait.hook != nullptr) writer_wait_hook_(true);
+  const WriterWaitScope waiting = writer_wait_scope(in_flight_ != nullptr);
   while (in_flight_) {
     wait_writer_slice();
     agree();

@@ -259,6 +259,20 @@ class Checkpointer {
   std::vector<std::string> warnings_;
   bool writer_abandoned_ = false;            // abandon_writer: kept, never joined
   std::function<void(bool)> writer_wait_hook_;  // set_writer_wait_hook
+  int writer_waits_ = 0;                         // writer waits in progress (nested: the outermost calls the hook)
+  // A writers' wait for its scope: the hook is told at the outermost one's
+  // start and end. Nothing when `waiting` is false.
+  class WriterWaitScope {
+   public:
+    explicit WriterWaitScope(Checkpointer* owner);
+    ~WriterWaitScope();
+    WriterWaitScope(const WriterWaitScope&) = delete;
+    WriterWaitScope& operator=(const WriterWaitScope&) = delete;
+
+   private:
+    Checkpointer* owner_;
+  };
+  WriterWaitScope writer_wait_scope(bool waiting) { return WriterWaitScope(waiting ? this : nullptr); }
   // Steady seconds by which the writer's current job (rank 0 making
   // step_N.tmp, this rank's files, rank 0's commit) must have finished:
   // checkpoint.timeout_s after submit_to_writer. Read only while it is busy.

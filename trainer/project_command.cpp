@@ -435,10 +435,10 @@ int ProjectCommand::run() {
   std::printf("scale      fabric %s: %s\n", fabric.name.c_str(), fabric.assumption.c_str());
   if (world > 1)
     std::printf("  link here       ring busbw %.3f GB/s, %.1f us per ring step (fitted over sizes); the model "
-                "gives %s of all-reduce per step at %ld layers, training measured %s: x%.2f kept at every size\n",
+                "gives %s of all-reduce per step at %ld layers, training %s %s: x%.2f kept at every size\n",
                 intra.busbw_gbs, intra.hop_latency_s * 1e6, seconds_text(modeled_comm_here).c_str(),
-                static_cast<long>(layers.back()), seconds_text(deepest.point.times.comm_s).c_str(),
-                scale.comm_slowdown);
+                static_cast<long>(projected_layers), fitted ? "(the depth fit)" : "measured",
+                seconds_text(at_full.comm_s).c_str(), scale.comm_slowdown);
   std::printf("  gradients       %s in %zu bucket(s) at %ld layers; overlap: %.0f%% of the all-reduce hidden "
               "behind backward%s\n",
               human_bytes(static_cast<double>(full_layout.trainable_params()) * 4).c_str(), scale.bucket_bytes.size(),

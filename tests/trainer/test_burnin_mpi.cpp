@@ -269,6 +269,22 @@ TEST(BurninCli, ASlowCheckpointWriteIsNotAHungRank) {
   EXPECT_TRUE(std::filesystem::exists(dir.file("b.json"))) << r.out << r.err;
 }
 
+// The same wait at a non-finite step: the checkpoint of the step before,
+// still being written, is given up once its writers are done, which took
+// longer than the hang watch allows and read as a hung rank, no result.
+TEST(BurninCli, ANonFiniteStepWhileACheckpointIsWrittenIsNotAHungRank) {
+  testing::TempDir dir("test_burnin_cli");
+  const CommandResult r = run_command(
+      std::string(TRAINBENCH_BINARY) +
+      " burnin tiny --duration 10s --set train.threads=1 --set comm.timeout_s=2 --set train.lr=1e30"
+      " --set checkpoint.every_steps=1 --set checkpoint.inject_delay_ms=1500 --set checkpoint.dir=" + dir.file("ck") +
+      " --out " + dir.file("b.json"));
+  EXPECT_EQ(r.exit_code, 4) << r.out << r.err;
+  EXPECT_EQ(r.err.find("hung"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("numerics: gradient norm not finite at step 2"), std::string::npos) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("b.json"))) << r.out << r.err;
+}
+
 TEST(BurninCli, BadInputExitsTwoWithOneLine) {
   testing::TempDir dir("test_burnin_cli");
   struct Case {
