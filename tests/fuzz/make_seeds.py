@@ -1,7 +1,9 @@
 """Seed inputs for the libFuzzer targets in tests/fuzz, one folder per
-target: python3 make_seeds.py OUT writes OUT/shard_tokens, OUT/loader_position
-and OUT/config. scripts/fuzz.sh starts its corpus from them; CTest replays
-them (and tests/fuzz/regressions/) through each target on every build."""
+target: python3 make_seeds.py OUT [TARGET] writes OUT/shard_tokens,
+OUT/loader_position and OUT/config (or TARGET's alone). scripts/fuzz.sh starts
+its corpus from them; CTest replays them (and tests/fuzz/regressions/) through
+each target on every build. The shard seeds need numpy: without it, exit 77
+(CTest: skipped), the reason printed."""
 
 from __future__ import annotations
 
@@ -13,8 +15,7 @@ import struct
 import sys
 import tarfile
 from pathlib import Path
-
-import numpy as np
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,13 +30,15 @@ def tar_bytes(members: list[tuple[str, bytes]], tar_format: int = tarfile.PAX_FO
     return out.getvalue()
 
 
-def npy(array: np.ndarray) -> bytes:
+def npy(array: Any) -> bytes:
+    import numpy as np
     out = io.BytesIO()
     np.save(out, array)
     return out.getvalue()
 
 
 def shard_seeds() -> dict[str, bytes]:
+    import numpy as np
     tokens = np.arange(1, 9, dtype="<u2")
     plain = tar_bytes([("000.tokens.u16", tokens.tobytes()), ("000.json", b"{}"),
                        ("001.tokens.u16", tokens[::-1].tobytes())])
@@ -95,9 +98,18 @@ def config_seeds() -> dict[str, bytes]:
     return seeds
 
 
-def main(out: str) -> int:
-    for folder, seeds in (("shard_tokens", shard_seeds()), ("loader_position", position_seeds()),
-                          ("config", config_seeds())):
+SEEDS = {"shard_tokens": shard_seeds, "loader_position": position_seeds, "config": config_seeds}
+
+
+def main(out: str, only: str | None = None) -> int:
+    for folder, make in SEEDS.items():
+        if only not in (None, folder):
+            continue
+        try:
+            seeds = make()
+        except ImportError as e:
+            print(f"make_seeds.py: {folder}: {e.name} is not installed (scripts/setup.sh installs it)")
+            return 77
         target = Path(out) / folder
         target.mkdir(parents=True, exist_ok=True)
         for name, data in seeds.items():
@@ -106,4 +118,7 @@ def main(out: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    if len(sys.argv) not in (2, 3) or (len(sys.argv) == 3 and sys.argv[2] not in SEEDS):
+        print(f"usage: make_seeds.py OUT [{'|'.join(SEEDS)}]", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(main(*sys.argv[1:]))

@@ -1,7 +1,8 @@
 // Runs a libFuzzer target's LLVMFuzzerTestOneInput over files, as libFuzzer
 // does for a corpus given without -runs, with any compiler: CTest replays the
 // seeds and every input a fuzzing run once found (tests/fuzz/regressions/)
-// on each build, so a crash found once stays fixed. Arguments are files or
+// on each build (without sanitizers there: crashes, aborts and the targets'
+// own checks show; memory errors only in the ASan build). Arguments are files or
 // folders (their regular files, names not starting with '.' or "README").
 // A finding aborts the process; a clean pass prints how many inputs it ran.
 #include <algorithm>  // std::sort: a folder in name order
