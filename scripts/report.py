@@ -749,7 +749,10 @@ def load_run(path: Path) -> Run:
                           f"{shown(aborted.get('steps_completed'))} step(s)): it has its steps but no summary "
                           "to report; rerun it")
     if schema not in SCHEMAS:
-        error = OtherTrainbenchFile if isinstance(schema, str) and schema.startswith("trainbench.") else ReportError
+        # Another output, not another version of a result (a trainbench.result/v2 is refused, folder or not).
+        other = (isinstance(schema, str) and schema.startswith("trainbench.")
+                 and not schema.startswith("trainbench.result"))
+        error = OtherTrainbenchFile if other else ReportError
         raise error(f"{path}: schema is {shown(schema)}, expected {' or '.join(SCHEMAS)} "
                     "(the result JSON of `trainbench run --out`)")
     check_values(data, source)

@@ -418,9 +418,12 @@ class ReportErrorTests(unittest.TestCase):
         self.assertIn(f"{io}: left out: schema is \"trainbench.bench_io/v1\"", done.stderr)
         self.assert_one_line_error(report(io, "--out", self.dir / "other", "--no-plots"),
                                    "schema is \"trainbench.bench_io/v1\"")
-        # Not a trainbench file at all: refused, folder or not.
-        write_json(folder / "notes.json", {"schema": "something/v1"})
-        self.assert_one_line_error(report(folder, "--out", self.dir / "third", "--no-plots"), "notes.json")
+        # Not a trainbench file at all, or a result of another version: refused, folder or not.
+        for name, schema in (("notes.json", "something/v1"), ("later.json", "trainbench.result/v2")):
+            with self.subTest(schema=schema):
+                write_json(folder / name, {"schema": schema})
+                self.assert_one_line_error(report(folder, "--out", self.dir / "third", "--no-plots"), name)
+                (folder / name).unlink()
 
     def test_step_times_and_tokens_per_step_of_zero(self) -> None:
         # A measured step takes time and a step trains on tokens.
@@ -525,6 +528,8 @@ class ReportErrorTests(unittest.TestCase):
             if shutil.which("setpriv") is None or python is None:
                 self.skipTest("root reads any file, and setpriv or /usr/bin/python3 is missing to run as nobody")
             command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, REPORT]
+            if run(*command, "--help").returncode != 0:
+                self.skipTest(f"root reads any file, and nobody cannot run {REPORT} (a checkout nobody cannot read)")
             self.dir.chmod(0o755)  # nobody reaches the files, and is refused them
         locked = self.dir / "locked"
         locked.mkdir()

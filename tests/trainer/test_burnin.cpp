@@ -182,7 +182,11 @@ TEST(BurninBaseline, ReadsRunAndBurninResultsAndNamesWhatFellBelow) {
   std::ofstream(dir.file("instrument.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 5},
                                                      "instrumentation_cost": {}})";
   std::ofstream(dir.file("failed.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 5},
+      "checks": [{"name": "loss_finite", "passed": true}, {"name": "ranks_consistent", "passed": false}]})";
+  // trainbench's own accounting failing is no fault of the job's: accepted.
+  std::ofstream(dir.file("accounting.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 5},
       "checks": [{"name": "loss_finite", "passed": true}, {"name": "step_time_accounted", "passed": false}]})";
+  EXPECT_EQ(read_baseline(dir.file("accounting.json")).tokens_per_s, 5);
   std::ofstream(dir.file("burnin_fail.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 5},
                                                       "checks": [], "burnin": {"verdict": "FAIL"}})";
   std::ofstream(dir.file("slowed.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 5},
@@ -206,7 +210,7 @@ TEST(BurninBaseline, ReadsRunAndBurninResultsAndNamesWhatFellBelow) {
       {"huge.json", "314572800 bytes, more than the 256 MiB such a file can be"},
       {"compute.json", "a `trainbench bench compute` result (it has compute_ceiling)"},
       {"instrument.json", "a `trainbench bench instrument` result"},
-      {"failed.json", "its check step_time_accounted failed: a baseline must be a known-good result"},
+      {"failed.json", "its check ranks_consistent failed: a baseline must be a known-good result"},
       {"burnin_fail.json", "its burn-in verdict is \"FAIL\""},
       {"slowed.json", "it ran with the fault injection burnin.inject_slow_ms = 15"}};
   for (const auto& [name, expected] : cases) {
@@ -319,6 +323,23 @@ TEST(BurninBaseline, AnotherJobsFiguresAreNotCompared) {
   other = config;
   other.checkpoint.every_steps = config.checkpoint.every_steps + 5;
   EXPECT_NE(baseline_job_difference(known, other, 2, "cpu").find("checkpoint.every_steps"), std::string::npos);
+  // Threads count on the cpu engine only; the writers' settings where this
+  // job takes checkpoints.
+  other = config;
+  other.train.threads = config.train.threads + 3;
+  EXPECT_NE(baseline_job_difference(known, other, 2, "cpu").find("train.threads"), std::string::npos);
+  EXPECT_EQ(baseline_job_difference(known, other, 2, "cuda").find("train.threads"), std::string::npos)
+      << baseline_job_difference(known, other, 2, "cuda");
+  other = config;
+  other.checkpoint.writers = config.checkpoint.writers + 1;
+  ASSERT_GT(config.checkpoint.every_steps, 0);
+  EXPECT_NE(baseline_job_difference(known, other, 2, "cpu").find("checkpoint.writers"), std::string::npos);
+  Config no_checkpoints = config;
+  no_checkpoints.checkpoint.every_steps = 0;
+  BaselineFigures known_without = known;
+  known_without.config = config_to_json(no_checkpoints);
+  no_checkpoints.checkpoint.writers = config.checkpoint.writers + 1;
+  EXPECT_EQ(baseline_job_difference(known_without, no_checkpoints, 2, "cpu"), "");
   other = config;
   other.checkpoint.dir = "/elsewhere";  // where the checkpoints go is not how they are taken
   other.train.steps = config.train.steps + 100;  // the run's length is not the job's shape
