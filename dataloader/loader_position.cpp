@@ -26,7 +26,7 @@ class Writer {
   void i64(int64_t v) { u64(static_cast<uint64_t>(v)); }
   void tokens(const std::vector<int32_t>& v) {
     i64(static_cast<int64_t>(v.size()));
-    out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int32_t));
+    if (!v.empty()) out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int32_t));
   }
   std::string& bytes() { return out_; }
 
@@ -55,6 +55,9 @@ class Reader {
   }
   void take(void* to, size_t n) {
     if (in_.size() - at_ < n) bad("truncated");
+    // An empty list's data() may be null, and memcpy from or to null is
+    // undefined even for 0 bytes (UBSan, fuzz_loader_position's first input).
+    if (n == 0) return;
     std::memcpy(to, in_.data() + at_, n);
     at_ += n;
   }
