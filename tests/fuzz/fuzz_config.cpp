@@ -5,21 +5,11 @@
 // A crash, a sanitizer report, a stack overflow on deep nesting, another
 // exception or a multi-line message is a finding.
 #include <cstdint>  // uint8_t
-#include <cstdio>   // std::fprintf
-#include <cstdlib>  // std::abort
 #include <string>
 #include <vector>
 
+#include "tests/fuzz/fuzz_checks.h"
 #include "trainer/config.h"
-
-namespace {
-
-void finding(const std::string& what) {
-  std::fprintf(stderr, "finding: %s\n", what.c_str());
-  std::abort();
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string input(reinterpret_cast<const char*>(data), size);
@@ -30,9 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     (void)trainbench::parse_config(yaml, "fuzz.yaml", overrides);
   } catch (const trainbench::ConfigError& error) {
-    const std::string message = error.what();
-    if (message.empty() || message.find('\n') != std::string::npos)
-      finding("message is not one line: [" + message + "]");
+    trainbench::fuzz::check_one_line(error.what());
   }
   return 0;
 }

@@ -4,8 +4,6 @@
 // one-line message; a crash, a sanitizer report, another exception, a token
 // outside the vocabulary or a multi-line message is a finding.
 #include <cstdint>  // uint8_t, int32_t
-#include <cstdio>   // std::fprintf
-#include <cstdlib>  // std::abort
 #include <string>
 #include <vector>
 
@@ -13,6 +11,7 @@
 #include "dataloader/tar_reader.h"
 #include "dataloader/token_decode.h"
 #include "dataloader/webdataset.h"
+#include "tests/fuzz/fuzz_checks.h"
 
 namespace {
 
@@ -23,16 +22,8 @@ constexpr int64_t kVocab = 50257;
 constexpr int64_t kMaxMemberBytes = int64_t{1} << 20;
 constexpr int kMaxSamples = 4096;
 
-void finding(const std::string& what) {
-  std::fprintf(stderr, "finding: %s\n", what.c_str());
-  std::abort();
-}
-
-void check_one_line(const std::string& message) {
-  if (message.empty() || message.find('\n') != std::string::npos) {
-    finding("message is not one line: [" + message + "]");
-  }
-}
+using fuzz::check_one_line;
+using fuzz::finding;
 
 void decode_every_format(const uint8_t* data, size_t size, std::vector<int32_t>* tokens) {
   for (const TokenFormat format :

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <memory>  // the watchdog test's communicator
 #include <stdexcept>
+#include <functional>  // the baseline cases' changes
 #include <string>
 #include <thread>   // sleep_for: the disarmed watchdog's wait
 #include <utility>  // std::pair
@@ -306,41 +307,34 @@ TEST(BurninBaseline, AnotherJobsFiguresAreNotCompared) {
   EXPECT_EQ(baseline_job_difference(known, config, 2, "cpu"), "");
   EXPECT_NE(baseline_job_difference(known, config, 4, "cpu").find("measured on 2 rank(s) and this job has 4"),
             std::string::npos);
-  Config other = config;
-  other.model.d_model = 64;
-  EXPECT_NE(baseline_job_difference(known, other, 2, "cpu").find("it has model.d_model = 128 and this job has 64"),
-            std::string::npos)
-      << baseline_job_difference(known, other, 2, "cpu");
-  other = config;
-  other.train.micro_batch = config.train.micro_batch + 1;
-  EXPECT_NE(baseline_job_difference(known, other, 2, "cpu").find("train.micro_batch"), std::string::npos);
+  // The job `change` makes of config, against the baseline: why it differs on `engine`.
+  const auto against = [&](const std::function<void(Config&)>& change, const std::string& engine = "cpu") {
+    Config other = config;
+    change(other);
+    return baseline_job_difference(known, other, 2, engine);
+  };
+  const auto names = [](const std::string& why, const std::string& words) {
+    return why.find(words) != std::string::npos ? ::testing::AssertionSuccess()
+                                                : ::testing::AssertionFailure() << "\"" << words << "\" not in: " << why;
+  };
+  EXPECT_TRUE(names(against([](Config& c) { c.model.d_model = 64; }), "it has model.d_model = 128 and this job has 64"));
+  EXPECT_TRUE(names(against([](Config& c) { c.train.micro_batch += 1; }), "train.micro_batch"));
   // What makes the same shape run at another speed: ZeRO-1, checkpoints.
-  other = config;
-  other.comm.zero = 1;
-  EXPECT_NE(baseline_job_difference(known, other, 2, "cpu").find("it has comm.zero = 0 and this job has 1"),
-            std::string::npos)
-      << baseline_job_difference(known, other, 2, "cpu");
-  other = config;
-  other.checkpoint.every_steps = config.checkpoint.every_steps + 5;
-  EXPECT_NE(baseline_job_difference(known, other, 2, "cpu").find("checkpoint.every_steps"), std::string::npos);
+  EXPECT_TRUE(names(against([](Config& c) { c.comm.zero = 1; }), "it has comm.zero = 0 and this job has 1"));
+  EXPECT_TRUE(names(against([](Config& c) { c.checkpoint.every_steps += 5; }), "checkpoint.every_steps"));
   // Threads count on the cpu engine only; the writers' settings where this
   // job takes checkpoints.
-  other = config;
-  other.train.threads = config.train.threads + 3;
-  EXPECT_NE(baseline_job_difference(known, other, 2, "cpu").find("train.threads"), std::string::npos);
-  EXPECT_EQ(baseline_job_difference(known, other, 2, "cuda").find("train.threads"), std::string::npos)
-      << baseline_job_difference(known, other, 2, "cuda");
-  other = config;
-  other.checkpoint.writers = config.checkpoint.writers + 1;
+  EXPECT_TRUE(names(against([](Config& c) { c.train.threads += 3; }), "train.threads"));
+  EXPECT_EQ(against([](Config& c) { c.train.threads += 3; }, "cuda").find("train.threads"), std::string::npos);
   ASSERT_GT(config.checkpoint.every_steps, 0);
-  EXPECT_NE(baseline_job_difference(known, other, 2, "cpu").find("checkpoint.writers"), std::string::npos);
+  EXPECT_TRUE(names(against([](Config& c) { c.checkpoint.writers += 1; }), "checkpoint.writers"));
   Config no_checkpoints = config;
   no_checkpoints.checkpoint.every_steps = 0;
   BaselineFigures known_without = known;
   known_without.config = config_to_json(no_checkpoints);
   no_checkpoints.checkpoint.writers = config.checkpoint.writers + 1;
   EXPECT_EQ(baseline_job_difference(known_without, no_checkpoints, 2, "cpu"), "");
-  other = config;
+  Config other = config;
   other.checkpoint.dir = "/elsewhere";  // where the checkpoints go is not how they are taken
   other.train.steps = config.train.steps + 100;  // the run's length is not the job's shape
   EXPECT_EQ(baseline_job_difference(known, other, 2, "cpu"), "");
