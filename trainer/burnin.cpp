@@ -212,9 +212,8 @@ BaselineFigures read_baseline(const std::string& path) {
                                   "), not a run or burnin result: its tokens/s is not a training job's");
   // Known-good: the figures of a job that failed a check, or a burn-in that
   // failed, are no yardstick (a straggler's burn-in as the baseline passed
-  // the next slow cluster).
-  // (Not step_time_accounted: a fault of trainbench's own accounting, the
-  // job's tokens/s as good.)
+  // the next slow cluster). Not step_time_accounted: a fault of trainbench's
+  // own accounting, the job's tokens/s as good.
   if (j.contains("checks") && j["checks"].is_array())
     for (const nlohmann::json& check : j["checks"])
       if (check.is_object() && check.value("passed", nlohmann::json()) == false &&
@@ -295,13 +294,12 @@ std::string baseline_job_difference(const BaselineFigures& known, const Config& 
     return "it trained with train.deterministic = false (cuDNN's fastest attention backward) and the burn-in "
            "trains deterministically: its tokens/s is not this job's (give a run with --set "
            "train.deterministic=true, or a burn-in result)";
-  // The job's shape, and what sets how fast the same shape runs: the host
-  // threads (cpu engine), the gradient sync (ZeRO-1, overlap, buckets: the
-  // fabric check all-reduces one bucket), the data's source, and how
-  // checkpoints are taken and written (the step's stall, write GB/s). A
-  // baseline without checkpoints, or with ZeRO-1, passed a slower job.
-  // (The host threads on the cpu engine only; how checkpoints are written
-  // where this job takes them.)
+  // The job's shape, and what sets how fast the same shape runs: the
+  // gradient sync (ZeRO-1, overlap, buckets: the fabric check all-reduces
+  // one bucket), the data's source, the checkpoint cadence, the host threads
+  // on the cpu engine, and how checkpoints are written where this job takes
+  // them (the step's stall, write GB/s). A baseline without checkpoints, or
+  // with ZeRO-1, passed a slower job.
   std::vector<std::array<const char*, 2>> keys = {
       {"model", ""},      {"train", "micro_batch"}, {"train", "grad_accum"}, {"train", "mode"},
       {"comm", "zero"},   {"comm", "overlap"},      {"comm", "bucket_mb"},   {"data", "source"},

@@ -667,14 +667,13 @@ class BurninMonitor final : public RunExtension {
     // against a baseline or a drift, whatever else passed.
     // (When a failure stopped the run, that failure is the finding, above,
     // as is a GPU's non-finite loss or gradient norm in its row.)
-    const bool numerics_failed = grad_norm_step_ > 0 ||
-        std::any_of(loss_step_.begin(), loss_step_.end(), [](int64_t step) { return step > 0; });
+    const bool a_loss_failed = std::any_of(loss_step_.begin(), loss_step_.end(), [](int64_t step) { return step > 0; });
+    const bool numerics_failed = grad_norm_step_ > 0 || a_loss_failed;
     if (world > 1 && grad_norm_step_ > 0)
       job.fail("numerics: the gradient norm, all-reduced over the ranks, was not finite at step " +
                std::to_string(grad_norm_step_) + " (it does not tell which GPU's gradients were not" +
-               (std::any_of(loss_step_.begin(), loss_step_.end(), [](int64_t step) { return step > 0; })
-                    ? "; a GPU whose loss was not finite is named in its row)"
-                    : "; no rank's loss was non-finite)"));
+               (a_loss_failed ? "; a GPU whose loss was not finite is named in its row)"
+                              : "; no rank's loss was non-finite)"));
     if ((outcome.summary.measured_steps == 0 || !(outcome.summary.tokens_per_s > 0)) && !outcome.failure.happened() &&
         !numerics_failed)
       job.fail("no step was measured (the run ended within its " + std::to_string(config_->train.warmup_steps) +

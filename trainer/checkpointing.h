@@ -141,8 +141,9 @@ class Checkpointer {
   // checkpoint). Collective: every rank calls it after the same step.
   double wait_until_idle() { return drain(); }
   // Called with true when a wait for the writers begins (a checkpoint drained
-  // by finish, wait_until_idle, a synchronous checkpoint or when_busy=wait)
-  // and with false when it ends. Such a wait is bounded by
+  // by finish, wait_until_idle, a synchronous checkpoint or when_busy=wait,
+  // one given up at a non-finite step, a checkpoint folder being made) and
+  // with false when it ends. Such a wait is bounded by
   // checkpoint.timeout_s: a hang watch that allows less (burn-in's) pauses
   // for it, or a slow write that moves was called a hung rank.
   void set_writer_wait_hook(std::function<void(bool waiting)> hook) { writer_wait_hook_ = std::move(hook); }
