@@ -99,7 +99,12 @@ std::vector<std::string> shards_for_run(const Config& config, int64_t world, Dat
   const DataSection& d = config.data;
   if (!d.shards.empty()) {
     std::vector<std::string> shards = resolve_shard_list(d.shards);
-    setup->data_path = std::filesystem::path(shards.front()).parent_path().string();
+    // The folder the first shard's bytes are in, its links resolved: a
+    // folder of links into Lustre or tmpfs read as the links' own
+    // filesystem. (Under the listing's storage bound, as the listing is.)
+    std::error_code unresolved;
+    const std::filesystem::path real = std::filesystem::canonical(shards.front(), unresolved);
+    setup->data_path = (unresolved ? std::filesystem::path(shards.front()) : real).parent_path().string();
     if (setup->data_path.empty()) setup->data_path = ".";  // shards named without a folder
     setup->description = std::to_string(shards.size()) + " shards from " + d.shards;
     const std::vector<RepeatedShard> repeated = repeated_shards(shards);

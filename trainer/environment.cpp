@@ -19,6 +19,7 @@
 #include "checkpoint/atomic_file.h"  // parent_directory
 #include "comm/bench_buffer.h"       // device_bench_room_shortfall: the bench's buffers beside a run
 #include "kernels/engine.h"  // built_backends
+#include "trainer/json_text.h"  // json_text: host names that are not UTF-8
 
 namespace trainbench {
 
@@ -227,8 +228,10 @@ Environment collect_environment(Communicator& comm, const std::string& compute_b
   }
   // Every host, not rank 0's alone (report.py counts a sweep's hosts from
   // them, and a 4-node point read as "1 host"), with its GPUs and drivers.
-  for (const std::string& text : strings_of_ranks(comm, host_gpus_to_json(host_gpus_here(comm.host_name(), gpus,
-                                                                                          env.nvidia_driver)).dump())) {
+  // json_text: a host or GPU name that is not UTF-8 (a hostname is bytes)
+  // made dump() throw, an internal error before step 1.
+  for (const std::string& text : strings_of_ranks(comm, json_text(host_gpus_to_json(host_gpus_here(
+                                                            comm.host_name(), gpus, env.nvidia_driver))))) {
     const HostGpus host = host_gpus_from_json(nlohmann::json::parse(text));
     const auto same_host = [&host](const HostGpus& h) { return h.host == host.host; };
     if (std::none_of(env.host_gpus.begin(), env.host_gpus.end(), same_host)) env.host_gpus.push_back(host);

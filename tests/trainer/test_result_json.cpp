@@ -502,6 +502,53 @@ TEST_F(ResultJson, ChecksPassed) {
 // --out is a path as typed: it went through YAML as a --set value does, so
 // "r #1.json" wrote "r" (a comment), "null" the default file, and "[1].json"
 // was refused as a list. bench compute and burnin take it the same way.
+// The environment's data filesystem is where the shards' bytes are: a
+// folder of links onto tmpfs read as the links' own folder's (ext4 here).
+TEST(Cli, TheDataFilesystemIsTheShardsTargetsNotTheirLinks) {
+  testing::TempDir dir("test_cli_data_fs");
+  if (std::system("mountpoint -q /dev/shm") != 0) GTEST_SKIP() << "no tmpfs at /dev/shm to link shards onto";
+  std::string shm_folder = "/dev/shm/test_cli_data_fs-XXXXXX";
+  ASSERT_NE(mkdtemp(shm_folder.data()), nullptr);
+  struct RemovedAtEnd {
+    std::string path;
+    ~RemovedAtEnd() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+    std::string file(const std::string& name) const { return path + "/" + name; }
+  } shm{shm_folder};
+  ASSERT_EQ(run_command(std::string(TRAINBENCH_BINARY) + " shards synth --out " + shm.file("data") +
+                        " --count 2 --samples 50 --tokens 64 --vocab 512").exit_code, 0);
+  std::filesystem::create_directories(dir.file("links"));
+  int linked = 0;
+  for (const auto& shard : std::filesystem::directory_iterator(shm.file("data")))
+    std::filesystem::create_symlink(shard.path(), dir.file("links/" + std::to_string(linked++) + ".tar"));
+  const auto r = run_command(std::string(TRAINBENCH_BINARY) +
+                             " run tiny --steps 3 --set train.warmup_steps=1 --set train.threads=1 "
+                             "--set checkpoint.every_steps=0 --set model.vocab=512 --set data.shards=" +
+                             dir.file("links") + "/*.tar --out " + dir.file("r.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json fs = nlohmann::json::parse(testing::read_whole_file(dir.file("r.json")))["environment"]["filesystems"];
+  ASSERT_EQ(fs.at(0).at("role"), "data") << fs.dump();
+  EXPECT_EQ(fs.at(0).at("type"), "tmpfs") << fs.dump();
+  EXPECT_EQ(fs.at(0).at("path"), std::filesystem::canonical(shm.file("data")).string()) << fs.dump();
+}
+
+// A host name is bytes: one that is not UTF-8 ended every run before step 1
+// as an internal error (the ranks' exchange of host and GPU names threw).
+TEST(Cli, AHostNameThatIsNotUtf8IsNoInternalError) {
+  if (run_command("unshare --uts true").exit_code != 0) GTEST_SKIP() << "no UTS namespace here (unshare --uts)";
+  testing::TempDir dir("test_cli_hostname");
+  const auto r = run_command(
+      "unshare --uts python3 -c \"import os, socket; socket.sethostname(b'n\\xe9ud1'); "
+      "os.execv('" + std::string(TRAINBENCH_BINARY) + "', ['trainbench', 'run', 'tiny', '--steps', '3', '--set', "
+      "'train.warmup_steps=1', '--set', 'train.threads=1', '--set', 'checkpoint.every_steps=0', '--out', '" +
+      dir.file("r.json") + "'])\"");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("r.json"))) << r.err;
+}
+
 TEST(Cli, OutIsThePathAsTyped) {
   testing::TempDir dir("test_cli_out");
   for (const std::string name : {"r #1.json", "null", "[1].json", "*.json", "a: b.json"}) {
