@@ -108,7 +108,8 @@ TEST(MpiCli, CeilingsOfAZeroOneRunAreMeasuredAndLeaveItsTrainingAsItWas) {
 // its steps). With tiny's gradient a busy machine's scheduling spikes
 // (10 ms) are as large: a vocabulary of 50000 makes it 26 MB, its
 // all-reduce ~5 ms, and step 1's own comm_s 1.4 of the ceiling's step
-// (other steps up to 3.7): under 10 is its own.
+// (other steps up to 3.7): within half the collectives' 26 of the other
+// steps' median is its own.
 TEST(MpiCli, TheNetworkCeilingsCollectivesAreNotStepOnesCommTime) {
   testing::TempDir dir("test_mpi_cli");
   const CommandResult run = run_command("timeout 300 " + kMpirun + "-np 2 " + TRAINBENCH_BINARY +
@@ -121,8 +122,17 @@ TEST(MpiCli, TheNetworkCeilingsCollectivesAreNotStepOnesCommTime) {
   const double ceiling_step_s = r.at("ceilings").at("network").at("step_all_reduce_s").get<double>();
   ASSERT_GT(ceiling_step_s, 0.0);
   const double step_one_comm_s = r.at("steps").at(0).at("comm_s").get<double>();
-  EXPECT_LT(step_one_comm_s, 10 * ceiling_step_s) << "step 1's comm_s " << step_one_comm_s
-                                                   << " s against the ceiling's " << ceiling_step_s << " s per step";
+  // Against the run's own other steps plus half of what the ceiling's 26
+  // collectives would add: a fixed 10 ceiling steps failed at 10.06 with a
+  // scheduling spike in CI, while the collectives counted add ~26.
+  std::vector<double> others;
+  for (size_t i = 1; i < r.at("steps").size(); ++i) others.push_back(r["steps"][i].at("comm_s").get<double>());
+  ASSERT_FALSE(others.empty());
+  std::sort(others.begin(), others.end());
+  const double others_median = others[others.size() / 2];
+  EXPECT_LT(step_one_comm_s, others_median + 13 * ceiling_step_s)
+      << "step 1's comm_s " << step_one_comm_s << " s, the other steps' median " << others_median
+      << " s, the ceiling's " << ceiling_step_s << " s per step";
 }
 
 // A rank stopped during set-up (here while it writes its synthetic shards,
