@@ -87,6 +87,11 @@ constexpr int64_t kMaxHealthEverySeconds = 86'400;
 constexpr double kMinHealthEverySeconds = 1;
 constexpr int64_t kMaxNvmlEverySeconds = 3'600;
 constexpr double kMinNvmlEverySeconds = 0.01;
+// RMSNorm's and AdamW's epsilons are fp32 in both engines: 1e308 became inf,
+// every norm's output 0 and the loss flat at ln(vocab) for a run that exited
+// 0; 5e-324 became 0, and AdamW divided 0 by 0. Real ones are 1e-5 .. 1e-8.
+constexpr int64_t kMaxEpsilon = 1;
+constexpr double kMinEpsilon = 1e-30;
 
 // The name is spelled from the member path, so a key and the field it sets
 // cannot drift apart.
@@ -111,7 +116,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(model, ffn_hidden, Bound::kPositive),
       TRAINBENCH_KEY(model, seq_len, Bound::kPositive),
       TRAINBENCH_KEY(model, rope_theta, Bound::kPositive),
-      TRAINBENCH_KEY(model, norm_eps, Bound::kPositive),
+      TRAINBENCH_KEY(model, norm_eps, Bound::kPositive, {}, kMaxEpsilon, kMinEpsilon),
       TRAINBENCH_KEY(train, micro_batch, Bound::kPositive),
       TRAINBENCH_KEY(train, grad_accum, Bound::kPositive),
       TRAINBENCH_KEY(train, steps, Bound::kPositive),
@@ -119,7 +124,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(train, lr, Bound::kPositive),
       TRAINBENCH_KEY(train, beta1, Bound::kUnit),
       TRAINBENCH_KEY(train, beta2, Bound::kUnit),
-      TRAINBENCH_KEY(train, eps, Bound::kPositive),
+      TRAINBENCH_KEY(train, eps, Bound::kPositive, {}, kMaxEpsilon, kMinEpsilon),
       TRAINBENCH_KEY(train, weight_decay, Bound::kNonNegative),
       TRAINBENCH_KEY(train, grad_clip, Bound::kNonNegative),
       TRAINBENCH_KEY(train, precision, Bound::kAny, {"auto", "fp32", "bf16"}),

@@ -117,6 +117,9 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"NegativeGradClip", with("train.grad_clip", "-1"), {}, {"train.grad_clip"}},
       {"ZeroRopeTheta", with("model.rope_theta", "0"), {}, {"model.rope_theta"}},
       {"ZeroNormEps", with("model.norm_eps", "0"), {}, {"model.norm_eps"}},
+      // fp32 epsilons: inf flattened the loss of a run that exited 0, 0 divided 0 by 0.
+      {"NormEpsPastFp32", valid, {"model.norm_eps=1e308"}, {"model.norm_eps: must be between 1e-30 and 1 (got 1e+308)"}},
+      {"EpsBelowFp32", valid, {"train.eps=5e-324"}, {"train.eps: must be between 1e-30 and 1"}},
       {"NegativeThreads", with("train.threads", "-2"), {}, {"train.threads"}},
       {"NegativeTrainSeed", with("train.seed", "-1"), {}, {"train.seed"}},
       {"NegativeDataSeed", with("data.seed", "-1"), {}, {"data.seed"}},
