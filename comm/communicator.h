@@ -162,12 +162,15 @@ class Communicator {
   // Ends every rank of the job now with `message` on stderr and `exit_code`,
   // running the action set_before_abort gave once the message is out.
   [[noreturn]] virtual void abort(int exit_code, const std::string& message) = 0;
-  // A run unwinding from an error calls it before its engine frees device
-  // memory: the collectives in flight on the device are abandoned without
-  // waiting for any peer (cudaFree waits for the device, and a collective a
-  // peer never joins would never finish). Afterwards the communicator is
-  // only aborted or destroyed. Host backends have nothing on a device.
-  virtual void abandon_device_collectives() {}
+  // A run unwinding from an error calls it before its engine frees its
+  // memory: the collectives in flight are abandoned without waiting for any
+  // peer (cudaFree waits for the device, and a collective a peer never joins
+  // would never finish), and those not begun are dropped. True when one may
+  // still write the caller's host buffers once it returns (an MPI call
+  // already under way cannot be cancelled): the caller keeps those buffers
+  // until the job is aborted. Afterwards the communicator is only aborted or
+  // destroyed.
+  virtual bool abandon_collectives() { return false; }
   // Steady-clock seconds at which this rank began waiting for its peers in a
   // blocking call (a collective, wait()), 0 while it is not waiting. Read
   // from another thread: a watchdog (burnin) tells a rank held up by a peer

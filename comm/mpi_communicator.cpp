@@ -137,6 +137,7 @@ class MpiCommunicator final : public Communicator {
 
   Ticket start_all_reduce_sum(float* data, int64_t count) override;
   double wait(Ticket ticket) override;
+  bool abandon_collectives() override;
   double take_comm_seconds() override;
   double last_completion_time() const override;
 
@@ -183,7 +184,8 @@ class MpiCommunicator final : public Communicator {
   mutable std::mutex mutex_;
   std::condition_variable request_queued_;
   std::condition_variable request_completed_;
-  std::deque<BackgroundRequest> queue_;  // front: the one in flight
+  std::deque<BackgroundRequest> queue_;  // front: the next, or the one in flight
+  bool in_flight_ = false;               // the front is inside MPI on the progress thread
   Ticket next_ticket_ = 0;
   Ticket completed_through_ = -1;  // tickets complete in order
   double comm_seconds_ = 0.0;      // since the last take_comm_seconds()
@@ -392,6 +394,17 @@ double MpiCommunicator::wait(Ticket ticket) {
   return seconds_of(Clock::now() - start);
 }
 
+bool MpiCommunicator::abandon_collectives() {
+  // What has not begun is dropped: the progress thread would otherwise
+  // start it on buffers the unwinding caller is about to free. The one in
+  // flight is a blocking MPI_Allreduce that nothing can cancel; it writes
+  // its buffer until it ends, or the job is aborted.
+  std::lock_guard lock(mutex_);
+  if (queue_.empty()) return false;
+  queue_.erase(queue_.begin() + (in_flight_ ? 1 : 0), queue_.end());
+  return in_flight_;
+}
+
 double MpiCommunicator::take_comm_seconds() {
   std::lock_guard lock(mutex_);
   const double seconds = comm_seconds_;
@@ -411,6 +424,7 @@ void MpiCommunicator::progress_loop() {
     request_queued_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, and everything queued is done
     const BackgroundRequest request = queue_.front();
+    in_flight_ = true;
     lock.unlock();
     const Clock::time_point start = Clock::now();
     if (injected_delay_s_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(injected_delay_s_.load()));
@@ -421,6 +435,7 @@ void MpiCommunicator::progress_loop() {
     }
     const Clock::time_point end = Clock::now();
     lock.lock();
+    in_flight_ = false;
     queue_.pop_front();
     completed_through_ = request.ticket;
     comm_seconds_ += seconds_of(end - start);

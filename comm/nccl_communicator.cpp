@@ -119,7 +119,7 @@ class NcclCommunicator final : public Communicator {
     bootstrap_->set_context(context);
   }
   [[noreturn]] void abort(int exit_code, const std::string& message) override;
-  void abandon_device_collectives() override;
+  bool abandon_collectives() override;
 
  private:
   // A background all-reduce on the stream: its events bracket it.
@@ -169,7 +169,7 @@ class NcclCommunicator final : public Communicator {
   std::string context_;
   std::atomic<bool> aborting_{false};
   // Who calls ncclCommAbort, once: abort() on a watchdog's thread and
-  // abandon_device_collectives() unwinding on the main thread could both
+  // abandon_collectives() unwinding on the main thread could both
   // reach it while the other's call was blocked on a wedged GPU (a double
   // free of the comm).
   std::atomic<bool> comm_abort_claimed_{false};
@@ -512,8 +512,10 @@ void NcclCommunicator::wait_for_device_event(void* cuda_event) {
   std::_Exit(exit_code);  // the bootstrap's abort does not return; should it, the rank still ends
 }
 
-void NcclCommunicator::abandon_device_collectives() {
-  if (aborting_.load() || !claim_comm_abort()) return;
+bool NcclCommunicator::abandon_collectives() {
+  // The gradients' collectives are on the device; the bootstrap carries
+  // only blocking host ones, none of which is under way while unwinding.
+  if (aborting_.load() || !claim_comm_abort()) return false;
   // ncclCommAbort can block on a wedged device: past the grace the rank
   // ends, as abort()'s own watchdog would end it (the error being unwound
   // is not printed; this line says why the rank ended).
@@ -531,6 +533,7 @@ void NcclCommunicator::abandon_device_collectives() {
   returned = true;
   watchdog.join();
   comm_ = nullptr;
+  return false;
 }
 
 }  // namespace

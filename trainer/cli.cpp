@@ -776,17 +776,23 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   } catch (const std::runtime_error& e) {
     throw CommandError{kExitEnvironmentError, e.what()};
   }
-  // Unwinding from an error, the device collectives in flight are abandoned
-  // before the engine frees its memory (declared after it, so it runs
-  // first): cudaFree waits for the device, and a collective that a peer,
-  // stopped by its own error, never joins would hold this rank for ever.
+  // Unwinding from an error, the collectives in flight are abandoned before
+  // the engine frees its memory (declared after it, so it runs first):
+  // cudaFree waits for the device, and a collective that a peer, stopped by
+  // its own error, never joins would hold this rank for ever. An MPI
+  // all-reduce already under way on the progress thread still writes the
+  // engine's gradients: the engine is then kept, not freed, as the job is
+  // aborted next (freed, its memory was written by MPI while the error path
+  // wrote the partial result).
   struct AbandonCollectivesOnError {
     std::unique_ptr<Communicator>& comm;  // the NCCL one once made below
+    std::unique_ptr<TrainingEngine>& engine;
     const int exceptions_at_start = std::uncaught_exceptions();
     ~AbandonCollectivesOnError() {
-      if (std::uncaught_exceptions() > exceptions_at_start && comm) comm->abandon_device_collectives();
+      if (std::uncaught_exceptions() > exceptions_at_start && comm && comm->abandon_collectives())
+        (void)engine.release();
     }
-  } abandon_on_error{comm};
+  } abandon_on_error{comm, engine};
   engine->init_parameters(static_cast<uint64_t>(config.train.seed));
   report.engine_options = engine_options;
   report.state_bytes = state_bytes_per_rank(*engine, config, comm->world_size());
