@@ -325,7 +325,7 @@ struct EngineOptions {
   ModelShape shape;
   int64_t micro_batch = 1;
   std::string device = "cpu";  // "cpu" or "cuda" (resolved by the trainer from "auto")
-  int threads = 0;             // CPU threads; 0 = all hardware threads
+  int threads = 0;             // CPU threads; 0 = the CPUs this process may use
   int gpu_index = 0;           // CUDA device (the trainer picks the rank's local rank)
   // Parameters that are not trained: no gradient, no optimizer state, no
   // weight-gradient GEMM; input gradients still flow.

@@ -474,7 +474,7 @@ RESULT = Obj({
                                    "cuda_driver": STR}))),
         "gpus": Opt(Each(Obj({"name": STR}))),
         "gpus_unavailable_reason": STR,
-        "cpu": Opt(Obj({"model": STR, "threads_used": COUNT, "hardware_threads": COUNT})),
+        "cpu": Opt(Obj({"model": STR, "threads_used": COUNT, "hardware_threads": COUNT, "usable_threads": COUNT})),
         **{k: STR for k in ("cuda_runtime", "cuda_driver", "nvidia_driver", "nccl", "mpi", "compute_backend",
                             )},
         "filesystems": Opt(Each(Obj({"role": STR, "path": STR, "type": STR}))),
@@ -1444,6 +1444,9 @@ def environment_section(run: Run) -> list[str]:
         ("engine / comm", f"{env.get('compute_backend', '?')} / {env.get('comm_backend', '?')}"),
         ("GPUs", gpu_text),
         ("CPU", f"{cpu.get('model', '?')}, {cpu.get('threads_used', '?')} of {cpu.get('hardware_threads', '?')} threads"
+                + (f" ({cpu['usable_threads']} usable: affinity, cgroup)"
+                   if isinstance(cpu.get('usable_threads'), int) and isinstance(cpu.get('hardware_threads'), int)
+                   and cpu['usable_threads'] < cpu['hardware_threads'] else "")
                 + (" (rank 0's host)" if len(hosts) > 1 else "")),
         ("libraries", ", ".join(f"{k} {env[k]}" for k in ("nvidia_driver", "cuda_runtime", "cuda_driver", "nccl", "mpi")
                                 if env.get(k)) or "—"),

@@ -18,7 +18,7 @@
 #include <regex>  // whether a failure names its rank
 #include <string>
 #include <system_error>  // a thread that could not start: exit 3
-#include <thread>  // hardware_concurrency, sleep_for
+#include <thread>  // sleep_for; hardware_concurrency: the host's threads
 #include <vector>
 
 #include "comm/communicator.h"        // make_local/mpi/nccl_communicator, nccl_version
@@ -33,11 +33,12 @@
 #include "kernels/device_error.h"     // DeviceError: exit 3
 #include "kernels/device_info.h"      // query_gpus for device auto
 #include "kernels/engine.h"           // make_engine, plan_engine_memory
+#include "kernels/host_resources.h"   // cpu_engine_threads: train.threads=0; usable_cpu_count
 #include "trainer/config.h"
 #include "trainer/data_source.h"
 #include "trainer/temporary_folder.h"  // make_temporary_directory, remove_temporary_folder: the default checkpoint folder
 #include "trainer/environment.h"
-#include "trainer/json_text.h"       // json_text: rank configs compared as text
+#include "trainer/json_text.h"       // json_text: rank configs compared as text; error_line
 #include "trainer/interrupt_cleanup.h"  // wait_if_interrupted: no error line after a signal
 #include "trainer/partial_result.h"     // an aborted or interrupted run leaves its steps
 #include "trainer/report.h"
@@ -287,7 +288,7 @@ void check_address_space_limit(const EngineOptions& options, const MemoryPlan& p
   if (allowed == 0) return;
   constexpr int64_t kOpenBlasBufferBytes = int64_t{128} << 20;
   constexpr int64_t kSlackBytes = int64_t{64} << 20;
-  const int64_t threads = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  const int64_t threads = cpu_engine_threads(options.threads);
   const int64_t needed = mapped_bytes() + (options.device == "cpu" ? plan.total_bytes() : 0) +
                          threads * kOpenBlasBufferBytes + kSlackBytes;
   if (needed > allowed)
@@ -892,9 +893,20 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   if (!checkpoint_dir.path.empty() && !checkpoint_dir.lock.unlocked_reason().empty())
     setup_warnings.push_back(checkpoint_dir.lock.unlocked_reason());
 
-  const int threads = engine_options.threads > 0
-                          ? engine_options.threads
-                          : static_cast<int>(std::thread::hardware_concurrency());
+  const int threads = cpu_engine_threads(engine_options.threads);
+  {
+    // A collective: the ranks on each host are counted on every engine.
+    const int host_ranks = ranks_on_this_host(*comm);
+    const std::string contention =
+        engine_options.device == "cpu"
+            ? cpu_oversubscription(threads, usable_cpu_count(), host_ranks,
+                                   static_cast<int>(std::thread::hardware_concurrency()))
+            : "";
+    const RankReason first = first_reason_over_ranks(*comm, contention);
+    if (!first.reason.empty())
+      setup_warnings.push_back(comm->world_size() > 1 ? "rank " + std::to_string(first.rank) + ": " + first.reason
+                                                      : first.reason);
+  }
   Environment env = collect_environment(*comm, engine->backend_name(), threads, gpus);
   if (const std::string differ = hosts_that_differ(env); !differ.empty()) setup_warnings.push_back(differ);
   env.attention = engine->attention();

@@ -19,6 +19,7 @@
 #include "checkpoint/atomic_file.h"  // parent_directory
 #include "comm/bench_buffer.h"       // device_bench_room_shortfall: the bench's buffers beside a run
 #include "kernels/engine.h"  // built_backends
+#include "kernels/host_resources.h"  // usable_cpu_count, cgroup_limits: what a rank may use
 #include "trainer/json_text.h"  // json_text: host names that are not UTF-8
 
 namespace trainbench {
@@ -152,7 +153,31 @@ std::string hosts_that_differ(const Environment& env) {
          "pace, and its figures are not one kind of node's";
 }
 
-int64_t available_memory_bytes() { return proc_kib_field_bytes("/proc/meminfo", "MemAvailable"); }
+std::string cpu_oversubscription(int threads, int usable_cpus, int host_ranks, int hardware_threads) {
+  const std::string effect = ": the threads take turns on the cores and the step time is the scheduler's; ";
+  if (usable_cpus > 0 && threads > usable_cpus)
+    return "train.threads=" + std::to_string(threads) + " but this rank may run on " + std::to_string(usable_cpus) +
+           " CPU(s) (its affinity mask or cgroup CPU limit)" + effect + "set train.threads=" +
+           std::to_string(usable_cpus) + ", or 0 for the CPUs a rank may use";
+  const int64_t together = int64_t{threads} * host_ranks;
+  if (host_ranks > 1 && hardware_threads > 0 && together > hardware_threads) {
+    const int share = hardware_threads / host_ranks;
+    return std::to_string(host_ranks) + " ranks on this host run " + std::to_string(threads) +
+           " CPU thread(s) each, " + std::to_string(together) + " on its " + std::to_string(hardware_threads) +
+           " hardware threads" + effect +
+           (share >= 1 ? "give each rank its share (train.threads=" + std::to_string(share) +
+                             ") or bind each rank to its own cores (mpirun --map-by slot:PE=" +
+                             std::to_string(share) + " --bind-to core, srun --cpus-per-task)"
+                       : "run at most " + std::to_string(hardware_threads) + " ranks on it");
+  }
+  return "";
+}
+
+int64_t available_memory_bytes() {
+  const int64_t host = proc_kib_field_bytes("/proc/meminfo", "MemAvailable");
+  const int64_t room = cgroup_limits().memory_room_bytes;
+  return room >= 0 && (host <= 0 || room < host) ? room : host;
+}
 
 std::string device_bench_room_over_ranks(Communicator& comm, int64_t bytes) {
   if (!comm.device_buffers()) return "";  // alike on every rank
@@ -162,7 +187,11 @@ std::string device_bench_room_over_ranks(Communicator& comm, int64_t bytes) {
   return first_reason_over_ranks(comm, device_bench_room_shortfall(comm, bytes, host_room)).reason;
 }
 
-int64_t total_memory_bytes() { return proc_kib_field_bytes("/proc/meminfo", "MemTotal"); }
+int64_t total_memory_bytes() {
+  const int64_t host = proc_kib_field_bytes("/proc/meminfo", "MemTotal");
+  const int64_t limit = cgroup_limits().memory_bytes;
+  return limit > 0 && (host <= 0 || limit < host) ? limit : host;
+}
 
 int64_t mapped_bytes() { return proc_kib_field_bytes("/proc/self/status", "VmSize"); }
 
@@ -216,7 +245,9 @@ Environment collect_environment(Communicator& comm, const std::string& compute_b
   env.comm_backend = comm.backend_name();
   env.cpu_model = cpu_model_name();
   env.hardware_threads = static_cast<int>(std::thread::hardware_concurrency());
+  env.usable_threads = usable_cpu_count();
   env.threads_used = threads_used;
+  env.memory_limit_bytes = cgroup_limits().memory_bytes;
   env.memory_total_bytes = total_memory_bytes();
   env.memory_available_bytes = available_memory_bytes();
   env.gpus = gpus;
@@ -279,9 +310,12 @@ nlohmann::json environment_to_json(const Environment& env) {
       {"built_backends", env.built_backends},
       {"cpu", {{"model", env.cpu_model},
                {"hardware_threads", env.hardware_threads},
+               {"usable_threads", env.usable_threads},
                {"threads_used", env.threads_used}}},
       {"memory", {{"total_bytes", env.memory_total_bytes},
-                  {"available_bytes", env.memory_available_bytes}}},
+                  {"available_bytes", env.memory_available_bytes},
+                  {"cgroup_limit_bytes", env.memory_limit_bytes > 0 ? nlohmann::json(env.memory_limit_bytes)
+                                                                    : nlohmann::json()}}},
       {"gpus", gpus},
       {"gpus_unavailable_reason", or_null(env.gpus.gpus.empty() ? env.gpus.why_none : "")},
       {"cuda_runtime", or_null(env.gpus.runtime_version)},

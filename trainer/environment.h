@@ -44,10 +44,12 @@ struct Environment {
   int world_size = 1;
   std::string comm_backend;
   std::string cpu_model;
-  int hardware_threads = 0;
+  int hardware_threads = 0;  // the host's
+  int usable_threads = 0;    // the CPUs its affinity mask and cgroup leave this rank (usable_cpu_count)
   int threads_used = 0;
-  int64_t memory_total_bytes = 0;
-  int64_t memory_available_bytes = 0;
+  int64_t memory_total_bytes = 0;      // total_memory_bytes()
+  int64_t memory_available_bytes = 0;  // available_memory_bytes()
+  int64_t memory_limit_bytes = 0;      // the cgroup's memory limit; 0 = none
   GpuInventory gpus;
   // The NVIDIA kernel driver ("570.86.15"), what an acceptance test compares;
   // gpus.driver_version is the CUDA version that driver supports ("13.0").
@@ -73,10 +75,18 @@ Environment collect_environment(Communicator& comm, const std::string& compute_b
 // cluster under acceptance should be one build. Names the first host that
 // differs from rank 0's, and how many do.
 std::string hosts_that_differ(const Environment& env);
+// Why the CPU engine's threads would take turns on cores ("" when they
+// would not): more threads than the CPUs this rank may use (its affinity
+// mask or cgroup: usable_cpu_count), or the ranks on its host running more
+// threads together than the host has hardware threads. Its steps are then
+// the scheduler's, not the machine's.
+std::string cpu_oversubscription(int threads, int usable_cpus, int host_ranks, int hardware_threads);
 // The filesystem holding `path`: its own where it exists (a folder that is a
 // mount point included), else its folder's (a result not written yet).
 FilesystemInfo describe_filesystem(const std::string& role, const std::string& path);
-// MemAvailable from /proc/meminfo (0 when unknown).
+// MemAvailable from /proc/meminfo, or the room left under the process's
+// cgroup memory limit where that is less (a Slurm --mem, a Kubernetes
+// limit); 0 when unknown.
 int64_t available_memory_bytes();
 // Why the collective bench's buffers (`bytes` per rank) cannot go on the
 // ranks' GPUs beside a run (device_bench_room_shortfall, with each rank's
@@ -84,7 +94,8 @@ int64_t available_memory_bytes();
 // ranks; "" when they can, and at once (no collective) on a host-buffer
 // communicator, whose buffers the callers size themselves. Every rank calls it.
 std::string device_bench_room_over_ranks(Communicator& comm, int64_t bytes);
-// MemTotal from /proc/meminfo (0 when unknown).
+// MemTotal from /proc/meminfo, or the process's cgroup memory limit where
+// that is less (0 when unknown).
 int64_t total_memory_bytes();
 // This process's address space now, VmSize from /proc/self/status: the
 // binary, the libraries it loaded, its threads' stacks (0 when unknown).

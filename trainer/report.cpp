@@ -57,9 +57,12 @@ void print_header(FILE* out, const Config& config, const Environment& env, const
       env.host_gpus.size() > 1 ? " and " + std::to_string(env.host_gpus.size() - 1) + " more host(s)" : "";
   std::fprintf(out, "  host      %s%s, %d rank(s), comm %s\n", env.host_gpus.front().host.c_str(), more_hosts.c_str(),
                env.world_size, env.comm_backend.c_str());
-  std::fprintf(out, "  cpu       %s, %d of %d threads, %s RAM\n", env.cpu_model.c_str(),
-               env.threads_used, env.hardware_threads,
-               human_bytes(static_cast<double>(env.memory_total_bytes)).c_str());
+  const std::string usable = env.usable_threads > 0 && env.usable_threads < env.hardware_threads
+                                 ? " (" + std::to_string(env.usable_threads) + " usable)"
+                                 : "";
+  std::fprintf(out, "  cpu       %s, %d of %d threads%s, %s RAM%s\n", env.cpu_model.c_str(), env.threads_used,
+               env.hardware_threads, usable.c_str(), human_bytes(static_cast<double>(env.memory_total_bytes)).c_str(),
+               env.memory_limit_bytes > 0 && env.memory_limit_bytes == env.memory_total_bytes ? " (its cgroup's limit)" : "");
   if (env.gpus.gpus.empty()) {
     std::fprintf(out, "  gpu       none (%s)\n", env.gpus.why_none.c_str());
   } else {

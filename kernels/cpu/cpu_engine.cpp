@@ -8,9 +8,9 @@
 #include <cstring>    // std::memcpy, std::memset
 #include <stdexcept>  // std::invalid_argument for a malformed batch or state list
 #include <string>
-#include <thread>     // hardware_concurrency
 
 #include "kernels/cpu/cpu_ops.h"        // the ops
+#include "kernels/host_resources.h"     // cpu_engine_threads: train.threads=0
 #include "kernels/parameter_init.h"     // init_parameters_host
 #include "kernels/slice_carver.h"       // SliceCarver: views into the allocations
 
@@ -18,12 +18,6 @@ namespace trainbench::cpu {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-
-int resolve_threads(int requested) {
-  if (requested > 0) return requested;
-  const unsigned hw = std::thread::hardware_concurrency();
-  return hw > 0 ? static_cast<int>(hw) : 1;
-}
 
 // Adds the wall time of one engine call to the compute total; reads no
 // clock when timing is off (set_compute_timing). Its end also ends the op
@@ -112,7 +106,7 @@ MemoryPlan plan_cpu_memory(const EngineOptions& options) {
   const ParameterLayout layout = make_layout(options);
   const EngineOptions::OptimizerShard shard = resolve_optimizer_shard(options, layout.trainable_params());
   const ActivationSizes acts = activation_sizes(options.shape, options.micro_batch,
-                                                resolve_threads(options.threads), options.lora);
+                                                cpu_engine_threads(options.threads), options.lora);
   MemoryPlan plan;
   plan.parameter_bytes = padded_count(layout.total_params(), options.pad_buffers_to) * 4;
   plan.gradient_bytes = padded_count(layout.trainable_params(), options.pad_buffers_to) * 4;
@@ -127,7 +121,7 @@ CpuEngine::CpuEngine(const EngineOptions& options)
       shape_(options.shape),
       layout_(make_layout(options)),
       micro_batch_(options.micro_batch),
-      threads_(resolve_threads(options.threads)) {
+      threads_(cpu_engine_threads(options.threads)) {
   // OpenMP owns the threads; OpenBLAS runs inside them (see sgemm_parallel).
   omp_set_num_threads(threads_);
   openblas_set_num_threads(1);

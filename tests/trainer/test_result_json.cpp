@@ -155,6 +155,47 @@ TEST(NvidiaDriverVersion, IsReadFromEitherModulesLine) {
   EXPECT_EQ(nvidia_driver_version_in("NVRM version: something else 1.2\n"), "");
 }
 
+// A run bound to one CPU (taskset, as mpirun --bind-to core or srun
+// --cpus-per-task bind a rank) runs one thread by default: it ran one per
+// hardware thread of the host on that CPU. Asked for more, it says so.
+TEST(CpuAffinity, ARunBoundToOneCpuRunsOneThreadAndWarnsOfMore) {
+  if (std::system("taskset -c 0 true > /dev/null 2>&1") != 0) GTEST_SKIP() << "taskset cannot bind to CPU 0 here";
+  const testing::TempDir dir("trainbench_affinity");
+  const std::string base = "taskset -c 0 " + std::string(TRAINBENCH_BINARY) +
+                           " run tiny --steps 4 --set train.warmup_steps=1 --set checkpoint.every_steps=0 --out ";
+  const testing::CommandResult run = run_command(base + dir.file("default.json"));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const json cpu = json::parse(testing::read_whole_file(dir.file("default.json"))).at("environment").at("cpu");
+  EXPECT_EQ(cpu.at("threads_used"), 1) << cpu;
+  EXPECT_EQ(cpu.at("usable_threads"), 1) << cpu;
+  EXPECT_EQ(run.out.find("may run on 1 CPU"), std::string::npos) << run.out;
+
+  const testing::CommandResult asked = run_command(base + dir.file("two.json") + " --set train.threads=2");
+  ASSERT_EQ(asked.exit_code, 0) << asked.err;
+  const json result = json::parse(testing::read_whole_file(dir.file("two.json")));
+  EXPECT_EQ(result.at("environment").at("cpu").at("threads_used"), 2);
+  EXPECT_NE(result.at("warnings").dump().find("train.threads=2 but this rank may run on 1 CPU(s)"), std::string::npos)
+      << result.at("warnings");
+}
+
+// The CPU engine's threads oversubscribe a rank bound to fewer CPUs, or a
+// host whose ranks together run more threads than it has; each way names
+// its remedy, and a share that rounds to no thread asks for fewer ranks.
+TEST(CpuOversubscription, NamesTheRankOrHostThatRunsMoreThreadsThanCpus) {
+  EXPECT_EQ(cpu_oversubscription(4, 4, 1, 16), "");
+  EXPECT_EQ(cpu_oversubscription(4, 4, 4, 16), "");  // 4 ranks bound to 4 cores each
+  const std::string bound = cpu_oversubscription(16, 4, 1, 16);
+  EXPECT_NE(bound.find("train.threads=16 but this rank may run on 4 CPU(s)"), std::string::npos) << bound;
+  EXPECT_NE(bound.find("set train.threads=4"), std::string::npos) << bound;
+  const std::string host = cpu_oversubscription(16, 16, 4, 16);  // 4 unbound ranks, all threads each
+  EXPECT_NE(host.find("4 ranks on this host run 16 CPU thread(s) each, 64 on its 16 hardware threads"),
+            std::string::npos) << host;
+  EXPECT_NE(host.find("train.threads=4"), std::string::npos) << host;
+  const std::string crowded = cpu_oversubscription(1, 2, 4, 2);
+  EXPECT_NE(crowded.find("run at most 2 ranks on it"), std::string::npos) << crowded;
+  EXPECT_EQ(cpu_oversubscription(8, 0, 1, 0), "");  // nothing known: nothing said
+}
+
 // The console's rates are the JSON's decimal GB/s (it printed GiB/s, 7%
 // below the JSON's figure for the same rate, beside a busbw in GB/s).
 TEST(HumanRate, IsDecimalAsTheResultsGbs) {
