@@ -500,7 +500,7 @@ int run_command(const RunOptions& options, const std::string& command_line) {
     // (the temporary folders go), and the job's exit code is rank 0's 3.
     if (!report.result_write_failure.empty())
       error_line += (error_line.empty() ? "" : "; and then ") + report.result_write_failure;
-    if (!error_line.empty()) std::fprintf(stderr, "trainbench: %s\n", error_line.c_str());
+    if (!error_line.empty()) std::fprintf(stderr, "trainbench: %s\n", trainbench::error_line(error_line).c_str());
     return report.exit_code;
   } catch (...) {
     ErrorReport error = describe_current_exception();
@@ -522,8 +522,9 @@ int run_command(const RunOptions& options, const std::string& command_line) {
     // part", "rank 1 resolved 6 shards"); "rank 0: " before it, from the
     // rank that speaks first, blamed rank 0.
     const bool names_its_rank = std::regex_search(error.message, std::regex("\\brank [0-9]"));
-    comm->abort(error.code,
-                names_its_rank ? error.message : "rank " + std::to_string(comm->rank()) + ": " + error.message);
+    comm->abort(error.code, trainbench::error_line(names_its_rank ? error.message
+                                                                  : "rank " + std::to_string(comm->rank()) + ": " +
+                                                                        error.message));
     return error.code;  // not reached: abort ends the process
   }
 }
@@ -1189,7 +1190,7 @@ int run_cli(int argc, char** argv) {
   if (argv[1][0] != '-' && !known) {
     let_rank_zero_speak_first(launcher_rank());
     std::fprintf(stderr, "trainbench: unknown command '%s' (commands: %s; see trainbench --help)\n",
-                 argv[1], commands.c_str());
+                 error_line(argv[1]).c_str(), commands.c_str());
     return kExitUserError;
   }
   // The same one level down (bench, shards): `bench compute` in a build or a
@@ -1204,7 +1205,7 @@ int run_cli(int argc, char** argv) {
                      below.c_str(), argv[1]);
       else
         std::fprintf(stderr, "trainbench: unknown %s command '%s' (%s; see trainbench %s --help)\n", argv[1],
-                     argv[2], below.c_str(), argv[1]);
+                     error_line(argv[2]).c_str(), below.c_str(), argv[1]);
       return kExitUserError;
     }
   }
@@ -1227,7 +1228,7 @@ int run_cli(int argc, char** argv) {
     return kExitOk;
   } catch (const CLI::ParseError& e) {
     let_rank_zero_speak_first(launcher_rank());  // N ranks, one line
-    std::fprintf(stderr, "trainbench: %s (see trainbench --help)\n", e.what());
+    std::fprintf(stderr, "trainbench: %s (see trainbench --help)\n", error_line(e.what()).c_str());
     return kExitUserError;
   }
 
@@ -1246,7 +1247,7 @@ int run_cli(int argc, char** argv) {
     const ErrorReport error = describe_current_exception();
     wait_if_interrupted();  // a failure the signal's cleanup caused: the signal speaks
     let_rank_zero_speak_first(launcher_rank());
-    std::fprintf(stderr, "trainbench: %s\n", error.message.c_str());
+    std::fprintf(stderr, "trainbench: %s\n", error_line(error.message).c_str());
     // A run this error ended mid-way (a GPU that failed) keeps its steps;
     // with several ranks the abort writes them (run_command).
     write_partial_result(error.code, error.message);

@@ -1,5 +1,6 @@
 #include "trainer/json_text.h"
 
+#include <algorithm>  // std::min
 #include <cstdint>
 
 namespace trainbench {
@@ -54,6 +55,42 @@ std::string utf8_escaped(std::string_view text) {
     }
   }
   return out;
+}
+
+std::string error_line(std::string_view message) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string line;
+  line.reserve(std::min(message.size(), kMaxErrorLineBytes));
+  for (size_t i = 0; i < message.size();) {
+    const size_t length = utf8_sequence_length(message, i);
+    const auto b = static_cast<uint8_t>(message[i]);
+    if (length > 1 || (length == 1 && b >= 0x20 && b != 0x7f)) {
+      line.append(message.substr(i, length));
+      i += length;
+      continue;
+    }
+    ++i;
+    if (b == '\n') {
+      line += "\\n";
+    } else if (b == '\r') {
+      line += "\\r";
+    } else if (b == '\t') {
+      line += "\\t";
+    } else {
+      line += "\\x";
+      line += kHex[b >> 4];
+      line += kHex[b & 0xf];
+    }
+  }
+  if (line.size() <= kMaxErrorLineBytes) return line;
+  // The cuts move back to the start of a UTF-8 character.
+  const auto start_of_character = [&](size_t at) {
+    while (at > 0 && (static_cast<uint8_t>(line[at]) & 0xC0) == 0x80) --at;
+    return at;
+  };
+  const size_t head = start_of_character(kMaxErrorLineBytes * 5 / 8);
+  const size_t tail = start_of_character(line.size() - kMaxErrorLineBytes / 4);
+  return line.substr(0, head) + " … (" + std::to_string(tail - head) + " bytes left out) … " + line.substr(tail);
 }
 
 std::string json_text(const nlohmann::json& json, int indent) {

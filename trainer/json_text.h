@@ -18,6 +18,15 @@ namespace trainbench {
 // distinct.
 std::string utf8_escaped(std::string_view text);
 
+// An error message as one line that a terminal shows as it is: control
+// characters (a newline in a path or an argument, a terminal escape) as
+// \n, \r, \t or \xNN, bytes that are not UTF-8 as \xNN, and a message
+// longer than kMaxErrorLineBytes cut in its middle, where a long value it
+// quotes is, keeping its start and its remedy (a 100 KB argument was
+// echoed whole, twice). What trainbench prints after "trainbench: ".
+inline constexpr size_t kMaxErrorLineBytes = 4096;
+std::string error_line(std::string_view message);
+
 // json.dump(indent) that never throws: a string that is still not UTF-8
 // (an error message quoting a path) has its bad bytes replaced by U+FFFD.
 std::string json_text(const nlohmann::json& json, int indent = -1);

@@ -25,6 +25,7 @@
 #include "trainer/cli_validators.h"  // integer_range: numbers checked as typed
 #include "trainer/config.h"          // DataSection: verify's member limit is the loader's
 #include "trainer/interrupt_cleanup.h"  // wait_if_interrupted: no error line after a signal
+#include "trainer/json_text.h"          // error_line: what is printed of a failure
 #include "trainer/report.h"           // human_bytes
 
 namespace trainbench {
@@ -276,7 +277,7 @@ int ShardsCommand::run() {
   // from under the writer: no message, the signal ends the process.
   const auto report = [](const std::string& message, int code) {
     wait_if_interrupted();
-    std::fprintf(stderr, "trainbench: %s\n", message.c_str());
+    std::fprintf(stderr, "trainbench: %s\n", error_line(message).c_str());
     return code;
   };
   // Started as several tasks (mpirun -np N, srun -n N, as DLIO's generator

@@ -171,6 +171,39 @@ TEST(CliErrors, UnknownOption) {
   expect_user_error(run_trainbench({"run", "tiny", "--frobnicate"}, dir.path()), {"--frobnicate"});
 }
 
+// What a user typed comes back in the error as one line of bounded length:
+// a 100 KB config path, --out and shards SPEC were echoed whole (twice for
+// --out), a newline in a word split the line, a terminal escape reached the
+// terminal. The start and the remedy at the end are kept.
+TEST(CliErrors, WhatWasTypedIsEchoedOnOneBoundedLine) {
+  const TempDir dir;
+  const std::string long_word(100'000, 'L');
+  const std::vector<std::vector<std::string>> commands = {
+      {"run", long_word},
+      {"run", "tiny", "--out", long_word + "/x.json"},
+      {"shards", "verify", long_word},
+      {long_word},
+      {"run", "--" + long_word},
+      {"run", "no\nsuch\rfile\x1b[31m.yaml"},
+      {"bench", "no\nsuch"},
+  };
+  for (const std::vector<std::string>& args : commands) {
+    const RunResult result = run_trainbench(args, dir.path());
+    const std::string& text = result.stderr_text;
+    const std::string shown = args.front().substr(0, 20) + " " + (args.size() > 1 ? args[1].substr(0, 20) : "");
+    EXPECT_EQ(result.exit_code, 2) << shown << ": " << text.substr(0, 300);
+    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << shown << ": " << text.substr(0, 300);
+    EXPECT_LE(text.size(), 4600u) << shown << ": " << text.substr(0, 300);
+    EXPECT_EQ(text.find('\x1b'), std::string::npos) << shown << ": " << text;
+    EXPECT_EQ(text.rfind("trainbench: ", 0), 0) << shown << ": " << text.substr(0, 300);
+  }
+  const RunResult config = run_trainbench({"run", long_word}, dir.path());
+  EXPECT_NE(config.stderr_text.find("config file not found: LLL"), std::string::npos) << config.stderr_text.substr(0, 200);
+  EXPECT_NE(config.stderr_text.find("bytes left out"), std::string::npos) << config.stderr_text.substr(0, 200);
+  const RunResult escaped = run_trainbench({"bench", "no\nsuch"}, dir.path());
+  EXPECT_NE(escaped.stderr_text.find("unknown bench command 'no\\nsuch'"), std::string::npos) << escaped.stderr_text;
+}
+
 // A FIFO as CONFIG would block the read, a device would never end.
 TEST(CliErrors, ConfigThatIsNotARegularFile) {
   const TempDir dir;

@@ -444,6 +444,25 @@ TEST_P(BadConfig, IsRefusedWithOneLineNamingTheKey) {
 INSTANTIATE_TEST_SUITE_P(Cases, BadConfig, ::testing::ValuesIn(bad_config_cases()),
                          [](const auto& info) { return info.param.name; });
 
+// An error line: control bytes and bytes that are not UTF-8 escaped, UTF-8
+// kept; a long one cut in its middle on a character's start, its start and
+// its end (the remedy) kept.
+TEST(ErrorLine, IsOneLineOfBoundedLength) {
+  EXPECT_EQ(error_line("a\nb\rc\td\x1b[0m\x7f caf\xc3\xa9 \xff"), "a\\nb\\rc\\td\\x1b[0m\\x7f caf\xc3\xa9 \\xff");
+  EXPECT_EQ(error_line(std::string("nul\0byte", 8)), "nul\\x00byte");
+  std::string long_text = "config file not found: ";
+  for (int i = 0; i < 20000; ++i) long_text += "\xc3\xa9";  // é, two bytes each
+  long_text += " (see --help)";
+  const std::string line = error_line(long_text);
+  EXPECT_LE(line.size(), kMaxErrorLineBytes + 64);
+  EXPECT_EQ(line.rfind("config file not found: \xc3\xa9", 0), 0) << line.substr(0, 80);
+  EXPECT_EQ(line.substr(line.size() - 13), " (see --help)");
+  EXPECT_NE(line.find(" bytes left out) … "), std::string::npos);
+  EXPECT_EQ(utf8_escaped(line), line) << "a cut inside a character";
+  const std::string short_text(kMaxErrorLineBytes, 'x');
+  EXPECT_EQ(error_line(short_text), short_text);
+}
+
 // Config strings go into JSON (the result, the manifest) with their bytes
 // that are not UTF-8 as \xNN; valid UTF-8 is unchanged, so is plain ASCII.
 TEST(ConfigJson, StringsThatAreNotUtf8AreEscapedByteByByte) {
