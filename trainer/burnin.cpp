@@ -4,8 +4,11 @@
 #include <array>      // the config keys a baseline shares with the job
 #include <charconv>   // std::from_chars: strict number parsing
 #include <cmath>      // std::isfinite
+#include <cctype>     // std::isalpha, std::tolower: --duration's units
 #include <cstring>    // std::memcpy of float bits
 #include <stdexcept>
+#include <string_view>
+#include <utility>  // std::pair: the units
 
 #include "trainer/config.h"      // excerpt: values in messages
 #include "trainer/json_text.h"   // json_text: values in messages
@@ -17,28 +20,45 @@
 namespace trainbench {
 
 double parse_duration(const std::string& text) {
-  double value = 0;
-  const char* begin = text.data();
-  const char* end = begin + text.size();
-  const auto [rest, error] = std::from_chars(begin, end, value);
-  const std::string unit(rest, end);
-  double scale = 0;
-  if (unit.empty() || unit == "s") scale = 1;
-  else if (unit == "m") scale = 60;
-  else if (unit == "h") scale = 3600;
-  if (error != std::errc() || rest == begin || scale == 0 || !std::isfinite(value) || value <= 0)
-    throw std::invalid_argument("--duration " + excerpt(text) + ": expected a time > 0 with an optional unit s, m "
-                                "or h (e.g. 90s, 30m, 2h)");
+  const auto refuse = [&](const std::string& why) {
+    throw std::invalid_argument("--duration " + excerpt(text) + ": " + why);
+  };
+  const std::string expected =
+      "expected a time > 0: seconds, or numbers each with a unit d, h, m, s or ms (e.g. 90s, 30m, 2h, 1h30m)";
+  // Units as fio and GNU timeout write them, in either case; a bare
+  // number is seconds when it stands alone ("1h30" is refused, not read
+  // as 1h30s).
+  static constexpr std::pair<std::string_view, double> kUnits[] = {
+      {"ms", 1e-3}, {"s", 1}, {"sec", 1}, {"m", 60}, {"min", 60}, {"h", 3600}, {"hr", 3600}, {"d", 86400}};
+  std::string_view rest(text);
+  if (!rest.empty() && rest.front() == '+') rest.remove_prefix(1);  // as the config's numbers take it
+  if (rest.empty()) refuse(expected);
+  double seconds = 0;
+  for (bool first = true; !rest.empty(); first = false) {
+    double value = 0;
+    const auto [after, error] = std::from_chars(rest.data(), rest.data() + rest.size(), value);
+    if (error == std::errc::result_out_of_range) refuse("at most 8760h (a year)");
+    if (error != std::errc() || after == rest.data() || !std::isfinite(value) || value < 0) refuse(expected);
+    size_t end = static_cast<size_t>(after - rest.data());
+    std::string unit;
+    for (; end < rest.size() && std::isalpha(static_cast<unsigned char>(rest[end])); ++end)
+      unit += static_cast<char>(std::tolower(static_cast<unsigned char>(rest[end])));
+    double scale = 0;
+    if (unit.empty() && first && end == rest.size()) scale = 1;
+    for (const auto& [name, factor] : kUnits)
+      if (unit == name) scale = factor;
+    if (scale == 0) refuse(expected);
+    seconds += value * scale;
+    rest.remove_prefix(end);
+  }
+  if (!(seconds > 0)) refuse(expected);
   // 1e308h is finite until it is multiplied into seconds; a year bounds it.
   constexpr double kLongest = 365.0 * 24 * 3600;
-  if (!(value * scale <= kLongest))
-    throw std::invalid_argument("--duration " + excerpt(text) + ": at most 8760h (a year)");
+  if (!(seconds <= kLongest)) refuse("at most 8760h (a year)");
   // 1e-9s ended before its first check and failed the node (exit 4): a
   // verdict needs at least a second of training.
-  if (value * scale < 1)
-    throw std::invalid_argument("--duration " + excerpt(text) + ": at least 1s (a burn-in that ends before its "
-                                "first step has nothing to judge)");
-  return value * scale;
+  if (seconds < 1) refuse("at least 1s (a burn-in that ends before its first step has nothing to judge)");
+  return seconds;
 }
 
 GoldenValue compute_golden_step(TrainingEngine& engine, uint64_t seed, bool flip_bit, const float* golden_weights) {

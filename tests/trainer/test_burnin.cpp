@@ -37,14 +37,24 @@ TEST(BurninDuration, AcceptsSecondsMinutesHours) {
   EXPECT_DOUBLE_EQ(parse_duration("30m"), 1800);
   EXPECT_DOUBLE_EQ(parse_duration("2h"), 7200);
   EXPECT_DOUBLE_EQ(parse_duration("1.5h"), 5400);
+  // As fio and GNU timeout take them: days, either case, a leading +, and
+  // units summed (1h30m).
+  EXPECT_DOUBLE_EQ(parse_duration("2d"), 2 * 86400);
+  EXPECT_DOUBLE_EQ(parse_duration("+5"), 5);
+  EXPECT_DOUBLE_EQ(parse_duration("5M"), 300);
+  EXPECT_DOUBLE_EQ(parse_duration("5min"), 300);
+  EXPECT_DOUBLE_EQ(parse_duration("2hr"), 7200);
+  EXPECT_DOUBLE_EQ(parse_duration("1h30m"), 5400);
+  EXPECT_DOUBLE_EQ(parse_duration("1d12h"), 1.5 * 86400);
+  EXPECT_DOUBLE_EQ(parse_duration("1500ms"), 1.5);
 }
 
 TEST(BurninDuration, RefusesBadValuesNamingThem) {
   EXPECT_DOUBLE_EQ(parse_duration("8760h"), 365.0 * 24 * 3600);
   EXPECT_DOUBLE_EQ(parse_duration("1s"), 1);
   // 1e308h was finite until multiplied into seconds: infinity, accepted.
-  for (const std::string bad : {"", "0", "-5m", "2d", "h", "abc", "5 m", "nan", "1e400", "1e308h", "8761h", "1e-9s", "0.5",
-                                 "0.001m"}) {
+  for (const std::string bad : {"", "0", "-5m", "2w", "h", "abc", "5 m", "nan", "1e400", "1e308h", "8761h", "1e-9s", "0.5",
+                                 "0.001m", "+", "++5", "1h30", "1h-30m", "0x10", "500ms", "inf", "366d", "5 "}) {
     try {
       parse_duration(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
@@ -52,6 +62,19 @@ TEST(BurninDuration, RefusesBadValuesNamingThem) {
       EXPECT_NE(std::string(e.what()).find("--duration " + bad + ":"), std::string::npos) << e.what();
     }
   }
+  // Each refused for what it is.
+  const auto why = [](const std::string& text) {
+    try {
+      parse_duration(text);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(why("500ms").find("at least 1s"), std::string::npos) << why("500ms");
+  EXPECT_NE(why("1e400").find("at most 8760h"), std::string::npos) << why("1e400");
+  EXPECT_NE(why("366d").find("at most 8760h"), std::string::npos) << why("366d");
+  EXPECT_NE(why("2w").find("a unit d, h, m, s or ms"), std::string::npos) << why("2w");
 }
 
 std::unique_ptr<TrainingEngine> tiny_engine() {
