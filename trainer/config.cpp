@@ -787,7 +787,8 @@ void validate(const Config& config, const Sources& sources) {
                       " is odd; RoPE rotates pairs of dimensions");
   checker.require(t.warmup_steps < t.steps, {"train.warmup_steps", "train.steps"},
                   std::to_string(t.warmup_steps) + " must be < train.steps (" +
-                      std::to_string(t.steps) + ") so that some steps are measured");
+                      std::to_string(t.steps) + ") so that some steps are measured: lower train.warmup_steps "
+                                                "or raise train.steps");
   checker.require(!(t.precision == "bf16" && t.device == "cpu"), {"train.precision", "train.device"},
                   "bf16 needs train.device cuda or auto; the CPU backend computes in fp32");
   // The cuda engine trains bf16 (fp32 master weights and accumulation) and

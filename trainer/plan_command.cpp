@@ -162,6 +162,18 @@ int PlanCommand::run() {
   if (o.gpu_memory_gib < 0 || (plan_->count("--gpu-memory") > 0 && o.gpu_memory_gib == 0))
     throw CommandError{kExitUserError, "--gpu-memory: must be > 0 GiB"};
   const Config config = load_config(o.config, o.overrides);
+  // The LoRA row's config, checked where its values were set: plan_finetune
+  // checks a copy, which has lost them, and blamed the config file or
+  // preset for a --set lora.rank that only the LoRA row refuses.
+  if (config.train.mode != "lora") {
+    std::vector<std::string> as_lora = o.overrides;
+    as_lora.insert(as_lora.end(), {"train.mode=lora", "comm.zero=0"});
+    try {
+      (void)load_config(o.config, as_lora);
+    } catch (const ConfigError& e) {
+      throw ConfigError(std::string("the LoRA row (plan compares it with full training): ") + e.what());
+    }
+  }
 
   double gib = o.gpu_memory_gib;
   std::string memory_source = "--gpu-memory";

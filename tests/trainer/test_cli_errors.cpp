@@ -204,6 +204,15 @@ TEST(CliErrors, WhatWasTypedIsEchoedOnOneBoundedLine) {
   EXPECT_NE(escaped.stderr_text.find("unknown bench command 'no\\nsuch'"), std::string::npos) << escaped.stderr_text;
 }
 
+// plan's LoRA row refuses a lora.rank that a full run never uses: the error
+// says it is that row's, and names the --set (it named the preset).
+TEST(CliErrors, PlansLoraRowNamesWhereItsValueWasSet) {
+  const TempDir dir;
+  expect_user_error(run_trainbench({"plan", "tiny", "--set", "lora.rank=100"}, dir.path()),
+                    {"the LoRA row (plan compares it with full training): --set lora.rank=100: lora.rank: 100 exceeds "
+                     "model.d_model (64)"});
+}
+
 // A FIFO as CONFIG would block the read, a device would never end.
 TEST(CliErrors, ConfigThatIsNotARegularFile) {
   const TempDir dir;
