@@ -14,6 +14,7 @@
 #include <cstring>  // strerror
 #include <exception>
 #include <filesystem>  // the result and checkpoint paths, compared and sized
+#include <limits>      // MPI's int counts
 #include <optional>  // the shard listing's watchdog, for user shards only
 #include <regex>  // whether a failure names its rank
 #include <string>
@@ -567,9 +568,23 @@ ResolvedEngine resolve_engine(const Config& config, Communicator& comm, const Gp
   engine_options.threads = static_cast<int>(config.train.threads);
   if (config.comm.zero == 1 && comm.world_size() > 1) {
     // ZeRO-1: this rank's optimizer state only, buffers in `world` blocks of 256-byte multiples.
-    engine_options.optimizer_shard =
-        zero_shard(make_layout(engine_options).trainable_params(), comm.rank(), comm.world_size());
+    const int64_t trainable = make_layout(engine_options).trainable_params();
+    engine_options.optimizer_shard = zero_shard(trainable, comm.rank(), comm.world_size());
     engine_options.pad_buffers_to = zero_padding_multiple(comm.world_size());
+    // MPI's counts are int: a reduce-scatter or all-gather of a larger block
+    // ended the job at step 1 (exit 3), after the engine and the data were
+    // set up. NCCL's are size_t.
+    const int64_t block = zero_padded_elements(trainable, comm.world_size()) / comm.world_size();
+    constexpr int64_t kMaxMpiCount = std::numeric_limits<int>::max();
+    if (!use_nccl && std::string(comm.backend_name()) == "mpi" && block > kMaxMpiCount) {
+      int enough = comm.world_size() + 1;
+      while (zero_padded_elements(trainable, enough) / enough > kMaxMpiCount) ++enough;
+      throw CommandError{kExitUserError,
+                         "comm.zero=1 on the MPI backend: each rank's block of the " + human_count(trainable) +
+                             " gradients is " + std::to_string(block) + " elements, past MPI's int count (" +
+                             std::to_string(kMaxMpiCount) + "): run at least " + std::to_string(enough) +
+                             " ranks, comm.zero=0 or the NCCL backend"};
+    }
   }
   if (engine_options.device == "cpu" && config.train.precision == "bf16")
     throw CommandError{kExitUserError, "train.precision: bf16 needs the cuda engine; the cpu engine is fp32"};

@@ -261,6 +261,15 @@ TEST(MpiCli, ZeroOneTakesTheSlowNetworkAndRefusesTheDivergenceInjection) {
                                             "--set comm.inject_divergence_step=3 --out " + dir.file("d.json"));
   EXPECT_EQ(diverge.exit_code, 2) << diverge.out << diverge.err;
   EXPECT_NE(diverge.err.find("comm.inject_divergence_step: under comm.zero 1"), std::string::npos) << diverge.err;
+  // ~5B parameters: each of 2 ranks' blocks is past MPI's int count. Refused
+  // before anything is allocated (it ended the job at step 1, exit 3).
+  const CommandResult large = run_command(
+      "timeout 120 " + kMpirun + "-np 2 " + TRAINBENCH_BINARY + common +
+      "--set model.d_model=8192 --set model.vocab=270000 --set data.field=u32 --set model.n_layers=1 "
+      "--set model.n_heads=64 --set model.n_kv_heads=8 --set model.ffn_hidden=16384 --out " + dir.file("large.json"));
+  EXPECT_EQ(large.exit_code, 2) << large.out << large.err;
+  EXPECT_NE(large.err.find("comm.zero=1 on the MPI backend: each rank's block"), std::string::npos) << large.err;
+  EXPECT_NE(large.err.find("run at least 3 ranks, comm.zero=0 or the NCCL backend"), std::string::npos) << large.err;
 }
 
 // Ranks on two hosts (each in a UTS namespace of its own host name) with
