@@ -13,6 +13,7 @@
 #include <cstdlib>  // std::atoll: /proc fields
 #include <cstring>  // std::strlen
 #include <fstream>  // /proc/cpuinfo, /proc/meminfo, /proc/self/status
+#include <map>      // /proc/cpuinfo's keys; the arm64 parts
 #include <sstream>
 #include <thread>   // hardware_concurrency
 
@@ -30,14 +31,9 @@ std::string trainbench_version() { return trainbench_git_describe(); }
 namespace {
 std::string cpu_model_name() {
   std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
-    }
-  }
-  return "unknown";
+  std::ostringstream text;
+  text << cpuinfo.rdbuf();
+  return cpu_model_in(text.str());
 }
 
 // "Key:   123 kB" from a /proc file (/proc/meminfo, /proc/self/status), in
@@ -151,6 +147,42 @@ std::string hosts_that_differ(const Environment& env) {
   return "the hosts differ: " + first + " (rank 0's host); " + std::to_string(differing) + " of " +
          std::to_string(env.host_gpus.size()) + " hosts differ from rank 0's: the job runs at its slowest host's " +
          "pace, and its figures are not one kind of node's";
+}
+
+std::string cpu_model_in(const std::string& proc_cpuinfo) {
+  // The first value of each key, blanks around it dropped.
+  std::map<std::string, std::string> first;
+  std::istringstream lines(proc_cpuinfo);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const auto trimmed = [](std::string text) {
+      const size_t begin = text.find_first_not_of(" \t");
+      const size_t end = text.find_last_not_of(" \t");
+      return begin == std::string::npos ? std::string() : text.substr(begin, end - begin + 1);
+    };
+    first.emplace(trimmed(line.substr(0, colon)), trimmed(line.substr(colon + 1)));
+  }
+  if (const auto model = first.find("model name"); model != first.end() && !model->second.empty())
+    return model->second;  // x86, 32-bit Arm
+  if (const auto cpu = first.find("cpu"); cpu != first.end() && !cpu->second.empty())
+    return cpu->second;  // POWER ("POWER9, altivec supported")
+  // arm64 names no model: its implementer and part, named as lscpu names
+  // the ones GPU nodes carry (Grace is a Neoverse-V2).
+  const auto implementer = first.find("CPU implementer");
+  const auto part = first.find("CPU part");
+  if (implementer == first.end() || part == first.end()) return "unknown";
+  static const std::map<std::pair<std::string, std::string>, std::string> kParts = {
+      {{"0x41", "0xd0c"}, "ARM Neoverse-N1"}, {{"0x41", "0xd40"}, "ARM Neoverse-V1"},
+      {{"0x41", "0xd49"}, "ARM Neoverse-N2"}, {{"0x41", "0xd4f"}, "ARM Neoverse-V2"},
+      {{"0x41", "0xd84"}, "ARM Neoverse-V3"}, {{"0x41", "0xd8e"}, "ARM Neoverse-N3"},
+      {{"0x41", "0xd08"}, "ARM Cortex-A72"},  {{"0x41", "0xd0b"}, "ARM Cortex-A76"},
+      {{"0x48", "0xd01"}, "HiSilicon Kunpeng-920"}, {{"0xc0", "0xac3"}, "Ampere Ampere-1"},
+      {{"0xc0", "0xac4"}, "Ampere Ampere-1a"}};
+  if (const auto known = kParts.find({implementer->second, part->second}); known != kParts.end())
+    return known->second;
+  return "arm64 implementer " + implementer->second + " part " + part->second;
 }
 
 std::string cpu_oversubscription(int threads, int usable_cpus, int host_ranks, int hardware_threads) {

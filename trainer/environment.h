@@ -75,6 +75,10 @@ Environment collect_environment(Communicator& comm, const std::string& compute_b
 // cluster under acceptance should be one build. Names the first host that
 // differs from rank 0's, and how many do.
 std::string hosts_that_differ(const Environment& env);
+// The CPU's model from /proc/cpuinfo's text: "model name" (x86), "cpu"
+// (POWER), or on arm64, which names none, its implementer and part as lscpu
+// names them ("ARM Neoverse-V2", a GH200's Grace); "unknown" without them.
+std::string cpu_model_in(const std::string& proc_cpuinfo);
 // Why the CPU engine's threads would take turns on cores ("" when they
 // would not): more threads than the CPUs this rank may use (its affinity
 // mask or cgroup: usable_cpu_count), or the ranks on its host running more

@@ -155,6 +155,23 @@ TEST(NvidiaDriverVersion, IsReadFromEitherModulesLine) {
   EXPECT_EQ(nvidia_driver_version_in("NVRM version: something else 1.2\n"), "");
 }
 
+// The CPU model on each architecture a GPU node has: arm64 (Grace) names
+// none in /proc/cpuinfo, and read "unknown".
+TEST(CpuModel, IsNamedOnX86PowerAndArm64) {
+  EXPECT_EQ(cpu_model_in("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9654 96-Core Processor\n"
+                         "processor\t: 1\nmodel name\t: other\n"),
+            "AMD EPYC 9654 96-Core Processor");
+  EXPECT_EQ(cpu_model_in("processor\t: 0\ncpu\t\t: POWER9, altivec supported\nclock\t\t: 2300MHz\n"),
+            "POWER9, altivec supported");
+  const std::string grace =
+      "processor\t: 0\nBogoMIPS\t: 2000.00\nFeatures\t: fp asimd sve2\nCPU implementer\t: 0x41\n"
+      "CPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd4f\nCPU revision\t: 0\n\n";
+  EXPECT_EQ(cpu_model_in(grace), "ARM Neoverse-V2");
+  EXPECT_EQ(cpu_model_in("CPU implementer\t: 0x61\nCPU part\t: 0x022\n"), "arm64 implementer 0x61 part 0x022");
+  EXPECT_EQ(cpu_model_in(""), "unknown");
+  EXPECT_EQ(cpu_model_in("model name\t:\n"), "unknown");
+}
+
 // A run bound to one CPU (taskset, as mpirun --bind-to core or srun
 // --cpus-per-task bind a rank) runs one thread by default: it ran one per
 // hardware thread of the host on that CPU. Asked for more, it says so.
