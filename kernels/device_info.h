@@ -14,7 +14,17 @@ struct GpuInfo {
   std::string name;
   int64_t memory_bytes = 0;
   int compute_major = 0, compute_minor = 0;
+  // Which physical GPU, as nvidia-smi and DCGM name it: the index depends on
+  // CUDA_VISIBLE_DEVICES, these do not ("" where unknown).
+  std::string uuid;        // "GPU-8f0e9c64-1c57-3f4b-a9d2-0c5b1e7a6f10"
+  std::string pci_bus_id;  // "00000000:19:00.0"
 };
+
+// The text nvidia-smi prints for a GPU's 16-byte UUID and for its PCI
+// domain, bus and device (cudaDeviceProp's uuid, pciDomainID, pciBusID,
+// pciDeviceID).
+std::string gpu_uuid_text(const unsigned char (&bytes)[16]);
+std::string pci_bus_id_text(int domain, int bus, int device);
 
 struct GpuInventory {
   std::vector<GpuInfo> gpus;

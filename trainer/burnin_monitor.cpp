@@ -14,6 +14,7 @@
 
 #include "trainer/environment.h"    // device_bench_room_over_ranks: the fabric check on the GPU
 #include "comm/collective_bench.h"  // bench_collectives, bus_bandwidth_factor: the fabric check
+#include "kernels/device_info.h"    // query_gpus: which physical GPU a rank trains on
 #include "kernels/gpu_health.h"     // open_gpu_health: NVML
 #include "trainer/burnin.h"
 #include "trainer/ceilings.h"       // measure_write_rate: the storage check
@@ -234,6 +235,14 @@ class BurninMonitor final : public RunExtension {
     }
 
     gpu_index_ = context.gpu_index;
+    // Which physical GPU each rank trains on, for its row and its verdict:
+    // an index depends on CUDA_VISIBLE_DEVICES, a rack's technician finds
+    // a card by its PCI bus id or UUID (as nvidia-smi and DCGM name it).
+    if (context.gpu_index >= 0)
+      for (const GpuInfo& gpu : query_gpus().gpus)
+        if (gpu.index == context.gpu_index && !gpu.pci_bus_id.empty())
+          gpu_identity_ = "GPU " + std::to_string(gpu.index) + " " + gpu.pci_bus_id + " " + gpu.uuid;
+    gpu_identities_ = strings_of_ranks(*comm_, gpu_identity_);  // a collective, on every engine
     if (context.gpu_index >= 0) {
       std::unique_ptr<GpuHealthProbe> probe = open_gpu_health(context.gpu_index, &nvml_why_not_);
       if (probe) {
@@ -324,8 +333,10 @@ class BurninMonitor final : public RunExtension {
   // the bus) is what a burn-in is for: FAIL, as a hung rank is, not an
   // environment error that reads like the tool's.
   std::string device_failure_verdict(const Communicator& comm, const std::string& error) const override {
-    return "burn-in: rank " + std::to_string(comm.rank()) + " (" + comm.host_name() +
-           (gpu_index_ >= 0 ? ", GPU " + std::to_string(gpu_index_) : std::string()) + "): FAIL: " + error;
+    const std::string gpu = !gpu_identity_.empty() ? ", " + gpu_identity_
+                            : gpu_index_ >= 0      ? ", GPU " + std::to_string(gpu_index_)
+                                                   : std::string();
+    return "burn-in: rank " + std::to_string(comm.rank()) + " (" + comm.host_name() + gpu + "): FAIL: " + error;
   }
 
   // The threads go before the communicator they watch.
@@ -510,6 +521,10 @@ class BurninMonitor final : public RunExtension {
     };
     for (size_t r = 0; r < world; ++r) {
       VerdictRow row{"rank " + std::to_string(r), host_of(r)};
+      if (r < gpu_identities_.size() && !gpu_identities_[r].empty()) {
+        row.notes.push_back(gpu_identities_[r]);
+        row.figures["gpu_id"] = gpu_identities_[r];
+      }
       for (const std::string& why : start_failures_[r]) row.fail(why);
       if (!golden_mismatches_[r].empty()) {
         std::string steps;
@@ -771,6 +786,8 @@ class BurninMonitor final : public RunExtension {
     if (watchdog_) watchdog_->arm(watch_wanted_ && !writer_wait_);
   }
   std::string nvml_why_not_, gpu_name_;
+  std::string gpu_identity_;                 // "GPU 3 00000000:19:00.0 GPU-8f0e…"; "" on the cpu engine
+  std::vector<std::string> gpu_identities_;  // every rank's, from begin()
   int gpu_index_ = -1;  // the rank's CUDA device, for the verdict on a device error
   Verdict verdict_;
   Drift drift_;

@@ -323,7 +323,9 @@ nlohmann::json environment_to_json(const Environment& env) {
                     {"name", g.name},
                     {"memory_bytes", g.memory_bytes},
                     {"compute_capability", std::to_string(g.compute_major) + "." +
-                                               std::to_string(g.compute_minor)}});
+                                               std::to_string(g.compute_minor)},
+                    {"uuid", g.uuid.empty() ? nlohmann::json() : nlohmann::json(g.uuid)},
+                    {"pci_bus_id", g.pci_bus_id.empty() ? nlohmann::json() : nlohmann::json(g.pci_bus_id)}});
   }
   nlohmann::json filesystems = nlohmann::json::array();
   for (const FilesystemInfo& fs : env.filesystems) {

@@ -49,6 +49,11 @@ GpuInventory query_gpus() {
     gpu.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
     gpu.compute_major = prop.major;
     gpu.compute_minor = prop.minor;
+    unsigned char uuid[16];
+    static_assert(sizeof(prop.uuid.bytes) == sizeof(uuid));
+    for (int b = 0; b < 16; ++b) uuid[b] = static_cast<unsigned char>(prop.uuid.bytes[b]);
+    gpu.uuid = gpu_uuid_text(uuid);
+    gpu.pci_bus_id = pci_bus_id_text(prop.pciDomainID, prop.pciBusID, prop.pciDeviceID);
     inventory.gpus.push_back(gpu);
   }
   if (inventory.gpus.empty() && inventory.why_none.empty()) inventory.why_none = "no GPU visible";

@@ -34,7 +34,7 @@ TEST(Cli, RunWithoutAConfigTrainsAGpuSizedModelWhereAGpuIsVisible) {
   none.why_none = "no driver";
   EXPECT_EQ(default_run_config({}, none), "preset:tiny");
   GpuInventory one;
-  one.gpus.push_back(GpuInfo{0, "NVIDIA H200", int64_t{141} << 30, 9, 0});
+  one.gpus.push_back(GpuInfo{0, "NVIDIA H200", int64_t{141} << 30, 9, 0, "", ""});
   const bool cuda_built = built_backends().find("cuda") != std::string::npos;
   EXPECT_EQ(default_run_config({}, one), cuda_built ? "preset:gpt2-124m" : "preset:tiny")
       << "a build without the CUDA engine trains on the CPU whatever is plugged in";

@@ -1,0 +1,28 @@
+// The names a GPU is found by in a rack: host code, in every build
+// (trainbench_kernels_host), the CUDA runtime fills the bytes.
+#include <cstdio>  // std::snprintf
+
+#include "kernels/device_info.h"
+
+namespace trainbench {
+
+std::string gpu_uuid_text(const unsigned char (&bytes)[16]) {
+  // GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, the bytes in order.
+  std::string text = "GPU-";
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) text += '-';
+    text += kHex[bytes[i] >> 4];
+    text += kHex[bytes[i] & 0xf];
+  }
+  return text;
+}
+
+std::string pci_bus_id_text(int domain, int bus, int device) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%08X:%02X:%02X.0", static_cast<unsigned>(domain), static_cast<unsigned>(bus),
+                static_cast<unsigned>(device));
+  return text;
+}
+
+}  // namespace trainbench
