@@ -41,6 +41,10 @@ struct SourceStats {
   // Tokens of the samples a resume read to step over, back to its saved
   // position: their bytes are in storage_bytes, they are not in `tokens`.
   int64_t tokens_stepped_over = 0;
+  // Since the readers started (before step 1: they fill every shuffle
+  // buffer and prefetch slot while the run sets up) until this call: the
+  // time the counts above were read in, a rate's denominator.
+  double reading_seconds = 0;
   std::vector<std::string> skip_messages;  // the first few, one line each
   // Shards read to their end that tar reads as whole but that look damaged:
   // no end-of-archive marker (cut short at a member boundary, as an

@@ -680,6 +680,7 @@ struct ShardLoader::Impl {
   int64_t current_reader = 0;
   int64_t next_reader = 0;  // options.epochs > 0: the reader whose turn it is
   bool resumed = false;  // built from a saved position
+  std::chrono::steady_clock::time_point started;  // the readers' start: SourceStats::reading_seconds
 
   ~Impl() {
     shared.stop = true;
@@ -708,6 +709,7 @@ ShardLoader::ShardLoader(LoaderOptions options, const LoaderPosition* resume_fro
     impl.batches_consumed = resume_from->batches_consumed;
     impl.resumed = true;
   }
+  impl.started = std::chrono::steady_clock::now();
   for (auto& reader : impl.readers) reader->start();
 }
 
@@ -814,6 +816,7 @@ SourceStats ShardLoader::stats() const {
   out.samples_skipped = s.samples_skipped;
   out.shards_skipped = s.shards_skipped;
   out.tokens_stepped_over = s.tokens_stepped_over;
+  out.reading_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - impl_->started).count();
   std::lock_guard<std::mutex> lock(impl_->shared.mutex);
   out.skip_messages = impl_->shared.skip_messages;
   out.shards_cut_short.assign(impl_->shared.cut_short.begin(), impl_->shared.cut_short.end());

@@ -274,9 +274,14 @@ int64_t distinct_over_ranks(const std::vector<int64_t>& mine, Communicator& comm
   return static_cast<int64_t>(all.size());
 }
 
-// Storage-read figures of the whole run: every rank's loader counters summed.
-void summarize_storage_read(const SourceStats& stats, double run_seconds, Communicator& comm,
-                            RunSummary& summary) {
+// Storage-read figures of the whole run: every rank's loader counters summed,
+// over the time its loaders read, from their start before step 1: over the
+// steps' time alone the rates took in the read-ahead before step 1 (every
+// shuffle buffer and prefetch slot) without its time, and 8 tiny steps
+// "delivered" 27 times the bytes they trained on.
+// No rate where no step trained (`trained` false): nothing was delivered
+// to training.
+void summarize_storage_read(const SourceStats& stats, bool trained, Communicator& comm, RunSummary& summary) {
   const auto summed = [&comm](double value) { return sum_over_ranks(comm, value); };
   summary.bytes_read = static_cast<int64_t>(summed(static_cast<double>(stats.storage_bytes)));
   summary.samples_read = static_cast<int64_t>(summed(static_cast<double>(stats.samples)));
@@ -285,9 +290,10 @@ void summarize_storage_read(const SourceStats& stats, double run_seconds, Commun
   summary.shards_skipped = static_cast<int64_t>(summed(static_cast<double>(stats.shards_skipped)));
   summary.shards_cut_short = distinct_over_ranks(stats.shards_cut_short, comm);
   summary.shards_without_samples = distinct_over_ranks(stats.shards_without_samples, comm);
-  if (run_seconds > 0) {
-    summary.read_gbs = static_cast<double>(summary.bytes_read) / run_seconds * 1e-9;
-    summary.samples_per_s = static_cast<double>(summary.samples_read) / run_seconds;
+  const double reading_seconds = max_over_ranks(comm, stats.reading_seconds);
+  if (trained && reading_seconds > 0) {
+    summary.read_gbs = static_cast<double>(summary.bytes_read) / reading_seconds * 1e-9;
+    summary.samples_per_s = static_cast<double>(summary.samples_read) / reading_seconds;
   }
   // Per token of every sample read, those a resume stepped over included:
   // their bytes are in bytes_read.
@@ -828,7 +834,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   if (summary.datasheet_peak_flops_per_s > 0)
     summary.mfu = summary.achieved_flops_per_s / summary.datasheet_peak_flops_per_s;
   const SourceStats read = source.stats();
-  summarize_storage_read(read, seconds_between(run_begin, previous_end), comm, summary);
+  summarize_storage_read(read, !outcome.steps.empty(), comm, summary);
   // The totals are every rank's (as in the result JSON); rank 0 prints
   // this, so its own count and first message are told apart from them.
   if (summary.samples_skipped + summary.shards_skipped > 0) {

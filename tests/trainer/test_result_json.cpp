@@ -316,6 +316,23 @@ TEST_F(ResultJson, StorageReadIsReportedAndConsistent) {
   EXPECT_GT(read.at("read_gbs").get<double>(), 0.0);
 }
 
+// The read rate's time is the loaders', from their start before step 1:
+// they fill every shuffle buffer and prefetch slot while the run sets up (a
+// 2 s GEMM calibration here). Over the steps' time alone four tiny steps
+// "read" tens of times what they trained on.
+TEST(StorageRead, TheRateCountsTheReadAheadBeforeStepOneWithItsTime) {
+  const testing::TempDir dir("trainbench_read_rate");
+  const testing::CommandResult run =
+      run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 4 --set train.warmup_steps=1 --set "
+                  "report.gemm_ceiling_s=2 --set checkpoint.every_steps=0 --out " + dir.file("r.json"));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const json read = json::parse(testing::read_whole_file(dir.file("r.json"))).at("summary").at("storage_read");
+  const double bytes = read.at("bytes_read").get<double>();
+  ASSERT_GT(bytes, 0.0) << read;
+  EXPECT_LE(read.at("read_gbs").get<double>() * 1e9, bytes / 1.5) << "read over 2 s and more: " << read;
+  EXPECT_LE(read.at("samples_per_s").get<double>(), read.at("samples").get<double>() / 1.5) << read;
+}
+
 // `trainbench run tiny ARGS` writing its result to a temporary file: the
 // command's output, and the result (discarded when it does not parse).
 json run_tiny(const std::string& args, testing::CommandResult* run) {
