@@ -18,6 +18,7 @@
 #include "comm/deadline_clock.h"          // format_seconds
 #include "dataloader/shard_loader.h"      // parse_position, check_resume_position
 #include "dataloader/shard_tools.h"       // kMaxSynthSamplesPerShard: a manifest's adopted value checked
+#include "kernels/host_resources.h"       // cpu_engine_threads: the threads a checkpoint was written with
 #include "trainer/data_source.h"          // loader_options, synth_shard_count
 #include "trainer/interrupt_cleanup.h"    // make_removed_on_interrupt: the step being written
 #include "trainer/json_text.h"            // json_text: never throws on bytes that are not UTF-8
@@ -355,7 +356,10 @@ bool Checkpointer::start(int64_t step) {
                                         {"world_size", comm_.world_size()},
                                         // No RNG draws in the step itself; the data
                                         // stream's shuffle state is in the position.
-                                        {"data_seed", config_.data.seed}};
+                                        {"data_seed", config_.data.seed},
+                                        // The CPU engine splits its sums by thread:
+                                        // another count gives other bytes (resume warns).
+                                        {"cpu_threads", cpu_threads_of(engine_, config_)}};
   const std::string state_text = json_text(trainer_state);
   const std::string position = source_.save_position();
   flight.trainer_image = std::make_unique<StateImage>(
@@ -780,6 +784,10 @@ double Checkpointer::give_up(int64_t step) {
   return steady_now() - begin;
 }
 
+int cpu_threads_of(const TrainingEngine& engine, const Config& config) {
+  return std::string(engine.backend_name()) == "cpu" ? cpu_engine_threads(static_cast<int>(config.train.threads)) : 0;
+}
+
 int64_t checkpoints_added_at_peak(const CheckpointSection& ck, int64_t first_step, int64_t last_step,
                                   int64_t committed_before) {
   if (ck.every_steps <= 0 || last_step < first_step) return 0;
@@ -838,6 +846,7 @@ void check_checkpoint_dir(const std::string& dir, Communicator& comm, bool tempo
 namespace {
 
 // The config keys a checkpoint's state depends on: a resumed run must agree.
+// (train.threads is not one: a resume may take other CPUs; it warns.)
 const char* const kResumeMustMatch[][2] = {
     {"model", ""},           {"train", "micro_batch"}, {"train", "grad_accum"}, {"train", "mode"},
     {"comm", "zero"},        {"data", "source"},       {"data", "shards"},
@@ -892,6 +901,21 @@ std::string check_compatible(const nlohmann::json& manifest, const Config& confi
 // whose step, rank and world size are this checkpoint's and this rank's.
 // Returns what is wrong, or "". Its checksum only says the bytes are those
 // written; what they say is checked here.
+// Why a rank's resumed steps will not repeat the checkpointed run's bytes
+// ("" when they will, or when the checkpoint does not say): the CPU engine's
+// sums split by thread, and its thread count (train.threads, or by default
+// the CPUs the rank may use) differs from the one that wrote it.
+std::string resumed_threads_difference(const std::string& trainer_state, int threads_now) {
+  const nlohmann::json state = nlohmann::json::parse(trainer_state, nullptr, /*allow_exceptions=*/false);
+  if (!state.is_object() || !state.contains("cpu_threads") || !state["cpu_threads"].is_number_integer()) return "";
+  const int64_t then = state["cpu_threads"].get<int64_t>();
+  if (then == threads_now || then == 0 || threads_now == 0) return "";
+  return "the checkpoint was written with " + std::to_string(then) + " CPU engine thread(s) and this run has " +
+         std::to_string(threads_now) +
+         ": the engine's sums split by thread, so the resumed steps' bytes differ from an uninterrupted run's "
+         "(set train.threads=" + std::to_string(then) + " to repeat them)";
+}
+
 std::string check_trainer_state(const std::string& text, int64_t step, Communicator& comm, const Config& config) {
   nlohmann::json state;
   try {
@@ -998,6 +1022,7 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
   nlohmann::json manifest;
   LoadedRank loaded;
   double read_s = 0;  // this rank's reading of its files
+  std::string threads_differ;  // resumed_threads_difference
   const SliceReading reading = config.checkpoint.resume_read == "all" ? SliceReading::kAll : SliceReading::kOwn;
   std::vector<const void*> sources;  // the engine's state tensors in `loaded`
   // Read on this thread: bounded, as the writes are, by checkpoint.timeout_s.
@@ -1059,6 +1084,9 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
         check_trainer_state(std::string(reinterpret_cast<const char*>(state), static_cast<size_t>(state_bytes)),
                             point.step, comm, config);
     if (!state_problem.empty()) throw CheckpointError(rank_files + kTrainerStateSection + ": " + state_problem);
+    threads_differ = resumed_threads_difference(
+        std::string(reinterpret_cast<const char*>(state), static_cast<size_t>(state_bytes)),
+        cpu_threads_of(engine, config));
     int64_t position_bytes = 0;
     const unsigned char* position = loaded.section(kDataPositionSection, &position_bytes);
     if (position == nullptr)
@@ -1096,6 +1124,9 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
       point.exchange_s = steady_now() - exchange_began;
       engine.restore_state(sources);
       point.load_s = steady_now() - began;
+      const RankReason threads = first_reason_over_ranks(comm, threads_differ);
+      if (!threads.reason.empty())
+        point.warning = "--resume " + point.folder + ": rank " + std::to_string(threads.rank) + ": " + threads.reason;
       return point;
     }
     const int other_rank = static_cast<int>(other - steps.begin());

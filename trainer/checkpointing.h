@@ -311,7 +311,13 @@ struct ResumePoint {
   double read_s = 0;
   double exchange_s = 0;
   double load_s = 0;
+  // What the resumed run will not repeat ("" when nothing): a thread count
+  // other than the checkpointed run's on the CPU engine. A setup warning.
+  std::string warning;
 };
+
+// The CPU engine's threads as it resolves train.threads; 0 on another engine.
+int cpu_threads_of(const TrainingEngine& engine, const Config& config);
 
 // The result JSON's `resume`: the checkpoint, its step and what loading it
 // took (read_gbs: the bytes read over the slowest rank's reading, null when

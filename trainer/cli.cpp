@@ -905,6 +905,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                                "); free space, lower checkpoint.keep or name another checkpoint.dir");
     }
   }
+  if (!resume.warning.empty()) setup_warnings.push_back(resume.warning);
   // Of a folder the run still writes: a temporary one dropped above is not.
   if (!checkpoint_dir.path.empty() && !checkpoint_dir.lock.unlocked_reason().empty())
     setup_warnings.push_back(checkpoint_dir.lock.unlocked_reason());

@@ -283,6 +283,26 @@ TEST(CheckpointCli, UnwritableFolderFailsBeforeTraining) {
   EXPECT_EQ(r.out.find("step "), std::string::npos) << "no step may run: " << r.out;
 }
 
+// The CPU engine's sums split by thread: a resume with another count trains
+// on but cannot repeat the checkpointed run's bytes, and says so, naming the
+// count that would; with the same count it says nothing.
+TEST(CheckpointCli, AResumeWithAnotherThreadCountWarnsThatItsBytesDiffer) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string ckpt = dir.file("ckpt");
+  ASSERT_EQ(run_command(tiny_run(ckpt, 8, 4, dir.file("r.json"), "--set train.threads=1 --set train.warmup_steps=1")).exit_code, 0);
+  const CommandResult same =
+      run_command(tiny_run(ckpt, 12, 4, dir.file("r2.json"), "--resume latest --set train.threads=1 --set train.warmup_steps=1"));
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_EQ(read_json(dir.file("r2.json")).at("warnings").dump().find("CPU engine thread"), std::string::npos);
+  const CommandResult other =
+      run_command(tiny_run(ckpt, 16, 4, dir.file("r3.json"), "--resume latest --set train.threads=2 --set train.warmup_steps=1"));
+  ASSERT_EQ(other.exit_code, 0) << other.err;
+  const std::string warnings = read_json(dir.file("r3.json")).at("warnings").dump();
+  EXPECT_NE(warnings.find("rank 0: the checkpoint was written with 1 CPU engine thread(s) and this run has 2"),
+            std::string::npos) << warnings;
+  EXPECT_NE(warnings.find("(set train.threads=1 to repeat them)"), std::string::npos) << warnings;
+}
+
 TEST(CheckpointCli, IncompatibleResumeIsRefused) {
   testing::TempDir dir("test_ckpt_cli");
   const std::string ckpt = dir.file("ckpt");
