@@ -29,6 +29,7 @@ double seconds_since(std::chrono::steady_clock::time_point begin) {
 }
 
 double median(std::vector<double> values) {
+  if (values.empty()) return 0;  // a side not measured (persist_only)
   std::sort(values.begin(), values.end());
   const size_t n = values.size();
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
@@ -134,7 +135,7 @@ WriteBenchResult run_write_bench(const WriteBenchOptions& options) {
   for (const StateImage& image : images) image_pointers.push_back(&image);
 
   // dd's way: one kPlainBlock buffer written again and again.
-  const int64_t plain_buffer_bytes = std::min(kPlainBlock, result.bytes);
+  const int64_t plain_buffer_bytes = options.persist_only ? kImageAlignment : std::min(kPlainBlock, result.bytes);
   std::unique_ptr<unsigned char, decltype(&std::free)> plain_buffer(
       static_cast<unsigned char*>(std::aligned_alloc(kImageAlignment, static_cast<size_t>(plain_buffer_bytes))),
       &std::free);
@@ -183,7 +184,10 @@ WriteBenchResult run_write_bench(const WriteBenchOptions& options) {
   // Rotating which goes first, so none always meets the disk just after
   // another's writes (write-back, SSD garbage collection, discards).
   for (int repeat = 0; repeat < options.repeats; ++repeat) {
-    if (repeat % 2 == 0) {
+    if (repeat == 0 && options.before_persist) options.before_persist();
+    if (options.persist_only) {
+      persist(repeat == 0);
+    } else if (repeat % 2 == 0) {
       persist(repeat == 0);
       plain();
       plain_from_state();
@@ -193,7 +197,7 @@ WriteBenchResult run_write_bench(const WriteBenchOptions& options) {
       persist(false);
     }
   }
-  if (options.direct_io && !result.plain_direct_io)
+  if (options.direct_io && !result.plain_direct_io && !options.persist_only)
     result.warnings.push_back("plain write " + plain_path + ": the filesystem refuses O_DIRECT, written buffered");
 
   auto median_gbs = [&](const std::vector<double>& seconds) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>  // int64_t
+#include <functional>  // before_persist
 #include <string>
 #include <vector>
 
@@ -25,6 +26,13 @@ struct WriteBenchOptions {
   bool direct_io = true;            // O_DIRECT for both, falling back where the filesystem refuses it
   int64_t block_bytes = 64LL << 20;  // bytes per write call of the persist
   int repeats = 3;                  // persist + plain write pairs; medians are reported
+  // The storage-write ceiling's and burn-in's measurement, every rank's
+  // persist at once as a checkpoint writes: the persist alone (the plain
+  // writes after it overlapped slower ranks' persists and read as their
+  // storage), and `before_persist` run once the images are built and
+  // filled, just before the first, for the ranks to start together.
+  bool persist_only = false;
+  std::function<void()> before_persist;
 };
 
 struct WriteBenchResult {

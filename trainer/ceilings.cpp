@@ -74,6 +74,16 @@ WriteRate measure_write_rate(const Config& config, Communicator& comm, const std
   // message naming a rank_00000 file whatever the rank.
   std::string failure;
   bool disk_full = false;
+  // Every rank's persist starts together, after every rank has built and
+  // filled its images (up to 1 GiB: a rank still filling while another
+  // wrote let that one write alone). A collective each rank makes once:
+  // one that fails before it brings its reason there, and the others stop.
+  struct PeerFailedFirst {};
+  bool agreed = false;
+  const auto agree = [&](const std::string& mine) {
+    agreed = true;
+    return first_reason_over_ranks(comm, mine);
+  };
   try {
     // Each rank in a folder of its own: the bench names its files as rank 0's.
     const std::string folder = make_temporary_directory(".ceiling-write", checkpoint_dir);
@@ -85,13 +95,20 @@ WriteRate measure_write_rate(const Config& config, Communicator& comm, const std
     write.direct_io = config.checkpoint.direct_io;
     write.block_bytes = config.checkpoint.block_bytes;
     write.repeats = 1;
+    write.persist_only = true;
+    write.before_persist = [&] {
+      if (agree("").rank >= 0) throw PeerFailedFirst{};
+    };
     result = run_write_bench(write);
+  } catch (const PeerFailedFirst&) {
+    // told below, in the failing rank's words
   } catch (const CheckpointWriteError& e) {
     failure = e.what();
     disk_full = e.disk_full;
   } catch (const std::exception& e) {  // the folder could not be made, memory for the image
     failure = e.what();
   }
+  if (!agreed) (void)agree(failure);
   const RankReason first = first_reason_over_ranks(comm, failure);
   if (first.rank >= 0) {
     rate.failure = comm.world_size() > 1 ? "rank " + std::to_string(first.rank) + ": " + first.reason : first.reason;

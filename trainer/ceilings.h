@@ -64,8 +64,9 @@ Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communic
                           const std::vector<std::string>& shards, const std::string& checkpoint_dir);
 
 // A checkpoint of `bytes` per rank (at least 1 MiB) persisted alone by every
-// rank at once, in a temporary folder under `checkpoint_dir` (removed after),
-// with the run's writer settings. Collective.
+// rank at once — the ranks agree once each has its images filled, and write
+// nothing else beside it — in a temporary folder under `checkpoint_dir`
+// (removed after), with the run's writer settings. Collective.
 struct WriteRate {
   int64_t bytes = 0;    // written per rank
   double rank_gbs = 0;  // this rank's own rate (1e9 B/s)

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <string>
 #include <utility>  // std::pair
+#include <chrono>
+#include <thread>   // sleep_for: the hook's wait
 
 #include <nlohmann/json.hpp>
 
@@ -118,6 +120,35 @@ TEST(BenchIoWrite, FootprintIsTheImagePlusDdsBufferAndOneCopyOnDisk) {
   EXPECT_LT(three.disk_bytes, options.bytes + (1LL << 20));
   options.repeats = 1;
   EXPECT_EQ(write_bench_footprint(options).disk_bytes, three.disk_bytes);
+}
+
+// The ceiling's and burn-in's way: the persist alone, nothing written
+// beside it, and the hook run once, after the images are filled and before
+// the timed write (the ranks agree there to start together): its time is
+// not the persist's.
+TEST(BenchIoWrite, PersistOnlyWritesNothingElseAndRunsItsHookBeforeTheTimedWrite) {
+  testing::TempDir temp{"trainbench_bench_persist_only"};
+  WriteBenchOptions options;
+  options.folder = temp.path();
+  options.bytes = 4LL << 20;
+  options.repeats = 1;
+  options.persist_only = true;
+  int calls = 0;
+  options.before_persist = [&] {
+    ++calls;
+    EXPECT_TRUE(std::filesystem::is_empty(temp.path())) << "nothing written before the hook";
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  };
+  const WriteBenchResult result = run_write_bench(options);
+  EXPECT_EQ(calls, 1);
+  ASSERT_EQ(result.persist_seconds.size(), 1u);
+  EXPECT_LT(result.persist_seconds[0], 1.0) << "the hook's wait was timed as the persist's";
+  EXPECT_GT(result.persist_gbs, 0);
+  EXPECT_TRUE(result.plain_seconds.empty());
+  EXPECT_TRUE(result.plain_from_state_seconds.empty());
+  EXPECT_EQ(result.plain_gbs, 0);
+  EXPECT_EQ(result.ratio, 0);
+  EXPECT_TRUE(std::filesystem::is_empty(temp.path())) << "the bench leaves nothing";
 }
 
 TEST(BenchIoWrite, BadSizesAreUserErrors) {
