@@ -115,8 +115,11 @@ void replace_committed(const std::string& pending, const std::string& committed)
   if (path_exists(aside)) io::remove_folder(aside);
   if (::rename(committed.c_str(), aside.c_str()) != 0)
     io::fail_write("cannot rename " + committed + " to", aside, errno);
-  if (::rename(pending.c_str(), committed.c_str()) != 0)
-    io::fail_write("cannot rename " + pending + " to", committed, errno);
+  if (::rename(pending.c_str(), committed.c_str()) != 0) {
+    const int error = errno;
+    ::rename(aside.c_str(), committed.c_str());  // the step `latest` may name comes back (best effort)
+    io::fail_write("cannot rename " + pending + " to", committed, error);
+  }
 }
 
 // `latest` could not be written: the step is not committed after all. Its
@@ -228,7 +231,16 @@ nlohmann::json commit_checkpoint(const CommitRequest& request, CommitWarnings* w
   } else if (::rename(pending.c_str(), committed.c_str()) != 0) {
     io::fail_write("cannot rename " + pending + " to", committed, errno);
   }
-  io::fsync_directory(dir);
+  try {
+    io::fsync_directory(dir);
+  } catch (const CheckpointWriteError&) {
+    // Not committed: `latest` was never written. Left in place, step_N
+    // read as committed to a listing (the next run's refusal and its
+    // resume hints), and the failure's own words called it the intact
+    // previous checkpoint.
+    undo_commit_rename(pending, committed, replaced);
+    throw;
+  }
   crash_point("after_rename", request.step);
 
   // The commit point: from here `latest` names the new checkpoint.

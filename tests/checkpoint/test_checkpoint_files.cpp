@@ -530,6 +530,28 @@ TEST_F(CheckpointFiles, AFolderFsyncFailureAfterLatestKeepsTheStepCommitted) {
   EXPECT_EQ(resolve_checkpoint("latest", dir_), committed_folder(dir_, 30));
 }
 
+// checkpoint.dir's fsync right after the rename fails, before `latest` is
+// written: the step is not committed, and its folder goes back to pending
+// (left as step_20 it read as committed to a listing, and the failure's own
+// words called it the intact previous checkpoint). `latest` and step 10
+// stay; the next commit of step 20 succeeds.
+TEST_F(CheckpointFiles, AFolderFsyncFailureBeforeLatestUndoesTheRename) {
+  write_and_commit(dir_, 10);
+  const CommitRequest request = write_again(dir_, 20);
+  {
+    testing::FailingDirectoryFsync fault(EIO, [&](const std::string& folder) {
+      return folder == dir_ && fs::exists(committed_folder(dir_, 20));
+    });
+    EXPECT_THROW(commit_checkpoint(request), CheckpointWriteError);
+    EXPECT_EQ(fault.failed(), 1);
+  }
+  EXPECT_FALSE(fs::exists(committed_folder(dir_, 20))) << "an uncommitted step_20 was left in place";
+  EXPECT_TRUE(fs::exists(pending_folder(dir_, 20) + "/manifest.json"));
+  EXPECT_EQ(resolve_checkpoint("latest", dir_), committed_folder(dir_, 10));
+  EXPECT_EQ(commit_checkpoint(request)["step"], 20);
+  EXPECT_EQ(resolve_checkpoint("latest", dir_), committed_folder(dir_, 20));
+}
+
 TEST_F(CheckpointFiles, AFlippedByteIsRefusedNamingTheFileAndItsSections) {
   write_and_commit(dir_, 3);
   const std::string folder = dir_ + "/step_3";
