@@ -119,6 +119,20 @@ std::vector<std::string> shards_for_run(const Config& config, int64_t world, Dat
                                 ": every listing is read each epoch, so " + std::to_string(extra) + " of the " +
                                 std::to_string(shards.size()) + " shards read are repeats");
     }
+    // Batches come from a rank's readers in turn, so a reader dealt fewer
+    // shards per epoch runs through its epochs sooner: over any span of
+    // training its shards are read more often than the others'. (Fewer
+    // shards than readers in all is refused by the loader.)
+    const int64_t readers = world * d.readers;
+    const auto count = static_cast<int64_t>(shards.size());
+    if (count >= readers && count % readers != 0)
+      setup->warnings.push_back(
+          std::to_string(count) + " shards over " + std::to_string(world) + " rank(s) x " +
+          std::to_string(d.readers) + " data.readers: " + std::to_string(count % readers) + " reader(s) get " +
+          std::to_string(count / readers + 1) + " shards an epoch and the rest " + std::to_string(count / readers) +
+          ", and as batches are taken from the readers in turn, the shards of the readers with fewer are read " +
+          "more often (up to " + std::to_string(count / readers + 1) + ":" + std::to_string(count / readers) +
+          "); a multiple of " + std::to_string(readers) + " shards samples them evenly");
     return shards;
   }
   setup->temporary_dir = make_temporary_directory("trainbench-shards");

@@ -216,6 +216,24 @@ TEST_F(LoaderCli, ABurnInWhoseStorageStallsFailsForThatReason) {
   EXPECT_EQ(result["burnin"]["verdict"], "FAIL");
 }
 
+// 4 shards over 3 readers: one reader has 2 an epoch, two have 1, and as
+// batches come from the readers in turn the single shards are read twice
+// as often. Said; 4 over 2 readers (or 4) is even, and nothing is said.
+TEST_F(LoaderCli, ShardsThatDoNotDivideAmongTheReadersAreWarnedOf) {
+  const auto warnings_with = [&](int readers) {
+    const CommandResult r = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 6 --set data.readers=" +
+                                        std::to_string(readers) + " --set data.shards=" + dir_ +
+                                        "/good --set checkpoint.every_steps=0 --out " + dir_ + "/r.json");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(read_whole_file(dir_ + "/r.json"))["warnings"].dump();
+  };
+  const std::string uneven = warnings_with(3);
+  EXPECT_NE(uneven.find("4 shards over 1 rank(s) x 3 data.readers: 1 reader(s) get 2 shards an epoch and the rest 1"),
+            std::string::npos) << uneven;
+  EXPECT_NE(uneven.find("a multiple of 3 shards samples them evenly"), std::string::npos) << uneven;
+  EXPECT_EQ(warnings_with(2).find("data.readers:"), std::string::npos);
+}
+
 TEST_F(LoaderCli, SkipCountsAndReportsAndTrainingGoesOn) {
   const std::string odd = shard_with("odd.tar", "u16", {1, 2, 3});
   const std::string junk = dir_ + "/junk.tar";
