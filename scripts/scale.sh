@@ -146,6 +146,9 @@ if [ -n "$set_ckpt_dir" ]; then
   fi
   ckpt_dir=$set_ckpt_dir
 fi
+# --set checkpoint.dir=~/x is one word, which no shell expands: the home
+# folder, as trainbench reads it (it became $PWD/~/x here).
+case "$ckpt_dir" in "~/"*) ckpt_dir="$HOME/${ckpt_dir#"~/"}" ;; esac
 case "$ckpt_dir" in ""|/*) ;; *) ckpt_dir="$PWD/$ckpt_dir" ;; esac
 
 # After every check, so a bad command line leaves nothing behind.

@@ -6,6 +6,7 @@
 #include <charconv>     // std::from_chars / to_chars: strict number parsing, shortest printing
 #include <cstdint>      // INT32_MAX for token ids
 #include <cstdio>       // std::snprintf: a key's smallest value
+#include <cstdlib>      // std::getenv: HOME for a path written ~/
 #include <cmath>        // std::isfinite
 #include <cstring>      // std::strerror
 #include <filesystem>   // does CONFIG name a file?
@@ -17,6 +18,7 @@
 #include <sstream>      // the YAML parser's stream
 #include <string_view>
 #include <type_traits>  // dispatch on a key's value type
+#include <utility>      // std::pair: the path keys
 #include <variant>      // a key's typed storage
 
 #include <yaml-cpp/depthguard.h>    // YAML::DeepRecursion: lists and maps nested past yaml-cpp's limit
@@ -948,6 +950,19 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
   apply_yaml(config, sources, yaml_text, origin);
   for (size_t i = 0; i < overrides.size(); ++i)
     apply_override(config, sources, overrides[i], static_cast<int>(i));
+  // A path written ~/...: the home folder, as a shell makes it of a word
+  // that starts so. `--set checkpoint.dir=~/ck` is one word that no shell
+  // expands, and the run made a folder named "~" in the working folder.
+  for (auto [key, path] : {std::pair<const char*, std::string*>{"checkpoint.dir", &config.checkpoint.dir},
+                           {"data.shards", &config.data.shards},
+                           {"report.out", &config.report.out}}) {
+    if (!path->starts_with("~/")) continue;
+    const char* home = std::getenv("HOME");
+    if (home == nullptr || *home == '\0')
+      fail(std::string(key) + ": " + excerpt(*path) + " starts in the home folder, but $HOME is not set: write the "
+           "whole path");
+    *path = std::string(home) + path->substr(1);
+  }
   validate(config, sources);
   // Printed and recorded as it trains: "q , k," is q,k (in the order written).
   const std::vector<std::string> targets = split_targets(config.lora.targets);

@@ -1083,6 +1083,21 @@ class ScaleArgumentTests(unittest.TestCase):
             (bin_dir / name).chmod(0o755)
         return bin_dir
 
+    def test_a_checkpoint_dir_from_the_home_folder_is_there(self) -> None:
+        # `--set checkpoint.dir=~/ck` is one word, which no shell expands:
+        # it became $PWD/~/ck. It is $HOME/ck, as trainbench reads it.
+        folder = Path(tempfile.mkdtemp(prefix="test_scale_home_"))
+        self.addCleanup(shutil.rmtree, folder)
+        bin_dir = self.fake_tools(folder)
+        log = folder / "calls.log"
+        env = {**os.environ, "LOG": str(log), "MPIRUN": str(bin_dir / "mpirun"), "HOME": str(folder / "home")}
+        env.pop("CKPT_DIR", None)
+        done = run("bash", SCALE, "--binary", "/bin/true", "--ranks", "1", "--set", "checkpoint.dir=~/ck",
+                   "--out", folder / "out", "--no-report", env=env)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn(f"checkpoints in {folder}/home/ck/ranks-<N>-", done.stdout)
+        self.assertNotIn("/~/", log.read_text())
+
     def test_a_checkpoint_dir_set_is_one_folder_per_world_size(self) -> None:
         # `--set checkpoint.dir=D` went to every world size as it was: the
         # 2-rank run found D holding the 1-rank run's checkpoints (exit 2).

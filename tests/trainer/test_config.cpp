@@ -300,6 +300,31 @@ TEST(CommandLineNumbers, ByteSizesAreExactAndLargeOnesAreOutOfRange) {
   EXPECT_EQ(byte_size_in_range("0", 1, high, &bytes), "must be between 1 and 9000000000000000000 bytes (got '0')");
 }
 
+// A path key written ~/... is in the home folder, in a file and in --set
+// (one word, which no shell expands: the run made a folder named "~");
+// without HOME it is refused, naming the key. Only a leading ~/ is taken.
+TEST(ParseConfig, PathsWrittenFromTheHomeFolderAreExpanded) {
+  const char* saved = std::getenv("HOME");
+  const std::string home_before = saved != nullptr ? saved : "";
+  ::setenv("HOME", "/home/someone", 1);
+  const Config config = parse_config("checkpoint:\n  dir: ~/ck\n", "x.yaml",
+                                     {"data.shards=~/data/{0..3}.tar", "report.out=~/r.json"});
+  EXPECT_EQ(config.checkpoint.dir, "/home/someone/ck");
+  EXPECT_EQ(config.data.shards, "/home/someone/data/{0..3}.tar");
+  EXPECT_EQ(config.report.out, "/home/someone/r.json");
+  EXPECT_EQ(parse_config("", "x.yaml", {"checkpoint.dir=a/~/b"}).checkpoint.dir, "a/~/b");
+  EXPECT_EQ(parse_config("", "x.yaml", {"checkpoint.dir=~other/b"}).checkpoint.dir, "~other/b");
+  ::unsetenv("HOME");
+  try {
+    parse_config("", "x.yaml", {"checkpoint.dir=~/ck"});
+    ADD_FAILURE() << "accepted without HOME";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint.dir: ~/ck starts in the home folder, but $HOME is not set"),
+              std::string::npos) << e.what();
+  }
+  if (saved != nullptr) ::setenv("HOME", home_before.c_str(), 1);
+}
+
 TEST(ParseConfig, EmptyFileKeepsEveryDefault) {
   // Every key has a default, the model's included (the tiny shape), so an
   // empty file is a runnable config.
