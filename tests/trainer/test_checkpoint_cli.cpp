@@ -407,14 +407,21 @@ TEST(CheckpointCli, DamagedPositionOrTrainerStateIsRefusedNamingTheCheckpoint) {
   }
   expect_refused(damaged("state-garbage", "trainer_state", 0, std::string("\x01\xff\n garbage", 11)),
                  "/step_4: rank 0's trainer_state: not JSON");
-  expect_refused(damaged("state-array", "trainer_state", 0, "[1, 2]" + std::string(42, ' ')), "rank 0's trainer_state: not a JSON object");
-  // Its fields, at fixed offsets: rank's value at 22, step's at 31.
-  const std::string state = read_whole_file(good + "/step_4/rank_00000_2.bin").substr(0, 48);
-  ASSERT_EQ(state, "{\"data_seed\":1,\"rank\":0,\"step\":4,\"world_size\":1}") << state;
-  expect_refused(damaged("state-step", "trainer_state", 31, "2"),
+  // The section is the JSON object alone, its keys in order; the CPU
+  // engine's thread count (this machine's CPUs by default) sets its length.
+  const std::string file = read_whole_file(good + "/step_4/rank_00000_2.bin");
+  const std::string state = file.substr(0, file.find('}') + 1);
+  ASSERT_EQ(state.rfind("{\"cpu_threads\":", 0), 0u) << state;
+  ASSERT_NE(state.find(",\"data_seed\":1,\"rank\":0,\"step\":4,\"world_size\":1}"), std::string::npos) << state;
+  expect_refused(damaged("state-array", "trainer_state", 0, "[1, 2]" + std::string(state.size() - 6, ' ')),
+                 "rank 0's trainer_state: not a JSON object");
+  // Its fields, where they are: the values of rank and step.
+  const int64_t rank_at = static_cast<int64_t>(state.find("\"rank\":") + 7);
+  const int64_t step_at = static_cast<int64_t>(state.find("\"step\":") + 7);
+  expect_refused(damaged("state-step", "trainer_state", step_at, "2"),
                  "rank 0's trainer_state: field step is 2, expected 4");
-  expect_refused(damaged("state-rank", "trainer_state", 22, "7"), "rank 0's trainer_state: field rank is 7, expected 0");
-  expect_refused(damaged("state-type", "trainer_state", 28, "X"), "trainer_state: field step is missing");
+  expect_refused(damaged("state-rank", "trainer_state", rank_at, "7"), "rank 0's trainer_state: field rank is 7, expected 0");
+  expect_refused(damaged("state-type", "trainer_state", step_at - 3, "X"), "trainer_state: field step is missing");
 }
 
 // The manifest's step is the folder's; `latest` naming two folders or
