@@ -1209,6 +1209,18 @@ int run_cli(int argc, char** argv) {
                  error_line(argv[1]).c_str(), commands.c_str());
     return kExitUserError;
   }
+  // An option before any command (-v): CLI11 said only "A subcommand is
+  // required", as if none had been typed.
+  if (argv[1][0] == '-') {
+    const std::string first = argv[1];
+    const bool top_level = first == "-h" || first == "--help" || first == "--version";
+    if (!top_level) {
+      let_rank_zero_speak_first(launcher_rank());
+      std::fprintf(stderr, "trainbench: unknown option '%s' before the command (trainbench has --help and "
+                   "--version; commands: %s)\n", error_line(first).c_str(), commands.c_str());
+      return kExitUserError;
+    }
+  }
   // The same one level down (bench, shards): `bench compute` in a build or a
   // doc that did not have it said only "A subcommand is required".
   if (known) {

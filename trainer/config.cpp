@@ -468,6 +468,20 @@ std::string at(const std::string& origin, const YAML::Mark& mark, bool with_colu
 
 void apply_yaml(Config& config, Sources& sources, const std::string& text,
                 const std::string& origin) {
+  // yaml-cpp reads on past a NUL byte and calls what follows a bad escape
+  // ("unknown escape character: \x04"): a config is text, said as such.
+  // UTF-16 and UTF-32 are NULs and all, and yaml-cpp reads them by their
+  // byte-order mark.
+  const bool wide = text.starts_with("\xff\xfe") || text.starts_with("\xfe\xff") ||
+                    text.starts_with(std::string_view("\0\0\xfe\xff", 4));
+  if (const size_t nul = wide ? std::string::npos : text.find('\0'); nul != std::string::npos) {
+    const size_t line = static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(nul),
+                                                        '\n')) + 1;
+    const size_t line_start = text.rfind('\n', nul);
+    const size_t column = nul - (line_start == std::string::npos ? 0 : line_start + 1) + 1;
+    fail(origin + ":" + std::to_string(line) + ":" + std::to_string(column) +
+         ": a NUL byte: a config is YAML text (a binary file, or UTF-16 without its byte-order mark?)");
+  }
   std::vector<YamlDocument> documents;
   YAML::Node root;
   try {
@@ -1022,7 +1036,12 @@ Config load_config(const std::string& path_or_preset, const std::vector<std::str
   }
   if (const EmbeddedPreset* preset = find_preset(path_or_preset))
     return parse_config(std::string(preset->yaml), "preset:" + std::string(preset->name), overrides);
-  fail("config file not found: " + path_or_preset + " (embedded presets: " + preset_list() + ")");
+  // `--set a=1 b=2`: the second pair was taken for CONFIG.
+  const size_t equals = path_or_preset.find('=');
+  const bool looks_like_a_setting = equals != std::string::npos && path_or_preset.find('/') > equals &&
+                                    path_or_preset.find('.') < equals;
+  fail("config file not found: " + path_or_preset + " (embedded presets: " + preset_list() + ")" +
+       (looks_like_a_setting ? "; each KEY=VALUE needs a --set of its own: --set " + path_or_preset : ""));
 }
 
 void validate_config(const Config& config) { validate(config, Sources{}); }

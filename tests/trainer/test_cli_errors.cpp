@@ -150,6 +150,16 @@ TEST(CliErrors, MissingConfigFileNamesThePath) {
                     {"config file not found: " + missing, "tiny"});
 }
 
+// `--set a=1 b=2` takes b=2 for CONFIG: said so.
+TEST(CliErrors, ASecondSettingAfterOneSetIsNamed) {
+  const TempDir dir;
+  expect_user_error(run_trainbench({"plan", "--set", "model.n_layers=3", "model.d_model=32"}, dir.path()),
+                    {"config file not found: model.d_model=32", "each KEY=VALUE needs a --set of its own: --set "
+                     "model.d_model=32"});
+  const RunResult path = run_trainbench({"run", "configs/my=run.yaml"}, dir.path());
+  EXPECT_EQ(path.stderr_text.find("--set of its own"), std::string::npos) << path.stderr_text;
+}
+
 TEST(CliErrors, BadOverrideOnAPreset) {
   const TempDir dir;
   expect_user_error(run_trainbench({"run", "tiny", "--set", "model.n_heads=6"}, dir.path()),
@@ -164,6 +174,13 @@ TEST(CliErrors, StepsNotANumber) {
 TEST(CliErrors, UnknownSubcommand) {
   const TempDir dir;
   expect_user_error(run_trainbench({"frobnicate"}, dir.path()), {"frobnicate"});
+}
+
+// An option before any command was "A subcommand is required".
+TEST(CliErrors, AnUnknownOptionBeforeTheCommandIsNamed) {
+  const TempDir dir;
+  expect_user_error(run_trainbench({"-v"}, dir.path()), {"unknown option '-v' before the command", "--version"});
+  expect_user_error(run_trainbench({"--frob", "run"}, dir.path()), {"unknown option '--frob' before the command"});
 }
 
 TEST(CliErrors, UnknownOption) {

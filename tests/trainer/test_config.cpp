@@ -325,6 +325,22 @@ TEST(ParseConfig, PathsWrittenFromTheHomeFolderAreExpanded) {
   if (saved != nullptr) ::setenv("HOME", home_before.c_str(), 1);
 }
 
+// A NUL byte was "malformed YAML: unknown escape character" with the byte
+// after it; it is named as what it is, where it is.
+TEST(ParseConfig, ANulByteIsNamedWithItsLineAndColumn) {
+  try {
+    parse_config(std::string("model:\n  n_layers: 3\n  d_\0model: 64\n", 30), "bin.yaml");
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "bin.yaml:3:5: a NUL byte: a config is YAML text (a binary file, or UTF-16 "
+                                     "without its byte-order mark?)");
+  }
+  // UTF-16 with its mark is YAML too: NULs and all.
+  std::string utf16 = "\xff\xfe";
+  for (const char c : std::string("model:\n  n_layers: 3\n")) utf16 += std::string{c, '\0'};
+  EXPECT_EQ(parse_config(utf16, "wide.yaml").model.n_layers, 3);
+}
+
 TEST(ParseConfig, EmptyFileKeepsEveryDefault) {
   // Every key has a default, the model's included (the tiny shape), so an
   // empty file is a runnable config.
