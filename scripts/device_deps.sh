@@ -37,8 +37,12 @@ PACKAGES=(
 
 case "${1:-}" in
   download)
-    mkdir -p "$debs"
-    (cd "$debs" && apt-get download "${PACKAGES[@]}")
+    # Into a fresh folder: an earlier download's packages, left beside a
+    # point release's newer ones, were unpacked after them (glob order is
+    # not version order: deb12u10 before deb12u9) and won.
+    rm -rf "$debs.new" && mkdir -p "$debs.new"
+    (cd "$debs.new" && apt-get download "${PACKAGES[@]}")
+    rm -rf "$debs" && mv "$debs.new" "$debs"
     du -sh "$debs"
     # The cuDNN frontend's headers (PyPI only; kernels/cuda/CMakeLists.txt
     # finds them here). cuDNN itself is the device's: its CUDA toolkit's or

@@ -54,10 +54,16 @@ mkdir -p "$out"
 # reached): $OUT holds table.txt, summary.txt and logs.tgz.
 if [ -n "${OUT:-}" ]; then
   logs=${GPU_CHECK_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/gpu_check_logs.XXXXXX")}
+elif [ -n "${GPU_CHECK_LOGS:-}" ]; then
+  logs=$GPU_CHECK_LOGS
 else
-  logs=${GPU_CHECK_LOGS:-$out/logs}
+  # A second call's rows must be its own: an earlier call's preset result
+  # or PyTorch figures, left in the folder, made a ratio row of this one.
+  logs=$out/logs
+  if [ -d "$logs" ]; then rm -rf "$logs.previous" && mv "$logs" "$logs.previous"; fi
 fi
 mkdir -p "$logs"
+rm -f "$logs/failed_rows"
 rm -f "$out/table.txt"
 pack_logs() {
   [ -n "${OUT:-}" ] || return 0
@@ -99,8 +105,13 @@ bounded() {
   if [ "$cap" -gt "$left" ]; then cap=$left; fi
   timeout -k 10 "$cap" "$@"
 }
-# failure STATUS LOG: the row's words for a step that did not succeed.
+# failed_row NAME: a row that did not pass, for the exit status (a file:
+# rows are made in subshells).
+failed_row() { echo "$1" >> "$logs/failed_rows"; }
+# failure STATUS LOG: the row's words for a step that did not succeed (and
+# the exit status says so).
 failure() {
+  failed_row "exit $1: $(basename "$2")"
   case $1 in
     200) echo "SKIPPED: too little left of GPU_CHECK_DEADLINE_S=${deadline_s} at $(elapsed)" ;;
     124 | 137) echo "TIMED OUT (exit $1, at $(elapsed)): $(tail -1 "$2" 2> /dev/null)" ;;
@@ -340,6 +351,7 @@ gpu_tests=$(grep -E "tests passed|tests failed" "$logs/ctest_gpu.log" | tail -1)
 skipped=$(grep -c "(Skipped)" "$logs/ctest_gpu.log" || true)
 # On a GPU machine a skipped CUDA test means the GPU was not visible to it.
 row "CUDA tests" "${gpu_tests:-no result: see ctest_gpu.log} (skipped: $skipped, must be 0 on a GPU)"
+if [ "$ctest_status" -ne 0 ] || [ "$skipped" -gt 0 ]; then failed_row "CUDA tests"; fi
 grep -E "^ *[0-9]+/[0-9]+ Test" "$logs/ctest_gpu.log" | grep -vE " Passed " | head -20 >> "$out/table.txt"
 # A tests-only run has the PyTorch baseline's tests with the CUDA tests.
 [ -z "${GPU_CHECK_TESTS_ONLY:-}" ] || torch_baseline_tests
@@ -356,7 +368,14 @@ if [ -x "$nccl_test" ]; then
   nccl_skipped=$(grep -oE '^\[  SKIPPED \] [0-9]+' "$logs/nccl_1rank.log" | grep -oE '[0-9]+$')
   nccl_failed=$(grep -oE '^\[  FAILED  \] [0-9]+' "$logs/nccl_1rank.log" | grep -oE '[0-9]+$')
   nccl_lib=$(grep -oE 'NCCL [0-9]+\.[0-9]+\.[0-9]+' "$logs/nccl_1rank.log" | head -1)
-  row "NCCL comm (1 rank)" "${nccl_lib:-NCCL ?}: passed ${nccl_passed:-0}, failed ${nccl_failed:-0}, skipped ${nccl_skipped:-0} (exit $nccl_status; skipped must be 0 on a GPU)"
+  if [ "$nccl_status" -ne 0 ] && [ -z "$nccl_passed" ] && [ -z "$nccl_failed" ]; then
+    # Cut, not started or crashed: no count to show ("passed 0, failed 0"
+    # read as an empty success).
+    row "NCCL comm (1 rank)" "$(failure "$nccl_status" "$logs/nccl_1rank.log")"
+  else
+    row "NCCL comm (1 rank)" "${nccl_lib:-NCCL ?}: passed ${nccl_passed:-0}, failed ${nccl_failed:-0}, skipped ${nccl_skipped:-0} (exit $nccl_status; skipped must be 0 on a GPU)"
+    if [ "$nccl_status" -ne 0 ] || [ -n "$nccl_skipped" ]; then failed_row "NCCL comm (1 rank)"; fi
+  fi
   # One rank per GPU when the machine has several (optional: needs mpirun).
   gpus=$(timeout 20 nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
   # Without the MPI backend each rank would be a world of its own (the test
@@ -364,16 +383,31 @@ if [ -x "$nccl_test" ]; then
   if [ "${gpus:-0}" -ge 2 ] && command -v mpirun > /dev/null && grep -q "MPI backend ON" "$logs/configure.log"; then
     bounded 300 mpirun -np "$gpus" --allow-run-as-root "$nccl_test" --gtest_filter='NcclCommunicatorTest.*' \
       > "$logs/nccl_${gpus}ranks.log" 2>&1
-    row "NCCL comm ($gpus ranks)" "exit $? ($(grep -c '^\[       OK \]' "$logs/nccl_${gpus}ranks.log") OK lines, $(grep -c '^\[  SKIPPED \]' "$logs/nccl_${gpus}ranks.log") skipped over all ranks)"
+    nccl_ranks_status=$?
+    [ "$nccl_ranks_status" -eq 0 ] || failed_row "NCCL comm ($gpus ranks)"
+    row "NCCL comm ($gpus ranks)" "exit $nccl_ranks_status ($(grep -c '^\[       OK \]' "$logs/nccl_${gpus}ranks.log") OK lines, $(grep -c '^\[  SKIPPED \]' "$logs/nccl_${gpus}ranks.log") skipped over all ranks)"
   fi
 else
   row "NCCL comm (1 rank)" "not built: $(grep -o 'NCCL backend.*' "$logs/configure.log" | head -1)"
 fi
 
+# The table once more, whole, and the exit status: 1 when a row did not
+# pass (a failed, cut or skipped step, failed or skipped GPU tests, a FAIL
+# verdict, sanitizer errors), so that a wrapper tells a red check from a
+# green one; 0 otherwise. (It was 0 whatever failed, but the build.)
+finish() {
+  printf '%s\n' "${table[@]}" | tee -a "$out/summary.txt"
+  if [ -s "$logs/failed_rows" ]; then
+    echo "gpu_check: $(wc -l < "$logs/failed_rows") row(s) did not pass: $(tr '\n' ';' < "$logs/failed_rows")" |
+      tee -a "$out/summary.txt"
+    exit 1
+  fi
+  exit 0
+}
+
 if [ -n "${GPU_CHECK_TESTS_ONLY:-}" ]; then
   row "total time" "$(elapsed) (tests only)"
-  printf '%s\n' "${table[@]}" | tee -a "$out/summary.txt"
-  exit 0
+  finish
 fi
 
 # 3. bf16 GEMM ceiling: a square GEMM and the Llama-3-8B MLP projection.
@@ -393,11 +427,16 @@ for preset in "${presets[@]}"; do
     row "trainbench $preset" "pending: this build has no CUDA engine ($(grep 'compute engines' "$logs/version.txt"))"
     continue
   fi
+  # A result left by an earlier call, or by this run's failure (a failed
+  # check still writes one), must not make the ratio row below.
+  rm -f "$logs/$preset.json"
   if bounded "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run "$preset" --out "$logs/$preset.json" > "$logs/$preset.log" 2>&1; then
     row "trainbench $preset" "$(python3 scripts/lib/gpu_check_rows.py preset "$logs/$preset.json")"
     row "trainbench $preset gemm" "$(python3 scripts/lib/gpu_check_rows.py gemm "$logs/$preset.json")"
+    touch "$logs/$preset.ok"
   else
     row "trainbench $preset" "$(failure $? "$logs/$preset.log")"
+    rm -f "$logs/$preset.ok"
   fi
 done
 
@@ -406,6 +445,7 @@ done
 # limit cuts the extra rows below; then the ratios and the targets.
 if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
   for preset in "${presets[@]}"; do
+    rm -f "$logs/torch_$preset.jsonl"
     bounded "${GPU_CHECK_TORCH_TIMEOUT:-180}" python3 scripts/torch_baseline.py --config "configs/$preset.yaml" --mode both --json \
       > "$logs/torch_$preset.jsonl" 2> "$logs/torch_$preset.err"
     torch_status=$?
@@ -420,8 +460,10 @@ if [ -z "${GPU_CHECK_SKIP_TORCH:-}" ]; then
 fi
 
 for preset in "${presets[@]}"; do
-  [ -f "$logs/$preset.json" ] || continue
-  if [ -s "$logs/torch_$preset.jsonl" ]; then
+  $has_cuda_engine || continue
+  if [ ! -f "$logs/$preset.ok" ]; then
+    row "ratio $preset" "not computed: the trainbench run failed (its row above)"
+  elif [ -s "$logs/torch_$preset.jsonl" ]; then
     row "ratio $preset" "$(python3 scripts/lib/gpu_check_rows.py ratio "$logs/$preset.json" "$logs/torch_$preset.jsonl" "$preset")"
   else
     row "ratio $preset" "no PyTorch figures in this run (GPU_CHECK_SKIP_TORCH, or it failed)"
@@ -581,6 +623,7 @@ if $has_cuda_engine; then
   # job does (the storage check needs the folder, and waits for a
   # checkpoint in flight before it measures): 2.67 GB every 200 steps, a few
   # in the minute.
+  rm -f "$logs/burnin.json"
   bounded "${GPU_CHECK_BURNIN_TIMEOUT:-150}" "$build/trainbench" burnin h200-gpt2-124m --duration 1m \
     --set burnin.nvml_every_s=5 --set burnin.golden_every=50 --set burnin.health_every_s=20 \
     --set checkpoint.every_steps=200 \
@@ -588,6 +631,7 @@ if $has_cuda_engine; then
   burnin_status=$?
   if [ -s "$logs/burnin.json" ] && [ "$burnin_status" -le 4 ]; then
     row "trainbench burnin 1m" "$(python3 scripts/lib/gpu_check_rows.py burnin "$logs/burnin.json" "$burnin_status")"
+    [ "$burnin_status" -eq 0 ] || failed_row "trainbench burnin 1m (exit $burnin_status)"
   else
     row "trainbench burnin 1m" "$(failure "$burnin_status" "$logs/burnin.log")"
   fi
@@ -636,7 +680,8 @@ if [ -z "${GPU_CHECK_SKIP_SANITIZER:-}" ]; then
       status=$?
       case $status in
         0) row "compute-sanitizer $tool CudaOps" "$(grep -m1 -oE '[0-9]+ tests? from' "$log" | cut -d' ' -f1) tests, $(grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$log" | tail -1)" ;;
-        9) row "compute-sanitizer $tool CudaOps" "ERRORS: $(grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$log" | tail -1); first: $(grep -m1 -E '^========= [A-Z]' "$log" | cut -c1-160)" ;;
+        9) failed_row "compute-sanitizer $tool"
+           row "compute-sanitizer $tool CudaOps" "ERRORS: $(grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$log" | tail -1); first: $(grep -m1 -E '^========= [A-Z]' "$log" | cut -c1-160)" ;;
         *) row "compute-sanitizer $tool CudaOps" "$(failure $status "$log")" ;;
       esac
     done
@@ -647,4 +692,4 @@ fi  # extras
 
 row "total time" "$(elapsed)"
 echo
-printf '%s\n' "${table[@]}" | tee -a "$out/summary.txt"
+finish
