@@ -24,7 +24,7 @@ enum class OpKind {
   kSwiglu,
   kResidual,   // the residual adds where they run on their own (the CPU engine)
   kLoss,       // softmax + cross-entropy and dlogits
-  kOptimizer,  // gradient norm, clipping and AdamW
+  kOptimizer,  // gradient norm, clipping and AdamW (and the CPU engine's zeroing of the gradients)
   kCount
 };
 

@@ -145,6 +145,14 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
   else
     std::fprintf(out, "  tokens/s            %s  (%ld tokens/step)\n",
                  human_count(s.tokens_per_s).c_str(), s.global_tokens_per_step);
+  // tokens/s is DESIGN's, at the median step: a stall that hits fewer than
+  // half the steps (a checkpoint, a loader hiccup) is not in it, though the
+  // shares below count it. The wall rate beside it, where they part by
+  // more than 5 %, says what those cost.
+  if (measured && s.timed && s.wall_tokens_per_s > 0 && s.wall_tokens_per_s < 0.95 * s.tokens_per_s)
+    std::fprintf(out, "  over the wall       %s tokens/s over the measured steps' wall time: %.0f%% below the median "
+                 "step's, the steps that stalled (checkpoints, loader or network hiccups; the shares below)\n",
+                 human_count(s.wall_tokens_per_s).c_str(), 100.0 * (1.0 - s.wall_tokens_per_s / s.tokens_per_s));
   if (measured && s.timed)
     std::fprintf(out, "  step time           median %.2f ms  p10 %.2f  p90 %.2f\n",
                  1e3 * s.step_s.median, 1e3 * s.step_s.p10, 1e3 * s.step_s.p90);

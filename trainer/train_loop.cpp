@@ -527,9 +527,14 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     if (step == config.comm.inject_divergence_step && comm.rank() == world - 1)
       perturb_parameters(engine, parameters);
     // Fault injection (burnin.inject_slow_ms): this rank's own work takes
-    // longer, as a slow GPU's would; its peers wait in the all-reduce.
-    if (config.burnin.inject_slow_ms > 0 && comm.rank() == config.burnin.inject_slow_rank)
+    // longer, as a slow GPU's would; its peers wait in the all-reduce. Its
+    // compute, as a slow GPU's is (untimed, it read as host overhead).
+    double injected_slow_s = 0;
+    if (config.burnin.inject_slow_ms > 0 && comm.rank() == config.burnin.inject_slow_rank) {
+      const Clock::time_point slow_begin = Clock::now();
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(config.burnin.inject_slow_ms));
+      injected_slow_s = seconds_between(slow_begin, Clock::now());
+    }
     engine.zero_gradients();
     double loss_sum = 0.0;
     std::string data_failure;  // this rank's batch it could not get, this step
@@ -647,7 +652,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     if (instrument) {
       const Clock::time_point end = Clock::now();
       record.step_s = seconds_between(previous_end, end) - std::chrono::duration<double>(check_in_step).count();
-      record.compute_s = engine.take_compute_seconds();
+      record.compute_s = engine.take_compute_seconds() + injected_slow_s;
       if (summary.op_times_available) {
         const std::vector<OpTime> ops = engine.take_op_times();  // warm-up steps': taken and dropped
         if (!record.warmup) {

@@ -76,7 +76,9 @@ float ZeroOneOptimizer::step(const AdamWSettings& settings, int64_t step, double
                           ? engine_.gradient_sum_of_squares(shard_.begin, shard_.end)
                           : 0.0;
   std::vector<double> sums(static_cast<size_t>(comm_.world_size()));
+  const Clock::time_point norm_begin = Clock::now();
   comm_.all_gather(mine, sums.data());
+  const Clock::time_point norm_end = Clock::now();
   double total = 0;
   for (double s : sums) total += s;  // rank order: the same sum on every rank
   const double norm = std::sqrt(total);
@@ -87,7 +89,10 @@ float ZeroOneOptimizer::step(const AdamWSettings& settings, int64_t step, double
   comm_.all_gather_floats(parameters_ + rank * block_, parameters_, block_);
   const Clock::time_point gather_end = Clock::now();
   engine_.refresh_working_parameters();  // the bf16 copy of a mixed-precision engine
-  *comm_seconds = std::chrono::duration<double>((scatter_end - scatter_begin) +
+  // All three collectives: the norm's all-gather of one double each is
+  // small, but a rank's wait there for a peer is network time (it read as
+  // other_s).
+  *comm_seconds = std::chrono::duration<double>((scatter_end - scatter_begin) + (norm_end - norm_begin) +
                                                 (gather_end - gather_begin))
                       .count();
   return static_cast<float>(norm);

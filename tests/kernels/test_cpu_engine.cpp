@@ -48,6 +48,24 @@ TEST(CpuEngine, InitialLossIsNearLogVocab) {
   EXPECT_NEAR(engine.last_loss(), std::log(static_cast<double>(o.shape.vocab)), 0.05);
 }
 
+// Zeroing the gradients is a pass over all of them, each step: compute (it
+// was untimed, and read as host overhead), under the optimizer's kind.
+TEST(CpuEngine, ZeroingTheGradientsIsComputeTime) {
+  const EngineOptions o = tiny_options();
+  cpu::CpuEngine engine(o);
+  ASSERT_TRUE(engine.set_op_timing(true));
+  engine.take_compute_seconds();
+  engine.take_op_times();
+  engine.zero_gradients();
+  const double compute = engine.take_compute_seconds();
+  EXPECT_GT(compute, 0.0);
+  const std::vector<OpTime> ops = engine.take_op_times();
+  ASSERT_EQ(ops.size(), static_cast<size_t>(OpKind::kCount));
+  const double zeroing = ops[static_cast<size_t>(OpKind::kOptimizer)].seconds;
+  EXPECT_GT(zeroing, 0.0);
+  EXPECT_LE(zeroing, compute);
+}
+
 // report.op_times on the cpu engine: marks with the host clock tile each
 // engine call, so the kinds add up to compute_s; off, nothing is timed.
 TEST(CpuEngine, OpTimesAddUpToTheComputeTime) {

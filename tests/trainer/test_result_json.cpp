@@ -155,6 +155,21 @@ TEST(NvidiaDriverVersion, IsReadFromEitherModulesLine) {
   EXPECT_EQ(nvidia_driver_version_in("NVRM version: something else 1.2\n"), "");
 }
 
+// tokens/s is at the median step (DESIGN's): synchronous checkpoints of
+// 300 ms every 4 steps are not in it, though the stall shares count them.
+// The console then gives the wall rate beside it, and how far below.
+TEST(TokensPerSecond, StallsOfFewStepsAreSaidBesideTheMedianRate) {
+  const testing::TempDir dir("trainbench_wall_rate");
+  const testing::CommandResult run = run_command(
+      std::string(TRAINBENCH_BINARY) + " run tiny --steps 14 --set train.warmup_steps=2 --set checkpoint.every_steps=4 "
+      "--set checkpoint.async=false --set checkpoint.inject_delay_ms=300 --set checkpoint.dir=" + dir.file("ck") +
+      " --out " + dir.file("r.json"));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const json summary = json::parse(testing::read_whole_file(dir.file("r.json"))).at("summary");
+  ASSERT_LT(summary.at("wall_tokens_per_s").get<double>(), 0.95 * summary.at("tokens_per_s").get<double>()) << summary;
+  EXPECT_NE(run.out.find("tokens/s over the measured steps' wall time: "), std::string::npos) << run.out;
+}
+
 // The CPU model on each architecture a GPU node has: arm64 (Grace) names
 // none in /proc/cpuinfo, and read "unknown".
 TEST(CpuModel, IsNamedOnX86PowerAndArm64) {
