@@ -38,7 +38,8 @@ namespace fs = std::filesystem;
 // maximum (9223372036854771712) where no limit was set.
 constexpr int64_t kNoLimitAbove = int64_t{1} << 62;
 
-// The first word of a cgroup file ("" when it cannot be read), and the rest.
+// The first two words of a cgroup file ("max 100000"; none when it cannot
+// be read).
 std::vector<std::string> words_of(const fs::path& file) {
   std::ifstream in(file);
   std::vector<std::string> words;

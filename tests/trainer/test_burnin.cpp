@@ -31,27 +31,17 @@
 namespace trainbench {
 namespace {
 
-TEST(BurninDuration, AcceptsSecondsMinutesHours) {
-  EXPECT_DOUBLE_EQ(parse_duration("45"), 45);
-  EXPECT_DOUBLE_EQ(parse_duration("90s"), 90);
-  EXPECT_DOUBLE_EQ(parse_duration("30m"), 1800);
-  EXPECT_DOUBLE_EQ(parse_duration("2h"), 7200);
-  EXPECT_DOUBLE_EQ(parse_duration("1.5h"), 5400);
-  // As fio and GNU timeout take them: days, either case, a leading +, and
-  // units summed (1h30m).
-  EXPECT_DOUBLE_EQ(parse_duration("2d"), 2 * 86400);
-  EXPECT_DOUBLE_EQ(parse_duration("+5"), 5);
-  EXPECT_DOUBLE_EQ(parse_duration("5M"), 300);
-  EXPECT_DOUBLE_EQ(parse_duration("5min"), 300);
-  EXPECT_DOUBLE_EQ(parse_duration("2hr"), 7200);
-  EXPECT_DOUBLE_EQ(parse_duration("1h30m"), 5400);
-  EXPECT_DOUBLE_EQ(parse_duration("1d12h"), 1.5 * 86400);
-  EXPECT_DOUBLE_EQ(parse_duration("1500ms"), 1.5);
+TEST(BurninDuration, AcceptsSecondsMinutesHoursAndDays) {
+  // Plain seconds and s, m, h; as fio and GNU timeout take them, days too,
+  // units in either case, a leading +, and units summed (1h30m).
+  const std::pair<const char*, double> cases[] = {
+      {"45", 45},         {"90s", 90},       {"30m", 1800},     {"2h", 7200},         {"1.5h", 5400},
+      {"2d", 2 * 86400},  {"+5", 5},         {"5M", 300},       {"5min", 300},        {"2hr", 7200},
+      {"1h30m", 5400},    {"1d12h", 129600}, {"1500ms", 1.5},   {"8760h", 31536000},  {"1s", 1}};
+  for (const auto& [text, seconds] : cases) EXPECT_DOUBLE_EQ(parse_duration(text), seconds) << text;
 }
 
 TEST(BurninDuration, RefusesBadValuesNamingThem) {
-  EXPECT_DOUBLE_EQ(parse_duration("8760h"), 365.0 * 24 * 3600);
-  EXPECT_DOUBLE_EQ(parse_duration("1s"), 1);
   // 1e308h was finite until multiplied into seconds: infinity, accepted.
   for (const std::string bad : {"", "0", "-5m", "2w", "h", "abc", "5 m", "nan", "1e400", "1e308h", "8761h", "1e-9s", "0.5",
                                  "0.001m", "+", "++5", "1h30", "1h-30m", "0x10", "500ms", "inf", "366d", "5 "}) {
