@@ -467,6 +467,42 @@ class GpuCheckArgumentTests(Sandbox):
                 self.assertFalse(out.exists())
 
 
+class SetupTests(Sandbox):
+    """scripts/setup.sh on a node of a real cluster, whose Slurm is the
+    site's (sbatch on PATH, not Debian's package): Debian's one-node Slurm
+    and munge, wanted for one test, are left out (their daemons beside the
+    site's), said in a line; everything else is checked as ever."""
+
+    def test_a_site_slurm_is_left_alone(self) -> None:
+        repo = self.dir / "repo"
+        (repo / "scripts").mkdir(parents=True)
+        shutil.copy(SCRIPTS / "setup.sh", repo / "scripts")
+        shutil.copy(SCRIPTS / "cudnn_frontend.sh", repo / "scripts")  # where nvcc is; present after a setup
+        (repo / "scripts/requirements.txt").write_text("")  # nothing to pip-install
+        write_tool(self.tools, "sbatch", "exit 0\n")
+        # Every package installed but Debian's Slurm and munge; apt-get
+        # records that it was asked.
+        write_tool(self.tools, "dpkg-query", """case "$*" in
+  *slurm-client*) [ -n "${DEBIAN_SLURM:-}" ] && printf 'install ok installed' || exit 1 ;;
+  *slurmctld* | *slurmd* | *munge*) exit 1 ;;
+  *) printf 'install ok installed' ;;
+esac
+""")
+        write_tool(self.tools, "apt-get", f"echo \"$*\" >> {self.dir}/apt.log\n")
+        env = {**self.env, "PATH": f"{self.tools}:/usr/bin:/bin"}
+        done = run("bash", repo / "scripts/setup.sh", env=env, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn(f"setup: a site Slurm is here ({self.tools}/sbatch, not Debian's)", done.stdout)
+        self.assertIn("setup: Debian packages present", done.stdout)
+        self.assertFalse((self.dir / "apt.log").exists(), (self.dir / "apt.log").read_text()
+                         if (self.dir / "apt.log").exists() else "")
+        # Where the sbatch is Debian's own (CI's), the rest is installed.
+        done = run("bash", repo / "scripts/setup.sh", env={**env, "DEBIAN_SLURM": "1"}, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertNotIn("site Slurm", done.stdout)
+        self.assertIn("slurmctld slurmd munge", (self.dir / "apt.log").read_text())
+
+
 class DeviceDepsTests(Sandbox):
     """scripts/device_deps.sh install on the GPU machine. zlib1g-dev's libz.so
     links to Debian 12's runtime, which the device lacks; the script links the
