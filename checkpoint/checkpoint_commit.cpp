@@ -5,7 +5,7 @@
 #include <sys/stat.h>  // stat
 #include <time.h>      // gmtime_r
 
-#include <algorithm>   // std::sort, std::any_of
+#include <algorithm>   // std::sort, std::any_of, std::find: the run's own steps
 #include <cerrno>      // errno
 #include <cstring>     // std::strerror
 #include <filesystem>  // directory_iterator
@@ -56,8 +56,10 @@ void remove_checkpoint_folder(const std::string& folder) {
 // step_M without a manifest, for M <= step — a later step may be in
 // flight) and all but the newest `keep` committed checkpoints up to
 // `step`. Never step_`step`, which `latest` names (just written, so not read
-// back: a read could only fail here, past the commit point).
-void apply_retention(const std::string& dir, int64_t step, int64_t keep) {
+// back: a read could only fail here, past the commit point), nor a step of
+// the run a rewind left (CommitRequest::resumed_step).
+void apply_retention(const std::string& dir, int64_t step, int64_t keep, int64_t resumed_step,
+                     const std::vector<int64_t>& own_steps) {
   const std::string latest = "step_" + std::to_string(step);
   std::vector<CommittedCheckpoint> committed;
   std::vector<std::string> stale;
@@ -87,7 +89,9 @@ void apply_retention(const std::string& dir, int64_t step, int64_t keep) {
     } else if (!parsed.suffix.empty()) {
       stale.push_back(folder);
     } else if (path_exists(folder + "/manifest.json")) {
-      committed.push_back({parsed.step, folder});
+      const bool left_run = resumed_step >= 0 && parsed.step > resumed_step &&
+                            std::find(own_steps.begin(), own_steps.end(), parsed.step) == own_steps.end();
+      if (!left_run) committed.push_back({parsed.step, folder});
     } else if (parsed.step < step) {
       stale.push_back(folder);
     }
@@ -271,7 +275,7 @@ nlohmann::json commit_checkpoint(const CommitRequest& request, CommitWarnings* w
   // Past the commit point any failure (a folder that cannot be removed, a
   // listing that breaks off, whatever is thrown) leaves the step committed.
   try {
-    apply_retention(dir, request.step, request.keep);
+    apply_retention(dir, request.step, request.keep, request.resumed_step, request.own_steps);
   } catch (const std::exception& e) {
     said.retention = step_text + " is committed, but removing an old one failed: " + e.what();
     if (warnings == nullptr) {

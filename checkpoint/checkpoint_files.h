@@ -172,6 +172,14 @@ struct CommitRequest {
   nlohmann::json config;      // the run's resolved config
   nlohmann::json versions;    // library versions (trainbench, CUDA, NCCL, MPI, ...)
   nlohmann::json extra;       // anything else the trainer records (model, zero, ...)
+  // A run resumed from a checkpoint of this folder: its step (-1 for a
+  // fresh run), and the steps this run has committed here before this one.
+  // A committed step above the resumed one that this run did not write is
+  // the run it left's (a rewind): retention leaves it and does not count it
+  // towards `keep` (kept, it kept another trajectory's step in place of
+  // this run's own, and a resume hint could name it).
+  int64_t resumed_step = -1;
+  std::vector<int64_t> own_steps;
 };
 
 // Empty when `slices` (file `index` of every rank, in rank order; an empty

@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "checkpoint/checkpoint_files.h"  // write, commit, read, crash points
-#include "checkpoint/checkpoint_io.h"     // printable: a manifest value in a message
+#include "checkpoint/checkpoint_io.h"     // printable: a manifest value in a message; step_of_folder
 #include "comm/deadline_clock.h"          // format_seconds
 #include "dataloader/shard_loader.h"      // parse_position, check_resume_position
 #include "dataloader/shard_tools.h"       // kMaxSynthSamplesPerShard: a manifest's adopted value checked
@@ -169,7 +169,11 @@ Checkpointer::Checkpointer(const Config& config, std::string dir, TrainingEngine
         return resume.empty() ? std::string("none can be resumed from: choose an empty checkpoint.dir")
                               : "continue with --resume " + resume + ", or choose an empty checkpoint.dir";
       });
-    } else if (!checkpoint_is_in(resumed_from, dir_)) {
+    } else if (checkpoint_is_in(resumed_from, dir_)) {
+      // This folder's run continues from that step: what it holds above
+      // it is the run a rewind leaves (CommitRequest::resumed_step).
+      resumed_step_ = checkpoint_io::step_of_folder(resumed_from);
+    } else {
       refuse_other_runs_checkpoints(dir_, comm_, [&resumed_from](const std::string& resume) {
         return "this run resumes from " + resumed_from +
                ", outside it, and would replace its latest and delete its older steps: choose an empty "
@@ -416,6 +420,9 @@ void Checkpointer::submit_commit() {
   request.keep = config_.checkpoint.keep;
   request.config = config_to_json(config_);
   request.versions = versions_;
+  request.resumed_step = resumed_step_;
+  request.own_steps = own_steps_;
+  own_steps_.push_back(flight->step);
   request.extra = {{"engine", engine_.backend_name()},
                    {"state_tensors", nlohmann::json::array()},
                    {"zero", config_.comm.zero}};

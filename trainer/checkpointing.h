@@ -257,6 +257,8 @@ class Checkpointer {
   bool retention_warned_ = false;           // an old checkpoint left behind is told once per run
   bool durability_warned_ = false;          // checkpoint.dir not fsynced after `latest`: told once per run
   std::vector<CheckpointRecord> records_;
+  int64_t resumed_step_ = -1;        // the step resumed from in dir_, -1 otherwise (CommitRequest::resumed_step)
+  std::vector<int64_t> own_steps_;   // the steps this run committed (or tried to) in dir_
   std::vector<std::string> warnings_;
   bool writer_abandoned_ = false;            // abandon_writer: kept, never joined
   std::function<void(bool)> writer_wait_hook_;  // set_writer_wait_hook

@@ -457,6 +457,38 @@ CommitRequest write_again(const std::string& dir, int64_t step) {
   return request;
 }
 
+// A rewind: the folder holds steps 4, 8 and 12; a run resumes from step 4
+// and checkpoints every 3 steps with keep 2. Its own steps 6 and 9 are the
+// two kept; the left run's 8 and 12 stay, uncounted (8 was kept and this
+// run's 6 removed: another trajectory's step in place of its own), and one
+// this run commits again (12) counts as its own.
+TEST_F(CheckpointFiles, RetentionAfterARewindKeepsTheRunsOwnStepsAndLeavesTheLeftRunsAlone) {
+  for (int64_t step : {4, 8, 12}) write_and_commit(dir_, step, 0);
+  std::vector<int64_t> own;
+  for (int64_t step : {6, 9}) {
+    CommitRequest request = write_again(dir_, step);
+    request.keep = 2;
+    request.resumed_step = 4;
+    request.own_steps = own;
+    commit_checkpoint(request);
+    own.push_back(step);
+  }
+  EXPECT_FALSE(fs::exists(committed_folder(dir_, 4))) << "past keep=2 of this run's own";
+  EXPECT_TRUE(fs::exists(committed_folder(dir_, 6) + "/manifest.json")) << "this run's own, kept";
+  EXPECT_TRUE(fs::exists(committed_folder(dir_, 9) + "/manifest.json"));
+  EXPECT_TRUE(fs::exists(committed_folder(dir_, 8) + "/manifest.json")) << "the left run's: left alone";
+  EXPECT_TRUE(fs::exists(committed_folder(dir_, 12) + "/manifest.json"));
+  CommitRequest again = write_again(dir_, 12);
+  again.keep = 2;
+  again.resumed_step = 4;
+  again.own_steps = own;
+  commit_checkpoint(again);
+  EXPECT_FALSE(fs::exists(committed_folder(dir_, 6))) << "12 is this run's now: 9 and 12 kept";
+  EXPECT_TRUE(fs::exists(committed_folder(dir_, 9) + "/manifest.json"));
+  EXPECT_TRUE(fs::exists(committed_folder(dir_, 8) + "/manifest.json"));
+  EXPECT_EQ(resolve_checkpoint("latest", dir_), committed_folder(dir_, 12));
+}
+
 TEST_F(CheckpointFiles, RecommittingAStepSwapsInTheNewOne) {
   write_and_commit(dir_, 10);
   commit_checkpoint(write_again(dir_, 10));
