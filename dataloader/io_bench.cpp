@@ -202,13 +202,15 @@ ReadRate measure_loader(const LoaderOptions& options, double max_seconds) {
   // A batch is taken only once it is ready, so the measurement stops at
   // max_seconds even while the first batch waits for a shuffle buffer to
   // fill: next_or_end blocked on it, and a bench io of --seconds 0.5 over
-  // slow storage read on for 4 s.
-  while (!ended && seconds_since(begin) < max_seconds) {
-    if (!loader.batch_ready()) {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-      continue;
-    }
+  // slow storage read on for 4 s. Each is given back at once: polled for,
+  // a held batch kept one of its reader's prefetch slots (with
+  // data.prefetch 1 the reader stood still) and the rate was the polling's
+  // (6.4 M tokens/s at prefetch 4, 76 M at 64, same cached shards).
+  const Clock::time_point stop_at =
+      begin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(max_seconds));
+  while (!ended && loader.wait_until_ready(stop_at)) {
     ended = loader.next_or_end(nullptr) == nullptr;
+    loader.return_batch();
   }
   ReadRate rate;
   rate.seconds = seconds_since(begin);

@@ -1,6 +1,6 @@
 #include "dataloader/shard_loader.h"
 
-#include <algorithm>  // std::copy_n, std::find
+#include <algorithm>  // std::copy_n, std::find, std::min
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -196,6 +196,12 @@ class Reader {
     ready_.pop_front();
     ready_count_.fetch_sub(1, std::memory_order_relaxed);
     return slot;
+  }
+  // Until a batch is ready to take, the reader has finished or failed, or
+  // `until` (true: one of those).
+  bool wait_ready(Clock::time_point until) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return changed_.wait_until(lock, until, [&] { return !ready_.empty() || finished_ || error_ != nullptr; });
   }
   // A batch is ready to take, or the reader's failure (without the lock: a hint).
   bool has_ready() const { return ready_count_.load(std::memory_order_acquire) > 0 || failed_.load(); }
@@ -750,12 +756,29 @@ const HostBatch& ShardLoader::next(double* wait_seconds) {
   return *batch;
 }
 
+void ShardLoader::return_batch() {
+  Impl& impl = *impl_;
+  if (impl.current == nullptr) return;
+  impl.readers[static_cast<size_t>(impl.current_reader)]->give_back(impl.current);
+  impl.current = nullptr;
+}
+
+bool ShardLoader::wait_until_ready(std::chrono::steady_clock::time_point until) {
+  const Impl& impl = *impl_;
+  for (;;) {
+    if (batch_ready()) return true;
+    const Clock::time_point now = Clock::now();
+    if (now >= until) return false;
+    // The reader whose turn it is; with epochs, one that finished meanwhile
+    // is passed over by batch_ready on the next look, a millisecond on.
+    const int64_t r = impl.options.epochs == 0 ? impl.batches_consumed % impl.options.readers : impl.next_reader;
+    impl.readers[static_cast<size_t>(r)]->wait_ready(std::min(until, now + std::chrono::milliseconds(1)));
+  }
+}
+
 const HostBatch* ShardLoader::next_or_end(double* wait_seconds) {
   Impl& impl = *impl_;
-  if (impl.current != nullptr) {
-    impl.readers[static_cast<size_t>(impl.current_reader)]->give_back(impl.current);
-    impl.current = nullptr;
-  }
+  return_batch();
   const Clock::time_point begin = Clock::now();
   const int64_t readers = impl.options.readers;
   int64_t r = impl.batches_consumed % readers;

@@ -10,6 +10,7 @@
 // the threads are scheduled.
 #pragma once
 
+#include <chrono>   // wait_until_ready's deadline
 #include <cstdint>  // int64_t, uint64_t
 #include <memory>   // std::unique_ptr
 #include <string>
@@ -118,6 +119,16 @@ class ShardLoader final : public BatchSource {
   // ready right after; with epochs, a finished reader passed over is not
   // looked past).
   bool batch_ready() const override;
+  // Waits until batch_ready() or `until`, whichever is first (true: ready).
+  // For a consumer on its own clock (bench io's --seconds): next_or_end
+  // waits up to data.timeout_s and then gives the loader up.
+  bool wait_until_ready(std::chrono::steady_clock::time_point until);
+  // Gives the batch next_or_end handed out back to its reader now, as the
+  // next call would: a consumer that waits before taking the next holds
+  // none of the reader's prefetch slots meanwhile (bench io's polling held
+  // one: with data.prefetch 1 the reader stood still, and its rate was the
+  // bench's polling's).
+  void return_batch();
 
  private:
   struct Impl;

@@ -286,6 +286,35 @@ TEST(ShardLoader, ResumesExactlyFromASavedPosition) {
 // shard once, every sample once, then the data ends — a reader that is done
 // early is passed over, none starts the next epoch. Read past it, bytes and
 // samples exceeded the shards' and a reader count's figure was off.
+// bench io's loader measurement with one prefetch slot per reader: polled
+// for while it held the batch it had taken, the reader had no slot to fill
+// and stood still until --seconds ran out (47.7% read, exit 0). Given back
+// at once, the epoch is read through, as with more slots.
+TEST(ShardLoader, TheLoaderBenchReadsItsEpochWithOnePrefetchSlot) {
+  TempDir dir;
+  const SynthResult made = make_shards(dir.path(), 4, 7, 20);
+  for (const int64_t prefetch : {1, 8}) {
+    LoaderOptions o = options_for(made.paths);
+    o.readers = 1;
+    o.prefetch = prefetch;
+    const ReadRate rate = measure_loader(o, 20);
+    EXPECT_TRUE(rate.complete) << "prefetch " << prefetch << ": stopped at " << rate.seconds << " s";
+    EXPECT_LT(rate.seconds, 10) << "prefetch " << prefetch;
+    EXPECT_EQ(rate.files, 4) << "prefetch " << prefetch;
+  }
+  // Held between polls (as the bench did), the one slot is the reader's
+  // last: wait_until_ready sees no batch until the slot is returned.
+  LoaderOptions o = options_for(made.paths);
+  o.readers = 1;
+  o.prefetch = 1;
+  ShardLoader loader(o);
+  ASSERT_NE(loader.next_or_end(nullptr), nullptr);
+  const auto soon = [] { return std::chrono::steady_clock::now() + std::chrono::milliseconds(300); };
+  EXPECT_FALSE(loader.wait_until_ready(soon()));
+  loader.return_batch();
+  EXPECT_TRUE(loader.wait_until_ready(soon() + std::chrono::seconds(5)));
+}
+
 TEST(ShardLoader, WithEpochsEveryShardIsReadExactlyOnceAndTheDataEnds) {
   TempDir dir;
   const SynthResult made = make_shards(dir.path(), 5, 7, 20);  // 5 shards: uneven over 2 and 3 readers
