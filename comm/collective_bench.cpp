@@ -140,10 +140,23 @@ CollectiveBenchResult measure(Communicator& comm, const CollectiveBenchOptions& 
     return make_buffer ? make_buffer(count) : make_bench_buffer(comm, count);
   };
   Buffers buffers{make(collective.send_count), make(collective.recv_count)};
-  collective.fill(buffers.send->host());
-  buffers.send->to_collective();
-  buffers.recv->zero();
   std::optional<StallWatchdog> watchdog;
+  // One call on the pattern, its result checked, the buffers zeroed again:
+  // before the timed loop, and after it, as nccl-tests -c checks, so that a
+  // fault that shows only under back-to-back load is seen.
+  const auto run_checked = [&] {
+    collective.fill(buffers.send->host());
+    buffers.send->to_collective();
+    buffers.recv->zero();
+    path.run(buffers);
+    if (watchdog) watchdog->progressed();
+    buffers.send->to_host();
+    buffers.recv->to_host();
+    const bool ok = collective.check(buffers.send->host(), buffers.recv->host());
+    buffers.send->zero();
+    buffers.recv->zero();
+    return ok;
+  };
   if (path.blocking) {
     if (!(options.timeout_s > 0))
       throw std::invalid_argument("bench: the raw path needs CollectiveBenchOptions::timeout_s (comm.timeout_s)");
@@ -152,13 +165,7 @@ CollectiveBenchResult measure(Communicator& comm, const CollectiveBenchOptions& 
                          std::to_string(collective.shape.bytes) + " bytes");
     stall_if_asked(comm);
   }
-  path.run(buffers);
-  if (watchdog) watchdog->progressed();
-  buffers.send->to_host();
-  buffers.recv->to_host();
-  const bool check_ok = collective.check(buffers.send->host(), buffers.recv->host());
-  buffers.send->zero();
-  buffers.recv->zero();
+  bool check_ok = run_checked();
 
   comm.barrier();
   std::vector<double> times;
@@ -169,6 +176,7 @@ CollectiveBenchResult measure(Communicator& comm, const CollectiveBenchOptions& 
     if (watchdog) watchdog->progressed();
     if (i >= options.warmup_iters) times.push_back(seconds);
   }
+  check_ok = run_checked() && check_ok;
 
   // The bucketed path's background all-reduces added their seconds to the
   // communicator's comm_s, which the next training step would have taken as

@@ -124,6 +124,37 @@ TEST(CollectiveBench, BuffersApartFromTheHostAreFilledAndCheckedThroughCopies) {
     EXPECT_TRUE(r.check_ok) << r.collective << " " << r.path << " " << r.bytes;
 }
 
+// A buffer whose data goes bad from its second read back on: a fault that
+// only repeated calls bring out. The check after the timed loop sees it (one
+// check before the loop, alone, passed every collective).
+class GoesBadAfterItsFirstReadBack : public BenchBuffer {
+ public:
+  explicit GoesBadAfterItsFirstReadBack(int64_t count) : inner_(make_separate_host_bench_buffer(count)) {}
+  float* data() override { return inner_->data(); }
+  std::vector<float>& host() override { return inner_->host(); }
+  void to_collective() override { inner_->to_collective(); }
+  void to_host() override {
+    inner_->to_host();
+    if (++reads_ > 1 && !host().empty()) host().back() += 1.0f;
+  }
+  void zero() override { inner_->zero(); }
+
+ private:
+  std::unique_ptr<BenchBuffer> inner_;
+  int reads_ = 0;
+};
+
+TEST(CollectiveBench, AFaultUnderRepeatedCallsFailsTheCheckAfterTheTimedLoop) {
+  const std::unique_ptr<Communicator> comm = make_local_communicator();
+  const CollectiveBenchOptions options{.warmup_iters = 1, .iters = 3};
+  const std::vector<CollectiveBenchResult> results = bench_collectives(
+      *comm, {1024}, options, [](int64_t count) -> std::unique_ptr<BenchBuffer> {
+        return std::make_unique<GoesBadAfterItsFirstReadBack>(count);
+      });
+  ASSERT_FALSE(results.empty());
+  for (const CollectiveBenchResult& r : results) EXPECT_FALSE(r.check_ok) << r.collective << " " << r.path;
+}
+
 TEST(CollectiveBench, ASeparateBufferCopiesBothWaysAndZeroesItsOwnMemory) {
   const std::unique_ptr<BenchBuffer> buffer = make_separate_host_bench_buffer(3);
   buffer->host() = {1, 2, 3};
