@@ -134,16 +134,19 @@ WriteBenchResult run_write_bench(const WriteBenchOptions& options) {
   std::vector<const StateImage*> image_pointers;
   for (const StateImage& image : images) image_pointers.push_back(&image);
 
-  // dd's way: one kPlainBlock buffer written again and again.
-  const int64_t plain_buffer_bytes = options.persist_only ? kImageAlignment : std::min(kPlainBlock, result.bytes);
-  std::unique_ptr<unsigned char, decltype(&std::free)> plain_buffer(
-      static_cast<unsigned char*>(std::aligned_alloc(kImageAlignment, static_cast<size_t>(plain_buffer_bytes))),
-      &std::free);
-  if (!plain_buffer) throw std::bad_alloc();
-  fill_incompressible(plain_buffer.get(), plain_buffer_bytes, 0x9d);
+  // dd's way: one kPlainBlock buffer written again and again (none where
+  // the persist is measured alone).
+  std::unique_ptr<unsigned char, decltype(&std::free)> plain_buffer(nullptr, &std::free);
   std::vector<Span> dd_spans;
-  for (int64_t offset = 0; offset < result.bytes; offset += kPlainBlock)
-    dd_spans.push_back({plain_buffer.get(), std::min(kPlainBlock, result.bytes - offset)});
+  if (!options.persist_only) {
+    const int64_t plain_buffer_bytes = std::min(kPlainBlock, result.bytes);
+    plain_buffer.reset(
+        static_cast<unsigned char*>(std::aligned_alloc(kImageAlignment, static_cast<size_t>(plain_buffer_bytes))));
+    if (!plain_buffer) throw std::bad_alloc();
+    fill_incompressible(plain_buffer.get(), plain_buffer_bytes, 0x9d);
+    for (int64_t offset = 0; offset < result.bytes; offset += kPlainBlock)
+      dd_spans.push_back({plain_buffer.get(), std::min(kPlainBlock, result.bytes - offset)});
+  }
   // The same single stream from the checkpoint's own memory: tells whether
   // a gap to dd lies in the write path or in where the bytes come from (on
   // some VMs a large source region alone costs 10-30 %).

@@ -194,6 +194,9 @@ class TrainingEngine {
   // engine), for a host-buffer communicator to reduce in place between
   // backward and optimizer_step; nullptr on a device backend.
   virtual float* host_gradient_buffer() { return nullptr; }
+  // The host threads the engine computes with (the CPU engine's resolved
+  // train.threads: its sums split by them); 0 for a device engine.
+  virtual int cpu_threads() const { return 0; }
   // The same buffer when it lives in device memory (the CUDA engine), for a
   // device-buffer communicator (NCCL) to reduce in place on its own stream
   // between backward and optimizer_step; nullptr on a host backend.

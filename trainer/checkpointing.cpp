@@ -18,7 +18,6 @@
 #include "comm/deadline_clock.h"          // format_seconds
 #include "dataloader/shard_loader.h"      // parse_position, check_resume_position
 #include "dataloader/shard_tools.h"       // kMaxSynthSamplesPerShard: a manifest's adopted value checked
-#include "kernels/host_resources.h"       // cpu_engine_threads: the threads a checkpoint was written with
 #include "trainer/data_source.h"          // loader_options, synth_shard_count
 #include "trainer/interrupt_cleanup.h"    // make_removed_on_interrupt: the step being written
 #include "trainer/json_text.h"            // json_text: never throws on bytes that are not UTF-8
@@ -363,7 +362,7 @@ bool Checkpointer::start(int64_t step) {
                                         {"data_seed", config_.data.seed},
                                         // The CPU engine splits its sums by thread:
                                         // another count gives other bytes (resume warns).
-                                        {"cpu_threads", cpu_threads_of(engine_, config_)}};
+                                        {"cpu_threads", engine_.cpu_threads()}};
   const std::string state_text = json_text(trainer_state);
   const std::string position = source_.save_position();
   flight.trainer_image = std::make_unique<StateImage>(
@@ -791,10 +790,6 @@ double Checkpointer::give_up(int64_t step) {
   return steady_now() - begin;
 }
 
-int cpu_threads_of(const TrainingEngine& engine, const Config& config) {
-  return std::string(engine.backend_name()) == "cpu" ? cpu_engine_threads(static_cast<int>(config.train.threads)) : 0;
-}
-
 int64_t checkpoints_added_at_peak(const CheckpointSection& ck, int64_t first_step, int64_t last_step,
                                   int64_t committed_before) {
   if (ck.every_steps <= 0 || last_step < first_step) return 0;
@@ -1093,7 +1088,7 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
     if (!state_problem.empty()) throw CheckpointError(rank_files + kTrainerStateSection + ": " + state_problem);
     threads_differ = resumed_threads_difference(
         std::string(reinterpret_cast<const char*>(state), static_cast<size_t>(state_bytes)),
-        cpu_threads_of(engine, config));
+        engine.cpu_threads());
     int64_t position_bytes = 0;
     const unsigned char* position = loaded.section(kDataPositionSection, &position_bytes);
     if (position == nullptr)

@@ -318,9 +318,6 @@ struct ResumePoint {
   std::string warning;
 };
 
-// The CPU engine's threads as it resolves train.threads; 0 on another engine.
-int cpu_threads_of(const TrainingEngine& engine, const Config& config);
-
 // The result JSON's `resume`: the checkpoint, its step and what loading it
 // took (read_gbs: the bytes read over the slowest rank's reading, null when
 // that took no measurable time).

@@ -19,7 +19,7 @@
 #include <regex>  // whether a failure names its rank
 #include <string>
 #include <system_error>  // a thread that could not start: exit 3
-#include <thread>  // sleep_for; hardware_concurrency: the host's threads
+#include <thread>  // sleep_for
 #include <vector>
 
 #include "comm/communicator.h"        // make_local/mpi/nccl_communicator, nccl_version
@@ -34,7 +34,7 @@
 #include "kernels/device_error.h"     // DeviceError: exit 3
 #include "kernels/device_info.h"      // query_gpus for device auto
 #include "kernels/engine.h"           // make_engine, plan_engine_memory
-#include "kernels/host_resources.h"   // cpu_engine_threads: train.threads=0; usable_cpu_count
+#include "kernels/host_resources.h"   // cpu_engine_threads: train.threads=0
 #include "trainer/config.h"
 #include "trainer/data_source.h"
 #include "trainer/temporary_folder.h"  // make_temporary_directory, remove_temporary_folder: the default checkpoint folder
@@ -910,22 +910,21 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   if (!checkpoint_dir.path.empty() && !checkpoint_dir.lock.unlocked_reason().empty())
     setup_warnings.push_back(checkpoint_dir.lock.unlocked_reason());
 
-  const int threads = cpu_engine_threads(engine_options.threads);
+  const int threads = engine->cpu_threads() > 0 ? engine->cpu_threads() : cpu_engine_threads(engine_options.threads);
+  Environment env = collect_environment(*comm, engine->backend_name(), threads, gpus);
+  if (const std::string differ = hosts_that_differ(env); !differ.empty()) setup_warnings.push_back(differ);
   {
     // A collective: the ranks on each host are counted on every engine.
     const int host_ranks = ranks_on_this_host(*comm);
     const std::string contention =
-        engine_options.device == "cpu"
-            ? cpu_oversubscription(threads, usable_cpu_count(), host_ranks,
-                                   static_cast<int>(std::thread::hardware_concurrency()))
+        engine->cpu_threads() > 0
+            ? cpu_oversubscription(threads, env.usable_threads, host_ranks, env.hardware_threads)
             : "";
     const RankReason first = first_reason_over_ranks(*comm, contention);
     if (!first.reason.empty())
       setup_warnings.push_back(comm->world_size() > 1 ? "rank " + std::to_string(first.rank) + ": " + first.reason
                                                       : first.reason);
   }
-  Environment env = collect_environment(*comm, engine->backend_name(), threads, gpus);
-  if (const std::string differ = hosts_that_differ(env); !differ.empty()) setup_warnings.push_back(differ);
   env.attention = engine->attention();
   env.gemm = engine->gemm();
   if (!data.data_path.empty()) {

@@ -109,6 +109,7 @@ class CpuEngine : public TrainingEngine {
   void get_parameters(float* host) const override;
   void get_gradients(float* host) const override;
   float* host_gradient_buffer() override { return grads_.get(); }
+  int cpu_threads() const override { return threads_; }
   float* host_parameter_buffer() override { return params_.get(); }
 
   void zero_gradients() override;
