@@ -1,6 +1,7 @@
 #include "trainer/config.h"
 
 #include <algorithm>    // std::min for the edit distance
+#include <array>        // the path keys written ~/
 #include <cctype>       // isdigit, toupper: byte sizes
 #include <cerrno>       // errno after a failed read
 #include <charconv>     // std::from_chars / to_chars: strict number parsing, shortest printing
@@ -543,6 +544,29 @@ void apply_yaml(Config& config, Sources& sources, const std::string& text,
   }
 }
 
+// The path keys whose leading ~/ is the home folder (expand_home_paths).
+constexpr std::array<std::string_view, 3> kHomeExpandedKeys = {"checkpoint.dir", "data.shards", "report.out"};
+
+bool is_home_expanded_key(std::string_view key) {
+  return std::find(kHomeExpandedKeys.begin(), kHomeExpandedKeys.end(), key) != kHomeExpandedKeys.end();
+}
+
+// A path written ~/...: the home folder, as a shell makes it of a word
+// that starts so. `--set checkpoint.dir=~/ck` is one word that no shell
+// expands, and the run made a folder named "~" in the working folder.
+void expand_home_paths(Config& config) {
+  for (auto [key, path] : {std::pair<std::string_view, std::string*>{kHomeExpandedKeys[0], &config.checkpoint.dir},
+                           {kHomeExpandedKeys[1], &config.data.shards},
+                           {kHomeExpandedKeys[2], &config.report.out}}) {
+    if (!path->starts_with("~/")) continue;
+    const char* home = std::getenv("HOME");
+    if (home == nullptr || *home == '\0')
+      fail(std::string(key) + ": " + excerpt(*path) + " starts in the home folder, but $HOME is not set: write the "
+           "whole path");
+    *path = std::string(home) + path->substr(1);
+  }
+}
+
 void apply_override(Config& config, Sources& sources, const std::string& override_text,
                     int override_order) {
   const std::string where = "--set " + excerpt(override_text);
@@ -583,6 +607,11 @@ void apply_override(Config& config, Sources& sources, const std::string& overrid
   // "," and ",q" as nothing, and validate() says which entry is empty.
   if (value.IsNull() && spec->name == "lora.targets" && spelled.find(',') != std::string::npos)
     value = YAML::Node(spelled);
+  // A path key's "~" alone is YAML's null too: `--set checkpoint.dir=~`
+  // turned checkpoints into a temporary folder removed at exit, in silence.
+  if (spelled == "~" && is_home_expanded_key(spec->name))
+    fail(where + ": " + key + ": '~' alone is YAML's null (the default \"\"), not the home folder: write ~/ and "
+         "a folder under it, the whole path, or \"\" for the default");
   if (value.IsNull() && !text.empty() && spelled != "~" && spelled != "null" && spelled != "Null" && spelled != "NULL")
     fail(where + ": " + key + ": '" + excerpt(text) + "' reads as nothing in YAML; quote it ('\"" + excerpt(text) +
          "\"') if it is meant, or give a value");
@@ -964,19 +993,7 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
   apply_yaml(config, sources, yaml_text, origin);
   for (size_t i = 0; i < overrides.size(); ++i)
     apply_override(config, sources, overrides[i], static_cast<int>(i));
-  // A path written ~/...: the home folder, as a shell makes it of a word
-  // that starts so. `--set checkpoint.dir=~/ck` is one word that no shell
-  // expands, and the run made a folder named "~" in the working folder.
-  for (auto [key, path] : {std::pair<const char*, std::string*>{"checkpoint.dir", &config.checkpoint.dir},
-                           {"data.shards", &config.data.shards},
-                           {"report.out", &config.report.out}}) {
-    if (!path->starts_with("~/")) continue;
-    const char* home = std::getenv("HOME");
-    if (home == nullptr || *home == '\0')
-      fail(std::string(key) + ": " + excerpt(*path) + " starts in the home folder, but $HOME is not set: write the "
-           "whole path");
-    *path = std::string(home) + path->substr(1);
-  }
+  expand_home_paths(config);
   validate(config, sources);
   // Printed and recorded as it trains: "q , k," is q,k (in the order written).
   const std::vector<std::string> targets = split_targets(config.lora.targets);

@@ -325,6 +325,28 @@ TEST(ParseConfig, PathsWrittenFromTheHomeFolderAreExpanded) {
   if (saved != nullptr) ::setenv("HOME", home_before.c_str(), 1);
 }
 
+// `--set checkpoint.dir=~` is YAML's null, which a string key took as its
+// default "": checkpoints went to a temporary folder removed at exit, in
+// silence. A path key's bare ~ on the command line is refused; other
+// string keys, and a file's `dir: ~` (YAML's own null), keep the default.
+TEST(ParseConfig, APathKeysBareTildeOnTheCommandLineIsRefused) {
+  for (const char* key : {"checkpoint.dir", "data.shards", "report.out"}) {
+    for (const char* value : {"~", " ~ "}) {
+      try {
+        parse_config("", "x.yaml", {std::string(key) + "=" + value});
+        ADD_FAILURE() << key << "=" << value << " accepted";
+      } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find(std::string(key) + ": '~' alone is YAML's null (the default \"\"), not "
+                                             "the home folder"),
+                  std::string::npos) << e.what();
+      }
+    }
+  }
+  EXPECT_EQ(parse_config("checkpoint:\n  dir: ~\n", "x.yaml").checkpoint.dir, "");
+  EXPECT_EQ(parse_config("", "x.yaml", {"checkpoint.dir=null"}).checkpoint.dir, "");
+  EXPECT_EQ(parse_config("", "x.yaml", {"checkpoint.dir=\"~\""}).checkpoint.dir, "~");
+}
+
 // A NUL byte was "malformed YAML: unknown escape character" with the byte
 // after it; it is named as what it is, where it is.
 TEST(ParseConfig, ANulByteIsNamedWithItsLineAndColumn) {
