@@ -5,7 +5,8 @@
 #include <unistd.h>    // read, write, ftruncate, close, getpid, gethostname
 
 #include <cerrno>
-#include <cstring>  // std::strerror
+#include <cstring>     // std::strerror
+#include <filesystem>  // the unused folder's removal
 #include <string>
 
 #include "checkpoint/checkpoint_files.h"  // CheckpointError
@@ -41,6 +42,7 @@ void CheckpointDirLock::acquire(const std::string& dir) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) {  // a read-only folder fails the writability check before this
     unlocked("cannot open", errno);
+    dir_ = dir;
     return;
   }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -56,6 +58,7 @@ void CheckpointDirLock::acquire(const std::string& dir) {
     }
     ::close(fd);  // no flock here (ENOLCK, EOPNOTSUPP)
     unlocked("flock", error);
+    dir_ = dir;
     return;
   }
   char host[256] = {};
@@ -65,12 +68,28 @@ void CheckpointDirLock::acquire(const std::string& dir) {
     // The holder's name is a courtesy for the refusal; the lock holds without it.
   }
   fd_ = fd;
+  dir_ = dir;
 }
 
 void CheckpointDirLock::release() {
+  dir_.clear();
   if (fd_ < 0) return;
   ::close(fd_);  // drops the lock
   fd_ = -1;
+}
+
+void CheckpointDirLock::release_removing_unused_folder() {
+  if (!dir_.empty()) {
+    std::error_code error;
+    bool unused = true;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_, error))
+      if (entry.path().filename() != kCheckpointLockName) unused = false;
+    if (unused && !error) {
+      std::filesystem::remove(std::filesystem::path(dir_) / kCheckpointLockName, error);
+      std::filesystem::remove(dir_, error);
+    }
+  }
+  release();
 }
 
 }  // namespace trainbench

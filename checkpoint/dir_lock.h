@@ -31,12 +31,21 @@ class CheckpointDirLock {
   // other's lock.
   void acquire(const std::string& dir);
   void release();
+  // release(), removing first the folder when it holds nothing but the
+  // lock's file: for a run that made checkpoint.dir and failed before
+  // writing anything there. Only after an acquire() that returned (the lock
+  // taken, or none to take): a run refused the lock removes nothing, where
+  // it removed the holder's lock file and folder when both runs had found
+  // the folder absent. Removed while still held, so that a run opening the
+  // file meanwhile is refused rather than handed a lock on a file going away.
+  void release_removing_unused_folder();
   bool held() const { return fd_ >= 0; }
   // Why the last acquire() took no lock; "" when it took one.
   const std::string& unlocked_reason() const { return unlocked_reason_; }
 
  private:
   int fd_ = -1;
+  std::string dir_;  // the folder of the last acquire() that returned; "" after release()
   std::string unlocked_reason_;
 };
 

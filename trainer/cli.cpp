@@ -83,7 +83,8 @@ struct CheckpointDir {
   bool remover = false;  // rank 0 of a temporary folder
   // Rank 0 made checkpoint.dir: a run that fails before writing anything
   // there removes it again (a refused --resume PATH left it, lock file and
-  // all, for the next run to find).
+  // all, for the next run to find), once the lock is its own
+  // (release_removing_unused_folder).
   bool made_by_this_run = false;
   const int exceptions_at_start = std::uncaught_exceptions();
   CheckpointDirLock lock;  // rank 0's: no second run writes into the folder meanwhile
@@ -91,18 +92,8 @@ struct CheckpointDir {
   CheckpointDir(const CheckpointDir&) = delete;
   CheckpointDir& operator=(const CheckpointDir&) = delete;
   ~CheckpointDir() {
-    const std::string made = made_by_this_run && std::uncaught_exceptions() > exceptions_at_start ? path : "";
+    if (made_by_this_run && std::uncaught_exceptions() > exceptions_at_start) lock.release_removing_unused_folder();
     drop();
-    if (!made.empty()) remove_if_only_its_lock(made);
-  }
-  // The folder, when it holds nothing but the lock's file.
-  static void remove_if_only_its_lock(const std::string& folder) {
-    std::error_code error;
-    for (const auto& entry : std::filesystem::directory_iterator(folder, error))
-      if (entry.path().filename() != kCheckpointLockName) return;
-    if (error) return;
-    std::filesystem::remove(std::filesystem::path(folder) / kCheckpointLockName, error);
-    std::filesystem::remove(folder, error);
   }
   // No checkpoints after all: a temporary folder goes now.
   void drop() {
@@ -122,10 +113,11 @@ void setup_checkpoint_dir(const Config& config, Communicator& comm, CheckpointDi
       config.checkpoint.dir.empty()
           ? "making the run's checkpoint folder in " + temporary_directory_name() + " and checking that it is writable"
           : "checking that checkpoint.dir " + config.checkpoint.dir + " is writable and taking its lock");
+  bool absent = false;  // rank 0: checkpoint.dir not there yet (check_checkpoint_dir makes it)
   if (!config.checkpoint.dir.empty()) {
     dir->path = config.checkpoint.dir;
     std::error_code ignored;
-    dir->made_by_this_run = comm.rank() == 0 && !std::filesystem::exists(dir->path, ignored);
+    absent = comm.rank() == 0 && !std::filesystem::exists(dir->path, ignored);
   } else {
     // The default is a folder in rank 0's TMPDIR. Ranks on another host
     // wrote their files into a folder of that name on their own disk, which
@@ -151,6 +143,7 @@ void setup_checkpoint_dir(const Config& config, Communicator& comm, CheckpointDi
   // Rank 0 speaks for the job; its peers wait in their next collective and
   // end with its abort should the folder be taken.
   if (comm.rank() == 0) dir->lock.acquire(dir->path);
+  dir->made_by_this_run = absent;
 }
 
 // The checkpoint folder is the run's: commits replace `latest` and step_N,

@@ -5,7 +5,9 @@
 #include <unistd.h>  // getpid
 
 #include <cerrno>   // ENOLCK
-#include <cstring>  // std::strerror
+#include <cstring>     // std::strerror
+#include <filesystem>  // the unused folder
+#include <fstream>     // a file that makes it used
 #include <string>
 
 #include "checkpoint/checkpoint_files.h"  // CheckpointError
@@ -55,6 +57,34 @@ TEST(CheckpointDirLock, AFilesystemWithoutFlockRunsUnlockedAndSaysSo) {
   lock.acquire(dir.path());
   EXPECT_TRUE(lock.held());
   EXPECT_EQ(lock.unlocked_reason(), "") << "a later acquire that locks clears it";
+}
+
+// A run that made checkpoint.dir and failed before writing there removes
+// the folder with its lock file; a run refused the lock removes nothing (two
+// runs that both found the folder absent: the refused one removed the
+// holder's lock file and folder); a folder holding anything else stays.
+TEST(CheckpointDirLock, OnlyTheHolderRemovesAnUnusedFolder) {
+  testing::TempDir parent("trainbench_lock");
+  const std::string folder = parent.file("ck");
+  std::filesystem::create_directory(folder);
+  CheckpointDirLock holder, refused;
+  holder.acquire(folder);
+  EXPECT_THROW(refused.acquire(folder), CheckpointError);
+  refused.release_removing_unused_folder();
+  EXPECT_TRUE(std::filesystem::exists(folder + "/" + kCheckpointLockName)) << "the holder's lock file stays";
+  holder.release_removing_unused_folder();
+  EXPECT_FALSE(std::filesystem::exists(folder)) << "the holder's unused folder goes";
+
+  std::filesystem::create_directory(folder);
+  holder.acquire(folder);
+  std::ofstream(folder + "/step_4.tmp") << "x";
+  holder.release_removing_unused_folder();
+  EXPECT_TRUE(std::filesystem::exists(folder + "/step_4.tmp")) << "a folder in use stays";
+  EXPECT_FALSE(holder.held());
+  CheckpointDirLock never_acquired;
+  std::filesystem::remove(folder + "/step_4.tmp");
+  never_acquired.release_removing_unused_folder();
+  EXPECT_TRUE(std::filesystem::exists(folder)) << "no acquire, nothing removed";
 }
 
 }  // namespace
