@@ -884,9 +884,11 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   if (world > 1 && last_compared >= 0)
     outcome.checks.push_back(
         {"ranks_consistent", inconsistency.empty(),
-         inconsistency.empty() ? "parameter checksums equal on all " + std::to_string(world) +
-                                     " ranks (every " + std::to_string(config.comm.check_every) +
-                                     " steps and at the end; last at step " + std::to_string(last_compared) + ")"
+         inconsistency.empty() ? "parameter checksums equal on all " + std::to_string(world) + " ranks (" +
+                                     (config.comm.check_every > 0
+                                          ? "every " + std::to_string(config.comm.check_every) + " steps and "
+                                          : std::string()) +
+                                     "at the end; last at step " + std::to_string(last_compared) + ")"
                                : inconsistency});
   // Timer noise may make other_s a hair negative; more than 1 ms means a
   // category was double counted. The detail is the true minimum (it started

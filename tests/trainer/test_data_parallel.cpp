@@ -373,6 +373,26 @@ TEST(DataParallel, ADivergedRankIsNamedByTheConsistencyCheck) {
   EXPECT_EQ(dp.outcome.steps.size(), 3u) << "training stops at the step that diverged";
 }
 
+// The passed check says when the ranks were compared: with
+// comm.check_every 0 only at the end (it read "every 0 steps and at the end").
+TEST(DataParallel, TheConsistencyCheckSaysWhenTheRanksWereCompared) {
+  const std::string ranks = std::to_string(g_comm->world_size());
+  for (const auto& [every, detail] :
+       {std::pair<std::string, std::string>{"0", "parameter checksums equal on all " + ranks +
+                                                      " ranks (at the end; last at step 8)"},
+        {"3", "parameter checksums equal on all " + ranks + " ranks (every 3 steps and at the end; last at step 8)"}}) {
+    const Trained dp = train_data_parallel(tiny_config({"comm.check_every=" + every}));
+    bool found = false;
+    for (const Check& c : dp.outcome.checks) {
+      if (c.name != "ranks_consistent") continue;
+      found = true;
+      EXPECT_TRUE(c.passed);
+      EXPECT_EQ(c.detail, detail) << "comm.check_every=" << every;
+    }
+    EXPECT_TRUE(found) << "comm.check_every=" << every;
+  }
+}
+
 }  // namespace
 }  // namespace trainbench
 
