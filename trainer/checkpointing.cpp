@@ -85,7 +85,10 @@ CheckpointsFound committed_checkpoints_in(const std::string& dir) {
       found.names = "latest: " + std::filesystem::path(folder).filename().string();
       found.resume = "latest";
       return found;
-    } catch (const CheckpointError&) {
+    } catch (const CheckpointError& e) {
+      // The machine's limit (out of file descriptors) is not a damaged
+      // pointer: said as what it is, exit 3.
+      if (e.environment()) throw;
     }
   }
   for (const CommittedCheckpoint& c : list_committed(dir))
