@@ -957,6 +957,7 @@ int BenchCommand::run_io() {
     }
     const nlohmann::json result = {
         {"schema", "trainbench.bench_io/v1"},
+        {"version", trainbench_version()},
         {"config", config_to_json(data_config)},  // as the shards were made
         {"shards", static_cast<int64_t>(shards.size())},
         {"shard_bytes", total_bytes},
@@ -1095,7 +1096,12 @@ int BenchCommand::run_io_write() {
         {"ratio_to_plain_write_from_state", r.plain_from_state_gbs > 0 ? r.persist_gbs / r.plain_from_state_gbs : 0.0},
         {"warnings", r.warnings},
     };
-    write_file_atomically(o.out, json_text(result, 2) + "\n");
+    // Bounded as every result is (write_result_json): --write reads no
+    // config, so by checkpoint.timeout_s's default.
+    const double bound_s = Config().checkpoint.timeout_s;
+    char bound_named[64];
+    std::snprintf(bound_named, sizeof bound_named, "%g s (checkpoint.timeout_s's default)", bound_s);
+    write_file_within(o.out, json_text(result, 2) + "\n", bound_s, bound_named);
     std::printf("  result: %s\n", o.out.c_str());
   }
   return kExitOk;

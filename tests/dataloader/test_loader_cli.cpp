@@ -303,6 +303,8 @@ TEST_F(LoaderCli, BenchIoReadsEveryShardOncePerReaderCountAndComparesWithAPlainR
   EXPECT_NE(r.out.find("loader, 2 reader(s)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("x consumed"), std::string::npos) << r.out;
   const nlohmann::json bench = nlohmann::json::parse(read_whole_file(out));
+  EXPECT_EQ(bench["schema"], "trainbench.bench_io/v1");
+  EXPECT_TRUE(bench["version"].is_string()) << "which build measured it, as every other result says";
   int64_t shard_bytes = 0;
   for (const std::string& path : good_) shard_bytes += static_cast<int64_t>(fs::file_size(path));
   int64_t shard_tokens = 0;
