@@ -103,8 +103,6 @@ double consumed_tokens_per_s_per_rank(const std::string& path) {
   return tokens_per_s / ranks;
 }
 
-// A plain read decodes no sample: its samples/s and tokens/s are null (not
-// measured), as the console's "-", not 0.
 // What data.on_corrupt=skip left out of a read (`where`: which, and that
 // its figures are the rest's), with the first reason.
 std::string skip_warning(const ReadRate& r, const std::string& where) {
@@ -113,6 +111,8 @@ std::string skip_warning(const ReadRate& r, const std::string& where) {
          (r.first_skip.empty() ? "" : "; first: " + r.first_skip);
 }
 
+// A plain read decodes no sample: its samples/s and tokens/s are null (not
+// measured), as the console's "-", not 0.
 nlohmann::json rate_json(const ReadRate& r) {
   return {{"bytes", r.bytes},     {"samples", r.samples},     {"tokens", r.tokens},
           {"files", r.files},     {"seconds", r.seconds},     {"gbs", r.gbs()},
@@ -145,8 +145,7 @@ std::string read_extent(bool complete, int64_t done, int64_t total) {
   return text;
 }
 
-// bench comm's communicator, chosen as `run` chooses it: comm.backend auto
-// takes MPI when an MPI launcher started the process.
+// A data check's word in the table and the JSON.
 std::string check_word(bool ok) { return ok ? "ok" : "FAILED"; }
 
 nlohmann::json collective_json(const CollectiveBenchResult& r) {

@@ -902,10 +902,6 @@ std::string check_compatible(const nlohmann::json& manifest, const Config& confi
   return "";
 }
 
-// The trainer's own section, written by Checkpointer::start: a JSON object
-// whose step, rank and world size are this checkpoint's and this rank's.
-// Returns what is wrong, or "". Its checksum only says the bytes are those
-// written; what they say is checked here.
 // Why a rank's resumed steps will not repeat the checkpointed run's bytes
 // ("" when they will, or when the checkpoint does not say): the CPU engine's
 // sums split by thread, and its thread count (train.threads, or by default
@@ -921,6 +917,10 @@ std::string resumed_threads_difference(const std::string& trainer_state, int thr
          "(set train.threads=" + std::to_string(then) + " to repeat them)";
 }
 
+// The trainer's own section, written by Checkpointer::start: a JSON object
+// whose step, rank and world size are this checkpoint's and this rank's.
+// Returns what is wrong, or "". Its checksum only says the bytes are those
+// written; what they say is checked here.
 std::string check_trainer_state(const std::string& text, int64_t step, Communicator& comm, const Config& config) {
   nlohmann::json state;
   try {

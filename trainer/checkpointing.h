@@ -252,7 +252,7 @@ class Checkpointer {
   std::pair<uint64_t, uint64_t> dir_identity_{0, 0};  // dir_'s (st_dev, st_ino) at the start
   bool failed_ = false;                     // a checkpoint failed (CheckpointFailure): none more either
   std::string local_error_;                 // this rank's failure, for the message
-  int local_failure_ = 0;                   // 2 or 3 once taken from the writer, until agreed on
+  int local_failure_ = 0;                   // kFailed, kDiskFull or kTimedOut once taken from the writer, until agreed on
   bool direct_io_warned_ = false;           // the O_DIRECT fallback is told once per run
   bool retention_warned_ = false;           // an old checkpoint left behind is told once per run
   bool durability_warned_ = false;          // checkpoint.dir not fsynced after `latest`: told once per run
@@ -328,8 +328,8 @@ nlohmann::json resume_json(const ResumePoint& point);
 // world size, ZeRO setting, micro-batch and data stream: resharding is not
 // supported), reads and verifies this rank's files, and restores the engine.
 // An automatic data.synth_samples_per_shard (0) takes the checkpoint's value.
-// Collective. Throws CheckpointError (exit 2) on every rank when any rank
-// cannot; a rank whose file is corrupt names the file and the previous
+// Collective. Throws CheckpointError on every rank when any rank cannot
+// (exit 2; 3 where it is the machine's: CheckpointError::environment()); a rank whose file is corrupt names the file and the previous
 // committed checkpoint to resume from instead.
 ResumePoint resume_from_checkpoint(const std::string& spec, Config& config,
                                    TrainingEngine& engine, Communicator& comm);

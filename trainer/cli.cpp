@@ -222,13 +222,13 @@ ErrorReport describe_current_exception() {
                      message + ": " + std::strerror(error) + (error == EMFILE ? " (ulimit -n)" : "")};
 }
 
-// Whether `path` holds a JSON object whose "schema" names a trainbench
-// result (trainbench.result/v1, trainbench.bench_io/v1, ...): what --out may
-// replace. Results are a few MB; anything far larger is not one.
 // The schemas of what trainbench writes as a result, any version.
 constexpr const char* kResultKinds[] = {"result", "aborted_run", "bench_io", "bench_io_write", "bench_comm",
                                         "projection"};
 
+// Whether `path` holds a JSON object whose "schema" names a trainbench
+// result (trainbench.result/v1, trainbench.bench_io/v1, ...): what --out may
+// replace. Results are a few MB; anything far larger is not one.
 bool is_trainbench_result(const std::string& path, const std::string& named) {
   std::error_code error;
   const uintmax_t size = std::filesystem::file_size(path, error);

@@ -150,7 +150,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(data, eos_token),
       TRAINBENCH_KEY(data, on_corrupt, Bound::kAny, {"fail", "skip"}),
       TRAINBENCH_KEY(data, max_sample_bytes, Bound::kPositive),
-      TRAINBENCH_KEY(data, block_bytes, Bound::kPositive),  // 1 MiB .. 256 MiB: check_config
+      TRAINBENCH_KEY(data, block_bytes, Bound::kPositive),  // 1 MiB .. 256 MiB: validate()
       TRAINBENCH_KEY(data, timeout_s, Bound::kPositive, {}, kMaxTimeoutSeconds),
       TRAINBENCH_KEY(data, synthetic_batches, Bound::kPositive, {}, kMaxSyntheticBatches),
       TRAINBENCH_KEY(data, synth_shards, Bound::kPositive, {}, kMaxSynthShards),
