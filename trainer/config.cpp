@@ -95,6 +95,10 @@ constexpr double kMinNvmlEverySeconds = 0.01;
 // 0; 5e-324 became 0, and AdamW divided 0 by 0. Real ones are 1e-5 .. 1e-8.
 constexpr int64_t kMaxEpsilon = 1;
 constexpr double kMinEpsilon = 1e-30;
+// The adapters' scale alpha / rank is fp32 in both engines: 1e300 became
+// inf and the first step's loss NaN (a failed check, exit 4, for what is a
+// config error). Real ones are 8 .. 512.
+constexpr int64_t kMaxLoraAlpha = 1'000'000;
 
 // The name is spelled from the member path, so a key and the field it sets
 // cannot drift apart.
@@ -138,7 +142,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(train, threads, Bound::kNonNegative, {}, kMaxThreads),
       TRAINBENCH_KEY(train, seed, Bound::kNonNegative),
       TRAINBENCH_KEY(lora, rank, Bound::kPositive),
-      TRAINBENCH_KEY(lora, alpha, Bound::kPositive),
+      TRAINBENCH_KEY(lora, alpha, Bound::kPositive, {}, kMaxLoraAlpha),
       TRAINBENCH_KEY(lora, targets),
       TRAINBENCH_KEY(data, source, Bound::kAny, {"shards", "synthetic"}),
       TRAINBENCH_KEY(data, shards),

@@ -120,6 +120,8 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       // fp32 epsilons: inf flattened the loss of a run that exited 0, 0 divided 0 by 0.
       {"NormEpsPastFp32", valid, {"model.norm_eps=1e308"}, {"model.norm_eps: must be between 1e-30 and 1 (got 1e+308)"}},
       {"EpsBelowFp32", valid, {"train.eps=5e-324"}, {"train.eps: must be between 1e-30 and 1"}},
+      // alpha / rank is fp32: 1e300 made the first loss NaN, a failed check (exit 4) for a config error.
+      {"LoraAlphaPastFp32", valid, {"lora.alpha=1e300"}, {"lora.alpha: must be > 0 and at most 1000000 (got 1e+300)"}},
       {"NegativeThreads", with("train.threads", "-2"), {}, {"train.threads"}},
       {"NegativeTrainSeed", with("train.seed", "-1"), {}, {"train.seed"}},
       {"NegativeDataSeed", with("data.seed", "-1"), {}, {"data.seed"}},
