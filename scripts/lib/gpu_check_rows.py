@@ -26,10 +26,10 @@ def preset(path: str) -> str:
     s = r["summary"]
     c = s["gemm_ceiling_shape"]
     t = s["step_s"]
-    return ("{:,.0f} tokens/s, MFU {:.1f}% of 989, {:.1f}% of the in-run ceiling ({:.0f} TFLOP/s at {}x{}x{}), "
+    return ("{:,.0f} tokens/s, MFU {} of {}, {} of the in-run ceiling ({:.0f} TFLOP/s at {}x{}x{}), "
             "step {:.1f} ms (p10 {:.1f}, p90 {:.1f}), data stall {:.1f}%, attention {} ({} backward), "
             "memory/GPU {:.1f} GiB").format(
-                s["tokens_per_s"], 100 * (s["mfu"] or 0), 100 * (s["mfu_vs_gemm_ceiling"] or 0),
+                s["tokens_per_s"], percent(s["mfu"]), peak_named(s), percent(s["mfu_vs_gemm_ceiling"]),
                 (s["gemm_ceiling_flops_per_s"] or 0) / 1e12, c["m"], c["n"], c["k"], 1e3 * (t["median"] or 0),
                 1e3 * (t["p10"] or 0), 1e3 * (t["p90"] or 0), 100 * s["stall_shares"]["data_stall"],
                 r["environment"]["attention"]["kernel"],
@@ -134,9 +134,52 @@ def instrument(path: str) -> str:
         1e3 * c["untimed_step_s"])
 
 
+def percent(fraction: float | None) -> str:
+    """A share as "47.9%", or "n/a" where the result has none (an unknown
+    GPU's peak: null, which read as "0.0%" and a target not met)."""
+    return "n/a" if fraction is None else "{:.1f}%".format(100 * fraction)
+
+
+def peak_named(summary: dict[str, Any]) -> str:
+    """The datasheet peak the run's MFU is of, in TFLOP/s (989 on an H100 or
+    H200 SXM; other cards have their own), or "no known peak"."""
+    peak = summary.get("datasheet_peak_flops_per_s")
+    return "no known peak" if not peak else "{:.0f}".format(peak / 1e12)
+
+
+def not_comparable(result: dict[str, Any], torch_run: dict[str, Any]) -> str:
+    """Why a PyTorch run's tokens/s cannot be set against this trainbench
+    run's ("" when it can): another model shape, batch or number of measured
+    steps, or a loss that went non-finite (its figure is not a training
+    step's). The ratio is the issue's headline: a mismatched pair must not
+    print one."""
+    config = torch_run.get("config")
+    if not isinstance(config, dict):
+        return "the PyTorch record has no config to check it against"
+    ours_model, ours_train = result["config"]["model"], result["config"]["train"]
+    for key, value in (config.get("model") or {}).items():
+        if key in ours_model and ours_model[key] != value:
+            return "model.{} differs (trainbench {}, PyTorch {})".format(key, ours_model[key], value)
+    for key in ("micro_batch", "grad_accum"):
+        if (config.get("train") or {}).get(key) != ours_train[key]:
+            return "train.{} differs (trainbench {}, PyTorch {})".format(
+                key, ours_train[key], (config.get("train") or {}).get(key))
+    summary, ranks = result["summary"], result["environment"]["ranks"]
+    if torch_run.get("tokens_per_step", 0) * ranks != summary["global_tokens_per_step"]:
+        return "tokens per step differ (trainbench {} over {} rank(s), PyTorch {})".format(
+            summary["global_tokens_per_step"], ranks, torch_run.get("tokens_per_step"))
+    if torch_run.get("measured_steps") != summary["measured_steps"]:
+        return "measured steps differ (trainbench {}, PyTorch {})".format(
+            summary["measured_steps"], torch_run.get("measured_steps"))
+    if torch_run.get("loss_finite") is not True:
+        return "PyTorch's loss was not finite"
+    return ""
+
+
 def ratio(path: str, torch_jsonl: str, preset_name: str) -> str:
     """trainbench against PyTorch eager and compiled, and the issue's targets."""
-    ours = load(path)["summary"]
+    result = load(path)
+    ours = result["summary"]
     torch: dict[str, dict[str, Any]] = {}
     with open(torch_jsonl, encoding="utf-8") as f:
         for line in f:
@@ -149,15 +192,19 @@ def ratio(path: str, torch_jsonl: str, preset_name: str) -> str:
     parts = []
     for mode, target in (("eager", 1.2), ("compile", 1.0)):
         d = torch.get(mode, {})
-        if d.get("tokens_per_s"):
+        why_not = not_comparable(result, d) if d.get("tokens_per_s") else ""
+        if why_not:
+            parts.append("{}: not compared: {}".format(mode, why_not))
+        elif d.get("tokens_per_s"):
             value = ours["tokens_per_s"] / d["tokens_per_s"]
             parts.append("{:.2f}x {} (target >= {:.1f}x: {})".format(value, mode, target,
                                                                       "met" if value >= target else "not met"))
         else:
             parts.append("{}: {}".format(mode, d.get("error", "no figure")))
-    mfu = ours.get("mfu") or 0
+    mfu = ours.get("mfu")
     if preset_name == "h200-llama8b-4l":  # the issue's MFU target is on this preset
-        parts.append("MFU {:.1f}% (target >= 55%: {})".format(100 * mfu, "met" if mfu >= 0.55 else "not met"))
+        parts.append("MFU {} (target >= 55%: {})".format(
+            percent(mfu), "not measured" if mfu is None else "met" if mfu >= 0.55 else "not met"))
     return ", ".join(parts)
 
 

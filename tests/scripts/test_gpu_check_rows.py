@@ -80,6 +80,13 @@ class GpuCheckRowsTests(unittest.TestCase):
         self.assertIn("step {:.1f} ms".format(1e3 * s["step_s"]["median"]), line)
         self.assertIn("attention {} (".format(r["environment"]["attention"]["kernel"]), line)
         self.assertIn(r["environment"]["gemm"]["detail"], rows.gemm(str(self.out / "run.json")))
+        # The CPU has no datasheet peak: its MFU is null, said so (it read
+        # "MFU 0.0% of 989"); a GPU's is of its own peak.
+        self.assertIsNone(s["mfu"])
+        self.assertIn("MFU n/a of no known peak", line)
+        s.update(mfu=0.479, datasheet_peak_flops_per_s=989e12, mfu_vs_gemm_ceiling=0.6)
+        (self.out / "gpu-run.json").write_text(json.dumps(r))
+        self.assertIn("MFU 47.9% of 989, 60.0% of the in-run ceiling", rows.preset(str(self.out / "gpu-run.json")))
 
     def test_the_op_row_adds_up_to_the_compute_per_step(self) -> None:
         ops = self.result("run.json")["summary"]["op_seconds_per_step"]
@@ -123,16 +130,49 @@ class GpuCheckRowsTests(unittest.TestCase):
         cost = self.result("instrument.json")["instrumentation_cost"]
         self.assertIn("median of {} pairs".format(cost["pairs"]), rows.instrument(str(self.out / "instrument.json")))
 
+    def torch_record(self, mode: str, tokens_per_s: float, **changes: object) -> dict:
+        """A torch_baseline.py record of the same shapes as run.json's."""
+        r = self.result("run.json")
+        record = {"mode": mode, "tokens_per_s": tokens_per_s, "loss_finite": True,
+                  "tokens_per_step": r["summary"]["global_tokens_per_step"],
+                  "measured_steps": r["summary"]["measured_steps"],
+                  "config": {"model": {k: v for k, v in r["config"]["model"].items() if k != "n_layers_full"},
+                             "train": dict(r["config"]["train"])}}
+        for key, value in changes.items():
+            if key in record["config"]["model"]:
+                record["config"]["model"][key] = value
+            elif key in record["config"]["train"]:
+                record["config"]["train"][key] = value
+            else:
+                record[key] = value
+        return record
+
     def test_the_ratio_row_says_whether_the_targets_are_met(self) -> None:
         tokens = self.result("run.json")["summary"]["tokens_per_s"]
         torch = self.out / "torch.jsonl"
-        torch.write_text("a warning line\n" + json.dumps({"mode": "eager", "tokens_per_s": tokens / 2}) + "\n" +
+        torch.write_text("a warning line\n" + json.dumps(self.torch_record("eager", tokens / 2)) + "\n" +
                          json.dumps({"mode": "compile", "error": "cut by the time limit"}) + "\n" +
                          '{"mode": "compile", "tok')  # a line cut short when the baseline was stopped
         line = rows.ratio(str(self.out / "run.json"), str(torch), "h200-llama8b-4l")
-        self.assertTrue(line.startswith("2.00x eager (target >= 1.2x: met), compile: cut by the time limit, MFU "),
-                        line)
+        self.assertEqual(line, "2.00x eager (target >= 1.2x: met), compile: cut by the time limit, MFU n/a (target "
+                               ">= 55%: not measured)")
         self.assertNotIn("MFU", rows.ratio(str(self.out / "run.json"), str(torch), "h200-gpt2-124m"))
+
+    def test_a_ratio_of_runs_that_differ_is_not_printed(self) -> None:
+        tokens = self.result("run.json")["summary"]["tokens_per_s"]
+        torch = self.out / "torch-differs.jsonl"
+        for changes, why in (({"d_model": 128}, "model.d_model differs (trainbench 64, PyTorch 128)"),
+                             ({"micro_batch": 4}, "train.micro_batch differs (trainbench 8, PyTorch 4)"),
+                             ({"tokens_per_step": 7}, "tokens per step differ (trainbench 512 over 1 rank(s), "
+                                                      "PyTorch 7)"),
+                             ({"measured_steps": 2}, "measured steps differ (trainbench 5, PyTorch 2)"),
+                             ({"loss_finite": False}, "PyTorch's loss was not finite"),
+                             ({"config": None}, "the PyTorch record has no config to check it against")):
+            with self.subTest(why=why):
+                torch.write_text(json.dumps(self.torch_record("eager", tokens / 2, **changes)) + "\n" +
+                                 json.dumps(self.torch_record("compile", tokens)) + "\n")
+                line = rows.ratio(str(self.out / "run.json"), str(torch), "h200-gpt2-124m")
+                self.assertEqual(line, "eager: not compared: " + why + ", 1.00x compile (target >= 1.0x: met)")
 
     def test_an_unreadable_result_is_one_line_not_a_traceback(self) -> None:
         (self.out / "cut.json").write_text('{"summary": {')
