@@ -505,6 +505,8 @@ RESULT = Obj({
     "ceilings": CEILINGS,
 }, required=("environment", "summary"), rule=within_world)
 
+# The schema of `trainbench plan --json` output (absent from older plans).
+PLAN_SCHEMA = "trainbench.plan/v1"
 # The fields of `trainbench plan --json` output this script reads.
 PLAN = Obj({"config": STR, "model": Opt(Obj({})), "attention": Opt(Obj({"kernel": STR, "basis": STR})),
             "train": Opt(Obj({"micro_batch": COUNT, "deterministic": BOOL})),
@@ -773,8 +775,9 @@ def load_plan(option: str, name: str, lora_run: Run | None, full_run: Run | None
                     "the complete output of `trainbench plan --json`")
     data = read_object(Path(input_name(name, option)), source)
     # A result given in a plan's place (both are JSON objects with a `config`).
+    # Plans carry trainbench.plan/v1 since 2026-12-05; older ones no schema.
     schema = data.get("schema")
-    if schema is not None or isinstance(data.get("config"), dict) or "summary" in data:
+    if schema not in (None, PLAN_SCHEMA) or isinstance(data.get("config"), dict) or "summary" in data:
         what = (f"a `trainbench run` result, schema {shown(schema)}" if isinstance(schema, str)
                 and schema.startswith("trainbench.result") else "it has no plan's fields")
         raise ReportError(f"{where}: not the output of `trainbench plan --json` ({what}): make one with "
@@ -1240,7 +1243,9 @@ def consistency_warnings(points: list[Point]) -> list[str]:
                             and not (k in PER_WORLD_SIZE_KEYS and run.ranks != base.ranks)
                             and base_config.get(k) != config.get(k))
             if differ:
-                shown = ", ".join(f"{k} {json.dumps(base_config.get(k))} vs {json.dumps(config.get(k))}"
+                # This run's value first, as it is named first (they read
+                # the other way round: each value under the other file).
+                shown = ", ".join(f"{k} {json.dumps(config.get(k))} vs {json.dumps(base_config.get(k))}"
                                   for k in differ[:4])
                 more = f" and {len(differ) - 4} more" if len(differ) > 4 else ""
                 warnings.append(f"{run.name} is configured differently from {base.name}: {shown}{more}")

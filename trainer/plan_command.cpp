@@ -199,7 +199,11 @@ int PlanCommand::run() {
     // So is what else sizes the memory: the micro-batch, the attention's
     // workspace (train.attention, train.deterministic) and the adapters.
     const nlohmann::json planned = config_to_json(config);
-    nlohmann::json out = {{"config", config.origin},
+    // A schema as every other output has: report.py leaves a plan found in a
+    // results folder out with a note (compare_finetune.sh writes its
+    // plan-*.json beside its runs), where a plan without one stopped the report.
+    nlohmann::json out = {{"schema", "trainbench.plan/v1"},
+                          {"config", config.origin},
                           {"model", planned.at("model")},
                           {"train", {{"micro_batch", config.train.micro_batch},
                                      {"attention", config.train.attention},

@@ -418,6 +418,15 @@ class ReportErrorTests(unittest.TestCase):
         self.assertIn(f"{io}: left out: schema is \"trainbench.bench_io/v1\"", done.stderr)
         self.assert_one_line_error(report(io, "--out", self.dir / "other", "--no-plots"),
                                    "schema is \"trainbench.bench_io/v1\"")
+        # The binary's plan, as compare_finetune.sh writes it beside its runs:
+        # without a schema it stopped the report.
+        made = run(BINARY, "plan", "tiny", "--json")
+        self.assertEqual(made.returncode, 0, made.stderr)
+        plan = folder / "plan-lora.json"
+        plan.write_text(made.stdout)
+        done = report(folder, "--out", self.out, "--no-plots")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn(f"{plan}: left out: schema is \"trainbench.plan/v1\"", done.stderr)
         # Not a trainbench file at all, or a result of another version: refused, folder or not.
         for name, schema in (("notes.json", "something/v1"), ("later.json", "trainbench.result/v2")):
             with self.subTest(schema=schema):
@@ -915,11 +924,11 @@ class ResultReadingTests(unittest.TestCase):
         self.write("r2.json", other)
         text = self.make_report(self.dir)
         self.assertEqual(len(markdown_table(text, "## Throughput and scaling")), 2)
-        self.assertIn("r2.json is configured differently from r1.json: model.n_layers 2 vs 4", text)
+        self.assertIn("r2.json is configured differently from r1.json: model.n_layers 4 vs 2", text)
         # On the console too: the figures printed there are of different jobs.
         console = report(self.dir, "--out", self.dir / "out2", "--no-plots")
         self.assertEqual(console.returncode, 0, console.stderr)
-        self.assertIn("report.py: warning: r2.json is configured differently from r1.json: model.n_layers 2 vs 4",
+        self.assertIn("report.py: warning: r2.json is configured differently from r1.json: model.n_layers 4 vs 2",
                       console.stderr)
 
     def test_the_communicator_auto_picked_per_world_size_is_no_difference(self) -> None:
@@ -936,7 +945,7 @@ class ResultReadingTests(unittest.TestCase):
         again = copy.deepcopy(fake_result(1, 1100.0))
         again["config"].setdefault("comm", {})["backend"] = "nccl"
         self.write("r3.json", again)
-        self.assertIn('r3.json is configured differently from r1.json: comm.backend "mpi" vs "nccl"',
+        self.assertIn('r3.json is configured differently from r1.json: comm.backend "nccl" vs "mpi"',
                       self.make_report(self.dir))
 
     def test_several_hosts_gpus_are_said_to_be_rank_zeros_or_each_hosts(self) -> None:
@@ -1021,7 +1030,7 @@ class ResultReadingTests(unittest.TestCase):
         other["config"]["train"]["micro_batch"] = 4
         paths = [self.write("a/ranks-1.json", fake_result(1, 1000.0)), self.write("b/ranks-1.json", other)]
         text = self.make_report(*paths)
-        self.assertIn(f"{paths[1]} is configured differently from {paths[0]}: train.micro_batch 8 vs 4", text)
+        self.assertIn(f"{paths[1]} is configured differently from {paths[0]}: train.micro_batch 4 vs 8", text)
         self.assertIn(f"2 runs, tokens/s median 1050.0 of {paths[0]} 1000.0, {paths[1]} 1100.0", text)
 
     def test_a_result_read_from_a_pipe_is_reported_in_the_current_folder(self) -> None:
