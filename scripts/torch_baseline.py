@@ -686,15 +686,19 @@ def vocab_rows(shape: ModelShape, run: RunSettings) -> int:
     return -(-shape.vocab // run.pad_vocab) * run.pad_vocab
 
 
-def synthetic_batches(ctx: Context) -> tuple[torch.Tensor, torch.Tensor]:
+def synthetic_batches(ctx: Context) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Uniform random token windows of seq_len + 1, targets shifted by one,
     made once on the device from a seeded generator: trainbench's synthetic
-    source, with nothing between the loop and the GPU."""
+    source, with nothing between the loop and the GPU. Each batch a tensor
+    of its own, as a data loader hands them over: views into one tensor
+    differ in storage offset, which some torch.compile versions recompile for."""
     generator = torch.Generator(device=ctx.device).manual_seed(ctx.train.data_seed)
     windows = torch.randint(0, ctx.shape.vocab,
                             (ctx.train.synthetic_batches, ctx.train.micro_batch, ctx.shape.seq_len + 1),
                             generator=generator, device=ctx.device, dtype=torch.int64)
-    return windows[..., :-1].contiguous(), windows[..., 1:].contiguous()
+    own = torch.contiguous_format
+    return ([window[:, :-1].clone(memory_format=own) for window in windows],
+            [window[:, 1:].clone(memory_format=own) for window in windows])
 
 
 def synchronize(device: torch.device) -> None:
