@@ -129,13 +129,7 @@ void setup_checkpoint_dir(const Config& config, Communicator& comm, CheckpointDi
                          "checkpoint.dir: this job's ranks are on more than one host, and the default checkpoint "
                          "folder is in one host's temporary directory: set checkpoint.dir to a folder every host "
                          "sees, or checkpoint.every_steps=0"};
-    std::string path;
-    if (comm.rank() == 0) path = make_temporary_directory("trainbench-ckpt");
-    int64_t length = static_cast<int64_t>(path.size());
-    comm.broadcast(&length, sizeof(length), 0);
-    path.resize(static_cast<size_t>(length));
-    comm.broadcast(path.data(), length, 0);
-    dir->path = path;
+    dir->path = broadcast_string(comm, comm.rank() == 0 ? make_temporary_directory("trainbench-ckpt") : "", 0);
     dir->temporary = true;
     dir->remover = comm.rank() == 0;
   }
