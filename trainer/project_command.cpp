@@ -325,7 +325,7 @@ int ProjectCommand::run() {
           ? std::string("rerun with more --steps per depth")
           : "rerun with --repeats " + std::to_string(std::min<int64_t>(kMaxRepeats, std::max<int64_t>(3, 2 * o.repeats))) +
                 " (each depth's median over interleaved runs) or more --steps per depth";
-  const std::vector<std::string> warnings =
+  std::vector<std::string> warnings =
       fitted ? depth_projection_warnings(points, depth, full_layers, remedy) : std::vector<std::string>{};
   const double checkpoint_bytes = fitted ? depth.checkpoint_bytes_at_full : points.front().checkpoint_bytes;
   const MeasuredDepth& deepest = runs.back();
@@ -341,6 +341,8 @@ int ProjectCommand::run() {
   const double mfu = deepest.datasheet_peak_flops_per_s > 0 ? flops_per_device / deepest.datasheet_peak_flops_per_s : 0;
   const double mfu_gemm =
       deepest.gemm_ceiling_flops_per_s > 0 ? flops_per_device / deepest.gemm_ceiling_flops_per_s : kNoFigure;
+  if (std::string beyond = projected_mfu_warning(mfu, mfu_gemm, remedy); !beyond.empty())
+    warnings.push_back(std::move(beyond));
 
   // --- scale ---
   const std::vector<int64_t> measured_buckets = gradient_bucket_bytes(

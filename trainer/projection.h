@@ -68,20 +68,25 @@ struct DepthProjection {
 // Throws std::invalid_argument when fewer than two distinct depths are given.
 DepthProjection project_depth(const std::vector<DepthPoint>& points, int64_t full_layers);
 
+// "12.34 ms", "1.234 s", "1.234e+300 s": a time for the console, its unit always kept.
+std::string seconds_text(double s);
+
 // Why a fitted projection is not to be trusted, one line each (none: empty),
 // every line ending with `remedy` (what to rerun with):
 //  - a per-layer cost below zero in step_s, compute_s or comm_s (every layer
 //    adds compute and gradients to all-reduce; the stalls may shrink, noise
 //    near zero);
 //  - a category projected above step_s, of which it is a part (tokens/s and
-//    MFU come from step_s);
+//    MFU come from step_s), or comm_exposed_s above comm_s;
 //  - step_s at or below zero at the full depth (!has_step()).
-// "12.34 ms", "1.234 s", "1.234e+300 s": a time for the console, its unit always kept.
-std::string seconds_text(double s);
-
 std::vector<std::string> depth_projection_warnings(const std::vector<DepthPoint>& points,
                                                    const DepthProjection& projection, int64_t full_layers,
                                                    const std::string& remedy);
+
+// A projected step faster than the model's FLOPs allow: MFU above 1 of the
+// datasheet peak (`mfu`) or of the GEMM ceiling measured (`mfu_gemm`; NaN:
+// none), as `run` warns of its own. "" when neither is.
+std::string projected_mfu_warning(double mfu, double mfu_gemm, const std::string& remedy);
 
 // A link: nccl-tests' bus bandwidth (1e9 B/s) and the latency of one ring step.
 struct Link {

@@ -131,6 +131,33 @@ TEST(ProjectDepth, ACategoryAboveTheStepIsAWarning) {
   EXPECT_EQ(warnings[0].rfind("compute_s at 80 layers (8.100 s) exceeds step_s (4.170 s)", 0), 0u) << warnings[0];
 }
 
+TEST(ProjectDepth, ExposedCommAboveTheCommItIsPartOfIsAWarning) {
+  // Two independent fits: comm 0.01 s flat, exposed 0.01 + 0.005 L, so
+  // 0.05 s exposed of 0.01 s at 8 layers (both below the step).
+  std::vector<DepthPoint> points = {depth_point(2, 0.3, 0.2), depth_point(4, 0.5, 0.4)};
+  points[0].times.comm_s = points[1].times.comm_s = 0.01;
+  points[0].times.comm_exposed_s = 0.02;
+  points[1].times.comm_exposed_s = 0.03;
+  const DepthProjection p = project_depth(points, 8);
+  const std::vector<std::string> warnings = depth_projection_warnings(points, p, 8, kRemedy);
+  ASSERT_EQ(warnings.size(), 1u) << ::testing::PrintToString(warnings);
+  EXPECT_EQ(warnings[0].rfind("comm_exposed_s at 8 layers (50.00 ms) exceeds comm_s (10.00 ms)", 0), 0u)
+      << warnings[0];
+}
+
+// A step fitted faster than the FLOPs allow had an MFU above 100 % and no word.
+TEST(ProjectDepth, AProjectedMfuAboveOneIsAWarning) {
+  const double none = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(projected_mfu_warning(0.45, 0.7, kRemedy), "");
+  EXPECT_EQ(projected_mfu_warning(0.0, none, kRemedy), "");
+  EXPECT_EQ(projected_mfu_warning(1.3, 1.9, kRemedy),
+            "the projected step is faster than the GPU's datasheet peak allows (130% of it): the fitted step_s is "
+            "too low; " + kRemedy);
+  EXPECT_EQ(projected_mfu_warning(0.0, 1.25, kRemedy),
+            "the projected step is faster than the GEMM ceiling measured here allows (125% of it): the fitted "
+            "step_s is too low; " + kRemedy);
+}
+
 TEST(ProjectDepth, AStepFittedAtOrBelowZeroIsNoStep) {
   // 0.4 s at 2 layers, 0.2 s at 4: -0.2 s at 8, not a step of 0.
   const std::vector<DepthPoint> points = {depth_point(2, 0.4, 0.35), depth_point(4, 0.2, 0.15)};
@@ -278,6 +305,26 @@ TEST(ProjectScale, OneNodeReproducesTheGivenStepAndTheRowsAddTheModelsChange) {
   const double two = ring_all_reduce_s(4e8, 2, 2, in.intra, Link{2, 0});
   EXPECT_NEAR(t[1].comm_exposed_s, 0.5 * two - 0.5 * one, 1e-12);
   EXPECT_NEAR(t[1].step_s, 1.0 + 0.5 * two - 0.5 * one, 1e-12);
+}
+
+// Fitted exposure above the collectives it is part of: the rows cap it at
+// comm_s, and the 1-node row came out below the step it was given (80 ms of
+// 100: 25 % more tokens/s than the headline). It is the given step still.
+TEST(ProjectScale, OneNodeIsTheGivenStepWhenTheFitsPutExposureAboveComm) {
+  ScaleInputs in;
+  in.bucket_bytes = {4e8};
+  in.ranks_per_node = 2;
+  in.tokens_per_rank_step = 100;
+  in.intra = Link{4, 0};
+  const double comm_one = ring_all_reduce_s(4e8, 1, 2, in.intra, Link{2, 0});
+  in.step = {.step_s = 1.0, .compute_s = 0.8, .comm_s = comm_one, .comm_exposed_s = 3 * comm_one};
+  const std::vector<ScalePoint> t = project_scale(in, parse_fabric("2,0"), {1, 2});
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_DOUBLE_EQ(t[0].comm_exposed_s, comm_one);
+  EXPECT_DOUBLE_EQ(t[0].step_s, 1.0);
+  EXPECT_DOUBLE_EQ(t[0].tokens_per_s, 200.0);
+  EXPECT_LE(t[1].comm_exposed_s, t[1].comm_s);
+  EXPECT_GE(t[1].step_s, t[0].step_s) << "more nodes, no less network time";
 }
 
 // A stall projected where none was measured has no relative error: it read
