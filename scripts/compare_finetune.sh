@@ -45,7 +45,7 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-. "$repo/scripts/lib/common.sh"  # need, build_folder, plan_or_die
+. "$repo/scripts/lib/common.sh"  # need, build_folder, plan_or_die, absolute_path
 . "$repo/scripts/lib/launch.sh"  # hostfile_hosts, mpi_launch_setup, mpirun_line
 me=compare_finetune.sh
 die() { echo "$me: $1" >&2; exit "${2:-2}"; }
@@ -276,7 +276,7 @@ full_ckpt=()
 if [ -n "$ckpt_dir" ]; then
   # A fresh run refuses a folder that holds another run's checkpoints: one
   # folder per side and per comparison, as scripts/scale.sh's --ckpt-dir.
-  case "$ckpt_dir" in /*) ;; *) ckpt_dir="$PWD/$ckpt_dir" ;; esac
+  ckpt_dir=$(absolute_path "$ckpt_dir")
   run_id=$(date -u +%Y%m%dT%H%M%SZ)-$$
   lora_ckpt=(--set "checkpoint.dir=$ckpt_dir/lora-$run_id")
   full_ckpt=(--set "checkpoint.dir=$ckpt_dir/full-$run_id")

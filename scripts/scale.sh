@@ -45,7 +45,7 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-. "$repo/scripts/lib/common.sh"  # need, build_folder, plan_or_die
+. "$repo/scripts/lib/common.sh"  # need, build_folder, plan_or_die, absolute_path
 . "$repo/scripts/lib/launch.sh"  # hostfile_hosts, mpi_launch_setup, mpirun_line
 me=scale.sh
 
@@ -146,10 +146,7 @@ if [ -n "$set_ckpt_dir" ]; then
   fi
   ckpt_dir=$set_ckpt_dir
 fi
-# --set checkpoint.dir=~/x is one word, which no shell expands: the home
-# folder, as trainbench reads it (it became $PWD/~/x here).
-case "$ckpt_dir" in "~/"*) ckpt_dir="$HOME/${ckpt_dir#"~/"}" ;; esac
-case "$ckpt_dir" in ""|/*) ;; *) ckpt_dir="$PWD/$ckpt_dir" ;; esac
+ckpt_dir=$(absolute_path "$ckpt_dir")
 
 # After every check, so a bad command line leaves nothing behind.
 make_out_dir() {
@@ -266,6 +263,27 @@ trap 'interrupted=HUP' HUP
 # figure goes back and this sweep's finished points move to
 # unfinished-<sweep id>/, so that the folder (and report.py DIR) holds one
 # sweep, never new figures beside old ones.
+# A sweep killed outright (SIGKILL, a lost session) left the earlier one's
+# files aside as .previous, for no one to put back: the next sweep set its
+# own .previous over them, and the folder kept two sweeps' figures. They go
+# back first, as in compare_finetune.sh, and what the killed sweep had made at
+# those points moves to unfinished-killed-<sweep id>/.
+recovered=()
+killed_made=""
+for previous in "$out"/ranks-*.json.previous "$out"/ranks-*.log.previous; do
+  [ -f "$previous" ] || continue
+  current=${previous%.previous}
+  if [ -e "$current" ]; then
+    killed_made="$out/unfinished-killed-$sweep_id"
+    mkdir -p "$killed_made" && mv -f "$current" "$killed_made/" ||
+      die "cannot set aside $current, made by a sweep that was killed part-way (its earlier file is $previous)" 3
+  fi
+  mv -f "$previous" "$current" || die "cannot put $previous back as $current" 3
+  recovered+=("${current##*/}")
+done
+if [ "${#recovered[@]}" -gt 0 ]; then
+  echo "$me: a sweep in $out was killed part-way: the earlier sweep's ${recovered[*]} are back${killed_made:+; what the killed one made there is in $killed_made}" >&2
+fi
 earlier_sweep=0
 for earlier in "$out"/ranks-*.json; do
   case "$earlier" in *.failed.json | *.aborted.json) ;; *) if [ -f "$earlier" ]; then earlier_sweep=1; fi ;; esac

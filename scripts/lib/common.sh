@@ -27,8 +27,18 @@ build_folder() {
   echo "$dir"
 }
 
+# absolute_path PATH: PATH with a leading ~/ as the home folder (as
+# trainbench reads --set checkpoint.dir=~/x, one word that no shell expands:
+# it became $PWD/~/x) and made absolute against $PWD; "" stays "".
+absolute_path() {
+  local path=$1
+  case "$path" in "~/"*) path="$HOME/${path#"~/"}" ;; esac
+  case "$path" in ""|/*) ;; *) path="$PWD/$path" ;; esac
+  printf '%s' "$path"
+}
+
 # plan_or_die BINARY STEPS ARGS...: `BINARY plan ARGS` (with --set
-# train.steps=STEPS where STEPS is given), which reads the config, --steps
+# train.steps=STEPS after them where STEPS is given), which reads the config, --steps
 # and --set's as `run` does and allocates nothing: a bad key or a --steps
 # within the warm-up is met before anything runs, not at the first run. Its
 # standard output goes into $plan_stdout. A refusal ends the script (the
@@ -38,7 +48,9 @@ plan_or_die() {
   local binary=$1 steps=$2 code=0 error out
   shift 2
   out=$(mktemp)
-  error=$("$binary" plan ${steps:+--set train.steps=$steps} "$@" 2>&1 > "$out") || code=$?
+  # --steps after the caller's --set's: as `run --steps N` overrides --set
+  # train.steps (the check took the --set's and refused what would run).
+  error=$("$binary" plan "$@" ${steps:+--set train.steps=$steps} 2>&1 > "$out") || code=$?
   plan_stdout=$(cat "$out")
   rm -f "$out"
   if [ "$code" != 0 ]; then

@@ -897,6 +897,48 @@ class ScaleTests(LauncherSandbox):
         self.assertFalse(list(out.glob("*.previous")))
         self.assertEqual(len([p for p in out.iterdir() if p.name.startswith("unfinished-")]), 1)
 
+    def test_a_sweep_killed_part_way_is_undone_before_the_next(self) -> None:
+        # A sweep killed outright left the earlier one's files as .previous:
+        # the next sweep set its own over them, and the folder held one
+        # sweep's 1-rank figure beside another's 2-rank one.
+        require_binary()
+        out = self.dir / "sweep"
+        out.mkdir()
+        for name in ("ranks-1.json", "ranks-1.log", "ranks-2.json", "ranks-2.log"):
+            (out / (name + ".previous")).write_text(f"the earlier sweep's {name}\n")
+        (out / "ranks-1.json").write_text("the killed sweep's ranks-1.json\n")
+        (out / "ranks-1.log").write_text("the killed sweep's ranks-1.log\n")
+        (out / "ranks-2.log").write_text("the killed sweep's ranks-2.log, cut short\n")
+        earlier = {name: f"the earlier sweep's {name}\n" for name in ("ranks-1.json", "ranks-1.log", "ranks-2.json",
+                                                                      "ranks-2.log")}
+        write_tool(self.tools, "mpirun", 'if [ "$1" = -np ] && [ "$2" = 4 ]; then\n'
+                   '  echo "mpirun: node4 unreachable" >&2; exit 1\nfi\n' + FAKE_MPIRUN)
+        done = run("bash", SCALE, "--binary", BINARY, "--config", "tiny", "--ranks", "4", "--steps", "4", "--set",
+                   "train.warmup_steps=1", "--set", "train.threads=1", "--set", "report.progress_every=0",
+                   "--out", out, "--no-report", env=self.env, timeout=60)
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertEqual({name: (out / name).read_text() for name in earlier}, earlier)
+        self.assertFalse(list(out.glob("*.previous")))
+        [killed] = [p for p in out.iterdir() if p.name.startswith("unfinished-killed-")]
+        self.assertEqual(sorted(p.name for p in killed.iterdir()), ["ranks-1.json", "ranks-1.log", "ranks-2.log"])
+        self.assertIn(f"a sweep in {out} was killed part-way: the earlier sweep's ", done.stderr)
+        self.assertIn(f"what the killed one made there is in {killed}", done.stderr)
+
+    def test_steps_win_over_a_set_train_steps_in_the_check_as_in_the_run(self) -> None:
+        # The check put --steps before the --set's: the --set won there, and
+        # --steps in the run (refused what would run, ran what it refused).
+        require_binary()
+        out = self.dir / "sweep"
+        done = run("bash", SCALE, "--binary", BINARY, "--config", "tiny", "--ranks", "1", "--steps", "8", "--set",
+                   "train.steps=3", "--set", "train.threads=1", "--set", "report.progress_every=0",
+                   "--out", out, "--no-report", env=self.env, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(len(json.loads((out / "ranks-1.json").read_text())["steps"]), 8)
+        done = run("bash", SCALE, "--binary", BINARY, "--config", "tiny", "--ranks", "1", "--steps", "3", "--set",
+                   "train.steps=8", "--out", self.dir / "never", "--no-report", env=self.env, timeout=60)
+        self.assert_refused(done, "--steps 3: train.warmup_steps: 5 must be < train.steps (3)")
+        self.assertFalse((self.dir / "never").exists())
+
     def test_the_report_of_a_partial_rerun_reads_every_point_the_folder_keeps(self) -> None:
         # A rerun of some points keeps the others, but report.md was made of
         # this sweep's alone: a rerun of 2 ranks was its own baseline
@@ -904,7 +946,7 @@ class ScaleTests(LauncherSandbox):
         require_binary()
         out = self.dir / "sweep"
         out.mkdir()
-        for name in ("ranks-2.json", "ranks-2.failed.json", "ranks-4.json.previous", "notes.json"):
+        for name in ("ranks-2.json", "ranks-2.failed.json", "notes.json"):
             (out / name).write_text("{}\n")
         args_log = self.dir / "report.args"
         write_tool(self.tools, "python3", f'case "$1" in *report.py) printf "%s\\n" "$@" > "{args_log}"; exit 0 ;; esac\n'
@@ -1094,6 +1136,17 @@ class CompareTests(LauncherSandbox):
         done = self.compare(self.dir / "off", "--hostfile", str(hostfile), "--lora-set", off, "--full-set", off)
         self.assertNotIn("2 hosts", done.stderr)
         self.assertEqual(len(self.mpirun_calls()), 2, done.stderr)
+
+    def test_a_checkpoint_folder_from_the_home_folder_is_there(self) -> None:
+        # --set checkpoint.dir=~/ck is one word no shell expands: it became
+        # $PWD/~/ck here (scale.sh read it as trainbench does).
+        home = self.dir / "home"
+        home.mkdir()
+        done = self.compare(self.dir / "out", "--set", "checkpoint.dir=~/ck", gpus_per_node=1,
+                            extra_env={"HOME": str(home)})
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn(f"checkpoints: LoRA in {home}/ck/lora-", done.stderr + done.stdout)
+        self.assertEqual(sorted(p.name.split("-")[0] for p in (home / "ck").iterdir()), ["full", "lora"])
 
     def test_a_failed_rerun_keeps_the_earlier_comparison(self) -> None:
         # A rerun overwrote lora.json and full.json even when a run failed,
