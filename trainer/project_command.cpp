@@ -375,6 +375,7 @@ int ProjectCommand::run() {
   double modeled_comm_here = 0;
   for (const double b : scale.bucket_bytes) modeled_comm_here += ring_all_reduce_s(b, 1, world, intra, intra);
   if (modeled_comm_here > 0 && at_full.comm_s > 0) scale.comm_slowdown = at_full.comm_s / modeled_comm_here;
+  for (std::string& doubt : scale_input_warnings(fabric, scale.comm_slowdown)) warnings.push_back(std::move(doubt));
   const std::vector<ScalePoint> table = project_scale(scale, fabric, nodes);
 
   if (!reporter) return kExitOk;

@@ -179,6 +179,28 @@ Fabric parse_fabric(const std::string& text) {
                                            text.substr(comma + 1) + " us per ring step"};
 }
 
+std::vector<std::string> scale_input_warnings(const Fabric& fabric, double comm_slowdown) {
+  constexpr double kFastestNicGbs = 100;  // per GPU: twice a 400 Gb/s NIC's 50 GB/s
+  constexpr double kNotedSlowdown = 2;
+  std::vector<std::string> warnings;
+  if (!fabric.measured && fabric.gbs_per_gpu > kFastestNicGbs) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%g", fabric.gbs_per_gpu);
+    warnings.push_back("--fabric " + fabric.name + ": " + text + " GB/s per GPU is above any network's per-GPU "
+                       "rate (a 400 Gb/s NIC carries 50 GB/s): the bandwidth is achieved GB/s (bytes), not a "
+                       "line rate in Gb/s");
+  }
+  if (comm_slowdown > kNotedSlowdown) {
+    char text[32];
+    std::snprintf(text, sizeof text, "x%.2f", comm_slowdown);
+    warnings.push_back(std::string("training slowed the all-reduce here ") + text +
+                       " against the model of the link measured alone (ranks sharing the host with their "
+                       "compute); the scale table keeps that factor at every node count, on the fabric's hops "
+                       "too: its comm_s is an upper bound. Measured on the GPUs, one rank each, it is near 1");
+  }
+  return warnings;
+}
+
 double ring_busbw_gbs(int nodes, int ranks_per_node, const Link& intra, const Link& inter) {
   if (nodes * ranks_per_node <= 1) return 0.0;
   if (nodes == 1) return intra.busbw_gbs;

@@ -109,6 +109,15 @@ struct Fabric {
 // Throws std::invalid_argument with a one-line reason.
 Fabric parse_fabric(const std::string& text);
 
+// What makes the scale table's inputs doubtful, one line each (none: empty):
+//  - a fabric given above 100 GB/s per GPU: today's fastest NICs carry 50
+//    (400 Gb/s), so a line rate typed in Gb/s is the likely cause;
+//  - `comm_slowdown` (the collectives in training over the same collectives
+//    alone) above 2: the table keeps it at every node count, on the
+//    fabric's hops too, where the sharing that caused it here (CPU ranks
+//    beside their compute) may not be.
+std::vector<std::string> scale_input_warnings(const Fabric& fabric, double comm_slowdown);
+
 // The ring's busbw over `nodes` × `ranks_per_node` ranks: the intra-node
 // link on one node; across nodes, the smaller of the intra-node link and
 // ranks_per_node × the per-GPU fabric bandwidth (the node's NICs carry the

@@ -327,6 +327,20 @@ TEST(ProjectScale, OneNodeIsTheGivenStepWhenTheFitsPutExposureAboveComm) {
   EXPECT_GE(t[1].step_s, t[0].step_s) << "more nodes, no less network time";
 }
 
+// A line rate typed as Gb/s (400 for NDR: 8.5 times the fabric) and a
+// slowdown measured on shared CPU cores (x108 here) kept at every node count
+// were taken without a word.
+TEST(ProjectScale, DoubtfulInputsOfTheTableAreWarnings) {
+  EXPECT_TRUE(scale_input_warnings(parse_fabric("ib-ndr400"), 1.1).empty());
+  EXPECT_TRUE(scale_input_warnings(parse_fabric("100,5"), 2.0).empty());
+  const std::vector<std::string> gbits = scale_input_warnings(parse_fabric("400,5"), 1.0);
+  ASSERT_EQ(gbits.size(), 1u) << ::testing::PrintToString(gbits);
+  EXPECT_EQ(gbits[0].rfind("--fabric 400,5: 400 GB/s per GPU is above any network's per-GPU rate", 0), 0u) << gbits[0];
+  const std::vector<std::string> slowed = scale_input_warnings(parse_fabric("measured"), 108.85);
+  ASSERT_EQ(slowed.size(), 1u) << ::testing::PrintToString(slowed);
+  EXPECT_EQ(slowed[0].rfind("training slowed the all-reduce here x108.85 against the model", 0), 0u) << slowed[0];
+}
+
 // A stall projected where none was measured has no relative error: it read
 // "0 %" under --verify.
 TEST(Projection, RelativeErrorAgainstAMeasuredZeroIsNoFigure) {
