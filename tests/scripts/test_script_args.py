@@ -640,6 +640,22 @@ class SbatchTests(Sandbox):
         self.assertIn("checkpoint.dir=/shared/ckpt/nodes-2-7", srun_log.read_text().splitlines())
 
 
+    def test_a_failed_job_sets_its_result_aside_and_the_mpi_plugin_can_be_chosen(self) -> None:
+        # A run that wrote its result and then failed (a failed check) left
+        # nodes-N.json, which report.py DIR read as a sweep point.
+        srun_log = self.dir / "srun.log"
+        out = self.dir / "out"
+        write_tool(self.tools, "srun", f'printf "%s\\n" "$@" > "{srun_log}"\n'
+                   'while [ "$1" != --out ]; do shift; done; echo "{{}}" > "$2"; exit 4\n')
+        env = {**self.env, "SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "1", "TRAINBENCH_BINARY": "/bin/true",
+               "OUT": str(out), "TRAINBENCH_SRUN_MPI": "pmi2"}
+        done = run("bash", SCRIPTS / "slurm" / "trainbench.sbatch", "--steps", "5", env=env, timeout=20)
+        self.assertEqual(done.returncode, 4, done.stderr)
+        self.assertEqual(sorted(p.name for p in out.iterdir()), ["nodes-1.failed.json"])
+        self.assertIn(f"srun exited 4: the result it wrote is {out}/nodes-1.failed.json", done.stderr)
+        self.assertEqual(srun_log.read_text().splitlines()[0], "--mpi=pmi2")
+
+
 # An mpirun stand-in: "Open MPI" to --version, records its arguments (one a
 # line, then ---), then runs the command after its own options as one process.
 FAKE_MPIRUN = '''if [ "$1" = --version ]; then echo "mpirun (Open MPI) 4.1.4"; exit 0; fi
