@@ -107,7 +107,15 @@ case "$launcher" in
   mpirun) command -v "${MPIRUN:-mpirun}" > /dev/null || die "${MPIRUN:-mpirun} not found (install OpenMPI: scripts/setup.sh)" 3 ;;
   srun)
     command -v srun > /dev/null || die "srun not found: --launcher srun runs inside a Slurm allocation" 3
-    [ -z "$hostfile$mpirun_args" ] || die "--hostfile and --mpirun-args are for mpirun; under srun the allocation decides" ;;
+    [ -z "$hostfile$mpirun_args" ] || die "--hostfile and --mpirun-args are for mpirun; under srun the allocation decides"
+    # Outside an allocation srun makes one of its own, without GPUs; one of
+    # fewer nodes failed at the full run, after the whole LoRA run.
+    [ -n "${SLURM_JOB_ID:-}" ] || die "--launcher srun runs inside a Slurm allocation of --nodes $nodes (salloc or sbatch): no SLURM_JOB_ID"
+    allocated=${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-0}}
+    [ "$allocated" -ge "$nodes" ] 2> /dev/null ||
+      die "--nodes $nodes: this Slurm allocation (job $SLURM_JOB_ID) has ${allocated} node(s)"
+    # Slurm >= 22.05: srun does not inherit --cpus-per-task from the allocation.
+    if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK; fi ;;
   *) die "--launcher '$launcher': expected mpirun or srun" ;;
 esac
 [ -z "$hostfile" ] || [ -r "$hostfile" ] || die "--hostfile $hostfile: cannot read it"
@@ -147,7 +155,10 @@ launch=()
 launcher_for() {
   local n_nodes=$1 n_ranks=$2
   if [ "$launcher" = srun ]; then
-    launch=(srun --mpi=pmix --nodes "$n_nodes" --ntasks "$n_ranks" --ntasks-per-node "$gpus_per_node")
+    # --kill-on-bad-exit: a rank that dies takes the step down at once, not
+    # after its peers' comm.timeout_s (as trainbench.sbatch).
+    launch=(srun --mpi="${TRAINBENCH_SRUN_MPI:-pmix}" --kill-on-bad-exit=1 --nodes "$n_nodes" --ntasks "$n_ranks"
+            --ntasks-per-node "$gpus_per_node")
     return
   fi
   mpirun_line "$n_ranks"

@@ -1153,6 +1153,30 @@ class CompareTests(LauncherSandbox):
         self.assertNotIn("2 hosts", done.stderr)
         self.assertEqual(len(self.mpirun_calls()), 2, done.stderr)
 
+    def test_srun_runs_inside_an_allocation_of_the_nodes_and_kills_on_a_bad_exit(self) -> None:
+        # Outside an allocation srun made its own, without GPUs; a short one
+        # failed at the full run, after the whole LoRA run; a dead rank left
+        # its peers waiting comm.timeout_s.
+        srun_log = self.dir / "srun.log"
+        write_tool(self.tools, "srun", f'printf "%s\\n" "$@" >> "{srun_log}"; echo --- >> "{srun_log}"\n'
+                   'while [ $# -gt 0 ]; do case "$1" in --nodes|--ntasks|--ntasks-per-node) shift 2 ;;'
+                   ' --*) shift ;; *) break ;; esac; done\nexec "$@"\n')
+        off = ("--set", "checkpoint.every_steps=0")
+        done = self.compare(self.dir / "never", "--launcher", "srun", *off, gpus_per_node=1,
+                            extra_env={"SLURM_JOB_ID": ""})
+        self.assert_refused(done, "--launcher srun runs inside a Slurm allocation of --nodes 2")
+        done = self.compare(self.dir / "never", "--launcher", "srun", *off, gpus_per_node=1,
+                            extra_env={"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "1"})
+        self.assert_refused(done, "--nodes 2: this Slurm allocation (job 7) has 1 node(s)")
+        self.assertFalse(srun_log.exists())
+        done = self.compare(self.dir / "out", "--launcher", "srun", *off, gpus_per_node=1,
+                            extra_env={"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "2"})
+        self.assertEqual(done.returncode, 0, done.stderr)
+        calls = [c.splitlines() for c in srun_log.read_text().split("---\n") if c.strip()]
+        self.assertEqual(len(calls), 2, calls)
+        for call in calls:
+            self.assertEqual(call[:2], ["--mpi=pmix", "--kill-on-bad-exit=1"])
+
     def test_a_checkpoint_folder_from_the_home_folder_is_there(self) -> None:
         # --set checkpoint.dir=~/ck is one word no shell expands: it became
         # $PWD/~/ck here (scale.sh read it as trainbench does).
