@@ -308,6 +308,11 @@ std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicato
 // is not built. Needs no GPU.
 std::string nccl_version();
 
+// Why the environment keeps the NCCL backend from keeping its timeouts (""
+// when nothing does): NCCL_COMM_BLOCKING=1, which overrides the
+// communicator's non-blocking config. Needs no GPU nor the NCCL backend.
+std::string nccl_environment_problem();
+
 // The MPI library this binary runs with, as it names itself in
 // MPI_Get_library_version's first clause ("Open MPI v4.1.4"); "" when the MPI
 // backend is not built. Callable before MPI_Init.

@@ -193,6 +193,8 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> bootstrap, int 
   if (!bootstrap_) throw std::invalid_argument("make_nccl_communicator: no bootstrap communicator");
   rank_ = bootstrap_->rank();
   world_ = bootstrap_->world_size();
+  // comm.backend=auto comes here without the CLI's check.
+  if (const std::string problem = nccl_environment_problem(); !problem.empty()) abort(2, "comm: " + problem + where());
 
   int device_count = 0;
   const cudaError_t count_result = cudaGetDeviceCount(&device_count);

@@ -1114,6 +1114,9 @@ int run_with_extension(const std::string& config, const std::vector<std::string>
 }
 
 std::unique_ptr<Communicator> make_communicator(const std::string& backend, double timeout_s) {
+  if (backend == "nccl")
+    if (const std::string problem = nccl_environment_problem(); !problem.empty())
+      throw CommandError{kExitUserError, "comm.backend=nccl: " + problem};
   if (backend == "nccl" && nccl_version().empty())
     throw CommandError{kExitEnvironmentError,
                        "comm.backend=nccl: this build has no NCCL backend (it needs the CUDA backend and nccl.h "

@@ -1,11 +1,13 @@
 // `trainbench bench comm` through the real binary on one rank (no launcher):
 // the local communicator, the note that busbw is 0 there, the data check, and
 // the command's user errors. The multi-rank runs are test_bench_comm_mpi.
+#include <cstdlib>  // setenv: NCCL_COMM_BLOCKING
 #include <set>
 #include <string>
 
 #include <gtest/gtest.h>
 
+#include "comm/communicator.h"  // nccl_environment_problem
 #include "tests/comm/bench_comm_json.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
@@ -65,6 +67,22 @@ TEST(BenchComm, NcclMeasuresOnTheGpuOrSaysInOneLineWhyItCannot) {
   EXPECT_FALSE(result.at("library").get<std::string>().empty());
   testing::expect_measured_and_checked(result);
   EXPECT_NE(run.out.find("on each rank's GPU"), std::string::npos) << run.out;
+}
+
+// NCCL_COMM_BLOCKING=1 overrides the communicator's non-blocking config:
+// every NCCL call would wait inside NCCL, past any comm.timeout_s. Refused,
+// in one line, before the build or a GPU is asked for (and unset, nothing).
+TEST(BenchComm, NcclMadeBlockingByTheEnvironmentIsRefused) {
+  const testing::CommandResult run = run_command("NCCL_COMM_BLOCKING=1 " + std::string(TRAINBENCH_BINARY) +
+                                                 " bench comm --set comm.backend=nccl --max-bytes 1M --iters 3");
+  EXPECT_EQ(run.exit_code, 2) << run.out << run.err;
+  EXPECT_EQ(run.err.rfind("trainbench: comm.backend=nccl: NCCL_COMM_BLOCKING=1 makes every NCCL call block inside "
+                          "NCCL, where comm.timeout_s cannot end a collective", 0), 0u) << run.err;
+  EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << run.err;
+  ::setenv("NCCL_COMM_BLOCKING", "0", 1);
+  EXPECT_EQ(nccl_environment_problem(), "");
+  ::unsetenv("NCCL_COMM_BLOCKING");
+  EXPECT_EQ(nccl_environment_problem(), "");
 }
 
 // Buffers that cannot be mapped under ulimit -v are refused before they are
