@@ -521,10 +521,8 @@ class BurninMonitor final : public RunExtension {
     };
     for (size_t r = 0; r < world; ++r) {
       VerdictRow row{"rank " + std::to_string(r), host_of(r)};
-      if (r < gpu_identities_.size() && !gpu_identities_[r].empty()) {
-        row.notes.push_back(gpu_identities_[r]);
-        row.figures["gpu_id"] = gpu_identities_[r];
-      }
+      const bool identified = r < gpu_identities_.size() && !gpu_identities_[r].empty();
+      if (identified) row.notes.push_back(gpu_identities_[r]);
       for (const std::string& why : start_failures_[r]) row.fail(why);
       if (!golden_mismatches_[r].empty()) {
         std::string steps;
@@ -551,6 +549,9 @@ class BurninMonitor final : public RunExtension {
       row.figures = {{"own_step_s", own[r] > 0 ? nlohmann::json(own[r]) : nlohmann::json()},
                      {"golden_checks", golden_checks_},
                      {"golden_mismatch_steps", golden_mismatches_[r]}};
+      // After the figures are made, not before: they replaced it, and no row
+      // of a CUDA burn-in had the card's identity its docs promise.
+      if (identified) row.figures["gpu_id"] = gpu_identities_[r];
       if (samples[r] > 0) {
         if (ecc_uncorrected[r] > 0) row.fail("GPU: " + format("%.0f", ecc_uncorrected[r]) + " uncorrected ECC error(s) during the run");
         if (hardware[r] > 0) {
