@@ -188,6 +188,13 @@ class BurninMonitor final : public RunExtension {
     loss_step_.assign(world, 0);
     comm_->set_timeout(config_->comm.timeout_s);
     if (baseline_) {
+      // The launcher's task count, read before MPI was up, may be missing
+      // (a PMIx launcher that exports none reads as 1 rank): the job's own
+      // size, alike on every rank, settles it.
+      if (baseline_->ranks > 0 && baseline_->ranks != static_cast<int64_t>(world))
+        throw CommandError{kExitUserError, "--baseline " + baseline_->path + ": measured on " +
+                                               std::to_string(baseline_->ranks) + " rank(s) and this job has " +
+                                               std::to_string(world) + ": its tokens/s and busbw are not this job's"};
       // Only the engine knows which attention it runs; every rank stops alike.
       comm_->set_context("burn-in: the baseline's attention");
       const AttentionInfo attention = engine_->attention();

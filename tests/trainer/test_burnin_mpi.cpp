@@ -187,6 +187,24 @@ TEST_F(BurninMpi, AnImpossibleBaselineFailsNamingTheFigures) {
   EXPECT_EQ(result_["burnin"]["baseline"]["known"]["tokens_per_s"], 1e12);
 }
 
+// The baseline's rank count was checked against the launcher's task count,
+// read before MPI is up: a launcher that exports none (PMIx may not) read as
+// one rank, and a 1-rank baseline passed a 2-rank job. The job's own size
+// settles it.
+TEST_F(BurninMpi, ABaselineOfAnotherRankCountIsRefusedWithoutTheLaunchersCount) {
+  const std::string baseline = dir_.file("one_rank.json");
+  std::ofstream(baseline) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 1000},
+                                 "environment": {"ranks": 1, "compute_backend": "cpu"}})";
+  const CommandResult r = run_command(
+      std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader timeout 120 ") +
+      TRAINBENCH_MPIEXEC + " --oversubscribe -np 2 env -u OMPI_COMM_WORLD_SIZE " + TRAINBENCH_BINARY +
+      " burnin tiny --duration 3s --set train.threads=1 --set checkpoint.every_steps=0 --baseline " + baseline +
+      " --out " + dir_.file("refused.json"));
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--baseline " + baseline + ": measured on 1 rank(s) and this job has 2"), std::string::npos)
+      << r.err;
+}
+
 TEST_F(BurninMpi, AHungRankFailsByNameInsteadOfHangingTheJob) {
   // Rank 1 sleeps ten minutes in its first step (a hung GPU): its watchdog
   // names it after half of comm.timeout_s, before rank 0's all-reduce would
