@@ -281,6 +281,14 @@ BaselineFigures read_baseline(const std::string& path) {
   const nlohmann::json attention = environment.value("attention", nlohmann::json());
   if (attention.is_object() && attention.value("kernel", nlohmann::json()).is_string())
     known.attention_kernel = attention["kernel"].get<std::string>();
+  const nlohmann::json hosts = environment.value("hosts", nlohmann::json());
+  known.hosts = hosts.is_array() ? static_cast<int64_t>(hosts.size()) : 0;
+  const nlohmann::json host_gpus = environment.value("host_gpus", nlohmann::json());
+  if (host_gpus.is_array() && !host_gpus.empty() && host_gpus[0].is_object() &&
+      host_gpus[0].value("gpu_name", nlohmann::json()).is_string())
+    known.gpu_name = host_gpus[0]["gpu_name"].get<std::string>();
+  const nlohmann::json cpu = environment.value("cpu", nlohmann::json());
+  if (cpu.is_object() && cpu.value("model", nlohmann::json()).is_string()) known.cpu_model = cpu["model"].get<std::string>();
   known.path = path;
   if (known.tokens_per_s <= 0 && known.busbw_gbs <= 0 && known.write_gbs <= 0)
     throw std::invalid_argument("--baseline " + path +
@@ -354,6 +362,19 @@ std::string baseline_attention_difference(const BaselineFigures& known, const st
   return "it ran the " + known.attention_kernel + " attention and this job runs the " + kernel + " attention (" +
          detail + "): its tokens/s is not this job's (give a baseline that ran the same attention: the same "
                   "train.attention, built with cuDNN or without it as this job is)";
+}
+
+std::string baseline_hardware_difference(const BaselineFigures& known, int64_t hosts, const std::string& gpu_name,
+                                         const std::string& cpu_model, const std::string& engine) {
+  const std::string not_this = ": its figures are not this hardware's (give a baseline measured on nodes like these)";
+  if (known.hosts > 0 && hosts > 0 && known.hosts != hosts)
+    return "measured on " + std::to_string(known.hosts) + " host(s) and this job runs on " + std::to_string(hosts) +
+           not_this;
+  if (engine == "cuda" && !known.gpu_name.empty() && !gpu_name.empty() && known.gpu_name != gpu_name)
+    return "measured on " + known.gpu_name + " and this job runs on " + gpu_name + not_this;
+  if (engine == "cpu" && !known.cpu_model.empty() && !cpu_model.empty() && known.cpu_model != cpu_model)
+    return "measured on the CPU " + known.cpu_model + " and this job runs on " + cpu_model + not_this;
+  return "";
 }
 
 std::vector<std::string> compare_with_baseline(const BaselineFigures& now, const BaselineFigures& known,

@@ -119,6 +119,10 @@ struct BaselineFigures {
   int64_t ranks = 0;      // and its ranks; 0 when the file does not say
   std::string compute_backend;  // the engine it ran on (environment.compute_backend): "cpu", "cuda" or ""
   std::string attention_kernel;  // and its attention (environment.attention.kernel): "gemm", "cudnn-sdpa" or ""
+  // The hardware it ran on, where the file says (0 / "": not compared):
+  int64_t hosts = 0;             // environment.hosts, counted
+  std::string gpu_name;          // environment.host_gpus[0].gpu_name ("NVIDIA H200")
+  std::string cpu_model;         // environment.cpu.model
   std::string path;              // the file, as --baseline named it
 };
 // From a result JSON of `trainbench run` (summary.tokens_per_s) or of
@@ -147,6 +151,13 @@ std::string baseline_job_difference(const BaselineFigures& known, const Config& 
 // cluster running a build without it fail (or the other way round pass).
 std::string baseline_attention_difference(const BaselineFigures& known, const std::string& kernel,
                                           const std::string& detail);
+// Why `known` was measured on other hardware than this job runs on, or ""
+// when the same or the file does not say: another number of hosts (the
+// fabric check's all-reduce crosses another network), another GPU model on
+// the cuda engine, another CPU model on the cpu engine. An A100 cluster's
+// baseline passed an H100 cluster that fell short of its own.
+std::string baseline_hardware_difference(const BaselineFigures& known, int64_t hosts, const std::string& gpu_name,
+                                         const std::string& cpu_model, const std::string& engine);
 // One line per figure measured in both that fell more than tolerance_pct
 // below the baseline, naming the figure, both values and the shortfall.
 std::vector<std::string> compare_with_baseline(const BaselineFigures& now, const BaselineFigures& known,

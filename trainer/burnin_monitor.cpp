@@ -195,6 +195,13 @@ class BurninMonitor final : public RunExtension {
         throw CommandError{kExitUserError, "--baseline " + baseline_->path + ": measured on " +
                                                std::to_string(baseline_->ranks) + " rank(s) and this job has " +
                                                std::to_string(world) + ": its tokens/s and busbw are not this job's"};
+      if (const Environment* env = context.environment; env != nullptr) {
+        const std::string gpu_name = env->host_gpus.empty() ? "" : env->host_gpus.front().gpu_name;
+        const std::string other = baseline_hardware_difference(*baseline_, static_cast<int64_t>(env->host_gpus.size()),
+                                                               gpu_name, env->cpu_model, env->compute_backend);
+        // The environment is the job's, alike on every rank: every rank stops alike.
+        if (!other.empty()) throw CommandError{kExitUserError, "--baseline " + baseline_->path + ": " + other};
+      }
       // Only the engine knows which attention it runs; every rank stops alike.
       comm_->set_context("burn-in: the baseline's attention");
       const AttentionInfo attention = engine_->attention();

@@ -973,7 +973,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   if (options.extension) {
     options.extension->begin(RunContext{config, *engine, *comm,
                                         engine_options.device == "cuda" ? engine_options.gpu_index : -1,
-                                        checkpointer.get()});
+                                        checkpointer.get(), &env});
     after_step = [&options](const StepRecord& step) { return options.extension->after_step(step); };
   }
   // Rank 0 keeps every completed step for a run that an abort or a signal

@@ -16,7 +16,8 @@
 
 namespace trainbench {
 
-class Checkpointer;  // trainer/checkpointing.h
+class Checkpointer;        // trainer/checkpointing.h
+struct Environment;        // trainer/environment.h
 
 // The job, as set up for step 1.
 struct RunContext {
@@ -25,6 +26,7 @@ struct RunContext {
   Communicator& comm;
   int gpu_index = -1;                    // the rank's CUDA device; -1 on the cpu engine
   Checkpointer* checkpointer = nullptr;  // the run's checkpoints (their folder: dir()); nullptr when off
+  const Environment* environment = nullptr;  // the job's hosts, GPUs and CPU (collect_environment)
 };
 
 class RunExtension {

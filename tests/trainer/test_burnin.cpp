@@ -296,6 +296,20 @@ TEST(BurninBaseline, AOneRankResultIsABaselineForOneRank) {
   // compared, and a healthy job failed (or passed) against it.
   refused_as_baseline("sdpa", "/environment/attention/kernel", "gemm", "cudnn-sdpa",
                       "it ran the cudnn-sdpa attention and this job runs the gemm attention (");
+  // Nor one from another CPU (the cpu engine's tokens/s is the CPU's), nor
+  // one from another number of hosts: they were compared as this job's.
+  const std::string cpu_here = b1["environment"]["cpu"]["model"].get<std::string>();
+  refused_as_baseline("cpu", "/environment/cpu/model", cpu_here, "Other CPU 9000",
+                      "measured on the CPU Other CPU 9000 and this job runs on " + cpu_here +
+                          ": its figures are not this hardware's");
+  nlohmann::json two_hosts = b1["environment"]["hosts"];
+  two_hosts.push_back("another-node");
+  std::ofstream(dir.file("hosts.json")) << nlohmann::json(b1).patch(
+      nlohmann::json::array({{{"op", "replace"}, {"path", "/environment/hosts"}, {"value", two_hosts}}})).dump();
+  const testing::CommandResult hosts = testing::run_command(common + dir.file("ck-hosts") + " --duration 3s --baseline " +
+                                                            dir.file("hosts.json") + " --out " + dir.file("h-out.json"));
+  EXPECT_EQ(hosts.exit_code, 2) << hosts.out << hosts.err;
+  EXPECT_NE(hosts.err.find("measured on 2 host(s) and this job runs on 1"), std::string::npos) << hosts.err;
 
   // The result written over its own baseline: the next burn-in would have
   // compared with this run's figures (it did, exit 4 and the file replaced).
@@ -404,6 +418,34 @@ TEST(BurninBaseline, AnotherAttentionKernelsBaselineIsNamed) {
                      "attention): its tokens/s is not this job's"),
             std::string::npos)
       << why;
+}
+
+// The hardware a baseline ran on (environment.hosts, host_gpus[0].gpu_name,
+// cpu.model) against this job's: an A100 cluster's baseline passed an H100
+// cluster that fell short of its own. A file that does not say is not compared.
+TEST(BurninBaseline, AnotherHardwaresBaselineIsNamed) {
+  testing::TempDir dir("test_burnin");
+  const std::string path = dir.file("a100.json");
+  std::ofstream(path) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 1000},
+                             "environment": {"hosts": ["n1", "n2"], "cpu": {"model": "Intel Xeon 8480"},
+                                             "host_gpus": [{"host": "n1", "gpus": 8, "gpu_name": "NVIDIA A100"}]}})";
+  const BaselineFigures known = read_baseline(path);
+  EXPECT_EQ(known.hosts, 2);
+  EXPECT_EQ(known.gpu_name, "NVIDIA A100");
+  EXPECT_EQ(known.cpu_model, "Intel Xeon 8480");
+  EXPECT_EQ(baseline_hardware_difference(known, 2, "NVIDIA A100", "AMD EPYC", "cuda"), "")
+      << "the CPU is not what a GPU job's figures are of";
+  EXPECT_EQ(baseline_hardware_difference(known, 2, "NVIDIA H100", "Intel Xeon 8480", "cuda"),
+            "measured on NVIDIA A100 and this job runs on NVIDIA H100: its figures are not this hardware's (give a "
+            "baseline measured on nodes like these)");
+  EXPECT_EQ(baseline_hardware_difference(known, 4, "NVIDIA A100", "Intel Xeon 8480", "cuda").rfind(
+                "measured on 2 host(s) and this job runs on 4: ", 0),
+            0u);
+  EXPECT_EQ(baseline_hardware_difference(known, 2, "", "AMD EPYC", "cpu").rfind(
+                "measured on the CPU Intel Xeon 8480 and this job runs on AMD EPYC: ", 0),
+            0u);
+  EXPECT_EQ(baseline_hardware_difference(BaselineFigures{}, 3, "NVIDIA H100", "AMD EPYC", "cuda"), "")
+      << "an older result without the fields";
 }
 
 // The engine a job runs on is the one device auto resolved to: a baseline
