@@ -3,7 +3,7 @@
 // gathered to every rank as it is found (the per-step flags, the golden
 // values, the health figures), so every rank reaches the same verdict and
 // no rank waits on a decision it cannot see.
-#include <algorithm>           // std::min, std::max
+#include <algorithm>           // std::min, std::max, std::find
 #include <chrono>
 #include <cmath>               // std::isfinite
 #include <condition_variable>  // the NVML sampler's period and stop
@@ -546,6 +546,12 @@ class BurninMonitor final : public RunExtension {
                  (golden_mismatches_[r].size() > 5 ? ", ..." : "") + " (" + std::to_string(golden_mismatches_[r].size()) +
                  " of " + std::to_string(golden_checks_) + " checks; first: " + golden_first_mismatch_[r] + ")");
       }
+      // The ranks outside the majority's parameters (the job's ranks_consistent
+      // names the step): the GPU that computed them, not the job alone.
+      if (std::find(outcome.diverged_ranks.begin(), outcome.diverged_ranks.end(), static_cast<int>(r)) !=
+          outcome.diverged_ranks.end())
+        row.fail("numerics: its parameters diverged from those the other ranks agree on (see the job's "
+                 "ranks_consistent)");
       if (loss_step_[r] > 0) row.fail("numerics: loss not finite at step " + std::to_string(loss_step_[r]));
       // One rank: the norm is its gradients' alone.
       if (world == 1 && grad_norm_step_ > 0)

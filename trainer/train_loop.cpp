@@ -1,6 +1,6 @@
 #include "trainer/train_loop.h"
 
-#include <algorithm>  // std::max_element
+#include <algorithm>  // std::max_element; std::count: the checksum the majority holds
 #include <chrono>     // step timing
 #include <cmath>      // std::isfinite
 #include <cstdlib>    // std::getenv, std::strtoll: the test hooks
@@ -161,11 +161,12 @@ uint64_t parameter_checksum(TrainingEngine& engine, std::vector<float>& paramete
   return checksum_bytes(parameters.data(), parameters.size() * sizeof(float));
 }
 
-// "" when every rank has rank 0's checksum, else which ranks differ.
-// `*local`: this rank's own part (the parameters' copy and hash), without
-// the all-gathers' wait for its peers, which is theirs to finish the step.
-std::string compare_parameter_checksums(TrainingEngine& engine, Communicator& comm,
-                                        std::vector<float>& parameters, int64_t step, Clock::duration* local) {
+// "" when every rank has rank 0's checksum, else which ranks differ
+// (checksum_divergence). `*local`: this rank's own part (the parameters' copy
+// and hash), without the all-gathers' wait for its peers, which is theirs to
+// finish the step.
+std::string compare_parameter_checksums(TrainingEngine& engine, Communicator& comm, std::vector<float>& parameters,
+                                        int64_t step, Clock::duration* local, std::vector<int>* diverged) {
   // Test hook: TRAINBENCH_TEST_CHECK_DELAY_MS makes each comparison take that
   // much longer, as a GPU's gigabytes of parameters do.
   static const double delay_ms = [] {
@@ -181,13 +182,10 @@ std::string compare_parameter_checksums(TrainingEngine& engine, Communicator& co
   std::vector<double> low(world), high(world);
   comm.all_gather(static_cast<double>(hash & 0xffffffffULL), low.data());
   comm.all_gather(static_cast<double>(hash >> 32), high.data());
-  std::string differing;
-  for (size_t r = 1; r < world; ++r)
-    if (low[r] != low[0] || high[r] != high[0])
-      differing += (differing.empty() ? "" : ", ") + std::to_string(r);
-  if (differing.empty()) return "";
-  return "parameters diverged at step " + std::to_string(step) + ": rank(s) " + differing +
-         " differ from rank 0";
+  std::vector<uint64_t> checksums(world);
+  for (size_t r = 0; r < world; ++r)
+    checksums[r] = static_cast<uint64_t>(high[r]) << 32 | static_cast<uint64_t>(low[r]);
+  return checksum_divergence(checksums, step, diverged);
 }
 
 // Fault injection (comm.inject_divergence_step): one parameter nudged on one
@@ -310,6 +308,27 @@ void summarize_storage_read(const SourceStats& stats, bool trained, Communicator
   }
 }
 }  // namespace
+
+std::string checksum_divergence(const std::vector<uint64_t>& checksums, int64_t step, std::vector<int>* diverged) {
+  diverged->clear();
+  const size_t world = checksums.size();
+  const auto holders = [&](uint64_t value) { return std::count(checksums.begin(), checksums.end(), value); };
+  size_t majority = world;  // the first rank whose checksum more than half hold; world: none
+  for (size_t r = 0; r < world && majority == world; ++r)
+    if (2 * static_cast<size_t>(holders(checksums[r])) > world) majority = r;
+  const uint64_t reference = checksums[majority == world ? 0 : majority];
+  std::string differing;
+  for (size_t r = 0; r < world; ++r)
+    if (checksums[r] != reference) {
+      differing += (differing.empty() ? "" : ", ") + std::to_string(r);
+      if (majority != world) diverged->push_back(static_cast<int>(r));
+    }
+  if (differing.empty()) return "";
+  const std::string at = "parameters diverged at step " + std::to_string(step) + ": rank(s) " + differing;
+  if (majority != world)
+    return at + " differ from the other " + std::to_string(world - diverged->size()) + " ranks, which agree";
+  return at + " differ from rank 0 (no checksum is held by more than half the ranks: which is wrong is not known)";
+}
 
 uint64_t checksum_bytes(const void* data, size_t bytes) {
   // XXH64 (the checkpoint files' hash): ~10 GB/s on a core, where the
@@ -473,7 +492,7 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   // consistency_check_s.
   const auto compare_ranks_at = [&](int64_t at) {
     Clock::duration local{0};
-    inconsistency = compare_parameter_checksums(engine, comm, parameters, at, &local);
+    inconsistency = compare_parameter_checksums(engine, comm, parameters, at, &local, &outcome.diverged_ranks);
     last_compared = at;
     summary.consistency_check_s += std::chrono::duration<double>(local).count();
     return local;

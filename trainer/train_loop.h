@@ -174,6 +174,9 @@ struct RunOutcome {
   // The failure every rank learnt of together that stopped the run early (see
   // RunFailure); the steps before it are above. Its check is among `checks`.
   RunFailure failure;
+  // The ranks whose parameters left the majority's (checksum_divergence);
+  // empty when none did or no majority says which.
+  std::vector<int> diverged_ranks;
   bool all_checks_passed() const;
 };
 
@@ -212,6 +215,13 @@ std::unique_ptr<BatchSource> measurement_batches(const Config& config);
 // XXH64 over `bytes` bytes: the parameter consistency check's checksum, and
 // burn-in's golden gradient checksum.
 uint64_t checksum_bytes(const void* data, size_t bytes);
+
+// The parameter consistency check's finding from every rank's checksum ("":
+// all equal). The ranks outside the checksum more than half of them hold go
+// to `*diverged` (empty where none is held by a majority: of two ranks that
+// differ, which is wrong is not known). Naming those that differ from rank 0
+// blamed the healthy ranks of a job whose rank 0 diverged.
+std::string checksum_divergence(const std::vector<uint64_t>& checksums, int64_t step, std::vector<int>* diverged);
 
 // The optimizer settings of the `train` section.
 AdamWSettings adamw_settings(const TrainSection& train);

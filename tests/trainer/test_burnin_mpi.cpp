@@ -157,6 +157,28 @@ TEST_F(BurninMpi, RanksThatDivergeAfterTheLastComparisonFail) {
   EXPECT_NE(r.out.find("burn-in verdict: FAIL"), std::string::npos) << r.out;
 }
 
+// Of four ranks, the one whose parameters left the other three's fails its
+// own row, not only the job (it was a PASS beside the job's "rank(s) 3 differ
+// from rank 0"), and the healthy ranks' rows say nothing of it.
+TEST_F(BurninMpi, TheRankThatDivergedFromTheMajorityFailsItsOwnRow) {
+  out_ = dir_.file("diverged4.json");
+  const CommandResult r = run_command(
+      std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader timeout 120 ") +
+      TRAINBENCH_MPIEXEC + " --oversubscribe -np 4 " + TRAINBENCH_BINARY +
+      " burnin tiny --duration 3s --set train.threads=1 --set train.warmup_steps=2 --set report.progress_every=0"
+      " --set burnin.straggler_pct=1000 --set burnin.degrade_pct=90 --set checkpoint.every_steps=0"
+      " --set comm.check_every=2 --set comm.inject_divergence_step=5 --out " + out_);
+  ASSERT_EQ(r.exit_code, 4) << r.out << r.err;
+  result_ = nlohmann::json::parse(read_whole_file(out_));
+  const nlohmann::json& gpus = result_.at("burnin").at("gpus");
+  ASSERT_EQ(gpus.size(), 4u) << gpus.dump();
+  const std::string diverged = "its parameters diverged from those the other ranks agree on";
+  for (size_t rank = 0; rank < 4; ++rank)
+    EXPECT_EQ(failures(gpus[rank]).find(diverged) != std::string::npos, rank == 3) << rank << ": " << gpus.dump();
+  EXPECT_NE(failures(result_.at("burnin").at("job")).find("rank(s) 3 differ from the other 3 ranks, which agree"),
+            std::string::npos) << failures(result_.at("burnin").at("job"));
+}
+
 TEST_F(BurninMpi, ASlowedRankIsFlaggedAsAStraggler) {
   // 250 ms more on the slowed rank than its own work (40-130 ms a step on a
   // loaded 2-core CI machine): a dozen measured steps, 2-7x slower.

@@ -50,6 +50,30 @@ RunOutcome train(const Config& config) {
 // interpolation: figures from numpy, unsorted inputs, odd and even counts.
 // Elsewhere only p10 <= p90 and a median of 4 were checked, which swapped
 // interpolation weights pass (p10 of 1..10 read 1.1 instead of 1.9).
+// The ranks the consistency check names are those outside the checksum more
+// than half of them hold: a job whose rank 0 diverged named its 3 healthy
+// ranks as the ones that "differ from rank 0". Without a majority (2 ranks,
+// or a split) which one is wrong is not known, and said so.
+TEST(ConsistencyCheck, TheRanksOutsideTheMajorityAreTheDivergedOnes) {
+  std::vector<int> diverged;
+  EXPECT_EQ(checksum_divergence({7, 7, 7, 7}, 3, &diverged), "");
+  EXPECT_TRUE(diverged.empty());
+  EXPECT_EQ(checksum_divergence({9, 7, 7, 7}, 3, &diverged),
+            "parameters diverged at step 3: rank(s) 0 differ from the other 3 ranks, which agree");
+  EXPECT_EQ(diverged, std::vector<int>({0}));
+  EXPECT_EQ(checksum_divergence({7, 7, 9, 8, 7}, 4, &diverged),
+            "parameters diverged at step 4: rank(s) 2, 3 differ from the other 3 ranks, which agree");
+  EXPECT_EQ(diverged, std::vector<int>({2, 3}));
+  EXPECT_EQ(checksum_divergence({7, 9}, 5, &diverged),
+            "parameters diverged at step 5: rank(s) 1 differ from rank 0 (no checksum is held by more than half "
+            "the ranks: which is wrong is not known)");
+  EXPECT_TRUE(diverged.empty());
+  EXPECT_EQ(checksum_divergence({7, 7, 9, 9}, 6, &diverged).rfind(
+                "parameters diverged at step 6: rank(s) 2, 3 differ from rank 0 (no checksum", 0),
+            0u);
+  EXPECT_TRUE(diverged.empty());
+}
+
 TEST(Statistics, QuantilesAreNumpysLinearInterpolation) {
   EXPECT_NEAR(quantile({10, 2, 4, 1, 3}, 0.1), 1.4, 1e-12);
   EXPECT_NEAR(quantile({10, 2, 4, 1, 3}, 0.5), 3.0, 1e-12);
