@@ -158,6 +158,9 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t take_event();
   [[noreturn]] void timed_out(const char* collective, int64_t bytes, double timeout_s,
                               const std::string& why);
+  // ncclCommAbort (the caller claimed it), the rank ended with exit 3 should
+  // it not return within kAbortGrace; comm_ is null after.
+  void abort_comm_within_grace();
 
   std::unique_ptr<Communicator> bootstrap_;  // first in, last out: abort() needs it to the end
   int device_ = 0;
@@ -231,7 +234,8 @@ NcclCommunicator::~NcclCommunicator() {
   const cudaError_t device_state = cudaSetDevice(device_);
   const cudaError_t stream_state = device_state == cudaSuccess ? cudaStreamQuery(stream_) : device_state;
   if (std::uncaught_exceptions() > 0 || (stream_state != cudaSuccess && stream_state != cudaErrorNotReady)) {
-    if (claim_comm_abort()) (void)ncclCommAbort(comm_);  // its result has nowhere to go: the error in flight is the one to tell
+    // Bounded as abandon_collectives' is: on a wedged GPU it may never return.
+    if (claim_comm_abort()) abort_comm_within_grace();
     comm_ = nullptr;
     return;
   }
@@ -518,6 +522,11 @@ bool NcclCommunicator::abandon_collectives() {
   // The gradients' collectives are on the device; the bootstrap carries
   // only blocking host ones, none of which is under way while unwinding.
   if (aborting_.load() || !claim_comm_abort()) return false;
+  abort_comm_within_grace();
+  return false;
+}
+
+void NcclCommunicator::abort_comm_within_grace() {
   // ncclCommAbort can block on a wedged device: past the grace the rank
   // ends, as abort()'s own watchdog would end it (the error being unwound
   // is not printed; this line says why the rank ended).
@@ -535,7 +544,6 @@ bool NcclCommunicator::abandon_collectives() {
   returned = true;
   watchdog.join();
   comm_ = nullptr;
-  return false;
 }
 
 }  // namespace
