@@ -83,8 +83,10 @@ struct CheckpointDir {
   bool remover = false;  // rank 0 of a temporary folder
   // Rank 0 made checkpoint.dir: a run that fails before writing anything
   // there removes it again (a refused --resume PATH left it, lock file and
-  // all, for the next run to find), once the lock is its own
-  // (release_removing_unused_folder).
+  // all, for the next run to find): with its lock file when the lock is its
+  // own (release_removing_unused_folder), else only when empty, holding no
+  // one's lock (two runs started together on a new folder both found it
+  // absent, and the one refused the lock removed the other's).
   bool made_by_this_run = false;
   const int exceptions_at_start = std::uncaught_exceptions();
   CheckpointDirLock lock;  // rank 0's: no second run writes into the folder meanwhile
@@ -92,7 +94,10 @@ struct CheckpointDir {
   CheckpointDir(const CheckpointDir&) = delete;
   CheckpointDir& operator=(const CheckpointDir&) = delete;
   ~CheckpointDir() {
-    if (made_by_this_run && std::uncaught_exceptions() > exceptions_at_start) lock.release_removing_unused_folder();
+    if (made_by_this_run && std::uncaught_exceptions() > exceptions_at_start) {
+      lock.release_removing_unused_folder();
+      (void)::rmdir(path.c_str());  // an empty folder only: fails on anything else
+    }
     drop();
   }
   // No checkpoints after all: a temporary folder goes now.
@@ -113,11 +118,10 @@ void setup_checkpoint_dir(const Config& config, Communicator& comm, CheckpointDi
       config.checkpoint.dir.empty()
           ? "making the run's checkpoint folder in " + temporary_directory_name() + " and checking that it is writable"
           : "checking that checkpoint.dir " + config.checkpoint.dir + " is writable and taking its lock");
-  bool absent = false;  // rank 0: checkpoint.dir not there yet (check_checkpoint_dir makes it)
   if (!config.checkpoint.dir.empty()) {
     dir->path = config.checkpoint.dir;
     std::error_code ignored;
-    absent = comm.rank() == 0 && !std::filesystem::exists(dir->path, ignored);
+    dir->made_by_this_run = comm.rank() == 0 && !std::filesystem::exists(dir->path, ignored);
   } else {
     // The default is a folder in rank 0's TMPDIR. Ranks on another host
     // wrote their files into a folder of that name on their own disk, which
@@ -137,7 +141,6 @@ void setup_checkpoint_dir(const Config& config, Communicator& comm, CheckpointDi
   // Rank 0 speaks for the job; its peers wait in their next collective and
   // end with its abort should the folder be taken.
   if (comm.rank() == 0) dir->lock.acquire(dir->path);
-  dir->made_by_this_run = absent;
 }
 
 // The checkpoint folder is the run's: commits replace `latest` and step_N,

@@ -711,6 +711,9 @@ TEST(CheckpointCli, ADiskFullAtStartIsTheEnvironments) {
   EXPECT_NE(named.err.find("checkpoint.dir " + full + "/ckpt is not writable"), std::string::npos) << named.err;
   EXPECT_NE(named.err.find("No space left on device"), std::string::npos) << named.err;
   EXPECT_EQ(named.err.find('\n'), named.err.size() - 1) << "one line: " << named.err;
+  // The folder the run made for it goes again, though the run failed before
+  // taking its lock (it stayed once the clean-up waited for the lock).
+  EXPECT_FALSE(fs::exists(full + "/ckpt")) << "left behind";
 
   const CommandResult temporary =
       run_command("TMPDIR=" + full + " " + TRAINBENCH_BINARY +
