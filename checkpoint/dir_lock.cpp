@@ -2,6 +2,7 @@
 
 #include <fcntl.h>     // open
 #include <sys/file.h>  // flock
+#include <sys/stat.h>  // fstat, stat: the file locked is the one named
 #include <unistd.h>    // read, write, ftruncate, close, getpid, gethostname
 
 #include <cerrno>
@@ -39,7 +40,20 @@ void CheckpointDirLock::acquire(const std::string& dir) {
     unlocked_reason_ = "checkpoint.dir " + dir + " is not locked against a second run (" + why + " " + path + ": " +
                        std::strerror(error) + "): give each run its own checkpoint.dir";
   };
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  int fd = -1;
+  // A lock on a file its holder removed as the lock was taken (a run that
+  // made the folder and failed removes it, lock file and all, while holding
+  // it) guards nothing: the file at `path` must still be the one locked.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) != 0) break;
+    struct stat locked{}, named{};
+    if (::fstat(fd, &locked) == 0 && ::stat(path.c_str(), &named) == 0 && locked.st_dev == named.st_dev &&
+        locked.st_ino == named.st_ino)
+      break;
+    ::close(fd);  // removed, or replaced, while we locked it: again
+    fd = -1;
+  }
   if (fd < 0) {  // a read-only folder fails the writability check before this
     unlocked("cannot open", errno);
     dir_ = dir;
