@@ -281,9 +281,11 @@ BaselineFigures read_baseline(const std::string& path) {
   const nlohmann::json attention = environment.value("attention", nlohmann::json());
   if (attention.is_object() && attention.value("kernel", nlohmann::json()).is_string())
     known.attention_kernel = attention["kernel"].get<std::string>();
+  // environment.hosts lists every host only in results that have host_gpus
+  // too (before, rank 0's alone: an older multi-node baseline read as 1 host).
   const nlohmann::json hosts = environment.value("hosts", nlohmann::json());
-  known.hosts = hosts.is_array() ? static_cast<int64_t>(hosts.size()) : 0;
   const nlohmann::json host_gpus = environment.value("host_gpus", nlohmann::json());
+  known.hosts = hosts.is_array() && host_gpus.is_array() ? static_cast<int64_t>(hosts.size()) : 0;
   if (host_gpus.is_array() && !host_gpus.empty() && host_gpus[0].is_object() &&
       host_gpus[0].value("gpu_name", nlohmann::json()).is_string())
     known.gpu_name = host_gpus[0]["gpu_name"].get<std::string>();

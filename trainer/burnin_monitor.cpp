@@ -196,11 +196,17 @@ class BurninMonitor final : public RunExtension {
                                                std::to_string(baseline_->ranks) + " rank(s) and this job has " +
                                                std::to_string(world) + ": its tokens/s and busbw are not this job's"};
       if (const Environment* env = context.environment; env != nullptr) {
+        // The hosts are the job's, alike on every rank; the CPU model is each
+        // rank's own: the first rank to differ speaks, and every rank stops.
         const std::string gpu_name = env->host_gpus.empty() ? "" : env->host_gpus.front().gpu_name;
-        const std::string other = baseline_hardware_difference(*baseline_, static_cast<int64_t>(env->host_gpus.size()),
-                                                               gpu_name, env->cpu_model, env->compute_backend);
-        // The environment is the job's, alike on every rank: every rank stops alike.
-        if (!other.empty()) throw CommandError{kExitUserError, "--baseline " + baseline_->path + ": " + other};
+        comm_->set_context("burn-in: the baseline's hardware");
+        const RankReason other = first_reason_over_ranks(
+            *comm_, baseline_hardware_difference(*baseline_, static_cast<int64_t>(env->host_gpus.size()), gpu_name,
+                                                 env->cpu_model, env->compute_backend));
+        if (other.rank >= 0)
+          throw CommandError{kExitUserError, "--baseline " + baseline_->path + ": " +
+                                                 (world > 1 ? "rank " + std::to_string(other.rank) + ": " : "") +
+                                                 other.reason};
       }
       // Only the engine knows which attention it runs; every rank stops alike.
       comm_->set_context("burn-in: the baseline's attention");

@@ -446,6 +446,11 @@ TEST(BurninBaseline, AnotherHardwaresBaselineIsNamed) {
             0u);
   EXPECT_EQ(baseline_hardware_difference(BaselineFigures{}, 3, "NVIDIA H100", "AMD EPYC", "cuda"), "")
       << "an older result without the fields";
+  // Before host_gpus, environment.hosts named rank 0's host alone: not counted.
+  const std::string older = dir.file("older.json");
+  std::ofstream(older) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 1000},
+                              "environment": {"hosts": ["n1"]}})";
+  EXPECT_EQ(read_baseline(older).hosts, 0);
 }
 
 // The engine a job runs on is the one device auto resolved to: a baseline
