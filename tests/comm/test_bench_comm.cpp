@@ -2,6 +2,7 @@
 // the local communicator, the note that busbw is 0 there, the data check, and
 // the command's user errors. The multi-rank runs are test_bench_comm_mpi.
 #include <cstdlib>  // setenv: NCCL_COMM_BLOCKING
+#include <fstream>  // an NCCL configuration file
 #include <set>
 #include <string>
 
@@ -76,13 +77,26 @@ TEST(BenchComm, NcclMadeBlockingByTheEnvironmentIsRefused) {
   const testing::CommandResult run = run_command("NCCL_COMM_BLOCKING=1 " + std::string(TRAINBENCH_BINARY) +
                                                  " bench comm --set comm.backend=nccl --max-bytes 1M --iters 3");
   EXPECT_EQ(run.exit_code, 2) << run.out << run.err;
-  EXPECT_EQ(run.err.rfind("trainbench: comm.backend=nccl: NCCL_COMM_BLOCKING=1 makes every NCCL call block inside "
-                          "NCCL, where comm.timeout_s cannot end a collective", 0), 0u) << run.err;
+  EXPECT_EQ(run.err.rfind("trainbench: comm.backend=nccl: NCCL_COMM_BLOCKING=1 (the environment) makes every NCCL "
+                          "call block inside NCCL, where comm.timeout_s cannot end a collective", 0), 0u) << run.err;
   EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << run.err;
-  ::setenv("NCCL_COMM_BLOCKING", "0", 1);
-  EXPECT_EQ(nccl_environment_problem(), "");
+  // As NCCL parses it (an integer), and from the file NCCL reads it from.
+  const testing::TempDir dir;
+  ::setenv("NCCL_CONF_FILE", dir.file("nccl.conf").c_str(), 1);
+  for (const char* value : {"0", "", "00"}) {
+    ::setenv("NCCL_COMM_BLOCKING", value, 1);
+    EXPECT_EQ(nccl_environment_problem(), "") << "'" << value << "'";
+  }
+  for (const char* value : {"01", " 1", "0x1"}) {
+    ::setenv("NCCL_COMM_BLOCKING", value, 1);
+    EXPECT_NE(nccl_environment_problem(), "") << "'" << value << "'";
+  }
   ::unsetenv("NCCL_COMM_BLOCKING");
   EXPECT_EQ(nccl_environment_problem(), "");
+  std::ofstream(dir.file("nccl.conf")) << "# site settings\nNCCL_DEBUG=WARN\n  NCCL_COMM_BLOCKING=1\n";
+  EXPECT_EQ(nccl_environment_problem().rfind("NCCL_COMM_BLOCKING=1 (" + dir.file("nccl.conf") + ") makes", 0), 0u)
+      << nccl_environment_problem();
+  ::unsetenv("NCCL_CONF_FILE");
 }
 
 // Buffers that cannot be mapped under ulimit -v are refused before they are
