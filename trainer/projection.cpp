@@ -128,10 +128,12 @@ std::vector<std::string> depth_projection_warnings(const std::vector<DepthPoint>
 std::string projected_mfu_warning(double mfu, double mfu_gemm, const std::string& remedy) {
   const bool past_peak = mfu > 1.0;
   if (!past_peak && !(mfu_gemm > 1.0)) return "";
+  // %.3g: a step fitted near zero gives any share (an int cast overflowed).
+  char share[32];
+  std::snprintf(share, sizeof share, "%.3g%%", 100 * (past_peak ? mfu : mfu_gemm));
   return "the projected step is faster than the " +
-         std::string(past_peak ? "GPU's datasheet peak" : "GEMM ceiling measured here") + " allows (" +
-         std::to_string(static_cast<int>(100 * (past_peak ? mfu : mfu_gemm))) +
-         "% of it): the fitted step_s is too low; " + remedy;
+         std::string(past_peak ? "GPU's datasheet peak" : "GEMM ceiling measured here") + " allows (" + share +
+         " of it): the fitted step_s is too low; " + remedy;
 }
 
 Fabric parse_fabric(const std::string& text) {
@@ -186,9 +188,9 @@ std::vector<std::string> scale_input_warnings(const Fabric& fabric, double comm_
   if (!fabric.measured && fabric.gbs_per_gpu > kFastestNicGbs) {
     char text[64];
     std::snprintf(text, sizeof text, "%g", fabric.gbs_per_gpu);
-    warnings.push_back("--fabric " + fabric.name + ": " + text + " GB/s per GPU is above any network's per-GPU "
-                       "rate (a 400 Gb/s NIC carries 50 GB/s): the bandwidth is achieved GB/s (bytes), not a "
-                       "line rate in Gb/s");
+    warnings.push_back("--fabric " + fabric.name + ": " + text + " GB/s per GPU is above any network "
+                       "NIC's rate (a 400 Gb/s NIC carries 50 GB/s): the bandwidth is achieved GB/s (bytes), not a "
+                       "line rate in Gb/s (an NVLink domain across nodes, such as NVL72's, is the exception)");
   }
   if (comm_slowdown > kNotedSlowdown) {
     char text[32];

@@ -153,6 +153,8 @@ TEST(ProjectDepth, AProjectedMfuAboveOneIsAWarning) {
   EXPECT_EQ(projected_mfu_warning(1.3, 1.9, kRemedy),
             "the projected step is faster than the GPU's datasheet peak allows (130% of it): the fitted step_s is "
             "too low; " + kRemedy);
+  EXPECT_NE(projected_mfu_warning(3e9, none, kRemedy).find("(3e+11% of it)"), std::string::npos)
+      << "a step fitted near zero: any share, said (an int overflowed)";
   EXPECT_EQ(projected_mfu_warning(0.0, 1.25, kRemedy),
             "the projected step is faster than the GEMM ceiling measured here allows (125% of it): the fitted "
             "step_s is too low; " + kRemedy);
@@ -335,7 +337,7 @@ TEST(ProjectScale, DoubtfulInputsOfTheTableAreWarnings) {
   EXPECT_TRUE(scale_input_warnings(parse_fabric("100,5"), 2.0).empty());
   const std::vector<std::string> gbits = scale_input_warnings(parse_fabric("400,5"), 1.0);
   ASSERT_EQ(gbits.size(), 1u) << ::testing::PrintToString(gbits);
-  EXPECT_EQ(gbits[0].rfind("--fabric 400,5: 400 GB/s per GPU is above any network's per-GPU rate", 0), 0u) << gbits[0];
+  EXPECT_EQ(gbits[0].rfind("--fabric 400,5: 400 GB/s per GPU is above any network NIC's rate", 0), 0u) << gbits[0];
   const std::vector<std::string> slowed = scale_input_warnings(parse_fabric("measured"), 108.85);
   ASSERT_EQ(slowed.size(), 1u) << ::testing::PrintToString(slowed);
   EXPECT_EQ(slowed[0].rfind("training slowed the all-reduce here x108.85 against the model", 0), 0u) << slowed[0];

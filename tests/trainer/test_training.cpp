@@ -46,10 +46,6 @@ RunOutcome train(const Config& config) {
   return run_training(config, *engine, *source, *comm, nullptr);
 }
 
-// The summary's p10/median/p90 are numpy.percentile's default (linear)
-// interpolation: figures from numpy, unsorted inputs, odd and even counts.
-// Elsewhere only p10 <= p90 and a median of 4 were checked, which swapped
-// interpolation weights pass (p10 of 1..10 read 1.1 instead of 1.9).
 // The ranks the consistency check names are those outside the checksum more
 // than half of them hold: a job whose rank 0 diverged named its 3 healthy
 // ranks as the ones that "differ from rank 0". Without a majority (2 ranks,
@@ -74,6 +70,10 @@ TEST(ConsistencyCheck, TheRanksOutsideTheMajorityAreTheDivergedOnes) {
   EXPECT_TRUE(diverged.empty());
 }
 
+// The summary's p10/median/p90 are numpy.percentile's default (linear)
+// interpolation: figures from numpy, unsorted inputs, odd and even counts.
+// Elsewhere only p10 <= p90 and a median of 4 were checked, which swapped
+// interpolation weights pass (p10 of 1..10 read 1.1 instead of 1.9).
 TEST(Statistics, QuantilesAreNumpysLinearInterpolation) {
   EXPECT_NEAR(quantile({10, 2, 4, 1, 3}, 0.1), 1.4, 1e-12);
   EXPECT_NEAR(quantile({10, 2, 4, 1, 3}, 0.5), 3.0, 1e-12);
