@@ -263,27 +263,52 @@ trap 'interrupted=HUP' HUP
 # figure goes back and this sweep's finished points move to
 # unfinished-<sweep id>/, so that the folder (and report.py DIR) holds one
 # sweep, never new figures beside old ones.
-# A sweep killed outright (SIGKILL, a lost session) left the earlier one's
-# files aside as .previous, for no one to put back: the next sweep set its
-# own .previous over them, and the folder kept two sweeps' figures. They go
-# back first, as in compare_finetune.sh, and what the killed sweep had made at
-# those points moves to unfinished-killed-<sweep id>/.
+# One sweep at a time in a folder: a second one would take the first's
+# points for a killed sweep's (below) and set them aside under it.
+if command -v flock > /dev/null; then
+  exec 9< "$out"  # the folder itself: no lock file left in it
+  flock -n 9 || die "another scale.sh sweep is writing to $out: wait for it, or give another --out"
+fi
+# A sweep killed outright (SIGKILL, a lost session) ran no clean-up: the
+# points it had started are in its record ($record: one rank count a line),
+# the earlier sweep's files it replaced are *.previous, for no one to put
+# back (the next sweep set its own .previous over them, and the folder kept
+# two sweeps' figures). What the killed sweep made moves to
+# unfinished-killed-<sweep id>/ and the earlier files go back, as
+# compare_finetune.sh does. (A record-less .previous is a killed sweep of an
+# older scale.sh: put back all the same.)
+record="$out/.scale.sweep"
 recovered=()
 killed_made=""
+set_aside_killed() {
+  killed_made="$out/unfinished-killed-$sweep_id"
+  mkdir -p "$killed_made" && mv -f "$1" "$killed_made/" ||
+    die "cannot set aside $1, made by a sweep that was killed part-way" 3
+}
+if [ -f "$record" ]; then
+  while read -r n; do
+    case "$n" in ''|*[!0-9]*) continue ;; esac
+    for f in "$out/ranks-$n.json" "$out/ranks-$n.log"; do
+      if [ -e "$f" ]; then set_aside_killed "$f"; fi
+    done
+  done < "$record"
+fi
 for previous in "$out"/ranks-*.json.previous "$out"/ranks-*.log.previous; do
   [ -f "$previous" ] || continue
   current=${previous%.previous}
-  if [ -e "$current" ]; then
-    killed_made="$out/unfinished-killed-$sweep_id"
-    mkdir -p "$killed_made" && mv -f "$current" "$killed_made/" ||
-      die "cannot set aside $current, made by a sweep that was killed part-way (its earlier file is $previous)" 3
-  fi
+  if [ -e "$current" ]; then set_aside_killed "$current"; fi
   mv -f "$previous" "$current" || die "cannot put $previous back as $current" 3
   recovered+=("${current##*/}")
 done
-if [ "${#recovered[@]}" -gt 0 ]; then
-  echo "$me: a sweep in $out was killed part-way: the earlier sweep's ${recovered[*]} are back${killed_made:+; what the killed one made there is in $killed_made}" >&2
+if [ -n "$killed_made" ] || [ "${#recovered[@]}" -gt 0 ]; then
+  said="$me: a sweep in $out was killed part-way:"
+  if [ "${#recovered[@]}" -gt 0 ]; then said+=" the earlier sweep's ${recovered[*]} are back;"; fi
+  if [ -n "$killed_made" ]; then said+=" what it made is in $killed_made"; fi
+  echo "$said" >&2
 fi
+# This sweep's record, until it ends (the EXIT trap; a SIGKILL leaves it).
+: > "$record" || die "cannot write $record" 3
+trap 'rm -f "$record"' EXIT
 earlier_sweep=0
 for earlier in "$out"/ranks-*.json; do
   case "$earlier" in *.failed.json | *.aborted.json) ;; *) if [ -f "$earlier" ]; then earlier_sweep=1; fi ;; esac
@@ -324,6 +349,7 @@ for n in "${rank_counts[@]}"; do
   # An earlier sweep's result and its log are kept aside, not deleted, until
   # this run has replaced them: a failed rerun must not cost the figures it was
   # to repeat, nor the log that goes with them.
+  echo "$n" >> "$record"
   if [ -f "$out/ranks-$n.json" ]; then mv -f "$out/ranks-$n.json" "$out/ranks-$n.json.previous"; set_aside+=("$n"); fi
   if [ -f "$log" ]; then mv -f "$log" "$log.previous"; set_aside+=("$n"); fi
   printf '%q ' "${cmd[@]}" > "$log"

@@ -20,6 +20,7 @@ Run as a script, it exits 77 (CTest: skipped) when every test it ran skipped.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -938,7 +939,47 @@ class ScaleTests(LauncherSandbox):
         [killed] = [p for p in out.iterdir() if p.name.startswith("unfinished-killed-")]
         self.assertEqual(sorted(p.name for p in killed.iterdir()), ["ranks-1.json", "ranks-1.log", "ranks-2.log"])
         self.assertIn(f"a sweep in {out} was killed part-way: the earlier sweep's ", done.stderr)
-        self.assertIn(f"what the killed one made there is in {killed}", done.stderr)
+        self.assertIn(f"what it made is in {killed}", done.stderr)
+        self.assertFalse((out / ".scale.sweep").exists(), "the sweep's record goes with it")
+
+    def test_a_killed_sweeps_new_points_are_set_aside_by_its_record(self) -> None:
+        # The earlier sweep ran 1 and 2; the killed one finished 4 (no
+        # earlier file there, so no .previous) and was killed during 8: its
+        # ranks-4.json stayed beside the earlier 1 and 2, as one sweep.
+        require_binary()
+        out = self.dir / "sweep"
+        out.mkdir()
+        for name in ("ranks-1.json", "ranks-2.json"):
+            (out / (name + ".previous")).write_text(f"the earlier sweep's {name}\n")
+            (out / name).write_text(f"the killed sweep's {name}\n")
+        (out / "ranks-4.json").write_text("the killed sweep's ranks-4.json\n")
+        (out / "ranks-8.log").write_text("the killed sweep's ranks-8.log, cut short\n")
+        (out / ".scale.sweep").write_text("1\n2\n4\n8\n")
+        done = run("bash", SCALE, "--binary", BINARY, "--config", "tiny", "--ranks", "1", "--steps", "4", "--set",
+                   "train.warmup_steps=1", "--set", "train.threads=1", "--set", "report.progress_every=0",
+                   "--out", out, "--no-report", env=self.env, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        [killed] = [p for p in out.iterdir() if p.name.startswith("unfinished-killed-")]
+        self.assertEqual(sorted(p.name for p in killed.iterdir()),
+                         ["ranks-1.json", "ranks-2.json", "ranks-4.json", "ranks-8.log"])
+        self.assertEqual((out / "ranks-2.json").read_text(), "the earlier sweep's ranks-2.json\n")
+        self.assertEqual(json.loads((out / "ranks-1.json").read_text())["environment"]["ranks"], 1, "this sweep's")
+        self.assertFalse(list(out.glob("*.previous")))
+        self.assertFalse((out / ".scale.sweep").exists())
+
+    def test_one_sweep_at_a_time_in_a_folder(self) -> None:
+        # A second sweep took the first's points for a killed sweep's.
+        out = self.dir / "sweep"
+        out.mkdir()
+        held = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            done = run("bash", SCALE, "--binary", "/bin/true", "--ranks", "1", "--out", out, "--no-report",
+                       env=self.env, timeout=20)
+        finally:
+            os.close(held)
+        self.assert_refused(done, f"another scale.sh sweep is writing to {out}")
+        self.assertEqual(self.mpirun_calls(), [])
 
     def test_steps_win_over_a_set_train_steps_in_the_check_as_in_the_run(self) -> None:
         # The check put --steps before the --set's: the --set won there, and
