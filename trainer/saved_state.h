@@ -3,19 +3,37 @@
 // (the compute ceiling, bench instrument) leaves the job where it was.
 #pragma once
 
+#include <cstdint>
+#include <new>     // std::bad_alloc
+#include <string>
 #include <vector>
 
-#include "kernels/engine.h"  // TrainingEngine, StateTensor
+#include "kernels/engine.h"        // TrainingEngine, StateTensor
+#include "trainer/cli.h"           // CommandError: a copy that does not fit is the environment's (exit 3)
+#include "trainer/environment.h"   // available_memory_bytes
+#include "trainer/report.h"        // human_bytes
 
 namespace trainbench {
 
 class SavedState {
  public:
+  // The copy is host memory beside the run's own, which the host-memory
+  // checks before the run do not count: past what is available it was a
+  // bare "out of memory" (or the OOM killer, as the copy is filled), where
+  // a run without the measurement fit. Refused, sized, before allocating.
   explicit SavedState(TrainingEngine& engine) : engine_(engine) {
+    int64_t bytes = 0;
+    for (const StateTensor& t : engine.state_tensors()) bytes += t.bytes;
+    const int64_t available = available_memory_bytes();
+    if (available > 0 && bytes > available) throw too_large(bytes, human_bytes(static_cast<double>(available)) + " is available");
     std::vector<void*> destinations;
-    for (const StateTensor& t : engine.state_tensors()) {
-      buffers_.emplace_back(static_cast<size_t>(t.bytes));
-      destinations.push_back(buffers_.back().data());
+    try {
+      for (const StateTensor& t : engine.state_tensors()) {
+        buffers_.emplace_back(static_cast<size_t>(t.bytes));
+        destinations.push_back(buffers_.back().data());
+      }
+    } catch (const std::bad_alloc&) {
+      throw too_large(bytes, "the allocation failed (ulimit -v, or the host's memory)");
     }
     engine.begin_state_copy(destinations);
     engine.wait_state_copy();
@@ -29,6 +47,13 @@ class SavedState {
   SavedState& operator=(const SavedState&) = delete;
 
  private:
+  static CommandError too_large(int64_t bytes, const std::string& why) {
+    return CommandError{kExitEnvironmentError,
+                        "a measurement on the job's engine (run --ceilings, bench compute, bench instrument) keeps "
+                        "a host copy of its state to put back, " + human_bytes(static_cast<double>(bytes)) +
+                            " per rank, and " + why + ": run without it, or on a smaller model or fewer ranks per "
+                            "host"};
+  }
   TrainingEngine& engine_;
   std::vector<std::vector<unsigned char>> buffers_;
 };

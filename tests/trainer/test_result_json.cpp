@@ -500,6 +500,29 @@ TEST(BenchInstrument, ReportsThePairsAndRejectsBadCounts) {
   EXPECT_NE(bad.err.find("--pairs: must be an integer between 2 and 100000 (got '1')"), std::string::npos) << bad.err;
 }
 
+// A measurement on the job's engine keeps a host copy of its state (55 M
+// parameters: 630 MiB here), which the checks before the run do not count:
+// under a limit the run alone fits in, --ceilings ended in a bare "out of
+// memory". Now one line with the size, exit 3; the run alone still runs.
+TEST(Ceilings, AStateCopyThatDoesNotFitIsSaidWithItsSize) {
+  const std::string model =
+      " run tiny --steps 3 --set train.warmup_steps=1 --set model.d_model=512 --set model.n_layers=16"
+      " --set model.n_heads=8 --set model.n_kv_heads=8 --set model.ffn_hidden=1536 --set train.micro_batch=1"
+      " --set model.seq_len=16 --set data.source=synthetic --set checkpoint.every_steps=0 --set train.threads=1";
+  const testing::TempDir dir("test_ceilings");
+  const auto limited = [&](const std::string& extra) {
+    return run_command("bash -c 'ulimit -v 1600000 && exec " + std::string(TRAINBENCH_BINARY) + model + extra + "'");
+  };
+  const testing::CommandResult alone = limited(" --out " + dir.file("alone.json"));
+  ASSERT_EQ(alone.exit_code, 0) << "the run alone fits under the limit: " << alone.err;
+  const testing::CommandResult measured = limited(" --ceilings --out " + dir.file("measured.json"));
+  EXPECT_EQ(measured.exit_code, 3) << measured.err;
+  EXPECT_EQ(measured.err.rfind("trainbench: a measurement on the job's engine (run --ceilings, bench compute, bench "
+                               "instrument) keeps a host copy of its state to put back, 630.19 MiB per rank, and ", 0),
+            0u) << measured.err;
+  EXPECT_EQ(measured.err.find('\n'), measured.err.size() - 1) << measured.err;
+}
+
 // bench compute (DESIGN's `bench compute|comm|io`): the compute ceiling
 // alone, what `run --ceilings` calls compute, with its FLOP rate; an unknown
 // bench command is named (CLI11 said only "A subcommand is required").
