@@ -230,11 +230,35 @@ nlohmann::json ceilings_to_json(const Ceilings& c, double achieved) {
           {"storage_read",
            {{"tokens_per_s", value(c.read_tokens_per_s)}, {"gbs", value(c.read_gbs)},
             {"achieved_share", share(c.read_tokens_per_s)}}},
+          // Not measured (checkpoints off, or the write failed): every figure
+          // null, not a 0 s a step that reads as checkpoints costing nothing.
           {"storage_write",
            {{"gbs", value(c.write_gbs)},
-            {"bytes_per_rank", c.write_bytes},
-            {"checkpoint_bytes", c.checkpoint_bytes},
-            {"sync_checkpoint_s_per_step", c.write_s_per_step}}}};
+            {"bytes_per_rank", c.write_gbs > 0 ? nlohmann::json(c.write_bytes) : nlohmann::json()},
+            {"checkpoint_bytes", value(c.checkpoint_bytes)},
+            {"sync_checkpoint_s_per_step", c.write_gbs > 0 ? nlohmann::json(c.write_s_per_step) : nlohmann::json()}}}};
+}
+
+std::vector<std::string> ceilings_warnings(const Ceilings& c, double achieved, bool checkpoints_off) {
+  std::vector<std::string> warnings;
+  const char* lowest_name = nullptr;
+  double lowest = 0;
+  for (const auto& [name, tokens_per_s] : {std::pair<const char*, double>{"compute", c.compute_tokens_per_s},
+                                           {"network", c.network_tokens_per_s},
+                                           {"storage read", c.read_tokens_per_s}})
+    if (tokens_per_s > 0 && (lowest_name == nullptr || tokens_per_s < lowest)) {
+      lowest = tokens_per_s;
+      lowest_name = name;
+    }
+  if (lowest_name != nullptr && achieved > lowest)
+    warnings.push_back("ceilings: the run reached " + human_count(achieved) + " tokens/s, " +
+                       std::to_string(static_cast<int>(100.0 * achieved / lowest + 0.5)) + "% of its " + lowest_name +
+                       " ceiling (" + human_count(lowest) + " measured alone): the host's speed varied between the "
+                       "measurement and the run; treat the ceilings as approximate");
+  if (checkpoints_off)
+    warnings.push_back("ceilings: storage write not measured: this run writes no checkpoints (no folder to write "
+                       "them to)");
+  return warnings;
 }
 
 std::string ceilings_line(const Ceilings& c, double achieved) {

@@ -90,6 +90,14 @@ nlohmann::json ceilings_to_json(const Ceilings& ceilings, double achieved_tokens
 // tokens/s: the run reached 38k = 93% of the lowest (storage read)".
 std::string ceilings_line(const Ceilings& ceilings, double achieved_tokens_per_s);
 
+// What the run's warnings say of the ceilings, one line each: a run faster
+// than the lowest one (its share above 100 %: the host's speed changed
+// between the measurement and the run, as MFU above the GEMM ceiling is
+// warned of), and no storage-write ceiling for a run that writes no
+// checkpoints (it was announced, then missing from the line without a word).
+std::vector<std::string> ceilings_warnings(const Ceilings& ceilings, double achieved_tokens_per_s,
+                                           bool checkpoints_off);
+
 // The run's bottleneck line (RunSummary::bottleneck) with the ceiling that
 // explains it: "storage read — data stall 31% of step (compute 66%); the
 // loader alone feeds 41k tokens/s, compute alone 60k".

@@ -1023,6 +1023,8 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
       outcome.warnings.push_back("ceilings: storage write not measured: " + ceilings.write_failure);
     if (!ceilings.network_failure.empty())
       outcome.warnings.push_back("ceilings: network not measured: " + ceilings.network_failure);
+    for (std::string& doubt : ceilings_warnings(ceilings, outcome.summary.tokens_per_s, checkpoint_dir.path.empty()))
+      outcome.warnings.push_back(std::move(doubt));
     outcome.ceilings_line = ceilings_line(ceilings, outcome.summary.tokens_per_s);
     outcome.summary.bottleneck = explain_bottleneck(outcome.summary.bottleneck, ceilings, outcome.summary.tokens_per_s);
     // The read bandwidth these GPUs need at the compute ceiling (DESIGN):

@@ -26,6 +26,7 @@
 
 #include "comm/communicator.h"     // mpi_library_version
 #include "kernels/device_info.h"  // query_gpus: the CUDA test needs no GPU
+#include "trainer/ceilings.h"       // ceilings_warnings
 #include "trainer/environment.h"    // nvidia_driver_version_in
 #include "trainer/report.h"         // human_rate
 #include "tests/support/mounted_filesystem.h"  // a small tmpfs that fills during a run
@@ -521,6 +522,30 @@ TEST(Ceilings, AStateCopyThatDoesNotFitIsSaidWithItsSize) {
                                "instrument) keeps a host copy of its state to put back, 630.19 MiB per rank, and ", 0),
             0u) << measured.err;
   EXPECT_EQ(measured.err.find('\n'), measured.err.size() - 1) << measured.err;
+}
+
+// A run faster than its lowest ceiling (105% of compute on a noisy host)
+// said nothing; a run without checkpoints announced the storage-write
+// ceiling, left it out without a word and recorded 0 s of it per step.
+TEST(Ceilings, ARunAboveItsCeilingAndAWriteNotMeasuredAreSaid) {
+  Ceilings c;
+  c.compute_tokens_per_s = 1000;
+  c.read_tokens_per_s = 5000;
+  EXPECT_TRUE(ceilings_warnings(c, 990, false).empty());
+  const std::vector<std::string> above = ceilings_warnings(c, 1050, false);
+  ASSERT_EQ(above.size(), 1u) << ::testing::PrintToString(above);
+  EXPECT_EQ(above[0].rfind("ceilings: the run reached 1.05 k tokens/s, 105% of its compute ceiling (1.00 k measured "
+                           "alone)", 0), 0u) << above[0];
+  const testing::TempDir dir("test_ceilings");
+  const testing::CommandResult run =
+      run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 6 --set train.warmup_steps=2 --ceilings --set "
+                  "checkpoint.every_steps=0 --out " + dir.file("r.json"));
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  const json result = json::parse(testing::read_whole_file(dir.file("r.json")));
+  for (const char* figure : {"gbs", "bytes_per_rank", "checkpoint_bytes", "sync_checkpoint_s_per_step"})
+    EXPECT_TRUE(result.at("ceilings").at("storage_write").at(figure).is_null()) << figure << ": " << result["ceilings"];
+  EXPECT_NE(result.at("warnings").dump().find("ceilings: storage write not measured: this run writes no checkpoints"),
+            std::string::npos) << result.at("warnings");
 }
 
 // bench compute (DESIGN's `bench compute|comm|io`): the compute ceiling
