@@ -15,6 +15,22 @@
 
 namespace trainbench {
 
+// The refusal of a state copy of `bytes` per rank, `why` it cannot be had.
+inline CommandError state_copy_too_large(int64_t bytes, const std::string& why) {
+  return CommandError{kExitEnvironmentError,
+                      "a measurement on the job's engine (run --ceilings, bench compute, bench instrument) keeps a "
+                      "host copy of its state to put back, " + human_bytes(static_cast<double>(bytes)) +
+                          " per rank, and " + why + ": run without it, or on a smaller model or fewer ranks per host"};
+}
+
+// Throws state_copy_too_large where `bytes` exceed the memory available
+// (available_memory_bytes: MemAvailable, or the cgroup's room when less).
+inline void check_state_copy_fits(int64_t bytes) {
+  const int64_t available = available_memory_bytes();
+  if (available > 0 && bytes > available)
+    throw state_copy_too_large(bytes, human_bytes(static_cast<double>(available)) + " is available");
+}
+
 class SavedState {
  public:
   // The copy is host memory beside the run's own, which the host-memory
@@ -24,8 +40,7 @@ class SavedState {
   explicit SavedState(TrainingEngine& engine) : engine_(engine) {
     int64_t bytes = 0;
     for (const StateTensor& t : engine.state_tensors()) bytes += t.bytes;
-    const int64_t available = available_memory_bytes();
-    if (available > 0 && bytes > available) throw too_large(bytes, human_bytes(static_cast<double>(available)) + " is available");
+    check_state_copy_fits(bytes);
     std::vector<void*> destinations;
     try {
       for (const StateTensor& t : engine.state_tensors()) {
@@ -33,7 +48,7 @@ class SavedState {
         destinations.push_back(buffers_.back().data());
       }
     } catch (const std::bad_alloc&) {
-      throw too_large(bytes, "the allocation failed (ulimit -v, or the host's memory)");
+      throw state_copy_too_large(bytes, "the allocation failed (ulimit -v, or the host's memory)");
     }
     engine.begin_state_copy(destinations);
     engine.wait_state_copy();
@@ -47,13 +62,6 @@ class SavedState {
   SavedState& operator=(const SavedState&) = delete;
 
  private:
-  static CommandError too_large(int64_t bytes, const std::string& why) {
-    return CommandError{kExitEnvironmentError,
-                        "a measurement on the job's engine (run --ceilings, bench compute, bench instrument) keeps "
-                        "a host copy of its state to put back, " + human_bytes(static_cast<double>(bytes)) +
-                            " per rank, and " + why + ": run without it, or on a smaller model or fewer ranks per "
-                            "host"};
-  }
   TrainingEngine& engine_;
   std::vector<std::vector<unsigned char>> buffers_;
 };
