@@ -299,11 +299,15 @@ BaselineFigures read_baseline(const std::string& path) {
   return known;
 }
 
+std::string baseline_ranks_difference(const BaselineFigures& known, int64_t ranks) {
+  if (known.ranks <= 0 || known.ranks == ranks) return "";
+  return "measured on " + std::to_string(known.ranks) + " rank(s) and this job has " + std::to_string(ranks) +
+         ": its tokens/s and busbw are not this job's";
+}
+
 std::string baseline_job_difference(const BaselineFigures& known, const Config& config, int ranks,
                                     const std::string& engine) {
-  if (known.ranks > 0 && known.ranks != ranks)
-    return "measured on " + std::to_string(known.ranks) + " rank(s) and this job has " + std::to_string(ranks) +
-           ": its tokens/s and busbw are not this job's";
+  if (std::string other = baseline_ranks_difference(known, ranks); !other.empty()) return other;
   // A GPU's tokens/s is hundreds of times a CPU's: a baseline from the other
   // engine made every GPU "pass" (or every CPU job fail) whatever it did.
   if (!known.compute_backend.empty() && !engine.empty() && known.compute_backend != engine)

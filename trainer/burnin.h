@@ -143,6 +143,10 @@ BaselineFigures read_baseline(const std::string& path);
 // not say is not compared), this job's from `engine`.
 std::string baseline_job_difference(const BaselineFigures& known, const Config& config, int ranks,
                                     const std::string& engine);
+// Its first check alone: another number of ranks than `ranks` ("" when the
+// same or the file does not say). Again once MPI is up, against the job's
+// own size (the launcher may not say it beforehand).
+std::string baseline_ranks_difference(const BaselineFigures& known, int64_t ranks);
 // Why `known` ran another attention kernel than this job's engine does
 // (`kernel`, `detail`: TrainingEngine::attention()), or "" when the same or
 // the baseline does not say. Not known before the engine exists: train.

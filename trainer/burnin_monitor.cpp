@@ -191,10 +191,8 @@ class BurninMonitor final : public RunExtension {
       // The launcher's task count, read before MPI was up, may be missing
       // (a PMIx launcher that exports none reads as 1 rank): the job's own
       // size, alike on every rank, settles it.
-      if (baseline_->ranks > 0 && baseline_->ranks != static_cast<int64_t>(world))
-        throw CommandError{kExitUserError, "--baseline " + baseline_->path + ": measured on " +
-                                               std::to_string(baseline_->ranks) + " rank(s) and this job has " +
-                                               std::to_string(world) + ": its tokens/s and busbw are not this job's"};
+      if (const std::string other = baseline_ranks_difference(*baseline_, static_cast<int64_t>(world)); !other.empty())
+        throw CommandError{kExitUserError, "--baseline " + baseline_->path + ": " + other};
       if (const Environment* env = context.environment; env != nullptr) {
         // The hosts are the job's, alike on every rank; the CPU model is each
         // rank's own: the first rank to differ speaks, and every rank stops.

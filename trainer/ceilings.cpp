@@ -239,17 +239,31 @@ nlohmann::json ceilings_to_json(const Ceilings& c, double achieved) {
             {"sync_checkpoint_s_per_step", c.write_gbs > 0 ? nlohmann::json(c.write_s_per_step) : nlohmann::json()}}}};
 }
 
+namespace {
+
+// The measured ceilings in tokens/s, in the order the line names them.
+std::vector<std::pair<const char*, double>> measured_ceilings(const Ceilings& c) {
+  std::vector<std::pair<const char*, double>> measured;
+  for (const auto& ceiling : {std::pair<const char*, double>{"compute", c.compute_tokens_per_s},
+                              {"network", c.network_tokens_per_s},
+                              {"storage read", c.read_tokens_per_s}})
+    if (ceiling.second > 0) measured.push_back(ceiling);
+  return measured;
+}
+
+// The lowest of them ({nullptr, 0} when none was measured).
+std::pair<const char*, double> lowest_ceiling(const Ceilings& c) {
+  std::pair<const char*, double> lowest{nullptr, 0.0};
+  for (const auto& ceiling : measured_ceilings(c))
+    if (lowest.first == nullptr || ceiling.second < lowest.second) lowest = ceiling;
+  return lowest;
+}
+
+}  // namespace
+
 std::vector<std::string> ceilings_warnings(const Ceilings& c, double achieved, bool checkpoints_off) {
   std::vector<std::string> warnings;
-  const char* lowest_name = nullptr;
-  double lowest = 0;
-  for (const auto& [name, tokens_per_s] : {std::pair<const char*, double>{"compute", c.compute_tokens_per_s},
-                                           {"network", c.network_tokens_per_s},
-                                           {"storage read", c.read_tokens_per_s}})
-    if (tokens_per_s > 0 && (lowest_name == nullptr || tokens_per_s < lowest)) {
-      lowest = tokens_per_s;
-      lowest_name = name;
-    }
+  const auto [lowest_name, lowest] = lowest_ceiling(c);
   if (lowest_name != nullptr && achieved > lowest)
     warnings.push_back("ceilings: the run reached " + human_count(achieved) + " tokens/s, " +
                        std::to_string(static_cast<int>(100.0 * achieved / lowest + 0.5)) + "% of its " + lowest_name +
@@ -263,20 +277,10 @@ std::vector<std::string> ceilings_warnings(const Ceilings& c, double achieved, b
 
 std::string ceilings_line(const Ceilings& c, double achieved) {
   std::string line;
-  const char* lowest_name = nullptr;
-  double lowest = 0;
-  const auto add = [&](const char* name, double tokens_per_s) {
-    if (tokens_per_s <= 0) return;
+  for (const auto& [name, tokens_per_s] : measured_ceilings(c))
     line += std::string(line.empty() ? "" : ", ") + name + " " + human_count(tokens_per_s);
-    if (lowest_name == nullptr || tokens_per_s < lowest) {
-      lowest = tokens_per_s;
-      lowest_name = name;
-    }
-  };
-  add("compute", c.compute_tokens_per_s);
-  add("network", c.network_tokens_per_s);
-  add("storage read", c.read_tokens_per_s);
   line += " tokens/s";
+  const auto [lowest_name, lowest] = lowest_ceiling(c);
   if (const double busbw = network_busbw_gbs(c.network_timed); busbw > 0) line += "; network busbw " + human_rate(busbw);
   if (c.write_gbs > 0) line += "; storage write " + human_rate(c.write_gbs);
   if (lowest_name != nullptr && achieved > 0)
