@@ -19,7 +19,7 @@
 #include <atomic>     // waiting_since, read by a watchdog thread
 #include <chrono>     // PeerWait's clock
 #include <cstdint>    // int64_t
-#include <functional>  // std::hash: ranks_on_this_host; the action before an abort
+#include <functional>  // std::hash: ranks_with_the_same_text; the action before an abort
 #include <memory>     // std::unique_ptr
 #include <numeric>    // std::accumulate for sum_over_ranks
 #include <stdexcept>  // std::logic_error: what a host backend cannot do
@@ -215,16 +215,20 @@ inline std::vector<double> gather_from_ranks(Communicator& comm, double value) {
   comm.all_gather(value, values.data());
   return values;
 }
-// Ranks on this rank's host, itself included (a collective): the ranks
-// whose host name is this one's, hashed to 52 bits, which a double carries
-// exactly. What shares one host's memory.
-inline int ranks_on_this_host(Communicator& comm) {
-  const auto host_key = [](const std::string& name) {
-    return static_cast<double>(std::hash<std::string>{}(name) & ((uint64_t{1} << 52) - 1));
-  };
-  const double mine = host_key(comm.host_name());
+// The ranks whose `text` is this rank's, itself included, in rank order (a
+// collective): each text hashed to 52 bits, which a double carries exactly.
+inline std::vector<int> ranks_with_the_same_text(Communicator& comm, const std::string& text) {
+  const double mine = static_cast<double>(std::hash<std::string>{}(text) & ((uint64_t{1} << 52) - 1));
   const std::vector<double> keys = gather_from_ranks(comm, mine);
-  return static_cast<int>(std::count(keys.begin(), keys.end(), mine));
+  std::vector<int> ranks;
+  for (size_t r = 0; r < keys.size(); ++r)
+    if (keys[r] == mine) ranks.push_back(static_cast<int>(r));
+  return ranks;
+}
+// Ranks on this rank's host, itself included (a collective): what shares
+// one host's memory.
+inline int ranks_on_this_host(Communicator& comm) {
+  return static_cast<int>(ranks_with_the_same_text(comm, comm.host_name()).size());
 }
 
 // `text` as rank `root` has it, on every rank: a collective.

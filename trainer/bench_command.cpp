@@ -29,6 +29,7 @@
 #include "trainer/config.h"
 #include "trainer/data_source.h"     // shards_for_run, loader_options
 #include "trainer/environment.h"     // describe_filesystem, available_memory_bytes, trainbench_version
+#include "trainer/gpu_placement.h"   // the rank's GPU for NCCL, one per rank
 #include "trainer/results.h"         // read_json_input: --against
 #include "trainer/gradient_sync.h"   // gradient_bucket_bytes: the trainer's buckets
 #include "trainer/instrument_cost.h"  // bench instrument
@@ -315,7 +316,11 @@ int comm_bench_gpu(const Config& config, Communicator& bootstrap) {
   const std::string why = first_reason_over_ranks(bootstrap, mine).reason;
   if (!why.empty()) throw CommandError{kExitEnvironmentError, "bench comm: " + why};
   if (!on_gpus) return -1;
-  return bootstrap.local_rank() % static_cast<int>(gpus.gpus.size());
+  const int gpu = gpu_for_local_rank(bootstrap.local_rank(), gpus);
+  const std::string shared =
+      gpu_shared_over_ranks(bootstrap, &gpus.gpus[static_cast<size_t>(gpu)], static_cast<int>(gpus.gpus.size()));
+  if (!shared.empty()) throw CommandError{kExitEnvironmentError, "bench comm: " + shared};
+  return gpu;
 }
 
 // What each path of a collective is, under its table; the raw path only

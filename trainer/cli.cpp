@@ -39,6 +39,7 @@
 #include "trainer/data_source.h"
 #include "trainer/temporary_folder.h"  // make_temporary_directory, remove_temporary_folder: the default checkpoint folder
 #include "trainer/environment.h"
+#include "trainer/gpu_placement.h"  // the rank's GPU: one engine over the ranks, a GPU of its own
 #include "trainer/json_text.h"       // json_text: rank configs compared as text; error_line
 #include "trainer/interrupt_cleanup.h"  // wait_if_interrupted: no error line after a signal
 #include "trainer/partial_result.h"     // an aborted or interrupted run leaves its steps
@@ -542,6 +543,16 @@ ResolvedEngine resolve_engine(const Config& config, Communicator& comm, const Gp
   engine_options.lora = lora_spec(config);
   engine_options.lora_state_includes_base = config.checkpoint.include_base;
   engine_options.device = resolve_device(config.train.device, gpus);
+  // Every rank alike, before a rank's own refusal below: both are collectives.
+  const std::string why_cpu = gpus.gpus.empty() ? gpus.why_none : "train.device " + config.train.device;
+  if (const std::string differ = engines_differ_over_ranks(comm, engine_options.device, why_cpu); !differ.empty())
+    throw CommandError{kExitEnvironmentError, differ};
+  const bool on_gpu = engine_options.device == "cuda" && !gpus.gpus.empty();
+  if (on_gpu) engine_options.gpu_index = gpu_for_local_rank(comm.local_rank(), gpus);
+  const int gpus_visible = static_cast<int>(gpus.gpus.size());
+  const GpuInfo* gpu = on_gpu ? &gpus.gpus[static_cast<size_t>(engine_options.gpu_index)] : nullptr;
+  if (const std::string shared = gpu_shared_over_ranks(comm, gpu, gpus_visible); !shared.empty())
+    throw CommandError{kExitEnvironmentError, shared};
   // nccl: asked for, or auto on the cuda engine when this build has it. (An
   // explicit train.device that contradicts these was refused with the config.)
   // auto takes NCCL for a multi-rank CUDA run; one GPU trains without a
@@ -597,20 +608,17 @@ ResolvedEngine resolve_engine(const Config& config, Communicator& comm, const Gp
   if (engine_options.device == "cuda") {
     if (gpus.gpus.empty())
       throw CommandError{kExitEnvironmentError, "train.device=cuda: " + gpus.why_none};
-    // One process per GPU: the rank's place on its host picks the device.
-    engine_options.gpu_index = comm.local_rank() % static_cast<int>(gpus.gpus.size());
-    const GpuInfo& gpu = gpus.gpus[static_cast<size_t>(engine_options.gpu_index)];
     // What `trainbench plan` calls "fits": the GPU's memory less the reserve
     // for the CUDA context, NCCL's buffers and the allocator. (The engine
     // checks again against the free memory once it knows its attention.)
-    const int64_t gpu_memory = gpu.memory_bytes;
+    const int64_t gpu_memory = gpu->memory_bytes;
     const int64_t usable = usable_gpu_bytes(gpu_memory);
     if (plan.total_bytes() > usable)
       throw CommandError{kExitEnvironmentError,
                       "model needs " + human_bytes(static_cast<double>(plan.total_bytes())) +
                           " of GPU memory (activations " +
                           human_bytes(static_cast<double>(plan.activation_bytes)) + ") but " +
-                          gpu.name + " has " + human_bytes(static_cast<double>(gpu_memory)) + ", " +
+                          gpu->name + " has " + human_bytes(static_cast<double>(gpu_memory)) + ", " +
                           human_bytes(static_cast<double>(usable)) +
                           " usable after the reserve for the CUDA context, NCCL and the allocator: lower "
                           "train.micro_batch, model.seq_len or model.n_layers (trainbench plan shows the sizes)"};

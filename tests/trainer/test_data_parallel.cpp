@@ -21,6 +21,7 @@
 #include "kernels/engine.h"
 #include "tests/support/token_batches.h"
 #include "trainer/config.h"
+#include "trainer/gpu_placement.h"
 #include "trainer/gradient_sync.h"
 #include "trainer/train_loop.h"
 #include "trainer/zero_optimizer.h"
@@ -391,6 +392,84 @@ TEST(DataParallel, TheConsistencyCheckSaysWhenTheRanksWereCompared) {
     }
     EXPECT_TRUE(found) << "comm.check_every=" << every;
   }
+}
+
+// Which GPU a rank trains on: every rank learns what one rank found, and
+// each check names the ranks it is about. All ranks run on this host, which
+// these tests show GPUs that are not there.
+GpuInfo gpu_known_as(const std::string& uuid, const std::string& pci_bus_id = "00000000:19:00.0") {
+  GpuInfo gpu;
+  gpu.name = "NVIDIA H200";
+  gpu.uuid = uuid;
+  gpu.pci_bus_id = pci_bus_id;
+  return gpu;
+}
+
+std::string ranks_named(int first, int count) {
+  std::string names;
+  for (int r = first; r < first + count; ++r)
+    names += (r == first ? "" : r + 1 == first + count ? " and " : ", ") + std::to_string(r);
+  return "ranks " + names + " on ";
+}
+
+TEST(GpuPlacement, RanksOnOneGpuAreRefusedOnEveryRankNamingThemAll) {
+  const GpuInfo same = gpu_known_as("GPU-8f0e9c64-1c57-3f4b-a9d2-0c5b1e7a6f10");
+  const std::string reason = gpu_shared_over_ranks(*g_comm, &same, 1);
+  EXPECT_NE(reason.find(ranks_named(0, g_comm->world_size()) + g_comm->host_name()), std::string::npos) << reason;
+  EXPECT_NE(reason.find("GPU-8f0e9c64-1c57-3f4b-a9d2-0c5b1e7a6f10"), std::string::npos) << reason;
+  // One GPU seen by each of the host's ranks: the local rank wrapped round.
+  EXPECT_NE(reason.find("run at most 1 rank(s) per host"), std::string::npos) << reason;
+}
+
+TEST(GpuPlacement, RanksOnTheirOwnGpusOrOnTheCpuPass) {
+  const GpuInfo own = gpu_known_as("GPU-" + std::to_string(g_comm->rank()));
+  EXPECT_EQ(gpu_shared_over_ranks(*g_comm, &own, g_comm->world_size()), "");
+  EXPECT_EQ(gpu_shared_over_ranks(*g_comm, nullptr, 0), "");
+  // Ranks that know neither their GPU's UUID nor its bus compare nothing.
+  const GpuInfo unknown = gpu_known_as("", "");
+  EXPECT_EQ(gpu_shared_over_ranks(*g_comm, &unknown, 1), "");
+}
+
+TEST(GpuPlacement, OnlyTheRanksThatShareAreNamed) {
+  // Ranks 0 and 1 share a GPU, the others (on 4 ranks) have one each.
+  const int rank = g_comm->rank();
+  const GpuInfo gpu = gpu_known_as(rank < 2 ? "GPU-shared" : "GPU-" + std::to_string(rank));
+  const std::string reason = gpu_shared_over_ranks(*g_comm, &gpu, g_comm->world_size());
+  EXPECT_NE(reason.find(ranks_named(0, 2)), std::string::npos) << reason;
+  EXPECT_EQ(reason.find("rank 2"), std::string::npos) << reason;
+}
+
+TEST(GpuPlacement, WithoutItsUuidAGpuIsKnownByItsBus) {
+  const GpuInfo same_bus = gpu_known_as("", "00000000:3B:00.0");
+  const std::string reason = gpu_shared_over_ranks(*g_comm, &same_bus, 1);
+  EXPECT_NE(reason.find("PCI 00000000:3B:00.0"), std::string::npos) << reason;
+  const GpuInfo own_bus = gpu_known_as("", "00000000:" + std::to_string(10 + g_comm->rank()) + ":00.0");
+  EXPECT_EQ(gpu_shared_over_ranks(*g_comm, &own_bus, 1), "");
+}
+
+TEST(GpuPlacement, AsManyGpusAsRanksYetOneSharedSaysToGiveEachRankItsOwn) {
+  // Every rank sees all the host's GPUs yet landed on one: one
+  // CUDA_VISIBLE_DEVICES for all, not the local rank wrapping round.
+  const std::string reason = gpu_sharing_reason({0, 1}, "node7", gpu_known_as("GPU-a"), 4, 4);
+  EXPECT_EQ(reason.rfind("ranks 0 and 1 on node7 would train on one GPU (GPU 0, NVIDIA H200, GPU-a)", 0), 0u)
+      << reason;
+  EXPECT_NE(reason.find("give each rank its own"), std::string::npos) << reason;
+  EXPECT_EQ(reason.find("run at most"), std::string::npos) << reason;
+}
+
+TEST(GpuPlacement, ARankOnTheCpuEngineBesideGpuRanksIsNamedOnEveryRank) {
+  const int last = g_comm->world_size() - 1;
+  const bool cpu = g_comm->rank() == last;
+  const std::string reason =
+      engines_differ_over_ranks(*g_comm, cpu ? "cpu" : "cuda", cpu ? "no CUDA driver found" : "");
+  EXPECT_EQ(reason.rfind("rank " + std::to_string(last) + " on " + g_comm->host_name() +
+                             " resolved train.device to the cpu engine (no CUDA driver found) where " +
+                             std::to_string(last) + " rank(s) train on GPUs",
+                         0),
+            0u)
+      << reason;
+  EXPECT_EQ(engines_differ_over_ranks(*g_comm, "cpu", "built without CUDA"), "");
+  EXPECT_EQ(engines_differ_over_ranks(*g_comm, "cuda", ""), "");
 }
 
 }  // namespace
