@@ -141,6 +141,13 @@ void prepare_pending_folder(const std::string& dir, int64_t step);
 // CheckpointWriteError "<named> <dir> is not writable: ...".
 void check_checkpoint_dir(const std::string& dir, const std::string& named = "checkpoint.dir");
 
+// A file in `dir` under a name no other process has used (host, pid and
+// time in it), written and fsynced, for the other ranks to look for: whether
+// they all see the folder this rank writes. Returns its path; the caller
+// removes it (a crash leaves litter that retention removes, as a write
+// probe's). Throws CheckpointWriteError as check_checkpoint_dir.
+std::string write_sharing_probe(const std::string& dir, const std::string& host, const std::string& named);
+
 // Writes the image as `folder/name` in block_bytes writes, fsyncs it and
 // returns its record (xxh64 over exactly the bytes written, computed on a
 // second thread that hashes each block while it is being written, so

@@ -6,6 +6,7 @@
 
 #include <algorithm>   // std::sort, std::min_element
 #include <atomic>      // the hasher follows the writer through an atomic
+#include <chrono>      // the sharing probe's name
 #include <cerrno>      // errno, EINVAL
 #include <cstdio>      // std::snprintf
 #include <exception>   // std::exception_ptr
@@ -256,6 +257,22 @@ void check_checkpoint_dir(const std::string& dir, const std::string& named) {
   }
   // ENOENT: gone already (another run's retention took it for litter).
   if (::unlink(probe.c_str()) != 0 && errno != ENOENT) io::fail_write("cannot remove", probe, errno);
+}
+
+std::string write_sharing_probe(const std::string& dir, const std::string& host, const std::string& named) {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  std::string host_part = host;
+  for (char& c : host_part)
+    if (c == '/') c = '_';
+  const std::string probe = io::without_trailing_slashes(dir) + "/" + io::kWriteProbePrefix + "shared-" +
+                            host_part + "-" + std::to_string(::getpid()) + "-" +
+                            std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
+  try {
+    io::write_synced_file(probe, "rank 0's, for every rank to see\n");
+  } catch (const CheckpointWriteError& e) {
+    throw CheckpointWriteError(named + " " + dir + " is not writable: " + e.what(), e.disk_full);
+  }
+  return probe;
 }
 
 FileRecord write_image_file(const std::string& folder, const std::string& name, const StateImage& image,

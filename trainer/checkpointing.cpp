@@ -1,6 +1,7 @@
 #include "trainer/checkpointing.h"
 
 #include <sys/stat.h>  // stat: the checkpoint folder is still the run's
+#include <unistd.h>    // unlink: the sharing probe
 
 #include <algorithm>   // std::max_element, std::max, std::min
 #include <array>       // the config keys a resume compares
@@ -827,6 +828,42 @@ double Checkpointer::finish() {
   return seconds;
 }
 
+namespace {
+
+// Rank 0 commits each checkpoint from every rank's record in the folder, so
+// every rank must see the folder rank 0 writes. A path that is a disk of
+// its own on each node (a local NVMe mounted at one path everywhere, a
+// container's volume) passed every rank's writable check, and the first
+// commit, a whole checkpoint interval in, failed with "no record from rank
+// N". Rank 0 leaves a file of a name no other process has used; every rank
+// looks for it.
+void check_every_rank_sees_the_folder(const std::string& dir, Communicator& comm, const std::string& named) {
+  if (comm.world_size() < 2) return;
+  std::string probe;
+  // Rank 0's failure to write it (the writable check just passed) ends the
+  // job, its peers waiting in the broadcast.
+  if (comm.rank() == 0) probe = write_sharing_probe(dir, comm.host_name(), named);
+  probe = broadcast_string(comm, probe, 0);
+  std::error_code ignored;
+  const bool sees = comm.rank() == 0 || std::filesystem::exists(probe, ignored);
+  const std::vector<double> blind = gather_from_ranks(comm, sees ? 0.0 : 1.0);
+  if (comm.rank() == 0) (void)::unlink(probe.c_str());
+  const std::string ranks = rank_list(blind, 1);
+  if (ranks.empty()) return;
+  const std::vector<std::string> hosts = host_names_of_ranks(comm);
+  std::string where;
+  for (size_t r = 0; r < blind.size(); ++r)
+    if (blind[r] > 0 && where.find(hosts[r]) == std::string::npos)
+      where += (where.empty() ? "" : ", ") + hosts[r];
+  throw CheckpointError(named + " " + dir + " is not the folder rank 0 (on " + hosts[0] +
+                            ") writes: rank(s) " + ranks + " (on " + where +
+                            ") do not see the file rank 0 made in it, so rank 0 could commit no checkpoint; set "
+                            "checkpoint.dir to a folder on storage every host shares",
+                        false);
+}
+
+}  // namespace
+
 void check_checkpoint_dir(const std::string& dir, Communicator& comm, bool temporary) {
   const std::string named = temporary ? temporary_directory_name() + ": the run's checkpoint folder" : "checkpoint.dir";
   const std::string mend = temporary ? "; set TMPDIR to a folder with room, or checkpoint.dir" : "";
@@ -846,6 +883,7 @@ void check_checkpoint_dir(const std::string& dir, Communicator& comm, bool tempo
   if (!ranks.empty())
     throw CheckpointError(named + " " + dir + " is not writable on rank(s) " + ranks + mend,
                           *std::max_element(codes.begin(), codes.end()) == kFailedByEnvironment);
+  check_every_rank_sees_the_folder(dir, comm, named);
 }
 
 namespace {

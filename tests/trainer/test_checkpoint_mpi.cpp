@@ -448,6 +448,38 @@ TEST(CheckpointMpiHungStorage, OneRanksHungProbeBeforeStepOneEndsTheJobNamingIt)
   EXPECT_FALSE(std::filesystem::exists(dir.file("r.json")));
 }
 
+// checkpoint.dir is a disk of its own on rank 1 (a tmpfs mounted over the
+// path in rank 1's own mount namespace: a node-local disk at the path every
+// node mounts). Every rank could write there, so the run started, and rank
+// 0's first commit failed a checkpoint interval in (exit 3, "no record from
+// rank 1"). Now the job stops before step 1, naming rank 1.
+TEST(CheckpointMpiSharedFolder, ARankThatSeesAnotherFolderAtThePathStopsTheJobBeforeStepOne) {
+  testing::TempDir dir("test_ckpt_mpi");
+  const std::string folder = dir.file("c");
+  std::filesystem::create_directory(folder);
+  const CommandResult can_mount =
+      run_command("unshare -m sh -c 'mount -t tmpfs tmpfs " + folder + "' 2>&1");
+  if (can_mount.exit_code != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs in a mount namespace of its own (" << can_mount.out
+                 << "; needs root with CAP_SYS_ADMIN): this test did not run";
+  const std::string wrapper = dir.file("rank1_own_disk.sh");
+  std::ofstream(wrapper) << "#!/bin/bash\n[ \"$OMPI_COMM_WORLD_RANK\" = 1 ] && exec unshare -m sh -c "
+                            "'mount -t tmpfs tmpfs "
+                         << folder << " && exec \"$@\"' sh \"$@\"\nexec \"$@\"\n";
+  std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
+  const CommandResult r = run_command(kMpirun + wrapper + " " + TRAINBENCH_BINARY +
+                                      " run tiny --steps 8 --set train.threads=1 --set checkpoint.every_steps=2"
+                                      " --set report.progress_every=0 --set comm.timeout_s=30 --set checkpoint.dir=" +
+                                      folder + " --out " + dir.file("r.json"));
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("checkpoint.dir " + folder + " is not the folder rank 0 (on "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("writes: rank(s) 1 (on "), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("step 1"), std::string::npos) << "no step ran: " << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("r.json")));
+  // Rank 0's probe is gone with it: nothing is left in the folder it keeps.
+  EXPECT_TRUE(std::filesystem::is_empty(folder)) << "the probe or a lock file was left in " << folder;
+}
+
 // A checkpoint record's stall_s is the loop time it blocked on rank 0, so
 // over a run the records add up to the steps' ckpt_stall_s. The agreement
 // rounds of the steps after a checkpoint (waiting for the slowest rank's
