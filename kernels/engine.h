@@ -378,6 +378,23 @@ MemoryPlan plan_cuda_engine_memory(const EngineOptions& options);
 // Whether plan_cuda_engine_memory assumes cuDNN attention without knowing
 // it is built: true in a build without the CUDA engine.
 bool cuda_plan_assumes_cudnn();
+// Why the CUDA engine's plan for these options runs the GEMM attention
+// (and keeps its B·H·T² probabilities) rather than cuDNN's fused one; ""
+// when it plans cuDNN's. train.attention=gemm; a build without cuDNN
+// attention; or a shape cuDNN refuses: its frontend's checks for sm_90 where
+// it is built, else its documented limit (a head dimension that is a
+// multiple of 8, at most 256). The plan assumed cuDNN for every shape, and
+// a head dimension of 10 "fitted" in 46 GiB whose probabilities alone were
+// 55 GB a layer.
+std::string cuda_plan_attention_fallback(const EngineOptions& options);
+
+// The largest head dimension the CUDA engine runs: its RoPE kernel keeps a
+// head's sines and cosines in shared memory (kernels/cuda/cuda_ops.cu).
+constexpr int64_t kCudaMaxHeadDim = 512;
+// What in `shape` the CUDA engine cannot run ("" when nothing), said before
+// anything is allocated: `run` on the cuda engine and `plan` (exit 2). The
+// engine's own check came at the first forward, after every allocation.
+std::string cuda_engine_shape_problem(const ModelShape& shape);
 
 // n rounded up to a multiple of `multiple` (n itself when multiple <= 1):
 // the length of the buffers EngineOptions::pad_buffers_to pads.

@@ -1,5 +1,6 @@
 // Chooses the backend named by EngineOptions::device.
 #include <algorithm>  // std::max, std::min
+#include <cmath>      // std::sqrt: the attention scale cuDNN's graphs are checked with
 #include <stdexcept>  // std::runtime_error when a backend is absent
 #include <string>     // std::to_string
 
@@ -8,7 +9,8 @@
 #include "kernels/device_info.h"        // cudnn_attention_build_info
 #include "kernels/engine.h"
 #ifdef TRAINBENCH_HAVE_CUDA
-#include "kernels/cuda/cuda_engine.h"  // CudaEngine
+#include "kernels/cuda/cuda_engine.h"       // CudaEngine
+#include "kernels/cuda/cudnn_attention.h"   // validate_cudnn_attention: the plan's attention
 #endif
 
 namespace trainbench {
@@ -82,15 +84,37 @@ MemoryPlan plan_engine_memory(const EngineOptions& options) {
 
 #ifdef TRAINBENCH_HAVE_CUDA
 bool cuda_plan_assumes_cudnn() { return false; }
-MemoryPlan plan_cuda_engine_memory(const EngineOptions& options) {
-  return cuda::plan_cuda_memory(options, !cudnn_attention_build_info().empty());
-}
 #else
 bool cuda_plan_assumes_cudnn() { return true; }
-MemoryPlan plan_cuda_engine_memory(const EngineOptions& options) {
-  return cuda::plan_cuda_memory(options, /*cudnn_attention_available=*/true);
-}
 #endif
+
+std::string cuda_plan_attention_fallback(const EngineOptions& options) {
+  if (options.attention == "gemm") return "train.attention=gemm";
+  const int64_t head_dim = options.shape.head_dim();
+#ifdef TRAINBENCH_HAVE_CUDA
+  if (cudnn_attention_build_info().empty()) return "this build has no cuDNN attention";
+  const ModelShape& s = options.shape;
+  const cuda::AttentionShape attention{options.micro_batch, s.n_heads, s.n_kv_heads, s.seq_len, head_dim};
+  const std::string refused = cuda::validate_cudnn_attention(
+      attention, 1.0f / std::sqrt(static_cast<float>(head_dim)), options.deterministic, 90);
+  if (!refused.empty()) return "cuDNN's fused attention refuses this shape on sm_90 (" + refused + ")";
+#else
+  if (head_dim % 8 != 0 || head_dim > 256)
+    return "cuDNN's fused attention takes head dimensions that are multiples of 8 up to 256 (d_model / n_heads = " +
+           std::to_string(head_dim) + ")";
+#endif
+  return "";
+}
+
+MemoryPlan plan_cuda_engine_memory(const EngineOptions& options) {
+  return cuda::plan_cuda_memory(options, cuda_plan_attention_fallback(options).empty());
+}
+
+std::string cuda_engine_shape_problem(const ModelShape& shape) {
+  if (shape.head_dim() <= kCudaMaxHeadDim) return "";
+  return "head dimension d_model / n_heads = " + std::to_string(shape.head_dim()) + ": the cuda engine runs at most " +
+         std::to_string(kCudaMaxHeadDim) + " (its RoPE keeps a head's angles in shared memory); raise model.n_heads";
+}
 
 std::unique_ptr<TrainingEngine> make_engine(const EngineOptions& options) {
   if (options.device == "cpu") return std::make_unique<cpu::CpuEngine>(options);

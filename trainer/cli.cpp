@@ -547,6 +547,9 @@ ResolvedEngine resolve_engine(const Config& config, Communicator& comm, const Gp
   const std::string why_cpu = gpus.gpus.empty() ? gpus.why_none : "train.device " + config.train.device;
   if (const std::string differ = engines_differ_over_ranks(comm, engine_options.device, why_cpu); !differ.empty())
     throw CommandError{kExitEnvironmentError, differ};
+  if (engine_options.device == "cuda")
+    if (const std::string problem = cuda_engine_shape_problem(config.model); !problem.empty())
+      throw CommandError{kExitUserError, "model: " + problem};
   const bool on_gpu = engine_options.device == "cuda" && !gpus.gpus.empty();
   if (on_gpu) engine_options.gpu_index = gpu_for_local_rank(comm.local_rank(), gpus);
   const int gpus_visible = static_cast<int>(gpus.gpus.size());

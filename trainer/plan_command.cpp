@@ -49,7 +49,8 @@ EngineOptions cuda_options(const Config& config) {
 }  // namespace
 
 PlannedAttention planned_attention(const Config& config) {
-  if (config.train.attention == "gemm") return {"gemm", "train.attention=gemm", false};
+  if (const std::string fallback = cuda_plan_attention_fallback(cuda_options(config)); !fallback.empty())
+    return {"gemm", fallback, false};
   if (cuda_plan_assumes_cudnn())
     return {"cudnn-sdpa",
             "assumed: this build has no CUDA engine, and a GPU build that found cuDNN runs it "
@@ -162,6 +163,9 @@ int PlanCommand::run() {
   if (o.gpu_memory_gib < 0 || (plan_->count("--gpu-memory") > 0 && o.gpu_memory_gib == 0))
     throw CommandError{kExitUserError, "--gpu-memory: must be > 0 GiB"};
   const Config config = load_config(o.config, o.overrides);
+  // The plan is the CUDA engine's: a shape it cannot run has no plan.
+  if (const std::string problem = cuda_engine_shape_problem(config.model); !problem.empty())
+    throw CommandError{kExitUserError, "model: " + problem};
   // The LoRA row's config, checked where its values were set: plan_finetune
   // checks a copy, which has lost them, and blamed the config file or
   // preset for a --set lora.rank that only the LoRA row refuses.

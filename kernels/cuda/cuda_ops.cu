@@ -16,6 +16,7 @@
 #include <type_traits>  // std::integral_constant (visit_grid_stride's pack width)
 
 #include "kernels/cuda/cuda_check.h"  // TRAINBENCH_CUDA_CHECK
+#include "kernels/engine.h"           // kCudaMaxHeadDim: RoPE's limit, checked before allocation
 
 namespace trainbench::cuda {
 namespace {
@@ -33,7 +34,7 @@ constexpr int64_t kMaxGridStrideBlocks = 2048;
 // kRmsnormBackwardMaxBlocks and kSumOfSquaresMaxBlocks (scratch_sizes.h).
 // rope's inverse frequencies travel by value in the kernel's parameters
 // (computed on the host exactly as the CPU does), which bounds head_dim.
-constexpr int kRopeMaxHalf = 256;
+constexpr int kRopeMaxHalf = static_cast<int>(kCudaMaxHeadDim / 2);  // what the CLI checks (engine.h)
 
 int grid_stride_blocks(int64_t count) {
   return static_cast<int>(std::min((count + kThreads - 1) / kThreads, kMaxGridStrideBlocks));

@@ -156,6 +156,46 @@ TEST(Plan, CudnnAttentionKeepsNoProbabilities) {
   }
 }
 
+// A head dimension cuDNN's fused attention refuses (10: not a multiple of
+// 8) runs the GEMM attention, probabilities and all: the plan counts them, in
+// every build. It counted cuDNN's for every shape, and a head dimension of 10
+// at Llama-8B's other sizes "fitted" an H200 in 46 GiB.
+TEST(Plan, AShapeCudnnRefusesIsPlannedWithTheGemmAttention) {
+  const std::vector<std::string> head_dim_10 = {"model.d_model=80", "model.n_heads=8", "model.n_kv_heads=4"};
+  std::vector<std::string> gemm_settings = head_dim_10;
+  gemm_settings.push_back("train.attention=gemm");
+  const Config config = load_config("tiny", head_dim_10);
+  const FinetunePlanRow planned = plan_finetune(config, 8, 2, int64_t{80} << 30)[0];
+  const FinetunePlanRow gemm = plan_finetune(load_config("tiny", gemm_settings), 8, 2, int64_t{80} << 30)[0];
+  EXPECT_EQ(planned.memory.activation_bytes, gemm.memory.activation_bytes);
+  EXPECT_EQ(planned.memory.workspace_bytes, gemm.memory.workspace_bytes);
+  const PlannedAttention attention = planned_attention(config);
+  EXPECT_EQ(attention.kernel, "gemm");
+  EXPECT_FALSE(attention.assumed);
+  // Where cuDNN attention is built or assumed, the refusal is the reason;
+  // the tiny preset's shape (head dimension 16) keeps cuDNN's.
+  if (!cuda_built() || !cudnn_attention_build_info().empty()) {
+    EXPECT_NE(attention.basis.find("cuDNN's fused attention"), std::string::npos) << attention.basis;
+    EXPECT_EQ(planned_attention(load_config("tiny")).kernel, "cudnn-sdpa");
+  }
+}
+
+// A head dimension past the CUDA engine's RoPE (512) has no plan: exit 2
+// before anything, where the engine refused it at its first forward, after
+// allocating everything.
+TEST(Plan, AHeadDimensionTheCudaEngineCannotRunIsRefused) {
+  const CommandResult r =
+      run_command(std::string(TRAINBENCH_BINARY) + " plan tiny --set model.d_model=2048 --set model.n_heads=2"
+                                                   " --set model.n_kv_heads=2");
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("model: head dimension d_model / n_heads = 1024: the cuda engine runs at most 512"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(cuda_engine_shape_problem(load_config("tiny", {"model.d_model=1024", "model.n_heads=2",
+                                                            "model.n_kv_heads=2"}).model),
+            "");
+}
+
 TEST(Plan, SaysWhichFits) {
   const Config config = load_config("tiny");
   const std::vector<FinetunePlanRow> all = plan_finetune(config, 8, 1, int64_t{80} << 30);
