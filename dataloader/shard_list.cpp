@@ -185,11 +185,14 @@ std::string why_absent(const std::string& path) {
 
 // Shards and list files are read whole: a FIFO would block the open, and a
 // device (/dev/zero, /dev/urandom, or a link to one) would never end. stat
-// follows links, so a link to a regular file is one.
+// follows links, so a link to a regular file is one; a link to nothing found
+// in a folder or by a glob is said as one named is (it passed, and the run
+// failed at its first step on "cannot open", or under on_corrupt skip
+// counted a missing file as a corrupt shard every epoch).
 void require_regular_file(const std::string& path, const std::string& what, const std::string& where = "") {
   struct stat info;
-  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode))
-    config_error(what + " " + path + where + " is not a regular file");
+  if (::stat(path.c_str(), &info) != 0) config_error(what + " " + path + where + " " + why_absent(path));
+  if (!S_ISREG(info.st_mode)) config_error(what + " " + path + where + " is not a regular file");
 }
 
 // A shard named without a shard extension is still recognised by its first

@@ -182,6 +182,18 @@ TEST_F(ShardList, LinksThatLeadNowhereSayWhy) {
                 " is a symbolic link loop (1 of 1 listed shards are missing)");
 }
 
+// Found in a folder or by a glob, a link to nothing is said as one named
+// is, before step 1: it was listed, and the run failed at its first step
+// ("cannot open"), or under on_corrupt skip read as a corrupt shard.
+TEST_F(ShardList, LinksToNothingFoundInAFolderOrByAGlobSayWhy) {
+  TempDirectory folder;
+  write_file(folder.path() + "/a-000.tar", make_tar({{"x.txt", "x"}}));
+  ASSERT_EQ(::symlink("gone.tar", (folder.path() + "/a-001.tar").c_str()), 0);
+  const std::string why = " is a symbolic link to nothing (its target does not exist)";
+  EXPECT_EQ(config_error_of(folder.path()), "data.shards: shard " + folder.path() + "/a-001.tar" + why);
+  EXPECT_EQ(config_error_of(folder.path() + "/a-*.tar"), "data.shards: shard " + folder.path() + "/a-001.tar" + why);
+}
+
 TEST_F(ShardList, EmptyListsAreConfigErrors) {
   EXPECT_EQ(config_error_of(""), "data.shards: no shards given ('')");
   EXPECT_EQ(config_error_of(" , "), "data.shards: no shards given (' , ')");
