@@ -304,6 +304,18 @@ std::vector<std::string> expand_braces(const std::string& pattern) {
   return expand_pattern(pattern, pattern);
 }
 
+std::vector<std::string> shard_identities(const std::vector<std::string>& shards) {
+  std::vector<std::string> identities;
+  identities.reserve(shards.size());
+  for (const std::string& path : shards) {
+    const size_t slash = path.rfind('/');
+    const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+    struct stat info;
+    identities.push_back(name + " " + (::stat(path.c_str(), &info) == 0 ? std::to_string(info.st_size) : "?"));
+  }
+  return identities;
+}
+
 bool has_shard_extension(const std::string& path) {
   for (const std::string_view suffix : kShardSuffixes) {
     if (path.size() > suffix.size() && std::string_view(path).ends_with(suffix)) return true;

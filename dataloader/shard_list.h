@@ -27,6 +27,13 @@ std::vector<std::string> expand_braces(const std::string& pattern);
 
 std::vector<std::string> resolve_shard_list(const std::string& spec);
 
+// Each shard as "NAME BYTES" (its file name and size; "NAME ?" where it
+// cannot be stat'ed), in list order: what a checkpoint records of the data
+// its loader position counts samples into. A shard replaced by another of
+// its name, or files renamed under one list, is other data at the same
+// position: a resume read on in it silently.
+std::vector<std::string> shard_identities(const std::vector<std::string>& shards);
+
 // True for the names a directory's shards have: .tar, .tar.gz, .tgz, .tar.zst,
 // .tar.zstd, .tar.bz2, .tar.xz.
 bool has_shard_extension(const std::string& path);

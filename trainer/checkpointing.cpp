@@ -431,6 +431,7 @@ void Checkpointer::submit_commit() {
                    {"zero", config_.comm.zero}};
   for (const StateTensor& t : tensors_)
     request.extra["state_tensors"].push_back({{"name", t.name}, {"bytes", t.bytes}});
+  if (!shard_identities_.empty()) request.extra["shards"] = shard_identities_;
   submit_to_writer([request, flight] {
     const double begin = steady_now();
     commit_checkpoint(request, &flight->commit_warnings);
@@ -1045,6 +1046,24 @@ void put_slices_together(Communicator& comm, LoadedRank& loaded, const std::stri
 
 }  // namespace
 
+std::string resumed_shards_difference(const nlohmann::json& recorded, const std::vector<std::string>& paths,
+                                      const std::vector<std::string>& identities) {
+  if (!recorded.is_array()) return "";
+  const std::string what_to_do =
+      ": its saved position counts samples into the shards it read, so a resume needs the same files (restore them, "
+      "or start a new run)";
+  if (recorded.size() != identities.size())
+    return "the checkpoint was taken over " + std::to_string(recorded.size()) + " shards, and data.shards now lists " +
+           std::to_string(identities.size()) + what_to_do;
+  for (size_t i = 0; i < identities.size(); ++i) {
+    const std::string then = recorded[i].is_string() ? recorded[i].get<std::string>() : recorded[i].dump();
+    if (then == identities[i]) continue;
+    return "shard " + std::to_string(i + 1) + " of " + std::to_string(identities.size()) + ", " + paths[i] +
+           ", is '" + identities[i] + " bytes' and was '" + then + " bytes' when the checkpoint was taken" + what_to_do;
+  }
+  return "";
+}
+
 nlohmann::json resume_json(const ResumePoint& point) {
   return {{"checkpoint", point.folder},
           {"step", point.step},
@@ -1079,6 +1098,8 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
       throw CheckpointError(std::string(e.what()) + previous_checkpoint_hint(point.folder), e.environment());
     }
     point.step = manifest.at("step").get<int64_t>();
+    if (manifest.contains("extra") && manifest["extra"].is_object() && manifest["extra"].contains("shards"))
+      point.shards = manifest["extra"]["shards"];
     // Temporary shards sized for the run: a resumed run makes them as the
     // checkpointed one did, whatever its own train.steps. Adopted, so checked
     // as the key is (the comparison below compares it with itself): a

@@ -147,6 +147,9 @@ class Checkpointer {
   // checkpoint.timeout_s: a hang watch that allows less (burn-in's) pauses
   // for it, or a slow write that moves was called a hung rank.
   void set_writer_wait_hook(std::function<void(bool waiting)> hook) { writer_wait_hook_ = std::move(hook); }
+  // The shards the data position counts into (shard_identities), recorded
+  // in every manifest this run commits: rank 0's, which commits.
+  void record_shards(std::vector<std::string> identities) { shard_identities_ = std::move(identities); }
 
   const std::vector<CheckpointRecord>& records() const { return records_; }
   const std::vector<std::string>& warnings() const { return warnings_; }
@@ -259,6 +262,7 @@ class Checkpointer {
   std::vector<CheckpointRecord> records_;
   int64_t resumed_step_ = -1;        // the step resumed from in dir_, -1 otherwise (CommitRequest::resumed_step)
   std::vector<int64_t> own_steps_;   // the steps this run committed (or tried to) in dir_
+  std::vector<std::string> shard_identities_;  // rank 0's, for the manifest (record_shards)
   std::vector<std::string> warnings_;
   bool writer_abandoned_ = false;            // abandon_writer: kept, never joined
   std::function<void(bool)> writer_wait_hook_;  // set_writer_wait_hook
@@ -303,6 +307,10 @@ struct ResumePoint {
   std::string folder;        // the checkpoint loaded
   int64_t step = 0;          // the step it was taken after; the run continues at step + 1
   std::string data_position; // BatchSource::save_position bytes
+  // The manifest's extra.shards (shard_identities of the run that wrote it);
+  // null where it recorded none (in-memory or temporary data, or a
+  // checkpoint older than the record).
+  nlohmann::json shards;
   // What loading it took (the result's `resume`), as MLPerf Storage's
   // checkpoint load is measured: the bytes every rank read from its files,
   // summed (the checkpoint once: each slice is read by its own rank), the
@@ -322,6 +330,13 @@ struct ResumePoint {
 // took (read_gbs: the bytes read over the slowest rank's reading, null when
 // that took no measurable time).
 nlohmann::json resume_json(const ResumePoint& point);
+
+// The first shard whose name or size is not the one the checkpoint recorded
+// (ResumePoint::shards), in words; "" when every one is, or the checkpoint
+// recorded none. `paths` are this run's resolved shards, `identities` their
+// shard_identities.
+std::string resumed_shards_difference(const nlohmann::json& recorded, const std::vector<std::string>& paths,
+                                      const std::vector<std::string>& identities);
 
 // `--resume latest|PATH`: finds the checkpoint (`latest` under
 // checkpoint.dir), checks the manifest against this run (same model shape,

@@ -26,6 +26,7 @@
 #include "comm/launch_detect.h"       // launcher_rank: who speaks for a job that failed before MPI; launcher_task_count
 #include "dataloader/data_error.h"    // DataError: exit 2
 #include "dataloader/shard_loader.h"  // LoaderTimeout: exit 3
+#include "dataloader/shard_list.h"    // shard_identities: what a checkpoint records of the data
 #include "dataloader/shard_tools.h"   // path_is_within: the result inside checkpoint.dir
 #include "checkpoint/atomic_file.h"   // parent_directory, replaced_file, atomic_write_temporary_path of --out
 #include "checkpoint/checkpoint_files.h"  // CheckpointError, CheckpointWriteError: exit 2, 3
@@ -862,6 +863,21 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   } catch (const std::exception& e) {
     throw CommandError{kExitEnvironmentError, std::string("data: ") + e.what()};
   }
+  // The shards a checkpoint's data position counts into, given ones only
+  // (in-memory tokens have none, the run's own temporary shards are made
+  // alike again): rank 0's, which commits and which compares a resume's.
+  std::vector<std::string> shard_ids;
+  const bool given_shards = config.data.source == "shards" && !config.data.shards.empty();
+  if (reporter && given_shards && (config.checkpoint.every_steps > 0 || !resume.folder.empty())) {
+    const StorageWatchdog watchdog(*comm, config.data.timeout_s, "reading the sizes of data.shards " +
+                                   config.data.shards, "data.timeout_s");
+    shard_ids = shard_identities(data.shards);
+  }
+  if (!resume.folder.empty()) {
+    const std::string differs = reporter ? resumed_shards_difference(resume.shards, data.shards, shard_ids) : "";
+    const std::string first = first_reason_over_ranks(*comm, differs).reason;
+    if (!first.empty()) throw DataError(CorruptScope::kConfig, "--resume " + resume.folder + ": data.shards: " + first);
+  }
 
   // Said before step 1 and kept in the result's warnings.
   std::vector<std::string> setup_warnings = data.warnings;
@@ -977,6 +993,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
                        {"os", env.os},
                        {"comm", env.comm_backend}},
         resume.folder, options.offers_resume);
+  if (checkpointer && !shard_ids.empty()) checkpointer->record_shards(shard_ids);
   Ceilings ceilings;
   if (options.ceilings) {
     if (reporter) std::fprintf(stdout, "ceilings: measuring compute, network, storage read and storage write alone...\n");

@@ -303,6 +303,39 @@ TEST(CheckpointCli, AResumeWithAnotherThreadCountWarnsThatItsBytesDiffer) {
   EXPECT_NE(warnings.find("(set train.threads=1 to repeat them)"), std::string::npos) << warnings;
 }
 
+// A shard replaced by another of its name (same count, same list) is other
+// data at the saved position: the resume read on in it silently, a changed
+// loss from its first step. The manifest records each shard's name and size;
+// a resume over the same files goes on.
+TEST(CheckpointCli, AResumeOverAShardReplacedUnderItsNameIsRefusedNamingIt) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string shards = dir.file("shards"), other = dir.file("other");
+  for (const auto& [folder, seed] : {std::pair{shards, "3"}, std::pair{other, "9"}}) {
+    const CommandResult made = run_command(std::string(TRAINBENCH_BINARY) + " shards synth --out " + folder +
+                                           " --count 4 --samples 40 --vocab 512 --tokens 256:64 --seed " + seed);
+    ASSERT_EQ(made.exit_code, 0) << made.out << made.err;
+  }
+  const std::string ckpt = dir.file("ckpt"), data = "--set data.shards=" + shards + " --set train.warmup_steps=1 ";
+  ASSERT_EQ(run_command(tiny_run(ckpt, 5, 5, dir.file("r1.json"), data)).exit_code, 0);
+  const nlohmann::json manifest = nlohmann::json::parse(testing::read_whole_file(ckpt + "/step_5/manifest.json"));
+  ASSERT_EQ(manifest["extra"]["shards"].size(), 4u) << manifest.dump();
+  EXPECT_EQ(manifest["extra"]["shards"][0], "train-000000.tar " + std::to_string(fs::file_size(shards + "/train-000000.tar")));
+  // The same files: the resume goes on.
+  const CommandResult same = run_command(tiny_run(ckpt, 7, 5, dir.file("r2.json"), data + "--resume " + ckpt + "/step_5"));
+  EXPECT_EQ(same.exit_code, 0) << same.err;
+  const auto size_then = fs::file_size(shards + "/train-000001.tar");
+  fs::copy_file(other + "/train-000001.tar", shards + "/train-000001.tar", fs::copy_options::overwrite_existing);
+  ASSERT_NE(fs::file_size(shards + "/train-000001.tar"), size_then) << "the other seed's shard is another size";
+  const CommandResult changed =
+      run_command(tiny_run(ckpt, 7, 5, dir.file("r3.json"), data + "--resume " + ckpt + "/step_5"));
+  EXPECT_EQ(changed.exit_code, 2) << changed.out << changed.err;
+  EXPECT_NE(changed.err.find("data.shards: shard 2 of 4, " + shards + "/train-000001.tar, is 'train-000001.tar "),
+            std::string::npos)
+      << changed.err;
+  EXPECT_NE(changed.err.find("when the checkpoint was taken"), std::string::npos) << changed.err;
+  EXPECT_FALSE(fs::exists(dir.file("r3.json")));
+}
+
 TEST(CheckpointCli, IncompatibleResumeIsRefused) {
   testing::TempDir dir("test_ckpt_cli");
   const std::string ckpt = dir.file("ckpt");
