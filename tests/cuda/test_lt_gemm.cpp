@@ -189,6 +189,114 @@ TEST(LtGemm, StridedBatchMatchesSgemmPerBatchEntry) {
   }
 }
 
+// Matrices past 2^31 elements, as the engine makes them at shapes a run
+// allows: Llama-3-8B's LM head at micro-batch 5 × 4096 tokens is a
+// [20480 × 128256] logits matrix (2.6 G elements; micro-batch 4 is 97.9 % of
+// 2^31), written by the forward and read by both backward GEMMs. Every
+// dimension and leading dimension is an int; only the element offsets pass
+// 2^31, which a 32-bit offset anywhere would wrap. The rows or columns
+// furthest in are checked against sgemm on the same bf16 values, copied
+// back from the device. The inner dimension is small: the offsets are what
+// is tested, not the arithmetic.
+std::vector<float> device_bf16_values(const __nv_bfloat16* device, int64_t rows, int64_t cols, int64_t ld) {
+  std::vector<__nv_bfloat16> raw(static_cast<size_t>(rows * cols));
+  TRAINBENCH_CUDA_CHECK(cudaMemcpy2D(raw.data(), cols * sizeof(__nv_bfloat16), device, ld * sizeof(__nv_bfloat16),
+                                     cols * sizeof(__nv_bfloat16), rows, cudaMemcpyDeviceToHost));
+  std::vector<float> values(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) values[i] = __bfloat162float(raw[i]);
+  return values;
+}
+
+TEST(LtGemm, MatricesPastTwoToThe31ElementsAreAddressedToTheirLastRow) {
+  const GpuInventory inventory = query_gpus();
+  if (inventory.gpus.empty()) GTEST_SKIP() << "no GPU: " << inventory.why_none;
+  const int64_t rows = 5 * 4096, vocab = 128256, d = 64, tail = 8;
+  ASSERT_GT(rows * vocab, int64_t{1} << 31);
+  size_t free_bytes = 0, total_bytes = 0;
+  TRAINBENCH_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (free_bytes < (size_t{6} << 30)) GTEST_SKIP() << "needs 6 GiB of free GPU memory, has " << (free_bytes >> 20) << " MiB";
+  DeviceBuffer<__nv_bfloat16> x(static_cast<size_t>(rows * d)), w(static_cast<size_t>(vocab * d));
+  DeviceBuffer<__nv_bfloat16> logits(static_cast<size_t>(rows * vocab));
+  DeviceBuffer<__nv_bfloat16> d_x(static_cast<size_t>(rows * d)), d_w(static_cast<size_t>(vocab * d));
+  fill_uniform_bf16(x.get(), rows * d, 1.0f, 1, nullptr);
+  fill_uniform_bf16(w.get(), vocab * d, 1.0f, 2, nullptr);
+  LtGemm gemm;
+  // Forward: logits = x · wᵀ, the big matrix written.
+  gemm.gemm(false, true, rows, vocab, d, 1.0f, x.get(), d, w.get(), d, 0.0f, logits.get(), vocab, GemmOutput::kBf16,
+            nullptr);
+  TRAINBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> w_host = device_bf16_values(w.get(), vocab, d, d);
+  {
+    const std::vector<float> x_tail = device_bf16_values(x.get() + (rows - tail) * d, tail, d, d);
+    std::vector<float> expected(static_cast<size_t>(tail * vocab), 0.0f);
+    cpu::sgemm_parallel(false, true, tail, vocab, d, x_tail.data(), d, w_host.data(), d, 0.0f, expected.data(), vocab);
+    const std::vector<float> got = device_bf16_values(logits.get() + (rows - tail) * vocab, tail, vocab, vocab);
+    EXPECT_LT(relative_error(got, expected), 4e-3) << "the forward's last rows";
+  }
+  // The input gradient d_x = logits · w: the big matrix read as A.
+  gemm.gemm(false, false, rows, d, vocab, 1.0f, logits.get(), vocab, w.get(), d, 0.0f, d_x.get(), d,
+            GemmOutput::kBf16, nullptr);
+  // The weight gradient d_w = logitsᵀ · x: A transposed, its last columns
+  // running through every row.
+  gemm.gemm(true, false, vocab, d, rows, 1.0f, logits.get(), vocab, x.get(), d, 0.0f, d_w.get(), d,
+            GemmOutput::kBf16, nullptr);
+  TRAINBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  {
+    const std::vector<float> logits_tail = device_bf16_values(logits.get() + (rows - tail) * vocab, tail, vocab, vocab);
+    std::vector<float> expected(static_cast<size_t>(tail * d), 0.0f);
+    cpu::sgemm_parallel(false, false, tail, d, vocab, logits_tail.data(), vocab, w_host.data(), d, 0.0f,
+                        expected.data(), d);
+    EXPECT_LT(relative_error(device_bf16_values(d_x.get() + (rows - tail) * d, tail, d, d), expected), 4e-3)
+        << "the input gradient's last rows";
+  }
+  {
+    // logits[:, vocab - tail:], every row, and all of x.
+    const std::vector<float> columns = device_bf16_values(logits.get() + (vocab - tail), rows, tail, vocab);
+    const std::vector<float> x_host = device_bf16_values(x.get(), rows, d, d);
+    std::vector<float> expected(static_cast<size_t>(tail * d), 0.0f);
+    cpu::sgemm_parallel(true, false, tail, d, rows, columns.data(), tail, x_host.data(), d, 0.0f, expected.data(), d);
+    EXPECT_LT(relative_error(device_bf16_values(d_w.get() + (vocab - tail) * d, tail, d, d), expected), 4e-3)
+        << "the weight gradient's last rows";
+  }
+}
+
+// The GEMM attention's strided batch: sequence b's probabilities start
+// b · heads · T² elements in, which passes 2^31 at Llama-8B's 32 heads,
+// T 4096 and micro-batch 5 (stride 2^29, the fifth sequence at 2^31). Written
+// (scores) and read (probabilities · V) at that stride; the last entry checked.
+TEST(LtGemm, AStridedBatchPastTwoToThe31ElementsReachesItsLastEntry) {
+  const GpuInventory inventory = query_gpus();
+  if (inventory.gpus.empty()) GTEST_SKIP() << "no GPU: " << inventory.why_none;
+  const int64_t batch = 5, t = 64, hd = 64, stride = int64_t{1} << 29;
+  size_t free_bytes = 0, total_bytes = 0;
+  TRAINBENCH_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (free_bytes < (size_t{5} << 30)) GTEST_SKIP() << "needs 5 GiB of free GPU memory, has " << (free_bytes >> 20) << " MiB";
+  const int64_t span = (batch - 1) * stride + t * t;
+  ASSERT_GT(span, int64_t{1} << 31);
+  DeviceBuffer<__nv_bfloat16> q(static_cast<size_t>(batch * t * hd)), k(static_cast<size_t>(batch * t * hd));
+  DeviceBuffer<__nv_bfloat16> scores(static_cast<size_t>(span)), out(static_cast<size_t>(batch * t * hd));
+  fill_uniform_bf16(q.get(), batch * t * hd, 1.0f, 3, nullptr);
+  fill_uniform_bf16(k.get(), batch * t * hd, 1.0f, 4, nullptr);
+  LtGemm gemm;
+  gemm.gemm_strided_batched(false, true, t, t, hd, 1.0f, q.get(), hd, t * hd, k.get(), hd, t * hd, 0.0f,
+                            scores.get(), t, stride, batch, GemmOutput::kBf16, nullptr);
+  // Read back at the same stride, as probabilities · V (V = k here).
+  gemm.gemm_strided_batched(false, false, t, hd, t, 1.0f, scores.get(), t, stride, k.get(), hd, t * hd, 0.0f,
+                            out.get(), hd, t * hd, batch, GemmOutput::kBf16, nullptr);
+  TRAINBENCH_CUDA_CHECK(cudaDeviceSynchronize());
+  const int64_t last = batch - 1;
+  const std::vector<float> q_last = device_bf16_values(q.get() + last * t * hd, t, hd, hd);
+  const std::vector<float> k_last = device_bf16_values(k.get() + last * t * hd, t, hd, hd);
+  std::vector<float> expected_scores(static_cast<size_t>(t * t), 0.0f);
+  cpu::sgemm_parallel(false, true, t, t, hd, q_last.data(), hd, k_last.data(), hd, 0.0f, expected_scores.data(), t);
+  const std::vector<float> scores_last = device_bf16_values(scores.get() + last * stride, t, t, t);
+  EXPECT_LT(relative_error(scores_last, expected_scores), 4e-3) << "the last entry's scores";
+  std::vector<float> expected_out(static_cast<size_t>(t * hd), 0.0f);
+  cpu::sgemm_parallel(false, false, t, hd, t, scores_last.data(), t, k_last.data(), hd, 0.0f, expected_out.data(), hd);
+  EXPECT_LT(relative_error(device_bf16_values(out.get() + last * t * hd, t, hd, hd), expected_out), 4e-3)
+      << "the last entry's product, read at the stride";
+}
+
 TEST(LtGemm, ReusesThePlanOfAShapeItHasSeen) {
   const GpuInventory inventory = query_gpus();
   if (inventory.gpus.empty()) GTEST_SKIP() << "no GPU: " << inventory.why_none;
