@@ -36,6 +36,17 @@ constexpr int64_t kMaxGridStrideBlocks = 2048;
 // (computed on the host exactly as the CPU does), which bounds head_dim.
 constexpr int kRopeMaxHalf = static_cast<int>(kCudaMaxHeadDim / 2);  // what the CLI checks (engine.h)
 
+// A grid of one block per row: CUDA's grid.x holds at most 2^31 − 1 blocks,
+// and a larger count cast to unsigned launched a wrapped grid that left rows
+// unwritten (the memory plan keeps the engine's below it; a direct caller
+// may not).
+unsigned row_blocks(const char* op, int64_t rows) {
+  if (rows > std::numeric_limits<int32_t>::max())
+    throw std::invalid_argument(std::string(op) + ": " + std::to_string(rows) +
+                                " rows are more than one launch covers (2^31 - 1 blocks)");
+  return static_cast<unsigned>(rows);
+}
+
 int grid_stride_blocks(int64_t count) {
   return static_cast<int>(std::min((count + kThreads - 1) / kThreads, kMaxGridStrideBlocks));
 }
@@ -741,7 +752,7 @@ void embedding_forward(bf16* out, const int32_t* tokens, const bf16* embedding, 
 void embedding_backward(float* d_embedding, const bf16* d_out, const TokenGroups& groups, int64_t d,
                         cudaStream_t stream) {
   if (groups.count == 0 || d == 0) return;
-  const dim3 grid(static_cast<unsigned>(groups.count), static_cast<unsigned>((d + kThreads - 1) / kThreads));
+  const dim3 grid(row_blocks("embedding_backward", groups.count), static_cast<unsigned>((d + kThreads - 1) / kThreads));
   embedding_backward_kernel<<<grid, kThreads, 0, stream>>>(d_embedding, d_out, groups.rows, groups.offsets,
                                                            groups.tokens, d);
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
@@ -756,7 +767,7 @@ void launch_rmsnorm_forward(bf16* out, float* rstd, const bf16* in, bf16* residu
   if (n == 0) return;
   const bool packed = d % kPack == 0 && aligned_for_packs(out) && aligned_for_packs(in) &&
                       aligned_for_packs(weight) && (addend == nullptr || aligned_for_packs(addend));
-  rmsnorm_forward_kernel<kAddFirst><<<static_cast<unsigned>((n + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
+  rmsnorm_forward_kernel<kAddFirst><<<row_blocks("rmsnorm_forward", (n + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
       out, rstd, in, residual, addend, weight, n, d, eps, packed);
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
 }
@@ -807,7 +818,7 @@ void causal_softmax_forward(bf16* scores_to_probs, int64_t heads_times_batch, in
                             float scale, cudaStream_t stream) {
   const int64_t rows = heads_times_batch * seq_len;
   if (rows == 0) return;
-  causal_softmax_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+  causal_softmax_forward_kernel<<<row_blocks("causal_softmax_forward", rows), kThreads, 0, stream>>>(
       scores_to_probs, seq_len, scale);
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
 }
@@ -817,7 +828,7 @@ void causal_softmax_backward(bf16* d_probs_to_d_scores, const bf16* probs,
                              cudaStream_t stream) {
   const int64_t rows = heads_times_batch * seq_len;
   if (rows == 0) return;
-  causal_softmax_backward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+  causal_softmax_backward_kernel<<<row_blocks("causal_softmax_backward", rows), kThreads, 0, stream>>>(
       d_probs_to_d_scores, probs, seq_len, scale);
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
 }
@@ -845,7 +856,7 @@ void cross_entropy_forward(float* losses, float* logsumexp, const bf16* logits,
                            cudaStream_t stream) {
   check_row_stride("cross_entropy_forward", vocab, row_stride);
   if (n == 0) return;
-  cross_entropy_forward_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
+  cross_entropy_forward_kernel<<<row_blocks("cross_entropy_forward", n), kThreads, 0, stream>>>(
       losses, logsumexp, logits, targets, vocab, row_stride,
       cross_entropy_packed(logits, row_stride));
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
@@ -856,7 +867,7 @@ void cross_entropy_backward(bf16* logits_to_dlogits, const float* logsumexp,
                             float d_loss, cudaStream_t stream) {
   check_row_stride("cross_entropy_backward", vocab, row_stride);
   if (n == 0) return;
-  cross_entropy_backward_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
+  cross_entropy_backward_kernel<<<row_blocks("cross_entropy_backward", n), kThreads, 0, stream>>>(
       logits_to_dlogits, logsumexp, targets, vocab, row_stride, d_loss,
       cross_entropy_packed(logits_to_dlogits, row_stride));
   TRAINBENCH_CUDA_CHECK(cudaGetLastError());
