@@ -439,6 +439,9 @@ class Reader {
     shared_.shards_opened++;
     // Resuming: step over the samples the position says were already taken.
     for (int64_t skipped = 0; skipped < samples_into_shard_; ++skipped) {
+      // A shard stepped over to its millionth sample takes minutes: a run
+      // stopped meanwhile (a signal, a peer's failure) waited for it.
+      if (shared_.stop.load()) return;
       try {
         if (!samples_->next(&sample_))
           // A shard cannot have ended before samples it was read past: the
