@@ -48,6 +48,11 @@ int launcher_task_count() {
   return 0;
 }
 
+int torchrun_world_size() {
+  if (launched_by_mpi() || launcher_task_count() > 0 || std::getenv("RANK") == nullptr) return 0;
+  return positive_env("WORLD_SIZE");
+}
+
 bool launched_by_mpi() {
   // PMIx launchers (srun --mpi=pmix, prterun) set PMIX_RANK but not always a
   // size; Hydra sets MPI_LOCALNRANKS. Any of these means a launcher that MPI

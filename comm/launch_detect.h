@@ -14,4 +14,11 @@ int launcher_task_count();
 // when it never comes up, as after a config error).
 int launcher_rank();
 
+// WORLD_SIZE where a torchrun-style launcher (torchrun, torch.distributed's
+// launch, accelerate, deepspeed) started this process (RANK and WORLD_SIZE
+// set) and no MPI launcher did, else 0. trainbench's ranks are MPI
+// processes: under such a launcher each process trained as a one-rank job
+// of its own, every one writing the same result.
+int torchrun_world_size();
+
 }  // namespace trainbench

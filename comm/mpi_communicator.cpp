@@ -196,6 +196,10 @@ class MpiCommunicator final : public Communicator {
 
 MpiCommunicator::MpiCommunicator(double timeout_s) : timeout_s_(timeout_s) {
   const StartupDeadline deadline(timeout_s);
+  // What the launcher said, read before MPI_Init: a singleton's init sets
+  // OpenMPI's own variables (OMPI_COMM_WORLD_RANK=0, ...) over them.
+  const int launched_tasks = launcher_task_count();
+  const int numbered = launcher_rank();
   int provided = MPI_THREAD_SINGLE;
   if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
     // Before MPI is up there is no MPI_Abort; the launcher ends the other ranks.
@@ -211,12 +215,18 @@ MpiCommunicator::MpiCommunicator(double timeout_s) : timeout_s_(timeout_s) {
     abort(3, "comm: this MPI library offers " + thread_level_name(provided) +
                  ", trainbench needs MPI_THREAD_MULTIPLE (gradient all-reduces run on a progress "
                  "thread while the main thread computes): use an MPI built with thread support");
-  const int launched_tasks = launcher_task_count();
   if (launched_tasks > 1 && world_ != launched_tasks)
     abort(3, "comm: the launcher started " + std::to_string(launched_tasks) +
                  " tasks but MPI sees a world of " + std::to_string(world_) +
                  ": this MPI cannot reach the launcher (under Slurm: srun --mpi=pmix, or mpirun "
                  "inside the allocation)");
+  // A launcher that numbered this process but gave no size (PMIX_RANK
+  // alone, PMI_RANK without PMI_SIZE): it ran as rank 0 of a world of 1.
+  if (numbered >= world_)
+    abort(3, "comm: the launcher numbered this process rank " + std::to_string(numbered) +
+                 " but MPI sees a world of " + std::to_string(world_) +
+                 ": this MPI cannot reach the launcher (under Slurm: srun --mpi=pmix, or mpirun inside the "
+                 "allocation)");
 
   MPI_Comm host_comm = MPI_COMM_NULL;
   check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host_comm),

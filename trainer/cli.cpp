@@ -1158,6 +1158,12 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, doub
   const bool bootstrap = backend == "auto" || backend == "nccl";
   // One of several tasks of a launcher, each alone, would measure the wrong
   // thing in silence (and write the same --out and checkpoints).
+  if (const int world = torchrun_world_size(); world > 1)
+    throw CommandError{kExitUserError, "started as one of WORLD_SIZE=" + std::to_string(world) +
+                                           " processes by a torchrun-style launcher (RANK and WORLD_SIZE set), "
+                                           "each of which would train alone: trainbench's ranks are MPI processes; "
+                                           "start them with mpirun or srun (or unset RANK and WORLD_SIZE for one "
+                                           "process)"};
   if (const int tasks = launcher_task_count(); backend == "local" && tasks > 1)
     throw CommandError{kExitUserError, "comm.backend=local: started by a launcher as one of " + std::to_string(tasks) +
                                           " tasks, each of which would train alone; use comm.backend=auto (or "

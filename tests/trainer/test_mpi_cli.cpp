@@ -747,6 +747,38 @@ TEST(MpiCli, ALocalBackendUnderALauncherOfSeveralTasksIsRefused) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("r.json")));
 }
 
+// Processes a torchrun-style launcher started (RANK, WORLD_SIZE) trained as
+// one-rank jobs of their own, each exit 0 and all writing one --out; and a
+// launcher that numbered a process without saying how many it started
+// (PMIX_RANK alone) left it rank 0 of a world of 1, exit 0. Both are
+// refused, the first before anything (exit 2), the second once MPI is up
+// (exit 3). The torchrun case needs no MPI; the second runs MPI as a singleton.
+TEST(MpiCli, ProcessesALauncherNumberedButMpiCannotJoinAreRefused) {
+  testing::TempDir dir("test_mpi_cli");
+  const std::string run = std::string(TRAINBENCH_BINARY) + " run tiny --steps 3 --set train.warmup_steps=1 " +
+                          "--set checkpoint.every_steps=0 --out " + dir.file("r.json");
+  for (const char* backend : {"auto", "local", "mpi"}) {
+    const CommandResult torchrun =
+        run_command("env RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 timeout 60 " + run +
+                    " --set comm.backend=" + backend);
+    EXPECT_EQ(torchrun.exit_code, 2) << backend << "\n" << torchrun.out << torchrun.err;
+    EXPECT_NE(torchrun.err.find("started as one of WORLD_SIZE=2 processes by a torchrun-style launcher"),
+              std::string::npos)
+        << backend << "\n" << torchrun.err;
+  }
+  const CommandResult numbered =
+      run_command("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PMIX_RANK=1 PMIX_NAMESPACE=x "
+                  "timeout 60 " + run + " --set comm.backend=mpi");
+  EXPECT_EQ(numbered.exit_code, 3) << numbered.out << numbered.err;
+  EXPECT_NE(numbered.err.find("trainbench: comm: the launcher numbered this process rank 1 but MPI sees a world of 1"),
+            std::string::npos)
+      << numbered.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("r.json")));
+  // A single process with WORLD_SIZE 1 (or RANK alone) is one process: it runs.
+  const CommandResult alone = run_command("env RANK=0 WORLD_SIZE=1 timeout 120 " + run);
+  EXPECT_EQ(alone.exit_code, 0) << alone.out << alone.err;
+}
+
 // Burn-in's fabric check and run --ceilings' network ceiling read the
 // communicator's paths only, whose calls keep comm.timeout_s. They ran the
 // raw path too, under a watchdog left at 300 s whatever comm.timeout_s said:
