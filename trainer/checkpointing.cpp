@@ -852,10 +852,12 @@ void check_every_rank_sees_the_folder(const std::string& dir, Communicator& comm
   const std::string ranks = rank_list(blind, 1);
   if (ranks.empty()) return;
   const std::vector<std::string> hosts = host_names_of_ranks(comm);
-  std::string where;
+  std::vector<std::string> blind_hosts;  // each once, in rank order
   for (size_t r = 0; r < blind.size(); ++r)
-    if (blind[r] > 0 && where.find(hosts[r]) == std::string::npos)
-      where += (where.empty() ? "" : ", ") + hosts[r];
+    if (blind[r] > 0 && std::find(blind_hosts.begin(), blind_hosts.end(), hosts[r]) == blind_hosts.end())
+      blind_hosts.push_back(hosts[r]);
+  std::string where;
+  for (const std::string& host : blind_hosts) where += (where.empty() ? "" : ", ") + host;
   throw CheckpointError(named + " " + dir + " is not the folder rank 0 (on " + hosts[0] +
                             ") writes: rank(s) " + ranks + " (on " + where +
                             ") do not see the file rank 0 made in it, so rank 0 could commit no checkpoint; set "
