@@ -448,32 +448,41 @@ TEST(CheckpointMpiHungStorage, OneRanksHungProbeBeforeStepOneEndsTheJobNamingIt)
   EXPECT_FALSE(std::filesystem::exists(dir.file("r.json")));
 }
 
-// checkpoint.dir is a disk of its own on rank 1 (a tmpfs mounted over the
-// path in rank 1's own mount namespace: a node-local disk at the path every
-// node mounts). Every rank could write there, so the run started, and rank
-// 0's first commit failed a checkpoint interval in (exit 3, "no record from
-// rank 1"). Now the job stops before step 1, naming rank 1.
-TEST(CheckpointMpiSharedFolder, ARankThatSeesAnotherFolderAtThePathStopsTheJobBeforeStepOne) {
+// checkpoint.dir is a disk of its own on ranks 1 and 2 (a tmpfs mounted
+// over the path in each rank's own mount namespace: a node-local disk at the
+// path every node mounts), each rank on a host of its own name (its own UTS
+// namespace; MPI's processor name follows it). Every rank could write
+// there, so the run started, and rank 0's first commit failed a checkpoint
+// interval in (exit 3, "no record from rank 1"). Now the job stops before
+// step 1, naming the ranks and their hosts (tbnode1 was left out beside
+// tbnode10, its name inside the other's).
+TEST(CheckpointMpiSharedFolder, RanksThatSeeAnotherFolderAtThePathStopTheJobBeforeStepOne) {
   testing::TempDir dir("test_ckpt_mpi");
   const std::string folder = dir.file("c");
   std::filesystem::create_directory(folder);
   const CommandResult can_mount =
-      run_command("unshare -m sh -c 'mount -t tmpfs tmpfs " + folder + "' 2>&1");
+      run_command("unshare -m -u sh -c 'mount -t tmpfs tmpfs " + folder + " && hostname tbnode0' 2>&1");
   if (can_mount.exit_code != 0)
-    GTEST_SKIP() << "cannot mount a tmpfs in a mount namespace of its own (" << can_mount.out
+    GTEST_SKIP() << "cannot mount a tmpfs and name a host in namespaces of their own (" << can_mount.out
                  << "; needs root with CAP_SYS_ADMIN): this test did not run";
-  const std::string wrapper = dir.file("rank1_own_disk.sh");
-  std::ofstream(wrapper) << "#!/bin/bash\n[ \"$OMPI_COMM_WORLD_RANK\" = 1 ] && exec unshare -m sh -c "
-                            "'mount -t tmpfs tmpfs "
-                         << folder << " && exec \"$@\"' sh \"$@\"\nexec \"$@\"\n";
+  const std::string wrapper = dir.file("own_hosts.sh");
+  std::ofstream(wrapper) << "#!/bin/bash\nr=$OMPI_COMM_WORLD_RANK\n"
+                            "[ \"$r\" = 0 ] && exec unshare -u sh -c 'hostname tbnode5 && exec \"$@\"' sh \"$@\"\n"
+                            "[ \"$r\" = 1 ] && h=tbnode10 || h=tbnode1\n"
+                            "exec unshare -m -u sh -c \"hostname $h && mount -t tmpfs tmpfs "
+                         << folder << " && exec \\\"\\$@\\\"\" sh \"$@\"\n";
   std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
-  const CommandResult r = run_command(kMpirun + wrapper + " " + TRAINBENCH_BINARY +
+  std::string three_ranks = kMpirun;
+  three_ranks.replace(three_ranks.find("-np 2"), 5, "-np 3");
+  const CommandResult r = run_command(three_ranks + wrapper + " " + TRAINBENCH_BINARY +
                                       " run tiny --steps 8 --set train.threads=1 --set checkpoint.every_steps=2"
                                       " --set report.progress_every=0 --set comm.timeout_s=30 --set checkpoint.dir=" +
                                       folder + " --out " + dir.file("r.json"));
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
-  EXPECT_NE(r.err.find("checkpoint.dir " + folder + " is not the folder rank 0 (on "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("writes: rank(s) 1 (on "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("checkpoint.dir " + folder + " is not the folder rank 0 (on tbnode5) writes: rank(s) 1, 2 "
+                       "(on tbnode10, tbnode1) do not see the file rank 0 made in it"),
+            std::string::npos)
+      << r.err;
   EXPECT_EQ(r.out.find("step 1"), std::string::npos) << "no step ran: " << r.out;
   EXPECT_FALSE(std::filesystem::exists(dir.file("r.json")));
   // Rank 0's probe is gone with it: nothing is left in the folder it keeps.
