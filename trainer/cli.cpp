@@ -849,9 +849,9 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
     std::optional<StorageWatchdog> listing;
     if (config.data.source == "shards" && !config.data.shards.empty())
       listing.emplace(*comm, config.data.timeout_s, "listing data.shards " + config.data.shards, "data.timeout_s");
-    data = make_data_source(config, *engine, comm->rank(), comm->world_size(), resume.data_position, host_ranks);
+    data = make_data_source(config, *engine, comm->rank(), comm->world_size(), resume.data_position, host_ranks,
+                            comm.get());
     listing.reset();
-    check_ranks_resolved_the_same_shards(data, config, *comm);
   } catch (const DataError&) {
     throw;  // the shard list or data options: exit 2
   } catch (const std::bad_alloc&) {

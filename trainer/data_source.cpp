@@ -175,7 +175,8 @@ int32_t eos_token_of(const Config& config) {
 }
 
 DataSetup make_data_source(const Config& config, TrainingEngine& engine, int64_t rank,
-                           int64_t world, const std::string& resume_position, int64_t host_ranks) {
+                           int64_t world, const std::string& resume_position, int64_t host_ranks,
+                           Communicator* ranks) {
   const DataSection& d = config.data;
   DataSetup setup;
   if (d.source == "synthetic") {
@@ -192,6 +193,7 @@ DataSetup make_data_source(const Config& config, TrainingEngine& engine, int64_t
   }
 
   setup.shards = shards_for_run(config, world, &setup, host_ranks);
+  if (ranks != nullptr) check_ranks_resolved_the_same_shards(setup, config, *ranks);
   LoaderOptions options = loader_options(config, setup.shards, rank, world);
   options.allocator = HostAllocator{[&engine](size_t bytes) { return engine.allocate_host(bytes); },
                                     [&engine](void* memory) { engine.release_host(memory); }};

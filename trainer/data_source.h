@@ -65,8 +65,13 @@ LoaderOptions loader_options(const Config& config, std::vector<std::string> shar
 // std::runtime_error when the temporary shards cannot be written (exit 3).
 // `resume_position` (BatchSource::save_position of a checkpoint) continues
 // that stream; DataError(kConfig) when it belongs to another data setup.
+// With `ranks` (every rank calls it then), the ranks' shard lists are
+// compared (check_ranks_resolved_the_same_shards) before the loader is
+// built: a host short of shards failed the loader's own checks first ("7
+// shards for 8 readers: lower data.readers") where rank 0 had every one.
 DataSetup make_data_source(const Config& config, TrainingEngine& engine, int64_t rank,
-                           int64_t world, const std::string& resume_position = "", int64_t host_ranks = 1);
+                           int64_t world, const std::string& resume_position = "", int64_t host_ranks = 1,
+                           Communicator* ranks = nullptr);
 
 // Every rank resolves data.shards itself, and splits the list it found by
 // rank: ranks that found other lists (a node-local copy missing shards, a

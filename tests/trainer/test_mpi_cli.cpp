@@ -462,6 +462,15 @@ TEST(MpiCli, RanksThatFindOtherShardListsExitTwo) {
   EXPECT_NE(fewer.err.find("data.shards: rank 1 resolved 6 shards from 'data' and rank 0 8"), std::string::npos)
       << fewer.err;
   EXPECT_EQ(fewer.err.find("rank 0: "), std::string::npos) << "rank 1's list, not rank 0's: " << fewer.err;
+  // With more readers than the short copy deals rank 1 (3 of its 6 shards for
+  // 4 readers), the loader's own check came first: "lower data.readers or
+  // give at least 8 shards", where rank 0 had every one.
+  std::string four_readers = job;
+  four_readers.replace(four_readers.find("data.readers=1"), 14, "data.readers=4");
+  const CommandResult short_copy = run_command("timeout 120 " + kMpirun + "-np 2 " + wrapper + " " + four_readers);
+  EXPECT_EQ(short_copy.exit_code, 2) << short_copy.out << short_copy.err;
+  EXPECT_NE(short_copy.err.find("data.shards: rank 1 resolved 6 shards from 'data' and rank 0 8"), std::string::npos)
+      << short_copy.err;
   // As many shards, other names.
   std::filesystem::rename(dir.file("r1/data/train-000005.tar"), dir.file("r1/data/train-000005-b.tar"));
   for (const char* name : {"train-000006.tar", "train-000007.tar"})
