@@ -933,14 +933,22 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   {
     // A collective: the ranks on each host are counted on every engine.
     const int host_ranks = ranks_on_this_host(*comm);
+    // The host named: "this host" in rank 0's output read as rank 0's.
     const std::string contention =
         engine->cpu_threads() > 0
-            ? cpu_oversubscription(threads, env.usable_threads, host_ranks, env.hardware_threads)
+            ? cpu_oversubscription(threads, env.usable_threads, host_ranks, env.hardware_threads,
+                                   comm->world_size() > 1 ? "host " + comm->host_name() : "this host")
             : "";
     const RankReason first = first_reason_over_ranks(*comm, contention);
+    // The first rank speaks; how many more would have is said with it.
+    const int others = static_cast<int>(sum_over_ranks(*comm, contention.empty() ? 0.0 : 1.0)) - 1;
     if (!first.reason.empty())
-      setup_warnings.push_back(comm->world_size() > 1 ? "rank " + std::to_string(first.rank) + ": " + first.reason
-                                                      : first.reason);
+      setup_warnings.push_back(comm->world_size() > 1
+                                   ? "rank " + std::to_string(first.rank) + ": " + first.reason +
+                                         (others > 0 ? " (and " + std::to_string(others) +
+                                                           " more rank(s) alike)"
+                                                     : "")
+                                   : first.reason);
   }
   env.attention = engine->attention();
   env.gemm = engine->gemm();

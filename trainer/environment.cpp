@@ -185,7 +185,8 @@ std::string cpu_model_in(const std::string& proc_cpuinfo) {
   return "arm64 implementer " + implementer->second + " part " + part->second;
 }
 
-std::string cpu_oversubscription(int threads, int usable_cpus, int host_ranks, int hardware_threads) {
+std::string cpu_oversubscription(int threads, int usable_cpus, int host_ranks, int hardware_threads,
+                                 const std::string& host) {
   const std::string effect = ": the threads take turns on the cores and the step time is the scheduler's; ";
   if (usable_cpus > 0 && threads > usable_cpus)
     return "train.threads=" + std::to_string(threads) + " but this rank may run on " + std::to_string(usable_cpus) +
@@ -194,7 +195,7 @@ std::string cpu_oversubscription(int threads, int usable_cpus, int host_ranks, i
   const int64_t together = int64_t{threads} * host_ranks;
   if (host_ranks > 1 && hardware_threads > 0 && together > hardware_threads) {
     const int share = hardware_threads / host_ranks;
-    return std::to_string(host_ranks) + " ranks on this host run " + std::to_string(threads) +
+    return std::to_string(host_ranks) + " ranks on " + host + " run " + std::to_string(threads) +
            " CPU thread(s) each, " + std::to_string(together) + " on its " + std::to_string(hardware_threads) +
            " hardware threads" + effect +
            (share >= 1 ? "give each rank its share (train.threads=" + std::to_string(share) +

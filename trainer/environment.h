@@ -84,7 +84,9 @@ std::string cpu_model_in(const std::string& proc_cpuinfo);
 // mask or cgroup: usable_cpu_count), or the ranks on its host running more
 // threads together than the host has hardware threads. Its steps are then
 // the scheduler's, not the machine's.
-std::string cpu_oversubscription(int threads, int usable_cpus, int host_ranks, int hardware_threads);
+// `host` names the rank's host in the words ("this host" where unnamed).
+std::string cpu_oversubscription(int threads, int usable_cpus, int host_ranks, int hardware_threads,
+                                 const std::string& host = "this host");
 // The filesystem holding `path`: its own where it exists (a folder that is a
 // mount point included), else its folder's (a result not written yet).
 FilesystemInfo describe_filesystem(const std::string& role, const std::string& path);

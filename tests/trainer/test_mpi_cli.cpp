@@ -9,6 +9,7 @@
 #include <filesystem>  // the wrapper script's mode
 #include <fstream>
 #include <string>
+#include <thread>   // hardware_concurrency: the oversubscription warning
 #include <utility>  // std::pair
 #include <vector>
 
@@ -786,6 +787,26 @@ TEST(MpiCli, ProcessesALauncherNumberedButMpiCannotJoinAreRefused) {
   // A single process with WORLD_SIZE 1 (or RANK alone) is one process: it runs.
   const CommandResult alone = run_command("env RANK=0 WORLD_SIZE=1 timeout 120 " + run);
   EXPECT_EQ(alone.exit_code, 0) << alone.out << alone.err;
+}
+
+// Two unbound ranks each running as many threads as the host has: the
+// warning names the host (it said "this host" in rank 0's output whatever
+// host the rank that spoke was on) and how many more ranks found the same.
+TEST(MpiCli, TheOversubscriptionWarningNamesTheHostAndCountsTheRanks) {
+  testing::TempDir dir("test_mpi_cli");
+  const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
+  const CommandResult r = run_command(
+      "timeout 120 " + kMpirun + "--bind-to none -np 2 " + TRAINBENCH_BINARY +
+      " run tiny --steps 3 --set train.warmup_steps=1 --set checkpoint.every_steps=0 --set train.threads=" +
+      std::to_string(hardware) + " --out " + dir.file("r.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string host =
+      nlohmann::json::parse(read_whole_file(dir.file("r.json")))["environment"]["host_gpus"][0]["host"];
+  EXPECT_NE(r.out.find("warning: rank 0: 2 ranks on host " + host + " run " + std::to_string(hardware) +
+                       " CPU thread(s) each"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("(and 1 more rank(s) alike)"), std::string::npos) << r.out;
 }
 
 // Burn-in's fabric check and run --ceilings' network ceiling read the

@@ -228,6 +228,10 @@ TEST(CpuOversubscription, NamesTheRankOrHostThatRunsMoreThreadsThanCpus) {
   const std::string crowded = cpu_oversubscription(1, 2, 4, 2);
   EXPECT_NE(crowded.find("run at most 2 ranks on it"), std::string::npos) << crowded;
   EXPECT_EQ(cpu_oversubscription(8, 0, 1, 0), "");  // nothing known: nothing said
+  // In a multi-host job the host is named: "this host" in rank 0's output
+  // read as rank 0's host.
+  EXPECT_NE(cpu_oversubscription(16, 16, 4, 16, "host gpu-node-07").find("4 ranks on host gpu-node-07 run 16 CPU"),
+            std::string::npos);
 }
 
 // The console's rates are the JSON's decimal GB/s (it printed GiB/s, 7%
