@@ -297,11 +297,18 @@ TEST(CheckpointMpiDamage, RanksThatFindTwoRunsCheckpointsOfOneStepStopAtResume) 
                                                       std::string("--set train.seed=") + rank));
     ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
   }
-  const CommandResult resumed = resume_each_rank_in_its_own_folder(dir, 25, 10);
+  // A resume that writes no checkpoint (the folder is only read): the
+  // resume's own comparison of the ranks' slices.
+  const CommandResult resumed = resume_each_rank_in_its_own_folder(dir, 25, 0);
   EXPECT_EQ(resumed.exit_code, 2) << resumed.out << resumed.err;
   EXPECT_NE(resumed.err.find("the ranks found different checkpoints of step 20: rank 1's files are not rank 0's"),
             std::string::npos)
       << resumed.err;
+  // One that checkpoints meets the folder check before step 1 first: rank 1
+  // does not see the folder rank 0 writes.
+  const CommandResult writing = resume_each_rank_in_its_own_folder(dir, 25, 10);
+  EXPECT_EQ(writing.exit_code, 2) << writing.out << writing.err;
+  EXPECT_NE(writing.err.find("checkpoint.dir ck is not the folder rank 0 (on "), std::string::npos) << writing.err;
 }
 
 // Each rank resolves `latest` itself: on node-local disks, or through a
@@ -320,7 +327,7 @@ TEST(CheckpointMpiDamage, RanksThatFindDifferentCheckpointsStopAtResume) {
   }
   std::ofstream(dir.file("r0/ck/latest")) << "step_10\n";
   std::ofstream(dir.file("r1/ck/latest")) << "step_5\n";
-  const CommandResult resumed = resume_each_rank_in_its_own_folder(dir, 20, 5);
+  const CommandResult resumed = resume_each_rank_in_its_own_folder(dir, 20, 0);
   EXPECT_EQ(resumed.exit_code, 2) << resumed.out << resumed.err;
   EXPECT_NE(resumed.err.find("the ranks found different checkpoints: rank 0 step 10, rank 1 step 5"),
             std::string::npos)
