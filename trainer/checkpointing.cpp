@@ -6,7 +6,8 @@
 #include <algorithm>   // std::max_element, std::max, std::min
 #include <array>       // the config keys a resume compares
 #include <chrono>      // steady seconds
-#include <cstring>     // std::memcpy
+#include <cerrno>      // ENOENT: a sharing probe not found
+#include <cstring>     // std::memcpy, std::strerror
 #include <filesystem>  // the folder of a checkpoint
 #include <functional>  // the remedy of a refusal
 #include <optional>    // a listing's error, kept past the collective
@@ -845,11 +846,23 @@ void check_every_rank_sees_the_folder(const std::string& dir, Communicator& comm
   // job, its peers waiting in the broadcast.
   if (comm.rank() == 0) probe = write_sharing_probe(dir, comm.host_name(), named);
   probe = broadcast_string(comm, probe, 0);
-  std::error_code ignored;
-  const bool sees = comm.rank() == 0 || std::filesystem::exists(probe, ignored);
-  const std::vector<double> blind = gather_from_ranks(comm, sees ? 0.0 : 1.0);
+  // Only "no such file" is a folder the rank does not see; another error
+  // (ESTALE, EIO, EACCES) is the storage's, said in its words (exit 3).
+  constexpr double kBlind = 1, kCannotLook = 2;
+  double state = 0;
+  std::string cannot_look;
+  struct stat info {};
+  if (comm.rank() != 0 && ::stat(probe.c_str(), &info) != 0) {
+    state = errno == ENOENT || errno == ENOTDIR ? kBlind : kCannotLook;
+    if (state == kCannotLook) cannot_look = "cannot look for " + probe + ": " + std::strerror(errno);
+  }
+  const std::vector<double> blind = gather_from_ranks(comm, state);
   if (comm.rank() == 0) (void)::unlink(probe.c_str());
-  const std::string ranks = rank_list(blind, 1);
+  if (*std::max_element(blind.begin(), blind.end()) == kCannotLook) {
+    const RankReason first = first_reason_over_ranks(comm, cannot_look);
+    throw CheckpointError(named + " " + dir + ": rank " + std::to_string(first.rank) + " " + first.reason, true);
+  }
+  const std::string ranks = rank_list(blind, kBlind);
   if (ranks.empty()) return;
   const std::vector<std::string> hosts = host_names_of_ranks(comm);
   std::vector<std::string> blind_hosts;  // each once, in rank order
