@@ -387,6 +387,12 @@ bool cuda_plan_assumes_cudnn();
 // a head dimension of 10 "fitted" in 46 GiB whose probabilities alone were
 // 55 GB a layer.
 std::string cuda_plan_attention_fallback(const EngineOptions& options);
+// The shape part of it: why cuDNN's fused attention refuses these options'
+// shape ("" when it takes it, or where this build has no cuDNN to ask). A
+// run that asks for it (train.attention=cudnn) is refused with this before
+// anything is allocated (exit 2); the plan counted the GEMM attention's
+// memory for it and the engine threw once built.
+std::string cudnn_attention_shape_refusal(const EngineOptions& options);
 
 // The largest head dimension the CUDA engine runs: its RoPE kernel keeps a
 // head's sines and cosines in shared memory (kernels/cuda/cuda_ops.cu).

@@ -88,22 +88,38 @@ bool cuda_plan_assumes_cudnn() { return false; }
 bool cuda_plan_assumes_cudnn() { return true; }
 #endif
 
-std::string cuda_plan_attention_fallback(const EngineOptions& options) {
-  if (options.attention == "gemm") return "train.attention=gemm";
+std::string cudnn_attention_shape_refusal(const EngineOptions& options) {
   const int64_t head_dim = options.shape.head_dim();
 #ifdef TRAINBENCH_HAVE_CUDA
-  if (cudnn_attention_build_info().empty()) return "this build has no cuDNN attention";
+  if (cudnn_attention_build_info().empty()) return "";  // nothing to check against
+  // The rank's GPU where one is visible (its graphs differ by architecture:
+  // an sm_80 refuses head dimensions Hopper runs), else Hopper's.
+  int sm_version = 90;
+  if (const GpuInventory gpus = query_gpus(); options.gpu_index >= 0 &&
+                                              options.gpu_index < static_cast<int>(gpus.gpus.size())) {
+    const GpuInfo& gpu = gpus.gpus[static_cast<size_t>(options.gpu_index)];
+    sm_version = gpu.compute_major * 10 + gpu.compute_minor;
+  }
   const ModelShape& s = options.shape;
   const cuda::AttentionShape attention{options.micro_batch, s.n_heads, s.n_kv_heads, s.seq_len, head_dim};
   const std::string refused = cuda::validate_cudnn_attention(
-      attention, 1.0f / std::sqrt(static_cast<float>(head_dim)), options.deterministic, 90);
-  if (!refused.empty()) return "cuDNN's fused attention refuses this shape on sm_90 (" + refused + ")";
+      attention, 1.0f / std::sqrt(static_cast<float>(head_dim)), options.deterministic, sm_version);
+  if (!refused.empty())
+    return "cuDNN's fused attention refuses this shape on sm_" + std::to_string(sm_version) + " (" + refused + ")";
 #else
   if (head_dim % 8 != 0 || head_dim > 256)
     return "cuDNN's fused attention takes head dimensions that are multiples of 8 up to 256 (d_model / n_heads = " +
            std::to_string(head_dim) + ")";
 #endif
   return "";
+}
+
+std::string cuda_plan_attention_fallback(const EngineOptions& options) {
+  if (options.attention == "gemm") return "train.attention=gemm";
+#ifdef TRAINBENCH_HAVE_CUDA
+  if (cudnn_attention_build_info().empty()) return "this build has no cuDNN attention";
+#endif
+  return cudnn_attention_shape_refusal(options);
 }
 
 MemoryPlan plan_cuda_engine_memory(const EngineOptions& options) {

@@ -514,7 +514,8 @@ int run_command(const RunOptions& options, const std::string& command_line) {
     // A failure the ranks agreed on names the rank it is about ("rank 1's
     // part", "rank 1 resolved 6 shards"); "rank 0: " before it, from the
     // rank that speaks first, blamed rank 0.
-    const bool names_its_rank = std::regex_search(error.message, std::regex("\\brank [0-9]"));
+    // ("ranks 2 and 3 on nodeB", "rank(s) 1, 2" name theirs too.)
+    const bool names_its_rank = std::regex_search(error.message, std::regex("\\brank(s|\\(s\\))? [0-9]"));
     comm->abort(error.code, trainbench::error_line(names_its_rank ? error.message
                                                                   : "rank " + std::to_string(comm->rank()) + ": " +
                                                                         error.message));
@@ -601,6 +602,10 @@ ResolvedEngine resolve_engine(const Config& config, Communicator& comm, const Gp
     throw CommandError{kExitUserError, "train.attention: cudnn needs the cuda engine; the cpu engine runs attention as GEMMs"};
   engine_options.attention = config.train.attention;
   engine_options.deterministic = config.train.deterministic;
+  if (engine_options.device == "cuda" && config.train.attention == "cudnn")
+    if (const std::string refusal = cudnn_attention_shape_refusal(engine_options); !refusal.empty())
+      throw CommandError{kExitUserError, "train.attention=cudnn: " + refusal +
+                                             "; train.attention auto runs the GEMM attention for it"};
 
   // Everything is sized before anything is allocated.
   try {
@@ -946,7 +951,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
       setup_warnings.push_back(comm->world_size() > 1
                                    ? "rank " + std::to_string(first.rank) + ": " + first.reason +
                                          (others > 0 ? " (and " + std::to_string(others) +
-                                                           " more rank(s) alike)"
+                                                           " more rank(s) warn of theirs)"
                                                      : "")
                                    : first.reason);
   }

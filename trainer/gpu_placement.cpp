@@ -34,7 +34,9 @@ std::string gpu_sharing_reason(const std::vector<int>& sharing, const std::strin
       host_ranks > gpus_visible
           ? "the host runs " + std::to_string(host_ranks) + " ranks and each sees " + visible +
                 " GPU(s): run at most " + visible + " rank(s) per host (mpirun --npernode " + visible +
-                ", srun --ntasks-per-node " + visible + ")"
+                ", srun --ntasks-per-node " + visible + "), or, where the host has more GPUs than a rank sees (one "
+                "CUDA_VISIBLE_DEVICES exported to every rank), give each rank its own (srun --gpus-per-task 1, or "
+                "CUDA_VISIBLE_DEVICES set from the local rank)"
           : "each of the host's " + std::to_string(host_ranks) + " ranks sees " + visible +
                 " GPU(s), this one among them: give each rank its own (srun --gpus-per-task 1, or "
                 "CUDA_VISIBLE_DEVICES set from the local rank)";

@@ -166,6 +166,10 @@ int PlanCommand::run() {
   // The plan is the CUDA engine's: a shape it cannot run has no plan.
   if (const std::string problem = cuda_engine_shape_problem(config.model); !problem.empty())
     throw CommandError{kExitUserError, "model: " + problem};
+  if (config.train.attention == "cudnn")
+    if (const std::string refusal = cudnn_attention_shape_refusal(cuda_options(config)); !refusal.empty())
+      throw CommandError{kExitUserError, "train.attention=cudnn: " + refusal +
+                                             "; train.attention auto runs the GEMM attention for it"};
   // The LoRA row's config, checked where its values were set: plan_finetune
   // checks a copy, which has lost them, and blamed the config file or
   // preset for a --set lora.rank that only the LoRA row refuses.

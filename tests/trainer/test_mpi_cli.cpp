@@ -806,7 +806,7 @@ TEST(MpiCli, TheOversubscriptionWarningNamesTheHostAndCountsTheRanks) {
                        " CPU thread(s) each"),
             std::string::npos)
       << r.out;
-  EXPECT_NE(r.out.find("(and 1 more rank(s) alike)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(and 1 more rank(s) warn of theirs)"), std::string::npos) << r.out;
 }
 
 // Burn-in's fabric check and run --ceilings' network ceiling read the

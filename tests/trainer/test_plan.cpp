@@ -172,6 +172,15 @@ TEST(Plan, AShapeCudnnRefusesIsPlannedWithTheGemmAttention) {
   const PlannedAttention attention = planned_attention(config);
   EXPECT_EQ(attention.kernel, "gemm");
   EXPECT_FALSE(attention.assumed);
+  // Asked for by name, the shape is refused (exit 2), as `run` refuses it
+  // before anything is allocated, rather than planned with the other attention.
+  if (!cuda_built() || !cudnn_attention_build_info().empty()) {
+    const CommandResult asked = run_command(std::string(TRAINBENCH_BINARY) +
+                                            " plan tiny --set model.d_model=80 --set model.n_heads=8 "
+                                            "--set model.n_kv_heads=4 --set train.attention=cudnn");
+    EXPECT_EQ(asked.exit_code, 2) << asked.out << asked.err;
+    EXPECT_NE(asked.err.find("train.attention=cudnn: cuDNN's fused attention"), std::string::npos) << asked.err;
+  }
   // Where cuDNN attention is built or assumed, the refusal is the reason;
   // the tiny preset's shape (head dimension 16) keeps cuDNN's.
   if (!cuda_built() || !cudnn_attention_build_info().empty()) {
