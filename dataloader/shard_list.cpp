@@ -7,6 +7,8 @@
 #include <algorithm>  // std::sort, std::max
 #include <charconv>   // std::from_chars for range bounds
 #include <cerrno>     // ELOOP, ENOENT: why a listed shard is absent
+#include <cstdint>    // uint64_t: a shard's head hashed
+#include <cstdio>     // std::snprintf: the hash in hex
 #include <cstring>    // std::memcmp, std::strerror
 #include <fstream>    // list files
 #include <map>        // repeated_shards: listings per file
@@ -311,7 +313,19 @@ std::vector<std::string> shard_identities(const std::vector<std::string>& shards
     const size_t slash = path.rfind('/');
     const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
     struct stat info;
-    identities.push_back(name + " " + (::stat(path.c_str(), &info) == 0 ? std::to_string(info.st_size) : "?"));
+    const std::string size = ::stat(path.c_str(), &info) == 0 ? std::to_string(info.st_size) : "?";
+    // The first 4 KiB (the first member's header and the start of its
+    // data), FNV-1a: shards of fixed-length samples are all one size, and a
+    // data set made again (another tokenizer) keeps names and sizes alike.
+    char head[4096];
+    std::ifstream in(path, std::ios::binary);
+    in.read(head, sizeof head);
+    uint64_t hash = 0xcbf29ce484222325ULL;
+    for (std::streamsize i = 0; i < in.gcount(); ++i)
+      hash = (hash ^ static_cast<unsigned char>(head[i])) * 0x100000001b3ULL;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+    identities.push_back(name + " " + size + " " + (in.gcount() > 0 || size == "0" ? hex : "?"));
   }
   return identities;
 }

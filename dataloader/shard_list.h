@@ -27,11 +27,12 @@ std::vector<std::string> expand_braces(const std::string& pattern);
 
 std::vector<std::string> resolve_shard_list(const std::string& spec);
 
-// Each shard as "NAME BYTES" (its file name and size; "NAME ?" where it
-// cannot be stat'ed), in list order: what a checkpoint records of the data
-// its loader position counts samples into. A shard replaced by another of
-// its name, or files renamed under one list, is other data at the same
-// position: a resume read on in it silently.
+// Each shard as "NAME BYTES HASH" (its file name, its size and a 64-bit
+// FNV-1a of its first 4 KiB, in hex; "?" for what cannot be read), in list
+// order: what a checkpoint records of the data its loader position counts
+// samples into. A shard replaced by another of its name, files renamed
+// under one list, or a data set made again, is other data at the same
+// position: a resume read on in it silently. One 4 KiB read per shard.
 std::vector<std::string> shard_identities(const std::vector<std::string>& shards);
 
 // True for the names a directory's shards have: .tar, .tar.gz, .tgz, .tar.zst,

@@ -1074,7 +1074,8 @@ std::string resumed_shards_difference(const nlohmann::json& recorded, const std:
     const std::string then = recorded[i].is_string() ? recorded[i].get<std::string>() : recorded[i].dump();
     if (then == identities[i]) continue;
     return "shard " + std::to_string(i + 1) + " of " + std::to_string(identities.size()) + ", " + paths[i] +
-           ", is '" + identities[i] + " bytes' and was '" + then + " bytes' when the checkpoint was taken" + what_to_do;
+           ", is '" + identities[i] + "' and was '" + then +
+           "' when the checkpoint was taken (file name, bytes, a hash of its first 4 KiB)" + what_to_do;
   }
   return "";
 }

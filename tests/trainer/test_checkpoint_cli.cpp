@@ -319,7 +319,12 @@ TEST(CheckpointCli, AResumeOverAShardReplacedUnderItsNameIsRefusedNamingIt) {
   ASSERT_EQ(run_command(tiny_run(ckpt, 5, 5, dir.file("r1.json"), data)).exit_code, 0);
   const nlohmann::json manifest = nlohmann::json::parse(testing::read_whole_file(ckpt + "/step_5/manifest.json"));
   ASSERT_EQ(manifest["extra"]["shards"].size(), 4u) << manifest.dump();
-  EXPECT_EQ(manifest["extra"]["shards"][0], "train-000000.tar " + std::to_string(fs::file_size(shards + "/train-000000.tar")));
+  const std::string first = manifest["extra"]["shards"][0];
+  EXPECT_EQ(first.rfind("train-000000.tar " + std::to_string(fs::file_size(shards + "/train-000000.tar")) + " ", 0), 0u)
+      << first;
+  EXPECT_EQ(first.size(), std::string("train-000000.tar ").size() +
+                              std::to_string(fs::file_size(shards + "/train-000000.tar")).size() + 1 + 16)
+      << "name, size and a 16-digit hash: " << first;
   // The same files: the resume goes on.
   const CommandResult same = run_command(tiny_run(ckpt, 7, 5, dir.file("r2.json"), data + "--resume " + ckpt + "/step_5"));
   EXPECT_EQ(same.exit_code, 0) << same.err;
@@ -334,6 +339,25 @@ TEST(CheckpointCli, AResumeOverAShardReplacedUnderItsNameIsRefusedNamingIt) {
       << changed.err;
   EXPECT_NE(changed.err.find("when the checkpoint was taken"), std::string::npos) << changed.err;
   EXPECT_FALSE(fs::exists(dir.file("r3.json")));
+  // Shards of one size (fixed-length samples), made again with another
+  // seed: names and sizes alike, the data not.
+  const std::string fixed = dir.file("fixed"), fixed_ckpt = dir.file("fixed_ckpt");
+  const std::string make_fixed = std::string(TRAINBENCH_BINARY) + " shards synth --out " + fixed +
+                                 " --count 4 --samples 40 --vocab 512 --tokens 128 --seed ";
+  ASSERT_EQ(run_command(make_fixed + "3").exit_code, 0);
+  const std::string fixed_data = "--set data.shards=" + fixed + " --set train.warmup_steps=1 ";
+  ASSERT_EQ(run_command(tiny_run(fixed_ckpt, 5, 5, dir.file("f1.json"), fixed_data)).exit_code, 0);
+  const auto fixed_size = fs::file_size(fixed + "/train-000000.tar");
+  fs::remove_all(fixed);
+  ASSERT_EQ(run_command(make_fixed + "9").exit_code, 0);
+  ASSERT_EQ(fs::file_size(fixed + "/train-000000.tar"), fixed_size) << "fixed-length samples: one size";
+  const CommandResult remade =
+      run_command(tiny_run(fixed_ckpt, 7, 5, dir.file("f2.json"), fixed_data + "--resume " + fixed_ckpt + "/step_5"));
+  EXPECT_EQ(remade.exit_code, 2) << remade.out << remade.err;
+  EXPECT_NE(remade.err.find("data.shards: shard 1 of 4, " + fixed + "/train-000000.tar, is 'train-000000.tar " +
+                            std::to_string(fixed_size) + " "),
+            std::string::npos)
+      << remade.err;
 }
 
 TEST(CheckpointCli, IncompatibleResumeIsRefused) {
