@@ -4,6 +4,8 @@
 // the others waiting.
 #include <gtest/gtest.h>
 
+#include <sched.h>  // sched_getaffinity: the CPUs the oversubscription test may use
+
 #include <algorithm>  // std::max
 #include <chrono>
 #include <filesystem>  // the wrapper script's mode
@@ -795,6 +797,13 @@ TEST(MpiCli, ProcessesALauncherNumberedButMpiCannotJoinAreRefused) {
 TEST(MpiCli, TheOversubscriptionWarningNamesTheHostAndCountsTheRanks) {
   testing::TempDir dir("test_mpi_cli");
   const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
+  // Where this process may use fewer CPUs than the host has (an affinity
+  // mask, a container's CPU set), the warning takes its per-rank form.
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) == 0 && static_cast<unsigned>(CPU_COUNT(&allowed)) < hardware)
+    GTEST_SKIP() << "this process may use " << CPU_COUNT(&allowed) << " of the host's " << hardware
+                 << " CPUs: the per-host form of the warning cannot be made here";
   const CommandResult r = run_command(
       "timeout 120 " + kMpirun + "--bind-to none -np 2 " + TRAINBENCH_BINARY +
       " run tiny --steps 3 --set train.warmup_steps=1 --set checkpoint.every_steps=0 --set train.threads=" +
