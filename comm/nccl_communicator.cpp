@@ -23,7 +23,7 @@
 #include <nccl.h>          // the collectives, ncclConfig_t, ncclCommAbort
 
 #include <algorithm>  // std::max: waiting_since
-#include <atomic>     // the abort latch
+#include <atomic>     // the abort latch; the comm, cleared by an abort on another thread
 #include <chrono>
 #include <cstdint>    // int64_t
 #include <cstdio>     // std::fprintf, std::snprintf
@@ -180,7 +180,10 @@ class NcclCommunicator final : public Communicator {
 
   cudaStream_t stream_ = nullptr;      // the comm stream: every collective, in issue order
   cudaEvent_t sync_event_ = nullptr;   // the end of a blocking collective (no timing)
-  ncclComm_t comm_ = nullptr;
+  // Atomic: abort() on a watchdog's thread (burn-in's hang watch, the
+  // collective timeout) aborts and clears it while the main thread may be
+  // about to pass it to its next NCCL call.
+  std::atomic<ncclComm_t> comm_{nullptr};
   std::vector<cudaEvent_t> all_events_;   // every timing event made, destroyed at the end
   std::vector<cudaEvent_t> free_events_;  // those not bracketing a request now
   std::deque<Request> pending_;           // started, not yet seen complete; oldest first
@@ -219,8 +222,12 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> bootstrap, int 
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // every wait is ours, with a deadline (top of the file)
   const Clock::time_point began = Clock::now();
-  settle(ncclCommInitRankConfig(&comm_, world_, id, rank_, &config), "ncclCommInitRankConfig", "init",
-         0, init_timeout_s_, began);
+  // Non-blocking: the comm exists (and its errors can be polled) as soon as
+  // the call returns, before the rendezvous is done.
+  ncclComm_t made = nullptr;
+  const ncclResult_t started = ncclCommInitRankConfig(&made, world_, id, rank_, &config);
+  comm_ = made;
+  settle(started, "ncclCommInitRankConfig", "init", 0, init_timeout_s_, began);
 }
 
 NcclCommunicator::~NcclCommunicator() {
