@@ -22,7 +22,7 @@ struct GpuInfo {
 
 // The text nvidia-smi prints for a GPU's 16-byte UUID and for its PCI
 // domain, bus and device (cudaDeviceProp's uuid, pciDomainID, pciBusID,
-// pciDeviceID).
+// pciDeviceID). An all-zero UUID is none: "".
 std::string gpu_uuid_text(const unsigned char (&bytes)[16]);
 std::string pci_bus_id_text(int domain, int bus, int device);
 

@@ -7,6 +7,12 @@
 namespace trainbench {
 
 std::string gpu_uuid_text(const unsigned char (&bytes)[16]) {
+  // All zeros is no UUID (a driver or virtual GPU that reports none): ""
+  // as unknown, or every such GPU would read as one (the ranks' GPU-sharing
+  // check would refuse a job of one GPU per rank).
+  bool any = false;
+  for (const unsigned char b : bytes) any = any || b != 0;
+  if (!any) return "";
   // GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, the bytes in order.
   std::string text = "GPU-";
   static constexpr char kHex[] = "0123456789abcdef";

@@ -15,5 +15,16 @@ TEST(GpuIdentity, IsWrittenAsNvidiaSmiWritesIt) {
   EXPECT_EQ(pci_bus_id_text(1, 0xdb, 0x1f), "00000001:DB:1F.0");
 }
 
+// A driver (or virtual GPU) that reports no UUID gives 16 zero bytes: that
+// is unknown, not one UUID every such GPU shares, which made the ranks'
+// GPU-sharing check take a job of one GPU per rank for one GPU.
+TEST(GpuIdentity, AnAllZeroUuidIsUnknown) {
+  const unsigned char zeros[16] = {};
+  EXPECT_EQ(gpu_uuid_text(zeros), "");
+  unsigned char last_bit[16] = {};
+  last_bit[15] = 1;
+  EXPECT_EQ(gpu_uuid_text(last_bit), "GPU-00000000-0000-0000-0000-000000000001");
+}
+
 }  // namespace
 }  // namespace trainbench
