@@ -243,18 +243,31 @@ void prepare_pending_folder(const std::string& dir, int64_t step) {
   if (error) io::fail_write("cannot create checkpoint folder", folder, error.value());
 }
 
+namespace {
+
+// `dir`/<write-probe prefix><suffix>, written and fsynced (a leftover is
+// litter retention removes); CheckpointWriteError "<named> <dir> is not
+// writable: ..." when it cannot be.
+std::string write_probe(const std::string& dir, const std::string& suffix, const std::string& named,
+                        const std::string& contents) {
+  const std::string probe = io::without_trailing_slashes(dir) + "/" + io::kWriteProbePrefix + suffix;
+  try {
+    io::write_synced_file(probe, contents);
+  } catch (const CheckpointWriteError& e) {
+    throw CheckpointWriteError(named + " " + dir + " is not writable: " + e.what(), e.disk_full);
+  }
+  return probe;
+}
+
+}  // namespace
+
 void check_checkpoint_dir(const std::string& dir, const std::string& named) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) io::fail_write("cannot create " + named, dir, error.value());
   // Permission bits alone do not say it (root ignores them; a read-only
   // mount does not show in them): create, sync and remove a real file.
-  const std::string probe = io::without_trailing_slashes(dir) + "/" + io::kWriteProbePrefix + std::to_string(::getpid());
-  try {
-    io::write_synced_file(probe, "probe\n");
-  } catch (const CheckpointWriteError& e) {
-    throw CheckpointWriteError(named + " " + dir + " is not writable: " + e.what(), e.disk_full);
-  }
+  const std::string probe = write_probe(dir, std::to_string(::getpid()), named, "probe\n");
   // ENOENT: gone already (another run's retention took it for litter).
   if (::unlink(probe.c_str()) != 0 && errno != ENOENT) io::fail_write("cannot remove", probe, errno);
 }
@@ -264,15 +277,10 @@ std::string write_sharing_probe(const std::string& dir, const std::string& host,
   std::string host_part = host;
   for (char& c : host_part)
     if (c == '/') c = '_';
-  const std::string probe = io::without_trailing_slashes(dir) + "/" + io::kWriteProbePrefix + "shared-" +
-                            host_part + "-" + std::to_string(::getpid()) + "-" +
-                            std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
-  try {
-    io::write_synced_file(probe, "rank 0's, for every rank to see\n");
-  } catch (const CheckpointWriteError& e) {
-    throw CheckpointWriteError(named + " " + dir + " is not writable: " + e.what(), e.disk_full);
-  }
-  return probe;
+  return write_probe(dir,
+                     "shared-" + host_part + "-" + std::to_string(::getpid()) + "-" +
+                         std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()),
+                     named, "rank 0's, for every rank to see\n");
 }
 
 FileRecord write_image_file(const std::string& folder, const std::string& name, const StateImage& image,

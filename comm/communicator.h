@@ -257,18 +257,21 @@ inline std::vector<std::string> host_names_of_ranks(Communicator& comm) {
 // rank's words, or its peers wait for it in their next collective until
 // comm.timeout_s. rank is -1 when no rank has one. `kind` (> 0) travels with
 // a reason, for a caller that tells kinds of failure apart (the machine's
-// from the data's): the first rank's, 0 when no rank has one.
+// from the data's): the first rank's, 0 when no rank has one. `ranks`: how
+// many ranks had one (the first among them).
 struct RankReason {
   int rank = -1;
   std::string reason;
   int kind = 0;
+  int ranks = 0;
 };
 inline RankReason first_reason_over_ranks(Communicator& comm, const std::string& mine, int kind = 1) {
   const std::vector<double> kinds = gather_from_ranks(comm, mine.empty() ? 0.0 : static_cast<double>(kind));
   const auto first = std::find_if(kinds.begin(), kinds.end(), [](double k) { return k != 0.0; });
   if (first == kinds.end()) return {};
   const int rank = static_cast<int>(first - kinds.begin());
-  return {rank, broadcast_string(comm, mine, rank), static_cast<int>(*first)};
+  const int ranks = static_cast<int>(std::count_if(kinds.begin(), kinds.end(), [](double k) { return k != 0.0; }));
+  return {rank, broadcast_string(comm, mine, rank), static_cast<int>(*first), ranks};
 }
 inline double sum_over_ranks(Communicator& comm, double value) {
   const std::vector<double> values = gather_from_ranks(comm, value);

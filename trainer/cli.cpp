@@ -874,7 +874,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   std::vector<std::string> shard_ids;
   const bool given_shards = config.data.source == "shards" && !config.data.shards.empty();
   if (reporter && given_shards && (config.checkpoint.every_steps > 0 || !resume.folder.empty())) {
-    const StorageWatchdog watchdog(*comm, config.data.timeout_s, "reading the sizes of data.shards " +
+    const StorageWatchdog watchdog(*comm, config.data.timeout_s, "reading the size and first 4 KiB of data.shards " +
                                    config.data.shards, "data.timeout_s");
     shard_ids = shard_identities(data.shards);
   }
@@ -944,9 +944,9 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
             ? cpu_oversubscription(threads, env.usable_threads, host_ranks, env.hardware_threads,
                                    comm->world_size() > 1 ? "host " + comm->host_name() : "this host")
             : "";
-    const RankReason first = first_reason_over_ranks(*comm, contention);
     // The first rank speaks; how many more would have is said with it.
-    const int others = static_cast<int>(sum_over_ranks(*comm, contention.empty() ? 0.0 : 1.0)) - 1;
+    const RankReason first = first_reason_over_ranks(*comm, contention);
+    const int others = first.ranks - 1;
     if (!first.reason.empty())
       setup_warnings.push_back(comm->world_size() > 1
                                    ? "rank " + std::to_string(first.rank) + ": " + first.reason +
