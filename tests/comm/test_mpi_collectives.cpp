@@ -222,21 +222,24 @@ TEST(MpiCommunicator, BenchHarnessLeavesTheRawPathOutWhenAskedAndRefusesItWithou
 // says so (the caller keeps its buffer); the ones not begun are dropped,
 // never started on freed memory. Rank 0 queues two while its peers join
 // only the first, late: every rank ends having run one, and the
-// communicator stays usable for the tests after this one.
+// communicator stays usable for the tests after this one. (Rank 0 gives its
+// progress thread 1 s to take the first into MPI: were it still queued, both
+// would be dropped and rank 0's wait would never end; 100 ms left that to a
+// loaded machine's scheduler.)
 TEST(MpiCommunicator, AbandoningDropsWhatHasNotBegunAndNamesWhatIsInFlight) {
   std::vector<float> first = contributions(1000);
   std::vector<float> second(1000, -7.0f);
   if (comm->rank() == 0) {
     const Communicator::Ticket ticket = comm->start_all_reduce_sum(first.data(), 1000);
     (void)comm->start_all_reduce_sum(second.data(), 1000);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the first is inside MPI, waiting for peers
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // the first is inside MPI, waiting for peers
     EXPECT_TRUE(comm->abandon_collectives()) << "the first all-reduce is in flight";
     comm->wait(ticket);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // time for a second one to start, were it kept
     EXPECT_FALSE(comm->abandon_collectives()) << "nothing in flight or queued once the first is done";
     EXPECT_EQ(second, std::vector<float>(1000, -7.0f)) << "the dropped all-reduce wrote its buffer";
   } else {
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    std::this_thread::sleep_for(std::chrono::milliseconds(3000));
     comm->wait(comm->start_all_reduce_sum(first.data(), 1000));
     EXPECT_FALSE(comm->abandon_collectives());
   }

@@ -220,9 +220,12 @@ TEST_F(Attribution, TheNetworkCeilingTimesTheRunsOwnSchedule) {
 
 // One rank made slow (a sleep before each of its steps, as a slow GPU): the
 // other rank waits for it inside the all-reduce, which its own steps count
-// as exposed communication. The sleep is 160 ms so that the checks below
-// (75 % of it) leave 40 ms for the two ranks' compute to differ on a
-// 2-core host: with 80 ms, a CI run saw 56.7 ms against a 60 ms bound. The run must name rank 1 as the one that sets
+// as exposed communication. The sleep is 600 ms and the checks below are
+// at 75 % and 50 % of it: each separates the fixed code from the broken by
+// the whole sleep (it is counted in one place or the other), and leaves
+// 150 ms and more for the two ranks' own work to differ on a loaded 2-core
+// host (with 80 ms and 75 %, a CI run saw 56.7 ms against a 60 ms bound;
+// 160 ms left 40). The run must name rank 1 as the one that sets
 // the pace and judge the bottleneck from its view, not call the wait
 // "network". Under ZeRO-1 too, where no all-reduce comes before the
 // optimizer: there the wait is in the ranks' batch agreement, which was
@@ -234,17 +237,17 @@ TEST_F(Attribution, AStragglersWaitIsNotCalledNetwork) {
   const std::string out = dir_.file(std::string("straggler-zero") + zero + ".json");
   const CommandResult r = run_command(
       kTwoRanksRunTiny +
-      " --steps 16 --set train.warmup_steps=4 --set train.threads=1 --set report.progress_every=0"
-      " --set checkpoint.every_steps=0 --set burnin.inject_slow_rank=1 --set burnin.inject_slow_ms=160"
+      " --steps 10 --set train.warmup_steps=3 --set train.threads=1 --set report.progress_every=0"
+      " --set checkpoint.every_steps=0 --set burnin.inject_slow_rank=1 --set burnin.inject_slow_ms=600"
       " --set comm.zero=" + zero + " --set checkpoint.dir=" + dir_.file(std::string("s-ckpt") + zero) + " --out " + out);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const nlohmann::json result = testing::read_json(out);
   const nlohmann::json& summary = result.at("summary");
   const nlohmann::json& ranks = result.at("ranks");
   EXPECT_EQ(summary.at("slowest_rank").get<int>(), 1);
-  // Rank 0 waited for rank 1's 160 ms in its all-reduce...
-  EXPECT_GT(ranks[0]["comm_exposed_s"].get<double>(), 0.12) << ranks.dump();
-  EXPECT_GT(ranks[1]["own_s"].get<double>() - ranks[0]["own_s"].get<double>(), 0.12) << ranks.dump();
+  // Rank 0 waited for rank 1's 600 ms in its all-reduce...
+  EXPECT_GT(ranks[0]["comm_exposed_s"].get<double>(), 0.45) << ranks.dump();
+  EXPECT_GT(ranks[1]["own_s"].get<double>() - ranks[0]["own_s"].get<double>(), 0.45) << ranks.dump();
   // Over the other ranks' median: with two ranks, over the other rank (it
   // was over their mean, which holds the slowest rank itself).
   EXPECT_GT(summary.at("slowest_rank_excess").get<double>(), 0.2);
@@ -255,14 +258,14 @@ TEST_F(Attribution, AStragglersWaitIsNotCalledNetwork) {
   // slow GPU's is, its compute: not network, nor host overhead.
   const std::string bottleneck = summary.at("bottleneck").get<std::string>();
   EXPECT_EQ(bottleneck.rfind("compute", 0), 0u) << bottleneck;
-  EXPECT_GT(ranks[1]["compute_s"].get<double>(), 0.15) << ranks.dump();
-  EXPECT_LT(ranks[1]["other_s"].get<double>(), 0.05) << ranks.dump();
+  EXPECT_GT(ranks[1]["compute_s"].get<double>(), 0.6) << ranks.dump();
+  EXPECT_LT(ranks[1]["other_s"].get<double>(), 0.3) << ranks.dump();
   EXPECT_NE(bottleneck.find("seen from rank 1"), std::string::npos) << bottleneck;
   // Its own sleep is not counted as its wait for the network: that would put
-  // most of the 160 ms into its exposed communication. (A share below 10%
+  // most of the 600 ms into its exposed communication. (A share below 10%
   // was asked for: real loopback collectives, all exposed under ZeRO-1, came
   // near that on two shared cores.)
-  EXPECT_LT(ranks[1]["comm_exposed_s"].get<double>(), 0.08) << ranks.dump();
+  EXPECT_LT(ranks[1]["comm_exposed_s"].get<double>(), 0.3) << ranks.dump();
   bool warned = false;
   for (const auto& w : result.at("warnings")) warned |= w.get<std::string>().find("straggler") != std::string::npos;
   EXPECT_TRUE(warned) << result.at("warnings").dump();
