@@ -1114,19 +1114,17 @@ TEST(CheckpointCli, ASignalEndsARunWhoseCheckpointFolderHangsBeingMade) {
   const std::string ckpt = dir.file("c");
   // TERM a second after step 2's checkpoint is committed (step 4's mkdir,
   // which hangs for good, comes a few milliseconds later); KILL should the
-  // process outlive 30 s more. `wait` gives 143 for the TERM's doing, 137
-  // for the KILL's.
+  // process outlive 20 s more. `wait` gives 143 for the TERM's doing, 137
+  // for the KILL's: 143 is "ended within 20 s of the signal", timed from the
+  // signal (the whole command's time included a loaded machine's start-up).
   const std::string script =
       std::string("{ env LD_PRELOAD=") + FAILING_SYSCALLS_PRELOAD + " TRAINBENCH_TEST_HANG_MKDIR=step_4.tmp " +
       tiny_run(ckpt, 8, 2, dir.file("r.json"), "--set checkpoint.timeout_s=600 --set data.source=synthetic") +
       " & pid=$!; i=0; while [ ! -e " + ckpt + "/latest ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done;"
-      " sleep 1; kill -TERM $pid; i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1;"
+      " sleep 1; kill -TERM $pid; i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 200 ]; do sleep 0.1;"
       " i=$((i+1)); done; kill -KILL $pid 2>/dev/null; wait $pid; }";
-  const auto begin = std::chrono::steady_clock::now();
   const CommandResult r = run_command(script);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-  EXPECT_EQ(r.exit_code, 128 + 15) << r.out << r.err;
-  EXPECT_LT(seconds, 25.0) << "a few seconds, then at most 10 s of cleanup";
+  EXPECT_EQ(r.exit_code, 128 + 15) << "at most 10 s of cleanup after the signal\n" << r.out << r.err;
   EXPECT_NE(r.err.find("trainbench: removing the temporary folders did not finish within 10 s"), std::string::npos)
       << r.err;
   EXPECT_EQ(latest_of(ckpt), "step_2");
