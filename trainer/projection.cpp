@@ -142,12 +142,12 @@ Fabric parse_fabric(const std::string& text) {
   if (text == "ib-ndr400")
     return {text, 47.0, 9.6e-6, false,
             "400 Gb/s NDR InfiniBand per GPU (50 GB/s line rate) at 94% = 47 GB/s, the 46-48 GB/s per NIC "
-            "nccl-tests reach (REFERENCE.md); 9.6 us per ring step, NCCL's tuning model for a network hop "
-            "(ring, Simple protocol)"};
+            "nccl-tests report on such nodes (8 NICs: ~390 GB/s busbw); 9.6 us per ring step, NCCL's "
+            "tuning model for a network hop (ring, Simple protocol)"};
   if (text == "roce400")
     return {text, 45.0, 12.0e-6, false,
             "400 Gb/s RoCEv2 Ethernet per GPU (50 GB/s line rate) at an assumed 90% = 45 GB/s (no measured "
-            "figure in REFERENCE.md; Ethernet/UDP/IP framing and congestion control cost a little more than "
+            "nccl-tests figure to hand; Ethernet/UDP/IP framing and congestion control cost a little more than "
             "InfiniBand); 12 us per ring step, NCCL's 9.6 us network hop plus an assumed 2.4 us for the "
             "Ethernet switches"};
   if (text == "measured")
