@@ -968,6 +968,16 @@ def collect(inputs: list[str]) -> tuple[list[Run], list[str]]:
             notes.append(f"{p}: left out: a `trainbench bench {bench}` result, whose summary is the 2-step job "
                          "its measurement ran in, not a training run")
             continue
+        if isinstance(run.data.get("burnin"), dict):
+            # Deterministic kernels, golden checks and health measurements
+            # between its steps: another job than the run's, whose verdict
+            # (a FAIL too) its own table reports.
+            verdict = run.data["burnin"].get("verdict")
+            notes.append(f"{p}: left out: a `trainbench burnin` result"
+                         + (f" (verdict {verdict})" if isinstance(verdict, str) else "")
+                         + ", not a training run's: its steps share the time with its golden checks and health "
+                         "measurements, and its verdict table reports it")
+            continue
         text = json.dumps(run.data, sort_keys=True)
         if text in contents:
             notes.append(f"{p} holds the same result as {contents[text].path} (a copy, not a repeat): read once")
@@ -983,6 +993,38 @@ def collect(inputs: list[str]) -> tuple[list[Run], list[str]]:
         if named[run.path.name] > 1:
             run.name = str(run.path)
     return runs, notes
+
+
+# What makes two runs different workloads, not repeats or world sizes of one:
+# the model, full or LoRA (and LoRA's adapters), the precision. A scaling
+# line or a median over them compares nothing (the per-rank batch may differ:
+# a strong-scaling sweep changes it; that is warned about).
+WORKLOAD_KEYS = ("model.", "train.mode", "train.precision")
+
+
+def workload_difference(a: Run, b: Run) -> list[str]:
+    """The keys whose values make a and b different workloads, each as
+    "key A vs B"; lora.* counts where either trains LoRA."""
+    ca, cb = flatten(a.data.get("config") or {}), flatten(b.data.get("config") or {})
+    lora = "lora" in (ca.get("train.mode"), cb.get("train.mode"))
+    keys = sorted(k for k in set(ca) | set(cb)
+                  if (k.startswith(WORKLOAD_KEYS) or (lora and k.startswith("lora."))) and ca.get(k) != cb.get(k))
+    return [f"{k} {json.dumps(ca.get(k))} vs {json.dumps(cb.get(k))}" for k in keys]
+
+
+def refuse_mixed_workloads(runs: list[Run]) -> None:
+    """One report is one workload's: runs of another model, mode or
+    precision read as repeats or world sizes gave a median and an
+    efficiency of nothing (a LoRA run set a full fine-tune's ideal line),
+    with a warning among a dozen."""
+    base = min(runs, key=lambda r: (r.ranks, str(r.path)))
+    for run in runs:
+        differ = workload_difference(run, base)
+        if differ:
+            more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+            raise ReportError(f"{run.name} and {base.name} train different workloads ({', '.join(differ[:3])}{more}): "
+                              "a scaling report compares runs of one model, mode and precision; report each "
+                              "workload's runs on their own")
 
 
 # ----------------------------------------------------------------------------- analysis
@@ -1258,6 +1300,14 @@ def consistency_warnings(points: list[Point]) -> list[str]:
         shown = ", ".join(f"{n} ranks: {t:g}" for n, t in per_rank.items())
         warnings.append(f"tokens per rank and step differ between world sizes ({shown}): "
                         "the ideal line assumes the same per-rank batch")
+    # Above 1: more than N/N0 times the base's tokens/s. Each point is one
+    # median step (of one run, or a median over repeats): the step p10/p90
+    # say how far its own noise reaches.
+    for p in points:
+        if p.efficiency is not None and p.efficiency > 1.0:
+            warnings.append(f"{ranks_text(p.ranks)}: scaling efficiency {p.efficiency:.3f} is above 1 (tokens/s grew "
+                            "faster than the ranks): within the runs' noise where the step p10-p90 spreads are wider "
+                            "than the excess; repeats (several runs at each world size) narrow it")
     for p in points:
         for run in p.runs:
             for check in run.data.get("checks") or []:
@@ -1853,10 +1903,15 @@ def write_comparison(lora_run: Run, full_run: Run, plans: dict[str, str | None],
         raise ReportError(f"{lora_run.path}: config train.mode is not lora: pass the LoRA run first")
     if full_run.config("train").get("mode") == "lora":
         raise ReportError(f"{full_run.path}: config train.mode is lora: the second run must be full fine-tuning")
-    shape = lambda r: (r.data.get("config") or {}).get("model")  # noqa: E731
+    lora_model, full_model = ({k: v for k, v in flatten(r.data.get("config") or {}).items() if k.startswith("model.")}
+                              for r in (lora_run, full_run))
+    differ = sorted(k for k in set(lora_model) | set(full_model) if lora_model.get(k) != full_model.get(k))
+    if differ:
+        shown = ", ".join(f"{k} {json.dumps(lora_model.get(k))} vs {json.dumps(full_model.get(k))}" for k in differ[:3])
+        raise ReportError(f"{lora_run.path} and {full_run.path} train different models ({shown}"
+                          + (f" and {len(differ) - 3} more" if len(differ) > 3 else "")
+                          + "): LoRA against full fine-tuning compares one model")
     warnings = []
-    if shape(lora_run) != shape(full_run):
-        warnings.append("the two runs' model shapes differ: the comparison is not like for like")
     lora = finetune_side("LoRA", lora_run, target_tokens, gpus_per_node)
     full = finetune_side("full fine-tuning", full_run, target_tokens, gpus_per_node)
     lora_plan: dict[str, dict[str, Any]] = {}
@@ -2048,6 +2103,7 @@ def main(argv: list[str]) -> int:
         return 0
 
     runs, notes = collect(args.results)
+    refuse_mixed_workloads(runs)
     points = group(runs)
     out = out or default_out(args.results)
     if not args.no_plots:

@@ -919,17 +919,74 @@ class ResultReadingTests(unittest.TestCase):
 
     def test_a_folder_is_read_whole_and_a_differing_config_is_warned_about(self) -> None:
         other = copy.deepcopy(fake_result(2, 1900.0))
-        other["config"]["model"]["n_layers"] = 4
+        other["config"]["train"]["grad_accum"] = 4
         self.write("r1.json", fake_result(1, 1000.0))
         self.write("r2.json", other)
         text = self.make_report(self.dir)
         self.assertEqual(len(markdown_table(text, "## Throughput and scaling")), 2)
-        self.assertIn("r2.json is configured differently from r1.json: model.n_layers 4 vs 2", text)
+        self.assertIn("r2.json is configured differently from r1.json: train.grad_accum 4 vs null", text)
         # On the console too: the figures printed there are of different jobs.
         console = report(self.dir, "--out", self.dir / "out2", "--no-plots")
         self.assertEqual(console.returncode, 0, console.stderr)
-        self.assertIn("report.py: warning: r2.json is configured differently from r1.json: model.n_layers 4 vs 2",
+        self.assertIn("report.py: warning: r2.json is configured differently from r1.json: train.grad_accum 4 vs null",
                       console.stderr)
+
+    def test_runs_of_different_workloads_are_refused_not_a_median(self) -> None:
+        # A folder of one model's 1- and 2-rank runs, then another model, a
+        # LoRA run or a bf16 one beside them: each was a repeat or a world
+        # size, with a warning among a dozen (a LoRA run set the ideal line:
+        # "efficiency 0.545" for a sweep that scaled at 1.0).
+        base = [self.write("r1.json", fake_result(1, 1000.0)), self.write("r2.json", fake_result(2, 1950.0))]
+        for key, value, shown in ((("model", "n_layers"), 4, "model.n_layers 4 vs 2"),
+                                  (("train", "mode"), "lora", 'train.mode "lora" vs null'),
+                                  (("train", "precision"), "bf16", 'train.precision "bf16" vs null')):
+            with self.subTest(key=key):
+                other = copy.deepcopy(fake_result(2, 3000.0))
+                other["config"][key[0]][key[1]] = value
+                odd = self.write("odd.json", other)
+                self.addCleanup(odd.unlink, missing_ok=True)
+                for inputs in ((self.dir,), (*base, odd)):
+                    result = report(*inputs, "--out", self.dir / "out", "--no-plots")
+                    self.assertEqual(result.returncode, 2, result.stderr)
+                    self.assertIn(f"report.py: odd.json and r1.json train different workloads ({shown}): a scaling "
+                                  "report compares runs of one model, mode and precision", result.stderr)
+                    self.assertEqual(result.stderr.count("\n"), 1, result.stderr)
+                odd.unlink()
+        # LoRA runs of other adapters are other workloads; a full run's unused
+        # lora section is not.
+        one, two = fake_result(1, 1000.0), copy.deepcopy(fake_result(2, 1950.0))
+        for run, rank in ((one, 8), (two, 16)):
+            run["config"]["lora"] = {"rank": rank}
+        self.write("r1.json", one)
+        self.write("r2.json", two)
+        self.make_report(self.dir)
+        for run in (one, two):
+            run["config"]["train"]["mode"] = "lora"
+        self.write("r1.json", one)
+        self.write("r2.json", two)
+        result = report(self.dir, "--out", self.dir / "out", "--no-plots")
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn("(lora.rank 16 vs 8)", result.stderr)
+
+    def test_a_burn_in_result_is_left_out_naming_its_verdict(self) -> None:
+        self.write("r1.json", fake_result(1, 1000.0))
+        self.write("r2.json", fake_result(2, 1950.0))
+        burnin = copy.deepcopy(fake_result(2, 1200.0))
+        burnin["burnin"] = {"verdict": "FAIL"}
+        self.write("burn.json", burnin)
+        text = self.make_report(self.dir)
+        rows = markdown_table(text, "## Throughput and scaling")
+        self.assertEqual([(r["runs"], r["tokens/s"]) for r in rows], [("1", "1000.0"), ("1", "1950.0")])
+        self.assertIn("burn.json: left out: a `trainbench burnin` result (verdict FAIL)", text)
+
+    def test_an_efficiency_above_one_is_said_to_be_within_noise_or_not(self) -> None:
+        self.write("r1.json", fake_result(1, 1000.0))
+        self.write("r2.json", fake_result(2, 2030.0))
+        result = report(self.dir, "--out", self.dir / "out", "--no-plots")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("report.py: warning: 2 ranks: scaling efficiency 1.015 is above 1", result.stderr)
+        self.write("r2.json", fake_result(2, 1990.0))
+        self.assertNotIn("above 1", self.make_report(self.dir))
 
     def test_the_communicator_auto_picked_per_world_size_is_no_difference(self) -> None:
         # The result's comm.backend is what auto resolved to: mpi for a sweep's
@@ -1240,6 +1297,17 @@ class CompareArgumentTests(unittest.TestCase):
     def tearDown(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    def test_runs_of_different_models_are_refused(self) -> None:
+        # The verdict line stood, bold, above a warning that the shapes differ.
+        other = json.loads((self.dir / "full.json").read_text())
+        other["config"]["model"]["d_model"] = 128
+        (self.dir / "other.json").write_text(json.dumps(other))
+        result = report("--compare", self.dir / "lora.json", self.dir / "other.json", "--out", self.dir)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn("train different models (model.d_model 64 vs 128): LoRA against full fine-tuning compares one "
+                      "model", result.stderr)
+        self.assertFalse((self.dir / "compare.md").exists())
+
     def test_runs_in_the_wrong_order_or_number(self) -> None:
         for args, words in ((["full.json", "lora.json"], "train.mode is not lora"),
                             (["lora.json"], "two results"),
@@ -1478,8 +1546,10 @@ class CompareArgumentTests(unittest.TestCase):
         deeper["config"]["model"]["n_layers"] = 4
         self.refuse(damaged(lora, "config.model.n_layers", 4), deeper, damaged(tiny_plan, "config", "preset:tiny"),
                     plan_file, "164,160 parameters (config preset:tiny)", "n_layers 4")
-        # Only the full run's shape differs: it is named.
-        self.refuse(lora, deeper, tiny_plan, plan_file, str(self.dir / "full.json"), "n_layers 4")
+        # Only the full run's shape differs: the two runs are not one model,
+        # whatever the plan says.
+        self.refuse(lora, deeper, tiny_plan, str(self.dir / "full.json"),
+                    "train different models (model.n_layers 2 vs 4)")
         # A plan without parameter counts, or runs without a whole shape, cannot be checked: read as before.
         for plan, model in ((PLAN, TINY_SHAPE), (big, {"d_model": 64, "n_layers": 2})):
             with self.subTest(plan=plan["rows"][0].get("trainable_params"), model=model):
