@@ -221,9 +221,15 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
   if (s.bytes_read > 0) {
     // Delivered over the steps trained: none (a run stopped before its
     // first step ended) is no window to rate.
-    std::fprintf(out, "  storage read        %s in %s samples, %.1f bytes/token, %s\n",
+    // A resume's bytes include the samples it read to step over to its
+    // position: "1.47 MiB in 13 samples" read as 100 bytes a token.
+    const std::string stepped_over =
+        s.tokens_stepped_over > 0
+            ? " (and " + human_count(static_cast<double>(s.tokens_stepped_over)) + " tokens stepped over to resume)"
+            : "";
+    std::fprintf(out, "  storage read        %s in %s samples%s, %.1f bytes/token, %s\n",
                  human_bytes(static_cast<double>(s.bytes_read)).c_str(),
-                 human_count(static_cast<double>(s.samples_read)).c_str(), s.bytes_per_token,
+                 human_count(static_cast<double>(s.samples_read)).c_str(), stepped_over.c_str(), s.bytes_per_token,
                  s.read_gbs > 0 ? (human_rate(s.read_gbs) + " delivered").c_str() : "no step trained to rate it over");
     if (measured && s.required_read_gbs > 0)
       std::fprintf(out, "  read bandwidth need %s at the measured tokens/s, %s at the %s\n",

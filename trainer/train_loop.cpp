@@ -295,8 +295,9 @@ void summarize_storage_read(const SourceStats& stats, bool trained, Communicator
   }
   // Per token of every sample read, those a resume stepped over included:
   // their bytes are in bytes_read.
+  summary.tokens_stepped_over = static_cast<int64_t>(summed(static_cast<double>(stats.tokens_stepped_over)));
   const double tokens_in_bytes_read =
-      static_cast<double>(summary.tokens_read) + summed(static_cast<double>(stats.tokens_stepped_over));
+      static_cast<double>(summary.tokens_read) + static_cast<double>(summary.tokens_stepped_over);
   if (tokens_in_bytes_read > 0)
     summary.bytes_per_token = static_cast<double>(summary.bytes_read) / tokens_in_bytes_read;
   summary.required_read_gbs_measured = summary.bytes_per_token * summary.tokens_per_s * 1e-9;

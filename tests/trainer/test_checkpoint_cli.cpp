@@ -187,6 +187,17 @@ void expect_resume_equals_uninterrupted(const std::string& settings) {
   EXPECT_GT(straight_bpt, 0);
   EXPECT_LT(resumed_bpt, 1.5 * straight_bpt) << "resumed " << resumed_bpt << " vs uninterrupted " << straight_bpt;
   EXPECT_GT(resumed_bpt, straight_bpt / 1.5) << "resumed " << resumed_bpt << " vs uninterrupted " << straight_bpt;
+  // Those tokens are named, in the JSON and on the console: the line read
+  // "1.47 MiB in 13 samples".
+  const nlohmann::json read = testing::read_json(dir.file("b2.json")).at("summary").at("storage_read");
+  EXPECT_EQ(testing::read_json(dir.file("a.json")).at("summary").at("storage_read").at("tokens_stepped_over"), 0);
+  EXPECT_GT(read.at("tokens_stepped_over").get<int64_t>(), 0) << read.dump();
+  EXPECT_NEAR(resumed_bpt,
+              read.at("bytes_read").get<double>() /
+                  (read.at("tokens").get<double>() + read.at("tokens_stepped_over").get<double>()),
+              1e-9 * resumed_bpt);
+  EXPECT_NE(rest.out.find(" tokens stepped over to resume), "), std::string::npos) << rest.out;
+  EXPECT_EQ(straight.out.find("stepped over"), std::string::npos) << straight.out;
   // The load: every file of the checkpoint read once.
   const nlohmann::json load = testing::read_json(dir.file("b2.json")).at("resume");
   EXPECT_EQ(load.at("bytes_read"), testing::read_json(dir.file("b/step_10/manifest.json")).at("total_bytes"));
