@@ -254,14 +254,13 @@ ShardsCommand::ShardsCommand(CLI::App& app) {
                    "shards as data.shards takes them: brace pattern, glob, directory, list file or path")
       ->type_name("SPEC")
       ->required();
-  CLI::Option* field =
-      verify_
-          ->add_option("--field", verify_args_.field,
-                       "also decode this token member (u16, u32, npy, txt, or e.g. tokens.u16)")
-          ->type_name("EXT");
+  verify_
+      ->add_option("--field", verify_args_.field, "also decode this token member (u16, u32, npy, txt, or e.g. tokens.u16)")
+      ->type_name("EXT");
+  // Without --field: refused in run_verify, saying which member to name
+  // (CLI11's "--vocab requires --field" did not).
   verify_->add_option("--vocab", verify_args_.vocab, "with --field: token ids must be below V")
       ->type_name("V")
-      ->needs(field)
       ->transform(integer_range(1, int64_t{1} << 31));
   verify_
       ->add_option("--max-sample-bytes", verify_args_.max_sample_bytes,
@@ -406,6 +405,9 @@ int ShardsCommand::run_pack() {
 }
 
 int ShardsCommand::run_verify() {
+  if (verify_->count("--vocab") > 0 && verify_->count("--field") == 0)
+    user_error("--vocab checks token ids, which needs --field: name the token member to decode (u16, u32, npy, "
+               "txt, or e.g. tokens.u16)");
   VerifyOptions options;
   options.field = verify_args_.field;
   if (verify_->count("--field") > 0 && !field_is_an_extension(options.field))

@@ -729,7 +729,7 @@ TEST_F(ShardTools, CommandLineUserErrorsExit2WithOneLineNamingTheOption) {
       {"shards pack " + dir_ + " --out " + dir_ + "/o/data.tar", {"--out " + dir_ + "/o/data.tar", "data-%06d.tar"}},
       // Exact and out of range, not "expected an integer".
       {"shards synth" + out + " --count 1 --size 9000000000000000001", {"--size", "must be between"}},
-      {"shards verify " + dir_ + "/file --vocab 10", {"--vocab", "--field"}},
+      {"shards verify " + dir_ + "/file --vocab 10", {"--vocab", "needs --field: name the token member", "u16"}},
       {"shards verify " + dir_ + "/file --max-sample-bytes 0", {"--max-sample-bytes: must be > 0"}},
       // Named as the option, not as the config key data.field.
       {"shards verify " + dir_ + "/file --field zzz", {"--field 'zzz': unknown token format"}},
