@@ -5,6 +5,7 @@
 #include <charconv>   // std::from_chars: strict number parsing
 #include <cmath>      // std::isfinite
 #include <cctype>     // std::isalpha, std::tolower: --duration's units
+#include <cstddef>    // std::ptrdiff_t
 #include <cstring>    // std::memcpy of float bits
 #include <stdexcept>
 #include <string_view>
@@ -172,6 +173,33 @@ Drift measure_drift(const std::vector<double>& step_s, double tokens_per_step) {
   drift.last_tokens_per_s = tokens_per_step / last;
   drift.change = drift.last_tokens_per_s / drift.first_tokens_per_s - 1.0;
   return drift;
+}
+
+JudgedEnds judged_ends(const std::vector<double>& measured) {
+  JudgedEnds ends;
+  if (measured.empty()) return ends;
+  if (measured.size() < 2 * kEndsOfMedians) {
+    ends.start = measured.front();
+    ends.end = measured.back();
+    return ends;
+  }
+  const auto k = static_cast<std::ptrdiff_t>(kEndsOfMedians);
+  ends.start = median(std::vector<double>(measured.begin(), measured.begin() + k));
+  ends.end = median(std::vector<double>(measured.end() - k, measured.end()));
+  ends.medians = true;
+  return ends;
+}
+
+std::string JudgedEnds::start_words() const {
+  return medians ? "over the first " + std::to_string(kEndsOfMedians) + " measurements (median)" : "at the start";
+}
+
+std::string JudgedEnds::end_words() const {
+  return medians ? "over the last " + std::to_string(kEndsOfMedians) + " (median)" : "at the last measurement";
+}
+
+std::string JudgedEnds::finding_words() const {
+  return medians ? ", medians of the first and the last " + std::to_string(kEndsOfMedians) + " measurements" : "";
 }
 
 std::string degradation_finding(const std::string& what, double start, double now, double degrade_pct,

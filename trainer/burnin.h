@@ -105,6 +105,21 @@ struct Drift {
 };
 Drift measure_drift(const std::vector<double>& step_s, double tokens_per_step);
 
+// The two figures a degradation is judged between, from one figure's
+// measurements in order (those made: > 0). From kEndsOfMedians × 2 on, the
+// median of the first kEndsOfMedians and of the last: one slow measurement
+// (a neighbour job's burst on the fabric, a busy disk) is no degradation, a
+// link that stays slow is. Fewer: the first and the last. None: 0 and 0.
+constexpr size_t kEndsOfMedians = 3;
+struct JudgedEnds {
+  double start = 0, end = 0;
+  bool medians = false;  // start and end are medians of kEndsOfMedians
+  std::string start_words() const;  // "at the start", or "over the first 3 measurements (median)"
+  std::string end_words() const;    // "at the last measurement", or "over the last 3 (median)"
+  std::string finding_words() const;  // after a degradation_finding: "", or ", medians of ..."
+};
+JudgedEnds judged_ends(const std::vector<double>& measured);
+
 // "" when `now` fell by no more than degrade_pct from `start`, else a line
 // naming `what`, both figures and the drop. Zero figures are not judged.
 std::string degradation_finding(const std::string& what, double start, double now, double degrade_pct,

@@ -487,9 +487,11 @@ class BurninMonitor final : public RunExtension {
     const bool room = world > 1 && device_bench_room_over_ranks(*comm_, bytes + bytes / world).empty();
     if (!fabric_by_harness_.has_value()) fabric_by_harness_ = room;
     if (*fabric_by_harness_ && room) {
+      // nccl-tests' defaults (-w 5 -n 20): 5 timed iterations of a bucket
+      // over a fast fabric took a few milliseconds, one hiccup's worth.
       CollectiveBenchOptions options;
-      options.warmup_iters = 2;
-      options.iters = 5;
+      options.warmup_iters = 5;
+      options.iters = 20;
       options.raw_path = false;  // only the trainer's path is read: no call without the communicator's timeout
       for (const CollectiveBenchResult& r : bench_collectives(*comm_, {bytes}, options))
         if (r.collective == "all_reduce" && r.path == "bucketed") {  // the trainer's own path
@@ -519,17 +521,13 @@ class BurninMonitor final : public RunExtension {
     health_.push_back(point);
   }
 
-  // The first and the last measurement of a figure that was measured.
+  // The ends a figure that was measured is judged between (judged_ends).
   template <typename Getter>
-  std::pair<double, double> first_and_last(Getter figure) const {
-    double first = 0, last = 0;
-    for (const HealthPoint& p : health_) {
-      const double value = figure(p);
-      if (value <= 0) continue;
-      if (first <= 0) first = value;
-      last = value;
-    }
-    return {first, last};
+  JudgedEnds ends_of(Getter figure) const {
+    std::vector<double> measured;
+    for (const HealthPoint& p : health_)
+      if (figure(p) > 0) measured.push_back(figure(p));
+    return judged_ends(measured);
   }
   template <typename Getter>
   double median_of(Getter figure) const {
@@ -629,7 +627,7 @@ class BurninMonitor final : public RunExtension {
       verdict_.gpus.push_back(row);
     }
     // Nodes: their GPUs, and their storage.
-    const auto [first_write, last_write] = first_and_last([](const HealthPoint& p) { return p.write_gbs; });
+    const JudgedEnds job_write = ends_of([](const HealthPoint& p) { return p.write_gbs; });
     for (size_t r = 0; r < world; ++r) {
       const std::string host = host_of(r);
       VerdictRow* node = nullptr;
@@ -644,9 +642,8 @@ class BurninMonitor final : public RunExtension {
       if (!verdict_.gpus[r].passed) node->fail("rank " + std::to_string(r) + " failed");
     }
     for (VerdictRow& node : verdict_.nodes) {
-      // The node's write rate: its slowest rank's, at the first and the last measurement.
-      double start = 0, end = 0;
-      bool first_point = true;
+      // The node's write rate at each measurement: its slowest rank's.
+      std::vector<double> node_write;
       for (const HealthPoint& p : health_) {
         if (p.rank_write_gbs.empty() || !p.write_failure.empty()) continue;
         double slowest = 0;
@@ -654,17 +651,17 @@ class BurninMonitor final : public RunExtension {
           const double v = p.rank_write_gbs[r.get<size_t>()];
           slowest = slowest == 0 ? v : std::min(slowest, v);
         }
-        if (first_point) start = slowest;
-        first_point = false;
-        end = slowest;
+        if (slowest > 0) node_write.push_back(slowest);
       }
-      if (start > 0) {
-        const std::string drop = degradation_finding("storage: checkpoint write", start, end, b.degrade_pct, "GB/s");
-        if (!drop.empty()) node.fail(drop);
-        node.notes.push_back("checkpoint write " + format("%.3g GB/s", start) + " at the start, " +
-                             format("%.3g GB/s", end) + " at the last measurement (slowest rank)");
-        node.figures["write_gbs_first"] = start;
-        node.figures["write_gbs_last"] = end;
+      const JudgedEnds write = judged_ends(node_write);
+      if (write.start > 0) {
+        const std::string drop =
+            degradation_finding("storage: checkpoint write", write.start, write.end, b.degrade_pct, "GB/s");
+        if (!drop.empty()) node.fail(drop + write.finding_words());
+        node.notes.push_back("checkpoint write " + format("%.3g GB/s", write.start) + " " + write.start_words() + ", " +
+                             format("%.3g GB/s", write.end) + " " + write.end_words() + " (slowest rank)");
+        node.figures["write_gbs_first"] = write.start;
+        node.figures["write_gbs_last"] = write.end;
       } else {
         node.notes.push_back(checkpointer_ == nullptr
                                  ? "storage: not measured (checkpoints off)"
@@ -686,24 +683,24 @@ class BurninMonitor final : public RunExtension {
                                                           : std::string("not measured")));
     if (elapsed_s_ + 1e-9 < duration_s_ && !outcome.steps.empty())
       job.notes.push_back("ended before the duration (" + format("%.0f s", duration_s_) + "): a check stopped it");
-    const auto [first_busbw, last_busbw] = first_and_last([](const HealthPoint& p) { return p.busbw_gbs; });
+    const JudgedEnds busbw = ends_of([](const HealthPoint& p) { return p.busbw_gbs; });
     for (const HealthPoint& p : health_)
       if (!p.fabric_exact) {
         job.fail("fabric: the all-reduce returned wrong values (measurement at " + format("%.0f s", p.t_s) + ")");
         break;
       }
-    if (first_busbw > 0) {
-      const std::string drop = degradation_finding("fabric: all-reduce busbw", first_busbw, last_busbw, b.degrade_pct, "GB/s");
-      if (!drop.empty()) job.fail(drop);
-      job.notes.push_back("busbw " + format("%.3g GB/s", first_busbw) + " at the start, " + format("%.3g GB/s", last_busbw) +
-                          " at the last measurement");
+    if (busbw.start > 0) {
+      const std::string drop = degradation_finding("fabric: all-reduce busbw", busbw.start, busbw.end, b.degrade_pct, "GB/s");
+      if (!drop.empty()) job.fail(drop + busbw.finding_words());
+      job.notes.push_back("busbw " + format("%.3g GB/s", busbw.start) + " " + busbw.start_words() + ", " +
+                          format("%.3g GB/s", busbw.end) + " " + busbw.end_words());
     } else {
       job.notes.push_back(world > 1 ? "fabric: not measured yet (needs a measurement after training steps)"
                                     : "fabric: one rank, nothing to measure");
     }
-    if (first_write > 0)
-      job.notes.push_back("checkpoint write " + format("%.3g GB/s", first_write) + " at the start, " +
-                          format("%.3g GB/s", last_write) + " at the last measurement (all ranks at once)");
+    if (job_write.start > 0)
+      job.notes.push_back("checkpoint write " + format("%.3g GB/s", job_write.start) + " " + job_write.start_words() +
+                          ", " + format("%.3g GB/s", job_write.end) + " " + job_write.end_words() + " (all ranks at once)");
     // A write check that failed is a storage finding (the first one said);
     // a full disk under checkpoint.on_full=skip is a measurement skipped.
     for (const HealthPoint& p : health_) {

@@ -150,6 +150,35 @@ TEST(BurninDegradation, FlagsADropBeyondThePercentage) {
   EXPECT_EQ(degradation_finding("busbw", 0, 80, 10, "GB/s"), "") << "not measured at the start";
 }
 
+// A 2-hour burn-in measures its fabric and storage 13 times: one slow
+// measurement at the end (a neighbour job's burst) failed it, as did a
+// slow first one. From six measurements on the ends are medians of three:
+// a rate that stays low is still a drop.
+TEST(BurninDegradation, JudgesTheMediansOfThreeAtEachEndFromSixMeasurementsOn) {
+  const JudgedEnds none = judged_ends({});
+  EXPECT_EQ(none.start, 0);
+  EXPECT_EQ(none.end, 0);
+  const JudgedEnds few = judged_ends({10, 9, 10, 10, 4});
+  EXPECT_FALSE(few.medians);
+  EXPECT_EQ(few.start, 10);
+  EXPECT_EQ(few.end, 4) << "five: the first and the last, as a short burn-in has no more";
+  EXPECT_EQ(few.start_words(), "at the start");
+  EXPECT_EQ(few.finding_words(), "");
+  const JudgedEnds blip = judged_ends({10, 9.5, 10, 10, 10, 9.8, 10, 4});
+  EXPECT_TRUE(blip.medians);
+  EXPECT_EQ(blip.start, 10);
+  EXPECT_EQ(blip.end, 9.8) << "one slow last measurement";
+  EXPECT_EQ(degradation_finding("busbw", blip.start, blip.end, 10, "GB/s"), "");
+  EXPECT_EQ(judged_ends({2, 10, 10, 10, 10, 10}).start, 10) << "one slow first measurement";
+  const JudgedEnds fell = judged_ends({10, 10, 9.9, 10, 5, 10, 5, 4.9});
+  EXPECT_EQ(fell.start, 10);
+  EXPECT_EQ(fell.end, 5) << "two of the last three";
+  EXPECT_EQ(fell.start_words(), "over the first 3 measurements (median)");
+  EXPECT_EQ(fell.end_words(), "over the last 3 (median)");
+  EXPECT_EQ(fell.finding_words(), ", medians of the first and the last 3 measurements");
+  EXPECT_NE(degradation_finding("busbw", fell.start, fell.end, 10, "GB/s"), "");
+}
+
 TEST(BurninBaseline, ReadsRunAndBurninResultsAndNamesWhatFellBelow) {
   testing::TempDir dir("test_burnin");
   const std::string path = dir.file("known_good.json");
