@@ -313,6 +313,30 @@ TEST(Training, TheProgressLineShowsTheRunsFirstStepEveryNthAndTheLast) {
   EXPECT_EQ(shown, (std::vector<int64_t>{7, 10, 12}));
 }
 
+// With progress_every and checkpoint.every_steps alike (10 and 10 by
+// default) every line printed is a step that waited for a checkpoint: the
+// line says how much of its time that was, and a step without one says
+// nothing of it.
+TEST(Training, TheProgressLineOfACheckpointStepSaysWhatTheCheckpointTook) {
+  const Config config = load_config("tiny", {"train.steps=20", "report.progress_every=10"});
+  RunSummary so_far;
+  so_far.global_tokens_per_step = 64;
+  const auto line = [&](double ckpt_stall_s) {
+    StepRecord step;
+    step.step = 10;
+    step.step_s = 0.02;
+    step.ckpt_stall_s = ckpt_stall_s;
+    char text[512] = {};
+    FILE* out = fmemopen(text, sizeof(text) - 1, "w");
+    print_progress(out, config, step, so_far);
+    std::fclose(out);
+    return std::string(text);
+  };
+  EXPECT_NE(line(0.00745).find("step     20.00 ms  (7.45 ms of it checkpoint stall)\n"), std::string::npos)
+      << line(0.00745);
+  EXPECT_EQ(line(0).find("checkpoint"), std::string::npos) << line(0);
+}
+
 // The ceiling's shape: the projection with the most work, each side padded to
 // 64. GPT-2 small: the LM head [B·T, 768] × [768, 50257] → n 50304.
 TEST(Training, TheCeilingGemmIsTheLargestProjectionPaddedTo64) {
