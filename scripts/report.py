@@ -11,9 +11,14 @@ failed rerun's result that scale.sh and compare_finetune.sh keep beside the
 earlier one: named in a warning; give the file itself to read it). A file
 with the same result as another (a copy) is read once, with a warning; a
 bench compute or bench instrument result (its summary is the 2-step job its
-measurement ran in) is left out, with a warning, as is, in a folder,
-another trainbench output (bench io, bench comm, a projection: its schema
-named; named itself, it is refused); runs
+measurement ran in) and a burn-in result (its verdict named) are left out,
+with a warning; runs of different workloads (model.*, train.mode,
+train.precision, lora.* under LoRA, as the binary compares configs) are
+refused, exit 2, as are --compare's two runs of different models; a scaling
+efficiency above 1 is warned about, judged against the step times' p10-p90
+spread. In a folder, another trainbench output (bench io, bench comm, a
+projection) is left out with a warning naming its schema (named itself, it
+is refused); runs
 whose files share a name are named by their paths. Runs are grouped by
 world size (environment.ranks); several runs of one world size are repeats:
 its tokens/s (and the ideal and efficiency from it) is the median of theirs
@@ -999,17 +1004,35 @@ def collect(inputs: list[str]) -> tuple[list[Run], list[str]]:
 # the model, full or LoRA (and LoRA's adapters), the precision. A scaling
 # line or a median over them compares nothing (the per-rank batch may differ:
 # a strong-scaling sweep changes it; that is warned about).
+# As the binary compares configs (trainer/config.cpp, as_state_sees_it):
+# model.n_layers_full (the depth `project` projects to) builds nothing, and
+# lora.targets are the adapters they build, in whatever order written.
 WORKLOAD_KEYS = ("model.", "train.mode", "train.precision")
+NOT_WORKLOAD_KEYS = ("model.n_layers_full",)
+
+
+def workload_config(run: Run, prefixes: tuple[str, ...]) -> dict[str, Any]:
+    """The run's config keys under `prefixes`, as the binary compares them."""
+    config = {k: v for k, v in flatten(run.data.get("config") or {}).items()
+              if k.startswith(prefixes) and k not in NOT_WORKLOAD_KEYS}
+    if isinstance(config.get("lora.targets"), str):
+        config["lora.targets"] = ",".join(sorted({t.strip() for t in config["lora.targets"].split(",") if t.strip()}))
+    return config
+
+
+def config_difference(a: Run, b: Run, prefixes: tuple[str, ...]) -> list[str]:
+    """The keys under `prefixes` both configs hold with other values, each
+    as "key A vs B" (a key one result lacks, an older binary's, is not
+    compared: the warnings name every config difference)."""
+    ca, cb = workload_config(a, prefixes), workload_config(b, prefixes)
+    return [f"{k} {json.dumps(ca[k])} vs {json.dumps(cb[k])}" for k in sorted(set(ca) & set(cb)) if ca[k] != cb[k]]
 
 
 def workload_difference(a: Run, b: Run) -> list[str]:
-    """The keys whose values make a and b different workloads, each as
-    "key A vs B"; lora.* counts where either trains LoRA."""
-    ca, cb = flatten(a.data.get("config") or {}), flatten(b.data.get("config") or {})
-    lora = "lora" in (ca.get("train.mode"), cb.get("train.mode"))
-    keys = sorted(k for k in set(ca) | set(cb)
-                  if (k.startswith(WORKLOAD_KEYS) or (lora and k.startswith("lora."))) and ca.get(k) != cb.get(k))
-    return [f"{k} {json.dumps(ca.get(k))} vs {json.dumps(cb.get(k))}" for k in keys]
+    """What makes a and b different workloads; lora.* counts where either
+    trains LoRA."""
+    lora = "lora" in (a.config("train").get("mode"), b.config("train").get("mode"))
+    return config_difference(a, b, WORKLOAD_KEYS + (("lora.",) if lora else ()))
 
 
 def refuse_mixed_workloads(runs: list[Run]) -> None:
@@ -1300,14 +1323,28 @@ def consistency_warnings(points: list[Point]) -> list[str]:
         shown = ", ".join(f"{n} ranks: {t:g}" for n, t in per_rank.items())
         warnings.append(f"tokens per rank and step differ between world sizes ({shown}): "
                         "the ideal line assumes the same per-rank batch")
-    # Above 1: more than N/N0 times the base's tokens/s. Each point is one
-    # median step (of one run, or a median over repeats): the step p10/p90
-    # say how far its own noise reaches.
+    # Above 1: more than N/N0 times the base's tokens/s. Each side is a
+    # median step, whose runs' p10-p90 spread says how far their noise
+    # reaches: an excess within the mean of the two spreads is that noise.
+    base_point_ = base_point(points)
     for p in points:
-        if p.efficiency is not None and p.efficiency > 1.0:
-            warnings.append(f"{ranks_text(p.ranks)}: scaling efficiency {p.efficiency:.3f} is above 1 (tokens/s grew "
-                            "faster than the ranks): within the runs' noise where the step p10-p90 spreads are wider "
-                            "than the excess; repeats (several runs at each world size) narrow it")
+        if p.efficiency is None or round(p.efficiency, 3) <= 1.0 or base_point_ is None:
+            continue
+        spreads = []
+        for run in (base_point_.run, p.run):
+            median, p10, p90 = step_stats(run)
+            spreads.append((p90 - p10) / median if None not in (median, p10, p90) and median > 0 else None)
+        excess = p.efficiency - 1.0
+        line = (f"{ranks_text(p.ranks)}: scaling efficiency {p.efficiency:.3f} is above 1 "
+                "(tokens/s grew faster than the ranks)")
+        if None in spreads:
+            line += ": no step-time spread to judge it against"
+        else:
+            shown = f"p10-p90 {spreads[0]:.0%} at {base_point_.ranks} and {spreads[1]:.0%} at {p.ranks}"
+            line += (f": within the step times' spread ({shown}): noise" if excess <= sum(spreads) / 2 else
+                     f": beyond the step times' spread ({shown}): a lighter per-rank step at {p.ranks}, or a slower "
+                     f"machine under the {base_point_.ranks}-rank run")
+        warnings.append(line)
     for p in points:
         for run in p.runs:
             for check in run.data.get("checks") or []:
@@ -1903,12 +1940,9 @@ def write_comparison(lora_run: Run, full_run: Run, plans: dict[str, str | None],
         raise ReportError(f"{lora_run.path}: config train.mode is not lora: pass the LoRA run first")
     if full_run.config("train").get("mode") == "lora":
         raise ReportError(f"{full_run.path}: config train.mode is lora: the second run must be full fine-tuning")
-    lora_model, full_model = ({k: v for k, v in flatten(r.data.get("config") or {}).items() if k.startswith("model.")}
-                              for r in (lora_run, full_run))
-    differ = sorted(k for k in set(lora_model) | set(full_model) if lora_model.get(k) != full_model.get(k))
+    differ = config_difference(lora_run, full_run, ("model.",))
     if differ:
-        shown = ", ".join(f"{k} {json.dumps(lora_model.get(k))} vs {json.dumps(full_model.get(k))}" for k in differ[:3])
-        raise ReportError(f"{lora_run.path} and {full_run.path} train different models ({shown}"
+        raise ReportError(f"{lora_run.path} and {full_run.path} train different models ({', '.join(differ[:3])}"
                           + (f" and {len(differ) - 3} more" if len(differ) > 3 else "")
                           + "): LoRA against full fine-tuning compares one model")
     warnings = []

@@ -127,9 +127,11 @@ void print_progress(FILE* out, const Config& config, const StepRecord& step,
     std::snprintf(mfu, sizeof(mfu), "%5.1f%%", 100.0 * flops / so_far.gemm_ceiling_flops_per_s);
   // A step that waited for a checkpoint says so: with progress_every and
   // checkpoint.every_steps alike (10 and 10 by default) every line printed
-  // was such a step, slower than the summary's median.
+  // was such a step, slower than the summary's median. (Every step with
+  // checkpoints on has some microseconds of ckpt_stall_s, the check whether
+  // one is due: 1 % of the step is a wait.)
   char checkpoint[64] = "";
-  if (step.ckpt_stall_s > 0)
+  if (step.ckpt_stall_s >= 0.01 * step.step_s && step.ckpt_stall_s > 0)
     std::snprintf(checkpoint, sizeof(checkpoint), "  (%.2f ms of it checkpoint stall)", 1e3 * step.ckpt_stall_s);
   std::fprintf(out, "step %5ld/%-5ld loss %8s  tokens/s %10s  mfu(ceiling) %s  step %9.2f ms%s%s\n", step.step,
                config.train.steps, loss_text(step.loss).c_str(), human_count(tokens_per_s).c_str(), mfu,

@@ -936,12 +936,18 @@ class ResultReadingTests(unittest.TestCase):
         # LoRA run or a bf16 one beside them: each was a repeat or a world
         # size, with a warning among a dozen (a LoRA run set the ideal line:
         # "efficiency 0.545" for a sweep that scaled at 1.0).
-        base = [self.write("r1.json", fake_result(1, 1000.0)), self.write("r2.json", fake_result(2, 1950.0))]
+        def resolved(ranks: int, tokens_per_s: float) -> dict:
+            result = copy.deepcopy(fake_result(ranks, tokens_per_s))
+            result["config"]["train"].update(mode="full", precision="fp32")
+            result["config"]["model"]["n_layers_full"] = 0
+            return result
+
+        base = [self.write("r1.json", resolved(1, 1000.0)), self.write("r2.json", resolved(2, 1950.0))]
         for key, value, shown in ((("model", "n_layers"), 4, "model.n_layers 4 vs 2"),
-                                  (("train", "mode"), "lora", 'train.mode "lora" vs null'),
-                                  (("train", "precision"), "bf16", 'train.precision "bf16" vs null')):
+                                  (("train", "mode"), "lora", 'train.mode "lora" vs "full"'),
+                                  (("train", "precision"), "bf16", 'train.precision "bf16" vs "fp32"')):
             with self.subTest(key=key):
-                other = copy.deepcopy(fake_result(2, 3000.0))
+                other = resolved(2, 3000.0)
                 other["config"][key[0]][key[1]] = value
                 odd = self.write("odd.json", other)
                 self.addCleanup(odd.unlink, missing_ok=True)
@@ -952,8 +958,23 @@ class ResultReadingTests(unittest.TestCase):
                                   "report compares runs of one model, mode and precision", result.stderr)
                     self.assertEqual(result.stderr.count("\n"), 1, result.stderr)
                 odd.unlink()
-        # LoRA runs of other adapters are other workloads; a full run's unused
-        # lora section is not.
+        # As the binary compares them: the depth `project` projects to builds
+        # nothing, and a key an older result lacks is not compared (a warning).
+        for key, value in ((("model", "n_layers_full"), 32), (("train", "precision"), None)):
+            with self.subTest(key=key):
+                other = resolved(2, 1900.0)
+                if value is None:
+                    del other["config"][key[0]][key[1]]
+                else:
+                    other["config"][key[0]][key[1]] = value
+                odd = self.write("odd.json", other)
+                result = report(self.dir, "--out", self.dir / "out", "--no-plots")
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertIn(f"odd.json is configured differently from r1.json: {'.'.join(key)}", result.stderr)
+                odd.unlink()
+        # LoRA runs of other adapters are other workloads, the same adapters
+        # written in another order are not; a full run's unused lora section
+        # is not either.
         one, two = fake_result(1, 1000.0), copy.deepcopy(fake_result(2, 1950.0))
         for run, rank in ((one, 8), (two, 16)):
             run["config"]["lora"] = {"rank": rank}
@@ -967,6 +988,11 @@ class ResultReadingTests(unittest.TestCase):
         result = report(self.dir, "--out", self.dir / "out", "--no-plots")
         self.assertEqual(result.returncode, 2, result.stderr)
         self.assertIn("(lora.rank 16 vs 8)", result.stderr)
+        one["config"]["lora"] = {"rank": 8, "targets": "q,k,v,o"}
+        two["config"]["lora"] = {"rank": 8, "targets": "v, q,o,k"}
+        self.write("r1.json", one)
+        self.write("r2.json", two)
+        self.make_report(self.dir)
 
     def test_a_burn_in_result_is_left_out_naming_its_verdict(self) -> None:
         self.write("r1.json", fake_result(1, 1000.0))
@@ -980,13 +1006,26 @@ class ResultReadingTests(unittest.TestCase):
         self.assertIn("burn.json: left out: a `trainbench burnin` result (verdict FAIL)", text)
 
     def test_an_efficiency_above_one_is_said_to_be_within_noise_or_not(self) -> None:
+        # fake_result's steps spread 30% from p10 to p90: 1.5% above 1 is that noise.
         self.write("r1.json", fake_result(1, 1000.0))
         self.write("r2.json", fake_result(2, 2030.0))
         result = report(self.dir, "--out", self.dir / "out", "--no-plots")
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("report.py: warning: 2 ranks: scaling efficiency 1.015 is above 1", result.stderr)
-        self.write("r2.json", fake_result(2, 1990.0))
-        self.assertNotIn("above 1", self.make_report(self.dir))
+        self.assertIn("report.py: warning: 2 ranks: scaling efficiency 1.015 is above 1 (tokens/s grew faster than the "
+                      "ranks): within the step times' spread (p10-p90 30% at 1 and 30% at 2): noise", result.stderr)
+        # Steps within 1% of their median: 5% above 1 is not noise.
+        for name, ranks, tokens_per_s in (("r1.json", 1, 1000.0), ("r2.json", 2, 2100.0)):
+            quiet = copy.deepcopy(fake_result(ranks, tokens_per_s))
+            quiet["summary"]["step_s"].update(p10=0.099, p90=0.101)
+            self.write(name, quiet)
+        result = report(self.dir, "--out", self.dir / "out", "--no-plots")
+        self.assertIn("scaling efficiency 1.050 is above 1 (tokens/s grew faster than the ranks): beyond the step "
+                      "times' spread (p10-p90 2% at 1 and 2% at 2)", result.stderr)
+        # 1.0004 prints as 1.000: no warning; nor below 1.
+        for tokens_per_s in (2000.8, 1990.0):
+            self.write("r1.json", fake_result(1, 1000.0))
+            self.write("r2.json", fake_result(2, tokens_per_s))
+            self.assertNotIn("above 1", self.make_report(self.dir))
 
     def test_the_communicator_auto_picked_per_world_size_is_no_difference(self) -> None:
         # The result's comm.backend is what auto resolved to: mpi for a sweep's

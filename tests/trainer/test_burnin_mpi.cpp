@@ -30,11 +30,13 @@ using testing::run_command;
 class BurninMpi : public ::testing::Test {
  protected:
   // A burn-in of `duration` on 2 ranks; the result JSON is read into result_.
-  CommandResult burnin(const std::string& name, const std::string& duration, const std::string& extra) {
+  // `health_gbs`: the health measurements' rates (the test hook).
+  CommandResult burnin(const std::string& name, const std::string& duration, const std::string& extra,
+                       const std::string& health_gbs = "5") {
     out_ = dir_.file(name + ".json");
     const CommandResult r = run_command(
         std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
-                    "TRAINBENCH_TEST_HEALTH_GBS=5 timeout 120 ") +
+                    "TRAINBENCH_TEST_HEALTH_GBS=") + health_gbs + " timeout 120 " +
         TRAINBENCH_MPIEXEC + " --oversubscribe -np 2 " + TRAINBENCH_BINARY + " burnin tiny --duration " + duration +
         " --set train.threads=1 --set train.warmup_steps=2 --set report.progress_every=0 --set burnin.golden_every=5"
         " --set burnin.health_every_s=1.5 --set burnin.straggler_pct=300 --set burnin.degrade_pct=90"
@@ -196,6 +198,29 @@ TEST_F(BurninMpi, ASlowedRankIsFlaggedAsAStraggler) {
   EXPECT_EQ(gpus[1]["verdict"], "FAIL");
   EXPECT_NE(failures(gpus[1]).find("straggler: own step time"), std::string::npos) << failures(gpus[1]);
   EXPECT_NE(r.err.find("rank 1"), std::string::npos) << r.err;
+}
+
+// A fabric and a disk that fell to a fifth from the 4th measurement on and
+// stayed there: found between the medians of the first and the last three
+// measurements (one slow measurement is not: test_burnin's unit tests), the
+// job and the node fail saying so.
+TEST_F(BurninMpi, ARateThatFellAndStayedDownFailsOnTheMediansOfTheEnds) {
+  const CommandResult r = burnin("drop", "10s", "--set burnin.health_every_s=1 --set burnin.degrade_pct=50", "5,5,5,1");
+  ASSERT_EQ(r.exit_code, 4) << r.out << r.err;
+  const nlohmann::json& b = result_.at("burnin");
+  ASSERT_GE(b.at("health_measurements").size(), 6u) << b.at("health_measurements").dump();
+  const std::string job = failures(b.at("job"));
+  EXPECT_NE(job.find("fabric: all-reduce busbw fell from 5 GB/s to 1 GB/s (-80%, burnin.degrade_pct 50), medians of "
+                     "the first and the last 3 measurements"),
+            std::string::npos) << job;
+  ASSERT_EQ(b.at("nodes").size(), 1u);
+  const nlohmann::json& node = b.at("nodes")[0];
+  EXPECT_NE(failures(node).find("storage: checkpoint write fell from 5 GB/s to 1 GB/s"), std::string::npos)
+      << failures(node);
+  EXPECT_EQ(node.at("figures").at("write_gbs_judged"), "median_of_3");
+  EXPECT_EQ(node.at("figures").at("write_gbs_first"), 5);
+  EXPECT_EQ(node.at("figures").at("write_gbs_last"), 1);
+  for (const auto& gpu : b.at("gpus")) EXPECT_EQ(gpu.at("verdict"), "PASS") << gpu.dump();
 }
 
 TEST_F(BurninMpi, AnImpossibleBaselineFailsNamingTheFigures) {

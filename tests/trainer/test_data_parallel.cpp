@@ -330,6 +330,8 @@ TEST(DataParallel, ZeroOneOnDeviceBuffersEqualsTheHostPath) {
 // all-reduces on the run's own communicator, and step 1 read them all (tiny
 // on 2 ranks: 7.1 ms against the 0.27 ms the ceiling timed per step). Here
 // the communicator holds 1000 s of them, more than any step's own could take.
+// (The CLI measures the ceilings, trainer/cli.cpp's measure_ceilings, before
+// it calls run_training on the same communicator.)
 class CommSecondsBeforeStepOne final : public testing::ForwardingCommunicator {
  public:
   using ForwardingCommunicator::ForwardingCommunicator;
