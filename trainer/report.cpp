@@ -139,11 +139,11 @@ void print_progress(FILE* out, const Config& config, const StepRecord& step,
   std::fflush(out);
 }
 
-void print_summary(FILE* out, const RunOutcome& outcome, const std::string& result_path, const std::string& job) {
+namespace {
+
+// The summary's figures: tokens/s to the bottleneck.
+void print_summary_figures(FILE* out, const RunOutcome& outcome) {
   const RunSummary& s = outcome.summary;
-  std::fprintf(out, "\n%s: %ld measured step%s after %ld warm-up\n",
-               job.empty() ? "summary" : ("summary of " + job).c_str(), s.measured_steps,
-               s.measured_steps == 1 ? "" : "s", s.warmup_steps);
   // No step after warm-up (a run a failure stopped early, or all warm-up):
   // no rate, share or bottleneck was measured, and zeros would read as figures.
   const bool measured = s.measured_steps > 0;
@@ -270,6 +270,22 @@ void print_summary(FILE* out, const RunOutcome& outcome, const std::string& resu
   }
   if (!outcome.ceilings_line.empty()) std::fprintf(out, "  ceilings            %s\n", outcome.ceilings_line.c_str());
   if (!s.bottleneck.empty()) std::fprintf(out, "  bottleneck          %s\n", s.bottleneck.c_str());
+}
+
+}  // namespace
+
+void print_summary(FILE* out, const RunOutcome& outcome, const std::string& result_path, const std::string& job) {
+  const RunSummary& s = outcome.summary;
+  std::fprintf(out, "\n%s: %ld measured step%s after %ld warm-up\n",
+               job.empty() ? "summary" : ("summary of " + job).c_str(), s.measured_steps,
+               s.measured_steps == 1 ? "" : "s", s.warmup_steps);
+  // The job a measurement (bench compute, bench instrument) ran in: its
+  // figures, of one step, stood above the measurement's own line, where a
+  // reader took the first tokens/s for the answer. They are in the result.
+  if (job.empty())
+    print_summary_figures(out, outcome);
+  else
+    std::fprintf(out, "  figures             in the result's summary (the job's, not the measurement's, which follows)\n");
   for (const Check& c : outcome.checks)
     std::fprintf(out, "  check %-20s%s  %s\n", c.name.c_str(), c.passed ? "ok" : "FAILED",
                  c.detail.c_str());

@@ -563,6 +563,11 @@ TEST(BenchCompute, ReportsTheComputeCeilingAndNamesUnknownBenchCommands) {
   EXPECT_NE(run.out.find("summary of the 2-step job the measurement ran in (not the measurement)"),
             std::string::npos)
       << run.out;
+  // The job's figures (one step's tokens/s first) are left to the result:
+  // a reader took its tokens/s, printed above the measurement's, for the answer.
+  EXPECT_NE(run.out.find("  figures             in the result's summary"), std::string::npos) << run.out;
+  EXPECT_EQ(run.out.find("  tokens/s "), std::string::npos) << run.out;
+  EXPECT_GT(result.at("summary").at("tokens_per_s").get<double>(), 0.0) << "still in the result";
   const json& c = result.at("compute_ceiling");
   EXPECT_GT(c.at("tokens_per_s").get<double>(), 0.0);
   EXPECT_GT(c.at("step_s").get<double>(), 0.0);
