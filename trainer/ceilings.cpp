@@ -223,7 +223,9 @@ nlohmann::json ceilings_to_json(const Ceilings& c, double achieved) {
           {"network",
            {{"tokens_per_s", value(c.network_tokens_per_s)},
             {"step_all_reduce_s", value(c.network_step_s)},
-            {"collectives", c.network_collectives},
+            // None timed (one rank, or no room on the GPU): no collectives to
+            // name (the report read "timed: all-reduces" beside no figure).
+            {"collectives", c.network_timed.empty() ? nlohmann::json() : nlohmann::json(c.network_collectives)},
             {"busbw_gbs", value(network_busbw_gbs(c.network_timed))},
             {"timed", timed},
             {"achieved_share", share(c.network_tokens_per_s)}}},

@@ -546,6 +546,11 @@ TEST(Ceilings, ARunAboveItsCeilingAndAWriteNotMeasuredAreSaid) {
   const json result = json::parse(testing::read_whole_file(dir.file("r.json")));
   for (const char* figure : {"gbs", "bytes_per_rank", "checkpoint_bytes", "sync_checkpoint_s_per_step"})
     EXPECT_TRUE(result.at("ceilings").at("storage_write").at(figure).is_null()) << figure << ": " << result["ceilings"];
+  // One rank: no network ceiling, and no collectives named as timed.
+  const json& network = result.at("ceilings").at("network");
+  EXPECT_TRUE(network.at("tokens_per_s").is_null()) << network;
+  EXPECT_TRUE(network.at("collectives").is_null()) << network;
+  EXPECT_TRUE(network.at("timed").empty()) << network;
   EXPECT_NE(result.at("warnings").dump().find("ceilings: storage write not measured: this run writes no checkpoints"),
             std::string::npos) << result.at("warnings");
 }
