@@ -531,6 +531,13 @@ class BurninMonitor final : public RunExtension {
     health_.push_back(point);
   }
 
+  // "4.73 GB/s at the start, 3.28 GB/s at the last measurement", or over
+  // the first and the last three.
+  static std::string ends_text(const JudgedEnds& ends) {
+    return format("%.3g GB/s", ends.start) + " " + ends.start_words() + ", " + format("%.3g GB/s", ends.end) + " " +
+           ends.end_words();
+  }
+
   // The ends a figure that was measured is judged between (judged_ends).
   template <typename Getter>
   JudgedEnds ends_of(Getter figure) const {
@@ -668,8 +675,7 @@ class BurninMonitor final : public RunExtension {
         const std::string drop =
             degradation_finding("storage: checkpoint write", write.start, write.end, b.degrade_pct, "GB/s");
         if (!drop.empty()) node.fail(drop + write.finding_words());
-        node.notes.push_back("checkpoint write " + format("%.3g GB/s", write.start) + " " + write.start_words() + ", " +
-                             format("%.3g GB/s", write.end) + " " + write.end_words() + " (slowest rank)");
+        node.notes.push_back("checkpoint write " + ends_text(write) + " (slowest rank)");
         node.figures["write_gbs_first"] = write.start;
         node.figures["write_gbs_last"] = write.end;
         node.figures["write_gbs_judged"] = write.medians ? "median_of_" + std::to_string(kEndsOfMedians) : "single";
@@ -703,15 +709,13 @@ class BurninMonitor final : public RunExtension {
     if (busbw.start > 0) {
       const std::string drop = degradation_finding("fabric: all-reduce busbw", busbw.start, busbw.end, b.degrade_pct, "GB/s");
       if (!drop.empty()) job.fail(drop + busbw.finding_words());
-      job.notes.push_back("busbw " + format("%.3g GB/s", busbw.start) + " " + busbw.start_words() + ", " +
-                          format("%.3g GB/s", busbw.end) + " " + busbw.end_words());
+      job.notes.push_back("busbw " + ends_text(busbw));
     } else {
       job.notes.push_back(world > 1 ? "fabric: not measured yet (needs a measurement after training steps)"
                                     : "fabric: one rank, nothing to measure");
     }
     if (job_write.start > 0)
-      job.notes.push_back("checkpoint write " + format("%.3g GB/s", job_write.start) + " " + job_write.start_words() +
-                          ", " + format("%.3g GB/s", job_write.end) + " " + job_write.end_words() + " (all ranks at once)");
+      job.notes.push_back("checkpoint write " + ends_text(job_write) + " (all ranks at once)");
     // A write check that failed is a storage finding (the first one said);
     // a full disk under checkpoint.on_full=skip is a measurement skipped.
     for (const HealthPoint& p : health_) {
