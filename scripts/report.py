@@ -1326,12 +1326,12 @@ def consistency_warnings(points: list[Point]) -> list[str]:
     # Above 1: more than N/N0 times the base's tokens/s. Each side is a
     # median step, whose runs' p10-p90 spread says how far their noise
     # reaches: an excess within the mean of the two spreads is that noise.
-    base_point_ = base_point(points)
+    ideal_from = base_point(points)
     for p in points:
-        if p.efficiency is None or round(p.efficiency, 3) <= 1.0 or base_point_ is None:
+        if p.efficiency is None or round(p.efficiency, 3) <= 1.0 or ideal_from is None:
             continue
         spreads = []
-        for run in (base_point_.run, p.run):
+        for run in (ideal_from.run, p.run):
             median, p10, p90 = step_stats(run)
             spreads.append((p90 - p10) / median if None not in (median, p10, p90) and median > 0 else None)
         excess = p.efficiency - 1.0
@@ -1340,10 +1340,10 @@ def consistency_warnings(points: list[Point]) -> list[str]:
         if None in spreads:
             line += ": no step-time spread to judge it against"
         else:
-            shown = f"p10-p90 {spreads[0]:.0%} at {base_point_.ranks} and {spreads[1]:.0%} at {p.ranks}"
+            shown = f"p10-p90 {spreads[0]:.0%} at {ideal_from.ranks} and {spreads[1]:.0%} at {p.ranks}"
             line += (f": within the step times' spread ({shown}): noise" if excess <= sum(spreads) / 2 else
                      f": beyond the step times' spread ({shown}): a lighter per-rank step at {p.ranks}, or a slower "
-                     f"machine under the {base_point_.ranks}-rank run")
+                     f"machine under the {ideal_from.ranks}-rank run")
         warnings.append(line)
     for p in points:
         for run in p.runs:

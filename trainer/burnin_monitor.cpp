@@ -538,20 +538,22 @@ class BurninMonitor final : public RunExtension {
            ends.end_words();
   }
 
-  // The ends a figure that was measured is judged between (judged_ends).
+  // A figure's measurements in order, those made (> 0).
+  template <typename Getter>
+  std::vector<double> measurements_of(Getter figure) const {
+    std::vector<double> made;
+    for (const HealthPoint& p : health_)
+      if (figure(p) > 0) made.push_back(figure(p));
+    return made;
+  }
+  // The ends a figure is judged between (judged_ends), and its median.
   template <typename Getter>
   JudgedEnds ends_of(Getter figure) const {
-    std::vector<double> measured;
-    for (const HealthPoint& p : health_)
-      if (figure(p) > 0) measured.push_back(figure(p));
-    return judged_ends(measured);
+    return judged_ends(measurements_of(figure));
   }
   template <typename Getter>
   double median_of(Getter figure) const {
-    std::vector<double> values;
-    for (const HealthPoint& p : health_)
-      if (figure(p) > 0) values.push_back(figure(p));
-    return median(values);
+    return median(measurements_of(figure));
   }
 
   void build_verdict(const RunOutcome& outcome, const HealthSampler::Summary& health) {

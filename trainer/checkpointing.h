@@ -332,8 +332,8 @@ struct ResumePoint {
 nlohmann::json resume_json(const ResumePoint& point);
 
 // The first shard whose record (name, size, head hash: shard_identities) is
-// not the one the checkpoint recorded (ResumePoint::shards), in words; "" when every one is, or the checkpoint
-// recorded none. `paths` are this run's resolved shards, `identities` their
+// not the one the checkpoint recorded (ResumePoint::shards), in words; ""
+// when every one is, or the checkpoint recorded none. `paths` are this run's resolved shards, `identities` their
 // shard_identities.
 std::string resumed_shards_difference(const nlohmann::json& recorded, const std::vector<std::string>& paths,
                                       const std::vector<std::string>& identities);
