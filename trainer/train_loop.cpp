@@ -421,21 +421,18 @@ void largest_gemm_shape(const ModelShape& s, int64_t micro_batch, int64_t* m, in
   *k = round_up(*k);
 }
 
-RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSource& source,
-                        Communicator& comm, const ProgressFn& on_progress, Checkpointer* checkpointer,
-                        int64_t first_step, const StepHook& after_step) {
+namespace {
+// The summary's figures of the workload itself, before any step: tokens a
+// step, FLOPs a token, memory, the largest GEMM and its measured ceiling.
+void describe_workload(const Config& config, TrainingEngine& engine, Communicator& comm, RunOutcome& outcome) {
   const TrainSection& train = config.train;
-  const ModelShape& shape = config.model;
-  RunOutcome outcome;
   RunSummary& summary = outcome.summary;
-
-  summary.global_tokens_per_step =
-      train.micro_batch * train.grad_accum * shape.seq_len * comm.world_size();
-  summary.model_flops_per_token = model_flops_per_token(shape, engine.layout()).total();
+  summary.global_tokens_per_step = train.micro_batch * train.grad_accum * config.model.seq_len * comm.world_size();
+  summary.model_flops_per_token = model_flops_per_token(config.model, engine.layout()).total();
   summary.memory_per_rank = engine.memory_plan();
   summary.optimizer_bytes_per_rank = summary.memory_per_rank.optimizer_bytes;
   summary.optimizer_bytes_unsharded = 2 * engine.layout().trainable_params() * 4;
-  largest_gemm_shape(shape, train.micro_batch, &summary.gemm_m, &summary.gemm_n, &summary.gemm_k);
+  largest_gemm_shape(config.model, train.micro_batch, &summary.gemm_m, &summary.gemm_n, &summary.gemm_k);
   // report.gemm_ceiling_s = 0 asks for no ceiling: MFU against the datasheet
   // peak alone, and no warning, since nothing failed.
   if (config.report.gemm_ceiling_s > 0) {
@@ -446,371 +443,514 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
                                  std::to_string(summary.gemm_m) + " x " + std::to_string(summary.gemm_n) + " x " +
                                  std::to_string(summary.gemm_k) + " operands): MFU is against the datasheet peak only");
   }
+}
 
-  const AdamWSettings adam = adamw_settings(train);
+// The ranks' parameter comparison (a host copy and a hash of every
+// parameter, two small collectives) is trainbench's check, not the
+// workload's: seconds at a GPU's 7.7 GB of parameters, which the steps'
+// times and the measured window would otherwise take as other_s (75 % of
+// h200-llama8b-4l's steps by that count). Each comparison says how long its
+// own part took (not its wait for peers still in their step, which stays
+// the step's); the loop leaves that out of both, and the summary says it in
+// consistency_check_s.
+class RankComparison {
+ public:
+  RankComparison(TrainingEngine& engine, Communicator& comm, RunOutcome& outcome)
+      : engine_(engine), comm_(comm), outcome_(outcome) {}
+
+  // Compares the parameters as they are after `step`; returns this rank's own part's time.
+  Clock::duration at(int64_t step) {
+    Clock::duration local{0};
+    inconsistency_ = compare_parameter_checksums(engine_, comm_, parameters_, step, &local, &outcome_.diverged_ranks);
+    last_compared_ = step;
+    outcome_.summary.consistency_check_s += std::chrono::duration<double>(local).count();
+    return local;
+  }
+  bool consistent() const { return inconsistency_.empty(); }
+  int64_t last_compared() const { return last_compared_; }  // -1: none yet
+  // Fault injection (comm.inject_divergence_step), through the same host copy.
+  void nudge_one_parameter() { perturb_parameters(engine_, parameters_); }
+
+  // Only a comparison made is a check passed: a run stopped (a non-finite
+  // loss) before its first comparison has none to report.
+  void add_check(int64_t check_every, std::vector<Check>& checks) const {
+    if (comm_.world_size() <= 1 || last_compared_ < 0) return;
+    const std::string when = check_every > 0 ? "every " + std::to_string(check_every) + " steps and " : std::string();
+    checks.push_back({"ranks_consistent", consistent(),
+                      consistent() ? "parameter checksums equal on all " + std::to_string(comm_.world_size()) +
+                                         " ranks (" + when + "at the end; last at step " +
+                                         std::to_string(last_compared_) + ")"
+                                   : inconsistency_});
+  }
+
+ private:
+  TrainingEngine& engine_;
+  Communicator& comm_;
+  RunOutcome& outcome_;
+  std::vector<float> parameters_;  // the host copy the checksum hashes
+  std::string inconsistency_;      // the first checksum mismatch, if any
+  int64_t last_compared_ = -1;     // the step whose parameters were last compared across ranks
+};
+
+// Back on when the run is done: other callers expect the default. A device
+// error here is left to the engine's next call to report (a destructor must
+// not throw, least of all while another error unwinds).
+struct RestoreComputeTiming {
+  TrainingEngine& engine;
+  ~RestoreComputeTiming() {
+    try {
+      engine.set_compute_timing(true);
+      engine.set_op_timing(false);
+    } catch (...) {
+    }
+  }
+};
+
+// A batch this rank could not get this step (next_batch); empty `reason`: none.
+struct DataFailure {
+  std::string reason;
+  int kind = 0;  // kDataFailure or kDataFailureByEnvironment
+};
+
+// The steps of one run, each a record in outcome.steps, until the last, a
+// failure or the extension's end; and the measured window they took.
+class StepLoop {
+ public:
+  StepLoop(const Config& config, TrainingEngine& engine, BatchSource& source, Communicator& comm,
+           Checkpointer* checkpointer, RunOutcome& outcome);
+  void run(int64_t first_step, const ProgressFn& on_progress, const StepHook& after_step);
+  bool loss_finite() const { return loss_finite_; }
+  const RankComparison& ranks() const { return ranks_; }
+
+ private:
+  void set_up_gradient_sync();
+  void start_timing();
+  // One step; false ends the run after it.
+  bool train_step(int64_t step, bool warmup, const ProgressFn& on_progress, const StepHook& after_step);
+  double inject_faults(int64_t step);
+  DataFailure accumulate_gradients(StepRecord& record);
+  void finish_gradient_sync(StepRecord& record);
+  StepAgreement agree_across_ranks(const DataFailure& mine, double loss, double* agreement_s);
+  void apply_update(StepRecord& record, double agreement_s);
+  Clock::duration checkpoint_after(StepRecord& record, bool step_finite);
+  void close_step_timing(StepRecord& record, Clock::duration check_in_step, double injected_slow_s);
+  void compare_ranks_after(const StepRecord& record);
+  bool extension_goes_on(const StepHook& after_step, const StepRecord& record);
+  void fail_not_finite(const StepAgreement& agreed, const StepRecord& record);
+  void close_measured_window(Clock::time_point measured_begin);
+
+  const Config& config_;
+  const TrainSection& train_;
+  TrainingEngine& engine_;
+  BatchSource& source_;
+  Communicator& comm_;
+  Checkpointer* checkpointer_;
+  RunOutcome& outcome_;
+  RunSummary& summary_;
+  const int world_;
   // Each micro-batch's loss is scaled so the accumulated gradient, summed
   // over the ranks by the all-reduce, is that of the mean over the whole
   // global step's tokens.
-  const int world = comm.world_size();
-  const float loss_scale = 1.0f / static_cast<float>(train.grad_accum * world);
-  std::optional<GradientSync> sync;
-  std::optional<ZeroOneOptimizer> zero;
-  // An engine built for ZeRO-1 that trains here alone (the compute ceiling's
-  // local communicator) updates its own shard without the collectives.
-  const OptimizerShard shard = engine.optimizer_shard();
-  const bool sharded_alone = world == 1 && (shard.begin != 0 || shard.end != engine.layout().trainable_params());
-  if (world > 1 && config.comm.zero == 1) {
-    zero.emplace(comm, engine, zero_padded_elements(engine.layout().trainable_params(), world));
-    summary.zero_sharded = true;
-  } else if (world > 1 || comm.device_buffers()) {
-    // A device-buffer backend (nccl) syncs even at world size 1, where the
-    // all-reduce changes nothing: a 1-GPU run then takes, and times, the path
-    // of every multi-GPU run (and scaling from 1 GPU compares like with like).
-    const bool on_device = comm.device_buffers();
-    float* gradients = on_device ? engine.device_gradient_buffer() : engine.host_gradient_buffer();
-    if (gradients == nullptr)
-      throw std::runtime_error(std::string("comm.backend ") + comm.backend_name() + " reduces " +
-                               (on_device ? "device" : "host") + " buffers, but the " + engine.backend_name() +
-                               " engine keeps its gradients " + (on_device ? "in host memory" : "on the device"));
-    RecordComputeEventFn record_compute_event;  // device buffers: backward's readiness is "enqueued"
-    if (on_device) record_compute_event = [&engine] { return engine.record_compute_event(); };
-    sync.emplace(comm, gradients, engine.layout().trainable_params(),
-                 static_cast<int64_t>(config.comm.bucket_mb * (1 << 20)), config.comm.overlap,
-                 record_compute_event);
-  }
-  comm.set_timeout(config.comm.timeout_s);
-  comm.set_injected_delay(config.comm.inject_delay_ms * 1e-3);
-  std::vector<float> parameters;  // host copy for the consistency checksum
-  std::string inconsistency;      // the first checksum mismatch, if any
-  int64_t last_compared = -1;     // the step whose parameters were last compared across ranks
-  // The ranks' parameter comparison (a host copy and a hash of every
-  // parameter, two small collectives) is trainbench's check, not the
-  // workload's: seconds at a GPU's 7.7 GB of parameters, which the steps'
-  // times and the measured window would otherwise take as other_s (75 % of
-  // h200-llama8b-4l's steps by that count). Each call says how long its own
-  // part took (not its wait for peers still in their step, which stays the
-  // step's); the loop leaves that out of both, and the summary says it in
-  // consistency_check_s.
-  const auto compare_ranks_at = [&](int64_t at) {
-    Clock::duration local{0};
-    inconsistency = compare_parameter_checksums(engine, comm, parameters, at, &local, &outcome.diverged_ranks);
-    last_compared = at;
-    summary.consistency_check_s += std::chrono::duration<double>(local).count();
-    return local;
-  };
-  // Checks made inside the measured window (from the end of warm-up to the
-  // end of the last step): taken out of measured_wall_s.
-  Clock::duration checks_in_window{0};
-  bool stopped_mid_step = false;  // a data failure ended the loop before a step's update
-
+  const float loss_scale_;
   // report.instrument=false leaves out every per-step timer, the engine's
   // included (to measure what they cost): only the wall time of the
-  // measured steps is taken, below.
-  const bool instrument = config.report.instrument;
-  engine.synchronize();
-  engine.set_compute_timing(instrument);
-  engine.take_compute_seconds();  // discard the calibration
+  // measured steps is taken.
+  const bool instrument_;
+  const AdamWSettings adam_;
+  std::optional<GradientSync> sync_;
+  std::optional<ZeroOneOptimizer> zero_;
+  // An engine built for ZeRO-1 that trains here alone (the compute ceiling's
+  // local communicator) updates its own shard without the collectives.
+  bool sharded_alone_ = false;
+  RankComparison ranks_;
+  // Checks made inside the measured window (from the end of warm-up to the
+  // end of the last step): taken out of measured_wall_s.
+  Clock::duration checks_in_window_{0};
+  bool stopped_mid_step_ = false;  // a data failure ended the loop before a step's update
+  bool loss_finite_ = true;
+  Clock::time_point previous_end_;  // the end of the step before
+};
+
+StepLoop::StepLoop(const Config& config, TrainingEngine& engine, BatchSource& source, Communicator& comm,
+                   Checkpointer* checkpointer, RunOutcome& outcome)
+    : config_(config),
+      train_(config.train),
+      engine_(engine),
+      source_(source),
+      comm_(comm),
+      checkpointer_(checkpointer),
+      outcome_(outcome),
+      summary_(outcome.summary),
+      world_(comm.world_size()),
+      loss_scale_(1.0f / static_cast<float>(config.train.grad_accum * comm.world_size())),
+      instrument_(config.report.instrument),
+      adam_(adamw_settings(config.train)),
+      ranks_(engine, comm, outcome) {
+  set_up_gradient_sync();
+  comm_.set_timeout(config_.comm.timeout_s);
+  comm_.set_injected_delay(config_.comm.inject_delay_ms * 1e-3);
+  start_timing();
+}
+
+void StepLoop::set_up_gradient_sync() {
+  const OptimizerShard shard = engine_.optimizer_shard();
+  sharded_alone_ = world_ == 1 && (shard.begin != 0 || shard.end != engine_.layout().trainable_params());
+  if (world_ > 1 && config_.comm.zero == 1) {
+    zero_.emplace(comm_, engine_, zero_padded_elements(engine_.layout().trainable_params(), world_));
+    summary_.zero_sharded = true;
+    return;
+  }
+  // A device-buffer backend (nccl) syncs even at world size 1, where the
+  // all-reduce changes nothing: a 1-GPU run then takes, and times, the path
+  // of every multi-GPU run (and scaling from 1 GPU compares like with like).
+  if (world_ == 1 && !comm_.device_buffers()) return;
+  const bool on_device = comm_.device_buffers();
+  float* gradients = on_device ? engine_.device_gradient_buffer() : engine_.host_gradient_buffer();
+  if (gradients == nullptr)
+    throw std::runtime_error(std::string("comm.backend ") + comm_.backend_name() + " reduces " +
+                             (on_device ? "device" : "host") + " buffers, but the " + engine_.backend_name() +
+                             " engine keeps its gradients " + (on_device ? "in host memory" : "on the device"));
+  RecordComputeEventFn record_compute_event;  // device buffers: backward's readiness is "enqueued"
+  if (on_device) record_compute_event = [this] { return engine_.record_compute_event(); };
+  sync_.emplace(comm_, gradients, engine_.layout().trainable_params(),
+                static_cast<int64_t>(config_.comm.bucket_mb * (1 << 20)), config_.comm.overlap,
+                record_compute_event);
+}
+
+void StepLoop::start_timing() {
+  engine_.synchronize();
+  engine_.set_compute_timing(instrument_);
+  engine_.take_compute_seconds();  // discard the calibration
   // report.op_times: each measured step's ops timed by the engine, summed here.
-  summary.op_times_requested = instrument && config.report.op_times;
-  summary.op_times_available = summary.op_times_requested && engine.set_op_timing(true);
-  std::vector<OpTime>& op_sums = summary.op_seconds_per_step;
-  if (summary.op_times_available) op_sums = zero_op_times();
-  // Back on when the loop is done: other callers expect the default. A
-  // device error here is left to the engine's next call to report (a
-  // destructor must not throw, least of all while another error unwinds).
-  struct RestoreComputeTiming {
-    TrainingEngine& engine;
-    ~RestoreComputeTiming() {
-      try {
-        engine.set_compute_timing(true);
-        engine.set_op_timing(false);
-      } catch (...) {
-      }
-    }
-  } restore_compute_timing{engine};
+  summary_.op_times_requested = instrument_ && config_.report.op_times;
+  summary_.op_times_available = summary_.op_times_requested && engine_.set_op_timing(true);
+  if (summary_.op_times_available) summary_.op_seconds_per_step = zero_op_times();
+}
+
+void StepLoop::run(int64_t first_step, const ProgressFn& on_progress, const StepHook& after_step) {
   // The background collectives made before step 1 (the network ceiling's
   // timed loop: --ceilings) are not its comm_s: step 1 read 26 of them.
-  comm.take_comm_seconds();
-  const Clock::time_point run_begin = Clock::now();
-  Clock::time_point previous_end = run_begin;
-  Clock::time_point measured_begin = run_begin;
-  bool loss_finite = true;
-  for (int64_t step = first_step; step <= train.steps; ++step) {
-    StepRecord record;
-    record.step = step;
-    record.warmup = step < first_step + train.warmup_steps;
-    record.lr = train.lr;
-    if (step == first_step + train.warmup_steps) measured_begin = previous_end;
-
-    comm.set_context("step " + std::to_string(step));
-    fail_as_a_device_would(step, comm.rank());
-    if (step == config.comm.inject_divergence_step && comm.rank() == world - 1)
-      perturb_parameters(engine, parameters);
-    // Fault injection (burnin.inject_slow_ms): this rank's own work takes
-    // longer, as a slow GPU's would; its peers wait in the all-reduce. Its
-    // compute, as a slow GPU's is (untimed, it read as host overhead).
-    double injected_slow_s = 0;
-    if (config.burnin.inject_slow_ms > 0 && comm.rank() == config.burnin.inject_slow_rank) {
-      const Clock::time_point slow_begin = Clock::now();
-      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(config.burnin.inject_slow_ms));
-      injected_slow_s = seconds_between(slow_begin, Clock::now());
-    }
-    engine.zero_gradients();
-    double loss_sum = 0.0;
-    std::string data_failure;  // this rank's batch it could not get, this step
-    int data_failure_kind = 0;
-    for (int64_t micro = 0; micro < train.grad_accum; ++micro) {
-      // On a device engine the previous micro-batch's backward may still
-      // run: a wait for a batch that is not there, timed now, overlaps it
-      // and counts in compute_s and data_stall_s both (other_s below zero,
-      // a failed accounting check). The device idles once that backward
-      // ends anyway, with nothing more to run: its end first, then the wait
-      // left is the stall. (The step before ended synchronized.)
-      if (micro > 0 && instrument && !source.batch_ready()) engine.synchronize();
-      double wait_s = 0.0;
-      const HostBatch* host = next_batch(source, instrument ? &wait_s : nullptr, &data_failure, &data_failure_kind);
-      if (host == nullptr) break;  // to the step's collectives without a backward: their data no longer matters
-      record.data_stall_s += wait_s;
-      const TokenBatch batch{host->inputs, host->targets, host->batch, host->seq_len};
-      engine.forward(batch);
-      // Earlier micro-batches only accumulate locally (DDP's no_sync); the
-      // last one's backward starts the buckets as their gradients complete.
-      const bool last = micro == train.grad_accum - 1;
-      if (sync && last && !zero)
-        engine.backward(batch, loss_scale, [&](int64_t ready_from) { sync->on_gradients_ready(ready_from); });
-      else
-        engine.backward(batch, loss_scale, nullptr);
-      // After backward is enqueued: on a device backend the loss waits for
-      // its forward, and read before backward that wait left the GPU idle
-      // while the host came back and launched backward's first kernels.
-      loss_sum += engine.last_loss();
-    }
-    record.loss = loss_as_overflowed(loss_sum / static_cast<double>(train.grad_accum), step, comm.rank());
-    if (sync) {
-      // A device engine returns from backward once it is enqueued; its end is
-      // when the compute stream drains. Waiting for that delays nothing: every
-      // bucket is started by now, and finish() waits for the last one anyway.
-      if (comm.device_buffers()) engine.synchronize();
-      const double backward_end = instrument ? steady_seconds() : 0.0;
-      sync->finish();
-      if (instrument) {
-        record.comm_s = comm.take_comm_seconds();
-        // The part of comm_s not hidden behind backward: at most comm_s. The
-        // tail after backward can be longer when no collective runs in part
-        // of it (the hand-off to the progress thread, a core busy with
-        // another rank): that is host time, left to other_s.
-        record.comm_exposed_s =
-            std::min(record.comm_s, std::max(0.0, comm.last_completion_time() - backward_end));
-      }
-    }
-    // Did any rank fail to get a batch? Then none takes this step's update:
-    // every rank stops here, with its parameters as the last step left them,
-    // and the steps before are the result. One small host collective a step,
-    // after the all-reduce has brought the ranks together anyway (on one
-    // rank, the local communicator's identity).
-    // Under ZeRO-1 there was no gradient all-reduce before it, so this is
-    // where a rank first waits for its slower peers: timed as communication,
-    // as DDP's wait shows in its all-reduce (left untimed, the wait went to
-    // other_s, and the straggler looked no slower than the ranks it held).
-    // A device engine's backward is only enqueued: its end first, so that the
-    // agreement times the wait for peers, not this GPU's backward, which
-    // compute_s has already (ZeroOneOptimizer::step waits for it anyway).
-    if (zero) engine.synchronize();
-    const double agreement_begin = instrument && zero ? steady_seconds() : 0.0;
-    const StepAgreement agreed = agree_on_step(comm, data_failure, data_failure_kind, record.loss);
-    const RankReason& data = agreed.data;
-    const double agreement_s = instrument && zero ? steady_seconds() - agreement_begin : 0.0;
-    if (data.kind != 0) {
-      outcome.failure = {"data_read",
-                         (world > 1 ? "rank " + std::to_string(data.rank) + ": " : std::string()) + data.reason,
-                         data.kind == kDataFailureByEnvironment};
-      if (world > 1 && inconsistency.empty() && last_compared != step - 1) compare_ranks_at(step - 1);
-      stopped_mid_step = true;
-      break;
-    }
-    // A checkpoint's state copy must land before the optimizer changes the state.
-    if (checkpointer) record.ckpt_stall_s += checkpointer->before_optimizer_step();
-    if (zero) {
-      record.grad_norm = zero->step(adam, step, &record.comm_s);
-      record.comm_s += agreement_s;
-      record.comm_exposed_s = record.comm_s;  // not overlapped: the step waits for all three collectives
-    } else if (sharded_alone) {
-      record.grad_norm = zero_shard_step_alone(engine, adam, step);
-    } else {
-      record.grad_norm = engine.optimizer_step(adam, step);
-    }
-    engine.synchronize();
-    // The job's: every rank's loss finite (agreed above), and the gradient
-    // norm, which is the reduced gradients' and so the same on every rank.
-    const bool step_finite = agreed.loss_rank < 0 && std::isfinite(record.grad_norm);
-    // Inside the step's window: what a checkpoint blocks is this step's time.
-    // A step whose loss or gradient norm is not finite made weights no
-    // checkpoint may keep (nor may retention delete a good one for them);
-    // both are on the host already, so telling costs no extra sync.
-    // Nor parameters the ranks disagree on: a step due a checkpoint has them
-    // compared first, whatever comm.check_every says (a divergence found
-    // at a later check had already been committed as `latest`).
-    Clock::duration check_in_step{0};
-    if (checkpointer && world > 1 && checkpointer->due(step) && inconsistency.empty())
-      check_in_step = compare_ranks_at(step);
-    if (checkpointer) {
-      const double checkpoint_begin = steady_seconds();
-      try {
-        record.ckpt_stall_s += !inconsistency.empty()
-                                   ? checkpointer->refuse_inconsistent(step, "the ranks' parameters differ")
-                               : step_finite
-                                   ? checkpointer->after_step(step)
-                                   : checkpointer->give_up(step);
-      } catch (const CheckpointFailure& e) {
-        // Every rank learnt of it in the same agreement round: all of them
-        // end the run after this step, whose record is complete, and the
-        // result says what happened (the CLI exits 3 with the message).
-        record.ckpt_stall_s += steady_seconds() - checkpoint_begin;
-        outcome.failure = {"checkpoints_written", e.what(), true};
-      }
-    }
-    if (instrument) {
-      const Clock::time_point end = Clock::now();
-      record.step_s = seconds_between(previous_end, end) - std::chrono::duration<double>(check_in_step).count();
-      record.compute_s = engine.take_compute_seconds() + injected_slow_s;
-      if (summary.op_times_available) {
-        const std::vector<OpTime> ops = engine.take_op_times();  // warm-up steps': taken and dropped
-        if (!record.warmup) {
-          for (size_t i = 0; i < ops.size() && i < op_sums.size(); ++i) op_sums[i].seconds += ops[i].seconds;
-        }
-      }
-      record.other_s = record.step_s - record.compute_s - record.comm_exposed_s -
-                       record.data_stall_s - record.ckpt_stall_s;
-      previous_end = end;
-    } else {
-      // Untimed, one clock reading a step (~25 ns): the end of warm-up, where
-      // the measured window starts, and of the last step trained, where it
-      // ends should a data failure stop the next one part way.
-      previous_end = Clock::now();
-    }
-    outcome.steps.push_back(record);
-    if (!record.warmup) checks_in_window += check_in_step;
-
-    // A failed checkpoint ends the run after this step: its end, for the
-    // ranks' parameter check too. Between steps: the next one starts after
-    // it (after the last step, the storage-read rate's span ends before it).
-    const bool last_step = step == train.steps || outcome.failure.happened();
-    const bool check_now = config.comm.check_every > 0 && step % config.comm.check_every == 0;
-    if (world > 1 && (check_now || last_step) && inconsistency.empty() && last_compared != step) {
-      const Clock::duration took = compare_ranks_at(step);
-      if (!last_step) previous_end += took;
-      if (!record.warmup) checks_in_window += took;
-    }
-    if (!inconsistency.empty()) break;
-    if (outcome.failure.happened()) break;
-
-    // The extension sees every step, a non-finite one too (burn-in names
-    // the GPU whose loss it was); its say comes after the loss check below.
-    bool extension_goes_on = true;
-    if (after_step) {
-      try {
-        extension_goes_on = after_step(record);
-      } catch (const CheckpointFailure& e) {
-        // The extension waited for the checkpoint in flight (burn-in's
-        // storage measurement) and it failed there, agreed by every rank as
-        // in the loop: the run ends at this step with its result.
-        outcome.failure = {"checkpoints_written", e.what(), true};
-        extension_goes_on = false;
-      }
-    }
-    // A non-finite loss on any rank, or gradient norm, made non-finite
-    // weights: the run ends at this step, not at the next one's NaN loss.
-    if (!step_finite) {
-      loss_finite = false;
-      const std::string on_rank = world > 1 ? " on rank " + std::to_string(agreed.loss_rank) : "";
-      outcome.checks.push_back(
-          {"loss_finite", false,
-           agreed.loss_rank >= 0
-               ? "loss is " + loss_text(agreed.loss) + " at step " + std::to_string(step) + on_rank
-               : "gradient norm is " + loss_text(record.grad_norm) + " at step " + std::to_string(step) + " (loss " +
-                     loss_text(record.loss) + "): the update made non-finite weights"});
-      break;
-    }
-    if (!extension_goes_on) {
-      // The extension ends the run here (burn-in's duration): the ranks'
-      // parameters are compared as at a last step (a divergence after the
-      // last periodic comparison, or with comm.check_every 0, passed).
-      if (world > 1 && inconsistency.empty() && last_compared != step) {
-        const Clock::duration took = compare_ranks_at(step);
-        if (!record.warmup) checks_in_window += took;
-      }
-      break;
-    }
-    if (on_progress && instrument) {
-      RunSummary so_far;
-      so_far.global_tokens_per_step = summary.global_tokens_per_step;
-      so_far.model_flops_per_token = summary.model_flops_per_token;
-      so_far.gemm_ceiling_flops_per_s = summary.gemm_ceiling_flops_per_s;
-      on_progress(record, so_far);
-    }
+  comm_.take_comm_seconds();
+  previous_end_ = Clock::now();
+  Clock::time_point measured_begin = previous_end_;
+  for (int64_t step = first_step; step <= train_.steps; ++step) {
+    if (step == first_step + train_.warmup_steps) measured_begin = previous_end_;
+    if (!train_step(step, step < first_step + train_.warmup_steps, on_progress, after_step)) break;
   }
+  close_measured_window(measured_begin);
+}
 
+bool StepLoop::train_step(int64_t step, bool warmup, const ProgressFn& on_progress, const StepHook& after_step) {
+  StepRecord record;
+  record.step = step;
+  record.warmup = warmup;
+  record.lr = train_.lr;
+  comm_.set_context("step " + std::to_string(step));
+  const double injected_slow_s = inject_faults(step);
+  const DataFailure data_failure = accumulate_gradients(record);
+  if (sync_) finish_gradient_sync(record);
+  double agreement_s = 0;
+  const StepAgreement agreed = agree_across_ranks(data_failure, record.loss, &agreement_s);
+  if (agreed.data.kind != 0) {
+    // A rank failed to get a batch: none takes this step's update. Every
+    // rank stops here, with its parameters as the last step left them, and
+    // the steps before are the result.
+    const RankReason& data = agreed.data;
+    outcome_.failure = {"data_read",
+                        (world_ > 1 ? "rank " + std::to_string(data.rank) + ": " : std::string()) + data.reason,
+                        data.kind == kDataFailureByEnvironment};
+    if (world_ > 1 && ranks_.consistent() && ranks_.last_compared() != step - 1) ranks_.at(step - 1);
+    stopped_mid_step_ = true;
+    return false;
+  }
+  apply_update(record, agreement_s);
+  // The job's: every rank's loss finite (agreed above), and the gradient
+  // norm, which is the reduced gradients' and so the same on every rank.
+  const bool step_finite = agreed.loss_rank < 0 && std::isfinite(record.grad_norm);
+  const Clock::duration check_in_step = checkpoint_after(record, step_finite);
+  close_step_timing(record, check_in_step, injected_slow_s);
+  outcome_.steps.push_back(record);
+  if (!record.warmup) checks_in_window_ += check_in_step;
+  compare_ranks_after(record);
+  if (!ranks_.consistent() || outcome_.failure.happened()) return false;
+
+  // The extension sees every step, a non-finite one too (burn-in names the
+  // GPU whose loss it was); its say comes after the loss check below.
+  const bool goes_on = extension_goes_on(after_step, record);
+  // A non-finite loss on any rank, or gradient norm, made non-finite
+  // weights: the run ends at this step, not at the next one's NaN loss.
+  if (!step_finite) {
+    fail_not_finite(agreed, record);
+    return false;
+  }
+  if (!goes_on) {
+    // The extension ends the run here (burn-in's duration): the ranks'
+    // parameters are compared as at a last step (a divergence after the
+    // last periodic comparison, or with comm.check_every 0, passed).
+    if (world_ > 1 && ranks_.consistent() && ranks_.last_compared() != step) {
+      const Clock::duration took = ranks_.at(step);
+      if (!record.warmup) checks_in_window_ += took;
+    }
+    return false;
+  }
+  if (on_progress && instrument_) {
+    RunSummary so_far;
+    so_far.global_tokens_per_step = summary_.global_tokens_per_step;
+    so_far.model_flops_per_token = summary_.model_flops_per_token;
+    so_far.gemm_ceiling_flops_per_s = summary_.gemm_ceiling_flops_per_s;
+    on_progress(record, so_far);
+  }
+  return true;
+}
+
+// The step's injected faults (test hooks and the fault-injection keys);
+// returns the seconds of burnin.inject_slow_ms slept.
+double StepLoop::inject_faults(int64_t step) {
+  fail_as_a_device_would(step, comm_.rank());
+  if (step == config_.comm.inject_divergence_step && comm_.rank() == world_ - 1) ranks_.nudge_one_parameter();
+  // burnin.inject_slow_ms: this rank's own work takes longer, as a slow
+  // GPU's would; its peers wait in the all-reduce. Its compute, as a slow
+  // GPU's is (untimed, it read as host overhead).
+  if (config_.burnin.inject_slow_ms <= 0 || comm_.rank() != config_.burnin.inject_slow_rank) return 0.0;
+  const Clock::time_point slow_begin = Clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(config_.burnin.inject_slow_ms));
+  return seconds_between(slow_begin, Clock::now());
+}
+
+// Forward and backward of the step's micro-batches: the gradients, the loss,
+// the data stall. Stops at a batch this rank cannot get, which it returns.
+DataFailure StepLoop::accumulate_gradients(StepRecord& record) {
+  engine_.zero_gradients();
+  double loss_sum = 0.0;
+  DataFailure failure;
+  for (int64_t micro = 0; micro < train_.grad_accum; ++micro) {
+    // On a device engine the previous micro-batch's backward may still
+    // run: a wait for a batch that is not there, timed now, overlaps it
+    // and counts in compute_s and data_stall_s both (other_s below zero,
+    // a failed accounting check). The device idles once that backward
+    // ends anyway, with nothing more to run: its end first, then the wait
+    // left is the stall. (The step before ended synchronized.)
+    if (micro > 0 && instrument_ && !source_.batch_ready()) engine_.synchronize();
+    double wait_s = 0.0;
+    const HostBatch* host = next_batch(source_, instrument_ ? &wait_s : nullptr, &failure.reason, &failure.kind);
+    if (host == nullptr) break;  // to the step's collectives without a backward: their data no longer matters
+    record.data_stall_s += wait_s;
+    const TokenBatch batch{host->inputs, host->targets, host->batch, host->seq_len};
+    engine_.forward(batch);
+    // Earlier micro-batches only accumulate locally (DDP's no_sync); the
+    // last one's backward starts the buckets as their gradients complete.
+    const bool last = micro == train_.grad_accum - 1;
+    if (sync_ && last && !zero_)
+      engine_.backward(batch, loss_scale_, [this](int64_t ready_from) { sync_->on_gradients_ready(ready_from); });
+    else
+      engine_.backward(batch, loss_scale_, nullptr);
+    // After backward is enqueued: on a device backend the loss waits for
+    // its forward, and read before backward that wait left the GPU idle
+    // while the host came back and launched backward's first kernels.
+    loss_sum += engine_.last_loss();
+  }
+  record.loss = loss_as_overflowed(loss_sum / static_cast<double>(train_.grad_accum), record.step, comm_.rank());
+  return failure;
+}
+
+void StepLoop::finish_gradient_sync(StepRecord& record) {
+  // A device engine returns from backward once it is enqueued; its end is
+  // when the compute stream drains. Waiting for that delays nothing: every
+  // bucket is started by now, and finish() waits for the last one anyway.
+  if (comm_.device_buffers()) engine_.synchronize();
+  const double backward_end = instrument_ ? steady_seconds() : 0.0;
+  sync_->finish();
+  if (!instrument_) return;
+  record.comm_s = comm_.take_comm_seconds();
+  // The part of comm_s not hidden behind backward: at most comm_s. The
+  // tail after backward can be longer when no collective runs in part of
+  // it (the hand-off to the progress thread, a core busy with another
+  // rank): that is host time, left to other_s.
+  record.comm_exposed_s = std::min(record.comm_s, std::max(0.0, comm_.last_completion_time() - backward_end));
+}
+
+// Did any rank fail to get a batch, or make a loss that is not finite? One
+// small host collective a step, after the all-reduce has brought the ranks
+// together anyway (on one rank, the local communicator's identity).
+// Under ZeRO-1 there was no gradient all-reduce before it, so this is where
+// a rank first waits for its slower peers: timed (`*agreement_s`) as
+// communication, as DDP's wait shows in its all-reduce (left untimed, the
+// wait went to other_s, and the straggler looked no slower than the ranks it
+// held). A device engine's backward is only enqueued: its end first, so that
+// the agreement times the wait for peers, not this GPU's backward, which
+// compute_s has already (ZeroOneOptimizer::step waits for it anyway).
+StepAgreement StepLoop::agree_across_ranks(const DataFailure& mine, double loss, double* agreement_s) {
+  if (zero_) engine_.synchronize();
+  const double agreement_begin = instrument_ && zero_ ? steady_seconds() : 0.0;
+  const StepAgreement agreed = agree_on_step(comm_, mine.reason, mine.kind, loss);
+  *agreement_s = instrument_ && zero_ ? steady_seconds() - agreement_begin : 0.0;
+  return agreed;
+}
+
+void StepLoop::apply_update(StepRecord& record, double agreement_s) {
+  // A checkpoint's state copy must land before the optimizer changes the state.
+  if (checkpointer_) record.ckpt_stall_s += checkpointer_->before_optimizer_step();
+  if (zero_) {
+    record.grad_norm = zero_->step(adam_, record.step, &record.comm_s);
+    record.comm_s += agreement_s;
+    record.comm_exposed_s = record.comm_s;  // not overlapped: the step waits for all three collectives
+  } else if (sharded_alone_) {
+    record.grad_norm = zero_shard_step_alone(engine_, adam_, record.step);
+  } else {
+    record.grad_norm = engine_.optimizer_step(adam_, record.step);
+  }
+  engine_.synchronize();
+}
+
+// Inside the step's window: what a checkpoint blocks is this step's time.
+// A step whose loss or gradient norm is not finite made weights no
+// checkpoint may keep (nor may retention delete a good one for them); both
+// are on the host already, so telling costs no extra sync. Nor parameters
+// the ranks disagree on: a step due a checkpoint has them compared first,
+// whatever comm.check_every says (a divergence found at a later check had
+// already been committed as `latest`). Returns that comparison's time.
+Clock::duration StepLoop::checkpoint_after(StepRecord& record, bool step_finite) {
+  if (checkpointer_ == nullptr) return Clock::duration{0};
+  const int64_t step = record.step;
+  Clock::duration check_in_step{0};
+  if (world_ > 1 && checkpointer_->due(step) && ranks_.consistent()) check_in_step = ranks_.at(step);
+  const double checkpoint_begin = steady_seconds();
+  try {
+    record.ckpt_stall_s += !ranks_.consistent()
+                               ? checkpointer_->refuse_inconsistent(step, "the ranks' parameters differ")
+                           : step_finite
+                               ? checkpointer_->after_step(step)
+                               : checkpointer_->give_up(step);
+  } catch (const CheckpointFailure& e) {
+    // Every rank learnt of it in the same agreement round: all of them end
+    // the run after this step, whose record is complete, and the result
+    // says what happened (the CLI exits 3 with the message).
+    record.ckpt_stall_s += steady_seconds() - checkpoint_begin;
+    outcome_.failure = {"checkpoints_written", e.what(), true};
+  }
+  return check_in_step;
+}
+
+void StepLoop::close_step_timing(StepRecord& record, Clock::duration check_in_step, double injected_slow_s) {
+  if (!instrument_) {
+    // Untimed, one clock reading a step (~25 ns): the end of warm-up, where
+    // the measured window starts, and of the last step trained, where it
+    // ends should a data failure stop the next one part way.
+    previous_end_ = Clock::now();
+    return;
+  }
+  const Clock::time_point end = Clock::now();
+  record.step_s = seconds_between(previous_end_, end) - std::chrono::duration<double>(check_in_step).count();
+  record.compute_s = engine_.take_compute_seconds() + injected_slow_s;
+  if (summary_.op_times_available) {
+    const std::vector<OpTime> ops = engine_.take_op_times();  // warm-up steps': taken and dropped
+    std::vector<OpTime>& op_sums = summary_.op_seconds_per_step;
+    if (!record.warmup)
+      for (size_t i = 0; i < ops.size() && i < op_sums.size(); ++i) op_sums[i].seconds += ops[i].seconds;
+  }
+  record.other_s = record.step_s - record.compute_s - record.comm_exposed_s - record.data_stall_s - record.ckpt_stall_s;
+  previous_end_ = end;
+}
+
+// The ranks' periodic parameter comparison (comm.check_every), and the last
+// step's. A failed checkpoint ends the run after this step: its end, for the
+// comparison too. Between steps: the next one starts after it (after the
+// last step, the storage-read rate's span ends before it).
+void StepLoop::compare_ranks_after(const StepRecord& record) {
+  const int64_t step = record.step;
+  const bool last_step = step == train_.steps || outcome_.failure.happened();
+  const bool check_now = config_.comm.check_every > 0 && step % config_.comm.check_every == 0;
+  if (world_ <= 1 || !(check_now || last_step) || !ranks_.consistent() || ranks_.last_compared() == step) return;
+  const Clock::duration took = ranks_.at(step);
+  if (!last_step) previous_end_ += took;
+  if (!record.warmup) checks_in_window_ += took;
+}
+
+bool StepLoop::extension_goes_on(const StepHook& after_step, const StepRecord& record) {
+  if (!after_step) return true;
+  try {
+    return after_step(record);
+  } catch (const CheckpointFailure& e) {
+    // The extension waited for the checkpoint in flight (burn-in's storage
+    // measurement) and it failed there, agreed by every rank as in the
+    // loop: the run ends at this step with its result.
+    outcome_.failure = {"checkpoints_written", e.what(), true};
+    return false;
+  }
+}
+
+void StepLoop::fail_not_finite(const StepAgreement& agreed, const StepRecord& record) {
+  loss_finite_ = false;
+  const std::string at_step = " at step " + std::to_string(record.step);
+  const std::string on_rank = world_ > 1 ? " on rank " + std::to_string(agreed.loss_rank) : "";
+  outcome_.checks.push_back(
+      {"loss_finite", false,
+       agreed.loss_rank >= 0 ? "loss is " + loss_text(agreed.loss) + at_step + on_rank
+                             : "gradient norm is " + loss_text(record.grad_norm) + at_step + " (loss " +
+                                   loss_text(record.loss) + "): the update made non-finite weights"});
+}
+
+void StepLoop::close_measured_window(Clock::time_point measured_begin) {
   // A step a data failure stopped is not trained: the measured window ends
   // with the last step that was, not with the failed one's wait.
-  const Clock::time_point loop_end = stopped_mid_step ? previous_end : Clock::now();
+  const Clock::time_point loop_end = stopped_mid_step_ ? previous_end_ : Clock::now();
   int64_t measured = 0;
-  for (const StepRecord& s : outcome.steps) measured += s.warmup ? 0 : 1;
+  for (const StepRecord& s : outcome_.steps) measured += s.warmup ? 0 : 1;
   // A check after a step of the window (the last one's included) is in the
   // window's span but not its work; one after the last warm-up step moved
-  // previous_end, and so the window's start, past it.
-  summary.measured_wall_s =
-      seconds_between(measured_begin, loop_end) - std::chrono::duration<double>(checks_in_window).count();
+  // previous_end_, and so the window's start, past it.
+  summary_.measured_wall_s =
+      seconds_between(measured_begin, loop_end) - std::chrono::duration<double>(checks_in_window_).count();
   if (measured > 0)
-    for (OpTime& op : op_sums) op.seconds /= static_cast<double>(measured);
-  if (measured > 0 && summary.measured_wall_s > 0)
-    summary.wall_tokens_per_s = static_cast<double>(summary.global_tokens_per_step * measured) / summary.measured_wall_s;
+    for (OpTime& op : summary_.op_seconds_per_step) op.seconds /= static_cast<double>(measured);
+  if (measured > 0 && summary_.measured_wall_s > 0)
+    summary_.wall_tokens_per_s =
+        static_cast<double>(summary_.global_tokens_per_step * measured) / summary_.measured_wall_s;
+}
 
-  const int64_t every = config.checkpoint.every_steps;
-  if (every > 0 && train.steps / every * every < first_step)
-    outcome.warnings.push_back("checkpoint.every_steps=" + std::to_string(every) + " and this run's steps are " +
-                               std::to_string(first_step) + ".." + std::to_string(train.steps) +
-                               ": no step was due a checkpoint, so storage write is not measured");
-  if (checkpointer) {
-    const double drain_begin = steady_seconds();
-    try {
-      summary.checkpoint_drain_s = checkpointer->finish();
-    } catch (const CheckpointFailure& e) {  // the last one in flight failed: agreed, as in the loop
-      summary.checkpoint_drain_s = steady_seconds() - drain_begin;
-      // After a data failure that one speaks for the run; this one is the
-      // failed check (and the checkpoint's record) beside it.
-      if (!outcome.failure.happened()) outcome.failure = {"checkpoints_written", e.what(), true};
-      else outcome.checks.push_back({"checkpoints_written", false, e.what()});
-    }
-    outcome.checkpoints = checkpointer->records();
-    summary.checkpoint_staging_bytes = checkpointer->staging_bytes();
-    for (const std::string& w : checkpointer->warnings()) outcome.warnings.push_back(w);
-    // The medians are the measured steps' checkpoints' (DESIGN: per run,
-    // steps after warm-up): a warm-up checkpoint wrote at a tenth of the
-    // later ones' rate and halved the median stall. Where every committed
-    // one came in warm-up, theirs rather than none.
-    const int64_t first_measured = first_step + train.warmup_steps;
-    std::vector<double> write_gbs, stall_s, warmup_write_gbs, warmup_stall_s;
-    for (const CheckpointRecord& c : outcome.checkpoints) {
-      if (c.status == "failed") {
-        ++summary.checkpoints_failed;
-        continue;
-      }
-      if (c.status != "committed") {
-        ++summary.checkpoints_skipped;
-        continue;
-      }
-      ++summary.checkpoints_committed;
-      summary.bytes_written += c.bytes;
-      (c.step >= first_measured ? write_gbs : warmup_write_gbs).push_back(c.write_gbs);
-      (c.step >= first_measured ? stall_s : warmup_stall_s).push_back(c.stall_s);
-    }
-    if (write_gbs.empty()) write_gbs.swap(warmup_write_gbs), stall_s.swap(warmup_stall_s);
-    summary.checkpoint_write_gbs = median(write_gbs);
-    summary.checkpoint_stall_s = median(stall_s);
+// The last checkpoint in flight finished, and the checkpoints' figures.
+void summarize_checkpoints(Checkpointer& checkpointer, int64_t first_measured, RunOutcome& outcome) {
+  RunSummary& summary = outcome.summary;
+  const double drain_begin = steady_seconds();
+  try {
+    summary.checkpoint_drain_s = checkpointer.finish();
+  } catch (const CheckpointFailure& e) {  // the last one in flight failed: agreed, as in the loop
+    summary.checkpoint_drain_s = steady_seconds() - drain_begin;
+    // After a data failure that one speaks for the run; this one is the
+    // failed check (and the checkpoint's record) beside it.
+    if (!outcome.failure.happened()) outcome.failure = {"checkpoints_written", e.what(), true};
+    else outcome.checks.push_back({"checkpoints_written", false, e.what()});
   }
+  outcome.checkpoints = checkpointer.records();
+  summary.checkpoint_staging_bytes = checkpointer.staging_bytes();
+  for (const std::string& w : checkpointer.warnings()) outcome.warnings.push_back(w);
+  // The medians are the measured steps' checkpoints' (DESIGN: per run,
+  // steps after warm-up): a warm-up checkpoint wrote at a tenth of the
+  // later ones' rate and halved the median stall. Where every committed
+  // one came in warm-up, theirs rather than none.
+  std::vector<double> write_gbs, stall_s, warmup_write_gbs, warmup_stall_s;
+  for (const CheckpointRecord& c : outcome.checkpoints) {
+    if (c.status == "failed") {
+      ++summary.checkpoints_failed;
+      continue;
+    }
+    if (c.status != "committed") {
+      ++summary.checkpoints_skipped;
+      continue;
+    }
+    ++summary.checkpoints_committed;
+    summary.bytes_written += c.bytes;
+    (c.step >= first_measured ? write_gbs : warmup_write_gbs).push_back(c.write_gbs);
+    (c.step >= first_measured ? stall_s : warmup_stall_s).push_back(c.stall_s);
+  }
+  if (write_gbs.empty()) write_gbs.swap(warmup_write_gbs), stall_s.swap(warmup_stall_s);
+  summary.checkpoint_write_gbs = median(write_gbs);
+  summary.checkpoint_stall_s = median(stall_s);
+}
 
-  // Statistics over the measured (post-warm-up) steps.
-  const std::vector<StepRecord>& steps = outcome.steps;
+// Statistics over the measured (post-warm-up) steps: each category's spread
+// and share of the step, and the loss at either end.
+void summarize_steps(const std::vector<StepRecord>& steps, RunSummary& summary) {
   for (const StepRecord& s : steps) (s.warmup ? summary.warmup_steps : summary.measured_steps)++;
   summary.step_s = spread_of(steps, &StepRecord::step_s);
   summary.compute_s = spread_of(steps, &StepRecord::compute_s);
@@ -835,31 +975,37 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     summary.loss_first = steps.front().loss;
     summary.loss_last = steps.back().loss;
   }
+}
 
+// The ranks' views gathered (summarize_ranks), and from them the run's
+// tokens/s and MFU.
+void summarize_throughput(TrainingEngine& engine, Communicator& comm, bool instrument, RunOutcome& outcome) {
+  RunSummary& summary = outcome.summary;
   // tokens/s is set by the slowest rank's median step: the largest median
   // step_s of any rank (not necessarily that of the rank with the most own
   // work, whose step may end a little earlier): a data-parallel step ends
   // when its slowest rank does.
-  summarize_ranks(comm, summary, median_own_seconds(steps));
+  summarize_ranks(comm, summary, median_own_seconds(outcome.steps));
   double slowest_step_s = 0;
   for (const RankSummary& r : summary.ranks) slowest_step_s = std::max(slowest_step_s, r.step_s);
-  if (slowest_step_s > 0)
-    summary.tokens_per_s = static_cast<double>(summary.global_tokens_per_step) / slowest_step_s;
+  if (slowest_step_s > 0) summary.tokens_per_s = static_cast<double>(summary.global_tokens_per_step) / slowest_step_s;
   summary.timed = instrument;
   if (!instrument) {
     summary.tokens_per_s = summary.wall_tokens_per_s;
     outcome.warnings.push_back("report.instrument=false: no per-step timing; tokens/s is the measured steps' wall "
                                "time, and the categories and the bottleneck are not measured");
   }
-  summary.achieved_flops_per_s =
-      summary.model_flops_per_token * summary.tokens_per_s / comm.world_size();
+  summary.achieved_flops_per_s = summary.model_flops_per_token * summary.tokens_per_s / comm.world_size();
   if (summary.gemm_ceiling_flops_per_s > 0)
     summary.mfu_vs_gemm_ceiling = summary.achieved_flops_per_s / summary.gemm_ceiling_flops_per_s;
   summary.datasheet_peak_flops_per_s = engine.datasheet_peak_flops_per_s();
   if (summary.datasheet_peak_flops_per_s > 0)
     summary.mfu = summary.achieved_flops_per_s / summary.datasheet_peak_flops_per_s;
-  const SourceStats read = source.stats();
-  summarize_storage_read(read, !outcome.steps.empty(), comm, summary);
+}
+
+// What the loader left out or found odd, over every rank, as warnings.
+void warn_of_data_read(const SourceStats& read, int world, RunOutcome& outcome) {
+  const RunSummary& summary = outcome.summary;
   // The totals are every rank's (as in the result JSON); rank 0 prints
   // this, so its own count and first message are told apart from them.
   if (summary.samples_skipped + summary.shards_skipped > 0) {
@@ -878,15 +1024,20 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
   if (summary.shards_cut_short + summary.shards_without_samples > 0) {
     std::string line = odd_shards_text(summary.shards_cut_short, summary.shards_without_samples) +
                        "; the loader read them as they are";
-    if (!read.first_odd_shard.empty()) line += " (first" + std::string(world > 1 ? " on this rank" : "") +
-                                               ": " + read.first_odd_shard + ")";
+    if (!read.first_odd_shard.empty())
+      line += " (first" + std::string(world > 1 ? " on this rank" : "") + ": " + read.first_odd_shard + ")";
     outcome.warnings.push_back(line + "; `trainbench shards verify` names every such shard");
   }
+}
 
-  summary.bottleneck = instrument && measured > 0 ? bottleneck_line(summary) : "";
+// The bottleneck line, and the straggler that sets the pace.
+void name_bottleneck(bool instrument, int world, RunOutcome& outcome) {
+  RunSummary& summary = outcome.summary;
+  summary.bottleneck = instrument && summary.measured_steps > 0 ? bottleneck_line(summary) : "";
   const std::string slowest_rank_name = "rank " + std::to_string(summary.slowest_rank) + " (" +
                                         summary.ranks[static_cast<size_t>(summary.slowest_rank)].host + ")";
-  const std::string slowest_rank_excess = std::to_string(static_cast<int>(100 * summary.slowest_rank_excess + 0.5)) + "%";
+  const std::string slowest_rank_excess =
+      std::to_string(static_cast<int>(100 * summary.slowest_rank_excess + 0.5)) + "%";
   if (instrument && world > 1 && summary.slowest_rank_excess >= 0.1)
     summary.bottleneck += "; seen from " + slowest_rank_name + ", which sets the pace: its own work per step is " +
                           slowest_rank_excess + " above the other ranks' median";
@@ -894,33 +1045,23 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     outcome.warnings.push_back(slowest_rank_name + " works " + slowest_rank_excess +
                                " longer per step than the other ranks' median (step less exposed communication): a "
                                "straggler sets everyone's pace");
+}
 
-  if (loss_finite)
-    outcome.checks.push_back({"loss_finite", true, "every step's loss is finite"});
-  if (outcome.failure.happened())
-    outcome.checks.push_back({outcome.failure.check, false, outcome.failure.message});
-  // Only a comparison made is a check passed: a run stopped (a non-finite
-  // loss) before its first comparison has none to report.
-  if (world > 1 && last_compared >= 0)
-    outcome.checks.push_back(
-        {"ranks_consistent", inconsistency.empty(),
-         inconsistency.empty() ? "parameter checksums equal on all " + std::to_string(world) + " ranks (" +
-                                     (config.comm.check_every > 0
-                                          ? "every " + std::to_string(config.comm.check_every) + " steps and "
-                                          : std::string()) +
-                                     "at the end; last at step " + std::to_string(last_compared) + ")"
-                               : inconsistency});
-  // Timer noise may make other_s a hair negative; more than 1 ms means a
-  // category was double counted. The detail is the true minimum (it started
-  // from 0 and printed 6 decimals: always "0.000000 s").
-  if (instrument && !steps.empty()) {  // without the timers, or a step, there is nothing to account
-    const auto worst = std::min_element(steps.begin(), steps.end(),
-                                        [](const StepRecord& a, const StepRecord& b) { return a.other_s < b.other_s; });
-    char detail[96];
-    std::snprintf(detail, sizeof(detail), "min other_s = %.3g ms (step %ld)", 1e3 * worst->other_s,
-                  static_cast<long>(worst->step));
-    outcome.checks.push_back({"step_time_accounted", worst->other_s > -1e-3, detail});
-  }
+// Timer noise may make other_s a hair negative; more than 1 ms means a
+// category was double counted. The detail is the true minimum (it started
+// from 0 and printed 6 decimals: always "0.000000 s").
+Check step_time_accounted(const std::vector<StepRecord>& steps) {
+  const auto worst = std::min_element(steps.begin(), steps.end(),
+                                      [](const StepRecord& a, const StepRecord& b) { return a.other_s < b.other_s; });
+  char detail[96];
+  std::snprintf(detail, sizeof(detail), "min other_s = %.3g ms (step %ld)", 1e3 * worst->other_s,
+                static_cast<long>(worst->step));
+  return {"step_time_accounted", worst->other_s > -1e-3, detail};
+}
+
+// What the measurement itself warns of: figures to read with care.
+void warn_of_measurement(RunOutcome& outcome) {
+  const RunSummary& summary = outcome.summary;
   if (summary.mfu_vs_gemm_ceiling > 1.0)
     outcome.warnings.push_back(
         "training ran faster than the GEMM calibration (" +
@@ -930,8 +1071,39 @@ RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSourc
     outcome.warnings.push_back("only " + std::to_string(summary.measured_steps) +
                                (summary.measured_steps == 1 ? " measured step" : " measured steps") +
                                ": step-time statistics are rough");
-  if (summary.measured_steps == 0)
-    outcome.warnings.push_back("no step after warm-up: tokens/s is not measured");
+  if (summary.measured_steps == 0) outcome.warnings.push_back("no step after warm-up: tokens/s is not measured");
+}
+}  // namespace
+
+RunOutcome run_training(const Config& config, TrainingEngine& engine, BatchSource& source,
+                        Communicator& comm, const ProgressFn& on_progress, Checkpointer* checkpointer,
+                        int64_t first_step, const StepHook& after_step) {
+  RunOutcome outcome;
+  describe_workload(config, engine, comm, outcome);
+  StepLoop loop(config, engine, source, comm, checkpointer, outcome);
+  const RestoreComputeTiming restore_compute_timing{engine};
+  loop.run(first_step, on_progress, after_step);
+
+  const int64_t every = config.checkpoint.every_steps;
+  if (every > 0 && config.train.steps / every * every < first_step)
+    outcome.warnings.push_back("checkpoint.every_steps=" + std::to_string(every) + " and this run's steps are " +
+                               std::to_string(first_step) + ".." + std::to_string(config.train.steps) +
+                               ": no step was due a checkpoint, so storage write is not measured");
+  if (checkpointer) summarize_checkpoints(*checkpointer, first_step + config.train.warmup_steps, outcome);
+  summarize_steps(outcome.steps, outcome.summary);
+  const bool instrument = config.report.instrument;
+  summarize_throughput(engine, comm, instrument, outcome);
+  const SourceStats read = source.stats();
+  summarize_storage_read(read, !outcome.steps.empty(), comm, outcome.summary);
+  warn_of_data_read(read, comm.world_size(), outcome);
+  name_bottleneck(instrument, comm.world_size(), outcome);
+
+  if (loop.loss_finite()) outcome.checks.push_back({"loss_finite", true, "every step's loss is finite"});
+  if (outcome.failure.happened()) outcome.checks.push_back({outcome.failure.check, false, outcome.failure.message});
+  loop.ranks().add_check(config.comm.check_every, outcome.checks);
+  // Without the timers, or a step, there is nothing to account.
+  if (instrument && !outcome.steps.empty()) outcome.checks.push_back(step_time_accounted(outcome.steps));
+  warn_of_measurement(outcome);
   return outcome;
 }
 
