@@ -527,6 +527,105 @@ int run_command(const RunOptions& options, const std::string& command_line) {
 
 namespace {
 
+// ZeRO-1: this rank's optimizer state only, buffers in `world` blocks of 256-byte multiples.
+void shard_optimizer_state(const Config& config, Communicator& comm, bool use_nccl, EngineOptions& engine_options) {
+  if (config.comm.zero != 1 || comm.world_size() <= 1) return;
+  const int64_t trainable = make_layout(engine_options).trainable_params();
+  engine_options.optimizer_shard = zero_shard(trainable, comm.rank(), comm.world_size());
+  engine_options.pad_buffers_to = zero_padding_multiple(comm.world_size());
+  // MPI's counts are int: a reduce-scatter or all-gather of a larger block
+  // ended the job at step 1 (exit 3), after the engine and the data were
+  // set up. NCCL's are size_t.
+  const int64_t block = zero_padded_elements(trainable, comm.world_size()) / comm.world_size();
+  constexpr int64_t kMaxMpiCount = std::numeric_limits<int>::max();
+  if (!use_nccl && std::string(comm.backend_name()) == "mpi" && block > kMaxMpiCount) {
+    int enough = comm.world_size() + 1;
+    while (zero_padded_elements(trainable, enough) / enough > kMaxMpiCount) ++enough;
+    throw CommandError{kExitUserError,
+                       "comm.zero=1 on the MPI backend: each rank's block of the " + human_count(trainable) +
+                           " gradients is " + std::to_string(block) + " elements, past MPI's int count (" +
+                           std::to_string(kMaxMpiCount) + "): run at least " + std::to_string(enough) +
+                           " ranks, comm.zero=0 or the NCCL backend"};
+  }
+}
+
+// The precision and attention the config asks for, against the engine it resolved to.
+void check_engine_supports(const Config& config, const std::string& device) {
+  if (device == "cpu" && config.train.precision == "bf16")
+    throw CommandError{kExitUserError, "train.precision: bf16 needs the cuda engine; the cpu engine is fp32"};
+  if (device == "cuda" && config.train.precision == "fp32")
+    throw CommandError{kExitUserError, "train.precision: fp32 needs the cpu engine (train.device " +
+                                           config.train.device + " took the cuda engine, which trains bf16 with "
+                                           "fp32 master weights): use train.precision bf16 or auto"};
+  if (device == "cpu" && config.train.attention == "cudnn")
+    throw CommandError{kExitUserError, "train.attention: cudnn needs the cuda engine; the cpu engine runs attention as GEMMs"};
+}
+
+// The plan against the memory of this rank's GPU (train.device cuda).
+void check_gpu_memory(const MemoryPlan& plan, const GpuInventory& gpus, const GpuInfo* gpu) {
+  if (gpus.gpus.empty())
+    throw CommandError{kExitEnvironmentError, "train.device=cuda: " + gpus.why_none};
+  // What `trainbench plan` calls "fits": the GPU's memory less the reserve
+  // for the CUDA context, NCCL's buffers and the allocator. (The engine
+  // checks again against the free memory once it knows its attention.)
+  const int64_t gpu_memory = gpu->memory_bytes;
+  const int64_t usable = usable_gpu_bytes(gpu_memory);
+  if (plan.total_bytes() > usable)
+    throw CommandError{kExitEnvironmentError,
+                    "model needs " + human_bytes(static_cast<double>(plan.total_bytes())) +
+                        " of GPU memory (activations " +
+                        human_bytes(static_cast<double>(plan.activation_bytes)) + ") but " +
+                        gpu->name + " has " + human_bytes(static_cast<double>(gpu_memory)) + ", " +
+                        human_bytes(static_cast<double>(usable)) +
+                        " usable after the reserve for the CUDA context, NCCL and the allocator: lower "
+                        "train.micro_batch, model.seq_len or model.n_layers (trainbench plan shows the sizes)"};
+}
+
+// The data source's batches, and the cpu engine's plan, against the host
+// memory the ranks on this host share. A collective (ranks_on_this_host).
+void check_host_memory(const Config& config, Communicator& comm, const EngineOptions& engine_options,
+                       const MemoryPlan& plan) {
+  // The cpu engine's plan is host memory, which the ranks on one host share
+  // (4 ranks of a plan that fit once were 4 times MemAvailable: the OOM killer).
+  const int64_t available = available_memory_bytes();
+  const int host_ranks = ranks_on_this_host(comm);
+  // The data source's batches are host memory on every engine, allocated in
+  // pieces and filled: 25 GB of synthetic batches failed at the first that
+  // did not fit, as "the data loader's batch ring" whatever the source, or
+  // met the OOM killer.
+  const int64_t data_bytes = data_source_host_bytes(config);
+  const int64_t model_bytes = engine_options.device == "cpu" ? plan.total_bytes() : 0;
+  if (available > 0 && static_cast<double>(data_bytes) * host_ranks > static_cast<double>(available)) {
+    const bool synthetic = config.data.source == "synthetic";
+    throw CommandError{
+        kExitEnvironmentError,
+        "the data source needs " + human_bytes(static_cast<double>(data_bytes)) + " of host memory per rank (" +
+            (synthetic ? "data.synthetic_batches " + std::to_string(config.data.synthetic_batches) +
+                             " batches held in memory"
+                       : "the loader's batch ring and shuffle buffers") +
+            ")" +
+            (host_ranks > 1 ? ", " + human_bytes(static_cast<double>(data_bytes) * host_ranks) + " for the " +
+                                  std::to_string(host_ranks) + " ranks on this host,"
+                            : "") +
+            " but " + human_bytes(static_cast<double>(available)) + " is available: " +
+            (synthetic ? "lower data.synthetic_batches" : "lower data.prefetch, data.readers or data.shuffle_buffer") +
+            " or train.micro_batch"};
+  }
+  if (engine_options.device == "cpu" && available > 0 && (model_bytes + data_bytes) * host_ranks > available) {
+    throw CommandError{kExitEnvironmentError,
+                    "model needs " + human_bytes(static_cast<double>(plan.total_bytes())) +
+                        " of host memory per rank (activations " +
+                        human_bytes(static_cast<double>(plan.activation_bytes)) + "; its data " +
+                        human_bytes(static_cast<double>(data_bytes)) + " besides)" +
+                        (host_ranks > 1 ? ", " + human_bytes(static_cast<double>((model_bytes + data_bytes) * host_ranks)) +
+                                              " for the " + std::to_string(host_ranks) + " ranks on this host,"
+                                        : "") +
+                        " but " + human_bytes(static_cast<double>(available)) +
+                        " is available: lower train.micro_batch, model.seq_len or model.n_layers" +
+                        (host_ranks > 1 ? ", or run fewer ranks per host" : "")};
+  }
+}
+
 // The engine a run of `config` builds on this rank, and its memory plan,
 // checked against what this rank can have (GPU memory, host memory shared by
 // the ranks on this host, ulimit -v): CommandError (exit 3 or 2) when it does
@@ -572,34 +671,8 @@ ResolvedEngine resolve_engine(const Config& config, Communicator& comm, const Gp
                            (built_backends().find("cuda") == std::string::npos ? "this build has no CUDA engine"
                                                                                : gpus.why_none)};
   engine_options.threads = static_cast<int>(config.train.threads);
-  if (config.comm.zero == 1 && comm.world_size() > 1) {
-    // ZeRO-1: this rank's optimizer state only, buffers in `world` blocks of 256-byte multiples.
-    const int64_t trainable = make_layout(engine_options).trainable_params();
-    engine_options.optimizer_shard = zero_shard(trainable, comm.rank(), comm.world_size());
-    engine_options.pad_buffers_to = zero_padding_multiple(comm.world_size());
-    // MPI's counts are int: a reduce-scatter or all-gather of a larger block
-    // ended the job at step 1 (exit 3), after the engine and the data were
-    // set up. NCCL's are size_t.
-    const int64_t block = zero_padded_elements(trainable, comm.world_size()) / comm.world_size();
-    constexpr int64_t kMaxMpiCount = std::numeric_limits<int>::max();
-    if (!use_nccl && std::string(comm.backend_name()) == "mpi" && block > kMaxMpiCount) {
-      int enough = comm.world_size() + 1;
-      while (zero_padded_elements(trainable, enough) / enough > kMaxMpiCount) ++enough;
-      throw CommandError{kExitUserError,
-                         "comm.zero=1 on the MPI backend: each rank's block of the " + human_count(trainable) +
-                             " gradients is " + std::to_string(block) + " elements, past MPI's int count (" +
-                             std::to_string(kMaxMpiCount) + "): run at least " + std::to_string(enough) +
-                             " ranks, comm.zero=0 or the NCCL backend"};
-    }
-  }
-  if (engine_options.device == "cpu" && config.train.precision == "bf16")
-    throw CommandError{kExitUserError, "train.precision: bf16 needs the cuda engine; the cpu engine is fp32"};
-  if (engine_options.device == "cuda" && config.train.precision == "fp32")
-    throw CommandError{kExitUserError, "train.precision: fp32 needs the cpu engine (train.device " +
-                                           config.train.device + " took the cuda engine, which trains bf16 with "
-                                           "fp32 master weights): use train.precision bf16 or auto"};
-  if (engine_options.device == "cpu" && config.train.attention == "cudnn")
-    throw CommandError{kExitUserError, "train.attention: cudnn needs the cuda engine; the cpu engine runs attention as GEMMs"};
+  shard_optimizer_state(config, comm, use_nccl, engine_options);
+  check_engine_supports(config, engine_options.device);
   engine_options.attention = config.train.attention;
   engine_options.deterministic = config.train.deterministic;
   if (engine_options.device == "cuda" && config.train.attention == "cudnn")
@@ -614,63 +687,8 @@ ResolvedEngine resolve_engine(const Config& config, Communicator& comm, const Gp
     throw CommandError{kExitEnvironmentError, std::string("train.device=") + engine_options.device +
                                                ": " + e.what()};
   }
-  if (engine_options.device == "cuda") {
-    if (gpus.gpus.empty())
-      throw CommandError{kExitEnvironmentError, "train.device=cuda: " + gpus.why_none};
-    // What `trainbench plan` calls "fits": the GPU's memory less the reserve
-    // for the CUDA context, NCCL's buffers and the allocator. (The engine
-    // checks again against the free memory once it knows its attention.)
-    const int64_t gpu_memory = gpu->memory_bytes;
-    const int64_t usable = usable_gpu_bytes(gpu_memory);
-    if (plan.total_bytes() > usable)
-      throw CommandError{kExitEnvironmentError,
-                      "model needs " + human_bytes(static_cast<double>(plan.total_bytes())) +
-                          " of GPU memory (activations " +
-                          human_bytes(static_cast<double>(plan.activation_bytes)) + ") but " +
-                          gpu->name + " has " + human_bytes(static_cast<double>(gpu_memory)) + ", " +
-                          human_bytes(static_cast<double>(usable)) +
-                          " usable after the reserve for the CUDA context, NCCL and the allocator: lower "
-                          "train.micro_batch, model.seq_len or model.n_layers (trainbench plan shows the sizes)"};
-  }
-  // The cpu engine's plan is host memory, which the ranks on one host share
-  // (4 ranks of a plan that fit once were 4 times MemAvailable: the OOM killer).
-  const int64_t available = available_memory_bytes();
-  const int host_ranks = ranks_on_this_host(comm);
-  // The data source's batches are host memory on every engine, allocated in
-  // pieces and filled: 25 GB of synthetic batches failed at the first that
-  // did not fit, as "the data loader's batch ring" whatever the source, or
-  // met the OOM killer.
-  const int64_t data_bytes = data_source_host_bytes(config);
-  const int64_t model_bytes = engine_options.device == "cpu" ? plan.total_bytes() : 0;
-  if (available > 0 && static_cast<double>(data_bytes) * host_ranks > static_cast<double>(available)) {
-    const bool synthetic = config.data.source == "synthetic";
-    throw CommandError{
-        kExitEnvironmentError,
-        "the data source needs " + human_bytes(static_cast<double>(data_bytes)) + " of host memory per rank (" +
-            (synthetic ? "data.synthetic_batches " + std::to_string(config.data.synthetic_batches) +
-                             " batches held in memory"
-                       : "the loader's batch ring and shuffle buffers") +
-            ")" +
-            (host_ranks > 1 ? ", " + human_bytes(static_cast<double>(data_bytes) * host_ranks) + " for the " +
-                                  std::to_string(host_ranks) + " ranks on this host,"
-                            : "") +
-            " but " + human_bytes(static_cast<double>(available)) + " is available: " +
-            (synthetic ? "lower data.synthetic_batches" : "lower data.prefetch, data.readers or data.shuffle_buffer") +
-            " or train.micro_batch"};
-  }
-  if (engine_options.device == "cpu" && available > 0 && (model_bytes + data_bytes) * host_ranks > available) {
-    throw CommandError{kExitEnvironmentError,
-                    "model needs " + human_bytes(static_cast<double>(plan.total_bytes())) +
-                        " of host memory per rank (activations " +
-                        human_bytes(static_cast<double>(plan.activation_bytes)) + "; its data " +
-                        human_bytes(static_cast<double>(data_bytes)) + " besides)" +
-                        (host_ranks > 1 ? ", " + human_bytes(static_cast<double>((model_bytes + data_bytes) * host_ranks)) +
-                                              " for the " + std::to_string(host_ranks) + " ranks on this host,"
-                                        : "") +
-                        " but " + human_bytes(static_cast<double>(available)) +
-                        " is available: lower train.micro_batch, model.seq_len or model.n_layers" +
-                        (host_ranks > 1 ? ", or run fewer ranks per host" : "")};
-  }
+  if (engine_options.device == "cuda") check_gpu_memory(plan, gpus, gpu);
+  check_host_memory(config, comm, engine_options, plan);
   check_address_space_limit(engine_options, plan);
   return resolved;
 }
@@ -740,123 +758,117 @@ void check_fault_injection_targets(const Config& config, int64_t world) {
                                        "overwritten and there is no divergence to catch; set comm.zero 0"};
 }
 
-}  // namespace
-
-RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const RunSettings& options) {
-  RunReport report;
-  check_fault_injection_targets(config, comm->world_size());
+// The result's path (report.out, its default filled in so that the resolved
+// config, printed and in the result, says where the result goes), checked by
+// rank 0 before anything is allocated.
+std::string check_result_destination(Config& config, Communicator& comm, const RunSettings& options) {
   const std::string named = options.out_option      ? "--out"
                             : config.report.out.empty() ? "report.out (its default)"
                                                         : "report.out";
-  // The resolved config (printed, in the result) says where the result goes.
   if (config.report.out.empty()) config.report.out = "trainbench-result.json";
   const std::string result_path = config.report.out;
-  // Rank 0 speaks for the job: the console report and the result JSON.
-  const bool reporter = comm->rank() == 0;
-  if (reporter && options.write_result) {
+  if (comm.rank() == 0 && options.write_result) {
     // Storage that stopped responding under the result's folder held rank 0
     // in the probe for ever, before step 1 (one rank: nothing else ended it):
     // bounded as the checkpoint folder's check is.
-    const StorageWatchdog watchdog(*comm, config.checkpoint.timeout_s,
+    const StorageWatchdog watchdog(comm, config.checkpoint.timeout_s,
                                    "checking that " + named + " " + result_path + " can be written");
     if (config.checkpoint.every_steps > 0 && !config.checkpoint.dir.empty())
       check_result_outside_checkpoints(result_path, named, config.checkpoint.dir);
     check_result_path(result_path, named);
   }
-  if (!options.resume.empty() && options.resume == "latest" && config.checkpoint.dir.empty())
+  return result_path;
+}
+
+void check_resume_latest_has_a_folder(const std::string& resume, const Config& config) {
+  if (resume != "latest") return;
+  if (config.checkpoint.dir.empty())
     throw CommandError{kExitUserError, "--resume latest: set checkpoint.dir to the folder the checkpoints are in"};
   // Said before the folder would be made, which left an empty one behind.
   std::error_code no_folder;
-  if (options.resume == "latest" && !std::filesystem::exists(config.checkpoint.dir, no_folder))
+  if (!std::filesystem::exists(config.checkpoint.dir, no_folder))
     throw CommandError{kExitUserError, "--resume latest: checkpoint.dir " + config.checkpoint.dir +
                                            " does not exist: no checkpoint to resume from"};
-  // An unusable checkpoint folder fails here, before anything is allocated.
-  CheckpointDir checkpoint_dir;
-  if (config.checkpoint.every_steps > 0) setup_checkpoint_dir(config, *comm, &checkpoint_dir);
+}
 
-  // Asked once: device choice, memory check and the environment report share it.
-  const GpuInventory gpus = query_gpus();
-  const ResolvedEngine resolved = resolve_engine(config, *comm, gpus);
-  EngineOptions engine_options = resolved.options;
-  const MemoryPlan& plan = resolved.plan;
-  const bool use_nccl = resolved.use_nccl;
-  // The slow-network fault holds the MPI backend's requests as they
-  // progress on the host. NCCL's collectives run on the GPU, and one rank
-  // has none: there it held nothing, and the run it was to slow passed.
-  if (config.comm.inject_delay_ms > 0 && (use_nccl || comm->world_size() < 2))
-    throw CommandError{kExitUserError,
-                       std::string("comm.inject_delay_ms: ") +
-                           (comm->world_size() < 2 ? "one rank has no collective to hold; run at least 2 ranks"
-                                                   : "holds the MPI backend's host collectives, and this run's go "
-                                                     "through NCCL, which it cannot hold; leave it 0") +
-                           " (the fault would be injected nowhere)"};
+// The slow-network fault holds the MPI backend's requests as they progress
+// on the host. NCCL's collectives run on the GPU, and one rank has none:
+// there it held nothing, and the run it was to slow passed.
+void check_inject_delay_has_a_target(const Config& config, bool use_nccl, int world) {
+  if (config.comm.inject_delay_ms <= 0 || (!use_nccl && world >= 2)) return;
+  throw CommandError{kExitUserError,
+                     std::string("comm.inject_delay_ms: ") +
+                         (world < 2 ? "one rank has no collective to hold; run at least 2 ranks"
+                                    : "holds the MPI backend's host collectives, and this run's go through NCCL, "
+                                      "which it cannot hold; leave it 0") +
+                         " (the fault would be injected nowhere)"};
+}
 
-  std::unique_ptr<TrainingEngine> engine;
+std::unique_ptr<TrainingEngine> allocate_engine(const EngineOptions& options, const MemoryPlan& plan) {
   try {
-    engine = make_engine(engine_options);
+    return make_engine(options);
   } catch (const std::bad_alloc&) {
     throw CommandError{kExitEnvironmentError,
-                    "out of memory allocating " + human_bytes(static_cast<double>(plan.total_bytes()))};
+                       "out of memory allocating " + human_bytes(static_cast<double>(plan.total_bytes()))};
   } catch (const std::runtime_error& e) {
     throw CommandError{kExitEnvironmentError, e.what()};
   }
-  // Unwinding from an error, the collectives in flight are abandoned before
-  // the engine frees its memory (declared after it, so it runs first):
-  // cudaFree waits for the device, and a collective that a peer, stopped by
-  // its own error, never joins would hold this rank for ever. An MPI
-  // all-reduce already under way on the progress thread still writes the
-  // engine's gradients: the engine is then kept, not freed, as the job is
-  // aborted next (freed, its memory was written by MPI while the error path
-  // wrote the partial result).
-  struct AbandonCollectivesOnError {
-    std::unique_ptr<Communicator>& comm;  // the NCCL one once made below
-    std::unique_ptr<TrainingEngine>& engine;
-    const int exceptions_at_start = std::uncaught_exceptions();
-    ~AbandonCollectivesOnError() {
-      if (std::uncaught_exceptions() > exceptions_at_start && comm && comm->abandon_collectives())
-        (void)engine.release();
-    }
-  } abandon_on_error{comm, engine};
-  engine->init_parameters(static_cast<uint64_t>(config.train.seed));
-  report.engine_options = engine_options;
-  report.state_bytes = state_bytes_per_rank(*engine, config, comm->world_size());
+}
+
+// Unwinding from an error, the collectives in flight are abandoned before
+// the engine frees its memory (declared after it, so it runs first):
+// cudaFree waits for the device, and a collective that a peer, stopped by
+// its own error, never joins would hold this rank for ever. An MPI
+// all-reduce already under way on the progress thread still writes the
+// engine's gradients: the engine is then kept, not freed, as the job is
+// aborted next (freed, its memory was written by MPI while the error path
+// wrote the partial result).
+struct AbandonCollectivesOnError {
+  std::unique_ptr<Communicator>& comm;  // the NCCL one once made
+  std::unique_ptr<TrainingEngine>& engine;
+  const int exceptions_at_start = std::uncaught_exceptions();
+  ~AbandonCollectivesOnError() {
+    if (std::uncaught_exceptions() > exceptions_at_start && comm && comm->abandon_collectives())
+      (void)engine.release();
+  }
+};
+
+// The gradients' collectives where the engine keeps them: NCCL on the
+// engine's GPU (the local rank's); the bootstrap keeps the host control
+// collectives. A failed init aborts every rank (exit 3). A host-buffer
+// backend under a device engine of several ranks is refused.
+void connect_gradient_collectives(std::unique_ptr<Communicator>& comm, TrainingEngine& engine,
+                                  const EngineOptions& engine_options, const Config& config, bool use_nccl) {
   if (use_nccl && !comm->device_buffers()) {
-    // NCCL on the engine's GPU (the local rank's, above); the bootstrap keeps
-    // the host control collectives. A failed init aborts every rank (exit 3).
     comm = make_nccl_communicator(std::move(comm), engine_options.gpu_index, config.comm.timeout_s);
     if (comm == nullptr)
       throw CommandError{kExitEnvironmentError, "comm.backend=nccl: this build has no NCCL backend"};
-  } else if (comm->world_size() > 1 && engine->host_gradient_buffer() == nullptr) {
+  } else if (comm->world_size() > 1 && engine.host_gradient_buffer() == nullptr) {
     const bool nccl_built = !nccl_version().empty();
     throw CommandError{nccl_built ? kExitUserError : kExitEnvironmentError,
                        std::string("comm.backend ") + comm->backend_name() + " reduces host buffers, but the " +
-                           engine->backend_name() + " engine keeps its gradients on the device: multi-rank " +
-                           engine->backend_name() + " needs comm.backend nccl" +
+                           engine.backend_name() + " engine keeps its gradients on the device: multi-rank " +
+                           engine.backend_name() + " needs comm.backend nccl" +
                            (nccl_built ? " (or auto)"
                                        : ", which this build lacks (build with nccl.h and libnccl: NCCL_HOME or "
                                          "libnccl-dev)")};
   }
-  ResumePoint resume;
-  if (!options.resume.empty()) resume = resume_from_checkpoint(options.resume, config, *engine, *comm);
-  // The temporary shards' size is fixed in the config, so checkpoints record it.
-  if (config.data.source == "shards" && config.data.shards.empty() && config.data.synth_samples_per_shard == 0)
-    config.data.synth_samples_per_shard = synth_samples_per_shard_for_run(config, comm->world_size());
-  // Declared after the engine: the loader's pinned batches go back to it first.
-  DataSetup data;
+}
+
+// The run's batches, from where a resume left them.
+DataSetup set_up_data(const Config& config, TrainingEngine& engine, Communicator& comm, const ResumePoint& resume) {
   try {
     // The temporary shards: every rank on a host writes its own copy at once.
     const int host_ranks =
-        config.data.source == "shards" && config.data.shards.empty() ? ranks_on_this_host(*comm) : 1;
+        config.data.source == "shards" && config.data.shards.empty() ? ranks_on_this_host(comm) : 1;
     // Listing the user's shards (globs, folders, list files: stat, opendir)
     // on storage that stopped responding held the rank before step 1 for
     // ever: bounded by data.timeout_s, the storage-read wait. (The
     // synthetic shards' writing is not: its time grows with their size.)
     std::optional<StorageWatchdog> listing;
     if (config.data.source == "shards" && !config.data.shards.empty())
-      listing.emplace(*comm, config.data.timeout_s, "listing data.shards " + config.data.shards, "data.timeout_s");
-    data = make_data_source(config, *engine, comm->rank(), comm->world_size(), resume.data_position, host_ranks,
-                            comm.get());
-    listing.reset();
+      listing.emplace(comm, config.data.timeout_s, "listing data.shards " + config.data.shards, "data.timeout_s");
+    return make_data_source(config, engine, comm.rank(), comm.world_size(), resume.data_position, host_ranks, &comm);
   } catch (const DataError&) {
     throw;  // the shard list or data options: exit 2
   } catch (const std::bad_alloc&) {
@@ -868,65 +880,289 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   } catch (const std::exception& e) {
     throw CommandError{kExitEnvironmentError, std::string("data: ") + e.what()};
   }
-  // The shards a checkpoint's data position counts into, given ones only
-  // (in-memory tokens have none, the run's own temporary shards are made
-  // alike again): rank 0's, which commits and which compares a resume's.
+}
+
+// The shards a checkpoint's data position counts into, given ones only
+// (in-memory tokens have none, the run's own temporary shards are made alike
+// again): rank 0's, which commits and which compares a resume's. A resume
+// from a checkpoint that counted into other shards is refused (exit 2).
+std::vector<std::string> identify_checkpointed_shards(const Config& config, Communicator& comm, const DataSetup& data,
+                                                      const ResumePoint& resume) {
   std::vector<std::string> shard_ids;
+  const bool reporter = comm.rank() == 0;
   const bool given_shards = config.data.source == "shards" && !config.data.shards.empty();
   if (reporter && given_shards && (config.checkpoint.every_steps > 0 || !resume.folder.empty())) {
-    const StorageWatchdog watchdog(*comm, config.data.timeout_s, "reading the size and first 4 KiB of data.shards " +
+    const StorageWatchdog watchdog(comm, config.data.timeout_s, "reading the size and first 4 KiB of data.shards " +
                                    config.data.shards, "data.timeout_s");
     shard_ids = shard_identities(data.shards);
   }
   if (!resume.folder.empty()) {
     const std::string differs = reporter ? resumed_shards_difference(resume.shards, data.shards, shard_ids) : "";
-    const std::string first = first_reason_over_ranks(*comm, differs).reason;
+    const std::string first = first_reason_over_ranks(comm, differs).reason;
     if (!first.empty()) throw DataError(CorruptScope::kConfig, "--resume " + resume.folder + ": data.shards: " + first);
   }
+  return shard_ids;
+}
 
-  // Said before step 1 and kept in the result's warnings.
-  std::vector<std::string> setup_warnings = data.warnings;
+// What the config asks of this job that it will not do as meant: said
+// before step 1 and kept in the result's warnings.
+void warn_of_config(const Config& config, int world, std::vector<std::string>& warnings) {
   // A rank whose storage stalls tells its peers, and the run keeps its
   // result, only if its own wait gives up before theirs in the all-reduce:
   // said before training (the case it warns of ends without a summary).
-  if (config.data.source == "shards" && comm->world_size() > 1 && config.data.timeout_s > config.comm.timeout_s) {
+  if (config.data.source == "shards" && world > 1 && config.data.timeout_s > config.comm.timeout_s) {
     char line[320];
     std::snprintf(line, sizeof(line),
                   "data.timeout_s (%g s) is above comm.timeout_s (%g s): a rank whose storage stalls is caught by its "
                   "peers' all-reduce timeout first, which aborts the job without a result",
                   config.data.timeout_s, config.comm.timeout_s);
-    setup_warnings.push_back(line);
+    warnings.push_back(line);
   }
   // Asked for and measuring nothing: said, as a run's result is taken for what its config says.
-  if (config.comm.zero == 1 && comm->world_size() == 1)
-    setup_warnings.push_back("comm.zero=1 on one rank: ZeRO-1 shards the optimizer state across the ranks, and one "
-                             "rank has nothing to share it with: this run's memory and time are those of comm.zero=0");
-  std::string checkpoint_off;  // why this run takes no checkpoints it was configured for
-  if (!checkpoint_dir.path.empty()) {
-    const int64_t state_bytes = report.state_bytes;  // this rank's share, counted with the engine above
-    // Asked once the data is set up: temporary shards made for the run are
-    // on the temporary folder's filesystem too.
-    const CheckpointRoom room = reporter ? checkpoint_room(config, checkpoint_dir.path, state_bytes, *comm,
-                                                           resume.step + 1)
-                                         : CheckpointRoom{};
-    if (checkpoint_dir.temporary) {
-      // The default run must not fill /tmp: it trains without them and says so.
-      if (!room.fits) {
-        checkpoint_off = "checkpoint: off: checkpoint.dir is not set and " + room.needed + " do not fit; " +
-                         room.free + "; set checkpoint.dir to measure checkpointing";
-        std::fprintf(stdout, "%s\n", checkpoint_off.c_str());
-      }
-      int64_t fits = room.fits ? 1 : 0;
-      comm->broadcast(&fits, sizeof(fits), 0);
-      if (!fits) checkpoint_dir.drop();
-    } else if (!room.fits) {
-      // The user's folder: room may still be freed, so said, not refused.
-      setup_warnings.push_back("this run writes " + room.needed + " but " + room.free +
-                               ": a checkpoint will find the disk full (checkpoint.on_full=" +
-                               config.checkpoint.on_full +
-                               "); free space, lower checkpoint.keep or name another checkpoint.dir");
+  if (config.comm.zero == 1 && world == 1)
+    warnings.push_back("comm.zero=1 on one rank: ZeRO-1 shards the optimizer state across the ranks, and one "
+                       "rank has nothing to share it with: this run's memory and time are those of comm.zero=0");
+}
+
+// Whether the checkpoints fit their folder, asked once the data is set up
+// (temporary shards made for the run are on the temporary folder's
+// filesystem too). The default run must not fill /tmp: a temporary folder
+// they do not fit is dropped, and the returned line says why the run takes
+// no checkpoints ("" when it does). The user's folder may still have room
+// freed, so there it is a warning, not a refusal.
+std::string check_checkpoint_room(const Config& config, Communicator& comm, int64_t state_bytes, int64_t first_step,
+                                  CheckpointDir& checkpoint_dir, std::vector<std::string>& warnings) {
+  if (checkpoint_dir.path.empty()) return "";
+  const CheckpointRoom room = comm.rank() == 0
+                                  ? checkpoint_room(config, checkpoint_dir.path, state_bytes, comm, first_step)
+                                  : CheckpointRoom{};
+  std::string checkpoint_off;
+  if (checkpoint_dir.temporary) {
+    if (!room.fits) {
+      checkpoint_off = "checkpoint: off: checkpoint.dir is not set and " + room.needed + " do not fit; " + room.free +
+                       "; set checkpoint.dir to measure checkpointing";
+      std::fprintf(stdout, "%s\n", checkpoint_off.c_str());
     }
+    int64_t fits = room.fits ? 1 : 0;
+    comm.broadcast(&fits, sizeof(fits), 0);
+    if (!fits) checkpoint_dir.drop();
+  } else if (!room.fits) {
+    warnings.push_back("this run writes " + room.needed + " but " + room.free +
+                       ": a checkpoint will find the disk full (checkpoint.on_full=" + config.checkpoint.on_full +
+                       "); free space, lower checkpoint.keep or name another checkpoint.dir");
   }
+  return checkpoint_off;
+}
+
+// A CPU engine's threads over the cores of its host, the first rank's
+// warning said for all of them.
+void warn_of_cpu_contention(const TrainingEngine& engine, Communicator& comm, const Environment& env, int threads,
+                            std::vector<std::string>& warnings) {
+  // A collective: the ranks on each host are counted on every engine.
+  const int host_ranks = ranks_on_this_host(comm);
+  // The host named: "this host" in rank 0's output read as rank 0's.
+  const std::string contention =
+      engine.cpu_threads() > 0
+          ? cpu_oversubscription(threads, env.usable_threads, host_ranks, env.hardware_threads,
+                                 comm.world_size() > 1 ? "host " + comm.host_name() : "this host")
+          : "";
+  // The first rank speaks; how many more would have is said with it.
+  const RankReason first = first_reason_over_ranks(comm, contention);
+  const int others = first.ranks - 1;
+  if (first.reason.empty()) return;
+  warnings.push_back(comm.world_size() > 1 ? "rank " + std::to_string(first.rank) + ": " + first.reason +
+                                                 (others > 0 ? " (and " + std::to_string(others) +
+                                                                   " more rank(s) warn of theirs)"
+                                                             : "")
+                                           : first.reason);
+}
+
+// The filesystems the run reads and writes, each described under the
+// watchdog of its storage.
+void describe_filesystems(const Config& config, Communicator& comm, const std::string& data_path,
+                          const std::string& result_path, const std::string& checkpoint_path, Environment& env) {
+  if (!data_path.empty()) {
+    const StorageWatchdog watchdog(comm, config.data.timeout_s,
+                                   "describing the data folder " + data_path + "'s filesystem", "data.timeout_s");
+    env.filesystems.push_back(describe_filesystem("data", data_path));
+  }
+  {
+    const StorageWatchdog watchdog(comm, config.checkpoint.timeout_s,
+                                   "describing the filesystem of the result " + result_path);
+    env.filesystems.push_back(describe_filesystem("results", result_path));
+  }
+  if (!checkpoint_path.empty()) {
+    const StorageWatchdog watchdog(comm, config.checkpoint.timeout_s,
+                                   "describing checkpoint.dir " + checkpoint_path + "'s filesystem");
+    env.filesystems.push_back(describe_filesystem("checkpoint", checkpoint_path));
+  }
+}
+
+// Rank 0's console header: the job, its data, the setup's warnings, its
+// checkpoints and the checkpoint it resumed from.
+void print_run_header(const Config& config, const Environment& env, const TrainingEngine& engine,
+                      const DataSetup& data, const std::vector<std::string>& warnings,
+                      const CheckpointDir& checkpoint_dir, const ResumePoint& resume) {
+  // The engine's own plan, what it allocated: the one checked before
+  // allocating assumed cuDNN's attention with an estimated workspace, and
+  // auto may have fallen back to the GEMMs and their probabilities
+  // (gigabytes per layer at long sequences) or cuDNN asked for another size.
+  print_header(stdout, config, env, engine.memory_plan(), engine.layout().total_params(),
+               engine.layout().trainable_params());
+  std::fprintf(stdout, "data: %s\n", data.description.c_str());
+  for (const std::string& warning : warnings) std::fprintf(stdout, "warning: %s\n", warning.c_str());
+  if (!checkpoint_dir.path.empty())
+    std::fprintf(stdout, "checkpoint: every %ld steps to %s%s, %s, keep %ld\n",
+                 static_cast<long>(config.checkpoint.every_steps), checkpoint_dir.path.c_str(),
+                 checkpoint_dir.temporary ? " (temporary, removed at exit; set checkpoint.dir to keep them)" : "",
+                 config.checkpoint.async ? "async" : "synchronous", static_cast<long>(config.checkpoint.keep));
+  if (!resume.folder.empty())
+    std::fprintf(stdout, "resume: %s, continuing at step %ld (read %s in %.3f s, the slowest rank's; %.3f s to pass "
+                         "the ranks' slices on; %.3f s in all)\n",
+                 resume.folder.c_str(), static_cast<long>(resume.step + 1),
+                 human_bytes(static_cast<double>(resume.bytes_read)).c_str(), resume.read_s, resume.exchange_s,
+                 resume.load_s);
+}
+
+// The run's checkpointer, none without a folder to write: its manifests
+// record the build and the given shards the data position counts into.
+std::unique_ptr<Checkpointer> make_checkpointer(const Config& config, const std::string& folder, TrainingEngine& engine,
+                                               BatchSource& source, Communicator& comm, const Environment& env,
+                                               const std::string& resumed_from, bool offers_resume,
+                                               const std::vector<std::string>& shard_ids) {
+  if (folder.empty()) return nullptr;
+  auto checkpointer = std::make_unique<Checkpointer>(config, folder, engine, source, comm,
+                                                     nlohmann::json{{"trainbench", env.trainbench_version},
+                                                                    {"engine", env.compute_backend},
+                                                                    {"built_backends", env.built_backends},
+                                                                    {"openblas", env.openblas},
+                                                                    {"compiler", env.compiler},
+                                                                    {"os", env.os},
+                                                                    {"comm", env.comm_backend}},
+                                                     resumed_from, offers_resume);
+  if (!shard_ids.empty()) checkpointer->record_shards(shard_ids);
+  return checkpointer;
+}
+
+// The isolation ceilings measured before the run (--ceilings), set against
+// what the run delivered: the result's `ceilings`, their warnings, the
+// console line and the bottleneck explained by them.
+void add_ceilings(const Ceilings& ceilings, bool no_checkpoints, RunOutcome& outcome) {
+  RunSummary& summary = outcome.summary;
+  outcome.ceilings = ceilings_to_json(ceilings, summary.tokens_per_s);
+  if (!ceilings.write_failure.empty())
+    outcome.warnings.push_back("ceilings: storage write not measured: " + ceilings.write_failure);
+  if (!ceilings.network_failure.empty())
+    outcome.warnings.push_back("ceilings: network not measured: " + ceilings.network_failure);
+  for (std::string& doubt : ceilings_warnings(ceilings, summary.tokens_per_s, no_checkpoints))
+    outcome.warnings.push_back(std::move(doubt));
+  outcome.ceilings_line = ceilings_line(ceilings, summary.tokens_per_s);
+  summary.bottleneck = explain_bottleneck(summary.bottleneck, ceilings, summary.tokens_per_s);
+  // The read bandwidth these GPUs need at the compute ceiling (DESIGN):
+  // measured now, so it replaces the GEMM calibration's estimate, which
+  // assumes the whole step runs at GEMM speed (5x too high on tiny).
+  if (ceilings.compute_tokens_per_s > 0 && summary.bytes_per_token > 0) {
+    summary.required_read_gbs = summary.bytes_per_token * ceilings.compute_tokens_per_s * 1e-9;
+    summary.required_read_basis = "compute_ceiling";
+  }
+}
+
+// Rank 0's result JSON written (unless the command keeps it) and the
+// summary printed. A result that cannot be written is said after the
+// summary, which is printed first: the measurement is on the console at
+// least (abort printed nothing of it, and the temporary folders stayed
+// behind); report->result_write_failure says why.
+void write_and_print_result(const RunSettings& options, const Config& config, const Environment& env,
+                            const RunOutcome& outcome, const nlohmann::json& result, const std::string& result_path,
+                            int world, RunReport* report) {
+  try {
+    if (options.write_result) write_result_json(result_path, result, config, world > 1);
+    end_partial_result();  // the result is written: a signal from now on leaves no partial one beside it
+  } catch (const std::exception& e) {
+    end_partial_result();
+    report->result_write_failure = std::string("cannot write the result: ") + e.what();
+  }
+  // `project`'s runs go into its own result, which it writes only when
+  // every depth trained; it stops at one that failed.
+  const bool stops_the_projection = outcome.failure.happened() || !outcome.all_checks_passed();
+  print_summary(stdout, outcome,
+                !report->result_write_failure.empty() ? "NOT WRITTEN: " + report->result_write_failure
+                : options.write_result               ? result_path
+                : stops_the_projection ? "none: this run failed, so the projection stops here"
+                                       : "(in the projection's result)",
+                options.extension ? options.extension->summary_job() : "");
+  if (env.gemm.algorithms == "timed") std::fprintf(stdout, "gemm algorithms: %s\n", env.gemm.detail.c_str());
+  if (options.extension) options.extension->print(stdout);
+}
+
+// A failure that stopped the run (a checkpoint, a batch: exit 3 or 2)
+// first; then a failed check (exit 4); else what the extension decided
+// (burn-in's verdict). The failure's line, the one it was when it ended the
+// run without a result, is the caller's to print: `run` prints it,
+// `project` names it in its own; burn-in's verdict names it as FAIL (exit 4,
+// as every burn-in that did not pass). A result not written is the
+// environment's, whatever else the run found (the caller prints the line).
+int run_exit_code(RunOutcome& outcome, int extension_code, bool has_extension, bool reporter,
+                  bool result_write_failed) {
+  int code = extension_code;
+  if (!outcome.all_checks_passed()) {
+    // Beside a failure that stopped the run, the checks it failed too (a
+    // checkpoint that a full memory failed after the batch that stopped the
+    // run) go into its one line: a second line broke the error policy's one.
+    for (const Check& c : outcome.checks) {
+      if (c.passed || c.name == outcome.failure.check) continue;
+      if (outcome.failure.happened() && !has_extension)
+        outcome.failure.message += "; and check failed: " + c.name + ": " + c.detail;
+      else if (reporter)
+        std::fprintf(stderr, "trainbench: check failed: %s: %s\n", c.name.c_str(), c.detail.c_str());
+    }
+    code = kExitCheckFailed;
+  }
+  if (outcome.failure.happened() && !has_extension)
+    code = outcome.failure.environment ? kExitEnvironmentError : kExitUserError;
+  if (result_write_failed) code = kExitEnvironmentError;
+  return code;
+}
+
+}  // namespace
+
+RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const RunSettings& options) {
+  RunReport report;
+  check_fault_injection_targets(config, comm->world_size());
+  const std::string result_path = check_result_destination(config, *comm, options);
+  // Rank 0 speaks for the job: the console report and the result JSON.
+  const bool reporter = comm->rank() == 0;
+  check_resume_latest_has_a_folder(options.resume, config);
+  // An unusable checkpoint folder fails here, before anything is allocated.
+  CheckpointDir checkpoint_dir;
+  if (config.checkpoint.every_steps > 0) setup_checkpoint_dir(config, *comm, &checkpoint_dir);
+
+  // Asked once: device choice, memory check and the environment report share it.
+  const GpuInventory gpus = query_gpus();
+  const ResolvedEngine resolved = resolve_engine(config, *comm, gpus);
+  const EngineOptions& engine_options = resolved.options;
+  check_inject_delay_has_a_target(config, resolved.use_nccl, comm->world_size());
+  std::unique_ptr<TrainingEngine> engine = allocate_engine(engine_options, resolved.plan);
+  const AbandonCollectivesOnError abandon_on_error{comm, engine};
+  engine->init_parameters(static_cast<uint64_t>(config.train.seed));
+  report.engine_options = engine_options;
+  report.state_bytes = state_bytes_per_rank(*engine, config, comm->world_size());
+  connect_gradient_collectives(comm, *engine, engine_options, config, resolved.use_nccl);
+  ResumePoint resume;
+  if (!options.resume.empty()) resume = resume_from_checkpoint(options.resume, config, *engine, *comm);
+  // The temporary shards' size is fixed in the config, so checkpoints record it.
+  if (config.data.source == "shards" && config.data.shards.empty() && config.data.synth_samples_per_shard == 0)
+    config.data.synth_samples_per_shard = synth_samples_per_shard_for_run(config, comm->world_size());
+  // Declared after the engine: the loader's pinned batches go back to it first.
+  DataSetup data = set_up_data(config, *engine, *comm, resume);
+  const std::vector<std::string> shard_ids = identify_checkpointed_shards(config, *comm, data, resume);
+
+  // Said before step 1 and kept in the result's warnings.
+  std::vector<std::string> setup_warnings = data.warnings;
+  warn_of_config(config, comm->world_size(), setup_warnings);
+  // Why this run takes no checkpoints it was configured for, if it does not.
+  const std::string checkpoint_off =
+      check_checkpoint_room(config, *comm, report.state_bytes, resume.step + 1, checkpoint_dir, setup_warnings);
   if (!resume.warning.empty()) setup_warnings.push_back(resume.warning);
   // Of a folder the run still writes: a temporary one dropped above is not.
   if (!checkpoint_dir.path.empty() && !checkpoint_dir.lock.unlocked_reason().empty())
@@ -935,78 +1171,15 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   const int threads = engine->cpu_threads() > 0 ? engine->cpu_threads() : cpu_engine_threads(engine_options.threads);
   Environment env = collect_environment(*comm, engine->backend_name(), threads, gpus);
   if (const std::string differ = hosts_that_differ(env); !differ.empty()) setup_warnings.push_back(differ);
-  {
-    // A collective: the ranks on each host are counted on every engine.
-    const int host_ranks = ranks_on_this_host(*comm);
-    // The host named: "this host" in rank 0's output read as rank 0's.
-    const std::string contention =
-        engine->cpu_threads() > 0
-            ? cpu_oversubscription(threads, env.usable_threads, host_ranks, env.hardware_threads,
-                                   comm->world_size() > 1 ? "host " + comm->host_name() : "this host")
-            : "";
-    // The first rank speaks; how many more would have is said with it.
-    const RankReason first = first_reason_over_ranks(*comm, contention);
-    const int others = first.ranks - 1;
-    if (!first.reason.empty())
-      setup_warnings.push_back(comm->world_size() > 1
-                                   ? "rank " + std::to_string(first.rank) + ": " + first.reason +
-                                         (others > 0 ? " (and " + std::to_string(others) +
-                                                           " more rank(s) warn of theirs)"
-                                                     : "")
-                                   : first.reason);
-  }
+  warn_of_cpu_contention(*engine, *comm, env, threads, setup_warnings);
   env.attention = engine->attention();
   env.gemm = engine->gemm();
-  if (!data.data_path.empty()) {
-    const StorageWatchdog watchdog(*comm, config.data.timeout_s,
-                                   "describing the data folder " + data.data_path + "'s filesystem", "data.timeout_s");
-    env.filesystems.push_back(describe_filesystem("data", data.data_path));
-  }
-  {
-    const StorageWatchdog watchdog(*comm, config.checkpoint.timeout_s,
-                                   "describing the filesystem of the result " + result_path);
-    env.filesystems.push_back(describe_filesystem("results", result_path));
-  }
-  if (!checkpoint_dir.path.empty()) {
-    const StorageWatchdog watchdog(*comm, config.checkpoint.timeout_s,
-                                   "describing checkpoint.dir " + checkpoint_dir.path + "'s filesystem");
-    env.filesystems.push_back(describe_filesystem("checkpoint", checkpoint_dir.path));
-  }
-  if (reporter) {
-    // The engine's own plan, what it allocated: the one checked before
-    // allocating assumed cuDNN's attention with an estimated workspace, and
-    // auto may have fallen back to the GEMMs and their probabilities
-    // (gigabytes per layer at long sequences) or cuDNN asked for another size.
-    print_header(stdout, config, env, engine->memory_plan(), engine->layout().total_params(),
-                 engine->layout().trainable_params());
-    std::fprintf(stdout, "data: %s\n", data.description.c_str());
-    for (const std::string& warning : setup_warnings) std::fprintf(stdout, "warning: %s\n", warning.c_str());
-    if (!checkpoint_dir.path.empty())
-      std::fprintf(stdout, "checkpoint: every %ld steps to %s%s, %s, keep %ld\n",
-                   static_cast<long>(config.checkpoint.every_steps), checkpoint_dir.path.c_str(),
-                   checkpoint_dir.temporary ? " (temporary, removed at exit; set checkpoint.dir to keep them)" : "",
-                   config.checkpoint.async ? "async" : "synchronous", static_cast<long>(config.checkpoint.keep));
-    if (!resume.folder.empty())
-      std::fprintf(stdout, "resume: %s, continuing at step %ld (read %s in %.3f s, the slowest rank's; %.3f s to pass "
-                           "the ranks' slices on; %.3f s in all)\n",
-                   resume.folder.c_str(), static_cast<long>(resume.step + 1),
-                   human_bytes(static_cast<double>(resume.bytes_read)).c_str(), resume.read_s, resume.exchange_s,
-                   resume.load_s);
-  }
+  describe_filesystems(config, *comm, data.data_path, result_path, checkpoint_dir.path, env);
+  if (reporter) print_run_header(config, env, *engine, data, setup_warnings, checkpoint_dir, resume);
 
-  std::unique_ptr<Checkpointer> checkpointer;
-  if (!checkpoint_dir.path.empty())
-    checkpointer = std::make_unique<Checkpointer>(
-        config, checkpoint_dir.path, *engine, *data.source, *comm,
-        nlohmann::json{{"trainbench", env.trainbench_version},
-                       {"engine", env.compute_backend},
-                       {"built_backends", env.built_backends},
-                       {"openblas", env.openblas},
-                       {"compiler", env.compiler},
-                       {"os", env.os},
-                       {"comm", env.comm_backend}},
-        resume.folder, options.offers_resume);
-  if (checkpointer && !shard_ids.empty()) checkpointer->record_shards(shard_ids);
+  const std::unique_ptr<Checkpointer> checkpointer =
+      make_checkpointer(config, checkpoint_dir.path, *engine, *data.source, *comm, env, resume.folder,
+                        options.offers_resume, shard_ids);
   Ceilings ceilings;
   if (options.ceilings) {
     if (reporter) std::fprintf(stdout, "ceilings: measuring compute, network, storage read and storage write alone...\n");
@@ -1058,78 +1231,16 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   if (!checkpoint_off.empty()) outcome.warnings.insert(outcome.warnings.begin(), checkpoint_off);
   if (!resume.folder.empty()) outcome.resume = resume_json(resume);
   outcome.warnings.insert(outcome.warnings.end(), setup_warnings.begin(), setup_warnings.end());
-  if (options.ceilings) {
-    outcome.ceilings = ceilings_to_json(ceilings, outcome.summary.tokens_per_s);
-    if (!ceilings.write_failure.empty())
-      outcome.warnings.push_back("ceilings: storage write not measured: " + ceilings.write_failure);
-    if (!ceilings.network_failure.empty())
-      outcome.warnings.push_back("ceilings: network not measured: " + ceilings.network_failure);
-    for (std::string& doubt : ceilings_warnings(ceilings, outcome.summary.tokens_per_s, checkpoint_dir.path.empty()))
-      outcome.warnings.push_back(std::move(doubt));
-    outcome.ceilings_line = ceilings_line(ceilings, outcome.summary.tokens_per_s);
-    outcome.summary.bottleneck = explain_bottleneck(outcome.summary.bottleneck, ceilings, outcome.summary.tokens_per_s);
-    // The read bandwidth these GPUs need at the compute ceiling (DESIGN):
-    // measured now, so it replaces the GEMM calibration's estimate, which
-    // assumes the whole step runs at GEMM speed (5x too high on tiny).
-    if (ceilings.compute_tokens_per_s > 0 && outcome.summary.bytes_per_token > 0) {
-      outcome.summary.required_read_gbs = outcome.summary.bytes_per_token * ceilings.compute_tokens_per_s * 1e-9;
-      outcome.summary.required_read_basis = "compute_ceiling";
-    }
-  }
+  if (options.ceilings) add_ceilings(ceilings, checkpoint_dir.path.empty(), outcome);
   // What the GEMM timing chose is known only now that the run met its shapes.
   env.gemm = engine->gemm();
   nlohmann::json result;
   if (reporter) result = build_result_json(options.command_line, config, env, outcome);
   const int extension_code = options.extension ? options.extension->finish(outcome, reporter ? &result : nullptr) : kExitOk;
-  if (reporter) {
-    try {
-      if (options.write_result) write_result_json(result_path, result, config, comm->world_size() > 1);
-      end_partial_result();  // the result is written: a signal from now on leaves no partial one beside it
-    } catch (const std::exception& e) {
-      end_partial_result();
-      // Said after the summary, which is printed first: the measurement is
-      // on the console at least (abort printed nothing of it, and the
-      // temporary folders stayed behind).
-      report.result_write_failure = std::string("cannot write the result: ") + e.what();
-    }
-    // `project`'s runs go into its own result, which it writes only when
-    // every depth trained; it stops at one that failed.
-    const bool stops_the_projection = outcome.failure.happened() || !outcome.all_checks_passed();
-    print_summary(stdout, outcome,
-                  !report.result_write_failure.empty() ? "NOT WRITTEN: " + report.result_write_failure
-                  : options.write_result              ? result_path
-                  : stops_the_projection ? "none: this run failed, so the projection stops here"
-                                         : "(in the projection's result)",
-                  options.extension ? options.extension->summary_job() : "");
-    if (env.gemm.algorithms == "timed") std::fprintf(stdout, "gemm algorithms: %s\n", env.gemm.detail.c_str());
-    if (options.extension) options.extension->print(stdout);
-  }
+  if (reporter) write_and_print_result(options, config, env, outcome, result, result_path, comm->world_size(), &report);
   report.result = std::move(result);
-  // A failure that stopped the run (a checkpoint, a batch: exit 3 or 2)
-  // first; then a failed check (exit 4); else what the extension decided
-  // (burn-in's verdict). The failure's line, the one it was when it ended
-  // the run without a result, is the caller's to print: `run` prints it,
-  // `project` names it in its own; burn-in's verdict names it as FAIL (exit
-  // 4, as every burn-in that did not pass).
-  report.exit_code = extension_code;
-  if (!outcome.all_checks_passed()) {
-    // Beside a failure that stopped the run, the checks it failed too (a
-    // checkpoint that a full memory failed after the batch that stopped the
-    // run) go into its one line: a second line broke the error policy's one.
-    for (const Check& c : outcome.checks) {
-      if (c.passed || c.name == outcome.failure.check) continue;
-      if (outcome.failure.happened() && !options.extension)
-        outcome.failure.message += "; and check failed: " + c.name + ": " + c.detail;
-      else if (reporter)
-        std::fprintf(stderr, "trainbench: check failed: %s: %s\n", c.name.c_str(), c.detail.c_str());
-    }
-    report.exit_code = kExitCheckFailed;
-  }
-  if (outcome.failure.happened() && !options.extension)
-    report.exit_code = outcome.failure.environment ? kExitEnvironmentError : kExitUserError;
-  // Nothing of the run was kept but the console: the environment's, whatever
-  // else it found (the caller prints the line).
-  if (!report.result_write_failure.empty()) report.exit_code = kExitEnvironmentError;
+  report.exit_code = run_exit_code(outcome, extension_code, options.extension != nullptr, reporter,
+                                   !report.result_write_failure.empty());
   report.outcome = std::move(outcome);
   return report;
 }
