@@ -557,98 +557,124 @@ class BurninMonitor final : public RunExtension {
   }
 
   void build_verdict(const RunOutcome& outcome, const HealthSampler::Summary& health) {
-    const BurninSection& b = config_->burnin;
-    const size_t world = static_cast<size_t>(comm_->world_size());
     const std::vector<double> own = gather_from_ranks(*comm_, median(own_step_s_));
-    // GPU health, every rank's (-1: not sampled).
+    const RanksHealth ranks_health = gather_health(health);
+    verdict_ = Verdict{};
+    for (size_t r = 0; r < static_cast<size_t>(comm_->world_size()); ++r)
+      verdict_.gpus.push_back(judge_gpu(outcome, r, own, ranks_health));
+    judge_nodes(outcome);
+    judge_job(outcome);
+  }
+
+  static std::string host_of(const RunOutcome& outcome, size_t r) {
+    return r < outcome.summary.ranks.size() ? outcome.summary.ranks[r].host : std::string();
+  }
+
+  // Every rank's GPU health, gathered to every rank (-1: not sampled).
+  struct RanksHealth {
+    std::vector<double> samples, temperature, power, sm_clock, reasons, hardware, software, ecc_corrected,
+        ecc_uncorrected, pcie, hung;
+  };
+  RanksHealth gather_health(const HealthSampler::Summary& health) const {
     const bool sampled = sampler_ != nullptr;
     const auto gathered = [&](double value) { return gather_from_ranks(*comm_, sampled ? value : -1.0); };
-    const std::vector<double> samples = gathered(static_cast<double>(health.samples));
-    const std::vector<double> temperature = gathered(health.max_temperature_c);
-    const std::vector<double> power = gathered(health.max_power_w);
-    const std::vector<double> sm_clock = gathered(health.min_sm_clock_mhz);
-    const std::vector<double> reasons = gathered(static_cast<double>(health.reasons_seen));
-    const std::vector<double> hardware = gathered(static_cast<double>(health.hardware_slowdown_samples));
-    const std::vector<double> software = gathered(static_cast<double>(health.software_cap_samples));
-    const std::vector<double> ecc_corrected = gathered(static_cast<double>(health.ecc_corrected));
-    const std::vector<double> ecc_uncorrected = gathered(static_cast<double>(health.ecc_uncorrected));
-    const std::vector<double> pcie = gathered(static_cast<double>(health.pcie_replays));
-    const std::vector<double> hung = gathered(health.hung ? 1.0 : 0.0);
+    RanksHealth h;
+    h.samples = gathered(static_cast<double>(health.samples));
+    h.temperature = gathered(health.max_temperature_c);
+    h.power = gathered(health.max_power_w);
+    h.sm_clock = gathered(health.min_sm_clock_mhz);
+    h.reasons = gathered(static_cast<double>(health.reasons_seen));
+    h.hardware = gathered(static_cast<double>(health.hardware_slowdown_samples));
+    h.software = gathered(static_cast<double>(health.software_cap_samples));
+    h.ecc_corrected = gathered(static_cast<double>(health.ecc_corrected));
+    h.ecc_uncorrected = gathered(static_cast<double>(health.ecc_uncorrected));
+    h.pcie = gathered(static_cast<double>(health.pcie_replays));
+    h.hung = gathered(health.hung ? 1.0 : 0.0);
+    return h;
+  }
 
-    verdict_ = Verdict{};
-    const auto host_of = [&outcome](size_t r) {
-      return r < outcome.summary.ranks.size() ? outcome.summary.ranks[r].host : std::string();
-    };
-    for (size_t r = 0; r < world; ++r) {
-      VerdictRow row{"rank " + std::to_string(r), host_of(r)};
-      const bool identified = r < gpu_identities_.size() && !gpu_identities_[r].empty();
-      if (identified) row.notes.push_back(gpu_identities_[r]);
-      for (const std::string& why : start_failures_[r]) row.fail(why);
-      if (!golden_mismatches_[r].empty()) {
-        std::string steps;
-        for (size_t i = 0; i < golden_mismatches_[r].size() && i < 5; ++i)
-          steps += (i ? ", " : "") + std::to_string(golden_mismatches_[r][i]);
-        row.fail("silent data corruption: golden step differs from the reference at step " + steps +
-                 (golden_mismatches_[r].size() > 5 ? ", ..." : "") + " (" + std::to_string(golden_mismatches_[r].size()) +
-                 " of " + std::to_string(golden_checks_) + " checks; first: " + golden_first_mismatch_[r] + ")");
-      }
-      // The ranks outside the majority's parameters (the job's ranks_consistent
-      // names the step): the GPU that computed them, not the job alone.
-      if (std::find(outcome.diverged_ranks.begin(), outcome.diverged_ranks.end(), static_cast<int>(r)) !=
-          outcome.diverged_ranks.end())
-        row.fail("numerics: its parameters diverged from those the other ranks agree on (see the job's "
-                 "ranks_consistent)");
-      if (loss_step_[r] > 0) row.fail("numerics: loss not finite at step " + std::to_string(loss_step_[r]));
-      // One rank: the norm is its gradients' alone.
-      if (world == 1 && grad_norm_step_ > 0)
-        row.fail("numerics: gradient norm not finite at step " + std::to_string(grad_norm_step_));
-      // A median of a handful of steps says nothing about "consistently slower".
-      const std::string straggler = own_step_s_.size() >= kStragglerSteps ? straggler_finding(own, r, b.straggler_pct) : "";
-      if (!straggler.empty()) row.fail(straggler);
-      row.notes.push_back("golden step: " + std::string(start_failures_[r].empty() ? "agreed at the start, " : "") +
-                          "bit-identical in " + std::to_string(golden_checks_ - golden_mismatches_[r].size()) + " of " +
-                          std::to_string(golden_checks_) + " checks since (every " + std::to_string(b.golden_every) +
-                          " steps)");
-      row.notes.push_back(own[r] > 0 ? "own step time " + format("%.2f ms", 1e3 * own[r]) +
-                                            " (median, waits for peers left out)"
-                                      : std::string("own step time: not measured (no step after warm-up)"));
-      row.figures = {{"own_step_s", own[r] > 0 ? nlohmann::json(own[r]) : nlohmann::json()},
-                     {"golden_checks", golden_checks_},
-                     {"golden_mismatch_steps", golden_mismatches_[r]}};
-      // After the figures are made, not before: they replaced it, and no row
-      // of a CUDA burn-in had the card's identity its docs promise.
-      if (identified) row.figures["gpu_id"] = gpu_identities_[r];
-      if (samples[r] > 0) {
-        if (ecc_uncorrected[r] > 0) row.fail("GPU: " + format("%.0f", ecc_uncorrected[r]) + " uncorrected ECC error(s) during the run");
-        if (hardware[r] > 0) {
-          char bits[32];
-          std::snprintf(bits, sizeof(bits), "0x%llx", static_cast<unsigned long long>(reasons[r]));
-          row.fail("GPU: hardware slowdown (clock-event reasons seen " + std::string(bits) + ") in " +
-                   format("%.0f", hardware[r]) + " of " + format("%.0f", samples[r]) + " samples");
-        }
-        std::string line = "GPU: " + format("%.0f samples", samples[r]) + ", max " + format("%.0f C", temperature[r]) +
-                           ", max " + format("%.0f W", power[r]) + ", SM clock min " + format("%.0f MHz", sm_clock[r]);
-        if (software[r] > 0) line += ", power/thermal cap in " + format("%.0f samples", software[r]);
-        line += ecc_corrected[r] >= 0 ? ", ECC corrected +" + format("%.0f", ecc_corrected[r]) : ", ECC not reported";
-        if (pcie[r] >= 0) line += ", PCIe replays +" + format("%.0f", pcie[r]);
-        row.notes.push_back(line);
-        row.figures["gpu"] = {{"samples", samples[r]},          {"max_temperature_c", temperature[r]},
-                              {"max_power_w", power[r]},        {"min_sm_clock_mhz", sm_clock[r]},
-                              {"clock_event_reasons_seen", static_cast<int64_t>(reasons[r])},
-                              {"hardware_slowdown_samples", hardware[r]}, {"power_or_thermal_cap_samples", software[r]},
-                              {"ecc_corrected_delta", ecc_corrected[r]}, {"ecc_uncorrected_delta", ecc_uncorrected[r]},
-                              {"pcie_replay_delta", pcie[r]}};
-      } else {
-        // Rank 0's reason, which a job of alike nodes shares.
-        row.notes.push_back("GPU health: not sampled (" + nvml_why_not_ + ")");
-      }
-      if (hung[r] > 0) row.fail("GPU: NVML sampling hung (no answer within 10 s at the end)");
-      verdict_.gpus.push_back(row);
+  // Rank r's row: its GPU's numerics (golden step, divergence, loss), its
+  // pace, and its health.
+  VerdictRow judge_gpu(const RunOutcome& outcome, size_t r, const std::vector<double>& own,
+                       const RanksHealth& health) const {
+    const BurninSection& b = config_->burnin;
+    const size_t world = static_cast<size_t>(comm_->world_size());
+    VerdictRow row{"rank " + std::to_string(r), host_of(outcome, r)};
+    const bool identified = r < gpu_identities_.size() && !gpu_identities_[r].empty();
+    if (identified) row.notes.push_back(gpu_identities_[r]);
+    for (const std::string& why : start_failures_[r]) row.fail(why);
+    if (!golden_mismatches_[r].empty()) {
+      std::string steps;
+      for (size_t i = 0; i < golden_mismatches_[r].size() && i < 5; ++i)
+        steps += (i ? ", " : "") + std::to_string(golden_mismatches_[r][i]);
+      row.fail("silent data corruption: golden step differs from the reference at step " + steps +
+               (golden_mismatches_[r].size() > 5 ? ", ..." : "") + " (" + std::to_string(golden_mismatches_[r].size()) +
+               " of " + std::to_string(golden_checks_) + " checks; first: " + golden_first_mismatch_[r] + ")");
     }
-    // Nodes: their GPUs, and their storage.
-    const JudgedEnds job_write = ends_of([](const HealthPoint& p) { return p.write_gbs; });
-    for (size_t r = 0; r < world; ++r) {
-      const std::string host = host_of(r);
+    // The ranks outside the majority's parameters (the job's ranks_consistent
+    // names the step): the GPU that computed them, not the job alone.
+    if (std::find(outcome.diverged_ranks.begin(), outcome.diverged_ranks.end(), static_cast<int>(r)) !=
+        outcome.diverged_ranks.end())
+      row.fail("numerics: its parameters diverged from those the other ranks agree on (see the job's "
+               "ranks_consistent)");
+    if (loss_step_[r] > 0) row.fail("numerics: loss not finite at step " + std::to_string(loss_step_[r]));
+    // One rank: the norm is its gradients' alone.
+    if (world == 1 && grad_norm_step_ > 0)
+      row.fail("numerics: gradient norm not finite at step " + std::to_string(grad_norm_step_));
+    // A median of a handful of steps says nothing about "consistently slower".
+    const std::string straggler = own_step_s_.size() >= kStragglerSteps ? straggler_finding(own, r, b.straggler_pct) : "";
+    if (!straggler.empty()) row.fail(straggler);
+    row.notes.push_back("golden step: " + std::string(start_failures_[r].empty() ? "agreed at the start, " : "") +
+                        "bit-identical in " + std::to_string(golden_checks_ - golden_mismatches_[r].size()) + " of " +
+                        std::to_string(golden_checks_) + " checks since (every " + std::to_string(b.golden_every) +
+                        " steps)");
+    row.notes.push_back(own[r] > 0 ? "own step time " + format("%.2f ms", 1e3 * own[r]) +
+                                          " (median, waits for peers left out)"
+                                    : std::string("own step time: not measured (no step after warm-up)"));
+    row.figures = {{"own_step_s", own[r] > 0 ? nlohmann::json(own[r]) : nlohmann::json()},
+                   {"golden_checks", golden_checks_},
+                   {"golden_mismatch_steps", golden_mismatches_[r]}};
+    // After the figures are made, not before: they replaced it, and no row
+    // of a CUDA burn-in had the card's identity its docs promise.
+    if (identified) row.figures["gpu_id"] = gpu_identities_[r];
+    judge_gpu_health(health, r, row);
+    return row;
+  }
+
+  void judge_gpu_health(const RanksHealth& h, size_t r, VerdictRow& row) const {
+    if (h.samples[r] > 0) {
+      if (h.ecc_uncorrected[r] > 0)
+        row.fail("GPU: " + format("%.0f", h.ecc_uncorrected[r]) + " uncorrected ECC error(s) during the run");
+      if (h.hardware[r] > 0) {
+        char bits[32];
+        std::snprintf(bits, sizeof(bits), "0x%llx", static_cast<unsigned long long>(h.reasons[r]));
+        row.fail("GPU: hardware slowdown (clock-event reasons seen " + std::string(bits) + ") in " +
+                 format("%.0f", h.hardware[r]) + " of " + format("%.0f", h.samples[r]) + " samples");
+      }
+      std::string line = "GPU: " + format("%.0f samples", h.samples[r]) + ", max " + format("%.0f C", h.temperature[r]) +
+                         ", max " + format("%.0f W", h.power[r]) + ", SM clock min " + format("%.0f MHz", h.sm_clock[r]);
+      if (h.software[r] > 0) line += ", power/thermal cap in " + format("%.0f samples", h.software[r]);
+      line += h.ecc_corrected[r] >= 0 ? ", ECC corrected +" + format("%.0f", h.ecc_corrected[r]) : ", ECC not reported";
+      if (h.pcie[r] >= 0) line += ", PCIe replays +" + format("%.0f", h.pcie[r]);
+      row.notes.push_back(line);
+      row.figures["gpu"] = {{"samples", h.samples[r]},          {"max_temperature_c", h.temperature[r]},
+                            {"max_power_w", h.power[r]},        {"min_sm_clock_mhz", h.sm_clock[r]},
+                            {"clock_event_reasons_seen", static_cast<int64_t>(h.reasons[r])},
+                            {"hardware_slowdown_samples", h.hardware[r]}, {"power_or_thermal_cap_samples", h.software[r]},
+                            {"ecc_corrected_delta", h.ecc_corrected[r]}, {"ecc_uncorrected_delta", h.ecc_uncorrected[r]},
+                            {"pcie_replay_delta", h.pcie[r]}};
+    } else {
+      // Rank 0's reason, which a job of alike nodes shares.
+      row.notes.push_back("GPU health: not sampled (" + nvml_why_not_ + ")");
+    }
+    if (h.hung[r] > 0) row.fail("GPU: NVML sampling hung (no answer within 10 s at the end)");
+  }
+
+  // Nodes: their GPUs, and their storage.
+  void judge_nodes(const RunOutcome& outcome) {
+    const BurninSection& b = config_->burnin;
+    for (size_t r = 0; r < verdict_.gpus.size(); ++r) {
+      const std::string host = host_of(outcome, r);
       VerdictRow* node = nullptr;
       for (VerdictRow& n : verdict_.nodes)
         if (n.host == host) node = &n;
@@ -688,8 +714,10 @@ class BurninMonitor final : public RunExtension {
       }
       if (node.passed) node.notes.insert(node.notes.begin(), "all its GPUs passed");
     }
+  }
 
-    // The job: the run's own checks, fabric, drift, baseline.
+  // The job: the run's own checks, fabric, storage, drift, numerics, baseline.
+  void judge_job(const RunOutcome& outcome) {
     VerdictRow& job = verdict_.job;
     for (const Check& c : outcome.checks) {
       if (!c.passed) job.fail(c.name + ": " + c.detail);
@@ -702,6 +730,16 @@ class BurninMonitor final : public RunExtension {
                                                           : std::string("not measured")));
     if (elapsed_s_ + 1e-9 < duration_s_ && !outcome.steps.empty())
       job.notes.push_back("ended before the duration (" + format("%.0f s", duration_s_) + "): a check stopped it");
+    judge_fabric(job);
+    judge_storage_writes(job);
+    judge_drift(outcome, job);
+    if (own_step_s_.size() < kStragglerSteps && comm_->world_size() > 1)
+      job.notes.push_back("stragglers: not judged (fewer than " + std::to_string(kStragglerSteps) + " measured steps)");
+    judge_numerics_and_measurement(outcome, job);
+    if (baseline_) judge_against_baseline(outcome, job);
+  }
+
+  void judge_fabric(VerdictRow& job) const {
     const JudgedEnds busbw = ends_of([](const HealthPoint& p) { return p.busbw_gbs; });
     for (const HealthPoint& p : health_)
       if (!p.fabric_exact) {
@@ -709,13 +747,18 @@ class BurninMonitor final : public RunExtension {
         break;
       }
     if (busbw.start > 0) {
-      const std::string drop = degradation_finding("fabric: all-reduce busbw", busbw.start, busbw.end, b.degrade_pct, "GB/s");
+      const std::string drop =
+          degradation_finding("fabric: all-reduce busbw", busbw.start, busbw.end, config_->burnin.degrade_pct, "GB/s");
       if (!drop.empty()) job.fail(drop + busbw.finding_words());
       job.notes.push_back("busbw " + ends_text(busbw));
     } else {
-      job.notes.push_back(world > 1 ? "fabric: not measured yet (needs a measurement after training steps)"
-                                    : "fabric: one rank, nothing to measure");
+      job.notes.push_back(comm_->world_size() > 1 ? "fabric: not measured yet (needs a measurement after training steps)"
+                                                  : "fabric: one rank, nothing to measure");
     }
+  }
+
+  void judge_storage_writes(VerdictRow& job) const {
+    const JudgedEnds job_write = ends_of([](const HealthPoint& p) { return p.write_gbs; });
     if (job_write.start > 0)
       job.notes.push_back("checkpoint write " + ends_text(job_write) + " (all ranks at once)");
     // A write check that failed is a storage finding (the first one said);
@@ -730,25 +773,29 @@ class BurninMonitor final : public RunExtension {
         break;
       }
     }
+  }
+
+  void judge_drift(const RunOutcome& outcome, VerdictRow& job) {
     drift_ = measure_drift(step_s_, static_cast<double>(outcome.summary.global_tokens_per_step));
-    if (drift_.judged) {
-      const std::string drop = degradation_finding("drift: tokens/s", drift_.first_tokens_per_s, drift_.last_tokens_per_s,
-                                                   b.degrade_pct, "");
-      if (!drop.empty()) job.fail(drop + " between the first and the last tenth of the run");
-      job.notes.push_back("tokens/s " + human_count(drift_.first_tokens_per_s) + " in the first tenth, " +
-                          human_count(drift_.last_tokens_per_s) + " in the last");
-    } else {
+    if (!drift_.judged) {
       job.notes.push_back("drift: not judged (fewer than " + std::to_string(kDriftMinSteps) + " measured steps)");
+      return;
     }
-    if (own_step_s_.size() < kStragglerSteps && world > 1)
-      job.notes.push_back("stragglers: not judged (fewer than " + std::to_string(kStragglerSteps) + " measured steps)");
+    const std::string drop = degradation_finding("drift: tokens/s", drift_.first_tokens_per_s,
+                                                 drift_.last_tokens_per_s, config_->burnin.degrade_pct, "");
+    if (!drop.empty()) job.fail(drop + " between the first and the last tenth of the run");
+    job.notes.push_back("tokens/s " + human_count(drift_.first_tokens_per_s) + " in the first tenth, " +
+                        human_count(drift_.last_tokens_per_s) + " in the last");
+  }
+
+  void judge_numerics_and_measurement(const RunOutcome& outcome, VerdictRow& job) const {
     // A burn-in that measured nothing has shown nothing: no tokens/s to hold
     // against a baseline or a drift, whatever else passed.
     // (When a failure stopped the run, that failure is the finding, above,
     // as is a GPU's non-finite loss or gradient norm in its row.)
     const bool a_loss_failed = std::any_of(loss_step_.begin(), loss_step_.end(), [](int64_t step) { return step > 0; });
     const bool numerics_failed = grad_norm_step_ > 0 || a_loss_failed;
-    if (world > 1 && grad_norm_step_ > 0)
+    if (comm_->world_size() > 1 && grad_norm_step_ > 0)
       job.fail("numerics: the gradient norm, all-reduced over the ranks, was not finite at step " +
                std::to_string(grad_norm_step_) + " (it does not tell which GPU's gradients were not" +
                (a_loss_failed ? "; a GPU whose loss was not finite is named in its row)"
@@ -757,25 +804,25 @@ class BurninMonitor final : public RunExtension {
         !numerics_failed)
       job.fail("no step was measured (the run ended within its " + std::to_string(config_->train.warmup_steps) +
                " warm-up steps): give --duration time for measured steps");
-    if (baseline_) {
-      now_.tokens_per_s = outcome.summary.tokens_per_s;
-      now_.busbw_gbs = median_of([](const HealthPoint& p) { return p.busbw_gbs; });
-      now_.write_gbs = median_of([](const HealthPoint& p) { return p.write_gbs; });
-      const std::vector<std::string> below = compare_with_baseline(now_, *baseline_, b.baseline_tolerance_pct);
-      for (const std::string& why : below) job.fail("below the baseline: " + why);
-      if (below.empty()) {
-        // Named: only the figures both runs measured were compared.
-        std::vector<std::string> compared;
-        if (now_.tokens_per_s > 0 && baseline_->tokens_per_s > 0) compared.push_back("tokens/s");
-        if (now_.busbw_gbs > 0 && baseline_->busbw_gbs > 0) compared.push_back("busbw");
-        if (now_.write_gbs > 0 && baseline_->write_gbs > 0) compared.push_back("write GB/s");
-        std::string names;
-        for (size_t i = 0; i < compared.size(); ++i)
-          names += (i == 0 ? "" : i + 1 == compared.size() ? " and " : ", ") + compared[i];
-        job.notes.push_back(compared.empty() ? "baseline: no figure measured in both runs to compare"
-                                             : "baseline: " + names + " within the tolerance");
-      }
-    }
+  }
+
+  void judge_against_baseline(const RunOutcome& outcome, VerdictRow& job) {
+    now_.tokens_per_s = outcome.summary.tokens_per_s;
+    now_.busbw_gbs = median_of([](const HealthPoint& p) { return p.busbw_gbs; });
+    now_.write_gbs = median_of([](const HealthPoint& p) { return p.write_gbs; });
+    const std::vector<std::string> below = compare_with_baseline(now_, *baseline_, config_->burnin.baseline_tolerance_pct);
+    for (const std::string& why : below) job.fail("below the baseline: " + why);
+    if (!below.empty()) return;
+    // Named: only the figures both runs measured were compared.
+    std::vector<std::string> compared;
+    if (now_.tokens_per_s > 0 && baseline_->tokens_per_s > 0) compared.push_back("tokens/s");
+    if (now_.busbw_gbs > 0 && baseline_->busbw_gbs > 0) compared.push_back("busbw");
+    if (now_.write_gbs > 0 && baseline_->write_gbs > 0) compared.push_back("write GB/s");
+    std::string names;
+    for (size_t i = 0; i < compared.size(); ++i)
+      names += (i == 0 ? "" : i + 1 == compared.size() ? " and " : ", ") + compared[i];
+    job.notes.push_back(compared.empty() ? "baseline: no figure measured in both runs to compare"
+                                         : "baseline: " + names + " within the tolerance");
   }
 
   nlohmann::json to_json(const RunOutcome& outcome) const {

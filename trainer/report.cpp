@@ -141,12 +141,8 @@ void print_progress(FILE* out, const Config& config, const StepRecord& step,
 
 namespace {
 
-// The summary's figures: tokens/s to the bottleneck.
-void print_summary_figures(FILE* out, const RunOutcome& outcome) {
-  const RunSummary& s = outcome.summary;
-  // No step after warm-up (a run a failure stopped early, or all warm-up):
-  // no rate, share or bottleneck was measured, and zeros would read as figures.
-  const bool measured = s.measured_steps > 0;
+// tokens/s, at the median step and over the wall, and the step's time.
+void print_rate_lines(FILE* out, const RunSummary& s, bool measured) {
   if (!measured)
     std::fprintf(out, "  tokens/s            not measured: no step after warm-up  (%ld tokens/step)\n",
                  s.global_tokens_per_step);
@@ -167,6 +163,10 @@ void print_summary_figures(FILE* out, const RunOutcome& outcome) {
   else if (measured)
     std::fprintf(out, "  step time           not measured (report.instrument=false): %.2f s for the measured steps\n",
                  s.measured_wall_s);
+}
+
+// FLOPs: the model's per token, achieved, the GEMM ceiling and MFU.
+void print_flops_lines(FILE* out, const RunSummary& s, bool measured) {
   std::fprintf(out, "  model FLOPs/token   %s\n", human_count(s.model_flops_per_token).c_str());
   if (measured)
     std::fprintf(out, "  achieved            %sFLOP/s per device\n",
@@ -187,8 +187,10 @@ void print_summary_figures(FILE* out, const RunOutcome& outcome) {
   } else if (measured) {
     std::fprintf(out, "  MFU                 not known: no gemm ceiling and no datasheet peak for this device\n");
   }
-  if (!outcome.steps.empty()) std::fprintf(out, "  loss                %s -> %s\n", loss_text(s.loss_first).c_str(),
-                                           loss_text(s.loss_last).c_str());
+}
+
+// Where the step's time went: the categories' shares, the collectives, the ops.
+void print_time_lines(FILE* out, const RunSummary& s, bool measured) {
   if (measured && s.timed)
     std::fprintf(out,
                  "  time shares         compute %.1f%%  comm exposed %.1f%%  data stall %.1f%%  "
@@ -222,10 +224,10 @@ void print_summary_figures(FILE* out, const RunOutcome& outcome) {
         std::fprintf(out, "    %-10s %9.2f ms  %5.1f%%\n", op.op.c_str(), 1e3 * op.seconds,
                      total > 0 ? 100.0 * op.seconds / total : 0.0);
   }
-  if (s.optimizer_bytes_per_rank < s.optimizer_bytes_unsharded)
-    std::fprintf(out, "  optimizer state     %s per rank (ZeRO-1), %s unsharded\n",
-                 human_bytes(static_cast<double>(s.optimizer_bytes_per_rank)).c_str(),
-                 human_bytes(static_cast<double>(s.optimizer_bytes_unsharded)).c_str());
+}
+
+// What the run read from storage, and the read bandwidth it needs.
+void print_storage_read_lines(FILE* out, const RunSummary& s, bool measured) {
   if (s.bytes_read > 0) {
     // Delivered over the steps trained: none (a run stopped before its
     // first step ended) is no window to rate.
@@ -247,6 +249,41 @@ void print_summary_figures(FILE* out, const RunOutcome& outcome) {
       std::fprintf(out, "  read bandwidth need %s at the measured tokens/s\n",
                    human_rate(s.required_read_gbs_measured).c_str());
   }
+}
+
+// The checkpoints' line: counts, bytes written, the measured ones' medians.
+void print_checkpoints_line(FILE* out, const RunSummary& s, const std::vector<CheckpointRecord>& checkpoints) {
+  if (checkpoints.empty()) return;
+  const CheckpointRecord* last = nullptr;
+  for (const CheckpointRecord& c : checkpoints)
+    if (c.status == "committed") last = &c;
+  std::fprintf(out, "  checkpoints         %ld committed, %ld skipped%s; %s written",
+               static_cast<long>(s.checkpoints_committed), static_cast<long>(s.checkpoints_skipped),
+               s.checkpoints_failed > 0 ? (", " + std::to_string(s.checkpoints_failed) + " failed").c_str() : "",
+               human_bytes(static_cast<double>(s.bytes_written)).c_str());
+  if (last != nullptr)
+    std::fprintf(out, ", %s write, stall %.1f ms per checkpoint (median), last: step %ld",
+                 human_rate(s.checkpoint_write_gbs).c_str(), 1e3 * s.checkpoint_stall_s,
+                 static_cast<long>(last->step));
+  std::fprintf(out, "\n");
+}
+
+// The summary's figures: tokens/s to the bottleneck.
+void print_summary_figures(FILE* out, const RunOutcome& outcome) {
+  const RunSummary& s = outcome.summary;
+  // No step after warm-up (a run a failure stopped early, or all warm-up):
+  // no rate, share or bottleneck was measured, and zeros would read as figures.
+  const bool measured = s.measured_steps > 0;
+  print_rate_lines(out, s, measured);
+  print_flops_lines(out, s, measured);
+  if (!outcome.steps.empty()) std::fprintf(out, "  loss                %s -> %s\n", loss_text(s.loss_first).c_str(),
+                                           loss_text(s.loss_last).c_str());
+  print_time_lines(out, s, measured);
+  if (s.optimizer_bytes_per_rank < s.optimizer_bytes_unsharded)
+    std::fprintf(out, "  optimizer state     %s per rank (ZeRO-1), %s unsharded\n",
+                 human_bytes(static_cast<double>(s.optimizer_bytes_per_rank)).c_str(),
+                 human_bytes(static_cast<double>(s.optimizer_bytes_unsharded)).c_str());
+  print_storage_read_lines(out, s, measured);
   if (measured && s.timed && s.ranks.size() > 1) {
     const RankSummary& slow = s.ranks[static_cast<size_t>(s.slowest_rank)];
     std::fprintf(out,
@@ -254,20 +291,7 @@ void print_summary_figures(FILE* out, const RunOutcome& outcome) {
                  "ranks' median; the summary is its view\n",
                  slow.rank, slow.host.c_str(), 1e3 * slow.own_s, 1e3 * slow.step_s, 100.0 * s.slowest_rank_excess);
   }
-  if (!outcome.checkpoints.empty()) {
-    const CheckpointRecord* last = nullptr;
-    for (const CheckpointRecord& c : outcome.checkpoints)
-      if (c.status == "committed") last = &c;
-    std::fprintf(out, "  checkpoints         %ld committed, %ld skipped%s; %s written",
-                 static_cast<long>(s.checkpoints_committed), static_cast<long>(s.checkpoints_skipped),
-                 s.checkpoints_failed > 0 ? (", " + std::to_string(s.checkpoints_failed) + " failed").c_str() : "",
-                 human_bytes(static_cast<double>(s.bytes_written)).c_str());
-    if (last != nullptr)
-      std::fprintf(out, ", %s write, stall %.1f ms per checkpoint (median), last: step %ld",
-                   human_rate(s.checkpoint_write_gbs).c_str(), 1e3 * s.checkpoint_stall_s,
-                   static_cast<long>(last->step));
-    std::fprintf(out, "\n");
-  }
+  print_checkpoints_line(out, s, outcome.checkpoints);
   if (!outcome.ceilings_line.empty()) std::fprintf(out, "  ceilings            %s\n", outcome.ceilings_line.c_str());
   if (!s.bottleneck.empty()) std::fprintf(out, "  bottleneck          %s\n", s.bottleneck.c_str());
 }
