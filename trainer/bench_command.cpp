@@ -639,32 +639,32 @@ int BenchCommand::run(const std::string& command_line) {
   return options_->write ? run_io_write() : run_io();
 }
 
-int BenchCommand::run_io() {
-  const Options& o = *options_;
-  refuse_report_out_override("bench io", o.overrides);
-  const Config config = load_config(o.config, o.overrides);
-  const double consumed = o.against.empty() ? 0.0 : consumed_tokens_per_s_per_rank(o.against);
-  if (!o.out.empty()) check_result_path(o.out);
-  check_result_is_not_input(o.out, "--out", o.against, "--against");
+namespace {
 
-  const std::vector<int64_t> asked_readers = integer_list_values(o.readers);
-  const int64_t max_readers = *std::max_element(asked_readers.begin(), asked_readers.end());
-  // The temporary shards are made for the widest reader count asked (a
-  // reader reads whole shards): `bench io --readers 16` on the default data
-  // measures 16 readers, not 8 shards' worth.
-  Config data_config = config;
-  if (data_config.data.shards.empty())
-    data_config.data.synth_shards = std::max(data_config.data.synth_shards, max_readers);
-  DataSetup setup;
-  std::vector<std::string> shards;
+// --- bench io's read phases ---
+
+// The shards bench io reads and what it found of them before the first read.
+struct ShardsToRead {
+  std::vector<std::string> paths;
+  int64_t total_bytes = 0;
+  std::string filesystem;         // the type of the one they are on
+  int64_t memory_bytes = 0;       // this machine's (<= 0: unknown)
+  double resident_at_start = -1;  // the page cache's share of them (< 0: unknown)
+};
+
+// data.shards, or the temporary shards `data_config` makes (removed with `setup`).
+std::vector<std::string> shards_to_read(const Config& data_config, DataSetup& setup) {
   try {
-    shards = shards_for_run(data_config, 1, &setup);
+    return shards_for_run(data_config, 1, &setup);
   } catch (const DataError&) {
     throw;  // the shard list: exit 2
   } catch (const std::exception& e) {
     // Making the temporary shards failed (no space, no temporary folder).
     throw CommandError{kExitEnvironmentError, std::string("data: ") + e.what()};
   }
+}
+
+int64_t total_shard_bytes(const std::vector<std::string>& shards) {
   int64_t total_bytes = 0;
   for (const std::string& path : shards) {
     // resolve_shard_list took regular files only; one replaced since is named, not an internal error.
@@ -673,33 +673,71 @@ int BenchCommand::run_io() {
     if (error) throw DataError(CorruptScope::kShard, path + ": cannot get its size: " + error.message());
     total_bytes += static_cast<int64_t>(size);
   }
-  const FilesystemInfo fs_info = describe_filesystem("data", setup.data_path);
-  // A reader reads whole shards: a count above theirs is skipped below, and
-  // with every count skipped the bench measured no loader and passed.
+  return total_bytes;
+}
+
+// A reader reads whole shards: a count above theirs is skipped below, and
+// with every count skipped the bench measured no loader and passed.
+void check_a_reader_count_fits(const std::vector<int64_t>& asked_readers, const std::string& readers_option,
+                               size_t shards) {
   const int64_t min_readers = *std::min_element(asked_readers.begin(), asked_readers.end());
-  if (min_readers > static_cast<int64_t>(shards.size()))
-    throw CommandError{kExitUserError, "--readers " + o.readers + ": only " + std::to_string(shards.size()) +
+  if (min_readers > static_cast<int64_t>(shards))
+    throw CommandError{kExitUserError, "--readers " + readers_option + ": only " + std::to_string(shards) +
                                            " shard(s), and a reader reads whole shards: no reader count here can "
-                                           "be measured; give --readers up to " + std::to_string(shards.size()) +
+                                           "be measured; give --readers up to " + std::to_string(shards) +
                                            ", or more shards"};
-  std::printf("bench io: %s\n", setup.description.c_str());
-  std::printf("  %s on %s (%s); field .%s, micro-batch %ld x %ld tokens, shuffle buffer %ld\n",
-              human_bytes(static_cast<double>(total_bytes)).c_str(), setup.data_path.c_str(),
-              fs_info.type.c_str(), config.data.field.c_str(), config.train.micro_batch,
-              config.model.seq_len, config.data.shuffle_buffer);
-  std::fflush(stdout);
+}
 
-  // What the page cache holds decides what a read measures: storage, or
-  // memory. Surveyed (mincore) before each measurement, and said beside it.
-  const int64_t memory_bytes = total_memory_bytes();
-  const std::vector<FileResidency> before_any = survey_page_cache(shards, o.seconds);
-  const double resident_at_start = resident_fraction(before_any, shards.size());
-  std::printf("  page cache: %s of the shards' bytes resident before the first read (mincore); "
-              "memory %s; each measurement at most %gs (--seconds)\n",
-              resident_at_start < 0 ? "unknown share" : percent_text(resident_at_start).c_str(),
-              memory_bytes > 0 ? human_bytes(static_cast<double>(memory_bytes)).c_str() : "unknown", o.seconds);
-  std::fflush(stdout);
+// One measurement: its rate, and what the page cache held before it.
+struct MeasuredRead {
+  ReadRate rate;
+  double cached = -1;  // resident fraction before it (< 0: unknown)
+};
 
+// One reader count's measurements, in the order taken.
+struct ReaderCountRow {
+  int64_t readers;
+  MeasuredRead first, second;
+  std::optional<MeasuredRead> loader;
+  const MeasuredRead& faster() const { return second.rate.gbs() > first.rate.gbs() ? second : first; }
+};
+
+// A plain pass reads the files in list order: the share cached of those
+// it opened. `survey`: the page cache as surveyed just before (null: surveyed here).
+MeasuredRead plain_pass(const Config& config, const std::vector<std::string>& shards, int64_t threads, double seconds,
+                        const std::vector<FileResidency>* survey) {
+  const std::vector<FileResidency> own = survey ? std::vector<FileResidency>() : survey_page_cache(shards, seconds);
+  const std::vector<FileResidency>& residency = survey ? *survey : own;
+  MeasuredRead m;
+  m.rate = measure_sequential_read(shards, kRawReadBlock, threads, seconds, delay_s(config));
+  m.cached = resident_fraction(residency, static_cast<size_t>(m.rate.files));
+  return m;
+}
+
+MeasuredRead loader_pass(const Config& config, const std::vector<std::string>& shards, int64_t readers,
+                         double seconds) {
+  LoaderOptions options = loader_options(config, shards, 0, 1);
+  options.readers = readers;
+  MeasuredRead loader;
+  // The loader reads the shards in its shuffled order: the share of all of them.
+  loader.cached = resident_fraction(survey_page_cache(shards, seconds), shards.size());
+  loader.rate = measure_loader(options, seconds);
+  // A whole epoch without a token: a run of these shards stops with exit
+  // 2, and so does the benchmark of its loader (a rate of nothing is no figure).
+  if (loader.rate.complete && loader.rate.tokens == 0)
+    throw DataError(CorruptScope::kConfig,
+                    "data.shards: the loader read all " + std::to_string(shards.size()) +
+                        " shard(s) and found no readable sample with tokens (a ." + config.data.field +
+                        " member of at least one token): a run of them has nothing to train on");
+  return loader;
+}
+
+// One row per reader count, ascending; the counts asked that the loader
+// could not be measured at go in `skipped_readers`, a line each.
+std::vector<ReaderCountRow> measure_reader_counts(const Config& config, const std::vector<std::string>& shards,
+                                                  const std::vector<int64_t>& asked_readers, double seconds,
+                                                  const std::vector<FileResidency>& before_any,
+                                                  std::vector<std::string>& skipped_readers) {
   // For each reader count: a plain read of every shard with that many
   // threads (1st pass), the loader, and the plain read again (2nd pass).
   // Both passes are reported, each with what the page cache held of the
@@ -716,79 +754,29 @@ int BenchCommand::run_io() {
   counts.push_back(1);
   std::sort(counts.begin(), counts.end());
   counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
-  struct Measured {
-    ReadRate rate;
-    double cached = -1;  // resident fraction before it (< 0: unknown)
-  };
-  struct Row {
-    int64_t readers;
-    Measured first, second;
-    std::optional<Measured> loader;
-    const Measured& faster() const { return second.rate.gbs() > first.rate.gbs() ? second : first; }
-  };
-  // A plain pass reads the files in list order: the share cached of those
-  // it opened.
-  const auto plain_pass = [&](int64_t threads, const std::vector<FileResidency>* survey) {
-    const std::vector<FileResidency> own = survey ? std::vector<FileResidency>() : survey_page_cache(shards, o.seconds);
-    const std::vector<FileResidency>& residency = survey ? *survey : own;
-    Measured m;
-    m.rate = measure_sequential_read(shards, kRawReadBlock, threads, o.seconds, delay_s(config));
-    m.cached = resident_fraction(residency, static_cast<size_t>(m.rate.files));
-    return m;
-  };
-  // The small files' folder, made before the measurements: a
-  // --small-files-dir that could not take it was found after them all
-  // (minutes of them), and not one row was kept. It goes however this ends.
-  std::string small_dir;
-  std::optional<FolderRemovedAtScopeEnd> remove_small_dir;
-  if (o.small_files) {
-    try {
-      small_dir = make_temporary_directory("trainbench-small-files", o.small_files_dir);
-    } catch (const std::runtime_error& e) {
-      throw CommandError{kExitUserError, std::string("--small-files-dir: ") + e.what()};
-    }
-    remove_small_dir.emplace(small_dir);
-  }
-  std::vector<Row> rows;
-  // Reader counts the loader could not be measured at: said in the result
-  // JSON's warnings too, where a sweep over --readers looks for its rows.
-  std::vector<std::string> skipped_readers;
+  std::vector<ReaderCountRow> rows;
   for (int64_t readers : counts) {
-    Row row{readers, plain_pass(readers, rows.empty() ? &before_any : nullptr), {}, std::nullopt};
+    ReaderCountRow row{readers, plain_pass(config, shards, readers, seconds, rows.empty() ? &before_any : nullptr),
+                       {}, std::nullopt};
     const bool asked = std::find(asked_readers.begin(), asked_readers.end(), readers) != asked_readers.end();
     if (asked && static_cast<int64_t>(shards.size()) < readers) {
       skipped_readers.push_back("the loader was not measured with " + std::to_string(readers) + " readers: only " +
                                 std::to_string(shards.size()) + " shards (a reader reads whole shards)");
       std::printf("  (skipping %ld readers: only %zu shards)\n", readers, shards.size());
     } else if (asked) {
-      LoaderOptions options = loader_options(config, shards, 0, 1);
-      options.readers = readers;
-      Measured loader;
-      // The loader reads the shards in its shuffled order: the share of all of them.
-      loader.cached = resident_fraction(survey_page_cache(shards, o.seconds), shards.size());
-      loader.rate = measure_loader(options, o.seconds);
-      // A whole epoch without a token: a run of these shards stops with exit
-      // 2, and so does the benchmark of its loader (a rate of nothing is no figure).
-      if (loader.rate.complete && loader.rate.tokens == 0)
-        throw DataError(CorruptScope::kConfig,
-                        "data.shards: the loader read all " + std::to_string(shards.size()) +
-                            " shard(s) and found no readable sample with tokens (a ." + config.data.field +
-                            " member of at least one token): a run of them has nothing to train on");
-      row.loader = loader;
+      row.loader = loader_pass(config, shards, readers, seconds);
     }
-    row.second = plain_pass(readers, nullptr);
+    row.second = plain_pass(config, shards, readers, seconds, nullptr);
     rows.push_back(row);
   }
-  const ReadRate& single_stream = rows.front().faster().rate;
-  const Measured& first_read = rows.front().first;
+  return rows;
+}
 
-  // Figures from the page cache are not the storage's: say so, and how to
-  // get the storage's.
-  std::vector<std::string> warnings = setup.warnings;
-  warnings.insert(warnings.end(), skipped_readers.begin(), skipped_readers.end());
+// What the loader's epoch met that `run` warns of.
+void add_loader_warnings(const std::vector<ReaderCountRow>& rows, std::vector<std::string>& warnings) {
   // data.on_corrupt=skip: what the loader left out is said, as `run` says it
   // (its rate is of the rest). Every reader count reads the same epoch: the first is told.
-  for (const Row& row : rows) {
+  for (const ReaderCountRow& row : rows) {
     if (!row.loader || !row.loader->rate.left_out()) continue;
     warnings.push_back(skip_warning(row.loader->rate, "in the loader's epoch with " + std::to_string(row.readers) +
                                                           " reader(s); its figures are the rest's"));
@@ -796,7 +784,7 @@ int BenchCommand::run_io() {
   }
   // Shards the loader read as whole that hold less than was written, as
   // `run` warns of them (the first reader count that met them is told).
-  for (const Row& row : rows) {
+  for (const ReaderCountRow& row : rows) {
     if (!row.loader || row.loader->rate.shards_cut_short + row.loader->rate.shards_without_samples == 0) continue;
     const ReadRate& r = row.loader->rate;
     warnings.push_back("the loader's epoch with " + std::to_string(row.readers) + " reader(s) read as whole: " +
@@ -804,6 +792,14 @@ int BenchCommand::run_io() {
                        r.first_odd_shard + "); `trainbench shards verify` names every such shard");
     break;
   }
+}
+
+// Figures from the page cache are not the storage's: say so, and how to
+// get the storage's.
+void add_page_cache_warning(const std::vector<ReaderCountRow>& rows, const ShardsToRead& shards,
+                            std::vector<std::string>& warnings) {
+  const MeasuredRead& first_read = rows.front().first;
+  const int64_t total_bytes = shards.total_bytes, memory_bytes = shards.memory_bytes;
   const std::string storage_figures =
       "for storage figures read a data set larger than memory (trainbench shards synth --size ...), or drop the "
       "page cache as root before bench io (sync; echo 3 > /proc/sys/vm/drop_caches)";
@@ -827,8 +823,8 @@ int BenchCommand::run_io() {
     // Larger than memory, but a pass stopped at --seconds leaves a part in
     // the cache that the next one reads again.
     int warm = 0, all = 0;
-    for (const Row& row : rows)
-      for (const Measured* m : {&row.first, &row.second, row.loader ? &*row.loader : nullptr})
+    for (const ReaderCountRow& row : rows)
+      for (const MeasuredRead* m : {&row.first, &row.second, row.loader ? &*row.loader : nullptr})
         if (m != nullptr) {
           ++all;
           warm += m->cached >= 0.5 ? 1 : 0;
@@ -838,86 +834,111 @@ int BenchCommand::run_io() {
                          " measurements read mostly from the page cache (cached >= 50%): those are page-cache "
                          "figures, not the storage's");
   }
+}
 
-  std::optional<ReadRate> small;
-  int64_t small_files_written = 0;
-  bool any_small_left_out = false;
-  if (o.small_files) {
-    const std::string& dir = small_dir;
-    // data.on_corrupt=skip: the corrupt data is left out as the loader
-    // leaves it (the first corrupt sample ended the whole bench, exit 2,
-    // after the loader's rows had been measured without it).
-    const bool skip = config.data.on_corrupt == "skip";
-    ReadRate extract_skips;
-    try {
-      small_files_written =
-          extract_to_small_files(shards, dir, config.data.max_sample_bytes, skip ? &extract_skips : nullptr);
-    } catch (const std::system_error& e) {
-      throw CommandError{kExitEnvironmentError,
-                         std::string("--small-files: ") + e.what() + " (unpacking " +
-                             human_bytes(static_cast<double>(total_bytes)) + " of shards, into " + dir +
-                             "); free space there or give --small-files-dir a disk with room"};
-    }
-    small = measure_small_files(dir, config.data.field, config.model.vocab, max_readers, o.seconds, delay_s(config),
-                                skip);
-    small->samples_skipped += extract_skips.samples_skipped;
-    small->shards_skipped = extract_skips.shards_skipped;
-    if (!extract_skips.first_skip.empty()) small->first_skip = extract_skips.first_skip;
-    if (small->left_out()) {
-      any_small_left_out = true;
-      warnings.push_back(skip_warning(*small, "of the small files; their figures are the rest's"));
-    }
+// The samples as one file per member, read back.
+struct SmallFilesRead {
+  ReadRate rate;
+  int64_t written = 0;  // the files unpacked
+  double files_per_s() const {
+    return rate.seconds > 0 && written > 0
+               ? static_cast<double>(rate.files) / static_cast<double>(written) / rate.seconds
+               : 0.0;
   }
+};
 
-  std::printf("\n  %-36s %7s %10s %8s %11s %11s %12s  %-16s%s\n", "", "cached", "tokens/s", "GB/s", "samples/s",
-              "% 1-stream", "% same thr.", "read", consumed > 0 ? "  x consumed" : "");
+// The shards unpacked into `dir` and read with `threads` threads.
+SmallFilesRead read_small_files(const Config& config, const ShardsToRead& shards, const std::string& dir,
+                                int64_t threads, double seconds) {
+  // data.on_corrupt=skip: the corrupt data is left out as the loader
+  // leaves it (the first corrupt sample ended the whole bench, exit 2,
+  // after the loader's rows had been measured without it).
+  const bool skip = config.data.on_corrupt == "skip";
+  ReadRate extract_skips;
+  SmallFilesRead small;
+  try {
+    small.written =
+        extract_to_small_files(shards.paths, dir, config.data.max_sample_bytes, skip ? &extract_skips : nullptr);
+  } catch (const std::system_error& e) {
+    throw CommandError{kExitEnvironmentError,
+                       std::string("--small-files: ") + e.what() + " (unpacking " +
+                           human_bytes(static_cast<double>(shards.total_bytes)) + " of shards, into " + dir +
+                           "); free space there or give --small-files-dir a disk with room"};
+  }
+  small.rate =
+      measure_small_files(dir, config.data.field, config.model.vocab, threads, seconds, delay_s(config), skip);
+  small.rate.samples_skipped += extract_skips.samples_skipped;
+  small.rate.shards_skipped = extract_skips.shards_skipped;
+  if (!extract_skips.first_skip.empty()) small.rate.first_skip = extract_skips.first_skip;
+  return small;
+}
+
+// The percentages compare the share of the data a measurement read per
+// second: of the shards' bytes, and for the small files of the files
+// written, which hold the members alone, without the tar headers and
+// padding (their GB/s against the shards' compared 245 KB of payload
+// with 566 KB of tar, and read 9% as 4%).
+double shards_read_per_s(const ReadRate& r, int64_t total_bytes) {
+  return r.seconds > 0 && total_bytes > 0 ? static_cast<double>(r.bytes) / static_cast<double>(total_bytes) / r.seconds
+                                          : 0.0;
+}
+
+// The console's table of reads, a line per measurement; `stopped` notes
+// whether --seconds ended any of them.
+struct ReadTable {
+  int64_t total_bytes;
+  const ReadRate& single_stream;
+  double consumed;  // --against's tokens/s per rank (0: none)
   bool stopped = false;
-  // The percentages compare the share of the data a measurement read per
-  // second: of the shards' bytes, and for the small files of the files
-  // written, which hold the members alone, without the tar headers and
-  // padding (their GB/s against the shards' compared 245 KB of payload
-  // with 566 KB of tar, and read 9% as 4%).
-  const auto shards_per_s = [total_bytes](const ReadRate& r) {
-    return r.seconds > 0 && total_bytes > 0 ? static_cast<double>(r.bytes) / static_cast<double>(total_bytes) / r.seconds
-                                            : 0.0;
-  };
-  const auto print_rate = [&](const std::string& name, const ReadRate& r, double cached, double share_per_s,
-                              const ReadRate& same, const std::string& extent) {
+
+  void print_row(const std::string& name, const ReadRate& r, double cached, double share_per_s, const ReadRate& same,
+                 const std::string& extent) {
     stopped = stopped || !r.complete;
     std::printf("  %-36s %7s %10s %8.2f %11s %10.0f%% %11.0f%%  %-16s", name.c_str(),
                 cached < 0 ? "?" : percent_text(cached).c_str(),
                 r.tokens > 0 ? human_count(r.tokens_per_s()).c_str() : "-", r.gbs(),
                 r.samples > 0 ? human_count(r.samples_per_s()).c_str() : "-",
-                100.0 * share_per_s / shards_per_s(single_stream), 100.0 * share_per_s / shards_per_s(same),
-                extent.c_str());
+                100.0 * share_per_s / shards_read_per_s(single_stream, total_bytes),
+                100.0 * share_per_s / shards_read_per_s(same, total_bytes), extent.c_str());
     if (consumed > 0 && r.tokens > 0) std::printf("  %10.1fx", r.tokens_per_s() / consumed);
     std::printf("\n");
-  };
-  const auto of_shards = [&](const ReadRate& r) { return read_extent(r.complete, r.bytes, total_bytes); };
-  bool any_left_out = false;
-  for (const Row& row : rows) any_left_out = any_left_out || (row.loader && row.loader->rate.left_out());
-  for (const Row& row : rows) {
+  }
+  void print_shards_row(const std::string& name, const MeasuredRead& m, const ReadRate& same, const char* suffix) {
+    print_row(name, m.rate, m.cached, shards_read_per_s(m.rate, total_bytes), same,
+              read_extent(m.rate.complete, m.rate.bytes, total_bytes) + suffix);
+  }
+};
+
+// Returns whether --seconds stopped any measurement.
+bool print_read_table(const std::vector<ReaderCountRow>& rows, const std::optional<SmallFilesRead>& small,
+                      int64_t max_readers, int64_t total_bytes, double consumed) {
+  std::printf("\n  %-36s %7s %10s %8s %11s %11s %12s  %-16s%s\n", "", "cached", "tokens/s", "GB/s", "samples/s",
+              "% 1-stream", "% same thr.", "read", consumed > 0 ? "  x consumed" : "");
+  ReadTable table{total_bytes, rows.front().faster().rate, consumed};
+  for (const ReaderCountRow& row : rows) {
     const std::string plain = "plain read, " + std::to_string(row.readers) + " thread(s), ";
     const ReadRate& same = row.faster().rate;
-    print_rate(plain + "1st pass", row.first.rate, row.first.cached, shards_per_s(row.first.rate), same,
-               of_shards(row.first.rate));
+    table.print_shards_row(plain + "1st pass", row.first, same, "");
     if (row.loader)
-      print_rate("loader, " + std::to_string(row.readers) + " reader(s)", row.loader->rate, row.loader->cached,
-                 shards_per_s(row.loader->rate), same,
-                 of_shards(row.loader->rate) + (row.loader->rate.left_out() ? " but skipped" : ""));
-    print_rate(plain + "2nd pass", row.second.rate, row.second.cached, shards_per_s(row.second.rate), same,
-               of_shards(row.second.rate));
+      table.print_shards_row("loader, " + std::to_string(row.readers) + " reader(s)", *row.loader, same,
+                             row.loader->rate.left_out() ? " but skipped" : "");
+    table.print_shards_row(plain + "2nd pass", row.second, same, "");
   }
   // The counts are ascending: the last row is max_readers', the small files' thread count.
-  const ReadRate& widest = rows.back().faster().rate;
-  const double small_files_per_s =
-      small && small->seconds > 0 && small_files_written > 0
-          ? static_cast<double>(small->files) / static_cast<double>(small_files_written) / small->seconds
-          : 0.0;
   if (small)  // just written: cached as far as memory holds it
-    print_rate("small files, " + std::to_string(max_readers) + " thread(s)", *small, -1, small_files_per_s, widest,
-               read_extent(small->complete, small->files, small_files_written) +
-                   (small->left_out() ? " but skipped" : ""));
+    table.print_row("small files, " + std::to_string(max_readers) + " thread(s)", small->rate, -1,
+                    small->files_per_s(), rows.back().faster().rate,
+                    read_extent(small->rate.complete, small->rate.files, small->written) +
+                        (small->rate.left_out() ? " but skipped" : ""));
+  return table.stopped;
+}
+
+// What the table's columns mean, the warnings, and what the comparisons are of.
+void print_read_notes(const std::vector<ReaderCountRow>& rows, const std::optional<SmallFilesRead>& small,
+                      bool stopped, const std::vector<std::string>& warnings, double consumed,
+                      const std::string& against) {
+  bool any_left_out = small && small->rate.left_out();
+  for (const ReaderCountRow& row : rows) any_left_out = any_left_out || (row.loader && row.loader->rate.left_out());
   std::printf("  cached: share of the bytes a measurement read that the page cache held before it (mincore): "
               "0%% = read from storage (cold), 100%% = from memory (warm)\n");
   std::printf("  %% 1-stream, %% same thr.: the share of the data read per second, of the faster plain pass's "
@@ -926,60 +947,145 @@ int BenchCommand::run_io() {
               stopped ? "; N% (stopped) = --seconds ended it with N% of the shards' bytes (small files: of "
                         "the files) read, and the figures are that part's"
                       : "",
-              any_left_out || any_small_left_out
-                  ? "; but skipped = data.on_corrupt=skip left corrupt data out (warning below)"
-                  : "");
+              any_left_out ? "; but skipped = data.on_corrupt=skip left corrupt data out (warning below)" : "");
   for (const std::string& warning : warnings) std::printf("  warning: %s\n", warning.c_str());
   if (consumed > 0)
-    std::printf("\n  training consumed %s tokens/s per rank (%s)\n", human_count(consumed).c_str(),
-                o.against.c_str());
+    std::printf("\n  training consumed %s tokens/s per rank (%s)\n", human_count(consumed).c_str(), against.c_str());
   if (small)
     std::printf("  small files: %ld files for the shards' samples (%ld files, %ld samples read): the members' "
                 "bytes without the tar headers and padding, one open+read+close per file; its %% columns compare "
                 "files of the files per second with bytes of the shards' bytes\n",
-                small_files_written, small->files, small->samples);
+                small->written, small->rate.files, small->rate.samples);
+}
 
-  if (!o.out.empty()) {
-    const auto measured_json = [](const Measured& m) {
-      nlohmann::json j = rate_json(m.rate);
-      j["cached_fraction_before"] = m.cached < 0 ? nlohmann::json(nullptr) : nlohmann::json(m.cached);
-      return j;
-    };
-    nlohmann::json measured = nlohmann::json::array();
-    for (const Row& row : rows) {
-      const Measured& faster = row.faster();
-      nlohmann::json entry = {{"threads", row.readers},
-                              {"plain_read", measured_json(faster)},
-                              {"plain_read_first_pass", measured_json(row.first)},
-                              {"plain_read_second_pass", measured_json(row.second)}};
-      if (row.loader) {
-        entry["loader"] = measured_json(*row.loader);
-        entry["loader_fraction_of_plain_read"] = row.loader->rate.gbs() / faster.rate.gbs();
-        entry["loader_fraction_of_single_stream"] = row.loader->rate.gbs() / single_stream.gbs();
-      }
-      measured.push_back(entry);
+nlohmann::json measured_read_json(const MeasuredRead& m) {
+  nlohmann::json j = rate_json(m.rate);
+  j["cached_fraction_before"] = m.cached < 0 ? nlohmann::json(nullptr) : nlohmann::json(m.cached);
+  return j;
+}
+
+// The result JSON; `data_config`: the config as the shards were made.
+nlohmann::json io_result_json(const Config& data_config, const ShardsToRead& shards,
+                              const std::vector<ReaderCountRow>& rows, const std::optional<SmallFilesRead>& small,
+                              double consumed, const std::vector<std::string>& warnings) {
+  const ReadRate& single_stream = rows.front().faster().rate;
+  nlohmann::json measured = nlohmann::json::array();
+  for (const ReaderCountRow& row : rows) {
+    const MeasuredRead& faster = row.faster();
+    nlohmann::json entry = {{"threads", row.readers},
+                            {"plain_read", measured_read_json(faster)},
+                            {"plain_read_first_pass", measured_read_json(row.first)},
+                            {"plain_read_second_pass", measured_read_json(row.second)}};
+    if (row.loader) {
+      entry["loader"] = measured_read_json(*row.loader);
+      entry["loader_fraction_of_plain_read"] = row.loader->rate.gbs() / faster.rate.gbs();
+      entry["loader_fraction_of_single_stream"] = row.loader->rate.gbs() / single_stream.gbs();
     }
-    const nlohmann::json result = {
-        {"schema", "trainbench.bench_io/v1"},
-        {"version", trainbench_version()},
-        {"config", config_to_json(data_config)},  // as the shards were made
-        {"shards", static_cast<int64_t>(shards.size())},
-        {"shard_bytes", total_bytes},
-        {"filesystem", fs_info.type},
-        {"memory_total_bytes", memory_bytes > 0 ? nlohmann::json(memory_bytes) : nlohmann::json(nullptr)},
-        {"shards_fit_in_memory", memory_bytes > 0 ? nlohmann::json(total_bytes <= memory_bytes) : nlohmann::json(nullptr)},
-        {"cached_fraction_at_start", resident_at_start < 0 ? nlohmann::json(nullptr) : nlohmann::json(resident_at_start)},
-        {"first_read", measured_json(first_read)},
-        {"single_stream_read", measured_json(rows.front().faster())},
-        {"by_threads", measured},
-        {"small_files", small ? rate_json(*small) : nlohmann::json(nullptr)},
-        // The share of the data read per second against the widest plain read's (see print_rate).
-        {"small_files_fraction_of_plain_read",
-         small ? nlohmann::json(small_files_per_s / shards_per_s(widest)) : nlohmann::json(nullptr)},
-        {"consumed_tokens_per_s_per_rank", consumed > 0 ? nlohmann::json(consumed) : nlohmann::json(nullptr)},
-        {"warnings", warnings},
-    };
-    write_result_json(o.out, result, config, false);
+    measured.push_back(entry);
+  }
+  const int64_t total_bytes = shards.total_bytes, memory_bytes = shards.memory_bytes;
+  const ReadRate& widest = rows.back().faster().rate;
+  return {
+      {"schema", "trainbench.bench_io/v1"},
+      {"version", trainbench_version()},
+      {"config", config_to_json(data_config)},  // as the shards were made
+      {"shards", static_cast<int64_t>(shards.paths.size())},
+      {"shard_bytes", total_bytes},
+      {"filesystem", shards.filesystem},
+      {"memory_total_bytes", memory_bytes > 0 ? nlohmann::json(memory_bytes) : nlohmann::json(nullptr)},
+      {"shards_fit_in_memory",
+       memory_bytes > 0 ? nlohmann::json(total_bytes <= memory_bytes) : nlohmann::json(nullptr)},
+      {"cached_fraction_at_start",
+       shards.resident_at_start < 0 ? nlohmann::json(nullptr) : nlohmann::json(shards.resident_at_start)},
+      {"first_read", measured_read_json(rows.front().first)},
+      {"single_stream_read", measured_read_json(rows.front().faster())},
+      {"by_threads", measured},
+      {"small_files", small ? rate_json(small->rate) : nlohmann::json(nullptr)},
+      // The share of the data read per second against the widest plain read's (see shards_read_per_s).
+      {"small_files_fraction_of_plain_read",
+       small ? nlohmann::json(small->files_per_s() / shards_read_per_s(widest, total_bytes)) : nlohmann::json(nullptr)},
+      {"consumed_tokens_per_s_per_rank", consumed > 0 ? nlohmann::json(consumed) : nlohmann::json(nullptr)},
+      {"warnings", warnings},
+  };
+}
+
+}  // namespace
+
+int BenchCommand::run_io() {
+  const Options& o = *options_;
+  refuse_report_out_override("bench io", o.overrides);
+  const Config config = load_config(o.config, o.overrides);
+  const double consumed = o.against.empty() ? 0.0 : consumed_tokens_per_s_per_rank(o.against);
+  if (!o.out.empty()) check_result_path(o.out);
+  check_result_is_not_input(o.out, "--out", o.against, "--against");
+
+  const std::vector<int64_t> asked_readers = integer_list_values(o.readers);
+  const int64_t max_readers = *std::max_element(asked_readers.begin(), asked_readers.end());
+  // The temporary shards are made for the widest reader count asked (a
+  // reader reads whole shards): `bench io --readers 16` on the default data
+  // measures 16 readers, not 8 shards' worth.
+  Config data_config = config;
+  if (data_config.data.shards.empty())
+    data_config.data.synth_shards = std::max(data_config.data.synth_shards, max_readers);
+  DataSetup setup;
+  ShardsToRead shards;
+  shards.paths = shards_to_read(data_config, setup);
+  shards.total_bytes = total_shard_bytes(shards.paths);
+  shards.filesystem = describe_filesystem("data", setup.data_path).type;
+  check_a_reader_count_fits(asked_readers, o.readers, shards.paths.size());
+  std::printf("bench io: %s\n", setup.description.c_str());
+  std::printf("  %s on %s (%s); field .%s, micro-batch %ld x %ld tokens, shuffle buffer %ld\n",
+              human_bytes(static_cast<double>(shards.total_bytes)).c_str(), setup.data_path.c_str(),
+              shards.filesystem.c_str(), config.data.field.c_str(), config.train.micro_batch,
+              config.model.seq_len, config.data.shuffle_buffer);
+  std::fflush(stdout);
+
+  // What the page cache holds decides what a read measures: storage, or
+  // memory. Surveyed (mincore) before each measurement, and said beside it.
+  shards.memory_bytes = total_memory_bytes();
+  const std::vector<FileResidency> before_any = survey_page_cache(shards.paths, o.seconds);
+  shards.resident_at_start = resident_fraction(before_any, shards.paths.size());
+  std::printf("  page cache: %s of the shards' bytes resident before the first read (mincore); "
+              "memory %s; each measurement at most %gs (--seconds)\n",
+              shards.resident_at_start < 0 ? "unknown share" : percent_text(shards.resident_at_start).c_str(),
+              shards.memory_bytes > 0 ? human_bytes(static_cast<double>(shards.memory_bytes)).c_str() : "unknown",
+              o.seconds);
+  std::fflush(stdout);
+
+  // The small files' folder, made before the measurements: a
+  // --small-files-dir that could not take it was found after them all
+  // (minutes of them), and not one row was kept. It goes however this ends.
+  std::string small_dir;
+  std::optional<FolderRemovedAtScopeEnd> remove_small_dir;
+  if (o.small_files) {
+    try {
+      small_dir = make_temporary_directory("trainbench-small-files", o.small_files_dir);
+    } catch (const std::runtime_error& e) {
+      throw CommandError{kExitUserError, std::string("--small-files-dir: ") + e.what()};
+    }
+    remove_small_dir.emplace(small_dir);
+  }
+  // Reader counts the loader could not be measured at: said in the result
+  // JSON's warnings too, where a sweep over --readers looks for its rows.
+  std::vector<std::string> skipped_readers;
+  const std::vector<ReaderCountRow> rows =
+      measure_reader_counts(config, shards.paths, asked_readers, o.seconds, before_any, skipped_readers);
+
+  std::vector<std::string> warnings = setup.warnings;
+  warnings.insert(warnings.end(), skipped_readers.begin(), skipped_readers.end());
+  add_loader_warnings(rows, warnings);
+  add_page_cache_warning(rows, shards, warnings);
+  std::optional<SmallFilesRead> small;
+  if (o.small_files) {
+    small = read_small_files(config, shards, small_dir, max_readers, o.seconds);
+    if (small->rate.left_out())
+      warnings.push_back(skip_warning(small->rate, "of the small files; their figures are the rest's"));
+  }
+
+  const bool stopped = print_read_table(rows, small, max_readers, shards.total_bytes, consumed);
+  print_read_notes(rows, small, stopped, warnings, consumed, o.against);
+  if (!o.out.empty()) {
+    write_result_json(o.out, io_result_json(data_config, shards, rows, small, consumed, warnings), config, false);
     std::printf("  result: %s\n", o.out.c_str());
   }
   return kExitOk;
@@ -1111,6 +1217,157 @@ int BenchCommand::run_io_write() {
   return kExitOk;
 }
 
+namespace {
+
+// --- bench comm's phases ---
+
+// What bench comm measures and on which ranks: said before it measures,
+// and in the result JSON.
+struct CommBenchSetup {
+  int64_t gradient_elements = 0;
+  std::vector<int64_t> bucket_bytes;  // the trainer's buckets of them
+  int world = 0, hosts = 0;
+  int host_ranks = 0;  // the ranks on this host
+  bool mpi = false;    // the MPI backend: a raw path, and MPI's scratch
+  int64_t bytes_per_rank = 0;
+  int64_t iters = 0, warmup_iters = 0, average = 0;  // as typed
+  AcrossRanks across_ranks = AcrossRanks::kMax;
+};
+
+// The elements of the gradient one training step of this model all-reduces.
+int64_t gradient_elements_of(const Config& config) {
+  EngineOptions engine_options;
+  engine_options.shape = config.model;
+  engine_options.lora = lora_spec(config);
+  return make_layout(engine_options).trainable_params();
+}
+
+// The communicator measured: `bootstrap`, or NCCL over it on the rank's GPU
+// where comm_bench_gpu picks one.
+std::unique_ptr<Communicator> measured_communicator(std::unique_ptr<Communicator> bootstrap, const Config& config) {
+  const int gpu = comm_bench_gpu(config, *bootstrap);
+  if (gpu < 0) return bootstrap;
+  std::unique_ptr<Communicator> comm = make_nccl_communicator(std::move(bootstrap), gpu, config.comm.timeout_s);
+  if (comm == nullptr) throw CommandError{kExitEnvironmentError, "comm.backend=nccl: this build has no NCCL backend"};
+  comm->set_context("bench comm");
+  return comm;
+}
+
+// The raw path makes one MPI call per size, and MPI counts are int: a
+// larger size ended the job (exit 3) once the buffers were allocated and
+// the communicator's path measured. Same options on every rank (checked
+// before this, check_ranks_run_the_same_job): every rank refuses alike.
+void refuse_sizes_beyond_one_mpi_call(const CommBenchSweep& sweep, const Config& config) {
+  constexpr int64_t kMpiMaxBytes = int64_t{std::numeric_limits<int>::max()} * 4;
+  const int64_t largest_bucket = *std::max_element(sweep.bucket_bytes.begin(), sweep.bucket_bytes.end());
+  if (sweep.mpi && size_sweep(sweep.min_bytes, sweep.max_bytes, sweep.factor).back() > kMpiMaxBytes)
+    throw CommandError{kExitUserError,
+                       "bench comm: --max-bytes " + human_bytes(static_cast<double>(sweep.max_bytes)) +
+                           " is more than one MPI call carries (counts are int: at most 2147483647 floats, " +
+                           std::to_string(kMpiMaxBytes) + " bytes), and the raw path measures each size in one "
+                           "call: give --max-bytes " + std::to_string(kMpiMaxBytes) + " or less (e.g. 4G)"};
+  if (sweep.mpi && largest_bucket > kMpiMaxBytes)
+    throw CommandError{kExitUserError,
+                       "bench comm: a gradient bucket of " + human_bytes(static_cast<double>(largest_bucket)) +
+                           " is more than one MPI call carries (counts are int: at most " +
+                           std::to_string(kMpiMaxBytes) + " bytes of floats): " +
+                           (config.comm.overlap ? "set comm.bucket_mb lower"
+                                                : "set comm.overlap=true (off makes the gradient one bucket)")};
+}
+
+// Before a byte is allocated: the buffers of the largest size (and MPI's
+// scratch) on every rank of a host come out of that host's memory; 16G on
+// two ranks ran a minute and ended in the system's OOM killer, and under
+// ulimit -v said only "out of memory".
+void check_room_for_buffers(const CommBenchSweep& sweep, int host_ranks, Communicator& comm) {
+  // One rank's shortfall alone (MemAvailable read at slightly different
+  // moments, a limit on one node) stops every rank.
+  // A GPU whose free memory cannot be read is every rank's reason to stop
+  // too: alone, that rank left the others waiting in the agreement below.
+  std::string why_no_gpu_figure;
+  const int64_t gpu_free = free_bench_buffer_bytes(comm, &why_no_gpu_figure);
+  const std::string mine =
+      comm.device_buffers() && gpu_free < 0
+          ? "bench comm: the free memory of rank " + std::to_string(comm.rank()) + "'s GPU: " + why_no_gpu_figure
+          : comm_bench_memory_shortfall(sweep, host_ranks, comm.host_name(), gpu_free, comm.rank());
+  const std::string shortfall = first_reason_over_ranks(comm, mine).reason;
+  if (!shortfall.empty()) throw CommandError{kExitEnvironmentError, shortfall};
+}
+
+void print_comm_bench_setup(const CommBenchSetup& s, const Config& config, Communicator& comm) {
+  const char* whose = s.across_ranks == AcrossRanks::kRankZero ? "rank 0's"
+                      : s.across_ranks == AcrossRanks::kMean   ? "the mean over ranks of each rank's"
+                      : s.across_ranks == AcrossRanks::kMin    ? "the fastest rank's"
+                                                               : "the slowest rank's";
+  std::printf("bench comm: %d rank(s) on %d host(s), backend %s%s; each figure %s median of "
+              "%ld iterations after %ld warm-up (--average %ld)\n",
+              s.world, s.hosts, comm.backend_name(),
+              comm.device_buffers() ? (" (NCCL " + nccl_version() + ") on each rank's GPU").c_str() : "", whose,
+              s.iters, s.warmup_iters, s.average);
+  std::printf("  model %s: %s of fp32 gradients in %zu bucket(s), the first %s (comm.bucket_mb %g, "
+              "comm.overlap %s)\n",
+              config.origin.c_str(), human_bytes(static_cast<double>(s.gradient_elements) * 4).c_str(),
+              s.bucket_bytes.size(), human_bytes(static_cast<double>(s.bucket_bytes.front())).c_str(),
+              config.comm.bucket_mb, config.comm.overlap ? "on" : "off: one bucket");
+  std::printf("  memory: at most %s per rank at once (the largest size's buffers%s), %d rank(s) on this host\n",
+              human_bytes(static_cast<double>(s.bytes_per_rank)).c_str(),
+              s.mpi                    ? " and MPI's scratch"
+              : comm.device_buffers() ? ", on each rank's GPU and as much on the host for the data check"
+                                       : "",
+              s.host_ranks);
+  if (s.world == 1)
+    std::printf("  one rank: nothing crosses a link, so busbw is 0 by definition; the data check still runs\n");
+  std::fflush(stdout);
+}
+
+void print_comm_bench_results(const CommBenchSetup& s, const std::vector<CollectiveBenchResult>& step,
+                              const std::vector<CollectiveBenchResult>& collectives, bool all_ok) {
+  std::printf("\n  gradient step: %zu bucket(s), %s, all-reduced back to back\n", s.bucket_bytes.size(),
+              human_bytes(static_cast<double>(s.gradient_elements) * 4).c_str());
+  std::printf("  %-9s %12s %10s %10s %7s\n", "path", "time (us)", "algbw GB/s", "busbw GB/s", "check");
+  for (const CollectiveBenchResult& r : step)
+    std::printf("  %-9s %12.2f %10.3f %10.3f %7s\n", r.path.c_str(), r.time_s * 1e6, r.algbw_gbs, r.busbw_gbs,
+                check_word(r.check_ok).c_str());
+  print_collective_table(collectives);
+  if (!all_ok) std::printf("\n  data check FAILED: a collective returned wrong values on some rank\n");
+  std::fflush(stdout);
+}
+
+nlohmann::json comm_result_json(const CommBenchSetup& s, const Config& config, Communicator& comm,
+                                const std::vector<CollectiveBenchResult>& step,
+                                const std::vector<CollectiveBenchResult>& collectives, bool all_ok) {
+  nlohmann::json step_json = nlohmann::json::array();
+  for (const CollectiveBenchResult& r : step) step_json.push_back(collective_json(r));
+  nlohmann::json collectives_json = nlohmann::json::array();
+  for (const CollectiveBenchResult& r : collectives) collectives_json.push_back(collective_json(r));
+  return {
+      {"schema", "trainbench.bench_comm/v2"},
+      {"version", trainbench_version()},
+      {"config", config_to_json(config)},
+      {"backend", comm.backend_name()},
+      // What the figures are of: the library under the backend.
+      {"library", std::string(comm.backend_name()) == "mpi"    ? nlohmann::json(mpi_library_version())
+                  : std::string(comm.backend_name()) == "nccl" ? nlohmann::json(nccl_version())
+                                                                : nlohmann::json(nullptr)},
+      // Where the collectives' buffers were: "gpu" (nccl, each rank's) or "host".
+      {"buffers", comm.device_buffers() ? "gpu" : "host"},
+      {"ranks", s.world},
+      {"hosts", s.hosts},
+      {"iters", s.iters},
+      {"warmup_iters", s.warmup_iters},
+      {"average", across_ranks_name(s.across_ranks)},
+      {"gradient_bytes", s.gradient_elements * static_cast<int64_t>(sizeof(float))},
+      {"bucket_bytes", s.bucket_bytes},
+      {"memory_per_rank_bytes", s.bytes_per_rank},
+      {"ranks_on_host", s.host_ranks},
+      {"gradient_step", step_json},
+      {"collectives", collectives_json},
+      {"check", check_word(all_ok)},
+  };
+}
+
+}  // namespace
+
 int BenchCommand::run_comm() {
   const Options& o = *options_;
   refuse_report_out_override("bench comm", o.overrides);
@@ -1120,14 +1377,11 @@ int BenchCommand::run_comm() {
                                            " is smaller than --min-bytes " + std::to_string(o.min_bytes)};
   if (!o.out.empty()) check_result_path(o.out);
 
+  CommBenchSetup s;
   // The buckets one training step of this model all-reduces: the trainer's
   // own cut of its fp32 gradient buffer.
-  EngineOptions engine_options;
-  engine_options.shape = config.model;
-  engine_options.lora = lora_spec(config);
-  const int64_t gradient_elements = make_layout(engine_options).trainable_params();
-  const std::vector<int64_t> bucket_bytes =
-      gradient_bucket_bytes(gradient_elements, config.comm.bucket_mb, config.comm.overlap);
+  s.gradient_elements = gradient_elements_of(config);
+  s.bucket_bytes = gradient_bucket_bytes(s.gradient_elements, config.comm.bucket_mb, config.comm.overlap);
 
   // nccl: its bootstrap first (mpi or local), on which the ranks compare
   // their jobs before NCCL is initialised on each rank's GPU.
@@ -1144,139 +1398,38 @@ int BenchCommand::run_comm() {
                                    // Rank 0 writes it: given to another rank alone, it was not written.
                                    (o.out.empty() ? "" : " --out " + o.out),
                                *comm);
-  const int gpu = comm_bench_gpu(config, *comm);
-  if (gpu >= 0) {
-    comm = make_nccl_communicator(std::move(comm), gpu, config.comm.timeout_s);
-    if (comm == nullptr) throw CommandError{kExitEnvironmentError, "comm.backend=nccl: this build has no NCCL backend"};
-    comm->set_context("bench comm");
-  }
-  const int world = comm->world_size();
-  std::vector<double> first_on_host(static_cast<size_t>(world));
+  comm = measured_communicator(std::move(comm), config);
+  s.world = comm->world_size();
+  std::vector<double> first_on_host(static_cast<size_t>(s.world));
   comm->all_gather(comm->local_rank() == 0 ? 1.0 : 0.0, first_on_host.data());
-  const int hosts = static_cast<int>(std::count(first_on_host.begin(), first_on_host.end(), 1.0));
+  s.hosts = static_cast<int>(std::count(first_on_host.begin(), first_on_host.end(), 1.0));
   const bool printer = comm->rank() == 0;
-  const bool mpi = std::string(comm->backend_name()) == "mpi";
-  const CommBenchSweep sweep{o.min_bytes, o.max_bytes, o.factor, bucket_bytes, world, mpi};
+  s.mpi = std::string(comm->backend_name()) == "mpi";
+  const CommBenchSweep sweep{o.min_bytes, o.max_bytes, o.factor, s.bucket_bytes, s.world, s.mpi};
   const std::vector<int64_t> sizes = sweep.sizes();
-
-  // The raw path makes one MPI call per size, and MPI counts are int: a
-  // larger size ended the job (exit 3) once the buffers were allocated and
-  // the communicator's path measured. Same options on every rank (checked
-  // above): every rank refuses alike.
-  constexpr int64_t kMpiMaxBytes = int64_t{std::numeric_limits<int>::max()} * 4;
-  const int64_t largest_bucket = *std::max_element(bucket_bytes.begin(), bucket_bytes.end());
-  if (mpi && size_sweep(o.min_bytes, o.max_bytes, o.factor).back() > kMpiMaxBytes)
-    throw CommandError{kExitUserError,
-                       "bench comm: --max-bytes " + human_bytes(static_cast<double>(o.max_bytes)) +
-                           " is more than one MPI call carries (counts are int: at most 2147483647 floats, " +
-                           std::to_string(kMpiMaxBytes) + " bytes), and the raw path measures each size in one "
-                           "call: give --max-bytes " + std::to_string(kMpiMaxBytes) + " or less (e.g. 4G)"};
-  if (mpi && largest_bucket > kMpiMaxBytes)
-    throw CommandError{kExitUserError,
-                       "bench comm: a gradient bucket of " + human_bytes(static_cast<double>(largest_bucket)) +
-                           " is more than one MPI call carries (counts are int: at most " +
-                           std::to_string(kMpiMaxBytes) + " bytes of floats): " +
-                           (config.comm.overlap ? "set comm.bucket_mb lower"
-                                                : "set comm.overlap=true (off makes the gradient one bucket)")};
-
-  // Before a byte is allocated: the buffers of the largest size (and MPI's
-  // scratch) on every rank of a host come out of that host's memory; 16G on
-  // two ranks ran a minute and ended in the system's OOM killer, and under
-  // ulimit -v said only "out of memory".
-  const int64_t bytes_per_rank = sweep.bytes_per_rank();
-  const int host_ranks = ranks_on_this_host(*comm);
-  // One rank's shortfall alone (MemAvailable read at slightly different
-  // moments, a limit on one node) stops every rank.
-  // A GPU whose free memory cannot be read is every rank's reason to stop
-  // too: alone, that rank left the others waiting in the agreement below.
-  std::string why_no_gpu_figure;
-  const int64_t gpu_free = free_bench_buffer_bytes(*comm, &why_no_gpu_figure);
-  const std::string mine =
-      comm->device_buffers() && gpu_free < 0
-          ? "bench comm: the free memory of rank " + std::to_string(comm->rank()) + "'s GPU: " + why_no_gpu_figure
-          : comm_bench_memory_shortfall(sweep, host_ranks, comm->host_name(), gpu_free, comm->rank());
-  const std::string shortfall = first_reason_over_ranks(*comm, mine).reason;
-  if (!shortfall.empty()) throw CommandError{kExitEnvironmentError, shortfall};
-
-  const auto across_ranks = static_cast<AcrossRanks>(o.average);
-  const char* whose = across_ranks == AcrossRanks::kRankZero ? "rank 0's"
-                      : across_ranks == AcrossRanks::kMean   ? "the mean over ranks of each rank's"
-                      : across_ranks == AcrossRanks::kMin    ? "the fastest rank's"
-                                                             : "the slowest rank's";
-  if (printer) {
-    std::printf("bench comm: %d rank(s) on %d host(s), backend %s%s; each figure %s median of "
-                "%ld iterations after %ld warm-up (--average %ld)\n",
-                world, hosts, comm->backend_name(),
-                comm->device_buffers() ? (" (NCCL " + nccl_version() + ") on each rank's GPU").c_str() : "", whose,
-                o.iters, o.warmup_iters, o.average);
-    std::printf("  model %s: %s of fp32 gradients in %zu bucket(s), the first %s (comm.bucket_mb %g, "
-                "comm.overlap %s)\n",
-                config.origin.c_str(), human_bytes(static_cast<double>(gradient_elements) * 4).c_str(),
-                bucket_bytes.size(), human_bytes(static_cast<double>(bucket_bytes.front())).c_str(),
-                config.comm.bucket_mb, config.comm.overlap ? "on" : "off: one bucket");
-    std::printf("  memory: at most %s per rank at once (the largest size's buffers%s), %d rank(s) on this host\n",
-                human_bytes(static_cast<double>(bytes_per_rank)).c_str(),
-                mpi                       ? " and MPI's scratch"
-                : comm->device_buffers() ? ", on each rank's GPU and as much on the host for the data check"
-                                          : "",
-                host_ranks);
-    if (world == 1)
-      std::printf("  one rank: nothing crosses a link, so busbw is 0 by definition; the data check still runs\n");
-    std::fflush(stdout);
-  }
+  refuse_sizes_beyond_one_mpi_call(sweep, config);
+  s.bytes_per_rank = sweep.bytes_per_rank();
+  s.host_ranks = ranks_on_this_host(*comm);
+  check_room_for_buffers(sweep, s.host_ranks, *comm);
+  s.iters = o.iters;
+  s.warmup_iters = o.warmup_iters;
+  s.average = o.average;
+  s.across_ranks = static_cast<AcrossRanks>(o.average);
+  if (printer) print_comm_bench_setup(s, config, *comm);
 
   const CollectiveBenchOptions options{.warmup_iters = o.warmup_iters,
                                        .iters = o.iters,
                                        .timeout_s = config.comm.timeout_s,
-                                       .across_ranks = across_ranks};
-  const std::vector<CollectiveBenchResult> step = bench_gradient_step(*comm, bucket_bytes, options);
+                                       .across_ranks = s.across_ranks};
+  const std::vector<CollectiveBenchResult> step = bench_gradient_step(*comm, s.bucket_bytes, options);
   const std::vector<CollectiveBenchResult> collectives = bench_collectives(*comm, sizes, options);
   bool all_ok = true;
   for (const auto* results : {&step, &collectives})
     for (const CollectiveBenchResult& r : *results) all_ok = all_ok && r.check_ok;
-
-  if (printer) {
-    std::printf("\n  gradient step: %zu bucket(s), %s, all-reduced back to back\n", bucket_bytes.size(),
-                human_bytes(static_cast<double>(gradient_elements) * 4).c_str());
-    std::printf("  %-9s %12s %10s %10s %7s\n", "path", "time (us)", "algbw GB/s", "busbw GB/s", "check");
-    for (const CollectiveBenchResult& r : step)
-      std::printf("  %-9s %12.2f %10.3f %10.3f %7s\n", r.path.c_str(), r.time_s * 1e6, r.algbw_gbs,
-                  r.busbw_gbs, check_word(r.check_ok).c_str());
-    print_collective_table(collectives);
-    if (!all_ok) std::printf("\n  data check FAILED: a collective returned wrong values on some rank\n");
-    std::fflush(stdout);
-  }
+  if (printer) print_comm_bench_results(s, step, collectives, all_ok);
 
   if (printer && !o.out.empty()) {
-    nlohmann::json step_json = nlohmann::json::array();
-    for (const CollectiveBenchResult& r : step) step_json.push_back(collective_json(r));
-    nlohmann::json collectives_json = nlohmann::json::array();
-    for (const CollectiveBenchResult& r : collectives) collectives_json.push_back(collective_json(r));
-    const nlohmann::json result = {
-        {"schema", "trainbench.bench_comm/v2"},
-        {"version", trainbench_version()},
-        {"config", config_to_json(config)},
-        {"backend", comm->backend_name()},
-        // What the figures are of: the library under the backend.
-        {"library", std::string(comm->backend_name()) == "mpi"    ? nlohmann::json(mpi_library_version())
-                    : std::string(comm->backend_name()) == "nccl" ? nlohmann::json(nccl_version())
-                                                                   : nlohmann::json(nullptr)},
-        // Where the collectives' buffers were: "gpu" (nccl, each rank's) or "host".
-        {"buffers", comm->device_buffers() ? "gpu" : "host"},
-        {"ranks", world},
-        {"hosts", hosts},
-        {"iters", o.iters},
-        {"warmup_iters", o.warmup_iters},
-        {"average", across_ranks_name(across_ranks)},
-        {"gradient_bytes", gradient_elements * static_cast<int64_t>(sizeof(float))},
-        {"bucket_bytes", bucket_bytes},
-        {"memory_per_rank_bytes", bytes_per_rank},
-        {"ranks_on_host", host_ranks},
-        {"gradient_step", step_json},
-        {"collectives", collectives_json},
-        {"check", check_word(all_ok)},
-    };
-    write_result_json(o.out, result, config, false);
+    write_result_json(o.out, comm_result_json(s, config, *comm, step, collectives, all_ok), config, false);
     std::printf("  result: %s\n", o.out.c_str());
   }
   if (!all_ok) throw CommandError{kExitCheckFailed, "bench comm: data check failed (see the table)"};
