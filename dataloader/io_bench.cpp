@@ -174,8 +174,10 @@ ReadRate measure_sequential_read(const std::vector<std::string>& paths, int64_t 
   const Clock::time_point deadline = deadline_after(begin, max_seconds);
   parallel_for(static_cast<int64_t>(paths.size()), threads, [&](int64_t t, int64_t i) {
     // Past the time limit no file is started: on a data set of terabytes a
-    // pass would otherwise take hours.
-    if (stopped.load() || Clock::now() >= deadline) {
+    // pass would otherwise take hours. But the first always is: a thread
+    // that started after a short --seconds had passed read nothing, and the
+    // table divided by that rate ("-nan%", "inf%").
+    if (stopped.load() || (files.load() > 0 && Clock::now() >= deadline)) {
       stopped = true;
       return;
     }
@@ -325,7 +327,8 @@ ReadRate measure_small_files(const std::string& dir, const std::string& field, i
   const Clock::time_point begin = Clock::now();
   const Clock::time_point deadline = deadline_after(begin, max_seconds);
   parallel_for(static_cast<int64_t>(shard_dirs.size()), threads, [&](int64_t, int64_t i) {
-    if (stopped.load() || Clock::now() >= deadline) {
+    // As the plain read: the first file is read whatever the time limit.
+    if (stopped.load() || (files.load() > 0 && Clock::now() >= deadline)) {
       stopped = true;
       return;
     }
@@ -357,7 +360,7 @@ ReadRate measure_small_files(const std::string& dir, const std::string& field, i
                        " file");
     };
     for (const std::string& name : names) {
-      if (Clock::now() >= deadline) {
+      if (files.load() > 0 && Clock::now() >= deadline) {
         stopped = true;
         return;
       }

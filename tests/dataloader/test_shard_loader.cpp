@@ -895,5 +895,31 @@ TEST(IoBench, APlainReadNamesAFileReplacedSinceTheList) {
   EXPECT_EQ(error_of({shard}), shard + ": not a regular file");
 }
 
+// A time limit that has passed before a measurement's thread starts
+// (--seconds 0.001 on a loaded host) still reads the first file: a read of
+// nothing divided the table's "% 1-stream" columns by zero.
+TEST(IoBench, AnExpiredTimeLimitStillReadsTheFirstFile) {
+  testing::TempDir dir("test_io_bench");
+  std::vector<std::string> shards;
+  for (int i = 0; i < 3; ++i) {
+    shards.push_back(dir.file("s" + std::to_string(i) + ".tar"));
+    std::ofstream(shards.back()) << std::string(10000, 'x');
+  }
+  const ReadRate plain = measure_sequential_read(shards, 4096, 1, 0.0);
+  EXPECT_GT(plain.bytes, 0);
+  EXPECT_EQ(plain.files, 1);
+  EXPECT_FALSE(plain.complete);
+
+  for (int s = 0; s < 2; ++s) {  // the small-file tree: a folder a shard, a file a member
+    const std::string shard_dir = dir.file("tree/shard" + std::to_string(s));
+    fs::create_directories(shard_dir);
+    for (int k = 0; k < 2; ++k) std::ofstream(shard_dir + "/sample" + std::to_string(k) + ".u16") << std::string(64, 'a');
+  }
+  const ReadRate small = measure_small_files(dir.file("tree"), "u16", 65536, 1, 0.0, 0.0, false);
+  EXPECT_EQ(small.files, 1);
+  EXPECT_GT(small.bytes, 0);
+  EXPECT_FALSE(small.complete);
+}
+
 }  // namespace
 }  // namespace trainbench
