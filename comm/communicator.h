@@ -15,7 +15,7 @@
 // the collective and what the trainer was doing (set_context).
 #pragma once
 
-#include <algorithm>  // std::max_element, std::find_if: the reductions over ranks
+#include <algorithm>  // std::max_element, std::find_if, std::count: the reductions over ranks
 #include <atomic>     // waiting_since, read by a watchdog thread
 #include <chrono>     // PeerWait's clock
 #include <cstdint>    // int64_t
@@ -229,6 +229,13 @@ inline std::vector<int> ranks_with_the_same_text(Communicator& comm, const std::
 // one host's memory.
 inline int ranks_on_this_host(Communicator& comm) {
   return static_cast<int>(ranks_with_the_same_text(comm, comm.host_name()).size());
+}
+
+// The hosts the job's ranks are on (a collective): the ranks that are their
+// host's first (local rank 0), at least 1.
+inline int hosts_of_job(Communicator& comm) {
+  const std::vector<double> first_on_host = gather_from_ranks(comm, comm.local_rank() == 0 ? 1.0 : 0.0);
+  return std::max(1, static_cast<int>(std::count(first_on_host.begin(), first_on_host.end(), 1.0)));
 }
 
 // `text` as rank `root` has it, on every rank: a collective.

@@ -1400,9 +1400,7 @@ int BenchCommand::run_comm() {
                                *comm);
   comm = measured_communicator(std::move(comm), config);
   s.world = comm->world_size();
-  std::vector<double> first_on_host(static_cast<size_t>(s.world));
-  comm->all_gather(comm->local_rank() == 0 ? 1.0 : 0.0, first_on_host.data());
-  s.hosts = static_cast<int>(std::count(first_on_host.begin(), first_on_host.end(), 1.0));
+  s.hosts = hosts_of_job(*comm);
   const bool printer = comm->rank() == 0;
   s.mpi = std::string(comm->backend_name()) == "mpi";
   const CommBenchSweep sweep{o.min_bytes, o.max_bytes, o.factor, s.bucket_bytes, s.world, s.mpi};

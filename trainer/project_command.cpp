@@ -241,9 +241,7 @@ int check_ranks_are_one_node(const Fabric& fabric, Communicator& comm) {
   if (fabric.measured && comm.world_size() < 2)
     throw CommandError{kExitUserError, "--fabric measured: needs at least 2 ranks to measure a link (run it under "
                                        "mpirun -np 2 or more)"};
-  std::vector<double> first_on_host(static_cast<size_t>(comm.world_size()));
-  comm.all_gather(comm.local_rank() == 0 ? 1.0 : 0.0, first_on_host.data());
-  const int hosts = std::max(1, static_cast<int>(std::count(first_on_host.begin(), first_on_host.end(), 1.0)));
+  const int hosts = hosts_of_job(comm);
   // The measurement is one node's: the table's 1-node row is it, and its
   // link the node's own. Ranks over several hosts measured a ring across
   // them, which the model took for the intra-node link, and labelled that
