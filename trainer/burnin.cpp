@@ -223,45 +223,53 @@ constexpr std::array<std::array<const char*, 2>, 6> kInjectedFaultKeys = {{
     {"burnin", "inject_slow_ms"},
 }};
 
-BaselineFigures read_baseline(const std::string& path) {
-  const nlohmann::json j = read_json_input("--baseline", path, "a trainbench run or burnin result JSON");
-  if (!j.is_object()) throw std::invalid_argument("--baseline " + path + ": not a JSON result file");
-  const std::string schema = j.value("schema", nlohmann::json()).is_string() ? j["schema"].get<std::string>() : "";
-  // Exactly this build's schema: another version's figures may mean other
-  // things (a prefix check took trainbench.result/v2 as one).
-  if (schema != kResultSchema)
-    throw std::invalid_argument("--baseline " + path + ": not a trainbench run or burnin result (schema '" +
-                                excerpt(schema) + "'; this build reads " + kResultSchema + ")");
-  // A figure that is there must be one: a negative, null or text value was
-  // taken as "not measured" and the verdict said the job met the baseline.
-  // Null is "not measured" where the burn-in writes it so (a one-rank job has
-  // no fabric, a job without checkpoints no storage figure): not compared.
-  // The tokens/s a baseline is for must be there.
-  const auto number = [&](const char* at, bool null_is_unmeasured = false) {
-    const nlohmann::json::json_pointer pointer(at);
-    if (!j.contains(pointer)) return 0.0;
-    const nlohmann::json& value = j.at(pointer);
-    if (value.is_null() && null_is_unmeasured) return 0.0;
-    if (value.is_number() && value.get<double>() > 0 && std::isfinite(value.get<double>())) return value.get<double>();
-    std::string field = at + 1;  // the pointer as a dotted field name
-    std::replace(field.begin(), field.end(), '/', '.');
-    throw std::invalid_argument("--baseline " + path + ": " + field + " is " + json_text(value) +
-                                (value.is_null() ? " (not measured in that run)" : "") +
-                                ", expected a positive number");
-  };
-  // Only a training job's figures are a yardstick: `bench compute` and
-  // `bench instrument` write this schema too, from a job of two steps on
-  // resident data without checkpoints, whose tokens/s no run reaches (a
-  // healthy burn-in failed against one, a slow one could pass).
+namespace {
+// A figure of the baseline at JSON pointer `at`: 0 where absent. A figure
+// that is there must be one: a negative, null or text value was taken as
+// "not measured" and the verdict said the job met the baseline. Null is
+// "not measured" where the burn-in writes it so (a one-rank job has no
+// fabric, a job without checkpoints no storage figure): not compared.
+double baseline_figure(const nlohmann::json& j, const std::string& path, const char* at,
+                       bool null_is_unmeasured = false) {
+  const nlohmann::json::json_pointer pointer(at);
+  if (!j.contains(pointer)) return 0.0;
+  const nlohmann::json& value = j.at(pointer);
+  if (value.is_null() && null_is_unmeasured) return 0.0;
+  if (value.is_number() && value.get<double>() > 0 && std::isfinite(value.get<double>())) return value.get<double>();
+  std::string field = at + 1;  // the pointer as a dotted field name
+  std::replace(field.begin(), field.end(), '/', '.');
+  throw std::invalid_argument("--baseline " + path + ": " + field + " is " + json_text(value) +
+                              (value.is_null() ? " (not measured in that run)" : "") +
+                              ", expected a positive number");
+}
+
+// The baseline's section `key` of `parent`, an object where there is one
+// (empty where absent): value() on a number threw, and an edited
+// "environment": 5 ended the burn-in as an internal error (exit 1); a
+// "train": 5 was read as train.micro_batch = 5.
+nlohmann::json baseline_section(const nlohmann::json& parent, const char* key, const std::string& named,
+                                const std::string& path) {
+  if (!parent.contains(key) || parent[key].is_null()) return nlohmann::json::object();
+  if (!parent[key].is_object())
+    throw std::invalid_argument("--baseline " + path + ": " + named + " is " + excerpt(json_text(parent[key])) +
+                                ", expected an object (a trainbench run or burnin result is expected)");
+  return parent[key];
+}
+
+// Only a known-good training job's figures are a yardstick.
+void check_baseline_is_known_good(const nlohmann::json& j, const std::string& path) {
+  // `bench compute` and `bench instrument` write this schema too, from a job
+  // of two steps on resident data without checkpoints, whose tokens/s no run
+  // reaches (a healthy burn-in failed against one, a slow one could pass).
   for (const auto& [field, command] : {std::pair{"compute_ceiling", "bench compute"},
                                        std::pair{"instrumentation_cost", "bench instrument"}})
     if (j.contains(field))
       throw std::invalid_argument("--baseline " + path + ": a `trainbench " + command + "` result (it has " + field +
                                   "), not a run or burnin result: its tokens/s is not a training job's");
-  // Known-good: the figures of a job that failed a check, or a burn-in that
-  // failed, are no yardstick (a straggler's burn-in as the baseline passed
-  // the next slow cluster). Not step_time_accounted: a fault of trainbench's
-  // own accounting, the job's tokens/s as good.
+  // The figures of a job that failed a check, or a burn-in that failed, are
+  // no yardstick (a straggler's burn-in as the baseline passed the next slow
+  // cluster). Not step_time_accounted: a fault of trainbench's own
+  // accounting, the job's tokens/s as good.
   if (j.contains("checks") && j["checks"].is_array())
     for (const nlohmann::json& check : j["checks"])
       if (check.is_object() && check.value("passed", nlohmann::json()) == false &&
@@ -274,34 +282,25 @@ BaselineFigures read_baseline(const std::string& path) {
       j["burnin"]["verdict"] != "PASS")
     throw std::invalid_argument("--baseline " + path + ": its burn-in verdict is " +
                                 excerpt(json_text(j["burnin"]["verdict"])) + ": a baseline must be a known-good result");
-  BaselineFigures known;
-  known.tokens_per_s = number("/summary/tokens_per_s");
-  known.busbw_gbs = number("/burnin/fabric/busbw_gbs", true);
-  known.write_gbs = number("/burnin/storage/write_gbs", true);
-  // The sections read below are objects where there is one: value() on a
-  // number threw, and an edited "environment": 5 ended the burn-in as an
-  // internal error (exit 1); a "train": 5 was read as train.micro_batch = 5.
-  const auto section = [&](const nlohmann::json& parent, const char* key, const std::string& named) {
-    if (!parent.contains(key) || parent[key].is_null()) return nlohmann::json::object();
-    if (!parent[key].is_object())
-      throw std::invalid_argument("--baseline " + path + ": " + named + " is " + excerpt(json_text(parent[key])) +
-                                  ", expected an object (a trainbench run or burnin result is expected)");
-    return parent[key];
-  };
-  const nlohmann::json environment = section(j, "environment", "environment");
-  known.config = j.value("config", nlohmann::json());
-  if (known.config.is_object()) {
-    for (const char* key : {"model", "train", "lora"}) (void)section(known.config, key, std::string("config.") + key);
-    // A job slowed on purpose is no yardstick: with a fault injected, a
-    // cluster as slow passed.
-    for (const auto& [name, key] : kInjectedFaultKeys) {
-      const nlohmann::json part = section(known.config, name, std::string("config.") + name);
-      const nlohmann::json value = part.value(key, nlohmann::json());
-      if (value.is_number() && value.get<double>() != 0)
-        throw std::invalid_argument("--baseline " + path + ": it ran with the fault injection " + name + "." + key +
-                                    " = " + json_text(value) + ": a baseline must be a known-good result");
-    }
+}
+
+// The baseline's config, its sections checked to be objects. A job slowed on
+// purpose is no yardstick: with a fault injected, a cluster as slow passed.
+void check_baseline_config(const nlohmann::json& config, const std::string& path) {
+  if (!config.is_object()) return;
+  for (const char* key : {"model", "train", "lora"})
+    (void)baseline_section(config, key, std::string("config.") + key, path);
+  for (const auto& [name, key] : kInjectedFaultKeys) {
+    const nlohmann::json part = baseline_section(config, name, std::string("config.") + name, path);
+    const nlohmann::json value = part.value(key, nlohmann::json());
+    if (value.is_number() && value.get<double>() != 0)
+      throw std::invalid_argument("--baseline " + path + ": it ran with the fault injection " + name + "." + key +
+                                  " = " + json_text(value) + ": a baseline must be a known-good result");
   }
+}
+
+// What the baseline ran on, from its environment: the comparisons' caveats.
+void read_baseline_environment(const nlohmann::json& environment, BaselineFigures& known) {
   const nlohmann::json ranks = environment.value("ranks", nlohmann::json());
   known.ranks = ranks.is_number_integer() ? ranks.get<int64_t>() : 0;
   const nlohmann::json backend = environment.value("compute_backend", nlohmann::json());
@@ -319,6 +318,28 @@ BaselineFigures read_baseline(const std::string& path) {
     known.gpu_name = host_gpus[0]["gpu_name"].get<std::string>();
   const nlohmann::json cpu = environment.value("cpu", nlohmann::json());
   if (cpu.is_object() && cpu.value("model", nlohmann::json()).is_string()) known.cpu_model = cpu["model"].get<std::string>();
+}
+}  // namespace
+
+BaselineFigures read_baseline(const std::string& path) {
+  const nlohmann::json j = read_json_input("--baseline", path, "a trainbench run or burnin result JSON");
+  if (!j.is_object()) throw std::invalid_argument("--baseline " + path + ": not a JSON result file");
+  const std::string schema = j.value("schema", nlohmann::json()).is_string() ? j["schema"].get<std::string>() : "";
+  // Exactly this build's schema: another version's figures may mean other
+  // things (a prefix check took trainbench.result/v2 as one).
+  if (schema != kResultSchema)
+    throw std::invalid_argument("--baseline " + path + ": not a trainbench run or burnin result (schema '" +
+                                excerpt(schema) + "'; this build reads " + kResultSchema + ")");
+  check_baseline_is_known_good(j, path);
+  BaselineFigures known;
+  // The tokens/s a baseline is for must be there.
+  known.tokens_per_s = baseline_figure(j, path, "/summary/tokens_per_s");
+  known.busbw_gbs = baseline_figure(j, path, "/burnin/fabric/busbw_gbs", true);
+  known.write_gbs = baseline_figure(j, path, "/burnin/storage/write_gbs", true);
+  const nlohmann::json environment = baseline_section(j, "environment", "environment", path);
+  known.config = j.value("config", nlohmann::json());
+  check_baseline_config(known.config, path);
+  read_baseline_environment(environment, known);
   known.path = path;
   if (known.tokens_per_s <= 0 && known.busbw_gbs <= 0 && known.write_gbs <= 0)
     throw std::invalid_argument("--baseline " + path +
