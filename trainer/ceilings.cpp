@@ -2,6 +2,7 @@
 
 #include <algorithm>  // std::min
 #include <cmath>      // std::ceil
+#include <cstdio>     // snprintf: the ceilings line
 
 #include "checkpoint/checkpoint_files.h"  // CheckpointWriteError: a full disk
 #include "checkpoint/write_bench.h"     // run_write_bench: the storage-write ceiling
@@ -284,7 +285,13 @@ std::string ceilings_line(const Ceilings& c, double achieved) {
   line += " tokens/s";
   const auto [lowest_name, lowest] = lowest_ceiling(c);
   if (const double busbw = network_busbw_gbs(c.network_timed); busbw > 0) line += "; network busbw " + human_rate(busbw);
-  if (c.write_gbs > 0) line += "; storage write " + human_rate(c.write_gbs);
+  // With the write rate, what it costs a synchronous run (the JSON's
+  // sync_checkpoint_s_per_step), which async checkpointing is set against.
+  if (c.write_gbs > 0) {
+    char cost[64];
+    std::snprintf(cost, sizeof(cost), " (a synchronous checkpoint: +%.3g ms a step)", 1e3 * c.write_s_per_step);
+    line += "; storage write " + human_rate(c.write_gbs) + cost;
+  }
   if (lowest_name != nullptr && achieved > 0)
     line += "; the run reached " + human_count(achieved) + " = " +
             std::to_string(static_cast<int>(100.0 * achieved / lowest + 0.5)) + "% of the lowest (" + lowest_name + ")";

@@ -110,6 +110,7 @@ TEST_F(Attribution, CeilingsAndRanksAreReported) {
         dir_.file("c-ckpt" + std::to_string(attempt)) + " --out " + out);  // a retry is a new run: its own folder
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     EXPECT_NE(r.out.find("ceilings            compute "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(" (a synchronous checkpoint: +"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("bottleneck          "), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("slowest rank        "), std::string::npos) << r.out;
     const nlohmann::json result = testing::read_json(out);
