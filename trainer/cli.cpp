@@ -1307,37 +1307,12 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, doub
   return mpi;
 }
 
-int run_cli(int argc, char** argv) {
-  CLI::App app{"trainbench: end-to-end training throughput of a GPU cluster, and where the time goes"};
-  app.set_version_flag("--version", [] { return version_text(); });
-  app.require_subcommand(1);
-
-  RunOptions run_options;
-  CLI::App* run = app.add_subcommand("run", "train a model and report tokens/s, MFU and stalls");
-  CLI::Option* config_option = run->add_option(
-      "config", run_options.config,
-      "YAML config file or embedded preset name (default: tiny; gpt2-124m where it trains on the cuda engine)");
-  // One value per --set, so `--set k=v CONFIG` leaves CONFIG to the positional.
-  run->add_option("--set", run_options.overrides, "override a key: section.key=value (repeatable)")
-      ->type_name("KEY=VALUE")
-      ->allow_extra_args(false);
-  CLI::Option* steps_option =
-      run->add_option("--steps", run_options.steps, "optimizer steps (overrides train.steps)");
-  CLI::Option* out_option = run->add_option("--out", run_options.out, "result JSON path (overrides report.out)");
-  run->add_flag("--ceilings", run_options.ceilings,
-                "first measure compute, network, storage read and storage write alone on this config "
-                "and these ranks, then the run; the report sets the run against each ceiling");
-  CLI::Option* resume_option =
-      run->add_option("--resume", run_options.resume,
-                      "continue from a checkpoint: latest (under checkpoint.dir) or a checkpoint folder");
-  ShardsCommand shards(app);
-  BenchCommand bench(app);
-  BurninCommand burnin(app);
-  PlanCommand plan(app);
-  ProjectCommand project(app);
-
-  // CLI11 would only say "a subcommand is required"; name the commands, and
-  // the word that is not one of them.
+namespace {
+// CLI11 would only say "a subcommand is required"; name the commands, and
+// the word that is not one of them. Returns kExitUserError, the line said,
+// for a command line without a known command (or subcommand of bench or
+// shards); kExitOk for one CLI11 is to parse.
+int refuse_missing_command(CLI::App& app, int argc, char** argv) {
   // "a, b, c": the commands `parent` has; *given: whether `word` is one.
   const auto names_of = [](CLI::App& parent, const char* word, bool* given) {
     std::string names;
@@ -1389,6 +1364,41 @@ int run_cli(int argc, char** argv) {
       return kExitUserError;
     }
   }
+  return kExitOk;
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  CLI::App app{"trainbench: end-to-end training throughput of a GPU cluster, and where the time goes"};
+  app.set_version_flag("--version", [] { return version_text(); });
+  app.require_subcommand(1);
+
+  RunOptions run_options;
+  CLI::App* run = app.add_subcommand("run", "train a model and report tokens/s, MFU and stalls");
+  CLI::Option* config_option = run->add_option(
+      "config", run_options.config,
+      "YAML config file or embedded preset name (default: tiny; gpt2-124m where it trains on the cuda engine)");
+  // One value per --set, so `--set k=v CONFIG` leaves CONFIG to the positional.
+  run->add_option("--set", run_options.overrides, "override a key: section.key=value (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+  CLI::Option* steps_option =
+      run->add_option("--steps", run_options.steps, "optimizer steps (overrides train.steps)");
+  CLI::Option* out_option = run->add_option("--out", run_options.out, "result JSON path (overrides report.out)");
+  run->add_flag("--ceilings", run_options.ceilings,
+                "first measure compute, network, storage read and storage write alone on this config "
+                "and these ranks, then the run; the report sets the run against each ceiling");
+  CLI::Option* resume_option =
+      run->add_option("--resume", run_options.resume,
+                      "continue from a checkpoint: latest (under checkpoint.dir) or a checkpoint folder");
+  ShardsCommand shards(app);
+  BenchCommand bench(app);
+  BurninCommand burnin(app);
+  PlanCommand plan(app);
+  ProjectCommand project(app);
+
+  if (const int refused = refuse_missing_command(app, argc, argv); refused != kExitOk) return refused;
   try {
     app.parse(argc, argv);
     run_options.steps_given = steps_option->count() > 0;
