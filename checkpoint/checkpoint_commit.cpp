@@ -142,54 +142,67 @@ void undo_commit_rename(const std::string& pending, const std::string& committed
   }
 }
 
-}  // namespace
+// The places one commit works on, and how its errors name the step.
+struct CommitPaths {
+  std::string pending;    // step_N.tmp, the ranks' files and records
+  std::string committed;  // step_N
+  std::string dir;        // checkpoint.dir, "." where empty
+  std::string step_text;  // "checkpoint step N"
+};
 
-nlohmann::json commit_checkpoint(const CommitRequest& request, CommitWarnings* warnings) {
-  if (request.world_size < 1)
-    throw std::invalid_argument("commit_checkpoint: world_size " + std::to_string(request.world_size));
-  const std::string pending = pending_folder(request.dir, request.step);
-  const std::string committed = committed_folder(request.dir, request.step);
-  const std::string dir = request.dir.empty() ? "." : io::without_trailing_slashes(request.dir);
-  const std::string step_text = "checkpoint step " + std::to_string(request.step);
-
-  // Every rank's record, each file checked to be there at its recorded size:
-  // a manifest must never name a file that is not complete on disk.
-  nlohmann::json ranks = nlohmann::json::array();
-  std::vector<std::vector<FileRecord>> records_of(static_cast<size_t>(request.world_size));
+// Every rank's files, as the ranks recorded them and as the manifest lists them.
+struct RankRecords {
+  nlohmann::json ranks = nlohmann::json::array();  // the manifest's "ranks"
+  std::vector<std::vector<FileRecord>> of_rank;    // indexed by rank
   int64_t total_bytes = 0;
-  for (int rank = 0; rank < request.world_size; ++rank) {
-    const std::string record_path = pending + "/" + rank_record_name(rank);
-    if (!path_exists(record_path))
-      throw CheckpointWriteError(step_text + ": no record from rank " + std::to_string(rank) + " (" +
-                                     record_path + " is missing)",
-                                 false);
-    nlohmann::json files = nlohmann::json::array();
-    try {
-      const nlohmann::json records = nlohmann::json::parse(io::read_small_file(record_path, "checkpoint record"));
-      for (const nlohmann::json& entry : records) {
-        const FileRecord record = io::file_record_from_json(entry);
-        const std::string file = pending + "/" + record.name;
-        struct stat status {};
-        if (::stat(file.c_str(), &status) != 0) io::fail_write("rank " + std::to_string(rank) + " recorded", file, errno);
-        if (status.st_size != record.bytes)
-          throw CheckpointWriteError("checkpoint file " + file + ": " + std::to_string(status.st_size) +
-                                         " bytes on disk, but rank " + std::to_string(rank) + " recorded " +
-                                         std::to_string(record.bytes),
-                                     false);
-        total_bytes += record.bytes;
-        files.push_back(io::file_record_to_json(record));
-        records_of[static_cast<size_t>(rank)].push_back(record);
-      }
-    } catch (const nlohmann::json::exception& e) {
-      throw CheckpointWriteError("checkpoint record " + record_path + ": " + e.what(), false);
-    } catch (const CheckpointError& e) {
-      throw CheckpointWriteError(e.what(), false);
+};
+
+// Rank `rank`'s record, each file checked to be there at its recorded size,
+// added to `records`.
+void add_rank_record(const CommitPaths& paths, int rank, RankRecords& records) {
+  const std::string record_path = paths.pending + "/" + rank_record_name(rank);
+  if (!path_exists(record_path))
+    throw CheckpointWriteError(paths.step_text + ": no record from rank " + std::to_string(rank) + " (" +
+                                   record_path + " is missing)",
+                               false);
+  nlohmann::json files = nlohmann::json::array();
+  try {
+    const nlohmann::json entries = nlohmann::json::parse(io::read_small_file(record_path, "checkpoint record"));
+    for (const nlohmann::json& entry : entries) {
+      const FileRecord record = io::file_record_from_json(entry);
+      const std::string file = paths.pending + "/" + record.name;
+      struct stat status {};
+      if (::stat(file.c_str(), &status) != 0) io::fail_write("rank " + std::to_string(rank) + " recorded", file, errno);
+      if (status.st_size != record.bytes)
+        throw CheckpointWriteError("checkpoint file " + file + ": " + std::to_string(status.st_size) +
+                                       " bytes on disk, but rank " + std::to_string(rank) + " recorded " +
+                                       std::to_string(record.bytes),
+                                   false);
+      records.total_bytes += record.bytes;
+      files.push_back(io::file_record_to_json(record));
+      records.of_rank[static_cast<size_t>(rank)].push_back(record);
     }
-    ranks.push_back({{"rank", rank}, {"files", files}});
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointWriteError("checkpoint record " + record_path + ": " + e.what(), false);
+  } catch (const CheckpointError& e) {
+    throw CheckpointWriteError(e.what(), false);
   }
-  // The slices of each image held alike must put it back together: a
-  // checkpoint a resume could not read is never committed (nor `latest`
-  // moved to it, nor older ones retired for it).
+  records.ranks.push_back({{"rank", rank}, {"files", files}});
+}
+
+// Every rank's record, each file checked to be there at its recorded size:
+// a manifest must never name a file that is not complete on disk.
+RankRecords read_rank_records(const CommitPaths& paths, int world_size) {
+  RankRecords records;
+  records.of_rank.resize(static_cast<size_t>(world_size));
+  for (int rank = 0; rank < world_size; ++rank) add_rank_record(paths, rank, records);
+  return records;
+}
+
+// The slices of each image held alike must put it back together: a
+// checkpoint a resume could not read is never committed (nor `latest`
+// moved to it, nor older ones retired for it).
+void check_slices_fit_together(const std::vector<std::vector<FileRecord>>& records_of, const std::string& step_text) {
   for (size_t index = 0; index < records_of.front().size(); ++index) {
     if (records_of.front()[index].image_bytes == 0) continue;
     std::vector<FileRecord> slices;
@@ -205,13 +218,15 @@ nlohmann::json commit_checkpoint(const CommitRequest& request, CommitWarnings* w
         throw CheckpointWriteError(step_text + ": rank " + std::to_string(rank) + "'s " +
                                        records_of[rank][index].name + " is a slice of an image rank 0 wrote whole",
                                    false);
+}
 
+nlohmann::json build_manifest(const CommitRequest& request, const RankRecords& records) {
   nlohmann::json versions = request.versions.is_object() ? request.versions : nlohmann::json::object();
   versions["xxhash"] = io::xxhash_version();
   // Any rank's slices are rank 0's too (refused above otherwise).
-  const bool sliced = std::any_of(records_of.front().begin(), records_of.front().end(),
+  const bool sliced = std::any_of(records.of_rank.front().begin(), records.of_rank.front().end(),
                                   [](const FileRecord& record) { return record.image_bytes > 0; });
-  const nlohmann::json manifest = {
+  return {
       {"schema", sliced ? kSlicedCheckpointSchema : kCheckpointSchema},
       {"step", request.step},
       {"world_size", request.world_size},
@@ -219,70 +234,107 @@ nlohmann::json commit_checkpoint(const CommitRequest& request, CommitWarnings* w
       {"config", request.config},
       {"versions", versions},
       {"extra", request.extra},
-      {"ranks", ranks},
-      {"total_bytes", total_bytes},
+      {"ranks", records.ranks},
+      {"total_bytes", records.total_bytes},
   };
+}
+
+void write_manifest(const std::string& pending, const nlohmann::json& manifest) {
   // Never throws on a string that is not UTF-8 (the config's are escaped
   // already; a version string need not be): U+FFFD for its bad bytes.
   io::write_synced_file(pending + "/manifest.json",
                         manifest.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   io::fsync_directory(pending);
-  crash_point("before_rename", request.step);
+}
 
-  const bool replaced = path_exists(committed);
+// step_N.tmp becomes step_N, durably. Returns whether it replaced a
+// step_N there already (what undo_commit_rename needs to know).
+bool rename_to_committed(const CommitPaths& paths) {
+  const bool replaced = path_exists(paths.committed);
   if (replaced) {
-    replace_committed(pending, committed);
-  } else if (::rename(pending.c_str(), committed.c_str()) != 0) {
-    io::fail_write("cannot rename " + pending + " to", committed, errno);
+    replace_committed(paths.pending, paths.committed);
+  } else if (::rename(paths.pending.c_str(), paths.committed.c_str()) != 0) {
+    io::fail_write("cannot rename " + paths.pending + " to", paths.committed, errno);
   }
   try {
-    io::fsync_directory(dir);
+    io::fsync_directory(paths.dir);
   } catch (const CheckpointWriteError&) {
     // Not committed: `latest` was never written. Left in place, step_N
     // read as committed to a listing (the next run's refusal and its
     // resume hints), and the failure's own words called it the intact
     // previous checkpoint.
-    undo_commit_rename(pending, committed, replaced);
+    undo_commit_rename(paths.pending, paths.committed, replaced);
     throw;
   }
-  crash_point("after_rename", request.step);
+  return replaced;
+}
 
-  // The commit point: from here `latest` names the new checkpoint.
-  CommitWarnings local;
-  CommitWarnings& said = warnings != nullptr ? *warnings : local;
+// Writes `latest`, naming step N. Returns false where it does but not
+// durably (said in `warnings`, or thrown where there are none): then
+// retention must not run.
+bool write_latest(const CommitRequest& request, const CommitPaths& paths, bool replaced, CommitWarnings* warnings) {
   try {
-    write_file_atomically(dir + "/latest", "step_" + std::to_string(request.step) + "\n");
+    write_file_atomically(paths.dir + "/latest", "step_" + std::to_string(request.step) + "\n");
   } catch (const AtomicWriteError& e) {
     const std::string message = e.what();
     if (e.replaced) {
       // `latest` names this step already: undoing the rename would leave it
       // naming a folder that is gone. Committed, not yet durable; the older
       // checkpoints stay, for the `latest` a power loss may bring back.
-      said.durability = step_text + " is committed, but " + message +
-                        ": a power loss may bring back the previous `latest`; older checkpoints are kept";
-      if (warnings == nullptr) throw CheckpointWriteError(said.durability, false);
-      return manifest;
+      const std::string durability = paths.step_text + " is committed, but " + message +
+                                     ": a power loss may bring back the previous `latest`; older checkpoints are kept";
+      if (warnings == nullptr) throw CheckpointWriteError(durability, false);
+      warnings->durability = durability;
+      return false;
     }
     const bool disk_full = message.ends_with(std::strerror(ENOSPC)) || message.ends_with(std::strerror(EDQUOT)) ||
                            message.ends_with(std::strerror(EFBIG));
-    undo_commit_rename(pending, committed, replaced);
+    undo_commit_rename(paths.pending, paths.committed, replaced);
     try {
-      io::fsync_directory(dir);
+      io::fsync_directory(paths.dir);
     } catch (const CheckpointWriteError&) {
     }
     throw CheckpointWriteError(message, disk_full);
   }
+  return true;
+}
+
+void retire_old_checkpoints(const CommitRequest& request, const CommitPaths& paths, CommitWarnings* warnings) {
   // Past the commit point any failure (a folder that cannot be removed, a
   // listing that breaks off, whatever is thrown) leaves the step committed.
   try {
-    apply_retention(dir, request.step, request.keep, request.resumed_step, request.own_steps);
+    apply_retention(paths.dir, request.step, request.keep, request.resumed_step, request.own_steps);
   } catch (const std::exception& e) {
-    said.retention = step_text + " is committed, but removing an old one failed: " + e.what();
+    const std::string retention = paths.step_text + " is committed, but removing an old one failed: " + e.what();
     if (warnings == nullptr) {
       const auto* write_error = dynamic_cast<const CheckpointWriteError*>(&e);
-      throw CheckpointWriteError(said.retention, write_error != nullptr && write_error->disk_full);
+      throw CheckpointWriteError(retention, write_error != nullptr && write_error->disk_full);
     }
+    warnings->retention = retention;
   }
+}
+
+}  // namespace
+
+nlohmann::json commit_checkpoint(const CommitRequest& request, CommitWarnings* warnings) {
+  if (request.world_size < 1)
+    throw std::invalid_argument("commit_checkpoint: world_size " + std::to_string(request.world_size));
+  const CommitPaths paths{pending_folder(request.dir, request.step), committed_folder(request.dir, request.step),
+                          request.dir.empty() ? "." : io::without_trailing_slashes(request.dir),
+                          "checkpoint step " + std::to_string(request.step)};
+
+  const RankRecords records = read_rank_records(paths, request.world_size);
+  check_slices_fit_together(records.of_rank, paths.step_text);
+  const nlohmann::json manifest = build_manifest(request, records);
+  write_manifest(paths.pending, manifest);
+  crash_point("before_rename", request.step);
+
+  const bool replaced = rename_to_committed(paths);
+  crash_point("after_rename", request.step);
+
+  // The commit point: from here `latest` names the new checkpoint.
+  if (!write_latest(request, paths, replaced, warnings)) return manifest;
+  retire_old_checkpoints(request, paths, warnings);
   return manifest;
 }
 

@@ -1091,69 +1091,69 @@ int BenchCommand::run_io() {
   return kExitOk;
 }
 
-int BenchCommand::run_io_write() {
-  const Options& o = *options_;
-  if (o.block_bytes % kImageAlignment != 0)
-    throw CommandError{kExitUserError, "--block-bytes " + std::to_string(o.block_bytes) + " is not a multiple of " +
-                                           std::to_string(kImageAlignment)};
-  if (!o.out.empty()) check_result_path(o.out);
-  std::string folder;
+namespace {
+
+// --- bench io --write's phases ---
+
+std::string make_write_bench_folder(const std::string& write_dir) {
   try {
-    folder = make_temporary_directory("trainbench-bench-write", o.write_dir);
+    return make_temporary_directory("trainbench-bench-write", write_dir);
   } catch (const std::runtime_error& e) {
     throw CommandError{kExitUserError, "--dir: " + std::string(e.what())};
   }
-  // The folder goes whatever happens; the bench itself leaves nothing in it.
-  const FolderRemovedAtScopeEnd remove_folder(folder);
+}
+
+// --dir refused as checkpoint.dir would be: exit 2, before anything is measured.
+void check_write_bench_folder(const std::string& folder) {
   try {
     check_checkpoint_dir(folder);
   } catch (const CheckpointWriteError& e) {
     throw CommandError{kExitUserError, std::string("--dir: ") + e.what()};
   }
+}
 
-  WriteBenchOptions options;
-  options.folder = folder;
-  options.bytes = o.write_bytes;
-  options.files = static_cast<int>(o.write_files);
-  options.direct_io = !o.buffered;
-  options.block_bytes = o.block_bytes;
-  options.repeats = static_cast<int>(o.repeats);
-  const FilesystemInfo fs_info = describe_filesystem("checkpoint", folder);
-  // Before a byte is allocated or written: an image beyond the host's memory
-  // ends in the OOM killer (its pages are filled), and a disk filled by a
-  // benchmark is full for everyone else on it.
+// Before a byte is allocated or written: an image beyond the host's memory
+// ends in the OOM killer (its pages are filled), and a disk filled by a
+// benchmark is full for everyone else on it.
+void refuse_beyond_memory_or_disk(const WriteBenchOptions& options, const FilesystemInfo& fs_info) {
   const WriteBenchFootprint footprint = write_bench_footprint(options);
   const int64_t memory_available = available_memory_bytes();
+  const std::string needs = "bench io --write: --bytes " + human_bytes(static_cast<double>(options.bytes)) + " needs ";
   if (memory_available > 0 && footprint.memory_bytes > memory_available)
     throw CommandError{kExitEnvironmentError,
-                       "bench io --write: --bytes " + human_bytes(static_cast<double>(o.write_bytes)) +
-                           " needs " + human_bytes(static_cast<double>(footprint.memory_bytes)) +
+                       needs + human_bytes(static_cast<double>(footprint.memory_bytes)) +
                            " of host memory for the checkpoint's image but " +
-                           human_bytes(static_cast<double>(memory_available)) + " is available: give a smaller --bytes"};
+                           human_bytes(static_cast<double>(memory_available)) +
+                           " is available: give a smaller --bytes"};
   if (fs_info.free_bytes > 0 && footprint.disk_bytes > fs_info.free_bytes)
     throw CommandError{kExitEnvironmentError,
-                       "bench io --write: --bytes " + human_bytes(static_cast<double>(o.write_bytes)) + " needs " +
-                           human_bytes(static_cast<double>(footprint.disk_bytes)) + " free in " + fs::path(folder).parent_path().string() +
-                           " (one write's files at a time) but " + human_bytes(static_cast<double>(fs_info.free_bytes)) +
+                       needs + human_bytes(static_cast<double>(footprint.disk_bytes)) + " free in " +
+                           fs::path(options.folder).parent_path().string() + " (one write's files at a time) but " +
+                           human_bytes(static_cast<double>(fs_info.free_bytes)) +
                            " is free: give a smaller --bytes or another --dir"};
+}
+
+// What the bench writes and where, said before it writes.
+void print_write_bench_plan(const WriteBenchOptions& options, int64_t files_asked, const FilesystemInfo& fs_info) {
   const std::vector<SectionSpec> sections = write_bench_sections(options.bytes);
   // A file holds whole sections: past their number, the writers asked for
   // have nothing to write (--files 1024 wrote 4 files, and said 1024).
   const size_t files_written = assign_sections_to_files(sections, options.files).size();
-  const std::string files_asked =
-      files_written < static_cast<size_t>(o.write_files)
-          ? " (of the " + std::to_string(o.write_files) + " asked: a file holds whole sections)"
+  const std::string of_files_asked =
+      files_written < static_cast<size_t>(files_asked)
+          ? " (of the " + std::to_string(files_asked) + " asked: a file holds whole sections)"
           : "";
   std::printf("bench io --write: a %s checkpoint (%zu sections in %zu file(s)%s, one writer each, %s writes%s) "
               "vs a plain sequential write of the same size\n",
               human_bytes(static_cast<double>(options.bytes)).c_str(), sections.size(), files_written,
-              files_asked.c_str(), human_bytes(static_cast<double>(options.block_bytes)).c_str(),
+              of_files_asked.c_str(), human_bytes(static_cast<double>(options.block_bytes)).c_str(),
               options.direct_io ? ", O_DIRECT" : ", buffered");
-  std::printf("  in %s (%s, %s free); %d repeat(s), the three rotating\n", folder.c_str(), fs_info.type.c_str(),
-              human_bytes(static_cast<double>(fs_info.free_bytes)).c_str(), options.repeats);
+  std::printf("  in %s (%s, %s free); %d repeat(s), the three rotating\n", options.folder.c_str(),
+              fs_info.type.c_str(), human_bytes(static_cast<double>(fs_info.free_bytes)).c_str(), options.repeats);
   std::fflush(stdout);
+}
 
-  const WriteBenchResult r = run_write_bench(options);
+void print_write_bench_table(const WriteBenchResult& r) {
   const double gb = static_cast<double>(r.bytes) / 1e9;
   std::printf("\n  %-8s %22s %22s %22s\n", "repeat", "checkpoint GB/s (s)", "plain write GB/s (s)",
               "from state GB/s (s)");
@@ -1175,43 +1175,79 @@ int BenchCommand::run_io_write() {
               "  single stream from the checkpoint's memory (%.0f%% of dd's way; the checkpoint %.0f%% of it)\n",
               100.0 * r.plain_from_state_gbs / r.plain_gbs, 100.0 * r.persist_gbs / r.plain_from_state_gbs);
   for (const std::string& warning : r.warnings) std::printf("  warning: %s\n", warning.c_str());
+}
 
+nlohmann::json write_bench_json(const WriteBenchResult& r, const WriteBenchOptions& options,
+                                const FilesystemInfo& fs_info, int64_t files_asked) {
+  const double gb = static_cast<double>(r.bytes) / 1e9;
+  nlohmann::json files = nlohmann::json::array();
+  for (const std::vector<SectionPlacement>& file : r.files) {
+    nlohmann::json sections_json = nlohmann::json::array();
+    for (const SectionPlacement& s : file)
+      sections_json.push_back({{"name", s.name}, {"offset", s.offset}, {"bytes", s.bytes}});
+    files.push_back({{"sections", sections_json}});
+  }
+  auto side = [&](const std::vector<double>& seconds, double median_gbs, bool direct) {
+    std::vector<double> gbs;
+    for (double s : seconds) gbs.push_back(gb / s);
+    return nlohmann::json{{"gbs", median_gbs}, {"gbs_each", gbs}, {"seconds_each", seconds}, {"direct_io", direct}};
+  };
+  return {
+      {"schema", "trainbench.bench_io_write/v1"},
+      {"version", trainbench_version()},
+      {"folder", options.folder},
+      {"filesystem", fs_info.type},
+      {"bytes", r.bytes},
+      {"files", files},
+      {"files_asked", files_asked},
+      {"block_bytes", options.block_bytes},
+      {"repeats", options.repeats},
+      {"checkpoint_persist", side(r.persist_seconds, r.persist_gbs, r.persist_direct_io)},
+      {"plain_write", side(r.plain_seconds, r.plain_gbs, r.plain_direct_io)},
+      {"plain_write_from_state", side(r.plain_from_state_seconds, r.plain_from_state_gbs, r.plain_direct_io)},
+      {"ratio", r.ratio},
+      {"ratio_to_plain_write_from_state", r.plain_from_state_gbs > 0 ? r.persist_gbs / r.plain_from_state_gbs : 0.0},
+      {"warnings", r.warnings},
+  };
+}
+
+void save_write_bench_result(const std::string& out, const nlohmann::json& result) {
+  // Bounded as every result is (write_result_json): --write reads no
+  // config, so by checkpoint.timeout_s's default.
+  const double bound_s = Config().checkpoint.timeout_s;
+  char bound_named[64];
+  std::snprintf(bound_named, sizeof bound_named, "%g s (checkpoint.timeout_s's default)", bound_s);
+  write_file_within(out, json_text(result, 2) + "\n", bound_s, bound_named);
+}
+
+}  // namespace
+
+int BenchCommand::run_io_write() {
+  const Options& o = *options_;
+  if (o.block_bytes % kImageAlignment != 0)
+    throw CommandError{kExitUserError, "--block-bytes " + std::to_string(o.block_bytes) + " is not a multiple of " +
+                                           std::to_string(kImageAlignment)};
+  if (!o.out.empty()) check_result_path(o.out);
+  const std::string folder = make_write_bench_folder(o.write_dir);
+  // The folder goes whatever happens; the bench itself leaves nothing in it.
+  const FolderRemovedAtScopeEnd remove_folder(folder);
+  check_write_bench_folder(folder);
+
+  WriteBenchOptions options;
+  options.folder = folder;
+  options.bytes = o.write_bytes;
+  options.files = static_cast<int>(o.write_files);
+  options.direct_io = !o.buffered;
+  options.block_bytes = o.block_bytes;
+  options.repeats = static_cast<int>(o.repeats);
+  const FilesystemInfo fs_info = describe_filesystem("checkpoint", folder);
+  refuse_beyond_memory_or_disk(options, fs_info);
+  print_write_bench_plan(options, o.write_files, fs_info);
+
+  const WriteBenchResult r = run_write_bench(options);
+  print_write_bench_table(r);
   if (!o.out.empty()) {
-    nlohmann::json files = nlohmann::json::array();
-    for (const std::vector<SectionPlacement>& file : r.files) {
-      nlohmann::json sections_json = nlohmann::json::array();
-      for (const SectionPlacement& s : file)
-        sections_json.push_back({{"name", s.name}, {"offset", s.offset}, {"bytes", s.bytes}});
-      files.push_back({{"sections", sections_json}});
-    }
-    auto side = [&](const std::vector<double>& seconds, double median_gbs, bool direct) {
-      std::vector<double> gbs;
-      for (double s : seconds) gbs.push_back(gb / s);
-      return nlohmann::json{{"gbs", median_gbs}, {"gbs_each", gbs}, {"seconds_each", seconds}, {"direct_io", direct}};
-    };
-    const nlohmann::json result = {
-        {"schema", "trainbench.bench_io_write/v1"},
-        {"version", trainbench_version()},
-        {"folder", folder},
-        {"filesystem", fs_info.type},
-        {"bytes", r.bytes},
-        {"files", files},
-        {"files_asked", o.write_files},
-        {"block_bytes", options.block_bytes},
-        {"repeats", options.repeats},
-        {"checkpoint_persist", side(r.persist_seconds, r.persist_gbs, r.persist_direct_io)},
-        {"plain_write", side(r.plain_seconds, r.plain_gbs, r.plain_direct_io)},
-        {"plain_write_from_state", side(r.plain_from_state_seconds, r.plain_from_state_gbs, r.plain_direct_io)},
-        {"ratio", r.ratio},
-        {"ratio_to_plain_write_from_state", r.plain_from_state_gbs > 0 ? r.persist_gbs / r.plain_from_state_gbs : 0.0},
-        {"warnings", r.warnings},
-    };
-    // Bounded as every result is (write_result_json): --write reads no
-    // config, so by checkpoint.timeout_s's default.
-    const double bound_s = Config().checkpoint.timeout_s;
-    char bound_named[64];
-    std::snprintf(bound_named, sizeof bound_named, "%g s (checkpoint.timeout_s's default)", bound_s);
-    write_file_within(o.out, json_text(result, 2) + "\n", bound_s, bound_named);
+    save_write_bench_result(o.out, write_bench_json(r, options, fs_info, o.write_files));
     std::printf("  result: %s\n", o.out.c_str());
   }
   return kExitOk;

@@ -1059,6 +1059,169 @@ void put_slices_together(Communicator& comm, LoadedRank& loaded, const std::stri
   comm.set_context("");  // what follows (the data set-up) says nothing of where it is, as before
 }
 
+// --- resume_from_checkpoint's phases ---
+
+// What this rank loaded, kept until every rank has said it could load its part.
+struct RankLoad {
+  LoadedRank loaded;
+  double read_s = 0;                 // this rank's reading of its files
+  std::string threads_differ;        // resumed_threads_difference
+  std::vector<const void*> sources;  // the engine's state tensors in `loaded`
+};
+
+// Why this rank could not load its part ("" where it could).
+struct LoadFailure {
+  std::string problem;
+  bool environment = false;  // the problem is the machine's (exit 3), not the checkpoint's
+};
+
+// The checkpoint `spec` names and its manifest: sets point's folder, step and shards.
+nlohmann::json read_resume_manifest(const std::string& spec, const Config& config, ResumePoint& point) {
+  point.folder = resolve_checkpoint(spec, config.checkpoint.dir);
+  nlohmann::json manifest;
+  try {
+    manifest = read_manifest(point.folder);
+  } catch (const CheckpointError& e) {
+    throw CheckpointError(std::string(e.what()) + previous_checkpoint_hint(point.folder), e.environment());
+  }
+  point.step = manifest.at("step").get<int64_t>();
+  if (manifest.contains("extra") && manifest["extra"].is_object() && manifest["extra"].contains("shards"))
+    point.shards = manifest["extra"]["shards"];
+  return manifest;
+}
+
+// Temporary shards sized for the run: a resumed run makes them as the
+// checkpointed one did, whatever its own train.steps. Adopted, so checked
+// as the key is (the comparison below compares it with itself): a
+// damaged -5 made other shards, exit 0; 10^12 failed as exit 3 in the
+// shard maker's words.
+void adopt_synth_samples_per_shard(const nlohmann::json& manifest, const std::string& folder, Config& config) {
+  if (config.data.synth_samples_per_shard != 0) return;
+  const nlohmann::json& data = manifest.at("config").at("data");
+  const nlohmann::json saved = data.is_object() ? data.value("synth_samples_per_shard", nlohmann::json(0))
+                                                : nlohmann::json();
+  if (!saved.is_number_integer() || saved.get<int64_t>() < 0 || saved.get<int64_t>() > kMaxSynthSamplesPerShard)
+    throw CheckpointError(folder + "/manifest.json: config.data.synth_samples_per_shard is " +
+                          checkpoint_io::printable(saved.dump()) + ", not an integer from 0 to " +
+                          std::to_string(kMaxSynthSamplesPerShard) + ": the manifest is damaged");
+  config.data.synth_samples_per_shard = saved.get<int64_t>();
+}
+
+void read_this_ranks_files(const std::string& folder, const nlohmann::json& manifest, int rank, SliceReading reading,
+                           RankLoad& load) {
+  try {
+    // The ranks' slices of the state they hold alike: each reads its own
+    // (the world size is the checkpoint's, checked above), or every one
+    // under checkpoint.resume_read all.
+    const double read_began = steady_now();
+    load.loaded = read_rank_files(folder, manifest, rank, StagingAllocator{}, reading);
+    load.read_s = steady_now() - read_began;
+  } catch (const CheckpointError& e) {
+    throw CheckpointError(std::string(e.what()) + previous_checkpoint_hint(folder), e.environment());
+  }
+}
+
+// Where in `loaded` each of the engine's state tensors is, each checked to be there at the engine's size.
+std::vector<const void*> engine_state_sources(const LoadedRank& loaded, TrainingEngine& engine,
+                                              const std::string& folder, int rank) {
+  std::vector<const void*> sources;
+  for (const StateTensor& t : engine.state_tensors()) {
+    int64_t bytes = 0;
+    const unsigned char* data = loaded.section(t.name, &bytes);
+    if (data == nullptr || bytes != t.bytes)
+      throw CheckpointError("--resume " + folder + ": rank " + std::to_string(rank) + "'s files " +
+                            (data == nullptr ? "have no " + t.name
+                                             : "hold " + std::to_string(bytes) + " bytes of " + t.name +
+                                                   ", this engine needs " + std::to_string(t.bytes)) +
+                            " (written by another engine or precision?)");
+    sources.push_back(data);
+  }
+  return sources;
+}
+
+// The trainer state section's text, checked to be this checkpoint's and this rank's.
+std::string checked_trainer_state(const LoadedRank& loaded, const std::string& rank_files, int64_t step,
+                                  Communicator& comm, const Config& config) {
+  int64_t state_bytes = 0;
+  const unsigned char* state = loaded.section(kTrainerStateSection, &state_bytes);
+  if (state == nullptr) throw CheckpointError(rank_files + "files have no " + kTrainerStateSection);
+  const std::string text(reinterpret_cast<const char*>(state), static_cast<size_t>(state_bytes));
+  const std::string state_problem = check_trainer_state(text, step, comm, config);
+  if (!state_problem.empty()) throw CheckpointError(rank_files + kTrainerStateSection + ": " + state_problem);
+  return text;
+}
+
+// The loader position section's bytes, checked against the run's config.
+std::string checked_data_position(const LoadedRank& loaded, const std::string& rank_files, const Config& config,
+                                  Communicator& comm, int64_t step) {
+  int64_t position_bytes = 0;
+  const unsigned char* position = loaded.section(kDataPositionSection, &position_bytes);
+  if (position == nullptr)
+    throw CheckpointError(rank_files + "files have no data position");
+  std::string data_position(reinterpret_cast<const char*>(position), static_cast<size_t>(position_bytes));
+  try {
+    check_data_position(data_position, config, comm, step);
+  } catch (const std::exception& e) {  // DataError, std::invalid_argument
+    throw CheckpointError(rank_files + kDataPositionSection + ": " + e.what());
+  }
+  return data_position;
+}
+
+// This rank's part of the checkpoint, read and checked. No collective in
+// here: a rank that fails stops partway, and must still meet the others at
+// the gather that follows.
+LoadFailure load_this_ranks_part(const std::string& spec, Config& config, TrainingEngine& engine, Communicator& comm,
+                                 SliceReading reading, ResumePoint& point, RankLoad& load) {
+  try {
+    const nlohmann::json manifest = read_resume_manifest(spec, config, point);
+    adopt_synth_samples_per_shard(manifest, point.folder, config);
+    const std::string incompatible = check_compatible(manifest, config, comm.world_size());
+    if (!incompatible.empty()) throw CheckpointError("--resume " + point.folder + ": " + incompatible);
+
+    read_this_ranks_files(point.folder, manifest, comm.rank(), reading, load);
+    load.sources = engine_state_sources(load.loaded, engine, point.folder, comm.rank());
+    const std::string rank_files = "--resume " + point.folder + ": rank " + std::to_string(comm.rank()) + "'s ";
+    const std::string state = checked_trainer_state(load.loaded, rank_files, point.step, comm, config);
+    load.threads_differ = resumed_threads_difference(state, engine.cpu_threads());
+    point.data_position = checked_data_position(load.loaded, rank_files, config, comm, point.step);
+  } catch (const CheckpointError& e) {
+    return {e.what(), e.environment()};
+  } catch (const nlohmann::json::exception& e) {
+    return {"--resume " + spec + ": malformed manifest: " + e.what()};
+  }
+  return {};
+}
+
+// Each rank resolved `latest` (or the folder) on its own: a node-local
+// checkpoint.dir, or a stale network-filesystem cache of `latest`, gives
+// ranks different steps, and a job whose ranks train from different
+// steps only ends at comm.timeout_s, without a result.
+void check_every_rank_has_step(Communicator& comm, const std::string& spec, const Config& config, int64_t step) {
+  const std::vector<double> steps = gather_from_ranks(comm, static_cast<double>(step));
+  const auto other = std::find_if(steps.begin(), steps.end(), [&](double s) { return s != steps.front(); });
+  if (other == steps.end()) return;
+  const int other_rank = static_cast<int>(other - steps.begin());
+  throw CheckpointError("--resume " + spec + ": the ranks found different checkpoints: rank 0 step " +
+                        std::to_string(static_cast<int64_t>(steps.front())) + ", rank " +
+                        std::to_string(other_rank) + " step " + std::to_string(static_cast<int64_t>(*other)) +
+                        (spec == "latest" ? " (checkpoint.dir " + config.checkpoint.dir + ")" : std::string()) +
+                        ": every rank must see the same folder (node-local disks, or a stale cache of a "
+                        "network filesystem?); name one checkpoint, --resume DIR/step_N, that every rank has");
+}
+
+// A rank that failed gives its own reason; the others give the first
+// failing rank's (the file, the checksums, the checkpoint to resume from
+// instead): rank 0's line is the one printed, and "rank(s) 1 could not load
+// their part" told nothing.
+[[noreturn]] void throw_load_failure(Communicator& comm, const LoadFailure& mine, const std::vector<double>& failed,
+                                     int first_rank) {
+  const std::string reason = broadcast_string(comm, mine.problem, first_rank);
+  if (!mine.problem.empty()) throw CheckpointError(mine.problem, mine.environment);
+  throw CheckpointError(reason + " (rank " + std::to_string(first_rank) + "'s part; rank(s) " + rank_list(failed, 1) +
+                            " could not load theirs)",
+                        failed[static_cast<size_t>(first_rank)] == 2.0);
+}
+
 }  // namespace
 
 std::string resumed_shards_difference(const nlohmann::json& recorded, const std::vector<std::string>& paths,
@@ -1095,138 +1258,32 @@ ResumePoint resume_from_checkpoint(const std::string& spec, Config& config, Trai
                                    Communicator& comm) {
   const double began = steady_now();
   ResumePoint point;
-  std::string problem;
-  bool environment = false;  // the problem is the machine's (exit 3), not the checkpoint's
-  nlohmann::json manifest;
-  LoadedRank loaded;
-  double read_s = 0;  // this rank's reading of its files
-  std::string threads_differ;  // resumed_threads_difference
+  RankLoad load;
   const SliceReading reading = config.checkpoint.resume_read == "all" ? SliceReading::kAll : SliceReading::kOwn;
-  std::vector<const void*> sources;  // the engine's state tensors in `loaded`
   // Read on this thread: bounded, as the writes are, by checkpoint.timeout_s.
   std::optional<StorageWatchdog> watchdog;
   watchdog.emplace(comm, config.checkpoint.timeout_s, "reading the checkpoint to resume from (--resume " + spec + ")");
-  try {
-    point.folder = resolve_checkpoint(spec, config.checkpoint.dir);
-    try {
-      manifest = read_manifest(point.folder);
-    } catch (const CheckpointError& e) {
-      throw CheckpointError(std::string(e.what()) + previous_checkpoint_hint(point.folder), e.environment());
-    }
-    point.step = manifest.at("step").get<int64_t>();
-    if (manifest.contains("extra") && manifest["extra"].is_object() && manifest["extra"].contains("shards"))
-      point.shards = manifest["extra"]["shards"];
-    // Temporary shards sized for the run: a resumed run makes them as the
-    // checkpointed one did, whatever its own train.steps. Adopted, so checked
-    // as the key is (the comparison below compares it with itself): a
-    // damaged -5 made other shards, exit 0; 10^12 failed as exit 3 in the
-    // shard maker's words.
-    if (config.data.synth_samples_per_shard == 0) {
-      const nlohmann::json& data = manifest.at("config").at("data");
-      const nlohmann::json saved = data.is_object() ? data.value("synth_samples_per_shard", nlohmann::json(0))
-                                                    : nlohmann::json();
-      if (!saved.is_number_integer() || saved.get<int64_t>() < 0 || saved.get<int64_t>() > kMaxSynthSamplesPerShard)
-        throw CheckpointError(point.folder + "/manifest.json: config.data.synth_samples_per_shard is " +
-                              checkpoint_io::printable(saved.dump()) + ", not an integer from 0 to " +
-                              std::to_string(kMaxSynthSamplesPerShard) + ": the manifest is damaged");
-      config.data.synth_samples_per_shard = saved.get<int64_t>();
-    }
-    const std::string incompatible = check_compatible(manifest, config, comm.world_size());
-    if (!incompatible.empty()) throw CheckpointError("--resume " + point.folder + ": " + incompatible);
-
-    try {
-      // The ranks' slices of the state they hold alike: each reads its own
-      // (the world size is the checkpoint's, checked above), or every one
-      // under checkpoint.resume_read all.
-      const double read_began = steady_now();
-      loaded = read_rank_files(point.folder, manifest, comm.rank(), StagingAllocator{}, reading);
-      read_s = steady_now() - read_began;
-    } catch (const CheckpointError& e) {
-      throw CheckpointError(std::string(e.what()) + previous_checkpoint_hint(point.folder),
-                            e.environment());
-    }
-    for (const StateTensor& t : engine.state_tensors()) {
-      int64_t bytes = 0;
-      const unsigned char* data = loaded.section(t.name, &bytes);
-      if (data == nullptr || bytes != t.bytes)
-        throw CheckpointError("--resume " + point.folder + ": rank " + std::to_string(comm.rank()) + "'s files " +
-                              (data == nullptr ? "have no " + t.name
-                                               : "hold " + std::to_string(bytes) + " bytes of " + t.name +
-                                                     ", this engine needs " + std::to_string(t.bytes)) +
-                              " (written by another engine or precision?)");
-      sources.push_back(data);
-    }
-    const std::string rank_files = "--resume " + point.folder + ": rank " + std::to_string(comm.rank()) + "'s ";
-    int64_t state_bytes = 0;
-    const unsigned char* state = loaded.section(kTrainerStateSection, &state_bytes);
-    if (state == nullptr) throw CheckpointError(rank_files + "files have no " + kTrainerStateSection);
-    const std::string state_problem =
-        check_trainer_state(std::string(reinterpret_cast<const char*>(state), static_cast<size_t>(state_bytes)),
-                            point.step, comm, config);
-    if (!state_problem.empty()) throw CheckpointError(rank_files + kTrainerStateSection + ": " + state_problem);
-    threads_differ = resumed_threads_difference(
-        std::string(reinterpret_cast<const char*>(state), static_cast<size_t>(state_bytes)),
-        engine.cpu_threads());
-    int64_t position_bytes = 0;
-    const unsigned char* position = loaded.section(kDataPositionSection, &position_bytes);
-    if (position == nullptr)
-      throw CheckpointError(rank_files + "files have no data position");
-    point.data_position.assign(reinterpret_cast<const char*>(position), static_cast<size_t>(position_bytes));
-    try {
-      check_data_position(point.data_position, config, comm, point.step);
-    } catch (const std::exception& e) {  // DataError, std::invalid_argument
-      throw CheckpointError(rank_files + kDataPositionSection + ": " + e.what());
-    }
-  } catch (const CheckpointError& e) {
-    problem = e.what();
-    environment = e.environment();
-  } catch (const nlohmann::json::exception& e) {
-    problem = "--resume " + spec + ": malformed manifest: " + e.what();
-  }
+  const LoadFailure failure = load_this_ranks_part(spec, config, engine, comm, reading, point, load);
   // Every rank learns whether every rank could load: none trains alone.
   const std::vector<double> failed =
-      gather_from_ranks(comm, problem.empty() ? 0.0 : (environment ? 2.0 : 1.0));
+      gather_from_ranks(comm, failure.problem.empty() ? 0.0 : (failure.environment ? 2.0 : 1.0));
   const auto first = std::find_if(failed.begin(), failed.end(), [](double code) { return code > 0; });
-  if (first == failed.end()) {
-    // Each rank resolved `latest` (or the folder) on its own: a node-local
-    // checkpoint.dir, or a stale network-filesystem cache of `latest`, gives
-    // ranks different steps, and a job whose ranks train from different
-    // steps only ends at comm.timeout_s, without a result.
-    const std::vector<double> steps = gather_from_ranks(comm, static_cast<double>(point.step));
-    const auto other = std::find_if(steps.begin(), steps.end(), [&](double s) { return s != steps.front(); });
-    if (other == steps.end()) {
-      watchdog.reset();  // the storage's part is done; the slices travel over the network, bounded by comm
-      for (double s : gather_from_ranks(comm, read_s)) point.read_s = std::max(point.read_s, s);
-      for (double b : gather_from_ranks(comm, static_cast<double>(loaded.bytes_read)))
-        point.bytes_read += static_cast<int64_t>(b);
-      const double exchange_began = steady_now();
-      put_slices_together(comm, loaded, spec, point.step, reading == SliceReading::kOwn);
-      point.exchange_s = steady_now() - exchange_began;
-      engine.restore_state(sources);
-      point.load_s = steady_now() - began;
-      const RankReason threads = first_reason_over_ranks(comm, threads_differ);
-      if (!threads.reason.empty())
-        point.warning = "--resume " + point.folder + ": rank " + std::to_string(threads.rank) + ": " + threads.reason;
-      return point;
-    }
-    const int other_rank = static_cast<int>(other - steps.begin());
-    throw CheckpointError("--resume " + spec + ": the ranks found different checkpoints: rank 0 step " +
-                          std::to_string(static_cast<int64_t>(steps.front())) + ", rank " +
-                          std::to_string(other_rank) + " step " + std::to_string(static_cast<int64_t>(*other)) +
-                          (spec == "latest" ? " (checkpoint.dir " + config.checkpoint.dir + ")" : std::string()) +
-                          ": every rank must see the same folder (node-local disks, or a stale cache of a "
-                          "network filesystem?); name one checkpoint, --resume DIR/step_N, that every rank has");
-  }
-  // A rank that failed gives its own reason; the others give the first
-  // failing rank's (the file, the checksums, the checkpoint to resume from
-  // instead): rank 0's line is the one printed, and "rank(s) 1 could not load
-  // their part" told nothing.
-  const int first_rank = static_cast<int>(first - failed.begin());
-  const std::string reason = broadcast_string(comm, problem, first_rank);
-  if (!problem.empty()) throw CheckpointError(problem, environment);
-  throw CheckpointError(reason + " (rank " + std::to_string(first_rank) + "'s part; rank(s) " + rank_list(failed, 1) +
-                            " could not load theirs)",
-                        *first == 2.0);
+  if (first != failed.end()) throw_load_failure(comm, failure, failed, static_cast<int>(first - failed.begin()));
+  check_every_rank_has_step(comm, spec, config, point.step);
+
+  watchdog.reset();  // the storage's part is done; the slices travel over the network, bounded by comm
+  for (double s : gather_from_ranks(comm, load.read_s)) point.read_s = std::max(point.read_s, s);
+  for (double b : gather_from_ranks(comm, static_cast<double>(load.loaded.bytes_read)))
+    point.bytes_read += static_cast<int64_t>(b);
+  const double exchange_began = steady_now();
+  put_slices_together(comm, load.loaded, spec, point.step, reading == SliceReading::kOwn);
+  point.exchange_s = steady_now() - exchange_began;
+  engine.restore_state(load.sources);
+  point.load_s = steady_now() - began;
+  const RankReason threads = first_reason_over_ranks(comm, load.threads_differ);
+  if (!threads.reason.empty())
+    point.warning = "--resume " + point.folder + ": rank " + std::to_string(threads.rank) + ": " + threads.reason;
+  return point;
 }
 
 }  // namespace trainbench
