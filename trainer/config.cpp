@@ -803,22 +803,27 @@ void check_model_sizes(const Checker& checker, const Config& config) {
                       std::to_string(kMaxActivationElements) + " (2^56)");
 }
 
-void validate(const Config& config, const Sources& sources) {
-  const Checker checker(config, sources);
-  const ModelShape& m = config.model;
-  const TrainSection& t = config.train;
-
+// Every key against its bounds and choices (the key table).
+void check_keys(const Checker& checker, const Config& config) {
   for (const KeySpec& spec : key_table()) {
     const FieldPtr field = field_of(config, spec);
     check_bound(checker, spec, field);
     if (!spec.choices.empty()) {
       const std::string& value = *std::get<std::string*>(field);
+      // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive)
+      // of "'" + excerpt(value) once this function is inlined.
+      std::string refusal = "'";
+      refusal += excerpt(value);
+      refusal += "' is not one of ";
+      refusal += join(spec.choices, ", ");
       checker.require(std::find(spec.choices.begin(), spec.choices.end(), value) != spec.choices.end(),
-                      {spec.name}, "'" + excerpt(value) + "' is not one of " + join(spec.choices, ", "));
+                      {spec.name}, refusal);
     }
   }
+}
 
-  // Sizes are positive from here on, so the divisions below are safe.
+// The model's shape, each size positive by now (the key table), so the divisions are safe.
+void check_model_shape(const Checker& checker, const ModelShape& m) {
   checker.require(m.vocab <= INT32_MAX, {"model.vocab"},
                   std::to_string(m.vocab) + " exceeds 2147483647 (token ids are int32)");
   // One token leaves nothing to predict: the loss was exactly 0 at every
@@ -834,6 +839,10 @@ void validate(const Config& config, const Sources& sources) {
   checker.require(m.head_dim() % 2 == 0, {"model.d_model", "model.n_heads"},
                   "head dimension d_model / n_heads = " + std::to_string(m.head_dim()) +
                       " is odd; RoPE rotates pairs of dimensions");
+}
+
+// The steps, and the engine's precision and attention against train.device.
+void check_train(const Checker& checker, const TrainSection& t) {
   checker.require(t.warmup_steps < t.steps, {"train.warmup_steps", "train.steps"},
                   std::to_string(t.warmup_steps) + " must be < train.steps (" +
                       std::to_string(t.steps) + ") so that some steps are measured: lower train.warmup_steps "
@@ -847,7 +856,10 @@ void validate(const Config& config, const Sources& sources) {
                   "(use train.precision bf16 or auto)");
   checker.require(!(t.attention == "cudnn" && t.device == "cpu"), {"train.attention", "train.device"},
                   "cudnn is the cuda engine's fused attention, but train.device is cpu (the cpu engine runs attention as GEMMs)");
+}
 
+void check_comm(const Checker& checker, const Config& config) {
+  const TrainSection& t = config.train;
   checker.require(config.comm.zero <= 1, {"comm.zero"},
                   std::to_string(config.comm.zero) + " is not 0 or 1 (ZeRO stage 1 shards the optimizer state)");
   // Engine and backend that cannot go together (train.device auto: the CLI
@@ -862,7 +874,11 @@ void validate(const Config& config, const Sources& sources) {
   checker.require(config.comm.bucket_mb >= 1.0 / 1024 && config.comm.bucket_mb <= 1 << 20, {"comm.bucket_mb"},
                   "must be between 0.0009765625 (1 KiB) and 1048576 (1 TiB; a bucket larger than the gradients "
                   "is one bucket) (got " + format_double(config.comm.bucket_mb) + ")");
+}
 
+void check_lora(const Checker& checker, const Config& config) {
+  const ModelShape& m = config.model;
+  const TrainSection& t = config.train;
   // The adapters' targets are checked whatever the mode: a typo in a config
   // that trains full today is one in the LoRA run it is kept for.
   // "q,,k" and "q k" trained q and k, and printed as written.
@@ -897,14 +913,10 @@ void validate(const Config& config, const Sources& sources) {
                     "ZeRO-1 shards every parameter's optimizer state, and train.mode lora freezes the base; "
                     "the adapters' state is small: use comm.zero 0");
   }
+}
 
-  check_model_sizes(checker, config);
-
-  const CheckpointSection& ck = config.checkpoint;
-  checker.require(ck.block_bytes % 4096 == 0 && ck.block_bytes >= (1 << 20), {"checkpoint.block_bytes"},
-                  "must be a multiple of 4096 and at least 1048576 (O_DIRECT alignment, large writes) (got " +
-                      std::to_string(ck.block_bytes) + ")");
-
+void check_data(const Checker& checker, const Config& config) {
+  const ModelShape& m = config.model;
   const DataSection& d = config.data;
   checker.require(d.eos_token == -1 || (d.eos_token >= 0 && d.eos_token < m.vocab),
                   {"data.eos_token", "model.vocab"},
@@ -942,6 +954,21 @@ void validate(const Config& config, const Sources& sources) {
                   {"data.field", "data.shards"},
                   "'" + excerpt(d.field) + "': the shards made when data.shards is empty have a plain "
                   "u16, u32, npy or txt member; name one of those or set data.shards");
+}
+
+void validate(const Config& config, const Sources& sources) {
+  const Checker checker(config, sources);
+  check_keys(checker, config);
+  check_model_shape(checker, config.model);
+  check_train(checker, config.train);
+  check_comm(checker, config);
+  check_lora(checker, config);
+  check_model_sizes(checker, config);
+  const CheckpointSection& ck = config.checkpoint;
+  checker.require(ck.block_bytes % 4096 == 0 && ck.block_bytes >= (1 << 20), {"checkpoint.block_bytes"},
+                  "must be a multiple of 4096 and at least 1048576 (O_DIRECT alignment, large writes) (got " +
+                      std::to_string(ck.block_bytes) + ")");
+  check_data(checker, config);
 }
 
 // A config states at most a few hundred keys; a larger file is not one.
