@@ -97,7 +97,8 @@ CheckpointsFound committed_checkpoints_in(const std::string& dir) {
     found.names += (found.names.empty() ? "" : ", ") + std::filesystem::path(c.folder).filename().string();
   found.resume = newest_readable_checkpoint(dir);
   if (has_latest)
-    found.names += std::string(found.names.empty() ? "" : ", and ") + "a latest pointer that names no usable checkpoint";
+    found.names +=
+        std::string(found.names.empty() ? "" : ", and ") + "a latest pointer that names no usable checkpoint";
   return found;
 }
 
@@ -1092,7 +1093,7 @@ nlohmann::json read_resume_manifest(const std::string& spec, const Config& confi
 
 // Temporary shards sized for the run: a resumed run makes them as the
 // checkpointed one did, whatever its own train.steps. Adopted, so checked
-// as the key is (the comparison below compares it with itself): a
+// as the key is (the caller's check_compatible compares it with itself): a
 // damaged -5 made other shards, exit 0; 10^12 failed as exit 3 in the
 // shard maker's words.
 void adopt_synth_samples_per_shard(const nlohmann::json& manifest, const std::string& folder, Config& config) {
@@ -1111,8 +1112,8 @@ void read_this_ranks_files(const std::string& folder, const nlohmann::json& mani
                            RankLoad& load) {
   try {
     // The ranks' slices of the state they hold alike: each reads its own
-    // (the world size is the checkpoint's, checked above), or every one
-    // under checkpoint.resume_read all.
+    // (the world size is the checkpoint's, checked by the caller), or every
+    // one under checkpoint.resume_read all.
     const double read_began = steady_now();
     load.loaded = read_rank_files(folder, manifest, rank, StagingAllocator{}, reading);
     load.read_s = steady_now() - read_began;
