@@ -622,7 +622,8 @@ class BurninMonitor final : public RunExtension {
     if (world == 1 && grad_norm_step_ > 0)
       row.fail("numerics: gradient norm not finite at step " + std::to_string(grad_norm_step_));
     // A median of a handful of steps says nothing about "consistently slower".
-    const std::string straggler = own_step_s_.size() >= kStragglerSteps ? straggler_finding(own, r, b.straggler_pct) : "";
+    const std::string straggler =
+        own_step_s_.size() >= kStragglerSteps ? straggler_finding(own, r, b.straggler_pct) : "";
     if (!straggler.empty()) row.fail(straggler);
     row.notes.push_back("golden step: " + std::string(start_failures_[r].empty() ? "agreed at the start, " : "") +
                         "bit-identical in " + std::to_string(golden_checks_ - golden_mismatches_[r].size()) + " of " +
@@ -651,17 +652,22 @@ class BurninMonitor final : public RunExtension {
         row.fail("GPU: hardware slowdown (clock-event reasons seen " + std::string(bits) + ") in " +
                  format("%.0f", h.hardware[r]) + " of " + format("%.0f", h.samples[r]) + " samples");
       }
-      std::string line = "GPU: " + format("%.0f samples", h.samples[r]) + ", max " + format("%.0f C", h.temperature[r]) +
-                         ", max " + format("%.0f W", h.power[r]) + ", SM clock min " + format("%.0f MHz", h.sm_clock[r]);
+      std::string line = "GPU: " + format("%.0f samples", h.samples[r]) + ", max " +
+                         format("%.0f C", h.temperature[r]) + ", max " + format("%.0f W", h.power[r]) +
+                         ", SM clock min " + format("%.0f MHz", h.sm_clock[r]);
       if (h.software[r] > 0) line += ", power/thermal cap in " + format("%.0f samples", h.software[r]);
       line += h.ecc_corrected[r] >= 0 ? ", ECC corrected +" + format("%.0f", h.ecc_corrected[r]) : ", ECC not reported";
       if (h.pcie[r] >= 0) line += ", PCIe replays +" + format("%.0f", h.pcie[r]);
       row.notes.push_back(line);
-      row.figures["gpu"] = {{"samples", h.samples[r]},          {"max_temperature_c", h.temperature[r]},
-                            {"max_power_w", h.power[r]},        {"min_sm_clock_mhz", h.sm_clock[r]},
+      row.figures["gpu"] = {{"samples", h.samples[r]},
+                            {"max_temperature_c", h.temperature[r]},
+                            {"max_power_w", h.power[r]},
+                            {"min_sm_clock_mhz", h.sm_clock[r]},
                             {"clock_event_reasons_seen", static_cast<int64_t>(h.reasons[r])},
-                            {"hardware_slowdown_samples", h.hardware[r]}, {"power_or_thermal_cap_samples", h.software[r]},
-                            {"ecc_corrected_delta", h.ecc_corrected[r]}, {"ecc_uncorrected_delta", h.ecc_uncorrected[r]},
+                            {"hardware_slowdown_samples", h.hardware[r]},
+                            {"power_or_thermal_cap_samples", h.software[r]},
+                            {"ecc_corrected_delta", h.ecc_corrected[r]},
+                            {"ecc_uncorrected_delta", h.ecc_uncorrected[r]},
                             {"pcie_replay_delta", h.pcie[r]}};
     } else {
       // Rank 0's reason, which a job of alike nodes shares.
@@ -752,8 +758,9 @@ class BurninMonitor final : public RunExtension {
       if (!drop.empty()) job.fail(drop + busbw.finding_words());
       job.notes.push_back("busbw " + ends_text(busbw));
     } else {
-      job.notes.push_back(comm_->world_size() > 1 ? "fabric: not measured yet (needs a measurement after training steps)"
-                                                  : "fabric: one rank, nothing to measure");
+      job.notes.push_back(comm_->world_size() > 1
+                              ? "fabric: not measured yet (needs a measurement after training steps)"
+                              : "fabric: one rank, nothing to measure");
     }
   }
 
@@ -810,7 +817,8 @@ class BurninMonitor final : public RunExtension {
     now_.tokens_per_s = outcome.summary.tokens_per_s;
     now_.busbw_gbs = median_of([](const HealthPoint& p) { return p.busbw_gbs; });
     now_.write_gbs = median_of([](const HealthPoint& p) { return p.write_gbs; });
-    const std::vector<std::string> below = compare_with_baseline(now_, *baseline_, config_->burnin.baseline_tolerance_pct);
+    const std::vector<std::string> below =
+        compare_with_baseline(now_, *baseline_, config_->burnin.baseline_tolerance_pct);
     for (const std::string& why : below) job.fail("below the baseline: " + why);
     if (!below.empty()) return;
     // Named: only the figures both runs measured were compared.

@@ -558,7 +558,8 @@ void check_engine_supports(const Config& config, const std::string& device) {
                                            config.train.device + " took the cuda engine, which trains bf16 with "
                                            "fp32 master weights): use train.precision bf16 or auto"};
   if (device == "cpu" && config.train.attention == "cudnn")
-    throw CommandError{kExitUserError, "train.attention: cudnn needs the cuda engine; the cpu engine runs attention as GEMMs"};
+    throw CommandError{kExitUserError,
+                       "train.attention: cudnn needs the cuda engine; the cpu engine runs attention as GEMMs"};
 }
 
 // The plan against the memory of this rank's GPU (train.device cuda).
@@ -612,13 +613,14 @@ void check_host_memory(const Config& config, Communicator& comm, const EngineOpt
             " or train.micro_batch"};
   }
   if (engine_options.device == "cpu" && available > 0 && (model_bytes + data_bytes) * host_ranks > available) {
+    const double host_bytes = static_cast<double>((model_bytes + data_bytes) * host_ranks);
     throw CommandError{kExitEnvironmentError,
                     "model needs " + human_bytes(static_cast<double>(plan.total_bytes())) +
                         " of host memory per rank (activations " +
                         human_bytes(static_cast<double>(plan.activation_bytes)) + "; its data " +
                         human_bytes(static_cast<double>(data_bytes)) + " besides)" +
-                        (host_ranks > 1 ? ", " + human_bytes(static_cast<double>((model_bytes + data_bytes) * host_ranks)) +
-                                              " for the " + std::to_string(host_ranks) + " ranks on this host,"
+                        (host_ranks > 1 ? ", " + human_bytes(host_bytes) + " for the " + std::to_string(host_ranks) +
+                                              " ranks on this host,"
                                         : "") +
                         " but " + human_bytes(static_cast<double>(available)) +
                         " is available: lower train.micro_batch, model.seq_len or model.n_layers" +

@@ -913,7 +913,8 @@ TEST(IoBench, AnExpiredTimeLimitStillReadsTheFirstFile) {
   for (int s = 0; s < 2; ++s) {  // the small-file tree: a folder a shard, a file a member
     const std::string shard_dir = dir.file("tree/shard" + std::to_string(s));
     fs::create_directories(shard_dir);
-    for (int k = 0; k < 2; ++k) std::ofstream(shard_dir + "/sample" + std::to_string(k) + ".u16") << std::string(64, 'a');
+    for (int k = 0; k < 2; ++k)
+      std::ofstream(shard_dir + "/sample" + std::to_string(k) + ".u16") << std::string(64, 'a');
   }
   const ReadRate small = measure_small_files(dir.file("tree"), "u16", 65536, 1, 0.0, 0.0, false);
   EXPECT_EQ(small.files, 1);
