@@ -13,7 +13,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/atomic_file.h"  // write_file_atomically: bench io --write's --out
 #include "checkpoint/checkpoint_files.h"  // check_checkpoint_dir, CheckpointWriteError
 #include "checkpoint/write_bench.h"       // run_write_bench: bench io --write
 #include "comm/bench_buffer.h"       // free_bench_buffer_bytes: the GPU's room for bench comm
