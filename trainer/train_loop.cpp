@@ -466,6 +466,12 @@ class RankComparison {
     outcome_.summary.consistency_check_s += std::chrono::duration<double>(local).count();
     return local;
   }
+  // at(step), unless there is nothing to learn: one rank, a divergence
+  // already found (the first one is the finding), or `step` compared already.
+  Clock::duration at_if_new(int64_t step) {
+    if (comm_.world_size() <= 1 || !consistent() || last_compared_ == step) return Clock::duration{0};
+    return at(step);
+  }
   bool consistent() const { return inconsistency_.empty(); }
   int64_t last_compared() const { return last_compared_; }  // -1: none yet
   // Fault injection (comm.inject_divergence_step), through the same host copy.
@@ -659,7 +665,7 @@ bool StepLoop::train_step(int64_t step, bool warmup, const ProgressFn& on_progre
     outcome_.failure = {"data_read",
                         (world_ > 1 ? "rank " + std::to_string(data.rank) + ": " : std::string()) + data.reason,
                         data.kind == kDataFailureByEnvironment};
-    if (world_ > 1 && ranks_.consistent() && ranks_.last_compared() != step - 1) ranks_.at(step - 1);
+    ranks_.at_if_new(step - 1);
     stopped_mid_step_ = true;
     return false;
   }
@@ -687,10 +693,8 @@ bool StepLoop::train_step(int64_t step, bool warmup, const ProgressFn& on_progre
     // The extension ends the run here (burn-in's duration): the ranks'
     // parameters are compared as at a last step (a divergence after the
     // last periodic comparison, or with comm.check_every 0, passed).
-    if (world_ > 1 && ranks_.consistent() && ranks_.last_compared() != step) {
-      const Clock::duration took = ranks_.at(step);
-      if (!record.warmup) checks_in_window_ += took;
-    }
+    const Clock::duration took = ranks_.at_if_new(step);
+    if (!record.warmup) checks_in_window_ += took;
     return false;
   }
   if (on_progress && instrument_) {
@@ -813,7 +817,7 @@ Clock::duration StepLoop::checkpoint_after(StepRecord& record, bool step_finite)
   if (checkpointer_ == nullptr) return Clock::duration{0};
   const int64_t step = record.step;
   Clock::duration check_in_step{0};
-  if (world_ > 1 && checkpointer_->due(step) && ranks_.consistent()) check_in_step = ranks_.at(step);
+  if (checkpointer_->due(step)) check_in_step = ranks_.at_if_new(step);
   const double checkpoint_begin = steady_seconds();
   try {
     record.ckpt_stall_s += !ranks_.consistent()
@@ -860,8 +864,8 @@ void StepLoop::compare_ranks_after(const StepRecord& record) {
   const int64_t step = record.step;
   const bool last_step = step == train_.steps || outcome_.failure.happened();
   const bool check_now = config_.comm.check_every > 0 && step % config_.comm.check_every == 0;
-  if (world_ <= 1 || !(check_now || last_step) || !ranks_.consistent() || ranks_.last_compared() == step) return;
-  const Clock::duration took = ranks_.at(step);
+  if (!check_now && !last_step) return;
+  const Clock::duration took = ranks_.at_if_new(step);
   if (!last_step) previous_end_ += took;
   if (!record.warmup) checks_in_window_ += took;
 }
