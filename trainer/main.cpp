@@ -2,6 +2,8 @@
 #include <malloc.h>  // mallopt: M_ARENA_MAX
 
 #include <csignal>  // the signal's name in the partial result
+#include <cstdio>   // std::fflush
+#include <cstdlib>  // std::_Exit
 #include <string>
 
 #include "dataloader/shard_writer.h"     // remove_partial_shards
@@ -16,7 +18,8 @@ int main(int argc, char** argv) {
   // malloc arenas each reserve 64 MiB, whatever they hold: the loader's and
   // the writers' threads used up most of a limit the run's own memory was
   // far below, and failed at random places. One arena, before any thread.
-  if (trainbench::address_space_limit_bytes() > 0) mallopt(M_ARENA_MAX, 1);
+  const bool address_space_limited = trainbench::address_space_limit_bytes() > 0;
+  if (address_space_limited) mallopt(M_ARENA_MAX, 1);
   // A signal (Ctrl-C, scancel, Slurm's time limit): rank 0's partial result
   // (trainer/partial_result.h) first; set before the handler that calls it.
   trainbench::set_interrupt_report([](int signal_number) {
@@ -42,5 +45,17 @@ int main(int argc, char** argv) {
   });
   const int code = trainbench::run_cli(argc, argv);
   trainbench::end_interrupt_cleanup();
+  // OpenBLAS starts its worker threads before main, and each allocates its
+  // buffer (up to 128 MiB) at once; one whose buffer does not fit under the
+  // limit retries forever, and OpenBLAS's exit handler joins it: every
+  // command, a run that had said why the limit stops it included, then hung
+  // at its exit (a window one buffer wide per worker: 120-230 MiB on two
+  // cores, gigabytes on a many-core login node). Everything this process
+  // owns is closed by now (the communicator within run_cli); the C streams
+  // are flushed and the exit handlers skipped.
+  if (address_space_limited) {
+    std::fflush(nullptr);
+    std::_Exit(code);
+  }
   return code;
 }

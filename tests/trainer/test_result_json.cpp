@@ -1308,9 +1308,10 @@ TEST(Cli, AnUnusableTmpdirOrAFileSizeLimitIsAnEnvironmentError) {
   // An address-space limit below what the run maps hung in OpenBLAS. The
   // limit: 64 MB above the least that starts the binary at all (found by
   // halving, in KiB; the CUDA build maps cuBLAS, some 1 GB; below that
-  // least, OpenBLAS's start-up spins before main, hence the timeout, or
-  // aborts, whose "Aborted" line the probe's shell keeps off stderr): room
-  // to start, not to train.
+  // least the dynamic loader refuses it, or OpenBLAS's start-up aborts,
+  // whose "Aborted" line the probe's shell keeps off stderr; the timeout
+  // bounds a hang, see NoAddressSpaceLimitHangsTheExit): room to start, not
+  // to train.
   const std::string binary = TRAINBENCH_BINARY;
   const auto address_space = run_command(
       "bash -c 'low=65536; high=8388608; "
@@ -1322,6 +1323,46 @@ TEST(Cli, AnUnusableTmpdirOrAFileSizeLimitIsAnEnvironmentError) {
   EXPECT_EQ(address_space.exit_code, 3) << address_space.err;
   EXPECT_NE(address_space.err.find("ulimit -v"), std::string::npos) << address_space.err;
   EXPECT_EQ(address_space.err.find('\n'), address_space.err.size() - 1) << "one line: " << address_space.err;
+}
+
+// OpenBLAS's worker threads start before main, each allocating its buffer
+// (up to 128 MiB); one whose buffer does not fit under ulimit -v retries
+// forever, and OpenBLAS's exit handler joined it: in a window one buffer wide
+// per worker above the least limit the binary starts under, `--version`
+// printed and hung, and a run said why the limit stops it and hung. From
+// that least limit (found from 64 MiB up; the CUDA build's loader needs some
+// 1 GiB) to 512 MiB above it, by 16 MiB, both commands end with their own
+// exit code, never the timeout.
+TEST(Cli, NoAddressSpaceLimitHangsTheExit) {
+  testing::TempDir dir("test_cli_vmem_exit");
+  const std::string binary = TRAINBENCH_BINARY;
+  const auto under_limit = [&](int mib, const std::string& arguments) {
+    const auto r = run_command("TMPDIR=" + dir.path() + " bash -c 'ulimit -v " + std::to_string(mib * 1024) +
+                               "; exec timeout 20 " + binary + " " + arguments + "'");
+    EXPECT_NE(r.exit_code, 124) << "ulimit -v " << mib << " MiB: trainbench " << arguments
+                                << " did not end within 20 s: " << r.out << r.err;
+    return r;
+  };
+  // Below it the binary never reaches main: the loader cannot map a library
+  // (127), or OpenBLAS cannot start a thread and raises SIGINT (130).
+  const auto started = [](const testing::CommandResult& r) {
+    return !(r.exit_code == 127 && r.err.find("error while loading shared libraries") != std::string::npos) &&
+           !(r.exit_code == 130 && r.err.find("OpenBLAS blas_thread_init") != std::string::npos);
+  };
+  int least = 64;
+  while (least <= 4096 && !started(under_limit(least, "--version"))) least += 16;
+  ASSERT_LE(least, 4096) << "no limit up to 4 GiB started the binary";
+  const std::string run =
+      "run tiny --steps 3 --set train.warmup_steps=1 --set checkpoint.every_steps=0 --out " + dir.file("r.json");
+  for (int mib = least; mib <= least + 512; mib += 16) {
+    const auto version = under_limit(mib, "--version");
+    if (started(version)) EXPECT_EQ(version.exit_code, 0) << "ulimit -v " << mib << " MiB: " << version.err;
+    const auto trained = under_limit(mib, run);
+    if (started(trained))
+      EXPECT_TRUE(trained.exit_code == 0 || trained.exit_code == 3)
+          << "ulimit -v " << mib << " MiB: exit " << trained.exit_code << ": " << trained.err;
+    if (HasFailure()) return;  // one limit's failure is the finding; without the fix, each would wait 20 s
+  }
 }
 
 // Between the address-space floor the run checks (above) and what it
@@ -1338,9 +1379,8 @@ TEST(Cli, AnyAddressSpaceLimitAboveTheFloorEndsTheRunOrIsAnEnvironmentError) {
   const std::string run = "export TMPDIR=" + dir.path() + "; exec timeout 60 " + binary +
                           " run tiny --steps 3 --set train.warmup_steps=1 --set checkpoint.every_steps=1 "
                           "--set data.readers=4 --out " + dir.file("r.json");
-  // Below the least that starts the binary at all OpenBLAS spins before
-  // main: that least is found by halving, as above, and 64 MiB over it the
-  // run names its floor.
+  // That least that starts the binary at all is found by halving, as
+  // above, and 64 MiB over it the run names its floor.
   const auto floor_run = run_command(
       "bash -c 'low=65536; high=8388608; "
       "while [ $((high - low)) -gt 32768 ]; do mid=$(((low + high) / 2)); "
