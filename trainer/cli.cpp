@@ -199,7 +199,11 @@ ErrorReport describe_current_exception() {
   } catch (const DeviceError& e) {  // the GPU's, not a bug (an "internal error", exit 1, sent users to the code)
     return {kExitEnvironmentError, std::string("device error: ") + e.what(), e.device_fault()};
   } catch (const std::bad_alloc&) {
-    return {kExitEnvironmentError, "out of memory"};
+    // Under an address-space limit, the limit is the likelier cause.
+    const int64_t limit = address_space_limit_bytes();
+    return {kExitEnvironmentError, limit > 0 ? "out of memory under the address-space limit (ulimit -v) of " +
+                                                   human_bytes(static_cast<double>(limit))
+                                             : std::string("out of memory")};
   } catch (const std::system_error& e) {
     // A thread that could not start (EAGAIN: ulimit -u, or no room left for
     // its stack under ulimit -v) is the machine's limit, not a bug.
@@ -1371,7 +1375,9 @@ int refuse_missing_command(CLI::App& app, int argc, char** argv) {
 
 }  // namespace
 
-int run_cli(int argc, char** argv) {
+namespace {
+
+int parse_and_run(int argc, char** argv) {
   CLI::App app{"trainbench: end-to-end training throughput of a GPU cluster, and where the time goes"};
   app.set_version_flag("--version", [] { return version_text(); });
   app.require_subcommand(1);
@@ -1446,6 +1452,26 @@ int run_cli(int argc, char** argv) {
     return error.code;
   }
   return kExitUserError;
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  // What the command's own handler does not see: building and parsing the
+  // command line (CLI11 copies every option's strings), which ran out of
+  // memory under a tight ulimit -v and ended in std::terminate (exit 134).
+  try {
+    return parse_and_run(argc, argv);
+  } catch (...) {
+    try {
+      const ErrorReport error = describe_current_exception();
+      std::fprintf(stderr, "trainbench: %s\n", error_line(error.message).c_str());
+      return error.code;
+    } catch (...) {  // no memory left to say more
+      std::fputs("trainbench: out of memory\n", stderr);
+      return kExitEnvironmentError;
+    }
+  }
 }
 
 }  // namespace trainbench
