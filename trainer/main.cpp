@@ -12,6 +12,7 @@
 #include "trainer/environment.h"     // address_space_limit_bytes
 #include "trainer/interrupt_cleanup.h"  // temporary folders removed on SIGINT/SIGTERM/SIGHUP
 #include "trainer/partial_result.h"     // write_partial_result: an aborted or interrupted run's steps
+#include "trainer/standard_output.h"    // a closed pipe or a full disk under the console report
 
 int main(int argc, char** argv) {
   // Under an address-space limit (ulimit -v; PBS's vmem) glibc's per-thread
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
     }
   });
   trainbench::install_interrupt_cleanup();
+  trainbench::keep_running_when_the_output_reader_goes();
   // A shard being written (shards synth|pack into a folder of the user's)
   // leaves no NAME.partial behind when interrupted.
   trainbench::run_on_interrupt(trainbench::remove_partial_shards);
@@ -43,7 +45,7 @@ int main(int argc, char** argv) {
     trainbench::write_partial_result(exit_code, message);
     trainbench::remove_temporary_files_before_abort();
   });
-  const int code = trainbench::run_cli(argc, argv);
+  const int code = trainbench::exit_code_after_standard_output(trainbench::run_cli(argc, argv));
   trainbench::end_interrupt_cleanup();
   // OpenBLAS starts its worker threads before main, and each allocates its
   // buffer (up to 128 MiB) at once; one whose buffer does not fit under the

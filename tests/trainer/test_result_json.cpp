@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>     // open: the signalled commands' output to /dev/null
-#include <signal.h>    // kill
+#include <signal.h>    // kill, signal: SIGPIPE as a shell gives it
 #include <sys/stat.h>  // the FIFO --out must leave alone
 #include <sys/wait.h>  // waitpid
 #include <unistd.h>    // fork, execl
@@ -1097,6 +1097,65 @@ TEST(Cli, ATemporaryAKilledRunLeftUnderThisPidDoesNotBlockTheResult) {
   const nlohmann::json written = nlohmann::json::parse(testing::read_whole_file(result));
   EXPECT_EQ(written["summary"]["measured_steps"].get<int64_t>() + written["summary"]["warmup_steps"].get<int64_t>(), 7);
   EXPECT_FALSE(std::filesystem::exists(result + ".tmp." + std::to_string(pid))) << "the leftover was written over";
+}
+
+// `trainbench run | head -1`: the reader goes after one line, and the next
+// write to the pipe killed the run by SIGPIPE (exit 141, not a word): no
+// result, and the temporary shards and checkpoint folder left in TMPDIR. The
+// pipe's read end is closed before the run starts, so every write meets it;
+// SIGPIPE's default action is restored in the child, as a shell gives it.
+TEST(Cli, AReaderThatClosesThePipeLeavesTheRunToItsResult) {
+  testing::TempDir dir("test_cli_closed_pipe");
+  const std::string result = dir.file("r.json");
+  const std::string binary = TRAINBENCH_BINARY;
+  int pipe_ends[2];
+  ASSERT_EQ(::pipe(pipe_ends), 0);
+  ::close(pipe_ends[0]);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::signal(SIGPIPE, SIG_DFL);
+    ::setenv("TMPDIR", dir.path().c_str(), 1);
+    ::dup2(pipe_ends[1], 1);
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 2);
+    ::execl(binary.c_str(), binary.c_str(), "run", "tiny", "--steps", "12", "--set", "train.warmup_steps=2", "--out",
+            result.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(pipe_ends[1]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "a reader that went is no failure of the run";
+  const nlohmann::json written = nlohmann::json::parse(testing::read_whole_file(result));
+  EXPECT_EQ(written.at("summary").at("measured_steps"), 10);
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
+    EXPECT_EQ(entry.path().filename(), "r.json") << "left in TMPDIR: " << entry.path();
+}
+
+// Standard output on a full disk (`plan --json > plan.json` over quota,
+// `run > run.log`): every write failed, and the command still said success
+// (exit 0, plan.json empty). Now exit 3 in one line naming the standard
+// output; the run's result file, written elsewhere, is whole.
+TEST(Cli, AStandardOutputThatCannotBeWrittenIsExit3) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  testing::TempDir dir("test_cli_full_stdout");
+  const std::string binary = TRAINBENCH_BINARY;
+  const auto plan = run_command("bash -c '" + binary + " plan tiny --json > /dev/full'");
+  EXPECT_EQ(plan.exit_code, 3) << plan.err;
+  EXPECT_EQ(plan.err, "trainbench: cannot write the standard output: No space left on device\n");
+  const auto run = run_command("TMPDIR=" + dir.path() + " bash -c '" + binary +
+                               " run tiny --steps 4 --set train.warmup_steps=1 --out " + dir.file("r.json") +
+                               " > /dev/full'");
+  EXPECT_EQ(run.exit_code, 3) << run.err;
+  EXPECT_EQ(run.err.rfind("trainbench: cannot write the standard output", 0), 0u) << run.err;
+  EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << "one line: " << run.err;
+  const nlohmann::json written = nlohmann::json::parse(testing::read_whole_file(dir.file("r.json")));
+  EXPECT_EQ(written.at("summary").at("measured_steps"), 3);
+  // A reader that went is not a failure: `| true` reads nothing.
+  const auto unread = run_command("bash -c '" + binary + " plan tiny --json | true; exit ${PIPESTATUS[0]}'");
+  EXPECT_EQ(unread.exit_code, 0) << unread.err;
+  EXPECT_EQ(unread.err, "");
 }
 
 // Ctrl-C or scancel while a checkpoint is being written into the user's
