@@ -33,6 +33,16 @@ constexpr size_t kMaxExpandedNames = size_t{1} << 22;
   throw DataError(CorruptScope::kConfig, "data.shards: " + message);
 }
 
+// A folder or list the machine could not read: out of descriptors or
+// memory, or storage failing (EIO, a stale NFS handle), is the environment
+// (exit 3), not a spec without shards; its refusal (EACCES) is the spec's.
+[[noreturn]] void unreadable(const std::string& message, int error) {
+  const bool environment =
+      error == EMFILE || error == ENFILE || error == ENOMEM || error == EIO || error == ESTALE;
+  throw DataError(environment ? CorruptScope::kEnvironment : CorruptScope::kConfig,
+                  "data.shards: " + message + ": " + std::strerror(error) + (error == EMFILE ? " (ulimit -n)" : ""));
+}
+
 std::vector<std::string> expand_pattern(std::string_view pattern, const std::string& whole);
 
 int64_t parse_bound(std::string_view text, const std::string& whole) {
@@ -214,17 +224,41 @@ bool looks_like_archive(const std::string& path) {
                                       6));
 }
 
+// The first folder glob(3) could not read and why (glob takes a plain
+// function): without it, a pattern whose folder could not be opened matched
+// "no file".
+thread_local int glob_read_error = 0;
+thread_local std::string glob_unread_folder;
+int note_glob_read_error(const char* folder, int error) {
+  // A file where the pattern wants a folder ("*/x.tar" meets a file) or one
+  // gone meanwhile: nothing to match there, not a read that failed.
+  if (error == ENOTDIR || error == ENOENT) return 0;
+  if (glob_read_error == 0) {
+    glob_read_error = error;
+    glob_unread_folder = folder;
+  }
+  return 0;  // go on: another folder may match
+}
+
 std::vector<std::string> shards_in_directory(const std::string& directory) {
   std::vector<std::string> shards;
-  if (DIR* dir = ::opendir(directory.c_str())) {
-    while (const dirent* entry = ::readdir(dir)) {
-      // Hidden files are left out, as a shell's * leaves them: macOS's
-      // AppleDouble ._name.tar beside each shard copied from its disks is no shard.
-      if (entry->d_name[0] == '.') continue;
-      const std::string path = directory + "/" + entry->d_name;
-      if (has_shard_extension(entry->d_name) && !is_directory(path)) shards.push_back(path);
+  // Unread, it was "holds no shards" (exit 2) under ulimit -n.
+  DIR* dir = ::opendir(directory.c_str());
+  if (dir == nullptr) unreadable("cannot list directory " + directory, errno);
+  for (;;) {
+    errno = 0;
+    const dirent* entry = ::readdir(dir);
+    if (entry == nullptr) {
+      const int error = errno;
+      ::closedir(dir);
+      if (error != 0) unreadable("cannot list directory " + directory, error);
+      break;
     }
-    ::closedir(dir);
+    // Hidden files are left out, as a shell's * leaves them: macOS's
+    // AppleDouble ._name.tar beside each shard copied from its disks is no shard.
+    if (entry->d_name[0] == '.') continue;
+    const std::string path = directory + "/" + entry->d_name;
+    if (has_shard_extension(entry->d_name) && !is_directory(path)) shards.push_back(path);
   }
   std::sort(shards.begin(), shards.end());
   for (const std::string& path : shards) require_regular_file(path, "shard");
@@ -253,7 +287,7 @@ std::vector<ListedPath> paths_in_list_file(const std::string& file) {
   int64_t line_number = 0;
   std::ifstream in(file, std::ios::binary);
   // An unreadable list is said so: read as empty, it was "no shards given".
-  if (!in) config_error("list file " + file + ": cannot open it: " + std::strerror(errno));
+  if (!in) unreadable("list file " + file + ": cannot open it", errno);
   std::string line;
   for (bool first = true; std::getline(in, line); first = false) {
     ++line_number;
@@ -360,7 +394,8 @@ std::vector<std::string> resolve_shard_list(const std::string& spec) {
       // character ("data[1].tar" read data1.tar, its pattern's match).
       if (!whole && name.find_first_of("*?[") != std::string::npos && !exists(name)) {
         glob_t matches;
-        const int status = ::glob(name.c_str(), 0, nullptr, &matches);
+        glob_read_error = 0;
+        const int status = ::glob(name.c_str(), 0, note_glob_read_error, &matches);
         std::vector<std::string> found;
         for (size_t i = 0; status == 0 && i < matches.gl_pathc; ++i) {
           if (is_directory(matches.gl_pathv[i])) continue;
@@ -370,6 +405,8 @@ std::vector<std::string> resolve_shard_list(const std::string& spec) {
         ::globfree(&matches);
         // glob(3) sorts by the locale's collation; every rank must agree, so bytes decide.
         std::sort(found.begin(), found.end());
+        if (found.empty() && glob_read_error != 0)
+          unreadable("cannot read " + glob_unread_folder + " for " + name, glob_read_error);
         if (found.empty()) missing.push_back("no file matches " + name);
         shards.insert(shards.end(), found.begin(), found.end());
       } else if (is_directory(name)) {

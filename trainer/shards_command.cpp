@@ -437,8 +437,10 @@ int ShardsCommand::run_verify() {
     // here the shards came as SPEC.
     const std::string key = "data.shards: ";
     const std::string message = e.what();
-    if (e.scope() != CorruptScope::kConfig || message.rfind(key, 0) != 0) throw;
-    user_error("SPEC " + verify_args_.spec + ": " + message.substr(key.size()));
+    if (message.rfind(key, 0) != 0) throw;
+    const std::string said = "SPEC " + verify_args_.spec + ": " + message.substr(key.size());
+    if (e.scope() != CorruptScope::kConfig) throw DataError(e.scope(), said);  // a listing the machine stopped
+    user_error(said);
   }
   options.vocab = verify_args_.vocab;
   if (options.vocab < 0) user_error("--vocab: must be > 0");

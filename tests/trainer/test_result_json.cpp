@@ -1441,6 +1441,35 @@ TEST(Cli, NoAddressSpaceLimitHangsOrCrashesAStartedProcess) {
   }
 }
 
+// A folder of shards, a glob or a list file that could not be read for
+// want of a descriptor read as holding none: "directory D holds no shards"
+// or "no file matches", exit 2, as if the spec were wrong. Under every
+// `ulimit -n` from 4 to 16 `shards verify` ends verified (0), refused by the
+// loader (127) or with exit 3 in one line, never exit 2; and some limit
+// names the listing and the limit.
+TEST(Cli, AShardListingTheDescriptorLimitStoppedIsAnEnvironmentError) {
+  testing::TempDir dir("test_cli_listing_nofile");
+  const std::string binary = TRAINBENCH_BINARY;
+  ASSERT_EQ(run_command(binary + " shards synth --out " + dir.file("sh") + " --count 2 --samples 4").exit_code, 0);
+  std::ofstream(dir.file("list.txt")) << dir.file("sh/train-000000.tar") << "\n" << dir.file("sh/train-000001.tar") << "\n";
+  int named = 0;
+  for (const std::string& spec : {dir.file("sh"), dir.file("sh") + "/*.tar", dir.file("list.txt")}) {
+    for (int limit = 4; limit <= 16; ++limit) {
+      const auto r = run_command("bash -c 'ulimit -n " + std::to_string(limit) + "; exec timeout 60 " + binary +
+                                 " shards verify \"" + spec + "\"'");
+      const std::string where = "ulimit -n " + std::to_string(limit) + ", " + spec + ": ";
+      if (r.exit_code == 0 || r.exit_code == 127) continue;
+      EXPECT_EQ(r.exit_code, 3) << where << r.err;
+      EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << where << "one line: " << r.err;
+      if (r.err.find("Too many open files (ulimit -n)") != std::string::npos &&
+          (r.err.find("cannot list directory") != std::string::npos ||
+           r.err.find("cannot read ") != std::string::npos || r.err.find("list file") != std::string::npos))
+        ++named;
+    }
+  }
+  EXPECT_GT(named, 0) << "no limit stopped a listing";
+}
+
 // Between the address-space floor the run checks (above) and what it
 // really maps, something fails at whichever allocation meets the limit
 // first: it must be exit 3 in one line wherever that is. It was a hang
