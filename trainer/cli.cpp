@@ -764,6 +764,27 @@ void check_fault_injection_targets(const Config& config, int64_t world) {
                                        "overwritten and there is no divergence to catch; set comm.zero 0"};
 }
 
+// A file-size limit (ulimit -f) below the result's size: found only when
+// the result's write failed with EFBIG, after training, it cost the run
+// its result (exit 3). Said before step 1. The size is a floor: a header
+// and 256 bytes a listed step (a step's record is some 300; at most 1,000
+// counted: burn-in runs for a time, not a step count). A checkpoint file
+// over the limit is not refused here: to the writer EFBIG is a full disk,
+// which checkpoint.on_full decides (the tests' stand-in for one).
+void check_result_file_size_limit(const Config& config) {
+  const int64_t limit = file_size_limit_bytes();
+  if (limit <= 0) return;
+  const int64_t stride = step_record_stride(config.train.steps);
+  const int64_t listed = std::min<int64_t>((config.train.steps + stride - 1) / stride, 1000);
+  const int64_t result = 8192 + 256 * listed;
+  if (result > limit)
+    throw CommandError{kExitEnvironmentError, "the file-size limit (ulimit -f) is " +
+                                                  human_bytes(static_cast<double>(limit)) + " but the result of " +
+                                                  std::to_string(config.train.steps) + " steps takes at least " +
+                                                  human_bytes(static_cast<double>(result)) +
+                                                  ": raise it (ulimit -f unlimited)"};
+}
+
 // The result's path (report.out, its default filled in so that the resolved
 // config, printed and in the result, says where the result goes), checked by
 // rank 0 before anything is allocated.
@@ -782,6 +803,7 @@ std::string check_result_destination(Config& config, Communicator& comm, const R
     if (config.checkpoint.every_steps > 0 && !config.checkpoint.dir.empty())
       check_result_outside_checkpoints(result_path, named, config.checkpoint.dir);
     check_result_path(result_path, named);
+    check_result_file_size_limit(config);
   }
   return result_path;
 }

@@ -228,11 +228,17 @@ int64_t total_memory_bytes() {
 
 int64_t mapped_bytes() { return proc_kib_field_bytes("/proc/self/status", "VmSize"); }
 
-int64_t address_space_limit_bytes() {
+namespace {
+int64_t limit_bytes(int resource) {
   struct rlimit limit {};
-  if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 0;
+  if (::getrlimit(resource, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 0;
   return static_cast<int64_t>(std::min<rlim_t>(limit.rlim_cur, INT64_MAX));
 }
+}  // namespace
+
+int64_t address_space_limit_bytes() { return limit_bytes(RLIMIT_AS); }
+
+int64_t file_size_limit_bytes() { return limit_bytes(RLIMIT_FSIZE); }
 
 std::string nvidia_driver_version_in(const std::string& proc_text) {
   std::istringstream lines(proc_text);

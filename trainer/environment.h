@@ -108,6 +108,8 @@ int64_t total_memory_bytes();
 int64_t mapped_bytes();
 // The address-space limit (ulimit -v, RLIMIT_AS) in bytes; 0 when there is none.
 int64_t address_space_limit_bytes();
+// The file-size limit (ulimit -f, RLIMIT_FSIZE) in bytes; 0 when there is none.
+int64_t file_size_limit_bytes();
 // The driver version in the text of /proc/driver/nvidia/version ("NVRM
 // version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  ..." or "... Open
 // Kernel Module for x86_64  570.86.15  ..."); "" when it names none.

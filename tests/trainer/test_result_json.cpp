@@ -1364,6 +1364,22 @@ TEST(Cli, AnUnusableTmpdirOrAFileSizeLimitIsAnEnvironmentError) {
   EXPECT_EQ(limited.err.find('\n'), limited.err.size() - 1) << "one line: " << limited.err;
   // No partial shard left, nor the folder made for --out (removed while empty).
   EXPECT_FALSE(std::filesystem::exists(dir.file("shards")));
+  // A file-size limit below the result's size was met after training: the
+  // trained run lost its result. Now it is said before step 1, and the
+  // earlier result at --out stays.
+  const std::string earlier = dir.file("earlier.json");
+  ASSERT_EQ(run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 3 --set train.warmup_steps=1 "
+                        "--set data.source=synthetic --set checkpoint.every_steps=0 --out " + earlier).exit_code, 0);
+  const std::string earlier_text = testing::read_whole_file(earlier);
+  const auto small_files = run_command("bash -c 'ulimit -f 5; exec " + std::string(TRAINBENCH_BINARY) +
+                                       " run tiny --steps 3 --set train.warmup_steps=1 --set data.source=synthetic"
+                                       " --set checkpoint.every_steps=0 --out " + earlier + "'");
+  EXPECT_EQ(small_files.exit_code, 3) << small_files.err;
+  EXPECT_EQ(small_files.err.rfind("trainbench: the file-size limit (ulimit -f) is 5.00 KiB but the result of 3 steps "
+                                  "takes at least ", 0), 0u) << small_files.err;
+  EXPECT_EQ(small_files.err.find('\n'), small_files.err.size() - 1) << "one line: " << small_files.err;
+  EXPECT_EQ(small_files.out.find("step "), std::string::npos) << "refused before training: " << small_files.out;
+  EXPECT_EQ(testing::read_whole_file(earlier), earlier_text);
   // An address-space limit below what the run maps hung in OpenBLAS. The
   // limit: 64 MB above the least that starts the binary at all (found by
   // halving, in KiB; the CUDA build maps cuBLAS, some 1 GB; below that
