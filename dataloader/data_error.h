@@ -4,6 +4,7 @@
 // loader running with data.on_corrupt=skip how much to skip.
 #pragma once
 
+#include <cerrno>     // scope_of_failed_open: EMFILE, ENFILE, ENOMEM
 #include <cstdint>    // int64_t
 #include <stdexcept>  // std::runtime_error
 #include <string>
@@ -17,6 +18,13 @@ enum class CorruptScope {
   kConfig,  // not the data's fault but its description (no shards, bad field): never skipped
   kEnvironment,  // the machine's (out of file descriptors or memory): never skipped, exit 3
 };
+
+// The scope of a failed open or listing: the machine's limit (out of
+// descriptors, the system's file table, memory) is the environment's, never
+// the data's; any other errno is `otherwise`'s.
+inline CorruptScope scope_of_failed_open(int error, CorruptScope otherwise) {
+  return error == EMFILE || error == ENFILE || error == ENOMEM ? CorruptScope::kEnvironment : otherwise;
+}
 
 class DataError : public std::runtime_error {
  public:

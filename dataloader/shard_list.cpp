@@ -37,9 +37,8 @@ constexpr size_t kMaxExpandedNames = size_t{1} << 22;
 // memory, or storage failing (EIO, a stale NFS handle), is the environment
 // (exit 3), not a spec without shards; its refusal (EACCES) is the spec's.
 [[noreturn]] void unreadable(const std::string& message, int error) {
-  const bool environment =
-      error == EMFILE || error == ENFILE || error == ENOMEM || error == EIO || error == ESTALE;
-  throw DataError(environment ? CorruptScope::kEnvironment : CorruptScope::kConfig,
+  throw DataError(error == EIO || error == ESTALE ? CorruptScope::kEnvironment
+                                                  : scope_of_failed_open(error, CorruptScope::kConfig),
                   "data.shards: " + message + ": " + std::strerror(error) + (error == EMFILE ? " (ulimit -n)" : ""));
 }
 

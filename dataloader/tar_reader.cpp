@@ -71,9 +71,8 @@ void TarReader::open(const std::string& path) {
     // Out of descriptors or memory is the machine's limit, not a bad shard:
     // data.on_corrupt=skip would have skipped every shard as corrupt.
     const int error = errno;
-    const bool machine = error == EMFILE || error == ENFILE || error == ENOMEM;
     close();
-    throw DataError(machine ? CorruptScope::kEnvironment : CorruptScope::kShard,
+    throw DataError(scope_of_failed_open(error, CorruptScope::kShard),
                     path + ": cannot open: " + std::strerror(error) +
                         (error == EMFILE ? " (ulimit -n; fewer data.readers need fewer)" : ""));
   }

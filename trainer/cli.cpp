@@ -1452,45 +1452,40 @@ int parse_and_run(int argc, char** argv) {
     return kExitUserError;
   }
 
-  try {
-    if (run->parsed()) {
-      if (config_option->count() == 0)
-        run_options.config = default_run_config(run_options.overrides, query_gpus());
-      return run_command(run_options, quoted_command_line(argc, argv));
-    }
-    if (shards.parsed()) return shards.run();
-    if (bench.parsed()) return bench.run(quoted_command_line(argc, argv));
-    if (burnin.parsed()) return burnin.run(quoted_command_line(argc, argv));
-    if (plan.parsed()) return plan.run();
-    if (project.parsed()) return project.run();
-  } catch (...) {
-    const ErrorReport error = describe_current_exception();
-    wait_if_interrupted();  // a failure the signal's cleanup caused: the signal speaks
-    let_rank_zero_speak_first(launcher_rank());
-    std::fprintf(stderr, "trainbench: %s\n", error_line(error.message).c_str());
-    // A run this error ended mid-way (a GPU that failed) keeps its steps;
-    // with several ranks the abort writes them (run_command).
-    write_partial_result(error.code, error.message);
-    return error.code;
+  if (run->parsed()) {
+    if (config_option->count() == 0) run_options.config = default_run_config(run_options.overrides, query_gpus());
+    return run_command(run_options, quoted_command_line(argc, argv));
   }
+  if (shards.parsed()) return shards.run();
+  if (bench.parsed()) return bench.run(quoted_command_line(argc, argv));
+  if (burnin.parsed()) return burnin.run(quoted_command_line(argc, argv));
+  if (plan.parsed()) return plan.run();
+  if (project.parsed()) return project.run();
   return kExitUserError;
 }
 
 }  // namespace
 
 int run_cli(int argc, char** argv) {
-  // What the command's own handler does not see: building and parsing the
-  // command line (CLI11 copies every option's strings), which ran out of
-  // memory under a tight ulimit -v and ended in std::terminate (exit 134).
+  // Around the command line's building and parsing too (CLI11 copies every
+  // option's strings): out of memory there, under a tight ulimit -v, ended
+  // in std::terminate (exit 134).
   try {
     return parse_and_run(argc, argv);
   } catch (...) {
+    bool said = false;
     try {
       const ErrorReport error = describe_current_exception();
+      wait_if_interrupted();  // a failure the signal's cleanup caused: the signal speaks
+      let_rank_zero_speak_first(launcher_rank());
       std::fprintf(stderr, "trainbench: %s\n", error_line(error.message).c_str());
+      said = true;
+      // A run this error ended mid-way (a GPU that failed) keeps its steps;
+      // with several ranks the abort writes them (run_command).
+      write_partial_result(error.code, error.message);
       return error.code;
     } catch (...) {  // no memory left to say more
-      std::fputs("trainbench: out of memory\n", stderr);
+      if (!said) std::fputs("trainbench: out of memory\n", stderr);
       return kExitEnvironmentError;
     }
   }

@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   // buffer (up to 128 MiB) at once; one whose buffer does not fit under the
   // limit retries forever, and OpenBLAS's exit handler joins it: every
   // command, a run that had said why the limit stops it included, then hung
-  // at its exit (a window one buffer wide per worker: 120-230 MiB on two
+  // at its exit (a window one buffer wide per worker: 96-230 MiB on two
   // cores, gigabytes on a many-core login node). Everything this process
   // owns is closed by now (the communicator within run_cli); the C streams
   // are flushed and the exit handlers skipped.
