@@ -355,7 +355,8 @@ void print_collective_table(const std::vector<CollectiveBenchResult>& results) {
 // CONFIG and --set, as every bench that trains or sizes from a config takes them.
 void add_config_options(CLI::App& bench, std::string& config, std::vector<std::string>& overrides,
                         const char* config_use) {
-  bench.add_option("config", config, std::string("YAML config file or embedded preset ") + config_use);
+  bench.add_option("config", config, std::string("YAML config file or embedded preset ") + config_use)
+      ->transform(home_path());
   bench.add_option("--set", overrides, "override a key: section.key=value (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
@@ -378,19 +379,23 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
                 "also unpack the samples into one file per member and read that tree");
   io_->add_option("--small-files-dir", o.small_files_dir,
                   "where to unpack for --small-files (default: the temporary directory)")
-      ->check(non_empty_path());  // "" was the temporary directory, without a word
+      ->check(non_empty_path())  // "" was the temporary directory, without a word
+      ->transform(home_path());
   io_->add_option("--against", o.against,
                   "a trainbench result JSON: compare with the tokens/s that run consumed per rank")
-      ->check(non_empty_path());  // "" compared with nothing, without a word
+      ->check(non_empty_path())  // "" compared with nothing, without a word
+      ->transform(home_path());
   io_->add_option("--out", o.out, "write the figures as JSON here")
-      ->check(non_empty_path());
+      ->check(non_empty_path())
+      ->transform(home_path());
   io_->add_flag("--write", o.write,
                 "measure the storage-write ceiling instead: a checkpoint persisted alone, as a run writes it, "
                 "beside a plain sequential write of the same size (dd bs=64M oflag=direct conv=fsync)");
   io_->add_option("--dir", o.write_dir,
                   "--write: where to write (a fresh folder is made under it and removed; default: the "
                   "temporary directory). Put it on the checkpoint filesystem")
-      ->check(non_empty_path());  // "" was the temporary directory, without a word
+      ->check(non_empty_path())  // "" was the temporary directory, without a word
+      ->transform(home_path());
   io_->add_option("--bytes", o.write_bytes, "--write: checkpoint size (default 2G)")
       ->transform(byte_size_range(int64_t{1} << 20, int64_t{1} << 50));
   io_->add_option("--files", o.write_files, "--write: files per rank, each with its own writer thread (default 2)")
@@ -422,7 +427,8 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
                     "(default 3, what a training step waits for; nccl-tests' default is 1)")
       ->transform(integer_range(0, 3));
   comm_->add_option("--out", o.out, "write the figures as JSON here (rank 0)")
-      ->check(non_empty_path());
+      ->check(non_empty_path())
+      ->transform(home_path());
 
   instrument_ = bench_->add_subcommand(
       "instrument", "what the per-step timing costs: timed and untimed blocks of steps alternating in one process");
@@ -432,13 +438,15 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
   instrument_->add_option("--block-steps", o.block_steps, "measured steps per block (default 10)")
       ->transform(integer_range(1, 100000));
   instrument_->add_option("--out", o.out, "result JSON path (default trainbench-instrument.json)")
-      ->check(non_empty_path());
+      ->check(non_empty_path())
+      ->transform(home_path());
 
   compute_ = bench_->add_subcommand(
       "compute", "the compute ceiling: the config's step on resident batches, no communication, no checkpoints");
   add_config_options(*compute_, o.config, o.overrides, "(default: tiny)");
   compute_->add_option("--out", o.out, "result JSON path (default trainbench-compute.json)")
-      ->check(non_empty_path());
+      ->check(non_empty_path())
+      ->transform(home_path());
   bench_->require_subcommand(1);
 }
 

@@ -11,7 +11,7 @@
 #include "kernels/device_info.h" // query_gpus: the engine device auto takes, which a baseline must match
 #include "trainer/burnin.h"         // parse_duration, read_baseline, make_burnin_monitor
 #include "trainer/cli.h"            // run_with_extension, CommandError
-#include "trainer/cli_validators.h" // non_empty_path
+#include "trainer/cli_validators.h"  // non_empty_path, home_path
 #include "trainer/config.h"         // load_config: the config is read once here to size the data
 #include "trainer/data_source.h"    // synth_samples_per_shard_for_run
 #include "trainer/run_extension.h"  // RunExtension
@@ -30,7 +30,8 @@ BurninCommand::BurninCommand(CLI::App& app) : options_(std::make_unique<Options>
   Options& o = *options_;
   burnin_ = app.add_subcommand(
       "burnin", "run the training job for a duration with burn-in checks; a PASS/FAIL verdict per GPU and node");
-  burnin_->add_option("config", o.config, "YAML config file or embedded preset name (default: tiny)");
+  burnin_->add_option("config", o.config, "YAML config file or embedded preset name (default: tiny)")
+      ->transform(home_path());
   burnin_->add_option("--set", o.overrides, "override a key: section.key=value (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
@@ -38,9 +39,11 @@ BurninCommand::BurninCommand(CLI::App& app) : options_(std::make_unique<Options>
   burnin_->add_option("--baseline", o.baseline,
                       "a known-good result JSON (run or burnin): tokens/s, busbw and checkpoint write GB/s "
                       "more than burnin.baseline_tolerance_pct below it fail")
-      ->check(non_empty_path());  // "" ran with no baseline, without a word
+      ->check(non_empty_path())  // "" ran with no baseline, without a word
+      ->transform(home_path());
   burnin_->add_option("--out", o.out, "result JSON path (overrides report.out; default trainbench-burnin.json)")
-      ->check(non_empty_path());
+      ->check(non_empty_path())
+      ->transform(home_path());
 }
 
 BurninCommand::~BurninCommand() = default;

@@ -36,6 +36,7 @@
 #include "kernels/device_info.h"      // query_gpus for device auto
 #include "kernels/engine.h"           // make_engine, plan_engine_memory
 #include "kernels/host_resources.h"   // cpu_engine_threads: train.threads=0
+#include "trainer/cli_validators.h"  // home_path: a path option's ~/
 #include "trainer/config.h"
 #include "trainer/data_source.h"
 #include "trainer/temporary_folder.h"  // make_temporary_directory, remove_temporary_folder: the default checkpoint folder
@@ -1408,20 +1409,23 @@ int parse_and_run(int argc, char** argv) {
   CLI::App* run = app.add_subcommand("run", "train a model and report tokens/s, MFU and stalls");
   CLI::Option* config_option = run->add_option(
       "config", run_options.config,
-      "YAML config file or embedded preset name (default: tiny; gpt2-124m where it trains on the cuda engine)");
+      "YAML config file or embedded preset name (default: tiny; gpt2-124m where it trains on the cuda engine)")
+      ->transform(home_path());
   // One value per --set, so `--set k=v CONFIG` leaves CONFIG to the positional.
   run->add_option("--set", run_options.overrides, "override a key: section.key=value (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
   CLI::Option* steps_option =
       run->add_option("--steps", run_options.steps, "optimizer steps (overrides train.steps)");
-  CLI::Option* out_option = run->add_option("--out", run_options.out, "result JSON path (overrides report.out)");
+  CLI::Option* out_option =
+      run->add_option("--out", run_options.out, "result JSON path (overrides report.out)")->transform(home_path());
   run->add_flag("--ceilings", run_options.ceilings,
                 "first measure compute, network, storage read and storage write alone on this config "
                 "and these ranks, then the run; the report sets the run against each ceiling");
   CLI::Option* resume_option =
       run->add_option("--resume", run_options.resume,
-                      "continue from a checkpoint: latest (under checkpoint.dir) or a checkpoint folder");
+                      "continue from a checkpoint: latest (under checkpoint.dir) or a checkpoint folder")
+          ->transform(home_path());
   ShardsCommand shards(app);
   BenchCommand bench(app);
   BurninCommand burnin(app);

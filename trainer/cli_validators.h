@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/config.h"  // integer_in_range, number_in_range
+#include "trainer/config.h"  // integer_in_range, number_in_range, expand_home
 
 namespace trainbench {
 
@@ -90,6 +90,13 @@ inline CLI::Validator byte_size_range(int64_t low, int64_t high) {
 // wrote their default file instead, exit 0).
 inline CLI::Validator non_empty_path() {
   return CLI::Validator([](std::string& text) { return text.empty() ? std::string("the path is empty") : ""; }, "");
+}
+
+// A path option's leading ~/ as the home folder (config.h's expand_home):
+// `--out=~/r.json` is one word that no shell expands, and a result went to
+// a folder named "~" in the working folder. Give it with ->transform.
+inline CLI::Validator home_path() {
+  return CLI::Validator([](std::string& text) { return expand_home(&text); }, "");
 }
 
 }  // namespace trainbench

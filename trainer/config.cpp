@@ -555,19 +555,14 @@ bool is_home_expanded_key(std::string_view key) {
   return std::find(kHomeExpandedKeys.begin(), kHomeExpandedKeys.end(), key) != kHomeExpandedKeys.end();
 }
 
-// A path written ~/...: the home folder, as a shell makes it of a word
-// that starts so. `--set checkpoint.dir=~/ck` is one word that no shell
-// expands, and the run made a folder named "~" in the working folder.
+// `--set checkpoint.dir=~/ck` is one word that no shell expands, and the
+// run made a folder named "~" in the working folder.
 void expand_home_paths(Config& config) {
   for (auto [key, path] : {std::pair<std::string_view, std::string*>{kHomeExpandedKeys[0], &config.checkpoint.dir},
                            {kHomeExpandedKeys[1], &config.data.shards},
                            {kHomeExpandedKeys[2], &config.report.out}}) {
-    if (!path->starts_with("~/")) continue;
-    const char* home = std::getenv("HOME");
-    if (home == nullptr || *home == '\0')
-      fail(std::string(key) + ": " + excerpt(*path) + " starts in the home folder, but $HOME is not set: write the "
-           "whole path");
-    *path = std::string(home) + path->substr(1);
+    const std::string error = expand_home(path);
+    if (!error.empty()) fail(std::string(key) + ": " + error);
   }
 }
 
@@ -1126,6 +1121,15 @@ std::string number_in_range(const std::string& text, double low, double high) {
   if (value && *value >= low && *value <= high) return "";
   return "must be a number between " + format_double(low) + " and " + format_double(high) + " (got '" +
          excerpt(text) + "')";
+}
+
+std::string expand_home(std::string* path) {
+  if (!path->starts_with("~/")) return "";
+  const char* home = std::getenv("HOME");
+  if (home == nullptr || *home == '\0')
+    return excerpt(*path) + " starts in the home folder, but $HOME is not set: write the whole path";
+  *path = std::string(home) + path->substr(1);
+  return "";
 }
 
 std::string byte_size_in_range(const std::string& text, int64_t low, int64_t high, int64_t* bytes) {

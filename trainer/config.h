@@ -212,6 +212,12 @@ std::string number_in_range(const std::string& text, double low, double high);
 // them, KB MB GB TB in powers of 1000, B or none for bytes. "" when `text`
 // is such a size in [low, high], with *bytes set; else what is wrong.
 std::string byte_size_in_range(const std::string& text, int64_t low, int64_t high, int64_t* bytes);
+// A path written ~/... as the home folder's, as a shell makes a word that
+// starts so: "" when done (or nothing to do), else what is wrong ($HOME not
+// set). For the path keys (checkpoint.dir, data.shards, report.out) and
+// every command's path options: `--out=~/r.json`, `--set k=~/x` and a
+// quoted '~/data/*.tar' reach trainbench as typed.
+std::string expand_home(std::string* path);
 
 nlohmann::json config_to_json(const Config& config);
 

@@ -135,7 +135,8 @@ PlanCommand::PlanCommand(CLI::App& app) : options_(std::make_unique<Options>()) 
   plan_ = app.add_subcommand("plan",
                              "per-GPU memory of full fine-tuning (DDP, ZeRO-1) and LoRA for a config, "
                              "without allocating; which fits");
-  plan_->add_option("config", options_->config, "YAML config file or embedded preset name (default: tiny)");
+  plan_->add_option("config", options_->config, "YAML config file or embedded preset name (default: tiny)")
+      ->transform(home_path());
   plan_->add_option("--set", options_->overrides, "override a key: section.key=value (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);

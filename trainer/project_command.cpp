@@ -650,7 +650,8 @@ ProjectCommand::ProjectCommand(CLI::App& app) : options_(std::make_unique<Option
   project_ = app.add_subcommand(
       "project", "run the config at two depths and project the full model's tokens/s, MFU, checkpoint size and "
                  "memory, then its tokens/s and scaling efficiency on 1..64 nodes of a fabric");
-  project_->add_option("config", o.config, "YAML config file or embedded preset (default: tiny)");
+  project_->add_option("config", o.config, "YAML config file or embedded preset (default: tiny)")
+      ->transform(home_path());
   project_->add_option("--set", o.overrides, "override a key: section.key=value (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
@@ -671,7 +672,8 @@ ProjectCommand::ProjectCommand(CLI::App& app) : options_(std::make_unique<Option
                        "train every depth this many times, the depths interleaved, and take the median of each "
                        "category: cancels a host's drifting speed (default 1)")
       ->transform(integer_range(1, kMaxRepeats));
-  project_->add_option("--out", o.out, "projection JSON (default trainbench-projection.json)");
+  project_->add_option("--out", o.out, "projection JSON (default trainbench-projection.json)")
+      ->transform(home_path());
 }
 
 ProjectCommand::~ProjectCommand() = default;

@@ -188,7 +188,10 @@ ShardsCommand::ShardsCommand(CLI::App& app) {
   synth_ = shards_->add_subcommand(
       "synth", "write seeded synthetic token shards (the same options give byte-identical files)");
   SynthArguments& s = synth_args_;
-  synth_->add_option("--out", s.out, "output directory (created if missing)")->type_name("DIR")->required();
+  synth_->add_option("--out", s.out, "output directory (created if missing)")
+      ->type_name("DIR")
+      ->required()
+      ->transform(home_path());
   synth_->add_option("--prefix", s.prefix, "shard file prefix: DIR/PREFIX-000000.tar, ... (default: train)")
       ->type_name("PREFIX");
   synth_->add_option("--count", s.count, "number of shards")
@@ -230,12 +233,16 @@ ShardsCommand::ShardsCommand(CLI::App& app) {
   pack_ = shards_->add_subcommand("pack",
                                   "pack a directory tree into shards: files sharing a path up to the first "
                                   "dot of their name form one sample");
-  pack_->add_option("INPUT_DIR", pack_args_.input_dir, "the tree to pack")->type_name("DIR")->required();
+  pack_->add_option("INPUT_DIR", pack_args_.input_dir, "the tree to pack")
+      ->type_name("DIR")
+      ->required()
+      ->transform(home_path());
   pack_
       ->add_option("--out", pack_args_.out,
                    "output directory (shards DIR/shard-000000.tar, ...) or a name pattern with %06d")
       ->type_name("DIR|PATTERN")
-      ->required();
+      ->required()
+      ->transform(home_path());
   pack_
       ->add_option("--max-size", pack_args_.max_size,
                    "start a new shard before a sample would pass this size (default: 1G; 0 = no limit)")
@@ -253,7 +260,8 @@ ShardsCommand::ShardsCommand(CLI::App& app) {
       ->add_option("SPEC", verify_args_.spec,
                    "shards as data.shards takes them: brace pattern, glob, directory, list file or path")
       ->type_name("SPEC")
-      ->required();
+      ->required()
+      ->transform(home_path());
   verify_
       ->add_option("--field", verify_args_.field, "also decode this token member (u16, u32, npy, txt, or e.g. tokens.u16)")
       ->type_name("EXT");

@@ -9,6 +9,7 @@
 
 #include <algorithm>   // std::count
 #include <chrono>      // the deadline for a child that does not exit
+#include <cstdlib>     // setenv, getenv: HOME for the ~/ paths
 #include <filesystem>  // the temporary working directory
 #include <fstream>     // writing configs, reading stderr
 #include <iterator>    // std::istreambuf_iterator
@@ -228,6 +229,34 @@ TEST(CliErrors, PlansLoraRowNamesWhereItsValueWasSet) {
   expect_user_error(run_trainbench({"plan", "tiny", "--set", "lora.rank=100"}, dir.path()),
                     {"the LoRA row (plan compares it with full training): --set lora.rank=100: lora.rank: 100 exceeds "
                      "model.d_model (64)"});
+}
+
+// A path option's leading ~/ is the home folder, as data.shards' is:
+// `--out=~/x` is one word that no shell expands, and a quoted '~/d/*.tar'
+// reaches trainbench as typed; both went to a folder named "~" in the
+// working folder. Without HOME such a path is refused, naming it.
+TEST(CliErrors, APathOptionFromTheHomeFolderIsThere) {
+  TempDir dir;
+  const fs::path home = dir.path() / "home";
+  fs::create_directories(home);
+  const char* saved = std::getenv("HOME");
+  const std::string home_before = saved != nullptr ? saved : "";
+  ::setenv("HOME", home.c_str(), 1);
+  const RunResult synth =
+      run_trainbench({"shards", "synth", "--out=~/shards", "--count", "1", "--samples", "2", "--tokens", "16"},
+                     dir.path());
+  EXPECT_EQ(synth.exit_code, 0) << synth.stderr_text;
+  EXPECT_TRUE(fs::exists(home / "shards" / "train-000000.tar"));
+  const RunResult verify = run_trainbench({"shards", "verify", "~/shards/*.tar"}, dir.path());
+  EXPECT_EQ(verify.exit_code, 0) << verify.stderr_text;
+  const RunResult project = run_trainbench({"project", "tiny", "--out=~/projection.json"}, dir.path());
+  EXPECT_EQ(project.exit_code, 0) << project.stderr_text;
+  EXPECT_TRUE(fs::exists(home / "projection.json"));
+  EXPECT_FALSE(fs::exists(dir.path() / "~")) << "a folder named ~ in the working folder";
+  ::unsetenv("HOME");
+  expect_user_error(run_trainbench({"bench", "compute", "tiny", "--out=~/c.json"}, dir.path()),
+                    {"--out", "~/c.json starts in the home folder, but $HOME is not set"});
+  if (saved != nullptr) ::setenv("HOME", home_before.c_str(), 1);
 }
 
 // A FIFO as CONFIG would block the read, a device would never end.
