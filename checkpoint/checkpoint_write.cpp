@@ -30,6 +30,14 @@ namespace io = checkpoint_io;
 
 namespace {
 
+// A thread that could not start (EAGAIN: ulimit -u, or no room left for its
+// stack under ulimit -v) said only "Resource temporarily unavailable".
+CheckpointWriteError thread_start_failure(const std::system_error& error, const char* thread) {
+  return CheckpointWriteError(std::string("cannot start a ") + thread + " thread: " + error.what() +
+                                  " (threads or address space: ulimit -u, ulimit -v)",
+                              /*disk_full=*/false);
+}
+
 // XXH64 of an image computed on its own thread, block by block as the
 // writer hands each block to pwrite: the digest covers exactly the bytes
 // written (the image is not modified while it is written, and a failed
@@ -43,7 +51,11 @@ class FollowingHasher {
       : data_(data), total_(total), state_(XXH64_createState(), &XXH64_freeState) {
     if (!state_) throw std::bad_alloc();
     XXH64_reset(state_.get(), 0);
-    thread_ = std::thread([this] { run(); });
+    try {
+      thread_ = std::thread([this] { run(); });
+    } catch (const std::system_error& e) {
+      throw thread_start_failure(e, "hashing");
+    }
   }
   ~FollowingHasher() {
     if (thread_.joinable()) {
@@ -345,7 +357,9 @@ std::vector<FileRecord> write_rank_files(const std::string& folder, int rank, co
         }
       });
     }
-  } catch (...) {  // a thread that could not start: the ones that did still finish
+  } catch (const std::system_error& e) {  // a thread that could not start: the ones that did still finish
+    record_failure(std::make_exception_ptr(thread_start_failure(e, "writer")));
+  } catch (...) {
     record_failure(std::current_exception());
   }
   for (std::thread& writer : writers) writer.join();

@@ -279,23 +279,32 @@ std::string first_difference(const nlohmann::json& root, const nlohmann::json& m
 // retried its per-thread buffer allocation forever (a hang at 500 MB for
 // tiny's 10 MiB plan), or a thread failed to start. The figure is a floor:
 // what is mapped already, the plan's host bytes on the CPU engine,
-// OpenBLAS's buffer per thread (up to 128 MiB) and 64 MiB of slack; a CUDA
-// context maps far more.
-void check_address_space_limit(const EngineOptions& options, const MemoryPlan& plan) {
+// OpenBLAS's buffer per thread (up to 128 MiB), the stacks of the loader's
+// and the checkpoints' threads (the latter start at the first checkpoint: a
+// limit that left no room for them failed it, "Resource temporarily
+// unavailable", after the steps before it had run) and 64 MiB of slack; a
+// CUDA context maps far more.
+void check_address_space_limit(const Config& config, const EngineOptions& options, const MemoryPlan& plan) {
   const int64_t allowed = address_space_limit_bytes();
   if (allowed == 0) return;
   constexpr int64_t kOpenBlasBufferBytes = int64_t{128} << 20;
   constexpr int64_t kSlackBytes = int64_t{64} << 20;
   const int64_t threads = cpu_engine_threads(options.threads);
+  const int64_t reader_threads = config.data.source == "shards" ? config.data.readers : 0;
+  // The persisting thread, and a writer and a hasher per file.
+  const int64_t checkpoint_threads = config.checkpoint.every_steps > 0 ? 1 + 2 * config.checkpoint.writers : 0;
   const int64_t needed = mapped_bytes() + (options.device == "cpu" ? plan.total_bytes() : 0) +
-                         threads * kOpenBlasBufferBytes + kSlackBytes;
+                         threads * kOpenBlasBufferBytes + (reader_threads + checkpoint_threads) * thread_stack_bytes() +
+                         kSlackBytes;
   if (needed > allowed)
     throw CommandError{kExitEnvironmentError,
                        "the address-space limit (ulimit -v) is " + human_bytes(static_cast<double>(allowed)) +
                            " but this run maps at least " + human_bytes(static_cast<double>(needed)) +
                            " (the program as loaded, the memory plan, OpenBLAS's buffers for " +
-                           std::to_string(threads) +
-                           " threads): raise it (ulimit -v unlimited) or set train.threads lower"};
+                           std::to_string(threads) + " threads" +
+                           ", the stacks of " + std::to_string(reader_threads) + " loader and " +
+                           std::to_string(checkpoint_threads) + " checkpoint threads" +
+                           "): raise it (ulimit -v unlimited) or set train.threads lower"};
 }
 
 // Most failures are the same on every rank (a bad --set, a checkpoint of
@@ -696,7 +705,7 @@ ResolvedEngine resolve_engine(const Config& config, Communicator& comm, const Gp
   }
   if (engine_options.device == "cuda") check_gpu_memory(plan, gpus, gpu);
   check_host_memory(config, comm, engine_options, plan);
-  check_address_space_limit(engine_options, plan);
+  check_address_space_limit(config, engine_options, plan);
   return resolved;
 }
 

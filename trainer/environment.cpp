@@ -3,6 +3,7 @@
 #include <CLI/Version.hpp>  // CLI11_VERSION
 #include <cblas.h>         // openblas_get_config
 #include <omp.h>           // _OPENMP
+#include <pthread.h>       // pthread_getattr_default_np: a new thread's stack size
 #include <sys/resource.h>  // getrlimit: the address-space limit
 #include <sys/statfs.h>    // statfs: filesystem type and free space
 #include <sys/utsname.h>   // uname
@@ -237,6 +238,16 @@ int64_t limit_bytes(int resource) {
 }  // namespace
 
 int64_t address_space_limit_bytes() { return limit_bytes(RLIMIT_AS); }
+
+int64_t thread_stack_bytes() {
+  constexpr int64_t kGlibcDefault = int64_t{8} << 20;
+  pthread_attr_t attributes;
+  if (::pthread_getattr_default_np(&attributes) != 0) return kGlibcDefault;
+  size_t bytes = 0;
+  const bool known = ::pthread_attr_getstacksize(&attributes, &bytes) == 0 && bytes > 0;
+  ::pthread_attr_destroy(&attributes);
+  return known ? static_cast<int64_t>(bytes) : kGlibcDefault;
+}
 
 int64_t file_size_limit_bytes() { return limit_bytes(RLIMIT_FSIZE); }
 

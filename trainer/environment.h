@@ -106,6 +106,9 @@ int64_t total_memory_bytes();
 // This process's address space now, VmSize from /proc/self/status: the
 // binary, the libraries it loaded, its threads' stacks (0 when unknown).
 int64_t mapped_bytes();
+// The address space a new thread's stack takes (glibc's default: ulimit -s,
+// 8 MiB on most systems), which counts against ulimit -v.
+int64_t thread_stack_bytes();
 // The address-space limit (ulimit -v, RLIMIT_AS) in bytes; 0 when there is none.
 int64_t address_space_limit_bytes();
 // The file-size limit (ulimit -f, RLIMIT_FSIZE) in bytes; 0 when there is none.
