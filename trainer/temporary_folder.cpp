@@ -3,12 +3,14 @@
 #include <fcntl.h>     // open
 #include <stdlib.h>    // mkdtemp
 #include <sys/file.h>  // flock
-#include <unistd.h>    // close, getpid
+#include <unistd.h>    // close, getpid, rmdir
 
 #include <cerrno>      // errno: why mkdtemp failed
 #include <cstring>     // std::strerror
 #include <cstdlib>     // std::getenv: TMPDIR, named in errors
 #include <filesystem>
+#include <map>         // the lock descriptors held, by folder
+#include <mutex>
 #include <stdexcept>
 #include <system_error>
 
@@ -24,10 +26,32 @@ namespace {
 // mkdtemp's six random characters.
 constexpr size_t kRandomSuffix = 6;
 
+// The owner lock descriptors this process holds, by folder, so that the
+// folder's removal can close its own: out of descriptors (ulimit -n), the
+// one the lock held was the one removing the folder needed, and a failed
+// run left its empty temporary folders behind.
+struct HeldLocks {
+  std::mutex mutex;
+  std::map<std::string, int> descriptors;
+};
+HeldLocks& held_locks() {
+  static HeldLocks* locks = new HeldLocks;  // never destroyed: removals may run while the process exits
+  return *locks;
+}
+
+void release_owner_lock(const std::string& folder) {
+  HeldLocks& locks = held_locks();
+  std::lock_guard<std::mutex> guard(locks.mutex);
+  const auto held = locks.descriptors.find(folder);
+  if (held == locks.descriptors.end()) return;
+  ::close(held->second);
+  locks.descriptors.erase(held);
+}
+
 // Creates folder/kOwnerLockName already locked: the file is made and
 // locked under a name of its own, then renamed in, so that a sweeper never
 // meets the lock file before its lock. The descriptor stays open for the
-// life of the process, on purpose: closing it would drop the lock. (A
+// life of the folder, on purpose: closing it would drop the lock. (A
 // command makes at most a few folders, so the descriptors are a handful.)
 // On a filesystem without flock the folder simply gets no lock file and
 // is never swept.
@@ -38,7 +62,11 @@ void hold_owner_lock(const std::string& folder) {
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0 || ::rename(staging.c_str(), (folder + "/" + kOwnerLockName).c_str()) != 0) {
     ::unlink(staging.c_str());
     ::close(fd);
+    return;
   }
+  HeldLocks& locks = held_locks();
+  std::lock_guard<std::mutex> guard(locks.mutex);
+  locks.descriptors[folder] = fd;
 }
 
 // True when nobody holds folder's lock file: its owner is gone. The lock
@@ -151,7 +179,12 @@ void remove_temporary_folder(const std::string& path,
   }
   if (before_each && fs::exists(fs::symlink_status(lock_file, ignored))) before_each(lock_file);
   fs::remove(lock_file, ignored);
-  fs::remove_all(path, ignored);  // the folder, and whatever a writer put in meanwhile
+  release_owner_lock(path);
+  std::error_code error_removing;
+  fs::remove_all(path, error_removing);  // the folder, and whatever a writer put in meanwhile
+  // remove_all lists the folder first, which takes a descriptor; an empty
+  // folder goes without one (ulimit -n: the lock file could not be made).
+  if (error_removing) ::rmdir(path.c_str());
 }
 
 FolderRemovedAtScopeEnd::~FolderRemovedAtScopeEnd() { remove_temporary_folder(path_); }

@@ -1540,7 +1540,7 @@ TEST(Cli, AnyAddressSpaceLimitAboveTheFloorEndsTheRunOrIsAnEnvironmentError) {
 // crash; the earlier result is left as it was, or (a shard's open failing in
 // training) replaced by this run's, whose failed check names the limit. The
 // sweep runs each limit from "nothing fits" to "enough", so whichever open()
-// is the first to fail moves with the limit.
+// is the first to fail moves with the limit. No temporary folder stays.
 TEST(Cli, RunningOutOfFileDescriptorsAnywhereIsAnEnvironmentError) {
   testing::TempDir dir("test_cli_nofile");
   const std::string result = dir.file("r.json");
@@ -1555,6 +1555,12 @@ TEST(Cli, RunningOutOfFileDescriptorsAnywhereIsAnEnvironmentError) {
     const std::string limited = "bash -c 'ulimit -n " + std::to_string(limit) + "; exec timeout 120 ";
     if (run_command(limited + TRAINBENCH_BINARY + " --version'").exit_code != 0) continue;
     const auto r = run_command("TMPDIR=" + dir.path() + " " + limited + run + "'");
+    // The run's temporary folders go however it ends: the empty ones a
+    // failed lock file or listing left (the descriptor removing them needs
+    // was the one the limit had taken) stayed behind.
+    for (const std::filesystem::directory_entry& entry : std::filesystem::directory_iterator(dir.path()))
+      EXPECT_NE(entry.path().filename().string().rfind("trainbench-", 0), 0u)
+          << "ulimit -n " << limit << " left " << entry.path() << ": " << r.err;
     if (r.exit_code == 0) {
       ++passed;
       earlier = testing::read_whole_file(result);
