@@ -113,7 +113,9 @@ WriteBenchFootprint write_bench_footprint(const WriteBenchOptions& options) {
   return footprint;
 }
 
-WriteBenchResult run_write_bench(const WriteBenchOptions& options) {
+namespace {
+
+void check_write_bench_options(const WriteBenchOptions& options) {
   if (options.bytes < (1 << 20))
     throw std::invalid_argument("bench bytes " + std::to_string(options.bytes) + " is below 1 MiB");
   if (options.files < 1) throw std::invalid_argument("bench files " + std::to_string(options.files) + " is below 1");
@@ -122,7 +124,25 @@ WriteBenchResult run_write_bench(const WriteBenchOptions& options) {
   if (options.block_bytes <= 0 || options.block_bytes % kImageAlignment != 0)
     throw std::invalid_argument("bench block bytes " + std::to_string(options.block_bytes) +
                                 " is not a positive multiple of " + std::to_string(kImageAlignment));
+}
 
+// The medians of the timed writes, in GB/s, and persist's against dd's.
+void set_write_bench_rates(WriteBenchResult& result) {
+  auto median_gbs = [&](const std::vector<double>& seconds) {
+    std::vector<double> gbs;
+    for (double s : seconds) gbs.push_back(static_cast<double>(result.bytes) / s / 1e9);
+    return median(gbs);
+  };
+  result.persist_gbs = median_gbs(result.persist_seconds);
+  result.plain_gbs = median_gbs(result.plain_seconds);
+  result.plain_from_state_gbs = median_gbs(result.plain_from_state_seconds);
+  result.ratio = result.plain_gbs > 0 ? result.persist_gbs / result.plain_gbs : 0;
+}
+
+}  // namespace
+
+WriteBenchResult run_write_bench(const WriteBenchOptions& options) {
+  check_write_bench_options(options);
   WriteBenchResult result;
   std::vector<StateImage> images;
   for (const std::vector<SectionSpec>& file : assign_sections_to_files(write_bench_sections(options.bytes), options.files)) {
@@ -202,16 +222,7 @@ WriteBenchResult run_write_bench(const WriteBenchOptions& options) {
   }
   if (options.direct_io && !result.plain_direct_io && !options.persist_only)
     result.warnings.push_back("plain write " + plain_path + ": the filesystem refuses O_DIRECT, written buffered");
-
-  auto median_gbs = [&](const std::vector<double>& seconds) {
-    std::vector<double> gbs;
-    for (double s : seconds) gbs.push_back(static_cast<double>(result.bytes) / s / 1e9);
-    return median(gbs);
-  };
-  result.persist_gbs = median_gbs(result.persist_seconds);
-  result.plain_gbs = median_gbs(result.plain_seconds);
-  result.plain_from_state_gbs = median_gbs(result.plain_from_state_seconds);
-  result.ratio = result.plain_gbs > 0 ? result.persist_gbs / result.plain_gbs : 0;
+  set_write_bench_rates(result);
   return result;
 }
 

@@ -221,89 +221,13 @@ class BurninMonitor final : public RunExtension {
     golden_first_mismatch_.assign(world, "");
     loss_step_.assign(world, 0);
     comm_->set_timeout(config_->comm.timeout_s);
-    if (baseline_) {
-      // The launcher's task count, read before MPI was up, may be missing
-      // (a PMIx launcher that exports none reads as 1 rank): the job's own
-      // size, alike on every rank, settles it.
-      if (const std::string other = baseline_ranks_difference(*baseline_, static_cast<int64_t>(world)); !other.empty())
-        throw CommandError{kExitUserError, "--baseline " + baseline_->path + ": " + other};
-      if (const Environment* env = context.environment; env != nullptr) {
-        // The hosts are the job's, alike on every rank; the CPU model is each
-        // rank's own: the first rank to differ speaks, and every rank stops.
-        const std::string gpu_name = env->host_gpus.empty() ? "" : env->host_gpus.front().gpu_name;
-        comm_->set_context("burn-in: the baseline's hardware");
-        const RankReason other = first_reason_over_ranks(
-            *comm_, baseline_hardware_difference(*baseline_, static_cast<int64_t>(env->host_gpus.size()), gpu_name,
-                                                 env->cpu_model, env->compute_backend));
-        if (other.rank >= 0)
-          throw CommandError{kExitUserError, "--baseline " + baseline_->path + ": " +
-                                                 (world > 1 ? "rank " + std::to_string(other.rank) + ": " : "") +
-                                                 other.reason};
-      }
-      // Only the engine knows which attention it runs; every rank stops alike.
-      comm_->set_context("burn-in: the baseline's attention");
-      const AttentionInfo attention = engine_->attention();
-      const RankReason differs =
-          first_reason_over_ranks(*comm_, baseline_attention_difference(*baseline_, attention.kernel, attention.detail));
-      if (differs.rank >= 0)
-        throw CommandError{kExitUserError, "--baseline " + baseline_->path + ": " +
-                                               (world > 1 ? "rank " + std::to_string(differs.rank) + ": " : "") +
-                                               differs.reason};
-    }
+    if (baseline_) check_baseline_matches(context);
     comm_->set_context("burn-in: golden step at the start");
     if (comm_->rank() == 0) std::fprintf(stdout, "burn-in: %s; golden step, GPU health, fabric and storage at the start...\n",
                                          describe_duration().c_str());
     std::fflush(stdout);
-
-    // The golden weights kept on the host up to 1 GiB (made again at every
-    // check above that: host memory is shared by every rank of a node).
-    const int64_t parameters = engine_->layout().total_params();
-    if (parameters * static_cast<int64_t>(sizeof(float)) <= (1LL << 30)) {
-      std::vector<float> saved(static_cast<size_t>(parameters));
-      engine_->get_parameters(saved.data());
-      engine_->init_parameters(golden_seed());
-      golden_weights_.resize(static_cast<size_t>(parameters));
-      engine_->get_parameters(golden_weights_.data());
-      engine_->set_parameters(saved.data());
-    }
-    // Twice: a GPU (or an engine) that cannot repeat itself is caught before
-    // anything is compared with it. The first makes its weights itself.
-    const GoldenValue first = compute_golden_step(*engine_, golden_seed(), false);
-    const GoldenValue second = compute_golden_step(*engine_, golden_seed(), false, golden_weights());
-    const std::vector<GoldenValue> values = gather_golden(first);
-    const std::vector<double> repeatable = gather_from_ranks(*comm_, first == second ? 1.0 : 0.0);
-    const std::optional<GoldenValue> majority = majority_value(values);
-    for (size_t r = 0; r < world; ++r) {
-      golden_reference_.push_back(majority ? *majority : values[r]);
-      if (repeatable[r] == 0)
-        start_failures_[r].push_back("golden step not reproducible: two computations at the start differ "
-                                     "(a faulty GPU, or kernels that are not deterministic)");
-      if (majority && !(values[r] == *majority))
-        start_failures_[r].push_back("golden step at the start differs from the other ranks' (" +
-                                     describe(values[r], *majority) + "): silent data corruption");
-      if (!majority)
-        start_failures_[r].push_back("golden step at the start: the ranks disagree and no value has a majority (" +
-                                     describe(values[r], values[0]) + " against rank 0)");
-    }
-
-    gpu_index_ = context.gpu_index;
-    // Which physical GPU each rank trains on, for its row and its verdict:
-    // an index depends on CUDA_VISIBLE_DEVICES, a rack's technician finds
-    // a card by its PCI bus id or UUID (as nvidia-smi and DCGM name it).
-    if (context.gpu_index >= 0)
-      for (const GpuInfo& gpu : query_gpus().gpus)
-        if (gpu.index == context.gpu_index && !gpu.pci_bus_id.empty())
-          gpu_identity_ = "GPU " + std::to_string(gpu.index) + " " + gpu.pci_bus_id + " " + gpu.uuid;
-    gpu_identities_ = strings_of_ranks(*comm_, gpu_identity_);  // a collective, on every engine
-    if (context.gpu_index >= 0) {
-      std::unique_ptr<GpuHealthProbe> probe = open_gpu_health(context.gpu_index, &nvml_why_not_);
-      if (probe) {
-        gpu_name_ = probe->gpu_name();
-        sampler_ = std::make_unique<HealthSampler>(std::move(probe), config_->burnin.nvml_every_s);
-      }
-    } else {
-      nvml_why_not_ = "the cpu engine: no GPU to sample";
-    }
+    golden_step_at_start();
+    identify_gpu(context);
     start_ = Clock::now();
     measure_health();
     last_health_ = Clock::now();
@@ -413,6 +337,97 @@ class BurninMonitor final : public RunExtension {
   }
 
  private:
+  // --baseline's ranks, hardware and attention against this job's: every
+  // rank stops alike (a user error) where they differ.
+  void check_baseline_matches(const RunContext& context) {
+    const size_t world = static_cast<size_t>(comm_->world_size());
+    // The launcher's task count, read before MPI was up, may be missing
+    // (a PMIx launcher that exports none reads as 1 rank): the job's own
+    // size, alike on every rank, settles it.
+    if (const std::string other = baseline_ranks_difference(*baseline_, static_cast<int64_t>(world)); !other.empty())
+      throw CommandError{kExitUserError, "--baseline " + baseline_->path + ": " + other};
+    if (const Environment* env = context.environment; env != nullptr) {
+      // The hosts are the job's, alike on every rank; the CPU model is each
+      // rank's own: the first rank to differ speaks, and every rank stops.
+      const std::string gpu_name = env->host_gpus.empty() ? "" : env->host_gpus.front().gpu_name;
+      comm_->set_context("burn-in: the baseline's hardware");
+      const RankReason other = first_reason_over_ranks(
+          *comm_, baseline_hardware_difference(*baseline_, static_cast<int64_t>(env->host_gpus.size()), gpu_name,
+                                               env->cpu_model, env->compute_backend));
+      if (other.rank >= 0)
+        throw CommandError{kExitUserError, "--baseline " + baseline_->path + ": " +
+                                               (world > 1 ? "rank " + std::to_string(other.rank) + ": " : "") +
+                                               other.reason};
+    }
+    // Only the engine knows which attention it runs; every rank stops alike.
+    comm_->set_context("burn-in: the baseline's attention");
+    const AttentionInfo attention = engine_->attention();
+    const RankReason differs =
+        first_reason_over_ranks(*comm_, baseline_attention_difference(*baseline_, attention.kernel, attention.detail));
+    if (differs.rank >= 0)
+      throw CommandError{kExitUserError, "--baseline " + baseline_->path + ": " +
+                                             (world > 1 ? "rank " + std::to_string(differs.rank) + ": " : "") +
+                                             differs.reason};
+  }
+
+  // The golden step computed twice at the start and compared over ranks:
+  // the reference of every later golden check.
+  void golden_step_at_start() {
+    const size_t world = static_cast<size_t>(comm_->world_size());
+    // The golden weights kept on the host up to 1 GiB (made again at every
+    // check above that: host memory is shared by every rank of a node).
+    const int64_t parameters = engine_->layout().total_params();
+    if (parameters * static_cast<int64_t>(sizeof(float)) <= (1LL << 30)) {
+      std::vector<float> saved(static_cast<size_t>(parameters));
+      engine_->get_parameters(saved.data());
+      engine_->init_parameters(golden_seed());
+      golden_weights_.resize(static_cast<size_t>(parameters));
+      engine_->get_parameters(golden_weights_.data());
+      engine_->set_parameters(saved.data());
+    }
+    // Twice: a GPU (or an engine) that cannot repeat itself is caught before
+    // anything is compared with it. The first makes its weights itself.
+    const GoldenValue first = compute_golden_step(*engine_, golden_seed(), false);
+    const GoldenValue second = compute_golden_step(*engine_, golden_seed(), false, golden_weights());
+    const std::vector<GoldenValue> values = gather_golden(first);
+    const std::vector<double> repeatable = gather_from_ranks(*comm_, first == second ? 1.0 : 0.0);
+    const std::optional<GoldenValue> majority = majority_value(values);
+    for (size_t r = 0; r < world; ++r) {
+      golden_reference_.push_back(majority ? *majority : values[r]);
+      if (repeatable[r] == 0)
+        start_failures_[r].push_back("golden step not reproducible: two computations at the start differ "
+                                     "(a faulty GPU, or kernels that are not deterministic)");
+      if (majority && !(values[r] == *majority))
+        start_failures_[r].push_back("golden step at the start differs from the other ranks' (" +
+                                     describe(values[r], *majority) + "): silent data corruption");
+      if (!majority)
+        start_failures_[r].push_back("golden step at the start: the ranks disagree and no value has a majority (" +
+                                     describe(values[r], values[0]) + " against rank 0)");
+    }
+  }
+
+  // Which physical GPU this rank trains on, for its row and its verdict
+  // (an index depends on CUDA_VISIBLE_DEVICES, a rack's technician finds a
+  // card by its PCI bus id or UUID, as nvidia-smi and DCGM name it), and
+  // its health sampler.
+  void identify_gpu(const RunContext& context) {
+    gpu_index_ = context.gpu_index;
+    if (context.gpu_index >= 0)
+      for (const GpuInfo& gpu : query_gpus().gpus)
+        if (gpu.index == context.gpu_index && !gpu.pci_bus_id.empty())
+          gpu_identity_ = "GPU " + std::to_string(gpu.index) + " " + gpu.pci_bus_id + " " + gpu.uuid;
+    gpu_identities_ = strings_of_ranks(*comm_, gpu_identity_);  // a collective, on every engine
+    if (context.gpu_index >= 0) {
+      std::unique_ptr<GpuHealthProbe> probe = open_gpu_health(context.gpu_index, &nvml_why_not_);
+      if (probe) {
+        gpu_name_ = probe->gpu_name();
+        sampler_ = std::make_unique<HealthSampler>(std::move(probe), config_->burnin.nvml_every_s);
+      }
+    } else {
+      nvml_why_not_ = "the cpu engine: no GPU to sample";
+    }
+  }
+
   uint64_t golden_seed() const { return static_cast<uint64_t>(config_->train.seed); }
   const float* golden_weights() const { return golden_weights_.empty() ? nullptr : golden_weights_.data(); }
 

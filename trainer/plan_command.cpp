@@ -155,16 +155,12 @@ PlanCommand::~PlanCommand() = default;
 
 bool PlanCommand::parsed() const { return plan_->parsed(); }
 
-int PlanCommand::run() {
-  const Options& o = *options_;
-  if (o.gpus_per_node < 1)
-    throw CommandError{kExitUserError, "--gpus-per-node: must be >= 1 (got " + std::to_string(o.gpus_per_node) + ")"};
-  if (o.nodes < 1)
-    throw CommandError{kExitUserError, "--nodes: must be >= 1 (got " + std::to_string(o.nodes) + ")"};
-  if (o.gpu_memory_gib < 0 || (plan_->count("--gpu-memory") > 0 && o.gpu_memory_gib == 0))
-    throw CommandError{kExitUserError, "--gpu-memory: must be > 0 GiB"};
-  const Config config = load_config(o.config, o.overrides);
-  // The plan is the CUDA engine's: a shape it cannot run has no plan.
+namespace {
+
+// The config as plan reads it, refused as `run` would refuse it: the plan
+// is the CUDA engine's, so a shape it cannot run has no plan.
+Config load_planned_config(const std::string& config_name, const std::vector<std::string>& overrides) {
+  const Config config = load_config(config_name, overrides);
   if (const std::string problem = cuda_engine_shape_problem(config.model); !problem.empty())
     throw CommandError{kExitUserError, "model: " + problem};
   if (config.train.attention == "cudnn")
@@ -175,77 +171,81 @@ int PlanCommand::run() {
   // checks a copy, which has lost them, and blamed the config file or
   // preset for a --set lora.rank that only the LoRA row refuses.
   if (config.train.mode != "lora") {
-    std::vector<std::string> as_lora = o.overrides;
+    std::vector<std::string> as_lora = overrides;
     as_lora.insert(as_lora.end(), {"train.mode=lora", "comm.zero=0"});
     try {
-      (void)load_config(o.config, as_lora);
+      (void)load_config(config_name, as_lora);
     } catch (const ConfigError& e) {
       throw ConfigError(std::string("the LoRA row (plan compares it with full training): ") + e.what());
     }
   }
+  return config;
+}
 
-  double gib = o.gpu_memory_gib;
-  std::string memory_source = "--gpu-memory";
-  if (gib == 0) {
-    const GpuInventory gpus = query_gpus();
-    if (!gpus.gpus.empty()) {
-      gib = static_cast<double>(gpus.gpus.front().memory_bytes) / kGiB;
-      memory_source = "the visible " + gpus.gpus.front().name;
-    } else {
-      gib = kDefaultGpuGiB;
-      memory_source = "an H200 (no GPU visible)";
-    }
-  }
-  const int64_t gpu_bytes = static_cast<int64_t>(gib * kGiB);
-  const int64_t usable = usable_gpu_bytes(gpu_bytes);
-  const std::vector<FinetunePlanRow> rows = plan_finetune(config, o.gpus_per_node, o.nodes, usable);
-  const PlannedAttention attention = planned_attention(config);
+// The GPU memory planned for: --gpu-memory, else the visible GPU's, else
+// an H200's; and where that figure came from.
+struct PlannedGpu {
+  int64_t bytes = 0;
+  std::string source;
+};
+PlannedGpu planned_gpu(double gpu_memory_gib) {
+  if (gpu_memory_gib > 0) return {static_cast<int64_t>(gpu_memory_gib * kGiB), "--gpu-memory"};
+  const GpuInventory gpus = query_gpus();
+  if (!gpus.gpus.empty())
+    return {gpus.gpus.front().memory_bytes, "the visible " + gpus.gpus.front().name};
+  return {static_cast<int64_t>(kDefaultGpuGiB * kGiB), "an H200 (no GPU visible)"};
+}
 
-  if (o.json) {
-    // The model planned, as the run results record it: what a report
-    // comparing runs with this plan checks them against (the config's name
-    // does not say which --set changed it).
-    // So is what else sizes the memory: the micro-batch, the attention's
-    // workspace (train.attention, train.deterministic) and the adapters.
-    const nlohmann::json planned = config_to_json(config);
-    // A schema as every other output has: report.py leaves a plan found in a
-    // results folder out with a note (compare_finetune.sh writes its
-    // plan-*.json beside its runs), where a plan without one stopped the report.
-    nlohmann::json out = {{"schema", "trainbench.plan/v1"},
-                          {"config", config.origin},
-                          {"model", planned.at("model")},
-                          {"train", {{"micro_batch", config.train.micro_batch},
-                                     {"attention", config.train.attention},
-                                     {"deterministic", config.train.deterministic}}},
-                          {"lora", planned.at("lora")},
-                          // every_steps: whether a job's checkpoints need shared storage
-                          // (scripts/scale.sh asks before it submits one).
-                          {"checkpoint", {{"include_base", config.checkpoint.include_base},
-                                          {"every_steps", config.checkpoint.every_steps}}},
-                          {"gpu_memory_bytes", gpu_bytes},
-                          {"usable_bytes", usable},
-                          {"gpus_per_node", o.gpus_per_node},
-                          {"nodes", o.nodes},
-                          {"attention", {{"kernel", attention.kernel},
-                                         {"basis", attention.basis},
-                                         {"assumed", attention.assumed}}},
-                          {"rows", nlohmann::json::array()}};
-    for (const FinetunePlanRow& r : rows)
-      out["rows"].push_back({{"mode", r.mode},
-                             {"gpus", r.gpus},
-                             {"trainable_params", r.trainable_params},
-                             {"parameter_bytes", r.memory.parameter_bytes},
-                             {"gradient_bytes", r.memory.gradient_bytes},
-                             {"optimizer_bytes", r.memory.optimizer_bytes},
-                             {"activation_bytes", r.memory.activation_bytes},
-                             {"workspace_bytes", r.memory.workspace_bytes},
-                             {"total_bytes", r.memory.total_bytes()},
-                             {"checkpoint_bytes", r.checkpoint_bytes},
-                             {"staging_bytes", r.staging_bytes},
-                             {"fits", r.fits}});
-    std::printf("%s\n", json_text(out, 2).c_str());
-    return kExitOk;
-  }
+// `plan --json`: the rows, and what a report needs to check runs against them.
+nlohmann::json plan_json(const Config& config, const PlannedGpu& gpu, int64_t usable, int64_t gpus_per_node,
+                         int64_t nodes, const PlannedAttention& attention, const std::vector<FinetunePlanRow>& rows) {
+  // The model planned, as the run results record it: what a report
+  // comparing runs with this plan checks them against (the config's name
+  // does not say which --set changed it).
+  // So is what else sizes the memory: the micro-batch, the attention's
+  // workspace (train.attention, train.deterministic) and the adapters.
+  const nlohmann::json planned = config_to_json(config);
+  // A schema as every other output has: report.py leaves a plan found in a
+  // results folder out with a note (compare_finetune.sh writes its
+  // plan-*.json beside its runs), where a plan without one stopped the report.
+  nlohmann::json out = {{"schema", "trainbench.plan/v1"},
+                        {"config", config.origin},
+                        {"model", planned.at("model")},
+                        {"train", {{"micro_batch", config.train.micro_batch},
+                                   {"attention", config.train.attention},
+                                   {"deterministic", config.train.deterministic}}},
+                        {"lora", planned.at("lora")},
+                        // every_steps: whether a job's checkpoints need shared storage
+                        // (scripts/scale.sh asks before it submits one).
+                        {"checkpoint", {{"include_base", config.checkpoint.include_base},
+                                        {"every_steps", config.checkpoint.every_steps}}},
+                        {"gpu_memory_bytes", gpu.bytes},
+                        {"usable_bytes", usable},
+                        {"gpus_per_node", gpus_per_node},
+                        {"nodes", nodes},
+                        {"attention", {{"kernel", attention.kernel},
+                                       {"basis", attention.basis},
+                                       {"assumed", attention.assumed}}},
+                        {"rows", nlohmann::json::array()}};
+  for (const FinetunePlanRow& r : rows)
+    out["rows"].push_back({{"mode", r.mode},
+                           {"gpus", r.gpus},
+                           {"trainable_params", r.trainable_params},
+                           {"parameter_bytes", r.memory.parameter_bytes},
+                           {"gradient_bytes", r.memory.gradient_bytes},
+                           {"optimizer_bytes", r.memory.optimizer_bytes},
+                           {"activation_bytes", r.memory.activation_bytes},
+                           {"workspace_bytes", r.memory.workspace_bytes},
+                           {"total_bytes", r.memory.total_bytes()},
+                           {"checkpoint_bytes", r.checkpoint_bytes},
+                           {"staging_bytes", r.staging_bytes},
+                           {"fits", r.fits}});
+  return out;
+}
+
+// `plan`'s table, with what its columns mean.
+void print_plan_table(const Config& config, const PlannedGpu& gpu, int64_t usable, int64_t gpus_per_node,
+                      int64_t nodes, const PlannedAttention& attention, const std::vector<FinetunePlanRow>& rows) {
   const ModelShape& m = config.model;
   std::printf("plan: %s — d_model %ld, %ld layers, vocab %ld, seq %ld, micro-batch %ld; lora rank %ld on %s\n",
               config.origin.c_str(), static_cast<long>(m.d_model), static_cast<long>(m.n_layers),
@@ -253,7 +253,7 @@ int PlanCommand::run() {
               static_cast<long>(config.train.micro_batch), static_cast<long>(config.lora.rank),
               config.lora.targets.c_str());
   std::printf("GPU memory %s (%s), usable %s after the reserve for context, NCCL and allocator\n",
-              human_bytes(static_cast<double>(gpu_bytes)).c_str(), memory_source.c_str(),
+              human_bytes(static_cast<double>(gpu.bytes)).c_str(), gpu.source.c_str(),
               human_bytes(static_cast<double>(usable)).c_str());
   std::printf("attention %s (%s)\n", attention.kernel.c_str(), attention.basis.c_str());
   std::printf("%-14s %5s %10s %10s %10s %10s %11s %10s %10s %10s  %s\n", "mode", "GPUs", "trainable",
@@ -271,8 +271,8 @@ int PlanCommand::run() {
   std::printf("per GPU; activations include the backward workspace; ZeRO-1 shards AdamW over %ld GPUs; "
               "checkpoint: one checkpoint of the job, every rank's files; staging: the page-locked host memory "
               "a GPU's rank copies its share of a checkpoint into (%ld GPUs a node: %ld times that)\n",
-              static_cast<long>(o.gpus_per_node * o.nodes), static_cast<long>(o.gpus_per_node),
-              static_cast<long>(o.gpus_per_node));
+              static_cast<long>(gpus_per_node * nodes), static_cast<long>(gpus_per_node),
+              static_cast<long>(gpus_per_node));
   // A preset cut to a few layers of a larger model (h200-llama8b-4l) is
   // planned at the depth it runs; the full model's memory is one --set away.
   if (config.n_layers_full > m.n_layers)
@@ -280,6 +280,27 @@ int PlanCommand::run() {
                 "add --set model.n_layers=%ld\n",
                 static_cast<long>(m.n_layers), static_cast<long>(config.n_layers_full),
                 static_cast<long>(config.n_layers_full));
+}
+
+}  // namespace
+
+int PlanCommand::run() {
+  const Options& o = *options_;
+  if (o.gpus_per_node < 1)
+    throw CommandError{kExitUserError, "--gpus-per-node: must be >= 1 (got " + std::to_string(o.gpus_per_node) + ")"};
+  if (o.nodes < 1)
+    throw CommandError{kExitUserError, "--nodes: must be >= 1 (got " + std::to_string(o.nodes) + ")"};
+  if (o.gpu_memory_gib < 0 || (plan_->count("--gpu-memory") > 0 && o.gpu_memory_gib == 0))
+    throw CommandError{kExitUserError, "--gpu-memory: must be > 0 GiB"};
+  const Config config = load_planned_config(o.config, o.overrides);
+  const PlannedGpu gpu = planned_gpu(o.gpu_memory_gib);
+  const int64_t usable = usable_gpu_bytes(gpu.bytes);
+  const std::vector<FinetunePlanRow> rows = plan_finetune(config, o.gpus_per_node, o.nodes, usable);
+  const PlannedAttention attention = planned_attention(config);
+  if (o.json)
+    std::printf("%s\n", json_text(plan_json(config, gpu, usable, o.gpus_per_node, o.nodes, attention, rows), 2).c_str());
+  else
+    print_plan_table(config, gpu, usable, o.gpus_per_node, o.nodes, attention, rows);
   return kExitOk;
 }
 
