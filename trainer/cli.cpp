@@ -302,9 +302,12 @@ void check_address_space_limit(const Config& config, const EngineOptions& option
                            " but this run maps at least " + human_bytes(static_cast<double>(needed)) +
                            " (the program as loaded, the memory plan, OpenBLAS's buffers for " +
                            std::to_string(threads) + " threads" +
-                           ", the stacks of " + std::to_string(reader_threads) + " loader and " +
-                           std::to_string(checkpoint_threads) + " checkpoint threads" +
-                           "): raise it (ulimit -v unlimited) or set train.threads lower"};
+                           (reader_threads + checkpoint_threads > 0
+                                ? ", the stacks of " + std::to_string(reader_threads) + " loader and " +
+                                      std::to_string(checkpoint_threads) + " checkpoint threads"
+                                : "") +
+                           "): raise it (ulimit -v unlimited) or set train.threads lower" +
+                           (reader_threads + checkpoint_threads > 0 ? " (or data.readers, checkpoint.writers)" : "")};
 }
 
 // Most failures are the same on every rank (a bad --set, a checkpoint of
