@@ -1515,5 +1515,23 @@ TEST(CheckpointCli, ACheckpointDirWithoutRoomForTheRunsCheckpointsIsAWarning) {
   EXPECT_EQ(fits.out.find("a checkpoint will find the disk full"), std::string::npos) << fits.out;
 }
 
+// A checkpoint thread that cannot start (EAGAIN: ulimit -u, or its stack
+// past ulimit -v) said only "Resource temporarily unavailable": now which
+// thread, and the limits that cause it. The persisting thread starts the
+// writers, so failing every thread a thread starts fails exactly those.
+TEST(CheckpointCli, AWriterThreadThatCannotStartNamesTheLimits) {
+  testing::TempDir dir("test_ckpt_cli");
+  const CommandResult r =
+      run_command(std::string("env LD_PRELOAD=") + FAILING_SYSCALLS_PRELOAD + " TRAINBENCH_TEST_NO_NESTED_THREADS=1 " +
+                  tiny_run(dir.file("ck"), 3, 1, dir.file("r.json"), "--set train.warmup_steps=1"));
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  EXPECT_NE(r.err.find("checkpoint of step 1 failed"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cannot start a writer thread: Resource temporarily unavailable (threads or address space: "
+                       "ulimit -u, ulimit -v)"),
+            std::string::npos)
+      << r.err;
+}
+
 }  // namespace
 }  // namespace trainbench
