@@ -1,14 +1,16 @@
 #include "checkpoint/atomic_file.h"
 
 #include <fcntl.h>     // open
-#include <sys/stat.h>  // lstat
-#include <unistd.h>    // write, fsync, close, getpid, readlink
+#include <stdlib.h>    // mkostemp
+#include <sys/stat.h>  // lstat, fchmod
+#include <unistd.h>    // write, fsync, close, readlink
 
 #include <climits>  // PATH_MAX
 
 #include <cerrno>   // errno
 #include <cstdio>   // std::rename, std::remove
 #include <cstring>  // std::strerror
+#include <fstream>  // /proc/self/status: the umask
 
 namespace trainbench {
 
@@ -22,6 +24,15 @@ std::string parent_directory(const std::string& path) {
 namespace {
 [[noreturn]] void fail(const std::string& what, const std::string& path, bool replaced = false) {
   throw AtomicWriteError(what + " " + path + ": " + std::strerror(errno), replaced);
+}
+
+// The process's umask, read rather than set (umask(2) sets it for every
+// thread); 022 where /proc does not say.
+mode_t process_umask() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("Umask:", 0) == 0) return static_cast<mode_t>(std::stoul(line.substr(6), nullptr, 8));
+  return 022;
 }
 }  // namespace
 
@@ -44,15 +55,17 @@ std::string replaced_file(const std::string& path) {
   fail("cannot follow the links of", path);
 }
 
-std::string atomic_write_temporary_path(const std::string& path, const std::string& suffix) {
-  return path + ".tmp." + (suffix.empty() ? std::to_string(getpid()) : suffix);
-}
+std::string atomic_write_temporary_template(const std::string& path) { return path + ".tmp.XXXXXX"; }
 
 void write_file_atomically(const std::string& named, const std::string& contents) {
   const std::string path = replaced_file(named);
-  const std::string temp = atomic_write_temporary_path(path);
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  std::string temp = atomic_write_temporary_template(path);
+  int fd = ::mkostemp(temp.data(), O_CLOEXEC);
   if (fd < 0) fail("cannot create", temp);
+  // mkostemp makes it 0600: made as open(0644) makes a file, under the umask,
+  // so that results and manifests stay readable by whom they were. Best
+  // effort: a filesystem without modes (vfat) refuses it and loses nothing.
+  (void)::fchmod(fd, 0644 & ~process_umask());
   // Any failure after the temporary exists removes it, keeping errno for the message.
   auto abandon = [&](const std::string& what, const std::string& subject) {
     const int saved = errno;

@@ -32,13 +32,14 @@ std::string parent_directory(const std::string& path);
 // be read or a chain of more than 40 links (a loop).
 std::string replaced_file(const std::string& path);
 
-// The temporary file write_file_atomically writes before renaming it over
-// `path` (already resolved by replaced_file): next to it, PATH.tmp.PID,
-// named for this process (one a killed process of the same PID left is
-// written over). `suffix` replaces the PID: a caller that checks a path up
-// front (the CLI's --out) probes with a mkstemp name as long as the
-// longest PID.
-std::string atomic_write_temporary_path(const std::string& path, const std::string& suffix = "");
+// The mkstemp template of the temporary file write_file_atomically writes
+// before renaming it over `path` (already resolved by replaced_file): next
+// to it, PATH.tmp.XXXXXX, a name of its own. It was PATH.tmp.PID, opened
+// with O_TRUNC: two writers of one PID (two containers' PID 1 on a shared
+// folder, two hosts, two threads) wrote into one file, and a short result
+// renamed over a long one's tail left a broken JSON. A caller that checks a
+// path up front (the CLI's --out) probes with this very template.
+std::string atomic_write_temporary_template(const std::string& path);
 
 // Replaces replaced_file(path). Throws AtomicWriteError naming the path and
 // the failing call (errno text). On a failure up to the rename the target is

@@ -28,7 +28,7 @@
 #include "dataloader/shard_loader.h"  // LoaderTimeout: exit 3
 #include "dataloader/shard_list.h"    // shard_identities: what a checkpoint records of the data
 #include "dataloader/shard_tools.h"   // path_is_within: the result inside checkpoint.dir
-#include "checkpoint/atomic_file.h"   // parent_directory, replaced_file, atomic_write_temporary_path of --out
+#include "checkpoint/atomic_file.h"   // parent_directory, replaced_file, atomic_write_temporary_template of --out
 #include "checkpoint/checkpoint_files.h"  // CheckpointError, CheckpointWriteError: exit 2, 3
 #include "checkpoint/checkpoint_io.h"     // read_small_file: an earlier result at --out
 #include "checkpoint/dir_lock.h"  // CheckpointDirLock: one run per checkpoint.dir
@@ -424,13 +424,12 @@ void check_result_path(const std::string& path, const std::string& named) {
     throw CommandError{kExitUserError, named + " " + path + ": directory '" + dir + "' does not exist"};
   if (!S_ISDIR(folder.st_mode))
     throw CommandError{kExitUserError, named + " " + path + ": '" + dir + "' is not a directory"};
-  // A name of its own, so nothing already there is touched, and as long as
-  // the longest temporary write_file_atomically makes (".tmp." and a PID of
-  // up to 7 digits), so a name the file system refuses is refused now.
-  // (It probed with that very name: a run killed while writing its result
-  // left PATH.tmp.PID, and where the PID repeats — a container's PID 1 —
-  // every later run was refused with "File exists".)
-  std::string probe = atomic_write_temporary_path(file, "0XXXXXX");
+  // A name of its own, so nothing already there is touched, as long as the
+  // temporary write_file_atomically makes, so a name the file system
+  // refuses is refused now. (It probed with the PID's name: a run killed
+  // while writing its result left PATH.tmp.PID, and where the PID repeats —
+  // a container's PID 1 — every later run was refused with "File exists".)
+  std::string probe = atomic_write_temporary_template(file);
   const int fd = ::mkostemp(probe.data(), O_CLOEXEC);
   if (fd < 0) refuse_result_path(named + " " + path + ": cannot create a file there", errno);
   ::close(fd);

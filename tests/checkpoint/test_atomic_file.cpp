@@ -6,7 +6,10 @@
 #include <sys/stat.h>  // mkdir
 
 #include <dirent.h>
+#include <atomic>  // the writers' failures
 #include <cerrno>  // EIO
+#include <mutex>
+#include <thread>  // two writers of one process ID
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -87,6 +90,54 @@ TEST_F(AtomicFile, AFolderFsyncFailureSaysTheFileWasReplaced) {
   EXPECT_EQ(fault.failed(), 1);
   EXPECT_EQ(read_file(path), "new");
   EXPECT_EQ(count_entries(dir_), 1) << "no temporary file left behind";
+}
+
+// Two writers of one process ID writing one path at once — two containers'
+// PID 1 on a shared folder, two hosts, here two threads — each replace it
+// whole. The temporary was PATH.tmp.PID, opened with O_TRUNC: both wrote
+// into one file, a short text over a long one's tail was renamed into
+// place (a broken JSON), and the other's rename found nothing (ENOENT).
+TEST_F(AtomicFile, WritersOfOneProcessIdReplaceTheFileWholeAtOnce) {
+  const std::string path = dir_ + "/result.json";
+  const std::string long_text(64 << 10, 'L');
+  const std::string short_text = "short";
+  std::atomic<int> failures{0};
+  std::string failure;
+  std::mutex failure_mutex;
+  auto writer = [&](const std::string& text) {
+    for (int i = 0; i < 300; ++i) {
+      try {
+        write_file_atomically(path, text);
+      } catch (const AtomicWriteError& e) {
+        if (failures++ == 0) {
+          std::lock_guard<std::mutex> guard(failure_mutex);
+          failure = e.what();
+        }
+      }
+      const std::string now = read_file(path);
+      if (now != long_text && now != short_text && failures++ == 0) {
+        std::lock_guard<std::mutex> guard(failure_mutex);
+        failure = "a file of " + std::to_string(now.size()) + " bytes, neither text";
+      }
+    }
+  };
+  std::thread long_writer(writer, long_text), short_writer(writer, short_text);
+  long_writer.join();
+  short_writer.join();
+  EXPECT_EQ(failures.load(), 0) << "first: " << failure;
+  EXPECT_EQ(count_entries(dir_), 1) << "no temporary file left behind";
+}
+
+// The temporary is made as open(0644) makes a file, under the umask (mkostemp
+// makes it 0600): a result stays readable by whom it was.
+TEST_F(AtomicFile, TheFileHasTheModeOfAFileMadeUnderTheUmask) {
+  const std::string path = dir_ + "/result.json";
+  const mode_t before = ::umask(027);
+  write_file_atomically(path, "x");
+  ::umask(before);
+  struct stat status {};
+  ASSERT_EQ(::stat(path.c_str(), &status), 0);
+  EXPECT_EQ(status.st_mode & 0777, 0640u);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <cstring>  // std::strerror, std::memcpy
 #include <filesystem>
 #include <fstream>
+#include <optional>  // a fault armed for part of a test
 #include <regex>
 #include <string>
 #include <utility>  // std::pair
@@ -20,7 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/atomic_file.h"  // atomic_write_temporary_path: a blocked latest; writes through links
+#include "checkpoint/atomic_file.h"  // write_file_atomically: its temporary's name; writes through links
 #include "checkpoint/checkpoint_files.h"
 #include "tests/checkpoint/checkpoint_test_state.h"
 #include "tests/support/descriptors_exhausted.h"
@@ -500,14 +501,14 @@ TEST_F(CheckpointFiles, RecommittingAStepSwapsInTheNewOne) {
 }
 
 // `latest` cannot be written (a full disk had room for the step's files and
-// manifest, not for latest.tmp; here a folder sits at that path): the step
+// manifest, not for latest.tmp; here its mkostemp fails, ENOSPC): the step
 // was left renamed to step_N, uncommitted, taking the room, and listed as
 // the newest committed checkpoint (a failure message named it as intact).
 // Now it goes back to step_N.tmp, and a step it replaced comes back.
 TEST_F(CheckpointFiles, ALatestThatCannotBeWrittenLeavesTheStepPending) {
   write_and_commit(dir_, 10);
-  const std::string blocker = atomic_write_temporary_path(dir_ + "/latest");
-  fs::create_directories(blocker + "/x");
+  std::optional<testing::FailingTemporaryFile> full;
+  full.emplace(ENOSPC, "/latest.tmp.");
   EXPECT_THROW(write_and_commit(dir_, 20), CheckpointWriteError);
   EXPECT_TRUE(fs::exists(pending_folder(dir_, 20) + "/manifest.json"));
   EXPECT_FALSE(fs::exists(committed_folder(dir_, 20)));
@@ -522,7 +523,7 @@ TEST_F(CheckpointFiles, ALatestThatCannotBeWrittenLeavesTheStepPending) {
   EXPECT_EQ(compare_state(read_rank_files(folder, read_manifest(folder), 0), 10, 0), "") << "the old one is back";
   EXPECT_EQ(compare_state(read_rank_files(pending_folder(dir_, 10), read_manifest(pending_folder(dir_, 10)), 0), 10, 1),
             "");
-  fs::remove_all(blocker);
+  full.reset();
   EXPECT_EQ(commit_checkpoint(request)["step"], 10);
   EXPECT_EQ(compare_state(read_rank_files(folder, read_manifest(folder), 0), 10, 1), "") << "then the new one";
 }

@@ -21,6 +21,8 @@ struct Faults {
   std::function<bool(const std::string&)> fsync_when;
   std::atomic<int> fsync_failed{0};
   std::atomic<int> flock_error{0};  // 0: not armed
+  int temporary_file_error = 0;     // 0: not armed
+  std::string temporary_file_part;
 };
 
 Faults& faults() {
@@ -41,6 +43,7 @@ using PreadFunction = ssize_t (*)(int, void*, size_t, off_t);
 using RemoveFunction = int (*)(const char*);
 using UnlinkFunction = int (*)(const char*);
 using OpendirFunction = DIR* (*)(const char*);
+using MkostempFunction = int (*)(char*, int);
 
 FsyncFunction libc_fsync() {
   static const FsyncFunction real = libc<FsyncFunction>("fsync");
@@ -64,6 +67,11 @@ RemoveFunction libc_remove() {
 
 UnlinkFunction libc_unlink() {
   static const UnlinkFunction real = libc<UnlinkFunction>("unlink");
+  return real;
+}
+
+MkostempFunction libc_mkostemp() {
+  static const MkostempFunction real = libc<MkostempFunction>("mkostemp");
   return real;
 }
 
@@ -121,6 +129,18 @@ extern "C" int fsync(int fd) {
     }
   }
   return libc_fsync()(fd);
+}
+
+extern "C" int mkostemp(char* name_template, int flags) {
+  Faults& f = faults();
+  {
+    std::lock_guard<std::mutex> guard(f.lock);
+    if (f.temporary_file_error != 0 && std::string(name_template).find(f.temporary_file_part) != std::string::npos) {
+      errno = f.temporary_file_error;
+      return -1;
+    }
+  }
+  return libc_mkostemp()(name_template, flags);
 }
 
 extern "C" int mkdir(const char* path, mode_t mode) {
@@ -197,5 +217,21 @@ FailingFlock::FailingFlock(int error) {
 }
 
 FailingFlock::~FailingFlock() { faults().flock_error = 0; }
+
+FailingTemporaryFile::FailingTemporaryFile(int error, std::string part) {
+  if (libc_mkostemp() == nullptr) throw std::runtime_error("FailingTemporaryFile: libc's mkostemp not found");
+  if (error == 0) throw std::invalid_argument("FailingTemporaryFile: an errno, not 0");
+  Faults& f = faults();
+  std::lock_guard<std::mutex> guard(f.lock);
+  if (f.temporary_file_error != 0) throw std::logic_error("FailingTemporaryFile: one at a time");
+  f.temporary_file_error = error;
+  f.temporary_file_part = std::move(part);
+}
+
+FailingTemporaryFile::~FailingTemporaryFile() {
+  Faults& f = faults();
+  std::lock_guard<std::mutex> guard(f.lock);
+  f.temporary_file_error = 0;
+}
 
 }  // namespace trainbench::testing

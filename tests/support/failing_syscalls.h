@@ -37,4 +37,15 @@ class FailingFlock {
   FailingFlock& operator=(const FailingFlock&) = delete;
 };
 
+// While alive, mkostemp of a template containing `part` fails with `error`
+// (write_file_atomically's temporary: ENOSPC, a disk with no room for it).
+// One at a time.
+class FailingTemporaryFile {
+ public:
+  FailingTemporaryFile(int error, std::string part);
+  ~FailingTemporaryFile();
+  FailingTemporaryFile(const FailingTemporaryFile&) = delete;
+  FailingTemporaryFile& operator=(const FailingTemporaryFile&) = delete;
+};
+
 }  // namespace trainbench::testing
