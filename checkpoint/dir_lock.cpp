@@ -2,7 +2,7 @@
 
 #include <fcntl.h>     // open
 #include <sys/file.h>  // flock
-#include <sys/stat.h>  // fstat, stat: the file locked is the one named
+#include <sys/stat.h>  // fstat, stat: the file locked is the one named; mkdir
 #include <unistd.h>    // read, write, ftruncate, close, getpid, gethostname
 
 #include <cerrno>
@@ -19,12 +19,15 @@ namespace io = checkpoint_io;
 
 namespace {
 
-// "pid 1234 on node07": what the holder wrote, for the refusal.
+// "pid 1234 on node07": what the holder wrote, for the refusal. Its first
+// line: read while a holder writes its name over a longer earlier one, the
+// rest is that one's tail.
 std::string holder_of(int fd) {
   char text[256] = {};
   const ssize_t got = ::pread(fd, text, sizeof(text) - 1, 0);
   std::string holder = got > 0 ? std::string(text, static_cast<size_t>(got)) : std::string();
-  while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
+  holder = holder.substr(0, holder.find('\n'));
+  while (!holder.empty() && holder.back() == '\0') holder.pop_back();
   return holder.empty() ? "another process" : holder;
 }
 
@@ -46,6 +49,9 @@ void CheckpointDirLock::acquire(const std::string& dir) {
   // it) guards nothing: the file at `path` must still be the one locked.
   for (int attempt = 0; attempt < 3; ++attempt) {
     fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    // The folder itself removed so (made for this run a moment ago): it is
+    // made again, where the run went on unlocked ("cannot open").
+    if (fd < 0 && errno == ENOENT && attempt < 2 && (::mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST)) continue;
     if (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) != 0) break;
     struct stat locked{}, named{};
     if (::fstat(fd, &locked) == 0 && ::stat(path.c_str(), &named) == 0 && locked.st_dev == named.st_dev &&
@@ -78,9 +84,11 @@ void CheckpointDirLock::acquire(const std::string& dir) {
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
   const std::string holder = "pid " + std::to_string(::getpid()) + " on " + host + "\n";
-  if (::ftruncate(fd, 0) == 0 && ::pwrite(fd, holder.data(), holder.size(), 0) < 0) {
-    // The holder's name is a courtesy for the refusal; the lock holds without it.
-  }
+  // Written over the earlier name, then cut to length: truncated first, a
+  // run refused in between read an empty file ("another process"). The
+  // holder's name is a courtesy for the refusal; the lock holds without it.
+  if (::pwrite(fd, holder.data(), holder.size(), 0) == static_cast<ssize_t>(holder.size()))
+    (void)::ftruncate(fd, static_cast<off_t>(holder.size()));
   fd_ = fd;
   dir_ = dir;
 }

@@ -87,5 +87,18 @@ TEST(CheckpointDirLock, OnlyTheHolderRemovesAnUnusedFolder) {
   EXPECT_TRUE(std::filesystem::exists(folder)) << "no acquire, nothing removed";
 }
 
+// The folder removed between its making and the lock (another run that made
+// it and failed removes it, lock file and all): made again and locked, where
+// the run went on unlocked, "cannot open ... No such file or directory".
+TEST(CheckpointDirLock, AFolderRemovedBeforeTheLockIsMadeAgainAndLocked) {
+  testing::TempDir parent("trainbench_lock");
+  const std::string folder = parent.file("ck");
+  CheckpointDirLock lock;
+  lock.acquire(folder);
+  EXPECT_TRUE(lock.held()) << lock.unlocked_reason();
+  EXPECT_EQ(lock.unlocked_reason(), "");
+  EXPECT_TRUE(std::filesystem::exists(folder + "/" + kCheckpointLockName));
+}
+
 }  // namespace
 }  // namespace trainbench
