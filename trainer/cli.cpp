@@ -820,8 +820,22 @@ std::string check_result_destination(Config& config, Communicator& comm, const R
   return result_path;
 }
 
-void check_resume_latest_has_a_folder(const std::string& resume, const Config& config) {
-  if (resume != "latest") return;
+void check_resume_target(const std::string& resume, const Config& config, Communicator& comm) {
+  if (resume.empty()) return;
+  if (resume != "latest") {
+    // A folder that is no checkpoint (a typo) is said before checkpoint.dir
+    // is made and locked and the engine allocated: it was said after, and a
+    // run started beside it on that checkpoint.dir was refused the lock it
+    // held meanwhile. What is in the checkpoint is read, and checked, later.
+    try {
+      const StorageWatchdog watchdog(comm, config.checkpoint.timeout_s,
+                                     "finding the checkpoint to resume from (--resume " + resume + ")");
+      (void)resolve_checkpoint(resume, config.checkpoint.dir);
+    } catch (const CheckpointError& e) {
+      throw CommandError{e.environment() ? kExitEnvironmentError : kExitUserError, e.what()};
+    }
+    return;
+  }
   if (config.checkpoint.dir.empty())
     throw CommandError{kExitUserError, "--resume latest: set checkpoint.dir to the folder the checkpoints are in"};
   // Said before the folder would be made, which left an empty one behind.
@@ -1172,7 +1186,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   const std::string result_path = check_result_destination(config, *comm, options);
   // Rank 0 speaks for the job: the console report and the result JSON.
   const bool reporter = comm->rank() == 0;
-  check_resume_latest_has_a_folder(options.resume, config);
+  check_resume_target(options.resume, config, *comm);
   // An unusable checkpoint folder fails here, before anything is allocated.
   CheckpointDir checkpoint_dir;
   if (config.checkpoint.every_steps > 0) setup_checkpoint_dir(config, *comm, &checkpoint_dir);

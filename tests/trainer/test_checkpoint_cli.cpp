@@ -1533,5 +1533,32 @@ TEST(CheckpointCli, AWriterThreadThatCannotStartNamesTheLimits) {
       << r.err;
 }
 
+// A --resume that names no checkpoint (a typo) is refused before
+// checkpoint.dir is made and locked, or the engine allocated: it was found
+// after both, and a run started beside it on that folder was refused the
+// lock the doomed run held meanwhile. Here the folder is taken: the typo,
+// not the lock, is what is said.
+TEST(CheckpointCli, AResumeFromNoCheckpointIsRefusedBeforeTheCheckpointFolder) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string checkpoints = dir.file("ck");
+  fs::create_directories(checkpoints);
+  fs::create_directories(dir.file("nope/step_3"));
+  const int fd = ::open((checkpoints + "/" + kCheckpointLockName).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  const CommandResult r =
+      run_command(tiny_run(checkpoints, 8, 4, dir.file("r.json"), "--resume " + dir.file("nope/step_3")));
+  ::close(fd);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.err, "trainbench: checkpoint " + dir.file("nope/step_3") + " is neither a checkpoint (no " +
+                       dir.file("nope/step_3/manifest.json") + ") nor a checkpoint.dir (no " +
+                       dir.file("nope/step_3/latest") + ")\n");
+  const CommandResult missing =
+      run_command(tiny_run(dir.file("ck2"), 8, 4, dir.file("r.json"), "--resume " + dir.file("missing")));
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+  EXPECT_EQ(missing.err, "trainbench: checkpoint " + dir.file("missing") + " does not exist\n");
+  EXPECT_FALSE(fs::exists(dir.file("ck2"))) << "checkpoint.dir made for a run that could not start";
+}
+
 }  // namespace
 }  // namespace trainbench
