@@ -1,16 +1,17 @@
 #include "checkpoint/atomic_file.h"
 
-#include <fcntl.h>     // open
-#include <stdlib.h>    // mkostemp
-#include <sys/stat.h>  // lstat, fchmod
-#include <unistd.h>    // write, fsync, close, readlink
+#include <fcntl.h>       // open
+#include <sys/random.h>  // getrandom: the temporary's name
+#include <sys/stat.h>    // lstat
+#include <unistd.h>      // write, fsync, close, readlink
 
 #include <climits>  // PATH_MAX
 
 #include <cerrno>   // errno
+#include <cstdint>  // the random name's bits
 #include <cstdio>   // std::rename, std::remove
 #include <cstring>  // std::strerror
-#include <fstream>  // /proc/self/status: the umask
+#include <ctime>    // clock_gettime: the name's fallback randomness
 
 namespace trainbench {
 
@@ -26,13 +27,29 @@ namespace {
   throw AtomicWriteError(what + " " + path + ": " + std::strerror(errno), replaced);
 }
 
-// The process's umask, read rather than set (umask(2) sets it for every
-// thread); 022 where /proc does not say.
-mode_t process_umask() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("Umask:", 0) == 0) return static_cast<mode_t>(std::stoul(line.substr(6), nullptr, 8));
-  return 022;
+// A new file at PATH.tmp.<6 random characters>, made O_EXCL with mode 0644
+// as open makes it (under the umask, or a folder's default ACL): mkostemp's
+// name without its 0600. Sets `temp` to its name; -1 with errno when none
+// could be made. O_EXCL settles a clash; the randomness only makes one rare
+// (the clock's nanoseconds where getrandom has nothing yet, early at boot).
+int create_temporary_beside(const std::string& path, std::string& temp) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  constexpr size_t kRandom = 6;  // the template's XXXXXX
+  const std::string stem = atomic_write_temporary_template(path);
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    uint64_t random = 0;
+    if (::getrandom(&random, sizeof random, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof random)) {
+      timespec now{};
+      ::clock_gettime(CLOCK_REALTIME, &now);
+      random = static_cast<uint64_t>(now.tv_nsec) * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(attempt);
+    }
+    temp = stem.substr(0, stem.size() - kRandom);
+    for (size_t i = 0; i < kRandom; ++i, random /= sizeof kAlphabet - 1)
+      temp += kAlphabet[random % (sizeof kAlphabet - 1)];
+    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  return -1;  // errno is EEXIST
 }
 }  // namespace
 
@@ -59,13 +76,9 @@ std::string atomic_write_temporary_template(const std::string& path) { return pa
 
 void write_file_atomically(const std::string& named, const std::string& contents) {
   const std::string path = replaced_file(named);
-  std::string temp = atomic_write_temporary_template(path);
-  int fd = ::mkostemp(temp.data(), O_CLOEXEC);
+  std::string temp;
+  int fd = create_temporary_beside(path, temp);
   if (fd < 0) fail("cannot create", temp);
-  // mkostemp makes it 0600: made as open(0644) makes a file, under the umask,
-  // so that results and manifests stay readable by whom they were. Best
-  // effort: a filesystem without modes (vfat) refuses it and loses nothing.
-  (void)::fchmod(fd, 0644 & ~process_umask());
   // Any failure after the temporary exists removes it, keeping errno for the message.
   auto abandon = [&](const std::string& what, const std::string& subject) {
     const int saved = errno;

@@ -32,13 +32,14 @@ std::string parent_directory(const std::string& path);
 // be read or a chain of more than 40 links (a loop).
 std::string replaced_file(const std::string& path);
 
-// The mkstemp template of the temporary file write_file_atomically writes
-// before renaming it over `path` (already resolved by replaced_file): next
-// to it, PATH.tmp.XXXXXX, a name of its own. It was PATH.tmp.PID, opened
-// with O_TRUNC: two writers of one PID (two containers' PID 1 on a shared
-// folder, two hosts, two threads) wrote into one file, and a short result
-// renamed over a long one's tail left a broken JSON. A caller that checks a
-// path up front (the CLI's --out) probes with this very template.
+// PATH.tmp.XXXXXX: the temporary file write_file_atomically writes before
+// renaming it over `path` (already resolved by replaced_file) is this, its
+// XXXXXX six random characters, made O_EXCL: a name of its own. It was
+// PATH.tmp.PID, opened with O_TRUNC: two writers of one PID (two
+// containers' PID 1 on a shared folder, two hosts, two threads) wrote into
+// one file, and a short result renamed over a long one's tail left a broken
+// JSON. A caller that checks a path up front (the CLI's --out) probes with
+// this template (mkstemp's), as long as the name written.
 std::string atomic_write_temporary_template(const std::string& path);
 
 // Replaces replaced_file(path). Throws AtomicWriteError naming the path and

@@ -50,8 +50,11 @@ void CheckpointDirLock::acquire(const std::string& dir) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     // The folder itself removed so (made for this run a moment ago): it is
-    // made again, where the run went on unlocked ("cannot open").
-    if (fd < 0 && errno == ENOENT && attempt < 2 && (::mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST)) continue;
+    // made again, as it was made, where the run went on unlocked ("cannot open").
+    if (fd < 0 && errno == ENOENT && attempt < 2) {
+      if (::mkdir(dir.c_str(), 0777) == 0 || errno == EEXIST) continue;
+      errno = ENOENT;  // open's, for the message
+    }
     if (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) != 0) break;
     struct stat locked{}, named{};
     if (::fstat(fd, &locked) == 0 && ::stat(path.c_str(), &named) == 0 && locked.st_dev == named.st_dev &&
@@ -87,8 +90,10 @@ void CheckpointDirLock::acquire(const std::string& dir) {
   // Written over the earlier name, then cut to length: truncated first, a
   // run refused in between read an empty file ("another process"). The
   // holder's name is a courtesy for the refusal; the lock holds without it.
-  if (::pwrite(fd, holder.data(), holder.size(), 0) == static_cast<ssize_t>(holder.size()))
-    (void)::ftruncate(fd, static_cast<off_t>(holder.size()));
+  // Not written (a full disk): no name rather than an earlier holder's,
+  // which a refused run would name as alive.
+  const bool written = ::pwrite(fd, holder.data(), holder.size(), 0) == static_cast<ssize_t>(holder.size());
+  (void)::ftruncate(fd, written ? static_cast<off_t>(holder.size()) : 0);
   fd_ = fd;
   dir_ = dir;
 }

@@ -291,8 +291,12 @@ void check_address_space_limit(const Config& config, const EngineOptions& option
   constexpr int64_t kSlackBytes = int64_t{64} << 20;
   const int64_t threads = cpu_engine_threads(options.threads);
   const int64_t reader_threads = config.data.source == "shards" ? config.data.readers : 0;
-  // The persisting thread, and a writer and a hasher per file.
-  const int64_t checkpoint_threads = config.checkpoint.every_steps > 0 ? 1 + 2 * config.checkpoint.writers : 0;
+  // The persisting thread, and a writer and a hasher per file: checkpoint.writers
+  // files of the state the ranks hold alike, as many of ZeRO-1's shard, and
+  // the trainer's own (staging_layout, Checkpointer::submit_persist).
+  const bool sharded = options.optimizer_shard.end >= 0;
+  const int64_t files = config.checkpoint.writers * (sharded ? 2 : 1) + 1;
+  const int64_t checkpoint_threads = config.checkpoint.every_steps > 0 ? 1 + 2 * files : 0;
   const int64_t needed = mapped_bytes() + (options.device == "cpu" ? plan.total_bytes() : 0) +
                          threads * kOpenBlasBufferBytes + (reader_threads + checkpoint_threads) * thread_stack_bytes() +
                          kSlackBytes;
@@ -827,14 +831,28 @@ void check_resume_target(const std::string& resume, const Config& config, Commun
     // is made and locked and the engine allocated: it was said after, and a
     // run started beside it on that checkpoint.dir was refused the lock it
     // held meanwhile. What is in the checkpoint is read, and checked, later.
+    std::string problem;
+    int kind = kExitUserError;
     try {
       const StorageWatchdog watchdog(comm, config.checkpoint.timeout_s,
                                      "finding the checkpoint to resume from (--resume " + resume + ")");
       (void)resolve_checkpoint(resume, config.checkpoint.dir);
     } catch (const CheckpointError& e) {
-      throw CommandError{e.environment() ? kExitEnvironmentError : kExitUserError, e.what()};
+      problem = e.what();
+      kind = e.environment() ? kExitEnvironmentError : kExitUserError;
     }
-    return;
+    // Every rank alike: a folder on some nodes' disks only stops them all,
+    // none goes on to make checkpoint.dir alone.
+    const RankReason first = first_reason_over_ranks(comm, problem, kind);
+    if (first.rank < 0) return;
+    const int world = comm.world_size();
+    throw CommandError{first.kind,
+                       first.reason + (first.ranks < world ? " (rank " + std::to_string(first.rank) + "; " +
+                                                                 std::to_string(first.ranks) + " of " +
+                                                                 std::to_string(world) +
+                                                                 " ranks cannot find it: give --resume a "
+                                                                 "checkpoint every rank can read)"
+                                                           : "")};
   }
   if (config.checkpoint.dir.empty())
     throw CommandError{kExitUserError, "--resume latest: set checkpoint.dir to the folder the checkpoints are in"};

@@ -42,7 +42,12 @@ HeldLocks& held_locks() {
 void release_owner_lock(const std::string& folder) {
   HeldLocks& locks = held_locks();
   std::lock_guard<std::mutex> guard(locks.mutex);
-  const auto held = locks.descriptors.find(folder);
+  // Under the name it was made with, or the one interrupt_cleanup renames it
+  // to before removing it.
+  const std::string interrupted = ".interrupted";
+  const std::string made = folder.ends_with(interrupted) ? folder.substr(0, folder.size() - interrupted.size()) : folder;
+  auto held = locks.descriptors.find(folder);
+  if (held == locks.descriptors.end()) held = locks.descriptors.find(made);
   if (held == locks.descriptors.end()) return;
   ::close(held->second);
   locks.descriptors.erase(held);

@@ -105,7 +105,7 @@ TEST_F(AtomicFile, WritersOfOneProcessIdReplaceTheFileWholeAtOnce) {
   std::string failure;
   std::mutex failure_mutex;
   auto writer = [&](const std::string& text) {
-    for (int i = 0; i < 300; ++i) {
+    for (int i = 0; i < 100; ++i) {
       try {
         write_file_atomically(path, text);
       } catch (const AtomicWriteError& e) {

@@ -501,14 +501,14 @@ TEST_F(CheckpointFiles, RecommittingAStepSwapsInTheNewOne) {
 }
 
 // `latest` cannot be written (a full disk had room for the step's files and
-// manifest, not for latest.tmp; here its mkostemp fails, ENOSPC): the step
+// manifest, not for latest.tmp; here its fsync fails, ENOSPC): the step
 // was left renamed to step_N, uncommitted, taking the room, and listed as
 // the newest committed checkpoint (a failure message named it as intact).
 // Now it goes back to step_N.tmp, and a step it replaced comes back.
 TEST_F(CheckpointFiles, ALatestThatCannotBeWrittenLeavesTheStepPending) {
   write_and_commit(dir_, 10);
-  std::optional<testing::FailingTemporaryFile> full;
-  full.emplace(ENOSPC, "/latest.tmp.");
+  std::optional<testing::FailingFileFsync> full;
+  full.emplace(ENOSPC, [](const std::string& file) { return file.find("/latest.tmp.") != std::string::npos; });
   EXPECT_THROW(write_and_commit(dir_, 20), CheckpointWriteError);
   EXPECT_TRUE(fs::exists(pending_folder(dir_, 20) + "/manifest.json"));
   EXPECT_FALSE(fs::exists(committed_folder(dir_, 20)));

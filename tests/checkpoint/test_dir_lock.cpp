@@ -87,12 +87,15 @@ TEST(CheckpointDirLock, OnlyTheHolderRemovesAnUnusedFolder) {
   EXPECT_TRUE(std::filesystem::exists(folder)) << "no acquire, nothing removed";
 }
 
-// The folder removed between its making and the lock (another run that made
-// it and failed removes it, lock file and all): made again and locked, where
-// the run went on unlocked, "cannot open ... No such file or directory".
-TEST(CheckpointDirLock, AFolderRemovedBeforeTheLockIsMadeAgainAndLocked) {
+// The folder gone when the lock is taken (made for this run, then removed by
+// another run that made it too and failed, lock file and all): made again
+// and locked, where the run went on unlocked, "cannot open ... No such file
+// or directory". Here it is removed before the acquire.
+TEST(CheckpointDirLock, AFolderGoneWhenTheLockIsTakenIsMadeAgainAndLocked) {
   testing::TempDir parent("trainbench_lock");
   const std::string folder = parent.file("ck");
+  std::filesystem::create_directory(folder);
+  std::filesystem::remove(folder);
   CheckpointDirLock lock;
   lock.acquire(folder);
   EXPECT_TRUE(lock.held()) << lock.unlocked_reason();

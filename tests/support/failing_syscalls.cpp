@@ -21,8 +21,7 @@ struct Faults {
   std::function<bool(const std::string&)> fsync_when;
   std::atomic<int> fsync_failed{0};
   std::atomic<int> flock_error{0};  // 0: not armed
-  int temporary_file_error = 0;     // 0: not armed
-  std::string temporary_file_part;
+  bool fsync_files = false;         // armed for files (FailingFileFsync), not folders
 };
 
 Faults& faults() {
@@ -43,7 +42,6 @@ using PreadFunction = ssize_t (*)(int, void*, size_t, off_t);
 using RemoveFunction = int (*)(const char*);
 using UnlinkFunction = int (*)(const char*);
 using OpendirFunction = DIR* (*)(const char*);
-using MkostempFunction = int (*)(char*, int);
 
 FsyncFunction libc_fsync() {
   static const FsyncFunction real = libc<FsyncFunction>("fsync");
@@ -67,11 +65,6 @@ RemoveFunction libc_remove() {
 
 UnlinkFunction libc_unlink() {
   static const UnlinkFunction real = libc<UnlinkFunction>("unlink");
-  return real;
-}
-
-MkostempFunction libc_mkostemp() {
-  static const MkostempFunction real = libc<MkostempFunction>("mkostemp");
   return real;
 }
 
@@ -122,25 +115,13 @@ extern "C" int fsync(int fd) {
   Faults& f = faults();
   {
     std::lock_guard<std::mutex> guard(f.lock);
-    if (f.fsync_armed && is_directory(fd) && f.fsync_when(path_of(fd))) {
+    if (f.fsync_armed && is_directory(fd) != f.fsync_files && f.fsync_when(path_of(fd))) {
       ++f.fsync_failed;
       errno = f.fsync_error;
       return -1;
     }
   }
   return libc_fsync()(fd);
-}
-
-extern "C" int mkostemp(char* name_template, int flags) {
-  Faults& f = faults();
-  {
-    std::lock_guard<std::mutex> guard(f.lock);
-    if (f.temporary_file_error != 0 && std::string(name_template).find(f.temporary_file_part) != std::string::npos) {
-      errno = f.temporary_file_error;
-      return -1;
-    }
-  }
-  return libc_mkostemp()(name_template, flags);
 }
 
 extern "C" int mkdir(const char* path, mode_t mode) {
@@ -218,20 +199,17 @@ FailingFlock::FailingFlock(int error) {
 
 FailingFlock::~FailingFlock() { faults().flock_error = 0; }
 
-FailingTemporaryFile::FailingTemporaryFile(int error, std::string part) {
-  if (libc_mkostemp() == nullptr) throw std::runtime_error("FailingTemporaryFile: libc's mkostemp not found");
-  if (error == 0) throw std::invalid_argument("FailingTemporaryFile: an errno, not 0");
+FailingFileFsync::FailingFileFsync(int error, std::function<bool(const std::string&)> when)
+    : directories_(error, std::move(when)) {
   Faults& f = faults();
   std::lock_guard<std::mutex> guard(f.lock);
-  if (f.temporary_file_error != 0) throw std::logic_error("FailingTemporaryFile: one at a time");
-  f.temporary_file_error = error;
-  f.temporary_file_part = std::move(part);
+  f.fsync_files = true;
 }
 
-FailingTemporaryFile::~FailingTemporaryFile() {
+FailingFileFsync::~FailingFileFsync() {
   Faults& f = faults();
   std::lock_guard<std::mutex> guard(f.lock);
-  f.temporary_file_error = 0;
+  f.fsync_files = false;
 }
 
 }  // namespace trainbench::testing

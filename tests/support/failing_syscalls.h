@@ -37,15 +37,18 @@ class FailingFlock {
   FailingFlock& operator=(const FailingFlock&) = delete;
 };
 
-// While alive, mkostemp of a template containing `part` fails with `error`
-// (write_file_atomically's temporary: ENOSPC, a disk with no room for it).
-// One at a time.
-class FailingTemporaryFile {
+// The same for an fsync of a file, not a folder (ENOSPC at the fsync of a
+// file just written, as a network filesystem reports a full disk). One
+// FailingDirectoryFsync or FailingFileFsync at a time.
+class FailingFileFsync {
  public:
-  FailingTemporaryFile(int error, std::string part);
-  ~FailingTemporaryFile();
-  FailingTemporaryFile(const FailingTemporaryFile&) = delete;
-  FailingTemporaryFile& operator=(const FailingTemporaryFile&) = delete;
+  FailingFileFsync(int error, std::function<bool(const std::string& file)> when);
+  ~FailingFileFsync();
+  FailingFileFsync(const FailingFileFsync&) = delete;
+  FailingFileFsync& operator=(const FailingFileFsync&) = delete;
+
+ private:
+  FailingDirectoryFsync directories_;  // arms the fault; fsync_files turns it to files
 };
 
 }  // namespace trainbench::testing
