@@ -114,6 +114,7 @@ import json
 import math
 import os
 import re
+import secrets
 import stat
 import statistics
 import sys
@@ -1685,8 +1686,9 @@ def write_plots(points: list[Point], out: OutDir) -> list[str]:
     def save(fig: Any, name: str) -> None:
         # Beside it, then renamed over it, as report.md: a full disk part way
         # leaves the earlier plot whole, not a truncated PNG.
-        temporary = out.path / f"{name}.tmp.{os.getpid()}"
+        temporary = None
         try:
+            temporary = temporary_beside(out.path, name)
             fig.savefig(temporary, dpi=110, format="png")
             os.replace(temporary, out.path / name)
         except OSError as e:
@@ -2046,12 +2048,28 @@ def prepare_out(out: OutDir) -> None:
         raise write_error(out, "cannot create it", e) from None
 
 
+def temporary_beside(directory: Path, name: str) -> Path:
+    """A new file of its own beside NAME, NAME.tmp.XXXXXX, to write and then
+    rename over NAME. NAME.tmp.PID was one name for two report.py of one PID
+    (two containers' PID 1 writing one shared folder): each wrote into the
+    other's file. Made O_EXCL with open's mode under the umask."""
+    for _ in range(100):
+        candidate = directory / f"{name}.tmp.{secrets.token_hex(3)}"
+        try:
+            os.close(os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return candidate
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(directory / f"{name}.tmp.*"))
+
+
 def write_text(out: OutDir, name: str, text: str) -> Path:
-    """Written beside as NAME.tmp.PID, then renamed over NAME: a full disk
+    """Written beside (temporary_beside), then renamed over NAME: a full disk
     or a kill part way leaves the earlier report whole, not a truncated one."""
     path = out.path / name
-    temporary = out.path / f"{name}.tmp.{os.getpid()}"
+    temporary = None
     try:
+        temporary = temporary_beside(out.path, name)
         # surrogateescape: a file name that is not UTF-8 is written back as its bytes
         temporary.write_text(text, encoding="utf-8", errors="surrogateescape")
         os.replace(temporary, path)
@@ -2061,10 +2079,12 @@ def write_text(out: OutDir, name: str, text: str) -> Path:
     return path
 
 
-def discard(temporary: Path) -> None:
+def discard(temporary: Path | None) -> None:
     """A temporary file removed on the way out of a failed write; a removal
     that fails too (a filesystem gone read-only after an I/O error) must not
-    replace the write's error with a traceback."""
+    replace the write's error with a traceback. None: none was made."""
+    if temporary is None:
+        return
     try:
         temporary.unlink(missing_ok=True)
     except OSError:

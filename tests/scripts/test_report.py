@@ -578,6 +578,43 @@ class ReportErrorTests(unittest.TestCase):
         self.assert_one_line_error(report(good, "--out", unwritable, "--no-plots"), f"--out {unwritable}",
                                    "cannot write report.md")
 
+    def test_writers_of_one_process_id_replace_the_report_whole(self) -> None:
+        # NAME.tmp.PID was one temporary for two report.py of one PID (two
+        # containers' PID 1 writing one shared folder; here two threads):
+        # each wrote into the other's, and a short report could be renamed
+        # over a long one's tail, or a rename find nothing.
+        import importlib.util
+        import threading
+        spec = importlib.util.spec_from_file_location("report_module", REPORT)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # its dataclasses look themselves up there
+        self.addCleanup(sys.modules.pop, spec.name, None)
+        spec.loader.exec_module(module)
+        out = module.OutDir(self.out, True)
+        texts = ["L" * (64 << 10), "short\n"]
+        failures: list[str] = []
+
+        def writer(text: str) -> None:
+            for _ in range(100):
+                try:
+                    module.write_text(out, "report.md", text)
+                except Exception as e:  # noqa: BLE001 - any failure is the finding
+                    failures.append(repr(e))
+                now = (self.out / "report.md").read_text()
+                if now not in texts:
+                    failures.append(f"a report of {len(now)} characters, neither text")
+
+        threads = [threading.Thread(target=writer, args=(text,)) for text in texts]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.assertEqual(failures[:3], [])
+        self.assertEqual([p.name for p in self.out.iterdir()], ["report.md"], "no temporary left")
+        mask = os.umask(0)
+        os.umask(mask)
+        self.assertEqual((self.out / "report.md").stat().st_mode & 0o777, 0o666 & ~mask)
+
     def test_a_write_the_machine_refuses_exits_3_and_keeps_the_earlier_report(self) -> None:
         # A file size limit (as a full disk would) stops report.md part way:
         # the machine's fault, exit 3 as trainbench's own result write, where
