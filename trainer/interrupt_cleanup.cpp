@@ -60,7 +60,7 @@ void remove_folders_then_run_actions() {
       std::error_code renamed, ignored;  // already removed, or being written: what can go, goes
       if (!std::filesystem::exists(folder, ignored)) continue;
       any_left = true;
-      const std::string doomed = folder + ".interrupted";
+      const std::string doomed = folder + std::string(kInterruptedSuffix);
       std::filesystem::rename(folder, doomed, renamed);
       remove_temporary_folder(renamed ? folder : doomed);  // its owner lock file last
     }

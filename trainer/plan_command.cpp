@@ -196,9 +196,17 @@ PlannedGpu planned_gpu(double gpu_memory_gib) {
   return {static_cast<int64_t>(kDefaultGpuGiB * kGiB), "an H200 (no GPU visible)"};
 }
 
+// What `plan` prints, as a table or as JSON.
+struct Plan {
+  PlannedGpu gpu;
+  int64_t usable = 0;  // usable_gpu_bytes(gpu.bytes)
+  int64_t gpus_per_node = 0, nodes = 0;
+  PlannedAttention attention;
+  std::vector<FinetunePlanRow> rows;
+};
+
 // `plan --json`: the rows, and what a report needs to check runs against them.
-nlohmann::json plan_json(const Config& config, const PlannedGpu& gpu, int64_t usable, int64_t gpus_per_node,
-                         int64_t nodes, const PlannedAttention& attention, const std::vector<FinetunePlanRow>& rows) {
+nlohmann::json plan_json(const Config& config, const Plan& plan) {
   // The model planned, as the run results record it: what a report
   // comparing runs with this plan checks them against (the config's name
   // does not say which --set changed it).
@@ -219,15 +227,15 @@ nlohmann::json plan_json(const Config& config, const PlannedGpu& gpu, int64_t us
                         // (scripts/scale.sh asks before it submits one).
                         {"checkpoint", {{"include_base", config.checkpoint.include_base},
                                         {"every_steps", config.checkpoint.every_steps}}},
-                        {"gpu_memory_bytes", gpu.bytes},
-                        {"usable_bytes", usable},
-                        {"gpus_per_node", gpus_per_node},
-                        {"nodes", nodes},
-                        {"attention", {{"kernel", attention.kernel},
-                                       {"basis", attention.basis},
-                                       {"assumed", attention.assumed}}},
+                        {"gpu_memory_bytes", plan.gpu.bytes},
+                        {"usable_bytes", plan.usable},
+                        {"gpus_per_node", plan.gpus_per_node},
+                        {"nodes", plan.nodes},
+                        {"attention", {{"kernel", plan.attention.kernel},
+                                       {"basis", plan.attention.basis},
+                                       {"assumed", plan.attention.assumed}}},
                         {"rows", nlohmann::json::array()}};
-  for (const FinetunePlanRow& r : rows)
+  for (const FinetunePlanRow& r : plan.rows)
     out["rows"].push_back({{"mode", r.mode},
                            {"gpus", r.gpus},
                            {"trainable_params", r.trainable_params},
@@ -244,8 +252,7 @@ nlohmann::json plan_json(const Config& config, const PlannedGpu& gpu, int64_t us
 }
 
 // `plan`'s table, with what its columns mean.
-void print_plan_table(const Config& config, const PlannedGpu& gpu, int64_t usable, int64_t gpus_per_node,
-                      int64_t nodes, const PlannedAttention& attention, const std::vector<FinetunePlanRow>& rows) {
+void print_plan_table(const Config& config, const Plan& plan) {
   const ModelShape& m = config.model;
   std::printf("plan: %s — d_model %ld, %ld layers, vocab %ld, seq %ld, micro-batch %ld; lora rank %ld on %s\n",
               config.origin.c_str(), static_cast<long>(m.d_model), static_cast<long>(m.n_layers),
@@ -253,12 +260,12 @@ void print_plan_table(const Config& config, const PlannedGpu& gpu, int64_t usabl
               static_cast<long>(config.train.micro_batch), static_cast<long>(config.lora.rank),
               config.lora.targets.c_str());
   std::printf("GPU memory %s (%s), usable %s after the reserve for context, NCCL and allocator\n",
-              human_bytes(static_cast<double>(gpu.bytes)).c_str(), gpu.source.c_str(),
-              human_bytes(static_cast<double>(usable)).c_str());
-  std::printf("attention %s (%s)\n", attention.kernel.c_str(), attention.basis.c_str());
+              human_bytes(static_cast<double>(plan.gpu.bytes)).c_str(), plan.gpu.source.c_str(),
+              human_bytes(static_cast<double>(plan.usable)).c_str());
+  std::printf("attention %s (%s)\n", plan.attention.kernel.c_str(), plan.attention.basis.c_str());
   std::printf("%-14s %5s %10s %10s %10s %10s %11s %10s %10s %10s  %s\n", "mode", "GPUs", "trainable",
               "params", "grads", "optimizer", "activations", "total", "checkpoint", "staging", "fits");
-  for (const FinetunePlanRow& r : rows)
+  for (const FinetunePlanRow& r : plan.rows)
     std::printf("%-14s %5ld %10s %10s %10s %10s %11s %10s %10s %10s  %s\n", r.mode.c_str(),
                 static_cast<long>(r.gpus), human_count(static_cast<double>(r.trainable_params)).c_str(),
                 human_bytes(static_cast<double>(r.memory.parameter_bytes)).c_str(),
@@ -271,8 +278,8 @@ void print_plan_table(const Config& config, const PlannedGpu& gpu, int64_t usabl
   std::printf("per GPU; activations include the backward workspace; ZeRO-1 shards AdamW over %ld GPUs; "
               "checkpoint: one checkpoint of the job, every rank's files; staging: the page-locked host memory "
               "a GPU's rank copies its share of a checkpoint into (%ld GPUs a node: %ld times that)\n",
-              static_cast<long>(gpus_per_node * nodes), static_cast<long>(gpus_per_node),
-              static_cast<long>(gpus_per_node));
+              static_cast<long>(plan.gpus_per_node * plan.nodes), static_cast<long>(plan.gpus_per_node),
+              static_cast<long>(plan.gpus_per_node));
   // A preset cut to a few layers of a larger model (h200-llama8b-4l) is
   // planned at the depth it runs; the full model's memory is one --set away.
   if (config.n_layers_full > m.n_layers)
@@ -293,14 +300,17 @@ int PlanCommand::run() {
   if (o.gpu_memory_gib < 0 || (plan_->count("--gpu-memory") > 0 && o.gpu_memory_gib == 0))
     throw CommandError{kExitUserError, "--gpu-memory: must be > 0 GiB"};
   const Config config = load_planned_config(o.config, o.overrides);
-  const PlannedGpu gpu = planned_gpu(o.gpu_memory_gib);
-  const int64_t usable = usable_gpu_bytes(gpu.bytes);
-  const std::vector<FinetunePlanRow> rows = plan_finetune(config, o.gpus_per_node, o.nodes, usable);
-  const PlannedAttention attention = planned_attention(config);
+  Plan plan;
+  plan.gpu = planned_gpu(o.gpu_memory_gib);
+  plan.usable = usable_gpu_bytes(plan.gpu.bytes);
+  plan.gpus_per_node = o.gpus_per_node;
+  plan.nodes = o.nodes;
+  plan.rows = plan_finetune(config, o.gpus_per_node, o.nodes, plan.usable);
+  plan.attention = planned_attention(config);
   if (o.json)
-    std::printf("%s\n", json_text(plan_json(config, gpu, usable, o.gpus_per_node, o.nodes, attention, rows), 2).c_str());
+    std::printf("%s\n", json_text(plan_json(config, plan), 2).c_str());
   else
-    print_plan_table(config, gpu, usable, o.gpus_per_node, o.nodes, attention, rows);
+    print_plan_table(config, plan);
   return kExitOk;
 }
 

@@ -44,8 +44,8 @@ void release_owner_lock(const std::string& folder) {
   std::lock_guard<std::mutex> guard(locks.mutex);
   // Under the name it was made with, or the one interrupt_cleanup renames it
   // to before removing it.
-  const std::string interrupted = ".interrupted";
-  const std::string made = folder.ends_with(interrupted) ? folder.substr(0, folder.size() - interrupted.size()) : folder;
+  const std::string made =
+      folder.ends_with(kInterruptedSuffix) ? folder.substr(0, folder.size() - kInterruptedSuffix.size()) : folder;
   auto held = locks.descriptors.find(folder);
   if (held == locks.descriptors.end()) held = locks.descriptors.find(made);
   if (held == locks.descriptors.end()) return;
@@ -93,7 +93,7 @@ bool is_temporary_folder_name(const std::string& name, const std::string& prefix
   const size_t base = prefix.size() + 1 + kRandomSuffix;
   if (name.size() < base || name.compare(0, prefix.size(), prefix) != 0 || name[prefix.size()] != '-') return false;
   const std::string suffix = name.substr(base);
-  if (suffix.empty() || suffix == ".interrupted") return true;
+  if (suffix.empty() || suffix == kInterruptedSuffix) return true;
   const std::string abandoned = ".abandoned-";
   return suffix.size() > abandoned.size() && suffix.compare(0, abandoned.size(), abandoned) == 0 &&
          suffix.find_first_not_of("0123456789", abandoned.size()) == std::string::npos;

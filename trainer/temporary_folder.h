@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <utility>  // std::move
 
 namespace trainbench {
@@ -22,6 +23,9 @@ std::string temporary_directory_name();
 
 // The file inside each folder its owner holds locked.
 inline constexpr const char* kOwnerLockName = ".trainbench-owner";
+// What interrupt_cleanup.h renames a folder to (its name and this) before it
+// removes it, so that a writer still at work cannot re-create files in it.
+inline constexpr std::string_view kInterruptedSuffix = ".interrupted";
 
 // A new folder named prefix-XXXXXX under `parent` (the system temporary
 // directory when empty), removed if the process is interrupted (SIGINT,
