@@ -21,17 +21,22 @@ def load(path: str) -> dict[str, Any]:
 
 
 def preset(path: str) -> str:
-    """A GPU preset's run: throughput, MFU, step time, attention, memory."""
+    """A GPU preset's run: throughput, MFU, step time, attention, memory.
+    "host" is the step's other share (step_s - compute_s, no comm or I/O at
+    one rank): the GPU's idle time between steps, where the host's work
+    (the batch's checks and token groups, the loss and norm read back)
+    is not overlapped with the device's."""
     r = load(path)
     s = r["summary"]
     c = s["gemm_ceiling_shape"]
     t = s["step_s"]
     return ("{:,.0f} tokens/s, MFU {} of {}, {} of the in-run ceiling ({:.0f} TFLOP/s at {}x{}x{}), "
-            "step {:.1f} ms (p10 {:.1f}, p90 {:.1f}), data stall {:.1f}%, attention {} ({} backward), "
+            "step {:.1f} ms (p10 {:.1f}, p90 {:.1f}), data stall {:.1f}%, host {:.1f}%, attention {} ({} backward), "
             "memory/GPU {:.1f} GiB").format(
                 s["tokens_per_s"], percent(s["mfu"]), peak_named(s), percent(s["mfu_vs_gemm_ceiling"]),
                 (s["gemm_ceiling_flops_per_s"] or 0) / 1e12, c["m"], c["n"], c["k"], 1e3 * (t["median"] or 0),
                 1e3 * (t["p10"] or 0), 1e3 * (t["p90"] or 0), 100 * s["stall_shares"]["data_stall"],
+                100 * (s["stall_shares"]["other"] or 0),
                 r["environment"]["attention"]["kernel"],
                 "deterministic" if r["config"]["train"]["deterministic"] else "fastest",
                 s["memory_per_rank"]["total_bytes"] / 2**30)

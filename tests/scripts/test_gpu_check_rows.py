@@ -78,6 +78,7 @@ class GpuCheckRowsTests(unittest.TestCase):
         line = rows.preset(str(self.out / "run.json"))
         self.assertTrue(line.startswith("{:,.0f} tokens/s, MFU ".format(s["tokens_per_s"])), line)
         self.assertIn("step {:.1f} ms".format(1e3 * s["step_s"]["median"]), line)
+        self.assertIn("host {:.1f}%".format(100 * s["stall_shares"]["other"]), line)
         self.assertIn("attention {} (".format(r["environment"]["attention"]["kernel"]), line)
         self.assertIn(r["environment"]["gemm"]["detail"], rows.gemm(str(self.out / "run.json")))
         # The CPU has no datasheet peak: its MFU is null, said so (it read
