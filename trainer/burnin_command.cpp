@@ -98,10 +98,9 @@ int BurninCommand::run(const std::string& command_line) {
   // cuDNN's attention backward included, whatever the config asked.
   overrides.push_back("train.deterministic=true");
   // The burn-in prints its own progress line (elapsed, tokens/s, golden
-  // checks); per-step lines only when asked for on the command line.
-  bool progress_asked = false;
-  for (const std::string& o : overrides) progress_asked = progress_asked || o.rfind("report.progress_every=", 0) == 0;
-  if (!progress_asked) overrides.push_back("report.progress_every=0");
+  // checks); per-step lines only where the config file or a --set asks for
+  // them (a file's own progress_every was overridden to 0 without a word).
+  if (!config.keys_given.contains("report.progress_every")) overrides.push_back("report.progress_every=0");
   const std::string out = !o.out.empty() ? o.out : config.report.out.empty() ? "trainbench-burnin.json" : "";
   // The baseline is an earlier result, which the result path may replace:
   // not this one, or the next burn-in compares with this run's figures.

@@ -1021,6 +1021,7 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
     apply_override(config, sources, overrides[i], static_cast<int>(i));
   expand_home_paths(config);
   validate(config, sources);
+  for (const auto& [key, source] : sources) config.keys_given.insert(key);
   // Printed and recorded as it trains: "q , k," is q,k (in the order written).
   const std::vector<std::string> targets = split_targets(config.lora.targets);
   config.lora.targets = join(std::vector<std::string_view>(targets.begin(), targets.end()), ",");

@@ -7,6 +7,8 @@
 #include <cstdint>    // int64_t
 #include <stdexcept>  // ConfigError
 #include <array>
+#include <functional>  // std::less<>: keys_given looked up by string_view
+#include <set>         // keys_given
 #include <string>
 #include <string_view>  // excerpt
 #include <vector>
@@ -141,6 +143,10 @@ struct Config {
   ReportSection report;
   BurninSection burnin;
   std::string origin;  // the file path or "preset:<name>" the config came from
+  // The keys ("section.key") the file or a --set gave, the rest defaults: a
+  // command that picks its own default for a key (burnin's progress lines)
+  // keeps the one the user wrote.
+  std::set<std::string, std::less<>> keys_given;
 };
 
 // Limits that no real model or machine reaches (the largest Llama 3 has 126

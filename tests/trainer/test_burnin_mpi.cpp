@@ -355,6 +355,27 @@ TEST(BurninCli, ANonFiniteStepWhileACheckpointIsWrittenIsNotAHungRank) {
   EXPECT_TRUE(std::filesystem::exists(dir.file("b.json"))) << r.out << r.err;
 }
 
+// Per-step progress lines are off in a burn-in (it prints its own) unless
+// asked for: by a --set, and by the config file too, whose progress_every
+// was overridden to 0 without a word.
+TEST(BurninCli, ProgressLinesAreThoseTheConfigFileAsksFor) {
+  testing::TempDir dir("test_burnin_cli");
+  const std::string config = dir.file("progress.yaml");
+  std::ofstream(config) << "train: {threads: 1, warmup_steps: 2}\nreport: {progress_every: 1}\n";
+  const std::string burnin = std::string(TRAINBENCH_BINARY) + " burnin ";
+  // (degrade_pct 99: a 2 s run's drift on a loaded machine is not this test's)
+  const std::string rest =
+      " --duration 2s --set checkpoint.every_steps=0 --set burnin.degrade_pct=99 --out " + dir.file("b.json");
+  const CommandResult asked = run_command(burnin + config + rest);
+  ASSERT_EQ(asked.exit_code, 0) << asked.out << asked.err;
+  EXPECT_NE(asked.out.find("\nstep     3/"), std::string::npos) << asked.out;
+  EXPECT_EQ(nlohmann::json::parse(read_whole_file(dir.file("b.json")))["config"]["report"]["progress_every"], 1);
+  const CommandResult unasked = run_command(burnin + "tiny --set train.threads=1 --set train.warmup_steps=2" + rest);
+  ASSERT_EQ(unasked.exit_code, 0) << unasked.out << unasked.err;
+  EXPECT_EQ(unasked.out.find("\nstep "), std::string::npos) << unasked.out;
+  EXPECT_EQ(nlohmann::json::parse(read_whole_file(dir.file("b.json")))["config"]["report"]["progress_every"], 0);
+}
+
 TEST(BurninCli, BadInputExitsTwoWithOneLine) {
   testing::TempDir dir("test_burnin_cli");
   struct Case {
