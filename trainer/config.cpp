@@ -964,6 +964,11 @@ void validate(const Config& config, const Sources& sources) {
                   "must be a multiple of 4096 and at least 1048576 (O_DIRECT alignment, large writes) (got " +
                       std::to_string(ck.block_bytes) + ")");
   check_data(checker, config);
+  // The ops are timed inside each timed step: with no step timed, op_times
+  // gave no breakdown and said nothing of it.
+  checker.require(!config.report.op_times || config.report.instrument, {"report.op_times", "report.instrument"},
+                  "true needs report.instrument: true (the ops are timed inside each timed step, and "
+                  "report.instrument: false times none)");
 }
 
 // A config states at most a few hundred keys; a larger file is not one.

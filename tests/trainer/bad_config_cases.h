@@ -126,6 +126,8 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"NegativeTrainSeed", with("train.seed", "-1"), {}, {"train.seed"}},
       {"NegativeDataSeed", with("data.seed", "-1"), {}, {"data.seed"}},
       {"NegativeProgressEvery", with("report.progress_every", "-1"), {}, {"report.progress_every"}},
+      {"OpTimesOfUntimedSteps", with("report.op_times", "true"), {"report.instrument=false"},
+       {"report.op_times: true needs report.instrument: true"}},
       {"NegativeGemmCeilingSeconds", valid, {"report.gemm_ceiling_s=-0.5"},
        {"report.gemm_ceiling_s: must be >= 0 (got -0.5)"}},
       // Choices.
