@@ -308,6 +308,13 @@ Collective all_gather(Communicator& comm, int64_t size_bytes) {
   return c;
 }
 
+// `collective` on each of its paths the options ask for, appended to `results`.
+void measure_paths(Communicator& comm, const CollectiveBenchOptions& options, const MakeBenchBuffer& make_buffer,
+                   const Collective& collective, std::vector<CollectiveBenchResult>& results) {
+  for (const Path& path : collective.paths)
+    if (options.raw_path || !path.blocking) results.push_back(measure(comm, options, make_buffer, collective, path));
+}
+
 }  // namespace
 
 double median_of_iterations(std::vector<double> values) {
@@ -380,10 +387,17 @@ std::vector<CollectiveBenchResult> bench_collectives(Communicator& comm,
       // per rank: small sizes round to the same one, measured once.
       if (collective.shape.bytes == previous_bytes) continue;
       previous_bytes = collective.shape.bytes;
-      for (const Path& path : collective.paths)
-        if (options.raw_path || !path.blocking) results.push_back(measure(comm, options, make_buffer, collective, path));
+      measure_paths(comm, options, make_buffer, collective, results);
     }
   }
+  return results;
+}
+
+std::vector<CollectiveBenchResult> bench_zero_one_step(Communicator& comm, int64_t padded_bytes,
+                                                       const CollectiveBenchOptions& options,
+                                                       const MakeBenchBuffer& make_buffer) {
+  std::vector<CollectiveBenchResult> results;
+  for (const auto& make : {reduce_scatter, all_gather}) measure_paths(comm, options, make_buffer, make(comm, padded_bytes), results);
   return results;
 }
 
@@ -432,8 +446,7 @@ std::vector<CollectiveBenchResult> bench_gradient_step(Communicator& comm,
                        }, true});
 #endif
   std::vector<CollectiveBenchResult> results;
-  for (const Path& path : c.paths)
-    if (options.raw_path || !path.blocking) results.push_back(measure(comm, options, make_buffer, c, path));
+  measure_paths(comm, options, make_buffer, c, results);
   return results;
 }
 

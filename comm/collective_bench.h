@@ -114,4 +114,13 @@ std::vector<CollectiveBenchResult> bench_gradient_step(Communicator& comm,
                                                        const CollectiveBenchOptions& options,
                                                        const MakeBenchBuffer& make_buffer = nullptr);
 
+// ZeRO-1's gradient step as ZeroOneOptimizer makes it: the padded gradient
+// (`padded_bytes`, whole floats for every rank) reduce-scattered, then the
+// updated parameters all-gathered, each a blocking call. One result per
+// collective and path, reduce-scatter first; the step's time on a path is
+// the sum of its two.
+std::vector<CollectiveBenchResult> bench_zero_one_step(Communicator& comm, int64_t padded_bytes,
+                                                       const CollectiveBenchOptions& options,
+                                                       const MakeBenchBuffer& make_buffer = nullptr);
+
 }  // namespace trainbench

@@ -16,7 +16,7 @@
 #include "checkpoint/checkpoint_files.h"  // check_checkpoint_dir, CheckpointWriteError
 #include "checkpoint/write_bench.h"       // run_write_bench: bench io --write
 #include "comm/bench_buffer.h"       // free_bench_buffer_bytes: the GPU's room for bench comm
-#include "comm/collective_bench.h"   // bench_collectives, bench_gradient_step
+#include "comm/collective_bench.h"   // bench_collectives, bench_gradient_step, bench_zero_one_step
 #include "comm/communicator.h"       // make_mpi_communicator, launched_by_mpi
 #include "comm/launch_detect.h"      // launcher_rank, launcher_task_count: bench io in one process
 #include "dataloader/batch_source.h"  // odd_shards_text
@@ -31,6 +31,7 @@
 #include "trainer/gpu_placement.h"   // the rank's GPU for NCCL, one per rank
 #include "trainer/results.h"         // read_json_input: --against
 #include "trainer/gradient_sync.h"   // gradient_bucket_bytes: the trainer's buckets
+#include "trainer/zero_optimizer.h"  // zero_padded_elements, zero_block_past_mpi_count: ZeRO-1's step
 #include "trainer/instrument_cost.h"  // bench instrument
 #include "trainer/ceilings.h"        // measure_compute_ceiling: bench compute
 #include "trainer/report.h"          // human_bytes, human_count
@@ -192,18 +193,30 @@ int64_t comm_bench_bytes_per_rank(const std::vector<int64_t>& sizes, const std::
 struct CommBenchSweep {
   int64_t min_bytes, max_bytes;
   double factor;
+  // The gradient step's buffers: the trainer's buckets, or under ZeRO-1
+  // (zero_step) its one padded buffer.
   std::vector<int64_t> bucket_bytes;
   int world;
   bool mpi;  // MPI's scratch on top of the buffers
+  // ZeRO-1's step: its padded buffer reduce-scattered and all-gathered, not
+  // swept (an all-reduce of a whole model's gradient is no step it takes).
+  bool zero_step = false;
 
-  std::vector<int64_t> sizes() const {
-    std::vector<int64_t> sizes = size_sweep(min_bytes, max_bytes, factor);
-    sizes.insert(sizes.end(), bucket_bytes.begin(), bucket_bytes.end());
+  std::vector<int64_t> sizes() const { return with_buckets(size_sweep(min_bytes, max_bytes, factor), !zero_step); }
+  int64_t bytes_per_rank() const {
+    // The step's reduce-scatter and all-gather hold what a swept size of
+    // the padded buffer holds for them.
+    return zero_step ? comm_bench_bytes_per_rank(with_buckets(sizes(), true), {}, world, mpi)
+                     : comm_bench_bytes_per_rank(sizes(), bucket_bytes, world, mpi);
+  }
+
+ private:
+  std::vector<int64_t> with_buckets(std::vector<int64_t> sizes, bool add) const {
+    if (add) sizes.insert(sizes.end(), bucket_bytes.begin(), bucket_bytes.end());
     std::sort(sizes.begin(), sizes.end());
     sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
     return sizes;
   }
-  int64_t bytes_per_rank() const { return comm_bench_bytes_per_rank(sizes(), bucket_bytes, world, mpi); }
 };
 
 // Why this rank cannot hold what `sweep` allocates ("" when it can): its
@@ -1268,7 +1281,8 @@ namespace {
 // and in the result JSON.
 struct CommBenchSetup {
   int64_t gradient_elements = 0;
-  std::vector<int64_t> bucket_bytes;  // the trainer's buckets of them
+  std::vector<int64_t> bucket_bytes;  // the trainer's buckets of them, or ZeRO-1's padded buffer
+  bool zero_step = false;             // comm.zero 1 on 2 ranks or more: no all-reduce
   int world = 0, hosts = 0;
   int host_ranks = 0;  // the ranks on this host
   bool mpi = false;    // the MPI backend: a raw path, and MPI's scratch
@@ -1300,7 +1314,7 @@ std::unique_ptr<Communicator> measured_communicator(std::unique_ptr<Communicator
 // larger size ended the job (exit 3) once the buffers were allocated and
 // the communicator's path measured. Same options on every rank (checked
 // before this, check_ranks_run_the_same_job): every rank refuses alike.
-void refuse_sizes_beyond_one_mpi_call(const CommBenchSweep& sweep, const Config& config) {
+void refuse_sizes_beyond_one_mpi_call(const CommBenchSweep& sweep, const Config& config, int64_t gradient_elements) {
   constexpr int64_t kMpiMaxBytes = int64_t{std::numeric_limits<int>::max()} * 4;
   const int64_t largest_bucket = *std::max_element(sweep.bucket_bytes.begin(), sweep.bucket_bytes.end());
   if (sweep.mpi && size_sweep(sweep.min_bytes, sweep.max_bytes, sweep.factor).back() > kMpiMaxBytes)
@@ -1309,7 +1323,10 @@ void refuse_sizes_beyond_one_mpi_call(const CommBenchSweep& sweep, const Config&
                            " is more than one MPI call carries (counts are int: at most 2147483647 floats, " +
                            std::to_string(kMpiMaxBytes) + " bytes), and the raw path measures each size in one "
                            "call: give --max-bytes " + std::to_string(kMpiMaxBytes) + " or less (e.g. 4G)"};
-  if (sweep.mpi && largest_bucket > kMpiMaxBytes)
+  if (sweep.mpi && sweep.zero_step) {
+    const std::string past = zero_block_past_mpi_count(gradient_elements, sweep.world);
+    if (!past.empty()) throw CommandError{kExitUserError, "bench comm: " + past};
+  } else if (sweep.mpi && largest_bucket > kMpiMaxBytes)
     throw CommandError{kExitUserError,
                        "bench comm: a gradient bucket of " + human_bytes(static_cast<double>(largest_bucket)) +
                            " is more than one MPI call carries (counts are int: at most " +
@@ -1347,11 +1364,17 @@ void print_comm_bench_setup(const CommBenchSetup& s, const Config& config, Commu
               s.world, s.hosts, comm.backend_name(),
               comm.device_buffers() ? (" (NCCL " + nccl_version() + ") on each rank's GPU").c_str() : "", whose,
               s.iters, s.warmup_iters, s.average);
-  std::printf("  model %s: %s of fp32 gradients in %zu bucket(s), the first %s (comm.bucket_mb %g, "
-              "comm.overlap %s)\n",
-              config.origin.c_str(), human_bytes(static_cast<double>(s.gradient_elements) * 4).c_str(),
-              s.bucket_bytes.size(), human_bytes(static_cast<double>(s.bucket_bytes.front())).c_str(),
-              config.comm.bucket_mb, config.comm.overlap ? "on" : "off: one bucket");
+  if (s.zero_step)
+    std::printf("  model %s: %s of fp32 gradients, padded to %s for ZeRO-1 (comm.zero 1: reduce-scattered, then "
+                "the parameters all-gathered; comm.bucket_mb and comm.overlap do not apply)\n",
+                config.origin.c_str(), human_bytes(static_cast<double>(s.gradient_elements) * 4).c_str(),
+                human_bytes(static_cast<double>(s.bucket_bytes.front())).c_str());
+  else
+    std::printf("  model %s: %s of fp32 gradients in %zu bucket(s), the first %s (comm.bucket_mb %g, "
+                "comm.overlap %s)\n",
+                config.origin.c_str(), human_bytes(static_cast<double>(s.gradient_elements) * 4).c_str(),
+                s.bucket_bytes.size(), human_bytes(static_cast<double>(s.bucket_bytes.front())).c_str(),
+                config.comm.bucket_mb, config.comm.overlap ? "on" : "off: one bucket");
   std::printf("  memory: at most %s per rank at once (the largest size's buffers%s), %d rank(s) on this host\n",
               human_bytes(static_cast<double>(s.bytes_per_rank)).c_str(),
               s.mpi                    ? " and MPI's scratch"
@@ -1363,14 +1386,38 @@ void print_comm_bench_setup(const CommBenchSetup& s, const Config& config, Commu
   std::fflush(stdout);
 }
 
+// ZeRO-1's step: each path's reduce-scatter and all-gather, then their sum.
+void print_zero_step(const CommBenchSetup& s, const std::vector<CollectiveBenchResult>& step) {
+  std::printf("\n  gradient step: ZeRO-1, %s reduce-scattered, then the parameters all-gathered, one blocking "
+              "call each\n", human_bytes(static_cast<double>(s.bucket_bytes.front())).c_str());
+  std::printf("  %-9s %-15s %12s %10s %10s %7s\n", "path", "collective", "time (us)", "algbw GB/s", "busbw GB/s",
+              "check");
+  std::vector<std::string> paths;
+  for (const CollectiveBenchResult& r : step) {
+    std::printf("  %-9s %-15s %12.2f %10.3f %10.3f %7s\n", r.path.c_str(), r.collective.c_str(), r.time_s * 1e6,
+                r.algbw_gbs, r.busbw_gbs, check_word(r.check_ok).c_str());
+    if (std::find(paths.begin(), paths.end(), r.path) == paths.end()) paths.push_back(r.path);
+  }
+  for (const std::string& path : paths) {
+    double total_s = 0;
+    for (const CollectiveBenchResult& r : step)
+      if (r.path == path) total_s += r.time_s;
+    std::printf("  %-9s %-15s %12.2f\n", path.c_str(), "step (sum)", total_s * 1e6);
+  }
+}
+
 void print_comm_bench_results(const CommBenchSetup& s, const std::vector<CollectiveBenchResult>& step,
                               const std::vector<CollectiveBenchResult>& collectives, bool all_ok) {
-  std::printf("\n  gradient step: %zu bucket(s), %s, all-reduced back to back\n", s.bucket_bytes.size(),
-              human_bytes(static_cast<double>(s.gradient_elements) * 4).c_str());
-  std::printf("  %-9s %12s %10s %10s %7s\n", "path", "time (us)", "algbw GB/s", "busbw GB/s", "check");
-  for (const CollectiveBenchResult& r : step)
-    std::printf("  %-9s %12.2f %10.3f %10.3f %7s\n", r.path.c_str(), r.time_s * 1e6, r.algbw_gbs, r.busbw_gbs,
-                check_word(r.check_ok).c_str());
+  if (s.zero_step) {
+    print_zero_step(s, step);
+  } else {
+    std::printf("\n  gradient step: %zu bucket(s), %s, all-reduced back to back\n", s.bucket_bytes.size(),
+                human_bytes(static_cast<double>(s.gradient_elements) * 4).c_str());
+    std::printf("  %-9s %12s %10s %10s %7s\n", "path", "time (us)", "algbw GB/s", "busbw GB/s", "check");
+    for (const CollectiveBenchResult& r : step)
+      std::printf("  %-9s %12.2f %10.3f %10.3f %7s\n", r.path.c_str(), r.time_s * 1e6, r.algbw_gbs, r.busbw_gbs,
+                  check_word(r.check_ok).c_str());
+  }
   print_collective_table(collectives);
   if (!all_ok) std::printf("\n  data check FAILED: a collective returned wrong values on some rank\n");
   std::fflush(stdout);
@@ -1401,6 +1448,10 @@ nlohmann::json comm_result_json(const CommBenchSetup& s, const Config& config, C
       {"average", across_ranks_name(s.across_ranks)},
       {"gradient_bytes", s.gradient_elements * static_cast<int64_t>(sizeof(float))},
       {"bucket_bytes", s.bucket_bytes},
+      // What gradient_step times: the buckets' all-reduces, or (comm.zero 1)
+      // ZeRO-1's reduce-scatter and all-gather of the padded buffer.
+      {"gradient_step_collectives", s.zero_step ? nlohmann::json{"reduce_scatter", "all_gather"}
+                                                : nlohmann::json{"all_reduce"}},
       {"memory_per_rank_bytes", s.bytes_per_rank},
       {"ranks_on_host", s.host_ranks},
       {"gradient_step", step_json},
@@ -1443,12 +1494,16 @@ int BenchCommand::run_comm() {
                                *comm);
   comm = measured_communicator(std::move(comm), config);
   s.world = comm->world_size();
+  // ZeRO-1's step, as the trainer takes it from 2 ranks on: timing the
+  // buckets' all-reduces instead described a step the job does not take.
+  s.zero_step = config.comm.zero == 1 && s.world > 1;
+  if (s.zero_step) s.bucket_bytes = {zero_padded_elements(s.gradient_elements, s.world) * 4};
   s.hosts = hosts_of_job(*comm);
   const bool printer = comm->rank() == 0;
   s.mpi = std::string(comm->backend_name()) == "mpi";
-  const CommBenchSweep sweep{o.min_bytes, o.max_bytes, o.factor, s.bucket_bytes, s.world, s.mpi};
+  const CommBenchSweep sweep{o.min_bytes, o.max_bytes, o.factor, s.bucket_bytes, s.world, s.mpi, s.zero_step};
   const std::vector<int64_t> sizes = sweep.sizes();
-  refuse_sizes_beyond_one_mpi_call(sweep, config);
+  refuse_sizes_beyond_one_mpi_call(sweep, config, s.gradient_elements);
   s.bytes_per_rank = sweep.bytes_per_rank();
   s.host_ranks = ranks_on_this_host(*comm);
   check_room_for_buffers(sweep, s.host_ranks, *comm);
@@ -1462,7 +1517,9 @@ int BenchCommand::run_comm() {
                                        .iters = o.iters,
                                        .timeout_s = config.comm.timeout_s,
                                        .across_ranks = s.across_ranks};
-  const std::vector<CollectiveBenchResult> step = bench_gradient_step(*comm, s.bucket_bytes, options);
+  const std::vector<CollectiveBenchResult> step = s.zero_step
+                                                      ? bench_zero_one_step(*comm, s.bucket_bytes.front(), options)
+                                                      : bench_gradient_step(*comm, s.bucket_bytes, options);
   const std::vector<CollectiveBenchResult> collectives = bench_collectives(*comm, sizes, options);
   bool all_ok = true;
   for (const auto* results : {&step, &collectives})

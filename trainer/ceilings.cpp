@@ -6,7 +6,7 @@
 
 #include "checkpoint/checkpoint_files.h"  // CheckpointWriteError: a full disk
 #include "checkpoint/write_bench.h"     // run_write_bench: the storage-write ceiling
-#include "comm/collective_bench.h"      // bench_gradient_step: the network ceiling
+#include "comm/collective_bench.h"      // bench_gradient_step, bench_zero_one_step: the network ceiling
 #include "dataloader/io_bench.h"        // measure_loader: the storage-read ceiling
 #include "trainer/checkpointing.h"      // state_bytes_per_rank: what a rank writes per checkpoint
 #include "trainer/data_source.h"        // loader_options, data_position_bytes_bound
@@ -156,11 +156,10 @@ Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communic
       // calls as ZeroOneOptimizer makes them (the all-reduce timed instead
       // was ~1.7x faster than these two on 2 ranks).
       c.network_collectives = "reduce-scatter and all-gather";
-      for (const CollectiveBenchResult& r : bench_collectives(comm, {zero_bytes}, kCommunicatorPathsOnly))
-        if (r.path == "comm" && (r.collective == "reduce_scatter" || r.collective == "all_gather")) {
-          c.network_step_s += r.time_s;
-          c.network_timed.push_back(r);
-        }
+      for (const CollectiveBenchResult& r : bench_zero_one_step(comm, zero_bytes, kCommunicatorPathsOnly)) {
+        c.network_step_s += r.time_s;
+        c.network_timed.push_back(r);
+      }
     } else {
       // The run's own schedule: comm.bucket_mb buckets as backward fills them, or
       // under comm.overlap=false the whole buffer at once (timing the buckets

@@ -14,7 +14,6 @@
 #include <cstring>  // strerror
 #include <exception>
 #include <filesystem>  // the result and checkpoint paths, compared and sized
-#include <limits>      // MPI's int counts
 #include <optional>  // the shard listing's watchdog, for user shards only
 #include <regex>  // whether a failure names its rank
 #include <string>
@@ -553,19 +552,11 @@ void shard_optimizer_state(const Config& config, Communicator& comm, bool use_nc
   const int64_t trainable = make_layout(engine_options).trainable_params();
   engine_options.optimizer_shard = zero_shard(trainable, comm.rank(), comm.world_size());
   engine_options.pad_buffers_to = zero_padding_multiple(comm.world_size());
-  // MPI's counts are int: a reduce-scatter or all-gather of a larger block
-  // ended the job at step 1 (exit 3), after the engine and the data were
-  // set up. NCCL's are size_t.
-  const int64_t block = zero_padded_elements(trainable, comm.world_size()) / comm.world_size();
-  constexpr int64_t kMaxMpiCount = std::numeric_limits<int>::max();
-  if (!use_nccl && std::string(comm.backend_name()) == "mpi" && block > kMaxMpiCount) {
-    int enough = comm.world_size() + 1;
-    while (zero_padded_elements(trainable, enough) / enough > kMaxMpiCount) ++enough;
-    throw CommandError{kExitUserError,
-                       "comm.zero=1 on the MPI backend: each rank's block of the " + human_count(trainable) +
-                           " gradients is " + std::to_string(block) + " elements, past MPI's int count (" +
-                           std::to_string(kMaxMpiCount) + "): run at least " + std::to_string(enough) +
-                           " ranks, comm.zero=0 or the NCCL backend"};
+  // A block past MPI's int count ended the job at step 1 (exit 3), after
+  // the engine and the data were set up.
+  if (!use_nccl && std::string(comm.backend_name()) == "mpi") {
+    const std::string past = zero_block_past_mpi_count(trainable, comm.world_size());
+    if (!past.empty()) throw CommandError{kExitUserError, past};
   }
 }
 

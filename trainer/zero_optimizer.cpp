@@ -4,14 +4,29 @@
 #include <chrono>
 #include <cmath>      // std::sqrt
 #include <cstring>    // std::memmove
+#include <limits>     // MPI's int counts
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "trainer/report.h"  // human_count
 
 namespace trainbench {
 
 int64_t zero_padded_elements(int64_t elements, int world) {
   return padded_count(elements, zero_padding_multiple(world));
+}
+
+std::string zero_block_past_mpi_count(int64_t elements, int world) {
+  constexpr int64_t kMaxMpiCount = std::numeric_limits<int>::max();
+  const int64_t block = zero_padded_elements(elements, world) / world;
+  if (block <= kMaxMpiCount) return "";
+  int enough = world + 1;
+  while (zero_padded_elements(elements, enough) / enough > kMaxMpiCount) ++enough;
+  return "comm.zero=1 on the MPI backend: each rank's block of the " + human_count(static_cast<double>(elements)) +
+         " gradients is " + std::to_string(block) + " elements, past MPI's int count (" +
+         std::to_string(kMaxMpiCount) + "): run at least " + std::to_string(enough) +
+         " ranks, comm.zero=0 or the NCCL backend";
 }
 
 EngineOptions::OptimizerShard zero_shard(int64_t elements, int rank, int world) {

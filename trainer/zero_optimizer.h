@@ -33,6 +33,12 @@ inline int64_t zero_padding_multiple(int world) { return kZeroBlockAlignment * w
 // The padded length of `elements` gradient elements: world · block.
 int64_t zero_padded_elements(int64_t elements, int world);
 
+// Why MPI cannot carry ZeRO-1's step of `elements` gradient elements over
+// `world` ranks ("" when it can): its reduce-scatter and all-gather move a
+// block per rank in one call, and MPI's counts are int (NCCL's are
+// size_t). The smallest rank count whose block fits is named.
+std::string zero_block_past_mpi_count(int64_t elements, int world);
+
 // Rank `rank`'s shard of `elements` gradient elements: blocks of
 // ceil(elements / world) rounded up to kZeroBlockAlignment, the last ones
 // shorter (or empty).

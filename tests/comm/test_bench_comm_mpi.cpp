@@ -134,11 +134,50 @@ TEST(BenchCommMpi, GradientStepUsesTheTrainersBuckets) {
   EXPECT_EQ(buckets[0], 1 << 20);
   EXPECT_EQ(buckets[1], 3 << 19);
   EXPECT_EQ(std::accumulate(buckets.begin(), buckets.end(), int64_t{0}), result.at("gradient_bytes").get<int64_t>());
+  EXPECT_EQ(result.at("gradient_step_collectives"), nlohmann::json({"all_reduce"}));
   for (const nlohmann::json& r : result.at("gradient_step")) {
     EXPECT_EQ(r.at("buckets").get<size_t>(), buckets.size());
     EXPECT_EQ(r.at("bytes"), result.at("gradient_bytes"));
   }
   testing::expect_measured_and_checked(result);
+}
+
+// Under comm.zero 1 the job's step has no all-reduce: the padded gradient
+// is reduce-scattered and the parameters all-gathered (as --ceilings times
+// it). bench comm all-reduced the DDP buckets there, a network ceiling of
+// another step, without a word.
+TEST(BenchCommMpi, UnderZeroOneTheGradientStepIsReduceScatterThenAllGather) {
+  const testing::TempDir dir;
+  const nlohmann::json result = bench_comm_on(2, "tiny --set comm.zero=1 --max-bytes 4K", dir);
+  EXPECT_EQ(result.at("gradient_step_collectives"), nlohmann::json({"reduce_scatter", "all_gather"}));
+  const std::vector<int64_t> padded = result.at("bucket_bytes").get<std::vector<int64_t>>();
+  ASSERT_EQ(padded.size(), 1u);
+  const int64_t gradient = result.at("gradient_bytes").get<int64_t>();
+  EXPECT_GE(padded[0], gradient);
+  EXPECT_LT(padded[0], gradient + 2 * 64 * 4) << "ZeRO-1 pads to whole 64-float blocks per rank";
+  EXPECT_EQ(padded[0] % (2 * 64 * 4), 0);
+  std::vector<std::string> timed;
+  for (const nlohmann::json& r : result.at("gradient_step")) {
+    timed.push_back(r.at("collective").get<std::string>() + "/" + r.at("path").get<std::string>());
+    EXPECT_EQ(r.at("bytes").get<int64_t>(), padded[0]) << r.dump();
+  }
+  EXPECT_EQ(timed, (std::vector<std::string>{"reduce_scatter/comm", "reduce_scatter/raw", "all_gather/comm",
+                                             "all_gather/raw"}));
+  // The whole padded gradient is no size the sweep all-reduces.
+  for (const nlohmann::json& r : result.at("collectives")) EXPECT_LE(r.at("bytes").get<int64_t>(), 4096) << r.dump();
+  testing::expect_measured_and_checked(result);
+  // ~5B parameters: each of 2 ranks' blocks is past MPI's int count, as
+  // `run` refuses it; the DDP buckets' check let it through.
+  const testing::CommandResult large = run_command(
+      mpirun(2, std::string(TRAINBENCH_BINARY) +
+                    " bench comm tiny --set comm.zero=1 --set model.d_model=8192 --set model.vocab=270000"
+                    " --set data.field=u32 --set model.n_layers=1 --set model.n_heads=64 --set model.n_kv_heads=8"
+                    " --set model.ffn_hidden=16384 --max-bytes 4K --iters 1",
+             120));
+  EXPECT_EQ(large.exit_code, 2) << large.out << large.err;
+  EXPECT_NE(large.err.find("bench comm: comm.zero=1 on the MPI backend: each rank's block"), std::string::npos)
+      << large.err;
+  EXPECT_NE(large.err.find("run at least 3 ranks"), std::string::npos) << large.err;
 }
 
 int trainbench_lines(const std::string& err) {
