@@ -378,6 +378,14 @@ TEST(BurninBaseline, AnotherJobsFiguresAreNotCompared) {
   // What makes the same shape run at another speed: ZeRO-1, checkpoints.
   EXPECT_TRUE(names(against([](Config& c) { c.comm.zero = 1; }), "it has comm.zero = 0 and this job has 1"));
   EXPECT_TRUE(names(against([](Config& c) { c.checkpoint.every_steps += 5; }), "checkpoint.every_steps"));
+  // comm.overlap sets a DDP step's pace; ZeRO-1's step is never overlapped.
+  EXPECT_TRUE(names(against([](Config& c) { c.comm.overlap = false; }), "comm.overlap"));
+  Config zero = config;
+  zero.comm.zero = 1;
+  BaselineFigures known_zero = known;
+  known_zero.config = config_to_json(zero);
+  zero.comm.overlap = false;
+  EXPECT_EQ(baseline_job_difference(known_zero, zero, 2, "cpu"), "");
   // Threads count on the cpu engine only; the writers' settings where this
   // job takes checkpoints.
   EXPECT_TRUE(names(against([](Config& c) { c.train.threads += 3; }), "train.threads"));
