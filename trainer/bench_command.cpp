@@ -38,7 +38,7 @@
 #include <system_error>              // --small-files: a file the full disk refused
 #include "trainer/run_extension.h"   // bench instrument runs inside the job's setup
 #include "trainer/temporary_folder.h"  // make_temporary_directory, FolderRemovedAtScopeEnd: scratch folders
-#include "trainer/json_text.h"         // json_text: the result is written whatever its strings hold
+#include "trainer/json_text.h"         // json_text, utf8_escaped: the result is written whatever its strings hold
 
 namespace trainbench {
 
@@ -634,7 +634,7 @@ void BenchCommand::check_io_options() const {
 int BenchCommand::run(const std::string& command_line) {
   if (instrument_->parsed()) return run_instrument(command_line);
   if (compute_->parsed()) return run_compute(command_line);
-  if (comm_->parsed()) return run_comm();
+  if (comm_->parsed()) return run_comm(command_line);
   // Started as several tasks (mpirun -np N, srun -n N), every task ran the
   // whole bench: N reports, and every task wrote the same --out. It
   // measures what one process's loader can feed, or one rank's checkpoint
@@ -656,7 +656,7 @@ int BenchCommand::run(const std::string& command_line) {
                    tasks);
   }
   check_io_options();
-  return options_->write ? run_io_write() : run_io();
+  return options_->write ? run_io_write(command_line) : run_io(command_line);
 }
 
 namespace {
@@ -1031,7 +1031,7 @@ nlohmann::json io_result_json(const Config& data_config, const ShardsToRead& sha
 
 }  // namespace
 
-int BenchCommand::run_io() {
+int BenchCommand::run_io(const std::string& command_line) {
   const Options& o = *options_;
   refuse_report_out_override("bench io", o.overrides);
   const Config config = load_config(o.config, o.overrides);
@@ -1105,7 +1105,9 @@ int BenchCommand::run_io() {
   const bool stopped = print_read_table(rows, small, max_readers, shards.total_bytes, consumed);
   print_read_notes(rows, small, stopped, warnings, consumed, o.against);
   if (!o.out.empty()) {
-    write_result_json(o.out, io_result_json(data_config, shards, rows, small, consumed, warnings), config, false);
+    nlohmann::json result = io_result_json(data_config, shards, rows, small, consumed, warnings);
+    result["command"] = utf8_escaped(command_line);  // argv is bytes
+    write_result_json(o.out, result, config, false);
     std::printf("  result: %s\n", o.out.c_str());
   }
   return kExitOk;
@@ -1242,7 +1244,7 @@ void save_write_bench_result(const std::string& out, const nlohmann::json& resul
 
 }  // namespace
 
-int BenchCommand::run_io_write() {
+int BenchCommand::run_io_write(const std::string& command_line) {
   const Options& o = *options_;
   if (o.block_bytes % kImageAlignment != 0)
     throw CommandError{kExitUserError, "--block-bytes " + std::to_string(o.block_bytes) + " is not a multiple of " +
@@ -1267,7 +1269,9 @@ int BenchCommand::run_io_write() {
   const WriteBenchResult r = run_write_bench(options);
   print_write_bench_table(r);
   if (!o.out.empty()) {
-    save_write_bench_result(o.out, write_bench_json(r, options, fs_info, o.write_files));
+    nlohmann::json result = write_bench_json(r, options, fs_info, o.write_files);
+    result["command"] = utf8_escaped(command_line);  // argv is bytes
+    save_write_bench_result(o.out, result);
     std::printf("  result: %s\n", o.out.c_str());
   }
   return kExitOk;
@@ -1462,7 +1466,7 @@ nlohmann::json comm_result_json(const CommBenchSetup& s, const Config& config, C
 
 }  // namespace
 
-int BenchCommand::run_comm() {
+int BenchCommand::run_comm(const std::string& command_line) {
   const Options& o = *options_;
   refuse_report_out_override("bench comm", o.overrides);
   const Config config = load_config(o.config, o.overrides);
@@ -1527,7 +1531,9 @@ int BenchCommand::run_comm() {
   if (printer) print_comm_bench_results(s, step, collectives, all_ok);
 
   if (printer && !o.out.empty()) {
-    write_result_json(o.out, comm_result_json(s, config, *comm, step, collectives, all_ok), config, false);
+    nlohmann::json result = comm_result_json(s, config, *comm, step, collectives, all_ok);
+    result["command"] = utf8_escaped(command_line);  // argv is bytes
+    write_result_json(o.out, result, config, false);
     std::printf("  result: %s\n", o.out.c_str());
   }
   if (!all_ok) throw CommandError{kExitCheckFailed, "bench comm: data check failed (see the table)"};

@@ -58,9 +58,10 @@ class BenchCommand {
   CLI::App* compute_ = nullptr;
   // bench io's options of the other bench (read vs --write): exit 2.
   void check_io_options() const;
-  int run_io();
-  int run_io_write();
-  int run_comm();
+  // command_line: recorded in the result JSON (`command`), as run's is.
+  int run_io(const std::string& command_line);
+  int run_io_write(const std::string& command_line);
+  int run_comm(const std::string& command_line);
   int run_instrument(const std::string& command_line);
   int run_compute(const std::string& command_line);
   struct Options;

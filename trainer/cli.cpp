@@ -1498,7 +1498,7 @@ int parse_and_run(int argc, char** argv) {
   if (bench.parsed()) return bench.run(quoted_command_line(argc, argv));
   if (burnin.parsed()) return burnin.run(quoted_command_line(argc, argv));
   if (plan.parsed()) return plan.run();
-  if (project.parsed()) return project.run();
+  if (project.parsed()) return project.run(quoted_command_line(argc, argv));
   return kExitUserError;
 }
 

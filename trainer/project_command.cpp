@@ -27,6 +27,7 @@
 #include "trainer/gradient_sync.h"   // gradient_bucket_bytes
 #include "trainer/projection.h"      // the model
 #include "trainer/report.h"          // human_count, human_bytes
+#include "trainer/json_text.h"       // utf8_escaped: the command line
 #include "trainer/results.h"         // write_result_json: the projection, bounded
 #include "trainer/statistics.h"      // median over --repeats
 #include "trainer/zero_optimizer.h"  // zero_shard: a ZeRO-1 rank's optimizer share at the full depth
@@ -680,7 +681,7 @@ ProjectCommand::~ProjectCommand() = default;
 
 bool ProjectCommand::parsed() const { return project_->parsed(); }
 
-int ProjectCommand::run() {
+int ProjectCommand::run(const std::string& command_line) {
   const Options& o = *options_;
   // Every user error before anything trains.
   const Fabric fabric = fabric_option(o.fabric);
@@ -722,6 +723,9 @@ int ProjectCommand::run() {
   if (comm->rank() != 0) return kExitOk;
   print_projection(p, config, fabric);
   nlohmann::json result = projection_json(p, config, fabric);
+  // The config as given (auto as auto: each measured run's result has it
+  // resolved) and the options that are not in it (--layers, --repeats, ...).
+  result["command"] = utf8_escaped(command_line);  // argv is bytes
   if (o.verify && !p.trained.verified)
     std::printf("verify     nothing to verify: %s\n",
                 p.depth.fitted ? "the full depth is one of --layers" : "one depth, no fit");

@@ -33,7 +33,7 @@ class ProjectCommand {
   bool parsed() const;
   // Runs it; returns the exit code. Throws ConfigError, CommandError and
   // whatever `run` throws, which the CLI turns into one line and an exit code.
-  int run();
+  int run(const std::string& command_line);  // recorded in the projection JSON
 
  private:
   CLI::App* project_ = nullptr;

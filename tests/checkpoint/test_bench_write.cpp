@@ -33,6 +33,8 @@ TEST(BenchIoWrite, ReportsPersistAndPlainWriteAndTheirRatio) {
   std::ifstream in(json);
   const nlohmann::json result = nlohmann::json::parse(in);
   EXPECT_EQ(result["schema"], "trainbench.bench_io_write/v1");
+  EXPECT_NE(result.value("command", "").find(" bench io --write --bytes 4M --repeats 2 --dir "), std::string::npos)
+      << result.dump();
   EXPECT_GE(result["bytes"].get<int64_t>(), 4 << 20);
   EXPECT_GT(result["checkpoint_persist"]["gbs"].get<double>(), 0);
   EXPECT_GT(result["plain_write"]["gbs"].get<double>(), 0);

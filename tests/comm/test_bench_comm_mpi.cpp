@@ -150,6 +150,8 @@ TEST(BenchCommMpi, UnderZeroOneTheGradientStepIsReduceScatterThenAllGather) {
   const testing::TempDir dir;
   const nlohmann::json result = bench_comm_on(2, "tiny --set comm.zero=1 --max-bytes 4K", dir);
   EXPECT_EQ(result.at("gradient_step_collectives"), nlohmann::json({"reduce_scatter", "all_gather"}));
+  EXPECT_NE(result.value("command", "").find(" bench comm tiny --set comm.zero=1 --max-bytes 4K"), std::string::npos)
+      << result.value("command", "(none)");
   const std::vector<int64_t> padded = result.at("bucket_bytes").get<std::vector<int64_t>>();
   ASSERT_EQ(padded.size(), 1u);
   const int64_t gradient = result.at("gradient_bytes").get<int64_t>();

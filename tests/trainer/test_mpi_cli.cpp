@@ -551,6 +551,7 @@ TEST(MpiCli, BenchIoUnderALauncherRunsOnceOnRankZero) {
   EXPECT_EQ(count_trainbench_lines(r.err), 1) << r.err;
   const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("io.json")));
   EXPECT_EQ(result["schema"], "trainbench.bench_io/v1");
+  EXPECT_NE(result.value("command", "").find(" bench io tiny --set data.shards="), std::string::npos) << result.dump();
 
   // --write too: each task wrote its own checkpoint and report, and the
   // same --out (one rank's write; run --ceilings has every rank's at once).

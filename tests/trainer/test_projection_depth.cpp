@@ -56,6 +56,9 @@ Attempt project_and_verify(const std::string& out) {
   if (r.exit_code != 0) return a;
   a.projection = nlohmann::json::parse(testing::read_whole_file(out));
   const nlohmann::json& p = a.projection;
+  // The options the config does not hold, as run's result records its own.
+  EXPECT_NE(p.value("command", "").find(" project cpu-small --layers 2,4 --verify --repeats 5"), std::string::npos)
+      << p.value("command", "(none)");
   EXPECT_TRUE(p.contains("verify")) << r.out;
   if (!p.contains("verify")) return a;
   const nlohmann::json& verify = p.at("verify");
