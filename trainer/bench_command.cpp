@@ -219,33 +219,11 @@ struct CommBenchSweep {
   }
 };
 
-// Why this rank cannot hold what `sweep` allocates ("" when it can): its
-// host's MemAvailable shared by the `host_ranks` ranks there, then the
-// address-space limit (ulimit -v) beside what the process maps already, and
-// on NCCL (gpu_free_bytes >= 0) the GPU's free memory less kDeviceBenchReserveBytes,
-// where the buffers live (their host copies, for the data check, are as
-// large); with the largest --max-bytes that fits.
-std::string comm_bench_memory_shortfall(const CommBenchSweep& sweep, int host_ranks, const std::string& host,
-                                        int64_t gpu_free_bytes, int rank) {
-  const int64_t needed = sweep.bytes_per_rank();
-  const int64_t available = available_memory_bytes();
-  const int64_t allowed = address_space_limit_bytes();
-  const bool limited = allowed > 0;
-  const bool on_gpu = gpu_free_bytes >= 0;
-  const int64_t gpu_room = on_gpu ? std::max<int64_t>(0, gpu_free_bytes - kDeviceBenchReserveBytes) : 0;
-  const int64_t mapped = limited ? mapped_bytes() : 0;
-  const bool host_short = available > 0 && needed * host_ranks > available;
-  const bool address_space_short = limited && mapped + needed > allowed;
-  const bool gpu_short = on_gpu && needed > gpu_room;
-  if (!host_short && !address_space_short && !gpu_short) return "";
-
-  // The largest --max-bytes (with --min-bytes lowered to it when smaller)
-  // whose footprint fits in one rank's room, under every limit: the
-  // footprint grows with it.
-  int64_t room = std::numeric_limits<int64_t>::max();
-  if (available > 0) room = available / host_ranks;
-  if (limited) room = std::min(room, allowed - mapped);
-  if (on_gpu) room = std::min(room, gpu_room);
+// What to change when `sweep` does not fit in `room` bytes per rank: the
+// largest --max-bytes (with --min-bytes lowered to it when smaller) whose
+// footprint fits, or a smaller model when the gradient step alone does not.
+std::string comm_bench_memory_remedy(const CommBenchSweep& sweep, int64_t room) {
+  // The footprint grows with --max-bytes: a bisection.
   int64_t fits = 0;
   for (int64_t low = 1, high = sweep.max_bytes; low <= high;) {
     const int64_t middle = low + (high - low) / 2;
@@ -268,17 +246,42 @@ std::string comm_bench_memory_shortfall(const CommBenchSweep& sweep, int host_ra
   const std::string fits_text = suggested % (1 << 20) == 0 ? std::to_string(suggested >> 20) + "M"
                                 : suggested % 1024 == 0    ? std::to_string(suggested >> 10) + "K"
                                                            : std::to_string(suggested);
-  std::string what_to_do;
   if (fits == 0) {
     int64_t gradient = 0;
     for (const int64_t b : sweep.bucket_bytes) gradient += b;
-    what_to_do = "the model's gradient step alone (" + human_bytes(static_cast<double>(gradient)) +
-                 " of buckets) does not fit: a smaller model (model.n_layers)";
-  } else if (fits < sweep.min_bytes) {
-    what_to_do = "give --min-bytes and --max-bytes " + fits_text + " or less";
-  } else {
-    what_to_do = "give --max-bytes " + fits_text + " or less";
+    return "the model's gradient step alone (" + human_bytes(static_cast<double>(gradient)) +
+           " of buckets) does not fit: a smaller model (model.n_layers)";
   }
+  return fits < sweep.min_bytes ? "give --min-bytes and --max-bytes " + fits_text + " or less"
+                                : "give --max-bytes " + fits_text + " or less";
+}
+
+// Why this rank cannot hold what `sweep` allocates ("" when it can): its
+// host's MemAvailable shared by the `host_ranks` ranks there, then the
+// address-space limit (ulimit -v) beside what the process maps already, and
+// on NCCL (gpu_free_bytes >= 0) the GPU's free memory less kDeviceBenchReserveBytes,
+// where the buffers live (their host copies, for the data check, are as
+// large); with the largest --max-bytes that fits.
+std::string comm_bench_memory_shortfall(const CommBenchSweep& sweep, int host_ranks, const std::string& host,
+                                        int64_t gpu_free_bytes, int rank) {
+  const int64_t needed = sweep.bytes_per_rank();
+  const int64_t available = available_memory_bytes();
+  const int64_t allowed = address_space_limit_bytes();
+  const bool limited = allowed > 0;
+  const bool on_gpu = gpu_free_bytes >= 0;
+  const int64_t gpu_room = on_gpu ? std::max<int64_t>(0, gpu_free_bytes - kDeviceBenchReserveBytes) : 0;
+  const int64_t mapped = limited ? mapped_bytes() : 0;
+  const bool host_short = available > 0 && needed * host_ranks > available;
+  const bool address_space_short = limited && mapped + needed > allowed;
+  const bool gpu_short = on_gpu && needed > gpu_room;
+  if (!host_short && !address_space_short && !gpu_short) return "";
+
+  // One rank's room, under every limit.
+  int64_t room = std::numeric_limits<int64_t>::max();
+  if (available > 0) room = available / host_ranks;
+  if (limited) room = std::min(room, allowed - mapped);
+  if (on_gpu) room = std::min(room, gpu_room);
+  const std::string what_to_do = comm_bench_memory_remedy(sweep, room);
   const std::string needs = "bench comm: --max-bytes " + human_bytes(static_cast<double>(sweep.max_bytes)) +
                             " needs " + human_bytes(static_cast<double>(needed)) +
                             " per rank (the largest collective's send and receive buffers" +
