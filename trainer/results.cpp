@@ -198,8 +198,15 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
                      {"ckpt_stall_s", timed(measured, r.ckpt_stall_s)},
                      {"other_s", timed(measured, r.other_s)},
                      {"own_s", timed(measured, r.own_s)}});
+  // Bounded as the steps are (every k-th and the last, k in
+  // checkpoints_every): a long run checkpointing every few steps listed
+  // every one (8,000 records, 2 MB of a 40,000-step run's result; the counts
+  // by status are in the summary all the same).
   nlohmann::json checkpoints = nlohmann::json::array();
-  for (const CheckpointRecord& c : outcome.checkpoints) {
+  const int64_t checkpoint_stride = step_record_stride(static_cast<int64_t>(outcome.checkpoints.size()));
+  for (size_t i = 0; i < outcome.checkpoints.size(); ++i) {
+    if (i % static_cast<size_t>(checkpoint_stride) != 0 && i + 1 != outcome.checkpoints.size()) continue;
+    const CheckpointRecord& c = outcome.checkpoints[i];
     // A phase the checkpoint never reached (a skipped one copied nothing; a
     // failed write gathered no persist time) is null, not a rate of 0 GB/s.
     const bool copied = c.snapshot_s > 0, persisted = c.persist_s > 0;
@@ -224,6 +231,7 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
       {"steps_every", stride},
       {"ranks", ranks},
       {"checkpoints", checkpoints},
+      {"checkpoints_every", checkpoint_stride},
       {"resume", outcome.resume},
       // Isolation ceilings of `run --ceilings` (trainer/ceilings.h); the GEMM
       // calibration of every run is in the summary.

@@ -30,7 +30,8 @@ nlohmann::json step_result_json(const StepRecord& step, bool timed);
 // of MB of records (more than report.py and --baseline read) and held
 // several GB building them. The summary is over every step all the same.
 int64_t max_step_records();  // 100,000; TRAINBENCH_TEST_MAX_STEP_RECORDS for tests
-// The k above for a run of `steps` steps.
+// The k above for a run of `steps` steps; the result's checkpoint records
+// are bounded alike (checkpoints_every).
 int64_t step_record_stride(int64_t steps);
 
 // Writes `text` atomically (temporary file, fsync, rename): an interrupted

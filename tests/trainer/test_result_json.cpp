@@ -1069,6 +1069,19 @@ TEST(Cli, ALongRunListsEveryKthStepAndItsPartialResultToo) {
   const nlohmann::json all = nlohmann::json::parse(testing::read_whole_file(dir.file("p.json")));
   EXPECT_EQ(all.at("steps").size(), 20u);
   EXPECT_EQ(all.at("steps_every"), 1);
+  EXPECT_EQ(all.at("checkpoints_every"), 1);
+  // The checkpoints' records alike: 10 checkpoints (every 2 steps) listed
+  // as every 4th and the last; the summary counts all 10. They were listed
+  // whole: 8,000 of a 40,000-step run.
+  const auto checkpointed = run_command("TRAINBENCH_TEST_MAX_STEP_RECORDS=4 " + run + dir.file("k.json") +
+                                        " --set checkpoint.every_steps=2 --set checkpoint.dir=" + dir.file("ck"));
+  ASSERT_EQ(checkpointed.exit_code, 0) << checkpointed.err;
+  const nlohmann::json k = nlohmann::json::parse(testing::read_whole_file(dir.file("k.json")));
+  EXPECT_EQ(k.at("summary").at("storage_write").at("checkpoints_committed"), 10);
+  EXPECT_EQ(k.at("checkpoints_every"), 4);
+  listed.clear();
+  for (const nlohmann::json& c : k.at("checkpoints")) listed.push_back(c.at("step").get<int64_t>());
+  EXPECT_EQ(listed, (std::vector<int64_t>{2, 10, 18, 20}));
 }
 
 // A run killed while it wrote its result leaves PATH.tmp.<something> beside
