@@ -74,6 +74,14 @@ void remove_folders_then_run_actions() {
 
 std::string make_removed_on_interrupt(const std::function<std::string()>& make) {
   const std::lock_guard<std::mutex> lock(folders_mutex());
+  // Those gone since (a committed checkpoint's step_N.tmp, a scratch folder
+  // removed at its scope's end) leave the list: it grew by one a checkpoint
+  // for the whole run, and a signal's cleanup looked at every one, oldest
+  // first, within its bound. One that cannot be looked at stays.
+  std::erase_if(folders(), [](const std::string& listed) {
+    std::error_code error;
+    return !std::filesystem::exists(listed, error) && !error;
+  });
   std::string folder = make();
   // Test hook: the pause between making the folder and listing it, so a
   // test can land a signal there (the folder stayed when it did).
@@ -84,6 +92,11 @@ std::string make_removed_on_interrupt(const std::function<std::string()>& make) 
   if (delay_ms > 0 && !folder.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
   if (!folder.empty()) folders().push_back(folder);
   return folder;
+}
+
+size_t folders_listed_for_interrupt() {
+  const std::lock_guard<std::mutex> lock(folders_mutex());
+  return folders().size();
 }
 
 void run_on_interrupt(std::function<void()> action) {

@@ -7,6 +7,7 @@
 // remove them first, then let the signal end the process as it would have.
 #pragma once
 
+#include <cstddef>     // size_t
 #include <functional>  // make_removed_on_interrupt, run_on_interrupt
 #include <string>
 
@@ -35,6 +36,8 @@ void end_interrupt_cleanup();
 // `make` returned. Folders removed since are skipped; nothing else is kept
 // track of.
 std::string make_removed_on_interrupt(const std::function<std::string()>& make);
+// How many folders a signal's cleanup would look at now (for tests).
+size_t folders_listed_for_interrupt();
 
 // For a communicator's abort (set_before_abort), which ends the process
 // without unwinding: removes the folders and runs the actions as a signal

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/support/temp_dir.h"
+#include "trainer/interrupt_cleanup.h"  // make_removed_on_interrupt: the folders a signal removes
 #include "trainer/temporary_folder.h"
 
 namespace trainbench {
@@ -189,6 +190,28 @@ TEST_F(TemporaryFolder, AFolderWhoseRemovalWasKilledIsSweptLater) {
 
 // With a parent given (checkpoint.dir, --dir: perhaps a shared filesystem
 // whose flock is per node) nothing is swept and no lock file is made.
+// The folders a signal's cleanup removes are those still there: each
+// checkpoint's step_N.tmp stayed listed after its commit renamed it, one
+// more a checkpoint for the whole run (30 KB per 500), all looked at
+// within the cleanup's bound, the one being written last.
+TEST_F(TemporaryFolder, FoldersGoneSinceLeaveTheInterruptList) {
+  make_removed_on_interrupt([]() { return std::string(); });  // the earlier tests' folders, gone, leave first
+  const size_t before = folders_listed_for_interrupt();
+  std::vector<std::string> made;
+  for (int i = 0; i < 3; ++i)
+    made.push_back(make_removed_on_interrupt([&]() {
+      const std::string folder = temp_.file("step_" + std::to_string(i) + ".tmp");
+      std::filesystem::create_directory(folder);
+      return folder;
+    }));
+  EXPECT_EQ(folders_listed_for_interrupt(), before + 3);
+  std::filesystem::rename(made[0], temp_.file("step_0"));  // committed
+  std::filesystem::remove(made[1]);                        // given up
+  EXPECT_EQ(make_removed_on_interrupt([]() { return std::string(); }), "");
+  EXPECT_EQ(folders_listed_for_interrupt(), before + 1) << "the folder still there stays listed";
+  std::filesystem::remove(made[2]);
+}
+
 TEST_F(TemporaryFolder, AGivenParentIsNotSwept) {
   const std::string parent = temp_.file("shared");
   fs::create_directories(parent);
