@@ -50,15 +50,19 @@ int64_t max_step_records() {
   return limit;
 }
 
-int64_t step_record_stride(int64_t steps) {
-  // The multiples of the stride, and the last step where it is not one.
-  const auto listed = [steps](int64_t stride) {
-    return steps <= 0 ? 0 : (steps + stride - 1) / stride + ((steps - 1) % stride != 0 ? 1 : 0);
+int64_t max_checkpoint_records() { return std::min<int64_t>(1000, max_step_records()); }
+
+int64_t record_stride(int64_t records, int64_t limit) {
+  // The multiples of the stride, and the last record where it is not one.
+  const auto listed = [records](int64_t stride) {
+    return records <= 0 ? 0 : (records + stride - 1) / stride + ((records - 1) % stride != 0 ? 1 : 0);
   };
   int64_t stride = 1;
-  while (listed(stride) > max_step_records()) stride *= 2;
+  while (listed(stride) > limit) stride *= 2;
   return stride;
 }
+
+int64_t step_record_stride(int64_t steps) { return record_stride(steps, max_step_records()); }
 
 nlohmann::json step_result_json(const StepRecord& s, bool measured) {
   return {{"step", s.step},
@@ -198,15 +202,22 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
                      {"ckpt_stall_s", timed(measured, r.ckpt_stall_s)},
                      {"other_s", timed(measured, r.other_s)},
                      {"own_s", timed(measured, r.own_s)}});
-  // Bounded as the steps are (every k-th and the last, k in
-  // checkpoints_every): a long run checkpointing every few steps listed
-  // every one (8,000 records, 2 MB of a 40,000-step run's result; the counts
-  // by status are in the summary all the same).
+  // Past max_checkpoint_records, every k-th and the last (k in
+  // checkpoints_every), and those not committed (skipped, failed: what a
+  // reader looks for) up to as many again: a long run checkpointing every
+  // few steps listed every one (8,000 records, 2 MB of a 40,000-step run's
+  // result). The summary counts every checkpoint by status all the same.
   nlohmann::json checkpoints = nlohmann::json::array();
-  const int64_t checkpoint_stride = step_record_stride(static_cast<int64_t>(outcome.checkpoints.size()));
+  const int64_t checkpoint_stride =
+      record_stride(static_cast<int64_t>(outcome.checkpoints.size()), max_checkpoint_records());
+  int64_t uncommitted_listed = 0;
   for (size_t i = 0; i < outcome.checkpoints.size(); ++i) {
-    if (i % static_cast<size_t>(checkpoint_stride) != 0 && i + 1 != outcome.checkpoints.size()) continue;
     const CheckpointRecord& c = outcome.checkpoints[i];
+    const bool sampled = i % static_cast<size_t>(checkpoint_stride) == 0 || i + 1 == outcome.checkpoints.size();
+    if (!sampled) {
+      if (c.status == "committed" || uncommitted_listed >= max_checkpoint_records()) continue;
+      ++uncommitted_listed;
+    }
     // A phase the checkpoint never reached (a skipped one copied nothing; a
     // failed write gathered no persist time) is null, not a rate of 0 GB/s.
     const bool copied = c.snapshot_s > 0, persisted = c.persist_s > 0;

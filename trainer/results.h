@@ -30,9 +30,15 @@ nlohmann::json step_result_json(const StepRecord& step, bool timed);
 // of MB of records (more than report.py and --baseline read) and held
 // several GB building them. The summary is over every step all the same.
 int64_t max_step_records();  // 100,000; TRAINBENCH_TEST_MAX_STEP_RECORDS for tests
-// The k above for a run of `steps` steps; the result's checkpoint records
-// are bounded alike (checkpoints_every).
+// The k above for a run of `steps` steps.
 int64_t step_record_stride(int64_t steps);
+// The checkpoint records a result lists every one of: 1,000 (or the test
+// hook's step limit, if lower); past it, every k-th (checkpoints_every) and
+// those not committed.
+int64_t max_checkpoint_records();
+// The smallest power of two k that lists at most `limit` of `records`
+// records as every k-th and the last.
+int64_t record_stride(int64_t records, int64_t limit);
 
 // Writes `text` atomically (temporary file, fsync, rename): an interrupted
 // run never leaves a truncated file, and an older one survives until the

@@ -1082,6 +1082,26 @@ TEST(Cli, ALongRunListsEveryKthStepAndItsPartialResultToo) {
   listed.clear();
   for (const nlohmann::json& c : k.at("checkpoints")) listed.push_back(c.at("step").get<int64_t>());
   EXPECT_EQ(listed, (std::vector<int64_t>{2, 10, 18, 20}));
+  // Those not committed are listed beside the sampled ones, up to as many
+  // again: a writer slower than the steps under when_busy=skip.
+  const auto skipping = run_command("TRAINBENCH_TEST_MAX_STEP_RECORDS=4 " + run + dir.file("s.json") +
+                                    " --set checkpoint.every_steps=1 --set checkpoint.when_busy=skip"
+                                    " --set checkpoint.inject_delay_ms=100 --set checkpoint.dir=" + dir.file("ck2"));
+  ASSERT_EQ(skipping.exit_code, 0) << skipping.err;
+  const nlohmann::json sk = nlohmann::json::parse(testing::read_whole_file(dir.file("s.json")));
+  const int64_t skipped = sk.at("summary").at("storage_write").at("checkpoints_skipped").get<int64_t>();
+  ASSERT_GE(skipped, 4) << "20 checkpoints due every step, each write 100 ms: most are skipped";
+  EXPECT_EQ(sk.at("checkpoints_every"), 8);
+  int64_t skipped_listed = 0, sampled = 0;
+  for (const nlohmann::json& c : sk.at("checkpoints")) {
+    const int64_t step = c.at("step").get<int64_t>();
+    if ((step - 1) % 8 == 0 || step == 20) ++sampled;
+    else EXPECT_NE(c.at("status"), "committed") << c.dump();
+    if (c.at("status").get<std::string>().starts_with("skipped")) ++skipped_listed;
+  }
+  EXPECT_EQ(sampled, 4);
+  EXPECT_GE(skipped_listed, 4);
+  EXPECT_LE(static_cast<int64_t>(sk.at("checkpoints").size()), 8);
 }
 
 // A run killed while it wrote its result leaves PATH.tmp.<something> beside
