@@ -174,7 +174,10 @@ for rate in rates:
     run = json.load(open(f"{out}/run-{rate}.json"))
     bench = json.load(open(f"{out}/bench-{rate}.json"))
     line_gbs = float(rate) * 1e6 / 8 / 1e9
-    step = next(r for r in bench["gradient_step"] if r["path"] == "bucketed")
+    # The step on the trainer's path: the buckets' all-reduces, or ZeRO-1's
+    # reduce-scatter and all-gather (bench comm's gradient_step_s).
+    path = "bucketed" if "bucketed" in bench["gradient_step_s"] else "comm"
+    step = dict(time_s=bench["gradient_step_s"][path], busbw_gbs=bench["gradient_step_busbw_gbs"][path])
     rows[rate] = dict(
         fabric=project["scale"]["fabric"]["name"],
         projected=next(p["comm_s"] for p in project["scale"]["table"] if p["nodes"] == 2),

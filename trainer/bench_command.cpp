@@ -1,7 +1,7 @@
 #include "trainer/bench_command.h"
 
 #include <CLI/CLI.hpp>  // the command line parser
-#include <algorithm>    // std::max, std::any_of
+#include <algorithm>    // std::max, std::any_of, std::find_if
 #include <cmath>        // std::floor
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +9,7 @@
 #include <limits>       // MPI's int counts
 #include <optional>
 #include <string>
+#include <utility>  // std::pair: the step by path
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -249,8 +250,10 @@ std::string comm_bench_memory_remedy(const CommBenchSweep& sweep, int64_t room) 
   if (fits == 0) {
     int64_t gradient = 0;
     for (const int64_t b : sweep.bucket_bytes) gradient += b;
-    return "the model's gradient step alone (" + human_bytes(static_cast<double>(gradient)) +
-           " of buckets) does not fit: a smaller model (model.n_layers)";
+    return (sweep.zero_step ? "ZeRO-1's padded gradient alone (" + human_bytes(static_cast<double>(gradient)) + ")"
+                            : "the model's gradient step alone (" + human_bytes(static_cast<double>(gradient)) +
+                                  " of buckets)") +
+           " does not fit: a smaller model (model.n_layers)";
   }
   return fits < sweep.min_bytes ? "give --min-bytes and --max-bytes " + fits_text + " or less"
                                 : "give --max-bytes " + fits_text + " or less";
@@ -1393,24 +1396,32 @@ void print_comm_bench_setup(const CommBenchSetup& s, const Config& config, Commu
   std::fflush(stdout);
 }
 
-// ZeRO-1's step: each path's reduce-scatter and all-gather, then their sum.
+// The gradient step's time on each path, in the order measured: its one
+// row's (the buckets' all-reduces), or ZeRO-1's reduce-scatter and
+// all-gather summed.
+std::vector<std::pair<std::string, double>> step_seconds_by_path(const std::vector<CollectiveBenchResult>& step) {
+  std::vector<std::pair<std::string, double>> paths;
+  for (const CollectiveBenchResult& r : step) {
+    auto found = std::find_if(paths.begin(), paths.end(), [&](const auto& p) { return p.first == r.path; });
+    if (found == paths.end()) paths.emplace_back(r.path, r.time_s);
+    else found->second += r.time_s;
+  }
+  return paths;
+}
+
+// ZeRO-1's step: each path's reduce-scatter and all-gather, then their sum
+// (the gradient norm's all-gather of one float per rank, which the step
+// makes too, aside).
 void print_zero_step(const CommBenchSetup& s, const std::vector<CollectiveBenchResult>& step) {
   std::printf("\n  gradient step: ZeRO-1, %s reduce-scattered, then the parameters all-gathered, one blocking "
               "call each\n", human_bytes(static_cast<double>(s.bucket_bytes.front())).c_str());
   std::printf("  %-9s %-15s %12s %10s %10s %7s\n", "path", "collective", "time (us)", "algbw GB/s", "busbw GB/s",
               "check");
-  std::vector<std::string> paths;
-  for (const CollectiveBenchResult& r : step) {
+  for (const CollectiveBenchResult& r : step)
     std::printf("  %-9s %-15s %12.2f %10.3f %10.3f %7s\n", r.path.c_str(), r.collective.c_str(), r.time_s * 1e6,
                 r.algbw_gbs, r.busbw_gbs, check_word(r.check_ok).c_str());
-    if (std::find(paths.begin(), paths.end(), r.path) == paths.end()) paths.push_back(r.path);
-  }
-  for (const std::string& path : paths) {
-    double total_s = 0;
-    for (const CollectiveBenchResult& r : step)
-      if (r.path == path) total_s += r.time_s;
-    std::printf("  %-9s %-15s %12.2f\n", path.c_str(), "step (sum)", total_s * 1e6);
-  }
+  for (const auto& [path, seconds] : step_seconds_by_path(step))
+    std::printf("  %-9s %-15s %12.2f\n", path.c_str(), "step (sum)", seconds * 1e6);
 }
 
 void print_comm_bench_results(const CommBenchSetup& s, const std::vector<CollectiveBenchResult>& step,
@@ -1437,6 +1448,18 @@ nlohmann::json comm_result_json(const CommBenchSetup& s, const Config& config, C
   for (const CollectiveBenchResult& r : step) step_json.push_back(collective_json(r));
   nlohmann::json collectives_json = nlohmann::json::array();
   for (const CollectiveBenchResult& r : collectives) collectives_json.push_back(collective_json(r));
+  // The step as a whole on each path, whichever collectives make it: its
+  // bytes (the buckets, or ZeRO-1's padded buffer, which moves an
+  // all-reduce's bus bytes in its two halves) at nccl-tests' all-reduce factor.
+  int64_t step_bytes = 0;
+  for (const int64_t b : s.bucket_bytes) step_bytes += b;
+  nlohmann::json step_seconds = nlohmann::json::object(), step_busbw = nlohmann::json::object();
+  for (const auto& [path, seconds] : step_seconds_by_path(step)) {
+    step_seconds[path] = seconds;
+    step_busbw[path] =
+        seconds > 0 ? static_cast<double>(step_bytes) * bus_bandwidth_factor("all_reduce", s.world) / seconds * 1e-9
+                    : 0.0;
+  }
   return {
       {"schema", "trainbench.bench_comm/v2"},
       {"version", trainbench_version()},
@@ -1459,6 +1482,8 @@ nlohmann::json comm_result_json(const CommBenchSetup& s, const Config& config, C
       // ZeRO-1's reduce-scatter and all-gather of the padded buffer.
       {"gradient_step_collectives", s.zero_step ? nlohmann::json{"reduce_scatter", "all_gather"}
                                                 : nlohmann::json{"all_reduce"}},
+      {"gradient_step_s", step_seconds},
+      {"gradient_step_busbw_gbs", step_busbw},
       {"memory_per_rank_bytes", s.bytes_per_rank},
       {"ranks_on_host", s.host_ranks},
       {"gradient_step", step_json},

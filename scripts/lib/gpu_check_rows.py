@@ -31,15 +31,21 @@ def preset(path: str) -> str:
     c = s["gemm_ceiling_shape"]
     t = s["step_s"]
     return ("{:,.0f} tokens/s, MFU {} of {}, {} of the in-run ceiling ({:.0f} TFLOP/s at {}x{}x{}), "
-            "step {:.1f} ms (p10 {:.1f}, p90 {:.1f}), data stall {:.1f}%, host {:.1f}%, attention {} ({} backward), "
+            "step {:.1f} ms (p10 {:.1f}, p90 {:.1f}), data stall {:.1f}%, host {}, attention {} ({} backward), "
             "memory/GPU {:.1f} GiB").format(
                 s["tokens_per_s"], percent(s["mfu"]), peak_named(s), percent(s["mfu_vs_gemm_ceiling"]),
                 (s["gemm_ceiling_flops_per_s"] or 0) / 1e12, c["m"], c["n"], c["k"], 1e3 * (t["median"] or 0),
                 1e3 * (t["p10"] or 0), 1e3 * (t["p90"] or 0), 100 * s["stall_shares"]["data_stall"],
-                100 * (s["stall_shares"]["other"] or 0),
+                host_share(s),
                 r["environment"]["attention"]["kernel"],
                 "deterministic" if r["config"]["train"]["deterministic"] else "fastest",
                 s["memory_per_rank"]["total_bytes"] / 2**30)
+
+
+def host_share(s: dict[str, Any]) -> str:
+    """The step's other share as a percentage, n/a where it was not measured."""
+    other = s["stall_shares"]["other"]
+    return "n/a" if other is None else "{:.1f}%".format(100 * other)
 
 
 def gemm(path: str) -> str:
@@ -93,13 +99,18 @@ def nccl(path: str) -> str:
 
 
 def bench_comm(path: str) -> str:
-    """bench comm: where the buffers were, the gradient step and the largest all-reduce."""
+    """bench comm: where the buffers were, the gradient step (on the trainer's
+    path: the buckets' all-reduces, or ZeRO-1's reduce-scatter and
+    all-gather) and the largest all-reduce."""
     r = load(path)
-    step = [s for s in r["gradient_step"] if s["path"] == "bucketed"][0]
+    seconds = r["gradient_step_s"]
+    trainers = "bucketed" if "bucketed" in seconds else "comm"
+    what = ("{} buckets".format(len(r["bucket_bytes"])) if r["gradient_step_collectives"] == ["all_reduce"]
+            else "ZeRO-1: " + " + ".join(r["gradient_step_collectives"]))
     largest = max((c for c in r["collectives"] if c["collective"] == "all_reduce"), key=lambda c: c["bytes"])
-    return ("{} on {} buffers, {} rank(s): gradient step {:.1f} us ({} buckets); all-reduce {:.0f} MiB "
+    return ("{} on {} buffers, {} rank(s): gradient step {:.1f} us ({}); all-reduce {:.0f} MiB "
             "{:.1f} us, busbw {:.1f} GB/s; check {}").format(
-        r["backend"], r.get("buffers", "host"), r["ranks"], 1e6 * step["time_s"], step["buckets"], largest["bytes"] / 2**20,
+        r["backend"], r.get("buffers", "host"), r["ranks"], 1e6 * seconds[trainers], what, largest["bytes"] / 2**20,
         1e6 * largest["time_s"], largest["busbw_gbs"], r["check"])
 
 

@@ -5,6 +5,7 @@
 #include <map>      // sizes by collective and path
 #include <numeric>  // std::accumulate
 #include <string>
+#include <tuple>    // the step's rows by path
 #include <utility>  // std::pair
 #include <vector>
 
@@ -138,6 +139,10 @@ TEST(BenchCommMpi, GradientStepUsesTheTrainersBuckets) {
   for (const nlohmann::json& r : result.at("gradient_step")) {
     EXPECT_EQ(r.at("buckets").get<size_t>(), buckets.size());
     EXPECT_EQ(r.at("bytes"), result.at("gradient_bytes"));
+    // The step as a whole is the one row's, on its path.
+    EXPECT_EQ(result.at("gradient_step_s").at(r.at("path").get<std::string>()), r.at("time_s"));
+    EXPECT_NEAR(result.at("gradient_step_busbw_gbs").at(r.at("path").get<std::string>()).get<double>(),
+                r.at("busbw_gbs").get<double>(), 1e-9 * r.at("busbw_gbs").get<double>());
   }
   testing::expect_measured_and_checked(result);
 }
@@ -165,6 +170,12 @@ TEST(BenchCommMpi, UnderZeroOneTheGradientStepIsReduceScatterThenAllGather) {
   }
   EXPECT_EQ(timed, (std::vector<std::string>{"reduce_scatter/comm", "reduce_scatter/raw", "all_gather/comm",
                                              "all_gather/raw"}));
+  // The step on each path: its reduce-scatter and all-gather summed.
+  const nlohmann::json& rows = result.at("gradient_step");
+  for (const auto& [path, first, second] : {std::tuple{"comm", 0, 2}, std::tuple{"raw", 1, 3}})
+    EXPECT_DOUBLE_EQ(result.at("gradient_step_s").at(path).get<double>(),
+                     rows[first].at("time_s").get<double>() + rows[second].at("time_s").get<double>())
+        << path;
   // The whole padded gradient is no size the sweep all-reduces.
   for (const nlohmann::json& r : result.at("collectives")) EXPECT_LE(r.at("bytes").get<int64_t>(), 4096) << r.dump();
   testing::expect_measured_and_checked(result);

@@ -79,6 +79,10 @@ class GpuCheckRowsTests(unittest.TestCase):
         self.assertTrue(line.startswith("{:,.0f} tokens/s, MFU ".format(s["tokens_per_s"])), line)
         self.assertIn("step {:.1f} ms".format(1e3 * s["step_s"]["median"]), line)
         self.assertIn("host {:.1f}%".format(100 * s["stall_shares"]["other"]), line)
+        untimed = self.result("run.json")
+        untimed["summary"]["stall_shares"]["other"] = None  # not measured: n/a, not 0.0%
+        (self.out / "untimed.json").write_text(json.dumps(untimed))
+        self.assertIn(", host n/a, ", rows.preset(str(self.out / "untimed.json")))
         self.assertIn("attention {} (".format(r["environment"]["attention"]["kernel"]), line)
         self.assertIn(r["environment"]["gemm"]["detail"], rows.gemm(str(self.out / "run.json")))
         # The CPU has no datasheet peak: its MFU is null, said so (it read
@@ -114,6 +118,14 @@ class GpuCheckRowsTests(unittest.TestCase):
             1e6 * step["time_s"])), line)
         self.assertIn("all-reduce 1 MiB ", line)  # the sweep's largest size: --max-bytes
         self.assertTrue(line.endswith("check ok"), line)
+        # Under comm.zero 1 the step is ZeRO-1's, on the communicator's path
+        # (it read a "bucketed" row there was none of: IndexError).
+        r.update(gradient_step_collectives=["reduce_scatter", "all_gather"],
+                 gradient_step_s={"comm": 0.000168, "raw": 0.000195},
+                 gradient_step=[dict(step, collective="reduce_scatter", path="comm")])
+        (self.out / "zero-comm.json").write_text(json.dumps(r))
+        self.assertIn("gradient step 168.0 us (ZeRO-1: reduce_scatter + all_gather)",
+                      rows.bench_comm(str(self.out / "zero-comm.json")))
 
     def test_the_burnin_and_instrument_rows(self) -> None:
         b = self.result("burnin.json")["burnin"]

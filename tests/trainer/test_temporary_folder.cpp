@@ -188,8 +188,6 @@ TEST_F(TemporaryFolder, AFolderWhoseRemovalWasKilledIsSweptLater) {
   }
 }
 
-// With a parent given (checkpoint.dir, --dir: perhaps a shared filesystem
-// whose flock is per node) nothing is swept and no lock file is made.
 // The folders a signal's cleanup removes are those still there: each
 // checkpoint's step_N.tmp stayed listed after its commit renamed it, one
 // more a checkpoint for the whole run (30 KB per 500), all looked at
@@ -212,6 +210,8 @@ TEST_F(TemporaryFolder, FoldersGoneSinceLeaveTheInterruptList) {
   std::filesystem::remove(made[2]);
 }
 
+// With a parent given (checkpoint.dir, --dir: perhaps a shared filesystem
+// whose flock is per node) nothing is swept and no lock file is made.
 TEST_F(TemporaryFolder, AGivenParentIsNotSwept) {
   const std::string parent = temp_.file("shared");
   fs::create_directories(parent);
