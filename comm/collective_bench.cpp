@@ -397,7 +397,8 @@ std::vector<CollectiveBenchResult> bench_zero_one_step(Communicator& comm, int64
                                                        const CollectiveBenchOptions& options,
                                                        const MakeBenchBuffer& make_buffer) {
   std::vector<CollectiveBenchResult> results;
-  for (const auto& make : {reduce_scatter, all_gather}) measure_paths(comm, options, make_buffer, make(comm, padded_bytes), results);
+  for (const auto& make : {reduce_scatter, all_gather})
+    measure_paths(comm, options, make_buffer, make(comm, padded_bytes), results);
   return results;
 }
 
