@@ -68,9 +68,9 @@ int BurninCommand::run(const std::string& command_line) {
   std::vector<std::string> checked = o.overrides;
   checked.push_back(burnin_steps);
   const Config config = load_config(o.config, checked);
+  // Under a launcher every rank knows the job's size before MPI is up.
+  const int ranks = std::max(1, launcher_task_count());
   if (baseline) {
-    // Under a launcher every rank knows the job's size before MPI is up.
-    const int ranks = std::max(1, launcher_task_count());
     // The engine device auto will take, as the run resolves it below.
     const std::string engine = resolve_device(config.train.device, query_gpus());
     const std::string differs = baseline_job_difference(*baseline, config, ranks, engine);
@@ -84,14 +84,15 @@ int BurninCommand::run(const std::string& command_line) {
                                        "straggler and drift checks read each step's time: leave it true"};
   std::vector<std::string> overrides = o.overrides;  // the user's first: ours below must win
   // The run ends at the duration, not at a step count. The temporary shards
-  // are sized for the config's own step count and read again epoch after
-  // epoch, rather than for a step count nobody sets.
+  // are sized for the config's own step count on the job's ranks (as `run`
+  // sizes them; one rank's worth was split over all of them) and read again
+  // epoch after epoch, rather than for a step count nobody sets.
   if (config.data.synth_samples_per_shard == 0) {
     std::vector<std::string> own = o.overrides;  // the config's own step count, whatever its warm-up
     own.push_back("train.warmup_steps=0");
     Config sizing = config;
     sizing.train.steps = load_config(o.config, own).train.steps;
-    overrides.push_back("data.synth_samples_per_shard=" + std::to_string(synth_samples_per_shard_for_run(sizing, 1)));
+    overrides.push_back("data.synth_samples_per_shard=" + std::to_string(synth_samples_per_shard_for_run(sizing, ranks)));
   }
   overrides.push_back(burnin_steps);
   // The golden step is compared bit for bit: every kernel must repeat itself,

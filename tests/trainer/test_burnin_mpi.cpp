@@ -10,7 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstdlib>  // setenv: the test hook, for the ranks mpirun starts
+#include <cstdlib>  // setenv: the test hook, for the ranks mpirun starts; std::atoll
+#include <cstring>  // std::strlen
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -52,6 +53,25 @@ class BurninMpi : public ::testing::Test {
   std::string out_;
   nlohmann::json result_;
 };
+
+// The temporary shards hold a run's worth for every rank, as `run` makes
+// them: the burn-in sized them for one rank whatever the job's size, so
+// each of N ranks read 1/N of that and came back to cached data sooner.
+TEST_F(BurninMpi, TheTemporaryShardsHoldEveryRanksRun) {
+  const auto samples = [](const std::string& out) -> int64_t {
+    const size_t at = out.find(" synthetic shards (");
+    return at == std::string::npos ? -1 : std::atoll(out.c_str() + at + std::strlen(" synthetic shards ("));
+  };
+  const CommandResult two = burnin("two", "2s", "--set checkpoint.every_steps=0");
+  ASSERT_EQ(two.exit_code, 0) << two.out << two.err;
+  const CommandResult one = run_command(std::string(TRAINBENCH_BINARY) +
+                                        " burnin tiny --duration 2s --set train.threads=1 --set train.warmup_steps=2"
+                                        " --set burnin.degrade_pct=90 --set checkpoint.every_steps=0 --out " +
+                                        dir_.file("one.json"));
+  ASSERT_EQ(one.exit_code, 0) << one.out << one.err;
+  ASSERT_GT(samples(one.out), 0) << one.out;
+  EXPECT_GE(samples(two.out), 2 * samples(one.out) - 8) << one.out << two.out;  // rounded up per shard
+}
 
 TEST_F(BurninMpi, CleanTwoRankBurnInPassesWithTheFullVerdict) {
   // A config that asks for cuDNN's non-repeatable attention backward still
