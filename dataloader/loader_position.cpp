@@ -106,6 +106,12 @@ std::string serialize_position(const LoaderPosition& p) {
   return std::move(w.bytes());
 }
 
+// batches_consumed and an epoch grow by one per batch or per epoch, so no
+// run writes one anywhere near int64's top; a damaged one there would make
+// the loader's next increment overflow (and the reader index it picks by
+// batches_consumed % readers negative).
+constexpr int64_t kCountBound = int64_t{1} << 62;
+
 LoaderPosition parse_position(const std::string& bytes) {
   Reader r(bytes);
   char tag[sizeof kTag];
@@ -125,7 +131,8 @@ LoaderPosition parse_position(const std::string& bytes) {
   if (p.shard_count < p.world || p.readers > p.shard_count / p.world)
     Reader::bad("shard_count " + std::to_string(p.shard_count) + " for " + std::to_string(p.world) +
                 " rank(s) x " + std::to_string(p.readers) + " reader(s)");
-  if (p.batches_consumed < 0) Reader::bad("batches_consumed is " + std::to_string(p.batches_consumed));
+  if (p.batches_consumed < 0 || p.batches_consumed > kCountBound)
+    Reader::bad("batches_consumed is " + std::to_string(p.batches_consumed));
   const int64_t readers = r.count(8);
   if (readers != p.readers)
     Reader::bad(std::to_string(readers) + " reader positions for readers = " + std::to_string(p.readers));
@@ -136,7 +143,7 @@ LoaderPosition parse_position(const std::string& bytes) {
     reader.shard_cursor = r.i64();
     reader.samples_into_shard = r.i64();
     reader.shuffle_rng = r.u64();
-    if (reader.epoch < 0) Reader::bad(where + "epoch is " + std::to_string(reader.epoch));
+    if (reader.epoch < 0 || reader.epoch > kCountBound) Reader::bad(where + "epoch is " + std::to_string(reader.epoch));
     // The cursor indexes the reader's shards of its epoch: a wild one read
     // a path out of bounds.
     const int64_t shards = reader_shard_count(p.shard_count, p.rank, p.world, i, p.readers);

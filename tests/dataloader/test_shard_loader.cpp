@@ -471,6 +471,16 @@ TEST(ShardLoader, DamagedPositionFieldsAreRefusedNeverUsed) {
     p.reader_positions[1].current_rest = {1, token};
     EXPECT_NE(refused(p).find("current sample"), std::string::npos);
   }
+  // Counts no run reaches: the loader's next increment would overflow.
+  for (const int64_t value : {(int64_t{1} << 62) + 1, std::numeric_limits<int64_t>::max()}) {
+    SCOPED_TRACE(value);
+    LoaderPosition p = good;
+    p.batches_consumed = value;
+    EXPECT_NE(refused(p).find("batches_consumed"), std::string::npos);
+    p = good;
+    p.reader_positions[1].epoch = value;
+    EXPECT_NE(refused(p).find("epoch"), std::string::npos);
+  }
   LoaderPosition p = good;
   p.reader_positions[0].shuffle_buffer.resize(6, {1, 2});
   EXPECT_NE(refused(p).find("shuffle buffer"), std::string::npos);
