@@ -395,13 +395,15 @@ std::vector<std::string> resolve_shard_list(const std::string& spec) {
         glob_t matches;
         glob_read_error = 0;
         const int status = ::glob(name.c_str(), 0, note_glob_read_error, &matches);
+        std::vector<std::string> matched;
+        for (size_t i = 0; status == 0 && i < matches.gl_pathc; ++i) matched.emplace_back(matches.gl_pathv[i]);
+        ::globfree(&matches);  // before the checks, which throw on a link to nothing
         std::vector<std::string> found;
-        for (size_t i = 0; status == 0 && i < matches.gl_pathc; ++i) {
-          if (is_directory(matches.gl_pathv[i])) continue;
-          require_regular_file(matches.gl_pathv[i], "shard");
-          found.emplace_back(matches.gl_pathv[i]);
+        for (std::string& path : matched) {
+          if (is_directory(path)) continue;
+          require_regular_file(path, "shard");
+          found.push_back(std::move(path));
         }
-        ::globfree(&matches);
         // glob(3) sorts by the locale's collation; every rank must agree, so bytes decide.
         std::sort(found.begin(), found.end());
         if (found.empty() && glob_read_error != 0)
