@@ -467,7 +467,11 @@ TEST(CheckpointCli, DamagedPositionOrTrainerStateIsRefusedNamingTheCheckpoint) {
   expect_refused(damaged("tag", "data_position", 0, "XXXXXXXX"), "rank 0's data_position: loader position: wrong tag");
   // The micro-batches taken, at 48: each step takes grad_accum of them
   // (2^63-1 overflowed at the next batch and indexed reader -1: SIGSEGV).
-  for (const int64_t consumed : {std::numeric_limits<int64_t>::max(), int64_t{1000}, int64_t{3}}) {
+  // Past 2^62 the loader's own parse refuses it, before the step is compared.
+  expect_refused(damaged("consumed-huge", "data_position", 48, int64_bytes(std::numeric_limits<int64_t>::max())),
+                 "rank 0's data_position: loader position: batches_consumed is " +
+                     std::to_string(std::numeric_limits<int64_t>::max()));
+  for (const int64_t consumed : {int64_t{1} << 62, int64_t{1000}, int64_t{3}}) {
     const std::string name = "consumed" + std::to_string(i++);
     expect_refused(damaged(name, "data_position", 48, int64_bytes(consumed)),
                    "rank 0's data_position: batches_consumed is " + std::to_string(consumed) +
