@@ -796,6 +796,13 @@ void check_model_sizes(const Checker& checker, const Config& config) {
                       " layers (the attention probabilities micro_batch x n_heads x seq_len^2 alone " +
                       count_text(probs) + " per layer), more than the limit of " +
                       std::to_string(kMaxActivationElements) + " (2^56)");
+  // Both engines take a micro-batch's rows as 32-bit counts: OpenBLAS's cblas
+  // sizes are int (past it the GEMM was refused and the step went on with
+  // its outputs unwritten), a CUDA launch covers 2^31 - 1 blocks.
+  checker.require(n <= INT32_MAX, {"train.micro_batch", "model.seq_len"},
+                  "train.micro_batch " + std::to_string(config.train.micro_batch) + " x model.seq_len " +
+                      std::to_string(m.seq_len) + " is " + count_text(n) +
+                      " tokens a micro-batch, more than the engines' 2147483647 rows");
 }
 
 // Every key against its bounds and choices (the key table).

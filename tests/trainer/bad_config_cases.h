@@ -241,6 +241,13 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"TooManyParametersFromASet", valid, {"model.n_heads=1", "model.n_kv_heads=1", "model.d_model=1048576"},
        {"--set model.d_model=1048576", "layers of model.d_model 1048576", "2^40"}},
       {"SeqLenTwoBillion", with("model.seq_len", "2000000000"), {}, {"model.seq_len", "more than 2^63", "2^56"}},
+      // 2^31 tokens a micro-batch, within the activation limit at this width:
+      // OpenBLAS took the sizes as int and refused the GEMMs.
+      {"MicroBatchRowsPastInt32",
+       valid_yaml_with({{"model.seq_len", "2"}, {"train.micro_batch", "1073741824"}, {"model.d_model", "4"},
+                        {"model.n_heads", "1"}, {"model.n_kv_heads", "1"}, {"model.ffn_hidden", "4"},
+                        {"model.vocab", "2"}, {"model.n_layers", "1"}}),
+       {}, {"train.micro_batch", "2147483648 tokens a micro-batch", "2147483647 rows"}},
       {"SeqLenAttentionTooLarge", with("model.seq_len", "100000000"), {}, {"model.seq_len", "activation elements", "2^56"}},
       // The file itself.
       {"SecondYamlDocument", valid + "---\nmodel:\n  n_layers: 3\n", {}, {"has 2 YAML documents; trainbench reads one"}},
