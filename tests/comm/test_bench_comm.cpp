@@ -11,6 +11,7 @@
 #include "comm/communicator.h"  // nccl_environment_problem
 #include "tests/comm/bench_comm_json.h"
 #include "tests/support/run_command.h"
+#include "tests/support/sanitizer.h"  // no ulimit -v under ASan
 #include "tests/support/temp_dir.h"
 
 namespace trainbench {
@@ -104,6 +105,7 @@ TEST(BenchComm, NcclMadeBlockingByTheEnvironmentIsRefused) {
 // what one rank needs (a 1 GiB all-gather on one rank: 1 GiB in, 1 GiB out),
 // the limit, and a --max-bytes that fits.
 TEST(BenchComm, BuffersBeyondTheAddressSpaceLimitExitThreeBeforeAllocating) {
+  SKIP_ADDRESS_SPACE_LIMIT_UNDER_ASAN();
   const testing::CommandResult run = run_command("bash -c 'ulimit -v 2000000 && exec " +
                                                  std::string(TRAINBENCH_BINARY) +
                                                  " bench comm --max-bytes 1G --iters 1'");

@@ -16,6 +16,7 @@
 #include "tests/comm/mpirun.h"
 #include "tests/support/mem_available.h"  // whether this machine has room for the bench refused
 #include "tests/support/run_command.h"
+#include "tests/support/sanitizer.h"  // no ulimit -v under ASan
 #include "tests/support/temp_dir.h"
 
 namespace trainbench {
@@ -258,6 +259,7 @@ TEST(BenchCommMpi, NcclWithoutGpusStopsEveryRankWithOneLine) {
 // A limit on one rank alone (ulimit -v on one node) stops every rank with
 // that rank's reason before rank 0 starts measuring; rank 0 speaks for all.
 TEST(BenchCommMpi, OneRankShortOfMemoryStopsEveryRank) {
+  SKIP_ADDRESS_SPACE_LIMIT_UNDER_ASAN();
   const testing::CommandResult run = run_command(
       mpirun(2, "bash -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then ulimit -v 2000000; fi; exec " +
                     std::string(TRAINBENCH_BINARY) + " bench comm tiny --max-bytes 1G --iters 1'"));

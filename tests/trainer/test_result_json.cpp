@@ -32,6 +32,7 @@
 #include "trainer/report.h"         // human_rate
 #include "tests/support/mounted_filesystem.h"  // a small tmpfs that fills during a run
 #include "tests/support/run_command.h"
+#include "tests/support/sanitizer.h"  // no ulimit -v under ASan
 #include "tests/support/temp_dir.h"
 #include "tests/trainer/header_memory.h"
 
@@ -1416,6 +1417,7 @@ TEST(Cli, AnUnusableTmpdirOrAFileSizeLimitIsAnEnvironmentError) {
   EXPECT_EQ(small_files.err.find('\n'), small_files.err.size() - 1) << "one line: " << small_files.err;
   EXPECT_EQ(small_files.out.find("step "), std::string::npos) << "refused before training: " << small_files.out;
   EXPECT_EQ(testing::read_whole_file(earlier), earlier_text);
+  SKIP_ADDRESS_SPACE_LIMIT_UNDER_ASAN();
   // An address-space limit below what the run maps hung in OpenBLAS. The
   // limit: 64 MB above the least that starts the binary at all (found by
   // halving, in KiB; the CUDA build maps cuBLAS, some 1 GB; below that
@@ -1449,6 +1451,7 @@ TEST(Cli, AnUnusableTmpdirOrAFileSizeLimitIsAnEnvironmentError) {
 // cannot start a thread, cuBLASLt's initialiser faults), not judged here.
 // By 128 KiB over the first 2 MiB, then by 32 MiB (a quarter of a buffer).
 TEST(Cli, NoAddressSpaceLimitHangsOrCrashesAStartedProcess) {
+  SKIP_ADDRESS_SPACE_LIMIT_UNDER_ASAN();
   testing::TempDir dir("test_cli_vmem_exit");
   const std::string binary = TRAINBENCH_BINARY;
   const auto under_limit = [&](int64_t kib, const std::string& arguments) {
@@ -1507,7 +1510,8 @@ TEST(Cli, AShardListingTheDescriptorLimitStoppedIsAnEnvironmentError) {
   int named = 0;
   for (const std::string& spec : {dir.file("sh"), dir.file("sh") + "/*.tar", dir.file("list.txt")}) {
     for (int limit = 4; limit <= 16; ++limit) {
-      const auto r = run_command("bash -c 'ulimit -n " + std::to_string(limit) + "; exec timeout 60 " + binary +
+      const auto r = run_command("bash -c 'ulimit -n " + std::to_string(limit) + "; " +
+                                 testing::without_leak_check_under_asan() + "exec timeout 60 " + binary +
                                  " shards verify \"" + spec + "\"'");
       const std::string where = "ulimit -n " + std::to_string(limit) + ", " + spec + ": ";
       if (r.exit_code == 0 || r.exit_code == 127) continue;
@@ -1533,6 +1537,7 @@ TEST(Cli, AShardListingTheDescriptorLimitStoppedIsAnEnvironmentError) {
 // floor the run names and climbs past what the run needs, with the loader's
 // threads and a checkpoint at every step in play.
 TEST(Cli, AnyAddressSpaceLimitAboveTheFloorEndsTheRunOrIsAnEnvironmentError) {
+  SKIP_ADDRESS_SPACE_LIMIT_UNDER_ASAN();
   testing::TempDir dir("test_cli_vmem");
   const std::string binary = TRAINBENCH_BINARY;
   const std::string run = "export TMPDIR=" + dir.path() + "; exec timeout 60 " + binary +
@@ -1588,7 +1593,8 @@ TEST(Cli, RunningOutOfFileDescriptorsAnywhereIsAnEnvironmentError) {
   for (int limit = 4; limit <= 16; ++limit) {
     // Below what the dynamic loader needs to start the binary (it depends
     // on the descriptors this test inherited) nothing of trainbench runs.
-    const std::string limited = "bash -c 'ulimit -n " + std::to_string(limit) + "; exec timeout 120 ";
+    const std::string limited = "bash -c 'ulimit -n " + std::to_string(limit) + "; " +
+                                testing::without_leak_check_under_asan() + "exec timeout 120 ";
     if (run_command(limited + TRAINBENCH_BINARY + " --version'").exit_code != 0) continue;
     const auto r = run_command("TMPDIR=" + dir.path() + " " + limited + run + "'");
     // The run's temporary folders go however it ends: the empty ones a
