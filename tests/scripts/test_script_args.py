@@ -221,6 +221,89 @@ class FuzzArgumentTests(Sandbox):
         self.assertFalse(in_repo.exists())
 
 
+class SanitizeTests(Sandbox):
+    """scripts/sanitize.sh: its settings are checked before anything is built,
+    it never turns another build folder into a sanitized one, and it hands
+    CTest the sanitizers' options. cmake and ctest are stand-ins here; the
+    real build and suite take an hour on CI's two cores (docs/sanitizers.md)."""
+
+    def fake_tools(self) -> None:
+        # cmake writes the cache a configure would; ctest records its folder,
+        # arguments and the sanitizers' options, and exits $FAKE_CTEST_EXIT.
+        write_tool(self.tools, "cmake",
+                   'echo "cmake $*" >> "$FAKE_LOG"\n'
+                   'if [ "$1" = -S ]; then echo "TRAINBENCH_SANITIZE:STRING=address" > "$4/CMakeCache.txt"; fi\n')
+        write_tool(self.tools, "ctest",
+                   'echo "ctest $PWD $* ASAN_OPTIONS=$ASAN_OPTIONS LSAN_OPTIONS=$LSAN_OPTIONS '
+                   'UBSAN_OPTIONS=$UBSAN_OPTIONS" >> "$FAKE_LOG"\nexit "${FAKE_CTEST_EXIT:-0}"\n')
+
+    def test_bad_job_counts_exit_2_before_building(self) -> None:
+        self.fake_tools()
+        build = self.dir / "never-built"
+        for name in ("TRAINBENCH_BUILD_JOBS", "TRAINBENCH_TEST_JOBS"):
+            for value in ("0", "-1", "two", "1.5", "99999"):
+                with self.subTest(name=name, value=value):
+                    done = run("bash", SCRIPTS / "sanitize.sh",
+                               env={**self.env, "TRAINBENCH_SANITIZE_BUILD_DIR": str(build), name: value}, timeout=20)
+                    self.assert_refused(done, "sanitize.sh: ", name)
+                    self.assertFalse(build.exists())
+                    self.assertFalse(self.log.exists(), "cmake ran")
+
+    def test_a_folder_holding_another_build_is_refused_untouched(self) -> None:
+        self.fake_tools()
+        build = self.dir / "build"
+        build.mkdir()
+        cache = "CMAKE_BUILD_TYPE:STRING=Release\nTRAINBENCH_SANITIZE:STRING=\n"
+        (build / "CMakeCache.txt").write_text(cache)
+        done = run("bash", SCRIPTS / "sanitize.sh", env={**self.env, "TRAINBENCH_SANITIZE_BUILD_DIR": str(build)},
+                   timeout=20)
+        self.assert_refused(done, "sanitize.sh: ", str(build), "without sanitizers")
+        self.assertEqual((build / "CMakeCache.txt").read_text(), cache)
+        self.assertFalse(self.log.exists(), "cmake ran")
+
+    def test_the_suite_runs_in_the_sanitized_folder_with_the_options_and_its_exit(self) -> None:
+        self.fake_tools()
+        build = self.dir / "asan"
+        for exit_code in (0, 8):
+            with self.subTest(ctest_exit=exit_code):
+                self.log.unlink(missing_ok=True)
+                done = run("bash", SCRIPTS / "sanitize.sh", "-R", "ShardLoader",
+                           env={**self.env, "TRAINBENCH_SANITIZE_BUILD_DIR": str(build),
+                                "TRAINBENCH_TEST_JOBS": "3", "FAKE_CTEST_EXIT": str(exit_code)}, timeout=20)
+                self.assertEqual(done.returncode, exit_code, done.stderr)
+                calls = self.log.read_text().splitlines()
+                self.assertEqual(len(calls), 3, calls)
+                configure, build_call, ctest = calls
+                for flag in ("-DTRAINBENCH_SANITIZE=address", "-DTRAINBENCH_CUDA=OFF", f"-B {build}"):
+                    self.assertIn(flag, configure)
+                self.assertTrue(build_call.startswith(f"cmake --build {build} -j "), build_call)
+                self.assertTrue(ctest.startswith(f"ctest {build} "), ctest)
+                self.assertIn("--parallel 3 -R ShardLoader", ctest)
+                self.assertIn("detect_leaks=1", ctest)
+                self.assertIn("verify_asan_link_order=0", ctest)
+                self.assertIn("fast_unwind_on_malloc=0", ctest)  # OpenMPI's leaks reach their suppressions
+                self.assertIn(f"suppressions={SCRIPTS / 'sanitizers' / 'lsan.supp'}", ctest)
+                self.assertIn("halt_on_error=1", ctest.split("UBSAN_OPTIONS=")[1])
+
+    def test_every_kept_allocation_suppressed_is_still_in_the_sources(self) -> None:
+        # A suppression names where trainbench leaves memory to the process
+        # on purpose; one whose function was renamed would let the report
+        # through, and one for a function gone would hide nothing, silently.
+        sources = {path: path.read_text(errors="replace")
+                   for folder in ("trainer", "dataloader", "checkpoint", "comm", "kernels", "tests")
+                   for path in (REPO / folder).rglob("*.cpp")}
+        patterns = [line[len("leak:"):] for line in (SCRIPTS / "sanitizers" / "lsan.supp").read_text().splitlines()
+                    if line.startswith("leak:")]
+        own = [p for p in patterns if not p.startswith(("lib", "mca_"))]
+        self.assertTrue(own, patterns)
+        for pattern in own:
+            with self.subTest(pattern=pattern):
+                # Class::function, defined as "Class::function(" in a .cpp; or a name of a type.
+                wanted = "::".join(pattern.split("::")[-2:]) + "(" if "::" in pattern else pattern
+                found = [p for p, text in sources.items() if wanted in text]
+                self.assertTrue(found, f"{pattern}: no source defines it (renamed? then rename it in lsan.supp)")
+
+
 class BenchInstrumentationTests(Sandbox):
     def test_bad_repeats_and_steps_exit_2_before_any_run(self) -> None:
         # --repeats 0 ran nothing and ended in a Python traceback (exit 1).
