@@ -235,7 +235,8 @@ class SanitizeTests(Sandbox):
                    'if [ "$1" = -S ]; then echo "TRAINBENCH_SANITIZE:STRING=address" > "$4/CMakeCache.txt"; fi\n')
         write_tool(self.tools, "ctest",
                    'echo "ctest $PWD $* ASAN_OPTIONS=$ASAN_OPTIONS LSAN_OPTIONS=$LSAN_OPTIONS '
-                   'UBSAN_OPTIONS=$UBSAN_OPTIONS" >> "$FAKE_LOG"\nexit "${FAKE_CTEST_EXIT:-0}"\n')
+                   'UBSAN_OPTIONS=$UBSAN_OPTIONS" >> "$FAKE_LOG"\n'
+                   'case " $* " in *" -L mpi "*) exit "${FAKE_EXIT_MPI:-0}" ;; *) exit "${FAKE_EXIT_REST:-0}" ;; esac\n')
 
     def test_bad_job_counts_exit_2_before_building(self) -> None:
         self.fake_tools()
@@ -264,26 +265,31 @@ class SanitizeTests(Sandbox):
     def test_the_suite_runs_in_the_sanitized_folder_with_the_options_and_its_exit(self) -> None:
         self.fake_tools()
         build = self.dir / "asan"
-        for exit_code in (0, 8):
-            with self.subTest(ctest_exit=exit_code):
+        # Both passes run whichever fails; the script fails if either did.
+        for rest, mpi, expected in ((0, 0, 0), (8, 0, 8), (0, 8, 8)):
+            with self.subTest(rest=rest, mpi=mpi):
                 self.log.unlink(missing_ok=True)
                 done = run("bash", SCRIPTS / "sanitize.sh", "-R", "ShardLoader",
-                           env={**self.env, "TRAINBENCH_SANITIZE_BUILD_DIR": str(build),
-                                "TRAINBENCH_TEST_JOBS": "3", "FAKE_CTEST_EXIT": str(exit_code)}, timeout=20)
-                self.assertEqual(done.returncode, exit_code, done.stderr)
+                           env={**self.env, "TRAINBENCH_SANITIZE_BUILD_DIR": str(build), "TRAINBENCH_TEST_JOBS": "3",
+                                "FAKE_EXIT_REST": str(rest), "FAKE_EXIT_MPI": str(mpi)}, timeout=20)
+                self.assertEqual(done.returncode, expected, done.stderr)
                 calls = self.log.read_text().splitlines()
-                self.assertEqual(len(calls), 3, calls)
-                configure, build_call, ctest = calls
+                self.assertEqual(len(calls), 4, calls)
+                configure, build_call, without_mpi, with_mpi = calls
                 for flag in ("-DTRAINBENCH_SANITIZE=address", "-DTRAINBENCH_CUDA=OFF", f"-B {build}"):
                     self.assertIn(flag, configure)
                 self.assertTrue(build_call.startswith(f"cmake --build {build} -j "), build_call)
-                self.assertTrue(ctest.startswith(f"ctest {build} "), ctest)
-                self.assertIn("--parallel 3 -R ShardLoader", ctest)
-                self.assertIn("detect_leaks=1", ctest)
-                self.assertIn("verify_asan_link_order=0", ctest)
-                self.assertIn("fast_unwind_on_malloc=0", ctest)  # OpenMPI's leaks reach their suppressions
-                self.assertIn(f"suppressions={SCRIPTS / 'sanitizers' / 'lsan.supp'}", ctest)
-                self.assertIn("halt_on_error=1", ctest.split("UBSAN_OPTIONS=")[1])
+                self.assertTrue(without_mpi.startswith(f"ctest {build} "), without_mpi)
+                self.assertIn("--parallel 3 -LE mpi -R ShardLoader", without_mpi)
+                self.assertIn("--parallel 3 -L mpi -R ShardLoader", with_mpi)
+                for ctest in (without_mpi, with_mpi):
+                    self.assertIn("detect_leaks=1", ctest)
+                    self.assertIn("verify_asan_link_order=0", ctest)
+                    self.assertIn(f"suppressions={SCRIPTS / 'sanitizers' / 'lsan.supp'}", ctest)
+                    self.assertIn("halt_on_error=1", ctest.split("UBSAN_OPTIONS=")[1])
+                # The slow unwinder OpenMPI's suppressions need, for the MPI tests alone.
+                self.assertIn("fast_unwind_on_malloc=0", with_mpi)
+                self.assertNotIn("fast_unwind_on_malloc", without_mpi)
 
     def test_every_kept_allocation_suppressed_is_still_in_the_sources(self) -> None:
         # A suppression names where trainbench leaves memory to the process
