@@ -104,7 +104,7 @@ TEST(BackgroundWriter, AbandoningAStuckJobReturnsAtOnceAndDropsTheQueue) {
   // contract says, the writer is left to the process, never destroyed: held
   // from a static, where LeakSanitizer sees it kept rather than lost
   // (volatile: a pointer stored and never read was optimised away).
-  static BackgroundWriter* volatile left_to_the_process = nullptr;
+  [[maybe_unused]] static BackgroundWriter* volatile left_to_the_process = nullptr;
   left_to_the_process = writer.release();
 }
 
