@@ -15,7 +15,7 @@
 # Folder: build-asan (TRAINBENCH_SANITIZE_BUILD_DIR, relative to the source
 # tree). Build jobs: TRAINBENCH_BUILD_JOBS (default: the CPUs); tests at once:
 # TRAINBENCH_TEST_JOBS (default: the CPUs). On CI's two cores the build takes
-# about 30 minutes and the suite about 25 (docs/sanitizers.md).
+# about 18 minutes and the suite about 14 (docs/perf.md, stop 56).
 # Not part of scripts/test.sh or CI for that time; run it after a change to
 # threads, buffers or anything that parses what users or storage hand in.
 set -euo pipefail

@@ -1,4 +1,4 @@
-// Whether this build carries AddressSanitizer (scripts/sanitize.sh address).
+// Whether this build carries AddressSanitizer (scripts/sanitize.sh).
 // The trainbench binary a test runs is built with the same flags, so the test
 // binary's own macro answers for it too. ASan reserves some 20 TB of shadow
 // address space at start-up, which no `ulimit -v` a test can set leaves room
