@@ -225,11 +225,12 @@ class SanitizeTests(Sandbox):
     """scripts/sanitize.sh: its settings are checked before anything is built,
     it never turns another build folder into a sanitized one, and it hands
     CTest the sanitizers' options. cmake and ctest are stand-ins here; the
-    real build and suite take an hour on CI's two cores (docs/sanitizers.md)."""
+    real build and suite take half an hour on CI's two cores (docs/perf.md)."""
 
     def fake_tools(self) -> None:
         # cmake writes the cache a configure would; ctest records its folder,
-        # arguments and the sanitizers' options, and exits $FAKE_CTEST_EXIT.
+        # arguments and the sanitizers' options, and exits $FAKE_EXIT_MPI for
+        # the pass over label mpi, $FAKE_EXIT_REST for the other.
         write_tool(self.tools, "cmake",
                    'echo "cmake $*" >> "$FAKE_LOG"\n'
                    'if [ "$1" = -S ]; then echo "TRAINBENCH_SANITIZE:STRING=address" > "$4/CMakeCache.txt"; fi\n')
@@ -304,7 +305,7 @@ class SanitizeTests(Sandbox):
         self.assertTrue(own, patterns)
         for pattern in own:
             with self.subTest(pattern=pattern):
-                # Class::function, defined as "Class::function(" in a .cpp; or a name of a type.
+                # Class::function is defined as "Class::function(" in a .cpp.
                 wanted = "::".join(pattern.split("::")[-2:]) + "(" if "::" in pattern else pattern
                 found = [p for p, text in sources.items() if wanted in text]
                 self.assertTrue(found, f"{pattern}: no source defines it (renamed? then rename it in lsan.supp)")
