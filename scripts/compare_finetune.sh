@@ -45,7 +45,7 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-. "$repo/scripts/lib/common.sh"  # need, build_folder, plan_or_die, absolute_path
+. "$repo/scripts/lib/common.sh"  # need, build_folder, plan_or_die, absolute_path, print_usage
 . "$repo/scripts/lib/launch.sh"  # hostfile_hosts, mpi_launch_setup, mpirun_line
 me=compare_finetune.sh
 die() { echo "$me: $1" >&2; exit "${2:-2}"; }
@@ -89,7 +89,7 @@ while [ $# -gt 0 ]; do
     --hostfile) need "$1" $#; hostfile=$2; shift 2 ;;
     --mpirun-args) need "$1" $#; mpirun_args=$2; shift 2 ;;
     --binary) need "$1" $#; binary=$2; shift 2 ;;
-    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    -h|--help) print_usage; exit 0 ;;
     *) echo "$me: unknown argument '$1'" >&2; usage ;;
   esac
 done

@@ -15,10 +15,10 @@
 # tests/fuzz/regressions/TARGET, which CTest replays), 2 on a bad argument.
 set -euo pipefail
 me=fuzz.sh
-usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
+. "$(dirname "$0")/lib/common.sh"  # print_usage
 die() { echo "$me: $1" >&2; exit 2; }
 
-case "${1:-}" in -h|--help) usage; exit 0 ;; esac
+case "${1:-}" in -h|--help) print_usage; exit 0 ;; esac
 targets=(shard_tokens loader_position config)
 duration=60
 if [ $# -ge 1 ] && [ "$1" != --target ]; then duration=$1; shift; fi

@@ -21,24 +21,14 @@
 set -euo pipefail
 me=sanitize.sh
 die() { echo "$me: $1" >&2; exit 2; }
-case "${1:-}" in
-  -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-esac
 cd "$(dirname "$0")/.."
 repo=$PWD
-for count in TRAINBENCH_BUILD_JOBS TRAINBENCH_TEST_JOBS; do
-  value=${!count:-}
-  [ -z "$value" ] || [[ "$value" =~ ^[1-9][0-9]{0,3}$ ]] || die "$count='$value': expected a whole number from 1"
-done
-build=${TRAINBENCH_SANITIZE_BUILD_DIR:-build-asan}
-case "$build" in /*) ;; *) build="$repo/$build" ;; esac
+. "$repo/scripts/lib/common.sh"  # print_usage, whole_number_settings, instrumented_build_folder
+case "${1:-}" in -h|--help) print_usage; exit 0 ;; esac
+whole_number_settings TRAINBENCH_BUILD_JOBS TRAINBENCH_TEST_JOBS
+build=$(instrumented_build_folder "${TRAINBENCH_SANITIZE_BUILD_DIR:-build-asan}" \
+  'TRAINBENCH_SANITIZE:STRING=address' sanitizers TRAINBENCH_SANITIZE_BUILD_DIR) || exit
 command -v g++ > /dev/null || die "g++ not found: the sanitized build uses gcc's runtimes (scripts/setup.sh installs it)"
-
-# A folder that holds another build (build/, say) is refused, not turned into
-# a sanitized one; configuring again a sanitized one rebuilds nothing.
-if [ -f "$build/CMakeCache.txt" ] && ! grep -qx 'TRAINBENCH_SANITIZE:STRING=address' "$build/CMakeCache.txt"; then
-  die "$build holds a build without sanitizers: name a folder of its own (TRAINBENCH_SANITIZE_BUILD_DIR)"
-fi
 mkdir -p "$build"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINBENCH_SANITIZE=address \
   -DTRAINBENCH_CUDA=OFF -DTRAINBENCH_BUILD_TESTS=ON > "$build/configure.log" 2>&1 ||

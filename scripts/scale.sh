@@ -45,7 +45,7 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-. "$repo/scripts/lib/common.sh"  # need, build_folder, plan_or_die, absolute_path
+. "$repo/scripts/lib/common.sh"  # need, build_folder, plan_or_die, absolute_path, print_usage
 . "$repo/scripts/lib/launch.sh"  # hostfile_hosts, mpi_launch_setup, mpirun_line
 me=scale.sh
 
@@ -102,7 +102,7 @@ while [ $# -gt 0 ]; do
     --no-report) report=0; shift ;;
     --ceilings) ceilings=1; shift ;;
     --slurm) slurm=1; shift ;;
-    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    -h|--help) print_usage; exit 0 ;;
     *) echo "$me: unknown argument '$1'" >&2; usage ;;
   esac
 done

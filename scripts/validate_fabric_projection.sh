@@ -30,12 +30,12 @@
 # (netem would add a delay, but this VM's kernel has no sch_netem: tbf only.)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-. "$repo/scripts/lib/common.sh"  # build_folder
+. "$repo/scripts/lib/common.sh"  # build_folder, print_usage
 me=validate_fabric_projection
 die() { echo "$me: $1" >&2; exit 2; }
 
 case "${1:-}" in
-  -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+  -h|--help) print_usage; exit 0 ;;
 esac
 RATES=("$@")
 [ ${#RATES[@]} -gt 0 ] || RATES=(200 800)

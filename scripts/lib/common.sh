@@ -59,3 +59,35 @@ plan_or_die() {
     die "$error" "$code"
   fi
 }
+
+# print_usage: the script's --help, its header comment (the lines after the
+# #! line up to the first that is not a comment) without the leading "# ".
+print_usage() {
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+}
+
+# whole_number_settings VARIABLE...: each one set in the environment is a
+# whole number from 1 (build and test job counts), or the caller's die with
+# the variable named, before anything is built.
+whole_number_settings() {
+  local name value
+  for name in "$@"; do
+    value=${!name:-}
+    [ -z "$value" ] || [[ "$value" =~ ^[1-9][0-9]{0,3}$ ]] || die "$name='$value': expected a whole number from 1"
+  done
+}
+
+# instrumented_build_folder FOLDER CACHE_ENTRY WHAT VARIABLE: FOLDER (made
+# absolute against $repo) for an instrumented build, whose CMakeCache.txt,
+# where there is one, must hold the line CACHE_ENTRY. A folder that holds
+# another build (build/, say) is refused, not turned into an instrumented one
+# (WHAT names the kind; VARIABLE, where to name another folder); configuring
+# again an instrumented one rebuilds nothing.
+instrumented_build_folder() {
+  local folder=$1
+  case "$folder" in /*) ;; *) folder="$repo/$folder" ;; esac
+  if [ -f "$folder/CMakeCache.txt" ] && ! grep -qx "$2" "$folder/CMakeCache.txt"; then
+    die "$folder holds a build without $3: name a folder of its own ($4)"
+  fi
+  echo "$folder"
+}
