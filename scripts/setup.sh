@@ -18,6 +18,7 @@ DEBIAN_PACKAGES=(
   libcli11-dev                  # command line
   libgtest-dev libgmock-dev     # unit tests
   libtorch-dev                  # the reference model in the kernel tests
+  gcovr                         # scripts/coverage.sh's report of the tests' line and branch coverage
   iproute2                      # ip netns, tc: scripts/validate_fabric_projection.sh emulates a fabric
   slurmctld slurmd slurm-client munge   # a one-node Slurm (scripts/slurm/local_cluster.sh): the sbatch path's test
   python3 python3-pip           # Debian's python3 comes without pip

@@ -127,7 +127,8 @@ class Sandbox(unittest.TestCase):
         self.env = {**os.environ, "FAKE_LOG": str(self.log), "BUILD_DIR": str(self.build),
                     "PATH": f"{self.tools}:{os.environ['PATH']}"}
         for name in ("CKPT_DIR", "TRAINBENCH_BINARY", "TRAINBENCH_BUILD_DIR", "OUT", "CONFIG", "TRAINBENCH",
-                     "TRAINBENCH_FUZZ_BUILD_DIR", "SLURM_JOB_ID", "MPIRUN"):
+                     "TRAINBENCH_FUZZ_BUILD_DIR", "TRAINBENCH_SANITIZE_BUILD_DIR", "TRAINBENCH_COVERAGE_BUILD_DIR",
+                     "TRAINBENCH_BUILD_JOBS", "TRAINBENCH_TEST_JOBS", "SLURM_JOB_ID", "MPIRUN"):
             self.env.pop(name, None)
 
     def in_repo(self, name: str) -> Path:
@@ -221,23 +222,28 @@ class FuzzArgumentTests(Sandbox):
         self.assertFalse(in_repo.exists())
 
 
-class SanitizeTests(Sandbox):
-    """scripts/sanitize.sh: its settings are checked before anything is built,
-    it never turns another build folder into a sanitized one, and it hands
-    CTest the sanitizers' options. cmake and ctest are stand-ins here; the
-    real build and suite take half an hour on CI's two cores (docs/perf.md)."""
+class InstrumentedBuildChecks:
+    """What scripts/sanitize.sh and scripts/coverage.sh share: their settings
+    are checked before anything is built, and neither turns another build
+    folder into an instrumented one. A subclass names its script, the folder
+    variable, the cache entry its configure writes and the refusal's words;
+    cmake and ctest are stand-ins (fake_tools)."""
+
+    script = ""
+    folder_variable = ""
+    cache_entry = ""
+    refusal = ""
 
     def fake_tools(self) -> None:
         # cmake writes the cache a configure would; ctest records its folder,
-        # arguments and the sanitizers' options, and exits $FAKE_EXIT_MPI for
-        # the pass over label mpi, $FAKE_EXIT_REST for the other.
+        # arguments and environment (the subclass's ctest_body).
         write_tool(self.tools, "cmake",
                    'echo "cmake $*" >> "$FAKE_LOG"\n'
-                   'if [ "$1" = -S ]; then echo "TRAINBENCH_SANITIZE:STRING=address" > "$4/CMakeCache.txt"; fi\n')
-        write_tool(self.tools, "ctest",
-                   'echo "ctest $PWD $* ASAN_OPTIONS=$ASAN_OPTIONS LSAN_OPTIONS=$LSAN_OPTIONS '
-                   'UBSAN_OPTIONS=$UBSAN_OPTIONS" >> "$FAKE_LOG"\n'
-                   'case " $* " in *" -L mpi "*) exit "${FAKE_EXIT_MPI:-0}" ;; *) exit "${FAKE_EXIT_REST:-0}" ;; esac\n')
+                   f'if [ "$1" = -S ]; then echo "{self.cache_entry}" > "$4/CMakeCache.txt"; fi\n')
+        write_tool(self.tools, "ctest", self.ctest_body())
+
+    def ctest_body(self) -> str:
+        raise NotImplementedError
 
     def test_bad_job_counts_exit_2_before_building(self) -> None:
         self.fake_tools()
@@ -245,9 +251,9 @@ class SanitizeTests(Sandbox):
         for name in ("TRAINBENCH_BUILD_JOBS", "TRAINBENCH_TEST_JOBS"):
             for value in ("0", "-1", "two", "1.5", "99999"):
                 with self.subTest(name=name, value=value):
-                    done = run("bash", SCRIPTS / "sanitize.sh",
-                               env={**self.env, "TRAINBENCH_SANITIZE_BUILD_DIR": str(build), name: value}, timeout=20)
-                    self.assert_refused(done, "sanitize.sh: ", name)
+                    done = run("bash", SCRIPTS / self.script,
+                               env={**self.env, self.folder_variable: str(build), name: value}, timeout=20)
+                    self.assert_refused(done, f"{self.script}: ", name)
                     self.assertFalse(build.exists())
                     self.assertFalse(self.log.exists(), "cmake ran")
 
@@ -255,13 +261,30 @@ class SanitizeTests(Sandbox):
         self.fake_tools()
         build = self.dir / "build"
         build.mkdir()
-        cache = "CMAKE_BUILD_TYPE:STRING=Release\nTRAINBENCH_SANITIZE:STRING=\n"
+        cache = "CMAKE_BUILD_TYPE:STRING=Release\nTRAINBENCH_SANITIZE:STRING=\nTRAINBENCH_COVERAGE:BOOL=OFF\n"
         (build / "CMakeCache.txt").write_text(cache)
-        done = run("bash", SCRIPTS / "sanitize.sh", env={**self.env, "TRAINBENCH_SANITIZE_BUILD_DIR": str(build)},
-                   timeout=20)
-        self.assert_refused(done, "sanitize.sh: ", str(build), "without sanitizers")
+        done = run("bash", SCRIPTS / self.script, env={**self.env, self.folder_variable: str(build)}, timeout=20)
+        self.assert_refused(done, f"{self.script}: ", str(build), self.refusal, self.folder_variable)
         self.assertEqual((build / "CMakeCache.txt").read_text(), cache)
         self.assertFalse(self.log.exists(), "cmake ran")
+
+
+class SanitizeTests(InstrumentedBuildChecks, Sandbox):
+    """scripts/sanitize.sh hands CTest the sanitizers' options, over two
+    passes. The real build and suite take half an hour on CI's two cores
+    (docs/perf.md)."""
+
+    script = "sanitize.sh"
+    folder_variable = "TRAINBENCH_SANITIZE_BUILD_DIR"
+    cache_entry = "TRAINBENCH_SANITIZE:STRING=address"
+    refusal = "without sanitizers"
+
+    def ctest_body(self) -> str:
+        # Exits $FAKE_EXIT_MPI for the pass over label mpi, $FAKE_EXIT_REST
+        # for the other.
+        return ('echo "ctest $PWD $* ASAN_OPTIONS=$ASAN_OPTIONS LSAN_OPTIONS=$LSAN_OPTIONS '
+                'UBSAN_OPTIONS=$UBSAN_OPTIONS" >> "$FAKE_LOG"\n'
+                'case " $* " in *" -L mpi "*) exit "${FAKE_EXIT_MPI:-0}" ;; *) exit "${FAKE_EXIT_REST:-0}" ;; esac\n')
 
     def test_the_suite_runs_in_the_sanitized_folder_with_the_options_and_its_exit(self) -> None:
         self.fake_tools()
@@ -309,6 +332,75 @@ class SanitizeTests(Sandbox):
                 wanted = "::".join(pattern.split("::")[-2:]) + "(" if "::" in pattern else pattern
                 found = [p for p, text in sources.items() if wanted in text]
                 self.assertTrue(found, f"{pattern}: no source defines it (renamed? then rename it in lsan.supp)")
+
+
+class CoverageTests(InstrumentedBuildChecks, Sandbox):
+    """scripts/coverage.sh counts from zero at each run, runs the suite once
+    with the caller's CTest arguments, and writes gcovr's report even when a
+    test failed. cmake, ctest and gcovr are stand-ins; the real build and
+    suite take about half an hour on CI's two cores (docs/perf.md)."""
+
+    script = "coverage.sh"
+    folder_variable = "TRAINBENCH_COVERAGE_BUILD_DIR"
+    cache_entry = "TRAINBENCH_COVERAGE:BOOL=ON"
+    refusal = "without coverage counters"
+
+    def ctest_body(self) -> str:
+        # Records whether an earlier run's counts were still there, then
+        # leaves this run's, as the test binaries would; exits $FAKE_EXIT_CTEST.
+        return ('stale=$(find . -name "*.gcda" | wc -l)\n'
+                'echo "ctest $PWD $* stale=$stale" >> "$FAKE_LOG"\n'
+                'mkdir -p trainer && : > trainer/cli.cpp.gcda\n'
+                'exit "${FAKE_EXIT_CTEST:-0}"\n')
+
+    def fake_gcovr(self) -> None:
+        # Writes the summary JSON where --json-summary says, with two files.
+        write_tool(self.tools, "gcovr", 'import json, os, sys\n'
+                   'args = sys.argv[1:]\n'
+                   'open(os.environ["FAKE_LOG"], "a").write("gcovr " + " ".join(args) + "\\n")\n'
+                   'summary = {"line_covered": 30, "line_total": 40, "branch_covered": 5, "branch_total": 10,\n'
+                   '           "files": [{"filename": "trainer/cli.cpp", "line_covered": 20, "line_total": 22},\n'
+                   '                     {"filename": "comm/mpi_communicator.cpp", "line_covered": 10,\n'
+                   '                      "line_total": 18}]}\n'
+                   'json.dump(summary, open(args[args.index("--json-summary") + 1], "w"))\n'
+                   'sys.exit(int(os.environ.get("FAKE_EXIT_GCOVR", "0")))\n',
+                   shell=sys.executable)
+
+    def test_counts_start_from_zero_and_the_report_follows_the_suite(self) -> None:
+        self.fake_tools()
+        self.fake_gcovr()
+        build = self.dir / "coverage"
+        # A failed test still gets its report; the exit is CTest's, or
+        # gcovr's where only gcovr failed.
+        for ctest_exit, gcovr_exit, expected in ((0, 0, 0), (8, 0, 8), (0, 3, 3), (8, 3, 8)):
+            with self.subTest(ctest_exit=ctest_exit, gcovr_exit=gcovr_exit):
+                self.log.unlink(missing_ok=True)
+                done = run("bash", SCRIPTS / "coverage.sh", "-R", "ShardLoader",
+                           env={**self.env, self.folder_variable: str(build), "TRAINBENCH_TEST_JOBS": "3",
+                                "FAKE_EXIT_CTEST": str(ctest_exit), "FAKE_EXIT_GCOVR": str(gcovr_exit)},
+                           timeout=30)
+                self.assertEqual(done.returncode, expected, done.stderr)
+                calls = self.log.read_text().splitlines()
+                self.assertEqual(len(calls), 4, calls)
+                configure, build_call, ctest, gcovr = calls
+                for flag in ("-DTRAINBENCH_COVERAGE=ON", "-DTRAINBENCH_CUDA=OFF", f"-B {build}"):
+                    self.assertIn(flag, configure)
+                self.assertTrue(build_call.startswith(f"cmake --build {build} -j "), build_call)
+                self.assertTrue(ctest.startswith(f"ctest {build} "), ctest)
+                self.assertIn("--parallel 3 -R ShardLoader", ctest)
+                # The previous subtest's counts were removed before this run.
+                self.assertTrue(ctest.endswith(" stale=0"), ctest)
+                self.assertIn(f"--object-directory {build}", gcovr)
+                self.assertIn(f"--html-details {build}/coverage/index.html", gcovr)
+                self.assertIn("kernels|comm|dataloader|checkpoint|trainer", gcovr)
+                self.assertIn(f"--exclude {REPO}/kernels/cuda/", gcovr)
+                if gcovr_exit == 0:
+                    self.assertIn("lines run:    30 of 40 (75.0 %)", done.stdout)
+                    # The file with most lines not run comes first.
+                    listed = done.stdout.split("files with most lines not run:")[1].split()
+                    self.assertEqual(listed[:5], ["8", "of", "18", "comm/mpi_communicator.cpp", "2"], done.stdout)
+                else:
+                    self.assertIn("gcovr failed (exit 3)", done.stderr)
 
 
 class BenchInstrumentationTests(Sandbox):
