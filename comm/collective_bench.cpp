@@ -325,6 +325,12 @@ double median_of_iterations(std::vector<double> values) {
   return 0.5 * (*middle + *std::max_element(values.begin(), middle));
 }
 
+std::string failed_data_check(const std::vector<CollectiveBenchResult>& results) {
+  for (const CollectiveBenchResult& r : results)
+    if (!r.check_ok) return r.collective + " of " + std::to_string(r.bytes) + " bytes (" + r.path + " path)";
+  return "";
+}
+
 const char* across_ranks_name(AcrossRanks across) {
   switch (across) {
     case AcrossRanks::kRankZero: return "rank 0";

@@ -123,4 +123,10 @@ std::vector<CollectiveBenchResult> bench_zero_one_step(Communicator& comm, int64
                                                        const CollectiveBenchOptions& options,
                                                        const MakeBenchBuffer& make_buffer = nullptr);
 
+// The first result whose data check failed, as "all_reduce of 65536 bytes
+// (bucketed path)", or "" when every rank got the expected values in all
+// of them. A link that returns wrong values may well be fast: its time is
+// no ceiling or link model.
+std::string failed_data_check(const std::vector<CollectiveBenchResult>& results);
+
 }  // namespace trainbench

@@ -126,6 +126,21 @@ WriteRate measure_write_rate(const Config& config, Communicator& comm, const std
   return rate;
 }
 
+void set_network_ceiling(Ceilings& c, const std::vector<CollectiveBenchResult>& timed, double global_tokens_per_step) {
+  c.network_timed.clear();
+  c.network_step_s = 0;
+  c.network_tokens_per_s = 0;
+  // Nothing of it is kept (the report's busbw, the JSON's timed list).
+  if (const std::string failed = failed_data_check(timed); !failed.empty()) {
+    c.network_failure = "the " + failed + " returned wrong values (data check failed): its time is no ceiling; "
+                        "`trainbench bench comm` shows every collective's check";
+    return;
+  }
+  c.network_timed = timed;
+  for (const CollectiveBenchResult& r : timed) c.network_step_s += r.time_s;
+  if (c.network_step_s > 0) c.network_tokens_per_s = global_tokens_per_step / c.network_step_s;
+}
+
 Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communicator& comm,
                           const std::vector<std::string>& shards, const std::string& checkpoint_dir) {
   Ceilings c;
@@ -156,23 +171,18 @@ Ceilings measure_ceilings(const Config& config, TrainingEngine& engine, Communic
       // calls as ZeroOneOptimizer makes them (the all-reduce timed instead
       // was ~1.7x faster than these two on 2 ranks).
       c.network_collectives = "reduce-scatter and all-gather";
-      for (const CollectiveBenchResult& r : bench_zero_one_step(comm, zero_bytes, kCommunicatorPathsOnly)) {
-        c.network_step_s += r.time_s;
-        c.network_timed.push_back(r);
-      }
+      set_network_ceiling(c, bench_zero_one_step(comm, zero_bytes, kCommunicatorPathsOnly), global_tokens_per_step);
     } else {
       // The run's own schedule: comm.bucket_mb buckets as backward fills them, or
       // under comm.overlap=false the whole buffer at once (timing the buckets
       // there described a step the run did not take).
       const std::vector<int64_t> bucket_bytes = gradient_bucket_bytes(
           engine.layout().trainable_params(), config.comm.bucket_mb, config.comm.overlap);
+      std::vector<CollectiveBenchResult> bucketed;
       for (const CollectiveBenchResult& r : bench_gradient_step(comm, bucket_bytes, kCommunicatorPathsOnly))
-        if (r.path == "bucketed") {
-          c.network_step_s = r.time_s;
-          c.network_timed.push_back(r);
-        }
+        if (r.path == "bucketed") bucketed.push_back(r);
+      set_network_ceiling(c, bucketed, global_tokens_per_step);
     }
-    if (c.network_step_s > 0) c.network_tokens_per_s = global_tokens_per_step / c.network_step_s;
   }
 
   if (!shards.empty()) {

@@ -79,6 +79,13 @@ struct WriteRate {
 WriteRate measure_write_rate(const Config& config, Communicator& comm, const std::string& checkpoint_dir,
                              int64_t bytes);
 
+// The network ceiling from what the gradient step timed (DDP's bucketed
+// all-reduces, or ZeRO-1's reduce-scatter and all-gather): their times
+// summed into network_step_s, kept in network_timed. Where a data check
+// failed there is no ceiling and nothing timed is kept; network_failure
+// names the collective.
+void set_network_ceiling(Ceilings& c, const std::vector<CollectiveBenchResult>& timed, double global_tokens_per_step);
+
 // The step's bus bandwidth over what the network ceiling timed: the bus
 // bytes of every collective (busbw × time) over their summed time, in 1e9
 // B/s, as nccl-tests' busbw of one collective; 0 when nothing was timed.

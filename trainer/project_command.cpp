@@ -157,6 +157,11 @@ Link measure_link(Communicator& comm, const std::vector<int64_t>& bucket_bytes, 
   for (const int64_t size : sizes)
     for (const CollectiveBenchResult& r : bench_gradient_step(comm, {size}, options))
       if (r.path == "bucketed") {
+        // Agreed over ranks (check_ok is every rank's), so every rank stops alike.
+        if (const std::string failed = failed_data_check({r}); !failed.empty())
+          throw CommandError{kExitCheckFailed, "project: the " + failed + " between the ranks returned wrong "
+                                               "values (data check failed): no link to fit; `trainbench bench "
+                                               "comm` shows every collective's check"};
         bytes.push_back(static_cast<double>(size));
         seconds.push_back(r.time_s);
       }

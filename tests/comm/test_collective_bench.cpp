@@ -155,6 +155,25 @@ TEST(CollectiveBench, AFaultUnderRepeatedCallsFailsTheCheckAfterTheTimedLoop) {
   for (const CollectiveBenchResult& r : results) EXPECT_FALSE(r.check_ok) << r.collective << " " << r.path;
 }
 
+// The gradient step's check fails as the collectives' does, and
+// failed_data_check names it: `run --ceilings` and `project` took its time
+// as the link's whatever the check said.
+TEST(CollectiveBench, AFaultInTheGradientStepFailsItsCheckAndIsNamed) {
+  const std::unique_ptr<Communicator> comm = make_local_communicator();
+  const CollectiveBenchOptions options{.warmup_iters = 1, .iters = 3};
+  const std::vector<CollectiveBenchResult> bad = bench_gradient_step(
+      *comm, {4096, 1024}, options, [](int64_t count) -> std::unique_ptr<BenchBuffer> {
+        return std::make_unique<GoesBadAfterItsFirstReadBack>(count);
+      });
+  ASSERT_FALSE(bad.empty());
+  for (const CollectiveBenchResult& r : bad) EXPECT_FALSE(r.check_ok) << r.path;
+  EXPECT_EQ(failed_data_check(bad), "all_reduce of 5120 bytes (bucketed path)");
+  const std::vector<CollectiveBenchResult> good = bench_gradient_step(*comm, {4096, 1024}, options);
+  ASSERT_FALSE(good.empty());
+  for (const CollectiveBenchResult& r : good) EXPECT_TRUE(r.check_ok) << r.path;
+  EXPECT_EQ(failed_data_check(good), "");
+}
+
 TEST(CollectiveBench, ASeparateBufferCopiesBothWaysAndZeroesItsOwnMemory) {
   const std::unique_ptr<BenchBuffer> buffer = make_separate_host_bench_buffer(3);
   buffer->host() = {1, 2, 3};

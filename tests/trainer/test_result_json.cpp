@@ -556,6 +556,41 @@ TEST(Ceilings, ARunAboveItsCeilingAndAWriteNotMeasuredAreSaid) {
             std::string::npos) << result.at("warnings");
 }
 
+// A collective of the gradient step whose data check failed gives no
+// network ceiling: its time was taken as one, and the run's report compared
+// itself with a link that returns wrong values.
+TEST(Ceilings, ANetworkCheckThatFailedGivesNoCeiling) {
+  CollectiveBenchResult scatter, gather;
+  scatter.collective = "reduce_scatter";
+  gather.collective = "all_gather";
+  for (CollectiveBenchResult* r : {&scatter, &gather}) {
+    r->path = "comm";
+    r->bytes = 1024;
+    r->busbw_gbs = 1;
+    r->check_ok = true;
+  }
+  scatter.time_s = 0.002;
+  gather.time_s = 0.001;
+  Ceilings good;
+  set_network_ceiling(good, {scatter, gather}, 3000);
+  EXPECT_DOUBLE_EQ(good.network_step_s, 0.003);
+  EXPECT_DOUBLE_EQ(good.network_tokens_per_s, 1e6);
+  EXPECT_EQ(good.network_timed.size(), 2u);
+  EXPECT_EQ(good.network_failure, "");
+
+  gather.check_ok = false;
+  Ceilings bad;
+  set_network_ceiling(bad, {scatter, gather}, 3000);
+  EXPECT_EQ(bad.network_step_s, 0);
+  EXPECT_EQ(bad.network_tokens_per_s, 0);
+  EXPECT_TRUE(bad.network_timed.empty());
+  EXPECT_EQ(bad.network_failure.rfind("the all_gather of 1024 bytes (comm path) returned wrong values (data check "
+                                      "failed)", 0), 0u) << bad.network_failure;
+  const json network = ceilings_to_json(bad, 100).at("network");
+  for (const char* figure : {"tokens_per_s", "busbw_gbs", "collectives"})
+    EXPECT_TRUE(network.at(figure).is_null()) << figure << ": " << network;
+}
+
 // bench compute (DESIGN's `bench compute|comm|io`): the compute ceiling
 // alone, what `run --ceilings` calls compute, with its FLOP rate; an unknown
 // bench command is named (CLI11 said only "A subcommand is required").
