@@ -1,12 +1,14 @@
 #include "trainer/burnin.h"
 
-#include <algorithm>  // std::count
+#include <algorithm>  // std::count, std::adjacent_find
 #include <array>      // the config keys a baseline shares with the job
 #include <charconv>   // std::from_chars: strict number parsing
 #include <cmath>      // std::isfinite
 #include <cctype>     // std::isalpha, std::tolower: --duration's units
 #include <cstddef>    // std::ptrdiff_t
+#include <cstdio>     // std::snprintf: the golden values in hex
 #include <cstring>    // std::memcpy of float bits
+#include <functional> // std::not_equal_to: ranks that compute alike
 #include <stdexcept>
 #include <string_view>
 #include <utility>  // std::pair: the units
@@ -113,6 +115,51 @@ std::optional<GoldenValue> majority_value(const std::vector<GoldenValue>& values
   for (const GoldenValue& candidate : values)
     if (2 * static_cast<size_t>(std::count(values.begin(), values.end(), candidate)) > values.size()) return candidate;
   return std::nullopt;
+}
+
+std::string describe_golden_difference(const GoldenValue& found, const GoldenValue& expected) {
+  char text[160];
+  std::snprintf(text, sizeof(text), "loss bits %08x vs %08x, gradient checksum %016llx vs %016llx", found.loss_bits,
+                expected.loss_bits, static_cast<unsigned long long>(found.gradient_checksum),
+                static_cast<unsigned long long>(expected.gradient_checksum));
+  return text;
+}
+
+GoldenStart judge_golden_start(const std::vector<GoldenValue>& values, const std::vector<std::string>& numerics) {
+  const size_t world = values.size();
+  const bool mixed = std::adjacent_find(numerics.begin(), numerics.end(), std::not_equal_to<>()) != numerics.end();
+  GoldenStart start;
+  start.failures.assign(world, {});
+  for (size_t r = 0; r < world; ++r) {
+    std::vector<size_t> alike;
+    std::vector<GoldenValue> alike_values;
+    for (size_t q = 0; q < world; ++q)
+      if (numerics[q] == numerics[r]) {
+        alike.push_back(q);
+        alike_values.push_back(values[q]);
+      }
+    start.compared.push_back(alike.size() > 1);
+    const std::string others = mixed ? "the other ranks' on " + numerics[r] : "the other ranks'";
+    const std::optional<GoldenValue> majority = majority_value(alike_values);
+    start.reference.push_back(majority ? *majority : values[r]);
+    if (majority && !(values[r] == *majority))
+      start.failures[r].push_back("golden step at the start differs from " + others + " (" +
+                                  describe_golden_difference(values[r], *majority) + "): silent data corruption");
+    if (!majority) {
+      // Named against a rank whose value is another (rank 0 against itself read "X vs X").
+      size_t other = r;
+      for (const size_t q : alike)
+        if (!(values[q] == values[r])) {
+          other = q;
+          break;
+        }
+      start.failures[r].push_back("golden step at the start: " + (mixed ? "the ranks on " + numerics[r] : std::string("the ranks")) +
+                                  " disagree and no value has a majority (" +
+                                  describe_golden_difference(values[r], values[other]) + " against rank " +
+                                  std::to_string(other) + ")");
+    }
+  }
+  return start;
 }
 
 bool Verdict::passed() const {

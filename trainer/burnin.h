@@ -63,6 +63,23 @@ GoldenValue compute_golden_step(TrainingEngine& engine, uint64_t seed, bool flip
 // The value more than half the ranks hold, if any.
 std::optional<GoldenValue> majority_value(const std::vector<GoldenValue>& values);
 
+// "loss bits 40c7b151 vs 40c7b151, gradient checksum ... vs ...".
+std::string describe_golden_difference(const GoldenValue& found, const GoldenValue& expected);
+
+// The golden step at the start, judged per rank against the ranks that
+// compute alike: the same `numerics` (its engine, and the CPU engine's
+// thread count, which splits its sums, or the GPU model, whose kernels
+// cuBLASLt and cuDNN pick). Bit-identical results are expected only there:
+// two healthy ranks of 1 and 2 threads differ in the last bits. The
+// majority among them is a rank's reference for every later check; a rank
+// that no other computes alike is its own reference (compared false).
+struct GoldenStart {
+  std::vector<GoldenValue> reference;              // per rank
+  std::vector<std::vector<std::string>> failures;  // per rank, the verdict's lines
+  std::vector<bool> compared;                      // per rank: another rank computes alike
+};
+GoldenStart judge_golden_start(const std::vector<GoldenValue>& values, const std::vector<std::string>& numerics);
+
 // One row of the verdict: a GPU (rank), a node or the job.
 struct VerdictRow {
   VerdictRow() = default;

@@ -226,6 +226,7 @@ class BurninMonitor final : public RunExtension {
     if (comm_->rank() == 0) std::fprintf(stdout, "burn-in: %s; golden step, GPU health, fabric and storage at the start...\n",
                                          describe_duration().c_str());
     std::fflush(stdout);
+    gather_numerics(context);
     golden_step_at_start();
     identify_gpu(context);
     start_ = Clock::now();
@@ -391,19 +392,32 @@ class BurninMonitor final : public RunExtension {
     const GoldenValue second = compute_golden_step(*engine_, golden_seed(), false, golden_weights());
     const std::vector<GoldenValue> values = gather_golden(first);
     const std::vector<double> repeatable = gather_from_ranks(*comm_, first == second ? 1.0 : 0.0);
-    const std::optional<GoldenValue> majority = majority_value(values);
+    GoldenStart start = judge_golden_start(values, numerics_);
+    golden_reference_ = std::move(start.reference);
+    golden_compared_ = std::move(start.compared);
     for (size_t r = 0; r < world; ++r) {
-      golden_reference_.push_back(majority ? *majority : values[r]);
       if (repeatable[r] == 0)
         start_failures_[r].push_back("golden step not reproducible: two computations at the start differ "
                                      "(a faulty GPU, or kernels that are not deterministic)");
-      if (majority && !(values[r] == *majority))
-        start_failures_[r].push_back("golden step at the start differs from the other ranks' (" +
-                                     describe(values[r], *majority) + "): silent data corruption");
-      if (!majority)
-        start_failures_[r].push_back("golden step at the start: the ranks disagree and no value has a majority (" +
-                                     describe(values[r], values[0]) + " against rank 0)");
+      for (std::string& why : start.failures[r]) start_failures_[r].push_back(std::move(why));
     }
+  }
+
+  // What a rank's golden step is compared with other ranks' by
+  // (judge_golden_start): its engine, and the CPU engine's threads or the
+  // GPU model. Every rank's, on every rank.
+  void gather_numerics(const RunContext& context) {
+    std::string mine = std::string(engine_->backend_name()) + " engine";
+    if (const int threads = engine_->cpu_threads(); threads > 0) {
+      // OpenBLAS picks its kernels by the CPU (AVX2, AVX-512): another model sums otherwise.
+      mine += ", " + std::to_string(threads) + (threads == 1 ? " thread" : " threads");
+      if (context.environment != nullptr && !context.environment->cpu_model.empty())
+        mine += " on " + context.environment->cpu_model;
+    } else if (context.gpu_index >= 0) {
+      for (const GpuInfo& gpu : query_gpus().gpus)
+        if (gpu.index == context.gpu_index) mine += " on " + gpu.name;
+    }
+    numerics_ = strings_of_ranks(*comm_, mine);
   }
 
   // Which physical GPU this rank trains on, for its row and its verdict
@@ -450,14 +464,6 @@ class BurninMonitor final : public RunExtension {
 
   std::string describe_duration() const { return "duration " + format("%.0f s", duration_s_); }
 
-  static std::string describe(const GoldenValue& found, const GoldenValue& expected) {
-    char text[160];
-    std::snprintf(text, sizeof(text), "loss bits %08x vs %08x, gradient checksum %016llx vs %016llx",
-                  found.loss_bits, expected.loss_bits, static_cast<unsigned long long>(found.gradient_checksum),
-                  static_cast<unsigned long long>(expected.gradient_checksum));
-    return text;
-  }
-
   // Every rank's golden value, on every rank: three exact doubles each (a
   // double carries 53 bits, so the 64-bit checksum goes in two halves).
   std::vector<GoldenValue> gather_golden(const GoldenValue& mine) {
@@ -483,7 +489,7 @@ class BurninMonitor final : public RunExtension {
     ++golden_checks_;
     for (size_t r = 0; r < values.size(); ++r) {
       if (values[r] == golden_reference_[r]) continue;
-      if (golden_mismatches_[r].empty()) golden_first_mismatch_[r] = describe(values[r], golden_reference_[r]);
+      if (golden_mismatches_[r].empty()) golden_first_mismatch_[r] = describe_golden_difference(values[r], golden_reference_[r]);
       golden_mismatches_[r].push_back(step);
     }
   }
@@ -640,7 +646,13 @@ class BurninMonitor final : public RunExtension {
     const std::string straggler =
         own_step_s_.size() >= kStragglerSteps ? straggler_finding(own, r, b.straggler_pct) : "";
     if (!straggler.empty()) row.fail(straggler);
-    row.notes.push_back("golden step: " + std::string(start_failures_[r].empty() ? "agreed at the start, " : "") +
+    // A rank that no other computes alike agreed with no one: said, not failed.
+    const std::string start_note =
+        !start_failures_[r].empty() ? ""
+        : world > 1 && !golden_compared_[r]
+            ? "no other rank computes as it does (" + numerics_[r] + "), so compared with its own at the start, "
+            : "agreed at the start, ";
+    row.notes.push_back("golden step: " + start_note +
                         "bit-identical in " + std::to_string(golden_checks_ - golden_mismatches_[r].size()) + " of " +
                         std::to_string(golden_checks_) + " checks since (every " + std::to_string(b.golden_every) +
                         " steps)");
@@ -898,6 +910,8 @@ class BurninMonitor final : public RunExtension {
   // Found collectively, so the same on every rank, indexed by rank.
   std::vector<float> golden_weights_;  // empty above 1 GiB
   std::vector<GoldenValue> golden_reference_;
+  std::vector<std::string> numerics_;  // per rank: gather_numerics
+  std::vector<bool> golden_compared_;  // per rank: another rank computes alike
   std::vector<std::vector<std::string>> start_failures_;
   std::vector<std::vector<int64_t>> golden_mismatches_;
   std::vector<std::string> golden_first_mismatch_;

@@ -117,6 +117,48 @@ TEST(BurninGolden, MajorityNeedsMoreThanHalf) {
   EXPECT_FALSE(majority_value({a, a, b, b}).has_value());
 }
 
+// Bits are compared among ranks that compute alike only: a CPU rank of 2
+// threads sums otherwise than one of 1 (so does another GPU model), and
+// both healthy ranks failed as "no value has a majority".
+TEST(BurninGolden, RanksAreComparedWithThoseThatComputeAlike) {
+  const GoldenValue a{1, 2}, b{1, 3}, c{4, 5};
+  const GoldenStart apart = judge_golden_start({a, b}, {"cpu engine, 2 threads", "cpu engine, 1 thread"});
+  EXPECT_EQ(apart.failures, (std::vector<std::vector<std::string>>{{}, {}}));
+  EXPECT_EQ(apart.compared, (std::vector<bool>{false, false}));
+  EXPECT_EQ(apart.reference, (std::vector<GoldenValue>{a, b}));
+
+  const GoldenStart mixed = judge_golden_start({a, a, b}, {"x", "x", "y"});
+  EXPECT_EQ(mixed.failures, (std::vector<std::vector<std::string>>{{}, {}, {}}));
+  EXPECT_EQ(mixed.compared, (std::vector<bool>{true, true, false}));
+  EXPECT_EQ(mixed.reference, (std::vector<GoldenValue>{a, a, b}));
+
+  // Among ranks alike, a minority is silent data corruption, as before.
+  const GoldenStart alike = judge_golden_start({a, a, b}, {"x", "x", "x"});
+  EXPECT_TRUE(alike.failures[0].empty());
+  ASSERT_EQ(alike.failures[2].size(), 1u);
+  EXPECT_EQ(alike.failures[2][0], "golden step at the start differs from the other ranks' (" +
+                                      describe_golden_difference(b, a) + "): silent data corruption");
+  EXPECT_EQ(alike.reference[2], a);
+  const GoldenStart groups = judge_golden_start({a, a, b, b, c}, {"x", "x", "y", "y", "y"});
+  EXPECT_TRUE(groups.failures[0].empty() && groups.failures[1].empty()) << groups.failures[0].size();
+  ASSERT_EQ(groups.failures[4].size(), 1u);
+  EXPECT_NE(groups.failures[4][0].find("differs from the other ranks' on y ("), std::string::npos)
+      << groups.failures[4][0];
+}
+
+// No majority: each rank is named against one whose value is another
+// (rank 0's line compared rank 0 with itself, "X vs X").
+TEST(BurninGolden, WithoutAMajorityEachRankIsNamedAgainstAnother) {
+  const GoldenValue a{1, 2}, b{1, 3};
+  const GoldenStart start = judge_golden_start({a, b}, {"x", "x"});
+  ASSERT_EQ(start.failures[0].size(), 1u);
+  EXPECT_EQ(start.failures[0][0], "golden step at the start: the ranks disagree and no value has a majority (" +
+                                      describe_golden_difference(a, b) + " against rank 1)");
+  ASSERT_EQ(start.failures[1].size(), 1u);
+  EXPECT_NE(start.failures[1][0].find(describe_golden_difference(b, a) + " against rank 0)"), std::string::npos)
+      << start.failures[1][0];
+}
+
 TEST(BurninStraggler, ComparesWithTheOtherRanksMedian) {
   const std::vector<double> own = {0.100, 0.102, 0.099, 0.150};
   EXPECT_EQ(straggler_finding(own, 0, 10), "");

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>  // setenv: the test hook, for the ranks mpirun starts; std::atoll
 #include <cstring>  // std::strlen
+#include <sched.h>  // sched_getaffinity: the CPUs the thread-count test binds its ranks to
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -115,6 +116,41 @@ TEST_F(BurninMpi, TheStorageCheckWaitsForTheCheckpointInFlight) {
     EXPECT_GT(measurements[i].at("checkpoint_wait_s").get<double>(), 0.3) << measurements[i].dump();
     EXPECT_GT(measurements[i].at("write_gbs").get<double>(), 0.0) << measurements[i].dump();
   }
+}
+
+// Two healthy ranks that compute otherwise, rank 0 on 2 CPU threads and
+// rank 1 on one (train.threads=0 takes each rank's affinity), sum their
+// gradients otherwise: both failed the golden step at the start ("no value
+// has a majority"), the other checks all passing. Bits are compared only
+// among ranks that compute alike, and a rank alone in its kind says so.
+TEST_F(BurninMpi, RanksOfOtherThreadCountsAreNotSilentCorruption) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0 || !CPU_ISSET(0, &allowed) || !CPU_ISSET(1, &allowed))
+    GTEST_SKIP() << "needs CPUs 0 and 1 (rank 0 runs on both, rank 1 on CPU 0)";
+  out_ = dir_.file("threads.json");
+  // OMP_WAIT_POLICY=passive: rank 0's two threads share CPU 0 with rank 1,
+  // and spinning at each barrier made its steps many times slower.
+  const CommandResult r = run_command(
+      std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
+                  "OMP_WAIT_POLICY=passive TRAINBENCH_TEST_HEALTH_GBS=5 timeout 120 ") +
+      TRAINBENCH_MPIEXEC + " --oversubscribe --bind-to none -np 2 sh -c "
+      "'if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then exec taskset -c 0,1 \"$0\" \"$@\"; fi; "
+      "exec taskset -c 0 \"$0\" \"$@\"' " + TRAINBENCH_BINARY +
+      " burnin tiny --duration 3s --set train.threads=0 --set train.warmup_steps=2 --set report.progress_every=0"
+      " --set burnin.golden_every=5 --set burnin.health_every_s=1.5 --set burnin.straggler_pct=100000"
+      " --set burnin.degrade_pct=99 --set checkpoint.every_steps=0 --out " + out_);
+  std::ifstream file(out_);
+  ASSERT_TRUE(file) << r.out << r.err;
+  const nlohmann::json gpus = nlohmann::json::parse(file).at("burnin").at("gpus");
+  ASSERT_EQ(gpus.size(), 2u) << gpus.dump();
+  for (int rank : {0, 1}) {
+    const std::string row = gpus[rank].dump();
+    EXPECT_EQ(row.find("golden step at the start"), std::string::npos) << row;
+    EXPECT_NE(row.find("golden step: no other rank computes as it does (cpu engine, " +
+                       std::string(rank == 0 ? "2 threads" : "1 thread")), std::string::npos) << row;
+  }
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
 }
 
 TEST_F(BurninMpi, OneFlippedGradientBitIsCaughtAndItsRankNamed) {
