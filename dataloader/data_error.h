@@ -4,7 +4,7 @@
 // loader running with data.on_corrupt=skip how much to skip.
 #pragma once
 
-#include <cerrno>     // scope_of_failed_open: EMFILE, ENFILE, ENOMEM
+#include <cerrno>     // scope_of_failed_open: EMFILE, ENFILE, ENOMEM, EIO, ESTALE
 #include <cstdint>    // int64_t
 #include <stdexcept>  // std::runtime_error
 #include <string>
@@ -16,14 +16,21 @@ enum class CorruptScope {
   kSample,  // this sample is bad; the shard can go on after it
   kShard,   // the rest of this shard cannot be read
   kConfig,  // not the data's fault but its description (no shards, bad field): never skipped
-  kEnvironment,  // the machine's (out of file descriptors or memory): never skipped, exit 3
+  kEnvironment,  // the machine's (out of descriptors or memory, storage failing): never skipped, exit 3
 };
 
-// The scope of a failed open or listing: the machine's limit (out of
-// descriptors, the system's file table, memory) is the environment's, never
-// the data's; any other errno is `otherwise`'s.
+// Storage that fails to read (EIO: a disk, a controller; ESTALE: an NFS
+// handle gone stale): the machine's, not a damaged shard that
+// data.on_corrupt=skip would leave out of the data set.
+inline bool is_storage_failure(int error) { return error == EIO || error == ESTALE; }
+
+// The scope of a failed open, listing or read: the machine's limit (out of
+// descriptors, the system's file table, memory) and failing storage are the
+// environment's, never the data's; any other errno is `otherwise`'s.
 inline CorruptScope scope_of_failed_open(int error, CorruptScope otherwise) {
-  return error == EMFILE || error == ENFILE || error == ENOMEM ? CorruptScope::kEnvironment : otherwise;
+  return error == EMFILE || error == ENFILE || error == ENOMEM || is_storage_failure(error)
+             ? CorruptScope::kEnvironment
+             : otherwise;
 }
 
 class DataError : public std::runtime_error {

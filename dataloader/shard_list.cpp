@@ -37,8 +37,7 @@ constexpr size_t kMaxExpandedNames = size_t{1} << 22;
 // memory, or storage failing (EIO, a stale NFS handle), is the environment
 // (exit 3), not a spec without shards; its refusal (EACCES) is the spec's.
 [[noreturn]] void unreadable(const std::string& message, int error) {
-  throw DataError(error == EIO || error == ESTALE ? CorruptScope::kEnvironment
-                                                  : scope_of_failed_open(error, CorruptScope::kConfig),
+  throw DataError(scope_of_failed_open(error, CorruptScope::kConfig),
                   "data.shards: " + message + ": " + std::strerror(error) + (error == EMFILE ? " (ulimit -n)" : ""));
 }
 
@@ -406,8 +405,11 @@ std::vector<std::string> resolve_shard_list(const std::string& spec) {
         }
         // glob(3) sorts by the locale's collation; every rank must agree, so bytes decide.
         std::sort(found.begin(), found.end());
-        if (found.empty() && glob_read_error != 0)
-          unreadable("cannot read " + glob_unread_folder + " for " + name, glob_read_error);
+        // Whatever else matched: the folder's shards would be left out of
+        // the data set without a word.
+        if (glob_read_error != 0)
+          unreadable("cannot read " + glob_unread_folder + " for " + name + " (its shards would be left out)",
+                     glob_read_error);
         if (found.empty()) missing.push_back("no file matches " + name);
         shards.insert(shards.end(), found.begin(), found.end());
       } else if (is_directory(name)) {

@@ -128,20 +128,33 @@ void TarReader::fail_open() {
                                 "its samples is read",
                                 ""));
   } else {
+    const std::string reason = archive_reason();
     message = path_ + ": cannot open: " +
-              (why != nullptr ? printable(why) : "libarchive gave no reason (a compressed stream cut short?)");
+              (!reason.empty() ? reason : "libarchive gave no reason (a compressed stream cut short?)");
   }
   const CorruptScope scope = failure_scope();
   close();
   throw DataError(scope, message);
 }
 
-// libarchive out of memory (ENOMEM: "No memory", "Can't allocate ...") is
-// the machine's limit, not a damaged shard: exit 3, and never a shard that
+// libarchive out of memory (ENOMEM: "No memory", "Can't allocate ...") or
+// a read the storage failed (EIO, ESTALE: "Error reading fd 7") is the
+// machine's, not a damaged shard: exit 3, and never a shard that
 // data.on_corrupt=skip skips.
 CorruptScope TarReader::failure_scope() const {
-  return archive_ != nullptr && archive_errno(archive_) == ENOMEM ? CorruptScope::kEnvironment
-                                                                   : CorruptScope::kShard;
+  if (archive_ == nullptr) return CorruptScope::kShard;
+  const int error = archive_errno(archive_);
+  return error == ENOMEM || is_storage_failure(error) ? CorruptScope::kEnvironment : CorruptScope::kShard;
+}
+
+// libarchive's words, and the system's where storage failed: libarchive
+// says "Error reading fd 7" and keeps the errno apart.
+std::string TarReader::archive_reason() const {
+  const char* why = archive_ != nullptr ? archive_error_string(archive_) : nullptr;
+  std::string reason = why != nullptr ? printable(why) : "";
+  if (archive_ != nullptr && is_storage_failure(archive_errno(archive_)))
+    reason += (reason.empty() ? "" : ": ") + std::string(std::strerror(archive_errno(archive_)));
+  return reason;
 }
 
 void TarReader::require_member() const {
@@ -348,7 +361,7 @@ std::string TarReader::explain(const std::string& where_truncated,
   const std::string why =
       archive_error_string(archive_) != nullptr ? archive_error_string(archive_) : "";
   const bool truncated = why.find("runcated") != std::string::npos;  // "Truncated" or "truncated"
-  if (!truncated) return otherwise + ": " + (why.empty() ? "unknown error" : printable(why));
+  if (!truncated) return otherwise + ": " + (why.empty() ? "unknown error" : archive_reason());
   const std::string detail =
       why == "Truncated tar archive" ? "" : " (libarchive: " + printable(why) + ")";
   return "truncated tar archive: " + where_truncated + detail;

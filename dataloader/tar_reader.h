@@ -87,6 +87,7 @@ class TarReader {
   void require_member() const;
   [[noreturn]] void fail_open();
   CorruptScope failure_scope() const;
+  std::string archive_reason() const;
   // The current member's size; an oversized one is skipped and reported.
   int64_t checked_member_size(int64_t max_bytes);
   // Passes the current member's data blocks to `take` (block, length, its

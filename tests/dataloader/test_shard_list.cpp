@@ -2,7 +2,10 @@
 // directories, list files, and errors that name what is missing.
 #include <gtest/gtest.h>
 #include <sys/stat.h>  // mkdir
-#include <unistd.h>    // symlink
+#include <unistd.h>    // symlink; setuid, geteuid: a folder root could read
+
+#include <cstdio>   // std::fprintf: the refusal, from the death test's child
+#include <cstdlib>  // std::_Exit
 
 #include <string>
 #include <vector>
@@ -210,6 +213,34 @@ TEST_F(ShardList, EmptyListsAreConfigErrors) {
 // regular file whose read at offset 0 fails with EIO (page 0 is unmapped).
 TEST_F(ShardList, AListFileThatCannotBeReadSaysSo) {
   EXPECT_EQ(config_error_of("/proc/self/mem"), "data.shards: list file /proc/self/mem: read failed after 0 paths");
+}
+
+// A glob that cannot read one of the folders it walks is refused, though
+// another folder matched: that folder's shards were left out of the data
+// set without a word. Unreadable for an unprivileged user (root reads any
+// folder), so the resolve runs in a child process that drops to nobody.
+TEST_F(ShardList, AGlobThatCannotReadOneOfItsFoldersIsRefused) {
+  for (const char* folder : {"a", "b"}) {
+    ASSERT_EQ(::mkdir(at(folder).c_str(), 0755), 0);
+    write_file(at(std::string(folder) + "/x.tar"), make_tar({{"x.txt", "x"}}));
+  }
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(at("b").c_str(), 0), 0);
+  EXPECT_EXIT(
+      {
+        if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) std::_Exit(9);
+        try {
+          resolve_shard_list(at("*/*.tar"));
+        } catch (const DataError& e) {
+          std::fprintf(stderr, "%s\n", e.what());
+          std::_Exit(e.scope() == CorruptScope::kConfig ? 2 : 3);
+        }
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(2), "data.shards: cannot read " + at("b") + " for " + at("\\*/\\*.tar") +
+                                        " \\(its shards would be left out\\): Permission denied");
+  ASSERT_EQ(::chmod(at("b").c_str(), 0755), 0);  // for the folder's removal
+  EXPECT_EQ(resolve_shard_list(at("*/*.tar")), (Names{at("a/x.tar"), at("b/x.tar")}));
 }
 
 // The same file listed twice, however spelt, is read twice an epoch: named

@@ -380,6 +380,25 @@ TEST(TarReader, OutOfFileDescriptorsIsTheEnvironmentsNotTheShards) {
   EXPECT_NE(message.find("ulimit -n"), std::string::npos) << message;
 }
 
+// A read the storage fails (EIO) is the machine's, with the system's words:
+// it was a corrupt shard ("cannot open: Error reading fd 7", libarchive's
+// words alone), which data.on_corrupt=skip left out of the data set.
+// /proc/self/mem is a regular file whose read at offset 0 fails with EIO.
+TEST(TarReader, AReadTheStorageFailsIsTheEnvironmentsNotTheShards) {
+  CorruptScope scope = CorruptScope::kSample;
+  std::string message;
+  try {
+    TarReader tar;
+    tar.open("/proc/self/mem");
+  } catch (const DataError& error) {
+    scope = error.scope();
+    message = error.what();
+  }
+  EXPECT_EQ(scope, CorruptScope::kEnvironment) << message;
+  EXPECT_EQ(message.rfind("/proc/self/mem: cannot open: ", 0), 0u) << message;
+  EXPECT_NE(message.find("Input/output error"), std::string::npos) << message;
+}
+
 TEST(TarReader, NotATarFailsAtOpen) {
   TempDirectory dir;
   const std::string zip = dir.file("data.zip");
