@@ -360,19 +360,24 @@ void check_ranks_run_the_same_job(const Config& config, const std::string& comma
   comm.all_gather(difference.empty() ? 0.0 : 1.0, differs.data());
   int first = -1;
   std::string others;
+  int other_count = 0;
   for (size_t r = 0; r < differs.size(); ++r) {
     if (differs[r] == 0.0) continue;
-    if (first < 0)
+    if (first < 0) {
       first = static_cast<int>(r);
-    else
+    } else {
       others += (others.empty() ? "" : ", ") + std::to_string(r);
+      ++other_count;
+    }
   }
   if (first < 0) return;
   // The first differing rank's difference goes to all, so every rank fails
   // with the same line and rank 0's is the one printed (let_rank_zero_speak_first).
   const std::string first_text = broadcast_string(comm, comm.rank() == first ? difference : std::string(), first);
   throw CommandError{kExitUserError, "rank " + std::to_string(first) + " has " + first_text +
-                                         (others.empty() ? "" : " (ranks " + others + " differ too)") +
+                                         (other_count == 0   ? ""
+                                          : other_count == 1 ? " (rank " + others + " differs too)"
+                                                             : " (ranks " + others + " differ too)") +
                                          ": every rank must be started with the same config, --set overrides "
                                          "and options"};
 }

@@ -109,6 +109,7 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"NegativeWarmup", with("train.warmup_steps", "-1"), {}, {"train.warmup_steps: must be >= 0"}},
       {"NegativeFullDepth", with("model.n_layers_full", "-8"), {}, {"model.n_layers_full: must be >= 0", "got -8"}},
       {"FullDepthNotAnInteger", valid, {"model.n_layers_full=eighty"}, {"model.n_layers_full", "'eighty' is not an integer"}},
+      {"MalformedSetValue", valid, {"model.n_layers=[1"}, {"--set model.n_layers=[1", "malformed value"}},
       {"ZeroLr", with("train.lr", "0"), {}, {"train.lr: must be > 0 (got 0)"}},
       {"Beta1One", with("train.beta1", "1"), {}, {"train.beta1: must be in [0, 1)"}},
       {"NegativeBeta2", with("train.beta2", "-0.1"), {}, {"train.beta2"}},

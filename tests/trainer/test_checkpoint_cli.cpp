@@ -65,6 +65,13 @@ TEST(CheckpointCli, ResumeLatestFromAMissingFolderMakesNone) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--resume latest: checkpoint.dir " + ckpt + " does not exist"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(dir.file("none")));
+  // Without a checkpoint.dir there is nowhere to look: said, and no result.
+  const CommandResult nowhere = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 6 --resume latest "
+                                            "--set checkpoint.dir= --out " + dir.file("nowhere.json"));
+  EXPECT_EQ(nowhere.exit_code, 2) << nowhere.err;
+  EXPECT_NE(nowhere.err.find("--resume latest: set checkpoint.dir to the folder the checkpoints are in"),
+            std::string::npos) << nowhere.err;
+  EXPECT_FALSE(fs::exists(dir.file("nowhere.json")));
 }
 
 // A run too short for its checkpoint interval measures no storage write: it

@@ -269,6 +269,40 @@ TEST(CliErrors, ConfigThatIsNotARegularFile) {
                     {"config file /dev/urandom is not a regular file"});
 }
 
+// A config larger than any config is refused before it is read whole (a
+// data file given as the config, say).
+TEST(CliErrors, AConfigFileOfMoreThan16MiBIsRefused) {
+  const TempDir dir;
+  const fs::path big = dir.path() / "big.yaml";
+  { std::ofstream(big) << "model:\n"; }
+  fs::resize_file(big, (16 << 20) + 1);
+  expect_user_error(run_trainbench({"run", big.string()}, dir.path()),
+                    {"config file " + big.string() + " is 16777217 bytes; a config is at most 16777216 (16 MiB)"});
+}
+
+// What only the cuda engine does, asked of the cpu engine: exit 2 naming the
+// key, not a run that trains fp32 or attends otherwise than asked.
+// train.device=cpu is refused with the config; under auto, the engine it
+// resolved to is asked (no GPU visible: CUDA_VISIBLE_DEVICES empty).
+TEST(CliErrors, WhatOnlyTheCudaEngineDoesIsRefusedOnTheCpuEngine) {
+  const TempDir dir;
+  expect_user_error(run_trainbench({"run", "tiny", "--set", "train.device=cpu", "--set", "train.precision=bf16"},
+                                   dir.path()),
+                    {"train.precision: bf16 needs train.device cuda or auto; the CPU backend computes in fp32"});
+  expect_user_error(run_trainbench({"run", "tiny", "--set", "train.device=cpu", "--set", "train.attention=cudnn"},
+                                   dir.path()),
+                    {"train.attention: cudnn is the cuda engine's fused attention, but train.device is cpu"});
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string saved = visible != nullptr ? visible : "";
+  ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  const RunResult bf16 = run_trainbench({"run", "tiny", "--set", "train.precision=bf16"}, dir.path());
+  const RunResult cudnn = run_trainbench({"run", "tiny", "--set", "train.attention=cudnn"}, dir.path());
+  if (visible != nullptr) ::setenv("CUDA_VISIBLE_DEVICES", saved.c_str(), 1);
+  else ::unsetenv("CUDA_VISIBLE_DEVICES");
+  expect_user_error(bf16, {"train.precision: bf16 needs the cuda engine; the cpu engine is fp32"});
+  expect_user_error(cudnn, {"train.attention: cudnn needs the cuda engine"});
+}
+
 // Numbers on the command line: a range that names the option, not CLI11's
 // saturated values, 309-digit bounds, or nan taken as a number.
 TEST(CliErrors, OptionNumbersOutOfRange) {

@@ -393,6 +393,25 @@ TEST(MpiCli, RanksStartedWithDifferentConfigsExitTwoNamingTheKey) {
   EXPECT_LT(seconds, 60.0) << "not the collective timeout (300 s)";
 }
 
+// The other ranks that differ are named after the first, each number agreeing
+// with its verb ("ranks 2 differ too" named one rank).
+TEST(MpiCli, TheRanksThatDifferAfterTheFirstAreNamed) {
+  testing::TempDir dir("test_mpi_cli");
+  const std::string wrapper = dir.file("ranks_differ.sh");
+  write_executable(wrapper, "#!/bin/sh\nif [ \"$OMPI_COMM_WORLD_RANK\" != 0 ]; then exec \"$@\" --set "
+                            "train.lr=0.07$OMPI_COMM_WORLD_RANK; fi\nexec \"$@\"\n");
+  for (const int ranks : {3, 4}) {
+    const CommandResult r = run_command("timeout 120 " + kMpirun + "-np " + std::to_string(ranks) + " " + wrapper +
+                                        " " + TRAINBENCH_BINARY + " run tiny --steps 6 --set train.threads=1 --out " +
+                                        dir.file("r.json"));
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_NE(r.err.find("rank 1 has train.lr = 0.071 where rank 0 has "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(ranks == 3 ? " (rank 2 differs too): " : " (ranks 2, 3 differ too): "), std::string::npos)
+        << r.err;
+    EXPECT_EQ(count_trainbench_lines(r.err), 1) << "rank 0 speaks for all: " << r.err;
+  }
+}
+
 // What every rank does differently though only rank 0 reports: a rank that
 // times no step (report.instrument) steps at another pace, and its peer was
 // reported a 100% straggler; bench instrument with other --pairs on one rank
