@@ -1,4 +1,5 @@
-// Whether this build carries AddressSanitizer (scripts/sanitize.sh).
+// Whether this build carries AddressSanitizer (scripts/sanitize.sh), or
+// coverage counters (scripts/coverage.sh), and what a test does about it.
 // The trainbench binary a test runs is built with the same flags, so the test
 // binary's own macro answers for it too. ASan reserves some 20 TB of shadow
 // address space at start-up, which no `ulimit -v` a test can set leaves room
@@ -35,6 +36,33 @@ inline constexpr const char* kNoAddressSpaceLimitUnderAsan =
 // other check stays on); elsewhere the prefix is empty. Put it before `exec`.
 inline std::string without_leak_check_under_asan() {
   return kAddressSanitizer ? "ASAN_OPTIONS=\"$ASAN_OPTIONS:detect_leaks=0\" " : "";
+}
+
+// The coverage build (scripts/coverage.sh) defines TRAINBENCH_COVERAGE_BUILD.
+#if defined(TRAINBENCH_COVERAGE_BUILD)
+inline constexpr bool kCoverageBuild = true;
+#else
+inline constexpr bool kCoverageBuild = false;
+#endif
+
+// A process's stderr without the lines libgcov adds in the coverage build
+// when it cannot write the process's counts at exit ("profiling:...:Cannot
+// open", "libgcov profiling error:..."): under a tight `ulimit -n` it has no
+// descriptor for its error file either, and falls back to stderr. Those
+// lines are not trainbench's words; in every other build the text is
+// returned as it is.
+inline std::string without_coverage_lines(const std::string& text) {
+  if (!kCoverageBuild) return text;
+  std::string kept;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find('\n', start);
+    const size_t next = end == std::string::npos ? text.size() : end + 1;
+    const std::string line = text.substr(start, next - start);
+    if (line.rfind("profiling:", 0) != 0 && line.rfind("libgcov profiling error:", 0) != 0) kept += line;
+    start = next;
+  }
+  return kept;
 }
 
 }  // namespace trainbench::testing

@@ -32,7 +32,7 @@
 #include "trainer/report.h"         // human_rate
 #include "tests/support/mounted_filesystem.h"  // a small tmpfs that fills during a run
 #include "tests/support/run_command.h"
-#include "tests/support/sanitizer.h"  // no ulimit -v under ASan
+#include "tests/support/sanitizer.h"  // no ulimit -v under ASan; libgcov's lines in the coverage build
 #include "tests/support/temp_dir.h"
 #include "tests/trainer/header_memory.h"
 
@@ -1545,9 +1545,10 @@ TEST(Cli, AShardListingTheDescriptorLimitStoppedIsAnEnvironmentError) {
   int named = 0;
   for (const std::string& spec : {dir.file("sh"), dir.file("sh") + "/*.tar", dir.file("list.txt")}) {
     for (int limit = 4; limit <= 16; ++limit) {
-      const auto r = run_command("bash -c 'ulimit -n " + std::to_string(limit) + "; " +
-                                 testing::without_leak_check_under_asan() + "exec timeout 60 " + binary +
-                                 " shards verify \"" + spec + "\"'");
+      testing::CommandResult r = run_command("bash -c 'ulimit -n " + std::to_string(limit) + "; " +
+                                             testing::without_leak_check_under_asan() + "exec timeout 60 " +
+                                             binary + " shards verify \"" + spec + "\"'");
+      r.err = testing::without_coverage_lines(r.err);
       const std::string where = "ulimit -n " + std::to_string(limit) + ", " + spec + ": ";
       if (r.exit_code == 0 || r.exit_code == 127) continue;
       EXPECT_EQ(r.exit_code, 3) << where << r.err;
@@ -1631,7 +1632,8 @@ TEST(Cli, RunningOutOfFileDescriptorsAnywhereIsAnEnvironmentError) {
     const std::string limited = "bash -c 'ulimit -n " + std::to_string(limit) + "; " +
                                 testing::without_leak_check_under_asan() + "exec timeout 120 ";
     if (run_command(limited + TRAINBENCH_BINARY + " --version'").exit_code != 0) continue;
-    const auto r = run_command("TMPDIR=" + dir.path() + " " + limited + run + "'");
+    testing::CommandResult r = run_command("TMPDIR=" + dir.path() + " " + limited + run + "'");
+    r.err = testing::without_coverage_lines(r.err);
     // The run's temporary folders go however it ends: the empty ones a
     // failed lock file or listing left (the descriptor removing them needs
     // was the one the limit had taken) stayed behind.
