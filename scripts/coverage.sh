@@ -26,18 +26,14 @@ me=coverage.sh
 die() { echo "$me: $1" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 repo=$PWD
-. "$repo/scripts/lib/common.sh"  # print_usage, whole_number_settings, instrumented_build_folder
+. "$repo/scripts/lib/common.sh"  # print_usage, whole_number_settings, instrumented_build_folder, build_instrumented
 case "${1:-}" in -h|--help) print_usage; exit 0 ;; esac
 whole_number_settings TRAINBENCH_BUILD_JOBS TRAINBENCH_TEST_JOBS
 build=$(instrumented_build_folder "${TRAINBENCH_COVERAGE_BUILD_DIR:-build-coverage}" \
   'TRAINBENCH_COVERAGE:BOOL=ON' "coverage counters" TRAINBENCH_COVERAGE_BUILD_DIR) || exit
 command -v g++ > /dev/null || die "g++ not found: the counters are gcc's (scripts/setup.sh installs it)"
 command -v gcovr > /dev/null || die "gcovr not found: it reads the counters (scripts/setup.sh installs it)"
-mkdir -p "$build"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINBENCH_COVERAGE=ON \
-  -DTRAINBENCH_CUDA=OFF -DTRAINBENCH_BUILD_TESTS=ON > "$build/configure.log" 2>&1 ||
-  { cat "$build/configure.log"; echo "$me: configure failed (log above)" >&2; exit 1; }
-cmake --build "$build" -j "${TRAINBENCH_BUILD_JOBS:-$(nproc)}"
+build_instrumented "$build" -DTRAINBENCH_COVERAGE=ON
 
 # The counters of an earlier run would add to this one's.
 find "$build" -name '*.gcda' -delete

@@ -23,17 +23,13 @@ me=sanitize.sh
 die() { echo "$me: $1" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 repo=$PWD
-. "$repo/scripts/lib/common.sh"  # print_usage, whole_number_settings, instrumented_build_folder
+. "$repo/scripts/lib/common.sh"  # print_usage, whole_number_settings, instrumented_build_folder, build_instrumented
 case "${1:-}" in -h|--help) print_usage; exit 0 ;; esac
 whole_number_settings TRAINBENCH_BUILD_JOBS TRAINBENCH_TEST_JOBS
 build=$(instrumented_build_folder "${TRAINBENCH_SANITIZE_BUILD_DIR:-build-asan}" \
   'TRAINBENCH_SANITIZE:STRING=address' sanitizers TRAINBENCH_SANITIZE_BUILD_DIR) || exit
 command -v g++ > /dev/null || die "g++ not found: the sanitized build uses gcc's runtimes (scripts/setup.sh installs it)"
-mkdir -p "$build"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINBENCH_SANITIZE=address \
-  -DTRAINBENCH_CUDA=OFF -DTRAINBENCH_BUILD_TESTS=ON > "$build/configure.log" 2>&1 ||
-  { cat "$build/configure.log"; echo "$me: configure failed (log above)" >&2; exit 1; }
-cmake --build "$build" -j "${TRAINBENCH_BUILD_JOBS:-$(nproc)}"
+build_instrumented "$build" -DTRAINBENCH_SANITIZE=address
 
 supp="$repo/scripts/sanitizers"
 # verify_asan_link_order=0: the hung-storage tests preload a shim

@@ -91,3 +91,17 @@ instrumented_build_folder() {
   fi
   echo "$folder"
 }
+
+# build_instrumented FOLDER CMAKE_OPTION: configures FOLDER (made if need be)
+# as the instrumented scripts build, Ninja, RelWithDebInfo, the CUDA engine
+# off (not instrumented; no GPU runs it) and the tests on, with CMAKE_OPTION
+# (-DTRAINBENCH_SANITIZE=address, -DTRAINBENCH_COVERAGE=ON), and builds
+# everything with TRAINBENCH_BUILD_JOBS jobs (default: the CPUs). A failed
+# configure shows its log and ends the script (exit 1).
+build_instrumented() {
+  mkdir -p "$1"
+  cmake -S "$repo" -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$2" -DTRAINBENCH_CUDA=OFF \
+    -DTRAINBENCH_BUILD_TESTS=ON > "$1/configure.log" 2>&1 ||
+    { cat "$1/configure.log"; echo "$me: configure failed (log above)" >&2; exit 1; }
+  cmake --build "$1" -j "${TRAINBENCH_BUILD_JOBS:-$(nproc)}"
+}
