@@ -238,6 +238,33 @@ int note_glob_read_error(const char* folder, int error) {
   return 0;  // go on: another folder may match
 }
 
+// glob(3) looks a last part without glob characters up in each folder the
+// rest matched ("/data/*/shard.tar": an lstat, no listing), so the errfunc
+// never hears of a folder that refuses the lookup (EACCES) or of storage
+// that fails it (EIO): both read as "no such file", and that folder's
+// shard was left out without a word. The folders are globbed again and a
+// lookup that failed otherwise than "absent" is refused.
+void require_lookups_in_globbed_folders(const std::string& pattern) {
+  const size_t slash = pattern.rfind('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == pattern.size()) return;
+  const std::string parent = pattern.substr(0, slash);
+  const std::string last = pattern.substr(slash + 1);
+  if (last.find_first_of("*?[") != std::string::npos || parent.find_first_of("*?[") == std::string::npos) return;
+  glob_t folders;
+  std::vector<std::string> matched;
+  if (::glob(parent.c_str(), GLOB_ONLYDIR, nullptr, &folders) == 0)
+    matched.assign(folders.gl_pathv, folders.gl_pathv + folders.gl_pathc);
+  ::globfree(&folders);
+  for (const std::string& folder : matched) {
+    const std::string path = folder + "/" + last;
+    struct stat info;
+    if (::lstat(path.c_str(), &info) == 0) continue;
+    const int error = errno;
+    if (error != ENOENT && error != ENOTDIR)
+      unreadable("cannot look up " + path + " for " + pattern + " (its shards would be left out)", error);
+  }
+}
+
 std::vector<std::string> shards_in_directory(const std::string& directory) {
   std::vector<std::string> shards;
   // Unread, it was "holds no shards" (exit 2) under ulimit -n.
@@ -410,6 +437,7 @@ std::vector<std::string> resolve_shard_list(const std::string& spec) {
         if (glob_read_error != 0)
           unreadable("cannot read " + glob_unread_folder + " for " + name + " (its shards would be left out)",
                      glob_read_error);
+        require_lookups_in_globbed_folders(name);
         if (found.empty()) missing.push_back("no file matches " + name);
         shards.insert(shards.end(), found.begin(), found.end());
       } else if (is_directory(name)) {

@@ -218,7 +218,7 @@ TEST_F(ShardList, AListFileThatCannotBeReadSaysSo) {
 // A glob that cannot read one of the folders it walks is refused, though
 // another folder matched: that folder's shards were left out of the data
 // set without a word. Unreadable for an unprivileged user (root reads any
-// folder), so the resolve runs in a child process that drops to nobody.
+// folder), so each resolve runs in a child process that drops to nobody.
 TEST_F(ShardList, AGlobThatCannotReadOneOfItsFoldersIsRefused) {
   for (const char* folder : {"a", "b"}) {
     ASSERT_EQ(::mkdir(at(folder).c_str(), 0755), 0);
@@ -239,8 +239,27 @@ TEST_F(ShardList, AGlobThatCannotReadOneOfItsFoldersIsRefused) {
       },
       ::testing::ExitedWithCode(2), "data.shards: cannot read " + at("b") + " for " + at("\\*/\\*.tar") +
                                         " \\(its shards would be left out\\): Permission denied");
+  // A last part without glob characters is looked up, not listed: the
+  // lookup's refusal was "no such file" to glob(3).
+  EXPECT_EXIT(
+      {
+        if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) std::_Exit(9);
+        try {
+          resolve_shard_list(at("*/x.tar"));
+        } catch (const DataError& e) {
+          std::fprintf(stderr, "%s\n", e.what());
+          std::_Exit(e.scope() == CorruptScope::kConfig ? 2 : 3);
+        }
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(2), "data.shards: cannot look up " + at("b/x.tar") + " for " + at("\\*/x.tar") +
+                                        " \\(its shards would be left out\\): Permission denied");
   ASSERT_EQ(::chmod(at("b").c_str(), 0755), 0);  // for the folder's removal
-  EXPECT_EQ(resolve_shard_list(at("*/*.tar")), (Names{at("a/x.tar"), at("b/x.tar")}));
+  for (const char* pattern : {"*/*.tar", "*/x.tar"})
+    EXPECT_EQ(resolve_shard_list(at(pattern)), (Names{at("a/x.tar"), at("b/x.tar")})) << pattern;
+  // A folder without the file (and files the folder glob met) are no lookup failure.
+  ASSERT_EQ(::mkdir(at("c").c_str(), 0755), 0);
+  EXPECT_EQ(resolve_shard_list(at("*/x.tar")), (Names{at("a/x.tar"), at("b/x.tar")}));
 }
 
 // The same file listed twice, however spelt, is read twice an epoch: named
