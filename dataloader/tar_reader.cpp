@@ -9,6 +9,7 @@
 #include <algorithm>  // std::max
 #include <cerrno>     // errno
 #include <cstring>    // std::strerror, std::strstr, std::memcpy, std::memset
+#include <string_view>  // says_truncated
 
 #include "dataloader/data_error.h"
 #include "dataloader/gzip_tar_stream.h"  // GzipTarStream: gzip shards, inflated by zlib
@@ -110,6 +111,16 @@ void TarReader::open_gzip(const void* data, size_t size) {
   if (archive_read_open(archive_, gzip_.get(), nullptr, read_gzip_stream, nullptr) != ARCHIVE_OK) fail_open();
 }
 
+namespace {
+// libarchive's words for a stream that ends early: "Truncated tar archive",
+// "truncated gzip input", and liblzma's LZMA_BUF_ERROR, "Lzma library
+// error: No progress is possible" (an xz stream whose input ran out).
+bool says_truncated(std::string_view why) {
+  return why.find("runcated") != std::string_view::npos ||
+         why.find("No progress is possible") != std::string_view::npos;
+}
+}  // namespace
+
 // libarchive picks the format while opening, so a file that is not a tar
 // (including an empty one) fails here.
 void TarReader::fail_open() {
@@ -117,8 +128,7 @@ void TarReader::fail_open() {
   std::string message;
   if (why != nullptr && std::strstr(why, "Unrecognized archive format") != nullptr) {
     message = path_ + ": not a tar archive";
-  } else if (why != nullptr &&
-             std::strstr(why, "runcated") != nullptr) {  // a cut compressed stream
+  } else if (why != nullptr && says_truncated(why)) {  // a cut compressed stream
     // Not "before the first member": libarchive reads ahead (64 KiB of the
     // compressed stream) while it opens, so a small shard cut short fails
     // here whole though its first samples are there (Python's tarfile reads
@@ -360,7 +370,7 @@ std::string TarReader::explain(const std::string& where_truncated,
   }
   const std::string why =
       archive_error_string(archive_) != nullptr ? archive_error_string(archive_) : "";
-  const bool truncated = why.find("runcated") != std::string::npos;  // "Truncated" or "truncated"
+  const bool truncated = says_truncated(why);
   if (!truncated) return otherwise + ": " + (why.empty() ? "unknown error" : archive_reason());
   const std::string detail =
       why == "Truncated tar archive" ? "" : " (libarchive: " + printable(why) + ")";

@@ -30,7 +30,7 @@ struct TestEntry {
 };
 
 enum class TarFormat { kPax, kGnu, kUstar };
-enum class TarFilter { kNone, kGzip, kZstd, kBzip2 };
+enum class TarFilter { kNone, kGzip, kZstd, kBzip2, kXz };
 
 inline std::string make_tar(const std::vector<TestEntry>& entries,
                             TarFormat format = TarFormat::kPax,
@@ -43,6 +43,7 @@ inline std::string make_tar(const std::vector<TestEntry>& entries,
   if (filter == TarFilter::kGzip) archive_write_add_filter_gzip(writer);
   if (filter == TarFilter::kZstd) archive_write_add_filter_zstd(writer);
   if (filter == TarFilter::kBzip2) archive_write_add_filter_bzip2(writer);
+  if (filter == TarFilter::kXz) archive_write_add_filter_xz(writer);
   // No padding of the last block to 10 KiB: the tests cut and patch exact bytes.
   archive_write_set_bytes_in_last_block(writer, 1);
   auto append = [](struct archive*, void* out, const void* data, size_t size) -> la_ssize_t {

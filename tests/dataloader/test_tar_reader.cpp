@@ -142,7 +142,8 @@ TEST(TarReader, CompressedShardsReadTheSameAndCountStorageBytes) {
   const std::string plain = make_tar(entries);
   for (const auto& [filter, name] :
        {std::pair{TarFilter::kNone, "s.tar"}, std::pair{TarFilter::kGzip, "s.tar.gz"},
-        std::pair{TarFilter::kZstd, "s.tar.zst"}, std::pair{TarFilter::kBzip2, "s.tar.bz2"}}) {
+        std::pair{TarFilter::kZstd, "s.tar.zst"}, std::pair{TarFilter::kBzip2, "s.tar.bz2"},
+        std::pair{TarFilter::kXz, "s.tar.xz"}}) {
     const std::string bytes = make_tar(entries, TarFormat::kPax, filter);
     write_file(dir.file(name), bytes);
     TarReader tar;
@@ -156,6 +157,30 @@ TEST(TarReader, CompressedShardsReadTheSameAndCountStorageBytes) {
     if (filter != TarFilter::kNone) {
       EXPECT_LT(tar.storage_bytes(), tar.stream_offset()) << name;
     }
+  }
+}
+
+// A compressed shard cut within what libarchive reads ahead at open is
+// "truncated" at byte 0 for every compressor. An xz one said "cannot open:
+// Lzma library error:  No progress is possible", without the offset.
+TEST(TarReader, ACompressedShardCutShortAtOpenSaysTruncated) {
+  TempDirectory dir;
+  const std::vector<TestEntry> entries = {{"0.txt", std::string(3000, 'a')}, {"1.txt", "b"}};
+  for (const auto& [filter, name] : {std::pair{TarFilter::kZstd, "s.tar.zst"},
+                                     std::pair{TarFilter::kBzip2, "s.tar.bz2"}, std::pair{TarFilter::kXz, "s.tar.xz"}}) {
+    const std::string bytes = make_tar(entries, TarFormat::kPax, filter);
+    ASSERT_GT(bytes.size(), 100u) << name;
+    write_file(dir.file(name), bytes.substr(0, 100));
+    std::string message;
+    try {
+      TarReader tar;
+      tar.open(dir.file(name));
+      read_all(tar);
+    } catch (const DataError& error) {
+      EXPECT_EQ(error.scope(), CorruptScope::kShard) << name;
+      message = error.what();
+    }
+    EXPECT_EQ(message.rfind(dir.file(name) + ": byte 0: truncated tar archive", 0), 0u) << name << ": " << message;
   }
 }
 
