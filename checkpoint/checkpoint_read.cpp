@@ -83,9 +83,17 @@ std::string follow_latest(const std::string& dir, const std::string& what) {
     throw CheckpointError("checkpoint pointer " + latest + ": \"" + io::printable(name) +
                           "\" is not a checkpoint folder name (step_N)" + newest_committed_hint(dir));
   const std::string folder = dir + "/" + name;
-  if (!exists_quietly(folder + "/manifest.json"))
+  if (!exists_quietly(folder + "/manifest.json")) {
+    // Where the filesystem cannot exchange two folders (NFS, Lustre), a
+    // commit over an existing step_N sets it aside as step_N.old first; a
+    // crash before the new one took its name leaves it there, whole.
+    const std::string aside = exists_quietly(folder + ".old/manifest.json")
+                                  ? "; " + folder + ".old holds it, set aside by a commit cut short (a filesystem "
+                                    "without RENAME_EXCHANGE): rename it to " + name + " to resume from it"
+                                  : "";
     throw CheckpointError("checkpoint pointer " + latest + " names " + name + ", but " + folder +
-                          "/manifest.json is missing" + newest_committed_hint(dir));
+                          "/manifest.json is missing" + aside + newest_committed_hint(dir));
+  }
   return folder;
 }
 

@@ -732,6 +732,16 @@ TEST_F(CheckpointFiles, ResolveFindsTheCheckpointOrSaysWhatIsMissing) {
             "checkpoint pointer " + dir_ + "/latest names step_77, but " + dir_ +
                 "/step_77/manifest.json is missing; the newest committed checkpoint there is step_20: --resume " +
                 dir_ + "/step_20");
+  // A commit over an existing step on NFS sets it aside as step_77.old
+  // before the new one takes its name: a crash between the two renames
+  // leaves it whole there, which only the hint to step_20 offered.
+  fs::copy(dir_ + "/step_20", dir_ + "/step_77.old", fs::copy_options::recursive);
+  EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint("latest", dir_); }),
+            "checkpoint pointer " + dir_ + "/latest names step_77, but " + dir_ + "/step_77/manifest.json is missing; " +
+                dir_ + "/step_77.old holds it, set aside by a commit cut short (a filesystem without RENAME_EXCHANGE): "
+                "rename it to step_77 to resume from it; the newest committed checkpoint there is step_20: --resume " +
+                dir_ + "/step_20");
+  fs::remove_all(dir_ + "/step_77.old");
   write_text(dir_ + "/latest", "../../etc\n");
   EXPECT_TRUE(contains(checkpoint_error([&] { resolve_checkpoint("latest", dir_); }), "is not a checkpoint folder name"));
   // Two names, or garbage bytes: quoted escaped on one line (checkpoint_error checks the line).
