@@ -92,6 +92,18 @@ TEST_F(LoaderCli, MissingShardsNameTheFirstMissingPath) {
   expect_one_line_naming(r, {dir_ + "/none-000.tar"});
 }
 
+// A shard the list names twice is read twice an epoch: the run says so in
+// its output and its result, with the count of repeats.
+TEST_F(LoaderCli, AShardListedTwiceIsWarnedOf) {
+  const CommandResult r = run_with({good_.front()}, "", 6);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string warning = "data.shards lists " + good_.front() + " 2 times: every listing is read each epoch, "
+                              "so 1 of the 5 shards read are repeats";
+  EXPECT_NE(r.out.find(warning), std::string::npos) << r.out;
+  EXPECT_NE(nlohmann::json::parse(read_whole_file(dir_ + "/result.json"))["warnings"].dump().find(warning),
+            std::string::npos);
+}
+
 TEST_F(LoaderCli, FewerShardsThanReadersSaysWhatToChange) {
   const CommandResult r = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 6 --set data.readers=8 " +
                                       "--set data.shards=" + dir_ + "/good --out " + dir_ + "/r.json");

@@ -1422,7 +1422,8 @@ TEST(Cli, ASignalDuringTheExitEndsTheProcessWithoutACrash) {
 // without a word and leave its partial files.
 TEST(Cli, AnUnusableTmpdirOrAFileSizeLimitIsAnEnvironmentError) {
   testing::TempDir dir("test_cli_limits");
-  for (const std::string& tmpdir : {dir.file("missing"), std::string("/etc/passwd")}) {
+  // /sys: a folder no one can make a folder in (EPERM, or EROFS where it is mounted read-only).
+  for (const std::string& tmpdir : {dir.file("missing"), std::string("/etc/passwd"), std::string("/sys")}) {
     const auto r = run_command("TMPDIR=" + tmpdir + " " + TRAINBENCH_BINARY + " run tiny --steps 7 --out " +
                                dir.file("r.json"));
     EXPECT_EQ(r.exit_code, 3) << tmpdir << ": " << r.err;
