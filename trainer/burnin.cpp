@@ -153,8 +153,8 @@ GoldenStart judge_golden_start(const std::vector<GoldenValue>& values, const std
           other = q;
           break;
         }
-      start.failures[r].push_back("golden step at the start: " + (mixed ? "the ranks on " + numerics[r] : std::string("the ranks")) +
-                                  " disagree and no value has a majority (" +
+      const std::string ranks = mixed ? "the ranks on " + numerics[r] : std::string("the ranks");
+      start.failures[r].push_back("golden step at the start: " + ranks + " disagree and no value has a majority (" +
                                   describe_golden_difference(values[r], values[other]) + " against rank " +
                                   std::to_string(other) + ")");
     }

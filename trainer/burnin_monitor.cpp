@@ -489,7 +489,8 @@ class BurninMonitor final : public RunExtension {
     ++golden_checks_;
     for (size_t r = 0; r < values.size(); ++r) {
       if (values[r] == golden_reference_[r]) continue;
-      if (golden_mismatches_[r].empty()) golden_first_mismatch_[r] = describe_golden_difference(values[r], golden_reference_[r]);
+      if (golden_mismatches_[r].empty())
+        golden_first_mismatch_[r] = describe_golden_difference(values[r], golden_reference_[r]);
       golden_mismatches_[r].push_back(step);
     }
   }

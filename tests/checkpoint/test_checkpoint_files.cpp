@@ -737,8 +737,8 @@ TEST_F(CheckpointFiles, ResolveFindsTheCheckpointOrSaysWhatIsMissing) {
   // leaves it whole there, which only the hint to step_20 offered.
   fs::copy(dir_ + "/step_20", dir_ + "/step_77.old", fs::copy_options::recursive);
   EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint("latest", dir_); }),
-            "checkpoint pointer " + dir_ + "/latest names step_77, but " + dir_ + "/step_77/manifest.json is missing; " +
-                dir_ + "/step_77.old holds it, set aside by a commit cut short (a filesystem without RENAME_EXCHANGE): "
+            "checkpoint pointer " + dir_ + "/latest names step_77, but " + dir_ +
+                "/step_77/manifest.json is missing; " + dir_ + "/step_77.old holds it, set aside by a commit cut short (a filesystem without RENAME_EXCHANGE): "
                 "rename it to step_77 to resume from it; the newest committed checkpoint there is step_20: --resume " +
                 dir_ + "/step_20");
   fs::remove_all(dir_ + "/step_77.old");

@@ -166,8 +166,8 @@ TEST(TarReader, CompressedShardsReadTheSameAndCountStorageBytes) {
 TEST(TarReader, ACompressedShardCutShortAtOpenSaysTruncated) {
   TempDirectory dir;
   const std::vector<TestEntry> entries = {{"0.txt", std::string(3000, 'a')}, {"1.txt", "b"}};
-  for (const auto& [filter, name] : {std::pair{TarFilter::kZstd, "s.tar.zst"},
-                                     std::pair{TarFilter::kBzip2, "s.tar.bz2"}, std::pair{TarFilter::kXz, "s.tar.xz"}}) {
+  for (const auto& [filter, name] : {std::pair{TarFilter::kZstd, "s.tar.zst"}, std::pair{TarFilter::kBzip2, "s.tar.bz2"},
+                                     std::pair{TarFilter::kXz, "s.tar.xz"}}) {
     const std::string bytes = make_tar(entries, TarFormat::kPax, filter);
     ASSERT_GT(bytes.size(), 100u) << name;
     write_file(dir.file(name), bytes.substr(0, 100));
