@@ -2,7 +2,7 @@
 // batch, and every step's time must be fully accounted for.
 #include <gtest/gtest.h>
 
-#include <algorithm>   // std::find_if
+#include <algorithm>   // std::find_if, std::sort
 #include <cmath>
 #include <limits>      // infinity: a loss that is not finite
 #include <cstdio>      // fmemopen: the progress line as printed
@@ -180,6 +180,40 @@ TEST(Training, InstrumentationCostAlternatesBlocksAndRestoresTheEngine) {
   EXPECT_EQ(before, after) << "the measurement trained, and put the state back";
   EXPECT_THROW(measure_instrumentation_cost(config, *engine, *comm, 1, 2), std::invalid_argument);
   EXPECT_THROW(measure_instrumentation_cost(config, *engine, *comm, 4, 0), std::invalid_argument);
+}
+
+// From 6 pairs on, the interval of the median is the order statistics
+// whose exact binomial coverage reaches 95% (9 pairs: the 2nd and 8th of
+// the sorted overheads, 1 − 2·(1 + 9)/2⁹), and the verdict reads it: met
+// below 1%, NOT met above, not resolved across. Only "not resolved (fewer
+// than 6 pairs)" was run by a test.
+TEST(Training, InstrumentationCostVerdictReadsTheIntervalOfNinePairs) {
+  const Config config = load_config("tiny", {});
+  auto engine = cpu_engine(config, 1);
+  auto comm = make_local_communicator();
+  InstrumentationCost cost = measure_instrumentation_cost(config, *engine, *comm, 9, 1);
+  EXPECT_DOUBLE_EQ(cost.interval_coverage, 1.0 - 2.0 * 10.0 / 512.0);
+  std::vector<double> overheads;
+  for (size_t i = 0; i < cost.timed_s.size(); ++i) overheads.push_back(cost.timed_s[i] / cost.untimed_s[i] - 1.0);
+  std::sort(overheads.begin(), overheads.end());
+  ASSERT_EQ(overheads.size(), 9u);
+  EXPECT_DOUBLE_EQ(cost.overhead_low, overheads[1]);
+  EXPECT_DOUBLE_EQ(cost.overhead_high, overheads[7]);
+  EXPECT_DOUBLE_EQ(cost.overhead_median, overheads[4]);
+  const auto verdict = [&cost](double low, double high) {
+    cost.overhead_low = low;
+    cost.overhead_high = high;
+    char text[1024] = {};
+    FILE* out = fmemopen(text, sizeof(text) - 1, "w");
+    print_instrumentation_cost(out, cost);
+    std::fclose(out);
+    const std::string printed = text;
+    const size_t at = printed.find("target <= 1%        ");
+    return at == std::string::npos ? printed : printed.substr(at + 20);
+  };
+  EXPECT_EQ(verdict(-0.01, 0.005), "met (the 95% interval lies below 1%)\n");
+  EXPECT_EQ(verdict(0.02, 0.05), "NOT met (the 95% interval lies above 1%)\n");
+  EXPECT_EQ(verdict(0.0, 0.02), "not resolved (the 95% interval spans 1%; more --pairs)\n");
 }
 
 TEST(Training, ANonFiniteLossStopsTheRunWithAFailedCheck) {
