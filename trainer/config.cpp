@@ -556,13 +556,16 @@ bool is_home_expanded_key(std::string_view key) {
 }
 
 // `--set checkpoint.dir=~/ck` is one word that no shell expands, and the
-// run made a folder named "~" in the working folder.
-void expand_home_paths(Config& config) {
+// run made a folder named "~" in the working folder. A refusal names where
+// the value came from ("x.yaml:3: ", "--set ...: "), as validate()'s do.
+void expand_home_paths(Config& config, const Sources& sources) {
   for (auto [key, path] : {std::pair<std::string_view, std::string*>{kHomeExpandedKeys[0], &config.checkpoint.dir},
                            {kHomeExpandedKeys[1], &config.data.shards},
                            {kHomeExpandedKeys[2], &config.report.out}}) {
     const std::string error = expand_home(path);
-    if (!error.empty()) fail(std::string(key) + ": " + error);
+    if (error.empty()) continue;
+    const auto source = sources.find(key);
+    fail((source != sources.end() ? source->second.where + ": " : std::string()) + std::string(key) + ": " + error);
   }
 }
 
@@ -1031,7 +1034,7 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
   apply_yaml(config, sources, yaml_text, origin);
   for (size_t i = 0; i < overrides.size(); ++i)
     apply_override(config, sources, overrides[i], static_cast<int>(i));
-  expand_home_paths(config);
+  expand_home_paths(config, sources);
   validate(config, sources);
   for (const auto& [key, source] : sources) config.keys_given.insert(key);
   // Printed and recorded as it trains: "q , k," is q,k (in the order written).
