@@ -801,6 +801,15 @@ TEST_F(CheckpointFiles, ReadManifestNamesTheFileAndTheField) {
   m = good;
   m["step"] = "ten";
   EXPECT_EQ(refused(m), "checkpoint manifest " + path + ": field step is not an integer");
+  // A rank's entry in another's place, and a file size off the image
+  // alignment (no test wrote either).
+  m = good;
+  m["ranks"][0]["rank"] = 1;
+  EXPECT_EQ(refused(m), "checkpoint manifest " + path + ": field ranks[0].rank is not 0");
+  m = good;
+  m["ranks"][0]["files"][1]["bytes"] = m["ranks"][0]["files"][1]["bytes"].get<int64_t>() + 1;
+  EXPECT_TRUE(contains(refused(m), "field ranks[0].files[1].bytes ")) << refused(m);
+  EXPECT_TRUE(contains(refused(m), " is not a multiple of ")) << refused(m);
   m = good;
   m["total_bytes"] = 1;
   EXPECT_TRUE(contains(refused(m), "field total_bytes is 1 but the files add up to"));
