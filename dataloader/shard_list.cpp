@@ -238,31 +238,45 @@ int note_glob_read_error(const char* folder, int error) {
   return 0;  // go on: another folder may match
 }
 
-// glob(3) looks a last part without glob characters up in each folder the
-// rest matched ("/data/*/shard.tar": an lstat, no listing), so the errfunc
-// never hears of a folder that refuses the lookup (EACCES) or of storage
-// that fails it (EIO): both read as "no such file", and that folder's
-// shard was left out without a word. The folders are globbed again and a
-// lookup that failed otherwise than "absent" is refused.
-void require_lookups_in_globbed_folders(const std::string& pattern) {
+// What `pattern` matches, as glob(3) finds it; the first folder it could
+// not read goes to glob_read_error (note_glob_read_error).
+std::vector<std::string> glob_matches(const std::string& pattern) {
+  glob_t matches;
+  glob_read_error = 0;
+  const int status = ::glob(pattern.c_str(), 0, note_glob_read_error, &matches);
+  std::vector<std::string> matched;
+  for (size_t i = 0; status == 0 && i < matches.gl_pathc; ++i) matched.emplace_back(matches.gl_pathv[i]);
+  ::globfree(&matches);
+  return matched;
+}
+
+// What a glob pattern matches. glob(3) looks a last part without glob
+// characters up in each folder the rest matched ("/data/*/shard.tar": an
+// lstat, no listing), so its errfunc never hears of a folder that refuses
+// the lookup (EACCES) or of storage that fails it (EIO): both read as "no
+// such file", and that folder's shard was left out without a word. Such a
+// last part is looked up here instead, in the folders glob(3) matched, and
+// a lookup that failed otherwise than "absent" is refused.
+std::vector<std::string> pattern_matches(const std::string& pattern) {
   const size_t slash = pattern.rfind('/');
-  if (slash == std::string::npos || slash == 0 || slash + 1 == pattern.size()) return;
+  if (slash == std::string::npos || slash == 0 || slash + 1 == pattern.size()) return glob_matches(pattern);
   const std::string parent = pattern.substr(0, slash);
   const std::string last = pattern.substr(slash + 1);
-  if (last.find_first_of("*?[") != std::string::npos || parent.find_first_of("*?[") == std::string::npos) return;
-  glob_t folders;
-  std::vector<std::string> matched;
-  if (::glob(parent.c_str(), GLOB_ONLYDIR, nullptr, &folders) == 0)
-    matched.assign(folders.gl_pathv, folders.gl_pathv + folders.gl_pathc);
-  ::globfree(&folders);
-  for (const std::string& folder : matched) {
+  if (last.find_first_of("*?[") != std::string::npos || parent.find_first_of("*?[") == std::string::npos)
+    return glob_matches(pattern);
+  std::vector<std::string> found;
+  for (const std::string& folder : glob_matches(parent)) {
     const std::string path = folder + "/" + last;
     struct stat info;
-    if (::lstat(path.c_str(), &info) == 0) continue;
+    if (::lstat(path.c_str(), &info) == 0) {
+      found.push_back(path);
+      continue;
+    }
     const int error = errno;
     if (error != ENOENT && error != ENOTDIR)
       unreadable("cannot look up " + path + " for " + pattern + " (its shards would be left out)", error);
   }
+  return found;
 }
 
 std::vector<std::string> shards_in_directory(const std::string& directory) {
@@ -418,12 +432,8 @@ std::vector<std::string> resolve_shard_list(const std::string& spec) {
       // A name that exists as written is that file, though it holds a glob
       // character ("data[1].tar" read data1.tar, its pattern's match).
       if (!whole && name.find_first_of("*?[") != std::string::npos && !exists(name)) {
-        glob_t matches;
-        glob_read_error = 0;
-        const int status = ::glob(name.c_str(), 0, note_glob_read_error, &matches);
-        std::vector<std::string> matched;
-        for (size_t i = 0; status == 0 && i < matches.gl_pathc; ++i) matched.emplace_back(matches.gl_pathv[i]);
-        ::globfree(&matches);  // before the checks, which throw on a link to nothing
+        // Freed by glob_matches before the checks, which throw on a link to nothing.
+        std::vector<std::string> matched = pattern_matches(name);
         std::vector<std::string> found;
         for (std::string& path : matched) {
           if (is_directory(path)) continue;
@@ -437,7 +447,6 @@ std::vector<std::string> resolve_shard_list(const std::string& spec) {
         if (glob_read_error != 0)
           unreadable("cannot read " + glob_unread_folder + " for " + name + " (its shards would be left out)",
                      glob_read_error);
-        require_lookups_in_globbed_folders(name);
         if (found.empty()) missing.push_back("no file matches " + name);
         shards.insert(shards.end(), found.begin(), found.end());
       } else if (is_directory(name)) {

@@ -226,9 +226,12 @@ class BurninMonitor final : public RunExtension {
     if (comm_->rank() == 0) std::fprintf(stdout, "burn-in: %s; golden step, GPU health, fabric and storage at the start...\n",
                                          describe_duration().c_str());
     std::fflush(stdout);
-    gather_numerics(context);
+    // This rank's GPU as the driver lists it, asked once: the golden step's
+    // grouping and the verdict's identity both read it.
+    const std::optional<GpuInfo> gpu = own_gpu(context.gpu_index);
+    gather_numerics(context, gpu);
     golden_step_at_start();
-    identify_gpu(context);
+    identify_gpu(context, gpu);
     start_ = Clock::now();
     measure_health();
     last_health_ = Clock::now();
@@ -406,16 +409,15 @@ class BurninMonitor final : public RunExtension {
   // What a rank's golden step is compared with other ranks' by
   // (judge_golden_start): its engine, and the CPU engine's threads or the
   // GPU model. Every rank's, on every rank.
-  void gather_numerics(const RunContext& context) {
+  void gather_numerics(const RunContext& context, const std::optional<GpuInfo>& gpu) {
     std::string mine = std::string(engine_->backend_name()) + " engine";
     if (const int threads = engine_->cpu_threads(); threads > 0) {
       // OpenBLAS picks its kernels by the CPU (AVX2, AVX-512): another model sums otherwise.
       mine += ", " + std::to_string(threads) + (threads == 1 ? " thread" : " threads");
       if (context.environment != nullptr && !context.environment->cpu_model.empty())
         mine += " on " + context.environment->cpu_model;
-    } else if (context.gpu_index >= 0) {
-      for (const GpuInfo& gpu : query_gpus().gpus)
-        if (gpu.index == context.gpu_index) mine += " on " + gpu.name;
+    } else if (gpu) {
+      mine += " on " + gpu->name;
     }
     numerics_ = strings_of_ranks(*comm_, mine);
   }
@@ -424,12 +426,10 @@ class BurninMonitor final : public RunExtension {
   // (an index depends on CUDA_VISIBLE_DEVICES, a rack's technician finds a
   // card by its PCI bus id or UUID, as nvidia-smi and DCGM name it), and
   // its health sampler.
-  void identify_gpu(const RunContext& context) {
+  void identify_gpu(const RunContext& context, const std::optional<GpuInfo>& gpu) {
     gpu_index_ = context.gpu_index;
-    if (context.gpu_index >= 0)
-      for (const GpuInfo& gpu : query_gpus().gpus)
-        if (gpu.index == context.gpu_index && !gpu.pci_bus_id.empty())
-          gpu_identity_ = "GPU " + std::to_string(gpu.index) + " " + gpu.pci_bus_id + " " + gpu.uuid;
+    if (gpu && !gpu->pci_bus_id.empty())
+      gpu_identity_ = "GPU " + std::to_string(gpu->index) + " " + gpu->pci_bus_id + " " + gpu->uuid;
     gpu_identities_ = strings_of_ranks(*comm_, gpu_identity_);  // a collective, on every engine
     if (context.gpu_index >= 0) {
       std::unique_ptr<GpuHealthProbe> probe = open_gpu_health(context.gpu_index, &nvml_why_not_);
@@ -440,6 +440,15 @@ class BurninMonitor final : public RunExtension {
     } else {
       nvml_why_not_ = "the cpu engine: no GPU to sample";
     }
+  }
+
+  // The GPU of CUDA index `gpu_index` in the driver's list; none on the cpu
+  // engine (-1) or where the driver does not list it.
+  static std::optional<GpuInfo> own_gpu(int gpu_index) {
+    if (gpu_index < 0) return std::nullopt;
+    for (const GpuInfo& gpu : query_gpus().gpus)
+      if (gpu.index == gpu_index) return gpu;
+    return std::nullopt;
   }
 
   uint64_t golden_seed() const { return static_cast<uint64_t>(config_->train.seed); }

@@ -59,6 +59,21 @@ TEST(ExpandBraces, MalformedPatternsAreConfigErrors) {
             std::string::npos);
 }
 
+// For a death test's child: resolves `spec` as user nobody (root reads any
+// folder) and exits 0 where it is accepted, else prints the refusal and
+// exits 2 for the config's scope, 3 for the environment's (9: privileges
+// not dropped).
+[[noreturn]] void resolve_as_nobody_and_exit(const std::string& spec) {
+  if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) std::_Exit(9);
+  try {
+    resolve_shard_list(spec);
+  } catch (const DataError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    std::_Exit(e.scope() == CorruptScope::kConfig ? 2 : 3);
+  }
+  std::_Exit(0);
+}
+
 class ShardList : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -227,31 +242,13 @@ TEST_F(ShardList, AGlobThatCannotReadOneOfItsFoldersIsRefused) {
   ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
   ASSERT_EQ(::chmod(at("b").c_str(), 0), 0);
   EXPECT_EXIT(
-      {
-        if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) std::_Exit(9);
-        try {
-          resolve_shard_list(at("*/*.tar"));
-        } catch (const DataError& e) {
-          std::fprintf(stderr, "%s\n", e.what());
-          std::_Exit(e.scope() == CorruptScope::kConfig ? 2 : 3);
-        }
-        std::_Exit(0);
-      },
+      resolve_as_nobody_and_exit(at("*/*.tar")),
       ::testing::ExitedWithCode(2), "data.shards: cannot read " + at("b") + " for " + at("\\*/\\*.tar") +
                                         " \\(its shards would be left out\\): Permission denied");
   // A last part without glob characters is looked up, not listed: the
   // lookup's refusal was "no such file" to glob(3).
   EXPECT_EXIT(
-      {
-        if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) std::_Exit(9);
-        try {
-          resolve_shard_list(at("*/x.tar"));
-        } catch (const DataError& e) {
-          std::fprintf(stderr, "%s\n", e.what());
-          std::_Exit(e.scope() == CorruptScope::kConfig ? 2 : 3);
-        }
-        std::_Exit(0);
-      },
+      resolve_as_nobody_and_exit(at("*/x.tar")),
       ::testing::ExitedWithCode(2), "data.shards: cannot look up " + at("b/x.tar") + " for " + at("\\*/x.tar") +
                                         " \\(its shards would be left out\\): Permission denied");
   ASSERT_EQ(::chmod(at("b").c_str(), 0755), 0);  // for the folder's removal
