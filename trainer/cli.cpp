@@ -33,6 +33,7 @@
 #include "checkpoint/dir_lock.h"  // CheckpointDirLock: one run per checkpoint.dir
 #include "kernels/device_error.h"     // DeviceError: exit 3
 #include "kernels/device_info.h"      // query_gpus for device auto
+#include "kernels/cpu/cpu_ops.h"      // blas_workers_yet_to_map: the address-space check
 #include "kernels/engine.h"           // make_engine, plan_engine_memory
 #include "kernels/host_resources.h"   // cpu_engine_threads: train.threads=0
 #include "trainer/cli_validators.h"  // home_path: a path option's ~/
@@ -296,15 +297,19 @@ void check_address_space_limit(const Config& config, const EngineOptions& option
   const bool sharded = options.optimizer_shard.end >= 0;
   const int64_t files = config.checkpoint.writers * (sharded ? 2 : 1) + 1;
   const int64_t checkpoint_threads = config.checkpoint.every_steps > 0 ? 1 + 2 * files : 0;
+  // OpenBLAS's workers that have not mapped their buffers yet will: counted
+  // beside those take_blas_buffers maps (waiting a moment for them, as they
+  // have normally settled long before).
+  const int64_t buffers = threads + cpu::blas_workers_yet_to_map(std::chrono::seconds(2));
   const int64_t needed = mapped_bytes() + (options.device == "cpu" ? plan.total_bytes() : 0) +
-                         threads * kOpenBlasBufferBytes + (reader_threads + checkpoint_threads) * thread_stack_bytes() +
+                         buffers * kOpenBlasBufferBytes + (reader_threads + checkpoint_threads) * thread_stack_bytes() +
                          kSlackBytes;
   if (needed > allowed)
     throw CommandError{kExitEnvironmentError,
                        "the address-space limit (ulimit -v) is " + human_bytes(static_cast<double>(allowed)) +
                            " but this run maps at least " + human_bytes(static_cast<double>(needed)) +
                            " (the program as loaded, the memory plan, OpenBLAS's buffers for " +
-                           std::to_string(threads) + " threads" +
+                           std::to_string(buffers) + " threads" +
                            (reader_threads + checkpoint_threads > 0
                                 ? ", the stacks of " + std::to_string(reader_threads) + " loader and " +
                                       std::to_string(checkpoint_threads) + " checkpoint threads"

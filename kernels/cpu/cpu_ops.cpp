@@ -3,8 +3,15 @@
 #include <cblas.h>  // cblas_sgemm (OpenBLAS)
 #include <omp.h>    // omp_get_max_threads for scratch sizing
 
+#include <dirent.h>  // opendir: /proc/self/task
+#include <unistd.h>  // getpid
+
 #include <algorithm>  // std::max
+#include <chrono>
 #include <cmath>      // std::exp, std::sqrt, std::pow, std::cos, std::sin
+#include <fstream>
+#include <string>
+#include <thread>     // std::this_thread::sleep_for
 #include <vector>     // per-thread partial sums in rmsnorm_backward
 
 namespace trainbench::cpu {
@@ -70,6 +77,60 @@ void take_blas_buffers() {
     void* buffer = blas_memory_alloc(0);
 #pragma omp barrier
     blas_memory_free(buffer);
+  }
+}
+
+namespace {
+
+// The threads alive before main: OpenBLAS's workers, which its library
+// constructor starts (nothing of this program's, of MPI's or of CUDA's runs
+// before main). Read by a static initializer, which runs after every shared
+// library's constructor.
+std::vector<std::string> threads_before_main() {
+  std::vector<std::string> threads;
+  DIR* tasks = ::opendir("/proc/self/task");
+  if (tasks == nullptr) return threads;
+  const std::string main_thread = std::to_string(::getpid());
+  while (const dirent* entry = ::readdir(tasks)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != ".." && name != main_thread) threads.push_back(name);
+  }
+  ::closedir(tasks);
+  return threads;
+}
+
+const std::vector<std::string> blas_workers = threads_before_main();
+
+// Asleep ('S' in /proc/self/task/ID/stat), or gone. A worker not yet run, one
+// mapping its buffer, one retrying a mapping that does not fit and one still
+// spinning for work after it mapped are all running ('R').
+bool settled(const std::string& thread) {
+  std::ifstream stat("/proc/self/task/" + thread + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return true;
+  const size_t name_end = text.rfind(')');  // the thread's name may hold spaces and parentheses
+  return name_end == std::string::npos || name_end + 2 >= text.size() || text[name_end + 2] == 'S';
+}
+
+int workers_not_settled() {
+  int count = 0;
+  for (const std::string& thread : blas_workers) count += settled(thread) ? 0 : 1;
+  return count;
+}
+
+}  // namespace
+
+// Seen settled twice, 10 ms apart: a worker waiting on the pool's lock sleeps
+// too, for as long as another holds it.
+int blas_workers_yet_to_map(std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  int settled_polls = 0;
+  for (;;) {
+    const int not_settled = workers_not_settled();
+    settled_polls = not_settled == 0 ? settled_polls + 1 : 0;
+    if (settled_polls == 2) return 0;
+    if (std::chrono::steady_clock::now() >= deadline) return not_settled;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
 

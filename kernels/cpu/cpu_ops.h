@@ -7,6 +7,7 @@
 // OpenMP; GEMMs go to OpenBLAS, one single-threaded call per OpenMP thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>  // int64_t
 
 namespace trainbench::cpu {
@@ -21,6 +22,16 @@ void sgemm_parallel(bool transpose_a, bool transpose_b, int64_t m, int64_t n, in
 // Fills OpenBLAS's buffer pool for omp_get_max_threads() GEMMs at once, now
 // rather than mid-run (see the definition).
 void take_blas_buffers();
+
+// OpenBLAS's pthread build starts its worker threads before main (one fewer
+// than the cores), and each maps a GEMM buffer (up to 128 MiB) when it first
+// runs. On a loaded host that can come after the address-space check
+// measured what the process maps: the worker then took the room the check had
+// left for take_blas_buffers, whose mapping OpenBLAS retries for ever (a run
+// hung under ulimit -v). Returns how many workers have not settled (asleep,
+// their buffer mapped), after waiting up to `wait` for them; 0 where OpenBLAS
+// started none (OPENBLAS_NUM_THREADS=1, one core).
+int blas_workers_yet_to_map(std::chrono::milliseconds wait);
 
 // out[n, out_dim] = in[n, in_dim] · weight[out_dim, in_dim]ᵀ   (PyTorch Linear, no bias)
 void matmul_forward(float* out, const float* in, const float* weight, int64_t n, int64_t in_dim,

@@ -1532,6 +1532,47 @@ TEST(Cli, NoAddressSpaceLimitHangsOrCrashesAStartedProcess) {
   }
 }
 
+// On a loaded host OpenBLAS's worker thread (started before main) now and
+// then mapped its GEMM buffer after the address-space check had measured the
+// process: the check passed, the worker took the room it had left for the
+// engine's buffers, and OpenBLAS retried their mapping for ever. The run hung
+// with nothing printed (1 run in 15 of the test above, under 4 busy loops).
+// The preload makes the worker that late every time. From the least limit
+// the binary starts under to 512 MiB above it, by 32 MiB (a quarter of a
+// buffer), a run ends with exit 0, or 3 and one line; never the timeout.
+TEST(Cli, AnOpenBlasWorkerMappingLateHangsNoRunUnderAnAddressSpaceLimit) {
+  SKIP_ADDRESS_SPACE_LIMIT_UNDER_ASAN();
+  testing::TempDir dir("test_cli_vmem_late_worker");
+  const std::string binary = TRAINBENCH_BINARY;
+  // The least limit --version runs under, by halving (KiB), as above.
+  const auto starts = [&](int64_t kib) {
+    return run_command("bash -c 'ulimit -v " + std::to_string(kib) + "; exec timeout 20 " + binary + " --version'")
+               .out.rfind("trainbench ", 0) == 0;
+  };
+  int64_t low = 16 << 10, least = 4 << 20;
+  ASSERT_TRUE(starts(least)) << "no limit up to 4 GiB started the binary";
+  while (least - low > 1024) {
+    const int64_t mid = (low + least) / 2;
+    (starts(mid) ? least : low) = mid;
+  }
+  int refused = 0;
+  for (int64_t kib = least; kib <= least + (512 << 10) && !HasFailure(); kib += 32 << 10) {
+    const std::string where = "ulimit -v " + std::to_string(kib) + " KiB";
+    testing::CommandResult r = run_command(
+        "TMPDIR=" + dir.path() + " LD_PRELOAD=" + LATE_BLAS_WORKER_PRELOAD + " bash -c 'ulimit -v " +
+        std::to_string(kib) + "; exec timeout 20 " + binary +
+        " run tiny --steps 2 --set train.warmup_steps=1 --set checkpoint.every_steps=0 --out " + dir.file("r.json") +
+        "'");
+    EXPECT_NE(r.exit_code, 124) << where << ": the run did not end within 20 s: " << r.out << r.err;
+    EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 3) << where << ": exit " << r.exit_code << ": " << r.err;
+    if (r.exit_code != 3) continue;
+    ++refused;
+    EXPECT_EQ(r.err.rfind("trainbench: ", 0), 0u) << where << ": " << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << where << ", one line: " << r.err;
+  }
+  EXPECT_GT(refused, 0) << "no limit from " << least << " KiB up refused the run: the sweep missed the limits that matter";
+}
+
 // A folder of shards, a glob or a list file that could not be read for
 // want of a descriptor read as holding none: "directory D holds no shards"
 // or "no file matches", exit 2, as if the spec were wrong. Under every
