@@ -185,6 +185,8 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
       {"slowest_rank", timed(measured, s.slowest_rank)},
       {"slowest_rank_excess", timed(measured, s.slowest_rank_excess)},
       {"bottleneck", timed(measured, s.bottleneck)},
+      // The largest of the ranks' (trainer/cpu_wait.h); null where not measured.
+      {"cpu_wait_share", timed(s.cpu_wait_share >= 0, s.cpu_wait_share)},
   };
   nlohmann::json steps = nlohmann::json::array();
   const int64_t stride = step_record_stride(static_cast<int64_t>(outcome.steps.size()));
@@ -201,7 +203,8 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
                      {"data_stall_s", timed(measured, r.data_stall_s)},
                      {"ckpt_stall_s", timed(measured, r.ckpt_stall_s)},
                      {"other_s", timed(measured, r.other_s)},
-                     {"own_s", timed(measured, r.own_s)}});
+                     {"own_s", timed(measured, r.own_s)},
+                     {"cpu_wait_share", timed(r.cpu_wait_share >= 0, r.cpu_wait_share)}});
   // Past max_checkpoint_records, every k-th and the last (k in
   // checkpoints_every), and those not committed (skipped, failed: what a
   // reader looks for) up to as many again: a long run checkpointing every

@@ -19,6 +19,7 @@
 #include "kernels/device_error.h"  // DeviceError: the test hook's
 #include "kernels/flops.h"      // model_flops_per_token
 #include "kernels/op_timing.h"  // zero_op_times: report.op_times' sums
+#include "trainer/cpu_wait.h"   // CpuWaitMeter: the measured steps' wait for a CPU
 #include "trainer/gradient_sync.h"
 #include "trainer/report.h"  // loss_text: a loss that is not finite, in a check's message
 #include "trainer/zero_optimizer.h"
@@ -223,11 +224,14 @@ void summarize_ranks(Communicator& comm, RunSummary& summary, double own_s) {
   const std::vector<double> ckpt_stall = gather_from_ranks(comm, summary.ckpt_stall_s.median);
   const std::vector<double> other = gather_from_ranks(comm, summary.other_s.median);
   const std::vector<double> own = gather_from_ranks(comm, own_s);
+  const std::vector<double> cpu_wait = gather_from_ranks(comm, summary.cpu_wait_share);
   const std::vector<std::string> hosts = host_names_of_ranks(comm);
   summary.ranks.clear();
   for (size_t r = 0; r < step.size(); ++r)
     summary.ranks.push_back({static_cast<int>(r), hosts[r], step[r], compute[r], comm_exposed[r], data_stall[r],
-                             ckpt_stall[r], other[r], own[r]});
+                             ckpt_stall[r], other[r], own[r], cpu_wait[r]});
+  // The run's: the largest, where the wait hurt most (-1 when no rank measured it).
+  summary.cpu_wait_share = *std::max_element(cpu_wait.begin(), cpu_wait.end());
   const auto slowest = std::max_element(own.begin(), own.end());
   summary.slowest_rank = slowest - own.begin();
   // Against the other ranks' median, as burn-in's straggler check: with the
@@ -575,6 +579,7 @@ class StepLoop {
   bool stopped_mid_step_ = false;  // a data failure ended the loop before a step's update
   bool loss_finite_ = true;
   Clock::time_point previous_end_;  // the end of the step before
+  CpuWaitMeter cpu_wait_;           // over the measured window
 };
 
 StepLoop::StepLoop(const Config& config, TrainingEngine& engine, BatchSource& source, Communicator& comm,
@@ -639,8 +644,12 @@ void StepLoop::run(int64_t first_step, const ProgressFn& on_progress, const Step
   comm_.take_comm_seconds();
   previous_end_ = Clock::now();
   Clock::time_point measured_begin = previous_end_;
+  cpu_wait_.start();
   for (int64_t step = first_step; step <= train_.steps; ++step) {
-    if (step == first_step + train_.warmup_steps) measured_begin = previous_end_;
+    if (step == first_step + train_.warmup_steps) {
+      measured_begin = previous_end_;
+      cpu_wait_.start();
+    }
     if (!train_step(step, step < first_step + train_.warmup_steps, on_progress, after_step)) break;
   }
   close_measured_window(measured_begin);
@@ -907,6 +916,7 @@ void StepLoop::close_measured_window(Clock::time_point measured_begin) {
       seconds_between(measured_begin, loop_end) - std::chrono::duration<double>(checks_in_window_).count();
   if (measured > 0)
     for (OpTime& op : summary_.op_seconds_per_step) op.seconds /= static_cast<double>(measured);
+  if (measured > 0) summary_.cpu_wait_share = cpu_wait_.waiting_share();
   if (measured > 0 && summary_.measured_wall_s > 0)
     summary_.wall_tokens_per_s =
         static_cast<double>(summary_.global_tokens_per_step * measured) / summary_.measured_wall_s;
@@ -1063,6 +1073,24 @@ Check step_time_accounted(const std::vector<StepRecord>& steps) {
   return {"step_time_accounted", worst->other_s > -1e-3, detail};
 }
 
+// A rank whose threads waited for a CPU a quarter of the time they were
+// ready to run: its steps measured the host's contention as much as the
+// workload. On this project's 2-core host `tiny` read 5 % idle, 36 % beside
+// one busy process, 67 % beside four (docs/metrics.md).
+std::string cpu_wait_warning(const RunSummary& summary) {
+  constexpr double kWarnShare = 0.25;
+  const RankSummary* worst = nullptr;
+  for (const RankSummary& r : summary.ranks)
+    if (worst == nullptr || r.cpu_wait_share > worst->cpu_wait_share) worst = &r;
+  if (worst == nullptr || worst->cpu_wait_share < kWarnShare) return "";
+  const std::string who = summary.ranks.size() > 1 ? "rank " + std::to_string(worst->rank) + "'s threads (" + worst->host + ")"
+                                                   : "this run's threads";
+  return who + " waited for a CPU " + std::to_string(static_cast<int>(100 * worst->cpu_wait_share + 0.5)) +
+         "% of the time they were ready to run in the measured steps: the CPUs were oversubscribed (another "
+         "process on them, or more threads than the CPUs the process may use: train.threads, data.readers, ranks "
+         "per host), and step_s holds that wait";
+}
+
 // What the measurement itself warns of: figures to read with care.
 void warn_of_measurement(RunOutcome& outcome) {
   const RunSummary& summary = outcome.summary;
@@ -1076,6 +1104,7 @@ void warn_of_measurement(RunOutcome& outcome) {
                                (summary.measured_steps == 1 ? " measured step" : " measured steps") +
                                ": step-time statistics are rough");
   if (summary.measured_steps == 0) outcome.warnings.push_back("no step after warm-up: tokens/s is not measured");
+  if (const std::string waited = cpu_wait_warning(summary); !waited.empty()) outcome.warnings.push_back(waited);
 }
 }  // namespace
 

@@ -50,6 +50,9 @@ struct RankSummary {
   std::string host;
   double step_s = 0, compute_s = 0, comm_exposed_s = 0, data_stall_s = 0, ckpt_stall_s = 0, other_s = 0;
   double own_s = 0;  // median of step_s − comm_exposed_s: the step less its wait in the collectives
+  // Of the time its threads were ready to run in the measured steps, the
+  // share they waited for a CPU (trainer/cpu_wait.h); -1 when not measured.
+  double cpu_wait_share = -1;
 };
 
 struct RunSummary {
@@ -69,6 +72,9 @@ struct RunSummary {
   // the last step, steps due a checkpoint): left out of every step_s and of
   // measured_wall_s, as trainbench's check rather than the workload's time.
   double consistency_check_s = 0;
+  // This rank's CpuWaitMeter share over the measured window (-1: not
+  // measured); every rank's is in `ranks`.
+  double cpu_wait_share = -1;
   Spread step_s, compute_s, comm_s, comm_exposed_s, data_stall_s, ckpt_stall_s, other_s;
   // 1 − Σ comm_exposed_s / Σ comm_s: how much of the communication the
   // overlap with backward hid (0 with one rank or comm.overlap=false).
