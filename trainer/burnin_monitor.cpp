@@ -19,6 +19,7 @@
 #include "kernels/gpu_health.h"     // open_gpu_health: NVML
 #include "trainer/burnin.h"
 #include "trainer/ceilings.h"       // measure_write_rate: the storage check
+#include "trainer/cpu_wait.h"       // kCpuWaitNotedShare: a rank's wait for a CPU, in its row
 #include "trainer/checkpointing.h"  // Checkpointer::wait_until_idle (no checkpoint writing during it), state_bytes_per_rank
 #include "trainer/progress_watchdog.h"  // the hang watch
 #include "trainer/cli.h"            // CommandError: a baseline of another attention is exit 2
@@ -656,6 +657,12 @@ class BurninMonitor final : public RunExtension {
     const std::string straggler =
         own_step_s_.size() >= kStragglerSteps ? straggler_finding(own, r, b.straggler_pct) : "";
     if (!straggler.empty()) row.fail(straggler);
+    // A busy neighbour on the rank's cores slows it as a failing part would.
+    const double cpu_wait = r < outcome.summary.ranks.size() ? outcome.summary.ranks[r].cpu_wait_share : -1;
+    if (cpu_wait >= kCpuWaitNotedShare)
+      row.notes.push_back("host: its threads " + cpu_wait_words(cpu_wait) +
+                          " (another process on its cores, or more threads than its CPUs): its step times measure "
+                          "that contention too");
     // A rank that no other computes alike agreed with no one: said, not failed.
     const std::string start_note =
         !start_failures_[r].empty() ? ""
@@ -670,6 +677,7 @@ class BurninMonitor final : public RunExtension {
                                           " (median, waits for peers left out)"
                                     : std::string("own step time: not measured (no step after warm-up)"));
     row.figures = {{"own_step_s", own[r] > 0 ? nlohmann::json(own[r]) : nlohmann::json()},
+                   {"cpu_wait_share", cpu_wait >= 0 ? nlohmann::json(cpu_wait) : nlohmann::json()},
                    {"golden_checks", golden_checks_},
                    {"golden_mismatch_steps", golden_mismatches_[r]}};
     // After the figures are made, not before: they replaced it, and no row

@@ -31,6 +31,11 @@ bool read_threads(std::map<std::string, ThreadCpuTimes>* threads) {
 
 }  // namespace
 
+std::string cpu_wait_words(double share) {
+  return "waited for a CPU " + std::to_string(static_cast<int>(100 * share + 0.5)) +
+         "% of the time they were ready to run";
+}
+
 bool parse_schedstat(const std::string& text, ThreadCpuTimes* times) {
   long long running = 0, waiting = 0;
   if (std::sscanf(text.c_str(), "%lld %lld", &running, &waiting) != 2 || running < 0 || waiting < 0) return false;

@@ -15,6 +15,14 @@
 
 namespace trainbench {
 
+// From this share on, a run warns and a burn-in's row says so: on this
+// project's 2-core host `tiny` read 0.05 idle, 0.36 beside one busy process
+// (docs/metrics.md).
+constexpr double kCpuWaitNotedShare = 0.25;
+
+// "waited for a CPU 67% of the time they were ready to run".
+std::string cpu_wait_words(double share);
+
 // One thread's schedstat: nanoseconds on a CPU, and waiting for one.
 struct ThreadCpuTimes {
   int64_t running_ns = 0, waiting_ns = 0;

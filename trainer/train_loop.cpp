@@ -1075,18 +1075,16 @@ Check step_time_accounted(const std::vector<StepRecord>& steps) {
 
 // A rank whose threads waited for a CPU a quarter of the time they were
 // ready to run: its steps measured the host's contention as much as the
-// workload. On this project's 2-core host `tiny` read 5 % idle, 36 % beside
-// one busy process, 67 % beside four (docs/metrics.md).
+// workload.
 std::string cpu_wait_warning(const RunSummary& summary) {
-  constexpr double kWarnShare = 0.25;
   const RankSummary* worst = nullptr;
   for (const RankSummary& r : summary.ranks)
     if (worst == nullptr || r.cpu_wait_share > worst->cpu_wait_share) worst = &r;
-  if (worst == nullptr || worst->cpu_wait_share < kWarnShare) return "";
+  if (worst == nullptr || worst->cpu_wait_share < kCpuWaitNotedShare) return "";
   const std::string who = summary.ranks.size() > 1 ? "rank " + std::to_string(worst->rank) + "'s threads (" + worst->host + ")"
                                                    : "this run's threads";
-  return who + " waited for a CPU " + std::to_string(static_cast<int>(100 * worst->cpu_wait_share + 0.5)) +
-         "% of the time they were ready to run in the measured steps: the CPUs were oversubscribed (another "
+  return who + " " + cpu_wait_words(worst->cpu_wait_share) +
+         " in the measured steps: the CPUs were oversubscribed (another "
          "process on them, or more threads than the CPUs the process may use: train.threads, data.readers, ranks "
          "per host), and step_s holds that wait";
 }

@@ -112,5 +112,26 @@ TEST(CpuWait, ARunBesideBusyProcessesOnItsCpuIsWarnedOf) {
     EXPECT_EQ(w.get<std::string>().find("waited for a CPU"), std::string::npos) << w;
 }
 
+// The same beside a burn-in: its rank's row notes the wait and holds the
+// share, so a straggler slowed by a neighbour is not taken for a bad part.
+TEST(CpuWait, ABurninRankBesideBusyProcessesSaysItsHostWasContended) {
+  testing::TempDir dir("test_cpu_wait_burnin");
+  const std::string cpu = std::to_string(first_allowed_cpu());
+  const std::string spin = "taskset -c " + cpu + " timeout 120 sh -c 'while :; do :; done' >/dev/null 2>&1 & ";
+  const auto r = testing::run_command(
+      "{ " + spin + "p1=$!; " + spin + "p2=$!; TRAINBENCH_TEST_HEALTH_GBS=5 taskset -c " + cpu + " " +
+      TRAINBENCH_BINARY +
+      " burnin tiny --duration 3s --set train.warmup_steps=2 --set report.progress_every=0 --set burnin.golden_every=5"
+      " --set burnin.degrade_pct=99 --set checkpoint.every_steps=0 --out " + dir.file("b.json") +
+      "; code=$?; kill $p1 $p2; exit $code; }");
+  const nlohmann::json result = nlohmann::json::parse(testing::read_whole_file(dir.file("b.json")));
+  const nlohmann::json& row = result.at("burnin").at("gpus").at(0);
+  if (row["figures"]["cpu_wait_share"].is_null()) GTEST_SKIP() << "this kernel keeps no schedstat";
+  EXPECT_GT(row["figures"]["cpu_wait_share"].get<double>(), 0.5) << row.dump();
+  bool noted = false;
+  for (const auto& note : row["notes"]) noted = noted || note.get<std::string>().rfind("host: its threads waited for a CPU ", 0) == 0;
+  EXPECT_TRUE(noted) << row.dump() << r.out << r.err;
+}
+
 }  // namespace
 }  // namespace trainbench
