@@ -1127,7 +1127,8 @@ void add_ceilings(const Ceilings& ceilings, bool no_checkpoints, RunOutcome& out
     outcome.warnings.push_back("ceilings: storage write not measured: " + ceilings.write_failure);
   if (!ceilings.network_failure.empty())
     outcome.warnings.push_back("ceilings: network not measured: " + ceilings.network_failure);
-  for (std::string& doubt : ceilings_warnings(ceilings, summary.tokens_per_s, no_checkpoints))
+  for (std::string& doubt :
+       ceilings_warnings(ceilings, summary.tokens_per_s, no_checkpoints, summary.timed ? summary.wall_tokens_per_s : 0))
     outcome.warnings.push_back(std::move(doubt));
   outcome.ceilings_line = ceilings_line(ceilings, summary.tokens_per_s);
   summary.bottleneck = explain_bottleneck(summary.bottleneck, ceilings, summary.tokens_per_s);
