@@ -36,7 +36,9 @@ file in a folder, such as /dev/stdin or <(...)) receives
                             docs/metrics.md), the bottleneck, the slowest rank
                             (the one with the most work of its own per step,
                             own_s), the ranks of the largest run ordered by
-                            own_s; the smallest run's config and environment
+                            own_s (with each rank's wait for a CPU, where the
+                            result has it); the smallest run's config and
+                            environment
     tokens_per_s.png        tokens/s against ranks, with the ideal line
     scaling_efficiency.png  scaling efficiency against ranks
     stall_shares.png        stacked shares of the step per world size
@@ -502,6 +504,7 @@ RESULT = Obj({
     }, required=("tokens_per_s", "step_s"), rule=measured_or_null),
     "ranks": Opt(Each(Obj({"rank": Opt(RANK), "host": STR, "step_s": STEP_TIME, "step_s_median": STEP_TIME,
                            "own_s": OWN_TIME, "own_s_median": OWN_TIME,
+                           "cpu_wait_share": Opt(Figure(NONNEG)),
                            **{f"{key}_s{median}": spec for key, spec in TIMES.items()
                               for median in ("", "_median")}}))),
     "steps": Opt(Each(Obj({"step_s": Opt(POSITIVE), "warmup": BOOL}))),
@@ -1474,10 +1477,16 @@ def rank_section(point: Point) -> list[str]:
     estimated = any(rank_figure(r, "own_s") is None for r in records)
     records.sort(key=lambda r: own_work(r), reverse=True)  # stable: the lowest rank of equals first
     shown = records[:10]
+    # Results from 2026-12-06 on: each rank's wait for a CPU (a busy
+    # neighbour, or more threads than CPUs, slows a rank as a bad part does).
+    cpu_wait = any(isinstance(r.get("cpu_wait_share"), (int, float)) for r in shown)
     rows = []
     for r in shown:
         row = [str(r.get("rank", "?")), str(r.get("host", "—")), ms(own_work(r)), ms(rank_figure(r, "step_s"))]
         row += [ms(rank_figure(r, key + "_s")) for key, _, _ in CATEGORIES]
+        if cpu_wait:
+            share = r.get("cpu_wait_share")
+            row.append(pct(share if isinstance(share, (int, float)) else None, 0))
         rows.append(row)
     lines = [f"## Ranks at {point.ranks} ranks (slowest first)", "",
              "Ordered by each rank's own work per step (own: the median of step − comm exposed, the step less "
@@ -1489,6 +1498,11 @@ def rank_section(point: Point) -> list[str]:
              + (f" The {len(records) - len(shown)} faster ranks are not listed." if len(records) > len(shown) else ""),
              ""]
     header = ["rank", "host", "own (ms)", "step (ms)"] + [f"{label} (ms)" for _, label, _ in CATEGORIES]
+    if cpu_wait:
+        header.append("waited for a CPU")
+        lines[-1:-1] = ["Waited for a CPU: of the time a rank's threads were ready to run, the share they waited "
+                        "for one (a busy neighbour on its cores, or more threads than CPUs); from 25% the run "
+                        "warns.", ""]
     return lines + table(header, rows) + [""]
 
 

@@ -765,6 +765,15 @@ class ResultReadingTests(unittest.TestCase):
         self.assertEqual(per_rank[0]["own (ms)"], "125.00")
         self.assertEqual(per_rank[0]["step (ms)"], "180.00")
         self.assertEqual(per_rank[0]["comm exposed (ms)"], "55.00")
+        self.assertNotIn("waited for a CPU", per_rank[0], "results before cpu_wait_share have no such column")
+        # Each rank's wait for a CPU, where the result has it: a rank slowed by
+        # a busy neighbour is told from one slowed by its part.
+        for r, share in zip(big["ranks"], [0.02, 0.03, None, 0.61]):
+            r["cpu_wait_share"] = share
+        text = self.make_report(self.write("r1.json", small), self.write("r4.json", big))
+        per_rank = markdown_table(text, "## Ranks at 4 ranks (slowest first)")
+        self.assertEqual([r["waited for a CPU"] for r in per_rank], ["61%", "—", "2%", "3%"])
+        self.assertIn("Waited for a CPU: of the time a rank's threads were ready to run", text)
 
 
     def test_the_ranks_table_is_ordered_by_own_work(self) -> None:
