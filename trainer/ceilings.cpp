@@ -280,11 +280,14 @@ std::vector<std::string> ceilings_warnings(const Ceilings& c, double achieved, b
   const auto percent_of_lowest = [&](double rate) {
     return std::to_string(static_cast<int>(100.0 * rate / lowest + 0.5)) + "%";
   };
-  // A ceiling is a sustained rate; the median step is not, where stalls hit
-  // fewer than half the steps (storage read at 237 % of its ceiling, 32 % over
-  // the wall: every 4th step waited for a burst of batches).
+  // The loader's ceiling is a sustained rate; the median step is not, where
+  // stalls hit fewer than half the steps (storage read at 237 % of its
+  // ceiling, 75 % over the wall: every 4th step waited for a burst of
+  // batches). The compute and network ceilings are medians of steps too:
+  // above them, only the host's speed changed.
+  const bool read_lowest = lowest_name != nullptr && std::string(lowest_name) == "storage read";
   const std::string why =
-      wall > 0 && wall <= lowest
+      read_lowest && wall > 0 && wall <= lowest
           ? "its median step leaves out the steps that stalled: over the wall it reached " + human_count(wall) +
                 " tokens/s, " + percent_of_lowest(wall) + " of that ceiling; set the wall rate against it"
           : "the host's speed varied between the measurement and the run; treat the ceilings as approximate";

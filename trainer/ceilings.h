@@ -103,9 +103,9 @@ std::string ceilings_line(const Ceilings& ceilings, double achieved_tokens_per_s
 // warned of), and no storage-write ceiling for a run that writes no
 // checkpoints (it was announced, then missing from the line without a word).
 // `wall_tokens_per_s` (0: not measured): where the median step is above the
-// lowest ceiling but the wall rate is not, the steps that stalled (a loader
-// whose batches come in bursts: half the steps find one ready) are the
-// reason, not the host's speed.
+// storage-read ceiling, the lowest, but the wall rate is not, the steps that
+// stalled (a loader whose batches come in bursts: most steps find one ready)
+// are the reason, not the host's speed.
 std::vector<std::string> ceilings_warnings(const Ceilings& ceilings, double achieved_tokens_per_s,
                                            bool checkpoints_off, double wall_tokens_per_s = 0);
 

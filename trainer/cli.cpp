@@ -300,16 +300,17 @@ void check_address_space_limit(const Config& config, const EngineOptions& option
   // OpenBLAS's workers that have not mapped their buffers yet will: counted
   // beside those take_blas_buffers maps (waiting a moment for them, as they
   // have normally settled long before).
-  const int64_t buffers = threads + cpu::blas_workers_yet_to_map(std::chrono::seconds(2));
+  const int64_t starting = cpu::blas_workers_yet_to_map(std::chrono::seconds(2));
   const int64_t needed = mapped_bytes() + (options.device == "cpu" ? plan.total_bytes() : 0) +
-                         buffers * kOpenBlasBufferBytes + (reader_threads + checkpoint_threads) * thread_stack_bytes() +
-                         kSlackBytes;
+                         (threads + starting) * kOpenBlasBufferBytes +
+                         (reader_threads + checkpoint_threads) * thread_stack_bytes() + kSlackBytes;
   if (needed > allowed)
     throw CommandError{kExitEnvironmentError,
                        "the address-space limit (ulimit -v) is " + human_bytes(static_cast<double>(allowed)) +
                            " but this run maps at least " + human_bytes(static_cast<double>(needed)) +
                            " (the program as loaded, the memory plan, OpenBLAS's buffers for " +
-                           std::to_string(buffers) + " threads" +
+                           std::to_string(threads) + " threads" +
+                           (starting > 0 ? " and " + std::to_string(starting) + " of its own still starting" : "") +
                            (reader_threads + checkpoint_threads > 0
                                 ? ", the stacks of " + std::to_string(reader_threads) + " loader and " +
                                       std::to_string(checkpoint_threads) + " checkpoint threads"

@@ -39,12 +39,12 @@ class CpuWaitMeter {
   // Of the time this process's threads were ready to run since start(), the
   // share they spent waiting for a CPU (0-1): the threads alive at both ends
   // by their difference, those started since by their whole life; one that
-  // started and ended in between left no figure to read. -1 where the kernel
+  // ended in between left no figure to read. -1 where the kernel
   // keeps no schedstat (CONFIG_SCHED_INFO off) or nothing ran.
   double waiting_share() const;
 
  private:
-  std::map<std::string, ThreadCpuTimes> at_start_;
+  std::map<std::string, ThreadCpuTimes> at_start_;  // by "ID@start time"
   bool known_ = false;
 };
 

@@ -99,14 +99,14 @@ void print_instrumentation_cost(FILE* out, const InstrumentationCost& cost) {
                100.0 * cost.overhead_median, 100.0 * cost.interval_coverage, 100.0 * cost.overhead_low,
                100.0 * cost.overhead_high);
   const bool confident = cost.interval_coverage >= 0.95;
-  // Timed blocks faster than untimed ones, beyond the interval: not a cost
-  // of the timers, which only add work, but the host's speed drifting
-  // between the blocks; the target holds, the figure measures the host.
+  // Timed blocks faster than untimed ones, beyond the interval: hardly a
+  // cost of the timers, which add work, but most likely the host's speed
+  // varying between the blocks; the target holds, the figure is the host's.
   const char* verdict = !confident ? "not resolved (fewer than 6 pairs give no 95% interval; more --pairs)"
                         : cost.overhead_high < 0
                             ? "met, but the 95% interval lies wholly below 0: the timed blocks ran faster, which the "
-                              "timers cannot cause; the host's speed varied between the blocks (a quieter host, more "
-                              "--pairs)"
+                              "timers, adding work, are unlikely to cause; the host's speed most likely varied between "
+                              "the blocks (a quieter host, more --pairs)"
                         : cost.overhead_high <= 0.01 ? "met (the 95% interval lies below 1%)"
                         : cost.overhead_low > 0.01   ? "NOT met (the 95% interval lies above 1%)"
                                                      : "not resolved (the 95% interval spans 1%; more --pairs)";

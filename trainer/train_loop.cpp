@@ -642,14 +642,17 @@ void StepLoop::run(int64_t first_step, const ProgressFn& on_progress, const Step
   // The background collectives made before step 1 (the network ceiling's
   // timed loop: --ceilings) are not its comm_s: step 1 read 26 of them.
   comm_.take_comm_seconds();
-  previous_end_ = Clock::now();
-  Clock::time_point measured_begin = previous_end_;
-  cpu_wait_.start();
+  Clock::time_point measured_begin;
+  // The meter's reads (two files a thread) before the window's clock
+  // starts, not in its first step.
+  const auto open_window = [&] {
+    cpu_wait_.start();
+    previous_end_ = Clock::now();
+    measured_begin = previous_end_;
+  };
+  open_window();
   for (int64_t step = first_step; step <= train_.steps; ++step) {
-    if (step == first_step + train_.warmup_steps) {
-      measured_begin = previous_end_;
-      cpu_wait_.start();
-    }
+    if (step == first_step + train_.warmup_steps) open_window();
     if (!train_step(step, step < first_step + train_.warmup_steps, on_progress, after_step)) break;
   }
   close_measured_window(measured_begin);

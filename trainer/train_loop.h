@@ -73,7 +73,8 @@ struct RunSummary {
   // measured_wall_s, as trainbench's check rather than the workload's time.
   double consistency_check_s = 0;
   // This rank's CpuWaitMeter share over the measured window (-1: not
-  // measured); every rank's is in `ranks`.
+  // measured); after summarize_ranks the largest of the ranks' (every
+  // rank's is in `ranks`).
   double cpu_wait_share = -1;
   Spread step_s, compute_s, comm_s, comm_exposed_s, data_stall_s, ckpt_stall_s, other_s;
   // 1 − Σ comm_exposed_s / Σ comm_s: how much of the communication the

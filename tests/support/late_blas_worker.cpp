@@ -4,8 +4,9 @@
 // just before take_blas_buffers maps the main thread's. The first mapping of
 // 64 MiB or more by a thread other than the main one keeps running (as a
 // thread the scheduler has not reached yet looks) until the main thread asks
-// for one (or 1 s has passed), and the main thread's waits until it is
-// done. Each is an anonymous mmap, which libopenblas imports from libc.
+// for one (or TRAINBENCH_TEST_LATE_WORKER_MS have passed, 1000 by default),
+// and the main thread's waits until it is done. Each is an anonymous mmap,
+// which libopenblas imports from libc.
 #include <dlfcn.h>     // dlsym(RTLD_NEXT)
 #include <sched.h>     // sched_yield
 #include <sys/mman.h>  // mmap
@@ -13,11 +14,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>  // getenv
 
 namespace {
 
 constexpr size_t kBufferBytes = size_t{64} << 20;
-constexpr auto kLongestWait = std::chrono::seconds(1);
 
 std::atomic<bool> worker_claimed{false};  // the late mapping is taken
 std::atomic<bool> main_asked{false};
@@ -26,7 +27,8 @@ std::atomic<bool> worker_done{false};
 using MmapFunction = void* (*)(void*, size_t, int, int, int, off_t);
 
 void spin_until(const std::atomic<bool>& flag) {
-  const auto deadline = std::chrono::steady_clock::now() + kLongestWait;
+  const char* set = std::getenv("TRAINBENCH_TEST_LATE_WORKER_MS");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(set ? std::atoll(set) : 1000);
   while (!flag.load() && std::chrono::steady_clock::now() < deadline) ::sched_yield();
 }
 

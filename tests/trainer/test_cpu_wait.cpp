@@ -71,10 +71,11 @@ TEST(CpuWait, ThreadsSharingOneCpuWaitAndOneAloneDoesNot) {
   const double alone = share_of_threads_on_one_cpu(1, std::chrono::milliseconds(300));
   const double four = share_of_threads_on_one_cpu(4, std::chrono::milliseconds(300));
   if (alone < 0) GTEST_SKIP() << "this kernel keeps no /proc/self/task/ID/schedstat";
-  // Alone: the main thread sleeps between its looks, not ready to run.
-  EXPECT_LT(alone, 0.25);
   // Four on one CPU: each runs a quarter of the time, and is ready all of it.
   EXPECT_GT(four, 0.6);
+  // Alone (the main thread sleeps between its looks, not ready to run): far
+  // less, whatever else the host runs on that CPU.
+  EXPECT_LT(alone, four / 2);
   EXPECT_LE(four, 1.0);
 }
 
@@ -99,9 +100,9 @@ TEST(CpuWait, ARunBesideBusyProcessesOnItsCpuIsWarnedOf) {
   if (alone["summary"]["cpu_wait_share"].is_null()) GTEST_SKIP() << "this kernel keeps no schedstat";
   const double alone_share = alone["summary"]["cpu_wait_share"].get<double>();
   const double busy_share = beside["summary"]["cpu_wait_share"].get<double>();
-  EXPECT_LT(alone_share, 0.25);
   // Three processes on one CPU: the run's threads get a third of it.
   EXPECT_GT(busy_share, 0.5);
+  EXPECT_LT(alone_share, busy_share / 2);
   EXPECT_EQ(beside["ranks"][0]["cpu_wait_share"].get<double>(), busy_share);
   bool warned = false;
   for (const auto& w : beside["warnings"])
