@@ -6,7 +6,8 @@
 // threads than CPUs (train.threads and data.readers on a rank bound to fewer
 // cores, ranks oversubscribed on a host), shows there and nowhere else: the
 // CPU engine's OpenMP threads spin at each barrier for one that is waiting, and
-// a measured step ran 35x slower with nothing in the result to say why.
+// `tiny` beside four busy processes ran 17x slower with nothing in the result
+// to say why.
 #pragma once
 
 #include <cstdint>
