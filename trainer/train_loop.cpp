@@ -1058,10 +1058,16 @@ void name_bottleneck(bool instrument, int world, RunOutcome& outcome) {
   if (instrument && world > 1 && summary.slowest_rank_excess >= 0.1)
     summary.bottleneck += "; seen from " + slowest_rank_name + ", which sets the pace: its own work per step is " +
                           slowest_rank_excess + " above the other ranks' median";
+  // A straggler whose threads waited for a CPU: its host's contention, not
+  // necessarily its hardware (the wait's own warning has the figure).
+  const double slowest_wait = summary.ranks[static_cast<size_t>(summary.slowest_rank)].cpu_wait_share;
   if (summary.slowest_rank_excess > 0.2 && world > 1)
     outcome.warnings.push_back(slowest_rank_name + " works " + slowest_rank_excess +
                                " longer per step than the other ranks' median (step less exposed communication): a "
-                               "straggler sets everyone's pace");
+                               "straggler sets everyone's pace" +
+                               (slowest_wait >= kCpuWaitNotedShare
+                                    ? "; its threads " + cpu_wait_words(slowest_wait) + ": look at what else runs on its CPUs"
+                                    : ""));
 }
 
 // Timer noise may make other_s a hair negative; more than 1 ms means a

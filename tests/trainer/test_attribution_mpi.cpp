@@ -4,6 +4,7 @@
 // data_stall_s, comm_exposed_s, ckpt_stall_s — within 20%, and the
 // bottleneck line must name the resource. With nothing injected, compute.
 #include <gtest/gtest.h>
+#include <sched.h>  // sched_getaffinity: which CPUs the ranks may be bound to
 
 #include <algorithm>
 #include <cmath>
@@ -278,7 +279,13 @@ TEST_F(Attribution, AStragglersWaitIsNotCalledNetwork) {
   // near that on two shared cores.)
   EXPECT_LT(ranks[1]["comm_exposed_s"].get<double>(), 0.3) << ranks.dump();
   bool warned = false;
-  for (const auto& w : result.at("warnings")) warned |= w.get<std::string>().find("straggler") != std::string::npos;
+  for (const auto& w : result.at("warnings")) {
+    const std::string text = w.get<std::string>();
+    if (text.find("straggler") == std::string::npos) continue;
+    warned = true;
+    // It slept: not a wait for a CPU.
+    EXPECT_EQ(text.find("waited for a CPU"), std::string::npos) << text << "\n" << ranks.dump();
+  }
   EXPECT_TRUE(warned) << result.at("warnings").dump();
   EXPECT_NE(r.out.find("slowest rank        1 "), std::string::npos) << r.out;
   // ZeRO-1's collectives are named as such, not as an all-reduce whose
@@ -287,6 +294,42 @@ TEST_F(Attribution, AStragglersWaitIsNotCalledNetwork) {
   EXPECT_EQ(r.out.find("ZeRO-1 collectives  median") != std::string::npos, sharded) << r.out;
   EXPECT_EQ(r.out.find("gradient all-reduce median") != std::string::npos, !sharded) << r.out;
   }
+}
+
+// A straggler because two busy processes share its CPU: the warnings say
+// that its threads waited for a CPU, in the straggler's line and their own,
+// naming the rank; the other rank, alone on its CPU, waited far less.
+TEST_F(Attribution, AStragglerOnABusyCpuIsSaidToHaveWaitedForIt) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0 || !CPU_ISSET(0, &allowed) || !CPU_ISSET(1, &allowed))
+    GTEST_SKIP() << "needs CPUs 0 and 1 (rank 0 runs on CPU 0, rank 1 on CPU 1 beside two busy processes)";
+  const std::string out = dir_.file("busy-cpu.json");
+  const std::string spin = "taskset -c 1 timeout 300 sh -c 'while :; do :; done' >/dev/null 2>&1 & ";
+  const CommandResult r = run_command(
+      "{ " + spin + "p1=$!; " + spin + "p2=$!; env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+      "OMPI_MCA_btl=self,vader timeout 300 " + TRAINBENCH_MPIEXEC + " --oversubscribe --bind-to none -np 2 sh -c "
+      "'if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then exec taskset -c 0 \"$0\" \"$@\"; fi; "
+      "exec taskset -c 1 \"$0\" \"$@\"' " + TRAINBENCH_BINARY +
+      " run tiny --steps 16 --set train.warmup_steps=3 --set data.source=synthetic --set report.progress_every=0"
+      " --set checkpoint.every_steps=0 --out " + out + "; code=$?; kill $p1 $p2; exit $code; }");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const nlohmann::json result = testing::read_json(out);
+  const nlohmann::json& ranks = result.at("ranks");
+  if (ranks[1]["cpu_wait_share"].is_null()) GTEST_SKIP() << "this kernel keeps no schedstat";
+  EXPECT_EQ(result.at("summary").at("slowest_rank").get<int>(), 1) << ranks.dump();
+  EXPECT_GT(ranks[1]["cpu_wait_share"].get<double>(), 0.5) << ranks.dump();
+  EXPECT_LT(ranks[0]["cpu_wait_share"].get<double>(), ranks[1]["cpu_wait_share"].get<double>() / 2) << ranks.dump();
+  EXPECT_EQ(result.at("summary").at("cpu_wait_share").get<double>(), ranks[1]["cpu_wait_share"].get<double>());
+  bool straggler = false, waited = false;
+  for (const auto& w : result.at("warnings")) {
+    const std::string text = w.get<std::string>();
+    straggler |= text.rfind("rank 1 (", 0) == 0 && text.find("a straggler sets everyone's pace; its threads waited "
+                                                             "for a CPU ") != std::string::npos;
+    waited |= text.rfind("rank 1's threads (", 0) == 0 && text.find(" waited for a CPU ") != std::string::npos;
+  }
+  EXPECT_TRUE(straggler) << result.at("warnings").dump();
+  EXPECT_TRUE(waited) << result.at("warnings").dump();
 }
 
 TEST_F(Attribution, EachInjectedStallLandsInItsCategory) {
