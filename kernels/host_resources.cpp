@@ -1,6 +1,7 @@
 #include "kernels/host_resources.h"
 
-#include <sched.h>  // sched_getaffinity, CPU_ALLOC
+#include <dirent.h>  // opendir: /proc/self/task
+#include <sched.h>   // sched_getaffinity, CPU_ALLOC
 
 #include <algorithm>   // std::min, std::max: the tightest limit
 #include <cerrno>      // EINVAL: a mask too small for the kernel's
@@ -181,5 +182,26 @@ int usable_cpu_count() {
 }
 
 int cpu_engine_threads(int requested) { return requested > 0 ? requested : usable_cpu_count(); }
+
+std::vector<std::string> thread_ids() {
+  std::vector<std::string> ids;
+  DIR* tasks = ::opendir("/proc/self/task");
+  if (tasks == nullptr) return ids;
+  while (const dirent* entry = ::readdir(tasks)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") ids.push_back(name);
+  }
+  ::closedir(tasks);
+  return ids;
+}
+
+std::vector<std::string> stat_fields_after_name(const std::string& stat) {
+  std::vector<std::string> fields;
+  const size_t name_end = stat.rfind(')');
+  if (name_end == std::string::npos) return fields;
+  std::istringstream words(stat.substr(name_end + 1));
+  for (std::string field; words >> field;) fields.push_back(field);
+  return fields;
+}
 
 }  // namespace trainbench

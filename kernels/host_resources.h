@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace trainbench {
 
@@ -37,5 +38,14 @@ int usable_cpu_count();
 // train.threads as the CPU engine runs it: `requested`, else (0) the CPUs
 // this process may keep busy.
 int cpu_engine_threads(int requested);
+
+// The ids of this process's threads now (/proc/self/task); empty when it
+// cannot be listed.
+std::vector<std::string> thread_ids();
+
+// The fields of a /proc stat line after the name, which may hold spaces and
+// parentheses: [0] is the state (field 3: 'R', 'S', ...), [19] the start
+// time (field 22); empty without a closing parenthesis.
+std::vector<std::string> stat_fields_after_name(const std::string& stat);
 
 }  // namespace trainbench

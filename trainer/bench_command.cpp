@@ -1553,9 +1553,7 @@ int BenchCommand::run_comm(const std::string& command_line) {
                                                       ? bench_zero_one_step(*comm, s.bucket_bytes.front(), options)
                                                       : bench_gradient_step(*comm, s.bucket_bytes, options);
   const std::vector<CollectiveBenchResult> collectives = bench_collectives(*comm, sizes, options);
-  bool all_ok = true;
-  for (const auto* results : {&step, &collectives})
-    for (const CollectiveBenchResult& r : *results) all_ok = all_ok && r.check_ok;
+  const bool all_ok = failed_data_check(step).empty() && failed_data_check(collectives).empty();
   if (printer) print_comm_bench_results(s, step, collectives, all_ok);
 
   if (printer && !o.out.empty()) {

@@ -277,23 +277,23 @@ std::vector<std::string> ceilings_warnings(const Ceilings& c, double achieved, b
                                            double wall) {
   std::vector<std::string> warnings;
   const auto [lowest_name, lowest] = lowest_ceiling(c);
-  const auto percent_of_lowest = [&](double rate) {
-    return std::to_string(static_cast<int>(100.0 * rate / lowest + 0.5)) + "%";
-  };
-  // The loader's ceiling is a sustained rate; the median step is not, where
-  // stalls hit fewer than half the steps (storage read at 237 % of its
-  // ceiling, 75 % over the wall: every 4th step waited for a burst of
-  // batches). The compute and network ceilings are medians of steps too:
-  // above them, only the host's speed changed.
-  const bool read_lowest = lowest_name != nullptr && std::string(lowest_name) == "storage read";
-  const std::string why =
-      read_lowest && wall > 0 && wall <= lowest
-          ? "its median step leaves out the steps that stalled: over the wall it reached " + human_count(wall) +
-                " tokens/s, " + percent_of_lowest(wall) + " of that ceiling; set the wall rate against it"
-          : "the host's speed varied between the measurement and the run; treat the ceilings as approximate";
-  if (lowest_name != nullptr && achieved > lowest)
+  if (lowest_name != nullptr && achieved > lowest) {
+    const auto percent_of_lowest = [&](double rate) {
+      return std::to_string(static_cast<int>(100.0 * rate / lowest + 0.5)) + "%";
+    };
+    // The loader's ceiling is a sustained rate; the median step is not, where
+    // stalls hit fewer than half the steps (storage read at 237 % of its
+    // ceiling, 75 % over the wall: every 4th step waited for a burst of
+    // batches). The compute and network ceilings are medians of steps too:
+    // above them, only the host's speed changed.
+    const std::string why =
+        std::string(lowest_name) == "storage read" && wall > 0 && wall <= lowest
+            ? "its median step leaves out the steps that stalled: over the wall it reached " + human_count(wall) +
+                  " tokens/s, " + percent_of_lowest(wall) + " of that ceiling; set the wall rate against it"
+            : "the host's speed varied between the measurement and the run; treat the ceilings as approximate";
     warnings.push_back("ceilings: the run reached " + human_count(achieved) + " tokens/s, " + percent_of_lowest(achieved) +
                        " of its " + lowest_name + " ceiling (" + human_count(lowest) + " measured alone): " + why);
+  }
   if (checkpoints_off)
     warnings.push_back("ceilings: storage write not measured: this run writes no checkpoints (no folder to write "
                        "them to)");

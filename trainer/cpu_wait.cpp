@@ -1,10 +1,11 @@
 #include "trainer/cpu_wait.h"
 
-#include <dirent.h>  // opendir: /proc/self/task
-
 #include <cstdio>  // std::sscanf
 #include <fstream>
 #include <sstream>
+#include <vector>
+
+#include "kernels/host_resources.h"  // thread_ids, stat_fields_after_name
 
 namespace trainbench {
 
@@ -17,36 +18,19 @@ std::string whole_file(const std::string& path) {
   return text.str();
 }
 
-// A thread's start time (clock ticks after boot: field 22 of its stat, the
-// 20th after the name's closing parenthesis); "" when unreadable. With the
-// id it names the thread: the kernel gives a thread id again.
-std::string start_time(const std::string& stat) {
-  const size_t name_end = stat.rfind(')');
-  if (name_end == std::string::npos) return "";
-  std::istringstream fields(stat.substr(name_end + 1));
-  std::string field;
-  for (int i = 0; i < 20; ++i)
-    if (!(fields >> field)) return "";
-  return field;
-}
-
-// Every thread's times, by thread id and start time; false where
-// /proc/self/task cannot be listed or no thread has a schedstat.
+// Every thread's times, by thread id and start time (clock ticks after
+// boot, field 22 of its stat: the kernel gives a thread id again); false
+// where /proc/self/task cannot be listed or no thread has a schedstat.
 bool read_threads(std::map<std::string, ThreadCpuTimes>* threads) {
   threads->clear();
-  DIR* tasks = ::opendir("/proc/self/task");
-  if (tasks == nullptr) return false;
-  while (const dirent* entry = ::readdir(tasks)) {
-    const std::string id = entry->d_name;
-    if (id == "." || id == "..") continue;
+  for (const std::string& id : thread_ids()) {
     const std::string folder = "/proc/self/task/" + id;
-    const std::string started = start_time(whole_file(folder + "/stat"));
+    const std::vector<std::string> stat = stat_fields_after_name(whole_file(folder + "/stat"));
     ThreadCpuTimes times;
     // A thread that ended meanwhile has neither.
-    if (!started.empty() && parse_schedstat(whole_file(folder + "/schedstat"), &times))
-      (*threads)[id + "@" + started] = times;
+    if (stat.size() > 19 && parse_schedstat(whole_file(folder + "/schedstat"), &times))
+      (*threads)[id + "@" + stat[19]] = times;
   }
-  ::closedir(tasks);
   return !threads->empty();
 }
 

@@ -3,7 +3,6 @@
 #include <cblas.h>  // cblas_sgemm (OpenBLAS)
 #include <omp.h>    // omp_get_max_threads for scratch sizing
 
-#include <dirent.h>  // opendir: /proc/self/task
 #include <unistd.h>  // getpid
 
 #include <algorithm>  // std::max
@@ -13,6 +12,8 @@
 #include <string>
 #include <thread>     // std::this_thread::sleep_for
 #include <vector>     // per-thread partial sums in rmsnorm_backward
+
+#include "kernels/host_resources.h"  // thread_ids, stat_fields_after_name: OpenBLAS's workers
 
 namespace trainbench::cpu {
 
@@ -87,15 +88,8 @@ namespace {
 // before main). Read by a static initializer, which runs after every shared
 // library's constructor.
 std::vector<std::string> threads_before_main() {
-  std::vector<std::string> threads;
-  DIR* tasks = ::opendir("/proc/self/task");
-  if (tasks == nullptr) return threads;
-  const std::string main_thread = std::to_string(::getpid());
-  while (const dirent* entry = ::readdir(tasks)) {
-    const std::string name = entry->d_name;
-    if (name != "." && name != ".." && name != main_thread) threads.push_back(name);
-  }
-  ::closedir(tasks);
+  std::vector<std::string> threads = thread_ids();
+  std::erase(threads, std::to_string(::getpid()));
   return threads;
 }
 
@@ -108,8 +102,8 @@ bool settled(const std::string& thread) {
   std::ifstream stat("/proc/self/task/" + thread + "/stat");
   std::string text;
   if (!std::getline(stat, text)) return true;
-  const size_t name_end = text.rfind(')');  // the thread's name may hold spaces and parentheses
-  return name_end == std::string::npos || name_end + 2 >= text.size() || text[name_end + 2] == 'S';
+  const std::vector<std::string> fields = stat_fields_after_name(text);
+  return fields.empty() || fields[0] == "S";
 }
 
 int workers_not_settled() {
