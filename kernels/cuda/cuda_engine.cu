@@ -506,6 +506,11 @@ void CudaEngine::choose_attention() {
                                                     "repeatable (train.deterministic=false)")};
     return;
   }
+  // cuDNN's probing of engines that cannot run this graph may leave the
+  // runtime's last error set (a refused launch, an NVRTC kernel that did not
+  // load): cleared, so the GEMM attention's first launch check does not take
+  // it for a fault of its own. The refusal itself is in why_not.
+  (void)cudaGetLastError();
   if (asked == "cudnn") throw std::runtime_error("train.attention=cudnn: " + why_not);
   attention_info_ = AttentionInfo{"gemm", "cuBLASLt GEMMs around a causal softmax; cuDNN SDPA not used: " + why_not};
 }

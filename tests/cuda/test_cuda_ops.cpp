@@ -37,6 +37,7 @@
 #include <memory>   // the fused attention
 #include <stdexcept>  // std::invalid_argument
 #include <string>
+#include <type_traits>  // std::decay_t
 #include <utility>  // std::pair
 #include <vector>
 
@@ -171,20 +172,29 @@ TEST_F(CudaOps, EmbeddingForwardCopiesTheRows) {
 
 TEST_F(CudaOps, EmbeddingBackwardAddsRepeatedTokensInRowOrder) {
   std::mt19937 rng(2);
-  const int64_t vocab = 50, n = 1000, d = 333;  // 1000 rows over 50 tokens: many repeats
-  const std::vector<float> d_out = random_bf16_values(n * d, rng);
-  const std::vector<int32_t> tokens = random_tokens(n, vocab, rng);
-  const std::vector<float> d_table_initial = random_fp32_values(vocab * d, rng);
-  std::vector<float> expected = d_table_initial;
-  cpu::embedding_backward(expected.data(), d_out.data(), tokens.data(), n, d);
+  // vocab 50: 1000 rows over 50 tokens, many repeats, every token present.
+  // vocab 5000: most tokens absent, and their rows of the table must keep
+  // their values exactly (no group writes them).
+  const int64_t n = 1000, d = 333;
+  for (const int64_t vocab : {50, 5000}) {
+    const std::vector<float> d_out = random_bf16_values(n * d, rng);
+    const std::vector<int32_t> tokens = random_tokens(n, static_cast<int32_t>(vocab), rng);
+    const std::vector<float> d_table_initial = random_fp32_values(vocab * d, rng);
+    std::vector<float> expected = d_table_initial;
+    cpu::embedding_backward(expected.data(), d_out.data(), tokens.data(), n, d);
 
-  DeviceBuffer<bf16> d_out_dev = upload(to_bf16(d_out));
-  const DeviceTokenGroups groups = group_on_device(tokens, vocab);
-  ASSERT_EQ(groups.count, vocab);  // 1000 random rows over 50 tokens: every token appears
-  DeviceBuffer<float> d_table_dev = upload(d_table_initial);
-  embedding_backward(d_table_dev.get(), d_out_dev.get(), groups.view(), d, nullptr);
-  // Bit for bit: each element gets the CPU's fp32 adds in the CPU's row order.
-  EXPECT_EQ(relative_error(download(d_table_dev), expected), 0.0);
+    DeviceBuffer<bf16> d_out_dev = upload(to_bf16(d_out));
+    const DeviceTokenGroups groups = group_on_device(tokens, vocab);
+    if (vocab == 50) {
+      ASSERT_EQ(groups.count, vocab);  // every token appears
+    } else {
+      ASSERT_LT(groups.count, n);  // some tokens repeat, and most are absent
+    }
+    DeviceBuffer<float> d_table_dev = upload(d_table_initial);
+    embedding_backward(d_table_dev.get(), d_out_dev.get(), groups.view(), d, nullptr);
+    // Bit for bit: each element gets the CPU's fp32 adds in the CPU's row order.
+    EXPECT_EQ(relative_error(download(d_table_dev), expected), 0.0) << "vocab " << vocab;
+  }
 }
 
 // ---- rmsnorm ----
@@ -658,31 +668,37 @@ TEST_F(CudaOps, AdamWUpdateMatchesCpuAndWritesTheBf16Copy) {
   const int64_t count = 4500003;
   const float grad_scale = 0.5f;
   const AdamWStep step{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7};
+  const std::vector<float> master_initial = random_fp32_values(count, rng);
+  const std::vector<float> grads = random_fp32_values(count, rng);
+  const std::vector<float> m_initial = random_fp32_values(count, rng, 0.1f);
+  std::vector<float> v_initial = random_fp32_values(count, rng, 0.1f);
+  for (float& v : v_initial) v = v * v;  // second moments are non-negative
+
+  std::vector<float> expected_master = master_initial, expected_m = m_initial, expected_v = v_initial;
+  cpu::adamw_update(expected_master.data(), grads.data(), expected_m.data(), expected_v.data(), count,
+                    cpu::AdamWStep{step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, grad_scale,
+                                   step.step});
+
+  // What each offset wrote: master, m, v and the bf16 copy.
+  struct Written {
+    std::vector<float> master, m, v;
+    std::vector<bf16> params;
+  };
+  std::vector<Written> written;
   // offset 0: 16-byte packs; offset 1: no buffer 16-byte aligned; offset 4:
   // the fp32 buffers are, the bf16 copy (8 bytes in) is not. Element by
-  // element in both (a ZeRO-1 shard or a tensor can start anywhere).
+  // element in both (a ZeRO-1 shard or a tensor can start anywhere). The
+  // same inputs at every offset.
   for (const int64_t offset : {0, 1, 4}) {
-    const std::vector<float> master_initial = random_fp32_values(count, rng);
-    const std::vector<float> grads = random_fp32_values(count, rng);
-    const std::vector<float> m_initial = random_fp32_values(count, rng, 0.1f);
-    std::vector<float> v_initial = random_fp32_values(count, rng, 0.1f);
-    for (float& v : v_initial) v = v * v;  // second moments are non-negative
-
-    std::vector<float> expected_master = master_initial, expected_m = m_initial,
-                       expected_v = v_initial;
-    cpu::adamw_update(expected_master.data(), grads.data(), expected_m.data(), expected_v.data(),
-                      count,
-                      cpu::AdamWStep{step.lr, step.beta1, step.beta2, step.eps, step.weight_decay,
-                                     grad_scale, step.step});
-
     // The same values `offset` elements into each buffer; NaN before them.
     auto shifted = [offset](const std::vector<float>& values) {
       std::vector<float> out(offset, NAN);
       out.insert(out.end(), values.begin(), values.end());
       return out;
     };
-    auto unshifted = [offset](const std::vector<float>& values) {
-      return std::vector<float>(values.begin() + offset, values.end());
+    auto unshifted = [offset](const auto& values) {
+      return std::vector<typename std::decay_t<decltype(values)>::value_type>(values.begin() + offset,
+                                                                              values.end());
     };
     DeviceBuffer<float> master_dev = upload(shifted(master_initial)), grads_dev = upload(shifted(grads));
     DeviceBuffer<float> m_dev = upload(shifted(m_initial)), v_dev = upload(shifted(v_initial));
@@ -690,13 +706,26 @@ TEST_F(CudaOps, AdamWUpdateMatchesCpuAndWritesTheBf16Copy) {
     DeviceBuffer<bf16> params_dev = upload(nan_bf16(count + offset));
     adamw_update(master_dev.get() + offset, params_dev.get() + offset, grads_dev.get() + offset,
                  m_dev.get() + offset, v_dev.get() + offset, count, step, grad_scale_dev.get(), nullptr);
-    const std::vector<float> master = unshifted(download(master_dev));
-    EXPECT_LT(relative_error(master, expected_master), kAdamW) << "offset " << offset;
-    EXPECT_LT(relative_error(unshifted(download(m_dev)), expected_m), kAdamW) << "offset " << offset;
-    EXPECT_LT(relative_error(unshifted(download(v_dev)), expected_v), kAdamW) << "offset " << offset;
+    Written w{unshifted(download(master_dev)), unshifted(download(m_dev)), unshifted(download(v_dev)),
+              unshifted(download(params_dev))};
+    EXPECT_LT(relative_error(w.master, expected_master), kAdamW) << "offset " << offset;
+    EXPECT_LT(relative_error(w.m, expected_m), kAdamW) << "offset " << offset;
+    EXPECT_LT(relative_error(w.v, expected_v), kAdamW) << "offset " << offset;
     // The bf16 copy is exactly the new master rounded to nearest.
-    EXPECT_EQ(relative_error(unshifted(download_as_float(params_dev)), to_float(to_bf16(master))), 0.0)
-        << "offset " << offset;
+    EXPECT_EQ(relative_error(to_float(w.params), to_float(to_bf16(w.master))), 0.0) << "offset " << offset;
+    written.push_back(std::move(w));
+  }
+  // The packed path (offset 0) and the element-by-element one give the same
+  // bits: a ZeRO-1 shard that starts unaligned must update its parameters
+  // exactly as one rank holding the whole tensor does.
+  auto same_bits = [](const auto& a, const auto& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
+  };
+  for (size_t i = 1; i < written.size(); ++i) {
+    EXPECT_TRUE(same_bits(written[0].master, written[i].master)) << "master, offset case " << i;
+    EXPECT_TRUE(same_bits(written[0].m, written[i].m)) << "m, offset case " << i;
+    EXPECT_TRUE(same_bits(written[0].v, written[i].v)) << "v, offset case " << i;
+    EXPECT_TRUE(same_bits(written[0].params, written[i].params)) << "bf16 copy, offset case " << i;
   }
 }
 
