@@ -29,6 +29,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import unittest
@@ -648,6 +649,29 @@ class GpuCheckArgumentTests(Sandbox):
                            timeout=20)
                 self.assert_refused(done, f"{name}='{value}'")
                 self.assertFalse(out.exists())
+
+    def test_logs_too_large_to_come_back_are_cut_to_their_ends(self) -> None:
+        # The device tool drops a file over 16 MiB without a word: a run whose
+        # logs packed to more than that brought back no logs at all. A
+        # deadline of 1 s ends the run at its first row, which packs them.
+        logs, out = self.dir / "logs", self.dir / "out"
+        logs.mkdir()
+        (logs / "spew.log").write_bytes(os.urandom(20 << 20) + b"the last line\n")  # does not compress
+        (logs / "small.log").write_text("kept whole\n")
+        done = run("bash", SCRIPTS / "gpu_check.sh",
+                   env={**self.env, "OUT": str(out), "GPU_CHECK_LOGS": str(logs), "GPU_CHECK_DEADLINE_S": "1",
+                        "GPU_CHECK_BUILD_DIR": str(self.dir / "build")}, timeout=60)
+        self.assertEqual(done.returncode, 1, done.stderr)  # the build row did not pass
+        packed = out / "logs.tgz"
+        self.assertLess(packed.stat().st_size, 12 << 20)
+        with tarfile.open(packed) as tar:
+            spew = tar.extractfile("./spew.log").read()
+            small = tar.extractfile("./small.log").read()
+        self.assertLessEqual(len(spew), (1 << 20) + 100)
+        self.assertTrue(spew.startswith(b"[gpu_check: cut to its last 1 MiB of 20971534 bytes]"), spew[:80])
+        self.assertTrue(spew.endswith(b"the last line\n"))
+        self.assertEqual(small, b"kept whole\n")
+        self.assertEqual(os.path.getsize(logs / "spew.log"), (20 << 20) + 14)  # the log itself is left whole
 
 
 class SetupTests(Sandbox):
