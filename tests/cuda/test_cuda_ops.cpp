@@ -263,8 +263,9 @@ TEST_F(CudaOps, RmsnormBackwardAccumulatesIntoBothGradients) {
   std::mt19937 rng(4);
   // More rows than rmsnorm_backward's 512 blocks, so blocks take several rows:
   // fewer than the 4 it takes at once (1100), and a group of 4 then a short
-  // one (3000 rows of GPT-2's 768).
-  const std::pair<int64_t, int64_t> shapes[] = {{1100, 333}, {3000, 768}};
+  // one (3000 rows of GPT-2's 768). Fewer rows than blocks at Llama's 4096
+  // (301): one row a block, three of its four row slots empty.
+  const std::pair<int64_t, int64_t> shapes[] = {{1100, 333}, {3000, 768}, {301, 4096}};
   for (const auto& [n, d] : shapes) {
     const std::vector<float> in = random_bf16_values(n * d, rng, 2.0f);
     const std::vector<float> weight = random_bf16_values(d, rng);
