@@ -23,9 +23,10 @@
 #   run  kind nvidia-h200  command "OUT=$OUT GPU_CHECK_DEADLINE_S=540 scripts/gpu_check.sh"  timeout_s 580
 #        carry [".device"]   (the H200 of the figures in docs/perf.md; an H100 is not comparable)
 # then give_back at once. The issue's comparison (sections 2-5) comes first
-# and takes ~400 s; the extras after it run in the order of what they tell
-# about issue 3's gap (per-op times first, the sanitizer last) until the
-# deadline.
+# and takes ~400 s; the extras after it run until the deadline: first that
+# the engine learns one repeated batch at GPT-2's widths (~20 s), then in the
+# order of what they tell about issue 3's gap (per-op times first, the
+# sanitizer last).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # The settings, checked before anything runs: a typo costs a GPU session.
@@ -502,6 +503,24 @@ fi  # sections 2-5
 # 6. Extra rows (later issues' GPU checks and the diagnostics of issue 3's
 # gap), after the comparison above; GPU_CHECK_SKIP_EXTRAS=1 leaves them out.
 if [ -z "${GPU_CHECK_SKIP_EXTRAS:-}" ]; then
+
+# 6a. The engine learns at a preset's widths: GPT-2's shapes trained on one
+# micro-batch over and over, whose loss must fall (it is memorised). The
+# CUDA tests hold every op and the whole model to the CPU engine, at small
+# shapes; the presets train on random tokens, in which there is nothing to
+# learn, so a gradient wrong only at the presets' widths would pass unseen.
+if $has_cuda_engine; then
+  learn_run=h200-gpt2-124m-one-batch
+  if bounded "${GPU_CHECK_RUN_TIMEOUT:-150}" "$build/trainbench" run h200-gpt2-124m --steps 30 \
+       --set train.warmup_steps=2 --set data.source=synthetic --set data.synthetic_batches=1 \
+       --out "$logs/$learn_run.json" > "$logs/$learn_run.log" 2>&1; then
+    learned=$(python3 scripts/lib/gpu_check_rows.py learns "$logs/$learn_run.json")
+    row "trainbench h200-gpt2-124m one batch" "$learned"
+    case "$learned" in *"did not fall"* | "no row"*) failed_row "trainbench h200-gpt2-124m one batch" ;; esac
+  else
+    row "trainbench h200-gpt2-124m one batch" "$(failure $? "$logs/$learn_run.log")"
+  fi
+fi
 
 # 6b. Where each preset's GPU time goes, by kind of op (the issue 3 targets'
 # gap: Llama's MFU, GPT-2's distance to torch.compile): a short run with

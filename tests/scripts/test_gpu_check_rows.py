@@ -48,6 +48,9 @@ class GpuCheckRowsTests(unittest.TestCase):
         trainbench("run", "tiny", "--steps", "8", "--set", "train.warmup_steps=3", "--set", "report.op_times=true",
                    *QUICK, "--out", str(cls.out / "run.json"))
         trainbench("run", "tiny", "--steps", "8", "--set", "train.mode=lora", *QUICK, "--out", str(cls.out / "lora.json"))
+        # gpu_check's one-batch run, as it makes it: the same micro-batch every step.
+        trainbench("run", "tiny", "--steps", "12", "--set", "train.warmup_steps=2", "--set", "data.source=synthetic",
+                   "--set", "data.synthetic_batches=1", *QUICK, "--out", str(cls.out / "one_batch.json"))
         # The rows read a passed burn-in; a loaded machine's drift over 2 s (-16% beside other tests) is not
         # what they test.
         trainbench("burnin", "tiny", "--duration", "2s", "--set", "checkpoint.every_steps=0",
@@ -109,6 +112,26 @@ class GpuCheckRowsTests(unittest.TestCase):
         self.assertIn("loss {:.3f} -> {:.3f}".format(lora["loss_first"], lora["loss_last"]),
                       rows.lora(str(self.out / "lora.json")))
         self.assertTrue(rows.nccl(str(self.out / "run.json")).endswith("checks pass"))
+
+    def test_the_one_batch_row_fails_a_loss_that_does_not_fall(self) -> None:
+        one_batch = self.out / "one_batch.json"
+        r = self.result("one_batch.json")
+        s = r["summary"]
+        self.assertGreater(s["loss_first"] - s["loss_last"], 0.5)  # tiny memorises its batch in 12 steps
+        line = rows.learns(str(one_batch))
+        self.assertEqual(line, "loss {:.3f} -> {:.3f} over 12 steps of one repeated micro-batch (ln vocab 6.238): "
+                               "learns".format(s["loss_first"], s["loss_last"]), line)
+        # A step that learns nothing, or too little, or whose loss went non-finite (null in the result):
+        # gpu_check.sh fails the row on "did not fall".
+        for last, why in ((s["loss_first"], "by 0.1 or more"), (s["loss_first"] - 0.05, "by 0.1 or more"),
+                          (None, ": it is not finite")):
+            with self.subTest(last=last):
+                s["loss_last"] = last
+                broken = self.out / "one_batch_broken.json"
+                broken.write_text(json.dumps(r))
+                line = rows.learns(str(broken))
+                self.assertIn("the loss did not fall" + ("" if why.startswith(":") else " ") + why, line)
+                self.assertNotIn(": learns", line)
 
     def test_the_bench_comm_row_gives_the_step_and_the_largest_all_reduce(self) -> None:
         r = self.result("comm.json")
