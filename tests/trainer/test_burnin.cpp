@@ -100,6 +100,23 @@ TEST(BurninGolden, RepeatsBitForBitAndLeavesTheParametersAlone) {
   EXPECT_EQ(compute_golden_step(*engine, 1234, false, golden.data()), first);
 }
 
+// The golden step runs between training steps: its forward and backward
+// must not land in the next step's compute_s (nor its op times), or that
+// step's compute exceeds its wall time and step_time_accounted fails.
+TEST(BurninGolden, LeavesNothingOnTheEnginesComputeClocks) {
+  std::unique_ptr<TrainingEngine> engine = tiny_engine();
+  engine->set_compute_timing(true);
+  const bool op_timing = engine->set_op_timing(true);
+  ASSERT_TRUE(op_timing) << "the cpu engine times its ops";
+  (void)compute_golden_step(*engine, 1234, false);
+  EXPECT_EQ(engine->take_compute_seconds(), 0.0);
+  for (const OpTime& op : engine->take_op_times()) EXPECT_EQ(op.seconds, 0.0) << op.op;
+  // The clocks still run: a training step's forward is timed.
+  std::vector<int32_t> ids(static_cast<size_t>(engine->micro_batch() * engine->shape().seq_len + 1), 3);
+  engine->forward(TokenBatch{ids.data(), ids.data() + 1, engine->micro_batch(), engine->shape().seq_len});
+  EXPECT_GT(engine->take_compute_seconds(), 0.0);
+}
+
 TEST(BurninGolden, OneFlippedGradientBitChangesTheChecksumOnly) {
   std::unique_ptr<TrainingEngine> engine = tiny_engine();
   const GoldenValue clean = compute_golden_step(*engine, 1234, false);
