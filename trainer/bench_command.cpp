@@ -433,7 +433,9 @@ BenchCommand::BenchCommand(CLI::App& app) : options_(std::make_unique<Options>()
   // and 1P was an allocation of petabytes ("out of memory", no figures).
   comm_->add_option("--min-bytes", o.min_bytes, "smallest size of the sweep (default 1K)")
       ->transform(byte_size_range(1, int64_t{1} << 34));
-  comm_->add_option("--max-bytes", o.max_bytes, "largest size of the sweep, at most 16G (default 256M)")
+  comm_->add_option("--max-bytes", o.max_bytes,
+                    "largest size of the sweep, at most 16G; over MPI at most 8589934588 bytes, one call's int "
+                    "count of floats (default 256M)")
       ->transform(byte_size_range(1, int64_t{1} << 34));
   comm_->add_option("--factor", o.factor, "each size of the sweep is the previous one times this (default 4)")
       ->check(number_range(1.01, 1024.0));
