@@ -113,6 +113,9 @@ class ParameterLayout {
     const ParamTensor* b;
   };
   std::vector<LoraAdapterTensors> lora_adapters() const;
+  // How many there are, without making the list (a loop bound that called
+  // lora_adapters() made planning 65536 layers quadratic: minutes).
+  int64_t lora_adapter_count() const { return (static_cast<int64_t>(tensors_.size()) - lora_begin_) / 2; }
   const LoraSpec& lora_spec() const { return lora_; }
   // Elements before the adapters: the base model (all of it without LoRA).
   int64_t base_params() const { return base_params_; }

@@ -78,7 +78,7 @@ CpuEngineViews carve_cpu_engine_views(const ModelShape& s, const ParameterLayout
   fa.losses = carve.take(n);
   fa.logsumexp = carve.take(n);
   const LoraSpec& spec = layout.lora_spec();
-  for (size_t i = 0; i < layout.lora_adapters().size(); ++i) v.lora_h.push_back(carve.take(n * spec.rank));
+  for (int64_t i = 0; i < layout.lora_adapter_count(); ++i) v.lora_h.push_back(carve.take(n * spec.rank));
   v.sizes.kept = carve.used();
 
   BackwardScratch& sc = v.scratch;

@@ -163,7 +163,7 @@ EngineViewsOf<Half> carve_engine_views_of(const ModelShape& s, const ParameterLa
 
   const LoraSpec& spec = layout.lora_spec();
   sc.lora = spec.enabled() ? sb.take(n * spec.rank) : nullptr;
-  for (size_t i = 0; i < layout.lora_adapters().size(); ++i) v.lora_h.push_back(act.take(n * spec.rank));
+  for (int64_t i = 0; i < layout.lora_adapter_count(); ++i) v.lora_h.push_back(act.take(n * spec.rank));
   v.sizes = {act.used(), stats.used(), sb.used(), sf.used(), sd.used()};
   return v;
 }

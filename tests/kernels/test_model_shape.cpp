@@ -100,6 +100,10 @@ TEST(ParameterLayout, LoraAddsAdaptersAfterTheFrozenBaseInLayerOrder) {
       }
       EXPECT_EQ(layout.lora(ParamKind::kWq, l).a, nullptr);
     }
+  // One adapter pair per (layer, target), counted without the list.
+  EXPECT_EQ(layout.lora_adapter_count(), 3 * 2);
+  EXPECT_EQ(layout.lora_adapter_count(), static_cast<int64_t>(layout.lora_adapters().size()));
+  EXPECT_EQ(full.lora_adapter_count(), 0);
   // Backward's readiness: nothing above the layers trains; layer l's
   // gradients are final once layer l is done.
   const GradientReadiness r = gradient_readiness(layout, 3);

@@ -205,6 +205,17 @@ TEST(Plan, AHeadDimensionTheCudaEngineCannotRunIsRefused) {
             "");
 }
 
+// The largest depth a config may give (65536 layers) is planned at once:
+// the LoRA row's views were counted by a loop whose bound rebuilt the list
+// of adapters each time, quadratic in the layers (over 120 s at 65536,
+// more than 10 minutes by extrapolation; ~1 s now).
+TEST(Plan, TheDeepestModelAConfigMayGiveIsPlannedWithoutAWait) {
+  const CommandResult r =
+      run_command("timeout 120 " + std::string(TRAINBENCH_BINARY) + " plan tiny --set model.n_layers=65536");
+  EXPECT_EQ(r.exit_code, 0) << "124: still planning after 120 s\n" << r.out << r.err;
+  EXPECT_NE(r.out.find("\nlora "), std::string::npos) << r.out;
+}
+
 TEST(Plan, SaysWhichFits) {
   const Config config = load_config("tiny");
   const std::vector<FinetunePlanRow> all = plan_finetune(config, 8, 1, int64_t{80} << 30);
