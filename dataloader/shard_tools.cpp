@@ -1,6 +1,6 @@
 #include "dataloader/shard_tools.h"
 
-#include <algorithm>   // std::sort, std::transform
+#include <algorithm>   // std::sort, std::transform, std::max
 #include <cctype>      // std::tolower
 #include <cmath>       // std::ceil: tar blocks in the size estimate
 #include <cstdint>     // INT64_MAX
@@ -143,6 +143,9 @@ void append_little_endian(std::vector<uint8_t>* out, uint32_t value, int width) 
   for (int b = 0; b < width; ++b) out->push_back(static_cast<uint8_t>(value >> (8 * b)));
 }
 
+// Token ids as '<u4' (u32, or npy past u16's range) rather than '<u2'.
+bool wide_token_ids(const SynthOptions& o) { return o.field == "u32" || (o.field == "npy" && o.vocab > kMaxU16Vocab); }
+
 void make_sample(const SynthOptions& o, int64_t index, SynthSample* s) {
   // Each sample's stream starts at a scrambled point of its own, so samples
   // of one seed (and the same index under two seeds) share no values.
@@ -154,7 +157,7 @@ void make_sample(const SynthOptions& o, int64_t index, SynthSample* s) {
   s->tokens = rng.between(o.tokens_mean - o.tokens_spread, o.tokens_mean + o.tokens_spread);
 
   s->token_bytes.clear();
-  const bool wide = o.field == "u32" || (o.field == "npy" && o.vocab > kMaxU16Vocab);
+  const bool wide = wide_token_ids(o);
   if (o.field == "npy") {
     const std::string header = npy_header(wide ? "<u4" : "<u2", s->tokens);
     s->token_bytes.assign(header.begin(), header.end());
@@ -311,6 +314,14 @@ bool path_is_within(const fs::path& inner, const fs::path& outer) {
     if (ia == a.end() || *ia != *ib) return false;
   }
   return true;
+}
+
+int64_t synth_largest_member_bytes(const SynthOptions& o) {
+  const int64_t tokens = o.tokens_mean + o.tokens_spread;
+  const bool wide = wide_token_ids(o);
+  int64_t token_member = tokens * (o.field == "txt" ? 1 : wide ? 4 : 2);
+  if (o.field == "npy") token_member += static_cast<int64_t>(npy_header(wide ? "<u4" : "<u2", tokens).size());
+  return std::max(token_member, o.payload_bytes > 0 ? o.payload_bytes + o.payload_spread : 0);
 }
 
 SynthResult synthesize_shards(const SynthOptions& options, const ProgressCallback& progress) {

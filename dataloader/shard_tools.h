@@ -60,6 +60,11 @@ SynthResult synthesize_shards(const SynthOptions& options, const ProgressCallbac
 // The checks synthesize_shards starts with, alone (the CLI runs them before
 // creating the output directory). Throws std::invalid_argument.
 void check_synth_options(const SynthOptions& options);
+// The largest member a sample of these options can have: the token member
+// at tokens_mean + tokens_spread tokens (with its .npy header), or
+// payload.bin at payload_bytes + payload_spread. A reader refuses a member
+// over its data.max_sample_bytes as corrupt.
+int64_t synth_largest_member_bytes(const SynthOptions& options);
 
 struct PackOptions {
   std::string input_dir;     // a tree of files; files sharing a path minus extension form a sample

@@ -27,7 +27,7 @@
 #include <yaml-cpp/yaml.h>          // YAML::Load, YAML::Node, YAML::Exception
 
 #include "dataloader/data_error.h"    // DataError from token_format_of_field
-#include "dataloader/shard_tools.h"   // kMaxSynth*: data.synth_* share the limits of shards synth
+#include "dataloader/shard_tools.h"   // kMaxSynth*: data.synth_* share the limits of shards synth; their largest member
 #include "dataloader/token_decode.h"  // token_format_of_field, field_is_an_extension: data.field
 #include "trainer/json_text.h"  // utf8_escaped: config strings into JSON
 #include "trainer/presets.h"  // embedded_presets(): configs/*.yaml compiled in
@@ -80,6 +80,17 @@ constexpr int64_t kMaxGemmCeilingSeconds = 60;
 // typo (0.003 for 300) that failed every run, and burn-in's hang watch
 // with it ("hung ... 0 s").
 constexpr double kMinCommTimeoutSeconds = 1;
+// The same for the data: a wait under a second for a batch is a typo (0.3
+// for 300) that ended runs whose storage was fine (exit 3) and called a
+// reader still in its read at the end stuck ("its storage stopped
+// responding").
+constexpr double kMinDataTimeoutSeconds = 1;
+// RoPE's base: below 1 the rotation frequencies rise along the head instead
+// of falling, and near 0 they overflow: 1e-300 made the first loss NaN, a
+// failed check (exit 4) for a config error. The most, far above any model's
+// (Llama 3: 500000; long-context ones 1e8), since a minimum needs one.
+constexpr double kMinRopeTheta = 1;
+constexpr int64_t kMaxRopeTheta = 1'000'000'000'000;
 // Nor a checkpoint's under a second, which no real write meets.
 constexpr double kMinCheckpointTimeoutSeconds = 1;
 // Burn-in's periods: its health checks (a collective each, so at least a
@@ -122,7 +133,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(model, n_kv_heads, Bound::kPositive),
       TRAINBENCH_KEY(model, ffn_hidden, Bound::kPositive),
       TRAINBENCH_KEY(model, seq_len, Bound::kPositive),
-      TRAINBENCH_KEY(model, rope_theta, Bound::kPositive),
+      TRAINBENCH_KEY(model, rope_theta, Bound::kPositive, {}, kMaxRopeTheta, kMinRopeTheta),
       TRAINBENCH_KEY(model, norm_eps, Bound::kPositive, {}, kMaxEpsilon, kMinEpsilon),
       TRAINBENCH_KEY(train, micro_batch, Bound::kPositive),
       TRAINBENCH_KEY(train, grad_accum, Bound::kPositive),
@@ -155,7 +166,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(data, on_corrupt, Bound::kAny, {"fail", "skip"}),
       TRAINBENCH_KEY(data, max_sample_bytes, Bound::kPositive),
       TRAINBENCH_KEY(data, block_bytes, Bound::kPositive),  // 1 MiB .. 256 MiB: validate()
-      TRAINBENCH_KEY(data, timeout_s, Bound::kPositive, {}, kMaxTimeoutSeconds),
+      TRAINBENCH_KEY(data, timeout_s, Bound::kPositive, {}, kMaxTimeoutSeconds, kMinDataTimeoutSeconds),
       TRAINBENCH_KEY(data, synthetic_batches, Bound::kPositive, {}, kMaxSyntheticBatches),
       TRAINBENCH_KEY(data, synth_shards, Bound::kPositive, {}, kMaxSynthShards),
       TRAINBENCH_KEY(data, synth_tokens_per_sample, Bound::kPositive, {}, kMaxSynthTokensMean),
@@ -959,6 +970,19 @@ void check_data(const Checker& checker, const Config& config) {
                   {"data.field", "data.shards"},
                   "'" + excerpt(d.field) + "': the shards made when data.shards is empty have a plain "
                   "u16, u32, npy or txt member; name one of those or set data.shards");
+  // The run's own shards must pass its own reader: a member over
+  // data.max_sample_bytes was refused as corrupt data, in a temporary folder
+  // the user never named, after every shard had been written.
+  if (d.source == "shards" && d.shards.empty()) {
+    const int64_t largest = synth_largest_member_bytes(run_shard_samples(config));
+    checker.require(largest <= d.max_sample_bytes,
+                    {"data.max_sample_bytes", "data.synth_payload_bytes", "data.synth_tokens_per_sample"},
+                    std::to_string(d.max_sample_bytes) + " is below the largest member of the shards made for the "
+                    "run (data.shards empty): " + std::to_string(largest) + " bytes, from data.synth_payload_bytes " +
+                    std::to_string(d.synth_payload_bytes) + " and data.synth_tokens_per_sample " +
+                    std::to_string(d.synth_tokens_per_sample) + " (each up to half again their mean): raise "
+                    "data.max_sample_bytes to " + std::to_string(largest) + " or lower those");
+  }
 }
 
 void validate(const Config& config, const Sources& sources) {
@@ -1015,6 +1039,19 @@ std::string excerpt(std::string_view text) {
   return std::string(text.substr(0, cut)) + "… (" + std::to_string(text.size()) + " bytes)";
 }
 
+
+SynthOptions run_shard_samples(const Config& config) {
+  const DataSection& d = config.data;
+  SynthOptions synth;
+  synth.vocab = config.model.vocab;
+  synth.field = d.field;
+  synth.tokens_mean = d.synth_tokens_per_sample;
+  synth.tokens_spread = d.synth_tokens_per_sample / 2;
+  synth.payload_bytes = d.synth_payload_bytes;
+  synth.payload_spread = d.synth_payload_bytes / 2;
+  synth.seed = static_cast<uint64_t>(d.seed);
+  return synth;
+}
 
 LoraSpec lora_spec(const Config& config) {
   LoraSpec spec;

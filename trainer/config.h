@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>  // the resolved config in the result JSON
 
+#include "dataloader/shard_tools.h"  // SynthOptions: the run's own shards
 #include "kernels/model_shape.h"  // ModelShape is the `model` section
 
 namespace trainbench {
@@ -202,6 +203,11 @@ std::string excerpt(std::string_view text);
 
 // The engine's LoraSpec for this config: rank 0 unless train.mode is lora.
 LoraSpec lora_spec(const Config& config);
+
+// The samples of the shards a run makes when data.shards is empty: the
+// data.synth_* means with half of each as spread, data.field, model.vocab
+// and data.seed (no folder, count or samples per shard: the run's).
+SynthOptions run_shard_samples(const Config& config);
 
 // Strict checks of a number typed on the command line, for the commands'
 // CLI11 validators: CLI11 alone saturates 99999999999999999999 to INT64_MAX,

@@ -19,18 +19,11 @@ namespace {
 
 SynthResult write_run_shards(const Config& config, const std::string& dir, int64_t world, int64_t host_ranks) {
   const DataSection& d = config.data;
-  SynthOptions synth;
+  SynthOptions synth = run_shard_samples(config);
   synth.out_dir = dir;
   synth.count = synth_shard_count(config, world);
   synth.samples_per_shard = d.synth_samples_per_shard > 0 ? d.synth_samples_per_shard
                                                           : synth_samples_per_shard_for_run(config, world);
-  synth.vocab = config.model.vocab;
-  synth.field = d.field;
-  synth.tokens_mean = d.synth_tokens_per_sample;
-  synth.tokens_spread = d.synth_tokens_per_sample / 2;
-  synth.payload_bytes = d.synth_payload_bytes;
-  synth.payload_spread = d.synth_payload_bytes / 2;
-  synth.seed = static_cast<uint64_t>(d.seed);
   synth.copies_on_this_disk = host_ranks;
   return synthesize_shards(synth);
 }

@@ -197,7 +197,7 @@ TEST_F(LoaderCli, ACorruptSampleMidRunStopsTheRunAndItsResultIsKept) {
 // still a result, with nothing trained and nothing measured, not zeros.
 TEST_F(LoaderCli, NoBatchWithinTheTimeoutExitsThreeWithAResult) {
   const CommandResult r =
-      run_with({}, "--set data.inject_delay_ms=2000 --set data.timeout_s=0.2 --set checkpoint.every_steps=0", 6);
+      run_with({}, "--set data.inject_delay_ms=2000 --set data.timeout_s=1 --set checkpoint.every_steps=0", 6);
   EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
   EXPECT_EQ(r.err.rfind("trainbench: data: no batch from reader 0 of rank 0 within data.timeout_s", 0), 0u) << r.err;
   EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
@@ -220,7 +220,7 @@ TEST_F(LoaderCli, NoBatchWithinTheTimeoutExitsThreeWithAResult) {
 TEST_F(LoaderCli, ABurnInWhoseStorageStallsFailsForThatReason) {
   const CommandResult r = run_command(std::string(TRAINBENCH_BINARY) +
                                       " burnin tiny --duration 30s --set data.inject_delay_ms=2000"
-                                      " --set data.timeout_s=0.2 --out " + dir_ + "/b.json");
+                                      " --set data.timeout_s=1 --out " + dir_ + "/b.json");
   EXPECT_EQ(r.exit_code, 4) << r.out << r.err;
   EXPECT_EQ(r.err.rfind("trainbench: burn-in: job: FAIL: data_read: data: no batch from reader 0", 0), 0u) << r.err;
   EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one finding: " << r.err;

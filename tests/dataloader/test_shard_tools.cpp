@@ -8,7 +8,7 @@
 #include <sys/wait.h>  // waitpid
 #include <unistd.h>    // fork, execv, truncate
 
-#include <algorithm>  // std::count, std::sort
+#include <algorithm>  // std::count, std::sort, std::max
 #include <chrono>     // waiting for the writer to start
 #include <cstdint>    // INT64_MAX
 #include <cstdlib>    // setenv: the test hook
@@ -428,6 +428,39 @@ TEST_F(ShardTools, TheLargestMeansARunAcceptsPassTheSynthLimits) {
   EXPECT_THROW(check_synth_options(o), std::invalid_argument);
   spread_as_a_run(1024, 715827884);
   EXPECT_THROW(check_synth_options(o), std::invalid_argument);
+}
+
+// The largest member synth can write, which a run's data.max_sample_bytes
+// is checked against: exactly the largest written, for every field (the
+// .npy header counted), with the token member or payload.bin the larger.
+// Spreads as wide as allowed over many samples, so the largest are made.
+TEST_F(ShardTools, TheLargestMemberIsTheOneSynthWrites) {
+  struct Case {
+    std::string field;
+    int64_t vocab, payload;
+  };
+  for (const Case& c : {Case{"u16", 500, 0}, Case{"u32", 500, 0}, Case{"npy", 500, 0}, Case{"npy", 70000, 0},
+                        Case{"txt", 500, 0}, Case{"u16", 500, 30}}) {
+    SynthOptions o = synth_options("largest-" + c.field + std::to_string(c.vocab) + "-" + std::to_string(c.payload));
+    o.count = 1;
+    o.samples_per_shard = 400;
+    o.vocab = c.vocab;
+    o.field = c.field;
+    o.tokens_mean = 6;
+    o.tokens_spread = 5;
+    o.payload_bytes = c.payload;
+    o.payload_spread = c.payload / 2;
+    const SynthResult r = synthesize_shards(o);
+    int64_t largest = 0;
+    TarReader tar;
+    tar.open(r.paths.at(0));
+    TarMember member;
+    while (tar.next_member(&member)) {
+      largest = std::max(largest, member.size);
+      tar.skip_data();
+    }
+    EXPECT_EQ(synth_largest_member_bytes(o), largest) << c.field << " vocab " << c.vocab << " payload " << c.payload;
+  }
 }
 
 // Shards that would not fit the free space are refused before the first

@@ -219,7 +219,19 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       // a second is no collective timeout a real step meets (a typo).
       {"CommTimeoutAboveLimit", with("comm.timeout_s", "1e10"), {},
        {"comm.timeout_s: must be between 1 and 31536000 (got 10000000000)"}},
-      {"DataTimeoutAboveLimit", with("data.timeout_s", "31536001"), {}, {"data.timeout_s: must be > 0 and at most 31536000"}},
+      {"DataTimeoutAboveLimit", with("data.timeout_s", "31536001"), {}, {"data.timeout_s: must be between 1 and 31536000"}},
+      // A typo (0.3 for 300): runs on healthy storage ended, readers called stuck.
+      {"DataTimeoutBelowASecond", with("data.timeout_s", "0.3"), {},
+       {"data.timeout_s: must be between 1 and 31536000 (got 0.3)"}},
+      // 1e-300 overflowed the rotation frequencies: a NaN loss, exit 4.
+      {"RopeThetaBelowOne", with("model.rope_theta", "1e-300"), {},
+       {"model.rope_theta: must be between 1 and 1000000000000 (got 1e-300)"}},
+      // The run's own shards refused as corrupt by its own reader, after they were written.
+      {"SynthPayloadPastTheSampleLimit", with("data.synth_payload_bytes", "500000000"), {},
+       {"data.max_sample_bytes: 268435456 is below the largest member of the shards made for the run",
+        "750000000 bytes", "data.synth_payload_bytes 500000000"}},
+      {"SampleLimitBelowTheRunsTokens", with("data.max_sample_bytes", "1"), {},
+       {"data.max_sample_bytes: 1 is below", "3072 bytes", "raise data.max_sample_bytes to 3072"}},
       {"StepTokensOverflow", with("train.grad_accum", "9223372036854775807"), {},
        {"train.grad_accum", "more than 2^63 tokens a step on each rank", "(2^40)"}},
       {"StepTokensAboveLimit", with("train.grad_accum", "1099511627776"), {},

@@ -752,5 +752,24 @@ TEST(SyntheticShards, SizedToTheRunAndCappedWithoutOverflow) {
                 synth_shard_count(config, 4096));
 }
 
+// The run's own shards against its reader's limit: a limit exactly the
+// largest member is enough, a byte less is refused; given shards are the
+// user's and are not judged by it.
+TEST(SyntheticShards, TheirLargestMemberMustPassTheSampleLimit) {
+  const Config config = load_config("tiny");
+  const int64_t largest = synth_largest_member_bytes(run_shard_samples(config));
+  EXPECT_EQ(largest, (1024 + 512) * 2) << "u16 ids, up to half again data.synth_tokens_per_sample";
+  EXPECT_NO_THROW(load_config("tiny", {"data.max_sample_bytes=" + std::to_string(largest)}));
+  EXPECT_THROW(load_config("tiny", {"data.max_sample_bytes=" + std::to_string(largest - 1)}), ConfigError);
+  EXPECT_NO_THROW(load_config("tiny", {"data.max_sample_bytes=1", "data.shards=/data/train-{000..007}.tar"}));
+  EXPECT_NO_THROW(load_config("tiny", {"data.max_sample_bytes=1", "data.source=synthetic"}));
+  // payload.bin, when it is the larger: 1.5 × its mean.
+  EXPECT_EQ(synth_largest_member_bytes(run_shard_samples(load_config(
+                "tiny", {"data.synth_payload_bytes=100000", "data.max_sample_bytes=150000"}))),
+            150000);
+  EXPECT_THROW(load_config("tiny", {"data.synth_payload_bytes=100000", "data.max_sample_bytes=149999"}),
+               ConfigError);
+}
+
 }  // namespace
 }  // namespace trainbench
