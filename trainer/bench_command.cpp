@@ -1055,6 +1055,15 @@ int BenchCommand::run_io(const std::string& command_line) {
   Config data_config = config;
   if (data_config.data.shards.empty())
     data_config.data.synth_shards = std::max(data_config.data.synth_shards, max_readers);
+  // bench io reads shards whatever data.source says (the run's own where
+  // data.shards is empty): checked as a shards run's config, so that shards
+  // its own reader would refuse (data.max_sample_bytes) are never written;
+  // loaded again for that, so that a refusal names where its keys were set.
+  if (config.data.source != "shards") {
+    std::vector<std::string> as_shards = o.overrides;
+    as_shards.push_back("data.source=shards");
+    (void)load_config(o.config, as_shards);
+  }
   DataSetup setup;
   ShardsToRead shards;
   shards.paths = shards_to_read(data_config, setup);

@@ -351,6 +351,10 @@ TEST(CliErrors, OptionNumbersOutOfRange) {
       {{"bench", "instrument", "--set", "report.out=bi.json"}, {"bench instrument writes its result where --out says"}},
       {{"bench", "comm", "--set", "report.out=bc.json"}, {"bench comm writes its result where --out says"}},
       {{"bench", "io", "--set", "report.out=bi.json"}, {"bench io writes its result where --out says"}},
+      // bench io makes the run's shards whatever data.source says: ones its
+      // reader refused were written first, then called corrupt (exit 2 late).
+      {{"bench", "io", "tiny", "--set", "data.source=synthetic", "--set", "data.max_sample_bytes=1000"},
+       {"data.max_sample_bytes: 1000 is below the largest member of the shards made for the run", "3072 bytes"}},
       {{"project", "--set", "report.out=p.json"}, {"project writes its result where --out says"}},
   };
   for (const Case& c : cases) {
