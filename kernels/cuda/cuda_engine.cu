@@ -498,6 +498,12 @@ void CudaEngine::choose_attention() {
   std::string why_not;
   fused_attention_ =
       make_cudnn_attention(attention_shape, attention_scale(), options_.deterministic, compute_stream_, &why_not);
+  // cuDNN's probing of engines that cannot run the graph (mode A's before a
+  // FALLBACK one builds, or all of them) may leave the runtime's last error
+  // set (a refused launch, an NVRTC kernel that did not load): cleared, so
+  // the engine's next launch check does not take it for a fault of its own.
+  // A refusal is in why_not.
+  (void)cudaGetLastError();
   if (fused_attention_ != nullptr) {
     attention_info_ = AttentionInfo{
         "cudnn-sdpa", fused_attention_->library_version() +
@@ -506,11 +512,6 @@ void CudaEngine::choose_attention() {
                                                     "repeatable (train.deterministic=false)")};
     return;
   }
-  // cuDNN's probing of engines that cannot run this graph may leave the
-  // runtime's last error set (a refused launch, an NVRTC kernel that did not
-  // load): cleared, so the GEMM attention's first launch check does not take
-  // it for a fault of its own. The refusal itself is in why_not.
-  (void)cudaGetLastError();
   if (asked == "cudnn") throw std::runtime_error("train.attention=cudnn: " + why_not);
   attention_info_ = AttentionInfo{"gemm", "cuBLASLt GEMMs around a causal softmax; cuDNN SDPA not used: " + why_not};
 }
