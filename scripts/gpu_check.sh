@@ -68,22 +68,26 @@ rm -f "$logs/failed_rows"
 rm -f "$out/table.txt"
 # The device tool drops a file over 16 MiB without a word: packed over 12
 # MiB (a test spewing errors, a sanitizer's report), the logs go again with
-# every file over 1 MiB cut to its last 1 MiB, where the error is.
+# every file over 1 MiB cut to its last 1 MiB, where the error is (in a
+# copy made of hard links where it can be: the logs stay whole). A pack that
+# fails leaves the previous logs.tgz in place.
 pack_logs() {
   [ -n "${OUT:-}" ] || return 0
-  tar czf "$out/logs.tgz.tmp" -C "$logs" . 2> /dev/null || return 0
-  if [ "$(stat -c %s "$out/logs.tgz.tmp")" -gt $(( 12 << 20 )) ]; then
-    local cut
-    cut=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check_cut.XXXXXX") || return 0
-    cp -a "$logs/." "$cut/" 2> /dev/null
+  local packed=$out/logs.tgz.tmp cut
+  tar czf "$packed" -C "$logs" . 2> /dev/null || { rm -f "$packed"; return 0; }
+  if [ "$(stat -c %s "$packed")" -gt $(( 12 << 20 )) ]; then
+    cut=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check_cut.XXXXXX") || { rm -f "$packed"; return 0; }
+    cp -al "$logs/." "$cut/" 2> /dev/null || cp -a "$logs/." "$cut/" 2> /dev/null
+    # Each cut file replaces its link by a rename: the log itself is untouched.
     find "$cut" -type f -size +1M -print0 | while IFS= read -r -d '' f; do
       { echo "[gpu_check: cut to its last 1 MiB of $(stat -c %s "$f") bytes]"; tail -c 1M "$f"; } > "$f.cut" &&
         mv -f "$f.cut" "$f"
     done
-    tar czf "$out/logs.tgz.tmp" -C "$cut" . 2> /dev/null
+    tar czf "$packed" -C "$cut" . 2> /dev/null || rm -f "$packed"
     rm -rf "$cut"
+    [ -f "$packed" ] || return 0
   fi
-  mv -f "$out/logs.tgz.tmp" "$out/logs.tgz"
+  mv -f "$packed" "$out/logs.tgz"
 }
 trap pack_logs EXIT
 build=${GPU_CHECK_BUILD_DIR:-build-gpu}
