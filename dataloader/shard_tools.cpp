@@ -143,8 +143,17 @@ void append_little_endian(std::vector<uint8_t>* out, uint32_t value, int width) 
   for (int b = 0; b < width; ++b) out->push_back(static_cast<uint8_t>(value >> (8 * b)));
 }
 
-// Token ids as '<u4' (u32, or npy past u16's range) rather than '<u2'.
-bool wide_token_ids(const SynthOptions& o) { return o.field == "u32" || (o.field == "npy" && o.vocab > kMaxU16Vocab); }
+// Bytes a token id takes in the token member: one printable byte for txt,
+// '<u4' for u32 (and npy past u16's range), else '<u2'.
+int token_id_bytes(const SynthOptions& o) {
+  if (o.field == "txt") return 1;
+  return o.field == "u32" || (o.field == "npy" && o.vocab > kMaxU16Vocab) ? 4 : 2;
+}
+
+// What the token member holds before its ids: the .npy header for npy.
+std::string token_member_header(const SynthOptions& o, int64_t tokens) {
+  return o.field == "npy" ? npy_header(token_id_bytes(o) == 4 ? "<u4" : "<u2", tokens) : std::string();
+}
 
 void make_sample(const SynthOptions& o, int64_t index, SynthSample* s) {
   // Each sample's stream starts at a scrambled point of its own, so samples
@@ -156,19 +165,15 @@ void make_sample(const SynthOptions& o, int64_t index, SynthSample* s) {
   s->key = std::move(key);
   s->tokens = rng.between(o.tokens_mean - o.tokens_spread, o.tokens_mean + o.tokens_spread);
 
-  s->token_bytes.clear();
-  const bool wide = wide_token_ids(o);
-  if (o.field == "npy") {
-    const std::string header = npy_header(wide ? "<u4" : "<u2", s->tokens);
-    s->token_bytes.assign(header.begin(), header.end());
-  }
+  const std::string header = token_member_header(o, s->tokens);
+  s->token_bytes.assign(header.begin(), header.end());
   if (o.field == "txt") {
     for (int64_t t = 0; t < s->tokens; ++t)
       s->token_bytes.push_back(static_cast<uint8_t>(rng.between(kFirstPrintable, kLastPrintable)));
   } else {
     const uint64_t vocab = static_cast<uint64_t>(o.vocab);
     for (int64_t t = 0; t < s->tokens; ++t)
-      append_little_endian(&s->token_bytes, static_cast<uint32_t>(rng.below(vocab)), wide ? 4 : 2);
+      append_little_endian(&s->token_bytes, static_cast<uint32_t>(rng.below(vocab)), token_id_bytes(o));
   }
 
   s->payload.clear();
@@ -318,9 +323,8 @@ bool path_is_within(const fs::path& inner, const fs::path& outer) {
 
 int64_t synth_largest_member_bytes(const SynthOptions& o) {
   const int64_t tokens = o.tokens_mean + o.tokens_spread;
-  const bool wide = wide_token_ids(o);
-  int64_t token_member = tokens * (o.field == "txt" ? 1 : wide ? 4 : 2);
-  if (o.field == "npy") token_member += static_cast<int64_t>(npy_header(wide ? "<u4" : "<u2", tokens).size());
+  const int64_t token_member =
+      static_cast<int64_t>(token_member_header(o, tokens).size()) + tokens * token_id_bytes(o);
   return std::max(token_member, o.payload_bytes > 0 ? o.payload_bytes + o.payload_spread : 0);
 }
 

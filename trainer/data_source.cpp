@@ -40,8 +40,8 @@ int64_t data_position_bytes_bound(const Config& config) {
   // The temporary shards' samples are at most mean + spread tokens; the
   // samples of given shards are taken as a window's length (an estimate).
   const int64_t window_tokens = config.model.seq_len + 1;
-  const int64_t sample_tokens =
-      d.shards.empty() ? d.synth_tokens_per_sample + d.synth_tokens_per_sample / 2 : window_tokens;
+  const SynthOptions made = run_shard_samples(config);
+  const int64_t sample_tokens = d.shards.empty() ? made.tokens_mean + made.tokens_spread : window_tokens;
   // Per reader (ReaderPosition): its shuffle buffer full, a partial window,
   // the rest of the current sample, and the fixed fields.
   const int64_t per_reader = (std::max<int64_t>(d.shuffle_buffer, 1) * sample_tokens + window_tokens + sample_tokens) *
