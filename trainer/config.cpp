@@ -482,6 +482,21 @@ std::string at(const std::string& origin, const YAML::Mark& mark, bool with_colu
   return where;
 }
 
+// yaml-cpp calls a tab-indented key an "illegal map value" or worse, which
+// does not say that the tab (invisible in most editors) is the fault.
+bool indented_with_a_tab(const std::string& text, const YAML::Mark& mark) {
+  if (mark.is_null() || mark.line < 0) return false;
+  size_t start = 0;
+  for (int line = 0; line < mark.line; ++line) {
+    start = text.find('\n', start);
+    if (start == std::string::npos) return false;
+    ++start;
+  }
+  const size_t indent_end = text.find_first_not_of(" \t", start);
+  const size_t tab = text.find('\t', start);
+  return tab != std::string::npos && (indent_end == std::string::npos || tab < indent_end);
+}
+
 void apply_yaml(Config& config, Sources& sources, const std::string& text,
                 const std::string& origin) {
   // yaml-cpp reads on past a NUL byte and calls what follows a bad escape
@@ -512,7 +527,9 @@ void apply_yaml(Config& config, Sources& sources, const std::string& text,
     fail(at(origin, e.mark, /*with_column=*/true) + ": YAML nested too deep: at most " +
          std::to_string(e.depth() - 1) + " levels of lists and maps are read");
   } catch (const YAML::Exception& e) {
-    fail(at(origin, e.mark, /*with_column=*/true) + ": malformed YAML: " + e.msg);
+    fail(at(origin, e.mark, /*with_column=*/true) + ": malformed YAML: " + e.msg +
+         (indented_with_a_tab(text, e.mark) ? " (a tab in the indentation: YAML indents with spaces)"
+                                            : ""));
   }
   // YAML::Load would read the first document and drop the rest unread; an
   // empty document after it (a trailing "---") loses nothing.

@@ -75,7 +75,8 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"TopLevelList", "- model\n- train\n", {}, {"top level must be a map"}},
       {"MalformedYaml", "model:\n  vocab: 512\n  d_model: 64: 3\n  n_layers: 2\n", {},
        {"malformed YAML", ":3:"}},
-      {"TabIndentation", "model:\n  vocab: 512\n\td_model: 64\n", {}, {"malformed YAML", ":3:"}},
+      {"TabIndentation", "model:\n  vocab: 512\n\td_model: 64\n", {},
+       {"malformed YAML", ":3:", "a tab in the indentation"}},
       // Types.
       {"IntNotANumber", with("model.d_model", "abc"), {}, {"model.d_model", "'abc' is not an integer"},
        "d_model:"},
