@@ -47,6 +47,7 @@
 #include "kernels/cuda/cudnn_attention.h" // cuDNN's fused attention, under test too
 #include "kernels/cuda/device_buffer.h"   // DeviceBuffer
 #include "kernels/device_info.h"          // query_gpus: skip without a GPU
+#include "kernels/engine.h"               // kCudaMaxHeadDim
 #include "kernels/token_groups.h"         // group_rows_by_token: embedding_backward's input
 #include "tests/support/relative_error.h"  // relative_error
 
@@ -203,7 +204,8 @@ TEST_F(CudaOps, EmbeddingBackwardAddsRepeatedTokensInRowOrder) {
 // (16-byte packs), with a row count that leaves the last block's warps idle.
 TEST_F(CudaOps, RmsnormForward) {
   std::mt19937 rng(3);
-  for (const int64_t d : {333, 768}) {
+  // 96: 12 packs, fewer than the warp's 32 lanes (20 lanes idle in the sum).
+  for (const int64_t d : {333, 768, 96}) {
     const int64_t n = 301;
     const float eps = 1e-5f;
     const std::vector<float> in = random_bf16_values(n * d, rng, 2.0f);
@@ -218,6 +220,31 @@ TEST_F(CudaOps, RmsnormForward) {
     EXPECT_LT(relative_error(download_as_float(out_dev), expected_out), kBf16Output) << "d " << d;
     EXPECT_LT(relative_error(download(rstd_dev), expected_rstd), kFp32FromBf16) << "d " << d;
   }
+}
+
+// Rows that start one element past 16 bytes go element by element, at a
+// width (768) that would otherwise take packs; the element before the rows is
+// poisoned and must stay so.
+TEST_F(CudaOps, RmsnormForwardOnUnalignedRows) {
+  std::mt19937 rng(6);
+  const int64_t n = 45, d = 768;
+  const float eps = 1e-5f;
+  const std::vector<float> in = random_bf16_values(n * d, rng, 2.0f);
+  const std::vector<float> weight = random_bf16_values(d, rng);
+  std::vector<float> expected_out(n * d), expected_rstd(n);
+  cpu::rmsnorm_forward(expected_out.data(), expected_rstd.data(), in.data(), weight.data(), n, d, eps);
+
+  std::vector<bf16> shifted_in = to_bf16(in);
+  shifted_in.insert(shifted_in.begin(), __float2bfloat16(0.0f));
+  DeviceBuffer<bf16> in_dev = upload(shifted_in), weight_dev = upload(to_bf16(weight));
+  DeviceBuffer<bf16> out_dev = upload(nan_bf16(n * d + 1));
+  DeviceBuffer<float> rstd_dev = upload(nan_fp32(n));
+  rmsnorm_forward(out_dev.get() + 1, rstd_dev.get(), in_dev.get() + 1, weight_dev.get(), n, d, eps, nullptr);
+  std::vector<float> got = download_as_float(out_dev);
+  EXPECT_TRUE(std::isnan(got[0])) << "the element before the rows was written";
+  got.erase(got.begin());
+  EXPECT_LT(relative_error(got, expected_out), kBf16Output);
+  EXPECT_LT(relative_error(download(rstd_dev), expected_rstd), kFp32FromBf16);
 }
 
 // The fused op against the CPU's add then norm, and bit for bit against the
@@ -337,6 +364,16 @@ TEST_F(CudaOps, RopeForwardQueryAndKeyHeads) {
 TEST_F(CudaOps, RopeBackwardRotatesBack) {
   expect_rope_matches_cpu({2, 37, 8, 64}, false, 7);
   expect_rope_matches_cpu({2, 37, 2, 128}, false, 8);
+}
+
+// The widest head the CUDA engine takes (kCudaMaxHeadDim): its 256 sines and
+// cosines fill the kernel's shared tables exactly. One pair wider is refused
+// before launch rather than writing past them.
+TEST_F(CudaOps, RopeAtTheWidestHead) {
+  expect_rope_matches_cpu({1, 19, 2, kCudaMaxHeadDim}, true, 11);
+  expect_rope_matches_cpu({1, 19, 2, kCudaMaxHeadDim}, false, 12);
+  EXPECT_THROW(rope_forward(nullptr, 1, 1, 1, kCudaMaxHeadDim + 2, 10000.0, nullptr), std::invalid_argument);
+  EXPECT_THROW(rope_forward(nullptr, 1, 1, 1, 63, 10000.0, nullptr), std::invalid_argument);
 }
 
 TEST_F(CudaOps, RopeAtLongPositions) {
@@ -475,9 +512,17 @@ TEST_F(CudaOps, CudnnAttentionForwardAndBackwardMatchTheCpu) {
 
 // ---- elementwise ----
 
-TEST_F(CudaOps, SwigluForwardAndBackward) {
-  std::mt19937 rng(30);
-  const int64_t count = 100003;
+// Aligned buffers (16-byte packs and a 3-element tail), buffers one element
+// past 16 bytes (element by element), and 5 elements (a tail and no pack).
+struct SwigluCase {
+  int64_t count, offset;
+};
+
+class CudaSwiglu : public CudaOps, public ::testing::WithParamInterface<SwigluCase> {};
+
+TEST_P(CudaSwiglu, ForwardAndBackwardMatchTheCpu) {
+  const auto [count, offset] = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(30 + count + offset));
   const std::vector<float> gate = random_bf16_values(count, rng, 2.0f);
   const std::vector<float> up = random_bf16_values(count, rng);
   const std::vector<float> d_out = random_bf16_values(count, rng);
@@ -486,17 +531,37 @@ TEST_F(CudaOps, SwigluForwardAndBackward) {
   cpu::swiglu_backward(expected_d_gate.data(), expected_d_up.data(), d_out.data(), gate.data(),
                        up.data(), count);
 
-  DeviceBuffer<bf16> gate_dev = upload(to_bf16(gate)), up_dev = upload(to_bf16(up));
-  DeviceBuffer<bf16> d_out_dev = upload(to_bf16(d_out));
-  DeviceBuffer<bf16> out_dev = upload(nan_bf16(count));
-  DeviceBuffer<bf16> d_gate_dev = upload(nan_bf16(count)), d_up_dev = upload(nan_bf16(count));
-  swiglu_forward(out_dev.get(), gate_dev.get(), up_dev.get(), count, nullptr);
-  swiglu_backward(d_gate_dev.get(), d_up_dev.get(), d_out_dev.get(), gate_dev.get(), up_dev.get(),
-                  count, nullptr);
-  EXPECT_LT(relative_error(download_as_float(out_dev), expected_out), kBf16Output);
-  EXPECT_LT(relative_error(download_as_float(d_gate_dev), expected_d_gate), kBf16Output);
-  EXPECT_LT(relative_error(download_as_float(d_up_dev), expected_d_up), kBf16Output);
+  // Each buffer `offset` elements into its allocation; what lies before is
+  // poisoned and must stay so.
+  const auto shifted = [offset](const std::vector<bf16>& values) {
+    std::vector<bf16> padded = nan_bf16(static_cast<size_t>(offset));
+    padded.insert(padded.end(), values.begin(), values.end());
+    return upload(padded);
+  };
+  const auto unshifted = [offset](const DeviceBuffer<bf16>& device) {
+    std::vector<float> values = download_as_float(device);
+    for (int64_t i = 0; i < offset; ++i) EXPECT_TRUE(std::isnan(values[i])) << "element " << i << " written";
+    values.erase(values.begin(), values.begin() + offset);
+    return values;
+  };
+  DeviceBuffer<bf16> gate_dev = shifted(to_bf16(gate)), up_dev = shifted(to_bf16(up));
+  DeviceBuffer<bf16> d_out_dev = shifted(to_bf16(d_out));
+  DeviceBuffer<bf16> out_dev = shifted(nan_bf16(count));
+  DeviceBuffer<bf16> d_gate_dev = shifted(nan_bf16(count)), d_up_dev = shifted(nan_bf16(count));
+  swiglu_forward(out_dev.get() + offset, gate_dev.get() + offset, up_dev.get() + offset, count, nullptr);
+  swiglu_backward(d_gate_dev.get() + offset, d_up_dev.get() + offset, d_out_dev.get() + offset,
+                  gate_dev.get() + offset, up_dev.get() + offset, count, nullptr);
+  EXPECT_LT(relative_error(unshifted(out_dev), expected_out), kBf16Output);
+  EXPECT_LT(relative_error(unshifted(d_gate_dev), expected_d_gate), kBf16Output);
+  EXPECT_LT(relative_error(unshifted(d_up_dev), expected_d_up), kBf16Output);
 }
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CudaSwiglu,
+                         ::testing::Values(SwigluCase{100003, 0}, SwigluCase{100003, 1}, SwigluCase{5, 0}),
+                         [](const ::testing::TestParamInfo<SwigluCase>& info) {
+                           return "Count" + std::to_string(info.param.count) + "Offset" +
+                                  std::to_string(info.param.offset);
+                         });
 
 TEST_F(CudaOps, AddInplace) {
   std::mt19937 rng(31);
