@@ -3,6 +3,7 @@
 #include <algorithm>   // std::max, std::mismatch
 #include <cmath>       // std::floor
 #include <filesystem>  // path: the shards' folder
+#include <optional>    // the uneven readers' warning
 #include <stdexcept>
 
 #include "comm/communicator.h"        // gather_from_ranks: the ranks' shard lists compared
@@ -81,6 +82,24 @@ int64_t synth_samples_per_shard_for_run(const Config& config, int64_t world) {
   return std::max<int64_t>(1, (total_tokens / d.synth_tokens_per_sample + count - 1) / count);
 }
 
+namespace {
+// Batches come from a rank's readers in turn, so a reader dealt fewer shards
+// per epoch runs through its epochs sooner: over any span of training its
+// shards are read more often than the others'. (Fewer shards than readers in
+// all is refused by the loader.) A run's alone: bench io reads each shard once.
+std::optional<std::string> uneven_readers_warning(const Config& config, int64_t world, int64_t count) {
+  const int64_t readers = world * config.data.readers;
+  if (count < readers || count % readers == 0) return std::nullopt;
+  return std::to_string(count) + " shards over " + std::to_string(world) + " rank(s) x " +
+         std::to_string(config.data.readers) + " data.readers: " + std::to_string(count % readers) +
+         " reader(s) get " + std::to_string(count / readers + 1) + " shards an epoch and the rest " +
+         std::to_string(count / readers) +
+         ", and as batches are taken from the readers in turn, the shards of the readers with fewer are read " +
+         "more often (up to " + std::to_string(count / readers + 1) + ":" + std::to_string(count / readers) +
+         "); a multiple of " + std::to_string(readers) + " shards samples them evenly";
+}
+}  // namespace
+
 DataSetup::~DataSetup() {
   source.reset();  // the readers stop before their files go
   // Best effort (remove_temporary_folder never throws): a leftover temp
@@ -112,20 +131,6 @@ std::vector<std::string> shards_for_run(const Config& config, int64_t world, Dat
                                 ": every listing is read each epoch, so " + std::to_string(extra) + " of the " +
                                 std::to_string(shards.size()) + " shards read are repeats");
     }
-    // Batches come from a rank's readers in turn, so a reader dealt fewer
-    // shards per epoch runs through its epochs sooner: over any span of
-    // training its shards are read more often than the others'. (Fewer
-    // shards than readers in all is refused by the loader.)
-    const int64_t readers = world * d.readers;
-    const auto count = static_cast<int64_t>(shards.size());
-    if (count >= readers && count % readers != 0)
-      setup->warnings.push_back(
-          std::to_string(count) + " shards over " + std::to_string(world) + " rank(s) x " +
-          std::to_string(d.readers) + " data.readers: " + std::to_string(count % readers) + " reader(s) get " +
-          std::to_string(count / readers + 1) + " shards an epoch and the rest " + std::to_string(count / readers) +
-          ", and as batches are taken from the readers in turn, the shards of the readers with fewer are read " +
-          "more often (up to " + std::to_string(count / readers + 1) + ":" + std::to_string(count / readers) +
-          "); a multiple of " + std::to_string(readers) + " shards samples them evenly");
     return shards;
   }
   setup->temporary_dir = make_temporary_directory("trainbench-shards");
@@ -186,6 +191,9 @@ DataSetup make_data_source(const Config& config, TrainingEngine& engine, int64_t
   }
 
   setup.shards = shards_for_run(config, world, &setup, host_ranks);
+  if (!d.shards.empty())
+    if (std::optional<std::string> uneven = uneven_readers_warning(config, world, std::ssize(setup.shards)))
+      setup.warnings.push_back(std::move(*uneven));
   if (ranks != nullptr) check_ranks_resolved_the_same_shards(setup, config, *ranks);
   LoaderOptions options = loader_options(config, setup.shards, rank, world);
   options.allocator = HostAllocator{[&engine](size_t bytes) { return engine.allocate_host(bytes); },

@@ -231,6 +231,7 @@ TEST_F(LoaderCli, ABurnInWhoseStorageStallsFailsForThatReason) {
 // 4 shards over 3 readers: one reader has 2 an epoch, two have 1, and as
 // batches come from the readers in turn the single shards are read twice
 // as often. Said; 4 over 2 readers (or 4) is even, and nothing is said.
+// bench io reads every shard once whatever data.readers says: nothing said.
 TEST_F(LoaderCli, ShardsThatDoNotDivideAmongTheReadersAreWarnedOf) {
   const auto warnings_with = [&](int readers) {
     const CommandResult r = run_command(std::string(TRAINBENCH_BINARY) + " run tiny --steps 6 --set data.readers=" +
@@ -244,6 +245,14 @@ TEST_F(LoaderCli, ShardsThatDoNotDivideAmongTheReadersAreWarnedOf) {
             std::string::npos) << uneven;
   EXPECT_NE(uneven.find("a multiple of 3 shards samples them evenly"), std::string::npos) << uneven;
   EXPECT_EQ(warnings_with(2).find("data.readers:"), std::string::npos);
+
+  const CommandResult io = run_command(std::string(TRAINBENCH_BINARY) + " bench io tiny --readers 1 --seconds 30"
+                                       " --set data.readers=3 --set data.shards=" + dir_ + "/good --out " + dir_ +
+                                       "/io.json");
+  ASSERT_EQ(io.exit_code, 0) << io.err;
+  EXPECT_EQ(io.out.find("data.readers:"), std::string::npos) << io.out;
+  const std::string io_warnings = nlohmann::json::parse(read_whole_file(dir_ + "/io.json"))["warnings"].dump();
+  EXPECT_EQ(io_warnings.find("data.readers:"), std::string::npos) << io_warnings;
 }
 
 TEST_F(LoaderCli, SkipCountsAndReportsAndTrainingGoesOn) {
