@@ -48,6 +48,7 @@ void TarReader::close() {
   data_after_end_ = -1;
   member_offset_ = 0;
   member_name_.clear();
+  data_start_ = -1;
 }
 
 void TarReader::start_archive(const std::string& path) {
@@ -209,6 +210,7 @@ bool TarReader::next_member(TarMember* member) {
   if (status != ARCHIVE_OK && status != ARCHIVE_WARN) fail_header();
 
   member_offset_ = archive_read_header_position(archive_);
+  data_start_ = stream_offset();
   const char* name = archive_entry_pathname(entry_);
   member_name_ = name != nullptr ? name : "";
   // A hard link is stored as a regular-file header without data: like Python's
@@ -343,9 +345,77 @@ void TarReader::fail(int64_t offset, const std::string& what) const {
   throw DataError(failure_scope(), at_offset(path_, offset, what));
 }
 
+namespace {
+constexpr int64_t kTarBlock = 512;
+
+// A tar header's size field (bytes 124..135): octal digits, or GNU's
+// base-256 (the first byte's high bit set) for sizes past 8 GiB. -1 where it
+// is neither.
+int64_t tar_header_size(const unsigned char* header) {
+  const unsigned char* field = header + 124;
+  constexpr int kWidth = 12;
+  int64_t size = 0;
+  if ((field[0] & 0x80) != 0) {
+    for (int i = 1; i < kWidth; ++i) {
+      if (size > (INT64_MAX >> 8)) return -1;
+      size = (size << 8) | field[i];
+    }
+    return (field[0] & 0x7f) == 0 ? size : -1;
+  }
+  int i = 0;
+  while (i < kWidth && field[i] == ' ') ++i;
+  for (; i < kWidth && field[i] >= '0' && field[i] <= '7'; ++i) size = size * 8 + (field[i] - '0');
+  return size;
+}
+
+// The header kinds that describe the next header rather than a member: pax
+// extended ('x') and global ('g') headers, GNU long names ('L', 'K').
+bool extends_the_next_header(unsigned char type_flag) {
+  return type_flag == 'x' || type_flag == 'g' || type_flag == 'L' || type_flag == 'K';
+}
+
+int64_t whole_blocks(int64_t bytes) { return (bytes + kTarBlock - 1) / kTarBlock * kTarBlock; }
+}  // namespace
+
+// Where the header after the current member starts (0 before the first): the
+// current member's own header block, just before its data, gives its size.
+int64_t TarReader::next_header_start() const {
+  if (data_start_ < kTarBlock) return 0;
+  unsigned char header[kTarBlock];
+  if (::pread(fd_, header, sizeof header, data_start_ - kTarBlock) != kTarBlock) return -1;
+  const int64_t size = tar_header_size(header);
+  return size < 0 ? -1 : data_start_ + whole_blocks(size);
+}
+
+// libarchive says "Damaged tar archive", or nothing, where a file ends inside
+// a pax or GNU long-name header or right after one, before the header it
+// extends: read here from the file (uncompressed shards), following the
+// extension headers from where the next member starts. The start of the cut
+// member, or -1 where the file does not end there.
+int64_t TarReader::cut_in_extended_header() const {
+  if (fd_ < 0 || archive_filter_code(archive_, 0) != ARCHIVE_FILTER_NONE) return -1;
+  struct stat info;
+  if (::fstat(fd_, &info) != 0) return -1;
+  const int64_t file_bytes = info.st_size;
+  const int64_t member_start = next_header_start();
+  if (member_start < 0) return -1;
+  unsigned char header[kTarBlock];
+  for (int64_t at = member_start; ;) {
+    if (at + kTarBlock > file_bytes) return at > member_start ? member_start : -1;
+    if (::pread(fd_, header, sizeof header, at) != kTarBlock) return -1;
+    const int64_t size = tar_header_size(header);
+    if (!extends_the_next_header(header[156]) || size < 0) return -1;  // a member's header, whole
+    at += kTarBlock + whole_blocks(size);
+    if (at > file_bytes) return member_start;
+  }
+}
+
 // libarchive says "Truncated tar archive" (or "truncated gzip input", ...)
 // without saying where; the message adds the offset and what was being read.
 void TarReader::fail_header() const {
+  if (const int64_t cut_member = cut_in_extended_header(); cut_member >= 0)
+    fail(cut_member, "truncated tar archive: the file ends inside the pax or GNU long-name header of the member "
+                     "starting here, or before the header it extends");
   // Where a damaged header starts, not how far libarchive read into it; after
   // a fatal error libarchive no longer says, and the read position stands in.
   const int64_t header_start = archive_read_header_position(archive_);

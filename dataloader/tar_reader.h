@@ -98,6 +98,8 @@ class TarReader {
   int64_t first_nonzero_byte_from(int64_t offset) const;
   [[noreturn]] void fail(int64_t offset, const std::string& what) const;
   [[noreturn]] void fail_header() const;
+  int64_t next_header_start() const;
+  int64_t cut_in_extended_header() const;
   [[noreturn]] void fail_data() const;
   // libarchive's error in a message: where it is truncated, or what failed.
   std::string explain(const std::string& where_truncated, const std::string& otherwise) const;
@@ -115,6 +117,7 @@ class TarReader {
   std::string path_;
   int64_t block_bytes_;
   int64_t member_offset_ = 0;
+  int64_t data_start_ = -1;  // where the current member's data starts in the tar stream (-1: no member yet)
   std::string member_name_;  // for messages about the current member's data
 };
 

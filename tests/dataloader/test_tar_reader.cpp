@@ -370,6 +370,45 @@ TEST(TarReader, TruncatedInsideAHeader) {
   EXPECT_NE(message.find("truncated"), std::string::npos) << message;
 }
 
+// A file that ends inside a pax or GNU long-name header, or right after one
+// before the header it extends: libarchive says "Damaged tar archive" or
+// nothing at all, and the message says the file is cut, at the cut member's
+// start. Such a header is what `shards pack` itself writes for a long name.
+// Whole, the same member with its real header damaged is still "corrupt".
+TEST(TarReader, CutInsideALongNameHeaderSaysTruncated) {
+  for (const TarFormat format : {TarFormat::kPax, TarFormat::kGnu}) {
+    const std::string whole = make_tar({{"0.txt", "a"}, {kLongName, "long"}, {"2.txt", "c"}}, format);
+    // Member 1 starts at 1024 (member 0: a header and a data block); its
+    // real header is the first ustar block after its extension's.
+    size_t real_header = 1536;
+    while (real_header + 512 <= whole.size() &&
+           !(whole.compare(real_header + 257, 5, "ustar") == 0 && whole[real_header + 156] == '0'))
+      real_header += 512;
+    ASSERT_LT(real_header + 512, whole.size());
+    TempDirectory dir;
+    for (const size_t cut : {size_t{1024 + 512}, size_t{1024 + 700}, real_header, real_header + 100}) {
+      const std::string path = dir.file("cut.tar");
+      write_file(path, whole.substr(0, cut));
+      TarReader tar;
+      tar.open(path);
+      const std::string message = expect_data_error(tar, CorruptScope::kShard);
+      EXPECT_EQ(message.rfind(path + ": byte 1024: truncated tar archive: the file ends inside the pax or GNU "
+                                     "long-name header", 0),
+                0u)
+          << "cut at " << cut << ": " << message;
+    }
+    std::string damaged = whole;
+    damaged[real_header + 10] ^= 0x55;  // its checksum no longer matches
+    const std::string path = dir.file("damaged.tar");
+    write_file(path, damaged);
+    TarReader tar;
+    tar.open(path);
+    const std::string message = expect_data_error(tar, CorruptScope::kShard);
+    EXPECT_NE(message.find("corrupt tar archive"), std::string::npos) << message;
+    EXPECT_EQ(message.find("truncated"), std::string::npos) << message;
+  }
+}
+
 TEST(TarReader, DamagedHeaderIsAShardError) {
   std::string bytes = make_tar({{"0.txt", "a"}, {"1.txt", "b"}}, TarFormat::kUstar);
   bytes[1024 + 10] ^= 0x55;  // inside the second header's name: its checksum no longer matches
