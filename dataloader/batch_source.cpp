@@ -18,7 +18,7 @@ std::string odd_shards_text(int64_t cut_short, int64_t without_samples) {
            " shard(s) end without the tar end-of-archive marker (cut short at a member boundary, as by an "
            "interrupted copy) or hold data after it (a zeroed block, archives joined: read up to the marker)";
   if (without_samples > 0)
-    text += (text.empty() ? "" : " and ") + std::to_string(without_samples) + " shard(s) hold no sample";
+    text += (text.empty() ? "" : " and ") + std::to_string(without_samples) + " shard(s) hold no sample with tokens";
   return text;
 }
 

@@ -329,7 +329,9 @@ class Reader {
   void note_shard_end() {
     const int64_t data_after_end = tar_.data_after_end_marker();
     const bool cut_short = tar_.ended_without_end_marker() || data_after_end >= 0;
-    const bool empty = samples_into_shard_ == 0;
+    // No sample, or none with a token: empty token members train on nothing
+    // but the EOS separators between them (`shards verify` calls it no data).
+    const bool empty = !shard_gave_a_sample_ && !opened_past_samples_;
     if (!cut_short && !empty) return;
     const int64_t shard = assignment_[static_cast<size_t>(cursor_)];
     std::lock_guard<std::mutex> lock(shared_.mutex);
@@ -341,7 +343,9 @@ class Reader {
           (data_after_end >= 0 ? " holds data after its end-of-archive marker (byte " +
                                      std::to_string(data_after_end) + "), read up to it: " +
                                      std::to_string(samples_into_shard_) + " samples"
-           : empty ? " holds no sample"
+           : empty ? (samples_into_shard_ == 0 ? " holds no sample"
+                                                : " holds no sample with tokens (" +
+                                                      std::to_string(samples_into_shard_) + " without)")
                    : " ends without the end-of-archive marker after " + std::to_string(samples_into_shard_) +
                          " samples");
   }

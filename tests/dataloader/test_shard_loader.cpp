@@ -612,9 +612,11 @@ TEST(ShardLoader, BadTokensFailWithShardAndKeyOrAreSkippedAndCounted) {
 }
 
 // Shards every tar reader reads as whole but that hold less than was
-// written — one cut at a member boundary, one archive with no sample — are
-// trained on as they are and counted once each however often they are read
-// (two epochs here), with the first one's line; whole shards count nothing.
+// written — one cut at a member boundary, one archive with no sample, one
+// whose samples' token members are all empty (`shards verify`: "no data") —
+// are trained on as they are and counted once each however often they are
+// read (two epochs here), with the first one's line; whole shards count
+// nothing.
 TEST(ShardLoader, ShardsCutShortOrWithoutSamplesAreCountedOnceEach) {
   TempDir dir;
   const SynthResult made = make_shards(dir.path(), 3, 6, 20);
@@ -624,6 +626,9 @@ TEST(ShardLoader, ShardsCutShortOrWithoutSamplesAreCountedOnceEach) {
       shards.push_back(testing::copy_without_end_marker(made.paths.front(), dir.path() + "/cut.tar"));
       shards.push_back(dir.path() + "/empty.tar");
       std::ofstream(shards.back(), std::ios::binary) << std::string(1024, '\0');  // the end marker alone
+      shards.push_back(dir.path() + "/tokenless.tar");
+      std::ofstream(shards.back(), std::ios::binary)
+          << testing::make_tar({{"a.u16", ""}, {"b.u16", ""}, {"c.u16", ""}});
     }
     LoaderOptions o = options_for(shards);
     o.epochs = 2;
@@ -633,16 +638,19 @@ TEST(ShardLoader, ShardsCutShortOrWithoutSamplesAreCountedOnceEach) {
     const SourceStats stats = loader.stats();
     EXPECT_EQ(stats.shards_opened, 2 * static_cast<int64_t>(shards.size()));
     EXPECT_EQ(stats.shards_cut_short, odd ? std::vector<int64_t>{3} : std::vector<int64_t>{});
-    EXPECT_EQ(stats.shards_without_samples, odd ? std::vector<int64_t>{4} : std::vector<int64_t>{});
+    EXPECT_EQ(stats.shards_without_samples, (odd ? std::vector<int64_t>{4, 5} : std::vector<int64_t>{}));
     if (!odd) {
       EXPECT_EQ(stats.first_odd_shard, "");
       continue;
     }
     const bool named = stats.first_odd_shard == dir.path() + "/empty.tar holds no sample" ||
                        stats.first_odd_shard ==
+                           dir.path() + "/tokenless.tar holds no sample with tokens (3 without)" ||
+                       stats.first_odd_shard ==
                            dir.path() + "/cut.tar ends without the end-of-archive marker after 6 samples";
     EXPECT_TRUE(named) << stats.first_odd_shard;
-    EXPECT_EQ(stats.samples, 2 * 4 * 6) << "the cut shard's samples are read, as every tar reader reads them";
+    // The cut shard's samples are read, as every tar reader reads them, and the tokenless ones too.
+    EXPECT_EQ(stats.samples, 2 * (4 * 6 + 3));
   }
 }
 
