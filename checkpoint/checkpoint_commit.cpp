@@ -8,6 +8,7 @@
 #include <algorithm>   // std::sort, std::any_of, std::find: the run's own steps
 #include <cerrno>      // errno
 #include <cstring>     // std::strerror
+#include <exception>   // std::exception_ptr: the first failed removal, thrown after the rest
 #include <filesystem>  // directory_iterator
 #include <system_error>
 
@@ -97,12 +98,25 @@ void apply_retention(const std::string& dir, int64_t step, int64_t keep, int64_t
     }
   }
   if (error) io::fail_write("cannot list checkpoint.dir", dir, error.value());
-  for (const std::string& folder : stale) remove_checkpoint_folder(folder);
-  if (keep <= 0) return;
-  std::sort(committed.begin(), committed.end(),
-            [](const CommittedCheckpoint& a, const CommittedCheckpoint& b) { return a.step > b.step; });
-  for (size_t i = static_cast<size_t>(keep); i < committed.size(); ++i)
-    if (fs::path(committed[i].folder).filename() != latest) remove_checkpoint_folder(committed[i].folder);
+  // Every removal is tried, and the first failure thrown after: one folder
+  // that cannot go (a mount point, an immutable file) stopped every later
+  // one, commit after commit, and the checkpoints past `keep` filled the disk.
+  std::exception_ptr first_failure;
+  const auto remove = [&first_failure](const std::string& folder) {
+    try {
+      remove_checkpoint_folder(folder);
+    } catch (const std::exception&) {
+      if (!first_failure) first_failure = std::current_exception();
+    }
+  };
+  for (const std::string& folder : stale) remove(folder);
+  if (keep > 0) {
+    std::sort(committed.begin(), committed.end(),
+              [](const CommittedCheckpoint& a, const CommittedCheckpoint& b) { return a.step > b.step; });
+    for (size_t i = static_cast<size_t>(keep); i < committed.size(); ++i)
+      if (fs::path(committed[i].folder).filename() != latest) remove(committed[i].folder);
+  }
+  if (first_failure) std::rethrow_exception(first_failure);
 }
 
 // Puts `pending` in place of an existing `committed` folder (a resumed run

@@ -26,6 +26,7 @@
 #include "tests/checkpoint/checkpoint_test_state.h"
 #include "tests/support/descriptors_exhausted.h"
 #include "tests/support/failing_syscalls.h"
+#include "tests/support/mounted_filesystem.h"  // a leftover folder that cannot be removed
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 
@@ -444,6 +445,27 @@ TEST_F(CheckpointFiles, RetentionRemovesStaleLeftoversUpToTheStepOnly) {
   EXPECT_FALSE(fs::exists(dir_ + "/step_8"));
   EXPECT_TRUE(fs::exists(dir_ + "/step_50.tmp")) << "a later step is not the commit's to remove";
   EXPECT_TRUE(fs::exists(dir_ + "/step_10/manifest.json"));
+}
+
+// A leftover that cannot be removed (a tmpfs mounted on it: EBUSY, as an
+// immutable file's EPERM) is reported, and the rest is removed all the same:
+// it used to stop every later removal, commit after commit, so that the
+// checkpoints past `keep` piled up until the disk was full.
+TEST_F(CheckpointFiles, ALeftoverThatCannotBeRemovedDoesNotStopTheRestOfRetention) {
+  for (int64_t step : {10, 20}) write_and_commit(dir_, step, 0);
+  testing::MountedFilesystem stuck(dir_ + "/step_5.old", "tmpfs", "size=64k");
+  if (!stuck.mounted()) GTEST_SKIP() << stuck.why_not();
+  try {
+    write_and_commit(dir_, 30, 1);
+    ADD_FAILURE() << "the folder that could not be removed was not reported";
+  } catch (const CheckpointWriteError& e) {
+    EXPECT_TRUE(contains(e.what(), "is committed, but removing an old one failed")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "step_5.old")) << e.what();
+  }
+  EXPECT_EQ(read_whole_file(dir_ + "/latest"), "step_30\n");
+  EXPECT_FALSE(fs::exists(dir_ + "/step_10")) << "keep=1: removed despite the stuck leftover";
+  EXPECT_FALSE(fs::exists(dir_ + "/step_20")) << "keep=1: removed despite the stuck leftover";
+  EXPECT_TRUE(fs::exists(dir_ + "/step_30/manifest.json"));
 }
 
 // A resumed run checkpoints `step` again, with other contents (rank 1's
