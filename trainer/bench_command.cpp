@@ -1164,7 +1164,7 @@ void refuse_beyond_memory_or_disk(const WriteBenchOptions& options, const Filesy
                            " of host memory for the checkpoint's image but " +
                            human_bytes(static_cast<double>(memory_available)) +
                            " is available: give a smaller --bytes"};
-  if (fs_info.free_bytes > 0 && footprint.disk_bytes > fs_info.free_bytes)
+  if (fs_info.free_bytes >= 0 && footprint.disk_bytes > fs_info.free_bytes)
     throw CommandError{kExitEnvironmentError,
                        needs + human_bytes(static_cast<double>(footprint.disk_bytes)) + " free in " +
                            fs::path(options.folder).parent_path().string() + " (one write's files at a time) but " +
@@ -1188,7 +1188,9 @@ void print_write_bench_plan(const WriteBenchOptions& options, int64_t files_aske
               of_files_asked.c_str(), human_bytes(static_cast<double>(options.block_bytes)).c_str(),
               options.direct_io ? ", O_DIRECT" : ", buffered");
   std::printf("  in %s (%s, %s free); %d repeat(s), the three rotating\n", options.folder.c_str(),
-              fs_info.type.c_str(), human_bytes(static_cast<double>(fs_info.free_bytes)).c_str(), options.repeats);
+              fs_info.type.c_str(),
+              fs_info.free_bytes >= 0 ? human_bytes(static_cast<double>(fs_info.free_bytes)).c_str() : "unknown",
+              options.repeats);
   std::fflush(stdout);
 }
 

@@ -746,7 +746,8 @@ CheckpointRoom checkpoint_room(const Config& config, const std::string& dir, int
   const int64_t needed = at_once * each;
   const int64_t free_bytes = describe_filesystem("checkpoint", dir).free_bytes;
   CheckpointRoom room;
-  room.fits = free_bytes <= 0 || needed < free_bytes;
+  // Unknown (statfs failed) fits; a full disk (0 bytes free) does not.
+  room.fits = free_bytes < 0 || needed < free_bytes;
   room.needed = std::to_string(at_once) + " checkpoint(s) of up to " + human_bytes(static_cast<double>(each)) +
                 " at once (" + human_bytes(static_cast<double>(needed)) + ": checkpoint.keep " +
                 std::to_string(config.checkpoint.keep) + ", the oldest removed only once the next one is committed)";

@@ -347,8 +347,10 @@ nlohmann::json environment_to_json(const Environment& env) {
   }
   nlohmann::json filesystems = nlohmann::json::array();
   for (const FilesystemInfo& fs : env.filesystems) {
-    filesystems.push_back(
-        {{"role", fs.role}, {"path", fs.path}, {"type", fs.type}, {"free_bytes", fs.free_bytes}});
+    filesystems.push_back({{"role", fs.role},
+                           {"path", fs.path},
+                           {"type", fs.type},
+                           {"free_bytes", fs.free_bytes >= 0 ? nlohmann::json(fs.free_bytes) : nlohmann::json()}});
   }
   auto or_null = [](const std::string& s) { return s.empty() ? nlohmann::json() : nlohmann::json(s); };
   return {

@@ -19,7 +19,7 @@ struct FilesystemInfo {
   std::string role;   // "results", later "data", "checkpoint"
   std::string path;
   std::string type;   // "ext4", "xfs", "lustre", "nfs", ... or "0x..." when unknown
-  int64_t free_bytes = 0;
+  int64_t free_bytes = -1;  // for an unprivileged writer; -1 where statfs failed (0: full)
 };
 
 // One host's GPUs and drivers, as the first rank on it saw them.

@@ -1526,6 +1526,28 @@ TEST(CheckpointCli, ACheckpointDirWithoutRoomForTheRunsCheckpointsIsAWarning) {
   EXPECT_EQ(fits.out.find("a checkpoint will find the disk full"), std::string::npos) << fits.out;
 }
 
+// A disk with no byte free was taken for one whose free space is unknown,
+// and "fitted": no warning before step 1, then the disk full at the first
+// checkpoint. A 4 KiB tmpfs is full once the run's lock file is in it.
+TEST(CheckpointCli, ACheckpointDirOnAFullDiskIsWarnedOfToo) {
+  testing::TempDir dir("test_ckpt_cli");
+  const std::string ckpt = dir.file("full");
+  const testing::MountedFilesystem full(ckpt, "tmpfs", "size=4k");
+  if (!full.mounted()) GTEST_SKIP() << full.why_not();
+  const CommandResult r = run_command(tiny_run(ckpt + "/c", 10, 5, dir.file("r.json"),
+                                               "--set data.source=synthetic --set checkpoint.on_full=skip"));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const nlohmann::json result = read_json(dir.file("r.json"));
+  for (const auto& f : result["environment"]["filesystems"])
+    if (f["role"] == "checkpoint") {
+      ASSERT_EQ(f["free_bytes"], 0) << "not the case under test: " << f.dump();
+    }
+  EXPECT_NE(r.out.find("warning: this run writes 2 checkpoint(s) of up to "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(ckpt + "/c has 0.00 B free"), std::string::npos) << r.out;
+  EXPECT_NE(result["warnings"].dump().find("a checkpoint will find the disk full"), std::string::npos)
+      << result["warnings"].dump();
+}
+
 // A checkpoint thread that cannot start (EAGAIN: ulimit -u, or its stack
 // past ulimit -v) said only "Resource temporarily unavailable": now which
 // thread, and the limits that cause it. The persisting thread starts the
