@@ -822,6 +822,9 @@ std::string check_result_destination(Config& config, Communicator& comm, const R
     if (config.checkpoint.every_steps > 0 && !config.checkpoint.dir.empty())
       check_result_outside_checkpoints(result_path, named, config.checkpoint.dir);
     check_result_path(result_path, named);
+    // Where a signal or an abort leaves the partial result: replaced then,
+    // mid-run, so said now (a user's file of that name was lost).
+    check_result_path(aborted_result_path(result_path), named + "'s partial result for an interrupted run,");
     check_result_file_size_limit(config);
   }
   return result_path;

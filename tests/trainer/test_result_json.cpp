@@ -875,7 +875,8 @@ TEST(Cli, AnOutputThatCannotBeWrittenOrWouldReplaceSomethingFailsBeforeTraining)
   ASSERT_EQ(std::system(("cp " + std::string(TRAINBENCH_SOURCE_DIR) + "/configs/tiny.yaml " + config +
                          " && mkdir " + dir.file("a_dir") + " && mkfifo " + dir.file("a_fifo") + " && touch " +
                          dir.file("a_file") + " && echo '{\"schema\": \"trainbench.checkpoint/v1\", \"step\": 30}' > " +
-                         dir.file("manifest.json")).c_str()),
+                         dir.file("manifest.json") + " && echo 'my notes' > " + dir.file("notes.aborted.json"))
+                            .c_str()),
             0);
   const std::string manifest_text = testing::read_whole_file(dir.file("manifest.json"));
   const std::string config_text = testing::read_whole_file(config);
@@ -891,7 +892,11 @@ TEST(Cli, AnOutputThatCannotBeWrittenOrWouldReplaceSomethingFailsBeforeTraining)
            {"tiny --out ''", "--out: the path is empty"},
            {config + " --out " + config, "exists and is not a trainbench result"},
            // A checkpoint's manifest is a trainbench file, not a result.
-           {"tiny --out " + dir.file("manifest.json"), "exists and is not a trainbench result"}}) {
+           {"tiny --out " + dir.file("manifest.json"), "exists and is not a trainbench result"},
+           // Where a signal would leave the partial result (replaced mid-run, unasked).
+           {"tiny --out " + dir.file("notes.json"),
+            "--out's partial result for an interrupted run, " + dir.file("notes.aborted.json") +
+                ": exists and is not a trainbench result"}}) {
     const auto r = run_command(std::string(TRAINBENCH_BINARY) + " run " + c.args + " --steps 7");
     EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.err;
     EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.args << ": " << r.err;
@@ -900,6 +905,8 @@ TEST(Cli, AnOutputThatCannotBeWrittenOrWouldReplaceSomethingFailsBeforeTraining)
   }
   EXPECT_EQ(testing::read_whole_file(config), config_text) << "the config file was replaced";
   EXPECT_EQ(testing::read_whole_file(dir.file("manifest.json")), manifest_text) << "the manifest was replaced";
+  EXPECT_EQ(testing::read_whole_file(dir.file("notes.aborted.json")), "my notes\n");
+  EXPECT_FALSE(std::filesystem::exists(dir.file("notes.json")));
   struct stat fifo {};
   ASSERT_EQ(::stat(dir.file("a_fifo").c_str(), &fifo), 0);
   EXPECT_TRUE(S_ISFIFO(fifo.st_mode)) << "the FIFO was replaced";
