@@ -249,6 +249,23 @@ class BurninMonitor final : public RunExtension {
       });
   }
 
+  // Compared across ranks before the job starts: rank 0 alone decides when
+  // it stops, and a baseline on some ranks only put them in collectives the
+  // others never entered (a hang to comm.timeout_s, or MPI_ERR_TRUNCATE);
+  // another baseline on another rank was ignored. Its figures too: one path
+  // may hold other files on other nodes.
+  std::string job_options() const override {
+    char text[256];
+    std::snprintf(text, sizeof text, "--duration %.17gs", duration_s_);
+    std::string options = text;
+    if (baseline_) {
+      std::snprintf(text, sizeof text, " (tokens/s %.17g, busbw %.17g GB/s, write %.17g GB/s)",
+                    baseline_->tokens_per_s, baseline_->busbw_gbs, baseline_->write_gbs);
+      options += " --baseline " + baseline_->path + text;
+    }
+    return options;
+  }
+
   bool after_step(const StepRecord& step) override {
     watchdog_->progress("burn-in checks after step " + std::to_string(step.step));
     ++steps_;

@@ -430,6 +430,40 @@ TEST(MpiCli, RanksThatTimeTheirStepsDifferentlyExitTwo) {
   EXPECT_LT(bench_seconds, 60.0) << "not the collective timeout";
 }
 
+// Burn-in's own options shape the job as the config does: rank 0 alone
+// decides when it stops, so another --duration on rank 1 was ignored; a
+// --baseline on one rank only put it in collectives its peer never entered
+// (a hang to comm.timeout_s); another baseline on rank 1 was ignored.
+TEST(MpiCli, BurnInRanksWithAnotherDurationOrBaselineExitTwo) {
+  testing::TempDir dir("test_mpi_cli");
+  const std::string wrapper = dir.file("durations_differ.sh");
+  write_executable(wrapper, "#!/bin/sh\nif [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec \"$@\" --duration 3s; fi\n"
+                            "exec \"$@\" --duration 2s\n");
+  const auto begin = std::chrono::steady_clock::now();
+  const CommandResult durations = run_command("timeout 120 " + kMpirun + "-np 2 " + wrapper + " " + TRAINBENCH_BINARY +
+                                              " burnin tiny --set comm.timeout_s=100 --out " + dir.file("b.json"));
+  EXPECT_EQ(durations.exit_code, 2) << durations.out << durations.err;
+  EXPECT_NE(durations.err.find("rank 1 has command line = \"--duration 3s\" where rank 0 has \"--duration 2s\""),
+            std::string::npos)
+      << durations.err;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(), 60.0);
+
+  const CommandResult baseline = run_command(kMpirun + "-np 2 " + TRAINBENCH_BINARY +
+                                             " run tiny --steps 8 --set train.warmup_steps=2 --out " +
+                                             dir.file("base.json"));
+  ASSERT_EQ(baseline.exit_code, 0) << baseline.err;
+  const auto [one, one_seconds] =
+      run_with_rank1_extra(dir, "burnin tiny --duration 2s --set comm.timeout_s=100 --out " + dir.file("b.json"),
+                           "--baseline " + dir.file("base.json"));
+  EXPECT_EQ(one.exit_code, 2) << one.out << one.err;
+  EXPECT_NE(one.err.find("rank 1 has command line = \"--duration 2s --baseline " + dir.file("base.json") +
+                         " (tokens/s "),
+            std::string::npos)
+      << one.err;
+  EXPECT_EQ(count_trainbench_lines(one.err), 1) << "rank 0 speaks for all: " << one.err;
+  EXPECT_LT(one_seconds, 60.0) << "not the collective timeout";
+}
+
 // Each rank resolves data.shards itself: rank 1, whose copy of the data set
 // has 6 of the 8 shards, split another list and read shards rank 0 also
 // read, silently. Rank r runs in r<r>/, where the relative data.shards is its own.
