@@ -8,6 +8,7 @@
 
 #include "comm/communicator.h"        // gather_from_ranks: the ranks' shard lists compared
 #include "dataloader/data_error.h"    // DataError: a checkpoint's position from another setup
+#include "dataloader/shard_assignment.h"  // splitmix64_next: each rank's synthetic batches
 #include "dataloader/shard_list.h"    // resolve_shard_list, repeated_shards
 #include "dataloader/shard_loader.h"  // ShardLoader
 #include "dataloader/shard_tools.h"   // synthesize_shards
@@ -178,10 +179,18 @@ DataSetup make_data_source(const Config& config, TrainingEngine& engine, int64_t
   const DataSection& d = config.data;
   DataSetup setup;
   if (d.source == "synthetic") {
+    // Each rank its own batches, as data parallelism has: with one seed for
+    // all, the global batch was world copies of one micro-batch, and the
+    // loss and gradient norm those of one rank. Rank 0's are the one-rank
+    // run's.
+    uint64_t seed = static_cast<uint64_t>(d.seed);
+    if (rank > 0) {
+      uint64_t mix = seed ^ static_cast<uint64_t>(rank);
+      seed = splitmix64_next(&mix);
+    }
     try {
       setup.source = make_synthetic_source(config.train.micro_batch, config.model.seq_len,
-                                           config.model.vocab, d.synthetic_batches,
-                                           static_cast<uint64_t>(d.seed), resume_position);
+                                           config.model.vocab, d.synthetic_batches, seed, resume_position);
     } catch (const std::invalid_argument& e) {
       throw DataError(CorruptScope::kConfig, std::string("data position of the checkpoint: ") + e.what());
     }

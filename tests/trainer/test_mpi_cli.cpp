@@ -56,6 +56,25 @@ TimedResult run_with_rank1_extra(const testing::TempDir& dir, const std::string&
   return timed;
 }
 
+// data.source synthetic gives each rank batches of its own, as data
+// parallelism has: every rank drew the same ones, so two ranks' gradient
+// was one rank's, bit for bit (the global batch was copies of one
+// micro-batch). Rank 0's batches are still the one-rank run's.
+TEST(MpiCli, SyntheticDataGivesEachRankItsOwnBatches) {
+  testing::TempDir dir("test_mpi_cli");
+  const std::string args = " run tiny --steps 4 --set train.warmup_steps=1 --set data.source=synthetic"
+                           " --set checkpoint.every_steps=0 --set report.progress_every=0 --out ";
+  const CommandResult one = run_command(std::string(TRAINBENCH_BINARY) + args + dir.file("one.json"));
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const CommandResult two = run_command(kMpirun + "-np 2 " + TRAINBENCH_BINARY + args + dir.file("two.json"));
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  const nlohmann::json first_one = nlohmann::json::parse(read_whole_file(dir.file("one.json")))["steps"][0];
+  const nlohmann::json first_two = nlohmann::json::parse(read_whole_file(dir.file("two.json")))["steps"][0];
+  EXPECT_NE(first_one["grad_norm"], first_two["grad_norm"]) << "the two ranks' batches are the same";
+  // Independent batches: the mean of two gradients is shorter than either.
+  EXPECT_LT(first_two["grad_norm"].get<double>(), first_one["grad_norm"].get<double>());
+}
+
 TEST(MpiCli, TwoRanksTrainTinyAndRankZeroReports) {
   testing::TempDir dir("test_mpi_cli");
   const CommandResult r = run_command(kMpirun + "-np 2 " + TRAINBENCH_BINARY + " run tiny --steps 12 --out " +
