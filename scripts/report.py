@@ -117,6 +117,7 @@ import math
 import os
 import re
 import secrets
+import signal
 import stat
 import statistics
 import sys
@@ -1603,7 +1604,7 @@ def repeats_section(points: list[Point]) -> list[str]:
     return lines + [""]
 
 
-def write_markdown(points: list[Point], out: OutDir, plots: list[str], notes: list[str]) -> Path:
+def markdown_text(points: list[Point], plots: list[str], notes: list[str]) -> str:
     base = points[0]
     ideal = base_point(points)
     lines = ["# trainbench scaling report", ""]
@@ -1673,12 +1674,14 @@ def write_markdown(points: list[Point], out: OutDir, plots: list[str], notes: li
     lines += ["## Inputs", ""]
     lines += [f"- {p.ranks} ranks: " + ", ".join(str(r.path) for r in p.runs) for p in points]
     lines.append("")
-    return write_text(out, "report.md", "\n".join(lines))
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- plots
 
-def write_plots(points: list[Point], out: OutDir) -> list[str]:
+def write_plots(points: list[Point], out: OutDir, staged: "Staged") -> list[str]:
+    """The plots, each into a temporary beside its name (staged: renamed in
+    with report.md once everything is written)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -1698,16 +1701,10 @@ def write_plots(points: list[Point], out: OutDir) -> list[str]:
     written = []
 
     def save(fig: Any, name: str) -> None:
-        # Beside it, then renamed over it, as report.md: a full disk part way
+        # Beside it, renamed over it with the rest: a full disk part way
         # leaves the earlier plot whole, not a truncated PNG.
-        temporary = None
         try:
-            temporary = temporary_beside(out.path, name)
-            fig.savefig(temporary, dpi=110, format="png")
-            os.replace(temporary, out.path / name)
-        except OSError as e:
-            discard(temporary)
-            raise write_error(out, f"cannot write {name}", e) from None
+            staged.write(name, lambda temporary: fig.savefig(temporary, dpi=110, format="png"))
         finally:
             plt.close(fig)
         written.append(name)
@@ -2093,6 +2090,42 @@ def write_text(out: OutDir, name: str, text: str) -> Path:
     return path
 
 
+class Staged:
+    """A report's files, each written into a temporary beside its name and
+    renamed in only once all are written: a write the machine refuses part
+    way (a full disk, a file size limit) leaves the earlier report whole,
+    its report.md and its plots together. (Plots renamed in one by one, and
+    the earlier ones removed, before report.md failed, left the earlier
+    report.md naming plots that were gone or new.)"""
+
+    def __init__(self, out: OutDir) -> None:
+        self.out = out
+        self.files: list[tuple[Path, str]] = []
+
+    def write(self, name: str, fill: Callable[[Path], None]) -> None:
+        temporary = None
+        try:
+            temporary = temporary_beside(self.out.path, name)
+            fill(temporary)
+        except OSError as e:
+            discard(temporary)
+            raise write_error(self.out, f"cannot write {name}", e) from None
+        self.files.append((temporary, name))
+
+    def commit(self) -> None:
+        for temporary, name in self.files:
+            try:
+                os.replace(temporary, self.out.path / name)
+            except OSError as e:
+                raise write_error(self.out, f"cannot write {name}", e) from None
+        self.files = []
+
+    def discard_all(self) -> None:
+        for temporary, _ in self.files:
+            discard(temporary)
+        self.files = []
+
+
 def discard(temporary: Path | None) -> None:
     """A temporary file removed on the way out of a failed write; a removal
     that fails too (a filesystem gone read-only after an I/O error) must not
@@ -2182,9 +2215,18 @@ def main(argv: list[str]) -> int:
                   file=sys.stderr)
             return 3
     prepare_out(out)
-    plots = [] if args.no_plots else write_plots(points, out)
+    staged = Staged(out)
+    try:
+        plots = [] if args.no_plots else write_plots(points, out, staged)
+        text = markdown_text(points, plots, notes)
+        # surrogateescape: a file name that is not UTF-8 is written back as its bytes
+        staged.write("report.md", lambda temporary: temporary.write_text(text, encoding="utf-8",
+                                                                           errors="surrogateescape"))
+        staged.commit()
+    finally:
+        staged.discard_all()
+    report = out.path / "report.md"
     remove_stale_plots(out, plots)
-    report = write_markdown(points, out, plots, notes)
     # Also in report.md's warnings; here because they change which runs the
     # figures are from, or (different configs) what they mean.
     for warning in notes + consistency_warnings(points):
@@ -2201,8 +2243,14 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    # A path prints as its bytes, whatever the locale: a folder's name need not be UTF-8.
-    sys.stdout.reconfigure(errors="surrogateescape")
+    # A reader that stops reading (`| head`) ends it as it ends any filter,
+    # after the report is written (its lines are printed last), not with a
+    # BrokenPipeError traceback.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # A path prints as its bytes, whatever the locale: a folder's name need
+    # not be UTF-8. (No stdout at all, `>&-`: print writes nothing.)
+    if sys.stdout is not None:
+        sys.stdout.reconfigure(errors="surrogateescape")
     try:
         sys.exit(main(sys.argv[1:]))
     except ReportError as error:

@@ -622,6 +622,9 @@ class ReportErrorTests(unittest.TestCase):
         good = write_json(self.dir / "r.json", fake_result(1, 1000.0))
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "report.md").write_text("the earlier report\n")
+        # Its plots too: they were removed (this report draws none) before
+        # report.md failed, and the earlier report.md named plots now gone.
+        (self.out / "stall_shares.png").write_bytes(b"an earlier plot")
 
         def limit_file_size() -> None:
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of the signal
@@ -632,7 +635,10 @@ class ReportErrorTests(unittest.TestCase):
         self.assertEqual(done.returncode, 3, done.stdout + done.stderr)
         self.assertEqual(done.stderr, f"report.py: --out {self.out}: cannot write report.md (File too large)\n")
         self.assertEqual((self.out / "report.md").read_text(), "the earlier report\n")
-        self.assertEqual([p.name for p in self.out.iterdir()], ["report.md"], "no temporary left")
+        self.assertEqual((self.out / "stall_shares.png").read_bytes(), b"an earlier plot")
+        self.assertEqual(sorted(p.name for p in self.out.iterdir()), ["report.md", "stall_shares.png"],
+                         "no temporary left")
+        (self.out / "stall_shares.png").unlink()
         # The plots, written first, likewise: an earlier one stays whole (it
         # was written in place, and a full disk truncated it).
         try:
@@ -653,6 +659,28 @@ class ReportErrorTests(unittest.TestCase):
         self.assertEqual(done.stderr, f"report.py: --out {self.out}: cannot write tokens_per_s.png (File too large)\n")
         self.assertEqual((self.out / "tokens_per_s.png").read_bytes(), b"an earlier plot")
         self.assertEqual(sorted(p.name for p in self.out.iterdir()), ["report.md", "tokens_per_s.png"])
+
+    def test_a_reader_that_stops_reading_or_no_stdout_is_no_traceback(self) -> None:
+        # `report.py DIR | head` ended in a BrokenPipeError traceback (exit 1)
+        # and a closed stdout in an AttributeError, the report written both times.
+        good = write_json(self.dir / "r.json", fake_result(1, 1000.0))
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # nothing will read what it prints
+        try:
+            piped = subprocess.run([sys.executable, REPORT, good, "--out", self.out, "--no-plots"], stdout=write_end,
+                                   stderr=subprocess.PIPE, text=True, timeout=120, check=False)
+        finally:
+            os.close(write_end)
+        self.assertEqual(piped.returncode, -signal.SIGPIPE, piped.stderr)
+        self.assertNotIn("Traceback", piped.stderr)
+        self.assertTrue((self.out / "report.md").is_file())
+        (self.out / "report.md").unlink()
+        closed = subprocess.run([sys.executable, REPORT, good, "--out", self.out, "--no-plots"],
+                                stderr=subprocess.PIPE, text=True, timeout=120, check=False,
+                                preexec_fn=lambda: os.close(1))
+        self.assertEqual(closed.returncode, 0, closed.stderr)
+        self.assertNotIn("Traceback", closed.stderr)
+        self.assertTrue((self.out / "report.md").is_file())
 
     def test_a_rerun_leaves_no_earlier_plots_or_temporaries(self) -> None:
         # An earlier report's PNGs stayed beside a --no-plots report.md,
