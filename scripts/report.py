@@ -1674,7 +1674,7 @@ def markdown_text(points: list[Point], plots: list[str], notes: list[str]) -> st
     lines += ["## Inputs", ""]
     lines += [f"- {p.ranks} ranks: " + ", ".join(str(r.path) for r in p.runs) for p in points]
     lines.append("")
-    return "\n".join(lines)
+    return markdown_lines(lines)
 
 
 # ----------------------------------------------------------------------------- plots
@@ -2018,7 +2018,7 @@ def write_comparison(lora_run: Run, full_run: Run, plans: dict[str, str | None],
             lines.append(f"- {label}: {plans[option]}")
     lines.append("")
     prepare_out(out)
-    return write_text(out, "compare.md", "\n".join(lines)), line, warnings
+    return write_text(out, "compare.md", markdown_lines(lines)), line, warnings
 
 
 class Parser(argparse.ArgumentParser):
@@ -2152,6 +2152,12 @@ def remove_stale_plots(out: OutDir, written: list[str]) -> None:
 def one_line(text: str) -> str:
     """An error line with its control characters (a newline in a file name) escaped."""
     return re.sub(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]", lambda m: ascii(m.group())[1:-1], text)
+
+
+def markdown_lines(lines: list[str]) -> str:
+    """A report's text, each entry of `lines` one line of it: a newline in a
+    file name or a warning split a list item or a table row."""
+    return "\n".join(one_line(line) for line in lines)
 
 
 def main(argv: list[str]) -> int:

@@ -526,6 +526,13 @@ class ReportErrorTests(unittest.TestCase):
         folder.mkdir()
         (folder / "two\nlines.json").write_text("{}")
         self.assert_refused(report(folder, "--out", self.out), "two\\nlines.json", "schema is null")
+        # A result of that name is read, and report.md names it on its one line.
+        (folder / "two\nlines.json").unlink()
+        write_json(folder / "two\nlines.json", fake_result(1, 1000.0))
+        done = report(folder, "--out", self.out, "--no-plots")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        inputs = (self.out / "report.md").read_text().split("## Inputs\n\n", 1)[1]
+        self.assertEqual(inputs.splitlines()[0], f"- 1 ranks: {folder}/two\\nlines.json")
 
     def test_unreadable_files_and_folders(self) -> None:
         # Root reads any file: as root (CI) report.py runs as nobody, through
