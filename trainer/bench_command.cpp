@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>  // the command line parser
 #include <algorithm>    // std::max, std::any_of, std::find_if
+#include <charconv>     // std::to_chars: --factor compared across ranks exactly
 #include <cmath>        // std::floor
 #include <cstdio>
 #include <filesystem>
@@ -1142,12 +1143,18 @@ std::string make_write_bench_folder(const std::string& write_dir) {
   }
 }
 
-// --dir refused as checkpoint.dir would be: exit 2, before anything is measured.
-void check_write_bench_folder(const std::string& folder) {
+// The folder refused as a checkpoint.dir would be, before anything is
+// measured: exit 2 for a --dir that cannot be written, 3 for a full disk or
+// the system's temporary directory (named as the user mends it: TMPDIR). A
+// full TMPDIR was "--dir: checkpoint.dir ... is not writable", exit 2,
+// where no --dir was given.
+void check_write_bench_folder(const std::string& folder, const std::string& write_dir) {
+  const bool temporary = write_dir.empty();
   try {
-    check_checkpoint_dir(folder);
+    check_checkpoint_dir(folder, temporary ? temporary_directory_name() + ": the bench's folder" : "--dir");
   } catch (const CheckpointWriteError& e) {
-    throw CommandError{kExitUserError, std::string("--dir: ") + e.what()};
+    throw CommandError{e.disk_full || temporary ? kExitEnvironmentError : kExitUserError,
+                       std::string(e.what()) + (temporary ? "; set TMPDIR to a folder with room, or give --dir" : "")};
   }
 }
 
@@ -1272,7 +1279,7 @@ int BenchCommand::run_io_write(const std::string& command_line) {
   const std::string folder = make_write_bench_folder(o.write_dir);
   // The folder goes whatever happens; the bench itself leaves nothing in it.
   const FolderRemovedAtScopeEnd remove_folder(folder);
-  check_write_bench_folder(folder);
+  check_write_bench_folder(folder, o.write_dir);
 
   WriteBenchOptions options;
   options.folder = folder;
@@ -1505,6 +1512,14 @@ nlohmann::json comm_result_json(const CommBenchSetup& s, const Config& config, C
   };
 }
 
+// The shortest text that reads back as `value`: std::to_string's six
+// decimals made --factor 1.01 and 1.0100004, whose sweeps differ, one job.
+std::string exact_decimal(double value) {
+  char text[32];
+  const std::to_chars_result written = std::to_chars(text, text + sizeof text, value);
+  return std::string(text, written.ptr);
+}
+
 }  // namespace
 
 int BenchCommand::run_comm(const std::string& command_line) {
@@ -1531,7 +1546,7 @@ int BenchCommand::run_comm(const std::string& command_line) {
   // corrupted the heap in the first collective.
   check_ranks_run_the_same_job(config,
                                "--min-bytes " + std::to_string(o.min_bytes) + " --max-bytes " +
-                                   std::to_string(o.max_bytes) + " --factor " + std::to_string(o.factor) +
+                                   std::to_string(o.max_bytes) + " --factor " + exact_decimal(o.factor) +
                                    " --iters " + std::to_string(o.iters) + " --warmup-iters " +
                                    std::to_string(o.warmup_iters) + " --average " + std::to_string(o.average) +
                                    // Rank 0 writes it: given to another rank alone, it was not written.

@@ -83,6 +83,33 @@ TEST(BenchIoWrite, AnUnwritableFolderIsAUserErrorInOneLine) {
   EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
 }
 
+// A folder on a full disk is the machine's (exit 3), as checkpoint.dir's
+// is; under the system's temporary directory it is named as the user mends
+// it, TMPDIR (it said "--dir: checkpoint.dir ...", exit 2, with no --dir given).
+TEST(BenchIoWrite, AFullDiskOrTemporaryDirectoryIsTheEnvironmentsInOneLine) {
+  testing::TempDir temp{"trainbench_bench_write"};
+  const testing::MountedFilesystem full(temp.file("full"), "tmpfs", "size=64k");
+  if (!full.mounted()) GTEST_SKIP() << full.why_not();
+  { std::ofstream(full.path() + "/filler") << std::string(64 << 10, 'x'); }
+  const testing::CommandResult given = run_command(std::string(TRAINBENCH_BINARY) +
+                                                   " bench io --write --bytes 1M --repeats 1 --dir " + full.path());
+  EXPECT_EQ(given.exit_code, 3) << given.out << given.err;
+  EXPECT_EQ(given.err.rfind("trainbench: --dir " + full.path() + "/trainbench-bench-write-", 0), 0u) << given.err;
+  EXPECT_NE(given.err.find("No space left on device"), std::string::npos) << given.err;
+  EXPECT_EQ(given.err.find('\n'), given.err.size() - 1) << "one line: " << given.err;
+  const testing::CommandResult temporary = run_command("env TMPDIR=" + full.path() + " " + TRAINBENCH_BINARY +
+                                                       " bench io --write --bytes 1M --repeats 1");
+  EXPECT_EQ(temporary.exit_code, 3) << temporary.out << temporary.err;
+  EXPECT_EQ(temporary.err.rfind("trainbench: the temporary directory (TMPDIR=" + full.path() + "): the bench's folder ",
+                                0),
+            0u)
+      << temporary.err;
+  EXPECT_NE(temporary.err.find("; set TMPDIR to a folder with room, or give --dir"), std::string::npos)
+      << temporary.err;
+  std::filesystem::remove(full.path() + "/filler");
+  EXPECT_TRUE(std::filesystem::is_empty(full.path())) << "the bench's folders are removed";
+}
+
 // A checkpoint image and a disk too small for what the bench asks for are
 // refused before anything is allocated or written: exit 3, one line with
 // needed vs available, nothing left in --dir.
@@ -105,6 +132,16 @@ TEST(BenchIoWrite, MoreThanTheMemoryOrTheDiskExits3BeforeStarting) {
   EXPECT_NE(full.err.find("free in " + disk.path() + " ("), std::string::npos) << full.err;
   EXPECT_EQ(full.err.find('\n'), full.err.size() - 1) << "one line: " << full.err;
   EXPECT_TRUE(std::filesystem::is_empty(disk.path()));
+  // A disk that holds the image of --bytes 1M exactly (its 4 sections,
+  // 1060864 bytes at 4096-byte alignment) has no room for the rank record
+  // beside it: refused before the write, where the write failed at the record.
+  const testing::MountedFilesystem exact(temp.file("exact"), "tmpfs", "size=1060864");
+  ASSERT_TRUE(exact.mounted()) << exact.why_not();
+  const testing::CommandResult no_room = run_command(std::string(TRAINBENCH_BINARY) + " bench io --write --dir " +
+                                                     exact.path() + " --bytes 1M --repeats 1");
+  EXPECT_EQ(no_room.exit_code, 3) << no_room.out << no_room.err;
+  EXPECT_NE(no_room.err.find("free in " + exact.path() + " ("), std::string::npos) << no_room.err;
+  EXPECT_TRUE(std::filesystem::is_empty(exact.path()));
   // Repeats never hold two writes' files at once: 16M three times fits in
   // 24M (twice the bytes were asked for from the second repeat on).
   const testing::CommandResult repeated = run_command(on_disk + " --bytes 16M --repeats 3");
