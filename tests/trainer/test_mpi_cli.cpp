@@ -545,6 +545,16 @@ TEST(MpiCli, BenchCommRanksWithDifferentOptionsExitTwo) {
   EXPECT_EQ(out.exit_code, 2) << out.out << out.err;
   EXPECT_NE(out.err.find("--out " + dir.file("b.json")), std::string::npos) << out.err;
   EXPECT_FALSE(std::filesystem::exists(dir.file("b.json")));
+  // Factors equal to six decimals, whose sweeps differ (3548 against 3552
+  // bytes): compared as "1.010000" alike, the job died in MPI_ERR_TRUNCATE.
+  const std::string wrapper = dir.file("factors_differ.sh");
+  write_executable(wrapper, "#!/bin/sh\nif [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec \"$@\" --factor 1.0100004; fi\n"
+                            "exec \"$@\" --factor 1.01\n");
+  const CommandResult factor =
+      run_command("timeout 120 " + kMpirun + "-np 2 " + wrapper + " " + TRAINBENCH_BINARY +
+                  " bench comm tiny --min-bytes 1K --max-bytes 256K --iters 1 --warmup-iters 0 --set comm.timeout_s=60");
+  EXPECT_EQ(factor.exit_code, 2) << factor.out << factor.err;
+  EXPECT_NE(factor.err.find("--factor 1.0100004 "), std::string::npos) << factor.err;
 }
 
 // A failure every rank meets alike (a bad --set before MPI is up; a
