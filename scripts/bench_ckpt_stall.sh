@@ -13,7 +13,7 @@
 # folder. Exit codes: 2 bad usage, 3 not built, else the failed run's.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-. "$repo/scripts/lib/common.sh"  # need, build_folder
+. "$repo/scripts/lib/common.sh"  # need, build_folder, print_usage
 
 usage() {
   echo "usage: scripts/bench_ckpt_stall.sh [--dir DIR] [--repeats N] [--layers L]" >&2
@@ -27,7 +27,7 @@ while [ $# -gt 0 ]; do
     --dir) need "$1" $#; dir=$2; shift 2 ;;
     --repeats) need "$1" $#; repeats=$2; shift 2 ;;
     --layers) need "$1" $#; layers=$2; shift 2 ;;
-    -h|--help) usage ;;
+    -h|--help) print_usage; exit 0 ;;
     *) echo "bench_ckpt_stall: unknown argument '$1'" >&2; usage ;;
   esac
 done

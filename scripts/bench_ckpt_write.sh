@@ -17,7 +17,7 @@
 # (before anything is written), 3 not built or dd failed.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-. "$repo/scripts/lib/common.sh"  # need, build_folder
+. "$repo/scripts/lib/common.sh"  # need, build_folder, print_usage
 
 usage() {
   echo "usage: scripts/bench_ckpt_write.sh [--dir DIR] [--gib N] [--files N] [--reps N]" >&2
@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
     --gib) need "$1" $#; gib=$2; shift 2 ;;
     --files) need "$1" $#; files=$2; shift 2 ;;
     --reps) need "$1" $#; reps=$2; shift 2 ;;
-    -h|--help) usage ;;
+    -h|--help) print_usage; exit 0 ;;
     *) echo "bench_ckpt_write: unknown argument '$1'" >&2; usage ;;
   esac
 done

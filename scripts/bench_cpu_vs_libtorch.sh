@@ -13,7 +13,7 @@
 # relative CONFIG file or BUILD_DIR is taken from the current folder.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-. "$repo/scripts/lib/common.sh"  # need, build_folder
+. "$repo/scripts/lib/common.sh"  # need, build_folder, print_usage
 
 usage() {
   echo "usage: scripts/bench_cpu_vs_libtorch.sh [--reps N] [--threads N] [--steps N] [CONFIG...]" >&2
@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     --reps) need "$1" $#; reps=$2; shift 2 ;;
     --threads) need "$1" $#; threads=$2; shift 2 ;;
     --steps) need "$1" $#; steps=$2; shift 2 ;;
-    -h|--help) usage ;;
+    -h|--help) print_usage; exit 0 ;;
     -*) echo "bench_cpu_vs_libtorch: unknown option $1" >&2; usage ;;
     *) configs+=("$1"); shift ;;
   esac

@@ -16,7 +16,7 @@
 # bad usage (before anything is made), 3 not built.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-. "$repo/scripts/lib/common.sh"  # need, build_folder
+. "$repo/scripts/lib/common.sh"  # need, build_folder, print_usage
 
 usage() {
   echo "usage: scripts/bench_io.sh [--dir DIR] [--gib N] [--readers LIST] [--kind image|text]..." >&2
@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
     --gib) need "$1" $#; gib=$2; shift 2 ;;
     --readers) need "$1" $#; readers=$2; shift 2 ;;
     --kind) need "$1" $#; kinds+=("$2"); shift 2 ;;
-    -h|--help) usage ;;
+    -h|--help) print_usage; exit 0 ;;
     *) echo "bench_io: unknown argument '$1'" >&2; usage ;;
   esac
 done
