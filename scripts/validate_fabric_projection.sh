@@ -25,14 +25,15 @@
 #      folder. Each step's output is in OUT; a step that fails is named with
 #      its log's last lines. Namespaces and links are named after the
 #      script's pid, so that two runs do not take each other's.
-# Exit codes: 2 bad usage or a missing tool (checked before any setup), 3 not
-# built, else the failed step's.
+# Exit codes: 2 bad usage (a CONFIG, LAYERS or STEPS trainbench refuses too:
+# `trainbench plan` reads them first) or a missing tool, all checked before any
+# setup, 3 not built, else the failed step's.
 # (netem would add a delay, but this VM's kernel has no sch_netem: tbf only.)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 . "$repo/scripts/lib/common.sh"  # build_folder, print_usage
 me=validate_fabric_projection
-die() { echo "$me: $1" >&2; exit 2; }
+die() { echo "$me: $1" >&2; exit "${2:-2}"; }
 
 case "${1:-}" in
   -h|--help) print_usage; exit 0 ;;
@@ -60,11 +61,29 @@ case "$BIN" in /*) ;; *) BIN="$PWD/$BIN" ;; esac
 if [ -n "${OUT:-}" ]; then case "$OUT" in /*) ;; *) OUT="$PWD/$OUT" ;; esac; fi
 cd "$repo"
 
+[ -x "$BIN" ] || { echo "validate_fabric_projection: $BIN not built (scripts/build.sh)" >&2; exit 3; }
+BIN="$(readlink -f "$BIN")"
+# micro-batch 1 x 128 tokens: little compute beside cpu-small's 57 MB of gradients at 2 layers.
+COMMON=(--set "model.n_layers=$LAYERS" --set train.micro_batch=1 --set model.seq_len=128 --set train.threads=1 --set data.readers=1 --set checkpoint.every_steps=0
+        --set report.progress_every=0)
+# CONFIG with the runs' settings, read as `run` reads them (`trainbench plan`
+# allocates nothing), before root is asked for and before any setup:
+# CONFIG=nosuch was met by the first 2-rank run, once the namespaces were up
+# and the latency measured. Its message names the variables as typed.
+plan_code=0
+plan_error=$("$BIN" plan "$CONFIG" "${COMMON[@]}" --set "train.steps=$STEPS" 2>&1 >/dev/null) ||
+  plan_code=$?
+if [ "$plan_code" != 0 ]; then
+  plan_error=$(tail -n 1 <<<"$plan_error")
+  plan_error=${plan_error#trainbench: }
+  plan_error=${plan_error//--set model.n_layers=$LAYERS/LAYERS=$LAYERS}
+  plan_error=${plan_error//--set train.steps=$STEPS/STEPS=$STEPS}
+  die "CONFIG=$CONFIG: $plan_error" "$plan_code"
+fi
+
 [ "$(id -u)" = 0 ] || { echo "validate_fabric_projection: needs root (ip netns, tc)" >&2; exit 2; }
 command -v ip >/dev/null && command -v tc >/dev/null ||
   { echo "validate_fabric_projection: ip and tc missing: apt-get install iproute2 (scripts/setup.sh)" >&2; exit 2; }
-[ -x "$BIN" ] || { echo "validate_fabric_projection: $BIN not built (scripts/build.sh)" >&2; exit 3; }
-BIN="$(readlink -f "$BIN")"
 MPIRUN="$(command -v mpirun)" || { echo "validate_fabric_projection: mpirun missing" >&2; exit 2; }
 # After every check, so a bad command line leaves nothing behind.
 OUT="${OUT:-$(mktemp -d /tmp/trainbench-fabric-XXXXXX)}"
@@ -130,9 +149,6 @@ mpi_two_nodes() {
     --mca oob_tcp_if_include 10.77.0.0/24 -x MALLOC_MMAP_THRESHOLD_ "$@"
 }
 
-# micro-batch 1 x 128 tokens: little compute beside cpu-small's 57 MB of gradients at 2 layers.
-COMMON=(--set "model.n_layers=$LAYERS" --set train.micro_batch=1 --set model.seq_len=128 --set train.threads=1 --set data.readers=1 --set checkpoint.every_steps=0
-        --set report.progress_every=0)
 step "the latency measurement" "$OUT/latency.log" mpi_two_nodes "$BIN" bench comm tiny --set comm.backend=mpi \
   --min-bytes 4 --max-bytes 4 --iters 200 --warmup-iters 20 --out "$OUT/latency.json"
 HOP_US=$(python3 -c "
