@@ -36,7 +36,9 @@
 # compare.md are always of one comparison that ran to its end. When a step
 # fails or is interrupted, its log is DIR/<step>.failed.log and the result it
 # may still have written (a failed check, a failed checkpoint) is
-# DIR/<step>.failed.json; what this comparison had finished before it (a
+# DIR/<step>.failed.json, the partial result of a run that an abort or a
+# signal ended (trainbench's <step>.aborted.json, the steps it completed)
+# DIR/<step>.failed.aborted.json; what this comparison had finished before it (a
 # plan, the LoRA run) is set aside as DIR/<name>.unpaired.json/.log, no
 # compare.md is made from it, and the earlier comparison's files stay in
 # place (the message lists them).
@@ -48,7 +50,24 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 . "$repo/scripts/lib/common.sh"  # need, build_folder, plan_or_die, absolute_path, print_usage
 . "$repo/scripts/lib/launch.sh"  # hostfile_hosts, mpi_launch_setup, mpirun_line
 me=compare_finetune.sh
-die() { echo "$me: $1" >&2; exit "${2:-2}"; }
+die() { echo "$me: $(as_typed "$1")" >&2; exit "${2:-2}"; }
+# A side's own settings reach trainbench as --set's: while its plan is checked
+# ($side_option: --lora-set or --full-set, $side_sets: its assignments), a
+# refusal that names one of them as `--set A` names it as typed (a bad
+# --lora-set lora.rank=0 was said to be --set lora.rank=0). trainbench names
+# the last --set of the keys at fault, and a side's come after the --set's.
+# (A value past 80 bytes, which trainbench shows cut short, stays `--set`.)
+side_option=""
+side_sets=()
+as_typed() {
+  local message=$1 assignment
+  for assignment in ${side_sets[@]+"${side_sets[@]}"}; do
+    case "$message" in
+      *"--set $assignment:"*) message=${message/"--set $assignment:"/"$side_option $assignment:"}; break ;;
+    esac
+  done
+  printf '%s' "$message"
+}
 usage() {
   sed -n '/^#   scripts\/compare_finetune.sh/,/^#       \[--mpirun-args/p' "$0" | sed 's/^# \{0,3\}//' >&2
   exit 2
@@ -138,8 +157,20 @@ if [ -z "$binary" ]; then binary="$(build_folder)/trainbench"; fi
 # them (`trainbench plan` allocates nothing): a --steps within the warm-up
 # or a bad key was met by the LoRA run, after both plans, in lines of
 # mpirun's banner.
+# sides_own OPTION: side_option=OPTION and side_sets=its assignments (as_typed).
+sides_own() {
+  local i
+  side_option=$1
+  side_sets=()
+  if [ "$1" = --lora-set ]; then set -- ${lora_sets[@]+"${lora_sets[@]}"}; else set -- ${full_sets[@]+"${full_sets[@]}"}; fi
+  for ((i = 2; i <= $#; i += 2)); do side_sets+=("${!i}"); done
+}
+sides_own --lora-set
 plan_or_die "$binary" "$steps" "$config" ${both[@]+"${both[@]}"} --set train.mode=lora ${lora_sets[@]+"${lora_sets[@]}"}
+sides_own --full-set
 plan_or_die "$binary" "$steps" "$config" ${both[@]+"${both[@]}"} --set train.mode=full ${full_sets[@]+"${full_sets[@]}"}
+side_option=""
+side_sets=()
 if [ -z "$out" ]; then out="$repo/out/compare-$(date +%Y%m%d-%H%M%S)"; fi
 mkdir -p "$out" 2> /dev/null || die "--out $out: cannot create the folder"
 out=$(cd "$out" && pwd)
@@ -177,6 +208,15 @@ for f in "${comparison[@]}"; do
     mv -f "$out/$f.previous" "$out/$f"
   fi
 done
+# An earlier run's partial result, kept aside through a run that was killed
+# with the comparison (step, below): back, and the killed run's own beside it
+# as a failed step's.
+for f in lora.aborted.json full.aborted.json; do
+  if [ -e "$out/$f.previous" ]; then
+    if [ -e "$out/$f" ]; then mv -f "$out/$f" "$out/${f%.aborted.json}.failed.aborted.json"; fi
+    mv -f "$out/$f.previous" "$out/$f"
+  fi
+done
 # The earlier comparison's files, set aside (NAME.previous) until this one is complete.
 earlier=()
 for f in "${comparison[@]}"; do
@@ -201,6 +241,17 @@ give_up() {
   elif [ -n "$name" ]; then
     rm -f "$out/$name.json"
   fi
+  # A run that an abort or a signal ended leaves the steps it completed in
+  # NAME.aborted.json: the failed step's, set aside with its log and result
+  # (left as it was, it stood unnamed beside the earlier comparison put back
+  # below). An earlier one, kept aside through the run (step), goes back.
+  if [ -n "$name" ] && [ -e "$out/$name.aborted.json" ]; then
+    mv -f "$out/$name.aborted.json" "$out/$name.failed.aborted.json"
+    failed+=("its partial result (the steps it completed) is $out/$name.failed.aborted.json")
+  fi
+  for f in lora.aborted.json full.aborted.json; do
+    if [ -e "$out/$f.previous" ] && [ ! -e "$out/$f" ]; then mv -f "$out/$f.previous" "$out/$f"; fi
+  done
   for f in "${comparison[@]}"; do
     if [ -e "$out/$f" ]; then
       mv -f "$out/$f" "$out/$(tagged "$f" unpaired)"
@@ -252,6 +303,12 @@ step() {
   line=$(printf '%q ' "$@")
   line=${line% }
   echo "$me: $name: $line"
+  # An earlier run's partial result (NAME.aborted.json) is kept aside through
+  # this run and put back after it: trainbench would write this run's over
+  # it, and one there after the run is then this run's alone (give_up).
+  case "$name" in
+    lora|full) if [ -e "$out/$name.aborted.json" ]; then mv -f "$out/$name.aborted.json" "$out/$name.aborted.json.previous"; fi ;;
+  esac
   running=$name
   started=$(date +%s)
   if [ -n "$stdout_file" ]; then
@@ -273,6 +330,7 @@ step() {
     tail -n 15 "$out/$name.log" | sed 's/^/  /' >&2
     give_up "$name" "$code"
   fi
+  if [ -e "$out/$name.aborted.json.previous" ]; then mv -f "$out/$name.aborted.json.previous" "$out/$name.aborted.json"; fi
 }
 
 # Each side planned with its own --set's (lora.rank and lora.targets,

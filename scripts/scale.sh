@@ -41,7 +41,9 @@
 # its log is DIR/ranks-<N>.failed.log, the result it may still have written (a
 # failed check, a failed checkpoint) DIR/ranks-<N>.failed.json. An earlier
 # sweep's DIR/ranks-<N>.json and .log are all back in place, and the points
-# this one had finished are in DIR/unfinished-<sweep id>/.
+# this one had finished are in DIR/unfinished-<sweep id>/; the partial result
+# of a run that an abort or a signal ended (trainbench's ranks-<N>.aborted.json,
+# the steps it completed) goes there too, earlier sweep or not.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -352,6 +354,11 @@ for n in "${rank_counts[@]}"; do
   echo "$n" >> "$record"
   if [ -f "$out/ranks-$n.json" ]; then mv -f "$out/ranks-$n.json" "$out/ranks-$n.json.previous"; set_aside+=("$n"); fi
   if [ -f "$log" ]; then mv -f "$log" "$log.previous"; set_aside+=("$n"); fi
+  # An earlier run's partial result is kept aside through this run, then put
+  # back: trainbench would write this run's over it, and one there after the
+  # run is then this run's alone. (A killed sweep's .previous goes back above.)
+  partial="$out/ranks-$n.aborted.json"
+  if [ -f "$partial" ]; then mv -f "$partial" "$partial.previous"; fi
   printf '%q ' "${cmd[@]}" > "$log"
   printf '\n\n' >> "$log"
   started=$(date +%s)
@@ -375,6 +382,18 @@ for n in "${rank_counts[@]}"; do
       mv -f "$out/ranks-$n.json" "$out/ranks-$n.failed.json"
       echo "$me: its result (the steps before it failed) is $out/ranks-$n.failed.json" >&2
     fi
+    # A run that an abort or a signal ended leaves the steps it completed in
+    # ranks-N.aborted.json: this sweep's unfinished work, set aside with its
+    # finished points (left here, it stood unnamed beside the earlier sweep
+    # put back below, and report.py DIR named it as a stray).
+    if [ -f "$partial" ]; then
+      if mkdir -p "$out/unfinished-$sweep_id" 2> /dev/null && mv -f "$partial" "$out/unfinished-$sweep_id/"; then
+        echo "$me: its partial result (the steps it completed) is $out/unfinished-$sweep_id/ranks-$n.aborted.json" >&2
+      else
+        echo "$me: its partial result (the steps it completed) is $partial (cannot move it to $out/unfinished-$sweep_id)" >&2
+      fi
+    fi
+    if [ -f "$partial.previous" ] && [ ! -e "$partial" ]; then mv -f "$partial.previous" "$partial"; fi
     if [ -f "$log.previous" ]; then mv -f "$log.previous" "$log"; fi
     if [ -f "$out/ranks-$n.json.previous" ]; then
       mv -f "$out/ranks-$n.json.previous" "$out/ranks-$n.json"
@@ -384,6 +403,7 @@ for n in "${rank_counts[@]}"; do
     exit $(( code == 0 ? 1 : code ))
   fi
   finished+=("$n")
+  if [ -f "$partial.previous" ]; then mv -f "$partial.previous" "$partial"; fi
   tokens=$(grep -m1 '^  tokens/s' "$log" | sed 's/^  tokens\/s *//' || true)
   echo "$me: $n rank(s): tokens/s ${tokens:-?} (${seconds}s, log $log)"
 done

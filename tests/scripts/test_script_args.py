@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import io
 import json
 import os
 import shlex
@@ -429,6 +430,102 @@ class BenchInstrumentationTests(Sandbox):
         for call in runs:
             self.assertEqual(call["argv"][:2], ["run", str(config)])
 
+    def test_a_set_of_report_instrument_is_refused(self) -> None:
+        # Given after the script's own, it made both sides timed (or both
+        # untimed): "timed", "untimed" and an overhead were printed, exit 0.
+        for value in ("false", "true"):
+            with self.subTest(value=value):
+                done = run("bash", SCRIPTS / "bench_instrumentation.sh", "--steps", "20", "--repeats", "1",
+                           "--set", f"report.instrument={value}", env=self.env, timeout=20)
+                self.assert_refused(done, f"--set report.instrument={value}", "bench_instrumentation: ")
+                self.assertEqual(self.calls(), [])
+
+    def test_the_warm_up_said_is_the_runs(self) -> None:
+        # A --set train.warmup_steps=2 ran 2 warm-up steps; the table said 10.
+        require_binary()
+        write_tool(self.dir / "build", "trainbench", f'exec {shlex.quote(str(BINARY))} "$@"\n')
+        done = run("bash", SCRIPTS / "bench_instrumentation.sh", "--config", "tiny", "--steps", "4", "--repeats", "1",
+                   "--set", "train.warmup_steps=2", "--set", "train.threads=1",
+                   env={**self.env, "BUILD_DIR": str(self.dir / "build")}, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("tiny, 4 steps (2 warm-up), 1 alternating repeats", done.stdout)
+
+
+class BenchHelpTests(Sandbox):
+    """--help printed the usage on stderr, exit 2, as bad usage does: the
+    bench scripts' usage() exits 2."""
+
+    SCRIPTS = ("bench_ckpt_stall.sh", "bench_ckpt_write.sh", "bench_cpu_vs_libtorch.sh", "bench_instrumentation.sh",
+               "bench_io.sh")
+
+    def test_help_prints_the_usage_and_bad_usage_stays_exit_2(self) -> None:
+        write_tool(self.tools, "cmake", 'echo "cmake $*" >> "$FAKE_LOG"; exit 1\n')
+        for script in self.SCRIPTS:
+            for flag in ("-h", "--help"):
+                with self.subTest(script=script, flag=flag):
+                    done = run("bash", SCRIPTS / script, flag, env=self.env, timeout=20)
+                    self.assertEqual(done.returncode, 0, done.stderr)
+                    self.assertIn(f"scripts/{script} [", done.stdout)
+                    self.assertEqual(done.stderr, "")
+                    self.assertFalse(self.log.exists(), "something ran")
+            with self.subTest(script=script, flag="--bogus"):
+                done = run("bash", SCRIPTS / script, "--bogus", env=self.env, timeout=20)
+                self.assertEqual(done.returncode, 2, done.stderr)
+                self.assertIn("--bogus", done.stderr)
+                self.assertEqual(done.stdout, "")
+
+
+class WebdatasetReadBenchTests(Sandbox):
+    """scripts/webdataset_read_bench.py met a missing shard, a file that is
+    no tar, a folder, a --field the samples lack and a --json in a folder that
+    does not exist with a traceback (the last after the figures); --workers 0
+    and -1 ran one process in silence."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        if subprocess.run([sys.executable, "-c", "import numpy, webdataset"], capture_output=True).returncode != 0:
+            self.skipTest("numpy or webdataset is not installed (scripts/requirements.txt)")
+
+    def shard(self, name: str, samples: int = 4) -> Path:
+        """A webdataset shard of `samples` samples, each a .u16 member of 8 tokens."""
+        path = self.dir / name
+        with tarfile.open(path, "w") as tar:
+            for i in range(samples):
+                data = bytes(range(16))
+                info = tarfile.TarInfo(f"{i:06d}.u16")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        return path
+
+    def bench(self, *args: str | Path) -> subprocess.CompletedProcess[str]:
+        return run(sys.executable, SCRIPTS / "webdataset_read_bench.py", *args, env=self.env, timeout=60)
+
+    def test_bad_input_is_one_line_exit_2_before_reading(self) -> None:
+        good = self.shard("good.tar")
+        (self.dir / "notatar.tar").write_text("not a tar\n" * 100)
+        (self.dir / "folder").mkdir()
+        missing_json = self.dir / "no-such-folder" / "out.json"
+        for args, words in (([self.dir / "nosuch.tar"], [f"{self.dir}/nosuch.tar"]),
+                            ([good, self.dir / "notatar.tar"], [f"{self.dir}/notatar.tar", "not a tar file"]),
+                            ([self.dir / "folder"], [f"{self.dir}/folder", "folder"]),
+                            ([good, "--field", "u32"], ["--field u32", f"{good}", "u16"]),
+                            ([good, "--workers", "0"], ["--workers", "'0'"]),
+                            ([good, "--workers", "-1"], ["--workers", "'-1'"]),
+                            ([good, "--json", missing_json], [f"--json {missing_json}"])):
+            with self.subTest(args=[str(a) for a in args]):
+                done = self.bench(*args)
+                self.assert_refused(done, "webdataset_read_bench.py: ", *words)
+                self.assertEqual(done.stdout, "", "figures before the refusal")
+                self.assertFalse(missing_json.parent.exists())
+
+    def test_more_workers_than_shards(self) -> None:
+        # The worker with no shard met wds.WebDataset([]): an IndexError.
+        out = self.dir / "figures.json"
+        done = self.bench(self.shard("a.tar"), self.shard("b.tar"), "--workers", "3", "--json", out)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        runs = json.loads(out.read_text())["runs"]
+        self.assertEqual([(r["workers"], r["samples"], r["tokens"]) for r in runs], [(1, 8, 64), (3, 8, 64)])
+
 
 class BenchStorageTests(Sandbox):
     """bench_io.sh, bench_ckpt_write.sh, bench_ckpt_stall.sh: options checked
@@ -583,6 +680,20 @@ class FabricArgumentTests(Sandbox):
                            env={**self.env, name: value}, timeout=20)
                 self.assert_refused(done, f"{name}='{value}'")
                 self.assertFalse(self.out.exists())
+
+    def test_a_bad_config_exits_2_before_any_setup(self) -> None:
+        # CONFIG=nosuch was met by the first 2-rank run, once the namespaces
+        # were up and the latency measured. ip, tc and mpirun record a call.
+        require_binary()
+        (self.dir / "folder").mkdir()
+        for config, words in (("nosuch", ["CONFIG=nosuch", "config file not found"]),
+                              (str(self.dir / "folder"), [f"CONFIG={self.dir}/folder", "directory"])):
+            with self.subTest(config=config):
+                done = run("bash", SCRIPTS / "validate_fabric_projection.sh", "200",
+                           env={**self.env, "TRAINBENCH_BINARY": str(BINARY), "CONFIG": config}, timeout=30)
+                self.assert_refused(done, "validate_fabric_projection: ", *words)
+                self.assertFalse(self.out.exists())
+                self.assertFalse(self.log.exists(), self.log.read_text() if self.log.exists() else "")
 
     def test_help_prints_the_usage(self) -> None:
         for flag in ("-h", "--help"):
@@ -1120,6 +1231,35 @@ class ScaleTests(LauncherSandbox):
         self.assertFalse(list(out.glob("*.previous")))
         self.assertEqual(len([p for p in out.iterdir() if p.name.startswith("unfinished-")]), 1)
 
+    def test_an_aborted_runs_partial_result_is_set_aside_with_the_unfinished_points(self) -> None:
+        # A run an abort ended left ranks-2.aborted.json beside the earlier
+        # sweep put back, unnamed (report.py DIR named it as a stray), and
+        # wrote it over the earlier one there.
+        require_binary()
+        out = self.dir / "sweep"
+        out.mkdir()
+        names = [f"ranks-{n}.{kind}" for n in (1, 2) for kind in ("json", "log")] + ["ranks-2.aborted.json"]
+        for name in names:
+            (out / name).write_text(f"the earlier sweep's {name}\n")
+        earlier = digests(out, names)
+        # The 2-rank run aborts (a collective past comm.timeout_s) as rank 0 does: its steps in
+        # ranks-2.aborted.json, exit 3.
+        write_tool(self.tools, "mpirun", 'if [ "$1" = -np ] && [ "$2" = 2 ]; then\n'
+                   '  while [ $# -gt 0 ]; do if [ "$1" = --out ]; then result=$2; fi; shift; done\n'
+                   '  echo \'{"schema": "trainbench.aborted_run/v1", "this": "rerun"}\' > "${result%.json}.aborted.json"\n'
+                   '  echo "trainbench: comm timeout" >&2; exit 3\nfi\n' + FAKE_MPIRUN)
+        done = run("bash", SCALE, "--binary", BINARY, "--config", "tiny", "--ranks", "1,2", "--steps", "4", "--set",
+                   "train.warmup_steps=1", "--set", "train.threads=1", "--set", "report.progress_every=0",
+                   "--out", out, "--no-report", env=self.env, timeout=60)
+        self.assertEqual(done.returncode, 3, done.stderr)
+        self.assertEqual(digests(out, names), earlier)
+        [unfinished] = [p for p in out.iterdir() if p.name.startswith("unfinished-")]
+        self.assertEqual(sorted(p.name for p in unfinished.iterdir()),
+                         ["ranks-1.json", "ranks-1.log", "ranks-2.aborted.json"])
+        self.assertEqual(json.loads((unfinished / "ranks-2.aborted.json").read_text())["this"], "rerun")
+        self.assertIn(f"{unfinished}/ranks-2.aborted.json", done.stderr)
+        self.assertFalse(list(out.glob("*.previous")))
+
     def test_a_sweep_killed_part_way_is_undone_before_the_next(self) -> None:
         # A sweep killed outright left the earlier one's files as .previous:
         # the next sweep set its own over them, and the folder held one
@@ -1323,6 +1463,46 @@ class CompareTests(LauncherSandbox):
                 self.assert_refused(done, named)
                 self.assertFalse((self.dir / "never").exists())
                 self.assertEqual(self.mpirun_calls(), [])
+
+    def test_a_sides_setting_is_named_as_typed(self) -> None:
+        # --lora-set lora.rank=0 was refused as "--set lora.rank=0: ...".
+        base = ["bash", COMPARE, "--binary", BINARY, "--config", "tiny", "--gpus-per-node", "1", "--nodes", "1"]
+        for args, named in ((["--lora-set", "lora.rank=0"], "--lora-set lora.rank=0: "),
+                            (["--full-set", "train.micro_batch=0"], "--full-set train.micro_batch=0: "),
+                            (["--set", "lora.rank=4", "--lora-set", "lora.rank=0"], "--lora-set lora.rank=0: "),
+                            (["--lora-set", "lora.rank=0", "--set", "lora.rank=0"], "--lora-set lora.rank=0: "),
+                            # A --set that begins as a side's does stays a --set.
+                            (["--set", "lora.rank=1x", "--lora-set", "lora.rank=1"], "--set lora.rank=1x: "),
+                            (["--lora-set", "lora.rank=1", "--set", "train.micro_batch=0"],
+                             "--set train.micro_batch=0: ")):
+            with self.subTest(args=args):
+                done = run(*base, *args, "--out", self.dir / "never", env=self.env, timeout=60)
+                self.assert_refused(done, "compare_finetune.sh: " + named)
+                self.assertFalse((self.dir / "never").exists())
+
+    def test_an_aborted_runs_partial_result_is_set_aside_and_named(self) -> None:
+        # A full run an abort ended left full.aborted.json beside the earlier
+        # comparison put back, unnamed, written over the earlier one there.
+        out = self.dir / "out"
+        first = self.compare(out, gpus_per_node=1)
+        self.assertEqual(first.returncode, 0, first.stderr)
+        (out / "full.aborted.json").write_text('{"earlier": "partial"}\n')
+        kept = ["lora.json", "full.json", "compare.md", "plan-lora.json", "plan-full.json", "lora.log", "full.log",
+                "full.aborted.json"]
+        earlier = digests(out, kept)
+        # The full run (2 ranks) aborts as rank 0 does: its steps in full.aborted.json, exit 3.
+        mpirun = write_tool(self.dir / "abort", "mpirun", 'if [ "$1" = -np ] && [ "$2" = 2 ]; then\n'
+                            '  while [ $# -gt 0 ]; do if [ "$1" = --out ]; then result=$2; fi; shift; done\n'
+                            '  echo \'{"this": "rerun"}\' > "${result%.json}.aborted.json"\n'
+                            '  echo "trainbench: comm timeout" >&2; exit 3\nfi\n' + FAKE_MPIRUN)
+        done = self.compare(out, gpus_per_node=1, extra_env={"MPIRUN": str(mpirun)})
+        self.assertEqual(done.returncode, 3, done.stderr)
+        self.assertEqual(digests(out, kept), earlier)
+        self.assertEqual(json.loads((out / "full.failed.aborted.json").read_text()), {"this": "rerun"})
+        self.assertIn(f"full: its partial result (the steps it completed) is {out}/full.failed.aborted.json",
+                      done.stderr)
+        self.assertTrue((out / "lora.unpaired.json").is_file())
+        self.assertFalse(list(out.glob("*.previous")))
 
     def test_a_failed_plan_leaves_no_empty_result(self) -> None:
         # Its stdout file was kept as plan-lora.failed.json, 0 bytes, named
