@@ -602,8 +602,11 @@ nlohmann::json scale_json(const ScaleFigures& scale, const Fabric& fabric, bool 
                           {"tokens_per_s", figure_json(p.tokens_per_s)},
                           {"scaling_efficiency", figure_json(p.scaling_efficiency)}});
   if (!has_step) json_table = nullptr;  // built on a step that is not there
-  return {{"fabric", {{"name", fabric.name}, {"gbs_per_gpu", fabric.gbs_per_gpu},
-                      {"hop_latency_s", fabric.hop_latency_s}, {"assumption", fabric.assumption}}},
+  // The figures the table took: with `measured`, the ring fitted here (they
+  // were written as the fabric's placeholder 0s).
+  const Link inter = between_nodes(scale.inputs, fabric);
+  return {{"fabric", {{"name", fabric.name}, {"gbs_per_gpu", inter.busbw_gbs},
+                      {"hop_latency_s", inter.hop_latency_s}, {"assumption", fabric.assumption}}},
           {"link_here", {{"busbw_gbs", scale.intra.busbw_gbs}, {"hop_latency_s", scale.intra.hop_latency_s}}},
           {"modeled_comm_s_here", scale.modeled_comm_here},
           {"comm_slowdown", scale.inputs.comm_slowdown},

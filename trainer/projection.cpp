@@ -232,13 +232,17 @@ Link fit_link(const std::vector<double>& bytes, const std::vector<double>& secon
   return link;
 }
 
+Link between_nodes(const ScaleInputs& in, const Fabric& fabric) {
+  // `measured`: G ranks per node share the node's measured ring, so each
+  // GPU's share of it is busbw / G (ring_all_reduce_s multiplies back by G).
+  if (fabric.measured) return Link{in.intra.busbw_gbs / std::max(1, in.ranks_per_node), in.intra.hop_latency_s};
+  return Link{fabric.gbs_per_gpu, fabric.hop_latency_s};
+}
+
 std::vector<ScalePoint> project_scale(const ScaleInputs& in, const Fabric& fabric, const std::vector<int>& nodes) {
   constexpr double kNoFigure = std::numeric_limits<double>::quiet_NaN();
   const int g = std::max(1, in.ranks_per_node);
-  Link inter{fabric.gbs_per_gpu, fabric.hop_latency_s};
-  // `measured`: G ranks per node share the node's measured ring, so each
-  // GPU's share of it is busbw / G (ring_all_reduce_s multiplies back by G).
-  if (fabric.measured) inter = Link{in.intra.busbw_gbs / g, in.intra.hop_latency_s};
+  const Link inter = between_nodes(in, fabric);
   const double backward_window_s = 2.0 / 3.0 * in.step.compute_s;
   const auto comm_at = [&](int n) {
     double comm_s = 0;

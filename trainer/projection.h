@@ -173,6 +173,10 @@ struct ScalePoint {
 std::vector<ScalePoint> project_scale(const ScaleInputs& inputs, const Fabric& fabric,
                                       const std::vector<int>& nodes);
 
+// The link between nodes the table takes: the fabric's figures, or with
+// `measured` the ring fitted here, each GPU's share of it (busbw / G).
+Link between_nodes(const ScaleInputs& inputs, const Fabric& fabric);
+
 // |projected − measured| / measured: 0 when both are 0, NaN (no figure)
 // when only the measured one is (a stall projected where none was measured
 // read as "0 %" error).

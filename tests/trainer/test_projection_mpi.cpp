@@ -83,6 +83,14 @@ TEST(ScaleProjection, FourRanksFromOneAndTwo) {
   EXPECT_GT(projected.at("comm_s").get<double>(),
             projection.at("measured").at(0).at("step").at("comm_s").get<double>());
   EXPECT_GT(projected.at("tokens_per_s").get<double>(), 0.0);
+  // The fabric's figures are the ones the table took, the ring here shared
+  // by the node's 2 GPUs, not the placeholder 0s they were written as.
+  const nlohmann::json& scale = projection.at("scale");
+  EXPECT_DOUBLE_EQ(scale.at("fabric").at("gbs_per_gpu").get<double>(),
+                   scale.at("link_here").at("busbw_gbs").get<double>() / 2);
+  EXPECT_DOUBLE_EQ(scale.at("fabric").at("hop_latency_s").get<double>(),
+                   scale.at("link_here").at("hop_latency_s").get<double>());
+  EXPECT_GT(scale.at("fabric").at("gbs_per_gpu").get<double>(), 0.0);
 }
 
 // Two depths fitted to a third (each layer 43 MiB of gradients more: comm
