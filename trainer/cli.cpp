@@ -1513,7 +1513,7 @@ int parse_and_run(int argc, char** argv) {
   if (shards.parsed()) return shards.run();
   if (bench.parsed()) return bench.run(quoted_command_line(argc, argv));
   if (burnin.parsed()) return burnin.run(quoted_command_line(argc, argv));
-  if (plan.parsed()) return plan.run();
+  if (plan.parsed()) return plan.run(quoted_command_line(argc, argv));
   if (project.parsed()) return project.run(quoted_command_line(argc, argv));
   return kExitUserError;
 }

@@ -91,7 +91,8 @@ nlohmann::json host_gpus_to_json(const HostGpus& h) {
   return {{"host", h.host},
           {"gpus", h.gpu_count},
           {"gpu_name", or_null(h.gpu_name)},
-          {"gpu_memory_bytes", h.gpu_memory_bytes},
+          // None without a GPU, as its name and drivers (it read 0).
+          {"gpu_memory_bytes", h.gpu_count > 0 ? nlohmann::json(h.gpu_memory_bytes) : nlohmann::json()},
           {"nvidia_driver", or_null(h.nvidia_driver)},
           {"cuda_driver", or_null(h.cuda_driver)}};
 }
@@ -104,7 +105,7 @@ HostGpus host_gpus_from_json(const nlohmann::json& json) {
   h.host = text("host");
   h.gpu_count = json.at("gpus").get<int>();
   h.gpu_name = text("gpu_name");
-  h.gpu_memory_bytes = json.at("gpu_memory_bytes").get<int64_t>();
+  h.gpu_memory_bytes = json.at("gpu_memory_bytes").is_number() ? json.at("gpu_memory_bytes").get<int64_t>() : 0;
   h.nvidia_driver = text("nvidia_driver");
   h.cuda_driver = text("cuda_driver");
   return h;

@@ -15,9 +15,10 @@
 #include "trainer/checkpointing.h"  // rank_staging_bytes: what the Checkpointer stages
 #include "trainer/cli_validators.h"  // integer_range, number_range: numbers checked as typed
 #include "trainer/config.h"
+#include "trainer/environment.h"  // trainbench_version: which build planned it
 #include "trainer/report.h"       // human_bytes, human_count
 #include "trainer/zero_optimizer.h"  // zero_shard: ZeRO-1's cut of the optimizer state
-#include "trainer/json_text.h"       // json_text: never throws on bytes that are not UTF-8
+#include "trainer/json_text.h"       // json_text, utf8_escaped: never throws on bytes that are not UTF-8
 
 namespace trainbench {
 
@@ -291,7 +292,7 @@ void print_plan_table(const Config& config, const Plan& plan) {
 
 }  // namespace
 
-int PlanCommand::run() {
+int PlanCommand::run(const std::string& command_line) {
   const Options& o = *options_;
   if (o.gpus_per_node < 1)
     throw CommandError{kExitUserError, "--gpus-per-node: must be >= 1 (got " + std::to_string(o.gpus_per_node) + ")"};
@@ -307,10 +308,15 @@ int PlanCommand::run() {
   plan.nodes = o.nodes;
   plan.rows = plan_finetune(config, o.gpus_per_node, o.nodes, plan.usable);
   plan.attention = planned_attention(config);
-  if (o.json)
-    std::printf("%s\n", json_text(plan_json(config, plan), 2).c_str());
-  else
+  if (o.json) {
+    nlohmann::json out = plan_json(config, plan);
+    // Which build planned it and how, as every other output says.
+    out["version"] = trainbench_version();
+    out["command"] = utf8_escaped(command_line);  // argv is bytes
+    std::printf("%s\n", json_text(out, 2).c_str());
+  } else {
     print_plan_table(config, plan);
+  }
   return kExitOk;
 }
 

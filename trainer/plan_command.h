@@ -61,7 +61,7 @@ class PlanCommand {
   explicit PlanCommand(CLI::App& app);
   ~PlanCommand();
   bool parsed() const;
-  int run();
+  int run(const std::string& command_line);
 
  private:
   CLI::App* plan_ = nullptr;

@@ -256,6 +256,9 @@ TEST(Plan, CliPrintsTheTableAndJsonAndRefusesBadArguments) {
       << "rank 0's of 12: its slices, about a 12th";
   EXPECT_GE(plan["rows"][0]["staging_bytes"].get<int64_t>(), kBase * (4 + 2 + 8) / 12);
   for (const nlohmann::json& row : plan["rows"]) EXPECT_FALSE(row["fits"].get<bool>()) << row.dump();
+  // Which build planned it and how, as every other output says.
+  EXPECT_FALSE(plan.at("version").get<std::string>().empty());
+  EXPECT_EQ(plan.at("command"), binary + " plan tiny --json --gpus-per-node 4 --nodes 3 --gpu-memory 0.001");
   // Counts are decimal as typed: CLI11's own conversion read 010 as 8 (and refused 08).
   const CommandResult zeros = run_command(binary + " plan tiny --json --gpus-per-node 08 --nodes 010");
   ASSERT_EQ(zeros.exit_code, 0) << zeros.err;

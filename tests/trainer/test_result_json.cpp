@@ -728,10 +728,16 @@ TEST(Cli, TheDataFilesystemIsTheShardsTargetsNotTheirLinks) {
                              "--set checkpoint.every_steps=0 --set model.vocab=512 --set data.shards=" +
                              dir.file("links") + "/*.tar --out " + dir.file("r.json"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const nlohmann::json fs = nlohmann::json::parse(testing::read_whole_file(dir.file("r.json")))["environment"]["filesystems"];
+  const nlohmann::json environment = nlohmann::json::parse(testing::read_whole_file(dir.file("r.json")))["environment"];
+  const nlohmann::json& fs = environment.at("filesystems");
   ASSERT_EQ(fs.at(0).at("role"), "data") << fs.dump();
   EXPECT_EQ(fs.at(0).at("type"), "tmpfs") << fs.dump();
   EXPECT_EQ(fs.at(0).at("path"), std::filesystem::canonical(shm.file("data")).string()) << fs.dump();
+  // A host without a GPU has no GPU memory to give, null as its GPU's name (it read 0).
+  for (const nlohmann::json& host : environment.at("host_gpus"))
+    if (host.at("gpus") == 0) {
+      EXPECT_TRUE(host.at("gpu_memory_bytes").is_null()) << host.dump();
+    }
 }
 
 // A host name is bytes: one that is not UTF-8 ended every run before step 1
