@@ -247,7 +247,9 @@ nlohmann::json ceilings_to_json(const Ceilings& c, double achieved) {
           {"storage_write",
            {{"gbs", value(c.write_gbs)},
             {"bytes_per_rank", c.write_gbs > 0 ? nlohmann::json(c.write_bytes) : nlohmann::json()},
-            {"checkpoint_bytes", value(c.checkpoint_bytes)},
+            // Whole, as bytes_per_rank (summed over the ranks as a double).
+            {"checkpoint_bytes", c.checkpoint_bytes > 0 ? nlohmann::json(std::llround(c.checkpoint_bytes))
+                                                        : nlohmann::json()},
             {"sync_checkpoint_s_per_step", c.write_gbs > 0 ? nlohmann::json(c.write_s_per_step) : nlohmann::json()}}}};
 }
 

@@ -171,6 +171,12 @@ Link measure_link(Communicator& comm, const std::vector<int64_t>& bucket_bytes, 
 // A figure, or null where there is none (NaN: a rate without a step).
 nlohmann::json figure_json(double value) { return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(); }
 
+// A byte count, whole as every other output writes one (a fit's is rounded),
+// where it was held as a double for the fits.
+nlohmann::json bytes_json(double value) {
+  return std::isfinite(value) ? nlohmann::json(std::llround(value)) : nlohmann::json();
+}
+
 nlohmann::json times_json(const StepTimes& t) {
   nlohmann::json json;
   for (const StepCategory& c : step_categories()) json[c.name] = t.*c.member;
@@ -589,7 +595,7 @@ nlohmann::json depth_json(const DepthFigures& depth, const FullModelFigures& ful
           // null without a step, or without a datasheet peak (CPUs): not 0.
           {"mfu", depth.has_step && full.mfu > 0 ? nlohmann::json(full.mfu) : nlohmann::json()},
           {"mfu_vs_gemm_ceiling", figure_json(full.mfu_gemm)},
-          {"checkpoint_bytes", depth.checkpoint_bytes},
+          {"checkpoint_bytes", bytes_json(depth.checkpoint_bytes)},
           {"memory_per_gpu_bytes", full.memory.total_bytes()}};
 }
 
@@ -610,7 +616,11 @@ nlohmann::json scale_json(const ScaleFigures& scale, const Fabric& fabric, bool 
           {"link_here", {{"busbw_gbs", scale.intra.busbw_gbs}, {"hop_latency_s", scale.intra.hop_latency_s}}},
           {"modeled_comm_s_here", scale.modeled_comm_here},
           {"comm_slowdown", scale.inputs.comm_slowdown},
-          {"bucket_bytes", scale.inputs.bucket_bytes},
+          {"bucket_bytes", [&scale] {
+             nlohmann::json buckets = nlohmann::json::array();
+             for (const double b : scale.inputs.bucket_bytes) buckets.push_back(bytes_json(b));
+             return buckets;
+           }()},
           {"comm_hidden_share", scale.inputs.hidden_share},
           {"table", json_table}};
 }
@@ -619,7 +629,7 @@ nlohmann::json projection_json(const Projection& p, const Config& config, const 
   nlohmann::json measured = nlohmann::json::array();
   for (const MeasuredDepth& m : p.trained.runs)
     measured.push_back({{"layers", m.point.layers}, {"step", times_json(m.point.times)},
-                        {"tokens_per_s", m.tokens_per_s}, {"checkpoint_bytes", m.point.checkpoint_bytes},
+                        {"tokens_per_s", m.tokens_per_s}, {"checkpoint_bytes", bytes_json(m.point.checkpoint_bytes)},
                         {"comm_hidden_share", m.hidden_share}, {"round_step_s", m.round_step_s},
                         {"result", m.result}});
   return {
@@ -657,7 +667,7 @@ nlohmann::json report_verification(const MeasuredDepth& verified, const DepthFig
           {"step", times_json(m)},
           {"tokens_per_s", verified.tokens_per_s},
           {"tokens_per_s_error", figure_json(relative_error(tokens_per_s, verified.tokens_per_s))},
-          {"checkpoint_bytes", verified.point.checkpoint_bytes},
+          {"checkpoint_bytes", bytes_json(verified.point.checkpoint_bytes)},
           {"round_step_s", verified.round_step_s},
           {"errors", errors},
           {"result", verified.result}};

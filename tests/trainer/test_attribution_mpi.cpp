@@ -149,6 +149,7 @@ TEST_F(Attribution, CeilingsAndRanksAreReported) {
       EXPECT_GE(c.at("storage_write").at("checkpoint_bytes").get<double>(), ck.at("bytes").get<double>()) << ck.dump();
     }
     EXPECT_GT(committed, 0) << result.at("checkpoints").dump();
+    EXPECT_TRUE(c.at("storage_write").at("checkpoint_bytes").is_number_integer()) << "a byte count, whole";
     const nlohmann::json& ranks = result.at("ranks");
     ASSERT_EQ(ranks.size(), 2u);
     for (int rank = 0; rank < 2; ++rank) {

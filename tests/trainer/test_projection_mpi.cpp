@@ -133,7 +133,11 @@ TEST(ScaleProjection, ZeroOneIsOneCollectiveOfTheWholeBuffer) {
   const nlohmann::json& buckets = ddp.at("scale").at("bucket_bytes");
   ASSERT_GT(buckets.size(), 1u) << "DDP's buckets at 0.25 MiB: " << buckets;
   double total = 0;
-  for (const nlohmann::json& b : buckets) total += b.get<double>();
+  for (const nlohmann::json& b : buckets) {
+    EXPECT_TRUE(b.is_number_integer()) << "a byte count, whole: " << buckets;
+    total += b.get<double>();
+  }
+  EXPECT_TRUE(ddp.at("depth").at("checkpoint_bytes").is_number_integer()) << ddp.at("depth");
   EXPECT_EQ(zero.at("scale").at("bucket_bytes"), nlohmann::json::array({total}));
 }
 
