@@ -4,6 +4,8 @@
 #include <cmath>      // std::fabs, std::isnan: a loss that is not finite
 #include <vector>
 
+#include "trainer/results.h"  // with_auto_resolved: the header's config as the result's
+
 namespace trainbench {
 
 std::string human_count(double value) {
@@ -103,8 +105,10 @@ void print_header(FILE* out, const Config& config, const Environment& env, const
                human_bytes(static_cast<double>(plan.optimizer_bytes)).c_str(),
                human_bytes(static_cast<double>(plan.activation_bytes)).c_str(),
                human_bytes(static_cast<double>(plan.workspace_bytes)).c_str());
+  // As the result's config: the `auto`s as they resolved (it said auto
+  // where the JSON said cpu, local, fp32).
   std::fprintf(out, "  config\n");
-  for (const std::string& line : config_to_lines(config))
+  for (const std::string& line : config_to_lines(with_auto_resolved(config, env)))
     std::fprintf(out, "    %s\n", line.c_str());
   std::fflush(out);
 }

@@ -90,18 +90,21 @@ namespace {
 // config is checked against (report.py --compare); environment.attention
 // says which kernel ran.
 nlohmann::json resolved_config_json(const Config& config, const Environment& env) {
-  nlohmann::json json = config_to_json(config);
-  const auto resolve = [&json](const char* section, const char* key, const std::string& ran) {
-    nlohmann::json& value = json[section][key];
-    if (value == "auto" && !ran.empty()) value = ran;
-  };
-  resolve("train", "device", env.compute_backend);
-  resolve("comm", "backend", env.comm_backend);
-  resolve("train", "precision", precision_of_auto_on(env.compute_backend));
-  return json;
+  return config_to_json(with_auto_resolved(config, env));
 }
 
 }  // namespace
+
+Config with_auto_resolved(const Config& config, const Environment& env) {
+  Config resolved = config;
+  const auto resolve = [](std::string& value, const std::string& ran) {
+    if (value == "auto" && !ran.empty()) value = ran;
+  };
+  resolve(resolved.train.device, env.compute_backend);
+  resolve(resolved.comm.backend, env.comm_backend);
+  resolve(resolved.train.precision, precision_of_auto_on(env.compute_backend));
+  return resolved;
+}
 
 nlohmann::json build_result_json(const std::string& command_line, const Config& config,
                                  const Environment& env, const RunOutcome& outcome) {

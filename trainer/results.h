@@ -17,6 +17,10 @@ inline constexpr const char* kResultSchema = "trainbench.result/v1";
 
 nlohmann::json build_result_json(const std::string& command_line, const Config& config,
                                  const Environment& env, const RunOutcome& outcome);
+// `config` with the `auto`s the run resolved put as they ran: train.device
+// (the engine), comm.backend and train.precision. What the result's config
+// and the run's header say.
+Config with_auto_resolved(const Config& config, const Environment& env);
 // What describes the run, before any step: schema, version, command, the
 // resolved config and the environment (the start of build_result_json's).
 nlohmann::json result_header_json(const std::string& command_line, const Config& config, const Environment& env);

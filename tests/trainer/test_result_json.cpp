@@ -740,6 +740,23 @@ TEST(Cli, TheDataFilesystemIsTheShardsTargetsNotTheirLinks) {
     }
 }
 
+// The header's config is the result's: the `auto`s as they resolved (it
+// printed auto where the JSON said cpu, local, fp32).
+TEST(Cli, TheHeadersConfigSaysWhatAutoResolvedTo) {
+  testing::TempDir dir("test_cli_header");
+  const auto r = run_command(std::string(TRAINBENCH_BINARY) +
+                             " run tiny --steps 3 --set train.warmup_steps=1 --set train.threads=1 "
+                             "--set checkpoint.every_steps=0 --set data.source=synthetic --out " + dir.file("r.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json config = nlohmann::json::parse(testing::read_whole_file(dir.file("r.json"))).at("config");
+  for (const auto& [section, key] : {std::pair{"train", "device"}, {"comm", "backend"}, {"train", "precision"}}) {
+    const std::string value = config.at(section).at(key).get<std::string>();
+    EXPECT_NE(value, "auto") << section << "." << key;
+    EXPECT_NE(r.out.find("    " + std::string(section) + "." + key + ": " + value + "\n"), std::string::npos)
+        << section << "." << key << " = " << value << " in the result; the header:\n" << r.out;
+  }
+}
+
 // A host name is bytes: one that is not UTF-8 ended every run before step 1
 // as an internal error (the ranks' exchange of host and GPU names threw).
 TEST(Cli, AHostNameThatIsNotUtf8IsNoInternalError) {
