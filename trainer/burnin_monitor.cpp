@@ -323,7 +323,12 @@ class BurninMonitor final : public RunExtension {
     // own drift figure: rank 0's word is the job's.
     double passed = verdict_.passed() ? 1.0 : 0.0;
     comm_->broadcast(&passed, sizeof(passed), 0);
-    if (result != nullptr) (*result)["burnin"] = to_json(outcome);
+    if (result != nullptr) {
+      (*result)["burnin"] = to_json(outcome);
+      // The steps it trained, not the 2^40 it ran under to reach its
+      // duration (burnin_command.cpp): the config says what the job was.
+      (*result)["config"]["train"]["steps"] = outcome.steps.size();
+    }
     return passed != 0 ? 0 : 4;
   }
 
