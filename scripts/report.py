@@ -2077,17 +2077,13 @@ def temporary_beside(directory: Path, name: str) -> Path:
 def write_text(out: OutDir, name: str, text: str) -> Path:
     """Written beside (temporary_beside), then renamed over NAME: a full disk
     or a kill part way leaves the earlier report whole, not a truncated one."""
-    path = out.path / name
-    temporary = None
+    staged = Staged(out)
     try:
-        temporary = temporary_beside(out.path, name)
-        # surrogateescape: a file name that is not UTF-8 is written back as its bytes
-        temporary.write_text(text, encoding="utf-8", errors="surrogateescape")
-        os.replace(temporary, path)
-    except OSError as e:
-        discard(temporary)
-        raise write_error(out, f"cannot write {name}", e) from None
-    return path
+        staged.write_text(name, text)
+        staged.commit()
+    finally:
+        staged.discard_all()
+    return out.path / name
 
 
 class Staged:
@@ -2111,6 +2107,10 @@ class Staged:
             discard(temporary)
             raise write_error(self.out, f"cannot write {name}", e) from None
         self.files.append((temporary, name))
+
+    def write_text(self, name: str, text: str) -> None:
+        # surrogateescape: a file name that is not UTF-8 is written back as its bytes
+        self.write(name, lambda temporary: temporary.write_text(text, encoding="utf-8", errors="surrogateescape"))
 
     def commit(self) -> None:
         for temporary, name in self.files:
@@ -2224,10 +2224,7 @@ def main(argv: list[str]) -> int:
     staged = Staged(out)
     try:
         plots = [] if args.no_plots else write_plots(points, out, staged)
-        text = markdown_text(points, plots, notes)
-        # surrogateescape: a file name that is not UTF-8 is written back as its bytes
-        staged.write("report.md", lambda temporary: temporary.write_text(text, encoding="utf-8",
-                                                                           errors="surrogateescape"))
+        staged.write_text("report.md", markdown_text(points, plots, notes))
         staged.commit()
     finally:
         staged.discard_all()

@@ -2,7 +2,6 @@
 
 #include <CLI/CLI.hpp>  // the command line parser
 #include <algorithm>    // std::max, std::any_of, std::find_if
-#include <charconv>     // std::to_chars: --factor compared across ranks exactly
 #include <cmath>        // std::floor
 #include <cstdio>
 #include <filesystem>
@@ -1512,14 +1511,6 @@ nlohmann::json comm_result_json(const CommBenchSetup& s, const Config& config, C
   };
 }
 
-// The shortest text that reads back as `value`: std::to_string's six
-// decimals made --factor 1.01 and 1.0100004, whose sweeps differ, one job.
-std::string exact_decimal(double value) {
-  char text[32];
-  const std::to_chars_result written = std::to_chars(text, text + sizeof text, value);
-  return std::string(text, written.ptr);
-}
-
 }  // namespace
 
 int BenchCommand::run_comm(const std::string& command_line) {
@@ -1543,10 +1534,11 @@ int BenchCommand::run_comm(const std::string& command_line) {
   comm->set_timeout(config.comm.timeout_s);
   comm->set_context("bench comm");
   // Each rank sizes its buffers from its own options: one given others
-  // corrupted the heap in the first collective.
+  // corrupted the heap in the first collective. (--factor exactly:
+  // std::to_string's six decimals made 1.01 and 1.0100004 one job.)
   check_ranks_run_the_same_job(config,
                                "--min-bytes " + std::to_string(o.min_bytes) + " --max-bytes " +
-                                   std::to_string(o.max_bytes) + " --factor " + exact_decimal(o.factor) +
+                                   std::to_string(o.max_bytes) + " --factor " + format_double(o.factor) +
                                    " --iters " + std::to_string(o.iters) + " --warmup-iters " +
                                    std::to_string(o.warmup_iters) + " --average " + std::to_string(o.average) +
                                    // Rank 0 writes it: given to another rank alone, it was not written.

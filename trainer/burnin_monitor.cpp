@@ -255,14 +255,11 @@ class BurninMonitor final : public RunExtension {
   // another baseline on another rank was ignored. Its figures too: one path
   // may hold other files on other nodes.
   std::string job_options() const override {
-    char text[256];
-    std::snprintf(text, sizeof text, "--duration %.17gs", duration_s_);
-    std::string options = text;
-    if (baseline_) {
-      std::snprintf(text, sizeof text, " (tokens/s %.17g, busbw %.17g GB/s, write %.17g GB/s)",
-                    baseline_->tokens_per_s, baseline_->busbw_gbs, baseline_->write_gbs);
-      options += " --baseline " + baseline_->path + text;
-    }
+    std::string options = "--duration " + format_double(duration_s_) + "s";
+    if (baseline_)
+      options += " --baseline " + baseline_->path + " (tokens/s " + format_double(baseline_->tokens_per_s) +
+                 ", busbw " + format_double(baseline_->busbw_gbs) + " GB/s, write " +
+                 format_double(baseline_->write_gbs) + " GB/s)";
     return options;
   }
 

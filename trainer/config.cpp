@@ -297,8 +297,8 @@ std::vector<std::string_view> key_names() {
   return names;
 }
 
-// Shortest text that reads back as the same double, in the form a person
-// would write: 500000 and 0.001 rather than 5e+05 and 1e-03, but 1e-05.
+}  // namespace
+
 std::string format_double(double value) {
   char buffer[64];  // fixed notation is used only below 1e15: under 40 characters
   const double magnitude = std::fabs(value);
@@ -307,6 +307,8 @@ std::string format_double(double value) {
                             : std::to_chars(buffer, buffer + sizeof buffer, value);
   return std::string(buffer, result.ptr);
 }
+
+namespace {
 
 std::string format_value(const FieldPtr& field) {
   struct Formatter {

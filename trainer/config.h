@@ -201,6 +201,11 @@ bool is_preset(const std::string& name);
 inline constexpr size_t kExcerptBytes = 80;
 std::string excerpt(std::string_view text);
 
+// Shortest text that reads back as the same double, in the form a person
+// would write: 500000 and 0.001 rather than 5e+05 and 1e-03, but 1e-05.
+// (The config's values as printed; options compared across ranks exactly.)
+std::string format_double(double value);
+
 // The engine's LoraSpec for this config: rank 0 unless train.mode is lora.
 LoraSpec lora_spec(const Config& config);
 
