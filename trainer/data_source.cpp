@@ -13,7 +13,7 @@
 #include "dataloader/shard_loader.h"  // ShardLoader
 #include "dataloader/shard_tools.h"   // synthesize_shards
 #include "dataloader/token_decode.h"  // token_format_of_field
-#include "trainer/temporary_folder.h"   // make_temporary_directory, remove_temporary_folder: the synthetic shards' folder
+#include "trainer/temporary_folder.h"  // make_temporary_directory, remove_temporary_folder, temporary_directory_name
 
 namespace trainbench {
 
@@ -135,7 +135,17 @@ std::vector<std::string> shards_for_run(const Config& config, int64_t world, Dat
     return shards;
   }
   setup->temporary_dir = make_temporary_directory("trainbench-shards");
-  const SynthResult made = write_run_shards(config, setup->temporary_dir, world, host_ranks);
+  SynthResult made;
+  try {
+    made = write_run_shards(config, setup->temporary_dir, world, host_ranks);
+  } catch (const DataError&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    // A full disk (or a failed write) in a folder the user never chose: say
+    // where it is and how to move it, not only "make fewer or smaller shards".
+    throw std::runtime_error(std::string(e.what()) + " (the run makes its shards in " + temporary_directory_name() +
+                             "; set TMPDIR to a folder with room, or data.shards to shards of your own)");
+  }
   setup->data_path = setup->temporary_dir;
   setup->description = std::to_string(made.paths.size()) + " synthetic shards (" +
                        std::to_string(made.samples) + " samples, " + std::to_string(made.tokens) +

@@ -313,6 +313,30 @@ TEST_F(LoaderCli, DefaultRunReadsShardsItMadeAndReportsTheBytes) {
   EXPECT_GT(read["required_read_gbs"].get<double>(), 0.0);
 }
 
+// The default run's shards in a TMPDIR without room for them: the
+// environment's (exit 3), naming TMPDIR as the folder to move, for run and
+// bench io alike (it said only "make fewer or smaller shards" of a folder
+// the user never chose), and the folder made for them gone.
+TEST_F(LoaderCli, TemporaryShardsOnAFullDiskNameTmpdir) {
+  const testing::MountedFilesystem small(dir_ + "/small", "tmpfs", "size=256k");
+  if (!small.mounted()) GTEST_SKIP() << small.why_not();
+  const std::vector<std::string> commands = {" run tiny --steps 8 --out " + dir_ + "/r.json",
+                                             " bench io tiny --readers 1 --seconds 1"};
+  for (const std::string& command : commands) {
+    const CommandResult r =
+        run_command("env TMPDIR=" + small.path() + " timeout 60 " + std::string(TRAINBENCH_BINARY) + command);
+    EXPECT_EQ(r.exit_code, 3) << command << ": " << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
+    const std::vector<std::string> parts = {"shards need about ", "available: make fewer or smaller shards",
+                                            "the temporary directory (TMPDIR=" + small.path() + ")",
+                                            "set TMPDIR to a folder with room, or data.shards"};
+    for (const std::string& part : parts)
+      EXPECT_NE(r.err.find(part), std::string::npos) << command << ": " << r.err;
+    EXPECT_TRUE(fs::is_empty(small.path())) << command << ": left behind in TMPDIR";
+  }
+  EXPECT_FALSE(fs::exists(dir_ + "/r.json"));
+}
+
 TEST_F(LoaderCli, BenchIoReadsEveryShardOncePerReaderCountAndComparesWithAPlainRead) {
   // A run to compare against, then bench io over the same shards.
   ASSERT_EQ(run_with({}).exit_code, 0);
