@@ -773,6 +773,27 @@ def load_run(path: Path) -> Run:
     return Run(path, data)
 
 
+def not_a_training_run(run: Run) -> str | None:
+    """Why a result of the run's schema is not a training run's (a bench or
+    burnin result), or None. Its summary is another job's: as a training run
+    it set a sweep's ideal line, or decided a comparison's verdict."""
+    # bench compute and bench instrument write a result whose summary is the 2-step job their
+    # measurement ran in (the binary labels it "not the measurement").
+    bench = next((name for key, name in BENCH_RESULT_KEYS.items() if key in run.data), None)
+    if bench:
+        return (f"a `trainbench bench {bench}` result, whose summary is the 2-step job its measurement ran in, "
+                "not a training run")
+    if isinstance(run.data.get("burnin"), dict):
+        # Deterministic kernels, golden checks and health measurements
+        # between its steps: another job than the run's, whose verdict
+        # (a FAIL too) its own table reports.
+        verdict = run.data["burnin"].get("verdict")
+        return ("a `trainbench burnin` result" + (f" (verdict {verdict})" if isinstance(verdict, str) else "")
+                + ", not a training run's: its steps share the time with its golden checks and health "
+                "measurements, and its verdict table reports it")
+    return None
+
+
 def load_plan(option: str, name: str, lora_run: Run | None, full_run: Run | None) -> dict[str, dict[str, Any]]:
     """`trainbench plan --json` output given as `option` (--plan: for both
     runs; --lora-plan, --full-plan: for one): its rows by mode; refused where
@@ -970,23 +991,9 @@ def collect(inputs: list[str]) -> tuple[list[Run], list[str]]:
                 raise
             notes.append(f"{p}: left out: {str(other).removeprefix(f'{p}: ')}")
             continue
-        # bench compute and bench instrument write a result whose summary is the 2-step job their
-        # measurement ran in (the binary labels it "not the measurement"): as a training run it
-        # set the ideal line, and folded unlike runs into one world size.
-        bench = next((name for key, name in BENCH_RESULT_KEYS.items() if key in run.data), None)
-        if bench:
-            notes.append(f"{p}: left out: a `trainbench bench {bench}` result, whose summary is the 2-step job "
-                         "its measurement ran in, not a training run")
-            continue
-        if isinstance(run.data.get("burnin"), dict):
-            # Deterministic kernels, golden checks and health measurements
-            # between its steps: another job than the run's, whose verdict
-            # (a FAIL too) its own table reports.
-            verdict = run.data["burnin"].get("verdict")
-            notes.append(f"{p}: left out: a `trainbench burnin` result"
-                         + (f" (verdict {verdict})" if isinstance(verdict, str) else "")
-                         + ", not a training run's: its steps share the time with its golden checks and health "
-                         "measurements, and its verdict table reports it")
+        other_job = not_a_training_run(run)
+        if other_job:
+            notes.append(f"{p}: left out: {other_job}")
             continue
         text = json.dumps(run.data, sort_keys=True)
         if text in contents:
@@ -2200,6 +2207,12 @@ def main(argv: list[str]) -> int:
             raise ReportError("--plan is one plan for both runs: with --lora-plan or --full-plan, give each "
                               "side its own instead")
         lora_run, full_run = (load_run(Path(input_name(r, "RESULTS"))) for r in args.results)
+        for run in (lora_run, full_run):
+            # The sweep leaves such a result out; a comparison of two has
+            # nothing to leave out, and gave a verdict from its 2-step job.
+            other_job = not_a_training_run(run)
+            if other_job:
+                raise ReportError(f"{run.path}: {other_job}: compare two `trainbench run` results")
         plans = {"--plan": args.plan, "--lora-plan": args.lora_plan, "--full-plan": args.full_plan}
         path, line, warnings = write_comparison(lora_run, full_run, plans, target_tokens, args.gpus_per_node,
                                                 out or default_out(args.results))

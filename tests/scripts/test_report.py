@@ -1634,6 +1634,18 @@ class CompareArgumentTests(unittest.TestCase):
         stopped["config"]["train"]["mode"] = "lora"
         self.refuse(stopped, full, None, f"{self.dir / 'lora.json'}: the LoRA run measured no step")
 
+    def test_a_bench_or_burnin_result_cannot_be_compared(self) -> None:
+        # Their summary is another job's (a bench's 2-step job, a burn-in's
+        # steps between golden checks): it decided the verdict, exit 0.
+        lora, full = lora_and_full()
+        compute = damaged(full, "compute_ceiling", {"tokens_per_s": 1000.0, "step_s": 0.5})
+        self.refuse(lora, compute, None, f"{self.dir / 'full.json'}: a `trainbench bench compute` result",
+                    "compare two `trainbench run` results")
+        instrument = damaged(lora, "instrumentation_cost", {"pairs": 3})
+        self.refuse(instrument, full, None, f"{self.dir / 'lora.json'}: a `trainbench bench instrument` result")
+        burnin = damaged(lora, "burnin", {"verdict": "PASS"})
+        self.refuse(burnin, full, None, f"{self.dir / 'lora.json'}: a `trainbench burnin` result (verdict PASS)")
+
     def test_a_damaged_plan_names_the_file_and_the_field(self) -> None:
         lora, full = lora_and_full()
         plan_file = f"--plan {self.dir / 'plan.json'}"
