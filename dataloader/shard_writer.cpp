@@ -2,8 +2,9 @@
 
 #include <archive.h>        // archive_write_*: the tar writer
 #include <archive_entry.h>  // archive_entry_*: one member's header
-#include <fcntl.h>          // open, AT_FDCWD
+#include <fcntl.h>          // open, fcntl, AT_FDCWD
 #include <sys/file.h>       // flock: one writer per shard
+#include <sys/stat.h>       // lstat, fstat: what a leftover partial name is
 #include <locale.h>         // newlocale, uselocale: UTF-8 member names
 #include <unistd.h>         // fsync, close, unlink
 
@@ -148,17 +149,47 @@ int test_listing_delay_ms() {
   return delay;
 }
 
+// What is at `partial` when it is not a regular file a writer left ("" when
+// it is one, or nothing is there): taken over as it was, a link had the
+// shard written through it into its target and renamed into place as a
+// link, a FIFO blocked the open for good, a folder was "Is a directory",
+// exit 3.
+std::string not_a_partial_file(const std::string& partial) {
+  struct stat st {};
+  if (::lstat(partial.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return "";
+  if (S_ISLNK(st.st_mode)) return "a symbolic link";
+  if (S_ISDIR(st.st_mode)) return "a folder";
+  return S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket";
+}
+
 // Creates `partial` and takes its flock in one hold of the mutex, so the
 // signal's cleanup sees either no file or a held one: created first and
 // listed after, a signal in between left a .partial beside the whole
 // shards. Returns the descriptor; -1 with errno set when the file cannot be
 // opened, -1 with *busy when another writer holds it (then not listed: the
-// file is that writer's, not ours to remove).
-int create_held_partial(const std::string& partial, bool* busy) {
+// file is that writer's, not ours to remove), -1 with *other set to what
+// is there when it is not a regular file (not_a_partial_file).
+int create_held_partial(const std::string& partial, bool* busy, std::string* other) {
   const std::lock_guard<std::mutex> lock(held_partials_mutex());
   *busy = false;
-  const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return -1;
+  // O_NOFOLLOW and O_NONBLOCK: a link or a FIFO put there in the meantime
+  // fails the open (or is found by the fstat below) instead of being
+  // written through or waited on.
+  const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  if (fd < 0) {
+    const int error = errno;
+    *other = not_a_partial_file(partial);
+    errno = error;
+    return -1;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+    const int error = errno;
+    ::close(fd);
+    *other = not_a_partial_file(partial);
+    errno = error;
+    return -1;
+  }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
     ::close(fd);
     *busy = true;
@@ -218,10 +249,14 @@ void TarShardWriter::open(const std::string& path, bool replace_existing) {
   // flock on its partial file until the shard is renamed; a second writer is
   // refused. A partial file nobody holds (a killed writer's) is taken over.
   bool busy = false;
-  fd_ = create_held_partial(partial, &busy);
+  std::string other;
+  fd_ = create_held_partial(partial, &busy, &other);
   if (busy)
     throw std::invalid_argument(partial + " is being written by another process: two writers of one shard "
                                 "would damage it; give each its own output folder");
+  if (!other.empty())
+    throw std::invalid_argument(partial + " is already there and is " + other +
+                                ", not a killed writer's partial shard: remove it or give another output folder");
   if (fd_ < 0) fail_errno("cannot create", partial);
   if (::ftruncate(fd_, 0) != 0) {
     const int error = errno;

@@ -315,13 +315,13 @@ TEST_F(ShardTools, ASynthThatFailsOverAnEarlierRunNamesItsLeftoverShards) {
   ASSERT_EQ(synthesize_shards(o).paths.size(), 5u);
   o.overwrite = true;
   o.seed = 2;
-  // The second shard's partial name taken by a folder: its open fails.
+  // The second shard's partial name taken by a folder: refused at its open.
   const std::string blocker = dir_ + "/s/train-000001.tar.partial";
   auto block_second = [&](int64_t, int64_t, const char*) { fs::create_directories(blocker); };
   try {
     synthesize_shards(o, block_second);
     FAIL() << "the synth wrote its second shard through a folder";
-  } catch (const std::runtime_error& e) {
+  } catch (const std::invalid_argument& e) {
     const std::string message = e.what();
     EXPECT_NE(message.find("; 1 finished shard left (" + dir_ + "/s/train-000000.tar), not the whole set"),
               std::string::npos)
@@ -338,7 +338,7 @@ TEST_F(ShardTools, ASynthThatFailsOverAnEarlierRunNamesItsLeftoverShards) {
   try {
     synthesize_shards(o);
     FAIL() << "the synth wrote its first shard through a folder";
-  } catch (const std::runtime_error& e) {
+  } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()).find("left"), std::string::npos) << e.what();
   }
 }

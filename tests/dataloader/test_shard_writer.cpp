@@ -5,6 +5,7 @@
 #include <archive.h>  // reading the shards back
 #include <archive_entry.h>
 #include <signal.h>    // SIGKILL
+#include <sys/stat.h>  // mkfifo
 #include <sys/wait.h>  // waitpid
 #include <unistd.h>    // fork, _exit
 
@@ -246,6 +247,44 @@ TEST_F(ShardWriter, ASecondWriterOfTheSameShardIsRefused) {
   const std::vector<ReadMember> members = read_members(path);
   ASSERT_EQ(members.size(), 1u);
   EXPECT_EQ(members[0].name, "b.txt");
+}
+
+// A partial name that is not a regular file is nobody's partial shard: it is
+// refused (exit 2), named with what it is, and left as it is. Taken over, a
+// link had the shard written through it into a file outside the folder (and
+// renamed into place as the link), a FIFO blocked the open for good, and a
+// folder was "Is a directory", the environment's.
+TEST_F(ShardWriter, APartialNameThatIsNotARegularFileIsRefusedAndLeftAlone) {
+  const std::string path = dir_ + "/s.tar";
+  const std::string partial = path + ".partial";
+  const std::string outside = dir_ + "/precious";
+  std::ofstream(outside) << "precious";
+  const auto refused = [&](const std::string& what) {
+    TarShardWriter writer;
+    try {
+      writer.open(path);
+      writer.write_sample("a", {member("txt", std::string("tokens"))});
+      writer.close();
+      ADD_FAILURE() << "a partial name that is " << what << " was written through";
+    } catch (const std::invalid_argument& e) {
+      const std::string said = partial + " is already there and is " + what + ", not a killed writer's partial shard";
+      EXPECT_NE(std::string(e.what()).find(said), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(writer.is_open());
+    EXPECT_FALSE(fs::exists(fs::symlink_status(path))) << "renamed into place";
+  };
+  fs::create_symlink(outside, partial);
+  refused("a symbolic link");
+  EXPECT_EQ(contents(outside), "precious");
+  EXPECT_TRUE(fs::is_symlink(partial));
+  fs::remove(partial);
+  ASSERT_EQ(::mkfifo(partial.c_str(), 0644), 0);
+  refused("a FIFO");  // without O_NONBLOCK the open waited for a reader for good
+  EXPECT_TRUE(fs::is_fifo(partial));
+  fs::remove(partial);
+  fs::create_directory(partial);
+  refused("a folder");
+  EXPECT_TRUE(fs::is_directory(partial));
 }
 
 // Without replace_existing, a shard that appears while it is being written
