@@ -5,7 +5,8 @@
 #include <cmath>       // std::ceil: tar blocks in the size estimate
 #include <cstdint>     // INT64_MAX
 #include <cstdio>      // std::snprintf
-#include <cstring>     // std::memcpy
+#include <cerrno>      // errno: why an input file could not be read
+#include <cstring>     // std::memcpy, std::strerror
 #include <filesystem>  // walking pack's input tree, creating output directories
 #include <fstream>     // reading pack's input files
 #include <optional>
@@ -205,13 +206,27 @@ struct SourceFile {
   int64_t size = 0;
 };
 
+// pack's input tree that cannot be read: a refusal (EACCES) is the input's,
+// exit 2, as data.shards' is; failing storage (EIO) or the machine's limits
+// (EMFILE) exit 3. Named with the path and errno: it was a bare "cannot
+// read PATH", or the filesystem library's "cannot increment recursive
+// directory iterator" without the folder, both exit 3.
+[[noreturn]] void unreadable_input(const std::string& what, int error) {
+  throw DataError(scope_of_failed_open(error, CorruptScope::kConfig),
+                  "INPUT_DIR: " + what + ": " + std::strerror(error) + (error == EMFILE ? " (ulimit -n)" : ""));
+}
+
 void read_whole_file(const fs::path& path, std::vector<uint8_t>* out) {
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
+  if (!in) unreadable_input("cannot read " + path.string(), errno != 0 ? errno : EIO);
   std::error_code error;
   const uintmax_t size = fs::file_size(path, error);
-  if (!in || error) throw std::runtime_error("cannot read " + path.string());
+  if (error) unreadable_input("cannot read " + path.string(), error.value());
   out->resize(static_cast<size_t>(size));
+  errno = 0;
   in.read(reinterpret_cast<char*>(out->data()), static_cast<std::streamsize>(size));
+  if (in.bad()) unreadable_input("cannot read " + path.string(), errno != 0 ? errno : EIO);
   if (in.gcount() != static_cast<std::streamsize>(size) || in.peek() != std::ifstream::traits_type::eof())
     throw std::runtime_error("cannot read " + path.string() + ": it changed size while being packed");
 }
@@ -300,6 +315,8 @@ void write_series(const ShardSeries& series, const std::string& pattern, Write&&
     write();
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(e.what() + shards_left_behind(series, pattern));
+  } catch (const DataError& e) {
+    throw DataError(e.scope(), e.what() + shards_left_behind(series, pattern));
   } catch (const std::runtime_error& e) {
     throw std::runtime_error(e.what() + shards_left_behind(series, pattern));
   }
@@ -384,7 +401,22 @@ PackResult pack_directory(const PackOptions& options, const ProgressCallback& pr
   PackResult result;
   std::vector<SourceFile> files;
   int64_t total_bytes = 0;
-  for (const fs::directory_entry& entry : fs::recursive_directory_iterator(root)) {
+  // The error_code forms, each step checked: the walk names the folder it
+  // could not open or read (unreadable_input).
+  fs::path walked_from;  // the entry before the step that failed
+  for (fs::recursive_directory_iterator walk(root, error), end;; walk.increment(error)) {
+    if (error) {
+      // Opening INPUT_DIR, descending into the folder walked from, or
+      // reading on in the folder of the file walked from.
+      std::error_code ignored;
+      fs::path folder = walked_from.empty() ? root : walked_from;
+      if (!walked_from.empty() && !fs::is_directory(fs::symlink_status(walked_from, ignored)))
+        folder = walked_from.parent_path();
+      unreadable_input("cannot read the folder " + folder.string(), error.value());
+    }
+    if (walk == end) break;
+    const fs::directory_entry& entry = *walk;
+    walked_from = entry.path();
     std::error_code ignored;
     if (entry.is_directory(ignored) && !entry.is_symlink(ignored)) continue;  // walked into
     // Regular files and links to them are packed; everything else (links to
@@ -403,7 +435,8 @@ PackResult pack_directory(const PackOptions& options, const ProgressCallback& pr
       continue;
     }
     file.extension = relative.substr(file.key.size() + 1);
-    file.size = static_cast<int64_t>(entry.file_size());
+    file.size = static_cast<int64_t>(entry.file_size(error));
+    if (error) unreadable_input("cannot read " + entry.path().string(), error.value());
     total_bytes += file.size;
     files.push_back(std::move(file));
   }

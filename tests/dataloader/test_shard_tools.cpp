@@ -11,6 +11,7 @@
 #include <algorithm>  // std::count, std::sort, std::max
 #include <chrono>     // waiting for the writer to start
 #include <cstdint>    // INT64_MAX
+#include <cstdio>     // std::fprintf: the death test child's refusal
 #include <cstdlib>    // setenv: the test hook
 #include <cstring>    // strsignal
 #include <filesystem>
@@ -27,8 +28,8 @@
 
 #include "dataloader/shard_tools.h"
 #include "dataloader/shard_writer.h"  // TarShardWriter: shards without samples or tokens
-#include "dataloader/tar_reader.h"    // a member's header offset: a block zeroed there
-#include "dataloader/tar_reader.h"  // listing what pack wrote
+#include "dataloader/data_error.h"    // DataError: pack's unreadable input
+#include "dataloader/tar_reader.h"    // a member's header offset: a block zeroed there; listing what pack wrote
 #include "tests/support/run_command.h"
 
 namespace trainbench {
@@ -341,6 +342,54 @@ TEST_F(ShardTools, ASynthThatFailsOverAnEarlierRunNamesItsLeftoverShards) {
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()).find("left"), std::string::npos) << e.what();
   }
+}
+
+// For a death test's child: packs `options` as user nobody (root reads any
+// file) and exits 0 where it packs, else prints the refusal and exits 2 for
+// the input's scope, 3 for the environment's or another failure (9:
+// privileges not dropped).
+[[noreturn]] void pack_as_nobody_and_exit(const PackOptions& options) {
+  if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) std::_Exit(9);
+  try {
+    pack_directory(options);
+  } catch (const DataError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    std::_Exit(e.scope() == CorruptScope::kConfig ? 2 : 3);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    std::_Exit(3);
+  }
+  std::_Exit(0);
+}
+
+// An input folder or file pack may not read is the input's (exit 2, as a
+// data.shards folder's), named with errno: a subfolder was the filesystem
+// library's "cannot increment recursive directory iterator" without its
+// path, a file a bare "cannot read PATH", both exit 3.
+TEST_F(ShardTools, PackNamesTheFolderOrFileItMayNotRead) {
+  write_file(dir_ + "/in/a.txt", "a");
+  write_file(dir_ + "/in/b.txt", "b");
+  write_file(dir_ + "/in/locked/c.txt", "c");
+  fs::create_directories(dir_ + "/out");
+  ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod((dir_ + "/out").c_str(), 0777), 0);
+  PackOptions o;
+  o.input_dir = dir_ + "/in";
+  o.out_pattern = dir_ + "/out/p-%02d.tar";
+  ASSERT_EQ(::chmod((dir_ + "/in/locked").c_str(), 0), 0);
+  EXPECT_EXIT(pack_as_nobody_and_exit(o), ::testing::ExitedWithCode(2),
+              "INPUT_DIR: cannot read the folder " + dir_ + "/in/locked: Permission denied");
+  ASSERT_EQ(::chmod((dir_ + "/in/locked").c_str(), 0755), 0);
+  ASSERT_EQ(::chmod((dir_ + "/in/b.txt").c_str(), 0), 0);
+  EXPECT_EXIT(pack_as_nobody_and_exit(o), ::testing::ExitedWithCode(2),
+              "INPUT_DIR: cannot read " + dir_ + "/in/b.txt: Permission denied");
+  EXPECT_TRUE(fs::is_empty(dir_ + "/out")) << "the refused pack left a shard";
+  ASSERT_EQ(::chmod((dir_ + "/in").c_str(), 0), 0);
+  EXPECT_EXIT(pack_as_nobody_and_exit(o), ::testing::ExitedWithCode(2),
+              "INPUT_DIR: cannot read the folder " + dir_ + "/in: Permission denied");
+  ASSERT_EQ(::chmod((dir_ + "/in").c_str(), 0755), 0);  // for the folder's removal
+  ASSERT_EQ(::chmod((dir_ + "/in/b.txt").c_str(), 0644), 0);
+  EXPECT_EQ(pack_directory(o).files, 3);
 }
 
 TEST_F(ShardTools, PackRefusesTwoFilesThatReadersWouldSeeAsOneMember) {
