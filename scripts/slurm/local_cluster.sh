@@ -99,13 +99,27 @@ NodeName=$host CPUs=$(nproc) RealMemory=$memory_mib State=UNKNOWN
 PartitionName=local Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
 
+# A daemon that did not come up: what it said (the daemons' logs' tails),
+# then the ones already started are stopped, so that none is left holding the
+# ports or DIR, and exit 3. A daemon that refuses to start exits non-zero,
+# which under set -e ended this with exit 1, no log and the others running.
+fail() {
+  echo "local_cluster: $1" >&2
+  for log in slurmctld slurmd munged; do
+    echo "--- $log:" >&2
+    tail -n 5 "$dir/log/$log.log" >&2 2>/dev/null || true
+  done
+  stop
+  exit 3
+}
+
 stop  # a previous run's daemons on the same DIR
 munged --force --socket="$dir/munge.socket" --key-file="$dir/munge.key" --log-file="$dir/log/munged.log" \
-  --pid-file="$dir/munged.pid" --seed-file="$dir/munge.seed"
+  --pid-file="$dir/munged.pid" --seed-file="$dir/munge.seed" || fail "munged did not start (exit $?)"
 export SLURM_CONF=$dir/slurm.conf
 # -c: a clean start, without the state of an earlier cluster in DIR.
-slurmctld -c -f "$SLURM_CONF"
-slurmd -c -f "$SLURM_CONF"
+slurmctld -c -f "$SLURM_CONF" || fail "slurmctld did not start (exit $?)"
+slurmd -c -f "$SLURM_CONF" || fail "slurmd did not start (exit $?)"
 
 for _ in $(seq 1 60); do
   if sinfo --noheader --states=idle --format=%N 2>/dev/null | grep -qx "$host"; then
@@ -114,10 +128,4 @@ for _ in $(seq 1 60); do
   fi
   sleep 0.5
 done
-echo "local_cluster: node $host did not come up within 30 s" >&2
-for log in slurmctld slurmd munged; do
-  echo "--- $log:" >&2
-  tail -n 5 "$dir/log/$log.log" >&2 2>/dev/null || true
-done
-stop
-exit 3
+fail "node $host did not come up within 30 s"

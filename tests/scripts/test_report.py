@@ -2164,6 +2164,21 @@ class SlurmTests(unittest.TestCase):
         rows = markdown_table((self.out / "report" / "report.md").read_text(), "## Throughput and scaling")
         self.assertEqual(len(rows), 1, rows)
 
+    def test_a_job_exits_with_the_failed_ranks_code(self) -> None:
+        # srun --kill-on-bad-exit: once rank 0 refused the key (exit 2) Slurm
+        # ended rank 1 with SIGTERM, and the job exited 143, as if cancelled.
+        out = Path(tempfile.mkdtemp(prefix="test_slurm_failed_"))
+        self.addCleanup(shutil.rmtree, out, ignore_errors=True)
+        done = run("sbatch", "--wait", "--output", out / "job.log", "--nodes", "1", "--ntasks-per-node=2",
+                   "--gpus-per-node=0", "--cpus-per-task=1", "--overcommit",
+                   REPO / "scripts" / "slurm" / "trainbench.sbatch", "--steps", "3", "--set", "bogus.key=1",
+                   env={**self.env, "CONFIG": "tiny", "OUT": str(out), "TRAINBENCH_BINARY": str(BINARY.resolve())},
+                   timeout=300)
+        log = (out / "job.log").read_text() if (out / "job.log").exists() else done.stderr
+        self.assertEqual(done.returncode, 2, log)
+        self.assertIn("unknown key 'bogus.key'", log)
+        self.assertEqual(sorted(p.name for p in out.iterdir()), ["job.log"])
+
 
 if __name__ == "__main__":
     from run_as_ctest import main

@@ -931,6 +931,42 @@ class LocalClusterTests(Sandbox):
         self.assertFalse((self.dir / "slurmd.pid").exists())
         self.assertFalse((self.dir / "munged.pid").exists())
 
+    def test_a_daemon_that_does_not_start_is_exit_3_with_its_log_and_the_others_stopped(self) -> None:
+        # A daemon that refused to start (slurmctld: a port in use; munged: an
+        # insecure key) ended `start` under set -e: exit 1, no log, and the
+        # daemons started before it left running. Stand-ins: a munged that
+        # serves (a process named munged, as the real one's PID file names)
+        # and a slurmctld that logs its error and exits 1.
+        cluster = self.dir / "cluster"
+        started = self.dir / "munged.started"
+        write_tool(self.tools, "id", "echo 0\n")
+        write_tool(self.tools, "munged", 'if [ "$1" = serve ]; then while :; do sleep 1; done; fi\n'
+                   'for a; do case "$a" in --pid-file=*) pid_file=${a#--pid-file=} ;; esac; done\n'
+                   f'"$0" serve < /dev/null > /dev/null 2>&1 &\necho $! > "$pid_file"; echo $! > "{started}"\n')
+        write_tool(self.tools, "slurmctld", f'echo "error: Unable to bind listen port: Address already in use"'
+                   f' >> "{cluster}/log/slurmctld.log"\nexit 1\n')
+        write_tool(self.tools, "slurmd", "exit 0\n")
+        write_tool(self.tools, "sinfo", "exit 0\n")
+
+        def serving(pid: int) -> bool:
+            try:
+                return Path(f"/proc/{pid}/comm").read_text().strip() == "munged" and \
+                    "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                return False
+
+        def kill_left_over() -> None:
+            if started.exists() and serving(int(started.read_text())):
+                os.kill(int(started.read_text()), signal.SIGKILL)
+        self.addCleanup(kill_left_over)
+        done = run("bash", SCRIPTS / "slurm" / "local_cluster.sh", "start", cluster, env=self.env, timeout=60)
+        self.assertEqual(done.returncode, 3, done.stderr)
+        self.assertIn("local_cluster: slurmctld did not start (exit 1)", done.stderr)
+        self.assertIn("Address already in use", done.stderr)
+        self.assertTrue(started.exists(), done.stderr)
+        self.assertFalse(serving(int(started.read_text())), "munged was left running")
+        self.assertFalse((cluster / "munged.pid").exists())
+
 
 class SbatchTests(Sandbox):
     def test_run_without_sbatch_is_one_line_exit_2(self) -> None:
@@ -972,6 +1008,35 @@ class SbatchTests(Sandbox):
         self.assertEqual(sorted(p.name for p in out.iterdir()), ["nodes-1.failed.json"])
         self.assertIn(f"srun exited 4: the result it wrote is {out}/nodes-1.failed.json", done.stderr)
         self.assertEqual(srun_log.read_text().splitlines()[0], "--mpi=pmi2")
+
+    def test_a_job_exits_with_the_code_of_the_rank_that_failed_first(self) -> None:
+        # With --kill-on-bad-exit Slurm ends the other ranks with SIGTERM once
+        # one fails and srun exits 143: a bad --set (exit 2 on every rank) read
+        # as a cancelled job. The srun stand-in runs the command as 3 ranks,
+        # one after the other, then exits 143 as srun does.
+        write_tool(self.tools, "srun", 'while [ $# -gt 0 ]; do case "$1" in --*) shift ;; *) break ;; esac; done\n'
+                   'for rank in 0 1 2; do SLURM_PROCID=$rank "$@"; done\nexit 143\n')
+        # Rank 0 ended by Slurm; rank 1 fails first (a failed check), rank 2
+        # after it (its peer gone: environment); cancelled, every rank ends by SIGTERM.
+        binary = write_tool(self.dir, "trainbench", 'if [ -n "$FAKE_CANCELLED" ]; then kill -TERM $$; fi\n'
+                            'case "$SLURM_PROCID" in\n'
+                            '  0) kill -TERM $$ ;;\n'
+                            '  1) while [ "$1" != --out ]; do shift; done; echo "{}" > "$2"\n'
+                            '     echo "check failed: loss is NaN" >&2; exit 4 ;;\n'
+                            '  2) exit 3 ;;\n'
+                            'esac\n')
+        out = self.dir / "out"
+        env = {**self.env, "SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "1", "TRAINBENCH_BINARY": str(binary),
+               "OUT": str(out)}
+        done = run("bash", SCRIPTS / "slurm" / "trainbench.sbatch", "--steps", "5", env=env, timeout=20)
+        self.assertEqual(done.returncode, 4, done.stderr)
+        self.assertIn("trainbench.sbatch: rank 1 exited 4 (srun 143: Slurm ended the other ranks)", done.stderr)
+        # The failed result is still set aside, and the ranks' records go.
+        self.assertEqual(sorted(p.name for p in out.iterdir()), ["nodes-1.failed.json"])
+        done = run("bash", SCRIPTS / "slurm" / "trainbench.sbatch", "--steps", "5",
+                   env={**env, "FAKE_CANCELLED": "1"}, timeout=20)
+        self.assertEqual(done.returncode, 143, done.stderr)
+        self.assertEqual(sorted(p.name for p in out.iterdir()), ["nodes-1.failed.json"])
 
 
 # An mpirun stand-in: "Open MPI" to --version, records its arguments (one a
