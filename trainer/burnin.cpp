@@ -265,18 +265,6 @@ std::string degradation_finding(const std::string& what, double start, double no
          ", burnin.degrade_pct " + figure(degrade_pct, "") + ")";
 }
 
-// The config keys that inject a fault (slow storage, network or disk, a
-// divergence, a flipped bit, a straggler).
-// (Not the rank selectors: a rank named with no fault injects nothing.)
-constexpr std::array<std::array<const char*, 2>, 6> kInjectedFaultKeys = {{
-    {"data", "inject_delay_ms"},
-    {"comm", "inject_delay_ms"},
-    {"comm", "inject_divergence_step"},
-    {"checkpoint", "inject_delay_ms"},
-    {"burnin", "inject_bitflip_step"},
-    {"burnin", "inject_slow_ms"},
-}};
-
 namespace {
 // A figure of the baseline at JSON pointer `at`: 0 where absent. A figure
 // that is there must be one: a negative, null or text value was taken as

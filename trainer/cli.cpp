@@ -996,6 +996,16 @@ void warn_of_config(const Config& config, int world, std::vector<std::string>& w
                   config.data.timeout_s, config.comm.timeout_s);
     warnings.push_back(line);
   }
+  // A run slowed or perturbed on purpose: its figures are not the cluster's,
+  // and a report or comparison of it said nothing of it. (Not the burn-in's
+  // flipped bit: it changes no figure, only the golden check, and `run`
+  // ignores it.)
+  std::string faults;
+  for (const std::string& fault : injected_faults(config))
+    if (!fault.starts_with("burnin.inject_bitflip_step")) faults += (faults.empty() ? "" : ", ") + fault;
+  if (!faults.empty())
+    warnings.push_back("fault injected (" + faults + "): this run is slowed or perturbed on purpose, and its "
+                       "figures are not the cluster's");
   // Asked for and measuring nothing: said, as a run's result is taken for what its config says.
   if (config.comm.zero == 1 && world == 1)
     warnings.push_back("comm.zero=1 on one rank: ZeRO-1 shards the optimizer state across the ranks, and one "

@@ -1318,4 +1318,14 @@ std::vector<std::string> config_to_lines(const Config& config) {
   return lines;
 }
 
+std::vector<std::string> injected_faults(const Config& config) {
+  std::vector<std::string> set;
+  for (const auto& [section, key] : kInjectedFaultKeys) {
+    const std::string name = std::string(section) + "." + key;
+    const std::string value = format_value(field_of(config, *find_key(name)));
+    if (value != "0") set.push_back(name + "=" + value);
+  }
+  return set;
+}
+
 }  // namespace trainbench

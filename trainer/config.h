@@ -258,4 +258,18 @@ ConfigDifference first_config_difference(const nlohmann::json& first, const nloh
 // Flat "section.key: value" lines, in declaration order, for the console.
 std::vector<std::string> config_to_lines(const Config& config);
 
+// The keys that inject a fault (slow storage, network or disk, a divergence,
+// a flipped bit, a straggler), {section, key}; not the rank selectors, which
+// name a rank and inject nothing.
+inline constexpr std::array<std::array<const char*, 2>, 6> kInjectedFaultKeys = {{
+    {"data", "inject_delay_ms"},
+    {"comm", "inject_delay_ms"},
+    {"comm", "inject_divergence_step"},
+    {"checkpoint", "inject_delay_ms"},
+    {"burnin", "inject_bitflip_step"},
+    {"burnin", "inject_slow_ms"},
+}};
+// "comm.inject_delay_ms=20" for each of them this config sets (not 0).
+std::vector<std::string> injected_faults(const Config& config);
+
 }  // namespace trainbench

@@ -375,6 +375,27 @@ TEST(ResultJsonWarnings, ZeroOneOnOneRankIsSaid) {
   EXPECT_NE(run.out.find("warning: comm.zero=1 on one rank"), std::string::npos) << run.out;
 }
 
+// A run with a fault injected is slowed on purpose: said with the keys, so
+// that a report or comparison of its result says so too (report.py lists the
+// result's warnings). Not the burn-in's flipped bit, which `run` ignores,
+// and nothing of the kind for a run without one.
+TEST(ResultJsonWarnings, AnInjectedFaultIsSaidWithItsKeys) {
+  testing::CommandResult run;
+  const json result = run_tiny("--steps 3 --set train.warmup_steps=1 --set data.inject_delay_ms=0.5 "
+                               "--set burnin.inject_slow_ms=1 --set burnin.inject_bitflip_step=2",
+                               &run);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string said = "fault injected (data.inject_delay_ms=0.5, burnin.inject_slow_ms=1): this run is slowed";
+  EXPECT_NE(result.at("warnings").dump().find(said), std::string::npos) << result.at("warnings");
+  EXPECT_NE(run.out.find("warning: " + said), std::string::npos) << run.out;
+  const std::string config_line = "burnin.inject_bitflip_step: 2";
+  const size_t after_config = run.out.find(config_line) + config_line.size();
+  EXPECT_EQ(run.out.find("inject_bitflip_step", after_config), std::string::npos) << "only in the config: " << run.out;
+  const json clean = run_tiny("--steps 3 --set train.warmup_steps=1", &run);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(clean.at("warnings").dump().find("fault injected"), std::string::npos) << clean.at("warnings");
+}
+
 // report.gemm_ceiling_s: how long the GEMM ceiling is timed before training.
 // 0 times none: what needs the ceiling is null (not an MFU of 0 %, not a
 // read need of 0 B/s) and no warning calls it a failure; a longer time is
