@@ -980,6 +980,9 @@ def collect(inputs: list[str]) -> tuple[list[Run], list[str]]:
     for p in paths:
         key = os.path.realpath(p)
         if key in seen:
+            # The same file again (named twice, or by name and in its folder):
+            # a copy's contents are said below; this was read once unsaid.
+            notes.append(f"{p} was given more than once: read once")
             continue
         seen.add(key)
         try:

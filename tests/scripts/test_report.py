@@ -1206,6 +1206,12 @@ class ResultReadingTests(unittest.TestCase):
         self.assertEqual((row["runs"], row["tokens/s"]), ("2", "1900.0"))
         self.assertIn(f"{self.dir / 'ranks-2.json'} holds the same result as {self.dir / 'backup.json'} "
                       "(a copy, not a repeat): read once", done.stderr)
+        # The same file twice (by name, and in its folder): read once, and said.
+        done = report(self.dir, self.dir / "ranks-2-again.json", "--out", self.dir / "out", "--no-plots")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        [row] = markdown_table((self.dir / "out" / "report.md").read_text(), "## Throughput and scaling")
+        self.assertEqual((row["runs"], row["tokens/s"]), ("2", "1900.0"))
+        self.assertIn(f"{self.dir / 'ranks-2-again.json'} was given more than once: read once", done.stderr)
 
     def test_runs_whose_files_share_a_name_are_named_by_their_paths(self) -> None:
         (self.dir / "a").mkdir()
