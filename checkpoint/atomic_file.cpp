@@ -7,11 +7,17 @@
 
 #include <climits>  // PATH_MAX
 
+#include <atomic>   // the test hook's one pause
 #include <cerrno>   // errno
+#include <chrono>   // the test hook's pause
 #include <cstdint>  // the random name's bits
 #include <cstdio>   // std::rename, std::remove
+#include <cstdlib>  // std::getenv, std::atol: the test hook
 #include <cstring>  // std::strerror
 #include <ctime>    // clock_gettime: the name's fallback randomness
+#include <mutex>    // the temporaries being written
+#include <set>
+#include <thread>   // the test hook's pause
 
 namespace trainbench {
 
@@ -51,7 +57,41 @@ int create_temporary_beside(const std::string& path, std::string& temp) {
   }
   return -1;  // errno is EEXIST
 }
+
+// The temporaries being written, for a signal's cleanup: a result or
+// `latest` cut off by SIGTERM between its creation and its rename stayed
+// as PATH.tmp.XXXXXX beside it for good. Listed with their creation and
+// unlisted with their rename (or removal), each in one hold of the mutex,
+// so the cleanup sees a temporary that is there or none. Never destroyed:
+// the signal's cleanup thread may run during the exit.
+std::mutex& unfinished_mutex() {
+  static auto* mutex = new std::mutex;
+  return *mutex;
+}
+std::set<std::string>& unfinished() {
+  static auto* paths = new std::set<std::string>;
+  return *paths;
+}
+
+// Test hook: a pause between creating the process's first temporary and
+// writing it, so a test can land a signal there (the first only: the
+// signal's own partial result is written at once).
+void test_write_delay() {
+  static const long delay_ms = []() {
+    const char* value = std::getenv("TRAINBENCH_TEST_ATOMIC_WRITE_DELAY_MS");
+    return value != nullptr ? std::atol(value) : 0L;
+  }();
+  static std::atomic<bool> paused{false};
+  if (delay_ms > 0 && !paused.exchange(true)) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+}
 }  // namespace
+
+void remove_unfinished_atomic_writes() {
+  // Locked for good: the process is ending by the signal. A writer that
+  // would create or rename a temporary waits here until the end.
+  unfinished_mutex().lock();
+  for (const std::string& temp : unfinished()) ::unlink(temp.c_str());
+}
 
 std::string replaced_file(const std::string& path) {
   std::string current = path;
@@ -77,13 +117,23 @@ std::string atomic_write_temporary_template(const std::string& path) { return pa
 void write_file_atomically(const std::string& named, const std::string& contents) {
   const std::string path = replaced_file(named);
   std::string temp;
-  int fd = create_temporary_beside(path, temp);
+  int fd = -1;
+  {
+    const std::lock_guard<std::mutex> lock(unfinished_mutex());
+    fd = create_temporary_beside(path, temp);
+    if (fd >= 0) unfinished().insert(temp);
+  }
   if (fd < 0) fail("cannot create", temp);
+  test_write_delay();
   // Any failure after the temporary exists removes it, keeping errno for the message.
   auto abandon = [&](const std::string& what, const std::string& subject) {
     const int saved = errno;
     if (fd >= 0) ::close(fd);
-    std::remove(temp.c_str());
+    {
+      const std::lock_guard<std::mutex> lock(unfinished_mutex());
+      std::remove(temp.c_str());
+      unfinished().erase(temp);
+    }
     errno = saved;
     fail(what, subject);
   };
@@ -98,7 +148,18 @@ void write_file_atomically(const std::string& named, const std::string& contents
   const int close_status = ::close(fd);
   fd = -1;
   if (close_status != 0) abandon("cannot close", temp);
-  if (std::rename(temp.c_str(), path.c_str()) != 0) abandon("cannot rename " + temp + " to", path);
+  bool renamed = false;
+  int rename_error = 0;
+  {
+    const std::lock_guard<std::mutex> lock(unfinished_mutex());
+    renamed = std::rename(temp.c_str(), path.c_str()) == 0;
+    rename_error = errno;
+    if (renamed) unfinished().erase(temp);
+  }
+  if (!renamed) {
+    errno = rename_error;
+    abandon("cannot rename " + temp + " to", path);
+  }
 
   // The rename is durable only once the directory entry is on disk.
   const std::string dir = parent_directory(path);

@@ -48,4 +48,10 @@ std::string atomic_write_temporary_template(const std::string& path);
 // `replaced` (the new contents are in place, not yet durable).
 void write_file_atomically(const std::string& path, const std::string& contents);
 
+// For a signal's cleanup (trainer/interrupt_cleanup.h's run_on_interrupt):
+// removes the temporaries of the writes under way, and holds every writer
+// that would create or rename one from then on, the process being about to
+// end by the signal.
+void remove_unfinished_atomic_writes();
+
 }  // namespace trainbench

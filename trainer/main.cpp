@@ -6,6 +6,7 @@
 #include <cstdlib>  // std::_Exit
 #include <string>
 
+#include "checkpoint/atomic_file.h"      // remove_unfinished_atomic_writes
 #include "dataloader/shard_writer.h"     // remove_partial_shards
 #include "comm/communicator.h"       // set_before_abort
 #include "trainer/cli.h"
@@ -38,6 +39,8 @@ int main(int argc, char** argv) {
   // A shard being written (shards synth|pack into a folder of the user's)
   // leaves no NAME.partial behind when interrupted.
   trainbench::run_on_interrupt(trainbench::remove_partial_shards);
+  // Nor a result or `latest` cut off between its temporary and its rename.
+  trainbench::run_on_interrupt(trainbench::remove_unfinished_atomic_writes);
   // A communicator's abort (a collective timed out, a rank died) ends the
   // process without unwinding: rank 0's partial result, then the same
   // cleanup as a signal's.

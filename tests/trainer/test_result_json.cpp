@@ -1050,6 +1050,29 @@ TEST(Cli, AnInterruptedRunLeavesTheStepsItTrainedBesideTheResult) {
       << console;
 }
 
+// SIGTERM while the result is being written (slow storage, then scancel):
+// its temporary, r.json.tmp.XXXXXX, stayed beside it for good. The cleanup
+// removes it; the earlier r.json is kept as it was, and the steps trained
+// are in r.aborted.json. (The test hook holds the process's first atomic
+// write, the result's here, between its creation and its write.)
+TEST(Cli, AResultWriteCutOffByASignalLeavesNoTemporary) {
+  testing::TempDir dir("test_cli_interrupt_write");
+  const std::string out = dir.file("out.txt");
+  const std::string earlier = "{\"schema\": \"trainbench.result/v1\", \"an earlier\": \"result\"}\n";
+  std::ofstream(dir.file("r.json")) << earlier;
+  const auto r = run_command(
+      "( TRAINBENCH_TEST_ATOMIC_WRITE_DELAY_MS=20000 " + std::string(TRAINBENCH_BINARY) +
+      " run tiny --steps 8 --set checkpoint.every_steps=0 --set train.threads=1 --out " + dir.file("r.json") + " > " +
+      out + " 2>&1 & pid=$!; for i in $(seq 600); do ls " + dir.path() +
+      " | grep -q '^r.json.tmp.' && break; sleep 0.1; done; ls " + dir.path() + " | grep -c '^r.json.tmp.'; " +
+      "kill -TERM $pid; wait $pid; echo exit=$?)");
+  EXPECT_EQ(r.out, "1\nexit=143\n") << testing::read_whole_file(out);
+  for (const std::filesystem::directory_entry& entry : std::filesystem::directory_iterator(dir.path()))
+    EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << "left: " << entry.path();
+  EXPECT_EQ(testing::read_whole_file(dir.file("r.json")), earlier);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("r.aborted.json")));
+}
+
 // The storage-write medians are the measured steps' checkpoints' (DESIGN:
 // per run, steps after warm-up): a warm-up checkpoint wrote at a tenth of
 // the later ones' rate and halved the median stall. The counts and bytes
