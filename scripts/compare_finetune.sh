@@ -48,7 +48,7 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 . "$repo/scripts/lib/common.sh"  # need, build_folder, plan_or_die, absolute_path, print_usage
-. "$repo/scripts/lib/launch.sh"  # hostfile_hosts, mpi_launch_setup, mpirun_line
+. "$repo/scripts/lib/launch.sh"  # hostfile_hosts, mpi_launch_setup, mpirun_line, start_run, wait_run, pass_signal
 me=compare_finetune.sh
 die() { echo "$me: $(as_typed "$1")" >&2; exit "${2:-2}"; }
 # A side's own settings reach trainbench as --set's: while its plan is checked
@@ -276,7 +276,9 @@ give_up() {
 }
 
 # Ctrl-C (or a kill) ends the comparison as a failed step does. During a step
-# bash runs the trap once the step's command has ended; step() then gives up.
+# a signal to this script alone is passed on to the step's command (as a
+# group's Ctrl-C reaches it; pass_signal, scripts/lib/launch.sh), whose end
+# step() waits for, then gives up.
 running=""
 interrupted=""
 signal_code() { case "$interrupted" in INT) echo 130 ;; TERM) echo 143 ;; *) echo 129 ;; esac; }
@@ -286,10 +288,12 @@ on_signal() {
     echo "$me: interrupted (SIG$1)" >&2
     give_up "" "$(signal_code)"
   fi
+  pass_signal
 }
 trap 'on_signal INT' INT
 trap 'on_signal TERM' TERM
 trap 'on_signal HUP' HUP
+start_signal_witness
 
 # step [--stdout FILE] NAME COMMAND...: runs it with its output in
 # DIR/NAME.log (the command first, quoted as a shell reads it), its stdout
@@ -311,11 +315,13 @@ step() {
   esac
   running=$name
   started=$(date +%s)
+  # In the background, waited for: a signal is passed on to it (start_run).
   if [ -n "$stdout_file" ]; then
-    { printf '%s\n\n' "$line"; "$@" > "$stdout_file"; } > "$out/$name.log" 2>&1 < /dev/null || code=$?
+    { printf '%s\n\n' "$line"; start_run "$@" > "$stdout_file"; } > "$out/$name.log" 2>&1 < /dev/null || code=$?
   else
-    { printf '%s\n\n' "$line"; "$@"; } > "$out/$name.log" 2>&1 < /dev/null || code=$?
+    { printf '%s\n\n' "$line"; start_run "$@"; } > "$out/$name.log" 2>&1 < /dev/null || code=$?
   fi
+  if [ -n "$run_pid" ]; then wait_run; code=$run_status; fi
   running=""
   if [ -n "$interrupted" ]; then
     echo "$me: $name interrupted (SIG$interrupted, after $(( $(date +%s) - started ))s); its last lines ($out/$name.failed.log):" >&2

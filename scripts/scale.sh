@@ -48,7 +48,7 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 . "$repo/scripts/lib/common.sh"  # need, build_folder, plan_or_die, absolute_path, print_usage
-. "$repo/scripts/lib/launch.sh"  # hostfile_hosts, mpi_launch_setup, mpirun_line
+. "$repo/scripts/lib/launch.sh"  # hostfile_hosts, mpi_launch_setup, mpirun_line, start_run, wait_run, pass_signal
 me=scale.sh
 
 usage() {
@@ -253,12 +253,16 @@ mpi_launch_setup "$mpirun" "$hostfile" "$mpirun_args"
 echo "$me: ${#rank_counts[@]} world size(s) (${rank_counts[*]} ranks), $binary, results in $out"
 sweep_id=$(date -u +%Y%m%dT%H%M%SZ)-$$
 if [ -n "$ckpt_dir" ]; then echo "$me: checkpoints in $ckpt_dir/ranks-<N>-$sweep_id"; fi
-# Ctrl-C (or a kill) during a run ends the sweep as a failed run does, said so;
-# bash runs the trap once the run's mpirun has ended.
+# Ctrl-C (or a kill) during a run ends the sweep as a failed run does, said so.
+# A signal to this script alone is passed on to the running point, whose
+# partial result is then set aside as a group's Ctrl-C leaves it (pass_signal,
+# scripts/lib/launch.sh); the witness tells the two apart. Before the lock
+# below: the witness holds none of this script's descriptors.
 interrupted=""
-trap 'interrupted=INT' INT
-trap 'interrupted=TERM' TERM
-trap 'interrupted=HUP' HUP
+trap 'interrupted=INT; pass_signal' INT
+trap 'interrupted=TERM; pass_signal' TERM
+trap 'interrupted=HUP; pass_signal' HUP
+start_signal_witness
 # An earlier sweep in this folder (its ranks-N.json): the points this one
 # finishes replace its figures one by one, set aside as .previous until the
 # whole sweep has run. Should this one fail or be interrupted, every earlier
@@ -363,7 +367,9 @@ for n in "${rank_counts[@]}"; do
   printf '\n\n' >> "$log"
   started=$(date +%s)
   code=0
-  "${cmd[@]}" >> "$log" 2>&1 < /dev/null || code=$?
+  # In the background, waited for: a signal is passed on to it (start_run).
+  start_run "${cmd[@]}" >> "$log" 2>&1 < /dev/null || code=$?
+  if [ -n "$run_pid" ]; then wait_run; code=$run_status; fi
   seconds=$(( $(date +%s) - started ))
   if [ -n "$interrupted" ] || [ "$code" != 0 ] || [ ! -s "$out/ranks-$n.json" ]; then
     # Putting the earlier files back is not to be cut short.

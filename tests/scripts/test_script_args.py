@@ -1054,6 +1054,26 @@ exec "$@"
 '''
 
 
+# FAKE_MPIRUN (for bash) whose 2-rank launch trains long: its --steps becomes
+# 100000 (tiny: minutes), and its pid, which the trainbench it execs keeps,
+# goes to $LONG_RUN_PID.
+LONG_2_RANK_MPIRUN = '''if [ "$1" = -np ] && [ "$2" = 2 ]; then
+  args=(); previous=""
+  for a in "$@"; do if [ "$previous" = --steps ]; then a=100000; fi; args+=("$a"); previous=$a; done
+  set -- "${args[@]}"
+  echo $$ > "$LONG_RUN_PID.part" && mv "$LONG_RUN_PID.part" "$LONG_RUN_PID"
+fi
+''' + FAKE_MPIRUN
+
+
+def running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 class LauncherSandbox(Sandbox):
     def setUp(self) -> None:
         super().setUp()
@@ -1065,6 +1085,34 @@ class LauncherSandbox(Sandbox):
         if not self.mpi_log.exists():
             return []
         return [c.splitlines() for c in self.mpi_log.read_text().split("---\n") if c.strip()]
+
+    def signal_the_script_alone(self, command: list[str], log: Path) -> tuple[int, str, float, int]:
+        """COMMAND (a script whose 2-rank launch is LONG_2_RANK_MPIRUN's) in a
+        process group of its own, given SIGTERM to its own pid alone (`kill
+        PID`, a job wrapper or supervisor that signals only the process it
+        started) once the long run has trained a step (`log`, its console,
+        shows one): the script's exit code, its stderr, the seconds from the
+        signal to its end, and the long run's pid."""
+        run_pid = self.dir / "long-run.pid"
+        self.env["LONG_RUN_PID"] = str(run_pid)
+        process = subprocess.Popen(command, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and process.poll() is None and not (
+                    run_pid.exists() and log.exists() and "\nstep " in log.read_text(errors="replace")):
+                time.sleep(0.1)
+            self.assertIsNone(process.poll(), "the script ended before its long run had trained a step")
+            self.assertTrue(run_pid.exists(), "the long run did not start")
+            os.kill(process.pid, signal.SIGTERM)
+            signalled = time.monotonic()
+            _, err = process.communicate(timeout=30)
+            seconds = time.monotonic() - signalled
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
+        return process.returncode, err, seconds, int(run_pid.read_text())
 
 
 class ScaleTests(LauncherSandbox):
@@ -1489,6 +1537,85 @@ class ScaleTests(LauncherSandbox):
         self.assertFalse(list(out.glob("*.previous")))
         self.assertFalse((out / "ranks-2.log").exists())
 
+    def test_a_signal_to_the_script_alone_stops_the_running_point(self) -> None:
+        # SIGTERM to scale.sh's pid alone set a flag that bash read once the
+        # point's mpirun had ended: the point trained to its end (hours on a
+        # real sweep), then the sweep said "interrupted" and filed its
+        # complete result as failed (ranks-2.failed.json). Passed on, it
+        # stops the point as a group's Ctrl-C does.
+        require_binary()
+        write_tool(self.tools, "mpirun", LONG_2_RANK_MPIRUN, shell="/bin/bash")
+        out = self.dir / "sweep"
+        out.mkdir()
+        names = [f"ranks-{n}.{kind}" for n in (1, 2) for kind in ("json", "log")]
+        for name in names:
+            (out / name).write_text(f"the earlier sweep's {name}\n")
+        earlier = digests(out, names)
+        code, err, seconds, run_pid = self.signal_the_script_alone(
+            ["bash", str(SCALE), "--binary", str(BINARY), "--config", "tiny", "--steps", "4", "--set",
+             "train.warmup_steps=1", "--set", "train.threads=1", "--set", "checkpoint.every_steps=0", "--set",
+             "report.progress_every=10", "--ranks", "1,2", "--out", str(out), "--no-report"], out / "ranks-2.log")
+        self.assertEqual(code, 143, err)
+        self.assertLess(seconds, 20, err)
+        self.assertFalse(running(run_pid), "the point was left running")
+        self.assertIn("2 rank(s) interrupted (SIGTERM", err)
+        self.assertNotIn("FAILED", err)
+        # As after a group's Ctrl-C: the earlier sweep back, this one's
+        # finished point and the stopped one's partial result set aside.
+        self.assertEqual(digests(out, names), earlier)
+        self.assertFalse(list(out.glob("*.previous")))
+        [unfinished] = [p for p in out.iterdir() if p.name.startswith("unfinished-")]
+        self.assertEqual(sorted(p.name for p in unfinished.iterdir()),
+                         ["ranks-1.json", "ranks-1.log", "ranks-2.aborted.json"])
+        partial = json.loads((unfinished / "ranks-2.aborted.json").read_text())
+        self.assertEqual(partial["schema"], "trainbench.aborted_run/v1")
+        self.assertEqual(partial["aborted"]["exit_code"], 143)
+        self.assertGreater(partial["aborted"]["steps_completed"], 0)
+        self.assertIn(f"{unfinished}/ranks-2.aborted.json", err)
+        self.assertIn("this sweep's finished point(s) (1 ranks)", err)
+        # No complete result filed as failed.
+        self.assertFalse((out / "ranks-2.failed.json").exists())
+        self.assertNotIn("the steps before it failed", err)
+        self.assertIn("step(s) it trained are in", (out / "ranks-2.failed.log").read_text())
+
+    def test_mpirun_gets_one_signal_from_the_group_or_from_the_script(self) -> None:
+        # Open MPI's mpirun takes a second SIGINT or SIGTERM as "terminate
+        # now": it kills its ranks before rank 0 has written the steps they
+        # trained. A terminal's Ctrl-C reaches it with the script: the script
+        # passes on only what was sent to it alone.
+        signals = self.dir / "signals"
+        started = self.dir / "started"
+        write_tool(self.tools, "mpirun", 'if [ "$1" = --version ]; then echo "mpirun (Open MPI) 4.1.4"; exit 0; fi\n'
+                   f'n=0; trap \'n=$((n + 1)); echo "$n" > {shlex.quote(str(signals))}\' INT TERM HUP\n'
+                   f'touch {shlex.quote(str(started))}\n'
+                   # Up to 60 s; 3 s after the first signal (a second would come in them), exit 1.
+                   'i=0; until [ $i -ge 600 ] || [ $i -ge "${end:-600}" ]; do\n'
+                   '  if [ $n -gt 0 ] && [ -z "${end:-}" ]; then end=$((i + 30)); fi\n'
+                   '  sleep 0.1; i=$((i + 1))\ndone\nexit 1\n')
+        args = ["--binary", "/bin/true", "--ranks", "1", "--out", str(self.dir / "sweep"), "--no-report"]
+        code, err = self.ctrl_c_once_started(args, started, 20)
+        self.assertEqual(code, 130, err)
+        self.assertEqual(signals.read_text(), "1\n", "a group's Ctrl-C")
+        signals.unlink()
+        started.unlink()
+        process = subprocess.Popen(["bash", str(SCALE), *args], env=self.env, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   start_new_session=True)
+        try:
+            deadline = time.monotonic() + 20
+            while not started.exists() and time.monotonic() < deadline and process.poll() is None:
+                time.sleep(0.05)
+            self.assertTrue(started.exists(), "the run to signal did not start")
+            os.kill(process.pid, signal.SIGTERM)
+            _, err = process.communicate(timeout=20)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
+        self.assertEqual(process.returncode, 143, err)
+        self.assertEqual(signals.read_text(), "1\n", "SIGTERM to the script alone")
+        self.assertIn("1 rank(s) interrupted (SIGTERM", err)
+
 
 class CompareTests(LauncherSandbox):
     """compare_finetune.sh with real one-process runs of `tiny` through the
@@ -1504,13 +1631,16 @@ class CompareTests(LauncherSandbox):
         self.assertIn("python3 not found", done.stderr)
         self.assertNotIn("--target-tokens", done.stderr)
 
+    def compare_command(self, out: Path, *args: str, gpus_per_node: int | None = None) -> list[str]:
+        self.gpus = gpus_per_node or min(1024, (os.cpu_count() or 1) + 1)
+        return ["bash", str(COMPARE), "--binary", str(BINARY), "--config", "tiny", "--gpus-per-node", str(self.gpus),
+                "--nodes", "2", "--steps", "3", "--set", "train.warmup_steps=1", "--set", "train.threads=1",
+                "--set", "report.progress_every=0", *args, "--out", str(out)]
+
     def compare(self, out: Path, *args: str, extra_env: dict[str, str] | None = None,
                 gpus_per_node: int | None = None) -> subprocess.CompletedProcess[str]:
-        self.gpus = gpus_per_node or min(1024, (os.cpu_count() or 1) + 1)
-        return run("bash", COMPARE, "--binary", BINARY, "--config", "tiny", "--gpus-per-node", str(self.gpus),
-                   "--nodes", "2", "--steps", "3", "--set", "train.warmup_steps=1", "--set", "train.threads=1",
-                   "--set", "report.progress_every=0", *args, "--out", out, env={**self.env, **(extra_env or {})},
-                   timeout=120)
+        return run(*self.compare_command(out, *args, gpus_per_node=gpus_per_node),
+                   env={**self.env, **(extra_env or {})}, timeout=120)
 
     def setUp(self) -> None:
         super().setUp()
@@ -1568,6 +1698,40 @@ class CompareTests(LauncherSandbox):
                       done.stderr)
         self.assertTrue((out / "lora.unpaired.json").is_file())
         self.assertFalse(list(out.glob("*.previous")))
+
+    def test_a_signal_to_the_script_alone_stops_the_running_step(self) -> None:
+        # SIGTERM to compare_finetune.sh's pid alone set a flag that bash read
+        # once the step's mpirun had ended: the run trained to its end, then
+        # the comparison said "interrupted" and filed its complete result as
+        # failed (full.failed.json). Passed on, it stops the run as a group's
+        # Ctrl-C does, its partial result set aside and named.
+        out = self.dir / "out"
+        first = self.compare(out, gpus_per_node=1)
+        self.assertEqual(first.returncode, 0, first.stderr)
+        (out / "full.aborted.json").write_text('{"earlier": "partial"}\n')
+        kept = ["lora.json", "full.json", "compare.md", "plan-lora.json", "plan-full.json", "lora.log", "full.log",
+                "full.aborted.json"]
+        earlier = digests(out, kept)
+        # The full run (2 ranks) trains long.
+        write_tool(self.tools, "mpirun", LONG_2_RANK_MPIRUN, shell="/bin/bash")
+        code, err, seconds, run_pid = self.signal_the_script_alone(
+            self.compare_command(out, "--set", "checkpoint.every_steps=0", "--set", "report.progress_every=10",
+                                 gpus_per_node=1), out / "full.log")
+        self.assertEqual(code, 143, err)
+        self.assertLess(seconds, 20, err)
+        self.assertFalse(running(run_pid), "the run was left running")
+        self.assertIn("full interrupted (SIGTERM", err)
+        self.assertEqual(digests(out, kept), earlier)
+        partial = json.loads((out / "full.failed.aborted.json").read_text())
+        self.assertEqual(partial["schema"], "trainbench.aborted_run/v1")
+        self.assertEqual(partial["aborted"]["exit_code"], 143)
+        self.assertIn(f"full: its partial result (the steps it completed) is {out}/full.failed.aborted.json", err)
+        self.assertTrue((out / "lora.unpaired.json").is_file())
+        self.assertFalse(list(out.glob("*.previous")))
+        # No complete result filed as failed.
+        self.assertFalse((out / "full.failed.json").exists())
+        self.assertNotIn("the steps before it stopped", err)
+        self.assertIn("step(s) it trained are in", (out / "full.failed.log").read_text())
 
     def test_a_failed_plan_leaves_no_empty_result(self) -> None:
         # Its stdout file was kept as plan-lora.failed.json, 0 bytes, named
