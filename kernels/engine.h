@@ -369,6 +369,14 @@ ParameterLayout make_layout(const EngineOptions& options);
 // std::runtime_error when this build has no such backend.
 MemoryPlan plan_engine_memory(const EngineOptions& options);
 
+// The state tensors an engine of these options checkpoints, in its order
+// (TrainingEngine::state_tensors), sized without allocating anything: the
+// host memory a run's checkpoint staging takes (rank_staging_bytes), checked
+// with the plan before the engine is built, and `trainbench plan`'s staging
+// column. options.device picks the engine's layout ("cuda": the fp32 master
+// and its bf16 copy, a LoRA base in bf16; else the cpu engine's fp32).
+std::vector<StateTensor> planned_state_tensors(const EngineOptions& options);
+
 // The CUDA engine's per-GPU memory for these options (device ignored), in
 // any build: what `trainbench plan` prints. Where this build has the CUDA
 // engine it is plan_engine_memory's; in a build without it, attention is

@@ -82,6 +82,30 @@ MemoryPlan plan_engine_memory(const EngineOptions& options) {
   throw_missing_backend(options.device);
 }
 
+std::vector<StateTensor> planned_state_tensors(const EngineOptions& options) {
+  const ParameterLayout layout = make_layout(options);
+  const int64_t total = layout.total_params(), trainable = layout.trainable_params();
+  const EngineOptions::OptimizerShard shard = resolve_optimizer_shard(options, trainable);
+  const int64_t moment_bytes = static_cast<int64_t>(sizeof(float)) * (shard.end - shard.begin);
+  const bool lora = options.lora.enabled();
+  const bool cuda = options.device == "cuda";
+  // What CpuEngine::state_tensors and CudaEngine::state_tensors return (the
+  // kernels tests compare them): the trained parameters' master, the CUDA
+  // engine's bf16 copy of them, a LoRA base only when the checkpoint keeps
+  // it, and the AdamW moments of this rank's shard.
+  // Under LoRA the adapters: the CUDA engine's trainable parameters, the
+  // cpu engine's block after base_params (the same elements).
+  const int64_t masters = !lora ? total : cuda ? trainable : total - layout.base_params();
+  std::vector<StateTensor> tensors;
+  if (lora && options.lora_state_includes_base)
+    tensors.push_back({cuda ? "base_bf16" : "base_fp32", (total - masters) * (cuda ? 2 : 4)});
+  tensors.push_back({lora ? "lora_fp32" : "master_fp32", masters * 4});
+  if (cuda) tensors.push_back({lora ? "lora_bf16" : "params_bf16", masters * 2});
+  tensors.push_back({"adam_m", moment_bytes});
+  tensors.push_back({"adam_v", moment_bytes});
+  return tensors;
+}
+
 #ifdef TRAINBENCH_HAVE_CUDA
 bool cuda_plan_assumes_cudnn() { return false; }
 #else

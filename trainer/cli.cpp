@@ -275,6 +275,34 @@ std::string first_difference(const nlohmann::json& root, const nlohmann::json& m
   return root == mine ? "" : at + " = " + json_text(mine) + " where rank 0 has " + json_text(root);
 }
 
+// Host memory a rank holds beside the engine's plan and its data: the
+// checkpoint staging (Checkpointer::allocate_staging touches every page
+// before step 1; page-locked under CUDA) and, on several ranks, the host copy
+// of the parameters the consistency check hashes (parameter_checksum). Left
+// out of the checks below, a cpu-small run's staging was 1.43 times its plan
+// and an 8B model's parameter copy 32 GB a rank: past the checks, to the OOM
+// killer, or to a mid-run "out of memory" under ulimit -v.
+struct HostMemoryBeside {
+  int64_t staging = 0;
+  int64_t parameter_copy = 0;
+  int64_t total() const { return staging + parameter_copy; }
+  // ", checkpoint staging 1.2 GiB, ..." for the messages.
+  std::string described() const {
+    std::string text;
+    if (staging > 0) text += ", checkpoint staging " + human_bytes(static_cast<double>(staging));
+    if (parameter_copy > 0)
+      text += ", the parameters' copy the rank check hashes " + human_bytes(static_cast<double>(parameter_copy));
+    return text;
+  }
+};
+HostMemoryBeside host_memory_beside(const Config& config, const EngineOptions& options, int world, int rank) {
+  HostMemoryBeside beside;
+  if (config.checkpoint.every_steps > 0)
+    beside.staging = rank_staging_bytes(planned_state_tensors(options), config, world, rank);
+  if (world > 1) beside.parameter_copy = make_layout(options).total_params() * static_cast<int64_t>(sizeof(float));
+  return beside;
+}
+
 // An address-space limit (ulimit -v) below what a run maps: OpenBLAS
 // retried its per-thread buffer allocation forever (a hang at 500 MB for
 // tiny's 10 MiB plan), or a thread failed to start. The figure is a floor:
@@ -284,7 +312,8 @@ std::string first_difference(const nlohmann::json& root, const nlohmann::json& m
 // limit that left no room for them failed it, "Resource temporarily
 // unavailable", after the steps before it had run) and 64 MiB of slack; a
 // CUDA context maps far more.
-void check_address_space_limit(const Config& config, const EngineOptions& options, const MemoryPlan& plan) {
+void check_address_space_limit(const Config& config, const EngineOptions& options, const MemoryPlan& plan,
+                               const HostMemoryBeside& beside) {
   const int64_t allowed = address_space_limit_bytes();
   if (allowed == 0) return;
   constexpr int64_t kOpenBlasBufferBytes = int64_t{128} << 20;
@@ -301,14 +330,20 @@ void check_address_space_limit(const Config& config, const EngineOptions& option
   // beside those take_blas_buffers maps (waiting a moment for them, as they
   // have normally settled long before).
   const int64_t starting = cpu::blas_workers_yet_to_map(std::chrono::seconds(2));
-  const int64_t needed = mapped_bytes() + (options.device == "cpu" ? plan.total_bytes() : 0) +
-                         (threads + starting) * kOpenBlasBufferBytes +
+  // The data source's batches, the staging and the parameters' copy too:
+  // accepted without them, the run failed after allocating, "out of host
+  // memory for the synthetic batches" or at its first checkpoint.
+  const int64_t data_bytes = data_source_host_bytes(config);
+  const int64_t needed = mapped_bytes() + (options.device == "cpu" ? plan.total_bytes() : 0) + data_bytes +
+                         beside.total() + (threads + starting) * kOpenBlasBufferBytes +
                          (reader_threads + checkpoint_threads) * thread_stack_bytes() + kSlackBytes;
   if (needed > allowed)
     throw CommandError{kExitEnvironmentError,
                        "the address-space limit (ulimit -v) is " + human_bytes(static_cast<double>(allowed)) +
                            " but this run maps at least " + human_bytes(static_cast<double>(needed)) +
-                           " (the program as loaded, the memory plan, OpenBLAS's buffers for " +
+                           " (the program as loaded, the memory plan, the data's " +
+                           human_bytes(static_cast<double>(data_bytes)) + beside.described() +
+                           ", OpenBLAS's buffers for " +
                            std::to_string(threads) + " threads" +
                            (starting > 0 ? " and " + std::to_string(starting) + " of its own still starting" : "") +
                            (reader_threads + checkpoint_threads > 0
@@ -316,7 +351,8 @@ void check_address_space_limit(const Config& config, const EngineOptions& option
                                       std::to_string(checkpoint_threads) + " checkpoint threads"
                                 : "") +
                            "): raise it (ulimit -v unlimited) or set train.threads lower" +
-                           (reader_threads + checkpoint_threads > 0 ? " (or data.readers, checkpoint.writers)" : "")};
+                           (reader_threads + checkpoint_threads > 0 ? " (or data.readers, checkpoint.writers)" : "") +
+                           (beside.staging > 0 ? "; checkpoint.every_steps=0 stages nothing" : "")};
 }
 
 // Most failures are the same on every rank (a bad --set, a checkpoint of
@@ -607,7 +643,7 @@ void check_gpu_memory(const MemoryPlan& plan, const GpuInventory& gpus, const Gp
 // The data source's batches, and the cpu engine's plan, against the host
 // memory the ranks on this host share. A collective (ranks_on_this_host).
 void check_host_memory(const Config& config, Communicator& comm, const EngineOptions& engine_options,
-                       const MemoryPlan& plan) {
+                       const MemoryPlan& plan, const HostMemoryBeside& beside) {
   // The cpu engine's plan is host memory, which the ranks on one host share
   // (4 ranks of a plan that fit once were 4 times MemAvailable: the OOM killer).
   const int64_t available = available_memory_bytes();
@@ -634,19 +670,27 @@ void check_host_memory(const Config& config, Communicator& comm, const EngineOpt
             (synthetic ? "lower data.synthetic_batches" : "lower data.prefetch, data.readers or data.shuffle_buffer") +
             " or train.micro_batch"};
   }
-  if (engine_options.device == "cpu" && available > 0 && (model_bytes + data_bytes) * host_ranks > available) {
-    const double host_bytes = static_cast<double>((model_bytes + data_bytes) * host_ranks);
+  // In double: the data's figure is capped at 2^62, and the parts add up.
+  const double host_bytes =
+      (static_cast<double>(model_bytes) + static_cast<double>(data_bytes) + static_cast<double>(beside.total())) *
+      host_ranks;
+  if (available > 0 && host_bytes > static_cast<double>(available)) {
+    const bool cpu = engine_options.device == "cpu";
+    const std::string parts = "its data " + human_bytes(static_cast<double>(data_bytes)) + beside.described();
     throw CommandError{kExitEnvironmentError,
-                    "model needs " + human_bytes(static_cast<double>(plan.total_bytes())) +
-                        " of host memory per rank (activations " +
-                        human_bytes(static_cast<double>(plan.activation_bytes)) + "; its data " +
-                        human_bytes(static_cast<double>(data_bytes)) + " besides)" +
-                        (host_ranks > 1 ? ", " + human_bytes(host_bytes) + " for the " + std::to_string(host_ranks) +
-                                              " ranks on this host,"
-                                        : "") +
-                        " but " + human_bytes(static_cast<double>(available)) +
-                        " is available: lower train.micro_batch, model.seq_len or model.n_layers" +
-                        (host_ranks > 1 ? ", or run fewer ranks per host" : "")};
+                       (cpu ? "model needs " + human_bytes(static_cast<double>(plan.total_bytes())) +
+                                  " of host memory per rank (activations " +
+                                  human_bytes(static_cast<double>(plan.activation_bytes)) + "; " + parts +
+                                  " besides)"
+                            : "this run needs " + human_bytes(host_bytes / host_ranks) +
+                                  " of host memory per rank beside its GPU (" + parts + ")") +
+                           (host_ranks > 1 ? ", " + human_bytes(host_bytes) + " for the " +
+                                                 std::to_string(host_ranks) + " ranks on this host,"
+                                           : "") +
+                           " but " + human_bytes(static_cast<double>(available)) + " is available: " +
+                           (cpu ? "lower train.micro_batch, model.seq_len or model.n_layers" : "lower data.prefetch") +
+                           (beside.staging > 0 ? ", take no checkpoints (checkpoint.every_steps=0)" : "") +
+                           (host_ranks > 1 ? ", or run fewer ranks per host" : "")};
   }
 }
 
@@ -712,8 +756,9 @@ ResolvedEngine resolve_engine(const Config& config, Communicator& comm, const Gp
                                                ": " + e.what()};
   }
   if (engine_options.device == "cuda") check_gpu_memory(plan, gpus, gpu);
-  check_host_memory(config, comm, engine_options, plan);
-  check_address_space_limit(config, engine_options, plan);
+  const HostMemoryBeside beside = host_memory_beside(config, engine_options, comm.world_size(), comm.rank());
+  check_host_memory(config, comm, engine_options, plan, beside);
+  check_address_space_limit(config, engine_options, plan, beside);
   return resolved;
 }
 

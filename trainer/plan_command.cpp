@@ -102,18 +102,14 @@ std::vector<FinetunePlanRow> plan_finetune(const Config& config, int64_t gpus_pe
     row.checkpoint_bytes = parameters + adam;
     // Rank 0's staging (its slices are the first ranks' largest, its ZeRO-1
     // shard the largest), laid out as the Checkpointer lays out the CUDA
-    // engine's state tensors (CudaEngine::state_tensors).
+    // engine's state tensors.
     const bool zero = options.optimizer_shard.end >= 0;  // ZeRO-1's row: rank 0's shard
-    const int64_t shard = zero ? options.optimizer_shard.end - options.optimizer_shard.begin : layout.trainable_params();
-    std::vector<StateTensor> tensors;
-    if (base > 0) tensors.push_back({"base_bf16", base * 2});
-    tensors.push_back({options.lora.enabled() ? "lora_fp32" : "master_fp32", masters * 4});
-    tensors.push_back({options.lora.enabled() ? "lora_bf16" : "params_bf16", masters * 2});
-    tensors.push_back({"adam_m", shard * 4});
-    tensors.push_back({"adam_v", shard * 4});
+    EngineOptions staged_options = options;
+    staged_options.lora_state_includes_base = config.checkpoint.include_base;
     Config staged = config;
     staged.comm.zero = zero ? 1 : 0;  // held_alike reads it: ZeRO-1's moments are each rank's own
-    row.staging_bytes = rank_staging_bytes(tensors, staged, static_cast<int>(gpus), 0);
+    row.staging_bytes =
+        rank_staging_bytes(planned_state_tensors(staged_options), staged, static_cast<int>(gpus), 0);
     row.fits = row.memory.total_bytes() <= usable_bytes;
     rows.push_back(row);
   };

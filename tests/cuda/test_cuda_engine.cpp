@@ -866,6 +866,29 @@ float train_step(TrainingEngine& engine, const EngineOptions& options, int step)
   return loss;
 }
 
+// What a run checks the host memory of its checkpoint staging with before
+// the engine is built (planned_state_tensors): the engine's own state
+// tensors, for full training, a ZeRO-1 shard and LoRA with and without the
+// base in the checkpoint.
+TEST_F(CudaEngineTest, PlannedStateTensorsAreTheEnginesOwn) {
+  const EngineOptions full = gqa_options("cuda");
+  EngineOptions shard = full;
+  shard.optimizer_shard = {100, 100 + 1234};
+  EngineOptions lora = full;
+  lora.lora = LoraSpec{4, 8.0, {std::begin(kLoraTargetKinds), std::end(kLoraTargetKinds)}};
+  EngineOptions lora_with_base = lora;
+  lora_with_base.lora_state_includes_base = true;
+  for (const EngineOptions& options : {full, shard, lora, lora_with_base}) {
+    const std::vector<StateTensor> planned = planned_state_tensors(options);
+    const std::vector<StateTensor> own = make_engine(options)->state_tensors();
+    ASSERT_EQ(planned.size(), own.size());
+    for (size_t i = 0; i < own.size(); ++i) {
+      EXPECT_EQ(planned[i].name, own[i].name) << i;
+      EXPECT_EQ(planned[i].bytes, own[i].bytes) << own[i].name;
+    }
+  }
+}
+
 // The snapshot split of a checkpoint: the copy begins after a step, on its
 // own stream; the next step's forward and backward are issued while it runs
 // and its optimizer step waits for it on the device. What lands is the state

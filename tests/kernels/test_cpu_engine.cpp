@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_engine.h"
+#include "kernels/engine.h"  // planned_state_tensors
 #include "kernels/op_timing.h"  // OpKind, op_kind_name
 #include "tests/support/token_batches.h"  // Tokens, random_tokens
 
@@ -423,6 +424,32 @@ TEST(CpuEngineState, TensorsAreTheMasterWeightsAndThisShardsMoments) {
   nothing.get_parameters(params_now.data());
   EXPECT_TRUE(same_bytes(image.named("master_fp32"), params_now.data(), 4 * params));
   nothing.restore_state(image.sources());
+}
+
+// What a run checks the host memory of its checkpoint staging with before
+// the engine is built: the engine's own state tensors, name for name and
+// byte for byte, for full training, a ZeRO-1 shard (empty too) and LoRA
+// with and without the base in the checkpoint.
+TEST(CpuEngineState, PlannedStateTensorsAreTheEnginesOwn) {
+  const EngineOptions full = tiny_options();
+  EngineOptions shard = full;
+  shard.optimizer_shard = {100, 100 + 1234};
+  shard.pad_buffers_to = 4096;
+  EngineOptions empty = full;
+  empty.optimizer_shard = {7, 7};
+  EngineOptions lora = full;
+  lora.lora = LoraSpec{4, 8.0, {std::begin(kLoraTargetKinds), std::end(kLoraTargetKinds)}};
+  EngineOptions lora_with_base = lora;
+  lora_with_base.lora_state_includes_base = true;
+  for (const EngineOptions& options : {full, shard, empty, lora, lora_with_base}) {
+    const std::vector<StateTensor> planned = planned_state_tensors(options);
+    const std::vector<StateTensor> own = cpu::CpuEngine(options).state_tensors();
+    ASSERT_EQ(planned.size(), own.size());
+    for (size_t i = 0; i < own.size(); ++i) {
+      EXPECT_EQ(planned[i].name, own[i].name) << i;
+      EXPECT_EQ(planned[i].bytes, own[i].bytes) << own[i].name;
+    }
+  }
 }
 
 TEST(CpuEngineState, MismatchedBufferListsAreRejected) {

@@ -1750,6 +1750,27 @@ TEST(Cli, AnyAddressSpaceLimitAboveTheFloorEndsTheRunOrIsAnEnvironmentError) {
   EXPECT_GT(passed, 0) << "no limit up to 240 MiB above the floor let the tiny run finish";
 }
 
+// The checkpoint staging (three fp32 copies of cpu-small's 32 M parameters,
+// 366 MiB, every page touched before step 1) is in the address-space check:
+// left out, a limit between the plan's figure and the staging's was
+// accepted, and the run failed after allocating its engine, "out of memory
+// under the address-space limit", naming nothing. Refused before anything is
+// allocated, naming it and how to do without.
+TEST(Cli, TheAddressSpaceCheckCountsTheCheckpointStaging) {
+  SKIP_ADDRESS_SPACE_LIMIT_UNDER_ASAN();
+  testing::TempDir dir("test_cli_vmem_staging");
+  const auto r = run_command("bash -c 'ulimit -v 1600000; export TMPDIR=" + dir.path() + "; exec timeout 120 " +
+                             std::string(TRAINBENCH_BINARY) +
+                             " run cpu-small --steps 4 --set train.warmup_steps=1 --set checkpoint.every_steps=2 "
+                             "--set data.source=synthetic --out " + dir.file("r.json") + "'");
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  for (const char* part : {"the address-space limit (ulimit -v) is 1.53 GiB but this run maps at least ",
+                           "checkpoint staging 366.11 MiB", "checkpoint.every_steps=0 stages nothing"})
+    EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("checkpoint: every"), std::string::npos) << "refused before the setup: " << r.out;
+}
+
 // Out of file descriptors (ulimit -n) at any point of a run — the --out
 // probe, reading the earlier result there, the checkpoint folder's probe, the
 // synthetic shards, the result itself — is the environment's limit: exit 3
