@@ -178,6 +178,15 @@ struct ErrorReport {
   std::string message;
   bool device = false;  // a DeviceError the GPU's failure caused, which burn-in judges
 };
+
+// A thread that could not start (EAGAIN: ulimit -u; ENOMEM: no room left
+// for its stack under ulimit -v) is the machine's limit, not a bug.
+bool is_thread_start_failure(const std::system_error& e) {
+  return e.code() == std::errc::resource_unavailable_try_again || e.code() == std::errc::not_enough_memory;
+}
+constexpr const char* kThreadLimitsNamed = "threads or address space: ulimit -u, ulimit -v";
+
+// The exit code and one-line message of the exception being handled (above).
 ErrorReport describe_current_exception() {
   try {
     throw;
@@ -206,11 +215,9 @@ ErrorReport describe_current_exception() {
                                                    human_bytes(static_cast<double>(limit))
                                              : std::string("out of memory")};
   } catch (const std::system_error& e) {
-    // A thread that could not start (EAGAIN: ulimit -u, or no room left for
-    // its stack under ulimit -v) is the machine's limit, not a bug.
-    if (e.code() == std::errc::resource_unavailable_try_again || e.code() == std::errc::not_enough_memory)
-      return {kExitEnvironmentError, std::string("out of a system resource: ") + e.what() +
-                                         " (threads or address space: ulimit -u, ulimit -v)"};
+    if (is_thread_start_failure(e))
+      return {kExitEnvironmentError,
+              std::string("out of a system resource: ") + e.what() + " (" + kThreadLimitsNamed + ")"};
     return {1, std::string("internal error: ") + e.what()};
   } catch (const std::exception& e) {
     return {1, std::string("internal error: ") + e.what()};
@@ -1000,6 +1007,13 @@ DataSetup set_up_data(const Config& config, TrainingEngine& engine, Communicator
                            ? "out of host memory for the synthetic batches: lower data.synthetic_batches"
                            : "out of host memory for the data loader's batch ring: lower data.prefetch or "
                              "data.readers"};
+  } catch (const std::system_error& e) {
+    // A loader thread that could not start: said as the top level says it
+    // (it was a bare "data: Resource temporarily unavailable").
+    if (is_thread_start_failure(e))
+      throw CommandError{kExitEnvironmentError, std::string("data: cannot start a thread: ") + e.what() +
+                                                    " (" + kThreadLimitsNamed + "; or lower data.readers)"};
+    throw CommandError{kExitEnvironmentError, std::string("data: ") + e.what()};
   } catch (const std::exception& e) {
     throw CommandError{kExitEnvironmentError, std::string("data: ") + e.what()};
   }

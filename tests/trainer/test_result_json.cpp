@@ -4,7 +4,7 @@
 
 #include <fcntl.h>     // open: the signalled commands' output to /dev/null
 #include <signal.h>    // kill, signal: SIGPIPE as a shell gives it
-#include <sys/stat.h>  // the FIFO --out must leave alone
+#include <sys/stat.h>  // the FIFO --out must leave alone; chmod: a folder user nobody writes
 #include <sys/wait.h>  // waitpid
 #include <unistd.h>    // fork, execl
 
@@ -1769,6 +1769,36 @@ TEST(Cli, TheAddressSpaceCheckCountsTheCheckpointStaging) {
                            "checkpoint staging 366.11 MiB", "checkpoint.every_steps=0 stages nothing"})
     EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("checkpoint: every"), std::string::npos) << "refused before the setup: " << r.out;
+}
+
+// A thread that cannot start (ulimit -u; root is not held to it, so the
+// run is user nobody's) at any point of a run is the machine's limit: exit
+// 3 in one line naming the limits, from the data's threads too (it was a
+// bare "data: Resource temporarily unavailable"). The sweep goes from "the
+// first thread fails" to "enough", so whichever start fails first moves
+// with the limit.
+TEST(Cli, AThreadThatCannotStartNamesTheLimitsWherever) {
+  testing::TempDir dir("test_cli_nproc");
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0777), 0);
+  int passed = 0, data_said = 0;
+  for (int processes = 2; processes <= 10; ++processes) {
+    const auto r = run_command("runuser -u nobody -- bash -c 'ulimit -u " + std::to_string(processes) + "; cd " +
+                               dir.path() + "; OPENBLAS_NUM_THREADS=1 TMPDIR=" + dir.path() + " exec " +
+                               TRAINBENCH_BINARY +
+                               " run tiny --steps 3 --set train.warmup_steps=1 --set train.threads=1 --out " +
+                               dir.file("r.json") + "'");
+    if (r.exit_code == 0) {
+      ++passed;
+      continue;
+    }
+    const std::string at = "ulimit -u " + std::to_string(processes) + ": ";
+    EXPECT_EQ(r.exit_code, 3) << at << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << at << "one line: " << r.err;
+    EXPECT_NE(r.err.find("(threads or address space: ulimit -u, ulimit -v"), std::string::npos) << at << r.err;
+    data_said += r.err.find("trainbench: data: cannot start a thread: ") == 0;
+  }
+  EXPECT_GT(passed, 0) << "no limit up to 10 processes let the tiny run finish";
+  EXPECT_GT(data_said, 0) << "no limit failed the data's threads";
 }
 
 // Out of file descriptors (ulimit -n) at any point of a run — the --out
