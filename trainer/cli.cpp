@@ -668,13 +668,14 @@ void check_host_memory(const Config& config, Communicator& comm, const EngineOpt
         "the data source needs " + human_bytes(static_cast<double>(data_bytes)) + " of host memory per rank (" +
             (synthetic ? "data.synthetic_batches " + std::to_string(config.data.synthetic_batches) +
                              " batches held in memory"
-                       : "the loader's batch ring and shuffle buffers") +
+                       : "the loader's batch ring, read blocks and shuffle buffers") +
             ")" +
             (host_ranks > 1 ? ", " + human_bytes(static_cast<double>(data_bytes) * host_ranks) + " for the " +
                                   std::to_string(host_ranks) + " ranks on this host,"
                             : "") +
             " but " + human_bytes(static_cast<double>(available)) + " is available: " +
-            (synthetic ? "lower data.synthetic_batches" : "lower data.prefetch, data.readers or data.shuffle_buffer") +
+            (synthetic ? "lower data.synthetic_batches"
+                       : "lower data.prefetch, data.readers, data.shuffle_buffer or data.block_bytes") +
             " or train.micro_batch"};
   }
   // In double: the data's figure is capped at 2^62, and the parts add up.

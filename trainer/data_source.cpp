@@ -57,9 +57,18 @@ int64_t data_source_host_bytes(const Config& config) {
   // In double: the keys' products can pass int64.
   const double batch_bytes = 2.0 * static_cast<double>(config.train.micro_batch) *
                              static_cast<double>(config.model.seq_len) * sizeof(int32_t);
+  // Per reader besides: its read block (data.block_bytes: 256 MiB blocks
+  // failed a run the check had let in, mid-run, as "cannot open: No
+  // memory"), and each buffered sample's own allocations (its vector and
+  // shared owner: some 256 bytes beside its tokens, measured with 2-token
+  // samples, 20 times what the tokens take).
+  constexpr double kSampleOverheadBytes = 256;
+  const double per_reader =
+      static_cast<double>(d.block_bytes) + static_cast<double>(d.shuffle_buffer) * kSampleOverheadBytes;
   const double bytes = d.source == "synthetic"
                            ? static_cast<double>(d.synthetic_batches) * batch_bytes
-                           : static_cast<double>(d.readers) * static_cast<double>(d.prefetch) * batch_bytes +
+                           : static_cast<double>(d.readers) * (static_cast<double>(d.prefetch) * batch_bytes +
+                                                               per_reader) +
                                  static_cast<double>(data_position_bytes_bound(config));
   return static_cast<int64_t>(std::min(bytes, 0x1p62));
 }

@@ -53,8 +53,10 @@ int64_t data_position_bytes_bound(const Config& config);
 
 // The host memory one rank's data source holds at once: the synthetic
 // batches (inputs and targets each), or the loader's batch ring (every
-// reader's data.prefetch slots of inputs and targets) and its shuffle
-// buffers as data_position_bytes_bound counts them. Capped at 2^62.
+// reader's data.prefetch slots of inputs and targets), each reader's read
+// block and its shuffle buffer as data_position_bytes_bound counts it (the
+// samples of given shards taken as a window long: longer documents take
+// more), with each sample's own allocations. Capped at 2^62.
 int64_t data_source_host_bytes(const Config& config);
 
 // The loader settings of the `data` section for one rank.

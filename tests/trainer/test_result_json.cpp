@@ -1771,6 +1771,26 @@ TEST(Cli, TheAddressSpaceCheckCountsTheCheckpointStaging) {
   EXPECT_EQ(r.out.find("checkpoint: every"), std::string::npos) << "refused before the setup: " << r.out;
 }
 
+// Each loader's read block (data.block_bytes) is in the address-space
+// check: left out, two readers' 256 MiB blocks under a limit that let the
+// run in failed it at a shard's open, "cannot open: No memory", blaming the
+// shard. Refused before anything is allocated.
+TEST(Cli, TheAddressSpaceCheckCountsTheReadBlocks) {
+  SKIP_ADDRESS_SPACE_LIMIT_UNDER_ASAN();
+  testing::TempDir dir("test_cli_vmem_blocks");
+  const auto r = run_command("bash -c 'ulimit -v 972800; export TMPDIR=" + dir.path() + "; exec timeout 120 " +
+                             std::string(TRAINBENCH_BINARY) +
+                             " run tiny --steps 4 --set train.warmup_steps=1 --set data.block_bytes=268435456 "
+                             "--set data.readers=2 --out " + dir.file("r.json") + "'");
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  EXPECT_EQ(r.err.rfind("trainbench: the address-space limit (ulimit -v) is 950.00 MiB but this run maps at least ", 0),
+            0u)
+      << r.err;
+  EXPECT_NE(r.err.find("the data's "), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("step "), std::string::npos) << "refused before training: " << r.out;
+}
+
 // A thread that cannot start (ulimit -u; root is not held to it, so the
 // run is user nobody's) at any point of a run is the machine's limit: exit
 // 3 in one line naming the limits, from the data's threads too (it was a
