@@ -1675,16 +1675,21 @@ class CompareTests(LauncherSandbox):
                 self.assert_refused(done, "compare_finetune.sh: " + named)
                 self.assertFalse((self.dir / "never").exists())
 
-    def test_an_aborted_runs_partial_result_is_set_aside_and_named(self) -> None:
-        # A full run an abort ended left full.aborted.json beside the earlier
-        # comparison put back, unnamed, written over the earlier one there.
-        out = self.dir / "out"
+    def earlier_comparison(self, out: Path) -> tuple[list[str], dict[str, str]]:
+        """A whole comparison in `out`, with an earlier full.aborted.json
+        beside it: the files a failed rerun must leave as they are, and their digests."""
         first = self.compare(out, gpus_per_node=1)
         self.assertEqual(first.returncode, 0, first.stderr)
         (out / "full.aborted.json").write_text('{"earlier": "partial"}\n')
         kept = ["lora.json", "full.json", "compare.md", "plan-lora.json", "plan-full.json", "lora.log", "full.log",
                 "full.aborted.json"]
-        earlier = digests(out, kept)
+        return kept, digests(out, kept)
+
+    def test_an_aborted_runs_partial_result_is_set_aside_and_named(self) -> None:
+        # A full run an abort ended left full.aborted.json beside the earlier
+        # comparison put back, unnamed, written over the earlier one there.
+        out = self.dir / "out"
+        kept, earlier = self.earlier_comparison(out)
         # The full run (2 ranks) aborts as rank 0 does: its steps in full.aborted.json, exit 3.
         mpirun = write_tool(self.dir / "abort", "mpirun", 'if [ "$1" = -np ] && [ "$2" = 2 ]; then\n'
                             '  while [ $# -gt 0 ]; do if [ "$1" = --out ]; then result=$2; fi; shift; done\n'
@@ -1706,12 +1711,7 @@ class CompareTests(LauncherSandbox):
         # failed (full.failed.json). Passed on, it stops the run as a group's
         # Ctrl-C does, its partial result set aside and named.
         out = self.dir / "out"
-        first = self.compare(out, gpus_per_node=1)
-        self.assertEqual(first.returncode, 0, first.stderr)
-        (out / "full.aborted.json").write_text('{"earlier": "partial"}\n')
-        kept = ["lora.json", "full.json", "compare.md", "plan-lora.json", "plan-full.json", "lora.log", "full.log",
-                "full.aborted.json"]
-        earlier = digests(out, kept)
+        kept, earlier = self.earlier_comparison(out)
         # The full run (2 ranks) trains long.
         write_tool(self.tools, "mpirun", LONG_2_RANK_MPIRUN, shell="/bin/bash")
         code, err, seconds, run_pid = self.signal_the_script_alone(

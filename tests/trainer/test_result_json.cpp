@@ -1750,6 +1750,26 @@ TEST(Cli, AnyAddressSpaceLimitAboveTheFloorEndsTheRunOrIsAnEnvironmentError) {
   EXPECT_GT(passed, 0) << "no limit up to 240 MiB above the floor let the tiny run finish";
 }
 
+// `trainbench run ARGS` under `ulimit -v KIB` that must be refused before
+// anything is allocated, exit 3 in one line naming the limit as `limit_named`
+// and each of `parts`, before the run's setup said anything of its data.
+void expect_refused_under_address_space_limit(const std::string& kib, const std::string& args,
+                                              const std::string& limit_named,
+                                              const std::vector<std::string>& parts) {
+  testing::TempDir dir("test_cli_vmem_refused");
+  const auto r = run_command("bash -c 'ulimit -v " + kib + "; export TMPDIR=" + dir.path() + "; exec timeout 120 " +
+                             std::string(TRAINBENCH_BINARY) + " run " + args + " --out " + dir.file("r.json") + "'");
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  EXPECT_EQ(r.err.rfind("trainbench: the address-space limit (ulimit -v) is " + limit_named +
+                            " but this run maps at least ",
+                        0),
+            0u)
+      << r.err;
+  for (const std::string& part : parts) EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("data: "), std::string::npos) << "refused before the setup: " << r.out;
+}
+
 // The checkpoint staging (three fp32 copies of cpu-small's 32 M parameters,
 // 366 MiB, every page touched before step 1) is in the address-space check:
 // left out, a limit between the plan's figure and the staging's was
@@ -1758,17 +1778,10 @@ TEST(Cli, AnyAddressSpaceLimitAboveTheFloorEndsTheRunOrIsAnEnvironmentError) {
 // allocated, naming it and how to do without.
 TEST(Cli, TheAddressSpaceCheckCountsTheCheckpointStaging) {
   SKIP_ADDRESS_SPACE_LIMIT_UNDER_ASAN();
-  testing::TempDir dir("test_cli_vmem_staging");
-  const auto r = run_command("bash -c 'ulimit -v 1600000; export TMPDIR=" + dir.path() + "; exec timeout 120 " +
-                             std::string(TRAINBENCH_BINARY) +
-                             " run cpu-small --steps 4 --set train.warmup_steps=1 --set checkpoint.every_steps=2 "
-                             "--set data.source=synthetic --out " + dir.file("r.json") + "'");
-  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
-  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
-  for (const char* part : {"the address-space limit (ulimit -v) is 1.53 GiB but this run maps at least ",
-                           "checkpoint staging 366.11 MiB", "checkpoint.every_steps=0 stages nothing"})
-    EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
-  EXPECT_EQ(r.out.find("checkpoint: every"), std::string::npos) << "refused before the setup: " << r.out;
+  expect_refused_under_address_space_limit(
+      "1600000",
+      "cpu-small --steps 4 --set train.warmup_steps=1 --set checkpoint.every_steps=2 --set data.source=synthetic",
+      "1.53 GiB", {"checkpoint staging 366.11 MiB", "checkpoint.every_steps=0 stages nothing"});
 }
 
 // Each loader's read block (data.block_bytes) is in the address-space
@@ -1777,18 +1790,9 @@ TEST(Cli, TheAddressSpaceCheckCountsTheCheckpointStaging) {
 // shard. Refused before anything is allocated.
 TEST(Cli, TheAddressSpaceCheckCountsTheReadBlocks) {
   SKIP_ADDRESS_SPACE_LIMIT_UNDER_ASAN();
-  testing::TempDir dir("test_cli_vmem_blocks");
-  const auto r = run_command("bash -c 'ulimit -v 972800; export TMPDIR=" + dir.path() + "; exec timeout 120 " +
-                             std::string(TRAINBENCH_BINARY) +
-                             " run tiny --steps 4 --set train.warmup_steps=1 --set data.block_bytes=268435456 "
-                             "--set data.readers=2 --out " + dir.file("r.json") + "'");
-  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
-  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
-  EXPECT_EQ(r.err.rfind("trainbench: the address-space limit (ulimit -v) is 950.00 MiB but this run maps at least ", 0),
-            0u)
-      << r.err;
-  EXPECT_NE(r.err.find("the data's "), std::string::npos) << r.err;
-  EXPECT_EQ(r.out.find("step "), std::string::npos) << "refused before training: " << r.out;
+  expect_refused_under_address_space_limit(
+      "972800", "tiny --steps 4 --set train.warmup_steps=1 --set data.block_bytes=268435456 --set data.readers=2",
+      "950.00 MiB", {"the data's "});
 }
 
 // A thread that cannot start (ulimit -u; root is not held to it, so the
