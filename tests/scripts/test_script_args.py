@@ -1039,6 +1039,44 @@ class SbatchTests(Sandbox):
         self.assertEqual(sorted(p.name for p in out.iterdir()), ["nodes-1.failed.json"])
 
 
+    def test_a_rank_killed_first_names_its_signal(self) -> None:
+        # The OOM killer's SIGKILL on rank 0 (137), then its peer's exit 3 (its
+        # peer gone): the job said "rank 1 exited 3", hiding the cause.
+        write_tool(self.tools, "srun", 'while [ $# -gt 0 ]; do case "$1" in --*) shift ;; *) break ;; esac; done\n'
+                   'for rank in 0 1 2; do SLURM_PROCID=$rank "$@"; done\nexit 143\n')
+        binary = write_tool(self.dir, "trainbench", 'case "$SLURM_PROCID" in\n'
+                            '  0) kill -KILL $$ ;;\n  1) exit 3 ;;\n  2) kill -TERM $$ ;;\nesac\n')
+        env = {**self.env, "SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "1", "TRAINBENCH_BINARY": str(binary),
+               "OUT": str(self.dir / "out")}
+        done = run("bash", SCRIPTS / "slurm" / "trainbench.sbatch", "--steps", "5", env=env, timeout=20)
+        self.assertEqual(done.returncode, 137, done.stderr)
+        self.assertIn("trainbench.sbatch: rank 0 exited 137 (srun 143: Slurm ended the other ranks)", done.stderr)
+
+    def test_slurms_sigterm_waits_for_the_ranks_own_end(self) -> None:
+        # Slurm signals every process of the step; the bash that records a
+        # rank's exit died at once at its default, the task's end, and
+        # slurmstepd SIGKILLs what is left: trainbench writing its partial
+        # result. The srun stand-in signals the rank's process group as
+        # slurmstepd does and notes whether trainbench had finished by the
+        # time the task ended.
+        log = self.dir / "srun.log"
+        write_tool(self.tools, "srun", 'while [ $# -gt 0 ]; do case "$1" in --*) shift ;; *) break ;; esac; done\n'
+                   'SLURM_PROCID=0 setsid "$@" & task=$!\n'
+                   'for _ in $(seq 100); do [ -e "$STARTED" ] && break; sleep 0.05; done\n'
+                   'kill -TERM -- -"$task"; wait "$task"; code=$?\n'
+                   f'if [ -e "$FINISHED" ]; then echo finished > {shlex.quote(str(log))}; fi\n'
+                   'exit "$code"\n', shell="/bin/bash")
+        binary = write_tool(self.dir, "trainbench", "trap 'sleep 1; touch \"$FINISHED\"; exit 143' TERM\n"
+                            'touch "$STARTED"; sleep 30 & wait\n')
+        env = {**self.env, "SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "1", "TRAINBENCH_BINARY": str(binary),
+               "OUT": str(self.dir / "out"), "STARTED": str(self.dir / "started"),
+               "FINISHED": str(self.dir / "finished")}
+        done = run("bash", SCRIPTS / "slurm" / "trainbench.sbatch", "--steps", "5", env=env, timeout=20)
+        self.assertEqual(done.returncode, 143, done.stderr)
+        self.assertTrue(log.exists() and log.read_text() == "finished\n",
+                        "the task ended before the rank had finished its own SIGTERM handling")
+
+
 # An mpirun stand-in: "Open MPI" to --version, records its arguments (one a
 # line, then ---), then runs the command after its own options as one process.
 FAKE_MPIRUN = '''if [ "$1" = --version ]; then echo "mpirun (Open MPI) 4.1.4"; exit 0; fi
