@@ -1337,6 +1337,11 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   }
   StepHook after_step;
   if (options.extension) {
+    // The slow network injected from the extension's first measurement on,
+    // as the steps will have it (StepLoop sets it again): the burn-in's
+    // fabric check measured its start without it and called the constant
+    // fault a 98% drop.
+    comm->set_injected_delay(config.comm.inject_delay_ms * 1e-3);
     options.extension->begin(RunContext{config, *engine, *comm,
                                         engine_options.device == "cuda" ? engine_options.gpu_index : -1,
                                         checkpointer.get(), &env});

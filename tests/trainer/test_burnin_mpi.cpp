@@ -9,6 +9,7 @@
 // 0.007 GB/s), past any threshold.
 #include <gtest/gtest.h>
 
+#include <algorithm>  // std::min, std::max: the fabric measurements' range
 #include <chrono>
 #include <cstdlib>  // setenv: the test hook, for the ranks mpirun starts; std::atoll
 #include <cstring>  // std::strlen
@@ -254,6 +255,27 @@ TEST_F(BurninMpi, ASlowedRankIsFlaggedAsAStraggler) {
   EXPECT_EQ(gpus[1]["verdict"], "FAIL");
   EXPECT_NE(failures(gpus[1]).find("straggler: own step time"), std::string::npos) << failures(gpus[1]);
   EXPECT_NE(r.err.find("rank 1"), std::string::npos) << r.err;
+}
+
+// comm.inject_delay_ms (a slow network) holds the fabric check's first
+// measurement too, as its later ones and the steps: it measured the start
+// without the delay and called the constant fault a 98% drop. Real
+// measurements here (no test hook): the delay dominates each of them.
+TEST_F(BurninMpi, AnInjectedSlowNetworkIsSlowFromTheFirstFabricMeasurement) {
+  const CommandResult r = burnin("delay", "5s", "--set comm.inject_delay_ms=20 --set burnin.health_every_s=1", "");
+  ASSERT_FALSE(result_.is_null()) << r.out << r.err;
+  const nlohmann::json& points = result_.at("burnin").at("health_measurements");
+  ASSERT_GE(points.size(), 2u) << points.dump();
+  double low = 1e300, high = 0;
+  for (const nlohmann::json& p : points) {
+    if (!p.at("busbw_gbs").is_number()) continue;
+    low = std::min(low, p.at("busbw_gbs").get<double>());
+    high = std::max(high, p.at("busbw_gbs").get<double>());
+  }
+  ASSERT_GT(high, 0) << points.dump();
+  EXPECT_LT(high / low, 5.0) << "the first measurement without the delay: " << points.dump();
+  EXPECT_EQ(failures(result_.at("burnin").at("job")).find("fabric:"), std::string::npos)
+      << failures(result_.at("burnin").at("job"));
 }
 
 // A fabric and a disk that fell to a fifth from the 4th measurement on and
