@@ -60,10 +60,9 @@ int create_temporary_beside(const std::string& path, std::string& temp) {
 
 // The temporaries being written, for a signal's cleanup: a result or
 // `latest` cut off by SIGTERM between its creation and its rename stayed
-// as PATH.tmp.XXXXXX beside it for good. Listed with their creation and
-// unlisted with their rename (or removal), each in one hold of the mutex,
-// so the cleanup sees a temporary that is there or none. Never destroyed:
-// the signal's cleanup thread may run during the exit.
+// as PATH.tmp.XXXXXX beside it for good. Listed once created, unlisted once
+// renamed or removed. Never destroyed: the signal's cleanup thread may run
+// during the exit.
 std::mutex& unfinished_mutex() {
   static auto* mutex = new std::mutex;
   return *mutex;
@@ -71,6 +70,17 @@ std::mutex& unfinished_mutex() {
 std::set<std::string>& unfinished() {
   static auto* paths = new std::set<std::string>;
   return *paths;
+}
+
+// Lists (or unlists) a temporary for the signal's cleanup. A temporary the
+// cleanup removes while its write goes on fails that write's rename, or
+// goes after the rename: either way none stays, and the process is ending.
+void list_unfinished(const std::string& temp, bool listed) {
+  const std::lock_guard<std::mutex> lock(unfinished_mutex());
+  if (listed)
+    unfinished().insert(temp);
+  else
+    unfinished().erase(temp);
 }
 
 // Test hook: a pause between creating the process's first temporary and
@@ -88,7 +98,7 @@ void test_write_delay() {
 
 void remove_unfinished_atomic_writes() {
   // Locked for good: the process is ending by the signal. A writer that
-  // would create or rename a temporary waits here until the end.
+  // would list or unlist a temporary waits here until the end.
   unfinished_mutex().lock();
   for (const std::string& temp : unfinished()) ::unlink(temp.c_str());
 }
@@ -117,23 +127,20 @@ std::string atomic_write_temporary_template(const std::string& path) { return pa
 void write_file_atomically(const std::string& named, const std::string& contents) {
   const std::string path = replaced_file(named);
   std::string temp;
-  int fd = -1;
-  {
-    const std::lock_guard<std::mutex> lock(unfinished_mutex());
-    fd = create_temporary_beside(path, temp);
-    if (fd >= 0) unfinished().insert(temp);
-  }
+  // The file calls outside the lock: one on storage that hangs (a `latest`
+  // given up after checkpoint.timeout_s) held every other write, the result's
+  // on healthy storage too, and the signal's cleanup. A signal between the
+  // creation and the listing leaves that temporary (as a SIGKILL would).
+  int fd = create_temporary_beside(path, temp);
   if (fd < 0) fail("cannot create", temp);
+  list_unfinished(temp, true);
   test_write_delay();
   // Any failure after the temporary exists removes it, keeping errno for the message.
   auto abandon = [&](const std::string& what, const std::string& subject) {
     const int saved = errno;
     if (fd >= 0) ::close(fd);
-    {
-      const std::lock_guard<std::mutex> lock(unfinished_mutex());
-      std::remove(temp.c_str());
-      unfinished().erase(temp);
-    }
+    std::remove(temp.c_str());
+    list_unfinished(temp, false);
     errno = saved;
     fail(what, subject);
   };
@@ -148,18 +155,8 @@ void write_file_atomically(const std::string& named, const std::string& contents
   const int close_status = ::close(fd);
   fd = -1;
   if (close_status != 0) abandon("cannot close", temp);
-  bool renamed = false;
-  int rename_error = 0;
-  {
-    const std::lock_guard<std::mutex> lock(unfinished_mutex());
-    renamed = std::rename(temp.c_str(), path.c_str()) == 0;
-    rename_error = errno;
-    if (renamed) unfinished().erase(temp);
-  }
-  if (!renamed) {
-    errno = rename_error;
-    abandon("cannot rename " + temp + " to", path);
-  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) abandon("cannot rename " + temp + " to", path);
+  list_unfinished(temp, false);
 
   // The rename is durable only once the directory entry is on disk.
   const std::string dir = parent_directory(path);

@@ -49,9 +49,9 @@ std::string atomic_write_temporary_template(const std::string& path);
 void write_file_atomically(const std::string& path, const std::string& contents);
 
 // For a signal's cleanup (trainer/interrupt_cleanup.h's run_on_interrupt):
-// removes the temporaries of the writes under way, and holds every writer
-// that would create or rename one from then on, the process being about to
-// end by the signal.
+// removes the temporaries of the writes under way, and from then on holds
+// every writer at its next listing or unlisting of one (after its creation,
+// after its rename), the process being about to end by the signal.
 void remove_unfinished_atomic_writes();
 
 }  // namespace trainbench
