@@ -1785,14 +1785,16 @@ TEST(Cli, TheAddressSpaceCheckCountsTheCheckpointStaging) {
 }
 
 // Each loader's read block (data.block_bytes) is in the address-space
-// check: left out, two readers' 256 MiB blocks under a limit that let the
-// run in failed it at a shard's open, "cannot open: No memory", blaming the
-// shard. Refused before anything is allocated.
+// check: left out, 256 MiB blocks under a limit that let the run in failed
+// it at a shard's open, "cannot open: No memory", blaming the shard. Eight
+// readers' 2 GiB of blocks against 2.2 GiB: above what either build maps
+// without them (the CUDA build maps about 1.5 GiB more), below what the run
+// needs with them. Refused before anything is allocated.
 TEST(Cli, TheAddressSpaceCheckCountsTheReadBlocks) {
   SKIP_ADDRESS_SPACE_LIMIT_UNDER_ASAN();
   expect_refused_under_address_space_limit(
-      "972800", "tiny --steps 4 --set train.warmup_steps=1 --set data.block_bytes=268435456 --set data.readers=2",
-      "950.00 MiB", {"the data's "});
+      "2306867", "tiny --steps 4 --set train.warmup_steps=1 --set data.block_bytes=268435456 --set data.readers=8",
+      "2.20 GiB", {"the data's 2.01 GiB"});
 }
 
 // A thread that cannot start (ulimit -u; root is not held to it, so the
