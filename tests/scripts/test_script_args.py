@@ -1512,9 +1512,11 @@ class ScaleTests(LauncherSandbox):
         args = args_log.read_text().splitlines()
         self.assertEqual(sorted(a for a in args if a.endswith(".json")), [f"{out}/ranks-1.json", f"{out}/ranks-2.json"])
 
-    def ctrl_c_once_started(self, args: list[str], started: Path, wait_s: float) -> tuple[int, str]:
+    def ctrl_c_once_started(self, args: list[str], started: Path, wait_s: float,
+                            to_script_alone: signal.Signals | None = None) -> tuple[int, str]:
         """scale.sh ARGS, given a terminal's Ctrl-C (SIGINT to the whole
-        foreground group) once `started` exists: its exit code and stderr."""
+        foreground group) once `started` exists, or `to_script_alone` sent to
+        the script's own pid only: its exit code and stderr."""
         process = subprocess.Popen(["bash", str(SCALE), *args], env=self.env, stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                    start_new_session=True)
@@ -1523,7 +1525,10 @@ class ScaleTests(LauncherSandbox):
             while not started.exists() and time.monotonic() < deadline and process.poll() is None:
                 time.sleep(0.05)
             self.assertTrue(started.exists(), "the run to interrupt did not start")
-            os.killpg(process.pid, signal.SIGINT)
+            if to_script_alone is None:
+                os.killpg(process.pid, signal.SIGINT)
+            else:
+                os.kill(process.pid, to_script_alone)
             _, err = process.communicate(timeout=20)
         finally:
             if process.poll() is None:
@@ -1636,21 +1641,8 @@ class ScaleTests(LauncherSandbox):
         self.assertEqual(signals.read_text(), "1\n", "a group's Ctrl-C")
         signals.unlink()
         started.unlink()
-        process = subprocess.Popen(["bash", str(SCALE), *args], env=self.env, stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   start_new_session=True)
-        try:
-            deadline = time.monotonic() + 20
-            while not started.exists() and time.monotonic() < deadline and process.poll() is None:
-                time.sleep(0.05)
-            self.assertTrue(started.exists(), "the run to signal did not start")
-            os.kill(process.pid, signal.SIGTERM)
-            _, err = process.communicate(timeout=20)
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.communicate()
-        self.assertEqual(process.returncode, 143, err)
+        code, err = self.ctrl_c_once_started(args, started, 20, to_script_alone=signal.SIGTERM)
+        self.assertEqual(code, 143, err)
         self.assertEqual(signals.read_text(), "1\n", "SIGTERM to the script alone")
         self.assertIn("1 rank(s) interrupted (SIGTERM", err)
 
