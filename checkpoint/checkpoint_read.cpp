@@ -39,6 +39,16 @@ bool exists_quietly(const std::string& path) {
   return fs::exists(path, ignored);
 }
 
+// The newest committed checkpoint in `dir`, "" where there is none or
+// `dir` cannot be listed.
+std::string newest_readable_checkpoint_quietly(const std::string& dir) {
+  try {
+    return newest_readable_checkpoint(dir);
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
 // What a resume can use when `dir`'s latest cannot be (a step folder
 // deleted by hand, a damaged pointer or manifest): said only when it is there.
 std::string newest_committed_hint(const std::string& dir) {
@@ -342,11 +352,22 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& dir) 
   // step_N.tmp may hold a manifest already (rank 0 writes it before the
   // rename that commits): only a committed folder is a checkpoint.
   const io::StepName parsed = io::parse_step_name(fs::path(path).filename().string());
-  if (parsed.step >= 0 && !parsed.suffix.empty())
+  // The hint names what a resume can take there: the folder itself only
+  // where its `latest` leads somewhere (it pointed the user at a folder
+  // with nothing committed, which then failed as "neither a checkpoint").
+  if (parsed.step >= 0 && !parsed.suffix.empty()) {
+    const std::string parent =
+        fs::path(path).has_parent_path() ? fs::path(path).parent_path().string() : std::string(".");
+    std::string hint;
+    try {
+      hint = "; --resume " + parent + " resumes from the newest committed one, " +
+             fs::path(follow_latest(parent, parent)).filename().string();
+    } catch (const std::exception&) {
+      hint = newest_committed_hint(parent);
+    }
     throw CheckpointError("checkpoint " + path + " is not committed (a " + parsed.suffix +
-                          " folder is one being written, set aside or left by a crash): --resume " +
-                          (fs::path(path).has_parent_path() ? fs::path(path).parent_path().string() : std::string(".")) +
-                          " resumes from the newest committed one");
+                          " folder is one being written, set aside or left by a crash)" + hint);
+  }
   if (exists_quietly(path + "/manifest.json")) return path;
   if (exists_quietly(path + "/latest")) return follow_latest(path, "checkpoint.dir " + path);
   std::error_code error;
@@ -358,6 +379,9 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& dir) 
                             fs::path(path).parent_path().string());
     throw CheckpointError("checkpoint " + path + " is not a folder");
   }
+  // A checkpoint.dir whose `latest` was lost still holds its step_N
+  // folders: named as --resume latest names them.
+  if (!newest_readable_checkpoint_quietly(path).empty()) return follow_latest(path, "checkpoint.dir " + path);
   throw CheckpointError("checkpoint " + path + " is neither a checkpoint (no " + path +
                         "/manifest.json) nor a checkpoint.dir (no " + path + "/latest)");
 }

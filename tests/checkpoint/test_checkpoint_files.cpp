@@ -737,11 +737,27 @@ TEST_F(CheckpointFiles, ResolveFindsTheCheckpointOrSaysWhatIsMissing) {
     for (const std::string tail : {"/", "/.", "/./"})
       EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint(dir_ + "/step_10" + suffix + tail, ""); }),
                 "checkpoint " + dir_ + "/step_10" + suffix + " is not committed (a " + suffix +
-                    " folder is one being written, set aside or left by a crash): --resume " + dir_ +
-                    " resumes from the newest committed one")
+                    " folder is one being written, set aside or left by a crash); --resume " + dir_ +
+                    " resumes from the newest committed one, step_20")
           << tail;
     fs::remove_all(dir_ + "/step_10" + suffix);
   }
+  // The hint named the folder above however little it held: a resume that
+  // followed it failed again, as "neither a checkpoint nor a checkpoint.dir".
+  const std::string bare = temp_.path() + "/bare";
+  fs::create_directories(bare);
+  fs::copy(dir_ + "/step_10", bare + "/step_10.tmp", fs::copy_options::recursive);
+  EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint(bare + "/step_10.tmp", ""); }),
+            "checkpoint " + bare + "/step_10.tmp is not committed (a .tmp folder is one being written, set aside or "
+            "left by a crash); " + bare + " holds no other committed checkpoint");
+  fs::copy(dir_ + "/step_10", bare + "/step_10", fs::copy_options::recursive);
+  EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint(bare + "/step_10.tmp", ""); }),
+            "checkpoint " + bare + "/step_10.tmp is not committed (a .tmp folder is one being written, set aside or "
+            "left by a crash); the newest committed checkpoint there is step_10: --resume " + bare + "/step_10");
+  // So is the folder itself, without `latest`: named as --resume latest names it.
+  EXPECT_EQ(checkpoint_error([&] { resolve_checkpoint(bare, ""); }),
+            "checkpoint.dir " + bare + " has no " + bare + "/latest pointer, but holds committed checkpoints; the "
+            "newest is step_10: --resume " + bare + "/step_10");
   write_text(dir_ + "/latest", "step_10.old\n");
   EXPECT_TRUE(contains(checkpoint_error([&] { resolve_checkpoint("latest", dir_); }), "is not a checkpoint folder name"));
   write_text(dir_ + "/latest", "step_20\n");
