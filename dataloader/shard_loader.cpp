@@ -648,6 +648,15 @@ void check_tokens(const std::vector<int32_t>& tokens, int64_t vocab, const std::
 }  // namespace
 
 void check_resume_position(const LoaderOptions& o, int64_t shard_count, const LoaderPosition& p) {
+  // The case a user meets (the other keys are the checkpoint's config,
+  // compared before): a shard added to or removed from the folder since.
+  if (p.shard_count != shard_count && p.rank == o.rank && p.world == o.world && p.readers == o.readers &&
+      p.seed == o.seed)
+    throw DataError(CorruptScope::kConfig,
+                    "data.shards: the saved loader position was taken over " + std::to_string(p.shard_count) +
+                        " shards, and data.shards now lists " + std::to_string(shard_count) +
+                        ": the position counts samples into the shards it read, so a resume needs the same files "
+                        "(restore them, or start a new run)");
   if (p.shard_count != shard_count || p.rank != o.rank ||
       p.world != o.world || p.readers != o.readers || p.seed != o.seed ||
       static_cast<int64_t>(p.reader_positions.size()) != o.readers)

@@ -927,8 +927,23 @@ std::string check_compatible(const nlohmann::json& manifest, const Config& confi
            std::to_string(written_by) + " ranks)";
   const nlohmann::json now = config_to_json(config);
   const nlohmann::json& then = manifest.at("config");
+  // Given shards whose identities the checkpoint recorded (name, bytes, a
+  // hash of the first 4 KiB) are compared file by file after listing
+  // (resumed_shards_difference): the same files under another spelling
+  // ("dir/", a relative path, a glob) or moved to another mount resume.
+  const auto recorded = [](const nlohmann::json& object, const char* section, const char* key) {
+    return object.is_object() && object.contains(section) && object[section].is_object() &&
+                   object[section].contains(key)
+               ? object[section][key]
+               : nlohmann::json();
+  };
+  const nlohmann::json shards_then = recorded(then, "data", "shards");
+  const bool shards_identified = recorded(manifest, "extra", "shards").is_array() && !config.data.shards.empty() &&
+                                 shards_then.is_string() && !shards_then.get<std::string>().empty();
   std::vector<std::array<const char*, 2>> keys;
-  for (const auto& key : kResumeMustMatch) keys.push_back({key[0], key[1]});
+  for (const auto& key : kResumeMustMatch)
+    if (!(shards_identified && std::string_view(key[0]) == "data" && std::string_view(key[1]) == "shards"))
+      keys.push_back({key[0], key[1]});
   if (config.train.mode == "lora")
     for (const auto& key : kLoraResumeMustMatch) keys.push_back({key[0], key[1]});
   const ConfigDifference differs = first_config_difference(then, now, keys);

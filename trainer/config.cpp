@@ -1264,11 +1264,16 @@ namespace {
 // A config as two runs' state compares it: the same adapters however the
 // targets are written ("q, k,v" and "v,q,k" build the adapters of "q,k,v":
 // the engine takes them in layer order), and without model.n_layers_full,
-// the depth `project` projects to, which builds nothing.
+// the depth `project` projects to, which builds nothing; data.eos_token
+// resolved.
 nlohmann::json as_state_sees_it(const nlohmann::json& config) {
   if (!config.is_object()) return config;
   nlohmann::json seen = config;
   if (seen.contains("model") && seen["model"].is_object()) seen["model"].erase("n_layers_full");
+  // data.eos_token -1 is model.vocab - 1: the same separator either way.
+  if (seen.contains("data") && seen["data"].is_object() && seen["data"].value("eos_token", nlohmann::json()) == -1 &&
+      seen.contains("model") && seen["model"].is_object() && seen["model"].value("vocab", nlohmann::json()).is_number_integer())
+    seen["data"]["eos_token"] = seen["model"]["vocab"].get<int64_t>() - 1;
   if (seen.contains("lora") && seen["lora"].is_object() && seen["lora"].value("targets", nlohmann::json()).is_string()) {
     // A name no engine knows stays as written: an old or foreign manifest differs, named.
     std::vector<ParamKind> kinds;

@@ -388,6 +388,19 @@ TEST(ShardLoader, PositionFromOtherDataOrLayoutIsRefused) {
   } catch (const DataError& e) {
     EXPECT_NE(std::string(e.what()).find("same data and layout"), std::string::npos) << e.what();
   }
+  // A shard added since (all else alike): said as such, with the remedy
+  // (it was the line above, which named no shard and no way on).
+  LoaderOptions more = o;
+  more.shards.push_back(more.shards.back());
+  try {
+    ShardLoader resumed(more, &position);
+    FAIL() << "a position over 4 shards was accepted over 5";
+  } catch (const DataError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "data.shards: the saved loader position was taken over 4 shards, and data.shards now lists 5: the "
+              "position counts samples into the shards it read, so a resume needs the same files (restore them, or "
+              "start a new run)");
+  }
   std::string damaged = serialize_position(position);
   damaged.resize(damaged.size() - 3);
   EXPECT_THROW(parse_position(damaged), DataError);

@@ -346,6 +346,30 @@ TEST(CheckpointCli, AResumeOverAShardReplacedUnderItsNameIsRefusedNamingIt) {
   // The same files: the resume goes on.
   const CommandResult same = run_command(tiny_run(ckpt, 7, 5, dir.file("r2.json"), data + "--resume " + ckpt + "/step_5"));
   EXPECT_EQ(same.exit_code, 0) << same.err;
+  // The same files moved and spelt otherwise, with the EOS id written out
+  // (-1 is vocab - 1): the same stream. data.shards's text was compared and
+  // refused it ("it has data.shards = .../shards but this run has .../moved/").
+  fs::rename(shards, dir.file("moved"));
+  const CommandResult moved = run_command(
+      tiny_run(ckpt, 7, 5, dir.file("r2m.json"),
+               "--set data.shards=" + dir.file("moved") + "/ --set data.eos_token=511 --set train.warmup_steps=1 "
+               "--resume " + ckpt + "/step_5"));
+  EXPECT_EQ(moved.exit_code, 0) << moved.err;
+  if (moved.exit_code == 0) {
+    EXPECT_EQ(losses_by_step(dir.file("r2m.json")), losses_by_step(dir.file("r2.json")));
+  }
+  fs::rename(dir.file("moved"), shards);
+  // A shard added to the folder: said as such, with the way on.
+  fs::copy_file(shards + "/train-000000.tar", shards + "/train-000004.tar");
+  const CommandResult added =
+      run_command(tiny_run(ckpt, 7, 5, dir.file("r2a.json"), data + "--resume " + ckpt + "/step_5"));
+  EXPECT_EQ(added.exit_code, 2) << added.err;
+  EXPECT_NE(added.err.find("data.shards: the saved loader position was taken over 4 shards, and data.shards now "
+                           "lists 5"),
+            std::string::npos)
+      << added.err;
+  EXPECT_NE(added.err.find("(restore them, or start a new run)"), std::string::npos) << added.err;
+  fs::remove(shards + "/train-000004.tar");
   const auto size_then = fs::file_size(shards + "/train-000001.tar");
   fs::copy_file(other + "/train-000001.tar", shards + "/train-000001.tar", fs::copy_options::overwrite_existing);
   ASSERT_NE(fs::file_size(shards + "/train-000001.tar"), size_then) << "the other seed's shard is another size";
