@@ -13,6 +13,7 @@
 #include <filesystem>   // does CONFIG name a file?
 #include <fstream>      // reading the config file
 #include <iterator>     // std::istreambuf_iterator
+#include <limits>       // std::numeric_limits<float>: the fp32 floor
 #include <map>          // where each value came from
 #include <optional>     // parse results and errors
 #include <set>          // duplicate-key detection
@@ -106,10 +107,18 @@ constexpr double kMinNvmlEverySeconds = 0.01;
 // 0; 5e-324 became 0, and AdamW divided 0 by 0. Real ones are 1e-5 .. 1e-8.
 constexpr int64_t kMaxEpsilon = 1;
 constexpr double kMinEpsilon = 1e-30;
+static_assert(kMinEpsilon >= std::numeric_limits<float>::min(), "a normal fp32 number");
 // The adapters' scale alpha / rank is fp32 in both engines: 1e300 became
 // inf and the first step's loss NaN (a failed check, exit 4, for what is a
 // config error). Real ones are 8 .. 512.
 constexpr int64_t kMaxLoraAlpha = 1'000'000;
+// AdamW's learning rate and weight decay are fp32 in both engines too: 1e39
+// became inf and the loss NaN at step 2 (exit 4); an lr of 1e-46 became 0,
+// and a run that trained nothing exited 0. So are the adapters' alpha (1e-45
+// scaled them by 0) and the gradient-clip scale (grad_clip 1e-46 clipped
+// every gradient to 0). Checked in check_train: a value fp32 holds, the
+// nonzero ones at least this (an lr of 1e30 is allowed, and diverges).
+constexpr double kMinFp32Setting = 1e-30;
 
 // The name is spelled from the member path, so a key and the field it sets
 // cannot drift apart.
@@ -153,7 +162,7 @@ const std::vector<KeySpec>& key_table() {
       TRAINBENCH_KEY(train, threads, Bound::kNonNegative, {}, kMaxThreads),
       TRAINBENCH_KEY(train, seed, Bound::kNonNegative),
       TRAINBENCH_KEY(lora, rank, Bound::kPositive),
-      TRAINBENCH_KEY(lora, alpha, Bound::kPositive, {}, kMaxLoraAlpha),
+      TRAINBENCH_KEY(lora, alpha, Bound::kPositive, {}, kMaxLoraAlpha, kMinFp32Setting),
       TRAINBENCH_KEY(lora, targets),
       TRAINBENCH_KEY(data, source, Bound::kAny, {"shards", "synthetic"}),
       TRAINBENCH_KEY(data, shards),
@@ -689,7 +698,11 @@ void check_bound(const Checker& checker, const KeySpec& spec, const FieldPtr& fi
     case Bound::kPositive: checker.require(value > 0, {spec.name}, "must be > 0" + got); break;
     case Bound::kNonNegative: checker.require(value >= 0, {spec.name}, "must be >= 0" + got); break;
     case Bound::kUnit:
-      checker.require(value >= 0 && value < 1, {spec.name}, "must be in [0, 1)" + got);
+      // (AdamW's betas, fp32 in both engines: 0.999999999 rounded to 1 there,
+      // its bias correction 1 - beta^t to 0 and the loss to NaN, exit 4.)
+      checker.require(value >= 0 && static_cast<float>(value) < 1.0f, {spec.name},
+                      value < 1 ? "must be in [0, 1) as a 32-bit float, at most 0.99999994 (the engines' precision)" + got
+                                : "must be in [0, 1)" + got);
       break;
     case Bound::kPercent:
       checker.require(value > 0 && value < 100, {spec.name}, "must be a percentage in (0, 100)" + got);
@@ -882,6 +895,17 @@ void check_train(const Checker& checker, const TrainSection& t) {
                   std::to_string(t.warmup_steps) + " must be < train.steps (" +
                       std::to_string(t.steps) + ") so that some steps are measured: lower train.warmup_steps "
                                                 "or raise train.steps");
+  // (NaN and negatives are refused by the keys' own bounds.)
+  const auto require_fp32 = [&checker](double value, const char* key, const char* zero) {
+    const bool fits = value == 0 || (value >= kMinFp32Setting && value <= std::numeric_limits<float>::max());
+    char problem[160];
+    std::snprintf(problem, sizeof(problem), "must be %s%g to %g: the engines hold it in fp32 (got %g)", zero,
+                  kMinFp32Setting, static_cast<double>(std::numeric_limits<float>::max()), value);
+    checker.require(fits, {key}, problem);
+  };
+  require_fp32(t.lr, "train.lr", "");
+  require_fp32(t.weight_decay, "train.weight_decay", "0 or ");
+  require_fp32(t.grad_clip, "train.grad_clip", "0 (no clipping) or ");
   checker.require(!(t.precision == "bf16" && t.device == "cpu"), {"train.precision", "train.device"},
                   "bf16 needs train.device cuda or auto; the CPU backend computes in fp32");
   // The cuda engine trains bf16 (fp32 master weights and accumulation) and

@@ -2048,7 +2048,7 @@ class SweepTests(unittest.TestCase):
         earlier = (self.out / "ranks-1.json").read_text()
         (out / "ranks-1.json").write_text(earlier)
         failed = run("bash", SCALE, "--binary", BINARY, "--config", "tiny", "--ranks", "1", "--steps", "8",
-                     "--set", "train.lr=1e300", "--set", "report.progress_every=0", "--out", out, "--no-report",
+                     "--set", "train.lr=1e38", "--set", "report.progress_every=0", "--out", out, "--no-report",
                      env={**os.environ, "MPIRUN": MPIRUN}, timeout=120)
         self.assertEqual(failed.returncode, 4, failed.stderr)
         self.assertEqual((out / "ranks-1.json").read_text(), earlier)

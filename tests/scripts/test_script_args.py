@@ -1333,7 +1333,7 @@ class ScaleTests(LauncherSandbox):
         out = self.dir / "sweep"
         earlier = self.earlier_sweep(out)
         done = run("bash", SCALE, "--binary", BINARY, "--config", "tiny", "--ranks", "1", "--steps", "4",
-                   "--set", "train.warmup_steps=1", "--set", "train.lr=1e300", "--set", "train.threads=1",
+                   "--set", "train.warmup_steps=1", "--set", "train.lr=1e38", "--set", "train.threads=1",
                    "--set", "report.progress_every=0", "--out", out, "--no-report", env=self.env, timeout=60)
         self.assertEqual(done.returncode, 4, done.stderr)
         self.assertEqual(digests(out, ["ranks-1.json", "ranks-1.log"]), earlier)
@@ -1883,7 +1883,7 @@ class CompareTests(LauncherSandbox):
         kept = ["lora.json", "full.json", "compare.md", "plan-lora.json", "plan-full.json", "lora.log", "full.log"]
         earlier = digests(out, kept)
         # The full fine-tuning run fails its loss check (exit 4).
-        done = self.compare(out, "--full-set", "train.lr=1e300", gpus_per_node=1)
+        done = self.compare(out, "--full-set", "train.lr=1e38", gpus_per_node=1)
         self.assertEqual(done.returncode, 4, done.stderr)
         self.assertEqual(digests(out, kept), earlier)
         failed = json.loads((out / "full.failed.json").read_text())
@@ -1898,14 +1898,14 @@ class CompareTests(LauncherSandbox):
         self.assertIn("the earlier comparison is kept: ", done.stderr)
         self.assertIn(f"{out}/compare.md", done.stderr.split("the earlier comparison is kept: ")[1])
         # Now the LoRA run fails: the full run does not start.
-        done = self.compare(out, "--lora-set", "train.lr=1e300", gpus_per_node=1)
+        done = self.compare(out, "--lora-set", "train.lr=1e38", gpus_per_node=1)
         self.assertEqual(done.returncode, 4, done.stderr)
         self.assertEqual(digests(out, kept), earlier)
         self.assertTrue((out / "lora.failed.json").is_file())
         self.assertNotIn("compare_finetune.sh: full:", done.stdout)
         # A fresh comparison into an empty folder that fails leaves no compare.md.
         fresh = self.dir / "fresh"
-        done = self.compare(fresh, "--full-set", "train.lr=1e300", gpus_per_node=1)
+        done = self.compare(fresh, "--full-set", "train.lr=1e38", gpus_per_node=1)
         self.assertEqual(done.returncode, 4, done.stderr)
         self.assertFalse((fresh / "compare.md").exists())
         self.assertFalse((fresh / "lora.json").exists())

@@ -123,7 +123,22 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"NormEpsPastFp32", valid, {"model.norm_eps=1e308"}, {"model.norm_eps: must be between 1e-30 and 1 (got 1e+308)"}},
       {"EpsBelowFp32", valid, {"train.eps=5e-324"}, {"train.eps: must be between 1e-30 and 1"}},
       // alpha / rank is fp32: 1e300 made the first loss NaN, a failed check (exit 4) for a config error.
-      {"LoraAlphaPastFp32", valid, {"lora.alpha=1e300"}, {"lora.alpha: must be > 0 and at most 1000000 (got 1e+300)"}},
+      {"LoraAlphaPastFp32", valid, {"lora.alpha=1e300"}, {"lora.alpha: must be between 1e-30 and 1000000 (got 1e+300)"}},
+      // fp32 in the engines too. 1e39 (inf there) made the loss NaN at step 2,
+      // exit 4; 1e-46 and 1e-45 became 0, and runs that trained nothing (or
+      // clipped every gradient to 0, or scaled the adapters by 0) exited 0.
+      {"LoraAlphaBelowFp32", valid, {"lora.alpha=1e-45"}, {"lora.alpha: must be between 1e-30 and 1000000 (got 1e-45)"}},
+      {"LrPastFp32", valid, {"train.lr=1e39"},
+       {"train.lr: must be 1e-30 to 3.40282e+38: the engines hold it in fp32 (got 1e+39)"}},
+      {"LrBelowFp32", valid, {"train.lr=1e-46"}, {"train.lr: must be 1e-30 to 3.40282e+38", "(got 1e-46)"}},
+      {"WeightDecayPastFp32", valid, {"train.weight_decay=1e39"}, {"train.weight_decay: must be 0 or 1e-30 to 3.40282e+38"}},
+      {"GradClipBelowFp32", valid, {"train.grad_clip=1e-46"},
+       {"train.grad_clip: must be 0 (no clipping) or 1e-30 to 3.40282e+38", "(got 1e-46)"}},
+      // A beta that rounds to 1 in fp32: AdamW's bias correction 1 - beta^t
+      // was 0 and the loss NaN at step 2 (exit 4).
+      {"Beta1RoundsToOneInFp32", valid, {"train.beta1=0.999999999"},
+       {"train.beta1: must be in [0, 1) as a 32-bit float, at most 0.99999994", "(got 0.999999999)"}},
+      {"Beta2RoundsToOneInFp32", valid, {"train.beta2=0.99999998"}, {"train.beta2: must be in [0, 1) as a 32-bit float"}},
       {"NegativeThreads", with("train.threads", "-2"), {}, {"train.threads"}},
       {"NegativeTrainSeed", with("train.seed", "-1"), {}, {"train.seed"}},
       {"NegativeDataSeed", with("data.seed", "-1"), {}, {"data.seed"}},
