@@ -231,6 +231,11 @@ class Reader {
     std::lock_guard<std::mutex> lock(mutex_);
     return current_path_;
   }
+  // For a timeout message: -1 once its shuffle buffer has been full, else
+  // the samples in it. Its first fill reads every one before a batch.
+  int64_t shuffle_buffer_filling() const {
+    return filled_.load(std::memory_order_relaxed) ? -1 : buffered_.load(std::memory_order_relaxed);
+  }
 
  private:
   std::vector<int64_t> assignment_for(int64_t epoch) const {
@@ -315,7 +320,9 @@ class Reader {
       if (sample == nullptr) break;  // the epochs are read: the buffer drains
       buffer_.push_back(std::move(sample));
       journal_->push_back(ShuffleChange{buffer_.back(), 0});
+      buffered_.store(static_cast<int64_t>(buffer_.size()), std::memory_order_relaxed);
     }
+    filled_.store(true, std::memory_order_relaxed);
     if (buffer_.empty()) return nullptr;
     const size_t k = splitmix64_below(&rng_, buffer_.size());
     SharedTokens out = std::move(buffer_[k]);
@@ -571,6 +578,8 @@ class Reader {
   std::condition_variable changed_;
   std::deque<BatchSlot*> free_, ready_;
   std::atomic<int64_t> ready_count_{0};  // ready_.size(), readable without the lock
+  std::atomic<int64_t> buffered_{0};     // buffer_.size() during the first fill, for the consumer's thread
+  std::atomic<bool> filled_{false};      // the shuffle buffer's first fill is done
   bool finished_ = false;  // options.epochs read and the last batch in ready_ (guarded by mutex_)
   std::exception_ptr error_;        // what ended run() (guarded by mutex_)
   std::atomic<bool> failed_{false};  // error_ is set: has_ready() without the lock
@@ -825,11 +834,20 @@ const HostBatch* ShardLoader::next_or_end(double* wait_seconds) {
     if (const std::exception_ptr error = reader.error()) std::rethrow_exception(error);
     const std::string shard = reader.current_shard();
     impl.abandoned = true;
-    throw LoaderTimeout("data: no batch from reader " + std::to_string(r) + " of rank " +
-                        std::to_string(impl.options.rank) + " within data.timeout_s = " +
-                        std::to_string(impl.options.timeout_s) + " s" +
-                        (shard.empty() ? "" : " (reading " + shard + ")") +
-                        ": storage is stalled or far too slow");
+    char waited[160];
+    std::snprintf(waited, sizeof(waited), "data: no batch from reader %lld of rank %lld within data.timeout_s = %g s",
+                  static_cast<long long>(r), static_cast<long long>(impl.options.rank), impl.options.timeout_s);
+    // A shuffle buffer larger than the storage can fill in the timeout
+    // blamed healthy storage ("stalled or far too slow").
+    const int64_t capacity = impl.options.shuffle_buffer, buffered = reader.shuffle_buffer_filling();
+    const std::string filling =
+        capacity > 1 && buffered >= 0
+            ? "; it was filling its shuffle buffer, " + std::to_string(buffered) + " of data.shuffle_buffer = " +
+                  std::to_string(capacity) + " samples, which are all read before its first batch: lower "
+                  "data.shuffle_buffer or raise data.timeout_s, or else"
+            : ":";
+    throw LoaderTimeout(waited + (shard.empty() ? "" : " (reading " + shard + ")") + filling +
+                        " storage is stalled or far too slow");
   }
   if (wait_seconds != nullptr)
     *wait_seconds = std::chrono::duration<double>(Clock::now() - begin).count();

@@ -860,6 +860,35 @@ TEST(ShardLoader, AStalledReaderTimesOutWithAMessageAndDoesNotHangTheExit) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(), 30.0);
 }
 
+// A shuffle buffer the storage cannot fill within the timeout: every one
+// of its samples is read before the first batch. The timeout blamed healthy
+// storage alone ("stalled or far too slow"); it now says the buffer was
+// filling, how far, and what to change.
+TEST(ShardLoader, AShuffleBufferStillFillingAtTheTimeoutIsNamed) {
+  TempDir dir;
+  const SynthResult made = make_shards(dir.path(), 2, 50, 10);
+  LoaderOptions o = options_for(made.paths);
+  o.readers = 1;
+  o.shuffle_buffer = 100'000'000;
+  o.inject_delay_s = 0.001;  // per sample: the fill would take a day
+  o.timeout_s = 0.3;
+  ShardLoader loader(o);
+  try {
+    loader.next(nullptr);
+    FAIL() << "no timeout";
+  } catch (const LoaderTimeout& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind("data: no batch from reader 0 of rank 0 within data.timeout_s = 0.3 s (reading ", 0), 0u)
+        << message;
+    EXPECT_NE(message.find("; it was filling its shuffle buffer, "), std::string::npos) << message;
+    EXPECT_NE(message.find(" of data.shuffle_buffer = 100000000 samples, which are all read before its first batch: "
+                           "lower data.shuffle_buffer or raise data.timeout_s, or else storage is stalled or far "
+                           "too slow"),
+              std::string::npos)
+        << message;
+  }
+}
+
 // The loader goes (before the run's result is written) while a reader is in
 // a read on storage that stopped responding (here a 20 s delay per sample):
 // it waited for the read for ever; now each reader is given data.timeout_s,

@@ -112,7 +112,7 @@ def fake_result(ranks: int, tokens_per_s: float, step_s: float = 0.1) -> dict:
 
 # A result of a run a failure stopped before its first step after warm-up, as
 # the binary writes it (docs/metrics.md): tokens/s and the step figures null.
-NO_BATCH = "data: no batch from reader 0 of rank 0 within data.timeout_s = 1.000000 s"
+NO_BATCH = "data: no batch from reader 0 of rank 0 within data.timeout_s = 1 s"
 
 
 def unmeasured_result(ranks: int) -> dict:
