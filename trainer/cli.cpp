@@ -627,6 +627,19 @@ void check_engine_supports(const Config& config, const std::string& device) {
                        "train.attention: cudnn needs the cuda engine; the cpu engine runs attention as GEMMs"};
 }
 
+// What to change for a plan that does not fit, the larger part first: it
+// named the batch and the depth whatever the plan held, so a model of
+// ffn_hidden 2147483647 (48 TiB) was never told of its widths.
+std::string what_to_lower(const MemoryPlan& plan) {
+  const int64_t state = plan.parameter_bytes + plan.gradient_bytes + plan.optimizer_bytes;
+  const int64_t working = plan.activation_bytes + plan.workspace_bytes;
+  const std::string batch = "train.micro_batch or model.seq_len (activations and workspace " +
+                            human_bytes(static_cast<double>(working)) + ")";
+  const std::string model = "the model: model.n_layers, d_model, ffn_hidden or vocab (weights, gradients and AdamW "
+                            "state " + human_bytes(static_cast<double>(state)) + "; the widths set the activations too)";
+  return "lower " + (working >= state ? batch + ", or " + model : model + ", or " + batch);
+}
+
 // The plan against the memory of this rank's GPU (train.device cuda).
 void check_gpu_memory(const MemoryPlan& plan, const GpuInventory& gpus, const GpuInfo* gpu) {
   if (gpus.gpus.empty())
@@ -643,8 +656,8 @@ void check_gpu_memory(const MemoryPlan& plan, const GpuInventory& gpus, const Gp
                         human_bytes(static_cast<double>(plan.activation_bytes)) + ") but " +
                         gpu->name + " has " + human_bytes(static_cast<double>(gpu_memory)) + ", " +
                         human_bytes(static_cast<double>(usable)) +
-                        " usable after the reserve for the CUDA context, NCCL and the allocator: lower "
-                        "train.micro_batch, model.seq_len or model.n_layers (trainbench plan shows the sizes)"};
+                        " usable after the reserve for the CUDA context, NCCL and the allocator: " +
+                        what_to_lower(plan) + " (trainbench plan shows the sizes)"};
 }
 
 // The data source's batches, and the cpu engine's plan, against the host
@@ -696,7 +709,7 @@ void check_host_memory(const Config& config, Communicator& comm, const EngineOpt
                                                  std::to_string(host_ranks) + " ranks on this host,"
                                            : "") +
                            " but " + human_bytes(static_cast<double>(available)) + " is available: " +
-                           (cpu ? "lower train.micro_batch, model.seq_len or model.n_layers" : "lower data.prefetch") +
+                           (cpu ? what_to_lower(plan) : "lower data.prefetch") +
                            (beside.staging > 0 ? ", take no checkpoints (checkpoint.every_steps=0)" : "") +
                            (host_ranks > 1 ? ", or run fewer ranks per host" : "")};
   }

@@ -459,6 +459,37 @@ TEST(CliErrors, DataThatCannotFitInHostMemoryIsSaidBeforeItIsAllocated) {
   EXPECT_EQ(text.find("batch ring"), std::string::npos) << text;
 }
 
+// A plan that does not fit names what fills it first: it named the batch
+// and the depth whatever the plan held, never the widths (ffn_hidden
+// 2147483647, 48 TiB, was told to lower train.micro_batch). Needs less
+// than ~270 GB of MemAvailable, as on CI.
+TEST(CliErrors, AModelThatCannotFitInHostMemoryNamesWhatFillsIt) {
+  const TempDir dir;
+  const auto refusal = [&](const std::vector<std::string>& sets) {
+    std::vector<std::string> args = {"run", "tiny", "--steps", "6", "--set", "checkpoint.every_steps=0"};
+    for (const std::string& set : sets) args.insert(args.end(), {"--set", set});
+    const RunResult result = run_trainbench(args, dir.path());
+    EXPECT_EQ(result.exit_code, 3) << result.stderr_text;
+    EXPECT_EQ(std::count(result.stderr_text.begin(), result.stderr_text.end(), '\n'), 1) << result.stderr_text;
+    return result.stderr_text;
+  };
+  // 17e9 parameters, a short batch: the weights, gradients and AdamW state.
+  const std::string wide = refusal({"model.d_model=4096", "model.n_heads=32", "model.n_kv_heads=8",
+                                    "model.n_layers=64", "model.ffn_hidden=16384", "model.seq_len=8",
+                                    "train.micro_batch=1"});
+  EXPECT_NE(wide.find("is available: lower the model: model.n_layers, d_model, ffn_hidden or vocab (weights, "
+                      "gradients and AdamW state "),
+            std::string::npos)
+      << wide;
+  EXPECT_NE(wide.find(", or train.micro_batch or model.seq_len (activations and workspace "), std::string::npos)
+      << wide;
+  // tiny's model, a long batch: the activations first.
+  const std::string batch = refusal({"train.micro_batch=100000"});
+  EXPECT_NE(batch.find("is available: lower train.micro_batch or model.seq_len (activations and workspace "),
+            std::string::npos)
+      << batch;
+}
+
 // With train.device auto, whether nccl can run depends on the machine: no
 // GPU (or no NCCL in the build) is an environment failure, exit 3, one line.
 TEST(CliErrors, NcclWithoutAGpuExitsThreeWithOneLine) {
