@@ -635,8 +635,9 @@ std::string what_to_lower(const MemoryPlan& plan) {
   const int64_t working = plan.activation_bytes + plan.workspace_bytes;
   const std::string batch = "train.micro_batch or model.seq_len (activations and workspace " +
                             human_bytes(static_cast<double>(working)) + ")";
-  const std::string model = "the model: model.n_layers, d_model, ffn_hidden or vocab (weights, gradients and AdamW "
-                            "state " + human_bytes(static_cast<double>(state)) + "; the widths set the activations too)";
+  const std::string model = "the model: model.n_layers, d_model, ffn_hidden or vocab (weights, gradients and "
+                            "AdamW state " +
+                            human_bytes(static_cast<double>(state)) + "; the widths set the activations too)";
   return "lower " + (working >= state ? batch + ", or " + model : model + ", or " + batch);
 }
 

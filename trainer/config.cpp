@@ -701,8 +701,9 @@ void check_bound(const Checker& checker, const KeySpec& spec, const FieldPtr& fi
       // (AdamW's betas, fp32 in both engines: 0.999999999 rounded to 1 there,
       // its bias correction 1 - beta^t to 0 and the loss to NaN, exit 4.)
       checker.require(value >= 0 && static_cast<float>(value) < 1.0f, {spec.name},
-                      value < 1 ? "must be in [0, 1) as a 32-bit float, at most 0.99999994 (the engines' precision)" + got
-                                : "must be in [0, 1)" + got);
+                      (value < 1 ? "must be in [0, 1) as a 32-bit float, at most 0.99999994 (the engines' precision)"
+                                 : "must be in [0, 1)") +
+                          got);
       break;
     case Bound::kPercent:
       checker.require(value > 0 && value < 100, {spec.name}, "must be a percentage in (0, 100)" + got);
@@ -1295,9 +1296,12 @@ nlohmann::json as_state_sees_it(const nlohmann::json& config) {
   nlohmann::json seen = config;
   if (seen.contains("model") && seen["model"].is_object()) seen["model"].erase("n_layers_full");
   // data.eos_token -1 is model.vocab - 1: the same separator either way.
-  if (seen.contains("data") && seen["data"].is_object() && seen["data"].value("eos_token", nlohmann::json()) == -1 &&
-      seen.contains("model") && seen["model"].is_object() && seen["model"].value("vocab", nlohmann::json()).is_number_integer())
-    seen["data"]["eos_token"] = seen["model"]["vocab"].get<int64_t>() - 1;
+  const auto in = [&seen](const char* section, const char* key) {
+    return seen.contains(section) && seen[section].is_object() ? seen[section].value(key, nlohmann::json())
+                                                               : nlohmann::json();
+  };
+  if (in("data", "eos_token") == -1 && in("model", "vocab").is_number_integer())
+    seen["data"]["eos_token"] = in("model", "vocab").get<int64_t>() - 1;
   if (seen.contains("lora") && seen["lora"].is_object() && seen["lora"].value("targets", nlohmann::json()).is_string()) {
     // A name no engine knows stays as written: an old or foreign manifest differs, named.
     std::vector<ParamKind> kinds;
