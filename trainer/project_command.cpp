@@ -514,8 +514,10 @@ void print_full_model(const Projection& p) {
   // 5.00 MiB written).
   std::printf("  checkpoint      %s of state (all ranks; the data positions besides)\n",
               human_bytes(depth.checkpoint_bytes).c_str());
+  // Per rank: a GPU's memory on the cuda engine, host memory on the cpu
+  // engine (whose plan is its own, not the one `plan` prints).
   const MemoryPlan& full_memory = full.memory;
-  std::printf("  memory per GPU  %s (parameters %s, gradients %s, optimizer %s, activations %s, workspace %s)\n",
+  std::printf("  memory per rank %s (parameters %s, gradients %s, optimizer %s, activations %s, workspace %s)\n",
               human_bytes(static_cast<double>(full_memory.total_bytes())).c_str(),
               human_bytes(static_cast<double>(full_memory.parameter_bytes)).c_str(),
               human_bytes(static_cast<double>(full_memory.gradient_bytes)).c_str(),
@@ -652,7 +654,7 @@ nlohmann::json report_verification(const MeasuredDepth& verified, const DepthFig
   const StepTimes& m = verified.point.times;
   char error_text[32] = "n/a";
   if (depth.has_step)
-    std::snprintf(error_text, sizeof error_text, "%.1f%%", 100 * relative_error(tokens_per_s, verified.tokens_per_s));
+    std::snprintf(error_text, sizeof error_text, "%+.1f%%", 100 * relative_error(tokens_per_s, verified.tokens_per_s));
   std::printf("verify     %ld layers measured: tokens/s %s (projected %s, error %s)\n",
               static_cast<long>(depth.full_layers), human_count(verified.tokens_per_s).c_str(),
               depth.has_step ? human_count(tokens_per_s).c_str() : "n/a", error_text);

@@ -114,8 +114,8 @@ std::vector<std::string> depth_projection_warnings(const std::vector<DepthPoint>
     if (category.member != &StepTimes::step_s && value > step_s)
       warnings.push_back(std::string(category.name) + " at " + full + " (" + seconds_text(value) +
                          ") exceeds step_s (" + seconds_text(step_s) +
-                         "), of which it is a part: the fits disagree, and tokens/s and MFU, which come from "
-                         "step_s, are too high; " + remedy);
+                         "), of which it is a part: the fits disagree, so tokens/s and MFU, which come from "
+                         "step_s, are not to be trusted; " + remedy);
   }
   const StepTimes& at = projection.at_full;
   if (at.comm_exposed_s > at.comm_s)
@@ -294,7 +294,7 @@ std::vector<ScalePoint> project_scale(const ScaleInputs& in, const Fabric& fabri
 }
 
 double relative_error(double projected, double measured) {
-  if (measured != 0) return std::fabs(projected - measured) / std::fabs(measured);
+  if (measured != 0) return (projected - measured) / std::fabs(measured);
   return projected == 0 ? 0.0 : std::numeric_limits<double>::quiet_NaN();
 }
 

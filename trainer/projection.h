@@ -177,9 +177,10 @@ std::vector<ScalePoint> project_scale(const ScaleInputs& inputs, const Fabric& f
 // `measured` the ring fitted here, each GPU's share of it (busbw / G).
 Link between_nodes(const ScaleInputs& inputs, const Fabric& fabric);
 
-// |projected − measured| / measured: 0 when both are 0, NaN (no figure)
-// when only the measured one is (a stall projected where none was measured
-// read as "0 %" error).
+// (projected − measured) / measured, signed as perf.md's errors are (below
+// 0: the projection is low; it was |…|, which hid the direction): 0 when
+// both are 0, NaN (no figure) when only the measured one is (a stall
+// projected where none was measured read as "0 %" error).
 double relative_error(double projected, double measured);
 
 }  // namespace trainbench

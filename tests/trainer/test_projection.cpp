@@ -347,6 +347,7 @@ TEST(ProjectScale, DoubtfulInputsOfTheTableAreWarnings) {
 // "0 %" under --verify.
 TEST(Projection, RelativeErrorAgainstAMeasuredZeroIsNoFigure) {
   EXPECT_NEAR(relative_error(1.1, 1.0), 0.1, 1e-12);
+  EXPECT_NEAR(relative_error(0.9, 1.0), -0.1, 1e-12) << "signed: a projection below the measured figure";
   EXPECT_EQ(relative_error(0.0, 0.0), 0.0);
   EXPECT_TRUE(std::isnan(relative_error(0.002, 0.0)));
 }
