@@ -2050,13 +2050,35 @@ class OutDir:
 
 def default_out(inputs: list[str]) -> OutDir:
     """The results' folder; the current one for a result that is no file in
-    a folder (`/dev/stdin`, `<(...)`: /dev or /proc/N/fd is no place for a report)."""
-    folders = [i if os.path.isdir(i) else (os.path.dirname(i) or ".") if os.path.isfile(i) else "."
-               for i in inputs]
+    a folder (`/dev/stdin`, `<(...)`: /dev or /proc/N/fd is no place for a
+    report, and `/dev/stdin` redirected from a file is a file there), and for
+    results in unrelated folders, whose only common folder is `/`."""
+    def stream(i: str) -> bool:
+        return os.path.abspath(i).startswith(("/dev/", "/proc/")) or not (os.path.isdir(i) or os.path.isfile(i))
+    folders = ["." if stream(i) else i if os.path.isdir(i) else (os.path.dirname(i) or ".") for i in inputs]
     try:
-        return OutDir(Path(os.path.commonpath([os.path.realpath(f) for f in folders])), False)
+        real = [os.path.realpath(f) for f in folders]
+        common = os.path.commonpath(real)
     except ValueError:
         return OutDir(Path.cwd(), False)
+    if common == os.sep and any(f != os.sep for f in real):
+        return OutDir(Path.cwd(), False)
+    return OutDir(Path(common), False)
+
+
+def refuse_outputs_over_inputs(out: OutDir, names: list[str], inputs: list[str]) -> None:
+    """A result given by a name the report writes (or, for a plot not
+    drawn, removes) in DIR: it was replaced or deleted, exit 0."""
+    for name in names:
+        target = out.path / name
+        for given in inputs:
+            try:
+                same = os.path.isfile(given) and target.exists() and os.path.samefile(target, given)
+            except OSError:
+                same = False
+            if same:
+                raise ReportError(f"{out}: {name} there is one of the results read ({given}), which the report "
+                                  f"would replace: choose another --out")
 
 
 def prepare_out(out: OutDir) -> None:
@@ -2217,8 +2239,9 @@ def main(argv: list[str]) -> int:
             if other_job:
                 raise ReportError(f"{run.path}: {other_job}: compare two `trainbench run` results")
         plans = {"--plan": args.plan, "--lora-plan": args.lora_plan, "--full-plan": args.full_plan}
-        path, line, warnings = write_comparison(lora_run, full_run, plans, target_tokens, args.gpus_per_node,
-                                                out or default_out(args.results))
+        out = out or default_out(args.results)
+        refuse_outputs_over_inputs(out, ["compare.md"], args.results)
+        path, line, warnings = write_comparison(lora_run, full_run, plans, target_tokens, args.gpus_per_node, out)
         for warning in warnings:
             print(f"report.py: warning: {one_line(warning)}", file=sys.stderr)
         print(f"verdict: {line}")
@@ -2229,6 +2252,7 @@ def main(argv: list[str]) -> int:
     refuse_mixed_workloads(runs)
     points = group(runs)
     out = out or default_out(args.results)
+    refuse_outputs_over_inputs(out, ["report.md"] + PLOTS, args.results)
     if not args.no_plots:
         try:
             import matplotlib  # noqa: F401  (checked before anything is written)

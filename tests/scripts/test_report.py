@@ -1235,6 +1235,52 @@ class ResultReadingTests(unittest.TestCase):
         self.assertIn(f"report: {here / 'report.md'}", done.stdout)
         self.assertTrue((here / "report.md").is_file())
 
+    def test_a_result_redirected_from_a_file_is_reported_in_the_current_folder(self) -> None:
+        # `/dev/stdin` redirected from a file is a file in /dev: the report went to /dev/report.md.
+        here = self.dir / "here"
+        here.mkdir()
+        result = self.write("r.json", fake_result(1, 1000.0))
+        with open(result, encoding="utf-8") as stdin:
+            done = subprocess.run([sys.executable, REPORT, "/dev/stdin", "--no-plots"], stdin=stdin, cwd=here,
+                                  capture_output=True, text=True, timeout=60, check=False)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn(f"report: {here / 'report.md'}", done.stdout)
+        self.assertTrue((here / "report.md").is_file())
+
+    def test_results_in_unrelated_folders_are_reported_in_the_current_folder_not_the_root(self) -> None:
+        # Their only common folder is /: the report went to /report.md.
+        here = self.dir / "here"
+        here.mkdir()
+        elsewhere = Path(tempfile.mkdtemp(prefix="report-other-", dir="/var/tmp"))
+        self.addCleanup(shutil.rmtree, elsewhere, True)
+        other = elsewhere / "ranks-2.json"
+        other.write_text(json.dumps(fake_result(2, 1900.0)), encoding="utf-8")
+        self.assertEqual(os.path.commonpath([os.path.realpath(self.dir), os.path.realpath(elsewhere)]), "/")
+        root_report_before = Path("/report.md").exists()
+        done = subprocess.run([sys.executable, REPORT, str(self.write("ranks-1.json", fake_result(1, 1000.0))),
+                               str(other), "--no-plots"], cwd=here, capture_output=True, text=True, timeout=60,
+                              check=False)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn(f"report: {here / 'report.md'}", done.stdout)
+        if not root_report_before:
+            self.assertFalse(Path("/report.md").exists())
+
+    def test_a_result_named_as_an_output_is_refused_not_replaced(self) -> None:
+        # A result saved as report.md, or as a plot's name, was replaced by the
+        # report (or deleted as an earlier report's plot) and the run exited 0.
+        first = self.write("report.md", fake_result(1, 1000.0))
+        second = self.write("stall_shares.png", fake_result(2, 1900.0))
+        before = (first.read_bytes(), second.read_bytes())
+        for args in ([str(first), str(second), "--no-plots"], [str(self.write("r1.json", fake_result(1, 1000.0))),
+                                                               str(second), "--no-plots"]):
+            done = report(*args)
+            self.assertEqual(done.returncode, 2, done.stderr)
+            self.assertEqual(done.stderr.count("\n"), 1, done.stderr)
+            self.assertIn("which the report would replace: choose another --out", done.stderr)
+            self.assertEqual((first.read_bytes(), second.read_bytes()), before)
+        out = self.dir / "elsewhere"
+        self.assertEqual(report(str(first), str(second), "--no-plots", "--out", str(out)).returncode, 0)
+
     def test_an_unwritable_default_folder_is_not_called_out(self) -> None:
         # Not "--out DIR": no --out was given. (A folder named report.md stops
         # the write whoever runs it, root too.)
