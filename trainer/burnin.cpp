@@ -231,6 +231,7 @@ Drift measure_drift(const std::vector<double>& step_s, double tokens_per_step) {
 
 JudgedEnds judged_ends(const std::vector<double>& measured) {
   JudgedEnds ends;
+  ends.count = measured.size();
   if (measured.empty()) return ends;
   if (measured.size() < 2 * kEndsOfMedians) {
     ends.start = measured.front();

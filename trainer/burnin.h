@@ -131,6 +131,7 @@ constexpr size_t kEndsOfMedians = 3;
 struct JudgedEnds {
   double start = 0, end = 0;
   bool medians = false;  // start and end are medians of kEndsOfMedians
+  size_t count = 0;      // the measurements: 1 compares nothing (start and end are the one)
   std::string start_words() const;  // "at the start", or "over the first 3 measurements (median)"
   std::string end_words() const;    // "at the last measurement", or "over the last 3 (median)"
   std::string finding_words() const;  // after a degradation_finding: "", or ", medians of ..."

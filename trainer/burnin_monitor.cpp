@@ -585,6 +585,10 @@ class BurninMonitor final : public RunExtension {
   // "4.73 GB/s at the start, 3.28 GB/s at the last measurement", or over
   // the first and the last three.
   static std::string ends_text(const JudgedEnds& ends) {
+    // One measurement (a run shorter than burnin.health_every_s) read as
+    // "X at the start, X at the last measurement": a comparison never made.
+    if (ends.count == 1)
+      return format("%.3g GB/s", ends.start) + ", measured once, so not compared";
     return format("%.3g GB/s", ends.start) + " " + ends.start_words() + ", " + format("%.3g GB/s", ends.end) + " " +
            ends.end_words();
   }
@@ -689,9 +693,11 @@ class BurninMonitor final : public RunExtension {
             ? "no other rank computes as it does (" + numerics_[r] + "), so compared with its own at the start, "
             : "agreed at the start, ";
     row.notes.push_back("golden step: " + start_note +
-                        "bit-identical in " + std::to_string(golden_checks_ - golden_mismatches_[r].size()) + " of " +
-                        std::to_string(golden_checks_) + " checks since (every " + std::to_string(b.golden_every) +
-                        " steps)");
+                        (golden_checks_ == 0
+                             ? "no check since (every " + std::to_string(b.golden_every) + " steps: none came)"
+                             : "bit-identical in " + std::to_string(golden_checks_ - golden_mismatches_[r].size()) +
+                                   " of " + std::to_string(golden_checks_) + " checks since (every " +
+                                   std::to_string(b.golden_every) + " steps)"));
     row.notes.push_back(own[r] > 0 ? "own step time " + format("%.2f ms", 1e3 * own[r]) +
                                           " (median, waits for peers left out)"
                                     : std::string("own step time: not measured (no step after warm-up)"));

@@ -98,6 +98,25 @@ TEST_F(BurninMpi, CleanTwoRankBurnInPassesWithTheFullVerdict) {
   EXPECT_NE(b["gpu_health"]["why_not"].get<std::string>().find("cpu engine"), std::string::npos);
 }
 
+// A burn-in shorter than its periods: the fabric and storage measured once
+// and the golden step never checked after the start. It printed "busbw X at
+// the start, X at the last measurement" and "bit-identical in 0 of 0 checks",
+// comparisons it never made.
+TEST_F(BurninMpi, WhatAShortBurnInMeasuredOnlyOnceIsSaidAsSuch) {
+  const CommandResult r =
+      burnin("short", "2s", "--set burnin.health_every_s=600 --set burnin.golden_every=1000000000");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(result_.at("burnin").at("health_measurements").size(), 1u) << r.out;
+  EXPECT_NE(r.out.find("busbw "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" GB/s, measured once, so not compared\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" GB/s, measured once, so not compared (slowest rank)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("at the last measurement"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("golden step: agreed at the start, no check since (every 1000000000 steps: none came)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("of 0 checks"), std::string::npos) << r.out;
+}
+
 // The storage check does not measure while the run's own checkpoint is
 // being written (a busy writer would read as degraded storage): a slow
 // writer is in flight at every measurement after the first, which waits for
