@@ -266,11 +266,7 @@ class BurninMonitor final : public RunExtension {
   bool after_step(const StepRecord& step) override {
     watchdog_->progress("burn-in checks after step " + std::to_string(step.step));
     ++steps_;
-    if (!step.warmup) {
-      step_s_.push_back(step.step_s);
-      own_step_s_.push_back(step.step_s - step.comm_exposed_s);
-      comm_s_since_health_.push_back(step.comm_s);
-    }
+    if (!step.warmup) comm_s_since_health_.push_back(step.comm_s);
     int flags = 0;
     if (!std::isfinite(step.loss)) flags |= kLossNotFinite;
     if (!std::isfinite(step.grad_norm)) flags |= kGradNormNotFinite;
@@ -612,6 +608,17 @@ class BurninMonitor final : public RunExtension {
   }
 
   void build_verdict(const RunOutcome& outcome, const HealthSampler::Summary& health) {
+    // From the run's records, as its result's own_s: after_step never sees
+    // the step a failed check ended the run on, whose time (a rank that
+    // waited out a divergence check: +48%) made the verdict name another
+    // straggler than the result.
+    step_s_.clear();
+    own_step_s_.clear();
+    for (const StepRecord& s : outcome.steps)
+      if (!s.warmup) {
+        step_s_.push_back(s.step_s);
+        own_step_s_.push_back(s.step_s - s.comm_exposed_s);
+      }
     const std::vector<double> own = gather_from_ranks(*comm_, median(own_step_s_));
     const RanksHealth ranks_health = gather_health(health);
     verdict_ = Verdict{};
@@ -962,7 +969,8 @@ class BurninMonitor final : public RunExtension {
   int64_t grad_norm_step_ = 0;      // the first step the all-reduced gradient norm was not finite, 0 none
   int64_t golden_checks_ = 0;
   bool bitflip_done_ = false;
-  // This rank's measured steps.
+  // This rank's measured steps, taken from the run's records for the
+  // verdict, and its comm_s since the last health measurement.
   std::vector<double> step_s_, own_step_s_, comm_s_since_health_;
   // The fabric's way, chosen at the first measurement (see measure_health):
   // the bench harness, or the run's own comm_s where the GPU had no room.

@@ -239,6 +239,27 @@ TEST_F(BurninMpi, RanksThatDivergeAfterTheLastComparisonFail) {
   EXPECT_NE(r.out.find("burn-in verdict: FAIL"), std::string::npos) << r.out;
 }
 
+// A run a failed check ends (here the ranks' comparison after an injected
+// divergence): the verdict's own step times are the result's, the step it
+// stopped on included. after_step never saw that step, and a rank that
+// waited out the check there was called a 48% straggler by the verdict
+// while the result named the other rank the slowest.
+TEST_F(BurninMpi, TheVerdictsStepTimesAreTheResultsWhenACheckEndsTheRun) {
+  const CommandResult r = burnin("diverged_times", "1m",
+                                 "--set checkpoint.every_steps=0 --set comm.check_every=10"
+                                 " --set comm.inject_divergence_step=12");
+  ASSERT_EQ(r.exit_code, 4) << r.out << r.err;
+  const nlohmann::json& ranks = result_.at("ranks");
+  const nlohmann::json& gpus = result_.at("burnin").at("gpus");
+  ASSERT_EQ(ranks.size(), 2u);
+  ASSERT_EQ(gpus.size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    const size_t rank = ranks[k].at("rank").get<size_t>();
+    EXPECT_DOUBLE_EQ(gpus[rank].at("figures").at("own_step_s").get<double>(), ranks[k].at("own_s").get<double>())
+        << "rank " << rank;
+  }
+}
+
 // Of four ranks, the one whose parameters left the other three's fails its
 // own row, not only the job (it was a PASS beside the job's "rank(s) 3 differ
 // from rank 0"), and the healthy ranks' rows say nothing of it.
