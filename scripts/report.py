@@ -1364,7 +1364,7 @@ def consistency_warnings(points: list[Point]) -> list[str]:
         for run in p.runs:
             for check in run.data.get("checks") or []:
                 if isinstance(check, dict) and check.get("passed") is False:
-                    warnings.append(f"{run.name}: check {check.get('name')} FAILED: {check.get('detail', '')}")
+                    warnings.append(f"{run.name}: check {check.get('name')} FAILED{failed_detail(check)}")
             for w in run.data.get("warnings") or []:
                 warnings.append(f"{run.name}: {w}")
     return warnings
@@ -1375,10 +1375,20 @@ def consistency_warnings(points: list[Point]) -> list[str]:
 def si(value: float | None, unit: str = "") -> str:
     if value is None:
         return "—"
+    # Past 1000 T, or below 0.01 but not 0, as %.3g: 1e30 tokens/s printed
+    # "1000000000000000000.00 T", and 1e-30 "0.00".
+    if abs(value) >= 1e15 or 0 < abs(value) < 0.01:
+        return f"{value:.3g} {unit}".rstrip()
     for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= factor:
             return f"{value / factor:.2f} {prefix}{unit}".rstrip()
     return f"{value:.2f} {unit}".rstrip()
+
+
+def failed_detail(check: dict) -> str:
+    """': DETAIL' of a failed check, or nothing: "FAILED: " ended on a colon."""
+    detail = check.get("detail") or ""
+    return f": {detail}" if detail else ""
 
 
 NOT_MEASURED = "not measured"
@@ -1996,7 +2006,7 @@ def write_comparison(lora_run: Run, full_run: Run, plans: dict[str, str | None],
         line = (f"Not a clean comparison: a run failed a check ({names}), so its figures are from a job that "
                 f"did not train right. {line}")
     for side in (lora, full):
-        warnings += [f"{side.label} ({side.run.path}): check {c.get('name')} FAILED: {c.get('detail', '')}"
+        warnings += [f"{side.label} ({side.run.path}): check {c.get('name')} FAILED{failed_detail(c)}"
                      for c in side.run.failed_checks()]
         warnings += [f"{side.label} ({side.run.path}): {w}" for w in side.run.data.get("warnings") or []]
 

@@ -1292,6 +1292,34 @@ class ResultReadingTests(unittest.TestCase):
                                       "with --out): cannot write report.md (Is a directory)\n")
 
 
+class FormattingTests(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("report_formatting", REPORT)
+        cls.module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = cls.module  # its dataclasses look themselves up there
+        spec.loader.exec_module(cls.module)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        sys.modules.pop("report_formatting", None)
+
+    def test_figures_past_the_prefixes_are_written_as_exponents(self) -> None:
+        # 1e30 tokens/s printed "1000000000000000000.00 T", 1e-30 "0.00".
+        si = self.module.si
+        self.assertEqual(si(1e30), "1e+30")
+        self.assertEqual(si(1e-30), "1e-30")
+        self.assertEqual(si(0.0), "0.00")
+        self.assertEqual(si(19630.0), "19.63 k")
+        self.assertEqual(si(999.9e12), "999.90 T")
+
+    def test_a_failed_check_without_detail_ends_without_a_colon(self) -> None:
+        self.assertEqual(self.module.failed_detail({"name": "x", "passed": False}), "")
+        self.assertEqual(self.module.failed_detail({"name": "x", "passed": False, "detail": ""}), "")
+        self.assertEqual(self.module.failed_detail({"name": "x", "passed": False, "detail": "why"}), ": why")
+
+
 class ScaleArgumentTests(unittest.TestCase):
     def test_bad_rank_lists_exit_2_before_running_anything(self) -> None:
         for ranks in ("1,x", "2,1", ""):
