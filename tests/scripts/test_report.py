@@ -1223,29 +1223,21 @@ class ResultReadingTests(unittest.TestCase):
         self.assertIn(f"{paths[1]} is configured differently from {paths[0]}: train.micro_batch 4 vs 8", text)
         self.assertIn(f"2 runs, tokens/s median 1050.0 of {paths[0]} 1000.0, {paths[1]} 1100.0", text)
 
-    def test_a_result_read_from_a_pipe_is_reported_in_the_current_folder(self) -> None:
+    def test_a_result_read_from_a_pipe_or_a_redirect_is_reported_in_the_current_folder(self) -> None:
         # Its folder would be /dev (or /proc/N/fd for <(...)): no place for a report,
-        # and an error there named an --out the user never gave.
-        here = self.dir / "here"
-        here.mkdir()
-        text = json.dumps(fake_result(1, 1000.0))
-        done = subprocess.run([sys.executable, REPORT, "/dev/stdin", "--no-plots"], input=text, cwd=here,
-                              capture_output=True, text=True, timeout=60, check=False)
-        self.assertEqual(done.returncode, 0, done.stderr)
-        self.assertIn(f"report: {here / 'report.md'}", done.stdout)
-        self.assertTrue((here / "report.md").is_file())
-
-    def test_a_result_redirected_from_a_file_is_reported_in_the_current_folder(self) -> None:
-        # `/dev/stdin` redirected from a file is a file in /dev: the report went to /dev/report.md.
-        here = self.dir / "here"
-        here.mkdir()
+        # and an error there named an --out the user never gave. `/dev/stdin`
+        # redirected from a file is a file in /dev: the report went to /dev/report.md.
         result = self.write("r.json", fake_result(1, 1000.0))
-        with open(result, encoding="utf-8") as stdin:
-            done = subprocess.run([sys.executable, REPORT, "/dev/stdin", "--no-plots"], stdin=stdin, cwd=here,
-                                  capture_output=True, text=True, timeout=60, check=False)
-        self.assertEqual(done.returncode, 0, done.stderr)
-        self.assertIn(f"report: {here / 'report.md'}", done.stdout)
-        self.assertTrue((here / "report.md").is_file())
+        for kind in ("pipe", "redirect"):
+            here = self.dir / kind
+            here.mkdir()
+            with open(result, encoding="utf-8") as file:
+                stdin = {"input": file.read()} if kind == "pipe" else {"stdin": file}
+                done = subprocess.run([sys.executable, REPORT, "/dev/stdin", "--no-plots"], cwd=here,
+                                      capture_output=True, text=True, timeout=60, check=False, **stdin)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertIn(f"report: {here / 'report.md'}", done.stdout)
+            self.assertTrue((here / "report.md").is_file())
 
     def test_results_in_unrelated_folders_are_reported_in_the_current_folder_not_the_root(self) -> None:
         # Their only common folder is /: the report went to /report.md.
