@@ -949,7 +949,8 @@ std::string check_compatible(const nlohmann::json& manifest, const Config& confi
   const ConfigDifference differs = first_config_difference(then, now, keys);
   if (!differs.key.empty())
     return "it has " + differs.key + " = " + json_text(differs.first) + " but this run has " +
-           json_text(differs.second) + " (a resumed run must keep the model, the batch and the data stream)";
+           json_text(differs.second) + " (a resumed run must keep the model, what it trains and how its optimizer state is laid out, the batch "
+           "and the data stream)";
   // A LoRA checkpoint without the frozen base cannot give a run that asks
   // for it (the other way round, the base is there and goes unread).
   const bool base_written = then.value("checkpoint", nlohmann::json::object()).value("include_base", false);

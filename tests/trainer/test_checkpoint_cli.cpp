@@ -416,6 +416,15 @@ TEST(CheckpointCli, IncompatibleResumeIsRefused) {
   EXPECT_EQ(accumulation.exit_code, 2) << accumulation.err;
   EXPECT_NE(accumulation.err.find("it has train.grad_accum = 1 but this run has 2"), std::string::npos)
       << accumulation.err;
+  // The optimizer state's layout: the reason names it (it named only the
+  // model, the batch and the data stream).
+  const CommandResult zero =
+      run_command(tiny_run(ckpt, 12, 4, dir.file("r2.json"), "--resume latest --set comm.zero=1"));
+  EXPECT_EQ(zero.exit_code, 2) << zero.err;
+  EXPECT_NE(zero.err.find("it has comm.zero = 0 but this run has 1 (a resumed run must keep the model, what it "
+                          "trains and how its optimizer state is laid out, the batch and the data stream)"),
+            std::string::npos)
+      << zero.err;
   const CommandResult data = run_command(
       tiny_run(ckpt, 12, 4, dir.file("r2.json"), "--resume latest --set data.seed=7"));
   EXPECT_EQ(data.exit_code, 2) << data.err;
