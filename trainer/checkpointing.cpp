@@ -722,8 +722,9 @@ double Checkpointer::after_step(int64_t step) {
   };
   // A checkpoint in flight moves along: one agreement round per step. The
   // round blocks the loop (it waits for the slowest rank's writer state), so
-  // it is this checkpoint's stall as the copy is: the record's stall_s then
-  // adds up to the steps' ckpt_stall_s.
+  // it is this checkpoint's stall as the copy is: the records' stall_s then
+  // add up to the steps' ckpt_stall_s, but for the loop's own bookkeeping of
+  // a skipped checkpoint (microseconds, in the step and in no record).
   if (in_flight_ && in_flight_->phase != Phase::kCopying) {
     const int64_t flight_step = in_flight_->step;
     const double round_begin = steady_now();
