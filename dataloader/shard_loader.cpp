@@ -108,6 +108,9 @@ class Reader {
       rng_ = resume->shuffle_rng;
       for (const std::vector<int32_t>& tokens : resume->shuffle_buffer)
         buffer_.push_back(std::make_shared<const std::vector<int32_t>>(tokens));
+      // A buffer holds samples only once its first fill handed one out: a
+      // stall after the resume is the storage's, not a filling buffer's.
+      filled_ = !buffer_.empty();
       PackerState packer;
       packer.partial = resume->partial_window;
       if (!resume->current_rest.empty())
@@ -316,6 +319,9 @@ class Reader {
     const auto capacity = static_cast<size_t>(options_.shuffle_buffer);
     if (capacity <= 1) return read_sample();
     while (buffer_.size() < capacity) {
+      // Stopped (an empty sample comes back then): a reader let go after a
+      // timeout filled a large buffer with empty samples to its capacity.
+      if (shared_.stop.load()) break;
       SharedTokens sample = read_sample();
       if (sample == nullptr) break;  // the epochs are read: the buffer drains
       buffer_.push_back(std::move(sample));
@@ -662,8 +668,8 @@ void check_resume_position(const LoaderOptions& o, int64_t shard_count, const Lo
   if (p.shard_count != shard_count && p.rank == o.rank && p.world == o.world && p.readers == o.readers &&
       p.seed == o.seed)
     throw DataError(CorruptScope::kConfig,
-                    "data.shards: the saved loader position was taken over " + std::to_string(p.shard_count) +
-                        " shards, and data.shards now lists " + std::to_string(shard_count) +
+                    "the saved loader position was taken over " + std::to_string(p.shard_count) +
+                        " shards, and this run reads " + std::to_string(shard_count) +
                         ": the position counts samples into the shards it read, so a resume needs the same files "
                         "(restore them, or start a new run)");
   if (p.shard_count != shard_count || p.rank != o.rank ||
@@ -840,8 +846,9 @@ const HostBatch* ShardLoader::next_or_end(double* wait_seconds) {
     // A shuffle buffer larger than the storage can fill in the timeout
     // blamed healthy storage ("stalled or far too slow").
     const int64_t capacity = impl.options.shuffle_buffer, buffered = reader.shuffle_buffer_filling();
+    // (Nothing read in the timeout is the storage's alone.)
     const std::string filling =
-        capacity > 1 && buffered >= 0
+        capacity > 1 && buffered > 0
             ? "; it was filling its shuffle buffer, " + std::to_string(buffered) + " of data.shuffle_buffer = " +
                   std::to_string(capacity) + " samples, which are all read before its first batch: lower "
                   "data.shuffle_buffer or raise data.timeout_s, or else"

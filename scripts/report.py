@@ -2064,7 +2064,9 @@ def default_out(inputs: list[str]) -> OutDir:
     report, and `/dev/stdin` redirected from a file is a file there), and for
     results in unrelated folders, whose only common folder is `/`."""
     def stream(i: str) -> bool:
-        return os.path.abspath(i).startswith(("/dev/", "/proc/")) or not (os.path.isdir(i) or os.path.isfile(i))
+        folder = os.path.dirname(os.path.abspath(i))
+        return (folder in ("/dev", "/dev/fd") or re.fullmatch(r"/proc/[^/]+/fd", folder) is not None
+                or not (os.path.isdir(i) or os.path.isfile(i)))
     folders = ["." if stream(i) else i if os.path.isdir(i) else (os.path.dirname(i) or ".") for i in inputs]
     try:
         real = [os.path.realpath(f) for f in folders]

@@ -701,8 +701,9 @@ void check_bound(const Checker& checker, const KeySpec& spec, const FieldPtr& fi
       // (AdamW's betas, fp32 in both engines: 0.999999999 rounded to 1 there,
       // its bias correction 1 - beta^t to 0 and the loss to NaN, exit 4.)
       checker.require(value >= 0 && static_cast<float>(value) < 1.0f, {spec.name},
-                      (value < 1 ? "must be in [0, 1) as a 32-bit float, at most 0.99999994 (the engines' precision)"
-                                 : "must be in [0, 1)") +
+                      (value >= 0 && value < 1 ? "must be in [0, 1) as a 32-bit float, where it is 1 (the engines' "
+                                                 "precision: 0.99999994 is the largest below 1)"
+                                               : "must be in [0, 1)") +
                           got);
       break;
     case Bound::kPercent:

@@ -113,7 +113,7 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"MalformedSetValue", valid, {"model.n_layers=[1"}, {"--set model.n_layers=[1", "malformed value"}},
       {"ZeroLr", with("train.lr", "0"), {}, {"train.lr: must be > 0 (got 0)"}},
       {"Beta1One", with("train.beta1", "1"), {}, {"train.beta1: must be in [0, 1)"}},
-      {"NegativeBeta2", with("train.beta2", "-0.1"), {}, {"train.beta2"}},
+      {"NegativeBeta2", with("train.beta2", "-0.1"), {}, {"train.beta2: must be in [0, 1) (got -0.1)"}},
       {"ZeroEps", with("train.eps", "0"), {}, {"train.eps"}},
       {"NegativeWeightDecay", with("train.weight_decay", "-0.1"), {}, {"train.weight_decay"}},
       {"NegativeGradClip", with("train.grad_clip", "-1"), {}, {"train.grad_clip"}},
@@ -137,7 +137,8 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       // A beta that rounds to 1 in fp32: AdamW's bias correction 1 - beta^t
       // was 0 and the loss NaN at step 2 (exit 4).
       {"Beta1RoundsToOneInFp32", valid, {"train.beta1=0.999999999"},
-       {"train.beta1: must be in [0, 1) as a 32-bit float, at most 0.99999994", "(got 0.999999999)"}},
+       {"train.beta1: must be in [0, 1) as a 32-bit float, where it is 1 (the engines' precision: 0.99999994 is the "
+        "largest below 1) (got 0.999999999)"}},
       {"Beta2RoundsToOneInFp32", valid, {"train.beta2=0.99999998"}, {"train.beta2: must be in [0, 1) as a 32-bit float"}},
       {"NegativeThreads", with("train.threads", "-2"), {}, {"train.threads"}},
       {"NegativeTrainSeed", with("train.seed", "-1"), {}, {"train.seed"}},

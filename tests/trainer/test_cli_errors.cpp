@@ -461,8 +461,7 @@ TEST(CliErrors, DataThatCannotFitInHostMemoryIsSaidBeforeItIsAllocated) {
 
 // A plan that does not fit names what fills it first: it named the batch
 // and the depth whatever the plan held, never the widths (ffn_hidden
-// 2147483647, 48 TiB, was told to lower train.micro_batch). Needs less
-// than ~270 GB of MemAvailable, as on CI.
+// 2147483647, 48 TiB, was told to lower train.micro_batch).
 TEST(CliErrors, AModelThatCannotFitInHostMemoryNamesWhatFillsIt) {
   const TempDir dir;
   const auto refusal = [&](const std::vector<std::string>& sets) {
@@ -473,9 +472,10 @@ TEST(CliErrors, AModelThatCannotFitInHostMemoryNamesWhatFillsIt) {
     EXPECT_EQ(std::count(result.stderr_text.begin(), result.stderr_text.end(), '\n'), 1) << result.stderr_text;
     return result.stderr_text;
   };
-  // 17e9 parameters, a short batch: the weights, gradients and AdamW state.
-  const std::string wide = refusal({"model.d_model=4096", "model.n_heads=32", "model.n_kv_heads=8",
-                                    "model.n_layers=64", "model.ffn_hidden=16384", "model.seq_len=8",
+  // 275e9 parameters (4.4 TB with gradients and AdamW state, past any
+  // host), a short batch: the weights, gradients and AdamW state first.
+  const std::string wide = refusal({"model.d_model=16384", "model.n_heads=128", "model.n_kv_heads=8",
+                                    "model.n_layers=64", "model.ffn_hidden=65536", "model.seq_len=8",
                                     "train.micro_batch=1"});
   EXPECT_NE(wide.find("is available: lower the model: model.n_layers, d_model, ffn_hidden or vocab (weights, "
                       "gradients and AdamW state "),
@@ -484,7 +484,7 @@ TEST(CliErrors, AModelThatCannotFitInHostMemoryNamesWhatFillsIt) {
   EXPECT_NE(wide.find(", or train.micro_batch or model.seq_len (activations and workspace "), std::string::npos)
       << wide;
   // tiny's model, a long batch: the activations first.
-  const std::string batch = refusal({"train.micro_batch=100000"});
+  const std::string batch = refusal({"train.micro_batch=2000000"});  // about 2 TB
   EXPECT_NE(batch.find("is available: lower train.micro_batch or model.seq_len (activations and workspace "),
             std::string::npos)
       << batch;
