@@ -726,6 +726,7 @@ TEST(CheckpointCli, BusyCheckpointIsSkippedOrWaitedForAsConfigured) {
                                                   "--set checkpoint.async=false"));
   ASSERT_EQ(sync.exit_code, 0) << sync.err;
   const nlohmann::json synchronous = read_json(dir.file("y.json"));
+  ASSERT_FALSE(synchronous["checkpoints"].empty()) << "no checkpoint to judge";
   for (const auto& c : synchronous["checkpoints"]) {
     EXPECT_EQ(c["status"], "committed");
     // Synchronous: the stall is the whole checkpoint.
@@ -1573,10 +1574,13 @@ TEST(CheckpointCli, ACheckpointDirOnAFullDiskIsWarnedOfToo) {
                                                "--set data.source=synthetic --set checkpoint.on_full=skip"));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const nlohmann::json result = read_json(dir.file("r.json"));
+  bool checkpoint_filesystem = false;
   for (const auto& f : result["environment"]["filesystems"])
     if (f["role"] == "checkpoint") {
+      checkpoint_filesystem = true;
       ASSERT_EQ(f["free_bytes"], 0) << "not the case under test: " << f.dump();
     }
+  ASSERT_TRUE(checkpoint_filesystem) << result["environment"]["filesystems"].dump();
   EXPECT_NE(r.out.find("warning: this run writes 2 checkpoint(s) of up to "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(ckpt + "/c has 0.00 B free"), std::string::npos) << r.out;
   EXPECT_NE(result["warnings"].dump().find("a checkpoint will find the disk full"), std::string::npos)

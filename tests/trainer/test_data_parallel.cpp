@@ -9,7 +9,8 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>    // std::memcmp, std::memmove
+#include <cstdlib>    // std::atoi: --ranks=N
+#include <cstring>    // std::memcmp, std::memmove, std::strncmp
 #include <memory>
 #include <stdexcept>  // std::logic_error
 #include <string>
@@ -490,6 +491,13 @@ int main(int argc, char** argv) {
     return 77;
   }
   trainbench::g_comm = comm.get();
+  // --ranks=N (CTest's): the job must be N ranks. Singleton ranks, each a
+  // world of its own, would pass the comparisons with themselves.
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], "--ranks=", 8) == 0 && std::atoi(argv[i] + 8) != comm->world_size()) {
+      std::printf("expected %s but the job has %d rank(s)\n", argv[i], comm->world_size());
+      return 1;
+    }
   // Only rank 0 prints the test report; every rank runs every test.
   if (comm->rank() != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();

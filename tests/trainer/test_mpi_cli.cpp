@@ -246,6 +246,7 @@ TEST(MpiCli, ZeroOneTakesTheSlowNetworkAndRefusesTheDivergenceInjection) {
                                          "--set comm.inject_delay_ms=60 --out " + dir.file("slow.json"));
   ASSERT_EQ(slow.exit_code, 0) << slow.out << slow.err;
   const nlohmann::json result = nlohmann::json::parse(read_whole_file(dir.file("slow.json")));
+  ASSERT_FALSE(result.at("steps").empty());
   for (const auto& step : result.at("steps"))
     EXPECT_GE(step.at("comm_s").get<double>(), 0.12) << "two collectives held 60 ms each: " << step.dump();
   const CommandResult diverge = run_command("timeout 300 " + kMpirun + "-np 2 " + TRAINBENCH_BINARY + common +

@@ -98,6 +98,16 @@ TEST(DepthProjection, EightLayersOfCpuSmallFromTwoAndFourWithinTenPercent) {
   for (int attempt = 1; attempt <= kAttempts; ++attempt) {
     a = project_and_verify(out);
     if (::testing::Test::HasFailure()) return;
+    // What no timing moves, judged whatever the noise (a noisy host's skip
+    // below left these out too).
+    const nlohmann::json& p = a.projection;
+    const nlohmann::json& verify = p.at("verify");
+    // State is affine in depth: the checkpoint size is projected exactly.
+    EXPECT_NEAR(p.at("depth").at("checkpoint_bytes").get<double>(), verify.at("checkpoint_bytes").get<double>(),
+                1.0);
+    // The memory per rank at 8 layers is the plan the 8-layer engine reported.
+    EXPECT_EQ(p.at("depth").at("memory_per_gpu_bytes").get<int64_t>(),
+              verify.at("result").at("summary").at("memory_per_rank").at("total_bytes").get<int64_t>());
     if (a.error <= 0.10 || a.noise <= 0.10) break;
     std::printf("attempt %d of %d: host too noisy to judge (%.0f%% of noise reaches the projection; the "
                 "noisiest rounds at %s layers)\n", attempt, kAttempts, 100 * a.noise, a.noise_depth.c_str());
@@ -106,19 +116,13 @@ TEST(DepthProjection, EightLayersOfCpuSmallFromTwoAndFourWithinTenPercent) {
                    << static_cast<int>(100 * a.noise) << "% of the rounds' noise reaches the projection (noisiest at "
                    << a.noise_depth << " layers; projection error was " << static_cast<int>(100 * a.error) << "%)";
   }
-  const nlohmann::json& p = a.projection;
-  const nlohmann::json& verify = p.at("verify");
+  const nlohmann::json& verify = a.projection.at("verify");
   EXPECT_LE(a.error, 0.10);
   // compute_s within 10%, or within the noise that reaches the projection
   // where that is larger (the loop above also ends on a small tokens/s error
   // from noisy rounds; compute_s then came out 11.5% off with 30% of noise).
   EXPECT_LE(std::fabs(verify.at("errors").at("compute_s").get<double>()), std::max(0.10, a.noise))
       << 100 * a.noise << "% of noise reaches the projection";
-  // State is affine in depth: the checkpoint size is projected exactly.
-  EXPECT_NEAR(p.at("depth").at("checkpoint_bytes").get<double>(), verify.at("checkpoint_bytes").get<double>(), 1.0);
-  // Memory per GPU at 8 layers is the plan the 8-layer engine reported.
-  EXPECT_EQ(p.at("depth").at("memory_per_gpu_bytes").get<int64_t>(),
-            verify.at("result").at("summary").at("memory_per_rank").at("total_bytes").get<int64_t>());
 }
 
 }  // namespace
