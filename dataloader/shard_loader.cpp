@@ -110,7 +110,7 @@ class Reader {
         buffer_.push_back(std::make_shared<const std::vector<int32_t>>(tokens));
       // A buffer holds samples only once its first fill handed one out: a
       // stall after the resume is the storage's, not a filling buffer's.
-      filled_ = !buffer_.empty();
+      if (!buffer_.empty()) filling_ = kFilled;
       PackerState packer;
       packer.partial = resume->partial_window;
       if (!resume->current_rest.empty())
@@ -234,11 +234,9 @@ class Reader {
     std::lock_guard<std::mutex> lock(mutex_);
     return current_path_;
   }
-  // For a timeout message: -1 once its shuffle buffer has been full, else
-  // the samples in it. Its first fill reads every one before a batch.
-  int64_t shuffle_buffer_filling() const {
-    return filled_.load(std::memory_order_relaxed) ? -1 : buffered_.load(std::memory_order_relaxed);
-  }
+  // For a timeout message: the samples in its shuffle buffer during its
+  // first fill, which reads every one before a batch; -1 once it was full.
+  int64_t shuffle_buffer_filling() const { return filling_.load(std::memory_order_relaxed); }
 
  private:
   std::vector<int64_t> assignment_for(int64_t epoch) const {
@@ -326,9 +324,10 @@ class Reader {
       if (sample == nullptr) break;  // the epochs are read: the buffer drains
       buffer_.push_back(std::move(sample));
       journal_->push_back(ShuffleChange{buffer_.back(), 0});
-      buffered_.store(static_cast<int64_t>(buffer_.size()), std::memory_order_relaxed);
+      if (filling_.load(std::memory_order_relaxed) != kFilled)
+        filling_.store(static_cast<int64_t>(buffer_.size()), std::memory_order_relaxed);
     }
-    filled_.store(true, std::memory_order_relaxed);
+    filling_.store(kFilled, std::memory_order_relaxed);
     if (buffer_.empty()) return nullptr;
     const size_t k = splitmix64_below(&rng_, buffer_.size());
     SharedTokens out = std::move(buffer_[k]);
@@ -584,8 +583,8 @@ class Reader {
   std::condition_variable changed_;
   std::deque<BatchSlot*> free_, ready_;
   std::atomic<int64_t> ready_count_{0};  // ready_.size(), readable without the lock
-  std::atomic<int64_t> buffered_{0};     // buffer_.size() during the first fill, for the consumer's thread
-  std::atomic<bool> filled_{false};      // the shuffle buffer's first fill is done
+  static constexpr int64_t kFilled = -1;
+  std::atomic<int64_t> filling_{0};  // shuffle_buffer_filling(), read from the consumer's thread
   bool finished_ = false;  // options.epochs read and the last batch in ready_ (guarded by mutex_)
   std::exception_ptr error_;        // what ended run() (guarded by mutex_)
   std::atomic<bool> failed_{false};  // error_ is set: has_ready() without the lock
@@ -663,18 +662,16 @@ void check_tokens(const std::vector<int32_t>& tokens, int64_t vocab, const std::
 }  // namespace
 
 void check_resume_position(const LoaderOptions& o, int64_t shard_count, const LoaderPosition& p) {
+  const bool same_layout = p.rank == o.rank && p.world == o.world && p.readers == o.readers && p.seed == o.seed;
   // The case a user meets (the other keys are the checkpoint's config,
   // compared before): a shard added to or removed from the folder since.
-  if (p.shard_count != shard_count && p.rank == o.rank && p.world == o.world && p.readers == o.readers &&
-      p.seed == o.seed)
+  if (p.shard_count != shard_count && same_layout)
     throw DataError(CorruptScope::kConfig,
                     "the saved loader position was taken over " + std::to_string(p.shard_count) +
                         " shards, and this run reads " + std::to_string(shard_count) +
                         ": the position counts samples into the shards it read, so a resume needs the same files "
                         "(restore them, or start a new run)");
-  if (p.shard_count != shard_count || p.rank != o.rank ||
-      p.world != o.world || p.readers != o.readers || p.seed != o.seed ||
-      static_cast<int64_t>(p.reader_positions.size()) != o.readers)
+  if (!same_layout || static_cast<int64_t>(p.reader_positions.size()) != o.readers)
     throw DataError(CorruptScope::kConfig,
                     "the saved loader position was taken with " +
                         std::to_string(p.shard_count) + " shards, seed " + std::to_string(p.seed) +

@@ -932,14 +932,8 @@ std::string check_compatible(const nlohmann::json& manifest, const Config& confi
   // hash of the first 4 KiB) are compared file by file after listing
   // (resumed_shards_difference): the same files under another spelling
   // ("dir/", a relative path, a glob) or moved to another mount resume.
-  const auto recorded = [](const nlohmann::json& object, const char* section, const char* key) {
-    return object.is_object() && object.contains(section) && object[section].is_object() &&
-                   object[section].contains(key)
-               ? object[section][key]
-               : nlohmann::json();
-  };
-  const nlohmann::json shards_then = recorded(then, "data", "shards");
-  const bool shards_identified = recorded(manifest, "extra", "shards").is_array() && !config.data.shards.empty() &&
+  const nlohmann::json shards_then = json_entry(then, "data", "shards");
+  const bool shards_identified = json_entry(manifest, "extra", "shards").is_array() && !config.data.shards.empty() &&
                                  shards_then.is_string() && !shards_then.get<std::string>().empty();
   std::vector<std::array<const char*, 2>> keys;
   for (const auto& key : kResumeMustMatch)
@@ -1103,8 +1097,7 @@ nlohmann::json read_resume_manifest(const std::string& spec, const Config& confi
     throw CheckpointError(std::string(e.what()) + previous_checkpoint_hint(point.folder), e.environment());
   }
   point.step = manifest.at("step").get<int64_t>();
-  if (manifest.contains("extra") && manifest["extra"].is_object() && manifest["extra"].contains("shards"))
-    point.shards = manifest["extra"]["shards"];
+  point.shards = json_entry(manifest, "extra", "shards");
   return manifest;
 }
 

@@ -286,7 +286,7 @@ std::string first_difference(const nlohmann::json& root, const nlohmann::json& m
 // checkpoint staging (Checkpointer::allocate_staging touches every page
 // before step 1; page-locked under CUDA) and, on several ranks, the host copy
 // of the parameters the consistency check hashes (parameter_checksum). Left
-// out of the checks below, a cpu-small run's staging was 1.43 times its plan
+// out of the checks below, a cpu-small run's staging was 0.43 times its plan
 // and an 8B model's parameter copy 32 GB a rank: past the checks, to the OOM
 // killer, or to a mid-run "out of memory" under ulimit -v.
 struct HostMemoryBeside {

@@ -1297,12 +1297,9 @@ nlohmann::json as_state_sees_it(const nlohmann::json& config) {
   nlohmann::json seen = config;
   if (seen.contains("model") && seen["model"].is_object()) seen["model"].erase("n_layers_full");
   // data.eos_token -1 is model.vocab - 1: the same separator either way.
-  const auto in = [&seen](const char* section, const char* key) {
-    return seen.contains(section) && seen[section].is_object() ? seen[section].value(key, nlohmann::json())
-                                                               : nlohmann::json();
-  };
-  if (in("data", "eos_token") == -1 && in("model", "vocab").is_number_integer())
-    seen["data"]["eos_token"] = in("model", "vocab").get<int64_t>() - 1;
+  const nlohmann::json vocab = json_entry(seen, "model", "vocab");
+  if (json_entry(seen, "data", "eos_token") == -1 && vocab.is_number_integer())
+    seen["data"]["eos_token"] = vocab.get<int64_t>() - 1;
   if (seen.contains("lora") && seen["lora"].is_object() && seen["lora"].value("targets", nlohmann::json()).is_string()) {
     // A name no engine knows stays as written: an old or foreign manifest differs, named.
     std::vector<ParamKind> kinds;
@@ -1317,21 +1314,20 @@ nlohmann::json as_state_sees_it(const nlohmann::json& config) {
 
 }  // namespace
 
+nlohmann::json json_entry(const nlohmann::json& object, const char* section, const char* key) {
+  if (!object.is_object() || !object.contains(section)) return nullptr;
+  const nlohmann::json& part = object.at(section);
+  if (*key == '\0') return part;
+  return part.is_object() ? part.value(key, nlohmann::json()) : nlohmann::json();
+}
+
 ConfigDifference first_config_difference(const nlohmann::json& first_as_written,
                                          const nlohmann::json& second_as_written,
                                          const std::vector<std::array<const char*, 2>>& keys) {
   const nlohmann::json first = as_state_sees_it(first_as_written);
   const nlohmann::json second = as_state_sees_it(second_as_written);
-  for (const std::array<const char*, 2>& key : keys) {
-    // (Named, not a structured binding: clang before 16, which builds the
-    // fuzz targets, cannot capture one in the lambda.)
-    const char* const section = key[0];
-    const char* const name = key[1];
-    const auto value_in = [&](const nlohmann::json& config) {
-      const nlohmann::json part = config.is_object() ? config.value(section, nlohmann::json()) : nlohmann::json();
-      return *name == '\0' || !part.is_object() ? part : part.value(name, nlohmann::json());
-    };
-    const nlohmann::json a = value_in(first), b = value_in(second);
+  for (const auto& [section, name] : keys) {
+    const nlohmann::json a = json_entry(first, section, name), b = json_entry(second, section, name);
     if (a == b) continue;
     ConfigDifference difference{std::string(section) + (*name == '\0' ? "" : std::string(".") + name), a, b};
     if (*name == '\0' && a.is_object() && b.is_object())

@@ -249,6 +249,9 @@ std::string precision_of_auto_on(const std::string& engine);
 // must share with the run. lora.targets compare as the adapters they build
 // (names in layer order, spaces and repeats aside); model.n_layers_full,
 // which builds nothing, is not compared.
+// object[section][key] of a config (or manifest) as JSON, null where a part is
+// missing or not an object; key "" gives the section.
+nlohmann::json json_entry(const nlohmann::json& object, const char* section, const char* key);
 struct ConfigDifference {
   std::string key;
   nlohmann::json first, second;
