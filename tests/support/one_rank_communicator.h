@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>  // the device stand-in's abort
 #include <string>
 
 #include "comm/communicator.h"
@@ -25,6 +26,17 @@ class OneRankCommunicator : public Communicator {
   double last_completion_time() const override { return 0.0; }
   void set_timeout(double) override {}
   void set_context(const std::string&) override {}
+};
+
+// One that takes device buffers, as NCCL's does, and moves nothing: where
+// the room for the bench's buffers is asked (comm/bench_buffer.h).
+class DeviceBufferStandIn final : public OneRankCommunicator {
+ public:
+  const char* backend_name() const override { return "device stand-in"; }
+  bool device_buffers() const override { return true; }
+  Ticket start_all_reduce_sum(float*, int64_t) override { return 0; }
+  double wait(Ticket) override { return 0.0; }
+  [[noreturn]] void abort(int, const std::string& message) override { throw std::runtime_error(message); }
 };
 
 }  // namespace trainbench::testing

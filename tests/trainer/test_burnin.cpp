@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "kernels/engine.h"
-#include "kernels/gpu_health.h"
 #include <nlohmann/json.hpp>
 
 #include "tests/support/run_command.h"
@@ -632,21 +631,6 @@ TEST(BurninVerdict, ALongHostNameKeepsItsRowsVerdict) {
   const std::string table = verdict_table(verdict);
   EXPECT_NE(table.find("rank 0  " + host + "  FAIL  hung"), std::string::npos) << table;
   EXPECT_NE(table.find("node    " + host + "  PASS"), std::string::npos) << table;
-}
-
-// Without a GPU (CI) the probe is absent and says why; on a GPU machine
-// (gpu_check.sh) it reads the GPU the engine would use.
-TEST(BurninGpuHealth, OpensTheGpuOrSaysWhyNot) {
-  std::string why_not;
-  const std::unique_ptr<GpuHealthProbe> probe = open_gpu_health(0, &why_not);
-  if (probe == nullptr) {
-    ASSERT_FALSE(why_not.empty());
-    GTEST_SKIP() << "no GPU health probe: " << why_not;
-  }
-  const GpuHealthSample sample = probe->sample();
-  EXPECT_GT(sample.temperature_c, 0) << probe->gpu_name();
-  EXPECT_GT(sample.sm_clock_mhz, 0);
-  EXPECT_GE(sample.clock_event_reasons, 0);
 }
 
 }  // namespace
