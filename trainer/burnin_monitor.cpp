@@ -249,6 +249,8 @@ class BurninMonitor final : public RunExtension {
       });
   }
 
+  std::string steps_said() const override { return "until --duration " + format_double(duration_s_) + "s"; }
+
   // Compared across ranks before the job starts: rank 0 alone decides when
   // it stops, and a baseline on some ranks only put them in collectives the
   // others never entered (a hang to comm.timeout_s, or MPI_ERR_TRUNCATE);

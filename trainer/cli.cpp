@@ -1164,13 +1164,13 @@ void describe_filesystems(const Config& config, Communicator& comm, const std::s
 // checkpoints and the checkpoint it resumed from.
 void print_run_header(const Config& config, const Environment& env, const TrainingEngine& engine,
                       const DataSetup& data, const std::vector<std::string>& warnings,
-                      const CheckpointDir& checkpoint_dir, const ResumePoint& resume) {
+                      const CheckpointDir& checkpoint_dir, const ResumePoint& resume, const RunExtension* extension) {
   // The engine's own plan, what it allocated: the one checked before
   // allocating assumed cuDNN's attention with an estimated workspace, and
   // auto may have fallen back to the GEMMs and their probabilities
   // (gigabytes per layer at long sequences) or cuDNN asked for another size.
   print_header(stdout, config, env, engine.memory_plan(), engine.layout().total_params(),
-               engine.layout().trainable_params());
+               engine.layout().trainable_params(), extension != nullptr ? extension->steps_said() : "");
   std::fprintf(stdout, "data: %s\n", data.description.c_str());
   for (const std::string& warning : warnings) std::fprintf(stdout, "warning: %s\n", warning.c_str());
   if (!checkpoint_dir.path.empty())
@@ -1338,7 +1338,7 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   env.attention = engine->attention();
   env.gemm = engine->gemm();
   describe_filesystems(config, *comm, data.data_path, result_path, checkpoint_dir.path, env);
-  if (reporter) print_run_header(config, env, *engine, data, setup_warnings, checkpoint_dir, resume);
+  if (reporter) print_run_header(config, env, *engine, data, setup_warnings, checkpoint_dir, resume, options.extension);
 
   const std::unique_ptr<Checkpointer> checkpointer =
       make_checkpointer(config, checkpoint_dir.path, *engine, *data.source, *comm, env, resume.folder,
@@ -1381,7 +1381,9 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
   RunOutcome outcome = run_training(
       config, *engine, *data.source, *comm,
       [&](const StepRecord& step, const RunSummary& so_far) {
-        if (reporter) print_progress(stdout, config, step, so_far, resume.step + 1);
+        if (reporter)
+          print_progress(stdout, config, step, so_far, resume.step + 1,
+                         options.extension == nullptr || options.extension->steps_said().empty());
       },
       checkpointer.get(), resume.step + 1, after_step);
   // A signal's cleanup removes the temporary checkpoint folder under a

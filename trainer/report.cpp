@@ -53,7 +53,7 @@ std::string human_rate(double gbs) {
 }
 
 void print_header(FILE* out, const Config& config, const Environment& env, const MemoryPlan& plan,
-                  int64_t total_params, int64_t trainable_params) {
+                  int64_t total_params, int64_t trainable_params, const std::string& steps_said) {
   std::fprintf(out, "trainbench %s  (%s)\n", env.trainbench_version.c_str(), config.origin.c_str());
   const std::string more_hosts =
       env.host_gpus.size() > 1 ? " and " + std::to_string(env.host_gpus.size() - 1) + " more host(s)" : "";
@@ -108,13 +108,15 @@ void print_header(FILE* out, const Config& config, const Environment& env, const
   // As the result's config: the `auto`s as they resolved (it said auto
   // where the JSON said cpu, local, fp32).
   std::fprintf(out, "  config\n");
-  for (const std::string& line : config_to_lines(with_auto_resolved(config, env)))
-    std::fprintf(out, "    %s\n", line.c_str());
+  for (const std::string& line : config_to_lines(with_auto_resolved(config, env))) {
+    const bool steps = line.rfind("train.steps: ", 0) == 0;
+    std::fprintf(out, "    %s\n", steps && !steps_said.empty() ? ("train.steps: " + steps_said).c_str() : line.c_str());
+  }
   std::fflush(out);
 }
 
 void print_progress(FILE* out, const Config& config, const StepRecord& step,
-                    const RunSummary& so_far, int64_t first_step) {
+                    const RunSummary& so_far, int64_t first_step, bool of_steps) {
   const int64_t every = config.report.progress_every;
   const bool last = step.step == config.train.steps;
   if (every <= 0 || (step.step % every != 0 && step.step != first_step && !last)) return;
@@ -137,8 +139,10 @@ void print_progress(FILE* out, const Config& config, const StepRecord& step,
   char checkpoint[64] = "";
   if (step.ckpt_stall_s >= 0.01 * step.step_s && step.ckpt_stall_s > 0)
     std::snprintf(checkpoint, sizeof(checkpoint), "  (%.2f ms of it checkpoint stall)", 1e3 * step.ckpt_stall_s);
-  std::fprintf(out, "step %5ld/%-5ld loss %8s  tokens/s %10s  mfu(ceiling) %s  step %9.2f ms%s%s\n", step.step,
-               config.train.steps, loss_text(step.loss).c_str(), human_count(tokens_per_s).c_str(), mfu,
+  char of[24] = "";
+  if (of_steps) std::snprintf(of, sizeof(of), "/%ld", static_cast<long>(config.train.steps));
+  std::fprintf(out, "step %5ld%-6s loss %8s  tokens/s %10s  mfu(ceiling) %s  step %9.2f ms%s%s\n", step.step,
+               of, loss_text(step.loss).c_str(), human_count(tokens_per_s).c_str(), mfu,
                1e3 * step.step_s, step.warmup ? "  (warm-up)" : "", checkpoint);
   std::fflush(out);
 }

@@ -12,12 +12,16 @@
 
 namespace trainbench {
 
+// `steps_said`: what the config lines say for train.steps, "" for its count
+// (RunExtension::steps_said).
 void print_header(FILE* out, const Config& config, const Environment& env, const MemoryPlan& plan,
-                  int64_t total_params, int64_t trainable_params);
+                  int64_t total_params, int64_t trainable_params, const std::string& steps_said = "");
 // A line every report.progress_every steps, and for the run's first step
 // (`first_step`: 1, or the step a resume continues at) and its last.
+// `of_steps`: "step N/train.steps", else "step N" (a run that ends at a
+// duration: burnin).
 void print_progress(FILE* out, const Config& config, const StepRecord& step,
-                    const RunSummary& so_far, int64_t first_step = 1);
+                    const RunSummary& so_far, int64_t first_step = 1, bool of_steps = true);
 // `job`: how the summary names the run, "" for the run itself; a command
 // whose measurement is not the run (bench compute, bench instrument) names
 // the short job it measured in, so its figures are not read as the result.

@@ -50,6 +50,10 @@ class RunExtension {
   // the config, since a rank that counts other pairs waits in a collective
   // its peers never enter.
   virtual std::string job_options() const { return ""; }
+  // How the console header says train.steps where the extension, not the
+  // count, ends the run (burnin: its duration, under a count of 2^40
+  // nobody set); "" for the count itself.
+  virtual std::string steps_said() const { return ""; }
   // How the run's summary names the run when the extension's measurement is
   // not it (print_summary's `job`), "" when it is the run (burnin).
   virtual std::string summary_job() const { return ""; }

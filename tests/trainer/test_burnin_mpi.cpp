@@ -475,7 +475,7 @@ TEST(BurninCli, ANonFiniteStepWhileACheckpointIsWrittenIsNotAHungRank) {
 
 // Per-step progress lines are off in a burn-in (it prints its own) unless
 // asked for: by a --set, and by the config file too, whose progress_every
-// was overridden to 0 without a word.
+// was overridden to 0 without a word. They said "step 3/1099511627776".
 TEST(BurninCli, ProgressLinesAreThoseTheConfigFileAsksFor) {
   testing::TempDir dir("test_burnin_cli");
   const std::string config = dir.file("progress.yaml");
@@ -486,7 +486,11 @@ TEST(BurninCli, ProgressLinesAreThoseTheConfigFileAsksFor) {
       " --duration 2s --set checkpoint.every_steps=0 --set burnin.degrade_pct=99 --out " + dir.file("b.json");
   const CommandResult asked = run_command(burnin + config + rest);
   ASSERT_EQ(asked.exit_code, 0) << asked.out << asked.err;
-  EXPECT_NE(asked.out.find("\nstep     3/"), std::string::npos) << asked.out;
+  // The run ends at its duration, under a step count of 2^40 nobody set:
+  // the lines count steps, and the header's config says so.
+  EXPECT_NE(asked.out.find("\nstep     3       loss "), std::string::npos) << asked.out;
+  EXPECT_NE(asked.out.find("\n    train.steps: until --duration 2s\n"), std::string::npos) << asked.out;
+  EXPECT_EQ(asked.out.find(std::to_string(int64_t{1} << 40)), std::string::npos) << asked.out;
   EXPECT_EQ(nlohmann::json::parse(read_whole_file(dir.file("b.json")))["config"]["report"]["progress_every"], 1);
   const CommandResult unasked = run_command(burnin + "tiny --set train.threads=1 --set train.warmup_steps=2" + rest);
   ASSERT_EQ(unasked.exit_code, 0) << unasked.out << unasked.err;
