@@ -443,27 +443,29 @@ TEST_F(LoaderCli, BenchIoStopsEveryMeasurementAtSecondsAndSaysSo) {
   const int64_t shard_bytes = bench["shard_bytes"].get<int64_t>();
   ASSERT_EQ(bench["by_threads"].size(), 2u);
   for (const auto& row : bench["by_threads"]) {
-    for (const char* what : {"plain_read", "loader"}) {
-      const auto& m = row[what];
-      EXPECT_EQ(m["complete"], false) << what << ", threads " << row["threads"];
-      EXPECT_GT(m["bytes"].get<int64_t>(), 0) << what << ": what it read by then counts";
-    }
-    // A thread stops after its first read: at most one shard per thread.
+    for (const char* what : {"plain_read", "loader"})
+      EXPECT_EQ(row[what]["complete"], false) << what << ", threads " << row["threads"];
+    // A thread stops after its first read, which counts: at most one shard
+    // per thread. (The loader's first sample may come after 10 ms on a
+    // loaded machine: its count is checked below, at 0.3 s.)
+    EXPECT_GT(row["plain_read"]["bytes"].get<int64_t>(), 0) << "what it read by then counts";
     EXPECT_LT(row["plain_read"]["bytes"].get<int64_t>(), shard_bytes) << "threads " << row["threads"];
   }
   EXPECT_EQ(bench["small_files"]["complete"], false);
   EXPECT_LT(bench["small_files"]["samples"].get<int64_t>(), 4 * 10);
   // The loader stops at --seconds while its first batch still waits for the
   // shuffle buffer (256 samples, more than the 40 there are) to fill: it
-  // read on to the end of the epoch (2 s at 50 ms a sample), 20 times over.
+  // read on to the end of the epoch (4 s at 100 ms a sample), 13 times over.
+  // What it read by then counts (its first sample comes at 0.1 s).
   const CommandResult filling =
       run_command("timeout 120 " + std::string(TRAINBENCH_BINARY) + " bench io tiny --set data.shards=" + dir_ +
-                  "/good --set data.inject_delay_ms=50 --readers 1 --seconds 0.1 --out " + out);
+                  "/good --set data.inject_delay_ms=100 --readers 1 --seconds 0.3 --out " + out);
   ASSERT_EQ(filling.exit_code, 0) << filling.err;
   const nlohmann::json filled = nlohmann::json::parse(read_whole_file(out));
   const auto& loader = filled["by_threads"][0]["loader"];
   EXPECT_EQ(loader["complete"], false) << loader.dump();
-  EXPECT_LT(loader["seconds"].get<double>(), 1.0) << "--seconds 0.1: " << loader.dump();
+  EXPECT_GT(loader["bytes"].get<int64_t>(), 0) << "what it read by then counts: " << loader.dump();
+  EXPECT_LT(loader["seconds"].get<double>(), 3.0) << "--seconds 0.3: " << loader.dump();
   EXPECT_LT(loader["samples"].get<int64_t>(), 4 * 10) << loader.dump();
   // Unslowed, everything is read whole, and said so. 8 readers over 4
   // shards: the loader is not measured there, and the result says why.

@@ -189,25 +189,25 @@ TEST(ShardLoader, OneReaderInReadOrderPacksTheShardsExactly) {
 
 // batch_ready says whether next() would wait: false while the readers are
 // still reading (each sample held 0.2 s here), true once the ring holds the
-// next batch, which next() then returns without waiting.
+// next batch, which next() then returns without waiting for another sample.
+// (A ready said too early waits 0.2 s; a bound of 50 ms on an unslowed
+// loader caught nothing and read a loaded machine's scheduling.)
 TEST(ShardLoader, BatchReadySaysWhetherNextWouldWait) {
   TempDir dir;
   const SynthResult made = make_shards(dir.path(), 2, 6, 10);
   LoaderOptions o = options_for(made.paths);
   o.readers = 1;
   o.inject_delay_s = 0.2;
-  ShardLoader slow(o);
-  EXPECT_FALSE(slow.batch_ready()) << "no reader has read a batch's samples yet";
-
-  o.inject_delay_s = 0;
   ShardLoader loader(o);
+  EXPECT_FALSE(loader.batch_ready()) << "no reader has read a batch's samples yet";
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (!loader.batch_ready() && std::chrono::steady_clock::now() < give_up)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_TRUE(loader.batch_ready());
   double wait_s = -1;
   loader.next(&wait_s);
-  EXPECT_LT(wait_s, 0.05) << "a ready batch is taken without waiting";
+  EXPECT_GE(wait_s, 0);
+  EXPECT_LT(wait_s, 0.15) << "a ready batch is taken without waiting for a sample";
 }
 
 TEST(ShardLoader, SameSeedSameBatchesWhateverTheScheduling) {

@@ -354,16 +354,18 @@ TEST_F(Attribution, EachInjectedStallLandsInItsCategory) {
   expect_attributed(base, slow_read, &Means::data_stall_s, "data_stall_s", read_added);
   EXPECT_EQ(slow_read.bottleneck.rfind("storage read", 0), 0u) << slow_read.bottleneck;
 
-  // tiny's gradients are one bucket: each step's all-reduce held 150 ms, at
+  // tiny's gradients are one bucket: each step's all-reduce held 400 ms, at
   // least (each rank's progress thread sleeps that long, then runs the
   // all-reduce itself, and the waiting step sees it end by polling: on two
-  // shared cores a CI run's step grew by 194 ms, 190 of them exposed comm).
-  // What the step gained besides compute is the reference, as for the
-  // reader; the hold must show in it.
-  const Means slow_net = run("net", "--set comm.inject_delay_ms=150");
+  // shared cores a CI run's step grew by 194 ms for a hold of 150, 190 of
+  // them exposed comm; 44 ms over it was most of the 150 ms left below two
+  // holds). What the step gained besides compute is the reference, as for
+  // the reader; the hold must show in it.
+  const double hold_s = 0.400;
+  const Means slow_net = run("net", "--set comm.inject_delay_ms=400");
   const double net_added = growth_besides_compute(base, slow_net);
-  EXPECT_GT(net_added, 0.8 * 0.150) << "the held all-reduce should slow the step";
-  EXPECT_LT(net_added, 2 * 0.150) << "one hold per step, not two";
+  EXPECT_GT(net_added, 0.8 * hold_s) << "the held all-reduce should slow the step";
+  EXPECT_LT(net_added, 2 * hold_s) << "one hold per step, not two";
   expect_attributed(base, slow_net, &Means::comm_exposed_s, "comm_exposed_s", net_added);
   EXPECT_EQ(slow_net.bottleneck.rfind("network", 0), 0u) << slow_net.bottleneck;
 
@@ -404,13 +406,15 @@ TEST_F(Attribution, TheRanksParameterCheckIsNotTheStepsTime) {
   const nlohmann::json result = testing::read_json(out);
   double measured_steps_s = 0;
   for (const nlohmann::json& step : result.at("steps")) {
-    EXPECT_LT(step.at("step_s").get<double>(), 0.6) << "step " << step.at("step") << " holds a comparison";
+    // 0.9 s: below the comparison's 1 s, far above a step's ~50 ms.
+    EXPECT_LT(step.at("step_s").get<double>(), 0.9) << "step " << step.at("step") << " holds a comparison";
     if (!step.at("warmup").get<bool>()) measured_steps_s += step.at("step_s").get<double>();
   }
   const nlohmann::json& summary = result.at("summary");
   // Steps 3, 4, 6, 8, 9 and 12: six comparisons of at least 1 s each.
   EXPECT_GE(summary.at("consistency_check_s").get<double>(), 6 * 1.0) << summary.dump();
-  EXPECT_LT(summary.at("measured_wall_s").get<double>(), measured_steps_s + 0.6) << summary.dump();
+  // Six comparisons in the window would add 6 s to it.
+  EXPECT_LT(summary.at("measured_wall_s").get<double>(), measured_steps_s + 3.0) << summary.dump();
 }
 
 }  // namespace
