@@ -278,7 +278,11 @@ std::pair<const char*, double> lowest_ceiling(const Ceilings& c) {
 std::vector<std::string> ceilings_warnings(const Ceilings& c, double achieved, bool checkpoints_off,
                                            double wall) {
   std::vector<std::string> warnings;
-  const auto [lowest_name, lowest] = lowest_ceiling(c);
+  // Not a structured binding: the lambda below reads `lowest`, and clang
+  // before 16 (scripts/fuzz.sh, scripts/sanitize.sh) cannot capture one.
+  const std::pair<const char*, double> lowest_pair = lowest_ceiling(c);
+  const char* const lowest_name = lowest_pair.first;
+  const double lowest = lowest_pair.second;
   if (lowest_name != nullptr && achieved > lowest) {
     const auto percent_of_lowest = [&](double rate) {
       return std::to_string(static_cast<int>(100.0 * rate / lowest + 0.5)) + "%";

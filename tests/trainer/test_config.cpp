@@ -233,7 +233,8 @@ TEST(Validate, BurninPeriodsAndTheTimeoutsHaveARange) {
     EXPECT_NO_THROW(load_config("tiny", {key + "=" + low})) << key;
     EXPECT_NO_THROW(load_config("tiny", {key + "=" + high})) << key;
     for (const char* bad : {"1e300", "1e-300", "0.001"}) {
-      const std::string message = config_error([&] { load_config("tiny", {key + "=" + bad}); });
+      const std::string setting = key + "=" + bad;  // (clang before 16 cannot capture `key`, a structured binding)
+      const std::string message = config_error([&] { load_config("tiny", {setting}); });
       EXPECT_NE(message.find(key + ": " + refusal), std::string::npos) << key << "=" << bad << ": " << message;
     }
   }
