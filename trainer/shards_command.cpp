@@ -319,9 +319,11 @@ int ShardsCommand::run_synth() {
   options.out_dir = a.out;
   options.prefix = a.prefix;
   options.count = a.count;
-  if (a.samples == 0 && a.size.empty()) user_error("shards synth: give --samples N or --size BYTES");
+  // Given, not non-empty: `--size ''` was "give --samples N or --size BYTES".
+  const bool size_given = synth_->count("--size") > 0;
+  if (a.samples == 0 && !size_given) user_error("shards synth: give --samples N or --size BYTES");
   options.samples_per_shard = a.samples;
-  if (!a.size.empty()) options.shard_bytes = parse_bytes(a.size, "--size");
+  if (size_given) options.shard_bytes = parse_bytes(a.size, "--size");
   std::tie(options.tokens_mean, options.tokens_spread) = parse_mean_spread(a.tokens, "--tokens", parse_count);
   std::tie(options.payload_bytes, options.payload_spread) =
       parse_mean_spread(a.payload_bytes, "--payload-bytes", parse_bytes);
@@ -434,7 +436,8 @@ int ShardsCommand::run_verify() {
   // The loader's limit, not 1 GiB: a shard with a 300 MB member verified
   // "errors 0", and a run on it failed at that member.
   options.max_member_bytes = DataSection{}.max_sample_bytes;
-  if (!verify_args_.max_sample_bytes.empty()) {
+  // Given, not non-empty: `--max-sample-bytes ''` verified at the default, saying nothing.
+  if (verify_->count("--max-sample-bytes") > 0) {
     options.max_member_bytes = parse_bytes(verify_args_.max_sample_bytes, "--max-sample-bytes");
     if (options.max_member_bytes <= 0) user_error("--max-sample-bytes: must be > 0");
   }

@@ -813,6 +813,9 @@ TEST_F(ShardTools, CommandLineUserErrorsExit2WithOneLineNamingTheOption) {
       {"shards synth" + out + " --count 1 --size 9000000000000000001", {"--size", "must be between"}},
       {"shards verify " + dir_ + "/file --vocab 10", {"--vocab", "needs --field: name the token member", "u16"}},
       {"shards verify " + dir_ + "/file --max-sample-bytes 0", {"--max-sample-bytes: must be > 0"}},
+      // Given empty: refused, not the default (verify checked at 256M and said nothing).
+      {"shards verify " + dir_ + "/file --max-sample-bytes ''", {"--max-sample-bytes", "(got '')"}},
+      {"shards synth" + out + " --count 1 --size ''", {"--size", "(got '')"}},
       // Named as the option, not as the config key data.field.
       {"shards verify " + dir_ + "/file --field zzz", {"--field 'zzz': unknown token format"}},
       // Out-of-range integers are errors, not saturated to 2^63 - 1 (CLI11's way).
