@@ -1378,12 +1378,12 @@ RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const R
       if (extension) extension->end();
     }
   } end_extension{options.extension};
+  // "step N/train.steps", or "step N" where the extension ends the run (burnin).
+  const bool of_steps = options.extension == nullptr || options.extension->steps_said().empty();
   RunOutcome outcome = run_training(
       config, *engine, *data.source, *comm,
       [&](const StepRecord& step, const RunSummary& so_far) {
-        if (reporter)
-          print_progress(stdout, config, step, so_far, resume.step + 1,
-                         options.extension == nullptr || options.extension->steps_said().empty());
+        if (reporter) print_progress(stdout, config, step, so_far, resume.step + 1, of_steps);
       },
       checkpointer.get(), resume.step + 1, after_step);
   // A signal's cleanup removes the temporary checkpoint folder under a
