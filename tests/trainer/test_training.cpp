@@ -90,9 +90,12 @@ TEST(Statistics, QuantilesAreNumpysLinearInterpolation) {
   EXPECT_EQ(quantile({3, 1, 2}, 1.0), 3.0);
 }
 
+// One thread each, as the CLI tests run: CTest runs two tests at once, and
+// these two side by side with OpenBLAS's two threads each (four spinning on
+// two cores) took 46 and 44 s in a CI run, against 6 and 4 s.
 TEST(Training, TinyOnOneRepeatedBatchHalvesTheLossIn100Steps) {
   const Config config = load_config(
-      "tiny", {"data.synthetic_batches=1", "train.steps=100", "train.warmup_steps=0"});
+      "tiny", {"data.synthetic_batches=1", "train.steps=100", "train.warmup_steps=0", "train.threads=1"});
   const RunOutcome outcome = train(config);
   ASSERT_EQ(outcome.steps.size(), 100u);
   const double first = outcome.steps.front().loss;
@@ -105,7 +108,7 @@ TEST(Training, TinyOnOneRepeatedBatchHalvesTheLossIn100Steps) {
 TEST(Training, GradientAccumulationTrainsToo) {
   const Config config = load_config(
       "tiny", {"data.synthetic_batches=2", "train.grad_accum=2", "train.steps=30",
-               "train.warmup_steps=0"});
+               "train.warmup_steps=0", "train.threads=1"});
   const RunOutcome outcome = train(config);
   EXPECT_LT(outcome.steps.back().loss, outcome.steps.front().loss - 0.5);
   EXPECT_EQ(outcome.summary.global_tokens_per_step,
