@@ -1300,10 +1300,10 @@ nlohmann::json as_state_sees_it(const nlohmann::json& config) {
   const nlohmann::json vocab = json_entry(seen, "model", "vocab");
   if (json_entry(seen, "data", "eos_token") == -1 && vocab.is_number_integer())
     seen["data"]["eos_token"] = vocab.get<int64_t>() - 1;
-  if (seen.contains("lora") && seen["lora"].is_object() && seen["lora"].value("targets", nlohmann::json()).is_string()) {
+  if (const nlohmann::json targets = json_entry(seen, "lora", "targets"); targets.is_string()) {
     // A name no engine knows stays as written: an old or foreign manifest differs, named.
     std::vector<ParamKind> kinds;
-    if (lora_targets_in_layer_order(seen["lora"]["targets"].get<std::string>(), &kinds)) {
+    if (lora_targets_in_layer_order(targets.get<std::string>(), &kinds)) {
       std::vector<std::string_view> names;
       for (const ParamKind kind : kinds) names.push_back(lora_target_name(kind));
       seen["lora"]["targets"] = join(names, ",");

@@ -242,6 +242,10 @@ nlohmann::json config_to_json(const Config& config);
 // when the engine is not known (yet).
 std::string precision_of_auto_on(const std::string& engine);
 
+// object[section][key] of a config (or manifest) as JSON, null where a part is
+// missing or not an object; key "" gives the section.
+nlohmann::json json_entry(const nlohmann::json& object, const char* section, const char* key);
+
 // The first of `keys` ({section, key}, or {section, ""} for the whole
 // section, then named by its first differing key) whose value differs
 // between two config_to_json objects: key "model.d_model" with both values;
@@ -249,9 +253,6 @@ std::string precision_of_auto_on(const std::string& engine);
 // must share with the run. lora.targets compare as the adapters they build
 // (names in layer order, spaces and repeats aside); model.n_layers_full,
 // which builds nothing, is not compared.
-// object[section][key] of a config (or manifest) as JSON, null where a part is
-// missing or not an object; key "" gives the section.
-nlohmann::json json_entry(const nlohmann::json& object, const char* section, const char* key);
 struct ConfigDifference {
   std::string key;
   nlohmann::json first, second;
