@@ -1066,8 +1066,12 @@ class SbatchTests(Sandbox):
                    'kill -TERM -- -"$task"; wait "$task"; code=$?\n'
                    f'if [ -e "$FINISHED" ]; then echo finished > {shlex.quote(str(log))}; fi\n'
                    'exit "$code"\n', shell="/bin/bash")
+        # The sleep is started before "started" is said, and away from the
+        # output: a SIGTERM that came between the touch and the fork left a
+        # sleep 30 no signal had reached, holding the job's stdout open past
+        # the timeout (a CI run, loaded).
         binary = write_tool(self.dir, "trainbench", "trap 'sleep 1; touch \"$FINISHED\"; exit 143' TERM\n"
-                            'touch "$STARTED"; sleep 30 & wait\n')
+                            'sleep 30 > /dev/null 2>&1 & touch "$STARTED"; wait\n')
         env = {**self.env, "SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "1", "TRAINBENCH_BINARY": str(binary),
                "OUT": str(self.dir / "out"), "STARTED": str(self.dir / "started"),
                "FINISHED": str(self.dir / "finished")}
