@@ -1520,6 +1520,13 @@ int BenchCommand::run_comm(const std::string& command_line) {
   if (o.max_bytes < o.min_bytes)
     throw CommandError{kExitUserError, "--max-bytes " + std::to_string(o.max_bytes) +
                                            " is smaller than --min-bytes " + std::to_string(o.min_bytes)};
+  // The sweep's sizes are whole floats, rounded down (size_sweep): a range
+  // holding none measured 4 B, outside it, without a word.
+  if (o.max_bytes / 4 * 4 < o.min_bytes)
+    throw CommandError{kExitUserError, "bench comm: --min-bytes " + std::to_string(o.min_bytes) + " --max-bytes " +
+                                           std::to_string(o.max_bytes) +
+                                           ": no whole float (a multiple of 4 bytes) lies between them, and the "
+                                           "sweep measures whole floats"};
   if (!o.out.empty()) check_result_path(o.out);
 
   CommBenchSetup s;

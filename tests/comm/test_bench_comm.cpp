@@ -138,5 +138,29 @@ TEST(BenchComm, BadSizesAreOneLineUserErrors) {
   }
 }
 
+// The sweep measures whole floats, sizes rounded down: a range holding no
+// multiple of 4 bytes measured 4 B, outside the range asked for, and said
+// nothing. A range that holds one still runs.
+TEST(BenchComm, ARangeHoldingNoWholeFloatIsRefusedNamingIt) {
+  for (const std::string& range :
+       {std::string("--min-bytes 5 --max-bytes 7"), std::string("--min-bytes 1 --max-bytes 3")}) {
+    const testing::CommandResult run = run_command(std::string(TRAINBENCH_BINARY) + " bench comm " + range);
+    EXPECT_EQ(run.exit_code, 2) << range << ": " << run.err;
+    EXPECT_EQ(run.err, "trainbench: bench comm: " + range +
+                           ": no whole float (a multiple of 4 bytes) lies between them, and the sweep measures "
+                           "whole floats\n")
+        << range;
+  }
+  const testing::TempDir dir;
+  const std::string out = dir.file("edge.json");
+  const testing::CommandResult edge = run_command(std::string(TRAINBENCH_BINARY) +
+                                                  " bench comm --min-bytes 4 --max-bytes 7 --iters 1 --out " + out);
+  ASSERT_EQ(edge.exit_code, 0) << edge.err;
+  const nlohmann::json result = testing::read_json(out);
+  std::set<int64_t> sizes;
+  for (const nlohmann::json& r : result.at("collectives")) sizes.insert(r.at("bytes").get<int64_t>());
+  EXPECT_EQ(sizes.count(4), 1u) << "one whole float, at the range's lower edge";
+}
+
 }  // namespace
 }  // namespace trainbench
