@@ -307,6 +307,9 @@ elif [ -x "$build/trainbench" ]; then
   # Some targets failed (kept going: -k 0), the CLI was built by this call:
   # what can run, runs, with cuDNN attention as built (a test of its own that
   # fails to compile is no reason to rebuild without it).
+  # A target that failed is a red check: its tests are missing from ctest -L
+  # gpu (a placeholder without the label stands in), which no row counts.
+  failed_row "build (sm_90)"
   row "build (sm_90)" "PARTIAL ($(elapsed)): failed $(failed_targets)(build.log)"
 elif grep -q 'cuDNN attention ON' "$logs/configure.log" && failed_in_cudnn; then
   # cuDNN attention has never been built on the device image before its first
@@ -324,6 +327,7 @@ elif grep -q 'cuDNN attention ON' "$logs/configure.log" && failed_in_cudnn; then
   elif is_cut "$build_status"; then
     stop_after_failed_build "without cuDNN attention, $(failure "$build_status" "$(build_phase_log)") ($build_phase); with it: FAILED"
   elif [ "$build_phase" = compile ] && [ -x "$build/trainbench" ]; then
+    failed_row "build (sm_90)"
     row "build (sm_90)" "PARTIAL WITHOUT cuDNN attention ($(elapsed)): failed $(failed_targets)(build.log); with it: ${cudnn_error:-see build-with-cudnn.log}"
   else
     stop_after_failed_build "FAILED with and without cuDNN attention: see build-with-cudnn.log / build.log / configure.log"
@@ -408,6 +412,8 @@ if [ -x "$nccl_test" ]; then
     row "NCCL comm ($gpus ranks)" "exit $nccl_ranks_status ($(grep -c '^\[       OK \]' "$logs/nccl_${gpus}ranks.log") OK lines, $(grep -c '^\[  SKIPPED \]' "$logs/nccl_${gpus}ranks.log") skipped over all ranks)"
   fi
 else
+  # The NCCL tests, bench comm's on the GPU among them, were not registered.
+  failed_row "NCCL comm (1 rank)"
   row "NCCL comm (1 rank)" "not built: $(grep -o 'NCCL backend.*' "$logs/configure.log" | head -1)"
 fi
 

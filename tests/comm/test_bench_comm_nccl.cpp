@@ -27,8 +27,12 @@ TEST(BenchCommNccl, MeasuresOnTheGpuAndChecksTheData) {
   if (inventory.gpus.empty()) GTEST_SKIP() << "no GPU: " << inventory.why_none;
   const testing::TempDir dir;
   const std::string out = dir.file("comm.json");
+  // comm.timeout_s under the test's own limit (150 s in gpu_check.sh): a
+  // stalled NCCL ends the run in trainbench's words, which CTest's kill of
+  // the test would lose (run_command reads the output at the end).
   const testing::CommandResult run = testing::run_command(
-      std::string(TRAINBENCH_BINARY) + " bench comm --set comm.backend=nccl --max-bytes 1M --iters 3 --out " + out);
+      std::string(TRAINBENCH_BINARY) +
+      " bench comm --set comm.backend=nccl --set comm.timeout_s=60 --max-bytes 1M --iters 3 --out " + out);
   ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
   const nlohmann::json result = testing::read_json(out);
   EXPECT_EQ(result.at("backend"), "nccl");
