@@ -80,7 +80,8 @@ TEST(BenchCommMpi, TheAverageOptionPicksTheRanksTimeAsNcclTestsDoes) {
     SCOPED_TRACE("average " + name);
     const nlohmann::json result = bench_comm_on(2, "tiny --max-bytes 4K" + option, dir);
     EXPECT_EQ(result.at("average"), name);
-    for (const char* table : {"gradient_step", "collectives"})
+    for (const char* table : {"gradient_step", "collectives"}) {
+      ASSERT_FALSE(result.at(table).empty()) << table << ": no row to judge the average on";
       for (const nlohmann::json& r : result.at(table)) {
         const std::vector<double> ranks = r.at("rank_time_s").get<std::vector<double>>();
         ASSERT_EQ(ranks.size(), 2u) << r.dump();
@@ -91,6 +92,7 @@ TEST(BenchCommMpi, TheAverageOptionPicksTheRanksTimeAsNcclTestsDoes) {
         EXPECT_DOUBLE_EQ(r.at("time_s").get<double>(), expected) << r.dump();
         EXPECT_DOUBLE_EQ(r.at("algbw_gbs").get<double>(), r.at("bytes").get<double>() / expected / 1e9) << r.dump();
       }
+    }
   }
   const testing::CommandResult bad =
       run_command(std::string(TRAINBENCH_BINARY) + " bench comm tiny --average 4 --out " + dir.file("bad.json"));

@@ -9,7 +9,6 @@
 
 #include <chrono>  // the refused small-files folder: before the measurements
 #include <cstdint>
-#include <cstdio>  // std::printf: checks a filesystem that keeps pages cached leaves out
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -618,7 +617,9 @@ TEST_F(LoaderCli, BenchIoReportsTheColdAndTheWarmPassApartAndWarnsOfThePageCache
     EXPECT_GT(row["plain_read_second_pass"]["cached_fraction_before"].get<double>(), 0.5) << "a warm read";
     EXPECT_NE(r.out.find("only the first pass (cached 0%) is a storage figure"), std::string::npos) << r.out;
   } else {
-    std::printf("note: this filesystem kept the shards cached: the cold-read checks were not made\n");
+    // Reported as skipped, not passed (a printed note read as a pass): the
+    // checks above ran, the cold-read ones did not.
+    GTEST_SKIP() << "this filesystem kept the shards cached (tmpfs?): the cold-read checks were not made";
   }
 }
 

@@ -338,6 +338,7 @@ TEST_F(BurninMpi, ARateThatFellAndStayedDownFailsOnTheMediansOfTheEnds) {
   EXPECT_EQ(node.at("figures").at("write_gbs_judged"), "median_of_3");
   EXPECT_EQ(node.at("figures").at("write_gbs_first"), 5);
   EXPECT_EQ(node.at("figures").at("write_gbs_last"), 1);
+  ASSERT_EQ(b.at("gpus").size(), 2u) << "a row per rank: " << b.at("gpus").dump();
   for (const auto& gpu : b.at("gpus")) EXPECT_EQ(gpu.at("verdict"), "PASS") << gpu.dump();
 }
 
