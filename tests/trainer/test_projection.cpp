@@ -474,6 +474,7 @@ TEST(ProjectCommand, WarningsAreInTheJsonAndTokensPerSecondIsNeverZero) {
   } else {
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_GT(tokens_per_s.get<double>(), 0.0);
+    ASSERT_FALSE(p.at("scale").at("table").empty()) << "no row to judge: " << p.at("scale").dump();
     for (const nlohmann::json& row : p.at("scale").at("table"))
       EXPECT_TRUE(row.at("tokens_per_s").is_null() || row.at("tokens_per_s").get<double>() > 0) << row.dump();
   }
