@@ -146,7 +146,6 @@ class ConfigTests(unittest.TestCase):
                 baseline.resolve_settings(["--config", path])
 
 
-
 @unittest.skipUnless(HAVE_TORCH, "PyTorch is not installed")
 class TrainingTests(unittest.TestCase):
     """Small CPU runs: the baseline must really train the model."""
