@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cmath>  // std::isfinite
+#include <cstdint>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -13,6 +15,13 @@ namespace trainbench::testing {
 inline nlohmann::json read_json(const std::string& path) {
   std::ifstream file(path);
   return nlohmann::json::parse(file);
+}
+
+// The sizes (bytes) of the collectives' rows: the sweep's and the buckets'.
+inline std::set<int64_t> collective_sizes(const nlohmann::json& result) {
+  std::set<int64_t> sizes;
+  for (const nlohmann::json& r : result.at("collectives")) sizes.insert(r.at("bytes").get<int64_t>());
+  return sizes;
 }
 
 // Every measurement passed its data check and has a finite, positive time;

@@ -119,11 +119,9 @@ TEST(BenchComm, SizesReadKAs1024AndKBAs1000AsShardsDoes) {
                                                  " bench comm --min-bytes 1KB --max-bytes 4K --factor 2 --iters 1 "
                                                  "--out " + out);
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  std::set<int64_t> swept;
   const nlohmann::json result = testing::read_json(out);
-  const int64_t bucket = result.at("bucket_bytes").at(0).get<int64_t>();
-  for (const nlohmann::json& r : result.at("collectives"))
-    if (r.at("bytes").get<int64_t>() != bucket) swept.insert(r.at("bytes").get<int64_t>());
+  std::set<int64_t> swept = testing::collective_sizes(result);
+  swept.erase(result.at("bucket_bytes").at(0).get<int64_t>());
   EXPECT_EQ(swept, (std::set<int64_t>{1000, 2000, 4000})) << "1KB x 2^i up to 4K = 4096";
 }
 
@@ -156,10 +154,7 @@ TEST(BenchComm, ARangeHoldingNoWholeFloatIsRefusedNamingIt) {
   const testing::CommandResult edge = run_command(std::string(TRAINBENCH_BINARY) +
                                                   " bench comm --min-bytes 4 --max-bytes 7 --iters 1 --out " + out);
   ASSERT_EQ(edge.exit_code, 0) << edge.err;
-  const nlohmann::json result = testing::read_json(out);
-  std::set<int64_t> sizes;
-  for (const nlohmann::json& r : result.at("collectives")) sizes.insert(r.at("bytes").get<int64_t>());
-  EXPECT_EQ(sizes.count(4), 1u) << "one whole float, at the range's lower edge";
+  EXPECT_EQ(testing::collective_sizes(testing::read_json(out)).count(4), 1u) << "one whole float, at the range's lower edge";
 }
 
 }  // namespace

@@ -1372,7 +1372,8 @@ class ScaleArgumentTests(unittest.TestCase):
         # What the run is given, not only what is said: one folder, in $HOME.
         launched = [a for a in log.read_text().splitlines() if a.startswith("checkpoint.dir=")]
         self.assertEqual(len(launched), 1, launched)
-        self.assertRegex(launched[0], rf"^checkpoint\.dir={re.escape(str(folder))}/home/ck/ranks-1-\d{{8}}T\d{{6}}Z-\d+$")
+        self.assertRegex(launched[0],
+                         rf"^checkpoint\.dir={re.escape(str(folder))}/home/ck/ranks-1-\d{{8}}T\d{{6}}Z-\d+$")
 
     def test_a_checkpoint_dir_set_is_one_folder_per_world_size(self) -> None:
         # `--set checkpoint.dir=D` went to every world size as it was: the

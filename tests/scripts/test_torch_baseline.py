@@ -93,14 +93,17 @@ class PercentileTests(unittest.TestCase):
         self.assertEqual(baseline.percentile([0.25], 0.9), 0.25)
 
 
-@unittest.skipUnless(HAVE_YAML, "PyYAML is not installed")
-class ConfigTests(unittest.TestCase):
+class ConfigFileTestCase(unittest.TestCase):
     def write(self, text: str) -> str:
         handle = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
         self.addCleanup(Path(handle.name).unlink)
         with handle:
             handle.write(text)
         return handle.name
+
+
+@unittest.skipUnless(HAVE_YAML, "PyYAML is not installed")
+class ConfigTests(ConfigFileTestCase):
 
     def test_repository_presets_load(self) -> None:
         paths = sorted((REPO / "configs").glob("*.yaml"))
@@ -265,14 +268,11 @@ def naive_loss(model, shape, inputs, targets) -> float:
 
 
 # Not under ConfigTests' skip: a machine without PyYAML is this test's case.
-class MissingYamlTests(unittest.TestCase):
+class MissingYamlTests(ConfigFileTestCase):
     def test_missing_pyyaml_is_a_one_line_usage_error(self) -> None:
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as config:
-            config.write("model:\n  vocab: 10\n")
-            config.flush()
-            with mock.patch.dict(sys.modules, {"yaml": None}), \
-                    self.assertRaisesRegex(baseline.UsageError, "needs PyYAML"):
-                baseline.resolve_settings(["--config", config.name])
+        with mock.patch.dict(sys.modules, {"yaml": None}), \
+                self.assertRaisesRegex(baseline.UsageError, "needs PyYAML"):
+            baseline.resolve_settings(["--config", self.write("model:\n  vocab: 10\n")])
 
 
 if __name__ == "__main__":
