@@ -67,8 +67,12 @@ class GpuCheckRowsTests(unittest.TestCase):
         return json.loads((self.out / name).read_text())
 
     def test_every_row_the_script_asks_for_exists_with_its_arguments(self) -> None:
-        calls = re.findall(r'gpu_check_rows\.py (\w+)((?: "[^"]*")+)\)', GPU_CHECK.read_text())
-        self.assertGreaterEqual(len(calls), 11, calls)
+        script = GPU_CHECK.read_text()
+        calls = re.findall(r'gpu_check_rows\.py (\w+)((?: "[^"]*")+)\)', script)
+        # Every call the pattern read (none it missed for an odd quoting), and
+        # every row the module defines asked for at least once.
+        self.assertEqual(len(calls), len(re.findall(r'gpu_check_rows\.py \w+', script)), calls)
+        self.assertEqual({kind for kind, _ in calls}, set(rows.ROWS), calls)
         for kind, arguments in calls:
             with self.subTest(kind=kind):
                 self.assertIn(kind, rows.ROWS)
