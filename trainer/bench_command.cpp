@@ -683,7 +683,7 @@ struct ShardsToRead {
 // data.shards, or the temporary shards `data_config` makes (removed with `setup`).
 std::vector<std::string> shards_to_read(const Config& data_config, DataSetup& setup) {
   try {
-    return shards_for_run(data_config, 1, &setup);
+    return shards_for_run(data_config, 1, &setup, 1, /*show_progress=*/true);
   } catch (const DataError&) {
     throw;  // the shard list: exit 2
   } catch (const std::exception& e) {

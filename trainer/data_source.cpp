@@ -13,13 +13,15 @@
 #include "dataloader/shard_loader.h"  // ShardLoader
 #include "dataloader/shard_tools.h"   // synthesize_shards
 #include "dataloader/token_decode.h"  // token_format_of_field
+#include "trainer/progress_display.h"  // ProgressDisplay: the temporary shards' writing
 #include "trainer/temporary_folder.h"  // make_temporary_directory, remove_temporary_folder, temporary_directory_name
 
 namespace trainbench {
 
 namespace {
 
-SynthResult write_run_shards(const Config& config, const std::string& dir, int64_t world, int64_t host_ranks) {
+SynthResult write_run_shards(const Config& config, const std::string& dir, int64_t world, int64_t host_ranks,
+                             bool show_progress) {
   const DataSection& d = config.data;
   SynthOptions synth = run_shard_samples(config);
   synth.out_dir = dir;
@@ -27,7 +29,11 @@ SynthResult write_run_shards(const Config& config, const std::string& dir, int64
   synth.samples_per_shard = d.synth_samples_per_shard > 0 ? d.synth_samples_per_shard
                                                           : synth_samples_per_shard_for_run(config, world);
   synth.copies_on_this_disk = host_ranks;
-  return synthesize_shards(synth);
+  if (!show_progress) return synthesize_shards(synth);
+  // Many or large shards take minutes to write (a million: tens of minutes),
+  // all of it before the run's header: said every 10 s in a log.
+  ProgressDisplay display("data: making " + std::to_string(synth.count) + " synthetic shards in " + dir);
+  return synthesize_shards(synth, display.callback());
 }
 
 }  // namespace
@@ -117,7 +123,8 @@ DataSetup::~DataSetup() {
   if (!temporary_dir.empty()) remove_temporary_folder(temporary_dir);
 }
 
-std::vector<std::string> shards_for_run(const Config& config, int64_t world, DataSetup* setup, int64_t host_ranks) {
+std::vector<std::string> shards_for_run(const Config& config, int64_t world, DataSetup* setup, int64_t host_ranks,
+                                        bool show_progress) {
   const DataSection& d = config.data;
   if (!d.shards.empty()) {
     std::vector<std::string> shards = resolve_shard_list(d.shards);
@@ -146,7 +153,7 @@ std::vector<std::string> shards_for_run(const Config& config, int64_t world, Dat
   setup->temporary_dir = make_temporary_directory("trainbench-shards");
   SynthResult made;
   try {
-    made = write_run_shards(config, setup->temporary_dir, world, host_ranks);
+    made = write_run_shards(config, setup->temporary_dir, world, host_ranks, show_progress);
   } catch (const DataError&) {
     throw;
   } catch (const std::runtime_error& e) {
@@ -218,7 +225,7 @@ DataSetup make_data_source(const Config& config, TrainingEngine& engine, int64_t
     return setup;
   }
 
-  setup.shards = shards_for_run(config, world, &setup, host_ranks);
+  setup.shards = shards_for_run(config, world, &setup, host_ranks, /*show_progress=*/rank == 0);
   if (!d.shards.empty())
     if (std::optional<std::string> uneven = uneven_readers_warning(config, world, std::ssize(setup.shards)))
       setup.warnings.push_back(std::move(*uneven));

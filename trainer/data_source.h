@@ -33,9 +33,10 @@ struct DataSetup {
 // in a temporary folder (recorded in *setup, which removes it). Fills
 // setup->data_path, setup->description and setup->warnings. host_ranks:
 // the ranks on this host, each making its own copy of the temporary shards
-// at once (their free-space check counts every copy).
+// at once (their free-space check counts every copy). show_progress: the
+// temporary shards' writing on stderr (ProgressDisplay), by one rank.
 std::vector<std::string> shards_for_run(const Config& config, int64_t world, DataSetup* setup,
-                                        int64_t host_ranks = 1);
+                                        int64_t host_ranks = 1, bool show_progress = false);
 
 // The temporary shards of an empty data.shards: how many, and how many
 // samples each holds when data.synth_samples_per_shard is 0 (about the run's

@@ -1,12 +1,12 @@
 #include "trainer/shards_command.h"
 
-#include <unistd.h>  // isatty, access
+#include <unistd.h>  // access
 
 #include <CLI/CLI.hpp>  // the command line parser
 #include <algorithm>    // std::min
 #include <cstdint>      // INT64_MAX
 #include <cctype>       // std::isdigit, std::toupper
-#include <chrono>       // timing for MB/s and progress redraws
+#include <chrono>       // timing for MB/s
 #include <cstdio>
 #include <filesystem>  // creating output directories
 #include <stdexcept>   // std::invalid_argument, std::runtime_error
@@ -26,6 +26,7 @@
 #include "trainer/config.h"          // DataSection: verify's member limit is the loader's
 #include "trainer/interrupt_cleanup.h"  // wait_if_interrupted: no error line after a signal
 #include "trainer/json_text.h"          // error_line: what is printed of a failure
+#include "trainer/progress_display.h"   // ProgressDisplay: synth, pack and verify on stderr
 #include "trainer/report.h"           // human_bytes
 
 namespace trainbench {
@@ -96,52 +97,6 @@ class OutputDirectory {
 
  private:
   std::vector<fs::path> created_;
-};
-
-// Progress on stderr: a bar redrawn in place on a terminal; in a batch log
-// a plain line every 10 s, so short runs leave the log clean.
-class ProgressDisplay {
- public:
-  explicit ProgressDisplay(std::string label)
-      : label_(std::move(label)), terminal_(isatty(STDERR_FILENO) != 0), last_(Clock::now()) {}
-
-  ProgressCallback callback() {
-    return [this](int64_t done, int64_t total, const char* unit) { update(done, total, unit); };
-  }
-
-  void update(int64_t done, int64_t total, const char* unit) {
-    const Clock::time_point now = Clock::now();
-    if (now - last_ < (terminal_ ? std::chrono::milliseconds(100) : std::chrono::seconds(10))) return;
-    last_ = now;
-    const double fraction =
-        total > 0 ? std::min(1.0, static_cast<double>(done) / static_cast<double>(total)) : 0.0;
-    const std::string amount =
-        std::string(unit) == "bytes"
-            ? human_bytes(static_cast<double>(done)) + " of " + human_bytes(static_cast<double>(total))
-            : std::to_string(done) + " of " + std::to_string(total) + " " + unit;
-    if (terminal_) {
-      constexpr int kWidth = 30;
-      const int filled = static_cast<int>(fraction * kWidth);
-      std::fprintf(stderr, "\r%s [%s%s] %3d%%  %s\033[K", label_.c_str(), std::string(filled, '#').c_str(),
-                   std::string(kWidth - filled, '.').c_str(), static_cast<int>(fraction * 100),
-                   amount.c_str());
-      drawn_ = true;
-    } else {
-      std::fprintf(stderr, "%s: %d%% (%s)\n", label_.c_str(), static_cast<int>(fraction * 100),
-                   amount.c_str());
-    }
-  }
-
-  // Clears the bar so the summary and any error start on a clean line.
-  ~ProgressDisplay() {
-    if (drawn_) std::fputs("\r\033[K", stderr);
-  }
-
- private:
-  std::string label_;
-  bool terminal_;
-  Clock::time_point last_;
-  bool drawn_ = false;
 };
 
 double seconds_since(Clock::time_point start) {

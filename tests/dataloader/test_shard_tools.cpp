@@ -628,6 +628,30 @@ TEST_F(ShardTools, CommandLineSynthThenVerifyAgree) {
   EXPECT_EQ(summary_value(verify.out, "errors"), 0);
 }
 
+// In a log (stderr not a terminal) progress is a plain line every 10 s;
+// TRAINBENCH_TEST_PROGRESS_EVERY_MS=0 prints every update. A run's own
+// temporary shards say theirs too: a million of them wrote for half an hour
+// before the run's header, without a word.
+TEST_F(ShardTools, ALongWriteSaysItsProgressInALog) {
+  const std::string every_update = "TRAINBENCH_TEST_PROGRESS_EVERY_MS=0 ";
+  const CommandResult synth =
+      run_command(every_update + binary() + " shards synth --out " + dir_ + "/progress --count 2 --samples 50");
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  EXPECT_GE(count_lines(synth.err), 50) << synth.err;
+  EXPECT_NE(synth.err.find("shards synth: 50% (50 of 100 samples)\n"), std::string::npos) << synth.err;
+
+  const std::string run = binary() + " run tiny --steps 8 --set report.progress_every=0 --out " + dir_;
+  const CommandResult said = run_command(every_update + run + "/said.json");
+  ASSERT_EQ(said.exit_code, 0) << said.err;
+  const size_t first = said.err.find("data: making 8 synthetic shards in ");
+  ASSERT_NE(first, std::string::npos) << said.err;
+  EXPECT_NE(said.err.find("% (", first), std::string::npos) << said.err;
+  EXPECT_NE(said.err.find(" samples)\n", first), std::string::npos) << said.err;
+  const CommandResult quiet = run_command(run + "/quiet.json");
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err.find("data: making"), std::string::npos) << "a write under 10 s says nothing: " << quiet.err;
+}
+
 TEST_F(ShardTools, CommandLineVerifyListsEveryErrorAndExits2) {
   ASSERT_EQ(run_command(binary() + " shards synth --out " + dir_ + "/v --count 3 --samples 50").exit_code, 0);
   const std::string broken = dir_ + "/v/train-000000.tar";
