@@ -30,7 +30,7 @@
 #include "trainer/data_source.h"     // shards_for_run, loader_options
 #include "trainer/environment.h"     // describe_filesystem, available_memory_bytes, trainbench_version
 #include "trainer/gpu_placement.h"   // the rank's GPU for NCCL, one per rank
-#include "trainer/results.h"         // read_json_input: --against
+#include "trainer/results.h"         // read_json_input, not_a_training_result: --against
 #include "trainer/gradient_sync.h"   // gradient_bucket_bytes: the trainer's buckets
 #include "trainer/zero_optimizer.h"  // zero_padded_elements, zero_block_past_mpi_count: ZeRO-1's step
 #include "trainer/instrument_cost.h"  // bench instrument
@@ -97,6 +97,10 @@ double consumed_tokens_per_s_per_rank(const std::string& path) {
       value = &result[section][key];
     return value != nullptr && value->is_number() ? value->get<double>() : 0.0;
   };
+  // A bench's result has a summary.tokens_per_s too: a two-step job's on
+  // resident tokens, which read no storage (it was taken as the run's).
+  if (const std::string other = not_a_training_result(result); !other.empty())
+    throw CommandError{kExitUserError, "--against " + path + ": " + other + ": give a `trainbench run --out` result"};
   const double tokens_per_s = number_at("summary", "tokens_per_s"), ranks = number_at("environment", "ranks");
   if (!(tokens_per_s > 0) || !(ranks >= 1))
     throw CommandError{kExitUserError, "--against " + path +

@@ -16,7 +16,7 @@
 #include "trainer/config.h"      // excerpt: values in messages
 #include "trainer/json_text.h"   // json_text: values in messages
 #include "trainer/report.h"      // human_count
-#include "trainer/results.h"     // read_json_input: the baseline
+#include "trainer/results.h"     // read_json_input, not_a_training_result: the baseline
 #include "trainer/statistics.h"  // median
 #include "trainer/train_loop.h"  // checksum_bytes
 
@@ -301,14 +301,11 @@ nlohmann::json baseline_section(const nlohmann::json& parent, const char* key, c
 
 // Only a known-good training job's figures are a yardstick.
 void check_baseline_is_known_good(const nlohmann::json& j, const std::string& path) {
-  // `bench compute` and `bench instrument` write this schema too, from a job
-  // of two steps on resident data without checkpoints, whose tokens/s no run
-  // reaches (a healthy burn-in failed against one, a slow one could pass).
-  for (const auto& [field, command] : {std::pair{"compute_ceiling", "bench compute"},
-                                       std::pair{"instrumentation_cost", "bench instrument"}})
-    if (j.contains(field))
-      throw std::invalid_argument("--baseline " + path + ": a `trainbench " + command + "` result (it has " + field +
-                                  "), not a run or burnin result: its tokens/s is not a training job's");
+  // Another schema's, or `bench compute`'s and `bench instrument`'s, from a
+  // job of two steps on resident data without checkpoints, whose tokens/s no
+  // run reaches (a healthy burn-in failed against one, a slow one could pass).
+  if (const std::string other = not_a_training_result(j); !other.empty())
+    throw std::invalid_argument("--baseline " + path + ": " + other + ": its tokens/s is not a training job's");
   // The figures of a job that failed a check, or a burn-in that failed, are
   // no yardstick (a straggler's burn-in as the baseline passed the next slow
   // cluster). Not step_time_accounted: a fault of trainbench's own
@@ -367,12 +364,6 @@ void read_baseline_environment(const nlohmann::json& environment, BaselineFigure
 BaselineFigures read_baseline(const std::string& path) {
   const nlohmann::json j = read_json_input("--baseline", path, "a trainbench run or burnin result JSON");
   if (!j.is_object()) throw std::invalid_argument("--baseline " + path + ": not a JSON result file");
-  const std::string schema = j.value("schema", nlohmann::json()).is_string() ? j["schema"].get<std::string>() : "";
-  // Exactly this build's schema: another version's figures may mean other
-  // things (a prefix check took trainbench.result/v2 as one).
-  if (schema != kResultSchema)
-    throw std::invalid_argument("--baseline " + path + ": not a trainbench run or burnin result (schema '" +
-                                excerpt(schema) + "'; this build reads " + kResultSchema + ")");
   check_baseline_is_known_good(j, path);
   BaselineFigures known;
   // The tokens/s a baseline is for must be there.
@@ -380,7 +371,9 @@ BaselineFigures read_baseline(const std::string& path) {
   known.busbw_gbs = baseline_figure(j, path, "/burnin/fabric/busbw_gbs", true);
   known.write_gbs = baseline_figure(j, path, "/burnin/storage/write_gbs", true);
   const nlohmann::json environment = baseline_section(j, "environment", "environment", path);
-  known.config = j.value("config", nlohmann::json());
+  // Absent (a file that does not say) is not compared; another type is an
+  // edited file: "config": 5 passed any job's burn-in.
+  if (j.contains("config") && !j["config"].is_null()) known.config = baseline_section(j, "config", "config", path);
   check_baseline_config(known.config, path);
   read_baseline_environment(environment, known);
   known.path = path;

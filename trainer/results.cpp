@@ -11,6 +11,7 @@
 #include "checkpoint/checkpoint_files.h"  // CheckpointError
 #include "checkpoint/checkpoint_io.h"     // read_small_file: an input result, regular files only
 #include "trainer/hung_storage.h"    // run_for_at_most: the write, bounded
+#include "trainer/config.h"          // excerpt: a schema named in a message
 #include "trainer/json_text.h"       // json_text: the result is written whatever its strings hold
 
 namespace trainbench {
@@ -280,6 +281,21 @@ nlohmann::json read_json_input(const std::string& option, const std::string& pat
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw std::invalid_argument(option + " " + path + ": not a JSON file; give " + wanted);
   return j;
+}
+
+std::string not_a_training_result(const nlohmann::json& result) {
+  const nlohmann::json schema = result.is_object() ? result.value("schema", nlohmann::json()) : nlohmann::json();
+  const std::string named = schema.is_string() ? schema.get<std::string>() : "";
+  // Exactly this build's schema: another version's figures may mean other
+  // things (a prefix check took trainbench.result/v2 as one).
+  if (named != kResultSchema)
+    return "not a trainbench run or burnin result (schema '" + excerpt(named) + "'; this build reads " +
+           kResultSchema + ")";
+  for (const auto& [field, command] : {std::pair{"compute_ceiling", "bench compute"},
+                                       std::pair{"instrumentation_cost", "bench instrument"}})
+    if (result.contains(field))
+      return std::string("a `trainbench ") + command + "` result (it has " + field + "), not a run or burnin result";
+  return "";
 }
 
 void write_file_within(const std::string& path, std::string text, double timeout_s, const std::string& bound_named) {

@@ -66,4 +66,12 @@ void write_result_json(const std::string& path, const nlohmann::json& result, co
 // CheckpointError, environment() true.
 nlohmann::json read_json_input(const std::string& option, const std::string& path, const std::string& wanted);
 
+// "" for a `run` or `burnin` result of this build's schema; else what the
+// document is instead: another schema ("not a trainbench run or burnin
+// result (schema '...'; this build reads trainbench.result/v1)"), or a
+// `bench compute` or `bench instrument` result, which has the schema and a
+// summary.tokens_per_s too, of a two-step job on resident data that no
+// training run's figures are comparable with.
+std::string not_a_training_result(const nlohmann::json& result);
+
 }  // namespace trainbench

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -624,14 +625,29 @@ TEST_F(LoaderCli, BenchIoReportsTheColdAndTheWarmPassApartAndWarnsOfThePageCache
 }
 
 TEST_F(LoaderCli, BenchIoNamesABadAgainstFile) {
-  std::ofstream(dir_ + "/not-a-result.json") << "{\"summary\": {}}";
+  std::ofstream(dir_ + "/not-a-result.json") << R"({"schema": "trainbench.result/v1", "summary": {}})";
   const CommandResult r = run_command(std::string(TRAINBENCH_BINARY) + " bench io tiny --set data.shards=" +
                                       dir_ + "/good --against " + dir_ + "/not-a-result.json");
   expect_one_line_naming(r, {"--against", "not-a-result.json", "summary.tokens_per_s"});
+  // Any JSON with the two numbers was taken as a run's (exit 0, "training
+  // consumed 5 tokens/s per rank"): another schema's, and a bench compute
+  // result's, a two-step job on resident tokens that read no storage.
+  std::ofstream(dir_ + "/other.json") << R"({"schema": "not.trainbench/v9", "summary": {"tokens_per_s": 5},
+                                             "environment": {"ranks": 1}})";
+  std::ofstream(dir_ + "/compute.json") << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 5},
+                                               "environment": {"ranks": 1}, "compute_ceiling": {"tokens_per_s": 5}})";
+  const std::map<std::string, std::string> not_runs = {
+      {"other.json", "not a trainbench run or burnin result (schema 'not.trainbench/v9'"},
+      {"compute.json", "a `trainbench bench compute` result (it has compute_ceiling)"}};
+  for (const auto& [name, why] : not_runs)
+    expect_one_line_naming(run_command(std::string(TRAINBENCH_BINARY) + " bench io tiny --set data.shards=" + dir_ +
+                                       "/good --against " + dir_ + "/" + name),
+                           {"--against " + dir_ + "/" + name + ": " + why, "give a `trainbench run --out` result"});
   // Not JSON at all, or a run that measured no tokens/s (null): said in
   // trainbench's words, not the JSON library's.
   std::ofstream(dir_ + "/not-json.json") << "{bad";
-  std::ofstream(dir_ + "/unmeasured.json") << R"({"summary": {"tokens_per_s": null}, "environment": {"ranks": 1}})";
+  std::ofstream(dir_ + "/unmeasured.json")
+      << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": null}, "environment": {"ranks": 1}})";
   for (const std::string name : {"not-json.json", "unmeasured.json"}) {
     const CommandResult bad = run_command(std::string(TRAINBENCH_BINARY) + " bench io tiny --set data.shards=" +
                                           dir_ + "/good --against " + dir_ + "/" + name);

@@ -275,6 +275,13 @@ TEST(BurninBaseline, ReadsRunAndBurninResultsAndNamesWhatFellBelow) {
                                               "environment": 5})";
   std::ofstream(dir.file("train5.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 5},
                                                 "config": {"train": 5}})";
+  // A config edited into another type passed any job's burn-in (exit 0),
+  // its job never compared; one that is absent is not compared either (a
+  // file that does not say), and its figures are judged.
+  std::ofstream(dir.file("config5.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 5},
+                                                 "config": 5})";
+  std::ofstream(dir.file("config_text.json")) << R"({"schema": "trainbench.result/v1", "summary": {"tokens_per_s": 5},
+                                                     "config": "abc"})";
   // Not a known-good training job's figures: a bench result (a two-step job
   // on resident data), a job that failed a check or its burn-in, a job slowed
   // on purpose. Each was compared, and a slower cluster passed against it.
@@ -307,6 +314,8 @@ TEST(BurninBaseline, ReadsRunAndBurninResultsAndNamesWhatFellBelow) {
       {"text.json", "summary.tokens_per_s is \"fast\""},
       {"env5.json", "environment is 5, expected an object"},
       {"train5.json", "config.train is 5, expected an object"},
+      {"config5.json", "config is 5, expected an object"},
+      {"config_text.json", "config is \"abc\", expected an object"},
       {"folder.json", "not a regular file"}, {"fifo.json", "not a regular file"},
       {"huge.json", "314572800 bytes, more than the 256 MiB such a file can be"},
       {"compute.json", "a `trainbench bench compute` result (it has compute_ceiling)"},
