@@ -197,7 +197,7 @@ void add_rank_record(const CommitPaths& paths, int rank, RankRecords& records) {
       records.of_rank[static_cast<size_t>(rank)].push_back(record);
     }
   } catch (const nlohmann::json::exception& e) {
-    throw CheckpointWriteError("checkpoint record " + record_path + ": " + e.what(), false);
+    throw CheckpointWriteError("checkpoint record " + record_path + ": " + io::json_error_text(e), false);
   } catch (const CheckpointError& e) {
     throw CheckpointWriteError(e.what(), false);
   }

@@ -97,6 +97,12 @@ StepName parse_step_name(const std::string& name) {
   return {step_of_folder(name), ""};
 }
 
+std::string json_error_text(const nlohmann::json::exception& e) {
+  const std::string text = e.what();
+  const size_t tag_end = text.rfind("] ", text.find(' '));  // the tag is the first word
+  return text.starts_with("[json.exception.") && tag_end != std::string::npos ? text.substr(tag_end + 2) : text;
+}
+
 std::string printable(const std::string& text, size_t limit) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;

@@ -66,6 +66,10 @@ inline constexpr int64_t kMaxSmallFileBytes = int64_t{256} << 20;
 // given as a result was read whole, twice over, and ended as "out of memory").
 std::string read_small_file(const std::string& path, const std::string& what);
 
+// A JSON library exception's text as a message quotes it: without the
+// library's "[json.exception.type_error.302] " tag.
+std::string json_error_text(const nlohmann::json::exception& e);
+
 nlohmann::json file_record_to_json(const FileRecord& record);
 // Throws nlohmann::json exceptions on a missing or mistyped field; the
 // caller names the file.

@@ -267,7 +267,7 @@ FileRecord record_of(const std::string& folder, const nlohmann::json& entry, int
     return io::file_record_from_json(entry);
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError("checkpoint manifest " + folder + "/manifest.json: rank " + std::to_string(rank) + ": " +
-                          e.what());
+                          io::json_error_text(e));
   }
 }
 
@@ -408,7 +408,7 @@ nlohmann::json read_manifest(const std::string& folder) {
   try {
     manifest = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError("checkpoint manifest " + path + ": not valid JSON (" + e.what() + ")");
+    throw CheckpointError("checkpoint manifest " + path + ": not valid JSON (" + io::json_error_text(e) + ")");
   }
   const ManifestFields check(path);
   check.object(manifest, "(top level)");

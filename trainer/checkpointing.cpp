@@ -1096,6 +1096,12 @@ nlohmann::json read_resume_manifest(const std::string& spec, const Config& confi
   } catch (const CheckpointError& e) {
     throw CheckpointError(std::string(e.what()) + previous_checkpoint_hint(point.folder), e.environment());
   }
+  // The checkpoint layer keeps the config as written; a resume compares its
+  // keys: another type ("config": 5) ended it in the JSON library's words.
+  if (!manifest.at("config").is_object())
+    throw CheckpointError(point.folder + "/manifest.json: config is " +
+                          checkpoint_io::printable(manifest.at("config").dump()) +
+                          ", not an object: the manifest is damaged" + previous_checkpoint_hint(point.folder));
   point.step = manifest.at("step").get<int64_t>();
   point.shards = json_entry(manifest, "extra", "shards");
   return manifest;
@@ -1108,7 +1114,7 @@ nlohmann::json read_resume_manifest(const std::string& spec, const Config& confi
 // shard maker's words.
 void adopt_synth_samples_per_shard(const nlohmann::json& manifest, const std::string& folder, Config& config) {
   if (config.data.synth_samples_per_shard != 0) return;
-  const nlohmann::json& data = manifest.at("config").at("data");
+  const nlohmann::json data = json_entry(manifest, "config", "data");  // an object (read_resume_manifest)
   const nlohmann::json saved = data.is_object() ? data.value("synth_samples_per_shard", nlohmann::json(0))
                                                 : nlohmann::json();
   if (!saved.is_number_integer() || saved.get<int64_t>() < 0 || saved.get<int64_t>() > kMaxSynthSamplesPerShard)
@@ -1198,7 +1204,7 @@ LoadFailure load_this_ranks_part(const std::string& spec, Config& config, Traini
   } catch (const CheckpointError& e) {
     return {e.what(), e.environment()};
   } catch (const nlohmann::json::exception& e) {
-    return {"--resume " + spec + ": malformed manifest: " + e.what()};
+    return {"--resume " + spec + ": malformed manifest: " + checkpoint_io::json_error_text(e)};
   }
   return {};
 }

@@ -839,6 +839,7 @@ TEST_F(CheckpointFiles, ReadManifestNamesTheFileAndTheField) {
   m = good;
   m["step"] = "ten";
   EXPECT_EQ(refused(m), "checkpoint manifest " + path + ": field step is not an integer");
+
   // A rank's entry in another's place, and a file size off the image
   // alignment (no test wrote either).
   m = good;
@@ -878,7 +879,9 @@ TEST_F(CheckpointFiles, ReadManifestNamesTheFileAndTheField) {
   EXPECT_TRUE(contains(checkpoint_error([&] { read_rank_files(folder, m, 0); }), "does not fit in the"))
       << "refused before 1 PiB is allocated for it";
   write_text(path, "{ not json");
-  EXPECT_TRUE(contains(checkpoint_error([&] { read_manifest(folder); }), path + ": not valid JSON"));
+  const std::string not_json = checkpoint_error([&] { read_manifest(folder); });
+  EXPECT_TRUE(contains(not_json, path + ": not valid JSON (parse error at line 1, column ")) << not_json;
+  EXPECT_FALSE(contains(not_json, "json.exception")) << "in trainbench's words, not the library's: " << not_json;
   fs::remove(path);
   EXPECT_TRUE(contains(checkpoint_error([&] { read_manifest(folder); }), path + ": cannot read it"));
 }

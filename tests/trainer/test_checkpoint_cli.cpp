@@ -564,6 +564,22 @@ TEST(CheckpointCli, TamperedManifestStepOrLatestIsRefusedOnOneLine) {
                    manifest_path + ": config.data.synth_samples_per_shard is " + value.dump() +
                        ", not an integer from 0 to 16777216: the manifest is damaged");
   }
+  // A config of another type ended the resume in the JSON library's words
+  // ("malformed manifest: [json.exception.type_error.304] cannot use at()
+  // with number"), and one without its data section likewise.
+  for (const nlohmann::json& value : {nlohmann::json(5), nlohmann::json(nullptr), nlohmann::json("abc")}) {
+    nlohmann::json m = nlohmann::json::parse(manifest);
+    m["config"] = value;
+    std::ofstream(manifest_path) << m.dump();
+    const CommandResult r = run_command(tiny_run(ckpt, 6, 2, dir.file("s.json"), kFew + "--resume latest"));
+    expect_refused(r, manifest_path + ": config is " + value.dump() + ", not an object: the manifest is damaged");
+    EXPECT_NE(r.err.find("--resume " + ckpt + "/step_2"), std::string::npos) << "the earlier one offered: " << r.err;
+  }
+  nlohmann::json without_data = nlohmann::json::parse(manifest);
+  without_data["config"].erase("data");
+  std::ofstream(manifest_path) << without_data.dump();
+  expect_refused(run_command(tiny_run(ckpt, 6, 2, dir.file("s.json"), kFew + "--resume latest")),
+                 manifest_path + ": config.data.synth_samples_per_shard is null");
   std::ofstream(manifest_path) << manifest;
   std::ofstream(ckpt + "/latest") << "step_4\nstep_2\n";
   expect_refused(run_command(tiny_run(ckpt, 6, 2, dir.file("s.json"), kFew + "--resume latest")),
