@@ -6,6 +6,7 @@
 #include <cstdlib>    // std::getenv, std::atoll: the test's step-record limit
 #include <memory>     // std::make_shared: the write outlives a call that gave up on it
 #include <stdexcept>  // std::invalid_argument, std::runtime_error
+#include <utility>    // std::pair: the bench results a training result is told from
 
 #include "checkpoint/atomic_file.h"       // write_file_atomically
 #include "checkpoint/checkpoint_files.h"  // CheckpointError
