@@ -40,7 +40,7 @@ build_dir=$(build_folder)
 cd "$repo"
 bin="$build_dir/trainbench"
 [ -x "$bin" ] || { echo "bench_ckpt_stall: $bin not built; run scripts/build.sh" >&2; exit 3; }
-mkdir -p "$dir/results"
+mkdir -p "$dir/results" 2>/dev/null || { echo "bench_ckpt_stall: --dir $dir: cannot make $dir/results there" >&2; exit 2; }
 
 # Steps of ~1 s on two cores; a checkpoint every 6 steps leaves the async
 # writer time to finish before the next one is due (when_busy would count it).

@@ -89,10 +89,10 @@ lora_sets=()
 full_sets=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --config) need "$1" $#; config=$2; shift 2 ;;
-    --gpus-per-node) need "$1" $#; gpus_per_node=$2; shift 2 ;;
-    --nodes) need "$1" $#; nodes=$2; shift 2 ;;
-    --steps) need "$1" $#; steps=$2; shift 2 ;;
+    --config) need "$1" $# "${2-}"; config=$2; shift 2 ;;
+    --gpus-per-node) need "$1" $# "${2-}"; gpus_per_node=$2; shift 2 ;;
+    --nodes) need "$1" $# "${2-}"; nodes=$2; shift 2 ;;
+    --steps) need "$1" $# "${2-}"; steps=$2; shift 2 ;;
     --set)
       need "$1" $#
       # checkpoint.dir: each run checkpoints to its own subfolder (a fresh run
@@ -102,18 +102,21 @@ while [ $# -gt 0 ]; do
       shift 2 ;;
     --lora-set) need "$1" $#; lora_sets+=(--set "$2"); shift 2 ;;
     --full-set) need "$1" $#; full_sets+=(--set "$2"); shift 2 ;;
-    --target-tokens) need "$1" $#; target_tokens=$2; shift 2 ;;
-    --out) need "$1" $#; out=$2; shift 2 ;;
-    --launcher) need "$1" $#; launcher=$2; shift 2 ;;
-    --hostfile) need "$1" $#; hostfile=$2; shift 2 ;;
+    --target-tokens) need "$1" $# "${2-}"; target_tokens=$2; shift 2 ;;
+    --out) need "$1" $# "${2-}"; out=$2; shift 2 ;;
+    --launcher) need "$1" $# "${2-}"; launcher=$2; shift 2 ;;
+    --hostfile) need "$1" $# "${2-}"; hostfile=$2; shift 2 ;;
     --mpirun-args) need "$1" $#; mpirun_args=$2; shift 2 ;;
-    --binary) need "$1" $#; binary=$2; shift 2 ;;
+    --binary) need "$1" $# "${2-}"; binary=$2; shift 2 ;;
     -h|--help) print_usage; exit 0 ;;
     *) echo "$me: unknown argument '$1'" >&2; usage ;;
   esac
 done
 
-[[ "$gpus_per_node" =~ ^[1-9][0-9]*$ ]] || die "--gpus-per-node '$gpus_per_node': expected a positive integer"
+# trainbench plan's own bound: past it the plan failed after the output folder was made.
+if ! [[ "$gpus_per_node" =~ ^[1-9][0-9]{0,3}$ ]] || [ "$gpus_per_node" -gt 1024 ]; then
+  die "--gpus-per-node '$gpus_per_node': expected an integer from 1 to 1024"
+fi
 [[ "$nodes" =~ ^[1-9][0-9]*$ ]] || die "--nodes '$nodes': expected a positive integer"
 if [ -n "$steps" ] && ! [[ "$steps" =~ ^[1-9][0-9]*$ ]]; then die "--steps '$steps': expected a positive integer"; fi
 # python3 reads the runs' results (report.py): without it the check below
@@ -137,7 +140,7 @@ case "$launcher" in
     if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK; fi ;;
   *) die "--launcher '$launcher': expected mpirun or srun" ;;
 esac
-[ -z "$hostfile" ] || [ -r "$hostfile" ] || die "--hostfile $hostfile: cannot read it"
+[ -z "$hostfile" ] || { [ -f "$hostfile" ] && [ -r "$hostfile" ]; } || die "--hostfile $hostfile: not a file it can read"
 # Ranks on several hosts (srun over --nodes > 1, or a hostfile naming more
 # than one) need their checkpoints on storage every host sees: trainbench
 # refuses its temporary folder there (exit 2), met only after the LoRA run.
@@ -152,7 +155,8 @@ if [ -z "$ckpt_dir" ] && ! checkpoints_off "${both[@]-}" &&
 fi
 if [ -f "$config" ]; then config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config"); fi
 if [ -z "$binary" ]; then binary="$(build_folder)/trainbench"; fi
-[ -x "$binary" ] || die "$binary is not an executable trainbench (build it: scripts/build.sh, or pass --binary)" 3
+# A folder passes -x: it ended in bash's words (exit 126).
+[ -f "$binary" ] && [ -x "$binary" ] || die "$binary is not an executable trainbench (build it: scripts/build.sh, or pass --binary)" 3
 # Each side's config, --steps and --set's, read once here as `run` reads
 # them (`trainbench plan` allocates nothing): a --steps within the warm-up
 # or a bad key was met by the LoRA run, after both plans, in lines of

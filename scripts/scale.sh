@@ -84,10 +84,10 @@ slurm=0
 ceilings=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --config) need "$1" $#; config=$2; shift 2 ;;
-    --ranks) need "$1" $#; ranks_list=$2; ranks_given=1; shift 2 ;;
-    --nodes) need "$1" $#; nodes_list=$2; nodes_given=1; shift 2 ;;
-    --steps) need "$1" $#; steps=$2; shift 2 ;;
+    --config) need "$1" $# "${2-}"; config=$2; shift 2 ;;
+    --ranks) need "$1" $# "${2-}"; ranks_list=$2; ranks_given=1; shift 2 ;;
+    --nodes) need "$1" $# "${2-}"; nodes_list=$2; nodes_given=1; shift 2 ;;
+    --steps) need "$1" $# "${2-}"; steps=$2; shift 2 ;;
     --set)
       need "$1" $#
       # checkpoint.dir=D is --ckpt-dir D: a folder per world size under D (a
@@ -95,12 +95,12 @@ while [ $# -gt 0 ]; do
       # one (a temporary folder per run) goes to every run as it is.
       case "$2" in checkpoint.dir=?*) set_ckpt_dir=${2#checkpoint.dir=} ;; *) sets+=(--set "$2") ;; esac
       shift 2 ;;
-    --out) need "$1" $#; out=$2; shift 2 ;;
-    --hostfile) need "$1" $#; hostfile=$2; shift 2 ;;
+    --out) need "$1" $# "${2-}"; out=$2; shift 2 ;;
+    --hostfile) need "$1" $# "${2-}"; hostfile=$2; shift 2 ;;
     --mpirun-args) need "$1" $#; mpirun_args=$2; shift 2 ;;
     --sbatch-args) need "$1" $#; sbatch_args=$2; sbatch_given=1; shift 2 ;;
-    --ckpt-dir) need "$1" $#; ckpt_dir=$2; ckpt_from=--ckpt-dir; shift 2 ;;
-    --binary) need "$1" $#; binary=$2; shift 2 ;;
+    --ckpt-dir) need "$1" $# "${2-}"; ckpt_dir=$2; ckpt_from=--ckpt-dir; shift 2 ;;
+    --binary) need "$1" $# "${2-}"; binary=$2; shift 2 ;;
     --no-report) report=0; shift ;;
     --ceilings) ceilings=1; shift ;;
     --slurm) slurm=1; shift ;;
@@ -149,6 +149,8 @@ if [ -n "$set_ckpt_dir" ]; then
   ckpt_dir=$set_ckpt_dir
 fi
 ckpt_dir=$(absolute_path "$ckpt_dir")
+# A file there failed the first run, after it had started (its log's tail, exit 2).
+[ -z "$ckpt_dir" ] || [ ! -e "$ckpt_dir" ] || [ -d "$ckpt_dir" ] || die "$ckpt_from $ckpt_dir: not a folder"
 
 # After every check, so a bad command line leaves nothing behind.
 make_out_dir() {
@@ -227,8 +229,9 @@ fi
 [ "$sbatch_given" = 1 ] && die "--sbatch-args is for --slurm; the sweep here takes --mpirun-args"
 mpirun=${MPIRUN:-mpirun}
 command -v "$mpirun" > /dev/null || die "$mpirun not found: install an MPI (scripts/setup.sh installs Open MPI) or set MPIRUN" 3
-[ -x "$binary" ] || die "$binary: not built (scripts/build.sh), or pass --binary PATH" 3
-[ -z "$hostfile" ] || [ -r "$hostfile" ] || die "--hostfile $hostfile: cannot read it"
+# A folder passes -x and -r: it ended in bash's and sed's words (exit 126, 4).
+[ -f "$binary" ] && [ -x "$binary" ] || die "$binary: not built (scripts/build.sh), or pass --binary PATH" 3
+[ -z "$hostfile" ] || { [ -f "$hostfile" ] && [ -r "$hostfile" ]; } || die "--hostfile $hostfile: not a file it can read"
 # Ranks on several hosts need their checkpoints on storage every host sees:
 # trainbench refuses its temporary folder there (exit 2), which a sweep met
 # only at its first multi-host point. Said now, unless checkpoints are off.

@@ -83,8 +83,8 @@ fi
 
 [ "$(id -u)" = 0 ] || { echo "validate_fabric_projection: needs root (ip netns, tc)" >&2; exit 2; }
 command -v ip >/dev/null && command -v tc >/dev/null ||
-  { echo "validate_fabric_projection: ip and tc missing: apt-get install iproute2 (scripts/setup.sh)" >&2; exit 2; }
-MPIRUN="$(command -v mpirun)" || { echo "validate_fabric_projection: mpirun missing" >&2; exit 2; }
+  { echo "validate_fabric_projection: ip and tc missing: apt-get install iproute2 (scripts/setup.sh)" >&2; exit 3; }
+MPIRUN="$(command -v mpirun)" || { echo "validate_fabric_projection: mpirun missing" >&2; exit 3; }
 # After every check, so a bad command line leaves nothing behind.
 OUT="${OUT:-$(mktemp -d /tmp/trainbench-fabric-XXXXXX)}"
 mkdir -p "$OUT" || die "OUT=$OUT: cannot create the folder"

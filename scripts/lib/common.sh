@@ -1,10 +1,15 @@
 # Sourced by the scripts under scripts/: what they share.
 
-# need OPTION ARGC, in a `while [ $# -gt 0 ]; case "$1"` loop: an option
-# given last, without its value, is named in one line, exit 2 (the usage
-# alone left the reader to guess which option it was).
+# need OPTION ARGC [VALUE], in a `while [ $# -gt 0 ]; case "$1"` loop: an
+# option given last, without its value, is named in one line, exit 2 (the
+# usage alone left the reader to guess which option it was). With VALUE
+# ("${2-}"), also an empty one or one with a line break, for an option where
+# neither can mean anything ('--steps ""' ran the default step count,
+# '--ranks $'1\n2'' the first line's counts alone).
 need() {
   [ "$2" -ge 2 ] || { echo "${me:-$(basename "$0" .sh)}: $1 needs a value" >&2; exit 2; }
+  [ $# -lt 3 ] || [ -n "$3" ] || { echo "${me:-$(basename "$0" .sh)}: $1 '': an empty value" >&2; exit 2; }
+  case "${3-}" in *$'\n'*) echo "${me:-$(basename "$0" .sh)}: $1: a value with a line break" >&2; exit 2 ;; esac
 }
 
 # build_folder: the build the scripts run (absolute), decided before any cd:

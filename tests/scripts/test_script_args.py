@@ -632,6 +632,16 @@ class BenchStorageTests(Sandbox):
         self.assertFalse(in_repo.exists())
 
 
+    def test_bench_ckpt_stall_a_file_as_its_dir_is_one_line_exit_2(self) -> None:
+        # mkdir's own line, exit 1.
+        a_file = self.dir / "a-file"
+        a_file.write_text("x\n")
+        done = run("bash", SCRIPTS / "bench_ckpt_stall.sh", "--dir", a_file, "--repeats", "1", env=self.env,
+                   timeout=20)
+        self.assert_refused(done, f"--dir {a_file}: cannot make {a_file}/results there")
+        self.assertEqual(a_file.read_text(), "x\n")
+
+
 class BenchLibtorchTests(Sandbox):
     def test_config_and_build_dir_are_the_callers(self) -> None:
         write_tool(self.tools, "cmake", 'case "$*" in *"--target help"*) echo "... torch_train_bench" ;; esac\n')
@@ -1168,6 +1178,32 @@ class ScaleTests(LauncherSandbox):
                 self.assertFalse(out.exists())
                 self.assertEqual(self.mpirun_calls(), [])
 
+    def test_empty_values_line_breaks_and_folders_for_files_are_refused_before_any_run(self) -> None:
+        # '--steps ""' ran the default step count and '--ranks $'1\n2'' the
+        # first line's counts, exit 0; a folder as --binary or --hostfile
+        # ended in bash's and sed's words (exit 126, 4), and a file as
+        # --ckpt-dir after the first run had failed on it.
+        folder = self.dir / "a-folder"
+        folder.mkdir()
+        a_file = self.dir / "a-file"
+        a_file.write_text("x\n")
+        out = self.dir / "never"
+        for args, code, words in ((["--steps", ""], 2, "--steps '': an empty value"),
+                                  (["--ranks", "1\n2"], 2, "--ranks: a value with a line break"),
+                                  (["--binary", str(folder)], 3, f"{folder}: not built"),
+                                  (["--hostfile", str(folder)], 2, f"--hostfile {folder}: not a file it can read"),
+                                  (["--ckpt-dir", str(a_file)], 2, f"--ckpt-dir {a_file}: not a folder")):
+            with self.subTest(args=args):
+                binary = [] if "--binary" in args else ["--binary", "/bin/true"]
+                ranks = [] if "--ranks" in args else ["--ranks", "1"]
+                done = run("bash", SCALE, *binary, *ranks, *args, *([] if "--out" in args else ["--out", out]),
+                           "--no-report", env=self.env, timeout=20)
+                self.assertEqual(done.returncode, code, done.stderr)
+                self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
+                self.assertIn(words, done.stderr)
+                self.assertFalse(out.exists())
+                self.assertEqual(self.mpirun_calls(), [])
+
     def test_a_bad_config_is_said_before_the_folder_and_the_first_run(self) -> None:
         # Met at the first run, once the folder was made, as mpirun's 16 lines.
         require_binary()
@@ -1684,6 +1720,28 @@ class CompareTests(LauncherSandbox):
     def setUp(self) -> None:
         super().setUp()
         require_binary()
+
+    def test_bad_counts_and_folders_for_files_are_refused_before_the_folder(self) -> None:
+        # A --gpus-per-node past plan's 1024 failed in the plan, after the
+        # output folder was made, in many lines; a folder as --binary or
+        # --hostfile in bash's and sed's words (exit 126, 4); an empty
+        # --steps ran the default.
+        folder = self.dir / "a-folder"
+        folder.mkdir()
+        base = ["bash", COMPARE, "--config", "tiny", "--nodes", "1"]
+        for args, code, words in ((["--gpus-per-node", "99999999999999999999"], 2, "an integer from 1 to 1024"),
+                                  (["--gpus-per-node", "1025"], 2, "--gpus-per-node '1025'"),
+                                  (["--gpus-per-node", "1", "--steps", ""], 2, "--steps '': an empty value"),
+                                  (["--gpus-per-node", "1", "--binary", str(folder)], 3, "not an executable"),
+                                  (["--gpus-per-node", "1", "--hostfile", str(folder)], 2, "not a file it can read")):
+            with self.subTest(args=args):
+                binary = [] if "--binary" in args else ["--binary", str(BINARY)]
+                done = run(*base, *binary, *args, "--out", self.dir / "never", env=self.env, timeout=60)
+                self.assertEqual(done.returncode, code, done.stderr)
+                self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
+                self.assertIn(words, done.stderr)
+                self.assertFalse((self.dir / "never").exists())
+                self.assertEqual(self.mpirun_calls(), [])
 
     def test_each_sides_settings_are_checked_before_anything_runs(self) -> None:
         # --steps within the warm-up, or a bad key in one side's --set, was met
