@@ -11,8 +11,9 @@ Usage: webdataset_read_bench.py SHARD [SHARD ...] [--field u16] [--workers 2] [-
 
 Bad input is one line on stderr, `webdataset_read_bench.py: ...`, exit 2:
 a shard that is missing, a folder or not a tar file, a --field its samples
-lack, --workers below 1, a --json whose folder does not exist (checked
-before any shard is read). Exit 3: the machine's fault (a read error of the
+lack, --workers below 1, a --json whose folder does not exist or that
+holds a file other than this script's figures (checked before any shard is
+read). Exit 3: the machine's fault (a read error of the
 storage, a full disk for --json, webdataset or numpy not installed).
 """
 import argparse
@@ -151,6 +152,24 @@ def check_json_out(path: str) -> None:
         raise BenchError(f"--json {path}: a folder; give a file name")
     if not os.access(path if os.path.exists(path) else folder, os.W_OK):
         raise BenchError(f"--json {path}: cannot write it (permission denied)")
+    if os.path.exists(path) and not is_our_figures(path):
+        # It replaced any file (a notes file given by mistake), as trainbench's --out never does.
+        raise BenchError(f"--json {path}: holds something other than this script's figures; "
+                         "give a new path (an earlier figures file is replaced)")
+
+
+def is_our_figures(path: str) -> bool:
+    """Whether `path` is a figures file this script wrote (a JSON object with
+    its webdataset_version and runs)."""
+    # A FIFO or a device is no figures file (and a FIFO's read would block).
+    if not os.path.isfile(path) or os.path.getsize(path) > 16 << 20:
+        return False
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "webdataset_version" in data and isinstance(data.get("runs"), list)
 
 
 def main() -> int:

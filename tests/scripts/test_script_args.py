@@ -505,18 +505,23 @@ class WebdatasetReadBenchTests(Sandbox):
         (self.dir / "notatar.tar").write_text("not a tar\n" * 100)
         (self.dir / "folder").mkdir()
         missing_json = self.dir / "no-such-folder" / "out.json"
+        # Any file there was replaced by the figures.
+        notes = self.dir / "notes.json"
+        notes.write_text("my notes\n")
         for args, words in (([self.dir / "nosuch.tar"], [f"{self.dir}/nosuch.tar"]),
                             ([good, self.dir / "notatar.tar"], [f"{self.dir}/notatar.tar", "not a tar file"]),
                             ([self.dir / "folder"], [f"{self.dir}/folder", "folder"]),
                             ([good, "--field", "u32"], ["--field u32", f"{good}", "u16"]),
                             ([good, "--workers", "0"], ["--workers", "'0'"]),
                             ([good, "--workers", "-1"], ["--workers", "'-1'"]),
-                            ([good, "--json", missing_json], [f"--json {missing_json}"])):
+                            ([good, "--json", missing_json], [f"--json {missing_json}"]),
+                            ([good, "--json", notes], [f"--json {notes}: holds something other than"])):
             with self.subTest(args=[str(a) for a in args]):
                 done = self.bench(*args)
                 self.assert_refused(done, "webdataset_read_bench.py: ", *words)
                 self.assertEqual(done.stdout, "", "figures before the refusal")
                 self.assertFalse(missing_json.parent.exists())
+                self.assertEqual(notes.read_text(), "my notes\n")
 
     def test_more_workers_than_shards(self) -> None:
         # The worker with no shard met wds.WebDataset([]): an IndexError.
@@ -525,6 +530,10 @@ class WebdatasetReadBenchTests(Sandbox):
         self.assertEqual(done.returncode, 0, done.stderr)
         runs = json.loads(out.read_text())["runs"]
         self.assertEqual([(r["workers"], r["samples"], r["tokens"]) for r in runs], [(1, 8, 64), (3, 8, 64)])
+        # Its own earlier figures are replaced.
+        again = self.bench(self.dir / "a.tar", "--workers", "1", "--json", out)
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertEqual([r["workers"] for r in json.loads(out.read_text())["runs"]], [1])
 
 
 class BenchStorageTests(Sandbox):
