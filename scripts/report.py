@@ -1528,7 +1528,8 @@ def rank_section(point: Point) -> list[str]:
 
 
 def config_text(value: Any) -> str:
-    """A config value as the config writes it: true/false, not Python's True/False; ? where absent."""
+    """A config value as the config writes it: true/false, not Python's True/False; ? where absent or
+    null (a result's null read "None")."""
     if value is None:
         return "?"
     return json.dumps(value) if isinstance(value, bool) else str(value)
@@ -1559,19 +1560,20 @@ def environment_section(run: Run) -> list[str]:
     data = config.get("data") or {}
     ckpt = config.get("checkpoint") or {}
     hosts = env.get("hosts") or []
-    shape = ", ".join(f"{k} {model[k]}" for k in ("d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_hidden",
-                                                  "vocab", "seq_len") if k in model)
+    shape = ", ".join(f"{k} {config_text(model[k])}" for k in ("d_model", "n_layers", "n_heads", "n_kv_heads",
+                                                               "ffn_hidden", "vocab", "seq_len") if k in model)
     shards = data.get("shards") or "(synthetic shards made for the run)"
     if data.get("source") == "synthetic":
         shards = "(synthetic tokens in memory: no storage read)"
     items = [
-        ("result", f"{run.name} — trainbench {run.data.get('version', '?')}"),
-        ("command", f"`{run.data.get('command', '?')}`"),
+        ("result", f"{run.name} — trainbench {config_text(run.data.get('version'))}"),
+        ("command", f"`{config_text(run.data.get('command'))}`"),
         ("ranks / hosts", f"{env.get('ranks')} on {len(hosts)} host(s): {', '.join(map(str, hosts[:8]))}"
                           + (" …" if len(hosts) > 8 else "")),
-        ("engine / comm", f"{env.get('compute_backend', '?')} / {env.get('comm_backend', '?')}"),
+        ("engine / comm", f"{config_text(env.get('compute_backend'))} / {config_text(env.get('comm_backend'))}"),
         ("GPUs", gpu_text),
-        ("CPU", f"{cpu.get('model', '?')}, {cpu.get('threads_used', '?')} of {cpu.get('hardware_threads', '?')} threads"
+        ("CPU", f"{config_text(cpu.get('model'))}, {config_text(cpu.get('threads_used'))} of "
+                f"{config_text(cpu.get('hardware_threads'))} threads"
                 + (f" ({cpu['usable_threads']} usable: affinity, cgroup)"
                    if isinstance(cpu.get('usable_threads'), int) and isinstance(cpu.get('hardware_threads'), int)
                    and cpu['usable_threads'] < cpu['hardware_threads'] else "")
@@ -1579,19 +1581,22 @@ def environment_section(run: Run) -> list[str]:
         ("libraries", ", ".join(f"{k} {env[k]}" for k in ("nvidia_driver", "cuda_runtime", "cuda_driver", "nccl", "mpi")
                                 if env.get(k)) or "—"),
         ("model", shape or "—"),
-        ("batch", f"micro {train.get('micro_batch', '?')} × accum {train.get('grad_accum', '?')} per rank; "
-                  f"{s.get('global_tokens_per_step', '?')} tokens/step over all ranks; "
-                  f"mode {train.get('mode', '?')}, precision {train.get('precision', '?')}"),
-        ("steps", f"{s.get('measured_steps', '?')} measured after {s.get('warmup_steps', '?')} warm-up"),
-        ("data", f"{shards}, {data.get('readers', '?')} reader(s) per rank"),
+        ("batch", f"micro {config_text(train.get('micro_batch'))} × accum {config_text(train.get('grad_accum'))} "
+                  "per rank; "
+                  f"{config_text(s.get('global_tokens_per_step'))} tokens/step over all ranks; "
+                  f"mode {config_text(train.get('mode'))}, precision {config_text(train.get('precision'))}"),
+        ("steps", f"{config_text(s.get('measured_steps'))} measured after "
+                  f"{config_text(s.get('warmup_steps'))} warm-up"),
+        ("data", f"{shards}, {config_text(data.get('readers'))} reader(s) per rank"),
         # every_steps 0 is no checkpoint: "every 0 steps" read as a setting.
         ("checkpoint", "none (every_steps 0)" if ckpt.get("every_steps") == 0 else
-                       f"every {ckpt.get('every_steps', '?')} steps, async {config_text(ckpt.get('async'))}, "
+                       f"every {config_text(ckpt.get('every_steps'))} steps, async {config_text(ckpt.get('async'))}, "
                        f"dir {ckpt.get('dir') or '(temporary)'}"),
     ]
     for fs in env.get("filesystems") or []:
         if isinstance(fs, dict):
-            items.append((f"filesystem ({fs.get('role', '?')})", f"{fs.get('path', '?')}: {fs.get('type', '?')}"))
+            items.append((f"filesystem ({config_text(fs.get('role'))})",
+                          f"{config_text(fs.get('path'))}: {config_text(fs.get('type'))}"))
     lines = ["## Config and environment (the smallest run)", ""]
     lines += [f"- **{k}**: {v}" for k, v in items]
     flat = flatten(config)

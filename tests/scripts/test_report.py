@@ -390,6 +390,22 @@ class ReportErrorTests(unittest.TestCase):
         self.assertNotEqual(done.returncode, 0)
         self.assertIn("ceilings.network.timed[1].busbw_gbs", done.stderr)
 
+    def test_null_config_and_summary_fields_read_as_unknown_not_none(self) -> None:
+        # Each may be null, as an absent one: they were printed as Python's "None"
+        # ("d_model None", "None tokens/step", "None measured after 5 warm-up").
+        result = fake_result(1, 1000.0)
+        result["summary"].update(global_tokens_per_step=None, measured_steps=None, warmup_steps=None)
+        result["config"]["model"]["d_model"] = None
+        result["config"]["train"]["micro_batch"] = None
+        result["environment"]["compute_backend"] = None
+        done = report(write_json(self.dir / "r.json", result), "--out", self.out, "--no-plots")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        section = (self.out / "report.md").read_text().split("## Config and environment", 1)[1].split("<details>")[0]
+        self.assertNotIn("None", section)
+        for said in ("d_model ?, n_layers 2", "micro ? × accum ? per rank; ? tokens/step", "? measured after ? warm-up",
+                     "engine / comm**: ? / mpi"):
+            self.assertIn(said, section)
+
     def test_bench_compute_and_instrument_results_are_not_training_runs(self) -> None:
         # Their summary is the 2-step job the measurement ran in: it set the 1-rank ideal.
         run = write_json(self.dir / "run.json", fake_result(2, 1800.0))
