@@ -1098,9 +1098,8 @@ nlohmann::json read_resume_manifest(const std::string& spec, const Config& confi
   }
   // The checkpoint layer keeps the config as written; a resume compares its
   // keys: another type ("config": 5) ended it in the JSON library's words.
-  if (!manifest.at("config").is_object())
-    throw CheckpointError(point.folder + "/manifest.json: config is " +
-                          checkpoint_io::printable(manifest.at("config").dump()) +
+  if (const nlohmann::json& config_then = manifest.at("config"); !config_then.is_object())
+    throw CheckpointError(point.folder + "/manifest.json: config is " + checkpoint_io::printable(config_then.dump()) +
                           ", not an object: the manifest is damaged" + previous_checkpoint_hint(point.folder));
   point.step = manifest.at("step").get<int64_t>();
   point.shards = json_entry(manifest, "extra", "shards");

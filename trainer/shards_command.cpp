@@ -3,7 +3,6 @@
 #include <unistd.h>  // access
 
 #include <CLI/CLI.hpp>  // the command line parser
-#include <algorithm>    // std::min
 #include <cstdint>      // INT64_MAX
 #include <cctype>       // std::isdigit, std::toupper
 #include <chrono>       // timing for MB/s

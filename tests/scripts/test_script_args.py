@@ -145,9 +145,9 @@ class Sandbox(unittest.TestCase):
             return []
         return [json.loads(line) for line in self.log.read_text().splitlines()]
 
-    def assert_refused(self, done: subprocess.CompletedProcess[str], *words: str) -> None:
-        """Exit 2 with one line on stderr that names what is wrong."""
-        self.assertEqual(done.returncode, 2, done.stderr)
+    def assert_refused(self, done: subprocess.CompletedProcess[str], *words: str, code: int = 2) -> None:
+        """Exit `code` (2: bad input) with one line on stderr that names what is wrong."""
+        self.assertEqual(done.returncode, code, done.stderr)
         self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
         self.assertNotIn("Traceback", done.stderr)
         for word in words:
@@ -1205,11 +1205,9 @@ class ScaleTests(LauncherSandbox):
             with self.subTest(args=args):
                 binary = [] if "--binary" in args else ["--binary", "/bin/true"]
                 ranks = [] if "--ranks" in args else ["--ranks", "1"]
-                done = run("bash", SCALE, *binary, *ranks, *args, *([] if "--out" in args else ["--out", out]),
-                           "--no-report", env=self.env, timeout=20)
-                self.assertEqual(done.returncode, code, done.stderr)
-                self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
-                self.assertIn(words, done.stderr)
+                done = run("bash", SCALE, *binary, *ranks, *args, "--out", out, "--no-report", env=self.env,
+                           timeout=20)
+                self.assert_refused(done, words, code=code)
                 self.assertFalse(out.exists())
                 self.assertEqual(self.mpirun_calls(), [])
 
@@ -1746,9 +1744,7 @@ class CompareTests(LauncherSandbox):
             with self.subTest(args=args):
                 binary = [] if "--binary" in args else ["--binary", str(BINARY)]
                 done = run(*base, *binary, *args, "--out", self.dir / "never", env=self.env, timeout=60)
-                self.assertEqual(done.returncode, code, done.stderr)
-                self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
-                self.assertIn(words, done.stderr)
+                self.assert_refused(done, words, code=code)
                 self.assertFalse((self.dir / "never").exists())
                 self.assertEqual(self.mpirun_calls(), [])
 
