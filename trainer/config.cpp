@@ -1213,9 +1213,13 @@ std::string decimal_integer_text(const std::string& text) {
   return value ? std::to_string(*value) : text;
 }
 
+std::optional<double> decimal_number(std::string_view text, bool* out_of_range) {
+  return parse_number<double>(text, out_of_range);  // no nan, no inf
+}
+
 std::string number_in_range(const std::string& text, double low, double high) {
   bool out_of_range = false;
-  const std::optional<double> value = parse_number<double>(text, &out_of_range);  // no nan, no inf
+  const std::optional<double> value = decimal_number(text, &out_of_range);
   if (value && *value >= low && *value <= high) return "";
   return "must be a number between " + format_double(low) + " and " + format_double(high) + " (got '" +
          excerpt(text) + "')";

@@ -8,6 +8,7 @@
 #include <stdexcept>  // ConfigError
 #include <array>
 #include <functional>  // std::less<>: keys_given looked up by string_view
+#include <optional>    // decimal_number
 #include <set>         // keys_given
 #include <string>
 #include <string_view>  // excerpt
@@ -224,6 +225,12 @@ std::string integer_in_range(const std::string& text, int64_t low, int64_t high)
 // "7"); other text unchanged.
 std::string decimal_integer_text(const std::string& text);
 std::string number_in_range(const std::string& text, double low, double high);
+// The whole of `text` as a finite decimal number (an optional sign, digits,
+// a fraction, an exponent), or nothing: "0x10", "inf", "+-5" and "5 " are
+// not; *out_of_range says a number past a double's range ("1e400") apart
+// from text that is no number. What the config's and the options' numbers
+// are read with.
+std::optional<double> decimal_number(std::string_view text, bool* out_of_range);
 // Bytes as every command reads them: an integer with an optional suffix, K
 // M G T (or KiB MiB GiB TiB) in powers of 1024 as dd and nccl-tests read
 // them, KB MB GB TB in powers of 1000, B or none for bytes. "" when `text`

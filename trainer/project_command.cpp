@@ -203,12 +203,13 @@ std::vector<int64_t> depths_option(const std::string& text) {
   return layers;
 }
 
-// --nodes, ascending, each count once.
+// --nodes, ascending; a count given twice is refused, as a repeated depth is.
 std::vector<int> node_counts_option(const std::string& text) {
   std::vector<int> nodes;
   for (int64_t n : integer_list_values(text)) nodes.push_back(static_cast<int>(n));  // at most 2^20
   std::sort(nodes.begin(), nodes.end());
-  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  if (std::adjacent_find(nodes.begin(), nodes.end()) != nodes.end())
+    throw CommandError{kExitUserError, "--nodes: each node count once (got a repeated one)"};
   return nodes;
 }
 

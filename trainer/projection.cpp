@@ -1,10 +1,10 @@
 #include "trainer/projection.h"
 
 #include <algorithm>  // std::min, std::max
-#include <cmath>      // std::fabs, std::isfinite
+#include <cmath>      // std::fabs
 #include <cstdio>     // std::snprintf: seconds in the warnings
-#include <charconv>   // std::from_chars
 #include <limits>     // quiet_NaN: a rate with no step
+#include <optional>   // decimal_number
 #include <stdexcept>  // std::invalid_argument
 
 #include "comm/collective_bench.h"  // bus_bandwidth_factor: nccl-tests' busbw / algbw
@@ -156,13 +156,13 @@ Fabric parse_fabric(const std::string& text) {
             "this node are used between nodes too (for validating the model, not for a real cluster)"};
   const size_t comma = text.find(',');
   const auto number = [&text](const std::string& part, const char* what) {
-    // Decimal only (from_chars, general format): strtod read "0x10" as 16.
-    double value = 0;
-    const char* begin = part.data() + (part.starts_with('+') ? 1 : 0);  // from_chars takes only '-'
-    const auto [end, error] = std::from_chars(begin, part.data() + part.size(), value);
-    if (part.empty() || error != std::errc() || end != part.data() + part.size() || !std::isfinite(value))
-      throw std::invalid_argument("'" + excerpt(text) + "': " + what + " '" + excerpt(part) + "' is not a number");
-    return value;
+    // Decimal only, as the config's numbers: strtod read "0x10" as 16.
+    bool out_of_range = false;
+    const std::optional<double> value = decimal_number(part, &out_of_range);
+    if (!value)
+      throw std::invalid_argument("'" + excerpt(text) + "': " + what + " '" + excerpt(part) + "' is " +
+                                  (out_of_range ? "out of range" : "not a number"));
+    return *value + 0.0;  // -0 is 0: "-0 us" printed, -0.0 in the JSON
   };
   if (comma == std::string::npos)
     throw std::invalid_argument("'" + excerpt(text) +
@@ -177,8 +177,8 @@ Fabric parse_fabric(const std::string& text) {
     throw std::invalid_argument("'" + text + "': the bandwidth must be between 0.001 and 1e6 GB/s per GPU");
   if (us < 0) throw std::invalid_argument("'" + text + "': the latency must be >= 0 us");
   if (us > 1e6) throw std::invalid_argument("'" + text + "': the latency must be at most 1e6 us (a second a hop)");
-  return {text, gbs, us * 1e-6, false, "as given: " + text.substr(0, comma) + " GB/s per GPU achieved, " +
-                                           text.substr(comma + 1) + " us per ring step"};
+  return {text, gbs, us * 1e-6, false, "as given: " + format_double(gbs) + " GB/s per GPU achieved, " +
+                                           format_double(us) + " us per ring step"};
 }
 
 std::vector<std::string> scale_input_warnings(const Fabric& fabric, double comm_slowdown) {

@@ -6,7 +6,7 @@
 
 #include <unistd.h>  // getpid: the projection JSON's name
 
-#include <cmath>  // std::isnan
+#include <cmath>  // std::isnan, std::signbit
 #include <cstdio>  // std::remove
 #include <fstream>
 #include <stdexcept>
@@ -225,6 +225,10 @@ TEST(Fabric, PresetsAndGivenFigures) {
   EXPECT_DOUBLE_EQ(given.gbs_per_gpu, 12.5);
   EXPECT_DOUBLE_EQ(given.hop_latency_s, 20e-6);
   EXPECT_DOUBLE_EQ(parse_fabric("0.03125,0").hop_latency_s, 0);
+  // -0 is 0, not "-0 us" in the report and -0.0 in the JSON.
+  const Fabric negative_zero = parse_fabric("+5,-0");
+  EXPECT_FALSE(std::signbit(negative_zero.hop_latency_s));
+  EXPECT_EQ(negative_zero.assumption, "as given: 5 GB/s per GPU achieved, 0 us per ring step");
 }
 
 TEST(Fabric, BadTextNamesWhatIsWrong) {
@@ -243,6 +247,9 @@ TEST(Fabric, BadTextNamesWhatIsWrong) {
       {"25,1e308", "the latency must be at most 1e6 us"},
       {"inf,1", "is not a number"},
       {"0x10,1", "the bandwidth '0x10' is not a number"},  // strtod read hex: 16 GB/s
+      {"+-5,1", "the bandwidth '+-5' is not a number"},     // read as -5: "must be > 0"
+      {"1e400,1", "the bandwidth '1e400' is out of range"},  // a number, past a double
+      {"5,1e-400", "the latency '1e-400' is out of range"},
   };
   for (const auto& [text, expected] : cases) {
     try {
@@ -412,6 +419,7 @@ TEST(ProjectCommand, BadInputIsOneLineAndExitTwo) {
       {" project tiny --fabric ib-ndr800", "--fabric 'ib-ndr800' is not ib-ndr400, roce400, measured"},
       {" project tiny --fabric 10,-2", "--fabric '10,-2': the latency must be >= 0 us"},
       {" project tiny --layers 2,2", "--layers: each depth once"},
+      {" project tiny --nodes 1,2,1", "--nodes: each node count once"},  // was dropped without a word
       {" project tiny --layers 0,2", "--layers"},
       {" project tiny --fabric measured --layers 2", "--fabric measured: needs at least 2 ranks"},
       {" project tiny --layers 2 --set model.n_layers_full=8", "one depth cannot be fitted"},
