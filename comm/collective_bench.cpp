@@ -23,11 +23,31 @@
 
 namespace trainbench {
 
-float bench_contribution(int rank, int64_t i) { return static_cast<float>(1 + (rank + i) % 7); }
+namespace {
+
+// 0 to 7, from a hash of the element's index (splitmix64's finaliser): the
+// same for every rank, so the sum over ranks stays one product, but without
+// a period a block size can share. With (rank + i) % 7 alone, every rank's
+// block of a reduce-scatter whose block was a multiple of 7 floats expected
+// the same values, and a block delivered to the wrong rank passed the check.
+int64_t index_term(int64_t i) {
+  uint64_t z = static_cast<uint64_t>(i) + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return static_cast<int64_t>(z >> 61);
+}
+
+}  // namespace
+
+float bench_contribution(int rank, int64_t i) {
+  return static_cast<float>(1 + (rank + i) % 7 + 7 * index_term(i));
+}
 
 float bench_sum_of_contributions(int world, int64_t i) {
-  // Whole cycles of 1..7 over the ranks, then the ranks left over.
-  int64_t sum = static_cast<int64_t>(world / 7) * 28;
+  // The index's term from every rank; then whole cycles of 1..7 over the
+  // ranks, and the ranks left over.
+  int64_t sum = static_cast<int64_t>(world) * 7 * index_term(i) + static_cast<int64_t>(world / 7) * 28;
   for (int r = world / 7 * 7; r < world; ++r) sum += 1 + (r + i) % 7;
   return static_cast<float>(sum);
 }
@@ -286,11 +306,15 @@ Collective all_gather(Communicator& comm, int64_t size_bytes) {
   c.shape = shape("all_gather", block, world);
   c.send_count = block;
   c.recv_count = block * world;
-  c.fill = [=](std::vector<float>& send) { for (int64_t i = 0; i < block; ++i) send[i] = bench_contribution(rank, i); };
+  // Each rank's block is what it sends at its place in the gathered array:
+  // blocks of ranks 7 apart differ too.
+  c.fill = [=](std::vector<float>& send) {
+    for (int64_t i = 0; i < block; ++i) send[i] = bench_contribution(rank, rank * block + i);
+  };
   c.check = [=](const std::vector<float>& /*send*/, const std::vector<float>& recv) {
     for (int r = 0; r < world; ++r)
       for (int64_t i = 0; i < block; ++i)
-        if (recv[r * block + i] != bench_contribution(r, i)) return false;
+        if (recv[r * block + i] != bench_contribution(r, r * block + i)) return false;
     return true;
   };
   c.paths.push_back({"comm", [&comm, block](Buffers& b) {

@@ -82,11 +82,14 @@ using MakeBenchBuffer = std::function<std::unique_ptr<BenchBuffer>(int64_t count
 // taken). 0 for none.
 double median_of_iterations(std::vector<double> values);
 
-// What rank `rank` contributes at element i of a measurement's input, and the
-// sum of every rank's at i: small integers (1 to 7), so every partial sum over
-// ranks is exact in fp32, in any order, up to 2^24 / 7 ranks, and the check
-// demands equality. (rank + 1 + i % 7 summed past 2^24 above 5786 ranks: a
-// healthy large job's data check failed.)
+// What rank `rank` contributes at element i of a collective's whole array
+// (an all-gather's rank r sends elements r·block to r·block + block − 1),
+// and the sum of every rank's at i: small integers (1 to 56), so every
+// partial sum over ranks is exact in fp32, in any order, up to 2^24 / 56 =
+// 299,593 ranks, and the check demands equality. (rank + 1 + i % 7 summed
+// past 2^24 above 5786 ranks: a healthy large job's data check failed.) The
+// values differ by rank and, without a period, by index: a block delivered
+// to the wrong rank or offset fails the check.
 float bench_contribution(int rank, int64_t i);
 float bench_sum_of_contributions(int world, int64_t i);
 

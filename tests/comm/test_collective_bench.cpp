@@ -4,10 +4,12 @@
 // (test_bench_comm_mpi, test_mpi_collectives).
 #include "comm/collective_bench.h"
 
+#include <algorithm>  // std::fill
 #include <cmath>    // std::isnan
 #include <cstdlib>  // setenv, unsetenv
 #include <map>
 #include <optional>
+#include <stdexcept>  // the fake's abort
 #include <string>
 #include <vector>
 
@@ -61,7 +63,7 @@ TEST(CollectiveBench, BusBandwidthFactorsAreNcclTests) {
 // fabric "returned wrong values").
 TEST(CollectiveBench, TheCheckPatternSumsExactlyOnLargeClustersInAnyOrder) {
   for (const int world : {1, 2, 7, 13, 5800, 8192, 100000}) {
-    for (int64_t i = 0; i < 7; ++i) {
+    for (int64_t i = 0; i < 64; ++i) {  // every term the index adds, 0 to 7
       int64_t exact = 0;
       float up = 0, down = 0;
       for (int r = 0; r < world; ++r) {
@@ -75,6 +77,74 @@ TEST(CollectiveBench, TheCheckPatternSumsExactlyOnLargeClustersInAnyOrder) {
       ASSERT_EQ(static_cast<float>(exact), static_cast<double>(exact)) << "not exact in fp32";
     }
   }
+}
+
+// One rank of a larger job whose link sums right but delivers blocks to the
+// wrong ranks: its reduce-scatter hands every rank block 0 of the sum, its
+// all-gather swaps the blocks of ranks 0 and 7. The other ranks' inputs are
+// what they would send (bench_contribution at their places in the whole
+// array). With a check pattern of period 7 both passed: every rank's block of
+// a reduce-scatter whose block was a multiple of 7 floats expected the same
+// values, and ranks 7 apart sent the same all-gather block.
+class MisplacesBlocks final : public testing::OneRankCommunicator {
+ public:
+  MisplacesBlocks(int rank, int world) : rank_(rank), world_(world) {}
+  const char* backend_name() const override { return "misplaces blocks"; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  void all_gather(double value, double* out) override { std::fill(out, out + world_, value); }
+  Ticket start_all_reduce_sum(float* data, int64_t count) override {
+    for (int64_t i = 0; i < count; ++i) data[i] = bench_sum_of_contributions(world_, i);
+    return 0;
+  }
+  double wait(Ticket) override { return 0.0; }
+  void reduce_scatter_sum(const float*, float* recv, int64_t block) override {
+    for (int64_t i = 0; i < block; ++i) recv[i] = bench_sum_of_contributions(world_, i);  // rank 0's block
+  }
+  void all_gather_floats(const float* send, float* recv, int64_t block) override {
+    for (int r = 0; r < world_; ++r) {
+      const int from = r == 0 ? 7 : r == 7 ? 0 : r;
+      for (int64_t i = 0; i < block; ++i)
+        recv[r * block + i] = from == rank_ ? send[i] : bench_contribution(from, from * block + i);
+    }
+  }
+  [[noreturn]] void abort(int, const std::string& message) override { throw std::runtime_error(message); }
+
+ private:
+  int rank_;
+  int world_;
+};
+
+TEST(CollectiveBench, ABlockDeliveredToTheWrongRankFailsTheCheckAtEverySize) {
+  const CollectiveBenchOptions options{.warmup_iters = 0, .iters = 1};
+  for (const int64_t block : {1, 7, 14, 49, 64, 4096}) {
+    MisplacesBlocks comm(/*rank=*/1, /*world=*/8);
+    const std::vector<CollectiveBenchResult> results = bench_collectives(comm, {block * 8 * 4}, options);
+    ASSERT_EQ(results.size(), 3u) << block;
+    for (const CollectiveBenchResult& r : results) {
+      if (r.collective == "all_reduce") {
+        EXPECT_TRUE(r.check_ok) << "block " << block;  // summed right
+      } else if (r.collective == "reduce_scatter" && block == 1) {
+        // One element: rank 0's and rank 1's sums can be equal by chance.
+      } else {
+        EXPECT_FALSE(r.check_ok) << r.collective << ", block " << block << " floats";
+      }
+    }
+  }
+}
+
+// The pattern's sums differ from rank to rank's block for any block size:
+// not one of a reduce-scatter's blocks of 2 to 64 floats, on 2 to 16 ranks,
+// expects what another rank's block does.
+TEST(CollectiveBench, EveryRanksBlockExpectsDifferentValues) {
+  for (int world = 2; world <= 16; ++world)
+    for (int64_t block = 2; block <= 64; ++block)
+      for (int r = 1; r < world; ++r) {
+        bool differs = false;
+        for (int64_t i = 0; i < block && !differs; ++i)
+          differs = bench_sum_of_contributions(world, r * block + i) != bench_sum_of_contributions(world, i);
+        ASSERT_TRUE(differs) << world << " ranks, block " << block << ": rank " << r << "'s block as rank 0's";
+      }
 }
 
 TEST(CollectiveBench, OneRankChecksEveryCollectiveAndMovesNothing) {
