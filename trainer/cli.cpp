@@ -936,19 +936,6 @@ void check_resume_target(const std::string& resume, const Config& config, Commun
                                            " does not exist: no checkpoint to resume from"};
 }
 
-// The slow-network fault holds the MPI backend's requests as they progress
-// on the host. NCCL's collectives run on the GPU, and one rank has none:
-// there it held nothing, and the run it was to slow passed.
-void check_inject_delay_has_a_target(const Config& config, bool use_nccl, int world) {
-  if (config.comm.inject_delay_ms <= 0 || (!use_nccl && world >= 2)) return;
-  throw CommandError{kExitUserError,
-                     std::string("comm.inject_delay_ms: ") +
-                         (world < 2 ? "one rank has no collective to hold; run at least 2 ranks"
-                                    : "holds the MPI backend's host collectives, and this run's go through NCCL, "
-                                      "which it cannot hold; leave it 0") +
-                         " (the fault would be injected nowhere)"};
-}
-
 std::unique_ptr<TrainingEngine> allocate_engine(const EngineOptions& options, const MemoryPlan& plan) {
   try {
     return make_engine(options);
@@ -1288,6 +1275,19 @@ int run_exit_code(RunOutcome& outcome, int extension_code, bool has_extension, b
 }
 
 }  // namespace
+
+// The slow-network fault holds the MPI backend's requests as they progress
+// on the host. NCCL's collectives run on the GPU, and one rank has none:
+// there it held nothing, and the run it was to slow passed.
+void check_inject_delay_has_a_target(const Config& config, bool use_nccl, int world) {
+  if (config.comm.inject_delay_ms <= 0 || (!use_nccl && world >= 2)) return;
+  throw CommandError{kExitUserError,
+                     std::string("comm.inject_delay_ms: ") +
+                         (world < 2 ? "one rank has no collective to hold; run at least 2 ranks"
+                                    : "holds the MPI backend's host collectives, and this run's go through NCCL, "
+                                      "which it cannot hold; leave it 0") +
+                         " (the fault would be injected nowhere)"};
+}
 
 RunReport run_config(Config config, std::unique_ptr<Communicator>& comm, const RunSettings& options) {
   RunReport report;

@@ -70,6 +70,11 @@ void check_ranks_run_the_same_job(const Config& config, const std::string& comma
 // path came from (the option, or the config key).
 void check_result_path(const std::string& path, const std::string& named = "--out");
 
+// Throws CommandError (exit 2) for a comm.inject_delay_ms the job has no
+// collective to hold on: one rank, or NCCL's (on the GPU, not the MPI
+// backend's host requests that the fault holds). For run, burnin and bench comm.
+void check_inject_delay_has_a_target(const Config& config, bool use_nccl, int world);
+
 // The key of a --set assignment ("section.key" of " section.key =value"),
 // without the blanks around it.
 std::string override_key(const std::string& assignment);

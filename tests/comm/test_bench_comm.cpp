@@ -136,6 +136,16 @@ TEST(BenchComm, BadSizesAreOneLineUserErrors) {
   }
 }
 
+// One rank has no collective for a slow network to hold: refused, as run
+// refuses it, not taken and ignored.
+TEST(BenchComm, AnInjectedNetworkDelayOnOneRankIsRefused) {
+  const testing::CommandResult run =
+      run_command(std::string(TRAINBENCH_BINARY) + " bench comm tiny --max-bytes 4K --set comm.inject_delay_ms=5");
+  EXPECT_EQ(run.exit_code, 2) << run.out << run.err;
+  EXPECT_EQ(run.err, "trainbench: comm.inject_delay_ms: one rank has no collective to hold; run at least 2 ranks "
+                     "(the fault would be injected nowhere)\n");
+}
+
 // The sweep measures whole floats, sizes rounded down: a range holding no
 // multiple of 4 bytes measured 4 B, outside the range asked for, and said
 // nothing. A range that holds one still runs.

@@ -196,6 +196,24 @@ TEST(BenchCommMpi, UnderZeroOneTheGradientStepIsReduceScatterThenAllGather) {
   EXPECT_NE(large.err.find("run at least 3 ranks"), std::string::npos) << large.err;
 }
 
+// comm.inject_delay_ms (a slow network) holds the communicator's collectives
+// as a run's: the gradient step's buckets are held, the raw path's plain MPI
+// calls are not, and the result says a fault was injected. It was taken and
+// did nothing, the JSON's config saying the fault was on.
+TEST(BenchCommMpi, AnInjectedNetworkDelayHoldsTheCommunicatorsCollectivesAndIsSaid) {
+  const testing::TempDir dir;
+  const nlohmann::json result =
+      bench_comm_on(2, "tiny --set comm.inject_delay_ms=40 --min-bytes 4K --max-bytes 4K --warmup-iters 0", dir);
+  const nlohmann::json& step = result.at("gradient_step_s");
+  EXPECT_GE(step.at("bucketed").get<double>(), 0.040) << step.dump();  // a sleep's floor: not load-sensitive
+  ASSERT_EQ(result.at("warnings").size(), 1u) << result.at("warnings").dump();
+  EXPECT_NE(result.at("warnings")[0].get<std::string>().find("fault injected (comm.inject_delay_ms=40)"),
+            std::string::npos);
+  const nlohmann::json plain = bench_comm_on(2, "tiny --min-bytes 4K --max-bytes 4K --warmup-iters 0", dir);
+  EXPECT_EQ(plain.at("warnings"), nlohmann::json::array());
+  testing::expect_measured_and_checked(result);
+}
+
 int trainbench_lines(const std::string& err) {
   int lines = 0;
   for (size_t at = err.find("trainbench: "); at != std::string::npos; at = err.find("trainbench: ", at + 1))
