@@ -695,7 +695,12 @@ void check_bound(const Checker& checker, const KeySpec& spec, const FieldPtr& fi
   // Written so that NaN (possible only from code, not from parsing) fails.
   switch (spec.bound) {
     case Bound::kAny: break;
-    case Bound::kPositive: checker.require(value > 0, {spec.name}, "must be > 0" + got); break;
+    case Bound::kPositive:
+      // A key whose smallest value is one a person would type says its range
+      // below, not "> 0", which 0.5 is and is refused (comm.timeout_s from
+      // 1). (An fp32 floor, 1e-30, is no such value: "> 0" says it.)
+      if (!(spec.max > 0 && spec.min > kMinFp32Setting)) checker.require(value > 0, {spec.name}, "must be > 0" + got);
+      break;
     case Bound::kNonNegative: checker.require(value >= 0, {spec.name}, "must be >= 0" + got); break;
     case Bound::kUnit:
       // (AdamW's betas, fp32 in both engines: 0.999999999 rounded to 1 there,

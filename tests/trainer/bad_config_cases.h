@@ -174,7 +174,7 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"EosTokenOutsideVocab", with("data.eos_token", "512"), {}, {"data.eos_token", "model.vocab"}},
       {"SmallReadBlock", with("data.block_bytes", "65536"), {}, {"data.block_bytes", "1 MiB"}},
       {"ZeroReaders", with("data.readers", "0"), {}, {"data.readers: must be > 0"}},
-      {"ZeroLoaderTimeout", with("data.timeout_s", "0"), {}, {"data.timeout_s: must be > 0"}},
+      {"ZeroLoaderTimeout", with("data.timeout_s", "0"), {}, {"data.timeout_s: must be between 1 and 31536000 (got 0)"}},
       {"BadCommBackend", with("comm.backend", "gloo"), {}, {"comm.backend", "'gloo'"}},
       {"ZeroBucket", with("comm.bucket_mb", "0"), {}, {"comm.bucket_mb: must be > 0"}},
       // YAML reads "," as nothing: an empty list variable trained on synthetic data.
@@ -185,7 +185,7 @@ inline std::vector<BadConfigCase> bad_config_cases() {
       {"HugeBucket", with("comm.bucket_mb", "1e20"), {}, {"comm.bucket_mb", "between", "(got 1e+20)"}},
       {"TinyBucket", with("comm.bucket_mb", "1e-300"), {}, {"comm.bucket_mb", "1 KiB"}},
       {"OverlapNotABool", with("comm.overlap", "sometimes"), {}, {"comm.overlap", "not true or false"}},
-      {"ZeroCommTimeout", with("comm.timeout_s", "0"), {}, {"comm.timeout_s: must be > 0"}},
+      {"ZeroCommTimeout", with("comm.timeout_s", "0"), {}, {"comm.timeout_s: must be between 1 and 31536000 (got 0)"}},
       {"ZeroGoldenEvery", with("burnin.golden_every", "0"), {}, {"burnin.golden_every: must be > 0"}},
       {"DegradeNotAPercentage", with("burnin.degrade_pct", "150"), {},
        {"burnin.degrade_pct", "percentage in (0, 100)", "150"}},

@@ -232,7 +232,8 @@ TEST(Validate, BurninPeriodsAndTheTimeoutsHaveARange) {
   for (const auto& [key, low, high, refusal] : ranges) {
     EXPECT_NO_THROW(load_config("tiny", {key + "=" + low})) << key;
     EXPECT_NO_THROW(load_config("tiny", {key + "=" + high})) << key;
-    for (const char* bad : {"1e300", "1e-300", "0.001"}) {
+    // 0 and -1 too: they were "must be > 0", which 0.5 is and is refused.
+    for (const char* bad : {"1e300", "1e-300", "0.001", "0", "-1"}) {
       const std::string setting = key + "=" + bad;  // (clang before 16 cannot capture `key`, a structured binding)
       const std::string message = config_error([&] { load_config("tiny", {setting}); });
       EXPECT_NE(message.find(key + ": " + refusal), std::string::npos) << key << "=" << bad << ": " << message;
