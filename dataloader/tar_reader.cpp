@@ -207,7 +207,17 @@ bool TarReader::next_member(TarMember* member) {
   // ARCHIVE_WARN marks a readable entry with a quirk (an odd pax attribute, a
   // name that does not convert to the locale); the entry itself is good.
   // ARCHIVE_RETRY is a header whose checksum is wrong: the shard is damaged.
-  if (status != ARCHIVE_OK && status != ARCHIVE_WARN) fail_header();
+  if (status != ARCHIVE_OK && status != ARCHIVE_WARN) {
+    // Every member whole, the file cut inside its end-of-archive zeros: read
+    // as a copy cut at a member boundary is (ended_without_end_marker), not
+    // as a damaged header, which failed a shard whose samples were all there.
+    if (cut_in_end_marker()) {
+      at_end_ = true;
+      end_marker_seen_ = false;
+      return false;
+    }
+    fail_header();
+  }
 
   member_offset_ = archive_read_header_position(archive_);
   data_start_ = stream_offset();
@@ -408,6 +418,19 @@ int64_t TarReader::cut_in_extended_header() const {
     at += kTarBlock + whole_blocks(size);
     if (at > file_bytes) return member_start;
   }
+}
+
+// libarchive says "Truncated tar archive" where an uncompressed file ends
+// less than a block after the last member, however the rest reads: true
+// where that rest is zeros (the start of the end-of-archive marker, a copy
+// cut inside it).
+bool TarReader::cut_in_end_marker() const {
+  if (fd_ < 0 || archive_filter_code(archive_, 0) != ARCHIVE_FILTER_NONE) return false;
+  struct stat info;
+  if (::fstat(fd_, &info) != 0) return false;
+  const int64_t member_start = next_header_start();
+  return member_start >= 0 && info.st_size > member_start && info.st_size - member_start < kTarBlock &&
+         first_nonzero_byte_from(member_start) < 0;
 }
 
 // libarchive says "Truncated tar archive" (or "truncated gzip input", ...)

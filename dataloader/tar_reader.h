@@ -100,6 +100,7 @@ class TarReader {
   [[noreturn]] void fail_header() const;
   int64_t next_header_start() const;
   int64_t cut_in_extended_header() const;
+  bool cut_in_end_marker() const;
   [[noreturn]] void fail_data() const;
   // libarchive's error in a message: where it is truncated, or what failed.
   std::string explain(const std::string& where_truncated, const std::string& otherwise) const;

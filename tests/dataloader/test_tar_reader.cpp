@@ -370,6 +370,43 @@ TEST(TarReader, TruncatedInsideAHeader) {
   EXPECT_NE(message.find("truncated"), std::string::npos) << message;
 }
 
+// A copy cut inside the end-of-archive zeros has every member whole: read as
+// one cut at a member boundary is (all members, then "ended without its end
+// marker", which the loader warns of), where fewer than 512 of the zeros
+// left failed the shard as "the file ends inside a member header". A cut
+// past the first zero block reads as ended. The same length of anything but
+// zeros is still a cut header.
+TEST(TarReader, ACutInsideTheEndMarkerReadsEveryMember) {
+  TempDirectory dir;
+  const std::string whole = make_tar({{"0.txt", "a"}, {"1.txt", "b"}}, TarFormat::kUstar);
+  constexpr size_t kMembersEnd = 2 * 1024;
+  ASSERT_GE(whole.size(), kMembersEnd + 1024);
+  for (const size_t zeros : {0, 1, 100, 511, 512, 700}) {
+    const std::string path = dir.file("cut-" + std::to_string(zeros) + ".tar");
+    write_file(path, whole.substr(0, kMembersEnd + zeros));
+    TarReader tar;
+    tar.open(path);
+    std::vector<ReadMember> members;
+    try {
+      members = read_all(tar);
+    } catch (const DataError& error) {
+      ADD_FAILURE() << zeros << " zeros: " << error.what();
+      continue;
+    }
+    ASSERT_EQ(members.size(), 2u) << zeros << " zeros";
+    EXPECT_EQ(members[1].data, "b");
+    EXPECT_EQ(tar.ended_without_end_marker(), zeros < 512) << zeros << " zeros";
+  }
+  std::string garbage = whole.substr(0, kMembersEnd + 100);
+  garbage[kMembersEnd + 50] = 'x';
+  const std::string path = dir.file("cut-garbage.tar");
+  write_file(path, garbage);
+  TarReader tar;
+  tar.open(path);
+  const std::string message = expect_data_error(tar, CorruptScope::kShard);
+  EXPECT_NE(message.find("byte 2048: truncated tar archive"), std::string::npos) << message;
+}
+
 // A file that ends inside a pax or GNU long-name header, or right after one
 // before the header it extends: libarchive says "Damaged tar archive" or
 // nothing at all, and the message says the file is cut, at the cut member's
