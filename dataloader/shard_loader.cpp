@@ -503,6 +503,9 @@ class Reader {
         continue;
       }
       ++samples_into_shard_;
+      // Its token member's header may be the one cut: the next call says
+      // the archive is truncated, where "has no .u16 member" came first.
+      if (samples_->broken_after() && sample_.find(options_.field) == nullptr) continue;
       SharedTokens tokens;
       try {
         tokens = decode_sample();

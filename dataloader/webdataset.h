@@ -69,6 +69,11 @@ class SampleReader {
   // archive itself is broken (after the samples before the break that were
   // read whole).
   bool next(Sample* sample);
+  // The archive broke right after the sample next() gave (the next header
+  // cut short or damaged; the next call throws it): that sample may have
+  // had members in what is lost. A member it lacks is the break's doing,
+  // not a sample written without it.
+  bool broken_after() const { return deferred_.has_value(); }
 
  private:
   // Reads headers up to the next member webdataset would keep, into pending_*.

@@ -691,6 +691,30 @@ TEST(ShardLoader, AShardWithDataAfterItsEndMarkerIsCountedAndSaid) {
                                        "), read up to it: 6 samples");
 }
 
+// A file cut inside the header of a sample's second member (its tokens): the
+// sample read before the cut has only its first member, and the run said
+// "sample 'a1' has no .u16 member" where the shard is truncated at byte 2048.
+// The truncation is what ends the run.
+TEST(ShardLoader, AHeaderCutAfterASampleIsReportedAsTheCutNotAMissingMember) {
+  TempDir dir;
+  const std::string tokens("\x01\x00\x02\x00\x03\x00", 6);
+  const std::string whole = testing::make_tar({{"a0.u16", tokens}, {"a1.json", "{}"}, {"a1.u16", tokens}},
+                                              testing::TarFormat::kUstar);
+  const std::string cut = dir.path() + "/cut.tar";
+  std::ofstream(cut, std::ios::binary) << whole.substr(0, 2048 + 100);  // inside a1.u16's header
+  LoaderOptions o = options_for({cut});
+  o.readers = 1;
+  ShardLoader loader(o);
+  try {
+    take_batches(loader, 4);
+    FAIL() << "a truncated shard was read without an error";
+  } catch (const DataError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(cut + ": byte 2048: truncated tar archive"), std::string::npos) << message;
+    EXPECT_EQ(message.find("has no"), std::string::npos) << message;
+  }
+}
+
 TEST(ShardLoader, AllShardsUnreadableWithSkipIsAnErrorNotASpin) {
   TempDir dir;
   std::vector<std::string> shards;

@@ -31,6 +31,7 @@
 #include "dataloader/data_error.h"    // DataError: pack's unreadable input
 #include "dataloader/tar_reader.h"    // a member's header offset: a block zeroed there; listing what pack wrote
 #include "tests/support/run_command.h"
+#include "tests/dataloader/read_test_tars.h"  // make_tar: a shard cut where asked
 
 namespace trainbench {
 namespace {
@@ -583,6 +584,23 @@ TEST_F(ShardTools, VerifyReportsShardsWithoutSamplesOrTokens) {
   result = verify_shards(options);
   ASSERT_EQ(result.errors, 1) << ::testing::PrintToString(result.error_lines);
   EXPECT_EQ(result.error_lines[0].rfind(no_tokens + ": no tokens", 0), 0u) << result.error_lines[0];
+}
+
+// A file cut inside the header of the last sample's token member: verify
+// listed "sample a1 has no 'u16' member" first, then the truncation; the
+// cut is the one error.
+TEST_F(ShardTools, VerifyNamesAHeaderCutAfterASampleNotAMissingMember) {
+  const std::string tokens("\x01\x00\x02\x00", 4);
+  const std::string whole = testing::make_tar({{"a0.u16", tokens}, {"a1.json", "{}"}, {"a1.u16", tokens}},
+                                              testing::TarFormat::kUstar);
+  const std::string cut = dir_ + "/cut.tar";
+  std::ofstream(cut, std::ios::binary) << whole.substr(0, 2048 + 100);  // inside a1.u16's header
+  VerifyOptions options;
+  options.shards = {cut};
+  options.field = "u16";
+  const VerifyResult result = verify_shards(options);
+  ASSERT_EQ(result.errors, 1) << ::testing::PrintToString(result.error_lines);
+  EXPECT_EQ(result.error_lines[0].rfind(cut + ": byte 2048: truncated tar archive", 0), 0u) << result.error_lines[0];
 }
 
 // --field without --vocab checks the format alone (vocab 0: no bound).
