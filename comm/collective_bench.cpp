@@ -69,10 +69,13 @@ struct Path {
   bool blocking = false;  // plain blocking MPI calls, with no timeout of their own
 };
 
-// Ends the job (comm.abort, exit 3) when a blocking path made no progress for
-// timeout_s: a rank that died or stalled inside MPI_Allreduce hung the raw
-// path for ever, where the communicator's own calls time out. The timed loop
-// pays one relaxed atomic increment per call; the thread looks every 100 ms.
+// Ends the job (comm.abort, exit 3) when one blocking call of a path has not
+// returned for timeout_s: a rank that died or stalled inside MPI_Allreduce
+// hung the raw path for ever, where the communicator's own calls time out.
+// Only time inside a call counts: the host's fill and check of a large
+// buffer between calls took seconds, and with comm.timeout_s 1 ended a
+// healthy job. Each call pays two relaxed atomic stores; the thread looks
+// every 100 ms.
 class StallWatchdog {
  public:
   StallWatchdog(Communicator& comm, double timeout_s, std::string what)
@@ -87,19 +90,22 @@ class StallWatchdog {
     wake_.notify_one();
     thread_.join();
   }
-  void progressed() { progress_.fetch_add(1, std::memory_order_relaxed); }
+  // Around each blocking call: the call numbered `call` began, or no call
+  // is under way (0).
+  void entered(int64_t call) { in_call_.store(call, std::memory_order_relaxed); }
+  void left() { in_call_.store(0, std::memory_order_relaxed); }
 
  private:
   void watch() {
-    int64_t seen = progress_.load(std::memory_order_relaxed);
-    Clock::time_point last_change = Clock::now();
+    int64_t seen = 0;
+    Clock::time_point since = Clock::now();
     std::unique_lock<std::mutex> lock(mutex_);
     while (!wake_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; })) {
-      const int64_t now_seen = progress_.load(std::memory_order_relaxed);
-      if (now_seen != seen) {
-        seen = now_seen;
-        last_change = Clock::now();
-      } else if (std::chrono::duration<double>(Clock::now() - last_change).count() >= timeout_s_) {
+      const int64_t call = in_call_.load(std::memory_order_relaxed);
+      if (call == 0 || call != seen) {  // between calls, or another call than last seen
+        seen = call;
+        since = Clock::now();
+      } else if (std::chrono::duration<double>(Clock::now() - since).count() >= timeout_s_) {
         comm_.abort(3, "comm: " + what_ + " made no progress for " + std::to_string(static_cast<int64_t>(timeout_s_)) +
                            " s (comm.timeout_s) on rank " + std::to_string(comm_.rank()) +
                            ": a rank died or stalled");
@@ -110,7 +116,7 @@ class StallWatchdog {
   Communicator& comm_;
   const double timeout_s_;
   const std::string what_;
-  std::atomic<int64_t> progress_{0};
+  std::atomic<int64_t> in_call_{0};
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stop_ = false;
@@ -161,6 +167,12 @@ CollectiveBenchResult measure(Communicator& comm, const CollectiveBenchOptions& 
   };
   Buffers buffers{make(collective.send_count), make(collective.recv_count)};
   std::optional<StallWatchdog> watchdog;
+  int64_t calls = 0;
+  const auto run_path = [&] {
+    if (watchdog) watchdog->entered(++calls);
+    path.run(buffers);
+    if (watchdog) watchdog->left();
+  };
   // One call on the pattern, its result checked, the buffers zeroed again:
   // before the timed loop, and after it, as nccl-tests -c checks, so that a
   // fault that shows only under back-to-back load is seen.
@@ -168,8 +180,7 @@ CollectiveBenchResult measure(Communicator& comm, const CollectiveBenchOptions& 
     collective.fill(buffers.send->host());
     buffers.send->to_collective();
     buffers.recv->zero();
-    path.run(buffers);
-    if (watchdog) watchdog->progressed();
+    run_path();
     buffers.send->to_host();
     buffers.recv->to_host();
     const bool ok = collective.check(buffers.send->host(), buffers.recv->host());
@@ -191,9 +202,8 @@ CollectiveBenchResult measure(Communicator& comm, const CollectiveBenchOptions& 
   std::vector<double> times;
   for (int64_t i = 0; i < options.warmup_iters + options.iters; ++i) {
     const Clock::time_point start = Clock::now();
-    path.run(buffers);
+    run_path();
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    if (watchdog) watchdog->progressed();
     if (i >= options.warmup_iters) times.push_back(seconds);
   }
   check_ok = run_checked() && check_ok;

@@ -194,6 +194,38 @@ TEST(MpiCommunicator, BenchHarnessCopiesToBuffersElsewhereAndChecksWhatComesBack
     EXPECT_TRUE(r.check_ok) << r.collective << " " << r.path << " " << r.bytes;
 }
 
+// A buffer whose copy back to the host takes 1.2 s, as a large GPU buffer's
+// copy and check may: host work between the raw path's calls. The raw
+// path's watchdog counted it as a call that made no progress and, with a
+// 1 s comm.timeout_s, ended a healthy job (exit 3). Only time inside a call
+// counts.
+class SlowToReadBack final : public BenchBuffer {
+ public:
+  explicit SlowToReadBack(int64_t count) : inner_(make_separate_host_bench_buffer(count)) {}
+  float* data() override { return inner_->data(); }
+  std::vector<float>& host() override { return inner_->host(); }
+  void to_collective() override { inner_->to_collective(); }
+  void to_host() override {
+    inner_->to_host();
+    if (!host().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  }
+  void zero() override { inner_->zero(); }
+
+ private:
+  std::unique_ptr<BenchBuffer> inner_;
+};
+
+TEST(MpiCommunicator, TheRawPathsWatchdogCountsOnlyTimeInsideACall) {
+  const CollectiveBenchOptions options{.warmup_iters = 0, .iters = 2, .timeout_s = 1};
+  const std::vector<CollectiveBenchResult> step =
+      bench_gradient_step(*comm, {4096}, options, [](int64_t count) -> std::unique_ptr<BenchBuffer> {
+        return std::make_unique<SlowToReadBack>(count);
+      });
+  ASSERT_EQ(step.size(), 2u);
+  EXPECT_EQ(step[1].path, "raw");
+  for (const CollectiveBenchResult& r : step) EXPECT_TRUE(r.check_ok) << r.path;
+}
+
 // The harness's background all-reduces leave nothing in the communicator's
 // comm_s: the next training step would take them as its own (burn-in
 // measures the fabric between steps, the network ceiling before step 1).
