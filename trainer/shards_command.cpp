@@ -338,9 +338,12 @@ int ShardsCommand::run_pack() {
     // a name like a shard's is taken for one, unless such a folder is there.
     std::error_code ignored;
     if (has_shard_extension(out) && !fs::is_directory(out, ignored))
-      user_error("--out " + out + ": is a folder for the shards (shard-NNNNNN.tar in it), and this one is named "
-                 "like a shard; give a folder, or a pattern such as " +
-                 (fs::path(out).parent_path() / "data-%06d.tar").string());
+      user_error("--out " + out +
+                 (fs::exists(out, ignored) ? ": is a file (a shard?), and --out is a folder for the shards "
+                                             "(shard-NNNNNN.tar in it)"
+                                           : ": is a folder for the shards (shard-NNNNNN.tar in it), and this one "
+                                             "is named like a shard") +
+                 "; give a folder, or a pattern such as " + (fs::path(out).parent_path() / "data-%06d.tar").string());
     options.out_pattern = pattern_literal(out) + "/shard-%06d.tar";
   }
   // Before the output folder is made: not a folder left inside INPUT_DIR.

@@ -832,6 +832,7 @@ struct BadCommand {
 
 TEST_F(ShardTools, CommandLineUserErrorsExit2WithOneLineNamingTheOption) {
   write_file(dir_ + "/file", "not a directory");
+  write_file(dir_ + "/file.tar", "a shard");
   const std::string out = " --out " + dir_ + "/o";
   const std::vector<BadCommand> cases = {
       {"shards", {"synth", "pack", "verify"}},
@@ -851,6 +852,8 @@ TEST_F(ShardTools, CommandLineUserErrorsExit2WithOneLineNamingTheOption) {
       {"shards verify " + dir_ + "/missing.tar", {"SPEC " + dir_ + "/missing.tar: shard"}},
       // A name like a shard's is not a folder for pack's shards (it made one).
       {"shards pack " + dir_ + " --out " + dir_ + "/o/data.tar", {"--out " + dir_ + "/o/data.tar", "data-%06d.tar"}},
+      // An existing shard: said as a file, not "named like a shard".
+      {"shards pack " + dir_ + "/in --out " + dir_ + "/file.tar", {"--out " + dir_ + "/file.tar: is a file (a shard?)"}},
       // Exact and out of range, not "expected an integer".
       {"shards synth" + out + " --count 1 --size 9000000000000000001", {"--size", "must be between"}},
       {"shards verify " + dir_ + "/file --vocab 10", {"--vocab", "needs --field: name the token member", "u16"}},
