@@ -684,6 +684,21 @@ TEST_F(ShardTools, CommandLineVerifyListsEveryErrorAndExits2) {
   EXPECT_NE(verify.err.find("trainbench: shards verify: 1 error"), std::string::npos) << verify.err;
 }
 
+// A shard listed twice is read and counted twice, as a run reads it: said
+// (run and bench io say it), where verify counted 5 shards of 4 silently.
+TEST_F(ShardTools, CommandLineVerifySaysAShardListedTwice) {
+  ASSERT_EQ(run_command(binary() + " shards synth --out " + dir_ + "/r --count 4 --samples 5").exit_code, 0);
+  const std::string first = dir_ + "/r/train-000000.tar";
+  const CommandResult verify = run_command(binary() + " shards verify '" + dir_ + "/r," + first + "'");
+  EXPECT_EQ(verify.exit_code, 0) << verify.err;
+  EXPECT_EQ(summary_value(verify.out, "shards"), 5) << verify.out;
+  EXPECT_NE(verify.out.find("warning: SPEC lists " + dir_ + "/r/train-000000.tar 2 times: every listing was read"),
+            std::string::npos)
+      << verify.out;
+  const CommandResult once = run_command(binary() + " shards verify " + dir_ + "/r");
+  EXPECT_EQ(once.out.find("warning"), std::string::npos) << once.out;
+}
+
 // Folders whose names hold '%' are folders, not shard name patterns: synth
 // and pack failed there ("'%' must start %d"), and so did the default run
 // under such a TMPDIR.
