@@ -1579,7 +1579,7 @@ int BenchCommand::run_comm(const std::string& command_line) {
   if (config.comm.inject_delay_ms > 0)
     s.warnings.push_back("fault injected (comm.inject_delay_ms=" + format_double(config.comm.inject_delay_ms) +
                          "): the communicator's collectives are held that long each (the raw path's plain MPI "
-                         "calls are not), and its figures are not the link's");
+                         "calls are not): their figures are not the link's");
   s.host_ranks = ranks_on_this_host(*comm);
   check_room_for_buffers(sweep, s.host_ranks, *comm);
   s.iters = o.iters;

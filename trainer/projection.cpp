@@ -162,7 +162,7 @@ Fabric parse_fabric(const std::string& text) {
     if (!value)
       throw std::invalid_argument("'" + excerpt(text) + "': " + what + " '" + excerpt(part) + "' is " +
                                   (out_of_range ? "out of range" : "not a number"));
-    return *value + 0.0;  // -0 is 0: "-0 us" printed, -0.0 in the JSON
+    return *value + 0.0;  // -0 becomes 0 (it was printed "-0 us" and written -0.0 to the JSON)
   };
   if (comma == std::string::npos)
     throw std::invalid_argument("'" + excerpt(text) +

@@ -429,12 +429,13 @@ int ShardsCommand::run_verify() {
   print_summary_line("errors", std::to_string(result.errors));
   // Counted once per listing, as a run reads them: said, as run and bench io
   // say it (a repeated shard is how some lists up-weight a source).
-  if (const std::vector<RepeatedShard> repeated = repeated_shards(options.shards); !repeated.empty())
+  if (const std::vector<RepeatedShard> repeated = repeated_shards(options.shards); !repeated.empty()) {
+    const std::string more =
+        repeated.size() > 1 ? " (and " + std::to_string(repeated.size() - 1) + " more shards more than once)" : "";
     std::printf("warning: SPEC lists %s %ld times%s: every listing was read and counted, as a run reads each one "
                 "every epoch\n",
-                repeated.front().path.c_str(), static_cast<long>(repeated.front().listings),
-                repeated.size() > 1 ? (" (and " + std::to_string(repeated.size() - 1) + " more shards more than once)").c_str()
-                                    : "");
+                repeated.front().path.c_str(), static_cast<long>(repeated.front().listings), more.c_str());
+  }
   if (result.errors > 0) {
     std::fflush(stdout);
     user_error("shards verify: " + std::to_string(result.errors) + " error" +

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/launch_detect.h"
+#include "tests/support/forwarding_bench_buffer.h"  // the faulty buffers
 #include "tests/support/one_rank_communicator.h"  // the device-buffer stand-in
 
 namespace trainbench {
@@ -196,20 +197,15 @@ TEST(CollectiveBench, BuffersApartFromTheHostAreFilledAndCheckedThroughCopies) {
 // A buffer whose data goes bad from its second read back on: a fault that
 // only repeated calls bring out. The check after the timed loop sees it (one
 // check before the loop, alone, passed every collective).
-class GoesBadAfterItsFirstReadBack : public BenchBuffer {
+class GoesBadAfterItsFirstReadBack final : public testing::ForwardingBenchBuffer {
  public:
-  explicit GoesBadAfterItsFirstReadBack(int64_t count) : inner_(make_separate_host_bench_buffer(count)) {}
-  float* data() override { return inner_->data(); }
-  std::vector<float>& host() override { return inner_->host(); }
-  void to_collective() override { inner_->to_collective(); }
+  using ForwardingBenchBuffer::ForwardingBenchBuffer;
   void to_host() override {
-    inner_->to_host();
+    ForwardingBenchBuffer::to_host();
     if (++reads_ > 1 && !host().empty()) host().back() += 1.0f;
   }
-  void zero() override { inner_->zero(); }
 
  private:
-  std::unique_ptr<BenchBuffer> inner_;
   int reads_ = 0;
 };
 

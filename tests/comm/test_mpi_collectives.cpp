@@ -16,6 +16,7 @@
 
 #include "comm/collective_bench.h"  // the bench harness on buffers apart from the host
 #include "comm/communicator.h"
+#include "tests/support/forwarding_bench_buffer.h"  // a buffer slow to read back
 
 namespace trainbench {
 namespace {
@@ -199,20 +200,13 @@ TEST(MpiCommunicator, BenchHarnessCopiesToBuffersElsewhereAndChecksWhatComesBack
 // path's watchdog counted it as a call that made no progress and, with a
 // 1 s comm.timeout_s, ended a healthy job (exit 3). Only time inside a call
 // counts.
-class SlowToReadBack final : public BenchBuffer {
+class SlowToReadBack final : public testing::ForwardingBenchBuffer {
  public:
-  explicit SlowToReadBack(int64_t count) : inner_(make_separate_host_bench_buffer(count)) {}
-  float* data() override { return inner_->data(); }
-  std::vector<float>& host() override { return inner_->host(); }
-  void to_collective() override { inner_->to_collective(); }
+  using ForwardingBenchBuffer::ForwardingBenchBuffer;
   void to_host() override {
-    inner_->to_host();
+    ForwardingBenchBuffer::to_host();
     if (!host().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1200));
   }
-  void zero() override { inner_->zero(); }
-
- private:
-  std::unique_ptr<BenchBuffer> inner_;
 };
 
 TEST(MpiCommunicator, TheRawPathsWatchdogCountsOnlyTimeInsideACall) {
