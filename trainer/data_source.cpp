@@ -99,8 +99,9 @@ int64_t synth_samples_per_shard_for_run(const Config& config, int64_t world) {
 }
 
 namespace {
-// Batches come from a rank's readers in turn, so a reader dealt fewer shards
-// per epoch runs through its epochs sooner: over any span of training its
+// Every rank takes one batch a step, from its readers in turn, so every
+// reader is read at one pace (data.readers 1: the ranks' one reader each),
+// and a reader dealt fewer shards per epoch runs through its epochs sooner: over any span of training its
 // shards are read more often than the others'. (Fewer shards than readers in
 // all is refused by the loader.) A run's alone: bench io reads each shard once.
 std::optional<std::string> uneven_readers_warning(const Config& config, int64_t world, int64_t count) {
@@ -110,7 +111,8 @@ std::optional<std::string> uneven_readers_warning(const Config& config, int64_t 
          std::to_string(config.data.readers) + " data.readers: " + std::to_string(count % readers) +
          " reader(s) get " + std::to_string(count / readers + 1) + " shards an epoch and the rest " +
          std::to_string(count / readers) +
-         ", and as batches are taken from the readers in turn, the shards of the readers with fewer are read " +
+         ", and as every reader's batches are taken at one pace (each rank one a step, from its readers in turn), "
+         "the shards of the readers with fewer are read " +
          "more often (up to " + std::to_string(count / readers + 1) + ":" + std::to_string(count / readers) +
          "); a multiple of " + std::to_string(readers) + " shards samples them evenly";
 }
