@@ -71,6 +71,16 @@ std::set<std::string>& unfinished() {
   static auto* paths = new std::set<std::string>;
   return *paths;
 }
+// Those a signal came during (cancel_unfinished_atomic_writes), under the
+// same mutex: not to be renamed into place.
+std::set<std::string>& cancelled() {
+  static auto* paths = new std::set<std::string>;
+  return *paths;
+}
+bool cancelled_by_a_signal(const std::string& temp) {
+  const std::lock_guard<std::mutex> lock(unfinished_mutex());
+  return cancelled().count(temp) > 0;
+}
 
 // Lists (or unlists) a temporary for the signal's cleanup. A temporary the
 // cleanup removes while its write goes on fails that write's rename, or
@@ -95,6 +105,11 @@ void test_write_delay() {
   if (delay_ms > 0 && !paused.exchange(true)) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
 }
 }  // namespace
+
+void cancel_unfinished_atomic_writes() {
+  const std::lock_guard<std::mutex> lock(unfinished_mutex());
+  cancelled().insert(unfinished().begin(), unfinished().end());
+}
 
 void remove_unfinished_atomic_writes() {
   // Locked for good: the process is ending by the signal. A writer that
@@ -155,6 +170,13 @@ void write_file_atomically(const std::string& named, const std::string& contents
   const int close_status = ::close(fd);
   fd = -1;
   if (close_status != 0) abandon("cannot close", temp);
+  // A signal came while it was written: the earlier file stays, and the
+  // process ends by the signal, whose cleanup removes the temporary. The
+  // rename went on while the cleanup wrote the partial result, and a run
+  // left its new result and the partial one beside it. (A signal between
+  // this check and the rename, microseconds, still lets the file land.)
+  if (cancelled_by_a_signal(temp))
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
   if (std::rename(temp.c_str(), path.c_str()) != 0) abandon("cannot rename " + temp + " to", path);
   list_unfinished(temp, false);
 

@@ -48,6 +48,11 @@ std::string atomic_write_temporary_template(const std::string& path);
 // `replaced` (the new contents are in place, not yet durable).
 void write_file_atomically(const std::string& path, const std::string& contents);
 
+// For a signal's cleanup, first (before the partial result is written): the
+// writes under way are not renamed into place; each writer waits at its
+// rename for the process to end by the signal.
+void cancel_unfinished_atomic_writes();
+
 // For a signal's cleanup (trainer/interrupt_cleanup.h's run_on_interrupt):
 // removes the temporaries of the writes under way, and from then on holds
 // every writer at its next listing or unlisting of one (after its creation,

@@ -203,6 +203,11 @@ void install_interrupt_cleanup() {
     if (got != static_cast<ssize_t>(sizeof(signal_number))) return;
     signal_received = true;
     if (interrupt_report()) interrupt_report()(signal_number);
+    // Test hook: the cleanup starts this long after the report, so that a
+    // write the signal came during reaches its rename before its temporary
+    // is removed.
+    if (const char* delay = std::getenv("TRAINBENCH_TEST_INTERRUPT_CLEANUP_DELAY_MS"))
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(delay)));
     // Locked for good: the process is ending by the signal. A folder made
     // after the cleanup had passed stayed; its maker waits here instead.
     // An abort that has the lock has done (or is doing) this cleanup.

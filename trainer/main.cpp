@@ -6,7 +6,7 @@
 #include <cstdlib>  // std::_Exit
 #include <string>
 
-#include "checkpoint/atomic_file.h"      // remove_unfinished_atomic_writes
+#include "checkpoint/atomic_file.h"      // cancel_ and remove_unfinished_atomic_writes
 #include "dataloader/shard_writer.h"     // remove_partial_shards
 #include "comm/communicator.h"       // set_before_abort
 #include "trainer/cli.h"
@@ -25,6 +25,9 @@ int main(int argc, char** argv) {
   // A signal (Ctrl-C, scancel, Slurm's time limit): rank 0's partial result
   // (trainer/partial_result.h) first; set before the handler that calls it.
   trainbench::set_interrupt_report([](int signal_number) {
+    // The result being written when the signal came is not renamed over the
+    // earlier one (its rename raced this report's write of the steps).
+    trainbench::cancel_unfinished_atomic_writes();
     const char* name = signal_number == SIGINT    ? "SIGINT (Ctrl-C)"
                        : signal_number == SIGTERM ? "SIGTERM (scancel, a time limit, the launcher)"
                        : signal_number == SIGHUP  ? "SIGHUP (the terminal went)"

@@ -1073,6 +1073,27 @@ TEST(Cli, AResultWriteCutOffByASignalLeavesNoTemporary) {
   EXPECT_TRUE(std::filesystem::exists(dir.file("r.aborted.json")));
 }
 
+// The same signal, the result's write held 1.5 s and the signal's cleanup
+// 4 s after the partial result: the write reached its rename first, and the
+// new result replaced the earlier one beside r.aborted.json (seen 2 times in
+// 5 unaided). A write the signal came during is not renamed into place.
+TEST(Cli, AResultWriteASignalCameDuringIsNotRenamedIntoPlace) {
+  testing::TempDir dir("test_cli_interrupt_rename");
+  const std::string out = dir.file("out.txt");
+  const std::string earlier = "{\"schema\": \"trainbench.result/v1\", \"an earlier\": \"result\"}\n";
+  std::ofstream(dir.file("r.json")) << earlier;
+  const auto r = run_command(
+      "( TRAINBENCH_TEST_ATOMIC_WRITE_DELAY_MS=1500 TRAINBENCH_TEST_INTERRUPT_CLEANUP_DELAY_MS=4000 " +
+      std::string(TRAINBENCH_BINARY) + " run tiny --steps 8 --set checkpoint.every_steps=0 --set train.threads=1 --out " +
+      dir.file("r.json") + " > " + out + " 2>&1 & pid=$!; for i in $(seq 600); do ls " + dir.path() +
+      " | grep -q '^r.json.tmp.' && break; sleep 0.02; done; kill -TERM $pid; wait $pid; echo exit=$?)");
+  EXPECT_EQ(r.out, "exit=143\n") << testing::read_whole_file(out);
+  EXPECT_EQ(testing::read_whole_file(dir.file("r.json")), earlier) << testing::read_whole_file(out);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("r.aborted.json")));
+  for (const std::filesystem::directory_entry& entry : std::filesystem::directory_iterator(dir.path()))
+    EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << "left: " << entry.path();
+}
+
 // The storage-write medians are the measured steps' checkpoints' (DESIGN:
 // per run, steps after warm-up): a warm-up checkpoint wrote at a tenth of
 // the later ones' rate and halved the median stall. The counts and bytes
