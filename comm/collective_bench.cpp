@@ -90,9 +90,9 @@ class StallWatchdog {
     wake_.notify_one();
     thread_.join();
   }
-  // Around each blocking call: the call numbered `call` began, or no call
-  // is under way (0).
-  void entered(int64_t call) { in_call_.store(call, std::memory_order_relaxed); }
+  // Around each blocking call (the measuring thread's alone): which call is
+  // under way, numbered from 1, or none (0).
+  void entered() { in_call_.store(++calls_, std::memory_order_relaxed); }
   void left() { in_call_.store(0, std::memory_order_relaxed); }
 
  private:
@@ -116,6 +116,7 @@ class StallWatchdog {
   Communicator& comm_;
   const double timeout_s_;
   const std::string what_;
+  int64_t calls_ = 0;  // the measuring thread's
   std::atomic<int64_t> in_call_{0};
   std::mutex mutex_;
   std::condition_variable wake_;
@@ -167,9 +168,8 @@ CollectiveBenchResult measure(Communicator& comm, const CollectiveBenchOptions& 
   };
   Buffers buffers{make(collective.send_count), make(collective.recv_count)};
   std::optional<StallWatchdog> watchdog;
-  int64_t calls = 0;
   const auto run_path = [&] {
-    if (watchdog) watchdog->entered(++calls);
+    if (watchdog) watchdog->entered();
     path.run(buffers);
     if (watchdog) watchdog->left();
   };

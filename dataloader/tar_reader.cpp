@@ -387,6 +387,14 @@ bool extends_the_next_header(unsigned char type_flag) {
 int64_t whole_blocks(int64_t bytes) { return (bytes + kTarBlock - 1) / kTarBlock * kTarBlock; }
 }  // namespace
 
+// The file's size where its bytes are the tar's (an uncompressed shard read
+// from a file, which the checks below read themselves), else -1.
+int64_t TarReader::uncompressed_file_bytes() const {
+  if (fd_ < 0 || archive_filter_code(archive_, 0) != ARCHIVE_FILTER_NONE) return -1;
+  struct stat info;
+  return ::fstat(fd_, &info) == 0 ? static_cast<int64_t>(info.st_size) : -1;
+}
+
 // Where the header after the current member starts (0 before the first): the
 // current member's own header block, just before its data, gives its size.
 int64_t TarReader::next_header_start() const {
@@ -403,10 +411,8 @@ int64_t TarReader::next_header_start() const {
 // extension headers from where the next member starts. The start of the cut
 // member, or -1 where the file does not end there.
 int64_t TarReader::cut_in_extended_header() const {
-  if (fd_ < 0 || archive_filter_code(archive_, 0) != ARCHIVE_FILTER_NONE) return -1;
-  struct stat info;
-  if (::fstat(fd_, &info) != 0) return -1;
-  const int64_t file_bytes = info.st_size;
+  const int64_t file_bytes = uncompressed_file_bytes();
+  if (file_bytes < 0) return -1;
   const int64_t member_start = next_header_start();
   if (member_start < 0) return -1;
   unsigned char header[kTarBlock];
@@ -425,11 +431,9 @@ int64_t TarReader::cut_in_extended_header() const {
 // where that rest is zeros (the start of the end-of-archive marker, a copy
 // cut inside it).
 bool TarReader::cut_in_end_marker() const {
-  if (fd_ < 0 || archive_filter_code(archive_, 0) != ARCHIVE_FILTER_NONE) return false;
-  struct stat info;
-  if (::fstat(fd_, &info) != 0) return false;
-  const int64_t member_start = next_header_start();
-  return member_start >= 0 && info.st_size > member_start && info.st_size - member_start < kTarBlock &&
+  const int64_t file_bytes = uncompressed_file_bytes();
+  const int64_t member_start = file_bytes < 0 ? -1 : next_header_start();
+  return member_start >= 0 && file_bytes > member_start && file_bytes - member_start < kTarBlock &&
          first_nonzero_byte_from(member_start) < 0;
 }
 

@@ -98,6 +98,7 @@ class TarReader {
   int64_t first_nonzero_byte_from(int64_t offset) const;
   [[noreturn]] void fail(int64_t offset, const std::string& what) const;
   [[noreturn]] void fail_header() const;
+  int64_t uncompressed_file_bytes() const;
   int64_t next_header_start() const;
   int64_t cut_in_extended_header() const;
   bool cut_in_end_marker() const;

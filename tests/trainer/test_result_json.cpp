@@ -1055,11 +1055,21 @@ TEST(Cli, AnInterruptedRunLeavesTheStepsItTrainedBesideTheResult) {
 // removes it; the earlier r.json is kept as it was, and the steps trained
 // are in r.aborted.json. (The test hook holds the process's first atomic
 // write, the result's here, between its creation and its write.)
+const char kEarlierResult[] = "{\"schema\": \"trainbench.result/v1\", \"an earlier\": \"result\"}\n";
+
+// After a signal landed during the result's write: the earlier r.json as it
+// was, no temporary beside it, the steps in r.aborted.json.
+void expect_the_earlier_result_kept(const testing::TempDir& dir) {
+  for (const std::filesystem::directory_entry& entry : std::filesystem::directory_iterator(dir.path()))
+    EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << "left: " << entry.path();
+  EXPECT_EQ(testing::read_whole_file(dir.file("r.json")), kEarlierResult);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("r.aborted.json")));
+}
+
 TEST(Cli, AResultWriteCutOffByASignalLeavesNoTemporary) {
   testing::TempDir dir("test_cli_interrupt_write");
   const std::string out = dir.file("out.txt");
-  const std::string earlier = "{\"schema\": \"trainbench.result/v1\", \"an earlier\": \"result\"}\n";
-  std::ofstream(dir.file("r.json")) << earlier;
+  std::ofstream(dir.file("r.json")) << kEarlierResult;
   const auto r = run_command(
       "( TRAINBENCH_TEST_ATOMIC_WRITE_DELAY_MS=20000 " + std::string(TRAINBENCH_BINARY) +
       " run tiny --steps 8 --set checkpoint.every_steps=0 --set train.threads=1 --out " + dir.file("r.json") + " > " +
@@ -1067,10 +1077,7 @@ TEST(Cli, AResultWriteCutOffByASignalLeavesNoTemporary) {
       " | grep -q '^r.json.tmp.' && break; sleep 0.1; done; ls " + dir.path() + " | grep -c '^r.json.tmp.'; " +
       "kill -TERM $pid; wait $pid; echo exit=$?)");
   EXPECT_EQ(r.out, "1\nexit=143\n") << testing::read_whole_file(out);
-  for (const std::filesystem::directory_entry& entry : std::filesystem::directory_iterator(dir.path()))
-    EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << "left: " << entry.path();
-  EXPECT_EQ(testing::read_whole_file(dir.file("r.json")), earlier);
-  EXPECT_TRUE(std::filesystem::exists(dir.file("r.aborted.json")));
+  expect_the_earlier_result_kept(dir);
 }
 
 // The same signal, the result's write held 1.5 s and the signal's cleanup
@@ -1080,18 +1087,14 @@ TEST(Cli, AResultWriteCutOffByASignalLeavesNoTemporary) {
 TEST(Cli, AResultWriteASignalCameDuringIsNotRenamedIntoPlace) {
   testing::TempDir dir("test_cli_interrupt_rename");
   const std::string out = dir.file("out.txt");
-  const std::string earlier = "{\"schema\": \"trainbench.result/v1\", \"an earlier\": \"result\"}\n";
-  std::ofstream(dir.file("r.json")) << earlier;
+  std::ofstream(dir.file("r.json")) << kEarlierResult;
   const auto r = run_command(
       "( TRAINBENCH_TEST_ATOMIC_WRITE_DELAY_MS=1500 TRAINBENCH_TEST_INTERRUPT_CLEANUP_DELAY_MS=4000 " +
       std::string(TRAINBENCH_BINARY) + " run tiny --steps 8 --set checkpoint.every_steps=0 --set train.threads=1 --out " +
       dir.file("r.json") + " > " + out + " 2>&1 & pid=$!; for i in $(seq 600); do ls " + dir.path() +
       " | grep -q '^r.json.tmp.' && break; sleep 0.02; done; kill -TERM $pid; wait $pid; echo exit=$?)");
   EXPECT_EQ(r.out, "exit=143\n") << testing::read_whole_file(out);
-  EXPECT_EQ(testing::read_whole_file(dir.file("r.json")), earlier) << testing::read_whole_file(out);
-  EXPECT_TRUE(std::filesystem::exists(dir.file("r.aborted.json")));
-  for (const std::filesystem::directory_entry& entry : std::filesystem::directory_iterator(dir.path()))
-    EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << "left: " << entry.path();
+  expect_the_earlier_result_kept(dir);
 }
 
 // The storage-write medians are the measured steps' checkpoints' (DESIGN:
