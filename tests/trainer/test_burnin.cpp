@@ -208,6 +208,28 @@ TEST(BurninDegradation, FlagsADropBeyondThePercentage) {
   EXPECT_EQ(degradation_finding("busbw", 0, 80, 10, "GB/s"), "") << "not measured at the start";
 }
 
+// The docs fail a drop "beyond" degrade_pct, a rank "more than" straggler_pct
+// slower, a figure "more than" the tolerance below its baseline: exactly the
+// threshold passes, whatever the figures' binary rounding (0.18 / 0.2 - 1 is
+// a hair below -10 %, and failed where 4.5 / 5 - 1 passed).
+TEST(BurninThresholds, AChangeOfExactlyThePercentagePassesAndAHairMoreFails) {
+  EXPECT_EQ(degradation_finding("checkpoint write", 0.2, 0.18, 10, "GB/s"), "");
+  EXPECT_EQ(degradation_finding("checkpoint write", 5, 4.5, 10, "GB/s"), "");
+  EXPECT_EQ(degradation_finding("busbw", 0.3, 0.21, 30, "GB/s"), "");
+  EXPECT_NE(degradation_finding("checkpoint write", 0.2, 0.1799, 10, "GB/s"), "");
+  EXPECT_EQ(straggler_finding({0.1, 0.11}, 1, 10), "");
+  EXPECT_EQ(straggler_finding({0.3, 0.33}, 1, 10), "");
+  EXPECT_NE(straggler_finding({0.1, 0.1101}, 1, 10), "");
+  BaselineFigures known, now;
+  known.busbw_gbs = 0.2;
+  now.busbw_gbs = 0.18;
+  known.write_gbs = 0.7;
+  now.write_gbs = 0.63;
+  EXPECT_TRUE(compare_with_baseline(now, known, 10).empty());
+  now.busbw_gbs = 0.1799;
+  EXPECT_EQ(compare_with_baseline(now, known, 10).size(), 1u);
+}
+
 // A 2-hour burn-in measures its fabric and storage 13 times: one slow
 // measurement at the end (a neighbour job's burst) failed it, as did a
 // slow first one. From six measurements on the ends are medians of three:
