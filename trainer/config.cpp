@@ -2,7 +2,7 @@
 
 #include <algorithm>    // std::min for the edit distance
 #include <array>        // the path keys written ~/
-#include <cctype>       // isdigit, toupper: byte sizes
+#include <cctype>       // isdigit, toupper: byte sizes; tolower: a key in capitals
 #include <cerrno>       // errno after a failed read
 #include <charconv>     // std::from_chars / to_chars: strict number parsing, shortest printing
 #include <cstdint>      // INT32_MAX for token ids
@@ -278,8 +278,22 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 // " (did you mean 'model.d_model'?)" for a near miss, else "".
 std::string suggestion(std::string_view unknown, const std::vector<std::string_view>& known) {
   if (unknown.size() > kExcerptBytes) return "";  // not a typo of a key; and the edit distance is quadratic
-  // A known key under another section ("train.seq_len" -> "model.seq_len").
   const std::string_view leaf = unknown.substr(unknown.find('.') + 1);
+  // `<<: *base` was "unknown key 'train.<<' (did you mean 'train.lr'?)".
+  if (leaf == "<<") return " (a YAML merge key, which yaml-cpp does not read: write the keys out)";
+  // A section where a key goes: `--set model=3`, or `train: {lora: {rank: 8}}`
+  // ("did you mean 'train.lr'?"). Not in a list of sections, where it is known.
+  if (std::find(known.begin(), known.end(), leaf) == known.end())
+    for (const KeySpec& spec : key_table())
+      if (section_of(spec.name) == leaf)
+        return " ('" + std::string(leaf) + "' is a section, not a key: name one of its keys, e.g. " +
+               std::string(spec.name) + ")";
+  // "MODEL.N_LAYERS" is many edits from its key.
+  std::string lower(unknown);
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (lower != unknown && std::find(known.begin(), known.end(), lower) != known.end())
+    return " (did you mean '" + lower + "'? names are lower case)";
+  // A known key under another section ("train.seq_len" -> "model.seq_len").
   for (std::string_view name : known)
     if (name.find('.') != std::string_view::npos && name.substr(name.find('.') + 1) == leaf)
       return " (did you mean '" + std::string(name) + "'?)";
@@ -508,6 +522,29 @@ bool indented_with_a_tab(const std::string& text, const YAML::Mark& mark) {
   return tab != std::string::npos && (indent_end == std::string::npos || tab < indent_end);
 }
 
+// The path keys whose leading ~/ is the home folder (expand_home_paths).
+constexpr std::array<std::string_view, 3> kHomeExpandedKeys = {"checkpoint.dir", "data.shards", "report.out"};
+
+bool is_home_expanded_key(std::string_view key) {
+  return std::find(kHomeExpandedKeys.begin(), kHomeExpandedKeys.end(), key) != kHomeExpandedKeys.end();
+}
+
+constexpr const char* kBareTildeProblem =
+    "'~' alone is YAML's null (the default \"\"), not the home folder: write ~/ and a folder under it, the whole "
+    "path, or \"\" for the default";
+
+// Whether the null value at `mark` is spelled ~ (not `key:` with nothing,
+// nor null): the plain scalar alone, up to a blank, a comment or the flow's
+// next item. yaml-cpp counts UTF-8 bytes after the byte-order mark; a
+// UTF-16 or UTF-32 text's are not its bytes, and go unchecked.
+bool is_bare_tilde_at(const std::string& text, const YAML::Mark& mark) {
+  const size_t bom = text.starts_with("\xef\xbb\xbf") ? 3 : 0;
+  const size_t at = bom + static_cast<size_t>(mark.pos);
+  if (mark.pos < 0 || at >= text.size() || text[at] != '~') return false;
+  const size_t after = at + 1;
+  return after == text.size() || std::string_view(" \t\r\n,}]#").find(text[after]) != std::string_view::npos;
+}
+
 void apply_yaml(Config& config, Sources& sources, const std::string& text,
                 const std::string& origin) {
   // yaml-cpp reads on past a NUL byte and calls what follows a bad escape
@@ -524,14 +561,19 @@ void apply_yaml(Config& config, Sources& sources, const std::string& text,
     fail(origin + ":" + std::to_string(line) + ":" + std::to_string(column) +
          ": a NUL byte: a config is YAML text (a binary file, or UTF-16 without its byte-order mark?)");
   }
+  // Without its trailing blank lines: yaml-cpp 0.7 reads a quoted scalar
+  // left open before a final newline as running to the end of the file (no
+  // error), and so swallowed every key after it (`out: "r.json` took the
+  // train section into a file name, and the run used the defaults).
+  const std::string trimmed = text.substr(0, text.find_last_not_of(" \t\r\n") + 1);
+  // Classic Mac line endings: the file is one line to YAML ("unknown section
+  // 'model:   n_layers'").
+  if (trimmed.find('\r') != std::string::npos && trimmed.find('\n') == std::string::npos)
+    fail(origin + ": its lines end in a lone carriage return (CR), which YAML does not read as a line end; "
+                  "save it with LF or CRLF line endings");
   std::vector<YamlDocument> documents;
   YAML::Node root;
   try {
-    // Without its trailing blank lines: yaml-cpp 0.7 reads a quoted scalar
-    // left open before a final newline as running to the end of the file (no
-    // error), and so swallowed every key after it (`out: "r.json` took the
-    // train section into a file name, and the run used the defaults).
-    const std::string trimmed = text.substr(0, text.find_last_not_of(" \t\r\n") + 1);
     documents = yaml_documents(trimmed);
     root = YAML::Load(trimmed);  // the first document
   } catch (const YAML::DeepRecursion& e) {  // yaml-cpp 0.7 says "bad file"
@@ -560,6 +602,13 @@ void apply_yaml(Config& config, Sources& sources, const std::string& text,
   for (const auto& section : root) {
     const std::string name = section.first.Scalar();
     const std::string section_where = at(origin, section.first.Mark());
+    // `~: 1` or `[a, b]: 1` was "unknown section ''".
+    if (!section.first.IsScalar())
+      fail(section_where + ": a section's name is " + describe(section.first) + "; sections are " + sections_list);
+    // `model.n_layers: 3` at the top level: the --set spelling in a file.
+    if (find_key(name) != nullptr)
+      fail(section_where + ": unknown section '" + name + "': in a file, write " + std::string(section_of(name)) +
+           ": and under it, indented, " + name.substr(name.find('.') + 1) + ":");
     if (std::find(sections.begin(), sections.end(), name) == sections.end())
       fail(section_where + ": unknown section '" + excerpt(name) + "'" + suggestion(name, sections) +
            "; sections are " + sections_list);
@@ -575,23 +624,21 @@ void apply_yaml(Config& config, Sources& sources, const std::string& text,
     for (const auto& entry : section.second) {
       const std::string key = name + "." + entry.first.Scalar();
       const std::string where = at(origin, entry.first.Mark());
+      if (!entry.first.IsScalar()) fail(where + ": " + name + ": a key's name is " + describe(entry.first));
       const KeySpec* spec = find_key(key);
       if (spec == nullptr)
         fail(where + ": unknown key '" + excerpt(key) + "'" + suggestion(key, key_names()));
       if (!seen.insert(key).second) fail(where + ": duplicate key '" + excerpt(key) + "'");
       if (const std::optional<std::string> tag = unknown_tag(entry.first))
         fail(where + ": " + key + ": " + tag_problem(*tag));
+      // `dir: ~` is YAML's null, the default "": checkpoints went to a
+      // temporary folder removed at exit, in silence, as from --set.
+      if (is_home_expanded_key(key) && entry.second.IsNull() && !wide && is_bare_tilde_at(trimmed, entry.second.Mark()))
+        fail(where + ": " + key + ": " + kBareTildeProblem);
       if (auto error = assign_value(config, *spec, entry.second)) fail(where + ": " + key + ": " + *error);
       sources[key] = {where};
     }
   }
-}
-
-// The path keys whose leading ~/ is the home folder (expand_home_paths).
-constexpr std::array<std::string_view, 3> kHomeExpandedKeys = {"checkpoint.dir", "data.shards", "report.out"};
-
-bool is_home_expanded_key(std::string_view key) {
-  return std::find(kHomeExpandedKeys.begin(), kHomeExpandedKeys.end(), key) != kHomeExpandedKeys.end();
 }
 
 // `--set checkpoint.dir=~/ck` is one word that no shell expands, and the
@@ -621,6 +668,19 @@ void apply_override(Config& config, Sources& sources, const std::string& overrid
   // Parsed as YAML so that a value means the same on the command line as in a file.
   YAML::Node value;
   const std::string text = override_text.substr(equals + 1);
+  // A free string's value that YAML reads as syntax: `data.shards=*.tar` was
+  // "the referenced anchor is not defined", `{a,b}.tar` "a map is not a
+  // string". Not a choice's, nor lora.targets' (names with commas), which
+  // quotes would not make right.
+  Config scratch;
+  const bool string_key = std::holds_alternative<std::string*>(spec->field(scratch)) && spec->choices.empty() &&
+                          spec->name != "lora.targets";
+  const size_t first = text.find_first_not_of(" \t");
+  const std::string quote_it =
+      string_key && first != std::string::npos && std::string_view("*&{[|>%@`").find(text[first]) != std::string_view::npos
+          ? " (a value starting with '" + std::string(1, text[first]) + "' is YAML syntax: quote it, e.g. --set '" +
+                key + "=\"" + excerpt(text.substr(first)) + "\"')"
+          : "";
   try {
     // Every document: YAML::Load took the first, so "3\n---\n9" set 3 in
     // silence (a config file of two is refused too). Only a value of several
@@ -631,12 +691,15 @@ void apply_override(Config& config, Sources& sources, const std::string& overrid
         fail(where + ": " + key + ": the value holds " + std::to_string(documents.size()) +
              " YAML documents; a --set takes one");
     }
-    value = YAML::Load(text);
+    // Without trailing blanks, as a file: yaml-cpp 0.7 read `"/tmp/ck` and
+    // a newline as the path "/tmp/ck " where without the newline it is a
+    // quote left open.
+    value = YAML::Load(text.substr(0, text.find_last_not_of(" \t\r\n") + 1));
   } catch (const YAML::DeepRecursion& e) {  // yaml-cpp 0.7 says "bad file"
     fail(where + ": " + key + ": value nested too deep: at most " + std::to_string(e.depth() - 1) +
          " levels of lists and maps are read");
   } catch (const YAML::Exception& e) {
-    fail(where + ": " + key + ": malformed value: " + e.msg);
+    fail(where + ": " + key + ": malformed value: " + e.msg + quote_it);
   }
   // YAML reads "," or " " as nothing, which a string key takes as "": a
   // data.shards of "$LIST," with an empty $LIST silently trained on
@@ -650,13 +713,11 @@ void apply_override(Config& config, Sources& sources, const std::string& overrid
     value = YAML::Node(spelled);
   // A path key's "~" alone is YAML's null too: `--set checkpoint.dir=~`
   // turned checkpoints into a temporary folder removed at exit, in silence.
-  if (spelled == "~" && is_home_expanded_key(spec->name))
-    fail(where + ": " + key + ": '~' alone is YAML's null (the default \"\"), not the home folder: write ~/ and "
-         "a folder under it, the whole path, or \"\" for the default");
+  if (spelled == "~" && is_home_expanded_key(spec->name)) fail(where + ": " + key + ": " + kBareTildeProblem);
   if (value.IsNull() && !text.empty() && spelled != "~" && spelled != "null" && spelled != "Null" && spelled != "NULL")
     fail(where + ": " + key + ": '" + excerpt(text) + "' reads as nothing in YAML; quote it ('\"" + excerpt(text) +
          "\"') if it is meant, or give a value");
-  if (auto error = assign_value(config, *spec, value)) fail(where + ": " + key + ": " + *error);
+  if (auto error = assign_value(config, *spec, value)) fail(where + ": " + key + ": " + *error + quote_it);
   sources[key] = {where, override_order};
 }
 
@@ -1137,7 +1198,8 @@ std::string last_override_scalar(const std::vector<std::string>& overrides, cons
     const size_t equals = text.find('=');
     if (equals == std::string::npos || text.compare(0, equals, key) != 0 || equals != key.size()) continue;
     try {
-      const YAML::Node node = YAML::Load(text.substr(equals + 1));
+      const std::string given = text.substr(equals + 1);
+      const YAML::Node node = YAML::Load(given.substr(0, given.find_last_not_of(" \t\r\n") + 1));  // as apply_override
       value = node.IsScalar() ? node.as<std::string>() : otherwise;
     } catch (const YAML::Exception&) {
       value = otherwise;  // load_config names the malformed value
@@ -1180,6 +1242,13 @@ Config load_config(const std::string& path_or_preset, const std::vector<std::str
       fail("cannot read config file " + path_or_preset + ": " + std::strerror(errno));
     return parse_config(text, path_or_preset, overrides);
   }
+  // A file that is there but cannot be reached (a folder without search
+  // permission) or a link to nothing was "not found", and configs/tiny.yaml
+  // of that kind ran the embedded preset tiny in its place.
+  if (error) fail("cannot reach config file " + path_or_preset + ": " + error.message());
+  if (std::filesystem::is_symlink(std::filesystem::symlink_status(path_or_preset, error)))
+    fail("config file " + path_or_preset + " is a link to " +
+         std::filesystem::read_symlink(path_or_preset, error).string() + ", which does not exist");
   if (const EmbeddedPreset* preset = find_preset(path_or_preset))
     return parse_config(std::string(preset->yaml), "preset:" + std::string(preset->name), overrides);
   // `--set a=1 b=2`: the second pair was taken for CONFIG.

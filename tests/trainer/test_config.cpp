@@ -194,6 +194,25 @@ TEST(LoadConfig, AFileThatCannotBeReadIsNamed) {
   EXPECT_EQ(message.rfind("cannot read config file /proc/self/mem: ", 0), 0u) << message;
 }
 
+// A config file that is there but cannot be reached, or a link to nothing,
+// was "not found", and configs/tiny.yaml of that kind ran the embedded
+// preset tiny in the user's file's place.
+TEST(LoadConfig, AFileThatCannotBeReachedIsNotTakenForThePresetOfItsName) {
+  const TempDir dir;
+  const fs::path previous = fs::current_path();
+  fs::current_path(dir.path());
+  fs::create_directory("configs");
+  fs::create_symlink("/nonexistent/run.yaml", "configs/tiny.yaml");
+  EXPECT_EQ(config_error([] { load_config("configs/tiny.yaml"); }),
+            "config file configs/tiny.yaml is a link to /nonexistent/run.yaml, which does not exist");
+  // A link to itself: stat fails with ELOOP (a folder without search
+  // permission fails with EACCES, which root does not see).
+  fs::create_symlink("loop", "loop");
+  const std::string message = config_error([] { load_config("loop/../configs/gpt2-124m.yaml"); });
+  EXPECT_EQ(message.rfind("cannot reach config file loop/../configs/gpt2-124m.yaml: ", 0), 0u) << message;
+  fs::current_path(previous);
+}
+
 // A trailing "---" adds an empty document, which loses nothing.
 TEST(ParseConfig, AnEmptyDocumentAfterTheFirstIsAllowed) {
   EXPECT_EQ(parse_config("model:\n  n_layers: 3\n---\n", "x.yaml").model.n_layers, 3);
@@ -337,9 +356,9 @@ TEST(ParseConfig, PathsWrittenFromTheHomeFolderAreExpanded) {
 
 // `--set checkpoint.dir=~` is YAML's null, which a string key took as its
 // default "": checkpoints went to a temporary folder removed at exit, in
-// silence. A path key's bare ~ on the command line is refused; other
-// string keys, and a file's `dir: ~` (YAML's own null), keep the default.
-TEST(ParseConfig, APathKeysBareTildeOnTheCommandLineIsRefused) {
+// silence. A path key's bare ~ is refused, on the command line and in a
+// file; null, "" and nothing after the colon keep the default.
+TEST(ParseConfig, APathKeysBareTildeIsRefused) {
   for (const char* key : {"checkpoint.dir", "data.shards", "report.out"}) {
     for (const char* value : {"~", " ~ "}) {
       try {
@@ -352,7 +371,19 @@ TEST(ParseConfig, APathKeysBareTildeOnTheCommandLineIsRefused) {
       }
     }
   }
-  EXPECT_EQ(parse_config("checkpoint:\n  dir: ~\n", "x.yaml").checkpoint.dir, "");
+  const std::string problem = "'~' alone is YAML's null (the default \"\"), not the home folder";
+  EXPECT_EQ(config_error([] { parse_config("checkpoint:\n  dir: ~\n", "x.yaml"); })
+                .rfind("x.yaml:2: checkpoint.dir: " + problem, 0), 0u);
+  EXPECT_EQ(config_error([] { parse_config("data: {shards: ~}\n", "x.yaml"); }).rfind("x.yaml:1: data.shards: " + problem, 0),
+            0u);
+  EXPECT_EQ(config_error([] { parse_config("report:\n  out: ~  # home\n", "x.yaml"); })
+                .rfind("x.yaml:2: report.out: " + problem, 0), 0u);
+  EXPECT_EQ(config_error([] { parse_config("\xef\xbb\xbf# caf\xc3\xa9\ncheckpoint:\n  dir: ~\n", "x.yaml"); })
+                .rfind("x.yaml:3: checkpoint.dir: " + problem, 0), 0u) << "after a byte-order mark and a 2-byte letter";
+  for (const char* nothing : {"checkpoint:\n  dir:\n", "checkpoint:\n  dir: null\n", "checkpoint:\n  dir: \"\"\n",
+                              "checkpoint: {dir: , keep: 2}\n", "checkpoint:\n  dir:\n  keep: 2\nreport:\n  out: ~/r.json\n"})
+    EXPECT_EQ(parse_config(nothing, "x.yaml").checkpoint.dir, "") << nothing;
+  EXPECT_EQ(parse_config("checkpoint:\n  dir: ~x\n", "x.yaml").checkpoint.dir, "~x");
   EXPECT_EQ(parse_config("", "x.yaml", {"checkpoint.dir=null"}).checkpoint.dir, "");
   EXPECT_EQ(parse_config("", "x.yaml", {"checkpoint.dir=\"~\""}).checkpoint.dir, "~");
 }
@@ -603,7 +634,60 @@ TEST(ConfigErrors, UnknownKeySuggestsTheClosest) {
             "--set lr=3e-4: unknown key 'lr' (did you mean 'train.lr'?)");
   EXPECT_EQ(config_error([] { load_config("tiny", {"zzz.qqq=3"}); }),
             "--set zzz.qqq=3: unknown key 'zzz.qqq'");
-  EXPECT_EQ(config_error([] { load_config("tiny", {"model=3"}); }), "--set model=3: unknown key 'model'");
+  EXPECT_EQ(config_error([] { load_config("tiny", {"model=3"}); }),
+            "--set model=3: unknown key 'model' ('model' is a section, not a key: name one of its keys, e.g. "
+            "model.vocab)");
+}
+
+// Hints where the closest name by edits was wrong or none: a section used as
+// a key ("train.lora" was "did you mean 'train.lr'?"), a YAML merge key
+// (which yaml-cpp does not read), a name in capitals, the --set spelling as
+// a file's section, a key that is not a name, and a file of CR line ends.
+TEST(ConfigErrors, HintsForSectionsMergeKeysCapitalsAndLineEnds) {
+  EXPECT_EQ(config_error([] { parse_config("train:\n  lora:\n    rank: 8\n", "x.yaml"); }),
+            "x.yaml:2: unknown key 'train.lora' ('lora' is a section, not a key: name one of its keys, e.g. lora.rank)");
+  EXPECT_EQ(config_error([] { parse_config("train:\n  <<: {lr: 1}\n", "x.yaml"); }),
+            "x.yaml:2: unknown key 'train.<<' (a YAML merge key, which yaml-cpp does not read: write the keys out)");
+  EXPECT_EQ(config_error([] { load_config("tiny", {"MODEL.N_LAYERS=3"}); }),
+            "--set MODEL.N_LAYERS=3: unknown key 'MODEL.N_LAYERS' (did you mean 'model.n_layers'? names are lower "
+            "case)");
+  EXPECT_EQ(config_error([] { parse_config("model.n_layers: 3\n", "x.yaml"); }),
+            "x.yaml:1: unknown section 'model.n_layers': in a file, write model: and under it, indented, n_layers:");
+  const std::string null_section = config_error([] { parse_config("~: 1\n", "x.yaml"); });
+  EXPECT_EQ(null_section.rfind("x.yaml:1: a section's name is an empty value; sections are model, ", 0), 0u)
+      << null_section;
+  EXPECT_EQ(config_error([] { parse_config("model:\n  [a, b]: 1\n", "x.yaml"); }),
+            "x.yaml:2: model: a key's name is a list");
+  EXPECT_EQ(config_error([] { parse_config("model:\r  n_layers: 3\r", "x.yaml"); }),
+            "x.yaml: its lines end in a lone carriage return (CR), which YAML does not read as a line end; save it "
+            "with LF or CRLF line endings");
+  EXPECT_EQ(parse_config("model:\r\n  n_layers: 3\r\n", "x.yaml").model.n_layers, 3) << "CRLF is read";
+}
+
+// A shard glob or brace pattern unquoted on the command line is YAML
+// syntax: "the referenced anchor is not defined", "a map is not a string".
+TEST(ConfigErrors, AStringValueThatIsYamlSyntaxSaysToQuoteIt) {
+  EXPECT_EQ(config_error([] { load_config("tiny", {"data.shards=*.tar"}); }),
+            "--set data.shards=*.tar: data.shards: malformed value: the referenced anchor is not defined (a value "
+            "starting with '*' is YAML syntax: quote it, e.g. --set 'data.shards=\"*.tar\"')");
+  EXPECT_EQ(config_error([] { load_config("tiny", {"data.shards={a,b}.tar"}); }),
+            "--set data.shards={a,b}.tar: data.shards: a map is not a string (a value starting with '{' is YAML "
+            "syntax: quote it, e.g. --set 'data.shards=\"{a,b}.tar\"')");
+  EXPECT_EQ(load_config("tiny", {"data.shards=\"*.tar\""}).data.shards, "*.tar");
+  // A number key's list is no quoting matter.
+  EXPECT_EQ(config_error([] { load_config("tiny", {"model.n_layers=[3]"}); }).find("quote it"), std::string::npos);
+}
+
+// yaml-cpp 0.7 reads a quote left open before a final newline as closed at
+// the end: `--set 'checkpoint.dir="/tmp/ck<newline>'` was the folder
+// "/tmp/ck " (exit 0), where without the newline it is malformed.
+TEST(Overrides, AQuoteLeftOpenBeforeANewlineIsMalformed) {
+  for (const char* text : {"checkpoint.dir=\"/tmp/ck\n", "checkpoint.dir='/tmp/ck\n", "model.n_layers=\"3\n"}) {
+    const std::string message = config_error([&] { load_config("tiny", {text}); });
+    EXPECT_NE(message.find("malformed value: illegal EOF in scalar"), std::string::npos) << message;
+  }
+  EXPECT_EQ(load_config("tiny", {"model.n_layers=3\n"}).model.n_layers, 3);
+  EXPECT_EQ(last_override_scalar({"checkpoint.dir=\"/tmp/ck\n"}, "checkpoint.dir", "x"), "x");
 }
 
 // lora.targets: names of q, k, v, o, gate, up, down separated by commas,
