@@ -9,8 +9,9 @@
 # trainbench then libtorch, alternating, so drift on a shared machine hits both
 # alike. Prints, per config, the median tokens/s of each, their ratio, every
 # run's figure, and both final losses (equal when both trained the same model).
-# BUILD_DIR (default: build, in the source tree) selects the build folder; a
-# relative CONFIG file or BUILD_DIR is taken from the current folder.
+# TRAINBENCH_BUILD_DIR, else BUILD_DIR (default: build, in the source tree)
+# selects the build folder; a relative CONFIG file or build folder is taken
+# from the current folder.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 . "$repo/scripts/lib/common.sh"  # need, build_folder, print_usage

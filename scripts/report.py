@@ -1026,13 +1026,17 @@ WORKLOAD_KEYS = ("model.", "train.mode", "train.precision")
 NOT_WORKLOAD_KEYS = ("model.n_layers_full",)
 
 
-def workload_config(run: Run, prefixes: tuple[str, ...]) -> dict[str, Any]:
-    """The run's config keys under `prefixes`, as the binary compares them."""
-    config = {k: v for k, v in flatten(run.data.get("config") or {}).items()
-              if k.startswith(prefixes) and k not in NOT_WORKLOAD_KEYS}
+def as_compared(config: dict[str, Any]) -> dict[str, Any]:
+    """A flattened config with lora.targets as the adapters they build."""
     if isinstance(config.get("lora.targets"), str):
         config["lora.targets"] = ",".join(sorted({t.strip() for t in config["lora.targets"].split(",") if t.strip()}))
     return config
+
+
+def workload_config(run: Run, prefixes: tuple[str, ...]) -> dict[str, Any]:
+    """The run's config keys under `prefixes`, as the binary compares them."""
+    return as_compared({k: v for k, v in flatten(run.data.get("config") or {}).items()
+                        if k.startswith(prefixes) and k not in NOT_WORKLOAD_KEYS})
 
 
 def config_difference(a: Run, b: Run, prefixes: tuple[str, ...]) -> list[str]:
@@ -1312,16 +1316,20 @@ def consistency_warnings(points: list[Point]) -> list[str]:
     scaling: the same tokens per rank and step), timed and untimed runs mixed."""
     warnings = timing_warnings(points)
     base = points[0].run
+    # Compared as the binary compares them (lora.targets "o,v,k,q" and
+    # "q,k,v,o" were "configured differently"), shown as written.
     base_config = flatten(base.data.get("config") or {})
+    base_compared = as_compared(dict(base_config))
     for p in points:
         for run in p.runs:
             if run is base:
                 continue
             config = flatten(run.data.get("config") or {})
+            compared = as_compared(dict(config))
             differ = sorted(k for k in set(base_config) | set(config)
                             if not k.startswith("report.") and k not in PER_RUN_KEYS
                             and not (k in PER_WORLD_SIZE_KEYS and run.ranks != base.ranks)
-                            and base_config.get(k) != config.get(k))
+                            and base_compared.get(k) != compared.get(k))
             if differ:
                 # This run's value first, as it is named first (they read
                 # the other way round: each value under the other file).
@@ -1352,7 +1360,12 @@ def consistency_warnings(points: list[Point]) -> list[str]:
         excess = p.efficiency - 1.0
         line = (f"{ranks_text(p.ranks)}: scaling efficiency {p.efficiency:.3f} is above 1 "
                 "(tokens/s grew faster than the ranks)")
-        if None in spreads:
+        # A larger per-rank batch is a reason of its own, whatever the spread
+        # ("noise" beside a doubled batch).
+        if per_rank.get(p.ranks) not in (None, per_rank.get(ideal_from.ranks)) and ideal_from.ranks in per_rank:
+            line += (f": each rank's step holds {per_rank[p.ranks]:g} tokens at {p.ranks} and "
+                     f"{per_rank[ideal_from.ranks]:g} at {ideal_from.ranks}, which the ideal line does not assume")
+        elif None in spreads:
             line += ": no step-time spread to judge it against"
         else:
             shown = f"p10-p90 {spreads[0]:.0%} at {ideal_from.ranks} and {spreads[1]:.0%} at {p.ranks}"

@@ -1125,6 +1125,15 @@ class ResultReadingTests(unittest.TestCase):
         result = report(self.dir, "--out", self.dir / "out", "--no-plots")
         self.assertIn("scaling efficiency 1.050 is above 1 (tokens/s grew faster than the ranks): beyond the step "
                       "times' spread (p10-p90 2% at 1 and 2% at 2)", result.stderr)
+        # A doubled per-rank batch is the reason, not noise.
+        self.write("r1.json", fake_result(1, 1000.0))
+        bigger = copy.deepcopy(fake_result(2, 2030.0))
+        bigger["summary"]["global_tokens_per_step"] = 2048
+        self.write("r2.json", bigger)
+        result = report(self.dir, "--out", self.dir / "out", "--no-plots")
+        self.assertIn("2 ranks: scaling efficiency 1.015 is above 1 (tokens/s grew faster than the ranks): each rank's "
+                      "step holds 1024 tokens at 2 and 512 at 1, which the ideal line does not assume", result.stderr)
+        self.assertNotIn("noise", result.stderr)
         # 1.0004 prints as 1.000: no warning; nor below 1.
         for tokens_per_s in (2000.8, 1990.0):
             self.write("r1.json", fake_result(1, 1000.0))
@@ -1146,6 +1155,20 @@ class ResultReadingTests(unittest.TestCase):
         again["config"].setdefault("comm", {})["backend"] = "nccl"
         self.write("r3.json", again)
         self.assertIn('r3.json is configured differently from r1.json: comm.backend "nccl" vs "mpi"',
+                      self.make_report(self.dir))
+
+    def test_lora_targets_in_another_order_are_no_difference(self) -> None:
+        # The binary compares the adapters the targets build (and report.py's
+        # refusal did): "o,v,k,q" beside "q,k,v,o" was warned about.
+        one, two = fake_result(1, 1000.0), copy.deepcopy(fake_result(2, 1900.0))
+        one["config"]["lora"] = {"rank": 16, "targets": "q,k,v,o"}
+        two["config"]["lora"] = {"rank": 16, "targets": "o,v,k,q"}
+        self.write("r1.json", one)
+        self.write("r2.json", two)
+        self.assertNotIn("configured differently", self.make_report(self.dir))
+        two["config"]["lora"]["targets"] = "o,v,k"
+        self.write("r2.json", two)
+        self.assertIn('r2.json is configured differently from r1.json: lora.targets "o,v,k" vs "q,k,v,o"',
                       self.make_report(self.dir))
 
     def test_several_hosts_gpus_are_said_to_be_rank_zeros_or_each_hosts(self) -> None:
