@@ -108,6 +108,14 @@ TEST(BenchComm, BuffersBeyondTheAddressSpaceLimitExitThreeBeforeAllocating) {
   EXPECT_NE(run.err.find("or give --max-bytes "), std::string::npos) << run.err;
   EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << run.err;
   EXPECT_EQ(run.out.find("gradient step"), std::string::npos) << "nothing measured: " << run.out;
+  // 1500M by the default factor 4 from 1 KiB sweeps to 1 GiB: the need is
+  // that size's, and said to be.
+  const testing::CommandResult between = run_command("bash -c 'ulimit -v 2000000 && exec " +
+                                                     std::string(TRAINBENCH_BINARY) +
+                                                     " bench comm --max-bytes 1500M --iters 1'");
+  EXPECT_EQ(between.exit_code, 3) << between.out << between.err;
+  EXPECT_EQ(between.err.rfind("trainbench: bench comm: --max-bytes 1.46 GiB (the sweep's largest size 1.00 GiB) "
+                              "needs 2.00 GiB per rank", 0), 0u) << between.err;
 }
 
 // Sizes read as every command reads them: K = 1024, KB = 1000 (`shards
