@@ -39,8 +39,10 @@ struct SourceStats {
   int64_t samples_skipped = 0;  // data.on_corrupt=skip: corrupt samples left out
   int64_t shards_skipped = 0;   //   and shards abandoned part-way
   // Tokens of the samples a resume read to step over, back to its saved
-  // position: their bytes are in storage_bytes, they are not in `tokens`.
+  // position, and those samples: their bytes are in storage_bytes, they
+  // are not in `tokens` nor `samples`.
   int64_t tokens_stepped_over = 0;
+  int64_t samples_stepped_over = 0;
   // Since the readers started (before step 1: they fill every shuffle
   // buffer and prefetch slot while the run sets up) until this call: the
   // time the counts above were read in, a rate's denominator.

@@ -73,7 +73,7 @@ struct SharedState {
   const LoaderOptions& options;
   std::atomic<bool> stop{false};
   std::atomic<int64_t> storage_bytes{0}, samples{0}, tokens{0}, shards_opened{0}, samples_skipped{0},
-      shards_skipped{0}, tokens_stepped_over{0};
+      shards_skipped{0}, tokens_stepped_over{0}, samples_stepped_over{0};
   std::mutex mutex;  // guards the non-atomic members below
   std::vector<std::string> skip_messages;
   // Shards (by index in the list) that every tar reader reads as whole but
@@ -470,6 +470,7 @@ class Reader {
         // tokens are counted apart, so that bytes per token stays the data's
         // (it read ten times too high after a resume mid-shard).
         shared_.tokens_stepped_over += static_cast<int64_t>(decode_sample()->size());
+        shared_.samples_stepped_over++;
       } catch (const DataError& error) {
         if (error.scope() != CorruptScope::kSample) throw;
       }
@@ -884,6 +885,7 @@ SourceStats ShardLoader::stats() const {
   out.samples_skipped = s.samples_skipped;
   out.shards_skipped = s.shards_skipped;
   out.tokens_stepped_over = s.tokens_stepped_over;
+  out.samples_stepped_over = s.samples_stepped_over;
   out.reading_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - impl_->started).count();
   std::lock_guard<std::mutex> lock(impl_->shared.mutex);
   out.skip_messages = impl_->shared.skip_messages;

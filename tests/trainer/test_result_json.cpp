@@ -328,10 +328,13 @@ TEST_F(ResultJson, StorageReadIsReportedAndConsistent) {
   ASSERT_GT(bytes, 0.0) << "the default run reads shards";
   ASSERT_GT(tokens, 0.0);
   EXPECT_GE(tokens, 12.0 * 8 * 64) << "at least the tokens the 12 steps trained on";
-  EXPECT_NEAR(read.at("bytes_per_token").get<double>(), bytes / tokens, 1e-9 * bytes);
+  // Per token trained: each sample's tokens and the separator after it,
+  // as tokens/s counts them.
+  const double trained = tokens + read.at("samples").get<double>();
+  EXPECT_NEAR(read.at("bytes_per_token").get<double>(), bytes / trained, 1e-9 * bytes);
   const double tokens_per_s = result_.at("summary").at("tokens_per_s").get<double>();
   EXPECT_NEAR(read.at("required_read_gbs_measured").get<double>(),
-              bytes / tokens * tokens_per_s * 1e-9, 1e-12 + 1e-9 * tokens_per_s);
+              bytes / trained * tokens_per_s * 1e-9, 1e-12 + 1e-9 * tokens_per_s);
   EXPECT_GT(read.at("required_read_gbs").get<double>(), 0.0);
   EXPECT_EQ(read.at("required_read_basis"), "gemm_ceiling") << "no --ceilings: the GEMM calibration's estimate";
   EXPECT_EQ(read.at("samples_skipped"), 0);
