@@ -49,8 +49,13 @@ int launcher_task_count() {
 }
 
 int torchrun_world_size() {
-  if (launched_by_mpi() || launcher_task_count() > 0 || std::getenv("RANK") == nullptr) return 0;
-  return positive_env("WORLD_SIZE");
+  if (launched_by_mpi() || std::getenv("RANK") == nullptr) return 0;
+  // A launcher's tasks that are these processes are numbered by it. Not a
+  // Slurm step of one task that started torchrun (`srun -n1 torchrun
+  // --nproc-per-node=2 ...`: SLURM_STEP_NUM_TASKS=1), whose children each
+  // trained alone, all writing one --out.
+  const int world = positive_env("WORLD_SIZE");
+  return world == launcher_task_count() ? 0 : world;
 }
 
 bool launched_by_mpi() {

@@ -148,6 +148,9 @@ class MpiCommunicator final : public Communicator {
     context_ = context;
   }
   [[noreturn]] void abort(int exit_code, const std::string& message) override;
+  // abort() at init where MPI sees this process alone: no peer to end, and
+  // MPI_Abort's 7-line banner followed the one line the refusal is.
+  [[noreturn]] void refuse_alone(int exit_code, const std::string& message);
 
  private:
   struct BackgroundRequest {
@@ -216,14 +219,14 @@ MpiCommunicator::MpiCommunicator(double timeout_s) : timeout_s_(timeout_s) {
                  ", trainbench needs MPI_THREAD_MULTIPLE (gradient all-reduces run on a progress "
                  "thread while the main thread computes): use an MPI built with thread support");
   if (launched_tasks > 1 && world_ != launched_tasks)
-    abort(3, "comm: the launcher started " + std::to_string(launched_tasks) +
+    refuse_alone(3, "comm: the launcher started " + std::to_string(launched_tasks) +
                  " tasks but MPI sees a world of " + std::to_string(world_) +
                  ": this MPI cannot reach the launcher (under Slurm: srun --mpi=pmix, or mpirun "
                  "inside the allocation)");
   // A launcher that numbered this process but gave no size (PMIX_RANK
   // alone, PMI_RANK without PMI_SIZE): it ran as rank 0 of a world of 1.
   if (numbered >= world_)
-    abort(3, "comm: the launcher numbered this process rank " + std::to_string(numbered) +
+    refuse_alone(3, "comm: the launcher numbered this process rank " + std::to_string(numbered) +
                  " but MPI sees a world of " + std::to_string(world_) +
                  ": this MPI cannot reach the launcher (under Slurm: srun --mpi=pmix, or mpirun inside the "
                  "allocation)");
@@ -461,6 +464,16 @@ void MpiCommunicator::progress_loop() {
   run_before_abort(exit_code, message);
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::_Exit(exit_code);  // MPI_Abort does not return; should one, the rank still ends
+}
+
+[[noreturn]] void MpiCommunicator::refuse_alone(int exit_code, const std::string& message) {
+  if (world_ > 1) abort(exit_code, message);
+  std::fflush(stdout);
+  std::fprintf(stderr, "trainbench: %s\n", message.c_str());
+  std::fflush(stderr);
+  run_before_abort(exit_code, message);
+  MPI_Finalize();  // the main thread, before any other thread of MPI's or ours
+  std::_Exit(exit_code);
 }
 
 }  // namespace

@@ -824,6 +824,14 @@ TEST(MpiCli, ProcessesALauncherNumberedButMpiCannotJoinAreRefused) {
               std::string::npos)
         << backend << "\n" << torchrun.err;
   }
+  // torchrun's children inside a Slurm step of one task (`srun -n1 torchrun
+  // --nproc-per-node=2`): they each trained alone.
+  const CommandResult in_step = run_command(
+      "env RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 SLURM_JOB_ID=77 SLURM_JOBID=77 SLURM_STEP_ID=0 SLURM_STEPID=0 "
+      "SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_STEP_NUM_TASKS=1 timeout 60 " + run);
+  EXPECT_EQ(in_step.exit_code, 2) << in_step.out << in_step.err;
+  EXPECT_NE(in_step.err.find("started as one of WORLD_SIZE=2 processes by a torchrun-style launcher"),
+            std::string::npos) << in_step.err;
   const CommandResult numbered =
       run_command("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PMIX_RANK=1 PMIX_NAMESPACE=x "
                   "timeout 60 " + run + " --set comm.backend=mpi");
@@ -831,6 +839,9 @@ TEST(MpiCli, ProcessesALauncherNumberedButMpiCannotJoinAreRefused) {
   EXPECT_NE(numbered.err.find("trainbench: comm: the launcher numbered this process rank 1 but MPI sees a world of 1"),
             std::string::npos)
       << numbered.err;
+  // One line: alone, it has no peer for MPI_Abort to end, nor its banner.
+  EXPECT_EQ(numbered.err.find("MPI_ABORT"), std::string::npos) << numbered.err;
+  EXPECT_EQ(std::count(numbered.err.begin(), numbered.err.end(), '\n'), 1) << numbered.err;
   EXPECT_FALSE(std::filesystem::exists(dir.file("r.json")));
   // A single process with WORLD_SIZE 1 (or RANK alone) is one process: it runs.
   const CommandResult alone = run_command("env RANK=0 WORLD_SIZE=1 timeout 120 " + run);
