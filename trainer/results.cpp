@@ -153,6 +153,7 @@ nlohmann::json build_result_json(const std::string& command_line, const Config& 
         {"samples", s.samples_read},
         {"tokens", s.tokens_read},
         {"tokens_stepped_over", s.tokens_stepped_over},
+        {"samples_stepped_over", s.samples_stepped_over},
         {"samples_skipped", s.samples_skipped},
         {"shards_skipped", s.shards_skipped},
         {"shards_cut_short", s.shards_cut_short},

@@ -303,9 +303,10 @@ void summarize_storage_read(const SourceStats& stats, bool trained, Communicator
   // required_read_gbs multiplies this by (per token decoded, 5-token
   // samples needed a fifth more than they do).
   summary.tokens_stepped_over = static_cast<int64_t>(summed(static_cast<double>(stats.tokens_stepped_over)));
+  summary.samples_stepped_over = static_cast<int64_t>(summed(static_cast<double>(stats.samples_stepped_over)));
   const double tokens_in_bytes_read =
       static_cast<double>(summary.tokens_read) + static_cast<double>(summary.tokens_stepped_over) +
-      static_cast<double>(summary.samples_read) + summed(static_cast<double>(stats.samples_stepped_over));
+      static_cast<double>(summary.samples_read) + static_cast<double>(summary.samples_stepped_over);
   if (tokens_in_bytes_read > 0)
     summary.bytes_per_token = static_cast<double>(summary.bytes_read) / tokens_in_bytes_read;
   summary.required_read_gbs_measured = summary.bytes_per_token * summary.tokens_per_s * 1e-9;

@@ -95,9 +95,9 @@ struct RunSummary {
   int64_t bytes_read = 0;         // from storage (compressed size for compressed shards)
   int64_t samples_read = 0, tokens_read = 0;
   // A resume's step over the samples before its saved position: their
-  // bytes are in bytes_read, their tokens in bytes_per_token's count, not in
-  // tokens_read.
-  int64_t tokens_stepped_over = 0;
+  // bytes are in bytes_read, their tokens and separators in bytes_per_token's
+  // count, not in tokens_read or samples_read.
+  int64_t tokens_stepped_over = 0, samples_stepped_over = 0;
   int64_t samples_skipped = 0, shards_skipped = 0;  // data.on_corrupt: skip
   // Distinct shards over every rank read as whole that look damaged (SourceStats).
   int64_t shards_cut_short = 0, shards_without_samples = 0;

@@ -202,9 +202,12 @@ void expect_resume_equals_uninterrupted(const std::string& settings) {
   const nlohmann::json read = testing::read_json(dir.file("b2.json")).at("summary").at("storage_read");
   EXPECT_EQ(testing::read_json(dir.file("a.json")).at("summary").at("storage_read").at("tokens_stepped_over"), 0);
   EXPECT_GT(read.at("tokens_stepped_over").get<int64_t>(), 0) << read.dump();
+  EXPECT_GT(read.at("samples_stepped_over").get<int64_t>(), 0) << read.dump();
+  // Per token trained: the samples' tokens and each one's separator.
   EXPECT_NEAR(resumed_bpt,
               read.at("bytes_read").get<double>() /
-                  (read.at("tokens").get<double>() + read.at("tokens_stepped_over").get<double>()),
+                  (read.at("tokens").get<double>() + read.at("tokens_stepped_over").get<double>() +
+                   read.at("samples").get<double>() + read.at("samples_stepped_over").get<double>()),
               1e-9 * resumed_bpt);
   EXPECT_NE(rest.out.find(" tokens stepped over to resume), "), std::string::npos) << rest.out;
   EXPECT_EQ(straight.out.find("stepped over"), std::string::npos) << straight.out;
