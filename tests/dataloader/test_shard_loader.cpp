@@ -200,6 +200,7 @@ TEST(ShardLoader, BatchReadySaysWhetherNextWouldWait) {
   o.inject_delay_s = 0.2;
   ShardLoader loader(o);
   EXPECT_FALSE(loader.batch_ready()) << "no reader has read a batch's samples yet";
+  loader.next(nullptr);  // the first call lets the reader build batches
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (!loader.batch_ready() && std::chrono::steady_clock::now() < give_up)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -208,6 +209,32 @@ TEST(ShardLoader, BatchReadySaysWhetherNextWouldWait) {
   loader.next(&wait_s);
   EXPECT_GE(wait_s, 0);
   EXPECT_LT(wait_s, 0.15) << "a ready batch is taken without waiting for a sample";
+}
+
+// Readers filled every prefetch slot while a run set up (GEMM calibration,
+// --ceilings): a loader-bound run's measured steps took that backlog and
+// showed no data stall. Before the consumer's first call a reader fills its
+// shuffle buffer and holds its first sample, and that wait is not reading.
+TEST(ShardLoader, NoBatchIsBuiltBeforeTheFirstCallAndTheWaitIsNotReading) {
+  TempDir dir;
+  const SynthResult made = make_shards(dir.path(), 4, 20, 10);
+  LoaderOptions o = options_for(made.paths);
+  o.prefetch = 4;
+  const auto begin = std::chrono::steady_clock::now();
+  ShardLoader loader(o);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_FALSE(loader.batch_ready());
+  // Each reader: its shuffle buffer and the sample it holds, no batch's more.
+  EXPECT_LE(loader.stats().samples, o.readers * (o.shuffle_buffer + 1));
+  loader.next(nullptr);
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  EXPECT_LT(loader.stats().reading_seconds, elapsed - 0.75) << "the readers' 1.5 s of waiting counted as reading";
+  EXPECT_GT(loader.stats().reading_seconds, 0);
+  // Then they read ahead into every slot as before.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (loader.stats().samples < o.readers * (o.shuffle_buffer + 1) + 4 && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_GT(loader.stats().samples, o.readers * (o.shuffle_buffer + 1));
 }
 
 TEST(ShardLoader, SameSeedSameBatchesWhateverTheScheduling) {
