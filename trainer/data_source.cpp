@@ -11,7 +11,7 @@
 #include "dataloader/shard_assignment.h"  // splitmix64_next: each rank's synthetic batches
 #include "dataloader/shard_list.h"    // resolve_shard_list, repeated_shards
 #include "dataloader/shard_loader.h"  // ShardLoader
-#include "dataloader/shard_tools.h"   // synthesize_shards
+#include "dataloader/shard_tools.h"   // synthesize_shards, kMaxSynthShards
 #include "dataloader/token_decode.h"  // token_format_of_field
 #include "trainer/progress_display.h"  // ProgressDisplay: the temporary shards' writing
 #include "trainer/temporary_folder.h"  // make_temporary_directory, remove_temporary_folder, temporary_directory_name
@@ -39,7 +39,14 @@ SynthResult write_run_shards(const Config& config, const std::string& dir, int64
 }  // namespace
 
 int64_t synth_shard_count(const Config& config, int64_t world) {
-  return std::max(config.data.synth_shards, config.data.readers * world);
+  // A multiple of the job's readers, so that each has as many: 8 shards for
+  // 3 readers dealt them 3, 3 and 2, which given shards are warned of
+  // (uneven_readers_warning) and the run's own were not. Not past the
+  // limit, where the readers are that many already.
+  const int64_t readers = config.data.readers * world;
+  const int64_t at_least = std::max(config.data.synth_shards, readers);
+  const int64_t rounded = (at_least + readers - 1) / readers * readers;
+  return rounded <= kMaxSynthShards ? rounded : at_least;
 }
 
 int64_t data_position_bytes_bound(const Config& config) {

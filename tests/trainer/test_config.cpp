@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include "dataloader/shard_tools.h"            // kMaxSynthShards
 #include "tests/trainer/bad_config_cases.h"  // the table shared with test_cli_errors
 #include "trainer/data_source.h"              // synth_samples_per_shard_for_run
 #include "trainer/json_text.h"                // utf8_escaped: config strings into JSON
@@ -836,6 +837,25 @@ TEST(SyntheticShards, SizedToTheRunAndCappedWithoutOverflow) {
   EXPECT_EQ(synth_samples_per_shard_for_run(config, 4096),
             ((int64_t{1} << 30) / config.data.synth_tokens_per_sample + synth_shard_count(config, 4096) - 1) /
                 synth_shard_count(config, 4096));
+}
+
+// The run's own shards deal every reader of the job as many (8 for 3
+// readers were 3, 3 and 2, which given shards are warned of).
+TEST(SyntheticShards, EveryReaderOfTheJobGetsAsMany) {
+  Config config = load_config("tiny");
+  config.data.synth_shards = 8;
+  for (const int64_t readers : {1, 2, 3, 4, 5}) {
+    config.data.readers = readers;
+    for (const int64_t world : {1, 2, 3, 16}) {
+      const int64_t count = synth_shard_count(config, world);
+      EXPECT_EQ(count % (readers * world), 0) << readers << " readers, " << world << " ranks";
+      EXPECT_GE(count, 8);
+      EXPECT_LT(count, std::max<int64_t>(8, readers * world) + readers * world);
+    }
+  }
+  config.data.readers = 3;
+  config.data.synth_shards = kMaxSynthShards;
+  EXPECT_EQ(synth_shard_count(config, 1), kMaxSynthShards) << "not past the limit";
 }
 
 // The run's own shards against its reader's limit: a limit exactly the
