@@ -49,12 +49,20 @@ int launcher_task_count() {
 }
 
 int torchrun_world_size() {
-  if (launched_by_mpi() || std::getenv("RANK") == nullptr) return 0;
+  if (std::getenv("RANK") == nullptr) return 0;
+  const int world = positive_env("WORLD_SIZE");
+  // torchrun's own children (it sets GROUP_RANK and LOCAL_WORLD_SIZE beside
+  // LOCAL_RANK, as Lightning tells them) inherit the variables of the MPI
+  // task that started torchrun: under `srun --mpi=pmix -n1 torchrun` every
+  // child has PMIX_RANK=0, one MPI process started N times.
+  if (std::getenv("GROUP_RANK") != nullptr && std::getenv("LOCAL_WORLD_SIZE") != nullptr &&
+      std::getenv("LOCAL_RANK") != nullptr)
+    return world;
+  if (launched_by_mpi()) return 0;
   // A launcher's tasks that are these processes are numbered by it. Not a
   // Slurm step of one task that started torchrun (`srun -n1 torchrun
   // --nproc-per-node=2 ...`: SLURM_STEP_NUM_TASKS=1), whose children each
   // trained alone, all writing one --out.
-  const int world = positive_env("WORLD_SIZE");
   return world == launcher_task_count() ? 0 : world;
 }
 

@@ -832,6 +832,14 @@ TEST(MpiCli, ProcessesALauncherNumberedButMpiCannotJoinAreRefused) {
   EXPECT_EQ(in_step.exit_code, 2) << in_step.out << in_step.err;
   EXPECT_NE(in_step.err.find("started as one of WORLD_SIZE=2 processes by a torchrun-style launcher"),
             std::string::npos) << in_step.err;
+  // torchrun's children inside an MPI task (`srun --mpi=pmix -n1 torchrun`):
+  // each has that task's PMIX_RANK=0, and ran as an MPI singleton.
+  const CommandResult in_task = run_command(
+      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PMIX_RANK=0 RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 "
+      "GROUP_RANK=0 LOCAL_WORLD_SIZE=2 timeout 60 " + run);
+  EXPECT_EQ(in_task.exit_code, 2) << in_task.out << in_task.err;
+  EXPECT_NE(in_task.err.find("started as one of WORLD_SIZE=2 processes by a torchrun-style launcher"),
+            std::string::npos) << in_task.err;
   const CommandResult numbered =
       run_command("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PMIX_RANK=1 PMIX_NAMESPACE=x "
                   "timeout 60 " + run + " --set comm.backend=mpi");
