@@ -88,7 +88,10 @@ case "${1:-}" in
     if [ ! -e "$prefix/$arch_dir/libz.so" ]; then
       # awk reads all of ldconfig's output (no early exit): under pipefail,
       # ldconfig killed by SIGPIPE (its output is ~75 kB) ended this script.
-      system_libz=$(ldconfig -p 2> /dev/null | awk '/libz\.so\.1 .*x86-64/ && !found { print $NF; found = 1 }')
+      # ldconfig may be off a non-root PATH (/sbin): its failure under
+      # set -e and pipefail ended install with exit 127, nothing unpacked.
+      system_libz=$({ ldconfig -p 2> /dev/null || /sbin/ldconfig -p 2> /dev/null || true; } |
+        awk '/libz\.so\.1 .*x86-64/ && !found { print $NF; found = 1 }')
       if [ -n "$system_libz" ]; then ln -sfn "$system_libz" "$prefix/$arch_dir/libz.so"; fi
     fi
     cat > .device/env.sh <<ENV

@@ -139,6 +139,22 @@ failure() {
   esac
 }
 
+# The table once more, whole, and the exit status: 1 when a row did not
+# pass (a failed, cut or skipped step, failed or skipped GPU tests, a FAIL
+# verdict, sanitizer errors), so that a wrapper tells a red check from a
+# green one; 0 otherwise. (It was 0 whatever failed, but the build.)
+# Defined here: GPU_CHECK_EXTRAS_ONLY=1 skips the sections it stood in
+# and ended with "finish: command not found", exit 127, no table.
+finish() {
+  printf '%s\n' "${table[@]}" | tee -a "$out/summary.txt"
+  if [ -s "$logs/failed_rows" ]; then
+    echo "gpu_check: $(wc -l < "$logs/failed_rows") row(s) did not pass: $(tr '\n' ';' < "$logs/failed_rows")" |
+      tee -a "$out/summary.txt"
+    exit 1
+  fi
+  exit 0
+}
+
 echo "== gpu_check: $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)" | tee "$out/summary.txt"
 if command -v nvidia-smi > /dev/null; then
   timeout 20 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$logs/gpu.txt" 2>&1
@@ -416,20 +432,6 @@ else
   failed_row "NCCL comm (1 rank)"
   row "NCCL comm (1 rank)" "not built: $(grep -o 'NCCL backend.*' "$logs/configure.log" | head -1)"
 fi
-
-# The table once more, whole, and the exit status: 1 when a row did not
-# pass (a failed, cut or skipped step, failed or skipped GPU tests, a FAIL
-# verdict, sanitizer errors), so that a wrapper tells a red check from a
-# green one; 0 otherwise. (It was 0 whatever failed, but the build.)
-finish() {
-  printf '%s\n' "${table[@]}" | tee -a "$out/summary.txt"
-  if [ -s "$logs/failed_rows" ]; then
-    echo "gpu_check: $(wc -l < "$logs/failed_rows") row(s) did not pass: $(tr '\n' ';' < "$logs/failed_rows")" |
-      tee -a "$out/summary.txt"
-    exit 1
-  fi
-  exit 0
-}
 
 if [ -n "${GPU_CHECK_TESTS_ONLY:-}" ]; then
   row "total time" "$(elapsed) (tests only)"

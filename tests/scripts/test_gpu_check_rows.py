@@ -66,6 +66,22 @@ class GpuCheckRowsTests(unittest.TestCase):
     def result(self, name: str) -> dict:
         return json.loads((self.out / name).read_text())
 
+    def test_every_function_of_the_script_is_defined_whatever_sections_run(self) -> None:
+        # finish() stood inside `if [ -z "${GPU_CHECK_EXTRAS_ONLY:-}" ]`, which
+        # GPU_CHECK_EXTRAS_ONLY=1 skips: its last line was "finish: command not
+        # found", exit 127, and no table. Functions go at the top level.
+        depth, nested = 0, []
+        for number, line in enumerate(GPU_CHECK.read_text().splitlines(), 1):
+            if re.match(r"if\b", line) and not re.search(r"\bfi\s*(#.*)?$", line):
+                depth += 1
+            elif re.match(r"fi\b", line):
+                depth -= 1
+            function = re.match(r"(\w+)\(\)\s*\{", line)
+            if function and depth > 0:
+                nested.append(f"{function.group(1)} (line {number})")
+        self.assertEqual(depth, 0, "the script's top-level if/fi do not pair up")
+        self.assertEqual(nested, [])
+
     def test_every_row_the_script_asks_for_exists_with_its_arguments(self) -> None:
         script = GPU_CHECK.read_text()
         calls = re.findall(r'gpu_check_rows\.py (\w+)((?: "[^"]*")+)\)', script)
