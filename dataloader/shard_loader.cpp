@@ -330,8 +330,6 @@ class Reader {
     return true;
   }
 
-  // webdataset's shuffle: keep `shuffle_buffer` samples, hand out a random
-  // one. nullptr once options.epochs are read and the buffer is empty.
   // Holds the reader at its first sample until the consumer's first call
   // (SharedState::consumer_started); false when the loader stops meanwhile.
   bool wait_for_the_consumer() {
@@ -346,6 +344,8 @@ class Reader {
     return !shared_.stop.load();
   }
 
+  // webdataset's shuffle: keep `shuffle_buffer` samples, hand out a random
+  // one. nullptr once options.epochs are read and the buffer is empty.
   SharedTokens next_shuffled() {
     const auto capacity = static_cast<size_t>(options_.shuffle_buffer);
     if (capacity <= 1) return read_sample();

@@ -925,7 +925,7 @@ std::string check_compatible(const nlohmann::json& manifest, const Config& confi
   if (written_by != world)
     return "it was written by " + std::to_string(written_by) + " rank(s) and this run has " +
            std::to_string(world) + ": resharding a checkpoint is not supported (run with " +
-           std::to_string(written_by) + " ranks)";
+           std::to_string(written_by) + (written_by == 1 ? " rank)" : " ranks)");
   const nlohmann::json now = config_to_json(config);
   const nlohmann::json& then = manifest.at("config");
   // Given shards whose identities the checkpoint recorded (name, bytes, a
