@@ -17,9 +17,10 @@ int launcher_rank();
 // WORLD_SIZE where a torchrun-style launcher (torchrun, torch.distributed's
 // launch, accelerate, deepspeed) started this process (RANK and WORLD_SIZE
 // set) and no MPI launcher did, or torchrun itself did (GROUP_RANK,
-// LOCAL_WORLD_SIZE and LOCAL_RANK too) whatever launcher started it, else 0. trainbench's ranks are MPI
-// processes: under such a launcher each process trained as a one-rank job
-// of its own, every one writing the same result.
+// LOCAL_WORLD_SIZE and LOCAL_RANK too) whatever launcher started it, else
+// 0. trainbench's ranks are MPI processes: under such a launcher each
+// process trained as a one-rank job of its own, every one writing the same
+// result.
 int torchrun_world_size();
 
 }  // namespace trainbench

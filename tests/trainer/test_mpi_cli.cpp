@@ -815,31 +815,24 @@ TEST(MpiCli, ProcessesALauncherNumberedButMpiCannotJoinAreRefused) {
   testing::TempDir dir("test_mpi_cli");
   const std::string run = std::string(TRAINBENCH_BINARY) + " run tiny --steps 3 --set train.warmup_steps=1 " +
                           "--set checkpoint.every_steps=0 --out " + dir.file("r.json");
-  for (const char* backend : {"auto", "local", "mpi"}) {
-    const CommandResult torchrun =
-        run_command("env RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 timeout 60 " + run +
-                    " --set comm.backend=" + backend);
-    EXPECT_EQ(torchrun.exit_code, 2) << backend << "\n" << torchrun.out << torchrun.err;
-    EXPECT_NE(torchrun.err.find("started as one of WORLD_SIZE=2 processes by a torchrun-style launcher"),
-              std::string::npos)
-        << backend << "\n" << torchrun.err;
-  }
+  // Refused as a torchrun-style launcher's process: `env` gives its variables.
+  const auto expect_refused_as_torchruns = [&](const std::string& env, const std::string& options) {
+    const CommandResult r = run_command("env " + env + " timeout 60 " + run + options);
+    EXPECT_EQ(r.exit_code, 2) << env << options << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find("started as one of WORLD_SIZE=2 processes by a torchrun-style launcher"), std::string::npos)
+        << env << options << "\n" << r.err;
+  };
+  for (const char* backend : {"auto", "local", "mpi"})
+    expect_refused_as_torchruns("RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500",
+                                std::string(" --set comm.backend=") + backend);
   // torchrun's children inside a Slurm step of one task (`srun -n1 torchrun
   // --nproc-per-node=2`): they each trained alone.
-  const CommandResult in_step = run_command(
-      "env RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 SLURM_JOB_ID=77 SLURM_JOBID=77 SLURM_STEP_ID=0 SLURM_STEPID=0 "
-      "SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_STEP_NUM_TASKS=1 timeout 60 " + run);
-  EXPECT_EQ(in_step.exit_code, 2) << in_step.out << in_step.err;
-  EXPECT_NE(in_step.err.find("started as one of WORLD_SIZE=2 processes by a torchrun-style launcher"),
-            std::string::npos) << in_step.err;
+  expect_refused_as_torchruns("RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 SLURM_JOB_ID=77 SLURM_JOBID=77 SLURM_STEP_ID=0 "
+                              "SLURM_STEPID=0 SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_STEP_NUM_TASKS=1", "");
   // torchrun's children inside an MPI task (`srun --mpi=pmix -n1 torchrun`):
   // each has that task's PMIX_RANK=0, and ran as an MPI singleton.
-  const CommandResult in_task = run_command(
-      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PMIX_RANK=0 RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 "
-      "GROUP_RANK=0 LOCAL_WORLD_SIZE=2 timeout 60 " + run);
-  EXPECT_EQ(in_task.exit_code, 2) << in_task.out << in_task.err;
-  EXPECT_NE(in_task.err.find("started as one of WORLD_SIZE=2 processes by a torchrun-style launcher"),
-            std::string::npos) << in_task.err;
+  expect_refused_as_torchruns("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PMIX_RANK=0 RANK=1 "
+                              "WORLD_SIZE=2 LOCAL_RANK=1 GROUP_RANK=0 LOCAL_WORLD_SIZE=2", "");
   const CommandResult numbered =
       run_command("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PMIX_RANK=1 PMIX_NAMESPACE=x "
                   "timeout 60 " + run + " --set comm.backend=mpi");
