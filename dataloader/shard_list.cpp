@@ -492,4 +492,9 @@ std::vector<RepeatedShard> repeated_shards(const std::vector<std::string>& shard
   return repeated;
 }
 
+std::string repeated_shards_text(const std::vector<RepeatedShard>& repeated) {
+  return repeated.front().path + " " + std::to_string(repeated.front().listings) + " times" +
+         (repeated.size() > 1 ? " (and " + std::to_string(repeated.size() - 1) + " more shards more than once)" : "");
+}
+
 }  // namespace trainbench

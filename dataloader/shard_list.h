@@ -49,5 +49,8 @@ struct RepeatedShard {
   int64_t listings;   // >= 2
 };
 std::vector<RepeatedShard> repeated_shards(const std::vector<std::string>& shards);
+// "PATH N times (and M more shards more than once)" of a non-empty
+// repeated_shards(): the words of run's and shards verify's warnings.
+std::string repeated_shards_text(const std::vector<RepeatedShard>& repeated);
 
 }  // namespace trainbench

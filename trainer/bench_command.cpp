@@ -1,7 +1,7 @@
 #include "trainer/bench_command.h"
 
 #include <CLI/CLI.hpp>  // the command line parser
-#include <algorithm>    // std::max, std::max_element, std::any_of, std::find_if
+#include <algorithm>    // std::max, std::any_of, std::find_if
 #include <cmath>        // std::floor
 #include <cstdio>
 #include <filesystem>
@@ -291,8 +291,7 @@ std::string comm_bench_memory_shortfall(const CommBenchSweep& sweep, int host_ra
   const std::string what_to_do = comm_bench_memory_remedy(sweep, room);
   // The sweep stops at the last size by --factor within --max-bytes: 9G is
   // swept to 4 GiB, which "--max-bytes 9.00 GiB needs" left unsaid.
-  const std::vector<int64_t> swept = size_sweep(sweep.min_bytes, sweep.max_bytes, sweep.factor);
-  const int64_t largest = swept.empty() ? sweep.max_bytes : *std::max_element(swept.begin(), swept.end());
+  const int64_t largest = size_sweep(sweep.min_bytes, sweep.max_bytes, sweep.factor).back();  // ascending
   const std::string needs = "bench comm: --max-bytes " + human_bytes(static_cast<double>(sweep.max_bytes)) +
                             (largest < sweep.max_bytes
                                  ? " (the sweep's largest size " + human_bytes(static_cast<double>(largest)) + ")"

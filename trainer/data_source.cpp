@@ -9,7 +9,7 @@
 #include "comm/communicator.h"        // gather_from_ranks: the ranks' shard lists compared
 #include "dataloader/data_error.h"    // DataError: a checkpoint's position from another setup
 #include "dataloader/shard_assignment.h"  // splitmix64_next: each rank's synthetic batches
-#include "dataloader/shard_list.h"    // resolve_shard_list, repeated_shards
+#include "dataloader/shard_list.h"    // resolve_shard_list, repeated_shards(_text)
 #include "dataloader/shard_loader.h"  // ShardLoader
 #include "dataloader/shard_tools.h"   // synthesize_shards, kMaxSynthShards
 #include "dataloader/token_decode.h"  // token_format_of_field
@@ -149,12 +149,7 @@ std::vector<std::string> shards_for_run(const Config& config, int64_t world, Dat
     if (!repeated.empty()) {
       int64_t extra = 0;
       for (const RepeatedShard& shard : repeated) extra += shard.listings - 1;
-      setup->warnings.push_back("data.shards lists " + repeated.front().path + " " +
-                                std::to_string(repeated.front().listings) + " times" +
-                                (repeated.size() > 1 ? " (and " + std::to_string(repeated.size() - 1) +
-                                                           " more shards more than once)"
-                                                     : "") +
-                                ": every listing is read each epoch, so " + std::to_string(extra) + " of the " +
+      setup->warnings.push_back("data.shards lists " + repeated_shards_text(repeated) + ": every listing is read each epoch, so " + std::to_string(extra) + " of the " +
                                 std::to_string(shards.size()) + " shards read are repeats");
     }
     return shards;

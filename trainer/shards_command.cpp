@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "dataloader/data_error.h"    // DataError: a bad spec or unknown field
-#include "dataloader/shard_list.h"    // resolve_shard_list for verify's SPEC; has_shard_extension
+#include "dataloader/shard_list.h"    // resolve_shard_list for verify's SPEC; has_shard_extension, repeated_shards
 #include "dataloader/shard_tools.h"   // synthesize_shards, pack_directory, verify_shards
 #include "dataloader/shard_writer.h"  // shard_name: checking pack's --out pattern; first_shard_from: the leftovers
 #include "dataloader/token_decode.h"  // field_is_an_extension: verify --field
@@ -429,13 +429,9 @@ int ShardsCommand::run_verify() {
   print_summary_line("errors", std::to_string(result.errors));
   // Counted once per listing, as a run reads them: said, as run and bench io
   // say it (a repeated shard is how some lists up-weight a source).
-  if (const std::vector<RepeatedShard> repeated = repeated_shards(options.shards); !repeated.empty()) {
-    const std::string more =
-        repeated.size() > 1 ? " (and " + std::to_string(repeated.size() - 1) + " more shards more than once)" : "";
-    std::printf("warning: SPEC lists %s %ld times%s: every listing was read and counted, as a run reads each one "
-                "every epoch\n",
-                repeated.front().path.c_str(), static_cast<long>(repeated.front().listings), more.c_str());
-  }
+  if (const std::vector<RepeatedShard> repeated = repeated_shards(options.shards); !repeated.empty())
+    std::printf("warning: SPEC lists %s: every listing was read and counted, as a run reads each one every epoch\n",
+                repeated_shards_text(repeated).c_str());
   if (result.errors > 0) {
     std::fflush(stdout);
     user_error("shards verify: " + std::to_string(result.errors) + " error" +

@@ -66,6 +66,20 @@ LoaderOptions options_for(const std::vector<std::string>& shards) {
 }
 
 // inputs then targets of each batch, flattened.
+std::vector<std::vector<int32_t>> take_batches(ShardLoader& loader, int count);
+
+// The DataError's message taking `count` batches throws; a failure when
+// they come.
+std::string data_error_taking(ShardLoader& loader, int count) {
+  try {
+    take_batches(loader, count);
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no DataError in " << count << " batch(es)";
+  return "";
+}
+
 std::vector<std::vector<int32_t>> take_batches(ShardLoader& loader, int count) {
   std::vector<std::vector<int32_t>> out;
   for (int i = 0; i < count; ++i) {
@@ -631,15 +645,10 @@ TEST(ShardLoader, BadTokensFailWithShardAndKeyOrAreSkippedAndCounted) {
   o.readers = 1;
   {
     ShardLoader loader(o);
-    try {
-      take_batches(loader, 50);
-      FAIL() << "tokens >= vocab were accepted";
-    } catch (const DataError& e) {
-      const std::string message = e.what();
-      EXPECT_NE(message.find(bad.paths.front()), std::string::npos) << message;
-      EXPECT_NE(message.find(">= vocab"), std::string::npos) << message;
-      EXPECT_NE(message.find("byte "), std::string::npos) << message;
-    }
+    const std::string message = data_error_taking(loader, 50);  // tokens >= vocab
+    EXPECT_NE(message.find(bad.paths.front()), std::string::npos) << message;
+    EXPECT_NE(message.find(">= vocab"), std::string::npos) << message;
+    EXPECT_NE(message.find("byte "), std::string::npos) << message;
   }
   o.skip_corrupt = true;
   ShardLoader skipping(o);
@@ -732,14 +741,9 @@ TEST(ShardLoader, AHeaderCutAfterASampleIsReportedAsTheCutNotAMissingMember) {
   LoaderOptions o = options_for({cut});
   o.readers = 1;
   ShardLoader loader(o);
-  try {
-    take_batches(loader, 4);
-    FAIL() << "a truncated shard was read without an error";
-  } catch (const DataError& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find(cut + ": byte 2048: truncated tar archive"), std::string::npos) << message;
-    EXPECT_EQ(message.find("has no"), std::string::npos) << message;
-  }
+  const std::string message = data_error_taking(loader, 4);
+  EXPECT_NE(message.find(cut + ": byte 2048: truncated tar archive"), std::string::npos) << message;
+  EXPECT_EQ(message.find("has no"), std::string::npos) << message;
 }
 
 TEST(ShardLoader, AllShardsUnreadableWithSkipIsAnErrorNotASpin) {
@@ -752,12 +756,8 @@ TEST(ShardLoader, AllShardsUnreadableWithSkipIsAnErrorNotASpin) {
   LoaderOptions o = options_for(shards);
   o.skip_corrupt = true;
   ShardLoader loader(o);
-  try {
-    loader.next(nullptr);
-    FAIL() << "no readable sample, yet a batch";
-  } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find("no readable sample"), std::string::npos) << e.what();
-  }
+  const std::string message = data_error_taking(loader, 1);
+  EXPECT_NE(message.find("no readable sample"), std::string::npos) << message;
   EXPECT_GE(loader.stats().shards_skipped, 1);
 }
 
@@ -784,13 +784,7 @@ TEST(ShardLoader, AHopelessDataSetIsNamedAfterAboutOneEpochOfOpens) {
   o.micro_batch = 8;  // more windows than a reader's opens give EOS separators for
   o.inject_delay_s = 0.005;
   ShardLoader loader(o);
-  std::string message;
-  try {
-    loader.next(nullptr);
-    FAIL() << "no sample with tokens, yet a batch";
-  } catch (const DataError& e) {
-    message = e.what();
-  }
+  const std::string message = data_error_taking(loader, 1);  // no sample with tokens
   ASSERT_NE(message.find("opened every shard of the list of 24 ("), std::string::npos) << message;
   const int64_t opens = std::stoll(message.substr(message.find("list of 24 (") + 12));
   EXPECT_LE(opens, 2 * 24) << message;

@@ -66,6 +66,13 @@ std::string expect_data_error(TarReader& tar, CorruptScope scope) {
   return "";
 }
 
+// expect_data_error of the file at `path`.
+std::string expect_data_error(const std::string& path, CorruptScope scope) {
+  TarReader tar;
+  tar.open(path);
+  return expect_data_error(tar, scope);
+}
+
 const std::string kLongName = std::string(120, 'd') + "/" + std::string(150, 'n') + ".tokens.u16";
 
 class TarFormats : public ::testing::TestWithParam<TarFormat> {};
@@ -351,9 +358,7 @@ TEST(TarReader, TruncatedInsideDataNamesPathOffsetAndMember) {
   const std::string whole = make_tar({{"0.txt", "a"}, {"1.bin", std::string(5000, 'z')}});
   const std::string path = dir.file("cut.tar");
   write_file(path, whole.substr(0, 1024 + 512 + 2000));
-  TarReader tar;
-  tar.open(path);
-  const std::string message = expect_data_error(tar, CorruptScope::kShard);
+  const std::string message = expect_data_error(path, CorruptScope::kShard);
   EXPECT_EQ(message.rfind(path + ": byte ", 0), 0u) << message;
   EXPECT_NE(message.find("truncated"), std::string::npos) << message;
   EXPECT_NE(message.find("1.bin"), std::string::npos) << message;
@@ -401,9 +406,7 @@ TEST(TarReader, ACutInsideTheEndMarkerReadsEveryMember) {
   garbage[kMembersEnd + 50] = 'x';
   const std::string path = dir.file("cut-garbage.tar");
   write_file(path, garbage);
-  TarReader tar;
-  tar.open(path);
-  const std::string message = expect_data_error(tar, CorruptScope::kShard);
+  const std::string message = expect_data_error(path, CorruptScope::kShard);
   EXPECT_NE(message.find("byte 2048: truncated tar archive"), std::string::npos) << message;
 }
 
@@ -426,9 +429,7 @@ TEST(TarReader, CutInsideALongNameHeaderSaysTruncated) {
     for (const size_t cut : {size_t{1024 + 512}, size_t{1024 + 700}, real_header, real_header + 100}) {
       const std::string path = dir.file("cut.tar");
       write_file(path, whole.substr(0, cut));
-      TarReader tar;
-      tar.open(path);
-      const std::string message = expect_data_error(tar, CorruptScope::kShard);
+      const std::string message = expect_data_error(path, CorruptScope::kShard);
       EXPECT_EQ(message.rfind(path + ": byte 1024: truncated tar archive: the file ends inside the pax or GNU "
                                      "long-name header", 0),
                 0u)
@@ -438,9 +439,7 @@ TEST(TarReader, CutInsideALongNameHeaderSaysTruncated) {
     damaged[real_header + 10] ^= 0x55;  // its checksum no longer matches
     const std::string path = dir.file("damaged.tar");
     write_file(path, damaged);
-    TarReader tar;
-    tar.open(path);
-    const std::string message = expect_data_error(tar, CorruptScope::kShard);
+    const std::string message = expect_data_error(path, CorruptScope::kShard);
     EXPECT_NE(message.find("corrupt tar archive"), std::string::npos) << message;
     EXPECT_EQ(message.find("truncated"), std::string::npos) << message;
   }
